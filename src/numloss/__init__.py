@@ -1,0 +1,44 @@
+"""numloss: objectives that teach language models to write numbers correctly.
+
+    from numloss import DigitVocab, build_loss
+    vocab = DigitVocab.from_tokenizer(tokenizer)
+    loss_fn = build_loss("del", vocab)
+    out = loss_fn(logits, labels)   # aligned labels, -100 ignored
+    out.loss.backward()
+"""
+
+from numloss.digits import DigitVocab, DigitVocabError, find_digits, number_places, place_weights
+from numloss.losses import (
+    LOSSES,
+    DigitEntropyLoss,
+    Dist2Loss,
+    EMOLoss,
+    MixCELoss,
+    MLELoss,
+    NumberTokenLossMSE,
+    NumberTokenLossWAS,
+    NumericLoss,
+    NumericLossOutput,
+    build_loss,
+)
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "DigitVocab",
+    "DigitVocabError",
+    "find_digits",
+    "number_places",
+    "place_weights",
+    "LOSSES",
+    "build_loss",
+    "NumericLoss",
+    "NumericLossOutput",
+    "MLELoss",
+    "DigitEntropyLoss",
+    "NumberTokenLossWAS",
+    "NumberTokenLossMSE",
+    "Dist2Loss",
+    "MixCELoss",
+    "EMOLoss",
+]

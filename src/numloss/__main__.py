@@ -1,0 +1,5 @@
+import sys
+
+from numloss.cli import main
+
+sys.exit(main())

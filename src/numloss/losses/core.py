@@ -1,0 +1,90 @@
+"""The one pass over the full logits that every objective shares.
+
+Every objective of numloss is a function of two small things: the per-token negative
+log-likelihood nll [N] and the ten digit logits at the digit positions z [K, 10]. This module
+computes both from the [N, V] logits with a custom autograd Function whose backward writes the
+gradient of the logits once, in row chunks, in the logits' dtype:
+
+    dL/dlogits[t] = g_nll[t] * (softmax(logits[t]) - onehot(y_t)) + scatter(g_z[t] -> digit columns)
+
+Plain autograd would keep a float32 log-softmax copy, build a zero [N, V] gradient for the target
+gather and another for the digit gather, and add them up; this keeps the logits and one gradient.
+"""
+
+from __future__ import annotations
+
+import torch
+
+# Rows per chunk of the float32 work buffer: bounds the temporary memory to
+# chunk x V x 4 bytes while keeping each kernel large enough to be efficient.
+_TARGET_CHUNK_ELEMENTS = 1 << 22
+
+
+def row_chunk(num_rows: int, width: int) -> int:
+    """Rows per chunk so one float32 chunk holds about 16 MB."""
+    return max(1, min(num_rows, _TARGET_CHUNK_ELEMENTS // max(width, 1)))
+
+
+class _TokenNLLAndDigitLogits(torch.autograd.Function):
+    @staticmethod
+    def forward(  # type: ignore[override]
+        ctx,
+        logits: torch.Tensor,
+        targets: torch.Tensor,
+        valid: torch.Tensor,
+        digit_index: torch.Tensor,
+        digit_columns: torch.Tensor,
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        num_rows, width = logits.shape
+        lse = torch.empty(num_rows, dtype=torch.float32, device=logits.device)
+        step = row_chunk(num_rows, width)
+        for start in range(0, num_rows, step):
+            chunk = logits[start : start + step]
+            lse[start : start + step] = torch.logsumexp(chunk.float(), dim=-1)
+        target_logit = logits.gather(1, targets[:, None]).squeeze(1).float()
+        nll = torch.where(valid, lse - target_logit, torch.zeros_like(lse))
+        digit_logits = logits[digit_index[:, None], digit_columns[None, :]].float()
+        ctx.save_for_backward(logits, lse, targets, valid, digit_index, digit_columns)
+        return nll, digit_logits
+
+    @staticmethod
+    def backward(ctx, grad_nll: torch.Tensor, grad_digit_logits: torch.Tensor):  # type: ignore[override]
+        logits, lse, targets, valid, digit_index, digit_columns = ctx.saved_tensors
+        num_rows, width = logits.shape
+        grad = torch.empty_like(logits)
+        row_scale = torch.where(valid, grad_nll.float(), torch.zeros_like(lse))
+        step = row_chunk(num_rows, width)
+        direct = logits.dtype == torch.float32
+        for start in range(0, num_rows, step):
+            stop = min(start + step, num_rows)
+            buffer = grad[start:stop] if direct else torch.empty(
+                (stop - start, width), dtype=torch.float32, device=logits.device
+            )
+            torch.sub(logits[start:stop].float(), lse[start:stop, None], out=buffer)
+            buffer.exp_().mul_(row_scale[start:stop, None])
+            if not direct:
+                grad[start:stop].copy_(buffer)
+        rows = torch.arange(num_rows, device=logits.device)
+        # one-hot part and digit part, accumulated in float32 on the few touched entries
+        target_grad = grad[rows, targets].float() - row_scale
+        grad[rows, targets] = target_grad.to(grad.dtype)
+        if digit_index.numel():
+            touched = (digit_index[:, None], digit_columns[None, :])
+            grad[touched] = (grad[touched].float() + grad_digit_logits.float()).to(grad.dtype)
+        return grad, None, None, None, None
+
+
+def token_nll_and_digit_logits(
+    logits: torch.Tensor,
+    targets: torch.Tensor,
+    valid: torch.Tensor,
+    digit_index: torch.Tensor,
+    digit_columns: torch.Tensor,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Per-token NLL [N] (0 where not `valid`) and digit logits [K, 10], both float32.
+
+    `logits` [N, V] in any float dtype (computed in float32), `targets` [N] in [0, V) (any value
+    where not `valid`), `digit_index` [K] rows of the digit positions, `digit_columns` [10] the
+    digit token ids. Both are differentiable with respect to `logits`.
+    """
+    return _TokenNLLAndDigitLogits.apply(logits, targets, valid, digit_index, digit_columns)
