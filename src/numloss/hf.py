@@ -1,0 +1,297 @@
+"""Hugging Face `Trainer` glue: causal shift, step-wide counts, per-term logging, fused head.
+
+    trainer = NumericTrainer(loss_fn=build_loss("del", vocab), model=model, args=args,
+                             train_dataset=data, data_collator=collator)
+    trainer.train()
+
+What it adds to `transformers.Trainer`:
+
+* the causal shift, done on the labels (``labels[:, 1:]`` padded with -100 at the end, as
+  transformers' ForCausalLMLoss does), never by slicing and copying the [B, T, V] logits;
+* step-wide normalisation: the valid tokens AND the digit positions of the whole optimizer step
+  (all gradient-accumulation micro-batches, all data-parallel ranks) are counted before the step,
+  and every micro-batch divides its sums by them, so the gradient is the step-wide mean however
+  the step is split;
+* `ce`, `aux` and `digit_entropy` in the Trainer's log history next to `loss` (so the CSV and
+  TensorBoard callbacks see them), averaged over the logging interval;
+* `fused=True`: the model runs without its LM head; the head is applied chunk by chunk inside the
+  loss (`NumericLoss.from_hidden`), so the [B, T, V] logits never exist.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+from transformers import Trainer
+
+from numloss.digits import label_classes
+from numloss.losses.base import NumericLoss, NumericLossOutput
+
+# Slots of the on-device logging accumulator (float64 so long intervals do not lose counts).
+_CE_SUM, _TOKENS, _AUX_SUM, _AUX_COUNT, _ENTROPY_SUM, _DIGITS = range(6)
+
+
+def shift_labels(inputs: dict[str, Any], ignore_index: int = -100) -> torch.Tensor:
+    """Labels aligned with the logits of a causal LM: position t holds the label of token t + 1.
+
+    Uses ``inputs["shift_labels"]`` as it is when a collator provides it (padding-free
+    collators do); otherwise ``labels[..., 1:]`` with `ignore_index` appended, the same length as
+    the input so the logits need no slicing.
+    """
+    if "shift_labels" in inputs:
+        return inputs["shift_labels"]
+    if "labels" not in inputs:
+        raise ValueError(
+            "the batch has no 'labels': NumericTrainer needs token labels (-100 for prompt and "
+            "padding positions); use a collator that sets them"
+        )
+    labels = inputs["labels"]
+    return F.pad(labels[..., 1:], (0, 1), value=ignore_index)
+
+
+def _unwrap_peft(model: nn.Module) -> nn.Module:
+    get_base_model = getattr(model, "get_base_model", None)
+    return get_base_model() if callable(get_base_model) else model
+
+
+def output_head(model: nn.Module) -> nn.Module:
+    """The LM-head module (`get_output_embeddings()`) of a causal LM, peft-wrapped or not.
+
+    Raises when the head cannot be applied outside the model as ``hidden @ weight.T + bias``: a
+    head adapted by peft (LoRA on ``lm_head``, ``modules_to_save``) or one that is not linear.
+    """
+    base = _unwrap_peft(model)
+    get_head = getattr(base, "get_output_embeddings", None)
+    head = get_head() if callable(get_head) else None
+    if head is None:
+        raise ValueError(
+            f"{type(base).__name__} has no output embeddings (get_output_embeddings() is None): the "
+            "fused path needs a causal LM with a linear LM head; use fused=False"
+        )
+    if type(head).__module__.startswith("peft") or not isinstance(head, nn.Linear):
+        raise ValueError(
+            f"the LM head is a {type(head).__module__}.{type(head).__name__}, not a plain nn.Linear "
+            "(LoRA or modules_to_save on lm_head?): the fused path applies the head as "
+            "hidden @ weight.T + bias itself; leave lm_head out of the adapter or use fused=False"
+        )
+    config = getattr(base, "config", None)
+    if getattr(config, "final_logit_softcapping", None):
+        raise ValueError(
+            "the model soft-caps its logits (final_logit_softcapping), which the fused path does "
+            "not reproduce; use fused=False"
+        )
+    return head
+
+
+def hidden_states_without_logits(
+    model: nn.Module, inputs: dict[str, Any]
+) -> tuple[torch.Tensor, nn.Module, Any]:
+    """Run `model(**inputs)` with its LM head skipped; return (hidden [B, T, H], head, outputs).
+
+    A forward pre-hook on the head keeps its input (the final hidden states, after the final
+    norm) and hands the head an empty slice instead, so the model returns [B, 0, V] logits. The
+    call goes through `model` itself, so wrappers (DDP, accelerate, peft) keep working; this
+    finds the decoder and head of any `*ForCausalLM` that calls ``lm_head(hidden)`` once (Llama,
+    Qwen2, Mistral, GPT-2, ...).
+    """
+    head = output_head(model)
+    captured: list[torch.Tensor] = []
+
+    def keep_hidden(module: nn.Module, args: tuple[Any, ...]):
+        hidden = args[0]
+        captured.append(hidden)
+        return (hidden[..., :0, :],) + tuple(args[1:])
+
+    handle = head.register_forward_pre_hook(keep_hidden)
+    try:
+        outputs = model(**inputs)
+    finally:
+        handle.remove()
+    if len(captured) != 1:
+        raise RuntimeError(
+            f"the LM head ran {len(captured)} times in one forward (expected once): this model "
+            "architecture is not supported by the fused path; use fused=False"
+        )
+    return captured[0], head, outputs
+
+
+class NumericTrainer(Trainer):
+    """`transformers.Trainer` that trains with a numloss objective.
+
+    `loss_fn`: the objective (`numloss.build_loss(...)`); `fused`: apply the LM head inside the
+    loss, chunk by chunk, instead of materialising the logits. Every other keyword goes to
+    `Trainer`. The loss is normalised by the step-wide token and digit counts, so one optimizer
+    step gives the same update for batch 8 as for batch 2 x 4 accumulation steps.
+    """
+
+    # The loss is divided by step-wide counts: the Trainer must not divide it by the number of
+    # accumulation steps again.
+    loss_is_scaled_for_ga = True
+
+    def __init__(self, *, loss_fn: NumericLoss, fused: bool = False, **trainer_kwargs: Any) -> None:
+        if not isinstance(loss_fn, NumericLoss):
+            raise TypeError(
+                f"loss_fn must be a numloss objective (numloss.build_loss(name, vocab)), got {type(loss_fn).__name__}"
+            )
+        if trainer_kwargs.get("compute_loss_func") is not None:
+            raise TypeError("NumericTrainer computes the loss with loss_fn; do not pass compute_loss_func")
+        super().__init__(**trainer_kwargs)
+        self.loss_fn = loss_fn.to(self.args.device)
+        self.fused = bool(fused)
+        # digit count of the current optimizer step, set in get_batch_samples
+        self._step_digits: torch.Tensor | None = None
+        self._log_sums = torch.zeros(6, dtype=torch.float64, device=self.args.device)
+        # MixCE and EMO report aux per token; digit objectives per digit position
+        self._aux_per_token = type(loss_fn).token_loss is not NumericLoss.token_loss
+
+    # -- step-wide counts -----------------------------------------------------------------------
+    def count_tokens_and_digits(self, inputs: dict[str, Any]) -> torch.Tensor:
+        """[valid tokens, digit positions] of one micro-batch after the shift, as a long tensor."""
+        labels = shift_labels(inputs, self.loss_fn.ignore_index)
+        classes = label_classes(labels, self.loss_fn.vocab, ignore_index=self.loss_fn.ignore_index)
+        tokens = labels.ne(self.loss_fn.ignore_index).sum()
+        digits = ((classes >= 0) & (classes < 10)).sum()
+        return torch.stack([tokens, digits])
+
+    def get_batch_samples(self, epoch_iterator, num_batches, device):
+        """The micro-batches of one optimizer step and their step-wide token count.
+
+        The step-wide digit count travels beside it in `self._step_digits`. With
+        `average_tokens_across_devices` (the default) both are summed over all ranks, as the
+        Trainer does for tokens; `compute_loss` then multiplies the loss by the number of ranks,
+        which DDP's gradient averaging divides out again.
+        """
+        batch_samples = []
+        for _ in range(num_batches):
+            try:
+                batch_samples.append(next(epoch_iterator))
+            except StopIteration:
+                break
+        self._step_digits = None
+        if not batch_samples or not all("labels" in b or "shift_labels" in b for b in batch_samples):
+            return batch_samples, None
+        counts = sum(self.count_tokens_and_digits(batch).to(device) for batch in batch_samples)
+        if self.args.average_tokens_across_devices and self.args.world_size > 1:
+            counts = self.accelerator.gather(counts[None]).sum(0)
+        # tensor-parallel ranks share one batch: the gather counted it once per TP rank
+        counts = counts // self.get_tp_size()
+        self._step_digits = counts[1]
+        return batch_samples, counts[0]
+
+    # -- the loss -------------------------------------------------------------------------------
+    def compute_loss(
+        self,
+        model: nn.Module,
+        inputs: dict[str, Any],
+        return_outputs: bool = False,
+        num_items_in_batch: torch.Tensor | int | None = None,
+    ):
+        """Shift the labels, run the model (or its body, when fused) and apply `loss_fn`.
+
+        During training `num_items_in_batch` is the step-wide token count from
+        `get_batch_samples`; evaluation passes None and each batch is normalised by itself.
+        """
+        if self.get_cp_size() > 1 or self.get_sp_size() > 1:
+            raise NotImplementedError(
+                "NumericTrainer does not support context or sequence parallelism (the digit runs "
+                "of a sequence would be split across ranks); use data parallelism (DDP/FSDP/DeepSpeed)"
+            )
+        labels = shift_labels(inputs, self.loss_fn.ignore_index)
+        inputs = {k: v for k, v in inputs.items() if k not in ("labels", "shift_labels")}
+        step_wide = num_items_in_batch is not None
+        num_digits = self._step_digits if step_wide else None
+        out, outputs = self.numeric_loss(model, inputs, labels, num_items_in_batch, num_digits)
+        loss = out.loss
+        if model.training:
+            self._accumulate_for_log(out, num_items_in_batch, num_digits)
+        if step_wide and self.args.average_tokens_across_devices:
+            # counts are global; DDP averages gradients over ranks, so undo that average
+            loss = loss * (self.accelerator.num_processes // self.get_tp_size())
+        if return_outputs:
+            outputs["loss"] = loss
+            return loss, outputs
+        return loss
+
+    def numeric_loss(
+        self,
+        model: nn.Module,
+        inputs: dict[str, Any],
+        labels: torch.Tensor,
+        num_items_in_batch: torch.Tensor | int | None,
+        num_digits_in_batch: torch.Tensor | int | None,
+    ) -> tuple[NumericLossOutput, Any]:
+        """(loss output, model outputs) of one micro-batch with aligned `labels` [B, T]."""
+        if self.fused:
+            hidden, head, outputs = hidden_states_without_logits(model, inputs)
+            out = self.loss_fn.from_hidden(
+                hidden,
+                head.weight,
+                labels,
+                lm_head_bias=head.bias,
+                num_items_in_batch=num_items_in_batch,
+                num_digits_in_batch=num_digits_in_batch,
+            )
+            return out, outputs
+        outputs = model(**inputs)
+        logits = outputs["logits"] if isinstance(outputs, dict) else outputs[0]
+        out = self.loss_fn(
+            logits,
+            labels,
+            num_items_in_batch=num_items_in_batch,
+            num_digits_in_batch=num_digits_in_batch,
+        )
+        return out, outputs
+
+    # -- logging --------------------------------------------------------------------------------
+    def _accumulate_for_log(
+        self,
+        out: NumericLossOutput,
+        num_items_in_batch: torch.Tensor | int | None,
+        num_digits_in_batch: torch.Tensor | int | None,
+    ) -> None:
+        """Add this micro-batch's raw sums (this rank's share) to the logging accumulator."""
+        with torch.no_grad():
+            tokens = out.num_tokens.to(torch.float64)
+            digits = out.num_digits.to(torch.float64)
+
+            def denominator(step_count, call_count):
+                count = call_count if step_count is None else torch.as_tensor(step_count)
+                return count.to(device=tokens.device, dtype=torch.float64).clamp_min(1.0)
+
+            token_den = denominator(num_items_in_batch, tokens)
+            digit_den = denominator(num_digits_in_batch, digits)
+            entropy = out.digit_entropy if out.digit_entropy is not None else torch.zeros(())
+            aux_den, aux_count = (token_den, tokens) if self._aux_per_token else (digit_den, digits)
+            update = torch.stack(
+                [
+                    out.ce.detach().double() * token_den,
+                    tokens,
+                    out.aux.detach().double() * aux_den,
+                    aux_count,
+                    entropy.to(tokens.device).double() * digits,
+                    digits,
+                ]
+            )
+            self._log_sums += update.to(self._log_sums.device)
+
+    def log(self, logs: dict[str, float], start_time: float | None = None) -> None:
+        """Add `ce`, `aux`, `digit_entropy` (means over the interval) to the training logs.
+
+        ce is weighted by tokens, digit_entropy by digit positions, aux by the count it is
+        normalised by (digits for DEL/NTL/DIST2, tokens for MixCE/EMO), over all ranks.
+        """
+        if "loss" in logs:
+            sums = self._log_sums
+            if self.args.world_size > 1:
+                sums = self.accelerator.reduce(sums.clone(), reduction="sum")
+            sums = sums.tolist()
+            self._log_sums.zero_()
+            if sums[_TOKENS] > 0:
+                logs["ce"] = sums[_CE_SUM] / sums[_TOKENS]
+                logs["aux"] = sums[_AUX_SUM] / sums[_AUX_COUNT] if sums[_AUX_COUNT] > 0 else 0.0
+            if sums[_DIGITS] > 0:
+                logs["digit_entropy"] = sums[_ENTROPY_SUM] / sums[_DIGITS]
+        super().log(logs, start_time)

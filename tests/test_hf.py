@@ -1,0 +1,179 @@
+"""NumericTrainer: the shift, step-wide counts (batch 8 == 2 x 4 accumulation) and logging."""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+import torch
+from transformers import LlamaConfig, LlamaForCausalLM, TrainingArguments
+
+from numloss import DigitVocab, build_loss
+from numloss.hf import NumericTrainer, shift_labels
+
+VOCAB = DigitVocab(list(range(10)), decimal_point_id=10)
+OBJECTIVES = ["mle", "del", "ntl-was", "ntl-mse", "dist2", "mixce", "emo"]
+PAD = 39
+
+
+def tiny_llama(seed: int = 0) -> LlamaForCausalLM:
+    torch.manual_seed(seed)
+    config = LlamaConfig(
+        vocab_size=40,
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=64,
+        attention_dropout=0.0,
+        tie_word_embeddings=False,
+    )
+    return LlamaForCausalLM(config).float()
+
+
+def rows() -> list[dict[str, list[int]]]:
+    """8 rows of different lengths and digit counts; the prompt part is ignored (-100)."""
+    generator = torch.Generator().manual_seed(1)
+    examples = []
+    for i in range(8):
+        length = 6 + (5 * i) % 13
+        prompt = 2 + i % 3
+        # digits and points, with some letters (ids 11..38) mixed in; row 3 has no digit at all
+        if i == 3:
+            ids = torch.randint(11, 39, (length,), generator=generator)
+        else:
+            ids = torch.randint(0, 20 + 2 * i, (length,), generator=generator)
+        labels = ids.clone()
+        labels[:prompt] = -100
+        examples.append({"input_ids": ids.tolist(), "labels": labels.tolist()})
+    return examples
+
+
+def collate(features: list[dict[str, list[int]]]) -> dict[str, torch.Tensor]:
+    width = max(len(f["input_ids"]) for f in features)
+    ids = torch.full((len(features), width), PAD)
+    labels = torch.full((len(features), width), -100)
+    mask = torch.zeros((len(features), width), dtype=torch.long)
+    for row, f in enumerate(features):
+        n = len(f["input_ids"])
+        ids[row, :n] = torch.tensor(f["input_ids"])
+        labels[row, :n] = torch.tensor(f["labels"])
+        mask[row, :n] = 1
+    return {"input_ids": ids, "labels": labels, "attention_mask": mask}
+
+
+class PerMicroBatchTrainer(NumericTrainer):
+    """The naive glue: every micro-batch normalised by itself, then divided by the GA steps."""
+
+    loss_is_scaled_for_ga = False
+
+    def get_batch_samples(self, epoch_iterator, num_batches, device):
+        batches, _ = super().get_batch_samples(epoch_iterator, num_batches, device)
+        self._step_digits = None
+        return batches, None
+
+
+def make_loss(name: str, model: LlamaForCausalLM):
+    if name == "emo":
+        return build_loss(name, VOCAB, embedding=model.get_output_embeddings().weight)
+    # alphas large enough that the digit term moves the update visibly
+    return build_loss(name, VOCAB, **({} if name == "mixce" else {"alpha": 1.0}))
+
+
+def train_args(tmp_path, batch: int, accumulation: int, steps: int = 1, lr: float = 0.5, **extra):
+    return TrainingArguments(
+        output_dir=str(tmp_path),
+        per_device_train_batch_size=batch,
+        gradient_accumulation_steps=accumulation,
+        max_steps=steps,
+        learning_rate=lr,
+        optim="sgd",
+        lr_scheduler_type="constant",
+        weight_decay=0.0,
+        max_grad_norm=0.0,
+        train_sampling_strategy="sequential",
+        report_to="none",
+        save_strategy="no",
+        logging_steps=1,
+        use_cpu=True,
+        disable_tqdm=True,
+        dataloader_num_workers=0,
+        seed=0,
+        **extra,
+    )
+
+
+def updated_parameters(name: str, tmp_path, batch: int, accumulation: int, trainer_class=NumericTrainer, **kw):
+    model = tiny_llama()
+    trainer = trainer_class(
+        loss_fn=make_loss(name, model),
+        model=model,
+        args=train_args(tmp_path, batch, accumulation),
+        train_dataset=rows(),
+        data_collator=collate,
+        **kw,
+    )
+    trainer.train()
+    return {k: v.detach().clone() for k, v in model.named_parameters()}
+
+
+def max_update_difference(a: dict, b: dict, start: dict) -> tuple[float, float]:
+    """(largest |a - b| over all parameters, largest |a - start|)."""
+    diff = max(float((a[k] - b[k]).abs().max()) for k in a)
+    size = max(float((a[k] - start[k]).abs().max()) for k in a)
+    return diff, size
+
+
+@pytest.mark.parametrize("name", OBJECTIVES)
+def test_batch_8_equals_2_by_4_accumulation(name, tmp_path):
+    start = {k: v.detach().clone() for k, v in tiny_llama().named_parameters()}
+    full = updated_parameters(name, tmp_path / "full", batch=8, accumulation=1)
+    accumulated = updated_parameters(name, tmp_path / "ga", batch=2, accumulation=4)
+    naive = updated_parameters(name, tmp_path / "naive", 2, 4, trainer_class=PerMicroBatchTrainer)
+    diff, size = max_update_difference(full, accumulated, start)
+    naive_diff, _ = max_update_difference(full, naive, start)
+    assert size > 1e-3, "the update is too small for the comparison to mean anything"
+    assert diff <= 1e-5 * size + 1e-7, f"{name}: accumulation changed the update by {diff:g} (update {size:g})"
+    # the test has teeth: per-micro-batch means give a visibly different update
+    assert naive_diff > 1e-3 * size, f"{name}: naive per-micro-batch normalisation did not differ ({naive_diff:g})"
+
+
+def test_logged_terms_are_the_step_means(tmp_path):
+    """With lr = 0, the logged loss/ce/aux/digit_entropy equal one full-batch call of the loss."""
+    model = tiny_llama()
+    reference_model = copy.deepcopy(model)
+    loss_fn = make_loss("del", model)
+    trainer = NumericTrainer(
+        loss_fn=loss_fn,
+        model=model,
+        args=train_args(tmp_path, batch=2, accumulation=4, steps=2, lr=0.0),
+        train_dataset=rows(),
+        data_collator=collate,
+    )
+    trainer.train()
+    batch = collate(rows())
+    with torch.no_grad():
+        logits = reference_model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"]).logits
+        expected = loss_fn(logits, shift_labels(batch))
+    logs = [entry for entry in trainer.state.log_history if "ce" in entry]
+    assert len(logs) == 2  # the dataset of 8 rows is seen twice
+    for entry in logs:
+        assert entry["loss"] == pytest.approx(float(expected.loss), rel=1e-5)
+        assert entry["ce"] == pytest.approx(float(expected.ce), rel=1e-5)
+        assert entry["aux"] == pytest.approx(float(expected.aux), rel=1e-5)
+        assert entry["digit_entropy"] == pytest.approx(float(expected.digit_entropy), rel=1e-5)
+
+
+def test_shift_labels_pads_instead_of_slicing():
+    labels = torch.tensor([[-100, 5, 6, 7]])
+    assert shift_labels({"labels": labels}).tolist() == [[5, 6, 7, -100]]
+    given = torch.tensor([[1, 2, -100, -100]])
+    assert shift_labels({"labels": labels, "shift_labels": given}) is given
+    with pytest.raises(ValueError, match="labels"):
+        shift_labels({"input_ids": labels})
+
+
+def test_rejects_a_loss_that_is_not_numeric(tmp_path):
+    with pytest.raises(TypeError, match="numloss objective"):
+        NumericTrainer(loss_fn=torch.nn.CrossEntropyLoss(), model=tiny_llama(), args=train_args(tmp_path, 2, 1))
