@@ -26,7 +26,7 @@ demo: setup
 
 test: setup
 	$(PY) -m ruff check src tests bench
-	$(PY) -m pytest
+	$(PY) -m pytest -q
 
 bench: setup
 	$(PY) bench/losses.py

@@ -20,6 +20,11 @@ import torch
 _TARGET_CHUNK_ELEMENTS = 1 << 22
 
 
+def compute_dtype(dtype: torch.dtype) -> torch.dtype:
+    """float32 for half-precision and float32 logits; float64 stays float64 (for gradcheck)."""
+    return torch.float64 if dtype == torch.float64 else torch.float32
+
+
 def row_chunk(num_rows: int, width: int) -> int:
     """Rows per chunk so one float32 chunk holds about 16 MB."""
     return max(1, min(num_rows, _TARGET_CHUNK_ELEMENTS // max(width, 1)))
@@ -36,14 +41,15 @@ class _TokenNLLAndDigitLogits(torch.autograd.Function):
         digit_columns: torch.Tensor,
     ) -> tuple[torch.Tensor, torch.Tensor]:
         num_rows, width = logits.shape
-        lse = torch.empty(num_rows, dtype=torch.float32, device=logits.device)
+        dtype = compute_dtype(logits.dtype)
+        lse = torch.empty(num_rows, dtype=dtype, device=logits.device)
         step = row_chunk(num_rows, width)
         for start in range(0, num_rows, step):
             chunk = logits[start : start + step]
-            lse[start : start + step] = torch.logsumexp(chunk.float(), dim=-1)
-        target_logit = logits.gather(1, targets[:, None]).squeeze(1).float()
+            lse[start : start + step] = torch.logsumexp(chunk.to(dtype), dim=-1)
+        target_logit = logits.gather(1, targets[:, None]).squeeze(1).to(dtype)
         nll = torch.where(valid, lse - target_logit, torch.zeros_like(lse))
-        digit_logits = logits[digit_index[:, None], digit_columns[None, :]].float()
+        digit_logits = logits[digit_index[:, None], digit_columns[None, :]].to(dtype)
         ctx.save_for_backward(logits, lse, targets, valid, digit_index, digit_columns)
         return nll, digit_logits
 
@@ -51,26 +57,27 @@ class _TokenNLLAndDigitLogits(torch.autograd.Function):
     def backward(ctx, grad_nll: torch.Tensor, grad_digit_logits: torch.Tensor):  # type: ignore[override]
         logits, lse, targets, valid, digit_index, digit_columns = ctx.saved_tensors
         num_rows, width = logits.shape
+        dtype = lse.dtype
         grad = torch.empty_like(logits)
-        row_scale = torch.where(valid, grad_nll.float(), torch.zeros_like(lse))
+        row_scale = torch.where(valid, grad_nll.to(dtype), torch.zeros_like(lse))
         step = row_chunk(num_rows, width)
-        direct = logits.dtype == torch.float32
+        direct = logits.dtype == dtype  # else work in a compute-dtype buffer, then cast
         for start in range(0, num_rows, step):
             stop = min(start + step, num_rows)
-            buffer = grad[start:stop] if direct else torch.empty(
-                (stop - start, width), dtype=torch.float32, device=logits.device
-            )
-            torch.sub(logits[start:stop].float(), lse[start:stop, None], out=buffer)
+            if direct:
+                buffer = grad[start:stop]
+                torch.sub(logits[start:stop], lse[start:stop, None], out=buffer)
+            else:
+                buffer = logits[start:stop].to(dtype).sub_(lse[start:stop, None])
             buffer.exp_().mul_(row_scale[start:stop, None])
             if not direct:
                 grad[start:stop].copy_(buffer)
         rows = torch.arange(num_rows, device=logits.device)
-        # one-hot part and digit part, accumulated in float32 on the few touched entries
-        target_grad = grad[rows, targets].float() - row_scale
-        grad[rows, targets] = target_grad.to(grad.dtype)
+        # one-hot and digit parts, added in the compute dtype on the few entries they touch
+        grad[rows, targets] = (grad[rows, targets].to(dtype) - row_scale).to(grad.dtype)
         if digit_index.numel():
             touched = (digit_index[:, None], digit_columns[None, :])
-            grad[touched] = (grad[touched].float() + grad_digit_logits.float()).to(grad.dtype)
+            grad[touched] = (grad[touched].to(dtype) + grad_digit_logits.to(dtype)).to(grad.dtype)
         return grad, None, None, None, None
 
 
@@ -81,7 +88,7 @@ def token_nll_and_digit_logits(
     digit_index: torch.Tensor,
     digit_columns: torch.Tensor,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """Per-token NLL [N] (0 where not `valid`) and digit logits [K, 10], both float32.
+    """Per-token NLL [N] (0 where not `valid`) and digit logits [K, 10] in `compute_dtype`.
 
     `logits` [N, V] in any float dtype (computed in float32), `targets` [N] in [0, V) (any value
     where not `valid`), `digit_index` [K] rows of the digit positions, `digit_columns` [10] the

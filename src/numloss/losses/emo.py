@@ -43,8 +43,9 @@ class EMOLoss(NumericLoss):
             raise ValueError(f"embedding must be a [V, H] tensor, got {getattr(embedding, 'shape', type(embedding))}")
         self.embedding = embedding
 
-    def normalised_embedding(self, device: torch.device) -> torch.Tensor:
-        return F.normalize(self.embedding.detach().to(device=device, dtype=torch.float32), dim=-1)
+    def normalised_embedding(self, device: torch.device, dtype: torch.dtype = torch.float32) -> torch.Tensor:
+        """Unit-length rows of the embedding, detached, in `dtype` on `device`."""
+        return F.normalize(self.embedding.detach().to(device=device, dtype=dtype), dim=-1)
 
     def token_loss(self, nll, valid, logits, targets):
         if logits is None:
@@ -59,9 +60,9 @@ class EMOLoss(NumericLoss):
         token_loss = torch.zeros_like(nll)
         cost = torch.zeros_like(nll)
         if rows.numel() == 0:
-            return token_loss, cost
-        unit = self.normalised_embedding(logits.device)
-        probs = torch.softmax(logits.index_select(0, rows).float(), dim=-1)
+            return nll, cost  # all zero, but still part of the graph
+        unit = self.normalised_embedding(logits.device, nll.dtype)
+        probs = torch.softmax(logits.index_select(0, rows).to(nll.dtype), dim=-1)
         expected = probs @ unit  # [n, H]
         row_cost = 1.0 - (expected * unit.index_select(0, targets[rows])).sum(-1)
         row_cost = row_cost.clamp_min(_MIN_COST)

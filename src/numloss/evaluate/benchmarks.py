@@ -1,0 +1,465 @@
+"""The paper's seven math benchmarks and the built-in synthetic sets, behind one `Benchmark` type.
+
+Every benchmark is a list of `Item`s: a question, the gold answer as a string, and the answer kind
+(`number`: one numeric value; `choice`: a letter A-E with the option texts; `math`: a LaTeX
+expression compared with math-verify). Sources, in the order tried:
+
+1. an explicit file (`gsm8k=path/to/test.jsonl` on the command line, `path=` here);
+2. a file found under `data_dir`: `<name>.jsonl|json|parquet`, or the MAmmoTH layout
+   (`gsm8k/gsm8k.jsonl`, `SVAMP/SVAMP.json`, `AQuA/AQuA.json`, `math/MATH.json`,
+   `simuleq/simuleq.json`, `sat/sat.json`, `mmlu/mathematics.json`);
+3. the Hugging Face Hub id of the benchmark (`datasets.load_dataset`), or `hf:ID[:CONFIG[:SPLIT]]`.
+
+Public record formats accepted (each parser names the file and the field that is wrong):
+
+| benchmark | fields |
+|---|---|
+| gsm8k | `question`, `answer` ending in `#### 42` (openai/gsm8k) |
+| math | `problem` + `solution` with `\\boxed{}` (Hendrycks MATH), or `problem` + `answer` (MATH-500), or `question` + `answer` (MAmmoTH's MATH.json; answer may be `[string, number]`) |
+| svamp | `Body`, `Question`, `Answer` |
+| aqua | `question`, `options` (`"A)21"`, ...), `correct` |
+| mmlu_math | `question`, `choices` (4 texts), `answer` (index 0-3 or letter) |
+| sat | AGIEval: `question`, `options` (`"(A)..."`), `label`; hails/agieval-sat-math: `query`, `choices`, `gold`; MAmmoTH: `question` with "Answer Choices: (A) ...", `answer` letter |
+| simuleq | `question`, `answer` (MAmmoTH simuleq.json) |
+
+Synthetic sets: `rg:<reasoning-gym dataset>` (e.g. `rg:basic_arithmetic`, seeded) and
+`Benchmark.from_records` for sets a caller builds itself (what `numloss compare` does).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+AnswerKind = Literal["number", "choice", "math"]
+LETTERS = "ABCDE"
+
+
+class BenchmarkError(ValueError):
+    """A benchmark cannot be loaded: missing file, malformed record, unknown name, no network."""
+
+
+@dataclass(frozen=True)
+class Item:
+    """One question. For `choice` items `answer` is a letter and `options` the option texts."""
+
+    id: str
+    question: str
+    answer: str
+    kind: AnswerKind
+    options: tuple[str, ...] = ()
+
+
+@dataclass
+class Benchmark:
+    """A named list of items of one answer kind, and where they came from."""
+
+    name: str
+    kind: AnswerKind
+    items: list[Item]
+    source: str = ""
+
+    def __len__(self) -> int:
+        return len(self.items)
+
+    def head(self, limit: int | None) -> Benchmark:
+        """The first `limit` items (all when None)."""
+        if limit is None:
+            return self
+        if limit <= 0:
+            raise BenchmarkError(f"--limit must be positive, got {limit}")
+        return Benchmark(self.name, self.kind, self.items[:limit], self.source)
+
+    @classmethod
+    def from_records(
+        cls, name: str, records: Iterable[Mapping[str, Any]], kind: AnswerKind = "number", source: str = "records"
+    ) -> Benchmark:
+        """Items from plain `{"question", "answer"[, "options"]}` dicts (synthetic sets, tests)."""
+        items = []
+        for i, record in enumerate(records):
+            where = f"{source} record {i}"
+            question = _text(record, "question", where)
+            answer = str(_field(record, "answer", where)).strip()
+            options = tuple(str(o) for o in record.get("options", ()))
+            if kind == "choice" and answer.upper() not in LETTERS[: max(len(options), 1)]:
+                raise BenchmarkError(f"{where}: field 'answer' must be a letter A-E, got {answer!r}")
+            items.append(Item(str(record.get("id", i)), question, answer, kind, options))
+        return cls(name, kind, items, source)
+
+
+# ---------------------------------------------------------------- record parsers
+
+
+def _field(record: Mapping[str, Any], key: str, where: str) -> Any:
+    if key not in record or record[key] is None:
+        present = ", ".join(sorted(map(str, record))) or "none"
+        raise BenchmarkError(f"{where}: missing field {key!r} (fields present: {present})")
+    return record[key]
+
+
+def _text(record: Mapping[str, Any], key: str, where: str) -> str:
+    value = _field(record, key, where)
+    if not isinstance(value, str) or not value.strip():
+        raise BenchmarkError(f"{where}: field {key!r} must be a non-empty string, got {value!r}")
+    return value.strip()
+
+
+def clean_number(text: str) -> str:
+    """A gold number in canonical form: commas dropped, trailing zeros of decimals dropped."""
+    s = str(text).strip().replace(",", "").replace("$", "")
+    if re.fullmatch(r"-?\d+\.\d*", s):
+        s = s.rstrip("0").rstrip(".")
+    if s in ("-0", ""):
+        s = "0" if s == "-0" else s
+    return s
+
+
+def _number(value: Any, where: str, key: str) -> str:
+    if isinstance(value, list) and len(value) == 1:
+        value = value[0]
+    s = clean_number(str(value))
+    try:
+        float(s)
+    except ValueError:
+        raise BenchmarkError(f"{where}: field {key!r} must be a number, got {value!r}") from None
+    return s
+
+
+def boxed_content(text: str) -> str | None:
+    """The content of the last `\\boxed{...}` (or `\\fbox{...}`), braces balanced; None if absent."""
+    start = max(text.rfind("\\boxed"), text.rfind("\\fbox"))
+    if start < 0:
+        return None
+    rest = text[start:].split("{", 1)
+    if len(rest) < 2:
+        after = text[start + len("\\boxed") :].strip()  # "\boxed 5"
+        return after.split("$")[0].strip() or None
+    depth, out = 1, []
+    for ch in rest[1]:
+        if ch == "{":
+            depth += 1
+        elif ch == "}":
+            depth -= 1
+            if depth == 0:
+                return "".join(out).strip()
+        out.append(ch)
+    return None
+
+
+def _gsm8k(record: Mapping[str, Any], where: str) -> tuple[str, str, tuple[str, ...]]:
+    answer = _text(record, "answer", where)
+    if "####" not in answer:
+        raise BenchmarkError(f"{where}: field 'answer' has no '#### <number>' final line (GSM8K format)")
+    return _text(record, "question", where), _number(answer.split("####")[-1], where, "answer"), ()
+
+
+def _math(record: Mapping[str, Any], where: str) -> tuple[str, str, tuple[str, ...]]:
+    if "problem" in record:
+        question = _text(record, "problem", where)
+        if record.get("answer") not in (None, ""):
+            return question, str(record["answer"]).strip(), ()
+        solution = _text(record, "solution", where)
+        boxed = boxed_content(solution)
+        if boxed is None:
+            raise BenchmarkError(f"{where}: field 'solution' has no \\boxed{{...}} final answer (MATH format)")
+        return question, boxed, ()
+    question = _text(record, "question", where)
+    answer = _field(record, "answer", where)
+    if isinstance(answer, list):  # MAmmoTH: [answer string, numeric value or None]
+        if not answer:
+            raise BenchmarkError(f"{where}: field 'answer' is an empty list")
+        answer = answer[0]
+    return question, str(answer).strip(), ()
+
+
+def _svamp(record: Mapping[str, Any], where: str) -> tuple[str, str, tuple[str, ...]]:
+    body, question = _text(record, "Body", where), _text(record, "Question", where)
+    joined = body if body.endswith((".", "?", "!")) else body + "."
+    return f"{joined} {question}", _number(_field(record, "Answer", where), where, "Answer"), ()
+
+
+_OPTION_PREFIX = re.compile(r"^\s*\(?([A-Ea-e])\s*[\)\.:]\s*")
+
+
+def _strip_option(text: str) -> str:
+    return _OPTION_PREFIX.sub("", str(text), count=1).strip()
+
+
+def _options_from_list(options: Any, where: str, key: str) -> tuple[str, ...]:
+    if not isinstance(options, (list, tuple)) or not 2 <= len(options) <= 5:
+        raise BenchmarkError(f"{where}: field {key!r} must be a list of 2 to 5 options, got {options!r}")
+    return tuple(_strip_option(o) for o in options)
+
+
+def _letter(value: Any, n_options: int, where: str, key: str) -> str:
+    if isinstance(value, list) and len(value) == 1:
+        value = value[0]
+    if isinstance(value, int) and not isinstance(value, bool) and 0 <= value < n_options:
+        return LETTERS[value]
+    s = str(value).strip().strip("()").upper()
+    if len(s) == 1 and s in LETTERS[:n_options]:
+        return s
+    raise BenchmarkError(
+        f"{where}: field {key!r} must name one of {n_options} options (a letter A-{LETTERS[n_options - 1]} "
+        f"or an index), got {value!r}"
+    )
+
+
+def with_choices(question: str, options: Sequence[str]) -> str:
+    """The question followed by MAmmoTH's option line: "Answer Choices: (A) ... (B) ..."."""
+    listed = " ".join(f"({LETTERS[i]}) {o}" for i, o in enumerate(options))
+    return f"{question.strip()}\nAnswer Choices: {listed}"
+
+
+_CHOICES_LINE = re.compile(r"Answer Choices:\s*(.*)$", re.S)
+
+
+def split_choices(question: str) -> tuple[str, tuple[str, ...]]:
+    """Split "... Answer Choices: (A) x (B) y" into the question and the option texts."""
+    match = _CHOICES_LINE.search(question)
+    if not match:
+        return question, ()
+    parts = re.split(r"\(([A-E])\)", match.group(1))
+    options = tuple(p.strip() for p in parts[2::2])
+    return question[: match.start()].strip(), options
+
+
+def _aqua(record: Mapping[str, Any], where: str) -> tuple[str, str, tuple[str, ...]]:
+    options = _options_from_list(_field(record, "options", where), where, "options")
+    return _text(record, "question", where), _letter(_field(record, "correct", where), len(options), where, "correct"), options
+
+
+def _mmlu(record: Mapping[str, Any], where: str) -> tuple[str, str, tuple[str, ...]]:
+    options = _options_from_list(_field(record, "choices", where), where, "choices")
+    return _text(record, "question", where), _letter(_field(record, "answer", where), len(options), where, "answer"), options
+
+
+def _sat(record: Mapping[str, Any], where: str) -> tuple[str, str, tuple[str, ...]]:
+    if "query" in record:  # hails/agieval-sat-math
+        options = _options_from_list(_field(record, "choices", where), where, "choices")
+        query = _text(record, "query", where)
+        query = re.sub(r"^Q:\s*", "", query)
+        query = re.split(r"\n?\s*Answer Choices:|\n?\s*A: Among A through", query)[0].strip()
+        return query, _letter(_field(record, "gold", where), len(options), where, "gold"), options
+    if "options" in record:  # AGIEval jsonl
+        options = _options_from_list(record["options"], where, "options")
+        question = _text(record, "question", where)
+        if record.get("passage"):
+            question = f"{str(record['passage']).strip()}\n{question}"
+        return question, _letter(_field(record, "label", where), len(options), where, "label"), options
+    question, options = split_choices(_text(record, "question", where))  # MAmmoTH sat.json
+    if not options:
+        raise BenchmarkError(f"{where}: field 'question' has no 'Answer Choices: (A) ...' list (MAmmoTH SAT format)")
+    return question, _letter(_field(record, "answer", where), len(options), where, "answer"), options
+
+
+def _simuleq(record: Mapping[str, Any], where: str) -> tuple[str, str, tuple[str, ...]]:
+    answer = _field(record, "answer", where)
+    if isinstance(answer, list) and len(answer) != 1:
+        raise BenchmarkError(
+            f"{where}: field 'answer' holds {len(answer)} values; numloss scores one number per item"
+        )
+    return _text(record, "question", where), _number(answer, where, "answer"), ()
+
+
+@dataclass(frozen=True)
+class Spec:
+    """How to find and read one benchmark."""
+
+    kind: AnswerKind
+    parse: Callable[[Mapping[str, Any], str], tuple[str, str, tuple[str, ...]]]
+    hub: tuple[str, tuple[str | None, ...], str] | None  # (id, configs, split)
+    local_names: tuple[str, ...] = field(default_factory=tuple)
+
+
+MMLU_MATH_SUBJECTS = ("abstract_algebra", "college_mathematics", "elementary_mathematics", "high_school_mathematics")
+
+BENCHMARKS: dict[str, Spec] = {
+    "gsm8k": Spec("number", _gsm8k, ("openai/gsm8k", ("main",), "test"), ("gsm8k/gsm8k.jsonl", "gsm8k/test.jsonl")),
+    "math": Spec("math", _math, ("DigitalLearningGmbH/MATH-lighteval", (None,), "test"), ("math/MATH.json", "math/test.jsonl")),
+    "svamp": Spec("number", _svamp, ("ChilleD/SVAMP", (None,), "test"), ("SVAMP/SVAMP.json", "svamp/SVAMP.json")),
+    "simuleq": Spec("number", _simuleq, None, ("simuleq/simuleq.json",)),
+    "aqua": Spec("choice", _aqua, ("deepmind/aqua_rat", ("raw",), "test"), ("AQuA/AQuA.json", "aqua/AQuA.json", "aqua/test.json")),
+    "sat": Spec("choice", _sat, ("hails/agieval-sat-math", (None,), "test"), ("sat/sat.json", "sat/sat-math.jsonl")),
+    "mmlu_math": Spec("choice", _mmlu, ("cais/mmlu", MMLU_MATH_SUBJECTS, "test"), ("mmlu/mathematics.json", "mmlu_mathematics/test.json")),
+}
+ALIASES = {"sat_math": "sat", "sat-math": "sat", "mmlu_mathematics": "mmlu_math", "mmlu-math": "mmlu_math"}
+
+
+# ---------------------------------------------------------------- file and hub readers
+
+
+def read_records(path: Path) -> list[dict[str, Any]]:
+    """Records of a .json (list, or {"data": [...]}, or one object per line), .jsonl or .parquet file."""
+    if not path.is_file():
+        raise BenchmarkError(f"{path}: no such file")
+    suffix = path.suffix.lower()
+    if suffix == ".parquet":
+        import pyarrow.parquet as pq
+
+        try:
+            return pq.read_table(path).to_pylist()
+        except Exception as error:  # pyarrow raises several types for a bad file
+            raise BenchmarkError(f"{path}: not a readable Parquet file ({error})") from None
+    text = path.read_text(encoding="utf-8")
+    if suffix == ".json":
+        try:
+            data = json.loads(text)
+        except json.JSONDecodeError:
+            data = None  # AQuA.json is one object per line despite its name
+        if data is not None:
+            if isinstance(data, dict) and isinstance(data.get("data"), list):
+                data = data["data"]
+            if not isinstance(data, list) or not all(isinstance(r, dict) for r in data):
+                raise BenchmarkError(f"{path}: expected a JSON list of objects")
+            return data
+    elif suffix != ".jsonl":
+        raise BenchmarkError(f"{path}: unsupported file type {suffix!r}; use .json, .jsonl or .parquet")
+    records = []
+    for number, line in enumerate(text.splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            record = json.loads(line)
+        except json.JSONDecodeError as error:
+            raise BenchmarkError(f"{path}:{number}: invalid JSON ({error.msg})") from None
+        if not isinstance(record, dict):
+            raise BenchmarkError(f"{path}:{number}: expected a JSON object per line")
+        records.append(record)
+    return records
+
+
+def _hub_records(name: str, hub_id: str, configs: Sequence[str | None], split: str) -> list[dict[str, Any]]:
+    try:
+        import datasets
+    except ImportError as error:  # pragma: no cover - datasets is a dependency
+        raise BenchmarkError(f"{name}: the 'datasets' package is needed to load {hub_id}") from error
+    records: list[dict[str, Any]] = []
+    for config in configs:
+        try:
+            ds = datasets.load_dataset(hub_id, config, split=split)
+        except Exception as error:  # offline, missing, renamed: say what to do
+            raise BenchmarkError(
+                f"{name}: cannot load {hub_id}{'/' + config if config else ''} (split {split}) from the "
+                f"Hugging Face Hub: {type(error).__name__}: {str(error).splitlines()[0] if str(error) else ''}. "
+                f"Offline, download the file elsewhere and pass it: --data-dir DIR (with "
+                f"{name}.jsonl|json|parquet) or --benchmarks {name}=PATH."
+            ) from None
+        records.extend(dict(r) for r in ds)
+    return records
+
+
+def _synthetic(name: str, limit: int | None, seed: int) -> Benchmark:
+    dataset_name = name.split(":", 1)[1]
+    try:
+        import reasoning_gym
+    except ImportError as error:  # pragma: no cover - reasoning-gym is a dependency
+        raise BenchmarkError("rg:<name> benchmarks need the 'reasoning-gym' package") from error
+    try:
+        data = reasoning_gym.create_dataset(dataset_name, size=limit or 100, seed=seed)
+    except Exception as error:
+        raise BenchmarkError(f"{name}: reasoning-gym cannot build {dataset_name!r}: {error}") from None
+    records = []
+    for i, entry in enumerate(data):
+        answer = str(entry["answer"]).strip()
+        records.append({"id": i, "question": entry["question"], "answer": answer})
+    kind: AnswerKind = "number"
+    for r in records:
+        try:
+            float(clean_number(r["answer"]))
+        except ValueError:
+            kind = "math"  # symbolic answers (e.g. fractions "3/4") go through math-verify
+    if kind == "number":
+        for r in records:
+            r["answer"] = clean_number(r["answer"])
+    return Benchmark.from_records(name, records, kind, source=f"reasoning-gym {dataset_name} seed {seed}")
+
+
+def find_local(name: str, data_dir: Path) -> Path | None:
+    """The benchmark's file under `data_dir`, or None."""
+    candidates = [f"{n}.{ext}" for n in (name, *[a for a, t in ALIASES.items() if t == name]) for ext in ("jsonl", "json", "parquet")]
+    candidates += list(BENCHMARKS[name].local_names)
+    for candidate in candidates:
+        if (data_dir / candidate).is_file():
+            return data_dir / candidate
+    return None
+
+
+def canonical_name(name: str) -> str:
+    """The registry name of a benchmark (aliases resolved); raises for an unknown one."""
+    key = name.strip().lower()
+    key = ALIASES.get(key, key)
+    if key not in BENCHMARKS and not key.startswith("rg:"):
+        known = ", ".join([*BENCHMARKS, "rg:<reasoning-gym dataset>"])
+        raise BenchmarkError(f"unknown benchmark {name!r}; known: {known}")
+    return key
+
+
+def parse_records(name: str, records: Sequence[Mapping[str, Any]], source: str) -> Benchmark:
+    """Items of benchmark `name` from its raw records; errors name `source`, the record and field."""
+    spec = BENCHMARKS[name]
+    if not records:
+        raise BenchmarkError(f"{source}: no records")
+    items = []
+    for i, record in enumerate(records):
+        question, answer, options = spec.parse(record, f"{source} record {i}")
+        if spec.kind == "choice" and options:
+            question = with_choices(question, options)
+        items.append(Item(str(record.get("id", record.get("ID", i))), question, answer, spec.kind, options))
+    return Benchmark(name, spec.kind, items, source)
+
+
+def load_benchmark(
+    name: str,
+    path: str | Path | None = None,
+    data_dir: str | Path | None = None,
+    limit: int | None = None,
+    seed: int = 0,
+) -> Benchmark:
+    """Load one benchmark: from `path`, else from `data_dir`, else from the Hub (see module doc).
+
+    `path` may also be `hf:ID[:CONFIG[:SPLIT]]`. Raises BenchmarkError with the file and field
+    when something is wrong.
+    """
+    key = canonical_name(name)
+    if key.startswith("rg:"):
+        return _synthetic(key, limit, seed)
+    spec = BENCHMARKS[key]
+    if path is not None and str(path).startswith("hf:"):
+        parts = str(path)[3:].split(":")
+        hub_id, config, split = parts[0], (parts[1] or None) if len(parts) > 1 else None, parts[2] if len(parts) > 2 else "test"
+        records = _hub_records(key, hub_id, (config,), split)
+        return parse_records(key, records, f"hf:{hub_id}").head(limit)
+    if path is None and data_dir is not None:
+        if not Path(data_dir).is_dir():
+            raise BenchmarkError(f"--data-dir {data_dir}: no such directory")
+        path = find_local(key, Path(data_dir))
+    if path is not None:
+        file = Path(path)
+        return parse_records(key, read_records(file), str(file)).head(limit)
+    if spec.hub is None:
+        raise BenchmarkError(
+            f"{key}: no Hugging Face copy is known; pass a local file (MAmmoTH's {spec.local_names[0]}) "
+            f"with --data-dir DIR or --benchmarks {key}=PATH"
+        )
+    hub_id, configs, split = spec.hub
+    records = _hub_records(key, hub_id, configs, split)
+    return parse_records(key, records, f"hf:{hub_id}").head(limit)
+
+
+def parse_benchmark_list(text: str) -> list[tuple[str, str | None]]:
+    """`"gsm8k,svamp=data/svamp.json"` -> [("gsm8k", None), ("svamp", "data/svamp.json")]."""
+    out = []
+    for part in text.split(","):
+        part = part.strip()
+        if not part:
+            continue
+        name, _, where = part.partition("=")
+        out.append((canonical_name(name), where.strip() or None))
+    if not out:
+        raise BenchmarkError("--benchmarks is empty; name at least one, e.g. --benchmarks gsm8k,svamp")
+    return out

@@ -1,0 +1,90 @@
+"""The tiny offline model: a small Llama-architecture LM with a character-level tokenizer.
+
+Every character is one token, so every digit and the decimal point are single tokens (what the
+digit-level losses need) and the vocabulary is ~100 ids: the LM head is cheap and a 6 x 384 model
+trains at thousands of tokens/s on two CPU cores. Weights start random (seeded): it learns the
+synthetic arithmetic sets from scratch in minutes.
+"""
+
+from __future__ import annotations
+
+import string
+
+import torch
+from tokenizers import Tokenizer, decoders, models
+from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
+
+PAD, BOS, EOS, UNK = "<pad>", "<s>", "</s>", "<unk>"
+SPECIAL_TOKENS = (PAD, BOS, EOS, UNK)
+# Printable ASCII (digits first, so digit k has id k + len(SPECIAL_TOKENS)) plus newline and tab.
+CHARACTERS: tuple[str, ...] = tuple(
+    string.digits + "".join(c for c in string.printable if c not in string.digits and c not in "\r\x0b\x0c")
+)
+
+
+def build_char_tokenizer(model_max_length: int = 2048) -> PreTrainedTokenizerFast:
+    """A character-level `PreTrainedTokenizerFast`: one token per character, `<pad> <s> </s> <unk>`.
+
+    Characters outside printable ASCII become `<unk>`. Encoding adds `<s>` in front (like Llama);
+    decoding joins characters without spaces. The tokenizer is deterministic (no training), so two
+    calls build the same vocabulary and it can be saved and reloaded with `AutoTokenizer`.
+    """
+    vocab = {token: i for i, token in enumerate(SPECIAL_TOKENS + CHARACTERS)}
+    # BPE with no merges is a character tokenizer that maps unseen characters to <unk>.
+    core = Tokenizer(models.BPE(vocab=vocab, merges=[], unk_token=UNK, fuse_unk=False))
+    core.decoder = decoders.Fuse()
+    tokenizer = PreTrainedTokenizerFast(
+        tokenizer_object=core,
+        bos_token=BOS,
+        eos_token=EOS,
+        pad_token=PAD,
+        unk_token=UNK,
+        add_bos_token=True,
+        add_eos_token=False,
+        padding_side="right",
+        model_max_length=model_max_length,
+    )
+    return tokenizer
+
+
+def build_tiny_model(
+    tokenizer: PreTrainedTokenizerFast,
+    *,
+    num_layers: int = 6,
+    hidden_size: int = 384,
+    num_heads: int = 6,
+    intermediate_size: int | None = None,
+    max_position_embeddings: int = 2048,
+    seed: int = 0,
+) -> LlamaForCausalLM:
+    """A randomly initialised (seeded) `LlamaForCausalLM` sized for `tokenizer`.
+
+    `intermediate_size` defaults to 8/3 x hidden rounded up to a multiple of 64 (Llama's ratio).
+    The input and output embeddings are tied, which keeps the parameter count small.
+    """
+    if hidden_size % num_heads:
+        raise ValueError(f"hidden_size {hidden_size} must be a multiple of num_heads {num_heads}")
+    if intermediate_size is None:
+        intermediate_size = -(-hidden_size * 8 // 3 // 64) * 64
+    config = LlamaConfig(
+        vocab_size=len(tokenizer),
+        hidden_size=hidden_size,
+        intermediate_size=intermediate_size,
+        num_hidden_layers=num_layers,
+        num_attention_heads=num_heads,
+        num_key_value_heads=num_heads,
+        max_position_embeddings=max_position_embeddings,
+        rms_norm_eps=1e-5,
+        tie_word_embeddings=True,
+        bos_token_id=tokenizer.bos_token_id,
+        eos_token_id=tokenizer.eos_token_id,
+        pad_token_id=tokenizer.pad_token_id,
+        attention_dropout=0.0,
+    )
+    generator_state = torch.random.get_rng_state()
+    torch.manual_seed(seed)
+    try:
+        model = LlamaForCausalLM(config)
+    finally:
+        torch.random.set_rng_state(generator_state)
+    return model
