@@ -152,6 +152,35 @@ class NumericLoss(nn.Module):
             nll, valid, digit_logits, digits, flat_logits, targets, num_items_in_batch, num_digits_in_batch
         )
 
+    def from_hidden(
+        self,
+        hidden: torch.Tensor,
+        lm_head_weight: torch.Tensor,
+        labels: torch.Tensor,
+        lm_head_bias: torch.Tensor | None = None,
+        num_items_in_batch: int | torch.Tensor | None = None,
+        num_digits_in_batch: int | torch.Tensor | None = None,
+        chunk_size: int | None = None,
+    ) -> NumericLossOutput:
+        """The loss of `hidden @ lm_head_weight.T + lm_head_bias` without materialising those logits.
+
+        Same result and gradients (for hidden, weight and bias) as calling the objective on the
+        logits; computed in chunks of rows by `numloss.fused`. `hidden` [B, T, H] or [N, H],
+        `labels` aligned with it; `chunk_size` None picks one from V and H.
+        """
+        from numloss.fused import fused_loss  # numloss.fused imports this module
+
+        return fused_loss(
+            self,
+            hidden,
+            lm_head_weight,
+            labels,
+            lm_head_bias=lm_head_bias,
+            num_items_in_batch=num_items_in_batch,
+            num_digits_in_batch=num_digits_in_batch,
+            chunk_size=chunk_size,
+        )
+
     def _prepare(
         self, logits: torch.Tensor, labels: torch.Tensor
     ) -> tuple[torch.Tensor, torch.Tensor, DigitPositions]:
@@ -179,11 +208,13 @@ class NumericLoss(nn.Module):
         targets: torch.Tensor,
         num_items_in_batch: int | torch.Tensor | None,
         num_digits_in_batch: int | torch.Tensor | None,
+        token_losses: tuple[torch.Tensor, torch.Tensor] | None = None,
     ) -> NumericLossOutput:
         """Normalise and add up the per-token NLL and digit logits; shared by every code path.
 
         `logits` [N, V] is only read by objectives whose token loss needs the full distribution
-        (EMO); the fused path passes None and handles those itself.
+        (EMO); the fused path passes None and hands in `token_losses` (what `token_loss` would
+        return) that it computed chunk by chunk.
         """
         num_tokens = valid.sum()
         num_digits = torch.tensor(digits.count, device=nll.device)
@@ -196,7 +227,7 @@ class NumericLoss(nn.Module):
         if terms is not None:
             aux = terms.sum() / digit_count
             loss = ce + self.alpha * aux
-        reshaped = self.token_loss(nll, valid, logits, targets)
+        reshaped = token_losses if token_losses is not None else self.token_loss(nll, valid, logits, targets)
         if reshaped is not None:
             token_loss, reported = reshaped
             loss = token_loss.sum() / token_count

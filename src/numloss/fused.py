@@ -1,0 +1,369 @@
+"""Every objective straight from hidden states and the LM-head weight, without the full logits.
+
+    out = loss_fn.from_hidden(hidden, model.lm_head.weight, labels)   # hidden [B, T, H]
+
+Every objective of numloss is a function of the per-token NLL [N] and the ten digit logits at
+the digit positions [K, 10] (plus, for EMO, the per-token transport cost d [N]); see
+`NumericLoss.combine`. This module computes those three from hidden [N, H] and weight [V, H]
+in chunks of rows with one custom autograd Function, so only a [chunk, V] slice of the logits
+exists at any time (the pattern of Liger-Kernel's fused linear cross-entropy, in plain PyTorch).
+
+Gradients are computed *in the forward pass*, chunk by chunk, while the chunk's softmax is at
+hand: dlogits = a_t (p_t - onehot(y_t)) + b_t dd_t/dlogits, then dH = dlogits @ W and
+dW += dlogits^T @ H. The per-token weights a_t, b_t are predicted from the objective (1 for
+cross-entropy and the digit objectives, MixCE's detached weight, EMO's two halves); backward
+checks that the incoming gradient is that prediction times one scalar and scales the stored
+gradients, or, when it is not (a new objective, another use of the outputs), recomputes the
+logits chunk by chunk with the true per-token gradients. The digit-logit part of the gradient
+is added in backward on the few rows and columns it touches. `strategy="recompute"` always
+takes the second route (one more matmul, less memory held between forward and backward);
+bench/fused.py measures both.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import torch
+import torch.nn.functional as F
+
+from numloss.digits import find_digits
+from numloss.losses.base import NumericLoss, NumericLossOutput
+from numloss.losses.emo import _MIN_COST, EMOLoss
+from numloss.losses.mixce import MixCELoss
+
+STRATEGIES = ("forward", "recompute")
+
+# Working memory per chunk: the [chunk, V] float32 probabilities plus [chunk, H] rows.
+_CHUNK_ELEMENTS = 1 << 24
+
+# (nll, cost) of a chunk -> predicted (a, b) per-token gradient weights, up to one scalar.
+GradientRule = Callable[[torch.Tensor, torch.Tensor | None], tuple[torch.Tensor, torch.Tensor | None]]
+
+
+def default_chunk_size(vocab_size: int, hidden_size: int) -> int:
+    """Rows per chunk so one chunk's float32 work (V + H values per row) is about 64 MiB."""
+    return max(16, _CHUNK_ELEMENTS // (vocab_size + hidden_size))
+
+
+def _emo_token_loss(nll: torch.Tensor, valid: torch.Tensor, cost: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """EMO's (token loss, reported cost) from the NLL and the unclamped transport cost.
+
+    The same formula as `EMOLoss.token_loss`: 0.5 * (nll + sg(nll / d) * d), d clamped at
+    1e-6; zero at ignored positions.
+    """
+    d = cost.clamp_min(_MIN_COST)
+    token_loss = 0.5 * (nll + (nll / d).detach() * d)
+    zero = torch.zeros_like(nll)
+    return torch.where(valid, token_loss, zero), torch.where(valid, d, zero)
+
+
+def gradient_rule(loss_fn: NumericLoss) -> GradientRule | None:
+    """The per-token gradient weights of `loss_fn`'s token loss, or None when unknown.
+
+    a_t weighs (p_t - onehot) (the NLL's gradient), b_t the transport cost's gradient (EMO).
+    A subclass with its own `token_loss` that is not listed here gets None (recompute).
+    """
+    token_loss = type(loss_fn).token_loss
+    if isinstance(loss_fn, EMOLoss) and token_loss is EMOLoss.token_loss:
+
+        def emo(nll, cost):
+            b = torch.where(cost >= _MIN_COST, 0.5 * nll / cost.clamp_min(_MIN_COST), torch.zeros_like(cost))
+            return torch.full_like(nll, 0.5), b
+
+        return emo
+    if isinstance(loss_fn, MixCELoss) and token_loss is MixCELoss.token_loss:
+        eta = loss_fn.eta
+        return lambda nll, cost: (eta + (1.0 - eta) * torch.exp(-nll), None)
+    if token_loss is NumericLoss.token_loss:
+        return lambda nll, cost: (torch.ones_like(nll), None)
+    return None
+
+
+def _math_dtype(dtype: torch.dtype) -> torch.dtype:
+    """Softmax and loss arithmetic: float64 stays float64 (gradcheck), everything else float32."""
+    return torch.float64 if dtype == torch.float64 else torch.float32
+
+
+class _Chunk:
+    """One chunk's forward: probabilities p [c, V] (in place of the logits), nll, cost."""
+
+    def __init__(self, hidden, weight, bias, targets, valid, unit, math):
+        logits = F.linear(hidden, weight, bias)
+        z = logits if logits.dtype == math else logits.to(math)
+        self.raw_logits = z  # read the digit columns before z turns into p
+        self.target_logit = z.gather(1, targets[:, None]).squeeze(1)
+        self.targets = targets
+        self.valid = valid
+        self.unit = unit
+
+    def finish(self) -> None:
+        z = self.raw_logits
+        top = z.amax(dim=1, keepdim=True)
+        z.sub_(top).exp_()
+        total = z.sum(dim=1, keepdim=True)
+        z.div_(total)
+        self.p = z
+        lse = (top + total.log()).squeeze(1)
+        self.nll = torch.where(self.valid, lse - self.target_logit, torch.zeros_like(lse))
+        self.cost = None
+        if self.unit is not None:
+            self.target_unit = self.unit.index_select(0, self.targets)
+            # 1 - <E[y], p @ E>; kept unclamped so that <p, E E[y]> = 1 - cost in the gradient
+            inner = ((z @ self.unit) * self.target_unit).sum(dim=1)
+            self.cost = torch.where(self.valid, 1.0 - inner, torch.zeros_like(inner))
+
+    def logit_gradient(self, a: torch.Tensor, b: torch.Tensor | None) -> torch.Tensor:
+        """a_t (p_t - onehot(y_t)) + b_t dcost_t/dlogits_t, written over p; rows with a = b = 0 vanish."""
+        p = self.p
+        emo_part = None
+        if b is not None and self.unit is not None and bool((b != 0).any()):
+            # dcost/dz = -p * (s - <p, s>), s = E E[y], <p, s> = 1 - cost
+            emo_part = self.target_unit @ self.unit.T
+            emo_part.sub_((1.0 - self.cost)[:, None]).mul_(p).mul_(-b[:, None])
+        p.mul_(a[:, None])
+        rows = torch.arange(p.shape[0], device=p.device)
+        p[rows, self.targets] -= a
+        if emo_part is not None:
+            p.add_(emo_part)
+        return p
+
+
+def _accumulate(grad_z, h, weight, d_hidden, d_weight, d_bias, start, stop) -> None:
+    """dH[start:stop] = g @ W; dW += g^T h; db += sum g, with g the chunk's logit gradient."""
+    g = grad_z if grad_z.dtype == weight.dtype else grad_z.to(weight.dtype)
+    d_hidden[start:stop] = g @ weight
+    if d_weight is not None:
+        if d_weight.dtype == g.dtype:
+            d_weight.addmm_(g.T, h)
+        else:  # half-precision weights: add each chunk's product into a float32 accumulator
+            d_weight.add_(g.T @ h)
+    if d_bias is not None:
+        d_bias.add_(grad_z.sum(dim=0))
+
+
+class _FusedLinearLoss(torch.autograd.Function):
+    @staticmethod
+    def forward(  # type: ignore[override]
+        ctx,
+        hidden: torch.Tensor,
+        weight: torch.Tensor,
+        bias: torch.Tensor | None,
+        targets: torch.Tensor,
+        valid: torch.Tensor,
+        digit_index: torch.Tensor,
+        digit_columns: torch.Tensor,
+        unit: torch.Tensor | None,
+        rule: GradientRule | None,
+        chunk_size: int,
+        strategy: str,
+    ):
+        num_rows = hidden.shape[0]
+        math = _math_dtype(hidden.dtype)
+        device = hidden.device
+        nll = torch.zeros(num_rows, dtype=math, device=device)
+        cost = torch.zeros(num_rows if unit is not None else 0, dtype=math, device=device)
+        digit_logits = torch.zeros((digit_index.numel(), 10), dtype=math, device=device)
+        wants_grad = any(ctx.needs_input_grad[:3])
+        in_forward = wants_grad and rule is not None and strategy == "forward"
+        if in_forward:
+            # gradients accumulate in the math dtype, whatever the dtype of hidden and weight
+            d_hidden = torch.empty((num_rows, hidden.shape[1]), dtype=math, device=device)
+            d_weight = torch.zeros(weight.shape, dtype=math, device=device) if ctx.needs_input_grad[1] else None
+            d_bias = torch.zeros(weight.shape[0], dtype=math, device=device) if bias is not None and ctx.needs_input_grad[2] else None
+            a_all = torch.zeros(num_rows, dtype=math, device=device)
+            b_all = torch.zeros(num_rows, dtype=math, device=device) if unit is not None else None
+        starts = torch.arange(0, num_rows + chunk_size, chunk_size, device=device)
+        bounds = torch.searchsorted(digit_index, starts).tolist()  # digit rows of each chunk
+        for chunk_number, start in enumerate(range(0, num_rows, chunk_size)):
+            stop = min(start + chunk_size, num_rows)
+            chunk = _Chunk(hidden[start:stop], weight, bias, targets[start:stop], valid[start:stop], unit, math)
+            lo, hi = bounds[chunk_number], bounds[chunk_number + 1]
+            if hi > lo:
+                rows = digit_index[lo:hi] - start
+                digit_logits[lo:hi] = chunk.raw_logits[rows[:, None], digit_columns[None, :]]
+            chunk.finish()
+            nll[start:stop] = chunk.nll
+            if unit is not None:
+                cost[start:stop] = chunk.cost
+            if in_forward:
+                a, b = rule(chunk.nll, chunk.cost)
+                zero = torch.zeros_like(a)
+                a = torch.where(chunk.valid, a, zero)
+                a_all[start:stop] = a
+                if b_all is not None:
+                    b = torch.where(chunk.valid, b, zero)
+                    b_all[start:stop] = b
+                grad_z = chunk.logit_gradient(a, b)
+                _accumulate(grad_z, hidden[start:stop], weight, d_hidden, d_weight, d_bias, start, stop)
+            del chunk
+        ctx.save_for_backward(hidden, weight, bias, targets, valid, digit_index, digit_columns, unit)
+        ctx.chunk_size = chunk_size
+        ctx.has_bias = bias is not None
+        ctx.stored = (d_hidden, d_weight, d_bias, a_all, b_all) if in_forward else None
+        return nll, cost, digit_logits
+
+    @staticmethod
+    def backward(ctx, grad_nll, grad_cost, grad_digits):  # type: ignore[override]
+        hidden, weight, bias, targets, valid, digit_index, digit_columns, unit = ctx.saved_tensors
+        math = _math_dtype(hidden.dtype)
+        grad_nll = torch.zeros_like(valid, dtype=math) if grad_nll is None else grad_nll.to(math)
+        if unit is not None:
+            grad_cost = torch.zeros_like(grad_nll) if grad_cost is None else grad_cost.to(math)
+        zero = torch.zeros_like(grad_nll)
+        grad_nll = torch.where(valid, grad_nll, zero)
+        grad_cost = torch.where(valid, grad_cost, zero) if unit is not None else None
+        stored, ctx.stored = ctx.stored, None  # stored gradients are scaled in place: use once
+        scale = _common_scale(stored, grad_nll, grad_cost) if stored is not None else None
+        if scale is not None:
+            d_hidden, d_weight, d_bias = stored[:3]
+            d_hidden.mul_(scale.to(d_hidden.dtype))
+            if d_weight is not None:
+                d_weight.mul_(scale.to(d_weight.dtype))
+            if d_bias is not None:
+                d_bias.mul_(scale)
+        else:
+            d_hidden, d_weight, d_bias = _recompute(ctx, hidden, weight, bias, targets, valid, unit, grad_nll, grad_cost, math)
+        if digit_index.numel() and grad_digits is not None:
+            g = grad_digits.to(math)
+            rows = hidden.index_select(0, digit_index).to(math)
+            columns = weight.index_select(0, digit_columns).to(math)
+            d_hidden.index_add_(0, digit_index, (g @ columns).to(d_hidden.dtype))
+            if d_weight is not None:
+                d_weight.index_add_(0, digit_columns, (g.T @ rows).to(d_weight.dtype))
+            if d_bias is not None:
+                d_bias.index_add_(0, digit_columns, g.sum(dim=0))
+        d_hidden = d_hidden.to(hidden.dtype) if ctx.needs_input_grad[0] else None
+        if d_weight is not None:
+            d_weight = d_weight.to(weight.dtype)
+        if d_bias is not None:
+            d_bias = d_bias.to(bias.dtype)
+        return d_hidden, d_weight, d_bias, None, None, None, None, None, None, None, None
+
+
+def _common_scale(stored, grad_nll: torch.Tensor, grad_cost: torch.Tensor | None) -> torch.Tensor | None:
+    """The scalar c with grad = c * predicted weights, or None when the prediction does not hold."""
+    _, _, _, a, b = stored
+    predicted = a if b is None else torch.cat([a, b])
+    actual = grad_nll if b is None else torch.cat([grad_nll, grad_cost])
+    norm = (predicted * predicted).sum()
+    if not bool(norm > 0):
+        return torch.zeros((), dtype=a.dtype, device=a.device) if not bool(actual.any()) else None
+    scale = (actual * predicted).sum() / norm
+    residual = (actual - scale * predicted).abs().max()
+    tolerance = 64 * torch.finfo(a.dtype).eps * (scale.abs() * predicted.abs().max())
+    return scale if bool(residual <= tolerance) else None
+
+
+def _recompute(ctx, hidden, weight, bias, targets, valid, unit, grad_nll, grad_cost, math):
+    """The logits' gradient chunk by chunk from the incoming per-token gradients."""
+    num_rows = hidden.shape[0]
+    d_hidden = torch.empty(hidden.shape, dtype=math, device=hidden.device)
+    d_weight = torch.zeros(weight.shape, dtype=math, device=weight.device) if ctx.needs_input_grad[1] else None
+    d_bias = torch.zeros(weight.shape[0], dtype=math, device=weight.device) if ctx.has_bias and ctx.needs_input_grad[2] else None
+    step = ctx.chunk_size
+    for start in range(0, num_rows, step):
+        stop = min(start + step, num_rows)
+        chunk = _Chunk(hidden[start:stop], weight, bias, targets[start:stop], valid[start:stop], unit, math)
+        chunk.finish()
+        b = grad_cost[start:stop] if grad_cost is not None else None
+        grad_z = chunk.logit_gradient(grad_nll[start:stop], b)
+        _accumulate(grad_z, hidden[start:stop], weight, d_hidden, d_weight, d_bias, start, stop)
+        del chunk
+    return d_hidden, d_weight, d_bias
+
+
+def _check_inputs(loss_fn, hidden, weight, labels, bias) -> None:
+    if not torch.is_tensor(hidden) or not hidden.is_floating_point():
+        raise TypeError(f"hidden must be a floating-point tensor [B, T, H] or [N, H], got {getattr(hidden, 'dtype', type(hidden))}")
+    if not torch.is_tensor(weight) or weight.dim() != 2 or not weight.is_floating_point():
+        raise ValueError(
+            f"lm_head_weight must be a floating-point [V, H] matrix (model.get_output_embeddings().weight), "
+            f"got {tuple(getattr(weight, 'shape', ()))}"
+        )
+    if not torch.is_tensor(labels) or labels.is_floating_point():
+        raise TypeError("labels must be an integer tensor of token ids (ignore_index for skipped positions)")
+    if hidden.dim() not in (2, 3) or hidden.shape[:-1] != labels.shape:
+        raise ValueError(
+            f"hidden {tuple(hidden.shape)} and labels {tuple(labels.shape)} do not match: expected hidden "
+            "[B, T, H] with labels [B, T] (or [N, H] with [N]), already aligned (no shift)"
+        )
+    if hidden.shape[-1] != weight.shape[1]:
+        raise ValueError(
+            f"hidden size {hidden.shape[-1]} does not match lm_head_weight {tuple(weight.shape)}: the weight "
+            "must be [V, H], the LM head of the model whose hidden states these are"
+        )
+    if bias is not None and (not torch.is_tensor(bias) or bias.shape != (weight.shape[0],)):
+        raise ValueError(f"lm_head_bias must be a [V] = [{weight.shape[0]}] vector, got {tuple(getattr(bias, 'shape', ()))}")
+    if isinstance(loss_fn, EMOLoss) and loss_fn.embedding.shape[0] != weight.shape[0]:
+        raise ValueError(
+            f"emo: the embedding has {loss_fn.embedding.shape[0]} rows but the LM head {weight.shape[0]}: "
+            "pass the output-embedding matrix of the model whose head this is"
+        )
+
+
+def fused_loss(
+    loss_fn: NumericLoss,
+    hidden: torch.Tensor,
+    lm_head_weight: torch.Tensor,
+    labels: torch.Tensor,
+    lm_head_bias: torch.Tensor | None = None,
+    num_items_in_batch: int | torch.Tensor | None = None,
+    num_digits_in_batch: int | torch.Tensor | None = None,
+    chunk_size: int | None = None,
+    strategy: str = "forward",
+) -> NumericLossOutput:
+    """`loss_fn(hidden @ W.T + b, labels, ...)` without materialising the [N, V] logits.
+
+    `hidden` [B, T, H] or [N, H], `lm_head_weight` [V, H], `lm_head_bias` [V] or None, `labels`
+    aligned with `hidden` (no shift). Hidden, weight and bias get gradients. The matmul runs in
+    the common dtype of hidden and weight; softmax and loss in float32 (float64 for float64).
+    `chunk_size` rows per chunk; None picks `default_chunk_size(V, H)`.
+    """
+    _check_inputs(loss_fn, hidden, lm_head_weight, labels, lm_head_bias)
+    if strategy not in STRATEGIES:
+        raise ValueError(f"strategy must be one of {STRATEGIES}, got {strategy!r}")
+    vocab_size, hidden_size = lm_head_weight.shape
+    if chunk_size is None:
+        chunk_size = default_chunk_size(vocab_size, hidden_size)
+    if int(chunk_size) < 1:
+        raise ValueError(f"chunk_size must be a positive number of rows, got {chunk_size}")
+    loss_fn.vocab.check_width(vocab_size)
+    digits = find_digits(labels, loss_fn.vocab, vocab_size, loss_fn.ignore_index)
+    compute = torch.promote_types(hidden.dtype, lm_head_weight.dtype)
+    flat_hidden = hidden.reshape(-1, hidden_size).to(compute)
+    weight = lm_head_weight.to(compute)
+    bias = lm_head_bias.to(compute) if lm_head_bias is not None else None
+    flat_labels = labels.reshape(-1).long()
+    valid = flat_labels != loss_fn.ignore_index
+    targets = torch.where(valid, flat_labels, torch.zeros_like(flat_labels))
+    math = _math_dtype(compute)
+    unit = None
+    if isinstance(loss_fn, EMOLoss):
+        unit = F.normalize(loss_fn.embedding.detach().to(device=hidden.device, dtype=math), dim=-1)
+    digit_columns = loss_fn.digit_columns.to(hidden.device)
+    nll, cost, digit_logits = _FusedLinearLoss.apply(
+        flat_hidden,
+        weight,
+        bias,
+        targets,
+        valid,
+        digits.index,
+        digit_columns,
+        unit,
+        gradient_rule(loss_fn),
+        int(chunk_size),
+        strategy,
+    )
+    token_losses = _emo_token_loss(nll, valid, cost) if unit is not None else None
+    return loss_fn.combine(
+        nll,
+        valid,
+        digit_logits,
+        digits,
+        None,
+        targets,
+        num_items_in_batch,
+        num_digits_in_batch,
+        token_losses=token_losses,
+    )
