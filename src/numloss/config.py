@@ -1,0 +1,433 @@
+"""The training configuration: one dataclass tree, read from YAML, overridden from the command line.
+
+    config = load_config("configs/tiny.yaml", ["--objective.name", "del", "--train.max_steps", "20"])
+
+Sections: `model`, `data`, `objective`, `train`, `lora`, and the top-level switch `fused`. A key
+is written `section.field` on the command line (`--train.learning_rate 1e-4`); a value is read
+as YAML (`true`, `null`, `[q_proj, v_proj]`) and checked against the field's type. Unknown keys,
+wrong types and missing files are `ConfigError`s raised here, before anything heavy is loaded.
+`describe_keys()` is the `--help` text: every key, its default and what it means.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import types
+import typing
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal, Union
+
+import yaml
+
+
+class ConfigError(ValueError):
+    """The configuration is invalid; the message names the key and how to fix it."""
+
+
+def _f(default: Any, help: str, **kwargs: Any) -> Any:
+    if isinstance(default, (list, dict)):
+        return field(default_factory=lambda: type(default)(default), metadata={"help": help}, **kwargs)
+    return field(default=default, metadata={"help": help}, **kwargs)
+
+
+@dataclass
+class ModelConfig:
+    name: str = _f("tiny", "'tiny' (random char-level Llama), 'smollm2' (offline SmolLM2-135M-Instruct), a hub id or a local folder")
+    revision: str | None = _f(None, "hub revision (branch, tag or commit) of a hub model")
+    dtype: Literal["auto", "float32", "bfloat16", "float16"] = _f("float32", "dtype of the loaded weights (float32 + train.bf16 = mixed precision)")
+    trust_remote_code: bool = _f(False, "allow a hub model's own modelling code")
+    attn_implementation: str | None = _f(None, "attention kernel: eager, sdpa, flash_attention_2 (None: transformers' choice)")
+    gradient_checkpointing: bool = _f(False, "recompute activations in backward (saves memory, costs time)")
+    tiny_layers: int = _f(6, "tiny model: decoder layers")
+    tiny_hidden: int = _f(384, "tiny model: hidden width")
+    tiny_heads: int = _f(6, "tiny model: attention heads")
+    cache_dir: str | None = _f(None, "numloss model cache for 'smollm2' (default $NUMLOSS_CACHE or ~/.cache/numloss)")
+
+
+@dataclass
+class DataConfig:
+    source: str = _f("synthetic:mix", "synthetic:NAME, gym:NAME, a .json/.jsonl file, a dataset folder or a HF dataset name")
+    num_examples: int | None = _f(4000, "examples to generate (synthetic/gym) or to keep (files; null = all)")
+    seed: int = _f(0, "seed of the generated sets")
+    split: str = _f("train", "split of a HF dataset")
+    subset: str | None = _f(None, "configuration name of a HF dataset")
+    max_length: int = _f(512, "tokens per sequence; longer ones are truncated (and counted in the log)")
+    instruction_field: str = _f("instruction", "record field holding the instruction")
+    input_field: str = _f("input", "record field holding the optional input")
+    output_field: str = _f("output", "record field holding the response to learn")
+
+
+@dataclass
+class ObjectiveConfig:
+    name: str = _f("del", "objective: mle, del, ntl-was, ntl-mse, dist2, mixce, emo")
+    alpha: float | None = _f(None, "weight of the objective's term on the step-wide digit mean (null: its default)")
+    options: dict[str, Any] = _f({}, "other options of the objective, e.g. {place_weighting: continuous} or {tau: 2}")
+
+
+@dataclass
+class TrainConfig:
+    output_dir: str = _f("runs/tiny", "where checkpoints, logs and the final model go")
+    num_epochs: float = _f(1.0, "passes over the data (ignored when max_steps > 0)")
+    max_steps: int = _f(-1, "optimizer steps; -1 = num_epochs")
+    batch_size: int = _f(8, "sequences per device per micro-batch")
+    grad_accum: int = _f(1, "micro-batches per optimizer step (global batch = batch_size x grad_accum x devices)")
+    learning_rate: float = _f(1e-3, "peak learning rate")
+    lr_scheduler: str = _f("cosine", "transformers scheduler: cosine, linear, constant, constant_with_warmup, ...")
+    warmup_ratio: float = _f(0.03, "fraction of the steps spent warming up")
+    weight_decay: float = _f(0.0, "AdamW weight decay")
+    max_grad_norm: float = _f(1.0, "gradient clipping norm (0 = off)")
+    optim: str = _f("adamw_torch", "transformers optimizer name")
+    seed: int = _f(0, "seed of initialisation, shuffling and dropout")
+    bf16: bool | None = _f(None, "bf16 autocast; null = on where the CPU/GPU supports it")
+    tf32: bool | None = _f(None, "TF32 matmuls on Ampere+ GPUs (null = transformers' default)")
+    logging_steps: int = _f(10, "log every N optimizer steps")
+    save_steps: int = _f(0, "checkpoint every N steps (0 = only the final model)")
+    save_total_limit: int | None = _f(2, "checkpoints kept (null = all)")
+    resume: bool | str = _f(False, "true: resume from the last checkpoint in output_dir; or a checkpoint path")
+    report_to: list[str] = _f(["tensorboard"], "logging integrations besides the CSV log (tensorboard, wandb, none)")
+    progress_bar: bool = _f(True, "show the progress bar with loss terms and tokens/s")
+    dataloader_num_workers: int = _f(0, "data-loading worker processes")
+    fsdp: str = _f("", "FSDP mode passed to TrainingArguments, e.g. 'full_shard auto_wrap' (or use accelerate's config)")
+    fsdp_config: dict[str, Any] = _f({}, "FSDP options passed to TrainingArguments, e.g. {transformer_layer_cls_to_wrap: [Qwen2DecoderLayer]}")
+    deepspeed: str | None = _f(None, "DeepSpeed JSON config (needs deepspeed installed), e.g. configs/accelerate/ds_zero3.json")
+    extra: dict[str, Any] = _f({}, "any other transformers.TrainingArguments field, by name")
+
+
+@dataclass
+class LoraConfig:
+    enabled: bool = _f(False, "train LoRA adapters (peft) instead of all weights")
+    r: int = _f(16, "LoRA rank")
+    alpha: int = _f(32, "LoRA scaling numerator (scale = alpha / r)")
+    dropout: float = _f(0.05, "dropout on the LoRA input")
+    target_modules: list[str] | str = _f("all-linear", "modules to adapt: 'all-linear' or a list like [q_proj, v_proj]")
+    merge: bool = _f(False, "also save the adapters merged into the base model (output_dir/merged)")
+
+
+@dataclass
+class Config:
+    model: ModelConfig = field(default_factory=ModelConfig)
+    data: DataConfig = field(default_factory=DataConfig)
+    objective: ObjectiveConfig = field(default_factory=ObjectiveConfig)
+    train: TrainConfig = field(default_factory=TrainConfig)
+    lora: LoraConfig = field(default_factory=LoraConfig)
+    fused: bool = _f(False, "compute the loss from hidden states in chunks (never the whole [B, T, V] logits)")
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain nested dict (YAML/JSON-ready) of every key."""
+        return dataclasses.asdict(self)
+
+
+SECTIONS: dict[str, type] = {
+    "model": ModelConfig,
+    "data": DataConfig,
+    "objective": ObjectiveConfig,
+    "train": TrainConfig,
+    "lora": LoraConfig,
+}
+TOP_LEVEL = ("fused",)
+
+
+# -- type checking --------------------------------------------------------------------------------
+def _hints(klass: type) -> dict[str, Any]:
+    return typing.get_type_hints(klass)
+
+
+def _type_name(hint: Any) -> str:
+    origin = typing.get_origin(hint)
+    if origin is Literal:
+        return " | ".join(repr(a) for a in typing.get_args(hint))
+    if origin in (Union, types.UnionType):
+        return " | ".join(_type_name(a) for a in typing.get_args(hint))
+    if origin is list:
+        return f"list of {_type_name(typing.get_args(hint)[0])}"
+    if origin is dict:
+        return "mapping"
+    if hint is type(None):
+        return "null"
+    return getattr(hint, "__name__", str(hint))
+
+
+def coerce(value: Any, hint: Any, key: str) -> Any:
+    """`value` checked against (and, for a string from the command line, converted to) `hint`.
+
+    Ints are accepted where floats are expected; a string is parsed as a number for numeric
+    fields (YAML reads `1e-3` as a string). Anything else that does not fit is a ConfigError.
+    """
+    origin = typing.get_origin(hint)
+    if hint is Any:
+        return value
+    if origin in (Union, types.UnionType):
+        options = typing.get_args(hint)
+        if value is None and type(None) in options:
+            return None
+        # bool before str: "true" on the command line is the bool, a path is the str
+        for option in sorted((o for o in options if o is not type(None)), key=lambda o: o is str):
+            try:
+                return coerce(value, option, key)
+            except ConfigError:
+                continue
+        raise ConfigError(f"{key}: expected {_type_name(hint)}, got {value!r}")
+    if origin is Literal:
+        if value in typing.get_args(hint):
+            return value
+        raise ConfigError(f"{key}: expected one of {_type_name(hint)}, got {value!r}")
+    if origin is list:
+        (item,) = typing.get_args(hint)
+        if isinstance(value, str):
+            value = [v.strip() for v in value.split(",") if v.strip()] if "," in value else [value]
+        if not isinstance(value, (list, tuple)):
+            raise ConfigError(f"{key}: expected {_type_name(hint)}, got {value!r}")
+        return [coerce(v, item, f"{key}[{i}]") for i, v in enumerate(value)]
+    if origin is dict:
+        if not isinstance(value, dict):
+            raise ConfigError(f"{key}: expected a mapping like {{name: value}}, got {value!r}")
+        return dict(value)
+    if hint is bool:
+        if isinstance(value, bool):
+            return value
+        if isinstance(value, str) and value.lower() in ("true", "false", "yes", "no", "1", "0"):
+            return value.lower() in ("true", "yes", "1")
+        raise ConfigError(f"{key}: expected true or false, got {value!r}")
+    if hint is int:
+        if isinstance(value, int) and not isinstance(value, bool):
+            return value
+        if isinstance(value, str):
+            try:
+                return int(value)
+            except ValueError:
+                pass
+        raise ConfigError(f"{key}: expected an integer, got {value!r}")
+    if hint is float:
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            return float(value)
+        if isinstance(value, str):
+            try:
+                return float(value)
+            except ValueError:
+                pass
+        raise ConfigError(f"{key}: expected a number, got {value!r}")
+    if hint is str:
+        if isinstance(value, str):
+            return value
+        raise ConfigError(f"{key}: expected a string, got {value!r} ({type(value).__name__}); quote it in YAML")
+    raise TypeError(f"config field {key} has an unsupported type {hint!r}")
+
+
+def _unknown(key: str, known: list[str]) -> ConfigError:
+    import difflib
+
+    close = difflib.get_close_matches(key, known, n=1)
+    hint = f"; did you mean {close[0]!r}?" if close else f"; known keys: {', '.join(known)}"
+    return ConfigError(f"unknown config key {key!r}{hint} (`numloss train --help` lists them all)")
+
+
+def all_keys() -> list[str]:
+    """Every settable key, `section.field` and the top-level ones."""
+    keys = [f"{name}.{f.name}" for name, klass in SECTIONS.items() for f in dataclasses.fields(klass)]
+    return keys + list(TOP_LEVEL)
+
+
+def _set(config: Config, key: str, value: Any, from_cli: bool) -> None:
+    """Set `key` (dotted) to `value`, type-checked; `objective.options.X` sets one option."""
+    parts = key.split(".")
+    if len(parts) == 1:
+        if key not in TOP_LEVEL:
+            raise _unknown(key, all_keys())
+        setattr(config, key, coerce(_parse_cli(value, bool) if from_cli else value, bool, key))
+        return
+    section_name, field_name = parts[0], parts[1]
+    if section_name not in SECTIONS:
+        raise _unknown(key, all_keys())
+    section = getattr(config, section_name)
+    hints = _hints(type(section))
+    if field_name not in hints:
+        raise _unknown(key, all_keys())
+    hint = hints[field_name]
+    if len(parts) > 2:
+        if typing.get_origin(hint) is not dict:
+            raise _unknown(key, all_keys())
+        mapping = dict(getattr(section, field_name))
+        mapping[".".join(parts[2:])] = yaml.safe_load(value) if from_cli and isinstance(value, str) else value
+        setattr(section, field_name, mapping)
+        return
+    if from_cli:
+        value = _parse_cli(value, hint)
+    setattr(section, field_name, coerce(value, hint, key))
+
+
+def _parse_cli(text: Any, hint: Any) -> Any:
+    """A command-line string as YAML, except where the field is a plain string (paths stay as
+    typed: `--model.name 1e-3` is the folder '1e-3')."""
+    if not isinstance(text, str) or hint is str:
+        return text
+    try:
+        return yaml.safe_load(text)
+    except yaml.YAMLError:
+        return text
+
+
+def apply_mapping(config: Config, mapping: dict[str, Any], origin: str) -> None:
+    """Apply a nested mapping (the YAML file's contents) onto `config`."""
+    if not isinstance(mapping, dict):
+        raise ConfigError(f"{origin}: the top level must be a mapping of sections, got {type(mapping).__name__}")
+    for name, value in mapping.items():
+        if name in TOP_LEVEL:
+            _set(config, name, value, from_cli=False)
+        elif name in SECTIONS:
+            if value is None:
+                continue
+            if not isinstance(value, dict):
+                raise ConfigError(f"{origin}: section {name!r} must be a mapping of keys, got {value!r}")
+            for field_name, field_value in value.items():
+                _set(config, f"{name}.{field_name}", field_value, from_cli=False)
+        else:
+            raise _unknown(str(name), list(SECTIONS) + list(TOP_LEVEL))
+
+
+def parse_overrides(argv: list[str]) -> list[tuple[str, str]]:
+    """`--key value` / `--key=value` pairs of the command line, in order."""
+    pairs: list[tuple[str, str]] = []
+    i = 0
+    while i < len(argv):
+        token = argv[i]
+        if not token.startswith("--") or token == "--":
+            raise ConfigError(f"unexpected argument {token!r}: overrides are written --section.key value")
+        key = token[2:]
+        if "=" in key:
+            key, value = key.split("=", 1)
+            i += 1
+        else:
+            if i + 1 >= len(argv) or argv[i + 1].startswith("--"):
+                raise ConfigError(f"--{key} needs a value (e.g. --{key} VALUE)")
+            value = argv[i + 1]
+            i += 2
+        pairs.append((key, value))
+    return pairs
+
+
+def load_config(path: str | Path | None = None, overrides: list[str] | None = None) -> Config:
+    """Defaults, then the YAML file at `path` (if any), then `overrides` (`--key value` strings),
+    then `validate`. Raises ConfigError on any problem."""
+    config = Config()
+    if path is not None:
+        path = Path(path)
+        if not path.is_file():
+            raise ConfigError(f"config file {str(path)!r} does not exist")
+        try:
+            mapping = yaml.safe_load(path.read_text()) or {}
+        except yaml.YAMLError as error:
+            raise ConfigError(f"{path}: not valid YAML: {error}") from None
+        apply_mapping(config, mapping, str(path))
+    for key, value in parse_overrides(list(overrides or [])):
+        _set(config, key, value, from_cli=True)
+    validate(config)
+    return config
+
+
+def config_from_dict(mapping: dict[str, Any]) -> Config:
+    """A validated Config from a nested mapping (the Python-API twin of a YAML file)."""
+    config = Config()
+    apply_mapping(config, mapping, "config")
+    validate(config)
+    return config
+
+
+def validate(config: Config) -> None:
+    """Cross-field checks that need no model: objective and options, data source, numbers, paths.
+
+    Does not load a model or data; a hub model id is checked against the local cache when
+    running offline (see `numloss.models.load.check_model_available`).
+    """
+    from numloss.data.instructions import DataError
+    from numloss.data.sources import check_source
+    from numloss.losses import LOSSES
+
+    objective = config.objective
+    key = objective.name.lower().replace("_", "-")
+    if key not in LOSSES:
+        raise ConfigError(f"objective.name: unknown objective {objective.name!r}; choose one of {', '.join(LOSSES)}")
+    klass = LOSSES[key]
+    allowed = [name for name in klass.option_names() if name not in ("alpha", "embedding")]
+    unknown = sorted(set(objective.options) - set(allowed))
+    if unknown:
+        raise ConfigError(
+            f"objective.options: {key!r} has no option(s) {', '.join(map(repr, unknown))}; its options are "
+            f"{', '.join(allowed) or 'none'}"
+        )
+    if objective.alpha is not None and not klass.takes_alpha:
+        raise ConfigError(f"objective.alpha: {key!r} has no alpha (it reshapes the token loss); remove it")
+    try:
+        check_source(config.data.source)
+    except DataError as error:
+        raise ConfigError(str(error)) from None
+    positive = {
+        "data.max_length": config.data.max_length,
+        "train.batch_size": config.train.batch_size,
+        "train.grad_accum": config.train.grad_accum,
+        "train.logging_steps": config.train.logging_steps,
+        "lora.r": config.lora.r,
+        "model.tiny_layers": config.model.tiny_layers,
+        "model.tiny_hidden": config.model.tiny_hidden,
+        "model.tiny_heads": config.model.tiny_heads,
+    }
+    for name, value in positive.items():
+        if value < 1:
+            raise ConfigError(f"{name} must be >= 1, got {value}")
+    if config.data.max_length < 2:
+        raise ConfigError(f"data.max_length must be >= 2, got {config.data.max_length}")
+    if config.data.num_examples is not None and config.data.num_examples < 1:
+        raise ConfigError(f"data.num_examples must be >= 1 or null, got {config.data.num_examples}")
+    if config.train.max_steps <= 0 and config.train.max_steps != -1:
+        raise ConfigError(f"train.max_steps must be > 0 or -1 (use num_epochs), got {config.train.max_steps}")
+    if config.train.max_steps == -1 and config.train.num_epochs <= 0:
+        raise ConfigError(f"train.num_epochs must be > 0, got {config.train.num_epochs}")
+    if not 0 <= config.train.warmup_ratio < 1:
+        raise ConfigError(f"train.warmup_ratio must be in [0, 1), got {config.train.warmup_ratio}")
+    if config.train.learning_rate <= 0:
+        raise ConfigError(f"train.learning_rate must be > 0, got {config.train.learning_rate}")
+    if config.train.save_steps < 0:
+        raise ConfigError(f"train.save_steps must be >= 0, got {config.train.save_steps}")
+    if config.model.tiny_hidden % config.model.tiny_heads:
+        raise ConfigError(
+            f"model.tiny_hidden ({config.model.tiny_hidden}) must be a multiple of model.tiny_heads ({config.model.tiny_heads})"
+        )
+    if config.train.deepspeed is not None and not Path(config.train.deepspeed).is_file():
+        raise ConfigError(f"train.deepspeed: config file {config.train.deepspeed!r} does not exist")
+    resume = config.train.resume
+    if isinstance(resume, str) and not Path(resume).is_dir():
+        raise ConfigError(f"train.resume: checkpoint folder {resume!r} does not exist (or use true for the last one)")
+    if config.fused and key == "emo":
+        raise ConfigError("fused: emo needs the full logits of every token; set fused false for emo")
+    import transformers
+
+    known = {f.name for f in dataclasses.fields(transformers.TrainingArguments)}
+    bad = sorted(set(config.train.extra) - known)
+    if bad:
+        raise ConfigError(f"train.extra: {', '.join(map(repr, bad))} is not a transformers.TrainingArguments field")
+
+
+def describe_keys() -> str:
+    """Every key with its type, default and meaning: the body of `numloss train --help`."""
+    lines: list[str] = []
+    defaults = Config()
+    for name, klass in SECTIONS.items():
+        lines.append(f"{name}:")
+        section = getattr(defaults, name)
+        hints = _hints(klass)
+        for f in dataclasses.fields(klass):
+            default = getattr(section, f.name)
+            lines.append(
+                f"  --{name}.{f.name} ({_type_name(hints[f.name])}, default {yaml.safe_dump(default, default_flow_style=True).strip().removesuffix('...').strip()})"
+            )
+            lines.append(f"        {f.metadata.get('help', '')}")
+    for name in TOP_LEVEL:
+        f = next(f for f in dataclasses.fields(Config) if f.name == name)
+        lines.append(f"--{name} (bool, default {str(getattr(defaults, name)).lower()})")
+        lines.append(f"        {f.metadata.get('help', '')}")
+    return "\n".join(lines)
+
+
+def dump_config(config: Config) -> str:
+    """The config as YAML (what `output_dir/config.yaml` holds)."""
+    return yaml.safe_dump(config.to_dict(), sort_keys=False)

@@ -1,0 +1,30 @@
+"""reasoning-gym generators as instruction examples (question -> answer).
+
+reasoning-gym answers are the final value alone (no working), so the output is the answer as a
+sentence: "The answer is N." Only generators whose answers are numbers are offered: the digit
+losses need numbers in the target.
+"""
+
+from __future__ import annotations
+
+from numloss.data.examples import Example
+
+GYM_SETS = ("basic_arithmetic", "decimal_arithmetic", "simple_equations", "gsm_symbolic")
+
+
+def generate(name: str, n: int, seed: int = 0) -> list[Example]:
+    """`n` examples of the reasoning-gym generator `name` (one of GYM_SETS), seeded."""
+    if name not in GYM_SETS:
+        raise ValueError(f"unknown reasoning-gym set {name!r}; choose one of {', '.join(GYM_SETS)}")
+    if n <= 0:
+        raise ValueError(f"a reasoning-gym set needs num_examples >= 1, got {n}")
+    import reasoning_gym
+
+    dataset = reasoning_gym.create_dataset(name, size=n, seed=seed)
+    examples = []
+    for entry in dataset:
+        answer = str(entry["answer"]).strip()
+        examples.append(
+            Example(instruction=entry["question"].strip(), output=f"The answer is {answer}.", answer=answer)
+        )
+    return examples

