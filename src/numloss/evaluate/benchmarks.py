@@ -22,8 +22,10 @@ Public record formats accepted (each parser names the file and the field that is
 | sat | AGIEval: `question`, `options` (`"(A)..."`), `label`; hails/agieval-sat-math: `query`, `choices`, `gold`; MAmmoTH: `question` with "Answer Choices: (A) ...", `answer` letter |
 | simuleq | `question`, `answer` (MAmmoTH simuleq.json) |
 
-Synthetic sets: `rg:<reasoning-gym dataset>` (e.g. `rg:basic_arithmetic`, seeded) and
-`Benchmark.from_records` for sets a caller builds itself (what `numloss compare` does).
+Built-in synthetic sets: `synthetic:<name>` (numloss.data.synthetic: integer_arithmetic,
+decimal_arithmetic, word_problems, linear_equations, mix) and `gym:<name>` (numloss.data.gym, the
+reasoning-gym generators), seeded with `seed` (default SYNTHETIC_SEED, away from training seeds);
+`Benchmark.from_records` builds a set from plain dicts (what `numloss compare` can use).
 """
 
 from __future__ import annotations
@@ -353,30 +355,32 @@ def _hub_records(name: str, hub_id: str, configs: Sequence[str | None], split: s
     return records
 
 
+SYNTHETIC_PREFIXES = ("synthetic:", "gym:")
+SYNTHETIC_SEED = 10_000  # far from the small seeds training sets use, so items are held out
+
+
 def _synthetic(name: str, limit: int | None, seed: int) -> Benchmark:
-    dataset_name = name.split(":", 1)[1]
+    """A built-in set: `synthetic:<numloss generator>` or `gym:<reasoning-gym set>`, seeded."""
+    prefix, set_name = name.split(":", 1)
+    if prefix == "synthetic":
+        from numloss.data.synthetic import generate
+    else:
+        from numloss.data.gym import generate
     try:
-        import reasoning_gym
-    except ImportError as error:  # pragma: no cover - reasoning-gym is a dependency
-        raise BenchmarkError("rg:<name> benchmarks need the 'reasoning-gym' package") from error
-    try:
-        data = reasoning_gym.create_dataset(dataset_name, size=limit or 100, seed=seed)
-    except Exception as error:
-        raise BenchmarkError(f"{name}: reasoning-gym cannot build {dataset_name!r}: {error}") from None
-    records = []
-    for i, entry in enumerate(data):
-        answer = str(entry["answer"]).strip()
-        records.append({"id": i, "question": entry["question"], "answer": answer})
+        examples = generate(set_name, limit or 100, seed=seed)
+    except ValueError as error:
+        raise BenchmarkError(f"{name}: {error}") from None
+    records = [{"id": i, "question": e.instruction, "answer": e.answer} for i, e in enumerate(examples)]
     kind: AnswerKind = "number"
     for r in records:
         try:
             float(clean_number(r["answer"]))
         except ValueError:
-            kind = "math"  # symbolic answers (e.g. fractions "3/4") go through math-verify
+            kind = "math"  # symbolic answers (e.g. "3/4") go through math-verify
     if kind == "number":
         for r in records:
             r["answer"] = clean_number(r["answer"])
-    return Benchmark.from_records(name, records, kind, source=f"reasoning-gym {dataset_name} seed {seed}")
+    return Benchmark.from_records(name, records, kind, source=f"{name} seed {seed}")
 
 
 def find_local(name: str, data_dir: Path) -> Path | None:
@@ -393,8 +397,8 @@ def canonical_name(name: str) -> str:
     """The registry name of a benchmark (aliases resolved); raises for an unknown one."""
     key = name.strip().lower()
     key = ALIASES.get(key, key)
-    if key not in BENCHMARKS and not key.startswith("rg:"):
-        known = ", ".join([*BENCHMARKS, "rg:<reasoning-gym dataset>"])
+    if key not in BENCHMARKS and not key.startswith(SYNTHETIC_PREFIXES):
+        known = ", ".join([*BENCHMARKS, "synthetic:<numloss.data.synthetic set>", "gym:<numloss.data.gym set>"])
         raise BenchmarkError(f"unknown benchmark {name!r}; known: {known}")
     return key
 
@@ -418,7 +422,7 @@ def load_benchmark(
     path: str | Path | None = None,
     data_dir: str | Path | None = None,
     limit: int | None = None,
-    seed: int = 0,
+    seed: int = SYNTHETIC_SEED,
 ) -> Benchmark:
     """Load one benchmark: from `path`, else from `data_dir`, else from the Hub (see module doc).
 
@@ -426,7 +430,7 @@ def load_benchmark(
     when something is wrong.
     """
     key = canonical_name(name)
-    if key.startswith("rg:"):
+    if key.startswith(SYNTHETIC_PREFIXES):
         return _synthetic(key, limit, seed)
     spec = BENCHMARKS[key]
     if path is not None and str(path).startswith("hf:"):

@@ -1,0 +1,233 @@
+"""Evaluation metrics, as a Python API (`numloss compare` reuses them).
+
+- `accuracy`, `macc`: fraction of correct items per benchmark; mACC is the unweighted mean of the
+  per-benchmark accuracies (the paper's headline number).
+- `numeric_distance(preds, golds)`: over items with a gold number and a predicted number, the mean
+  absolute error and the signed-log MAE, mean |slog(pred) - slog(gold)| with
+  slog(x) = sign(x) * log1p(|x|), which keeps one wild prediction from dominating.
+- `place_accuracy(preds, golds)`: accuracy by digit place (definition in its docstring).
+- `teacher_forced_digit_stats(model, tokenizer, prompts, answers)`: with the gold answer fed to
+  the model (teacher forcing), at every digit position of the answer: whether the model's argmax
+  over the whole vocabulary is the gold digit, and the entropy (nats, at most ln 10) of its softmax
+  restricted to the ten digit tokens; digits are found with `numloss.digits.find_digits`, so the
+  places are those of DESIGN.md section 1.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from decimal import Decimal, InvalidOperation
+from typing import Any
+
+import torch
+
+from numloss.digits import IGNORE_INDEX, DigitVocab, find_digits
+
+MAX_DIGIT_ENTROPY = math.log(10.0)
+
+
+def accuracy(correct: Sequence[bool]) -> float:
+    """Fraction of True in `correct`; NaN for an empty list (no items is not 0% right)."""
+    return sum(map(bool, correct)) / len(correct) if correct else float("nan")
+
+
+def macc(per_benchmark: dict[str, float]) -> float:
+    """Mean accuracy over benchmarks, each weighted equally (benchmarks with NaN are skipped)."""
+    values = [v for v in per_benchmark.values() if not math.isnan(v)]
+    return sum(values) / len(values) if values else float("nan")
+
+
+def signed_log(x: float) -> float:
+    """sign(x) * log1p(|x|): a log scale that is defined at 0 and for negatives."""
+    return math.copysign(math.log1p(abs(x)), x)
+
+
+@dataclass(frozen=True)
+class NumericDistance:
+    """MAE and signed-log MAE over `count` scored pairs; `missing` items had no prediction."""
+
+    mae: float
+    signed_log_mae: float
+    count: int
+    missing: int
+
+
+def numeric_distance(preds: Sequence[float | None], golds: Sequence[float]) -> NumericDistance:
+    """Distance between predicted and gold numbers; None (or non-finite) predictions are missing."""
+    if len(preds) != len(golds):
+        raise ValueError(f"preds and golds differ in length: {len(preds)} vs {len(golds)}")
+    pairs = [(float(p), float(g)) for p, g in zip(preds, golds, strict=True) if p is not None and math.isfinite(p)]
+    missing = len(preds) - len(pairs)
+    if not pairs:
+        return NumericDistance(float("nan"), float("nan"), 0, missing)
+    mae = sum(abs(p - g) for p, g in pairs) / len(pairs)
+    slog = sum(abs(signed_log(p) - signed_log(g)) for p, g in pairs) / len(pairs)
+    return NumericDistance(mae, slog, len(pairs), missing)
+
+
+def digits_by_place(number: float | str) -> dict[int, int]:
+    """The digits of |number| keyed by place: units 0, tens 1, ..., first decimal -1, ...
+
+    The number is written in plain decimal without exponent, leading zeros and trailing decimal
+    zeros ("0.50" -> {0: 0, -1: 5}; "120" -> {2: 1, 1: 2, 0: 0}). Floats are written with repr,
+    the shortest string that reads back to them.
+    """
+    try:
+        d = Decimal(repr(number) if isinstance(number, float) else str(number).replace(",", "").strip())
+    except InvalidOperation:
+        raise ValueError(f"not a number: {number!r}") from None
+    if not d.is_finite():
+        raise ValueError(f"not a finite number: {number!r}")
+    text = format(abs(d), "f")
+    integer, _, decimals = text.partition(".")
+    integer = integer.lstrip("0") or "0"
+    decimals = decimals.rstrip("0")
+    places = {len(integer) - 1 - j: int(c) for j, c in enumerate(integer)}
+    places.update({-(j + 1): int(c) for j, c in enumerate(decimals)})
+    return places
+
+
+@dataclass(frozen=True)
+class PlaceAccuracy:
+    """At one digit place: how many items have a gold digit there and how many got it right."""
+
+    place: int
+    correct: int
+    total: int
+
+    @property
+    def accuracy(self) -> float:
+        return self.correct / self.total if self.total else float("nan")
+
+
+def place_accuracy(preds: Sequence[float | str | None], golds: Sequence[float | str]) -> list[PlaceAccuracy]:
+    """Accuracy by digit place of predicted numbers against gold numbers.
+
+    Both numbers are aligned by place value (units with units, first decimal with first decimal;
+    signs ignored), using `digits_by_place`. For every place i where the gold number has a digit
+    (from its leading digit down to its last non-zero decimal), an item counts as correct at i
+    when the prediction has the same digit at place i. A prediction without a digit at i (too few
+    integer digits, too few decimals) or without a number at all is wrong at every such place.
+    Returns one entry per place that occurs in some gold number, highest place first.
+    """
+    if len(preds) != len(golds):
+        raise ValueError(f"preds and golds differ in length: {len(preds)} vs {len(golds)}")
+    correct: dict[int, int] = {}
+    total: dict[int, int] = {}
+    for pred, gold in zip(preds, golds, strict=True):
+        gold_digits = digits_by_place(gold)
+        pred_digits = {}
+        if pred is not None and not (isinstance(pred, float) and not math.isfinite(pred)):
+            pred_digits = digits_by_place(pred)
+        for place, digit in gold_digits.items():
+            total[place] = total.get(place, 0) + 1
+            if pred_digits.get(place) == digit:
+                correct[place] = correct.get(place, 0) + 1
+    return [PlaceAccuracy(p, correct.get(p, 0), total[p]) for p in sorted(total, reverse=True)]
+
+
+@dataclass
+class DigitStats:
+    """Teacher-forced statistics at the digit positions of the gold answers.
+
+    `accuracy`: fraction of digits whose greedy (full-vocabulary argmax) token is the gold digit.
+    `entropies`, `places`, `correct`: one entry per digit position. `per_place`: accuracy by place.
+    """
+
+    accuracy: float
+    entropies: list[float]
+    places: list[int]
+    correct: list[bool]
+    per_place: list[PlaceAccuracy] = field(default_factory=list)
+
+    @property
+    def mean_entropy(self) -> float:
+        return sum(self.entropies) / len(self.entropies) if self.entropies else float("nan")
+
+    @property
+    def count(self) -> int:
+        return len(self.entropies)
+
+
+def _rows(tokenizer: Any, prompt: str, answer: str) -> tuple[list[int], int]:
+    """Token ids of prompt + answer and the index where the answer starts."""
+    prompt_ids = list(tokenizer(prompt)["input_ids"])
+    answer_ids = list(tokenizer(answer, add_special_tokens=False)["input_ids"])
+    if not answer_ids:
+        raise ValueError(f"answer {answer!r} tokenizes to nothing")
+    return prompt_ids + answer_ids, len(prompt_ids)
+
+
+@torch.no_grad()
+def teacher_forced_digit_stats(
+    model: Any,
+    tokenizer: Any,
+    prompts: Sequence[str],
+    answers: Sequence[str],
+    batch_size: int = 8,
+    vocab: DigitVocab | None = None,
+) -> DigitStats:
+    """Feed each prompt + gold answer to `model`; measure it at the answer's digit positions.
+
+    The answer is tokenized on its own (no special tokens) after the prompt, so every digit of it
+    is predicted from the prompt and the gold tokens before it. Raises DigitVocabError when the
+    tokenizer merges digits (digits are then not single positions to measure).
+    """
+    if len(prompts) != len(answers):
+        raise ValueError(f"prompts and answers differ in length: {len(prompts)} vs {len(answers)}")
+    vocab = vocab or DigitVocab.from_tokenizer(tokenizer)
+    pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else (tokenizer.eos_token_id or 0)
+    device = next(model.parameters()).device
+    digit_ids = vocab.digit_ids_tensor(device)
+    was_training = model.training
+    model.eval()
+    entropies: list[float] = []
+    places: list[int] = []
+    correct: list[bool] = []
+    try:
+        for b in range(0, len(prompts), batch_size):
+            rows = [_rows(tokenizer, p, a) for p, a in zip(prompts[b : b + batch_size], answers[b : b + batch_size], strict=True)]
+            width = max(len(ids) for ids, _ in rows)
+            input_ids = torch.full((len(rows), width), pad, dtype=torch.long)
+            attention = torch.zeros((len(rows), width), dtype=torch.long)
+            labels = torch.full((len(rows), width), IGNORE_INDEX, dtype=torch.long)
+            for r, (ids, start) in enumerate(rows):
+                input_ids[r, : len(ids)] = torch.tensor(ids)
+                attention[r, : len(ids)] = 1
+                # aligned labels: position t predicts token t + 1; only answer tokens are scored
+                labels[r, start - 1 : len(ids) - 1] = torch.tensor(ids[start:])
+            logits = model(input_ids=input_ids.to(device), attention_mask=attention.to(device)).logits
+            flat = logits.reshape(-1, logits.shape[-1]).float()
+            digits = find_digits(labels.to(device), vocab, width=logits.shape[-1])
+            if digits.count == 0:
+                continue
+            at = flat[digits.index]
+            log_p = torch.log_softmax(at[:, digit_ids], dim=-1)
+            entropies += (-(log_p.exp() * log_p).sum(-1)).tolist()
+            correct += (at.argmax(-1) == digit_ids[digits.target]).tolist()
+            places += digits.place.tolist()
+    finally:
+        model.train(was_training)
+    per_place: dict[int, list[int]] = {}
+    for place, ok in zip(places, correct, strict=True):
+        per_place.setdefault(place, [0, 0])
+        per_place[place][0] += int(ok)
+        per_place[place][1] += 1
+    return DigitStats(
+        accuracy=accuracy(correct),
+        entropies=entropies,
+        places=places,
+        correct=correct,
+        per_place=[PlaceAccuracy(p, c, t) for p, (c, t) in sorted(per_place.items(), reverse=True)],
+    )
+
+
+def entropy_histogram(entropies: Sequence[float], bins: int = 20) -> tuple[list[int], list[float]]:
+    """Counts of digit entropies in `bins` equal bins over [0, ln 10], and the bin edges."""
+    edges = [MAX_DIGIT_ENTROPY * i / bins for i in range(bins + 1)]
+    counts = [0] * bins
+    for e in entropies:
+        counts[min(bins - 1, max(0, int(e / MAX_DIGIT_ENTROPY * bins)))] += 1
+    return counts, edges
