@@ -11,8 +11,8 @@ Where the answer is looked for, in order (the first rule that finds one wins):
 Numbers are read with thousands separators ("1,234"), signs (also U+2212 "−"), decimals,
 fractions ("3/4", ``\\frac{3}{4}``), percentages ("45%" reads as 45, the way the benchmarks
 write percentage answers), currency and units around them ("$46.50", "12 km/h"). Two numbers match
-when they agree to a relative tolerance of 1e-4 (absolute for |gold| < 1), so "46.50" = "46.5" and
-6.999999999 = 7, but 6.67 != 6.6667. MATH-style expressions are compared with math-verify.
+when they agree to a relative tolerance of 1e-6 (absolute for |gold| < 1), so "46.50" = "46.5" and
+6.999999999 = 7, but 6.67 != 6.6667 and 70501 != 70500. MATH-style expressions are compared with math-verify.
 """
 
 from __future__ import annotations
@@ -40,7 +40,7 @@ _NUMBER = re.compile(
     re.X,
 )
 _FRAC = re.compile(r"\\[dt]?frac\s*\{([^{}]*)\}\s*\{([^{}]*)\}")
-REL_TOL = 1e-4
+REL_TOL = 1e-6
 
 
 def _strip_latex(text: str) -> str:

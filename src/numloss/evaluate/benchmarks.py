@@ -314,8 +314,8 @@ def read_records(path: Path) -> list[dict[str, Any]]:
         except json.JSONDecodeError:
             data = None  # AQuA.json is one object per line despite its name
         if data is not None:
-            if isinstance(data, dict) and isinstance(data.get("data"), list):
-                data = data["data"]
+            if isinstance(data, dict):  # {"data": [...]}, or a one-line AQuA-style file
+                data = data["data"] if isinstance(data.get("data"), list) else [data]
             if not isinstance(data, list) or not all(isinstance(r, dict) for r in data):
                 raise BenchmarkError(f"{path}: expected a JSON list of objects")
             return data

@@ -1,0 +1,162 @@
+"""Answer extraction and matching on real-looking model outputs."""
+
+import pytest
+
+from numloss.evaluate.answers import (
+    extract_choice,
+    extract_math,
+    extract_number,
+    format_number,
+    math_equal,
+    numbers_match,
+    parse_number,
+    score,
+)
+from numloss.evaluate.benchmarks import Item
+
+
+@pytest.mark.parametrize(
+    "output, expected",
+    [
+        ("Natalia sold 48/2 = 24 clips in May.\nNatalia sold 48+24 = 72 clips altogether.\nThe answer is 72.", 72),
+        ("She has 42 - 35 = 7 muffins left.\n#### 7", 7),
+        ("The answer is: 46.50", 46.5),
+        ("In total he spends $37.50 + $9 = $46.50. The answer is $46.50.", 46.5),
+        ("1200 * 0.45 = 540 students walk. The answer is 540 students.", 540),
+        ("The farm makes 2,350 * 30 = 70,500 litres. The answer is 70,500", 70500),
+        ("The total is 1,234,567.89 dollars.", 1234567.89),
+        ("4 - 11 = -7. The answer is -7 degrees.", -7),
+        ("The temperature drops to −12 °C. The answer is −12", -12),
+        ("Each friend gets 27 / 4 = 6.75 stickers. The answer is 6.75", 6.75),
+        ("So the probability is 3/4. The answer is 3/4", 0.75),
+        ("The fraction is $\\frac{3}{4}$, so the answer is \\boxed{\\frac{3}{4}}", 0.75),
+        ("We get $x = \\boxed{12}$.", 12),
+        ("So the answer is \\boxed{1{,}000}.", 1000),
+        ("About 45% of them walk. The answer is 45%", 45),
+        ("The speed is 240 / 3 = 80 km/h.", 80),
+        ("The answer is 80 km/h. (It took 3 hours.)", 80),
+        ("The answer is .5", 0.5),
+        ("The answer is 1.5e3", 1500),
+        ("First 3 + 4 = 7, then 7 * 2 = 14, and finally 14 - 1 = 13.", 13),
+        ("She had 5 apples and bought 3 more, so she has 8 apples now.", 8),
+        ("Final answer: 19", 19),
+        ("He paid 12.00 dollars.", 12),
+        ("The answer is 0", 0),
+        ("version 2.0 of the answer: the result is 3", 3),
+    ],
+)
+def test_extract_number(output, expected):
+    assert extract_number(output) == pytest.approx(expected)
+
+
+@pytest.mark.parametrize("output", ["I do not know.", "", "The answer is unclear."])
+def test_extract_number_without_a_number(output):
+    assert extract_number(output) is None
+
+
+def test_the_answer_trigger_wins_over_later_numbers():
+    assert extract_number("The answer is 72. (Checked with 3 other methods in 2 minutes.)") == 72
+
+
+def test_the_last_trigger_wins():
+    assert extract_number("First guess: the answer is 10. Wait, recomputing. The answer is 12.") == 12
+
+
+@pytest.mark.parametrize(
+    "pred, gold, same",
+    [(46.5, 46.5, True), (46.499999999, 46.5, True), (7.0, 7.0, True), (6.6667, 6.67, False),
+     (0.5, 0.5, True), (-7, 7, False), (1e-7, 0, True), (1e-5, 0, False), (0.01, 0, False), (None, 3, False),
+     (70500.0, 70500.0, True), (70501.0, 70500.0, False)],
+)
+def test_numbers_match(pred, gold, same):
+    assert numbers_match(pred, gold) is same
+
+
+def test_parse_and_format_number():
+    assert parse_number("$1,234.50 dollars") == 1234.5
+    assert parse_number("\\frac{5}{6}") == pytest.approx(5 / 6)
+    assert parse_number("no digits") is None
+    assert format_number(7.0) == "7" and format_number(46.5) == "46.5" and format_number(None) == ""
+
+
+OPTIONS = ("60 km/h", "70 km/h", "80 km/h", "90 km/h", "120 km/h")
+
+
+@pytest.mark.parametrize(
+    "output, options, letter",
+    [
+        ("Let's think step by step. 240 / 3 = 80. The answer is C", OPTIONS, "C"),
+        ("240 / 3 = 80 km/h. The answer is (C).", OPTIONS, "C"),
+        ("The answer is (C) 80 km/h", OPTIONS, "C"),
+        ("Speed = distance / time = 80.\nAnswer: C", OPTIONS, "C"),
+        ("So the correct option is D.", OPTIONS, "D"),
+        ("The average speed is 80 km/h. The answer is 80 km/h.", OPTIONS, "C"),
+        ("240 divided by 3 gives 80. The answer is 80", OPTIONS, "C"),
+        ("A train goes 240 km. 240/3 = 80 so the answer is C.", OPTIONS, "C"),
+        ("The answer is E", ("15", "20", "24", "25", "30"), "E"),
+        ("5/8 of 40 is 25 girls. The answer is 25", ("15", "20", "24", "25", "30"), "D"),
+        ("We compute 150. The answer is 150", ("15", "150", "1500", "5", "50"), "B"),
+        ("The answer is B", ("0", "4", "2", "6"), "B"),
+        ("The answer is (A) -2", ("-2", "2", "7", "-7"), "A"),
+    ],
+)
+def test_extract_choice(output, options, letter):
+    assert extract_choice(output, options) == letter
+
+
+def test_extract_choice_rejects_letters_beyond_the_options():
+    assert extract_choice("The answer is E", ("1", "2", "3", "4")) is None
+
+
+def test_extract_choice_without_an_answer():
+    assert extract_choice("I am not sure which one is right.", OPTIONS) is None
+
+
+@pytest.mark.parametrize(
+    "output, expected",
+    [
+        ("so $x = \\boxed{\\frac{5}{6}}$.", "\\frac{5}{6}"),
+        ("The answer is $5\\sqrt{2}$.", "5\\sqrt{2}"),
+        ("the sum of roots is 5", "5"),
+        ("Hence \\boxed{(1, 2)}", "(1, 2)"),
+    ],
+)
+def test_extract_math(output, expected):
+    assert extract_math(output) == expected
+
+
+@pytest.mark.parametrize(
+    "pred, gold, same",
+    [
+        ("\\frac{5}{6}", "\\frac{5}{6}", True),
+        ("\\dfrac{5}{6}", "\\frac{5}{6}", True),
+        ("5/6", "\\frac{5}{6}", True),
+        ("0.8333333333", "\\frac{5}{6}", True),
+        ("\\frac{10}{12}", "\\frac{5}{6}", True),
+        ("5\\sqrt{2}", "5\\sqrt{2}", True),
+        ("\\sqrt{50}", "5\\sqrt{2}", True),
+        ("7", "5\\sqrt{2}", False),
+        ("x = 6", "6", True),
+        ("6", "6", True),
+        ("7", "6", False),
+        ("", "6", False),
+        ("(1,2)", "(1, 2)", True),
+        ("(2,1)", "(1, 2)", False),
+    ],
+)
+def test_math_equal(pred, gold, same):
+    assert math_equal(pred, gold) is same
+
+
+def test_score_per_kind():
+    number = Item("1", "q", "46.5", "number")
+    assert score(number, "The answer is $46.50.").correct
+    assert score(number, "The answer is $46.50.").value == 46.5
+    assert not score(number, "The answer is 47").correct
+    choice = Item("2", "q", "C", "choice", OPTIONS)
+    assert score(choice, "The answer is 80 km/h").prediction == "C"
+    assert score(choice, "The answer is 80 km/h").correct
+    math = Item("3", "q", "\\frac{5}{6}", "math")
+    assert score(math, "so \\boxed{\\frac{10}{12}}").correct
+    with pytest.raises(ValueError, match="not a number"):
+        score(Item("4", "q", "abc", "number"), "The answer is 3")

@@ -1,0 +1,197 @@
+"""Benchmark loaders on fixture files in each public format; clear errors for bad input."""
+
+import json
+from pathlib import Path
+
+import pytest
+
+from numloss.evaluate.benchmarks import (
+    BENCHMARKS,
+    Benchmark,
+    BenchmarkError,
+    boxed_content,
+    load_benchmark,
+    parse_benchmark_list,
+    split_choices,
+)
+
+FIXTURES = Path(__file__).parent / "fixtures" / "benchmarks"
+
+
+@pytest.mark.parametrize(
+    "name, count, kind, first_answer",
+    [
+        ("gsm8k", 5, "number", "7"),
+        ("math", 4, "math", "\\frac{5}{6}"),
+        ("svamp", 4, "number", "5"),
+        ("simuleq", 3, "number", "16"),
+        ("aqua", 4, "choice", "C"),
+        ("sat", 3, "choice", "B"),
+        ("mmlu_math", 3, "choice", "B"),
+    ],
+)
+def test_every_benchmark_loads_from_its_public_format(name, count, kind, first_answer):
+    bench = load_benchmark(name, data_dir=FIXTURES)
+    assert (bench.name, len(bench), bench.kind) == (name, count, kind)
+    assert bench.items[0].answer == first_answer
+    assert all(item.question and item.kind == kind for item in bench.items)
+    assert bench.source.endswith(tuple(f"{name}{ext}" for ext in (".json", ".jsonl")))
+
+
+def test_gold_numbers_are_canonical():
+    answers = [item.answer for item in load_benchmark("gsm8k", data_dir=FIXTURES).items]
+    assert answers == ["7", "46.5", "540", "-7", "70500"]  # "70,500" -> "70500"
+    assert [i.answer for i in load_benchmark("svamp", data_dir=FIXTURES).items] == ["5", "84", "1", "6.75"]
+
+
+def test_svamp_joins_body_and_question():
+    item = load_benchmark("svamp", data_dir=FIXTURES).items[0]
+    assert item.question == "Jack had 8 pens and Mary had 5 pens. Jack gave 3 pens to Mary. How many pens does Jack have now?"
+
+
+def test_choice_items_carry_option_texts_and_the_mammoth_option_line():
+    item = load_benchmark("aqua", data_dir=FIXTURES).items[0]
+    assert item.options == ("60 km/h", "70 km/h", "80 km/h", "90 km/h", "120 km/h")
+    assert item.question.endswith("Answer Choices: (A) 60 km/h (B) 70 km/h (C) 80 km/h (D) 90 km/h (E) 120 km/h")
+    sat = load_benchmark("sat", data_dir=FIXTURES).items[2]
+    assert sat.options == ("-2", "2", "7", "-7") and sat.answer == "A"
+    assert sat.question.count("Answer Choices:") == 1
+
+
+def test_mammoth_directory_layout_and_aliases(tmp_path):
+    (tmp_path / "gsm8k").mkdir()
+    (tmp_path / "gsm8k" / "gsm8k.jsonl").write_text((FIXTURES / "gsm8k.jsonl").read_text())
+    (tmp_path / "mmlu").mkdir()
+    (tmp_path / "mmlu" / "mathematics.json").write_text((FIXTURES / "mmlu_math.json").read_text())
+    assert len(load_benchmark("gsm8k", data_dir=tmp_path)) == 5
+    assert len(load_benchmark("mmlu_mathematics", data_dir=tmp_path)) == 3
+
+
+def test_explicit_path_parquet_and_hub_style_records(tmp_path):
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    rows = [
+        {"query": "Q: If 2x = 10, what is x? Answer Choices: (A)2 (B)5 (C)10 (D)20\nA: Among A through D, the answer is",
+         "choices": ["(A)2", "(B)5", "(C)10", "(D)20"], "gold": [1]},
+    ]
+    path = tmp_path / "sat.parquet"
+    pq.write_table(pa.Table.from_pylist(rows), path)
+    bench = load_benchmark("sat", path=path)
+    assert bench.items[0].answer == "B" and bench.items[0].options == ("2", "5", "10", "20")
+    assert bench.items[0].question.startswith("If 2x = 10, what is x?\nAnswer Choices: (A) 2")
+
+
+def test_math_formats(tmp_path):
+    mammoth = tmp_path / "MATH.json"
+    mammoth.write_text(json.dumps([{"question": "What is 1+1?", "answer": ["2", 2.0]}]))
+    assert load_benchmark("math", path=mammoth).items[0].answer == "2"
+    math500 = tmp_path / "math500.jsonl"
+    math500.write_text(json.dumps({"problem": "Compute $3^2$.", "solution": "9", "answer": "9"}) + "\n")
+    assert load_benchmark("math", path=math500).items[0].answer == "9"
+    assert boxed_content("so $\\boxed{\\frac{1}{2}}$ and") == "\\frac{1}{2}"
+    assert boxed_content("nested \\boxed{a^{2}+\\sqrt{b}} end") == "a^{2}+\\sqrt{b}"
+    assert boxed_content("no box") is None
+
+
+def test_limit():
+    assert len(load_benchmark("gsm8k", data_dir=FIXTURES, limit=2)) == 2
+    with pytest.raises(BenchmarkError, match="positive"):
+        load_benchmark("gsm8k", data_dir=FIXTURES, limit=0)
+
+
+@pytest.mark.parametrize(
+    "name, content, suffix, message",
+    [
+        ("gsm8k", '{"question": "q", "answer": "no final line"}\n', ".jsonl", "'answer' has no '#### <number>'"),
+        ("gsm8k", '{"question": "q"}\n', ".jsonl", "missing field 'answer'"),
+        ("gsm8k", '{"question": "q", "answer": "#### 4"}\n{not json\n', ".jsonl", ":2: invalid JSON"),
+        ("svamp", '[{"Body": "b", "Question": "q", "Answer": "many"}]', ".json", "field 'Answer' must be a number"),
+        ("aqua", '{"question": "q", "options": ["A)1", "B)2"], "correct": "F"}\n', ".json", "field 'correct' must name one of 2"),
+        ("mmlu_math", '[{"question": "q", "choices": "1,2", "answer": 0}]', ".json", "field 'choices' must be a list"),
+        ("math", '[{"problem": "p", "solution": "no box"}]', ".json", "no \\boxed"),
+        ("sat", '[{"question": "no options here", "answer": "A"}]', ".json", "no 'Answer Choices"),
+        ("simuleq", '[{"question": "q", "answer": [1, 2]}]', ".json", "holds 2 values"),
+        ("simuleq", '[{"question": "q", "answer": 1}, 3]', ".json", "expected a JSON list of objects"),
+        ("simuleq", "[]", ".json", "no records"),
+    ],
+)
+def test_malformed_files_name_the_file_and_the_field(tmp_path, name, content, suffix, message):
+    path = tmp_path / f"bad{suffix}"
+    path.write_text(content)
+    with pytest.raises(BenchmarkError) as info:
+        load_benchmark(name, path=path)
+    assert message in str(info.value) and str(path) in str(info.value)
+
+
+def test_missing_file_and_unknown_names(tmp_path):
+    with pytest.raises(BenchmarkError, match="no such file"):
+        load_benchmark("gsm8k", path=tmp_path / "absent.jsonl")
+    with pytest.raises(BenchmarkError, match="no such directory"):
+        load_benchmark("gsm8k", data_dir=tmp_path / "absent")
+    with pytest.raises(BenchmarkError, match="unknown benchmark 'gsm9k'"):
+        load_benchmark("gsm9k")
+    with pytest.raises(BenchmarkError, match="unsupported file type"):
+        (tmp_path / "x.csv").write_text("a,b")
+        load_benchmark("gsm8k", path=tmp_path / "x.csv")
+
+
+def test_offline_hub_loading_fails_with_a_way_out(monkeypatch):
+    import datasets
+
+    def offline(*args, **kwargs):
+        raise ConnectionError("Couldn't reach 'openai/gsm8k' on the Hub (OfflineModeIsEnabled)")
+
+    monkeypatch.setattr(datasets, "load_dataset", offline)
+    with pytest.raises(BenchmarkError) as info:
+        load_benchmark("gsm8k")
+    text = str(info.value)
+    assert "openai/gsm8k" in text and "--data-dir" in text and "gsm8k=PATH" in text
+    with pytest.raises(BenchmarkError, match="no Hugging Face copy is known"):
+        load_benchmark("simuleq")
+
+
+def test_hub_records_go_through_the_same_parser(monkeypatch):
+    import datasets
+
+    calls = []
+
+    def fake(hub_id, config, split):
+        calls.append((hub_id, config, split))
+        return [{"question": f"q {config}", "choices": ["1", "2", "3", "4"], "answer": 2, "subject": config}]
+
+    monkeypatch.setattr(datasets, "load_dataset", fake)
+    bench = load_benchmark("mmlu_math")
+    assert [c[0] for c in calls] == ["cais/mmlu"] * len(BENCHMARKS["mmlu_math"].hub[1])
+    assert len(bench) == len(calls) and all(item.answer == "C" for item in bench.items)
+    monkeypatch.setattr(datasets, "load_dataset", lambda hub_id, config, split: calls.append((hub_id, config, split)) or [{"question": "q", "answer": "#### 3"}])
+    bench = load_benchmark("gsm8k", path="hf:my/gsm8k-copy:main:train")
+    assert calls[-1] == ("my/gsm8k-copy", "main", "train") and bench.items[0].answer == "3"
+
+
+def test_synthetic_sets_are_seeded_and_numeric():
+    a = load_benchmark("synthetic:mix", limit=8)
+    b = load_benchmark("synthetic:mix", limit=8)
+    c = load_benchmark("synthetic:mix", limit=8, seed=3)
+    assert [i.question for i in a.items] == [i.question for i in b.items] != [i.question for i in c.items]
+    assert a.kind == "number" and all(float(i.answer) == float(i.answer) for i in a.items)
+    gym = load_benchmark("gym:basic_arithmetic", limit=3)
+    assert len(gym) == 3 and gym.kind == "number"
+    with pytest.raises(BenchmarkError, match="synthetic:nope"):
+        load_benchmark("synthetic:nope", limit=2)
+
+
+def test_from_records_and_benchmark_lists():
+    bench = Benchmark.from_records("mine", [{"question": "1+1?", "answer": 2}])
+    assert bench.items[0].answer == "2"
+    with pytest.raises(BenchmarkError, match="record 0: missing field 'question'"):
+        Benchmark.from_records("mine", [{"answer": 2}])
+    assert parse_benchmark_list("gsm8k, SVAMP=data/s.json,sat-math") == [
+        ("gsm8k", None), ("svamp", "data/s.json"), ("sat", None)]
+    with pytest.raises(BenchmarkError, match="empty"):
+        parse_benchmark_list(" , ")
+
+
+def test_split_choices():
+    question, options = split_choices("What is 2+2?\nAnswer Choices: (A) 3 (B) 4 (C) 5")
+    assert question == "What is 2+2?" and options == ("3", "4", "5")
