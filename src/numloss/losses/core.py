@@ -15,9 +15,10 @@ from __future__ import annotations
 
 import torch
 
-# Rows per chunk of the float32 work buffer: bounds the temporary memory to
-# chunk x V x 4 bytes while keeping each kernel large enough to be efficient.
-_TARGET_CHUNK_ELEMENTS = 1 << 22
+# Forward: rows per log-softmax chunk, sized to stay in cache (the chunk is written and re-read).
+_FORWARD_CHUNK_ELEMENTS = 1 << 18
+# Backward: rows per chunk of the float32 work buffer for non-float32 logits, about 16 MB.
+_BACKWARD_CHUNK_ELEMENTS = 1 << 22
 
 
 def compute_dtype(dtype: torch.dtype) -> torch.dtype:
@@ -25,9 +26,9 @@ def compute_dtype(dtype: torch.dtype) -> torch.dtype:
     return torch.float64 if dtype == torch.float64 else torch.float32
 
 
-def row_chunk(num_rows: int, width: int) -> int:
-    """Rows per chunk so one float32 chunk holds about 16 MB."""
-    return max(1, min(num_rows, _TARGET_CHUNK_ELEMENTS // max(width, 1)))
+def row_chunk(num_rows: int, width: int, elements: int = _BACKWARD_CHUNK_ELEMENTS) -> int:
+    """Rows per chunk so that one chunk holds about `elements` values (at least 8 rows)."""
+    return max(1, min(num_rows, max(8, elements // max(width, 1))))
 
 
 class _TokenNLLAndDigitLogits(torch.autograd.Function):
@@ -43,10 +44,14 @@ class _TokenNLLAndDigitLogits(torch.autograd.Function):
         num_rows, width = logits.shape
         dtype = compute_dtype(logits.dtype)
         lse = torch.empty(num_rows, dtype=dtype, device=logits.device)
-        step = row_chunk(num_rows, width)
+        step = row_chunk(num_rows, width, _FORWARD_CHUNK_ELEMENTS)
         for start in range(0, num_rows, step):
-            chunk = logits[start : start + step]
-            lse[start : start + step] = torch.logsumexp(chunk.to(dtype), dim=-1)
+            chunk = logits[start : start + step].to(dtype)
+            # The fused log-softmax kernel beats logsumexp; lse = x_m - log p_m at the row's
+            # largest logit m, where log p_m is in [-log V, 0], so the difference loses nothing.
+            log_probs = torch.log_softmax(chunk, dim=-1)
+            largest, where = chunk.max(dim=-1, keepdim=True)
+            lse[start : start + step] = (largest - log_probs.gather(1, where)).squeeze(1)
         target_logit = logits.gather(1, targets[:, None]).squeeze(1).to(dtype)
         nll = torch.where(valid, lse - target_logit, torch.zeros_like(lse))
         digit_logits = logits[digit_index[:, None], digit_columns[None, :]].to(dtype)
@@ -60,16 +65,22 @@ class _TokenNLLAndDigitLogits(torch.autograd.Function):
         dtype = lse.dtype
         grad = torch.empty_like(logits)
         row_scale = torch.where(valid, grad_nll.to(dtype), torch.zeros_like(lse))
+        # s * exp(x - lse) = exp(x - (lse - log s)): folding the row scale into the shift saves a
+        # pass over [N, V]; s = 0 (ignored rows) gives exp(-inf) = 0. Negative scales need a mul.
+        fold = bool((row_scale >= 0).all())
+        shift = (lse - torch.log(row_scale)) if fold else lse
         step = row_chunk(num_rows, width)
         direct = logits.dtype == dtype  # else work in a compute-dtype buffer, then cast
         for start in range(0, num_rows, step):
             stop = min(start + step, num_rows)
             if direct:
                 buffer = grad[start:stop]
-                torch.sub(logits[start:stop], lse[start:stop, None], out=buffer)
+                torch.sub(logits[start:stop], shift[start:stop, None], out=buffer)
             else:
-                buffer = logits[start:stop].to(dtype).sub_(lse[start:stop, None])
-            buffer.exp_().mul_(row_scale[start:stop, None])
+                buffer = logits[start:stop].to(dtype).sub_(shift[start:stop, None])
+            buffer.exp_()
+            if not fold:
+                buffer.mul_(row_scale[start:stop, None])
             if not direct:
                 grad[start:stop].copy_(buffer)
         rows = torch.arange(num_rows, device=logits.device)
