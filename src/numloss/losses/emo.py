@@ -57,15 +57,59 @@ class EMOLoss(NumericLoss):
                 "pass the output-embedding matrix of the model that made the logits"
             )
         rows = torch.nonzero(valid).squeeze(1)
-        token_loss = torch.zeros_like(nll)
-        cost = torch.zeros_like(nll)
         if rows.numel() == 0:
-            return nll, cost  # all zero, but still part of the graph
+            return nll, torch.zeros_like(nll)  # all zero, but still part of the graph
         unit = self.normalised_embedding(logits.device, nll.dtype)
-        probs = torch.softmax(logits.index_select(0, rows).to(nll.dtype), dim=-1)
-        expected = probs @ unit  # [n, H]
-        row_cost = 1.0 - (expected * unit.index_select(0, targets[rows])).sum(-1)
-        row_cost = row_cost.clamp_min(_MIN_COST)
+        row_cost = transport_cost(logits, rows, targets, unit).clamp_min(_MIN_COST)
         row_nll = nll.index_select(0, rows)
         row_loss = 0.5 * (row_nll + (row_nll / row_cost).detach() * row_cost)
-        return token_loss.index_put((rows,), row_loss), cost.index_put((rows,), row_cost)
+        token_loss = torch.zeros_like(nll).index_put((rows,), row_loss)
+        return token_loss, torch.zeros_like(nll).index_put((rows,), row_cost)
+
+
+class _TransportCost(torch.autograd.Function):
+    """d = 1 - sum_v softmax(z)_v <E_y, E_v> for the given rows, in row chunks.
+
+    Neither the probabilities nor the [n, V] similarities are kept: backward recomputes them per
+    chunk, so the only [N, V] tensor is the gradient itself.
+    """
+
+    @staticmethod
+    def forward(ctx, logits, rows, targets, unit):  # type: ignore[override]
+        cost = torch.empty(rows.numel(), dtype=unit.dtype, device=logits.device)
+        for start, stop, probs, similarity in _chunks(logits, rows, targets, unit):
+            cost[start:stop] = 1.0 - (probs * similarity).sum(-1)
+        ctx.save_for_backward(logits, rows, targets, unit, cost)
+        return cost
+
+    @staticmethod
+    def backward(ctx, grad_cost):  # type: ignore[override]
+        logits, rows, targets, unit, cost = ctx.saved_tensors
+        grad = torch.zeros_like(logits)
+        for start, stop, probs, similarity in _chunks(logits, rows, targets, unit):
+            # d(cost)/dz_v = -q_v (s_v - <q, s>), with <q, s> = 1 - cost
+            similarity.sub_((1.0 - cost[start:stop])[:, None]).mul_(probs)
+            similarity.mul_(-grad_cost[start:stop, None].to(similarity.dtype))
+            grad[rows[start:stop]] = similarity.to(grad.dtype)
+        return grad, None, None, None
+
+
+def _chunks(logits, rows, targets, unit):
+    """(start, stop, softmax probabilities, similarities to the target) per chunk of rows."""
+    width = logits.shape[-1]
+    step = max(1, (1 << 21) // width)
+    for start in range(0, rows.numel(), step):
+        chunk_rows = rows[start : start + step]
+        probs = torch.softmax(logits.index_select(0, chunk_rows).to(unit.dtype), dim=-1)
+        similarity = unit.index_select(0, targets[chunk_rows]) @ unit.T
+        yield start, start + chunk_rows.numel(), probs, similarity
+
+
+def transport_cost(
+    logits: torch.Tensor, rows: torch.Tensor, targets: torch.Tensor, unit: torch.Tensor
+) -> torch.Tensor:
+    """EMO's transport cost d [n] at `rows` of `logits` [N, V], differentiable in the logits.
+
+    `unit` [V, H] holds unit-length embedding rows (no gradient); `targets` [N] the target ids.
+    """
+    return _TransportCost.apply(logits, rows, targets, unit)
