@@ -161,7 +161,13 @@ def coerce(value: Any, hint: Any, key: str) -> Any:
         options = typing.get_args(hint)
         if value is None and type(None) in options:
             return None
-        # bool before str: "true" on the command line is the bool, a path is the str
+        # a value that already has one of the types keeps it ("all-linear" stays a str, not [str])
+        for option in options:
+            if isinstance(option, type) and option is not type(None) and type(value) is option:
+                comma_list = option is str and "," in value and any(typing.get_origin(o) is list for o in options)
+                if not comma_list:
+                    return value
+        # otherwise convert, str last: "true" on the command line is the bool, a path is the str
         for option in sorted((o for o in options if o is not type(None)), key=lambda o: o is str):
             try:
                 return coerce(value, option, key)

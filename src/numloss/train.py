@@ -295,12 +295,12 @@ def apply_lora(config: Config, model: Any) -> Any:
     return model
 
 
-def prepare_data(config: Config, tokenizer: Any) -> Any:
-    """Examples of `config.data`, tokenised with completion-only labels (truncation logged)."""
-    from numloss.data import load_examples, tokenize_examples
+def load_training_examples(config: Config) -> list[Any]:
+    """The examples of `config.data` (read before any model is loaded, so a bad source fails fast)."""
+    from numloss.data import load_examples
 
     data = config.data
-    examples = load_examples(
+    return load_examples(
         data.source,
         num_examples=data.num_examples,
         seed=data.seed,
@@ -310,8 +310,14 @@ def prepare_data(config: Config, tokenizer: Any) -> Any:
         input_field=data.input_field,
         output_field=data.output_field,
     )
-    dataset = tokenize_examples(examples, tokenizer, data.max_length)
-    logger.warning("data %s: %s", data.source, dataset.summary())
+
+
+def prepare_data(config: Config, examples: list[Any], tokenizer: Any) -> Any:
+    """`examples` tokenised with completion-only labels; the truncation counts go to the log."""
+    from numloss.data import tokenize_examples
+
+    dataset = tokenize_examples(examples, tokenizer, config.data.max_length)
+    logger.warning("data %s: %s", config.data.source, dataset.summary())
     return dataset
 
 
@@ -350,6 +356,12 @@ def run_training(config: Config, callbacks: list[Any] | None = None, stop_after_
 
     from transformers import set_seed
 
+    from numloss.data import DataError
+
+    try:
+        examples = load_training_examples(config)
+    except DataError as error:
+        raise ConfigError(f"data: {error}") from None
     args = build_training_arguments(config)  # also sets up the process group under torchrun
     set_seed(config.train.seed)
     model, tokenizer = load_model_and_tokenizer(
@@ -372,7 +384,7 @@ def run_training(config: Config, callbacks: list[Any] | None = None, stop_after_
         model = apply_lora(config, model)
     if hasattr(model, "config"):
         model.config.use_cache = False  # the KV cache is useless in training and costs memory
-    dataset = prepare_data(config, tokenizer)
+    dataset = prepare_data(config, examples, tokenizer)
 
     throughput, csv_log, progress, stop_after = _callbacks_module()
     csv_path = output_dir / "log.csv"

@@ -10,7 +10,12 @@ from numloss.data.examples import Example
 from numloss.data.instructions import DataError
 from numloss.data.prompts import PROMPT_NO_INPUT, PROMPT_WITH_INPUT, format_prompt
 from numloss.data.sources import check_source, load_examples, source_kind
-from numloss.data.tokenize import IGNORE_INDEX, CompletionCollator, TokenizedDataset, tokenize_examples
+from numloss.data.tokenize import (
+    IGNORE_INDEX,
+    CompletionCollator,
+    TokenizedDataset,
+    tokenize_examples,
+)
 
 __all__ = [
     "Example",

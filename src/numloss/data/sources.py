@@ -14,7 +14,12 @@ from pathlib import Path
 
 from numloss.data import gym, synthetic
 from numloss.data.examples import Example
-from numloss.data.instructions import DataError, load_hf_records, read_json_records, records_to_examples
+from numloss.data.instructions import (
+    DataError,
+    load_hf_records,
+    read_json_records,
+    records_to_examples,
+)
 
 
 def source_kind(source: str) -> str:

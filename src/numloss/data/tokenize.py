@@ -69,7 +69,7 @@ def tokenize_examples(examples: Sequence[Example], tokenizer: Any, max_length: i
         chunk = examples[start : start + _BATCH]
         prompts = _ids(tokenizer, [e.prompt for e in chunk], add_special_tokens=True)
         outputs = _ids(tokenizer, [e.output for e in chunk], add_special_tokens=False)
-        for prompt, output in zip(prompts, outputs):
+        for prompt, output in zip(prompts, outputs, strict=True):
             # a tokenizer that appends EOS to every encoding would end the prompt with it
             if len(prompt) > 1 and prompt[-1] == eos:
                 prompt = prompt[:-1]

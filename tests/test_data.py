@@ -1,0 +1,174 @@
+"""Data: the shared prompt, synthetic and reasoning-gym sets, files and HF datasets, labels."""
+
+from __future__ import annotations
+
+import re
+from decimal import Decimal
+from pathlib import Path
+
+import pytest
+
+from numloss.data import (
+    IGNORE_INDEX,
+    CompletionCollator,
+    DataError,
+    Example,
+    format_prompt,
+    load_examples,
+    synthetic,
+    tokenize_examples,
+)
+from numloss.models.tiny import build_char_tokenizer
+
+FIXTURES = Path(__file__).parent / "fixtures" / "train"
+NUM = r"-?\d+(?:\.\d+)?"
+
+
+@pytest.fixture(scope="module")
+def tok():
+    return build_char_tokenizer()
+
+
+def test_prompt_is_the_alpaca_template():
+    assert format_prompt("Add 2 and 3.") == (
+        "Below is an instruction that describes a task. Write a response that appropriately "
+        "completes the request.\n\n### Instruction:\nAdd 2 and 3.\n\n### Response:"
+    )
+    with_input = format_prompt("Add them.", "2 and 3")
+    assert with_input.startswith("Below is an instruction that describes a task, paired with an input")
+    assert with_input.endswith("### Instruction:\nAdd them.\n\n### Input:\n2 and 3\n\n### Response:")
+    # an empty input is the no-input template
+    assert format_prompt("x", "") == format_prompt("x")
+
+
+@pytest.mark.parametrize("name", [*synthetic.GENERATORS, "mix"])
+def test_synthetic_sets_are_seeded_and_correct(name):
+    first = load_examples(f"synthetic:{name}", num_examples=40, seed=3)
+    assert first == load_examples(f"synthetic:{name}", num_examples=40, seed=3)
+    assert first != load_examples(f"synthetic:{name}", num_examples=40, seed=4)
+    for example in first:
+        assert example.output.endswith(f"The answer is {example.answer}.")
+        assert "e" not in example.answer.lower() and not example.answer.endswith(".")
+        # every "a op b = c" in the working is exact arithmetic
+        for a, op, b, c in re.findall(rf"({NUM}) ([-+*]) ({NUM}) = ({NUM})", example.output):
+            x, y = Decimal(a), Decimal(b)
+            expected = x + y if op == "+" else x - y if op == "-" else x * y
+            assert Decimal(c) == expected, (example.output, a, op, b, c)
+
+
+def test_linear_equation_answer_solves_the_equation():
+    for example in load_examples("synthetic:linear_equations", num_examples=30, seed=0):
+        a, sign, b, c = re.fullmatch(r"Solve for x: (\d+)x ([-+]) (\d+) = (-?\d+)\.", example.instruction).groups()
+        x = int(example.answer)
+        assert int(a) * x + (int(b) if sign == "+" else -int(b)) == int(c)
+
+
+def test_fmt_never_writes_float_noise():
+    assert synthetic.fmt(Decimal("0.1") + Decimal("0.2")) == "0.3"
+    assert synthetic.fmt(Decimal("14.00")) == "14"
+    assert synthetic.fmt(Decimal("-0.0")) == "0"
+
+
+@pytest.mark.parametrize("name", ["basic_arithmetic", "decimal_arithmetic", "simple_equations", "gsm_symbolic"])
+def test_reasoning_gym_adapters(name):
+    examples = load_examples(f"gym:{name}", num_examples=3, seed=1)
+    assert len(examples) == 3 and examples == load_examples(f"gym:{name}", num_examples=3, seed=1)
+    for example in examples:
+        assert example.instruction and example.output == f"The answer is {example.answer}."
+        assert any(ch.isdigit() for ch in example.answer)
+
+
+def test_unknown_generators_are_clear_errors():
+    with pytest.raises(DataError, match="unknown synthetic set 'nope'.*synthetic:arithmetic"):
+        load_examples("synthetic:nope", num_examples=2)
+    with pytest.raises(DataError, match="unknown reasoning-gym set"):
+        load_examples("gym:chess", num_examples=2)
+    with pytest.raises(DataError, match="set data.num_examples"):
+        load_examples("synthetic:mix")
+
+
+def test_json_and_jsonl_in_the_mathinstruct_layout():
+    examples = load_examples(str(FIXTURES / "mathinstruct_sample.json"))
+    assert len(examples) == 3
+    assert examples[0] == Example("Tom has 3 boxes with 12 pens each. How many pens does he have?",
+                                  "Tom has 3 * 12 = 36 pens. The answer is 36.")
+    assert examples[2].input == "x + 7 = 19. What is x?"
+    assert "### Input:\nx + 7 = 19. What is x?" in examples[2].prompt
+    lines = load_examples(str(FIXTURES / "mathinstruct_sample.jsonl"))
+    assert [e.instruction for e in lines] == ["What is 17 + 25?", "Compute the product.", "What is 100 - 1.25?"]
+    assert len(load_examples(str(FIXTURES / "mathinstruct_sample.jsonl"), num_examples=2)) == 2
+
+
+def test_bad_records_name_the_line_and_field(tmp_path):
+    with pytest.raises(DataError, match=r"record 1 has no 'output'.*'response'.*data.output_field"):
+        load_examples(str(FIXTURES / "missing_output.jsonl"))
+    remapped = load_examples(str(FIXTURES / "missing_output.jsonl"), num_examples=1)
+    assert remapped[0].output == "2"
+    broken = tmp_path / "broken.jsonl"
+    broken.write_text('{"instruction": "a", "output": "1"}\n{"instruction": \n')
+    with pytest.raises(DataError, match=r"broken.jsonl:2: not valid JSON"):
+        load_examples(str(broken))
+    with pytest.raises(DataError, match="no such file"):
+        load_examples(str(tmp_path / "absent.json"))
+
+
+def test_hf_datasets_from_local_folder_and_parquet(tmp_path):
+    import datasets
+
+    records = {"question": ["What is 1 + 2?", "What is 2.5 * 2?"], "answer": ["3", "5"], "other": [1, 2]}
+    dataset = datasets.Dataset.from_dict(records)
+    dataset.save_to_disk(str(tmp_path / "saved"))
+    fields = dict(instruction_field="question", output_field="answer")
+    examples = load_examples(str(tmp_path / "saved"), **fields)
+    assert [(e.instruction, e.output) for e in examples] == [("What is 1 + 2?", "3"), ("What is 2.5 * 2?", "5")]
+    datasets.DatasetDict({"train": dataset, "test": dataset.select([0])}).save_to_disk(str(tmp_path / "dict"))
+    assert len(load_examples(str(tmp_path / "dict"), split="test", **fields)) == 1
+    dataset.to_parquet(str(tmp_path / "data.parquet"))
+    assert load_examples(str(tmp_path / "data.parquet"), **fields) == examples
+
+
+def test_hf_name_not_cached_offline_is_a_clear_error(monkeypatch):
+    monkeypatch.setenv("HF_DATASETS_OFFLINE", "1")
+    with pytest.raises(DataError, match="offline.*save_to_disk"):
+        load_examples("numloss-test/no-such-dataset-anywhere")
+
+
+def test_completion_only_labels(tok):
+    example = Example("What is 12 + 30?", "12 + 30 = 42. The answer is 42.")
+    dataset = tokenize_examples([example], tok, max_length=1024)
+    feature = dataset[0]
+    ids, labels = feature["input_ids"], feature["labels"]
+    prompt_len = len(tok(example.prompt)["input_ids"])
+    assert ids[0] == tok.bos_token_id and ids[-1] == tok.eos_token_id
+    assert labels[:prompt_len] == [IGNORE_INDEX] * prompt_len
+    assert labels[prompt_len:] == ids[prompt_len:]
+    assert tok.decode(labels[prompt_len:]) == example.output + tok.eos_token
+    assert dataset.num_truncated == 0 and dataset.stats["target_tokens"] == len(example.output) + 1
+
+
+def test_truncation_is_counted_never_dropped(tok):
+    short = Example("1+1?", "2")
+    long = Example("What is 1 + 1?", "The answer is 2. " * 30)
+    no_room = Example("x" * 400, "5")
+    dataset = tokenize_examples([short, long, no_room], tok, max_length=200)
+    assert len(dataset) == 3
+    assert all(len(f["input_ids"]) <= 200 for f in dataset.features)
+    assert dataset.num_truncated == 2 and dataset.num_without_target == 1
+    assert "2 truncated" in dataset.summary() and "raise data.max_length" in dataset.summary()
+    # the truncated long example keeps its prompt and the start of its response
+    kept = dataset[1]["labels"]
+    assert any(label != IGNORE_INDEX for label in kept)
+
+
+def test_collator_pads_right_with_ignored_labels(tok):
+    dataset = tokenize_examples(load_examples("synthetic:arithmetic", num_examples=3), tok, 512)
+    batch = CompletionCollator(tok.pad_token_id)([dataset[0], dataset[1], dataset[2]])
+    lengths = [len(f["input_ids"]) for f in dataset.features]
+    assert batch["input_ids"].shape == (3, max(lengths))
+    for row, n in enumerate(lengths):
+        assert batch["attention_mask"][row].sum() == n
+        assert (batch["input_ids"][row, n:] == tok.pad_token_id).all()
+        assert (batch["labels"][row, n:] == IGNORE_INDEX).all()
+        assert batch["labels"][row, :n].tolist() == dataset[row]["labels"]
+    padded = CompletionCollator(tok.pad_token_id, pad_to_multiple_of=64)([dataset[0]])
+    assert padded["input_ids"].shape[1] % 64 == 0
