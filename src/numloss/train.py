@@ -318,6 +318,11 @@ def prepare_data(config: Config, examples: list[Any], tokenizer: Any) -> Any:
 
     dataset = tokenize_examples(examples, tokenizer, config.data.max_length)
     logger.warning("data %s: %s", config.data.source, dataset.summary())
+    if dataset.num_without_target == len(dataset):
+        raise ConfigError(
+            f"data.max_length={config.data.max_length}: every prompt fills the limit, so no response token "
+            "is left to learn; raise data.max_length"
+        )
     return dataset
 
 
@@ -326,13 +331,20 @@ def _write_json(path: Path, payload: Any) -> None:
 
 
 # -- the run --------------------------------------------------------------------------------------
-def run_training(config: Config, callbacks: list[Any] | None = None, stop_after_step: int | None = None) -> TrainResult:
+def run_training(
+    config: Config,
+    callbacks: list[Any] | None = None,
+    stop_after_step: int | None = None,
+    examples: list[Any] | None = None,
+) -> TrainResult:
     """Train per `config` (already validated by `load_config`) and save the final model.
 
     `callbacks`: extra `transformers.TrainerCallback`s. `stop_after_step`: end after that optimizer
     step as if killed there (the checkpoint schedule is unchanged; no final model is saved), to
-    test resuming. Resuming (`train.resume`) continues from the last checkpoint in `output_dir`
-    (or the given folder) with the optimizer, scheduler, RNG and data position restored.
+    test resuming. `examples`: train on these `numloss.data.Example`s instead of reading
+    `config.data.source` (`numloss compare` passes its task's set, whose prompts are bare).
+    Resuming (`train.resume`) continues from the last checkpoint in `output_dir` (or the given
+    folder) with the optimizer, scheduler, RNG and data position restored.
     """
     from numloss.config import validate
     from numloss.data import CompletionCollator
@@ -340,7 +352,7 @@ def run_training(config: Config, callbacks: list[Any] | None = None, stop_after_
     from numloss.models import check_model_available, load_model_and_tokenizer
 
     validate(config)
-    check_model_available(config.model.name, config.model.revision)
+    check_model_available(config.model.name, config.model.revision, config.model.cache_dir)
     output_dir = Path(config.train.output_dir)
     resume: bool | str = config.train.resume
     checkpoint: str | None = None
@@ -359,7 +371,8 @@ def run_training(config: Config, callbacks: list[Any] | None = None, stop_after_
     from numloss.data import DataError
 
     try:
-        examples = load_training_examples(config)
+        if examples is None:
+            examples = load_training_examples(config)
     except DataError as error:
         raise ConfigError(f"data: {error}") from None
     args = build_training_arguments(config)  # also sets up the process group under torchrun
@@ -498,7 +511,7 @@ def main(argv: list[str] | None = None) -> int:
         from numloss.models import ModelUnavailableError, check_model_available
 
         try:
-            check_model_available(config.model.name, config.model.revision)
+            check_model_available(config.model.name, config.model.revision, config.model.cache_dir)
         except ModelUnavailableError as error:
             raise ConfigError(f"model.name: {error}") from None
     except ConfigError as error:
@@ -512,7 +525,7 @@ def main(argv: list[str] | None = None) -> int:
     except ConfigError as error:
         print(f"numloss train: {error}", file=sys.stderr)
         return 2
-    if result.model_dir.exists():
+    if result.model_dir.exists() and int(os.environ.get("RANK", "0")) == 0:
         summary = {k: round(v, 5) if isinstance(v, float) else v for k, v in result.metrics.items()}
         print(f"numloss train: done, {result.global_step} steps; model in {result.model_dir}; metrics {summary}")
     return 0

