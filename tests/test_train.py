@@ -98,6 +98,19 @@ def test_resume_after_interruption_reaches_the_same_weights(tmp_path):
     assert rows == pytest.approx(expected, rel=1e-5)
 
 
+def test_examples_given_directly_replace_the_source(tmp_path):
+    from numloss.data import Example
+
+    examples = [Example("What is 2 + 2?", "2 + 2 = 4. The answer is 4.")] * 8
+    config = tiny_config(tmp_path, "--data.source", "synthetic:decimals", "--train.max_steps", "2")
+    result = run_training(config, examples=examples)
+    assert result.global_step == 2
+    history = json.loads(result.log_history_path.read_text())
+    assert history[0]["epoch"] == 0.5  # 8 examples in batches of 4: the given set, not 64 generated
+    with pytest.raises(ConfigError, match="no training examples"):
+        run_training(config, examples=[])
+
+
 def test_no_response_token_left_is_a_clear_error(tmp_path):
     with pytest.raises(ConfigError, match="no response token is left"):
         run_training(tiny_config(tmp_path, "--data.max_length", "100"))

@@ -375,6 +375,8 @@ def run_training(
             examples = load_training_examples(config)
     except DataError as error:
         raise ConfigError(f"data: {error}") from None
+    if not examples:
+        raise ConfigError("run_training: no training examples (examples is empty)")
     args = build_training_arguments(config)  # also sets up the process group under torchrun
     set_seed(config.train.seed)
     model, tokenizer = load_model_and_tokenizer(
