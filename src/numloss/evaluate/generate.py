@@ -85,6 +85,8 @@ class HFGenerator:
             num_beams=1,
             pad_token_id=self.pad_id,
             eos_token_id=self.eos_id,
+            # stop each row at a stop string (not only at EOS): the rest would be thrown away
+            stop_strings=list(self.stop) or None,
         )
 
     @torch.no_grad()
@@ -98,15 +100,15 @@ class HFGenerator:
             tok.padding_side = side
         device = next(self.model.parameters()).device
         enc = {k: v.to(device) for k, v in enc.items() if k in ("input_ids", "attention_mask")}
-        out = self.model.generate(**enc, generation_config=self._config())
+        out = self.model.generate(**enc, generation_config=self._config(), tokenizer=tok)
         new = out[:, enc["input_ids"].shape[1] :]
         results = []
         eos_ids = set(self.eos_id if isinstance(self.eos_id, list) else [self.eos_id])
         for row in new.tolist():
             count = len(row)
             for j, token in enumerate(row):
-                if token in eos_ids:
-                    count = j + 1
+                if token in eos_ids or token == self.pad_id:  # finished rows are padded
+                    count = j + (token in eos_ids)
                     break
             text = tok.decode(row[:count], skip_special_tokens=True)
             results.append(Generation(cut_at_stop(text, self.stop), count))
