@@ -56,12 +56,12 @@ def main(argv: list[str] | None = None) -> int:
     import torch
 
     from numloss.evaluate.benchmarks import SYNTHETIC_SEED
-    from numloss.models.load import ModelUnavailableError
     from numloss.evaluate.metrics import teacher_forced_digit_stats
     from numloss.evaluate.prompts import build_prompt, training_template
     from numloss.evaluate.report import summarize, write_report
     from numloss.evaluate.runner import evaluate_benchmark
     from numloss.evaluate.sandbox import SandboxLimits
+    from numloss.models.load import ModelUnavailableError
 
     args = build_parser().parse_args(argv)
     started = time.perf_counter()
