@@ -15,10 +15,10 @@ from __future__ import annotations
 
 import torch
 
-# Forward: rows per log-softmax chunk, sized to stay in cache (the chunk is written and re-read).
-_FORWARD_CHUNK_ELEMENTS = 1 << 18
-# Backward: rows per chunk of the float32 work buffer for non-float32 logits, about 16 MB.
-_BACKWARD_CHUNK_ELEMENTS = 1 << 22
+# Rows per chunk of the float32 work buffers (log-softmax in forward; the gradient of
+# non-float32 logits in backward): about 4 MB, large enough that each kernel's parallel region
+# amortises its start-up, small enough to bound the temporary memory.
+_CHUNK_ELEMENTS = 1 << 20
 
 
 def compute_dtype(dtype: torch.dtype) -> torch.dtype:
@@ -26,7 +26,7 @@ def compute_dtype(dtype: torch.dtype) -> torch.dtype:
     return torch.float64 if dtype == torch.float64 else torch.float32
 
 
-def row_chunk(num_rows: int, width: int, elements: int = _BACKWARD_CHUNK_ELEMENTS) -> int:
+def row_chunk(num_rows: int, width: int, elements: int = _CHUNK_ELEMENTS) -> int:
     """Rows per chunk so that one chunk holds about `elements` values (at least 8 rows)."""
     return max(1, min(num_rows, max(8, elements // max(width, 1))))
 
@@ -44,7 +44,7 @@ class _TokenNLLAndDigitLogits(torch.autograd.Function):
         num_rows, width = logits.shape
         dtype = compute_dtype(logits.dtype)
         lse = torch.empty(num_rows, dtype=dtype, device=logits.device)
-        step = row_chunk(num_rows, width, _FORWARD_CHUNK_ELEMENTS)
+        step = row_chunk(num_rows, width)
         for start in range(0, num_rows, step):
             chunk = logits[start : start + step].to(dtype)
             # The fused log-softmax kernel beats logsumexp; lse = x_m - log p_m at the row's
@@ -69,19 +69,19 @@ class _TokenNLLAndDigitLogits(torch.autograd.Function):
         # pass over [N, V]; s = 0 (ignored rows) gives exp(-inf) = 0. Negative scales need a mul.
         fold = bool((row_scale >= 0).all())
         shift = (lse - torch.log(row_scale)) if fold else lse
-        step = row_chunk(num_rows, width)
-        direct = logits.dtype == dtype  # else work in a compute-dtype buffer, then cast
+        # Logits in the compute dtype are written straight into the gradient in one pass each;
+        # others go through a compute-dtype buffer one chunk at a time.
+        step = max(num_rows, 1) if logits.dtype == dtype else row_chunk(num_rows, width)
         for start in range(0, num_rows, step):
             stop = min(start + step, num_rows)
-            if direct:
-                buffer = grad[start:stop]
-                torch.sub(logits[start:stop], shift[start:stop, None], out=buffer)
+            if logits.dtype == dtype:
+                buffer = torch.sub(logits[start:stop], shift[start:stop, None], out=grad[start:stop])
             else:
                 buffer = logits[start:stop].to(dtype).sub_(shift[start:stop, None])
             buffer.exp_()
             if not fold:
                 buffer.mul_(row_scale[start:stop, None])
-            if not direct:
+            if logits.dtype != dtype:
                 grad[start:stop].copy_(buffer)
         rows = torch.arange(num_rows, device=logits.device)
         # one-hot and digit parts, added in the compute dtype on the few entries they touch
