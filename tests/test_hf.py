@@ -177,3 +177,84 @@ def test_shift_labels_pads_instead_of_slicing():
 def test_rejects_a_loss_that_is_not_numeric(tmp_path):
     with pytest.raises(TypeError, match="numloss objective"):
         NumericTrainer(loss_fn=torch.nn.CrossEntropyLoss(), model=tiny_llama(), args=train_args(tmp_path, 2, 1))
+
+
+# -- the fused path inside the trainer ------------------------------------------------------------
+
+
+def tiny_model(architecture: str, seed: int = 0):
+    """A 2-layer, hidden-32 causal LM of `architecture` with a 40-token vocabulary, dropout off."""
+    from transformers import (
+        GPT2Config,
+        GPT2LMHeadModel,
+        MistralConfig,
+        MistralForCausalLM,
+        Qwen2Config,
+        Qwen2ForCausalLM,
+    )
+
+    if architecture == "llama":
+        return tiny_llama(seed)
+    torch.manual_seed(seed)
+    common = dict(vocab_size=40, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                  num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=64,
+                  attention_dropout=0.0, tie_word_embeddings=False)
+    if architecture == "qwen2":
+        return Qwen2ForCausalLM(Qwen2Config(**common)).float()
+    if architecture == "mistral":
+        return MistralForCausalLM(MistralConfig(**common, sliding_window=None)).float()
+    if architecture == "gpt2":
+        config = GPT2Config(vocab_size=40, n_embd=32, n_layer=2, n_head=4, n_positions=64,
+                            resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0)
+        return GPT2LMHeadModel(config).float()  # ties lm_head to the input embedding
+    raise ValueError(architecture)
+
+
+def loss_curve(model, name: str, tmp_path, fused: bool, steps: int = 3):
+    trainer = NumericTrainer(
+        loss_fn=make_loss(name, model),
+        fused=fused,
+        model=model,
+        args=train_args(tmp_path, batch=2, accumulation=2, steps=steps, lr=0.2),
+        train_dataset=rows(),
+        data_collator=collate,
+    )
+    trainer.train()
+    logs = [entry for entry in trainer.state.log_history if "ce" in entry]
+    assert len(logs) == steps
+    return [entry[key] for entry in logs for key in ("loss", "ce", "aux")], model
+
+
+@pytest.mark.parametrize("architecture,name", [("llama", "del"), ("qwen2", "mixce"), ("mistral", "ntl-was"), ("gpt2", "emo")])
+def test_fused_training_follows_the_unfused_loss_curve(architecture, name, tmp_path):
+    unfused_curve, unfused_model = loss_curve(tiny_model(architecture), name, tmp_path / "u", fused=False)
+    fused_curve, fused_model = loss_curve(tiny_model(architecture), name, tmp_path / "f", fused=True)
+    assert unfused_curve[0] != pytest.approx(unfused_curve[-3], rel=1e-3), "training did not move the loss"
+    assert fused_curve == pytest.approx(unfused_curve, rel=1e-5, abs=1e-6)
+    for (key, a), b in zip(unfused_model.named_parameters(), fused_model.parameters(), strict=True):
+        torch.testing.assert_close(b, a, rtol=1e-4, atol=1e-6, msg=key)
+
+
+def test_fused_training_under_peft_lora(tmp_path):
+    from peft import LoraConfig, get_peft_model
+
+    def lora_model():
+        config = LoraConfig(r=4, lora_alpha=8, lora_dropout=0.0, target_modules=["q_proj", "v_proj"], init_lora_weights=False)
+        return get_peft_model(tiny_llama(), config)
+
+    torch.manual_seed(0)
+    unfused_curve, _ = loss_curve(lora_model(), "del", tmp_path / "u", fused=False)
+    torch.manual_seed(0)
+    fused_curve, _ = loss_curve(lora_model(), "del", tmp_path / "f", fused=True)
+    assert unfused_curve[0] != pytest.approx(unfused_curve[-3], rel=1e-4)
+    assert fused_curve == pytest.approx(unfused_curve, rel=1e-5, abs=1e-6)
+
+
+def test_fused_refuses_an_adapted_lm_head(tmp_path):
+    from peft import LoraConfig, get_peft_model
+
+    model = get_peft_model(tiny_llama(), LoraConfig(r=2, target_modules=["q_proj", "lm_head"]))
+    trainer = NumericTrainer(loss_fn=make_loss("del", model), fused=True, model=model,
+                             args=train_args(tmp_path, 2, 1), train_dataset=rows(), data_collator=collate)
+    with pytest.raises(ValueError, match="lm_head"):
+        trainer.train()

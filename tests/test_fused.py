@@ -1,0 +1,258 @@
+"""The fused path equals the unfused call: values and gradients for hidden, weight and bias."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+import numloss.fused as fused_module
+from numloss import DigitVocab, build_loss
+from numloss.fused import default_chunk_size, fused_loss
+
+VOCAB = DigitVocab(list(range(10)), decimal_point_id=10)
+OBJECTIVES = ["mle", "del", "ntl-was", "ntl-mse", "dist2", "mixce", "emo"]
+V, H = 48, 16
+POINT = 10
+
+
+def make_loss(name: str, weight: torch.Tensor):
+    if name == "emo":
+        return build_loss(name, VOCAB, embedding=weight.detach())
+    return build_loss(name, VOCAB)
+
+
+def labels_with_numbers() -> torch.Tensor:
+    """[3, 13]: a prompt, numbers (one across the chunk-of-5 boundary), a row without digits."""
+    generator = torch.Generator().manual_seed(3)
+    labels = torch.randint(11, V, (3, 13), generator=generator)
+    labels[0, :3] = -100
+    labels[0, 3:9] = torch.tensor([1, 2, 3, POINT, 4, 5])  # "123.45" spans rows 3..8 (chunk edge at 5)
+    labels[1, 0:2] = torch.tensor([7, 0])
+    labels[1, 11:13] = torch.tensor([9, 9])  # touches the row end
+    labels[1, 6] = -100
+    return labels  # row 2: no digits at all
+
+
+def inputs(dtype=torch.float32, bias=True, seed=0):
+    generator = torch.Generator().manual_seed(seed)
+    hidden = torch.randn(3, 13, H, generator=generator).to(dtype).requires_grad_(True)
+    weight = (torch.randn(V, H, generator=generator) / 2).to(dtype).requires_grad_(True)
+    b = (torch.randn(V, generator=generator) / 4).to(dtype).requires_grad_(True) if bias else None
+    return hidden, weight, b
+
+
+def grads_of(out_loss, tensors):
+    grads = torch.autograd.grad(out_loss, [t for t in tensors if t is not None])
+    return [g.float() for g in grads]
+
+
+def unfused_and_fused(name, dtype, labels, chunk_size, bias=True, **counts):
+    hidden, weight, b = inputs(dtype, bias)
+    loss_fn = make_loss(name, weight)
+    reference = loss_fn(F.linear(hidden, weight, b), labels, **counts)
+    reference_grads = grads_of(reference.loss, (hidden, weight, b))
+    fused = loss_fn.from_hidden(hidden, weight, labels, lm_head_bias=b, chunk_size=chunk_size, **counts)
+    fused_grads = grads_of(fused.loss, (hidden, weight, b))
+    return reference, reference_grads, fused, fused_grads
+
+
+def assert_same(reference, reference_grads, fused, fused_grads, rtol, atol):
+    for field in ("loss", "ce", "aux", "digit_entropy"):
+        torch.testing.assert_close(getattr(fused, field).float(), getattr(reference, field).float(), rtol=rtol, atol=atol)
+    assert int(fused.num_tokens) == int(reference.num_tokens)
+    assert int(fused.num_digits) == int(reference.num_digits)
+    for got, want in zip(fused_grads, reference_grads, strict=True):
+        scale = float(want.abs().max())
+        torch.testing.assert_close(got, want, rtol=rtol, atol=atol * max(scale, 1e-6))
+
+
+@pytest.mark.parametrize("name", OBJECTIVES)
+@pytest.mark.parametrize("chunk_size", [5, 64])
+def test_float32_values_and_gradients_equal_the_unfused_call(name, chunk_size):
+    assert_same(*unfused_and_fused(name, torch.float32, labels_with_numbers(), chunk_size), rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("name", OBJECTIVES)
+def test_bfloat16_values_and_gradients_equal_the_unfused_call(name):
+    # both paths round the logits to bf16; gradients differ by bf16 rounding of the matmuls
+    assert_same(*unfused_and_fused(name, torch.bfloat16, labels_with_numbers(), 5), rtol=2e-2, atol=2e-2)
+
+
+@pytest.mark.parametrize("name", OBJECTIVES)
+def test_step_wide_counts_and_no_bias(name):
+    result = unfused_and_fused(
+        name, torch.float32, labels_with_numbers(), 4, bias=False, num_items_in_batch=100, num_digits_in_batch=30
+    )
+    assert_same(*result, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("name", OBJECTIVES)
+def test_gradient_is_computed_in_forward_for_every_objective(name, monkeypatch):
+    """The fast route is taken: the stored gradient is scaled, never recomputed."""
+
+    def fail(*args, **kwargs):
+        raise AssertionError("recomputed")
+
+    monkeypatch.setattr(fused_module, "_recompute", fail)
+    hidden, weight, b = inputs()
+    make_loss(name, weight).from_hidden(hidden, weight, labels_with_numbers(), b, chunk_size=5).loss.backward()
+    assert hidden.grad is not None and weight.grad is not None and b.grad is not None
+
+
+@pytest.mark.parametrize("name", ["mle", "mixce", "emo"])
+def test_other_uses_of_the_outputs_fall_back_to_recompute(name):
+    """Back-propagating ce + loss (not the predicted gradient) still gives the exact gradient."""
+    labels = labels_with_numbers()
+    hidden, weight, b = inputs()
+    loss_fn = make_loss(name, weight)
+    reference = loss_fn(F.linear(hidden, weight, b), labels)
+    want = grads_of(reference.loss + 3.0 * reference.ce + reference.aux, (hidden, weight, b))
+    fused = loss_fn.from_hidden(hidden, weight, labels, b, chunk_size=5)
+    got = grads_of(fused.loss + 3.0 * fused.ce + fused.aux, (hidden, weight, b))
+    for g, w in zip(got, want, strict=True):
+        torch.testing.assert_close(g, w, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("name", OBJECTIVES)
+def test_recompute_strategy_equals_the_unfused_call(name):
+    labels = labels_with_numbers()
+    hidden, weight, b = inputs()
+    loss_fn = make_loss(name, weight)
+    reference = loss_fn(F.linear(hidden, weight, b), labels)
+    want = grads_of(reference.loss, (hidden, weight, b))
+    fused = fused_loss(loss_fn, hidden, weight, labels, b, chunk_size=5, strategy="recompute")
+    assert_same(reference, want, fused, grads_of(fused.loss, (hidden, weight, b)), rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("name", OBJECTIVES)
+def test_two_dimensional_inputs_equal_the_batched_call(name):
+    labels = labels_with_numbers()
+    hidden, weight, b = inputs()
+    loss_fn = make_loss(name, weight)
+    batched = loss_fn.from_hidden(hidden, weight, labels, b, chunk_size=5)
+    # one row only, flattened: [T, H] with [T]
+    flat = loss_fn.from_hidden(hidden[0], weight, labels[0], b, chunk_size=5)
+    row = loss_fn(F.linear(hidden[0:1], weight, b), labels[0:1])
+    torch.testing.assert_close(flat.loss, row.loss, rtol=1e-5, atol=1e-6)
+    assert torch.isfinite(batched.loss)
+
+
+@pytest.mark.parametrize("name", OBJECTIVES)
+def test_all_ignored_batch_is_finite_zero_with_zero_gradients(name):
+    labels = torch.full((2, 7), -100)
+    hidden, weight, b = inputs()
+    hidden = hidden[:2, :7].detach().requires_grad_(True)
+    out = make_loss(name, weight).from_hidden(hidden, weight, labels, b, chunk_size=3)
+    assert float(out.loss) == 0.0 and float(out.aux) == 0.0 and int(out.num_tokens) == 0
+    grads = grads_of(out.loss, (hidden, weight, b))
+    assert all(float(g.abs().max()) == 0.0 for g in grads)
+
+
+@pytest.mark.parametrize("name", ["del", "ntl-was", "ntl-mse", "dist2"])
+def test_rows_without_digits_give_zero_aux(name):
+    labels = labels_with_numbers()[2:3]  # the row with no digits
+    assert not bool((labels < 11).any())
+    hidden, weight, b = inputs()
+    out = make_loss(name, weight).from_hidden(hidden[2:3], weight, labels, b, chunk_size=5)
+    assert float(out.aux) == 0.0 and int(out.num_digits) == 0 and torch.isfinite(out.loss)
+
+
+def float64_inputs():
+    generator = torch.Generator().manual_seed(0)
+    hidden = torch.randn(3, 6, 4, dtype=torch.float64, generator=generator, requires_grad=True)
+    weight = torch.randn(V, 4, dtype=torch.float64, generator=generator, requires_grad=True)
+    bias = torch.randn(V, dtype=torch.float64, generator=generator, requires_grad=True)
+    return hidden, weight, bias
+
+
+def test_float64_gradcheck():
+    """Objectives whose gradient is the derivative of their value (MixCE and EMO stop gradients)."""
+    labels = labels_with_numbers()[:, :6]
+    hidden, weight, bias = float64_inputs()
+    for name in ["mle", "del", "ntl-was", "ntl-mse", "dist2"]:
+        loss_fn = make_loss(name, weight)
+        torch.autograd.gradcheck(
+            lambda h, w, b, f=loss_fn: f.from_hidden(h, w, labels, lm_head_bias=b, chunk_size=4).loss,
+            (hidden, weight, bias),
+            # a second backward of the same graph recomputes instead of reusing the stored
+            # gradient, which differs in the last bits
+            nondet_tol=1e-10,
+            fast_mode=True,
+        )
+
+
+@pytest.mark.parametrize("name", OBJECTIVES)
+def test_float64_equals_the_unfused_call_to_rounding(name):
+    labels = labels_with_numbers()[:, :6]
+    hidden, weight, bias = float64_inputs()
+    loss_fn = make_loss(name, weight)
+    reference = loss_fn(F.linear(hidden, weight, bias), labels)
+    fused = loss_fn.from_hidden(hidden, weight, labels, lm_head_bias=bias, chunk_size=4)
+    assert fused.loss.dtype == torch.float64
+    assert_same(reference, grads_of(reference.loss, (hidden, weight, bias)), fused,
+                grads_of(fused.loss, (hidden, weight, bias)), rtol=1e-12, atol=1e-12)
+
+
+def test_no_full_logits_tensor_is_allocated():
+    """With N = 64 rows and chunks of 8, no float tensor of N x V elements is ever created."""
+    labels = torch.randint(0, V, (64,))
+    hidden = torch.randn(64, H, requires_grad=True)
+    weight = torch.randn(V, H, requires_grad=True)
+    loss_fn = make_loss("emo", weight)
+    largest = 0
+    original_empty, original_linear = torch.empty, F.linear
+
+    def watch(tensor):
+        nonlocal largest
+        if tensor.dim() == 2 and tensor.shape[1] == V:
+            largest = max(largest, tensor.shape[0])
+        return tensor
+
+    def linear(*args, **kwargs):
+        return watch(original_linear(*args, **kwargs))
+
+    try:
+        fused_module.F.linear = linear
+        out = loss_fn.from_hidden(hidden, weight, labels, chunk_size=8)
+        out.loss.backward()
+    finally:
+        fused_module.F.linear = original_linear
+        torch.empty = original_empty
+    assert 0 < largest <= 8
+
+
+def test_default_chunk_size_depends_on_vocab_and_hidden():
+    assert default_chunk_size(151936, 896) == (1 << 24) // (151936 + 896)
+    assert default_chunk_size(32000, 4096) > default_chunk_size(151936, 4096)
+    assert default_chunk_size(10**9, 10) == 16
+
+
+def test_bad_shapes_are_explained():
+    hidden, weight, b = inputs()
+    loss_fn = make_loss("del", weight)
+    labels = labels_with_numbers()
+    with pytest.raises(ValueError, match="do not match"):
+        loss_fn.from_hidden(hidden, weight, labels[:, :5])
+    with pytest.raises(ValueError, match="hidden size"):
+        loss_fn.from_hidden(hidden, weight[:, :8], labels)
+    with pytest.raises(ValueError, match=r"\[V, H\]"):
+        loss_fn.from_hidden(hidden, weight[0], labels)
+    with pytest.raises(ValueError, match="lm_head_bias"):
+        loss_fn.from_hidden(hidden, weight, labels, lm_head_bias=b[:5])
+    with pytest.raises(TypeError, match="labels"):
+        loss_fn.from_hidden(hidden, weight, labels.float())
+    with pytest.raises(ValueError, match="chunk_size"):
+        loss_fn.from_hidden(hidden, weight, labels, chunk_size=0)
+    with pytest.raises(ValueError, match="columns but digit"):
+        loss_fn.from_hidden(hidden, weight[:8], labels.clamp(max=7))
+    with pytest.raises(ValueError, match="embedding has"):
+        build_loss("emo", VOCAB, embedding=torch.randn(V + 1, H)).from_hidden(hidden, weight, labels)
+
+
+def test_non_finite_hidden_states_raise():
+    hidden, weight, b = inputs()
+    hidden = hidden.detach().clone()
+    hidden[0, 5, 0] = float("nan")
+    with pytest.raises(FloatingPointError, match="hidden states"):
+        make_loss("del", weight).from_hidden(hidden, weight, labels_with_numbers())
