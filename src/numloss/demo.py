@@ -1,12 +1,18 @@
-"""`numloss demo`: a worked example that prints every objective on one small batch.
+"""`numloss demo`: the default comparison, small enough for a laptop (what `make demo` runs).
 
-It builds a character-level vocabulary, a batch of two answers with integers and decimals, random
-logits, and prints loss, ce, aux and counts for each objective of `numloss.LOSSES`.
+Trains the tiny character-level model once per objective and seed of `configs/compare-demo.yaml`
+(run from the repository root, or pass a config), evaluates each run on the held-out
+sets and prints the in-distribution table; the full report lands in `runs/demo/`. Started again,
+it skips the runs that already finished. The full grid (every objective, the DEL alpha sweep and
+the ablations, three seeds) is `numloss compare configs/compare.yaml`.
+
+`numloss demo --worked-example` prints instead every objective's loss terms on one fixed batch.
 """
 
 from __future__ import annotations
 
-import argparse
+import sys
+from pathlib import Path
 
 import torch
 
@@ -14,6 +20,7 @@ from numloss.digits import DigitVocab, find_digits
 from numloss.losses import LOSSES, build_loss
 
 _CHARS = list("0123456789.") + list(" =+-*/abcdefghijklmnopqrstuvwxyz")
+DEMO_CONFIG = Path("configs/compare-demo.yaml")
 
 
 def worked_example(seed: int = 0) -> list[tuple[str, float, float, float, int, int]]:
@@ -41,11 +48,48 @@ def worked_example(seed: int = 0) -> list[tuple[str, float, float, float, int, i
     return results
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="numloss demo", description=__doc__)
-    parser.add_argument("--seed", type=int, default=0)
-    args = parser.parse_args(argv)
+def _print_worked_example(seed: int) -> None:
     print(f"{'objective':<10}{'loss':>10}{'ce':>10}{'aux':>10}{'tokens':>8}{'digits':>8}")
-    for name, loss, ce, aux, tokens, digits in worked_example(args.seed):
+    for name, loss, ce, aux, tokens, digits in worked_example(seed):
         print(f"{name:<10}{loss:>10.4f}{ce:>10.4f}{aux:>10.4f}{tokens:>8}{digits:>8}")
+
+
+def main(argv: list[str] | None = None) -> int:
+    """`numloss demo` entry point (see the module docstring)."""
+    from numloss.compare import build_parser, quiet_training_logs, resolve, run_comparison
+    from numloss.config import ConfigError
+
+    parser = build_parser("numloss demo")
+    parser.description = __doc__
+    parser.add_argument("--worked-example", action="store_true", help="print every loss on one fixed batch and exit")
+    parser.add_argument("--seed", type=int, default=0, help="seed of the worked example's batch")
+    args = parser.parse_args(list(sys.argv[1:] if argv is None else argv))
+    if args.worked_example:
+        _print_worked_example(args.seed)
+        return 0
+    if args.config is None:
+        if not DEMO_CONFIG.is_file():
+            print(
+                f"numloss demo: {DEMO_CONFIG} not found; run it from the numloss repository root "
+                "(where `make demo` runs) or pass a comparison config: numloss demo CONFIG.yaml",
+                file=sys.stderr,
+            )
+            return 2
+        args.config = str(DEMO_CONFIG)
+    try:
+        compare = resolve(args, default_config=None)
+    except ConfigError as error:
+        print(f"numloss demo: {error}", file=sys.stderr)
+        return 2
+    if not args.verbose:
+        quiet_training_logs()
+    objectives = ", ".join(s.label for s in compare.objectives)
+    print(
+        f"numloss demo: {len(compare.objectives)} objectives ({objectives}) x seeds {compare.seeds} on the "
+        f"tiny model; report in {compare.output_dir}/. Finished runs are kept: run again to continue.\n"
+        "The full grid (DEL alpha sweep, ablations, 3 seeds): numloss compare configs/compare.yaml",
+        flush=True,
+    )
+    run_comparison(compare, progress=not args.no_progress)
     return 0
+

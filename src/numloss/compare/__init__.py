@@ -1,0 +1,145 @@
+"""`numloss compare [CONFIG] [--objectives ...] [--seeds ...] [--model ...] [--out DIR]`.
+
+Trains the same model on the same seeded data once per objective and seed, evaluates each run on
+the held-out sets of the task (in-distribution, longer numbers, more decimals) and writes a report
+folder: results.json, report.md (tables: mean +- std over seeds, best in bold) and PNG plots.
+Started again with the same settings, it skips the runs that already finished.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import logging
+import platform
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from numloss.config import ConfigError
+
+__all__ = ["main", "run_comparison"]
+
+
+def _machine() -> str:
+    import os
+
+    import torch
+
+    device = f"CUDA {torch.cuda.get_device_name(0)}" if torch.cuda.is_available() else "CPU"
+    return f"{platform.machine()} {device}, {os.cpu_count()} cores, torch {torch.__version__}"
+
+
+def run_comparison(compare: Any, progress: bool = True, print_table: bool = True) -> dict[str, Any]:
+    """Run the grid of `compare` (a CompareConfig), write the report; returns the summary."""
+    from numloss.compare.report import text_table, write_report
+    from numloss.compare.runner import run_grid
+
+    started = time.perf_counter()
+    results = run_grid(compare, progress=progress)
+    base = compare.base
+    train = base.get("train", {})
+    task = compare.task
+    meta = {
+        "config": compare.source,
+        "model": base.get("model", {}).get("name", "tiny"),
+        "seeds": compare.seeds,
+        "objectives": [dataclasses.asdict(s) for s in compare.objectives],
+        "task": task.to_dict(),
+        "task_text": (
+            f"operations {task.train.operations!r}, {task.train.digits} significant digits per operand, "
+            f"{100 * task.train.decimal_share:.0f}% of items with {task.train.decimal_places} decimal place(s); "
+            f"{task.train_size} training items per seed, {task.test_size} items per held-out set"
+        ),
+        "train_text": (
+            f"{train.get('max_steps')} steps x batch {train.get('batch_size')}, lr {train.get('learning_rate')}, "
+            f"{'LoRA' if base.get('lora', {}).get('enabled') else 'full fine-tuning'}"
+        ),
+        "finished": time.strftime("%Y-%m-%d %H:%M"),
+        "machine": _machine(),
+        "wall_seconds": time.perf_counter() - started,
+    }
+    summary = write_report(results, compare.output_dir, meta)
+    if print_table:
+        print(f"\nin-distribution held-out set ({task.test_size} items per run); best marked *:")
+        print(text_table(summary, "in_distribution"))
+        print(f"\nreport: {compare.output_dir / 'report.md'} (all held-out sets, plots, results.json)")
+    return summary
+
+
+def build_parser(prog: str = "numloss compare") -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog=prog, description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("config", nargs="?", help="comparison YAML (default: configs/compare.yaml if present)")
+    parser.add_argument("--objectives", help="comma-separated labels of the config or objective names (default: all)")
+    parser.add_argument("--seeds", help="comma-separated seeds (default: the config's)")
+    parser.add_argument("--model", help="tiny, smollm2 or a local model folder (default: the config's)")
+    parser.add_argument("--out", help="report folder (default: the config's output_dir)")
+    parser.add_argument("--steps", type=int, help="override train.max_steps of every run")
+    parser.add_argument("--no-progress", action="store_true", help="no progress bars")
+    parser.add_argument("--verbose", action="store_true", help="show the training logs of each run")
+    return parser
+
+
+def resolve(args: argparse.Namespace, default_config: str | None = "configs/compare.yaml") -> Any:
+    """The CompareConfig of parsed arguments (config file, then the command-line overrides)."""
+    from numloss.compare.config import (
+        compare_config_from_dict,
+        load_compare_config,
+        select_objectives,
+    )
+
+    path = args.config
+    if path is None and default_config and Path(default_config).is_file():
+        path = default_config
+    compare = load_compare_config(path)
+    if args.model or args.steps or args.out:
+        base = {k: dict(v) if isinstance(v, dict) else v for k, v in compare.base.items()}
+        if args.model:
+            base.setdefault("model", {})["name"] = args.model
+        if args.steps:
+            base.setdefault("train", {})["max_steps"] = args.steps
+        mapping = {
+            "base": base,
+            "task": compare.task.to_dict(),
+            "objectives": [dataclasses.asdict(s) for s in compare.objectives],
+            "seeds": compare.seeds,
+            "evaluation": dataclasses.asdict(compare.evaluation),
+            "output_dir": args.out or str(compare.output_dir),
+        }
+        compare = compare_config_from_dict(mapping, compare.source)
+    if args.objectives:
+        names = [n.strip() for n in args.objectives.split(",") if n.strip()]
+        compare.objectives = select_objectives(compare, names)
+    if args.seeds:
+        try:
+            compare.seeds = [int(s) for s in args.seeds.split(",") if s.strip()]
+        except ValueError:
+            raise ConfigError(f"--seeds must be comma-separated integers, got {args.seeds!r}") from None
+    return compare
+
+
+def quiet_training_logs() -> None:
+    """Keep the per-run training chatter (data summaries, Trainer warnings) off the terminal."""
+    for name in ("numloss.train", "transformers", "accelerate"):
+        logging.getLogger(name).setLevel(logging.ERROR)
+    try:
+        import transformers
+
+        transformers.logging.set_verbosity_error()
+    except ImportError:  # pragma: no cover - transformers is a dependency
+        pass
+
+
+def main(argv: list[str] | None = None) -> int:
+    """`numloss compare` entry point; 2 for a bad configuration."""
+    args = build_parser().parse_args(list(sys.argv[1:] if argv is None else argv))
+    try:
+        compare = resolve(args)
+    except ConfigError as error:
+        print(f"numloss compare: {error}", file=sys.stderr)
+        return 2
+    if not args.verbose:
+        quiet_training_logs()
+    run_comparison(compare, progress=not args.no_progress)
+    return 0

@@ -1,0 +1,208 @@
+"""The comparison's configuration: one YAML file describing the grid.
+
+    base:          a `numloss train` config (model, data, train, lora sections), shared by all runs
+    task:          numloss.compare.task.ArithmeticTask fields (training distribution, set sizes)
+    objectives:    a list of {label, name, alpha, options}: one column of the grid each
+    seeds:         [0, 1, 2]: each objective is trained once per seed (data order and init)
+    evaluation:    {batch_size, teacher_forced_batch_size, embeddings}
+    output_dir:    the report folder
+
+Every run's training config is `base` with the objective, the seed and the run folder filled in
+and validated by `numloss.config` (the same checks as `numloss train`).
+"""
+
+from __future__ import annotations
+
+import copy
+import hashlib
+import json
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from numloss.compare.task import ArithmeticTask
+from numloss.config import Config, ConfigError, config_from_dict
+
+#: bump when what a result file holds changes, so old results are recomputed, not misread
+RESULT_SCHEMA = 1
+
+
+@dataclass(frozen=True)
+class ObjectiveSpec:
+    """One objective of the grid: a unique label, a `build_loss` name, alpha and other options."""
+
+    label: str
+    name: str
+    alpha: float | None = None
+    options: dict[str, Any] = field(default_factory=dict)
+
+    def describe(self) -> str:
+        parts = [self.name] + ([f"alpha={self.alpha:g}"] if self.alpha is not None else [])
+        parts += [f"{k}={v}" for k, v in sorted(self.options.items())]
+        return " ".join(parts)
+
+
+@dataclass
+class EvaluationSettings:
+    """How each trained model is scored (see numloss.compare.runner.evaluate_model)."""
+
+    batch_size: int = 500
+    teacher_forced_batch_size: int = 500
+    embeddings: bool = True
+
+
+@dataclass
+class CompareConfig:
+    base: dict[str, Any]
+    task: ArithmeticTask
+    objectives: list[ObjectiveSpec]
+    seeds: list[int]
+    evaluation: EvaluationSettings
+    output_dir: Path
+    source: str = "<defaults>"
+
+    def run_config(self, spec: ObjectiveSpec, seed: int, run_dir: Path, train_file: Path) -> Config:
+        """The validated training config of one run (objective `spec`, `seed`, folder `run_dir`)."""
+        mapping = copy.deepcopy(self.base)
+        mapping.setdefault("data", {})
+        mapping.setdefault("train", {})
+        mapping["objective"] = {"name": spec.name, "alpha": spec.alpha, "options": dict(spec.options)}
+        # validated with a stand-in source: the training file is written only when the run starts
+        mapping["data"].update({"source": "synthetic:arithmetic", "num_examples": None, "seed": seed})
+        mapping["train"].update({"seed": seed, "output_dir": str(run_dir), "resume": False})
+        try:
+            config = config_from_dict(mapping)
+        except ConfigError as error:
+            raise ConfigError(f"{self.source}: objective {spec.label!r}, seed {seed}: {error}") from None
+        config.data.source = str(train_file)
+        return config
+
+    def run_hash(self, config: Config) -> str:
+        """What decides whether a finished run can be reused: everything but where it was written."""
+        payload = config.to_dict()
+        payload["train"] = {k: v for k, v in payload["train"].items() if k not in ("output_dir", "resume")}
+        payload["data"] = {k: v for k, v in payload["data"].items() if k != "source"}
+        payload["task"] = self.task.to_dict()
+        payload["evaluation"] = asdict(self.evaluation)
+        payload["schema"] = RESULT_SCHEMA
+        text = json.dumps(payload, sort_keys=True, default=str)
+        return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+def _objectives(items: Any, origin: str) -> list[ObjectiveSpec]:
+    if not isinstance(items, list) or not items:
+        raise ConfigError(f"{origin}: objectives must be a non-empty list of {{label, name, alpha, options}}")
+    specs: list[ObjectiveSpec] = []
+    for i, item in enumerate(items):
+        if isinstance(item, str):
+            item = {"label": item, "name": item}
+        if not isinstance(item, dict) or "name" not in item:
+            raise ConfigError(f"{origin}: objectives[{i}] needs at least a name, got {item!r}")
+        bad = sorted(set(item) - {"label", "name", "alpha", "options"})
+        if bad:
+            raise ConfigError(f"{origin}: objectives[{i}] has unknown key(s) {', '.join(bad)} (label, name, alpha, options)")
+        alpha = item.get("alpha")
+        specs.append(
+            ObjectiveSpec(
+                label=str(item.get("label", item["name"])),
+                name=str(item["name"]),
+                alpha=None if alpha is None else float(alpha),
+                options=dict(item.get("options") or {}),
+            )
+        )
+    labels = [s.label for s in specs]
+    duplicates = sorted({label for label in labels if labels.count(label) > 1})
+    if duplicates:
+        raise ConfigError(f"{origin}: objective labels must be unique; repeated: {', '.join(duplicates)}")
+    return specs
+
+
+DEFAULTS: dict[str, Any] = {
+    "base": {"model": {"name": "tiny"}, "train": {"max_steps": 50, "report_to": ["none"], "save_steps": 0}},
+    "task": {},
+    "objectives": ["mle", "del"],
+    "seeds": [0],
+    "evaluation": {},
+    "output_dir": "runs/compare",
+}
+
+
+def load_compare_config(path: str | Path | None) -> CompareConfig:
+    """The comparison config in `path` (YAML; None: small defaults); ConfigError on any problem."""
+    mapping = copy.deepcopy(DEFAULTS)
+    origin = "<defaults>"
+    if path is not None:
+        origin = str(path)
+        if not Path(path).is_file():
+            raise ConfigError(f"comparison config {origin!r} does not exist (see configs/compare*.yaml)")
+        try:
+            loaded = yaml.safe_load(Path(path).read_text()) or {}
+        except yaml.YAMLError as error:
+            raise ConfigError(f"{origin}: not valid YAML: {error}") from None
+        if not isinstance(loaded, dict):
+            raise ConfigError(f"{origin}: the top level must be a mapping")
+        unknown = sorted(set(loaded) - set(DEFAULTS))
+        if unknown:
+            raise ConfigError(f"{origin}: unknown key(s) {', '.join(unknown)}; known: {', '.join(DEFAULTS)}")
+        mapping.update(loaded)
+    return compare_config_from_dict(mapping, origin)
+
+
+def compare_config_from_dict(mapping: dict[str, Any], origin: str = "config") -> CompareConfig:
+    """A validated CompareConfig from a mapping with the keys of `DEFAULTS`."""
+    base = mapping.get("base") or {}
+    if not isinstance(base, dict):
+        raise ConfigError(f"{origin}: base must be a mapping of numloss train sections")
+    for forbidden in ("objective",):
+        if forbidden in base:
+            raise ConfigError(f"{origin}: base.{forbidden} is set per run from `objectives`; remove it from base")
+    try:
+        task = ArithmeticTask.from_dict(mapping.get("task"))
+    except (TypeError, ValueError) as error:
+        raise ConfigError(f"{origin}: {error}") from None
+    seeds = mapping.get("seeds", [0])
+    if not isinstance(seeds, list) or not seeds or not all(isinstance(s, int) for s in seeds):
+        raise ConfigError(f"{origin}: seeds must be a non-empty list of integers, got {seeds!r}")
+    evaluation_map = mapping.get("evaluation") or {}
+    try:
+        evaluation = EvaluationSettings(**evaluation_map)
+    except TypeError:
+        raise ConfigError(
+            f"{origin}: evaluation accepts {', '.join(EvaluationSettings.__dataclass_fields__)}; got {evaluation_map!r}"
+        ) from None
+    config = CompareConfig(
+        base=dict(base),
+        task=task,
+        objectives=_objectives(mapping.get("objectives"), origin),
+        seeds=list(dict.fromkeys(seeds)),
+        evaluation=evaluation,
+        output_dir=Path(mapping.get("output_dir") or "runs/compare"),
+        source=origin,
+    )
+    # a bad base section fails now, before any training
+    config.run_config(config.objectives[0], config.seeds[0], config.output_dir / "check", Path("train.jsonl"))
+    return config
+
+
+def select_objectives(config: CompareConfig, names: list[str]) -> list[ObjectiveSpec]:
+    """The objectives named on the command line: a label of the config, or an objective name
+    (all the config's entries with that name, or a default entry when it has none)."""
+    from numloss.losses import LOSSES
+
+    chosen: list[ObjectiveSpec] = []
+    for name in names:
+        by_label = [s for s in config.objectives if s.label == name]
+        by_name = [s for s in config.objectives if s.name == name]
+        if by_label or by_name:
+            chosen += [s for s in (by_label or by_name) if s not in chosen]
+        elif name.lower().replace("_", "-") in LOSSES:
+            chosen.append(ObjectiveSpec(label=name, name=name))
+        else:
+            known = ", ".join(s.label for s in config.objectives)
+            raise ConfigError(
+                f"--objectives: {name!r} is neither a label of {config.source} ({known}) nor an objective "
+                f"({', '.join(LOSSES)})"
+            )
+    return chosen

@@ -1,0 +1,303 @@
+"""The report folder of a comparison: results.json, report.md and the PNG plots.
+
+Per objective and held-out set, every metric is the mean +- standard deviation over seeds (std is
+0 with one seed); the 95 % interval of exact match is the Wilson interval of the items pooled over
+seeds. In each column the best mean is bold (highest accuracy, lowest error). Digit entropy is not
+bolded: the paper's claim is that it should be neither too low (NTL's over-sharpening) nor too
+high (DIST2's flattening), so no direction is "best".
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import statistics
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from numloss.compare.runner import wilson_interval
+from numloss.compare.task import TEST_SETS
+
+# (key in an evaluation, column title, scale for display, better: "max" / "min" / None, format)
+COLUMNS: tuple[tuple[str, str, float, str | None, str], ...] = (
+    ("exact_match", "exact match %", 100.0, "max", "{:.1f}"),
+    ("mae", "MAE", 1.0, "min", "{:.3g}"),
+    ("signed_log_mae", "signed-log MAE", 1.0, "min", "{:.3f}"),
+    ("median_abs_error", "median abs err", 1.0, "min", "{:.3g}"),
+    ("digit_accuracy", "TF digit acc %", 100.0, "max", "{:.1f}"),
+    ("digit_entropy", "digit entropy", 1.0, None, "{:.3f}"),
+    ("integer_place_accuracy", "int place acc %", 100.0, "max", "{:.1f}"),
+    ("decimal_place_accuracy", "dec place acc %", 100.0, "max", "{:.1f}"),
+)
+
+
+def _finite(values: Sequence[Any]) -> list[float]:
+    return [float(v) for v in values if v is not None and math.isfinite(float(v))]
+
+
+def mean_std(values: Sequence[Any]) -> tuple[float, float]:
+    """Mean and sample standard deviation of the finite values (std 0 for one value; NaN for none)."""
+    xs = _finite(values)
+    if not xs:
+        return float("nan"), float("nan")
+    return statistics.fmean(xs), statistics.stdev(xs) if len(xs) > 1 else 0.0
+
+
+def aggregate(results: Sequence[dict[str, Any]]) -> dict[str, Any]:
+    """{label: {objective, seeds, sets: {set: {metric: {mean, std, values}}, exact_match_ci95}}}."""
+    summary: dict[str, Any] = {}
+    for result in results:
+        entry = summary.setdefault(
+            result["label"], {"objective": result["objective"], "seeds": [], "runs": [], "sets": {}}
+        )
+        entry["seeds"].append(result["seed"])
+        entry["runs"].append(result)
+    for entry in summary.values():
+        runs = entry.pop("runs")
+        for name in TEST_SETS:
+            evaluations = [r["evaluation"][name] for r in runs if name in r["evaluation"]]
+            if not evaluations:
+                continue
+            metrics: dict[str, Any] = {}
+            for key, *_ in COLUMNS:
+                values = [e.get(key) for e in evaluations]
+                mean, std = mean_std(values)
+                metrics[key] = {"mean": mean, "std": std, "values": values}
+            correct = sum(e["correct"] for e in evaluations)
+            total = sum(e["n"] for e in evaluations)
+            metrics["exact_match_ci95"] = list(wilson_interval(correct, total))
+            metrics["items"] = total
+            entry["sets"][name] = metrics
+        entry["train_seconds"] = mean_std([r["seconds"]["train"] for r in runs])[0]
+        entry["tokens_per_second"] = mean_std([r["train_metrics"].get("tokens_per_second") for r in runs])[0]
+    return summary
+
+
+def _best(summary: dict[str, Any], set_name: str, key: str, better: str | None) -> float | None:
+    if better is None:
+        return None
+    means = _finite([e["sets"][set_name][key]["mean"] for e in summary.values() if set_name in e["sets"]])
+    if len(means) < 2:
+        return None
+    return max(means) if better == "max" else min(means)
+
+
+def _cell(metric: dict[str, Any], scale: float, fmt: str) -> str:
+    mean, std = metric["mean"], metric["std"]
+    if not math.isfinite(mean):
+        return "n/a"
+    return f"{fmt.format(mean * scale)} ± {fmt.format(std * scale)}"
+
+
+def table_rows(summary: dict[str, Any], set_name: str, bold: bool = True) -> tuple[list[str], list[list[str]]]:
+    """Header and rows of one held-out set's table; best means marked (bold or '*')."""
+    header = ["objective", "seeds"] + [title for _, title, *_ in COLUMNS]
+    header.insert(3, "exact match 95% CI")
+    rows = []
+    for label, entry in summary.items():
+        if set_name not in entry["sets"]:
+            continue
+        metrics = entry["sets"][set_name]
+        row = [label, str(len(entry["seeds"]))]
+        for key, _, scale, better, fmt in COLUMNS:
+            text = _cell(metrics[key], scale, fmt)
+            best = _best(summary, set_name, key, better)
+            if best is not None and math.isclose(metrics[key]["mean"], best, rel_tol=1e-12, abs_tol=1e-15):
+                text = f"**{text}**" if bold else f"{text} *"
+            row.append(text)
+            if key == "exact_match":
+                low, high = metrics["exact_match_ci95"]
+                row.append(f"[{100 * low:.1f}, {100 * high:.1f}]" if math.isfinite(low) else "n/a")
+        rows.append(row)
+    return header, rows
+
+
+def markdown_table(summary: dict[str, Any], set_name: str) -> str:
+    header, rows = table_rows(summary, set_name, bold=True)
+    lines = ["| " + " | ".join(header) + " |", "|" + "|".join("---" for _ in header) + "|"]
+    lines += ["| " + " | ".join(row) + " |" for row in rows]
+    return "\n".join(lines)
+
+
+def text_table(summary: dict[str, Any], set_name: str) -> str:
+    """A plain aligned table for the terminal (best values marked with '*')."""
+    header, rows = table_rows(summary, set_name, bold=False)
+    widths = [max(len(r[i]) for r in [header, *rows]) for i in range(len(header))]
+    fmt = "  ".join(f"{{:<{w}}}" for w in widths)
+    return "\n".join([fmt.format(*header), fmt.format(*("-" * w for w in widths))] + [fmt.format(*r) for r in rows])
+
+
+SET_TITLES = {
+    "in_distribution": "In-distribution (the training distribution, held-out questions)",
+    "longer": "Longer numbers (one more significant digit per operand than in training)",
+    "decimals": "Decimals (one more decimal place than in training)",
+}
+
+
+def markdown_report(summary: dict[str, Any], meta: dict[str, Any], plots: Sequence[Path]) -> str:
+    """report.md: what was run, one table per held-out set, the plots."""
+    lines = [
+        "# numloss compare report",
+        "",
+        f"- config: `{meta.get('config')}`; model: `{meta.get('model')}`; seeds: {meta.get('seeds')}",
+        f"- task: {meta.get('task_text')}",
+        f"- training: {meta.get('train_text')}",
+        f"- finished: {meta.get('finished')} on {meta.get('machine')}; grid wall time {meta.get('wall_seconds', 0):.0f} s",
+        "",
+        "Mean ± std over seeds; exact-match 95 % interval: Wilson, items pooled over seeds. Best mean "
+        "in bold (digit entropy is not ranked). MAE, signed-log MAE and median absolute error are over "
+        "items whose output holds a number. Place accuracy: of the generated number, integer places "
+        "(units and up) and decimal places. TF digit acc / digit entropy: teacher-forced at the gold "
+        "answer's digits (entropy of the 10-digit softmax, nats, max ln 10 = 2.303).",
+        "",
+    ]
+    for name in TEST_SETS:
+        if not any(name in e["sets"] for e in summary.values()):
+            continue
+        items = next(e["sets"][name]["items"] for e in summary.values() if name in e["sets"])
+        lines += [f"## {SET_TITLES.get(name, name)}", "", f"{items} items per objective (all seeds).", ""]
+        lines += [markdown_table(summary, name), ""]
+    lines += ["## Objectives", ""]
+    for label, entry in summary.items():
+        o = entry["objective"]
+        options = ", ".join(f"{k}={v}" for k, v in sorted((o.get("options") or {}).items()))
+        alpha = "default" if o.get("alpha") is None else f"{o['alpha']:g}"
+        lines.append(
+            f"- `{label}`: {o['name']}, alpha {alpha}{', ' + options if options else ''}; "
+            f"{entry['train_seconds']:.0f} s per run, {entry['tokens_per_second'] or float('nan'):.0f} tokens/s"
+        )
+    lines += ["", "## Plots", ""]
+    lines += [f"![{p.stem}]({p.name})" for p in plots]
+    return "\n".join(lines) + "\n"
+
+
+def _plots(summary: dict[str, Any], results: Sequence[dict[str, Any]], out: Path) -> list[Path]:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from numloss.compare.embeddings import plot_embeddings
+
+    labels = list(summary)
+    paths: list[Path] = []
+    sets = [s for s in TEST_SETS if any(s in e["sets"] for e in summary.values())]
+    width = 0.8 / max(1, len(sets))
+
+    fig, axes = plt.subplots(1, 2, figsize=(max(8, 1.3 * len(labels) + 4), 3.6))
+    for ax, (key, title, scale) in zip(axes, (("exact_match", "exact match %", 100.0), ("mae", "MAE", 1.0)), strict=False):
+        drawn: list[float] = []
+        for j, name in enumerate(sets):
+            means = [summary[label]["sets"][name][key]["mean"] * scale for label in labels]
+            stds = [summary[label]["sets"][name][key]["std"] * scale for label in labels]
+            # a metric with no value (no number in any output) is drawn as an empty slot
+            means = [m if math.isfinite(m) else 0.0 for m in means]
+            stds = [s if math.isfinite(s) else 0.0 for s in stds]
+            drawn += means
+            xs = [i + (j - (len(sets) - 1) / 2) * width for i in range(len(labels))]
+            ax.bar(xs, means, width, yerr=stds, capsize=2, label=name)
+        ax.set_xticks(range(len(labels)))
+        ax.set_xticklabels(labels, rotation=35, ha="right", fontsize=8)
+        ax.set_title(f"{title} (mean ± std over seeds)", fontsize=9)
+        if key == "mae" and any(m > 0 for m in drawn):
+            ax.set_yscale("log")  # MAE spans orders of magnitude between the held-out sets
+    axes[0].legend(fontsize=7)
+    fig.tight_layout()
+    paths.append(out / "accuracy_mae.png")
+    fig.savefig(paths[-1], dpi=110)
+    plt.close(fig)
+
+    columns = min(4, len(labels))
+    rows = -(-len(labels) // columns)
+    fig, axes = plt.subplots(rows, columns, figsize=(3 * columns, 2.3 * rows), squeeze=False, sharex=True)
+    for ax in axes.flat[len(labels) :]:
+        ax.axis("off")
+    for ax, label in zip(axes.flat, labels, strict=False):
+        counts: list[float] = []
+        edges: list[float] = []
+        for r in results:
+            if r["label"] == label:
+                hist = r["evaluation"]["in_distribution"]["digit_entropy_histogram"]
+                edges = hist["edges"]
+                counts = [a + b for a, b in zip(counts, hist["counts"], strict=False)] if counts else list(hist["counts"])
+        total = sum(counts) or 1
+        ax.bar(edges[:-1], [c / total for c in counts], width=edges[1] - edges[0], align="edge")
+        mean = summary[label]["sets"]["in_distribution"]["digit_entropy"]["mean"]
+        ax.set_title(f"{label}: mean {mean:.3f} nats", fontsize=8)
+        ax.tick_params(labelsize=7)
+    fig.suptitle("teacher-forced digit entropy at the gold digits (in-distribution, all seeds)", fontsize=9)
+    fig.tight_layout()
+    paths.append(out / "digit_entropy.png")
+    fig.savefig(paths[-1], dpi=110)
+    plt.close(fig)
+
+    fig, axes = plt.subplots(1, len(sets), figsize=(4 * len(sets), 3.2), squeeze=False)
+    for ax, name in zip(axes[0], sets, strict=False):
+        for label in labels:
+            pooled: dict[int, list[int]] = {}
+            for r in results:
+                if r["label"] == label:
+                    for place, (c, t) in r["evaluation"][name]["place_accuracy"].items():
+                        pooled.setdefault(int(place), [0, 0])
+                        pooled[int(place)][0] += c
+                        pooled[int(place)][1] += t
+            places = sorted(pooled, reverse=True)
+            ax.plot(range(len(places)), [100 * pooled[p][0] / pooled[p][1] for p in places], marker="o", label=label)
+            ax.set_xticks(range(len(places)))
+            ax.set_xticklabels([str(p) for p in places], fontsize=7)
+        ax.set_title(f"{name}: accuracy by place (generated)", fontsize=9)
+        ax.set_xlabel("place (units 0, first decimal -1)", fontsize=8)
+    axes[0][0].set_ylabel("%")
+    axes[0][-1].legend(fontsize=6)
+    fig.tight_layout()
+    paths.append(out / "place_accuracy.png")
+    fig.savefig(paths[-1], dpi=110)
+    plt.close(fig)
+
+    fig, axes = plt.subplots(1, 2, figsize=(10, 3.4))
+    for label in labels:
+        curves = [r["curve"] for r in results if r["label"] == label and r["curve"]["step"]]
+        if not curves:
+            continue
+        length = min(len(c["step"]) for c in curves)
+        steps = curves[0]["step"][:length]
+        for ax, key in zip(axes, ("ce", "digit_entropy"), strict=False):
+            mean = [statistics.fmean(c[key][i] for c in curves) for i in range(length)]
+            ax.plot(steps, mean, label=label, lw=1)
+    axes[0].set_title("training token cross-entropy (mean over seeds)", fontsize=9)
+    axes[0].set_yscale("log")
+    axes[1].set_title("training digit entropy (nats)", fontsize=9)
+    for ax in axes:
+        ax.set_xlabel("optimizer step", fontsize=8)
+    axes[1].legend(fontsize=6)
+    fig.tight_layout()
+    paths.append(out / "training_curves.png")
+    fig.savefig(paths[-1], dpi=110)
+    plt.close(fig)
+
+    panels: dict[str, dict[str, Any]] = {}
+    for label in labels:
+        first = next((r for r in results if r["label"] == label and r["embeddings"].get("after")), None)
+        if first is not None:
+            panels[label] = first["embeddings"]
+    paths += plot_embeddings(panels, out)
+    return paths
+
+
+def write_report(results: Sequence[dict[str, Any]], out: Path, meta: dict[str, Any]) -> dict[str, Any]:
+    """Write results.json, report.md and the plots into `out`; returns the aggregated summary."""
+    from numloss.compare.runner import _jsonable, _write_json_atomic
+
+    out.mkdir(parents=True, exist_ok=True)
+    summary = aggregate(results)
+    plots = _plots(summary, results, out)
+    slim_runs = [{k: v for k, v in r.items() if k != "embeddings"} for r in results]
+    _write_json_atomic(out / "results.json", _jsonable({"meta": meta, "summary": summary, "runs": slim_runs}))
+    (out / "report.md").write_text(markdown_report(summary, meta, plots))
+    return summary
+
+
+def load_results(path: Path) -> dict[str, Any]:
+    """A results.json written by `write_report`."""
+    return json.loads(Path(path).read_text())

@@ -1,0 +1,327 @@
+"""The grid: one training run per (objective, seed), each evaluated on the held-out sets.
+
+Training goes through `numloss.train.run_training` (the `numloss train` code path: NumericTrainer,
+step-wide counts, logs) and scoring through `numloss.evaluate` (batched greedy generation,
+numeric distance, place accuracy, teacher-forced digit statistics).
+
+Resume: each run writes `runs/<label>-s<seed>/result.json` atomically (a temporary file renamed
+into place) once it is fully evaluated, stamped with the hash of everything that decides its
+outcome. A run whose result exists with the same hash is skipped; an interrupted run (no result
+file) starts again from scratch, so started-again comparisons continue where they stopped.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import os
+import shutil
+import statistics
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from numloss.compare.config import CompareConfig, ObjectiveSpec
+from numloss.compare.task import TEST_SETS, TaskExample
+
+logger = logging.getLogger("numloss.compare")
+
+
+@dataclass(frozen=True)
+class RunKey:
+    spec: ObjectiveSpec
+    seed: int
+
+    @property
+    def name(self) -> str:
+        return f"{self.spec.label}-s{self.seed}"
+
+
+def wilson_interval(correct: int, total: int, z: float = 1.96) -> tuple[float, float]:
+    """The 95 % Wilson score interval of a binomial proportion (sound near 0 and 1, unlike p +- 2se)."""
+    if total <= 0:
+        return float("nan"), float("nan")
+    p = correct / total
+    denominator = 1 + z * z / total
+    centre = (p + z * z / (2 * total)) / denominator
+    half = z * math.sqrt(p * (1 - p) / total + z * z / (4 * total * total)) / denominator
+    return max(0.0, centre - half), min(1.0, centre + half)
+
+
+def _place_split(entries: Sequence[Any]) -> tuple[float, float]:
+    """Accuracy over integer places (>= 0) and over decimal places (< 0), pooled over digits."""
+    integer = [(e.correct, e.total) for e in entries if e.place >= 0]
+    decimal = [(e.correct, e.total) for e in entries if e.place < 0]
+
+    def pooled(pairs: list[tuple[int, int]]) -> float:
+        total = sum(t for _, t in pairs)
+        return sum(c for c, _ in pairs) / total if total else float("nan")
+
+    return pooled(integer), pooled(decimal)
+
+
+def evaluate_model(
+    model: Any, tokenizer: Any, items: Sequence[TaskExample], batch_size: int = 500, tf_batch_size: int = 500
+) -> dict[str, Any]:
+    """Score `model` on `items`: exact match (greedy), numeric distance, place and digit statistics.
+
+    exact match: the generated answer, stripped, equals the gold string ("8.5" is not "8.50").
+    mae / signed_log_mae / median_abs_error: over items whose output holds a number (`missing`
+    counts the others). place accuracy: of the generated number, by place (integer places >= 0,
+    decimal places < 0). digit_accuracy / digit_entropy: teacher-forced at the gold digits.
+    """
+    from numloss.evaluate.answers import extract_number
+    from numloss.evaluate.generate import HFGenerator
+    from numloss.evaluate.metrics import (
+        entropy_histogram,
+        numeric_distance,
+        place_accuracy,
+        teacher_forced_digit_stats,
+    )
+
+    prompts = [item.prompt for item in items]
+    golds = [item.answer or item.output for item in items]
+    longest = max(len(tokenizer(g, add_special_tokens=False)["input_ids"]) for g in golds)
+    generator = HFGenerator(
+        model, tokenizer, batch_size=batch_size, max_new_tokens=longest + 2, stop=("\n",), progress=False
+    )
+    started = time.perf_counter()
+    outputs = [g.text.strip() for g in generator.generate(prompts)]
+    generate_seconds = time.perf_counter() - started
+    correct = [out == gold for out, gold in zip(outputs, golds, strict=True)]
+    preds = [extract_number(out) for out in outputs]
+    gold_values = [float(g) for g in golds]
+    distance = numeric_distance(preds, gold_values)
+    errors = [abs(p - g) for p, g in zip(preds, gold_values, strict=True) if p is not None and math.isfinite(p)]
+    places = place_accuracy(preds, golds)
+    integer_acc, decimal_acc = _place_split(places)
+    started = time.perf_counter()
+    stats = teacher_forced_digit_stats(model, tokenizer, prompts, golds, batch_size=tf_batch_size)
+    tf_seconds = time.perf_counter() - started
+    counts, edges = entropy_histogram(stats.entropies)
+    low, high = wilson_interval(sum(correct), len(correct))
+    return {
+        "n": len(items),
+        "exact_match": sum(correct) / len(correct),
+        "exact_match_ci95": [low, high],
+        "correct": sum(correct),
+        "mae": distance.mae,
+        "signed_log_mae": distance.signed_log_mae,
+        "median_abs_error": statistics.median(errors) if errors else float("nan"),
+        "missing": distance.missing,
+        "integer_place_accuracy": integer_acc,
+        "decimal_place_accuracy": decimal_acc,
+        "place_accuracy": {str(e.place): [e.correct, e.total] for e in places},
+        "digit_accuracy": stats.accuracy,
+        "digit_entropy": stats.mean_entropy,
+        "digit_entropy_histogram": {"counts": counts, "edges": edges},
+        "teacher_forced_place_accuracy": {str(e.place): [e.correct, e.total] for e in stats.per_place},
+        "examples": [{"prompt": p, "gold": g, "output": o} for p, g, o in list(zip(prompts, golds, outputs, strict=True))[:5]],
+        "seconds": {"generate": generate_seconds, "teacher_forced": tf_seconds},
+    }
+
+
+def _write_json_atomic(path: Path, payload: Any) -> None:
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(json.dumps(payload, indent=1, default=_json_default) + "\n")
+    os.replace(tmp, path)
+
+
+def _json_default(value: Any) -> Any:
+    if isinstance(value, Path):
+        return str(value)
+    raise TypeError(f"not JSON-serialisable: {type(value).__name__}")
+
+
+def _jsonable(value: Any) -> Any:
+    """NaN and inf as null (strict JSON), recursively."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, dict):
+        return {k: _jsonable(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_jsonable(v) for v in value]
+    return value
+
+
+def read_result(run_dir: Path, expected_hash: str) -> dict[str, Any] | None:
+    """The finished result of a run folder if its hash matches, else None (missing, stale, torn)."""
+    path = run_dir / "result.json"
+    if not path.is_file():
+        return None
+    try:
+        result = json.loads(path.read_text())
+    except (OSError, json.JSONDecodeError):
+        return None
+    return result if result.get("hash") == expected_hash else None
+
+
+def _training_curve(csv_path: Path) -> dict[str, list[float]]:
+    import csv
+
+    curve: dict[str, list[float]] = {"step": [], "loss": [], "ce": [], "aux": [], "digit_entropy": []}
+    if not csv_path.is_file():
+        return curve
+    with csv_path.open(newline="") as handle:
+        for row in csv.DictReader(handle):
+            try:
+                values = {k: float(row[k]) for k in curve}
+            except (KeyError, ValueError):
+                continue
+            for k, v in values.items():
+                curve[k].append(v)
+    return curve
+
+
+def _load_trained(result_dir: Path, config: Any) -> tuple[Any, Any]:
+    """The trained model and tokenizer of a finished `run_training` (LoRA adapters merged)."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(result_dir)
+    if config.lora.enabled:
+        from peft import AutoPeftModelForCausalLM
+
+        model = AutoPeftModelForCausalLM.from_pretrained(result_dir).merge_and_unload()
+    else:
+        model = AutoModelForCausalLM.from_pretrained(result_dir)
+    if tokenizer.pad_token_id is None:
+        tokenizer.pad_token = tokenizer.eos_token
+    # training saved use_cache=False; greedy decoding without the KV cache recomputes every prefix
+    model.config.use_cache = True
+    if getattr(model, "generation_config", None) is not None:
+        model.generation_config.use_cache = True
+    return model.eval(), tokenizer
+
+
+def _initial_model(config: Any) -> tuple[Any, Any]:
+    """The model a run starts from (same seed as the run): the 'before' of the embedding analysis."""
+    from numloss.models import load_model_and_tokenizer
+
+    return load_model_and_tokenizer(
+        config.model.name,
+        dtype=config.model.dtype,
+        tiny_options={
+            "num_layers": config.model.tiny_layers,
+            "hidden_size": config.model.tiny_hidden,
+            "num_heads": config.model.tiny_heads,
+            "max_position_embeddings": max(2048, config.data.max_length),
+        },
+        cache_dir=config.model.cache_dir,
+        seed=config.train.seed,
+    )
+
+
+def _write_train_file(path: Path, examples: Sequence[TaskExample]) -> None:
+    """The training set of a run as instruction JSONL (the record of what it saw)."""
+    if path.is_file():
+        return
+    tmp = path.with_name(path.name + ".tmp")
+    with tmp.open("w") as handle:
+        for e in examples:
+            handle.write(json.dumps({"instruction": e.instruction, "output": e.output}) + "\n")
+    os.replace(tmp, path)
+
+
+def run_one(
+    compare: CompareConfig,
+    key: RunKey,
+    train_examples: Sequence[TaskExample],
+    test_sets: dict[str, list[TaskExample]],
+    train_file: Path,
+    callbacks: list[Any] | None = None,
+) -> dict[str, Any]:
+    """Train and evaluate one (objective, seed); write and return its result (see module doc)."""
+    from numloss.compare.embeddings import digit_embeddings
+    from numloss.train import run_training
+
+    run_dir = compare.output_dir / "runs" / key.name
+    config = compare.run_config(key.spec, key.seed, run_dir, train_file)
+    run_hash = compare.run_hash(config)
+    if run_dir.exists():
+        shutil.rmtree(run_dir)  # a torn or stale run: start it again
+    run_dir.mkdir(parents=True)
+    started = time.perf_counter()
+    before = None
+    if compare.evaluation.embeddings:
+        model, tokenizer = _initial_model(config)
+        before = digit_embeddings(model, tokenizer)
+        del model
+    trained = run_training(config, callbacks=callbacks, examples=list(train_examples))
+    train_seconds = time.perf_counter() - started
+    model, tokenizer = _load_trained(trained.model_dir, config)
+    evaluation: dict[str, Any] = {}
+    with torch.inference_mode():
+        for name in TEST_SETS:
+            evaluation[name] = evaluate_model(
+                model,
+                tokenizer,
+                test_sets[name],
+                batch_size=compare.evaluation.batch_size,
+                tf_batch_size=compare.evaluation.teacher_forced_batch_size,
+            )
+    after = digit_embeddings(model, tokenizer) if compare.evaluation.embeddings else None
+    result = {
+        "hash": run_hash,
+        "label": key.spec.label,
+        "objective": {"name": key.spec.name, "alpha": key.spec.alpha, "options": key.spec.options},
+        "seed": key.seed,
+        "steps": trained.global_step,
+        "train_metrics": trained.metrics,
+        "seconds": {"train": train_seconds, "total": time.perf_counter() - started},
+        "evaluation": evaluation,
+        "curve": _training_curve(trained.csv_path),
+        "embeddings": {"before": before, "after": after},
+        "finished_at": time.strftime("%Y-%m-%d %H:%M:%S"),
+    }
+    result = _jsonable(result)
+    _write_json_atomic(run_dir / "result.json", result)
+    return result
+
+
+def run_grid(
+    compare: CompareConfig,
+    progress: bool = True,
+    on_result: Callable[[dict[str, Any]], None] | None = None,
+) -> list[dict[str, Any]]:
+    """Every (objective, seed) of `compare`, skipping runs already finished with the same hash.
+
+    Returns the results in grid order (objectives outer, seeds inner).
+    """
+    from tqdm.auto import tqdm
+
+    out = compare.output_dir
+    (out / "data").mkdir(parents=True, exist_ok=True)
+    test_sets = compare.task.test_sets()
+    held_out = {e.instruction for items in test_sets.values() for e in items}
+    keys = [RunKey(spec, seed) for spec in compare.objectives for seed in compare.seeds]
+    results: list[dict[str, Any]] = []
+    train_sets: dict[int, list[TaskExample]] = {}
+    bar = tqdm(total=len(keys), desc="compare", unit="run", disable=not progress, dynamic_ncols=True)
+    try:
+        for key in keys:
+            run_dir = out / "runs" / key.name
+            train_file = out / "data" / f"train-s{key.seed}.jsonl"
+            config = compare.run_config(key.spec, key.seed, run_dir, train_file)
+            done = read_result(run_dir, compare.run_hash(config))
+            if done is None:
+                bar.set_postfix_str(f"training {key.name}")
+                if key.seed not in train_sets:
+                    train_sets[key.seed] = compare.task.train_set(key.seed, exclude=held_out)
+                    _write_train_file(train_file, train_sets[key.seed])
+                done = run_one(compare, key, train_sets[key.seed], test_sets, train_file)
+            else:
+                logger.info("skipping %s: finished with the same config (%s)", key.name, done["hash"])
+            results.append(done)
+            em = done["evaluation"]["in_distribution"]["exact_match"]
+            bar.set_postfix_str(f"{key.name}: exact match {100 * em:.1f}%")
+            bar.update(1)
+            if on_result is not None:
+                on_result(done)
+    finally:
+        bar.close()
+    return results

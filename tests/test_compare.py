@@ -1,0 +1,147 @@
+"""`numloss compare` end to end on a two-objective, few-step grid of a very small tiny model."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+import numloss.train
+from numloss.compare import main as compare_main
+from numloss.compare import run_comparison
+from numloss.compare.config import compare_config_from_dict, load_compare_config, select_objectives
+from numloss.compare.runner import run_grid
+from numloss.config import ConfigError
+
+
+def _mapping(out) -> dict:
+    return {
+        "base": {
+            "model": {"name": "tiny", "tiny_layers": 1, "tiny_hidden": 32, "tiny_heads": 2},
+            "data": {"max_length": 32},
+            "train": {"max_steps": 3, "batch_size": 8, "learning_rate": 1e-3, "logging_steps": 1,
+                      "report_to": ["none"], "save_steps": 0, "bf16": False, "progress_bar": False},
+        },
+        "task": {"train_size": 40, "test_size": 24},
+        "objectives": ["mle", {"label": "del-a0.3", "name": "del", "alpha": 0.3}],
+        "seeds": [0],
+        "evaluation": {"batch_size": 64, "teacher_forced_batch_size": 64},
+        "output_dir": str(out),
+    }
+
+
+@pytest.fixture(scope="module")
+def finished(tmp_path_factory):
+    out = tmp_path_factory.mktemp("compare")
+    compare = compare_config_from_dict(_mapping(out))
+    summary = run_comparison(compare, progress=False, print_table=False)
+    return compare, summary, out
+
+
+def test_grid_trains_and_reports_every_objective(finished) -> None:
+    compare, summary, out = finished
+    assert list(summary) == ["mle", "del-a0.3"]
+    for name in ("results.json", "report.md", "accuracy_mae.png", "digit_entropy.png", "place_accuracy.png",
+                 "training_curves.png", "embeddings_cosine.png", "embeddings_pca.png"):
+        assert (out / name).is_file(), name
+    data = json.loads((out / "results.json").read_text())
+    assert [r["label"] for r in data["runs"]] == ["mle", "del-a0.3"]
+    for run in data["runs"]:
+        assert run["steps"] == 3
+        assert run["curve"]["step"][-1] == 3
+        for name in ("in_distribution", "longer", "decimals"):
+            ev = run["evaluation"][name]
+            assert ev["n"] == 24 and 0.0 <= ev["exact_match"] <= 1.0
+            assert ev["exact_match_ci95"][0] <= ev["exact_match"] <= ev["exact_match_ci95"][1]
+            assert 0.0 < ev["digit_entropy"] <= 2.3026
+            assert sum(ev["digit_entropy_histogram"]["counts"]) > 0
+    # both objectives start from the same initial model (same seed) and see the same data
+    before = [r["embeddings"]["before"] for r in (json.loads((out / "runs" / f"{k}-s0" / "result.json").read_text()) for k in ("mle", "del-a0.3"))]
+    assert before[0] == before[1]
+    # DEL trains with a non-zero digit term; MLE has none
+    aux = {r["label"]: r["curve"]["aux"][-1] for r in data["runs"]}
+    assert aux["mle"] == 0.0 and aux["del-a0.3"] > 0.0
+    report = (out / "report.md").read_text()
+    assert "| mle | 1 |" in report and "| del-a0.3 | 1 |" in report
+
+
+def test_finished_runs_are_skipped(finished, monkeypatch) -> None:
+    compare, _, out = finished
+
+    def no_training(*args, **kwargs):
+        raise AssertionError("a finished run was trained again")
+
+    monkeypatch.setattr(numloss.train, "run_training", no_training)
+    results = run_grid(compare, progress=False)
+    assert [r["label"] for r in results] == ["mle", "del-a0.3"]
+
+
+def test_an_interrupted_run_is_redone_alone(finished, monkeypatch) -> None:
+    compare, _, out = finished
+    (out / "runs" / "del-a0.3-s0" / "result.json").unlink()  # as if killed before it finished
+    calls = []
+    real = numloss.train.run_training
+
+    def counting(config, *args, **kwargs):
+        calls.append(config.objective.name)
+        return real(config, *args, **kwargs)
+
+    monkeypatch.setattr(numloss.train, "run_training", counting)
+    results = run_grid(compare, progress=False)
+    assert calls == ["del"]
+    assert (out / "runs" / "del-a0.3-s0" / "result.json").is_file()
+    assert [r["label"] for r in results] == ["mle", "del-a0.3"]
+
+
+def test_a_changed_config_is_not_reused(finished) -> None:
+    compare, _, out = finished
+    spec = compare.objectives[0]
+    config = compare.run_config(spec, 0, out / "runs" / "x", out / "data" / "train-s0.jsonl")
+    changed = _mapping(out)
+    changed["base"]["train"]["learning_rate"] = 2e-3
+    other = compare_config_from_dict(changed)
+    assert compare.run_hash(config) != other.run_hash(other.run_config(spec, 0, out / "runs" / "x", out / "t.jsonl"))
+    moved = compare_config_from_dict({**_mapping(out / "elsewhere")})
+    assert compare.run_hash(config) == moved.run_hash(moved.run_config(spec, 0, out / "y", out / "t.jsonl")), (
+        "where a run is written does not change its hash"
+    )
+
+
+def test_config_errors_are_clear(tmp_path) -> None:
+    bad = _mapping(tmp_path)
+    bad["objectives"] = [{"name": "dell"}]
+    with pytest.raises(ConfigError, match="unknown objective 'dell'"):
+        compare_config_from_dict(bad)
+    bad = _mapping(tmp_path)
+    bad["base"]["train"]["learning_rat"] = 1
+    with pytest.raises(ConfigError, match="learning_rat"):
+        compare_config_from_dict(bad)
+    bad = _mapping(tmp_path)
+    bad["objectives"] = ["mle", "mle"]
+    with pytest.raises(ConfigError, match="unique"):
+        compare_config_from_dict(bad)
+    with pytest.raises(ConfigError, match="does not exist"):
+        load_compare_config(tmp_path / "missing.yaml")
+    compare = compare_config_from_dict(_mapping(tmp_path))
+    assert [s.label for s in select_objectives(compare, ["del", "ntl-was"])] == ["del-a0.3", "ntl-was"]
+    with pytest.raises(ConfigError, match="neither a label"):
+        select_objectives(compare, ["nope"])
+    assert compare_main([str(tmp_path / "missing.yaml")]) == 2
+
+
+def test_shipped_configs_load() -> None:
+    from pathlib import Path
+
+    configs = sorted(Path(__file__).resolve().parents[1].joinpath("configs").glob("compare*.yaml"))
+    assert configs, "configs/compare*.yaml are missing"
+    for path in configs:
+        compare = load_compare_config(path)
+        assert compare.task.test_size >= 2000, f"{path.name}: held-out sets of at least 2,000 items"
+
+
+def test_demo_worked_example_still_prints(capsys) -> None:
+    from numloss.demo import main as demo_main
+
+    assert demo_main(["--worked-example"]) == 0
+    printed = capsys.readouterr().out
+    assert "objective" in printed and "del" in printed and "ntl-was" in printed

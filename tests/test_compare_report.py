@@ -1,0 +1,99 @@
+"""Report formatting: aggregation over seeds, the Wilson interval, best-in-bold, the files."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+
+from numloss.compare.report import aggregate, markdown_table, text_table, write_report
+from numloss.compare.runner import wilson_interval
+from numloss.compare.task import TEST_SETS
+
+
+def _evaluation(em: float, mae: float, n: int = 100) -> dict:
+    return {
+        "n": n,
+        "correct": round(em * n),
+        "exact_match": em,
+        "mae": mae,
+        "signed_log_mae": mae / 10,
+        "median_abs_error": mae / 2,
+        "digit_accuracy": 0.5 + em / 2,
+        "digit_entropy": 1.0 - em,
+        "integer_place_accuracy": em,
+        "decimal_place_accuracy": float("nan") if em < 0.1 else em,
+        "place_accuracy": {"1": [round(em * n), n], "0": [n // 2, n], "-1": [1, 2]},
+        "digit_entropy_histogram": {"counts": [1, 2, 3, 4], "edges": [0.0, 0.5, 1.0, 1.5, 2.0]},
+    }
+
+
+def _result(label: str, seed: int, em: float, mae: float) -> dict:
+    return {
+        "label": label,
+        "objective": {"name": label.split("-")[0], "alpha": None, "options": {}},
+        "seed": seed,
+        "seconds": {"train": 10.0},
+        "train_metrics": {"tokens_per_second": 1000.0},
+        "evaluation": {name: _evaluation(em, mae) for name in TEST_SETS},
+        "curve": {"step": [1, 2], "loss": [2.0, 1.0], "ce": [2.0, 1.0], "aux": [0.0, 0.0], "digit_entropy": [2.0, 1.5]},
+        "embeddings": {"before": [[float(k), 1.0, 0.0] for k in range(10)], "after": [[1.0, float(k), k * k / 9] for k in range(10)]},
+    }
+
+
+RESULTS = [
+    _result("mle", 0, 0.30, 5.0),
+    _result("mle", 1, 0.40, 7.0),
+    _result("del", 0, 0.50, 6.0),
+    _result("del", 1, 0.60, 8.0),
+]
+
+
+def test_wilson_interval() -> None:
+    low, high = wilson_interval(50, 100)
+    assert low == pytest.approx(0.4038, abs=1e-4) and high == pytest.approx(0.5962, abs=1e-4)
+    low, high = wilson_interval(0, 2000)
+    assert low == 0.0 and 0 < high < 0.002, "no items right still has a non-zero upper bound"
+    assert all(math.isnan(x) for x in wilson_interval(0, 0))
+
+
+def test_aggregate_mean_std_over_seeds() -> None:
+    summary = aggregate(RESULTS)
+    assert list(summary) == ["mle", "del"]
+    em = summary["mle"]["sets"]["in_distribution"]["exact_match"]
+    assert em["mean"] == pytest.approx(0.35) and em["std"] == pytest.approx(math.sqrt(0.005))
+    assert summary["mle"]["seeds"] == [0, 1]
+    # the interval pools the items of both seeds: 70 of 200
+    low, high = summary["mle"]["sets"]["in_distribution"]["exact_match_ci95"]
+    assert (low, high) == pytest.approx(wilson_interval(70, 200))
+    # a metric that is NaN for some seeds averages the others
+    assert summary["mle"]["sets"]["in_distribution"]["decimal_place_accuracy"]["mean"] == pytest.approx(0.35)
+
+
+def test_table_marks_the_best_per_column() -> None:
+    table = markdown_table(aggregate(RESULTS), "in_distribution")
+    lines = table.splitlines()
+    assert lines[0].startswith("| objective | seeds | exact match % | exact match 95% CI | MAE |")
+    mle, dele = lines[2], lines[3]
+    assert "**55.0 ± 7.1**" in dele and "35.0 ± 7.1" in mle and "**35.0" not in mle
+    assert "**6 ± 1.41**" in mle, "lowest MAE is bold"
+    assert "**" not in mle.split("|")[9] and "**" not in dele.split("|")[9], "digit entropy is never bold"
+    assert "[" in mle and "]" in mle
+    text = text_table(aggregate(RESULTS), "in_distribution")
+    assert "55.0 ± 7.1 *" in text and "**" not in text
+
+
+def test_write_report_files(tmp_path) -> None:
+    summary = write_report(RESULTS, tmp_path, {"config": "x.yaml", "model": "tiny", "seeds": [0, 1]})
+    for name in ("results.json", "report.md", "accuracy_mae.png", "digit_entropy.png", "place_accuracy.png",
+                 "training_curves.png", "embeddings_cosine.png", "embeddings_pca.png"):
+        assert (tmp_path / name).is_file() and (tmp_path / name).stat().st_size > 0, name
+    data = json.loads((tmp_path / "results.json").read_text())
+    assert set(data) == {"meta", "summary", "runs"} and len(data["runs"]) == 4
+    assert data["summary"]["del"]["sets"]["in_distribution"]["exact_match"]["mean"] == pytest.approx(0.55)
+    report = (tmp_path / "report.md").read_text()
+    for name in ("In-distribution", "Longer numbers", "Decimals"):
+        assert name in report
+    assert "![accuracy_mae](accuracy_mae.png)" in report
+    assert summary["del"]["sets"]["longer"]["items"] == 200
