@@ -443,6 +443,8 @@ def run_training(
             metrics.update({k: entry[k] for k in ("ce", "aux", "digit_entropy") if k in entry})
             break
     rates = [entry["tokens_per_second"] for entry in history if "tokens_per_second" in entry]
+    if len(rates) > 1:
+        rates = rates[1:]  # the first interval holds the warm-up (first batches, allocator, threads)
     if rates:
         metrics["tokens_per_second"] = sum(rates) / len(rates)
     history_path = output_dir / "log_history.json"
