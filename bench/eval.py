@@ -77,9 +77,11 @@ def main() -> None:
     p.add_argument("--items", type=int, default=16)
     p.add_argument("--benchmark", default="synthetic:word_problems", help="GSM8K-style items available offline")
     p.add_argument("--max-new-tokens", type=int, default=256)
+    p.add_argument("--threads", type=int, default=1, help="torch threads (1 avoids oversubscription on a shared machine)")
     p.add_argument("--skip", default="", help="comma-separated sections to skip: sandbox,generation,protocol")
     args = p.parse_args()
     skip = set(args.skip.split(","))
+    torch.set_num_threads(args.threads)
     print(f"torch threads {torch.get_num_threads()}, cpus {os.cpu_count()}")
     if "sandbox" not in skip:
         bench_sandbox(args.programs, args.workers)

@@ -42,6 +42,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--tensor-parallel", type=int, default=1, help="GPUs per model (vLLM)")
     p.add_argument("--dtype", choices=("auto", "float32", "bfloat16", "float16"), default="auto")
     p.add_argument("--device", default=None, help="torch device (default: cuda when available, else cpu)")
+    p.add_argument("--threads", type=int, default=None, help="torch CPU threads (1 is fastest on a busy shared machine)")
     p.add_argument("--no-pot", action="store_true", help="chain of thought only (no program of thought)")
     p.add_argument("--no-digit-stats", action="store_true", help="skip the teacher-forced digit metrics")
     p.add_argument("--workers", type=int, default=None, help="parallel sandboxed programs (default: CPU count)")
@@ -64,6 +65,8 @@ def main(argv: list[str] | None = None) -> int:
     from numloss.models.load import ModelUnavailableError
 
     args = build_parser().parse_args(argv)
+    if args.threads:
+        torch.set_num_threads(args.threads)
     started = time.perf_counter()
     try:
         wanted = parse_benchmark_list(args.benchmarks)
