@@ -36,6 +36,10 @@ def run_comparison(compare: Any, progress: bool = True, print_table: bool = True
     from numloss.compare.report import text_table, write_report
     from numloss.compare.runner import run_grid
 
+    if compare.torch_threads is not None:
+        import torch
+
+        torch.set_num_threads(compare.torch_threads)
     started = time.perf_counter()
     results = run_grid(compare, progress=progress)
     base = compare.base
@@ -58,6 +62,7 @@ def run_comparison(compare: Any, progress: bool = True, print_table: bool = True
         ),
         "finished": time.strftime("%Y-%m-%d %H:%M"),
         "machine": _machine(),
+        "torch_threads": compare.torch_threads,
         "wall_seconds": time.perf_counter() - started,
     }
     summary = write_report(results, compare.output_dir, meta)
@@ -105,6 +110,7 @@ def resolve(args: argparse.Namespace, default_config: str | None = "configs/comp
             "objectives": [dataclasses.asdict(s) for s in compare.objectives],
             "seeds": compare.seeds,
             "evaluation": dataclasses.asdict(compare.evaluation),
+            "torch_threads": compare.torch_threads,
             "output_dir": args.out or str(compare.output_dir),
         }
         compare = compare_config_from_dict(mapping, compare.source)

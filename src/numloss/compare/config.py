@@ -5,6 +5,9 @@
     objectives:    a list of {label, name, alpha, options}: one column of the grid each
     seeds:         [0, 1, 2]: each objective is trained once per seed (data order and init)
     evaluation:    {batch_size, teacher_forced_batch_size, embeddings}
+    torch_threads: CPU threads for torch (null: torch's default). 1 is the right number for the
+                   tiny model on a shared machine: with more threads than free cores, every op
+                   waits at a barrier for a descheduled thread (measured 13x slower on 2 busy cores)
     output_dir:    the report folder
 
 Every run's training config is `base` with the objective, the seed and the run folder filled in
@@ -62,6 +65,7 @@ class CompareConfig:
     evaluation: EvaluationSettings
     output_dir: Path
     source: str = "<defaults>"
+    torch_threads: int | None = None
 
     def run_config(self, spec: ObjectiveSpec, seed: int, run_dir: Path, train_file: Path) -> Config:
         """The validated training config of one run (objective `spec`, `seed`, folder `run_dir`)."""
@@ -125,6 +129,7 @@ DEFAULTS: dict[str, Any] = {
     "objectives": ["mle", "del"],
     "seeds": [0],
     "evaluation": {},
+    "torch_threads": None,
     "output_dir": "runs/compare",
 }
 
@@ -172,7 +177,11 @@ def compare_config_from_dict(mapping: dict[str, Any], origin: str = "config") ->
         raise ConfigError(
             f"{origin}: evaluation accepts {', '.join(EvaluationSettings.__dataclass_fields__)}; got {evaluation_map!r}"
         ) from None
+    threads = mapping.get("torch_threads")
+    if threads is not None and (not isinstance(threads, int) or threads < 1):
+        raise ConfigError(f"{origin}: torch_threads must be a positive integer or null, got {threads!r}")
     config = CompareConfig(
+        torch_threads=threads,
         base=dict(base),
         task=task,
         objectives=_objectives(mapping.get("objectives"), origin),
