@@ -86,47 +86,50 @@ def _math_dtype(dtype: torch.dtype) -> torch.dtype:
 
 
 class _Chunk:
-    """One chunk's forward: probabilities p [c, V] (in place of the logits), nll, cost."""
+    """One chunk's forward: e = exp(z - max) [c, V] (in place of the logits), nll, cost.
+
+    The softmax is p = e / total; the division is folded into the gradient's row scale, which
+    saves one pass over the [c, V] buffer.
+    """
 
     def __init__(self, hidden, weight, bias, targets, valid, unit, math):
         logits = F.linear(hidden, weight, bias)
         z = logits if logits.dtype == math else logits.to(math)
-        self.raw_logits = z  # read the digit columns before z turns into p
+        self.raw_logits = z  # read the digit columns before z turns into e
         self.target_logit = z.gather(1, targets[:, None]).squeeze(1)
         self.targets = targets
         self.valid = valid
         self.unit = unit
 
     def finish(self) -> None:
-        z = self.raw_logits
-        top = z.amax(dim=1, keepdim=True)
-        z.sub_(top).exp_()
-        total = z.sum(dim=1, keepdim=True)
-        z.div_(total)
-        self.p = z
-        lse = (top + total.log()).squeeze(1)
+        e = self.raw_logits
+        top = e.amax(dim=1, keepdim=True)
+        e.sub_(top).exp_()
+        self.e = e
+        self.total = e.sum(dim=1)
+        lse = top.squeeze(1) + self.total.log()
         self.nll = torch.where(self.valid, lse - self.target_logit, torch.zeros_like(lse))
         self.cost = None
         if self.unit is not None:
             self.target_unit = self.unit.index_select(0, self.targets)
             # 1 - <E[y], p @ E>; kept unclamped so that <p, E E[y]> = 1 - cost in the gradient
-            inner = ((z @ self.unit) * self.target_unit).sum(dim=1)
+            inner = ((e @ self.unit) * self.target_unit).sum(dim=1) / self.total
             self.cost = torch.where(self.valid, 1.0 - inner, torch.zeros_like(inner))
 
     def logit_gradient(self, a: torch.Tensor, b: torch.Tensor | None) -> torch.Tensor:
-        """a_t (p_t - onehot(y_t)) + b_t dcost_t/dlogits_t, written over p; rows with a = b = 0 vanish."""
-        p = self.p
+        """a_t (p_t - onehot(y_t)) + b_t dcost_t/dlogits_t, written over e; rows with a = b = 0 vanish."""
+        e = self.e
         emo_part = None
         if b is not None and self.unit is not None and bool((b != 0).any()):
             # dcost/dz = -p * (s - <p, s>), s = E E[y], <p, s> = 1 - cost
             emo_part = self.target_unit @ self.unit.T
-            emo_part.sub_((1.0 - self.cost)[:, None]).mul_(p).mul_(-b[:, None])
-        p.mul_(a[:, None])
-        rows = torch.arange(p.shape[0], device=p.device)
-        p[rows, self.targets] -= a
+            emo_part.sub_((1.0 - self.cost)[:, None]).mul_(e).mul_((-b / self.total)[:, None])
+        e.mul_((a / self.total)[:, None])
+        rows = torch.arange(e.shape[0], device=e.device)
+        e[rows, self.targets] -= a
         if emo_part is not None:
-            p.add_(emo_part)
-        return p
+            e.add_(emo_part)
+        return e
 
 
 def _accumulate(grad_z, h, weight, d_hidden, d_weight, d_bias, start, stop) -> None:
