@@ -7,7 +7,7 @@ export TRANSFORMERS_OFFLINE := 1
 export HF_DATASETS_OFFLINE := 1
 export TOKENIZERS_PARALLELISM := false
 
-.PHONY: setup demo test lint bench clean
+.PHONY: setup demo test train-tiny bench clean
 
 $(VENV)/.installed: pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -28,6 +28,10 @@ test: setup
 	$(PY) -m ruff check src tests bench
 	$(PY) -m pytest -q
 
+train-tiny: setup
+	$(PY) -m numloss train configs/tiny.yaml
+
+# The loss benchmark (several minutes); bench/fused.py, bench/train.py, bench/eval.py run alike.
 bench: setup
 	$(PY) bench/losses.py
 
