@@ -331,6 +331,27 @@ def _write_json(path: Path, payload: Any) -> None:
 
 
 # -- the run --------------------------------------------------------------------------------------
+def load_model_for(config: Any) -> tuple[Any, Any]:
+    """(model, tokenizer) that a run of `config` starts from, before any training or LoRA."""
+    from numloss.models import load_model_and_tokenizer
+
+    return load_model_and_tokenizer(
+        config.model.name,
+        revision=config.model.revision,
+        dtype=config.model.dtype,
+        trust_remote_code=config.model.trust_remote_code,
+        attn_implementation=config.model.attn_implementation,
+        tiny_options={
+            "num_layers": config.model.tiny_layers,
+            "hidden_size": config.model.tiny_hidden,
+            "num_heads": config.model.tiny_heads,
+            "max_position_embeddings": max(2048, config.data.max_length),
+        },
+        cache_dir=config.model.cache_dir,
+        seed=config.train.seed,
+    )
+
+
 def run_training(
     config: Config,
     callbacks: list[Any] | None = None,
@@ -349,7 +370,7 @@ def run_training(
     from numloss.config import validate
     from numloss.data import CompletionCollator
     from numloss.hf import NumericTrainer
-    from numloss.models import check_model_available, load_model_and_tokenizer
+    from numloss.models import check_model_available
 
     validate(config)
     check_model_available(config.model.name, config.model.revision, config.model.cache_dir)
@@ -379,21 +400,7 @@ def run_training(
         raise ConfigError("run_training: no training examples (examples is empty)")
     args = build_training_arguments(config)  # also sets up the process group under torchrun
     set_seed(config.train.seed)
-    model, tokenizer = load_model_and_tokenizer(
-        config.model.name,
-        revision=config.model.revision,
-        dtype=config.model.dtype,
-        trust_remote_code=config.model.trust_remote_code,
-        attn_implementation=config.model.attn_implementation,
-        tiny_options={
-            "num_layers": config.model.tiny_layers,
-            "hidden_size": config.model.tiny_hidden,
-            "num_heads": config.model.tiny_heads,
-            "max_position_embeddings": max(2048, config.data.max_length),
-        },
-        cache_dir=config.model.cache_dir,
-        seed=config.train.seed,
-    )
+    model, tokenizer = load_model_for(config)
     loss_fn = build_loss_for(config, model, tokenizer)
     if config.lora.enabled:
         model = apply_lora(config, model)

@@ -200,20 +200,9 @@ def _load_trained(result_dir: Path, config: Any) -> tuple[Any, Any]:
 
 def _initial_model(config: Any) -> tuple[Any, Any]:
     """The model a run starts from (same seed as the run): the 'before' of the embedding analysis."""
-    from numloss.models import load_model_and_tokenizer
+    from numloss.train import load_model_for
 
-    return load_model_and_tokenizer(
-        config.model.name,
-        dtype=config.model.dtype,
-        tiny_options={
-            "num_layers": config.model.tiny_layers,
-            "hidden_size": config.model.tiny_hidden,
-            "num_heads": config.model.tiny_heads,
-            "max_position_embeddings": max(2048, config.data.max_length),
-        },
-        cache_dir=config.model.cache_dir,
-        seed=config.train.seed,
-    )
+    return load_model_for(config)
 
 
 def _write_train_file(path: Path, examples: Sequence[TaskExample]) -> None:
