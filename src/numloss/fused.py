@@ -29,7 +29,7 @@ import torch.nn.functional as F
 
 from numloss.digits import find_digits
 from numloss.losses.base import NumericLoss, NumericLossOutput
-from numloss.losses.emo import _MIN_COST, EMOLoss
+from numloss.losses.emo import _MIN_COST, EMOLoss, emo_token_loss
 from numloss.losses.mixce import MixCELoss
 
 STRATEGIES = ("forward", "recompute")
@@ -49,11 +49,9 @@ def default_chunk_size(vocab_size: int, hidden_size: int) -> int:
 def _emo_token_loss(nll: torch.Tensor, valid: torch.Tensor, cost: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """EMO's (token loss, reported cost) from the NLL and the unclamped transport cost.
 
-    The same formula as `EMOLoss.token_loss`: 0.5 * (nll + sg(nll / d) * d), d clamped at
-    1e-6; zero at ignored positions.
+    `emo_token_loss`, the formula the unfused path uses, set to zero at ignored positions.
     """
-    d = cost.clamp_min(_MIN_COST)
-    token_loss = 0.5 * (nll + (nll / d).detach() * d)
+    token_loss, d = emo_token_loss(nll, cost)
     zero = torch.zeros_like(nll)
     return torch.where(valid, token_loss, zero), torch.where(valid, d, zero)
 

@@ -60,11 +60,21 @@ class EMOLoss(NumericLoss):
         if rows.numel() == 0:
             return nll, torch.zeros_like(nll)  # all zero, but still part of the graph
         unit = self.normalised_embedding(logits.device, nll.dtype)
-        row_cost = transport_cost(logits, rows, targets, unit).clamp_min(_MIN_COST)
-        row_nll = nll.index_select(0, rows)
-        row_loss = 0.5 * (row_nll + (row_nll / row_cost).detach() * row_cost)
+        row_loss, row_cost = emo_token_loss(
+            nll.index_select(0, rows), transport_cost(logits, rows, targets, unit)
+        )
         token_loss = torch.zeros_like(nll).index_put((rows,), row_loss)
         return token_loss, torch.zeros_like(nll).index_put((rows,), row_cost)
+
+
+def emo_token_loss(nll: torch.Tensor, cost: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """EMO's token loss 0.5 * (nll + sg(nll / d) * d) and the clamped cost d, elementwise.
+
+    `cost` is the unclamped transport cost; it is clamped at `_MIN_COST` first. Shared by the
+    unfused and the fused paths.
+    """
+    cost = cost.clamp_min(_MIN_COST)
+    return 0.5 * (nll + (nll / cost).detach() * cost), cost
 
 
 class _TransportCost(torch.autograd.Function):
