@@ -93,6 +93,30 @@ def test_an_interrupted_run_is_redone_alone(finished, monkeypatch) -> None:
     assert [r["label"] for r in results] == ["mle", "del-a0.3"]
 
 
+def test_parallel_jobs_give_the_same_results(tmp_path) -> None:
+    """Runs trained in worker processes (jobs=2) equal the same runs trained in-process, in grid order."""
+
+    def comparable(result: dict) -> dict:
+        timing = ("seconds", "finished_at", "train_metrics")  # train_metrics: runtime, samples/s
+        assert result["train_metrics"]["train_loss"] > 0
+        return {k: v for k, v in result.items() if k not in timing} | {
+            "evaluation": {name: {k: v for k, v in ev.items() if k != "seconds"} for name, ev in result["evaluation"].items()}
+        }
+
+    grids = {}
+    for jobs in (1, 2):
+        mapping = _mapping(tmp_path / f"jobs{jobs}") | {"torch_threads": 1, "jobs": jobs}
+        mapping["evaluation"] = {**mapping["evaluation"], "embeddings": False}
+        seen: list[str] = []
+        grids[jobs] = run_grid(compare_config_from_dict(mapping), progress=False, on_result=lambda r, seen=seen: seen.append(r["label"]))
+        assert sorted(seen) == ["del-a0.3", "mle"]
+    assert [(r["label"], r["seed"]) for r in grids[2]] == [("mle", 0), ("del-a0.3", 0)]
+    for one, two in zip(grids[1], grids[2], strict=True):
+        assert comparable(one) == comparable(two)
+    with pytest.raises(ConfigError, match="jobs must be a positive integer"):
+        compare_config_from_dict(_mapping(tmp_path) | {"jobs": 0})
+
+
 def test_a_changed_config_is_not_reused(finished) -> None:
     compare, _, out = finished
     spec = compare.objectives[0]

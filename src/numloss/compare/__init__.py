@@ -63,6 +63,7 @@ def run_comparison(compare: Any, progress: bool = True, print_table: bool = True
         "finished": time.strftime("%Y-%m-%d %H:%M"),
         "machine": _machine(),
         "torch_threads": compare.torch_threads,
+        "jobs": compare.jobs,
         "wall_seconds": time.perf_counter() - started,
     }
     summary = write_report(results, compare.output_dir, meta)
@@ -81,6 +82,7 @@ def build_parser(prog: str = "numloss compare") -> argparse.ArgumentParser:
     parser.add_argument("--model", help="tiny, smollm2 or a local model folder (default: the config's)")
     parser.add_argument("--out", help="report folder (default: the config's output_dir)")
     parser.add_argument("--steps", type=int, help="override train.max_steps of every run")
+    parser.add_argument("--jobs", type=int, help="runs trained at once, one process each (default: the config's, 1)")
     parser.add_argument("--no-progress", action="store_true", help="no progress bars")
     parser.add_argument("--verbose", action="store_true", help="show the training logs of each run")
     return parser
@@ -111,12 +113,17 @@ def resolve(args: argparse.Namespace, default_config: str | None = "configs/comp
             "seeds": compare.seeds,
             "evaluation": dataclasses.asdict(compare.evaluation),
             "torch_threads": compare.torch_threads,
+            "jobs": compare.jobs,
             "output_dir": args.out or str(compare.output_dir),
         }
         compare = compare_config_from_dict(mapping, compare.source)
     if args.objectives:
         names = [n.strip() for n in args.objectives.split(",") if n.strip()]
         compare.objectives = select_objectives(compare, names)
+    if args.jobs is not None:
+        if args.jobs < 1:
+            raise ConfigError(f"--jobs must be a positive integer, got {args.jobs}")
+        compare.jobs = args.jobs
     if args.seeds:
         try:
             compare.seeds = [int(s) for s in args.seeds.split(",") if s.strip()]

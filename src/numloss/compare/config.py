@@ -8,6 +8,8 @@
     torch_threads: CPU threads for torch (null: torch's default). 1 is the right number for the
                    tiny model on a shared machine: with more threads than free cores, every op
                    waits at a barrier for a descheduled thread (measured 13x slower on 2 busy cores)
+    jobs:          how many runs train at once, each in its own process (default 1); results do
+                   not depend on it. With torch_threads null each run gets cpu_count // jobs threads
     output_dir:    the report folder
 
 Every run's training config is `base` with the objective, the seed and the run folder filled in
@@ -66,6 +68,7 @@ class CompareConfig:
     output_dir: Path
     source: str = "<defaults>"
     torch_threads: int | None = None
+    jobs: int = 1
 
     def run_config(self, spec: ObjectiveSpec, seed: int, run_dir: Path, train_file: Path) -> Config:
         """The validated training config of one run (objective `spec`, `seed`, folder `run_dir`)."""
@@ -130,6 +133,7 @@ DEFAULTS: dict[str, Any] = {
     "seeds": [0],
     "evaluation": {},
     "torch_threads": None,
+    "jobs": 1,
     "output_dir": "runs/compare",
 }
 
@@ -180,8 +184,12 @@ def compare_config_from_dict(mapping: dict[str, Any], origin: str = "config") ->
     threads = mapping.get("torch_threads")
     if threads is not None and (not isinstance(threads, int) or threads < 1):
         raise ConfigError(f"{origin}: torch_threads must be a positive integer or null, got {threads!r}")
+    jobs = mapping.get("jobs", 1)
+    if not isinstance(jobs, int) or isinstance(jobs, bool) or jobs < 1:
+        raise ConfigError(f"{origin}: jobs must be a positive integer (runs trained at once), got {jobs!r}")
     config = CompareConfig(
         torch_threads=threads,
+        jobs=jobs,
         base=dict(base),
         task=task,
         objectives=_objectives(mapping.get("objectives"), origin),

@@ -272,45 +272,125 @@ def run_one(
     return result
 
 
+def _run_in_worker(
+    compare: CompareConfig, key: RunKey, train_file: Path, threads: int, log_level: int
+) -> dict[str, Any]:
+    """`run_one` in a worker process: its own torch threads and logging, the same data as in-process
+    (the task's sets are regenerated from their seeds, so nothing large crosses the process boundary)."""
+    torch.set_num_threads(threads)
+    for name in ("numloss.train", "transformers", "accelerate"):
+        logging.getLogger(name).setLevel(log_level)
+    if log_level >= logging.ERROR:
+        import transformers
+
+        transformers.logging.set_verbosity_error()
+    test_sets = compare.task.test_sets()
+    held_out = {e.instruction for items in test_sets.values() for e in items}
+    train_examples = compare.task.train_set(key.seed, exclude=held_out)
+    return run_one(compare, key, train_examples, test_sets, train_file)
+
+
+def worker_threads(compare: CompareConfig, jobs: int) -> int:
+    """torch threads per run: the config's `torch_threads`, else the cores shared out among `jobs`."""
+    if compare.torch_threads is not None:
+        return compare.torch_threads
+    return max(1, (os.cpu_count() or 1) // jobs)
+
+
 def run_grid(
     compare: CompareConfig,
     progress: bool = True,
     on_result: Callable[[dict[str, Any]], None] | None = None,
+    jobs: int | None = None,
 ) -> list[dict[str, Any]]:
     """Every (objective, seed) of `compare`, skipping runs already finished with the same hash.
 
-    Returns the results in grid order (objectives outer, seeds inner).
+    `jobs` (default: `compare.jobs`) runs that many trainings at once, each in its own process
+    (spawned, one per run) with `worker_threads` torch threads; results do not depend on it.
+    Returns the results in grid order (objectives outer, seeds inner); `on_result` is called as
+    each one is available (finished earlier, or just now).
     """
     from tqdm.auto import tqdm
 
+    jobs = compare.jobs if jobs is None else jobs
+    if jobs < 1:
+        raise ValueError(f"jobs must be >= 1, got {jobs}")
     out = compare.output_dir
     (out / "data").mkdir(parents=True, exist_ok=True)
     test_sets = compare.task.test_sets()
     held_out = {e.instruction for items in test_sets.values() for e in items}
     keys = [RunKey(spec, seed) for spec in compare.objectives for seed in compare.seeds]
-    results: list[dict[str, Any]] = []
+    results: dict[str, dict[str, Any]] = {}  # by run name (label-s<seed>): unique in a grid
+    pending: list[tuple[RunKey, Path]] = []
     train_sets: dict[int, list[TaskExample]] = {}
     bar = tqdm(total=len(keys), desc="compare", unit="run", disable=not progress, dynamic_ncols=True)
+
+    def finish(key: RunKey, done: dict[str, Any]) -> None:
+        results[key.name] = done
+        em = done["evaluation"]["in_distribution"]["exact_match"]
+        bar.set_postfix_str(f"{key.name}: exact match {100 * em:.1f}%")
+        bar.update(1)
+        if on_result is not None:
+            on_result(done)
+
     try:
         for key in keys:
             run_dir = out / "runs" / key.name
             train_file = out / "data" / f"train-s{key.seed}.jsonl"
             config = compare.run_config(key.spec, key.seed, run_dir, train_file)
             done = read_result(run_dir, compare.run_hash(config))
-            if done is None:
-                bar.set_postfix_str(f"training {key.name}")
-                if key.seed not in train_sets:
-                    train_sets[key.seed] = compare.task.train_set(key.seed, exclude=held_out)
-                    _write_train_file(train_file, train_sets[key.seed])
-                done = run_one(compare, key, train_sets[key.seed], test_sets, train_file)
-            else:
+            if done is not None:
                 logger.info("skipping %s: finished with the same config (%s)", key.name, done["hash"])
-            results.append(done)
-            em = done["evaluation"]["in_distribution"]["exact_match"]
-            bar.set_postfix_str(f"{key.name}: exact match {100 * em:.1f}%")
-            bar.update(1)
-            if on_result is not None:
-                on_result(done)
+                finish(key, done)
+                continue
+            if key.seed not in train_sets:
+                train_sets[key.seed] = compare.task.train_set(key.seed, exclude=held_out)
+                _write_train_file(train_file, train_sets[key.seed])
+            pending.append((key, train_file))
+        if jobs == 1:
+            threads = torch.get_num_threads()
+            if compare.torch_threads is not None:
+                torch.set_num_threads(compare.torch_threads)
+            try:
+                for key, train_file in pending:
+                    bar.set_postfix_str(f"training {key.name}")
+                    finish(key, run_one(compare, key, train_sets[key.seed], test_sets, train_file))
+            finally:
+                torch.set_num_threads(threads)
+        elif pending:
+            _run_parallel(compare, pending, jobs, finish, bar)
     finally:
         bar.close()
-    return results
+    return [results[key.name] for key in keys]
+
+
+def _run_parallel(
+    compare: CompareConfig,
+    pending: Sequence[tuple[RunKey, Path]],
+    jobs: int,
+    finish: Callable[[RunKey, dict[str, Any]], None],
+    bar: Any,
+) -> None:
+    import multiprocessing
+    from concurrent.futures import FIRST_EXCEPTION, ProcessPoolExecutor, wait
+
+    threads = worker_threads(compare, jobs)
+    log_level = logging.getLogger("numloss.train").getEffectiveLevel()
+    # spawn, not fork: a forked child would inherit torch's thread pools; one fresh process per run
+    context = multiprocessing.get_context("spawn")
+    with ProcessPoolExecutor(max_workers=min(jobs, len(pending)), mp_context=context, max_tasks_per_child=1) as pool:
+        futures = {
+            pool.submit(_run_in_worker, compare, key, train_file, threads, log_level): key
+            for key, train_file in pending
+        }
+        bar.set_postfix_str(f"training {len(pending)} runs, {jobs} at a time")
+        remaining = set(futures)
+        while remaining:
+            finished, remaining = wait(remaining, return_when=FIRST_EXCEPTION)
+            for future in finished:
+                error = future.exception()
+                if error is not None:
+                    for other in remaining:
+                        other.cancel()
+                    raise RuntimeError(f"run {futures[future].name} failed: {error}") from error
+                finish(futures[future], future.result())
