@@ -3,7 +3,16 @@
 import pytest
 import torch
 
-from numloss.evaluate.generate import BackendUnavailable, HFGenerator, cut_at_stop, import_vllm
+from numloss.evaluate.generate import (
+    BackendUnavailable,
+    Generation,
+    HFGenerator,
+    cut_at_stop,
+    import_vllm,
+    new_cache,
+    roomy_layer_class,
+    shared_prefix,
+)
 from numloss.models.tiny import build_char_tokenizer, build_tiny_model
 
 
@@ -45,6 +54,108 @@ def test_generator_counts_tokens_and_time_and_cuts_stop_strings():
     stop = texts[0][2:4]
     cut = HFGenerator(model, tokenizer, batch_size=2, max_new_tokens=8, stop=(stop,), progress=False)
     assert cut.generate(PROMPTS[:1])[0].text == texts[0][: texts[0].find(stop)]
+
+
+TEMPLATE = "### Instruction:\n{}\n\n### Response:"
+TEMPLATED = [TEMPLATE.format(p) for p in PROMPTS]  # a long common prefix, then tails of different lengths
+
+
+def reference(model, tokenizer, prompts, max_new_tokens, eos_token_id):
+    """transformers' own greedy `generate`, one unpadded prompt at a time: (text, new-token count)."""
+    out = []
+    for prompt in prompts:
+        ids = tokenizer(prompt, return_tensors="pt")["input_ids"]
+        with torch.no_grad():
+            row = model.generate(
+                ids,
+                max_new_tokens=max_new_tokens,
+                do_sample=False,
+                eos_token_id=eos_token_id,
+                pad_token_id=tokenizer.pad_token_id,
+            )[0, ids.shape[1] :].tolist()
+        if eos_token_id in row:
+            row = row[: row.index(eos_token_id) + 1]
+        out.append((tokenizer.decode(row, skip_special_tokens=True), len(row)))
+    return out
+
+
+def test_batches_sorted_by_token_length_come_back_in_the_given_order():
+    model, tokenizer = scrambled_tiny_model()
+    prompts = TEMPLATED + ["y", TEMPLATE.format("a question of middling length here")]
+    one = [HFGenerator(model, tokenizer, batch_size=1, max_new_tokens=6, stop=(), progress=False).generate([p])[0] for p in prompts]
+    batched = HFGenerator(model, tokenizer, batch_size=3, max_new_tokens=6, stop=(), progress=False).generate(prompts)
+    assert [g.text for g in batched] == [g.text for g in one]
+    assert len({g.text for g in one}) > 3
+
+
+def test_finished_rows_leave_the_batch_and_outputs_equal_transformers_generate():
+    model, tokenizer = scrambled_tiny_model()
+    with torch.no_grad():
+        free = HFGenerator(model, tokenizer, batch_size=8, max_new_tokens=12, stop=(), progress=False)._batch(
+            tokenizer(TEMPLATED)["input_ids"]
+        )
+    # make a token the model really emits the EOS, one that some rows emit early and some never
+    candidates = {t for row in free for t in row[:6]}
+    eos = max(candidates, key=lambda t: (any(t not in row for row in free), sum(t in row[:6] for row in free)))
+    assert any(eos not in row for row in free) and any(eos in row[:6] for row in free)
+    model.generation_config.eos_token_id = eos
+    generator = HFGenerator(model, tokenizer, batch_size=8, max_new_tokens=12, stop=(), progress=False)
+    sizes = []
+    forward = generator._forward
+    generator._forward = lambda ids, *rest: sizes.append(ids.shape[0]) or forward(ids, *rest)
+    batched = generator.generate(TEMPLATED)
+    expected = reference(model, tokenizer, TEMPLATED, 12, eos)
+    assert [(g.text, g.new_tokens) for g in batched] == expected
+    lengths = sorted(n for _, n in expected)
+    assert lengths[0] < 12 and lengths[-1] == 12  # some rows ended early, some ran to the limit
+    assert sizes[0] == 1 and sizes[1] == len(TEMPLATED)  # the shared prefix once, then every row
+    assert sizes[-1] < len(TEMPLATED) and sizes == sizes[:2] + sorted(sizes[2:], reverse=True)
+    assert generator.tokens == sum(lengths)
+
+
+def test_a_row_stops_at_its_stop_string_like_one_by_one():
+    model, tokenizer = scrambled_tiny_model()
+    free = HFGenerator(model, tokenizer, batch_size=4, max_new_tokens=10, stop=(), progress=False).generate(PROMPTS)
+    stop = free[1].text[3:5]
+    ends = free[1].text.find(stop) + len(stop)  # one token per character
+    kwargs = dict(max_new_tokens=10, stop=(stop,), progress=False)
+    one = [HFGenerator(model, tokenizer, batch_size=1, **kwargs).generate([p])[0] for p in PROMPTS]
+    batched = HFGenerator(model, tokenizer, batch_size=4, **kwargs).generate(PROMPTS)
+    assert batched == one
+    assert batched[1] == Generation(cut_at_stop(free[1].text, (stop,)), ends)  # stopped once the stop string was out
+    assert any(g.new_tokens == 10 for g in batched)
+
+
+def test_shared_prefix_leaves_every_row_a_token():
+    assert shared_prefix([[1, 2, 3, 4], [1, 2, 5], [1, 2, 3]]) == 2
+    assert shared_prefix([[1, 2], [1, 2, 3]]) == 1
+    assert shared_prefix([[1, 2, 3], [1, 2, 3]]) == 2
+    assert shared_prefix([[5, 1], [6, 1]]) == 0
+
+
+def test_roomy_cache_gives_the_logits_of_dynamic_cache():
+    from transformers import DynamicCache
+
+    model, tokenizer = scrambled_tiny_model()
+    model.eval()
+    ids = tokenizer([TEMPLATED[1], TEMPLATED[1]], return_tensors="pt")["input_ids"][:, :40]
+    caches = [new_cache(model), DynamicCache()]
+    assert all(type(layer) is roomy_layer_class() for layer in caches[0].layers)
+    logits = []
+    with torch.inference_mode():
+        for cache in caches:
+            model(ids[:1, :30], cache=cache, use_cache=True)
+            cache.batch_repeat_interleave(3)
+            steps = [model(ids[:, 30:].repeat(2, 1)[:3], cache=cache, use_cache=True).logits]
+            cache.batch_select_indices(torch.tensor([0, 2]))
+            token = steps[-1][[0, 2], -1:].argmax(-1)
+            for _ in range(40):  # past the first room (2 x 40 positions), so the room grows
+                steps.append(model(token, cache=cache, use_cache=True).logits)
+                token = steps[-1][:, -1:].argmax(-1)
+            assert cache.get_seq_length() == 80
+            logits.append(steps)
+    for roomy, dynamic in zip(*logits, strict=True):
+        torch.testing.assert_close(roomy, dynamic)
 
 
 def test_cut_at_stop():

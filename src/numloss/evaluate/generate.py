@@ -1,4 +1,4 @@
-"""Generation backends: transformers `generate` (batched, left-padded, greedy) and vLLM.
+"""Generation backends: a transformers causal LM (batched greedy decoding, see HFGenerator) and vLLM.
 
 Both take a list of prompt strings and return one `Generation` per prompt, in order, with greedy
 decoding and the stop strings cut off (a model trained on the Alpaca template tends to start a new
@@ -7,6 +7,8 @@ decoding and the stop strings cut off (a model trained on the Alpaca template te
 
 from __future__ import annotations
 
+import functools
+import inspect
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -46,11 +48,23 @@ def cut_at_stop(text: str, stop: Sequence[str]) -> str:
 
 
 class HFGenerator:
-    """Batched greedy generation with a transformers causal LM.
+    """Batched greedy generation with a transformers causal LM, its own decoding loop.
 
-    Prompts are sorted by length (longest first, so an out-of-memory shows up in the first batch)
-    and left-padded, which is what decoder-only `generate` needs for batches. `self.tokens` and
-    `self.seconds` accumulate the generated-token count and the time spent, for tokens/s.
+    The prompts are tokenized once and sorted by token count (longest first, so an out-of-memory
+    shows up in the first batch; results come back in the order given). Each batch is decoded
+    greedily with a key/value cache:
+
+    - the prompts' common token prefix (the prompt template) is run once, and its cache copied to
+      every row; the rest of each prompt is left-padded (masked, with its own positions);
+    - each step appends one token per row; a row that has produced EOS, a stop string or
+      `max_new_tokens` tokens leaves the batch at once (its cache rows are dropped), so the batch
+      never computes tokens that would be thrown away;
+    - the cache writes new keys/values into spare room instead of re-concatenating the whole cache
+      at every step.
+
+    Batch size 1 runs the same loop on one prompt, so outputs equal one-by-one decoding up to
+    floating-point rounding. `self.tokens` and `self.seconds` accumulate the generated-token count
+    (EOS included, stop-string tokens included) and the time spent, for tokens/s.
     """
 
     def __init__(
@@ -68,73 +82,218 @@ class HFGenerator:
             raise ValueError(f"max_new_tokens must be at least 1, got {max_new_tokens}")
         self.model, self.tokenizer = model, tokenizer
         self.batch_size, self.max_new_tokens = batch_size, max_new_tokens
-        self.stop, self.progress = tuple(stop), progress
+        self.stop, self.progress = tuple(s for s in stop if s), progress
         self.tokens, self.seconds = 0, 0.0
         self.pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
         if self.pad_id is None:
             raise ValueError("the tokenizer has neither a pad nor an eos token; batched generation needs one")
         eos = getattr(getattr(model, "generation_config", None), "eos_token_id", None)
         self.eos_id = eos if eos is not None else tokenizer.eos_token_id
+        eos_ids = self.eos_id if isinstance(self.eos_id, (list, tuple)) else [self.eos_id]
+        self.eos_ids = frozenset(int(e) for e in eos_ids if e is not None)
+        forward = inspect.signature(_base_model(model).forward).parameters
+        self._cache_arg = "cache" if "cache" in forward else "past_key_values"
+        self._keep_last = "logits_to_keep" in forward
 
-    def _config(self) -> Any:
-        from transformers import GenerationConfig
+    def _forward(self, ids: torch.Tensor, mask: torch.Tensor | None, positions: torch.Tensor | None, cache: Any) -> torch.Tensor:
+        """Run `ids` [B, T] through the model on top of `cache`; the float32 logits of the last position [B, V]."""
+        kwargs: dict[str, Any] = {self._cache_arg: cache, "use_cache": True}
+        if mask is not None:
+            kwargs.update(attention_mask=mask, position_ids=positions)
+        if self._keep_last:
+            kwargs["logits_to_keep"] = 1
+        return self.model(input_ids=ids, **kwargs).logits[:, -1].float()
 
-        return GenerationConfig(
-            max_new_tokens=self.max_new_tokens,
-            do_sample=False,
-            num_beams=1,
-            pad_token_id=self.pad_id,
-            eos_token_id=self.eos_id,
-            # stop each row at a stop string (not only at EOS): the rest would be thrown away
-            stop_strings=list(self.stop) or None,
-        )
+    def _finished(self, tokens: list[int]) -> bool:
+        """Whether a row that has generated `tokens` is done (EOS, a stop string, or the token limit)."""
+        if tokens[-1] in self.eos_ids or len(tokens) >= self.max_new_tokens:
+            return True
+        if not self.stop:
+            return False
+        text = self.tokenizer.decode(tokens, skip_special_tokens=True)
+        return any(s in text for s in self.stop)
 
-    @torch.no_grad()
-    def _batch(self, prompts: Sequence[str]) -> list[Generation]:
-        tok = self.tokenizer
-        side = tok.padding_side
-        tok.padding_side = "left"
-        try:
-            enc = tok(list(prompts), return_tensors="pt", padding=True)
-        finally:
-            tok.padding_side = side
+    def _batch(self, rows: Sequence[Sequence[int]]) -> list[list[int]]:
+        """Greedy continuations (token ids, EOS included) of the tokenized prompts `rows`."""
         device = next(self.model.parameters()).device
-        enc = {k: v.to(device) for k, v in enc.items() if k in ("input_ids", "attention_mask")}
-        out = self.model.generate(**enc, generation_config=self._config(), tokenizer=tok)
-        new = out[:, enc["input_ids"].shape[1] :]
-        results = []
-        eos_ids = set(self.eos_id if isinstance(self.eos_id, list) else [self.eos_id])
-        for row in new.tolist():
-            count = len(row)
-            for j, token in enumerate(row):
-                if token in eos_ids or token == self.pad_id:  # finished rows are padded
-                    count = j + (token in eos_ids)
-                    break
-            text = tok.decode(row[:count], skip_special_tokens=True)
-            results.append(Generation(cut_at_stop(text, self.stop), count))
-        return results
+        size = len(rows)
+        cache = new_cache(self.model)
+        shared = shared_prefix(rows) if size > 1 else 0
+        if shared:
+            self._forward(torch.tensor([list(rows[0][:shared])], device=device), None, None, cache)
+            cache.batch_repeat_interleave(size)
+        tails = [list(r[shared:]) for r in rows]
+        width = max(len(t) for t in tails)
+        ids = torch.full((size, width), self.pad_id, dtype=torch.long)
+        mask = torch.zeros((size, shared + width), dtype=torch.long)
+        mask[:, :shared] = 1
+        positions = torch.zeros((size, width), dtype=torch.long)
+        for i, tail in enumerate(tails):
+            pad = width - len(tail)
+            ids[i, pad:] = torch.tensor(tail, dtype=torch.long)
+            mask[i, shared + pad :] = 1
+            positions[i, pad:] = torch.arange(shared, shared + len(tail))
+        ids, mask, positions = ids.to(device), mask.to(device), positions.to(device)
+        following = self._forward(ids, mask, positions, cache).argmax(-1)
+        position = positions[:, -1] + 1
+        out: list[list[int]] = [[] for _ in rows]
+        alive = list(range(size))  # the prompt index of each batch row still generating
+        while True:
+            keep = []
+            for slot, (row, token) in enumerate(zip(alive, following.tolist(), strict=True)):
+                out[row].append(token)
+                if not self._finished(out[row]):
+                    keep.append(slot)
+            if not keep:
+                return out
+            if len(keep) < len(alive):  # drop the finished rows from the batch and its cache
+                index = torch.tensor(keep, device=device)
+                cache.batch_select_indices(index)
+                mask, position, following = mask[index], position[index], following[index]
+                alive = [alive[slot] for slot in keep]
+            mask = torch.cat([mask, mask.new_ones((len(alive), 1))], dim=1)
+            following = self._forward(following[:, None], mask, position[:, None], cache).argmax(-1)
+            position = position + 1
 
     def generate(self, prompts: Sequence[str]) -> list[Generation]:
         """Greedy completions of `prompts`, in the order given."""
         from tqdm.auto import tqdm
 
-        order = sorted(range(len(prompts)), key=lambda i: -len(prompts[i]))
+        if not prompts:
+            return []
+        rows = self.tokenizer(list(prompts))["input_ids"]
+        empty = [i for i, row in enumerate(rows) if not row]
+        if empty:
+            raise ValueError(f"prompt {empty[0]} tokenizes to no tokens; generation needs at least one")
+        order = sorted(range(len(prompts)), key=lambda i: -len(rows[i]))
         results: list[Generation | None] = [None] * len(prompts)
         was_training = self.model.training
         self.model.eval()
         start = time.perf_counter()
         try:
-            with tqdm(total=len(prompts), desc="generate", unit="prompt", disable=not self.progress) as bar:
+            with (
+                torch.inference_mode(),
+                tqdm(total=len(prompts), desc="generate", unit="prompt", disable=not self.progress) as bar,
+            ):
                 for b in range(0, len(order), self.batch_size):
                     chunk = order[b : b + self.batch_size]
-                    for index, generation in zip(chunk, self._batch([prompts[i] for i in chunk]), strict=True):
-                        results[index] = generation
-                        self.tokens += generation.new_tokens
+                    for index, tokens in zip(chunk, self._batch([rows[i] for i in chunk]), strict=True):
+                        text = self.tokenizer.decode(tokens, skip_special_tokens=True)
+                        results[index] = Generation(cut_at_stop(text, self.stop), len(tokens))
+                        self.tokens += len(tokens)
                     bar.update(len(chunk))
         finally:
             self.seconds += time.perf_counter() - start
             self.model.train(was_training)
         return [r for r in results if r is not None]
+
+
+def shared_prefix(rows: Sequence[Sequence[int]]) -> int:
+    """Length of the token prefix common to all `rows`, leaving every row at least one token of its own."""
+    first, limit = rows[0], min(len(r) for r in rows) - 1
+    for n in range(limit):
+        token = first[n]
+        if any(r[n] != token for r in rows):
+            return n
+    return max(limit, 0)
+
+
+def _base_model(model: Any) -> Any:
+    """The transformers model under a PEFT wrapper (whose own forward takes **kwargs), else `model`."""
+    get_base = getattr(model, "get_base_model", None)
+    return get_base() if callable(get_base) else model
+
+
+def new_cache(model: Any) -> Any:
+    """A `DynamicCache` for `model` whose full-attention layers are `RoomyLayer`s (see
+    `roomy_layer_class`); sliding-window or other special layers stay as transformers builds them."""
+    from transformers import DynamicCache
+    from transformers.cache_utils import DynamicLayer
+
+    try:
+        cache = DynamicCache(config=model.config)
+    except TypeError:  # a transformers without config-built caches
+        cache = DynamicCache()
+    roomy = roomy_layer_class()
+    if cache.layers:
+        cache.layers = [roomy() if type(layer) is DynamicLayer else layer for layer in cache.layers]
+    elif getattr(cache, "layer_class_to_replicate", None) is DynamicLayer:
+        cache.layer_class_to_replicate = roomy
+    return cache
+
+
+@functools.cache
+def roomy_layer_class() -> type:
+    """`RoomyLayer`, defined on first use so that importing this module does not import transformers."""
+    from transformers.cache_utils import DynamicLayer
+
+    class RoomyLayer(DynamicLayer):
+        """A full-attention cache layer that writes each step's keys/values into spare room (grown by
+        doubling) instead of `torch.cat`-ing the whole cache every step as `DynamicLayer` does;
+        `keys`/`values` are views of the filled part, so attention and masks see the same shapes."""
+
+        def lazy_initialization(self, key_states: torch.Tensor, value_states: torch.Tensor) -> None:
+            super().lazy_initialization(key_states, value_states)
+            self.room_keys: torch.Tensor | None = None
+            self.room_values: torch.Tensor | None = None
+            self.length = 0
+
+        def _view(self) -> None:
+            assert self.room_keys is not None and self.room_values is not None
+            self.keys = self.room_keys[:, :, : self.length]
+            self.values = self.room_values[:, :, : self.length]
+
+        @staticmethod
+        def _grown(room: torch.Tensor | None, states: torch.Tensor, length: int, needed: int) -> torch.Tensor:
+            shape = (*states.shape[:2], max(2 * needed, 32), states.shape[-1])
+            grown = states.new_empty(shape)
+            if room is not None and length:
+                grown[:, :, :length] = room[:, :, :length]
+            return grown
+
+        def update(self, key_states: torch.Tensor, value_states: torch.Tensor, *args: Any, **kwargs: Any) -> tuple[torch.Tensor, torch.Tensor]:
+            if not self.is_initialized:
+                self.lazy_initialization(key_states, value_states)
+            end = self.length + key_states.shape[-2]
+            if self.room_keys is None or self.room_values is None or end > self.room_keys.shape[-2]:
+                self.room_keys = self._grown(self.room_keys, key_states, self.length, end)
+                self.room_values = self._grown(self.room_values, value_states, self.length, end)
+            self.room_keys[:, :, self.length : end] = key_states
+            self.room_values[:, :, self.length : end] = value_states
+            self.length = end
+            self._view()
+            return self.keys, self.values
+
+        def get_seq_length(self) -> int:
+            return self.length if self.is_initialized else 0
+
+        def crop(self, tokens_to_remove: int) -> None:
+            if tokens_to_remove > 0:
+                raise ValueError("crop takes a negative number of tokens to remove")
+            if tokens_to_remove and self.is_initialized and self.room_keys is not None:
+                self.length = max(self.length + tokens_to_remove, 0)
+                self._view()
+
+        def _select(self, select: Any) -> None:
+            if self.is_initialized and self.room_keys is not None and self.room_values is not None:
+                self.room_keys, self.room_values = select(self.room_keys), select(self.room_values)
+                self._view()
+
+        def batch_repeat_interleave(self, repeats: int) -> None:
+            self._select(lambda t: t.repeat_interleave(repeats, dim=0))
+
+        def batch_select_indices(self, indices: torch.Tensor) -> None:
+            self._select(lambda t: t[indices.to(t.device)])
+
+        def reorder_cache(self, beam_idx: torch.LongTensor) -> None:
+            self._select(lambda t: t.index_select(0, beam_idx.to(t.device)))
+
+        def reset(self) -> None:
+            super().reset()
+            self.room_keys = self.room_values = None
+            self.length = 0
+
+    return RoomyLayer
 
 
 class VLLMGenerator:
