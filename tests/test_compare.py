@@ -160,7 +160,11 @@ def test_shipped_configs_load() -> None:
     assert configs, "configs/compare*.yaml are missing"
     for path in configs:
         compare = load_compare_config(path)
-        assert compare.task.test_size >= 2000, f"{path.name}: held-out sets of at least 2,000 items"
+        # the tiny model's comparisons hold out 2,000 items per set (issue 6); SmolLM2 on CPU holds
+        # out fewer, as its config says, to fit 12 runs of a 135M model on 2 cores
+        minimum = 200 if compare.base["model"]["name"] == "smollm2" else 2000
+        assert compare.task.test_size >= minimum, f"{path.name}: held-out sets of at least {minimum} items"
+        assert compare.jobs >= 1
 
 
 def test_demo_worked_example_still_prints(capsys) -> None:

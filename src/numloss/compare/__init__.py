@@ -140,6 +140,7 @@ def quiet_training_logs() -> None:
         import transformers
 
         transformers.logging.set_verbosity_error()
+        transformers.utils.logging.disable_progress_bar()  # "Loading weights" bars of every run
     except ImportError:  # pragma: no cover - transformers is a dependency
         pass
 

@@ -223,14 +223,19 @@ def run_one(
     test_sets: dict[str, list[TaskExample]],
     train_file: Path,
     callbacks: list[Any] | None = None,
+    progress_bar: bool = True,
 ) -> dict[str, Any]:
-    """Train and evaluate one (objective, seed); write and return its result (see module doc)."""
+    """Train and evaluate one (objective, seed); write and return its result (see module doc).
+
+    `progress_bar` False hides the run's training bar (runs in parallel would interleave theirs);
+    it is display only, so it does not enter the run's hash."""
     from numloss.compare.embeddings import digit_embeddings
     from numloss.train import run_training
 
     run_dir = compare.output_dir / "runs" / key.name
     config = compare.run_config(key.spec, key.seed, run_dir, train_file)
     run_hash = compare.run_hash(config)
+    config.train.progress_bar = config.train.progress_bar and progress_bar
     if run_dir.exists():
         shutil.rmtree(run_dir)  # a torn or stale run: start it again
     run_dir.mkdir(parents=True)
@@ -278,16 +283,18 @@ def _run_in_worker(
     """`run_one` in a worker process: its own torch threads and logging, the same data as in-process
     (the task's sets are regenerated from their seeds, so nothing large crosses the process boundary)."""
     torch.set_num_threads(threads)
-    for name in ("numloss.train", "transformers", "accelerate"):
-        logging.getLogger(name).setLevel(log_level)
-    if log_level >= logging.ERROR:
-        import transformers
+    if log_level >= logging.ERROR:  # the parent was quietened (no --verbose): so is the worker
+        import sys
 
-        transformers.logging.set_verbosity_error()
+        from numloss.compare import quiet_training_logs
+
+        quiet_training_logs()
+        # the per-log "step ..." lines of parallel runs would interleave; the parent's bar counts runs
+        sys.stdout = open(os.devnull, "w")  # noqa: SIM115 - lives as long as this one-run process
     test_sets = compare.task.test_sets()
     held_out = {e.instruction for items in test_sets.values() for e in items}
     train_examples = compare.task.train_set(key.seed, exclude=held_out)
-    return run_one(compare, key, train_examples, test_sets, train_file)
+    return run_one(compare, key, train_examples, test_sets, train_file, progress_bar=False)
 
 
 def worker_threads(compare: CompareConfig, jobs: int) -> int:
