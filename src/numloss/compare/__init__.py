@@ -36,10 +36,6 @@ def run_comparison(compare: Any, progress: bool = True, print_table: bool = True
     from numloss.compare.report import text_table, write_report
     from numloss.compare.runner import run_grid
 
-    if compare.torch_threads is not None:
-        import torch
-
-        torch.set_num_threads(compare.torch_threads)
     started = time.perf_counter()
     results = run_grid(compare, progress=progress)
     base = compare.base
