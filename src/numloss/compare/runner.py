@@ -278,10 +278,15 @@ def run_one(
 
 
 def _run_in_worker(
-    compare: CompareConfig, key: RunKey, train_file: Path, threads: int, log_level: int
+    compare: CompareConfig,
+    key: RunKey,
+    train_examples: Sequence[TaskExample],
+    test_sets: dict[str, list[TaskExample]],
+    train_file: Path,
+    threads: int,
+    log_level: int,
 ) -> dict[str, Any]:
-    """`run_one` in a worker process: its own torch threads and logging, the same data as in-process
-    (the task's sets are regenerated from their seeds, so nothing large crosses the process boundary)."""
+    """`run_one` in a worker process, on the parent's data, with its own torch threads and logging."""
     torch.set_num_threads(threads)
     if log_level >= logging.ERROR:  # the parent was quietened (no --verbose): so is the worker
         import sys
@@ -291,9 +296,6 @@ def _run_in_worker(
         quiet_training_logs()
         # the per-log "step ..." lines of parallel runs would interleave; the parent's bar counts runs
         sys.stdout = open(os.devnull, "w")  # noqa: SIM115 - lives as long as this one-run process
-    test_sets = compare.task.test_sets()
-    held_out = {e.instruction for items in test_sets.values() for e in items}
-    train_examples = compare.task.train_set(key.seed, exclude=held_out)
     return run_one(compare, key, train_examples, test_sets, train_file, progress_bar=False)
 
 
@@ -365,7 +367,7 @@ def run_grid(
             finally:
                 torch.set_num_threads(threads)
         elif pending:
-            _run_parallel(compare, pending, jobs, finish, bar)
+            _run_parallel(compare, pending, train_sets, test_sets, jobs, finish, bar)
     finally:
         bar.close()
     return [results[key.name] for key in keys]
@@ -374,6 +376,8 @@ def run_grid(
 def _run_parallel(
     compare: CompareConfig,
     pending: Sequence[tuple[RunKey, Path]],
+    train_sets: dict[int, list[TaskExample]],
+    test_sets: dict[str, list[TaskExample]],
     jobs: int,
     finish: Callable[[RunKey, dict[str, Any]], None],
     bar: Any,
@@ -387,7 +391,9 @@ def _run_parallel(
     context = multiprocessing.get_context("spawn")
     with ProcessPoolExecutor(max_workers=min(jobs, len(pending)), mp_context=context, max_tasks_per_child=1) as pool:
         futures = {
-            pool.submit(_run_in_worker, compare, key, train_file, threads, log_level): key
+            pool.submit(
+                _run_in_worker, compare, key, train_sets[key.seed], test_sets, train_file, threads, log_level
+            ): key
             for key, train_file in pending
         }
         bar.set_postfix_str(f"training {len(pending)} runs, {jobs} at a time")
