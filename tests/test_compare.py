@@ -167,6 +167,29 @@ def test_shipped_configs_load() -> None:
         assert compare.jobs >= 1
 
 
+def test_demo_is_the_default_grid_cut_down(tmp_path) -> None:
+    from pathlib import Path
+
+    configs = Path(__file__).resolve().parents[1] / "configs"
+    full = load_compare_config(configs / "compare.yaml")
+    demo = load_compare_config(configs / "compare-demo.yaml")
+    # the default run sweeps DEL's alpha and carries the paper's ablations (issue 6)
+    alphas = sorted(s.alpha for s in full.objectives if s.name == "del" and not s.options)
+    assert alphas == [0.1, 0.3, 1.0]
+    assert {tuple(sorted(s.options)) for s in full.objectives if s.options} >= {("distance",), ("place_weighting",)}
+    assert {"mle", "ntl-was", "dist2"} <= {s.name for s in full.objectives}
+    # the demo is a subset of it with the same task and training, so its finished runs are the
+    # full grid's runs (same hash) and its numbers are the same experiment's
+    by_label = {s.label: s for s in full.objectives}
+    assert {s.label for s in demo.objectives} <= set(by_label) and set(demo.seeds) <= set(full.seeds)
+    assert [s.alpha for s in demo.objectives if s.name == "del"] == [0.1, 0.3, 1.0]
+    for spec in demo.objectives:
+        for seed in demo.seeds:
+            demo_config = demo.run_config(spec, seed, tmp_path / "demo", tmp_path / "train.jsonl")
+            full_config = full.run_config(by_label[spec.label], seed, tmp_path / "full", tmp_path / "train.jsonl")
+            assert demo.run_hash(demo_config) == full.run_hash(full_config), spec.label
+
+
 def test_demo_worked_example_still_prints(capsys) -> None:
     from numloss.demo import main as demo_main
 

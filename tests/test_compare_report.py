@@ -7,7 +7,13 @@ import math
 
 import pytest
 
-from numloss.compare.report import aggregate, markdown_table, text_table, write_report
+from numloss.compare.report import (
+    aggregate,
+    markdown_table,
+    seed_interval,
+    text_table,
+    write_report,
+)
 from numloss.compare.runner import wilson_interval
 from numloss.compare.task import TEST_SETS
 
@@ -64,11 +70,36 @@ def test_aggregate_mean_std_over_seeds() -> None:
     em = summary["mle"]["sets"]["in_distribution"]["exact_match"]
     assert em["mean"] == pytest.approx(0.35) and em["std"] == pytest.approx(math.sqrt(0.005))
     assert summary["mle"]["seeds"] == [0, 1]
-    # the interval pools the items of both seeds: 70 of 200
-    low, high = summary["mle"]["sets"]["in_distribution"]["exact_match_ci95"]
-    assert (low, high) == pytest.approx(wilson_interval(70, 200))
+    # the items part pools both seeds: 70 of 200; the seeds part is t(0.975, 1) = 12.706 wide
+    metrics = summary["mle"]["sets"]["in_distribution"]
+    assert metrics["exact_match_ci95_items"] == pytest.approx(wilson_interval(70, 200))
+    half = 12.706 * math.sqrt(0.005) / math.sqrt(2)
+    assert metrics["exact_match_ci95_seeds"] == pytest.approx([0.0, 0.35 + half])
+    assert metrics["exact_match_ci95"] == pytest.approx([0.0, 0.35 + half]), "the hull of the two"
     # a metric that is NaN for some seeds averages the others
     assert summary["mle"]["sets"]["in_distribution"]["decimal_place_accuracy"]["mean"] == pytest.approx(0.35)
+
+
+def test_seed_interval_by_hand() -> None:
+    low, high = seed_interval([0.5, 0.6, 0.7])  # mean 0.6, sd 0.1, t(0.975, 2) = 4.303
+    half = 4.303 * 0.1 / math.sqrt(3)
+    assert (low, high) == pytest.approx((0.6 - half, 0.6 + half))
+    assert seed_interval([0.0, 0.9, 0.95, 1.0, 0.99])[1] == 1.0, "clipped to [0, 1]"
+    assert all(math.isnan(x) for x in seed_interval([0.4])), "one seed has no spread to measure"
+    assert all(math.isnan(x) for x in seed_interval([float("nan"), 0.4]))
+
+
+def test_interval_with_one_seed_is_the_items_interval() -> None:
+    metrics = aggregate([_result("mle", 0, 0.30, 5.0)])["mle"]["sets"]["in_distribution"]
+    assert metrics["exact_match_ci95"] == pytest.approx(wilson_interval(30, 100))
+    assert all(math.isnan(x) for x in metrics["exact_match_ci95_seeds"])
+
+
+def test_interval_is_never_narrower_than_the_items_interval() -> None:
+    # two seeds that agree exactly: no seed spread, so the items' Wilson interval is what is left
+    metrics = aggregate([_result("mle", 0, 0.5, 5.0), _result("mle", 1, 0.5, 5.0)])["mle"]["sets"]["in_distribution"]
+    assert metrics["exact_match_ci95_seeds"] == pytest.approx([0.5, 0.5])
+    assert metrics["exact_match_ci95"] == pytest.approx(wilson_interval(100, 200))
 
 
 def test_table_marks_the_best_per_column() -> None:

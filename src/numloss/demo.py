@@ -4,8 +4,8 @@ Trains the tiny character-level model once per objective and seed of `configs/co
 (run from the repository root, or pass a config), evaluates each run on the held-out
 sets and prints the in-distribution table; the full report lands in `runs/demo/`. Started again,
 it skips the runs that already finished. The demo is MLE, DEL with alpha 0.1 / 0.3 / 1.0, NTL-WAS
-and DIST2 over two seeds, two runs at a time (~11 minutes on 2 cores); the full grid (plus the
-paper's ablations and a third seed) is `numloss compare configs/compare.yaml`.
+and DIST2 on one seed, two runs at a time (~11 minutes on 2 cores); the full grid (plus the
+paper's ablations, five seeds) is `numloss compare configs/compare.yaml`.
 
 `numloss demo --worked-example` prints instead every objective's loss terms on one fixed batch.
 """
@@ -88,7 +88,8 @@ def main(argv: list[str] | None = None) -> int:
     print(
         f"numloss demo: {len(compare.objectives)} objectives ({objectives}) x seeds {compare.seeds} on the "
         f"tiny model; report in {compare.output_dir}/. Finished runs are kept: run again to continue.\n"
-        "The full grid (adds the paper's ablations and a third seed): numloss compare configs/compare.yaml",
+        "One seed is one draw of a bimodal outcome (docs/results.md). The full grid (adds the paper's "
+        "ablations, 5 seeds, ~65 min): numloss compare configs/compare.yaml",
         flush=True,
     )
     run_comparison(compare, progress=not args.no_progress)
