@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import json
 import math
 
@@ -100,6 +101,28 @@ def test_interval_is_never_narrower_than_the_items_interval() -> None:
     metrics = aggregate([_result("mle", 0, 0.5, 5.0), _result("mle", 1, 0.5, 5.0)])["mle"]["sets"]["in_distribution"]
     assert metrics["exact_match_ci95_seeds"] == pytest.approx([0.5, 0.5])
     assert metrics["exact_match_ci95"] == pytest.approx(wilson_interval(100, 200))
+
+
+def test_report_shows_every_run_and_the_embedding_order(tmp_path) -> None:
+    from numloss.compare.embeddings import neighbour_order_score
+
+    results = [*copy.deepcopy(RESULTS), _result("ntl", 1, 0.9, 1.0)]  # ntl seed 0 missing: an empty cell
+    results[-1]["curve"]["ce"] = [3.0] * 5 + [0.2] * 10  # final ce: the last 10 logged steps only
+    summary = write_report(results, tmp_path, {"config": "x.yaml"})
+    report = (tmp_path / "report.md").read_text()
+    assert "| objective | seed 0 | seed 1 |" in report
+    assert "| mle | 30.0 / 1.500 | 40.0 / 1.500 |" in report
+    assert "| ntl |  | 90.0 / 0.200 |" in report
+    assert summary["ntl"]["per_seed"] == [{"seed": 1, "exact_match": 0.9, "final_ce": pytest.approx(0.2)}]
+    before = neighbour_order_score(RESULTS[0]["embeddings"]["before"])
+    after = neighbour_order_score(RESULTS[0]["embeddings"]["after"])
+    assert summary["mle"]["embedding_order"]["after"] == {"mean": pytest.approx(after), "std": 0.0}
+    assert f"| mle | {before:+.3f} ± 0.000 | {after:+.3f} ± 0.000 |" in report
+    # runs without embeddings (evaluation.embeddings: false) leave the section out
+    for r in results:
+        r["embeddings"] = {}
+    write_report(results, tmp_path, {"config": "x.yaml"})
+    assert "## Digit embeddings" not in (tmp_path / "report.md").read_text()
 
 
 def test_table_marks_the_best_per_column() -> None:

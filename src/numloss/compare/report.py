@@ -73,6 +73,21 @@ def exact_match_interval(evaluations: Sequence[dict[str, Any]]) -> dict[str, lis
     return {"items": list(items), "seeds": list(seeds), "hull": list(hull)}
 
 
+FINAL_CE_POINTS = 10  # logged steps averaged for a run's final training ce (one step is noisy)
+
+
+def final_training_ce(curve: dict[str, list[float]]) -> float:
+    """Mean token cross-entropy of the last FINAL_CE_POINTS logged training steps (NaN if none)."""
+    values = _finite(curve.get("ce", [])[-FINAL_CE_POINTS:])
+    return statistics.fmean(values) if values else float("nan")
+
+
+def _order_scores(embeddings: dict[str, Any]) -> dict[str, float]:
+    from numloss.compare.embeddings import neighbour_order_score
+
+    return {when: neighbour_order_score(rows) for when, rows in embeddings.items() if rows}
+
+
 def aggregate(results: Sequence[dict[str, Any]]) -> dict[str, Any]:
     """{label: {objective, seeds, sets: {set: {metric: {mean, std, values}}, exact_match_ci95}}}."""
     summary: dict[str, Any] = {}
@@ -99,6 +114,20 @@ def aggregate(results: Sequence[dict[str, Any]]) -> dict[str, Any]:
             metrics["exact_match_ci95_seeds"] = intervals["seeds"]
             metrics["items"] = sum(e["n"] for e in evaluations)
             entry["sets"][name] = metrics
+        entry["per_seed"] = [
+            {
+                "seed": r["seed"],
+                "exact_match": r["evaluation"].get("in_distribution", {}).get("exact_match"),
+                "final_ce": final_training_ce(r["curve"]),
+            }
+            for r in runs
+        ]
+        orders = [_order_scores(r.get("embeddings") or {}) for r in runs]
+        if any(orders):
+            entry["embedding_order"] = {
+                when: dict(zip(("mean", "std"), mean_std([o.get(when) for o in orders]), strict=True))
+                for when in ("before", "after")
+            }
         entry["train_seconds"] = mean_std([r["seconds"]["train"] for r in runs])[0]
         entry["tokens_per_second"] = mean_std([r["train_metrics"].get("tokens_per_second") for r in runs])[0]
     return summary
@@ -190,6 +219,8 @@ def markdown_report(summary: dict[str, Any], meta: dict[str, Any], plots: Sequen
         items = next(e["sets"][name]["items"] for e in summary.values() if name in e["sets"])
         lines += [f"## {SET_TITLES.get(name, name)}", "", f"{items} items per objective (all seeds).", ""]
         lines += [markdown_table(summary, name), ""]
+    lines += per_seed_table(summary)
+    lines += embedding_table(summary)
     lines += ["## Objectives", ""]
     for label, entry in summary.items():
         o = entry["objective"]
@@ -202,6 +233,53 @@ def markdown_report(summary: dict[str, Any], meta: dict[str, Any], plots: Sequen
     lines += ["", "## Plots", ""]
     lines += [f"![{p.stem}]({p.name})" for p in plots]
     return "\n".join(lines) + "\n"
+
+
+def per_seed_table(summary: dict[str, Any]) -> list[str]:
+    """report.md lines: each run's in-distribution exact match and final training ce. Means hide
+    bimodal outcomes (a run that learnt the task beside one that did not); this table shows them."""
+    seeds = sorted({s["seed"] for e in summary.values() for s in e.get("per_seed", [])})
+    if not seeds:
+        return []
+    lines = [
+        "## Per run",
+        "",
+        f"In-distribution exact match % / training ce (mean of the last {FINAL_CE_POINTS} logged steps).",
+        "",
+        "| objective | " + " | ".join(f"seed {s}" for s in seeds) + " |",
+        "|---|" + "---|" * len(seeds),
+    ]
+    for label, entry in summary.items():
+        by_seed = {s["seed"]: s for s in entry.get("per_seed", [])}
+        cells = []
+        for seed in seeds:
+            run = by_seed.get(seed)
+            em = run and run["exact_match"]
+            cells.append("" if run is None else f"{100 * em:.1f} / {run['final_ce']:.3f}" if em is not None else "n/a")
+        lines.append(f"| {label} | " + " | ".join(cells) + " |")
+    return lines + [""]
+
+
+def embedding_table(summary: dict[str, Any]) -> list[str]:
+    """report.md lines: the digit-embedding neighbour order score before and after training."""
+    rows = [(label, e["embedding_order"]) for label, e in summary.items() if "embedding_order" in e]
+    if not rows:
+        return []
+    lines = [
+        "## Digit embeddings",
+        "",
+        "Neighbour order score of the input embeddings of 0-9 (mean cosine of adjacent digits minus that "
+        "of the other pairs; > 0: the embedding is ordered like the number line), mean ± std over seeds. "
+        "The plots show the first seed.",
+        "",
+        "| objective | before training | after training |",
+        "|---|---|---|",
+    ]
+    for label, order in rows:
+        cells = [f"{order[w]['mean']:+.3f} ± {order[w]['std']:.3f}" if math.isfinite(order[w]["mean"]) else "n/a"
+                 for w in ("before", "after")]
+        lines.append(f"| {label} | " + " | ".join(cells) + " |")
+    return lines + [""]
 
 
 def _plots(summary: dict[str, Any], results: Sequence[dict[str, Any]], out: Path) -> list[Path]:
