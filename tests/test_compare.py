@@ -153,6 +153,21 @@ def test_config_errors_are_clear(tmp_path) -> None:
     assert compare_main([str(tmp_path / "missing.yaml")]) == 2
 
 
+def test_parallel_runs_are_reported_as_they_finish(tmp_path) -> None:
+    """With jobs=2 and three runs, the first result reaches on_result (the progress bar) before the
+    third run has finished, not all at the end."""
+    import time
+
+    mapping = _mapping(tmp_path) | {"torch_threads": 1, "jobs": 2}
+    mapping["objectives"] = ["mle", "ntl-was", {"label": "del-a0.3", "name": "del", "alpha": 0.3}]
+    mapping["evaluation"] = {**mapping["evaluation"], "embeddings": False}
+    reported: list[float] = []
+    run_grid(compare_config_from_dict(mapping), progress=False, on_result=lambda r: reported.append(time.time()))
+    finished = [p.stat().st_mtime for p in (tmp_path / "runs").glob("*/result.json")]
+    assert len(reported) == len(finished) == 3
+    assert min(reported) < max(finished), "the first result was only reported after the last run finished"
+
+
 def test_shipped_configs_load() -> None:
     from pathlib import Path
 

@@ -383,7 +383,7 @@ def _run_parallel(
     bar: Any,
 ) -> None:
     import multiprocessing
-    from concurrent.futures import FIRST_EXCEPTION, ProcessPoolExecutor, wait
+    from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
 
     threads = worker_threads(compare, jobs)
     log_level = logging.getLogger("numloss.train").getEffectiveLevel()
@@ -399,7 +399,9 @@ def _run_parallel(
         bar.set_postfix_str(f"training {len(pending)} runs, {jobs} at a time")
         remaining = set(futures)
         while remaining:
-            finished, remaining = wait(remaining, return_when=FIRST_EXCEPTION)
+            # FIRST_COMPLETED, not FIRST_EXCEPTION: the latter returns only once every run is done,
+            # which would hold the progress bar and the per-run lines back until the end
+            finished, remaining = wait(remaining, return_when=FIRST_COMPLETED)
             for future in finished:
                 error = future.exception()
                 if error is not None:
