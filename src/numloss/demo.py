@@ -4,7 +4,7 @@ Trains the tiny character-level model once per objective and seed of `configs/co
 (run from the repository root, or pass a config), evaluates each run on the held-out
 sets and prints the in-distribution table; the full report lands in `runs/demo/`. Started again,
 it skips the runs that already finished. The demo is MLE, DEL with alpha 0.1 / 0.3 / 1.0, NTL-WAS
-and DIST2 on one seed, two runs at a time (~11 minutes on 2 cores); the full grid (plus the
+and DIST2 on one seed, two runs at a time (~8 minutes on 2 cores); the full grid (plus the
 paper's ablations, five seeds) is `numloss compare configs/compare.yaml`.
 
 `numloss demo --worked-example` prints instead every objective's loss terms on one fixed batch.
