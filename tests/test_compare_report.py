@@ -110,9 +110,12 @@ def test_report_shows_every_run_and_the_embedding_order(tmp_path) -> None:
     results[-1]["curve"]["ce"] = [3.0] * 5 + [0.2] * 10  # final ce: the last 10 logged steps only
     summary = write_report(results, tmp_path, {"config": "x.yaml"})
     report = (tmp_path / "report.md").read_text()
-    assert "| objective | seed 0 | seed 1 |" in report
-    assert "| mle | 30.0 / 1.500 | 40.0 / 1.500 |" in report
-    assert "| ntl |  | 90.0 / 0.200 |" in report
+    assert "| objective | seed 0 | seed 1 | p vs mle |" in report
+    assert "| mle | 30.0 / 1.500 | 40.0 / 1.500 | - |" in report
+    # del (50, 60) against mle (30, 40): both above, 2 of the C(4,2) = 6 splits are as extreme
+    assert "| del | 50.0 / 1.500 | 60.0 / 1.500 | 0.333 |" in report
+    assert summary["del"]["vs_baseline"] == {"baseline": "mle", "mann_whitney_p": pytest.approx(1 / 3)}
+    assert "| ntl |  | 90.0 / 0.200 | n/a |" in report  # one seed: no test
     assert summary["ntl"]["per_seed"] == [{"seed": 1, "exact_match": 0.9, "final_ce": pytest.approx(0.2)}]
     before = neighbour_order_score(RESULTS[0]["embeddings"]["before"])
     after = neighbour_order_score(RESULTS[0]["embeddings"]["after"])

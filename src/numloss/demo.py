@@ -89,7 +89,7 @@ def main(argv: list[str] | None = None) -> int:
         f"numloss demo: {len(compare.objectives)} objectives ({objectives}) x seeds {compare.seeds} on the "
         f"tiny model; report in {compare.output_dir}/. Finished runs are kept: run again to continue.\n"
         "One seed is one draw of a bimodal outcome (docs/results.md). The full grid (adds the paper's "
-        "ablations, 5 seeds, ~65 min): numloss compare configs/compare.yaml",
+        "ablations, 5 seeds, ~55 min): numloss compare configs/compare.yaml",
         flush=True,
     )
     run_comparison(compare, progress=not args.no_progress)

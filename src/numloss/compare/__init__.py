@@ -61,6 +61,9 @@ def run_comparison(compare: Any, progress: bool = True, print_table: bool = True
         "torch_threads": compare.torch_threads,
         "jobs": compare.jobs,
         "wall_seconds": time.perf_counter() - started,
+        # invariant under resumption, unlike the wall time: each run's own training + evaluation
+        "run_seconds": sum(r["seconds"].get("total", r["seconds"].get("train", 0.0)) for r in results),
+        "runs": len(results),
     }
     summary = write_report(results, compare.output_dir, meta)
     if print_table:

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from numloss.compare.runner import wilson_interval
+from numloss.compare.stats import mann_whitney_p
 from numloss.compare.task import TEST_SETS
 
 # (key in an evaluation, column title, scale for display, better: "max" / "min" / None, format)
@@ -130,7 +131,25 @@ def aggregate(results: Sequence[dict[str, Any]]) -> dict[str, Any]:
             }
         entry["train_seconds"] = mean_std([r["seconds"]["train"] for r in runs])[0]
         entry["tokens_per_second"] = mean_std([r["train_metrics"].get("tokens_per_second") for r in runs])[0]
+    _compare_with_baseline(summary)
     return summary
+
+
+def _in_distribution_exact_matches(entry: dict[str, Any]) -> list[float]:
+    return _finite([s["exact_match"] for s in entry["per_seed"]])
+
+
+def _compare_with_baseline(summary: dict[str, Any]) -> None:
+    """Give every objective but the first (the baseline, MLE in the shipped configs) the exact
+    Mann-Whitney p of its per-seed in-distribution exact matches against the baseline's."""
+    if not summary:
+        return
+    baseline, *others = summary
+    reference = _in_distribution_exact_matches(summary[baseline])
+    for label in others:
+        values = _in_distribution_exact_matches(summary[label])
+        p = mann_whitney_p(values, reference) if len(values) >= 2 and len(reference) >= 2 else float("nan")
+        summary[label]["vs_baseline"] = {"baseline": baseline, "mann_whitney_p": p}
 
 
 def _best(summary: dict[str, Any], set_name: str, key: str, better: str | None) -> float | None:
@@ -202,7 +221,9 @@ def markdown_report(summary: dict[str, Any], meta: dict[str, Any], plots: Sequen
         f"- config: `{meta.get('config')}`; model: `{meta.get('model')}`; seeds: {meta.get('seeds')}",
         f"- task: {meta.get('task_text')}",
         f"- training: {meta.get('train_text')}",
-        f"- finished: {meta.get('finished')} on {meta.get('machine')}; grid wall time {meta.get('wall_seconds', 0):.0f} s",
+        f"- finished: {meta.get('finished')} on {meta.get('machine')}; wall time of this invocation "
+        f"{meta.get('wall_seconds', 0):.0f} s (finished runs are reused, not retrained); the "
+        f"{meta.get('runs', 'n/a')} runs' own training and evaluation time, summed: {meta.get('run_seconds', 0):.0f} s",
         "",
         "Mean ± std over seeds. Exact-match 95 % interval: the hull of the Wilson interval of the "
         "items pooled over seeds and, with 2+ seeds, the Student t interval of the per-seed exact "
@@ -241,13 +262,17 @@ def per_seed_table(summary: dict[str, Any]) -> list[str]:
     seeds = sorted({s["seed"] for e in summary.values() for s in e.get("per_seed", [])})
     if not seeds:
         return []
+    baseline = next(iter(summary))
     lines = [
         "## Per run",
         "",
-        f"In-distribution exact match % / training ce (mean of the last {FINAL_CE_POINTS} logged steps).",
+        f"In-distribution exact match % / training ce (mean of the last {FINAL_CE_POINTS} logged steps). "
+        f"Last column: the exact two-sided Mann-Whitney p that the objective's per-seed exact matches "
+        f"and `{baseline}`'s come from one distribution (uncorrected for the number of objectives; "
+        f"needs 2+ seeds each).",
         "",
-        "| objective | " + " | ".join(f"seed {s}" for s in seeds) + " |",
-        "|---|" + "---|" * len(seeds),
+        "| objective | " + " | ".join(f"seed {s}" for s in seeds) + f" | p vs {baseline} |",
+        "|---|" + "---|" * (len(seeds) + 1),
     ]
     for label, entry in summary.items():
         by_seed = {s["seed"]: s for s in entry.get("per_seed", [])}
@@ -256,6 +281,8 @@ def per_seed_table(summary: dict[str, Any]) -> list[str]:
             run = by_seed.get(seed)
             em = run and run["exact_match"]
             cells.append("" if run is None else f"{100 * em:.1f} / {run['final_ce']:.3f}" if em is not None else "n/a")
+        p = entry.get("vs_baseline", {}).get("mann_whitney_p", float("nan"))
+        cells.append("-" if label == baseline else f"{p:.3f}" if math.isfinite(p) else "n/a")
         lines.append(f"| {label} | " + " | ".join(cells) + " |")
     return lines + [""]
 

@@ -1,0 +1,74 @@
+"""Exact tests for comparing two objectives over a handful of seeds.
+
+A comparison trains 3-10 seeds per objective and the outcome is often bimodal (a run learns the
+hard digit in its budget or it does not), so a t test's normal approximation does not hold; these
+tests enumerate their null distributions exactly instead. Both are two-sided and uncorrected: with
+several objectives against one baseline, multiply by the number of comparisons (Bonferroni).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+# Float slack when comparing statistics or probabilities that are equal in exact arithmetic.
+_SLACK = 1e-9
+
+
+def mann_whitney_p(x: Sequence[float], y: Sequence[float]) -> float:
+    """Exact two-sided p of the Mann-Whitney U test that x and y come from one distribution.
+
+    Under the null every split of the pooled values into groups of len(x) and len(y) is equally
+    likely; p is the share of splits whose rank sum lies at least as far from its mean as the
+    observed one. Ties get mid-ranks. Exact for any sizes (a count over rank sums, not over the
+    splits themselves); NaN if either sample is empty.
+    """
+    xs, ys = [float(v) for v in x], [float(v) for v in y]
+    if not xs or not ys:
+        return float("nan")
+    if any(math.isnan(v) for v in xs + ys):
+        raise ValueError("mann_whitney_p: a value is NaN; drop the runs that have no result first")
+    pooled = sorted(xs + ys)
+    # Doubled mid-ranks are integers: rank sums can be counted exactly in a table.
+    doubled_rank: dict[float, int] = {}
+    start = 0
+    while start < len(pooled):
+        end = start
+        while end + 1 < len(pooled) and pooled[end + 1] == pooled[start]:
+            end += 1
+        doubled_rank[pooled[start]] = start + end + 2  # 2 x mean of the 1-based ranks start+1..end+1
+        start = end + 1
+    ranks = [doubled_rank[v] for v in pooled]
+    n = len(xs)
+    # ways[k][s]: number of k-element subsets of the pooled values with doubled rank sum s.
+    ways: list[dict[int, int]] = [{0: 1}] + [{} for _ in range(n)]
+    for rank in ranks:
+        for k in range(n, 0, -1):
+            for total, count in ways[k - 1].items():
+                ways[k][total + rank] = ways[k].get(total + rank, 0) + count
+    mean = n * (len(pooled) + 1)  # doubled expected rank sum of x
+    observed = abs(sum(doubled_rank[v] for v in xs) - mean)
+    extreme = sum(count for total, count in ways[n].items() if abs(total - mean) >= observed)
+    return extreme / math.comb(len(pooled), n)
+
+
+def fisher_exact_p(hits_a: int, total_a: int, hits_b: int, total_b: int) -> float:
+    """Exact two-sided p of Fisher's test that two groups have the same rate of hits.
+
+    For example runs that passed a threshold: `hits_a` of `total_a` runs of one objective against
+    `hits_b` of `total_b` of another. p sums the hypergeometric probabilities of every table with
+    the observed margins that is no more likely than the observed one.
+    """
+    if not (0 <= hits_a <= total_a and 0 <= hits_b <= total_b):
+        raise ValueError(f"fisher_exact_p: need 0 <= hits <= total, got {hits_a}/{total_a} and {hits_b}/{total_b}")
+    hits, total = hits_a + hits_b, total_a + total_b
+    if total_a == 0 or total_b == 0:
+        return 1.0
+
+    def probability(k: int) -> float:
+        return math.comb(total_a, k) * math.comb(total_b, hits - k) / math.comb(total, hits)
+
+    observed = probability(hits_a)
+    low, high = max(0, hits - total_b), min(total_a, hits)
+    p = sum(q for q in map(probability, range(low, high + 1)) if q <= observed * (1 + _SLACK))
+    return min(1.0, p)
