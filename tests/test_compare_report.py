@@ -11,11 +11,10 @@ import pytest
 from numloss.compare.report import (
     aggregate,
     markdown_table,
-    seed_interval,
     text_table,
     write_report,
 )
-from numloss.compare.runner import wilson_interval
+from numloss.compare.stats import wilson_interval
 from numloss.compare.task import TEST_SETS
 
 
@@ -57,14 +56,6 @@ RESULTS = [
 ]
 
 
-def test_wilson_interval() -> None:
-    low, high = wilson_interval(50, 100)
-    assert low == pytest.approx(0.4038, abs=1e-4) and high == pytest.approx(0.5962, abs=1e-4)
-    low, high = wilson_interval(0, 2000)
-    assert low == 0.0 and 0 < high < 0.002, "no items right still has a non-zero upper bound"
-    assert all(math.isnan(x) for x in wilson_interval(0, 0))
-
-
 def test_aggregate_mean_std_over_seeds() -> None:
     summary = aggregate(RESULTS)
     assert list(summary) == ["mle", "del"]
@@ -79,15 +70,6 @@ def test_aggregate_mean_std_over_seeds() -> None:
     assert metrics["exact_match_ci95"] == pytest.approx([0.0, 0.35 + half]), "the hull of the two"
     # a metric that is NaN for some seeds averages the others
     assert summary["mle"]["sets"]["in_distribution"]["decimal_place_accuracy"]["mean"] == pytest.approx(0.35)
-
-
-def test_seed_interval_by_hand() -> None:
-    low, high = seed_interval([0.5, 0.6, 0.7])  # mean 0.6, sd 0.1, t(0.975, 2) = 4.303
-    half = 4.303 * 0.1 / math.sqrt(3)
-    assert (low, high) == pytest.approx((0.6 - half, 0.6 + half))
-    assert seed_interval([0.0, 0.9, 0.95, 1.0, 0.99])[1] == 1.0, "clipped to [0, 1]"
-    assert all(math.isnan(x) for x in seed_interval([0.4])), "one seed has no spread to measure"
-    assert all(math.isnan(x) for x in seed_interval([float("nan"), 0.4]))
 
 
 def test_interval_with_one_seed_is_the_items_interval() -> None:

@@ -1,4 +1,4 @@
-"""The exact tests of numloss.compare.stats: hand-worked cases and a brute-force enumeration."""
+"""numloss.compare.stats: the intervals by hand, the exact tests by hand and by brute-force enumeration."""
 
 from __future__ import annotations
 
@@ -8,7 +8,24 @@ import random
 
 import pytest
 
-from numloss.compare.stats import fisher_exact_p, mann_whitney_p
+from numloss.compare.stats import fisher_exact_p, mann_whitney_p, seed_interval, wilson_interval
+
+
+def test_wilson_interval() -> None:
+    low, high = wilson_interval(50, 100)
+    assert low == pytest.approx(0.4038, abs=1e-4) and high == pytest.approx(0.5962, abs=1e-4)
+    low, high = wilson_interval(0, 2000)
+    assert low == 0.0 and 0 < high < 0.002, "no items right still has a non-zero upper bound"
+    assert all(math.isnan(x) for x in wilson_interval(0, 0))
+
+
+def test_seed_interval_by_hand() -> None:
+    low, high = seed_interval([0.5, 0.6, 0.7])  # mean 0.6, sd 0.1, t(0.975, 2) = 4.303
+    half = 4.303 * 0.1 / math.sqrt(3)
+    assert (low, high) == pytest.approx((0.6 - half, 0.6 + half))
+    assert seed_interval([0.0, 0.9, 0.95, 1.0, 0.99])[1] == 1.0, "clipped to [0, 1]"
+    assert all(math.isnan(x) for x in seed_interval([0.4])), "one seed has no spread to measure"
+    assert all(math.isnan(x) for x in seed_interval([float("nan"), 0.4]))
 
 
 def _u_statistic(x: list[float], y: list[float]) -> float:

@@ -18,8 +18,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from numloss.compare.runner import wilson_interval
-from numloss.compare.stats import mann_whitney_p
+from numloss.compare.stats import finite, mann_whitney_p, seed_interval, wilson_interval
 from numloss.compare.task import TEST_SETS
 
 # (key in an evaluation, column title, scale for display, better: "max" / "min" / None, format)
@@ -35,35 +34,12 @@ COLUMNS: tuple[tuple[str, str, float, str | None, str], ...] = (
 )
 
 
-def _finite(values: Sequence[Any]) -> list[float]:
-    return [float(v) for v in values if v is not None and math.isfinite(float(v))]
-
-
 def mean_std(values: Sequence[Any]) -> tuple[float, float]:
     """Mean and sample standard deviation of the finite values (std 0 for one value; NaN for none)."""
-    xs = _finite(values)
+    xs = finite(values)
     if not xs:
         return float("nan"), float("nan")
     return statistics.fmean(xs), statistics.stdev(xs) if len(xs) > 1 else 0.0
-
-
-# Two-sided 95 % Student t quantiles t(0.975, df) for df = 1..30; above that the normal 1.96 is
-# within 2 % (seed counts that large are not run here).
-_T975 = (12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228, 2.201, 2.179, 2.160,
-         2.145, 2.131, 2.120, 2.110, 2.101, 2.093, 2.086, 2.080, 2.074, 2.069, 2.064, 2.060, 2.056,
-         2.052, 2.048, 2.045, 2.042)
-
-
-def seed_interval(values: Sequence[Any]) -> tuple[float, float]:
-    """The 95 % Student t interval of the mean of per-seed values, clipped to [0, 1] (NaN below 2 seeds)."""
-    xs = _finite(values)
-    if len(xs) < 2:
-        return float("nan"), float("nan")
-    df = len(xs) - 1
-    quantile = _T975[df - 1] if df <= len(_T975) else 1.96
-    half = quantile * statistics.stdev(xs) / math.sqrt(len(xs))
-    mean = statistics.fmean(xs)
-    return max(0.0, mean - half), min(1.0, mean + half)
 
 
 def exact_match_interval(evaluations: Sequence[dict[str, Any]]) -> dict[str, list[float]]:
@@ -79,7 +55,7 @@ FINAL_CE_POINTS = 10  # logged steps averaged for a run's final training ce (one
 
 def final_training_ce(curve: dict[str, list[float]]) -> float:
     """Mean token cross-entropy of the last FINAL_CE_POINTS logged training steps (NaN if none)."""
-    values = _finite(curve.get("ce", [])[-FINAL_CE_POINTS:])
+    values = finite(curve.get("ce", [])[-FINAL_CE_POINTS:])
     return statistics.fmean(values) if values else float("nan")
 
 
@@ -136,7 +112,7 @@ def aggregate(results: Sequence[dict[str, Any]]) -> dict[str, Any]:
 
 
 def _in_distribution_exact_matches(entry: dict[str, Any]) -> list[float]:
-    return _finite([s["exact_match"] for s in entry["per_seed"]])
+    return finite([s["exact_match"] for s in entry["per_seed"]])
 
 
 def _compare_with_baseline(summary: dict[str, Any]) -> None:
@@ -155,7 +131,7 @@ def _compare_with_baseline(summary: dict[str, Any]) -> None:
 def _best(summary: dict[str, Any], set_name: str, key: str, better: str | None) -> float | None:
     if better is None:
         return None
-    means = _finite([e["sets"][set_name][key]["mean"] for e in summary.values() if set_name in e["sets"]])
+    means = finite([e["sets"][set_name][key]["mean"] for e in summary.values() if set_name in e["sets"]])
     if len(means) < 2:
         return None
     return max(means) if better == "max" else min(means)

@@ -27,6 +27,7 @@ from typing import Any
 import torch
 
 from numloss.compare.config import CompareConfig, ObjectiveSpec
+from numloss.compare.stats import wilson_interval
 from numloss.compare.task import TEST_SETS, TaskExample
 
 logger = logging.getLogger("numloss.compare")
@@ -40,17 +41,6 @@ class RunKey:
     @property
     def name(self) -> str:
         return f"{self.spec.label}-s{self.seed}"
-
-
-def wilson_interval(correct: int, total: int, z: float = 1.96) -> tuple[float, float]:
-    """The 95 % Wilson score interval of a binomial proportion (sound near 0 and 1, unlike p +- 2se)."""
-    if total <= 0:
-        return float("nan"), float("nan")
-    p = correct / total
-    denominator = 1 + z * z / total
-    centre = (p + z * z / (2 * total)) / denominator
-    half = z * math.sqrt(p * (1 - p) / total + z * z / (4 * total * total)) / denominator
-    return max(0.0, centre - half), min(1.0, centre + half)
 
 
 def _place_split(entries: Sequence[Any]) -> tuple[float, float]:

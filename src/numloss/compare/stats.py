@@ -1,6 +1,7 @@
-"""Exact tests for comparing two objectives over a handful of seeds.
+"""The statistics of a comparison: intervals for exact match and tests between two objectives.
 
-A comparison trains 3-10 seeds per objective and the outcome is often bimodal (a run learns the
+Intervals: Wilson's for a proportion of test items, Student's t for the mean over seeds. Tests: a
+comparison trains 3-10 seeds per objective and the outcome is often bimodal (a run learns the
 hard digit in its budget or it does not), so a t test's normal approximation does not hold; these
 tests enumerate their null distributions exactly instead. Both are two-sided and uncorrected: with
 several objectives against one baseline, multiply by the number of comparisons (Bonferroni).
@@ -9,10 +10,47 @@ several objectives against one baseline, multiply by the number of comparisons (
 from __future__ import annotations
 
 import math
+import statistics
 from collections.abc import Sequence
+from typing import Any
 
 # Float slack when comparing statistics or probabilities that are equal in exact arithmetic.
 _SLACK = 1e-9
+
+
+def finite(values: Sequence[Any]) -> list[float]:
+    """The values that are numbers and finite, as floats (None, NaN and inf dropped)."""
+    return [float(v) for v in values if v is not None and math.isfinite(float(v))]
+
+
+def wilson_interval(correct: int, total: int, z: float = 1.96) -> tuple[float, float]:
+    """The 95 % Wilson score interval of a binomial proportion (sound near 0 and 1, unlike p +- 2se)."""
+    if total <= 0:
+        return float("nan"), float("nan")
+    p = correct / total
+    denominator = 1 + z * z / total
+    centre = (p + z * z / (2 * total)) / denominator
+    half = z * math.sqrt(p * (1 - p) / total + z * z / (4 * total * total)) / denominator
+    return max(0.0, centre - half), min(1.0, centre + half)
+
+
+# Two-sided 95 % Student t quantiles t(0.975, df) for df = 1..30; above that the normal 1.96 is
+# within 2 % (seed counts that large are not run here).
+_T975 = (12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228, 2.201, 2.179, 2.160,
+         2.145, 2.131, 2.120, 2.110, 2.101, 2.093, 2.086, 2.080, 2.074, 2.069, 2.064, 2.060, 2.056,
+         2.052, 2.048, 2.045, 2.042)
+
+
+def seed_interval(values: Sequence[Any]) -> tuple[float, float]:
+    """The 95 % Student t interval of the mean of per-seed values, clipped to [0, 1] (NaN below 2 seeds)."""
+    xs = finite(values)
+    if len(xs) < 2:
+        return float("nan"), float("nan")
+    df = len(xs) - 1
+    quantile = _T975[df - 1] if df <= len(_T975) else 1.96
+    half = quantile * statistics.stdev(xs) / math.sqrt(len(xs))
+    mean = statistics.fmean(xs)
+    return max(0.0, mean - half), min(1.0, mean + half)
 
 
 def mann_whitney_p(x: Sequence[float], y: Sequence[float]) -> float:
