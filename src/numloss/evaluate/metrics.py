@@ -177,7 +177,7 @@ def teacher_forced_digit_stats(
     """
     if len(prompts) != len(answers):
         raise ValueError(f"prompts and answers differ in length: {len(prompts)} vs {len(answers)}")
-    vocab = vocab or DigitVocab.from_tokenizer(tokenizer)
+    vocab = vocab or DigitVocab.from_tokenizer(tokenizer, multi_digit="refuse")
     pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else (tokenizer.eos_token_id or 0)
     device = next(model.parameters()).device
     digit_ids = vocab.digit_ids_tensor(device)
