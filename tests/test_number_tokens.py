@@ -317,3 +317,156 @@ def test_token_values_are_the_integers_the_tokens_spell():
     p, values, target = token_values(number_logits, digits, table)
     assert target.tolist() == [123, 45, 7]
     assert float(p.sum(-1).min()) == pytest.approx(1.0) and float(values.max()) == 999
+
+
+# -- the digit objectives on number tokens ------------------------------------------------------
+
+from numloss import build_loss  # noqa: E402
+from reference import ref_number_loss  # noqa: E402
+
+OBJECTIVES = [
+    ("del", {}),
+    ("del", {"place_weighting": "continuous", "distance": "l1"}),
+    ("ntl-was", {}),
+    ("ntl-mse", {}),
+    ("dist2", {}),
+    ("dist2", {"place_weight": True, "tau": 2.0}),
+    ("ntl-was", {"level": "token"}),
+    ("ntl-mse", {"level": "token"}),
+]
+TEXTS = ["x=1234.5+ 42", " 100 25.75 7", "3.14159 * 1000000", "a 9 b 12"]
+
+
+def chunked_batch(style, seed: int = 0, dtype=torch.float64):
+    tok = style()
+    labels = encode(tok, *TEXTS)
+    labels[1, 2] = -100  # a number crossing an ignored position
+    generator = torch.Generator().manual_seed(seed)
+    logits = (torch.randn(*labels.shape, len(tok), generator=generator, dtype=torch.float64) * 2).to(dtype)
+    return tok, DigitVocab.from_tokenizer(tok), labels, logits
+
+
+@pytest.mark.parametrize("style", [llama3_style, gpt2_style])
+@pytest.mark.parametrize("name, options", OBJECTIVES)
+def test_objectives_on_number_tokens_match_the_slow_loop(style, name, options):
+    tok, vocab, labels, logits = chunked_batch(style)
+    alpha = 0.7
+    x = logits.clone().requires_grad_(True)
+    out = build_loss(name, vocab, alpha=alpha, **options)(x, labels)
+    out.loss.backward()
+    y = logits.clone().requires_grad_(True)
+    loss, ce, aux = ref_number_loss(
+        name, y, labels, list(vocab.digit_ids), vocab.decimal_point_id, list(vocab.number_tokens), alpha, **options
+    )
+    loss.backward()
+    # place weights are float32 (as for single digits): DEL agrees to ~1e-8, the others to 1e-12
+    tolerance = 1e-7 if name == "del" else 1e-10
+    torch.testing.assert_close(out.ce, ce, rtol=1e-10, atol=1e-12)
+    torch.testing.assert_close(out.aux, aux, rtol=tolerance, atol=1e-12)
+    torch.testing.assert_close(out.loss, loss, rtol=tolerance, atol=1e-12)
+    torch.testing.assert_close(x.grad, y.grad, rtol=tolerance * 10, atol=tolerance * 1e-2)
+    assert float(out.aux) > 0
+    expected_count = digit_count = find_digits(labels, vocab).count
+    if options.get("level") == "token":
+        expected_count = find_digits(labels, vocab).token_count
+        assert expected_count < digit_count
+    assert int(out.num_digits) == expected_count
+
+
+@pytest.mark.parametrize("name, options", OBJECTIVES[:6])
+def test_gradcheck_objectives_on_number_tokens_float64(name, options):
+    tok = gpt2_style()
+    vocab = DigitVocab.from_tokenizer(tok)
+    labels = encode(tok, "x=12.5+ 42", " 100")
+    loss_fn = build_loss(name, vocab, alpha=1.0, **options)
+    # only the number-token columns matter beyond CE; a narrow random slice keeps gradcheck small
+    logits = torch.randn(*labels.shape, len(tok), dtype=torch.float64, requires_grad=True)
+    torch.autograd.gradcheck(lambda z: loss_fn(z, labels).loss, (logits,), fast_mode=True)
+
+
+@pytest.mark.parametrize("name, options", OBJECTIVES)
+def test_float32_and_bfloat16_logits_on_number_tokens(name, options):
+    tok, vocab, labels, logits = chunked_batch(llama3_style)
+    loss_fn = build_loss(name, vocab, **options)
+    reference = loss_fn(logits, labels)
+    for dtype, tolerance in ((torch.float32, 1e-5), (torch.bfloat16, 2e-2)):
+        x = logits.to(dtype).requires_grad_(True)
+        out = loss_fn(x, labels)
+        out.loss.backward()
+        assert x.grad.dtype == dtype and torch.isfinite(x.grad.float()).all()
+        rounded = loss_fn(logits.to(dtype).double(), labels)  # the same inputs, exact arithmetic
+        torch.testing.assert_close(out.loss.double(), rounded.loss, rtol=tolerance, atol=tolerance)
+    assert torch.isfinite(reference.loss)
+
+
+@pytest.mark.parametrize("name, options", OBJECTIVES[:6])
+def test_single_digit_tokens_give_exactly_the_ten_digit_values(name, options):
+    """Single digits of a chunking vocabulary score exactly as with a ten-digit vocabulary.
+
+    (Not at level="token": there p is over every number token, so the chunks do matter.)
+    """
+    tok = llama3_style()
+    chunked = DigitVocab.from_tokenizer(tok)
+    ten = DigitVocab.from_tokenizer(tok, multi_digit="single")
+    labels = encode(tok, "1+2=3", "4.5 x 7", "9")
+    logits = torch.randn(*labels.shape, len(tok))
+    a, b = logits.clone().requires_grad_(True), logits.clone().requires_grad_(True)
+    out_chunked = build_loss(name, chunked, **options)(a, labels)
+    out_ten = build_loss(name, ten, **options)(b, labels)
+    out_chunked.loss.backward()
+    out_ten.loss.backward()
+    for field in ("loss", "ce", "aux", "num_digits", "digit_entropy"):
+        assert torch.equal(getattr(out_chunked, field), getattr(out_ten, field)), field
+    assert torch.equal(a.grad, b.grad)
+
+
+@pytest.mark.parametrize("name, options", OBJECTIVES)
+def test_token_level_equals_digit_level_for_single_digit_tokenizers(name, options):
+    vocab = DigitVocab.from_tokenizer(single_digit_style())
+    assert vocab.number_table().width == 10
+    if options.get("level") != "token":
+        return
+    labels = encode(single_digit_style(), "x 3.14", "12 + 7")
+    logits = torch.randn(*labels.shape, len(single_digit_style()), dtype=torch.float64)
+    token = build_loss(name, vocab, **options)(logits, labels)
+    digit = build_loss(name, vocab)(logits, labels)
+    torch.testing.assert_close(token.loss, digit.loss, rtol=1e-12, atol=1e-12)
+
+
+@pytest.mark.parametrize("style", [llama3_style, gpt2_style])
+@pytest.mark.parametrize("name, options", OBJECTIVES)
+def test_fused_path_on_number_tokens_equals_the_unfused(style, name, options):
+    tok, vocab, labels, _ = chunked_batch(style)
+    generator = torch.Generator().manual_seed(1)
+    hidden = torch.randn(*labels.shape, 16, generator=generator, dtype=torch.float64)
+    weight = torch.randn(len(tok), 16, generator=generator, dtype=torch.float64)
+    loss_fn = build_loss(name, vocab, **options)
+    h1, w1 = hidden.clone().requires_grad_(True), weight.clone().requires_grad_(True)
+    h2, w2 = hidden.clone().requires_grad_(True), weight.clone().requires_grad_(True)
+    unfused = loss_fn(h1 @ w1.T, labels)
+    fused = loss_fn.from_hidden(h2, w2, labels, chunk_size=7)
+    (unfused.loss * 1.5).backward()
+    (fused.loss * 1.5).backward()
+    torch.testing.assert_close(fused.loss, unfused.loss, rtol=1e-12, atol=1e-12)
+    torch.testing.assert_close(h2.grad, h1.grad, rtol=1e-10, atol=1e-12)
+    torch.testing.assert_close(w2.grad, w1.grad, rtol=1e-10, atol=1e-12)
+
+
+def test_step_wide_counts_split_like_the_whole_batch():
+    tok, vocab, labels, logits = chunked_batch(llama3_style)
+    for name, options in OBJECTIVES:
+        loss_fn = build_loss(name, vocab, **options)
+        whole = loss_fn(logits, labels)
+        tokens = int(labels.ne(-100).sum())
+        digits = int(loss_fn.count_digits(labels))
+        assert digits == int(whole.num_digits)
+        halves = [loss_fn(logits[i : i + 2], labels[i : i + 2], tokens, digits).loss for i in (0, 2)]
+        torch.testing.assert_close(sum(halves), whole.loss, rtol=1e-12, atol=1e-12)
+
+
+def test_level_option_is_checked():
+    vocab = DigitVocab.from_tokenizer(llama3_style())
+    with pytest.raises(ValueError, match="level must be one of"):
+        build_loss("ntl-was", vocab, level="number")
+    with pytest.raises(TypeError, match="no option"):
+        build_loss("del", vocab, level="token")

@@ -164,7 +164,7 @@ class _FusedLinearLoss(torch.autograd.Function):
         device = hidden.device
         nll = torch.zeros(num_rows, dtype=math, device=device)
         cost = torch.zeros(num_rows if unit is not None else 0, dtype=math, device=device)
-        digit_logits = torch.zeros((digit_index.numel(), 10), dtype=math, device=device)
+        digit_logits = torch.zeros((digit_index.numel(), digit_columns.numel()), dtype=math, device=device)
         wants_grad = any(ctx.needs_input_grad[:3])
         in_forward = wants_grad and rule is not None and strategy == "forward"
         if in_forward:
@@ -342,14 +342,14 @@ def fused_loss(
     unit = None
     if isinstance(loss_fn, EMOLoss):
         unit = F.normalize(loss_fn.embedding.detach().to(device=hidden.device, dtype=math), dim=-1)
-    digit_columns = loss_fn.digit_columns.to(hidden.device)
+    digit_columns = loss_fn.number_columns.to(hidden.device)
     nll, cost, digit_logits = _FusedLinearLoss.apply(
         flat_hidden,
         weight,
         bias,
         targets,
         valid,
-        digits.index,
+        digits.rows,
         digit_columns,
         unit,
         gradient_rule(loss_fn),

@@ -2,9 +2,11 @@
 
 A subclass says what it adds to cross-entropy, as a function of small tensors:
 
-* digit objectives (DEL, NTL, DIST2) implement `digit_terms(z, y, place)`: one term per digit
-  position from the ten digit logits z [K, 10], the target digit y [K] and its place index [K];
-  aux = sum of terms / N_dig.
+* digit objectives (DEL, NTL, DIST2) implement `digit_terms(z, y, place, support)`: one term per
+  digit slot from its ten digit logits z [K, 10], the target digit y [K] and its place index [K];
+  aux = sum of terms / N_dig. A slot is a digit of a number token: for single-digit tokens z is
+  the ten digit logits; for multi-digit tokens the slot marginal of `losses.number_tokens`, where
+  `support` [K, 10] marks the digits the slot can hold (all, except for irregular BPE merges).
 * token objectives (MixCE, EMO) implement `token_loss(nll, valid, logits, targets)`: the
   per-token loss that replaces the NLL, and the per-token extra term they report as aux
   (sum / N_tok).
@@ -23,6 +25,7 @@ from torch import nn
 
 from numloss.digits import IGNORE_INDEX, DigitPositions, DigitVocab, find_digits
 from numloss.losses.core import token_nll_and_digit_logits
+from numloss.losses.number_tokens import slot_logits
 
 
 @dataclass
@@ -94,7 +97,9 @@ class NumericLoss(nn.Module):
         self.alpha = float(self.default_alpha if alpha is None else alpha)
         self.ignore_index = ignore_index
         self.check_finite = check_finite
-        self.register_buffer("digit_columns", vocab.digit_ids_tensor(), persistent=False)
+        # the number-token columns gathered at number positions: the ten digits first, then any
+        # multi-digit tokens (at most ~1,110 of V for Llama-3)
+        self.register_buffer("number_columns", vocab.number_table().columns, persistent=False)
 
     @classmethod
     def option_names(cls) -> list[str]:
@@ -114,10 +119,38 @@ class NumericLoss(nn.Module):
 
     # -- hooks ----------------------------------------------------------------------------------
     def digit_terms(
-        self, digit_logits: torch.Tensor, digit_targets: torch.Tensor, places: torch.Tensor
+        self,
+        digit_logits: torch.Tensor,
+        digit_targets: torch.Tensor,
+        places: torch.Tensor,
+        support: torch.Tensor | None = None,
     ) -> torch.Tensor | None:
-        """Per-digit extra terms [K] (float32), or None when the objective has none."""
+        """Per-digit extra terms [K] (float32), or None when the objective has none.
+
+        `support` [K, 10] (None: all True) marks the digits each slot can hold; the others have
+        probability exactly 0 in softmax(digit_logits).
+        """
         return None
+
+    def number_terms(
+        self, number_logits: torch.Tensor, digits: DigitPositions
+    ) -> torch.Tensor | None:
+        """Per number-token terms [P] for objectives at `level="token"`, or None (digit level)."""
+        return None
+
+    def count_digits(self, labels: torch.Tensor) -> torch.Tensor:
+        """The objective's N_dig of aligned `labels` (digit slots; number tokens at token level).
+
+        What a trainer sums over the micro-batches of a step to pass as `num_digits_in_batch`.
+        """
+        digits = find_digits(labels, self.vocab, None, self.ignore_index)
+        count = digits.token_count if self.scores_tokens else digits.count
+        return torch.tensor(count, device=labels.device)
+
+    @property
+    def scores_tokens(self) -> bool:
+        """True when the numeric term is one per number token (`level="token"`), not per digit."""
+        return False
 
     def token_loss(
         self, nll: torch.Tensor, valid: torch.Tensor, logits: torch.Tensor, targets: torch.Tensor
@@ -145,11 +178,11 @@ class NumericLoss(nn.Module):
         flat_logits, flat_labels, digits = self._prepare(logits, labels)
         valid = flat_labels != self.ignore_index
         targets = torch.where(valid, flat_labels, torch.zeros_like(flat_labels))
-        nll, digit_logits = token_nll_and_digit_logits(
-            flat_logits, targets, valid, digits.index, self.digit_columns
+        nll, number_logits = token_nll_and_digit_logits(
+            flat_logits, targets, valid, digits.rows, self.number_columns
         )
         return self.combine(
-            nll, valid, digit_logits, digits, flat_logits, targets, num_items_in_batch, num_digits_in_batch
+            nll, valid, number_logits, digits, flat_logits, targets, num_items_in_batch, num_digits_in_batch
         )
 
     def from_hidden(
@@ -202,7 +235,7 @@ class NumericLoss(nn.Module):
         self,
         nll: torch.Tensor,
         valid: torch.Tensor,
-        digit_logits: torch.Tensor,
+        number_logits: torch.Tensor,
         digits: DigitPositions,
         logits: torch.Tensor | None,
         targets: torch.Tensor,
@@ -212,18 +245,25 @@ class NumericLoss(nn.Module):
     ) -> NumericLossOutput:
         """Normalise and add up the per-token NLL and digit logits; shared by every code path.
 
+        `number_logits` [P, C]: the logits at the number-token positions `digits.rows` for the
+        columns `number_columns`; the slot digit logits [K, 10] are computed from them here.
+
         `logits` [N, V] is only read by objectives whose token loss needs the full distribution
         (EMO); the fused path passes None and hands in `token_losses` (what `token_loss` would
         return) that it computed chunk by chunk.
         """
         num_tokens = valid.sum()
-        num_digits = torch.tensor(digits.count, device=nll.device)
+        table = self.vocab.number_table(nll.device)
+        digit_logits, support = slot_logits(number_logits, digits, table)
+        num_digits = torch.tensor(digits.token_count if self.scores_tokens else digits.count, device=nll.device)
         token_count = _as_count(num_items_in_batch, num_tokens, "num_items_in_batch")
         digit_count = _as_count(num_digits_in_batch, num_digits, "num_digits_in_batch")
         ce = nll.sum() / token_count
         loss = ce
         aux = torch.zeros((), dtype=torch.float32, device=nll.device)
-        terms = self.digit_terms(digit_logits, digits.target, digits.place)
+        terms = self.number_terms(number_logits, digits) if self.scores_tokens else None
+        if terms is None:
+            terms = self.digit_terms(digit_logits, digits.target, digits.place, support)
         if terms is not None:
             aux = terms.sum() / digit_count
             loss = ce + self.alpha * aux

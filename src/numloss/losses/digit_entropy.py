@@ -46,7 +46,7 @@ class DigitEntropyLoss(NumericLoss):
     def extra_repr(self) -> str:
         return f"alpha={self.alpha}, place_weighting={self.place_weighting!r}, distance={self.distance!r}"
 
-    def digit_terms(self, digit_logits, digit_targets, places):
+    def digit_terms(self, digit_logits, digit_targets, places, support=None):
         onehot = F.one_hot(digit_targets, 10).to(digit_logits.dtype)
         bce = F.binary_cross_entropy_with_logits(digit_logits, onehot, reduction="none")
         criterion = torch.softmax(digit_logits, dim=-1) * bce
