@@ -27,7 +27,6 @@ import torch.nn.functional as F
 from torch import nn
 from transformers import Trainer
 
-from numloss.digits import label_classes
 from numloss.losses.base import NumericLoss, NumericLossOutput
 
 # Slots of the on-device logging accumulator (float64 so long intervals do not lose counts).
@@ -149,11 +148,14 @@ class NumericTrainer(Trainer):
 
     # -- step-wide counts -----------------------------------------------------------------------
     def count_tokens_and_digits(self, inputs: dict[str, Any]) -> torch.Tensor:
-        """[valid tokens, digit positions] of one micro-batch after the shift, as a long tensor."""
+        """[valid tokens, digit slots] of one micro-batch after the shift, as a long tensor.
+
+        Digit slots as the objective counts them (`NumericLoss.count_digits`: every digit of a
+        multi-digit number token; one per number token at `level="token"`).
+        """
         labels = shift_labels(inputs, self.loss_fn.ignore_index)
-        classes = label_classes(labels, self.loss_fn.vocab, ignore_index=self.loss_fn.ignore_index)
         tokens = labels.ne(self.loss_fn.ignore_index).sum()
-        digits = ((classes >= 0) & (classes < 10)).sum()
+        digits = self.loss_fn.count_digits(labels).to(tokens.device)
         return torch.stack([tokens, digits])
 
     def get_batch_samples(self, epoch_iterator, num_batches, device):
