@@ -234,7 +234,7 @@ def ref_slot_logits(x: torch.Tensor, labels: torch.Tensor, vocab: DigitVocab) ->
         for k in range(10):
             members = [i for i in group if tokens[i][0][j] == str(k)]
             if members:
-                slot[k] = torch.log(sum(torch.exp(flat_x[position, i]) for i in members))
+                slot[k] = torch.log(torch.exp(flat_x[position, members]).sum())
         out.append(slot)
     return out
 
@@ -470,3 +470,20 @@ def test_level_option_is_checked():
         build_loss("ntl-was", vocab, level="number")
     with pytest.raises(TypeError, match="no option"):
         build_loss("del", vocab, level="token")
+
+
+def test_complete_groups_are_recognised_and_duplicates_are_pooled():
+    assert DigitVocab.from_tokenizer(llama3_style()).number_table().complete == (True, True, True)
+    assert not all(DigitVocab.from_tokenizer(gpt2_style()).number_table().complete[1:])
+    # 100 two-digit tokens plus a second spelling of "42" (spaced and unspaced kept apart)
+    two = [(10 + v, f"{v:02d}", False) for v in range(100)]
+    vocab = DigitVocab(range(10), None, two + [(200, "42", True), (201, "4", True)])
+    table = vocab.number_table()
+    assert table.complete == (True, True, False, False)
+    labels = torch.tensor([[52]])  # "42", unspaced
+    digits = find_digits(labels, vocab, 202)
+    x = torch.randn(1, table.width, dtype=torch.float64)
+    z, _ = slot_logits(x, digits, table)
+    unspaced = x[0, 10:110].view(10, 10)
+    torch.testing.assert_close(z[0], torch.logsumexp(unspaced, dim=1))
+    torch.testing.assert_close(z[1], torch.logsumexp(unspaced, dim=0))

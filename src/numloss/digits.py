@@ -274,7 +274,8 @@ class NumberTable:
     the j-th digit of each token (-1 past its end). `values` [C] float64: the integer each spells.
     `group` [C]: index into `groups`, one per (length, spaced) pair, as (length, spaced, columns).
     Column c is in group g when token c has the length and spacing of g; the slot-j digit logits of
-    a target in group g pool the columns of g by their j-th digit.
+    a target in group g pool the columns of g by their j-th digit. `complete[g]`: group g holds
+    each of the 10^length digit strings exactly once (then its columns are in digit order).
     """
 
     columns: torch.Tensor
@@ -284,6 +285,7 @@ class NumberTable:
     values: torch.Tensor
     group: torch.Tensor
     groups: tuple[tuple[int, bool, torch.Tensor], ...]
+    complete: tuple[bool, ...] = ()
 
     @property
     def width(self) -> int:
@@ -307,7 +309,12 @@ def _number_table(vocab: DigitVocab, device: str) -> NumberTable:
         (length, spaced, torch.nonzero(group == g).squeeze(1).to(device))
         for g, (length, spaced) in enumerate(keys)
     )
+    complete = tuple(
+        len({d for _, d, s in entries if (len(d), s) == key}) == 10 ** key[0] == group_of.count(g)
+        for g, key in enumerate(keys)
+    )
     return NumberTable(
+        complete=complete,
         columns=torch.tensor([i for i, _, _ in entries], dtype=torch.long, device=device),
         lengths=torch.tensor([len(d) for _, d, _ in entries], dtype=torch.long, device=device),
         spaced=torch.tensor([s for _, _, s in entries], dtype=torch.bool, device=device),

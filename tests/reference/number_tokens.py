@@ -4,7 +4,7 @@ Written from the definition in docs/losses.md ("Multi-digit number tokens"), wit
 code: each row is scanned left to right for runs of number tokens and '.', a run is written out
 character by character and given places by `ref_places_row`, and each slot's digit logits are
 summed token by token: z_j(k) = log sum over the target's group (same length and spacing) of
-exp(logit) of the tokens whose j-th digit is k. Digits that no token of the group has in slot j
+exp(logit) of the tokens whose j-th digit is k (one small tensor sum per digit k). Digits that no token of the group has in slot j
 are absent (probability 0) and skipped; DIST2's soft label is restricted to the present digits.
 """
 
@@ -76,13 +76,13 @@ def ref_number_loss(
                 continue
             token_count += 1
             x = work[b, t]
-            ce_sum = ce_sum + torch.log(sum(torch.exp(x[v]) for v in range(width))) - x[y]
+            ce_sum = ce_sum + torch.log(torch.exp(x).sum()) - x[y]
             if y not in tokens:
                 continue
             if level == "token":
                 term_count += 1
                 ids = list(tokens)
-                lse = torch.log(sum(torch.exp(x[i]) for i in ids))
+                lse = torch.log(torch.exp(x[ids]).sum())
                 p = {i: torch.exp(x[i] - lse) for i in ids}
                 target = int(tokens[y][0])
                 if name == "ntl-was":
@@ -96,7 +96,7 @@ def ref_number_loss(
                 term_count += 1
                 members = {k: [i for i in group if tokens[i][0][j] == str(k)] for k in range(10)}
                 present = [k for k in range(10) if members[k]]
-                z = {k: torch.log(sum(torch.exp(x[i]) for i in members[k])) for k in present}
+                z = {k: torch.log(torch.exp(x[members[k]]).sum()) for k in present}
                 z_lse = torch.log(sum(torch.exp(z[k]) for k in present))
                 p = {k: torch.exp(z[k] - z_lse) for k in present}
                 if name == "del":

@@ -65,26 +65,30 @@ def slot_logits(
     if len(table.groups) == 1:  # only the ten digits: z is their logits, unchanged
         return number_logits, support
     group_of_slot = table.group[digits.column]
+    first_slots = digits.slot == 0  # a token's slots are consecutive, slot 0 first
     pieces: list[torch.Tensor] = []
     order: list[torch.Tensor] = []
     for g, (length, _, columns) in enumerate(table.groups):
-        in_group = torch.nonzero(group_of_slot == g).squeeze(1)
-        if not in_group.numel():
+        firsts = torch.nonzero(first_slots & (group_of_slot == g)).squeeze(1)  # [P_g] slot-0 indices
+        if not firsts.numel():
             continue
-        if length == 1 and g == 0:  # the ten bare digits, columns 0..9 in digit order
-            pieces.append(number_logits[digits.row_of[in_group], :10])
-            order.append(in_group)
+        rows = digits.row_of[firsts]
+        if g == 0:  # the ten bare digits, columns 0..9 in digit order: z is their logits
+            pieces.append(number_logits[rows, :10])
+            order.append(firsts)
             continue
-        group_digits = table.digits[columns]
+        x = number_logits[rows][:, columns]  # [P_g, n_g]
+        complete = table.complete[g]  # every digit string once: columns in digit order
+        grid = x.view(-1, *([10] * length)) if complete else None
         for j in range(length):
-            chosen = in_group[digits.slot[in_group] == j]
-            if not chosen.numel():
-                continue
-            x = number_logits[digits.row_of[chosen]][:, columns]
-            z, present = bucket_logsumexp(x, group_digits[:, j])
+            if complete:
+                others = [d + 1 for d in range(length) if d != j]
+                z = torch.logsumexp(grid, dim=others) if others else grid
+            else:
+                z, present = bucket_logsumexp(x, table.digits[columns, j])
+                support[firsts + j] = present
             pieces.append(z)
-            order.append(chosen)
-            support[chosen] = present
+            order.append(firsts + j)
     if not pieces:
         return number_logits.new_zeros((0, 10)), support
     stacked = torch.cat(pieces)
