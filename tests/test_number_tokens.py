@@ -487,3 +487,28 @@ def test_complete_groups_are_recognised_and_duplicates_are_pooled():
     unspaced = x[0, 10:110].view(10, 10)
     torch.testing.assert_close(z[0], torch.logsumexp(unspaced, dim=1))
     torch.testing.assert_close(z[1], torch.logsumexp(unspaced, dim=0))
+
+
+# -- training end to end with a chunking tokenizer -----------------------------------------------
+
+
+@pytest.mark.parametrize("objective", [["--objective.name", "del"], ["--objective.name", "ntl-was", "--objective.options", "{level: token}"]])
+def test_numloss_train_runs_with_a_chunked_number_tokenizer(tmp_path, objective):
+    import csv
+    from pathlib import Path
+
+    from transformers import AutoTokenizer
+
+    from numloss.train import main
+
+    fixture = Path(__file__).parent / "fixtures" / "train" / "tiny-test.yaml"
+    out = tmp_path / "run"
+    argv = [str(fixture), "--train.output_dir", str(out), "--model.tiny_digits_per_token", "3", *objective]
+    assert main(argv) == 0
+    tok = AutoTokenizer.from_pretrained(out / "final")
+    assert tok.convert_ids_to_tokens(tok("12345", add_special_tokens=False)["input_ids"]) == ["123", "45"]
+    assert len(DigitVocab.from_tokenizer(tok).number_tokens) == 1100
+    rows = list(csv.DictReader((out / "log.csv").open()))
+    assert rows and all(float(r["aux"]) > 0 and float(r["digit_entropy"]) > 0 for r in rows)
+    if objective[1] == "del":  # one step per log: loss = ce + aux (alpha 1)
+        assert float(rows[0]["loss"]) == pytest.approx(float(rows[0]["ce"]) + float(rows[0]["aux"]), rel=1e-4)
