@@ -27,6 +27,7 @@ import torch.nn.functional as F
 from torch import nn
 from transformers import Trainer
 
+from numloss.digits import digit_coverage
 from numloss.losses.base import NumericLoss, NumericLossOutput
 
 # Slots of the on-device logging accumulator (float64 so long intervals do not lose counts).
@@ -143,6 +144,8 @@ class NumericTrainer(Trainer):
         # digit count of the current optimizer step, set in get_batch_samples
         self._step_digits: torch.Tensor | None = None
         self._log_sums = torch.zeros(6, dtype=torch.float64, device=self.args.device)
+        # (label digits that get the numeric term, all label digits) since the last log, this rank
+        self._digit_coverage = [0, 0]
         # MixCE and EMO report aux per token; digit objectives per digit position
         self._aux_per_token = type(loss_fn).token_loss is not NumericLoss.token_loss
 
@@ -156,6 +159,8 @@ class NumericTrainer(Trainer):
         labels = shift_labels(inputs, self.loss_fn.ignore_index)
         tokens = labels.ne(self.loss_fn.ignore_index).sum()
         digits = self.loss_fn.count_digits(labels).to(tokens.device)
+        scored, total = digit_coverage(labels, self.loss_fn.vocab, self.loss_fn.ignore_index)
+        self._digit_coverage = [self._digit_coverage[0] + scored, self._digit_coverage[1] + total]
         return torch.stack([tokens, digits])
 
     def get_batch_samples(self, epoch_iterator, num_batches, device):
@@ -296,4 +301,8 @@ class NumericTrainer(Trainer):
                 logs["aux"] = sums[_AUX_SUM] / sums[_AUX_COUNT] if sums[_AUX_COUNT] > 0 else 0.0
             if sums[_DIGITS] > 0:
                 logs["digit_entropy"] = sums[_ENTROPY_SUM] / sums[_DIGITS]
+            scored, total = self._digit_coverage
+            self._digit_coverage = [0, 0]
+            if total > 0:  # share of label digits that got the numeric term (this rank)
+                logs["digit_share"] = scored / total
         super().log(logs, start_time)
