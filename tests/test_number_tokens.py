@@ -510,5 +510,9 @@ def test_numloss_train_runs_with_a_chunked_number_tokenizer(tmp_path, objective)
     assert len(DigitVocab.from_tokenizer(tok).number_tokens) == 1100
     rows = list(csv.DictReader((out / "log.csv").open()))
     assert rows and all(float(r["aux"]) > 0 and float(r["digit_entropy"]) > 0 for r in rows)
+    import json
+
+    history = [e for e in json.loads((out / "log_history.json").read_text()) if "loss" in e]
+    assert history and all(e["digit_share"] == 1.0 for e in history)  # every label digit is scored
     if objective[1] == "del":  # one step per log: loss = ce + aux (alpha 1)
         assert float(rows[0]["loss"]) == pytest.approx(float(rows[0]["ce"]) + float(rows[0]["aux"]), rel=1e-4)
