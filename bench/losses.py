@@ -10,6 +10,8 @@ add. Times are the median of `--repeats` forward+backward calls after one warm-u
 the process's CPU time, which other load on the machine disturbs less), all processes of one grid
 run back to back, so ratios are measured side by side. Logits are float32
 [N, V] with requires_grad; about 25% of labels are digits, in numbers of 1-6 characters.
+`--interleave` times CE and the objectives alternately in one process (CPU time, min and
+median per objective), the fairer ratio when other jobs load the machine; no memory figures.
 `--number-tokens 1110` is the Llama-3 / tiktoken case: the 25% number positions hold number
 tokens drawn uniformly from all 1,110 chunks of 1-3 digits (ids 0..9 digits, 10 '.', 11..1110
 the multi-digit chunks), and the digit objectives score every digit slot.
@@ -114,6 +116,27 @@ def run_one(name: str, vocab_size: int, tokens: int, repeats: int, number_tokens
             "cpu_seconds": statistics.median(cpu_times), "peak_bytes": peak}
 
 
+def run_interleaved(names, vocab_size: int, tokens: int, repeats: int, number_tokens: int = 10) -> None:
+    """Time CE and each objective alternately in one process: under load from other jobs, the
+    calls of a round see about the same machine, so the ratio of the minima (and of the medians)
+    is the fairer comparison. Memory is not measured here (see the grid)."""
+    logits, labels = make_inputs(vocab_size, tokens, number_tokens=number_tokens)
+    steps = {name: make_step(name, vocab_size, number_tokens) for name in names}
+    times: dict[str, list[float]] = {name: [] for name in names}
+    for round_number in range(repeats + 1):
+        for name, step in steps.items():
+            logits.grad = None
+            start = time.process_time()
+            step(logits, labels).backward()
+            if round_number:  # the first round warms up
+                times[name].append(time.process_time() - start)
+    base = times[names[0]]
+    for name in names:
+        print(f"| {name:<13} | {vocab_size:>6} | {tokens:>5} | {min(times[name]) * 1000:>8.1f} | "
+              f"{min(times[name]) / min(base):>5.2f}x | {statistics.median(times[name]) / statistics.median(base):>5.2f}x |",
+              flush=True)
+
+
 def run_grid(objectives, vocabs, token_counts, repeats, number_tokens: int = 10) -> list[dict]:
     results = []
     for vocab_size in vocabs:
@@ -147,6 +170,8 @@ def main() -> None:
     parser.add_argument("--tokens", type=int, nargs="*", default=[2048, 8192])
     parser.add_argument("--objectives", default=",".join(OBJECTIVES))
     parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--interleave", action="store_true",
+                        help="time CE and the objectives alternately in one process (CPU time; no memory)")
     parser.add_argument("--number-tokens", type=int, choices=(10, 1110), default=10,
                         help="10: single digits; 1110: Llama-3-style chunks of 1-3 digits")
     args = parser.parse_args()
@@ -160,6 +185,12 @@ def main() -> None:
     print(f"# {date.today()} {platform.machine()} {os.cpu_count()} cores, torch {torch.__version__}, "
           f"float32 logits, {DIGIT_FRACTION:.0%} number positions, {args.number_tokens} number tokens, "
           f"median of {args.repeats}")
+    if args.interleave:
+        print("| objective | V | N | min CPU ms | min vs CE | median vs CE |\n|---|---|---|---|---|---|")
+        for vocab_size in args.vocab:
+            for tokens in args.tokens:
+                run_interleaved(objectives, vocab_size, tokens, args.repeats, args.number_tokens)
+        return
     print("| objective  |      V |     N | fwd+bwd ms | time vs CE | CPU time vs CE | peak MiB | peak vs CE |")
     print("|---|---|---|---|---|---|---|---|")
     run_grid(objectives, args.vocab, args.tokens, args.repeats, args.number_tokens)

@@ -516,3 +516,16 @@ def test_numloss_train_runs_with_a_chunked_number_tokenizer(tmp_path, objective)
     assert history and all(e["digit_share"] == 1.0 for e in history)  # every label digit is scored
     if objective[1] == "del":  # one step per log: loss = ce + aux (alpha 1)
         assert float(rows[0]["loss"]) == pytest.approx(float(rows[0]["ce"]) + float(rows[0]["aux"]), rel=1e-4)
+
+
+@pytest.mark.parametrize("name, options", OBJECTIVES)
+def test_rows_without_numbers_and_empty_batches_give_a_finite_zero_term(name, options):
+    tok = llama3_style()
+    vocab = DigitVocab.from_tokenizer(tok)
+    loss_fn = build_loss(name, vocab, **options)
+    for labels in (encode(tok, "abc", "xy"), torch.full((2, 3), -100), torch.empty(0, 4, dtype=torch.long)):
+        logits = torch.randn(*labels.shape, len(tok), requires_grad=True)
+        out = loss_fn(logits, labels)
+        out.loss.backward()
+        assert float(out.aux) == 0.0 and int(out.num_digits) == 0 and torch.isfinite(out.loss)
+        assert torch.isfinite(logits.grad).all()
