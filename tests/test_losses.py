@@ -140,7 +140,7 @@ def test_float64_gradcheck_of_the_shared_core():
     weights = torch.randn(len(labels), dtype=torch.float64), torch.randn(len(digit_index), 10, dtype=torch.float64)
 
     def combined(x):
-        nll, digit_logits = token_nll_and_digit_logits(x, targets, valid, digit_index, columns)
+        nll, digit_logits, _ = token_nll_and_digit_logits(x, targets, valid, digit_index, columns)
         return (nll * weights[0]).sum() + (digit_logits * weights[1]).sum()
 
     assert torch.autograd.gradcheck(combined, (logits,), eps=1e-6, atol=1e-6, fast_mode=True)
