@@ -331,3 +331,18 @@ def test_fused_module_imports_no_objective():
         node.module for node in tree.body if isinstance(node, ast.ImportFrom) and node.module
     ]
     assert not [m for m in runtime_imports if m.startswith("numloss.losses")]
+
+
+def test_gpu_benchmark_runs_in_smoke_mode_on_cpu(capsys):
+    """bench/gpu.py --smoke: every method runs, and the fused DEL gradient check passes."""
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[1] / "bench" / "gpu.py"
+    spec = importlib.util.spec_from_file_location("bench_gpu", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    rows = module.main(["--smoke"])
+    assert {row["method"] for row in rows} == {"ce", "del", "del-fused"}
+    assert all(row["grad_check"] < 2e-2 and row["seconds"] > 0 for row in rows)
+    assert "del/ce time" in capsys.readouterr().out
