@@ -31,6 +31,13 @@ CASES = [
     ("mixce", {}, 1.0),
     ("mixce", {"eta": 0.2}, 1.0),
     ("emo", {}, 1.0),
+    ("emo", {"form": "gpt2"}, 1.0),
+    ("emo", {"max_ratio": 0.5}, 1.0),
+    ("emo", {"form": "gpt2", "mode": 2}, 1.0),
+    ("del", {"normalize": "tokens"}, 1.0),
+    ("ntl-was", {"reweigh": True}, 0.3),
+    ("ntl-mse", {"reweigh": True, "normalize": "tokens"}, 0.3),
+    ("dist2", {"place_weight": True, "point_ends_run": True, "normalize": "weights"}, 0.1),
 ]
 IDS = [f"{name}-{'-'.join(f'{k}={v}' for k, v in opts.items()) or 'default'}" for name, opts, _ in CASES]
 
@@ -158,7 +165,9 @@ def test_bfloat16_logits_match_float32_on_the_same_values(name, options, alpha):
     assert out16.loss.dtype == torch.float32  # computed in float32
     assert logits16.grad.dtype == torch.bfloat16
     assert float(out16.loss) == pytest.approx(float(out32.loss), rel=1e-6)
-    torch.testing.assert_close(logits16.grad.float(), logits32.grad, rtol=2e-2, atol=1e-3)
+    # the gradient is stored in bf16: 8 mantissa bits, so errors scale with its largest entry
+    atol = max(1e-3, 1e-2 * float(logits32.grad.abs().max()))
+    torch.testing.assert_close(logits16.grad.float(), logits32.grad, rtol=2e-2, atol=atol)
 
 
 @pytest.mark.parametrize("name, options, alpha", CASES, ids=IDS)
