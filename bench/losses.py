@@ -144,7 +144,7 @@ def run_grid(objectives, vocabs, token_counts, repeats, number_tokens: int = 10)
             for name in objectives:
                 command = [sys.executable, __file__, "--one", name, "--vocab", str(vocab_size),
                            "--tokens", str(tokens), "--repeats", str(repeats),
-                           "--number-tokens", str(number_tokens)]
+                           "--number-tokens", str(number_tokens), "--threads", str(torch.get_num_threads())]
                 done = subprocess.run(command, capture_output=True, text=True)
                 if done.returncode != 0:
                     print(f"{name} V={vocab_size} N={tokens} failed:\n{done.stderr[-2000:]}", file=sys.stderr)
@@ -170,19 +170,21 @@ def main() -> None:
     parser.add_argument("--tokens", type=int, nargs="*", default=[2048, 8192])
     parser.add_argument("--objectives", default=",".join(OBJECTIVES))
     parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--threads", type=int, default=None,
+                        help="torch threads (default: all cores); 1 keeps CPU time honest on a loaded machine")
     parser.add_argument("--interleave", action="store_true",
                         help="time CE and the objectives alternately in one process (CPU time; no memory)")
     parser.add_argument("--number-tokens", type=int, choices=(10, 1110), default=10,
                         help="10: single digits; 1110: Llama-3-style chunks of 1-3 digits")
     args = parser.parse_args()
-    torch.set_num_threads(os.cpu_count() or 1)
+    torch.set_num_threads(args.threads or os.cpu_count() or 1)
     if args.one:
         print(json.dumps(run_one(args.one, args.vocab[0], args.tokens[0], args.repeats, args.number_tokens)))
         return
     objectives = args.objectives.split(",")
     if objectives[0] != "ce":
         objectives = ["ce"] + [o for o in objectives if o != "ce"]
-    print(f"# {date.today()} {platform.machine()} {os.cpu_count()} cores, torch {torch.__version__}, "
+    print(f"# {date.today()} {platform.machine()} {os.cpu_count()} cores, {torch.get_num_threads()} threads, torch {torch.__version__}, "
           f"float32 logits, {DIGIT_FRACTION:.0%} number positions, {args.number_tokens} number tokens, "
           f"median of {args.repeats}")
     if args.interleave:
