@@ -24,6 +24,8 @@ from torch import nn
 from numloss.digits import IGNORE_INDEX, DigitPositions, DigitVocab, find_digits
 from numloss.losses.core import token_nll_and_digit_logits
 
+NORMALIZATIONS = ("digits", "tokens")
+
 
 @dataclass
 class NumericLossOutput:
@@ -84,8 +86,14 @@ class NumericLoss(nn.Module):
         alpha: float | None = None,
         ignore_index: int = IGNORE_INDEX,
         check_finite: bool = True,
+        normalize: str = "digits",
     ) -> None:
         super().__init__()
+        if normalize not in NORMALIZATIONS:
+            raise ValueError(f"normalize must be one of {NORMALIZATIONS}, got {normalize!r}")
+        #: what the digit term is divided by: the step's digit count, or its token count (exact in a
+        #: hook that only sees the step's token count, like Trainer's compute_loss_func)
+        self.normalize = normalize
         if not isinstance(vocab, DigitVocab):
             raise TypeError(
                 f"vocab must be a numloss.DigitVocab (DigitVocab.from_tokenizer(tok)), got {type(vocab).__name__}"
@@ -127,6 +135,16 @@ class NumericLoss(nn.Module):
         Both must be 0 where not `valid`.
         """
         return None
+
+    def as_compute_loss_func(self):
+        """This objective as `transformers.Trainer(compute_loss_func=...)` (and TRL's).
+
+        The hook does the causal shift and reads the logits from the model output; see
+        `numloss.hf.compute_loss_func` for what is exact under accumulation.
+        """
+        from numloss.hf import compute_loss_func  # numloss.hf imports this module
+
+        return compute_loss_func(self)
 
     # -- the call -------------------------------------------------------------------------------
     def forward(
@@ -225,7 +243,7 @@ class NumericLoss(nn.Module):
         aux = torch.zeros((), dtype=torch.float32, device=nll.device)
         terms = self.digit_terms(digit_logits, digits.target, digits.place)
         if terms is not None:
-            aux = terms.sum() / digit_count
+            aux = terms.sum() / (token_count if self.normalize == "tokens" else digit_count)
             loss = ce + self.alpha * aux
         reshaped = token_losses if token_losses is not None else self.token_loss(nll, valid, logits, targets)
         if reshaped is not None:
