@@ -29,6 +29,17 @@ def load_model(spec: str, dtype: str = "auto", device: str = "cpu") -> tuple[Any
     return model.to(device), tokenizer, folder
 
 
+def check_digit_tokens(spec: str) -> None:
+    """Raise ValueError now when the tokenizer of `spec` cannot give the digit metrics."""
+    from numloss.digits import DigitVocab, DigitVocabError
+    from numloss.models.load import load_tokenizer
+
+    try:
+        DigitVocab.from_tokenizer(load_tokenizer(spec))
+    except DigitVocabError as error:
+        raise ValueError(f"{error} (or pass --no-digit-stats to evaluate without the digit metrics)") from None
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="numloss eval", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("model", help="model folder, 'smollm2', 'tiny' or a Hugging Face id already in the local cache")
@@ -75,6 +86,8 @@ def main(argv: list[str] | None = None) -> int:
         if args.backend == "vllm":
             import_vllm()  # fail before loading anything else
         device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
+        if not args.no_digit_stats:
+            check_digit_tokens(args.model)  # before the weights load, not after the generation
         model, tokenizer, folder = load_model(args.model, args.dtype, device) if args.backend == "hf" or not args.no_digit_stats else (None, None, "")
         if args.backend == "vllm":
             if not folder:
