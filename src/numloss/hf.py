@@ -57,6 +57,15 @@ def shift_labels(inputs: dict[str, Any], ignore_index: int = -100) -> torch.Tens
     return F.pad(labels[..., 1:], (0, 1), value=ignore_index)
 
 
+def count_tokens_and_digits(labels: torch.Tensor, loss_fn: NumericLoss) -> torch.Tensor:
+    """[scored tokens, digit positions] of aligned `labels`, as a long tensor: what a step's
+    `num_items_in_batch` / `num_digits_in_batch` sum over its micro-batches (and ranks)."""
+    classes = label_classes(labels, loss_fn.vocab, ignore_index=loss_fn.ignore_index)
+    tokens = labels.ne(loss_fn.ignore_index).sum()
+    digits = ((classes >= 0) & (classes < 10)).sum()
+    return torch.stack([tokens, digits])
+
+
 def model_logits(outputs: Any) -> torch.Tensor:
     """The logits of a model's output: a `ModelOutput` / dict with "logits", a tuple (logits first,
     as `return_dict=False` returns them without labels), or a tensor."""
@@ -258,11 +267,7 @@ class NumericTrainer(Trainer):
     # -- step-wide counts -----------------------------------------------------------------------
     def count_tokens_and_digits(self, inputs: dict[str, Any]) -> torch.Tensor:
         """[valid tokens, digit positions] of one micro-batch after the shift, as a long tensor."""
-        labels = shift_labels(inputs, self.loss_fn.ignore_index)
-        classes = label_classes(labels, self.loss_fn.vocab, ignore_index=self.loss_fn.ignore_index)
-        tokens = labels.ne(self.loss_fn.ignore_index).sum()
-        digits = ((classes >= 0) & (classes < 10)).sum()
-        return torch.stack([tokens, digits])
+        return count_tokens_and_digits(shift_labels(inputs, self.loss_fn.ignore_index), self.loss_fn)
 
     def get_batch_samples(self, epoch_iterator, num_batches, device):
         """The micro-batches of one optimizer step and their step-wide token count.
