@@ -96,13 +96,17 @@ def needs_step_digit_count(
 ) -> bool:
     """True when `loss_fn` divides by the step's digit count but only its token count is known.
 
-    That is the case when the step spans more than these (aligned) `labels`: gradient
-    accumulation or several ranks make `num_items_in_batch` larger than the tokens counted here.
+    That is the case when a training step spans more than these (aligned) `labels`: gradient
+    accumulation makes `num_items_in_batch` larger than the tokens counted here, and several
+    ranks each see only their share (even when the Trainer counts tokens per rank). Evaluation
+    (no `num_items_in_batch`) normalises each batch by itself and is never refused.
     """
     if num_items_in_batch is None or num_digits_in_batch is not None:
         return False
     if not has_digit_term(loss_fn) or getattr(loss_fn, "normalize", "digits") != "digits":
         return False
+    if torch.distributed.is_available() and torch.distributed.is_initialized() and torch.distributed.get_world_size() > 1:
+        return True
     local = int(labels.ne(loss_fn.ignore_index).sum())
     return float(num_items_in_batch) > local
 
