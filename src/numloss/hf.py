@@ -88,6 +88,15 @@ def has_digit_term(loss_fn: NumericLoss) -> bool:
     return type(loss_fn).digit_terms is not NumericLoss.digit_terms
 
 
+def token_count_suffices(loss_fn: NumericLoss) -> bool:
+    """True when the step's token count alone makes `loss_fn` exact across micro-batches and ranks:
+    objectives without a digit term, and digit objectives built with `normalize="tokens"`."""
+    declared = getattr(loss_fn, "token_count_suffices", None)
+    if isinstance(declared, bool):
+        return declared
+    return not has_digit_term(loss_fn) or getattr(loss_fn, "normalize", "digits") == "tokens"
+
+
 def needs_step_digit_count(
     loss_fn: NumericLoss,
     labels: torch.Tensor,
@@ -103,7 +112,7 @@ def needs_step_digit_count(
     """
     if num_items_in_batch is None or num_digits_in_batch is not None:
         return False
-    if not has_digit_term(loss_fn) or getattr(loss_fn, "normalize", "digits") != "digits":
+    if token_count_suffices(loss_fn):
         return False
     if torch.distributed.is_available() and torch.distributed.is_initialized() and torch.distributed.get_world_size() > 1:
         return True
