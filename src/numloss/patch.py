@@ -21,6 +21,10 @@ What the patched forward does with `labels` (or pre-shifted `shift_labels`):
   (`NumericLoss.from_hidden`), so the [B, T, V] logits never exist (the output's `logits` is
   then an empty [B, 0, V] tensor).
 
+A trainer that counts both (like `NumericTrainer`) can run its fused loss through the same
+mechanism: patch with `fused=True` and call the model with `labels`, `num_items_in_batch` and
+`num_digits_in_batch`; the loss is then computed inside the model's forward.
+
 It refuses what it cannot make exact: a digit objective with `normalize="digits"` given a
 step-wide token count but no digit count (use `normalize="tokens"` or pass
 `num_digits_in_batch`), `logits_to_keep`, encoder-decoder models. Without labels the original
