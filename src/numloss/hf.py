@@ -272,7 +272,8 @@ class NumericTrainer(Trainer):
         self._step_digits: torch.Tensor | None = None
         self._log_sums = torch.zeros(6, dtype=torch.float64, device=self.args.device)
         # MixCE, EMO and normalize="tokens" report aux per token; digit objectives per digit position
-        self._aux_per_token = (
+        declared = getattr(loss_fn, "aux_per_token", None)
+        self._aux_per_token = declared if isinstance(declared, bool) else (
             type(loss_fn).token_loss is not NumericLoss.token_loss
             or getattr(loss_fn, "normalize", "digits") == "tokens"
         )
