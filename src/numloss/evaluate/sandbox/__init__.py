@@ -37,7 +37,7 @@ FULL, UNISOLATED, UNAVAILABLE = "bwrap+seccomp", "unisolated", "unavailable"
 
 __all__ = [
     "ALLOWED_PACKAGES", "ALLOW_UNISOLATED_ENV", "Isolation", "ProgramResult", "SandboxLimits",
-    "SandboxUnavailable", "Status", "VIOLATION_MARKER", "isolation", "run_program", "run_programs",
+    "SandboxUnavailable", "SeccompUnsupported", "Status", "VIOLATION_MARKER", "isolation", "run_program", "run_programs",
 ]
 
 
