@@ -346,3 +346,32 @@ def test_the_unisolated_mode_still_guards(name, source, status, detail):
 def test_the_package_exports_the_contract():
     for name in ("run_program", "run_programs", "SandboxLimits", "ProgramResult", "SandboxUnavailable", "isolation"):
         assert getattr(evaluate, name) is getattr(sandbox, name)
+
+
+# ---- the CLI records the isolation and fails closed to chain of thought -------------------------
+
+@pytest.mark.parametrize("opt_in", [False, True], ids=["refused", "opted-in"])
+def test_eval_cli_records_the_isolation_and_falls_back_without_a_sandbox(fresh_probe, monkeypatch, tmp_path, capsys, opt_in):
+    import json
+    from pathlib import Path
+
+    from numloss.evaluate import cli
+    from numloss.models.tiny import build_char_tokenizer, build_tiny_model
+
+    monkeypatch.setattr(bwrap_mod, "bwrap_candidates", lambda: [])
+    monkeypatch.setenv(ALLOW_UNISOLATED_ENV, "0")  # the CLI's opt-in sets it; undone after the test
+    tokenizer = build_char_tokenizer()
+    folder = tmp_path / "model"
+    build_tiny_model(tokenizer, num_layers=1, hidden_size=32, num_heads=2).save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
+    fixtures = Path(__file__).parent / "fixtures" / "benchmarks"
+    argv = [str(folder), "--benchmarks", "gsm8k", "--data-dir", str(fixtures), "--limit", "2", "--max-new-tokens", "4",
+            "--out", str(tmp_path / "out"), "--quiet", "--dtype", "float32", "--no-digit-stats"]
+    assert cli.main(argv + (["--allow-unisolated-exec"] if opt_in else [])) == 0
+    recorded = json.loads((tmp_path / "out" / "results.json").read_text())["isolation"]
+    err = capsys.readouterr().err
+    if opt_in:
+        assert recorded["mode"] == "unisolated" and recorded["program_of_thought"] is True
+    else:
+        assert recorded["mode"] == "unavailable" and recorded["program_of_thought"] is False
+        assert "--allow-unisolated-exec" in err and "chain of thought" in err
