@@ -36,6 +36,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import threading
 import time
 from dataclasses import dataclass
 from functools import lru_cache
@@ -175,6 +176,32 @@ def _root_userns() -> int:
         helper.wait()
 
 
+_userns_free: list[int] = []
+_userns_lock = threading.Lock()
+
+
+def _lease_userns() -> int:
+    """A prepared user namespace (root only) that no other run is using, made when none is free.
+
+    Reuse is safe because nothing of a run is left in it: the run's pid, mount, net, ipc and uts
+    namespaces are its own and die with it, and the program (uid 65534, no capabilities) cannot
+    change the user namespace itself. It keeps RLIMIT_NPROC per run: the kernel counts processes
+    per (user namespace, uid), and one namespace serves one run at a time.
+    """
+    with _userns_lock:
+        if _userns_free:
+            return _userns_free.pop()
+    return _root_userns()
+
+
+def _return_userns(fd: int, reusable: bool) -> None:
+    if not reusable:  # its run did not end cleanly: something might still count in it
+        os.close(fd)
+        return
+    with _userns_lock:
+        _userns_free.append(fd)
+
+
 def _memfd(name: str, data: bytes) -> int:
     fd = os.memfd_create(name, os.MFD_CLOEXEC)
     view = memoryview(data)
@@ -258,24 +285,25 @@ def _kill(proc: subprocess.Popen, init: int | None) -> None:
     proc.wait()
 
 
-def _end_namespace(pidfd: int | None, timeout: float) -> None:
+def _end_namespace(pidfd: int | None, timeout: float) -> bool:
     """SIGKILL the namespace's init and wait until it has exited: the kernel kills and reaps
     every other process of a pid namespace before its init is gone, so nothing is left after.
 
-    Needed on the normal path too: bwrap's outer process exits as soon as init reports the
-    program's status, while init is still tearing the namespace down.
+    With --as-pid-1 the init is the program itself and bwrap reaps it, so this mostly finds it
+    gone already. Returns whether the namespace is known to be gone.
     """
     if pidfd is None:
-        return
+        return False
     try:
         try:
             signal.pidfd_send_signal(pidfd, signal.SIGKILL)
         except ProcessLookupError:
-            return
+            return True
         sel = selectors.DefaultSelector()
         sel.register(pidfd, selectors.EVENT_READ)
-        sel.select(timeout)
+        gone = bool(sel.select(timeout))
         sel.close()
+        return gone
     finally:
         os.close(pidfd)
 
@@ -286,6 +314,8 @@ def run(source: str, limits: SandboxLimits, bwrap: str) -> ProgramResult:
     start = time.perf_counter()
     fds: dict[str, int] = {}
     own: list[int] = []
+    userns: int | None = None
+    ended = False
     try:
         program = _memfd("numloss-program", source.encode("utf-8", "surrogateescape"))
         own.append(program)
@@ -294,18 +324,20 @@ def run(source: str, limits: SandboxLimits, bwrap: str) -> ProgramResult:
         info_r, fds["info"] = os.pipe()
         own += [info_r, fds["info"]]
         if os.geteuid() == 0:
-            fds["userns"] = _root_userns()
-            own.append(fds["userns"])
+            userns = fds["userns"] = _lease_userns()
         proc = subprocess.Popen(command(bwrap, limits, fds), stdin=program, stdout=subprocess.PIPE,
                                 stderr=subprocess.PIPE, pass_fds=tuple(fds.values()), env={},
                                 start_new_session=True, close_fds=True)
-        for fd in list(fds.values()) + [program]:
-            os.close(fd)
-            own.remove(fd)
-        out, err, info, why = _collect(proc, info_r, limits, start)
+        for fd in own[:]:
+            if fd != info_r:
+                os.close(fd)
+                own.remove(fd)
+        out, err, info, why, ended = _collect(proc, info_r, limits, start)
     finally:
         for fd in own:
             os.close(fd)
+        if userns is not None:
+            _return_userns(userns, reusable=ended)
     returncode = proc.returncode
     stdout, stderr = decode_output(out), decode_output(err)
     if why is None and SETUP_MARKER in stderr:
@@ -319,10 +351,11 @@ def run(source: str, limits: SandboxLimits, bwrap: str) -> ProgramResult:
                          isolation="bwrap+seccomp", stderr=stderr, pid_namespace=info.get("pid-namespace"))
 
 
-def _collect(proc: subprocess.Popen, info_r: int, limits: SandboxLimits, start: float) -> tuple[bytes, bytes, dict, str | None]:
+def _collect(proc: subprocess.Popen, info_r: int, limits: SandboxLimits, start: float) -> tuple[bytes, bytes, dict, str | None, bool]:
     """Read stdout/stderr (capped) and bwrap's info until the end, the wall clock, or a flood.
 
-    Returns (stdout, stderr, info, why) with why None, "timeout" or "flood". On timeout or flood
+    Returns (stdout, stderr, info, why, ended): why is None, "timeout" or "flood"; ended says
+    that the pid namespace was seen gone. On timeout or flood
     bwrap is SIGKILLed. Either way this returns only once the namespace's init has exited.
     """
     assert proc.stdout is not None and proc.stderr is not None
@@ -366,11 +399,11 @@ def _collect(proc: subprocess.Popen, info_r: int, limits: SandboxLimits, start: 
             why = "timeout"
     if why is not None:
         _kill(proc, init)
-    _end_namespace(init, 5.0)
+    ended = _end_namespace(init, 5.0)
     out, err = bytes(bufs[out_fd][: limits.output_bytes]), bytes(bufs[err_fd][: limits.output_bytes])
     proc.stdout.close()
     proc.stderr.close()
-    return out, err, info, why
+    return out, err, info, why, ended
 
 
 def _parse_info(raw: bytes) -> dict:
