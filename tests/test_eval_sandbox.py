@@ -146,6 +146,59 @@ def test_the_wall_clock_kills_the_whole_namespace():
     assert left == []
 
 
+@needs_kernel_sandbox
+def test_nothing_outlives_an_evaluator_killed_mid_run():
+    import subprocess
+    import time
+
+    program = "import os, time\nif os.fork() == 0:\n    os.setsid()\n    time.sleep(60)\ntime.sleep(60)"
+    evaluator = subprocess.Popen([sys.executable, "-c", "from numloss.evaluate.sandbox import run_program, SandboxLimits\n"
+                                  f"run_program({program!r}, SandboxLimits(wall_seconds=60, cpu_seconds=60))"],
+                                 env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)})
+    namespaces: set[str] = set()
+    try:
+        for _ in range(200):  # wait until the program and its daemon run (as uid 65534)
+            time.sleep(0.05)
+            sandboxed = [p for p in _descendants(evaluator.pid) if _uid(p) == 65534]
+            if len(sandboxed) >= 2:
+                namespaces = {_pidns(p) for p in sandboxed}
+                break
+        assert namespaces, "the sandboxed program never started"
+    finally:
+        evaluator.kill()
+        evaluator.wait()
+    for _ in range(60):
+        left = [p for p in os.listdir("/proc") if p.isdigit() and _pidns(p) in namespaces]
+        if not left:
+            break
+        time.sleep(0.05)
+    assert left == [], "sandboxed processes outlived their evaluator"
+
+
+def _descendants(root: int) -> list[str]:
+    children: dict[int, list[str]] = {}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                ppid = int(open(f"/proc/{entry}/stat").read().rsplit(")", 1)[1].split()[1])
+            except (OSError, IndexError, ValueError):
+                continue
+            children.setdefault(ppid, []).append(entry)
+    found, todo = [], [root]
+    while todo:
+        for child in children.get(int(todo.pop()), []):
+            found.append(child)
+            todo.append(child)
+    return found
+
+
+def _uid(pid: str) -> int:
+    try:
+        return next(int(line.split()[1]) for line in open(f"/proc/{pid}/status") if line.startswith("Uid:"))
+    except (OSError, StopIteration):
+        return -1
+
+
 def _pidns(pid: str) -> str:
     try:
         return os.readlink(f"/proc/{pid}/ns/pid")

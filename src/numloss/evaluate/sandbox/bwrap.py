@@ -13,9 +13,12 @@ The layers, outermost first (docs/sandbox.md has the threat model):
 - **seccomp** (`seccomp.filter_program`), loaded by bwrap right before the interpreter starts.
 - **rlimits**, set by the preamble before the program is compiled: CPU, address space, file
   size, open files, processes, core 0. A failing setrlimit stops the run (fail closed).
-- **the host side**: a wall clock that SIGKILLs bwrap, whose ``--die-with-parent`` kills the
-  namespace's init, and the kernel then kills every process left in the pid namespace; the
-  output pipes are read with a cap, and a flood kills the run the same way.
+- **the host side**: the program is pid 1 of its pid namespace (``--as-pid-1``), so when it
+  ends the kernel kills every other process in the namespace, and bwrap reaps it. A wall clock
+  SIGKILLs it from the host (through a pidfd from bwrap's ``--info-fd``) and then bwrap; the
+  call returns only once the namespace is gone. ``--die-with-parent`` ties the sandbox to bwrap
+  and bwrap to the evaluator. The output pipes are read with a cap; a flood is killed the same
+  way.
 
 An evaluator running as root needs one more step. bwrap maps the sandbox uid to the caller's
 uid, and the kernel never applies RLIMIT_NPROC to the host's uid 0, so a fork bomb would run
@@ -63,6 +66,13 @@ if os.getuid() == 0:  # root-started evaluator (see bwrap.py): leave uid 0 befor
     os.setgroups([])
     os.setresgid(_gid, _gid, _gid)
     os.setresuid(_uid, _uid, _uid)
+# a change of uid clears the parent-death signal that bwrap's --die-with-parent set: arm it again,
+# then make sure the evaluator did not die before that (the lifeline pipe reads EOF when it did)
+import ctypes, select
+if ctypes.CDLL(None, use_errno=True).prctl(1, 9, 0, 0, 0) != 0:  # PR_SET_PDEATHSIG, SIGKILL
+    os._exit(125)
+if select.select([{lifeline}], [], [], 0)[0]:
+    os._exit(125)
 with open("/proc/self/status") as _f:
     _status = dict(line.split(":", 1) for line in _f.read().splitlines() if ":" in line)
 _caps = [int(_status[k].strip(), 16) for k in ("CapPrm", "CapEff", "CapAmb")]
@@ -221,7 +231,8 @@ def rlimits(limits: SandboxLimits) -> list[tuple[str, int]]:
 
 
 def command(bwrap: str, limits: SandboxLimits, fds: dict[str, int]) -> list[str]:
-    """The bwrap command line for one program; `fds` holds the seccomp, info and userns fds."""
+    """The bwrap command line for one program; `fds` holds the seccomp, info, block, lifeline
+    and (as root) userns fds."""
     lay = layout()
     cmd = [bwrap, "--unshare-pid", "--unshare-net", "--unshare-ipc", "--unshare-uts", "--unshare-cgroup-try",
            "--hostname", "sandbox", "--as-pid-1", "--die-with-parent", "--new-session", "--clearenv", "--cap-drop", "ALL"]
@@ -243,10 +254,19 @@ def command(bwrap: str, limits: SandboxLimits, fds: dict[str, int]) -> list[str]
     cmd += ["--proc", "/proc", "--dev", "/dev", "--remount-ro", "/dev",
             "--perms", "1777", "--size", str(int(limits.tmpfs_bytes)), "--tmpfs", "/tmp",
             "--remount-ro", "/", "--chdir", "/tmp",
-            "--seccomp", str(fds["seccomp"]), "--info-fd", str(fds["info"]), "--",
+            "--seccomp", str(fds["seccomp"]), "--info-fd", str(fds["info"]), "--block-fd", str(fds["block"]), "--",
             lay.python, "-I", "-S", "-B", "-c",
-            _PREAMBLE.format(uid=SANDBOX_UID, marker=SETUP_MARKER, rlimits=rlimits(limits), site_dirs=list(lay.site_dirs))]
+            _PREAMBLE.format(uid=SANDBOX_UID, marker=SETUP_MARKER, lifeline=fds["lifeline"], rlimits=rlimits(limits), site_dirs=list(lay.site_dirs))]
     return cmd
+
+
+@lru_cache(maxsize=1)
+def _lifeline() -> int:
+    """The read end of a pipe whose write end only this process holds: it reads EOF once the
+    evaluator is gone. Every sandbox gets it, to check after its preamble has re-armed the
+    parent-death signal (see _PREAMBLE)."""
+    read, _write = os.pipe()  # both close-on-exec; the write end lives as long as the process
+    return read
 
 
 @lru_cache(maxsize=1)
@@ -310,29 +330,33 @@ def _end_namespace(pidfd: int | None, timeout: float) -> bool:
 
 def run(source: str, limits: SandboxLimits, bwrap: str) -> ProgramResult:
     """Run `source` under `bwrap` and report what it printed and how it ended (never raises for
-    what the program does; raises OSError when the sandbox cannot be started at all)."""
+    what the program does; raises OSError when the sandbox cannot be started at all).
+
+    Returns only once the program's pid namespace is gone; an exception in here (Ctrl-C) kills
+    the run before it propagates.
+    """
     start = time.perf_counter()
     fds: dict[str, int] = {}
-    own: list[int] = []
+    own: list[int] = []  # descriptors to close at the end
     userns: int | None = None
     ended = False
     try:
-        program = _memfd("numloss-program", source.encode("utf-8", "surrogateescape"))
-        own.append(program)
-        fds["seccomp"] = _memfd("numloss-seccomp", _seccomp_bytes())
-        own.append(fds["seccomp"])
+        own.append(program := _memfd("numloss-program", source.encode("utf-8", "surrogateescape")))
+        own.append(fds.setdefault("seccomp", _memfd("numloss-seccomp", _seccomp_bytes())))
         info_r, fds["info"] = os.pipe()
-        own += [info_r, fds["info"]]
+        go_w = None
+        fds["block"], go_w = os.pipe()
+        own += [info_r, fds["info"], fds["block"], go_w]
+        fds["lifeline"] = _lifeline()
         if os.geteuid() == 0:
             userns = fds["userns"] = _lease_userns()
         proc = subprocess.Popen(command(bwrap, limits, fds), stdin=program, stdout=subprocess.PIPE,
                                 stderr=subprocess.PIPE, pass_fds=tuple(fds.values()), env={},
                                 start_new_session=True, close_fds=True)
-        for fd in own[:]:
-            if fd != info_r:
-                os.close(fd)
-                own.remove(fd)
-        out, err, info, why, ended = _collect(proc, info_r, limits, start)
+        for fd in (program, fds["seccomp"], fds["info"], fds["block"]):
+            os.close(fd)
+            own.remove(fd)
+        out, err, info, why, ended = _collect(proc, info_r, go_w, limits, start)
     finally:
         for fd in own:
             os.close(fd)
@@ -351,59 +375,123 @@ def run(source: str, limits: SandboxLimits, bwrap: str) -> ProgramResult:
                          isolation="bwrap+seccomp", stderr=stderr, pid_namespace=info.get("pid-namespace"))
 
 
-def _collect(proc: subprocess.Popen, info_r: int, limits: SandboxLimits, start: float) -> tuple[bytes, bytes, dict, str | None, bool]:
+def _collect(proc: subprocess.Popen, info_r: int, go_w: int, limits: SandboxLimits,
+             start: float) -> tuple[bytes, bytes, dict, str | None, bool]:
     """Read stdout/stderr (capped) and bwrap's info until the end, the wall clock, or a flood.
 
-    Returns (stdout, stderr, info, why, ended): why is None, "timeout" or "flood"; ended says
-    that the pid namespace was seen gone. On timeout or flood
-    bwrap is SIGKILLed. Either way this returns only once the namespace's init has exited.
+    Once bwrap reports the namespace's init (--info-fd), the init is registered with the keeper
+    (as root) and bwrap is let go (--block-fd) to start the interpreter. Returns (stdout,
+    stderr, info, why, ended): why is None, "timeout" or "flood" (then the run was killed);
+    ended says that the pid namespace was seen gone.
     """
     assert proc.stdout is not None and proc.stderr is not None
     out_fd, err_fd = proc.stdout.fileno(), proc.stderr.fileno()
     bufs = {out_fd: bytearray(), err_fd: bytearray(), info_r: bytearray()}
-    sel = selectors.DefaultSelector()
-    for fd in bufs:
-        os.set_blocking(fd, False)
-        sel.register(fd, selectors.EVENT_READ)
     deadline = start + limits.wall_seconds
     why: str | None = None
     info: dict = {}
     init: int | None = None
-    while sel.get_map() and why is None:
-        left = deadline - time.perf_counter()
-        if left <= 0:
-            why = "timeout"
-            break
-        for key, _ in sel.select(left):
-            try:
-                chunk = os.read(key.fd, 1 << 16)
-            except BlockingIOError:
-                continue
-            if not chunk:
+    registered = False
+    sel = selectors.DefaultSelector()
+    try:
+        for fd in bufs:
+            os.set_blocking(fd, False)
+            sel.register(fd, selectors.EVENT_READ)
+        while sel.get_map() and why is None:
+            left = deadline - time.perf_counter()
+            if left <= 0:
+                why = "timeout"
+                break
+            for key, _ in sel.select(left):
+                try:
+                    chunk = os.read(key.fd, 1 << 16)
+                except BlockingIOError:
+                    continue
+                if chunk:
+                    bufs[key.fd] += chunk
+                    if key.fd != info_r and len(bufs[key.fd]) > limits.output_bytes:
+                        why = "flood"
+                    continue
                 sel.unregister(key.fd)
                 if key.fd == info_r:  # bwrap closes it once the namespaces exist
                     info = _parse_info(bytes(bufs[info_r]))
                     init = _open_init(info)
-                continue
-            bufs[key.fd] += chunk
-            if key.fd != info_r and len(bufs[key.fd]) > limits.output_bytes:
-                why = "flood"
-    sel.close()
-    if init is None and bufs[info_r]:  # the clock ran out before bwrap closed it
-        info = _parse_info(bytes(bufs[info_r]))
-        init = _open_init(info)
-    if why is None:
-        try:
-            proc.wait(timeout=max(0.0, deadline - time.perf_counter()))
-        except subprocess.TimeoutExpired:  # it closed its output but goes on running
-            why = "timeout"
+                    registered = _keeper_add(info)
+                    os.write(go_w, b"x")
+        if why is None:
+            try:
+                proc.wait(timeout=max(0.0, deadline - time.perf_counter()))
+            except subprocess.TimeoutExpired:  # it closed its output but goes on running
+                why = "timeout"
+    except BaseException:
+        _kill(proc, init)
+        _end_namespace(init, 5.0)
+        raise
+    finally:
+        sel.close()
     if why is not None:
         _kill(proc, init)
     ended = _end_namespace(init, 5.0)
+    if registered:
+        _keeper_remove(info)
     out, err = bytes(bufs[out_fd][: limits.output_bytes]), bytes(bufs[err_fd][: limits.output_bytes])
     proc.stdout.close()
     proc.stderr.close()
     return out, err, info, why, ended
+
+
+# ---- the keeper: ends every sandbox of a root evaluator that dies without cleaning up ----------
+#
+# bwrap's --die-with-parent cannot do it for a root evaluator: the program runs as the host's uid
+# 65534 while bwrap (uid 0, capabilities dropped) is not allowed to signal it, so the kernel drops
+# the parent-death signal. The keeper is one helper process per evaluator, running as root with
+# its capabilities: it holds a pidfd on each running sandbox's init and SIGKILLs them all when its
+# stdin (a pipe only the evaluator writes) reads EOF, i.e. when the evaluator is gone.
+
+_KEEPER = r"""
+import os, signal, sys
+signal.signal(signal.SIGINT, signal.SIG_IGN)
+held = {}
+for line in sys.stdin:
+    pid = int(line[1:])
+    if line[0] == "+":
+        try:
+            held[pid] = os.pidfd_open(pid)
+        except OSError:
+            pass
+    elif pid in held:
+        os.close(held.pop(pid))
+for fd in held.values():
+    try:
+        signal.pidfd_send_signal(fd, signal.SIGKILL)
+    except OSError:
+        pass
+"""
+_keeper_lock = threading.Lock()
+_keeper_proc: subprocess.Popen | None = None
+
+
+def _keeper_send(line: str) -> bool:
+    global _keeper_proc
+    with _keeper_lock:
+        if _keeper_proc is None or _keeper_proc.poll() is not None:
+            _keeper_proc = subprocess.Popen([sys.executable, "-I", "-S", "-c", _KEEPER], stdin=subprocess.PIPE,
+                                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                                            start_new_session=True, close_fds=True, text=True)
+        assert _keeper_proc.stdin is not None
+        _keeper_proc.stdin.write(line + "\n")
+        _keeper_proc.stdin.flush()
+        return True
+
+
+def _keeper_add(info: dict) -> bool:
+    """Register the sandbox's init with the keeper (root evaluators only)."""
+    pid = info.get("child-pid")
+    return os.geteuid() == 0 and isinstance(pid, int) and _keeper_send(f"+{pid}")
+
+
+def _keeper_remove(info: dict) -> None:
+    _keeper_send(f"-{info['child-pid']}")
 
 
 def _parse_info(raw: bytes) -> dict:
