@@ -103,7 +103,7 @@ def main() -> None:
             start = time.perf_counter()
             os.close(bwrap._root_userns())
             times.append(time.perf_counter() - start)
-        print(f"as root, preparing the user namespace: {1000 * statistics.median(times):.1f} ms per program")
+        print(f"as root, preparing a user namespace: {1000 * statistics.median(times):.1f} ms (once per worker: pooled)")
     for mode in ("unisolated", "bwrap+seccomp"):
         print(f"start-up, {mode:>13}: {1000 * startup(mode, args.startup_runs):6.1f} ms per program (median of {args.startup_runs}, print(1))")
     for share in (0.0, args.sympy_share):
