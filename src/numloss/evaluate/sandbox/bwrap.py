@@ -136,7 +136,8 @@ def layout() -> Layout:
             continue  # not installed: the program gets an ImportError, as it would anywhere
         package = os.path.realpath(list(spec.submodule_search_locations)[0])
         site = os.path.dirname(package)
-        site_dirs.append(site) if site not in site_dirs else None
+        if site not in site_dirs:
+            site_dirs.append(site)
         for path in (package, os.path.join(site, name + ".libs"), os.path.join(site, name + "_libs")):
             if os.path.isdir(path) and not _covered(path, binds):
                 binds.append(path)
