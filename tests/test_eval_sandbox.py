@@ -365,6 +365,13 @@ def test_without_a_working_bwrap_execution_is_refused_with_one_clear_line(fresh_
         run_programs(["print(1)", "print(2)"], LIMITS)
 
 
+def test_a_sandbox_that_fails_to_start_is_an_error_result_not_a_crash(tmp_path):
+    fake = _fake_bwrap(tmp_path, "echo \"bwrap: Can't mount proc on /newroot/proc: Operation not permitted\" >&2; exit 1")
+    result = bwrap_mod.run("print(1)", LIMITS, fake)
+    assert result.status == "error" and result.detail.startswith("sandbox setup failed: bwrap: Can't mount proc")
+    assert result.stdout == ""
+
+
 def test_the_opt_in_runs_the_audit_hook_child_and_says_so(fresh_probe, monkeypatch):
     monkeypatch.setattr(bwrap_mod, "bwrap_candidates", lambda: [])
     assert isolation(allow_unisolated=True).mode == "unisolated"

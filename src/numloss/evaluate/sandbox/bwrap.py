@@ -418,7 +418,10 @@ def _collect(proc: subprocess.Popen, info_r: int, go_w: int, limits: SandboxLimi
                     info = _parse_info(bytes(bufs[info_r]))
                     init = _open_init(info)
                     registered = _keeper_add(info)
-                    os.write(go_w, b"x")
+                    try:
+                        os.write(go_w, b"x")
+                    except BrokenPipeError:
+                        pass  # bwrap failed before starting the program; its stderr says why
         if why is None:
             try:
                 proc.wait(timeout=max(0.0, deadline - time.perf_counter()))
