@@ -140,6 +140,23 @@ def test_the_filesystem_is_read_only_except_a_capped_tmpfs(tmp_path):
 
 
 @needs_kernel_sandbox
+def test_an_allowed_package_installed_under_tmp_is_importable(tmp_path, monkeypatch):
+    # tmp_path is under the host's /tmp, where the sandbox mounts its own tmpfs (a venv in /tmp)
+    package = tmp_path / "site" / "numloss_probe_pkg"
+    package.mkdir(parents=True)
+    (package / "__init__.py").write_text("ANSWER = 42\n")
+    monkeypatch.syspath_prepend(str(tmp_path / "site"))
+    monkeypatch.setattr(bwrap_mod, "ALLOWED_PACKAGES", bwrap_mod.ALLOWED_PACKAGES + ("numloss_probe_pkg",))
+    bwrap_mod.layout.cache_clear()
+    try:
+        result = run_program("import numloss_probe_pkg, os\nprint(numloss_probe_pkg.ANSWER, os.listdir('/tmp') != [])", LIMITS)
+    finally:
+        bwrap_mod.layout.cache_clear()
+    assert result.ok, result
+    assert result.stdout.split() == ["42", "True"]
+
+
+@needs_kernel_sandbox
 def test_processes_are_limited_even_when_the_evaluator_is_root():
     limits = SandboxLimits(wall_seconds=5, cpu_seconds=3, max_processes=8)
     result = run_program(

@@ -244,6 +244,9 @@ def command(bwrap: str, limits: SandboxLimits, fds: dict[str, int]) -> list[str]
         cmd += ["--unshare-user", "--disable-userns", "--uid", str(SANDBOX_UID), "--gid", str(SANDBOX_GID)]
     for key, value in ENV.items():
         cmd += ["--setenv", key, value]
+    # the tmpfs first: binds of an interpreter or packages installed under /tmp then land on it
+    # instead of being hidden by it
+    cmd += ["--perms", "1777", "--size", str(int(limits.tmpfs_bytes)), "--tmpfs", "/tmp"]
     # bwrap would create a bind's missing parents with the host parent's mode (/root is 0700)
     parents = sorted({p[:i] for p in lay.binds for i in range(1, len(p)) if p[i] == "/"}, key=len)
     for path in parents:
@@ -252,9 +255,7 @@ def command(bwrap: str, limits: SandboxLimits, fds: dict[str, int]) -> list[str]
         cmd += ["--ro-bind", path, path]
     for target, link in lay.symlinks:
         cmd += ["--symlink", target, link]
-    cmd += ["--proc", "/proc", "--dev", "/dev", "--remount-ro", "/dev",
-            "--perms", "1777", "--size", str(int(limits.tmpfs_bytes)), "--tmpfs", "/tmp",
-            "--remount-ro", "/", "--chdir", "/tmp",
+    cmd += ["--proc", "/proc", "--dev", "/dev", "--remount-ro", "/dev", "--remount-ro", "/", "--chdir", "/tmp",
             "--seccomp", str(fds["seccomp"]), "--info-fd", str(fds["info"]), "--block-fd", str(fds["block"]), "--",
             lay.python, "-I", "-S", "-B", "-c",
             _PREAMBLE.format(uid=SANDBOX_UID, marker=SETUP_MARKER, lifeline=fds["lifeline"], rlimits=rlimits(limits), site_dirs=list(lay.site_dirs))]
