@@ -459,6 +459,7 @@ def test_eval_cli_records_the_isolation_and_falls_back_without_a_sandbox(fresh_p
             "--out", str(tmp_path / "out"), "--quiet", "--dtype", "float32", "--no-digit-stats"]
     assert cli.main(argv + (["--allow-unisolated-exec"] if opt_in else [])) == 0
     recorded = json.loads((tmp_path / "out" / "results.json").read_text())["isolation"]
+    assert f"Program sandbox: {recorded['mode']}" in (tmp_path / "out" / "report.md").read_text()
     err = capsys.readouterr().err
     if opt_in:
         assert recorded["mode"] == "unisolated" and recorded["program_of_thought"] is True
