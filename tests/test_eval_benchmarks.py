@@ -44,9 +44,10 @@ def test_gold_numbers_are_canonical():
     assert [i.answer for i in load_benchmark("svamp", data_dir=FIXTURES).items] == ["5", "84", "1", "6.75"]
 
 
-def test_svamp_joins_body_and_question():
+def test_svamp_joins_body_and_question_as_released():
+    # the released loader joins Body and Question with one space and inserts no "." (issue 13, item 3)
     item = load_benchmark("svamp", data_dir=FIXTURES).items[0]
-    assert item.question == "Jack had 8 pens and Mary had 5 pens. Jack gave 3 pens to Mary. How many pens does Jack have now?"
+    assert item.question == "Jack had 8 pens and Mary had 5 pens. Jack gave 3 pens to Mary How many pens does Jack have now?"
 
 
 def test_choice_items_carry_option_texts_and_the_mammoth_option_line():

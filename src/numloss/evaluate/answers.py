@@ -7,8 +7,8 @@ Where the answer is looked for, in order (the first rule that finds one wins):
 2. after the last "####" (GSM8K's marker);
 3. inside the last ``\\boxed{...}``;
 4. numbers: the last number of the whole output. Choices: an explicit letter ("(C)", "answer is C",
-   "option C", ``\\boxed{C}``); then, only for options that are plain numbers, the option whose
-   value equals the answer's number; then the option whose text appears, as whole words, in the
+   "option C", ``\\boxed{C}``); then, only for options that are a number (maybe with a unit after a
+   space: "80 km/h"; never "$5m+4p$"), the option whose value equals the answer's number; then the option whose text appears, as whole words, in the
    answer (the longest such option). No letter found is no answer (no guess).
 
 Numbers are read exactly (as fractions, never through a float) with thousands separators
@@ -218,8 +218,15 @@ def gold_decimal(gold: str) -> Decimal | None:
         return None
 
 
-def number_matches(pred: Fraction | float | None, gold: str) -> bool:
-    """Whether `pred` is the gold number `gold` at the gold's own precision (module doc)."""
+FRACTION_GOLD_DECIMALS = 3  # a decimal given for a fraction gold ("5/6") shows at least this many decimals
+
+
+def number_matches(pred: Fraction | float | None, gold: str, pred_text: str | None = None) -> bool:
+    """Whether `pred` is the gold number `gold` at the gold's own precision (module doc).
+
+    A fraction gold ("3/4", "\\frac{5}{6}") is matched exactly, or by a decimal `pred_text` with at
+    least FRACTION_GOLD_DECIMALS decimals that is the gold rounded to that many ("0.833" for 5/6).
+    """
     if pred is None:
         return False
     if isinstance(pred, float):
@@ -229,7 +236,14 @@ def number_matches(pred: Fraction | float | None, gold: str) -> bool:
     target = gold_decimal(gold)
     if target is None:
         value = parse_exact(gold)
-        return value is not None and pred == value  # a fraction gold ("3/4"): exact
+        if value is None:
+            return False
+        if pred == value:
+            return True
+        written = re.fullmatch(r"\s*[-+]?\d*\.(\d+)\s*", pred_text or "")
+        if not written or len(written.group(1)) < FRACTION_GOLD_DECIMALS:
+            return False
+        return _quantize(_decimal(value), Decimal(1).scaleb(-len(written.group(1)))) == Decimal(pred_text.strip())
     written = gold.strip().replace(",", "").replace("$", "").rstrip("%").strip()
     places = len(written.split(".", 1)[1]) if "." in written else 0
     if places == 0:  # an integer gold: exactly that integer
@@ -274,7 +288,7 @@ def extract_choice(output: str, options: tuple[str, ...] = ()) -> str | None:
     pred = extract_exact(where)
     if pred is not None:  # a value: the plain-number option with that value ("80" -> "80")
         for i, option in enumerate(options):
-            if pred == plain_exact(option):
+            if pred == option_value(option):
                 return letters[i]
     # option text inside the answer, whole words only; the longest wins ("15" loses to "150")
     text = _normalise(where)
@@ -284,6 +298,18 @@ def extract_choice(output: str, options: tuple[str, ...] = ()) -> str | None:
         if o and re.search(r"(?<![\w.])" + re.escape(o) + r"(?![\w]|\.\d)", text):
             hits.append((len(o), i))
     return letters[max(hits)[1]] if hits else None
+
+
+_OPTION_VALUE = re.compile(r"[-+−]?\$?(\d[\d,]*(\.\d+)?|\.\d+)(/\d+)?(\s?%|\s+[A-Za-z°²³/ .]+)?")
+
+
+def option_value(option: str) -> Fraction | None:
+    """An option's number when the option is just a number, maybe with a unit after a space
+    ("80 km/h", "$4$", "25%"); None for anything else ("$5m+4p$", "x = 4", "5(√3 + 1)")."""
+    text = _strip_latex(option).strip().strip("$").strip()
+    if not _OPTION_VALUE.fullmatch(text):
+        return None
+    return parse_exact(text)
 
 
 def extract_math(output: str) -> str:
@@ -318,7 +344,7 @@ def math_equal(pred: str, gold: str) -> bool:
     gold_value, pred_value = plain_exact(gold), plain_exact(pred)
     if gold_value is not None and pred_value is not None:
         plain_gold = _strip_latex(gold).replace(" ", "").strip("$")
-        return number_matches(pred_value, plain_gold) if gold_decimal(plain_gold) is not None else pred_value == gold_value
+        return number_matches(pred_value, plain_gold if gold_decimal(plain_gold) is not None else gold, pred.strip().strip("$"))
     from math_verify import parse, verify
 
     def parsed(text: str) -> list:
@@ -370,7 +396,7 @@ def compare(item: Item, prediction: str) -> bool:
     if kind == "number":
         if gold_decimal(item.answer) is None and parse_exact(item.answer) is None:
             raise ValueError(f"item {item.id}: gold answer {item.answer!r} is not a number")
-        return number_matches(parse_exact(prediction), item.answer)
+        return number_matches(parse_exact(prediction), item.answer, prediction)
     if kind == "choice":
         return prediction == item.answer.upper()
     return math_equal(prediction, item.answer)
