@@ -30,6 +30,18 @@ def opted_in(flag: bool | None = None) -> bool:
 
 
 @dataclass(frozen=True)
+class Refused:
+    """The result of a program that was not run (isolation unavailable, not opted in)."""
+
+    detail: str
+    status: str = REFUSED
+    stdout: str = ""
+    returncode: int | None = None
+    wall_seconds: float = 0.0
+    ok: bool = False
+
+
+@dataclass(frozen=True)
 class Isolation:
     """How programs run: mode "bwrap+seccomp" | "unisolated" | "unavailable", and why."""
 
@@ -66,10 +78,10 @@ class ProgramRunner:
         self.cache: dict[str, ProgramResult] = {}
         self.ran = 0
 
-    def run(self, scripts: Sequence[str]) -> list[ProgramResult]:
-        """One result per script, in order; "refused" results when isolation is unavailable."""
+    def run(self, scripts: Sequence[str]) -> list[ProgramResult | Refused]:
+        """One result per script, in order; `Refused` results when isolation is unavailable."""
         if not self.isolation.available:
-            return [ProgramResult(REFUSED, "", None, 0.0, self.isolation.detail) for _ in scripts]  # type: ignore[arg-type]
+            return [Refused(self.isolation.detail) for _ in scripts]
         todo = list(dict.fromkeys(s for s in scripts if s not in self.cache))
         if todo:
             kwargs = {"allow_unisolated": self.allow} if getattr(sandbox, "isolation", None) is not None else {}
