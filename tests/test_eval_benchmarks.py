@@ -106,6 +106,9 @@ def test_limit():
     [
         ("gsm8k", '{"question": "q", "answer": "no final line"}\n', ".jsonl", "'answer' has no '#### <number>'"),
         ("gsm8k", '{"question": "q"}\n', ".jsonl", "missing field 'answer'"),
+        ("gsm8k", '{"question": "q", "answer": "#### 4"}\n\n{"question": "q"}\n', ".jsonl", ".jsonl:3: missing field 'answer'"),
+        ("aqua", '{"question": "q", "options": ["A)1", "B)2"], "correct": "A"}\n{"question": "q", "options": ["A)1"], "correct": "A"}\n', ".json", ".json:2: field 'options' must be a list of 2 to 5"),
+        ("svamp", '[{"Body": "b", "Question": "q", "Answer": 1}, {"Body": "b", "Answer": 1}]', ".json", "record 1: missing field 'Question'"),
         ("gsm8k", '{"question": "q", "answer": "#### 4"}\n{not json\n', ".jsonl", ":2: invalid JSON"),
         ("svamp", '[{"Body": "b", "Question": "q", "Answer": "many"}]', ".json", "field 'Answer' must be a number"),
         ("aqua", '{"question": "q", "options": ["A)1", "B)2"], "correct": "F"}\n', ".json", "field 'correct' must name one of 2"),

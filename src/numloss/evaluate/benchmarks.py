@@ -339,6 +339,12 @@ ALIASES = {"sat_math": "sat", "sat-math": "sat", "mmlu_mathematics": "mmlu_math"
 
 def read_records(path: Path) -> list[dict[str, Any]]:
     """Records of a .json (list, or {"data": [...]}, or one object per line), .jsonl or .parquet file."""
+    return [record for record, _ in read_located(path)]
+
+
+def read_located(path: Path) -> list[tuple[dict[str, Any], str]]:
+    """`read_records` with where each record is: "FILE:LINE" for line-per-record files, else
+    "FILE record I" (0-based), for error messages."""
     if not path.is_file():
         raise BenchmarkError(f"{path}: no such file")
     suffix = path.suffix.lower()
@@ -346,7 +352,7 @@ def read_records(path: Path) -> list[dict[str, Any]]:
         import pyarrow.parquet as pq
 
         try:
-            return pq.read_table(path).to_pylist()
+            return [(r, f"{path} record {i}") for i, r in enumerate(pq.read_table(path).to_pylist())]
         except Exception as error:  # pyarrow raises several types for a bad file
             raise BenchmarkError(f"{path}: not a readable Parquet file ({error})") from None
     text = path.read_text(encoding="utf-8")
@@ -360,7 +366,7 @@ def read_records(path: Path) -> list[dict[str, Any]]:
                 data = data["data"] if isinstance(data.get("data"), list) else [data]
             if not isinstance(data, list) or not all(isinstance(r, dict) for r in data):
                 raise BenchmarkError(f"{path}: expected a JSON list of objects")
-            return data
+            return [(r, f"{path} record {i}") for i, r in enumerate(data)]
     elif suffix != ".jsonl":
         raise BenchmarkError(f"{path}: unsupported file type {suffix!r}; use .json, .jsonl or .parquet")
     records = []
@@ -373,7 +379,7 @@ def read_records(path: Path) -> list[dict[str, Any]]:
             raise BenchmarkError(f"{path}:{number}: invalid JSON ({error.msg})") from None
         if not isinstance(record, dict):
             raise BenchmarkError(f"{path}:{number}: expected a JSON object per line")
-        records.append(record)
+        records.append((record, f"{path}:{number}"))
     return records
 
 
@@ -518,8 +524,9 @@ def canonical_name(name: str) -> str:
     return key
 
 
-def parse_records(name: str, records: Sequence[Mapping[str, Any]], source: str) -> Benchmark:
-    """Items of benchmark `name` from its raw records; errors name `source`, the record and field.
+def parse_records(name: str, records: Sequence[Mapping[str, Any]], source: str, where: Sequence[str] | None = None) -> Benchmark:
+    """Items of benchmark `name` from its raw records; errors name `source`, the record (its line
+    when `where` gives it) and the field.
 
     An item's id is the record's `id` (or `ID`) field, else its 0-based position in the file.
     """
@@ -528,9 +535,10 @@ def parse_records(name: str, records: Sequence[Mapping[str, Any]], source: str) 
         raise BenchmarkError(f"{source}: no records")
     items = []
     for i, record in enumerate(records):
+        at = where[i] if where is not None else f"{source} record {i}"
         if not isinstance(record, Mapping):
-            raise BenchmarkError(f"{source} record {i}: expected a JSON object, got {type(record).__name__}")
-        question, answer, options, released = spec.parse(record, f"{source} record {i}")
+            raise BenchmarkError(f"{at}: expected a JSON object, got {type(record).__name__}")
+        question, answer, options, released = spec.parse(record, at)
         items.append(Item(str(record.get("id", record.get("ID", i))), question, answer, spec.kind, options, released))
     return Benchmark(name, spec.kind, items, source)
 
@@ -571,7 +579,8 @@ def load_benchmark(
             )
     if path is not None:
         file = Path(path)
-        return parse_records(key, read_records(file), str(file)).head(limit)
+        located = read_located(file)
+        return parse_records(key, [r for r, _ in located], str(file), [w for _, w in located]).head(limit)
     if spec.hub is None:
         raise BenchmarkError(
             f"{key}: no Hugging Face copy is known; pass a local file (MAmmoTH's {spec.local_names[0]}) "
