@@ -133,7 +133,7 @@ def test_cli_end_to_end_with_a_tiny_model_folder(tmp_path, capsys):
     lines = (out / "items.jsonl").read_text().splitlines()
     assert len(lines) == 2 * 3 * 2  # items x benchmarks x protocols
     assert "mACC" in capsys.readouterr().out
-    assert (out / "accuracy.png").read_bytes()[:4] == b"\x89PNG"
+    assert (out / "accuracy.png").read_bytes()[:4] == b"\x89PNG" and (out / "digit_entropy.png").is_file()
     # a re-run finds everything done: nothing is generated again, the file does not grow
     assert cli.main(args) == 0
     assert len((out / "items.jsonl").read_text().splitlines()) == len(lines)

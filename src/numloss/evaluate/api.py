@@ -64,6 +64,7 @@ class BenchmarkScore:
     place_accuracy: list[PlaceAccuracy] = field(default_factory=list)
     digit_entropy: float | None = None  # teacher-forced, nats (model only; None when not measured)
     digit_accuracy: float | None = None
+    digit_entropy_histogram: list[int] = field(default_factory=list)  # 20 equal bins over [0, ln 10]
 
     def to_json(self) -> dict[str, Any]:
         out = dict(self.__dict__)
@@ -109,7 +110,10 @@ def benchmark_score(results: Sequence[ItemResult], digits: DigitStats | None = N
     if place_golds:
         score.place_accuracy = place_accuracy(place_preds, place_golds)
     if digits is not None and digits.count:
+        from numloss.evaluate.metrics import entropy_histogram
+
         score.digit_entropy, score.digit_accuracy = digits.mean_entropy, digits.accuracy
+        score.digit_entropy_histogram = entropy_histogram(digits.entropies)[0]
     return score
 
 

@@ -1,8 +1,10 @@
 """An `EvalReport` as Markdown, JSON and PNG plots.
 
 `write_report(out_dir, report)` writes `results.json` (`report.to_json()`), `report.md`
-(`markdown(report)`) and `accuracy.png` (per benchmark and mACC, one bar per protocol); the
-per-item results are the JSONL file the evaluation appended to (`items.jsonl`).
+(`markdown(report)`), `accuracy.png` (per benchmark and mACC, one bar per protocol),
+`place_accuracy.png` (generated answers by digit place) and `digit_entropy.png` (histogram of the
+teacher-forced digit entropies) when there is something to plot; the per-item results are the
+JSONL file the evaluation appended to (`items.jsonl`).
 """
 
 from __future__ import annotations
@@ -96,11 +98,55 @@ def _accuracy_plot(report: EvalReport, path: Path) -> None:
     plt.close(fig)
 
 
+def _detail_plots(report: EvalReport, out: Path) -> list[Path]:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from numloss.evaluate.metrics import MAX_DIGIT_ENTROPY
+
+    written = []
+    scores = report.scores[report.protocols[-1]]
+    places = {n: s.place_accuracy for n, s in scores.items() if s.place_accuracy}
+    if places:
+        fig, ax = plt.subplots(figsize=(5, 3.2))
+        for name, entries in places.items():
+            ax.plot([e.place for e in entries], [100 * e.accuracy for e in entries], marker="o", label=name)
+        ax.set_xlabel("digit place (0 = units, 1 = tens, -1 = first decimal)")
+        ax.set_ylabel("accuracy (%)")
+        ax.set_ylim(0, 100)
+        ax.invert_xaxis()  # highest place on the left, as numbers are written
+        ax.set_title(f"Generated answers by digit place ({report.protocols[-1]})")
+        ax.legend(fontsize=7)
+        fig.tight_layout()
+        fig.savefig(out / "place_accuracy.png", dpi=100)
+        plt.close(fig)
+        written.append(out / "place_accuracy.png")
+    hist = {n: s for n, s in scores.items() if s.digit_entropy_histogram}
+    if hist:
+        fig, ax = plt.subplots(figsize=(5, 3.2))
+        for name, s in hist.items():
+            counts = s.digit_entropy_histogram
+            edges = [MAX_DIGIT_ENTROPY * i / len(counts) for i in range(len(counts) + 1)]
+            total = max(1, sum(counts))
+            ax.stairs([c / total for c in counts], edges, label=f"{name} (mean {s.digit_entropy:.2f})")
+        ax.set_xlabel("entropy of the 10-digit distribution (nats; max ln 10)")
+        ax.set_ylabel("fraction of digits")
+        ax.set_title("Teacher-forced digit entropy")
+        ax.legend(fontsize=7)
+        fig.tight_layout()
+        fig.savefig(out / "digit_entropy.png", dpi=100)
+        plt.close(fig)
+        written.append(out / "digit_entropy.png")
+    return written
+
+
 def write_report(out_dir: str | Path, report: EvalReport) -> list[Path]:
-    """Write results.json, report.md and accuracy.png into `out_dir`; returns the paths."""
+    """Write results.json, report.md and the PNG plots into `out_dir`; returns the paths."""
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     (out / "results.json").write_text(json.dumps(_json_safe(report.to_json()), indent=2) + "\n")
     (out / "report.md").write_text(markdown(report))
     _accuracy_plot(report, out / "accuracy.png")
-    return [out / "results.json", out / "report.md", out / "accuracy.png"]
+    return [out / "results.json", out / "report.md", out / "accuracy.png", *_detail_plots(report, out)]
