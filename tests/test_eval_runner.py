@@ -138,6 +138,13 @@ def test_cli_end_to_end_with_a_tiny_model_folder(tmp_path, capsys):
     assert cli.main(args) == 0
     assert len((out / "items.jsonl").read_text().splitlines()) == len(lines)
     assert json.loads((out / "results.json").read_text())["generation_stats"]["tokens"] == 0
+    # the results file re-scored without a model gives the same verdicts
+    rescored = tmp_path / "rescored"
+    assert cli.main(["--score-outputs", str(out / "items.jsonl"), "--protocol", "both", "--data-dir", str(FIXTURES),
+                     "--out", str(rescored), "--allow-unisolated-exec"]) == 0
+    before, after = json.loads((out / "results.json").read_text()), json.loads((rescored / "results.json").read_text())
+    for p in ("released", "numloss"):
+        assert {b: s["correct"] for b, s in after["benchmarks"][p].items()} == {b: s["correct"] for b, s in before["benchmarks"][p].items()}
     assert torch.is_grad_enabled()
 
 
