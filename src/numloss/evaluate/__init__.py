@@ -25,7 +25,14 @@ from numloss.evaluate.metrics import (
 )
 from numloss.evaluate.protocol import NUMLOSS, PROTOCOLS, RELEASED, Protocol
 from numloss.evaluate.runner import ItemResult, run_benchmark, score_items
-from numloss.evaluate.sandbox import ProgramResult, SandboxLimits, run_program, run_programs
+from numloss.evaluate.sandbox import (
+    ProgramResult,
+    SandboxLimits,
+    SandboxUnavailable,
+    isolation,
+    run_program,
+    run_programs,
+)
 
 __all__ = [
     "evaluate", "score_outputs", "EvalReport", "BenchmarkScore",
@@ -35,5 +42,5 @@ __all__ = [
     "BackendUnavailable", "Generation", "HFGenerator", "VLLMGenerator",
     "DigitStats", "numeric_distance", "place_accuracy", "teacher_forced_digit_stats",
     "ItemResult", "run_benchmark", "score_items",
-    "ProgramResult", "SandboxLimits", "run_program", "run_programs",
+    "ProgramResult", "SandboxLimits", "SandboxUnavailable", "isolation", "run_program", "run_programs",
 ]
