@@ -189,7 +189,9 @@ def _load(benchmarks: str | Sequence[str | Benchmark], data_dir: str | Path | No
 
 def _report(protocols: list[Protocol], per: dict[str, dict[str, list[ItemResult]]], digits: dict[str, DigitStats], runner: ProgramRunner, meta: dict[str, Any]) -> EvalReport:
     scores = {p.name: {b: benchmark_score(rs, digits.get(b)) for b, rs in per[p.name].items()} for p in protocols}
-    return EvalReport([p.name for p in protocols], scores, per, {"mode": runner.isolation.mode, "detail": runner.isolation.detail}, meta)
+    isolation = {"mode": runner.isolation.mode, "detail": runner.isolation.detail,
+                 "program_of_thought": bool(meta.pop("program_of_thought", True)) and runner.isolation.available}
+    return EvalReport([p.name for p in protocols], scores, per, isolation, meta)
 
 
 def _model_name(model_or_path: Any) -> str:
@@ -259,7 +261,7 @@ def evaluate(
     saved = [r for r in store.records() if ours(r)] if store is not None else []
     runner = ProgramRunner(SandboxLimits(wall_seconds=program_timeout, cpu_seconds=max(1, math.ceil(program_timeout))), workers, allow_unisolated)
     if runner.isolation.mode == "unavailable" and program_of_thought:
-        print(f"numloss eval: programs will not run: {runner.isolation.detail}", file=sys.stderr)
+        print(f"numloss eval: programs will not run: {runner.isolation.detail}. Items with a program use chain of thought.", file=sys.stderr)
     extra = {"model": model_name, "settings": key, "generation": settings, "isolation": runner.isolation.mode}
     per: dict[str, dict[str, list[ItemResult]]] = {p.name: {} for p in protocols}
     digits: dict[str, DigitStats] = {}
@@ -283,7 +285,7 @@ def evaluate(
         if digit_stats and model is not None and tokenizer is not None:
             digits[bench.name] = _digit_stats(model, tokenizer, bench, capped[0], batch_size)
     meta = {"model": model_name, "settings": settings, "settings_key": key, "results_file": str(results_file) if results_file else None,
-            "wall_seconds": time.perf_counter() - started}
+            "wall_seconds": time.perf_counter() - started, "program_of_thought": program_of_thought}
     tokens, seconds = getattr(generator, "tokens", 0), getattr(generator, "seconds", 0.0)
     meta["generation_stats"] = {"tokens": tokens, "seconds": seconds, "tokens_per_second": tokens / seconds if seconds else None}
     return _report(protocols, per, digits, runner, meta)

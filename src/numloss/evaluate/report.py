@@ -30,8 +30,9 @@ def markdown(report: EvalReport) -> str:
     """Tables: per protocol and benchmark, then the side-by-side comparison when there are two."""
     lines = [f"# Evaluation of {report.meta.get('model', 'a model')}", ""]
     iso = report.isolation
-    if iso:
-        lines += [f"Programs: isolation `{iso.get('mode')}`" + (f" ({iso['detail']})" if iso.get("detail") else "") + ".", ""]
+    if iso:  # how model-written programs ran (docs/sandbox.md)
+        used = "" if iso.get("program_of_thought", True) else " (no program ran: those items used chain of thought)"
+        lines += [f"Program sandbox: {iso.get('mode')}{used}: {iso.get('detail', '')}", ""]
     for protocol in report.protocols:
         lines += [f"## Protocol `{protocol}`", "",
                   "| benchmark | items | accuracy % | 95 % interval | answered | PoT / CoT / PoT+CoT | PoT refused | MAE | signed-log MAE | digit entropy (TF, nats) |",
