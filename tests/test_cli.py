@@ -72,7 +72,6 @@ def test_eval_checks_the_tokenizer_before_the_model_loads(monkeypatch, capsys):
     from tokenizers import Tokenizer, models
     from transformers import PreTrainedTokenizerFast
 
-    import numloss.evaluate.cli as eval_cli
     import numloss.models.load as load
 
     letters = Tokenizer(models.WordLevel({"<unk>": 0, "</s>": 1, "a": 2}, unk_token="<unk>"))
@@ -82,6 +81,6 @@ def test_eval_checks_the_tokenizer_before_the_model_loads(monkeypatch, capsys):
     def refuse(*args, **kwargs):
         raise AssertionError("the model was loaded before the tokenizer was checked")
 
-    monkeypatch.setattr(eval_cli, "load_model", refuse)
+    monkeypatch.setattr(load, "load_model_and_tokenizer", refuse)
     assert main(["eval", "tiny", "--benchmarks", "synthetic:arithmetic", "--limit", "1"]) == 2
     assert "--no-digit-stats" in capsys.readouterr().err
