@@ -16,6 +16,11 @@ What it adds to `transformers.Trainer`:
   TensorBoard callbacks see them), averaged over the logging interval;
 * `fused=True`: the model runs without its LM head; the head is applied chunk by chunk inside the
   loss (`NumericLoss.from_hidden`), so the [B, T, V] logits never exist.
+
+`compute_loss_func(loss_fn)` (also `loss_fn.as_compute_loss_func()`) is the same objective for a
+plain `transformers.Trainer(compute_loss_func=...)`. That hook sees one micro-batch and the step's
+token count only, so it is exact for objectives normalised by tokens (`normalize="tokens"`, MLE,
+MixCE, EMO) and refuses a step-wide digit mean (`normalize="digits"`) that it cannot compute.
 """
 
 from __future__ import annotations
@@ -50,6 +55,132 @@ def shift_labels(inputs: dict[str, Any], ignore_index: int = -100) -> torch.Tens
         )
     labels = inputs["labels"]
     return F.pad(labels[..., 1:], (0, 1), value=ignore_index)
+
+
+def count_tokens_and_digits(labels: torch.Tensor, loss_fn: NumericLoss) -> torch.Tensor:
+    """[scored tokens, digit positions] of aligned `labels`, as a long tensor: what a step's
+    `num_items_in_batch` / `num_digits_in_batch` sum over its micro-batches (and ranks).
+
+    Digit positions as the objective counts them when it says (`loss_fn.count_digits`).
+    """
+    tokens = labels.ne(loss_fn.ignore_index).sum()
+    count_digits = getattr(loss_fn, "count_digits", None)
+    if callable(count_digits):
+        digits = torch.as_tensor(count_digits(labels)).to(tokens.device)
+    else:
+        classes = label_classes(labels, loss_fn.vocab, ignore_index=loss_fn.ignore_index)
+        digits = ((classes >= 0) & (classes < 10)).sum()
+    return torch.stack([tokens, digits])
+
+
+def model_logits(outputs: Any) -> torch.Tensor:
+    """The logits of a model's output: a `ModelOutput` / dict with "logits", a tuple (logits first,
+    as `return_dict=False` returns them without labels), or a tensor."""
+    if torch.is_tensor(outputs):
+        return outputs
+    if isinstance(outputs, dict):
+        if "logits" not in outputs:
+            raise ValueError(
+                f"the model output ({type(outputs).__name__}) has no 'logits' (its keys: "
+                f"{', '.join(map(str, outputs.keys()))}); the numloss loss needs a causal LM's logits"
+            )
+        return outputs["logits"]
+    if isinstance(outputs, (tuple, list)) and outputs and torch.is_tensor(outputs[0]):
+        return outputs[0]
+    raise TypeError(f"cannot find the logits in a model output of type {type(outputs).__name__}")
+
+
+def has_digit_term(loss_fn: NumericLoss) -> bool:
+    """True for objectives with a per-digit term (DEL, NTL, DIST2), whose `normalize` matters."""
+    return type(loss_fn).digit_terms is not NumericLoss.digit_terms
+
+
+def token_count_suffices(loss_fn: NumericLoss) -> bool:
+    """True when the step's token count alone makes `loss_fn` exact across micro-batches and ranks:
+    objectives without a digit term, and digit objectives built with `normalize="tokens"`."""
+    declared = getattr(loss_fn, "token_count_suffices", None)
+    if isinstance(declared, bool):
+        return declared
+    return not has_digit_term(loss_fn) or getattr(loss_fn, "normalize", "digits") == "tokens"
+
+
+def needs_step_digit_count(
+    loss_fn: NumericLoss,
+    labels: torch.Tensor,
+    num_items_in_batch: torch.Tensor | int | float | None,
+    num_digits_in_batch: torch.Tensor | int | None,
+) -> bool:
+    """True when `loss_fn` divides by the step's digit count but only its token count is known.
+
+    That is the case when a training step spans more than these (aligned) `labels`: gradient
+    accumulation makes `num_items_in_batch` larger than the tokens counted here, and several
+    ranks each see only their share (even when the Trainer counts tokens per rank). Evaluation
+    (no `num_items_in_batch`) normalises each batch by itself and is never refused.
+    """
+    if num_items_in_batch is None or num_digits_in_batch is not None:
+        return False
+    if token_count_suffices(loss_fn):
+        return False
+    if torch.distributed.is_available() and torch.distributed.is_initialized() and torch.distributed.get_world_size() > 1:
+        return True
+    local = int(labels.ne(loss_fn.ignore_index).sum())
+    return float(num_items_in_batch) > local
+
+
+STEP_DIGITS_REFUSAL = (
+    "{where}: {name} with normalize=\"digits\" divides by the digit count of the whole optimizer step, "
+    "which this path does not receive (gradient accumulation or several ranks); build the loss with "
+    "normalize=\"tokens\" or train with numloss.hf.NumericTrainer"
+)
+
+
+class NumericComputeLoss:
+    """`loss_fn` as a `compute_loss_func(outputs, labels, num_items_in_batch=None) -> loss`.
+
+    Reads the logits from `outputs`, shifts `labels` (the Trainer hands over the unshifted ones)
+    and divides by `num_items_in_batch`, the step-wide token count the Trainer passes. Nothing is
+    weighted by the number of accumulation steps. `last` holds the latest `NumericLossOutput`
+    (ce, aux, digit_entropy), for logging.
+    """
+
+    def __init__(self, loss_fn: NumericLoss) -> None:
+        if not isinstance(loss_fn, NumericLoss):
+            raise TypeError(
+                f"loss_fn must be a numloss objective (numloss.build_loss(name, vocab)), got {type(loss_fn).__name__}"
+            )
+        self.loss_fn = loss_fn
+        self.last: NumericLossOutput | None = None
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({self.loss_fn!r})"
+
+    def __call__(
+        self,
+        outputs: Any,
+        labels: torch.Tensor | None,
+        num_items_in_batch: torch.Tensor | int | None = None,
+    ) -> torch.Tensor:
+        if labels is None:
+            raise ValueError(
+                "compute_loss_func got no labels: the batch needs token labels (-100 for prompt and "
+                "padding positions); use a collator that sets them"
+            )
+        logits = model_logits(outputs)
+        aligned = F.pad(labels[..., 1:], (0, 1), value=self.loss_fn.ignore_index).to(logits.device)
+        if needs_step_digit_count(self.loss_fn, aligned, num_items_in_batch, None):
+            raise ValueError(STEP_DIGITS_REFUSAL.format(where="compute_loss_func", name=self.loss_fn.name))
+        self.last = self.loss_fn(logits, aligned, num_items_in_batch=num_items_in_batch)
+        return self.last.loss
+
+
+def compute_loss_func(loss_fn: NumericLoss) -> NumericComputeLoss:
+    """A `compute_loss_func` for `transformers.Trainer` and TRL's trainers (see `NumericComputeLoss`).
+
+    Exact under gradient accumulation and data parallelism for objectives normalised by tokens:
+    MLE, MixCE, EMO, and the digit objectives built with `normalize="tokens"`. With
+    `normalize="digits"` it refuses any step wider than one micro-batch on one rank.
+    """
+    return NumericComputeLoss(loss_fn)
 
 
 def _unwrap_peft(model: nn.Module) -> nn.Module:
@@ -87,9 +218,12 @@ def output_head(model: nn.Module) -> nn.Module:
 
 
 def hidden_states_without_logits(
-    model: nn.Module, inputs: dict[str, Any]
+    model: Any, inputs: dict[str, Any], head_of: nn.Module | None = None
 ) -> tuple[torch.Tensor, nn.Module, Any]:
     """Run `model(**inputs)` with its LM head skipped; return (hidden [B, T, H], head, outputs).
+
+    `head_of`: the model whose LM head to skip, when `model` is a forward function of it rather
+    than the module itself (`numloss.patch` calls the forward it replaced).
 
     A forward pre-hook on the head keeps its input (the final hidden states, after the final
     norm) and hands the head an empty slice instead, so the model returns [B, 0, V] logits. The
@@ -97,7 +231,7 @@ def hidden_states_without_logits(
     finds the decoder and head of any `*ForCausalLM` that calls ``lm_head(hidden)`` once (Llama,
     Qwen2, Mistral, GPT-2, ...).
     """
-    head = output_head(model)
+    head = output_head(model if head_of is None else head_of)
     captured: list[torch.Tensor] = []
 
     def keep_hidden(module: nn.Module, args: tuple[Any, ...]):
@@ -144,17 +278,17 @@ class NumericTrainer(Trainer):
         # digit count of the current optimizer step, set in get_batch_samples
         self._step_digits: torch.Tensor | None = None
         self._log_sums = torch.zeros(6, dtype=torch.float64, device=self.args.device)
-        # MixCE and EMO report aux per token; digit objectives per digit position
-        self._aux_per_token = type(loss_fn).token_loss is not NumericLoss.token_loss
+        # MixCE, EMO and normalize="tokens" report aux per token; digit objectives per digit position
+        declared = getattr(loss_fn, "aux_per_token", None)
+        self._aux_per_token = declared if isinstance(declared, bool) else (
+            type(loss_fn).token_loss is not NumericLoss.token_loss
+            or getattr(loss_fn, "normalize", "digits") == "tokens"
+        )
 
     # -- step-wide counts -----------------------------------------------------------------------
     def count_tokens_and_digits(self, inputs: dict[str, Any]) -> torch.Tensor:
         """[valid tokens, digit positions] of one micro-batch after the shift, as a long tensor."""
-        labels = shift_labels(inputs, self.loss_fn.ignore_index)
-        classes = label_classes(labels, self.loss_fn.vocab, ignore_index=self.loss_fn.ignore_index)
-        tokens = labels.ne(self.loss_fn.ignore_index).sum()
-        digits = ((classes >= 0) & (classes < 10)).sum()
-        return torch.stack([tokens, digits])
+        return count_tokens_and_digits(shift_labels(inputs, self.loss_fn.ignore_index), self.loss_fn)
 
     def get_batch_samples(self, epoch_iterator, num_batches, device):
         """The micro-batches of one optimizer step and their step-wide token count.
@@ -234,16 +368,29 @@ class NumericTrainer(Trainer):
                 num_items_in_batch=num_items_in_batch,
                 num_digits_in_batch=num_digits_in_batch,
             )
+            self.record_token_metrics(inputs, labels, hidden=hidden, head=head)
             return out, outputs
         outputs = model(**inputs)
-        logits = outputs["logits"] if isinstance(outputs, dict) else outputs[0]
+        logits = model_logits(outputs)
         out = self.loss_fn(
             logits,
             labels,
             num_items_in_batch=num_items_in_batch,
             num_digits_in_batch=num_digits_in_batch,
         )
+        self.record_token_metrics(inputs, labels, logits=logits)
         return out, outputs
+
+    def record_token_metrics(
+        self,
+        inputs: dict[str, Any],
+        labels: torch.Tensor,
+        logits: torch.Tensor | None = None,
+        hidden: torch.Tensor | None = None,
+        head: nn.Module | None = None,
+    ) -> None:
+        """Called after each loss with the logits (or, fused, the hidden states and head); a hook
+        for subclasses that log more per-token metrics (`numloss.trl.NumericSFTTrainer`)."""
 
     # -- logging --------------------------------------------------------------------------------
     def _accumulate_for_log(
