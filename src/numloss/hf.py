@@ -31,6 +31,7 @@ import dataclasses
 from typing import Any
 
 import torch
+import torch.distributed as dist
 import torch.nn.functional as F
 from torch import nn
 from transformers import Trainer
@@ -68,6 +69,52 @@ def count_tokens_and_digits(labels: torch.Tensor, loss_fn: NumericLoss) -> torch
     tokens = labels.ne(loss_fn.ignore_index).sum()
     digits = ((classes >= 0) & (classes < 10)).sum()
     return torch.stack([tokens, digits])
+
+
+def reduce_step_counts(counts: torch.Tensor, batch_replicas: int = 1) -> torch.Tensor:
+    """This rank's step counts ([tokens, digits], long) summed over all ranks, each batch once.
+
+    The sum runs over the default process group, which holds every rank whatever shards the
+    model: DDP, FSDP and DeepSpeed ranks each see their own batch. `batch_replicas` ranks see
+    the same batch (the tensor-parallel degree); the sum holds each of those batches that many
+    times and is divided by it. Without an initialised process group the counts are this
+    process's, unchanged. Context and sequence parallelism, which split one sequence over
+    ranks, are refused where the loss is computed, not here.
+    """
+    total = counts.clone()
+    if dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1:
+        dist.all_reduce(total, op=dist.ReduceOp.SUM)
+    if batch_replicas > 1:
+        if bool((total % batch_replicas).any()):
+            raise RuntimeError(
+                f"step counts {total.tolist()} summed over ranks are not a multiple of the {batch_replicas} "
+                "ranks said to share each batch: the tensor-parallel ranks were given different batches"
+            )
+        total = total // batch_replicas
+    return total
+
+
+def refuse_split_sequences(where: str, cp_size: int, sp_size: int) -> None:
+    """Raise NotImplementedError under context or sequence parallelism (cp_size or sp_size > 1).
+
+    Those split one sequence over ranks: a digit run, its place values and the shift by one
+    would straddle ranks, and every rank would count tokens of the same rows. Rather than a
+    wrong number, a clear error.
+    """
+    if (cp_size or 1) > 1 or (sp_size or 1) > 1:
+        raise NotImplementedError(
+            f"{where} does not support context or sequence parallelism (cp_size={cp_size}, sp_size={sp_size}): "
+            "the digit runs of a sequence would be split across ranks; use data parallelism "
+            "(DDP, FSDP, DeepSpeed ZeRO) with cp_size=sp_size=1"
+        )
+
+
+def accelerate_sequence_split() -> tuple[int, int]:
+    """(cp_size, sp_size) of the parallelism config accelerate was set up with, (1, 1) without one."""
+    from accelerate.state import AcceleratorState
+
+    config = AcceleratorState._shared_state.get("parallelism_config")
+    return getattr(config, "cp_size", 1) or 1, getattr(config, "sp_size", 1) or 1
 
 
 def model_logits(outputs: Any) -> torch.Tensor:
@@ -253,9 +300,7 @@ class NumericTrainer(Trainer):
             return batch_samples, None
         counts = sum(self.count_tokens_and_digits(batch).to(device) for batch in batch_samples)
         if self.args.average_tokens_across_devices and self.args.world_size > 1:
-            counts = self.accelerator.gather(counts[None]).sum(0)
-        # tensor-parallel ranks share one batch: the gather counted it once per TP rank
-        counts = counts // self.get_tp_size()
+            counts = reduce_step_counts(counts, batch_replicas=self.get_tp_size())
         self._step_digits = counts[1]
         return batch_samples, counts[0]
 
@@ -272,11 +317,7 @@ class NumericTrainer(Trainer):
         During training `num_items_in_batch` is the step-wide token count from
         `get_batch_samples`; evaluation passes None and each batch is normalised by itself.
         """
-        if self.get_cp_size() > 1 or self.get_sp_size() > 1:
-            raise NotImplementedError(
-                "NumericTrainer does not support context or sequence parallelism (the digit runs "
-                "of a sequence would be split across ranks); use data parallelism (DDP/FSDP/DeepSpeed)"
-            )
+        refuse_split_sequences("NumericTrainer", self.get_cp_size(), self.get_sp_size())
         labels = shift_labels(inputs, self.loss_fn.ignore_index)
         inputs = {k: v for k, v in inputs.items() if k not in ("labels", "shift_labels")}
         step_wide = num_items_in_batch is not None

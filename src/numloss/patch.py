@@ -28,7 +28,8 @@ What the patched forward does with `labels` (or pre-shifted `shift_labels`):
 
 It refuses what it cannot make exact: a digit objective with `normalize="digits"` given a
 step-wide token count but no digit count (use `normalize="tokens"` or pass
-`num_digits_in_batch`), `logits_to_keep`, encoder-decoder models, and (fused) a model that
+`num_digits_in_batch`), `logits_to_keep`, encoder-decoder models, context or sequence
+parallelism set up through accelerate (a sequence split over ranks), and (fused) a model that
 transforms its head's output (a logit scale or soft-cap the chunked loss would not see).
 Without labels the original forward runs untouched.
 
@@ -120,13 +121,20 @@ def _numeric_forward(
     num_digits_in_batch: torch.Tensor | int | None = None,
     **kwargs: Any,
 ):
-    from numloss.hf import STEP_DIGITS_REFUSAL, model_logits, needs_step_digit_count
+    from numloss.hf import (
+        STEP_DIGITS_REFUSAL,
+        accelerate_sequence_split,
+        model_logits,
+        needs_step_digit_count,
+        refuse_split_sequences,
+    )
 
     state: PatchState = getattr(self, _STATE)
     forward = _original_forward(self, state)
     if labels is None and shift_labels is None:
         return forward(*args, **kwargs)
     loss_fn = state.loss_fn
+    refuse_split_sequences("numloss.patch", *accelerate_sequence_split())
     if kwargs.get("logits_to_keep") not in (None, 0):
         raise ValueError(
             "numloss.patch: logits_to_keep keeps the logits of the last positions only, but the loss "
