@@ -99,3 +99,18 @@ def test_options_that_replace_the_loss_are_refused(tmp_path):
         NumericSFTTrainer(loss_fn=build_loss("del", VOCAB), model=model(), train_dataset=dataset(),
                           args=config(tmp_path, 2, 1), processing_class=TOKENIZER,
                           compute_loss_func=build_loss("del", VOCAB).as_compute_loss_func())
+
+
+def test_sfttrainers_compute_loss_func_takes_the_numloss_hook(tmp_path):
+    """SFTTrainer(compute_loss_func=loss_fn.as_compute_loss_func()) with normalize="tokens" at
+    2 x 2 accumulation == NumericSFTTrainer with the same objective."""
+    start = parameters(model())
+    loss_fn = build_loss("del", VOCAB, alpha=1.0, normalize="tokens")
+    ours, _, _ = train(NumericSFTTrainer, tmp_path / "n", 2, 2, loss_fn)
+    hooked_model = model()
+    with pytest.warns(FutureWarning, match="compute_loss_func"):
+        trainer = SFTTrainer(model=hooked_model, args=config(tmp_path / "h", 2, 2), train_dataset=dataset(),
+                             processing_class=TOKENIZER, compute_loss_func=loss_fn.as_compute_loss_func())
+    trainer.train()
+    diff, size = difference(ours, parameters(hooked_model), start)
+    assert size > 1e-3 and diff <= 1e-5 * size + 1e-6, (diff, size)

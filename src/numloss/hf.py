@@ -139,6 +139,15 @@ def has_digit_term(loss_fn: NumericLoss) -> bool:
     return type(loss_fn).digit_terms is not NumericLoss.digit_terms
 
 
+def token_count_suffices(loss_fn: NumericLoss) -> bool:
+    """True when the step's token count alone makes `loss_fn` exact across micro-batches and ranks:
+    objectives without a digit term, and digit objectives built with `normalize="tokens"`."""
+    declared = getattr(loss_fn, "token_count_suffices", None)
+    if isinstance(declared, bool):
+        return declared
+    return not has_digit_term(loss_fn) or getattr(loss_fn, "normalize", "digits") == "tokens"
+
+
 def needs_step_digit_count(
     loss_fn: NumericLoss,
     labels: torch.Tensor,
@@ -147,13 +156,17 @@ def needs_step_digit_count(
 ) -> bool:
     """True when `loss_fn` divides by the step's digit count but only its token count is known.
 
-    That is the case when the step spans more than these (aligned) `labels`: gradient
-    accumulation or several ranks make `num_items_in_batch` larger than the tokens counted here.
+    That is the case when a training step spans more than these (aligned) `labels`: gradient
+    accumulation makes `num_items_in_batch` larger than the tokens counted here, and several
+    ranks each see only their share (even when the Trainer counts tokens per rank). Evaluation
+    (no `num_items_in_batch`) normalises each batch by itself and is never refused.
     """
     if num_items_in_batch is None or num_digits_in_batch is not None:
         return False
-    if not has_digit_term(loss_fn) or getattr(loss_fn, "normalize", "digits") != "digits":
+    if token_count_suffices(loss_fn):
         return False
+    if torch.distributed.is_available() and torch.distributed.is_initialized() and torch.distributed.get_world_size() > 1:
+        return True
     local = int(labels.ne(loss_fn.ignore_index).sum())
     return float(num_items_in_batch) > local
 
@@ -271,7 +284,8 @@ class NumericTrainer(Trainer):
         self._step_digits: torch.Tensor | None = None
         self._log_sums = torch.zeros(6, dtype=torch.float64, device=self.args.device)
         # MixCE, EMO and normalize="tokens" report aux per token; digit objectives per digit position
-        self._aux_per_token = (
+        declared = getattr(loss_fn, "aux_per_token", None)
+        self._aux_per_token = declared if isinstance(declared, bool) else (
             type(loss_fn).token_loss is not NumericLoss.token_loss
             or getattr(loss_fn, "normalize", "digits") == "tokens"
         )

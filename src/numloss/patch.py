@@ -26,6 +26,10 @@ What the patched forward does with `labels` (or pre-shifted `shift_labels`):
   backward), DeepSpeed ZeRO-3 (its hooks gather the head's weight for the head's forward and,
   since the loss is the head's output, again for its backward) and peft.
 
+A trainer that counts both (like `NumericTrainer`) can run its fused loss through the same
+mechanism: patch with `fused=True` and call the model with `labels`, `num_items_in_batch` and
+`num_digits_in_batch`; the loss is then computed inside the model's forward.
+
 It refuses what it cannot make exact: a digit objective with `normalize="digits"` given a
 step-wide token count but no digit count (use `normalize="tokens"` or pass
 `num_digits_in_batch`), `logits_to_keep`, encoder-decoder models, context or sequence
