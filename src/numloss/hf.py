@@ -64,10 +64,17 @@ def shift_labels(inputs: dict[str, Any], ignore_index: int = -100) -> torch.Tens
 
 def count_tokens_and_digits(labels: torch.Tensor, loss_fn: NumericLoss) -> torch.Tensor:
     """[scored tokens, digit positions] of aligned `labels`, as a long tensor: what a step's
-    `num_items_in_batch` / `num_digits_in_batch` sum over its micro-batches (and ranks)."""
-    classes = label_classes(labels, loss_fn.vocab, ignore_index=loss_fn.ignore_index)
+    `num_items_in_batch` / `num_digits_in_batch` sum over its micro-batches (and ranks).
+
+    Digit positions as the objective counts them when it says (`loss_fn.count_digits`).
+    """
     tokens = labels.ne(loss_fn.ignore_index).sum()
-    digits = ((classes >= 0) & (classes < 10)).sum()
+    count_digits = getattr(loss_fn, "count_digits", None)
+    if callable(count_digits):
+        digits = torch.as_tensor(count_digits(labels)).to(tokens.device)
+    else:
+        classes = label_classes(labels, loss_fn.vocab, ignore_index=loss_fn.ignore_index)
+        digits = ((classes >= 0) & (classes < 10)).sum()
     return torch.stack([tokens, digits])
 
 

@@ -462,6 +462,29 @@ def _write_json(path: Path, payload: Any) -> None:
 
 
 # -- the run --------------------------------------------------------------------------------------
+def tiny_options_for(config: Any) -> dict[str, Any]:
+    """The options of the tiny model (and its tokenizer) for `config`."""
+    return {
+        "num_layers": config.model.tiny_layers,
+        "hidden_size": config.model.tiny_hidden,
+        "num_heads": config.model.tiny_heads,
+        "max_position_embeddings": max(2048, config.data.max_length),
+    }
+
+
+def load_tokenizer_for(config: Any) -> Any:
+    """The tokenizer `load_model_for(config)` will return, without loading any weights."""
+    from numloss.models import load_tokenizer
+
+    return load_tokenizer(
+        config.model.name,
+        revision=config.model.revision,
+        trust_remote_code=config.model.trust_remote_code,
+        cache_dir=config.model.cache_dir,
+        tiny_options=tiny_options_for(config),
+    )
+
+
 def load_model_for(config: Any) -> tuple[Any, Any]:
     """(model, tokenizer) that a run of `config` starts from, before any training or LoRA."""
     from numloss.models import load_model_and_tokenizer
@@ -472,12 +495,7 @@ def load_model_for(config: Any) -> tuple[Any, Any]:
         dtype=config.model.dtype,
         trust_remote_code=config.model.trust_remote_code,
         attn_implementation=config.model.attn_implementation,
-        tiny_options={
-            "num_layers": config.model.tiny_layers,
-            "hidden_size": config.model.tiny_hidden,
-            "num_heads": config.model.tiny_heads,
-            "max_position_embeddings": max(2048, config.data.max_length),
-        },
+        tiny_options=tiny_options_for(config),
         cache_dir=config.model.cache_dir,
         seed=config.train.seed,
     )
@@ -532,7 +550,6 @@ def run_training(
     from transformers import set_seed
 
     from numloss.data import DataError
-    from numloss.models import load_tokenizer
 
     try:
         if examples is None:
@@ -542,13 +559,18 @@ def run_training(
     if not examples:
         raise ConfigError("run_training: no training examples (examples is empty)")
     # the tokenizer's digit tokens and the data's rendering are checked before the weights load
-    tokenizer = load_tokenizer(config.model.name, revision=config.model.revision,
-                               trust_remote_code=config.model.trust_remote_code, cache_dir=config.model.cache_dir)
+    tokenizer = load_tokenizer_for(config)
     vocab = digit_vocab_for(config, tokenizer)
     dataset = prepare_data(config, examples, tokenizer)
     args = build_training_arguments(config)  # also sets up the process group under torchrun
     set_seed(config.train.seed)
-    model, tokenizer = load_model_for(config)
+    model, model_tokenizer = load_model_for(config)
+    if model_tokenizer.get_vocab() != tokenizer.get_vocab():
+        raise RuntimeError(
+            "numloss: the tokenizer loaded before the model differs from the model's own; the data were "
+            "tokenised with the first (a bug in numloss.models.load_tokenizer)"
+        )
+    tokenizer = model_tokenizer
     loss_fn = build_loss_for(config, model, tokenizer, vocab)
     if config.lora.enabled:
         model = apply_lora(config, model)

@@ -71,14 +71,22 @@ def check_model_available(name: str, revision: str | None = None, cache_dir: str
 
 
 def load_tokenizer(
-    name: str, *, revision: str | None = None, trust_remote_code: bool = False, cache_dir: str | None = None
+    name: str,
+    *,
+    revision: str | None = None,
+    trust_remote_code: bool = False,
+    cache_dir: str | None = None,
+    tiny_options: dict[str, Any] | None = None,
 ) -> Any:
     """The tokenizer of `name` alone (no weights), for the checks that run before a model loads.
 
-    The same tokenizer `load_model_and_tokenizer` returns, padding settings included.
+    The same tokenizer `load_model_and_tokenizer` returns for the same arguments, padding
+    settings included (`tiny_options` may hold the tiny tokenizer's `digits_per_token`).
     """
     if name == "tiny":
-        return tiny.build_char_tokenizer()
+        options = dict(tiny_options or {})
+        tokenizer_options = {"digits_per_token": options["digits_per_token"]} if "digits_per_token" in options else {}
+        return tiny.build_char_tokenizer(**tokenizer_options)
     check_model_available(name, revision, cache_dir)
     from transformers import AutoTokenizer
 
