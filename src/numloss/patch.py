@@ -16,10 +16,15 @@ What the patched forward does with `labels` (or pre-shifted `shift_labels`):
 * the step-wide counts from the kwargs transformers already forwards: `num_items_in_batch`
   (the step's token count, which `Trainer` passes to a model that accepts loss kwargs) and,
   where the caller knows it, `num_digits_in_batch`;
-* `fused=True`: the LM head is found by unwrapping the model on every call and skipped inside
-  the forward; the loss is computed from the final hidden states chunk by chunk
-  (`NumericLoss.from_hidden`), so the [B, T, V] logits never exist (the output's `logits` is
-  then an empty [B, 0, V] tensor).
+* `fused=True`: the loss is computed *as the LM head's forward*: for the duration of the call
+  the head (found by unwrapping the model, never through a wrapper's attributes) computes
+  `NumericLoss.from_hidden(hidden, head.weight, ...)` chunk by chunk instead of its logits,
+  and the model hands that loss on as its output. The [B, T, V] logits never exist (the
+  output's `logits` is an empty [B, 0, V] tensor). Because the loss is made inside the head's
+  own call, every wrapper that gathers parameters per module has the head's weight whole when
+  it is read: DDP, FSDP1 and FSDP2 (the root's parameters stay unsharded through forward and
+  backward), DeepSpeed ZeRO-3 (its hooks gather the head's weight for the head's forward and,
+  since the loss is the head's output, again for its backward) and peft.
 
 A trainer that counts both (like `NumericTrainer`) can run its fused loss through the same
 mechanism: patch with `fused=True` and call the model with `labels`, `num_items_in_batch` and
@@ -27,14 +32,22 @@ mechanism: patch with `fused=True` and call the model with `labels`, `num_items_
 
 It refuses what it cannot make exact: a digit objective with `normalize="digits"` given a
 step-wide token count but no digit count (use `normalize="tokens"` or pass
-`num_digits_in_batch`), `logits_to_keep`, encoder-decoder models. Without labels the original
-forward runs untouched.
+`num_digits_in_batch`), `logits_to_keep`, encoder-decoder models, context or sequence
+parallelism set up through accelerate (a sequence split over ranks), and (fused) a model that
+transforms its head's output (a logit scale or soft-cap the chunked loss would not see).
+Without labels the original forward runs untouched.
+
+`patched(model, loss_fn, fused=...)` is the same patch for the duration of a `with` block;
+`numloss.hf.NumericTrainer(fused=True)` computes its loss through it, so the trainer and the
+patch share one mechanism.
 """
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import types
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -57,16 +70,32 @@ class PatchState:
     fused: bool
     #: the instance-level forward that was there before (e.g. TRL's fused-head forward), or None
     previous_forward: Any = None
+    #: fused only: called as on_hidden(hidden, head, aligned_labels) inside the head's forward,
+    #: while its weight is gathered (per-token metrics from the hidden states)
+    on_hidden: Callable[[torch.Tensor, nn.Module, torch.Tensor], None] | None = None
+    #: the `NumericLossOutput` of the latest call with labels
+    last: Any = None
 
 
 def patch_target(model: nn.Module) -> nn.Module:
-    """The transformers model inside `model`: through DDP/accelerate (`.module`) and peft wrappers."""
+    """The transformers model inside `model`, unwrapped: DDP, FSDP1, the DeepSpeed engine and
+    torch.compile (accelerate's `extract_model_from_parallel`), then peft (`get_base_model`).
+
+    Wrappers are recognised by their class, never by an attribute lookup on the wrapper (FSDP1
+    forwards unknown attributes to the module inside it). FSDP2 does not wrap: its root is the
+    model itself.
+    """
+    from accelerate.utils import extract_model_from_parallel
+
     target = model
     for _ in range(8):
-        if hasattr(target, "get_base_model") and callable(target.get_base_model):
+        target = extract_model_from_parallel(target, keep_torch_compile=False)
+        if callable(getattr(type(target), "get_base_model", None)):
             target = target.get_base_model()
-        elif isinstance(getattr(target, "module", None), nn.Module) and not hasattr(target, "get_output_embeddings"):
-            target = target.module
+        elif isinstance(vars(target).get("_modules", {}).get("module"), nn.Module) and not hasattr(
+            type(target), "get_output_embeddings"
+        ):
+            target = target.module  # another wrapper that keeps the model as .module
         else:
             break
     return target
@@ -98,9 +127,10 @@ def _numeric_forward(
 ):
     from numloss.hf import (
         STEP_DIGITS_REFUSAL,
-        hidden_states_without_logits,
+        accelerate_sequence_split,
         model_logits,
         needs_step_digit_count,
+        refuse_split_sequences,
     )
 
     state: PatchState = getattr(self, _STATE)
@@ -108,6 +138,7 @@ def _numeric_forward(
     if labels is None and shift_labels is None:
         return forward(*args, **kwargs)
     loss_fn = state.loss_fn
+    refuse_split_sequences("numloss.patch", *accelerate_sequence_split())
     if kwargs.get("logits_to_keep") not in (None, 0):
         raise ValueError(
             "numloss.patch: logits_to_keep keeps the logits of the last positions only, but the loss "
@@ -120,16 +151,62 @@ def _numeric_forward(
         raise ValueError(STEP_DIGITS_REFUSAL.format(where="numloss.patch", name=loss_fn.name))
     counts = dict(num_items_in_batch=num_items_in_batch, num_digits_in_batch=num_digits_in_batch)
     if state.fused:
-        hidden, head, outputs = hidden_states_without_logits(functools.partial(forward, *args), kwargs, head_of=self)
-        out = loss_fn.from_hidden(hidden, head.weight, aligned.to(hidden.device), lm_head_bias=head.bias, **counts)
+        outputs, out = _forward_with_loss_as_head_output(self, forward, args, kwargs, state, aligned, counts)
     else:
         outputs = forward(*args, **kwargs)
         logits = model_logits(outputs)
         out = loss_fn(logits, aligned.to(logits.device), **counts)
-    outputs["loss"] = out.loss
+        outputs["loss"] = out.loss
+    state.last = out
     # ce, aux, digit_entropy and the counts of this call, for whoever logs them
     outputs.numloss_output = out
     return outputs
+
+
+def _forward_with_loss_as_head_output(model, forward, args, kwargs, state: PatchState, aligned, counts):
+    """Run `forward` with the LM head computing the fused loss in place of its logits.
+
+    Returns (outputs with "loss" set and empty logits, the `NumericLossOutput`). The loss the
+    caller gets is the tensor the model returned, so that whatever a wrapper attached to the
+    head's output on the way (ZeRO-3's backward gather, DDP's bookkeeping) is on its path.
+    """
+    from numloss.hf import model_logits, output_head
+
+    head = output_head(model)
+    calls: list[tuple[torch.Tensor, Any]] = []
+
+    def loss_from_hidden(hidden: torch.Tensor, *rest: Any, **options: Any) -> torch.Tensor:
+        labels = aligned.to(hidden.device)
+        out = state.loss_fn.from_hidden(hidden, head.weight, labels, lm_head_bias=head.bias, **counts)
+        if state.on_hidden is not None:
+            state.on_hidden(hidden, head, labels)
+        calls.append((hidden, out))
+        return out.loss
+
+    own_forward = vars(head).get("forward")
+    head.forward = loss_from_hidden
+    try:
+        outputs = forward(*args, **kwargs)
+    finally:
+        if own_forward is None:
+            del head.forward
+        else:
+            head.forward = own_forward
+    if len(calls) != 1:
+        raise RuntimeError(
+            f"numloss.patch: the LM head ran {len(calls)} times in one forward (expected once): this model "
+            "architecture is not supported by the fused path; use fused=False"
+        )
+    hidden, out = calls[0]
+    loss = model_logits(outputs)
+    if loss.dim() != 0 or not torch.equal(loss.detach(), out.loss.detach()):
+        raise ValueError(
+            f"numloss.patch: {type(model).__name__} transforms its LM head's output (a logit scale or "
+            "soft-cap?), which the fused loss would not see; use fused=False"
+        )
+    outputs["loss"] = loss
+    outputs["logits"] = hidden.new_zeros((*hidden.shape[:-2], 0, head.weight.shape[0]))
+    return outputs, out
 
 
 def patch(model: nn.Module, loss_fn: NumericLoss, fused: bool = False) -> nn.Module:
@@ -158,7 +235,7 @@ def patch(model: nn.Module, loss_fn: NumericLoss, fused: bool = False) -> nn.Mod
         get_head = getattr(target, "get_output_embeddings", None)
         head = get_head() if callable(get_head) else None
         weight = getattr(head, "weight", None)
-        if weight is not None:
+        if weight is not None and weight.dim() == 2:  # a sharded weight (ZeRO-3, FSDP1) is checked in the loss
             loss_fn.vocab.check_width(weight.shape[0])
     previous = getattr(target, _STATE).previous_forward if hasattr(target, _STATE) else vars(target).get("forward")
     try:
@@ -170,6 +247,31 @@ def patch(model: nn.Module, loss_fn: NumericLoss, fused: bool = False) -> nn.Mod
     wrapped = functools.wraps(type(target).forward)(_numeric_forward)
     target.forward = types.MethodType(wrapped, target)
     return model
+
+
+@contextlib.contextmanager
+def patched(
+    model: nn.Module,
+    loss_fn: NumericLoss,
+    fused: bool = False,
+    on_hidden: Callable[[torch.Tensor, nn.Module, torch.Tensor], None] | None = None,
+) -> Iterator[PatchState]:
+    """`patch(model, loss_fn, fused)` for the duration of the block; yields the `PatchState`
+    (its `last` holds the latest `NumericLossOutput`). Whatever was there before, a patch of
+    the user's included, is restored on exit. `on_hidden`: see `PatchState`."""
+    target = patch_target(model)
+    saved = {key: vars(target)[key] for key in (_STATE, "forward") if key in vars(target)}
+    patch(target, loss_fn, fused=fused)
+    state: PatchState = getattr(target, _STATE)
+    state.on_hidden = on_hidden
+    try:
+        yield state
+    finally:
+        for key in (_STATE, "forward"):
+            if key in saved:
+                setattr(target, key, saved[key])
+            elif key in vars(target):
+                delattr(target, key)
 
 
 def unpatch(model: nn.Module) -> nn.Module:
@@ -186,4 +288,4 @@ def unpatch(model: nn.Module) -> nn.Module:
     return model
 
 
-__all__ = ["patch", "unpatch", "is_patched", "patch_target", "PatchState"]
+__all__ = ["patch", "unpatch", "patched", "is_patched", "patch_target", "PatchState"]
