@@ -93,7 +93,7 @@ def test_from_wordlevel_tokenizer_finds_digits_and_point_in_order():
 
 
 def test_missing_digit_is_named_in_the_error():
-    with pytest.raises(DigitVocabError, match=r"digit\(s\) 7.*splits numbers"):
+    with pytest.raises(DigitVocabError, match=r"digit\(s\) 7.*Llama-1/2, Mistral, Qwen2.5, DeepSeek, SmolLM2"):
         DigitVocab.from_tokenizer(wordlevel(list("ab.012345689")))
 
 
@@ -102,14 +102,17 @@ def test_missing_point_is_allowed_and_recorded_as_none():
     assert vocab.decimal_point_id is None
 
 
-def test_byte_level_bpe_with_multi_digit_merges_is_refused_with_the_way_out():
+def test_byte_level_bpe_with_multi_digit_merges_is_learnt_or_refused_with_the_way_out():
     tok = byte_level_bpe()
     merged = [t for t in tok.get_vocab() if len(t) > 1 and t.isdigit()]
     assert merged, "the fixture must actually merge digits"
-    with pytest.raises(DigitVocabError, match="multi-digit tokens.*allow_multi_digit=True"):
-        DigitVocab.from_tokenizer(tok)
-    vocab = DigitVocab.from_tokenizer(tok, allow_multi_digit=True)
-    assert [tok.decode([i]) for i in vocab.digit_ids] == list("0123456789")
+    with pytest.raises(DigitVocabError, match="multi-digit tokens.*GPT-2.*multi_digit='slots'.*split_digits"):
+        DigitVocab.from_tokenizer(tok, multi_digit="refuse")
+    vocab = DigitVocab.from_tokenizer(tok)  # default: every number token, scored per digit slot
+    assert {tok.convert_ids_to_tokens(i) for i, _, _ in vocab.number_tokens} >= set(merged)
+    single = DigitVocab.from_tokenizer(tok, allow_multi_digit=True)
+    assert [tok.decode([i]) for i in single.digit_ids] == list("0123456789")
+    assert single.digit_ids == vocab.digit_ids and single.number_tokens == ()
 
 
 def test_sentencepiece_like_tokenizer_with_split_digits_is_accepted():

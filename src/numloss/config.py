@@ -42,6 +42,7 @@ class ModelConfig:
     tiny_layers: int = _f(6, "tiny model: decoder layers")
     tiny_hidden: int = _f(384, "tiny model: hidden width")
     tiny_heads: int = _f(6, "tiny model: attention heads")
+    tiny_digits_per_token: int = _f(1, "tiny model: 1 (one token per digit) or 3 (numbers in Llama-3-style chunks of 1-3 digits)")
     cache_dir: str | None = _f(None, "numloss model cache for 'smollm2' (default $NUMLOSS_CACHE or ~/.cache/numloss)")
 
 
@@ -381,6 +382,7 @@ def validate(config: Config) -> None:
         "model.tiny_layers": config.model.tiny_layers,
         "model.tiny_hidden": config.model.tiny_hidden,
         "model.tiny_heads": config.model.tiny_heads,
+        "model.tiny_digits_per_token": config.model.tiny_digits_per_token,
     }
     for name, value in positive.items():
         if value < 1:

@@ -1,13 +1,21 @@
-"""Digits and numbers in label tensors: the vocabulary of digit tokens, number runs, places, weights.
+"""Digits and numbers in label tensors: the number tokens of a tokenizer, number runs, places, weights.
 
-A *number* is a maximal run of consecutive label positions inside one row whose labels are digit or
-decimal-point tokens; an ignored position (or any other token) ends it. Every function here is
-vectorised tensor code on the device of the labels: no Python loop over tokens or numbers.
+A *number token* is a token that spells a run of ASCII digits, optionally after a word-boundary
+marker (``"7"``, ``"123"``, ``"Ġ42"``). The ten single digits are always number tokens; chunking
+tokenizers (Llama-3, tiktoken cl100k/o200k: chunks of 1-3 digits) and irregular BPE (GPT-2) add
+multi-digit ones. A *number* is a maximal run of consecutive label positions inside one row whose
+labels are number tokens or the decimal point; an ignored position, any other token, or a number
+token with a leading space (which starts a new word) ends it. Every digit of every number token is
+one *digit slot* with its own target digit and place index over the whole number, so "123" "45"
+puts the 1 at place 4. Everything here is vectorised tensor code on the device of the labels: no
+Python loop over tokens or numbers.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import functools
+import warnings
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -15,7 +23,18 @@ import torch
 
 PlaceWeighting = Literal["official", "continuous", "none"]
 PLACE_WEIGHTINGS: tuple[str, ...] = ("official", "continuous", "none")
+MultiDigit = Literal["slots", "single", "refuse"]
+MULTI_DIGIT_MODES: tuple[str, ...] = ("slots", "single", "refuse")
 IGNORE_INDEX = -100
+
+#: numbers every tokenizer is asked to write when DigitVocab decides by behaviour
+PROBES: tuple[str, ...] = tuple(str(k) for k in range(10)) + ("1234.5", " 42", "3,141", "-7")
+
+FAMILIES = (
+    "digit-splitting tokenizers (Llama-1/2, Mistral, Qwen2.5, DeepSeek, SmolLM2) write one digit per "
+    "token; chunking ones (Llama-3, tiktoken cl100k/o200k: 1-3 digits per token) and irregular BPE "
+    "(GPT-2) do not"
+)
 
 
 class DigitVocabError(ValueError):
@@ -54,18 +73,54 @@ def _vocab_of(tok: Any) -> dict[str, int]:
     return dict(get_vocab())
 
 
+def _encode(tok: Any, text: str) -> list[int]:
+    encoded = tok.encode(text, add_special_tokens=False)
+    return list(getattr(encoded, "ids", encoded))
+
+
+def number_token_text(token: str) -> tuple[str, bool] | None:
+    """(digits, spaced) when the vocabulary string `token` spells a number token, else None.
+
+    A number token is one or more ASCII digits, optionally after one word-boundary marker
+    (``▁`` SentencePiece, ``Ġ`` byte-level BPE, or a plain space); `spaced` says it had one.
+    """
+    spaced = token[:1] in _WORD_MARKERS and len(token) > 1
+    digits = token[1:] if spaced else token
+    if digits and digits.isascii() and digits.isdigit():
+        return digits, spaced
+    return None
+
+
+def _count_digit_chars(token: str) -> int:
+    return sum(c.isascii() and c.isdigit() for c in token)
+
+
 @dataclass(frozen=True)
 class DigitVocab:
-    """Token ids of the ten digits ``0``…``9`` (in order) and of the decimal point.
+    """The number tokens of a tokenizer: the ten digits, the decimal point, multi-digit tokens.
 
     `digit_ids[k]` is the id of the single-character token for digit k. `decimal_point_id` is the
     id of ``.``, or None when the vocabulary has none (then every number is an integer).
+    `number_tokens` holds every other number token as (id, digits, spaced): multi-digit chunks
+    (``"123"``) and tokens with a word-boundary marker (``"Ġ42"``, ``"Ġ7"``); the digit objectives
+    score each of their digits through per-slot digit marginals. `unscored_digit_tokens` holds
+    (id, number of digit characters) of tokens that contain digits but are not number tokens
+    (``"3,"``, ``"1st"``, or multi-digit tokens in ``multi_digit="single"`` mode): their digits
+    get no numeric term, which `digit_coverage` reports.
     """
 
     digit_ids: tuple[int, ...]
     decimal_point_id: int | None = None
+    number_tokens: tuple[tuple[int, str, bool], ...] = ()
+    unscored_digit_tokens: tuple[tuple[int, int], ...] = ()
 
-    def __init__(self, digit_ids: Sequence[int], decimal_point_id: int | None = None) -> None:
+    def __init__(
+        self,
+        digit_ids: Sequence[int],
+        decimal_point_id: int | None = None,
+        number_tokens: Iterable[tuple[int, str, bool]] = (),
+        unscored_digit_tokens: Iterable[tuple[int, int]] = (),
+    ) -> None:
         ids = tuple(int(i) for i in digit_ids)
         if len(ids) != 10:
             raise DigitVocabError(
@@ -81,17 +136,50 @@ class DigitVocab:
                 raise DigitVocabError(
                     f"decimal_point_id {decimal_point_id} must be a non-negative id distinct from the digits"
                 )
+        taken = set(ids) | ({decimal_point_id} if decimal_point_id is not None else set())
+        tokens = []
+        for token_id, digits, spaced in number_tokens:
+            token_id, digits, spaced = int(token_id), str(digits), bool(spaced)
+            if not (digits and digits.isascii() and digits.isdigit()):
+                raise DigitVocabError(f"number token {token_id} must spell ASCII digits, got {digits!r}")
+            if len(digits) == 1 and not spaced:
+                raise DigitVocabError(
+                    f"number token {token_id} ({digits!r}) is a bare single digit: those are digit_ids"
+                )
+            if token_id < 0 or token_id in taken:
+                raise DigitVocabError(f"number token id {token_id} is negative or used twice")
+            taken.add(token_id)
+            tokens.append((token_id, digits, spaced))
+        tokens.sort(key=lambda t: (t[2], len(t[1]), t[1], t[0]))
+        unscored = tuple(sorted((int(i), int(n)) for i, n in unscored_digit_tokens))
         object.__setattr__(self, "digit_ids", ids)
         object.__setattr__(self, "decimal_point_id", decimal_point_id)
+        object.__setattr__(self, "number_tokens", tuple(tokens))
+        object.__setattr__(self, "unscored_digit_tokens", unscored)
 
     @classmethod
-    def from_tokenizer(cls, tokenizer: Any, allow_multi_digit: bool = False) -> DigitVocab:
-        """Find the digit and decimal-point tokens of a Hugging Face (or raw `tokenizers`) tokenizer.
+    def from_tokenizer(
+        cls,
+        tokenizer: Any,
+        allow_multi_digit: bool = False,
+        multi_digit: MultiDigit = "slots",
+    ) -> DigitVocab:
+        """The number tokens of a Hugging Face (or raw `tokenizers`) tokenizer, decided by behaviour.
 
-        Raises DigitVocabError when a digit has no single-character token, or when the vocabulary
-        also holds multi-digit tokens (GPT-2 style ``"123"``) and `allow_multi_digit` is False:
-        digit-level losses cannot see the digits inside such tokens.
+        The tokenizer writes the probe numbers `PROBES` ("0".."9", "1234.5", " 42", "3,141",
+        "-7"). When every digit it emits is one single-digit token, the vocabulary's multi-digit
+        tokens (if any) are never produced and only the ten digits are kept (a Llama-3 tokenizer
+        given `split_digits` is such a tokenizer). When it emits multi-digit number tokens,
+        `multi_digit` decides: ``"slots"`` (default) learns every number token of the vocabulary
+        with its digits, and the digit objectives score each digit through per-slot marginals;
+        ``"single"`` (or the older ``allow_multi_digit=True``) keeps the ten digits only, so the
+        digits inside multi-digit tokens get no numeric term; ``"refuse"`` raises DigitVocabError.
+        A tokenizer without the ten single-digit tokens is always refused.
         """
+        if multi_digit not in MULTI_DIGIT_MODES:
+            raise ValueError(f"multi_digit must be one of {MULTI_DIGIT_MODES}, got {multi_digit!r}")
+        if allow_multi_digit:
+            multi_digit = "single"
         vocab = _vocab_of(tokenizer)
         digit_ids: list[int] = []
         missing: list[str] = []
@@ -103,36 +191,73 @@ class DigitVocab:
                 digit_ids.append(token_id)
         if missing:
             raise DigitVocabError(
-                f"the tokenizer has no single-character token for digit(s) {', '.join(missing)}. "
-                "Digit-level losses need a tokenizer that splits numbers into single digits "
-                "(Llama, Qwen2.5, SmolLM2, Mistral do); add the ten digit tokens or use another model."
+                f"the tokenizer has no single-character token for digit(s) {', '.join(missing)}, so it "
+                "cannot write every number and digit-level losses have no digit columns. Every "
+                "tokenizer of the common families has them (" + FAMILIES + "); add the ten digit "
+                "tokens or use another model."
             )
         point_id = _token_id(vocab, ".", tokenizer)
-        if not allow_multi_digit:
-            multi = sorted(
-                {
-                    text
-                    for token in vocab
-                    if len(text := token.strip(_WORD_MARKERS)) > 1 and text.isascii() and text.isdigit()
-                }
+        id_to_token = {i: t for t, i in vocab.items()}
+        numbers: list[tuple[int, str, bool]] = []
+        unscored: list[tuple[int, int]] = []
+        digit_set = set(digit_ids)
+        for token, token_id in vocab.items():
+            if token_id in digit_set:
+                continue
+            parsed = number_token_text(token)
+            if parsed is not None:
+                numbers.append((token_id, *parsed))
+            elif (count := _count_digit_chars(token)) > 0:
+                unscored.append((token_id, count))
+        emitted = {i for probe in PROBES for i in _encode(tokenizer, probe)}
+        emitted_numbers = {i for i, _, _ in numbers if i in emitted}
+        emitted_multi = sorted(
+            id_to_token[i] for i, digits, _ in numbers if i in emitted_numbers and len(digits) > 1
+        )
+        mixed = sorted(id_to_token[i] for i, _ in unscored if i in emitted)
+        if mixed:
+            warnings.warn(
+                f"the tokenizer writes digits inside tokens that also hold other characters "
+                f"({', '.join(map(repr, mixed[:5]))}): those digits get no numeric term "
+                "(numloss.digits.digit_coverage measures the share that does)",
+                stacklevel=2,
             )
-            if multi:
-                shown = ", ".join(repr(t) for t in multi[:5])
-                raise DigitVocabError(
-                    f"the tokenizer has {len(multi)} multi-digit tokens ({shown}, ...): it merges digits, "
-                    "so numbers are not spelled digit by digit and digit losses would miss them. Use a "
-                    "tokenizer that splits digits (Llama, Qwen2.5, SmolLM2), or pass "
-                    "allow_multi_digit=True to apply the losses to single-digit tokens only."
-                )
-        return cls(digit_ids, point_id)
+        if not emitted_numbers:
+            # behaviour: single digits only; multi-digit vocabulary entries are never produced
+            unscored += [(i, len(digits)) for i, digits, _ in numbers]
+            return cls(digit_ids, point_id, (), unscored)
+        if multi_digit == "refuse":
+            shown = ", ".join(repr(t) for t in emitted_multi[:5]) or "spaced digit tokens"
+            raise DigitVocabError(
+                f"the tokenizer writes numbers in multi-digit tokens ({shown}): {FAMILIES}. Use "
+                "multi_digit='slots' (the default) to score every digit inside them, or give the "
+                "tokenizer a digit-splitting pre-tokenizer: tokenizer = numloss.digits.split_digits(tokenizer)."
+            )
+        if multi_digit == "single":
+            unscored += [(i, len(digits)) for i, digits, _ in numbers]
+            return cls(digit_ids, point_id, (), unscored)
+        return cls(digit_ids, point_id, numbers, unscored)
 
     def digit_ids_tensor(self, device: torch.device | str | None = None) -> torch.Tensor:
         """The ten digit ids as a long tensor, in digit order."""
         return torch.tensor(self.digit_ids, dtype=torch.long, device=device)
 
+    @property
+    def has_multi_digit(self) -> bool:
+        """True when number tokens other than the ten single digits are scored."""
+        return bool(self.number_tokens)
+
+    def number_table(self, device: torch.device | str | None = None) -> NumberTable:
+        """The number-token table on `device` (cached)."""
+        return _number_table(self, str(torch.device(device) if device is not None else torch.device("cpu")))
+
     def check_width(self, vocab_width: int) -> None:
         """Raise when a logit width cannot hold every digit id (a head smaller than the vocab)."""
-        largest = max(self.digit_ids + ((self.decimal_point_id,) if self.decimal_point_id is not None else ()))
+        largest = max(
+            self.digit_ids
+            + ((self.decimal_point_id,) if self.decimal_point_id is not None else ())
+            + tuple(i for i, _, _ in self.number_tokens)
+        )
         if largest >= vocab_width:
             raise ValueError(
                 f"logits have {vocab_width} columns but digit/point token id {largest} needs at least "
@@ -141,20 +266,135 @@ class DigitVocab:
 
 
 @dataclass(frozen=True)
-class DigitPositions:
-    """The digit positions of a flattened [B*T] label tensor.
+class NumberTable:
+    """The number tokens of a DigitVocab as tensors: the columns the digit objectives gather.
 
-    `index`: flat positions whose label is a digit (ascending). `target`: the digit (0..9) at each.
-    `place`: the place index of each digit (units 0, tens 1, first decimal -1, ...).
+    `columns` [C]: token ids, the ten digits first (in digit order), then `DigitVocab.number_tokens`.
+    `lengths` [C]: digits per token. `spaced` [C]: leading word-boundary marker. `digits` [C, Lmax]:
+    the j-th digit of each token (-1 past its end). `values` [C] float64: the integer each spells.
+    `group` [C]: index into `groups`, one per (length, spaced) pair, as (length, spaced, columns).
+    Column c is in group g when token c has the length and spacing of g; the slot-j digit logits of
+    a target in group g pool the columns of g by their j-th digit. `complete[g]`: group g holds
+    each of the 10^length digit strings exactly once (then its columns are in digit order).
+    """
+
+    columns: torch.Tensor
+    lengths: torch.Tensor
+    spaced: torch.Tensor
+    digits: torch.Tensor
+    values: torch.Tensor
+    group: torch.Tensor
+    groups: tuple[tuple[int, bool, torch.Tensor], ...]
+    complete: tuple[bool, ...] = ()
+
+    @property
+    def width(self) -> int:
+        return int(self.columns.numel())
+
+
+@functools.lru_cache(maxsize=32)
+def _number_table(vocab: DigitVocab, device: str) -> NumberTable:
+    entries = [(i, str(k), False) for k, i in enumerate(vocab.digit_ids)] + list(vocab.number_tokens)
+    longest = max(len(d) for _, d, _ in entries)
+    keys: list[tuple[int, bool]] = []
+    group_of: list[int] = []
+    for _, digits, spaced in entries:
+        key = (len(digits), spaced)
+        if key not in keys:
+            keys.append(key)
+        group_of.append(keys.index(key))
+    digit_rows = [[int(c) for c in d] + [-1] * (longest - len(d)) for _, d, _ in entries]
+    group = torch.tensor(group_of, dtype=torch.long)
+    groups = tuple(
+        (length, spaced, torch.nonzero(group == g).squeeze(1).to(device))
+        for g, (length, spaced) in enumerate(keys)
+    )
+    complete = tuple(
+        len({d for _, d, s in entries if (len(d), s) == key}) == 10 ** key[0] == group_of.count(g)
+        for g, key in enumerate(keys)
+    )
+    return NumberTable(
+        complete=complete,
+        columns=torch.tensor([i for i, _, _ in entries], dtype=torch.long, device=device),
+        lengths=torch.tensor([len(d) for _, d, _ in entries], dtype=torch.long, device=device),
+        spaced=torch.tensor([s for _, _, s in entries], dtype=torch.bool, device=device),
+        digits=torch.tensor(digit_rows, dtype=torch.long, device=device),
+        values=torch.tensor([float(int(d)) for _, d, _ in entries], dtype=torch.float64, device=device),
+        group=group.to(device),
+        groups=groups,
+    )
+
+
+def split_digits(tokenizer: Any) -> Any:
+    """Give a fast tokenizer a digit-splitting pre-tokenizer, in place, and return it.
+
+    After this the tokenizer writes every number one digit per token ("12345" -> 1 2 3 4 5), as
+    the digit-splitting families do, so `DigitVocab.from_tokenizer` finds single digits by
+    behaviour. Works on a `transformers` fast tokenizer (its `backend_tokenizer`) or a raw
+    `tokenizers.Tokenizer`; the split runs before the tokenizer's own pre-tokenizer. Every digit
+    must have a single-character token, or there is nothing to split into.
+    """
+    from tokenizers import pre_tokenizers
+
+    backend = getattr(tokenizer, "backend_tokenizer", tokenizer)
+    if not hasattr(backend, "pre_tokenizer"):
+        raise TypeError(
+            f"split_digits needs a fast tokenizer (transformers PreTrainedTokenizerFast or "
+            f"tokenizers.Tokenizer), got {type(tokenizer).__name__}: load it with use_fast=True"
+        )
+    vocab = backend.get_vocab()
+    missing = [str(k) for k in range(10) if str(k) not in vocab]
+    if missing:
+        raise DigitVocabError(
+            f"split_digits: the vocabulary has no single-character token for digit(s) {', '.join(missing)}, "
+            "so numbers cannot be split into digit tokens"
+        )
+    split = pre_tokenizers.Digits(individual_digits=True)
+    current = backend.pre_tokenizer
+    backend.pre_tokenizer = split if current is None else pre_tokenizers.Sequence([split, current])
+    return tokenizer
+
+
+@dataclass(frozen=True)
+class DigitPositions:
+    """The digit slots of a flattened [B*T] label tensor, one per digit of every number token.
+
+    `index` [K]: flat position of each slot (ascending; a token of L digits repeats its position L
+    times). `target` [K]: the digit (0..9). `place` [K]: its place index over the whole number
+    (units 0, tens 1, first decimal -1, ...). `slot` [K]: which digit of its token (0 = first).
+    `column` [K]: the token's column in `DigitVocab.number_table()`. `rows` [P]: the distinct
+    positions of number tokens (ascending); `row_of` [K]: each slot's entry in `rows`. With a
+    single-digit tokenizer K = P, `rows` = `index` and every slot is 0.
     """
 
     index: torch.Tensor
     target: torch.Tensor
     place: torch.Tensor
+    slot: torch.Tensor | None = None
+    column: torch.Tensor | None = None
+    rows: torch.Tensor | None = None
+    row_of: torch.Tensor | None = None
+
+    def __post_init__(self) -> None:
+        empty = self.index.new_zeros(self.index.shape)
+        if self.slot is None:
+            object.__setattr__(self, "slot", empty)
+        if self.column is None:
+            object.__setattr__(self, "column", self.target.clone())
+        if self.rows is None:
+            object.__setattr__(self, "rows", self.index)
+        if self.row_of is None:
+            object.__setattr__(self, "row_of", torch.arange(self.index.numel(), device=self.index.device))
 
     @property
     def count(self) -> int:
+        """Digit slots (the digit objectives' N_dig)."""
         return int(self.index.numel())
+
+    @property
+    def token_count(self) -> int:
+        """Number-token positions (`level="token"` objectives score one term each)."""
+        return int(self.rows.numel())
 
 
 def digit_lookup(vocab: DigitVocab, width: int, device: torch.device) -> torch.Tensor:
@@ -269,20 +509,117 @@ def place_weights(places: torch.Tensor, weighting: PlaceWeighting = "official") 
     return torch.where(places >= 0, integer, decimal)
 
 
+def number_lookup(vocab: DigitVocab, width: int, device: torch.device) -> torch.Tensor:
+    """A [width + 1] table: column of each number token in `number_table()`, -2 for '.', -1 otherwise.
+
+    The extra last slot serves ignored labels (mapped there before the lookup).
+    """
+    table = torch.full((width + 1,), -1, dtype=torch.long, device=device)
+    columns = vocab.number_table(device).columns
+    table[columns] = torch.arange(columns.numel(), device=device)
+    if vocab.decimal_point_id is not None and vocab.decimal_point_id < width:
+        table[vocab.decimal_point_id] = -2
+    return table
+
+
 def find_digits(
     labels: torch.Tensor,
     vocab: DigitVocab,
     width: int | None = None,
     ignore_index: int = IGNORE_INDEX,
 ) -> DigitPositions:
-    """Digit positions, their target digits and place indices of aligned labels.
+    """Every digit slot of aligned labels: position, target digit, place over the whole number.
 
     Labels are [B, T] (rows are separate sequences) or [T] (one sequence). Positions are indices
-    into the flattened labels.
+    into the flattened labels. A number is a maximal run of number tokens and '.' inside one row;
+    a number token with a leading space starts a new one. Its digits are read left to right across
+    its tokens, and the place rule of DESIGN.md section 1 applies to that run of digits: with m the
+    index of the first '.' that has a digit before it (the run's length when there is none),
+    character j gets m-1-j when j < m and -(j-m) when j > m. With single-digit tokens this is
+    `number_places` exactly.
     """
-    labels_2d = labels if labels.dim() == 2 else labels.reshape(1, -1)
-    classes = label_classes(labels_2d, vocab, width, ignore_index)
-    places = number_places(classes).reshape(-1)
-    flat = classes.reshape(-1)
-    index = torch.nonzero((flat >= 0) & (flat < 10), as_tuple=False).squeeze(1)
-    return DigitPositions(index=index, target=flat[index], place=places[index])
+    if labels.dtype not in (torch.int64, torch.int32):
+        raise TypeError(f"labels must be an integer tensor, got {labels.dtype}")
+    labels_2d = (labels if labels.dim() == 2 else labels.reshape(1, -1)).long()
+    device = labels_2d.device
+    table = vocab.number_table(device)
+    if width is None:
+        largest = int(table.columns.max()) + 1
+        width = max(int(labels_2d.max()) + 1 if labels_2d.numel() else 0, largest)
+    label_classes(labels_2d, vocab, width, ignore_index)  # the range check and its message
+    rows_count, cols = labels_2d.shape
+    flat = labels_2d.reshape(-1)
+    n = flat.numel()
+    valid = flat != ignore_index
+    column = number_lookup(vocab, width, device)[torch.where(valid, flat, width)]
+    is_token = column >= 0
+    is_point = column == -2
+    safe_column = column.clamp_min(0)
+    length = torch.where(is_token, table.lengths[safe_column], torch.zeros_like(column))
+    spaced = is_token & table.spaced[safe_column]
+    in_run = is_token | is_point
+    previous = torch.zeros_like(in_run)
+    if n:
+        previous[1:] = in_run[:-1]
+        previous.view(rows_count, cols)[:, 0] = False  # a run never continues from the previous row
+    starts = in_run & (~previous | spaced)
+    run_id = torch.cumsum(starts.long(), 0) - 1
+    position = torch.arange(n, device=device)
+    run_start = position[starts]
+    chars = torch.where(is_point, torch.ones_like(length), length)
+    before = torch.cumsum(chars, 0) - chars  # characters before each position, whole tensor
+    safe_run = run_id.clamp_min(0)
+    offset = before - before[run_start][safe_run] if run_start.numel() else before
+    digits_before = torch.cumsum(length, 0) - length
+    if run_start.numel():
+        digits_before = digits_before - digits_before[run_start][safe_run]
+    num_runs = run_start.numel()
+    run_chars = torch.zeros(num_runs, dtype=torch.long, device=device)
+    run_chars.scatter_add_(0, run_id[in_run], chars[in_run])
+    point_here = is_point & (digits_before > 0)
+    first_point = run_chars.scatter_reduce(
+        0, run_id[point_here], offset[point_here], reduce="amin", include_self=True
+    )
+    rows = position[is_token]
+    token_length = length[rows]
+    row_of = torch.repeat_interleave(torch.arange(rows.numel(), device=device), token_length)
+    first_slot = torch.cumsum(token_length, 0) - token_length
+    slot = torch.arange(row_of.numel(), device=device) - first_slot[row_of]
+    index = rows[row_of]
+    char = offset[index] + slot
+    m = first_point[run_id[index]] if num_runs else char
+    place = torch.where(char < m, m - 1 - char, m - char)
+    target = table.digits[column[index], slot] if index.numel() else index.clone()
+    return DigitPositions(
+        index=index, target=target, place=place, slot=slot, column=column[index], rows=rows, row_of=row_of
+    )
+
+
+def digit_coverage(
+    labels: torch.Tensor, vocab: DigitVocab, ignore_index: int = IGNORE_INDEX
+) -> tuple[int, int]:
+    """(digits that get the numeric term, all digit characters) of the labels that are scored.
+
+    Counts the digits of number tokens (scored) against those plus the digits inside tokens
+    listed in `vocab.unscored_digit_tokens` (not scored). A tokenizer that merges digits, used in
+    ``multi_digit="single"`` mode, shows a share well below 1. For the training log.
+    """
+    flat = labels.reshape(-1).long()
+    flat = flat[flat != ignore_index]
+    if not flat.numel():
+        return 0, 0
+    largest = max(
+        int(flat.max()),
+        int(vocab.number_table(flat.device).columns.max()),
+        max((i for i, _ in vocab.unscored_digit_tokens), default=0),
+    )
+    counts = torch.zeros(largest + 1, dtype=torch.long, device=flat.device)
+    scored = torch.zeros_like(counts)
+    table = vocab.number_table(flat.device)
+    scored[table.columns] = table.lengths
+    counts += scored
+    if vocab.unscored_digit_tokens:
+        ids = torch.tensor([i for i, _ in vocab.unscored_digit_tokens], device=flat.device)
+        counts[ids] = torch.tensor([c for _, c in vocab.unscored_digit_tokens], device=flat.device)
+    flat = flat.clamp_min(0)
+    return int(scored[flat].sum()), int(counts[flat].sum())

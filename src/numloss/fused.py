@@ -136,7 +136,7 @@ class _FusedLinearLoss(torch.autograd.Function):
         device = hidden.device
         nll = torch.zeros(num_rows, dtype=math, device=device)
         cost = torch.zeros(num_rows if unit is not None else 0, dtype=math, device=device)
-        digit_logits = torch.zeros((digit_index.numel(), 10), dtype=math, device=device)
+        digit_logits = torch.zeros((digit_index.numel(), digit_columns.numel()), dtype=math, device=device)
         row_finite = torch.ones(num_rows, dtype=torch.bool, device=device)
         wants_grad = any(ctx.needs_input_grad[:3])
         in_forward = wants_grad and rule is not None and strategy == "forward"
@@ -315,7 +315,7 @@ def fused_loss(
             f"{loss_fn.name}: the embedding has {unit.shape[0]} rows but the LM head {vocab_size}: "
             "pass the output-embedding matrix of the model whose head this is"
         )
-    digit_columns = loss_fn.digit_columns.to(hidden.device)
+    digit_columns = loss_fn.number_columns.to(hidden.device)
     empty = torch.zeros(0, dtype=math, device=hidden.device)
     # the objective's own gradient rule; None (unknown) makes backward recompute the logits
     has_rule = loss_fn.gradient_weights(empty, empty if unit is not None else None) is not None
@@ -325,7 +325,7 @@ def fused_loss(
         bias,
         targets,
         valid,
-        digits.index,
+        digits.rows,
         digit_columns,
         unit,
         loss_fn.gradient_weights if has_rule else None,

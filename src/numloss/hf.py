@@ -36,7 +36,7 @@ import torch.nn.functional as F
 from torch import nn
 from transformers import Trainer
 
-from numloss.digits import label_classes
+from numloss.digits import digit_coverage, label_classes
 from numloss.losses.base import NumericLoss, NumericLossOutput
 from numloss.patch import patch_target, patched
 
@@ -290,6 +290,8 @@ class NumericTrainer(Trainer):
         # digit count of the current optimizer step, set in get_batch_samples
         self._step_digits: torch.Tensor | None = None
         self._log_sums = torch.zeros(6, dtype=torch.float64, device=self.args.device)
+        # (label digits that get the numeric term, all label digits) since the last log, this rank
+        self._digit_coverage = [0, 0]
         # MixCE, EMO and normalize="tokens" report aux per token; digit objectives per digit position
         declared = getattr(loss_fn, "aux_per_token", None)
         self._aux_per_token = declared if isinstance(declared, bool) else (
@@ -299,8 +301,12 @@ class NumericTrainer(Trainer):
 
     # -- step-wide counts -----------------------------------------------------------------------
     def count_tokens_and_digits(self, inputs: dict[str, Any]) -> torch.Tensor:
-        """[valid tokens, digit positions] of one micro-batch after the shift, as a long tensor."""
-        return count_tokens_and_digits(shift_labels(inputs, self.loss_fn.ignore_index), self.loss_fn)
+        """[valid tokens, digit positions] of one micro-batch after the shift, as a long tensor;
+        also adds up the label digits that get the numeric term for the `digit_share` log."""
+        labels = shift_labels(inputs, self.loss_fn.ignore_index)
+        scored, total = digit_coverage(labels, self.loss_fn.vocab, self.loss_fn.ignore_index)
+        self._digit_coverage = [self._digit_coverage[0] + scored, self._digit_coverage[1] + total]
+        return count_tokens_and_digits(labels, self.loss_fn)
 
     def get_batch_samples(self, epoch_iterator, num_batches, device):
         """The micro-batches of one optimizer step and their step-wide token count.
@@ -450,4 +456,8 @@ class NumericTrainer(Trainer):
                 logs["aux"] = sums[_AUX_SUM] / sums[_AUX_COUNT] if sums[_AUX_COUNT] > 0 else 0.0
             if sums[_DIGITS] > 0:
                 logs["digit_entropy"] = sums[_ENTROPY_SUM] / sums[_DIGITS]
+            scored, total = self._digit_coverage
+            self._digit_coverage = [0, 0]
+            if total > 0:  # share of label digits that got the numeric term (this rank)
+                logs["digit_share"] = scored / total
         super().log(logs, start_time)

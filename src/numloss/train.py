@@ -468,6 +468,7 @@ def tiny_options_for(config: Any) -> dict[str, Any]:
         "num_layers": config.model.tiny_layers,
         "hidden_size": config.model.tiny_hidden,
         "num_heads": config.model.tiny_heads,
+        "digits_per_token": config.model.tiny_digits_per_token,
         "max_position_embeddings": max(2048, config.data.max_length),
     }
 

@@ -172,15 +172,20 @@ def teacher_forced_digit_stats(
     """Feed each prompt + gold answer to `model`; measure it at the answer's digit positions.
 
     The answer is tokenized on its own (no special tokens) after the prompt, so every digit of it
-    is predicted from the prompt and the gold tokens before it. Raises DigitVocabError when the
-    tokenizer merges digits (digits are then not single positions to measure).
+    is predicted from the prompt and the gold tokens before it. With multi-digit number tokens
+    (Llama-3-style chunks, GPT-2 merges) every digit of a token is measured on its slot marginal
+    (`numloss.losses.number_tokens`): the entropy is that of the slot's digit distribution, and a
+    digit is right when the model's top token is one of the target's group (same length and
+    spacing) with that digit in that slot; for single digits, the top token is the digit.
     """
     if len(prompts) != len(answers):
         raise ValueError(f"prompts and answers differ in length: {len(prompts)} vs {len(answers)}")
+    from numloss.losses.number_tokens import slot_logits
+
     vocab = vocab or DigitVocab.from_tokenizer(tokenizer)
     pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else (tokenizer.eos_token_id or 0)
     device = next(model.parameters()).device
-    digit_ids = vocab.digit_ids_tensor(device)
+    table = vocab.number_table(device)
     was_training = model.training
     model.eval()
     entropies: list[float] = []
@@ -203,10 +208,17 @@ def teacher_forced_digit_stats(
             digits = find_digits(labels.to(device), vocab, width=logits.shape[-1])
             if digits.count == 0:
                 continue
-            at = flat[digits.index]
-            log_p = torch.log_softmax(at[:, digit_ids], dim=-1)
+            at = flat[digits.rows]
+            z, _ = slot_logits(at[:, table.columns], digits, table)
+            log_p = torch.log_softmax(z, dim=-1)
             entropies += (-(log_p.exp() * log_p).sum(-1)).tolist()
-            correct += (at.argmax(-1) == digit_ids[digits.target]).tolist()
+            # the top token, as a column of the number table (-1: not a number token)
+            column_of = torch.full((flat.shape[-1],), -1, dtype=torch.long, device=device)
+            column_of[table.columns] = torch.arange(table.width, device=device)
+            top = column_of[at.argmax(-1)][digits.row_of]
+            safe = top.clamp_min(0)
+            same_group = (top >= 0) & (table.group[safe] == table.group[digits.column])
+            correct += (same_group & (table.digits[safe, digits.slot] == digits.target)).tolist()
             places += digits.place.tolist()
     finally:
         model.train(was_training)

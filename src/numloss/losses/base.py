@@ -2,10 +2,13 @@
 
 A subclass says what it adds to cross-entropy, as a function of small tensors:
 
-* digit objectives (DEL, NTL, DIST2; `DigitLoss`) implement `digit_terms(z, y, u, nll)`: one term
-  per digit position from the ten digit logits z [K, 10], the target digit y [K], the place
-  weight u [K] (`digit_weights`) and the full-vocabulary NLL of the target [K] (only NTL's
-  `reweigh` reads it); aux = sum of terms / N_dig (or / N_tok, `normalize="tokens"`).
+* digit objectives (DEL, NTL, DIST2; `DigitLoss`) implement `digit_terms(z, y, u, nll, support)`:
+  one term per digit slot from its ten digit logits z [K, 10], the target digit y [K], the place
+  weight u [K] (`digit_weights`), the full-vocabulary NLL of the target digit [K] (only NTL's
+  `reweigh` reads it) and `support` [K, 10], the digits the slot can hold (only DIST2 reads it);
+  aux = sum of terms / N_dig (or / N_tok, `normalize="tokens"`). A slot is one digit of a number
+  token: for single-digit tokens z is the ten digit logits; for multi-digit tokens (Llama-3
+  chunks, GPT-2 merges) the slot marginal of `numloss.losses.number_tokens`.
 * token objectives (MixCE, EMO) implement `token_loss(nll, valid, cost)`: the per-token loss that
   replaces the NLL and the per-token term they report as aux (sum / N_tok). EMO also implements
   `transport_embedding` and `transport_cost`, which give it the per-token transport cost.
@@ -32,6 +35,7 @@ from torch import nn
 from numloss.digits import IGNORE_INDEX, DigitPositions, DigitVocab, find_digits
 from numloss.fused import fused_loss
 from numloss.losses.core import token_nll_and_digit_logits
+from numloss.losses.number_tokens import slot_logits
 
 
 @dataclass
@@ -133,7 +137,9 @@ class NumericLoss(nn.Module):
         self.alpha = float(self.default_alpha if alpha is None else alpha)
         self.ignore_index = ignore_index
         self.check_finite = check_finite
-        self.register_buffer("digit_columns", vocab.digit_ids_tensor(), persistent=False)
+        # the number-token columns gathered at number positions: the ten digits first, then any
+        # multi-digit tokens (at most ~1,110 of V for Llama-3)
+        self.register_buffer("number_columns", vocab.number_table().columns, persistent=False)
 
     @classmethod
     def option_names(cls) -> list[str]:
@@ -178,10 +184,38 @@ class NumericLoss(nn.Module):
         return torch.ones(digits.count, dtype=torch.float32, device=digits.index.device)
 
     def digit_terms(
-        self, digit_logits: torch.Tensor, digit_targets: torch.Tensor, weights: torch.Tensor, digit_nll: torch.Tensor
+        self,
+        digit_logits: torch.Tensor,
+        digit_targets: torch.Tensor,
+        weights: torch.Tensor,
+        digit_nll: torch.Tensor,
+        support: torch.Tensor | None = None,
     ) -> torch.Tensor | None:
-        """Per-digit extra terms [K], or None when the objective has none."""
+        """Per-digit extra terms [K], or None when the objective has none.
+
+        `support` [K, 10] (None: all True) marks the digits each slot can hold; the others have
+        probability exactly 0 in softmax(digit_logits).
+        """
         return None
+
+    def number_terms(self, number_logits: torch.Tensor, digits: DigitPositions) -> torch.Tensor | None:
+        """Per number-token terms [P] for objectives at `level="token"`, or None (digit level).
+
+        `number_logits` [P, C]: the logits at `digits.rows` for the columns `number_columns`.
+        """
+        return None
+
+    @property
+    def scores_tokens(self) -> bool:
+        """True when the numeric term is one per number token (`level="token"`), not per digit."""
+        return False
+
+    def count_digits(self, labels: torch.Tensor) -> torch.Tensor:
+        """The objective's N_dig of aligned `labels`: digit slots (every digit of a multi-digit
+        number token), or number tokens at `level="token"`. What a trainer sums over the
+        micro-batches of a step to pass as `num_digits_in_batch`."""
+        digits = find_digits(labels, self.vocab, None, self.ignore_index)
+        return torch.tensor(digits.token_count if self.scores_tokens else digits.count, device=labels.device)
 
     def transport_embedding(self, device: torch.device, dtype: torch.dtype) -> torch.Tensor | None:
         """Unit-length rows [V, H] of a cost embedding (no gradient), or None: no transport cost."""
@@ -242,8 +276,8 @@ class NumericLoss(nn.Module):
         flat_logits, flat_labels, digits = self._prepare(logits, labels)
         valid = flat_labels != self.ignore_index
         targets = torch.where(valid, flat_labels, torch.zeros_like(flat_labels))
-        nll, digit_logits, row_finite = token_nll_and_digit_logits(
-            flat_logits, targets, valid, digits.index, self.digit_columns
+        nll, number_logits, row_finite = token_nll_and_digit_logits(
+            flat_logits, targets, valid, digits.rows, self.number_columns
         )
         cost = self.transport_cost(flat_logits, valid, targets)
 
@@ -251,7 +285,7 @@ class NumericLoss(nn.Module):
             self._raise_for_logits(flat_logits, valid, ignored_rows)
 
         return self.combine(
-            nll, valid, digit_logits, digits, cost, num_items_in_batch, num_digits_in_batch,
+            nll, valid, number_logits, digits, cost, num_items_in_batch, num_digits_in_batch,
             row_finite=row_finite, diagnose=diagnose,
         )
 
@@ -303,7 +337,7 @@ class NumericLoss(nn.Module):
         self,
         nll: torch.Tensor,
         valid: torch.Tensor,
-        digit_logits: torch.Tensor,
+        number_logits: torch.Tensor,
         digits: DigitPositions,
         cost: torch.Tensor | None,
         num_items_in_batch: int | torch.Tensor | None,
@@ -314,19 +348,29 @@ class NumericLoss(nn.Module):
         """Normalise and add up the per-token NLL, digit logits and transport cost; shared by
         the unfused and the fused path.
 
+        `number_logits` [P, C]: the logits at the number-token positions `digits.rows` for the
+        columns `number_columns`; the slot digit logits [K, 10] are computed from them here.
         `row_finite` [N] says which rows had a finite log-normaliser; `diagnose(ignored_rows)`
         raises the error that explains a non-finite loss (ignored_rows None) or non-finite rows at
         ignored positions (their indices), in the words of the calling path.
         """
         num_tokens = valid.sum()
-        num_digits = torch.tensor(digits.count, device=nll.device)
+        digit_logits, support = slot_logits(number_logits, digits, self.vocab.number_table(nll.device))
+        num_digits = torch.tensor(digits.token_count if self.scores_tokens else digits.count, device=nll.device)
         token_count = _as_count(num_items_in_batch, num_tokens, "num_items_in_batch")
         digit_count = _as_count(num_digits_in_batch, num_digits, "num_digits_in_batch")
         ce = nll.sum() / token_count
         loss = ce
         aux = torch.zeros((), dtype=torch.float32, device=nll.device)
         weights = self.digit_weights(digits)
-        terms = self.digit_terms(digit_logits, digits.target, weights, nll.index_select(0, digits.index))
+        terms = self.number_terms(number_logits, digits) if self.scores_tokens else None
+        if terms is None:
+            # the full-vocabulary NLL of each slot's target digit: -log of the mass of the group's
+            # tokens with that digit there (the token's NLL for a single digit, exactly)
+            target_logit = number_logits[digits.row_of, digits.column]
+            slot_target = digit_logits.gather(1, digits.target[:, None]).squeeze(1)
+            digit_nll = nll.index_select(0, digits.index) + (target_logit - slot_target).to(nll.dtype)
+            terms = self.digit_terms(digit_logits, digits.target, weights, digit_nll, support)
         if terms is not None:
             aux = terms.sum() / self._digit_denominator(token_count, digit_count, weights)
             loss = ce + self.alpha * aux

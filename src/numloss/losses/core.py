@@ -107,7 +107,8 @@ def token_nll_and_digit_logits(
     whether each row's log-normaliser is finite [N] (bool, no gradient).
 
     `logits` [N, V] in any float dtype (computed in float32), `targets` [N] in [0, V) (any value
-    where not `valid`), `digit_index` [K] rows of the digit positions, `digit_columns` [10] the
-    digit token ids. NLL and digit logits are differentiable with respect to `logits`.
+    where not `valid`), `digit_index` [K] rows of the digit positions (distinct), `digit_columns`
+    [C] the token ids to read there (the ten digits, or every number token: C <= ~1,110 of V);
+    the digit logits are then [K, C]. NLL and digit logits are differentiable with respect to `logits`.
     """
     return _TokenNLLAndDigitLogits.apply(logits, targets, valid, digit_index, digit_columns)

@@ -74,5 +74,5 @@ class DigitEntropyLoss(DigitLoss):
     def digit_weights(self, digits: DigitPositions) -> torch.Tensor:
         return place_weights(digits.place, self.place_weighting)
 
-    def digit_terms(self, digit_logits, digit_targets, weights, digit_nll):
+    def digit_terms(self, digit_logits, digit_targets, weights, digit_nll, support=None):
         return del_term(digit_logits, digit_targets, weights, self.distance)

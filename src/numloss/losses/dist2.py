@@ -13,6 +13,10 @@ There is no official repository; the closest reference is the author-side `get_d
   reproduces it. numloss's own place weighting (`point_ends_run=False`) weights integer digits
   by i + 1 (units 1, tens 2) and decimal digits by 1, and divides by the digit count (default
   `normalize="digits"`) or the token count (`"tokens"`).
+
+On a digit slot of a multi-digit token that cannot hold every digit (irregular BPE merges), q is
+restricted to the digits it can hold (p is 0 elsewhere, and a KL to a zero would be infinite).
+With multi-digit tokens, `point_ends_run` counts positions over the run's digits, across tokens.
 """
 
 from __future__ import annotations
@@ -26,12 +30,22 @@ from numloss.digits import DigitPositions, DigitVocab
 from numloss.losses.base import NORMALIZATIONS, DigitLoss, check_number
 
 
-def dist2_term(z: torch.Tensor, y: torch.Tensor, u: torch.Tensor, tau: float) -> torch.Tensor:
-    """u * KL(q || p) per digit [M], q = softmax(-(k - y)^2 / tau), p = softmax(z)."""
+def dist2_term(
+    z: torch.Tensor, y: torch.Tensor, u: torch.Tensor, tau: float, support: torch.Tensor | None = None
+) -> torch.Tensor:
+    """u * KL(q || p) per digit [M], q = softmax(-(k - y)^2 / tau), p = softmax(z).
+
+    `support` [M, 10] (None: all digits) restricts q to the digits a slot can hold.
+    """
     values = torch.arange(10, dtype=z.dtype, device=z.device)
-    log_q = torch.log_softmax(-((values[None, :] - y[:, None]) ** 2) / tau, dim=-1)
-    log_p = torch.log_softmax(z, dim=-1)
-    return u.to(z.dtype) * (log_q.exp() * (log_q - log_p)).sum(dim=-1)
+    soft = -((values[None, :] - y[:, None]) ** 2) / tau
+    if support is None or bool(support.all()):
+        log_q = torch.log_softmax(soft, dim=-1)
+        return u.to(z.dtype) * (log_q.exp() * (log_q - torch.log_softmax(z, dim=-1))).sum(dim=-1)
+    log_q = torch.log_softmax(soft.masked_fill(~support, float("-inf")), dim=-1)
+    q = log_q.exp()
+    kl = torch.where(support, q * (log_q - torch.log_softmax(z, dim=-1)), torch.zeros_like(q))
+    return u.to(z.dtype) * kl.sum(dim=-1)
 
 
 def digit_run_weights(index: torch.Tensor, places: torch.Tensor) -> torch.Tensor:
@@ -39,13 +53,15 @@ def digit_run_weights(index: torch.Tensor, places: torch.Tensor) -> torch.Tensor
 
     A run of digit tokens breaks where the flat index jumps (a '.', another token, an ignored
     position) or where the place index does not fall by one (a new number in the next row: a
-    number's last digit has place 0 or below, the next row's first digit 0 or above).
+    number's last digit has place 0 or below, the next row's first digit 0 or above). The digit
+    slots of one multi-digit token share its index, so a step of 0 or 1 continues the run.
     """
     count = index.numel()
     if count == 0:
         return torch.zeros(0, dtype=torch.float32, device=index.device)
     starts = torch.ones(count, dtype=torch.bool, device=index.device)
-    starts[1:] = (index[1:] != index[:-1] + 1) | (places[1:] != places[:-1] - 1)
+    step = index[1:] - index[:-1]
+    starts[1:] = (step > 1) | (places[1:] != places[:-1] - 1)
     run = torch.cumsum(starts.long(), 0) - 1
     length = torch.bincount(run)
     first = torch.nonzero(starts).squeeze(1)
@@ -99,8 +115,8 @@ class Dist2Loss(DigitLoss):
             return digit_run_weights(digits.index, digits.place)
         return torch.where(digits.place >= 0, digits.place + 1, torch.ones_like(digits.place)).to(torch.float32)
 
-    def digit_terms(self, digit_logits, digit_targets, weights, digit_nll):
-        return dist2_term(digit_logits, digit_targets, weights, self.tau)
+    def digit_terms(self, digit_logits, digit_targets, weights, digit_nll, support=None):
+        return dist2_term(digit_logits, digit_targets, weights, self.tau, support)
 
     def _digit_denominator(self, token_count, digit_count, weights):
         if self.normalize == "weights":

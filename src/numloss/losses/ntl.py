@@ -10,6 +10,12 @@ full-vocabulary probability mass on the ten digit tokens, term' = m * term + 1.0
 D the largest possible term (9 for WAS, 81 for MSE), so mass outside the digits costs more than
 the worst digit. m has gradient. These equal `ntloss.NTLoss` / `ntloss.NTLossDotProduct`
 (ntloss 0.3.2) with the same `reweigh` (tested).
+
+On multi-digit number tokens the digit level (default) applies them to each digit slot's
+marginal (m is then the mass of the slot's group). `level="token"` is NTL's number-token variant
+(`ntloss` with `digit_level=False`): p is the softmax over every number token at a number-token
+position and the distance is between token values, sum_v p_v |v - y| or (sum_v p_v v - y)^2,
+one term per number token (aux = sum / N_num; no place weight, no reweigh).
 """
 
 from __future__ import annotations
@@ -20,7 +26,10 @@ from typing import Any
 import torch
 
 from numloss.digits import DigitVocab
-from numloss.losses.base import DigitLoss
+from numloss.losses.base import DigitLoss, check_choice
+from numloss.losses.number_tokens import token_values
+
+LEVELS = ("digit", "token")
 
 
 def _digit_values(like: torch.Tensor) -> torch.Tensor:
@@ -55,25 +64,44 @@ class _NumberTokenLoss(DigitLoss):
     default_alpha = 0.3
     largest_term: float = 0.0
 
-    def __init__(self, vocab: DigitVocab, alpha: float | None = None, reweigh: bool = False, **base_options) -> None:
+    def __init__(
+        self, vocab: DigitVocab, alpha: float | None = None, reweigh: bool = False, level: str = "digit", **base_options
+    ) -> None:
         super().__init__(vocab, alpha=alpha, **base_options)
-        self.validate_options({"reweigh": reweigh})
+        self.validate_options({"reweigh": reweigh, "level": level})
         self.reweigh = bool(reweigh)
+        self.level = level
 
     @classmethod
     def validate_options(cls, options: Mapping[str, Any]) -> None:
         super().validate_options(options)
         if "reweigh" in options and not isinstance(options["reweigh"], bool):
             raise ValueError(f"{cls.name}: reweigh must be true or false, got {options['reweigh']!r}")
+        if "level" in options:
+            check_choice(cls.name, "level", options["level"], LEVELS)
+            if options["level"] == "token" and options.get("reweigh"):
+                raise ValueError(f"{cls.name}: reweigh applies to the digit level only; drop it or use level='digit'")
 
     def extra_repr(self) -> str:
-        return f"{super().extra_repr()}, reweigh={self.reweigh}"
+        return f"{super().extra_repr()}, reweigh={self.reweigh}, level={self.level!r}"
+
+    @property
+    def scores_tokens(self) -> bool:
+        return self.level == "token"
+
+    @staticmethod
+    def token_distance(p: torch.Tensor, values: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
+        raise NotImplementedError
+
+    def number_terms(self, number_logits, digits):
+        p, values, target = token_values(number_logits, digits, self.vocab.number_table(number_logits.device))
+        return self.token_distance(p, values, target)
 
     @staticmethod
     def term(z: torch.Tensor, y: torch.Tensor, u: torch.Tensor) -> torch.Tensor:
         raise NotImplementedError
 
-    def digit_terms(self, digit_logits, digit_targets, weights, digit_nll):
+    def digit_terms(self, digit_logits, digit_targets, weights, digit_nll, support=None):
         terms = self.term(digit_logits, digit_targets, weights)
         if self.reweigh:
             terms = reweighed(terms, digit_logits, digit_targets, digit_nll, self.largest_term)
@@ -91,6 +119,10 @@ class NumberTokenLossWAS(_NumberTokenLoss):
     largest_term = 9.0
     term = staticmethod(was_term)
 
+    @staticmethod
+    def token_distance(p, values, target):
+        return (p * (values[None, :] - target[:, None]).abs()).sum(dim=-1)
+
 
 class NumberTokenLossMSE(_NumberTokenLoss):
     """NTL-MSE: squared error between the expected digit and the target digit."""
@@ -98,3 +130,7 @@ class NumberTokenLossMSE(_NumberTokenLoss):
     name = "ntl-mse"
     largest_term = 81.0
     term = staticmethod(mse_term)
+
+    @staticmethod
+    def token_distance(p, values, target):
+        return (p @ values - target) ** 2

@@ -116,8 +116,8 @@ def load_model_and_tokenizer(
     `AutoModelForCausalLM.from_pretrained`.
     """
     if name == "tiny":
-        tokenizer = tiny.build_char_tokenizer()
         options = dict(tiny_options or {})
+        tokenizer = tiny.build_char_tokenizer(digits_per_token=options.pop("digits_per_token", 1))
         model = tiny.build_tiny_model(tokenizer, seed=seed, **options)
         if dtype not in ("float32", "auto"):
             model = model.to(_DTYPES[dtype])

@@ -11,7 +11,7 @@ from __future__ import annotations
 import string
 
 import torch
-from tokenizers import Tokenizer, decoders, models
+from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers
 from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
 
 PAD, BOS, EOS, UNK = "<pad>", "<s>", "</s>", "<unk>"
@@ -22,16 +22,43 @@ CHARACTERS: tuple[str, ...] = tuple(
 )
 
 
-def build_char_tokenizer(model_max_length: int = 2048) -> PreTrainedTokenizerFast:
+def number_chunks(longest: int) -> tuple[list[str], list[tuple[str, str]]]:
+    """(tokens, merges) of every digit string of 2..`longest` digits, for a BPE over characters.
+
+    Each chunk can be reached by merging at any split point, so BPE ends at the whole chunk
+    whatever order it applies the merges in.
+    """
+    tokens: list[str] = []
+    merges: list[tuple[str, str]] = []
+    for length in range(2, longest + 1):
+        for value in range(10**length):
+            chunk = f"{value:0{length}d}"
+            tokens.append(chunk)
+            merges += [(chunk[:cut], chunk[cut:]) for cut in range(1, length)]
+    return tokens, merges
+
+
+def build_char_tokenizer(model_max_length: int = 2048, digits_per_token: int = 1) -> PreTrainedTokenizerFast:
     """A character-level `PreTrainedTokenizerFast`: one token per character, `<pad> <s> </s> <unk>`.
 
     Characters outside printable ASCII become `<unk>`. Encoding adds `<s>` in front (like Llama);
     decoding joins characters without spaces. The tokenizer is deterministic (no training), so two
     calls build the same vocabulary and it can be saved and reloaded with `AutoTokenizer`.
+    `digits_per_token` 3 writes numbers as Llama-3 and tiktoken cl100k do: runs of digits split
+    left to right into chunks of up to 3 ("12345" -> "123" "45"), one token per chunk, with all
+    1,110 chunks of 1-3 digits in the vocabulary (after the characters, so the ids of the
+    single-character tokens do not change).
     """
-    vocab = {token: i for i, token in enumerate(SPECIAL_TOKENS + CHARACTERS)}
+    if digits_per_token < 1:
+        raise ValueError(f"digits_per_token must be at least 1, got {digits_per_token}")
+    chunks, merges = number_chunks(digits_per_token)
+    vocab = {token: i for i, token in enumerate(SPECIAL_TOKENS + CHARACTERS + tuple(chunks))}
     # BPE with no merges is a character tokenizer that maps unseen characters to <unk>.
-    core = Tokenizer(models.BPE(vocab=vocab, merges=[], unk_token=UNK, fuse_unk=False))
+    core = Tokenizer(models.BPE(vocab=vocab, merges=merges, unk_token=UNK, fuse_unk=False))
+    if digits_per_token > 1:
+        core.pre_tokenizer = pre_tokenizers.Split(
+            Regex(f"[0-9]{{1,{digits_per_token}}}"), behavior="isolated"
+        )
     core.decoder = decoders.Fuse()
     tokenizer = PreTrainedTokenizerFast(
         tokenizer_object=core,

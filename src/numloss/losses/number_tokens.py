@@ -1,0 +1,113 @@
+"""Digit logits of number tokens of any length: the per-slot marginals of the digit objectives.
+
+At a position whose target is a number token of L digits (spaced or not), take the number tokens
+of the same length and spacing (their *group*) and pool them by their j-th digit:
+
+    z_j(k) = logsumexp of the raw logits of the group's tokens whose j-th digit is k,   j = 1..L
+
+softmax(z_j) is then exactly the slot-j digit marginal of the model's distribution over the
+group's tokens (the softmax over the group's logits, summed over tokens sharing digit j = k).
+For L = 1 (the ten digit tokens) z is the ten digit logits themselves, so a single-digit
+tokenizer gives exactly what it gave before. A digit that no token of the group has in slot j
+(GPT-2's incomplete merges) gets probability exactly 0: its logit is set 10^4 below the slot's
+largest, and `support` marks it absent.
+
+Everything works on the number-token logits [P, C] that the core gathers at the P number-token
+positions (C <= ~1,110 columns for Llama-3), never on [N, V]; the one Python loop runs over the
+groups of the table (a handful), not over tokens or numbers.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from numloss.digits import DigitPositions, NumberTable
+
+#: how far below a slot's largest logit an absent digit's logit sits: exp(-1e4) is 0 in float64
+ABSENT_GAP = 1.0e4
+
+
+def bucket_logsumexp(x: torch.Tensor, bucket: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """(z [R, 10], support [10]): z[:, k] = logsumexp of x[:, bucket == k] for x [R, n], bucket [n].
+
+    Each bucket is shifted by its own (detached) maximum, so no bucket underflows because another
+    is far larger. Empty buckets get `support` False and a logit ABSENT_GAP below the row's
+    largest present one (probability exactly 0, finite value and gradient).
+    Assumes at least one bucket is non-empty.
+    """
+    rows = x.shape[0]
+    support = torch.bincount(bucket, minlength=10) > 0
+    index = bucket.expand(rows, -1)
+    with torch.no_grad():
+        top = x.new_full((rows, 10), float("-inf")).scatter_reduce(1, index, x, reduce="amax")
+        top = torch.where(support, top, torch.zeros_like(top))
+    total = x.new_zeros((rows, 10)).scatter_add(1, index, torch.exp(x - top.gather(1, index)))
+    z = torch.log(torch.where(support, total, torch.ones_like(total))) + top
+    if not bool(support.all()):
+        # a function of the present logits (not detached), so the value and its gradient agree;
+        # the objectives' gradient with respect to a probability-0 digit is 0 anyway
+        floor = z[:, support].amax(dim=1, keepdim=True)
+        z = torch.where(support, z, (floor - ABSENT_GAP).expand_as(z))
+    return z, support
+
+
+def slot_logits(
+    number_logits: torch.Tensor, digits: DigitPositions, table: NumberTable
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """(z [K, 10], support [K, 10]): the slot digit logits of every digit slot of `digits`.
+
+    `number_logits` [P, C]: the logits at the number-token positions `digits.rows` (in order) for
+    the columns `table.columns`. Row i of the result belongs to slot i of `digits` (its target
+    `digits.target[i]`, place `digits.place[i]`). Differentiable with respect to `number_logits`.
+    """
+    count = digits.count
+    support = torch.ones((count, 10), dtype=torch.bool, device=number_logits.device)
+    if len(table.groups) == 1:  # only the ten digits: z is their logits, unchanged
+        return number_logits, support
+    group_of_slot = table.group[digits.column]
+    first_slots = digits.slot == 0  # a token's slots are consecutive, slot 0 first
+    pieces: list[torch.Tensor] = []
+    order: list[torch.Tensor] = []
+    for g, (length, _, columns) in enumerate(table.groups):
+        firsts = torch.nonzero(first_slots & (group_of_slot == g)).squeeze(1)  # [P_g] slot-0 indices
+        if not firsts.numel():
+            continue
+        rows = digits.row_of[firsts]
+        if g == 0:  # the ten bare digits, columns 0..9 in digit order: z is their logits
+            pieces.append(number_logits[rows, :10])
+            order.append(firsts)
+            continue
+        x = number_logits[rows][:, columns]  # [P_g, n_g]
+        complete = table.complete[g]  # every digit string once: columns in digit order
+        grid = x.view(-1, *([10] * length)) if complete else None
+        for j in range(length):
+            if complete:
+                others = [d + 1 for d in range(length) if d != j]
+                z = torch.logsumexp(grid, dim=others) if others else grid
+            else:
+                z, present = bucket_logsumexp(x, table.digits[columns, j])
+                support[firsts + j] = present
+            pieces.append(z)
+            order.append(firsts + j)
+    if not pieces:
+        return number_logits.new_zeros((0, 10)), support
+    stacked = torch.cat(pieces)
+    where = torch.cat(order)
+    inverse = torch.empty_like(where)
+    inverse[where] = torch.arange(where.numel(), device=where.device)
+    return stacked[inverse], support
+
+
+def token_values(
+    number_logits: torch.Tensor, digits: DigitPositions, table: NumberTable
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(p [P, C], values [C], target value [P]) for the token-level (number-level) variant.
+
+    p is the softmax over all number-token columns at each number-token position (NTL's
+    `digit_level=False`: every number token is a class, whatever its length); values are the
+    integers the tokens spell, in the dtype of the logits.
+    """
+    p = torch.softmax(number_logits, dim=-1)
+    values = table.values.to(device=number_logits.device, dtype=number_logits.dtype)
+    target_column = digits.column[digits.slot == 0]  # one slot 0 per number-token position
+    return p, values, values[target_column]
