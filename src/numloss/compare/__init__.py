@@ -11,7 +11,6 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import logging
-import platform
 import sys
 import time
 from pathlib import Path
@@ -22,17 +21,9 @@ from numloss.config import ConfigError
 __all__ = ["main", "run_comparison"]
 
 
-def _machine() -> str:
-    import os
-
-    import torch
-
-    device = f"CUDA {torch.cuda.get_device_name(0)}" if torch.cuda.is_available() else "CPU"
-    return f"{platform.machine()} {device}, {os.cpu_count()} cores, torch {torch.__version__}"
-
-
 def run_comparison(compare: Any, progress: bool = True, print_table: bool = True) -> dict[str, Any]:
     """Run the grid of `compare` (a CompareConfig), write the report; returns the summary."""
+    from numloss.compare.machine import machine_info, machine_line
     from numloss.compare.report import text_table, write_report
     from numloss.compare.runner import run_grid
 
@@ -57,7 +48,7 @@ def run_comparison(compare: Any, progress: bool = True, print_table: bool = True
             f"{'LoRA' if base.get('lora', {}).get('enabled') else 'full fine-tuning'}"
         ),
         "finished": time.strftime("%Y-%m-%d %H:%M"),
-        "machine": _machine(),
+        "machine_info": machine_info(),
         "torch_threads": compare.torch_threads,
         "jobs": compare.jobs,
         "wall_seconds": time.perf_counter() - started,
@@ -65,6 +56,10 @@ def run_comparison(compare: Any, progress: bool = True, print_table: bool = True
         "run_seconds": sum(r["seconds"].get("total", r["seconds"].get("train", 0.0)) for r in results),
         "runs": len(results),
     }
+    meta["machine"] = machine_line(meta["machine_info"])
+    if compare.learning is not None:
+        meta["learning"] = dataclasses.asdict(compare.learning)
+        meta["max_steps"] = train.get("max_steps")
     summary = write_report(results, compare.output_dir, meta)
     if print_table:
         print(f"\nin-distribution held-out set ({task.test_size} items per run); best marked *:")
@@ -111,6 +106,7 @@ def resolve(args: argparse.Namespace, default_config: str | None = "configs/comp
             "objectives": [dataclasses.asdict(s) for s in compare.objectives],
             "seeds": compare.seeds,
             "evaluation": dataclasses.asdict(compare.evaluation),
+            "learning": None if compare.learning is None else dataclasses.asdict(compare.learning),
             "torch_threads": compare.torch_threads,
             "jobs": compare.jobs,
             "output_dir": args.out or str(compare.output_dir),

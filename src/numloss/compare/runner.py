@@ -8,6 +8,11 @@ Resume: each run writes `runs/<label>-s<seed>/result.json` atomically (a tempora
 into place) once it is fully evaluated, stamped with the hash of everything that decides its
 outcome. A run whose result exists with the same hash is skipped; an interrupted run (no result
 file) starts again from scratch, so started-again comparisons continue where they stopped.
+
+Learning checks (`learning:` in the config, numloss.compare.learning): every few hundred steps a
+run is scored on the task's check slice (`ArithmeticTask.check_set`, kept out of training and
+apart from the test sets); the result's `learning` holds the checks, whether and when the run
+learnt the task, and with `stop_early` training ends at that check.
 """
 
 from __future__ import annotations
@@ -220,11 +225,20 @@ def run_one(
     `progress_bar` False hides the run's training bar (runs in parallel would interleave theirs);
     it is display only, so it does not enter the run's hash."""
     from numloss.compare.embeddings import digit_embeddings
+    from numloss.compare.learning import learning_callback
     from numloss.train import run_training
 
     run_dir = compare.output_dir / "runs" / key.name
     config = compare.run_config(key.spec, key.seed, run_dir, train_file)
     run_hash = compare.run_hash(config)
+    callbacks = list(callbacks or [])
+    checker = None
+    if compare.learning is not None:
+        check_items = test_sets["check"]
+        checker = learning_callback(
+            compare.learning, [e.prompt for e in check_items], [e.answer or e.output for e in check_items]
+        )
+        callbacks.append(checker)
     config.train.progress_bar = config.train.progress_bar and progress_bar
     if run_dir.exists():
         shutil.rmtree(run_dir)  # a torn or stale run: start it again
@@ -255,6 +269,8 @@ def run_one(
         "objective": {"name": key.spec.name, "alpha": key.spec.alpha, "options": key.spec.options},
         "seed": key.seed,
         "steps": trained.global_step,
+        "max_steps": config.train.max_steps,
+        "learning": None if checker is None else checker.record(),
         "train_metrics": trained.metrics,
         "seconds": {"train": train_seconds, "total": time.perf_counter() - started},
         "evaluation": evaluation,
@@ -317,6 +333,8 @@ def run_grid(
     out = compare.output_dir
     (out / "data").mkdir(parents=True, exist_ok=True)
     test_sets = compare.task.test_sets()
+    if compare.learning is not None:  # the checks' slice travels with the test sets to the runs
+        test_sets["check"] = compare.task.check_set(compare.learning.slice_size)
     held_out = {e.instruction for items in test_sets.values() for e in items}
     keys = [RunKey(spec, seed) for spec in compare.objectives for seed in compare.seeds]
     results: dict[str, dict[str, Any]] = {}  # by run name (label-s<seed>): unique in a grid
@@ -353,7 +371,7 @@ def run_grid(
             try:
                 for key, train_file in pending:
                     bar.set_postfix_str(f"training {key.name}")
-                    finish(key, run_one(compare, key, train_sets[key.seed], test_sets, train_file))
+                    finish(key, run_one(compare, key, train_sets[key.seed], test_sets, train_file, progress_bar=progress))
             finally:
                 torch.set_num_threads(threads)
         elif pending:

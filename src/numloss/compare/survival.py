@@ -84,15 +84,15 @@ def _order_statistic_ranks(n: int, level: float = 0.95) -> tuple[int, int] | Non
     [T_(l), T_(u)] covers the median with probability >= level. None when n is too small."""
     tail = (1 - level) / 2
     below = 0.0
-    l = 0  # largest l with P(B < l) <= tail
+    lower = 0  # largest rank l with P(B < l) <= tail
     for k in range(n + 1):
         below += math.comb(n, k) / 2**n
         if below > tail + 1e-15:
             break
-        l = k + 1
-    if l < 1:
+        lower = k + 1
+    if lower < 1:
         return None
-    return l, n + 1 - l
+    return lower, n + 1 - lower
 
 
 def median_interval(outcomes: Sequence[Outcome], level: float = 0.95) -> tuple[float, float]:

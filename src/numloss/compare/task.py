@@ -165,6 +165,18 @@ class ArithmeticTask:
             sets[name] = _distinct(distribution, rng, self.test_size, exclude=set())
         return sets
 
+    def check_set(self, size: int) -> list[TaskExample]:
+        """`size` distinct in-distribution questions for the checks during training
+        (numloss.compare.learning): drawn from their own stream of `test_seed`, none of them in a
+        held-out test set; the runner keeps them out of training too."""
+        tests = {e.instruction for items in self.test_sets().values() for e in items}
+        if self.train.universe_size() - len(tests) < 2 * size:
+            raise ValueError(
+                f"learning.slice_size {size}: too few questions left beside the test sets; lower it or raise task.train.digits"
+            )
+        rng = random.Random(f"numloss-compare-check-{self.test_seed}")
+        return _distinct(self.train, rng, size, exclude=tests)
+
     def train_set(self, seed: int, exclude: Iterable[str] | None = None) -> list[TaskExample]:
         """`train_size` training examples for `seed` (repeats allowed), none of whose questions is in
         a held-out set (`exclude`: the held-out questions; by default those of `test_sets()`)."""
