@@ -38,11 +38,7 @@ def run_comparison(compare: Any, progress: bool = True, print_table: bool = True
         "seeds": compare.seeds,
         "objectives": [dataclasses.asdict(s) for s in compare.objectives],
         "task": task.to_dict(),
-        "task_text": (
-            f"operations {task.train.operations!r}, {task.train.digits} significant digits per operand, "
-            f"{100 * task.train.decimal_share:.0f}% of items with {task.train.decimal_places} decimal place(s); "
-            f"{task.train_size} training items per seed, {task.test_size} items per held-out set"
-        ),
+        "task_text": task.describe(),
         "train_text": (
             f"{train.get('max_steps')} steps x batch {train.get('batch_size')}, lr {train.get('learning_rate')}, "
             f"{'LoRA' if base.get('lora', {}).get('enabled') else 'full fine-tuning'}"
@@ -62,8 +58,10 @@ def run_comparison(compare: Any, progress: bool = True, print_table: bool = True
         meta["max_steps"] = train.get("max_steps")
     summary = write_report(results, compare.output_dir, meta)
     if print_table:
-        print(f"\nin-distribution held-out set ({task.test_size} items per run); best marked *:")
-        print(text_table(summary, "in_distribution"))
+        first = next(iter(next(iter(summary.values()))["sets"]), None) if summary else None
+        if first is not None:
+            print(f"\n{first} (held-out) of every run; best marked *:")
+            print(text_table(summary, first))
         print(f"\nreport: {compare.output_dir / 'report.md'} (all held-out sets, plots, results.json)")
     return summary
 
@@ -77,6 +75,11 @@ def build_parser(prog: str = "numloss compare") -> argparse.ArgumentParser:
     parser.add_argument("--out", help="report folder (default: the config's output_dir)")
     parser.add_argument("--steps", type=int, help="override train.max_steps of every run")
     parser.add_argument("--jobs", type=int, help="runs trained at once, one process each (default: the config's, 1)")
+    parser.add_argument(
+        "--smoke", action="store_true",
+        help="a seconds-long check of the config's code path on CPU: the tiny model, 2 steps of batch 2, one seed, "
+        "a few evaluation items, a learning check every step (numbers mean nothing)",
+    )
     parser.add_argument("--no-progress", action="store_true", help="no progress bars")
     parser.add_argument("--verbose", action="store_true", help="show the training logs of each run")
     return parser
@@ -94,7 +97,8 @@ def resolve(args: argparse.Namespace, default_config: str | None = "configs/comp
     if path is None and default_config and Path(default_config).is_file():
         path = default_config
     compare = load_compare_config(path)
-    if args.model or args.steps or args.out:
+    smoke = getattr(args, "smoke", False)
+    if args.model or args.steps or args.out or smoke:
         base = {k: dict(v) if isinstance(v, dict) else v for k, v in compare.base.items()}
         if args.model:
             base.setdefault("model", {})["name"] = args.model
@@ -111,6 +115,8 @@ def resolve(args: argparse.Namespace, default_config: str | None = "configs/comp
             "jobs": compare.jobs,
             "output_dir": args.out or str(compare.output_dir),
         }
+        if smoke:
+            _shrink_for_smoke(mapping, out_given=bool(args.out))
         compare = compare_config_from_dict(mapping, compare.source)
     if args.objectives:
         names = [n.strip() for n in args.objectives.split(",") if n.strip()]
@@ -125,6 +131,29 @@ def resolve(args: argparse.Namespace, default_config: str | None = "configs/comp
         except ValueError:
             raise ConfigError(f"--seeds must be comma-separated integers, got {args.seeds!r}") from None
     return compare
+
+
+def _shrink_for_smoke(mapping: dict[str, Any], out_given: bool) -> None:
+    """`--smoke`: the same grid and code path, cut to seconds on a CPU (see the flag's help)."""
+    base = mapping["base"]
+    base["model"] = {"name": "tiny", "tiny_layers": 1, "tiny_hidden": 32, "tiny_heads": 2}
+    base["train"] = {**base.get("train", {}), "max_steps": 2, "batch_size": 2, "logging_steps": 1, "bf16": False,
+                     "progress_bar": False}
+    base.setdefault("data", {})["max_length"] = min(int(base.get("data", {}).get("max_length", 512)), 512)
+    base.pop("lora", None)
+    task = mapping["task"]
+    task["train_size"] = 8
+    if task.get("kind") == "word_problems":
+        task.update({"benchmark_limit": 3, "max_new_tokens": 12, "eval_batch_size": 8})
+    else:
+        task["test_size"] = 16
+    mapping["seeds"] = mapping["seeds"][:1]
+    mapping["evaluation"] = {**mapping["evaluation"], "batch_size": 64, "teacher_forced_batch_size": 64}
+    if mapping["learning"] is not None:
+        mapping["learning"] = {**mapping["learning"], "every": 1, "slice_size": 4, "batch_size": 4}
+    mapping["jobs"], mapping["torch_threads"] = 1, 1
+    if not out_given:
+        mapping["output_dir"] = str(mapping["output_dir"]).rstrip("/") + "-smoke"
 
 
 def quiet_training_logs() -> None:

@@ -1,7 +1,9 @@
 """The comparison's configuration: one YAML file describing the grid.
 
     base:          a `numloss train` config (model, data, train, lora sections), shared by all runs
-    task:          numloss.compare.task.ArithmeticTask fields (training distribution, set sizes)
+    task:          numloss.compare.task.ArithmeticTask fields (training distribution, set sizes), or
+                   `kind: word_problems` and numloss.compare.word_task.WordProblemTask fields
+                   (chat-template word problems scored on GSM8K / SVAMP items)
     objectives:    a list of {label, name, alpha, options}: one column of the grid each
     seeds:         [0, 1, 2]: each objective is trained once per seed (data order and init)
     evaluation:    {batch_size, teacher_forced_batch_size, embeddings}
@@ -31,7 +33,7 @@ from typing import Any
 import yaml
 
 from numloss.compare.learning import LearningCheck
-from numloss.compare.task import ArithmeticTask
+from numloss.compare.word_task import task_from_dict
 from numloss.config import Config, ConfigError, config_from_dict
 
 #: bump when what a result file holds changes, so old results are recomputed, not misread
@@ -65,7 +67,7 @@ class EvaluationSettings:
 @dataclass
 class CompareConfig:
     base: dict[str, Any]
-    task: ArithmeticTask
+    task: Any  # ArithmeticTask or WordProblemTask
     objectives: list[ObjectiveSpec]
     seeds: list[int]
     evaluation: EvaluationSettings
@@ -101,7 +103,7 @@ class CompareConfig:
         for key in ("output_dir", "resume", "progress_bar"):
             payload.get("train", {}).pop(key, None)
         payload.get("data", {}).pop("source", None)
-        payload["task"] = _non_default(self.task.to_dict(), ArithmeticTask().to_dict())
+        payload["task"] = _non_default(self.task.to_dict(), type(self.task)().to_dict())
         payload["evaluation"] = _non_default(asdict(self.evaluation), asdict(EvaluationSettings()))
         if self.learning is not None:
             payload["learning"] = _non_default(asdict(self.learning), asdict(LearningCheck()))
@@ -198,7 +200,7 @@ def compare_config_from_dict(mapping: dict[str, Any], origin: str = "config") ->
         if forbidden in base:
             raise ConfigError(f"{origin}: base.{forbidden} is set per run from `objectives`; remove it from base")
     try:
-        task = ArithmeticTask.from_dict(mapping.get("task"))
+        task = task_from_dict(mapping.get("task"))
     except (TypeError, ValueError) as error:
         raise ConfigError(f"{origin}: {error}") from None
     seeds = mapping.get("seeds", [0])

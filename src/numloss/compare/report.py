@@ -91,7 +91,7 @@ def aggregate(results: Sequence[dict[str, Any]]) -> dict[str, Any]:
         entry["runs"].append(result)
     for entry in summary.values():
         runs = entry.pop("runs")
-        for name in TEST_SETS:
+        for name in set_names(runs):
             evaluations = [r["evaluation"][name] for r in runs if name in r["evaluation"]]
             if not evaluations:
                 continue
@@ -137,7 +137,7 @@ def _per_seed(run: dict[str, Any]) -> dict[str, Any]:
     its horizon), only for runs with learning checks."""
     row = {
         "seed": run["seed"],
-        "exact_match": run["evaluation"].get("in_distribution", {}).get("exact_match"),
+        "exact_match": primary_evaluation(run).get("exact_match"),
         "final_ce": final_training_ce(run["curve"]),
     }
     if run.get("learning"):
@@ -189,6 +189,21 @@ def _compare_learning(summary: dict[str, Any]) -> None:
     summary[baseline]["learning"]["all_objectives_logrank_p"] = logrank(list(groups.values()))
 
 
+def set_names(results: Sequence[dict[str, Any]]) -> list[str]:
+    """The held-out sets the runs were scored on: the arithmetic task's in its order, then any
+    others (benchmarks) in the order the runs list them."""
+    seen = list(dict.fromkeys(name for r in results for name in r["evaluation"]))
+    return [s for s in TEST_SETS if s in seen] + [s for s in seen if s not in TEST_SETS]
+
+
+def primary_evaluation(run: dict[str, Any]) -> dict[str, Any]:
+    """The set a run's headline exact match comes from: in_distribution, else its first set."""
+    evaluation = run["evaluation"]
+    if "in_distribution" in evaluation:
+        return evaluation["in_distribution"]
+    return next(iter(evaluation.values()), {})
+
+
 def _in_distribution_exact_matches(entry: dict[str, Any]) -> list[float]:
     return finite([s["exact_match"] for s in entry["per_seed"]])
 
@@ -223,8 +238,14 @@ def _cell(metric: dict[str, Any], scale: float, fmt: str) -> str:
 
 
 def table_rows(summary: dict[str, Any], set_name: str, bold: bool = True) -> tuple[list[str], list[list[str]]]:
-    """Header and rows of one held-out set's table; best means marked (bold or '*')."""
-    header = ["objective", "seeds"] + [title for _, title, *_ in COLUMNS]
+    """Header and rows of one held-out set's table; best means marked (bold or '*'). A metric no
+    run has (a benchmark scores exact match only) gets no column."""
+    entries = [e for e in summary.values() if set_name in e["sets"]]
+    columns = [
+        c for c in COLUMNS
+        if c[0] == "exact_match" or any(math.isfinite(e["sets"][set_name][c[0]]["mean"]) for e in entries)
+    ]
+    header = ["objective", "seeds"] + [title for _, title, *_ in columns]
     header.insert(3, "exact match 95% CI")
     rows = []
     for label, entry in summary.items():
@@ -232,7 +253,7 @@ def table_rows(summary: dict[str, Any], set_name: str, bold: bool = True) -> tup
             continue
         metrics = entry["sets"][set_name]
         row = [label, str(len(entry["seeds"]))]
-        for key, _, scale, better, fmt in COLUMNS:
+        for key, _, scale, better, fmt in columns:
             text = _cell(metrics[key], scale, fmt)
             best = _best(summary, set_name, key, better)
             if best is not None and math.isclose(metrics[key]["mean"], best, rel_tol=1e-12, abs_tol=1e-15):
@@ -290,9 +311,7 @@ def markdown_report(summary: dict[str, Any], meta: dict[str, Any], plots: Sequen
     ]
     machine = f"_Machine: {meta.get('machine', 'not recorded')}._"
     lines += learning_table(summary, machine)
-    for name in TEST_SETS:
-        if not any(name in e["sets"] for e in summary.values()):
-            continue
+    for name in dict.fromkeys(n for e in summary.values() for n in e["sets"]):
         items = next(e["sets"][name]["items"] for e in summary.values() if name in e["sets"])
         lines += [f"## {SET_TITLES.get(name, name)}", "", f"{items} items per objective (all seeds).", ""]
         lines += [markdown_table(summary, name), "", machine, ""]
@@ -428,7 +447,14 @@ def embedding_table(summary: dict[str, Any]) -> list[str]:
 
 
 def _plots(summary: dict[str, Any], results: Sequence[dict[str, Any]], out: Path) -> list[Path]:
-    import matplotlib
+    try:
+        import matplotlib
+    except ImportError:  # a GPU box without it: the tables are written, the plots can be redrawn
+        print(
+            "numloss compare: matplotlib is not installed, so no plots; redraw them elsewhere with "
+            f"`python -m numloss.compare.report {out / 'results.json'}`"
+        )
+        return []
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
@@ -437,7 +463,7 @@ def _plots(summary: dict[str, Any], results: Sequence[dict[str, Any]], out: Path
 
     labels = list(summary)
     paths: list[Path] = []
-    sets = [s for s in TEST_SETS if any(s in e["sets"] for e in summary.values())]
+    sets = list(dict.fromkeys(n for e in summary.values() for n in e["sets"]))
     width = 0.8 / max(1, len(sets))
 
     fig, axes = plt.subplots(1, 2, figsize=(max(8, 1.3 * len(labels) + 4), 3.6))
@@ -463,52 +489,53 @@ def _plots(summary: dict[str, Any], results: Sequence[dict[str, Any]], out: Path
     fig.savefig(paths[-1], dpi=110)
     plt.close(fig)
 
-    columns = min(4, len(labels))
-    rows = -(-len(labels) // columns)
-    fig, axes = plt.subplots(rows, columns, figsize=(3 * columns, 2.3 * rows), squeeze=False, sharex=True)
-    for ax in axes.flat[len(labels) :]:
-        ax.axis("off")
-    for ax, label in zip(axes.flat, labels, strict=False):
-        counts: list[float] = []
-        edges: list[float] = []
-        for r in results:
-            if r["label"] == label:
-                hist = r["evaluation"]["in_distribution"]["digit_entropy_histogram"]
-                edges = hist["edges"]
-                counts = [a + b for a, b in zip(counts, hist["counts"], strict=False)] if counts else list(hist["counts"])
-        total = sum(counts) or 1
-        ax.bar(edges[:-1], [c / total for c in counts], width=edges[1] - edges[0], align="edge")
-        mean = summary[label]["sets"]["in_distribution"]["digit_entropy"]["mean"]
-        ax.set_title(f"{label}: mean {mean:.3f} nats", fontsize=8)
-        ax.tick_params(labelsize=7)
-    fig.suptitle("teacher-forced digit entropy at the gold digits (in-distribution, all seeds)", fontsize=9)
-    fig.tight_layout()
-    paths.append(out / "digit_entropy.png")
-    fig.savefig(paths[-1], dpi=110)
-    plt.close(fig)
-
-    fig, axes = plt.subplots(1, len(sets), figsize=(4 * len(sets), 3.2), squeeze=False)
-    for ax, name in zip(axes[0], sets, strict=False):
-        for label in labels:
-            pooled: dict[int, list[int]] = {}
+    if "in_distribution" in sets:  # the arithmetic task's digit statistics (benchmarks have none)
+        columns = min(4, len(labels))
+        rows = -(-len(labels) // columns)
+        fig, axes = plt.subplots(rows, columns, figsize=(3 * columns, 2.3 * rows), squeeze=False, sharex=True)
+        for ax in axes.flat[len(labels) :]:
+            ax.axis("off")
+        for ax, label in zip(axes.flat, labels, strict=False):
+            counts: list[float] = []
+            edges: list[float] = []
             for r in results:
                 if r["label"] == label:
-                    for place, (c, t) in r["evaluation"][name]["place_accuracy"].items():
-                        pooled.setdefault(int(place), [0, 0])
-                        pooled[int(place)][0] += c
-                        pooled[int(place)][1] += t
-            places = sorted(pooled, reverse=True)
-            ax.plot(range(len(places)), [100 * pooled[p][0] / pooled[p][1] for p in places], marker="o", label=label)
-            ax.set_xticks(range(len(places)))
-            ax.set_xticklabels([str(p) for p in places], fontsize=7)
-        ax.set_title(f"{name}: accuracy by place (generated)", fontsize=9)
-        ax.set_xlabel("place (units 0, first decimal -1)", fontsize=8)
-    axes[0][0].set_ylabel("%")
-    axes[0][-1].legend(fontsize=6)
-    fig.tight_layout()
-    paths.append(out / "place_accuracy.png")
-    fig.savefig(paths[-1], dpi=110)
-    plt.close(fig)
+                    hist = r["evaluation"]["in_distribution"]["digit_entropy_histogram"]
+                    edges = hist["edges"]
+                    counts = [a + b for a, b in zip(counts, hist["counts"], strict=False)] if counts else list(hist["counts"])
+            total = sum(counts) or 1
+            ax.bar(edges[:-1], [c / total for c in counts], width=edges[1] - edges[0], align="edge")
+            mean = summary[label]["sets"]["in_distribution"]["digit_entropy"]["mean"]
+            ax.set_title(f"{label}: mean {mean:.3f} nats", fontsize=8)
+            ax.tick_params(labelsize=7)
+        fig.suptitle("teacher-forced digit entropy at the gold digits (in-distribution, all seeds)", fontsize=9)
+        fig.tight_layout()
+        paths.append(out / "digit_entropy.png")
+        fig.savefig(paths[-1], dpi=110)
+        plt.close(fig)
+
+        fig, axes = plt.subplots(1, len(sets), figsize=(4 * len(sets), 3.2), squeeze=False)
+        for ax, name in zip(axes[0], sets, strict=False):
+            for label in labels:
+                pooled: dict[int, list[int]] = {}
+                for r in results:
+                    if r["label"] == label:
+                        for place, (c, t) in r["evaluation"][name]["place_accuracy"].items():
+                            pooled.setdefault(int(place), [0, 0])
+                            pooled[int(place)][0] += c
+                            pooled[int(place)][1] += t
+                places = sorted(pooled, reverse=True)
+                ax.plot(range(len(places)), [100 * pooled[p][0] / pooled[p][1] for p in places], marker="o", label=label)
+                ax.set_xticks(range(len(places)))
+                ax.set_xticklabels([str(p) for p in places], fontsize=7)
+            ax.set_title(f"{name}: accuracy by place (generated)", fontsize=9)
+            ax.set_xlabel("place (units 0, first decimal -1)", fontsize=8)
+        axes[0][0].set_ylabel("%")
+        axes[0][-1].legend(fontsize=6)
+        fig.tight_layout()
+        paths.append(out / "place_accuracy.png")
+        fig.savefig(paths[-1], dpi=110)
+        plt.close(fig)
 
     fig, axes = plt.subplots(1, 2, figsize=(10, 3.4))
     for label in labels:
@@ -533,7 +560,7 @@ def _plots(summary: dict[str, Any], results: Sequence[dict[str, Any]], out: Path
 
     panels: dict[str, dict[str, Any]] = {}
     for label in labels:
-        first = next((r for r in results if r["label"] == label and r["embeddings"].get("after")), None)
+        first = next((r for r in results if r["label"] == label and (r.get("embeddings") or {}).get("after")), None)
         if first is not None:
             panels[label] = first["embeddings"]
     paths += plot_embeddings(panels, out)
@@ -575,7 +602,7 @@ def _learning_plots(summary: dict[str, Any], results: Sequence[dict[str, Any]], 
     for i, label in enumerate(labels):
         runs = [r for r in results if r["label"] == label]
         for j, run in enumerate(runs):
-            em = run["evaluation"].get("in_distribution", {}).get("exact_match")
+            em = primary_evaluation(run).get("exact_match")
             if em is None:
                 continue
             learnt = bool(run.get("learning") and run["learning"]["learnt"])
@@ -611,3 +638,23 @@ def write_report(results: Sequence[dict[str, Any]], out: Path, meta: dict[str, A
 def load_results(path: Path) -> dict[str, Any]:
     """A results.json written by `write_report`."""
     return json.loads(Path(path).read_text())
+
+
+def main(argv: list[str] | None = None) -> int:
+    """`python -m numloss.compare.report RESULTS.json [OUT]`: rewrite report.md and the plots of a
+    results.json (from another machine, say) into OUT (default: beside it)."""
+    import sys
+
+    args = list(sys.argv[1:] if argv is None else argv)
+    if not args or args[0] in ("-h", "--help"):
+        print(main.__doc__)
+        return 0 if args else 2
+    data = load_results(Path(args[0]))
+    out = Path(args[1]) if len(args) > 1 else Path(args[0]).parent
+    write_report(data["runs"], out, data["meta"])
+    print(f"report: {out / 'report.md'}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

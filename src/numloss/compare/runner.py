@@ -225,36 +225,47 @@ def run_one(
     `progress_bar` False hides the run's training bar (runs in parallel would interleave theirs);
     it is display only, so it does not enter the run's hash."""
     from numloss.compare.embeddings import digit_embeddings
-    from numloss.compare.learning import learning_callback
+    from numloss.compare.learning import exact_answer, learning_callback
+    from numloss.compare.word_task import WordProblemTask, last_number_matches
     from numloss.train import run_training
 
     run_dir = compare.output_dir / "runs" / key.name
     config = compare.run_config(key.spec, key.seed, run_dir, train_file)
     run_hash = compare.run_hash(config)
     callbacks = list(callbacks or [])
-    checker = None
-    if compare.learning is not None:
-        check_items = test_sets["check"]
-        checker = learning_callback(
-            compare.learning, [e.prompt for e in check_items], [e.answer or e.output for e in check_items]
-        )
-        callbacks.append(checker)
     config.train.progress_bar = config.train.progress_bar and progress_bar
     if run_dir.exists():
         shutil.rmtree(run_dir)  # a torn or stale run: start it again
     run_dir.mkdir(parents=True)
     started = time.perf_counter()
+    word_task = isinstance(compare.task, WordProblemTask)
     before = None
-    if compare.evaluation.embeddings:
+    if compare.evaluation.embeddings or word_task:
         model, tokenizer = _initial_model(config)
-        before = digit_embeddings(model, tokenizer)
+        before = digit_embeddings(model, tokenizer) if compare.evaluation.embeddings else None
         del model
+    check_items = test_sets.get("check", [])
+    if word_task:  # chat-template prompts need the tokenizer: rendered here, once per run
+        train_examples = WordProblemTask.render(train_examples, tokenizer)
+        check_items = WordProblemTask.render(check_items, tokenizer)
+    checker = None
+    if compare.learning is not None:
+        checker = learning_callback(
+            compare.learning,
+            [e.prompt for e in check_items],
+            [e.answer or e.output for e in check_items],
+            match=last_number_matches if word_task else exact_answer,
+            max_new_tokens=compare.task.max_new_tokens if word_task else None,
+        )
+        callbacks.append(checker)
     trained = run_training(config, callbacks=callbacks, examples=list(train_examples))
     train_seconds = time.perf_counter() - started
     model, tokenizer = _load_trained(trained.model_dir, config)
     evaluation: dict[str, Any] = {}
     with torch.inference_mode():
-        for name in TEST_SETS:
+        if word_task:
+            evaluation = compare.task.evaluate(model, tokenizer)
+        for name in () if word_task else TEST_SETS:
             evaluation[name] = evaluate_model(
                 model,
                 tokenizer,
@@ -344,7 +355,7 @@ def run_grid(
 
     def finish(key: RunKey, done: dict[str, Any]) -> None:
         results[key.name] = done
-        em = done["evaluation"]["in_distribution"]["exact_match"]
+        em = next(iter(done["evaluation"].values()), {}).get("exact_match", float("nan"))
         bar.set_postfix_str(f"{key.name}: exact match {100 * em:.1f}%")
         bar.update(1)
         if on_result is not None:

@@ -127,6 +127,15 @@ class ArithmeticTask:
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
 
+    def describe(self) -> str:
+        """One line for the report: the training distribution and the set sizes."""
+        t = self.train
+        return (
+            f"operations {t.operations!r}, {t.digits} significant digits per operand, "
+            f"{100 * t.decimal_share:.0f}% of items with {t.decimal_places} decimal place(s); "
+            f"{self.train_size} training items per seed, {self.test_size} items per held-out set"
+        )
+
     def check(self) -> None:
         """Raise ValueError when the sets cannot be drawn (bad fields, too small a universe)."""
         self.train.check("task.train")
