@@ -21,14 +21,19 @@ from numloss.config import ConfigError
 __all__ = ["main", "run_comparison"]
 
 
-def run_comparison(compare: Any, progress: bool = True, print_table: bool = True) -> dict[str, Any]:
-    """Run the grid of `compare` (a CompareConfig), write the report; returns the summary."""
+def run_comparison(
+    compare: Any, progress: bool = True, print_table: bool = True, finished_only: bool = False
+) -> dict[str, Any]:
+    """Run the grid of `compare` (a CompareConfig), write the report; returns the summary.
+    `finished_only`: train nothing, report the runs already finished."""
     from numloss.compare.machine import machine_info, machine_line
     from numloss.compare.report import text_table, write_report
     from numloss.compare.runner import run_grid
 
     started = time.perf_counter()
-    results = run_grid(compare, progress=progress)
+    results = run_grid(compare, progress=progress, finished_only=finished_only)
+    if not results:
+        raise ConfigError(f"no finished runs of this grid in {compare.output_dir}/runs to report")
     base = compare.base
     train = base.get("train", {})
     task = compare.task
@@ -58,6 +63,11 @@ def run_comparison(compare: Any, progress: bool = True, print_table: bool = True
         meta["max_steps"] = train.get("max_steps")
     summary = write_report(results, compare.output_dir, meta)
     if print_table:
+        from numloss.compare.report import learning_table
+
+        learning = learning_table(summary, f"_Machine: {meta['machine']}._")
+        if learning:
+            print("\n" + "\n".join(learning[2:]))  # the section without its heading
         first = next(iter(next(iter(summary.values()))["sets"]), None) if summary else None
         if first is not None:
             print(f"\n{first} (held-out) of every run; best marked *:")
@@ -79,6 +89,10 @@ def build_parser(prog: str = "numloss compare") -> argparse.ArgumentParser:
         "--smoke", action="store_true",
         help="a seconds-long check of the config's code path on CPU: the tiny model, 2 steps of batch 2, one seed, "
         "a few evaluation items, a learning check every step (numbers mean nothing)",
+    )
+    parser.add_argument(
+        "--report-only", action="store_true",
+        help="train nothing: write the report of the runs of this grid already finished (a grid run in slices)",
     )
     parser.add_argument("--no-progress", action="store_true", help="no progress bars")
     parser.add_argument("--verbose", action="store_true", help="show the training logs of each run")
@@ -179,5 +193,9 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     if not args.verbose:
         quiet_training_logs()
-    run_comparison(compare, progress=not args.no_progress)
+    try:
+        run_comparison(compare, progress=not args.no_progress, finished_only=args.report_only)
+    except ConfigError as error:
+        print(f"numloss compare: {error}", file=sys.stderr)
+        return 2
     return 0

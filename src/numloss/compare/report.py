@@ -384,7 +384,7 @@ def learning_table(summary: dict[str, Any], machine: str = "") -> list[str]:
         return []
     first = rows[0][1]
     horizon = max(r["horizon"] for _, r in rows)
-    marks = [horizon * k // 4 for k in (1, 2, 3, 4)]
+    marks = sorted({horizon * k // 4 for k in (1, 2, 3, 4)} - {0})
     baseline = rows[0][0]
     lines = [
         "## Learning speed",

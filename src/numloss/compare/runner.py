@@ -328,8 +328,12 @@ def run_grid(
     progress: bool = True,
     on_result: Callable[[dict[str, Any]], None] | None = None,
     jobs: int | None = None,
+    finished_only: bool = False,
 ) -> list[dict[str, Any]]:
     """Every (objective, seed) of `compare`, skipping runs already finished with the same hash.
+
+    `finished_only` trains nothing: the finished runs alone are returned (a report of what a grid
+    run in slices has so far).
 
     `jobs` (default: `compare.jobs`) runs that many trainings at once, each in its own process
     (spawned, one per run) with `worker_threads` torch threads; results do not depend on it.
@@ -371,6 +375,8 @@ def run_grid(
                 logger.info("skipping %s: finished with the same config (%s)", key.name, done["hash"])
                 finish(key, done)
                 continue
+            if finished_only:
+                continue
             if key.seed not in train_sets:
                 train_sets[key.seed] = compare.task.train_set(key.seed, exclude=held_out)
                 _write_train_file(train_file, train_sets[key.seed])
@@ -389,7 +395,7 @@ def run_grid(
             _run_parallel(compare, pending, train_sets, test_sets, jobs, finish, bar)
     finally:
         bar.close()
-    return [results[key.name] for key in keys]
+    return [results[key.name] for key in keys if key.name in results]
 
 
 def _run_parallel(
