@@ -106,6 +106,7 @@ def test_parallel_jobs_give_the_same_results(tmp_path) -> None:
     grids = {}
     for jobs in (1, 2):
         mapping = _mapping(tmp_path / f"jobs{jobs}") | {"torch_threads": 1, "jobs": jobs}
+        mapping["learning"] = {"every": 2, "slice_size": 8, "threshold": 1.0}  # checks run in the workers too
         mapping["evaluation"] = {**mapping["evaluation"], "embeddings": False}
         seen: list[str] = []
         grids[jobs] = run_grid(compare_config_from_dict(mapping), progress=False, on_result=lambda r, seen=seen: seen.append(r["label"]))
@@ -290,6 +291,10 @@ def test_learning_check_scores_the_real_model(tmp_path, monkeypatch) -> None:
     assert all(0.0 <= c[1] <= 1.0 for c in checked["learning"]["checks"])
     assert checked["learning"]["learnt"] is False and checked["steps"] == 3
     assert modes == [(True, True)] * 3
+    # the checks do not disturb training: the same run without them logs the same losses
+    plain = dict(mapping, output_dir=str(tmp_path / "b"))
+    (unchecked,) = run_grid(compare_config_from_dict(plain), progress=False)
+    assert unchecked["curve"]["loss"] == checked["curve"]["loss"]
     with pytest.raises(ConfigError, match="learning.threshold"):
         compare_config_from_dict(dict(mapping, learning={"threshold": 1.5}))
     with pytest.raises(ConfigError, match="learning accepts"):
