@@ -613,7 +613,7 @@ def _learning_plots(summary: dict[str, Any], results: Sequence[dict[str, Any]], 
     ax.set_ylabel("in-distribution exact match %", fontsize=8)
     title = "final exact match per seed (dots; box: quartiles over seeds)"
     if learning:
-        title += "; green: learnt the task, red: not"
+        title += "\ngreen: the run learnt the task, red: it did not"
     ax.set_title(title, fontsize=9)
     fig.tight_layout()
     paths.append(out / "exact_match_per_seed.png")
