@@ -237,7 +237,7 @@ def run_one(
     if run_dir.exists():
         shutil.rmtree(run_dir)  # a torn or stale run: start it again
     run_dir.mkdir(parents=True)
-    started = time.perf_counter()
+    started, cpu_started = time.perf_counter(), time.process_time()
     word_task = isinstance(compare.task, WordProblemTask)
     before = None
     if compare.evaluation.embeddings or word_task:
@@ -283,7 +283,9 @@ def run_one(
         "max_steps": config.train.max_steps,
         "learning": None if checker is None else checker.record(),
         "train_metrics": trained.metrics,
-        "seconds": {"train": train_seconds, "total": time.perf_counter() - started},
+        # cpu: this process's CPU time, which a busy machine does not inflate (wall times are)
+        "seconds": {"train": train_seconds, "total": time.perf_counter() - started,
+                    "cpu": time.process_time() - cpu_started},
         "evaluation": evaluation,
         "curve": _training_curve(trained.csv_path),
         "embeddings": {"before": before, "after": after},
