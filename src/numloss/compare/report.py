@@ -117,6 +117,8 @@ def aggregate(results: Sequence[dict[str, Any]]) -> dict[str, Any]:
         if learning is not None:
             entry["learning"] = learning
         entry["train_seconds"] = mean_std([r["seconds"]["train"] for r in runs])[0]
+        entry["cpu_seconds"] = mean_std([r["seconds"].get("cpu") for r in runs])[0]
+        entry["steps"] = mean_std([r.get("steps") for r in runs])[0]
         entry["tokens_per_second"] = mean_std([r["train_metrics"].get("tokens_per_second") for r in runs])[0]
     _compare_with_baseline(summary)
     _compare_learning(summary)
@@ -325,7 +327,10 @@ def markdown_report(summary: dict[str, Any], meta: dict[str, Any], plots: Sequen
         alpha = "default" if o.get("alpha") is None else f"{o['alpha']:g}"
         lines.append(
             f"- `{label}`: {o['name']}, alpha {alpha}{', ' + options if options else ''}; "
-            f"{entry['train_seconds']:.0f} s per run, {entry['tokens_per_second'] or float('nan'):.0f} tokens/s"
+            f"{entry['train_seconds']:.0f} s of training per run (wall), "
+            + (f"{entry['cpu_seconds']:.0f} CPU-s per run, " if math.isfinite(entry.get("cpu_seconds", math.nan)) else "")
+            + f"{entry.get('steps', math.nan):.0f} steps per run (mean), "
+            f"{entry['tokens_per_second'] or float('nan'):.0f} tokens/s"
         )
     lines += ["", "## Plots", ""]
     lines += [f"![{p.stem}]({p.name})" for p in plots]
