@@ -12,15 +12,38 @@ from numloss import DigitVocab, build_loss
 from numloss.fused import default_chunk_size, fused_loss
 
 VOCAB = DigitVocab(list(range(10)), decimal_point_id=10)
-OBJECTIVES = ["mle", "del", "ntl-was", "ntl-mse", "dist2", "mixce", "emo"]
+# every objective, and every form and option that changes its arithmetic
+VARIANTS = {
+    "mle": ("mle", {}),
+    "del": ("del", {}),
+    "del-tokens": ("del", {"normalize": "tokens", "place_weighting": "continuous"}),
+    "ntl-was": ("ntl-was", {}),
+    "ntl-was-reweigh": ("ntl-was", {"reweigh": True}),
+    "ntl-mse": ("ntl-mse", {}),
+    "ntl-mse-reweigh": ("ntl-mse", {"reweigh": True, "normalize": "tokens"}),
+    "dist2": ("dist2", {}),
+    "dist2-placed": ("dist2", {"place_weight": True, "tau": 2.0}),
+    "dist2-author": ("dist2", {"place_weight": True, "point_ends_run": True, "normalize": "weights"}),
+    "mixce": ("mixce", {}),
+    "mixce-0.2": ("mixce", {"eta": 0.2}),
+    "emo": ("emo", {}),
+    "emo-gpt2": ("emo", {"form": "gpt2"}),
+    "emo-cap": ("emo", {"form": "gpt2", "max_ratio": 3.0}),
+    "emo-adaptive-cap": ("emo", {"max_ratio": 0.5}),
+    "emo-mode2": ("emo", {"mode": 2}),
+}
+OBJECTIVES = list(VARIANTS)
+# digit terms that read the NLL (NTL's reweigh) have no per-token rule: backward recomputes
+RECOMPUTED = [key for key, (_, options) in VARIANTS.items() if options.get("reweigh")]
 V, H = 48, 16
 POINT = 10
 
 
-def make_loss(name: str, weight: torch.Tensor):
+def make_loss(key: str, weight: torch.Tensor):
+    name, options = VARIANTS[key]
     if name == "emo":
-        return build_loss(name, VOCAB, embedding=weight.detach())
-    return build_loss(name, VOCAB)
+        return build_loss(name, VOCAB, embedding=weight.detach(), **options)
+    return build_loss(name, VOCAB, **options)
 
 
 def labels_with_numbers() -> torch.Tensor:
@@ -88,7 +111,7 @@ def test_step_wide_counts_and_no_bias(name):
     assert_same(*result, rtol=1e-5, atol=1e-5)
 
 
-@pytest.mark.parametrize("name", OBJECTIVES)
+@pytest.mark.parametrize("name", [key for key in OBJECTIVES if key not in RECOMPUTED])
 def test_gradient_is_computed_in_forward_for_every_objective(name, monkeypatch):
     """The fast route is taken: the stored gradient is scaled, never recomputed."""
 
@@ -101,7 +124,17 @@ def test_gradient_is_computed_in_forward_for_every_objective(name, monkeypatch):
     assert hidden.grad is not None and weight.grad is not None and b.grad is not None
 
 
-@pytest.mark.parametrize("name", ["mle", "mixce", "emo"])
+@pytest.mark.parametrize("name", RECOMPUTED)
+def test_objectives_without_a_gradient_rule_are_recomputed(name, monkeypatch):
+    calls = []
+    original = fused_module._recompute
+    monkeypatch.setattr(fused_module, "_recompute", lambda *a, **k: calls.append(1) or original(*a, **k))
+    assert make_loss(name, inputs()[1]).gradient_weights(torch.zeros(2), None) is None
+    assert_same(*unfused_and_fused(name, torch.float32, labels_with_numbers(), 5), rtol=1e-5, atol=1e-5)
+    assert calls
+
+
+@pytest.mark.parametrize("name", ["mle", "mixce", "emo", "emo-mode2"])
 def test_other_uses_of_the_outputs_fall_back_to_recompute(name):
     """Back-propagating ce + loss (not the predicted gradient) still gives the exact gradient."""
     labels = labels_with_numbers()
@@ -150,7 +183,7 @@ def test_all_ignored_batch_is_finite_zero_with_zero_gradients(name):
     assert all(float(g.abs().max()) == 0.0 for g in grads)
 
 
-@pytest.mark.parametrize("name", ["del", "ntl-was", "ntl-mse", "dist2"])
+@pytest.mark.parametrize("name", [k for k, (n, _) in VARIANTS.items() if n in ("del", "ntl-was", "ntl-mse", "dist2")])
 def test_rows_without_digits_give_zero_aux(name):
     labels = labels_with_numbers()[2:3]  # the row with no digits
     assert not bool((labels < 11).any())
@@ -171,7 +204,7 @@ def test_float64_gradcheck():
     """Objectives whose gradient is the derivative of their value (MixCE and EMO stop gradients)."""
     labels = labels_with_numbers()[:, :6]
     hidden, weight, bias = float64_inputs()
-    for name in ["mle", "del", "ntl-was", "ntl-mse", "dist2"]:
+    for name in [k for k, (n, _) in VARIANTS.items() if n in ("mle", "del", "ntl-was", "ntl-mse", "dist2")]:
         loss_fn = make_loss(name, weight)
         torch.autograd.gradcheck(
             lambda h, w, b, f=loss_fn: f.from_hidden(h, w, labels, lm_head_bias=b, chunk_size=4).loss,
@@ -260,3 +293,56 @@ def test_non_finite_hidden_states_raise():
     hidden[0, 5, 0] = float("nan")
     with pytest.raises(FloatingPointError, match="hidden states"):
         make_loss("del", weight).from_hidden(hidden, weight, labels_with_numbers())
+
+
+@pytest.mark.parametrize("name", OBJECTIVES)
+def test_empty_batch_is_a_zero_loss_with_a_graph(name):
+    hidden, weight, b = inputs()
+    empty = hidden[:0].detach().requires_grad_(True)
+    out = make_loss(name, weight).from_hidden(empty, weight, torch.zeros(0, 13, dtype=torch.long), b)
+    assert float(out.loss) == 0.0 and out.loss.requires_grad
+    grads = grads_of(out.loss, (empty, weight, b))
+    assert all(g.numel() == 0 or float(g.abs().max()) == 0.0 for g in grads)
+
+
+def test_nan_hidden_states_at_an_ignored_position_are_reported():
+    hidden, weight, b = inputs()
+    hidden = hidden.detach().clone()
+    hidden[0, 1, 0] = float("nan")  # row 0 starts with three ignored positions
+    with pytest.raises(FloatingPointError, match="hidden states hold NaN or inf at 1 ignored position"):
+        make_loss("del", weight).from_hidden(hidden, weight, labels_with_numbers())
+
+
+def test_fp16_overflow_is_reported_as_an_overflow():
+    hidden, weight, _ = inputs()
+    hidden = (hidden.detach() * 300).half()  # finite in fp16, but the logits pass 65504
+    weight = (weight.detach() * 300).half()
+    assert bool(torch.isfinite(hidden).all()) and bool(torch.isfinite(weight).all())
+    with pytest.raises(FloatingPointError, match="fp16 logits overflowed.*65504.*bf16"):
+        make_loss("del", weight).from_hidden(hidden, weight, labels_with_numbers())
+
+
+def test_fused_module_imports_no_objective():
+    import ast
+    import inspect
+
+    tree = ast.parse(inspect.getsource(fused_module))
+    runtime_imports = [
+        node.module for node in tree.body if isinstance(node, ast.ImportFrom) and node.module
+    ]
+    assert not [m for m in runtime_imports if m.startswith("numloss.losses")]
+
+
+def test_gpu_benchmark_runs_in_smoke_mode_on_cpu(capsys):
+    """bench/gpu.py --smoke: every method runs, and the fused DEL gradient check passes."""
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[1] / "bench" / "gpu.py"
+    spec = importlib.util.spec_from_file_location("bench_gpu", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    rows = module.main(["--smoke"])
+    assert {row["method"] for row in rows} == {"ce", "del", "del-fused"}
+    assert all(row["grad_check"] < 2e-2 and row["seconds"] > 0 for row in rows)
+    assert "del/ce time" in capsys.readouterr().out

@@ -363,6 +363,10 @@ def validate(config: Config) -> None:
         )
     if objective.alpha is not None and not klass.takes_alpha:
         raise ConfigError(f"objective.alpha: {key!r} has no alpha (it reshapes the token loss); remove it")
+    try:  # option values (negative alpha, tau <= 0, eta outside [0, 1], ...) before any model loads
+        klass.validate_options({**objective.options, "alpha": objective.alpha})
+    except ValueError as error:
+        raise ConfigError(f"objective: {error}") from None
     try:
         check_source(config.data.source)
     except DataError as error:

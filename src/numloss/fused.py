@@ -10,8 +10,9 @@ exists at any time (the pattern of Liger-Kernel's fused linear cross-entropy, in
 
 Gradients are computed *in the forward pass*, chunk by chunk, while the chunk's softmax is at
 hand: dlogits = a_t (p_t - onehot(y_t)) + b_t dd_t/dlogits, then dH = dlogits @ W and
-dW += dlogits^T @ H. The per-token weights a_t, b_t are predicted from the objective (1 for
-cross-entropy and the digit objectives, MixCE's detached weight, EMO's two halves); backward
+dW += dlogits^T @ H. The per-token weights a_t, b_t come from the objective's own rule,
+`loss_fn.gradient_weights(nll, cost)` (1 for cross-entropy and the digit objectives, MixCE's
+detached weight, EMO's two halves): this module holds no code of any objective. Backward
 checks that the incoming gradient is that prediction times one scalar and scales the stored
 gradients, or, when it is not (a new objective, another use of the outputs), recomputes the
 logits chunk by chunk with the true per-token gradients. The digit-logit part of the gradient
@@ -23,59 +24,29 @@ bench/fused.py measures both.
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import TYPE_CHECKING, NoReturn
 
 import torch
 import torch.nn.functional as F
 
 from numloss.digits import find_digits
-from numloss.losses.base import NumericLoss, NumericLossOutput
-from numloss.losses.emo import _MIN_COST, EMOLoss, emo_token_loss
-from numloss.losses.mixce import MixCELoss
+
+if TYPE_CHECKING:  # the objectives import this module, never the other way round
+    from numloss.losses.base import NumericLoss, NumericLossOutput
 
 STRATEGIES = ("forward", "recompute")
 
 # Working memory per chunk: the [chunk, V] float32 probabilities plus [chunk, H] rows.
 _CHUNK_ELEMENTS = 1 << 24
 
-# (nll, cost) of a chunk -> predicted (a, b) per-token gradient weights, up to one scalar.
+# (nll, cost) of a chunk -> predicted (a, b) per-token gradient weights, up to one scalar: an
+# objective's `gradient_weights` method.
 GradientRule = Callable[[torch.Tensor, torch.Tensor | None], tuple[torch.Tensor, torch.Tensor | None]]
 
 
 def default_chunk_size(vocab_size: int, hidden_size: int) -> int:
     """Rows per chunk so one chunk's float32 work (V + H values per row) is about 64 MiB."""
     return max(16, _CHUNK_ELEMENTS // (vocab_size + hidden_size))
-
-
-def _emo_token_loss(nll: torch.Tensor, valid: torch.Tensor, cost: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """EMO's (token loss, reported cost) from the NLL and the unclamped transport cost.
-
-    `emo_token_loss`, the formula the unfused path uses, set to zero at ignored positions.
-    """
-    token_loss, d = emo_token_loss(nll, cost)
-    zero = torch.zeros_like(nll)
-    return torch.where(valid, token_loss, zero), torch.where(valid, d, zero)
-
-
-def gradient_rule(loss_fn: NumericLoss) -> GradientRule | None:
-    """The per-token gradient weights of `loss_fn`'s token loss, or None when unknown.
-
-    a_t weighs (p_t - onehot) (the NLL's gradient), b_t the transport cost's gradient (EMO).
-    A subclass with its own `token_loss` that is not listed here gets None (recompute).
-    """
-    token_loss = type(loss_fn).token_loss
-    if isinstance(loss_fn, EMOLoss) and token_loss is EMOLoss.token_loss:
-
-        def emo(nll, cost):
-            b = torch.where(cost >= _MIN_COST, 0.5 * nll / cost.clamp_min(_MIN_COST), torch.zeros_like(cost))
-            return torch.full_like(nll, 0.5), b
-
-        return emo
-    if isinstance(loss_fn, MixCELoss) and token_loss is MixCELoss.token_loss:
-        eta = loss_fn.eta
-        return lambda nll, cost: (eta + (1.0 - eta) * torch.exp(-nll), None)
-    if token_loss is NumericLoss.token_loss:
-        return lambda nll, cost: (torch.ones_like(nll), None)
-    return None
 
 
 def _math_dtype(dtype: torch.dtype) -> torch.dtype:
@@ -106,6 +77,7 @@ class _Chunk:
         self.e = e
         self.total = e.sum(dim=1)
         lse = top.squeeze(1) + self.total.log()
+        self.row_finite = torch.isfinite(lse)
         self.nll = torch.where(self.valid, lse - self.target_logit, torch.zeros_like(lse))
         self.cost = None
         if self.unit is not None:
@@ -165,6 +137,7 @@ class _FusedLinearLoss(torch.autograd.Function):
         nll = torch.zeros(num_rows, dtype=math, device=device)
         cost = torch.zeros(num_rows if unit is not None else 0, dtype=math, device=device)
         digit_logits = torch.zeros((digit_index.numel(), 10), dtype=math, device=device)
+        row_finite = torch.ones(num_rows, dtype=torch.bool, device=device)
         wants_grad = any(ctx.needs_input_grad[:3])
         in_forward = wants_grad and rule is not None and strategy == "forward"
         if in_forward:
@@ -185,6 +158,7 @@ class _FusedLinearLoss(torch.autograd.Function):
                 digit_logits[lo:hi] = chunk.raw_logits[rows[:, None], digit_columns[None, :]]
             chunk.finish()
             nll[start:stop] = chunk.nll
+            row_finite[start:stop] = chunk.row_finite
             if unit is not None:
                 cost[start:stop] = chunk.cost
             if in_forward:
@@ -202,10 +176,11 @@ class _FusedLinearLoss(torch.autograd.Function):
         ctx.chunk_size = chunk_size
         ctx.has_bias = bias is not None
         ctx.stored = (d_hidden, d_weight, d_bias, a_all, b_all) if in_forward else None
-        return nll, cost, digit_logits
+        ctx.mark_non_differentiable(row_finite)
+        return nll, cost, digit_logits, row_finite
 
     @staticmethod
-    def backward(ctx, grad_nll, grad_cost, grad_digits):  # type: ignore[override]
+    def backward(ctx, grad_nll, grad_cost, grad_digits, _grad_row_finite):  # type: ignore[override]
         hidden, weight, bias, targets, valid, digit_index, digit_columns, unit = ctx.saved_tensors
         math = _math_dtype(hidden.dtype)
         grad_nll = torch.zeros_like(valid, dtype=math) if grad_nll is None else grad_nll.to(math)
@@ -296,11 +271,6 @@ def _check_inputs(loss_fn, hidden, weight, labels, bias) -> None:
         )
     if bias is not None and (not torch.is_tensor(bias) or bias.shape != (weight.shape[0],)):
         raise ValueError(f"lm_head_bias must be a [V] = [{weight.shape[0]}] vector, got {tuple(getattr(bias, 'shape', ()))}")
-    if isinstance(loss_fn, EMOLoss) and loss_fn.embedding.shape[0] != weight.shape[0]:
-        raise ValueError(
-            f"emo: the embedding has {loss_fn.embedding.shape[0]} rows but the LM head {weight.shape[0]}: "
-            "pass the output-embedding matrix of the model whose head this is"
-        )
 
 
 def fused_loss(
@@ -339,11 +309,17 @@ def fused_loss(
     valid = flat_labels != loss_fn.ignore_index
     targets = torch.where(valid, flat_labels, torch.zeros_like(flat_labels))
     math = _math_dtype(compute)
-    unit = None
-    if isinstance(loss_fn, EMOLoss):
-        unit = F.normalize(loss_fn.embedding.detach().to(device=hidden.device, dtype=math), dim=-1)
+    unit = loss_fn.transport_embedding(hidden.device, math)
+    if unit is not None and unit.shape[0] != vocab_size:
+        raise ValueError(
+            f"{loss_fn.name}: the embedding has {unit.shape[0]} rows but the LM head {vocab_size}: "
+            "pass the output-embedding matrix of the model whose head this is"
+        )
     digit_columns = loss_fn.digit_columns.to(hidden.device)
-    nll, cost, digit_logits = _FusedLinearLoss.apply(
+    empty = torch.zeros(0, dtype=math, device=hidden.device)
+    # the objective's own gradient rule; None (unknown) makes backward recompute the logits
+    has_rule = loss_fn.gradient_weights(empty, empty if unit is not None else None) is not None
+    nll, cost, digit_logits, row_finite = _FusedLinearLoss.apply(
         flat_hidden,
         weight,
         bias,
@@ -352,19 +328,48 @@ def fused_loss(
         digits.index,
         digit_columns,
         unit,
-        gradient_rule(loss_fn),
+        loss_fn.gradient_weights if has_rule else None,
         int(chunk_size),
         strategy,
     )
-    token_losses = _emo_token_loss(nll, valid, cost) if unit is not None else None
+
+    def diagnose(ignored_rows: torch.Tensor | None) -> NoReturn:
+        _raise_not_finite(loss_fn.name, flat_hidden, weight, bias, valid, ignored_rows)
+
     return loss_fn.combine(
         nll,
         valid,
         digit_logits,
         digits,
-        None,
-        targets,
+        cost if unit is not None else None,
         num_items_in_batch,
         num_digits_in_batch,
-        token_losses=token_losses,
+        row_finite=row_finite,
+        diagnose=diagnose,
+    )
+
+
+def _raise_not_finite(name, hidden, weight, bias, valid, ignored_rows) -> NoReturn:
+    """Say why the fused loss (or rows at ignored positions) is not finite."""
+    inputs = [("hidden states", hidden), ("LM-head weight", weight)] + ([("LM-head bias", bias)] if bias is not None else [])
+    broken = [label for label, tensor in inputs if not bool(torch.isfinite(tensor).all())]
+    where = ""
+    if ignored_rows is not None:
+        where = (
+            f" at {ignored_rows.numel()} ignored position(s) (first: flat position {int(ignored_rows[0])}); "
+            "their loss gradient is zero, but the weight gradient multiplies through them and turns NaN"
+        )
+    if broken:
+        raise FloatingPointError(
+            f"{name}: the {' and '.join(broken)} hold NaN or inf{where} (the model diverged or overflowed; "
+            "lower the learning rate, check the padding and attention mask, use bf16 not fp16)"
+        )
+    if hidden.dtype == torch.float16:
+        raise FloatingPointError(
+            f"{name}: the fp16 logits overflowed{where}: hidden states and LM-head weight are finite, but "
+            "hidden @ weight.T exceeds fp16's largest value 65504; train in bf16 or float32"
+        )
+    raise FloatingPointError(
+        f"{name}: the loss is not finite{where} although the hidden states and LM-head weight are; "
+        "alpha or a step-wide count may be wrong"
     )

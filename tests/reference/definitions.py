@@ -53,6 +53,22 @@ def ref_places_row(classes: list[str]) -> list[int | None]:
     return places
 
 
+def ref_digit_run_weights(classes: list[str]) -> list[int | None]:
+    """Per digit: its position from the end of its run of digit tokens ('.' ends a run), last = 1."""
+    weights: list[int | None] = [None] * len(classes)
+    t = 0
+    while t < len(classes):
+        if not classes[t].startswith("d"):
+            t += 1
+            continue
+        start = t
+        while t < len(classes) and classes[t].startswith("d"):
+            t += 1
+        for j in range(start, t):
+            weights[j] = t - j
+    return weights
+
+
 def ref_place_weight(i: int, weighting: str) -> float:
     if weighting == "none":
         return 1.0
@@ -80,6 +96,7 @@ def ref_loss(
     aux_token_sum = work.new_zeros(())
     aux_digit_sum = work.new_zeros(())
     tokens = digits = 0
+    weight_sum = 0.0
     embedding = options.get("embedding")
     if embedding is not None:
         unit = embedding.double() / embedding.double().norm(dim=-1, keepdim=True)
@@ -87,6 +104,7 @@ def ref_loss(
         row = labels[b].tolist()
         classes = classes_of(row, digit_ids, point_id)
         places = ref_places_row(classes)
+        run_weights = ref_digit_run_weights(classes)
         for t in range(cols):
             y = row[t]
             if y == IGNORE:
@@ -105,8 +123,16 @@ def ref_loss(
                 q = [torch.exp(z_all[v] - lse) for v in range(width)]
                 expected = sum(q[v] * unit[v] for v in range(width))
                 d = 1 - torch.dot(unit[y], expected)
-                ratio = float(nll) / float(d)
-                token_loss_sum = token_loss_sum + 0.5 * (nll + ratio * d)
+                # the cost in the ratio: d, plus the detached target probability (adaptive form)
+                c = d + (float(q[y]) if options.get("form", "adaptive") == "adaptive" else 0.0)
+                if options.get("mode", 1) == 1:
+                    ratio = float(nll) / max(float(c), 1e-6)
+                    if options.get("max_ratio") is not None:
+                        ratio = min(ratio, options["max_ratio"])
+                    token_loss_sum = token_loss_sum + 0.5 * (nll + ratio * c)
+                else:
+                    ratio = float(c) / max(float(nll), 1e-6)
+                    token_loss_sum = token_loss_sum + ratio * nll + c
                 aux_token_sum = aux_token_sum + d
             else:
                 token_loss_sum = token_loss_sum + nll
@@ -127,22 +153,38 @@ def ref_loss(
                     factor = 1 + abs(k - target) if options.get("distance") == "l1" else 1
                     term = term + p[k] * bce * factor
                 aux_digit_sum = aux_digit_sum + u * term / 10
-            elif name == "ntl-was":
-                aux_digit_sum = aux_digit_sum + sum(p[k] * abs(k - target) for k in range(10))
-            elif name == "ntl-mse":
-                aux_digit_sum = aux_digit_sum + (sum(p[k] * k for k in range(10)) - target) ** 2
+            elif name in ("ntl-was", "ntl-mse"):
+                if name == "ntl-was":
+                    term, largest = sum(p[k] * abs(k - target) for k in range(10)), 9.0
+                else:
+                    term, largest = (sum(p[k] * k for k in range(10)) - target) ** 2, 81.0
+                if options.get("reweigh"):
+                    mass = sum(torch.exp(z_all[i] - lse) for i in digit_ids)
+                    term = mass * term + 1.01 * largest * (1 - mass)
+                aux_digit_sum = aux_digit_sum + term
             elif name == "dist2":
                 tau = options.get("tau", 1.0)
                 raw = [math.exp(-((k - target) ** 2) / tau) for k in range(10)]
                 q = [r / sum(raw) for r in raw]
                 kl = sum(q[k] * (math.log(q[k]) - torch.log(p[k])) for k in range(10) if q[k] > 0)
-                if options.get("place_weight") and places[t] >= 0:
-                    kl = kl * (places[t] + 1)
-                aux_digit_sum = aux_digit_sum + kl
+                u = 1.0
+                if options.get("place_weight"):
+                    if options.get("point_ends_run"):
+                        u = float(run_weights[t])
+                    elif places[t] >= 0:
+                        u = float(places[t] + 1)
+                weight_sum += u
+                aux_digit_sum = aux_digit_sum + u * kl
     n_tok = max(num_items if num_items is not None else tokens, 1)
     n_dig = max(num_digits if num_digits is not None else digits, 1)
     ce = ce_sum / n_tok
     if name in ("mixce", "emo"):
         return token_loss_sum / n_tok, ce, aux_token_sum / n_tok
-    aux = aux_digit_sum / n_dig
+    normalize = options.get("normalize", "digits")
+    if normalize == "tokens":
+        aux = aux_digit_sum / n_tok
+    elif normalize == "weights":
+        aux = aux_digit_sum / max(weight_sum, 1.0)
+    else:
+        aux = aux_digit_sum / n_dig
     return ce + alpha * aux, ce, aux

@@ -1,13 +1,18 @@
-"""The shared interface of every objective: inputs, normalisation, output type.
+"""The shared interface of every objective: inputs, options, normalisation, output type.
 
 A subclass says what it adds to cross-entropy, as a function of small tensors:
 
-* digit objectives (DEL, NTL, DIST2) implement `digit_terms(z, y, place)`: one term per digit
-  position from the ten digit logits z [K, 10], the target digit y [K] and its place index [K];
-  aux = sum of terms / N_dig.
-* token objectives (MixCE, EMO) implement `token_loss(nll, valid, logits, targets)`: the
-  per-token loss that replaces the NLL, and the per-token extra term they report as aux
-  (sum / N_tok).
+* digit objectives (DEL, NTL, DIST2; `DigitLoss`) implement `digit_terms(z, y, u, nll)`: one term
+  per digit position from the ten digit logits z [K, 10], the target digit y [K], the place
+  weight u [K] (`digit_weights`) and the full-vocabulary NLL of the target [K] (only NTL's
+  `reweigh` reads it); aux = sum of terms / N_dig (or / N_tok, `normalize="tokens"`).
+* token objectives (MixCE, EMO) implement `token_loss(nll, valid, cost)`: the per-token loss that
+  replaces the NLL and the per-token term they report as aux (sum / N_tok). EMO also implements
+  `transport_embedding` and `transport_cost`, which give it the per-token transport cost.
+
+Every objective owns the rule the fused path needs for its gradient: `gradient_weights(nll, cost)`
+returns the per-token weights (a_t, b_t) with which the loss depends on nll_t and cost_t (up to
+one scalar), so `numloss.fused` holds no code of any objective.
 
 loss = sum of token losses / N_tok + alpha * aux; for digit objectives and MLE the token loss is
 the NLL, so loss = ce + alpha * aux.
@@ -16,12 +21,16 @@ the NLL, so loss = ce + alpha * aux.
 from __future__ import annotations
 
 import inspect
+import math
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from typing import Any, NoReturn
 
 import torch
 from torch import nn
 
 from numloss.digits import IGNORE_INDEX, DigitPositions, DigitVocab, find_digits
+from numloss.fused import fused_loss
 from numloss.losses.core import token_nll_and_digit_logits
 
 
@@ -31,9 +40,10 @@ class NumericLossOutput:
 
     loss: the scalar to back-propagate, ce + alpha * aux.
     ce: token cross-entropy, sum over valid tokens / num_tokens.
-    aux: the objective's extra term before alpha: digit objectives, per-digit sum / num_digits;
-        MixCE, sum of (w_t - 1) nll_t / num_tokens (loss = ce + aux); EMO, the mean transport
-        cost d_t (its loss has the value of ce, only its gradient differs). Zero for MLE.
+    aux: the objective's extra term before alpha: digit objectives, per-digit sum / num_digits
+        (or / num_tokens with normalize="tokens", / the sum of place weights with DIST2's
+        normalize="weights"); MixCE, sum of (w_t - 1) nll_t / num_tokens (loss = ce + aux); EMO,
+        the mean transport cost d_t. Zero for MLE.
     num_tokens, num_digits: the valid tokens and digit positions *of this call* (for logging and
         for building step-wide counts), as 0-d long tensors.
     digit_entropy: mean entropy (nats) of the 10-digit softmax at this call's digit positions,
@@ -46,6 +56,29 @@ class NumericLossOutput:
     num_tokens: torch.Tensor
     num_digits: torch.Tensor
     digit_entropy: torch.Tensor | None = None
+
+
+def check_number(
+    objective: str, name: str, value: Any, low: float = 0.0, high: float = math.inf, low_open: bool = False
+) -> float:
+    """`value` as a float, or a ValueError naming the option, the value and the allowed range."""
+    what = f"({low}, {high}]" if low_open else f"[{low}, {high}]"
+    if high == math.inf:
+        what = f"> {low:g}" if low_open else f">= {low:g}"
+    try:
+        number = float(value)
+    except (TypeError, ValueError):
+        number = math.nan
+    if isinstance(value, bool) or not math.isfinite(number) or number < low or number > high or (low_open and number == low):
+        raise ValueError(f"{objective}: {name} must be a finite number {what}, got {value!r}")
+    return number
+
+
+def check_choice(objective: str, name: str, value: Any, choices: tuple) -> Any:
+    """`value` if it is one of `choices`, else a ValueError listing them."""
+    if value not in choices:
+        raise ValueError(f"{objective}: {name} must be one of {', '.join(map(repr, choices))}, got {value!r}")
+    return value
 
 
 def _as_count(value: int | float | torch.Tensor | None, fallback: torch.Tensor, name: str) -> torch.Tensor:
@@ -69,14 +102,18 @@ def _as_count(value: int | float | torch.Tensor | None, fallback: torch.Tensor, 
 class NumericLoss(nn.Module):
     """Base of every numloss objective: `loss_fn(logits, labels) -> NumericLossOutput`.
 
-    Subclasses declare their options as keyword arguments of `__init__`; anything else is a
-    TypeError naming the options the objective accepts.
+    Subclasses declare their options as keyword arguments of `__init__` and check their values in
+    `validate_options` (also called by config validation, before any model loads); anything else
+    is a TypeError naming the options the objective accepts.
     """
 
     name: str = ""
     default_alpha: float = 0.0
     #: False for objectives that reshape the token loss instead of adding a weighted term
     takes_alpha: bool = True
+    #: what aux is divided by: "tokens" (token objectives, MLE) or, for digit objectives, the
+    #: `normalize` option ("digits" by default)
+    normalize: str = "tokens"
 
     def __init__(
         self,
@@ -90,6 +127,8 @@ class NumericLoss(nn.Module):
             raise TypeError(
                 f"vocab must be a numloss.DigitVocab (DigitVocab.from_tokenizer(tok)), got {type(vocab).__name__}"
             )
+        if alpha is not None:
+            self.validate_options({"alpha": alpha})
         self.vocab = vocab
         self.alpha = float(self.default_alpha if alpha is None else alpha)
         self.ignore_index = ignore_index
@@ -109,24 +148,72 @@ class NumericLoss(nn.Module):
                         names.append(name)
         return [name for name in names if cls.takes_alpha or name != "alpha"]
 
+    @classmethod
+    def validate_options(cls, options: Mapping[str, Any]) -> None:
+        """Raise a one-line ValueError for an option value this objective refuses.
+
+        Needs no vocabulary or model, so config validation calls it before anything loads.
+        Subclasses check their own options and call this for the shared ones.
+        """
+        if options.get("alpha") is not None:
+            check_number(cls.name, "alpha", options["alpha"])
+
+    @property
+    def token_count_suffices(self) -> bool:
+        """True when the step-wide token count alone (`num_items_in_batch`, what Trainer's
+        `compute_loss_func` receives) makes this loss exact across gradient accumulation."""
+        return self.normalize == "tokens"
+
+    @property
+    def aux_per_token(self) -> bool:
+        """True when aux is a sum over tokens / N_tok (for logging step-wide means)."""
+        return self.normalize == "tokens"
+
     def extra_repr(self) -> str:
         return f"alpha={self.alpha}"
 
     # -- hooks ----------------------------------------------------------------------------------
+    def digit_weights(self, digits: DigitPositions) -> torch.Tensor:
+        """Place weight u [K] (float32) of each digit position; 1 unless the objective weighs places."""
+        return torch.ones(digits.count, dtype=torch.float32, device=digits.index.device)
+
     def digit_terms(
-        self, digit_logits: torch.Tensor, digit_targets: torch.Tensor, places: torch.Tensor
+        self, digit_logits: torch.Tensor, digit_targets: torch.Tensor, weights: torch.Tensor, digit_nll: torch.Tensor
     ) -> torch.Tensor | None:
-        """Per-digit extra terms [K] (float32), or None when the objective has none."""
+        """Per-digit extra terms [K], or None when the objective has none."""
+        return None
+
+    def transport_embedding(self, device: torch.device, dtype: torch.dtype) -> torch.Tensor | None:
+        """Unit-length rows [V, H] of a cost embedding (no gradient), or None: no transport cost."""
+        return None
+
+    def transport_cost(self, logits: torch.Tensor, valid: torch.Tensor, targets: torch.Tensor) -> torch.Tensor | None:
+        """Per-token transport cost [N] from the full logits [N, V] (0 where not valid), or None."""
         return None
 
     def token_loss(
-        self, nll: torch.Tensor, valid: torch.Tensor, logits: torch.Tensor, targets: torch.Tensor
+        self, nll: torch.Tensor, valid: torch.Tensor, cost: torch.Tensor | None
     ) -> tuple[torch.Tensor, torch.Tensor] | None:
         """(per-token loss replacing the NLL [N], per-token reported term [N]), or None for the NLL.
 
-        Both must be 0 where not `valid`.
+        `cost` is `transport_cost`'s [N] (None for objectives without one). Both results must be 0
+        where not `valid`.
         """
         return None
+
+    def gradient_weights(
+        self, nll: torch.Tensor, cost: torch.Tensor | None
+    ) -> tuple[torch.Tensor, torch.Tensor | None] | None:
+        """Per-token (a_t, b_t) with dloss/dnll_t = c * a_t and dloss/dcost_t = c * b_t, for one scalar c.
+
+        The fused path computes the gradient in its forward pass with these weights and checks
+        the prediction in backward. None means unknown (the fused path then recomputes the logits
+        in backward with the true per-token gradients): the default for a subclass that defines
+        its own `token_loss` or whose digit terms depend on `digit_nll`.
+        """
+        if type(self).token_loss is not NumericLoss.token_loss:
+            return None
+        return torch.ones_like(nll), None
 
     # -- the call -------------------------------------------------------------------------------
     def forward(
@@ -145,11 +232,17 @@ class NumericLoss(nn.Module):
         flat_logits, flat_labels, digits = self._prepare(logits, labels)
         valid = flat_labels != self.ignore_index
         targets = torch.where(valid, flat_labels, torch.zeros_like(flat_labels))
-        nll, digit_logits = token_nll_and_digit_logits(
+        nll, digit_logits, row_finite = token_nll_and_digit_logits(
             flat_logits, targets, valid, digits.index, self.digit_columns
         )
+        cost = self.transport_cost(flat_logits, valid, targets)
+
+        def diagnose(ignored_rows: torch.Tensor | None) -> NoReturn:
+            self._raise_for_logits(flat_logits, valid, ignored_rows)
+
         return self.combine(
-            nll, valid, digit_logits, digits, flat_logits, targets, num_items_in_batch, num_digits_in_batch
+            nll, valid, digit_logits, digits, cost, num_items_in_batch, num_digits_in_batch,
+            row_finite=row_finite, diagnose=diagnose,
         )
 
     def from_hidden(
@@ -168,8 +261,6 @@ class NumericLoss(nn.Module):
         logits; computed in chunks of rows by `numloss.fused`. `hidden` [B, T, H] or [N, H],
         `labels` aligned with it; `chunk_size` None picks one from V and H.
         """
-        from numloss.fused import fused_loss  # numloss.fused imports this module
-
         return fused_loss(
             self,
             hidden,
@@ -204,17 +295,18 @@ class NumericLoss(nn.Module):
         valid: torch.Tensor,
         digit_logits: torch.Tensor,
         digits: DigitPositions,
-        logits: torch.Tensor | None,
-        targets: torch.Tensor,
+        cost: torch.Tensor | None,
         num_items_in_batch: int | torch.Tensor | None,
         num_digits_in_batch: int | torch.Tensor | None,
-        token_losses: tuple[torch.Tensor, torch.Tensor] | None = None,
+        row_finite: torch.Tensor | None = None,
+        diagnose: Callable[[torch.Tensor | None], NoReturn] | None = None,
     ) -> NumericLossOutput:
-        """Normalise and add up the per-token NLL and digit logits; shared by every code path.
+        """Normalise and add up the per-token NLL, digit logits and transport cost; shared by
+        the unfused and the fused path.
 
-        `logits` [N, V] is only read by objectives whose token loss needs the full distribution
-        (EMO); the fused path passes None and hands in `token_losses` (what `token_loss` would
-        return) that it computed chunk by chunk.
+        `row_finite` [N] says which rows had a finite log-normaliser; `diagnose(ignored_rows)`
+        raises the error that explains a non-finite loss (ignored_rows None) or non-finite rows at
+        ignored positions (their indices), in the words of the calling path.
         """
         num_tokens = valid.sum()
         num_digits = torch.tensor(digits.count, device=nll.device)
@@ -223,17 +315,21 @@ class NumericLoss(nn.Module):
         ce = nll.sum() / token_count
         loss = ce
         aux = torch.zeros((), dtype=torch.float32, device=nll.device)
-        terms = self.digit_terms(digit_logits, digits.target, digits.place)
+        weights = self.digit_weights(digits)
+        terms = self.digit_terms(digit_logits, digits.target, weights, nll.index_select(0, digits.index))
         if terms is not None:
-            aux = terms.sum() / digit_count
+            aux = terms.sum() / self._digit_denominator(token_count, digit_count, weights)
             loss = ce + self.alpha * aux
-        reshaped = token_losses if token_losses is not None else self.token_loss(nll, valid, logits, targets)
+        reshaped = self.token_loss(nll, valid, cost)
         if reshaped is not None:
             token_loss, reported = reshaped
             loss = token_loss.sum() / token_count
             aux = reported.sum() / token_count
-        if self.check_finite:
-            self._raise_if_not_finite(loss, logits, valid)
+        if self.check_finite and diagnose is not None:
+            if not bool(torch.isfinite(loss)):
+                diagnose(None)
+            if row_finite is not None and not bool(row_finite.all()):
+                diagnose(torch.nonzero(~row_finite).squeeze(1))
         with torch.no_grad():
             if digits.count:
                 log_p = torch.log_softmax(digit_logits, dim=-1)
@@ -242,15 +338,18 @@ class NumericLoss(nn.Module):
                 entropy = torch.zeros((), device=nll.device)
         return NumericLossOutput(loss, ce, aux, num_tokens, num_digits, entropy)
 
-    def _raise_if_not_finite(
-        self, loss: torch.Tensor, logits: torch.Tensor | None, valid: torch.Tensor
-    ) -> None:
-        if bool(torch.isfinite(loss)):
-            return
-        if logits is None:
+    def _digit_denominator(self, token_count, digit_count, weights) -> torch.Tensor:
+        if self.normalize == "tokens":
+            return token_count
+        return digit_count
+
+    def _raise_for_logits(self, logits: torch.Tensor, valid: torch.Tensor, ignored_rows: torch.Tensor | None) -> NoReturn:
+        if ignored_rows is not None:
             raise FloatingPointError(
-                f"{self.name}: the loss is not finite: the hidden states or the LM-head weight hold "
-                "NaN or inf (the model diverged or overflowed; lower the learning rate, use bf16 not fp16)"
+                f"{self.name}: the logits hold NaN or inf at {ignored_rows.numel()} ignored position(s) (first: "
+                f"flat position {int(ignored_rows[0])}); their loss gradient is zero, but back-propagating "
+                "through them gives NaN weight gradients: fix the padding or attention mask that makes them "
+                "(or pass check_finite=False)"
             )
         bad_rows = (~torch.isfinite(logits)).any(-1) & valid
         if bool(bad_rows.any()):
@@ -264,3 +363,31 @@ class NumericLoss(nn.Module):
             f"{self.name}: the loss is not finite although the logits are; alpha={self.alpha} or a "
             "step-wide count may be wrong"
         )
+
+
+NORMALIZATIONS = ("digits", "tokens")
+
+
+class DigitLoss(NumericLoss):
+    """Base of the digit objectives: CE + alpha x (sum of per-digit terms / normaliser).
+
+    `normalize="digits"` (default) divides by the step's digit count N_dig; `"tokens"` by its
+    token count N_tok, so that `num_items_in_batch` alone (what Trainer's `compute_loss_func`
+    receives) makes the loss exact across accumulation steps.
+    """
+
+    normalizations: tuple[str, ...] = NORMALIZATIONS
+
+    def __init__(self, vocab: DigitVocab, alpha: float | None = None, normalize: str = "digits", **base_options) -> None:
+        super().__init__(vocab, alpha=alpha, **base_options)
+        self.validate_options({"normalize": normalize})
+        self.normalize = normalize
+
+    @classmethod
+    def validate_options(cls, options: Mapping[str, Any]) -> None:
+        super().validate_options(options)
+        if "normalize" in options:
+            check_choice(cls.name, "normalize", options["normalize"], cls.normalizations)
+
+    def extra_repr(self) -> str:
+        return f"alpha={self.alpha}, normalize={self.normalize!r}"

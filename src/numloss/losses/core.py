@@ -55,11 +55,15 @@ class _TokenNLLAndDigitLogits(torch.autograd.Function):
         target_logit = logits.gather(1, targets[:, None]).squeeze(1).to(dtype)
         nll = torch.where(valid, lse - target_logit, torch.zeros_like(lse))
         digit_logits = logits[digit_index[:, None], digit_columns[None, :]].to(dtype)
+        # one O(N) check for the callers' error messages (a NaN row at an ignored position
+        # poisons the weight gradient of whatever made the logits)
+        row_finite = torch.isfinite(lse)
+        ctx.mark_non_differentiable(row_finite)
         ctx.save_for_backward(logits, lse, targets, valid, digit_index, digit_columns)
-        return nll, digit_logits
+        return nll, digit_logits, row_finite
 
     @staticmethod
-    def backward(ctx, grad_nll: torch.Tensor, grad_digit_logits: torch.Tensor):  # type: ignore[override]
+    def backward(ctx, grad_nll: torch.Tensor, grad_digit_logits: torch.Tensor, _grad_row_finite=None):  # type: ignore[override]
         logits, lse, targets, valid, digit_index, digit_columns = ctx.saved_tensors
         num_rows, width = logits.shape
         dtype = lse.dtype
@@ -98,11 +102,12 @@ def token_nll_and_digit_logits(
     valid: torch.Tensor,
     digit_index: torch.Tensor,
     digit_columns: torch.Tensor,
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """Per-token NLL [N] (0 where not `valid`) and digit logits [K, 10] in `compute_dtype`.
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Per-token NLL [N] (0 where not `valid`), digit logits [K, 10] in `compute_dtype`, and
+    whether each row's log-normaliser is finite [N] (bool, no gradient).
 
     `logits` [N, V] in any float dtype (computed in float32), `targets` [N] in [0, V) (any value
     where not `valid`), `digit_index` [K] rows of the digit positions, `digit_columns` [10] the
-    digit token ids. Both are differentiable with respect to `logits`.
+    digit token ids. NLL and digit logits are differentiable with respect to `logits`.
     """
     return _TokenNLLAndDigitLogits.apply(logits, targets, valid, digit_index, digit_columns)

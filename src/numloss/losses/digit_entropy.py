@@ -1,8 +1,8 @@
 """DEL, the Digit Entropy Loss (Zheng et al., 2026).
 
-Per digit position with target y and digit logits z (ten columns), p = softmax(z):
+Per digit position with target y, digit logits z (ten columns) and place weight u, p = softmax(z):
 
-    term = u(place) * (1/10) * sum_k p_k * BCE(sigmoid(z_k), [k == y])
+    term = u * (1/10) * sum_k p_k * BCE(sigmoid(z_k), [k == y])
 
 p is not detached: the entropy-like weighting is part of the gradient. u is the place weight of
 `numloss.digits.place_weights`. The optional `distance="l1"` multiplies each class term by
@@ -12,16 +12,36 @@ form is not public, so this is our reading of it.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from typing import Any
+
 import torch
 import torch.nn.functional as F
 
-from numloss.digits import PLACE_WEIGHTINGS, DigitVocab, PlaceWeighting, place_weights
-from numloss.losses.base import NumericLoss
+from numloss.digits import (
+    PLACE_WEIGHTINGS,
+    DigitPositions,
+    DigitVocab,
+    PlaceWeighting,
+    place_weights,
+)
+from numloss.losses.base import DigitLoss, check_choice
 
 DISTANCES = (None, "l1")
 
 
-class DigitEntropyLoss(NumericLoss):
+def del_term(z: torch.Tensor, y: torch.Tensor, u: torch.Tensor, distance: str | None = None) -> torch.Tensor:
+    """DEL's per-digit term [M] from digit logits z [M, 10], targets y [M] and place weights u [M]."""
+    onehot = F.one_hot(y, 10).to(z.dtype)
+    bce = F.binary_cross_entropy_with_logits(z, onehot, reduction="none")
+    criterion = torch.softmax(z, dim=-1) * bce
+    if distance == "l1":
+        classes = torch.arange(10, device=z.device)
+        criterion = criterion * (1.0 + (classes[None, :] - y[:, None]).abs())
+    return u.to(z.dtype) * criterion.mean(dim=-1)
+
+
+class DigitEntropyLoss(DigitLoss):
     """DEL: cross-entropy plus alpha x the place-weighted, probability-weighted digit BCE."""
 
     name = "del"
@@ -36,21 +56,23 @@ class DigitEntropyLoss(NumericLoss):
         **base_options,
     ) -> None:
         super().__init__(vocab, alpha=alpha, **base_options)
-        if place_weighting not in PLACE_WEIGHTINGS:
-            raise ValueError(f"place_weighting must be one of {PLACE_WEIGHTINGS}, got {place_weighting!r}")
-        if distance not in DISTANCES:
-            raise ValueError(f"distance must be None or 'l1', got {distance!r}")
+        self.validate_options({"place_weighting": place_weighting, "distance": distance})
         self.place_weighting = place_weighting
         self.distance = distance
 
-    def extra_repr(self) -> str:
-        return f"alpha={self.alpha}, place_weighting={self.place_weighting!r}, distance={self.distance!r}"
+    @classmethod
+    def validate_options(cls, options: Mapping[str, Any]) -> None:
+        super().validate_options(options)
+        if "place_weighting" in options:
+            check_choice(cls.name, "place_weighting", options["place_weighting"], PLACE_WEIGHTINGS)
+        if "distance" in options:
+            check_choice(cls.name, "distance", options["distance"], DISTANCES)
 
-    def digit_terms(self, digit_logits, digit_targets, places):
-        onehot = F.one_hot(digit_targets, 10).to(digit_logits.dtype)
-        bce = F.binary_cross_entropy_with_logits(digit_logits, onehot, reduction="none")
-        criterion = torch.softmax(digit_logits, dim=-1) * bce
-        if self.distance == "l1":
-            classes = torch.arange(10, device=digit_logits.device)
-            criterion = criterion * (1.0 + (classes[None, :] - digit_targets[:, None]).abs())
-        return place_weights(places, self.place_weighting) * criterion.mean(dim=-1)
+    def extra_repr(self) -> str:
+        return f"{super().extra_repr()}, place_weighting={self.place_weighting!r}, distance={self.distance!r}"
+
+    def digit_weights(self, digits: DigitPositions) -> torch.Tensor:
+        return place_weights(digits.place, self.place_weighting)
+
+    def digit_terms(self, digit_logits, digit_targets, weights, digit_nll):
+        return del_term(digit_logits, digit_targets, weights, self.distance)

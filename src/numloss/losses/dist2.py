@@ -1,23 +1,64 @@
 """DIST2Loss: KL from a discretised Gaussian around the target digit to the digit distribution.
 
 q = softmax(-(k - y)^2 / tau) over k = 0..9, p = softmax of the ten digit logits;
-term = KL(q || p) = sum_k q_k (log q_k - log p_k). With `place_weight=True` integer digits are
-weighted by (i + 1) (units 1, tens 2, ...); decimal digits keep weight 1.
+term = u * KL(q || p) = u * sum_k q_k (log q_k - log p_k).
+
+There is no official repository; the closest reference is the author-side `get_digit_loss`
+(transcribed in tests/reference/dist2.py). Its two variants and numloss's options:
+
+* unweighted (u = 1, mean over digit positions): `place_weight=False` (default), equal to it.
+* place-weighted: u = position from the end of a run of digit tokens (units 1, tens 2, ...), and
+  the sum is divided by the sum of the weights. In that code '.' is not a digit token, so it
+  ends a run: "3.14" gets 1; 2, 1. `place_weight=True, point_ends_run=True, normalize="weights"`
+  reproduces it. numloss's own place weighting (`point_ends_run=False`) weights integer digits
+  by i + 1 (units 1, tens 2) and decimal digits by 1, and divides by the digit count (default
+  `normalize="digits"`) or the token count (`"tokens"`).
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from typing import Any
+
 import torch
 
-from numloss.digits import DigitVocab
-from numloss.losses.base import NumericLoss
+from numloss.digits import DigitPositions, DigitVocab
+from numloss.losses.base import NORMALIZATIONS, DigitLoss, check_number
 
 
-class Dist2Loss(NumericLoss):
+def dist2_term(z: torch.Tensor, y: torch.Tensor, u: torch.Tensor, tau: float) -> torch.Tensor:
+    """u * KL(q || p) per digit [M], q = softmax(-(k - y)^2 / tau), p = softmax(z)."""
+    values = torch.arange(10, dtype=z.dtype, device=z.device)
+    log_q = torch.log_softmax(-((values[None, :] - y[:, None]) ** 2) / tau, dim=-1)
+    log_p = torch.log_softmax(z, dim=-1)
+    return u.to(z.dtype) * (log_q.exp() * (log_q - log_p)).sum(dim=-1)
+
+
+def digit_run_weights(index: torch.Tensor, places: torch.Tensor) -> torch.Tensor:
+    """Per digit: its position from the end of its run of consecutive digit tokens (last = 1).
+
+    A run of digit tokens breaks where the flat index jumps (a '.', another token, an ignored
+    position) or where the place index does not fall by one (a new number in the next row: a
+    number's last digit has place 0 or below, the next row's first digit 0 or above).
+    """
+    count = index.numel()
+    if count == 0:
+        return torch.zeros(0, dtype=torch.float32, device=index.device)
+    starts = torch.ones(count, dtype=torch.bool, device=index.device)
+    starts[1:] = (index[1:] != index[:-1] + 1) | (places[1:] != places[:-1] - 1)
+    run = torch.cumsum(starts.long(), 0) - 1
+    length = torch.bincount(run)
+    first = torch.nonzero(starts).squeeze(1)
+    j = torch.arange(count, device=index.device) - first[run]
+    return (length[run] - j).to(torch.float32)
+
+
+class Dist2Loss(DigitLoss):
     """DIST2: soft-label KL on the digit distribution."""
 
     name = "dist2"
     default_alpha = 0.1
+    normalizations = (*NORMALIZATIONS, "weights")
 
     def __init__(
         self,
@@ -25,22 +66,44 @@ class Dist2Loss(NumericLoss):
         alpha: float | None = None,
         tau: float = 1.0,
         place_weight: bool = False,
+        point_ends_run: bool = False,
         **base_options,
     ) -> None:
         super().__init__(vocab, alpha=alpha, **base_options)
-        if not tau > 0:
-            raise ValueError(f"tau must be positive, got {tau}")
+        self.validate_options({"tau": tau, "place_weight": place_weight, "point_ends_run": point_ends_run})
         self.tau = float(tau)
         self.place_weight = bool(place_weight)
+        self.point_ends_run = bool(point_ends_run)
+
+    @classmethod
+    def validate_options(cls, options: Mapping[str, Any]) -> None:
+        super().validate_options(options)
+        if "tau" in options:
+            check_number(cls.name, "tau", options["tau"], low_open=True)
+        for flag in ("place_weight", "point_ends_run"):
+            if flag in options and not isinstance(options[flag], bool):
+                raise ValueError(f"{cls.name}: {flag} must be true or false, got {options[flag]!r}")
+        if options.get("point_ends_run") and not options.get("place_weight", False):
+            raise ValueError(f"{cls.name}: point_ends_run only changes place weights; set place_weight=True too")
 
     def extra_repr(self) -> str:
-        return f"alpha={self.alpha}, tau={self.tau}, place_weight={self.place_weight}"
+        return (
+            f"{super().extra_repr()}, tau={self.tau}, place_weight={self.place_weight}, "
+            f"point_ends_run={self.point_ends_run}"
+        )
 
-    def digit_terms(self, digit_logits, digit_targets, places):
-        values = torch.arange(10, dtype=digit_logits.dtype, device=digit_logits.device)
-        log_q = torch.log_softmax(-((values[None, :] - digit_targets[:, None]) ** 2) / self.tau, dim=-1)
-        log_p = torch.log_softmax(digit_logits, dim=-1)
-        terms = (log_q.exp() * (log_q - log_p)).sum(dim=-1)
-        if self.place_weight:
-            terms = terms * torch.where(places >= 0, places + 1, torch.ones_like(places)).to(terms.dtype)
-        return terms
+    def digit_weights(self, digits: DigitPositions) -> torch.Tensor:
+        if not self.place_weight:
+            return super().digit_weights(digits)
+        if self.point_ends_run:
+            return digit_run_weights(digits.index, digits.place)
+        return torch.where(digits.place >= 0, digits.place + 1, torch.ones_like(digits.place)).to(torch.float32)
+
+    def digit_terms(self, digit_logits, digit_targets, weights, digit_nll):
+        return dist2_term(digit_logits, digit_targets, weights, self.tau)
+
+    def _digit_denominator(self, token_count, digit_count, weights):
+        if self.normalize == "weights":
+            # this call's sum of weights, as the author code divides each micro-batch
+            return weights.sum().clamp_min(1.0)
+        return super()._digit_denominator(token_count, digit_count, weights)

@@ -1,22 +1,58 @@
 """EMO, Earth Mover Distance Optimisation (Ren et al., 2023), token-level.
 
 With q_t the model's full next-token distribution and E the L2-normalised rows of the output
-embedding (no gradient), the expected transport cost to the target is
-d_t = 1 - <E[y_t], q_t @ E>, and the token loss is 0.5 * (nll_t + sg(nll_t / d_t) * d_t):
-the EMD term rescaled to the size of the NLL. Its value equals the NLL (only the gradient
-differs), so the reported aux is the mean transport cost sum_t d_t / N_tok.
+embedding (no gradient), the expected transport cost to the target is d_t = 1 - <E[y_t], q_t @ E>.
+The cost in the ratio is
+
+* `form="adaptive"` (default): d'_t = d_t + sg(q_t[y_t]). This is the cost of the EMO code that
+  subtracts the detached target probability from q before the transport (`q - sg(q * onehot)`),
+  the form PolyU-VCLab/DEL's EMO baseline uses (train-qwen-deepseek.py `EMOloss`); the EMO
+  README's instruction-tuning form `emo_patch.py` `emo1_adaptive` names it.
+* `form="gpt2"`: d'_t = d_t (DRSY/EMO language_modeling/gpt2.py mode 'emo', emo_patch.py).
+
+and the token loss is
+
+* `mode=1` (default): 0.5 * (nll_t + sg(r_t) * d'_t), r_t = nll_t / max(d'_t, 1e-6), optionally
+  capped at `max_ratio` (3.0 is the PyPI EMOLoss / emo_patch.py cap). Its value is the NLL
+  (r_t * d'_t = nll_t); only the gradient differs: 0.5 * (dnll + r_t * dd_t).
+* `mode=2` (EMOLoss mode 2, "more emphasis on EMO"): sg(d'_t / max(nll_t, 1e-6)) * nll_t + d'_t,
+  whose value is 2 d'_t.
+
+The gradient of d'_t is that of d_t (q_t[y_t] is detached). The reported aux is the mean
+transport cost sum_t d_t / N_tok.
+
+The 1e-6 floor: the EMD half of the mode-1 gradient, r_t * dd_t/dz, is at most 2 * nll_t in L1
+norm whatever d_t is (|dd/dz|_1 <= 2 d), so the floor does not guard against a large gradient;
+it keeps r_t finite when d'_t rounds to 0 and bounds how far float32 rounding in d'_t (computed
+as 1 - <., .>, error ~1e-7) can be amplified. Below the floor r_t stops growing, so the EMD half
+fades linearly with d'_t, and the value falls below the NLL. The official code adds 1e-10
+instead.
 """
 
 from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
 
 import torch
 import torch.nn.functional as F
 
 from numloss.digits import DigitVocab
-from numloss.losses.base import NumericLoss
+from numloss.losses.base import NumericLoss, check_choice, check_number
 
-# d_t is at most 2; below this the rescaling nll/d would blow up.
-_MIN_COST = 1e-6
+FORMS = ("adaptive", "gpt2")
+MODES = (1, 2)
+# floor of the denominator of EMO's detached ratio
+MIN_DENOMINATOR = 1e-6
+
+
+def emo_ratio(nll: torch.Tensor, cost: torch.Tensor, mode: int, max_ratio: float | None) -> torch.Tensor:
+    """EMO's detached ratio: mode 1, nll / max(cost, 1e-6) (capped at max_ratio); mode 2, cost / max(nll, 1e-6)."""
+    nll, cost = nll.detach(), cost.detach()
+    if mode == 1:
+        ratio = nll / cost.clamp_min(MIN_DENOMINATOR)
+        return ratio if max_ratio is None else ratio.clamp_max(max_ratio)
+    return cost / nll.clamp_min(MIN_DENOMINATOR)
 
 
 class EMOLoss(NumericLoss):
@@ -30,10 +66,19 @@ class EMOLoss(NumericLoss):
     default_alpha = 1.0
     takes_alpha = False
 
-    def __init__(self, vocab: DigitVocab, embedding: torch.Tensor | None = None, **base_options) -> None:
+    def __init__(
+        self,
+        vocab: DigitVocab,
+        embedding: torch.Tensor | None = None,
+        form: str = "adaptive",
+        mode: int = 1,
+        max_ratio: float | None = None,
+        **base_options,
+    ) -> None:
         if "alpha" in base_options:
             raise TypeError("emo has no alpha: it reshapes the token loss")
         super().__init__(vocab, **base_options)
+        self.validate_options({"form": form, "mode": mode, "max_ratio": max_ratio})
         if embedding is None:
             raise TypeError(
                 "emo needs embedding=<output-embedding matrix [V, H]>, e.g. "
@@ -42,39 +87,61 @@ class EMOLoss(NumericLoss):
         if not torch.is_tensor(embedding) or embedding.dim() != 2:
             raise ValueError(f"embedding must be a [V, H] tensor, got {getattr(embedding, 'shape', type(embedding))}")
         self.embedding = embedding
+        self.form = form
+        self.mode = int(mode)
+        self.max_ratio = None if max_ratio is None else float(max_ratio)
 
-    def normalised_embedding(self, device: torch.device, dtype: torch.dtype = torch.float32) -> torch.Tensor:
+    @classmethod
+    def validate_options(cls, options: Mapping[str, Any]) -> None:
+        super().validate_options(options)
+        if "form" in options:
+            check_choice(cls.name, "form", options["form"], FORMS)
+        if "mode" in options:
+            check_choice(cls.name, "mode", options["mode"], MODES)
+        if options.get("max_ratio") is not None:
+            check_number(cls.name, "max_ratio", options["max_ratio"], low_open=True)
+            if options.get("mode", 1) != 1:
+                raise ValueError(f"{cls.name}: max_ratio caps mode 1's nll/d; mode 2 has no such ratio")
+
+    def extra_repr(self) -> str:
+        return f"form={self.form!r}, mode={self.mode}, max_ratio={self.max_ratio}"
+
+    def transport_embedding(self, device, dtype=torch.float32):
         """Unit-length rows of the embedding, detached, in `dtype` on `device`."""
         return F.normalize(self.embedding.detach().to(device=device, dtype=dtype), dim=-1)
 
-    def token_loss(self, nll, valid, logits, targets):
-        if logits is None:
-            raise ValueError("emo needs the full logits; its fused path computes them per chunk")
+    def transport_cost(self, logits, valid, targets):
         width = logits.shape[-1]
         if self.embedding.shape[0] != width:
             raise ValueError(
                 f"emo: the embedding has {self.embedding.shape[0]} rows but the logits {width} columns; "
                 "pass the output-embedding matrix of the model that made the logits"
             )
+        dtype = torch.float64 if logits.dtype == torch.float64 else torch.float32
         rows = torch.nonzero(valid).squeeze(1)
-        if rows.numel() == 0:
-            return nll, torch.zeros_like(nll)  # all zero, but still part of the graph
-        unit = self.normalised_embedding(logits.device, nll.dtype)
-        row_loss, row_cost = emo_token_loss(
-            nll.index_select(0, rows), transport_cost(logits, rows, targets, unit)
-        )
-        token_loss = torch.zeros_like(nll).index_put((rows,), row_loss)
-        return token_loss, torch.zeros_like(nll).index_put((rows,), row_cost)
+        unit = self.transport_embedding(logits.device, dtype)
+        cost = transport_cost(logits, rows, targets, unit)
+        return torch.zeros(valid.shape, dtype=dtype, device=logits.device).index_put((rows,), cost)
 
+    def ratio_cost(self, nll: torch.Tensor, cost: torch.Tensor) -> torch.Tensor:
+        """d' (value of the cost in the ratio): d, plus sg(q[y]) = exp(-nll) for the adaptive form."""
+        return cost + torch.exp(-nll.detach()) if self.form == "adaptive" else cost
 
-def emo_token_loss(nll: torch.Tensor, cost: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """EMO's token loss 0.5 * (nll + sg(nll / d) * d) and the clamped cost d, elementwise.
+    def token_loss(self, nll, valid, cost):
+        shifted = self.ratio_cost(nll, cost)
+        ratio = emo_ratio(nll, shifted, self.mode, self.max_ratio)
+        if self.mode == 1:
+            token_loss = 0.5 * (nll + ratio * shifted)
+        else:
+            token_loss = ratio * nll + shifted
+        zero = torch.zeros_like(nll)
+        return torch.where(valid, token_loss, zero), torch.where(valid, cost, zero)
 
-    `cost` is the unclamped transport cost; it is clamped at `_MIN_COST` first. Shared by the
-    unfused and the fused paths.
-    """
-    cost = cost.clamp_min(_MIN_COST)
-    return 0.5 * (nll + (nll / cost).detach() * cost), cost
+    def gradient_weights(self, nll, cost):
+        ratio = emo_ratio(nll, self.ratio_cost(nll, cost), self.mode, self.max_ratio)
+        if self.mode == 1:
+            return torch.full_like(nll, 0.5), 0.5 * ratio
+        return ratio, torch.ones_like(cost)
 
 
 class _TransportCost(torch.autograd.Function):

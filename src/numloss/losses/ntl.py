@@ -1,42 +1,100 @@
-"""NTL, the Number Token Loss (Zausinger et al., 2025), in its two forms, without reweighing.
+"""NTL, the Number Token Loss (Zausinger et al., 2025), in its two forms.
 
 p = softmax over the ten digit logits at each digit position with target y:
 
 * ntl-was (Wasserstein-1 between p and the one-hot target on the digit line): sum_k p_k |k - y|
 * ntl-mse (squared error of the expected digit): (sum_k p_k k - y)^2
 
-These equal `ntloss.NTLoss` / `ntloss.NTLossDotProduct` with `reweigh=False` (tested).
+`reweigh=True` is the `ntloss` package's default (off in the ICML paper and here): with m the
+full-vocabulary probability mass on the ten digit tokens, term' = m * term + 1.01 * D * (1 - m),
+D the largest possible term (9 for WAS, 81 for MSE), so mass outside the digits costs more than
+the worst digit. m has gradient. These equal `ntloss.NTLoss` / `ntloss.NTLossDotProduct`
+(ntloss 0.3.2) with the same `reweigh` (tested).
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from typing import Any
+
 import torch
 
-from numloss.losses.base import NumericLoss
+from numloss.digits import DigitVocab
+from numloss.losses.base import DigitLoss
 
 
 def _digit_values(like: torch.Tensor) -> torch.Tensor:
     return torch.arange(10, dtype=like.dtype, device=like.device)
 
 
-class NumberTokenLossWAS(NumericLoss):
+def was_term(z: torch.Tensor, y: torch.Tensor, u: torch.Tensor) -> torch.Tensor:
+    """NTL-WAS per digit [M]: u * sum_k p_k |k - y| from digit logits z [M, 10], targets y [M]."""
+    values = _digit_values(z)
+    distance = (values[None, :] - y[:, None].to(values.dtype)).abs()
+    return u.to(z.dtype) * (torch.softmax(z, dim=-1) * distance).sum(dim=-1)
+
+
+def mse_term(z: torch.Tensor, y: torch.Tensor, u: torch.Tensor) -> torch.Tensor:
+    """NTL-MSE per digit [M]: u * (sum_k p_k k - y)^2."""
+    expected = torch.softmax(z, dim=-1) @ _digit_values(z)
+    return u.to(z.dtype) * (expected - y.to(expected.dtype)) ** 2
+
+
+def reweighed(term: torch.Tensor, z: torch.Tensor, y: torch.Tensor, nll: torch.Tensor, largest: float) -> torch.Tensor:
+    """ntloss's reweighing: m * term + 1.01 * largest * (1 - m), m = digit mass of the full softmax.
+
+    m = exp(logsumexp(z) - logsumexp(all logits)), and logsumexp(all) = nll + z_y at a digit
+    position whose target is y, so m comes from the digit logits and the target's NLL alone.
+    """
+    log_mass = torch.logsumexp(z, dim=-1) - (nll.to(z.dtype) + z.gather(1, y[:, None]).squeeze(1))
+    mass = log_mass.exp()
+    return mass * term + 1.01 * largest * (1.0 - mass)
+
+
+class _NumberTokenLoss(DigitLoss):
+    default_alpha = 0.3
+    largest_term: float = 0.0
+
+    def __init__(self, vocab: DigitVocab, alpha: float | None = None, reweigh: bool = False, **base_options) -> None:
+        super().__init__(vocab, alpha=alpha, **base_options)
+        self.validate_options({"reweigh": reweigh})
+        self.reweigh = bool(reweigh)
+
+    @classmethod
+    def validate_options(cls, options: Mapping[str, Any]) -> None:
+        super().validate_options(options)
+        if "reweigh" in options and not isinstance(options["reweigh"], bool):
+            raise ValueError(f"{cls.name}: reweigh must be true or false, got {options['reweigh']!r}")
+
+    def extra_repr(self) -> str:
+        return f"{super().extra_repr()}, reweigh={self.reweigh}"
+
+    @staticmethod
+    def term(z: torch.Tensor, y: torch.Tensor, u: torch.Tensor) -> torch.Tensor:
+        raise NotImplementedError
+
+    def digit_terms(self, digit_logits, digit_targets, weights, digit_nll):
+        terms = self.term(digit_logits, digit_targets, weights)
+        if self.reweigh:
+            terms = reweighed(terms, digit_logits, digit_targets, digit_nll, self.largest_term)
+        return terms
+
+    def gradient_weights(self, nll, cost):
+        # the reweighed term depends on the NLL at digit positions: not one weight per token
+        return None if self.reweigh else super().gradient_weights(nll, cost)
+
+
+class NumberTokenLossWAS(_NumberTokenLoss):
     """NTL-WAS: expected absolute digit distance under the model's digit distribution."""
 
     name = "ntl-was"
-    default_alpha = 0.3
-
-    def digit_terms(self, digit_logits, digit_targets, places):
-        values = _digit_values(digit_logits)
-        distance = (values[None, :] - digit_targets[:, None].to(values.dtype)).abs()
-        return (torch.softmax(digit_logits, dim=-1) * distance).sum(dim=-1)
+    largest_term = 9.0
+    term = staticmethod(was_term)
 
 
-class NumberTokenLossMSE(NumericLoss):
+class NumberTokenLossMSE(_NumberTokenLoss):
     """NTL-MSE: squared error between the expected digit and the target digit."""
 
     name = "ntl-mse"
-    default_alpha = 0.3
-
-    def digit_terms(self, digit_logits, digit_targets, places):
-        expected = torch.softmax(digit_logits, dim=-1) @ _digit_values(digit_logits)
-        return (expected - digit_targets.to(expected.dtype)) ** 2
+    largest_term = 81.0
+    term = staticmethod(mse_term)
