@@ -50,7 +50,7 @@ def test_program_of_thought_with_chain_of_thought_fallback():
         ("6 times 7", "pot"): "a = 6\nb = 7\nprint(a * b)",                       # program, right
         ("10 minus 3", "pot"): "while True:\n    pass\nprint(1)",                # program times out -> CoT
         ("10 minus 3", "cot"): "10 - 3 = 7. The answer is 7.",
-        ("2 plus 2", "pot"): "import os\nos.fork()\nprint(4)",                    # blocked -> CoT, wrong
+        ("2 plus 2", "pot"): "import socket\nsocket.socket().connect(('127.0.0.1', 9))\nprint(4)",  # blocked -> CoT, wrong
         ("2 plus 2", "cot"): "The answer is 5.",
         ("9 plus 1", "pot"): "9 + 1 = 10. The answer is 10.",                     # no program: read as text
         ("5 minus 5", "pot"): "```python\nx = 5 - 5\nprint('result:', x)\n```",  # fenced program

@@ -1,111 +1,281 @@
-"""The program sandbox: hostile programs are contained, reported, and the evaluation goes on."""
+"""The program sandbox: right answers from benign programs, the kernel layers as promised, limits
+reported as such, the seccomp filter decoded independently, fail-closed without bwrap, and the
+opted-in unisolated mode (the old audit-hook child). The hostile suite is
+tests/test_eval_sandbox_hostile.py."""
 
-import glob
+from __future__ import annotations
+
 import os
-import tempfile
+import platform
+import stat
+import struct
+import sys
 
 import pytest
 
-from numloss.evaluate.sandbox import SandboxLimits, run_program, run_programs
+import numloss.evaluate as evaluate
+from numloss.evaluate import sandbox
+from numloss.evaluate.sandbox import (
+    ALLOW_UNISOLATED_ENV,
+    Isolation,
+    SandboxLimits,
+    SandboxUnavailable,
+    isolation,
+    run_program,
+    run_programs,
+)
+from numloss.evaluate.sandbox import bwrap as bwrap_mod
+from numloss.evaluate.sandbox.seccomp import DENIED, filter_program
 
 LIMITS = SandboxLimits(wall_seconds=3.0, cpu_seconds=2, memory_bytes=512 << 20, output_bytes=16 * 1024)
+FULL = isolation().mode == "bwrap+seccomp"
+needs_kernel_sandbox = pytest.mark.skipif(not FULL, reason="kernel sandbox unavailable: " + isolation().detail)
 
 
-def test_a_plain_program_prints_its_answer():
-    result = run_program("x = 6\nprint(x * 7)", LIMITS)
-    assert result.status == "ok" and result.stdout.strip() == "42" and result.returncode == 0
+@pytest.fixture
+def fresh_probe(monkeypatch):
+    """Forget the cached probe before and after: a test may make bwrap unavailable."""
+    monkeypatch.delenv(ALLOW_UNISOLATED_ENV, raising=False)
+    sandbox._kernel_probe.cache_clear()
+    yield
+    sandbox._kernel_probe.cache_clear()
 
 
-def test_sympy_and_numpy_can_be_imported():
-    result = run_program("import sympy, numpy\nx = sympy.Symbol('x')\nprint(sympy.solve(2*x - 12, x)[0], numpy.arange(4).sum())", LIMITS)
-    assert result.status == "ok", result.detail
-    assert result.stdout.split() == ["6", "6"]
+def test_kernel_isolation_works_on_this_machine():
+    # these machines have user namespaces (as root too); a CI without them sets the variable
+    # below, and then the kernel-sandbox tests are skipped with the probe's reason
+    if os.environ.get("NUMLOSS_TEST_NO_USERNS") == "1":
+        pytest.skip("NUMLOSS_TEST_NO_USERNS=1: " + isolation().detail)
+    iso = isolation()
+    assert iso.mode == "bwrap+seccomp" and iso.available, iso.detail
 
 
+# ---- benign programs print the right answer -------------------------------------------------
+
+BENIGN = [
+    ("arithmetic", "x = 6\nprint(x * 7)", "42"),
+    ("stdlib", "import math, itertools, statistics, decimal, re, json, datetime, collections\n"
+               "print(math.comb(10, 3), sum(itertools.islice(itertools.count(1), 4)), statistics.mean([1, 2, 3, 6]),"
+               " decimal.Decimal('0.1') + decimal.Decimal('0.2'), json.dumps(collections.Counter('aab')['a']))",
+     "120 10 3 0.3 2"),
+    ("fractions", "from fractions import Fraction\nprint(Fraction(1, 3) + Fraction(1, 6))", "1/2"),
+    ("sympy", "import sympy\nx = sympy.Symbol('x')\nprint(sympy.solve(2*x - 12, x)[0], sympy.Rational(3, 4) * 4)", "6 3"),
+    ("numpy", "import numpy as np\nprint(np.arange(5).sum(), float(np.linalg.det(np.array([[2.0, 0], [0, 3.0]]))))", "10 6.0"),
+    ("files in its cwd", "open('notes.txt', 'w').write('hello')\nprint(open('notes.txt').read())", "hello"),
+    ("threads", "import threading\nout = []\nt = threading.Thread(target=lambda: out.append(5))\nt.start(); t.join()\nprint(out[0])", "5"),
+    ("a child process", "import os\npid = os.fork()\nif pid == 0:\n    os._exit(7)\nprint(os.waitpid(pid, 0)[1] >> 8)", "7"),
+    ("sys.exit(0) after printing", "import sys\nprint(5)\nsys.exit(0)", "5"),
+]
+
+
+@needs_kernel_sandbox
+def test_benign_programs_print_the_right_answer():
+    results = run_programs([src for _, src, _ in BENIGN], SandboxLimits(wall_seconds=20, cpu_seconds=10), workers=3)
+    for (name, _, expected), result in zip(BENIGN, results, strict=True):
+        assert result.status == "ok", (name, result)
+        assert result.stdout.strip() == expected, (name, result.stdout)
+        assert result.isolation == "bwrap+seccomp" and result.returncode == 0
+
+
+@needs_kernel_sandbox
+def test_a_pool_runs_hostile_and_plain_programs_together_in_order():
+    sources = ["print(1)", "while True:\n    pass", "print(3)", "x = bytearray(8 * 10**9)", "print(5)"]
+    done = []
+    results = run_programs(sources, LIMITS, workers=3, on_done=lambda i, r: done.append(i))
+    assert [r.status for r in results] == ["ok", "timeout", "ok", "memory", "ok"]
+    assert [r.stdout.strip() for r in results if r.ok] == ["1", "3", "5"]
+    assert sorted(done) == [0, 1, 2, 3, 4]
+
+
+# ---- the kernel layers as promised ---------------------------------------------------------------
+
+@needs_kernel_sandbox
+def test_the_program_is_nobody_without_capabilities_and_not_root_on_the_host():
+    import threading
+    import time
+
+    source = ("import os, time\nst = dict(l.split(':', 1) for l in open('/proc/self/status').read().splitlines())\n"
+              "print(os.getresuid(), os.getresgid(), os.getgroups())\n"
+              "print(*(st[k].strip() for k in ('CapPrm', 'CapEff', 'CapAmb', 'NoNewPrivs', 'Seccomp')))\n"
+              "print(os.getpid(), os.getsid(0) == os.getpid())\ntime.sleep(1.5)")
+    box: list = []
+    runner = threading.Thread(target=lambda: box.append(run_program(source, LIMITS)))
+    runner.start()
+    last_uid: dict[str, int] = {}
+    ours = _pidns(str(os.getpid()))
+    while runner.is_alive():  # from the host: the uid the kernel gives the sandboxed process
+        for p in _descendants(os.getpid()):
+            if _pidns(p) not in ("", ours) and _uid(p) != -1:
+                last_uid[p] = _uid(p)  # (as root, set-up runs as uid 0 until the preamble drops it)
+        time.sleep(0.05)
+    runner.join()
+    result = box[0]
+    assert result.ok, result
+    ids, caps, pid = result.stdout.splitlines()
+    assert ids == "(65534, 65534, 65534) (65534, 65534, 65534) []"
+    assert caps == "0000000000000000 0000000000000000 0000000000000000 1 2"
+    assert pid == "1 True"  # pid 1 of its own pid namespace, in its own session
+    assert last_uid and set(last_uid.values()) == {65534}, f"host uids of the sandbox: {last_uid} (RLIMIT_NPROC needs non-root)"
+
+
+@needs_kernel_sandbox
+def test_the_filesystem_is_read_only_except_a_capped_tmpfs(tmp_path):
+    limits = SandboxLimits(wall_seconds=5, cpu_seconds=3, tmpfs_bytes=1 << 20)
+    result = run_program(
+        "import os, sys\nprint(os.getcwd(), sorted(os.listdir('/')))\n"
+        "print(sorted(os.listdir(sys.path[-1])))\n"
+        "print([os.access(p, os.W_OK) for p in ('/', '/usr/lib', sys.path[1], sys.path[-1], '/dev')])\n"
+        "st = os.statvfs('/tmp')\nprint(st.f_blocks * st.f_frsize)\n"
+        "print(sorted(os.environ.items()))", limits)
+    assert result.ok, result
+    cwd_root, site, writable, size, env = result.stdout.splitlines()
+    cwd, root = cwd_root.split(" ", 1)
+    assert cwd == "/tmp"
+    assert set(eval(root)) <= {"dev", "etc", "lib", "lib32", "lib64", "libx32", "proc", "tmp", "usr", "root", "work", "opt", "home", "nix"}
+    assert set(eval(site)) <= {"sympy", "mpmath", "numpy", "numpy.libs", "sympy.libs", "mpmath.libs"}
+    assert eval(writable) == [False] * 5
+    assert int(size) == 1 << 20
+    assert dict(eval(env)) == {**bwrap_mod.ENV, "PWD": "/tmp"}
+    assert str(tmp_path) not in result.stdout and os.getcwd() not in cwd_root
+
+
+@needs_kernel_sandbox
+def test_an_allowed_package_installed_under_tmp_is_importable(tmp_path, monkeypatch):
+    # tmp_path is under the host's /tmp, where the sandbox mounts its own tmpfs (a venv in /tmp)
+    package = tmp_path / "site" / "numloss_probe_pkg"
+    package.mkdir(parents=True)
+    (package / "__init__.py").write_text("ANSWER = 42\n")
+    monkeypatch.syspath_prepend(str(tmp_path / "site"))
+    monkeypatch.setattr(bwrap_mod, "ALLOWED_PACKAGES", bwrap_mod.ALLOWED_PACKAGES + ("numloss_probe_pkg",))
+    bwrap_mod.layout.cache_clear()
+    try:
+        result = run_program("import numloss_probe_pkg, os\nprint(numloss_probe_pkg.ANSWER, os.listdir('/tmp') != [])", LIMITS)
+    finally:
+        bwrap_mod.layout.cache_clear()
+    assert result.ok, result
+    assert result.stdout.split() == ["42", "True"]
+
+
+@needs_kernel_sandbox
+def test_processes_are_limited_even_when_the_evaluator_is_root():
+    limits = SandboxLimits(wall_seconds=5, cpu_seconds=3, max_processes=8)
+    result = run_program(
+        "import os, time\nn = 0\nfor _ in range(40):\n    try:\n        pid = os.fork()\n    except OSError:\n        break\n"
+        "    if pid == 0:\n        time.sleep(2)\n        os._exit(0)\n    n += 1\nprint(n)", limits)
+    assert result.ok, result
+    assert int(result.stdout) < 8
+
+
+@needs_kernel_sandbox
+def test_the_wall_clock_kills_the_whole_namespace():
+    result = run_program("import os, time\nif os.fork() == 0:\n    os.setsid()\n    time.sleep(60)\ntime.sleep(60)",
+                         SandboxLimits(wall_seconds=1.0, cpu_seconds=2))
+    assert result.status == "timeout" and "wall-clock" in result.detail
+    assert result.wall_seconds < 2.5
+    left = [p for p in os.listdir("/proc") if p.isdigit() and _pidns(p) == f"pid:[{result.pid_namespace}]"]
+    assert left == []
+
+
+@needs_kernel_sandbox
+def test_nothing_outlives_an_evaluator_killed_mid_run():
+    import subprocess
+    import time
+
+    program = "import os, time\nif os.fork() == 0:\n    os.setsid()\n    time.sleep(60)\ntime.sleep(60)"
+    evaluator = subprocess.Popen([sys.executable, "-c", "from numloss.evaluate.sandbox import run_program, SandboxLimits\n"
+                                  f"run_program({program!r}, SandboxLimits(wall_seconds=60, cpu_seconds=60))"],
+                                 env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)})
+    namespaces: set[str] = set()
+    try:
+        for _ in range(200):  # wait until the program and its daemon run (as uid 65534)
+            time.sleep(0.05)
+            sandboxed = [p for p in _descendants(evaluator.pid) if _uid(p) == 65534]
+            if len(sandboxed) >= 2:
+                namespaces = {_pidns(p) for p in sandboxed}
+                break
+        assert namespaces, "the sandboxed program never started"
+    finally:
+        evaluator.kill()
+        evaluator.wait()
+    for _ in range(60):
+        left = [p for p in os.listdir("/proc") if p.isdigit() and _pidns(p) in namespaces]
+        if not left:
+            break
+        time.sleep(0.05)
+    assert left == [], "sandboxed processes outlived their evaluator"
+
+
+def _descendants(root: int) -> list[str]:
+    children: dict[int, list[str]] = {}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                ppid = int(open(f"/proc/{entry}/stat").read().rsplit(")", 1)[1].split()[1])
+            except (OSError, IndexError, ValueError):
+                continue
+            children.setdefault(ppid, []).append(entry)
+    found, todo = [], [root]
+    while todo:
+        for child in children.get(int(todo.pop()), []):
+            found.append(child)
+            todo.append(child)
+    return found
+
+
+def _uid(pid: str) -> int:
+    try:
+        return next(int(line.split()[1]) for line in open(f"/proc/{pid}/status") if line.startswith("Uid:"))
+    except (OSError, StopIteration):
+        return -1
+
+
+def _pidns(pid: str) -> str:
+    try:
+        return os.readlink(f"/proc/{pid}/ns/pid")
+    except OSError:
+        return ""
+
+
+# ---- limits and output ---------------------------------------------------------------------------
+
+@needs_kernel_sandbox
 @pytest.mark.parametrize(
     "name, source, status, detail",
     [
         ("infinite loop", "while True:\n    pass", "timeout", "limit"),
         ("sleep past the wall limit", "import time\ntime.sleep(60)", "timeout", "wall-clock"),
         ("memory bomb", "x = bytearray(8 * 10**9)", "memory", "address-space"),
-        ("list memory bomb", "x = [0] * (10**9)", "memory", "address-space"),
-        ("fork bomb", "import os\nwhile True:\n    os.fork()", "blocked", "os.fork"),
-        ("multiprocessing", "import multiprocessing as m\np = m.Process(target=print)\np.start()", "blocked", "os.fork"),
-        ("subprocess", "import subprocess\nsubprocess.run(['ls', '/'])", "blocked", "subprocess.Popen"),
-        ("os.system", "import os\nos.system('echo hi')", "blocked", "os.system"),
-        ("read /etc/passwd", "print(open('/etc/passwd').read())", "blocked", "/etc/passwd"),
-        ("write outside", "open('/tmp/numloss-sandbox-escape.txt', 'w').write('x')", "blocked", "writing"),
-        ("list a directory outside", "import os\nprint(os.listdir('/'))", "blocked", "listing"),
-        ("open a socket", "import socket\ns = socket.socket()\ns.connect(('127.0.0.1', 9))", "blocked", "socket"),
-        ("resolve a name", "import urllib.request\nurllib.request.urlopen('http://example.com')", "blocked", "socket"),
-        ("ctypes call", "import ctypes\nctypes.CDLL(None).fork()", "blocked", "ctypes"),
-        ("huge output", "while True:\n    print('x' * 1000)", "output_limit", "bytes"),
+        ("huge stdout", "while True:\n    print('x' * 1000)", "output_limit", "bytes"),
+        ("huge stderr", "import sys\nwhile True:\n    sys.stderr.write('x' * 1000)", "output_limit", "stderr"),
         ("sys.exit with a status", "import sys\nsys.exit(3)", "error", "exit status 3"),
         ("crash", "print(1 / 0)", "error", "ZeroDivisionError"),
         ("syntax error", "print(1", "error", "SyntaxError"),
-        ("lift its own limits", "import resource\nresource.setrlimit(resource.RLIMIT_CPU, (100, 100))", "blocked", "setrlimit"),
+        ("a network socket", "import socket\nsocket.socket().connect(('127.0.0.1', 9))", "blocked", "Errno 97"),
+        ("write outside", "open('/numloss-escape', 'w')", "blocked", "Read-only file system"),
+        ("lift its own limits", "import resource\nresource.setrlimit(resource.RLIMIT_CPU, (100, 100))", "error", "ValueError"),
     ],
 )
-def test_hostile_programs_are_contained_and_reported(name, source, status, detail):
+def test_limits_and_refusals_are_reported(name, source, status, detail):
     result = run_program(source, LIMITS)
     assert result.status == status, (name, result)
     assert detail in result.detail, (name, result.detail)
     assert result.wall_seconds < LIMITS.wall_seconds + 2
 
 
-def test_no_file_escapes_and_files_outside_cannot_be_read_or_removed(tmp_path):
-    secret = tmp_path / "secret.txt"
-    secret.write_text("do not read")
-    read = run_program(f"print(open({str(secret)!r}).read())", LIMITS)
-    assert read.status == "blocked" and "do not read" not in read.stdout
-    removed = run_program(f"import os\nos.remove({str(secret)!r})", LIMITS)
-    assert removed.status == "blocked" and secret.exists()
-    escaped = run_program("open('/tmp/numloss-sandbox-escape.txt', 'w').write('x')", LIMITS)
-    assert escaped.status == "blocked" and not os.path.exists("/tmp/numloss-sandbox-escape.txt")
+@needs_kernel_sandbox
+def test_output_is_capped_and_nul_and_invalid_utf8_are_replaced():
+    flood = run_program("print('y' * 100000)", LIMITS)
+    assert flood.status == "output_limit" and len(flood.stdout.encode()) <= LIMITS.output_bytes + 3
+    binary = run_program("import os\nos.write(1, b'a\\x00b\\xff\\n42\\n')\nos.write(2, b'\\x00err\\xfe')", LIMITS)
+    assert binary.ok
+    assert binary.stdout == "a\ufffdb\ufffd\n42\n" and binary.stderr == "\ufffderr\ufffd"
 
 
-def test_files_inside_the_working_directory_work_and_the_directory_is_removed():
-    before = set(glob.glob(os.path.join(tempfile.gettempdir(), "numloss-sandbox-*")))
-    result = run_program(
-        "import os\nopen('notes.txt', 'w').write('hello')\nprint(open('notes.txt').read(), os.listdir('.'), os.getcwd())",
-        LIMITS,
-    )
-    assert result.status == "ok", result.detail
-    assert result.stdout.startswith("hello ['notes.txt']")
-    workdir = result.stdout.split()[-1]
-    assert "numloss-sandbox-" in workdir and not os.path.exists(workdir)
-    assert set(glob.glob(os.path.join(tempfile.gettempdir(), "numloss-sandbox-*"))) <= before
-
-
-def test_sys_exit_zero_after_printing_is_a_normal_end():
-    result = run_program("import sys\nprint(5)\nsys.exit(0)", LIMITS)
-    assert result.status == "ok" and result.stdout.strip() == "5"
-
-
-def test_the_output_is_capped():
-    result = run_program("print('y' * 100000)", LIMITS)
-    assert result.status == "output_limit"
-    assert len(result.stdout) <= LIMITS.output_bytes
-
-
-def test_the_environment_of_the_evaluator_is_not_visible(monkeypatch):
-    monkeypatch.setenv("NUMLOSS_SECRET_TOKEN", "abc123")
-    result = run_program("import os\nprint(os.environ.get('NUMLOSS_SECRET_TOKEN'))", LIMITS)
-    assert result.status == "ok" and result.stdout.strip() == "None"
-
-
-def test_a_pool_runs_hostile_and_plain_programs_together_in_order():
-    sources = [
-        "print(1)",
-        "while True:\n    pass",
-        "import os\nos.fork()",
-        "print(4)",
-        "x = bytearray(8 * 10**9)",
-        "print(6)",
-    ]
-    results = run_programs(sources, LIMITS, workers=3)
-    assert [r.status for r in results] == ["ok", "timeout", "blocked", "ok", "memory", "ok"]
-    assert [r.stdout.strip() for r in results if r.ok] == ["1", "4", "6"]
+@needs_kernel_sandbox
+def test_a_large_program_arrives_whole():
+    source = "total = 0\n" + "".join(f"total += {i}\n" for i in range(20000)) + "print(total)"
+    result = run_program(source, SandboxLimits(wall_seconds=20, cpu_seconds=10))
+    assert result.ok and result.stdout.strip() == str(sum(range(20000)))
 
 
 def test_limits_are_validated():
@@ -113,3 +283,186 @@ def test_limits_are_validated():
         SandboxLimits(wall_seconds=0)
     with pytest.raises(ValueError, match="output_bytes"):
         SandboxLimits(output_bytes=10)
+    with pytest.raises(ValueError, match="tmpfs_bytes"):
+        SandboxLimits(tmpfs_bytes=10)
+
+
+# ---- the seccomp filter, decoded by an independent classic-BPF interpreter ----------------------
+
+def run_bpf(program: bytes, nr: int, arch: int, args: tuple[int, ...] = (0,) * 6) -> int:
+    """The kernel's classic BPF semantics for the opcodes a seccomp filter may use (subset)."""
+    data = struct.pack("<iIQ6Q", nr, arch, 0, *(list(args) + [0] * 6)[:6])
+    insns = [struct.unpack_from("<HBBI", program, i) for i in range(0, len(program), 8)]
+    pc, acc = 0, 0
+    for _ in range(len(insns) + 1):
+        code, jt, jf, k = insns[pc]
+        if code == 0x20:  # ld [k]
+            acc = struct.unpack_from("<I", data, k)[0]
+            pc += 1
+        elif code in (0x15, 0x35, 0x45):  # jeq / jge / jset #k
+            taken = acc == k if code == 0x15 else acc >= k if code == 0x35 else bool(acc & k)
+            pc += 1 + (jt if taken else jf)
+        elif code == 0x06:
+            return k
+        else:
+            raise AssertionError(f"unexpected opcode {code:#x}")
+    raise AssertionError("the filter does not terminate")
+
+
+X86_64 = 0xC000003E
+ALLOW, KILL = 0x7FFF0000, 0x80000000
+
+
+def errno_of(value: int) -> int:
+    assert value & 0xFFFF0000 == 0x00050000, hex(value)
+    return value & 0xFFFF
+
+
+def test_the_seccomp_filter_denies_what_it_promises():
+    prog = filter_program("x86_64")
+    from numloss.evaluate.sandbox.seccomp import _X86_64 as nr
+    for name in DENIED:
+        assert errno_of(run_bpf(prog, nr[name], X86_64)) == 1, name  # EPERM
+    for allowed in (0, 1, 2, 57, 59, 60, 62, 231, 434, 424):  # read write open fork execve exit kill exit_group pidfd_*
+        assert run_bpf(prog, allowed, X86_64) == ALLOW, allowed
+    assert run_bpf(prog, nr["socket"], X86_64, (1, 1, 0)) == ALLOW  # AF_UNIX
+    for family in (2, 10, 16, 17, 40):  # INET, INET6, NETLINK, PACKET, VSOCK
+        assert errno_of(run_bpf(prog, nr["socket"], X86_64, (family, 1, 0))) == 97, family
+    assert errno_of(run_bpf(prog, nr["socketpair"], X86_64, (2, 1, 0))) == 97
+    assert run_bpf(prog, nr["socketpair"], X86_64, (1, 1, 0)) == ALLOW
+    assert run_bpf(prog, nr["clone"], X86_64, (0x003D0F00,)) == ALLOW  # pthread_create's flags
+    assert run_bpf(prog, nr["clone"], X86_64, (0x01200011,)) == ALLOW  # fork's flags
+    for flag in (0x10000000, 0x20000000, 0x40000000, 0x00020000, 0x08000000, 0x04000000, 0x02000000, 0x80):
+        assert errno_of(run_bpf(prog, nr["clone"], X86_64, (0x01200011 | flag,))) == 1, hex(flag)
+    assert errno_of(run_bpf(prog, nr["clone3"], X86_64)) == 38  # ENOSYS: glibc falls back to clone
+    assert errno_of(run_bpf(prog, 0x40000000 + 1, X86_64)) == 1  # x32 ABI
+    assert run_bpf(prog, 1, 0x40000003) == KILL  # i386 ABI from a 64-bit process
+    assert run_bpf(filter_program("aarch64"), 117, 0xC00000B7) & 0xFFFF0000 == 0x00050000  # ptrace
+    with pytest.raises(sandbox.SeccompUnsupported):
+        filter_program("mips")
+
+
+@needs_kernel_sandbox
+@pytest.mark.skipif(platform.machine() != "x86_64", reason="raw syscall numbers below are x86_64's")
+def test_the_filter_is_live_in_the_sandbox():
+    result = run_program(
+        "import ctypes, socket\nlibc = ctypes.CDLL(None, use_errno=True)\n"
+        "for n in (101, 321, 250, 272, 165):\n    libc.syscall(n, 0, 0, 0, 0)\n    print(ctypes.get_errno(), end=' ')\n"
+        "a, b = socket.socketpair()\nprint(a.family == socket.AF_UNIX)", LIMITS)
+    assert result.ok, result
+    assert result.stdout.split() == ["1", "1", "1", "1", "1", "True"]
+
+
+# ---- fail closed ---------------------------------------------------------------------------------
+
+def _fake_bwrap(tmp_path, body: str) -> str:
+    path = tmp_path / "bwrap"
+    path.write_text("#!/bin/sh\n" + body + "\n")
+    path.chmod(path.stat().st_mode | stat.S_IXUSR)
+    return str(path)
+
+
+@pytest.mark.parametrize("case", ["none found", "missing binary", "fails to create namespaces", "does not isolate"])
+def test_without_a_working_bwrap_execution_is_refused_with_one_clear_line(fresh_probe, monkeypatch, tmp_path, case):
+    candidates = {
+        "none found": [],
+        "missing binary": [str(tmp_path / "nonexistent" / "bwrap")],
+        "fails to create namespaces": [_fake_bwrap(tmp_path, "echo 'bwrap: No permissions to create new namespace' >&2; exit 1")],
+        # runs the interpreter as the caller with none of the isolation: the probe must notice
+        "does not isolate": [_fake_bwrap(tmp_path, 'while [ "$1" != "--" ]; do shift; done; shift; exec "$@"')],
+    }[case]
+    monkeypatch.setattr(bwrap_mod, "bwrap_candidates", lambda: candidates)
+    iso = isolation()
+    assert iso == Isolation("unavailable", iso.detail) and not iso.available
+    with pytest.raises(SandboxUnavailable) as caught:
+        run_program("print(1)", LIMITS)
+    message = str(caught.value)
+    assert "\n" not in message and "--allow-unisolated-exec" in message and f"{ALLOW_UNISOLATED_ENV}=1" in message
+    with pytest.raises(SandboxUnavailable):
+        run_programs(["print(1)", "print(2)"], LIMITS)
+
+
+def test_a_sandbox_that_fails_to_start_is_an_error_result_not_a_crash(tmp_path):
+    fake = _fake_bwrap(tmp_path, "echo \"bwrap: Can't mount proc on /newroot/proc: Operation not permitted\" >&2; exit 1")
+    result = bwrap_mod.run("print(1)", LIMITS, fake)
+    assert result.status == "error" and result.detail.startswith("sandbox setup failed: bwrap: Can't mount proc")
+    assert result.stdout == ""
+
+
+def test_the_opt_in_runs_the_audit_hook_child_and_says_so(fresh_probe, monkeypatch):
+    monkeypatch.setattr(bwrap_mod, "bwrap_candidates", lambda: [])
+    assert isolation(allow_unisolated=True).mode == "unisolated"
+    result = run_program("print(6 * 7)", LIMITS, allow_unisolated=True)
+    assert result.ok and result.stdout.strip() == "42" and result.isolation == "unisolated"
+    monkeypatch.setenv(ALLOW_UNISOLATED_ENV, "0")
+    assert isolation().mode == "unavailable"
+    monkeypatch.setenv(ALLOW_UNISOLATED_ENV, "1")
+    assert isolation().mode == "unisolated"
+    assert [r.stdout.strip() for r in run_programs(["print(1)", "print(2)"], LIMITS)] == ["1", "2"]
+
+
+def test_not_linux_is_refused(fresh_probe, monkeypatch):
+    monkeypatch.setattr(sys, "platform", "darwin")
+    assert isolation().mode == "unavailable" and "Linux" in isolation().detail
+
+
+@needs_kernel_sandbox
+def test_the_system_bwrap_is_preferred_and_the_bundled_one_is_the_fallback(monkeypatch, tmp_path):
+    assert bwrap_mod.bundled_bwrap() is not None and os.access(bwrap_mod.bundled_bwrap(), os.X_OK)
+    monkeypatch.setenv("PATH", str(tmp_path))
+    assert bwrap_mod.bwrap_candidates() == [bwrap_mod.bundled_bwrap()]
+    _fake_bwrap(tmp_path, "exit 1")
+    assert bwrap_mod.bwrap_candidates() == [str(tmp_path / "bwrap"), bwrap_mod.bundled_bwrap()]
+
+
+# ---- the unisolated mode keeps the old audit-hook guard ---------------------------------------
+
+@pytest.mark.parametrize(
+    "name, source, status, detail",
+    [
+        ("fork bomb", "import os\nwhile True:\n    os.fork()", "blocked", "os.fork"),
+        ("read /etc/passwd", "print(open('/etc/passwd').read())", "blocked", "/etc/passwd"),
+        ("open a socket", "import socket\ns = socket.socket()\ns.connect(('127.0.0.1', 9))", "blocked", "socket"),
+        ("memory bomb", "x = bytearray(8 * 10**9)", "memory", "address-space"),
+        ("huge output", "while True:\n    print('x' * 1000)", "output_limit", "bytes"),
+    ],
+)
+def test_the_unisolated_mode_still_guards(name, source, status, detail):
+    result = sandbox.audithook.run(source, LIMITS)
+    assert result.status == status and detail in result.detail, (name, result)
+    assert result.isolation == "unisolated"
+
+
+def test_the_package_exports_the_contract():
+    for name in ("run_program", "run_programs", "SandboxLimits", "ProgramResult", "SandboxUnavailable", "isolation"):
+        assert getattr(evaluate, name) is getattr(sandbox, name)
+
+
+# ---- the CLI records the isolation and fails closed to chain of thought -------------------------
+
+@pytest.mark.parametrize("opt_in", [False, True], ids=["refused", "opted-in"])
+def test_eval_cli_records_the_isolation_and_falls_back_without_a_sandbox(fresh_probe, monkeypatch, tmp_path, capsys, opt_in):
+    import json
+    from pathlib import Path
+
+    from numloss.evaluate import cli
+    from numloss.models.tiny import build_char_tokenizer, build_tiny_model
+
+    monkeypatch.setattr(bwrap_mod, "bwrap_candidates", lambda: [])
+    monkeypatch.setenv(ALLOW_UNISOLATED_ENV, "0")  # the CLI's opt-in sets it; undone after the test
+    tokenizer = build_char_tokenizer()
+    folder = tmp_path / "model"
+    build_tiny_model(tokenizer, num_layers=1, hidden_size=32, num_heads=2).save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
+    fixtures = Path(__file__).parent / "fixtures" / "benchmarks"
+    argv = [str(folder), "--benchmarks", "gsm8k", "--data-dir", str(fixtures), "--limit", "2", "--max-new-tokens", "4",
+            "--out", str(tmp_path / "out"), "--quiet", "--dtype", "float32", "--no-digit-stats"]
+    assert cli.main(argv + (["--allow-unisolated-exec"] if opt_in else [])) == 0
+    recorded = json.loads((tmp_path / "out" / "results.json").read_text())["isolation"]
+    assert f"Program sandbox: {recorded['mode']}" in (tmp_path / "out" / "report.md").read_text()
+    err = capsys.readouterr().err
+    if opt_in:
+        assert recorded["mode"] == "unisolated" and recorded["program_of_thought"] is True
+    else:
+        assert recorded["mode"] == "unavailable" and recorded["program_of_thought"] is False
+        assert "--allow-unisolated-exec" in err and "chain of thought" in err

@@ -16,7 +16,14 @@ from numloss.evaluate.metrics import (
     teacher_forced_digit_stats,
 )
 from numloss.evaluate.runner import ItemResult, evaluate_benchmark
-from numloss.evaluate.sandbox import ProgramResult, SandboxLimits, run_program, run_programs
+from numloss.evaluate.sandbox import (
+    ProgramResult,
+    SandboxLimits,
+    SandboxUnavailable,
+    isolation,
+    run_program,
+    run_programs,
+)
 
 __all__ = [
     "BENCHMARKS", "Benchmark", "BenchmarkError", "Item", "load_benchmark",
@@ -24,5 +31,5 @@ __all__ = [
     "BackendUnavailable", "Generation", "HFGenerator", "VLLMGenerator",
     "DigitStats", "numeric_distance", "place_accuracy", "teacher_forced_digit_stats",
     "ItemResult", "evaluate_benchmark",
-    "ProgramResult", "SandboxLimits", "run_program", "run_programs",
+    "ProgramResult", "SandboxLimits", "SandboxUnavailable", "isolation", "run_program", "run_programs",
 ]

@@ -10,6 +10,7 @@ Writes results.json, report.md, predictions/ and plots to --out.
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import time
 from pathlib import Path
@@ -47,6 +48,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--no-digit-stats", action="store_true", help="skip the teacher-forced digit metrics")
     p.add_argument("--workers", type=int, default=None, help="parallel sandboxed programs (default: CPU count)")
     p.add_argument("--program-timeout", type=float, default=5.0, help="wall seconds per program")
+    p.add_argument("--allow-unisolated-exec", action="store_true",
+                   help="where the kernel sandbox (bwrap) cannot run, run programs in the weaker audit-hook child "
+                        "instead of falling back to chain of thought (not a security boundary; docs/sandbox.md)")
     p.add_argument("--out", default="outputs/eval", help="output folder")
     p.add_argument("--quiet", action="store_true", help="no progress bars")
     return p
@@ -61,7 +65,7 @@ def main(argv: list[str] | None = None) -> int:
     from numloss.evaluate.prompts import build_prompt, training_template
     from numloss.evaluate.report import summarize, write_report
     from numloss.evaluate.runner import evaluate_benchmark
-    from numloss.evaluate.sandbox import SandboxLimits
+    from numloss.evaluate.sandbox import ALLOW_UNISOLATED_ENV, SandboxLimits, isolation
     from numloss.models.load import ModelUnavailableError
 
     args = build_parser().parse_args(argv)
@@ -89,12 +93,19 @@ def main(argv: list[str] | None = None) -> int:
         print(f"numloss eval: {error}", file=sys.stderr)
         return 2
 
+    if args.allow_unisolated_exec:
+        os.environ[ALLOW_UNISOLATED_ENV] = "1"  # the opt-in reaches every run_programs call
+    sandbox = isolation(args.allow_unisolated_exec)
+    program_of_thought = not args.no_pot
+    if program_of_thought and not sandbox.available:  # fail closed: no program runs, CoT for all
+        print(f"numloss eval: {sandbox.detail}. Every item uses chain of thought.", file=sys.stderr)
+        program_of_thought = False
     template = training_template()
     limits = SandboxLimits(wall_seconds=args.program_timeout, cpu_seconds=max(1, int(args.program_timeout)))
     results, digit_stats = {}, {}
     for bench in benchmarks:
         print(f"{bench.name}: {len(bench)} items from {bench.source}", file=sys.stderr)
-        results[bench.name] = evaluate_benchmark(bench, generator, template, limits, args.workers, not args.no_pot)
+        results[bench.name] = evaluate_benchmark(bench, generator, template, limits, args.workers, program_of_thought)
         numeric = [it for it in bench.items if it.kind != "choice"]
         if model is not None and not args.no_digit_stats and numeric:
             prompts = [build_prompt(it, "cot", template) for it in numeric]
@@ -111,6 +122,8 @@ def main(argv: list[str] | None = None) -> int:
             "generation": {"tokens": generator.tokens, "seconds": seconds,
                            "tokens_per_second": generator.tokens / seconds if seconds else None},
             "wall_seconds": time.perf_counter() - started,
+            "isolation": {"mode": sandbox.mode, "detail": sandbox.detail,
+                          "program_of_thought": program_of_thought},
         },
     )
     write_report(args.out, summary, results)

@@ -132,6 +132,10 @@ def markdown(summary: Mapping[str, Any]) -> str:
         if s.get("place_accuracy"):
             cells = " ".join(f"{e['place']}:{_pct(e['accuracy'])}" for e in s["place_accuracy"])
             lines.append(f"- {name}: generated-answer accuracy by place (place:%): {cells}")
+    isolation = summary.get("isolation")
+    if isolation:  # how model-written programs ran (docs/sandbox.md)
+        used = "" if isolation.get("program_of_thought", True) else " (no program ran: every item used chain of thought)"
+        lines += ["", f"Program sandbox: {isolation['mode']}{used}: {isolation.get('detail', '')}"]
     generation = summary.get("generation")
     if generation:
         lines += ["", f"Generation: {generation.get('tokens', 0)} tokens in {_num(generation.get('seconds'), 1)} s "

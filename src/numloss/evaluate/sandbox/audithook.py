@@ -1,30 +1,16 @@
-"""Run model-written Python programs in separate, limited processes; never in the evaluator's own.
+"""The unisolated mode: the audit-hook child interpreter (numloss before kernel isolation).
 
-Each program runs in a fresh interpreter started as ``python -I -S`` (isolated: no environment
-variables, no user site, no ``site`` module) with a preamble that, before the program runs:
+Used only when the caller opts in (``--allow-unisolated-exec`` / NUMLOSS_ALLOW_UNISOLATED_EXEC=1)
+because bubblewrap cannot run here, and by bench/sandbox.py as the baseline. It is NOT a security
+boundary: the program runs as the evaluator's user, and an in-interpreter guard can be undone
+from inside (issue 12 lists the escapes). What it still does:
 
-- sets resource limits: CPU seconds (RLIMIT_CPU), address space (RLIMIT_AS), size of any file it
-  writes, stdout/stderr included (RLIMIT_FSIZE: this is the output cap), and the number of
-  processes (RLIMIT_NPROC; the kernel ignores it for root, so fork is also refused below);
-- installs an audit hook (PEP 578) that refuses: socket creation and name lookups (no network),
-  fork / exec / spawn / subprocess / os.system (no child processes), calls into native code through
-  ctypes (it could bypass the hook; importing ctypes, which sympy does, stays allowed), and file
-  access outside policy;
-- **file policy**: a program may read, write, create and delete files only inside its own empty
-  temporary working directory. Outside it, it may only *read* the Python installation (stdlib and
-  the evaluator's site-packages, so ``import math`` / ``import sympy`` work). Everything else,
-  ``/etc/passwd`` or any other file on the machine included, is refused with PermissionError.
-
-The evaluator side adds a wall-clock limit (the whole process group is killed with SIGKILL, so
-forked children die too), captures stdout/stderr through files capped by RLIMIT_FSIZE, and
-removes the working directory afterwards. A pool of threads, each waiting on one child process,
-runs many programs at once.
-
-This contains what model-written code does by accident or by naive hostility (loops, memory
-bombs, fork bombs, stray file writes, network calls). It is not a security boundary against a
-determined attacker: there is no seccomp filter or namespace, so a program that finds a native
-code path around the audit hook runs with the evaluator's user rights. Run evaluations of
-untrusted models inside a container if that matters.
+Each program runs in a fresh interpreter started as ``python -I -S`` with a preamble that sets
+rlimits (CPU, address space, file size = the output cap, processes, core) and installs an audit
+hook (PEP 578) refusing sockets, fork/exec, ctypes calls, and file access outside its temporary
+working directory except reads of the Python installation. The evaluator side adds a wall-clock
+limit (the process group is SIGKILLed), captures stdout/stderr through files capped by
+RLIMIT_FSIZE, and removes the working directory afterwards.
 """
 
 from __future__ import annotations
@@ -37,12 +23,8 @@ import sys
 import sysconfig
 import tempfile
 import time
-from collections.abc import Callable, Sequence
-from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
-from typing import Literal
 
-Status = Literal["ok", "error", "timeout", "memory", "output_limit", "blocked"]
+from numloss.evaluate.sandbox.limits import ProgramResult, SandboxLimits, Status, decode_output
 
 VIOLATION_MARKER = "NUMLOSS_SANDBOX_VIOLATION"
 
@@ -120,38 +102,6 @@ exec(_code, _globals)
 '''
 
 
-@dataclass(frozen=True)
-class SandboxLimits:
-    """Limits for one program. `memory_bytes` 0 disables the address-space limit."""
-
-    wall_seconds: float = 5.0
-    cpu_seconds: int = 5
-    memory_bytes: int = 1 << 30
-    output_bytes: int = 64 * 1024
-    max_processes: int = 64
-
-    def __post_init__(self) -> None:
-        if self.wall_seconds <= 0 or self.cpu_seconds <= 0:
-            raise ValueError(f"time limits must be positive, got {self}")
-        if self.output_bytes < 1024:
-            raise ValueError(f"output_bytes must be at least 1024, got {self.output_bytes}")
-
-
-@dataclass(frozen=True)
-class ProgramResult:
-    """What one program did. `stdout` is capped at the limit; `detail` says why it failed."""
-
-    status: Status
-    stdout: str
-    returncode: int | None
-    wall_seconds: float
-    detail: str = ""
-
-    @property
-    def ok(self) -> bool:
-        return self.status == "ok"
-
-
 def _read_roots() -> list[str]:
     """Directories a program may read: the Python installation and the evaluator's packages."""
     paths = sysconfig.get_paths()
@@ -195,12 +145,11 @@ def _classify(returncode: int | None, timed_out: bool, stdout_size: int, stderr:
     return "ok", ""
 
 
-def run_program(source: str, limits: SandboxLimits | None = None, python: str | None = None) -> ProgramResult:
-    """Run one program in a fresh sandboxed interpreter and report what it printed and how it ended.
+def run(source: str, limits: SandboxLimits, python: str | None = None) -> ProgramResult:
+    """Run one program in a fresh audit-hooked interpreter and report what it printed and how it ended.
 
     Never raises for anything the program does; raises only when the interpreter cannot start.
     """
-    limits = limits or SandboxLimits()
     work = tempfile.mkdtemp(prefix="numloss-sandbox-")
     io_dir = tempfile.mkdtemp(prefix="numloss-sandbox-io-")  # outside the work dir: unreachable
     start = time.perf_counter()
@@ -226,32 +175,13 @@ def run_program(source: str, limits: SandboxLimits | None = None, python: str | 
                     pass
                 proc.wait()
             out.seek(0)
-            stdout = out.read(limits.output_bytes).decode("utf-8", "replace")
+            stdout = decode_output(out.read(limits.output_bytes))
             stdout_size = os.fstat(out.fileno()).st_size
             err.seek(0)
-            stderr = err.read(limits.output_bytes).decode("utf-8", "replace")
+            stderr = decode_output(err.read(limits.output_bytes))
     finally:
         shutil.rmtree(work, ignore_errors=True)
         shutil.rmtree(io_dir, ignore_errors=True)
     status, detail = _classify(proc.returncode, timed_out, stdout_size, stderr, limits)
-    return ProgramResult(status, stdout, proc.returncode, time.perf_counter() - start, detail)
-
-
-def run_programs(
-    sources: Sequence[str],
-    limits: SandboxLimits | None = None,
-    workers: int | None = None,
-    on_done: Callable[[int, ProgramResult], None] | None = None,
-) -> list[ProgramResult]:
-    """Run many programs, `workers` at a time (default: the CPU count), results in input order."""
-    workers = max(1, workers or os.cpu_count() or 1)
-    results: list[ProgramResult | None] = [None] * len(sources)
-
-    def one(index: int) -> None:
-        results[index] = run_program(sources[index], limits)
-        if on_done is not None:
-            on_done(index, results[index])
-
-    with ThreadPoolExecutor(max_workers=workers) as pool:
-        list(pool.map(one, range(len(sources))))
-    return [r for r in results if r is not None]
+    return ProgramResult(status, stdout, proc.returncode, time.perf_counter() - start, detail,
+                         isolation="unisolated", stderr=stderr)

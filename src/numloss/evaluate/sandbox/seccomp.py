@@ -1,0 +1,134 @@
+"""The seccomp filter of the sandbox, built as classic BPF in pure Python (no libseccomp needed).
+
+`filter_program()` returns the raw ``struct sock_filter[]`` bytes that ``bwrap --seccomp FD``
+loads into the kernel just before it executes the interpreter. The filter, in order:
+
+1. kills the process when the syscall comes from another ABI than the native one (an i386
+   ``int 0x80`` from a 64-bit process would otherwise reach syscalls under other numbers), and
+   refuses the x32 ABI on x86_64;
+2. refuses (EPERM) the syscalls no arithmetic program needs and that widen the kernel attack
+   surface or reach outside the namespaces: ptrace, process_vm_*, mount and the new mount API,
+   keyrings, bpf, perf_event_open, userfaultfd, kexec, modules, unshare/setns, io_uring, ...;
+3. allows ``socket`` and ``socketpair`` for AF_UNIX only (EAFNOSUPPORT otherwise), so no
+   network socket, netlink or packet socket can be created even inside the empty netns;
+4. refuses ``clone`` with any CLONE_NEW* flag (no nested namespaces) and answers ``clone3`` with
+   ENOSYS, whose flags live in memory a filter cannot read; glibc then falls back to ``clone``;
+5. allows everything else.
+
+The syscall numbers are the kernel's (arch/x86/entry/syscalls/syscall_64.tbl and
+include/uapi/asm-generic/unistd.h for aarch64), checked against the installed headers.
+"""
+
+from __future__ import annotations
+
+import errno
+import platform
+import struct
+import sys
+
+# classic BPF opcodes (linux/filter.h, linux/bpf_common.h)
+_LD_W_ABS = 0x20
+_JEQ_K = 0x15
+_JGE_K = 0x35
+_JSET_K = 0x45
+_RET_K = 0x06
+# seccomp return values (linux/seccomp.h)
+_RET_ALLOW = 0x7FFF0000
+_RET_ERRNO = 0x00050000
+_RET_KILL_PROCESS = 0x80000000
+# offsets in struct seccomp_data: int nr; u32 arch; u64 ip; u64 args[6] (little endian)
+_NR, _ARCH, _ARG0_LOW = 0, 4, 16
+
+AF_UNIX = 1
+CLONE_NEW_FLAGS = 0x00020000 | 0x02000000 | 0x04000000 | 0x08000000 | 0x10000000 | 0x20000000 | 0x40000000 | 0x00000080
+"""CLONE_NEWNS | NEWCGROUP | NEWUTS | NEWIPC | NEWUSER | NEWPID | NEWNET | NEWTIME."""
+
+DENIED = (
+    "ptrace", "process_vm_readv", "process_vm_writev", "process_madvise", "pidfd_getfd", "kcmp",
+    "mount", "umount2", "pivot_root", "chroot", "open_tree", "move_mount", "fsopen", "fsconfig",
+    "fsmount", "fspick", "mount_setattr", "unshare", "setns",
+    "keyctl", "add_key", "request_key", "bpf", "perf_event_open", "userfaultfd",
+    "kexec_load", "kexec_file_load", "init_module", "finit_module", "delete_module", "reboot",
+    "swapon", "swapoff", "acct", "quotactl", "quotactl_fd", "syslog", "lookup_dcookie", "vhangup",
+    "open_by_handle_at", "name_to_handle_at", "settimeofday", "clock_settime", "adjtimex",
+    "clock_adjtime", "sethostname", "setdomainname", "personality", "nfsservctl",
+    "io_uring_setup", "io_uring_enter", "io_uring_register", "migrate_pages", "move_pages",
+    "iopl", "ioperm", "uselib",
+)
+"""Syscalls refused with EPERM (those an architecture lacks are skipped)."""
+
+_X86_64 = {
+    "ptrace": 101, "process_vm_readv": 310, "process_vm_writev": 311, "process_madvise": 440,
+    "pidfd_getfd": 438, "kcmp": 312, "mount": 165, "umount2": 166, "pivot_root": 155, "chroot": 161,
+    "open_tree": 428, "move_mount": 429, "fsopen": 430, "fsconfig": 431, "fsmount": 432,
+    "fspick": 433, "mount_setattr": 442, "unshare": 272, "setns": 308, "keyctl": 250,
+    "add_key": 248, "request_key": 249, "bpf": 321, "perf_event_open": 298, "userfaultfd": 323,
+    "kexec_load": 246, "kexec_file_load": 320, "init_module": 175, "finit_module": 313,
+    "delete_module": 176, "reboot": 169, "swapon": 167, "swapoff": 168, "acct": 163,
+    "quotactl": 179, "quotactl_fd": 443, "syslog": 103, "lookup_dcookie": 212, "vhangup": 153,
+    "open_by_handle_at": 304, "name_to_handle_at": 303, "settimeofday": 164, "clock_settime": 227,
+    "adjtimex": 159, "clock_adjtime": 305, "sethostname": 170, "setdomainname": 171,
+    "personality": 135, "nfsservctl": 180, "io_uring_setup": 425, "io_uring_enter": 426,
+    "io_uring_register": 427, "migrate_pages": 256, "move_pages": 279, "iopl": 172, "ioperm": 173,
+    "uselib": 134, "socket": 41, "socketpair": 53, "clone": 56, "clone3": 435,
+}
+_AARCH64 = {
+    "ptrace": 117, "process_vm_readv": 270, "process_vm_writev": 271, "process_madvise": 440,
+    "pidfd_getfd": 438, "kcmp": 272, "mount": 40, "umount2": 39, "pivot_root": 41, "chroot": 51,
+    "open_tree": 428, "move_mount": 429, "fsopen": 430, "fsconfig": 431, "fsmount": 432,
+    "fspick": 433, "mount_setattr": 442, "unshare": 97, "setns": 268, "keyctl": 219,
+    "add_key": 217, "request_key": 218, "bpf": 280, "perf_event_open": 241, "userfaultfd": 282,
+    "kexec_load": 104, "kexec_file_load": 294, "init_module": 105, "finit_module": 273,
+    "delete_module": 106, "reboot": 142, "swapon": 224, "swapoff": 225, "acct": 89,
+    "quotactl": 60, "quotactl_fd": 443, "syslog": 116, "lookup_dcookie": 18, "vhangup": 58,
+    "open_by_handle_at": 265, "name_to_handle_at": 264, "settimeofday": 170, "clock_settime": 112,
+    "adjtimex": 171, "clock_adjtime": 266, "sethostname": 161, "setdomainname": 162,
+    "personality": 92, "nfsservctl": 42, "io_uring_setup": 425, "io_uring_enter": 426,
+    "io_uring_register": 427, "migrate_pages": 238, "move_pages": 239,
+    "socket": 198, "socketpair": 199, "clone": 220, "clone3": 435,
+}
+# machine name -> (AUDIT_ARCH_* value, syscall table, x32 bit or 0)
+_ARCHES = {
+    "x86_64": (0xC000003E, _X86_64, 0x40000000),
+    "aarch64": (0xC00000B7, _AARCH64, 0),
+}
+
+
+class SeccompUnsupported(RuntimeError):
+    """No filter is known for this machine's architecture."""
+
+
+def _insn(code: int, k: int, jt: int = 0, jf: int = 0) -> bytes:
+    return struct.pack("<HBBI", code, jt, jf, k & 0xFFFFFFFF)
+
+
+def _ret_errno(err: int) -> bytes:
+    return _insn(_RET_K, _RET_ERRNO | err)
+
+
+def filter_program(machine: str | None = None) -> bytes:
+    """The BPF program (``struct sock_filter[]``, native byte order = little endian) for `machine`.
+
+    Raises SeccompUnsupported on an architecture without a syscall table here, or on a big-endian
+    host: the sandbox then refuses to run rather than run without the filter.
+    """
+    machine = machine or platform.machine()
+    if machine not in _ARCHES or sys.byteorder != "little":
+        raise SeccompUnsupported(f"no seccomp filter for the {machine} architecture (have: {', '.join(_ARCHES)})")
+    audit_arch, table, x32_bit = _ARCHES[machine]
+    prog = [_insn(_LD_W_ABS, _ARCH), _insn(_JEQ_K, audit_arch, jt=1), _insn(_RET_K, _RET_KILL_PROCESS),
+            _insn(_LD_W_ABS, _NR)]
+    if x32_bit:
+        prog += [_insn(_JGE_K, x32_bit, jf=1), _ret_errno(errno.EPERM)]
+    for name in DENIED:
+        if name in table:
+            prog += [_insn(_JEQ_K, table[name], jf=1), _ret_errno(errno.EPERM)]
+    prog += [_insn(_JEQ_K, table["clone3"], jf=1), _ret_errno(errno.ENOSYS)]
+    for name in ("socket", "socketpair"):
+        # if nr == socket: A = domain; allow AF_UNIX, refuse the rest; else go on (A is nr again)
+        prog += [_insn(_JEQ_K, table[name], jf=4), _insn(_LD_W_ABS, _ARG0_LOW),
+                 _insn(_JEQ_K, AF_UNIX, jf=1), _insn(_RET_K, _RET_ALLOW), _ret_errno(errno.EAFNOSUPPORT)]
+    prog += [_insn(_JEQ_K, table["clone"], jf=3), _insn(_LD_W_ABS, _ARG0_LOW),
+             _insn(_JSET_K, CLONE_NEW_FLAGS, jf=1), _ret_errno(errno.EPERM)]
+    prog.append(_insn(_RET_K, _RET_ALLOW))
+    return b"".join(prog)
