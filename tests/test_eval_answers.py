@@ -1,14 +1,18 @@
 """Answer extraction and matching on real-looking model outputs."""
 
+from fractions import Fraction
+
 import pytest
 
 from numloss.evaluate.answers import (
     extract_choice,
+    extract_exact,
     extract_math,
     extract_number,
+    format_exact,
     format_number,
     math_equal,
-    numbers_match,
+    number_matches,
     parse_number,
     score,
 )
@@ -40,6 +44,10 @@ from numloss.evaluate.benchmarks import Item
         ("First 3 + 4 = 7, then 7 * 2 = 14, and finally 14 - 1 = 13.", 13),
         ("She had 5 apples and bought 3 more, so she has 8 apples now.", 8),
         ("Final answer: 19", 19),
+        ("To find the answer: 80,000 + 5,000 = 85,000", 85000),  # a bare "answer:" is not a marker
+        ("So 8 - 3 = 5", 5),
+        ("x = -3", -3),
+        ("The answer is (-4)", -4),
         ("He paid 12.00 dollars.", 12),
         ("The answer is 0", 0),
         ("version 2.0 of the answer: the result is 3", 3),
@@ -64,12 +72,51 @@ def test_the_last_trigger_wins():
 
 @pytest.mark.parametrize(
     "pred, gold, same",
-    [(46.5, 46.5, True), (46.499999999, 46.5, True), (7.0, 7.0, True), (6.6667, 6.67, False),
-     (0.5, 0.5, True), (-7, 7, False), (1e-7, 0, True), (1e-5, 0, False), (0.01, 0, False), (None, 3, False),
-     (70500.0, 70500.0, True), (70501.0, 70500.0, False)],
+    [
+        (Fraction(22090603), "22090603", True),
+        (Fraction(22090613), "22090603", False),  # the old 1e-6 tolerance passed this
+        (Fraction(18), "18", True),
+        (18.4, "18", False),
+        (18.0, "18", True),
+        (Fraction(465, 10), "46.5", True),
+        (Fraction(4650, 100), "46.50", True),
+        (Fraction(4651, 100), "46.5", True),  # rounds to the gold's own precision
+        (Fraction(4656, 100), "46.5", False),
+        (Fraction(467, 10), "46.5", False),
+        (Fraction(1750, 3), "583.3333", True),
+        (Fraction(5833, 10), "583.3333", False),
+        (Fraction(2, 3), "0.67", True),
+        (Fraction(2, 3), "0.6667", True),
+        (Fraction(333, 500), "0.67", True),
+        (Fraction(3, 4), "3/4", True),
+        (Fraction(75, 100), "3/4", True),
+        (Fraction(7, 10), "3/4", False),
+        (Fraction(-7), "7", False),
+        (Fraction(45), "45%", True),
+        (Fraction(1, 10**7), "0", False),
+        (None, "3", False),
+        (float("nan"), "3", False),
+    ],
 )
-def test_numbers_match(pred, gold, same):
-    assert numbers_match(pred, gold) is same
+def test_number_matches_never_passes_a_wrong_digit(pred, gold, same):
+    assert number_matches(pred, gold) is same
+
+
+@pytest.mark.parametrize(
+    "printed, expected",
+    [("60.00000000000001", 60), ("583.3333333333334", Fraction(583333333333, 10**9)), ("0.30000000000000004", Fraction(3, 10)),
+     ("22090603.000000004", 22090603), ("123456789012345", 123456789012345), ("1234567.5", Fraction(12345675, 10))],
+)
+def test_float_noise_is_removed_only_where_it_is_noise(printed, expected):
+    value = extract_exact(f"The answer is {printed}")
+    assert value == expected
+    assert format_exact(Fraction(1, 3)) == "1/3" and format_exact(Fraction(-1, 4)) == "-0.25"
+
+
+def test_float_noise_from_a_program_matches_the_gold():
+    assert number_matches(extract_exact("The answer is 60.00000000000001"), "60")
+    assert number_matches(extract_exact("The answer is 583.3333333333334"), "583.3333")
+    assert not number_matches(extract_exact("The answer is 60.0001"), "60")
 
 
 def test_parse_and_format_number():
@@ -116,6 +163,15 @@ def test_extract_choice_rejects_letters_beyond_the_options():
 
 def test_extract_choice_without_an_answer():
     assert extract_choice("I am not sure which one is right.", OPTIONS) is None
+
+
+def test_boxed_letters_and_algebraic_options():
+    assert extract_choice("So the answer is $\\boxed{C}$.", OPTIONS) == "C"
+    assert extract_choice("\\boxed{\\text{(B)}}", OPTIONS) == "B"
+    # a number inside an algebraic option is not that option's value
+    algebra = ("$5m+4p$", "$4$", "$9mp$", "$20mp$")
+    assert extract_choice("The total is 5 + 4. The answer is 4", algebra) == "B"
+    assert extract_choice("The answer is 5", algebra) is None
 
 
 @pytest.mark.parametrize(

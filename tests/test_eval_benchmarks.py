@@ -44,9 +44,10 @@ def test_gold_numbers_are_canonical():
     assert [i.answer for i in load_benchmark("svamp", data_dir=FIXTURES).items] == ["5", "84", "1", "6.75"]
 
 
-def test_svamp_joins_body_and_question():
+def test_svamp_joins_body_and_question_as_released():
+    # the released loader joins Body and Question with one space and inserts no "." (issue 13, item 3)
     item = load_benchmark("svamp", data_dir=FIXTURES).items[0]
-    assert item.question == "Jack had 8 pens and Mary had 5 pens. Jack gave 3 pens to Mary. How many pens does Jack have now?"
+    assert item.question == "Jack had 8 pens and Mary had 5 pens. Jack gave 3 pens to Mary How many pens does Jack have now?"
 
 
 def test_choice_items_carry_option_texts_and_the_mammoth_option_line():
@@ -105,6 +106,9 @@ def test_limit():
     [
         ("gsm8k", '{"question": "q", "answer": "no final line"}\n', ".jsonl", "'answer' has no '#### <number>'"),
         ("gsm8k", '{"question": "q"}\n', ".jsonl", "missing field 'answer'"),
+        ("gsm8k", '{"question": "q", "answer": "#### 4"}\n\n{"question": "q"}\n', ".jsonl", ".jsonl:3: missing field 'answer'"),
+        ("aqua", '{"question": "q", "options": ["A)1", "B)2"], "correct": "A"}\n{"question": "q", "options": ["A)1"], "correct": "A"}\n', ".json", ".json:2: field 'options' must be a list of 2 to 5"),
+        ("svamp", '[{"Body": "b", "Question": "q", "Answer": 1}, {"Body": "b", "Answer": 1}]', ".json", "record 1: missing field 'Question'"),
         ("gsm8k", '{"question": "q", "answer": "#### 4"}\n{not json\n', ".jsonl", ":2: invalid JSON"),
         ("svamp", '[{"Body": "b", "Question": "q", "Answer": "many"}]', ".json", "field 'Answer' must be a number"),
         ("aqua", '{"question": "q", "options": ["A)1", "B)2"], "correct": "F"}\n', ".json", "field 'correct' must name one of 2"),

@@ -1,17 +1,22 @@
-"""The protocol (program of thought, sandbox, chain-of-thought fallback), reports and the CLI."""
+"""The protocol run (program of thought, sandbox, chain-of-thought fallback), reports and the CLI."""
 
 import json
 from pathlib import Path
 
 import torch
 
-from numloss.data.prompts import format_prompt
 from numloss.evaluate import cli
 from numloss.evaluate.benchmarks import Benchmark, load_benchmark
 from numloss.evaluate.generate import Generation
-from numloss.evaluate.prompts import POT_TRIGGER, build_prompt
-from numloss.evaluate.report import summarize, write_report
-from numloss.evaluate.runner import evaluate_benchmark, extract_program
+from numloss.evaluate.programs import ProgramRunner, isolation
+from numloss.evaluate.protocol import (
+    NUMLOSS,
+    POT_TRIGGER,
+    RELEASED,
+    numloss_program,
+    released_prompt,
+)
+from numloss.evaluate.runner import run_benchmark
 from numloss.evaluate.sandbox import SandboxLimits
 from numloss.models.tiny import build_char_tokenizer, build_tiny_model
 
@@ -23,10 +28,11 @@ class Scripted:
     """A generator that answers each question from a script: (question, style) -> completion."""
 
     def __init__(self, script):
-        self.script, self.prompts, self.tokens, self.seconds = script, [], 0, 0.0
+        self.script, self.prompts, self.tokens, self.seconds, self.limits = script, [], 0, 0.0, []
 
-    def generate(self, prompts):
+    def generate(self, prompts, max_new_tokens=None):
         self.prompts += prompts
+        self.limits.append(max_new_tokens)
         out = []
         for prompt in prompts:
             style = "pot" if POT_TRIGGER in prompt else "cot"
@@ -45,60 +51,66 @@ def numbers():
     ])
 
 
+def runner():
+    return ProgramRunner(LIMITS, workers=2, allow_unisolated=True)
+
+
 def test_program_of_thought_with_chain_of_thought_fallback():
     script = {
         ("6 times 7", "pot"): "a = 6\nb = 7\nprint(a * b)",                       # program, right
         ("10 minus 3", "pot"): "while True:\n    pass\nprint(1)",                # program times out -> CoT
         ("10 minus 3", "cot"): "10 - 3 = 7. The answer is 7.",
-        ("2 plus 2", "pot"): "import socket\nsocket.socket().connect(('127.0.0.1', 9))\nprint(4)",  # blocked -> CoT, wrong
+        ("2 plus 2", "pot"): "print(4)\nraise ValueError(2)",                     # fails -> CoT, wrong
         ("2 plus 2", "cot"): "The answer is 5.",
         ("9 plus 1", "pot"): "9 + 1 = 10. The answer is 10.",                     # no program: read as text
         ("5 minus 5", "pot"): "```python\nx = 5 - 5\nprint('result:', x)\n```",  # fenced program
     }
     generator = Scripted(script)
-    results = evaluate_benchmark(numbers(), generator, format_prompt, LIMITS, workers=2)
+    results = run_benchmark(numbers(), [NUMLOSS], generator, runner(), batch_size=8)["numloss"]
     assert [r.correct for r in results] == [True, True, False, True, True]
     assert [r.style for r in results] == ["pot", "pot+cot", "pot+cot", "pot", "pot"]
-    assert [r.program_status for r in results] == ["ok", "timeout", "blocked", "", "ok"]
+    assert results[0].program_status == "ok" and results[1].program_status == "timeout"
+    assert results[2].program_status not in ("", "ok") and results[3].program_status == ""
     assert results[0].prediction == "42" and results[0].value == 42
     assert results[1].fallback_output == "10 - 3 = 7. The answer is 7."
-    # prompts use the training template; the fallback prompt is the bare question
-    assert generator.prompts[0] == format_prompt(f"What is 6 times 7? {POT_TRIGGER}")
-    assert format_prompt("What is 10 minus 3?") in generator.prompts[5:]
+    assert generator.prompts[0] == released_prompt(numbers().items[0], "pot")
+    assert generator.limits == [1500, 1500]  # the released limit for open answers, first and fallback
 
 
-def test_multiple_choice_uses_chain_of_thought_and_programs_map_to_options():
-    bench = load_benchmark("aqua", data_dir=FIXTURES, limit=2)
+def test_both_protocols_score_one_generation_and_share_the_fallback():
     script = {
-        ("average speed", "cot"): "240 / 3 = 80. The answer is C",
-        ("5x - 3", "cot"): "x = 12 / 3\nprint(x)",  # a program for a choice item: value 4.0 -> option C
+        ("6 times 7", "pot"): "```python\nprint(42)\n```",       # released: a SyntaxError in its wrapper -> CoT
+        ("6 times 7", "cot"): "The answer is 42.",
+        ("10 minus 3", "pot"): "print(7.000000000000001)",        # float noise: only numloss passes it
+        ("2 plus 2", "pot"): "print(4)",
+        ("9 plus 1", "pot"): "print(10)",
+        ("5 minus 5", "pot"): "print(0)",
     }
-    results = evaluate_benchmark(bench, Scripted(script), format_prompt, LIMITS)
-    assert [r.style for r in results] == ["cot", "cot"]
-    assert [r.prediction for r in results] == ["C", "C"] and all(r.correct for r in results)
+    generator = Scripted(script)
+    out = run_benchmark(numbers(), [RELEASED, NUMLOSS], generator, runner(), batch_size=8)
+    assert [r.correct for r in out["released"]] == [True, False, True, True, True]
+    assert [r.correct for r in out["numloss"]] == [True, True, True, True, True]
+    assert out["released"][0].style == "pot+cot" and out["numloss"][0].style == "pot"
+    assert out["numloss"][0].fallback_output == "The answer is 42."  # generated once, kept with both
+    assert len(generator.prompts) == 6
 
 
-def test_extract_program():
-    assert extract_program("The answer is 4.") is None
-    assert extract_program("Here:\n```python\nprint(4)\n```\nDone.") == "print(4)\n"
-    assert extract_program("x = 2\nprint(x)") == "x = 2\nprint(x)"
+def test_multiple_choice_uses_chain_of_thought():
+    bench = load_benchmark("aqua", data_dir=FIXTURES, limit=2)
+    script = {("average speed", "cot"): "240 / 3 = 80. The answer is C", ("5x - 3", "cot"): "So x = 4.\nThe answer is 4"}
+    generator = Scripted(script)
+    out = run_benchmark(bench, [RELEASED, NUMLOSS], generator, runner())
+    assert [r.style for r in out["numloss"]] == ["cot", "cot"]
+    assert [r.prediction for r in out["numloss"]] == ["C", "C"] and all(r.correct for r in out["numloss"])
+    assert [r.prediction for r in out["released"]] == ["C", "A"]  # no letter: the released guess
+    assert generator.limits == [2048]
+    assert "Let's solve the multi-choice question step by step.\n" in generator.prompts[0]
 
 
-def test_summary_report_and_plots(tmp_path):
-    script = {("6 times 7", "pot"): "print(42)", ("10 minus 3", "pot"): "print(8)", ("2 plus 2", "pot"): "print(4)",
-              ("9 plus 1", "pot"): "print(10.5)", ("5 minus 5", "pot"): "print('none')", ("5 minus 5", "cot"): "no idea"}
-    results = {"toy": evaluate_benchmark(numbers(), Scripted(script), format_prompt, LIMITS)}
-    summary = summarize(results, extra={"model": "scripted"})
-    toy = summary["benchmarks"]["toy"]
-    assert toy["accuracy"] == 0.4 and summary["macc"] == 0.4 and toy["answered"] == 4
-    assert toy["numeric_distance"]["count"] == 4 and toy["numeric_distance"]["missing"] == 1
-    assert toy["numeric_distance"]["mae"] == (0 + 1 + 0 + 0.5) / 4
-    written = write_report(tmp_path, summary, results)
-    names = {p.name for p in written}
-    assert {"results.json", "report.md", "toy.jsonl", "accuracy.png", "place_accuracy.png"} <= names
-    assert json.loads((tmp_path / "results.json").read_text())["benchmarks"]["toy"]["correct"] == 2
-    assert "| toy | 5 | 40.0 |" in (tmp_path / "report.md").read_text()
-    assert (tmp_path / "accuracy.png").read_bytes()[:4] == b"\x89PNG"
+def test_numloss_program_rule():
+    assert numloss_program("The answer is 4.") is None
+    assert numloss_program("Here:\n```python\nprint(4)\n```\nDone.") == "print(4)\n"
+    assert numloss_program("x = 2\nprint(x)\n### Instruction: more") == "x = 2\nprint(x)\n"
 
 
 def test_cli_end_to_end_with_a_tiny_model_folder(tmp_path, capsys):
@@ -108,32 +120,47 @@ def test_cli_end_to_end_with_a_tiny_model_folder(tmp_path, capsys):
     model.save_pretrained(folder)
     tokenizer.save_pretrained(folder)
     out = tmp_path / "out"
-    status = cli.main([str(folder), "--benchmarks", f"gsm8k,aqua,svamp={FIXTURES / 'svamp.json'}", "--data-dir", str(FIXTURES),
-                       "--limit", "2", "--max-new-tokens", "4", "--batch-size", "2", "--out", str(out), "--quiet",
-                       "--dtype", "float32"])
-    assert status == 0
+    args = [str(folder), "--benchmarks", f"gsm8k,aqua,svamp={FIXTURES / 'svamp.json'}", "--data-dir", str(FIXTURES),
+            "--limit", "2", "--max-new-tokens", "4", "--batch-size", "2", "--out", str(out), "--quiet",
+            "--dtype", "float32", "--protocol", "both", "--allow-unisolated-exec"]
+    assert cli.main(args) == 0
     summary = json.loads((out / "results.json").read_text())
-    assert set(summary["benchmarks"]) == {"gsm8k", "aqua", "svamp"}
-    gsm = summary["benchmarks"]["gsm8k"]
-    assert gsm["count"] == 2 and gsm["digit_stats"]["count"] == 1 + 3  # "7" and "46.5"
-    assert summary["generation"]["tokens"] > 0
-    assert (out / "digit_entropy.png").is_file() and (out / "predictions" / "aqua.jsonl").is_file()
+    assert summary["protocols"] == ["released", "numloss"]
+    assert set(summary["benchmarks"]["numloss"]) == {"gsm8k", "aqua", "svamp"}
+    gsm = summary["benchmarks"]["numloss"]["gsm8k"]
+    assert gsm["count"] == 2 and gsm["digit_entropy"] is not None
+    assert summary["generation_stats"]["tokens"] > 0
+    assert summary["isolation"]["mode"] == isolation(allow_unisolated=True).mode  # bwrap+seccomp where it works
+    lines = (out / "items.jsonl").read_text().splitlines()
+    assert len(lines) == 2 * 3 * 2  # items x benchmarks x protocols
     assert "mACC" in capsys.readouterr().out
+    assert (out / "accuracy.png").read_bytes()[:4] == b"\x89PNG" and (out / "digit_entropy.png").is_file()
+    # a re-run finds everything done: nothing is generated again, the file does not grow
+    assert cli.main(args) == 0
+    assert len((out / "items.jsonl").read_text().splitlines()) == len(lines)
+    assert json.loads((out / "results.json").read_text())["generation_stats"]["tokens"] == 0
+    # the results file re-scored without a model gives the same verdicts
+    rescored = tmp_path / "rescored"
+    assert cli.main(["--score-outputs", str(out / "items.jsonl"), "--protocol", "both", "--data-dir", str(FIXTURES),
+                     "--out", str(rescored), "--allow-unisolated-exec"]) == 0
+    before, after = json.loads((out / "results.json").read_text()), json.loads((rescored / "results.json").read_text())
+    for p in ("released", "numloss"):
+        assert {b: s["correct"] for b, s in after["benchmarks"][p].items()} == {b: s["correct"] for b, s in before["benchmarks"][p].items()}
+    assert torch.is_grad_enabled()
 
 
 def test_cli_reports_bad_input_clearly(tmp_path, capsys):
     assert cli.main(["tiny", "--benchmarks", "gsm9k"]) == 2
     assert "unknown benchmark 'gsm9k'" in capsys.readouterr().err
     assert cli.main(["tiny", "--benchmarks", "simuleq", "--data-dir", str(tmp_path)]) == 2
-    assert "simuleq" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert "simuleq" in err and "simuleq/simuleq.json" in err and err.count("\n") == 1
     assert cli.main([str(tmp_path / "no-model"), "--benchmarks", "gsm8k", "--data-dir", str(FIXTURES)]) == 2
     assert "no config.json" in capsys.readouterr().err
     assert cli.main(["tiny", "--benchmarks", "gsm8k", "--data-dir", str(FIXTURES), "--backend", "vllm"]) == 2
     assert "vllm" in capsys.readouterr().err.lower()
-
-
-def test_prompts_follow_the_protocol():
-    item = numbers().items[0]
-    assert build_prompt(item, "pot", format_prompt) == format_prompt(f"{item.question} {POT_TRIGGER}")
-    assert build_prompt(item, "cot") == format_prompt(item.question)
-    assert torch.is_grad_enabled()  # nothing above leaves autograd switched off
+    for argv in (["tiny", "--limit", "0", "--benchmarks", "gsm8k", "--data-dir", str(FIXTURES)],
+                 ["tiny", "--limit", "0", "--benchmarks", "synthetic:integer_arithmetic"],
+                 ["--score-outputs", str(tmp_path / "x.jsonl"), "--limit", "0"]):
+        assert cli.main(argv) == 2
+        assert "--limit must be a positive number of items, got 0" in capsys.readouterr().err

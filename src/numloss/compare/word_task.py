@@ -9,8 +9,9 @@ one user turn (the question) and one assistant turn (the worked answer) rendered
 tokenizer's chat template; the loss is on the assistant turn only (completion-only).
 
 Evaluation: `benchmarks` (GSM8K and SVAMP test items from `data_dir`, the first
-`benchmark_limit` of each) through `numloss.evaluate.evaluate_benchmark`, chain of thought with
-the same chat template, greedy, scored by the numloss protocol's answer matching. The learning
+`benchmark_limit` of each) under the `numloss` protocol (numloss.evaluate.protocol.NUMLOSS:
+answer extraction and matching) with its prompt replaced by the same chat template, chain of
+thought, greedy; `numloss.evaluate.evaluate` itself would prompt with the released Alpaca text. The learning
 checks (numloss.compare.learning) run on a held-out slice of generated problems, drawn apart from
 training; a check's item is right when the last number of the output equals the answer.
 """
@@ -186,20 +187,27 @@ class WordProblemTask:
     def evaluate(self, model: Any, tokenizer: Any) -> dict[str, dict[str, Any]]:
         """Accuracy on each benchmark (its first `benchmark_limit` items), with the Wilson interval."""
         import time
+        from dataclasses import replace
 
         from numloss.compare.stats import wilson_interval
-        from numloss.evaluate import HFGenerator, evaluate_benchmark, load_benchmark
+        from numloss.evaluate import HFGenerator, load_benchmark
+        from numloss.evaluate.programs import ProgramRunner
+        from numloss.evaluate.protocol import NUMLOSS
+        from numloss.evaluate.runner import run_benchmark
 
         generator = HFGenerator(
             model, tokenizer, batch_size=self.eval_batch_size, max_new_tokens=self.max_new_tokens, progress=False
         )
+        # the numloss protocol with the chat-template prompt the models were trained on (chain of
+        # thought only: no program runs, so no sandbox is needed)
+        protocol = replace(NUMLOSS, prompt=lambda item, style: chat_prompt(tokenizer, item.question))
         results: dict[str, dict[str, Any]] = {}
         for name in self.benchmarks:
             started = time.perf_counter()
             bench = load_benchmark(name, data_dir=self.data_dir, limit=self.benchmark_limit)
-            items = evaluate_benchmark(
-                bench, generator, template=lambda text, input=None: chat_prompt(tokenizer, text), program_of_thought=False
-            )
+            items = run_benchmark(
+                bench, [protocol], generator, ProgramRunner(), batch_size=self.eval_batch_size, program_of_thought=False
+            )[protocol.name]
             correct = sum(bool(r.correct) for r in items)
             low, high = wilson_interval(correct, len(items))
             results[name] = {

@@ -1,12 +1,20 @@
-"""Evaluation on math benchmarks (MAmmoTH protocol): loaders, prompts, generation, sandboxed
-programs, answer matching, metrics and reports. `numloss eval` is `numloss.evaluate.cli.main`.
+"""Evaluation on math benchmarks (the MAmmoTH / DEL protocol): loaders, the two protocols
+(`released`, `numloss`), generation, sandboxed programs, scoring, metrics and reports.
+`numloss eval` is `numloss.evaluate.cli.main`.
 
-    from numloss.evaluate import load_benchmark, HFGenerator, evaluate_benchmark
-    bench = load_benchmark("gsm8k", data_dir="data/")
-    results = evaluate_benchmark(bench, HFGenerator(model, tokenizer))
+    from numloss.evaluate import evaluate, score_outputs
+    report = evaluate("smollm2", "gsm8k,svamp", data_dir="../shared/benchmarks", protocol="both", limit=20)
+    print(report.to_markdown())
 """
 
-from numloss.evaluate.answers import extract_choice, extract_number, math_equal, score
+from numloss.evaluate.answers import (
+    extract_choice,
+    extract_number,
+    math_equal,
+    number_matches,
+    score,
+)
+from numloss.evaluate.api import BenchmarkScore, EvalReport, evaluate, score_outputs
 from numloss.evaluate.benchmarks import BENCHMARKS, Benchmark, BenchmarkError, Item, load_benchmark
 from numloss.evaluate.generate import BackendUnavailable, Generation, HFGenerator, VLLMGenerator
 from numloss.evaluate.metrics import (
@@ -15,7 +23,8 @@ from numloss.evaluate.metrics import (
     place_accuracy,
     teacher_forced_digit_stats,
 )
-from numloss.evaluate.runner import ItemResult, evaluate_benchmark
+from numloss.evaluate.protocol import NUMLOSS, PROTOCOLS, RELEASED, Protocol
+from numloss.evaluate.runner import ItemResult, run_benchmark, score_items
 from numloss.evaluate.sandbox import (
     ProgramResult,
     SandboxLimits,
@@ -26,10 +35,12 @@ from numloss.evaluate.sandbox import (
 )
 
 __all__ = [
+    "evaluate", "score_outputs", "EvalReport", "BenchmarkScore",
+    "Protocol", "RELEASED", "NUMLOSS", "PROTOCOLS",
     "BENCHMARKS", "Benchmark", "BenchmarkError", "Item", "load_benchmark",
-    "extract_choice", "extract_number", "math_equal", "score",
+    "extract_choice", "extract_number", "math_equal", "number_matches", "score",
     "BackendUnavailable", "Generation", "HFGenerator", "VLLMGenerator",
     "DigitStats", "numeric_distance", "place_accuracy", "teacher_forced_digit_stats",
-    "ItemResult", "evaluate_benchmark",
+    "ItemResult", "run_benchmark", "score_items",
     "ProgramResult", "SandboxLimits", "SandboxUnavailable", "isolation", "run_program", "run_programs",
 ]

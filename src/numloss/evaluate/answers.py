@@ -1,35 +1,48 @@
-"""Pull the final answer out of a model's output and decide whether it matches the gold answer.
+"""numloss's answer extraction and comparison (the `numloss` protocol; `released.py` holds the paper's).
 
 Where the answer is looked for, in order (the first rule that finds one wins):
 
-1. after the last "The answer is" / "the answer is:" / "Final answer:" (MAmmoTH's trigger);
+1. after the last "The answer is" / "the answer is:" / "final answer is" / "Final answer:" (a bare
+   "answer:" is not a marker: "To find the answer: 80,000 + ..." is working, not the answer);
 2. after the last "####" (GSM8K's marker);
 3. inside the last ``\\boxed{...}``;
-4. numbers: the last number of the whole output. Choices: an explicit "(C)" / "answer: C" /
-   "option C"; then the option whose numeric value equals the answer's number; then the option
-   whose text appears, as whole words, in the answer (the longest such option).
+4. numbers: the last number of the whole output. Choices: an explicit letter ("(C)", "answer is C",
+   "option C", ``\\boxed{C}``); then, only for options that are a number (maybe with a unit after a
+   space: "80 km/h"; never "$5m+4p$"), the option whose value equals the answer's number; then the option whose text appears, as whole words, in the
+   answer (the longest such option). No letter found is no answer (no guess).
 
-Numbers are read with thousands separators ("1,234"), signs (also U+2212 "−"), decimals,
-fractions ("3/4", ``\\frac{3}{4}``), percentages ("45%" reads as 45, the way the benchmarks
-write percentage answers), currency and units around them ("$46.50", "12 km/h"). Two numbers match
-when they agree to a relative tolerance of 1e-6 (absolute for |gold| < 1), so "46.50" = "46.5" and
-6.999999999 = 7, but 6.67 != 6.6667 and 70501 != 70500. MATH-style expressions are compared with math-verify.
+Numbers are read exactly (as fractions, never through a float) with thousands separators
+("1,234"), signs (also U+2212 "−"; a minus counts as a sign only when it touches the digits and
+does not follow a digit or a closing bracket, so "8 - 3" reads 8 then 3), decimals, fractions
+("3/4", ``\\frac{3}{4}``), percentages ("45%" reads as 45, the way the benchmarks write
+percentage answers: no x/100), exponents, currency and units around them ("$46.50", "12 km/h").
+Float noise: a number written with a fractional part and 15 or more significant digits (what a
+program printing a binary float gives, 60.00000000000001, 583.3333333333334) is rounded to 12
+significant digits when read.
+
+Comparison with a gold number (`number_matches`) never passes a wrong digit:
+
+- an integer gold ("18") matches only a prediction that is exactly that integer;
+- a decimal gold with d decimals ("583.3333", d = 4) matches a prediction that rounds (half up)
+  to it at d decimals: 583.33333 and 583.3333 match, 583.333 and 583.3334 do not.
+
+MATH-style expressions are compared with math-verify (plain numbers by the rule above).
 """
 
 from __future__ import annotations
 
-import math
 import re
 from dataclasses import dataclass
+from decimal import ROUND_HALF_UP, Decimal, InvalidOperation, localcontext
 from fractions import Fraction
 
 from numloss.evaluate.benchmarks import LETTERS, AnswerKind, Item, boxed_content
 
-_TRIGGERS = re.compile(r"(?:the (?:final )?answer is\s*:?|final answer\s*:|answer\s*:)", re.I)
+_TRIGGERS = re.compile(r"(?:the (?:final )?answer is\s*:?|final answer\s*:)", re.I)
 _NUMBER = re.compile(
     r"""(?<![\w.])                 # not inside a word or after a decimal point
-    (?P<sign>[-+−]\s?)?
-    \$?\s?
+    (?P<sign>[-+−])?
+    \$?
     (?P<body>
         \d{1,3}(?:,\d{3})+(?:\.\d+)?   # 1,234,567.89
       | \d+(?:\.\d+)?(?:/\d+(?:\.\d+)?)?   # 12, 12.5, 3/4
@@ -41,7 +54,8 @@ _NUMBER = re.compile(
     re.X,
 )
 _FRAC = re.compile(r"\\[dt]?frac\s*\{([^{}]*)\}\s*\{([^{}]*)\}")
-REL_TOL = 1e-6
+NOISE_DIGITS = 15  # a written number with this many significant digits and a fraction is float noise
+KEEP_DIGITS = 12  # ... and is read rounded to this many
 
 
 def _strip_latex(text: str) -> str:
@@ -54,39 +68,87 @@ def _strip_latex(text: str) -> str:
     return s
 
 
-def _value(match: re.Match[str]) -> float | None:
+def _decimal(value: Fraction) -> Decimal:
+    """`value` as a Decimal, to 60 significant digits (exact for every decimal a model writes)."""
+    with localcontext() as ctx:
+        ctx.prec = 60
+        return Decimal(value.numerator) / Decimal(value.denominator)
+
+
+def _quantize(value: Decimal, step: Decimal) -> Decimal | None:
+    with localcontext() as ctx:
+        ctx.prec = 900
+        try:
+            return value.quantize(step, rounding=ROUND_HALF_UP)
+        except InvalidOperation:
+            return None
+
+
+def _denoise(body: str, value: Fraction) -> Fraction:
+    digits = body.replace(",", "").replace(".", "").lstrip("0")
+    if "." not in body or len(digits) < NOISE_DIGITS or value == 0:
+        return value
+    d = _decimal(value)
+    snapped = _quantize(d, Decimal(1).scaleb(d.adjusted() - KEEP_DIGITS + 1))
+    return value if snapped is None else Fraction(snapped)
+
+
+def _is_binary_minus(text: str, start: int) -> bool:
+    """Whether the sign at `start` follows an operand (a digit or closing bracket, spaces allowed)."""
+    before = text[:start].rstrip()
+    return bool(before) and (before[-1].isdigit() or before[-1] in ")]}")
+
+
+def _value(match: re.Match[str], text: str) -> Fraction | None:
     body = match.group("body").replace(",", "")
     try:
         if "/" in body:
             num, den = body.split("/")
-            value = float(Fraction(num) / Fraction(den)) if float(den) != 0 else None
+            if Fraction(den) == 0:
+                return None
+            value = Fraction(num) / Fraction(den)
         else:
-            value = float(body)
+            value = Fraction(body)
     except (ValueError, ZeroDivisionError):
         return None
-    if value is None:
-        return None
     if match.group("exp"):
-        value *= 10.0 ** int(match.group("exp"))
-    if match.group("sign") and match.group("sign").strip() in "-−":
+        exp = int(match.group("exp"))
+        if abs(exp) > 400:
+            return None
+        value *= Fraction(10) ** exp
+    value = _denoise(match.group("body"), value) if "/" not in body else value
+    sign = match.group("sign")
+    if sign in ("-", "−") and not _is_binary_minus(text, match.start()):
         value = -value
     return value
 
 
-def numbers_in(text: str) -> list[float]:
-    """Every number in `text`, left to right, as floats (see the module doc for what is read)."""
+def exact_numbers_in(text: str) -> list[Fraction]:
+    """Every number in `text`, left to right, exactly (see the module doc for what is read)."""
+    stripped = _strip_latex(text)
     out = []
-    for match in _NUMBER.finditer(_strip_latex(text)):
-        value = _value(match)
-        if value is not None and math.isfinite(value):
+    for match in _NUMBER.finditer(stripped):
+        value = _value(match, stripped)
+        if value is not None:
             out.append(value)
     return out
 
 
+def numbers_in(text: str) -> list[float]:
+    """Every number in `text`, left to right, as floats."""
+    return [float(v) for v in exact_numbers_in(text)]
+
+
+def parse_exact(text: str) -> Fraction | None:
+    """The first number in `text` (units and currency ignored), exactly, or None."""
+    found = exact_numbers_in(text)
+    return found[0] if found else None
+
+
 def parse_number(text: str) -> float | None:
     """The first number in `text` (units and currency ignored), or None."""
-    found = numbers_in(text)
-    return found[0] if found else None
+    value = parse_exact(text)
+    return None if value is None else float(value)
 
 
 def answer_segment(output: str) -> tuple[str, bool]:
@@ -102,20 +164,42 @@ def answer_segment(output: str) -> tuple[str, bool]:
     return output, False
 
 
-def extract_number(output: str) -> float | None:
+def extract_exact(output: str) -> Fraction | None:
     """The predicted number: the first number after a marker, else the last number of the output."""
     segment, marked = answer_segment(output)
     if marked:
         boxed = boxed_content(segment)
-        found = numbers_in(boxed if boxed is not None else segment)
+        found = exact_numbers_in(boxed if boxed is not None else segment)
         if found:
             return found[0]
-    found = numbers_in(output)
+    found = exact_numbers_in(output)
     return found[-1] if found else None
 
 
+def extract_number(output: str) -> float | None:
+    """`extract_exact` as a float."""
+    value = extract_exact(output)
+    return None if value is None else float(value)
+
+
+def format_exact(value: Fraction | None) -> str:
+    """A number as text that reads back to exactly it: "7", "46.5", "-0.25", "1/3"."""
+    if value is None:
+        return ""
+    if value.denominator == 1:
+        return str(value.numerator)
+    den = value.denominator
+    for p in (2, 5):
+        while den % p == 0:
+            den //= p
+    if den != 1:
+        return f"{value.numerator}/{value.denominator}"
+    text = format(_decimal(value), "f")
+    return text.rstrip("0").rstrip(".") if "." in text else text
+
+
 def format_number(value: float | None) -> str:
-    """A number as the shortest decimal string that reads back to it ("7", "46.5", "-0.25")."""
+    """A float as the shortest decimal string that reads back to it ("7", "46.5", "-0.25")."""
     if value is None:
         return ""
     if value == int(value) and abs(value) < 1e16:
@@ -123,11 +207,49 @@ def format_number(value: float | None) -> str:
     return repr(value)
 
 
-def numbers_match(pred: float | None, gold: float, rel_tol: float = REL_TOL) -> bool:
-    """Whether `pred` equals `gold` to `rel_tol` (relative, absolute below |gold| = 1)."""
-    if pred is None or not math.isfinite(pred):
+def gold_decimal(gold: str) -> Decimal | None:
+    """A gold answer as an exact decimal ("1,234.50" -> 1234.50, "45%" -> 45), None if it is not one."""
+    s = gold.strip().replace(",", "").replace("$", "").rstrip("%").strip()
+    if not re.fullmatch(r"[-+]?(\d+(\.\d*)?|\.\d+)", s):
+        return None
+    try:
+        return Decimal(s)
+    except InvalidOperation:
+        return None
+
+
+FRACTION_GOLD_DECIMALS = 3  # a decimal given for a fraction gold ("5/6") shows at least this many decimals
+
+
+def number_matches(pred: Fraction | float | None, gold: str, pred_text: str | None = None) -> bool:
+    """Whether `pred` is the gold number `gold` at the gold's own precision (module doc).
+
+    A fraction gold ("3/4", "\\frac{5}{6}") is matched exactly, or by a decimal `pred_text` with at
+    least FRACTION_GOLD_DECIMALS decimals that is the gold rounded to that many ("0.833" for 5/6).
+    """
+    if pred is None:
         return False
-    return abs(pred - gold) <= rel_tol * max(1.0, abs(gold))
+    if isinstance(pred, float):
+        if pred != pred or pred in (float("inf"), float("-inf")):
+            return False
+        pred = Fraction(pred)
+    target = gold_decimal(gold)
+    if target is None:
+        value = parse_exact(gold)
+        if value is None:
+            return False
+        if pred == value:
+            return True
+        written = re.fullmatch(r"\s*[-+]?\d*\.(\d+)\s*", pred_text or "")
+        if not written or len(written.group(1)) < FRACTION_GOLD_DECIMALS:
+            return False
+        return _quantize(_decimal(value), Decimal(1).scaleb(-len(written.group(1)))) == Decimal(pred_text.strip())
+    written = gold.strip().replace(",", "").replace("$", "").rstrip("%").strip()
+    places = len(written.split(".", 1)[1]) if "." in written else 0
+    if places == 0:  # an integer gold: exactly that integer
+        return pred == Fraction(target)
+    step = Decimal(1).scaleb(-places)
+    return _quantize(_decimal(pred), step) == target
 
 
 _EXPLICIT_LETTER = [
@@ -141,13 +263,18 @@ def _normalise(text: str) -> str:
 
 
 def extract_choice(output: str, options: tuple[str, ...] = ()) -> str | None:
-    """The chosen letter A-E: an explicit letter, else the option whose text or value is given."""
+    """The chosen letter A-E: an explicit letter, else the option whose text or plain value is given."""
     n = len(options) or len(LETTERS)
     letters = LETTERS[:n]
+    boxed = boxed_content(output)
+    if boxed is not None:
+        match = re.fullmatch(r"\s*(?:\\text\{)?\(?([A-E])\)?\}?\s*", boxed)
+        if match and match.group(1) in letters:
+            return match.group(1)
     segment, marked = answer_segment(output)
     if marked:
         head = segment.strip()[:80]
-        match = re.match(r"\s*\(?([A-E])\)?(?![\w'])", head)
+        match = re.match(r"\s*\$?\(?([A-E])\)?(?![\w'])", head)
         if match and match.group(1) in letters:
             return match.group(1)
     for pattern in _EXPLICIT_LETTER:
@@ -158,11 +285,10 @@ def extract_choice(output: str, options: tuple[str, ...] = ()) -> str | None:
     if not options:
         return None
     where = segment if marked else (output.strip().splitlines()[-1] if output.strip() else "")
-    pred = extract_number(where)
-    if pred is not None:  # a value: the option with that value ("80" -> "80 km/h")
+    pred = extract_exact(where)
+    if pred is not None:  # a value: the plain-number option with that value ("80" -> "80")
         for i, option in enumerate(options):
-            value = parse_number(option)
-            if value is not None and numbers_match(pred, value):
+            if pred == option_value(option):
                 return letters[i]
     # option text inside the answer, whole words only; the longest wins ("15" loses to "150")
     text = _normalise(where)
@@ -172,6 +298,18 @@ def extract_choice(output: str, options: tuple[str, ...] = ()) -> str | None:
         if o and re.search(r"(?<![\w.])" + re.escape(o) + r"(?![\w]|\.\d)", text):
             hits.append((len(o), i))
     return letters[max(hits)[1]] if hits else None
+
+
+_OPTION_VALUE = re.compile(r"[-+−]?\$?(\d[\d,]*(\.\d+)?|\.\d+)(/\d+)?(\s?%|\s+[A-Za-z°²³/ .]+)?")
+
+
+def option_value(option: str) -> Fraction | None:
+    """An option's number when the option is just a number, maybe with a unit after a space
+    ("80 km/h", "$4$", "25%"); None for anything else ("$5m+4p$", "x = 4", "5(√3 + 1)")."""
+    text = _strip_latex(option).strip().strip("$").strip()
+    if not _OPTION_VALUE.fullmatch(text):
+        return None
+    return parse_exact(text)
 
 
 def extract_math(output: str) -> str:
@@ -185,13 +323,28 @@ def extract_math(output: str) -> str:
     return found[-1] if found else ""
 
 
+def plain_number(text: str) -> float | None:
+    """`text` as a number when it is nothing but one (fractions and LaTeX fractions included)."""
+    value = plain_exact(text)
+    return None if value is None else float(value)
+
+
+def plain_exact(text: str) -> Fraction | None:
+    """`plain_number`, exactly."""
+    stripped = _strip_latex(text).replace(" ", "").strip("$")
+    if not re.fullmatch(r"[-+−]?\$?(\d[\d,]*(\.\d+)?|\.\d+)(/\d+)?%?", stripped):
+        return None
+    return parse_exact(stripped)
+
+
 def math_equal(pred: str, gold: str) -> bool:
-    """Whether two MATH-style answers are equivalent (math-verify; numbers within REL_TOL)."""
+    """Whether two MATH-style answers are equivalent (math-verify; plain numbers by `number_matches`)."""
     if not pred.strip():
         return False
-    gold_value, pred_value = plain_number(gold), plain_number(pred)
+    gold_value, pred_value = plain_exact(gold), plain_exact(pred)
     if gold_value is not None and pred_value is not None:
-        return numbers_match(pred_value, gold_value)
+        plain_gold = _strip_latex(gold).replace(" ", "").strip("$")
+        return number_matches(pred_value, plain_gold if gold_decimal(plain_gold) is not None else gold, pred.strip().strip("$"))
     from math_verify import parse, verify
 
     def parsed(text: str) -> list:
@@ -213,14 +366,6 @@ def math_equal(pred: str, gold: str) -> bool:
         return _normalise(pred) == _normalise(gold)
 
 
-def plain_number(text: str) -> float | None:
-    """`text` as a number when it is nothing but one (fractions and LaTeX fractions included)."""
-    stripped = _strip_latex(text).replace(" ", "").strip("$")
-    if not re.fullmatch(r"[-+−]?\$?(\d[\d,]*(\.\d+)?|\.\d+)(/\d+)?%?", stripped):
-        return None
-    return parse_number(stripped)
-
-
 @dataclass(frozen=True)
 class Scored:
     """The prediction read from one output and whether it is right.
@@ -234,17 +379,31 @@ class Scored:
     value: float | None = None
 
 
-def score(item: Item, output: str) -> Scored:
-    """Extract the answer of `item.kind` from `output` and compare it with `item.answer`."""
+def extract(item: Item, text: str) -> str:
+    """numloss's prediction for `item` from `text`, as text ("" when there is none)."""
+    if item.kind == "number":
+        return format_exact(extract_exact(text))
+    if item.kind == "choice":
+        return extract_choice(text, item.options) or ""
+    return extract_math(text)
+
+
+def compare(item: Item, prediction: str) -> bool:
+    """Whether numloss's `prediction` (from `extract`) is `item`'s gold answer."""
+    if not prediction:
+        return False
     kind: AnswerKind = item.kind
     if kind == "number":
-        value = extract_number(output)
-        gold = parse_number(item.answer)
-        if gold is None:
+        if gold_decimal(item.answer) is None and parse_exact(item.answer) is None:
             raise ValueError(f"item {item.id}: gold answer {item.answer!r} is not a number")
-        return Scored(format_number(value), numbers_match(value, gold), value)
+        return number_matches(parse_exact(prediction), item.answer, prediction)
     if kind == "choice":
-        letter = extract_choice(output, item.options)
-        return Scored(letter or "", letter == item.answer.upper())
-    prediction = extract_math(output)
-    return Scored(prediction, math_equal(prediction, item.answer), plain_number(prediction))
+        return prediction == item.answer.upper()
+    return math_equal(prediction, item.answer)
+
+
+def score(item: Item, output: str) -> Scored:
+    """Extract the answer of `item.kind` from `output` and compare it with `item.answer`."""
+    prediction = extract(item, output)
+    value = plain_number(prediction) if item.kind != "choice" and prediction else None
+    return Scored(prediction, compare(item, prediction), value)

@@ -47,13 +47,20 @@ class BenchmarkError(ValueError):
 
 @dataclass(frozen=True)
 class Item:
-    """One question. For `choice` items `answer` is a letter and `options` the option texts."""
+    """One question. For `choice` items `answer` is a letter and `options` the option texts.
+
+    `question` is the text exactly as the released evaluation builds it (the model sees it in both
+    protocols); `answer` is numloss's canonical gold; `released_answer` the gold string exactly as
+    the released data loader makes it ("" for sets the released code does not read: then the
+    released protocol derives it from `answer`).
+    """
 
     id: str
     question: str
     answer: str
     kind: AnswerKind
     options: tuple[str, ...] = ()
+    released_answer: str = ""
 
 
 @dataclass
@@ -72,8 +79,7 @@ class Benchmark:
         """The first `limit` items (all when None)."""
         if limit is None:
             return self
-        if limit <= 0:
-            raise BenchmarkError(f"--limit must be positive, got {limit}")
+        check_limit(limit)
         return Benchmark(self.name, self.kind, self.items[:limit], self.source)
 
     @classmethod
@@ -93,7 +99,15 @@ class Benchmark:
         return cls(name, kind, items, source)
 
 
+def check_limit(limit: int | None) -> None:
+    """The one rule for `--limit` / `limit=` everywhere: None for all items, else a positive count."""
+    if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int) or limit <= 0):
+        raise BenchmarkError(f"--limit must be a positive number of items, got {limit!r} (omit it for all items)")
+
+
 # ---------------------------------------------------------------- record parsers
+
+Parsed = tuple[str, str, tuple[str, ...], str]  # question (released text), gold, options, released gold
 
 
 def _field(record: Mapping[str, Any], key: str, where: str) -> Any:
@@ -103,11 +117,15 @@ def _field(record: Mapping[str, Any], key: str, where: str) -> Any:
     return record[key]
 
 
-def _text(record: Mapping[str, Any], key: str, where: str) -> str:
+def _raw_text(record: Mapping[str, Any], key: str, where: str) -> str:
     value = _field(record, key, where)
     if not isinstance(value, str) or not value.strip():
         raise BenchmarkError(f"{where}: field {key!r} must be a non-empty string, got {value!r}")
-    return value.strip()
+    return value
+
+
+def _text(record: Mapping[str, Any], key: str, where: str) -> str:
+    return _raw_text(record, key, where).strip()
 
 
 def clean_number(text: str) -> str:
@@ -152,36 +170,47 @@ def boxed_content(text: str) -> str | None:
     return None
 
 
-def _gsm8k(record: Mapping[str, Any], where: str) -> tuple[str, str, tuple[str, ...]]:
+def _released_zero(text: str) -> str:
+    from numloss.evaluate.released import delete_extra_zero
+
+    return delete_extra_zero(text)
+
+
+def _gsm8k(record: Mapping[str, Any], where: str) -> Parsed:
     answer = _text(record, "answer", where)
     if "####" not in answer:
         raise BenchmarkError(f"{where}: field 'answer' has no '#### <number>' final line (GSM8K format)")
-    return _text(record, "question", where), _number(answer.split("####")[-1], where, "answer"), ()
+    released = _released_zero(answer.split("#### ")[-1].replace(",", ""))
+    return _text(record, "question", where), _number(answer.split("####")[-1], where, "answer"), (), released
 
 
-def _math(record: Mapping[str, Any], where: str) -> tuple[str, str, tuple[str, ...]]:
+def _math(record: Mapping[str, Any], where: str) -> Parsed:
+    from numloss.evaluate.released import gold_of_solution
+
     if "problem" in record:
-        question = _text(record, "problem", where)
+        question = _raw_text(record, "problem", where)
         if record.get("answer") not in (None, ""):
-            return question, str(record["answer"]).strip(), ()
+            answer = str(record["answer"]).strip()
+            return question, answer, (), answer
         solution = _text(record, "solution", where)
         boxed = boxed_content(solution)
         if boxed is None:
             raise BenchmarkError(f"{where}: field 'solution' has no \\boxed{{...}} final answer (MATH format)")
-        return question, boxed, ()
-    question = _text(record, "question", where)
+        return question, boxed, (), gold_of_solution(solution)
+    question = _raw_text(record, "question", where)
     answer = _field(record, "answer", where)
     if isinstance(answer, list):  # MAmmoTH: [answer string, numeric value or None]
         if not answer:
             raise BenchmarkError(f"{where}: field 'answer' is an empty list")
         answer = answer[0]
-    return question, str(answer).strip(), ()
+    return question, str(answer).strip(), (), str(answer)
 
 
-def _svamp(record: Mapping[str, Any], where: str) -> tuple[str, str, tuple[str, ...]]:
+def _svamp(record: Mapping[str, Any], where: str) -> Parsed:
     body, question = _text(record, "Body", where), _text(record, "Question", where)
-    joined = body if body.endswith((".", "?", "!")) else body + "."
-    return f"{joined} {question}", _number(_field(record, "Answer", where), where, "Answer"), ()
+    raw = str(_field(record, "Answer", where))
+    released = _released_zero(raw[:-2] if raw.endswith(".0") else raw)
+    return f"{body} {question}", _number(_field(record, "Answer", where), where, "Answer"), (), released
 
 
 _OPTION_PREFIX = re.compile(r"^\s*\(?([A-Ea-e])\s*[\)\.:]\s*")
@@ -230,64 +259,77 @@ def split_choices(question: str) -> tuple[str, tuple[str, ...]]:
     return question[: match.start()].strip(), options
 
 
-def _aqua(record: Mapping[str, Any], where: str) -> tuple[str, str, tuple[str, ...]]:
-    options = _options_from_list(_field(record, "options", where), where, "options")
-    return _text(record, "question", where), _letter(_field(record, "correct", where), len(options), where, "correct"), options
+def _aqua(record: Mapping[str, Any], where: str) -> Parsed:
+    raw_options = _field(record, "options", where)
+    options = _options_from_list(raw_options, where, "options")
+    # the released line: "(" + "(".join(options), then "(" -> " (" and ")" -> ") "
+    line = ("(" + "(".join(str(o) for o in raw_options)).replace("(", " (").replace(")", ") ")
+    letter = _letter(_field(record, "correct", where), len(options), where, "correct")
+    return _text(record, "question", where) + "\nAnswer Choices:" + line, letter, options, str(record["correct"])
 
 
-def _mmlu(record: Mapping[str, Any], where: str) -> tuple[str, str, tuple[str, ...]]:
+def _mmlu(record: Mapping[str, Any], where: str) -> Parsed:
     options = _options_from_list(_field(record, "choices", where), where, "choices")
-    return _text(record, "question", where), _letter(_field(record, "answer", where), len(options), where, "answer"), options
+    letter = _letter(_field(record, "answer", where), len(options), where, "answer")
+    raw = [str(c) for c in record["choices"]]
+    listed = " ".join(f"({LETTERS[i]}) {c}" for i, c in enumerate(raw))
+    return _raw_text(record, "question", where) + "\nAnswer Choices: " + listed, letter, options, letter
 
 
-def _sat(record: Mapping[str, Any], where: str) -> tuple[str, str, tuple[str, ...]]:
+def _sat(record: Mapping[str, Any], where: str) -> Parsed:
     if "query" in record:  # hails/agieval-sat-math
         options = _options_from_list(_field(record, "choices", where), where, "choices")
         query = _text(record, "query", where)
         query = re.sub(r"^Q:\s*", "", query)
         query = re.split(r"\n?\s*Answer Choices:|\n?\s*A: Among A through", query)[0].strip()
-        return query, _letter(_field(record, "gold", where), len(options), where, "gold"), options
+        letter = _letter(_field(record, "gold", where), len(options), where, "gold")
+        return with_choices(query, options), letter, options, letter
     if "options" in record:  # AGIEval jsonl
         options = _options_from_list(record["options"], where, "options")
         question = _text(record, "question", where)
         if record.get("passage"):
             question = f"{str(record['passage']).strip()}\n{question}"
-        return question, _letter(_field(record, "label", where), len(options), where, "label"), options
-    question, options = split_choices(_text(record, "question", where))  # MAmmoTH sat.json
+        letter = _letter(_field(record, "label", where), len(options), where, "label")
+        return with_choices(question, options), letter, options, letter
+    question = _raw_text(record, "question", where)  # MAmmoTH sat.json: the released text as is
+    _, options = split_choices(question)
     if not options:
         raise BenchmarkError(f"{where}: field 'question' has no 'Answer Choices: (A) ...' list (MAmmoTH SAT format)")
-    return question, _letter(_field(record, "answer", where), len(options), where, "answer"), options
+    letter = _letter(_field(record, "answer", where), len(options), where, "answer")
+    return question, letter, options, str(record["answer"])
 
 
-def _simuleq(record: Mapping[str, Any], where: str) -> tuple[str, str, tuple[str, ...]]:
+def _simuleq(record: Mapping[str, Any], where: str) -> Parsed:
     answer = _field(record, "answer", where)
     if isinstance(answer, list) and len(answer) != 1:
         raise BenchmarkError(
             f"{where}: field 'answer' holds {len(answer)} values; numloss scores one number per item"
         )
-    return _text(record, "question", where), _number(answer, where, "answer"), ()
+    return _raw_text(record, "question", where), _number(answer, where, "answer"), (), str(answer)
 
 
 @dataclass(frozen=True)
 class Spec:
-    """How to find and read one benchmark."""
+    """How to find and read one benchmark: answer kind, record parser, Hub copy, local file names."""
 
     kind: AnswerKind
-    parse: Callable[[Mapping[str, Any], str], tuple[str, str, tuple[str, ...]]]
-    hub: tuple[str, tuple[str | None, ...], str] | None  # (id, configs, split)
+    parse: Callable[[Mapping[str, Any], str], Parsed]
+    hub: tuple[str, tuple[str | None, ...], tuple[str, ...]] | None  # (id, configs, splits), concatenated
     local_names: tuple[str, ...] = field(default_factory=tuple)
 
 
-MMLU_MATH_SUBJECTS = ("abstract_algebra", "college_mathematics", "elementary_mathematics", "high_school_mathematics")
+# the paper's MMLU-math: five subjects, formal_logic included (378 + 270 + 126 + 100 + 100 = 974)
+MMLU_MATH_SUBJECTS = ("elementary_mathematics", "high_school_mathematics", "formal_logic", "college_mathematics", "abstract_algebra")
 
 BENCHMARKS: dict[str, Spec] = {
-    "gsm8k": Spec("number", _gsm8k, ("openai/gsm8k", ("main",), "test"), ("gsm8k/gsm8k.jsonl", "gsm8k/test.jsonl")),
-    "math": Spec("math", _math, ("DigitalLearningGmbH/MATH-lighteval", (None,), "test"), ("math/MATH.json", "math/test.jsonl")),
-    "svamp": Spec("number", _svamp, ("ChilleD/SVAMP", (None,), "test"), ("SVAMP/SVAMP.json", "svamp/SVAMP.json")),
+    "gsm8k": Spec("number", _gsm8k, ("openai/gsm8k", ("main",), ("test",)), ("gsm8k/gsm8k.jsonl", "gsm8k/test.jsonl")),
+    "math": Spec("math", _math, ("DigitalLearningGmbH/MATH-lighteval", (None,), ("test",)), ("math/MATH.json", "math/test.jsonl")),
+    # SVAMP's 1000 problems are ChilleD/SVAMP's train (700) and test (300) splits together
+    "svamp": Spec("number", _svamp, ("ChilleD/SVAMP", (None,), ("train", "test")), ("SVAMP/SVAMP.json", "svamp/SVAMP.json")),
     "simuleq": Spec("number", _simuleq, None, ("simuleq/simuleq.json",)),
-    "aqua": Spec("choice", _aqua, ("deepmind/aqua_rat", ("raw",), "test"), ("AQuA/AQuA.json", "aqua/AQuA.json", "aqua/test.json")),
-    "sat": Spec("choice", _sat, ("hails/agieval-sat-math", (None,), "test"), ("sat/sat.json", "sat/sat-math.jsonl")),
-    "mmlu_math": Spec("choice", _mmlu, ("cais/mmlu", MMLU_MATH_SUBJECTS, "test"), ("mmlu/mathematics.json", "mmlu_mathematics/test.json")),
+    "aqua": Spec("choice", _aqua, ("deepmind/aqua_rat", ("raw",), ("test",)), ("AQuA/AQuA.json", "aqua/AQuA.json", "aqua/test.json")),
+    "sat": Spec("choice", _sat, ("hails/agieval-sat-math", (None,), ("test",)), ("sat/sat.json", "sat/sat-math.jsonl")),
+    "mmlu_math": Spec("choice", _mmlu, ("cais/mmlu", MMLU_MATH_SUBJECTS, ("test",)), ("mmlu/mathematics.json", "mmlu_mathematics/test.json")),
 }
 ALIASES = {"sat_math": "sat", "sat-math": "sat", "mmlu_mathematics": "mmlu_math", "mmlu-math": "mmlu_math"}
 
@@ -297,6 +339,12 @@ ALIASES = {"sat_math": "sat", "sat-math": "sat", "mmlu_mathematics": "mmlu_math"
 
 def read_records(path: Path) -> list[dict[str, Any]]:
     """Records of a .json (list, or {"data": [...]}, or one object per line), .jsonl or .parquet file."""
+    return [record for record, _ in read_located(path)]
+
+
+def read_located(path: Path) -> list[tuple[dict[str, Any], str]]:
+    """`read_records` with where each record is: "FILE:LINE" for line-per-record files, else
+    "FILE record I" (0-based), for error messages."""
     if not path.is_file():
         raise BenchmarkError(f"{path}: no such file")
     suffix = path.suffix.lower()
@@ -304,7 +352,7 @@ def read_records(path: Path) -> list[dict[str, Any]]:
         import pyarrow.parquet as pq
 
         try:
-            return pq.read_table(path).to_pylist()
+            return [(r, f"{path} record {i}") for i, r in enumerate(pq.read_table(path).to_pylist())]
         except Exception as error:  # pyarrow raises several types for a bad file
             raise BenchmarkError(f"{path}: not a readable Parquet file ({error})") from None
     text = path.read_text(encoding="utf-8")
@@ -318,7 +366,7 @@ def read_records(path: Path) -> list[dict[str, Any]]:
                 data = data["data"] if isinstance(data.get("data"), list) else [data]
             if not isinstance(data, list) or not all(isinstance(r, dict) for r in data):
                 raise BenchmarkError(f"{path}: expected a JSON list of objects")
-            return data
+            return [(r, f"{path} record {i}") for i, r in enumerate(data)]
     elif suffix != ".jsonl":
         raise BenchmarkError(f"{path}: unsupported file type {suffix!r}; use .json, .jsonl or .parquet")
     records = []
@@ -331,31 +379,33 @@ def read_records(path: Path) -> list[dict[str, Any]]:
             raise BenchmarkError(f"{path}:{number}: invalid JSON ({error.msg})") from None
         if not isinstance(record, dict):
             raise BenchmarkError(f"{path}:{number}: expected a JSON object per line")
-        records.append(record)
+        records.append((record, f"{path}:{number}"))
     return records
 
 
-def _hub_records(name: str, hub_id: str, configs: Sequence[str | None], split: str) -> list[dict[str, Any]]:
+def _hub_records(name: str, hub_id: str, configs: Sequence[str | None], splits: Sequence[str]) -> list[dict[str, Any]]:
     try:
         import datasets
     except ImportError as error:  # pragma: no cover - datasets is a dependency
         raise BenchmarkError(f"{name}: the 'datasets' package is needed to load {hub_id}") from error
     records: list[dict[str, Any]] = []
     for config in configs:
-        try:
-            ds = datasets.load_dataset(hub_id, config, split=split)
-        except Exception as error:  # offline, missing, renamed: say what to do
-            raise BenchmarkError(
-                f"{name}: cannot load {hub_id}{'/' + config if config else ''} (split {split}) from the "
-                f"Hugging Face Hub: {type(error).__name__}: {str(error).splitlines()[0] if str(error) else ''}. "
-                f"Offline, download the file elsewhere and pass it: --data-dir DIR (with "
-                f"{name}.jsonl|json|parquet) or --benchmarks {name}=PATH."
-            ) from None
-        records.extend(dict(r) for r in ds)
+        for split in splits:
+            try:
+                ds = datasets.load_dataset(hub_id, config, split=split)
+            except Exception as error:  # offline, missing, renamed: say what to do
+                raise BenchmarkError(
+                    f"{name}: cannot load {hub_id}{'/' + config if config else ''} (split {split}) from the "
+                    f"Hugging Face Hub: {type(error).__name__}: {str(error).splitlines()[0] if str(error) else ''}. "
+                    f"Offline, download the file elsewhere and pass it: --data-dir DIR (with "
+                    f"{name}.jsonl|json|parquet) or --benchmarks {name}=PATH."
+                ) from None
+            records.extend(dict(r) for r in ds)
     return records
 
 
 SYNTHETIC_PREFIXES = ("synthetic:", "gym:")
+FILE_PREFIX = "file:"
 SYNTHETIC_SEED = 10_000  # far from the small seeds training sets use, so items are held out
 
 
@@ -383,11 +433,80 @@ def _synthetic(name: str, limit: int | None, seed: int) -> Benchmark:
     return Benchmark.from_records(name, records, kind, source=f"{name} seed {seed}")
 
 
+FILE_FIELDS = """\
+one JSON object per line with
+  question  (string, required)  the text the model is asked
+  answer    (required)          a number ("42", 3.5, "1/3") for open items; for multiple choice
+                                the letter ("B") or the 0-based index of the right option
+  options   (list of 2-5 strings, optional)  makes the item multiple choice
+  id        (optional)          the item's key in results (default: its line number)
+  kind      (optional)          "number", "choice" or "math" (default: "choice" with options,
+                                "number" when the answer is a number, else "math")"""
+
+
+def _file_set(path_text: str) -> Benchmark:
+    """`file:PATH.jsonl`: any numeric or multiple-choice set in the documented fields (FILE_FIELDS)."""
+    path = Path(path_text)
+    if not path.is_file():
+        raise BenchmarkError(f"file:{path}: no such file (expected a .jsonl file, {FILE_FIELDS.splitlines()[0]})")
+    items: list[Item] = []
+    seen: set[str] = set()
+    for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+        if not line.strip():
+            continue
+        where = f"{path}:{number}"
+        try:
+            record = json.loads(line)
+        except json.JSONDecodeError as error:
+            raise BenchmarkError(f"{where}: invalid JSON ({error.msg})") from None
+        if not isinstance(record, dict):
+            raise BenchmarkError(f"{where}: expected a JSON object with 'question' and 'answer'")
+        question = _raw_text(record, "question", where)
+        answer = _field(record, "answer", where)
+        options: tuple[str, ...] = ()
+        if record.get("options") is not None:
+            options = tuple(str(o) for o in record["options"]) if isinstance(record["options"], list) else ()
+            if not 2 <= len(options) <= 5:
+                raise BenchmarkError(f"{where}: field 'options' must be a list of 2 to 5 strings, got {record['options']!r}")
+        kind = record.get("kind") or ("choice" if options else None)
+        if kind is None:
+            try:
+                float(clean_number(str(answer)))
+                kind = "number"
+            except ValueError:
+                kind = "number" if re.fullmatch(r"\s*-?\d+\s*/\s*\d+\s*", str(answer)) else "math"
+        if kind not in ("number", "choice", "math"):
+            raise BenchmarkError(f"{where}: field 'kind' must be 'number', 'choice' or 'math', got {kind!r}")
+        if kind == "choice":
+            if not options:
+                raise BenchmarkError(f"{where}: a 'choice' item needs 'options' (a list of 2 to 5 strings)")
+            gold = _letter(answer, len(options), where, "answer")
+            question = with_choices(question, options)
+        elif kind == "number":
+            gold = str(answer).strip().replace(" ", "") if "/" in str(answer) else _number(answer, where, "answer")
+        else:
+            gold = str(answer).strip()
+        item_id = str(record.get("id", number))
+        if item_id in seen:
+            raise BenchmarkError(f"{where}: duplicate id {item_id!r}; ids key the results and must be unique")
+        seen.add(item_id)
+        items.append(Item(item_id, question, gold, kind, options))
+    if not items:
+        raise BenchmarkError(f"file:{path}: no records ({FILE_FIELDS.splitlines()[0]})")
+    kinds = {it.kind for it in items}
+    kind_of_set: AnswerKind = items[0].kind if len(kinds) == 1 else "number"
+    return Benchmark(f"{FILE_PREFIX}{path_text}", kind_of_set, items, str(path))
+
+
+def expected_files(name: str) -> list[str]:
+    """The file names `find_local` looks for, in order."""
+    names = (name, *[a for a, t in ALIASES.items() if t == name])
+    return [f"{n}.{ext}" for n in names for ext in ("jsonl", "json", "parquet")] + list(BENCHMARKS[name].local_names)
+
+
 def find_local(name: str, data_dir: Path) -> Path | None:
     """The benchmark's file under `data_dir`, or None."""
-    candidates = [f"{n}.{ext}" for n in (name, *[a for a, t in ALIASES.items() if t == name]) for ext in ("jsonl", "json", "parquet")]
-    candidates += list(BENCHMARKS[name].local_names)
-    for candidate in candidates:
+    for candidate in expected_files(name):
         if (data_dir / candidate).is_file():
             return data_dir / candidate
     return None
@@ -395,25 +514,32 @@ def find_local(name: str, data_dir: Path) -> Path | None:
 
 def canonical_name(name: str) -> str:
     """The registry name of a benchmark (aliases resolved); raises for an unknown one."""
+    if name.strip().startswith(FILE_PREFIX):
+        return name.strip()
     key = name.strip().lower()
     key = ALIASES.get(key, key)
     if key not in BENCHMARKS and not key.startswith(SYNTHETIC_PREFIXES):
-        known = ", ".join([*BENCHMARKS, "synthetic:<numloss.data.synthetic set>", "gym:<numloss.data.gym set>"])
+        known = ", ".join([*BENCHMARKS, "synthetic:<numloss.data.synthetic set>", "gym:<numloss.data.gym set>", "file:PATH.jsonl"])
         raise BenchmarkError(f"unknown benchmark {name!r}; known: {known}")
     return key
 
 
-def parse_records(name: str, records: Sequence[Mapping[str, Any]], source: str) -> Benchmark:
-    """Items of benchmark `name` from its raw records; errors name `source`, the record and field."""
+def parse_records(name: str, records: Sequence[Mapping[str, Any]], source: str, where: Sequence[str] | None = None) -> Benchmark:
+    """Items of benchmark `name` from its raw records; errors name `source`, the record (its line
+    when `where` gives it) and the field.
+
+    An item's id is the record's `id` (or `ID`) field, else its 0-based position in the file.
+    """
     spec = BENCHMARKS[name]
     if not records:
         raise BenchmarkError(f"{source}: no records")
     items = []
     for i, record in enumerate(records):
-        question, answer, options = spec.parse(record, f"{source} record {i}")
-        if spec.kind == "choice" and options:
-            question = with_choices(question, options)
-        items.append(Item(str(record.get("id", record.get("ID", i))), question, answer, spec.kind, options))
+        at = where[i] if where is not None else f"{source} record {i}"
+        if not isinstance(record, Mapping):
+            raise BenchmarkError(f"{at}: expected a JSON object, got {type(record).__name__}")
+        question, answer, options, released = spec.parse(record, at)
+        items.append(Item(str(record.get("id", record.get("ID", i))), question, answer, spec.kind, options, released))
     return Benchmark(name, spec.kind, items, source)
 
 
@@ -426,41 +552,54 @@ def load_benchmark(
 ) -> Benchmark:
     """Load one benchmark: from `path`, else from `data_dir`, else from the Hub (see module doc).
 
-    `path` may also be `hf:ID[:CONFIG[:SPLIT]]`. Raises BenchmarkError with the file and field
-    when something is wrong.
+    `path` may also be `hf:ID[:CONFIG[:SPLIT]]`; `name` may be `file:PATH.jsonl` (FILE_FIELDS).
+    Raises BenchmarkError with the file and field when something is wrong; with `data_dir` given,
+    a benchmark without a file there is an error that lists the names looked for.
     """
+    check_limit(limit)
     key = canonical_name(name)
+    if key.startswith(FILE_PREFIX):
+        return _file_set(key[len(FILE_PREFIX) :]).head(limit)
     if key.startswith(SYNTHETIC_PREFIXES):
         return _synthetic(key, limit, seed)
     spec = BENCHMARKS[key]
     if path is not None and str(path).startswith("hf:"):
         parts = str(path)[3:].split(":")
         hub_id, config, split = parts[0], (parts[1] or None) if len(parts) > 1 else None, parts[2] if len(parts) > 2 else "test"
-        records = _hub_records(key, hub_id, (config,), split)
+        records = _hub_records(key, hub_id, (config,), (split,))
         return parse_records(key, records, f"hf:{hub_id}").head(limit)
     if path is None and data_dir is not None:
         if not Path(data_dir).is_dir():
             raise BenchmarkError(f"--data-dir {data_dir}: no such directory")
         path = find_local(key, Path(data_dir))
+        if path is None:
+            raise BenchmarkError(
+                f"{key}: no file for it under {data_dir}; expected one of: {', '.join(expected_files(key))} "
+                f"(or pass --benchmarks {key}=PATH)"
+            )
     if path is not None:
         file = Path(path)
-        return parse_records(key, read_records(file), str(file)).head(limit)
+        located = read_located(file)
+        return parse_records(key, [r for r, _ in located], str(file), [w for _, w in located]).head(limit)
     if spec.hub is None:
         raise BenchmarkError(
             f"{key}: no Hugging Face copy is known; pass a local file (MAmmoTH's {spec.local_names[0]}) "
             f"with --data-dir DIR or --benchmarks {key}=PATH"
         )
-    hub_id, configs, split = spec.hub
-    records = _hub_records(key, hub_id, configs, split)
+    hub_id, configs, splits = spec.hub
+    records = _hub_records(key, hub_id, configs, splits)
     return parse_records(key, records, f"hf:{hub_id}").head(limit)
 
 
 def parse_benchmark_list(text: str) -> list[tuple[str, str | None]]:
-    """`"gsm8k,svamp=data/svamp.json"` -> [("gsm8k", None), ("svamp", "data/svamp.json")]."""
+    """`"gsm8k,svamp=data/svamp.json,file:mine.jsonl"` -> [("gsm8k", None), ("svamp", "data/svamp.json"), ...]."""
     out = []
     for part in text.split(","):
         part = part.strip()
         if not part:
+            continue
+        if part.startswith(FILE_PREFIX):
+            out.append((part, None))
             continue
         name, _, where = part.partition("=")
         out.append((canonical_name(name), where.strip() or None))

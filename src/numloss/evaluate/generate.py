@@ -34,7 +34,7 @@ class Generation:
 class Generator(Protocol):
     """Anything that turns prompts into completions, greedily, in order."""
 
-    def generate(self, prompts: Sequence[str]) -> list[Generation]: ...
+    def generate(self, prompts: Sequence[str], max_new_tokens: int | None = None) -> list[Generation]: ...
 
 
 def cut_at_stop(text: str, stop: Sequence[str]) -> str:
@@ -84,6 +84,7 @@ class HFGenerator:
         self.batch_size, self.max_new_tokens = batch_size, max_new_tokens
         self.stop, self.progress = tuple(s for s in stop if s), progress
         self.tokens, self.seconds = 0, 0.0
+        self._limit = max_new_tokens
         self.pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
         if self.pad_id is None:
             raise ValueError("the tokenizer has neither a pad nor an eos token; batched generation needs one")
@@ -106,7 +107,7 @@ class HFGenerator:
 
     def _finished(self, tokens: list[int]) -> bool:
         """Whether a row that has generated `tokens` is done (EOS, a stop string, or the token limit)."""
-        if tokens[-1] in self.eos_ids or len(tokens) >= self.max_new_tokens:
+        if tokens[-1] in self.eos_ids or len(tokens) >= self._limit:
             return True
         if not self.stop:
             return False
@@ -155,12 +156,15 @@ class HFGenerator:
             following = self._forward(following[:, None], mask, position[:, None], cache).argmax(-1)
             position = position + 1
 
-    def generate(self, prompts: Sequence[str]) -> list[Generation]:
-        """Greedy completions of `prompts`, in the order given."""
+    def generate(self, prompts: Sequence[str], max_new_tokens: int | None = None) -> list[Generation]:
+        """Greedy completions of `prompts`, in the order given (`max_new_tokens` overrides the default)."""
         from tqdm.auto import tqdm
 
         if not prompts:
             return []
+        if max_new_tokens is not None and max_new_tokens < 1:
+            raise ValueError(f"max_new_tokens must be at least 1, got {max_new_tokens}")
+        self._limit = max_new_tokens or self.max_new_tokens
         rows = self.tokenizer(list(prompts))["input_ids"]
         empty = [i for i, row in enumerate(rows) if not row]
         if empty:
@@ -308,13 +312,15 @@ class VLLMGenerator:
         dtype: str = "auto",
     ) -> None:
         vllm = import_vllm()
+        self.vllm = vllm
         self.llm = vllm.LLM(model=model_path, tensor_parallel_size=tensor_parallel_size, dtype=dtype)
-        self.params = vllm.SamplingParams(temperature=0.0, top_p=1.0, max_tokens=max_new_tokens, stop=list(stop))
+        self.max_new_tokens, self.stop = max_new_tokens, list(stop)
         self.tokens, self.seconds = 0, 0.0
 
-    def generate(self, prompts: Sequence[str]) -> list[Generation]:
+    def generate(self, prompts: Sequence[str], max_new_tokens: int | None = None) -> list[Generation]:
         start = time.perf_counter()
-        outputs = self.llm.generate(list(prompts), self.params)
+        params = self.vllm.SamplingParams(temperature=0.0, top_p=1.0, max_tokens=max_new_tokens or self.max_new_tokens, stop=self.stop)
+        outputs = self.llm.generate(list(prompts), params)
         self.seconds += time.perf_counter() - start
         results = [Generation(o.outputs[0].text, len(o.outputs[0].token_ids)) for o in outputs]
         self.tokens += sum(r.new_tokens for r in results)

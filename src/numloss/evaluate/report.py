@@ -1,94 +1,69 @@
-"""Evaluation results as one summary dict, written as JSON, Markdown and PNG plots.
+"""An `EvalReport` as Markdown, JSON and PNG plots.
 
-`summarize` turns per-item results (and optional teacher-forced digit statistics) into the summary;
-`write_report` writes into an output folder:
-
-- `results.json`: the summary;  `report.md`: the same as tables;
-- `predictions/<benchmark>.jsonl`: every item, its outputs, program status, prediction;
-- `accuracy.png` (per benchmark and mACC), `digit_entropy.png` (histogram of teacher-forced digit
-  entropies), `place_accuracy.png` (generated answers and teacher-forced digits, by place).
+`write_report(out_dir, report)` writes `results.json` (`report.to_json()`), `report.md`
+(`markdown(report)`), `accuracy.png` (per benchmark and mACC, one bar per protocol),
+`place_accuracy.png` (generated answers by digit place) and `digit_entropy.png` (histogram of the
+teacher-forced digit entropies) when there is something to plot; the per-item results are the
+JSONL file the evaluation appended to (`items.jsonl`).
 """
 
 from __future__ import annotations
 
 import json
 import math
-import re
-from collections import Counter
-from collections.abc import Mapping, Sequence
-from dataclasses import asdict
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from numloss.evaluate.answers import plain_number
-from numloss.evaluate.metrics import (
-    DigitStats,
-    PlaceAccuracy,
-    accuracy,
-    entropy_histogram,
-    macc,
-    numeric_distance,
-    place_accuracy,
-)
-from numloss.evaluate.runner import ItemResult
-
-DECIMAL = re.compile(r"-?\d+(\.\d+)?")
+if TYPE_CHECKING:
+    from numloss.evaluate.api import EvalReport
 
 
-def _finite(x: float) -> float | None:
-    return None if x is None or (isinstance(x, float) and math.isnan(x)) else x
+def _pct(x: float | None) -> str:
+    return "n/a" if x is None or (isinstance(x, float) and math.isnan(x)) else f"{100 * x:.1f}"
 
 
-def _places(entries: Sequence[PlaceAccuracy]) -> list[dict[str, Any]]:
-    return [{"place": e.place, "correct": e.correct, "total": e.total, "accuracy": e.accuracy} for e in entries]
+def _num(x: float | None, digits: int = 3) -> str:
+    return "n/a" if x is None or (isinstance(x, float) and math.isnan(x)) else f"{x:.{digits}f}"
 
 
-def benchmark_summary(results: Sequence[ItemResult], digits: DigitStats | None = None) -> dict[str, Any]:
-    """Accuracy, protocol counts, numeric distance and place accuracy of one benchmark."""
-    golds, preds, place_golds, place_preds = [], [], [], []
-    for r in results:
-        gold = plain_number(r.gold) if r.kind != "choice" else None
-        if gold is not None:
-            golds.append(gold)
-            preds.append(r.value)
-            if DECIMAL.fullmatch(r.gold.strip()):  # places are defined for decimals, not "\frac{5}{6}"
-                place_golds.append(r.gold.strip())
-                place_preds.append(r.value)
-    summary: dict[str, Any] = {
-        "accuracy": accuracy([r.correct for r in results]),
-        "count": len(results),
-        "correct": sum(r.correct for r in results),
-        "answered": sum(bool(r.prediction) for r in results),
-        "styles": dict(Counter(r.style for r in results)),
-        "program_status": dict(Counter(r.program_status for r in results if r.program_status)),
-    }
-    if golds:
-        summary["numeric_distance"] = asdict(numeric_distance(preds, golds))
-    if place_golds:
-        summary["place_accuracy"] = _places(place_accuracy(place_preds, place_golds))
-    if digits is not None:
-        counts, edges = entropy_histogram(digits.entropies)
-        summary["digit_stats"] = {
-            "accuracy": digits.accuracy,
-            "mean_entropy": digits.mean_entropy,
-            "count": digits.count,
-            "histogram": {"counts": counts, "edges": edges},
-            "per_place": _places(digits.per_place),
-        }
-    return summary
-
-
-def summarize(
-    results: Mapping[str, Sequence[ItemResult]],
-    digit_stats: Mapping[str, DigitStats] | None = None,
-    extra: Mapping[str, Any] | None = None,
-) -> dict[str, Any]:
-    """The whole evaluation: per-benchmark summaries, mACC, and `extra` (model, settings, timing)."""
-    per = {name: benchmark_summary(rs, (digit_stats or {}).get(name)) for name, rs in results.items()}
-    out: dict[str, Any] = dict(extra or {})
-    out["benchmarks"] = per
-    out["macc"] = macc({n: s["accuracy"] for n, s in per.items()})
-    return out
+def markdown(report: EvalReport) -> str:
+    """Tables: per protocol and benchmark, then the side-by-side comparison when there are two."""
+    lines = [f"# Evaluation of {report.meta.get('model', 'a model')}", ""]
+    iso = report.isolation
+    if iso:  # how model-written programs ran (docs/sandbox.md)
+        used = "" if iso.get("program_of_thought", True) else " (no program ran: those items used chain of thought)"
+        lines += [f"Program sandbox: {iso.get('mode')}{used}: {iso.get('detail', '')}", ""]
+    for protocol in report.protocols:
+        lines += [f"## Protocol `{protocol}`", "",
+                  "| benchmark | items | accuracy % | 95 % interval | answered | PoT / CoT / PoT+CoT | PoT refused | MAE | signed-log MAE | digit entropy (TF, nats) |",
+                  "|---|---|---|---|---|---|---|---|---|---|"]
+        for name, s in report.scores[protocol].items():
+            st = s.styles
+            lines.append(
+                f"| {name} | {s.count} | {_pct(s.accuracy)} | {_pct(s.ci95[0])}-{_pct(s.ci95[1])} | {s.answered} | "
+                f"{st.get('pot', 0)} / {st.get('cot', 0)} / {st.get('pot+cot', 0)} | {s.pot_refused} | "
+                f"{_num(s.mae)} | {_num(s.signed_log_mae)} | {_num(s.digit_entropy)} |"
+            )
+        lines += ["", f"**mACC ({protocol}): {_pct(report.macc(protocol))}%** (mean of the per-benchmark accuracies)", ""]
+        for name, s in report.scores[protocol].items():
+            if s.program_status:
+                lines.append(f"- {name}: programs: " + ", ".join(f"{k} {v}" for k, v in sorted(s.program_status.items())))
+            if s.place_accuracy:
+                cells = " ".join(f"{e.place}:{_pct(e.accuracy)}" for e in s.place_accuracy)
+                lines.append(f"- {name}: generated-answer accuracy by place (place:%): {cells}")
+        lines.append("")
+    if len(report.protocols) >= 2:
+        a, b = report.protocols[:2]
+        lines += [f"## `{a}` vs `{b}`", "", f"| benchmark | items | {a} % | {b} % | verdicts differ | ids (first 10) |", "|---|---|---|---|---|---|"]
+        for name, ids in report.disagreements.items():
+            sa, sb = report.scores[a][name], report.scores[b][name]
+            lines.append(f"| {name} | {sa.count} | {_pct(sa.accuracy)} | {_pct(sb.accuracy)} | {len(ids)} | {', '.join(ids[:10])} |")
+        lines += ["", f"mACC: {a} {_pct(report.macc(a))}%, {b} {_pct(report.macc(b))}%", ""]
+    gen = report.meta.get("generation_stats")
+    if gen and gen.get("tokens"):
+        lines += [f"Generation: {gen['tokens']} tokens in {_num(gen.get('seconds'), 1)} s "
+                  f"({_num(gen.get('tokens_per_second'), 1)} tokens/s); wall time {_num(report.meta.get('wall_seconds'), 1)} s.", ""]
+    return "\n".join(lines)
 
 
 def _json_safe(value: Any) -> Any:
@@ -101,77 +76,62 @@ def _json_safe(value: Any) -> Any:
     return value
 
 
-def _pct(x: float | None) -> str:
-    return "n/a" if x is None or (isinstance(x, float) and math.isnan(x)) else f"{100 * x:.1f}"
-
-
-def _num(x: float | None, digits: int = 3) -> str:
-    return "n/a" if x is None or (isinstance(x, float) and math.isnan(x)) else f"{x:.{digits}f}"
-
-
-def markdown(summary: Mapping[str, Any]) -> str:
-    """The summary as Markdown tables."""
-    lines = [f"# Evaluation of {summary.get('model', 'a model')}", ""]
-    lines += ["| benchmark | items | accuracy % | answered | PoT / CoT / PoT+CoT | MAE | signed-log MAE | digit acc % (TF) | digit entropy (TF, nats) |",
-              "|---|---|---|---|---|---|---|---|---|"]
-    for name, s in summary["benchmarks"].items():
-        styles = s["styles"]
-        dist = s.get("numeric_distance") or {}
-        digits = s.get("digit_stats") or {}
-        lines.append(
-            f"| {name} | {s['count']} | {_pct(s['accuracy'])} | {s['answered']} | "
-            f"{styles.get('pot', 0)} / {styles.get('cot', 0)} / {styles.get('pot+cot', 0)} | "
-            f"{_num(dist.get('mae'))} | {_num(dist.get('signed_log_mae'))} | "
-            f"{_pct(digits.get('accuracy'))} | {_num(digits.get('mean_entropy'))} |"
-        )
-    lines += ["", f"**mACC: {_pct(summary['macc'])}%** (mean of the per-benchmark accuracies)", ""]
-    for name, s in summary["benchmarks"].items():
-        if s.get("program_status"):
-            status = ", ".join(f"{k} {v}" for k, v in sorted(s["program_status"].items()))
-            lines.append(f"- {name}: programs run: {status}")
-        if s.get("place_accuracy"):
-            cells = " ".join(f"{e['place']}:{_pct(e['accuracy'])}" for e in s["place_accuracy"])
-            lines.append(f"- {name}: generated-answer accuracy by place (place:%): {cells}")
-    isolation = summary.get("isolation")
-    if isolation:  # how model-written programs ran (docs/sandbox.md)
-        used = "" if isolation.get("program_of_thought", True) else " (no program ran: every item used chain of thought)"
-        lines += ["", f"Program sandbox: {isolation['mode']}{used}: {isolation.get('detail', '')}"]
-    generation = summary.get("generation")
-    if generation:
-        lines += ["", f"Generation: {generation.get('tokens', 0)} tokens in {_num(generation.get('seconds'), 1)} s "
-                  f"({_num(generation.get('tokens_per_second'), 1)} tokens/s); wall time "
-                  f"{_num(summary.get('wall_seconds'), 1)} s."]
-    return "\n".join(lines) + "\n"
-
-
-def _plots(summary: Mapping[str, Any], out: Path) -> list[Path]:
+def _accuracy_plot(report: EvalReport, path: Path) -> None:
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    written = []
-    per = summary["benchmarks"]
-    names = list(per) + ["mACC"]
-    values = [100 * (per[n]["accuracy"] if not math.isnan(per[n]["accuracy"]) else 0) for n in per]
-    values.append(100 * (summary["macc"] if not math.isnan(summary["macc"]) else 0))
-    fig, ax = plt.subplots(figsize=(max(4, 1.1 * len(names)), 3.2))
-    ax.bar(names, values, color=["#4c72b0"] * len(per) + ["#dd8452"])
+    names = report.benchmarks + ["mACC"]
+    width = 0.8 / len(report.protocols)
+    fig, ax = plt.subplots(figsize=(max(4, 1.2 * len(names)), 3.2))
+    for k, protocol in enumerate(report.protocols):
+        values = [report.scores[protocol][n].accuracy for n in report.benchmarks] + [report.macc(protocol)]
+        values = [0 if math.isnan(v) else 100 * v for v in values]
+        ax.bar([i + k * width for i in range(len(names))], values, width, label=protocol)
+    ax.set_xticks([i + width * (len(report.protocols) - 1) / 2 for i in range(len(names))], names, rotation=30, ha="right")
     ax.set_ylabel("accuracy (%)")
     ax.set_ylim(0, 100)
+    ax.legend(fontsize=7)
     ax.set_title("Accuracy per benchmark")
     fig.tight_layout()
-    fig.savefig(out / "accuracy.png", dpi=100)
+    fig.savefig(path, dpi=100)
     plt.close(fig)
-    written.append(out / "accuracy.png")
 
-    with_digits = {n: s["digit_stats"] for n, s in per.items() if s.get("digit_stats", {}).get("count")}
-    if with_digits:
+
+def _detail_plots(report: EvalReport, out: Path) -> list[Path]:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from numloss.evaluate.metrics import MAX_DIGIT_ENTROPY
+
+    written = []
+    scores = report.scores[report.protocols[-1]]
+    places = {n: s.place_accuracy for n, s in scores.items() if s.place_accuracy}
+    if places:
         fig, ax = plt.subplots(figsize=(5, 3.2))
-        for name, d in with_digits.items():
-            edges, counts = d["histogram"]["edges"], d["histogram"]["counts"]
+        for name, entries in places.items():
+            ax.plot([e.place for e in entries], [100 * e.accuracy for e in entries], marker="o", label=name)
+        ax.set_xlabel("digit place (0 = units, 1 = tens, -1 = first decimal)")
+        ax.set_ylabel("accuracy (%)")
+        ax.set_ylim(0, 100)
+        ax.invert_xaxis()  # highest place on the left, as numbers are written
+        ax.set_title(f"Generated answers by digit place ({report.protocols[-1]})")
+        ax.legend(fontsize=7)
+        fig.tight_layout()
+        fig.savefig(out / "place_accuracy.png", dpi=100)
+        plt.close(fig)
+        written.append(out / "place_accuracy.png")
+    hist = {n: s for n, s in scores.items() if s.digit_entropy_histogram}
+    if hist:
+        fig, ax = plt.subplots(figsize=(5, 3.2))
+        for name, s in hist.items():
+            counts = s.digit_entropy_histogram
+            edges = [MAX_DIGIT_ENTROPY * i / len(counts) for i in range(len(counts) + 1)]
             total = max(1, sum(counts))
-            ax.stairs([c / total for c in counts], edges, label=f"{name} (mean {d['mean_entropy']:.2f})")
+            ax.stairs([c / total for c in counts], edges, label=f"{name} (mean {s.digit_entropy:.2f})")
         ax.set_xlabel("entropy of the 10-digit distribution (nats; max ln 10)")
         ax.set_ylabel("fraction of digits")
         ax.set_title("Teacher-forced digit entropy")
@@ -180,43 +140,14 @@ def _plots(summary: Mapping[str, Any], out: Path) -> list[Path]:
         fig.savefig(out / "digit_entropy.png", dpi=100)
         plt.close(fig)
         written.append(out / "digit_entropy.png")
-
-    series = {}
-    for name, s in per.items():
-        if s.get("place_accuracy"):
-            series[f"{name} (generated)"] = s["place_accuracy"]
-        if s.get("digit_stats", {}).get("per_place"):
-            series[f"{name} (teacher-forced)"] = s["digit_stats"]["per_place"]
-    if series:
-        fig, ax = plt.subplots(figsize=(5, 3.2))
-        for label, entries in series.items():
-            ax.plot([e["place"] for e in entries], [100 * e["accuracy"] for e in entries], marker="o", label=label)
-        ax.set_xlabel("digit place (0 = units, 1 = tens, -1 = first decimal)")
-        ax.set_ylabel("accuracy (%)")
-        ax.set_ylim(0, 100)
-        ax.invert_xaxis()  # highest place on the left, as numbers are written
-        ax.set_title("Accuracy by digit place")
-        ax.legend(fontsize=7)
-        fig.tight_layout()
-        fig.savefig(out / "place_accuracy.png", dpi=100)
-        plt.close(fig)
-        written.append(out / "place_accuracy.png")
     return written
 
 
-def write_report(
-    out_dir: str | Path, summary: Mapping[str, Any], results: Mapping[str, Sequence[ItemResult]] | None = None
-) -> list[Path]:
-    """Write results.json, report.md, predictions/*.jsonl and the PNG plots; returns the paths."""
+def write_report(out_dir: str | Path, report: EvalReport) -> list[Path]:
+    """Write results.json, report.md and the PNG plots into `out_dir`; returns the paths."""
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    written = [out / "results.json", out / "report.md"]
-    (out / "results.json").write_text(json.dumps(_json_safe(dict(summary)), indent=2) + "\n")
-    (out / "report.md").write_text(markdown(summary))
-    for name, rs in (results or {}).items():
-        path = out / "predictions" / f"{name.replace(':', '_')}.jsonl"
-        path.parent.mkdir(exist_ok=True)
-        path.write_text("".join(json.dumps(_json_safe(r.to_json())) + "\n" for r in rs))
-        written.append(path)
-    written += _plots(summary, out)
-    return written
+    (out / "results.json").write_text(json.dumps(_json_safe(report.to_json()), indent=2) + "\n")
+    (out / "report.md").write_text(markdown(report))
+    _accuracy_plot(report, out / "accuracy.png")
+    return [out / "results.json", out / "report.md", out / "accuracy.png", *_detail_plots(report, out)]

@@ -1,113 +1,207 @@
-"""The evaluation protocol on one benchmark: prompt, generate, run programs, fall back, score.
+"""Scoring outputs under a protocol, and running a protocol on a benchmark, batch by batch.
 
-1. Every item gets its first prompt (`prompts.first_style`): program of thought for open answers,
-   chain of thought for multiple choice. All prompts of a benchmark are generated in batches.
-2. An output that contains a program (MAmmoTH's test: it calls ``print(``) is run in the sandbox,
-   all programs of the benchmark in parallel; the answer is read from the last non-empty line it
-   printed, as "The answer is <line>". An output without a program is read as text.
-3. Items whose first attempt yields no answer (the program failed, printed nothing usable, or the
-   text holds no answer) get a second, chain-of-thought prompt, generated and scored as text.
+Per item:
+
+1. the first prompt (`protocol.first_style`): program of thought for open answers, chain of
+   thought for multiple choice;
+2. an output the protocol reads as a program (`protocol.program`, in the attempts listed in
+   `protocol.program_styles`) is run in the sandbox, and the answer read from what it printed
+   (`protocol.read_program`); any other output is read as text (`protocol.extract`);
+3. an open item whose first attempt gives no answer gets a chain-of-thought prompt (the fallback),
+   read the same way;
+4. `protocol.finalize` (the released 'A' guess) and `protocol.compare` give the verdict.
+
+`score_items` is that, given the outputs: a pure function of (items, outputs, protocol) apart
+from running the programs, so saved outputs can be re-scored without a model. `run_benchmark`
+generates what is missing (first outputs, then the fallbacks any protocol needs), scores every
+protocol on the same outputs, and appends each batch's results to a `ResultsFile` before
+starting the next.
 """
 
 from __future__ import annotations
 
-import re
-from collections.abc import Callable
-from dataclasses import asdict, dataclass
+import inspect
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass, field
 
-from numloss.evaluate.answers import score
+from numloss.evaluate.answers import plain_number
 from numloss.evaluate.benchmarks import Benchmark, Item
 from numloss.evaluate.generate import Generator
-from numloss.evaluate.prompts import build_prompt, first_style
-from numloss.evaluate.sandbox import SandboxLimits, run_programs
+from numloss.evaluate.programs import REFUSED, ProgramRunner
+from numloss.evaluate.protocol import Protocol, first_style
+from numloss.evaluate.sandbox import ProgramResult
+
+STDOUT_KEPT = 2000  # characters of a program's stdout kept in the results
 
 
 @dataclass
 class ItemResult:
-    """Everything about one evaluated item, as written to predictions.jsonl."""
+    """One item scored under one protocol: one line of the results file."""
 
     benchmark: str
     id: str
+    protocol: str
     kind: str
-    question: str
     gold: str
-    style: str  # "pot", "cot", or "pot+cot" (program first, chain-of-thought fallback)
+    style: str  # "pot", "cot", or "pot+cot" (first attempt gave nothing, chain of thought used)
     output: str
     prediction: str
     correct: bool
-    value: float | None = None
-    program_status: str = ""  # sandbox status of the program, "" when no program ran
-    program_detail: str = ""
+    value: float | None = None  # the prediction as a number (open items), None when it is not one
+    program_status: str = ""  # of the first attempt's program; "" when none ran, "refused" when not allowed
     program_stdout: str = ""
-    fallback_output: str = ""  # the chain-of-thought completion when the first attempt gave no answer
+    fallback_output: str | None = None  # the chain-of-thought output, None when not generated
+    fallback_program_status: str = ""
+    needs_fallback: bool = False  # the first attempt gave nothing and no fallback output was given
+    question: str = ""
+    extra: dict = field(default_factory=dict)  # model, settings key, isolation (set by the runner)
 
     def to_json(self) -> dict:
-        return asdict(self)
+        out = asdict(self)
+        extra = out.pop("extra")
+        return {**extra, **out}
 
 
-_FENCE = re.compile(r"```(?:python|py)?\s*\n(.*?)(?:```|$)", re.S)
+def _attempt(protocol: Protocol, item: Item, output: str, style: str, benchmark: str, run: Callable[[str], ProgramResult | None]) -> tuple[str, ProgramResult | None, bool]:
+    """(prediction, program result or None, whether a program was found) of one output."""
+    program = protocol.program(output) if style in protocol.program_styles else None
+    if program is None:
+        return protocol.extract(item, output, benchmark), None, False
+    result = run(protocol.script(program))
+    stdout = result.stdout if result is not None and result.ok else None
+    return protocol.extract(item, protocol.read_program(stdout), benchmark), result, True
 
 
-def extract_program(output: str) -> str | None:
-    """The Python program in a completion: fenced code if any, else the text; None without print()."""
-    if "print(" not in output:
-        return None
-    fenced = _FENCE.findall(output)
-    code = "\n".join(fenced) if fenced else output
-    return code if "print(" in code else None
-
-
-def last_line(stdout: str) -> str:
-    """The last non-empty printed line."""
-    lines = [line.strip() for line in stdout.splitlines() if line.strip()]
-    return lines[-1] if lines else ""
-
-
-def evaluate_benchmark(
-    benchmark: Benchmark,
-    generator: Generator,
-    template: Callable[..., str] | None = None,
-    limits: SandboxLimits | None = None,
-    workers: int | None = None,
+def score_items(
+    protocol: Protocol,
+    benchmark: str,
+    items: Sequence[Item],
+    outputs: Sequence[str],
+    fallbacks: Sequence[str | None],
+    runner: ProgramRunner,
     program_of_thought: bool = True,
 ) -> list[ItemResult]:
-    """Run the protocol (module doc) on every item of `benchmark`; one result per item, in order."""
-    items = benchmark.items
+    """Score each item's first output (and fallback output, where the protocol needs it)."""
     styles = [first_style(item, program_of_thought) for item in items]
-    first = generator.generate([build_prompt(item, style, template) for item, style in zip(items, styles, strict=True)])
-    results: list[ItemResult] = []
-    programs: dict[int, str] = {}
-    for i, (item, style, gen) in enumerate(zip(items, styles, first, strict=True)):
-        program = extract_program(gen.text)
+    for attempt_outputs, attempt_styles in ((outputs, styles), ([f or "" for f in fallbacks], ["cot"] * len(items))):
+        scripts = []
+        for output, style in zip(attempt_outputs, attempt_styles, strict=True):
+            program = protocol.program(output) if style in protocol.program_styles else None
+            if program is not None:
+                scripts.append(protocol.script(program))
+        runner.run(scripts)  # all programs of the batch at once, in parallel; cached for _attempt
+
+    def run(script: str) -> ProgramResult:
+        return runner.run([script])[0]
+
+    results = []
+    for item, output, fallback, style in zip(items, outputs, fallbacks, styles, strict=True):
+        prediction, program, _ = _attempt(protocol, item, output, style, benchmark, run)
+        result = ItemResult(benchmark, item.id, protocol.name, item.kind, protocol.gold(item), style, output, "", False, question=item.question)
         if program is not None:
-            programs[i] = program
-        results.append(ItemResult(benchmark.name, item.id, item.kind, item.question, item.answer, style, gen.text, "", False))
-    ran = run_programs(list(programs.values()), limits, workers) if programs else []
-    for i, run in zip(programs, ran, strict=True):
-        results[i].program_status, results[i].program_detail = run.status, run.detail
-        results[i].program_stdout = run.stdout[-2000:]
-    retry: list[int] = []
-    for i, (item, result) in enumerate(zip(items, results, strict=True)):
-        if i in programs:
-            printed = last_line(results[i].program_stdout) if result.program_status == "ok" else ""
-            text = f"The answer is {printed}" if printed else ""
-        else:
-            text = result.output
-        scored = score(item, text) if text else None
-        if scored is None or not scored.prediction:
-            retry.append(i)
-            continue
-        result.prediction, result.correct, result.value = scored.prediction, scored.correct, scored.value
-    retry = [i for i in retry if styles[i] == "pot"]  # a chain-of-thought miss has nothing to fall back to
-    if retry:
-        second = generator.generate([build_prompt(items[i], "cot", template) for i in retry])
-        for i, gen in zip(retry, second, strict=True):
-            _score_text(items[i], results[i], gen.text)
+            result.program_status = program.status
+            result.program_stdout = program.stdout[-STDOUT_KEPT:]
+        if not prediction and style == "pot":
+            result.style = "pot+cot"
+            if fallback is None:
+                result.needs_fallback = True
+            else:
+                result.fallback_output = fallback
+                prediction, second, _ = _attempt(protocol, item, fallback, "cot", benchmark, run)
+                result.fallback_program_status = second.status if second is not None else ""
+        elif fallback is not None:
+            result.fallback_output = fallback  # generated for another protocol; kept with the item
+        result.prediction = protocol.finalize(item, prediction)
+        result.correct = bool(result.prediction) and protocol.compare(item, result.prediction)
+        result.value = plain_number(result.prediction) if item.kind != "choice" and result.prediction else None
+        results.append(result)
     return results
 
 
-def _score_text(item: Item, result: ItemResult, text: str) -> None:
-    scored = score(item, text)
-    result.style = "pot+cot"
-    result.fallback_output = text
-    result.prediction, result.correct, result.value = scored.prediction, scored.correct, scored.value
+@dataclass
+class Pending:
+    """What is known of one item before scoring: its outputs, generated now or loaded."""
+
+    item: Item
+    output: str | None = None
+    fallback: str | None = None
+
+
+def run_benchmark(
+    benchmark: Benchmark,
+    protocols: Sequence[Protocol],
+    generator: Generator | None,
+    runner: ProgramRunner,
+    *,
+    done: dict[str, dict[str, ItemResult]] | None = None,
+    known_outputs: dict[str, tuple[str, str | None]] | None = None,
+    write: Callable[[list[ItemResult]], None] | None = None,
+    batch_size: int = 8,
+    program_of_thought: bool = True,
+) -> dict[str, list[ItemResult]]:
+    """Every item of `benchmark` under every protocol, batch by batch; {protocol name: results}.
+
+    `done[protocol][id]`: results already in the results file (kept, not redone).
+    `known_outputs[id]`: (first output, fallback or None) saved earlier under the same generation
+    settings, reused instead of generating. `write` receives each finished batch's new results.
+    """
+    done = done or {}
+    known_outputs = known_outputs or {}
+    final: dict[str, dict[str, ItemResult]] = {p.name: dict(done.get(p.name, {})) for p in protocols}
+    todo = [it for it in benchmark.items if any(it.id not in final[p.name] for p in protocols)]
+    for start in range(0, len(todo), max(1, batch_size)):
+        pending = [Pending(it, *known_outputs.get(it.id, (None, None))) for it in todo[start : start + batch_size]]
+        missing = [p for p in pending if p.output is None]
+        if missing:
+            if generator is None:
+                raise ValueError(f"{benchmark.name}: item {missing[0].item.id} has no saved output and no model was given")
+            protocol = protocols[0]
+            styles = [first_style(p.item, program_of_thought) for p in missing]
+            texts = _generate(generator, [protocol.prompt(p.item, s) for p, s in zip(missing, styles, strict=True)],
+                              [protocol.max_new_tokens(p.item) for p in missing])
+            for p, text in zip(missing, texts, strict=True):
+                p.output = text
+        scored = {pr.name: _score(pr, benchmark.name, pending, runner, program_of_thought) for pr in protocols}
+        need = [i for i in range(len(pending)) if any(scored[pr.name][i].needs_fallback for pr in protocols)]
+        if need and generator is not None:
+            protocol = protocols[0]
+            texts = _generate(generator, [protocol.prompt(pending[i].item, "cot") for i in need],
+                              [protocol.max_new_tokens(pending[i].item) for i in need])
+            for i, text in zip(need, texts, strict=True):
+                pending[i].fallback = text
+            scored = {pr.name: _score(pr, benchmark.name, pending, runner, program_of_thought) for pr in protocols}
+        new = []
+        for pr in protocols:
+            for p, result in zip(pending, scored[pr.name], strict=True):
+                if p.item.id not in final[pr.name]:
+                    final[pr.name][p.item.id] = result
+                    new.append(result)
+        if write is not None and new:
+            write(new)
+        runner.forget()
+    return {pr.name: [final[pr.name][it.id] for it in benchmark.items] for pr in protocols}
+
+
+def _score(protocol: Protocol, benchmark: str, pending: list[Pending], runner: ProgramRunner, pot: bool) -> list[ItemResult]:
+    return score_items(protocol, benchmark, [p.item for p in pending], [p.output or "" for p in pending],
+                       [p.fallback for p in pending], runner, pot)
+
+
+def _generate(generator: Generator, prompts: list[str], limits: list[int]) -> list[str]:
+    """Generate `prompts`, grouped by token limit (open and multiple-choice items differ)."""
+    out: list[str | None] = [None] * len(prompts)
+    for limit in sorted(set(limits)):
+        index = [i for i, lim in enumerate(limits) if lim == limit]
+        batch = [prompts[i] for i in index]
+        if "max_new_tokens" in inspect.signature(generator.generate).parameters:
+            gens = generator.generate(batch, max_new_tokens=limit)
+        else:  # a generator with one fixed limit
+            gens = generator.generate(batch)
+        for i, g in zip(index, gens, strict=True):
+            out[i] = g.text
+    return [o or "" for o in out]
+
+
+def refused(results: Sequence[ItemResult]) -> int:
+    """Items whose program was refused (isolation unavailable, not opted in)."""
+    return sum(r.program_status == REFUSED or r.fallback_program_status == REFUSED for r in results)

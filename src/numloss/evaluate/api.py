@@ -1,0 +1,409 @@
+"""The Python API: `evaluate` a model on benchmarks, or `score_outputs` saved generations.
+
+    from numloss.evaluate import evaluate, score_outputs
+    report = evaluate("smollm2", ["gsm8k", "svamp"], data_dir="../shared/benchmarks", protocol="both", limit=20)
+    report.accuracy("gsm8k", "numloss"), report.macc("released"), report.disagreements["gsm8k"]
+    print(report.to_markdown())
+    again = score_outputs("outputs/eval/items.jsonl", protocol="numloss", data_dir="../shared/benchmarks")
+
+`numloss eval` is a thin command line over these two functions.
+"""
+
+from __future__ import annotations
+
+import math
+import sys
+import time
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from numloss.evaluate.benchmarks import (
+    SYNTHETIC_SEED,
+    Benchmark,
+    BenchmarkError,
+    check_limit,
+    load_benchmark,
+    parse_benchmark_list,
+)
+from numloss.evaluate.metrics import (
+    DigitStats,
+    PlaceAccuracy,
+    accuracy,
+    macc,
+    numeric_distance,
+    place_accuracy,
+)
+from numloss.evaluate.programs import ProgramRunner
+from numloss.evaluate.protocol import Protocol, generation_settings, resolve
+from numloss.evaluate.runner import ItemResult, refused, run_benchmark
+from numloss.evaluate.sandbox import SandboxLimits
+from numloss.evaluate.store import ResultsFile, read_lines, settings_key
+
+DECIMAL_TEXT = "0123456789.-"
+
+
+@dataclass
+class BenchmarkScore:
+    """One benchmark under one protocol."""
+
+    benchmark: str
+    protocol: str
+    count: int
+    correct: int
+    accuracy: float
+    ci95: tuple[float, float]
+    answered: int
+    styles: dict[str, int]
+    program_status: dict[str, int]
+    pot_refused: int
+    mae: float | None = None
+    signed_log_mae: float | None = None
+    numeric_count: int = 0
+    place_accuracy: list[PlaceAccuracy] = field(default_factory=list)
+    digit_entropy: float | None = None  # teacher-forced, nats (model only; None when not measured)
+    digit_accuracy: float | None = None
+    digit_entropy_histogram: list[int] = field(default_factory=list)  # 20 equal bins over [0, ln 10]
+
+    def to_json(self) -> dict[str, Any]:
+        out = dict(self.__dict__)
+        out["ci95"] = list(self.ci95)
+        out["place_accuracy"] = [{"place": e.place, "correct": e.correct, "total": e.total, "accuracy": e.accuracy} for e in self.place_accuracy]
+        return out
+
+
+def benchmark_score(results: Sequence[ItemResult], digits: DigitStats | None = None) -> BenchmarkScore:
+    """Accuracy with its 95 % Wilson interval, counts, numeric distance and place accuracy."""
+    from collections import Counter
+
+    from numloss.compare.stats import wilson_interval
+    from numloss.evaluate.answers import gold_decimal
+
+    first = results[0]
+    correct = sum(r.correct for r in results)
+    preds, golds, place_preds, place_golds = [], [], [], []
+    for r in results:
+        gold = gold_decimal(r.gold) if r.kind != "choice" else None
+        if gold is None:
+            continue
+        golds.append(float(gold))
+        preds.append(r.value)
+        if all(c in DECIMAL_TEXT for c in r.gold.strip()):
+            place_golds.append(r.gold.strip())
+            place_preds.append(r.value)
+    score = BenchmarkScore(
+        benchmark=first.benchmark,
+        protocol=first.protocol,
+        count=len(results),
+        correct=correct,
+        accuracy=accuracy([r.correct for r in results]),
+        ci95=wilson_interval(correct, len(results)),
+        answered=sum(bool(r.prediction) for r in results),
+        styles=dict(Counter(r.style for r in results)),
+        program_status=dict(Counter(r.program_status for r in results if r.program_status)),
+        pot_refused=refused(results),
+    )
+    if golds:
+        distance = numeric_distance(preds, golds)
+        score.mae, score.signed_log_mae, score.numeric_count = _finite(distance.mae), _finite(distance.signed_log_mae), distance.count
+    if place_golds:
+        score.place_accuracy = place_accuracy(place_preds, place_golds)
+    if digits is not None and digits.count:
+        from numloss.evaluate.metrics import entropy_histogram
+
+        score.digit_entropy, score.digit_accuracy = digits.mean_entropy, digits.accuracy
+        score.digit_entropy_histogram = entropy_histogram(digits.entropies)[0]
+    return score
+
+
+def _finite(x: float) -> float | None:
+    return None if x is None or math.isnan(x) else x
+
+
+@dataclass
+class EvalReport:
+    """Per protocol and benchmark: scores and item results; the items where protocols disagree."""
+
+    protocols: list[str]
+    scores: dict[str, dict[str, BenchmarkScore]]
+    items: dict[str, dict[str, list[ItemResult]]]
+    isolation: dict[str, str] = field(default_factory=dict)
+    meta: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def benchmarks(self) -> list[str]:
+        return list(self.scores[self.protocols[0]])
+
+    def accuracy(self, benchmark: str, protocol: str | None = None) -> float:
+        return self.scores[protocol or self.protocols[-1]][benchmark].accuracy
+
+    def macc(self, protocol: str | None = None) -> float:
+        """The paper's mACC: the mean of the per-benchmark accuracies."""
+        return macc({b: s.accuracy for b, s in self.scores[protocol or self.protocols[-1]].items()})
+
+    @property
+    def disagreements(self) -> dict[str, list[str]]:
+        """Per benchmark, the ids of items whose verdict differs between the first two protocols."""
+        if len(self.protocols) < 2:
+            return {b: [] for b in self.benchmarks}
+        a, b = self.protocols[:2]
+        return {name: [x.id for x, y in zip(self.items[a][name], self.items[b][name], strict=True) if x.correct != y.correct]
+                for name in self.benchmarks}
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            **self.meta,
+            "protocols": self.protocols,
+            "isolation": self.isolation,
+            "benchmarks": {p: {b: s.to_json() for b, s in per.items()} for p, per in self.scores.items()},
+            "macc": {p: self.macc(p) for p in self.protocols},
+            "disagreements": self.disagreements,
+        }
+
+    def to_markdown(self) -> str:
+        from numloss.evaluate.report import markdown
+
+        return markdown(self)
+
+
+def _protocols(protocol: str | Protocol | Sequence) -> list[Protocol]:
+    return resolve(protocol)  # type: ignore[arg-type]
+
+
+def _load(benchmarks: str | Sequence[str | Benchmark], data_dir: str | Path | None, limit: int | None, seed: int | None) -> list[Benchmark]:
+    check_limit(limit)
+    if isinstance(benchmarks, str):
+        wanted: list[Any] = parse_benchmark_list(benchmarks)
+    else:
+        wanted = [b if isinstance(b, Benchmark) else parse_benchmark_list(b)[0] for b in benchmarks]
+    out = []
+    for w in wanted:
+        if isinstance(w, Benchmark):
+            out.append(w.head(limit))
+        else:
+            name, path = w
+            out.append(load_benchmark(name, path=path, data_dir=data_dir, limit=limit, seed=SYNTHETIC_SEED if seed is None else seed))
+    return out
+
+
+def _report(protocols: list[Protocol], per: dict[str, dict[str, list[ItemResult]]], digits: dict[str, DigitStats], runner: ProgramRunner, meta: dict[str, Any]) -> EvalReport:
+    scores = {p.name: {b: benchmark_score(rs, digits.get(b)) for b, rs in per[p.name].items()} for p in protocols}
+    isolation = {"mode": runner.isolation.mode, "detail": runner.isolation.detail,
+                 "program_of_thought": bool(meta.pop("program_of_thought", True)) and runner.isolation.available}
+    return EvalReport([p.name for p in protocols], scores, per, isolation, meta)
+
+
+def _model_name(model_or_path: Any) -> str:
+    if isinstance(model_or_path, (str, Path)):
+        return str(model_or_path)
+    model = model_or_path[0] if isinstance(model_or_path, tuple) else model_or_path
+    return str(getattr(getattr(model, "config", None), "name_or_path", "") or type(model).__name__)
+
+
+def evaluate(
+    model_or_path: Any,
+    benchmarks: str | Sequence[str | Benchmark],
+    data_dir: str | Path | None = None,
+    protocol: str | Protocol | Sequence = "numloss",
+    *,
+    limit: int | None = None,
+    results_file: str | Path | None = None,
+    overwrite: bool = False,
+    batch_size: int = 8,
+    max_new_tokens: int | None = None,
+    backend: str = "hf",
+    dtype: str = "auto",
+    device: str | None = None,
+    tensor_parallel: int = 1,
+    digit_stats: bool = True,
+    program_of_thought: bool = True,
+    allow_unisolated: bool | None = None,
+    workers: int | None = None,
+    program_timeout: float = 5.0,
+    seed: int | None = None,
+    progress: bool = False,
+) -> EvalReport:
+    """Evaluate a model on `benchmarks` under `protocol` ("released", "numloss" or "both").
+
+    `model_or_path`: a model folder / name for `numloss.models.load` ("smollm2", "tiny", a local
+    Hugging Face folder), a `(model, tokenizer)` pair, or any object with
+    `generate(prompts, max_new_tokens=None) -> [Generation]` (no digit statistics then).
+    `benchmarks`: names ("gsm8k,svamp" or a list; `file:PATH.jsonl`; `NAME=PATH`) or `Benchmark`s.
+    `results_file`: the per-item JSONL to append to and resume from (none: kept in memory).
+    `max_new_tokens` caps the protocol's limits (1500 open, 2048 multiple choice).
+    Returns an `EvalReport`: accuracy with 95 % intervals per benchmark, mACC, MAE, signed-log MAE,
+    place accuracy, teacher-forced digit entropy, and `.to_markdown()`.
+    """
+    started = time.perf_counter()
+    protocols = _protocols(protocol)
+    stop, open_limit, choice_limit = generation_settings(protocols)
+    if max_new_tokens is not None:
+        if max_new_tokens < 1:
+            raise ValueError(f"max_new_tokens must be at least 1, got {max_new_tokens}")
+        open_limit, choice_limit = min(open_limit, max_new_tokens), min(choice_limit, max_new_tokens)
+    loaded = _load(benchmarks, data_dir, limit, seed)
+    model, tokenizer, generator = _generator(model_or_path, backend, dtype, device, tensor_parallel, batch_size, stop, open_limit, progress)
+    capped = [_capped(p, open_limit, choice_limit) for p in protocols]
+    settings = {"prompt": "released-alpaca-0shot", "stop": list(stop), "max_new_tokens_open": open_limit,
+                "max_new_tokens_choice": choice_limit, "backend": backend, "dtype": dtype, "program_of_thought": program_of_thought}
+    key = settings_key(settings)
+    model_name = _model_name(model_or_path)
+    store = ResultsFile(results_file) if results_file is not None else None
+    names = {p.name for p in protocols}
+    bench_names = {b.name for b in loaded}
+
+    def ours(r: Mapping[str, Any]) -> bool:
+        return r.get("model") == model_name and r.get("settings") == key and r.get("benchmark") in bench_names
+
+    if store is not None and overwrite:
+        store.drop(lambda r: ours(r) and r.get("protocol") in names)
+    saved = [r for r in store.records() if ours(r)] if store is not None else []
+    runner = ProgramRunner(SandboxLimits(wall_seconds=program_timeout, cpu_seconds=max(1, math.ceil(program_timeout))), workers, allow_unisolated)
+    if runner.isolation.mode == "unavailable" and program_of_thought:
+        print(f"numloss eval: programs will not run: {runner.isolation.detail}. Items with a program use chain of thought.", file=sys.stderr)
+    extra = {"model": model_name, "settings": key, "generation": settings, "isolation": runner.isolation.mode}
+    per: dict[str, dict[str, list[ItemResult]]] = {p.name: {} for p in protocols}
+    digits: dict[str, DigitStats] = {}
+    for bench in loaded:
+        mine = [r for r in saved if r["benchmark"] == bench.name]
+        done = {p.name: {str(r["id"]): _item_result(r) for r in mine if r.get("protocol") == p.name} for p in protocols}
+        known = {str(r["id"]): (r["output"], r.get("fallback_output")) for r in mine if "output" in r}
+        if progress:
+            print(f"{bench.name}: {len(bench)} items from {bench.source}", file=sys.stderr)
+
+        def write(results: list[ItemResult], _extra: dict = extra) -> None:
+            for r in results:
+                r.extra = dict(_extra)
+            if store is not None:
+                store.append([r.to_json() for r in results])
+
+        out = run_benchmark(bench, capped, generator, runner, done=done, known_outputs=known, write=write,
+                            batch_size=batch_size, program_of_thought=program_of_thought)
+        for name, results in out.items():
+            per[name][bench.name] = results
+        if digit_stats and model is not None and tokenizer is not None:
+            digits[bench.name] = _digit_stats(model, tokenizer, bench, capped[0], batch_size)
+    meta = {"model": model_name, "settings": settings, "settings_key": key, "results_file": str(results_file) if results_file else None,
+            "wall_seconds": time.perf_counter() - started, "program_of_thought": program_of_thought}
+    tokens, seconds = getattr(generator, "tokens", 0), getattr(generator, "seconds", 0.0)
+    meta["generation_stats"] = {"tokens": tokens, "seconds": seconds, "tokens_per_second": tokens / seconds if seconds else None}
+    return _report(protocols, per, digits, runner, meta)
+
+
+def _capped(p: Protocol, open_limit: int, choice_limit: int) -> Protocol:
+    from dataclasses import replace
+
+    return replace(p, max_new_tokens_open=open_limit, max_new_tokens_choice=choice_limit)
+
+
+def _generator(model_or_path: Any, backend: str, dtype: str, device: str | None, tp: int, batch_size: int, stop: tuple[str, ...], limit: int, progress: bool) -> tuple[Any, Any, Any]:
+    """(model, tokenizer, generator) for the API's accepted model forms."""
+    from numloss.evaluate.generate import HFGenerator, VLLMGenerator, import_vllm
+
+    if hasattr(model_or_path, "generate") and not hasattr(model_or_path, "config"):
+        return None, None, model_or_path  # a Generator
+    if backend == "vllm":
+        import_vllm()
+        if not isinstance(model_or_path, (str, Path)) or str(model_or_path) == "tiny":
+            from numloss.evaluate.generate import BackendUnavailable
+
+            raise BackendUnavailable("the vLLM backend needs a model folder")
+        return None, None, VLLMGenerator(str(model_or_path), limit, stop, tensor_parallel_size=tp, dtype=dtype)
+    if backend != "hf":
+        raise ValueError(f"backend must be 'hf' or 'vllm', got {backend!r}")
+    if isinstance(model_or_path, tuple):
+        model, tokenizer = model_or_path
+    else:
+        import torch
+
+        from numloss.models.load import load_model_and_tokenizer
+
+        model, tokenizer = load_model_and_tokenizer(str(model_or_path), dtype=dtype)
+        model = model.to(device or ("cuda" if torch.cuda.is_available() else "cpu"))
+    return model, tokenizer, HFGenerator(model, tokenizer, batch_size, limit, stop=stop, progress=progress)
+
+
+def _digit_stats(model: Any, tokenizer: Any, bench: Benchmark, protocol: Protocol, batch_size: int) -> DigitStats | None:
+    from numloss.evaluate.metrics import teacher_forced_digit_stats
+
+    numeric = [it for it in bench.items if it.kind != "choice"]
+    if not numeric:
+        return None
+    prompts = [protocol.prompt(it, "cot") for it in numeric]
+    golds = [f" The answer is {it.answer}." for it in numeric]
+    return teacher_forced_digit_stats(model, tokenizer, prompts, golds, batch_size)
+
+
+_RESULT_FIELDS = set(ItemResult.__dataclass_fields__) - {"extra"}
+
+
+def _item_result(record: Mapping[str, Any]) -> ItemResult:
+    fields = {k: record[k] for k in _RESULT_FIELDS if k in record}
+    fields["id"] = str(fields["id"])
+    result = ItemResult(**fields)
+    result.extra = {k: record[k] for k in ("model", "settings", "isolation") if k in record}
+    return result
+
+
+def score_outputs(
+    records: str | Path | Iterable[Mapping[str, Any]],
+    protocol: str | Protocol | Sequence = "numloss",
+    data_dir: str | Path | None = None,
+    *,
+    allow_unisolated: bool | None = None,
+    workers: int | None = None,
+    program_timeout: float = 5.0,
+    batch_size: int = 64,
+    limit: int | None = None,
+) -> EvalReport:
+    """Score outputs generated earlier (by numloss or anything else) under `protocol`; no model.
+
+    Each record: `benchmark` (a name, or `file:PATH.jsonl`), `id` (the item's id, see
+    `benchmarks.parse_records`), `output` (the first attempt's text) and optionally
+    `fallback_output` (the chain-of-thought text for open items whose first attempt gave no
+    answer; without it such an item counts as unanswered). The results file `evaluate` writes is
+    valid input (its lines carry these fields; one per protocol, read once per item).
+    `records` may be a JSONL path; a malformed line is reported with its file and line.
+    """
+    check_limit(limit)
+    protocols = _protocols(protocol)
+    if isinstance(records, (str, Path)):
+        rows = read_lines(Path(records))
+        if not Path(records).is_file():
+            raise BenchmarkError(f"{records}: no such file")
+        source = str(records)
+    else:
+        rows, source = list(records), "records"
+    outputs: dict[str, dict[str, tuple[str, str | None]]] = {}
+    order: dict[str, list[str]] = {}
+    for n, row in enumerate(rows, 1):
+        where = f"{source}:{n}" if source != "records" else f"record {n - 1}"
+        for key in ("benchmark", "id", "output"):
+            if key not in row or row[key] is None:
+                raise BenchmarkError(f"{where}: missing field {key!r} (each record needs benchmark, id, output[, fallback_output])")
+        if not isinstance(row["output"], str):
+            raise BenchmarkError(f"{where}: field 'output' must be a string")
+        bench, item = str(row["benchmark"]), str(row["id"])
+        seen = outputs.setdefault(bench, {})
+        if item not in seen:
+            order.setdefault(bench, []).append(item)
+            seen[item] = (row["output"], row.get("fallback_output"))
+        elif seen[item][1] is None and row.get("fallback_output") is not None:
+            seen[item] = (seen[item][0], row.get("fallback_output"))
+    if not outputs:
+        raise BenchmarkError(f"{source}: no records to score")
+    runner = ProgramRunner(SandboxLimits(wall_seconds=program_timeout, cpu_seconds=max(1, math.ceil(program_timeout))), workers, allow_unisolated)
+    per: dict[str, dict[str, list[ItemResult]]] = {p.name: {} for p in protocols}
+    for bench_name, ids in order.items():
+        bench = load_benchmark(bench_name, data_dir=data_dir) if not bench_name.startswith(("synthetic:", "gym:")) else load_benchmark(bench_name)
+        by_id = {it.id: it for it in bench.items}
+        unknown = [i for i in ids if i not in by_id]
+        if unknown:
+            raise BenchmarkError(f"{source}: benchmark {bench_name} has no item with id {unknown[0]!r} ({len(unknown)} unknown ids)")
+        chosen = [by_id[i] for i in ids][: limit or None]
+        subset = Benchmark(bench.name, bench.kind, chosen, bench.source)
+        out = run_benchmark(subset, protocols, None, runner, known_outputs=outputs[bench_name], batch_size=batch_size)
+        for name, results in out.items():
+            per[name][bench.name] = results
+    return _report(protocols, per, {}, runner, {"scored_from": source})

@@ -1,0 +1,101 @@
+"""Running the programs of one evaluation: isolation checked once, results cached by source.
+
+A thin adapter over `numloss.evaluate.sandbox`: with the kernel-isolated sandbox it calls
+`isolation(allow_unisolated)` and `run_programs(..., allow_unisolated=...)`; with an older sandbox
+(an audit hook, no kernel isolation) it reports mode "unisolated" when the caller opted in and
+"unavailable" otherwise. When isolation is unavailable and not opted in, no program runs: each one
+is "refused", and the protocol falls back to chain of thought for those items.
+
+Opting in: `allow_unisolated=True`, `--allow-unisolated-exec`, or NUMLOSS_ALLOW_UNISOLATED_EXEC=1.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from numloss.evaluate import sandbox
+from numloss.evaluate.sandbox import ProgramResult, SandboxLimits
+
+ENV_OPT_IN = "NUMLOSS_ALLOW_UNISOLATED_EXEC"
+REFUSED = "refused"
+
+
+def opted_in(flag: bool | None = None) -> bool:
+    """Whether unisolated execution is allowed: the flag when given, else the environment variable."""
+    if flag:
+        return True
+    return os.environ.get(ENV_OPT_IN, "").strip().lower() in ("1", "true", "yes")
+
+
+@dataclass(frozen=True)
+class Refused:
+    """The result of a program that was not run (isolation unavailable, not opted in)."""
+
+    detail: str
+    status: str = REFUSED
+    stdout: str = ""
+    returncode: int | None = None
+    wall_seconds: float = 0.0
+    ok: bool = False
+
+
+@dataclass(frozen=True)
+class Isolation:
+    """How programs run: mode "bwrap+seccomp" | "unisolated" | "unavailable", and why."""
+
+    mode: str
+    detail: str = ""
+
+    @property
+    def available(self) -> bool:
+        return self.mode != "unavailable"
+
+
+def isolation(allow_unisolated: bool = False) -> Isolation:
+    """The isolation this machine gives programs (called once per evaluation)."""
+    probe = getattr(sandbox, "isolation", None)
+    if probe is not None:
+        found = probe(allow_unisolated=allow_unisolated)
+        return Isolation(str(found.mode), str(getattr(found, "detail", "")))
+    if allow_unisolated:
+        return Isolation("unisolated", "child interpreter with an audit hook and rlimits, no kernel isolation (opted in)")
+    return Isolation(
+        "unavailable",
+        "this sandbox has no kernel isolation; programs are refused and those items use chain of thought. "
+        f"Opt in to run them anyway with --allow-unisolated-exec or {ENV_OPT_IN}=1",
+    )
+
+
+class ProgramRunner:
+    """Runs scripts in the sandbox at most once each (a cache keyed by the script's text)."""
+
+    def __init__(self, limits: SandboxLimits | None = None, workers: int | None = None, allow_unisolated: bool | None = None) -> None:
+        self.limits, self.workers = limits, workers
+        self.allow = opted_in(allow_unisolated)
+        self.isolation = isolation(self.allow)
+        self.cache: dict[str, ProgramResult] = {}
+        self.ran = 0
+
+    def run(self, scripts: Sequence[str]) -> list[ProgramResult | Refused]:
+        """One result per script, in order; `Refused` results when isolation is unavailable."""
+        if not self.isolation.available:
+            return [Refused(self.isolation.detail) for _ in scripts]
+        todo = list(dict.fromkeys(s for s in scripts if s not in self.cache))
+        if todo:
+            kwargs = {"allow_unisolated": self.allow} if getattr(sandbox, "isolation", None) is not None else {}
+            try:
+                results = sandbox.run_programs(todo, self.limits, self.workers, **kwargs)
+            except RuntimeError as error:  # SandboxUnavailable: isolation went away mid-run
+                if type(error).__name__ != "SandboxUnavailable":
+                    raise
+                self.isolation = Isolation("unavailable", str(error))
+                return self.run(scripts)
+            self.cache.update(zip(todo, results, strict=True))
+            self.ran += len(todo)
+        return [self.cache[s] for s in scripts]
+
+    def forget(self) -> None:
+        """Drop the cached results (the runner calls this after each batch of items)."""
+        self.cache.clear()

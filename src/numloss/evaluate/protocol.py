@@ -1,0 +1,190 @@
+"""An evaluation protocol is one object; `RELEASED` and `NUMLOSS` are its two instances.
+
+A protocol says everything between a benchmark item and a verdict: the prompt, the stop strings
+and token limits of generation, which outputs are run as programs, how a program is wrapped and
+how its output is read, how the answer is pulled out of text, and how it is compared with the gold.
+A deviation of numloss from the released evaluation is a field where the two instances differ
+(`deviations()` lists them); docs/evaluation.md explains each with its effect on the real files.
+
+Both protocols share the prompt, the stop strings and the token limits, so one generation can be
+scored under both (`--protocol both`).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from dataclasses import dataclass, fields
+from typing import Literal
+
+from numloss.evaluate import answers, released
+from numloss.evaluate.benchmarks import Item
+
+Style = Literal["pot", "cot"]
+POT_TRIGGER = "Let's write a program."
+
+# the released dataset names, which pick the released answer triggers (GSM8K adds "####")
+RELEASED_DATASET = {"gsm8k": "gsm8k", "svamp": "svamp", "simuleq": "simuleq", "math": "math",
+                    "aqua": "aqua", "sat": "sat", "mmlu_math": "mmlu_mathematics"}
+
+
+def first_style(item: Item, program_of_thought: bool = True) -> Style:
+    """The first attempt: program of thought for open answers, chain of thought for multiple choice."""
+    return "pot" if program_of_thought and item.kind != "choice" else "cot"
+
+
+def released_prompt(item: Item, style: Style) -> str:
+    """The released 0-shot Alpaca prompt: `alpaca` for open answers, `alpaca_mc` for multiple choice."""
+    if style not in ("pot", "cot"):
+        raise ValueError(f"prompt style must be 'pot' or 'cot', got {style!r}")
+    if item.kind == "choice":
+        return released.PROMPT_CHOICE.format(query=item.question)
+    query = f"{item.question} {POT_TRIGGER}" if style == "pot" else item.question
+    return released.PROMPT_OPEN.format(query=query)
+
+
+# ---------------------------------------------------------------- released
+
+
+def _released_dataset(item: Item, benchmark: str) -> str:
+    return RELEASED_DATASET.get(benchmark, {"number": "svamp", "choice": "aqua", "math": "math"}[item.kind])
+
+
+def released_extract(item: Item, text: str, benchmark: str) -> str:
+    return released.answer_clean(_released_dataset(item, benchmark), item.kind, text)
+
+
+def released_gold(item: Item) -> str:
+    """The gold string the released code compares with."""
+    if item.released_answer:
+        return item.released_answer
+    return released.delete_extra_zero(item.answer) if item.kind == "number" else item.answer
+
+
+def released_compare(item: Item, prediction: str) -> bool:
+    gold = released_gold(item)
+    return prediction == gold if item.kind == "choice" else released.equal(prediction, gold)
+
+
+def released_finalize(item: Item, prediction: str) -> str:
+    return released.final_choice(prediction) if item.kind == "choice" else prediction
+
+
+# ---------------------------------------------------------------- numloss
+
+_FENCE = re.compile(r"```(?:python|py|Python)?[ \t]*\n(.*?)(?:```|$)", re.S)
+
+
+def numloss_program(output: str) -> str | None:
+    """The program in an output: its fenced blocks if any, else the output cut at "### Instruction";
+    None unless it calls print()."""
+    code = output.split("### Instruction")[0]
+    fenced = _FENCE.findall(code)
+    if fenced:
+        code = "\n".join(fenced)
+    return code if "print(" in code else None
+
+
+def numloss_read_program(stdout: str | None) -> str:
+    """A program's answer: the first number it printed (a printed "The answer is" marker wins)."""
+    return "The answer is " + stdout.strip() if stdout and stdout.strip() else ""
+
+
+def numloss_extract(item: Item, text: str, benchmark: str) -> str:
+    return answers.extract(item, text)
+
+
+def numloss_gold(item: Item) -> str:
+    return item.answer
+
+
+def _identity_finalize(item: Item, prediction: str) -> str:
+    return prediction
+
+
+def _as_script(program: str) -> str:
+    return program
+
+
+@dataclass(frozen=True)
+class Protocol:
+    """Prompt, generation limits, program handling, answer extraction and comparison, as fields."""
+
+    name: str
+    prompt: Callable[[Item, Style], str]  # the text the model is given
+    stop: tuple[str, ...]  # generation stops at (and drops) the first of these
+    max_new_tokens_open: int
+    max_new_tokens_choice: int
+    program_styles: frozenset[str]  # attempts ("pot", "cot") whose programs are run
+    program: Callable[[str], str | None]  # output -> the program in it (None: read as text)
+    script: Callable[[str], str]  # program -> the script the sandbox runs
+    read_program: Callable[[str | None], str]  # stdout (None: failed or refused) -> text to read
+    extract: Callable[[Item, str, str], str]  # (item, text, benchmark) -> prediction, "" for none
+    finalize: Callable[[Item, str], str]  # the prediction scored (released: no letter -> 'A')
+    gold: Callable[[Item], str]  # the gold answer compared with
+    compare: Callable[[Item, str], bool]  # (item, prediction) -> correct
+
+    def max_new_tokens(self, item: Item) -> int:
+        return self.max_new_tokens_choice if item.kind == "choice" else self.max_new_tokens_open
+
+
+RELEASED = Protocol(
+    name="released",
+    prompt=released_prompt,
+    stop=released.STOP,
+    max_new_tokens_open=released.MAX_NEW_TOKENS_OPEN,
+    max_new_tokens_choice=released.MAX_NEW_TOKENS_CHOICE,
+    program_styles=frozenset({"pot", "cot"}),
+    program=released.program_of,
+    script=released.wrapped_source,
+    read_program=released.program_text,
+    extract=released_extract,
+    finalize=released_finalize,
+    gold=released_gold,
+    compare=released_compare,
+)
+
+NUMLOSS = Protocol(
+    name="numloss",
+    prompt=released_prompt,
+    stop=released.STOP,
+    max_new_tokens_open=released.MAX_NEW_TOKENS_OPEN,
+    max_new_tokens_choice=released.MAX_NEW_TOKENS_CHOICE,
+    program_styles=frozenset({"pot"}),
+    program=numloss_program,
+    script=_as_script,
+    read_program=numloss_read_program,
+    extract=numloss_extract,
+    finalize=_identity_finalize,
+    gold=numloss_gold,
+    compare=answers.compare,
+)
+
+PROTOCOLS: dict[str, Protocol] = {"released": RELEASED, "numloss": NUMLOSS}
+
+
+def resolve(name: str | Protocol | list | tuple) -> list[Protocol]:
+    """`"released"`, `"numloss"`, `"both"` (released first) or Protocol objects -> a list of protocols."""
+    if isinstance(name, Protocol):
+        return [name]
+    if isinstance(name, (list, tuple)):
+        return [p for n in name for p in resolve(n)]
+    if name == "both":
+        return [RELEASED, NUMLOSS]
+    if name not in PROTOCOLS:
+        raise ValueError(f"unknown protocol {name!r}; use 'released', 'numloss' or 'both'")
+    return [PROTOCOLS[name]]
+
+
+def deviations(a: Protocol = RELEASED, b: Protocol = NUMLOSS) -> list[str]:
+    """The fields in which two protocols differ (the deviations of `b` from `a`)."""
+    return [f.name for f in fields(Protocol) if f.name != "name" and getattr(a, f.name) != getattr(b, f.name)]
+
+
+def generation_settings(protocols: list[Protocol]) -> tuple[tuple[str, ...], int, int]:
+    """The shared (stop, open limit, choice limit) of `protocols`; raises if they differ."""
+    keys = {(p.stop, p.max_new_tokens_open, p.max_new_tokens_choice, p.prompt) for p in protocols}
+    if len(keys) != 1:
+        raise ValueError("these protocols generate differently (prompt, stops or token limits); score them in separate runs")
+    stop, open_limit, choice_limit, _ = keys.pop()
+    return stop, open_limit, choice_limit

@@ -1,0 +1,167 @@
+"""Resumable per-item results, re-scoring saved outputs, `file:` sets and the Python API."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import pytest
+
+from numloss.evaluate import EvalReport, evaluate, score_outputs
+from numloss.evaluate.benchmarks import BenchmarkError, load_benchmark
+from numloss.evaluate.generate import Generation
+from numloss.evaluate.protocol import POT_TRIGGER
+from numloss.evaluate.store import ResultsFile
+
+FIXTURES = Path(__file__).parent / "fixtures" / "benchmarks"
+
+
+class Counting:
+    """Answers every open question with a program printing the gold, multiple choice with (C); counts prompts."""
+
+    def __init__(self, golds, die_after=None):
+        self.golds, self.prompts, self.tokens, self.seconds, self.die_after = golds, [], 0, 0.0, die_after
+
+    def generate(self, prompts, max_new_tokens=None):
+        if self.die_after is not None and len(self.prompts) >= self.die_after:
+            raise KeyboardInterrupt("killed")
+        self.prompts += prompts
+        out = []
+        for p in prompts:
+            if "multi-choice" in p:
+                out.append(Generation("The answer is (C).", 4))
+            else:
+                gold = next(g for q, g in self.golds.items() if q in p)
+                out.append(Generation(f"print({gold})" if POT_TRIGGER in p else f"The answer is {gold}", 4))
+        self.tokens += 4 * len(prompts)
+        return out
+
+
+def golds(name):
+    return {it.question: it.answer for it in load_benchmark(name, data_dir=FIXTURES).items}
+
+
+def run(tmp_path, generator, **kw):
+    return evaluate(generator, "gsm8k,aqua", data_dir=FIXTURES, protocol="both", results_file=tmp_path / "items.jsonl",
+                    batch_size=2, allow_unisolated=True, digit_stats=False, **kw)
+
+
+def test_resume_skips_finished_items_and_a_kill_loses_only_the_batch_in_flight(tmp_path):
+    gen = Counting(golds("gsm8k"), die_after=2)  # dies on the second batch
+    with pytest.raises(KeyboardInterrupt):
+        run(tmp_path, gen)
+    first = (tmp_path / "items.jsonl").read_text().splitlines()
+    assert len(first) == 2 * 2  # the first batch (2 items) under both protocols, nothing more
+    gen2 = Counting(golds("gsm8k"))
+    report = run(tmp_path, gen2)
+    n_gsm, n_aqua = len(load_benchmark("gsm8k", data_dir=FIXTURES)), len(load_benchmark("aqua", data_dir=FIXTURES))
+    assert len(gen2.prompts) == (n_gsm - 2) + n_aqua  # the two finished items are not generated again
+    assert report.scores["numloss"]["gsm8k"].count == n_gsm
+    assert len((tmp_path / "items.jsonl").read_text().splitlines()) == 2 * (n_gsm + n_aqua)
+    gen3 = Counting(golds("gsm8k"))
+    again = run(tmp_path, gen3)
+    assert gen3.prompts == [] and again.macc("numloss") == report.macc("numloss")
+    gen4 = Counting(golds("gsm8k"))
+    run(tmp_path, gen4, overwrite=True)
+    assert len(gen4.prompts) == n_gsm + n_aqua
+    assert len((tmp_path / "items.jsonl").read_text().splitlines()) == 2 * (n_gsm + n_aqua)
+
+
+def test_a_torn_last_line_is_ignored_and_cut_before_the_next_append(tmp_path):
+    gen = Counting(golds("gsm8k"))
+    run(tmp_path, gen, limit=2)
+    path = tmp_path / "items.jsonl"
+    text = path.read_text()
+    path.write_text(text + text.splitlines()[0][:37])  # a kill mid-write
+    store = ResultsFile(path)
+    assert len(store.records()) == 2 * 2 * 2  # items x benchmarks x protocols; the torn line is skipped
+    gen2 = Counting(golds("gsm8k"))
+    run(tmp_path, gen2, limit=3)
+    records = [json.loads(line) for line in path.read_text().splitlines()]  # every line reads
+    assert len(records) == 2 * 2 * 3
+    path.write_text("{broken\n" + path.read_text())
+    with pytest.raises(BenchmarkError, match=r"items.jsonl:1: not a JSON record"):
+        store.records()
+
+
+def test_a_different_protocol_reuses_the_saved_outputs(tmp_path):
+    gen = Counting(golds("gsm8k"))
+    evaluate(gen, "gsm8k", data_dir=FIXTURES, protocol="released", results_file=tmp_path / "items.jsonl", allow_unisolated=True, digit_stats=False)
+    gen2 = Counting(golds("gsm8k"))
+    report = evaluate(gen2, "gsm8k", data_dir=FIXTURES, protocol="both", results_file=tmp_path / "items.jsonl", allow_unisolated=True, digit_stats=False)
+    assert gen2.prompts == []  # numloss scored from the outputs saved under the same settings
+    assert report.scores["numloss"]["gsm8k"].count == report.scores["released"]["gsm8k"].count
+
+
+def test_score_outputs_rescores_the_results_file_and_plain_records(tmp_path):
+    gen = Counting(golds("gsm8k"))
+    report = run(tmp_path, gen)
+    again = score_outputs(tmp_path / "items.jsonl", protocol="both", data_dir=FIXTURES, allow_unisolated=True)
+    for p in ("released", "numloss"):
+        for b in ("gsm8k", "aqua"):
+            assert [r.correct for r in again.items[p][b]] == [r.correct for r in report.items[p][b]]
+    plain = [{"benchmark": "gsm8k", "id": "0", "output": "The answer is 18"}, {"benchmark": "gsm8k", "id": "1", "output": "print('x')"}]
+    scored = score_outputs(plain, protocol="numloss", data_dir=FIXTURES, allow_unisolated=True)
+    results = scored.items["numloss"]["gsm8k"]
+    assert results[1].needs_fallback and results[1].prediction == ""  # no fallback output given
+    with pytest.raises(BenchmarkError, match="record 0: missing field 'output'"):
+        score_outputs([{"benchmark": "gsm8k", "id": "0"}], data_dir=FIXTURES)
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text('{"benchmark": "gsm8k", "id": "0", "output": "4"}\n{"benchmark": "gsm8k", "output": "4"}\n')
+    with pytest.raises(BenchmarkError, match=r"bad.jsonl:2: missing field 'id'"):
+        score_outputs(bad, data_dir=FIXTURES)
+    with pytest.raises(BenchmarkError, match="no item with id '999'"):
+        score_outputs([{"benchmark": "gsm8k", "id": "999", "output": "4"}], data_dir=FIXTURES)
+
+
+def test_programs_are_refused_without_isolation_and_those_items_use_cot(tmp_path, monkeypatch):
+    monkeypatch.delenv("NUMLOSS_ALLOW_UNISOLATED_EXEC", raising=False)
+    from numloss.evaluate import programs
+
+    monkeypatch.setattr(programs, "isolation", lambda allow_unisolated=False: programs.Isolation(
+        "unisolated" if allow_unisolated else "unavailable", "test: no namespaces"))
+    gen = Counting(golds("gsm8k"))
+    report = evaluate(gen, "gsm8k", data_dir=FIXTURES, protocol="numloss", digit_stats=False, allow_unisolated=False)
+    score = report.scores["numloss"]["gsm8k"]
+    assert report.isolation["mode"] == "unavailable"
+    assert score.pot_refused == score.count and score.styles == {"pot+cot": score.count} and score.accuracy == 1.0
+    monkeypatch.setenv("NUMLOSS_ALLOW_UNISOLATED_EXEC", "1")
+    report = evaluate(Counting(golds("gsm8k")), "gsm8k", data_dir=FIXTURES, digit_stats=False)
+    assert report.isolation["mode"] == "unisolated" and report.scores["numloss"]["gsm8k"].pot_refused == 0
+
+
+def test_file_sets_and_the_report_api(tmp_path):
+    path = tmp_path / "mine.jsonl"
+    path.write_text("\n".join(json.dumps(r) for r in [
+        {"question": "What is 2 + 3?", "answer": 5},
+        {"id": "half", "question": "Half of 7?", "answer": "3.5"},
+        {"question": "Which is prime?", "options": ["4", "6", "7"], "answer": "C"},
+        {"question": "Which is even?", "options": ["3", "8"], "answer": 1},
+    ]) + "\n")
+    bench = load_benchmark(f"file:{path}")
+    assert [it.kind for it in bench.items] == ["number", "number", "choice", "choice"]
+    assert [it.id for it in bench.items] == ["1", "half", "3", "4"] and bench.items[3].answer == "B"
+    gen = Counting({"What is 2 + 3?": "5", "Half of 7?": "3.50"})
+    report = evaluate(gen, f"file:{path}", protocol="numloss", allow_unisolated=True, digit_stats=False)
+    assert isinstance(report, EvalReport)
+    s = report.scores["numloss"][f"file:{path}"]
+    assert (s.correct, s.count) == (3, 4) and s.ci95[0] < 0.75 < s.ci95[1]
+    assert s.mae == 0 and s.signed_log_mae == 0 and not math.isnan(report.macc())
+    assert "| file:" in report.to_markdown() and "mACC" in report.to_markdown()
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text('{"question": "q", "answer": 1}\n{"question": "q2"}\n')
+    with pytest.raises(BenchmarkError, match=r"bad.jsonl:2: missing field 'answer'"):
+        load_benchmark(f"file:{bad}")
+    with pytest.raises(BenchmarkError, match="no such file"):
+        load_benchmark(f"file:{tmp_path / 'none.jsonl'}")
+
+
+def test_limit_zero_is_refused_the_same_way_everywhere():
+    message = "--limit must be a positive number of items, got 0"
+    for call in (lambda: load_benchmark("gsm8k", data_dir=FIXTURES, limit=0),
+                 lambda: load_benchmark("synthetic:integer_arithmetic", limit=0),
+                 lambda: evaluate(Counting({}), "gsm8k", data_dir=FIXTURES, limit=0),
+                 lambda: score_outputs([{"benchmark": "gsm8k", "id": "0", "output": "1"}], data_dir=FIXTURES, limit=0)):
+        with pytest.raises(BenchmarkError, match=message):
+            call()
