@@ -172,3 +172,90 @@ def test_collator_pads_right_with_ignored_labels(tok):
         assert batch["labels"][row, :n].tolist() == dataset[row]["labels"]
     padded = CompletionCollator(tok.pad_token_id, pad_to_multiple_of=64)([dataset[0]])
     assert padded["input_ids"].shape[1] % 64 == 0
+
+
+# -- prompt/completion and chat records -----------------------------------------------------------
+
+CHAT_TEMPLATE = (
+    "{% for m in messages %}<|{{ m['role'] }}|>\n{{ m['content'] }}</s>\n{% endfor %}"
+    "{% if add_generation_prompt %}<|assistant|>\n{% endif %}"
+)
+
+
+def learnt_text(tok, feature) -> str:
+    return tok.decode([t for t in feature["labels"] if t != IGNORE_INDEX])
+
+
+def write_jsonl(path, records):
+    import json
+
+    path.write_text("".join(json.dumps(r) + "\n" for r in records))
+    return str(path)
+
+
+def test_prompt_completion_records_learn_the_completion_only(tok, tmp_path):
+    from numloss.data import PromptCompletion
+
+    source = write_jsonl(tmp_path / "pc.jsonl", [{"prompt": "Q: 12 + 30 =", "completion": " 42"}])
+    (record,) = load_examples(source)
+    assert record == PromptCompletion("Q: 12 + 30 =", " 42")
+    feature = tokenize_examples([record], tok, 64)[0]
+    assert tok.decode(feature["input_ids"]) == "<s>Q: 12 + 30 = 42</s>"  # the prompt as it is, no template
+    assert learnt_text(tok, feature) == " 42</s>"
+
+
+def test_messages_are_rendered_with_the_chat_template_and_learn_assistant_turns(tok, tmp_path):
+    from numloss.data import Conversation
+
+    messages = [
+        {"role": "system", "content": "Be exact."},
+        {"role": "user", "content": "12 + 30?"},
+        {"role": "assistant", "content": "42"},
+        {"role": "user", "content": "Times 2?"},
+        {"role": "assistant", "content": "84"},
+    ]
+    source = write_jsonl(tmp_path / "chat.jsonl", [{"messages": messages}])
+    (record,) = load_examples(source)
+    assert isinstance(record, Conversation) and record.train_on == (False, False, True, False, True)
+    dataset = tokenize_examples([record], tok, 512, chat_template=CHAT_TEMPLATE)
+    feature = dataset[0]
+    assert tok.decode(feature["input_ids"]) == tok.apply_chat_template(messages, tokenize=False, chat_template=CHAT_TEMPLATE)
+    # exactly the two assistant turns with their end-of-turn marker
+    assert learnt_text(tok, feature) == "42</s>\n84</s>\n"
+    assert "conversations rendered with the chat template" in dataset.summary()
+    # TRL's conversational prompt/completion: the completion turns are learnt
+    source = write_jsonl(tmp_path / "cpc.jsonl", [{"prompt": messages[:2], "completion": messages[2:3]}])
+    (record,) = load_examples(source)
+    assert learnt_text(tok, tokenize_examples([record], tok, 512, chat_template=CHAT_TEMPLATE)[0]) == "42</s>\n"
+    # the template can also come from a file
+    (tmp_path / "template.jinja").write_text(CHAT_TEMPLATE)
+    from_file = tokenize_examples([record], tok, 512, chat_template=str(tmp_path / "template.jinja"))
+    assert from_file[0] == tokenize_examples([record], tok, 512, chat_template=CHAT_TEMPLATE)[0]
+
+
+def test_chat_records_without_a_template_and_bad_layouts_are_clear_errors(tok, tmp_path):
+    from numloss.data import Conversation
+
+    record = Conversation.from_messages([{"role": "user", "content": "1+1?"}, {"role": "assistant", "content": "2"}])
+    with pytest.raises(DataError, match="no chat template; set data.chat_template"):
+        tokenize_examples([record], tok, 64)
+    bad = [
+        ({"question": "x"}, "none of the known layouts"),
+        ({"messages": [{"role": "user", "content": "hi"}]}, "no assistant message"),
+        ({"messages": [{"role": "user"}]}, r"messages\[0\] is not a \{role, content\}"),
+        ({"prompt": "x", "completion": [{"role": "assistant", "content": "1"}]}, "both be strings or both lists"),
+    ]
+    for number, (record, message) in enumerate(bad):
+        with pytest.raises(DataError, match=message):
+            load_examples(write_jsonl(tmp_path / f"bad{number}.jsonl", [record]))
+
+
+def test_non_utf8_data_names_the_file_and_line(tmp_path):
+    path = tmp_path / "latin1.jsonl"
+    path.write_bytes(b'{"instruction": "a", "output": "1"}\n{"instruction": "caf\xe9", "output": "2"}\n')
+    with pytest.raises(DataError, match=r"latin1.jsonl:2: not UTF-8 text \(byte 0xe9 at column 21\)"):
+        load_examples(str(path))
+    csv = tmp_path / "data.csv"
+    csv.write_bytes(b"instruction,output\nx,1\ny,\xff\n")
+    with pytest.raises(DataError, match=r"data.csv:3: not UTF-8"):
+        load_examples(str(csv))

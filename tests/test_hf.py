@@ -258,3 +258,134 @@ def test_fused_refuses_an_adapted_lm_head(tmp_path):
                              args=train_args(tmp_path, 2, 1), train_dataset=rows(), data_collator=collate)
     with pytest.raises(ValueError, match="lm_head"):
         trainer.train()
+
+
+# -- compute_loss_func: the hook of a plain transformers.Trainer ------------------------------------
+
+
+def hook_update(name: str, tmp_path, batch: int, accumulation: int, **options):
+    """Parameters after one step of `Trainer(compute_loss_func=loss_fn.as_compute_loss_func())`."""
+    from transformers import Trainer
+
+    model = tiny_llama()
+    loss_fn = build_loss(name, VOCAB, alpha=1.0, **options) if name != "mle" else build_loss(name, VOCAB)
+    trainer = Trainer(
+        model=model,
+        args=train_args(tmp_path, batch, accumulation),
+        train_dataset=rows(),
+        data_collator=collate,
+        compute_loss_func=loss_fn.as_compute_loss_func(),
+    )
+    trainer.train()
+    return {k: v.detach().clone() for k, v in model.named_parameters()}
+
+
+_REFERENCE_UPDATES: dict = {}
+
+
+def numeric_trainer_update(name: str, tmp_path, batch: int, accumulation: int, **options):
+    """Parameters after NumericTrainer's first step (cached: several tests compare against it)."""
+    key = (name, batch, accumulation, tuple(sorted(options.items())))
+    if key not in _REFERENCE_UPDATES:
+        _REFERENCE_UPDATES[key] = _numeric_trainer_update(name, tmp_path, batch, accumulation, **options)
+    return {k: v.clone() for k, v in _REFERENCE_UPDATES[key].items()}
+
+
+def _numeric_trainer_update(name: str, tmp_path, batch: int, accumulation: int, **options):
+    model = tiny_llama()
+    loss_fn = build_loss(name, VOCAB, alpha=1.0, **options) if name != "mle" else build_loss(name, VOCAB)
+    trainer = NumericTrainer(loss_fn=loss_fn, model=model, args=train_args(tmp_path, batch, accumulation),
+                             train_dataset=rows(), data_collator=collate)
+    trainer.train()
+    return {k: v.detach().clone() for k, v in model.named_parameters()}
+
+
+@pytest.mark.parametrize("name", ["del", "mle"])
+def test_compute_loss_func_with_token_normalisation_is_numeric_trainers_update(name, tmp_path):
+    """Trainer(compute_loss_func=...) at 2 x 4 accumulation == NumericTrainer at batch 8."""
+    options = {} if name == "mle" else {"normalize": "tokens"}
+    start = {k: v.detach().clone() for k, v in tiny_llama().named_parameters()}
+    reference = numeric_trainer_update(name, tmp_path / "ref", 8, 1, **options)
+    hooked = hook_update(name, tmp_path / "hook", 2, 4, **options)
+    diff, size = max_update_difference(reference, hooked, start)
+    assert size > 1e-3
+    assert diff <= 1e-5 * size + 1e-7, f"{name}: the hook's update differs by {diff:g} (update {size:g})"
+    if name != "mle":  # and the option matters: the digit-normalised objective moves differently
+        digits = numeric_trainer_update(name, tmp_path / "digits", 8, 1)
+        assert max_update_difference(reference, digits, start)[0] > 1e-3 * size
+
+
+def test_compute_loss_func_with_digit_normalisation_refuses_accumulation(tmp_path):
+    with pytest.raises(ValueError, match='normalize="tokens" or train with numloss.hf.NumericTrainer') as error:
+        hook_update("del", tmp_path / "ga", 2, 4)
+    assert "\n" not in str(error.value)
+    # one micro-batch per step on one rank: the digit mean is the step's, and exact
+    start = {k: v.detach().clone() for k, v in tiny_llama().named_parameters()}
+    diff, size = max_update_difference(numeric_trainer_update("del", tmp_path / "r", 8, 1),
+                                       hook_update("del", tmp_path / "one", 8, 1), start)
+    assert diff <= 1e-5 * size + 1e-7
+
+
+def test_compute_loss_func_reads_model_outputs_and_shifts():
+    """The hook takes what the Trainer hands it: a ModelOutput (or tuple) and unshifted labels."""
+    model = tiny_llama()
+    loss_fn = build_loss("del", VOCAB)
+    hook = loss_fn.as_compute_loss_func()
+    batch = collate(rows())
+    outputs = model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"])
+    expected = loss_fn(outputs.logits, shift_labels(batch))
+    assert float(hook(outputs, batch["labels"])) == pytest.approx(float(expected.loss), rel=1e-6)
+    assert float(hook(outputs.to_tuple(), batch["labels"])) == pytest.approx(float(expected.loss), rel=1e-6)
+    assert float(hook.last.aux) == pytest.approx(float(expected.aux), rel=1e-6)
+    with pytest.raises(ValueError, match="no labels"):
+        hook(outputs, None)
+
+
+_TWO_RANKS_SCRIPT = """
+import sys, torch
+sys.path.insert(0, {tests!r})
+from transformers import Trainer
+from test_hf import VOCAB, collate, rows, tiny_llama, train_args
+from numloss import build_loss
+
+torch.set_num_threads(1)
+def trainer(**options):
+    model = tiny_llama()
+    hook = build_loss("del", VOCAB, alpha=1.0, **options).as_compute_loss_func()
+    return model, Trainer(model=model, args=train_args({out!r}, 4, 1), train_dataset=rows(),
+                          data_collator=collate, compute_loss_func=hook)
+try:
+    trainer()[1].train()
+    print("digits: trained", flush=True)
+except ValueError as error:
+    print("digits refused:", error, flush=True)
+model, t = trainer(normalize="tokens")
+t.train()
+if t.is_world_process_zero():
+    torch.save({{k: v.detach() for k, v in model.named_parameters()}}, {out!r} + "/params.pt")
+"""
+
+
+def test_compute_loss_func_on_two_gloo_ranks_is_exact_with_token_normalisation(tmp_path):
+    """2 processes x batch 4 through Trainer's hook == NumericTrainer at batch 8; "digits" refused."""
+    import os
+    import socket
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    script = tmp_path / "two_ranks.py"
+    script.write_text(_TWO_RANKS_SCRIPT.format(tests=str(Path(__file__).parent), out=str(tmp_path)))
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    command = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_port", str(port), str(script)]
+    done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.stdout.count('digits refused: compute_loss_func: del with normalize="digits"') == 2, done.stdout
+    two_ranks = torch.load(tmp_path / "params.pt")
+    start = {k: v.detach().clone() for k, v in tiny_llama().named_parameters()}
+    reference = numeric_trainer_update("del", tmp_path / "ref", 8, 1, normalize="tokens")
+    diff, size = max_update_difference(reference, two_ranks, start)
+    assert size > 1e-3 and diff <= 1e-5 * size + 1e-6, (diff, size)

@@ -117,7 +117,7 @@ def test_no_response_token_left_is_a_clear_error(tmp_path):
 
 
 def test_resume_without_checkpoint_is_a_clear_error(tmp_path):
-    with pytest.raises(ConfigError, match="no checkpoint-\\* folder"):
+    with pytest.raises(ConfigError, match="no complete checkpoint-\\* folder"):
         run_training(tiny_config(tmp_path, "--train.resume", "true"))
 
 
@@ -190,3 +190,124 @@ def test_two_gloo_processes_match_one_process_with_the_same_global_batch(tmp_pat
     for r1, r2 in zip(rows_one, rows_two, strict=True):
         for column in ("loss", "ce", "aux", "digit_entropy"):
             assert float(r1[column]) == pytest.approx(float(r2[column]), rel=1e-5), column
+
+
+# -- runs that survive a bad kill -------------------------------------------------------------------
+
+
+def test_resume_skips_partial_and_damaged_checkpoints(tmp_path, caplog):
+    from numloss.train import CHECKPOINT_MARKER
+
+    steps = ["--train.max_steps", "6", "--train.save_steps", "2", "--train.save_total_limit", "null"]
+    run_dir = tmp_path / "broken"
+    config = load_config(TINY, ["--train.output_dir", str(run_dir), *steps])
+    run_training(config, stop_after_step=4)
+    assert all((run_dir / f"checkpoint-{n}" / CHECKPOINT_MARKER).is_file() for n in (2, 4))
+    # checkpoint-4 damaged after its save (a truncated optimizer file) ...
+    optimizer = run_dir / "checkpoint-4" / "optimizer.pt"
+    optimizer.write_bytes(optimizer.read_bytes()[:100])
+    # ... and checkpoint-5 killed while saving: files, but no completion marker
+    (run_dir / "checkpoint-5").mkdir()
+    (run_dir / "checkpoint-5" / "model.safetensors").write_bytes(b"\0" * 10)
+    resume = load_config(TINY, ["--train.output_dir", str(run_dir), *steps, "--train.resume", "true"])
+    with caplog.at_level("WARNING", logger="numloss.train"):
+        resumed = run_training(resume)
+    assert "skipping checkpoint-5: it has no completion marker" in caplog.text
+    assert "skipping checkpoint-4: optimizer.pt is damaged (100 bytes" in caplog.text
+    assert "continuing from checkpoint-2" in caplog.text
+    assert (run_dir / "partial-checkpoint-5").is_dir() and (run_dir / "partial-checkpoint-4").is_dir()
+    # steps 3..6 trained again from checkpoint-2 (restoring it is what the test above checks exactly)
+    assert resumed.global_step == 6 and resumed.model_dir.is_dir()
+    assert [int(r["step"]) for r in csv.DictReader((run_dir / "log.csv").open())] == list(range(1, 7))
+    # with nothing complete left (and the run not finished), resume says so instead of a traceback
+    import shutil
+
+    shutil.rmtree(run_dir / "final")
+    for folder in run_dir.glob("checkpoint-*"):
+        (folder / CHECKPOINT_MARKER).unlink()
+    with pytest.raises(ConfigError, match="no complete checkpoint"):
+        run_training(resume)
+
+
+def test_resume_of_a_finished_run_says_so_and_leaves_final_alone(tmp_path, capsys):
+    out = tmp_path / "run"
+    argv = [str(TINY), "--train.output_dir", str(out), "--train.max_steps", "2"]
+    assert main(argv) == 0
+    capsys.readouterr()
+    final = {p.name: (p.read_bytes(), p.stat().st_mtime_ns) for p in (out / "final").iterdir()}
+    log = (out / "log.csv").read_text()
+    assert main([*argv, "--resume"]) == 0
+    printed = capsys.readouterr().out
+    assert "already finished (2 steps)" in printed and "left as it is" in printed
+    assert {p.name: (p.read_bytes(), p.stat().st_mtime_ns) for p in (out / "final").iterdir()} == final
+    assert (out / "log.csv").read_text() == log
+
+
+# -- clear errors before the model loads ----------------------------------------------------------
+
+
+@pytest.fixture
+def no_model_loads(monkeypatch):
+    import numloss.train as train
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("the model was loaded before the error was found")
+
+    monkeypatch.setattr(train, "load_model_for", refuse)
+
+
+def test_unwritable_output_dir_and_bad_data_fail_before_the_model_loads(tmp_path, no_model_loads):
+    blocker = tmp_path / "a-file"
+    blocker.write_text("")
+    with pytest.raises(ConfigError, match=r"train.output_dir .* cannot be written .*--train.output_dir DIR"):
+        run_training(load_config(TINY, ["--train.output_dir", str(blocker / "run")]))
+    latin1 = tmp_path / "latin1.jsonl"
+    latin1.write_bytes(b'{"instruction": "caf\xe9 1+1", "output": "2"}\n')
+    with pytest.raises(ConfigError, match=r"latin1.jsonl:1: not UTF-8"):
+        run_training(tiny_config(tmp_path, "--data.source", str(latin1)))
+    chat = tmp_path / "chat.jsonl"
+    chat.write_text(json.dumps({"messages": [{"role": "user", "content": "1+1?"}, {"role": "assistant", "content": "2"}]}) + "\n")
+    with pytest.raises(ConfigError, match="no chat template; set data.chat_template"):
+        run_training(tiny_config(tmp_path, "--data.source", str(chat)))
+
+
+def test_a_tokenizer_without_digit_tokens_fails_before_the_model_loads(tmp_path, no_model_loads, monkeypatch):
+    from tokenizers import Tokenizer, models
+    from transformers import PreTrainedTokenizerFast
+
+    import numloss.models as numloss_models
+
+    letters = Tokenizer(models.WordLevel({"<unk>": 0, "</s>": 1, "a": 2}, unk_token="<unk>"))
+    tokenizer = PreTrainedTokenizerFast(tokenizer_object=letters, unk_token="<unk>", eos_token="</s>", pad_token="</s>")
+    monkeypatch.setattr(numloss_models, "load_tokenizer", lambda *a, **k: tokenizer)
+    with pytest.raises(ConfigError, match="model.name 'tiny'"):
+        run_training(tiny_config(tmp_path))
+
+
+def test_chat_data_trains_with_the_chat_template(tmp_path, caplog):
+    template = ("{% for m in messages %}<|{{ m['role'] }}|>{{ m['content'] }}</s>{% endfor %}"
+                "{% if add_generation_prompt %}<|assistant|>{% endif %}")
+    chat = tmp_path / "chat.jsonl"
+    with chat.open("w") as handle:
+        for a in range(8):
+            messages = [{"role": "user", "content": f"{a}+{a}?"}, {"role": "assistant", "content": f"{2 * a}"}]
+            handle.write(json.dumps({"messages": messages}) + "\n")
+    config = tiny_config(tmp_path, "--data.source", str(chat), "--data.chat_template", template,
+                         "--train.max_steps", "2", "--data.num_examples", "null")
+    with caplog.at_level("WARNING", logger="numloss.train"):
+        result = run_training(config)
+    assert result.global_step == 2 and "8 conversations rendered with the chat template" in caplog.text
+
+
+def test_progress_lines_use_the_logged_names_and_threads_is_one_flag(tmp_path, capsys):
+    out = tmp_path / "run"
+    before = torch.get_num_threads()
+    try:
+        assert main([str(TINY), "--threads", "1", "--train.output_dir", str(out), "--train.max_steps", "1"]) == 0
+        assert torch.get_num_threads() == 1
+    finally:
+        torch.set_num_threads(before)
+    printed = capsys.readouterr().out
+    assert "digit_entropy=" in printed and "learning_rate=" in printed and "H_digit" not in printed
+    assert main([str(TINY), "--threads", "zero"]) == 2
+    assert "--threads needs a positive integer" in capsys.readouterr().err

@@ -5,6 +5,8 @@
     loss_fn = build_loss("del", vocab)
     out = loss_fn(logits, labels)   # aligned labels, -100 ignored
     out.loss.backward()
+
+    numloss.patch(model, loss_fn)   # model(**batch, labels=labels).loss is now the numloss loss
 """
 
 from numloss.digits import DigitVocab, DigitVocabError, find_digits, number_places, place_weights
@@ -21,6 +23,7 @@ from numloss.losses import (
     NumericLossOutput,
     build_loss,
 )
+from numloss.patch import patch, unpatch  # binds numloss.patch to the function, not the module
 
 __version__ = "0.1.0"
 
@@ -41,4 +44,6 @@ __all__ = [
     "Dist2Loss",
     "MixCELoss",
     "EMOLoss",
+    "patch",
+    "unpatch",
 ]

@@ -7,6 +7,7 @@ of one command does not break the others.
 from __future__ import annotations
 
 import importlib
+import os
 import sys
 
 # command -> (module with `main(argv: list[str]) -> int`, one-line help)
@@ -23,15 +24,18 @@ COMMANDS: dict[str, tuple[str, str]] = {
 def _usage() -> str:
     lines = ["usage: numloss <command> [options]", "", "commands:"]
     lines += [f"  {name:<9} {text}" for name, (_, text) in COMMANDS.items()]
-    lines += ["", "`numloss <command> --help` describes each command."]
+    lines += ["", "`numloss <command> --help` describes each command; `numloss --version` prints the version."]
     return "\n".join(lines)
 
 
-def main(argv: list[str] | None = None) -> int:
-    """Dispatch to the command's module; returns the process exit status."""
-    argv = list(sys.argv[1:] if argv is None else argv)
+def _dispatch(argv: list[str]) -> int:
     if not argv or argv[0] in ("-h", "--help"):
         print(_usage())
+        return 0
+    if argv[0] in ("-V", "--version"):
+        from numloss import __version__
+
+        print(f"numloss {__version__}")
         return 0
     command, rest = argv[0], argv[1:]
     if command not in COMMANDS:
@@ -39,3 +43,21 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     module = importlib.import_module(COMMANDS[command][0])
     return int(module.main(rest) or 0)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Dispatch to the command's module; returns the process exit status.
+
+    Output piped into a reader that stops early (`numloss train --help | head`) ends quietly
+    instead of with a BrokenPipeError traceback.
+    """
+    argv = list(sys.argv[1:] if argv is None else argv)
+    try:
+        status = _dispatch(argv)
+        sys.stdout.flush()
+        return status
+    except BrokenPipeError:
+        # the reader is gone: send what is left in the buffer nowhere (Python's documented recipe)
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        return 141  # 128 + SIGPIPE, what a shell reports for a command stopped by its pipe

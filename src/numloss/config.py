@@ -56,6 +56,7 @@ class DataConfig:
     instruction_field: str = _f("instruction", "record field holding the instruction")
     input_field: str = _f("input", "record field holding the optional input")
     output_field: str = _f("output", "record field holding the response to learn")
+    chat_template: str | None = _f(None, "Jinja chat template (or a file holding one) for `messages` data; null: the tokenizer's")
 
 
 @dataclass
@@ -396,6 +397,11 @@ def validate(config: Config) -> None:
         raise ConfigError(f"train.warmup_ratio must be in [0, 1), got {config.train.warmup_ratio}")
     if config.train.learning_rate <= 0:
         raise ConfigError(f"train.learning_rate must be > 0, got {config.train.learning_rate}")
+    schedulers = _lr_schedulers()
+    if config.train.lr_scheduler not in schedulers:
+        raise ConfigError(
+            f"train.lr_scheduler: unknown scheduler {config.train.lr_scheduler!r}; choose one of {', '.join(schedulers)}"
+        )
     if config.train.save_steps < 0:
         raise ConfigError(f"train.save_steps must be >= 0, got {config.train.save_steps}")
     if config.model.tiny_hidden % config.model.tiny_heads:
@@ -415,6 +421,13 @@ def validate(config: Config) -> None:
     bad = sorted(set(config.train.extra) - known)
     if bad:
         raise ConfigError(f"train.extra: {', '.join(map(repr, bad))} is not a transformers.TrainingArguments field")
+
+
+def _lr_schedulers() -> list[str]:
+    """The scheduler names `transformers.TrainingArguments(lr_scheduler_type=...)` accepts."""
+    from transformers.trainer_utils import SchedulerType
+
+    return [scheduler.value for scheduler in SchedulerType]
 
 
 def describe_keys() -> str:

@@ -14,21 +14,31 @@ What it adds to `transformers.Trainer`:
   the step is split;
 * `ce`, `aux` and `digit_entropy` in the Trainer's log history next to `loss` (so the CSV and
   TensorBoard callbacks see them), averaged over the logging interval;
-* `fused=True`: the model runs without its LM head; the head is applied chunk by chunk inside the
-  loss (`NumericLoss.from_hidden`), so the [B, T, V] logits never exist.
+* `fused=True`: the loss is computed inside the model's forward, in place of its LM head's logits
+  (`numloss.patch.patched`, the mechanism of `numloss.patch`), chunk by chunk
+  (`NumericLoss.from_hidden`), so the [B, T, V] logits never exist and the head's weight is
+  read while DDP, FSDP1/2, DeepSpeed ZeRO-3 or peft hold it whole.
+
+`compute_loss_func(loss_fn)` (also `loss_fn.as_compute_loss_func()`) is the same objective for a
+plain `transformers.Trainer(compute_loss_func=...)`. That hook sees one micro-batch and the step's
+token count only, so it is exact for objectives normalised by tokens (`normalize="tokens"`, MLE,
+MixCE, EMO) and refuses a step-wide digit mean (`normalize="digits"`) that it cannot compute.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 import torch
+import torch.distributed as dist
 import torch.nn.functional as F
 from torch import nn
 from transformers import Trainer
 
 from numloss.digits import label_classes
 from numloss.losses.base import NumericLoss, NumericLossOutput
+from numloss.patch import patch_target, patched
 
 # Slots of the on-device logging accumulator (float64 so long intervals do not lose counts).
 _CE_SUM, _TOKENS, _AUX_SUM, _AUX_COUNT, _ENTROPY_SUM, _DIGITS = range(6)
@@ -52,18 +62,186 @@ def shift_labels(inputs: dict[str, Any], ignore_index: int = -100) -> torch.Tens
     return F.pad(labels[..., 1:], (0, 1), value=ignore_index)
 
 
-def _unwrap_peft(model: nn.Module) -> nn.Module:
-    get_base_model = getattr(model, "get_base_model", None)
-    return get_base_model() if callable(get_base_model) else model
+def count_tokens_and_digits(labels: torch.Tensor, loss_fn: NumericLoss) -> torch.Tensor:
+    """[scored tokens, digit positions] of aligned `labels`, as a long tensor: what a step's
+    `num_items_in_batch` / `num_digits_in_batch` sum over its micro-batches (and ranks).
+
+    Digit positions as the objective counts them when it says (`loss_fn.count_digits`).
+    """
+    tokens = labels.ne(loss_fn.ignore_index).sum()
+    count_digits = getattr(loss_fn, "count_digits", None)
+    if callable(count_digits):
+        digits = torch.as_tensor(count_digits(labels)).to(tokens.device)
+    else:
+        classes = label_classes(labels, loss_fn.vocab, ignore_index=loss_fn.ignore_index)
+        digits = ((classes >= 0) & (classes < 10)).sum()
+    return torch.stack([tokens, digits])
+
+
+def reduce_step_counts(counts: torch.Tensor, batch_replicas: int = 1) -> torch.Tensor:
+    """This rank's step counts ([tokens, digits], long) summed over all ranks, each batch once.
+
+    The sum runs over the default process group, which holds every rank whatever shards the
+    model: DDP, FSDP and DeepSpeed ranks each see their own batch. `batch_replicas` ranks see
+    the same batch (the tensor-parallel degree); the sum holds each of those batches that many
+    times and is divided by it. Without an initialised process group the counts are this
+    process's, unchanged. Context and sequence parallelism, which split one sequence over
+    ranks, are refused where the loss is computed, not here.
+    """
+    total = counts.clone()
+    if dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1:
+        dist.all_reduce(total, op=dist.ReduceOp.SUM)
+    if batch_replicas > 1:
+        if bool((total % batch_replicas).any()):
+            raise RuntimeError(
+                f"step counts {total.tolist()} summed over ranks are not a multiple of the {batch_replicas} "
+                "ranks said to share each batch: the tensor-parallel ranks were given different batches"
+            )
+        total = total // batch_replicas
+    return total
+
+
+def refuse_split_sequences(where: str, cp_size: int, sp_size: int) -> None:
+    """Raise NotImplementedError under context or sequence parallelism (cp_size or sp_size > 1).
+
+    Those split one sequence over ranks: a digit run, its place values and the shift by one
+    would straddle ranks, and every rank would count tokens of the same rows. Rather than a
+    wrong number, a clear error.
+    """
+    if (cp_size or 1) > 1 or (sp_size or 1) > 1:
+        raise NotImplementedError(
+            f"{where} does not support context or sequence parallelism (cp_size={cp_size}, sp_size={sp_size}): "
+            "the digit runs of a sequence would be split across ranks; use data parallelism "
+            "(DDP, FSDP, DeepSpeed ZeRO) with cp_size=sp_size=1"
+        )
+
+
+def accelerate_sequence_split() -> tuple[int, int]:
+    """(cp_size, sp_size) of the parallelism config accelerate was set up with, (1, 1) without one."""
+    from accelerate.state import AcceleratorState
+
+    config = AcceleratorState._shared_state.get("parallelism_config")
+    return getattr(config, "cp_size", 1) or 1, getattr(config, "sp_size", 1) or 1
+
+
+def model_logits(outputs: Any) -> torch.Tensor:
+    """The logits of a model's output: a `ModelOutput` / dict with "logits", a tuple (logits first,
+    as `return_dict=False` returns them without labels), or a tensor."""
+    if torch.is_tensor(outputs):
+        return outputs
+    if isinstance(outputs, dict):
+        if "logits" not in outputs:
+            raise ValueError(
+                f"the model output ({type(outputs).__name__}) has no 'logits' (its keys: "
+                f"{', '.join(map(str, outputs.keys()))}); the numloss loss needs a causal LM's logits"
+            )
+        return outputs["logits"]
+    if isinstance(outputs, (tuple, list)) and outputs and torch.is_tensor(outputs[0]):
+        return outputs[0]
+    raise TypeError(f"cannot find the logits in a model output of type {type(outputs).__name__}")
+
+
+def has_digit_term(loss_fn: NumericLoss) -> bool:
+    """True for objectives with a per-digit term (DEL, NTL, DIST2), whose `normalize` matters."""
+    return type(loss_fn).digit_terms is not NumericLoss.digit_terms
+
+
+def token_count_suffices(loss_fn: NumericLoss) -> bool:
+    """True when the step's token count alone makes `loss_fn` exact across micro-batches and ranks:
+    objectives without a digit term, and digit objectives built with `normalize="tokens"`."""
+    declared = getattr(loss_fn, "token_count_suffices", None)
+    if isinstance(declared, bool):
+        return declared
+    return not has_digit_term(loss_fn) or getattr(loss_fn, "normalize", "digits") == "tokens"
+
+
+def needs_step_digit_count(
+    loss_fn: NumericLoss,
+    labels: torch.Tensor,
+    num_items_in_batch: torch.Tensor | int | float | None,
+    num_digits_in_batch: torch.Tensor | int | None,
+) -> bool:
+    """True when `loss_fn` divides by the step's digit count but only its token count is known.
+
+    That is the case when a training step spans more than these (aligned) `labels`: gradient
+    accumulation makes `num_items_in_batch` larger than the tokens counted here, and several
+    ranks each see only their share (even when the Trainer counts tokens per rank). Evaluation
+    (no `num_items_in_batch`) normalises each batch by itself and is never refused.
+    """
+    if num_items_in_batch is None or num_digits_in_batch is not None:
+        return False
+    if token_count_suffices(loss_fn):
+        return False
+    if torch.distributed.is_available() and torch.distributed.is_initialized() and torch.distributed.get_world_size() > 1:
+        return True
+    local = int(labels.ne(loss_fn.ignore_index).sum())
+    return float(num_items_in_batch) > local
+
+
+STEP_DIGITS_REFUSAL = (
+    "{where}: {name} with normalize=\"digits\" divides by the digit count of the whole optimizer step, "
+    "which this path does not receive (gradient accumulation or several ranks); build the loss with "
+    "normalize=\"tokens\" or train with numloss.hf.NumericTrainer"
+)
+
+
+class NumericComputeLoss:
+    """`loss_fn` as a `compute_loss_func(outputs, labels, num_items_in_batch=None) -> loss`.
+
+    Reads the logits from `outputs`, shifts `labels` (the Trainer hands over the unshifted ones)
+    and divides by `num_items_in_batch`, the step-wide token count the Trainer passes. Nothing is
+    weighted by the number of accumulation steps. `last` holds the latest `NumericLossOutput`
+    (ce, aux, digit_entropy), for logging.
+    """
+
+    def __init__(self, loss_fn: NumericLoss) -> None:
+        if not isinstance(loss_fn, NumericLoss):
+            raise TypeError(
+                f"loss_fn must be a numloss objective (numloss.build_loss(name, vocab)), got {type(loss_fn).__name__}"
+            )
+        self.loss_fn = loss_fn
+        self.last: NumericLossOutput | None = None
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({self.loss_fn!r})"
+
+    def __call__(
+        self,
+        outputs: Any,
+        labels: torch.Tensor | None,
+        num_items_in_batch: torch.Tensor | int | None = None,
+    ) -> torch.Tensor:
+        if labels is None:
+            raise ValueError(
+                "compute_loss_func got no labels: the batch needs token labels (-100 for prompt and "
+                "padding positions); use a collator that sets them"
+            )
+        logits = model_logits(outputs)
+        aligned = F.pad(labels[..., 1:], (0, 1), value=self.loss_fn.ignore_index).to(logits.device)
+        if needs_step_digit_count(self.loss_fn, aligned, num_items_in_batch, None):
+            raise ValueError(STEP_DIGITS_REFUSAL.format(where="compute_loss_func", name=self.loss_fn.name))
+        self.last = self.loss_fn(logits, aligned, num_items_in_batch=num_items_in_batch)
+        return self.last.loss
+
+
+def compute_loss_func(loss_fn: NumericLoss) -> NumericComputeLoss:
+    """A `compute_loss_func` for `transformers.Trainer` and TRL's trainers (see `NumericComputeLoss`).
+
+    Exact under gradient accumulation and data parallelism for objectives normalised by tokens:
+    MLE, MixCE, EMO, and the digit objectives built with `normalize="tokens"`. With
+    `normalize="digits"` it refuses any step wider than one micro-batch on one rank.
+    """
+    return NumericComputeLoss(loss_fn)
 
 
 def output_head(model: nn.Module) -> nn.Module:
-    """The LM-head module (`get_output_embeddings()`) of a causal LM, peft-wrapped or not.
+    """The LM-head module (`get_output_embeddings()`) of a causal LM, found by unwrapping it
+    (`numloss.patch.patch_target`: DDP, FSDP1, DeepSpeed, peft), never through a wrapper.
 
     Raises when the head cannot be applied outside the model as ``hidden @ weight.T + bias``: a
     head adapted by peft (LoRA on ``lm_head``, ``modules_to_save``) or one that is not linear.
     """
-    base = _unwrap_peft(model)
+    base = patch_target(model)
     get_head = getattr(base, "get_output_embeddings", None)
     head = get_head() if callable(get_head) else None
     if head is None:
@@ -84,38 +262,6 @@ def output_head(model: nn.Module) -> nn.Module:
             "not reproduce; use fused=False"
         )
     return head
-
-
-def hidden_states_without_logits(
-    model: nn.Module, inputs: dict[str, Any]
-) -> tuple[torch.Tensor, nn.Module, Any]:
-    """Run `model(**inputs)` with its LM head skipped; return (hidden [B, T, H], head, outputs).
-
-    A forward pre-hook on the head keeps its input (the final hidden states, after the final
-    norm) and hands the head an empty slice instead, so the model returns [B, 0, V] logits. The
-    call goes through `model` itself, so wrappers (DDP, accelerate, peft) keep working; this
-    finds the decoder and head of any `*ForCausalLM` that calls ``lm_head(hidden)`` once (Llama,
-    Qwen2, Mistral, GPT-2, ...).
-    """
-    head = output_head(model)
-    captured: list[torch.Tensor] = []
-
-    def keep_hidden(module: nn.Module, args: tuple[Any, ...]):
-        hidden = args[0]
-        captured.append(hidden)
-        return (hidden[..., :0, :],) + tuple(args[1:])
-
-    handle = head.register_forward_pre_hook(keep_hidden)
-    try:
-        outputs = model(**inputs)
-    finally:
-        handle.remove()
-    if len(captured) != 1:
-        raise RuntimeError(
-            f"the LM head ran {len(captured)} times in one forward (expected once): this model "
-            "architecture is not supported by the fused path; use fused=False"
-        )
-    return captured[0], head, outputs
 
 
 class NumericTrainer(Trainer):
@@ -144,17 +290,17 @@ class NumericTrainer(Trainer):
         # digit count of the current optimizer step, set in get_batch_samples
         self._step_digits: torch.Tensor | None = None
         self._log_sums = torch.zeros(6, dtype=torch.float64, device=self.args.device)
-        # MixCE and EMO report aux per token; digit objectives per digit position
-        self._aux_per_token = type(loss_fn).token_loss is not NumericLoss.token_loss
+        # MixCE, EMO and normalize="tokens" report aux per token; digit objectives per digit position
+        declared = getattr(loss_fn, "aux_per_token", None)
+        self._aux_per_token = declared if isinstance(declared, bool) else (
+            type(loss_fn).token_loss is not NumericLoss.token_loss
+            or getattr(loss_fn, "normalize", "digits") == "tokens"
+        )
 
     # -- step-wide counts -----------------------------------------------------------------------
     def count_tokens_and_digits(self, inputs: dict[str, Any]) -> torch.Tensor:
         """[valid tokens, digit positions] of one micro-batch after the shift, as a long tensor."""
-        labels = shift_labels(inputs, self.loss_fn.ignore_index)
-        classes = label_classes(labels, self.loss_fn.vocab, ignore_index=self.loss_fn.ignore_index)
-        tokens = labels.ne(self.loss_fn.ignore_index).sum()
-        digits = ((classes >= 0) & (classes < 10)).sum()
-        return torch.stack([tokens, digits])
+        return count_tokens_and_digits(shift_labels(inputs, self.loss_fn.ignore_index), self.loss_fn)
 
     def get_batch_samples(self, epoch_iterator, num_batches, device):
         """The micro-batches of one optimizer step and their step-wide token count.
@@ -175,9 +321,7 @@ class NumericTrainer(Trainer):
             return batch_samples, None
         counts = sum(self.count_tokens_and_digits(batch).to(device) for batch in batch_samples)
         if self.args.average_tokens_across_devices and self.args.world_size > 1:
-            counts = self.accelerator.gather(counts[None]).sum(0)
-        # tensor-parallel ranks share one batch: the gather counted it once per TP rank
-        counts = counts // self.get_tp_size()
+            counts = reduce_step_counts(counts, batch_replicas=self.get_tp_size())
         self._step_digits = counts[1]
         return batch_samples, counts[0]
 
@@ -194,11 +338,7 @@ class NumericTrainer(Trainer):
         During training `num_items_in_batch` is the step-wide token count from
         `get_batch_samples`; evaluation passes None and each batch is normalised by itself.
         """
-        if self.get_cp_size() > 1 or self.get_sp_size() > 1:
-            raise NotImplementedError(
-                "NumericTrainer does not support context or sequence parallelism (the digit runs "
-                "of a sequence would be split across ranks); use data parallelism (DDP/FSDP/DeepSpeed)"
-            )
+        refuse_split_sequences("NumericTrainer", self.get_cp_size(), self.get_sp_size())
         labels = shift_labels(inputs, self.loss_fn.ignore_index)
         inputs = {k: v for k, v in inputs.items() if k not in ("labels", "shift_labels")}
         step_wide = num_items_in_batch is not None
@@ -225,25 +365,41 @@ class NumericTrainer(Trainer):
     ) -> tuple[NumericLossOutput, Any]:
         """(loss output, model outputs) of one micro-batch with aligned `labels` [B, T]."""
         if self.fused:
-            hidden, head, outputs = hidden_states_without_logits(model, inputs)
-            out = self.loss_fn.from_hidden(
-                hidden,
-                head.weight,
-                labels,
-                lm_head_bias=head.bias,
-                num_items_in_batch=num_items_in_batch,
-                num_digits_in_batch=num_digits_in_batch,
-            )
-            return out, outputs
+            # The loss is computed inside the model's forward, as its LM head's output, so that
+            # the head's weight is whole under FSDP and ZeRO-3: numloss.patch's mechanism.
+            def on_hidden(hidden: torch.Tensor, head: nn.Module, aligned: torch.Tensor) -> None:
+                self.record_token_metrics(inputs, aligned, hidden=hidden, head=head)
+
+            with patched(self.accelerator.unwrap_model(model), self.loss_fn, fused=True, on_hidden=on_hidden) as state:
+                outputs = model(
+                    **inputs,
+                    shift_labels=labels,
+                    num_items_in_batch=num_items_in_batch,
+                    num_digits_in_batch=num_digits_in_batch,
+                )
+            # the loss as it came out of the wrapper (DDP, the DeepSpeed engine), on its autograd path
+            return dataclasses.replace(state.last, loss=outputs["loss"]), outputs
         outputs = model(**inputs)
-        logits = outputs["logits"] if isinstance(outputs, dict) else outputs[0]
+        logits = model_logits(outputs)
         out = self.loss_fn(
             logits,
             labels,
             num_items_in_batch=num_items_in_batch,
             num_digits_in_batch=num_digits_in_batch,
         )
+        self.record_token_metrics(inputs, labels, logits=logits)
         return out, outputs
+
+    def record_token_metrics(
+        self,
+        inputs: dict[str, Any],
+        labels: torch.Tensor,
+        logits: torch.Tensor | None = None,
+        hidden: torch.Tensor | None = None,
+        head: nn.Module | None = None,
+    ) -> None:
+        """Called after each loss with the logits (or, fused, the hidden states and head); a hook
+        for subclasses that log more per-token metrics (`numloss.trl.NumericSFTTrainer`)."""
 
     # -- logging --------------------------------------------------------------------------------
     def _accumulate_for_log(

@@ -8,7 +8,9 @@
 What lands in `train.output_dir`:
 
     config.yaml          the full resolved configuration
-    checkpoint-N/        Trainer checkpoints (train.save_steps), what `--resume` continues from
+    checkpoint-N/        Trainer checkpoints (train.save_steps), what `--resume` continues from; one
+                         counts only once numloss_checkpoint.json (written last) lists its files
+    partial-checkpoint-N/  an incomplete or damaged checkpoint that `--resume` set aside
     log.csv              one row per logging step: loss, ce, aux, digit_entropy, learning_rate, ...
     log_history.json     the Trainer's whole log history (the CSV's source, plus final metrics)
     tensorboard/         the same scalars for TensorBoard
@@ -50,13 +52,21 @@ CSV_COLUMNS = (
 )
 
 
+#: what the progress bar shows, by the names they are logged under
+PROGRESS_KEYS = ("loss", "ce", "aux", "digit_entropy", "learning_rate", "tokens_per_second")
+
+#: written last into a checkpoint folder: the files (and sizes) of a complete checkpoint
+CHECKPOINT_MARKER = "numloss_checkpoint.json"
+
+
 @dataclass
 class TrainResult:
     """What a finished run produced.
 
     output_dir: the run folder; model_dir: the final model (LoRA: adapters) that
     `AutoModelForCausalLM.from_pretrained` (with peft installed, for adapters) loads; merged_dir:
-    the merged LoRA model or None; metrics: the Trainer's final metrics (train_loss,
+    the merged LoRA model or None; already_finished: `--resume` of a finished run (nothing
+    trained, nothing written); metrics: the Trainer's final metrics (train_loss,
     train_runtime, ...) plus the last logged ce / aux / digit_entropy and the run's mean
     tokens_per_second; log_history_path / csv_path: the logs; global_step: optimizer steps done.
     """
@@ -69,6 +79,8 @@ class TrainResult:
     csv_path: Path
     global_step: int
     config: Config
+    #: True when `--resume` found the run already finished and trained nothing
+    already_finished: bool = False
 
 
 # -- callbacks ------------------------------------------------------------------------------------
@@ -150,15 +162,13 @@ def _callbacks_module():
         def on_log(self, args, state, control, logs=None, **kwargs):
             if not state.is_world_process_zero or logs is None or "loss" not in logs:
                 return
-            shown = {
-                "loss": logs.get("loss"),
-                "ce": logs.get("ce"),
-                "aux": logs.get("aux"),
-                "H_digit": logs.get("digit_entropy"),
-                "lr": logs.get("learning_rate"),
-                "tok/s": logs.get("tokens_per_second"),
+            # the names of the logged keys (log.csv, TensorBoard), so a bar reading is found in the logs
+            shown = {key: logs.get(key) for key in PROGRESS_KEYS}
+            text = {
+                k: (f"{v:.0f}" if k == "tokens_per_second" else f"{v:.4g}")
+                for k, v in shown.items()
+                if isinstance(v, (int, float))
             }
-            text = {k: (f"{v:.4g}" if k != "tok/s" else f"{v:.0f}") for k, v in shown.items() if isinstance(v, (int, float))}
             if self.bar is not None:
                 self.bar.set_postfix(text, refresh=True)
             else:
@@ -181,7 +191,118 @@ def _callbacks_module():
                 control.should_training_stop = True
             return control
 
-    return ThroughputCallback, CSVLogCallback, ProgressBarCallback, StopAfterStepCallback
+    class CheckpointMarkerCallback(TrainerCallback):
+        """Marks each checkpoint complete once the Trainer has written all of it (all ranks)."""
+
+        def on_save(self, args, state, control, **kwargs):
+            import torch.distributed as dist
+
+            if dist.is_available() and dist.is_initialized():
+                dist.barrier()  # every rank's shards are on disk before the marker says so
+            if state.is_world_process_zero:
+                folder = Path(args.output_dir) / f"checkpoint-{state.global_step}"
+                if folder.is_dir():
+                    write_checkpoint_marker(folder, state.global_step)
+
+    return ThroughputCallback, CSVLogCallback, ProgressBarCallback, StopAfterStepCallback, CheckpointMarkerCallback
+
+
+# -- checkpoints that survive a bad kill -------------------------------------------------------------
+def write_checkpoint_marker(folder: Path, step: int) -> None:
+    """Record every file of `folder` with its size, atomically (temporary file + rename), last."""
+    files = {
+        str(path.relative_to(folder)): path.stat().st_size
+        for path in sorted(folder.rglob("*"))
+        if path.is_file() and not path.name.startswith(CHECKPOINT_MARKER)
+    }
+    temporary = folder / f"{CHECKPOINT_MARKER}.tmp"
+    temporary.write_text(json.dumps({"step": step, "files": files}, indent=1) + "\n")
+    os.replace(temporary, folder / CHECKPOINT_MARKER)
+
+
+def checkpoint_problem(folder: Path) -> str | None:
+    """None when `folder` is a complete checkpoint; otherwise what is wrong with it."""
+    marker = folder / CHECKPOINT_MARKER
+    if not marker.is_file():
+        return "it has no completion marker (the run was killed while saving it)"
+    try:
+        files = json.loads(marker.read_text())["files"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return "its completion marker is unreadable"
+    for name, size in files.items():
+        path = folder / name
+        if not path.is_file():
+            return f"{name} is missing"
+        actual = path.stat().st_size
+        if actual != size:
+            return f"{name} is damaged ({actual} bytes, {size} when it was saved)"
+    return None
+
+
+def _checkpoint_step(folder: Path) -> int:
+    try:
+        return int(folder.name.rsplit("-", 1)[1])
+    except (IndexError, ValueError):
+        return -1
+
+
+def newest_complete_checkpoint(output_dir: Path) -> tuple[Path | None, list[tuple[Path, str]]]:
+    """(the complete checkpoint with the highest step or None, [(newer incomplete one, why)])."""
+    if not output_dir.is_dir():
+        return None, []
+    folders = [f for f in output_dir.glob("checkpoint-*") if f.is_dir() and _checkpoint_step(f) >= 0]
+    skipped: list[tuple[Path, str]] = []
+    for folder in sorted(folders, key=_checkpoint_step, reverse=True):
+        problem = checkpoint_problem(folder)
+        if problem is None:
+            return folder, skipped
+        skipped.append((folder, problem))
+    return None, skipped
+
+
+def set_aside(folder: Path) -> Path:
+    """Rename an incomplete checkpoint to partial-checkpoint-N (kept for inspection, out of the
+    Trainer's way: it would otherwise be overwritten in place or rotated as if complete)."""
+    target = folder.with_name(f"partial-{folder.name}")
+    number = 1
+    while target.exists():
+        number += 1
+        target = folder.with_name(f"partial-{folder.name}.{number}")
+    folder.rename(target)
+    return target
+
+
+def finished_run(output_dir: Path, config: Config) -> dict[str, Any] | None:
+    """The saved record of a run in `output_dir` that already reached `config`'s length, or None."""
+    record_path = output_dir / "final" / "numloss_train.json"
+    if not record_path.is_file():
+        return None
+    try:
+        record = json.loads(record_path.read_text())
+        saved_train = record["config"]["train"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+    step = int(record.get("global_step", 0))
+    if config.train.max_steps > 0:
+        done = step >= config.train.max_steps if step else saved_train.get("max_steps") == config.train.max_steps
+    else:
+        done = saved_train.get("max_steps") == -1 and float(saved_train.get("num_epochs", 0)) >= config.train.num_epochs
+    return record if done else None
+
+
+def check_output_dir(output_dir: Path) -> None:
+    """Raise ConfigError now (before any model loads) when `output_dir` cannot be created or written."""
+    try:
+        output_dir.mkdir(parents=True, exist_ok=True)
+        probe = output_dir / f".numloss-write-test-{os.getpid()}"
+        probe.write_text("")
+        probe.unlink()
+    except OSError as error:
+        reason = error.strerror or type(error).__name__
+        raise ConfigError(
+            f"train.output_dir {str(output_dir)!r} cannot be written ({reason}); choose a folder you can write "
+            "to (--train.output_dir DIR)"
+        ) from None
 
 
 # -- pieces ---------------------------------------------------------------------------------------
@@ -194,12 +315,6 @@ def bf16_supported() -> bool:
     cpu = getattr(torch, "cpu", None)
     checks = ("_is_avx512_bf16_supported", "_is_amx_tile_supported")
     return any(bool(getattr(cpu, name, lambda: False)()) for name in checks)
-
-
-def _last_checkpoint(output_dir: Path) -> str | None:
-    from transformers.trainer_utils import get_last_checkpoint
-
-    return get_last_checkpoint(str(output_dir)) if output_dir.is_dir() else None
 
 
 def build_training_arguments(config: Config) -> Any:
@@ -259,14 +374,27 @@ def build_training_arguments(config: Config) -> Any:
     return TrainingArguments(**kwargs)
 
 
-def build_loss_for(config: Config, model: Any, tokenizer: Any) -> Any:
+def digit_vocab_for(config: Config, tokenizer: Any) -> Any:
+    """The DigitVocab of `tokenizer` for `config`'s objective; a ConfigError when it has none.
+
+    Called before the model loads, so a tokenizer without digit tokens fails in a second.
+    """
+    from numloss.digits import DigitVocab, DigitVocabError
+
+    name = config.objective.name.lower().replace("_", "-")
+    try:
+        # plain cross-entropy needs no digit tokens: allow any tokenizer for it
+        return DigitVocab.from_tokenizer(tokenizer, allow_multi_digit=(name == "mle"))
+    except DigitVocabError as error:
+        raise ConfigError(f"model.name {config.model.name!r}: {error}") from None
+
+
+def build_loss_for(config: Config, model: Any, tokenizer: Any, vocab: Any = None) -> Any:
     """The objective of `config` for this tokenizer (and, for EMO, this model's output embedding)."""
-    from numloss.digits import DigitVocab
     from numloss.losses import build_loss
 
     name = config.objective.name.lower().replace("_", "-")
-    # plain cross-entropy needs no digit tokens: allow any tokenizer for it
-    vocab = DigitVocab.from_tokenizer(tokenizer, allow_multi_digit=(name == "mle"))
+    vocab = vocab if vocab is not None else digit_vocab_for(config, tokenizer)
     options = dict(config.objective.options)
     if config.objective.alpha is not None:
         options["alpha"] = config.objective.alpha
@@ -314,9 +442,12 @@ def load_training_examples(config: Config) -> list[Any]:
 
 def prepare_data(config: Config, examples: list[Any], tokenizer: Any) -> Any:
     """`examples` tokenised with completion-only labels; the truncation counts go to the log."""
-    from numloss.data import tokenize_examples
+    from numloss.data import DataError, tokenize_examples
 
-    dataset = tokenize_examples(examples, tokenizer, config.data.max_length)
+    try:
+        dataset = tokenize_examples(examples, tokenizer, config.data.max_length, chat_template=config.data.chat_template)
+    except DataError as error:
+        raise ConfigError(f"data: {error}") from None
     logger.warning("data %s: %s", config.data.source, dataset.summary())
     if dataset.num_without_target == len(dataset):
         raise ConfigError(
@@ -331,6 +462,29 @@ def _write_json(path: Path, payload: Any) -> None:
 
 
 # -- the run --------------------------------------------------------------------------------------
+def tiny_options_for(config: Any) -> dict[str, Any]:
+    """The options of the tiny model (and its tokenizer) for `config`."""
+    return {
+        "num_layers": config.model.tiny_layers,
+        "hidden_size": config.model.tiny_hidden,
+        "num_heads": config.model.tiny_heads,
+        "max_position_embeddings": max(2048, config.data.max_length),
+    }
+
+
+def load_tokenizer_for(config: Any) -> Any:
+    """The tokenizer `load_model_for(config)` will return, without loading any weights."""
+    from numloss.models import load_tokenizer
+
+    return load_tokenizer(
+        config.model.name,
+        revision=config.model.revision,
+        trust_remote_code=config.model.trust_remote_code,
+        cache_dir=config.model.cache_dir,
+        tiny_options=tiny_options_for(config),
+    )
+
+
 def load_model_for(config: Any) -> tuple[Any, Any]:
     """(model, tokenizer) that a run of `config` starts from, before any training or LoRA."""
     from numloss.models import load_model_and_tokenizer
@@ -341,12 +495,7 @@ def load_model_for(config: Any) -> tuple[Any, Any]:
         dtype=config.model.dtype,
         trust_remote_code=config.model.trust_remote_code,
         attn_implementation=config.model.attn_implementation,
-        tiny_options={
-            "num_layers": config.model.tiny_layers,
-            "hidden_size": config.model.tiny_hidden,
-            "num_heads": config.model.tiny_heads,
-            "max_position_embeddings": max(2048, config.data.max_length),
-        },
+        tiny_options=tiny_options_for(config),
         cache_dir=config.model.cache_dir,
         seed=config.train.seed,
     )
@@ -375,17 +524,28 @@ def run_training(
     validate(config)
     check_model_available(config.model.name, config.model.revision, config.model.cache_dir)
     output_dir = Path(config.train.output_dir)
+    main_process = int(os.environ.get("RANK", "0")) == 0
     resume: bool | str = config.train.resume
     checkpoint: str | None = None
     if resume is True:
-        checkpoint = _last_checkpoint(output_dir)
-        if checkpoint is None:
+        finished = finished_run(output_dir, config)
+        if finished is not None:
+            return _finished_result(output_dir, finished, config)
+        found, skipped = newest_complete_checkpoint(output_dir)
+        for folder, problem in skipped:
+            if main_process:
+                moved = set_aside(folder)
+                logger.warning("--resume: skipping %s: %s; moved it to %s", folder.name, problem, moved.name)
+        if found is None:
             raise ConfigError(
-                f"train.resume: no checkpoint-* folder in {str(output_dir)!r} to resume from; run without "
-                "--resume (and with train.save_steps > 0 to write checkpoints)"
+                f"train.resume: no complete checkpoint-* folder in {str(output_dir)!r} to resume from; run without "
+                "--resume (and with train.save_steps > 0 to write checkpoints), or pass a checkpoint folder"
             )
+        checkpoint = str(found)
+        logger.warning("--resume: continuing from %s", found.name)
     elif isinstance(resume, str):
         checkpoint = resume
+    check_output_dir(output_dir)
 
     from transformers import set_seed
 
@@ -398,19 +558,28 @@ def run_training(
         raise ConfigError(f"data: {error}") from None
     if not examples:
         raise ConfigError("run_training: no training examples (examples is empty)")
+    # the tokenizer's digit tokens and the data's rendering are checked before the weights load
+    tokenizer = load_tokenizer_for(config)
+    vocab = digit_vocab_for(config, tokenizer)
+    dataset = prepare_data(config, examples, tokenizer)
     args = build_training_arguments(config)  # also sets up the process group under torchrun
     set_seed(config.train.seed)
-    model, tokenizer = load_model_for(config)
-    loss_fn = build_loss_for(config, model, tokenizer)
+    model, model_tokenizer = load_model_for(config)
+    if model_tokenizer.get_vocab() != tokenizer.get_vocab():
+        raise RuntimeError(
+            "numloss: the tokenizer loaded before the model differs from the model's own; the data were "
+            "tokenised with the first (a bug in numloss.models.load_tokenizer)"
+        )
+    tokenizer = model_tokenizer
+    loss_fn = build_loss_for(config, model, tokenizer, vocab)
     if config.lora.enabled:
         model = apply_lora(config, model)
     if hasattr(model, "config"):
         model.config.use_cache = False  # the KV cache is useless in training and costs memory
-    dataset = prepare_data(config, examples, tokenizer)
 
-    throughput, csv_log, progress, stop_after = _callbacks_module()
+    throughput, csv_log, progress, stop_after, checkpoint_marker = _callbacks_module()
     csv_path = output_dir / "log.csv"
-    own_callbacks: list[Any] = [throughput()]
+    own_callbacks: list[Any] = [throughput(), checkpoint_marker()]
     if "tensorboard" in config.train.report_to and args.process_index == 0:
         from torch.utils.tensorboard import SummaryWriter
         from transformers.integrations import TensorBoardCallback
@@ -464,7 +633,8 @@ def run_training(
         trainer.save_model(str(model_dir))
         if main_process:
             tokenizer.save_pretrained(model_dir)
-            _write_json(model_dir / "numloss_train.json", {"metrics": metrics, "config": config.to_dict()})
+            record = {"metrics": metrics, "global_step": trainer.state.global_step, "config": config.to_dict()}
+            _write_json(model_dir / "numloss_train.json", record)
         if config.lora.enabled and config.lora.merge:
             merged_dir = output_dir / "merged"
             if main_process:
@@ -488,18 +658,60 @@ def run_training(
     )
 
 
+def _finished_result(output_dir: Path, record: dict[str, Any], config: Config) -> TrainResult:
+    """The TrainResult of a run that already finished, read back from final/numloss_train.json."""
+    step = int(record.get("global_step", config.train.max_steps))
+    logger.warning(
+        "--resume: the run in %s already finished (step %d); final/ is left as it is. Raise train.max_steps "
+        "to train further, or use a new train.output_dir", output_dir, step,
+    )
+    merged = output_dir / "merged"
+    return TrainResult(
+        output_dir=output_dir,
+        model_dir=output_dir / "final",
+        merged_dir=merged if merged.is_dir() else None,
+        metrics=dict(record.get("metrics", {})),
+        log_history_path=output_dir / "log_history.json",
+        csv_path=output_dir / "log.csv",
+        global_step=step,
+        config=config,
+        already_finished=True,
+    )
+
+
 # -- command line ---------------------------------------------------------------------------------
-USAGE = """usage: numloss train [CONFIG.yaml] [--resume] [--dry-run] [--section.key VALUE ...]
+USAGE = """usage: numloss train [CONFIG.yaml] [--resume] [--dry-run] [--threads N] [--section.key VALUE ...]
 
 Fine-tune a causal LM with a numloss objective. CONFIG.yaml holds any of the keys below
 (nested by section); --section.key VALUE overrides it (VALUE is read as YAML).
-  --resume     continue from the last checkpoint in train.output_dir (= --train.resume true)
+  --resume     continue from the newest complete checkpoint in train.output_dir (= --train.resume
+               true); a finished run is left as it is
   --dry-run    check the config (and that the model is available), print it, train nothing
+  --threads N  torch CPU threads (as in `numloss eval` and `numloss compare`)
 Multi-GPU / multi-node: run the same command under `torchrun` or `accelerate launch`
 (FSDP / DeepSpeed configs in configs/accelerate/).
 
 keys:
 """
+
+
+def pop_threads(argv: list[str]) -> tuple[int | None, list[str]]:
+    """(`--threads N` / `--threads=N` as an int or None, the other arguments); N must be >= 1."""
+    rest: list[str] = []
+    threads: int | None = None
+    i = 0
+    while i < len(argv):
+        token = argv[i]
+        if token == "--threads" or token.startswith("--threads="):
+            value = token.split("=", 1)[1] if "=" in token else (argv[i + 1] if i + 1 < len(argv) else "")
+            i += 1 if "=" in token else 2
+            if not value.isdigit() or int(value) < 1:
+                raise ValueError(f"--threads needs a positive integer, got {value!r}")
+            threads = int(value)
+            continue
+        rest.append(token)
+        i += 1
+    return threads, rest
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -510,6 +722,15 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     dry_run = "--dry-run" in argv
     argv = [a for a in argv if a != "--dry-run"]
+    try:
+        threads, argv = pop_threads(argv)
+    except ValueError as error:
+        print(f"numloss train: {error}", file=sys.stderr)
+        return 2
+    if threads is not None:
+        import torch
+
+        torch.set_num_threads(threads)
     if "--resume" in argv:
         index = argv.index("--resume")
         argv[index : index + 1] = ["--train.resume", "true"]
@@ -536,6 +757,11 @@ def main(argv: list[str] | None = None) -> int:
     except ConfigError as error:
         print(f"numloss train: {error}", file=sys.stderr)
         return 2
+    if result.already_finished:
+        if int(os.environ.get("RANK", "0")) == 0:
+            print(f"numloss train: the run in {result.output_dir} already finished ({result.global_step} steps); "
+                  f"{result.model_dir} is left as it is. Raise train.max_steps to train further.")
+        return 0
     if result.model_dir.exists() and int(os.environ.get("RANK", "0")) == 0:
         summary = {k: round(v, 5) if isinstance(v, float) else v for k, v in result.metrics.items()}
         print(f"numloss train: done, {result.global_step} steps; model in {result.model_dir}; metrics {summary}")

@@ -94,6 +94,7 @@ def build_parser(prog: str = "numloss compare") -> argparse.ArgumentParser:
         "--report-only", action="store_true",
         help="train nothing: write the report of the runs of this grid already finished (a grid run in slices)",
     )
+    parser.add_argument("--threads", type=int, help="torch CPU threads per run (= the config's torch_threads)")
     parser.add_argument("--no-progress", action="store_true", help="no progress bars")
     parser.add_argument("--verbose", action="store_true", help="show the training logs of each run")
     return parser
@@ -139,6 +140,10 @@ def resolve(args: argparse.Namespace, default_config: str | None = "configs/comp
         if args.jobs < 1:
             raise ConfigError(f"--jobs must be a positive integer, got {args.jobs}")
         compare.jobs = args.jobs
+    if getattr(args, "threads", None) is not None:
+        if args.threads < 1:
+            raise ConfigError(f"--threads must be a positive integer, got {args.threads}")
+        compare.torch_threads = args.threads
     if args.seeds:
         try:
             compare.seeds = [int(s) for s in args.seeds.split(",") if s.strip()]

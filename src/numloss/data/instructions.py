@@ -1,7 +1,14 @@
-"""Instruction data from files and Hugging Face datasets (the MathInstruct layout).
+"""Training records from files and Hugging Face datasets, in three layouts.
 
-Each record has `instruction`, an optional `input` and `output` (other columns are ignored; the
-field names can be remapped). JSON files hold a list of records (MathInstruct's own
+* instruction records: `instruction`, an optional `input` and `output` (the MathInstruct
+  layout; the field names can be remapped with data.instruction_field / input_field /
+  output_field), rendered with the Alpaca prompt;
+* prompt/completion records: `prompt` and `completion` strings (the prompt is used as it is), or
+  lists of chat messages (TRL's conversational prompt/completion: the completion turns are learnt);
+* conversations: `messages`, a list of {role, content}, rendered with the tokenizer's chat
+  template; the assistant turns are learnt.
+
+Other columns are ignored. JSON files hold a list of records (MathInstruct's own
 `MathInstruct.json`); JSONL files one record per line. Anything else that is a path is opened
 with `datasets` (a folder written by `save_to_disk`, or a folder/file of parquet, csv, json);
 anything that is not a path is a Hugging Face dataset name.
@@ -15,26 +22,44 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
-from numloss.data.examples import Example
+from numloss.data.examples import Conversation, Example, PromptCompletion, TrainingRecord
 
 
 class DataError(ValueError):
-    """The data cannot be read as instruction examples; the message says what to fix."""
+    """The data cannot be read as training records; the message says what to fix."""
 
 
-def records_to_examples(
-    records: Iterable[Mapping[str, Any]],
+FORMATS_HINT = (
+    "a record needs instruction/output (MathInstruct), prompt/completion, or messages (a list of "
+    "{role, content}); set data.instruction_field / data.output_field if the columns are named differently"
+)
+
+
+def _messages(value: Any, source: str, i: int, key: str) -> list[dict[str, str]]:
+    """`value` checked as a list of {role, content} string mappings."""
+    if not isinstance(value, (list, tuple)) or not value:
+        raise DataError(f"{source}: record {i}: {key!r} must be a non-empty list of {{role, content}} messages")
+    messages = []
+    for j, message in enumerate(value):
+        if not isinstance(message, Mapping) or not isinstance(message.get("role"), str) or not isinstance(message.get("content"), str):
+            raise DataError(
+                f"{source}: record {i}: {key}[{j}] is not a {{role, content}} message with string values: {message!r}"
+            )
+        messages.append({"role": message["role"], "content": message["content"]})
+    return messages
+
+
+def record_to_training_record(
+    record: Mapping[str, Any],
     source: str,
+    i: int,
     instruction_field: str = "instruction",
     input_field: str = "input",
     output_field: str = "output",
-) -> list[Example]:
-    """Examples from mapping records; a record without the instruction or output is an error."""
-    examples = []
-    for i, record in enumerate(records):
-        if not isinstance(record, Mapping):
-            raise DataError(f"{source}: record {i} is a {type(record).__name__}, expected an object with "
-                            f"{instruction_field!r} and {output_field!r}")
+) -> TrainingRecord:
+    """One record in whichever of the three layouts it has (instruction fields first)."""
+    if record.get(instruction_field) is not None or (record.get(output_field) is not None and "messages" not in record
+                                                     and "completion" not in record):
         missing = [f for f in (instruction_field, output_field) if record.get(f) is None]
         if missing:
             raise DataError(
@@ -43,14 +68,58 @@ def records_to_examples(
                 "if the columns are named differently"
             )
         extra = record.get(input_field) or ""
-        examples.append(
-            Example(
-                instruction=str(record[instruction_field]),
-                output=str(record[output_field]),
-                input=str(extra),
-            )
+        return Example(instruction=str(record[instruction_field]), output=str(record[output_field]), input=str(extra))
+    if record.get("messages") is not None:
+        messages = _messages(record["messages"], source, i, "messages")
+        if not any(m["role"] == "assistant" for m in messages):
+            raise DataError(f"{source}: record {i}: no assistant message, so nothing to learn")
+        return Conversation.from_messages(messages)
+    if record.get("prompt") is not None and record.get("completion") is not None:
+        prompt, completion = record["prompt"], record["completion"]
+        if isinstance(prompt, str) and isinstance(completion, str):
+            return PromptCompletion(prompt=prompt, completion=completion)
+        if isinstance(prompt, (list, tuple)) and isinstance(completion, (list, tuple)):
+            before = _messages(prompt, source, i, "prompt")
+            after = _messages(completion, source, i, "completion")
+            return Conversation.from_messages(before + after, [False] * len(before) + [True] * len(after))
+        raise DataError(
+            f"{source}: record {i}: prompt and completion must both be strings or both lists of messages, got "
+            f"{type(prompt).__name__} and {type(completion).__name__}"
         )
+    raise DataError(f"{source}: record {i} has none of the known layouts (its keys: {', '.join(map(repr, record))}); {FORMATS_HINT}")
+
+
+def records_to_examples(
+    records: Iterable[Mapping[str, Any]],
+    source: str,
+    instruction_field: str = "instruction",
+    input_field: str = "input",
+    output_field: str = "output",
+) -> list[TrainingRecord]:
+    """Training records (`Example`, `PromptCompletion`, `Conversation`) from mapping records.
+
+    A record without any of the layouts (module docstring) is an error naming it.
+    """
+    examples: list[TrainingRecord] = []
+    for i, record in enumerate(records):
+        if not isinstance(record, Mapping):
+            raise DataError(f"{source}: record {i} is a {type(record).__name__}, expected an object; {FORMATS_HINT}")
+        examples.append(record_to_training_record(record, source, i, instruction_field, input_field, output_field))
     return examples
+
+
+def read_utf8(path: Path) -> str:
+    """The text of `path`; a byte that is not UTF-8 is a DataError naming the file, line and column."""
+    data = path.read_bytes()
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as error:
+        line = data.count(b"\n", 0, error.start) + 1
+        column = error.start - (data.rfind(b"\n", 0, error.start) + 1) + 1
+        raise DataError(
+            f"{path}:{line}: not UTF-8 text (byte 0x{data[error.start]:02x} at column {column}); re-save the file "
+            "as UTF-8 (e.g. iconv -f latin1 -t utf-8)"
+        ) from None
 
 
 def read_json_records(path: str | os.PathLike) -> list[dict[str, Any]]:
@@ -58,7 +127,7 @@ def read_json_records(path: str | os.PathLike) -> list[dict[str, Any]]:
     path = Path(path)
     if not path.is_file():
         raise DataError(f"data file {str(path)!r} does not exist")
-    text = path.read_text(encoding="utf-8")
+    text = read_utf8(path)
     if path.suffix == ".jsonl":
         records = []
         for number, line in enumerate(text.splitlines(), start=1):
@@ -98,6 +167,8 @@ def load_hf_records(name_or_path: str, split: str = "train", subset: str | None 
             return loaded
         if path.is_file():
             builder = {".parquet": "parquet", ".csv": "csv", ".json": "json", ".jsonl": "json"}.get(path.suffix)
+            if builder in ("csv", "json"):
+                read_utf8(path)  # a named line instead of a decoder traceback from deep inside datasets
             if builder is None:
                 raise DataError(f"{path}: unknown data file type {path.suffix!r} (use .json, .jsonl, .parquet or .csv)")
             return datasets.load_dataset(builder, data_files=str(path), split=split)

@@ -1,24 +1,34 @@
-"""Examples -> token ids with completion-only labels, and the collator that pads them.
+"""Training records -> token ids with completion-only labels, and the collator that pads them.
 
-A sequence is `prompt tokens (with the tokenizer's own special tokens, e.g. BOS) + output tokens
-+ EOS`. Labels are -100 on the prompt, the token ids on the output and EOS: only the response is
-learnt. The prompt and the output are tokenised separately so the label boundary is exact.
+* `Example` (instruction/input/output): `Alpaca prompt tokens (with the tokenizer's own special
+  tokens, e.g. BOS) + output tokens + EOS`;
+* `PromptCompletion`: the same with the prompt text as it is;
+* `Conversation`: the messages rendered once with the chat template (the tokenizer's, or the
+  one given), tokenised without extra special tokens (the template writes them).
 
-A sequence longer than `max_length` is cut at `max_length` (the end of the output goes first),
-never dropped and never an error; how many were cut is counted, and so is how many had no output
-token left at all (their prompt alone filled the limit: they still train nothing, say so in the
-log, raise max_length).
+Labels are -100 everywhere except on what is learnt: the output / completion and EOS, or the
+tokens of the learnt messages of a conversation (the assistant turns, each from the first
+token after the template's generation prompt to the end of its turn marker). Prompt and
+completion are tokenised separately so the label boundary is exact; a conversation's turns are
+located by rendering every prefix of it, which chat templates render as a prefix of the whole.
+
+A sequence longer than `max_length` is cut at `max_length` (the end goes first), never dropped
+and never an error; how many were cut is counted, and so is how many had no learnt token left
+at all (the prompt alone filled the limit: they still train nothing, say so in the log, raise
+max_length).
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import torch
 
-from numloss.data.examples import Example
+from numloss.data.examples import Conversation, Example, PromptCompletion, TrainingRecord
+from numloss.data.instructions import DataError
 
 IGNORE_INDEX = -100
 _BATCH = 1024  # examples per call into the (Rust) tokenizer
@@ -47,6 +57,8 @@ class TokenizedDataset(torch.utils.data.Dataset):
             f"({self.stats.get('target_tokens', 0)} in responses); max_length={self.max_length}: "
             f"{self.num_truncated} truncated"
         )
+        if self.stats.get("conversations"):
+            text += f"; {self.stats['conversations']} conversations rendered with the chat template"
         if self.num_without_target:
             text += f", {self.num_without_target} of them with no response token left (they train nothing; raise data.max_length)"
         return text
@@ -56,41 +68,119 @@ def _ids(tokenizer: Any, texts: list[str], add_special_tokens: bool) -> list[lis
     return tokenizer(texts, add_special_tokens=add_special_tokens)["input_ids"]
 
 
-def tokenize_examples(examples: Sequence[Example], tokenizer: Any, max_length: int) -> TokenizedDataset:
-    """Tokenise `examples` for training; see the module docstring for the layout and truncation."""
+def resolve_chat_template(chat_template: str | None) -> str | None:
+    """A Jinja chat template given inline or as the path of a file holding one (None stays None)."""
+    if chat_template is None or "{" in chat_template:
+        return chat_template
+    path = Path(chat_template).expanduser()
+    if not path.is_file():
+        raise DataError(f"data.chat_template {chat_template!r} is neither a Jinja template nor an existing file")
+    return path.read_text(encoding="utf-8")
+
+
+def conversation_ids(
+    conversation: Conversation, tokenizer: Any, chat_template: str | None = None
+) -> tuple[list[int], list[int]]:
+    """(input_ids, labels) of a conversation rendered with the chat template; see the module docstring."""
+    template = chat_template or getattr(tokenizer, "chat_template", None)
+    if not template:
+        raise DataError(
+            "the data holds chat messages but the tokenizer has no chat template; set data.chat_template "
+            "(a Jinja template or a file holding one) or use prompt/completion records"
+        )
+    if not getattr(tokenizer, "is_fast", False):
+        raise DataError("chat messages need a fast tokenizer (offsets locate the assistant turns); use use_fast=True")
+
+    def render(messages, add_generation_prompt: bool = False) -> str:
+        return tokenizer.apply_chat_template(
+            list(messages), tokenize=False, add_generation_prompt=add_generation_prompt, chat_template=template
+        )
+
+    messages = conversation.messages
+    text = render(messages)
+    spans: list[tuple[int, int]] = []
+    for i, learnt in enumerate(conversation.train_on):
+        if not learnt:
+            continue
+        before = render(messages[:i], add_generation_prompt=True) if i else ""
+        after = render(messages[: i + 1])
+        if not (after.startswith(before) and text.startswith(after)):
+            raise DataError(
+                "the chat template does not render a conversation's first turns as the start of the whole "
+                "conversation, so the assistant turns cannot be located; use a template that does "
+                "(data.chat_template) or prompt/completion records"
+            )
+        spans.append((len(before), len(after)))
+    encoded = tokenizer(text, add_special_tokens=False, return_offsets_mapping=True)
+    input_ids = list(encoded["input_ids"])
+    labels = [IGNORE_INDEX] * len(input_ids)
+    span = 0
+    for t, (start, end) in enumerate(encoded["offset_mapping"]):
+        while span < len(spans) and start >= spans[span][1]:
+            span += 1
+        if span < len(spans) and spans[span][0] <= start < spans[span][1] and end > start:
+            labels[t] = input_ids[t]
+    return input_ids, labels
+
+
+def _prompt_and_target(item: TrainingRecord) -> tuple[str, str]:
+    if isinstance(item, Example):
+        return item.prompt, item.output
+    if isinstance(item, PromptCompletion):
+        return item.prompt, item.completion
+    raise TypeError(f"cannot tokenise a {type(item).__name__}; expected Example, PromptCompletion or Conversation")
+
+
+def tokenize_examples(
+    examples: Sequence[TrainingRecord], tokenizer: Any, max_length: int, chat_template: str | None = None
+) -> TokenizedDataset:
+    """Tokenise `examples` for training; see the module docstring for the layout and truncation.
+
+    `chat_template` (Jinja text or a file) replaces the tokenizer's own for conversations.
+    """
     if max_length < 2:
         raise ValueError(f"max_length must be >= 2, got {max_length}")
     eos = tokenizer.eos_token_id
     if eos is None:
         raise ValueError("the tokenizer has no eos_token: set one so the model learns where a response ends")
-    features: list[dict[str, list[int]]] = []
-    truncated = without_target = tokens = target_tokens = 0
-    for start in range(0, len(examples), _BATCH):
-        chunk = examples[start : start + _BATCH]
-        prompts = _ids(tokenizer, [e.prompt for e in chunk], add_special_tokens=True)
-        outputs = _ids(tokenizer, [e.output for e in chunk], add_special_tokens=False)
-        for prompt, output in zip(prompts, outputs, strict=True):
+    template = resolve_chat_template(chat_template)
+    pairs: dict[int, tuple[list[int], list[int]]] = {}
+    plain = [(i, e) for i, e in enumerate(examples) if not isinstance(e, Conversation)]
+    for start in range(0, len(plain), _BATCH):
+        chunk = plain[start : start + _BATCH]
+        texts = [_prompt_and_target(e) for _, e in chunk]
+        prompts = _ids(tokenizer, [p for p, _ in texts], add_special_tokens=True)
+        outputs = _ids(tokenizer, [o for _, o in texts], add_special_tokens=False)
+        for (index, _), prompt, output in zip(chunk, prompts, outputs, strict=True):
             # a tokenizer that appends EOS to every encoding would end the prompt with it
             if len(prompt) > 1 and prompt[-1] == eos:
                 prompt = prompt[:-1]
             target = list(output) + [eos]
-            input_ids = list(prompt) + target
-            labels = [IGNORE_INDEX] * len(prompt) + target
-            if len(input_ids) > max_length:
-                truncated += 1
-                input_ids, labels = input_ids[:max_length], labels[:max_length]
-                # the label of the last position is only used as the target of the one before
-                if all(label == IGNORE_INDEX for label in labels[1:]):
-                    without_target += 1
-            tokens += len(input_ids)
-            target_tokens += sum(label != IGNORE_INDEX for label in labels)
-            features.append({"input_ids": input_ids, "labels": labels})
+            pairs[index] = (list(prompt) + target, [IGNORE_INDEX] * len(prompt) + target)
+    conversations = 0
+    for index, example in enumerate(examples):
+        if isinstance(example, Conversation):
+            pairs[index] = conversation_ids(example, tokenizer, template)
+            conversations += 1
+    features: list[dict[str, list[int]]] = []
+    truncated = without_target = tokens = target_tokens = 0
+    for index in range(len(examples)):
+        input_ids, labels = pairs[index]
+        if len(input_ids) > max_length:
+            truncated += 1
+            input_ids, labels = input_ids[:max_length], labels[:max_length]
+            # the label of the last position is only used as the target of the one before
+            if all(label == IGNORE_INDEX for label in labels[1:]):
+                without_target += 1
+        tokens += len(input_ids)
+        target_tokens += sum(label != IGNORE_INDEX for label in labels)
+        features.append({"input_ids": input_ids, "labels": labels})
     return TokenizedDataset(
         features,
         max_length=max_length,
         num_truncated=truncated,
         num_without_target=without_target,
-        stats={"tokens": tokens, "target_tokens": target_tokens},
+        stats={"tokens": tokens, "target_tokens": target_tokens, "conversations": conversations},
     )
 
 

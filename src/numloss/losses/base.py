@@ -201,6 +201,16 @@ class NumericLoss(nn.Module):
         """
         return None
 
+    def as_compute_loss_func(self):
+        """This objective as `transformers.Trainer(compute_loss_func=...)` (and TRL's).
+
+        The hook does the causal shift and reads the logits from the model output; see
+        `numloss.hf.compute_loss_func` for what is exact under accumulation.
+        """
+        from numloss.hf import compute_loss_func  # numloss.hf imports this module
+
+        return compute_loss_func(self)
+
     def gradient_weights(
         self, nll: torch.Tensor, cost: torch.Tensor | None
     ) -> tuple[torch.Tensor, torch.Tensor | None] | None:

@@ -5,6 +5,7 @@ from numloss.models.load import (
     ModelUnavailableError,
     check_model_available,
     load_model_and_tokenizer,
+    load_tokenizer,
 )
 from numloss.models.tiny import build_char_tokenizer, build_tiny_model
 
@@ -13,6 +14,7 @@ __all__ = [
     "ModelUnavailableError",
     "check_model_available",
     "load_model_and_tokenizer",
+    "load_tokenizer",
     "build_char_tokenizer",
     "build_tiny_model",
 ]

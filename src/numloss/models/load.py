@@ -70,6 +70,34 @@ def check_model_available(name: str, revision: str | None = None, cache_dir: str
             )
 
 
+def load_tokenizer(
+    name: str,
+    *,
+    revision: str | None = None,
+    trust_remote_code: bool = False,
+    cache_dir: str | None = None,
+    tiny_options: dict[str, Any] | None = None,
+) -> Any:
+    """The tokenizer of `name` alone (no weights), for the checks that run before a model loads.
+
+    The same tokenizer `load_model_and_tokenizer` returns for the same arguments, padding
+    settings included (`tiny_options` may hold the tiny tokenizer's `digits_per_token`).
+    """
+    if name == "tiny":
+        options = dict(tiny_options or {})
+        tokenizer_options = {"digits_per_token": options["digits_per_token"]} if "digits_per_token" in options else {}
+        return tiny.build_char_tokenizer(**tokenizer_options)
+    check_model_available(name, revision, cache_dir)
+    from transformers import AutoTokenizer
+
+    source = str(smollm2.prepare(cache_dir)) if name == "smollm2" else name
+    tokenizer = AutoTokenizer.from_pretrained(source, revision=revision, trust_remote_code=trust_remote_code)
+    if tokenizer.pad_token_id is None:
+        tokenizer.pad_token = tokenizer.eos_token
+    tokenizer.padding_side = "right"
+    return tokenizer
+
+
 def load_model_and_tokenizer(
     name: str,
     *,

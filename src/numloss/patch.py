@@ -1,0 +1,291 @@
+"""Liger-style model patching: `model(**batch, labels=labels)` returns the numloss loss.
+
+    numloss.patch(model, build_loss("del", vocab, normalize="tokens"), fused=True)
+    loss = model(**batch).loss          # batch holds input_ids, attention_mask, labels
+    numloss.unpatch(model)
+
+Any loop or trainer that calls the model and reads `.loss` then trains with the objective: a
+custom loop, accelerate, `transformers.Trainer`, Axolotl-like stacks. The patch replaces the
+`forward` of that one model instance (the model under a peft or DDP wrapper), like
+Liger-Kernel's instance patching, and keeps its signature, so `generate` and the Trainer's
+inspection of loss kwargs are unchanged.
+
+What the patched forward does with `labels` (or pre-shifted `shift_labels`):
+
+* the causal shift on the labels, as `numloss.hf.NumericTrainer` does;
+* the step-wide counts from the kwargs transformers already forwards: `num_items_in_batch`
+  (the step's token count, which `Trainer` passes to a model that accepts loss kwargs) and,
+  where the caller knows it, `num_digits_in_batch`;
+* `fused=True`: the loss is computed *as the LM head's forward*: for the duration of the call
+  the head (found by unwrapping the model, never through a wrapper's attributes) computes
+  `NumericLoss.from_hidden(hidden, head.weight, ...)` chunk by chunk instead of its logits,
+  and the model hands that loss on as its output. The [B, T, V] logits never exist (the
+  output's `logits` is an empty [B, 0, V] tensor). Because the loss is made inside the head's
+  own call, every wrapper that gathers parameters per module has the head's weight whole when
+  it is read: DDP, FSDP1 and FSDP2 (the root's parameters stay unsharded through forward and
+  backward), DeepSpeed ZeRO-3 (its hooks gather the head's weight for the head's forward and,
+  since the loss is the head's output, again for its backward) and peft.
+
+A trainer that counts both (like `NumericTrainer`) can run its fused loss through the same
+mechanism: patch with `fused=True` and call the model with `labels`, `num_items_in_batch` and
+`num_digits_in_batch`; the loss is then computed inside the model's forward.
+
+It refuses what it cannot make exact: a digit objective with `normalize="digits"` given a
+step-wide token count but no digit count (use `normalize="tokens"` or pass
+`num_digits_in_batch`), `logits_to_keep`, encoder-decoder models, context or sequence
+parallelism set up through accelerate (a sequence split over ranks), and (fused) a model that
+transforms its head's output (a logit scale or soft-cap the chunked loss would not see).
+Without labels the original forward runs untouched.
+
+`patched(model, loss_fn, fused=...)` is the same patch for the duration of a `with` block;
+`numloss.hf.NumericTrainer(fused=True)` computes its loss through it, so the trainer and the
+patch share one mechanism.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import types
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from numloss.losses.base import NumericLoss
+
+# numloss.hf (and with it transformers.Trainer) is imported on first use: `import numloss` stays light.
+
+_STATE = "_numloss_patch"
+
+
+@dataclass
+class PatchState:
+    """What a patched model remembers: the objective, the mode, and the forward it replaced."""
+
+    loss_fn: NumericLoss
+    fused: bool
+    #: the instance-level forward that was there before (e.g. TRL's fused-head forward), or None
+    previous_forward: Any = None
+    #: fused only: called as on_hidden(hidden, head, aligned_labels) inside the head's forward,
+    #: while its weight is gathered (per-token metrics from the hidden states)
+    on_hidden: Callable[[torch.Tensor, nn.Module, torch.Tensor], None] | None = None
+    #: the `NumericLossOutput` of the latest call with labels
+    last: Any = None
+
+
+def patch_target(model: nn.Module) -> nn.Module:
+    """The transformers model inside `model`, unwrapped: DDP, FSDP1, the DeepSpeed engine and
+    torch.compile (accelerate's `extract_model_from_parallel`), then peft (`get_base_model`).
+
+    Wrappers are recognised by their class, never by an attribute lookup on the wrapper (FSDP1
+    forwards unknown attributes to the module inside it). FSDP2 does not wrap: its root is the
+    model itself.
+    """
+    from accelerate.utils import extract_model_from_parallel
+
+    target = model
+    for _ in range(8):
+        target = extract_model_from_parallel(target, keep_torch_compile=False)
+        if callable(getattr(type(target), "get_base_model", None)):
+            target = target.get_base_model()
+        elif isinstance(vars(target).get("_modules", {}).get("module"), nn.Module) and not hasattr(
+            type(target), "get_output_embeddings"
+        ):
+            target = target.module  # another wrapper that keeps the model as .module
+        else:
+            break
+    return target
+
+
+def is_patched(model: nn.Module) -> bool:
+    """True when `patch` has been applied to `model` (or the model inside its wrappers)."""
+    return hasattr(patch_target(model), _STATE)
+
+
+def _original_forward(module: nn.Module, state: PatchState):
+    """The forward to run underneath, bound to `module` (a deep copy rebinds to the copy)."""
+    previous = state.previous_forward
+    if previous is None:
+        return functools.partial(type(module).forward, module)
+    if isinstance(previous, types.MethodType):
+        return types.MethodType(previous.__func__, module)
+    return previous
+
+
+def _numeric_forward(
+    self: nn.Module,
+    *args: Any,
+    labels: torch.Tensor | None = None,
+    shift_labels: torch.Tensor | None = None,
+    num_items_in_batch: torch.Tensor | int | None = None,
+    num_digits_in_batch: torch.Tensor | int | None = None,
+    **kwargs: Any,
+):
+    from numloss.hf import (
+        STEP_DIGITS_REFUSAL,
+        accelerate_sequence_split,
+        model_logits,
+        needs_step_digit_count,
+        refuse_split_sequences,
+    )
+
+    state: PatchState = getattr(self, _STATE)
+    forward = _original_forward(self, state)
+    if labels is None and shift_labels is None:
+        return forward(*args, **kwargs)
+    loss_fn = state.loss_fn
+    refuse_split_sequences("numloss.patch", *accelerate_sequence_split())
+    if kwargs.get("logits_to_keep") not in (None, 0):
+        raise ValueError(
+            "numloss.patch: logits_to_keep keeps the logits of the last positions only, but the loss "
+            "needs every position; drop logits_to_keep when passing labels"
+        )
+    if kwargs.get("return_dict") is False:
+        raise ValueError("numloss.patch: return_dict=False is not supported with labels; leave return_dict on")
+    aligned = shift_labels if shift_labels is not None else F.pad(labels[..., 1:], (0, 1), value=loss_fn.ignore_index)
+    if needs_step_digit_count(loss_fn, aligned, num_items_in_batch, num_digits_in_batch):
+        raise ValueError(STEP_DIGITS_REFUSAL.format(where="numloss.patch", name=loss_fn.name))
+    counts = dict(num_items_in_batch=num_items_in_batch, num_digits_in_batch=num_digits_in_batch)
+    if state.fused:
+        outputs, out = _forward_with_loss_as_head_output(self, forward, args, kwargs, state, aligned, counts)
+    else:
+        outputs = forward(*args, **kwargs)
+        logits = model_logits(outputs)
+        out = loss_fn(logits, aligned.to(logits.device), **counts)
+        outputs["loss"] = out.loss
+    state.last = out
+    # ce, aux, digit_entropy and the counts of this call, for whoever logs them
+    outputs.numloss_output = out
+    return outputs
+
+
+def _forward_with_loss_as_head_output(model, forward, args, kwargs, state: PatchState, aligned, counts):
+    """Run `forward` with the LM head computing the fused loss in place of its logits.
+
+    Returns (outputs with "loss" set and empty logits, the `NumericLossOutput`). The loss the
+    caller gets is the tensor the model returned, so that whatever a wrapper attached to the
+    head's output on the way (ZeRO-3's backward gather, DDP's bookkeeping) is on its path.
+    """
+    from numloss.hf import model_logits, output_head
+
+    head = output_head(model)
+    calls: list[tuple[torch.Tensor, Any]] = []
+
+    def loss_from_hidden(hidden: torch.Tensor, *rest: Any, **options: Any) -> torch.Tensor:
+        labels = aligned.to(hidden.device)
+        out = state.loss_fn.from_hidden(hidden, head.weight, labels, lm_head_bias=head.bias, **counts)
+        if state.on_hidden is not None:
+            state.on_hidden(hidden, head, labels)
+        calls.append((hidden, out))
+        return out.loss
+
+    own_forward = vars(head).get("forward")
+    head.forward = loss_from_hidden
+    try:
+        outputs = forward(*args, **kwargs)
+    finally:
+        if own_forward is None:
+            del head.forward
+        else:
+            head.forward = own_forward
+    if len(calls) != 1:
+        raise RuntimeError(
+            f"numloss.patch: the LM head ran {len(calls)} times in one forward (expected once): this model "
+            "architecture is not supported by the fused path; use fused=False"
+        )
+    hidden, out = calls[0]
+    loss = model_logits(outputs)
+    if loss.dim() != 0 or not torch.equal(loss.detach(), out.loss.detach()):
+        raise ValueError(
+            f"numloss.patch: {type(model).__name__} transforms its LM head's output (a logit scale or "
+            "soft-cap?), which the fused loss would not see; use fused=False"
+        )
+    outputs["loss"] = loss
+    outputs["logits"] = hidden.new_zeros((*hidden.shape[:-2], 0, head.weight.shape[0]))
+    return outputs, out
+
+
+def patch(model: nn.Module, loss_fn: NumericLoss, fused: bool = False) -> nn.Module:
+    """Make `model(..., labels=labels)` return `loss_fn`'s loss; returns `model` (patched in place).
+
+    `fused=True` computes the loss from the final hidden states and the LM-head weight in chunks
+    (never the whole logits). Patching a patched model replaces the objective. See the module
+    docstring for the counts it reads and what it refuses.
+    """
+    if not isinstance(loss_fn, NumericLoss):
+        raise TypeError(
+            f"loss_fn must be a numloss objective (numloss.build_loss(name, vocab)), got {type(loss_fn).__name__}"
+        )
+    from numloss.hf import output_head
+
+    target = patch_target(model)
+    config = getattr(target, "config", None)
+    if getattr(config, "is_encoder_decoder", False):
+        raise ValueError(
+            f"numloss.patch: {type(target).__name__} is an encoder-decoder model; the numloss objectives "
+            "are for causal LMs (labels shifted by one)"
+        )
+    if fused:
+        output_head(target)  # raises now for a head the fused path cannot apply itself
+    else:
+        get_head = getattr(target, "get_output_embeddings", None)
+        head = get_head() if callable(get_head) else None
+        weight = getattr(head, "weight", None)
+        if weight is not None and weight.dim() == 2:  # a sharded weight (ZeRO-3, FSDP1) is checked in the loss
+            loss_fn.vocab.check_width(weight.shape[0])
+    previous = getattr(target, _STATE).previous_forward if hasattr(target, _STATE) else vars(target).get("forward")
+    try:
+        device = next(target.parameters()).device
+        loss_fn = loss_fn.to(device)
+    except StopIteration:
+        pass
+    setattr(target, _STATE, PatchState(loss_fn=loss_fn, fused=bool(fused), previous_forward=previous))
+    wrapped = functools.wraps(type(target).forward)(_numeric_forward)
+    target.forward = types.MethodType(wrapped, target)
+    return model
+
+
+@contextlib.contextmanager
+def patched(
+    model: nn.Module,
+    loss_fn: NumericLoss,
+    fused: bool = False,
+    on_hidden: Callable[[torch.Tensor, nn.Module, torch.Tensor], None] | None = None,
+) -> Iterator[PatchState]:
+    """`patch(model, loss_fn, fused)` for the duration of the block; yields the `PatchState`
+    (its `last` holds the latest `NumericLossOutput`). Whatever was there before, a patch of
+    the user's included, is restored on exit. `on_hidden`: see `PatchState`."""
+    target = patch_target(model)
+    saved = {key: vars(target)[key] for key in (_STATE, "forward") if key in vars(target)}
+    patch(target, loss_fn, fused=fused)
+    state: PatchState = getattr(target, _STATE)
+    state.on_hidden = on_hidden
+    try:
+        yield state
+    finally:
+        for key in (_STATE, "forward"):
+            if key in saved:
+                setattr(target, key, saved[key])
+            elif key in vars(target):
+                delattr(target, key)
+
+
+def unpatch(model: nn.Module) -> nn.Module:
+    """Undo `patch`: the model's own forward (or the one that was there before) again."""
+    target = patch_target(model)
+    if not hasattr(target, _STATE):
+        raise ValueError(f"numloss.unpatch: {type(target).__name__} is not patched")
+    state: PatchState = getattr(target, _STATE)
+    delattr(target, _STATE)
+    if state.previous_forward is None:
+        del target.forward
+    else:
+        target.forward = state.previous_forward
+    return model
+
+
+__all__ = ["patch", "unpatch", "patched", "is_patched", "patch_target", "PatchState"]

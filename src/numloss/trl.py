@@ -1,0 +1,130 @@
+"""TRL integration: `NumericSFTTrainer`, TRL's `SFTTrainer` trained with a numloss objective.
+
+    from numloss.trl import NumericSFTTrainer
+    trainer = NumericSFTTrainer(loss_fn=build_loss("del", vocab), model=model, args=SFTConfig(...),
+                                train_dataset=dataset, processing_class=tokenizer)
+
+Everything TRL does stays: dataset preparation (prompt/completion, messages, chat templates),
+completion-only loss, padding-free batches, packing, its metrics `entropy`,
+`mean_token_accuracy` and `num_tokens`. The loss is the numloss one with `NumericTrainer`'s
+step-wide normalisation (tokens and digits of the whole optimizer step), so batch 8 and 2 x 4
+accumulation give the same update, and `fused=True` applies the LM head chunk by chunk inside
+the loss. `ce`, `aux` and `digit_entropy` are logged beside TRL's metrics.
+
+trl is an optional dependency (`pip install numloss[trl]`); importing this module without it
+raises an ImportError that says so.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+try:
+    from trl import SFTTrainer
+except ImportError as error:  # pragma: no cover - exercised only without the extra
+    raise ImportError(
+        "numloss.trl needs TRL: pip install 'numloss[trl]' (or pip install trl==1.16.0)"
+    ) from error
+
+from numloss.hf import NumericTrainer
+from numloss.losses.base import NumericLoss
+
+# rows of logits per chunk when computing TRL's metrics (bounds the float32 work buffer)
+_METRIC_ROWS = 1024
+
+
+@torch.no_grad()
+def entropy_and_correct(
+    labels: torch.Tensor,
+    logits: torch.Tensor | None = None,
+    hidden: torch.Tensor | None = None,
+    head: nn.Module | None = None,
+    ignore_index: int = -100,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(sum of next-token entropies, number of top-1 hits, number of scored positions).
+
+    TRL's `entropy` and `mean_token_accuracy` over the positions whose aligned label is not
+    `ignore_index`, from the logits or (fused) from the hidden states and the LM head, a chunk
+    of rows at a time and without gradient.
+    """
+    flat_labels = labels.reshape(-1)
+    valid = flat_labels != ignore_index
+    source = logits if logits is not None else hidden
+    rows = source.reshape(-1, source.shape[-1])[valid.to(source.device)]
+    targets = flat_labels[valid].to(source.device)
+    entropy = torch.zeros((), dtype=torch.float32, device=source.device)
+    correct = torch.zeros((), dtype=torch.long, device=source.device)
+    for start in range(0, rows.shape[0], _METRIC_ROWS):
+        chunk = rows[start : start + _METRIC_ROWS]
+        if logits is None:
+            chunk = F.linear(chunk, head.weight, head.bias)
+        log_p = torch.log_softmax(chunk.float(), dim=-1)
+        entropy += -(log_p.exp() * log_p).sum()
+        correct += (chunk.argmax(-1) == targets[start : start + _METRIC_ROWS]).sum()
+    return entropy, correct, valid.sum().to(source.device)
+
+
+class NumericSFTTrainer(NumericTrainer, SFTTrainer):
+    """`trl.SFTTrainer` whose loss is `loss_fn`, normalised step-wide like `NumericTrainer`.
+
+    `loss_fn`: the objective (`numloss.build_loss(...)`); `fused`: apply the LM head inside the
+    loss in chunks. Every other keyword goes to `SFTTrainer` (`args` an `SFTConfig`). The
+    options of SFTTrainer that replace the loss (`loss_type="dft"`, label smoothing,
+    `compute_loss_func`) and MoE router losses are refused.
+    """
+
+    def __init__(self, *, loss_fn: NumericLoss, fused: bool = False, **trainer_kwargs: Any) -> None:
+        args = trainer_kwargs.get("args")
+        if args is not None:
+            if getattr(args, "loss_type", "nll") != "nll":
+                raise ValueError(
+                    f"NumericSFTTrainer computes the loss with loss_fn; SFTConfig.loss_type={args.loss_type!r} "
+                    "would replace it: leave loss_type at 'nll'"
+                )
+            if getattr(args, "label_smoothing_factor", 0.0):
+                raise ValueError("NumericSFTTrainer: label_smoothing_factor is not supported; set it to 0")
+        super().__init__(loss_fn=loss_fn, fused=fused, **trainer_kwargs)
+        if getattr(self, "aux_loss_enabled", False):
+            raise ValueError(
+                "NumericSFTTrainer: the model adds a MoE router loss (router_aux_loss_coef), which the numloss "
+                "objectives do not include; set SFTConfig.router_aux_loss_coef=0.0"
+            )
+
+    def compute_loss(
+        self,
+        model: nn.Module,
+        inputs: dict[str, Any],
+        return_outputs: bool = False,
+        num_items_in_batch: torch.Tensor | int | None = None,
+    ):
+        """NumericTrainer's loss; TRL's `num_tokens` counted as SFTTrainer counts it."""
+        inputs["use_cache"] = False
+        result = NumericTrainer.compute_loss(self, model, inputs, return_outputs, num_items_in_batch)
+        mode = "train" if self.model.training else "eval"
+        if mode == "train":
+            if "attention_mask" in inputs:
+                local = inputs["attention_mask"].sum()
+            elif "position_ids" in inputs:  # padding-free: one packed row, no mask
+                local = torch.tensor(inputs["position_ids"].size(1), device=inputs["position_ids"].device)
+            else:
+                raise ValueError("NumericSFTTrainer: expected 'attention_mask' or 'position_ids' in the batch")
+            self._total_train_tokens += self.accelerator.gather_for_metrics(local).sum().item() // self._tp_size
+        self._metrics[mode]["num_tokens"] = [self._total_train_tokens]
+        return result
+
+    def record_token_metrics(self, inputs, labels, logits=None, hidden=None, head=None) -> None:
+        """TRL's `entropy` and `mean_token_accuracy` of this micro-batch (all ranks)."""
+        mode = "train" if self.model.training else "eval"
+        entropy, correct, valid = entropy_and_correct(labels, logits, hidden, head, self.loss_fn.ignore_index)
+        gather = self.accelerator.gather_for_metrics
+        num_valid = gather(valid).sum()
+        entropy_sum, num_correct = gather(entropy).sum(), gather(correct).sum()
+        self._metrics[mode]["entropy"].append((entropy_sum / num_valid).item() if num_valid > 0 else 0.0)
+        self._metrics[mode]["mean_token_accuracy"].append((num_correct / num_valid).item() if num_valid > 0 else 0.0)
+
+
+__all__ = ["NumericSFTTrainer", "entropy_and_correct"]

@@ -1,0 +1,138 @@
+"""numloss.patch: model(**batch, labels=...) returns the numloss loss, step-wide counts, unpatch."""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+import torch
+
+import numloss
+from numloss import build_loss
+from numloss.hf import shift_labels
+from numloss.patch import is_patched
+from test_hf import (
+    VOCAB,
+    collate,
+    max_update_difference,
+    numeric_trainer_update,
+    rows,
+    tiny_llama,
+    train_args,
+)
+
+
+def parameters(model):
+    return {k: v.detach().clone() for k, v in model.named_parameters()}
+
+
+@pytest.mark.parametrize("fused", [False, True])
+def test_patched_forward_returns_the_numloss_loss_and_its_gradient(fused):
+    batch = collate(rows())
+    reference_model, model = tiny_llama(), tiny_llama()
+    loss_fn = build_loss("del", VOCAB)
+    logits = reference_model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"]).logits
+    expected = loss_fn(logits, shift_labels(batch))
+    expected.loss.backward()
+    numloss.patch(model, loss_fn, fused=fused)
+    assert is_patched(model)
+    outputs = model(**batch)
+    assert float(outputs.loss) == pytest.approx(float(expected.loss), rel=1e-6)
+    assert float(outputs.numloss_output.aux) == pytest.approx(float(expected.aux), rel=1e-6)
+    if fused:
+        assert outputs.logits.shape[1] == 0  # the [B, T, V] logits never existed
+    outputs.loss.backward()
+    for (key, a), b in zip(reference_model.named_parameters(), model.parameters(), strict=True):
+        torch.testing.assert_close(b.grad, a.grad, rtol=1e-4, atol=1e-7, msg=key)
+
+
+def test_without_labels_the_model_is_unchanged_and_unpatch_restores_it():
+    model, plain = tiny_llama(), tiny_llama()
+    batch = collate(rows())
+    numloss.patch(model, build_loss("del", VOCAB), fused=True)
+    inputs = {"input_ids": batch["input_ids"], "attention_mask": batch["attention_mask"]}
+    torch.testing.assert_close(model(**inputs).logits, plain(**inputs).logits)
+    generated = model.generate(batch["input_ids"][:1, :4], max_new_tokens=3, do_sample=False, pad_token_id=39)
+    assert generated.shape == (1, 7)
+    numloss.unpatch(model)
+    assert not is_patched(model) and "forward" not in vars(model)
+    # the model's own cross-entropy again
+    torch.testing.assert_close(model(**batch).loss, plain(**batch).loss)
+    with pytest.raises(ValueError, match="not patched"):
+        numloss.unpatch(model)
+
+
+def trainer_update_with_patch(tmp_path, batch: int, accumulation: int, fused: bool, **options):
+    from transformers import Trainer
+
+    model = tiny_llama()
+    numloss.patch(model, build_loss("del", VOCAB, alpha=1.0, **options), fused=fused)
+    trainer = Trainer(model=model, args=train_args(tmp_path, batch, accumulation),
+                      train_dataset=rows(), data_collator=collate)
+    trainer.train()
+    return parameters(model)
+
+
+@pytest.mark.parametrize("fused", [False, True])
+def test_trainer_with_a_patched_model_is_exact_with_token_normalisation(fused, tmp_path):
+    """transformers.Trainer passes num_items_in_batch to the patched forward: 2 x 4 == NumericTrainer 8."""
+    start = parameters(tiny_llama())
+    reference = numeric_trainer_update("del", tmp_path / "ref", 8, 1, normalize="tokens")
+    patched = trainer_update_with_patch(tmp_path / "p", 2, 4, fused, normalize="tokens")
+    diff, size = max_update_difference(reference, patched, start)
+    assert size > 1e-3 and diff <= 1e-5 * size + 1e-7, (diff, size)
+
+
+def test_digit_normalisation_without_the_step_digit_count_is_refused(tmp_path):
+    with pytest.raises(ValueError, match='numloss.patch: del with normalize="digits"'):
+        trainer_update_with_patch(tmp_path, 2, 4, fused=False)
+
+
+def test_custom_loop_passing_both_counts_is_numeric_trainers_update(tmp_path):
+    """A plain loop with 4 micro-batches of 2 that passes the step's token and digit counts."""
+    from numloss.digits import label_classes
+
+    start = parameters(tiny_llama())
+    reference = numeric_trainer_update("del", tmp_path / "ref", 8, 1)
+    model = tiny_llama()
+    numloss.patch(model, build_loss("del", VOCAB, alpha=1.0))
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.5)
+    micro_batches = [collate(rows()[i : i + 2]) for i in range(0, 8, 2)]
+    aligned = [shift_labels(b) for b in micro_batches]
+    tokens = sum(int(a.ne(-100).sum()) for a in aligned)
+    digits = sum(int(((c >= 0) & (c < 10)).sum()) for c in (label_classes(a, VOCAB) for a in aligned))
+    for micro_batch in micro_batches:
+        model(**micro_batch, num_items_in_batch=tokens, num_digits_in_batch=digits).loss.backward()
+    optimizer.step()
+    diff, size = max_update_difference(reference, parameters(model), start)
+    assert size > 1e-3 and diff <= 1e-5 * size + 1e-7, (diff, size)
+
+
+def test_patch_reaches_through_peft_and_copies_stay_independent():
+    from peft import LoraConfig, get_peft_model
+
+    model = get_peft_model(tiny_llama(), LoraConfig(r=2, target_modules=["q_proj"], init_lora_weights=False))
+    loss_fn = build_loss("ntl-was", VOCAB)
+    numloss.patch(model, loss_fn, fused=True)
+    batch = collate(rows())
+    inputs = {"input_ids": batch["input_ids"], "attention_mask": batch["attention_mask"]}
+    with torch.no_grad():
+        expected = loss_fn(model(**inputs).logits, shift_labels(batch)).loss
+        assert float(model(**batch).loss) == pytest.approx(float(expected), rel=1e-5)
+        clone = copy.deepcopy(model)
+        numloss.unpatch(model)
+        assert is_patched(clone) and float(clone(**batch).loss) == pytest.approx(float(expected), rel=1e-5)
+
+
+def test_what_cannot_be_exact_is_refused():
+    model = numloss.patch(tiny_llama(), build_loss("del", VOCAB))
+    batch = collate(rows())
+    with pytest.raises(ValueError, match="logits_to_keep"):
+        model(**batch, logits_to_keep=1)
+    with pytest.raises(TypeError, match="numloss objective"):
+        numloss.patch(tiny_llama(), torch.nn.CrossEntropyLoss())
+    from peft import LoraConfig, get_peft_model
+
+    adapted_head = get_peft_model(tiny_llama(), LoraConfig(r=2, target_modules=["lm_head"]))
+    with pytest.raises(ValueError, match="lm_head"):
+        numloss.patch(adapted_head, build_loss("del", VOCAB), fused=True)

@@ -1,0 +1,116 @@
+"""numloss.trl.NumericSFTTrainer: TRL's own CE and metrics, NumericTrainer's step-wide update."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+pytest.importorskip("trl")  # the `trl` extra; `make test` installs it (pyproject test extra)
+
+from datasets import Dataset  # noqa: E402
+from trl import SFTConfig, SFTTrainer  # noqa: E402
+
+from numloss import DigitVocab, build_loss  # noqa: E402
+from numloss.data import CompletionCollator  # noqa: E402
+from numloss.hf import NumericTrainer  # noqa: E402
+from numloss.models import build_char_tokenizer, build_tiny_model  # noqa: E402
+from numloss.trl import NumericSFTTrainer  # noqa: E402
+
+TOKENIZER = build_char_tokenizer()
+VOCAB = DigitVocab.from_tokenizer(TOKENIZER)
+
+
+def model():
+    return build_tiny_model(TOKENIZER, num_layers=2, hidden_size=32, num_heads=2, seed=0)
+
+
+def dataset() -> Dataset:
+    """Prompt/completion records with numbers of different lengths (8 of them: one step of 8)."""
+    items = [(12, 7), (305, 41), (9, 9), (1234, 5), (66, 77), (8, 150), (41, 2), (700, 300)]
+    return Dataset.from_list([{"prompt": f"{a}+{b}=", "completion": f"{a + b}"} for a, b in items])
+
+
+def config(tmp_path, batch: int, accumulation: int, **extra) -> SFTConfig:
+    # padding-free without packing leaves truncation to the caller (the records are short)
+    extra.setdefault("max_length", None if extra.get("padding_free") else 64)
+    return SFTConfig(
+        output_dir=str(tmp_path), per_device_train_batch_size=batch, gradient_accumulation_steps=accumulation,
+        max_steps=1, learning_rate=0.5, optim="sgd", lr_scheduler_type="constant", weight_decay=0.0,
+        max_grad_norm=0.0, train_sampling_strategy="sequential", report_to="none", save_strategy="no",
+        logging_steps=1, use_cpu=True, bf16=False, disable_tqdm=True, seed=0, **extra,
+    )
+
+
+def parameters(m) -> dict[str, torch.Tensor]:
+    return {k: v.detach().clone() for k, v in m.named_parameters()}
+
+
+def difference(a: dict, b: dict, start: dict) -> tuple[float, float]:
+    return (max(float((a[k] - b[k]).abs().max()) for k in a), max(float((a[k] - start[k]).abs().max()) for k in a))
+
+
+def train(trainer_class, tmp_path, batch, accumulation, loss_fn=None, fused=False, **extra):
+    m = model()
+    kwargs = {} if loss_fn is None else {"loss_fn": loss_fn, "fused": fused}
+    trainer = trainer_class(model=m, args=config(tmp_path, batch, accumulation, **extra), train_dataset=dataset(),
+                            processing_class=TOKENIZER, **kwargs)
+    trainer.train()
+    logs = next(entry for entry in trainer.state.log_history if "loss" in entry)
+    return parameters(m), logs, trainer
+
+
+@pytest.mark.parametrize("padding_free", [False, True])
+def test_mle_is_sfttrainers_own_loss_with_its_metrics(padding_free, tmp_path):
+    start = parameters(model())
+    ours, our_logs, trainer = train(NumericSFTTrainer, tmp_path / "n", 2, 2, build_loss("mle", VOCAB),
+                                    padding_free=padding_free)
+    theirs, their_logs, _ = train(SFTTrainer, tmp_path / "t", 2, 2, padding_free=padding_free)
+    assert trainer.completion_only_loss  # prompt/completion data: the prompt is not learnt
+    diff, size = difference(ours, theirs, start)
+    assert size > 1e-3 and diff <= 1e-5 * size + 1e-7, (diff, size)
+    for key in ("loss", "entropy", "mean_token_accuracy", "num_tokens"):
+        assert our_logs[key] == pytest.approx(their_logs[key], rel=1e-5), key
+    assert our_logs["ce"] == pytest.approx(their_logs["loss"], rel=1e-5)
+
+
+@pytest.mark.parametrize("padding_free,fused", [(False, False), (True, False), (False, True)])
+def test_step_wide_update_is_numeric_trainers(padding_free, fused, tmp_path):
+    """NumericSFTTrainer at 2 x 4 accumulation == NumericTrainer at batch 8 on the same tokens."""
+    start = parameters(model())
+    ours, logs, trainer = train(NumericSFTTrainer, tmp_path / "n", 2, 4, build_loss("del", VOCAB, alpha=1.0),
+                                fused=fused, padding_free=padding_free)
+    assert trainer.padding_free == padding_free
+    assert {"entropy", "mean_token_accuracy", "num_tokens", "ce", "aux", "digit_entropy"} <= set(logs)
+    features = [{"input_ids": r["input_ids"], "labels": r["labels"]} for r in trainer.train_dataset]
+    assert all(-100 in f["labels"] for f in features)  # completion-only labels
+    reference_model = model()
+    NumericTrainer(loss_fn=build_loss("del", VOCAB, alpha=1.0), model=reference_model,
+                   args=config(tmp_path / "r", 8, 1), train_dataset=features,
+                   data_collator=CompletionCollator(TOKENIZER.pad_token_id)).train()
+    diff, size = difference(ours, parameters(reference_model), start)
+    assert size > 1e-3 and diff <= 1e-5 * size + 1e-6, (diff, size)
+
+
+def test_options_that_replace_the_loss_are_refused(tmp_path):
+    with pytest.raises(ValueError, match="loss_type"):
+        NumericSFTTrainer(loss_fn=build_loss("del", VOCAB), model=model(), train_dataset=dataset(),
+                          args=config(tmp_path, 2, 1, loss_type="dft"), processing_class=TOKENIZER)
+    with pytest.raises(TypeError, match="compute_loss_func"):
+        NumericSFTTrainer(loss_fn=build_loss("del", VOCAB), model=model(), train_dataset=dataset(),
+                          args=config(tmp_path, 2, 1), processing_class=TOKENIZER,
+                          compute_loss_func=build_loss("del", VOCAB).as_compute_loss_func())
+
+
+def test_sfttrainers_compute_loss_func_takes_the_numloss_hook(tmp_path):
+    """SFTTrainer(compute_loss_func=loss_fn.as_compute_loss_func()) with normalize="tokens" at
+    2 x 2 accumulation == NumericSFTTrainer with the same objective."""
+    start = parameters(model())
+    loss_fn = build_loss("del", VOCAB, alpha=1.0, normalize="tokens")
+    ours, _, _ = train(NumericSFTTrainer, tmp_path / "n", 2, 2, loss_fn)
+    hooked_model = model()
+    with pytest.warns(FutureWarning, match="compute_loss_func"):
+        trainer = SFTTrainer(model=hooked_model, args=config(tmp_path / "h", 2, 2), train_dataset=dataset(),
+                             processing_class=TOKENIZER, compute_loss_func=loss_fn.as_compute_loss_func())
+    trainer.train()
+    diff, size = difference(ours, parameters(hooked_model), start)
+    assert size > 1e-3 and diff <= 1e-5 * size + 1e-6, (diff, size)
