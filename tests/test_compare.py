@@ -106,6 +106,7 @@ def test_parallel_jobs_give_the_same_results(tmp_path) -> None:
     grids = {}
     for jobs in (1, 2):
         mapping = _mapping(tmp_path / f"jobs{jobs}") | {"torch_threads": 1, "jobs": jobs}
+        mapping["learning"] = {"every": 2, "slice_size": 8, "threshold": 1.0}  # checks run in the workers too
         mapping["evaluation"] = {**mapping["evaluation"], "embeddings": False}
         seen: list[str] = []
         grids[jobs] = run_grid(compare_config_from_dict(mapping), progress=False, on_result=lambda r, seen=seen: seen.append(r["label"]))
@@ -178,10 +179,13 @@ def test_shipped_configs_load() -> None:
         # the tiny model's comparisons hold out 2,000 items per set (issue 6); SmolLM2 on CPU holds
         # out fewer, as its config says, to fit 12 runs of a 135M model on 2 cores, and so does the
         # cut-down chunked-number comparison of issue 16 (1,000 items, as its config says)
-        minimum = 200 if compare.base["model"]["name"] == "smollm2" else 2000
-        if path.name == "compare-chunked.yaml":
-            minimum = 1000
-        assert compare.task.test_size >= minimum, f"{path.name}: held-out sets of at least {minimum} items"
+        if hasattr(compare.task, "benchmarks"):  # the GPU config: scored on 200 real items per benchmark
+            assert compare.task.benchmark_limit >= 200, path.name
+        else:
+            minimum = 200 if compare.base["model"]["name"] == "smollm2" else 2000
+            if path.name == "compare-chunked.yaml":
+                minimum = 1000
+            assert compare.task.test_size >= minimum, f"{path.name}: held-out sets of at least {minimum} items"
         assert compare.jobs >= 1
 
 
@@ -191,16 +195,21 @@ def test_demo_is_the_default_grid_cut_down(tmp_path) -> None:
     configs = Path(__file__).resolve().parents[1] / "configs"
     full = load_compare_config(configs / "compare.yaml")
     demo = load_compare_config(configs / "compare-demo.yaml")
-    # the default run sweeps DEL's alpha and carries the paper's ablations (issue 6)
+    # the default run sweeps DEL's alpha, carries the paper's ablations (issue 6) and every
+    # objective of the paper's table (issue 17)
     alphas = sorted(s.alpha for s in full.objectives if s.name == "del" and not s.options)
     assert alphas == [0.1, 0.3, 1.0]
-    assert {tuple(sorted(s.options)) for s in full.objectives if s.options} >= {("distance",), ("place_weighting",)}
-    assert {"mle", "ntl-was", "dist2"} <= {s.name for s in full.objectives}
-    # the demo is a subset of it with the same task and training, so its finished runs are the
-    # full grid's runs (same hash) and its numbers are the same experiment's
+    assert {tuple(sorted(s.options)) for s in full.objectives if s.name == "del" and s.options} >= {
+        ("distance",), ("place_weighting",)
+    }
+    assert {"mle", "ntl-was", "ntl-mse", "dist2", "mixce", "emo", "del"} == {s.name for s in full.objectives}
+    assert [s.options for s in full.objectives if s.name == "mixce"] == [{"eta": 0.5}]
+    assert len(full.seeds) >= 10 and full.learning is not None and full.learning.stop_early
+    # the demo (issue 17): MLE, DEL, NTL-WAS x 4 seeds with the grid's learning checks; a subset
+    # of the grid with the same task and training, so its runs are the grid's runs (same hash)
+    assert [s.name for s in demo.objectives] == ["mle", "del", "ntl-was"] and len(demo.seeds) == 4
     by_label = {s.label: s for s in full.objectives}
     assert {s.label for s in demo.objectives} <= set(by_label) and set(demo.seeds) <= set(full.seeds)
-    assert [s.alpha for s in demo.objectives if s.name == "del"] == [0.1, 0.3, 1.0]
     for spec in demo.objectives:
         for seed in demo.seeds:
             demo_config = demo.run_config(spec, seed, tmp_path / "demo", tmp_path / "train.jsonl")
@@ -214,3 +223,116 @@ def test_demo_worked_example_still_prints(capsys) -> None:
     assert demo_main(["--worked-example"]) == 0
     printed = capsys.readouterr().out
     assert "objective" in printed and "del" in printed and "ntl-was" in printed
+
+
+def test_learning_checks_are_recorded_and_stop_a_run_early(tmp_path, monkeypatch) -> None:
+    """Checks every 2 steps; a run that meets the threshold at a check stops there, a run that never
+    does is censored at its last check (the last step), and both records say so."""
+    import numloss.compare.learning as learning
+
+    mapping = _mapping(tmp_path)
+    mapping["base"]["train"]["max_steps"] = 7
+    mapping["learning"] = {"every": 2, "slice_size": 10, "threshold": 0.5}
+    mapping["evaluation"] = {**mapping["evaluation"], "embeddings": False}
+    compare = compare_config_from_dict(mapping)
+    check = compare.task.check_set(10)
+    tests = {e.instruction for items in compare.task.test_sets().values() for e in items}
+    assert not tests & {e.instruction for e in check}, "the check slice is not a test item"
+    scores = {"mle": [0.1, 0.2, 0.3, 0.4], "del": [0.1, 0.6]}
+    calls: list[int] = []
+
+    def fake_score(model, tokenizer, prompts, golds, *args, **kwargs):
+        assert len(prompts) == len(golds) == 10
+        calls.append(len(golds))
+        return fake_score.values.pop(0)
+
+    monkeypatch.setattr(learning, "score_slice", fake_score)
+    results = {}
+    for spec in compare.objectives:
+        fake_score.values = list(scores[spec.name])
+        compare_one = compare_config_from_dict({**mapping, "objectives": [dataclasses_asdict(spec)]})
+        (result,) = run_grid(compare_one, progress=False)
+        results[spec.name] = result
+    mle, dele = results["mle"]["learning"], results["del"]["learning"]
+    assert mle["checks"] == [[2, 0.1], [4, 0.2], [6, 0.3], [7, 0.4]], "every 2 steps and at the last step"
+    assert mle["learnt"] is False and mle["step"] == 7 and results["mle"]["steps"] == 7
+    assert dele["checks"] == [[2, 0.1], [4, 0.6]] and dele["learnt"] is True and dele["step"] == 4
+    assert results["del"]["steps"] == 4, "stopped at the check that met the threshold"
+    assert results["del"]["evaluation"]["in_distribution"]["n"] == 24, "and was evaluated as usual"
+    # the training set holds no check question
+    train = (tmp_path / "data" / "train-s0.jsonl").read_text()
+    assert not any(f'"{e.instruction}"' in train for e in check)
+
+
+def dataclasses_asdict(spec) -> dict:
+    import dataclasses
+
+    return dataclasses.asdict(spec)
+
+
+def test_learning_check_scores_the_real_model(tmp_path, monkeypatch) -> None:
+    """Unmocked: the checks run greedy decoding mid-training, on the model in eval mode, and hand
+    it back in training mode."""
+    import numloss.compare.learning as learning
+
+    real = learning.score_slice
+    modes: list[tuple[bool, bool]] = []
+
+    def spying(model, *args, **kwargs):
+        before = model.training
+        value = real(model, *args, **kwargs)
+        modes.append((before, model.training))
+        return value
+
+    monkeypatch.setattr(learning, "score_slice", spying)
+    mapping = _mapping(tmp_path / "a")
+    mapping["objectives"] = ["mle"]
+    mapping["evaluation"] = {**mapping["evaluation"], "embeddings": False}
+    with_checks = dict(mapping, learning={"every": 1, "slice_size": 8, "threshold": 1.0, "stop_early": True})
+    (checked,) = run_grid(compare_config_from_dict(with_checks), progress=False)
+    assert [c[0] for c in checked["learning"]["checks"]] == [1, 2, 3]
+    assert all(0.0 <= c[1] <= 1.0 for c in checked["learning"]["checks"])
+    assert checked["learning"]["learnt"] is False and checked["steps"] == 3
+    assert modes == [(True, True)] * 3
+    # the checks do not disturb training: the same run without them logs the same losses
+    plain = dict(mapping, output_dir=str(tmp_path / "b"))
+    (unchecked,) = run_grid(compare_config_from_dict(plain), progress=False)
+    assert unchecked["curve"]["loss"] == checked["curve"]["loss"]
+    with pytest.raises(ConfigError, match="learning.threshold"):
+        compare_config_from_dict(dict(mapping, learning={"threshold": 1.5}))
+    with pytest.raises(ConfigError, match="learning accepts"):
+        compare_config_from_dict(dict(mapping, learning={"evry": 3}))
+
+
+def test_a_setting_at_its_default_does_not_change_the_hash(tmp_path) -> None:
+    """A grid runs in slices across sessions: a key written out at its default value (as a field
+    added to the configs later would be) must not orphan the finished runs."""
+    compare = compare_config_from_dict(_mapping(tmp_path))
+    spec = compare.objectives[0]
+    explicit = _mapping(tmp_path)
+    explicit["base"]["train"]["max_grad_norm"] = 1.0  # the default
+    explicit["task"]["test_seed"] = 1234  # the default
+    other = compare_config_from_dict(explicit)
+    paths = (tmp_path / "r", tmp_path / "t.jsonl")
+    assert compare.run_hash(compare.run_config(spec, 0, *paths)) == other.run_hash(other.run_config(spec, 0, *paths))
+    explicit["base"]["train"]["max_grad_norm"] = 0.5
+    changed = compare_config_from_dict(explicit)
+    assert compare.run_hash(compare.run_config(spec, 0, *paths)) != changed.run_hash(changed.run_config(spec, 0, *paths))
+    with_checks = compare_config_from_dict(dict(_mapping(tmp_path), learning={"every": 200}))
+    assert with_checks.run_hash(with_checks.run_config(spec, 0, *paths)) != compare.run_hash(compare.run_config(spec, 0, *paths))
+
+
+def test_report_only_reports_the_finished_runs_and_trains_nothing(finished, monkeypatch, tmp_path) -> None:
+    compare, _, out = finished
+
+    def no_training(*args, **kwargs):
+        raise AssertionError("--report-only trained a run")
+
+    monkeypatch.setattr(numloss.train, "run_training", no_training)
+    compare.seeds = [0, 1]  # seed 1 was never run: it is left out, not trained
+    results = run_grid(compare, progress=False, finished_only=True)
+    assert [(r["label"], r["seed"]) for r in results] == [("mle", 0), ("del-a0.3", 0)]
+    compare.seeds = [0]
+    empty = compare_config_from_dict(_mapping(tmp_path / "none"))
+    with pytest.raises(ConfigError, match="no finished runs"):
+        run_comparison(empty, progress=False, print_table=False, finished_only=True)

@@ -14,7 +14,7 @@ from numloss.compare.report import (
     text_table,
     write_report,
 )
-from numloss.compare.stats import wilson_interval
+from numloss.compare.stats import fisher_exact_p, wilson_interval
 from numloss.compare.task import TEST_SETS
 
 
@@ -136,3 +136,40 @@ def test_write_report_files(tmp_path) -> None:
         assert name in report
     assert "![accuracy_mae](accuracy_mae.png)" in report
     assert summary["del"]["sets"]["longer"]["items"] == 200
+
+
+def _with_learning(result: dict, step: int, learnt: bool) -> dict:
+    result = copy.deepcopy(result)
+    result["max_steps"] = 1000
+    result["learning"] = {"checks": [[step, 0.9 if learnt else 0.1]], "learnt": learnt, "step": step,
+                          "threshold": 0.8, "every": 250, "slice_size": 50}
+    return result
+
+
+def test_learning_speed_section(tmp_path) -> None:
+    """Pass counts, the curve at quarters of the horizon, medians and the log-rank tests, by hand."""
+    from numloss.compare.survival import Outcome, logrank
+
+    mle = [_with_learning(_result("mle", s, 0.3, 5.0), 1000, False) for s in range(3)]
+    mle.append(_with_learning(_result("mle", 3, 0.9, 5.0), 750, True))
+    fast = [_with_learning(_result("del", s, 0.9, 5.0), 250 * (1 + s % 2), True) for s in range(4)]
+    summary = write_report(mle + fast, tmp_path, {"config": "x.yaml", "machine": "TEST-CPU (AVX2), torch 9"})
+    entry = summary["del"]["learning"]
+    assert entry["learnt"] == 4 and entry["runs"] == 4 and entry["median_steps"] == 250.0
+    assert summary["mle"]["learning"]["median_steps"] == math.inf
+    expected = logrank([[Outcome(250, True), Outcome(500, True)] * 2,
+                        [Outcome(1000, False)] * 3 + [Outcome(750, True)]])
+    assert entry["vs_baseline"]["logrank_p"] == pytest.approx(expected)
+    assert 0 < entry["vs_baseline"]["logrank_permutation_p"] <= 1
+    assert entry["vs_baseline"]["fisher_p"] == pytest.approx(fisher_exact_p(4, 4, 1, 4))
+    report = (tmp_path / "report.md").read_text()
+    assert "## Learning speed" in report
+    assert "| objective | runs | learnt by the end | by 250 | by 500 | by 750 | by 1000 |" in report
+    assert "| mle | 4 | 1 of 4 | 0 % | 0 % | 25 % | 25 % | > horizon n/a | - | - | - |" in report
+    assert f"| del | 4 | 4 of 4 | 50 % | 100 % | 100 % | 100 % | 250 n/a | {expected:.3f} |" in report
+    # every table names the machine
+    assert report.count("_Machine: TEST-CPU (AVX2), torch 9._") == 1 + 3 + 1
+    # the per-run table gives the step each run learnt at
+    assert "| mle | 30.0 / 1.500 / - | 30.0 / 1.500 / - | 30.0 / 1.500 / - | 90.0 / 1.500 / 750 |" in report
+    for name in ("learnt_by_step.png", "exact_match_per_seed.png"):
+        assert (tmp_path / name).stat().st_size > 0, name

@@ -11,7 +11,6 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import logging
-import platform
 import sys
 import time
 from pathlib import Path
@@ -22,22 +21,19 @@ from numloss.config import ConfigError
 __all__ = ["main", "run_comparison"]
 
 
-def _machine() -> str:
-    import os
-
-    import torch
-
-    device = f"CUDA {torch.cuda.get_device_name(0)}" if torch.cuda.is_available() else "CPU"
-    return f"{platform.machine()} {device}, {os.cpu_count()} cores, torch {torch.__version__}"
-
-
-def run_comparison(compare: Any, progress: bool = True, print_table: bool = True) -> dict[str, Any]:
-    """Run the grid of `compare` (a CompareConfig), write the report; returns the summary."""
+def run_comparison(
+    compare: Any, progress: bool = True, print_table: bool = True, finished_only: bool = False
+) -> dict[str, Any]:
+    """Run the grid of `compare` (a CompareConfig), write the report; returns the summary.
+    `finished_only`: train nothing, report the runs already finished."""
+    from numloss.compare.machine import machine_info, machine_line
     from numloss.compare.report import text_table, write_report
     from numloss.compare.runner import run_grid
 
     started = time.perf_counter()
-    results = run_grid(compare, progress=progress)
+    results = run_grid(compare, progress=progress, finished_only=finished_only)
+    if not results:
+        raise ConfigError(f"no finished runs of this grid in {compare.output_dir}/runs to report")
     base = compare.base
     train = base.get("train", {})
     task = compare.task
@@ -47,17 +43,13 @@ def run_comparison(compare: Any, progress: bool = True, print_table: bool = True
         "seeds": compare.seeds,
         "objectives": [dataclasses.asdict(s) for s in compare.objectives],
         "task": task.to_dict(),
-        "task_text": (
-            f"operations {task.train.operations!r}, {task.train.digits} significant digits per operand, "
-            f"{100 * task.train.decimal_share:.0f}% of items with {task.train.decimal_places} decimal place(s); "
-            f"{task.train_size} training items per seed, {task.test_size} items per held-out set"
-        ),
+        "task_text": task.describe(),
         "train_text": (
             f"{train.get('max_steps')} steps x batch {train.get('batch_size')}, lr {train.get('learning_rate')}, "
             f"{'LoRA' if base.get('lora', {}).get('enabled') else 'full fine-tuning'}"
         ),
         "finished": time.strftime("%Y-%m-%d %H:%M"),
-        "machine": _machine(),
+        "machine_info": machine_info(),
         "torch_threads": compare.torch_threads,
         "jobs": compare.jobs,
         "wall_seconds": time.perf_counter() - started,
@@ -65,10 +57,21 @@ def run_comparison(compare: Any, progress: bool = True, print_table: bool = True
         "run_seconds": sum(r["seconds"].get("total", r["seconds"].get("train", 0.0)) for r in results),
         "runs": len(results),
     }
+    meta["machine"] = machine_line(meta["machine_info"])
+    if compare.learning is not None:
+        meta["learning"] = dataclasses.asdict(compare.learning)
+        meta["max_steps"] = train.get("max_steps")
     summary = write_report(results, compare.output_dir, meta)
     if print_table:
-        print(f"\nin-distribution held-out set ({task.test_size} items per run); best marked *:")
-        print(text_table(summary, "in_distribution"))
+        from numloss.compare.report import learning_table
+
+        learning = learning_table(summary, f"_Machine: {meta['machine']}._")
+        if learning:
+            print("\n" + "\n".join(learning[2:]))  # the section without its heading
+        first = next(iter(next(iter(summary.values()))["sets"]), None) if summary else None
+        if first is not None:
+            print(f"\n{first} (held-out) of every run; best marked *:")
+            print(text_table(summary, first))
         print(f"\nreport: {compare.output_dir / 'report.md'} (all held-out sets, plots, results.json)")
     return summary
 
@@ -82,6 +85,15 @@ def build_parser(prog: str = "numloss compare") -> argparse.ArgumentParser:
     parser.add_argument("--out", help="report folder (default: the config's output_dir)")
     parser.add_argument("--steps", type=int, help="override train.max_steps of every run")
     parser.add_argument("--jobs", type=int, help="runs trained at once, one process each (default: the config's, 1)")
+    parser.add_argument(
+        "--smoke", action="store_true",
+        help="a seconds-long check of the config's code path on CPU: the tiny model, 2 steps of batch 2, one seed, "
+        "a few evaluation items, a learning check every step (numbers mean nothing)",
+    )
+    parser.add_argument(
+        "--report-only", action="store_true",
+        help="train nothing: write the report of the runs of this grid already finished (a grid run in slices)",
+    )
     parser.add_argument("--threads", type=int, help="torch CPU threads per run (= the config's torch_threads)")
     parser.add_argument("--no-progress", action="store_true", help="no progress bars")
     parser.add_argument("--verbose", action="store_true", help="show the training logs of each run")
@@ -100,7 +112,8 @@ def resolve(args: argparse.Namespace, default_config: str | None = "configs/comp
     if path is None and default_config and Path(default_config).is_file():
         path = default_config
     compare = load_compare_config(path)
-    if args.model or args.steps or args.out:
+    smoke = getattr(args, "smoke", False)
+    if args.model or args.steps or args.out or smoke:
         base = {k: dict(v) if isinstance(v, dict) else v for k, v in compare.base.items()}
         if args.model:
             base.setdefault("model", {})["name"] = args.model
@@ -112,10 +125,13 @@ def resolve(args: argparse.Namespace, default_config: str | None = "configs/comp
             "objectives": [dataclasses.asdict(s) for s in compare.objectives],
             "seeds": compare.seeds,
             "evaluation": dataclasses.asdict(compare.evaluation),
+            "learning": None if compare.learning is None else dataclasses.asdict(compare.learning),
             "torch_threads": compare.torch_threads,
             "jobs": compare.jobs,
             "output_dir": args.out or str(compare.output_dir),
         }
+        if smoke:
+            _shrink_for_smoke(mapping, out_given=bool(args.out))
         compare = compare_config_from_dict(mapping, compare.source)
     if args.objectives:
         names = [n.strip() for n in args.objectives.split(",") if n.strip()]
@@ -134,6 +150,29 @@ def resolve(args: argparse.Namespace, default_config: str | None = "configs/comp
         except ValueError:
             raise ConfigError(f"--seeds must be comma-separated integers, got {args.seeds!r}") from None
     return compare
+
+
+def _shrink_for_smoke(mapping: dict[str, Any], out_given: bool) -> None:
+    """`--smoke`: the same grid and code path, cut to seconds on a CPU (see the flag's help)."""
+    base = mapping["base"]
+    base["model"] = {"name": "tiny", "tiny_layers": 1, "tiny_hidden": 32, "tiny_heads": 2}
+    base["train"] = {**base.get("train", {}), "max_steps": 2, "batch_size": 2, "logging_steps": 1, "bf16": False,
+                     "progress_bar": False}
+    base.setdefault("data", {})["max_length"] = min(int(base.get("data", {}).get("max_length", 512)), 512)
+    base.pop("lora", None)
+    task = mapping["task"]
+    task["train_size"] = 8
+    if task.get("kind") == "word_problems":
+        task.update({"benchmark_limit": 3, "max_new_tokens": 12, "eval_batch_size": 8})
+    else:
+        task["test_size"] = 16
+    mapping["seeds"] = mapping["seeds"][:1]
+    mapping["evaluation"] = {**mapping["evaluation"], "batch_size": 64, "teacher_forced_batch_size": 64}
+    if mapping["learning"] is not None:
+        mapping["learning"] = {**mapping["learning"], "every": 1, "slice_size": 4, "batch_size": 4}
+    mapping["jobs"], mapping["torch_threads"] = 1, 1
+    if not out_given:
+        mapping["output_dir"] = str(mapping["output_dir"]).rstrip("/") + "-smoke"
 
 
 def quiet_training_logs() -> None:
@@ -159,5 +198,9 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     if not args.verbose:
         quiet_training_logs()
-    run_comparison(compare, progress=not args.no_progress)
+    try:
+        run_comparison(compare, progress=not args.no_progress, finished_only=args.report_only)
+    except ConfigError as error:
+        print(f"numloss compare: {error}", file=sys.stderr)
+        return 2
     return 0

@@ -1,10 +1,15 @@
 """The comparison's configuration: one YAML file describing the grid.
 
     base:          a `numloss train` config (model, data, train, lora sections), shared by all runs
-    task:          numloss.compare.task.ArithmeticTask fields (training distribution, set sizes)
+    task:          numloss.compare.task.ArithmeticTask fields (training distribution, set sizes), or
+                   `kind: word_problems` and numloss.compare.word_task.WordProblemTask fields
+                   (chat-template word problems scored on GSM8K / SVAMP items)
     objectives:    a list of {label, name, alpha, options}: one column of the grid each
     seeds:         [0, 1, 2]: each objective is trained once per seed (data order and init)
     evaluation:    {batch_size, teacher_forced_batch_size, embeddings}
+    learning:      {every, slice_size, threshold, stop_early, batch_size}: the checks during
+                   training of whether a run has learnt the task (numloss.compare.learning);
+                   null: none (only the final evaluation)
     torch_threads: CPU threads for torch (null: torch's default). 1 is the right number for the
                    tiny model on a shared machine: with more threads than free cores, every op
                    waits at a barrier for a descheduled thread (measured 13x slower on 2 busy cores)
@@ -27,11 +32,12 @@ from typing import Any
 
 import yaml
 
-from numloss.compare.task import ArithmeticTask
+from numloss.compare.learning import LearningCheck
+from numloss.compare.word_task import task_from_dict
 from numloss.config import Config, ConfigError, config_from_dict
 
 #: bump when what a result file holds changes, so old results are recomputed, not misread
-RESULT_SCHEMA = 1
+RESULT_SCHEMA = 2  # 2: the learning checks during training
 
 
 @dataclass(frozen=True)
@@ -61,7 +67,7 @@ class EvaluationSettings:
 @dataclass
 class CompareConfig:
     base: dict[str, Any]
-    task: ArithmeticTask
+    task: Any  # ArithmeticTask or WordProblemTask
     objectives: list[ObjectiveSpec]
     seeds: list[int]
     evaluation: EvaluationSettings
@@ -69,6 +75,7 @@ class CompareConfig:
     source: str = "<defaults>"
     torch_threads: int | None = None
     jobs: int = 1
+    learning: LearningCheck | None = None
 
     def run_config(self, spec: ObjectiveSpec, seed: int, run_dir: Path, train_file: Path) -> Config:
         """The validated training config of one run (objective `spec`, `seed`, folder `run_dir`)."""
@@ -87,15 +94,39 @@ class CompareConfig:
         return config
 
     def run_hash(self, config: Config) -> str:
-        """What decides whether a finished run can be reused: everything but where it was written."""
-        payload = config.to_dict()
-        payload["train"] = {k: v for k, v in payload["train"].items() if k not in ("output_dir", "resume")}
-        payload["data"] = {k: v for k, v in payload["data"].items() if k != "source"}
-        payload["task"] = self.task.to_dict()
-        payload["evaluation"] = asdict(self.evaluation)
+        """What decides whether a finished run can be reused: everything but where it was written
+        and how it was displayed. Settings at their default value are left out, so a field added
+        to the configs later (at a default that keeps today's behaviour) does not orphan the
+        finished runs of a grid that runs in slices across sessions; a change of behaviour under
+        an unchanged setting must bump RESULT_SCHEMA instead."""
+        payload = _non_default(config.to_dict(), Config().to_dict())
+        for key in ("output_dir", "resume", "progress_bar"):
+            payload.get("train", {}).pop(key, None)
+        payload.get("data", {}).pop("source", None)
+        payload["task"] = _non_default(self.task.to_dict(), type(self.task)().to_dict())
+        payload["evaluation"] = _non_default(asdict(self.evaluation), asdict(EvaluationSettings()))
+        if self.learning is not None:
+            payload["learning"] = _non_default(asdict(self.learning), asdict(LearningCheck()))
         payload["schema"] = RESULT_SCHEMA
         text = json.dumps(payload, sort_keys=True, default=str)
         return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+def _non_default(values: dict[str, Any], defaults: dict[str, Any]) -> dict[str, Any]:
+    """The entries of `values` that differ from `defaults` (nested mappings compared per key)."""
+    kept: dict[str, Any] = {}
+    for key, value in values.items():
+        default = defaults.get(key, _MISSING)
+        if isinstance(value, dict) and isinstance(default, dict):
+            inner = _non_default(value, default)
+            if inner:
+                kept[key] = inner
+        elif value != default:
+            kept[key] = value
+    return kept
+
+
+_MISSING = object()
 
 
 def _objectives(items: Any, origin: str) -> list[ObjectiveSpec]:
@@ -132,6 +163,7 @@ DEFAULTS: dict[str, Any] = {
     "objectives": ["mle", "del"],
     "seeds": [0],
     "evaluation": {},
+    "learning": None,
     "torch_threads": None,
     "jobs": 1,
     "output_dir": "runs/compare",
@@ -168,7 +200,7 @@ def compare_config_from_dict(mapping: dict[str, Any], origin: str = "config") ->
         if forbidden in base:
             raise ConfigError(f"{origin}: base.{forbidden} is set per run from `objectives`; remove it from base")
     try:
-        task = ArithmeticTask.from_dict(mapping.get("task"))
+        task = task_from_dict(mapping.get("task"))
     except (TypeError, ValueError) as error:
         raise ConfigError(f"{origin}: {error}") from None
     seeds = mapping.get("seeds", [0])
@@ -181,6 +213,20 @@ def compare_config_from_dict(mapping: dict[str, Any], origin: str = "config") ->
         raise ConfigError(
             f"{origin}: evaluation accepts {', '.join(EvaluationSettings.__dataclass_fields__)}; got {evaluation_map!r}"
         ) from None
+    learning_map = mapping.get("learning")
+    learning = None
+    if learning_map is not None:
+        if not isinstance(learning_map, dict):
+            raise ConfigError(f"{origin}: learning must be a mapping ({', '.join(LearningCheck.__dataclass_fields__)}) or null")
+        try:
+            learning = LearningCheck(**learning_map)
+            learning.check()
+        except TypeError:
+            raise ConfigError(
+                f"{origin}: learning accepts {', '.join(LearningCheck.__dataclass_fields__)}; got {learning_map!r}"
+            ) from None
+        except ValueError as error:
+            raise ConfigError(f"{origin}: {error}") from None
     threads = mapping.get("torch_threads")
     if threads is not None and (not isinstance(threads, int) or threads < 1):
         raise ConfigError(f"{origin}: torch_threads must be a positive integer or null, got {threads!r}")
@@ -195,6 +241,7 @@ def compare_config_from_dict(mapping: dict[str, Any], origin: str = "config") ->
         objectives=_objectives(mapping.get("objectives"), origin),
         seeds=list(dict.fromkeys(seeds)),
         evaluation=evaluation,
+        learning=learning,
         output_dir=Path(mapping.get("output_dir") or "runs/compare"),
         source=origin,
     )

@@ -18,7 +18,22 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from numloss.compare.stats import finite, mann_whitney_p, seed_interval, wilson_interval
+from numloss.compare.stats import (
+    finite,
+    fisher_exact_p,
+    mann_whitney_p,
+    seed_interval,
+    wilson_interval,
+)
+from numloss.compare.survival import (
+    Outcome,
+    learnt_by_step,
+    logrank,
+    logrank_permutation_p,
+    median_interval,
+    median_steps,
+    share_learnt,
+)
 from numloss.compare.task import TEST_SETS
 
 # (key in an evaluation, column title, scale for display, better: "max" / "min" / None, format)
@@ -76,7 +91,7 @@ def aggregate(results: Sequence[dict[str, Any]]) -> dict[str, Any]:
         entry["runs"].append(result)
     for entry in summary.values():
         runs = entry.pop("runs")
-        for name in TEST_SETS:
+        for name in set_names(runs):
             evaluations = [r["evaluation"][name] for r in runs if name in r["evaluation"]]
             if not evaluations:
                 continue
@@ -91,24 +106,104 @@ def aggregate(results: Sequence[dict[str, Any]]) -> dict[str, Any]:
             metrics["exact_match_ci95_seeds"] = intervals["seeds"]
             metrics["items"] = sum(e["n"] for e in evaluations)
             entry["sets"][name] = metrics
-        entry["per_seed"] = [
-            {
-                "seed": r["seed"],
-                "exact_match": r["evaluation"].get("in_distribution", {}).get("exact_match"),
-                "final_ce": final_training_ce(r["curve"]),
-            }
-            for r in runs
-        ]
+        entry["per_seed"] = [_per_seed(r) for r in runs]
         orders = [_order_scores(r.get("embeddings") or {}) for r in runs]
         if any(orders):
             entry["embedding_order"] = {
                 when: dict(zip(("mean", "std"), mean_std([o.get(when) for o in orders]), strict=True))
                 for when in ("before", "after")
             }
+        learning = _learning_entry(runs)
+        if learning is not None:
+            entry["learning"] = learning
         entry["train_seconds"] = mean_std([r["seconds"]["train"] for r in runs])[0]
+        entry["cpu_seconds"] = mean_std([r["seconds"].get("cpu") for r in runs])[0]
+        entry["steps"] = mean_std([r.get("steps") for r in runs])[0]
         entry["tokens_per_second"] = mean_std([r["train_metrics"].get("tokens_per_second") for r in runs])[0]
     _compare_with_baseline(summary)
+    _compare_learning(summary)
     return summary
+
+
+#: Monte Carlo relabellings of the permutation log-rank p (seeded; its own sd at p = 0.05 is 0.003)
+PERMUTATIONS = 5000
+
+
+def outcomes_of(runs: Sequence[dict[str, Any]]) -> list[Outcome]:
+    """The (step, learnt) outcome of every run that has learning checks."""
+    return [Outcome(int(r["learning"]["step"]), bool(r["learning"]["learnt"])) for r in runs if r.get("learning")]
+
+
+def _per_seed(run: dict[str, Any]) -> dict[str, Any]:
+    """One run's line of the per-run table; `learnt_at`: the step it learnt the task (None: not by
+    its horizon), only for runs with learning checks."""
+    row = {
+        "seed": run["seed"],
+        "exact_match": primary_evaluation(run).get("exact_match"),
+        "final_ce": final_training_ce(run["curve"]),
+    }
+    if run.get("learning"):
+        row["learnt_at"] = run["learning"]["step"] if run["learning"]["learnt"] else None
+    return row
+
+
+def _learning_entry(runs: Sequence[dict[str, Any]]) -> dict[str, Any] | None:
+    """Learning speed of one objective's runs (None when they have no learning checks)."""
+    checked = [r for r in runs if r.get("learning")]
+    if not checked:
+        return None
+    outcomes = outcomes_of(checked)
+    try:
+        interval = list(median_interval(outcomes))
+    except ValueError:  # runs of different horizons: no distribution-free interval
+        interval = [float("nan"), float("nan")]
+    horizon = max(int(r.get("max_steps") or r["learning"]["step"]) for r in checked)
+    return {
+        "runs": len(outcomes),
+        "learnt": sum(o.learnt for o in outcomes),
+        "horizon": horizon,
+        "threshold": checked[0]["learning"]["threshold"],
+        "every": checked[0]["learning"]["every"],
+        "outcomes": [[r["seed"], o.step, o.learnt] for r, o in zip(checked, outcomes, strict=True)],
+        "curve": learnt_by_step(outcomes),
+        "median_steps": median_steps(outcomes),
+        "median_ci95": interval,
+    }
+
+
+def _compare_learning(summary: dict[str, Any]) -> None:
+    """Log-rank tests on the whole learnt-by-step curves: every objective against the first (the
+    baseline), and all objectives at once; Fisher's exact test on the learnt-by-the-end counts."""
+    labelled = [(label, e) for label, e in summary.items() if "learning" in e]
+    if len(labelled) < 2:
+        return
+    groups = {label: [Outcome(step, learnt) for _, step, learnt in e["learning"]["outcomes"]] for label, e in labelled}
+    baseline = labelled[0][0]
+    for label, entry in labelled[1:]:
+        pair = [groups[label], groups[baseline]]
+        base = summary[baseline]["learning"]
+        entry["learning"]["vs_baseline"] = {
+            "baseline": baseline,
+            "logrank_p": logrank(pair),
+            "logrank_permutation_p": logrank_permutation_p(pair, PERMUTATIONS),
+            "fisher_p": fisher_exact_p(entry["learning"]["learnt"], entry["learning"]["runs"], base["learnt"], base["runs"]),
+        }
+    summary[baseline]["learning"]["all_objectives_logrank_p"] = logrank(list(groups.values()))
+
+
+def set_names(results: Sequence[dict[str, Any]]) -> list[str]:
+    """The held-out sets the runs were scored on: the arithmetic task's in its order, then any
+    others (benchmarks) in the order the runs list them."""
+    seen = list(dict.fromkeys(name for r in results for name in r["evaluation"]))
+    return [s for s in TEST_SETS if s in seen] + [s for s in seen if s not in TEST_SETS]
+
+
+def primary_evaluation(run: dict[str, Any]) -> dict[str, Any]:
+    """The set a run's headline exact match comes from: in_distribution, else its first set."""
+    evaluation = run["evaluation"]
+    if "in_distribution" in evaluation:
+        return evaluation["in_distribution"]
+    return next(iter(evaluation.values()), {})
 
 
 def _in_distribution_exact_matches(entry: dict[str, Any]) -> list[float]:
@@ -145,8 +240,14 @@ def _cell(metric: dict[str, Any], scale: float, fmt: str) -> str:
 
 
 def table_rows(summary: dict[str, Any], set_name: str, bold: bool = True) -> tuple[list[str], list[list[str]]]:
-    """Header and rows of one held-out set's table; best means marked (bold or '*')."""
-    header = ["objective", "seeds"] + [title for _, title, *_ in COLUMNS]
+    """Header and rows of one held-out set's table; best means marked (bold or '*'). A metric no
+    run has (a benchmark scores exact match only) gets no column."""
+    entries = [e for e in summary.values() if set_name in e["sets"]]
+    columns = [
+        c for c in COLUMNS
+        if c[0] == "exact_match" or any(math.isfinite(e["sets"][set_name][c[0]]["mean"]) for e in entries)
+    ]
+    header = ["objective", "seeds"] + [title for _, title, *_ in columns]
     header.insert(3, "exact match 95% CI")
     rows = []
     for label, entry in summary.items():
@@ -154,7 +255,7 @@ def table_rows(summary: dict[str, Any], set_name: str, bold: bool = True) -> tup
             continue
         metrics = entry["sets"][set_name]
         row = [label, str(len(entry["seeds"]))]
-        for key, _, scale, better, fmt in COLUMNS:
+        for key, _, scale, better, fmt in columns:
             text = _cell(metrics[key], scale, fmt)
             best = _best(summary, set_name, key, better)
             if best is not None and math.isclose(metrics[key]["mean"], best, rel_tol=1e-12, abs_tol=1e-15):
@@ -210,13 +311,14 @@ def markdown_report(summary: dict[str, Any], meta: dict[str, Any], plots: Sequen
         "answer's digits (entropy of the 10-digit softmax, nats, max ln 10 = 2.303).",
         "",
     ]
-    for name in TEST_SETS:
-        if not any(name in e["sets"] for e in summary.values()):
-            continue
+    machine = f"_Machine: {meta.get('machine', 'not recorded')}._"
+    lines += learning_table(summary, machine)
+    for name in dict.fromkeys(n for e in summary.values() for n in e["sets"]):
         items = next(e["sets"][name]["items"] for e in summary.values() if name in e["sets"])
         lines += [f"## {SET_TITLES.get(name, name)}", "", f"{items} items per objective (all seeds).", ""]
-        lines += [markdown_table(summary, name), ""]
-    lines += per_seed_table(summary)
+        lines += [markdown_table(summary, name), "", machine, ""]
+    per_run = per_seed_table(summary)
+    lines += per_run[:-1] + (["", machine, ""] if per_run else [])
     lines += embedding_table(summary)
     lines += ["## Objectives", ""]
     for label, entry in summary.items():
@@ -225,7 +327,10 @@ def markdown_report(summary: dict[str, Any], meta: dict[str, Any], plots: Sequen
         alpha = "default" if o.get("alpha") is None else f"{o['alpha']:g}"
         lines.append(
             f"- `{label}`: {o['name']}, alpha {alpha}{', ' + options if options else ''}; "
-            f"{entry['train_seconds']:.0f} s per run, {entry['tokens_per_second'] or float('nan'):.0f} tokens/s"
+            f"{entry['train_seconds']:.0f} s of training per run (wall), "
+            + (f"{entry['cpu_seconds']:.0f} CPU-s per run, " if math.isfinite(entry.get("cpu_seconds", math.nan)) else "")
+            + f"{entry.get('steps', math.nan):.0f} steps per run (mean), "
+            f"{entry['tokens_per_second'] or float('nan'):.0f} tokens/s"
         )
     lines += ["", "## Plots", ""]
     lines += [f"![{p.stem}]({p.name})" for p in plots]
@@ -239,10 +344,13 @@ def per_seed_table(summary: dict[str, Any]) -> list[str]:
     if not seeds:
         return []
     baseline = next(iter(summary))
+    learning = any("learning" in e for e in summary.values())
     lines = [
         "## Per run",
         "",
-        f"In-distribution exact match % / training ce (mean of the last {FINAL_CE_POINTS} logged steps). "
+        f"In-distribution exact match % / training ce (mean of the last {FINAL_CE_POINTS} logged steps)"
+        + (" / the step at which the run learnt the task (-: not by the end)" if learning else "")
+        + ". "
         f"Last column: the exact two-sided Mann-Whitney p that the objective's per-seed exact matches "
         f"and `{baseline}`'s come from one distribution (uncorrected for the number of objectives; "
         f"needs 2+ seeds each).",
@@ -256,11 +364,69 @@ def per_seed_table(summary: dict[str, Any]) -> list[str]:
         for seed in seeds:
             run = by_seed.get(seed)
             em = run and run["exact_match"]
-            cells.append("" if run is None else f"{100 * em:.1f} / {run['final_ce']:.3f}" if em is not None else "n/a")
+            if run is None:
+                cells.append("")
+                continue
+            text = f"{100 * em:.1f} / {run['final_ce']:.3f}" if em is not None else "n/a"
+            if "learnt_at" in run:
+                text += f" / {run['learnt_at']}" if run["learnt_at"] is not None else " / -"
+            cells.append(text)
         p = entry.get("vs_baseline", {}).get("mann_whitney_p", float("nan"))
         cells.append("-" if label == baseline else f"{p:.3f}" if math.isfinite(p) else "n/a")
         lines.append(f"| {label} | " + " | ".join(cells) + " |")
     return lines + [""]
+
+
+def _steps(value: float) -> str:
+    return "n/a" if math.isnan(value) else "> horizon" if math.isinf(value) else f"{value:.0f}"
+
+
+def learning_table(summary: dict[str, Any], machine: str = "") -> list[str]:
+    """report.md lines: learning speed per objective (pass counts, the learnt-by-step curve at
+    quarters of the horizon, the median steps-to-learn with its interval, the log-rank tests)."""
+    rows = [(label, e["learning"]) for label, e in summary.items() if "learning" in e]
+    if not rows:
+        return []
+    first = rows[0][1]
+    horizon = max(r["horizon"] for _, r in rows)
+    marks = sorted({horizon * k // 4 for k in (1, 2, 3, 4)} - {0})
+    baseline = rows[0][0]
+    lines = [
+        "## Learning speed",
+        "",
+        f"A run has **learnt the task** at the first check (every {first['every']} steps, on a fixed held-out "
+        f"slice apart from the test sets) whose exact match is >= {100 * first['threshold']:.0f} %; it stops there. "
+        "Learnt by step s: the share of runs (Kaplan-Meier; runs that never learnt are censored at the horizon). "
+        "Median steps to learn with its distribution-free 95 % interval (order statistics; n/a below 6 runs; "
+        "'> horizon': fewer than half learnt, or the interval reaches past the horizon). "
+        f"Log-rank p against `{baseline}` on the whole curves: chi-square and permutation "
+        f"({PERMUTATIONS} seeded relabellings); Fisher p on the learnt-by-the-end counts. Two-sided, uncorrected "
+        "for the number of objectives (multiply by it for Bonferroni).",
+        "",
+        "| objective | runs | learnt by the end | "
+        + " | ".join(f"by {m}" for m in marks)
+        + " | median steps [95% CI] | log-rank p | permutation p | Fisher p |",
+        "|---|---|---|" + "---|" * len(marks) + "---|---|---|---|",
+    ]
+    for label, r in rows:
+        outcomes = [Outcome(step, learnt) for _, step, learnt in r["outcomes"]]
+        shares = " | ".join(f"{100 * share_learnt(outcomes, m):.0f} %" for m in marks)
+        low, high = r["median_ci95"]
+        interval = "n/a" if math.isnan(low) else f"[{_steps(low)}, {_steps(high)}]"
+        test = r.get("vs_baseline")
+
+        def p(key: str, test: dict[str, Any] | None = test) -> str:
+            return "-" if test is None else f"{test[key]:.3f}" if math.isfinite(test[key]) else "n/a"
+
+        lines.append(
+            f"| {label} | {r['runs']} | {r['learnt']} of {r['runs']} | {shares} | {_steps(r['median_steps'])} {interval} | "
+            f"{p('logrank_p')} | {p('logrank_permutation_p')} | {p('fisher_p')} |"
+        )
+    overall = first.get("all_objectives_logrank_p")
+    if overall is not None and math.isfinite(overall):
+        lines += ["", f"Log-rank test of all {len(rows)} objectives at once (chi-square, {len(rows) - 1} df): p = {overall:.3g}."]
+    lines += ["", machine, ""] if machine else [""]
+    return lines
 
 
 def embedding_table(summary: dict[str, Any]) -> list[str]:
@@ -286,7 +452,14 @@ def embedding_table(summary: dict[str, Any]) -> list[str]:
 
 
 def _plots(summary: dict[str, Any], results: Sequence[dict[str, Any]], out: Path) -> list[Path]:
-    import matplotlib
+    try:
+        import matplotlib
+    except ImportError:  # a GPU box without it: the tables are written, the plots can be redrawn
+        print(
+            "numloss compare: matplotlib is not installed, so no plots; redraw them elsewhere with "
+            f"`python -m numloss.compare.report {out / 'results.json'}`"
+        )
+        return []
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
@@ -295,7 +468,7 @@ def _plots(summary: dict[str, Any], results: Sequence[dict[str, Any]], out: Path
 
     labels = list(summary)
     paths: list[Path] = []
-    sets = [s for s in TEST_SETS if any(s in e["sets"] for e in summary.values())]
+    sets = list(dict.fromkeys(n for e in summary.values() for n in e["sets"]))
     width = 0.8 / max(1, len(sets))
 
     fig, axes = plt.subplots(1, 2, figsize=(max(8, 1.3 * len(labels) + 4), 3.6))
@@ -321,52 +494,53 @@ def _plots(summary: dict[str, Any], results: Sequence[dict[str, Any]], out: Path
     fig.savefig(paths[-1], dpi=110)
     plt.close(fig)
 
-    columns = min(4, len(labels))
-    rows = -(-len(labels) // columns)
-    fig, axes = plt.subplots(rows, columns, figsize=(3 * columns, 2.3 * rows), squeeze=False, sharex=True)
-    for ax in axes.flat[len(labels) :]:
-        ax.axis("off")
-    for ax, label in zip(axes.flat, labels, strict=False):
-        counts: list[float] = []
-        edges: list[float] = []
-        for r in results:
-            if r["label"] == label:
-                hist = r["evaluation"]["in_distribution"]["digit_entropy_histogram"]
-                edges = hist["edges"]
-                counts = [a + b for a, b in zip(counts, hist["counts"], strict=False)] if counts else list(hist["counts"])
-        total = sum(counts) or 1
-        ax.bar(edges[:-1], [c / total for c in counts], width=edges[1] - edges[0], align="edge")
-        mean = summary[label]["sets"]["in_distribution"]["digit_entropy"]["mean"]
-        ax.set_title(f"{label}: mean {mean:.3f} nats", fontsize=8)
-        ax.tick_params(labelsize=7)
-    fig.suptitle("teacher-forced digit entropy at the gold digits (in-distribution, all seeds)", fontsize=9)
-    fig.tight_layout()
-    paths.append(out / "digit_entropy.png")
-    fig.savefig(paths[-1], dpi=110)
-    plt.close(fig)
-
-    fig, axes = plt.subplots(1, len(sets), figsize=(4 * len(sets), 3.2), squeeze=False)
-    for ax, name in zip(axes[0], sets, strict=False):
-        for label in labels:
-            pooled: dict[int, list[int]] = {}
+    if "in_distribution" in sets:  # the arithmetic task's digit statistics (benchmarks have none)
+        columns = min(4, len(labels))
+        rows = -(-len(labels) // columns)
+        fig, axes = plt.subplots(rows, columns, figsize=(3 * columns, 2.3 * rows), squeeze=False, sharex=True)
+        for ax in axes.flat[len(labels) :]:
+            ax.axis("off")
+        for ax, label in zip(axes.flat, labels, strict=False):
+            counts: list[float] = []
+            edges: list[float] = []
             for r in results:
                 if r["label"] == label:
-                    for place, (c, t) in r["evaluation"][name]["place_accuracy"].items():
-                        pooled.setdefault(int(place), [0, 0])
-                        pooled[int(place)][0] += c
-                        pooled[int(place)][1] += t
-            places = sorted(pooled, reverse=True)
-            ax.plot(range(len(places)), [100 * pooled[p][0] / pooled[p][1] for p in places], marker="o", label=label)
-            ax.set_xticks(range(len(places)))
-            ax.set_xticklabels([str(p) for p in places], fontsize=7)
-        ax.set_title(f"{name}: accuracy by place (generated)", fontsize=9)
-        ax.set_xlabel("place (units 0, first decimal -1)", fontsize=8)
-    axes[0][0].set_ylabel("%")
-    axes[0][-1].legend(fontsize=6)
-    fig.tight_layout()
-    paths.append(out / "place_accuracy.png")
-    fig.savefig(paths[-1], dpi=110)
-    plt.close(fig)
+                    hist = r["evaluation"]["in_distribution"]["digit_entropy_histogram"]
+                    edges = hist["edges"]
+                    counts = [a + b for a, b in zip(counts, hist["counts"], strict=False)] if counts else list(hist["counts"])
+            total = sum(counts) or 1
+            ax.bar(edges[:-1], [c / total for c in counts], width=edges[1] - edges[0], align="edge")
+            mean = summary[label]["sets"]["in_distribution"]["digit_entropy"]["mean"]
+            ax.set_title(f"{label}: mean {mean:.3f} nats", fontsize=8)
+            ax.tick_params(labelsize=7)
+        fig.suptitle("teacher-forced digit entropy at the gold digits (in-distribution, all seeds)", fontsize=9)
+        fig.tight_layout()
+        paths.append(out / "digit_entropy.png")
+        fig.savefig(paths[-1], dpi=110)
+        plt.close(fig)
+
+        fig, axes = plt.subplots(1, len(sets), figsize=(4 * len(sets), 3.2), squeeze=False)
+        for ax, name in zip(axes[0], sets, strict=False):
+            for label in labels:
+                pooled: dict[int, list[int]] = {}
+                for r in results:
+                    if r["label"] == label:
+                        for place, (c, t) in r["evaluation"][name]["place_accuracy"].items():
+                            pooled.setdefault(int(place), [0, 0])
+                            pooled[int(place)][0] += c
+                            pooled[int(place)][1] += t
+                places = sorted(pooled, reverse=True)
+                ax.plot(range(len(places)), [100 * pooled[p][0] / pooled[p][1] for p in places], marker="o", label=label)
+                ax.set_xticks(range(len(places)))
+                ax.set_xticklabels([str(p) for p in places], fontsize=7)
+            ax.set_title(f"{name}: accuracy by place (generated)", fontsize=9)
+            ax.set_xlabel("place (units 0, first decimal -1)", fontsize=8)
+        axes[0][0].set_ylabel("%")
+        axes[0][-1].legend(fontsize=6)
+        fig.tight_layout()
+        paths.append(out / "place_accuracy.png")
+        fig.savefig(paths[-1], dpi=110)
+        plt.close(fig)
 
     fig, axes = plt.subplots(1, 2, figsize=(10, 3.4))
     for label in labels:
@@ -391,10 +565,65 @@ def _plots(summary: dict[str, Any], results: Sequence[dict[str, Any]], out: Path
 
     panels: dict[str, dict[str, Any]] = {}
     for label in labels:
-        first = next((r for r in results if r["label"] == label and r["embeddings"].get("after")), None)
+        first = next((r for r in results if r["label"] == label and (r.get("embeddings") or {}).get("after")), None)
         if first is not None:
             panels[label] = first["embeddings"]
     paths += plot_embeddings(panels, out)
+    paths += _learning_plots(summary, results, out, plt)
+    return paths
+
+
+def _learning_plots(summary: dict[str, Any], results: Sequence[dict[str, Any]], out: Path, plt: Any) -> list[Path]:
+    """learnt_by_step.png (one step curve per objective) and exact_match_per_seed.png (a box per
+    objective with every seed's exact match as a dot beside it: bimodal outcomes stay visible)."""
+    paths: list[Path] = []
+    labels = list(summary)
+    learning = [(label, summary[label]["learning"]) for label in labels if "learning" in summary[label]]
+    if learning:
+        fig, ax = plt.subplots(figsize=(7.5, 4.2))
+        styles = ["-", "--", "-.", ":"]
+        for i, (label, entry) in enumerate(learning):
+            steps = [s for s, _ in entry["curve"]] + [entry["horizon"]]
+            shares = [100 * v for _, v in entry["curve"]] + [100 * entry["curve"][-1][1]]
+            ax.step(steps, shares, where="post", ls=styles[(i // 10) % len(styles)], lw=1.4,
+                    label=f"{label} ({entry['learnt']}/{entry['runs']})")
+        first = learning[0][1]
+        ax.set_xlabel("optimizer step", fontsize=8)
+        ax.set_ylabel("% of runs that have learnt the task", fontsize=8)
+        ax.set_ylim(-3, 103)
+        ax.set_title(
+            f"learnt by step s (held-out exact match >= {100 * first['threshold']:.0f} %, checked every "
+            f"{first['every']} steps)", fontsize=9,
+        )
+        ax.legend(fontsize=6, ncol=2, loc="upper left")
+        fig.tight_layout()
+        paths.append(out / "learnt_by_step.png")
+        fig.savefig(paths[-1], dpi=110)
+        plt.close(fig)
+
+    fig, ax = plt.subplots(figsize=(max(6, 0.8 * len(labels) + 2), 3.8))
+    values = [[100 * v for v in _in_distribution_exact_matches(summary[label])] for label in labels]
+    ax.boxplot(values, positions=list(range(len(labels))), widths=0.35, showfliers=False)
+    for i, label in enumerate(labels):
+        runs = [r for r in results if r["label"] == label]
+        for j, run in enumerate(runs):
+            em = primary_evaluation(run).get("exact_match")
+            if em is None:
+                continue
+            learnt = bool(run.get("learning") and run["learning"]["learnt"])
+            offset = 0.3 + 0.15 * ((j * 0.618) % 1)  # deterministic jitter beside the box
+            ax.plot(i + offset, 100 * em, "o", ms=3.5, color="tab:green" if learnt else "tab:red", alpha=0.8)
+    ax.set_xticks(range(len(labels)))
+    ax.set_xticklabels(labels, rotation=35, ha="right", fontsize=8)
+    ax.set_ylabel("in-distribution exact match %", fontsize=8)
+    title = "final exact match per seed (dots; box: quartiles over seeds)"
+    if learning:
+        title += "\ngreen: the run learnt the task, red: it did not"
+    ax.set_title(title, fontsize=9)
+    fig.tight_layout()
+    paths.append(out / "exact_match_per_seed.png")
+    fig.savefig(paths[-1], dpi=110)
+    plt.close(fig)
     return paths
 
 
@@ -414,3 +643,23 @@ def write_report(results: Sequence[dict[str, Any]], out: Path, meta: dict[str, A
 def load_results(path: Path) -> dict[str, Any]:
     """A results.json written by `write_report`."""
     return json.loads(Path(path).read_text())
+
+
+def main(argv: list[str] | None = None) -> int:
+    """`python -m numloss.compare.report RESULTS.json [OUT]`: rewrite report.md and the plots of a
+    results.json (from another machine, say) into OUT (default: beside it)."""
+    import sys
+
+    args = list(sys.argv[1:] if argv is None else argv)
+    if not args or args[0] in ("-h", "--help"):
+        print(main.__doc__)
+        return 0 if args else 2
+    data = load_results(Path(args[0]))
+    out = Path(args[1]) if len(args) > 1 else Path(args[0]).parent
+    write_report(data["runs"], out, data["meta"])
+    print(f"report: {out / 'report.md'}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

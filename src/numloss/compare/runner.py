@@ -8,6 +8,11 @@ Resume: each run writes `runs/<label>-s<seed>/result.json` atomically (a tempora
 into place) once it is fully evaluated, stamped with the hash of everything that decides its
 outcome. A run whose result exists with the same hash is skipped; an interrupted run (no result
 file) starts again from scratch, so started-again comparisons continue where they stopped.
+
+Learning checks (`learning:` in the config, numloss.compare.learning): every few hundred steps a
+run is scored on the task's check slice (`ArithmeticTask.check_set`, kept out of training and
+apart from the test sets); the result's `learning` holds the checks, whether and when the run
+learnt the task, and with `stop_early` training ends at that check.
 """
 
 from __future__ import annotations
@@ -220,27 +225,47 @@ def run_one(
     `progress_bar` False hides the run's training bar (runs in parallel would interleave theirs);
     it is display only, so it does not enter the run's hash."""
     from numloss.compare.embeddings import digit_embeddings
+    from numloss.compare.learning import exact_answer, learning_callback
+    from numloss.compare.word_task import WordProblemTask, last_number_matches
     from numloss.train import run_training
 
     run_dir = compare.output_dir / "runs" / key.name
     config = compare.run_config(key.spec, key.seed, run_dir, train_file)
     run_hash = compare.run_hash(config)
+    callbacks = list(callbacks or [])
     config.train.progress_bar = config.train.progress_bar and progress_bar
     if run_dir.exists():
         shutil.rmtree(run_dir)  # a torn or stale run: start it again
     run_dir.mkdir(parents=True)
-    started = time.perf_counter()
+    started, cpu_started = time.perf_counter(), time.process_time()
+    word_task = isinstance(compare.task, WordProblemTask)
     before = None
-    if compare.evaluation.embeddings:
+    if compare.evaluation.embeddings or word_task:
         model, tokenizer = _initial_model(config)
-        before = digit_embeddings(model, tokenizer)
+        before = digit_embeddings(model, tokenizer) if compare.evaluation.embeddings else None
         del model
+    check_items = test_sets.get("check", [])
+    if word_task:  # chat-template prompts need the tokenizer: rendered here, once per run
+        train_examples = WordProblemTask.render(train_examples, tokenizer)
+        check_items = WordProblemTask.render(check_items, tokenizer)
+    checker = None
+    if compare.learning is not None:
+        checker = learning_callback(
+            compare.learning,
+            [e.prompt for e in check_items],
+            [e.answer or e.output for e in check_items],
+            match=last_number_matches if word_task else exact_answer,
+            max_new_tokens=compare.task.max_new_tokens if word_task else None,
+        )
+        callbacks.append(checker)
     trained = run_training(config, callbacks=callbacks, examples=list(train_examples))
     train_seconds = time.perf_counter() - started
     model, tokenizer = _load_trained(trained.model_dir, config)
     evaluation: dict[str, Any] = {}
     with torch.inference_mode():
-        for name in TEST_SETS:
+        if word_task:
+            evaluation = compare.task.evaluate(model, tokenizer)
+        for name in () if word_task else TEST_SETS:
             evaluation[name] = evaluate_model(
                 model,
                 tokenizer,
@@ -255,8 +280,12 @@ def run_one(
         "objective": {"name": key.spec.name, "alpha": key.spec.alpha, "options": key.spec.options},
         "seed": key.seed,
         "steps": trained.global_step,
+        "max_steps": config.train.max_steps,
+        "learning": None if checker is None else checker.record(),
         "train_metrics": trained.metrics,
-        "seconds": {"train": train_seconds, "total": time.perf_counter() - started},
+        # cpu: this process's CPU time, which a busy machine does not inflate (wall times are)
+        "seconds": {"train": train_seconds, "total": time.perf_counter() - started,
+                    "cpu": time.process_time() - cpu_started},
         "evaluation": evaluation,
         "curve": _training_curve(trained.csv_path),
         "embeddings": {"before": before, "after": after},
@@ -301,8 +330,12 @@ def run_grid(
     progress: bool = True,
     on_result: Callable[[dict[str, Any]], None] | None = None,
     jobs: int | None = None,
+    finished_only: bool = False,
 ) -> list[dict[str, Any]]:
     """Every (objective, seed) of `compare`, skipping runs already finished with the same hash.
+
+    `finished_only` trains nothing: the finished runs alone are returned (a report of what a grid
+    run in slices has so far).
 
     `jobs` (default: `compare.jobs`) runs that many trainings at once, each in its own process
     (spawned, one per run) with `worker_threads` torch threads; results do not depend on it.
@@ -317,6 +350,8 @@ def run_grid(
     out = compare.output_dir
     (out / "data").mkdir(parents=True, exist_ok=True)
     test_sets = compare.task.test_sets()
+    if compare.learning is not None:  # the checks' slice travels with the test sets to the runs
+        test_sets["check"] = compare.task.check_set(compare.learning.slice_size)
     held_out = {e.instruction for items in test_sets.values() for e in items}
     keys = [RunKey(spec, seed) for spec in compare.objectives for seed in compare.seeds]
     results: dict[str, dict[str, Any]] = {}  # by run name (label-s<seed>): unique in a grid
@@ -326,7 +361,7 @@ def run_grid(
 
     def finish(key: RunKey, done: dict[str, Any]) -> None:
         results[key.name] = done
-        em = done["evaluation"]["in_distribution"]["exact_match"]
+        em = next(iter(done["evaluation"].values()), {}).get("exact_match", float("nan"))
         bar.set_postfix_str(f"{key.name}: exact match {100 * em:.1f}%")
         bar.update(1)
         if on_result is not None:
@@ -342,6 +377,8 @@ def run_grid(
                 logger.info("skipping %s: finished with the same config (%s)", key.name, done["hash"])
                 finish(key, done)
                 continue
+            if finished_only:
+                continue
             if key.seed not in train_sets:
                 train_sets[key.seed] = compare.task.train_set(key.seed, exclude=held_out)
                 _write_train_file(train_file, train_sets[key.seed])
@@ -353,14 +390,14 @@ def run_grid(
             try:
                 for key, train_file in pending:
                     bar.set_postfix_str(f"training {key.name}")
-                    finish(key, run_one(compare, key, train_sets[key.seed], test_sets, train_file))
+                    finish(key, run_one(compare, key, train_sets[key.seed], test_sets, train_file, progress_bar=progress))
             finally:
                 torch.set_num_threads(threads)
         elif pending:
             _run_parallel(compare, pending, train_sets, test_sets, jobs, finish, bar)
     finally:
         bar.close()
-    return [results[key.name] for key in keys]
+    return [results[key.name] for key in keys if key.name in results]
 
 
 def _run_parallel(

@@ -127,6 +127,15 @@ class ArithmeticTask:
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
 
+    def describe(self) -> str:
+        """One line for the report: the training distribution and the set sizes."""
+        t = self.train
+        return (
+            f"operations {t.operations!r}, {t.digits} significant digits per operand, "
+            f"{100 * t.decimal_share:.0f}% of items with {t.decimal_places} decimal place(s); "
+            f"{self.train_size} training items per seed, {self.test_size} items per held-out set"
+        )
+
     def check(self) -> None:
         """Raise ValueError when the sets cannot be drawn (bad fields, too small a universe)."""
         self.train.check("task.train")
@@ -164,6 +173,18 @@ class ArithmeticTask:
             rng = random.Random(f"numloss-compare-test-{name}-{self.test_seed}")
             sets[name] = _distinct(distribution, rng, self.test_size, exclude=set())
         return sets
+
+    def check_set(self, size: int) -> list[TaskExample]:
+        """`size` distinct in-distribution questions for the checks during training
+        (numloss.compare.learning): drawn from their own stream of `test_seed`, none of them in a
+        held-out test set; the runner keeps them out of training too."""
+        tests = {e.instruction for items in self.test_sets().values() for e in items}
+        if self.train.universe_size() - len(tests) < 2 * size:
+            raise ValueError(
+                f"learning.slice_size {size}: too few questions left beside the test sets; lower it or raise task.train.digits"
+            )
+        rng = random.Random(f"numloss-compare-check-{self.test_seed}")
+        return _distinct(self.train, rng, size, exclude=tests)
 
     def train_set(self, seed: int, exclude: Iterable[str] | None = None) -> list[TaskExample]:
         """`train_size` training examples for `seed` (repeats allowed), none of whose questions is in

@@ -1,0 +1,71 @@
+"""Where a comparison ran: CPU model and vector extension, accelerator, torch version, date.
+
+A run's outcome depends on the kernels the CPU (or GPU) picks: the same seed learns the task on
+one machine and not on another (issue 17 measured it: AVX2 against AVX-512). So every table a
+comparison writes names the machine, and claims about objectives rest on seed distributions, never
+on one seed's number.
+"""
+
+from __future__ import annotations
+
+import os
+import platform
+import time
+from pathlib import Path
+from typing import Any
+
+
+def _cpu_model() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.lower().startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def _cpu_flags() -> set[str]:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.lower().startswith("flags"):
+                return set(line.split(":", 1)[1].split())
+    except OSError:
+        pass
+    return set()
+
+
+def vector_extension(flags: set[str] | None = None) -> str:
+    """The widest x86 vector extension the CPU reports ("AVX-512", "AVX2", "AVX", "SSE"), the
+    ARM one ("SVE", "NEON"), or "unknown"."""
+    flags = _cpu_flags() if flags is None else flags
+    for flag, name in (("avx512f", "AVX-512"), ("avx2", "AVX2"), ("avx", "AVX"), ("sve", "SVE"),
+                       ("asimd", "NEON"), ("sse2", "SSE")):
+        if flag in flags:
+            return name
+    return "unknown"
+
+
+def machine_info() -> dict[str, Any]:
+    """{cpu, vector_extension, torch_cpu_capability, cores, accelerator, torch, date}."""
+    import torch
+
+    capability = getattr(getattr(torch.backends, "cpu", None), "get_cpu_capability", lambda: "n/a")()
+    accelerator = torch.cuda.get_device_name(0) if torch.cuda.is_available() else None
+    return {
+        "cpu": _cpu_model(),
+        "vector_extension": vector_extension(),
+        "torch_cpu_capability": capability,
+        "cores": os.cpu_count(),
+        "accelerator": accelerator,
+        "torch": torch.__version__,
+        "date": time.strftime("%Y-%m-%d", time.gmtime()),
+    }
+
+
+def machine_line(info: dict[str, Any]) -> str:
+    """One line for under a table: 'AMD EPYC (AVX-512; torch kernels AVX512), 2 cores, torch 2.13.0, 2026-12-03'."""
+    where = f"{info.get('cpu')} ({info.get('vector_extension')}; torch kernels {info.get('torch_cpu_capability')})"
+    if info.get("accelerator"):
+        where = f"{info['accelerator']}, host {where}"
+    return f"{where}, {info.get('cores')} cores, torch {info.get('torch')}, {info.get('date')}"

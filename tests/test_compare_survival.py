@@ -1,0 +1,131 @@
+"""numloss.compare.survival: Kaplan-Meier, the median interval and the log-rank test by hand."""
+
+from __future__ import annotations
+
+import math
+import random
+
+import pytest
+
+from numloss.compare.survival import (
+    Outcome,
+    chi2_sf,
+    learnt_by_step,
+    logrank,
+    logrank_permutation_p,
+    logrank_statistic,
+    median_interval,
+    median_steps,
+    share_learnt,
+)
+
+L = lambda step: Outcome(step, True)  # noqa: E731 - learnt at `step`
+C = lambda step: Outcome(step, False)  # noqa: E731 - not learnt by its last check at `step`
+
+A = [L(200), L(400), C(800)]
+B = [L(400), C(800), C(800)]
+
+
+def test_learnt_by_step_by_hand() -> None:
+    # A: 1 of 3 at risk learns at 200 (S = 2/3), 1 of the 2 left at 400 (S = 1/3)
+    assert learnt_by_step(A) == [(0, 0.0), (200, pytest.approx(1 / 3)), (400, pytest.approx(2 / 3))]
+    assert share_learnt(A, 399) == pytest.approx(1 / 3) and share_learnt(A, 10_000) == pytest.approx(2 / 3)
+    # censoring before an event shrinks the risk set: 4 runs, one censored at 100, then 1 of 3 learns
+    curve = learnt_by_step([C(100), L(300), L(500), C(900)])
+    assert curve == [(0, 0.0), (300, pytest.approx(1 / 3)), (500, pytest.approx(1 - (2 / 3) * (1 / 2)))]
+    assert math.isnan(share_learnt([], 5))
+
+
+def test_median_steps() -> None:
+    assert median_steps(A) == 400.0  # 2/3 >= 1/2 first at 400
+    assert median_steps(B) == math.inf  # only 1 of 3 ever learnt
+    assert median_steps([L(100), L(300)]) == 100.0  # exactly half by 100
+    assert math.isnan(median_steps([]))
+
+
+def test_median_interval_ranks_by_hand() -> None:
+    # n = 10: P(B <= 1) = 11/1024 <= 0.025 < P(B <= 2) = 56/1024, so ranks 2 and 9
+    runs = [L(100 * k) for k in range(1, 9)] + [C(1000), C(1000)]
+    assert median_interval(runs) == (200.0, math.inf)
+    runs = [L(100 * k) for k in range(1, 11)]
+    assert median_interval(runs) == (200.0, 900.0)
+    # n = 20: P(B <= 5) = 21700/2^20 = 0.0207 <= 0.025 < P(B <= 6) = 0.0577: ranks 6 and 15
+    runs = [L(10 * k) for k in range(1, 21)]
+    assert median_interval(runs) == (60.0, 150.0)
+    assert all(math.isnan(x) for x in median_interval([L(1)] * 5)), "5 runs cannot give 95 %"
+    assert median_interval([L(1)] * 6) == (1.0, 1.0)  # P(B < 1) = 1/64 <= 0.025
+    with pytest.raises(ValueError, match="one censoring horizon"):
+        median_interval([C(100), L(200)] * 3)
+
+
+def test_median_interval_coverage_by_simulation() -> None:
+    rng = random.Random(0)
+    covered = trials = 0
+    for _ in range(2000):
+        steps = [rng.expovariate(1.0) for _ in range(12)]  # true median ln 2
+        low, high = median_interval([L(s) for s in steps])
+        trials += 1
+        covered += low <= math.log(2) <= high
+    assert covered / trials >= 0.95
+
+
+def test_chi2_sf_known_values() -> None:
+    assert chi2_sf(3.841458820694124, 1) == pytest.approx(0.05, rel=1e-9)
+    assert chi2_sf(11.070497693516351, 5) == pytest.approx(0.05, rel=1e-9)
+    for x in (0.1, 1.0, 2.5, 10.0, 40.0):
+        assert chi2_sf(x, 1) == pytest.approx(math.erfc(math.sqrt(x / 2)), rel=1e-9)
+        assert chi2_sf(x, 2) == pytest.approx(math.exp(-x / 2), rel=1e-9)
+        # df = 4: Q(2, x/2) = exp(-x/2) (1 + x/2)
+        assert chi2_sf(x, 4) == pytest.approx(math.exp(-x / 2) * (1 + x / 2), rel=1e-9)
+    assert chi2_sf(0.0, 3) == 1.0
+    with pytest.raises(ValueError):
+        chi2_sf(1.0, 0)
+
+
+def test_logrank_two_groups_by_hand() -> None:
+    # step 200: at risk 3 + 3, one event (A): O - E = 1 - 1 * 3/6 = 0.5, V = 1 * 5/5 * 1/2 * 1/2 = 0.25
+    # step 400: at risk 2 + 3, events 1 + 1: O - E = 1 - 2 * 2/5 = 0.2, V = 2 * 3/4 * 2/5 * 3/5 = 0.36
+    expected = (0.5 + 0.2) ** 2 / (0.25 + 0.36)
+    statistic, df = logrank_statistic([A, B])
+    assert df == 1 and statistic == pytest.approx(expected)
+    assert logrank_statistic([B, A])[0] == pytest.approx(expected), "symmetric in the groups"
+    assert logrank([A, B]) == pytest.approx(math.erfc(math.sqrt(expected / 2)))
+
+
+def test_logrank_k_groups() -> None:
+    groups = [[L(100), L(200), C(900)], [L(300), L(600), C(900), C(900)], [L(100), L(100), L(300)]]
+    statistic, df = logrank_statistic(groups)
+    assert df == 2 and statistic > 0
+    # the quadratic form does not depend on which group is left out (here: on the order)
+    for order in ([1, 2, 0], [2, 0, 1]):
+        assert logrank_statistic([groups[i] for i in order])[0] == pytest.approx(statistic)
+    # identical groups: O = E at every step
+    same = [[L(100), L(300), C(900)]] * 3
+    assert logrank_statistic(same)[0] == pytest.approx(0.0, abs=1e-12)
+    assert logrank(same) == pytest.approx(1.0)
+    assert math.isnan(logrank([A])) and math.isnan(logrank([[C(9)], [C(9)]])), "nothing to test"
+
+
+def test_logrank_separates_clearly_different_curves() -> None:
+    fast = [L(200)] * 10
+    slow = [C(3200)] * 10
+    assert logrank([fast, slow]) < 1e-4
+    p = logrank_permutation_p([fast, slow], permutations=2000)
+    # only the labellings that put the ten learnt runs in one group are as extreme: 2 / C(20, 10)
+    assert p == pytest.approx(1 / 2001, abs=2 / 2001)
+    assert logrank_permutation_p([A, B], permutations=500) > 0.2
+
+
+def test_permutation_p_is_exact_on_a_tiny_case() -> None:
+    """Against the enumeration of every split of 4 runs into 2 + 2 (6 splits)."""
+    import itertools
+
+    runs = [L(100), L(200), C(900), C(900)]
+    observed = logrank_statistic([runs[:2], runs[2:]])[0]
+    splits = list(itertools.combinations(range(4), 2))
+    extreme = sum(
+        logrank_statistic([[runs[i] for i in s], [runs[i] for i in range(4) if i not in s]])[0] >= observed - 1e-12
+        for s in splits
+    )
+    exact = extreme / len(splits)
+    assert logrank_permutation_p([runs[:2], runs[2:]], permutations=20_000, seed=1) == pytest.approx(exact, abs=0.01)
