@@ -6,7 +6,7 @@ import random
 
 import pytest
 import torch
-from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, trainers
+from tokenizers import Tokenizer, models, pre_tokenizers
 from transformers import PreTrainedTokenizerFast
 
 from numloss.digits import (
@@ -18,17 +18,11 @@ from numloss.digits import (
     place_weights,
 )
 from reference import classes_of, ref_place_weight, ref_places_row
+from tokenizer_styles import gpt2_style, single_digit_style
 
 CHARS = list("0123456789.") + list("abcxyz +-=")
 CHAR_ID = {c: i for i, c in enumerate(CHARS)}
 VOCAB = DigitVocab(range(10), 10)
-
-CORPUS = [
-    f"The total is {a} apples and {b}.{c} pears, so {a * 7} items at {a}.{b}{c} each."
-    for a in range(1, 200, 3)
-    for b, c in [(1, 2), (3, 4), (25, 5), (100, 9)]
-] * 3
-
 
 def char_labels(*rows: str) -> torch.Tensor:
     """Labels of char rows; '_' is an ignored position, other unknown chars map to 'x'."""
@@ -57,33 +51,6 @@ def wordlevel(tokens: list[str]) -> PreTrainedTokenizerFast:
     return PreTrainedTokenizerFast(tokenizer_object=tok, unk_token="<unk>")
 
 
-def byte_level_bpe() -> PreTrainedTokenizerFast:
-    """GPT-2 style: byte-level BPE with no digit splitting, so it learns multi-digit merges."""
-    tok = Tokenizer(models.BPE())
-    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
-    tok.decoder = decoders.ByteLevel()
-    trainer = trainers.BpeTrainer(
-        vocab_size=400, initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), show_progress=False
-    )
-    tok.train_from_iterator(CORPUS, trainer)
-    return PreTrainedTokenizerFast(tokenizer_object=tok)
-
-
-def sentencepiece_like() -> PreTrainedTokenizerFast:
-    """Llama style: Metaspace ('▁') BPE with byte fallback and individually split digits."""
-    tok = Tokenizer(models.BPE(byte_fallback=True, unk_token="<unk>"))
-    tok.normalizer = normalizers.Replace(" ", "▁")
-    tok.pre_tokenizer = pre_tokenizers.Sequence(
-        [pre_tokenizers.Metaspace(replacement="▁"), pre_tokenizers.Digits(individual_digits=True)]
-    )
-    tok.decoder = decoders.Metaspace(replacement="▁")
-    trainer = trainers.BpeTrainer(
-        vocab_size=300, special_tokens=["<unk>", "<s>", "</s>"], show_progress=False
-    )
-    tok.train_from_iterator(CORPUS, trainer)
-    return PreTrainedTokenizerFast(tokenizer_object=tok, unk_token="<unk>")
-
-
 def test_from_wordlevel_tokenizer_finds_digits_and_point_in_order():
     tokens = list("ab.9876543210")
     tok = wordlevel(tokens)
@@ -103,7 +70,7 @@ def test_missing_point_is_allowed_and_recorded_as_none():
 
 
 def test_byte_level_bpe_with_multi_digit_merges_is_learnt_or_refused_with_the_way_out():
-    tok = byte_level_bpe()
+    tok = gpt2_style()
     merged = [t for t in tok.get_vocab() if len(t) > 1 and t.isdigit()]
     assert merged, "the fixture must actually merge digits"
     with pytest.raises(DigitVocabError, match="multi-digit tokens.*GPT-2.*multi_digit='slots'.*split_digits"):
@@ -116,7 +83,7 @@ def test_byte_level_bpe_with_multi_digit_merges_is_learnt_or_refused_with_the_wa
 
 
 def test_sentencepiece_like_tokenizer_with_split_digits_is_accepted():
-    tok = sentencepiece_like()
+    tok = single_digit_style()
     vocab = DigitVocab.from_tokenizer(tok)
     ids = tok("x 3.14", add_special_tokens=False)["input_ids"]
     digits = [i for i in ids if i in vocab.digit_ids]
