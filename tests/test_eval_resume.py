@@ -165,3 +165,19 @@ def test_limit_zero_is_refused_the_same_way_everywhere():
                  lambda: score_outputs([{"benchmark": "gsm8k", "id": "0", "output": "1"}], data_dir=FIXTURES, limit=0)):
         with pytest.raises(BenchmarkError, match=message):
             call()
+
+
+def test_the_api_checks_the_tokenizer_for_digit_metrics_before_generating():
+    from tokenizers import Tokenizer, models
+    from transformers import PreTrainedTokenizerFast
+
+    letters = {c: i for i, c in enumerate("<unk> a b c".split())}
+    no_digits = PreTrainedTokenizerFast(tokenizer_object=Tokenizer(models.WordLevel(letters, unk_token="<unk>")),
+                                        unk_token="<unk>", pad_token="<unk>", eos_token="<unk>")
+
+    class NeverCalled:  # a model whose use would mean generation started
+        def __getattr__(self, name):
+            raise AssertionError(f"the model was used ({name}) before the tokenizer check")
+
+    with pytest.raises(ValueError, match="digit_stats=False"):
+        evaluate((NeverCalled(), no_digits), "gsm8k", data_dir=FIXTURES)

@@ -243,6 +243,8 @@ def evaluate(
             raise ValueError(f"max_new_tokens must be at least 1, got {max_new_tokens}")
         open_limit, choice_limit = min(open_limit, max_new_tokens), min(choice_limit, max_new_tokens)
     loaded = _load(benchmarks, data_dir, limit, seed)
+    if digit_stats:
+        check_digit_tokens(model_or_path)  # before the model loads and generates, not after
     model, tokenizer, generator = _generator(model_or_path, backend, dtype, device, tensor_parallel, batch_size, stop, open_limit, progress)
     capped = [_capped(p, open_limit, choice_limit) for p in protocols]
     settings = {"prompt": "released-alpaca-0shot", "stop": list(stop), "max_new_tokens_open": open_limit,
@@ -322,6 +324,25 @@ def _generator(model_or_path: Any, backend: str, dtype: str, device: str | None,
         model, tokenizer = load_model_and_tokenizer(str(model_or_path), dtype=dtype)
         model = model.to(device or ("cuda" if torch.cuda.is_available() else "cpu"))
     return model, tokenizer, HFGenerator(model, tokenizer, batch_size, limit, stop=stop, progress=progress)
+
+
+def check_digit_tokens(model_or_path: Any) -> None:
+    """Raise ValueError when the tokenizer of `model_or_path` (a path or id, or a (model, tokenizer)
+    pair; a bare Generator has none to check) cannot give the digit metrics."""
+    from numloss.digits import DigitVocab, DigitVocabError
+
+    if isinstance(model_or_path, tuple):
+        tokenizer = model_or_path[1]
+    elif isinstance(model_or_path, (str, Path)):
+        from numloss.models.load import load_tokenizer
+
+        tokenizer = load_tokenizer(str(model_or_path))
+    else:
+        return
+    try:
+        DigitVocab.from_tokenizer(tokenizer)
+    except DigitVocabError as error:
+        raise ValueError(f"{error} (or evaluate without the digit metrics: --no-digit-stats, digit_stats=False)") from None
 
 
 def _digit_stats(model: Any, tokenizer: Any, bench: Benchmark, protocol: Protocol, batch_size: int) -> DigitStats | None:

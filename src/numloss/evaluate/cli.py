@@ -23,17 +23,6 @@ from numloss.evaluate.benchmarks import BenchmarkError
 from numloss.evaluate.generate import BackendUnavailable
 
 
-def check_digit_tokens(spec: str) -> None:
-    """Raise ValueError now when the tokenizer of `spec` cannot give the digit metrics."""
-    from numloss.digits import DigitVocab, DigitVocabError
-    from numloss.models.load import load_tokenizer
-
-    try:
-        DigitVocab.from_tokenizer(load_tokenizer(spec))
-    except DigitVocabError as error:
-        raise ValueError(f"{error} (or pass --no-digit-stats to evaluate without the digit metrics)") from None
-
-
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="numloss eval", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("model", nargs="?", help="model folder, 'smollm2', 'tiny' or a Hugging Face id in the local cache (not with --score-outputs)")
@@ -82,8 +71,6 @@ def main(argv: list[str] | None = None) -> int:
                 import torch
 
                 torch.set_num_threads(args.threads)
-            if not args.no_digit_stats:
-                check_digit_tokens(args.model)  # before the weights load, not after the generation
             report = evaluate(
                 args.model, args.benchmarks, args.data_dir, args.protocol, limit=args.limit,
                 results_file=Path(args.out) / "items.jsonl", overwrite=args.overwrite, batch_size=args.batch_size,
