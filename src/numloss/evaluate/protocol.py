@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, fields, replace
 from typing import Literal
 
 from numloss.evaluate import answers, released
@@ -144,12 +144,11 @@ RELEASED = Protocol(
     compare=released_compare,
 )
 
-NUMLOSS = Protocol(
+# The released protocol with the documented deviations: every field named here differs from it,
+# and the prompt, stop strings and token limits are shared, so one generation serves both.
+NUMLOSS = replace(
+    RELEASED,
     name="numloss",
-    prompt=released_prompt,
-    stop=released.STOP,
-    max_new_tokens_open=released.MAX_NEW_TOKENS_OPEN,
-    max_new_tokens_choice=released.MAX_NEW_TOKENS_CHOICE,
     program_styles=frozenset({"pot"}),
     program=numloss_program,
     script=_as_script,
