@@ -105,8 +105,9 @@ def test_the_program_is_nobody_without_capabilities_and_not_root_on_the_host():
     ours = _pidns(str(os.getpid()))
     while runner.is_alive():  # from the host: the uid the kernel gives the sandboxed process
         for p in _descendants(os.getpid()):
-            if _pidns(p) not in ("", ours) and _uid(p) != -1:
-                last_uid[p] = _uid(p)  # (as root, set-up runs as uid 0 until the preamble drops it)
+            uid = _uid(p)  # read once: the process may exit between two reads (-1 then)
+            if _pidns(p) not in ("", ours) and uid != -1:
+                last_uid[p] = uid  # (as root, set-up runs as uid 0 until the preamble drops it)
         time.sleep(0.05)
     runner.join()
     result = box[0]
