@@ -10,6 +10,7 @@ import platform
 import stat
 import struct
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -132,12 +133,25 @@ def test_the_filesystem_is_read_only_except_a_capped_tmpfs(tmp_path):
     cwd_root, site, writable, size, env = result.stdout.splitlines()
     cwd, root = cwd_root.split(" ", 1)
     assert cwd == "/tmp"
-    assert set(eval(root)) <= {"dev", "etc", "lib", "lib32", "lib64", "libx32", "proc", "tmp", "usr", "root", "work", "opt", "home", "nix"}
+    # the root holds the system folders and the first folder of each read-only bind (a venv inside
+    # a checkout at /check/... shows "check"), nothing else
+    bound_roots = {path.split(os.sep)[1] for path in bwrap_mod.layout().binds}
+    assert set(eval(root)) <= {"dev", "etc", "lib", "lib32", "lib64", "libx32", "proc", "tmp", "usr"} | bound_roots
     assert set(eval(site)) <= {"sympy", "mpmath", "numpy", "numpy.libs", "sympy.libs", "mpmath.libs"}
     assert eval(writable) == [False] * 5
     assert int(size) == 1 << 20
     assert dict(eval(env)) == {**bwrap_mod.ENV, "PWD": "/tmp"}
     assert str(tmp_path) not in result.stdout and os.getcwd() not in cwd_root
+
+
+@needs_kernel_sandbox
+def test_a_venv_inside_the_checkout_does_not_expose_the_checkout():
+    # CI puts the venv at <checkout>/.venv: binding it must not show the checkout's other files
+    checkout = Path(__file__).resolve().parents[1]
+    probes = [str(checkout / name) for name in ("pyproject.toml", "src", "tests", "README.md")]
+    result = run_program(f"import os\nprint([os.path.exists(p) for p in {probes!r}])", LIMITS)
+    assert result.ok, result
+    assert result.stdout.strip() == str([False] * len(probes))
 
 
 @needs_kernel_sandbox
