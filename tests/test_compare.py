@@ -336,3 +336,69 @@ def test_report_only_reports_the_finished_runs_and_trains_nothing(finished, monk
     empty = compare_config_from_dict(_mapping(tmp_path / "none"))
     with pytest.raises(ConfigError, match="no finished runs"):
         run_comparison(empty, progress=False, print_table=False, finished_only=True)
+
+
+def test_records_carry_a_grid_into_a_new_checkout(finished, monkeypatch, tmp_path) -> None:
+    """records_dir (kept in git) holds every finished run; a fresh output_dir (a new checkout, where
+    runs/ is gone) finds them there and trains nothing, and the report names each run's machine."""
+    import json
+
+    from numloss.compare.runner import read_record, record_path
+
+    compare, _, out = finished
+    records = tmp_path / "records"
+    compare.records_dir = records
+    try:
+        first = run_grid(compare, progress=False)  # the finished runs are found in out and recorded
+    finally:
+        compare.records_dir = None
+    files = sorted(p.name for p in records.iterdir())
+    assert files == sorted(f"{r['label']}-s{r['seed']}-{r['hash']}.json" for r in first)
+    assert all(r["machine"]["cpu"] and r["machine"]["torch"] for r in first)
+
+    def no_training(*args, **kwargs):
+        raise AssertionError("a recorded run was trained again")
+
+    monkeypatch.setattr(numloss.train, "run_training", no_training)
+    fresh = compare_config_from_dict({**_mapping(tmp_path / "new-checkout"), "records_dir": str(records)})
+    again = run_grid(fresh, progress=False)
+    assert [r["hash"] for r in again] == [r["hash"] for r in first]
+    assert again[0]["evaluation"] == json.loads(json.dumps(first[0]["evaluation"]))
+    summary = run_comparison(fresh, progress=False, print_table=False, finished_only=True)
+    assert summary
+    report = (tmp_path / "new-checkout" / "report.md").read_text()
+    assert "torch " in report and "runs made on" not in report  # one machine: its line, without counts
+
+    # another machine's record: the report counts runs per machine
+    other = dict(first[1])
+    other["machine"] = {**other["machine"], "cpu": "Other CPU", "vector_extension": "AVX2"}
+    record_path(records, f"{other['label']}-s{other['seed']}", other["hash"]).write_text(json.dumps(other))
+    run_comparison(fresh, progress=False, print_table=False, finished_only=True)
+    report = (tmp_path / "new-checkout" / "report.md").read_text()
+    assert "runs made on " in report and "Other CPU (AVX2" in report and "(1 runs)" in report
+
+    # a record whose content is not what its name says is refused, never used
+    path = record_path(records, f"{other['label']}-s{other['seed']}", other["hash"])
+    path.write_text(json.dumps({**other, "hash": "0" * 16}))
+    with pytest.raises(RuntimeError, match="delete it"):
+        read_record(records, f"{other['label']}-s{other['seed']}", other["hash"])
+    path.write_text("{torn")
+    with pytest.raises(RuntimeError, match="unreadable"):
+        read_record(records, f"{other['label']}-s{other['seed']}", other["hash"])
+
+
+def test_overridden_runs_stay_out_of_the_records(tmp_path) -> None:
+    import argparse
+
+    from numloss.compare import build_parser, resolve
+
+    config = tmp_path / "grid.yaml"
+    import yaml
+
+    config.write_text(yaml.safe_dump({**_mapping(tmp_path / "out"), "records_dir": str(tmp_path / "rec")}))
+    parse: argparse.ArgumentParser = build_parser()
+    assert resolve(parse.parse_args([str(config)])).records_dir == tmp_path / "rec"
+    assert resolve(parse.parse_args([str(config), "--steps", "2"])).records_dir is None
+    assert resolve(parse.parse_args([str(config), "--smoke"])).records_dir is None
+    assert resolve(parse.parse_args([str(config), "--steps", "2", "--records", str(tmp_path / "x")])).records_dir == tmp_path / "x"
+    assert resolve(parse.parse_args([str(config), "--no-records"])).records_dir is None

@@ -26,7 +26,7 @@ def run_comparison(
 ) -> dict[str, Any]:
     """Run the grid of `compare` (a CompareConfig), write the report; returns the summary.
     `finished_only`: train nothing, report the runs already finished."""
-    from numloss.compare.machine import machine_info, machine_line
+    from numloss.compare.machine import machine_info, runs_machine_line
     from numloss.compare.report import text_table, write_report
     from numloss.compare.runner import run_grid
 
@@ -57,7 +57,7 @@ def run_comparison(
         "run_seconds": sum(r["seconds"].get("total", r["seconds"].get("train", 0.0)) for r in results),
         "runs": len(results),
     }
-    meta["machine"] = machine_line(meta["machine_info"])
+    meta["machine"] = runs_machine_line(results, meta["machine_info"])
     if compare.learning is not None:
         meta["learning"] = dataclasses.asdict(compare.learning)
         meta["max_steps"] = train.get("max_steps")
@@ -94,6 +94,12 @@ def build_parser(prog: str = "numloss compare") -> argparse.ArgumentParser:
         "--report-only", action="store_true",
         help="train nothing: write the report of the runs of this grid already finished (a grid run in slices)",
     )
+    parser.add_argument(
+        "--records",
+        help="folder of kept run records (default: the config's records_dir; --model, --steps and --smoke "
+        "use none unless this is given): finished runs are written there and found again in a new checkout",
+    )
+    parser.add_argument("--no-records", action="store_true", help="neither read nor write run records")
     parser.add_argument("--threads", type=int, help="torch CPU threads per run (= the config's torch_threads)")
     parser.add_argument("--no-progress", action="store_true", help="no progress bars")
     parser.add_argument("--verbose", action="store_true", help="show the training logs of each run")
@@ -129,10 +135,16 @@ def resolve(args: argparse.Namespace, default_config: str | None = "configs/comp
             "torch_threads": compare.torch_threads,
             "jobs": compare.jobs,
             "output_dir": args.out or str(compare.output_dir),
+            # another model, length or the smoke check are other runs: they stay out of the records
+            "records_dir": None,
         }
         if smoke:
             _shrink_for_smoke(mapping, out_given=bool(args.out))
         compare = compare_config_from_dict(mapping, compare.source)
+    if getattr(args, "records", None):
+        compare.records_dir = Path(args.records)
+    if getattr(args, "no_records", False):
+        compare.records_dir = None
     if args.objectives:
         names = [n.strip() for n in args.objectives.split(",") if n.strip()]
         compare.objectives = select_objectives(compare, names)

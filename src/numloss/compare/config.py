@@ -16,6 +16,10 @@
     jobs:          how many runs train at once, each in its own process (default 1); results do
                    not depend on it. With torch_threads null each run gets cpu_count // jobs threads
     output_dir:    the report folder
+    records_dir:   a folder kept in version control (null: none) where every finished run's result
+                   is also written, as `<label>-s<seed>-<hash>.json`; a run found there with the
+                   same hash is not trained again. It carries a grid run in slices across sessions
+                   and machines, since output_dir (ignored by git) does not survive a new checkout
 
 Every run's training config is `base` with the objective, the seed and the run folder filled in
 and validated by `numloss.config` (the same checks as `numloss train`).
@@ -76,6 +80,7 @@ class CompareConfig:
     torch_threads: int | None = None
     jobs: int = 1
     learning: LearningCheck | None = None
+    records_dir: Path | None = None
 
     def run_config(self, spec: ObjectiveSpec, seed: int, run_dir: Path, train_file: Path) -> Config:
         """The validated training config of one run (objective `spec`, `seed`, folder `run_dir`)."""
@@ -167,6 +172,7 @@ DEFAULTS: dict[str, Any] = {
     "torch_threads": None,
     "jobs": 1,
     "output_dir": "runs/compare",
+    "records_dir": None,
 }
 
 
@@ -243,6 +249,7 @@ def compare_config_from_dict(mapping: dict[str, Any], origin: str = "config") ->
         evaluation=evaluation,
         learning=learning,
         output_dir=Path(mapping.get("output_dir") or "runs/compare"),
+        records_dir=None if not mapping.get("records_dir") else Path(mapping["records_dir"]),
         source=origin,
     )
     # a bad base section fails now, before any training

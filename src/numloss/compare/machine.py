@@ -69,3 +69,20 @@ def machine_line(info: dict[str, Any]) -> str:
     if info.get("accelerator"):
         where = f"{info['accelerator']}, host {where}"
     return f"{where}, {info.get('cores')} cores, torch {info.get('torch')}, {info.get('date')}"
+
+
+def runs_machine_line(results: list[dict[str, Any]], current: dict[str, Any]) -> str:
+    """The machines the runs of a report were made on, with run counts, for under its tables.
+
+    Runs carry their machine (records pooled across sessions); runs without one were made before
+    that was recorded. One machine: its `machine_line`, as before."""
+    counts: dict[str, int] = {}
+    for result in results:
+        info = result.get("machine")
+        line = machine_line(info) if info else "machine not recorded"
+        counts[line] = counts.get(line, 0) + 1
+    if not counts:
+        return machine_line(current)
+    if len(counts) == 1:
+        return next(iter(counts))
+    return "runs made on " + "; ".join(f"{line} ({n} runs)" for line, n in counts.items())

@@ -7,7 +7,10 @@ numeric distance, place accuracy, teacher-forced digit statistics).
 Resume: each run writes `runs/<label>-s<seed>/result.json` atomically (a temporary file renamed
 into place) once it is fully evaluated, stamped with the hash of everything that decides its
 outcome. A run whose result exists with the same hash is skipped; an interrupted run (no result
-file) starts again from scratch, so started-again comparisons continue where they stopped.
+file) starts again from scratch, so started-again comparisons continue where they stopped. With
+`records_dir` set, every finished result is also written there (`<label>-s<seed>-<hash>.json`, a
+folder kept in version control) and a run found there is not trained again: the grid continues
+across sessions and machines, each record naming the machine it ran on.
 
 Learning checks (`learning:` in the config, numloss.compare.learning): every few hundred steps a
 run is scored on the task's check slice (`ArithmeticTask.check_set`, kept out of training and
@@ -156,6 +159,40 @@ def read_result(run_dir: Path, expected_hash: str) -> dict[str, Any] | None:
     return result if result.get("hash") == expected_hash else None
 
 
+def record_path(records_dir: Path, name: str, run_hash: str) -> Path:
+    """Where the record of run `name` (label-s<seed>) with hash `run_hash` is kept."""
+    return records_dir / f"{name}-{run_hash}.json"
+
+
+def read_record(records_dir: Path | None, name: str, run_hash: str) -> dict[str, Any] | None:
+    """The kept record of a finished run if there is one with this hash, else None."""
+    if records_dir is None:
+        return None
+    path = record_path(records_dir, name, run_hash)
+    try:
+        result = json.loads(path.read_text())
+    except FileNotFoundError:
+        return None
+    except (OSError, json.JSONDecodeError) as error:
+        raise RuntimeError(f"the run record {path} is unreadable ({error}); restore it from git or delete it") from None
+    if result.get("hash") != run_hash:  # a renamed or hand-edited file: never trust it silently
+        raise RuntimeError(f"the run record {path} holds hash {result.get('hash')!r}, not {run_hash!r}; delete it")
+    return result
+
+
+def write_record(records_dir: Path | None, result: dict[str, Any]) -> None:
+    """Keep `result` in `records_dir` (no-op without one): compact JSON, atomically."""
+    if records_dir is None:
+        return
+    path = record_path(records_dir, f"{result['label']}-s{result['seed']}", result["hash"])
+    if path.is_file():
+        return
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps(result, sort_keys=True, separators=(",", ":"), default=_json_default) + "\n")
+    os.replace(tmp, path)
+
+
 def _training_curve(csv_path: Path) -> dict[str, list[float]]:
     import csv
 
@@ -226,6 +263,7 @@ def run_one(
     it is display only, so it does not enter the run's hash."""
     from numloss.compare.embeddings import digit_embeddings
     from numloss.compare.learning import exact_answer, learning_callback
+    from numloss.compare.machine import machine_info
     from numloss.compare.word_task import WordProblemTask, last_number_matches
     from numloss.train import run_training
 
@@ -290,6 +328,9 @@ def run_one(
         "curve": _training_curve(trained.csv_path),
         "embeddings": {"before": before, "after": after},
         "finished_at": time.strftime("%Y-%m-%d %H:%M:%S"),
+        # a run's outcome depends on the CPU's kernels (issue 17): each run names its machine, so
+        # records pooled across sessions and machines stay attributable
+        "machine": machine_info(),
     }
     result = _jsonable(result)
     _write_json_atomic(run_dir / "result.json", result)
@@ -361,6 +402,7 @@ def run_grid(
 
     def finish(key: RunKey, done: dict[str, Any]) -> None:
         results[key.name] = done
+        write_record(compare.records_dir, done)
         em = next(iter(done["evaluation"].values()), {}).get("exact_match", float("nan"))
         bar.set_postfix_str(f"{key.name}: exact match {100 * em:.1f}%")
         bar.update(1)
@@ -372,7 +414,8 @@ def run_grid(
             run_dir = out / "runs" / key.name
             train_file = out / "data" / f"train-s{key.seed}.jsonl"
             config = compare.run_config(key.spec, key.seed, run_dir, train_file)
-            done = read_result(run_dir, compare.run_hash(config))
+            run_hash = compare.run_hash(config)
+            done = read_result(run_dir, run_hash) or read_record(compare.records_dir, key.name, run_hash)
             if done is not None:
                 logger.info("skipping %s: finished with the same config (%s)", key.name, done["hash"])
                 finish(key, done)
