@@ -534,3 +534,24 @@ def test_rows_without_numbers_and_empty_batches_give_a_finite_zero_term(name, op
         out.loss.backward()
         assert float(out.aux) == 0.0 and int(out.num_digits) == 0 and torch.isfinite(out.loss)
         assert torch.isfinite(logits.grad).all()
+
+
+@pytest.mark.parametrize("style", [llama3_style, single_digit_style])
+@pytest.mark.parametrize("name, options", OBJECTIVES)
+def test_a_loss_first_used_under_inference_mode_still_trains(style, name, options):
+    """An evaluation under torch.inference_mode() before training (as `numloss compare` does
+    between runs in one process) must not leave cached tables that backward cannot save."""
+    import numloss.digits as digits
+
+    tok = style()
+    vocab = DigitVocab.from_tokenizer(tok)
+    labels = encode(tok, *TEXTS)
+    logits = torch.randn(*labels.shape, len(tok), dtype=torch.float32)
+    digits._number_table.cache_clear()
+    with torch.inference_mode():
+        evaluated = build_loss(name, vocab, **options)(logits, labels)
+    x = logits.clone().requires_grad_(True)
+    trained = build_loss(name, vocab, **options)(x, labels)
+    trained.loss.backward()
+    assert x.grad is not None and torch.isfinite(x.grad).all()
+    torch.testing.assert_close(trained.loss.detach(), evaluated.loss)

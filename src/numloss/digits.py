@@ -294,6 +294,13 @@ class NumberTable:
 
 @functools.lru_cache(maxsize=32)
 def _number_table(vocab: DigitVocab, device: str) -> NumberTable:
+    # cached across calls: built outside inference mode, or a first use under
+    # torch.inference_mode() (an evaluation) would cache tensors that training cannot save for backward
+    with torch.inference_mode(False):
+        return _build_number_table(vocab, device)
+
+
+def _build_number_table(vocab: DigitVocab, device: str) -> NumberTable:
     entries = [(i, str(k), False) for k, i in enumerate(vocab.digit_ids)] + list(vocab.number_tokens)
     longest = max(len(d) for _, d, _ in entries)
     keys: list[tuple[int, bool]] = []
