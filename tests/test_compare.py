@@ -402,3 +402,18 @@ def test_overridden_runs_stay_out_of_the_records(tmp_path) -> None:
     assert resolve(parse.parse_args([str(config), "--smoke"])).records_dir is None
     assert resolve(parse.parse_args([str(config), "--steps", "2", "--records", str(tmp_path / "x")])).records_dir == tmp_path / "x"
     assert resolve(parse.parse_args([str(config), "--no-records"])).records_dir is None
+
+
+def test_a_serial_grid_on_a_chunking_tokenizer_trains_every_objective(tmp_path) -> None:
+    """jobs 1 trains the runs in one process: the first run's evaluation (inference mode) must not
+    break the next run's training (it did, through a cached number table)."""
+    import numloss.digits as digits
+
+    digits._number_table.cache_clear()
+    mapping = _mapping(tmp_path)
+    mapping["base"]["model"]["tiny_digits_per_token"] = 3
+    mapping["objectives"] = ["mle", {"label": "del-a0.3", "name": "del", "alpha": 0.3}, "ntl-was"]
+    mapping["evaluation"] = {**mapping["evaluation"], "embeddings": False}
+    results = run_grid(compare_config_from_dict(mapping), progress=False, jobs=1)
+    assert [r["label"] for r in results] == ["mle", "del-a0.3", "ntl-was"]
+    assert all(r["steps"] == 3 for r in results)
