@@ -417,3 +417,21 @@ def test_a_serial_grid_on_a_chunking_tokenizer_trains_every_objective(tmp_path) 
     results = run_grid(compare_config_from_dict(mapping), progress=False, jobs=1)
     assert [r["label"] for r in results] == ["mle", "del-a0.3", "ntl-was"]
     assert all(r["steps"] == 3 for r in results)
+
+
+def test_the_learning_table_says_whether_runs_stopped_where_they_learnt() -> None:
+    from numloss.compare.report import _learning_entry, learning_table
+
+    def run(seed: int, learnt: bool, step: int, steps: int, **recorded) -> dict:
+        return {"seed": seed, "steps": steps, "max_steps": 400,
+                "learning": {"learnt": learnt, "step": step, "threshold": 0.6, "every": 200, **recorded}}
+
+    early = _learning_entry([run(0, True, 200, 200), run(1, False, 400, 400)])  # an old record: read off
+    late = _learning_entry([run(0, True, 200, 400), run(1, False, 400, 400)])
+    told = _learning_entry([run(0, False, 400, 400, stop_early=False)])
+    unknown = _learning_entry([run(0, False, 400, 400)])
+    assert (early["stop_early"], late["stop_early"], told["stop_early"], unknown["stop_early"]) == (True, False, False, None)
+    text = {name: " ".join(learning_table({"mle": {"learning": entry}}))
+            for name, entry in (("early", early), ("late", late), ("unknown", unknown))}
+    assert "it stops there" in text["early"] and "it trains on to the last step" in text["late"]
+    assert "stops there" not in text["unknown"] and "trains on" not in text["unknown"]

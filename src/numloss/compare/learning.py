@@ -118,6 +118,7 @@ def learning_callback(
                 "threshold": settings.threshold,
                 "every": settings.every,
                 "slice_size": len(golds),
+                "stop_early": settings.stop_early,
             }
 
     return LearningCheckCallback()

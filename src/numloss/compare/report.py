@@ -164,11 +164,24 @@ def _learning_entry(runs: Sequence[dict[str, Any]]) -> dict[str, Any] | None:
         "horizon": horizon,
         "threshold": checked[0]["learning"]["threshold"],
         "every": checked[0]["learning"]["every"],
+        "stop_early": _stops_early(checked),
         "outcomes": [[r["seed"], o.step, o.learnt] for r, o in zip(checked, outcomes, strict=True)],
         "curve": learnt_by_step(outcomes),
         "median_steps": median_steps(outcomes),
         "median_ci95": interval,
     }
+
+
+def _stops_early(runs: Sequence[dict[str, Any]]) -> bool | None:
+    """Whether these runs ended at the check where they learnt: recorded, or (records made before
+    it was) read off the runs that learnt; None when that cannot be told."""
+    recorded = {r["learning"]["stop_early"] for r in runs if "stop_early" in r["learning"]}
+    if len(recorded) == 1:
+        return recorded.pop()
+    learnt = [r for r in runs if r["learning"]["learnt"] and "steps" in r]
+    if recorded or not learnt:
+        return None
+    return all(int(r["steps"]) == int(r["learning"]["step"]) for r in learnt)
 
 
 def _compare_learning(summary: dict[str, Any]) -> None:
@@ -391,12 +404,14 @@ def learning_table(summary: dict[str, Any], machine: str = "") -> list[str]:
     horizon = max(r["horizon"] for _, r in rows)
     marks = sorted({horizon * k // 4 for k in (1, 2, 3, 4)} - {0})
     baseline = rows[0][0]
+    then = {True: "; it stops there. ", False: "; it trains on to the last step, where it is scored. "}
     lines = [
         "## Learning speed",
         "",
         f"A run has **learnt the task** at the first check (every {first['every']} steps, on a fixed held-out "
-        f"slice apart from the test sets) whose exact match is >= {100 * first['threshold']:.0f} %; it stops there. "
-        "Learnt by step s: the share of runs (Kaplan-Meier; runs that never learnt are censored at the horizon). "
+        f"slice apart from the test sets) whose exact match is >= {100 * first['threshold']:.0f} %"
+        + then.get(first.get("stop_early"), ". ")
+        + "Learnt by step s: the share of runs (Kaplan-Meier; runs that never learnt are censored at the horizon). "
         "Median steps to learn with its distribution-free 95 % interval (order statistics; n/a below 6 runs; "
         "'> horizon': fewer than half learnt, or the interval reaches past the horizon). "
         f"Log-rank p against `{baseline}` on the whole curves: chi-square and permutation "
