@@ -124,9 +124,15 @@ def evaluate_model(
     }
 
 
-def _write_json_atomic(path: Path, payload: Any) -> None:
+def _write_json_atomic(path: Path, payload: Any, compact: bool = False) -> None:
+    """`payload` as JSON at `path`, via a temporary file renamed into place; `compact`: no
+    whitespace and sorted keys (the records kept in git: small, stable diffs)."""
     tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(json.dumps(payload, indent=1, default=_json_default) + "\n")
+    if compact:
+        text = json.dumps(payload, sort_keys=True, separators=(",", ":"), default=_json_default)
+    else:
+        text = json.dumps(payload, indent=1, default=_json_default)
+    tmp.write_text(text + "\n")
     os.replace(tmp, path)
 
 
@@ -188,9 +194,7 @@ def write_record(records_dir: Path | None, result: dict[str, Any]) -> None:
     if path.is_file():
         return
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text(json.dumps(result, sort_keys=True, separators=(",", ":"), default=_json_default) + "\n")
-    os.replace(tmp, path)
+    _write_json_atomic(path, result, compact=True)
 
 
 def _training_curve(csv_path: Path) -> dict[str, list[float]]:
