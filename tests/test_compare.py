@@ -400,6 +400,7 @@ def test_overridden_runs_stay_out_of_the_records(tmp_path) -> None:
     assert resolve(parse.parse_args([str(config)])).records_dir == tmp_path / "rec"
     assert resolve(parse.parse_args([str(config), "--steps", "2"])).records_dir is None
     assert resolve(parse.parse_args([str(config), "--smoke"])).records_dir is None
+    assert resolve(parse.parse_args([str(config), "--out", str(tmp_path / "o")])).records_dir == tmp_path / "rec"
     assert resolve(parse.parse_args([str(config), "--steps", "2", "--records", str(tmp_path / "x")])).records_dir == tmp_path / "x"
     assert resolve(parse.parse_args([str(config), "--no-records"])).records_dir is None
 

@@ -136,7 +136,8 @@ def resolve(args: argparse.Namespace, default_config: str | None = "configs/comp
             "jobs": compare.jobs,
             "output_dir": args.out or str(compare.output_dir),
             # another model, length or the smoke check are other runs: they stay out of the records
-            "records_dir": None,
+            # (another report folder, --out, is the same runs)
+            "records_dir": None if (args.model or args.steps or smoke) else compare.records_dir,
         }
         if smoke:
             _shrink_for_smoke(mapping, out_given=bool(args.out))
