@@ -387,6 +387,32 @@ def test_records_carry_a_grid_into_a_new_checkout(finished, monkeypatch, tmp_pat
         read_record(records, f"{other['label']}-s{other['seed']}", other["hash"])
 
 
+def test_the_progress_bar_shows_the_in_distribution_exact_match_of_a_record(finished, monkeypatch, tmp_path, capsys) -> None:
+    """A record is written with sorted keys, so its first set is "decimals": the bar must still show
+    the headline (in-distribution) exact match, as the report does."""
+    import json
+
+    from numloss.compare.runner import record_path
+
+    compare, _, out = finished
+    records = tmp_path / "records"
+    compare.records_dir = records
+    try:
+        (first, *_) = run_grid(compare, progress=False)
+    finally:
+        compare.records_dir = None
+    evaluation = {name: {**scores, "exact_match": 0.0} for name, scores in first["evaluation"].items()}
+    evaluation["in_distribution"]["exact_match"] = 0.625
+    assert sorted(evaluation)[0] != "in_distribution"
+    name = f"{first['label']}-s{first['seed']}"
+    record_path(records, name, first["hash"]).write_text(json.dumps({**first, "evaluation": evaluation}, sort_keys=True))
+    monkeypatch.setattr(numloss.train, "run_training", lambda *a, **k: pytest.fail("a recorded run was trained again"))
+    fresh = compare_config_from_dict({**_mapping(tmp_path / "new-checkout"), "records_dir": str(records)})
+    capsys.readouterr()
+    run_grid(fresh, progress=True)
+    assert f"{name}: exact match 62.5%" in capsys.readouterr().err
+
+
 def test_overridden_runs_stay_out_of_the_records(tmp_path) -> None:
     import argparse
 

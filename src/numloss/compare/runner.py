@@ -35,6 +35,7 @@ from typing import Any
 import torch
 
 from numloss.compare.config import CompareConfig, ObjectiveSpec
+from numloss.compare.report import primary_evaluation
 from numloss.compare.stats import wilson_interval
 from numloss.compare.task import TEST_SETS, TaskExample
 
@@ -407,7 +408,8 @@ def run_grid(
     def finish(key: RunKey, done: dict[str, Any]) -> None:
         results[key.name] = done
         write_record(compare.records_dir, done)
-        em = next(iter(done["evaluation"].values()), {}).get("exact_match", float("nan"))
+        # the headline set, not the first key: a record read back has its sets in sorted order
+        em = primary_evaluation(done).get("exact_match", float("nan"))
         bar.set_postfix_str(f"{key.name}: exact match {100 * em:.1f}%")
         bar.update(1)
         if on_result is not None:
