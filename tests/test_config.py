@@ -70,7 +70,6 @@ def test_resume_is_bool_or_path(tmp_path):
         (["--train.batch_size", "0"], "train.batch_size must be >= 1"),
         (["--train.max_steps", "0"], "train.max_steps must be > 0 or -1"),
         (["--train.extra", "{not_a_field: 1}"], "not a transformers.TrainingArguments field"),
-        (["--objective.name", "emo", "--fused", "true"], "emo needs the full logits"),
         (["--train.lr_scheduler", "cosine_annealing"], "train.lr_scheduler: unknown scheduler 'cosine_annealing'; choose one of linear, cosine"),
         (["--train.max_steps"], "--train.max_steps needs a value"),
         (["stray"], "unexpected argument 'stray'"),

@@ -77,6 +77,8 @@ class PerMicroBatchTrainer(NumericTrainer):
 def make_loss(name: str, model: LlamaForCausalLM):
     if name == "emo":
         return build_loss(name, VOCAB, embedding=model.get_output_embeddings().weight)
+    if name == "dist2-author":  # divided by the sum of place weights: the step's, not a micro-batch's
+        return build_loss("dist2", VOCAB, alpha=1.0, place_weight=True, point_ends_run=True, normalize="weights")
     # alphas large enough that the digit term moves the update visibly
     return build_loss(name, VOCAB, **({} if name == "mixce" else {"alpha": 1.0}))
 
@@ -125,7 +127,7 @@ def max_update_difference(a: dict, b: dict, start: dict) -> tuple[float, float]:
     return diff, size
 
 
-@pytest.mark.parametrize("name", OBJECTIVES)
+@pytest.mark.parametrize("name", [*OBJECTIVES, "dist2-author"])
 def test_batch_8_equals_2_by_4_accumulation(name, tmp_path):
     start = {k: v.detach().clone() for k, v in tiny_llama().named_parameters()}
     full = updated_parameters(name, tmp_path / "full", batch=8, accumulation=1)

@@ -142,9 +142,12 @@ def test_lora_saves_adapters_and_a_merged_model(tmp_path):
     torch.testing.assert_close(adapted(**batch).logits, merged(**batch).logits, rtol=1e-4, atol=1e-5)
 
 
-def test_fused_path_trains_to_the_same_weights(tmp_path):
-    plain = run_training(load_config(TINY, ["--train.output_dir", str(tmp_path / "plain")]))
-    fused = run_training(load_config(TINY, ["--train.output_dir", str(tmp_path / "fused"), "--fused", "true"]))
+@pytest.mark.parametrize("objective", [[], ["--objective.name", "emo"]], ids=["del", "emo"])
+def test_fused_path_trains_to_the_same_weights(tmp_path, objective):
+    """`numloss train --fused true` equals the unfused run, EMO (its transport cost read from the
+    live LM head inside the forward) included."""
+    plain = run_training(load_config(TINY, ["--train.output_dir", str(tmp_path / "plain"), *objective]))
+    fused = run_training(load_config(TINY, ["--train.output_dir", str(tmp_path / "fused"), "--fused", "true", *objective]))
     # same losses to float precision; Adam turns float-level gradient differences into weight
     # differences of ~1e-5, against 3e-2 of movement from the initialisation
     rows_plain = list(csv.DictReader((tmp_path / "plain" / "log.csv").open()))

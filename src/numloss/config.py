@@ -415,8 +415,6 @@ def validate(config: Config) -> None:
     resume = config.train.resume
     if isinstance(resume, str) and not Path(resume).is_dir():
         raise ConfigError(f"train.resume: checkpoint folder {resume!r} does not exist (or use true for the last one)")
-    if config.fused and key == "emo":
-        raise ConfigError("fused: emo needs the full logits of every token; set fused false for emo")
     import transformers
 
     known = {f.name for f in dataclasses.fields(transformers.TrainingArguments)}

@@ -184,7 +184,8 @@ def ref_loss(
     if normalize == "tokens":
         aux = aux_digit_sum / n_tok
     elif normalize == "weights":
-        aux = aux_digit_sum / max(weight_sum, 1.0)
+        # the step-wide count of this option is the step's sum of place weights
+        aux = aux_digit_sum / max(num_digits if num_digits is not None else weight_sum, 1.0)
     else:
         aux = aux_digit_sum / n_dig
     return ce + alpha * aux, ce, aux

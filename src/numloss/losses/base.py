@@ -357,12 +357,12 @@ class NumericLoss(nn.Module):
         num_tokens = valid.sum()
         digit_logits, support = slot_logits(number_logits, digits, self.vocab.number_table(nll.device))
         num_digits = torch.tensor(digits.token_count if self.scores_tokens else digits.count, device=nll.device)
+        weights = self.digit_weights(digits)
         token_count = _as_count(num_items_in_batch, num_tokens, "num_items_in_batch")
-        digit_count = _as_count(num_digits_in_batch, num_digits, "num_digits_in_batch")
+        digit_count = _as_count(num_digits_in_batch, self._digit_units(num_digits, weights), "num_digits_in_batch")
         ce = nll.sum() / token_count
         loss = ce
         aux = torch.zeros((), dtype=torch.float32, device=nll.device)
-        weights = self.digit_weights(digits)
         terms = self.number_terms(number_logits, digits) if self.scores_tokens else None
         if terms is None:
             # the full-vocabulary NLL of each slot's target digit: -log of the mass of the group's
@@ -391,6 +391,11 @@ class NumericLoss(nn.Module):
             else:
                 entropy = torch.zeros((), device=nll.device)
         return NumericLossOutput(loss, ce, aux, num_tokens, num_digits, entropy)
+
+    def _digit_units(self, num_digits: torch.Tensor, weights: torch.Tensor) -> torch.Tensor:
+        """This call's share of the digit denominator, in the units `count_digits` sums over a
+        step: digit positions (DIST2's normalize="weights": their place weights)."""
+        return num_digits
 
     def _digit_denominator(self, token_count, digit_count, weights) -> torch.Tensor:
         if self.normalize == "tokens":

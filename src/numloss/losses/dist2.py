@@ -26,7 +26,7 @@ from typing import Any
 
 import torch
 
-from numloss.digits import DigitPositions, DigitVocab
+from numloss.digits import DigitPositions, DigitVocab, find_digits
 from numloss.losses.base import NORMALIZATIONS, DigitLoss, check_number
 
 
@@ -118,8 +118,16 @@ class Dist2Loss(DigitLoss):
     def digit_terms(self, digit_logits, digit_targets, weights, digit_nll, support=None):
         return dist2_term(digit_logits, digit_targets, weights, self.tau, support)
 
-    def _digit_denominator(self, token_count, digit_count, weights):
+    def count_digits(self, labels: torch.Tensor) -> torch.Tensor:
+        """N_dig of aligned `labels`; with normalize="weights" the sum of their place weights (whole
+        numbers), which a trainer sums over the step as `num_digits_in_batch`, so a step split into
+        micro-batches or ranks divides by the step's weight sum, as one batch would."""
+        if self.normalize != "weights":
+            return super().count_digits(labels)
+        weights = self.digit_weights(find_digits(labels, self.vocab, None, self.ignore_index))
+        return weights.sum().round().long()
+
+    def _digit_units(self, num_digits: torch.Tensor, weights: torch.Tensor) -> torch.Tensor:
         if self.normalize == "weights":
-            # this call's sum of weights, as the author code divides each micro-batch
-            return weights.sum().clamp_min(1.0)
-        return super()._digit_denominator(token_count, digit_count, weights)
+            return weights.sum().to(num_digits.device)
+        return num_digits
