@@ -46,6 +46,9 @@ from numloss.evaluate.benchmarks import Item
         ("Final answer: 19", 19),
         ("To find the answer: 80,000 + 5,000 = 85,000", 85000),  # a bare "answer:" is not a marker
         ("So 8 - 3 = 5", 5),
+        ("The difference is 8 - 3", 3),  # a binary minus is not a sign: not -3
+        ("The difference is 8 -3", 3),
+        ("It is (8) - 3", 3),
         ("x = -3", -3),
         ("The answer is (-4)", -4),
         ("He paid 12.00 dollars.", 12),
@@ -80,7 +83,19 @@ def test_the_last_trigger_wins():
         (18.0, "18", True),
         (Fraction(465, 10), "46.5", True),
         (Fraction(4650, 100), "46.50", True),
-        (Fraction(4651, 100), "46.5", True),  # rounds to the gold's own precision
+        (Fraction(4651, 100), "46.5", False),  # a one-decimal gold is exact: 46.51 is another number
+        (Fraction(1, 4), "0.3", False),  # rounds half up to the gold, but it is not 0.3
+        (Fraction(1, 20), "0.1", False),
+        (Fraction(145, 100), "1.5", False),
+        (Fraction(26, 100), "0.3", False),
+        (Fraction(30, 100), "0.3", True),
+        (Fraction(245, 1000), "0.25", False),  # a tie: the half-unit interval is open
+        (Fraction(2451, 10000), "0.25", True),
+        (Fraction(8695652, 1000), "8695.65", True),  # 200000/23 to more places
+        (Fraction(8695655, 1000), "8695.65", False),
+        (Fraction(66667, 100000), "0.6667", True),
+        (Fraction(58333333, 100000), "583.3333", True),
+        (Fraction(1234567890123), "1234567890120", False),
         (Fraction(4656, 100), "46.5", False),
         (Fraction(467, 10), "46.5", False),
         (Fraction(1750, 3), "583.3333", True),
@@ -105,7 +120,8 @@ def test_number_matches_never_passes_a_wrong_digit(pred, gold, same):
 @pytest.mark.parametrize(
     "printed, expected",
     [("60.00000000000001", 60), ("583.3333333333334", Fraction(583333333333, 10**9)), ("0.30000000000000004", Fraction(3, 10)),
-     ("22090603.000000004", 22090603), ("123456789012345", 123456789012345), ("1234567.5", Fraction(12345675, 10))],
+     ("22090603.000000004", 22090603), ("123456789012345", 123456789012345), ("1234567.5", Fraction(12345675, 10)),
+     ("1234567890123.4500001", 1234567890123)],  # rounding never reaches an integer digit
 )
 def test_float_noise_is_removed_only_where_it_is_noise(printed, expected):
     value = extract_exact(f"The answer is {printed}")
@@ -145,6 +161,12 @@ OPTIONS = ("60 km/h", "70 km/h", "80 km/h", "90 km/h", "120 km/h")
         ("We compute 150. The answer is 150", ("15", "150", "1500", "5", "50"), "B"),
         ("The answer is B", ("0", "4", "2", "6"), "B"),
         ("The answer is (A) -2", ("-2", "2", "7", "-7"), "A"),
+        # the article "a" is not the letter A
+        ("The answer is a long way off: (C)", OPTIONS, "C"),
+        ("Option a: 60 is wrong. The answer is 80 km/h", OPTIONS, "C"),
+        ("The choice is a hard one. Answer: 80 km/h", OPTIONS, "C"),
+        ("the answer is (c)", OPTIONS, "C"),
+        ("ANSWER: D", OPTIONS, "D"),
     ],
 )
 def test_extract_choice(output, options, letter):

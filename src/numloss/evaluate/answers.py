@@ -18,13 +18,16 @@ does not follow a digit or a closing bracket, so "8 - 3" reads 8 then 3), decima
 percentage answers: no x/100), exponents, currency and units around them ("$46.50", "12 km/h").
 Float noise: a number written with a fractional part and 15 or more significant digits (what a
 program printing a binary float gives, 60.00000000000001, 583.3333333333334) is rounded to 12
-significant digits when read.
+significant digits when read, never above the units place (1234567890123.4500001 reads
+1234567890123).
 
 Comparison with a gold number (`number_matches`) never passes a wrong digit:
 
-- an integer gold ("18") matches only a prediction that is exactly that integer;
-- a decimal gold with d decimals ("583.3333", d = 4) matches a prediction that rounds (half up)
-  to it at d decimals: 583.33333 and 583.3333 match, 583.333 and 583.3334 do not.
+- an integer gold ("18") or a gold with one decimal ("0.3") matches only a prediction that is
+  exactly that number ("0.30" too; 0.25, 0.26 and 0.3001 do not);
+- a gold with d >= 2 decimals ("583.3333", "8695.65") may be a rounding of its answer: it matches
+  the same number, or a more precise prediction strictly inside its half-unit interval: 583.33333
+  matches, 583.333 and 583.3334 do not, and a tie (0.245 for "0.25") does not.
 
 MATH-style expressions are compared with math-verify (plain numbers by the rule above).
 """
@@ -55,7 +58,8 @@ _NUMBER = re.compile(
 )
 _FRAC = re.compile(r"\\[dt]?frac\s*\{([^{}]*)\}\s*\{([^{}]*)\}")
 NOISE_DIGITS = 15  # a written number with this many significant digits and a fraction is float noise
-KEEP_DIGITS = 12  # ... and is read rounded to this many
+KEEP_DIGITS = 12  # ... and is read rounded to this many (never above the units place)
+ROUNDED_GOLD_DECIMALS = 2  # a gold with this many decimals or more may be a rounding of its answer
 
 
 def _strip_latex(text: str) -> str:
@@ -89,7 +93,8 @@ def _denoise(body: str, value: Fraction) -> Fraction:
     if "." not in body or len(digits) < NOISE_DIGITS or value == 0:
         return value
     d = _decimal(value)
-    snapped = _quantize(d, Decimal(1).scaleb(d.adjusted() - KEEP_DIGITS + 1))
+    # never above the units place: float noise sits in the fraction, an integer digit is data
+    snapped = _quantize(d, Decimal(1).scaleb(min(d.adjusted() - KEEP_DIGITS + 1, 0)))
     return value if snapped is None else Fraction(snapped)
 
 
@@ -246,14 +251,20 @@ def number_matches(pred: Fraction | float | None, gold: str, pred_text: str | No
         return _quantize(_decimal(value), Decimal(1).scaleb(-len(written.group(1)))) == Decimal(pred_text.strip())
     written = gold.strip().replace(",", "").replace("$", "").rstrip("%").strip()
     places = len(written.split(".", 1)[1]) if "." in written else 0
-    if places == 0:  # an integer gold: exactly that integer
-        return pred == Fraction(target)
-    step = Decimal(1).scaleb(-places)
-    return _quantize(_decimal(pred), step) == target
+    if pred == Fraction(target):
+        return True
+    if places < ROUNDED_GOLD_DECIMALS:  # an integer or one-decimal gold ("0.3"): exactly that number
+        return False
+    # a gold that may be a rounding ("583.3333", "8695.65"): a more precise prediction strictly
+    # inside its half-unit interval; a tie ("0.245" for "0.25") could be either neighbour's
+    half_unit = Fraction(1, 2 * 10**places)
+    return abs(pred - Fraction(target)) < half_unit
 
 
 _EXPLICIT_LETTER = [
-    re.compile(r"(?:answer|option|choice)\s*(?:is|would be|:)?\s*:?\s*\(?([A-E])\)?(?![\w])", re.I),
+    # the words in any case, the letter a capital ("the answer is a long way off" names no letter)
+    # or a bracketed letter in any case ("answer: (c)")
+    re.compile(r"(?i:answer|option|choice)\s*(?i:is|would be|:)?\s*:?\s*(?:\(([A-Ea-e])\)|([A-E])(?![\w]))"),
     re.compile(r"\(([A-E])\)"),
 ]
 
@@ -278,7 +289,7 @@ def extract_choice(output: str, options: tuple[str, ...] = ()) -> str | None:
         if match and match.group(1) in letters:
             return match.group(1)
     for pattern in _EXPLICIT_LETTER:
-        found = [m.group(1).upper() for m in pattern.finditer(output)]
+        found = [next(g for g in m.groups() if g).upper() for m in pattern.finditer(output)]
         found = [f for f in found if f in letters]
         if found:
             return found[-1]
