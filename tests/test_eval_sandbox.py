@@ -154,6 +154,54 @@ def test_a_venv_inside_the_checkout_does_not_expose_the_checkout():
     assert result.stdout.strip() == str([False] * len(probes))
 
 
+def test_a_system_python_does_not_bind_its_prefix(monkeypatch):
+    """With /usr as the prefix (a distribution's Python), binding the prefix would show /usr/bin's
+    shells and /usr/local: only the stdlib, libpython and the executable are bound."""
+    monkeypatch.setattr(sys, "base_prefix", "/usr")
+    monkeypatch.setattr(sys, "prefix", "/usr")
+    binds = bwrap_mod.layout.__wrapped__().binds
+    for forbidden in ("/usr", "/usr/bin", "/usr/local", "/usr/local/bin", "/bin"):
+        assert not bwrap_mod._covered(forbidden, list(binds)), (forbidden, binds)
+    stdlib = os.path.realpath(os.path.dirname(os.__file__))
+    assert bwrap_mod._covered(stdlib, list(binds))
+    prefix = os.path.realpath(sys.base_prefix if sys.base_prefix != "/usr" else sys.exec_prefix)
+    assert prefix not in binds
+
+
+@needs_kernel_sandbox
+def test_the_interpreters_own_site_packages_and_prefix_are_not_visible():
+    stdlib = os.path.realpath(os.path.dirname(os.__file__))
+    base = os.path.join(stdlib, "site-packages")
+    result = run_program(
+        "import os, sys\n"
+        f"print(os.listdir({base!r}) if os.path.isdir({base!r}) else [])\n"
+        "print([os.path.exists(p) for p in ('/usr/bin', '/usr/local', '/bin/sh', '/usr/bin/sh', '/usr/include')])", LIMITS)
+    assert result.ok, result
+    listing, exists = result.stdout.splitlines()
+    if base in bwrap_mod.layout().hidden:
+        assert eval(listing) == []
+    assert eval(exists) == [False] * 5
+
+
+@needs_kernel_sandbox
+def test_ipc_uts_and_open_files_are_the_sandboxs_own():
+    host = {name: os.readlink(f"/proc/self/ns/{name}") for name in ("ipc", "uts", "net", "pid", "mnt")}
+    result = run_program(
+        "import os, resource, socket\n"
+        "print({n: os.readlink(f'/proc/self/ns/{n}') for n in ('ipc', 'uts', 'net', 'pid', 'mnt')})\n"
+        "print(socket.gethostname())\nprint(resource.getrlimit(resource.RLIMIT_NOFILE))\n"
+        "fds = []\ntry:\n    while True:\n        fds.append(os.open('/dev/null', os.O_RDONLY))\n"
+        "except OSError as e:\n    print(e.errno, len(fds))", LIMITS)
+    assert result.ok, result
+    namespaces, hostname, nofile, exhausted = result.stdout.splitlines()
+    inside = eval(namespaces)
+    assert all(inside[name] != host[name] for name in host), (inside, host)
+    assert hostname == "sandbox"
+    assert eval(nofile) == (LIMITS.open_files, LIMITS.open_files)
+    errno, opened = map(int, exhausted.split())
+    assert errno == 24 and LIMITS.open_files - 8 <= opened < LIMITS.open_files  # EMFILE, at the limit
+
+
 @needs_kernel_sandbox
 def test_an_allowed_package_installed_under_tmp_is_importable(tmp_path, monkeypatch):
     # tmp_path is under the host's /tmp, where the sandbox mounts its own tmpfs (a venv in /tmp)
@@ -183,12 +231,18 @@ def test_processes_are_limited_even_when_the_evaluator_is_root():
 
 @needs_kernel_sandbox
 def test_the_wall_clock_kills_the_whole_namespace():
-    result = run_program("import os, time\nif os.fork() == 0:\n    os.setsid()\n    time.sleep(60)\ntime.sleep(60)",
-                         SandboxLimits(wall_seconds=1.0, cpu_seconds=2))
-    assert result.status == "timeout" and "wall-clock" in result.detail
-    assert result.wall_seconds < 2.5
-    left = [p for p in os.listdir("/proc") if p.isdigit() and _pidns(p) == f"pid:[{result.pid_namespace}]"]
-    assert left == []
+    from hostile import our_processes_in_pid_namespace, reap_orphans, set_child_subreaper
+
+    set_child_subreaper(True)  # an orphan of the run is reparented here, so it is found
+    try:
+        result = run_program("import os, time\nif os.fork() == 0:\n    os.setsid()\n    time.sleep(60)\ntime.sleep(60)",
+                             SandboxLimits(wall_seconds=1.0, cpu_seconds=2))
+        assert result.status == "timeout" and "wall-clock" in result.detail
+        assert result.wall_seconds < 2.5
+        assert our_processes_in_pid_namespace(result.pid_namespace) == []
+    finally:
+        set_child_subreaper(False)
+        reap_orphans()
 
 
 @needs_kernel_sandbox
@@ -414,6 +468,12 @@ def test_the_opt_in_runs_the_audit_hook_child_and_says_so(fresh_probe, monkeypat
     monkeypatch.setenv(ALLOW_UNISOLATED_ENV, "1")
     assert isolation().mode == "unisolated"
     assert [r.stdout.strip() for r in run_programs(["print(1)", "print(2)"], LIMITS)] == ["1", "2"]
+    # the values numloss eval accepts are the ones isolation() accepts: one rule
+    from numloss.evaluate import programs
+
+    for value, allowed in (("true", True), ("YES", True), (" 1 ", True), ("no", False), ("", False)):
+        monkeypatch.setenv(ALLOW_UNISOLATED_ENV, value)
+        assert programs.opted_in() is allowed and (isolation().mode == "unisolated") is allowed, value
 
 
 def test_not_linux_is_refused(fresh_probe, monkeypatch):

@@ -24,7 +24,7 @@ from pathlib import Path
 import pytest
 import sympy
 
-from hostile import Hostile, load
+from hostile import Hostile, load, our_processes_in_pid_namespace, reap_orphans, set_child_subreaper
 from numloss.evaluate.sandbox import SandboxLimits, isolation, run_program, run_programs
 
 pytestmark = pytest.mark.skipif(not isolation().mode == "bwrap+seccomp",
@@ -41,19 +41,6 @@ def snapshot(folder: Path) -> dict[str, bytes]:
     for path in sorted(folder.rglob("*")):
         out[str(path.relative_to(folder))] = path.read_bytes() if path.is_file() else b"<dir>"
     return out
-
-
-def processes_in_pid_namespace(inode: int) -> list[int]:
-    """Host pids of processes in the pid namespace `inode` (read from the host's /proc)."""
-    found = []
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            try:
-                if os.readlink(f"/proc/{entry}/ns/pid") == f"pid:[{inode}]":
-                    found.append(int(entry))
-            except OSError:
-                continue
-    return found
 
 
 def escapes_on_host() -> list[str]:
@@ -98,6 +85,7 @@ def suite():
     old_cwd, old_env = os.getcwd(), dict(os.environ)
     os.chdir(cwd)
     os.environ.update(HOME=str(home), NUMLOSS_SECRET_TOKEN=CANARY)
+    set_child_subreaper(True)  # a survivor of ours is reparented here: see hostile/__init__.py
     try:
         started = time.perf_counter()
         results = run_programs([h.source(values) for h in HOSTILE], LIMITS, workers=4)
@@ -114,6 +102,8 @@ def suite():
     }
     victim.kill()
     victim.wait()
+    set_child_subreaper(False)
+    reap_orphans()
     for s in listeners.values():
         s.close()
     shutil.rmtree(base, ignore_errors=True)
@@ -134,7 +124,7 @@ def test_each_hostile_program_is_contained(suite, hostile: Hostile):
     assert CANARY not in result.stdout and CANARY not in result.stderr, context
     assert result.wall_seconds < LIMITS.wall_seconds + 3, context
     assert result.pid_namespace is not None and os.readlink("/proc/self/ns/pid") != f"pid:[{result.pid_namespace}]"
-    assert processes_in_pid_namespace(result.pid_namespace) == [], f"{hostile.name}: processes outlived the call"
+    assert our_processes_in_pid_namespace(result.pid_namespace) == [], f"{hostile.name}: processes outlived the call"
 
 
 def test_the_host_is_unchanged_after_the_suite(suite):

@@ -47,3 +47,69 @@ def load() -> list[Hostile]:
         expect = frozenset(lines[end].removeprefix("# expect: ").strip().split("|"))
         out.append(Hostile(path.name.removesuffix(".py.in"), tries, expect, text))
     return out
+
+
+# ---- which processes are ours ----------------------------------------------------------------
+# The kernel reuses pid-namespace numbers: another evaluator on the machine can start a sandbox
+# whose namespace gets the number of one of ours that has ended. So a leftover is a process in
+# the namespace *and* a descendant of this test process, which is a child subreaper while the
+# programs run: an orphan of ours is reparented to it, never to the host's init.
+
+PR_SET_CHILD_SUBREAPER = 36
+
+
+def set_child_subreaper(on: bool) -> None:
+    """Make this process the subreaper of its orphaned descendants (Linux prctl), or stop."""
+    import ctypes
+
+    if ctypes.CDLL(None, use_errno=True).prctl(PR_SET_CHILD_SUBREAPER, int(on), 0, 0, 0) != 0:
+        raise OSError(ctypes.get_errno(), "prctl(PR_SET_CHILD_SUBREAPER) failed")
+
+
+def _parent(pid: int) -> int:
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            return next(int(line.split()[1]) for line in f if line.startswith("PPid:"))
+    except (OSError, StopIteration):
+        return 0
+
+
+def is_descendant(pid: int, root: int) -> bool:
+    """Whether `pid` descends from `root` (walking /proc's parent links)."""
+    seen = set()
+    while pid > 1 and pid not in seen:
+        if pid == root:
+            return True
+        seen.add(pid)
+        pid = _parent(pid)
+    return False
+
+
+def our_processes_in_pid_namespace(inode: int) -> list[int]:
+    """Host pids of this process's descendants in the pid namespace `inode`."""
+    import os
+
+    found = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                if os.readlink(f"/proc/{entry}/ns/pid") != f"pid:[{inode}]":
+                    continue
+            except OSError:
+                continue
+            if is_descendant(int(entry), os.getpid()):
+                found.append(int(entry))
+    return found
+
+
+def reap_orphans() -> None:
+    """Collect the exit status of orphans reparented to this process (no zombies left)."""
+    import os
+
+    while True:
+        try:
+            pid, _ = os.waitpid(-1, os.WNOHANG)
+        except ChildProcessError:
+            return
+        if pid == 0:
+            return

@@ -11,22 +11,17 @@ Opting in: `allow_unisolated=True`, `--allow-unisolated-exec`, or NUMLOSS_ALLOW_
 
 from __future__ import annotations
 
-import os
 from collections.abc import Sequence
 from dataclasses import dataclass
 
 from numloss.evaluate import sandbox
 from numloss.evaluate.sandbox import ProgramResult, SandboxLimits
 
-ENV_OPT_IN = "NUMLOSS_ALLOW_UNISOLATED_EXEC"
+ENV_OPT_IN = sandbox.ALLOW_UNISOLATED_ENV
 REFUSED = "refused"
 
 
-def opted_in(flag: bool | None = None) -> bool:
-    """Whether unisolated execution is allowed: the flag when given, else the environment variable."""
-    if flag:
-        return True
-    return os.environ.get(ENV_OPT_IN, "").strip().lower() in ("1", "true", "yes")
+opted_in = sandbox.opted_in  # one rule for the flag and the environment variable
 
 
 @dataclass(frozen=True)

@@ -102,8 +102,12 @@ def _kernel_probe() -> _Probe:
     return _Probe(None, "bwrap cannot create the sandbox here (" + "; ".join(failures) + ")")
 
 
-def _opted_in(allow_unisolated: bool) -> bool:
-    return allow_unisolated or os.environ.get(ALLOW_UNISOLATED_ENV, "") == "1"
+def opted_in(allow_unisolated: bool | None = None) -> bool:
+    """Whether unisolated execution is allowed: the flag, or NUMLOSS_ALLOW_UNISOLATED_EXEC set to
+    1, true or yes (any case). The one rule: `numloss eval` and `isolation()` both read it here."""
+    if allow_unisolated:
+        return True
+    return os.environ.get(ALLOW_UNISOLATED_ENV, "").strip().lower() in ("1", "true", "yes")
 
 
 def isolation(allow_unisolated: bool = False) -> Isolation:
@@ -116,7 +120,7 @@ def isolation(allow_unisolated: bool = False) -> Isolation:
     probe = _kernel_probe()
     if probe.bwrap is not None:
         return Isolation(FULL, probe.detail)
-    if _opted_in(allow_unisolated):
+    if opted_in(allow_unisolated):
         return Isolation(UNISOLATED, f"{probe.detail}; opted in to the unisolated audit-hook child (not a security boundary)")
     return Isolation(UNAVAILABLE, f"{probe.detail}; model-written programs are not run. To run them without "
                      f"kernel isolation anyway, pass --allow-unisolated-exec or set {ALLOW_UNISOLATED_ENV}=1")

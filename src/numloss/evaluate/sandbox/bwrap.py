@@ -39,6 +39,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import sysconfig
 import threading
 import time
 from dataclasses import dataclass
@@ -109,10 +110,26 @@ class Layout:
     binds: tuple[str, ...]
     symlinks: tuple[tuple[str, str], ...]  # (target, link)
     site_dirs: tuple[str, ...]
+    hidden: tuple[str, ...] = ()  # folders inside a bind masked by an empty read-only tmpfs
 
 
 def _covered(path: str, roots: list[str]) -> bool:
     return any(path == r or path.startswith(r.rstrip("/") + "/") for r in roots)
+
+
+def _interpreter_files() -> list[str]:
+    """What the interpreter needs beside its executable: its stdlib folder (lib-dynload inside)
+    and its shared libpython, never its whole prefix: with a system Python the prefix is /usr,
+    and binding it would show /usr/bin's shells and /usr/local."""
+    stdlib = os.path.realpath(os.path.dirname(os.__file__))
+    files = [stdlib]
+    dynload = os.path.realpath(os.path.dirname(getattr(importlib.import_module("_struct"), "__file__", "") or stdlib))
+    if not _covered(dynload, files):
+        files.append(dynload)
+    libdir, soname = sysconfig.get_config_var("LIBDIR"), sysconfig.get_config_var("INSTSONAME")
+    if libdir and soname and os.path.isfile(os.path.join(libdir, soname)):
+        files.append(os.path.realpath(os.path.join(libdir, soname)))
+    return files
 
 
 @lru_cache(maxsize=1)
@@ -126,7 +143,7 @@ def layout() -> Layout:
             symlinks.append((os.readlink(d), d))
         elif os.path.isdir(d):
             binds.append(d)
-    for path in (os.path.realpath(sys.base_prefix), python, "/etc/ld.so.cache"):
+    for path in (python, *_interpreter_files(), "/etc/ld.so.cache"):
         if os.path.exists(path) and not _covered(path, binds):
             binds.append(path)
     site_dirs: list[str] = []
@@ -141,7 +158,14 @@ def layout() -> Layout:
         for path in (package, os.path.join(site, name + ".libs"), os.path.join(site, name + "_libs")):
             if os.path.isdir(path) and not _covered(path, binds):
                 binds.append(path)
-    return Layout(python, tuple(binds), tuple(symlinks), tuple(site_dirs))
+    # the base interpreter's own site-packages sits inside its stdlib: hide it unless it holds an
+    # allowed package (then it is a site dir; a venv's base has pip, pytest, IPython there)
+    stdlib = os.path.realpath(os.path.dirname(os.__file__))
+    hidden = tuple(
+        path for path in (os.path.join(stdlib, "site-packages"), os.path.join(stdlib, "dist-packages"))
+        if os.path.isdir(path) and not any(_covered(site, [path]) for site in site_dirs)
+    )
+    return Layout(python, tuple(binds), tuple(symlinks), tuple(site_dirs), hidden)
 
 
 def bundled_bwrap() -> str | None:
@@ -253,6 +277,8 @@ def command(bwrap: str, limits: SandboxLimits, fds: dict[str, int]) -> list[str]
         cmd += ["--perms", "0755", "--dir", path]
     for path in lay.binds:
         cmd += ["--ro-bind", path, path]
+    for path in lay.hidden:
+        cmd += ["--perms", "0555", "--size", "4096", "--tmpfs", path]
     for target, link in lay.symlinks:
         cmd += ["--symlink", target, link]
     cmd += ["--proc", "/proc", "--dev", "/dev", "--remount-ro", "/dev", "--remount-ro", "/", "--chdir", "/tmp",
