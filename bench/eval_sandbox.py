@@ -30,7 +30,9 @@ from numloss.evaluate.generate import Generation
 from numloss.evaluate.sandbox import bwrap
 
 try:
-    from sandbox import programs as typical_programs  # bench/sandbox.py, run from bench/ or the root
+    from sandbox import (
+        programs as typical_programs,  # bench/sandbox.py, run from bench/ or the root
+    )
 except ImportError:  # pragma: no cover
     import sys
     from pathlib import Path
