@@ -68,6 +68,26 @@ def test_resume_skips_finished_items_and_a_kill_loses_only_the_batch_in_flight(t
     assert len((tmp_path / "items.jsonl").read_text().splitlines()) == 2 * (n_gsm + n_aqua)
 
 
+def test_resuming_from_records_of_other_items_is_refused(tmp_path):
+    """Ids are positions: records of another --seed (or an edited file) under the same ids must
+    not be scored as the new questions' answers."""
+    class Echo:
+        def generate(self, prompts, max_new_tokens=None):
+            return [Generation("The answer is 1", 4) for _ in prompts]
+
+    def synthetic(seed):
+        return evaluate(Echo(), "synthetic:arithmetic", protocol="numloss", results_file=tmp_path / "items.jsonl",
+                        limit=3, seed=seed, allow_unisolated=True, digit_stats=False)
+
+    synthetic(1)
+    assert synthetic(1).scores["numloss"]["synthetic:arithmetic"].count == 3  # the same items: resumed
+    with pytest.raises(ValueError, match="saved with another question.*another --seed"):
+        synthetic(2)
+    redone = evaluate(Echo(), "synthetic:arithmetic", protocol="numloss", results_file=tmp_path / "items.jsonl",
+                      limit=3, seed=2, overwrite=True, allow_unisolated=True, digit_stats=False)
+    assert redone.scores["numloss"]["synthetic:arithmetic"].count == 3
+
+
 def test_a_torn_last_line_is_ignored_and_cut_before_the_next_append(tmp_path):
     gen = Counting(golds("gsm8k"))
     run(tmp_path, gen, limit=2)
@@ -181,3 +201,29 @@ def test_the_api_checks_the_tokenizer_for_digit_metrics_before_generating():
 
     with pytest.raises(ValueError, match="digit_stats=False"):
         evaluate((NeverCalled(), no_digits), "gsm8k", data_dir=FIXTURES)
+
+
+def test_both_protocols_list_the_items_whose_verdicts_differ(tmp_path):
+    """A program printing float noise ("18.00000000000001") is wrong by the released string
+    comparison and right by numloss's: `both` lists exactly those items, in the API and report.md."""
+    items = load_benchmark("gsm8k", data_dir=FIXTURES).items
+    noisy = {items[0].question, items[2].question}
+
+    class Noisy:
+        def generate(self, prompts, max_new_tokens=None):
+            out = []
+            for p in prompts:
+                question, gold = next((q, g) for q, g in golds("gsm8k").items() if q in p)
+                # what print(0.1 * 70) style float arithmetic gives, as the program's text
+                noise = f"{gold}." + "0" * (15 - len(gold)) + "1"  # 16 significant digits
+                source = f"print('{noise}')" if question in noisy else f"print({gold})"
+                out.append(Generation(source if POT_TRIGGER in p else f"The answer is {gold}", 4))
+            return out
+
+    report = evaluate(Noisy(), "gsm8k", data_dir=FIXTURES, protocol="both", allow_unisolated=True, digit_stats=False)
+    assert report.protocols[:2] == ["released", "numloss"] or report.protocols[:2] == ["numloss", "released"]
+    assert report.disagreements == {"gsm8k": [items[0].id, items[2].id]}
+    assert report.accuracy("gsm8k", "numloss") == 1.0
+    assert report.accuracy("gsm8k", "released") == pytest.approx(1 - 2 / len(items))
+    markdown = report.to_markdown()
+    assert "verdicts differ" in markdown and f"| 2 | {items[0].id}, {items[2].id} |" in markdown

@@ -269,6 +269,7 @@ def evaluate(
     digits: dict[str, DigitStats] = {}
     for bench in loaded:
         mine = [r for r in saved if r["benchmark"] == bench.name]
+        _check_same_items(bench, mine, results_file)
         done = {p.name: {str(r["id"]): _item_result(r) for r in mine if r.get("protocol") == p.name} for p in protocols}
         known = {str(r["id"]): (r["output"], r.get("fallback_output")) for r in mine if "output" in r}
         if progress:
@@ -291,6 +292,22 @@ def evaluate(
     tokens, seconds = getattr(generator, "tokens", 0), getattr(generator, "seconds", 0.0)
     meta["generation_stats"] = {"tokens": tokens, "seconds": seconds, "tokens_per_second": tokens / seconds if seconds else None}
     return _report(protocols, per, digits, runner, meta)
+
+
+def _check_same_items(bench: Benchmark, saved: Sequence[Mapping[str, Any]], results_file: Any) -> None:
+    """Refuse to resume from records of other items under the same ids: ids are positions, so
+    another --seed of a synthetic set, an edited file or another data source would silently
+    score the old answers under the new questions."""
+    questions = {it.id: it.question for it in bench.items}
+    for record in saved:
+        question = record.get("question")
+        item_id = str(record["id"])
+        if question and item_id in questions and question != questions[item_id]:
+            raise ValueError(
+                f"{results_file}: item {bench.name}/{item_id} was saved with another question than "
+                f"{bench.name} has now ({bench.source}): the data changed (another --seed, file or "
+                "source). Use another --out, or --overwrite to redo this model's items"
+            )
 
 
 def _capped(p: Protocol, open_limit: int, choice_limit: int) -> Protocol:

@@ -319,7 +319,9 @@ class Spec:
 
 
 # the paper's MMLU-math: five subjects, formal_logic included (378 + 270 + 126 + 100 + 100 = 974)
-MMLU_MATH_SUBJECTS = ("elementary_mathematics", "high_school_mathematics", "formal_logic", "college_mathematics", "abstract_algebra")
+# in the order of the released mmlu/mathematics.json: item ids are positions, so a Hub load must
+# give every item the id it has in the file
+MMLU_MATH_SUBJECTS = ("elementary_mathematics", "high_school_mathematics", "college_mathematics", "abstract_algebra", "formal_logic")
 
 BENCHMARKS: dict[str, Spec] = {
     "gsm8k": Spec("number", _gsm8k, ("openai/gsm8k", ("main",), ("test",)), ("gsm8k/gsm8k.jsonl", "gsm8k/test.jsonl")),
