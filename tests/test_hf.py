@@ -167,6 +167,25 @@ def test_logged_terms_are_the_step_means(tmp_path):
         assert entry["digit_entropy"] == pytest.approx(float(expected.digit_entropy), rel=1e-5)
 
 
+@pytest.mark.parametrize("fused", [False, True])
+def test_evaluation_after_training_normalises_each_batch_by_itself(tmp_path, fused):
+    """Trainer.evaluate passes a token count too; the digit count beside it must not be the last
+    training step's (it was: eval_loss then divided the digit term by another batch's digits)."""
+    model = tiny_llama()
+    loss_fn = make_loss("del", model)
+    trainer = NumericTrainer(loss_fn=loss_fn, model=model, fused=fused,
+                             args=train_args(tmp_path, batch=2, accumulation=4, steps=1, lr=0.5,
+                                             per_device_eval_batch_size=2),
+                             train_dataset=rows(), eval_dataset=rows()[:2], data_collator=collate)
+    trainer.train()
+    batch = collate(rows()[:2])
+    model.eval()
+    with torch.no_grad():
+        logits = model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"]).logits
+        expected = loss_fn(logits, shift_labels(batch))
+    assert trainer.evaluate()["eval_loss"] == pytest.approx(float(expected.loss), rel=1e-5)
+
+
 def test_shift_labels_pads_instead_of_slicing():
     labels = torch.tensor([[-100, 5, 6, 7]])
     assert shift_labels({"labels": labels}).tolist() == [[5, 6, 7, -100]]

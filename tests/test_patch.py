@@ -136,3 +136,64 @@ def test_what_cannot_be_exact_is_refused():
     adapted_head = get_peft_model(tiny_llama(), LoraConfig(r=2, target_modules=["lm_head"]))
     with pytest.raises(ValueError, match="lm_head"):
         numloss.patch(adapted_head, build_loss("del", VOCAB), fused=True)
+
+
+def test_patch_unwraps_a_wrapper_by_its_class_not_by_attribute_lookup():
+    """nn.DataParallel (the class accelerate's extract_model_from_parallel unwraps, like DDP) has
+    no get_output_embeddings: the patch reaches the model inside it and the wrapper's call gets
+    the numloss loss."""
+    batch = collate(rows())
+    model = tiny_llama()
+    loss_fn = build_loss("del", VOCAB)
+    with torch.no_grad():
+        expected = loss_fn(model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"]).logits,
+                           shift_labels(batch)).loss
+    wrapped = torch.nn.DataParallel(model)
+    assert not hasattr(wrapped, "get_output_embeddings")
+    numloss.patch(wrapped, loss_fn, fused=True)
+    assert is_patched(model) and is_patched(wrapped)
+    assert float(wrapped(**batch).loss) == pytest.approx(float(expected), rel=1e-5)
+
+
+def test_a_patched_model_trains_through_accelerate_like_a_plain_loop():
+    """accelerate's prepare/backward around a patched model: the same update as the plain loop."""
+    from accelerate import Accelerator
+
+    batch = collate(rows())
+
+    def one_step(use_accelerate: bool):
+        model = numloss.patch(tiny_llama(), build_loss("del", VOCAB, normalize="tokens"), fused=True)
+        optimizer = torch.optim.SGD(model.parameters(), lr=0.5)
+        if use_accelerate:
+            accelerator = Accelerator(cpu=True)
+            model, optimizer = accelerator.prepare(model, optimizer)
+            accelerator.backward(model(**batch).loss)
+        else:
+            model(**batch).loss.backward()
+        optimizer.step()
+        return parameters(model)
+
+    plain, accelerated = one_step(False), one_step(True)
+    start = parameters(tiny_llama())
+    diff, size = max_update_difference(plain, accelerated, start)
+    assert size > 1e-3 and diff <= 1e-6 * size
+
+
+def test_a_head_still_sharded_inside_its_forward_is_refused(tmp_path):
+    """A weight split over ranks inside the head's forward is tensor parallelism: refused, never
+    a fused loss computed on a shard. (One gloo rank; a Shard(0) DTensor head.)"""
+    import torch.distributed as dist
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.tensor import Shard, distribute_tensor
+
+    dist.init_process_group("gloo", init_method=f"file://{tmp_path / 'rendezvous'}", rank=0, world_size=1)
+    try:
+        model = tiny_llama()
+        mesh = init_device_mesh("cpu", (1,))
+        head = model.get_output_embeddings()
+        head.weight = torch.nn.Parameter(distribute_tensor(head.weight.detach(), mesh, [Shard(0)]))
+        numloss.patch(model, build_loss("del", VOCAB), fused=True)
+        with pytest.raises(NotImplementedError, match="tensor parallelism.*fused=False"):
+            model(**collate(rows()))
+    finally:
+        dist.destroy_process_group()

@@ -80,6 +80,17 @@ def test_fsdp2_fused_equals_unfused_and_one_process(fsdp2_results, name):
     assert int(one_process["counts"][:, 1].min()) > 0, "no digits: DEL's digit mean untested"
 
 
+def test_fsdp2_with_the_lm_head_as_its_own_unit_reads_the_whole_head_inside_its_forward(fsdp2_results):
+    """An untied head sharded on its own is whole only inside its forward: the fused loss, computed
+    there, equals the unfused one and one process (read after the forward it would be a shard)."""
+    unfused, fused = fsdp2_results[("del", False, "head unit")], fsdp2_results[("del", True, "head unit")]
+    one_process = fsdp2_train.train("del", fused=False, ranks=(0, 1), shard=False, head_unit=True)
+    for run in (unfused, fused):
+        assert run["losses"] == pytest.approx(one_process["losses"], rel=1e-6)
+        assert _max_difference(run["weights"], one_process["weights"]) <= 1e-6
+    assert "lm_head.weight" in fused["weights"] and "lm_head.weight" in one_process["weights"]
+
+
 def test_ddp_fused_through_numloss_train_and_the_accelerate_config(tmp_path):
     from safetensors.torch import load_file
 

@@ -342,12 +342,16 @@ class NumericTrainer(Trainer):
         """Shift the labels, run the model (or its body, when fused) and apply `loss_fn`.
 
         During training `num_items_in_batch` is the step-wide token count from
-        `get_batch_samples`; evaluation passes None and each batch is normalised by itself.
+        `get_batch_samples`. In evaluation each batch is normalised by itself: the Trainer passes
+        a count there too, but the step-wide digit count beside it would be the last training
+        step's.
         """
         refuse_split_sequences("NumericTrainer", self.get_cp_size(), self.get_sp_size())
         labels = shift_labels(inputs, self.loss_fn.ignore_index)
         inputs = {k: v for k, v in inputs.items() if k not in ("labels", "shift_labels")}
-        step_wide = num_items_in_batch is not None
+        step_wide = num_items_in_batch is not None and model.training
+        if not step_wide:
+            num_items_in_batch = None
         num_digits = self._step_digits if step_wide else None
         out, outputs = self.numeric_loss(model, inputs, labels, num_items_in_batch, num_digits)
         loss = out.loss

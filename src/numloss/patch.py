@@ -163,6 +163,22 @@ def _numeric_forward(
     return outputs
 
 
+def _refuse_a_sharded_head(weight: torch.Tensor) -> None:
+    """Inside the head's forward FSDP and ZeRO-3 have gathered its weight; a weight still split
+    over ranks there is tensor parallelism (a vocabulary- or hidden-sharded head), whose fused
+    loss would need a cross-rank softmax: refused rather than computed on a shard."""
+    try:
+        from torch.distributed.tensor import DTensor
+    except ImportError:  # pragma: no cover - torch without distributed
+        return
+    if isinstance(weight, DTensor) and any(p.is_shard() for p in weight.placements):
+        raise NotImplementedError(
+            f"fused=True: the LM head's weight is still sharded inside its forward ({weight.placements}, "
+            f"local {tuple(weight.to_local().shape)} of {tuple(weight.shape)}): that is tensor parallelism, "
+            "which the fused loss does not support; use fused=False (the head's logits are gathered then)"
+        )
+
+
 def _forward_with_loss_as_head_output(model, forward, args, kwargs, state: PatchState, aligned, counts):
     """Run `forward` with the LM head computing the fused loss in place of its logits.
 
@@ -177,6 +193,7 @@ def _forward_with_loss_as_head_output(model, forward, args, kwargs, state: Patch
 
     def loss_from_hidden(hidden: torch.Tensor, *rest: Any, **options: Any) -> torch.Tensor:
         labels = aligned.to(hidden.device)
+        _refuse_a_sharded_head(head.weight)
         out = state.loss_fn.from_hidden(hidden, head.weight, labels, lm_head_bias=head.bias, **counts)
         if state.on_hidden is not None:
             state.on_hidden(hidden, head, labels)

@@ -33,12 +33,12 @@ WORLD = 2
 PAD = 39
 
 
-def tiny_model() -> LlamaForCausalLM:
-    """2 layers, hidden 32, 40 tokens, LM head tied to the input embedding (as SmolLM2)."""
+def tiny_model(tied: bool = True) -> LlamaForCausalLM:
+    """2 layers, hidden 32, 40 tokens, LM head tied to the input embedding (as SmolLM2) or not."""
     torch.manual_seed(0)
     config = LlamaConfig(
         vocab_size=40, hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
-        num_key_value_heads=2, max_position_embeddings=64, attention_dropout=0.0, tie_word_embeddings=True,
+        num_key_value_heads=2, max_position_embeddings=64, attention_dropout=0.0, tie_word_embeddings=tied,
     )
     return LlamaForCausalLM(config).float()
 
@@ -83,13 +83,20 @@ def full_weights(model: torch.nn.Module) -> dict[str, torch.Tensor]:
     return weights
 
 
-def train(name: str, fused: bool, ranks: tuple[int, ...], shard: bool) -> dict:
-    """3 SGD steps of `name` on this rank's share of the global batch; losses, counts, weights."""
-    model = tiny_model()
+def train(name: str, fused: bool, ranks: tuple[int, ...], shard: bool, head_unit: bool = False) -> dict:
+    """3 SGD steps of `name` on this rank's share of the global batch; losses, counts, weights.
+
+    `head_unit`: an untied LM head sharded as its own FSDP2 unit. Its weight is whole only while
+    the head's own forward runs (the root, which FSDP2 keeps gathered after its forward, cannot
+    show that): a fused loss that read the weight anywhere else would meet a shard.
+    """
+    model = tiny_model(tied=not head_unit)
     loss_fn = make_loss(name, model)
     if shard:
         for layer in model.model.layers:
             torch.distributed.fsdp.fully_shard(layer)
+        if head_unit:
+            torch.distributed.fsdp.fully_shard(model.lm_head)
         torch.distributed.fsdp.fully_shard(model)
     numloss.patch(model, loss_fn, fused=fused)  # after sharding, as a trainer would see it
     optimizer = torch.optim.SGD(model.parameters(), lr=0.5)
@@ -135,13 +142,13 @@ def main(out: str) -> None:
     torch.set_num_threads(1)
     check_replicated_counts(rank)
     results = {}
-    for name in OBJECTIVES:
+    for name, head_unit in [*((n, False) for n in OBJECTIVES), ("del", True)]:
         for fused in (False, True):
-            result = train(name, fused, ranks=(rank,), shard=True)
+            result = train(name, fused, ranks=(rank,), shard=True, head_unit=head_unit)
             gathered = [None] * WORLD
             dist.all_gather_object(gathered, result["counts"])
             result["counts_of_rank"] = gathered
-            results[(name, fused)] = result
+            results[(name, fused) if not head_unit else (name, fused, "head unit")] = result
     if rank == 0:
         torch.save(results, out)
     dist.destroy_process_group()
