@@ -8,7 +8,7 @@
 #              (device tool: run(command="bash bench/device_sharded.sh", carry=[".whl"], timeout_s=600))
 #
 # Results: $OUT (default runs/device_sharded): one JSON and one log per run, sharded.md (the
-# table for docs/benchmarks.md). Weights: NUMLOSS_SMOLLM2_DIR, a prepared SmolLM2 folder
+# table for docs/benchmarks.md); the runs' checkpoints and final models go to /tmp, not $OUT. Weights: NUMLOSS_SMOLLM2_DIR, a prepared SmolLM2 folder
 # (`numloss models prepare smollm2`), when one is on the machine; otherwise a model of
 # SmolLM2-135M's exact shape (config and tokenizer from .whl/smollm2-config) with seeded random
 # weights, because the pretrained file does not fit in what travels. The run says which.
@@ -52,7 +52,8 @@ for mode in fsdp1 zero3; do
     for fused in false true; do
         port=$((port + 1))
         echo "== $mode fused=$fused"
-        timeout 240 $PY -m accelerate.commands.launch --config_file $config --num_processes 1 --main_process_port $port \
+        # 4 x 120 s and the set-up fit in one 600 s device call, so the report always runs
+        timeout 120 $PY -m accelerate.commands.launch --config_file $config --num_processes 1 --main_process_port $port \
             bench/sharded.py run --mode $mode --fused $fused --model "$MODEL" --out "$OUT" \
             > "$OUT/$mode-$fused.log" 2>&1 || { echo "$mode fused=$fused FAILED:"; tail -40 "$OUT/$mode-$fused.log"; }
         grep "^run " "$OUT/$mode-$fused.log" || true

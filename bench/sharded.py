@@ -54,7 +54,9 @@ def run(mode: str, fused: bool, model: str, out: Path, steps: int) -> None:
 
     tag = f"{mode}-{'fused' if fused else 'unfused'}"
     overrides = ["--model.name", model, "--fused", str(fused).lower(), "--train.max_steps", str(steps),
-                 "--train.output_dir", str(out / tag), "--train.fsdp", ""]
+                 # checkpoints and the final model (540 MB each) stay off $OUT, which travels back
+                 "--train.output_dir", str(Path(os.environ.get("TMPDIR", "/tmp")) / "numloss-sharded" / tag),
+                 "--train.fsdp", ""]
     config = load_config(RECIPE, overrides)
     if torch.cuda.is_available():
         torch.cuda.reset_peak_memory_stats()

@@ -6,6 +6,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from numloss.cli import COMMANDS, main
 
 
@@ -66,6 +68,15 @@ def test_threads_is_one_flag_for_train_eval_and_compare():
     demo = Path(__file__).resolve().parents[1] / "configs" / "compare-demo.yaml"
     compare = resolve(build_parser().parse_args([str(demo), "--threads", "2"]))
     assert compare.torch_threads == 2
+
+
+@pytest.mark.parametrize("value", ["0", "-1"])
+def test_a_bad_thread_count_is_one_line_in_eval_too(value, capsys):
+    from numloss.evaluate.cli import main
+
+    assert main(["tiny", "--threads", value, "--benchmarks", "synthetic:arithmetic", "--limit", "1"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err == f"numloss eval: --threads must be a positive integer, got {value}"
 
 
 def test_eval_checks_the_tokenizer_before_the_model_loads(monkeypatch, capsys):

@@ -67,7 +67,9 @@ def main(argv: list[str] | None = None) -> int:
         else:
             if not args.model:
                 raise ValueError("give a MODEL to evaluate (or --score-outputs FILE.jsonl)")
-            if args.threads:
+            if args.threads is not None:
+                if args.threads < 1:  # as numloss train and compare say it
+                    raise ValueError(f"--threads must be a positive integer, got {args.threads}")
                 import torch
 
                 torch.set_num_threads(args.threads)
