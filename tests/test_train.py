@@ -314,3 +314,21 @@ def test_progress_lines_use_the_logged_names_and_threads_is_one_flag(tmp_path, c
     assert "digit_entropy=" in printed and "learning_rate=" in printed and "H_digit" not in printed
     assert main([str(TINY), "--threads", "zero"]) == 2
     assert "--threads needs a positive integer" in capsys.readouterr().err
+
+
+def test_the_digit_density_of_the_data_is_logged(caplog):
+    """N_tok and N_dig of the data (the objective's own count) and their ratio, hand-counted."""
+    from types import SimpleNamespace
+
+    from numloss import DigitVocab, build_loss
+    from numloss.train import log_digit_density
+
+    vocab = DigitVocab(list(range(10)), decimal_point_id=10)
+    # labels before the shift: position 0 is never predicted; learnt: 12 . 5 <eos=20> and 7 <eos>
+    features = [{"labels": [-100, -100, 1, 2, 10, 5, 20]}, {"labels": [-100, 7, 20]}]
+    with caplog.at_level("WARNING", logger="numloss"):
+        tokens, digits = log_digit_density(SimpleNamespace(features=features), build_loss("del", vocab))
+    assert (tokens, digits) == (7, 4)  # 1 2 . 5 eos, 7 eos; digits 1 2 5 7
+    assert "7 learnt tokens, 4 digit positions in the first 2 examples: 1.75 tokens per digit" in caplog.text
+    mle_tokens, mle_digits = log_digit_density(SimpleNamespace(features=features), build_loss("mle", vocab))
+    assert (mle_tokens, mle_digits) == (7, 0)

@@ -440,6 +440,34 @@ def load_training_examples(config: Config) -> list[Any]:
     )
 
 
+DENSITY_EXAMPLES = 2000  # examples read for the logged tokens-per-digit ratio
+
+
+def log_digit_density(dataset: Any, loss_fn: Any) -> tuple[int, int]:
+    """Log the learnt tokens N_tok and the objective's digit positions N_dig of the first
+    DENSITY_EXAMPLES examples, and the alpha with which normalize="tokens" equals "digits" on
+    average (docs/integration.md); returns (N_tok, N_dig)."""
+    import torch
+
+    from numloss.hf import has_digit_term
+
+    tokens = digits = 0
+    count_digits = loss_fn.count_digits if has_digit_term(loss_fn) else None
+    for feature in dataset.features[:DENSITY_EXAMPLES]:
+        labels = torch.tensor(feature["labels"][1:])[None]  # aligned with the prediction positions
+        tokens += int(labels.ne(loss_fn.ignore_index).sum())
+        if callable(count_digits):
+            digits += int(count_digits(labels))
+    if callable(count_digits) and digits:
+        ratio = tokens / digits
+        logger.warning(
+            "data: %d learnt tokens, %d digit positions in the first %d examples: %.2f tokens per digit "
+            "(normalize=\"tokens\" matches \"digits\" on average at alpha x %.2f)",
+            tokens, digits, min(len(dataset.features), DENSITY_EXAMPLES), ratio, ratio,
+        )
+    return tokens, digits
+
+
 def prepare_data(config: Config, examples: list[Any], tokenizer: Any) -> Any:
     """`examples` tokenised with completion-only labels; the truncation counts go to the log."""
     from numloss.data import DataError, tokenize_examples
@@ -573,6 +601,7 @@ def run_training(
         )
     tokenizer = model_tokenizer
     loss_fn = build_loss_for(config, model, tokenizer, vocab)
+    log_digit_density(dataset, loss_fn)
     if config.lora.enabled:
         model = apply_lora(config, model)
     if hasattr(model, "config"):
