@@ -410,3 +410,22 @@ def test_compute_loss_func_on_two_gloo_ranks_is_exact_with_token_normalisation(t
     reference = numeric_trainer_update("del", tmp_path / "ref", 8, 1, normalize="tokens")
     diff, size = max_update_difference(reference, two_ranks, start)
     assert size > 1e-3 and diff <= 1e-5 * size + 1e-6, (diff, size)
+
+
+def test_digit_share_logs_the_scored_share_of_label_digits(tmp_path):
+    """A letter token of the labels stands for a token holding 2 digits that no number slot
+    scores (a merged "3,"): the logged digit_share is scored / (scored + 2 per such label)."""
+    data = rows()
+    labels = torch.cat([collate([r])["labels"][:, 1:].reshape(-1) for r in data])
+    letter = int(torch.mode(labels[labels > 10]).values)
+    vocab = DigitVocab(list(range(10)), decimal_point_id=10, unscored_digit_tokens=[(letter, 2)])
+    scored = int(((labels >= 0) & (labels < 10)).sum())
+    unscored = 2 * int((labels == letter).sum())
+    assert scored and unscored, "the rows must hold both kinds for the test to mean anything"
+    trainer = NumericTrainer(loss_fn=build_loss("del", vocab), model=tiny_llama(),
+                             args=train_args(tmp_path, batch=8, accumulation=1, steps=1, lr=0.0),
+                             train_dataset=data, data_collator=collate)
+    trainer.train()
+    (entry,) = [e for e in trainer.state.log_history if "digit_share" in e]
+    assert entry["digit_share"] == pytest.approx(scored / (scored + unscored))
+    assert entry["digit_share"] < 1.0

@@ -460,8 +460,11 @@ class NumericTrainer(Trainer):
                 logs["aux"] = sums[_AUX_SUM] / sums[_AUX_COUNT] if sums[_AUX_COUNT] > 0 else 0.0
             if sums[_DIGITS] > 0:
                 logs["digit_entropy"] = sums[_ENTROPY_SUM] / sums[_DIGITS]
-            scored, total = self._digit_coverage
+            coverage = torch.tensor(self._digit_coverage, dtype=torch.float64, device=self._log_sums.device)
             self._digit_coverage = [0, 0]
-            if total > 0:  # share of label digits that got the numeric term (this rank)
+            if self.args.world_size > 1:  # every rank calls log, as for the sums above
+                coverage = self.accelerator.reduce(coverage, reduction="sum")
+            scored, total = coverage.tolist()
+            if total > 0:  # share of label digits that got the numeric term, over all ranks
                 logs["digit_share"] = scored / total
         super().log(logs, start_time)

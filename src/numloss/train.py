@@ -45,6 +45,7 @@ CSV_COLUMNS = (
     "ce",
     "aux",
     "digit_entropy",
+    "digit_share",
     "learning_rate",
     "grad_norm",
     "num_input_tokens_seen",
