@@ -332,3 +332,20 @@ def test_the_digit_density_of_the_data_is_logged(caplog):
     assert "7 learnt tokens, 4 digit positions in the first 2 examples: 1.75 tokens per digit" in caplog.text
     mle_tokens, mle_digits = log_digit_density(SimpleNamespace(features=features), build_loss("mle", vocab))
     assert (mle_tokens, mle_digits) == (7, 0)
+
+
+def test_resume_checks_the_output_dir_before_setting_a_checkpoint_aside(tmp_path, monkeypatch):
+    """An output dir that cannot be written is one clear line, before --resume renames anything
+    in it (it was a raw OSError from the rename)."""
+    import numloss.train as train_module
+
+    out = tmp_path / "run"
+    (out / "checkpoint-2").mkdir(parents=True)  # no marker: incomplete, would be set aside
+
+    def unwritable(path):
+        raise ConfigError(f"train.output_dir {str(path)!r} cannot be written")
+
+    monkeypatch.setattr(train_module, "check_output_dir", unwritable)
+    with pytest.raises(ConfigError, match="cannot be written"):
+        run_training(load_config(TINY, ["--train.output_dir", str(out), "--train.resume", "true"]))
+    assert (out / "checkpoint-2").is_dir() and not list(out.glob("partial-*"))

@@ -561,6 +561,7 @@ def run_training(
         finished = finished_run(output_dir, config)
         if finished is not None:
             return _finished_result(output_dir, finished, config)
+        check_output_dir(output_dir)  # before a partial checkpoint is renamed in it
         found, skipped = newest_complete_checkpoint(output_dir)
         for folder, problem in skipped:
             if main_process:
