@@ -539,3 +539,21 @@ def test_nan_logits_at_an_ignored_position_are_reported():
     out = build_loss("del", VOCAB, check_finite=False)(logits, LABELS)
     clean = build_loss("del", VOCAB)(make_logits(LABELS).detach(), LABELS)
     assert float(out.loss) == pytest.approx(float(clean.loss))
+
+
+def test_emo_ratio_floor_is_1e6_and_the_cap_bounds_it():
+    """mode 1's ratio nll / d: d is floored at 1e-6 (the official code's clamp), so where the mass
+    sits on the target's own embedding (d = 0) the ratio is nll * 1e6, finite; max_ratio caps it.
+    mode 2 floors the nll instead. Hand values."""
+    from numloss.losses.emo import MIN_DENOMINATOR, emo_ratio
+
+    assert MIN_DENOMINATOR == 1e-6
+    nll = torch.tensor([0.5, 2.0, 0.3])
+    cost = torch.tensor([0.0, 0.25, 1e-9])
+    torch.testing.assert_close(emo_ratio(nll, cost, 1, None), torch.tensor([0.5e6, 8.0, 0.3e6]))
+    torch.testing.assert_close(emo_ratio(nll, cost, 1, 3.0), torch.tensor([3.0, 3.0, 3.0]))
+    torch.testing.assert_close(emo_ratio(torch.tensor([0.0, 1.0]), torch.tensor([0.2, 0.5]), 2, None),
+                               torch.tensor([0.2e6, 0.5]))
+    # the ratio is detached: no gradient flows through it
+    leaf = torch.tensor([1.0], requires_grad=True)
+    assert not emo_ratio(leaf, leaf * 0.5, 1, None).requires_grad

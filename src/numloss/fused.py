@@ -89,16 +89,16 @@ class _Chunk:
     def logit_gradient(self, a: torch.Tensor, b: torch.Tensor | None) -> torch.Tensor:
         """a_t (p_t - onehot(y_t)) + b_t dcost_t/dlogits_t, written over e; rows with a = b = 0 vanish."""
         e = self.e
-        emo_part = None
+        transport_part = None
         if b is not None and self.unit is not None and bool((b != 0).any()):
             # dcost/dz = -p * (s - <p, s>), s = E E[y], <p, s> = 1 - cost
-            emo_part = self.target_unit @ self.unit.T
-            emo_part.sub_((1.0 - self.cost)[:, None]).mul_(e).mul_((-b / self.total)[:, None])
+            transport_part = self.target_unit @ self.unit.T
+            transport_part.sub_((1.0 - self.cost)[:, None]).mul_(e).mul_((-b / self.total)[:, None])
         e.mul_((a / self.total)[:, None])
         rows = torch.arange(e.shape[0], device=e.device)
         e[rows, self.targets] -= a
-        if emo_part is not None:
-            e.add_(emo_part)
+        if transport_part is not None:
+            e.add_(transport_part)
         return e
 
 

@@ -392,14 +392,14 @@ def digit_vocab_for(config: Config, tokenizer: Any) -> Any:
 
 def build_loss_for(config: Config, model: Any, tokenizer: Any, vocab: Any = None) -> Any:
     """The objective of `config` for this tokenizer (and, for EMO, this model's output embedding)."""
-    from numloss.losses import build_loss
+    from numloss.losses import LOSSES, build_loss
 
     name = config.objective.name.lower().replace("_", "-")
     vocab = vocab if vocab is not None else digit_vocab_for(config, tokenizer)
     options = dict(config.objective.options)
     if config.objective.alpha is not None:
         options["alpha"] = config.objective.alpha
-    if name == "emo":
+    if LOSSES[name].needs_output_embedding:
         options["embedding"] = model.get_output_embeddings().weight
     return build_loss(name, vocab, **options)
 

@@ -115,6 +115,8 @@ class NumericLoss(nn.Module):
     default_alpha: float = 0.0
     #: False for objectives that reshape the token loss instead of adding a weighted term
     takes_alpha: bool = True
+    #: built with `embedding=<the model's output-embedding matrix>` (numloss train passes it)
+    needs_output_embedding: bool = False
     #: what aux is divided by: "tokens" (token objectives, MLE) or, for digit objectives, the
     #: `normalize` option ("digits" by default)
     normalize: str = "tokens"

@@ -65,6 +65,7 @@ class EMOLoss(NumericLoss):
     name = "emo"
     default_alpha = 1.0
     takes_alpha = False
+    needs_output_embedding = True
 
     def __init__(
         self,
