@@ -1,6 +1,9 @@
 """Transcription of the published Number Token Loss, for differential tests (not used by numloss).
 
-ntloss 0.3.2 (PyPI; source AI4SD/number-token-loss), ntloss/core.py: `NTLoss.forward`
+ntloss 0.3.2 (PyPI), ntloss/core.py; the repository file is ai4sd/number-token-loss at commit
+c1803888d75c0bcf217a03c0779b7462679cb5ba, ntloss/core.py (its `reweigh_fn` and the functions
+below read the same as the package's; tests/test_losses.py also runs the installed package):
+`NTLoss.forward`
 (Wasserstein form, `setup_distance_lookup` without squash factor), `NTLossDotProduct.forward`
 (MSE of the expected value, `setup_max_dist`), `AbstractNTLoss.reweigh_fn` and
 `_apply_reduction(reduction="mean")` with unit loss weights, digit_level=True. The tokenizer
