@@ -13,8 +13,9 @@ Per (H, N) it measures, with hidden [N, H] and the LM-head weight [V, H] in bf16
 * `liger-flce`: Liger-Kernel's `LigerFusedLinearCrossEntropyLoss`, when it imports.
 
 Time: median of `--repeats` forward+backward calls after `--warmup` untimed ones (CUDA
-synchronised). Memory: `torch.cuda.max_memory_allocated` above what the inputs and their
-gradient buffers hold before the call. Before timing, it checks on the device that the fused DEL
+synchronised). Memory: `torch.cuda.max_memory_allocated` during one call, above what the inputs
+hold before it (their gradient buffers are freed first, so the peak includes them, as in
+training). Before timing, it checks on the device that the fused DEL
 gradient equals the unfused one (hidden and weight, relative to the largest entry). Goals from
 issue 14: DEL fused within 1.15x of Liger FLCE in time and memory; unfused DEL at or below 1.05x
 bare CE in time.
@@ -132,6 +133,8 @@ def ratios(rows: list[dict]) -> list[str]:
         parts = [f"H={key[0]} N={key[1]}:"]
         if "del" in by and "ce" in by:
             parts.append(f"del/ce time {by['del']['seconds'] / by['ce']['seconds']:.3f} (goal <= 1.05)")
+            if by["del"]["peak_bytes"] and by["ce"]["peak_bytes"]:
+                parts.append(f"memory {by['del']['peak_bytes'] / by['ce']['peak_bytes']:.3f}")
         if "del-fused" in by and "liger-flce" in by:
             fused, liger = by["del-fused"], by["liger-flce"]
             parts.append(f"del-fused/liger time {fused['seconds'] / liger['seconds']:.3f} (goal <= 1.15)")
