@@ -54,16 +54,20 @@ class ProgramsAfterGeneration:
         return [Generation(source, g.new_tokens) for g, source in zip(out, sources, strict=True)]
 
 
-def one_eval(mode: str, args: argparse.Namespace) -> tuple[float, int, float]:
-    """(wall seconds, program runs, accuracy) of one eval in `mode`."""
+def one_eval(mode: str, args: argparse.Namespace) -> tuple[float, int, float, float]:
+    """(wall seconds, program runs, accuracy, seconds spent running programs) of one eval in `mode`."""
     real_candidates = bwrap.bwrap_candidates
-    runs = 0
+    runs, in_programs = 0, 0.0
     real_run_programs = sandbox.run_programs
 
     def counting(sources, *a, **k):
-        nonlocal runs
+        nonlocal runs, in_programs
         runs += len(sources)
-        return real_run_programs(sources, *a, **k)
+        start = time.perf_counter()
+        try:
+            return real_run_programs(sources, *a, **k)
+        finally:
+            in_programs += time.perf_counter() - start
 
     real_generator = api._generator
 
@@ -89,7 +93,7 @@ def one_eval(mode: str, args: argparse.Namespace) -> tuple[float, int, float]:
         api._generator = real_generator
         sandbox._kernel_probe.cache_clear()
     assert report.isolation.get("mode") == mode, report.isolation
-    return seconds, runs, report.accuracy("gsm8k")
+    return seconds, runs, report.accuracy("gsm8k"), in_programs
 
 
 def main() -> None:
@@ -108,20 +112,24 @@ def main() -> None:
     torch.manual_seed(0)
     one_eval("bwrap+seccomp", argparse.Namespace(**{**vars(args), "limit": 2}))  # warm-up: load, page cache
     times: dict[str, list[float]] = {"unisolated": [], "bwrap+seccomp": []}
+    program_times: dict[str, list[float]] = {mode: [] for mode in times}
     runs: dict[str, int] = {}
     for _ in range(args.repeats):
         for mode in times:
-            seconds, count, accuracy = one_eval(mode, args)
+            seconds, count, accuracy, in_programs = one_eval(mode, args)
             times[mode].append(seconds)
+            program_times[mode].append(in_programs)
             runs[mode] = count
-            print(f"{mode:14s} {seconds:7.1f} s  {count} program runs  accuracy {100 * accuracy:.1f} %", flush=True)
+            print(f"{mode:14s} {seconds:7.1f} s  {count} program runs ({in_programs:.1f} s in them)  "
+                  f"accuracy {100 * accuracy:.1f} %", flush=True)
     base, boxed = (statistics.median(times[m]) for m in ("unisolated", "bwrap+seccomp"))
     print(f"\n{platform.processor() or platform.machine()}, {os.cpu_count()} cores, torch {torch.__version__}, "
           f"{time.strftime('%Y-%m-%d')}; model {args.model}, {args.limit} GSM8K items, max {args.max_new_tokens} new tokens, "
           f"{'a typical program per item' if args.programs else 'its own outputs'}, {args.workers} workers")
-    print("| mode | wall s (each run) | median | program runs |\n|---|---|---|---|")
+    print("| mode | wall s (each run) | median | program runs | s running programs (each run) |\n|---|---|---|---|---|")
     for mode in times:
-        print(f"| {mode} | {', '.join(f'{t:.1f}' for t in times[mode])} | {statistics.median(times[mode]):.1f} | {runs[mode]} |")
+        print(f"| {mode} | {', '.join(f'{t:.1f}' for t in times[mode])} | {statistics.median(times[mode]):.1f} | "
+              f"{runs[mode]} | {', '.join(f'{t:.1f}' for t in program_times[mode])} |")
     print(f"\nbwrap / unisolated: {boxed / base:.3f} ({boxed - base:+.1f} s)")
 
 
