@@ -158,6 +158,7 @@ def test_patch_unwraps_a_wrapper_by_its_class_not_by_attribute_lookup():
 def test_a_patched_model_trains_through_accelerate_like_a_plain_loop():
     """accelerate's prepare/backward around a patched model: the same update as the plain loop."""
     from accelerate import Accelerator
+    from accelerate.state import AcceleratorState, GradientState
 
     batch = collate(rows())
 
@@ -165,6 +166,10 @@ def test_a_patched_model_trains_through_accelerate_like_a_plain_loop():
         model = numloss.patch(tiny_llama(), build_loss("del", VOCAB, normalize="tokens"), fused=True)
         optimizer = torch.optim.SGD(model.parameters(), lr=0.5)
         if use_accelerate:
+            # accelerate's state is process-wide: a Trainer of an earlier test leaves its
+            # accumulation state behind (an optimizer step then waits for more micro-batches)
+            AcceleratorState._reset_state(True)
+            GradientState._reset_state()
             accelerator = Accelerator(cpu=True)
             model, optimizer = accelerator.prepare(model, optimizer)
             accelerator.backward(model(**batch).loss)
