@@ -541,3 +541,10 @@ def test_eval_cli_records_the_isolation_and_falls_back_without_a_sandbox(fresh_p
     else:
         assert recorded["mode"] == "unavailable" and recorded["program_of_thought"] is False
         assert "--allow-unisolated-exec" in err and "chain of thought" in err
+
+
+@needs_kernel_sandbox
+def test_a_limit_that_cannot_be_set_is_a_setup_failure_and_the_program_never_runs():
+    result = run_program("print('ran')", SandboxLimits(open_files=1 << 40))
+    assert result.status == "error" and result.stdout == ""
+    assert result.detail.startswith("sandbox setup failed") and "setrlimit(RLIMIT_NOFILE" in result.detail

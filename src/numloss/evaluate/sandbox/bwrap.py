@@ -85,7 +85,11 @@ if (os.getresuid() != (_uid,) * 3 or os.getresgid() != (_gid,) * 3 or os.getgrou
     os.write(2, ({marker!r} + ": uid/caps/seccomp not as required\n").encode())
     os._exit(125)
 for _res, _value in {rlimits!r}:
-    resource.setrlimit(getattr(resource, _res), (_value, _value))
+    try:
+        resource.setrlimit(getattr(resource, _res), (_value, _value))
+    except (OSError, ValueError) as _error:  # a limit that cannot be set: the program must not run
+        os.write(2, ({marker!r} + ": setrlimit(" + _res + ", " + str(_value) + "): " + str(_error) + "\n").encode())
+        os._exit(125)
 _chunks = []
 while True:
     _chunk = os.read(0, 1 << 20)
