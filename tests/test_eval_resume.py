@@ -227,3 +227,36 @@ def test_both_protocols_list_the_items_whose_verdicts_differ(tmp_path):
     assert report.accuracy("gsm8k", "released") == pytest.approx(1 - 2 / len(items))
     markdown = report.to_markdown()
     assert "verdicts differ" in markdown and f"| 2 | {items[0].id}, {items[2].id} |" in markdown
+
+
+def test_a_whole_last_record_without_its_newline_is_kept(tmp_path):
+    path = tmp_path / "items.jsonl"
+    path.write_text(json.dumps({"id": 1}) + "\n" + json.dumps({"id": 2}))  # a hand edit, no final newline
+    store = ResultsFile(path)
+    assert [r["id"] for r in store.records()] == [1, 2]
+    store.append([{"id": 3}])
+    assert [r["id"] for r in ResultsFile(path).records()] == [1, 2, 3]
+    path.write_text(json.dumps({"id": 1}) + "\n" + json.dumps({"id": 2})[:5])  # torn: cut, as before
+    ResultsFile(path).append([{"id": 3}])
+    assert [r["id"] for r in ResultsFile(path).records()] == [1, 3]
+
+
+def test_evaluate_hands_the_protocols_stop_strings_and_limits_to_the_generator(monkeypatch):
+    """The released stop strings and token limits reach the generator that is built (not only the
+    settings record)."""
+    from numloss.evaluate import api
+    from numloss.evaluate.released import STOP
+
+    seen = {}
+
+    def fake_generator(model_or_path, backend, dtype, device, tp, batch_size, stop, limit, progress):
+        seen.update(stop=tuple(stop), limit=limit)
+        gen = Counting(golds("gsm8k"))
+        return None, None, gen
+
+    monkeypatch.setattr(api, "_generator", fake_generator)
+    evaluate("anything", "gsm8k", data_dir=FIXTURES, protocol="released", allow_unisolated=True, digit_stats=False)
+    assert set(STOP) <= set(seen["stop"]) and seen["limit"] == 1500
+    evaluate("anything", "gsm8k", data_dir=FIXTURES, protocol="released", allow_unisolated=True, digit_stats=False,
+             max_new_tokens=64)
+    assert seen["limit"] == 64

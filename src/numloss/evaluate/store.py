@@ -86,7 +86,14 @@ class ResultsFile:
                 return
             f.seek(0)
             data = f.read()
-            f.truncate(data.rfind(b"\n") + 1)
+            start = data.rfind(b"\n") + 1
+            try:  # a whole record that only lacks its newline (a hand edit) is kept, and ended
+                json.loads(data[start:].decode("utf-8"))
+            except ValueError:
+                f.truncate(start)  # torn by a kill mid-write: records() skipped it too
+            else:
+                f.seek(size)
+                f.write(b"\n")
 
     def append(self, records: Iterable[dict[str, Any]]) -> None:
         """Write `records` as one batch: one write, flushed and fsynced."""
