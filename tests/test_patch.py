@@ -136,6 +136,22 @@ def test_what_cannot_be_exact_is_refused():
     adapted_head = get_peft_model(tiny_llama(), LoraConfig(r=2, target_modules=["lm_head"]))
     with pytest.raises(ValueError, match="lm_head"):
         numloss.patch(adapted_head, build_loss("del", VOCAB), fused=True)
+    with pytest.raises(ValueError, match="return_dict=False is not supported"):
+        model(**batch, return_dict=False)
+    seq2seq = tiny_llama()
+    seq2seq.config.is_encoder_decoder = True  # what a T5/BART config says
+    with pytest.raises(ValueError, match="encoder-decoder model"):
+        numloss.patch(seq2seq, build_loss("del", VOCAB))
+
+
+def test_numloss_trl_without_trl_says_how_to_install_it(monkeypatch):
+    import importlib
+    import sys
+
+    monkeypatch.setitem(sys.modules, "trl", None)  # import trl now raises ImportError
+    monkeypatch.delitem(sys.modules, "numloss.trl", raising=False)
+    with pytest.raises(ImportError, match=r"numloss.trl needs TRL: pip install 'numloss\[trl\]'"):
+        importlib.import_module("numloss.trl")
 
 
 def test_patch_unwraps_a_wrapper_by_its_class_not_by_attribute_lookup():

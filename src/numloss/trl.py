@@ -25,7 +25,7 @@ from torch import nn
 
 try:
     from trl import SFTTrainer
-except ImportError as error:  # pragma: no cover - exercised only without the extra
+except ImportError as error:  # tests/test_patch.py hides trl to check this message
     raise ImportError(
         "numloss.trl needs TRL: pip install 'numloss[trl]' (or pip install trl==1.16.0)"
     ) from error
