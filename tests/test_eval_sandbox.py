@@ -15,6 +15,13 @@ from pathlib import Path
 import pytest
 
 import numloss.evaluate as evaluate
+from hostile import (
+    descendants,
+    our_processes_in_pid_namespace,
+    pid_namespace,
+    reap_orphans,
+    set_child_subreaper,
+)
 from numloss.evaluate import sandbox
 from numloss.evaluate.sandbox import (
     ALLOW_UNISOLATED_ENV,
@@ -103,11 +110,11 @@ def test_the_program_is_nobody_without_capabilities_and_not_root_on_the_host():
     runner = threading.Thread(target=lambda: box.append(run_program(source, LIMITS)))
     runner.start()
     last_uid: dict[str, int] = {}
-    ours = _pidns(str(os.getpid()))
+    ours = pid_namespace(str(os.getpid()))
     while runner.is_alive():  # from the host: the uid the kernel gives the sandboxed process
-        for p in _descendants(os.getpid()):
+        for p in descendants(os.getpid()):
             uid = _uid(p)  # read once: the process may exit between two reads (-1 then)
-            if _pidns(p) not in ("", ours) and uid != -1:
+            if pid_namespace(p) not in ("", ours) and uid != -1:
                 last_uid[p] = uid  # (as root, set-up runs as uid 0 until the preamble drops it)
         time.sleep(0.05)
     runner.join()
@@ -231,8 +238,6 @@ def test_processes_are_limited_even_when_the_evaluator_is_root():
 
 @needs_kernel_sandbox
 def test_the_wall_clock_kills_the_whole_namespace():
-    from hostile import our_processes_in_pid_namespace, reap_orphans, set_child_subreaper
-
     set_child_subreaper(True)  # an orphan of the run is reparented here, so it is found
     try:
         result = run_program("import os, time\nif os.fork() == 0:\n    os.setsid()\n    time.sleep(60)\ntime.sleep(60)",
@@ -258,37 +263,20 @@ def test_nothing_outlives_an_evaluator_killed_mid_run():
     try:
         for _ in range(200):  # wait until the program and its daemon run (as uid 65534)
             time.sleep(0.05)
-            sandboxed = [p for p in _descendants(evaluator.pid) if _uid(p) == 65534]
+            sandboxed = [p for p in descendants(evaluator.pid) if _uid(p) == 65534]
             if len(sandboxed) >= 2:
-                namespaces = {_pidns(p) for p in sandboxed}
+                namespaces = {pid_namespace(p) for p in sandboxed}
                 break
         assert namespaces, "the sandboxed program never started"
     finally:
         evaluator.kill()
         evaluator.wait()
     for _ in range(60):
-        left = [p for p in os.listdir("/proc") if p.isdigit() and _pidns(p) in namespaces]
+        left = [p for p in os.listdir("/proc") if p.isdigit() and pid_namespace(p) in namespaces]
         if not left:
             break
         time.sleep(0.05)
     assert left == [], "sandboxed processes outlived their evaluator"
-
-
-def _descendants(root: int) -> list[str]:
-    children: dict[int, list[str]] = {}
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            try:
-                ppid = int(open(f"/proc/{entry}/stat").read().rsplit(")", 1)[1].split()[1])
-            except (OSError, IndexError, ValueError):
-                continue
-            children.setdefault(ppid, []).append(entry)
-    found, todo = [], [root]
-    while todo:
-        for child in children.get(int(todo.pop()), []):
-            found.append(child)
-            todo.append(child)
-    return found
 
 
 def _uid(pid: str) -> int:
@@ -296,13 +284,6 @@ def _uid(pid: str) -> int:
         return next(int(line.split()[1]) for line in open(f"/proc/{pid}/status") if line.startswith("Uid:"))
     except (OSError, StopIteration):
         return -1
-
-
-def _pidns(pid: str) -> str:
-    try:
-        return os.readlink(f"/proc/{pid}/ns/pid")
-    except OSError:
-        return ""
 
 
 # ---- limits and output ---------------------------------------------------------------------------

@@ -66,40 +66,41 @@ def set_child_subreaper(on: bool) -> None:
         raise OSError(ctypes.get_errno(), "prctl(PR_SET_CHILD_SUBREAPER) failed")
 
 
-def _parent(pid: int) -> int:
+def descendants(root: int) -> list[str]:
+    """Host pids (as strings) of every process below `root`, from /proc's parent links."""
+    import os
+
+    children: dict[int, list[str]] = {}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                ppid = int(open(f"/proc/{entry}/stat").read().rsplit(")", 1)[1].split()[1])
+            except (OSError, IndexError, ValueError):
+                continue
+            children.setdefault(ppid, []).append(entry)
+    found, todo = [], [root]
+    while todo:
+        for child in children.get(int(todo.pop()), []):
+            found.append(child)
+            todo.append(child)
+    return found
+
+
+def pid_namespace(pid: str) -> str:
+    """The pid namespace of host process `pid` ("pid:[N]"), "" once it is gone."""
+    import os
+
     try:
-        with open(f"/proc/{pid}/status") as f:
-            return next(int(line.split()[1]) for line in f if line.startswith("PPid:"))
-    except (OSError, StopIteration):
-        return 0
-
-
-def is_descendant(pid: int, root: int) -> bool:
-    """Whether `pid` descends from `root` (walking /proc's parent links)."""
-    seen = set()
-    while pid > 1 and pid not in seen:
-        if pid == root:
-            return True
-        seen.add(pid)
-        pid = _parent(pid)
-    return False
+        return os.readlink(f"/proc/{pid}/ns/pid")
+    except OSError:
+        return ""
 
 
 def our_processes_in_pid_namespace(inode: int) -> list[int]:
     """Host pids of this process's descendants in the pid namespace `inode`."""
     import os
 
-    found = []
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            try:
-                if os.readlink(f"/proc/{entry}/ns/pid") != f"pid:[{inode}]":
-                    continue
-            except OSError:
-                continue
-            if is_descendant(int(entry), os.getpid()):
-                found.append(int(entry))
-    return found
+    return [int(p) for p in descendants(os.getpid()) if pid_namespace(p) == f"pid:[{inode}]"]
 
 
 def reap_orphans() -> None:
