@@ -374,7 +374,7 @@ class NumericLoss(nn.Module):
             digit_nll = nll.index_select(0, digits.index) + (target_logit - slot_target).to(nll.dtype)
             terms = self.digit_terms(digit_logits, digits.target, weights, digit_nll, support)
         if terms is not None:
-            aux = terms.sum() / self._digit_denominator(token_count, digit_count, weights)
+            aux = terms.sum() / self._digit_denominator(token_count, digit_count)
             loss = ce + self.alpha * aux
         reshaped = self.token_loss(nll, valid, cost)
         if reshaped is not None:
@@ -399,7 +399,7 @@ class NumericLoss(nn.Module):
         step: digit positions (DIST2's normalize="weights": their place weights)."""
         return num_digits
 
-    def _digit_denominator(self, token_count, digit_count, weights) -> torch.Tensor:
+    def _digit_denominator(self, token_count: torch.Tensor, digit_count: torch.Tensor) -> torch.Tensor:
         if self.normalize == "tokens":
             return token_count
         return digit_count

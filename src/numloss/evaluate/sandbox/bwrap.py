@@ -121,11 +121,10 @@ def _covered(path: str, roots: list[str]) -> bool:
     return any(path == r or path.startswith(r.rstrip("/") + "/") for r in roots)
 
 
-def _interpreter_files() -> list[str]:
+def _interpreter_files(stdlib: str) -> list[str]:
     """What the interpreter needs beside its executable: its stdlib folder (lib-dynload inside)
     and its shared libpython, never its whole prefix: with a system Python the prefix is /usr,
     and binding it would show /usr/bin's shells and /usr/local."""
-    stdlib = os.path.realpath(os.path.dirname(os.__file__))
     files = [stdlib]
     dynload = os.path.realpath(os.path.dirname(getattr(importlib.import_module("_struct"), "__file__", "") or stdlib))
     if not _covered(dynload, files):
@@ -147,7 +146,8 @@ def layout() -> Layout:
             symlinks.append((os.readlink(d), d))
         elif os.path.isdir(d):
             binds.append(d)
-    for path in (python, *_interpreter_files(), "/etc/ld.so.cache"):
+    stdlib = os.path.realpath(os.path.dirname(os.__file__))
+    for path in (python, *_interpreter_files(stdlib), "/etc/ld.so.cache"):
         if os.path.exists(path) and not _covered(path, binds):
             binds.append(path)
     site_dirs: list[str] = []
@@ -164,7 +164,6 @@ def layout() -> Layout:
                 binds.append(path)
     # the base interpreter's own site-packages sits inside its stdlib: hide it unless it holds an
     # allowed package (then it is a site dir; a venv's base has pip, pytest, IPython there)
-    stdlib = os.path.realpath(os.path.dirname(os.__file__))
     hidden = tuple(
         path for path in (os.path.join(stdlib, "site-packages"), os.path.join(stdlib, "dist-packages"))
         if os.path.isdir(path) and not any(_covered(site, [path]) for site in site_dirs)
