@@ -450,21 +450,21 @@ def log_digit_density(dataset: Any, loss_fn: Any) -> tuple[int, int]:
     average (docs/integration.md); returns (N_tok, N_dig)."""
     import torch
 
-    from numloss.hf import has_digit_term
+    from numloss.hf import count_tokens_and_digits, has_digit_term
 
-    tokens = digits = 0
-    count_digits = loss_fn.count_digits if has_digit_term(loss_fn) else None
-    for feature in dataset.features[:DENSITY_EXAMPLES]:
-        labels = torch.tensor(feature["labels"][1:])[None]  # aligned with the prediction positions
-        tokens += int(labels.ne(loss_fn.ignore_index).sum())
-        if callable(count_digits):
-            digits += int(count_digits(labels))
-    if callable(count_digits) and digits:
+    features = dataset.features[:DENSITY_EXAMPLES]
+    # one row: each example's labels aligned with its prediction positions, an ignored position
+    # between examples so that no number runs from one into the next
+    row = [label for f in features for label in (*f["labels"][1:], loss_fn.ignore_index)]
+    tokens, digits = (int(n) for n in count_tokens_and_digits(torch.tensor([row], dtype=torch.long), loss_fn))
+    if not has_digit_term(loss_fn):
+        digits = 0
+    if digits:
         ratio = tokens / digits
         logger.warning(
             "data: %d learnt tokens, %d digit positions in the first %d examples: %.2f tokens per digit "
             "(normalize=\"tokens\" matches \"digits\" on average at alpha x %.2f)",
-            tokens, digits, min(len(dataset.features), DENSITY_EXAMPLES), ratio, ratio,
+            tokens, digits, len(features), ratio, ratio,
         )
     return tokens, digits
 
