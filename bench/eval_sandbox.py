@@ -28,17 +28,9 @@ import torch
 from numloss.evaluate import api, evaluate, sandbox
 from numloss.evaluate.generate import Generation
 from numloss.evaluate.sandbox import bwrap
-
-try:
-    from sandbox import (
-        programs as typical_programs,  # bench/sandbox.py, run from bench/ or the root
-    )
-except ImportError:  # pragma: no cover
-    import sys
-    from pathlib import Path
-
-    sys.path.insert(0, str(Path(__file__).parent))
-    from sandbox import programs as typical_programs
+from sandbox import (
+    programs as typical_programs,  # bench/sandbox.py: the script's folder is on sys.path
+)
 
 
 class ProgramsAfterGeneration:
