@@ -461,10 +461,14 @@ def log_digit_density(dataset: Any, loss_fn: Any) -> tuple[int, int]:
         digits = 0
     if digits:
         ratio = tokens / digits
+        if getattr(loss_fn, "normalize", "") == "weights":  # DIST2's count is its sum of place weights
+            counted, per, normalize = "place weights", "unit of place weight", "weights"
+        else:
+            counted, per, normalize = "digit positions", "digit", "digits"
         logger.warning(
-            "data: %d learnt tokens, %d digit positions in the first %d examples: %.2f tokens per digit "
-            "(normalize=\"tokens\" matches \"digits\" on average at alpha x %.2f)",
-            tokens, digits, len(features), ratio, ratio,
+            "data: %d learnt tokens, %d %s in the first %d examples: %.2f tokens per %s "
+            "(normalize=\"tokens\" matches \"%s\" on average at alpha x %.2f)",
+            tokens, digits, counted, len(features), ratio, per, normalize, ratio,
         )
     return tokens, digits
 
