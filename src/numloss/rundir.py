@@ -1,0 +1,105 @@
+"""An exclusive lock on a run folder, held for the whole of a `numloss train` or `numloss compare`.
+
+Two processes writing into one output folder mix their checkpoints, logs and final weights and
+both report success. `hold_run_dir(folder, "numloss train")` takes an exclusive `flock` on
+`folder/.numloss.lock` for as long as the `with` block runs and writes who holds it (pid, host,
+command, start time) into the file, so the second process stops at once with one line naming the
+holder.
+
+Why `flock` and not "the file exists": the kernel drops a `flock` when its holder dies, however it
+dies (SIGKILL included). A lock file left behind by a dead process is therefore stale by
+construction: the next run takes it over and says whose it was. The lock is advisory and local:
+on a network file system without `flock` support (some NFS set-ups) `hold_run_dir` refuses to
+start rather than run unprotected, unless `NUMLOSS_NO_RUN_LOCK=1` is set.
+"""
+
+from __future__ import annotations
+
+import errno
+import fcntl
+import json
+import logging
+import os
+import socket
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+logger = logging.getLogger(__name__)
+
+#: the lock file's name inside the run folder
+LOCK_NAME = ".numloss.lock"
+
+
+class RunDirBusy(RuntimeError):
+    """Another live process holds the run folder's lock; the message names it."""
+
+
+class RunDirLockError(RuntimeError):
+    """The lock could not be taken for another reason (no `flock` on this file system, no access)."""
+
+
+def _holder_text(holder: dict[str, Any]) -> str:
+    if not holder:
+        return "another process (its lock file names no holder yet)"
+    since = holder.get("started")
+    when = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(since)) if isinstance(since, (int, float)) else "?"
+    return f"pid {holder.get('pid', '?')} on {holder.get('host', '?')} ({holder.get('command', '?')}, since {when})"
+
+
+def read_holder(folder: str | os.PathLike[str]) -> dict[str, Any]:
+    """What `folder`'s lock file says about its (last) holder; {} when there is none or it is unreadable."""
+    try:
+        payload = json.loads((Path(folder) / LOCK_NAME).read_text())
+    except (OSError, ValueError):
+        return {}
+    return payload if isinstance(payload, dict) else {}
+
+
+@contextmanager
+def hold_run_dir(folder: str | os.PathLike[str], command: str) -> Iterator[Path]:
+    """Hold an exclusive lock on `folder` (created when missing) for the body of the `with`.
+
+    Raises RunDirBusy, naming the holder, when a live process holds it, and RunDirLockError when
+    the folder cannot be created or the file system has no working `flock`. A lock left by a dead
+    process is taken over with a warning naming it. The lock file stays behind after release (so
+    the next holder can read who ran last); only a live `flock` means "busy".
+    """
+    path = Path(folder)
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+        fd = os.open(path / LOCK_NAME, os.O_RDWR | os.O_CREAT, 0o644)
+    except OSError as error:
+        raise RunDirLockError(f"cannot lock {str(path)!r}: {error.strerror or error}") from None
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError as error:
+            if error.errno in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):
+                raise RunDirBusy(
+                    f"{str(path)!r} is in use by {_holder_text(read_holder(path))}: wait for it to finish, "
+                    "or choose another output folder"
+                ) from None
+            if os.environ.get("NUMLOSS_NO_RUN_LOCK") == "1":
+                logger.warning("cannot lock %s (%s); running without a lock (NUMLOSS_NO_RUN_LOCK=1)", path, error)
+            else:
+                raise RunDirLockError(
+                    f"cannot lock {str(path)!r}: this file system refuses flock ({error.strerror or error}); "
+                    "use a local folder, or set NUMLOSS_NO_RUN_LOCK=1 to run unprotected"
+                ) from None
+        previous = read_holder(path)
+        if previous.get("pid") and not previous.get("released"):
+            logger.warning("%s: taking over the lock of %s, which is no longer running", path, _holder_text(previous))
+        me = {"pid": os.getpid(), "host": socket.gethostname(), "command": command, "started": time.time()}
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, json.dumps(me).encode(), 0)
+        try:
+            yield path
+        finally:
+            me["released"] = time.time()
+            os.ftruncate(fd, 0)
+            os.pwrite(fd, json.dumps(me).encode(), 0)
+    finally:
+        os.close(fd)  # closing the descriptor drops the flock

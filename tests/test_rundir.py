@@ -1,0 +1,78 @@
+"""The run-folder lock: one holder at a time, the holder named, a dead holder's lock taken over."""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from numloss.rundir import LOCK_NAME, RunDirBusy, RunDirLockError, hold_run_dir, read_holder
+
+
+def test_second_holder_is_refused_with_the_first_named(tmp_path):
+    with hold_run_dir(tmp_path / "run", "numloss train"):
+        with pytest.raises(RunDirBusy) as caught:
+            with hold_run_dir(tmp_path / "run", "numloss compare"):
+                pass
+    message = str(caught.value)
+    assert "\n" not in message
+    assert f"pid {os.getpid()}" in message and "numloss train" in message
+
+
+def test_released_lock_is_free_and_records_the_last_holder(tmp_path, caplog):
+    with hold_run_dir(tmp_path, "first"):
+        assert read_holder(tmp_path)["command"] == "first"
+    assert read_holder(tmp_path)["released"] > 0
+    with caplog.at_level(logging.WARNING), hold_run_dir(tmp_path, "second"):
+        assert read_holder(tmp_path)["command"] == "second"
+    assert "taking over" not in caplog.text  # a clean release is not a stale lock
+
+
+def test_lock_of_a_killed_process_is_taken_over(tmp_path, caplog):
+    ready = tmp_path / "ready"
+    holder = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            "import sys, time, pathlib\n"
+            "from numloss.rundir import hold_run_dir\n"
+            f"with hold_run_dir({str(tmp_path / 'run')!r}, 'victim'):\n"
+            f"    pathlib.Path({str(ready)!r}).touch()\n"
+            "    time.sleep(60)\n",
+        ]
+    )
+    try:
+        deadline = time.monotonic() + 30
+        while not ready.exists():
+            assert holder.poll() is None and time.monotonic() < deadline
+            time.sleep(0.05)
+        with pytest.raises(RunDirBusy, match=f"pid {holder.pid}"):
+            with hold_run_dir(tmp_path / "run", "intruder"):
+                pass
+    finally:
+        holder.send_signal(signal.SIGKILL)
+        holder.wait()
+    with caplog.at_level(logging.WARNING), hold_run_dir(tmp_path / "run", "next"):
+        pass
+    assert "taking over" in caplog.text and "victim" in caplog.text
+
+
+def test_garbage_in_the_lock_file_does_not_break_locking(tmp_path):
+    (tmp_path / LOCK_NAME).write_bytes(b"\xff\x00 not json")
+    assert read_holder(tmp_path) == {}
+    with hold_run_dir(tmp_path, "fresh"):
+        assert json.loads((tmp_path / LOCK_NAME).read_text())["command"] == "fresh"
+
+
+def test_uncreatable_folder_is_one_line(tmp_path):
+    blocker = tmp_path / "file"
+    blocker.write_text("x")
+    with pytest.raises(RunDirLockError, match="cannot lock"):
+        with hold_run_dir(blocker / "run", "train"):
+            pass
