@@ -254,8 +254,7 @@ def evaluate(
     if digit_stats:
         check_digit_tokens(model_or_path)  # before the model loads and generates, not after
     runner = program_runner(program_timeout, workers, allow_unisolated)  # its options checked before the model loads
-    model, tokenizer, generator = _generator(model_or_path, backend, dtype, device, tensor_parallel, batch_size, stop, open_limit, progress)
-    identity = model_identity(model_or_path, model, generator)
+    identity = model_identity(model_or_path)  # checked against the saved records before the model loads
     capped = [_capped(p, open_limit, choice_limit) for p in protocols]
     settings = {"prompt": "released-alpaca-0shot", "stop": list(stop), "max_new_tokens_open": open_limit,
                 "max_new_tokens_choice": choice_limit, "backend": backend, "dtype": dtype, "program_of_thought": program_of_thought}
@@ -274,6 +273,7 @@ def evaluate(
             print(f"numloss eval: --overwrite: moved {moved} earlier records of {model_name} to {aside}", file=sys.stderr)
     saved = [r for r in store.records() if ours(r)] if store is not None else []
     check_same_model(saved, identity, model_name, results_file)
+    model, tokenizer, generator = _generator(model_or_path, backend, dtype, device, tensor_parallel, batch_size, stop, open_limit, progress)
     if runner.isolation.mode == "unavailable" and program_of_thought:
         print(f"numloss eval: programs will not run: {runner.isolation.detail}. Items with a program use chain of thought.", file=sys.stderr)
     extra = {"model": model_name, "model_identity": identity, "settings": key, "generation": settings, "isolation": runner.isolation.mode}

@@ -24,8 +24,15 @@ from numloss.evaluate.benchmarks import BenchmarkError
 from numloss.evaluate.generate import BackendUnavailable
 
 
+class _Parser(argparse.ArgumentParser):
+    """argparse that reports a bad option in one line (the usage is one `--help` away)."""
+
+    def error(self, message: str) -> None:  # type: ignore[override]
+        self.exit(2, f"{self.prog}: {message} (numloss eval --help lists the options)\n")
+
+
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="numloss eval", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = _Parser(prog="numloss eval", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("model", nargs="?", help="model folder, 'smollm2', 'tiny' or a Hugging Face id in the local cache (not with --score-outputs)")
     p.add_argument("--benchmarks", default="gsm8k", help="comma-separated: gsm8k,math,svamp,simuleq,aqua,sat,mmlu_math,synthetic:NAME,gym:NAME,file:PATH.jsonl; NAME=PATH for a file")
     p.add_argument("--data-dir", help="folder holding the benchmark files (NAME.jsonl|json|parquet or the released layout, e.g. ../shared/benchmarks)")

@@ -240,14 +240,16 @@ def parameters_identity(model: Any) -> str:
 
 
 def model_folder(name: str) -> Path | None:
-    """The folder `numloss.models.load` reads for the model name `name` (after it loaded it), or None
-    ('tiny', built in memory)."""
+    """The folder `numloss.models.load` reads for the model name `name` (smollm2 converted first if
+    it is not yet), or None ('tiny', built in memory; a hub id not in the cache)."""
     if name == "tiny":
         return None
     if name == "smollm2":
         from numloss.models import smollm2
+        from numloss.models.load import check_model_available
 
-        return smollm2.model_dir()
+        check_model_available(name)
+        return smollm2.prepare()  # converted once; what loading would do next anyway
     folder = Path(name).expanduser()
     if folder.is_dir():
         return folder
@@ -260,17 +262,22 @@ def model_folder(name: str) -> Path | None:
     return Path(cached).parent if isinstance(cached, str) else None
 
 
-def model_identity(model_or_path: Any, model: Any = None, generator: Any = None) -> str | None:
-    """What identifies the model behind the outputs: the model folder's files for a name or path,
-    the weights for a model given in memory (or 'tiny'), a generator's own `identity` attribute;
-    None when nothing is known (a generator without one: then only its name keys the records)."""
+def model_identity(model_or_path: Any) -> str | None:
+    """What identifies the model behind the outputs, known before it loads: the model folder's
+    files for a name or path, the weights for a `(model, tokenizer)` pair, a torch model or 'tiny'
+    (built here: it is small), a generator's own `identity` attribute; None when nothing is known
+    (a generator without one, a hub id not in the cache: then only the name keys the records)."""
     if isinstance(model_or_path, (str, Path)):
+        if str(model_or_path) == "tiny":
+            from numloss.models.load import load_model_and_tokenizer
+
+            return parameters_identity(load_model_and_tokenizer("tiny")[0])
         folder = model_folder(str(model_or_path))
-        if folder is not None and folder.is_dir():
-            return folder_identity(folder)
-    if model is not None and hasattr(model, "state_dict"):
+        return folder_identity(folder) if folder is not None and folder.is_dir() else None
+    model = model_or_path[0] if isinstance(model_or_path, tuple) else model_or_path
+    if hasattr(model, "state_dict"):
         return parameters_identity(model)
-    identity = getattr(generator if generator is not None else model_or_path, "identity", None)
+    identity = getattr(model_or_path, "identity", None)
     return str(identity) if identity is not None else None
 
 
