@@ -308,8 +308,10 @@ def test_score_outputs_reads_its_own_items_jsonl_of_a_synthetic_set_of_any_size_
     old = tmp_path / "old.jsonl"
     old.write_text("".join(json.dumps({k: v for k, v in r.items() if k not in ("seed", "set_size")}) + "\n"
                            for r in ResultsFile(path).records()))
-    if seed is None:
-        assert [r.question for r in score_outputs(old, allow_unisolated=True).items["numloss"]["synthetic:mix"]] == [r.question for r in ours]
+    rescored = score_outputs(old, allow_unisolated=True, seed=seed).items["numloss"]["synthetic:mix"]  # --seed for them
+    assert [r.question for r in rescored] == [r.question for r in ours]
+    line = one_line(["--score-outputs", str(path), "--seed", "3", "--out", str(tmp_path / "scored")], capsys)
+    assert "not --seed 3" in line
 
 
 def test_records_of_two_seeds_are_refused(tmp_path):

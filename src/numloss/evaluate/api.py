@@ -409,6 +409,7 @@ def score_outputs(
     program_timeout: float = 5.0,
     batch_size: int = 64,
     limit: int | None = None,
+    seed: int | None = None,
 ) -> EvalReport:
     """Score outputs generated earlier (by numloss or anything else) under `protocol`; no model.
 
@@ -418,6 +419,8 @@ def score_outputs(
     answer; without it such an item counts as unanswered). The results file `evaluate` writes is
     valid input (its lines carry these fields; one per protocol, read once per item).
     `records` may be a JSONL path; a malformed line is reported with its file and line.
+    A synthetic set is generated again at the seed and size its records carry (`seed` for
+    records that carry none).
     """
     check_limit(limit)
     protocols = _protocols(protocol)
@@ -450,7 +453,7 @@ def score_outputs(
     runner = program_runner(program_timeout, workers, allow_unisolated)
     per: dict[str, dict[str, list[ItemResult]]] = {p.name: {} for p in protocols}
     for bench_name, ids in order.items():
-        bench = load_for_records(bench_name, ids, data_dir, *recorded_set(rows, bench_name))
+        bench = load_for_records(bench_name, ids, data_dir, *recorded_set(rows, bench_name, seed))
         by_id = {it.id: it for it in bench.items}
         unknown = [i for i in ids if i not in by_id]
         if unknown:

@@ -100,7 +100,7 @@ def main(argv: list[str] | None = None) -> int:
             if args.model:
                 raise ValueError("--score-outputs scores saved outputs; give no MODEL with it")
             report = score_outputs(args.score_outputs, args.protocol, args.data_dir, allow_unisolated=args.allow_unisolated_exec or None,
-                                   workers=args.workers, program_timeout=args.program_timeout, limit=args.limit)
+                                   workers=args.workers, program_timeout=args.program_timeout, limit=args.limit, seed=args.seed)
         else:
             if not args.model:
                 raise ValueError("give a MODEL to evaluate (or --score-outputs FILE.jsonl)")

@@ -300,12 +300,17 @@ def check_same_model(records: Iterable[Mapping[str, Any]], identity: str | None,
     )
 
 
-def recorded_set(rows: Iterable[Mapping[str, Any]], benchmark: str) -> tuple[int | None, int | None]:
-    """(seed, set size) that the records of a synthetic `benchmark` were generated with, None where
-    not recorded; several seeds among them is an error."""
-    seeds = sorted({r["seed"] for r in rows if r.get("benchmark") == benchmark and r.get("seed") is not None})
+def recorded_set(rows: Iterable[Mapping[str, Any]], benchmark: str, seed: int | None = None) -> tuple[int | None, int | None]:
+    """(seed, set size) that the records of a synthetic `benchmark` were generated with: the
+    recorded seed, else `seed` (`--seed`), else None; several seeds among the records, or a `seed`
+    other than the recorded one, is an error."""
+    rows = [r for r in rows if r.get("benchmark") == benchmark]
+    seeds = sorted({r["seed"] for r in rows if r.get("seed") is not None})
     if len(seeds) > 1:
         raise BenchmarkError(f"the records of {benchmark} come from {len(seeds)} seeds ({', '.join(map(str, seeds))}); "
                              "score each seed's records on its own")
-    sizes = [r["set_size"] for r in rows if r.get("benchmark") == benchmark and r.get("set_size") is not None]
-    return (seeds[0] if seeds else None), (max(sizes) if sizes else None)
+    if seeds and seed is not None and seed != seeds[0]:
+        raise BenchmarkError(f"the records of {benchmark} were generated with seed {seeds[0]}, not --seed {seed}; "
+                             "omit --seed to score them on their own items")
+    sizes = [r["set_size"] for r in rows if r.get("set_size") is not None]
+    return (seeds[0] if seeds else seed), (max(sizes) if sizes else None)
