@@ -254,7 +254,7 @@ def evaluate(
     if digit_stats:
         check_digit_tokens(model_or_path)  # before the model loads and generates, not after
     runner = program_runner(program_timeout, workers, allow_unisolated)  # its options checked before the model loads
-    identity = model_identity(model_or_path)  # checked against the saved records before the model loads
+    identity = model_identity(model_or_path) if results_file is not None else None  # checked before the model loads
     capped = [_capped(p, open_limit, choice_limit) for p in protocols]
     settings = {"prompt": "released-alpaca-0shot", "stop": list(stop), "max_new_tokens_open": open_limit,
                 "max_new_tokens_choice": choice_limit, "backend": backend, "dtype": dtype, "program_of_thought": program_of_thought}

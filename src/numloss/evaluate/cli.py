@@ -9,7 +9,9 @@ Benchmarks are names (gsm8k, math, svamp, simuleq, aqua, sat, mmlu_math), `NAME=
 --protocol released reproduces the paper's released evaluation, quirks included; numloss (the
 default) is the same with documented fixes; both scores one generation under each, side by side.
 Per-item results are appended to OUT/items.jsonl as they finish; a re-run skips finished items
-(--overwrite redoes them). `numloss eval --score-outputs FILE.jsonl` re-scores saved outputs
+of the same model (its files' identity is recorded: another model saved at the same path is
+refused) and settings; --overwrite moves their records to OUT/items.jsonl.overwritten-TIME and
+redoes them. `numloss eval --score-outputs FILE.jsonl` re-scores saved outputs
 without a model. Writes results.json, report.md and accuracy.png to --out.
 """
 
