@@ -180,6 +180,47 @@ def test_a_device_this_torch_cannot_use_is_one_line(device, tmp_path, capsys):
     assert not (tmp_path / "out" / "items.jsonl").exists()
 
 
+NUMERIC_OPTIONS = ("--workers", "--batch-size", "--max-new-tokens", "--threads", "--program-timeout", "--limit",
+                   "--tensor-parallel", "--seed")
+NUMERIC_VALUES = ("0", "-1", "1.5", "nan", "inf", "1e309", "abc", "", "99999999999")
+
+
+def test_every_numeric_option_is_a_run_or_one_line_naming_it(tmp_path, capsys):
+    """Each numeric option with zero, negative, fractional, non-finite, non-numeric, empty and
+    huge values: a valid run, or one line that names the option; never 0 read as "not given"."""
+    runs = 0
+    for option in NUMERIC_OPTIONS:
+        for value in NUMERIC_VALUES:
+            if option == "--max-new-tokens" and value == "99999999999":
+                continue  # valid (capped at the protocol's 1500 tokens), and slow with the tiny model
+            argv = tiny_eval("tiny", tmp_path / "out", f"{option}={value}")
+            try:
+                rc = cli.main(argv)
+            except SystemExit as exit_:
+                rc = exit_.code
+            captured = capsys.readouterr()
+            lines = [line for line in captured.err.splitlines() if line.strip()]
+            if rc == 0:
+                runs += 1
+                assert "accuracy" in captured.out and not lines, (option, value, captured.err)
+                continue
+            assert rc == 2 and len(lines) == 1 and "Traceback" not in captured.err, (option, value, captured.err)
+            assert option in lines[0] and "unexpected error" not in lines[0], (option, value, lines[0])
+    assert 5 <= runs <= 12, runs  # --seed's integers, --batch-size and --program-timeout large
+
+
+def test_an_interrupt_is_one_line_saying_what_is_kept(tmp_path, capsys, monkeypatch):
+    from numloss.evaluate import api
+
+    class Interrupted:
+        def generate(self, prompts, max_new_tokens=None):
+            raise KeyboardInterrupt
+
+    monkeypatch.setattr(api, "_generator", lambda *args: (None, None, Interrupted()))
+    line = one_line(tiny_eval("tiny", tmp_path), capsys, status=130)
+    assert "interrupted" in line and "re-run resumes" in line
+
+
 @pytest.mark.parametrize("argv", [["tiny", "--workers", "abc"], ["tiny", "--protocol", "paper"], ["tiny", "--limit"], ["tiny", "--no-such-option"]])
 def test_a_bad_option_is_one_line_not_the_usage(argv, capsys):
     assert "--help" in one_line(argv, capsys)

@@ -436,11 +436,14 @@ def _hub_records(name: str, hub_id: str, configs: Sequence[str | None], splits: 
 SYNTHETIC_PREFIXES = ("synthetic:", "gym:")
 FILE_PREFIX = "file:"
 SYNTHETIC_SEED = 10_000  # far from the small seeds training sets use, so items are held out
+SYNTHETIC_MAX = 1_000_000  # --limit is a synthetic set's size: a typo of 10**9 would fill the memory
 
 
 def _synthetic(name: str, limit: int | None, seed: int) -> Benchmark:
     """A built-in set: `synthetic:<numloss generator>` or `gym:<reasoning-gym set>`, seeded."""
     prefix, set_name = name.split(":", 1)
+    if limit is not None and limit > SYNTHETIC_MAX:
+        raise BenchmarkError(f"{name}: --limit {limit} asks for more than {SYNTHETIC_MAX:,} generated items; give a smaller --limit")
     if prefix == "synthetic":
         from numloss.data.synthetic import generate
     else:

@@ -110,9 +110,18 @@ def main(argv: list[str] | None = None) -> int:
                 from numloss.evaluate.generate import resolve_device
 
                 resolve_device(args.device)
+            if args.max_new_tokens is not None and args.max_new_tokens < 1:
+                raise ValueError(f"--max-new-tokens must be at least 1, got {args.max_new_tokens} (omit it for the protocol's limits)")
+            if args.batch_size < 1:
+                raise ValueError(f"--batch-size must be a positive number of prompts, got {args.batch_size}")
+            if args.tensor_parallel < 1:
+                raise ValueError(f"--tensor-parallel must be a positive number of GPUs, got {args.tensor_parallel}")
             if args.threads is not None:
                 if args.threads < 1:  # as numloss train and compare say it
                     raise ValueError(f"--threads must be a positive integer, got {args.threads}")
+                cores = os.cpu_count() or 1
+                if args.threads > cores:  # thousands of threads stall torch instead of helping
+                    raise ValueError(f"--threads {args.threads}: this machine has {cores} CPU cores; give at most {cores}")
                 import torch
 
                 torch.set_num_threads(args.threads)
@@ -130,6 +139,10 @@ def main(argv: list[str] | None = None) -> int:
     except (BenchmarkError, BackendUnavailable, ModelUnavailableError, ValueError) as error:
         print(f"numloss eval: {error}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt:
+        saved = "" if args.score_outputs else f"; finished batches are in {Path(args.out) / 'items.jsonl'}, a re-run resumes from them"
+        print(f"numloss eval: interrupted{saved}", file=sys.stderr)
+        return 130
     except OSError as error:  # disk full, a folder removed mid-run
         where = f" {error.filename}" if error.filename else ""
         print(f"numloss eval: cannot read or write{where}: {error.strerror or error}", file=sys.stderr)

@@ -167,11 +167,13 @@ def run_benchmark(
     `known_outputs[id]`: (first output, fallback or None) saved earlier under the same generation
     settings, reused instead of generating. `write` receives each finished batch's new results.
     """
+    if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
+        raise ValueError(f"--batch-size (batch_size) must be a positive number of items, got {batch_size!r}")
     done = done or {}
     known_outputs = known_outputs or {}
     final: dict[str, dict[str, ItemResult]] = {p.name: dict(done.get(p.name, {})) for p in protocols}
     todo = [it for it in benchmark.items if any(it.id not in final[p.name] for p in protocols)]
-    for start in range(0, len(todo), max(1, batch_size)):
+    for start in range(0, len(todo), batch_size):
         pending = [Pending(it, *known_outputs.get(it.id, (None, None))) for it in todo[start : start + batch_size]]
         missing = [p for p in pending if p.output is None]
         if missing:
