@@ -238,6 +238,25 @@ def test_out_naming_a_file_a_path_through_a_file_or_an_unwritable_place_is_one_l
     assert "is a file" in one_line(["--score-outputs", str(records), "--data-dir", str(FIXTURES), "--out", str(file)], capsys)
 
 
+def test_a_full_disk_while_appending_results_is_one_line_naming_the_file(tmp_path, capsys, monkeypatch):
+    import errno
+
+    def full(self, records):
+        raise OSError(errno.ENOSPC, "No space left on device", str(self.path))
+
+    monkeypatch.setattr(ResultsFile, "append", full)
+    line = one_line(tiny_eval("tiny", tmp_path), capsys)
+    assert f"cannot read or write {tmp_path / 'items.jsonl'}: No space left on device" in line
+
+
+def test_the_api_refuses_a_bad_device_before_loading_the_model(monkeypatch):
+    from numloss.models import load
+
+    monkeypatch.setattr(load, "load_model_and_tokenizer", lambda *a, **k: pytest.fail("the model was loaded"))
+    with pytest.raises(ValueError, match="--device 'bogus' is not a torch device"):
+        evaluate("tiny", "synthetic:arithmetic", limit=1, device="bogus", digit_stats=False)
+
+
 def test_items_jsonl_that_is_a_folder_is_one_line(tmp_path, capsys):
     (tmp_path / "items.jsonl").mkdir()
     assert "is a folder" in one_line(tiny_eval("tiny", tmp_path), capsys)
