@@ -424,8 +424,8 @@ def test_an_unknown_model_is_one_line_naming_what_was_looked_for(tmp_path, capsy
         raise OSError("We couldn't connect to 'https://huggingface.co' to load the files.\nCheck your internet connection\n" * 10)
 
     monkeypatch.setattr(AutoTokenizer, "from_pretrained", unreachable)
-    line = one_line(tiny_eval("no-such-model-xyz", tmp_path), capsys)
-    assert "no local folder" in line and "Hugging Face cache" in line and "couldn't connect" in line
+    line = one_line(tiny_eval("no-such-model-xyz", tmp_path), capsys)  # tiny_eval: --no-digit-stats, no tokenizer check
+    assert "not found" in line and "local folder" in line and "Hugging Face cache" in line and "couldn't connect" in line
     folder = tmp_path / "half-saved"
     folder.mkdir()
     (folder / "config.json").write_text("{}")

@@ -70,20 +70,6 @@ def check_model_available(name: str, revision: str | None = None, cache_dir: str
             )
 
 
-def _unavailable(name: str, error: OSError) -> ModelUnavailableError:
-    """One line for transformers' many-line OSError: what was looked for, and the first line of why."""
-    from huggingface_hub import constants
-
-    why = next((line.strip() for line in str(error).splitlines() if line.strip()), type(error).__name__)
-    if _looks_like_path(name):
-        return ModelUnavailableError(f"model folder {name!r} cannot be loaded: {why}")
-    return ModelUnavailableError(
-        f"model {name!r} not found: no local folder {str(Path(name).expanduser().absolute())!r}, not in the Hugging Face "
-        f"cache {constants.HF_HUB_CACHE}, and the hub did not provide it ({why}). Give a folder written by "
-        "save_pretrained, 'tiny' or 'smollm2', or download it once where the hub is reachable"
-    )
-
-
 def load_tokenizer(
     name: str,
     *,
@@ -105,10 +91,7 @@ def load_tokenizer(
     from transformers import AutoTokenizer
 
     source = str(smollm2.prepare(cache_dir)) if name == "smollm2" else name
-    try:
-        tokenizer = AutoTokenizer.from_pretrained(source, revision=revision, trust_remote_code=trust_remote_code)
-    except OSError as error:
-        raise _unavailable(name, error) from None
+    tokenizer = AutoTokenizer.from_pretrained(source, revision=revision, trust_remote_code=trust_remote_code)
     if tokenizer.pad_token_id is None:
         tokenizer.pad_token = tokenizer.eos_token
     tokenizer.padding_side = "right"
@@ -149,7 +132,7 @@ def load_model_and_tokenizer(
         if attn_implementation:
             kwargs["attn_implementation"] = attn_implementation
         model = AutoModelForCausalLM.from_pretrained(source, dtype=_DTYPES[dtype], **kwargs)
-    except OSError as error:
+    except OSError as error:  # transformers' many lines (hub unreachable, no weights file) as one
         raise _unavailable(name, error) from None
     if tokenizer.pad_token_id is None:
         # the collator masks padding out of the labels, so reusing EOS for padding is harmless
@@ -158,3 +141,17 @@ def load_model_and_tokenizer(
         model.config.pad_token_id = tokenizer.pad_token_id
     tokenizer.padding_side = "right"
     return model, tokenizer
+
+
+def _unavailable(name: str, error: OSError) -> ModelUnavailableError:
+    """One line for transformers' many-line OSError: what was looked for, and the first line of why."""
+    from huggingface_hub import constants
+
+    why = next((line.strip() for line in str(error).splitlines() if line.strip()), type(error).__name__)
+    if Path(name).expanduser().is_dir():
+        return ModelUnavailableError(f"model folder {name!r} cannot be loaded: {why}")
+    return ModelUnavailableError(
+        f"model {name!r} not found: looked for a local folder {str(Path(name).expanduser())!r} (no such folder), "
+        f"the Hugging Face cache {str(constants.HF_HUB_CACHE)!r} (not there) and the hub ({why}). Fix: check the "
+        "spelling, pass a folder written by save_pretrained, or use tiny / smollm2"
+    )
