@@ -145,9 +145,11 @@ def _number(value: Any, where: str, key: str) -> str:
         value = value[0]
     s = clean_number(str(value))
     try:
-        float(s)
+        number = float(s)
     except ValueError:
         raise BenchmarkError(f"{where}: field {key!r} must be a number, got {value!r}") from None
+    if number != number or number in (float("inf"), float("-inf")):  # no answer equals NaN; inf is no gold
+        raise BenchmarkError(f"{where}: field {key!r} must be a finite number, got {value!r}")
     return s
 
 
@@ -498,12 +500,20 @@ def _file_set(path_text: str) -> Benchmark:
             raise BenchmarkError(f"{where}: expected a JSON object with 'question' and 'answer'")
         question = _raw_text(record, "question", where)
         answer = _field(record, "answer", where)
+        if isinstance(answer, (bool, list, dict)) or (isinstance(answer, str) and not answer.strip()):
+            raise BenchmarkError(f"{where}: field 'answer' must be a number, a fraction or a letter, got {json.dumps(answer)}")
         options: tuple[str, ...] = ()
         if record.get("options") is not None:
-            options = tuple(str(o) for o in record["options"]) if isinstance(record["options"], list) else ()
+            raw_options = record["options"]
+            if isinstance(raw_options, list) and any(isinstance(o, (bool, list, dict)) or o is None for o in raw_options):
+                raise BenchmarkError(f"{where}: field 'options' must be a list of 2 to 5 strings, got {json.dumps(raw_options)}")
+            options = tuple(str(o) for o in raw_options) if isinstance(raw_options, list) else ()
             if not 2 <= len(options) <= 5:
                 raise BenchmarkError(f"{where}: field 'options' must be a list of 2 to 5 strings, got {record['options']!r}")
-        kind = record.get("kind") or ("choice" if options else None)
+        kind = record.get("kind", None)
+        if kind is not None and kind not in ("number", "choice", "math"):
+            raise BenchmarkError(f"{where}: field 'kind' must be 'number', 'choice' or 'math', got {json.dumps(kind)}")
+        kind = kind or ("choice" if options else None)
         if kind is None:
             try:
                 float(clean_number(str(answer)))
