@@ -229,16 +229,26 @@ def test_both_protocols_list_the_items_whose_verdicts_differ(tmp_path):
     assert "verdicts differ" in markdown and f"| 2 | {items[0].id}, {items[2].id} |" in markdown
 
 
+def result_record(item_id):
+    """A results-file record as `evaluate` writes it (every field `check_result_record` requires)."""
+    return {"model": "m", "model_identity": None, "settings": "s", "benchmark": "gsm8k", "protocol": "numloss",
+            "id": item_id, "kind": "number", "gold": "1", "style": "cot", "output": "1", "prediction": "1", "correct": True}
+
+
 def test_a_whole_last_record_without_its_newline_is_kept(tmp_path):
     path = tmp_path / "items.jsonl"
-    path.write_text(json.dumps({"id": 1}) + "\n" + json.dumps({"id": 2}))  # a hand edit, no final newline
+    one, two, three = (json.dumps(result_record(i)) for i in (1, 2, 3))
+    path.write_text(one + "\n" + two)  # a hand edit, no final newline
     store = ResultsFile(path)
     assert [r["id"] for r in store.records()] == [1, 2]
-    store.append([{"id": 3}])
+    store.append([result_record(3)])
     assert [r["id"] for r in ResultsFile(path).records()] == [1, 2, 3]
-    path.write_text(json.dumps({"id": 1}) + "\n" + json.dumps({"id": 2})[:5])  # torn: cut, as before
-    ResultsFile(path).append([{"id": 3}])
+    path.write_text(one + "\n" + two[:5])  # torn: cut, as before
+    ResultsFile(path).append([result_record(3)])
     assert [r["id"] for r in ResultsFile(path).records()] == [1, 3]
+    path.write_text(one + "\n" + three + "\n")
+    path.write_bytes(path.read_bytes() + '{"id": 4, "output": "é'.encode()[:-1])  # the kill came between é's two bytes
+    assert [r["id"] for r in ResultsFile(path).records()] == [1, 3]  # a kill mid-character is a torn line too
 
 
 def test_evaluate_hands_the_protocols_stop_strings_and_limits_to_the_generator(monkeypatch):

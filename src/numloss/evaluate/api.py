@@ -25,6 +25,7 @@ from numloss.evaluate.benchmarks import (
     BenchmarkError,
     check_limit,
     load_benchmark,
+    load_for_records,
     parse_benchmark_list,
 )
 from numloss.evaluate.metrics import (
@@ -37,9 +38,16 @@ from numloss.evaluate.metrics import (
 )
 from numloss.evaluate.programs import ProgramRunner
 from numloss.evaluate.protocol import Protocol, generation_settings, resolve
-from numloss.evaluate.runner import ItemResult, refused, run_benchmark
-from numloss.evaluate.sandbox import SandboxLimits
-from numloss.evaluate.store import ResultsFile, read_lines, settings_key
+from numloss.evaluate.runner import ItemResult, program_runner, refused, run_benchmark
+from numloss.evaluate.store import (
+    ResultsFile,
+    check_output_record,
+    check_same_model,
+    model_identity,
+    read_lines,
+    recorded_set,
+    settings_key,
+)
 
 DECIMAL_TEXT = "0123456789.-"
 
@@ -245,7 +253,8 @@ def evaluate(
     loaded = _load(benchmarks, data_dir, limit, seed)
     if digit_stats:
         check_digit_tokens(model_or_path)  # before the model loads and generates, not after
-    model, tokenizer, generator = _generator(model_or_path, backend, dtype, device, tensor_parallel, batch_size, stop, open_limit, progress)
+    runner = program_runner(program_timeout, workers, allow_unisolated)  # its options checked before the model loads
+    identity = model_identity(model_or_path) if results_file is not None else None  # checked before the model loads
     capped = [_capped(p, open_limit, choice_limit) for p in protocols]
     settings = {"prompt": "released-alpaca-0shot", "stop": list(stop), "max_new_tokens_open": open_limit,
                 "max_new_tokens_choice": choice_limit, "backend": backend, "dtype": dtype, "program_of_thought": program_of_thought}
@@ -259,12 +268,15 @@ def evaluate(
         return r.get("model") == model_name and r.get("settings") == key and r.get("benchmark") in bench_names
 
     if store is not None and overwrite:
-        store.drop(lambda r: ours(r) and r.get("protocol") in names)
+        moved, aside = store.drop(lambda r: ours(r) and (r.get("protocol") in names or r.get("model_identity") != identity))
+        if moved:
+            print(f"numloss eval: --overwrite: moved {moved} earlier records of {model_name} to {aside}", file=sys.stderr)
     saved = [r for r in store.records() if ours(r)] if store is not None else []
-    runner = ProgramRunner(SandboxLimits(wall_seconds=program_timeout, cpu_seconds=max(1, math.ceil(program_timeout))), workers, allow_unisolated)
+    check_same_model(saved, identity, model_name, results_file)
+    model, tokenizer, generator = _generator(model_or_path, backend, dtype, device, tensor_parallel, batch_size, stop, open_limit, progress)
     if runner.isolation.mode == "unavailable" and program_of_thought:
         print(f"numloss eval: programs will not run: {runner.isolation.detail}. Items with a program use chain of thought.", file=sys.stderr)
-    extra = {"model": model_name, "settings": key, "generation": settings, "isolation": runner.isolation.mode}
+    extra = {"model": model_name, "model_identity": identity, "settings": key, "generation": settings, "isolation": runner.isolation.mode}
     per: dict[str, dict[str, list[ItemResult]]] = {p.name: {} for p in protocols}
     digits: dict[str, DigitStats] = {}
     for bench in loaded:
@@ -275,7 +287,10 @@ def evaluate(
         if progress:
             print(f"{bench.name}: {len(bench)} items from {bench.source}", file=sys.stderr)
 
-        def write(results: list[ItemResult], _extra: dict = extra) -> None:
+        synthetic = {"seed": SYNTHETIC_SEED if seed is None else seed, "set_size": len(bench)} if bench.name.startswith(("synthetic:", "gym:")) else {}
+        bench_extra = {**extra, **synthetic}  # score_outputs regenerates a synthetic set from these
+
+        def write(results: list[ItemResult], _extra: dict = bench_extra) -> None:
             for r in results:
                 r.extra = dict(_extra)
             if store is not None:
@@ -334,12 +349,12 @@ def _generator(model_or_path: Any, backend: str, dtype: str, device: str | None,
     if isinstance(model_or_path, tuple):
         model, tokenizer = model_or_path
     else:
-        import torch
-
+        from numloss.evaluate.generate import resolve_device
         from numloss.models.load import load_model_and_tokenizer
 
+        target = resolve_device(device)  # a bad --device is refused before the model loads
         model, tokenizer = load_model_and_tokenizer(str(model_or_path), dtype=dtype)
-        model = model.to(device or ("cuda" if torch.cuda.is_available() else "cpu"))
+        model = model.to(target)
     return model, tokenizer, HFGenerator(model, tokenizer, batch_size, limit, stop=stop, progress=progress)
 
 
@@ -394,6 +409,7 @@ def score_outputs(
     program_timeout: float = 5.0,
     batch_size: int = 64,
     limit: int | None = None,
+    seed: int | None = None,
 ) -> EvalReport:
     """Score outputs generated earlier (by numloss or anything else) under `protocol`; no model.
 
@@ -403,6 +419,8 @@ def score_outputs(
     answer; without it such an item counts as unanswered). The results file `evaluate` writes is
     valid input (its lines carry these fields; one per protocol, read once per item).
     `records` may be a JSONL path; a malformed line is reported with its file and line.
+    A synthetic set is generated again at the seed and size its records carry (`seed` for
+    records that carry none).
     """
     check_limit(limit)
     protocols = _protocols(protocol)
@@ -417,6 +435,7 @@ def score_outputs(
     order: dict[str, list[str]] = {}
     for n, row in enumerate(rows, 1):
         where = f"{source}:{n}" if source != "records" else f"record {n - 1}"
+        check_output_record(row, where)
         for key in ("benchmark", "id", "output"):
             if key not in row or row[key] is None:
                 raise BenchmarkError(f"{where}: missing field {key!r} (each record needs benchmark, id, output[, fallback_output])")
@@ -431,10 +450,10 @@ def score_outputs(
             seen[item] = (seen[item][0], row.get("fallback_output"))
     if not outputs:
         raise BenchmarkError(f"{source}: no records to score")
-    runner = ProgramRunner(SandboxLimits(wall_seconds=program_timeout, cpu_seconds=max(1, math.ceil(program_timeout))), workers, allow_unisolated)
+    runner = program_runner(program_timeout, workers, allow_unisolated)
     per: dict[str, dict[str, list[ItemResult]]] = {p.name: {} for p in protocols}
     for bench_name, ids in order.items():
-        bench = load_benchmark(bench_name, data_dir=data_dir) if not bench_name.startswith(("synthetic:", "gym:")) else load_benchmark(bench_name)
+        bench = load_for_records(bench_name, ids, data_dir, *recorded_set(rows, bench_name, seed))
         by_id = {it.id: it for it in bench.items}
         unknown = [i for i in ids if i not in by_id]
         if unknown:

@@ -111,9 +111,11 @@ Parsed = tuple[str, str, tuple[str, ...], str]  # question (released text), gold
 
 
 def _field(record: Mapping[str, Any], key: str, where: str) -> Any:
-    if key not in record or record[key] is None:
+    if key not in record:
         present = ", ".join(sorted(map(str, record))) or "none"
         raise BenchmarkError(f"{where}: missing field {key!r} (fields present: {present})")
+    if record[key] is None:
+        raise BenchmarkError(f"{where}: field {key!r} is null; give it a value")
     return record[key]
 
 
@@ -143,9 +145,11 @@ def _number(value: Any, where: str, key: str) -> str:
         value = value[0]
     s = clean_number(str(value))
     try:
-        float(s)
+        number = float(s)
     except ValueError:
         raise BenchmarkError(f"{where}: field {key!r} must be a number, got {value!r}") from None
+    if number != number or number in (float("inf"), float("-inf")):  # no answer equals NaN; inf is no gold
+        raise BenchmarkError(f"{where}: field {key!r} must be a finite number, got {value!r}")
     return s
 
 
@@ -339,6 +343,29 @@ ALIASES = {"sat_math": "sat", "sat-math": "sat", "mmlu_mathematics": "mmlu_math"
 # ---------------------------------------------------------------- file and hub readers
 
 
+def read_utf8(path: Path) -> str:
+    """The text of `path`; a byte that is not UTF-8 is an error naming the file, line and column.
+
+    A folder, a missing or unreadable file is an error naming the file too (BenchmarkError, not
+    OSError), so every reader of benchmark and results files fails in one line.
+    """
+    if path.is_dir():
+        raise BenchmarkError(f"{path}: is a folder, not a file")
+    try:
+        data = path.read_bytes()
+    except OSError as error:
+        raise BenchmarkError(f"{path}: cannot read it ({error.strerror or error})") from None
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as error:
+        line = data.count(b"\n", 0, error.start) + 1
+        column = error.start - (data.rfind(b"\n", 0, error.start) + 1) + 1
+        raise BenchmarkError(
+            f"{path}:{line}: byte 0x{data[error.start]:02x} at column {column} is not UTF-8; "
+            "save the file as UTF-8 (e.g. iconv -f latin1 -t utf-8)"
+        ) from None
+
+
 def read_records(path: Path) -> list[dict[str, Any]]:
     """Records of a .json (list, or {"data": [...]}, or one object per line), .jsonl or .parquet file."""
     return [record for record, _ in read_located(path)]
@@ -347,6 +374,8 @@ def read_records(path: Path) -> list[dict[str, Any]]:
 def read_located(path: Path) -> list[tuple[dict[str, Any], str]]:
     """`read_records` with where each record is: "FILE:LINE" for line-per-record files, else
     "FILE record I" (0-based), for error messages."""
+    if path.is_dir():
+        raise BenchmarkError(f"{path}: is a folder; give the benchmark file inside it (or --data-dir {path})")
     if not path.is_file():
         raise BenchmarkError(f"{path}: no such file")
     suffix = path.suffix.lower()
@@ -357,7 +386,7 @@ def read_located(path: Path) -> list[tuple[dict[str, Any], str]]:
             return [(r, f"{path} record {i}") for i, r in enumerate(pq.read_table(path).to_pylist())]
         except Exception as error:  # pyarrow raises several types for a bad file
             raise BenchmarkError(f"{path}: not a readable Parquet file ({error})") from None
-    text = path.read_text(encoding="utf-8")
+    text = read_utf8(path)
     if suffix == ".json":
         try:
             data = json.loads(text)
@@ -409,11 +438,14 @@ def _hub_records(name: str, hub_id: str, configs: Sequence[str | None], splits: 
 SYNTHETIC_PREFIXES = ("synthetic:", "gym:")
 FILE_PREFIX = "file:"
 SYNTHETIC_SEED = 10_000  # far from the small seeds training sets use, so items are held out
+SYNTHETIC_MAX = 1_000_000  # --limit is a synthetic set's size: a typo of 10**9 would fill the memory
 
 
 def _synthetic(name: str, limit: int | None, seed: int) -> Benchmark:
     """A built-in set: `synthetic:<numloss generator>` or `gym:<reasoning-gym set>`, seeded."""
     prefix, set_name = name.split(":", 1)
+    if limit is not None and limit > SYNTHETIC_MAX:
+        raise BenchmarkError(f"{name}: --limit {limit} asks for more than {SYNTHETIC_MAX:,} generated items; give a smaller --limit")
     if prefix == "synthetic":
         from numloss.data.synthetic import generate
     else:
@@ -436,7 +468,7 @@ def _synthetic(name: str, limit: int | None, seed: int) -> Benchmark:
 
 
 FILE_FIELDS = """\
-one JSON object per line with
+one JSON object per line, with the fields
   question  (string, required)  the text the model is asked
   answer    (required)          a number ("42", 3.5, "1/3") for open items; for multiple choice
                                 the letter ("B") or the 0-based index of the right option
@@ -444,16 +476,19 @@ one JSON object per line with
   id        (optional)          the item's key in results (default: its line number)
   kind      (optional)          "number", "choice" or "math" (default: "choice" with options,
                                 "number" when the answer is a number, else "math")"""
+FILE_SUMMARY = "one JSON object per line with 'question', 'answer' and optionally 'options', 'id', 'kind'"
 
 
 def _file_set(path_text: str) -> Benchmark:
     """`file:PATH.jsonl`: any numeric or multiple-choice set in the documented fields (FILE_FIELDS)."""
     path = Path(path_text)
+    if path.is_dir():
+        raise BenchmarkError(f"file:{path}: is a folder (expected a .jsonl file: {FILE_SUMMARY})")
     if not path.is_file():
-        raise BenchmarkError(f"file:{path}: no such file (expected a .jsonl file, {FILE_FIELDS.splitlines()[0]})")
+        raise BenchmarkError(f"file:{path}: no such file (expected a .jsonl file: {FILE_SUMMARY})")
     items: list[Item] = []
     seen: set[str] = set()
-    for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+    for number, line in enumerate(read_utf8(path).splitlines(), 1):
         if not line.strip():
             continue
         where = f"{path}:{number}"
@@ -465,12 +500,20 @@ def _file_set(path_text: str) -> Benchmark:
             raise BenchmarkError(f"{where}: expected a JSON object with 'question' and 'answer'")
         question = _raw_text(record, "question", where)
         answer = _field(record, "answer", where)
+        if isinstance(answer, (bool, list, dict)) or (isinstance(answer, str) and not answer.strip()):
+            raise BenchmarkError(f"{where}: field 'answer' must be a number, a fraction or a letter, got {json.dumps(answer)}")
         options: tuple[str, ...] = ()
         if record.get("options") is not None:
-            options = tuple(str(o) for o in record["options"]) if isinstance(record["options"], list) else ()
+            raw_options = record["options"]
+            if isinstance(raw_options, list) and any(isinstance(o, (bool, list, dict)) or o is None for o in raw_options):
+                raise BenchmarkError(f"{where}: field 'options' must be a list of 2 to 5 strings, got {json.dumps(raw_options)}")
+            options = tuple(str(o) for o in raw_options) if isinstance(raw_options, list) else ()
             if not 2 <= len(options) <= 5:
                 raise BenchmarkError(f"{where}: field 'options' must be a list of 2 to 5 strings, got {record['options']!r}")
-        kind = record.get("kind") or ("choice" if options else None)
+        kind = record.get("kind", None)
+        if kind is not None and kind not in ("number", "choice", "math"):
+            raise BenchmarkError(f"{where}: field 'kind' must be 'number', 'choice' or 'math', got {json.dumps(kind)}")
+        kind = kind or ("choice" if options else None)
         if kind is None:
             try:
                 float(clean_number(str(answer)))
@@ -488,13 +531,15 @@ def _file_set(path_text: str) -> Benchmark:
             gold = str(answer).strip().replace(" ", "") if "/" in str(answer) else _number(answer, where, "answer")
         else:
             gold = str(answer).strip()
+        if "id" in record and (isinstance(record["id"], bool) or not isinstance(record["id"], (str, int))):
+            raise BenchmarkError(f"{where}: field 'id' must be a string or an integer, got {record['id']!r}")
         item_id = str(record.get("id", number))
         if item_id in seen:
             raise BenchmarkError(f"{where}: duplicate id {item_id!r}; ids key the results and must be unique")
         seen.add(item_id)
         items.append(Item(item_id, question, gold, kind, options))
     if not items:
-        raise BenchmarkError(f"file:{path}: no records ({FILE_FIELDS.splitlines()[0]})")
+        raise BenchmarkError(f"file:{path}: no records (expected {FILE_SUMMARY})")
     kinds = {it.kind for it in items}
     kind_of_set: AnswerKind = items[0].kind if len(kinds) == 1 else "number"
     return Benchmark(f"{FILE_PREFIX}{path_text}", kind_of_set, items, str(path))
@@ -591,6 +636,24 @@ def load_benchmark(
     hub_id, configs, splits = spec.hub
     records = _hub_records(key, hub_id, configs, splits)
     return parse_records(key, records, f"hf:{hub_id}").head(limit)
+
+
+def load_for_records(name: str, ids: Sequence[str], data_dir: str | Path | None = None, seed: int | None = None,
+                     size: int | None = None) -> Benchmark:
+    """The benchmark that saved outputs for the items `ids` were generated on (`score_outputs`).
+
+    A file or released benchmark is loaded whole. A synthetic set (`synthetic:` / `gym:`) has no
+    file: it is generated again with `seed` (the one its results file records; default
+    SYNTHETIC_SEED) and `size` items (recorded too), at least as many as its largest id (a
+    position) needs, since `evaluate` generated `--limit` items, not the default 100. Its
+    generators are prefix-stable: the first n of a larger set are the set of n.
+    """
+    key = canonical_name(name)
+    if not key.startswith(SYNTHETIC_PREFIXES):
+        return load_benchmark(key, data_dir=data_dir)
+    positions = [int(i) for i in ids if re.fullmatch(r"\d{1,9}", i)]
+    count = max([size or 0, *(p + 1 for p in positions)]) or None
+    return load_benchmark(key, limit=count, seed=SYNTHETIC_SEED if seed is None else seed)
 
 
 def parse_benchmark_list(text: str) -> list[tuple[str, str | None]]:

@@ -9,13 +9,16 @@ Benchmarks are names (gsm8k, math, svamp, simuleq, aqua, sat, mmlu_math), `NAME=
 --protocol released reproduces the paper's released evaluation, quirks included; numloss (the
 default) is the same with documented fixes; both scores one generation under each, side by side.
 Per-item results are appended to OUT/items.jsonl as they finish; a re-run skips finished items
-(--overwrite redoes them). `numloss eval --score-outputs FILE.jsonl` re-scores saved outputs
+of the same model (its files' identity is recorded: another model saved at the same path is
+refused) and settings; --overwrite moves their records to OUT/items.jsonl.overwritten-TIME and
+redoes them. `numloss eval --score-outputs FILE.jsonl` re-scores saved outputs
 without a model. Writes results.json, report.md and accuracy.png to --out.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from pathlib import Path
 
@@ -23,8 +26,15 @@ from numloss.evaluate.benchmarks import BenchmarkError
 from numloss.evaluate.generate import BackendUnavailable
 
 
+class _Parser(argparse.ArgumentParser):
+    """argparse that reports a bad option in one line (the usage is one `--help` away)."""
+
+    def error(self, message: str) -> None:  # type: ignore[override]
+        self.exit(2, f"{self.prog}: {message} (numloss eval --help lists the options)\n")
+
+
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="numloss eval", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = _Parser(prog="numloss eval", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("model", nargs="?", help="model folder, 'smollm2', 'tiny' or a Hugging Face id in the local cache (not with --score-outputs)")
     p.add_argument("--benchmarks", default="gsm8k", help="comma-separated: gsm8k,math,svamp,simuleq,aqua,sat,mmlu_math,synthetic:NAME,gym:NAME,file:PATH.jsonl; NAME=PATH for a file")
     p.add_argument("--data-dir", help="folder holding the benchmark files (NAME.jsonl|json|parquet or the released layout, e.g. ../shared/benchmarks)")
@@ -41,35 +51,77 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--threads", type=int, default=None, help="torch CPU threads (1 is fastest on a busy shared machine)")
     p.add_argument("--no-pot", action="store_true", help="chain of thought only (no program of thought)")
     p.add_argument("--no-digit-stats", action="store_true", help="skip the teacher-forced digit metrics")
-    p.add_argument("--workers", type=int, default=None, help="parallel sandboxed programs (default: CPU count)")
+    p.add_argument("--workers", type=int, default=None, help="parallel sandboxed programs, at least 1 (default: CPU count)")
     p.add_argument("--program-timeout", type=float, default=5.0, help="wall seconds per program (the released 5 s)")
     p.add_argument("--allow-unisolated-exec", action="store_true",
                    help="run programs even where kernel isolation is unavailable (or NUMLOSS_ALLOW_UNISOLATED_EXEC=1)")
-    p.add_argument("--overwrite", action="store_true", help="redo items already in OUT/items.jsonl for this model and settings")
+    p.add_argument("--overwrite", action="store_true",
+                   help="redo items already in OUT/items.jsonl for this model and settings (their records are moved to OUT/items.jsonl.overwritten-TIME)")
     p.add_argument("--out", default="outputs/eval", help="output folder")
     p.add_argument("--quiet", action="store_true", help="no progress bars")
     return p
 
 
+def check_out(out: str) -> None:
+    """ValueError unless `out` is (or can be made) a folder this process can write in: a file, a
+    read-only folder or file system, or a path through a file is refused before any work."""
+    path = Path(out)
+    if path.exists() and not path.is_dir():
+        raise ValueError(f"--out {out}: is a file, not a folder; give a folder for items.jsonl and the report")
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+        probe = path / f".numloss-write-check-{os.getpid()}"
+        probe.write_bytes(b"")
+        probe.unlink()
+    except OSError as error:
+        raise ValueError(f"--out {out}: cannot write there ({error.strerror or error}); give a writable folder") from None
+
+
+def _unexpected(error: BaseException) -> int:
+    """One line for an error no check foresaw; NUMLOSS_DEBUG=1 shows the traceback."""
+    if os.environ.get("NUMLOSS_DEBUG", "") not in ("", "0"):
+        raise error
+    first = next((line for line in str(error).splitlines() if line.strip()), "")
+    print(f"numloss eval: unexpected error {type(error).__name__}: {first} (NUMLOSS_DEBUG=1 shows the traceback)", file=sys.stderr)
+    return 1
+
+
 def main(argv: list[str] | None = None) -> int:
-    """Run the evaluation; returns the exit status (2 for bad input, with the reason on stderr)."""
+    """Run the evaluation; returns the exit status (2 for bad input, with the reason on stderr;
+    1 for an unexpected error, in one line too)."""
     from numloss.evaluate.api import evaluate, score_outputs
     from numloss.evaluate.report import write_report
+    from numloss.evaluate.runner import check_program_options
     from numloss.models.load import ModelUnavailableError
 
     args = build_parser().parse_args(argv)
     try:
+        check_program_options(args.program_timeout, args.workers)
+        check_out(args.out)
         if args.score_outputs:
             if args.model:
                 raise ValueError("--score-outputs scores saved outputs; give no MODEL with it")
             report = score_outputs(args.score_outputs, args.protocol, args.data_dir, allow_unisolated=args.allow_unisolated_exec or None,
-                                   workers=args.workers, program_timeout=args.program_timeout, limit=args.limit)
+                                   workers=args.workers, program_timeout=args.program_timeout, limit=args.limit, seed=args.seed)
         else:
             if not args.model:
                 raise ValueError("give a MODEL to evaluate (or --score-outputs FILE.jsonl)")
+            if args.backend == "hf":
+                from numloss.evaluate.generate import resolve_device
+
+                resolve_device(args.device)
+            if args.max_new_tokens is not None and args.max_new_tokens < 1:
+                raise ValueError(f"--max-new-tokens must be at least 1, got {args.max_new_tokens} (omit it for the protocol's limits)")
+            if args.batch_size < 1:
+                raise ValueError(f"--batch-size must be a positive number of prompts, got {args.batch_size}")
+            if args.tensor_parallel < 1:
+                raise ValueError(f"--tensor-parallel must be a positive number of GPUs, got {args.tensor_parallel}")
             if args.threads is not None:
                 if args.threads < 1:  # as numloss train and compare say it
                     raise ValueError(f"--threads must be a positive integer, got {args.threads}")
+                cores = os.cpu_count() or 1
+                if args.threads > cores:  # thousands of threads stall torch instead of helping
+                    raise ValueError(f"--threads {args.threads}: this machine has {cores} CPU cores; give at most {cores}")
                 import torch
 
                 torch.set_num_threads(args.threads)
@@ -81,11 +133,22 @@ def main(argv: list[str] | None = None) -> int:
                 allow_unisolated=args.allow_unisolated_exec or None, workers=args.workers,
                 program_timeout=args.program_timeout, seed=args.seed, progress=not args.quiet,
             )
+        report.meta["command"] = ["numloss", "eval", *(argv if argv is not None else sys.argv[1:])]
+        check_out(args.out)
+        write_report(args.out, report)
     except (BenchmarkError, BackendUnavailable, ModelUnavailableError, ValueError) as error:
         print(f"numloss eval: {error}", file=sys.stderr)
         return 2
-    report.meta["command"] = ["numloss", "eval", *(argv if argv is not None else sys.argv[1:])]
-    write_report(args.out, report)
+    except KeyboardInterrupt:
+        saved = "" if args.score_outputs else f"; finished batches are in {Path(args.out) / 'items.jsonl'}, a re-run resumes from them"
+        print(f"numloss eval: interrupted{saved}", file=sys.stderr)
+        return 130
+    except OSError as error:  # disk full, a folder removed mid-run
+        where = f" {error.filename}" if error.filename else ""
+        print(f"numloss eval: cannot read or write{where}: {error.strerror or error}", file=sys.stderr)
+        return 2
+    except Exception as error:  # noqa: BLE001 - the command line prints one line, never a traceback
+        return _unexpected(error)
     for protocol in report.protocols:
         for name, s in report.scores[protocol].items():
             print(f"{protocol:<9} {name:<24} accuracy {100 * s.accuracy:5.1f}%  ({s.correct}/{s.count})")

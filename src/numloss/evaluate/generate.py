@@ -37,6 +37,33 @@ class Generator(Protocol):
     def generate(self, prompts: Sequence[str], max_new_tokens: int | None = None) -> list[Generation]: ...
 
 
+def resolve_device(device: str | None) -> str:
+    """The torch device to run on: `device`, or cuda when this torch sees a GPU, else cpu.
+
+    ValueError for a name torch does not know ("bogus"), BackendUnavailable for a device this
+    machine's torch cannot use (cuda on a CPU-only build or without a GPU, cuda:3 with two GPUs,
+    mps off Apple silicon), each naming --device, before any model loads.
+    """
+    if device is None:
+        return "cuda" if torch.cuda.is_available() else "cpu"
+    try:
+        parsed = torch.device(device)
+    except (RuntimeError, TypeError, ValueError):
+        raise ValueError(f"--device {device!r} is not a torch device; use cpu, cuda, cuda:N or mps (default: cuda when available)") from None
+    if parsed.type == "cuda":
+        if not torch.cuda.is_available():
+            why = "this torch is built without CUDA" if torch.version.cuda is None else "no CUDA GPU is visible"
+            raise BackendUnavailable(f"--device {device}: {why}; use --device cpu (or omit --device)")
+        if parsed.index is not None and parsed.index >= torch.cuda.device_count():
+            raise BackendUnavailable(f"--device {device}: only {torch.cuda.device_count()} CUDA GPU(s) visible (cuda:0 to cuda:{torch.cuda.device_count() - 1})")
+    elif parsed.type == "mps":
+        if not (getattr(torch.backends, "mps", None) and torch.backends.mps.is_available()):
+            raise BackendUnavailable(f"--device {device}: MPS is not available here; use --device cpu")
+    elif parsed.type != "cpu":
+        raise ValueError(f"--device {device!r}: numloss eval runs on cpu, cuda or mps")
+    return device
+
+
 def cut_at_stop(text: str, stop: Sequence[str]) -> str:
     """`text` up to the first occurrence of any stop string."""
     end = len(text)

@@ -21,6 +21,7 @@ starting the next.
 from __future__ import annotations
 
 import inspect
+import math
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 
@@ -29,9 +30,30 @@ from numloss.evaluate.benchmarks import Benchmark, Item
 from numloss.evaluate.generate import Generator
 from numloss.evaluate.programs import REFUSED, ProgramRunner
 from numloss.evaluate.protocol import Protocol, first_style
-from numloss.evaluate.sandbox import ProgramResult
+from numloss.evaluate.sandbox import ProgramResult, SandboxLimits
 
 STDOUT_KEPT = 2000  # characters of a program's stdout kept in the results
+
+
+def program_runner(program_timeout: float = 5.0, workers: int | None = None, allow_unisolated: bool | None = None) -> ProgramRunner:
+    """The `ProgramRunner` of one evaluation; ValueError naming the option for a timeout that is not
+    a positive finite number of seconds, or a worker count that is not a positive integer (0 and -1
+    used to mean "CPU count" and "1" without a word; None is the CPU count)."""
+    check_program_options(program_timeout, workers)
+    limits = SandboxLimits(wall_seconds=float(program_timeout), cpu_seconds=max(1, math.ceil(program_timeout)))
+    return ProgramRunner(limits, workers, allow_unisolated)
+
+
+def check_program_options(program_timeout: float, workers: int | None) -> None:
+    """ValueError naming the option unless `program_timeout` is a positive finite number of seconds
+    and `workers` None or a positive integer."""
+    if isinstance(program_timeout, bool) or not isinstance(program_timeout, (int, float)) or not (
+        math.isfinite(program_timeout) and program_timeout > 0
+    ):
+        raise ValueError(f"--program-timeout (program_timeout) must be a positive number of seconds, got {program_timeout!r}")
+    if workers is not None and (isinstance(workers, bool) or not isinstance(workers, int) or workers < 1):
+        raise ValueError(f"--workers (workers) must be a positive number of parallel programs, got {workers!r} "
+                         "(omit it for the CPU count)")
 
 
 @dataclass
@@ -145,11 +167,13 @@ def run_benchmark(
     `known_outputs[id]`: (first output, fallback or None) saved earlier under the same generation
     settings, reused instead of generating. `write` receives each finished batch's new results.
     """
+    if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
+        raise ValueError(f"--batch-size (batch_size) must be a positive number of items, got {batch_size!r}")
     done = done or {}
     known_outputs = known_outputs or {}
     final: dict[str, dict[str, ItemResult]] = {p.name: dict(done.get(p.name, {})) for p in protocols}
     todo = [it for it in benchmark.items if any(it.id not in final[p.name] for p in protocols)]
-    for start in range(0, len(todo), max(1, batch_size)):
+    for start in range(0, len(todo), batch_size):
         pending = [Pending(it, *known_outputs.get(it.id, (None, None))) for it in todo[start : start + batch_size]]
         missing = [p for p in pending if p.output is None]
         if missing:

@@ -6,8 +6,13 @@ Each line is one item scored under one protocol (`runner.ItemResult.to_json()`),
 `generation`. A batch is written with one write, flushed and fsynced before the next batch starts,
 so a kill loses at most the batch in flight. A torn last line (the kill came mid-write) is ignored
 on reading and cut off before the next append; any other unreadable line is an error naming the
-file and line. `--overwrite` rewrites the file without the records of this run's key (through a
-temporary file and an atomic rename).
+file and line, and so is a record whose fields have the wrong types (`check_result_record`).
+
+Each record also carries `model_identity` (`model_identity`): a hash of the model folder's files
+(name, size, modification time), or of the weights themselves for a model given in memory, so a
+new model saved under the same path is not resumed from the old one's outputs. `--overwrite`
+rewrites the file without the records of this run's key (through a temporary file and an atomic
+rename), after copying them to `items.jsonl.overwritten-<UTC time>` beside it.
 """
 
 from __future__ import annotations
@@ -16,13 +21,65 @@ import hashlib
 import json
 import math
 import os
-from collections.abc import Callable, Iterable
+import time
+from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
 from numloss.evaluate.benchmarks import BenchmarkError
 
 KEY_FIELDS = ("model", "benchmark", "protocol", "id", "settings")
+
+# the type of every field numloss writes (None: may be null); a record read back must match
+_STR, _INT, _NUM, _NONE = (str,), (int,), (int, float), (type(None),)
+RESULT_TYPES: dict[str, tuple[type, ...]] = {
+    "model": _STR, "benchmark": _STR, "protocol": _STR, "id": _STR + _INT, "settings": _STR,
+    "kind": _STR, "gold": _STR, "style": _STR, "output": _STR, "prediction": _STR, "correct": (bool,),
+    "value": _NUM + _NONE, "program_status": _STR, "program_stdout": _STR, "fallback_output": _STR + _NONE,
+    "fallback_program_status": _STR, "needs_fallback": (bool,), "question": _STR, "isolation": _STR,
+    "generation": (dict,), "model_identity": _STR + _NONE, "seed": _INT + _NONE, "set_size": _INT + _NONE,
+}
+RESULT_REQUIRED = (*KEY_FIELDS, "kind", "gold", "style", "output", "prediction", "correct")
+_TYPE_NAMES = {str: "a string", int: "an integer", float: "a number", bool: "true or false", dict: "an object",
+               type(None): "null"}
+
+
+def _type_error(record: Mapping[str, Any], key: str, types: tuple[type, ...]) -> str | None:
+    value = record[key]
+    if isinstance(value, bool) and bool not in types:  # bool is an int to Python, not to a reader
+        ok = False
+    else:
+        ok = isinstance(value, types)
+    if ok:
+        return None
+    wanted = " or ".join(dict.fromkeys(_TYPE_NAMES[t] for t in types if t is not int or float not in types))
+    return f"field {key!r} must be {wanted}, got {json.dumps(value, ensure_ascii=False)[:60]}"
+
+
+def check_result_record(record: Mapping[str, Any], where: str) -> None:
+    """Raise BenchmarkError naming `where` and the field when a results-file record lacks a field
+    resuming needs or holds one of the wrong type (a hand edit, another tool's file)."""
+    for key in RESULT_REQUIRED:
+        if key not in record:
+            raise BenchmarkError(f"{where}: missing field {key!r}; this is not a numloss results record (fix or delete the line)")
+    for key, types in RESULT_TYPES.items():
+        if key in record and (problem := _type_error(record, key, types)):
+            raise BenchmarkError(f"{where}: {problem} (fix or delete the line)")
+    if record["kind"] not in ("number", "choice", "math"):
+        raise BenchmarkError(f"{where}: field 'kind' must be 'number', 'choice' or 'math', got {record['kind']!r}")
+
+
+def check_output_record(record: Mapping[str, Any], where: str) -> None:
+    """Raise BenchmarkError naming `where` and the field when a record to score (`score_outputs`)
+    lacks benchmark, id or output, or holds a field of the wrong type."""
+    needs = "each record needs benchmark, id, output[, fallback_output]"
+    for key in ("benchmark", "id", "output"):
+        if key not in record or record[key] is None:
+            raise BenchmarkError(f"{where}: missing field {key!r} ({needs})")
+    for key, types in (("benchmark", _STR), ("id", _STR + _INT), ("output", _STR), ("fallback_output", _STR + _NONE),
+                       ("question", _STR + _NONE), ("seed", _INT + _NONE), ("set_size", _INT + _NONE)):
+        if key in record and (problem := _type_error(record, key, types)):
+            raise BenchmarkError(f"{where}: {problem} ({needs})")
 
 
 def settings_key(settings: dict[str, Any]) -> str:
@@ -41,17 +98,31 @@ def _safe(value: Any) -> Any:
     return value
 
 
-def read_lines(path: Path) -> list[dict[str, Any]]:
-    """The records of a JSONL file; a torn last line is skipped, a bad line elsewhere is an error."""
+def read_lines(path: Path, check: Callable[[Mapping[str, Any], str], None] | None = None) -> list[dict[str, Any]]:
+    """The records of a JSONL file (none when it does not exist); a torn last line is skipped, a
+    bad line elsewhere (not JSON, not UTF-8, not an object, or refused by `check(record, "FILE:LINE")`)
+    is an error naming the file and line."""
+    if path.is_dir():
+        raise BenchmarkError(f"{path}: is a folder, not a results file (JSON lines); move it away or use another --out")
     if not path.is_file():
         return []
-    text = path.read_text(encoding="utf-8")
-    lines = text.split("\n")
-    torn_last = not text.endswith("\n")
+    try:
+        data = path.read_bytes()
+    except OSError as error:
+        raise BenchmarkError(f"{path}: cannot read it ({error.strerror or error})") from None
+    lines = data.split(b"\n")
+    torn_last = not data.endswith(b"\n")
     records = []
-    for number, line in enumerate(lines, 1):
-        if not line.strip():
+    for number, raw in enumerate(lines, 1):
+        if not raw.strip():
             continue
+        try:
+            line = raw.decode("utf-8")
+        except UnicodeDecodeError as error:
+            if torn_last and number == len(lines):
+                break  # a kill cut a character in two
+            raise BenchmarkError(f"{path}:{number}: byte 0x{raw[error.start]:02x} at column {error.start + 1} is not UTF-8; "
+                                 "fix or delete that line") from None
         try:
             record = json.loads(line)
         except json.JSONDecodeError as error:
@@ -60,6 +131,8 @@ def read_lines(path: Path) -> list[dict[str, Any]]:
             raise BenchmarkError(f"{path}:{number}: not a JSON record ({error.msg}); fix or delete that line") from None
         if not isinstance(record, dict):
             raise BenchmarkError(f"{path}:{number}: expected a JSON object per line")
+        if check is not None:
+            check(record, f"{path}:{number}")
         records.append(record)
     return records
 
@@ -71,7 +144,8 @@ class ResultsFile:
         self.path = Path(path)
 
     def records(self) -> list[dict[str, Any]]:
-        return read_lines(self.path)
+        """Every record, each checked by `check_result_record`."""
+        return read_lines(self.path, check_result_record)
 
     def _cut_torn_tail(self) -> None:
         if not self.path.is_file():
@@ -107,13 +181,136 @@ class ResultsFile:
             f.flush()
             os.fsync(f.fileno())
 
-    def drop(self, matches: Callable[[dict[str, Any]], bool]) -> int:
-        """Rewrite the file without the records `matches` selects; returns how many were dropped."""
+    def drop(self, matches: Callable[[dict[str, Any]], bool]) -> tuple[int, Path | None]:
+        """Rewrite the file without the records `matches` selects, after writing those records to
+        `FILE.overwritten-<UTC time>` beside it; (how many were moved, that file or None)."""
         records = self.records()
         keep = [r for r in records if not matches(r)]
         if len(keep) == len(records):
-            return 0
-        tmp = self.path.with_suffix(self.path.suffix + ".tmp")
-        tmp.write_text("".join(json.dumps(_safe(r), ensure_ascii=False) + "\n" for r in keep), encoding="utf-8")
-        os.replace(tmp, self.path)
-        return len(records) - len(keep)
+            return 0, None
+        moved = [r for r in records if matches(r)]
+        stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
+        aside = self.path.with_name(f"{self.path.name}.overwritten-{stamp}")
+        n = 1
+        while aside.exists():
+            n += 1
+            aside = self.path.with_name(f"{self.path.name}.overwritten-{stamp}-{n}")
+        _write_atomic(aside, moved)
+        _write_atomic(self.path, keep)
+        return len(moved), aside
+
+
+def _write_atomic(path: Path, records: list[dict[str, Any]]) -> None:
+    tmp = path.with_name(path.name + ".tmp")
+    with open(tmp, "w", encoding="utf-8") as f:
+        f.write("".join(json.dumps(_safe(r), ensure_ascii=False) + "\n" for r in records))
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+
+
+# ---------------------------------------------------------------- model identity
+
+
+def folder_identity(folder: Path) -> str:
+    """A hash of the (name, size, modification time) of every file directly in `folder` (symlinks
+    followed, as in a Hugging Face cache snapshot): weights, config, tokenizer, adapter. Saving
+    another model there changes it; so does copying the same files anew (new times)."""
+    entries = []
+    for child in sorted(folder.iterdir()):
+        try:
+            st = child.stat()
+        except OSError:  # a dangling link
+            continue
+        if child.is_file():
+            entries.append([child.name, st.st_size, st.st_mtime_ns])
+    return "files:" + hashlib.sha256(json.dumps(entries).encode()).hexdigest()[:16]
+
+
+def parameters_identity(model: Any) -> str:
+    """A hash of a torch model's parameters and buffers (names, dtypes, shapes and bytes)."""
+    import torch
+
+    digest = hashlib.blake2b(digest_size=8)
+    for name, tensor in model.state_dict().items():
+        t = tensor.detach().to("cpu").contiguous()
+        digest.update(f"{name}:{t.dtype}:{tuple(t.shape)};".encode())
+        digest.update(t.reshape(-1).view(torch.uint8).numpy().tobytes() if t.numel() else b"")
+    return "params:" + digest.hexdigest()
+
+
+def model_folder(name: str) -> Path | None:
+    """The folder `numloss.models.load` reads for the model name `name` (smollm2 converted first if
+    it is not yet), or None ('tiny', built in memory; a hub id not in the cache)."""
+    if name == "tiny":
+        return None
+    if name == "smollm2":
+        from numloss.models import smollm2
+        from numloss.models.load import check_model_available
+
+        check_model_available(name)
+        return smollm2.prepare()  # converted once; what loading would do next anyway
+    folder = Path(name).expanduser()
+    if folder.is_dir():
+        return folder
+    try:
+        from huggingface_hub import try_to_load_from_cache
+
+        cached = try_to_load_from_cache(name, "config.json")
+    except Exception:  # not a valid repo id
+        return None
+    return Path(cached).parent if isinstance(cached, str) else None
+
+
+def model_identity(model_or_path: Any) -> str | None:
+    """What identifies the model behind the outputs, known before it loads: the model folder's
+    files for a name or path, the weights for a `(model, tokenizer)` pair, a torch model or 'tiny'
+    (built here: it is small), a generator's own `identity` attribute; None when nothing is known
+    (a generator without one, a hub id not in the cache: then only the name keys the records)."""
+    if isinstance(model_or_path, (str, Path)):
+        if str(model_or_path) == "tiny":
+            from numloss.models.load import load_model_and_tokenizer
+
+            return parameters_identity(load_model_and_tokenizer("tiny")[0])
+        folder = model_folder(str(model_or_path))
+        return folder_identity(folder) if folder is not None and folder.is_dir() else None
+    model = model_or_path[0] if isinstance(model_or_path, tuple) else model_or_path
+    if hasattr(model, "state_dict"):
+        return parameters_identity(model)
+    identity = getattr(model_or_path, "identity", None)
+    return str(identity) if identity is not None else None
+
+
+def check_same_model(records: Iterable[Mapping[str, Any]], identity: str | None, model: str, path: Any) -> None:
+    """Refuse to resume from `records` (this model name's, same settings) that another model wrote:
+    the weights at the same path changed (or the records predate model identities). Nothing is
+    checked when `identity` is None (a generator that names no identity)."""
+    if identity is None:
+        return
+    other = [r for r in records if r.get("model_identity") != identity]
+    if not other:
+        return
+    old = other[0].get("model_identity")
+    why = ("they carry no model identity (written by an older numloss)" if old is None
+           else f"the model's files or weights changed since ({old}, now {identity})")
+    benchmarks = ", ".join(sorted({str(r.get("benchmark")) for r in other}))
+    raise BenchmarkError(
+        f"{path}: {len(other)} saved records for model {model!r} ({benchmarks}) may be another model's outputs: {why}. "
+        "Use another --out, or --overwrite to move those records aside and redo them"
+    )
+
+
+def recorded_set(rows: Iterable[Mapping[str, Any]], benchmark: str, seed: int | None = None) -> tuple[int | None, int | None]:
+    """(seed, set size) that the records of a synthetic `benchmark` were generated with: the
+    recorded seed, else `seed` (`--seed`), else None; several seeds among the records, or a `seed`
+    other than the recorded one, is an error."""
+    rows = [r for r in rows if r.get("benchmark") == benchmark]
+    seeds = sorted({r["seed"] for r in rows if r.get("seed") is not None})
+    if len(seeds) > 1:
+        raise BenchmarkError(f"the records of {benchmark} come from {len(seeds)} seeds ({', '.join(map(str, seeds))}); "
+                             "score each seed's records on its own")
+    if seeds and seed is not None and seed != seeds[0]:
+        raise BenchmarkError(f"the records of {benchmark} were generated with seed {seeds[0]}, not --seed {seed}; "
+                             "omit --seed to score them on their own items")
+    sizes = [r["set_size"] for r in rows if r.get("set_size") is not None]
+    return (seeds[0] if seeds else seed), (max(sizes) if sizes else None)

@@ -127,10 +127,13 @@ def load_model_and_tokenizer(
 
     source = str(smollm2.prepare(cache_dir)) if name == "smollm2" else name
     kwargs: dict[str, Any] = {"revision": revision, "trust_remote_code": trust_remote_code}
-    tokenizer = AutoTokenizer.from_pretrained(source, **kwargs)
-    if attn_implementation:
-        kwargs["attn_implementation"] = attn_implementation
-    model = AutoModelForCausalLM.from_pretrained(source, dtype=_DTYPES[dtype], **kwargs)
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(source, **kwargs)
+        if attn_implementation:
+            kwargs["attn_implementation"] = attn_implementation
+        model = AutoModelForCausalLM.from_pretrained(source, dtype=_DTYPES[dtype], **kwargs)
+    except OSError as error:  # transformers' many lines (hub unreachable, no weights file) as one
+        raise _unavailable(name, error) from None
     if tokenizer.pad_token_id is None:
         # the collator masks padding out of the labels, so reusing EOS for padding is harmless
         tokenizer.pad_token = tokenizer.eos_token
@@ -138,3 +141,17 @@ def load_model_and_tokenizer(
         model.config.pad_token_id = tokenizer.pad_token_id
     tokenizer.padding_side = "right"
     return model, tokenizer
+
+
+def _unavailable(name: str, error: OSError) -> ModelUnavailableError:
+    """One line for transformers' many-line OSError: what was looked for, and the first line of why."""
+    from huggingface_hub import constants
+
+    why = next((line.strip() for line in str(error).splitlines() if line.strip()), type(error).__name__)
+    if Path(name).expanduser().is_dir():
+        return ModelUnavailableError(f"model folder {name!r} cannot be loaded: {why}")
+    return ModelUnavailableError(
+        f"model {name!r} not found: looked for a local folder {str(Path(name).expanduser())!r} (no such folder), "
+        f"the Hugging Face cache {str(constants.HF_HUB_CACHE)!r} (not there) and the hub ({why}). Fix: check the "
+        "spelling, pass a folder written by save_pretrained, or use tiny / smollm2"
+    )

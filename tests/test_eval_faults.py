@@ -1,0 +1,475 @@
+"""Fault injection for `numloss eval` (issues 24, 27, 28): every bad input is one line and a
+non-zero exit, never a traceback or a silent wrong result; resume refuses another model's outputs.
+
+`one_line` runs the CLI's `main` in-process and asserts the contract. The record faults are
+generated over every field and a set of wrong values of every JSON type, not only the examples
+the issues list.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+from pathlib import Path
+
+import pytest
+
+from numloss.evaluate import cli, evaluate, score_outputs
+from numloss.evaluate.benchmarks import BenchmarkError, load_benchmark
+from numloss.evaluate.generate import Generation
+from numloss.evaluate.store import (
+    RESULT_REQUIRED,
+    RESULT_TYPES,
+    ResultsFile,
+    check_result_record,
+    folder_identity,
+)
+
+FIXTURES = Path(__file__).parent / "fixtures" / "benchmarks"
+QUIET = ["--quiet", "--no-digit-stats", "--allow-unisolated-exec"]
+# one value of every JSON type, and the edge cases a hand edit produces
+JSON_VALUES = [None, True, False, 0, -1, 1.5, float("nan"), "", "x", "1", [], [1], ["a", "b"], {}, {"answer": 2}]
+
+
+def one_line(argv: list[str], capsys: pytest.CaptureFixture[str], *, status: int = 2) -> str:
+    """Run `numloss eval ARGV` in-process; assert exit `status`, exactly one line on stderr, no
+    traceback and no 'unexpected error' (a case no check foresaw); return that line."""
+    try:
+        rc = cli.main(argv)
+    except SystemExit as exit_:  # argparse
+        rc = exit_.code
+    captured = capsys.readouterr()
+    lines = [line for line in captured.err.splitlines() if line.strip()]
+    assert rc == status, (rc, captured.err)
+    assert "Traceback" not in captured.err and len(lines) == 1, captured.err
+    assert "unexpected error" not in lines[0], lines[0]
+    assert lines[0].startswith("numloss eval")
+    return lines[0]
+
+
+def ok(argv: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[str, str]:
+    rc = cli.main(argv)
+    captured = capsys.readouterr()
+    assert rc == 0, captured.err
+    return captured.out, captured.err
+
+
+class Echo:
+    """A generator that answers 1 to everything; counts its prompts."""
+
+    def __init__(self) -> None:
+        self.prompts: list[str] = []
+
+    def generate(self, prompts, max_new_tokens=None):
+        self.prompts += prompts
+        return [Generation("The answer is 1", 4) for _ in prompts]
+
+
+def tiny_eval(model: str, out: Path, *extra: str) -> list[str]:
+    return [model, "--benchmarks", "synthetic:arithmetic", "--limit", "2", "--max-new-tokens", "2", "--out", str(out), *QUIET, *extra]
+
+
+def save_tiny(folder: Path, seed: int) -> None:
+    from numloss.models import tiny
+
+    tokenizer = tiny.build_char_tokenizer()
+    tiny.build_tiny_model(tokenizer, seed=seed).save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
+
+
+# ---------------------------------------------------------------- issue 28: another model at the same path
+
+
+def test_a_new_model_saved_at_the_same_path_is_not_resumed_from_the_old_ones_outputs(tmp_path, capsys):
+    model, out = tmp_path / "model", tmp_path / "out"
+    save_tiny(model, seed=0)
+    ok(tiny_eval(str(model), out), capsys)
+    first = ResultsFile(out / "items.jsonl").records()
+    assert len(first) == 2 and len({r["model_identity"] for r in first}) == 1
+    assert first[0]["model_identity"].startswith("files:")
+    ok(tiny_eval(str(model), out), capsys)  # the same model: resumed, nothing added
+    assert ResultsFile(out / "items.jsonl").records() == first
+
+    save_tiny(model, seed=1)  # a new model at the same path
+    capsys.readouterr()  # the save's progress bar
+    line = one_line(tiny_eval(str(model), out), capsys)
+    assert "may be another model's outputs" in line and "--overwrite" in line and str(out / "items.jsonl") in line
+    assert ResultsFile(out / "items.jsonl").records() == first  # refused: nothing written
+
+    _, err = ok(tiny_eval(str(model), out, "--overwrite"), capsys)
+    aside = list(out.glob("items.jsonl.overwritten-*"))
+    assert len(aside) == 1 and f"moved 2 earlier records of {model} to {aside[0]}" in err
+    assert ResultsFile(aside[0]).records() == first  # the old outputs are kept, aside
+    now = ResultsFile(out / "items.jsonl").records()
+    assert len(now) == 2 and {r["model_identity"] for r in now} == {folder_identity(model)} != {first[0]["model_identity"]}
+
+
+def test_records_without_a_model_identity_are_not_trusted(tmp_path, capsys):
+    out = tmp_path / "out"
+    ok(tiny_eval("tiny", out), capsys)
+    path = out / "items.jsonl"
+    records = ResultsFile(path).records()
+    assert records[0]["model_identity"].startswith("params:")
+    path.write_text("".join(json.dumps({k: v for k, v in r.items() if k != "model_identity"}) + "\n" for r in records))
+    assert "no model identity" in one_line(tiny_eval("tiny", out), capsys)
+
+
+def test_a_model_given_in_memory_is_identified_by_its_weights(tmp_path):
+    import torch
+
+    from numloss.models.load import load_model_and_tokenizer
+
+    model, tokenizer = load_model_and_tokenizer("tiny")
+    run = dict(results_file=tmp_path / "items.jsonl", limit=2, max_new_tokens=2, digit_stats=False, allow_unisolated=True)
+    evaluate((model, tokenizer), "synthetic:arithmetic", **run)
+    evaluate((model, tokenizer), "synthetic:arithmetic", **run)  # unchanged: resumed
+    with torch.no_grad():
+        next(model.parameters()).view(-1)[0] += 1.0  # one weight changed, in place
+    with pytest.raises(BenchmarkError, match="may be another model's outputs"):
+        evaluate((model, tokenizer), "synthetic:arithmetic", **run)
+
+
+def test_folder_identity_changes_with_any_file_and_only_then(tmp_path):
+    import os
+
+    rng = random.Random(0)
+    for name in ("model.safetensors", "config.json", "tokenizer.json", "adapter_model.safetensors"):
+        (tmp_path / name).write_bytes(b"0" * 10)
+    base = folder_identity(tmp_path)
+    assert folder_identity(tmp_path) == base
+    for _ in range(8):
+        target = tmp_path / rng.choice(sorted(os.listdir(tmp_path)))
+        before = target.stat()
+        change = rng.choice(("size", "time", "new file"))
+        if change == "size":
+            target.write_bytes(target.read_bytes() + b"1")
+        elif change == "time":
+            os.utime(target, ns=(before.st_atime_ns, before.st_mtime_ns + 1))
+        else:
+            (tmp_path / f"extra-{rng.random()}.bin").write_bytes(b"")
+        assert folder_identity(tmp_path) != base, change
+        base = folder_identity(tmp_path)
+
+
+# ---------------------------------------------------------------- options: one line each
+
+
+@pytest.mark.parametrize("workers", ["0", "-1", "-16"])
+def test_workers_below_one_are_refused(workers, tmp_path, capsys):
+    assert "--workers" in one_line(tiny_eval("tiny", tmp_path, f"--workers={workers}"), capsys)
+    with pytest.raises(ValueError, match="workers"):
+        evaluate(Echo(), "synthetic:arithmetic", limit=1, workers=int(workers), digit_stats=False)
+
+
+@pytest.mark.parametrize("timeout", ["nan", "inf", "-inf", "0", "-1", "-0.5"])
+def test_a_program_timeout_that_is_no_positive_finite_number_names_the_option(timeout, tmp_path, capsys):
+    assert "--program-timeout" in one_line(tiny_eval("tiny", tmp_path, f"--program-timeout={timeout}"), capsys)
+    path = tmp_path / "items.jsonl"
+    path.write_text(json.dumps({"benchmark": "gsm8k", "id": 0, "output": "1"}) + "\n")
+    argv = ["--score-outputs", str(path), "--data-dir", str(FIXTURES), "--out", str(tmp_path), f"--program-timeout={timeout}"]
+    assert "--program-timeout" in one_line(argv, capsys)
+
+
+@pytest.mark.parametrize("device", ["bogus", "cuda", "cuda:7", "", "tpu", "cpu:x", "-1"])
+def test_a_device_this_torch_cannot_use_is_one_line(device, tmp_path, capsys):
+    import torch
+
+    if device.startswith("cuda") and torch.cuda.is_available() and torch.cuda.device_count() > 7:
+        pytest.skip("this machine has the GPU asked for")
+    assert "--device" in one_line(tiny_eval("tiny", tmp_path / "out", f"--device={device}"), capsys)
+    assert not (tmp_path / "out" / "items.jsonl").exists()
+
+
+NUMERIC_OPTIONS = ("--workers", "--batch-size", "--max-new-tokens", "--threads", "--program-timeout", "--limit",
+                   "--tensor-parallel", "--seed")
+NUMERIC_VALUES = ("0", "-1", "1.5", "nan", "inf", "1e309", "abc", "", "99999999999")
+
+
+def test_every_numeric_option_is_a_run_or_one_line_naming_it(tmp_path, capsys):
+    """Each numeric option with zero, negative, fractional, non-finite, non-numeric, empty and
+    huge values: a valid run, or one line that names the option; never 0 read as "not given"."""
+    runs = 0
+    for option in NUMERIC_OPTIONS:
+        for value in NUMERIC_VALUES:
+            if option == "--max-new-tokens" and value == "99999999999":
+                continue  # valid (capped at the protocol's 1500 tokens), and slow with the tiny model
+            argv = tiny_eval("tiny", tmp_path / "out", f"{option}={value}")
+            try:
+                rc = cli.main(argv)
+            except SystemExit as exit_:
+                rc = exit_.code
+            captured = capsys.readouterr()
+            lines = [line for line in captured.err.splitlines() if line.strip()]
+            if rc == 0:
+                runs += 1
+                assert "accuracy" in captured.out and not lines, (option, value, captured.err)
+                continue
+            assert rc == 2 and len(lines) == 1 and "Traceback" not in captured.err, (option, value, captured.err)
+            assert option in lines[0] and "unexpected error" not in lines[0], (option, value, lines[0])
+    assert 5 <= runs <= 12, runs  # --seed's integers, --batch-size and --program-timeout large
+
+
+def test_an_interrupt_is_one_line_saying_what_is_kept(tmp_path, capsys, monkeypatch):
+    from numloss.evaluate import api
+
+    class Interrupted:
+        def generate(self, prompts, max_new_tokens=None):
+            raise KeyboardInterrupt
+
+    monkeypatch.setattr(api, "_generator", lambda *args: (None, None, Interrupted()))
+    line = one_line(tiny_eval("tiny", tmp_path), capsys, status=130)
+    assert "interrupted" in line and "re-run resumes" in line
+
+
+@pytest.mark.parametrize("argv", [["tiny", "--workers", "abc"], ["tiny", "--protocol", "paper"], ["tiny", "--limit"], ["tiny", "--no-such-option"]])
+def test_a_bad_option_is_one_line_not_the_usage(argv, capsys):
+    assert "--help" in one_line(argv, capsys)
+
+
+def test_out_naming_a_file_a_path_through_a_file_or_an_unwritable_place_is_one_line(tmp_path, capsys):
+    file = tmp_path / "a-file"
+    file.write_text("x")
+    assert "is a file" in one_line(tiny_eval("tiny", file), capsys)
+    assert "cannot write" in one_line(tiny_eval("tiny", file / "sub"), capsys)
+    # root writes through chmod; /proc refuses everyone, as a read-only file system does
+    assert "cannot write" in one_line(tiny_eval("tiny", Path("/proc/self/numloss-out")), capsys)
+    records = tmp_path / "r.jsonl"
+    records.write_text(json.dumps({"benchmark": "gsm8k", "id": 0, "output": "1"}) + "\n")
+    assert "is a file" in one_line(["--score-outputs", str(records), "--data-dir", str(FIXTURES), "--out", str(file)], capsys)
+
+
+def test_a_full_disk_while_appending_results_is_one_line_naming_the_file(tmp_path, capsys, monkeypatch):
+    import errno
+
+    def full(self, records):
+        raise OSError(errno.ENOSPC, "No space left on device", str(self.path))
+
+    monkeypatch.setattr(ResultsFile, "append", full)
+    line = one_line(tiny_eval("tiny", tmp_path), capsys)
+    assert f"cannot read or write {tmp_path / 'items.jsonl'}: No space left on device" in line
+
+
+def test_the_api_refuses_a_bad_device_before_loading_the_model(monkeypatch):
+    from numloss.models import load
+
+    monkeypatch.setattr(load, "load_model_and_tokenizer", lambda *a, **k: pytest.fail("the model was loaded"))
+    with pytest.raises(ValueError, match="--device 'bogus' is not a torch device"):
+        evaluate("tiny", "synthetic:arithmetic", limit=1, device="bogus", digit_stats=False)
+
+
+def test_items_jsonl_that_is_a_folder_is_one_line(tmp_path, capsys):
+    (tmp_path / "items.jsonl").mkdir()
+    assert "is a folder" in one_line(tiny_eval("tiny", tmp_path), capsys)
+    argv = ["--score-outputs", str(tmp_path / "items.jsonl"), "--data-dir", str(FIXTURES), "--out", str(tmp_path / "o")]
+    assert "is a folder" in one_line(argv, capsys)
+
+
+# ---------------------------------------------------------------- the results file, fault-injected
+
+
+def wrong_values(types: tuple[type, ...]) -> list:
+    """The JSON_VALUES a field of `types` must refuse (bool is no int, an int is a number)."""
+    def fits(v):
+        if isinstance(v, bool):
+            return bool in types
+        return isinstance(v, types) or (isinstance(v, int) and float in types)
+    return [v for v in JSON_VALUES if not fits(v)]
+
+
+def test_every_wrong_field_type_in_a_results_record_is_refused_with_file_line_and_field(tmp_path):
+    path = tmp_path / "items.jsonl"
+    evaluate(Echo(), "synthetic:arithmetic", results_file=path, limit=3, digit_stats=False, allow_unisolated=True)
+    good = ResultsFile(path).records()
+    text = path.read_text().splitlines()
+    cases = 0
+    for key, types in RESULT_TYPES.items():
+        for value in wrong_values(types):
+            line = random.Random(f"{key}{value!r}").randrange(len(good))
+            bad = list(text)
+            bad[line] = json.dumps({**good[line], key: value})
+            path.write_text("\n".join(bad) + "\n")
+            with pytest.raises(BenchmarkError, match=rf"items.jsonl:{line + 1}: field '{key}' must be"):
+                ResultsFile(path).records()
+            cases += 1
+    for key in RESULT_REQUIRED:
+        path.write_text("\n".join([*text[:1], json.dumps({k: v for k, v in good[1].items() if k != key}), *text[2:]]) + "\n")
+        with pytest.raises(BenchmarkError, match=rf"items.jsonl:2: missing field '{key}'"):
+            ResultsFile(path).records()
+    with pytest.raises(BenchmarkError, match="field 'kind' must be"):
+        check_result_record({**good[0], "kind": "letters"}, "here")
+    assert cases > 3 * len(RESULT_TYPES)
+
+
+def test_a_bad_results_record_stops_the_cli_in_one_line(tmp_path, capsys):
+    out = tmp_path / "out"
+    ok(tiny_eval("tiny", out), capsys)
+    path = out / "items.jsonl"
+    text = path.read_text().splitlines()
+    good = [json.loads(t) for t in text]
+    rng = random.Random(28)
+    for key in rng.sample(sorted(RESULT_TYPES), 8):
+        value = rng.choice(wrong_values(RESULT_TYPES[key]))
+        path.write_text("\n".join([text[0], json.dumps({**good[1], key: value})]) + "\n")
+        line = one_line(tiny_eval("tiny", out), capsys)
+        assert f"items.jsonl:2: field '{key}'" in line
+        if key in ("benchmark", "id", "output", "fallback_output", "question", "seed", "set_size"):  # what scoring reads
+            line = one_line(["--score-outputs", str(path), "--out", str(tmp_path / "scored")], capsys)
+            assert f"items.jsonl:2: field '{key}'" in line
+    for garbage in ("[1, 2]", '"text"', "{broken", "null"):
+        path.write_text("\n".join([garbage, text[1]]) + "\n")
+        assert "items.jsonl:1:" in one_line(tiny_eval("tiny", out), capsys)
+
+
+# ---------------------------------------------------------------- non-UTF-8 bytes name the file and line
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_a_non_utf8_byte_anywhere_names_the_file_and_line(seed, tmp_path, capsys):
+    rng = random.Random(seed)
+    bad_byte = rng.choice([b"\xff", b"\xc3(", b"\x80", b"\xed\xa0\x80"])  # invalid start, cut pair, continuation, surrogate
+    source = (FIXTURES / "gsm8k.jsonl").read_bytes().splitlines(keepends=True)
+    n = rng.randrange(len(source))
+    at = rng.randrange(len(source[n]) - 1)
+    source[n] = source[n][:at] + bad_byte + source[n][at:]
+
+    data = tmp_path / "data"
+    data.mkdir()
+    (data / "gsm8k.jsonl").write_bytes(b"".join(source))
+    line = one_line(["tiny", "--benchmarks", "gsm8k", "--data-dir", str(data), "--out", str(tmp_path / "o"), *QUIET], capsys)
+    assert f"{data / 'gsm8k.jsonl'}:{n + 1}: byte 0x" in line and "not UTF-8" in line
+
+    own = tmp_path / "mine.jsonl"
+    own.write_bytes(b"".join(json.dumps({"question": f"q{i}", "answer": i}).encode() + b"\n" for i in range(n))
+                    + b'{"question": "' + bad_byte + b'", "answer": 1}\n')
+    line = one_line(["tiny", "--benchmarks", f"file:{own}", "--out", str(tmp_path / "o"), *QUIET], capsys)
+    assert f"{own}:{n + 1}:" in line and "not UTF-8" in line
+
+    records = tmp_path / "records.jsonl"
+    rows = [json.dumps({"benchmark": "gsm8k", "id": i, "output": "1"}).encode() for i in range(n + 2)]
+    rows[n] = rows[n].replace(b'"1"', b'"' + bad_byte + b'"')
+    records.write_bytes(b"\n".join(rows) + b"\n")
+    line = one_line(["--score-outputs", str(records), "--data-dir", str(FIXTURES), "--out", str(tmp_path / "o")], capsys)
+    assert f"{records}:{n + 1}:" in line and "not UTF-8" in line
+
+
+# ---------------------------------------------------------------- --score-outputs on numloss's own items.jsonl
+
+
+@pytest.mark.parametrize("seed", [None, 7])
+def test_score_outputs_reads_its_own_items_jsonl_of_a_synthetic_set_of_any_size_and_seed(seed, tmp_path, capsys):
+    path = tmp_path / "items.jsonl"
+    report = evaluate(Echo(), "synthetic:mix", results_file=path, limit=160, seed=seed, digit_stats=False, allow_unisolated=True)
+    out, _ = ok(["--score-outputs", str(path), "--out", str(tmp_path / "scored"), "--allow-unisolated-exec"], capsys)
+    assert "(" + f"{report.scores['numloss']['synthetic:mix'].correct}/160)" in out
+    again = score_outputs(path, allow_unisolated=True)
+    ours, theirs = report.items["numloss"]["synthetic:mix"], again.items["numloss"]["synthetic:mix"]
+    assert [(r.id, r.question, r.gold, r.correct) for r in theirs] == [(r.id, r.question, r.gold, r.correct) for r in ours]
+    # a file written before seeds and sizes were recorded: ids give the size, the default seed
+    old = tmp_path / "old.jsonl"
+    old.write_text("".join(json.dumps({k: v for k, v in r.items() if k not in ("seed", "set_size")}) + "\n"
+                           for r in ResultsFile(path).records()))
+    rescored = score_outputs(old, allow_unisolated=True, seed=seed).items["numloss"]["synthetic:mix"]  # --seed for them
+    assert [r.question for r in rescored] == [r.question for r in ours]
+    line = one_line(["--score-outputs", str(path), "--seed", "3", "--out", str(tmp_path / "scored")], capsys)
+    assert "not --seed 3" in line
+
+
+def test_records_of_two_seeds_are_refused(tmp_path):
+    path = tmp_path / "items.jsonl"
+    for seed in (1, 2):
+        evaluate(Echo(), "synthetic:arithmetic", results_file=tmp_path / f"{seed}.jsonl", limit=2, seed=seed, digit_stats=False)
+    path.write_text((tmp_path / "1.jsonl").read_text() + (tmp_path / "2.jsonl").read_text())
+    with pytest.raises(BenchmarkError, match="2 seeds"):
+        score_outputs(path)
+
+
+def test_every_malformed_record_to_score_is_one_line(tmp_path, capsys):
+    """A generator over the fields score_outputs reads and values of every JSON type: each record
+    is refused in one line naming the file, the line and the field, or scored (exit 0)."""
+    path = tmp_path / "items.jsonl"
+    good = {"benchmark": "gsm8k", "id": 0, "output": "The answer is 7", "fallback_output": None}
+    refused = 0
+    for key in ("benchmark", "id", "output", "fallback_output", "question"):
+        for value in [*JSON_VALUES, "__missing__"]:
+            record = {k: v for k, v in good.items() if k != key} if value == "__missing__" else {**good, key: value}
+            path.write_text(json.dumps(good) + "\n" + json.dumps(record) + "\n")
+            argv = ["--score-outputs", str(path), "--data-dir", str(FIXTURES), "--out", str(tmp_path / "o"), "--allow-unisolated-exec"]
+            rc = cli.main(argv)
+            captured = capsys.readouterr()
+            lines = [line for line in captured.err.splitlines() if line.strip()]
+            if rc == 0:
+                assert not lines, captured.err
+                continue
+            refused += 1
+            assert rc == 2 and len(lines) == 1 and "Traceback" not in captured.err, captured.err
+            assert "unexpected error" not in lines[0]
+            assert f"{path}:2:" in lines[0] or "no item with id" in lines[0] or "unknown benchmark" in lines[0], lines[0]
+    assert refused >= 20
+
+
+# ---------------------------------------------------------------- issue 27 point 4: messages
+
+
+def test_an_unknown_model_is_one_line_naming_what_was_looked_for(tmp_path, capsys, monkeypatch):
+    line = one_line(tiny_eval("no-such-model-xyz", tmp_path), capsys)
+    assert "no-such-model-xyz" in line and "cache" in line
+    # online, transformers raises a many-line OSError after trying the hub: one line instead
+    from transformers import AutoTokenizer
+
+    from numloss.models import load
+
+    monkeypatch.setattr(load, "_offline", lambda: False)
+
+    def unreachable(*args, **kwargs):
+        raise OSError("We couldn't connect to 'https://huggingface.co' to load the files.\nCheck your internet connection\n" * 10)
+
+    monkeypatch.setattr(AutoTokenizer, "from_pretrained", unreachable)
+    line = one_line(tiny_eval("no-such-model-xyz", tmp_path), capsys)  # tiny_eval: --no-digit-stats, no tokenizer check
+    assert "not found" in line and "local folder" in line and "Hugging Face cache" in line and "couldn't connect" in line
+    folder = tmp_path / "half-saved"
+    folder.mkdir()
+    (folder / "config.json").write_text("{}")
+    assert f"model folder {str(folder)!r} cannot be loaded" in one_line(tiny_eval(str(folder), tmp_path / "o"), capsys)
+
+
+def test_an_empty_file_set_and_a_null_answer_say_what_is_wrong(tmp_path, capsys):
+    empty = tmp_path / "empty.jsonl"
+    empty.write_text("\n")
+    line = one_line(["tiny", "--benchmarks", f"file:{empty}", "--out", str(tmp_path / "o"), *QUIET], capsys)
+    assert "no records" in line and "'question', 'answer'" in line and not line.rstrip(")").endswith("with")
+    null = tmp_path / "null.jsonl"
+    null.write_text(json.dumps({"question": "q", "answer": None}) + "\n")
+    line = one_line(["tiny", "--benchmarks", f"file:{null}", "--out", str(tmp_path / "o"), *QUIET], capsys)
+    assert f"{null}:1: field 'answer' is null" in line and "missing" not in line
+    (tmp_path / "gsm8k.jsonl").write_text(json.dumps({"question": "q", "answer": None}) + "\n")
+    with pytest.raises(BenchmarkError, match="field 'answer' is null"):
+        load_benchmark("gsm8k", data_dir=tmp_path)
+
+
+def test_every_malformed_file_set_record_is_one_line_or_a_run(tmp_path, capsys):
+    """file:PATH.jsonl records with each field set to values of every JSON type (or missing)."""
+    good = {"question": "What is 2 + 2?", "answer": "4"}
+    path = tmp_path / "set.jsonl"
+    refused = 0
+    fields = {"question": JSON_VALUES, "answer": JSON_VALUES, "options": JSON_VALUES + [["a", "b", "c", "d", "e", "f"]],
+              "id": JSON_VALUES, "kind": JSON_VALUES + ["choice", "letters"]}
+    for key, values in fields.items():
+        for value in [*values, "__missing__"]:
+            record = {k: v for k, v in good.items() if k != key} if value == "__missing__" else {**good, key: value}
+            path.write_text(json.dumps(good) + "\n" + json.dumps(record) + "\n")
+            try:
+                bench = load_benchmark(f"file:{path}")
+            except BenchmarkError as error:
+                assert f"{path}:2:" in str(error) and "\n" not in str(error), str(error)
+                refused += 1
+                continue
+            item = bench.items[1]  # accepted: then it is a well-formed item, not a str() of something
+            assert item.question.strip() and item.answer.strip() and item.kind in ("number", "choice", "math"), (key, value, item)
+            assert item.answer.lower() not in ("nan", "inf", "-inf", "none", "[]", "{}", "true", "false"), (key, value, item)
+            assert all(isinstance(o, str) and not o.startswith(("[", "{")) for o in item.options), (key, value, item)
+    # and through the command line, a sample of the refused ones: one line
+    path.write_text(json.dumps(good) + "\n" + json.dumps({**good, "id": ["x"]}) + "\n")
+    assert f"{path}:2: field 'id'" in one_line(["tiny", "--benchmarks", f"file:{path}", "--out", str(tmp_path / "o"), *QUIET], capsys)
+    path.write_text(json.dumps(good) + "\n" + json.dumps({**good, "options": {}}) + "\n")
+    assert f"{path}:2: field 'options'" in one_line(["tiny", "--benchmarks", f"file:{path}", "--out", str(tmp_path / "o"), *QUIET], capsys)
+    assert refused >= 40
