@@ -45,7 +45,14 @@ import time
 from dataclasses import dataclass
 from functools import lru_cache
 
-from numloss.evaluate.sandbox.limits import Observed, ProgramResult, SandboxLimits, classify, decode_output, encode_source
+from numloss.evaluate.sandbox.limits import (
+    Observed,
+    ProgramResult,
+    SandboxLimits,
+    classify,
+    decode_output,
+    encode_source,
+)
 from numloss.evaluate.sandbox.seccomp import filter_program, mount_filter
 
 ALLOWED_PACKAGES = ("sympy", "mpmath", "numpy")
