@@ -723,3 +723,68 @@ def test_program_output_is_shown_clean_and_kept_raw():
     result = run_program("import sys\nsys.stdout.write('\\x1b[2J\\x1b]0;t\\x07\\u202e42\\r\\n')\nsys.stderr.write('\\x1b[1Aup')", LIMITS)
     assert result.ok and result.stdout == "42\n" and result.stderr == "up"
     assert result.raw_stdout == "\x1b[2J\x1b]0;t\x07\u202e42\r\n".encode() and result.raw_stderr == b"\x1b[1Aup"
+
+
+# ---- a cgroup v2 per program where the machine delegates one ------------------------------------
+
+def _fake_cgroup_machine(tmp_path, own="/box", enabled="memory pids", offered="cpu memory pids"):
+    proc, mount = tmp_path / "proc" / "self", tmp_path / "cgroup2"
+    proc.mkdir(parents=True)
+    (proc / "cgroup").write_text(f"12:memory:/x\n0::{own}\n")
+    (proc / "mountinfo").write_text(f"25 1 0:22 / /sys rw - sysfs sysfs rw\n30 25 0:26 / {mount} rw,nosuid - cgroup2 cgroup2 rw\n")
+    folder = mount / own.strip("/")
+    folder.mkdir(parents=True)
+    (folder / "cgroup.subtree_control").write_text(enabled + "\n")
+    (folder / "cgroup.controllers").write_text(offered + "\n")
+    return str(tmp_path / "proc"), folder
+
+
+def test_a_delegated_cgroup_v2_is_found_and_an_undelegated_one_is_said_why(tmp_path):
+    from numloss.evaluate.sandbox import cgroup
+
+    proc, folder = _fake_cgroup_machine(tmp_path / "a")
+    found = cgroup.find(proc, environ={})
+    assert found.parent == str(folder) and "memory.max and pids.max" in found.detail
+    proc, _ = _fake_cgroup_machine(tmp_path / "b", enabled="cpu", offered="hugetlb")
+    found = cgroup.find(proc, environ={})
+    assert found.parent is None and "memory and pids not delegated" in found.detail and "hugetlb" in found.detail
+    empty = tmp_path / "c" / "self"
+    empty.mkdir(parents=True)
+    (empty / "cgroup").write_text("4:memory:/x\n0::/\n")
+    (empty / "mountinfo").write_text("25 1 0:22 / /sys/fs/cgroup/memory rw - cgroup cgroup rw,memory\n")
+    assert cgroup.find(str(tmp_path / "c"), environ={}) == cgroup.Support(None, "no cgroup v2 hierarchy (cgroup v1 only)")
+    assert cgroup.find(proc, environ={cgroup.ENV_VAR: str(folder)}).parent == str(folder)
+
+
+def test_this_machine_reports_which_memory_bound_is_in_force():
+    from numloss.evaluate.sandbox import cgroup, memory_bound
+
+    line = memory_bound()
+    assert line in isolation().detail or not FULL
+    assert (cgroup.support().parent is None) == line.startswith("no cgroup")
+
+
+@needs_kernel_sandbox
+def test_each_program_gets_its_cgroup_and_an_oom_kill_reads_as_memory(tmp_path, monkeypatch):
+    """The plumbing, on a folder standing in for a delegated cgroup (the kernel side needs one;
+    where this machine has none, memory_bound() says so)."""
+    from numloss.evaluate.sandbox import cgroup
+
+    parent = tmp_path / "delegated"
+    parent.mkdir()
+    monkeypatch.setattr(cgroup, "support", lambda: cgroup.Support(str(parent), "test"))
+    result = run_program("print(1)", LIMITS)
+    assert result.ok, result
+    (group,) = parent.iterdir()
+    assert (group / "memory.max").read_text() == str(LIMITS.memory_bytes + LIMITS.tmpfs_bytes)
+    assert (group / "pids.max").read_text() == str(LIMITS.max_processes + 1)
+    assert int((group / "cgroup.procs").read_text()) > 1  # the init's host pid, before it forked
+    monkeypatch.setattr(cgroup.ProgramCgroup, "oom_kills", lambda self: 1)
+    killed = run_program("import os, signal\nos.kill(os.getpid(), signal.SIGKILL)", LIMITS)
+    assert killed.status == "memory" and "OOM" in killed.detail
+
+    def refuse(self, pid):
+        raise PermissionError(13, "Permission denied")
+    monkeypatch.setattr(cgroup.ProgramCgroup, "add", refuse)
+    refused = run_program("print('ran')", LIMITS)
+    assert refused.status == "error" and refused.stdout == "" and "cgroup" in refused.detail and "setup failed" in refused.detail

@@ -26,7 +26,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from functools import lru_cache
 
-from numloss.evaluate.sandbox import audithook, bwrap
+from numloss.evaluate.sandbox import audithook, bwrap, cgroup
 from numloss.evaluate.sandbox.audithook import VIOLATION_MARKER
 from numloss.evaluate.sandbox.bwrap import ALLOWED_PACKAGES
 from numloss.evaluate.sandbox.limits import ProgramResult, SandboxLimits, Status
@@ -96,10 +96,20 @@ def _kernel_probe() -> _Probe:
             failures.append(f"{candidate}: {error}")
             continue
         if result.ok and result.stdout.strip() == _PROBE_EXPECTED:
-            return _Probe(candidate, f"bwrap {candidate}, user/pid/net/ipc/uts namespaces, uid 65534, seccomp")
+            return _Probe(candidate, f"bwrap {candidate}, user/pid/net/ipc/uts namespaces, uid 65534, seccomp; "
+                          f"memory: {memory_bound()}")
         why = (result.detail or result.stdout.strip() or f"exit status {result.returncode}").splitlines()[0]
         failures.append(f"{candidate}: {why}")
     return _Probe(None, "bwrap cannot create the sandbox here (" + "; ".join(failures) + ")")
+
+
+def memory_bound() -> str:
+    """Which bound on a sandbox's memory as a whole is in force here, in one line."""
+    found = cgroup.support()
+    if found.parent is not None:
+        return found.detail
+    return (f"no cgroup ({found.detail}): RLIMIT_AS per process, seccomp refuses memfd, SysV shm, xattrs and "
+            "sockets, the tmpfs is capped in bytes and inodes")
 
 
 def opted_in(allow_unisolated: bool | None = None) -> bool:

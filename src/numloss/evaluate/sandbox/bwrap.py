@@ -53,6 +53,7 @@ from numloss.evaluate.sandbox.limits import (
     decode_output,
     encode_source,
 )
+from numloss.evaluate.sandbox import cgroup
 from numloss.evaluate.sandbox.seccomp import filter_program, mount_filter
 
 ALLOWED_PACKAGES = ("sympy", "mpmath", "numpy")
@@ -615,7 +616,12 @@ def run(source: str, limits: SandboxLimits, bwrap: str) -> ProgramResult:
     own: list[int] = []  # descriptors to close at the end
     userns: int | None = None
     ended = False
+    group: cgroup.ProgramCgroup | None = None
+    memory_events: int | None = None
     try:
+        parent = cgroup.support().parent
+        if parent is not None:
+            group = cgroup.ProgramCgroup(parent, limits)
         own.append(program := _memfd("numloss-program", encode_source(source)))
         own.append(fds.setdefault("seccomp", _memfd("numloss-seccomp", _seccomp_bytes())))
         own.append(fds.setdefault("ldcache", _memfd("numloss-ld.so.cache", _ld_cache())))
@@ -633,13 +639,16 @@ def run(source: str, limits: SandboxLimits, bwrap: str) -> ProgramResult:
         for fd in (program, fds["seccomp"], fds["ldcache"], fds["info"], fds["status"], fds["block"]):
             os.close(fd)
             own.remove(fd)
-        out, err, info, why, reports, ended = _collect(proc, info_r, status_r, go_w, limits, start)
+        out, err, info, why, reports, ended = _collect(proc, info_r, status_r, go_w, limits, start, group)
     finally:
         for fd in own:
             os.close(fd)
         if userns is not None:
             _return_userns(userns, reusable=ended)
-    seen = observed(why, reports)
+        if group is not None:
+            memory_events = group.oom_kills()
+            group.remove()
+    seen = observed(why if why != "setup" else None, reports, memory_events)
     stderr = decode_output(err)
     status, detail = classify(seen, stderr, limits)
     return ProgramResult(status, decode_output(out), proc.returncode, time.perf_counter() - start, detail,
@@ -647,10 +656,11 @@ def run(source: str, limits: SandboxLimits, bwrap: str) -> ProgramResult:
                          raw_stdout=out, raw_stderr=err)
 
 
-def observed(why: str | None, reports: bytes) -> Observed:
-    """What the host saw (`why`: its own kill) and the init reported, line by line: "started",
-    then "end WAITSTATUS CPU" or "deadline", or "setup REASON" instead of "started"."""
-    seen: dict = {"killed": why}
+def observed(why: str | None, reports: bytes, memory_events: int | None = None) -> Observed:
+    """What the host saw (`why`: its own kill; `memory_events`: its cgroup's OOM kills) and the
+    init reported, line by line: "started", then "end WAITSTATUS CPU" or "deadline", or "setup
+    REASON" instead of "started"."""
+    seen: dict = {"killed": why, "memory_events": memory_events}
     for line in reports.decode("ascii", "replace").splitlines():
         word, _, rest = line.partition(" ")
         if word == "started":
@@ -666,14 +676,15 @@ def observed(why: str | None, reports: bytes) -> Observed:
 
 
 def _collect(proc: subprocess.Popen, info_r: int, status_r: int, go_w: int, limits: SandboxLimits,
-             start: float) -> tuple[bytes, bytes, dict, str | None, bytes, bool]:
+             start: float, group: cgroup.ProgramCgroup | None = None) -> tuple[bytes, bytes, dict, str | None, bytes, bool]:
     """Read stdout/stderr (capped), bwrap's info and the init's reports until the end, the wall
     clock, or a flood.
 
     Once bwrap reports the namespace's init (--info-fd), the init is registered with the keeper
-    (as root) and bwrap is let go (--block-fd) to start the interpreter. Returns (stdout,
-    stderr, info, why, reports, ended): why is None, "timeout" or "flood" (then the run was
-    killed); reports the init's status lines; ended says that the pid namespace was seen gone.
+    (as root) and moved into its cgroup (where there is one), and bwrap is let go (--block-fd)
+    to start the interpreter. Returns (stdout, stderr, info, why, reports, ended): why is None,
+    "timeout", "flood" or "setup" (then the run was killed); reports the init's status lines
+    (and this side's set-up failure); ended says that the pid namespace was seen gone.
     """
     assert proc.stdout is not None and proc.stderr is not None
     out_fd, err_fd = proc.stdout.fileno(), proc.stderr.fileno()
@@ -708,6 +719,13 @@ def _collect(proc: subprocess.Popen, info_r: int, status_r: int, go_w: int, limi
                     info = _parse_info(bytes(bufs[info_r]))
                     init = _open_init(info)
                     registered = _keeper_add(info)
+                    if group is not None and isinstance(info.get("child-pid"), int):
+                        try:
+                            group.add(info["child-pid"])
+                        except OSError as error:  # fail closed: no program outside its cgroup
+                            bufs[status_r] += f"setup adding the sandbox to its cgroup: {error}\n".encode()
+                            why = "setup"
+                            break
                     try:
                         os.write(go_w, b"x")
                     except BrokenPipeError:

@@ -144,8 +144,10 @@ def classify(seen: Observed, stderr: str, limits: SandboxLimits) -> tuple[Status
         return "error", "the sandbox ended without its init reporting how the program ended"
     code = os.waitstatus_to_exitcode(seen.wait_status)
     said = stderr.strip().splitlines()[-1] if stderr.strip() else ""
+    if code == 0:
+        return "ok", ""
     if seen.memory_events:
-        return "memory", f"killed by the sandbox's memory limit ({seen.memory_events} OOM kill(s) in its cgroup)"
+        return "memory", f"the sandbox's memory limit was hit ({seen.memory_events} OOM kill(s) in its cgroup)"
     if code < 0:
         signum = -code
         if signum in (signal.SIGXCPU, signal.SIGKILL) and seen.cpu_seconds >= CPU_EVIDENCE * limits.cpu_seconds:
@@ -155,6 +157,4 @@ def classify(seen: Observed, stderr: str, limits: SandboxLimits) -> tuple[Status
         except ValueError:
             name = "unknown"
         return "error", f"killed by signal {signum} ({name})"
-    if code != 0:
-        return "error", f"exit status {code}" + (f"; its stderr ends: {said}" if said else "")
-    return "ok", ""
+    return "error", f"exit status {code}" + (f"; its stderr ends: {said}" if said else "")
