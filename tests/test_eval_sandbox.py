@@ -788,3 +788,19 @@ def test_each_program_gets_its_cgroup_and_an_oom_kill_reads_as_memory(tmp_path, 
     monkeypatch.setattr(cgroup.ProgramCgroup, "add", refuse)
     refused = run_program("print('ran')", LIMITS)
     assert refused.status == "error" and refused.stdout == "" and "cgroup" in refused.detail and "setup failed" in refused.detail
+
+
+def test_score_outputs_warns_on_the_console_when_programs_cannot_run(fresh_probe, monkeypatch, tmp_path, capsys):
+    import json
+
+    from numloss.evaluate import cli
+
+    monkeypatch.setattr(bwrap_mod, "bwrap_candidates", lambda: [])
+    monkeypatch.setenv(ALLOW_UNISOLATED_ENV, "0")
+    outputs = tmp_path / "outputs.jsonl"
+    outputs.write_text(json.dumps({"benchmark": "gsm8k", "id": "0", "output": "```python\nprint(7)\n```"}) + "\n")
+    fixtures = Path(__file__).parent / "fixtures" / "benchmarks"
+    assert cli.main(["--score-outputs", str(outputs), "--data-dir", str(fixtures), "--out", str(tmp_path / "out")]) == 0
+    err = capsys.readouterr().err
+    assert "programs were not run" in err and "--allow-unisolated-exec" in err
+    assert json.loads((tmp_path / "out" / "results.json").read_text())["isolation"]["mode"] == "unavailable"
