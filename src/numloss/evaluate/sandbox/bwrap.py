@@ -45,6 +45,7 @@ import time
 from dataclasses import dataclass
 from functools import lru_cache
 
+from numloss.evaluate.sandbox import cgroup
 from numloss.evaluate.sandbox.limits import (
     Observed,
     ProgramResult,
@@ -53,7 +54,6 @@ from numloss.evaluate.sandbox.limits import (
     decode_output,
     encode_source,
 )
-from numloss.evaluate.sandbox import cgroup
 from numloss.evaluate.sandbox.seccomp import filter_program, mount_filter
 
 ALLOWED_PACKAGES = ("sympy", "mpmath", "numpy")
