@@ -5,9 +5,12 @@
     run_program("print(6 * 7)").stdout   # "42\\n"
 
 Each program runs under bubblewrap (`bwrap.py`): new user/pid/net/ipc/uts namespaces as uid
-65534 without capabilities, a read-only view of only the interpreter and `ALLOWED_PACKAGES`, a
-size-capped tmpfs as cwd and /tmp, a seccomp filter (`seccomp.py`), rlimits, a wall clock that
-kills the whole pid namespace, and capped output. docs/sandbox.md has the threat model.
+65534 without capabilities, a read-only view of only the interpreter, `ALLOWED_PACKAGES` and the
+libraries they load, a tmpfs capped in bytes and inodes as cwd and /tmp, a seccomp filter
+(`seccomp.py`), a trusted init that reports how the program ended and holds its own deadline,
+rlimits, a cgroup where one is delegated (`cgroup.py`), a host wall clock that kills the whole
+pid namespace, and capped output with terminal controls removed. docs/sandbox.md has the threat
+model and the memory model.
 
 It fails closed. `isolation()` probes once whether that sandbox works here (a real program run
 through it). When it does not (no user namespaces in a container, not Linux, no bwrap), running a

@@ -1,32 +1,35 @@
-"""Run one program under bubblewrap: new namespaces, uid 65534, seccomp, rlimits, a wall clock.
+"""Run one program under bubblewrap: new namespaces, uid 65534, seccomp, an init, rlimits, a wall clock.
 
-The layers, outermost first (docs/sandbox.md has the threat model):
+The layers, outermost first (docs/sandbox.md has the threat model and the memory model):
 
 - **namespaces** (bwrap): new user, pid, network, ipc, uts (and cgroup where possible) namespaces;
   the program is uid/gid 65534 with no capabilities, in its own session (no TIOCSTI into the
   evaluator's terminal), with a cleared environment and a fixed one set.
-- **filesystem**: an empty root, remounted read-only, with read-only binds of only the Python
-  prefix (interpreter + stdlib), the package folders of `ALLOWED_PACKAGES` (and the ``*.libs``
-  folders their wheels ship), the system library folders and ``/etc/ld.so.cache``. The cwd and
-  ``/tmp`` are one fresh tmpfs capped at `SandboxLimits.tmpfs_bytes`; ``/proc`` is the private
-  procfs of the new pid namespace; ``/dev`` is bwrap's minimal set, read-only.
+- **filesystem**: an empty root, remounted read-only, with read-only binds of only the
+  interpreter, its stdlib and libpython, the package folders of `ALLOWED_PACKAGES` (and the
+  ``*.libs`` folders their wheels ship), and the shared libraries these load
+  (`shared_libraries`, from a probe run's /proc/self/maps; never /usr/lib); a private copy of
+  ``/etc/ld.so.cache``. The cwd and ``/tmp`` are one fresh tmpfs capped in bytes and inodes,
+  holding ``/dev/shm``; ``/proc`` is the private procfs of the new pid namespace; ``/dev`` has
+  the plain devices only (no pts).
 - **seccomp** (`seccomp.filter_program`), loaded by bwrap right before the interpreter starts.
-- **rlimits**, set by the preamble before the program is compiled: CPU, address space, file
-  size, open files, processes, core 0. A failing setrlimit stops the run (fail closed).
-- **the host side**: the program is pid 1 of its pid namespace (``--as-pid-1``), so when it
-  ends the kernel kills every other process in the namespace, and bwrap reaps it. A wall clock
-  SIGKILLs it from the host (through a pidfd from bwrap's ``--info-fd``) and then bwrap; the
-  call returns only once the namespace is gone. ``--die-with-parent`` ties the sandbox to bwrap
-  and bwrap to the evaluator. The output pipes are read with a cap; a flood is killed the same
-  way.
+- **the init** (`_PREAMBLE`), the namespace's pid 1: it caps the tmpfs's inodes, drops every
+  capability and uid 0, stacks `seccomp.mount_filter`, sets the rlimits, forks the program,
+  reports its wait status and CPU time on a pipe the program never holds, and ends the
+  namespace at its own deadline whatever happens on the host.
+- **the host side**: a wall clock SIGKILLs the init from the host (through a pidfd from bwrap's
+  ``--info-fd``); the call returns only once the namespace is gone. The output pipes are read
+  with a cap; a flood is killed the same way. Where a delegated cgroup v2 exists the init is
+  moved into a cgroup of its own (`cgroup.py`) before the program starts. The status comes from
+  these observations only (`limits.classify`).
 
 An evaluator running as root needs one more step. bwrap maps the sandbox uid to the caller's
 uid, and the kernel never applies RLIMIT_NPROC to the host's uid 0, so a fork bomb would run
 unbounded. As root the run therefore enters a user namespace prepared here (`_root_userns`) that
-maps 0 -> 0 and 65534 -> 65534: bwrap sets the sandbox up as uid 0 (so it can bind a Python
-installed under ``/root``), and the preamble then drops to 65534, which is the host's 65534 as
-well (not root, rlimits apply), before anything of the program runs, and checks that it holds
-no capability.
+maps 0 -> 0 and 65534 -> a host uid of that namespace's own (`HOST_UID_BASE` + n): bwrap sets
+the sandbox up as uid 0 (so it can bind a Python installed under ``/root``), and the init then
+drops to 65534 (not root on the host, rlimits apply) before anything of the program runs, and
+checks that it holds no capability.
 """
 
 from __future__ import annotations
