@@ -294,7 +294,7 @@ def test_nothing_outlives_an_evaluator_killed_mid_run():
     try:
         for _ in range(200):  # wait until the program and its daemon run (as uid 65534)
             time.sleep(0.05)
-            sandboxed = [p for p in descendants(evaluator.pid) if bwrap_mod.is_sandbox_uid(_uid(p))]
+            sandboxed = _sandboxed(evaluator.pid)
             if len(sandboxed) >= 2:
                 namespaces = {pid_namespace(p) for p in sandboxed}
                 break
@@ -308,6 +308,13 @@ def test_nothing_outlives_an_evaluator_killed_mid_run():
             break
         time.sleep(0.05)
     assert left == [], "sandboxed processes outlived their evaluator"
+
+
+def _sandboxed(evaluator: int) -> list[str]:
+    """Host pids of the evaluator's descendants that run as a sandbox's uid in another pid
+    namespace (bwrap itself and the keeper are in ours)."""
+    ours = pid_namespace(str(os.getpid()))
+    return [p for p in descendants(evaluator) if bwrap_mod.is_sandbox_uid(_uid(p)) and pid_namespace(p) not in ("", ours)]
 
 
 def _keeper_of(evaluator: int) -> int | None:
@@ -341,7 +348,7 @@ def test_the_wall_clock_holds_when_the_keeper_and_the_evaluator_die(order):
     try:
         for _ in range(400):
             time.sleep(0.02)
-            sandboxed = [p for p in descendants(evaluator.pid) if bwrap_mod.is_sandbox_uid(_uid(p))]
+            sandboxed = _sandboxed(evaluator.pid)
             keeper = _keeper_of(evaluator.pid)
             if len(sandboxed) >= 4 and keeper is not None:
                 namespaces = {pid_namespace(p) for p in sandboxed}

@@ -25,7 +25,7 @@ The layers, outermost first (docs/sandbox.md has the threat model and the memory
 
 An evaluator running as root needs one more step. bwrap maps the sandbox uid to the caller's
 uid, and the kernel never applies RLIMIT_NPROC to the host's uid 0, so a fork bomb would run
-unbounded. As root the run therefore enters a user namespace prepared here (`_root_userns`) that
+unbounded. As root the run therefore enters a user namespace prepared here (`_prepared_userns`) that
 maps 0 -> 0 and 65534 -> a host uid of that namespace's own (`HOST_UID_BASE` + n): bwrap sets
 the sandbox up as uid 0 (so it can bind a Python installed under ``/root``), and the init then
 drops to 65534 (not root on the host, rlimits apply) before anything of the program runs, and
@@ -365,9 +365,14 @@ _UNSHARE_HELPER = (
 )
 
 
-def _root_userns(host_id: int) -> int:
-    """A new user namespace mapping 0->0 and 65534->`host_id` (uid and gid; root only); returns
-    an fd to it."""
+def _prepared_userns(host_id: int) -> int:
+    """A new user namespace for one run at a time; returns an fd to it.
+
+    As root it maps 0->0 and 65534->`host_id` (uid and gid). As another user it maps only
+    65534 -> that user (all an unprivileged user may map). Either way bwrap joins it
+    (``--userns``) instead of making its own: bwrap's own would nest a second user namespace
+    under the mount namespace, whose owner the init could then not remount /tmp in."""
+    root = os.geteuid() == 0
     helper = subprocess.Popen([sys.executable, "-I", "-S", "-c", _UNSHARE_HELPER], stdin=subprocess.PIPE,
                               stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, close_fds=True)
     try:
@@ -375,8 +380,13 @@ def _root_userns(host_id: int) -> int:
         line = helper.stdout.readline().decode(errors="replace").strip()
         if line != "ok":
             raise OSError(f"could not create a user namespace ({line or 'helper died'})")
-        mapping = f"0 0 1\n{SANDBOX_UID} {host_id} 1\n"
-        for name in ("uid_map", "gid_map"):
+        if root:
+            maps = {"uid_map": f"0 0 1\n{SANDBOX_UID} {host_id} 1\n", "gid_map": f"0 0 1\n{SANDBOX_GID} {host_id} 1\n"}
+        else:
+            with open(f"/proc/{helper.pid}/setgroups", "w") as f:
+                f.write("deny")  # the kernel's condition for an unprivileged gid_map
+            maps = {"uid_map": f"{SANDBOX_UID} {os.geteuid()} 1\n", "gid_map": f"{SANDBOX_GID} {os.getegid()} 1\n"}
+        for name, mapping in maps.items():
             with open(f"/proc/{helper.pid}/{name}", "w") as f:
                 f.write(mapping)
         return os.open(f"/proc/{helper.pid}/ns/user", os.O_RDONLY | os.O_CLOEXEC)
@@ -395,12 +405,15 @@ _userns_made = 0
 
 
 def is_sandbox_uid(uid: int) -> bool:
-    """Whether host uid `uid` is one a sandbox runs as (65534 for a non-root evaluator)."""
-    return uid == SANDBOX_UID or HOST_UID_BASE <= uid < HOST_UID_BASE + (1 << 20)
+    """Whether host uid `uid` is one a sandbox runs as: HOST_UID_BASE + n for a root evaluator,
+    the evaluator's own uid otherwise (an unprivileged user can map only itself)."""
+    if os.geteuid() != 0:
+        return uid == os.geteuid()
+    return HOST_UID_BASE <= uid < HOST_UID_BASE + (1 << 20)
 
 
 def _lease_userns() -> int:
-    """A prepared user namespace (root only) that no other run is using, made when none is free.
+    """A prepared user namespace that no other run is using, made when none is free.
 
     Reuse is safe because nothing of a run is left in it: the run's pid, mount, net, ipc and uts
     namespaces are its own and die with it, and the program (no capabilities) cannot change the
@@ -413,7 +426,7 @@ def _lease_userns() -> int:
             return _userns_free.pop()
         _userns_made += 1
         slot = _userns_made
-    return _root_userns(HOST_UID_BASE + slot)
+    return _prepared_userns(HOST_UID_BASE + slot)
 
 
 def _return_userns(fd: int, reusable: bool) -> None:
@@ -465,11 +478,11 @@ def command(bwrap: str, limits: SandboxLimits, fds: dict[str, int]) -> list[str]
            # the init needs these until it has capped /tmp's inodes and left uid 0; it then drops
            # every capability, the bounding set included, before the program exists
            "--cap-add", "CAP_SYS_ADMIN", "--cap-add", "CAP_SETPCAP"]
-    if "userns" in fds:
+    if os.geteuid() == 0:
         cmd += ["--userns", str(fds["userns"]), "--uid", "0", "--gid", "0",
                 "--cap-add", "CAP_SETUID", "--cap-add", "CAP_SETGID"]
     else:
-        cmd += ["--unshare-user", "--disable-userns", "--uid", str(SANDBOX_UID), "--gid", str(SANDBOX_GID)]
+        cmd += ["--userns", str(fds["userns"]), "--uid", str(SANDBOX_UID), "--gid", str(SANDBOX_GID)]
     for key, value in {**ENV, "PYTHONPATH": ":".join(lay.site_dirs)}.items():
         cmd += ["--setenv", key, value]
     # the tmpfs first: binds of an interpreter or packages installed under /tmp then land on it
@@ -634,8 +647,7 @@ def run(source: str, limits: SandboxLimits, bwrap: str) -> ProgramResult:
         fds["block"], go_w = os.pipe()
         own += [info_r, fds["info"], status_r, fds["status"], fds["block"], go_w]
         fds["lifeline"] = _lifeline()
-        if os.geteuid() == 0:
-            userns = fds["userns"] = _lease_userns()
+        userns = fds["userns"] = _lease_userns()
         proc = subprocess.Popen(command(bwrap, limits, fds), stdin=program, stdout=subprocess.PIPE,
                                 stderr=subprocess.PIPE, pass_fds=tuple(fds.values()), env={},
                                 start_new_session=True, close_fds=True)
