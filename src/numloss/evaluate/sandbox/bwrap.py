@@ -137,6 +137,9 @@ os.dup2(os.open("/dev/null", os.O_RDONLY), 0)
 os.closerange(3, _status)  # bwrap leaves some of its own descriptors (userns, info) open
 os.closerange(_status + 1, 1 << 16)
 _libc.prctl(4, 0, 0, 0, 0)  # PR_SET_DUMPABLE 0: no /proc/1/mem, /proc/1/fd for the program
+# no handler for any signal (the kernel then drops those the program sends to its init; Python
+# has one for SIGINT), and SIGCHLD blocked: it only wakes sigtimedwait below
+signal.signal(signal.SIGINT, signal.SIG_DFL)
 signal.pthread_sigmask(signal.SIG_BLOCK, [signal.SIGCHLD])
 _say("started")
 _pid = os.fork()
@@ -145,6 +148,7 @@ if _pid == 0:  # the program
     _libc.prctl(4, 1, 0, 0, 0)
     _libc.prctl(1, 9, 0, 0, 0)  # dies with the init
     signal.pthread_sigmask(signal.SIG_SETMASK, [])
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     sys.path[:] = [p for p in sys.path if p] + {site_dirs!r}
     sys.dont_write_bytecode = True
     _code = compile(_source, "<program>", "exec")
