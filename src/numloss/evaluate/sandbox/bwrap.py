@@ -689,8 +689,11 @@ def observed(why: str | None, reports: bytes, memory_events: int | None = None) 
         elif word == "deadline":
             seen["deadline"] = True
         elif word == "end":
-            wait, cpu = rest.split()
-            seen["wait_status"], seen["cpu_seconds"] = int(wait), float(cpu)
+            try:
+                wait, cpu = rest.split()
+                seen["wait_status"], seen["cpu_seconds"] = int(wait), float(cpu)
+            except ValueError:  # cut short by a kill: as if no report came
+                pass
     return Observed(**seen)
 
 
