@@ -472,7 +472,7 @@ def test_the_seccomp_filter_denies_what_it_promises(allow_mount):
             continue
         assert errno_of(run_bpf(prog, nr[name], X86_64)) == 1, name  # EPERM
     for name in ("memfd_create", "memfd_secret", "shmget", "shmat", "msgget", "setxattr", "fsetxattr", "lsetxattr",
-                 "mq_open", "inotify_init", "inotify_init1", "fanotify_init", "mbind", "modify_ldt"):
+                 "mq_open", "inotify_init", "inotify_init1", "fanotify_init", "mbind", "modify_ldt", "io_setup", "sync"):
         assert name in DENIED, name
     for allowed in (0, 1, 2, 57, 59, 60, 62, 231, 434, 424):  # read write open fork execve exit kill exit_group pidfd_*
         assert run_bpf(prog, allowed, X86_64) == ALLOW, allowed

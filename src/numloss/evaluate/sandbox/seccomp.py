@@ -12,7 +12,7 @@ loads into the kernel just before it executes the interpreter. The filter, in or
    and those that hold memory no rlimit counts or that draw on the evaluator's per-user kernel
    budgets: memfd_create/memfd_secret, SysV shared memory and message queues, extended
    attributes (setxattr & co.), POSIX message queues, inotify, fanotify, NUMA policies,
-   modify_ldt;
+   modify_ldt; and what draws on host-wide budgets or work: AIO contexts, sync();
 3. answers ENOSYS (as an older kernel would) for every syscall number above the newest one this
    table knows, except the few known-harmless ones listed in `NEWER_ALLOWED`: a kernel upgrade
    cannot open a new surface behind the filter's back;
@@ -73,6 +73,8 @@ DENIED = (
     "mq_open", "mq_unlink", "mq_timedsend", "mq_timedreceive", "mq_notify", "mq_getsetattr",
     "inotify_init", "inotify_init1", "inotify_add_watch", "fanotify_init", "fanotify_mark",
     "mbind", "set_mempolicy", "set_mempolicy_home_node", "modify_ldt", "vmsplice",
+    # host-wide budgets or work: AIO contexts (fs.aio-max-nr is one count for the whole host), sync()
+    "io_setup", "io_destroy", "io_getevents", "io_submit", "io_cancel", "io_pgetevents", "sync",
 )
 """Syscalls refused with EPERM (those an architecture lacks are skipped)."""
 
@@ -112,7 +114,8 @@ _X86_64 = {
     "mq_timedsend": 242, "mq_timedreceive": 243, "mq_notify": 244, "mq_getsetattr": 245,
     "inotify_init": 253, "inotify_init1": 294, "inotify_add_watch": 254, "fanotify_init": 300,
     "fanotify_mark": 301, "mbind": 237, "set_mempolicy": 238, "set_mempolicy_home_node": 450,
-    "modify_ldt": 154, "vmsplice": 278,
+    "modify_ldt": 154, "vmsplice": 278, "io_setup": 206, "io_destroy": 207, "io_getevents": 208,
+    "io_submit": 209, "io_cancel": 210, "io_pgetevents": 333, "sync": 162,
 }
 _AARCH64 = {
     "ptrace": 117, "process_vm_readv": 270, "process_vm_writev": 271, "process_madvise": 440,
@@ -133,7 +136,8 @@ _AARCH64 = {
     "removexattr": 14, "lremovexattr": 15, "fremovexattr": 16, "mq_open": 180, "mq_unlink": 181,
     "mq_timedsend": 182, "mq_timedreceive": 183, "mq_notify": 184, "mq_getsetattr": 185,
     "inotify_init1": 26, "inotify_add_watch": 27, "fanotify_init": 262, "fanotify_mark": 263,
-    "mbind": 235, "set_mempolicy": 237, "set_mempolicy_home_node": 450, "vmsplice": 75,
+    "mbind": 235, "set_mempolicy": 237, "set_mempolicy_home_node": 450, "vmsplice": 75, "io_setup": 0,
+    "io_destroy": 1, "io_submit": 2, "io_cancel": 3, "io_getevents": 4, "io_pgetevents": 292, "sync": 81,
 }
 # machine name -> (AUDIT_ARCH_* value, syscall table, x32 bit or 0)
 _ARCHES = {
