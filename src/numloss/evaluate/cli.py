@@ -103,6 +103,10 @@ def main(argv: list[str] | None = None) -> int:
                 raise ValueError("--score-outputs scores saved outputs; give no MODEL with it")
             report = score_outputs(args.score_outputs, args.protocol, args.data_dir, allow_unisolated=args.allow_unisolated_exec or None,
                                    workers=args.workers, program_timeout=args.program_timeout, limit=args.limit, seed=args.seed)
+            if report.isolation.get("mode") == "unavailable":  # as `evaluate` says it before generating
+                print(f"numloss eval: programs were not run: {report.isolation.get('detail', '')}. "
+                      "Items with a program were scored from their chain-of-thought fallback output where the file has one.",
+                      file=sys.stderr)
         else:
             if not args.model:
                 raise ValueError("give a MODEL to evaluate (or --score-outputs FILE.jsonl)")

@@ -5,9 +5,12 @@
     run_program("print(6 * 7)").stdout   # "42\\n"
 
 Each program runs under bubblewrap (`bwrap.py`): new user/pid/net/ipc/uts namespaces as uid
-65534 without capabilities, a read-only view of only the interpreter and `ALLOWED_PACKAGES`, a
-size-capped tmpfs as cwd and /tmp, a seccomp filter (`seccomp.py`), rlimits, a wall clock that
-kills the whole pid namespace, and capped output. docs/sandbox.md has the threat model.
+65534 without capabilities, a read-only view of only the interpreter, `ALLOWED_PACKAGES` and the
+libraries they load, a tmpfs capped in bytes and inodes as cwd and /tmp, a seccomp filter
+(`seccomp.py`), a trusted init that reports how the program ended and holds its own deadline,
+rlimits, a cgroup where one is delegated (`cgroup.py`), a host wall clock that kills the whole
+pid namespace, and capped output with terminal controls removed. docs/sandbox.md has the threat
+model and the memory model.
 
 It fails closed. `isolation()` probes once whether that sandbox works here (a real program run
 through it). When it does not (no user namespaces in a container, not Linux, no bwrap), running a
@@ -26,7 +29,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from functools import lru_cache
 
-from numloss.evaluate.sandbox import audithook, bwrap
+from numloss.evaluate.sandbox import audithook, bwrap, cgroup
 from numloss.evaluate.sandbox.audithook import VIOLATION_MARKER
 from numloss.evaluate.sandbox.bwrap import ALLOWED_PACKAGES
 from numloss.evaluate.sandbox.limits import ProgramResult, SandboxLimits, Status
@@ -96,10 +99,20 @@ def _kernel_probe() -> _Probe:
             failures.append(f"{candidate}: {error}")
             continue
         if result.ok and result.stdout.strip() == _PROBE_EXPECTED:
-            return _Probe(candidate, f"bwrap {candidate}, user/pid/net/ipc/uts namespaces, uid 65534, seccomp")
+            return _Probe(candidate, f"bwrap {candidate}, user/pid/net/ipc/uts namespaces, uid 65534, seccomp; "
+                          f"memory: {memory_bound()}")
         why = (result.detail or result.stdout.strip() or f"exit status {result.returncode}").splitlines()[0]
         failures.append(f"{candidate}: {why}")
     return _Probe(None, "bwrap cannot create the sandbox here (" + "; ".join(failures) + ")")
+
+
+def memory_bound() -> str:
+    """Which bound on a sandbox's memory as a whole is in force here, in one line."""
+    found = cgroup.support()
+    if found.parent is not None:
+        return found.detail
+    return (f"no cgroup ({found.detail}): RLIMIT_AS per process, seccomp refuses memfd, SysV shm, xattrs and "
+            "sockets, the tmpfs is capped in bytes and inodes")
 
 
 def opted_in(allow_unisolated: bool | None = None) -> bool:

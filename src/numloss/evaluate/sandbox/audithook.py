@@ -24,7 +24,13 @@ import sysconfig
 import tempfile
 import time
 
-from numloss.evaluate.sandbox.limits import ProgramResult, SandboxLimits, Status, decode_output
+from numloss.evaluate.sandbox.limits import (
+    ProgramResult,
+    SandboxLimits,
+    Status,
+    decode_output,
+    encode_source,
+)
 
 VIOLATION_MARKER = "NUMLOSS_SANDBOX_VIOLATION"
 
@@ -133,6 +139,8 @@ def _classify(returncode: int | None, timed_out: bool, stdout_size: int, stderr:
         return "timeout", f"killed after the wall-clock limit of {limits.wall_seconds:g} s"
     if returncode in (-signal.SIGXCPU, -signal.SIGKILL):
         return "timeout", f"killed by the CPU-time limit of {limits.cpu_seconds} s"
+    if returncode == 0 and stdout_size < limits.output_bytes:
+        return "ok", ""  # what it wrote to stderr after its answer does not undo an exit 0
     if VIOLATION_MARKER in stderr:
         line = next(s for s in reversed(stderr.splitlines()) if VIOLATION_MARKER in s)
         return "blocked", line.split(VIOLATION_MARKER + ": ", 1)[-1].strip()
@@ -164,7 +172,7 @@ def run(source: str, limits: SandboxLimits, python: str | None = None) -> Progra
             )
             timed_out = False
             try:
-                proc.communicate(source.encode("utf-8", "replace"), timeout=limits.wall_seconds)
+                proc.communicate(encode_source(source), timeout=limits.wall_seconds)
             except subprocess.TimeoutExpired:
                 timed_out = True
             finally:
@@ -175,13 +183,15 @@ def run(source: str, limits: SandboxLimits, python: str | None = None) -> Progra
                     pass
                 proc.wait()
             out.seek(0)
-            stdout = decode_output(out.read(limits.output_bytes))
+            raw_out = out.read(limits.output_bytes)
+            stdout = decode_output(raw_out)
             stdout_size = os.fstat(out.fileno()).st_size
             err.seek(0)
-            stderr = decode_output(err.read(limits.output_bytes))
+            raw_err = err.read(limits.output_bytes)
+            stderr = decode_output(raw_err)
     finally:
         shutil.rmtree(work, ignore_errors=True)
         shutil.rmtree(io_dir, ignore_errors=True)
     status, detail = _classify(proc.returncode, timed_out, stdout_size, stderr, limits)
     return ProgramResult(status, stdout, proc.returncode, time.perf_counter() - start, detail,
-                         isolation="unisolated", stderr=stderr)
+                         isolation="unisolated", stderr=stderr, raw_stdout=raw_out, raw_stderr=raw_err)

@@ -1,32 +1,35 @@
-"""Run one program under bubblewrap: new namespaces, uid 65534, seccomp, rlimits, a wall clock.
+"""Run one program under bubblewrap: new namespaces, uid 65534, seccomp, an init, rlimits, a wall clock.
 
-The layers, outermost first (docs/sandbox.md has the threat model):
+The layers, outermost first (docs/sandbox.md has the threat model and the memory model):
 
 - **namespaces** (bwrap): new user, pid, network, ipc, uts (and cgroup where possible) namespaces;
   the program is uid/gid 65534 with no capabilities, in its own session (no TIOCSTI into the
   evaluator's terminal), with a cleared environment and a fixed one set.
-- **filesystem**: an empty root, remounted read-only, with read-only binds of only the Python
-  prefix (interpreter + stdlib), the package folders of `ALLOWED_PACKAGES` (and the ``*.libs``
-  folders their wheels ship), the system library folders and ``/etc/ld.so.cache``. The cwd and
-  ``/tmp`` are one fresh tmpfs capped at `SandboxLimits.tmpfs_bytes`; ``/proc`` is the private
-  procfs of the new pid namespace; ``/dev`` is bwrap's minimal set, read-only.
+- **filesystem**: an empty root, remounted read-only, with read-only binds of only the
+  interpreter, its stdlib and libpython, the package folders of `ALLOWED_PACKAGES` (and the
+  ``*.libs`` folders their wheels ship), and the shared libraries these load
+  (`shared_libraries`, from a probe run's /proc/self/maps; never /usr/lib); a private copy of
+  ``/etc/ld.so.cache``. The cwd and ``/tmp`` are one fresh tmpfs capped in bytes and inodes,
+  holding ``/dev/shm``; ``/proc`` is the private procfs of the new pid namespace; ``/dev`` has
+  the plain devices only (no pts).
 - **seccomp** (`seccomp.filter_program`), loaded by bwrap right before the interpreter starts.
-- **rlimits**, set by the preamble before the program is compiled: CPU, address space, file
-  size, open files, processes, core 0. A failing setrlimit stops the run (fail closed).
-- **the host side**: the program is pid 1 of its pid namespace (``--as-pid-1``), so when it
-  ends the kernel kills every other process in the namespace, and bwrap reaps it. A wall clock
-  SIGKILLs it from the host (through a pidfd from bwrap's ``--info-fd``) and then bwrap; the
-  call returns only once the namespace is gone. ``--die-with-parent`` ties the sandbox to bwrap
-  and bwrap to the evaluator. The output pipes are read with a cap; a flood is killed the same
-  way.
+- **the init** (`_PREAMBLE`), the namespace's pid 1: it caps the tmpfs's inodes, drops every
+  capability and uid 0, stacks `seccomp.mount_filter`, sets the rlimits, forks the program,
+  reports its wait status and CPU time on a pipe the program never holds, and ends the
+  namespace at its own deadline whatever happens on the host.
+- **the host side**: a wall clock SIGKILLs the init from the host (through a pidfd from bwrap's
+  ``--info-fd``); the call returns only once the namespace is gone. The output pipes are read
+  with a cap; a flood is killed the same way. Where a delegated cgroup v2 exists the init is
+  moved into a cgroup of its own (`cgroup.py`) before the program starts. The status comes from
+  these observations only (`limits.classify`).
 
 An evaluator running as root needs one more step. bwrap maps the sandbox uid to the caller's
 uid, and the kernel never applies RLIMIT_NPROC to the host's uid 0, so a fork bomb would run
-unbounded. As root the run therefore enters a user namespace prepared here (`_root_userns`) that
-maps 0 -> 0 and 65534 -> 65534: bwrap sets the sandbox up as uid 0 (so it can bind a Python
-installed under ``/root``), and the preamble then drops to 65534, which is the host's 65534 as
-well (not root, rlimits apply), before anything of the program runs, and checks that it holds
-no capability.
+unbounded. As root the run therefore enters a user namespace prepared here (`_prepared_userns`) that
+maps 0 -> 0 and 65534 -> a host uid of that namespace's own (`HOST_UID_BASE` + n): bwrap sets
+the sandbox up as uid 0 (so it can bind a Python installed under ``/root``), and the init then
+drops to 65534 (not root on the host, rlimits apply) before anything of the program runs, and
+checks that it holds no capability.
 """
 
 from __future__ import annotations
@@ -45,65 +48,137 @@ import time
 from dataclasses import dataclass
 from functools import lru_cache
 
-from numloss.evaluate.sandbox.limits import ProgramResult, SandboxLimits, classify, decode_output
-from numloss.evaluate.sandbox.seccomp import filter_program
+from numloss.evaluate.sandbox import cgroup
+from numloss.evaluate.sandbox.limits import (
+    Observed,
+    ProgramResult,
+    SandboxLimits,
+    classify,
+    decode_output,
+    encode_source,
+)
+from numloss.evaluate.sandbox.seccomp import filter_program, mount_filter
 
 ALLOWED_PACKAGES = ("sympy", "mpmath", "numpy")
 """Third-party packages a program may import (MAmmoTH-style programs use sympy and numpy)."""
 
 SANDBOX_UID = SANDBOX_GID = 65534  # "nobody"
-SETUP_MARKER = "NUMLOSS_SANDBOX_SETUP_FAILED"
 ENV = {
     "PATH": "/usr/bin:/bin", "HOME": "/tmp", "TMPDIR": "/tmp", "LANG": "C.UTF-8",
     "OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1",
 }
 
-# Runs inside the sandbox before the program, with values formatted by repr() only; the program
-# itself arrives on fd 0 (a memfd). Any failure here exits non-zero before the program runs.
-_PREAMBLE = r'''
-import os, sys, resource
+# The sandbox's pid 1 (its init), run by the interpreter bwrap starts, formatted with repr()'d
+# values only; the program itself arrives on fd 0 (a memfd). It caps the tmpfs's inodes, drops
+# every capability and uid 0, checks what it holds, stacks the mount-refusing filter, sets the
+# rlimits, and then forks the program and waits for it: it reports how the program ended (its
+# wait status, its CPU time) to the host on a pipe the program never holds, and ends the whole
+# namespace at its own deadline even when nothing on the host is left to do it. The program
+# cannot reach the init: the kernel drops signals to a namespace's init that it has no handler
+# for, the init is not dumpable (no /proc/1/mem, /proc/1/fd), and ptrace is refused.
+_PREAMBLE = r"""
+import os, sys, resource, ctypes, select, signal, time
+_t0 = time.monotonic()
+_libc = ctypes.CDLL(None, use_errno=True)
+_status = {status}
+def _say(text):
+    os.write(_status, text.encode() + b"\n")
+def _fail(why):
+    _say("setup " + why)
+    os._exit(125)
+# bwrap's --tmpfs has no nr_inodes: remount its /tmp with one (flags bwrap set must be repeated)
+if _libc.mount(b"none", b"/tmp", None, 32 | 2 | 4, b"nr_inodes=%d" % {inodes}) != 0:  # MS_REMOUNT|NOSUID|NODEV
+    _fail("remount /tmp with nr_inodes: errno " + str(ctypes.get_errno()))
+for _cap in range(64):  # the bounding set, while CAP_SETPCAP is held (EINVAL past the last cap)
+    if _libc.prctl(24, _cap, 0, 0, 0) != 0 and ctypes.get_errno() != 22:  # PR_CAPBSET_DROP
+        _fail("dropping capability " + str(_cap) + " from the bounding set")
 _uid = _gid = {uid}
 if os.getuid() == 0:  # root-started evaluator (see bwrap.py): leave uid 0 before anything else
     os.setgroups([])
     os.setresgid(_gid, _gid, _gid)
     os.setresuid(_uid, _uid, _uid)
+class _Header(ctypes.Structure):
+    _fields_ = [("version", ctypes.c_uint32), ("pid", ctypes.c_int)]
+_none = (ctypes.c_uint32 * 6)()
+if _libc.capset(ctypes.byref(_Header(0x20080522, 0)), _none) != 0 or _libc.prctl(47, 4, 0, 0, 0) != 0:
+    _fail("clearing capabilities")  # capset to nothing, PR_CAP_AMBIENT_CLEAR_ALL
 # a change of uid clears the parent-death signal that bwrap's --die-with-parent set: arm it again,
 # then make sure the evaluator did not die before that (the lifeline pipe reads EOF when it did)
-import ctypes, select
-if ctypes.CDLL(None, use_errno=True).prctl(1, 9, 0, 0, 0) != 0:  # PR_SET_PDEATHSIG, SIGKILL
-    os._exit(125)
+if _libc.prctl(1, 9, 0, 0, 0) != 0:  # PR_SET_PDEATHSIG, SIGKILL
+    _fail("PR_SET_PDEATHSIG")
 if select.select([{lifeline}], [], [], 0)[0]:
     os._exit(125)
+class _Prog(ctypes.Structure):
+    _fields_ = [("len", ctypes.c_ushort), ("filter", ctypes.c_void_p)]
+_filter = ctypes.create_string_buffer({mount_filter!r}, {mount_filter_len})
+if _libc.prctl(22, 2, ctypes.byref(_Prog({mount_filter_len} // 8, ctypes.addressof(_filter))), 0, 0) != 0:
+    _fail("stacking the mount filter: errno " + str(ctypes.get_errno()))  # PR_SET_SECCOMP, FILTER
 with open("/proc/self/status") as _f:
-    _status = dict(line.split(":", 1) for line in _f.read().splitlines() if ":" in line)
-_caps = [int(_status[k].strip(), 16) for k in ("CapPrm", "CapEff", "CapAmb")]
-# the root path leaves CAP_SETUID/SETGID (0xc0) in the inheritable and bounding sets; with no
-# permitted caps and no_new_privs they can never become effective again
-_left = [int(_status[k].strip(), 16) & ~0xc0 for k in ("CapInh", "CapBnd")]
-if (os.getresuid() != (_uid,) * 3 or os.getresgid() != (_gid,) * 3 or os.getgroups() or any(_caps) or any(_left)
-        or _status["NoNewPrivs"].strip() != "1" or _status["Seccomp"].strip() != "2"):
-    os.write(2, ({marker!r} + ": uid/caps/seccomp not as required\n").encode())
-    os._exit(125)
+    _st = dict(line.split(":", 1) for line in _f.read().splitlines() if ":" in line)
+if (os.getresuid() != (_uid,) * 3 or os.getresgid() != (_gid,) * 3 or os.getgroups()
+        or any(int(_st[k].strip(), 16) for k in ("CapInh", "CapPrm", "CapEff", "CapBnd", "CapAmb"))
+        or _st["NoNewPrivs"].strip() != "1" or _st["Seccomp"].strip() != "2"
+        or int(_st.get("Seccomp_filters", "2")) < 2):
+    _fail("uid/caps/seccomp not as required")
 for _res, _value in {rlimits!r}:
     try:
         resource.setrlimit(getattr(resource, _res), (_value, _value))
     except (OSError, ValueError) as _error:  # a limit that cannot be set: the program must not run
-        os.write(2, ({marker!r} + ": setrlimit(" + _res + ", " + str(_value) + "): " + str(_error) + "\n").encode())
-        os._exit(125)
+        _fail("setrlimit(" + _res + ", " + str(_value) + "): " + str(_error))
 _chunks = []
 while True:
     _chunk = os.read(0, 1 << 20)
     if not _chunk:
         break
     _chunks.append(_chunk)
+_source = b"".join(_chunks)
+del _chunks
 os.dup2(os.open("/dev/null", os.O_RDONLY), 0)
-os.closerange(3, 1 << 16)  # bwrap leaves some of its own descriptors (userns, info) open
-sys.path[:] = [p for p in sys.path if p] + {site_dirs!r}
-sys.dont_write_bytecode = True
-_code = compile(b"".join(_chunks), "<program>", "exec")
-del _chunks, _chunk, _f, _status, _caps, _left, _res, _value, _uid, _gid
-exec(_code, {{"__name__": "__main__", "__builtins__": __builtins__}})
-'''
+os.closerange(3, _status)  # bwrap leaves some of its own descriptors (userns, info) open
+os.closerange(_status + 1, 1 << 16)
+_libc.prctl(4, 0, 0, 0, 0)  # PR_SET_DUMPABLE 0: no /proc/1/mem, /proc/1/fd for the program
+# no handler for any signal (the kernel then drops those the program sends to its init; Python
+# has one for SIGINT), and SIGCHLD blocked: it only wakes sigtimedwait below
+signal.signal(signal.SIGINT, signal.SIG_DFL)
+signal.pthread_sigmask(signal.SIG_BLOCK, [signal.SIGCHLD])
+_say("started")
+_pid = os.fork()
+if _pid == 0:  # the program
+    os.close(_status)
+    _libc.prctl(4, 1, 0, 0, 0)
+    _libc.prctl(1, 9, 0, 0, 0)  # dies with the init
+    signal.pthread_sigmask(signal.SIG_SETMASK, [])
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    sys.path[:] = [p for p in sys.path if p] + {site_dirs!r}
+    sys.dont_write_bytecode = True
+    _code = compile(_source, "<program>", "exec")
+    # the program's globals are a fresh __main__ module, so that pickle (multiprocessing) finds
+    # the functions it defines
+    _main = type(sys)("__main__")
+    sys.modules["__main__"] = _main
+    exec(_code, _main.__dict__)
+    sys.exit(0)
+del _source
+os.dup2(0, 1)
+os.dup2(0, 2)
+_deadline = _t0 + {deadline}
+while True:
+    _left = _deadline - time.monotonic()
+    if _left <= 0:
+        _say("deadline")
+        os._exit(0)  # the kernel then kills every process of the namespace
+    signal.sigtimedwait([signal.SIGCHLD], _left)
+    while True:  # reap everything (orphans are reparented here), the program last
+        try:
+            _p, _w, _ru = os.wait4(-1, os.WNOHANG)
+        except ChildProcessError:
+            _p = 0
+        if _p == 0:
+            break
+        if _p == _pid:
+            _say("end %d %.3f" % (_w, _ru.ru_utime + _ru.ru_stime))
+            os._exit(0)
+"""
 
 
 @dataclass(frozen=True)
@@ -135,19 +210,111 @@ def _interpreter_files(stdlib: str) -> list[str]:
     return files
 
 
+# Extension modules of the stdlib that are never loaded to find the libraries to bind: a GUI,
+# terminal handling, test modules. A program importing them gets an ImportError.
+_UNPROBED = ("_tkinter", "readline", "_curses", "_curses_panel", "ossaudiodev", "nis", "spwd")
+_PROBE_LIBRARIES = r"""
+import importlib, os, sys, threading
+sys.path[:0] = {site_dirs!r}
+for name in sorted(os.listdir({dynload!r})):
+    module = name.split(".", 1)[0]
+    if module not in {unprobed!r} and not module.startswith(("_test", "xx")):
+        try:
+            importlib.import_module(module)
+        except Exception:
+            pass
+for module in ("numpy", "numpy.linalg", "numpy.fft", "numpy.random", "sympy", "mpmath"):
+    try:
+        importlib.import_module(module)
+    except Exception:
+        pass
+t = threading.Thread(target=lambda: None)
+t.start()
+t.join()
+with open("/proc/self/maps") as f:
+    print("\n".join(sorted({{line.split(None, 5)[5].strip() for line in f if len(line.split(None, 5)) == 6}})))
+"""
+
+
+def _elf_interpreter(path: str) -> str | None:
+    """The PT_INTERP path of an ELF executable (the dynamic loader), or None."""
+    import struct
+
+    with open(path, "rb") as f:
+        head = f.read(64)
+        if head[:4] != b"\x7fELF" or head[4] != 2:  # 64-bit only
+            return None
+        phoff, = struct.unpack_from("<Q", head, 32)
+        phentsize, phnum = struct.unpack_from("<HH", head, 54)
+        for i in range(phnum):
+            f.seek(phoff + i * phentsize)
+            p_type, _, p_offset, _, _, p_filesz = struct.unpack("<IIQQQQ", f.read(40))
+            if p_type == 3:
+                f.seek(p_offset)
+                return f.read(p_filesz).rstrip(b"\0").decode()
+    return None
+
+
+def _symlinks_on_the_way(path: str) -> list[tuple[str, str]]:
+    """The symlinks met while resolving `path`, as (target, link), outermost first."""
+    out: list[tuple[str, str]] = []
+    todo = os.path.abspath(path)
+    for _ in range(40):
+        parts = todo.split("/")
+        for i in range(2, len(parts) + 1):
+            prefix = "/".join(parts[:i])
+            if os.path.islink(prefix):
+                target = os.readlink(prefix)
+                out.append((target, prefix))
+                todo = os.path.normpath(os.path.join(os.path.dirname(prefix), target, *parts[i:]))
+                break
+        else:
+            return out
+    return out
+
+
+@lru_cache(maxsize=1)
+def shared_libraries(python: str, site_dirs: tuple[str, ...], dynload: str) -> tuple[tuple[str, ...], tuple[tuple[str, str], ...]]:
+    """(files, symlinks): the shared libraries the interpreter, its stdlib extension modules,
+    numpy and sympy load, found from /proc/self/maps of a probe run on the host, with the
+    dynamic loader and the symlinks the loader resolves on the way to each (the names in
+    ld.so.cache). Only these are bound, never /usr/lib: no other library, Python package or
+    program (git, a shell) of the host is visible."""
+    probe = subprocess.run([python, "-I", "-S", "-B", "-c", _PROBE_LIBRARIES.format(
+        site_dirs=list(site_dirs), dynload=dynload, unprobed=_UNPROBED)],
+        capture_output=True, text=True, timeout=120, env={"PATH": "/usr/bin:/bin", **{k: v for k, v in ENV.items() if k != "PATH"}})
+    if probe.returncode != 0:
+        raise OSError(f"the shared-library probe failed: {probe.stderr.strip().splitlines()[-1:] or probe.returncode}")
+    files = {os.path.realpath(p) for p in probe.stdout.splitlines() if p.startswith("/") and ".so" in os.path.basename(p)
+             and os.path.isfile(p)}
+    interp = _elf_interpreter(python)
+    links: list[tuple[str, str]] = []
+    if interp:
+        links += _symlinks_on_the_way(interp)
+        files.add(os.path.realpath(interp))
+    # the names the loader opens (libz.so.1 -> libz.so.1.2.13) sit next to the files
+    for folder in sorted({os.path.dirname(f) for f in files}):
+        with os.scandir(folder) as entries:
+            for entry in entries:
+                if entry.is_symlink() and os.path.realpath(entry.path) in files:
+                    links += _symlinks_on_the_way(entry.path)
+    seen: set[str] = set()
+    unique = [(t, link) for t, link in links if not (link in seen or seen.add(link))]
+    return tuple(sorted(files)), tuple(unique)
+
+
 @lru_cache(maxsize=1)
 def layout() -> Layout:
     """The read-only view of the host for this interpreter (computed once)."""
     python = os.path.realpath(sys.executable)
     binds: list[str] = []
     symlinks: list[tuple[str, str]] = []
-    for d in ("/lib", "/lib64", "/lib32", "/libx32", "/usr/lib", "/usr/lib64", "/usr/lib32", "/usr/libx32"):
+    for d in ("/lib", "/lib64", "/lib32", "/libx32", "/usr/lib64", "/usr/lib32", "/usr/libx32"):
         if os.path.islink(d):
             symlinks.append((os.readlink(d), d))
-        elif os.path.isdir(d):
-            binds.append(d)
     stdlib = os.path.realpath(os.path.dirname(os.__file__))
-    for path in (python, *_interpreter_files(stdlib), "/etc/ld.so.cache"):
+    interpreter = _interpreter_files(stdlib)
+    for path in (python, *interpreter):
         if os.path.exists(path) and not _covered(path, binds):
             binds.append(path)
     site_dirs: list[str] = []
@@ -162,6 +329,13 @@ def layout() -> Layout:
         for path in (package, os.path.join(site, name + ".libs"), os.path.join(site, name + "_libs")):
             if os.path.isdir(path) and not _covered(path, binds):
                 binds.append(path)
+    dynload = next((p for p in interpreter if p.endswith("lib-dynload")), os.path.join(stdlib, "lib-dynload"))
+    libraries, library_links = shared_libraries(python, tuple(site_dirs), dynload)
+    for path in libraries:
+        if not _covered(path, binds):
+            binds.append(path)
+    top = {link for _, link in symlinks}
+    symlinks += [(t, link) for t, link in library_links if link not in top and not _covered(link, binds)]
     # the base interpreter's own site-packages sits inside its stdlib: hide it unless it holds an
     # allowed package (then it is a site dir; a venv's base has pip, pytest, IPython there)
     hidden = tuple(
@@ -195,8 +369,14 @@ _UNSHARE_HELPER = (
 )
 
 
-def _root_userns() -> int:
-    """A new user namespace mapping 0->0 and 65534->65534 (root only); returns an fd to it."""
+def _prepared_userns(host_id: int) -> int:
+    """A new user namespace for one run at a time; returns an fd to it.
+
+    As root it maps 0->0 and 65534->`host_id` (uid and gid). As another user it maps only
+    65534 -> that user (all an unprivileged user may map). Either way bwrap joins it
+    (``--userns``) instead of making its own: bwrap's own would nest a second user namespace
+    under the mount namespace, whose owner the init could then not remount /tmp in."""
+    root = os.geteuid() == 0
     helper = subprocess.Popen([sys.executable, "-I", "-S", "-c", _UNSHARE_HELPER], stdin=subprocess.PIPE,
                               stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, close_fds=True)
     try:
@@ -204,8 +384,13 @@ def _root_userns() -> int:
         line = helper.stdout.readline().decode(errors="replace").strip()
         if line != "ok":
             raise OSError(f"could not create a user namespace ({line or 'helper died'})")
-        mapping = f"0 0 1\n{SANDBOX_UID} {SANDBOX_UID} 1\n"
-        for name in ("uid_map", "gid_map"):
+        if root:
+            maps = {"uid_map": f"0 0 1\n{SANDBOX_UID} {host_id} 1\n", "gid_map": f"0 0 1\n{SANDBOX_GID} {host_id} 1\n"}
+        else:
+            with open(f"/proc/{helper.pid}/setgroups", "w") as f:
+                f.write("deny")  # the kernel's condition for an unprivileged gid_map
+            maps = {"uid_map": f"{SANDBOX_UID} {os.geteuid()} 1\n", "gid_map": f"{SANDBOX_GID} {os.getegid()} 1\n"}
+        for name, mapping in maps.items():
             with open(f"/proc/{helper.pid}/{name}", "w") as f:
                 f.write(mapping)
         return os.open(f"/proc/{helper.pid}/ns/user", os.O_RDONLY | os.O_CLOEXEC)
@@ -214,22 +399,38 @@ def _root_userns() -> int:
         helper.wait()
 
 
+HOST_UID_BASE = 0x70000000
+"""As root, the n-th prepared user namespace runs its programs as host uid and gid
+HOST_UID_BASE + n (no user of the host has them): concurrent sandboxes never share a uid, so
+none can use up another's per-user kernel budgets (pipe buffers, processes, ...)."""
 _userns_free: list[int] = []
 _userns_lock = threading.Lock()
+_userns_made = 0
+
+
+def is_sandbox_uid(uid: int) -> bool:
+    """Whether host uid `uid` is one a sandbox runs as: HOST_UID_BASE + n for a root evaluator,
+    the evaluator's own uid otherwise (an unprivileged user can map only itself)."""
+    if os.geteuid() != 0:
+        return uid == os.geteuid()
+    return HOST_UID_BASE <= uid < HOST_UID_BASE + (1 << 20)
 
 
 def _lease_userns() -> int:
-    """A prepared user namespace (root only) that no other run is using, made when none is free.
+    """A prepared user namespace that no other run is using, made when none is free.
 
     Reuse is safe because nothing of a run is left in it: the run's pid, mount, net, ipc and uts
-    namespaces are its own and die with it, and the program (uid 65534, no capabilities) cannot
-    change the user namespace itself. It keeps RLIMIT_NPROC per run: the kernel counts processes
-    per (user namespace, uid), and one namespace serves one run at a time.
+    namespaces are its own and die with it, and the program (no capabilities) cannot change the
+    user namespace itself. It keeps RLIMIT_NPROC per run: the kernel counts processes per (user
+    namespace, uid), one namespace serves one run at a time, and each has its own host uid.
     """
+    global _userns_made
     with _userns_lock:
         if _userns_free:
             return _userns_free.pop()
-    return _root_userns()
+        _userns_made += 1
+        slot = _userns_made
+    return _prepared_userns(HOST_UID_BASE + slot)
 
 
 def _return_userns(fd: int, reusable: bool) -> None:
@@ -250,45 +451,93 @@ def _memfd(name: str, data: bytes) -> int:
 
 
 def rlimits(limits: SandboxLimits) -> list[tuple[str, int]]:
+    """The rlimits the init sets before it forks the program. Besides CPU, file size, files,
+    processes and address space: no core files, no locked memory, no real-time priority, and
+    small budgets of queued signals and POSIX message-queue bytes, which the kernel charges to
+    the user that created the sandbox's user namespace (the evaluator's) as well."""
     out = [("RLIMIT_CPU", int(limits.cpu_seconds)), ("RLIMIT_FSIZE", int(limits.tmpfs_bytes)),
            ("RLIMIT_NOFILE", int(limits.open_files)), ("RLIMIT_NPROC", int(limits.max_processes)),
-           ("RLIMIT_CORE", 0)]
+           ("RLIMIT_CORE", 0), ("RLIMIT_MEMLOCK", 0), ("RLIMIT_RTPRIO", 0), ("RLIMIT_SIGPENDING", SIGPENDING),
+           ("RLIMIT_MSGQUEUE", 0)]
     if limits.memory_bytes > 0:
         out.append(("RLIMIT_AS", int(limits.memory_bytes)))
     return out
 
 
+SIGPENDING = 64
+"""Signals a sandbox may have queued at once (the kernel's per-user default is in the tens of
+thousands, shared with the evaluator)."""
+SHM_DIR = "/tmp/.shm"
+"""/dev/shm points here: POSIX semaphores and shared memory of multiprocessing live in the
+program's own capped tmpfs, inside its byte and inode budget."""
+_DEVICES = ("null", "zero", "full", "random", "urandom")
+
+
 def command(bwrap: str, limits: SandboxLimits, fds: dict[str, int]) -> list[str]:
-    """The bwrap command line for one program; `fds` holds the seccomp, info, block, lifeline
-    and (as root) userns fds."""
+    """The bwrap command line for one program; `fds` holds the seccomp, info, block, lifeline,
+    status, ld.so.cache and (as root) userns fds."""
     lay = layout()
     cmd = [bwrap, "--unshare-pid", "--unshare-net", "--unshare-ipc", "--unshare-uts", "--unshare-cgroup-try",
-           "--hostname", "sandbox", "--as-pid-1", "--die-with-parent", "--new-session", "--clearenv", "--cap-drop", "ALL"]
-    if "userns" in fds:
+           "--hostname", "sandbox", "--as-pid-1", "--die-with-parent", "--new-session", "--clearenv", "--cap-drop", "ALL",
+           # the init needs these until it has capped /tmp's inodes and left uid 0; it then drops
+           # every capability, the bounding set included, before the program exists
+           "--cap-add", "CAP_SYS_ADMIN", "--cap-add", "CAP_SETPCAP"]
+    if os.geteuid() == 0:
         cmd += ["--userns", str(fds["userns"]), "--uid", "0", "--gid", "0",
                 "--cap-add", "CAP_SETUID", "--cap-add", "CAP_SETGID"]
     else:
-        cmd += ["--unshare-user", "--disable-userns", "--uid", str(SANDBOX_UID), "--gid", str(SANDBOX_GID)]
-    for key, value in ENV.items():
+        cmd += ["--userns", str(fds["userns"]), "--uid", str(SANDBOX_UID), "--gid", str(SANDBOX_GID)]
+    for key, value in {**ENV, "PYTHONPATH": ":".join(lay.site_dirs)}.items():
         cmd += ["--setenv", key, value]
     # the tmpfs first: binds of an interpreter or packages installed under /tmp then land on it
     # instead of being hidden by it
-    cmd += ["--perms", "1777", "--size", str(int(limits.tmpfs_bytes)), "--tmpfs", "/tmp"]
+    cmd += ["--perms", "1777", "--size", str(int(limits.tmpfs_bytes)), "--tmpfs", "/tmp",
+            "--perms", "1777", "--dir", SHM_DIR]
     # bwrap would create a bind's missing parents with the host parent's mode (/root is 0700)
-    parents = sorted({p[:i] for p in lay.binds for i in range(1, len(p)) if p[i] == "/"}, key=len)
+    paths = [*lay.binds, *(link for _, link in lay.symlinks)]
+    parents = sorted({p[:i] for p in paths for i in range(1, len(p)) if p[i] == "/"}, key=len)
+    links = {link for _, link in lay.symlinks}
     for path in parents:
-        cmd += ["--perms", "0755", "--dir", path]
+        if path not in links and not any(path.startswith(link + "/") for link in links):
+            cmd += ["--perms", "0755", "--dir", path]
+    for target, link in lay.symlinks:
+        if "/" in link.strip("/"):
+            continue
+        cmd += ["--symlink", target, link]  # /lib -> usr/lib first: later paths go through it
     for path in lay.binds:
         cmd += ["--ro-bind", path, path]
     for path in lay.hidden:
         cmd += ["--perms", "0555", "--size", "4096", "--tmpfs", path]
     for target, link in lay.symlinks:
+        if "/" in link.strip("/"):
+            cmd += ["--symlink", target, link]
+    # a private copy of ld.so.cache (no lock or inotify channel through a file all sandboxes share)
+    cmd += ["--perms", "0444", "--ro-bind-data", str(fds["ldcache"]), "/etc/ld.so.cache"]
+    # /dev: the plain devices only; no /dev/pts (ptys are a host-wide budget), /dev/shm in /tmp
+    cmd += ["--perms", "0755", "--size", "65536", "--tmpfs", "/dev"]
+    for name in _DEVICES:
+        cmd += ["--dev-bind", f"/dev/{name}", f"/dev/{name}"]
+    for target, link in (("/proc/self/fd", "/dev/fd"), ("/proc/self/fd/0", "/dev/stdin"),
+                         ("/proc/self/fd/1", "/dev/stdout"), ("/proc/self/fd/2", "/dev/stderr"), (SHM_DIR, "/dev/shm")):
         cmd += ["--symlink", target, link]
-    cmd += ["--proc", "/proc", "--dev", "/dev", "--remount-ro", "/dev", "--remount-ro", "/", "--chdir", "/tmp",
+    cmd += ["--proc", "/proc", "--remount-ro", "/dev", "--remount-ro", "/", "--chdir", "/tmp",
             "--seccomp", str(fds["seccomp"]), "--info-fd", str(fds["info"]), "--block-fd", str(fds["block"]), "--",
-            lay.python, "-I", "-S", "-B", "-c",
-            _PREAMBLE.format(uid=SANDBOX_UID, marker=SETUP_MARKER, lifeline=fds["lifeline"], rlimits=rlimits(limits), site_dirs=list(lay.site_dirs))]
+            lay.python, "-I", "-S", "-B", "-c", preamble(limits, fds)]
     return cmd
+
+
+def preamble(limits: SandboxLimits, fds: dict[str, int]) -> str:
+    """The init's source for one run (see _PREAMBLE)."""
+    lay = layout()
+    mount_only = _mount_filter_bytes()
+    return _PREAMBLE.format(uid=SANDBOX_UID, status=fds["status"], lifeline=fds["lifeline"], inodes=int(limits.tmpfs_inodes),
+                            rlimits=rlimits(limits), site_dirs=list(lay.site_dirs), mount_filter=mount_only,
+                            mount_filter_len=len(mount_only), deadline=float(limits.wall_seconds) + INIT_GRACE)
+
+
+INIT_GRACE = 0.5
+"""The init ends the namespace this long after the wall-clock limit (counted from its own start),
+whether or not the evaluator did: the clock holds when no host process is left to enforce it."""
 
 
 @lru_cache(maxsize=1)
@@ -302,7 +551,21 @@ def _lifeline() -> int:
 
 @lru_cache(maxsize=1)
 def _seccomp_bytes() -> bytes:
-    return filter_program()
+    return filter_program(allow_mount=True)
+
+
+@lru_cache(maxsize=1)
+def _mount_filter_bytes() -> bytes:
+    return mount_filter()
+
+
+@lru_cache(maxsize=1)
+def _ld_cache() -> bytes:
+    try:
+        with open("/etc/ld.so.cache", "rb") as f:
+            return f.read()
+    except OSError:
+        return b""
 
 
 def _open_init(info: dict) -> int | None:
@@ -363,61 +626,91 @@ def run(source: str, limits: SandboxLimits, bwrap: str) -> ProgramResult:
     """Run `source` under `bwrap` and report what it printed and how it ended (never raises for
     what the program does; raises OSError when the sandbox cannot be started at all).
 
-    Returns only once the program's pid namespace is gone; an exception in here (Ctrl-C) kills
-    the run before it propagates.
+    The status comes only from what this side observed (see `limits.classify`): its own timers
+    and output caps, and the wait status and CPU time the sandbox's init reported on a pipe the
+    program never holds. Returns only once the program's pid namespace is gone; an exception in
+    here (Ctrl-C) kills the run before it propagates.
     """
     start = time.perf_counter()
     fds: dict[str, int] = {}
     own: list[int] = []  # descriptors to close at the end
     userns: int | None = None
     ended = False
+    group: cgroup.ProgramCgroup | None = None
+    memory_events: int | None = None
     try:
-        own.append(program := _memfd("numloss-program", source.encode("utf-8", "surrogateescape")))
+        parent = cgroup.support().parent
+        if parent is not None:
+            group = cgroup.ProgramCgroup(parent, limits)
+        own.append(program := _memfd("numloss-program", encode_source(source)))
         own.append(fds.setdefault("seccomp", _memfd("numloss-seccomp", _seccomp_bytes())))
+        own.append(fds.setdefault("ldcache", _memfd("numloss-ld.so.cache", _ld_cache())))
         info_r, fds["info"] = os.pipe()
+        status_r, fds["status"] = os.pipe()
         go_w = None
         fds["block"], go_w = os.pipe()
-        own += [info_r, fds["info"], fds["block"], go_w]
+        own += [info_r, fds["info"], status_r, fds["status"], fds["block"], go_w]
         fds["lifeline"] = _lifeline()
-        if os.geteuid() == 0:
-            userns = fds["userns"] = _lease_userns()
+        userns = fds["userns"] = _lease_userns()
         proc = subprocess.Popen(command(bwrap, limits, fds), stdin=program, stdout=subprocess.PIPE,
                                 stderr=subprocess.PIPE, pass_fds=tuple(fds.values()), env={},
                                 start_new_session=True, close_fds=True)
-        for fd in (program, fds["seccomp"], fds["info"], fds["block"]):
+        for fd in (program, fds["seccomp"], fds["ldcache"], fds["info"], fds["status"], fds["block"]):
             os.close(fd)
             own.remove(fd)
-        out, err, info, why, ended = _collect(proc, info_r, go_w, limits, start)
+        out, err, info, why, reports, ended = _collect(proc, info_r, status_r, go_w, limits, start, group)
     finally:
         for fd in own:
             os.close(fd)
         if userns is not None:
             _return_userns(userns, reusable=ended)
-    returncode = proc.returncode
-    stdout, stderr = decode_output(out), decode_output(err)
-    if why is None and SETUP_MARKER in stderr:
-        status, detail = "error", "sandbox setup failed: " + stderr.strip().splitlines()[-1]
-    elif why is None and returncode == 1 and stderr.startswith("bwrap:"):
-        status, detail = "error", "sandbox setup failed: " + stderr.strip().splitlines()[0]
-    else:
-        signum = returncode - 128 if returncode is not None and returncode > 128 else None
-        status, detail = classify(returncode, why, signum, stderr, limits)
-    return ProgramResult(status, stdout, returncode, time.perf_counter() - start, detail,
-                         isolation="bwrap+seccomp", stderr=stderr, pid_namespace=info.get("pid-namespace"))
+        if group is not None:
+            memory_events = group.oom_kills()
+            group.remove()
+    seen = observed(why if why != "setup" else None, reports, memory_events)
+    stderr = decode_output(err)
+    status, detail = classify(seen, stderr, limits)
+    return ProgramResult(status, decode_output(out), proc.returncode, time.perf_counter() - start, detail,
+                         isolation="bwrap+seccomp", stderr=stderr, pid_namespace=info.get("pid-namespace"),
+                         raw_stdout=out, raw_stderr=err)
 
 
-def _collect(proc: subprocess.Popen, info_r: int, go_w: int, limits: SandboxLimits,
-             start: float) -> tuple[bytes, bytes, dict, str | None, bool]:
-    """Read stdout/stderr (capped) and bwrap's info until the end, the wall clock, or a flood.
+def observed(why: str | None, reports: bytes, memory_events: int | None = None) -> Observed:
+    """What the host saw (`why`: its own kill; `memory_events`: its cgroup's OOM kills) and the
+    init reported, line by line: "started", then "end WAITSTATUS CPU" or "deadline", or "setup
+    REASON" instead of "started"."""
+    seen: dict = {"killed": why, "memory_events": memory_events}
+    for line in reports.decode("ascii", "replace").splitlines():
+        word, _, rest = line.partition(" ")
+        if word == "started":
+            seen["started"] = True
+        elif word == "setup":
+            seen["setup"] = rest
+        elif word == "deadline":
+            seen["deadline"] = True
+        elif word == "end":
+            try:
+                wait, cpu = rest.split()
+                seen["wait_status"], seen["cpu_seconds"] = int(wait), float(cpu)
+            except ValueError:  # cut short by a kill: as if no report came
+                pass
+    return Observed(**seen)
+
+
+def _collect(proc: subprocess.Popen, info_r: int, status_r: int, go_w: int, limits: SandboxLimits,
+             start: float, group: cgroup.ProgramCgroup | None = None) -> tuple[bytes, bytes, dict, str | None, bytes, bool]:
+    """Read stdout/stderr (capped), bwrap's info and the init's reports until the end, the wall
+    clock, or a flood.
 
     Once bwrap reports the namespace's init (--info-fd), the init is registered with the keeper
-    (as root) and bwrap is let go (--block-fd) to start the interpreter. Returns (stdout,
-    stderr, info, why, ended): why is None, "timeout" or "flood" (then the run was killed);
-    ended says that the pid namespace was seen gone.
+    (as root) and moved into its cgroup (where there is one), and bwrap is let go (--block-fd)
+    to start the interpreter. Returns (stdout, stderr, info, why, reports, ended): why is None,
+    "timeout", "flood" or "setup" (then the run was killed); reports the init's status lines
+    (and this side's set-up failure); ended says that the pid namespace was seen gone.
     """
     assert proc.stdout is not None and proc.stderr is not None
     out_fd, err_fd = proc.stdout.fileno(), proc.stderr.fileno()
-    bufs = {out_fd: bytearray(), err_fd: bytearray(), info_r: bytearray()}
+    bufs = {out_fd: bytearray(), err_fd: bytearray(), info_r: bytearray(), status_r: bytearray()}
     deadline = start + limits.wall_seconds
     why: str | None = None
     info: dict = {}
@@ -440,7 +733,7 @@ def _collect(proc: subprocess.Popen, info_r: int, go_w: int, limits: SandboxLimi
                     continue
                 if chunk:
                     bufs[key.fd] += chunk
-                    if key.fd != info_r and len(bufs[key.fd]) > limits.output_bytes:
+                    if key.fd in (out_fd, err_fd) and len(bufs[key.fd]) > limits.output_bytes:
                         why = "flood"
                     continue
                 sel.unregister(key.fd)
@@ -448,6 +741,13 @@ def _collect(proc: subprocess.Popen, info_r: int, go_w: int, limits: SandboxLimi
                     info = _parse_info(bytes(bufs[info_r]))
                     init = _open_init(info)
                     registered = _keeper_add(info)
+                    if group is not None and isinstance(info.get("child-pid"), int):
+                        try:
+                            group.add(info["child-pid"])
+                        except OSError as error:  # fail closed: no program outside its cgroup
+                            bufs[status_r] += f"setup adding the sandbox to its cgroup: {error}\n".encode()
+                            why = "setup"
+                            break
                     try:
                         os.write(go_w, b"x")
                     except BrokenPipeError:
@@ -468,10 +768,15 @@ def _collect(proc: subprocess.Popen, info_r: int, go_w: int, limits: SandboxLimi
     ended = _end_namespace(init, 5.0)
     if registered:
         _keeper_remove(info)
+    try:  # what the init said before it ended (all of it when the run was not killed)
+        while chunk := os.read(status_r, 1 << 16):
+            bufs[status_r] += chunk
+    except (BlockingIOError, OSError):
+        pass
     out, err = bytes(bufs[out_fd][: limits.output_bytes]), bytes(bufs[err_fd][: limits.output_bytes])
     proc.stdout.close()
     proc.stderr.close()
-    return out, err, info, why, ended
+    return out, err, info, why, bytes(bufs[status_r]), ended
 
 
 # ---- the keeper: ends every sandbox of a root evaluator that dies without cleaning up ----------

@@ -9,11 +9,24 @@ loads into the kernel just before it executes the interpreter. The filter, in or
 2. refuses (EPERM) the syscalls no arithmetic program needs and that widen the kernel attack
    surface or reach outside the namespaces: ptrace, process_vm_*, mount and the new mount API,
    keyrings, bpf, perf_event_open, userfaultfd, kexec, modules, unshare/setns, io_uring, ...;
-3. allows ``socket`` and ``socketpair`` for AF_UNIX only (EAFNOSUPPORT otherwise), so no
-   network socket, netlink or packet socket can be created even inside the empty netns;
-4. refuses ``clone`` with any CLONE_NEW* flag (no nested namespaces) and answers ``clone3`` with
+   and those that hold memory no rlimit counts or that draw on the evaluator's per-user kernel
+   budgets: memfd_create/memfd_secret, SysV shared memory and message queues, extended
+   attributes (setxattr & co.), POSIX message queues, inotify, fanotify, NUMA policies,
+   modify_ldt; and what draws on host-wide budgets or work: AIO contexts, sync();
+3. answers ENOSYS (as an older kernel would) for every syscall number above the newest one this
+   table knows, except the few known-harmless ones listed in `NEWER_ALLOWED`: a kernel upgrade
+   cannot open a new surface behind the filter's back;
+4. refuses ``socket`` and ``socketpair`` for every address family (EAFNOSUPPORT): no network,
+   netlink or packet socket, and no unix socket whose unread buffers would hold memory beside
+   every limit (pipes, which the per-user pipe budget bounds, remain);
+5. refuses ``fcntl(F_SETPIPE_SZ)`` (pipes keep their default 64 KiB buffer);
+6. refuses ``clone`` with any CLONE_NEW* flag (no nested namespaces) and answers ``clone3`` with
    ENOSYS, whose flags live in memory a filter cannot read; glibc then falls back to ``clone``;
-5. allows everything else.
+7. allows everything else.
+
+`filter_program(allow_mount=True)` is the same filter without the ``mount`` refusal: bwrap loads
+it, the sandbox's init uses ``mount`` once (to cap its tmpfs's inodes, which bwrap cannot) and
+then stacks `mount_filter()`, which refuses it, before any of the program runs.
 
 The syscall numbers are the kernel's (arch/x86/entry/syscalls/syscall_64.tbl and
 include/uapi/asm-generic/unistd.h for aarch64), checked against the installed headers.
@@ -54,8 +67,32 @@ DENIED = (
     "clock_adjtime", "sethostname", "setdomainname", "personality", "nfsservctl",
     "io_uring_setup", "io_uring_enter", "io_uring_register", "migrate_pages", "move_pages",
     "iopl", "ioperm", "uselib",
+    # memory outside RLIMIT_AS, and per-user budgets charged to the evaluator's user
+    "memfd_create", "memfd_secret", "shmget", "shmat", "shmctl", "msgget", "msgsnd", "msgrcv", "msgctl",
+    "setxattr", "lsetxattr", "fsetxattr", "removexattr", "lremovexattr", "fremovexattr",
+    "mq_open", "mq_unlink", "mq_timedsend", "mq_timedreceive", "mq_notify", "mq_getsetattr",
+    "inotify_init", "inotify_init1", "inotify_add_watch", "fanotify_init", "fanotify_mark",
+    "mbind", "set_mempolicy", "set_mempolicy_home_node", "modify_ldt", "vmsplice",
+    # host-wide budgets or work: AIO contexts (fs.aio-max-nr is one count for the whole host), sync()
+    "io_setup", "io_destroy", "io_getevents", "io_submit", "io_cancel", "io_pgetevents", "sync",
 )
 """Syscalls refused with EPERM (those an architecture lacks are skipped)."""
+
+NEWEST_KNOWN = 469
+"""The highest syscall number in the tables below (file_setattr, Linux 6.17); the numbers from
+424 on are the same on every architecture."""
+_NEWER = {
+    "cachestat": 451, "fchmodat2": 452, "map_shadow_stack": 453, "futex_wake": 454, "futex_wait": 455,
+    "futex_requeue": 456, "statmount": 457, "listmount": 458, "lsm_get_self_attr": 459,
+    "lsm_set_self_attr": 460, "lsm_list_modules": 461, "mseal": 462, "setxattrat": 463, "getxattrat": 464,
+    "listxattrat": 465, "removexattrat": 466, "open_tree_attr": 467, "file_getattr": 468, "file_setattr": 469,
+}
+NEWER_ALLOWED = ("fchmodat2", "futex_wake", "futex_wait", "futex_requeue", "getxattrat", "listxattrat", "file_getattr")
+"""Syscalls above 450 that are allowed (glibc may use them; they read, or act on the caller's own
+files); every other number above 450 gets ENOSYS (statmount, listmount, open_tree_attr,
+setxattrat, lsm_*, ... included)."""
+_LAST_CLASSIC = 450
+F_SETPIPE_SZ = 1031
 
 _X86_64 = {
     "ptrace": 101, "process_vm_readv": 310, "process_vm_writev": 311, "process_madvise": 440,
@@ -70,7 +107,15 @@ _X86_64 = {
     "adjtimex": 159, "clock_adjtime": 305, "sethostname": 170, "setdomainname": 171,
     "personality": 135, "nfsservctl": 180, "io_uring_setup": 425, "io_uring_enter": 426,
     "io_uring_register": 427, "migrate_pages": 256, "move_pages": 279, "iopl": 172, "ioperm": 173,
-    "uselib": 134, "socket": 41, "socketpair": 53, "clone": 56, "clone3": 435,
+    "uselib": 134, "socket": 41, "socketpair": 53, "clone": 56, "clone3": 435, "fcntl": 72,
+    "memfd_create": 319, "memfd_secret": 447, "shmget": 29, "shmat": 30, "shmctl": 31, "msgget": 68,
+    "msgsnd": 69, "msgrcv": 70, "msgctl": 71, "setxattr": 188, "lsetxattr": 189, "fsetxattr": 190,
+    "removexattr": 197, "lremovexattr": 198, "fremovexattr": 199, "mq_open": 240, "mq_unlink": 241,
+    "mq_timedsend": 242, "mq_timedreceive": 243, "mq_notify": 244, "mq_getsetattr": 245,
+    "inotify_init": 253, "inotify_init1": 294, "inotify_add_watch": 254, "fanotify_init": 300,
+    "fanotify_mark": 301, "mbind": 237, "set_mempolicy": 238, "set_mempolicy_home_node": 450,
+    "modify_ldt": 154, "vmsplice": 278, "io_setup": 206, "io_destroy": 207, "io_getevents": 208,
+    "io_submit": 209, "io_cancel": 210, "io_pgetevents": 333, "sync": 162,
 }
 _AARCH64 = {
     "ptrace": 117, "process_vm_readv": 270, "process_vm_writev": 271, "process_madvise": 440,
@@ -85,7 +130,14 @@ _AARCH64 = {
     "adjtimex": 171, "clock_adjtime": 266, "sethostname": 161, "setdomainname": 162,
     "personality": 92, "nfsservctl": 42, "io_uring_setup": 425, "io_uring_enter": 426,
     "io_uring_register": 427, "migrate_pages": 238, "move_pages": 239,
-    "socket": 198, "socketpair": 199, "clone": 220, "clone3": 435,
+    "socket": 198, "socketpair": 199, "clone": 220, "clone3": 435, "fcntl": 25,
+    "memfd_create": 279, "memfd_secret": 447, "shmget": 194, "shmat": 196, "shmctl": 195, "msgget": 186,
+    "msgsnd": 189, "msgrcv": 188, "msgctl": 187, "setxattr": 5, "lsetxattr": 6, "fsetxattr": 7,
+    "removexattr": 14, "lremovexattr": 15, "fremovexattr": 16, "mq_open": 180, "mq_unlink": 181,
+    "mq_timedsend": 182, "mq_timedreceive": 183, "mq_notify": 184, "mq_getsetattr": 185,
+    "inotify_init1": 26, "inotify_add_watch": 27, "fanotify_init": 262, "fanotify_mark": 263,
+    "mbind": 235, "set_mempolicy": 237, "set_mempolicy_home_node": 450, "vmsplice": 75, "io_setup": 0,
+    "io_destroy": 1, "io_submit": 2, "io_cancel": 3, "io_getevents": 4, "io_pgetevents": 292, "sync": 81,
 }
 # machine name -> (AUDIT_ARCH_* value, syscall table, x32 bit or 0)
 _ARCHES = {
@@ -106,29 +158,51 @@ def _ret_errno(err: int) -> bytes:
     return _insn(_RET_K, _RET_ERRNO | err)
 
 
-def filter_program(machine: str | None = None) -> bytes:
-    """The BPF program (``struct sock_filter[]``, native byte order = little endian) for `machine`.
-
-    Raises SeccompUnsupported on an architecture without a syscall table here, or on a big-endian
-    host: the sandbox then refuses to run rather than run without the filter.
-    """
+def _arch(machine: str | None) -> tuple[int, dict[str, int], int]:
     machine = machine or platform.machine()
     if machine not in _ARCHES or sys.byteorder != "little":
         raise SeccompUnsupported(f"no seccomp filter for the {machine} architecture (have: {', '.join(_ARCHES)})")
-    audit_arch, table, x32_bit = _ARCHES[machine]
-    prog = [_insn(_LD_W_ABS, _ARCH), _insn(_JEQ_K, audit_arch, jt=1), _insn(_RET_K, _RET_KILL_PROCESS),
+    return _ARCHES[machine]
+
+
+def _prologue(audit_arch: int) -> list[bytes]:
+    return [_insn(_LD_W_ABS, _ARCH), _insn(_JEQ_K, audit_arch, jt=1), _insn(_RET_K, _RET_KILL_PROCESS),
             _insn(_LD_W_ABS, _NR)]
+
+
+def filter_program(machine: str | None = None, allow_mount: bool = False) -> bytes:
+    """The BPF program (``struct sock_filter[]``, native byte order = little endian) for `machine`.
+
+    `allow_mount` leaves ``mount`` out of the refusals (the filter bwrap loads; the sandbox's init
+    stacks `mount_filter` before the program runs). Raises SeccompUnsupported on an architecture
+    without a syscall table here, or on a big-endian host: the sandbox then refuses to run rather
+    than run without the filter.
+    """
+    audit_arch, table, x32_bit = _arch(machine)
+    prog = _prologue(audit_arch)
     if x32_bit:
         prog += [_insn(_JGE_K, x32_bit, jf=1), _ret_errno(errno.EPERM)]
     for name in DENIED:
-        if name in table:
+        if name in table and not (allow_mount and name == "mount"):
             prog += [_insn(_JEQ_K, table[name], jf=1), _ret_errno(errno.EPERM)]
+    for name in NEWER_ALLOWED:
+        prog += [_insn(_JEQ_K, _NEWER[name], jf=1), _insn(_RET_K, _RET_ALLOW)]
+    prog += [_insn(_JGE_K, _LAST_CLASSIC + 1, jf=1), _ret_errno(errno.ENOSYS)]
     prog += [_insn(_JEQ_K, table["clone3"], jf=1), _ret_errno(errno.ENOSYS)]
     for name in ("socket", "socketpair"):
-        # if nr == socket: A = domain; allow AF_UNIX, refuse the rest; else go on (A is nr again)
-        prog += [_insn(_JEQ_K, table[name], jf=4), _insn(_LD_W_ABS, _ARG0_LOW),
-                 _insn(_JEQ_K, AF_UNIX, jf=1), _insn(_RET_K, _RET_ALLOW), _ret_errno(errno.EAFNOSUPPORT)]
+        prog += [_insn(_JEQ_K, table[name], jf=1), _ret_errno(errno.EAFNOSUPPORT)]
+    # if nr == fcntl: A = cmd; refuse F_SETPIPE_SZ, allow the rest
+    prog += [_insn(_JEQ_K, table["fcntl"], jf=4), _insn(_LD_W_ABS, _ARG0_LOW + 8),
+             _insn(_JEQ_K, F_SETPIPE_SZ, jf=1), _ret_errno(errno.EPERM), _insn(_RET_K, _RET_ALLOW)]
     prog += [_insn(_JEQ_K, table["clone"], jf=3), _insn(_LD_W_ABS, _ARG0_LOW),
              _insn(_JSET_K, CLONE_NEW_FLAGS, jf=1), _ret_errno(errno.EPERM)]
     prog.append(_insn(_RET_K, _RET_ALLOW))
     return b"".join(prog)
+
+
+def mount_filter(machine: str | None = None) -> bytes:
+    """A filter refusing only ``mount`` (EPERM) and other ABIs, stacked by the sandbox's init on
+    top of ``filter_program(allow_mount=True)`` once it has capped its tmpfs."""
+    audit_arch, table, _ = _arch(machine)
+    return b"".join(_prologue(audit_arch) + [_insn(_JEQ_K, table["mount"], jf=1), _ret_errno(errno.EPERM),
+                                              _insn(_RET_K, _RET_ALLOW)])
