@@ -77,6 +77,21 @@ def test_program_of_thought_with_chain_of_thought_fallback():
     assert generator.limits == [1500, 1500]  # the released limit for open answers, first and fallback
 
 
+def test_results_keep_the_raw_program_output_beside_the_clean_one():
+    script = {
+        ("6 times 7", "pot"): "print('\\x1b[31m42\\x1b[0m\\x1b]0;owned\\x07')",  # colours and a title escape
+        ("10 minus 3", "pot"): "print(7)",
+        ("2 plus 2", "pot"): "print(4)",
+        ("9 plus 1", "pot"): "print(10)",
+        ("5 minus 5", "pot"): "print(0)",
+    }
+    results = run_benchmark(numbers(), [NUMLOSS], Scripted(script), runner(), batch_size=8)["numloss"]
+    assert results[0].program_stdout.strip() == "42" and results[0].correct
+    assert "\x1b[31m" in results[0].program_stdout_raw and "\x1b]0;owned" in results[0].program_stdout_raw
+    assert results[1].program_stdout_raw == ""  # nothing to strip: not stored twice
+    assert "\x1b" not in str(results[0].to_json()["program_stdout"])
+
+
 def test_both_protocols_score_one_generation_and_share_the_fallback():
     script = {
         ("6 times 7", "pot"): "```python\nprint(42)\n```",       # released: a SyntaxError in its wrapper -> CoT

@@ -71,7 +71,8 @@ class ItemResult:
     correct: bool
     value: float | None = None  # the prediction as a number (open items), None when it is not one
     program_status: str = ""  # of the first attempt's program; "" when none ran, "refused" when not allowed
-    program_stdout: str = ""
+    program_stdout: str = ""  # as scored: terminal controls removed (sandbox.safe_text)
+    program_stdout_raw: str = ""  # what the program wrote, when it differs (invalid UTF-8 backslash-escaped)
     fallback_output: str | None = None  # the chain-of-thought output, None when not generated
     fallback_program_status: str = ""
     needs_fallback: bool = False  # the first attempt gave nothing and no fallback output was given
@@ -123,6 +124,9 @@ def score_items(
         if program is not None:
             result.program_status = program.status
             result.program_stdout = program.stdout[-STDOUT_KEPT:]
+            raw = program.raw_stdout.decode("utf-8", "backslashreplace")[-STDOUT_KEPT:]
+            if raw != result.program_stdout:  # kept for the record; reports and terminals see the clean text
+                result.program_stdout_raw = raw
         if not prediction and style == "pot":
             result.style = "pot+cot"
             if fallback is None:

@@ -35,7 +35,7 @@ _STR, _INT, _NUM, _NONE = (str,), (int,), (int, float), (type(None),)
 RESULT_TYPES: dict[str, tuple[type, ...]] = {
     "model": _STR, "benchmark": _STR, "protocol": _STR, "id": _STR + _INT, "settings": _STR,
     "kind": _STR, "gold": _STR, "style": _STR, "output": _STR, "prediction": _STR, "correct": (bool,),
-    "value": _NUM + _NONE, "program_status": _STR, "program_stdout": _STR, "fallback_output": _STR + _NONE,
+    "value": _NUM + _NONE, "program_status": _STR, "program_stdout": _STR, "program_stdout_raw": _STR, "fallback_output": _STR + _NONE,
     "fallback_program_status": _STR, "needs_fallback": (bool,), "question": _STR, "isolation": _STR,
     "generation": (dict,), "model_identity": _STR + _NONE, "seed": _INT + _NONE, "set_size": _INT + _NONE,
 }
