@@ -26,6 +26,14 @@ def run_comparison(
 ) -> dict[str, Any]:
     """Run the grid of `compare` (a CompareConfig), write the report; returns the summary.
     `finished_only`: train nothing, report the runs already finished."""
+    from numloss.compare.runner import hold_output_dir
+
+    # the whole run holds the report folder: a second compare into it stops at once, naming this one
+    with hold_output_dir(compare.output_dir):
+        return _run_comparison(compare, progress, print_table, finished_only)
+
+
+def _run_comparison(compare: Any, progress: bool, print_table: bool, finished_only: bool) -> dict[str, Any]:
     from numloss.compare.machine import machine_info, runs_machine_line
     from numloss.compare.report import text_table, write_report
     from numloss.compare.runner import run_grid
@@ -119,11 +127,19 @@ def resolve(args: argparse.Namespace, default_config: str | None = "configs/comp
         path = default_config
     compare = load_compare_config(path)
     smoke = getattr(args, "smoke", False)
-    if args.model or args.steps or args.out or smoke:
+    # a given value is never "not given": 0 and '' are checked like any other (issues 24, 28)
+    for option, value in (("--steps", args.steps), ("--jobs", args.jobs), ("--threads", getattr(args, "threads", None))):
+        if value is not None and value < 1:
+            raise ConfigError(f"{option} must be a positive integer, got {value}")
+    for option, value in (("--model", args.model), ("--out", args.out), ("--records", getattr(args, "records", None)),
+                          ("--objectives", args.objectives), ("--seeds", args.seeds)):
+        if value is not None and not value.strip(" ,"):
+            raise ConfigError(f"{option} is empty: give a value or leave the option out")
+    if args.model is not None or args.steps is not None or args.out is not None or smoke:
         base = {k: dict(v) if isinstance(v, dict) else v for k, v in compare.base.items()}
-        if args.model:
+        if args.model is not None:
             base.setdefault("model", {})["name"] = args.model
-        if args.steps:
+        if args.steps is not None:
             base.setdefault("train", {})["max_steps"] = args.steps
         mapping = {
             "base": base,
@@ -137,31 +153,36 @@ def resolve(args: argparse.Namespace, default_config: str | None = "configs/comp
             "output_dir": args.out or str(compare.output_dir),
             # another model, length or the smoke check are other runs: they stay out of the records
             # (another report folder, --out, is the same runs)
-            "records_dir": None if (args.model or args.steps or smoke) else compare.records_dir,
+            "records_dir": None if (args.model is not None or args.steps is not None or smoke) else compare.records_dir,
         }
         if smoke:
             _shrink_for_smoke(mapping, out_given=bool(args.out))
         compare = compare_config_from_dict(mapping, compare.source)
-    if getattr(args, "records", None):
+    if getattr(args, "records", None) is not None:
         compare.records_dir = Path(args.records)
     if getattr(args, "no_records", False):
         compare.records_dir = None
-    if args.objectives:
+    if args.objectives is not None:
         names = [n.strip() for n in args.objectives.split(",") if n.strip()]
+        repeated = sorted({n for n in names if names.count(n) > 1})
+        if repeated:
+            raise ConfigError(f"--objectives: {', '.join(repeated)} given twice; name each objective once")
         compare.objectives = select_objectives(compare, names)
     if args.jobs is not None:
-        if args.jobs < 1:
-            raise ConfigError(f"--jobs must be a positive integer, got {args.jobs}")
         compare.jobs = args.jobs
     if getattr(args, "threads", None) is not None:
-        if args.threads < 1:
-            raise ConfigError(f"--threads must be a positive integer, got {args.threads}")
         compare.torch_threads = args.threads
-    if args.seeds:
+    if args.seeds is not None:
         try:
-            compare.seeds = [int(s) for s in args.seeds.split(",") if s.strip()]
+            seeds = [int(s) for s in args.seeds.split(",") if s.strip()]
         except ValueError:
             raise ConfigError(f"--seeds must be comma-separated integers, got {args.seeds!r}") from None
+        repeated = sorted({s for s in seeds if seeds.count(s) > 1})
+        if repeated:  # trained once, it would still count twice in the statistics
+            raise ConfigError(f"--seeds: {', '.join(map(str, repeated))} given twice; name each seed once")
+        if any(s < 0 for s in seeds):
+            raise ConfigError(f"--seeds must be integers >= 0, got {args.seeds!r}")
+        compare.seeds = seeds
     return compare
 
 
@@ -209,6 +230,15 @@ def main(argv: list[str] | None = None) -> int:
     except ConfigError as error:
         print(f"numloss compare: {error}", file=sys.stderr)
         return 2
+    if not args.report_only:  # a missing model fails now, in one line, not in the first run
+        from numloss.models import ModelUnavailableError, check_model_available
+
+        model = compare.base.get("model", {})
+        try:
+            check_model_available(model.get("name", "tiny"), model.get("revision"), model.get("cache_dir"))
+        except ModelUnavailableError as error:
+            print(f"numloss compare: model.name: {error}", file=sys.stderr)
+            return 2
     if not args.verbose:
         quiet_training_logs()
     try:
@@ -216,4 +246,8 @@ def main(argv: list[str] | None = None) -> int:
     except ConfigError as error:
         print(f"numloss compare: {error}", file=sys.stderr)
         return 2
+    except OSError as error:  # a full disk, a folder that turned read-only mid-run: one line, not a traceback
+        where = f"{error.filename}: " if error.filename else ""
+        print(f"numloss compare: {where}{error.strerror or error}", file=sys.stderr)
+        return 1
     return 0
