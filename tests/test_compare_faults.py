@@ -120,6 +120,7 @@ def test_empty_values_are_refused(option, value, tmp_path, capsys, no_training) 
         (["--seeds", "0,x"], ["--seeds", "0,x"]),
         (["--objectives", "mle,del,mle"], ["--objectives", "mle"]),
         (["--model", str(Path("/nonexistent/model"))], ["model", "/nonexistent/model"]),
+        (["--threads", "100000"], ["--threads", "100000", "cores"]),
     ],
 )
 def test_repeated_seeds_objectives_and_missing_models_are_refused(argv, words, tmp_path, capsys, no_training) -> None:

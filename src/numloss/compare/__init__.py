@@ -4,6 +4,16 @@ Trains the same model on the same seeded data once per objective and seed, evalu
 the held-out sets of the task (in-distribution, longer numbers, more decimals) and writes a report
 folder: results.json, report.md (tables: mean +- std over seeds, best in bold) and PNG plots.
 Started again with the same settings, it skips the runs that already finished.
+
+Safety: a given option is never read as "not given": --steps, --jobs and --threads must be
+positive (--threads at most the machine's cores), an empty --objectives, --seeds, --model, --out or
+--records is refused, and so is a seed or objective named twice. The config file is checked key by
+key (types and ranges) before anything trains; every error is one line. The report folder is
+locked for the whole run: a second compare into it stops at once, naming the first. A finished run
+of other settings (another --steps, say) is never deleted: it is moved to
+OUT/superseded/<run>-<hash> and the console says so. A corrupted run record (records_dir) is
+named and refused: restore it from git, or delete it to train that run again. With --jobs, the
+workers die with the compare that started them, even when it is killed.
 """
 
 from __future__ import annotations
@@ -11,6 +21,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import logging
+import os
 import sys
 import time
 from pathlib import Path
@@ -171,6 +182,8 @@ def resolve(args: argparse.Namespace, default_config: str | None = "configs/comp
     if args.jobs is not None:
         compare.jobs = args.jobs
     if getattr(args, "threads", None) is not None:
+        if args.threads > (os.cpu_count() or 1):  # torch would start them all: --threads 100000 hangs
+            raise ConfigError(f"--threads {args.threads} is more than this machine's {os.cpu_count()} cores")
         compare.torch_threads = args.threads
     if args.seeds is not None:
         try:

@@ -5,8 +5,9 @@
                    `kind: word_problems` and numloss.compare.word_task.WordProblemTask fields
                    (chat-template word problems scored on GSM8K / SVAMP items)
     objectives:    a list of {label, name, alpha, options}: one column of the grid each
-    seeds:         [0, 1, 2]: each objective is trained once per seed (data order and init)
-    evaluation:    {batch_size, teacher_forced_batch_size, embeddings}
+    seeds:         [0, 1, 2]: each objective is trained once per seed (data order and init);
+                   distinct integers >= 0 (a repeated seed would count one run twice)
+    evaluation:    {batch_size, teacher_forced_batch_size, embeddings}: batch sizes >= 1
     learning:      {every, slice_size, threshold, stop_early, batch_size}: the checks during
                    training of whether a run has learnt the task (numloss.compare.learning);
                    null: none (only the final evaluation)
@@ -22,7 +23,8 @@
                    and machines, since output_dir (ignored by git) does not survive a new checkout
 
 Every run's training config is `base` with the objective, the seed and the run folder filled in
-and validated by `numloss.config` (the same checks as `numloss train`).
+and validated by `numloss.config` (the same checks as `numloss train`). Every key above is checked
+for its type and range when the file is loaded, before any training, with one line naming it.
 """
 
 from __future__ import annotations

@@ -10,7 +10,13 @@ outcome. A run whose result exists with the same hash is skipped; an interrupted
 file) starts again from scratch, so started-again comparisons continue where they stopped. With
 `records_dir` set, every finished result is also written there (`<label>-s<seed>-<hash>.json`, a
 folder kept in version control) and a run found there is not trained again: the grid continues
-across sessions and machines, each record naming the machine it ran on.
+across sessions and machines, each record naming the machine it ran on. A record that is
+unreadable or not the run its name says (`result_problem`) is refused, naming the file.
+
+Nothing finished is deleted: a run folder holding a result of other settings is moved to
+`superseded/<name>-<hash>` beside `runs/` (and the console says so); only an interrupted run (no
+result.json) is cleared. `run_grid` holds the output folder's lock (numloss.rundir) throughout,
+and its worker processes are killed by the kernel when the parent dies (PR_SET_PDEATHSIG).
 
 Learning checks (`learning:` in the config, numloss.compare.learning): every few hundred steps a
 run is scored on the task's check slice (`ArithmeticTask.check_set`, kept out of training and
