@@ -114,7 +114,8 @@ def test_empty_values_are_refused(option, value, tmp_path, capsys, no_training) 
 @pytest.mark.parametrize(
     "argv, words",
     [
-        (["--seeds", "0,0"], ["--seeds", "0"]),
+        (["--seeds", "0,0"], ["--seeds", "repeated: 0"]),
+        (["--seeds", "4294967296"], ["--seeds", "4294967296"]),
         (["--seeds", "3,1,3", "--jobs", "2"], ["--seeds", "3"]),
         (["--seeds", "0,-2"], ["--seeds"]),
         (["--seeds", "0,x"], ["--seeds", "0,x"]),

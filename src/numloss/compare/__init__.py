@@ -128,6 +128,7 @@ def build_parser(prog: str = "numloss compare") -> argparse.ArgumentParser:
 def resolve(args: argparse.Namespace, default_config: str | None = "configs/compare.yaml") -> Any:
     """The CompareConfig of parsed arguments (config file, then the command-line overrides)."""
     from numloss.compare.config import (
+        check_seeds,
         compare_config_from_dict,
         load_compare_config,
         select_objectives,
@@ -190,11 +191,7 @@ def resolve(args: argparse.Namespace, default_config: str | None = "configs/comp
             seeds = [int(s) for s in args.seeds.split(",") if s.strip()]
         except ValueError:
             raise ConfigError(f"--seeds must be comma-separated integers, got {args.seeds!r}") from None
-        repeated = sorted({s for s in seeds if seeds.count(s) > 1})
-        if repeated:  # trained once, it would still count twice in the statistics
-            raise ConfigError(f"--seeds: {', '.join(map(str, repeated))} given twice; name each seed once")
-        if any(s < 0 for s in seeds):
-            raise ConfigError(f"--seeds must be integers >= 0, got {args.seeds!r}")
+        check_seeds(seeds, "--seeds")  # a seed twice: trained once, it would still count twice
         compare.seeds = seeds
     return compare
 

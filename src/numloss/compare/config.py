@@ -180,6 +180,17 @@ _LARGEST = 10**9
 _MAX_DIGITS = 100
 
 
+def check_seeds(seeds: Any, where: str) -> None:
+    """ConfigError unless `seeds` is a non-empty list of distinct integers in [0, 10**9]: a seed
+    given twice would train one run twice and count it as two seeds."""
+    if (not isinstance(seeds, list) or not seeds
+            or not all(isinstance(s, int) and not isinstance(s, bool) and 0 <= s <= _LARGEST for s in seeds)):
+        raise ConfigError(f"{where} must be a non-empty list of integers in [0, {_LARGEST:,}], got {seeds!r}")
+    repeated = sorted({s for s in seeds if seeds.count(s) > 1})
+    if repeated:
+        raise ConfigError(f"{where} must be distinct; repeated: {', '.join(map(str, repeated))}")
+
+
 def _check_task_types(task: Any) -> None:
     """The field types of the `task` section (arithmetic or word problems), before it is built."""
     from numloss.compare.task import ArithmeticTask, Distribution
@@ -294,12 +305,7 @@ def compare_config_from_dict(mapping: dict[str, Any], origin: str = "config") ->
     except (TypeError, ValueError) as error:  # ConfigError is a ValueError
         raise ConfigError(f"{origin}: {error}") from None
     seeds = mapping.get("seeds", [0])
-    if (not isinstance(seeds, list) or not seeds
-            or not all(isinstance(s, int) and not isinstance(s, bool) and 0 <= s <= _LARGEST for s in seeds)):
-        raise ConfigError(f"{origin}: seeds must be a non-empty list of integers >= 0, got {seeds!r}")
-    repeated = sorted({s for s in seeds if seeds.count(s) > 1})
-    if repeated:  # a seed twice would train one run twice and count it as two seeds
-        raise ConfigError(f"{origin}: seeds must be distinct; repeated: {', '.join(map(str, repeated))}")
+    check_seeds(seeds, f"{origin}: seeds")
     evaluation_map = mapping.get("evaluation") or {}
     try:
         _check_types(evaluation_map, EvaluationSettings(), "evaluation")

@@ -623,5 +623,7 @@ def _run_parallel(
                 if error is not None:
                     for other in remaining:
                         other.cancel()
+                    if isinstance(error, (ConfigError, OSError)):  # one line at the CLI, as in a serial grid
+                        raise error
                     raise RuntimeError(f"run {futures[future].name} failed: {error}") from error
                 finish(futures[future], future.result())
