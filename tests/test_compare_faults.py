@@ -411,7 +411,7 @@ def _alive(pid: int) -> bool:
 
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="PR_SET_PDEATHSIG and /proc are Linux's")
-def test_killing_the_parent_of_a_two_job_compare_kills_its_workers(tmp_path) -> None:
+def test_killing_the_parent_of_a_two_job_compare_kills_its_workers(tmp_path, capsys) -> None:
     out = tmp_path / "out"
     mapping = _mapping(out, objectives=["mle", "ntl-was"], jobs=2)
     mapping["base"]["train"]["max_steps"] = 100000  # still training when the parent is killed
@@ -429,6 +429,9 @@ def test_killing_the_parent_of_a_two_job_compare_kills_its_workers(tmp_path) -> 
             time.sleep(0.2)
         workers = _children(parent.pid)
         assert len(workers) >= 2, workers
+        # a second compare into the same folder, while the first trains, stops naming it
+        line = _one_line_error(capsys, compare_main([config, "--no-progress", "--objectives", "mle"]))
+        assert f"pid {parent.pid}" in line and "in use" in line
         parent.send_signal(signal.SIGKILL)
         parent.wait()
         deadline = time.monotonic() + 20
