@@ -353,6 +353,31 @@ def test_a_garbled_result_in_the_output_folder_is_kept_aside_and_redone(recorded
     assert (out / "superseded" / "mle-s0-unreadable" / "result.json").read_text() == "[1, 2]"
 
 
+def test_the_training_file_is_the_set_the_run_trains_on(recorded, tmp_path, monkeypatch) -> None:
+    """data/train-s<seed>.jsonl of an output folder is rewritten when the task changed under it."""
+    from numloss.compare.runner import run_grid
+
+    root, _, _ = recorded
+    out = tmp_path / "out"
+    shutil.copytree(root / "out", out)
+    assert len((out / "data" / "train-s0.jsonl").read_text().splitlines()) == 16
+    seen = []
+
+    class Trained(Exception):
+        pass
+
+    def stop(config, *args, examples=None, **kwargs):
+        seen.append([json.dumps({"instruction": e.instruction, "output": e.output}) for e in examples])
+        raise Trained
+
+    monkeypatch.setattr(numloss.train, "run_training", stop)
+    mapping = _mapping(out)
+    mapping["task"]["train_size"] = 12
+    with pytest.raises(Trained):
+        run_grid(compare_config_from_dict(mapping), progress=False)
+    assert (out / "data" / "train-s0.jsonl").read_text().splitlines() == seen[0] and len(seen[0]) == 12
+
+
 CORRUPTIONS = {
     "truncated": lambda text: text[: len(text) // 2],
     "empty": lambda text: "",

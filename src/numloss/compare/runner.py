@@ -351,13 +351,13 @@ def _initial_model(config: Any) -> tuple[Any, Any]:
 
 
 def _write_train_file(path: Path, examples: Sequence[TaskExample]) -> None:
-    """The training set of a run as instruction JSONL (the record of what it saw)."""
-    if path.is_file():
+    """The training set of a run as instruction JSONL (the record of what it saw); rewritten when
+    the file holds another set (a task changed under the same output folder)."""
+    text = "".join(json.dumps({"instruction": e.instruction, "output": e.output}) + "\n" for e in examples)
+    if path.is_file() and path.read_text() == text:
         return
     tmp = path.with_name(path.name + ".tmp")
-    with tmp.open("w") as handle:
-        for e in examples:
-            handle.write(json.dumps({"instruction": e.instruction, "output": e.output}) + "\n")
+    tmp.write_text(text)
     os.replace(tmp, path)
 
 
