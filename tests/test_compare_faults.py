@@ -471,8 +471,22 @@ def test_killing_the_parent_of_a_two_job_compare_kills_its_workers(tmp_path, cap
         parent.stderr.close()
 
 
-def test_load_compare_config_reads_wrong_yaml_values_as_one_line(tmp_path) -> None:
+@pytest.mark.parametrize(
+    "text, words",
+    [
+        (b"objectives:\n  - {name: del, alpha: abc}\n", ["objectives[0].alpha must be a finite number"]),
+        (b"objectives:\n  - {name: del, alpha: [1]}\n", ["objectives[0].alpha must be a finite number"]),
+        (b"seeds: [0]\nseeds: [1]\n", ["'seeds' is given twice"]),
+        (b"evaluation: {batch_size: 8, batch_size: 0}\n", ["'batch_size' is given twice"]),
+        (b"seeds: [0]\n# caf\xe9\n", ["not UTF-8"]),
+        (b"seeds: [0\n", ["not valid YAML"]),
+        (b"[1, 2]\n", ["top level must be a mapping"]),
+    ],
+)
+def test_a_bad_yaml_file_is_one_line(text, words, tmp_path) -> None:
     path = tmp_path / "grid.yaml"
-    path.write_text("objectives:\n  - {name: del, alpha: abc}\n")
-    with pytest.raises(ConfigError, match=r"objectives\[0\]\.alpha must be a finite number"):
+    path.write_bytes(text)
+    with pytest.raises(ConfigError) as caught:
         load_compare_config(path)
+    message = str(caught.value)
+    assert "\n" not in message and str(path) in message and all(w in message for w in words), message

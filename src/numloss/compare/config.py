@@ -266,6 +266,21 @@ DEFAULTS: dict[str, Any] = {
 }
 
 
+class _UniqueKeyLoader(yaml.SafeLoader):
+    """yaml.SafeLoader that refuses a key given twice in one mapping (safe_load keeps the last, silently)."""
+
+    def construct_mapping(self, node: Any, deep: bool = False) -> dict[Any, Any]:
+        seen: set[Any] = set()
+        for key_node, _ in node.value:
+            key = self.construct_object(key_node, deep=deep)
+            if not isinstance(key, (str, int, float, bool)):
+                continue  # unhashable keys: the constructor below refuses them
+            if key in seen:
+                raise yaml.constructor.ConstructorError(None, None, f"key {key!r} is given twice", key_node.start_mark)
+            seen.add(key)
+        return super().construct_mapping(node, deep=deep)
+
+
 def load_compare_config(path: str | Path | None) -> CompareConfig:
     """The comparison config in `path` (YAML; None: small defaults); ConfigError on any problem."""
     mapping = copy.deepcopy(DEFAULTS)
@@ -275,9 +290,13 @@ def load_compare_config(path: str | Path | None) -> CompareConfig:
         if not Path(path).is_file():
             raise ConfigError(f"comparison config {origin!r} does not exist (see configs/compare*.yaml)")
         try:
-            loaded = yaml.safe_load(Path(path).read_text()) or {}
+            loaded = yaml.load(Path(path).read_text(encoding="utf-8"), Loader=_UniqueKeyLoader) or {}
+        except UnicodeDecodeError as error:
+            raise ConfigError(f"{origin}: not UTF-8 text (byte {error.start}: {error.reason})") from None
+        except OSError as error:
+            raise ConfigError(f"{origin}: cannot be read ({error.strerror or error})") from None
         except yaml.YAMLError as error:
-            raise ConfigError(f"{origin}: not valid YAML: {error}") from None
+            raise ConfigError(f"{origin}: not valid YAML: {' '.join(str(error).split())}") from None
         if not isinstance(loaded, dict):
             raise ConfigError(f"{origin}: the top level must be a mapping")
         unknown = sorted(set(loaded) - set(DEFAULTS))
