@@ -120,6 +120,8 @@ def test_empty_values_are_refused(option, value, tmp_path, capsys, no_training) 
         (["--seeds", "0,-2"], ["--seeds"]),
         (["--seeds", "0,x"], ["--seeds", "0,x"]),
         (["--objectives", "mle,del,mle"], ["--objectives", "mle"]),
+        (["--objectives", "ntl_was,ntl-was"], ["ntl_was", "ntl-was", "same objective"]),
+        (["--objectives", "mle,MLE"], ["'mle'", "'MLE'", "same objective"]),
         (["--model", str(Path("/nonexistent/model"))], ["model", "/nonexistent/model"]),
         (["--threads", "100000"], ["--threads", "100000", "cores"]),
     ],

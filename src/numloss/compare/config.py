@@ -402,4 +402,10 @@ def select_objectives(config: CompareConfig, names: list[str]) -> list[Objective
                 f"--objectives: {name!r} is neither a label of {config.source} ({known}) nor an objective "
                 f"({', '.join(LOSSES)})"
             )
+    same: dict[tuple[str, Any, str], str] = {}
+    for spec in chosen:  # `mle,MLE` or `ntl_was,ntl-was`: one objective under two labels, trained twice
+        key = (spec.name.lower().replace("_", "-"), spec.alpha, json.dumps(spec.options, sort_keys=True, default=str))
+        if key in same:
+            raise ConfigError(f"--objectives: {same[key]!r} and {spec.label!r} are the same objective; name it once")
+        same[key] = spec.label
     return chosen
