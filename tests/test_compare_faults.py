@@ -124,10 +124,14 @@ def test_empty_values_are_refused(option, value, tmp_path, capsys, no_training) 
         (["--objectives", "mle,MLE"], ["'mle'", "'MLE'", "same objective"]),
         (["--model", str(Path("/nonexistent/model"))], ["model", "/nonexistent/model"]),
         (["--threads", "100000"], ["--threads", "100000", "cores"]),
+        (["--smoke"], ["task.data_dir", "/nonexistent/benchmarks"]),  # with the word-problem task below
     ],
 )
 def test_repeated_seeds_objectives_and_missing_models_are_refused(argv, words, tmp_path, capsys, no_training) -> None:
-    config = _write(tmp_path / "c.yaml", _mapping(tmp_path / "out"))
+    mapping = _mapping(tmp_path / "out")
+    if argv == ["--smoke"]:  # a benchmark folder that is not there fails before training, not after it
+        mapping["task"] = {"kind": "word_problems", "data_dir": "/nonexistent/benchmarks"}
+    config = _write(tmp_path / "c.yaml", mapping)
     line = _one_line_error(capsys, compare_main([config, *argv]))
     assert all(word in line for word in words), line
 

@@ -249,6 +249,11 @@ def main(argv: list[str] | None = None) -> int:
         except ModelUnavailableError as error:
             print(f"numloss compare: model.name: {error}", file=sys.stderr)
             return 2
+        data_dir = getattr(compare.task, "data_dir", None)  # the benchmarks a word-problem grid is scored on
+        if data_dir is not None and not Path(data_dir).is_dir():
+            print(f"numloss compare: task.data_dir: {data_dir!r} is not a folder (from {Path.cwd()}); the runs "
+                  "would train and then fail to score: point it at the benchmarks' folder", file=sys.stderr)
+            return 2
     if not args.verbose:
         quiet_training_logs()
     try:
