@@ -343,7 +343,7 @@ def test_records_carry_a_grid_into_a_new_checkout(finished, monkeypatch, tmp_pat
     runs/ is gone) finds them there and trains nothing, and the report names each run's machine."""
     import json
 
-    from numloss.compare.runner import read_record, record_path
+    from numloss.compare.runner import RecordError, read_record, record_path
 
     compare, _, out = finished
     records = tmp_path / "records"
@@ -380,10 +380,10 @@ def test_records_carry_a_grid_into_a_new_checkout(finished, monkeypatch, tmp_pat
     # a record whose content is not what its name says is refused, never used
     path = record_path(records, f"{other['label']}-s{other['seed']}", other["hash"])
     path.write_text(json.dumps({**other, "hash": "0" * 16}))
-    with pytest.raises(RuntimeError, match="delete it"):
+    with pytest.raises(RecordError, match="delete it"):
         read_record(records, f"{other['label']}-s{other['seed']}", other["hash"])
     path.write_text("{torn")
-    with pytest.raises(RuntimeError, match="unreadable"):
+    with pytest.raises(RecordError, match="unreadable"):
         read_record(records, f"{other['label']}-s{other['seed']}", other["hash"])
 
 

@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from numloss.compare.config import load_compare_config
+from numloss.compare.runner import read_record
 
 ROOT = Path(__file__).resolve().parents[1]
 CONFIGS = [p for p in sorted((ROOT / "configs").glob("compare*.yaml")) if load_compare_config(p).records_dir]
@@ -42,4 +43,6 @@ def test_every_record_is_a_run_of_its_config_as_it_is_now(path: Path, tmp_path: 
             "delete it and rerun, or restore the setting")
         content = json.loads(record.read_text())
         assert (content["hash"], content["label"], content["seed"]) == (expected, label, seed), record
+        # and the runner reads it back (a record it would refuse is no record)
+        assert read_record(records, f"{label}-s{seed}", expected) == content, record
         assert content["machine"]["cpu"] and content["machine"]["torch"], f"{record}: no machine"

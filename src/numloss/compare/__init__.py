@@ -4,6 +4,16 @@ Trains the same model on the same seeded data once per objective and seed, evalu
 the held-out sets of the task (in-distribution, longer numbers, more decimals) and writes a report
 folder: results.json, report.md (tables: mean +- std over seeds, best in bold) and PNG plots.
 Started again with the same settings, it skips the runs that already finished.
+
+Safety: a given option is never read as "not given": --steps, --jobs and --threads must be
+positive (--threads at most the machine's cores), an empty --objectives, --seeds, --model, --out or
+--records is refused, and so is a seed or objective named twice. The config file is checked key by
+key (types and ranges) before anything trains; every error is one line. The report folder is
+locked for the whole run: a second compare into it stops at once, naming the first. A finished run
+of other settings (another --steps, say) is never deleted: it is moved to
+OUT/superseded/<run>-<hash> and the console says so. A corrupted run record (records_dir) is
+named and refused: restore it from git, or delete it to train that run again. With --jobs, the
+workers die with the compare that started them, even when it is killed.
 """
 
 from __future__ import annotations
@@ -11,6 +21,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import logging
+import os
 import sys
 import time
 from pathlib import Path
@@ -26,6 +37,14 @@ def run_comparison(
 ) -> dict[str, Any]:
     """Run the grid of `compare` (a CompareConfig), write the report; returns the summary.
     `finished_only`: train nothing, report the runs already finished."""
+    from numloss.compare.runner import hold_output_dir
+
+    # the whole run holds the report folder: a second compare into it stops at once, naming this one
+    with hold_output_dir(compare.output_dir):
+        return _run_comparison(compare, progress, print_table, finished_only)
+
+
+def _run_comparison(compare: Any, progress: bool, print_table: bool, finished_only: bool) -> dict[str, Any]:
     from numloss.compare.machine import machine_info, runs_machine_line
     from numloss.compare.report import text_table, write_report
     from numloss.compare.runner import run_grid
@@ -109,6 +128,7 @@ def build_parser(prog: str = "numloss compare") -> argparse.ArgumentParser:
 def resolve(args: argparse.Namespace, default_config: str | None = "configs/compare.yaml") -> Any:
     """The CompareConfig of parsed arguments (config file, then the command-line overrides)."""
     from numloss.compare.config import (
+        check_seeds,
         compare_config_from_dict,
         load_compare_config,
         select_objectives,
@@ -119,11 +139,19 @@ def resolve(args: argparse.Namespace, default_config: str | None = "configs/comp
         path = default_config
     compare = load_compare_config(path)
     smoke = getattr(args, "smoke", False)
-    if args.model or args.steps or args.out or smoke:
+    # a given value is never "not given": 0 and '' are checked like any other (issues 24, 28)
+    for option, value in (("--steps", args.steps), ("--jobs", args.jobs), ("--threads", getattr(args, "threads", None))):
+        if value is not None and value < 1:
+            raise ConfigError(f"{option} must be a positive integer, got {value}")
+    for option, value in (("--model", args.model), ("--out", args.out), ("--records", getattr(args, "records", None)),
+                          ("--objectives", args.objectives), ("--seeds", args.seeds)):
+        if value is not None and not value.strip(" ,"):
+            raise ConfigError(f"{option} is empty: give a value or leave the option out")
+    if args.model is not None or args.steps is not None or args.out is not None or smoke:
         base = {k: dict(v) if isinstance(v, dict) else v for k, v in compare.base.items()}
-        if args.model:
+        if args.model is not None:
             base.setdefault("model", {})["name"] = args.model
-        if args.steps:
+        if args.steps is not None:
             base.setdefault("train", {})["max_steps"] = args.steps
         mapping = {
             "base": base,
@@ -137,31 +165,34 @@ def resolve(args: argparse.Namespace, default_config: str | None = "configs/comp
             "output_dir": args.out or str(compare.output_dir),
             # another model, length or the smoke check are other runs: they stay out of the records
             # (another report folder, --out, is the same runs)
-            "records_dir": None if (args.model or args.steps or smoke) else compare.records_dir,
+            "records_dir": None if (args.model is not None or args.steps is not None or smoke) else compare.records_dir,
         }
         if smoke:
             _shrink_for_smoke(mapping, out_given=bool(args.out))
         compare = compare_config_from_dict(mapping, compare.source)
-    if getattr(args, "records", None):
+    if getattr(args, "records", None) is not None:
         compare.records_dir = Path(args.records)
     if getattr(args, "no_records", False):
         compare.records_dir = None
-    if args.objectives:
+    if args.objectives is not None:
         names = [n.strip() for n in args.objectives.split(",") if n.strip()]
+        repeated = sorted({n for n in names if names.count(n) > 1})
+        if repeated:
+            raise ConfigError(f"--objectives: {', '.join(repeated)} given twice; name each objective once")
         compare.objectives = select_objectives(compare, names)
     if args.jobs is not None:
-        if args.jobs < 1:
-            raise ConfigError(f"--jobs must be a positive integer, got {args.jobs}")
         compare.jobs = args.jobs
     if getattr(args, "threads", None) is not None:
-        if args.threads < 1:
-            raise ConfigError(f"--threads must be a positive integer, got {args.threads}")
+        if args.threads > (os.cpu_count() or 1):  # torch would start them all: --threads 100000 hangs
+            raise ConfigError(f"--threads {args.threads} is more than this machine's {os.cpu_count()} cores")
         compare.torch_threads = args.threads
-    if args.seeds:
+    if args.seeds is not None:
         try:
-            compare.seeds = [int(s) for s in args.seeds.split(",") if s.strip()]
+            seeds = [int(s) for s in args.seeds.split(",") if s.strip()]
         except ValueError:
             raise ConfigError(f"--seeds must be comma-separated integers, got {args.seeds!r}") from None
+        check_seeds(seeds, "--seeds")  # a seed twice: trained once, it would still count twice
+        compare.seeds = seeds
     return compare
 
 
@@ -209,6 +240,20 @@ def main(argv: list[str] | None = None) -> int:
     except ConfigError as error:
         print(f"numloss compare: {error}", file=sys.stderr)
         return 2
+    if not args.report_only:  # a missing model fails now, in one line, not in the first run
+        from numloss.models import ModelUnavailableError, check_model_available
+
+        model = compare.base.get("model", {})
+        try:
+            check_model_available(model.get("name", "tiny"), model.get("revision"), model.get("cache_dir"))
+        except ModelUnavailableError as error:
+            print(f"numloss compare: model.name: {error}", file=sys.stderr)
+            return 2
+        data_dir = getattr(compare.task, "data_dir", None)  # the benchmarks a word-problem grid is scored on
+        if data_dir is not None and not Path(data_dir).is_dir():
+            print(f"numloss compare: task.data_dir: {data_dir!r} is not a folder (from {Path.cwd()}); the runs "
+                  "would train and then fail to score: point it at the benchmarks' folder", file=sys.stderr)
+            return 2
     if not args.verbose:
         quiet_training_logs()
     try:
@@ -216,4 +261,8 @@ def main(argv: list[str] | None = None) -> int:
     except ConfigError as error:
         print(f"numloss compare: {error}", file=sys.stderr)
         return 2
+    except OSError as error:  # a full disk, a folder that turned read-only mid-run: one line, not a traceback
+        where = f"{error.filename}: " if error.filename else ""
+        print(f"numloss compare: {where}{error.strerror or error}", file=sys.stderr)
+        return 1
     return 0

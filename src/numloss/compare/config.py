@@ -5,8 +5,9 @@
                    `kind: word_problems` and numloss.compare.word_task.WordProblemTask fields
                    (chat-template word problems scored on GSM8K / SVAMP items)
     objectives:    a list of {label, name, alpha, options}: one column of the grid each
-    seeds:         [0, 1, 2]: each objective is trained once per seed (data order and init)
-    evaluation:    {batch_size, teacher_forced_batch_size, embeddings}
+    seeds:         [0, 1, 2]: each objective is trained once per seed (data order and init);
+                   distinct integers >= 0 (a repeated seed would count one run twice)
+    evaluation:    {batch_size, teacher_forced_batch_size, embeddings}: batch sizes >= 1
     learning:      {every, slice_size, threshold, stop_early, batch_size}: the checks during
                    training of whether a run has learnt the task (numloss.compare.learning);
                    null: none (only the final evaluation)
@@ -22,7 +23,8 @@
                    and machines, since output_dir (ignored by git) does not survive a new checkout
 
 Every run's training config is `base` with the objective, the seed and the run folder filled in
-and validated by `numloss.config` (the same checks as `numloss train`).
+and validated by `numloss.config` (the same checks as `numloss train`). Every key above is checked
+for its type and range when the file is loaded, before any training, with one line naming it.
 """
 
 from __future__ import annotations
@@ -30,6 +32,7 @@ from __future__ import annotations
 import copy
 import hashlib
 import json
+import math
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -134,6 +137,84 @@ def _non_default(values: dict[str, Any], defaults: dict[str, Any]) -> dict[str, 
 _MISSING = object()
 
 
+def _is_real(value: Any) -> bool:
+    """A finite int or float, not a bool (YAML's `yes` is not 1)."""
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def _check_types(values: Any, defaults: Any, where: str) -> None:
+    """ConfigError naming the key when a value of mapping `values` has another type than the
+    field's default in dataclass instance `defaults` (int for int, a finite number for float,
+    bool for bool, str for str, a list of strings for a tuple, str or null for a null default):
+    a wrong type fails here, in one line, not as a traceback deep in a run."""
+    if not isinstance(values, dict):
+        raise ConfigError(f"{where} must be a mapping of {', '.join(defaults.__dataclass_fields__)}, got {values!r}")
+    for key, value in values.items():
+        if key not in defaults.__dataclass_fields__:
+            continue  # unknown keys: the dataclass's own check names them
+        default = getattr(defaults, key)
+        if isinstance(default, bool):
+            ok, kind = isinstance(value, bool), "true or false"
+        elif isinstance(default, int):
+            ok, kind = isinstance(value, int) and not isinstance(value, bool), "an integer"
+        elif isinstance(default, float):
+            ok, kind = _is_real(value), "a finite number"
+        elif isinstance(default, str):
+            ok, kind = isinstance(value, str), "a string"
+        elif isinstance(default, tuple):
+            ok = isinstance(value, (list, tuple)) and all(isinstance(v, str) for v in value)
+            kind = "a list of strings"
+        elif default is None:
+            ok, kind = value is None or isinstance(value, str), "a string or null"
+        else:  # nested dataclasses (task.train) are checked by their caller
+            continue
+        if not ok:
+            raise ConfigError(f"{where}.{key} must be {kind}, got {value!r}")
+        if isinstance(value, int) and not isinstance(value, bool) and abs(value) > _LARGEST:
+            raise ConfigError(f"{where}.{key} is out of range: {value!r} (at most {_LARGEST:,})")
+
+
+#: no count of a comparison (set sizes, batch sizes, steps between checks) is larger
+_LARGEST = 10**9
+#: operands longer than this are no task a model is trained on, and 10**digits would not finish
+_MAX_DIGITS = 100
+
+
+def check_seeds(seeds: Any, where: str) -> None:
+    """ConfigError unless `seeds` is a non-empty list of distinct integers in [0, 10**9]: a seed
+    given twice would train one run twice and count it as two seeds."""
+    if (not isinstance(seeds, list) or not seeds
+            or not all(isinstance(s, int) and not isinstance(s, bool) and 0 <= s <= _LARGEST for s in seeds)):
+        raise ConfigError(f"{where} must be a non-empty list of integers in [0, {_LARGEST:,}], got {seeds!r}")
+    repeated = sorted({s for s in seeds if seeds.count(s) > 1})
+    if repeated:
+        raise ConfigError(f"{where} must be distinct; repeated: {', '.join(map(str, repeated))}")
+
+
+def _check_task_types(task: Any) -> None:
+    """The field types of the `task` section (arithmetic or word problems), before it is built."""
+    from numloss.compare.task import ArithmeticTask, Distribution
+    from numloss.compare.word_task import WordProblemTask
+
+    if task is None:
+        return
+    if not isinstance(task, dict):
+        raise ConfigError(f"task must be a mapping of task fields (see numloss.compare.task), got {task!r}")
+    kind = task.get("kind", "arithmetic")
+    if kind not in ("arithmetic", "word_problems"):
+        raise ConfigError(f"task.kind must be arithmetic or word_problems, got {kind!r}")
+    if kind == "word_problems":
+        _check_types(task, WordProblemTask(), "task")
+        return
+    _check_types({k: v for k, v in task.items() if k != "kind"}, ArithmeticTask(), "task")
+    train = task.get("train")
+    if train is not None:
+        _check_types(train, Distribution(), "task.train")
+        for key in ("digits", "decimal_places"):
+            if isinstance(train.get(key), int) and train[key] > _MAX_DIGITS:
+                raise ConfigError(f"task.train.{key} must be at most {_MAX_DIGITS}, got {train[key]}")
+
+
 def _objectives(items: Any, origin: str) -> list[ObjectiveSpec]:
     if not isinstance(items, list) or not items:
         raise ConfigError(f"{origin}: objectives must be a non-empty list of {{label, name, alpha, options}}")
@@ -146,13 +227,22 @@ def _objectives(items: Any, origin: str) -> list[ObjectiveSpec]:
         bad = sorted(set(item) - {"label", "name", "alpha", "options"})
         if bad:
             raise ConfigError(f"{origin}: objectives[{i}] has unknown key(s) {', '.join(bad)} (label, name, alpha, options)")
-        alpha = item.get("alpha")
+        alpha, name, label = item.get("alpha"), item["name"], item.get("label", item["name"])
+        if not isinstance(name, str) or not name.strip():
+            raise ConfigError(f"{origin}: objectives[{i}].name must be an objective name (a string), got {name!r}")
+        if not isinstance(label, (str, int)) or isinstance(label, bool) or not str(label).strip():
+            raise ConfigError(f"{origin}: objectives[{i}].label must be a non-empty string, got {label!r}")
+        if alpha is not None and not _is_real(alpha):
+            raise ConfigError(f"{origin}: objectives[{i}].alpha must be a finite number or null, got {alpha!r}")
+        options = item.get("options")
+        if options is not None and not isinstance(options, dict):
+            raise ConfigError(f"{origin}: objectives[{i}].options must be a mapping of option: value, got {options!r}")
         specs.append(
             ObjectiveSpec(
-                label=str(item.get("label", item["name"])),
-                name=str(item["name"]),
+                label=str(label),
+                name=name,
                 alpha=None if alpha is None else float(alpha),
-                options=dict(item.get("options") or {}),
+                options=dict(options or {}),
             )
         )
     labels = [s.label for s in specs]
@@ -176,6 +266,21 @@ DEFAULTS: dict[str, Any] = {
 }
 
 
+class _UniqueKeyLoader(yaml.SafeLoader):
+    """yaml.SafeLoader that refuses a key given twice in one mapping (safe_load keeps the last, silently)."""
+
+    def construct_mapping(self, node: Any, deep: bool = False) -> dict[Any, Any]:
+        seen: set[Any] = set()
+        for key_node, _ in node.value:
+            key = self.construct_object(key_node, deep=deep)
+            if not isinstance(key, (str, int, float, bool)):
+                continue  # unhashable keys: the constructor below refuses them
+            if key in seen:
+                raise yaml.constructor.ConstructorError(None, None, f"key {key!r} is given twice", key_node.start_mark)
+            seen.add(key)
+        return super().construct_mapping(node, deep=deep)
+
+
 def load_compare_config(path: str | Path | None) -> CompareConfig:
     """The comparison config in `path` (YAML; None: small defaults); ConfigError on any problem."""
     mapping = copy.deepcopy(DEFAULTS)
@@ -185,9 +290,13 @@ def load_compare_config(path: str | Path | None) -> CompareConfig:
         if not Path(path).is_file():
             raise ConfigError(f"comparison config {origin!r} does not exist (see configs/compare*.yaml)")
         try:
-            loaded = yaml.safe_load(Path(path).read_text()) or {}
+            loaded = yaml.load(Path(path).read_text(encoding="utf-8"), Loader=_UniqueKeyLoader) or {}
+        except UnicodeDecodeError as error:
+            raise ConfigError(f"{origin}: not UTF-8 text (byte {error.start}: {error.reason})") from None
+        except OSError as error:
+            raise ConfigError(f"{origin}: cannot be read ({error.strerror or error})") from None
         except yaml.YAMLError as error:
-            raise ConfigError(f"{origin}: not valid YAML: {error}") from None
+            raise ConfigError(f"{origin}: not valid YAML: {' '.join(str(error).split())}") from None
         if not isinstance(loaded, dict):
             raise ConfigError(f"{origin}: the top level must be a mapping")
         unknown = sorted(set(loaded) - set(DEFAULTS))
@@ -205,26 +314,37 @@ def compare_config_from_dict(mapping: dict[str, Any], origin: str = "config") ->
     for forbidden in ("objective",):
         if forbidden in base:
             raise ConfigError(f"{origin}: base.{forbidden} is set per run from `objectives`; remove it from base")
+    base = {k: v for k, v in base.items() if v is not None}  # `data:` with nothing under it: no settings
+    for section, value in base.items():
+        if section != "fused" and not isinstance(value, dict):
+            raise ConfigError(f"{origin}: base.{section} must be a mapping of numloss train settings, got {value!r}")
     try:
+        _check_task_types(mapping.get("task"))
         task = task_from_dict(mapping.get("task"))
-    except (TypeError, ValueError) as error:
+    except (TypeError, ValueError) as error:  # ConfigError is a ValueError
         raise ConfigError(f"{origin}: {error}") from None
     seeds = mapping.get("seeds", [0])
-    if not isinstance(seeds, list) or not seeds or not all(isinstance(s, int) for s in seeds):
-        raise ConfigError(f"{origin}: seeds must be a non-empty list of integers, got {seeds!r}")
+    check_seeds(seeds, f"{origin}: seeds")
     evaluation_map = mapping.get("evaluation") or {}
     try:
+        _check_types(evaluation_map, EvaluationSettings(), "evaluation")
         evaluation = EvaluationSettings(**evaluation_map)
+    except ConfigError as error:
+        raise ConfigError(f"{origin}: {error}") from None
     except TypeError:
         raise ConfigError(
             f"{origin}: evaluation accepts {', '.join(EvaluationSettings.__dataclass_fields__)}; got {evaluation_map!r}"
         ) from None
+    for name in ("batch_size", "teacher_forced_batch_size"):  # found only after training otherwise
+        if getattr(evaluation, name) < 1:
+            raise ConfigError(f"{origin}: evaluation.{name} must be a positive integer, got {getattr(evaluation, name)}")
     learning_map = mapping.get("learning")
     learning = None
     if learning_map is not None:
         if not isinstance(learning_map, dict):
             raise ConfigError(f"{origin}: learning must be a mapping ({', '.join(LearningCheck.__dataclass_fields__)}) or null")
         try:
+            _check_types(learning_map, LearningCheck(), "learning")
             learning = LearningCheck(**learning_map)
             learning.check()
         except TypeError:
@@ -234,26 +354,32 @@ def compare_config_from_dict(mapping: dict[str, Any], origin: str = "config") ->
         except ValueError as error:
             raise ConfigError(f"{origin}: {error}") from None
     threads = mapping.get("torch_threads")
-    if threads is not None and (not isinstance(threads, int) or threads < 1):
+    if threads is not None and (not isinstance(threads, int) or isinstance(threads, bool) or not 1 <= threads <= 4096):
         raise ConfigError(f"{origin}: torch_threads must be a positive integer or null, got {threads!r}")
     jobs = mapping.get("jobs", 1)
-    if not isinstance(jobs, int) or isinstance(jobs, bool) or jobs < 1:
+    if not isinstance(jobs, int) or isinstance(jobs, bool) or not 1 <= jobs <= 4096:
         raise ConfigError(f"{origin}: jobs must be a positive integer (runs trained at once), got {jobs!r}")
+    output_dir, records_dir = mapping.get("output_dir", "runs/compare"), mapping.get("records_dir")
+    if not isinstance(output_dir, (str, Path)) or not str(output_dir).strip():
+        raise ConfigError(f"{origin}: output_dir must be a folder path, got {output_dir!r}")
+    if records_dir is not None and (not isinstance(records_dir, (str, Path)) or not str(records_dir).strip()):
+        raise ConfigError(f"{origin}: records_dir must be a folder path or null, got {records_dir!r}")
     config = CompareConfig(
         torch_threads=threads,
         jobs=jobs,
         base=dict(base),
         task=task,
         objectives=_objectives(mapping.get("objectives"), origin),
-        seeds=list(dict.fromkeys(seeds)),
+        seeds=list(seeds),
         evaluation=evaluation,
         learning=learning,
-        output_dir=Path(mapping.get("output_dir") or "runs/compare"),
-        records_dir=None if not mapping.get("records_dir") else Path(mapping["records_dir"]),
+        output_dir=Path(output_dir),
+        records_dir=None if records_dir is None else Path(records_dir),
         source=origin,
     )
-    # a bad base section fails now, before any training
-    config.run_config(config.objectives[0], config.seeds[0], config.output_dir / "check", Path("train.jsonl"))
+    # a bad base section or objective fails now, before any training
+    for spec in config.objectives:
+        config.run_config(spec, config.seeds[0], config.output_dir / "check", Path("train.jsonl"))
     return config
 
 
@@ -276,4 +402,10 @@ def select_objectives(config: CompareConfig, names: list[str]) -> list[Objective
                 f"--objectives: {name!r} is neither a label of {config.source} ({known}) nor an objective "
                 f"({', '.join(LOSSES)})"
             )
+    same: dict[tuple[str, Any, str], str] = {}
+    for spec in chosen:  # `mle,MLE` or `ntl_was,ntl-was`: one objective under two labels, trained twice
+        key = (spec.name.lower().replace("_", "-"), spec.alpha, json.dumps(spec.options, sort_keys=True, default=str))
+        if key in same:
+            raise ConfigError(f"--objectives: {same[key]!r} and {spec.label!r} are the same objective; name it once")
+        same[key] = spec.label
     return chosen

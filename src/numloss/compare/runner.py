@@ -10,7 +10,13 @@ outcome. A run whose result exists with the same hash is skipped; an interrupted
 file) starts again from scratch, so started-again comparisons continue where they stopped. With
 `records_dir` set, every finished result is also written there (`<label>-s<seed>-<hash>.json`, a
 folder kept in version control) and a run found there is not trained again: the grid continues
-across sessions and machines, each record naming the machine it ran on.
+across sessions and machines, each record naming the machine it ran on. A record that is
+unreadable or not the run its name says (`result_problem`) is refused, naming the file.
+
+Nothing finished is deleted: a run folder holding a result of other settings is moved to
+`superseded/<name>-<hash>` beside `runs/` (and the console says so); only an interrupted run (no
+result.json) is cleared. `run_grid` holds the output folder's lock (numloss.rundir) throughout,
+and its worker processes are killed by the kernel when the parent dies (PR_SET_PDEATHSIG).
 
 Learning checks (`learning:` in the config, numloss.compare.learning): every few hundred steps a
 run is scored on the task's check slice (`ArithmeticTask.check_set`, kept out of training and
@@ -26,8 +32,10 @@ import math
 import os
 import shutil
 import statistics
+import sys
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -38,6 +46,7 @@ from numloss.compare.config import CompareConfig, ObjectiveSpec
 from numloss.compare.report import primary_evaluation
 from numloss.compare.stats import wilson_interval
 from numloss.compare.task import TEST_SETS, TaskExample
+from numloss.config import ConfigError
 
 logger = logging.getLogger("numloss.compare")
 
@@ -154,16 +163,58 @@ def _jsonable(value: Any) -> Any:
     return value
 
 
+#: what every result holds (run_one writes it; the report reads it), with its JSON type
+RESULT_FIELDS: dict[str, type | tuple[type, ...]] = {
+    "hash": str, "label": str, "seed": int, "steps": int, "objective": dict, "evaluation": dict,
+    "seconds": dict, "curve": dict, "train_metrics": dict, "learning": (dict, type(None)),
+}
+
+
+class RecordError(ConfigError):
+    """A kept run record is unreadable or not what its file name says; the message names the file."""
+
+
+def result_problem(result: Any, run_hash: str, name: str | None = None) -> str | None:
+    """Why `result` (parsed JSON) is not the finished result of run `name` with hash `run_hash`,
+    or None when it is."""
+    if not isinstance(result, dict):
+        return f"is not a JSON object (it holds a {type(result).__name__})"
+    if result.get("hash") != run_hash:
+        return f"holds hash {result.get('hash')!r}, not {run_hash!r}"
+    for key, kind in RESULT_FIELDS.items():
+        value = result.get(key, _ABSENT)
+        if value is _ABSENT:
+            return f"has no {key!r}"
+        if not isinstance(value, kind) or (kind is int and isinstance(value, bool)):
+            return f"has a {type(value).__name__} as {key!r}"
+    if not all(isinstance(v, dict) for v in result["evaluation"].values()):
+        return "has an evaluation that is not a mapping of set: scores"
+    if name is not None and f"{result['label']}-s{result['seed']}" != name:
+        return f"is the run {result['label']}-s{result['seed']}, not {name}"
+    return None
+
+
+_ABSENT = object()
+
+
+def _read_json(path: Path) -> Any:
+    """The JSON of `path`; ValueError (saying what is wrong) for an empty, torn or non-UTF-8 file."""
+    text = path.read_text(encoding="utf-8")  # UnicodeDecodeError is a ValueError
+    if not text.strip():
+        raise ValueError("the file is empty")
+    return json.loads(text)
+
+
 def read_result(run_dir: Path, expected_hash: str) -> dict[str, Any] | None:
     """The finished result of a run folder if its hash matches, else None (missing, stale, torn)."""
     path = run_dir / "result.json"
     if not path.is_file():
         return None
     try:
-        result = json.loads(path.read_text())
-    except (OSError, json.JSONDecodeError):
+        result = _read_json(path)
+    except (OSError, ValueError):
         return None
-    return result if result.get("hash") == expected_hash else None
+    return None if result_problem(result, expected_hash) else result
 
 
 def record_path(records_dir: Path, name: str, run_hash: str) -> Path:
@@ -176,14 +227,17 @@ def read_record(records_dir: Path | None, name: str, run_hash: str) -> dict[str,
     if records_dir is None:
         return None
     path = record_path(records_dir, name, run_hash)
+    # refused, not skipped: a record is kept in git, so the fix is to restore it (or delete it to retrain)
+    fix = f"restore it from git (git checkout -- {path}) or delete it to train the run again"
     try:
-        result = json.loads(path.read_text())
+        result = _read_json(path)
     except FileNotFoundError:
         return None
-    except (OSError, json.JSONDecodeError) as error:
-        raise RuntimeError(f"the run record {path} is unreadable ({error}); restore it from git or delete it") from None
-    if result.get("hash") != run_hash:  # a renamed or hand-edited file: never trust it silently
-        raise RuntimeError(f"the run record {path} holds hash {result.get('hash')!r}, not {run_hash!r}; delete it")
+    except (OSError, ValueError) as error:
+        raise RecordError(f"the run record {path} is unreadable ({error}); {fix}") from None
+    problem = result_problem(result, run_hash, name)  # a renamed or hand-edited file: never trusted silently
+    if problem:
+        raise RecordError(f"the run record {path} {problem}; {fix}")
     return result
 
 
@@ -196,6 +250,60 @@ def write_record(records_dir: Path | None, result: dict[str, Any]) -> None:
         return
     path.parent.mkdir(parents=True, exist_ok=True)
     _write_json_atomic(path, result, compact=True)
+
+
+#: the output folders this process holds (run_comparison holds it around run_grid, which holds it too)
+_HELD: set[Path] = set()
+
+
+@contextmanager
+def hold_output_dir(folder: Path) -> Iterator[None]:
+    """Hold `folder` (numloss.rundir's exclusive lock) for the body, once per process; ConfigError
+    in one line when another process holds it (naming it), or it is a file or not writable."""
+    from numloss.rundir import RunDirBusy, RunDirLockError, hold_run_dir
+
+    key = Path(os.path.abspath(folder))
+    if key in _HELD:
+        yield
+        return
+    if folder.exists() and not folder.is_dir():
+        raise ConfigError(f"the output folder {str(folder)!r} is a file: choose another --out (or output_dir)")
+    try:
+        with hold_run_dir(folder, "numloss compare"):
+            _HELD.add(key)
+            try:
+                yield
+            finally:
+                _HELD.discard(key)
+    except RunDirBusy as error:
+        raise ConfigError(str(error)) from None
+    except RunDirLockError as error:
+        raise ConfigError(f"{error} (the output folder must be a writable folder: choose another --out)") from None
+
+
+def _clear_run_dir(run_dir: Path, say: Callable[[str], None]) -> None:
+    """Make way for a run in `run_dir`. An interrupted run (no result.json) is deleted; a finished
+    one (of other settings: another --steps, say) is never deleted but moved to
+    `<output_dir>/superseded/<name>-<its hash>`, and `say` tells where."""
+    if not run_dir.exists():
+        return
+    result = run_dir / "result.json"
+    if not result.is_file():
+        shutil.rmtree(run_dir)
+        return
+    try:
+        old = _read_json(result)
+        old_hash = str(old.get("hash")) if isinstance(old, dict) else "unreadable"
+    except (OSError, ValueError):
+        old_hash = "unreadable"
+    aside = run_dir.parent.parent / "superseded" / f"{run_dir.name}-{old_hash}"
+    n = 1
+    while aside.exists():
+        n += 1
+        aside = aside.with_name(f"{run_dir.name}-{old_hash}-{n}")
+    aside.parent.mkdir(parents=True, exist_ok=True)
+    os.replace(run_dir, aside)
+    say(f"numloss compare: {run_dir} held a finished run of other settings; kept as {aside}")
 
 
 def _training_curve(csv_path: Path) -> dict[str, list[float]]:
@@ -243,13 +351,13 @@ def _initial_model(config: Any) -> tuple[Any, Any]:
 
 
 def _write_train_file(path: Path, examples: Sequence[TaskExample]) -> None:
-    """The training set of a run as instruction JSONL (the record of what it saw)."""
-    if path.is_file():
+    """The training set of a run as instruction JSONL (the record of what it saw); rewritten when
+    the file holds another set (a task changed under the same output folder)."""
+    text = "".join(json.dumps({"instruction": e.instruction, "output": e.output}) + "\n" for e in examples)
+    if path.is_file() and path.read_text() == text:
         return
     tmp = path.with_name(path.name + ".tmp")
-    with tmp.open("w") as handle:
-        for e in examples:
-            handle.write(json.dumps({"instruction": e.instruction, "output": e.output}) + "\n")
+    tmp.write_text(text)
     os.replace(tmp, path)
 
 
@@ -277,8 +385,7 @@ def run_one(
     run_hash = compare.run_hash(config)
     callbacks = list(callbacks or [])
     config.train.progress_bar = config.train.progress_bar and progress_bar
-    if run_dir.exists():
-        shutil.rmtree(run_dir)  # a torn or stale run: start it again
+    _clear_run_dir(run_dir, logger.warning)  # an interrupted run is redone; a finished one is kept aside
     run_dir.mkdir(parents=True)
     started, cpu_started = time.perf_counter(), time.process_time()
     word_task = isinstance(compare.task, WordProblemTask)
@@ -364,6 +471,21 @@ def _run_in_worker(
     return run_one(compare, key, train_examples, test_sets, train_file, progress_bar=False)
 
 
+def _die_with_parent(parent: int) -> None:
+    """A worker's initializer: the kernel kills this process when its parent dies, however the parent
+    dies (SIGKILL included), so a killed compare leaves no run training beside a restart of it."""
+    import ctypes
+    import signal
+
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(1, signal.SIGKILL, 0, 0, 0)  # 1: PR_SET_PDEATHSIG (Linux)
+    except (OSError, AttributeError):  # not Linux: the parent's shutdown still ends the workers
+        logger.debug("PR_SET_PDEATHSIG is not available; workers outlive a killed parent")
+    if os.getppid() != parent:  # the parent died before the line above: nothing would kill us later
+        os._exit(1)
+
+
 def worker_threads(compare: CompareConfig, jobs: int) -> int:
     """torch threads per run: the config's `torch_threads`, else the cores shared out among `jobs`."""
     if compare.torch_threads is not None:
@@ -388,16 +510,30 @@ def run_grid(
     Returns the results in grid order (objectives outer, seeds inner); `on_result` is called as
     each one is available (finished earlier, or just now).
     """
-    from tqdm.auto import tqdm
-
     jobs = compare.jobs if jobs is None else jobs
     if jobs < 1:
         raise ValueError(f"jobs must be >= 1, got {jobs}")
+    with hold_output_dir(compare.output_dir):
+        return _run_grid(compare, progress, on_result, jobs, finished_only)
+
+
+def _run_grid(
+    compare: CompareConfig,
+    progress: bool,
+    on_result: Callable[[dict[str, Any]], None] | None,
+    jobs: int,
+    finished_only: bool,
+) -> list[dict[str, Any]]:
+    from tqdm.auto import tqdm
+
     out = compare.output_dir
     (out / "data").mkdir(parents=True, exist_ok=True)
     test_sets = compare.task.test_sets()
     if compare.learning is not None:  # the checks' slice travels with the test sets to the runs
-        test_sets["check"] = compare.task.check_set(compare.learning.slice_size)
+        try:
+            test_sets["check"] = compare.task.check_set(compare.learning.slice_size)
+        except ValueError as error:  # before any training, in one line
+            raise ConfigError(f"{compare.source}: {error}") from None
     held_out = {e.instruction for items in test_sets.values() for e in items}
     keys = [RunKey(spec, seed) for spec in compare.objectives for seed in compare.seeds]
     results: dict[str, dict[str, Any]] = {}  # by run name (label-s<seed>): unique in a grid
@@ -428,6 +564,7 @@ def run_grid(
                 continue
             if finished_only:
                 continue
+            _clear_run_dir(run_dir, lambda line: tqdm.write(line, file=sys.stderr))
             if key.seed not in train_sets:
                 train_sets[key.seed] = compare.task.train_set(key.seed, exclude=held_out)
                 _write_train_file(train_file, train_sets[key.seed])
@@ -465,7 +602,10 @@ def _run_parallel(
     log_level = logging.getLogger("numloss.train").getEffectiveLevel()
     # spawn, not fork: a forked child would inherit torch's thread pools; one fresh process per run
     context = multiprocessing.get_context("spawn")
-    with ProcessPoolExecutor(max_workers=min(jobs, len(pending)), mp_context=context, max_tasks_per_child=1) as pool:
+    with ProcessPoolExecutor(
+        max_workers=min(jobs, len(pending)), mp_context=context, max_tasks_per_child=1,
+        initializer=_die_with_parent, initargs=(os.getpid(),),
+    ) as pool:
         futures = {
             pool.submit(
                 _run_in_worker, compare, key, train_sets[key.seed], test_sets, train_file, threads, log_level
@@ -483,5 +623,7 @@ def _run_parallel(
                 if error is not None:
                     for other in remaining:
                         other.cancel()
+                    if isinstance(error, (ConfigError, OSError)):  # one line at the CLI, as in a serial grid
+                        raise error
                     raise RuntimeError(f"run {futures[future].name} failed: {error}") from error
                 finish(futures[future], future.result())

@@ -1,0 +1,498 @@
+"""`numloss compare` under faults and careless input (issues 24 and 28): every bad value is one line
+(never a traceback, never "not given"), a finished run is never deleted, the output folder has one
+writer, corrupted records are named and refused, and killing the parent kills its workers."""
+
+from __future__ import annotations
+
+import copy
+import json
+import os
+import random
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+
+import numloss.train
+from numloss.compare import build_parser
+from numloss.compare import main as compare_main
+from numloss.compare.config import (
+    DEFAULTS,
+    EvaluationSettings,
+    ObjectiveSpec,
+    compare_config_from_dict,
+    load_compare_config,
+)
+from numloss.compare.learning import LearningCheck
+from numloss.compare.task import ArithmeticTask, Distribution
+from numloss.compare.word_task import WordProblemTask
+from numloss.config import ConfigError
+
+SRC = str(Path(__file__).resolve().parents[1] / "src")
+
+
+def _mapping(out: Path, **extra) -> dict:
+    return {
+        "base": {
+            "model": {"name": "tiny", "tiny_layers": 1, "tiny_hidden": 32, "tiny_heads": 2},
+            "data": {"max_length": 32},
+            "train": {"max_steps": 2, "batch_size": 8, "learning_rate": 1e-3, "logging_steps": 1,
+                      "report_to": ["none"], "save_steps": 0, "bf16": False, "progress_bar": False},
+        },
+        "task": {"train_size": 16, "test_size": 8, "train": {"digits": 2}},
+        "objectives": ["mle"],
+        "seeds": [0],
+        "evaluation": {"batch_size": 64, "teacher_forced_batch_size": 64, "embeddings": False},
+        "torch_threads": 1,
+        "output_dir": str(out),
+    } | extra
+
+
+def _write(path: Path, mapping: dict) -> str:
+    path.write_text(yaml.safe_dump(mapping))
+    return str(path)
+
+
+def _one_line_error(capsys, status: int) -> str:
+    captured = capsys.readouterr()
+    assert status != 0, captured
+    lines = [line for line in captured.err.splitlines() if line.strip()]
+    assert len(lines) == 1 and lines[0].startswith("numloss compare: "), captured.err
+    assert "Traceback" not in captured.err + captured.out
+    return lines[0]
+
+
+@pytest.fixture
+def no_training(monkeypatch):
+    def refuse(*args, **kwargs):
+        raise AssertionError("trained although the input was refused")
+
+    monkeypatch.setattr(numloss.train, "run_training", refuse)
+
+
+# -- command-line values: a given value is checked, never read as "not given" ---------------------
+
+def _options():
+    """Every option of `numloss compare` that takes a value, from its parser."""
+    for action in build_parser()._actions:
+        if action.option_strings and action.nargs is None and action.type in (int, None) and action.dest != "help":
+            if action.const is None and not isinstance(action.default, bool):
+                yield action.option_strings[0], action.type
+
+
+NUMERIC = [option for option, kind in _options() if kind is int]
+TEXT = [option for option, kind in _options() if kind is None]
+
+
+def test_the_options_are_enumerated() -> None:
+    assert {"--steps", "--jobs", "--threads"} <= set(NUMERIC)
+    assert {"--objectives", "--seeds", "--model", "--out", "--records"} <= set(TEXT)
+
+
+@pytest.mark.parametrize("value", ["0", "-1"])
+@pytest.mark.parametrize("option", NUMERIC)
+def test_zero_or_negative_numbers_are_refused(option, value, tmp_path, capsys, no_training) -> None:
+    config = _write(tmp_path / "c.yaml", _mapping(tmp_path / "out"))
+    line = _one_line_error(capsys, compare_main([config, option, value]))
+    assert option in line and value in line
+    assert not (tmp_path / "out").exists(), "nothing is written for a refused command"
+
+
+@pytest.mark.parametrize("value", ["", " ", ",", " , "])
+@pytest.mark.parametrize("option", TEXT)
+def test_empty_values_are_refused(option, value, tmp_path, capsys, no_training) -> None:
+    config = _write(tmp_path / "c.yaml", _mapping(tmp_path / "out"))
+    line = _one_line_error(capsys, compare_main([config, option, value]))
+    assert option in line and "empty" in line
+
+
+@pytest.mark.parametrize(
+    "argv, words",
+    [
+        (["--seeds", "0,0"], ["--seeds", "repeated: 0"]),
+        (["--seeds", "4294967296"], ["--seeds", "4294967296"]),
+        (["--seeds", "3,1,3", "--jobs", "2"], ["--seeds", "3"]),
+        (["--seeds", "0,-2"], ["--seeds"]),
+        (["--seeds", "0,x"], ["--seeds", "0,x"]),
+        (["--objectives", "mle,del,mle"], ["--objectives", "mle"]),
+        (["--objectives", "ntl_was,ntl-was"], ["ntl_was", "ntl-was", "same objective"]),
+        (["--objectives", "mle,MLE"], ["'mle'", "'MLE'", "same objective"]),
+        (["--model", str(Path("/nonexistent/model"))], ["model", "/nonexistent/model"]),
+        (["--threads", "100000"], ["--threads", "100000", "cores"]),
+        (["--smoke"], ["task.data_dir", "/nonexistent/benchmarks"]),  # with the word-problem task below
+    ],
+)
+def test_repeated_seeds_objectives_and_missing_models_are_refused(argv, words, tmp_path, capsys, no_training) -> None:
+    mapping = _mapping(tmp_path / "out")
+    if argv == ["--smoke"]:  # a benchmark folder that is not there fails before training, not after it
+        mapping["task"] = {"kind": "word_problems", "data_dir": "/nonexistent/benchmarks"}
+    config = _write(tmp_path / "c.yaml", mapping)
+    line = _one_line_error(capsys, compare_main([config, *argv]))
+    assert all(word in line for word in words), line
+
+
+def test_a_file_or_a_read_only_folder_as_out_is_one_line(tmp_path, capsys, no_training) -> None:
+    config = _write(tmp_path / "c.yaml", _mapping(tmp_path / "out"))
+    blocker = tmp_path / "a-file"
+    blocker.write_text("x")
+    for out in (blocker, blocker / "below"):
+        line = _one_line_error(capsys, compare_main([config, "--out", str(out)]))
+        assert str(blocker) in line
+    assert blocker.read_text() == "x"
+    # a read-only folder: root writes through mode bits, so as root the folder is a read-only mount
+    ro = tmp_path / "ro"
+    ro.mkdir()
+    calls = f"main([{config!r}, '--no-progress', '--out', {str(ro)!r}]), main([{config!r}, '--out', {str(ro / 'sub')!r}])"
+    script = f"{sys.executable} -c \"from numloss.compare import main; print(*(f'rc={{rc}}' for rc in ({calls})))\""
+    if os.geteuid() == 0:
+        if shutil.which("unshare") is None:
+            pytest.skip("no unshare to make a read-only mount as root")
+        script = f"mount -t tmpfs tmpfs {ro} && mount -o remount,ro {ro} && ({script})"
+        command = ["unshare", "--user", "--map-root-user", "--mount", "sh", "-c", script]
+    else:
+        ro.chmod(0o555)
+        command = ["sh", "-c", script]
+    env = {**os.environ, "PYTHONPATH": SRC}
+    done = subprocess.run(command, capture_output=True, text=True, env=env, timeout=120)
+    assert done.stdout.count("rc=2") == 2, done.stdout + done.stderr
+    lines = [line for line in done.stderr.splitlines() if line.strip()]
+    assert len(lines) == 2 and all(line.startswith("numloss compare: ") and str(ro) in line for line in lines), lines
+    assert "Traceback" not in done.stderr
+
+
+# -- the configuration file: every key, wrong types and values ------------------------------------
+
+WRONG = [None, True, False, 0, -1, 1, 2.5, float("nan"), float("inf"), -(10**12), 10**12, "", "abc", "1",
+         [], [1], ["a"], {}, {"a": 1}]
+
+
+def _paths(mapping: dict) -> list[tuple]:
+    """Every key of a comparison config (enumerated from compare/config.py's dataclasses)."""
+    paths: list[tuple] = [(key,) for key in DEFAULTS]
+    paths += [("evaluation", f) for f in EvaluationSettings.__dataclass_fields__]
+    paths += [("learning", f) for f in LearningCheck.__dataclass_fields__]
+    paths += [("objectives", 1, f) for f in ObjectiveSpec.__dataclass_fields__]
+    paths += [("objectives", 1), ("seeds", 0), ("seeds", 1)]
+    paths += [("base", section) for section in ("model", "data", "train", "lora")]
+    if mapping["task"].get("kind") == "word_problems":
+        paths += [("task", f) for f in WordProblemTask.__dataclass_fields__ if f != "extra"]
+    else:
+        paths += [("task", f) for f in ArithmeticTask.__dataclass_fields__]
+        paths += [("task", "train", f) for f in Distribution.__dataclass_fields__]
+    return paths
+
+
+def _set(mapping: dict, path: tuple, value) -> None:
+    target = mapping
+    for key in path[:-1]:
+        target = target[key]
+    target[path[-1]] = value
+
+
+def _valid_or_one_line(mapping: dict) -> None:
+    """The property: a ConfigError of one line, or a config every run of which can be set up."""
+    signal.alarm(20)  # a hang (10**digits of a huge digits) fails the test instead of blocking it
+    try:
+        try:
+            compare = compare_config_from_dict(copy.deepcopy(mapping), "grid.yaml")
+        except ConfigError as error:
+            assert "\n" not in str(error) and str(error).startswith("grid.yaml"), repr(error)
+            return
+        assert compare.seeds and len(set(compare.seeds)) == len(compare.seeds)
+        assert all(isinstance(s, int) and not isinstance(s, bool) and s >= 0 for s in compare.seeds)
+        assert all(isinstance(getattr(compare.evaluation, f), int) and getattr(compare.evaluation, f) >= 1
+                   for f in ("batch_size", "teacher_forced_batch_size"))
+        assert isinstance(compare.evaluation.embeddings, bool) and isinstance(compare.output_dir, Path)
+        assert all(s.alpha is None or isinstance(s.alpha, float) for s in compare.objectives)
+        compare.task.describe()
+        for spec in compare.objectives:  # the first seed's configs were validated by compare_config_from_dict
+            compare.run_hash(compare.run_config(spec, compare.seeds[-1], Path("r"), Path("t.jsonl")))
+        if isinstance(compare.task, ArithmeticTask) and compare.task.test_size <= 100:
+            assert all(len(items) == compare.task.test_size for items in compare.task.test_sets().values())
+            if compare.learning is not None:
+                try:
+                    compare.task.check_set(compare.learning.slice_size)
+                except ValueError as error:  # run_grid turns it into a ConfigError before training
+                    assert "\n" not in str(error)
+    finally:
+        signal.alarm(0)
+
+
+def _grid_mappings() -> list[dict]:
+    arithmetic = _mapping(Path("out"), objectives=["mle", {"label": "d", "name": "del", "alpha": 0.3}], seeds=[0, 1],
+                          learning={"every": 2, "slice_size": 4, "threshold": 0.5, "stop_early": True, "batch_size": 4})
+    words = copy.deepcopy(arithmetic)
+    words["task"] = {"kind": "word_problems", "train_size": 8, "benchmark_limit": 3, "max_new_tokens": 12,
+                     "eval_batch_size": 8}
+    return [arithmetic, words]
+
+
+@pytest.mark.parametrize("grid", _grid_mappings(), ids=["arithmetic", "word_problems"])
+def test_every_config_key_with_a_wrong_value_is_one_line_or_valid(grid) -> None:
+    for path in _paths(grid):
+        for value in WRONG:
+            mapping = copy.deepcopy(grid)
+            _set(mapping, path, copy.deepcopy(value))
+            try:
+                _valid_or_one_line(mapping)
+            except Exception as error:  # noqa: BLE001 - name the case that broke
+                raise AssertionError(f"{'.'.join(map(str, path))} = {value!r}: {type(error).__name__}: {error}") from error
+
+
+def test_random_combinations_of_wrong_values_are_one_line_or_valid() -> None:
+    rng = random.Random(2428)
+    grids = _grid_mappings()
+    for _ in range(150):
+        grid = rng.choice(grids)
+        mapping = copy.deepcopy(grid)
+        changes = [(rng.choice(_paths(grid)), rng.choice(WRONG)) for _ in range(rng.randint(2, 4))]
+        applied = []
+        for path, value in changes:
+            try:
+                _set(mapping, path, copy.deepcopy(value))
+                applied.append((path, value))
+            except (KeyError, IndexError, TypeError):  # a parent was replaced by an earlier change
+                pass
+        try:
+            _valid_or_one_line(mapping)
+        except Exception as error:  # noqa: BLE001
+            raise AssertionError(f"{applied}: {type(error).__name__}: {error}") from error
+
+
+@pytest.mark.parametrize(
+    "change, words",
+    [
+        ({"objectives": [{"name": "del", "alpha": "abc"}]}, ["alpha", "abc"]),
+        ({"objectives": [{"name": "del", "alpha": [1]}]}, ["alpha", "[1]"]),
+        ({"evaluation": {"batch_size": 0}}, ["evaluation.batch_size", "0"]),
+        ({"evaluation": {"teacher_forced_batch_size": -3}}, ["teacher_forced_batch_size"]),
+        ({"seeds": [0, 0]}, ["seeds", "repeated"]),
+        ({"learning": {"slice_size": 10**6}}, ["slice_size"]),  # found when drawing the check slice
+    ],
+)
+def test_yaml_errors_are_one_line_before_any_training(change, words, tmp_path, capsys, no_training) -> None:
+    config = _write(tmp_path / "c.yaml", _mapping(tmp_path / "out") | change)
+    line = _one_line_error(capsys, compare_main([config, "--no-progress"]))
+    assert all(word in line for word in words), line
+    assert not list((tmp_path / "out").glob("runs/*")), "no run was started"
+
+
+# -- the output folder: one writer, nothing finished deleted --------------------------------------
+
+def test_a_second_compare_into_a_held_folder_stops_naming_the_holder(tmp_path, capsys, no_training) -> None:
+    out, ready = tmp_path / "out", tmp_path / "ready"
+    holder = subprocess.Popen(
+        [sys.executable, "-c",
+         "import pathlib, time\nfrom numloss.rundir import hold_run_dir\n"
+         f"with hold_run_dir({str(out)!r}, 'numloss compare'):\n"
+         f"    pathlib.Path({str(ready)!r}).touch()\n    time.sleep(60)\n"],
+        env={**os.environ, "PYTHONPATH": SRC},
+    )
+    try:
+        deadline = time.monotonic() + 30
+        while not ready.exists():
+            assert holder.poll() is None and time.monotonic() < deadline
+            time.sleep(0.05)
+        config = _write(tmp_path / "c.yaml", _mapping(out))
+        line = _one_line_error(capsys, compare_main([config, "--no-progress"]))
+        assert f"pid {holder.pid}" in line and "in use" in line
+        line = _one_line_error(capsys, compare_main([config, "--no-progress", "--report-only"]))
+        assert f"pid {holder.pid}" in line
+    finally:
+        holder.kill()
+        holder.wait()
+    assert sorted(p.name for p in out.iterdir()) == [".numloss.lock"], "the refused compare wrote nothing"
+
+
+@pytest.fixture(scope="module")
+def recorded(tmp_path_factory):
+    """One finished 2-step run of `mle`, with its record kept in records/."""
+    root = tmp_path_factory.mktemp("recorded")
+    config = _write(root / "c.yaml", _mapping(root / "out", records_dir=str(root / "records")))
+    assert compare_main([config, "--no-progress"]) == 0
+    (record,) = sorted((root / "records").glob("*.json"))
+    return root, config, record
+
+
+def test_another_steps_keeps_the_finished_run_aside_and_says_so(recorded, tmp_path, capsys) -> None:
+    root, _, _ = recorded
+    out = tmp_path / "out"
+    shutil.copytree(root / "out", out)
+    old = json.loads((out / "runs" / "mle-s0" / "result.json").read_text())
+    config = _write(tmp_path / "c.yaml", _mapping(out, records_dir=str(tmp_path / "records")))
+    capsys.readouterr()
+    assert compare_main([config, "--no-progress", "--no-records", "--steps", "3"]) == 0
+    err = capsys.readouterr().err
+    aside = out / "superseded" / f"mle-s0-{old['hash']}"
+    assert f"kept as {aside}" in err
+    assert json.loads((aside / "result.json").read_text()) == old
+    assert (aside / "final").is_dir(), "the finished run's model is kept too"
+    assert json.loads((out / "runs" / "mle-s0" / "result.json").read_text())["steps"] == 3
+    assert not (tmp_path / "records").exists()
+    # and again: the second superseded copy does not overwrite the first
+    assert compare_main([config, "--no-progress", "--no-records", "--steps", "2"]) == 0
+    assert len(list((out / "superseded").iterdir())) == 2
+
+
+def test_a_garbled_result_in_the_output_folder_is_kept_aside_and_redone(recorded, tmp_path, monkeypatch) -> None:
+    from numloss.compare.runner import run_grid
+
+    root, _, _ = recorded
+    out = tmp_path / "out"
+    shutil.copytree(root / "out", out)
+    (out / "runs" / "mle-s0" / "result.json").write_text("[1, 2]")
+
+    class Trained(Exception):
+        pass
+
+    def stop(*args, **kwargs):
+        raise Trained
+
+    monkeypatch.setattr(numloss.train, "run_training", stop)
+    with pytest.raises(Trained):
+        run_grid(compare_config_from_dict(_mapping(out)), progress=False)
+    assert (out / "superseded" / "mle-s0-unreadable" / "result.json").read_text() == "[1, 2]"
+
+
+def test_the_training_file_is_the_set_the_run_trains_on(recorded, tmp_path, monkeypatch) -> None:
+    """data/train-s<seed>.jsonl of an output folder is rewritten when the task changed under it."""
+    from numloss.compare.runner import run_grid
+
+    root, _, _ = recorded
+    out = tmp_path / "out"
+    shutil.copytree(root / "out", out)
+    assert len((out / "data" / "train-s0.jsonl").read_text().splitlines()) == 16
+    seen = []
+
+    class Trained(Exception):
+        pass
+
+    def stop(config, *args, examples=None, **kwargs):
+        seen.append([json.dumps({"instruction": e.instruction, "output": e.output}) for e in examples])
+        raise Trained
+
+    monkeypatch.setattr(numloss.train, "run_training", stop)
+    mapping = _mapping(out)
+    mapping["task"]["train_size"] = 12
+    with pytest.raises(Trained):
+        run_grid(compare_config_from_dict(mapping), progress=False)
+    assert (out / "data" / "train-s0.jsonl").read_text().splitlines() == seen[0] and len(seen[0]) == 12
+
+
+CORRUPTIONS = {
+    "truncated": lambda text: text[: len(text) // 2],
+    "empty": lambda text: "",
+    "wrong hash": lambda text: json.dumps({**json.loads(text), "hash": "0" * 16}),
+    "a list": lambda text: json.dumps([json.loads(text)]),
+    "a number": lambda text: "42",
+    "not UTF-8": lambda text: text.replace('"hash"', '"h\udcffash"', 1),
+    "no evaluation": lambda text: json.dumps({k: v for k, v in json.loads(text).items() if k != "evaluation"}),
+    "evaluation a string": lambda text: json.dumps({**json.loads(text), "evaluation": "x"}),
+    "another run": lambda text: json.dumps({**json.loads(text), "seed": 7}),
+}
+
+
+@pytest.mark.parametrize("report_only", [False, True], ids=["train", "report-only"])
+@pytest.mark.parametrize("corruption", list(CORRUPTIONS))
+def test_a_corrupted_record_is_named_in_one_line(corruption, report_only, recorded, tmp_path, capsys, no_training) -> None:
+    root, _, record = recorded
+    records = tmp_path / "records"
+    records.mkdir()
+    bad = records / record.name
+    bad.write_bytes(CORRUPTIONS[corruption](record.read_text()).encode("utf-8", "surrogateescape"))
+    config = _write(tmp_path / "c.yaml", _mapping(tmp_path / "fresh-checkout", records_dir=str(records)))
+    line = _one_line_error(capsys, compare_main([config, "--no-progress"] + (["--report-only"] if report_only else [])))
+    assert str(bad) in line and ("git checkout" in line and "delete it" in line), line
+    assert bad.read_bytes() == CORRUPTIONS[corruption](record.read_text()).encode("utf-8", "surrogateescape"), (
+        "a refused record is left as it is")
+
+
+def test_the_intact_record_is_used(recorded, tmp_path, capsys, no_training) -> None:
+    root, _, record = recorded
+    config = _write(tmp_path / "c.yaml", _mapping(tmp_path / "fresh", records_dir=str(record.parent)))
+    assert compare_main([config, "--no-progress", "--report-only"]) == 0
+
+
+# -- workers die with their parent --------------------------------------------------------------
+
+def _children(pid: int) -> set[int]:
+    found: set[int] = set()
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+            except OSError:
+                continue
+            if int(fields[1]) == pid:
+                found.add(int(entry.name))
+    return found | {grandchild for child in found for grandchild in _children(child)}
+
+
+def _alive(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return False
+    return state not in ("Z", "X")
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="PR_SET_PDEATHSIG and /proc are Linux's")
+def test_killing_the_parent_of_a_two_job_compare_kills_its_workers(tmp_path, capsys) -> None:
+    out = tmp_path / "out"
+    mapping = _mapping(out, objectives=["mle", "ntl-was"], jobs=2)
+    mapping["base"]["train"]["max_steps"] = 100000  # still training when the parent is killed
+    config = _write(tmp_path / "c.yaml", mapping)
+    parent = subprocess.Popen(
+        [sys.executable, "-m", "numloss", "compare", config, "--no-progress"],
+        env={**os.environ, "PYTHONPATH": SRC}, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+    )
+    workers: set[int] = set()
+    try:
+        deadline = time.monotonic() + 120
+        while not ((out / "runs" / "mle-s0").is_dir() and (out / "runs" / "ntl-was-s0").is_dir()):
+            assert parent.poll() is None, parent.stderr.read().decode()
+            assert time.monotonic() < deadline, "the workers did not start"
+            time.sleep(0.2)
+        workers = _children(parent.pid)
+        assert len(workers) >= 2, workers
+        # a second compare into the same folder, while the first trains, stops naming it
+        line = _one_line_error(capsys, compare_main([config, "--no-progress", "--objectives", "mle"]))
+        assert f"pid {parent.pid}" in line and "in use" in line
+        parent.send_signal(signal.SIGKILL)
+        parent.wait()
+        deadline = time.monotonic() + 20
+        while any(_alive(pid) for pid in workers) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert not [pid for pid in workers if _alive(pid)], "workers outlived their killed parent"
+    finally:
+        parent.kill()
+        for pid in workers:  # never leave a run training on a shared machine
+            if _alive(pid):
+                os.kill(pid, signal.SIGKILL)
+        parent.stderr.close()
+
+
+@pytest.mark.parametrize(
+    "text, words",
+    [
+        (b"objectives:\n  - {name: del, alpha: abc}\n", ["objectives[0].alpha must be a finite number"]),
+        (b"objectives:\n  - {name: del, alpha: [1]}\n", ["objectives[0].alpha must be a finite number"]),
+        (b"seeds: [0]\nseeds: [1]\n", ["'seeds' is given twice"]),
+        (b"evaluation: {batch_size: 8, batch_size: 0}\n", ["'batch_size' is given twice"]),
+        (b"seeds: [0]\n# caf\xe9\n", ["not UTF-8"]),
+        (b"seeds: [0\n", ["not valid YAML"]),
+        (b"[1, 2]\n", ["top level must be a mapping"]),
+    ],
+)
+def test_a_bad_yaml_file_is_one_line(text, words, tmp_path) -> None:
+    path = tmp_path / "grid.yaml"
+    path.write_bytes(text)
+    with pytest.raises(ConfigError) as caught:
+        load_compare_config(path)
+    message = str(caught.value)
+    assert "\n" not in message and str(path) in message and all(w in message for w in words), message
