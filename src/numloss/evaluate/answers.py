@@ -264,7 +264,7 @@ def number_matches(pred: Fraction | float | None, gold: str, pred_text: str | No
 # A letter named as the answer. Capitals: "(C)", "C", "C)". Lower case only where it cannot be a
 # word: bracketed ("(c)", "c)") or standing alone before the end or a punctuation mark ("The answer
 # is c.", "Answer: c"); so "the answer is a boy" and "a long way off" name no letter.
-_CLOSE = r"(?=\s*(?:$|[.,;:!?)\]]))"
+_CLOSE = r"(?=\s*(?:$|[.,;!?)\]]))"
 _LETTER_HERE = re.compile(
     r"\s*(?:\*\*)?\$?(?:\(([A-Ea-e])\)|([A-E])(?![\w'])|([a-e])\)|([a-e])" + _CLOSE + ")"
 )
