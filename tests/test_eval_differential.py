@@ -115,7 +115,10 @@ def summary(rows) -> dict:
 
 @pytest.fixture(scope="module")
 def differential():
-    return run_differential(int(os.environ.get("NUMLOSS_DIFFERENTIAL_ITEMS", "1")))
+    result = run_differential(int(os.environ.get("NUMLOSS_DIFFERENTIAL_ITEMS", "1")))
+    if os.environ.get("NUMLOSS_DIFFERENTIAL_TABLE"):  # where to write the per-kind table (docs/evaluation.md)
+        Path(os.environ["NUMLOSS_DIFFERENTIAL_TABLE"]).write_text(_table(result["rows"]) + "\n")
+    return result
 
 
 def test_the_generator_covers_sixty_kinds_on_every_benchmark(differential):
