@@ -95,7 +95,7 @@ NUMERIC = [  # number and math items
     K("program-float-noise", "print({p} + 1e-13)", "The answer is {a}.", kinds=("number",)),
     K("program-two-prints", "x = {p}\ny = 3\nprint(x)\nprint(y)", "The answer is {a}.", kinds=("number",)),
     K("program-thousands", "print(f'{{{p}:,}}')", "The answer is {a}.", kinds=("number",)),
-    K("trigger-equals", "The answer is 12 + 6 = {a}.", truth=None, kinds=("number", "math")),
+    K("trigger-equals", "The answer is 12 + 6 = {a}.", kinds=("number", "math")),
     K("total-is", "In total, it is {a}.", kinds=("number", "math")),
     K("we-get", "Solving, we get {a}", kinds=("number", "math")),
     K("equals-last", "So 3 * 4 = 12, and 12 + 6 = {a}", kinds=("number", "math")),

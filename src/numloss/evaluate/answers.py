@@ -174,11 +174,24 @@ def extract_exact(output: str) -> Fraction | None:
     segment, marked = answer_segment(output)
     if marked:
         boxed = boxed_content(segment)
-        found = exact_numbers_in(boxed if boxed is not None else segment)
+        found = exact_numbers_in(boxed if boxed is not None else _result_of_sum(segment))
         if found:
             return found[0]
     found = exact_numbers_in(output)
     return found[-1] if found else None
+
+
+_SUM = re.compile(r"[\d\s.,+\-−*/×÷·()$%]*\d[\d\s.,+\-−*/×÷·()$%]*")
+
+
+def _result_of_sum(segment: str) -> str:
+    """The answer segment, or what follows "=" when its first line is arithmetic written out:
+    "12 + 6 = 18" reads 18 (but "x = 5, y = 3" still reads 5, the first unknown)."""
+    head, _, rest = segment.lstrip().partition("\n")
+    left, eq, right = head.rpartition("=")
+    if eq and _SUM.fullmatch(left) and re.search(r"\d\s*[-+−*/×÷·]\s*\$?\(?\d", left):
+        return right + "\n" + rest
+    return segment
 
 
 def extract_number(output: str) -> float | None:
@@ -361,7 +374,7 @@ def extract_math(output: str) -> str:
     if marked:
         boxed = boxed_content(segment)
         text = boxed if boxed is not None else segment.strip().split("\n")[0]
-        return text.strip().rstrip(".").strip().strip("$").strip()
+        return text.strip().strip("*").rstrip(".").strip().strip("*$").strip()
     found = re.findall(r"-?\d+(?:\.\d+)?(?:/\d+)?", output)
     return found[-1] if found else ""
 
@@ -380,18 +393,15 @@ def plain_exact(text: str) -> Fraction | None:
     return parse_exact(stripped)
 
 
-_ASSIGNMENT = re.compile(r"\s*\$?\s*[A-Za-z](?:_\{?\w\}?)?\s*=\s*([^=]+)$")
-
-
 def math_equal(pred: str, gold: str) -> bool:
     """Whether two MATH-style answers are equivalent (math-verify; plain numbers by `number_matches`).
 
-    A prediction "x = 14,\\!400" for a gold without "=" is compared by its right-hand side."""
+    A prediction with "=" ("x = 14,\\!400", "12 + 6 = 18") for a gold without one is compared by
+    what follows its last "="."""
     if not pred.strip():
         return False
-    assignment = _ASSIGNMENT.fullmatch(pred)
-    if assignment and "=" not in gold:
-        pred = assignment.group(1).strip().strip("$").strip()
+    if "=" in pred and "=" not in gold:  # "x = 14,\\!400", "12 + 6 = 18": the right-hand side is the answer
+        pred = pred.rsplit("=", 1)[1].strip().strip("$").strip()
     gold_value, pred_value = plain_exact(gold), plain_exact(pred)
     if gold_value is not None and pred_value is not None:
         plain_gold = _strip_latex(gold).replace(" ", "").strip("$")
