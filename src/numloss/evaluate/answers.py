@@ -3,11 +3,14 @@
 Where the answer is looked for, in order (the first rule that finds one wins):
 
 1. after the last "The answer is" / "the answer is:" / "final answer is" / "Final answer:" (a bare
-   "answer:" is not a marker: "To find the answer: 80,000 + ..." is working, not the answer);
+   "answer:" is not a marker: "To find the answer: 80,000 + ..." is working, not the answer); a
+   first line that is arithmetic written out ("12 + 6 = 18") gives what follows its "=";
 2. after the last "####" (GSM8K's marker);
 3. inside the last ``\\boxed{...}``;
-4. numbers: the last number of the whole output. Choices: an explicit letter ("(C)", "answer is C",
-   "option C", ``\\boxed{C}``); then, only for options that are a number (maybe with a unit after a
+4. numbers: the last number of the whole output. Choices: an explicit letter in any case ("(C)",
+   "(c)", "c)", "answer is c.", "Answer: c", "option C", ``\\boxed{c}``, a bare "c", an output
+   ending "we choose c."; a lower-case letter only where it cannot be a word, so "a boy" is never
+   A); then, only for options that are a number (maybe with a unit after a
    space: "80 km/h"; never "$5m+4p$"), the option whose value equals the answer's number; then the option whose text appears, as whole words, in the
    answer (the longest such option). No letter found is no answer (no guess).
 

@@ -5,6 +5,8 @@
     report.accuracy("gsm8k", "numloss"), report.macc("released"), report.disagreements["gsm8k"]
     print(report.to_markdown())
     again = score_outputs("outputs/eval/items.jsonl", protocol="numloss", data_dir="../shared/benchmarks")
+    theirs = score_outputs("samples_gsm8k_2024-06-01T12-00-00.jsonl", data_dir="../shared/benchmarks")  # lm-eval --log_samples
+    report.to_json()  # schema SCHEMA_VERSION, docs/evaluation.md "The report's JSON"
 
 `numloss eval` is a thin command line over these two functions.
 """
