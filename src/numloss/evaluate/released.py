@@ -31,9 +31,10 @@ MAX_NEW_TOKENS_CHOICE = 2048  # run_choice.py's default --model_max_length
 CHOICE_LETTERS = "ABCDEFGHIJ"
 # The released executor (code_utils.CodeExecutor) has no output cap and no memory limit; a sandbox
 # must have both. These are far above what a released-style program reaches in its 5 s (see
-# docs/evaluation.md, "Sandbox limits"), so the released verdict is kept.
+# docs/evaluation.md, "Sandbox limits"), so the released verdict is kept; the memory limit also
+# bounds what an adversarial program can take from the machine, one worker at a time.
 PROGRAM_OUTPUT_BYTES = 64 << 20
-PROGRAM_MEMORY_BYTES = 16 << 30
+PROGRAM_MEMORY_BYTES = 4 << 30
 GUESS = "A"
 
 PROMPT_OPEN = (
