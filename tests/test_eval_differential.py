@@ -94,9 +94,10 @@ def run_differential(n_items: int) -> dict:
 def summary(rows) -> dict:
     per_kind: dict[str, Counter] = defaultdict(Counter)
     totals: Counter = Counter()
-    for c, _, rel, num in rows:
+    for c, ref_verdict, rel, num in rows:
         k = per_kind[c.kind]
         totals["cases"] += 1
+        totals["transcription_is_released"] += (rel.prediction, rel.correct) == ref_verdict
         k["cases"] += 1
         if c.truth is None:
             continue
@@ -175,7 +176,8 @@ def _table(rows) -> str:
             lines.append(f"| {kind.name}{' (strict)' if kind.name in STRICT else ''} | {k['cases']} | {k['released_right']} | {k['numloss_right']} | {k['released_only_right']} |")
     t = s["totals"]
     lines.append("")
-    lines.append(f"cases {t['cases']}, judged {t['judged']}, verdicts agree {t['agree']}, both right {t['both_right']}, "
+    lines.append(f"cases {t['cases']}, transcription = released on {t['transcription_is_released']}, "
+                 f"judged {t['judged']}, verdicts agree {t['agree']}, both right {t['both_right']}, "
                  f"numloss-only right {t['numloss_only_right']}, released-only right {t['released_only_right']} "
                  f"(+ {t['released_only_right_listed']} on the strictness list)")
     return "\n".join(lines)
