@@ -5,6 +5,7 @@ from fractions import Fraction
 import pytest
 
 from numloss.evaluate.answers import (
+    extract,
     extract_choice,
     extract_exact,
     extract_math,
@@ -244,3 +245,45 @@ def test_score_per_kind():
     assert score(math, "so \\boxed{\\frac{10}{12}}").correct
     with pytest.raises(ValueError, match="not a number"):
         score(Item("4", "q", "abc", "number"), "The answer is 3")
+
+
+# ------------------------------------------------------------------ issue 23: the kinds where numloss lost to released
+
+LETTER_OPTIONS = ("12", "15", "18", "21", "24")
+
+
+@pytest.mark.parametrize(
+    ("output", "letter"),
+    [
+        ("The answer is c.", "C"), ("the answer is c", "C"), ("(c)", "C"), ("c) 18 is right", "C"), ("Answer: c", "C"),
+        ("c", "C"), ("C.", "C"), ("After computing, we choose c.", "C"), ("I think the answer is c, because", "C"),
+        ("$\\boxed{c}$", "C"), ("After computing, we choose a.", "A"), ("So it is (a)", "A"),
+        # the article and cut-off sentences name no letter
+        ("The answer is a boy who has 5 apples.", None), ("The answer is a long way off.", None),
+        ("After computing, we choose a", None), ("Option a: the first one", None), ("a boy has 5", None),
+    ],
+)
+def test_letters_in_any_case_but_never_the_article(output, letter):
+    assert extract_choice(output, LETTER_OPTIONS) == letter
+
+
+@pytest.mark.parametrize(
+    ("output", "value"),
+    [
+        ("The answer is 12 + 6 = 18.", 18), ("The answer is $12 + $6 = $18", 18), ("The answer is 2 * (3 + 4) = 14 apples", 14),
+        ("The answer is x = 5, y = 3", 5),  # the first unknown, as SimulEq asks
+        ("The answer is 14,\\!400", 14400), ("The answer is 14\\,400", 14400), ("The answer is 14{,}400", 14400),
+        ("The answer is 7.\n\nQuestion 2: what is 3 + 4? The answer is 7000.", 7),  # an invented next problem is not read
+    ],
+)
+def test_sums_and_latex_thousands(output, value):
+    item = Item("0", "q", str(value), "number")
+    assert extract(item, output) == str(value)
+
+
+@pytest.mark.parametrize(("pred", "gold", "equal"), [
+    ("x = 14,\\!400", "14,400", True), ("x = 14{,}400", "14400", True), ("12 + 6 = 18", "18", True),
+    ("x = 5", "y = 5", False), ("x = 6", "5", False),
+])
+def test_math_right_hand_sides(pred, gold, equal):
+    assert math_equal(pred, gold) is equal

@@ -18,19 +18,26 @@ file paths, prints and the parts for other datasets are dropped):
 - TIGER-AI-Lab/MAmmoTH2, commit 79ff1ea6e50b076c2accc378912cdbac341855d2, math_eval/prompt_utils.py:
   get_alpaca_prompt and get_alpaca_mc_prompt (DEL's eval/ imports prompt_utils but does not ship
   it; with --shots 0 the example list is empty).
-- code_utils.CodeExecutor (imported by DEL's utils.py, not shipped in DEL's tree): the MAmmoTH
-  lineage's format_code (the output, every line indented two spaces, inside ``def run_it():``,
-  then ``run_it()``) and execute_code (``exec(code, {})`` under redirect_stdout; stdout stripped
-  of newlines; any exception gives no result, i.e. ""). Here it runs in a thread instead of a
-  multiprocessing child: the test programs are ours and finish.
+- PolyU-VCLab/DEL eval/code_utils.py (imported by eval/utils.py as `from code_utils import
+  CodeExecutor`; utils.execute_with_timeout(code, timeout=5, use_process=True) runs
+  `CodeExecutor(code, timeout, use_process).run()`): format_code (every line of the output
+  indented two spaces inside ``def run_it():``, then ``run_it()``) and CodeExecutor.execute_code
+  (``exec(self.code, globals(), locals())`` under redirect_stdout, so the program sees the
+  module globals of code_utils, ``__name__ == "code_utils"``; stdout stripped of newlines; any
+  Exception leaves no result, i.e. ""; a SystemExit kills the child process, also no result),
+  run in a multiprocessing.Process joined with the 5 s timeout, with no output cap and no memory
+  limit. The code index this transcription was read from holds the MAmmoTH-lineage copy of that
+  module (format_code / CodeExecutor, text identical to the excerpt above); DEL's own copy is not
+  in it, so the file's commit is not pinned here. `CODE_UTILS` below is that module's logic;
+  `executor_script` runs it inside numloss's sandbox (the differential test's programs run there,
+  never in the test process); `execute_with_timeout` runs it in-process, for the older tests whose
+  programs are ours and finish.
 """
 
 from __future__ import annotations
 
 import json
 import re
-from contextlib import redirect_stdout
-from io import StringIO
 from pathlib import Path
 
 # ------------------------------------------------------------------ eval/utils.py
@@ -284,27 +291,77 @@ def input_str(question: str, form: str) -> str:
 
 # ------------------------------------------------------------------ code_utils.CodeExecutor
 
+CODE_UTILS = """
+from io import StringIO
+from contextlib import redirect_stdout
+import multiprocessing
+from multiprocessing import Pool
+import threading
+
 
 def format_code(code_str: str):
-    code = "def run_it():\n"
-    for line in code_str.split("\n"):
-        code += "  " + line + "\n"
+    code = "def run_it():\\n"
+    for line in code_str.split("\\n"):
+        code += "  " + line + "\\n"
     code += "run_it()"
     return code
 
 
+class CodeExecutor:
+
+    def __init__(self, code, timeout, use_process: bool):
+        self.code = format_code(code)
+        self.timeout = timeout
+        self.error = ""
+        self.use_process = use_process
+
+    def execute_code(self, return_val):
+        try:
+            f = StringIO()
+            with redirect_stdout(f):
+                exec(self.code, globals(), locals())
+            s = f.getvalue()
+            s = s.strip("\\n")
+            return_val["result"] = s
+        except Exception as e:
+            self.error = e
+            return_val["error"] = e
+"""
+
+
+def _code_utils_module():
+    import types
+
+    module = types.ModuleType("code_utils")
+    exec(CODE_UTILS, module.__dict__)
+    return module
+
+
+def format_code(code_str: str):
+    return _code_utils_module().format_code(code_str)
+
+
 def execute_with_timeout(code: str) -> str:
+    """In-process: CodeExecutor(code, 5, ...).execute_code, what run() returns ("" without a result)."""
     return_val = {}
     try:
-        f = StringIO()
-        with redirect_stdout(f):
-            exec(format_code(code), {})
-        s = f.getvalue()
-        s = s.strip("\n")
-        return_val["result"] = s
-    except Exception:
-        pass
+        _code_utils_module().CodeExecutor(code, 5, False).execute_code(return_val)
+    except BaseException:  # SystemExit ends the released child process: no result
+        return ""
     return return_val.get("result", "")
+
+
+def executor_script(code: str) -> str:
+    """A script for numloss's sandbox that does what the released child process does with `code`
+    and writes the result it returns (the timeout is the sandbox's wall clock)."""
+    return (
+        "import sys, types\n"
+        "module = types.ModuleType('code_utils')\n"
+        f"exec({CODE_UTILS!r}, module.__dict__)\n"
+        "return_val = {}\n"
+        f"module.CodeExecutor({code!r}, 5, True).execute_code(return_val)\n"
+        "sys.stdout.write(return_val.get('result', ''))\n"
+    )
 
 
 # ------------------------------------------------------------------ run_open.py / run_choice.py

@@ -3,11 +3,14 @@
 Where the answer is looked for, in order (the first rule that finds one wins):
 
 1. after the last "The answer is" / "the answer is:" / "final answer is" / "Final answer:" (a bare
-   "answer:" is not a marker: "To find the answer: 80,000 + ..." is working, not the answer);
+   "answer:" is not a marker: "To find the answer: 80,000 + ..." is working, not the answer); a
+   first line that is arithmetic written out ("12 + 6 = 18") gives what follows its "=";
 2. after the last "####" (GSM8K's marker);
 3. inside the last ``\\boxed{...}``;
-4. numbers: the last number of the whole output. Choices: an explicit letter ("(C)", "answer is C",
-   "option C", ``\\boxed{C}``); then, only for options that are a number (maybe with a unit after a
+4. numbers: the last number of the whole output. Choices: an explicit letter in any case ("(C)",
+   "(c)", "c)", "answer is c.", "Answer: c", "option C", ``\\boxed{c}``, a bare "c", an output
+   ending "we choose c."; a lower-case letter only where it cannot be a word, so "a boy" is never
+   A); then, only for options that are a number (maybe with a unit after a
    space: "80 km/h"; never "$5m+4p$"), the option whose value equals the answer's number; then the option whose text appears, as whole words, in the
    answer (the longest such option). No letter found is no answer (no guess).
 
@@ -174,11 +177,24 @@ def extract_exact(output: str) -> Fraction | None:
     segment, marked = answer_segment(output)
     if marked:
         boxed = boxed_content(segment)
-        found = exact_numbers_in(boxed if boxed is not None else segment)
+        found = exact_numbers_in(boxed if boxed is not None else _result_of_sum(segment))
         if found:
             return found[0]
     found = exact_numbers_in(output)
     return found[-1] if found else None
+
+
+_SUM = re.compile(r"[\d\s.,+\-−*/×÷·()$%]*\d[\d\s.,+\-−*/×÷·()$%]*")
+
+
+def _result_of_sum(segment: str) -> str:
+    """The answer segment, or what follows "=" when its first line is arithmetic written out:
+    "12 + 6 = 18" reads 18 (but "x = 5, y = 3" still reads 5, the first unknown)."""
+    head, _, rest = segment.lstrip().partition("\n")
+    left, eq, right = head.rpartition("=")
+    if eq and _SUM.fullmatch(left) and re.search(r"\d\s*[-+−*/×÷·]\s*\$?\(?\d", left):
+        return right + "\n" + rest
+    return segment
 
 
 def extract_number(output: str) -> float | None:
@@ -261,12 +277,42 @@ def number_matches(pred: Fraction | float | None, gold: str, pred_text: str | No
     return abs(pred - Fraction(target)) < half_unit
 
 
+# A letter named as the answer. Capitals: "(C)", "C", "C)". Lower case only where it cannot be a
+# word: bracketed ("(c)", "c)") or standing alone before the end or a punctuation mark ("The answer
+# is c.", "Answer: c"); so "the answer is a boy" and "a long way off" name no letter.
+_CLOSE = r"(?=\s*(?:$|[.,;!?)\]]))"
+_LETTER_HERE = re.compile(
+    r"\s*(?:\*\*)?\$?(?:\(([A-Ea-e])\)|([A-E])(?![\w'])|([a-e])\)|([a-e])" + _CLOSE + ")"
+)
 _EXPLICIT_LETTER = [
-    # the words in any case, the letter a capital ("the answer is a long way off" names no letter)
-    # or a bracketed letter in any case ("answer: (c)")
-    re.compile(r"(?i:answer|option|choice)\s*(?i:is|would be|:)?\s*:?\s*(?:\(([A-Ea-e])\)|([A-E])(?![\w]))"),
+    re.compile(r"(?i:answer|option|choice)\s*(?i:is|would be|:)?\s*:?\s*(?:\(([A-Ea-e])\)|([A-E])(?![\w'])|([a-e])\)|([a-e])" + _CLOSE + ")"),
     re.compile(r"\(([A-E])\)"),
 ]
+
+
+def _letter_of(match: re.Match[str] | None) -> str | None:
+    if match is None:
+        return None
+    return next(g for g in match.groups() if g).upper()
+
+
+def _bare_letter(output: str) -> str | None:
+    """A letter the output is, starts with ("c) ...") or ends with ("... so we choose c."). A
+    lower-case "a" ending an output counts only when a full stop or bracket closes it: without
+    one it is as likely the article of a cut-off sentence ("the total is a")."""
+    text = output.strip()
+    start = re.match(r"\(?([A-Ea-e])\)(?!\S)", text)
+    if start:
+        return start.group(1).upper()
+    closed = text.rstrip("!").endswith((".", ")"))
+    text = text.rstrip(".!").strip().strip("*$").strip()
+    whole = re.fullmatch(r"\(?([A-Ea-e])\)?", text)
+    if whole:
+        return whole.group(1).upper()
+    tail = re.search(r"(?:^|[\s(])(\(?)([A-Ea-e])(\)?)$", text)
+    if tail and (tail.group(2) != "a" or tail.group(3) or closed):
+        return tail.group(2).upper()
+    return None
 
 
 def _normalise(text: str) -> str:
@@ -279,20 +325,22 @@ def extract_choice(output: str, options: tuple[str, ...] = ()) -> str | None:
     letters = LETTERS[:n]
     boxed = boxed_content(output)
     if boxed is not None:
-        match = re.fullmatch(r"\s*(?:\\text\{)?\(?([A-E])\)?\}?\s*", boxed)
-        if match and match.group(1) in letters:
-            return match.group(1)
+        match = re.fullmatch(r"\s*(?:\\text\{)?\(?([A-Ea-e])\)?\}?\s*", boxed)
+        if match and match.group(1).upper() in letters:
+            return match.group(1).upper()
     segment, marked = answer_segment(output)
     if marked:
-        head = segment.strip()[:80]
-        match = re.match(r"\s*\$?\(?([A-E])\)?(?![\w'])", head)
-        if match and match.group(1) in letters:
-            return match.group(1)
+        letter = _letter_of(_LETTER_HERE.match(segment.strip()[:80]))
+        if letter and letter in letters:
+            return letter
     for pattern in _EXPLICIT_LETTER:
-        found = [next(g for g in m.groups() if g).upper() for m in pattern.finditer(output)]
+        found = [_letter_of(m) for m in pattern.finditer(output)]
         found = [f for f in found if f in letters]
         if found:
             return found[-1]
+    letter = _bare_letter(output)
+    if letter and letter in letters:
+        return letter
     if not options:
         return None
     where = segment if marked else (output.strip().splitlines()[-1] if output.strip() else "")
@@ -329,7 +377,7 @@ def extract_math(output: str) -> str:
     if marked:
         boxed = boxed_content(segment)
         text = boxed if boxed is not None else segment.strip().split("\n")[0]
-        return text.strip().rstrip(".").strip().strip("$").strip()
+        return text.strip().strip("*").rstrip(".").strip().strip("*$").strip()
     found = re.findall(r"-?\d+(?:\.\d+)?(?:/\d+)?", output)
     return found[-1] if found else ""
 
@@ -349,9 +397,14 @@ def plain_exact(text: str) -> Fraction | None:
 
 
 def math_equal(pred: str, gold: str) -> bool:
-    """Whether two MATH-style answers are equivalent (math-verify; plain numbers by `number_matches`)."""
+    """Whether two MATH-style answers are equivalent (math-verify; plain numbers by `number_matches`).
+
+    A prediction with "=" ("x = 14,\\!400", "12 + 6 = 18") for a gold without one is compared by
+    what follows its last "="."""
     if not pred.strip():
         return False
+    if "=" in pred and "=" not in gold:  # "x = 14,\\!400", "12 + 6 = 18": the right-hand side is the answer
+        pred = pred.rsplit("=", 1)[1].strip().strip("$").strip()
     gold_value, pred_value = plain_exact(gold), plain_exact(pred)
     if gold_value is not None and pred_value is not None:
         plain_gold = _strip_latex(gold).replace(" ", "").strip("$")
@@ -390,8 +443,15 @@ class Scored:
     value: float | None = None
 
 
+# A blank line and then a new problem: the model went on to invent another question (what the
+# released code's "in-context" rule and the "\n\nProblem" stop string are for); its answer is
+# not this item's.
+_NEXT_PROBLEM = re.compile(r"\n[ \t]*\n\s*(?:#+\s*)?(?:Problem|Question|Q|Example|Exercise)\s*\d*\s*[:.]", re.I)
+
+
 def extract(item: Item, text: str) -> str:
     """numloss's prediction for `item` from `text`, as text ("" when there is none)."""
+    text = _NEXT_PROBLEM.split(text, maxsplit=1)[0]
     if item.kind == "number":
         return format_exact(extract_exact(text))
     if item.kind == "choice":

@@ -5,6 +5,8 @@
     report.accuracy("gsm8k", "numloss"), report.macc("released"), report.disagreements["gsm8k"]
     print(report.to_markdown())
     again = score_outputs("outputs/eval/items.jsonl", protocol="numloss", data_dir="../shared/benchmarks")
+    theirs = score_outputs("samples_gsm8k_2024-06-01T12-00-00.jsonl", data_dir="../shared/benchmarks")  # lm-eval --log_samples
+    report.to_json()  # schema SCHEMA_VERSION, docs/evaluation.md "The report's JSON"
 
 `numloss eval` is a thin command line over these two functions.
 """
@@ -14,15 +16,19 @@ from __future__ import annotations
 import math
 import sys
 import time
+from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from numloss.evaluate.benchmarks import (
+    BENCHMARKS,
     SYNTHETIC_SEED,
     Benchmark,
     BenchmarkError,
+    Item,
+    canonical_name,
     check_limit,
     load_benchmark,
     load_for_records,
@@ -50,6 +56,8 @@ from numloss.evaluate.store import (
 )
 
 DECIMAL_TEXT = "0123456789.-"
+SCHEMA_VERSION = 2  # of EvalReport.to_json(); 1 was the unversioned layout before issue 23
+BENCHMARK_KIND = {name: spec.kind for name, spec in BENCHMARKS.items()}
 
 
 @dataclass
@@ -159,8 +167,19 @@ class EvalReport:
         return {name: [x.id for x, y in zip(self.items[a][name], self.items[b][name], strict=True) if x.correct != y.correct]
                 for name in self.benchmarks}
 
-    def to_json(self) -> dict[str, Any]:
-        return {
+    def to_json(self, items: bool = False) -> dict[str, Any]:
+        """The report as JSON-ready data (schema `SCHEMA_VERSION`, documented in docs/evaluation.md,
+        "The report's JSON"): everything `numloss eval` prints or writes to report.md.
+        `items=True` adds every item result (the lines of items.jsonl)."""
+        from importlib.metadata import PackageNotFoundError, version
+
+        try:
+            package = version("numloss")
+        except PackageNotFoundError:  # a source checkout without an install
+            package = None
+        out = {
+            "schema_version": SCHEMA_VERSION,
+            "numloss_version": package,
             **self.meta,
             "protocols": self.protocols,
             "isolation": self.isolation,
@@ -168,6 +187,9 @@ class EvalReport:
             "macc": {p: self.macc(p) for p in self.protocols},
             "disagreements": self.disagreements,
         }
+        if items:
+            out["items"] = {p: {b: [r.to_json() for r in rs] for b, rs in per.items()} for p, per in self.items.items()}
+        return out
 
     def to_markdown(self) -> str:
         from numloss.evaluate.report import markdown
@@ -231,6 +253,7 @@ def evaluate(
     program_timeout: float = 5.0,
     seed: int | None = None,
     progress: bool = False,
+    cut_at_stop: bool = True,
 ) -> EvalReport:
     """Evaluate a model on `benchmarks` under `protocol` ("released", "numloss" or "both").
 
@@ -240,6 +263,8 @@ def evaluate(
     `benchmarks`: names ("gsm8k,svamp" or a list; `file:PATH.jsonl`; `NAME=PATH`) or `Benchmark`s.
     `results_file`: the per-item JSONL to append to and resume from (none: kept in memory).
     `max_new_tokens` caps the protocol's limits (1500 open, 2048 multiple choice).
+    `cut_at_stop`: every generator's output, a custom one's too, is cut at the protocol's stop
+    strings, as the built-in and vLLM generators stop there (False: score what it returned).
     Returns an `EvalReport`: accuracy with 95 % intervals per benchmark, mACC, MAE, signed-log MAE,
     place accuracy, teacher-forced digit entropy, and `.to_markdown()`.
     """
@@ -274,6 +299,8 @@ def evaluate(
     saved = [r for r in store.records() if ours(r)] if store is not None else []
     check_same_model(saved, identity, model_name, results_file)
     model, tokenizer, generator = _generator(model_or_path, backend, dtype, device, tensor_parallel, batch_size, stop, open_limit, progress)
+    if cut_at_stop:
+        generator = StopCut(generator, stop)
     if runner.isolation.mode == "unavailable" and program_of_thought:
         print(f"numloss eval: programs will not run: {runner.isolation.detail}. Items with a program use chain of thought.", file=sys.stderr)
     extra = {"model": model_name, "model_identity": identity, "settings": key, "generation": settings, "isolation": runner.isolation.mode}
@@ -307,6 +334,32 @@ def evaluate(
     tokens, seconds = getattr(generator, "tokens", 0), getattr(generator, "seconds", 0.0)
     meta["generation_stats"] = {"tokens": tokens, "seconds": seconds, "tokens_per_second": tokens / seconds if seconds else None}
     return _report(protocols, per, digits, runner, meta)
+
+
+class StopCut:
+    """A generator whose outputs are cut at `stop` (the protocol's stop strings); other attributes
+    (token counts, timings) are the wrapped generator's."""
+
+    def __init__(self, inner: Any, stop: Sequence[str]) -> None:
+        import inspect
+
+        self.inner, self.stop = inner, tuple(stop)
+        self._takes_limit = "max_new_tokens" in inspect.signature(inner.generate).parameters
+
+    def generate(self, prompts: Sequence[str], max_new_tokens: int | None = None) -> list[Any]:
+        from dataclasses import is_dataclass, replace
+
+        from numloss.evaluate.generate import Generation, cut_at_stop
+
+        gens = self.inner.generate(prompts, max_new_tokens=max_new_tokens) if self._takes_limit else self.inner.generate(prompts)
+        out = []
+        for g in gens:
+            text = cut_at_stop(g.text, self.stop)
+            out.append(replace(g, text=text) if is_dataclass(g) else Generation(text, int(getattr(g, "new_tokens", 0))))
+        return out
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.inner, name)
 
 
 def _check_same_items(bench: Benchmark, saved: Sequence[Mapping[str, Any]], results_file: Any) -> None:
@@ -401,7 +454,7 @@ def _item_result(record: Mapping[str, Any]) -> ItemResult:
 
 def score_outputs(
     records: str | Path | Iterable[Mapping[str, Any]],
-    protocol: str | Protocol | Sequence = "numloss",
+    protocol: str | Protocol | Sequence | None = None,
     data_dir: str | Path | None = None,
     *,
     allow_unisolated: bool | None = None,
@@ -410,57 +463,113 @@ def score_outputs(
     batch_size: int = 64,
     limit: int | None = None,
     seed: int | None = None,
+    cut_at_stop: bool | None = None,
+    benchmark: str | None = None,
 ) -> EvalReport:
     """Score outputs generated earlier (by numloss or anything else) under `protocol`; no model.
 
-    Each record: `benchmark` (a name, or `file:PATH.jsonl`), `id` (the item's id, see
-    `benchmarks.parse_records`), `output` (the first attempt's text) and optionally
-    `fallback_output` (the chain-of-thought text for open items whose first attempt gave no
-    answer; without it such an item counts as unanswered). The results file `evaluate` writes is
-    valid input (its lines carry these fields; one per protocol, read once per item).
+    Two record formats (docs/evaluation.md, "Scoring saved outputs"):
+
+    - numloss records: `benchmark` (a name, or `file:PATH.jsonl`), `id` (the item's id, see
+      `benchmarks.parse_records`), `output` (the first attempt's text) and optionally
+      `fallback_output` (the chain-of-thought text for open items whose first attempt gave no
+      answer; without it such an item counts as unanswered) and `question` (when present it must
+      be the item's question, or the record is refused). The results file `evaluate` writes is
+      valid input (one line per protocol, read once per item).
+    - lm-evaluation-harness `--log_samples` files (`doc_id`, `doc`, `resps`, ...): the benchmark
+      from the file name's task or `benchmark=`, items matched as `numloss.evaluate.lmeval` says.
+
+    `protocol`: "released", "numloss" or "both" (default: "numloss" for numloss records, "both"
+    for lm-eval samples). `cut_at_stop`: cut each output at the protocol's stop strings, as
+    generation does (default: on for numloss records, off for lm-eval samples, which lm-eval
+    already cut at its task's own `until` strings; pass False for outputs already cut).
     `records` may be a JSONL path; a malformed line is reported with its file and line.
     A synthetic set is generated again at the seed and size its records carry (`seed` for
     records that carry none).
     """
+    from numloss.evaluate import lmeval
+    from numloss.evaluate.generate import cut_at_stop as cut
+
     check_limit(limit)
-    protocols = _protocols(protocol)
     if isinstance(records, (str, Path)):
-        rows = read_lines(Path(records))
         if not Path(records).is_file():
             raise BenchmarkError(f"{records}: no such file")
+        rows = read_lines(Path(records))
         source = str(records)
     else:
         rows, source = list(records), "records"
-    outputs: dict[str, dict[str, tuple[str, str | None]]] = {}
-    order: dict[str, list[str]] = {}
-    for n, row in enumerate(rows, 1):
-        where = f"{source}:{n}" if source != "records" else f"record {n - 1}"
-        check_output_record(row, where)
-        for key in ("benchmark", "id", "output"):
-            if key not in row or row[key] is None:
-                raise BenchmarkError(f"{where}: missing field {key!r} (each record needs benchmark, id, output[, fallback_output])")
-        if not isinstance(row["output"], str):
-            raise BenchmarkError(f"{where}: field 'output' must be a string")
-        bench, item = str(row["benchmark"]), str(row["id"])
-        seen = outputs.setdefault(bench, {})
-        if item not in seen:
-            order.setdefault(bench, []).append(item)
-            seen[item] = (row["output"], row.get("fallback_output"))
-        elif seen[item][1] is None and row.get("fallback_output") is not None:
-            seen[item] = (seen[item][0], row.get("fallback_output"))
-    if not outputs:
+    if not rows:
         raise BenchmarkError(f"{source}: no records to score")
+    samples = lmeval.is_samples(rows)
+    protocols = _protocols(protocol if protocol is not None else ("both" if samples else "numloss"))
+    stop, _, _ = generation_settings(protocols)
+    cutting = (not samples) if cut_at_stop is None else bool(cut_at_stop)
+
+    def cut_text(text: str | None) -> str | None:
+        return cut(text, stop) if cutting and text is not None else text
+
+    # per benchmark: items in order, and their (output, fallback)
+    chosen: dict[str, list[Item]] = {}
+    outputs: dict[str, dict[str, tuple[str, str | None]]] = {}
+    kinds: dict[str, str] = {}
+    meta: dict[str, Any] = {"scored_from": source, "format": "lm-eval samples" if samples else "numloss records",
+                            "cut_at_stop": cutting}
+    if samples:
+        task = lmeval.task_of(source) if source != "records" else None
+        name = benchmark or (lmeval.benchmark_of_task(task) if task else None)
+        if name is None:
+            raise BenchmarkError(f"{source}: lm-eval samples of task {task!r} are not one of the seven benchmarks; "
+                                 "name the benchmark with benchmark= (--outputs-benchmark NAME)" if task else
+                                 f"{source}: cannot tell the benchmark of these lm-eval samples from the file name "
+                                 "(samples_<task>_<date>.jsonl); name it with benchmark= (--outputs-benchmark NAME)")
+        name = canonical_name(name)
+        ours = None
+        if data_dir is not None:
+            from numloss.evaluate.benchmarks import find_local
+
+            if find_local(name, Path(data_dir)) is not None:
+                ours = load_benchmark(name, data_dir=data_dir)
+        mapped = lmeval.read_samples(rows, name, source, ours)
+        chosen[name] = [m.item for m in mapped][: limit or None]
+        outputs[name] = {m.item.id: (cut_text(m.output) or "", None) for m in mapped}
+        kinds[name] = BENCHMARK_KIND.get(name, mapped[0].item.kind)
+        meta["lm_eval"] = {"task": task, "benchmark": name, "matched": dict(Counter(m.matched for m in mapped))}
+    else:
+        order: dict[str, list[str]] = {}
+        questions: dict[tuple[str, str], tuple[str, str]] = {}
+        for n, row in enumerate(rows, 1):
+            where = f"{source}:{n}" if source != "records" else f"record {n - 1}"
+            check_output_record(row, where)
+            bench, item = str(row["benchmark"]), str(row["id"])
+            seen = outputs.setdefault(bench, {})
+            if isinstance(row.get("question"), str) and row["question"]:
+                questions.setdefault((bench, item), (row["question"], where))
+            if item not in seen:
+                order.setdefault(bench, []).append(item)
+                seen[item] = (cut_text(row["output"]) or "", cut_text(row.get("fallback_output")))
+            elif seen[item][1] is None and row.get("fallback_output") is not None:
+                seen[item] = (seen[item][0], cut_text(row.get("fallback_output")))
+        for bench_name, ids in order.items():
+            bench = load_for_records(bench_name, ids, data_dir, *recorded_set(rows, bench_name, seed))
+            by_id = {it.id: it for it in bench.items}
+            unknown = [i for i in ids if i not in by_id]
+            if unknown:
+                raise BenchmarkError(f"{source}: benchmark {bench_name} has no item with id {unknown[0]!r} ({len(unknown)} unknown ids)")
+            for i in ids:
+                saved = questions.get((bench_name, i))
+                if saved is not None and saved[0].strip() != by_id[i].question.strip():
+                    raise BenchmarkError(
+                        f"{saved[1]}: the record's question is not the question of {bench_name} item {i} ({bench.source}): "
+                        f"{saved[0][:50]!r}... vs {by_id[i].question[:50]!r}...; score it against the data it was generated from"
+                    )
+            chosen[bench.name] = [by_id[i] for i in ids][: limit or None]
+            outputs[bench.name] = outputs.pop(bench_name) if bench_name != bench.name else outputs[bench_name]
+            kinds[bench.name] = bench.kind
     runner = program_runner(program_timeout, workers, allow_unisolated)
     per: dict[str, dict[str, list[ItemResult]]] = {p.name: {} for p in protocols}
-    for bench_name, ids in order.items():
-        bench = load_for_records(bench_name, ids, data_dir, *recorded_set(rows, bench_name, seed))
-        by_id = {it.id: it for it in bench.items}
-        unknown = [i for i in ids if i not in by_id]
-        if unknown:
-            raise BenchmarkError(f"{source}: benchmark {bench_name} has no item with id {unknown[0]!r} ({len(unknown)} unknown ids)")
-        chosen = [by_id[i] for i in ids][: limit or None]
-        subset = Benchmark(bench.name, bench.kind, chosen, bench.source)
+    for bench_name, items in chosen.items():
+        subset = Benchmark(bench_name, kinds[bench_name], items, source)  # type: ignore[arg-type]
         out = run_benchmark(subset, protocols, None, runner, known_outputs=outputs[bench_name], batch_size=batch_size)
         for name, results in out.items():
-            per[name][bench.name] = results
-    return _report(protocols, per, {}, runner, {"scored_from": source})
+            per[name][bench_name] = results
+    return _report(protocols, per, {}, runner, meta)

@@ -38,8 +38,15 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("model", nargs="?", help="model folder, 'smollm2', 'tiny' or a Hugging Face id in the local cache (not with --score-outputs)")
     p.add_argument("--benchmarks", default="gsm8k", help="comma-separated: gsm8k,math,svamp,simuleq,aqua,sat,mmlu_math,synthetic:NAME,gym:NAME,file:PATH.jsonl; NAME=PATH for a file")
     p.add_argument("--data-dir", help="folder holding the benchmark files (NAME.jsonl|json|parquet or the released layout, e.g. ../shared/benchmarks)")
-    p.add_argument("--protocol", choices=("released", "numloss", "both"), default="numloss")
-    p.add_argument("--score-outputs", metavar="FILE.jsonl", help="score saved outputs (benchmark, id, output[, fallback_output]) instead of generating")
+    p.add_argument("--protocol", choices=("released", "numloss", "both"), default=None,
+                   help="default: numloss (both for lm-eval samples given to --score-outputs)")
+    p.add_argument("--score-outputs", metavar="FILE.jsonl",
+                   help="score saved outputs instead of generating: numloss records (benchmark, id, output[, fallback_output, question]) "
+                        "or an lm-evaluation-harness --log_samples file (samples_<task>_<date>.jsonl)")
+    p.add_argument("--outputs-benchmark", metavar="NAME", help="the benchmark of an lm-eval samples file whose task name does not say it")
+    p.add_argument("--no-stop-cut", action="store_true",
+                   help="do not cut outputs at the protocol's stop strings (on by default for generated outputs and numloss records; "
+                        "lm-eval samples are never cut)")
     p.add_argument("--limit", type=int, help="first N items of each benchmark (a positive number)")
     p.add_argument("--seed", type=int, default=None, help="seed of the synthetic sets (default: a held-out seed)")
     p.add_argument("--backend", choices=("hf", "vllm"), default="hf")
@@ -102,7 +109,8 @@ def main(argv: list[str] | None = None) -> int:
             if args.model:
                 raise ValueError("--score-outputs scores saved outputs; give no MODEL with it")
             report = score_outputs(args.score_outputs, args.protocol, args.data_dir, allow_unisolated=args.allow_unisolated_exec or None,
-                                   workers=args.workers, program_timeout=args.program_timeout, limit=args.limit, seed=args.seed)
+                                   workers=args.workers, program_timeout=args.program_timeout, limit=args.limit, seed=args.seed,
+                                   cut_at_stop=False if args.no_stop_cut else None, benchmark=args.outputs_benchmark)
             if report.isolation.get("mode") == "unavailable":  # as `evaluate` says it before generating
                 print(f"numloss eval: programs were not run: {report.isolation.get('detail', '')}. "
                       "Items with a program were scored from their chain-of-thought fallback output where the file has one.",
@@ -130,7 +138,7 @@ def main(argv: list[str] | None = None) -> int:
 
                 torch.set_num_threads(args.threads)
             report = evaluate(
-                args.model, args.benchmarks, args.data_dir, args.protocol, limit=args.limit,
+                args.model, args.benchmarks, args.data_dir, args.protocol or "numloss", limit=args.limit, cut_at_stop=not args.no_stop_cut,
                 results_file=Path(args.out) / "items.jsonl", overwrite=args.overwrite, batch_size=args.batch_size,
                 max_new_tokens=args.max_new_tokens, backend=args.backend, dtype=args.dtype, device=args.device,
                 tensor_parallel=args.tensor_parallel, digit_stats=not args.no_digit_stats, program_of_thought=not args.no_pot,

@@ -12,7 +12,7 @@ Opting in: `allow_unisolated=True`, `--allow-unisolated-exec`, or NUMLOSS_ALLOW_
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from numloss.evaluate import sandbox
 from numloss.evaluate.sandbox import ProgramResult, SandboxLimits
@@ -70,26 +70,33 @@ class ProgramRunner:
         self.limits, self.workers = limits, workers
         self.allow = opted_in(allow_unisolated)
         self.isolation = isolation(self.allow)
-        self.cache: dict[str, ProgramResult] = {}
+        self.cache: dict[tuple[str, int, int], ProgramResult] = {}
         self.ran = 0
 
-    def run(self, scripts: Sequence[str]) -> list[ProgramResult | Refused]:
-        """One result per script, in order; `Refused` results when isolation is unavailable."""
+    def run(self, scripts: Sequence[str], output_bytes: int | None = None, memory_bytes: int | None = None) -> list[ProgramResult | Refused]:
+        """One result per script, in order; `Refused` results when isolation is unavailable.
+
+        `output_bytes` / `memory_bytes` override this runner's limits for these scripts (each
+        protocol names its own: `Protocol.program_output_bytes`, `program_memory_bytes`)."""
         if not self.isolation.available:
             return [Refused(self.isolation.detail) for _ in scripts]
-        todo = list(dict.fromkeys(s for s in scripts if s not in self.cache))
+        base = self.limits or SandboxLimits()
+        limits = replace(base, output_bytes=base.output_bytes if output_bytes is None else output_bytes,
+                         memory_bytes=base.memory_bytes if memory_bytes is None else memory_bytes)
+        keys = [(s, limits.output_bytes, limits.memory_bytes) for s in scripts]
+        todo = list(dict.fromkeys(k for k in keys if k not in self.cache))
         if todo:
             kwargs = {"allow_unisolated": self.allow} if getattr(sandbox, "isolation", None) is not None else {}
             try:
-                results = sandbox.run_programs(todo, self.limits, self.workers, **kwargs)
+                results = sandbox.run_programs([k[0] for k in todo], limits, self.workers, **kwargs)
             except RuntimeError as error:  # SandboxUnavailable: isolation went away mid-run
                 if type(error).__name__ != "SandboxUnavailable":
                     raise
                 self.isolation = Isolation("unavailable", str(error))
-                return self.run(scripts)
+                return self.run(scripts, output_bytes, memory_bytes)
             self.cache.update(zip(todo, results, strict=True))
             self.ran += len(todo)
-        return [self.cache[s] for s in scripts]
+        return [self.cache[k] for k in keys]
 
     def forget(self) -> None:
         """Drop the cached results (the runner calls this after each batch of items)."""

@@ -85,6 +85,33 @@ def numloss_program(output: str) -> str | None:
     return code if "print(" in code else None
 
 
+# The script numloss runs for a program. All parsing happens inside the sandbox (the evaluator never
+# compiles model text): the program is dedented (a model often indents its whole answer, which the
+# released wrapper's function body accepts), compiled as a module (so `from m import *`, a main
+# guard and fenced code work); only if that is a SyntaxError is it compiled the way the released
+# executor runs it, as the body of a function (a top-level `return` ends it there), and the first
+# SyntaxError is raised when neither compiles. `exit()` and `quit()` work as in a plain `python`.
+_SCRIPT = """import builtins as _b, sys as _s, textwrap as _tw
+_b.__dict__.setdefault("exit", _s.exit)  # what the site module gives a plain `python`; the sandbox runs -S
+_b.__dict__.setdefault("quit", _s.exit)
+_src = _tw.dedent({source!r})
+try:
+    _code = compile(_src, "<program>", "exec")
+except SyntaxError as _first:
+    try:
+        _code = compile("def _program():\\n" + _tw.indent(_src, "    ", lambda _l: True) + "\\n_program()\\n", "<program>", "exec")
+    except SyntaxError:
+        raise _first from None
+exec(_code, {{"__name__": "__main__", "__builtins__": __builtins__}})
+"""
+
+
+def numloss_script(program: str) -> str:
+    """The sandbox script of `program` under numloss: dedented, run as a module, or as a function
+    body when only that compiles (a top-level `return`), as `_SCRIPT` says."""
+    return _SCRIPT.format(source=program)
+
+
 def numloss_read_program(stdout: str | None) -> str:
     """A program's answer: the first number it printed (a printed "The answer is" marker wins)."""
     return "The answer is " + stdout.strip() if stdout and stdout.strip() else ""
@@ -102,10 +129,6 @@ def _identity_finalize(item: Item, prediction: str) -> str:
     return prediction
 
 
-def _as_script(program: str) -> str:
-    return program
-
-
 @dataclass(frozen=True)
 class Protocol:
     """Prompt, generation limits, program handling, answer extraction and comparison, as fields."""
@@ -116,6 +139,9 @@ class Protocol:
     max_new_tokens_open: int
     max_new_tokens_choice: int
     program_styles: frozenset[str]  # attempts ("pot", "cot") whose programs are run
+    text_after_program: frozenset[str]  # attempts whose output is read as text when its program gives no answer
+    program_output_bytes: int  # the sandbox's cap on a program's stdout
+    program_memory_bytes: int  # the sandbox's address-space limit (0: none)
     program: Callable[[str], str | None]  # output -> the program in it (None: read as text)
     script: Callable[[str], str]  # program -> the script the sandbox runs
     read_program: Callable[[str | None], str]  # stdout (None: failed or refused) -> text to read
@@ -135,6 +161,9 @@ RELEASED = Protocol(
     max_new_tokens_open=released.MAX_NEW_TOKENS_OPEN,
     max_new_tokens_choice=released.MAX_NEW_TOKENS_CHOICE,
     program_styles=frozenset({"pot", "cot"}),
+    text_after_program=frozenset(),
+    program_output_bytes=released.PROGRAM_OUTPUT_BYTES,
+    program_memory_bytes=released.PROGRAM_MEMORY_BYTES,
     program=released.program_of,
     script=released.wrapped_source,
     read_program=released.program_text,
@@ -149,9 +178,9 @@ RELEASED = Protocol(
 NUMLOSS = replace(
     RELEASED,
     name="numloss",
-    program_styles=frozenset({"pot"}),
+    text_after_program=frozenset({"cot"}),
     program=numloss_program,
-    script=_as_script,
+    script=numloss_script,
     read_program=numloss_read_program,
     extract=numloss_extract,
     finalize=_identity_finalize,

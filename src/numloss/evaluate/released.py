@@ -12,7 +12,8 @@ quirks included: the pieces `numloss.evaluate.protocol.RELEASED` is made of.
 - comparison: the prediction string equals the gold string, case-insensitive, after removing
   ``\\text{`` (no numeric tolerance anywhere).
 - programs: an output that contains "print(" is cut at "### Instruction", wrapped in
-  ``def run_it():`` (each line indented two spaces) and executed with ``exec(code, {})``; its
+  ``def run_it():`` (each line indented two spaces) and executed with
+  ``exec(code, globals(), locals())`` in the module code_utils; its
   stdout (stripped of newlines) counts only when the whole run raised nothing, and is read as
   "The answer is " + stdout.
 
@@ -28,6 +29,12 @@ STOP = ("USER:", "ASSISTANT:", "### Instruction:", "Response:", "\n\nProblem", "
 MAX_NEW_TOKENS_OPEN = 1500  # eval/all.sh: run_open.py --model_max_length 1500
 MAX_NEW_TOKENS_CHOICE = 2048  # run_choice.py's default --model_max_length
 CHOICE_LETTERS = "ABCDEFGHIJ"
+# The released executor (code_utils.CodeExecutor) has no output cap and no memory limit; a sandbox
+# must have both. These are far above what a released-style program reaches in its 5 s (see
+# docs/evaluation.md, "Sandbox limits"), so the released verdict is kept; the memory limit also
+# bounds what an adversarial program can take from the machine, one worker at a time.
+PROGRAM_OUTPUT_BYTES = 64 << 20
+PROGRAM_MEMORY_BYTES = 4 << 30
 GUESS = "A"
 
 PROMPT_OPEN = (
@@ -211,17 +218,24 @@ def program_of(output: str) -> str | None:
 def wrapped_source(program: str) -> str:
     """A script that runs `program` the released way and prints its stdout only if it raised nothing.
 
-    ``exec(format_code(program), {})``: a function body, fresh globals (so ``__name__`` is the
-    builtins' 'builtins', ``import *`` is a SyntaxError), stdout captured; an exception loses it.
+    code_utils.CodeExecutor: ``exec(format_code(program), globals(), locals())`` inside the module
+    code_utils (so ``__name__`` is 'code_utils', the module's imports are visible, ``import *`` is a
+    SyntaxError in the function body), stdout captured; an Exception loses it, and so does a
+    SystemExit (it ends the released child process).
     """
     body = "def run_it():\n" + "".join("  " + line + "\n" for line in program.split("\n")) + "run_it()"
+    # code_utils' own imports; the slow ones only for a program that names them (no other can see them)
+    heavy = any(name in program for name in ("multiprocessing", "Pool", "threading", "globals"))
     return (
         "import contextlib as _c, io as _io, sys as _s\n"
-        "_f = _io.StringIO()\n"
+        "_g = {'__name__': 'code_utils', 'StringIO': _io.StringIO, 'redirect_stdout': _c.redirect_stdout}\n"
+        + ("import multiprocessing as _mp, threading as _th\n"
+           "_g.update(multiprocessing=_mp, Pool=_mp.Pool, threading=_th)\n" if heavy else "")
+        + "_f = _io.StringIO()\n"
         "try:\n"
         "    with _c.redirect_stdout(_f):\n"
-        f"        exec({body!r}, {{}})\n"
-        "except Exception:\n"
+        f"        exec({body!r}, _g, {{}})\n"
+        "except BaseException:\n"
         "    pass\n"
         "else:\n"
         "    _s.stdout.write(_f.getvalue().strip('\\n'))\n"

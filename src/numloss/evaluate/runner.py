@@ -92,7 +92,10 @@ def _attempt(protocol: Protocol, item: Item, output: str, style: str, benchmark:
         return protocol.extract(item, output, benchmark), None, False
     result = run(protocol.script(program))
     stdout = result.stdout if result is not None and result.ok else None
-    return protocol.extract(item, protocol.read_program(stdout), benchmark), result, True
+    prediction = protocol.extract(item, protocol.read_program(stdout), benchmark)
+    if not prediction and style in protocol.text_after_program:  # the program gave nothing: read the text
+        prediction = protocol.extract(item, output, benchmark)
+    return prediction, result, True
 
 
 def score_items(
@@ -106,16 +109,17 @@ def score_items(
 ) -> list[ItemResult]:
     """Score each item's first output (and fallback output, where the protocol needs it)."""
     styles = [first_style(item, program_of_thought) for item in items]
+    limits = (protocol.program_output_bytes, protocol.program_memory_bytes)
     for attempt_outputs, attempt_styles in ((outputs, styles), ([f or "" for f in fallbacks], ["cot"] * len(items))):
         scripts = []
         for output, style in zip(attempt_outputs, attempt_styles, strict=True):
             program = protocol.program(output) if style in protocol.program_styles else None
             if program is not None:
                 scripts.append(protocol.script(program))
-        runner.run(scripts)  # all programs of the batch at once, in parallel; cached for _attempt
+        runner.run(scripts, *limits)  # all programs of the batch at once, in parallel; cached for _attempt
 
     def run(script: str) -> ProgramResult:
-        return runner.run([script])[0]
+        return runner.run([script], *limits)[0]
 
     results = []
     for item, output, fallback, style in zip(items, outputs, fallbacks, styles, strict=True):

@@ -1,0 +1,138 @@
+"""lm-evaluation-harness `--log_samples` files as inputs of `score_outputs`.
+
+lm-eval writes one `samples_<task>_<date>.jsonl` per task, one JSON object per document
+(lm_eval/evaluator.py, `evaluate`; EleutherAI/lm-evaluation-harness): `doc_id` (the document's
+index in the task's split), `doc` (the dataset record as loaded), `target`
+(`task.doc_to_target(doc)`), `arguments` (the requests' arguments: the prompt and generation
+kwargs), `resps` (per request, the list of the model's raw responses: `[[text]]` for a
+generate_until task), `filtered_resps` (per request, after the task's filters: the extracted
+answer, e.g. `["18"]`), `doc_hash` / `prompt_hash` / `target_hash`, the metrics (`exact_match`,
+...), and in recent versions `filter` and `metrics`.
+
+Mapping to numloss items: the benchmark comes from the task name (`gsm8k*` -> gsm8k,
+`minerva_math*` / `hendrycks_math*` -> math, `mmlu*` of the five math subjects -> mmlu_math,
+`agieval_sat_math` -> sat, `agieval_aqua_rat` -> aqua, `svamp*` -> svamp; or `benchmark=`). The
+sample's `doc` is parsed with the benchmark's own record parser; the item of our file with id
+`doc_id` is used when its question is that doc's question, else the item of our file with that
+question, else the item the doc itself makes (id `lm-eval:<doc_id>`). A sample whose doc cannot be
+parsed, or that has no generated text (a loglikelihood task), is an error naming its line. The
+text scored is the raw response `resps[0][0]`: numloss reads the answer itself, under both
+protocols, instead of lm-eval's filter.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+from numloss.evaluate.benchmarks import Benchmark, BenchmarkError, Item, parse_records
+
+SAMPLE_FIELDS = ("doc_id", "doc", "resps")
+MMLU_MATH = ("elementary_mathematics", "high_school_mathematics", "college_mathematics", "abstract_algebra", "formal_logic")
+
+
+def is_samples(rows: Sequence[Mapping[str, Any]]) -> bool:
+    """Whether `rows` look like lm-eval samples (doc_id, doc, resps; no numloss `benchmark`)."""
+    return bool(rows) and all(isinstance(r, Mapping) and all(k in r for k in SAMPLE_FIELDS) and "benchmark" not in r for r in rows)
+
+
+def task_of(path: str | Path) -> str | None:
+    """The task name in an lm-eval samples file name (`samples_gsm8k_2024-05-01T10-00-00.123.jsonl`)."""
+    match = re.match(r"samples_(.+?)_(\d{4}-\d{2}-\d{2}T[\d\-.:]+)\.jsonl$", Path(path).name)
+    return match.group(1) if match else None
+
+
+def benchmark_of_task(task: str) -> str | None:
+    """numloss's benchmark for an lm-eval task name, None when it is not one of the seven."""
+    t = task.lower()
+    if t.startswith("gsm8k"):
+        return "gsm8k"
+    if t.startswith(("minerva_math", "hendrycks_math", "math_")) or t == "math":
+        return "math"
+    if t.startswith("mmlu") and any(s in t for s in MMLU_MATH):
+        return "mmlu_math"
+    if "sat_math" in t or "sat-math" in t:
+        return "sat"
+    if "aqua" in t:
+        return "aqua"
+    if t.startswith("svamp"):
+        return "svamp"
+    if t.startswith("simuleq"):
+        return "simuleq"
+    return None
+
+
+@dataclass(frozen=True)
+class Sample:
+    """One lm-eval sample mapped to a numloss item."""
+
+    item: Item
+    output: str
+    doc_id: str
+    matched: str  # "id" (our file's item with that id), "question" (found by its question), "doc" (made from the doc)
+
+
+def _text(sample: Mapping[str, Any], where: str) -> str:
+    resps = sample.get("resps")
+    first = resps[0] if isinstance(resps, list) and resps else None
+    text = first[0] if isinstance(first, list) and first else first
+    if not isinstance(text, str):
+        raise BenchmarkError(f"{where}: field 'resps' holds no generated text ({type(text).__name__}); "
+                             "only generate_until tasks (e.g. gsm8k, minerva_math, mmlu_flan_cot_zeroshot) can be scored")
+    return text
+
+
+def _key(question: str) -> str:
+    return " ".join(question.split())
+
+
+def read_samples(rows: Sequence[Mapping[str, Any]], benchmark: str, source: str, ours: Benchmark | None) -> list[Sample]:
+    """Map lm-eval `rows` of `benchmark` to items (module doc); `ours` is our copy of the benchmark, if any."""
+    by_id = {it.id: it for it in ours.items} if ours is not None else {}
+    by_question = {_key(it.question): it for it in ours.items} if ours is not None else {}
+    out, seen = [], set()
+    for n, row in enumerate(rows, 1):
+        where = f"{source}:{n}"
+        if str(row.get("doc_id")) in seen:  # lm-eval writes one sample per document and filter: same text
+            continue
+        seen.add(str(row.get("doc_id")))
+        doc = row.get("doc")
+        if not isinstance(doc, Mapping):
+            raise BenchmarkError(f"{where}: field 'doc' must be the dataset record (a JSON object)")
+        doc_id = str(row["doc_id"])
+        try:
+            made = parse_records(benchmark, [doc], where, [where]).items[0]
+        except BenchmarkError as error:
+            raise BenchmarkError(f"{error} (lm-eval sample doc_id {doc_id}: its doc is not a {benchmark} record; "
+                                 "name the benchmark with benchmark= / --outputs-benchmark)") from None
+        item, matched = made, "doc"
+        if doc_id in by_id and _key(by_id[doc_id].question) == _key(made.question):
+            item, matched = by_id[doc_id], "id"
+        elif _key(made.question) in by_question:
+            item, matched = by_question[_key(made.question)], "question"
+        else:
+            item = replace(made, id=f"lm-eval:{doc_id}")
+        _check_target(row.get("target"), item, where)
+        out.append(Sample(item, _text(row, where), doc_id, matched))
+    return out
+
+
+def _check_target(target: Any, item: Item, where: str) -> None:
+    """Refuse a sample whose `target` names another answer than the item's gold (a wrong match)."""
+    from numloss.evaluate.answers import number_matches, parse_exact
+
+    if target is None or isinstance(target, (list, dict)):
+        return
+    if item.kind == "choice":
+        letters = "ABCDE"
+        given = letters[target] if isinstance(target, int) and 0 <= target < len(letters) else str(target).strip().strip("()").upper()
+        if given in letters and given != item.answer.upper():
+            raise BenchmarkError(f"{where}: lm-eval target {target!r} is not the gold {item.answer!r} of {item.id}")
+    elif item.kind == "number":
+        text = str(target).split("####")[-1]
+        value = parse_exact(text)
+        if value is not None and not number_matches(value, item.answer):
+            raise BenchmarkError(f"{where}: lm-eval target {str(target)[-40:]!r} is not the gold {item.answer!r} of {item.id}")

@@ -1,0 +1,166 @@
+"""Scoring other harnesses' outputs, stop strings on every output, and the report's JSON.
+
+The lm-eval fixtures (tests/fixtures/lmeval/samples_<task>_<date>.jsonl) are written in the layout
+lm_eval/evaluator.py logs with --log_samples: doc_id, doc, target, arguments, resps,
+filtered_resps, filter, metrics, doc_hash, prompt_hash, target_hash and the task's metric.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from numloss.evaluate import lmeval
+from numloss.evaluate.api import SCHEMA_VERSION, evaluate, score_outputs
+from numloss.evaluate.benchmarks import BenchmarkError
+from numloss.evaluate.cli import main as eval_main
+from numloss.evaluate.generate import Generation
+
+FIXTURES = Path(__file__).parent / "fixtures"
+GSM8K_SAMPLES = FIXTURES / "lmeval" / "samples_gsm8k_2024-06-01T12-00-00.123456.jsonl"
+MMLU_SAMPLES = FIXTURES / "lmeval" / "samples_mmlu_flan_cot_zeroshot_elementary_mathematics_2024-06-01T12-00-00.123456.jsonl"
+DATA = FIXTURES / "benchmarks"
+
+
+def test_the_fixture_has_the_fields_lm_eval_logs():
+    for line in GSM8K_SAMPLES.read_text().splitlines():
+        row = json.loads(line)
+        assert {"doc_id", "doc", "target", "arguments", "resps", "filtered_resps", "doc_hash", "prompt_hash", "target_hash"} <= set(row)
+        assert isinstance(row["resps"][0][0], str) and isinstance(row["filtered_resps"][0], str)
+    assert lmeval.task_of(GSM8K_SAMPLES) == "gsm8k"
+    assert lmeval.benchmark_of_task(lmeval.task_of(MMLU_SAMPLES)) == "mmlu_math"
+    assert lmeval.benchmark_of_task("minerva_math_algebra") == "math" and lmeval.benchmark_of_task("hellaswag") is None
+
+
+def test_lm_eval_samples_are_matched_and_scored_under_both_protocols():
+    report = score_outputs(GSM8K_SAMPLES, data_dir=DATA, allow_unisolated=True)
+    assert report.protocols == ["released", "numloss"]  # both, by default, for lm-eval samples
+    # doc 0 is our item 0; doc 1 is our item 2 (found by its question); doc 7 is not in our file
+    assert report.meta["lm_eval"]["matched"] == {"id": 1, "question": 1, "doc": 1}
+    ids = [r.id for r in report.items["numloss"]["gsm8k"]]
+    assert ids == ["0", "2", "lm-eval:7"]  # one per document, though lm-eval logs one line per filter
+    assert [r.correct for r in report.items["numloss"]["gsm8k"]] == [True, True, False]
+    assert [r.correct for r in report.items["released"]["gsm8k"]] == [True, True, False]
+    score = report.scores["numloss"]["gsm8k"]
+    assert score.mae == pytest.approx(10 / 3)  # 0, 0 and |865 - 875|
+    assert score.place_accuracy and report.meta["cut_at_stop"] is False
+    mmlu = score_outputs(MMLU_SAMPLES, data_dir=DATA, allow_unisolated=True)
+    assert [r.id for r in mmlu.items["numloss"]["mmlu_math"]] == ["1"]  # lm-eval's doc 0 of its subject is our item 1
+    assert mmlu.items["numloss"]["mmlu_math"][0].prediction == "B" and mmlu.scores["numloss"]["mmlu_math"].correct == 1
+
+
+def test_lm_eval_samples_without_our_files_use_their_own_docs():
+    report = score_outputs(GSM8K_SAMPLES, protocol="numloss", allow_unisolated=True)
+    assert [r.id for r in report.items["numloss"]["gsm8k"]] == ["lm-eval:0", "lm-eval:1", "lm-eval:7"]
+    assert [r.gold for r in report.items["numloss"]["gsm8k"]] == ["7", "540", "875"]
+
+
+def _write(tmp_path: Path, name: str, rows: list[dict]) -> Path:
+    path = tmp_path / name
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return path
+
+
+def _one_line_error(argv: list[str], capsys) -> str:
+    assert eval_main(argv) == 2
+    err = capsys.readouterr().err.strip()
+    assert "\n" not in err and err.startswith("numloss eval: ") and "Traceback" not in err
+    return err
+
+
+def test_unmatchable_lm_eval_samples_fail_with_one_line(tmp_path, capsys):
+    row = json.loads(GSM8K_SAMPLES.read_text().splitlines()[0])
+    loglik = _write(tmp_path, "samples_gsm8k_2024-06-01T12-00-00.jsonl", [{**row, "resps": [[[-1.25, False]]]}])
+    assert "no generated text" in _one_line_error(["--score-outputs", str(loglik), "--allow-unisolated-exec", "--out", str(tmp_path / "o")], capsys)
+    bad_doc = _write(tmp_path, "samples_gsm8k_2024-06-01T12-00-01.jsonl", [{**row, "doc": {"text": "no question here"}}])
+    assert "doc_id 0" in _one_line_error(["--score-outputs", str(bad_doc), "--out", str(tmp_path / "o")], capsys)
+    other = _write(tmp_path, "samples_hellaswag_2024-06-01T12-00-00.jsonl", [row])
+    assert "hellaswag" in _one_line_error(["--score-outputs", str(other), "--out", str(tmp_path / "o")], capsys)
+    unnamed = _write(tmp_path, "outputs.jsonl", [row])
+    assert "--outputs-benchmark" in _one_line_error(["--score-outputs", str(unnamed), "--out", str(tmp_path / "o")], capsys)
+    wrong_target = _write(tmp_path, "samples_gsm8k_2024-06-01T12-00-02.jsonl", [{**row, "target": "#### 8"}])
+    assert "target" in _one_line_error(["--score-outputs", str(wrong_target), "--data-dir", str(DATA), "--out", str(tmp_path / "o")], capsys)
+    # named explicitly, an unnamed file scores
+    assert eval_main(["--score-outputs", str(unnamed), "--outputs-benchmark", "gsm8k", "--allow-unisolated-exec", "--out", str(tmp_path / "o")]) == 0
+
+
+def test_cli_scores_lm_eval_samples_and_writes_the_report(tmp_path, capsys):
+    out = tmp_path / "out"
+    assert eval_main(["--score-outputs", str(GSM8K_SAMPLES), "--data-dir", str(DATA), "--allow-unisolated-exec", "--out", str(out)]) == 0
+    printed = capsys.readouterr().out
+    assert "released" in printed and "numloss" in printed and "verdicts differ" in printed
+    saved = json.loads((out / "results.json").read_text())
+    assert saved["schema_version"] == SCHEMA_VERSION and saved["format"] == "lm-eval samples"
+    assert saved["benchmarks"]["numloss"]["gsm8k"]["mae"] == pytest.approx(10 / 3)
+
+
+# ------------------------------------------------------------------ issue 27.2: question checked
+
+
+def test_a_record_whose_question_is_not_the_items_is_refused(tmp_path, capsys):
+    gsm = [json.loads(line) for line in (DATA / "gsm8k.jsonl").read_text().splitlines()]
+    good = {"benchmark": "gsm8k", "id": "0", "output": "The answer is 7.", "question": gsm[0]["question"]}
+    report = score_outputs([good], data_dir=DATA, allow_unisolated=True)
+    assert report.items["numloss"]["gsm8k"][0].correct
+    svamp_question = "Jack had 8 pens and Mary had 5 pens. How many pens do they have?"
+    wrong = _write(tmp_path, "items.jsonl", [good, {**good, "id": "1", "question": svamp_question}])
+    with pytest.raises(BenchmarkError, match=r"items.jsonl:2: the record's question is not the question of gsm8k item 1"):
+        score_outputs(wrong, data_dir=DATA)
+    err = _one_line_error(["--score-outputs", str(wrong), "--data-dir", str(DATA), "--out", str(tmp_path / "o")], capsys)
+    assert "item 1" in err
+
+
+# ------------------------------------------------------------------ issue 27.3: stop strings
+
+
+class Rambling:
+    """A custom generator that does not stop at the protocol's stop strings."""
+
+    def generate(self, prompts, max_new_tokens=None):
+        return [Generation("Tom spends 46.5. The answer is 46.5.\nResponse: The answer is 5.", 20) for _ in prompts]
+
+
+def test_every_generators_output_is_cut_at_the_protocols_stops():
+    kwargs = {"data_dir": DATA, "protocol": "both", "limit": 2, "digit_stats": False, "allow_unisolated": True, "program_of_thought": False}
+    report = evaluate(Rambling(), ["gsm8k=" + str(DATA / "gsm8k.jsonl")], **kwargs)
+    second = report.items["released"]["gsm8k"][1]  # gold 46.5
+    assert second.output.endswith("The answer is 46.5.\n") and second.prediction == "46.5" and second.correct
+    uncut = evaluate(Rambling(), ["gsm8k=" + str(DATA / "gsm8k.jsonl")], cut_at_stop=False, **kwargs)
+    assert uncut.items["released"]["gsm8k"][1].prediction == "5"
+
+
+def test_score_outputs_records_are_cut_unless_asked_not_to():
+    record = {"benchmark": "gsm8k", "id": "1", "output": "The answer is 46.5.\nResponse: The answer is 5."}
+    cut = score_outputs([record], protocol="released", data_dir=DATA, allow_unisolated=True)
+    assert cut.items["released"]["gsm8k"][0].prediction == "46.5" and cut.meta["cut_at_stop"] is True
+    kept = score_outputs([record], protocol="released", data_dir=DATA, allow_unisolated=True, cut_at_stop=False)
+    assert kept.items["released"]["gsm8k"][0].prediction == "5"
+
+
+# ------------------------------------------------------------------ Python-API parity
+
+
+def test_the_report_json_has_what_the_cli_prints(tmp_path, capsys):
+    records = [{"benchmark": "gsm8k", "id": str(i), "output": o}
+               for i, o in enumerate(["print(0.07 * 100)", "The answer is 46.5", "The answer is 540"])]
+    path = _write(tmp_path, "items.jsonl", records)
+    report = score_outputs(path, protocol="both", data_dir=DATA, allow_unisolated=True)
+    data = report.to_json()
+    assert data["schema_version"] == SCHEMA_VERSION and "numloss_version" in data
+    for protocol in ("released", "numloss"):
+        s = data["benchmarks"][protocol]["gsm8k"]
+        assert {"accuracy", "ci95", "correct", "count", "mae", "signed_log_mae", "place_accuracy", "program_status", "pot_refused"} <= set(s)
+        assert data["macc"][protocol] == report.macc(protocol)
+    assert data["disagreements"] == {"gsm8k": ["0"]}  # 7.000000000000001: released compares strings
+    assert data["isolation"]["mode"] == report.isolation["mode"]
+    assert len(report.to_json(items=True)["items"]["numloss"]["gsm8k"]) == 3
+    out = tmp_path / "out"
+    assert eval_main(["--score-outputs", str(path), "--protocol", "both", "--data-dir", str(DATA), "--allow-unisolated-exec", "--out", str(out)]) == 0
+    printed = capsys.readouterr().out
+    saved = json.loads((out / "results.json").read_text())
+    for protocol in ("released", "numloss"):
+        accuracy = saved["benchmarks"][protocol]["gsm8k"]["accuracy"]
+        assert f"{100 * accuracy:5.1f}%" in printed
+    assert "verdicts differ: gsm8k 1" in printed and saved["disagreements"]["gsm8k"] == ["0"]
