@@ -128,7 +128,7 @@ def score_items(
         if program is not None:
             result.program_status = program.status
             result.program_stdout = program.stdout[-STDOUT_KEPT:]
-            raw = program.raw_stdout.decode("utf-8", "backslashreplace")[-STDOUT_KEPT:]
+            raw = getattr(program, "raw_stdout", b"").decode("utf-8", "backslashreplace")[-STDOUT_KEPT:]
             if raw != result.program_stdout:  # kept for the record; reports and terminals see the clean text
                 result.program_stdout_raw = raw
         if not prediction and style == "pot":
