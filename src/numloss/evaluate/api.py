@@ -492,6 +492,8 @@ def score_outputs(
 
     check_limit(limit)
     if isinstance(records, (str, Path)):
+        if Path(records).is_dir():
+            raise BenchmarkError(f"{records}: is a folder, not a file of records to score (JSON lines)")
         if not Path(records).is_file():
             raise BenchmarkError(f"{records}: no such file")
         rows = read_lines(Path(records))
