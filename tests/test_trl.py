@@ -12,7 +12,7 @@ from trl import SFTConfig, SFTTrainer  # noqa: E402
 
 from numloss import DigitVocab, build_loss  # noqa: E402
 from numloss.data import CompletionCollator  # noqa: E402
-from numloss.hf import NumericTrainer  # noqa: E402
+from numloss.hf import NumericTrainer, compute_loss_func  # noqa: E402
 from numloss.models import build_char_tokenizer, build_tiny_model  # noqa: E402
 from numloss.trl import NumericSFTTrainer  # noqa: E402
 
@@ -98,11 +98,11 @@ def test_options_that_replace_the_loss_are_refused(tmp_path):
     with pytest.raises(TypeError, match="compute_loss_func"):
         NumericSFTTrainer(loss_fn=build_loss("del", VOCAB), model=model(), train_dataset=dataset(),
                           args=config(tmp_path, 2, 1), processing_class=TOKENIZER,
-                          compute_loss_func=build_loss("del", VOCAB).as_compute_loss_func())
+                          compute_loss_func=compute_loss_func(build_loss("del", VOCAB)))
 
 
 def test_sfttrainers_compute_loss_func_takes_the_numloss_hook(tmp_path):
-    """SFTTrainer(compute_loss_func=loss_fn.as_compute_loss_func()) with normalize="tokens" at
+    """SFTTrainer(compute_loss_func=compute_loss_func(loss_fn)) with normalize="tokens" at
     2 x 2 accumulation == NumericSFTTrainer with the same objective."""
     start = parameters(model())
     loss_fn = build_loss("del", VOCAB, alpha=1.0, normalize="tokens")
@@ -110,7 +110,7 @@ def test_sfttrainers_compute_loss_func_takes_the_numloss_hook(tmp_path):
     hooked_model = model()
     with pytest.warns(FutureWarning, match="compute_loss_func"):
         trainer = SFTTrainer(model=hooked_model, args=config(tmp_path / "h", 2, 2), train_dataset=dataset(),
-                             processing_class=TOKENIZER, compute_loss_func=loss_fn.as_compute_loss_func())
+                             processing_class=TOKENIZER, compute_loss_func=compute_loss_func(loss_fn))
     trainer.train()
     diff, size = difference(ours, parameters(hooked_model), start)
     assert size > 1e-3 and diff <= 1e-5 * size + 1e-6, (diff, size)
