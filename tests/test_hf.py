@@ -415,20 +415,26 @@ def test_compute_loss_func_on_two_gloo_ranks_is_exact_with_token_normalisation(t
 
 def test_digit_share_logs_the_scored_share_of_label_digits(tmp_path):
     """A letter token of the labels stands for a token holding 2 digits that no number slot
-    scores (a merged "3,"): the logged digit_share is scored / (scored + 2 per such label)."""
+    scores (a merged "3,"): the logged digit_share is the scored digit slots over all digits
+    written (every digit label, 2 per such letter). A number the letter is part of is not scored."""
+    from numloss.digits import find_digits
+
     data = rows()
-    labels = torch.cat([collate([r])["labels"][:, 1:].reshape(-1) for r in data])
+    per_row = [collate([r])["labels"][:, 1:].reshape(-1) for r in data]
+    labels = torch.cat(per_row)
     letter = int(torch.mode(labels[labels > 10]).values)
     vocab = DigitVocab(list(range(10)), decimal_point_id=10, unscored_digit_tokens=[(letter, 2)])
-    scored = int(((labels >= 0) & (labels < 10)).sum())
+    digits = int(((labels >= 0) & (labels < 10)).sum())
+    scored = sum(find_digits(row, vocab).count for row in per_row)
     unscored = 2 * int((labels == letter).sum())
     assert scored and unscored, "the rows must hold both kinds for the test to mean anything"
+    scored_total = (scored, digits + unscored)
     trainer = NumericTrainer(loss_fn=build_loss("del", vocab), model=tiny_llama(),
                              args=train_args(tmp_path, batch=8, accumulation=1, steps=1, lr=0.0),
                              train_dataset=data, data_collator=collate)
     trainer.train()
     (entry,) = [e for e in trainer.state.log_history if "digit_share" in e]
-    assert entry["digit_share"] == pytest.approx(scored / (scored + unscored))
+    assert entry["digit_share"] == pytest.approx(scored_total[0] / scored_total[1])
     assert entry["digit_share"] < 1.0
 
 
