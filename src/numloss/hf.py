@@ -19,7 +19,7 @@ What it adds to `transformers.Trainer`:
   (`NumericLoss.from_hidden`), so the [B, T, V] logits never exist and the head's weight is
   read while DDP, FSDP1/2, DeepSpeed ZeRO-3 or peft hold it whole.
 
-`compute_loss_func(loss_fn)` (also `loss_fn.as_compute_loss_func()`) is the same objective for a
+`compute_loss_func(loss_fn)` is the same objective for a
 plain `transformers.Trainer(compute_loss_func=...)`. That hook sees one micro-batch and the step's
 token count only, so it is exact for objectives normalised by tokens (`normalize="tokens"`, MLE,
 MixCE, EMO) and refuses a step-wide digit mean (`normalize="digits"`) that it cannot compute.
