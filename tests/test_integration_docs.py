@@ -155,3 +155,23 @@ def test_readme_commands_are_valid():
         else:
             raise AssertionError(f"README command {command!r} is not checked here")
     assert {("make", "demo"), ("make", "test"), ("numloss", "train"), ("numloss", "eval")} <= seen
+
+
+def test_readme_report_tables_have_the_columns_numloss_eval_writes(tmp_path):
+    """The report excerpt is what `numloss eval` writes: each table header of the README's
+    Evaluation section is a table header of a report made now (two protocols, a stub model)."""
+    from numloss.evaluate import evaluate
+    from numloss.evaluate.generate import Generation
+
+    class Answers:
+        def generate(self, prompts, max_new_tokens=None):
+            return [Generation(text="The answer is 5.", new_tokens=5) for _ in prompts]
+
+    section = README.read_text().split("## Evaluation", 1)[1].split("\n## ", 1)[0]
+    shown = [line for line, rule in zip(section.splitlines(), section.splitlines()[1:], strict=False) if rule.startswith("|---")]
+    assert len(shown) == 2, "the per-protocol table and the side-by-side one"
+    report = evaluate(Answers(), ["svamp"], data_dir=ROOT / "tests" / "fixtures" / "benchmarks", protocol="both",
+                      limit=2, program_of_thought=False, allow_unisolated=False)
+    lines = report.to_markdown().splitlines()
+    written = {line for line, rule in zip(lines, lines[1:], strict=False) if rule.startswith("|---")}
+    assert set(shown) <= written, f"README tables {shown} not among the report's {sorted(written)}"
