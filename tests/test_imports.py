@@ -257,3 +257,14 @@ def test_the_checker_finds_lazy_relative_and_importlib_circles_and_typing_edges(
     assert graph.typing_only["pkg.sub.x"] == {"pkg.a": 3} and "pkg.a" not in graph.runtime["pkg.sub.x"]
     assert set(graph.runtime["pkg.d"]) == {"pkg.sub"}
     assert reachable(graph.edges(with_typing=True), "pkg.sub.x")["pkg.c"] == ["pkg.sub.x", "pkg.a", "pkg.b", "pkg.c"]
+
+
+def test_import_numloss_loads_no_trainer_stack():
+    """`import numloss` (the losses, the patch) loads neither transformers nor accelerate nor the glue."""
+    import subprocess
+    import sys
+
+    code = "import sys, numloss; print(sorted(m for m in ('transformers', 'accelerate', 'numloss.hf', 'trl') if m in sys.modules))"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
+                         env={"PYTHONPATH": str(SRC), "PATH": "/usr/bin:/bin"})
+    assert out.stdout.strip() == "[]", out.stdout + out.stderr
