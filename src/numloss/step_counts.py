@@ -113,6 +113,10 @@ def needs_step_digit_count(
         return False
     if torch.distributed.is_available() and torch.distributed.is_initialized() and torch.distributed.get_world_size() > 1:
         return True
+    if not (torch.is_tensor(num_items_in_batch) or isinstance(num_items_in_batch, (int, float))) or isinstance(
+        num_items_in_batch, bool
+    ):
+        return False  # not a count: the loss itself raises the error that says so
     local = int(labels.ne(loss_fn.ignore_index).sum())
     return float(num_items_in_batch) > local
 
