@@ -328,6 +328,9 @@ class NumberTable:
     group: torch.Tensor
     groups: tuple[tuple[int, bool, torch.Tensor], ...]
     complete: tuple[bool, ...] = ()
+    #: ids of `DigitVocab.unscored_digit_tokens`, and of those that start a new word
+    unscored: torch.Tensor | None = None
+    unscored_spaced: torch.Tensor | None = None
 
     @property
     def width(self) -> int:
@@ -371,6 +374,8 @@ def _build_number_table(vocab: DigitVocab, device: str) -> NumberTable:
         values=torch.tensor([float(int(d)) for _, d, _ in entries], dtype=torch.float64, device=device),
         group=group.to(device),
         groups=groups,
+        unscored=torch.tensor([i for i, _ in vocab.unscored_digit_tokens], dtype=torch.long, device=device),
+        unscored_spaced=torch.tensor(vocab.unscored_spaced, dtype=torch.long, device=device),
     )
 
 
@@ -565,13 +570,11 @@ def number_lookup(vocab: DigitVocab, width: int, device: torch.device) -> torch.
     The extra last slot serves ignored labels (mapped there before the lookup).
     """
     table = torch.full((width + 1,), -1, dtype=torch.long, device=device)
-    unscored = [i for i, _ in vocab.unscored_digit_tokens if i < width]
-    if unscored:
-        table[torch.tensor(unscored, dtype=torch.long, device=device)] = -3
-    spaced = [i for i in vocab.unscored_spaced if i < width]
-    if spaced:
-        table[torch.tensor(spaced, dtype=torch.long, device=device)] = -4
-    columns = vocab.number_table(device).columns
+    numbers = vocab.number_table(device)
+    for ids, mark in ((numbers.unscored, -3), (numbers.unscored_spaced, -4)):
+        if ids is not None and ids.numel():
+            table[ids[ids < width]] = mark
+    columns = numbers.columns
     table[columns] = torch.arange(columns.numel(), device=device)
     if vocab.decimal_point_id is not None and vocab.decimal_point_id < width:
         table[vocab.decimal_point_id] = -2
