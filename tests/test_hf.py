@@ -9,7 +9,7 @@ import torch
 from transformers import LlamaConfig, LlamaForCausalLM, TrainingArguments
 
 from numloss import DigitVocab, build_loss
-from numloss.hf import NumericTrainer, shift_labels
+from numloss.hf import NumericTrainer, compute_loss_func, shift_labels
 
 VOCAB = DigitVocab(list(range(10)), decimal_point_id=10)
 OBJECTIVES = ["mle", "del", "ntl-was", "ntl-mse", "dist2", "mixce", "emo"]
@@ -285,7 +285,7 @@ def test_fused_refuses_an_adapted_lm_head(tmp_path):
 
 
 def hook_update(name: str, tmp_path, batch: int, accumulation: int, **options):
-    """Parameters after one step of `Trainer(compute_loss_func=loss_fn.as_compute_loss_func())`."""
+    """Parameters after one step of `Trainer(compute_loss_func=compute_loss_func(loss_fn))`."""
     from transformers import Trainer
 
     model = tiny_llama()
@@ -295,7 +295,7 @@ def hook_update(name: str, tmp_path, batch: int, accumulation: int, **options):
         args=train_args(tmp_path, batch, accumulation),
         train_dataset=rows(),
         data_collator=collate,
-        compute_loss_func=loss_fn.as_compute_loss_func(),
+        compute_loss_func=compute_loss_func(loss_fn),
     )
     trainer.train()
     return {k: v.detach().clone() for k, v in model.named_parameters()}
@@ -351,7 +351,7 @@ def test_compute_loss_func_reads_model_outputs_and_shifts():
     """The hook takes what the Trainer hands it: a ModelOutput (or tuple) and unshifted labels."""
     model = tiny_llama()
     loss_fn = build_loss("del", VOCAB)
-    hook = loss_fn.as_compute_loss_func()
+    hook = compute_loss_func(loss_fn)
     batch = collate(rows())
     outputs = model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"])
     expected = loss_fn(outputs.logits, shift_labels(batch))
@@ -368,11 +368,12 @@ sys.path.insert(0, {tests!r})
 from transformers import Trainer
 from test_hf import VOCAB, collate, rows, tiny_llama, train_args
 from numloss import build_loss
+from numloss.hf import compute_loss_func
 
 torch.set_num_threads(1)
 def trainer(**options):
     model = tiny_llama()
-    hook = build_loss("del", VOCAB, alpha=1.0, **options).as_compute_loss_func()
+    hook = compute_loss_func(build_loss("del", VOCAB, alpha=1.0, **options))
     return model, Trainer(model=model, args=train_args({out!r}, 4, 1), train_dataset=rows(),
                           data_collator=collate, compute_loss_func=hook)
 try:
@@ -414,18 +415,52 @@ def test_compute_loss_func_on_two_gloo_ranks_is_exact_with_token_normalisation(t
 
 def test_digit_share_logs_the_scored_share_of_label_digits(tmp_path):
     """A letter token of the labels stands for a token holding 2 digits that no number slot
-    scores (a merged "3,"): the logged digit_share is scored / (scored + 2 per such label)."""
+    scores (a merged "3,"): the logged digit_share is the scored digit slots over all digits
+    written (every digit label, 2 per such letter). A number the letter is part of is not scored."""
+    from numloss.digits import find_digits
+
     data = rows()
-    labels = torch.cat([collate([r])["labels"][:, 1:].reshape(-1) for r in data])
+    per_row = [collate([r])["labels"][:, 1:].reshape(-1) for r in data]
+    labels = torch.cat(per_row)
     letter = int(torch.mode(labels[labels > 10]).values)
     vocab = DigitVocab(list(range(10)), decimal_point_id=10, unscored_digit_tokens=[(letter, 2)])
-    scored = int(((labels >= 0) & (labels < 10)).sum())
+    digits = int(((labels >= 0) & (labels < 10)).sum())
+    scored = sum(find_digits(row, vocab).count for row in per_row)
     unscored = 2 * int((labels == letter).sum())
     assert scored and unscored, "the rows must hold both kinds for the test to mean anything"
+    scored_total = (scored, digits + unscored)
     trainer = NumericTrainer(loss_fn=build_loss("del", vocab), model=tiny_llama(),
                              args=train_args(tmp_path, batch=8, accumulation=1, steps=1, lr=0.0),
                              train_dataset=data, data_collator=collate)
     trainer.train()
     (entry,) = [e for e in trainer.state.log_history if "digit_share" in e]
-    assert entry["digit_share"] == pytest.approx(scored / (scored + unscored))
+    assert entry["digit_share"] == pytest.approx(scored_total[0] / scored_total[1])
     assert entry["digit_share"] < 1.0
+
+
+@pytest.mark.parametrize(
+    "options, says",
+    [
+        ({}, 'del with normalize="digits" divides by the digit count'),
+        ({"place_weight": True, "normalize": "weights"}, 'dist2 with normalize="weights" divides by the sum of the place weights'),
+    ],
+)
+def test_the_step_count_refusal_names_the_losss_own_normalisation(options, says):
+    """A step wider than the micro-batch (num_items_in_batch above its tokens) without a digit
+    count: the hook refuses, naming the option the loss was built with and both ways out."""
+    name = "dist2" if "place_weight" in options else "del"
+    hook = compute_loss_func(build_loss(name, VOCAB, **options))
+    batch = collate(rows())
+    outputs = tiny_llama()(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"])
+    with pytest.raises(ValueError) as error:
+        hook(outputs, batch["labels"], num_items_in_batch=10_000)
+    message = str(error.value)
+    assert says in message and 'normalize="tokens" or train with numloss.hf.NumericTrainer' in message
+    assert "\n" not in message
+    if name == "dist2":
+        assert 'normalize="digits"' not in message
+
+
+def test_the_old_method_points_to_compute_loss_func():
+    with pytest.raises(AttributeError, match=r"numloss\.hf\.compute_loss_func\(loss_fn\)"):
+        build_loss("del", VOCAB).as_compute_loss_func()

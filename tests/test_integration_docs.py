@@ -59,3 +59,119 @@ def test_snippet_runs_and_gives_numeric_trainers_first_update(index, tmp_path, m
     diff = max(float((reference[k] - trained[k]).abs().max()) for k in start)
     assert size > 1e-3, "the first step did not move the weights"
     assert diff <= 1e-5 * size + 1e-6, f"{PATHS[index]}: first update differs by {diff:g} (update {size:g})"
+    if PATHS[index] == "plain loop":  # what it prints is the step's loss: all 8 sequences in one call
+        fresh = run(setup)
+        batch = fresh["collator"](list(fresh["train_dataset"]))
+        logits = fresh["model"](input_ids=batch["input_ids"], attention_mask=batch["attention_mask"]).logits
+        whole = namespace["loss_fn"](logits, fresh["shift_labels"](batch))
+        assert namespace["step_loss"] == pytest.approx(float(whole.loss), rel=1e-5)
+        assert namespace["step_aux"] == pytest.approx(float(whole.aux), rel=1e-5)
+
+
+# -- README.md: the product page ------------------------------------------------------------------
+
+ROOT = DOC.parents[1]
+README = ROOT / "README.md"
+
+
+def readme_blocks(language: str) -> list[str]:
+    return re.findall(rf"```{language}\n(.*?)```", README.read_text(), flags=re.S)
+
+
+def readme_commands() -> list[list[str]]:
+    """Every command line of the README's bash blocks, comments dropped, as argv lists."""
+    import shlex
+
+    commands = []
+    for block in readme_blocks("bash"):
+        for line in block.replace("\\\n", " ").splitlines():
+            words = shlex.split(line, comments=True)
+            if words:
+                commands.append(words)
+    return commands
+
+
+def test_readme_opens_with_make_demo_and_make_test():
+    text = README.read_text()
+    first = re.search(r"```bash\n(.*?)```", text, flags=re.S)
+    assert text.startswith("# numloss\n\n```bash\n"), "the first lines after the title are the two commands"
+    assert [shlex_words[:2] for shlex_words in (line.split() for line in first.group(1).splitlines())] == [
+        ["make", "demo"], ["make", "test"]]
+
+
+def test_readme_python_snippets_run(tmp_path, monkeypatch):
+    """The loss example, NumericTrainer and numloss.patch, in the page's order, with the names the
+    text says they need (a tokenizer, a causal LM's logits and aligned labels, a model, Trainer
+    arguments, a dataset, a collator, a batch) from the tiny model of docs/integration.md."""
+    from numloss.patch import is_patched
+
+    monkeypatch.chdir(tmp_path)
+    namespace = run(snippets()[0])
+    batch = namespace["collator"](list(namespace["train_dataset"])[:2])
+    logits = namespace["model"](input_ids=batch["input_ids"], attention_mask=batch["attention_mask"]).logits
+    namespace.update(batch=batch, logits=logits, labels=namespace["shift_labels"](batch))
+    blocks = readme_blocks("python")
+    assert len(blocks) == 3, "the loss, NumericTrainer, numloss.patch"
+    loss_block, trainer_block, patch_block = blocks
+    run(loss_block, namespace)
+    assert all(p.grad is not None for p in namespace["model"].parameters()), "the loss reached every weight"
+    assert type(namespace["loss_fn"]).__name__ == "DigitEntropyLoss"
+    namespace["model"].zero_grad()
+    run(trainer_block, namespace)
+    assert namespace["trainer"].state.global_step == 1 and "aux" in namespace["trainer"].state.log_history[0]
+    namespace["model"].zero_grad()
+    run(patch_block, namespace)
+    assert not is_patched(namespace["model"])
+    assert any(p.grad is not None and bool(p.grad.abs().sum() > 0) for p in namespace["model"].parameters())
+
+
+def test_readme_commands_are_valid():
+    """Each command line names a real make target, a config and overrides `numloss train` accepts,
+    and options `numloss eval`, `numloss compare` and `numloss bench` accept (nothing trains)."""
+    from numloss.bench_cli import available
+    from numloss.compare import build_parser as compare_parser
+    from numloss.compare import resolve
+    from numloss.config import load_config
+    from numloss.evaluate.cli import build_parser as eval_parser
+
+    makefile = (ROOT / "Makefile").read_text()
+    seen = set()
+    for words in readme_commands():
+        program, command, rest = words[0], words[1], words[2:]
+        seen.add((program, command))
+        if program == "make":
+            assert re.search(rf"^{command}:", makefile, flags=re.M), f"no make target {command!r}"
+            continue
+        assert program == "numloss", f"unexpected command {' '.join(words)!r}"
+        if command == "train":
+            config = load_config(ROOT / rest[0], rest[1:])
+            assert config.objective.name
+        elif command == "eval":
+            eval_parser().parse_args(rest)
+        elif command == "compare":
+            resolve(compare_parser().parse_args([str(ROOT / rest[0]), *rest[1:]]))
+        elif command == "bench":
+            assert rest[0] in available()
+        else:
+            raise AssertionError(f"README command {command!r} is not checked here")
+    assert {("make", "demo"), ("make", "test"), ("numloss", "train"), ("numloss", "eval")} <= seen
+
+
+def test_readme_report_tables_have_the_columns_numloss_eval_writes(tmp_path):
+    """The report excerpt is what `numloss eval` writes: each table header of the README's
+    Evaluation section is a table header of a report made now (two protocols, a stub model)."""
+    from numloss.evaluate import evaluate
+    from numloss.evaluate.generate import Generation
+
+    class Answers:
+        def generate(self, prompts, max_new_tokens=None):
+            return [Generation(text="The answer is 5.", new_tokens=5) for _ in prompts]
+
+    section = README.read_text().split("## Evaluation", 1)[1].split("\n## ", 1)[0]
+    shown = [line for line, rule in zip(section.splitlines(), section.splitlines()[1:], strict=False) if rule.startswith("|---")]
+    assert len(shown) == 2, "the per-protocol table and the side-by-side one"
+    report = evaluate(Answers(), ["svamp"], data_dir=ROOT / "tests" / "fixtures" / "benchmarks", protocol="both",
+                      limit=2, program_of_thought=False, allow_unisolated=False)
+    lines = report.to_markdown().splitlines()
+    written = {line for line, rule in zip(lines, lines[1:], strict=False) if rule.startswith("|---")}
+    assert set(shown) <= written, f"README tables {shown} not among the report's {sorted(written)}"

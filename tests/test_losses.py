@@ -557,3 +557,107 @@ def test_emo_ratio_floor_is_1e6_and_the_cap_bounds_it():
     # the ratio is detached: no gradient flows through it
     leaf = torch.tensor([1.0], requires_grad=True)
     assert not emo_ratio(leaf, leaf * 0.5, 1, None).requires_grad
+
+
+@pytest.mark.parametrize(
+    "name, options, message",
+    [
+        ("del", {"alpha": "1.0"}, "alpha must be a finite number >= 0, got '1.0'"),
+        ("ntl-was", {"alpha": True}, "alpha must be a finite number >= 0, got True"),
+        ("dist2", {"tau": "2"}, "tau must be a finite number > 0, got '2'"),
+        ("mixce", {"eta": "0.5"}, "eta must be a finite number"),
+        ("emo", {"max_ratio": "3"}, "max_ratio must be a finite number > 0"),
+    ],
+)
+def test_build_loss_takes_numbers_not_strings_or_bools(name, options, message):
+    """The Python API converts nothing: a quoted number is an error, not a silent float()."""
+    extra = {"embedding": embedding()} if name == "emo" else {}
+    with pytest.raises(ValueError, match=message):
+        build_loss(name, VOCAB, **options, **extra)
+
+
+# -- options set after construction ---------------------------------------------------------------
+
+# (objective, option, a value it refuses, a value it takes, build options)
+SET_AFTER = [
+    ("del", "alpha", -1, 0.5, {}),
+    ("del", "alpha", "1.0", 2, {}),
+    ("del", "place_weighting", "linear", "continuous", {}),
+    ("del", "normalize", "weights", "tokens", {}),
+    ("ntl-was", "alpha", float("nan"), 0.1, {}),
+    ("ntl-mse", "level", "number", "token", {}),
+    ("ntl-mse", "reweigh", True, False, {"level": "token"}),  # reweigh is digit-level only
+    ("dist2", "tau", 0.0, 2.0, {}),
+    ("dist2", "point_ends_run", True, False, {}),  # needs place_weight=True
+    ("mixce", "eta", 1.5, 0.25, {}),
+    ("emo", "mode", 3, 2, {}),
+    ("emo", "max_ratio", 2.0, None, {"mode": 2}),  # mode 2 has no ratio to cap
+]
+
+
+@pytest.mark.parametrize("name, option, bad, good, build", SET_AFTER)
+def test_an_option_set_after_construction_is_checked_as_build_loss_checks_it(name, option, bad, good, build):
+    extra = {"embedding": embedding()} if name == "emo" else {}
+    loss_fn = build_loss(name, VOCAB, **build, **extra)
+    before = getattr(loss_fn, option)
+    with pytest.raises(ValueError, match=option) as caught:
+        setattr(loss_fn, option, bad)
+    assert "\n" not in str(caught.value)
+    assert getattr(loss_fn, option) == before or (before != before)  # unchanged (nan != nan)
+    with pytest.raises(ValueError, match=option):  # build_loss refuses the same value
+        build_loss(name, VOCAB, **{**build, option: bad}, **extra)
+    setattr(loss_fn, option, good)
+    assert getattr(loss_fn, option) == good
+
+
+def test_a_changed_alpha_changes_the_loss():
+    logits = make_logits(LABELS).detach()
+    loss_fn = build_loss("del", VOCAB)
+    out = loss_fn(logits, LABELS)
+    loss_fn.alpha = 3.0
+    assert float(loss_fn(logits, LABELS).loss) == pytest.approx(float(out.ce + 3.0 * out.aux), rel=1e-6)
+
+
+# -- inputs of the Python API ---------------------------------------------------------------------
+
+def test_logits_and_labels_on_different_or_meta_devices_are_one_clear_error():
+    loss_fn = build_loss("del", VOCAB)
+    meta = torch.empty(*LABELS.shape, WIDTH, device="meta")
+    for logits, labels, says in [
+        (meta, LABELS, "logits on meta, labels on cpu"),
+        (make_logits(LABELS), LABELS.to("meta"), "logits on cpu, labels on meta"),
+        (meta, LABELS.to("meta"), "meta device holds no values"),
+    ]:
+        with pytest.raises(ValueError, match=says) as caught:
+            loss_fn(logits, labels)
+        assert "\n" not in str(caught.value) and "del:" in str(caught.value)
+
+
+@pytest.mark.parametrize(
+    "value, error, says",
+    [
+        ("100", TypeError, "num_items_in_batch must be a number or a one-element tensor.*got '100' \\(str\\)"),
+        (True, TypeError, "got True \\(bool\\)"),
+        ([100], TypeError, "got \\[100\\] \\(list\\)"),
+        (float("nan"), ValueError, "num_items_in_batch must be a finite count"),
+        (torch.tensor([100, 5]), ValueError, "must be a scalar"),
+        (1, ValueError, "smaller than the"),
+    ],
+)
+def test_a_step_count_that_is_not_a_count_is_one_clear_error(value, error, says):
+    loss_fn = build_loss("del", VOCAB)
+    logits = make_logits(LABELS)
+    with pytest.raises(error, match=says) as caught:
+        loss_fn(logits, LABELS, num_items_in_batch=value)
+    assert "\n" not in str(caught.value)
+    with pytest.raises(error, match=says.replace("num_items_in_batch", "num_digits_in_batch")):
+        loss_fn(logits, LABELS, num_digits_in_batch=value)
+
+
+@pytest.mark.parametrize("value", [10_000, 10_000.0, torch.tensor(10_000), torch.tensor([10_000.0])])
+def test_step_counts_take_numbers_and_one_element_tensors(value):
+    loss_fn = build_loss("del", VOCAB)
+    logits = make_logits(LABELS)
+    out = loss_fn(logits, LABELS, num_items_in_batch=value)
+    plain = loss_fn(logits, LABELS)
+    assert float(out.ce) == pytest.approx(float(plain.ce) * int(plain.num_tokens) / 10_000, rel=1e-6)

@@ -4,6 +4,7 @@ per-slot digit logits (against a slow loop, value and gradient, gradcheck in flo
 from __future__ import annotations
 
 import random
+import re
 import warnings
 
 import pytest
@@ -11,6 +12,7 @@ import torch
 
 from numloss.digits import (
     DigitVocab,
+    DigitVocabError,
     digit_coverage,
     find_digits,
     label_classes,
@@ -214,7 +216,9 @@ def test_digit_coverage_counts_digits_inside_unscored_tokens():
     tok = llama3_style()
     labels = encode(tok, "x=12345.5", "7 apples")
     assert digit_coverage(labels, DigitVocab.from_tokenizer(tok)) == (7, 7)
-    assert digit_coverage(labels, DigitVocab.from_tokenizer(tok, multi_digit="single")) == (2, 7)
+    # single mode: "12345.5" is written "123" "45" "." "5", so none of it is scored (its places are
+    # unknown); the "7" of the second row is
+    assert digit_coverage(labels, DigitVocab.from_tokenizer(tok, multi_digit="single")) == (1, 7)
     assert digit_coverage(torch.full((1, 2), -100), DigitVocab.from_tokenizer(tok)) == (0, 0)
 
 
@@ -554,3 +558,76 @@ def test_a_loss_first_used_under_inference_mode_still_trains(style, name, option
     trained.loss.backward()
     assert x.grad is not None and torch.isfinite(x.grad).all()
     torch.testing.assert_close(trained.loss.detach(), evaluated.loss)
+
+
+class _ByteFallbackTokenizer:
+    """A SentencePiece-like vocabulary with byte-fallback pieces and special tokens, one token per
+    character (enough for `DigitVocab.from_tokenizer`)."""
+
+    def __init__(self) -> None:
+        pieces = [*"0123456789", ".", "a", "▁", "<0x0A>", "<0x35>", "<0x41>", "<s>", "<extra_id_12>"]
+        self.vocab = {p: i for i, p in enumerate(pieces)}
+        self.all_special_tokens = ["<s>", "<extra_id_12>"]
+
+    def get_vocab(self) -> dict[str, int]:
+        return dict(self.vocab)
+
+    def encode(self, text: str, add_special_tokens: bool = False) -> list[int]:
+        return [self.vocab.get(c, self.vocab["a"]) for c in text.replace(" ", "▁")]
+
+
+def test_byte_fallback_and_special_tokens_count_the_digits_they_write():
+    tok = _ByteFallbackTokenizer()
+    vocab = DigitVocab.from_tokenizer(tok)
+    ids = tok.vocab
+    # <0x35> writes "5" (one unscored digit); <0x0A> (newline), <0x41> ("A") and the specials none
+    assert vocab.unscored_digit_tokens == ((ids["<0x35>"], 1),)
+    newline, special = ids["<0x0A>"], ids["<extra_id_12>"]
+    labels = torch.tensor([[ids["4"], ids["2"], newline, ids["<0x41>"], special, ids["<s>"], ids["7"]]])
+    assert digit_coverage(labels, vocab) == (3, 3)
+    assert digit_coverage(torch.tensor([[ids["4"], ids["<0x35>"]]]), vocab) == (0, 2)
+
+
+@pytest.mark.parametrize(
+    "text, kept",
+    [
+        ("12345", ""),  # "12" "34" "5": the 5 is not the units of "12345"'s first tokens
+        (" 3.14", ""),  # "Ġ3" "." "1" "4": 1 and 4 are decimals of an unscored integer part
+        ("x 12.5", ""),  # "Ġ12" "." "5"
+        ("it is 4123", ""),  # "Ġ4" "12" "3"
+        ("5 123", "5"),  # "5" then a new word "Ġ12" "3": the 5 is a number of its own
+        ("x=7+8.5", "785"),  # single digits only: every digit scored, places as ever
+        ("7 and 8.5", "7"),  # "Ġ8" "." "5": the 8 is a spaced token, unscored in single mode
+    ],
+)
+def test_single_mode_scores_no_digit_of_a_number_written_partly_in_merged_tokens(text, kept):
+    tok = gpt2_style()
+    vocab = DigitVocab.from_tokenizer(tok, multi_digit="single")
+    labels = encode(tok, text)
+    digits = find_digits(labels, vocab)
+    assert "".join(str(int(d)) for d in digits.target) == kept
+    if kept == "785":
+        assert digits.place.tolist() == [0, 0, -1]
+    # whatever is scored has the places a single-digit tokenizer gives the same number
+    slots = find_digits(labels, DigitVocab.from_tokenizer(tok))
+    for index, place in zip(digits.index.tolist(), digits.place.tolist(), strict=True):
+        assert place in slots.place[slots.index == index].tolist()
+
+
+def test_a_number_touching_a_mixed_token_is_not_scored():
+    vocab = DigitVocab(list(range(10)), decimal_point_id=10, unscored_digit_tokens=[(11, 2), (12, 1, True)])
+    # "2" "1st"(11): the 2 is the tens of 21, not units; "5" then a spaced "Ġ3rd"(12): 5 stands alone
+    labels = torch.tensor([[2, 11, 13, 5, 12, 13, 4, 10, 2]])
+    digits = find_digits(labels, vocab)
+    assert digits.target.tolist() == [5, 4, 2] and digits.place.tolist() == [0, 0, -1]
+
+
+def test_refuse_mode_names_spaced_single_digits_as_what_they_are():
+    tok = gpt2_style()
+    with pytest.raises(DigitVocabError) as error:
+        DigitVocab.from_tokenizer(tok, multi_digit="refuse")
+    message = str(error.value)
+    assert "digit tokens with a leading word marker ('Ġ" in message
+    assert "multi-digit tokens ('" in message
+    spaced_only = re.search(r"multi-digit tokens \(([^)]*)\)", message).group(1)
+    assert all(len(t.strip("'").lstrip("Ġ")) > 1 for t in spaced_only.split(", "))

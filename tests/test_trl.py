@@ -12,7 +12,7 @@ from trl import SFTConfig, SFTTrainer  # noqa: E402
 
 from numloss import DigitVocab, build_loss  # noqa: E402
 from numloss.data import CompletionCollator  # noqa: E402
-from numloss.hf import NumericTrainer  # noqa: E402
+from numloss.hf import NumericTrainer, compute_loss_func  # noqa: E402
 from numloss.models import build_char_tokenizer, build_tiny_model  # noqa: E402
 from numloss.trl import NumericSFTTrainer  # noqa: E402
 
@@ -98,11 +98,11 @@ def test_options_that_replace_the_loss_are_refused(tmp_path):
     with pytest.raises(TypeError, match="compute_loss_func"):
         NumericSFTTrainer(loss_fn=build_loss("del", VOCAB), model=model(), train_dataset=dataset(),
                           args=config(tmp_path, 2, 1), processing_class=TOKENIZER,
-                          compute_loss_func=build_loss("del", VOCAB).as_compute_loss_func())
+                          compute_loss_func=compute_loss_func(build_loss("del", VOCAB)))
 
 
 def test_sfttrainers_compute_loss_func_takes_the_numloss_hook(tmp_path):
-    """SFTTrainer(compute_loss_func=loss_fn.as_compute_loss_func()) with normalize="tokens" at
+    """SFTTrainer(compute_loss_func=compute_loss_func(loss_fn)) with normalize="tokens" at
     2 x 2 accumulation == NumericSFTTrainer with the same objective."""
     start = parameters(model())
     loss_fn = build_loss("del", VOCAB, alpha=1.0, normalize="tokens")
@@ -110,7 +110,81 @@ def test_sfttrainers_compute_loss_func_takes_the_numloss_hook(tmp_path):
     hooked_model = model()
     with pytest.warns(FutureWarning, match="compute_loss_func"):
         trainer = SFTTrainer(model=hooked_model, args=config(tmp_path / "h", 2, 2), train_dataset=dataset(),
-                             processing_class=TOKENIZER, compute_loss_func=loss_fn.as_compute_loss_func())
+                             processing_class=TOKENIZER, compute_loss_func=compute_loss_func(loss_fn))
     trainer.train()
     diff, size = difference(ours, parameters(hooked_model), start)
     assert size > 1e-3 and diff <= 1e-5 * size + 1e-6, (diff, size)
+
+
+# -- chat data: the assistant turns only, as numloss train learns them --------------------------------
+
+# SmolLM2-135M-Instruct's chat template: ChatML, no {% generation %} markers (TRL's
+# assistant_only_loss cannot use it), a default system turn when the data has none
+SMOLLM2_TEMPLATE = (
+    "{% for message in messages %}{% if loop.first and messages[0]['role'] != 'system' %}"
+    "{{ '<|im_start|>system\\nYou are a helpful AI assistant named SmolLM, trained by Hugging Face<|im_end|>\\n' }}"
+    "{% endif %}{{'<|im_start|>' + message['role'] + '\\n' + message['content'] + '<|im_end|>' + '\\n'}}"
+    "{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% endif %}"
+)
+
+
+def chat_tokenizer():
+    import copy
+
+    tok = copy.deepcopy(TOKENIZER)
+    tok.chat_template = SMOLLM2_TEMPLATE
+    return tok
+
+
+def chat_dataset() -> Dataset:
+    rows = []
+    for a, b in [(12, 7), (305, 41), (9, 9), (66, 77)]:
+        messages = [{"role": "user", "content": f"What is {a}+{b}?"}, {"role": "assistant", "content": f"{a + b}"}]
+        if a == 305:  # a system turn and two exchanges
+            messages = [{"role": "system", "content": "Be brief."}, *messages,
+                        {"role": "user", "content": "And doubled?"}, {"role": "assistant", "content": f"{2 * (a + b)}"}]
+        rows.append({"messages": messages})
+    return Dataset.from_list(rows)
+
+
+def learnt_text(tok, record) -> list[str]:
+    """The labelled stretches of a record, decoded."""
+    pieces, current = [], []
+    for token, label in zip(record["input_ids"], record["labels"], strict=True):
+        if label == -100:
+            if current:
+                pieces.append(tok.decode(current))
+            current = []
+        else:
+            assert label == token  # a learnt position's label is its own token
+            current.append(token)
+    return pieces + ([tok.decode(current)] if current else [])
+
+
+@pytest.mark.parametrize("assistant_only_loss", [False, True])
+def test_chat_data_learns_the_assistant_turns_only(assistant_only_loss, tmp_path):
+    """The default, and SFTConfig(assistant_only_loss=True) on SmolLM2's template (which TRL's own
+    path refuses): only each assistant reply and its end-of-turn marker are learnt."""
+    tok = chat_tokenizer()
+    trainer = NumericSFTTrainer(loss_fn=build_loss("del", VOCAB), model=model(), train_dataset=chat_dataset(),
+                                args=config(tmp_path, 2, 1, assistant_only_loss=assistant_only_loss, max_length=512),
+                                processing_class=tok)
+    replies = [[m["content"] for m in r["messages"] if m["role"] == "assistant"] for r in chat_dataset()]
+    for record, expected in zip(trainer.train_dataset, replies, strict=True):
+        assert learnt_text(tok, record) == [f"{reply}<|im_end|>\n" for reply in expected]
+    trainer.train()
+    assert any("aux" in entry for entry in trainer.state.log_history)
+
+
+def test_chat_data_learns_every_token_when_asked(tmp_path):
+    tok = chat_tokenizer()
+    trainer = NumericSFTTrainer(loss_fn=build_loss("del", VOCAB), model=model(), train_dataset=chat_dataset(),
+                                args=config(tmp_path, 2, 1, max_length=512), processing_class=tok, assistant_only=False)
+    for record in trainer.train_dataset:
+        assert -100 not in record["labels"]  # TRL's default for messages: the whole conversation
+
+
+def test_prompt_completion_data_is_left_to_trl(tmp_path):
+    trainer = NumericSFTTrainer(loss_fn=build_loss("del", VOCAB), model=model(), train_dataset=dataset(),
+                                args=config(tmp_path, 2, 1), processing_class=TOKENIZER)
+    assert trainer.completion_only_loss

@@ -14,6 +14,7 @@ Python loop over tokens or numbers.
 from __future__ import annotations
 
 import functools
+import re
 import warnings
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
@@ -91,8 +92,31 @@ def number_token_text(token: str) -> tuple[str, bool] | None:
     return None
 
 
-def _count_digit_chars(token: str) -> int:
+_BYTE_TOKEN = re.compile(r"<0x([0-9A-Fa-f]{2})>")
+
+
+def _count_digit_chars(token: str, special: frozenset[str] = frozenset()) -> int:
+    """The digits `token` writes: a SentencePiece byte-fallback token ``<0xHH>`` writes the one
+    byte HH (``<0x35>`` is "5", ``<0x0A>`` a newline), a special token (``<|endoftext|>``,
+    ``<extra_id_12>``) writes none, any other token its ASCII digit characters."""
+    byte = _BYTE_TOKEN.fullmatch(token)
+    if byte is not None:
+        return int(0x30 <= int(byte.group(1), 16) <= 0x39)
+    if token in special:
+        return 0
     return sum(c.isascii() and c.isdigit() for c in token)
+
+
+def _special_tokens(tok: Any) -> frozenset[str]:
+    """The special and added control tokens of a tokenizer (transformers or raw `tokenizers`)."""
+    names = set(getattr(tok, "all_special_tokens", ()) or ())
+    decoder = getattr(tok, "added_tokens_decoder", None)
+    if decoder is None and callable(getattr(tok, "get_added_tokens_decoder", None)):
+        decoder = tok.get_added_tokens_decoder()
+    for added in dict(decoder or {}).values():
+        if getattr(added, "special", False):
+            names.add(str(added))
+    return frozenset(names)
 
 
 @dataclass(frozen=True)
@@ -106,20 +130,25 @@ class DigitVocab:
     score each of their digits through per-slot digit marginals. `unscored_digit_tokens` holds
     (id, number of digit characters) of tokens that contain digits but are not number tokens
     (``"3,"``, ``"1st"``, or multi-digit tokens in ``multi_digit="single"`` mode): their digits
-    get no numeric term, which `digit_coverage` reports.
+    get no numeric term, which `digit_coverage` reports. A number written partly in such a token
+    (``"12"`` ``"."`` ``"5"`` in single mode, ``"2"`` ``"1st"``) is not scored at all, since the
+    places of its other digits are unknown. An entry may be (id, count, spaced): `spaced` says the
+    token starts a new word (``"Ġ123"``), so it does not join the number before it;
+    `unscored_spaced` lists those ids.
     """
 
     digit_ids: tuple[int, ...]
     decimal_point_id: int | None = None
     number_tokens: tuple[tuple[int, str, bool], ...] = ()
     unscored_digit_tokens: tuple[tuple[int, int], ...] = ()
+    unscored_spaced: tuple[int, ...] = ()
 
     def __init__(
         self,
         digit_ids: Sequence[int],
         decimal_point_id: int | None = None,
         number_tokens: Iterable[tuple[int, str, bool]] = (),
-        unscored_digit_tokens: Iterable[tuple[int, int]] = (),
+        unscored_digit_tokens: Iterable[tuple[int, int] | tuple[int, int, bool]] = (),
     ) -> None:
         ids = tuple(int(i) for i in digit_ids)
         if len(ids) != 10:
@@ -151,11 +180,16 @@ class DigitVocab:
             taken.add(token_id)
             tokens.append((token_id, digits, spaced))
         tokens.sort(key=lambda t: (t[2], len(t[1]), t[1], t[0]))
-        unscored = tuple(sorted((int(i), int(n)) for i, n in unscored_digit_tokens))
+        entries = [tuple(entry) for entry in unscored_digit_tokens]
+        if any(len(entry) not in (2, 3) for entry in entries):
+            raise DigitVocabError("unscored_digit_tokens entries must be (id, digit count) or (id, digit count, spaced)")
+        unscored = tuple(sorted((int(e[0]), int(e[1])) for e in entries))
+        spaced_unscored = tuple(sorted(int(e[0]) for e in entries if len(e) == 3 and e[2]))
         object.__setattr__(self, "digit_ids", ids)
         object.__setattr__(self, "decimal_point_id", decimal_point_id)
         object.__setattr__(self, "number_tokens", tuple(tokens))
         object.__setattr__(self, "unscored_digit_tokens", unscored)
+        object.__setattr__(self, "unscored_spaced", spaced_unscored)
 
     @classmethod
     def from_tokenizer(
@@ -199,22 +233,23 @@ class DigitVocab:
         point_id = _token_id(vocab, ".", tokenizer)
         id_to_token = {i: t for t, i in vocab.items()}
         numbers: list[tuple[int, str, bool]] = []
-        unscored: list[tuple[int, int]] = []
+        unscored: list[tuple[int, int, bool]] = []
         digit_set = set(digit_ids)
+        special = _special_tokens(tokenizer)
         for token, token_id in vocab.items():
             if token_id in digit_set:
                 continue
             parsed = number_token_text(token)
             if parsed is not None:
                 numbers.append((token_id, *parsed))
-            elif (count := _count_digit_chars(token)) > 0:
-                unscored.append((token_id, count))
+            elif (count := _count_digit_chars(token, special)) > 0:
+                unscored.append((token_id, count, token[:1] in _WORD_MARKERS))
         emitted = {i for probe in PROBES for i in _encode(tokenizer, probe)}
         emitted_numbers = {i for i, _, _ in numbers if i in emitted}
         emitted_multi = sorted(
             id_to_token[i] for i, digits, _ in numbers if i in emitted_numbers and len(digits) > 1
         )
-        mixed = sorted(id_to_token[i] for i, _ in unscored if i in emitted)
+        mixed = sorted(id_to_token[i] for i, _, _ in unscored if i in emitted)
         if mixed:
             warnings.warn(
                 f"the tokenizer writes digits inside tokens that also hold other characters "
@@ -224,17 +259,24 @@ class DigitVocab:
             )
         if not emitted_numbers:
             # behaviour: single digits only; multi-digit vocabulary entries are never produced
-            unscored += [(i, len(digits)) for i, digits, _ in numbers]
+            unscored += [(i, len(digits), spaced) for i, digits, spaced in numbers]
             return cls(digit_ids, point_id, (), unscored)
         if multi_digit == "refuse":
-            shown = ", ".join(repr(t) for t in emitted_multi[:5]) or "spaced digit tokens"
+            emitted_spaced = sorted(
+                id_to_token[i] for i, digits, spaced in numbers if i in emitted_numbers and len(digits) == 1 and spaced
+            )
+            kinds = []
+            if emitted_multi:
+                kinds.append("multi-digit tokens (" + ", ".join(map(repr, emitted_multi[:5])) + ")")
+            if emitted_spaced:
+                kinds.append("digit tokens with a leading word marker (" + ", ".join(map(repr, emitted_spaced[:5])) + ")")
             raise DigitVocabError(
-                f"the tokenizer writes numbers in multi-digit tokens ({shown}): {FAMILIES}. Use "
-                "multi_digit='slots' (the default) to score every digit inside them, or give the "
-                "tokenizer a digit-splitting pre-tokenizer: tokenizer = numloss.digits.split_digits(tokenizer)."
+                f"the tokenizer writes numbers in tokens other than the ten bare digits: {' and '.join(kinds)}; "
+                f"{FAMILIES}. Use multi_digit='slots' (the default) to score every digit inside them, or give "
+                "the tokenizer a digit-splitting pre-tokenizer: tokenizer = numloss.digits.split_digits(tokenizer)."
             )
         if multi_digit == "single":
-            unscored += [(i, len(digits)) for i, digits, _ in numbers]
+            unscored += [(i, len(digits), spaced) for i, digits, spaced in numbers]
             return cls(digit_ids, point_id, (), unscored)
         return cls(digit_ids, point_id, numbers, unscored)
 
@@ -286,6 +328,9 @@ class NumberTable:
     group: torch.Tensor
     groups: tuple[tuple[int, bool, torch.Tensor], ...]
     complete: tuple[bool, ...] = ()
+    #: ids of `DigitVocab.unscored_digit_tokens`, and of those that start a new word
+    unscored: torch.Tensor | None = None
+    unscored_spaced: torch.Tensor | None = None
 
     @property
     def width(self) -> int:
@@ -329,6 +374,8 @@ def _build_number_table(vocab: DigitVocab, device: str) -> NumberTable:
         values=torch.tensor([float(int(d)) for _, d, _ in entries], dtype=torch.float64, device=device),
         group=group.to(device),
         groups=groups,
+        unscored=torch.tensor([i for i, _ in vocab.unscored_digit_tokens], dtype=torch.long, device=device),
+        unscored_spaced=torch.tensor(vocab.unscored_spaced, dtype=torch.long, device=device),
     )
 
 
@@ -517,12 +564,17 @@ def place_weights(places: torch.Tensor, weighting: PlaceWeighting = "official") 
 
 
 def number_lookup(vocab: DigitVocab, width: int, device: torch.device) -> torch.Tensor:
-    """A [width + 1] table: column of each number token in `number_table()`, -2 for '.', -1 otherwise.
+    """A [width + 1] table: column of each number token in `number_table()`, -2 for '.', -3 for an
+    unscored token with digits (-4 when it starts a new word), -1 otherwise.
 
     The extra last slot serves ignored labels (mapped there before the lookup).
     """
     table = torch.full((width + 1,), -1, dtype=torch.long, device=device)
-    columns = vocab.number_table(device).columns
+    numbers = vocab.number_table(device)
+    for ids, mark in ((numbers.unscored, -3), (numbers.unscored_spaced, -4)):
+        if ids is not None and ids.numel():
+            table[ids[ids < width]] = mark
+    columns = numbers.columns
     table[columns] = torch.arange(columns.numel(), device=device)
     if vocab.decimal_point_id is not None and vocab.decimal_point_id < width:
         table[vocab.decimal_point_id] = -2
@@ -543,7 +595,8 @@ def find_digits(
     its tokens, and the place rule of DESIGN.md section 1 applies to that run of digits: with m the
     index of the first '.' that has a digit before it (the run's length when there is none),
     character j gets m-1-j when j < m and -(j-m) when j > m. With single-digit tokens this is
-    `number_places` exactly.
+    `number_places` exactly. A number that a token of `vocab.unscored_digit_tokens` is part of
+    (no word break between them) gets no slots: its places cannot be known.
     """
     if labels.dtype not in (torch.int64, torch.int32):
         raise TypeError(f"labels must be an integer tensor, got {labels.dtype}")
@@ -562,14 +615,14 @@ def find_digits(
     is_token = column >= 0
     is_point = column == -2
     safe_column = column.clamp_min(0)
-    length = torch.where(is_token, table.lengths[safe_column], torch.zeros_like(column))
     spaced = is_token & table.spaced[safe_column]
+    unscored = (column == -3) | (column == -4)
+    if bool(unscored.any()):
+        is_token = is_token & ~_runs_touching(is_token | is_point | unscored, spaced | (column == -4), unscored, rows_count, cols)
+        spaced = spaced & is_token
+    length = torch.where(is_token, table.lengths[safe_column], torch.zeros_like(column))
     in_run = is_token | is_point
-    previous = torch.zeros_like(in_run)
-    if n:
-        previous[1:] = in_run[:-1]
-        previous.view(rows_count, cols)[:, 0] = False  # a run never continues from the previous row
-    starts = in_run & (~previous | spaced)
+    starts = _run_starts(in_run, spaced, rows_count, cols)
     run_id = torch.cumsum(starts.long(), 0) - 1
     position = torch.arange(n, device=device)
     run_start = position[starts]
@@ -602,13 +655,32 @@ def find_digits(
     )
 
 
+def _run_starts(in_run: torch.Tensor, spaced: torch.Tensor, rows: int, cols: int) -> torch.Tensor:
+    """Flat positions where a run of `in_run` positions starts: after a gap, at a row's first
+    column, or at a `spaced` token (a new word)."""
+    previous = torch.zeros_like(in_run)
+    if in_run.numel():
+        previous[1:] = in_run[:-1]
+        previous.view(rows, cols)[:, 0] = False  # a run never continues from the previous row
+    return in_run & (~previous | spaced)
+
+
+def _runs_touching(in_run: torch.Tensor, spaced: torch.Tensor, marked: torch.Tensor, rows: int, cols: int) -> torch.Tensor:
+    """True at every position of a run (as `_run_starts` cuts them) that holds a `marked` position."""
+    run_id = torch.cumsum(_run_starts(in_run, spaced, rows, cols).long(), 0) - 1
+    hit = torch.zeros(int(run_id.max()) + 2 if run_id.numel() else 1, dtype=torch.bool, device=in_run.device)
+    hit[run_id[marked & in_run].clamp_min(0)] = True
+    return in_run & hit[run_id.clamp_min(0)]
+
+
 def digit_coverage(
     labels: torch.Tensor, vocab: DigitVocab, ignore_index: int = IGNORE_INDEX
 ) -> tuple[int, int]:
     """(digits that get the numeric term, all digit characters) of the labels that are scored.
 
-    Counts the digits of number tokens (scored) against those plus the digits inside tokens
-    listed in `vocab.unscored_digit_tokens` (not scored). A tokenizer that merges digits, used in
+    The first count is the digit slots `find_digits` scores; the second adds the digits of number
+    tokens it does not score (part of a number with an unscored token) and those inside tokens
+    listed in `vocab.unscored_digit_tokens`. A tokenizer that merges digits, used in
     ``multi_digit="single"`` mode, shows a share well below 1. For the training log.
     """
     flat = labels.reshape(-1).long()
@@ -629,4 +701,4 @@ def digit_coverage(
         ids = torch.tensor([i for i, _ in vocab.unscored_digit_tokens], device=flat.device)
         counts[ids] = torch.tensor([c for _, c in vocab.unscored_digit_tokens], device=flat.device)
     flat = flat.clamp_min(0)
-    return int(scored[flat].sum()), int(counts[flat].sum())
+    return find_digits(labels, vocab, None, ignore_index).count, int(counts[flat].sum())

@@ -19,7 +19,7 @@ What it adds to `transformers.Trainer`:
   (`NumericLoss.from_hidden`), so the [B, T, V] logits never exist and the head's weight is
   read while DDP, FSDP1/2, DeepSpeed ZeRO-3 or peft hold it whole.
 
-`compute_loss_func(loss_fn)` (also `loss_fn.as_compute_loss_func()`) is the same objective for a
+`compute_loss_func(loss_fn)` is the same objective for a
 plain `transformers.Trainer(compute_loss_func=...)`. That hook sees one micro-batch and the step's
 token count only, so it is exact for objectives normalised by tokens (`normalize="tokens"`, MLE,
 MixCE, EMO) and refuses a step-wide digit mean (`normalize="digits"`) that it cannot compute.
@@ -31,14 +31,24 @@ import dataclasses
 from typing import Any
 
 import torch
-import torch.distributed as dist
 import torch.nn.functional as F
 from torch import nn
 from transformers import Trainer
 
-from numloss.digits import digit_coverage, label_classes
+from numloss.digits import digit_coverage
+from numloss.heads import model_logits, output_head, patch_target
 from numloss.losses.base import NumericLoss, NumericLossOutput
-from numloss.patch import patch_target, patched
+from numloss.patch import patched
+from numloss.step_counts import (
+    accelerate_sequence_split,
+    count_tokens_and_digits,
+    has_digit_term,
+    needs_step_digit_count,
+    reduce_step_counts,
+    refuse_split_sequences,
+    step_digits_refusal,
+    token_count_suffices,
+)
 
 # Slots of the on-device logging accumulator (float64 so long intervals do not lose counts).
 _CE_SUM, _TOKENS, _AUX_SUM, _AUX_COUNT, _ENTROPY_SUM, _DIGITS = range(6)
@@ -60,129 +70,6 @@ def shift_labels(inputs: dict[str, Any], ignore_index: int = -100) -> torch.Tens
         )
     labels = inputs["labels"]
     return F.pad(labels[..., 1:], (0, 1), value=ignore_index)
-
-
-def count_tokens_and_digits(labels: torch.Tensor, loss_fn: NumericLoss) -> torch.Tensor:
-    """[scored tokens, digit positions] of aligned `labels`, as a long tensor: what a step's
-    `num_items_in_batch` / `num_digits_in_batch` sum over its micro-batches (and ranks).
-
-    Digit positions as the objective counts them when it says (`loss_fn.count_digits`).
-    """
-    tokens = labels.ne(loss_fn.ignore_index).sum()
-    count_digits = getattr(loss_fn, "count_digits", None)
-    if callable(count_digits):
-        digits = torch.as_tensor(count_digits(labels)).to(tokens.device)
-    else:
-        classes = label_classes(labels, loss_fn.vocab, ignore_index=loss_fn.ignore_index)
-        digits = ((classes >= 0) & (classes < 10)).sum()
-    return torch.stack([tokens, digits])
-
-
-def reduce_step_counts(counts: torch.Tensor, batch_replicas: int = 1) -> torch.Tensor:
-    """This rank's step counts ([tokens, digits], long) summed over all ranks, each batch once.
-
-    The sum runs over the default process group, which holds every rank whatever shards the
-    model: DDP, FSDP and DeepSpeed ranks each see their own batch. `batch_replicas` ranks see
-    the same batch (the tensor-parallel degree); the sum holds each of those batches that many
-    times and is divided by it. Without an initialised process group the counts are this
-    process's, unchanged. Context and sequence parallelism, which split one sequence over
-    ranks, are refused where the loss is computed, not here.
-    """
-    total = counts.clone()
-    if dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1:
-        dist.all_reduce(total, op=dist.ReduceOp.SUM)
-    if batch_replicas > 1:
-        if bool((total % batch_replicas).any()):
-            raise RuntimeError(
-                f"step counts {total.tolist()} summed over ranks are not a multiple of the {batch_replicas} "
-                "ranks said to share each batch: the tensor-parallel ranks were given different batches"
-            )
-        total = total // batch_replicas
-    return total
-
-
-def refuse_split_sequences(where: str, cp_size: int, sp_size: int) -> None:
-    """Raise NotImplementedError under context or sequence parallelism (cp_size or sp_size > 1).
-
-    Those split one sequence over ranks: a digit run, its place values and the shift by one
-    would straddle ranks, and every rank would count tokens of the same rows. Rather than a
-    wrong number, a clear error.
-    """
-    if (cp_size or 1) > 1 or (sp_size or 1) > 1:
-        raise NotImplementedError(
-            f"{where} does not support context or sequence parallelism (cp_size={cp_size}, sp_size={sp_size}): "
-            "the digit runs of a sequence would be split across ranks; use data parallelism "
-            "(DDP, FSDP, DeepSpeed ZeRO) with cp_size=sp_size=1"
-        )
-
-
-def accelerate_sequence_split() -> tuple[int, int]:
-    """(cp_size, sp_size) of the parallelism config accelerate was set up with, (1, 1) without one."""
-    from accelerate.state import AcceleratorState
-
-    config = AcceleratorState._shared_state.get("parallelism_config")
-    return getattr(config, "cp_size", 1) or 1, getattr(config, "sp_size", 1) or 1
-
-
-def model_logits(outputs: Any) -> torch.Tensor:
-    """The logits of a model's output: a `ModelOutput` / dict with "logits", a tuple (logits first,
-    as `return_dict=False` returns them without labels), or a tensor."""
-    if torch.is_tensor(outputs):
-        return outputs
-    if isinstance(outputs, dict):
-        if "logits" not in outputs:
-            raise ValueError(
-                f"the model output ({type(outputs).__name__}) has no 'logits' (its keys: "
-                f"{', '.join(map(str, outputs.keys()))}); the numloss loss needs a causal LM's logits"
-            )
-        return outputs["logits"]
-    if isinstance(outputs, (tuple, list)) and outputs and torch.is_tensor(outputs[0]):
-        return outputs[0]
-    raise TypeError(f"cannot find the logits in a model output of type {type(outputs).__name__}")
-
-
-def has_digit_term(loss_fn: NumericLoss) -> bool:
-    """True for objectives with a per-digit term (DEL, NTL, DIST2), whose `normalize` matters."""
-    return type(loss_fn).digit_terms is not NumericLoss.digit_terms
-
-
-def token_count_suffices(loss_fn: NumericLoss) -> bool:
-    """True when the step's token count alone makes `loss_fn` exact across micro-batches and ranks:
-    objectives without a digit term, and digit objectives built with `normalize="tokens"`."""
-    declared = getattr(loss_fn, "token_count_suffices", None)
-    if isinstance(declared, bool):
-        return declared
-    return not has_digit_term(loss_fn) or getattr(loss_fn, "normalize", "digits") == "tokens"
-
-
-def needs_step_digit_count(
-    loss_fn: NumericLoss,
-    labels: torch.Tensor,
-    num_items_in_batch: torch.Tensor | int | float | None,
-    num_digits_in_batch: torch.Tensor | int | None,
-) -> bool:
-    """True when `loss_fn` divides by the step's digit count but only its token count is known.
-
-    That is the case when a training step spans more than these (aligned) `labels`: gradient
-    accumulation makes `num_items_in_batch` larger than the tokens counted here, and several
-    ranks each see only their share (even when the Trainer counts tokens per rank). Evaluation
-    (no `num_items_in_batch`) normalises each batch by itself and is never refused.
-    """
-    if num_items_in_batch is None or num_digits_in_batch is not None:
-        return False
-    if token_count_suffices(loss_fn):
-        return False
-    if torch.distributed.is_available() and torch.distributed.is_initialized() and torch.distributed.get_world_size() > 1:
-        return True
-    local = int(labels.ne(loss_fn.ignore_index).sum())
-    return float(num_items_in_batch) > local
-
-
-STEP_DIGITS_REFUSAL = (
-    "{where}: {name} with normalize=\"digits\" divides by the digit count of the whole optimizer step, "
-    "which this path does not receive (gradient accumulation or several ranks); build the loss with "
-    "normalize=\"tokens\" or train with numloss.hf.NumericTrainer"
-)
 
 
 class NumericComputeLoss:
@@ -219,7 +106,7 @@ class NumericComputeLoss:
         logits = model_logits(outputs)
         aligned = F.pad(labels[..., 1:], (0, 1), value=self.loss_fn.ignore_index).to(logits.device)
         if needs_step_digit_count(self.loss_fn, aligned, num_items_in_batch, None):
-            raise ValueError(STEP_DIGITS_REFUSAL.format(where="compute_loss_func", name=self.loss_fn.name))
+            raise ValueError(step_digits_refusal("compute_loss_func", self.loss_fn))
         self.last = self.loss_fn(logits, aligned, num_items_in_batch=num_items_in_batch)
         return self.last.loss
 
@@ -232,36 +119,6 @@ def compute_loss_func(loss_fn: NumericLoss) -> NumericComputeLoss:
     `normalize="digits"` it refuses any step wider than one micro-batch on one rank.
     """
     return NumericComputeLoss(loss_fn)
-
-
-def output_head(model: nn.Module) -> nn.Module:
-    """The LM-head module (`get_output_embeddings()`) of a causal LM, found by unwrapping it
-    (`numloss.patch.patch_target`: DDP, FSDP1, DeepSpeed, peft), never through a wrapper.
-
-    Raises when the head cannot be applied outside the model as ``hidden @ weight.T + bias``: a
-    head adapted by peft (LoRA on ``lm_head``, ``modules_to_save``) or one that is not linear.
-    """
-    base = patch_target(model)
-    get_head = getattr(base, "get_output_embeddings", None)
-    head = get_head() if callable(get_head) else None
-    if head is None:
-        raise ValueError(
-            f"{type(base).__name__} has no output embeddings (get_output_embeddings() is None): the "
-            "fused path needs a causal LM with a linear LM head; use fused=False"
-        )
-    if type(head).__module__.startswith("peft") or not isinstance(head, nn.Linear):
-        raise ValueError(
-            f"the LM head is a {type(head).__module__}.{type(head).__name__}, not a plain nn.Linear "
-            "(LoRA or modules_to_save on lm_head?): the fused path applies the head as "
-            "hidden @ weight.T + bias itself; leave lm_head out of the adapter or use fused=False"
-        )
-    config = getattr(base, "config", None)
-    if getattr(config, "final_logit_softcapping", None):
-        raise ValueError(
-            "the model soft-caps its logits (final_logit_softcapping), which the fused path does "
-            "not reproduce; use fused=False"
-        )
-    return head
 
 
 class NumericTrainer(Trainer):
@@ -468,3 +325,24 @@ class NumericTrainer(Trainer):
             if total > 0:  # share of label digits that got the numeric term, over all ranks
                 logs["digit_share"] = scored / total
         super().log(logs, start_time)
+
+
+# The helpers this module shares with numloss.patch live in numloss.heads and numloss.step_counts;
+# they stay importable from here, where the Trainer glue has always offered them.
+__all__ = [
+    "NumericTrainer",
+    "NumericComputeLoss",
+    "compute_loss_func",
+    "shift_labels",
+    "count_tokens_and_digits",
+    "reduce_step_counts",
+    "refuse_split_sequences",
+    "accelerate_sequence_split",
+    "has_digit_term",
+    "token_count_suffices",
+    "needs_step_digit_count",
+    "step_digits_refusal",
+    "model_logits",
+    "output_head",
+    "patch_target",
+]

@@ -55,9 +55,14 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from numloss.heads import model_logits, output_head, patch_target
 from numloss.losses.base import NumericLoss
-
-# numloss.hf (and with it transformers.Trainer) is imported on first use: `import numloss` stays light.
+from numloss.step_counts import (
+    accelerate_sequence_split,
+    needs_step_digit_count,
+    refuse_split_sequences,
+    step_digits_refusal,
+)
 
 _STATE = "_numloss_patch"
 
@@ -75,30 +80,6 @@ class PatchState:
     on_hidden: Callable[[torch.Tensor, nn.Module, torch.Tensor], None] | None = None
     #: the `NumericLossOutput` of the latest call with labels
     last: Any = None
-
-
-def patch_target(model: nn.Module) -> nn.Module:
-    """The transformers model inside `model`, unwrapped: DDP, FSDP1, the DeepSpeed engine and
-    torch.compile (accelerate's `extract_model_from_parallel`), then peft (`get_base_model`).
-
-    Wrappers are recognised by their class, never by an attribute lookup on the wrapper (FSDP1
-    forwards unknown attributes to the module inside it). FSDP2 does not wrap: its root is the
-    model itself.
-    """
-    from accelerate.utils import extract_model_from_parallel
-
-    target = model
-    for _ in range(8):
-        target = extract_model_from_parallel(target, keep_torch_compile=False)
-        if callable(getattr(type(target), "get_base_model", None)):
-            target = target.get_base_model()
-        elif isinstance(vars(target).get("_modules", {}).get("module"), nn.Module) and not hasattr(
-            type(target), "get_output_embeddings"
-        ):
-            target = target.module  # another wrapper that keeps the model as .module
-        else:
-            break
-    return target
 
 
 def is_patched(model: nn.Module) -> bool:
@@ -125,14 +106,6 @@ def _numeric_forward(
     num_digits_in_batch: torch.Tensor | int | None = None,
     **kwargs: Any,
 ):
-    from numloss.hf import (
-        STEP_DIGITS_REFUSAL,
-        accelerate_sequence_split,
-        model_logits,
-        needs_step_digit_count,
-        refuse_split_sequences,
-    )
-
     state: PatchState = getattr(self, _STATE)
     forward = _original_forward(self, state)
     if labels is None and shift_labels is None:
@@ -148,7 +121,7 @@ def _numeric_forward(
         raise ValueError("numloss.patch: return_dict=False is not supported with labels; leave return_dict on")
     aligned = shift_labels if shift_labels is not None else F.pad(labels[..., 1:], (0, 1), value=loss_fn.ignore_index)
     if needs_step_digit_count(loss_fn, aligned, num_items_in_batch, num_digits_in_batch):
-        raise ValueError(STEP_DIGITS_REFUSAL.format(where="numloss.patch", name=loss_fn.name))
+        raise ValueError(step_digits_refusal("numloss.patch", loss_fn))
     counts = dict(num_items_in_batch=num_items_in_batch, num_digits_in_batch=num_digits_in_batch)
     if state.fused:
         outputs, out = _forward_with_loss_as_head_output(self, forward, args, kwargs, state, aligned, counts)
@@ -186,8 +159,6 @@ def _forward_with_loss_as_head_output(model, forward, args, kwargs, state: Patch
     caller gets is the tensor the model returned, so that whatever a wrapper attached to the
     head's output on the way (ZeRO-3's backward gather, DDP's bookkeeping) is on its path.
     """
-    from numloss.hf import model_logits, output_head
-
     head = output_head(model)
     calls: list[tuple[torch.Tensor, Any]] = []
 
@@ -237,8 +208,6 @@ def patch(model: nn.Module, loss_fn: NumericLoss, fused: bool = False) -> nn.Mod
         raise TypeError(
             f"loss_fn must be a numloss objective (numloss.build_loss(name, vocab)), got {type(loss_fn).__name__}"
         )
-    from numloss.hf import output_head
-
     target = patch_target(model)
     config = getattr(target, "config", None)
     if getattr(config, "is_encoder_decoder", False):

@@ -11,12 +11,21 @@ step-wide normalisation (tokens and digits of the whole optimizer step), so batc
 accumulation give the same update, and `fused=True` applies the LM head chunk by chunk inside
 the loss. `ce`, `aux` and `digit_entropy` are logged beside TRL's metrics.
 
+Chat data (a `messages` column) learns the assistant turns only, as `numloss train` does: the
+conversations are rendered with the tokenizer's chat template and labelled by
+`numloss.data.tokenize.conversation_ids` (each assistant turn through its end-of-turn marker),
+which needs no `{% generation %}` markers in the template, so SmolLM2's and other stock
+templates work. `SFTConfig(assistant_only_loss=True)` means the same thing here (TRL's own path
+would refuse a template without those markers); `assistant_only=False` trains on every token,
+TRL's default for `messages`.
+
 trl is an optional dependency (`pip install numloss[trl]`); importing this module without it
 raises an ImportError that says so.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 import torch
@@ -30,6 +39,8 @@ except ImportError as error:  # tests/test_patch.py hides trl to check this mess
         "numloss.trl needs TRL: pip install 'numloss[trl]' (or pip install trl==1.16.0)"
     ) from error
 
+from numloss.data.examples import Conversation
+from numloss.data.tokenize import conversation_ids
 from numloss.hf import NumericTrainer
 from numloss.losses.base import NumericLoss
 
@@ -75,10 +86,27 @@ class NumericSFTTrainer(NumericTrainer, SFTTrainer):
     loss in chunks. Every other keyword goes to `SFTTrainer` (`args` an `SFTConfig`). The
     options of SFTTrainer that replace the loss (`loss_type="dft"`, label smoothing,
     `compute_loss_func`) and MoE router losses are refused.
+
+    `assistant_only` (default True): a dataset with a `messages` column learns its assistant turns
+    only (see the module docstring); False: every token, as TRL does by default.
     """
 
-    def __init__(self, *, loss_fn: NumericLoss, fused: bool = False, **trainer_kwargs: Any) -> None:
+    def __init__(
+        self, *, loss_fn: NumericLoss, fused: bool = False, assistant_only: bool = True, **trainer_kwargs: Any
+    ) -> None:
         args = trainer_kwargs.get("args")
+        if not isinstance(assistant_only, bool):
+            raise TypeError(f"NumericSFTTrainer: assistant_only must be True or False, got {assistant_only!r}")
+        if getattr(args, "assistant_only_loss", False):
+            # numloss labels the assistant turns itself; TRL's path would need {% generation %} markers
+            assistant_only = True
+            args = dataclasses.replace(args, assistant_only_loss=False)
+            trainer_kwargs["args"] = args
+        if assistant_only:
+            tokenizer = trainer_kwargs.get("processing_class")
+            for key in ("train_dataset", "eval_dataset"):
+                if trainer_kwargs.get(key) is not None:
+                    trainer_kwargs[key] = assistant_turns_only(trainer_kwargs[key], tokenizer)
         if args is not None:
             if getattr(args, "loss_type", "nll") != "nll":
                 raise ValueError(
@@ -127,4 +155,26 @@ class NumericSFTTrainer(NumericTrainer, SFTTrainer):
         self._metrics[mode]["mean_token_accuracy"].append((num_correct / num_valid).item() if num_valid > 0 else 0.0)
 
 
-__all__ = ["NumericSFTTrainer", "entropy_and_correct"]
+def assistant_turns_only(dataset: Any, tokenizer: Any) -> Any:
+    """`dataset` with each `messages` record replaced by `input_ids` and `labels` that learn the
+    assistant turns only (`numloss.data.tokenize.conversation_ids`); anything else unchanged.
+
+    Takes a `datasets.Dataset` or `IterableDataset`, or a dict of them (named eval sets); a
+    dataset without a `messages` column, or already tokenised (`input_ids`), is returned as it is.
+    """
+    if isinstance(dataset, dict):
+        return {name: assistant_turns_only(part, tokenizer) for name, part in dataset.items()}
+    columns = getattr(dataset, "column_names", None)
+    if not columns or "messages" not in columns or "input_ids" in columns:
+        return dataset
+    if tokenizer is None:
+        raise ValueError("NumericSFTTrainer: chat data needs processing_class=<the tokenizer> to render its messages")
+
+    def tokenize(record: dict[str, Any]) -> dict[str, list[int]]:
+        input_ids, labels = conversation_ids(Conversation.from_messages(record["messages"]), tokenizer)
+        return {"input_ids": input_ids, "labels": labels}
+
+    return dataset.map(tokenize, remove_columns=list(columns))
+
+
+__all__ = ["NumericSFTTrainer", "assistant_turns_only", "entropy_and_correct"]

@@ -20,13 +20,13 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import logging
 import os
 import sys
 import time
 from pathlib import Path
 from typing import Any
 
+from numloss.compare.logs import quiet_training_logs
 from numloss.config import ConfigError
 
 __all__ = ["main", "run_comparison"]
@@ -217,19 +217,6 @@ def _shrink_for_smoke(mapping: dict[str, Any], out_given: bool) -> None:
     mapping["jobs"], mapping["torch_threads"] = 1, 1
     if not out_given:
         mapping["output_dir"] = str(mapping["output_dir"]).rstrip("/") + "-smoke"
-
-
-def quiet_training_logs() -> None:
-    """Keep the per-run training chatter (data summaries, Trainer warnings) off the terminal."""
-    for name in ("numloss.train", "transformers", "accelerate"):
-        logging.getLogger(name).setLevel(logging.ERROR)
-    try:
-        import transformers
-
-        transformers.logging.set_verbosity_error()
-        transformers.utils.logging.disable_progress_bar()  # "Loading weights" bars of every run
-    except ImportError:  # pragma: no cover - transformers is a dependency
-        pass
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -43,6 +43,8 @@ from typing import Any
 import torch
 
 from numloss.compare.config import CompareConfig, ObjectiveSpec
+from numloss.compare.jsonio import jsonable as _jsonable
+from numloss.compare.jsonio import write_json_atomic as _write_json_atomic
 from numloss.compare.report import primary_evaluation
 from numloss.compare.stats import wilson_interval
 from numloss.compare.task import TEST_SETS, TaskExample
@@ -132,35 +134,6 @@ def evaluate_model(
         "examples": [{"prompt": p, "gold": g, "output": o} for p, g, o in list(zip(prompts, golds, outputs, strict=True))[:5]],
         "seconds": {"generate": generate_seconds, "teacher_forced": tf_seconds},
     }
-
-
-def _write_json_atomic(path: Path, payload: Any, compact: bool = False) -> None:
-    """`payload` as JSON at `path`, via a temporary file renamed into place; `compact`: no
-    whitespace and sorted keys (the records kept in git: small, stable diffs)."""
-    tmp = path.with_name(path.name + ".tmp")
-    if compact:
-        text = json.dumps(payload, sort_keys=True, separators=(",", ":"), default=_json_default)
-    else:
-        text = json.dumps(payload, indent=1, default=_json_default)
-    tmp.write_text(text + "\n")
-    os.replace(tmp, path)
-
-
-def _json_default(value: Any) -> Any:
-    if isinstance(value, Path):
-        return str(value)
-    raise TypeError(f"not JSON-serialisable: {type(value).__name__}")
-
-
-def _jsonable(value: Any) -> Any:
-    """NaN and inf as null (strict JSON), recursively."""
-    if isinstance(value, float) and not math.isfinite(value):
-        return None
-    if isinstance(value, dict):
-        return {k: _jsonable(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [_jsonable(v) for v in value]
-    return value
 
 
 #: what every result holds (run_one writes it; the report reads it), with its JSON type
@@ -463,7 +436,7 @@ def _run_in_worker(
     if log_level >= logging.ERROR:  # the parent was quietened (no --verbose): so is the worker
         import sys
 
-        from numloss.compare import quiet_training_logs
+        from numloss.compare.logs import quiet_training_logs
 
         quiet_training_logs()
         # the per-log "step ..." lines of parallel runs would interleave; the parent's bar counts runs

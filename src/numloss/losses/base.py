@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import inspect
 import math
+import numbers
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, NoReturn
@@ -65,15 +66,15 @@ class NumericLossOutput:
 def check_number(
     objective: str, name: str, value: Any, low: float = 0.0, high: float = math.inf, low_open: bool = False
 ) -> float:
-    """`value` as a float, or a ValueError naming the option, the value and the allowed range."""
+    """`value` as a float, or a ValueError naming the option, the value and the allowed range.
+
+    Only real numbers pass (int, float, numpy scalars): a string such as "1.0" or a bool is
+    refused, so that a quoted value in a config is an error rather than a silent conversion."""
     what = f"({low}, {high}]" if low_open else f"[{low}, {high}]"
     if high == math.inf:
         what = f"> {low:g}" if low_open else f">= {low:g}"
-    try:
-        number = float(value)
-    except (TypeError, ValueError):
-        number = math.nan
-    if isinstance(value, bool) or not math.isfinite(number) or number < low or number > high or (low_open and number == low):
+    number = float(value) if isinstance(value, numbers.Real) and not isinstance(value, bool) else math.nan
+    if not math.isfinite(number) or number < low or number > high or (low_open and number == low):
         raise ValueError(f"{objective}: {name} must be a finite number {what}, got {value!r}")
     return number
 
@@ -90,10 +91,22 @@ def _as_count(value: int | float | torch.Tensor | None, fallback: torch.Tensor, 
     if value is None:
         count = fallback.to(torch.float32)
     else:
-        count = torch.as_tensor(value, device=fallback.device).to(torch.float32)
+        if torch.is_tensor(value) and value.dtype != torch.bool and not value.is_complex():
+            if value.is_meta:
+                raise ValueError(f"{name} is a tensor on the meta device (no value): pass the step's count")
+            count = value.detach().to(device=fallback.device, dtype=torch.float32)
+        elif isinstance(value, numbers.Real) and not isinstance(value, bool):
+            count = torch.tensor(float(value), dtype=torch.float32, device=fallback.device)
+        else:
+            raise TypeError(
+                f"{name} must be a number or a one-element tensor (a count of the whole optimizer step), "
+                f"got {value!r} ({type(value).__name__})"
+            )
         if count.numel() != 1:
             raise ValueError(f"{name} must be a scalar, got shape {tuple(count.shape)}")
         count = count.reshape(())
+        if not bool(torch.isfinite(count)):
+            raise ValueError(f"{name} must be a finite count, got {float(count)}")
         if bool(count < fallback.to(torch.float32)):
             raise ValueError(
                 f"{name}={float(count):g} is smaller than the {int(fallback)} counted in this call: "
@@ -103,12 +116,17 @@ def _as_count(value: int | float | torch.Tensor | None, fallback: torch.Tensor, 
     return count.clamp_min(1.0)
 
 
+# option names per objective class, computed once (read on every attribute assignment)
+_OPTION_NAMES: dict[type, list[str]] = {}
+
+
 class NumericLoss(nn.Module):
     """Base of every numloss objective: `loss_fn(logits, labels) -> NumericLossOutput`.
 
     Subclasses declare their options as keyword arguments of `__init__` and check their values in
     `validate_options` (also called by config validation, before any model loads); anything else
-    is a TypeError naming the options the objective accepts.
+    is a TypeError naming the options the objective accepts. An option assigned after
+    construction (`loss_fn.alpha = 0.5`) is checked the same way: `loss_fn.alpha = -1` raises.
     """
 
     name: str = ""
@@ -142,6 +160,22 @@ class NumericLoss(nn.Module):
         # the number-token columns gathered at number positions: the ten digits first, then any
         # multi-digit tokens (at most ~1,110 of V for Llama-3)
         self.register_buffer("number_columns", vocab.number_table().columns, persistent=False)
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        # An option set at any time (in __init__ or later) is checked with the other options
+        # already set, so cross-option rules (DIST2's point_ends_run needs place_weight) hold too.
+        options = _OPTION_NAMES.get(type(self)) or _OPTION_NAMES.setdefault(type(self), type(self).option_names())
+        if name in options and name != "embedding":
+            current = {key: getattr(self, key) for key in options if key != name and key in vars(self)}
+            type(self).validate_options({**current, name: value})
+        super().__setattr__(name, value)
+
+    def __getattr__(self, name: str) -> Any:
+        if name == "as_compute_loss_func":
+            raise AttributeError(
+                "as_compute_loss_func moved to the Trainer glue: use numloss.hf.compute_loss_func(loss_fn)"
+            )
+        return super().__getattr__(name)
 
     @classmethod
     def option_names(cls) -> list[str]:
@@ -237,16 +271,6 @@ class NumericLoss(nn.Module):
         """
         return None
 
-    def as_compute_loss_func(self):
-        """This objective as `transformers.Trainer(compute_loss_func=...)` (and TRL's).
-
-        The hook does the causal shift and reads the logits from the model output; see
-        `numloss.hf.compute_loss_func` for what is exact under accumulation.
-        """
-        from numloss.hf import compute_loss_func  # numloss.hf imports this module
-
-        return compute_loss_func(self)
-
     def gradient_weights(
         self, nll: torch.Tensor, cost: torch.Tensor | None
     ) -> tuple[torch.Tensor, torch.Tensor | None] | None:
@@ -325,6 +349,14 @@ class NumericLoss(nn.Module):
             raise TypeError(f"logits must be a floating-point tensor, got {getattr(logits, 'dtype', type(logits))}")
         if not torch.is_tensor(labels) or labels.is_floating_point():
             raise TypeError("labels must be an integer tensor of token ids (ignore_index for skipped positions)")
+        if logits.device != labels.device or logits.is_meta:
+            where = f"logits on {logits.device}, labels on {labels.device}"
+            fix = (
+                "the meta device holds no values: load the model's weights (or run it on a real device) before "
+                "computing a loss" if logits.is_meta or labels.is_meta else "move the labels to the logits' device "
+                "(labels.to(logits.device))"
+            )
+            raise ValueError(f"{self.name}: logits and labels must be on one device with values ({where}): {fix}")
         if logits.dim() not in (2, 3) or logits.shape[:-1] != labels.shape:
             raise ValueError(
                 f"logits {tuple(logits.shape)} and labels {tuple(labels.shape)} do not match: expected "
