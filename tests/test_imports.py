@@ -227,6 +227,16 @@ def test_the_core_imports_nothing_above_it(module):
     assert not upward, f"{module} reaches " + "; ".join(" -> ".join(p) for p in upward.values())
 
 
+@pytest.mark.parametrize("a, b", [
+    ("numloss.hf", "numloss.patch"),
+    ("numloss.compare.runner", "numloss.compare.report"),
+    ("numloss.evaluate.api", "numloss.evaluate.report"),
+])
+def test_the_pairs_that_were_circles_are_one_way_even_for_the_type_checker(a, b):
+    edges = GRAPH.edges(with_typing=True)
+    assert not (b in reachable(edges, a) and a in reachable(edges, b)), f"{a} and {b} reach each other"
+
+
 def test_hf_and_patch_share_the_head_helpers_instead_of_importing_each_other():
     assert "numloss.hf" not in reachable(GRAPH.edges(with_typing=True), "numloss.patch")
     assert "numloss.heads" in GRAPH.runtime["numloss.patch"] and "numloss.heads" in GRAPH.runtime["numloss.hf"]

@@ -12,10 +12,27 @@ from __future__ import annotations
 import json
 import math
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
-if TYPE_CHECKING:
-    from numloss.evaluate.api import EvalReport
+
+class EvalReport(Protocol):
+    """What this module reads of a `numloss.evaluate.api.EvalReport` (a structural type, so this
+    module imports nothing of the API that renders through it)."""
+
+    protocols: list[str]
+    scores: dict[str, dict[str, Any]]
+    isolation: dict[str, Any]
+    meta: dict[str, Any]
+
+    @property
+    def benchmarks(self) -> list[str]: ...
+
+    @property
+    def disagreements(self) -> dict[str, list[str]]: ...
+
+    def macc(self, protocol: str | None = None) -> float: ...
+
+    def to_json(self) -> dict[str, Any]: ...
 
 
 def _pct(x: float | None) -> str:
