@@ -7,14 +7,18 @@
 
 What lands in `train.output_dir`:
 
+    .numloss.lock        the run's lock (numloss.rundir): who holds the folder, or held it last
     config.yaml          the full resolved configuration
     checkpoint-N/        Trainer checkpoints (train.save_steps), what `--resume` continues from; one
                          counts only once numloss_checkpoint.json (written last) lists its files
+                         with their SHA-256 and they all match (numloss.checkpoints)
     partial-checkpoint-N/  an incomplete or damaged checkpoint that `--resume` set aside
+    overwritten-TIME/    a run that --overwrite moved aside
     log.csv              one row per logging step: loss, ce, aux, digit_entropy, learning_rate, ...
     log_history.json     the Trainer's whole log history (the CSV's source, plus final metrics)
     tensorboard/         the same scalars for TensorBoard
-    final/               the trained model + tokenizer (LoRA: the adapters + tokenizer)
+    final/               the trained model + tokenizer (LoRA: the adapters + tokenizer), written as
+                         final.partial/ and renamed once its marker is written: always complete
     merged/              LoRA with lora.merge: base model with the adapters merged in
 
 Distribution is the Trainer's (accelerate): launch the same command under `torchrun` or
@@ -247,7 +251,7 @@ def _callbacks_module():
             if state.is_world_process_zero:
                 folder = Path(args.output_dir) / f"checkpoint-{state.global_step}"
                 if folder.is_dir():
-                    _fault_point("checkpoint-files-written")
+                    _fault_point(f"checkpoint-{state.global_step}-files-written")
                     try:
                         write_marker(folder, state.global_step)
                     except OSError as error:
@@ -255,10 +259,33 @@ def _callbacks_module():
                         if full is not None:
                             raise full from None
                         raise
-                    _fault_point("checkpoint-marked")
+                    _fault_point(f"checkpoint-{state.global_step}-marked")
                     rotate_checkpoints(Path(args.output_dir), self.keep)
 
-    return ThroughputCallback, CSVLogCallback, ProgressBarCallback, StopAfterStepCallback, CheckpointMarkerCallback
+    class ConfigRecordCallback(TrainerCallback):
+        """Writes config.yaml once the Trainer has loaded everything and training begins (rank
+        0), so a resume that fails while loading its checkpoint leaves the run's record as it was."""
+
+        def __init__(self, config: Config, replaced_at: Path | None) -> None:
+            self.config, self.replaced_at = config, replaced_at
+
+        def on_train_begin(self, args, state, control, **kwargs):
+            if state.is_world_process_zero:
+                record_config(self.config, Path(args.output_dir), self.replaced_at)
+
+    return (ThroughputCallback, CSVLogCallback, ProgressBarCallback, StopAfterStepCallback, CheckpointMarkerCallback,
+            ConfigRecordCallback)
+
+
+def record_config(config: Config, output_dir: Path, replaced_at: Path | None) -> None:
+    """Write output_dir/config.yaml (atomically); with `replaced_at` (a --resume-changed resume
+    from that checkpoint) the old one is kept as config-before-step-N.yaml first."""
+    path = output_dir / "config.yaml"
+    if replaced_at is not None and path.is_file():
+        path.rename(output_dir / f"config-before-step-{checkpoint_step(replaced_at)}.yaml")
+    temporary = path.with_name("config.yaml.tmp")
+    temporary.write_text(dump_config(config))
+    os.replace(temporary, path)
 
 
 # -- the run folder: what it holds, what a new run may do with it -------------------------------------
@@ -267,8 +294,10 @@ class DiskFullError(OSError):
 
 
 _DISK_FULL_ERRNOS = {errno.ENOSPC, errno.EFBIG, errno.EDQUOT}
+# torch.save reports a short write as "enforce fail ... file write failed" or "... unexpected pos
+# N vs M" (the bytes it meant to have written), with the errno lost on the way
 _DISK_FULL_TEXT = ("No space left on device", "File too large", "Disk quota exceeded", "file write failed",
-                   "StorageFull", "FileTooLarge")
+                   "StorageFull", "FileTooLarge", "unexpected pos", "PytorchStreamWriter failed")
 
 
 def disk_full_error(error: BaseException, where: Path) -> DiskFullError | None:
@@ -298,13 +327,18 @@ def disk_full_error(error: BaseException, where: Path) -> DiskFullError | None:
 
 
 def _fault_point(point: str) -> None:
-    """Fault-injection hook for the tests: NUMLOSS_FAULT_POINT=POINT kills this process with
-    SIGKILL at POINT; sleep:POINT sleeps there for NUMLOSS_FAULT_SLEEP seconds. No-op otherwise."""
+    """Fault-injection hook for the tests, a no-op unless NUMLOSS_FAULT_POINT names `point`:
+    POINT kills this process there with SIGKILL; pause:POINT touches $NUMLOSS_FAULT_FILE.paused
+    and waits (at most 120 s) until $NUMLOSS_FAULT_FILE exists."""
     wanted = os.environ.get("NUMLOSS_FAULT_POINT")
     if wanted == point:
         os.kill(os.getpid(), signal.SIGKILL)
-    elif wanted == f"sleep:{point}":
-        time.sleep(float(os.environ.get("NUMLOSS_FAULT_SLEEP", "30")))
+    elif wanted == f"pause:{point}":
+        release = Path(os.environ["NUMLOSS_FAULT_FILE"])
+        Path(f"{release}.paused").touch()
+        deadline = time.monotonic() + 120
+        while not release.exists() and time.monotonic() < deadline:
+            time.sleep(0.05)
 
 
 @dataclass
@@ -905,8 +939,6 @@ def _run_locked(
         checkpoint = _resume_checkpoint(config, output_dir, main_process)
         if plan.changed:
             logger.warning("--resume-changed: continuing under new settings: %s", "; ".join(plan.changed))
-            if main_process and (output_dir / "config.yaml").is_file():
-                (output_dir / "config.yaml").rename(output_dir / f"config-before-step-{checkpoint_step(checkpoint)}.yaml")
 
     prepared = prepare_run(config, examples)
     tokenizer, vocab, dataset, args = prepared.tokenizer, prepared.vocab, prepared.dataset, prepared.args
@@ -925,9 +957,10 @@ def _run_locked(
     if hasattr(model, "config"):
         model.config.use_cache = False  # the KV cache is useless in training and costs memory
 
-    throughput, csv_log, progress, stop_after, checkpoint_marker = _callbacks_module()
+    throughput, csv_log, progress, stop_after, checkpoint_marker, config_record = _callbacks_module()
     csv_path = output_dir / "log.csv"
-    own_callbacks: list[Any] = [throughput(), checkpoint_marker(config.train.save_total_limit)]
+    own_callbacks: list[Any] = [throughput(), checkpoint_marker(config.train.save_total_limit),
+                                config_record(config, checkpoint if plan.changed else None)]
     if "tensorboard" in config.train.report_to and args.process_index == 0:
         from torch.utils.tensorboard import SummaryWriter
         from transformers.integrations import TensorBoardCallback
@@ -951,8 +984,6 @@ def _run_locked(
     trainer.remove_callback(PrinterCallback)
     main_process = trainer.is_world_process_zero()
     if main_process:
-        output_dir.mkdir(parents=True, exist_ok=True)
-        (output_dir / "config.yaml").write_text(dump_config(config))
         trainable = sum(p.numel() for p in model.parameters() if p.requires_grad)
         logger.warning(
             "model %s (%s trainable parameters), objective %s, bf16=%s, fused=%s, world size %d, global batch %d",
@@ -968,6 +999,8 @@ def _run_locked(
             logger.warning("--resume: %s is the run's last step; saving it as final/ without training", checkpoint.name)
             trainer._load_from_checkpoint(str(checkpoint))
             trainer.state = TrainerState.load_from_json(str(checkpoint / "trainer_state.json"))
+            if main_process:
+                record_config(config, output_dir, checkpoint if plan.changed else None)
             metrics: dict[str, Any] = {}
         else:
             output = trainer.train(resume_from_checkpoint=None if checkpoint is None else str(checkpoint))
