@@ -319,19 +319,19 @@ WRONG = ["-1", "0", "2", "-0.5", ".nan", ".inf", "1e309", "abc", "''", "[1, 2]",
 
 
 def test_every_config_key_given_wrong_values_is_one_line_or_a_valid_run(tmp_path):
-    """Each key of every config section (enumerated from the dataclasses) x a seeded sample of
-    wrong types and values: load_config and then every check of a dry run either refuse it in
-    one line (a ConfigError) or pass; a sample of what passes then trains for one step."""
+    """Each key of every config section (enumerated from the dataclasses) x every wrong type and
+    value above: load_config and then every check of a dry run either refuse it in one line (a
+    ConfigError) or pass; a seeded sample of what passes then trains (1 step)."""
     rng = random.Random(0)
     keys = [key for key in all_keys() if key not in ("train.output_dir",)]
     assert len(keys) >= 55 and {key.split(".")[0] for key in keys if "." in key} == set(SECTIONS)
     out = tmp_path / "run"
     base = ["--train.output_dir", str(out), "--train.max_steps", "1", "--data.num_examples", "8",
             "--model.tiny_layers", "1"]
-    passed: list[list[str]] = []
+    passed: list[tuple[str, list[str]]] = []
     failures: list[str] = []
     for key in keys:
-        for value in rng.sample(WRONG, 6):
+        for value in WRONG:
             argv = [*base, f"--{key}", value]
             try:
                 check_run(load_config(TINY, argv))
@@ -342,10 +342,12 @@ def test_every_config_key_given_wrong_values_is_one_line_or_a_valid_run(tmp_path
             except Exception as error:  # noqa: BLE001 - the property: nothing but a ConfigError
                 failures.append(f"--{key} {value}: {type(error).__name__}: {error}")
                 continue
-            passed.append(argv)
+            passed.append((key, argv))
     assert not failures, "\n".join(failures)
     assert len(passed) > 20
-    for argv in rng.sample(passed, 6):
+    # runs of 1 step (a config asking for 2**64 steps is valid, and would not end)
+    runnable = [argv for key, argv in passed if key not in ("train.max_steps", "train.num_epochs")]
+    for argv in rng.sample(runnable, 4):
         shutil.rmtree(out, ignore_errors=True)
         try:
             result = run_training(load_config(TINY, argv))

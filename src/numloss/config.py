@@ -201,31 +201,36 @@ def coerce(value: Any, hint: Any, key: str) -> Any:
             return value.lower() in ("true", "yes", "1")
         raise ConfigError(f"{key}: expected true or false, got {value!r}")
     if hint is int:
+        number: int | None = None
         if isinstance(value, int) and not isinstance(value, bool):
-            return value
-        if isinstance(value, str):
-            try:
-                return int(value)
-            except ValueError:
-                pass
-        raise ConfigError(f"{key}: expected an integer, got {value!r}")
-    if hint is float:
-        number: float | None = None
-        if isinstance(value, (int, float)) and not isinstance(value, bool):
-            try:
-                number = float(value)
-            except OverflowError:  # an int beyond float range
-                number = math.inf
+            number = value
         elif isinstance(value, str):
             try:
-                number = float(value)
+                number = int(value)
             except ValueError:
                 pass
         if number is None:
-            raise ConfigError(f"{key}: expected a number, got {value!r}")
-        if not math.isfinite(number):
-            raise ConfigError(f"{key}: expected a finite number, got {value!r}")
+            raise ConfigError(f"{key}: expected an integer, got {value!r}")
+        if not -(2**63) <= number < 2**63:  # torch, numpy and itertools take 64-bit integers
+            raise ConfigError(f"{key}: {number} does not fit in 64 bits")
         return number
+    if hint is float:
+        real: float | None = None
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            try:
+                real = float(value)
+            except OverflowError:  # an int beyond float range
+                real = math.inf
+        elif isinstance(value, str):
+            try:
+                real = float(value)
+            except ValueError:
+                pass
+        if real is None:
+            raise ConfigError(f"{key}: expected a number, got {value!r}")
+        if not math.isfinite(real):
+            raise ConfigError(f"{key}: expected a finite number, got {value!r}")
+        return real
     if hint is str:
         if isinstance(value, str):
             return value
@@ -526,6 +531,9 @@ TRAINING_ARGUMENTS_SET: dict[str, str] = {
     "resume_from_checkpoint": "train.resume",
 }
 
+#: examples a generated set (synthetic:, gym:) may be asked for: they are built in memory
+GENERATED_LIMIT = 10**7
+
 #: seeds go to numpy, which takes 0 <= seed < 2**32
 SEED_LIMIT = 2**32
 
@@ -567,6 +575,11 @@ def _validate_ranges(config: Config) -> None:
             raise ConfigError(f"{name} must be <= {limit} (the tiny model is for tests), got {value}")
     if config.model.tiny_digits_per_token not in (1, 3):
         raise ConfigError(f"model.tiny_digits_per_token must be 1 or 3, got {config.model.tiny_digits_per_token}")
+    if config.data.source.startswith(("synthetic:", "gym:")) and (config.data.num_examples or 0) > GENERATED_LIMIT:
+        raise ConfigError(
+            f"data.num_examples must be <= {GENERATED_LIMIT:,} for a generated set (data.source "
+            f"{config.data.source!r}), got {config.data.num_examples}"
+        )
     if config.data.max_length > 10**7:
         raise ConfigError(f"data.max_length must be <= 10**7, got {config.data.max_length}")
 
