@@ -221,10 +221,10 @@ def refuse_model_loads(monkeypatch):
         (["--train.save_total_limit", "0"], "train.save_total_limit must be >= 1 or null"),
         (["--train.extra", "{learning_rate: -1}"], "train.extra.learning_rate: numloss sets learning_rate itself .train.learning_rate."),
         (["--train.extra", "{max_steps: 7}"], "train.extra.max_steps: numloss sets max_steps itself"),
-        (["--train.extra", "{warmup_steps: 3, warmup_steps: 4}"], "key 'warmup_steps' is given twice"),
+        (["--train.extra", "{run_name: a, run_name: b}"], r"key 'run_name' is given twice \(line 1\)"),
         (["--objective.name", "mle", "--objective.alpha", "0.5"], "objective.alpha: 'mle' has no term for alpha"),
         (["--lora.enabled", "true", "--lora.dropout", "2"], r"lora.dropout must be in \[0, 1\), got 2.0"),
-        (["--lora.enabled", "true", "--lora.target_modules", "[q_proj, nosuch_proj]"], "lora: ValueError: .*nosuch_proj.*the model's module names are .*q_proj"),
+        (["--lora.enabled", "true", "--lora.target_modules", "[q_proj, nosuch_proj]"], "lora.target_modules: the model has no module named 'nosuch_proj'; its module names are .*q_proj"),
         (["--data.chat_template", "{% for m in messages %}{{ m.content }"], "data.chat_template: Jinja syntax error at line 1"),
         (["--model.name", "no-such-org/no-such-model"], "model.name: model 'no-such-org/no-such-model' not found: looked for a local folder"),
         (["--model.attn_implementation", "bogus"], "model.attn_implementation: unknown kernel 'bogus'"),
@@ -248,7 +248,7 @@ def test_bad_values_are_one_line_before_the_model_loads(tmp_path, capsys, refuse
 def test_bad_yaml_bytes_and_duplicate_keys_are_one_line(tmp_path):
     path = tmp_path / "c.yaml"
     path.write_bytes(b"train:\n  output_dir: caf\xe9\n")
-    with pytest.raises(ConfigError, match=r"c.yaml:2: not UTF-8 text \(byte 0xe9 at column 17\)"):
+    with pytest.raises(ConfigError, match=r"c.yaml:2: not UTF-8 text \(byte 0xe9 at column 18\)"):
         load_config(path)
     path.write_text("train:\n  max_steps: 2\n  learning_rate: 0.1\n  max_steps: 3\n")
     with pytest.raises(ConfigError, match=r"key 'max_steps' is given twice \(lines 2 and 4\)"):

@@ -249,11 +249,13 @@ def _strict_mapping(loader: _StrictLoader, node: yaml.MappingNode, deep: bool = 
         key = loader.construct_object(key_node, deep=deep)
         line = key_node.start_mark.line + 1
         try:
-            first = seen.setdefault(key, line)
+            first = seen.get(key)
         except TypeError:
             raise ConfigError(f"line {line}: a mapping key must be a plain value, got {key!r}") from None
-        if first != line:
-            raise ConfigError(f"key {key!r} is given twice (lines {first} and {line}); keep one")
+        if first is not None:
+            where = f"lines {first} and {line}" if first != line else f"line {line}"
+            raise ConfigError(f"key {key!r} is given twice ({where}); keep one")
+        seen[key] = line
     return yaml.SafeLoader.construct_mapping(loader, node, deep=deep)
 
 

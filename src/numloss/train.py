@@ -764,6 +764,16 @@ def check_model_structure(config: Config, tokenizer: Any) -> None:
     except (ValueError, OSError, ImportError, KeyError, TypeError) as error:
         raise ConfigError(f"model: {config.model.name!r} cannot be built with these settings: {_first_line(error)}") from None
     if config.lora.enabled:
+        target = config.lora.target_modules
+        names = [name for name, _ in model.named_modules() if name]
+        if isinstance(target, list):  # peft names only the case where no target matches at all
+            for wanted in target:
+                if not any(name == wanted or name.endswith(f".{wanted}") for name in names):
+                    leaves = sorted({name.rsplit(".", 1)[-1] for name in names})
+                    raise ConfigError(
+                        f"lora.target_modules: the model has no module named {wanted!r}; its module names are "
+                        f"{', '.join(leaves[:40])}"
+                    )
         try:
             apply_lora(config, model)
         except (ValueError, TypeError, KeyError) as error:
