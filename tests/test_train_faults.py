@@ -192,6 +192,8 @@ def test_two_trainings_into_one_folder_the_second_is_refused_naming_the_first(tm
         with pytest.raises(ConfigError) as caught:
             run_training(config(out, "--train.seed", "1"))
         assert f"in use by pid {first.pid}" in one_line(caught.value) and "numloss train" in str(caught.value)
+        with pytest.raises(ConfigError, match=f"in use by pid {first.pid}"):
+            check_run(config(out))  # a dry run says so too
         assert snapshot(out) == before  # the refused run wrote nothing
     finally:
         release.touch()
@@ -355,3 +357,14 @@ def test_every_config_key_given_wrong_values_is_one_line_or_a_valid_run(tmp_path
             one_line(error)
             continue
         assert result.global_step >= 1 and (out / "final").is_dir(), argv
+
+
+def test_resume_from_a_named_checkpoint_of_another_folder_into_an_empty_one(tmp_path, stopped, reference):
+    """train.resume PATH into a new output_dir continues PATH's run (compared with the config.yaml
+    beside PATH), never a fresh start."""
+    out = tmp_path / "elsewhere"
+    with pytest.raises(ConfigError, match="train.learning_rate 0.01 -> 0.02"):
+        run_training(config(out, "--train.resume", str(stopped / "checkpoint-3"), "--train.learning_rate", "0.02"))
+    result = run_training(config(out, "--train.resume", str(stopped / "checkpoint-3")))
+    assert result.global_step == 4 and logged_steps(out) == [4]
+    assert_same_weights(reference / "final", out / "final")

@@ -404,13 +404,17 @@ def plan_run_dir(config: Config) -> RunPlan:
             stored_problem = f"its config.yaml cannot be read ({error})"
     else:
         stored_problem = "it has no config.yaml (Trainer files, or a run from elsewhere)"
-    if not entries and not (isinstance(resume, str) and stored is not None):
+    if not entries:
         if resume is True:
             raise ConfigError(
                 f"train.resume: no complete checkpoint-* folder in {str(out)!r} to resume from; run without "
                 "--resume (and with train.save_steps > 0 to write checkpoints), or pass a checkpoint folder"
             )
-        return RunPlan("new")
+        if resume is False:
+            return RunPlan("new")
+        if stored is None:  # a checkpoint named explicitly, from a run without numloss's config.yaml
+            return RunPlan("resume", note=f"train.resume {resume!r} has no config.yaml beside it; its settings "
+                                          "cannot be compared with this config")
     changed = changed_settings(stored, config) if stored is not None else []
     record, final_problem = final_record(out)
     finished = record is not None and _reached_end(record, config)
@@ -843,6 +847,12 @@ def check_run(config: Config, examples: list[Any] | None = None) -> tuple[RunPla
     _check_model_name(config)
     output_dir = Path(config.train.output_dir)
     check_output_dir_writable(output_dir)
+    from numloss.rundir import RunDirBusy, check_not_busy
+
+    try:
+        check_not_busy(output_dir)
+    except RunDirBusy as error:
+        raise ConfigError(f"train.output_dir: {error}") from None
     plan = plan_run_dir(config)
     if isinstance(config.train.resume, str):
         _check_resume_folder(Path(config.train.resume))
