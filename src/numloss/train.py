@@ -765,8 +765,12 @@ def check_model_structure(config: Config, tokenizer: Any) -> None:
             raise ConfigError(f"model.attn_implementation: unknown kernel {attention!r}; choose one of {', '.join(known)}")
     try:
         model = _meta_model(config, tokenizer)
-    except (ValueError, OSError, ImportError, KeyError, TypeError) as error:
+    except (ValueError, ImportError) as error:  # an unknown kernel, a missing package, a bad config.json
         raise ConfigError(f"model: {config.model.name!r} cannot be built with these settings: {_first_line(error)}") from None
+    except Exception as error:  # noqa: BLE001 - a model that cannot be built on the meta device
+        logger.warning("could not check %s without its weights (%s); LoRA targets are checked when it loads",
+                       config.model.name, _first_line(error))
+        return
     if config.lora.enabled:
         target = config.lora.target_modules
         names = [name for name, _ in model.named_modules() if name]
@@ -973,7 +977,10 @@ def _run_locked(
     loss_fn = build_loss_for(config, model, tokenizer, vocab)
     log_digit_density(dataset, loss_fn)
     if config.lora.enabled:
-        model = apply_lora(config, model)
+        try:
+            model = apply_lora(config, model)
+        except ValueError as error:  # peft: no target module matched
+            raise ConfigError(f"lora: {_first_line(error)}") from None
     if hasattr(model, "config"):
         model.config.use_cache = False  # the KV cache is useless in training and costs memory
 
