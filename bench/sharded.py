@@ -21,6 +21,7 @@ import argparse
 import csv
 import json
 import os
+import shutil
 import sys
 import time
 from pathlib import Path
@@ -58,6 +59,8 @@ def run(mode: str, fused: bool, model: str, out: Path, steps: int) -> None:
                  "--train.output_dir", str(Path(os.environ.get("TMPDIR", "/tmp")) / "numloss-sharded" / tag),
                  "--train.fsdp", ""]
     config = load_config(RECIPE, overrides)
+    if int(os.environ.get("RANK", "0")) == 0:  # this script's own scratch run: a re-run starts it afresh
+        shutil.rmtree(config.train.output_dir, ignore_errors=True)
     if torch.cuda.is_available():
         torch.cuda.reset_peak_memory_stats()
     start = time.perf_counter()

@@ -49,10 +49,8 @@ def measure(config_path: Path, overrides: list[str], objective: str, steps: int,
         [*overrides, "--objective.name", objective, "--train.max_steps", str(steps),
          "--train.logging_steps", str(logging_steps), "--train.save_steps", "0",
          "--train.report_to", "[none]", "--train.progress_bar", "false", "--train.output_dir", str(out),
-         "--train.warmup_ratio", "0.0"],
+         "--train.warmup_ratio", "0.0", *(["--objective.alpha", "null"] if objective == "mle" else [])],
     )
-    if objective == "mle":
-        config.objective.alpha = None
     result = run_training(config)
     entries = json.loads(result.log_history_path.read_text())
     rates = [e["tokens_per_second"] for e in entries if "tokens_per_second" in e and e.get("step", 0) > 1]

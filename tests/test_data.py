@@ -259,3 +259,26 @@ def test_non_utf8_data_names_the_file_and_line(tmp_path):
     csv.write_bytes(b"instruction,output\nx,1\ny,\xff\n")
     with pytest.raises(DataError, match=r"data.csv:3: not UTF-8"):
         load_examples(str(csv))
+
+
+@pytest.mark.parametrize(
+    "record, message",
+    [
+        ({"instruction": ["What", "is"], "output": "2"}, r"record 0: 'instruction' is a list \(\['What', 'is'\]\); it must be a string"),
+        ({"instruction": "What is 1+1?", "output": {"answer": 2}}, r"record 0: 'output' is a dict"),
+        ({"instruction": "What is 1+1?", "output": 2.50}, r"'output' is a float \(2.5\); write the number as a string"),
+        ({"instruction": "What is 1+1?", "input": True, "output": "2"}, r"'input' is a bool"),
+    ],
+)
+def test_fields_of_the_wrong_type_are_refused_not_stringified(record, message):
+    from numloss.data.instructions import DataError, records_to_examples
+
+    with pytest.raises(DataError, match=message):
+        records_to_examples([record], "data.jsonl")
+
+
+def test_integer_fields_are_taken_as_written():
+    from numloss.data.instructions import records_to_examples
+
+    (example,) = records_to_examples([{"instruction": "What is 40+2?", "output": 42}], "data.jsonl")
+    assert example.output == "42"

@@ -12,7 +12,14 @@ import time
 
 import pytest
 
-from numloss.rundir import LOCK_NAME, RunDirBusy, RunDirLockError, hold_run_dir, read_holder
+from numloss.rundir import (
+    LOCK_NAME,
+    RunDirBusy,
+    RunDirLockError,
+    check_not_busy,
+    hold_run_dir,
+    read_holder,
+)
 
 
 def test_second_holder_is_refused_with_the_first_named(tmp_path):
@@ -76,3 +83,14 @@ def test_uncreatable_folder_is_one_line(tmp_path):
     with pytest.raises(RunDirLockError, match="cannot lock"):
         with hold_run_dir(blocker / "run", "train"):
             pass
+
+
+def test_probing_a_lock_creates_nothing_and_names_a_live_holder(tmp_path):
+    check_not_busy(tmp_path / "absent")  # no folder, no lock file: free, and nothing is created
+    assert not (tmp_path / "absent").exists()
+    with hold_run_dir(tmp_path, "numloss train"):
+        with pytest.raises(RunDirBusy, match=f"pid {os.getpid()}"):
+            check_not_busy(tmp_path)
+    check_not_busy(tmp_path)  # released: free again
+    with hold_run_dir(tmp_path, "next"):  # and the probe did not leave it locked
+        pass

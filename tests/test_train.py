@@ -215,9 +215,9 @@ def test_resume_skips_partial_and_damaged_checkpoints(tmp_path, caplog):
     resume = load_config(TINY, ["--train.output_dir", str(run_dir), *steps, "--train.resume", "true"])
     with caplog.at_level("WARNING", logger="numloss.train"):
         resumed = run_training(resume)
-    assert "skipping checkpoint-5: it has no completion marker" in caplog.text
-    assert "skipping checkpoint-4: optimizer.pt is damaged (100 bytes" in caplog.text
-    assert "continuing from checkpoint-2" in caplog.text
+    assert "checkpoint-5 fails its check: it has no completion marker" in caplog.text
+    assert "checkpoint-4 fails its check: optimizer.pt is damaged (100 bytes" in caplog.text
+    assert "falling back to checkpoint-2, the newest intact checkpoint" in caplog.text
     assert (run_dir / "partial-checkpoint-5").is_dir() and (run_dir / "partial-checkpoint-4").is_dir()
     # steps 3..6 trained again from checkpoint-2 (restoring it is what the test above checks exactly)
     assert resumed.global_step == 6 and resumed.model_dir.is_dir()

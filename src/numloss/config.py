@@ -12,6 +12,7 @@ wrong types and missing files are `ConfigError`s raised here, before anything he
 from __future__ import annotations
 
 import dataclasses
+import math
 import types
 import typing
 from dataclasses import dataclass, field
@@ -87,6 +88,8 @@ class TrainConfig:
     save_steps: int = _f(0, "checkpoint every N steps (0 = only the final model)")
     save_total_limit: int | None = _f(2, "checkpoints kept (null = all)")
     resume: bool | str = _f(False, "true: resume from the last checkpoint in output_dir; or a checkpoint path")
+    resume_changed: bool = _f(False, "let a resume continue under settings that change the run (objective, learning rate, ...); the CLI's --resume-changed")
+    overwrite: bool = _f(False, "train into an output_dir holding another or a finished run: its files move aside to output_dir/overwritten-TIME/; the CLI's --overwrite")
     report_to: list[str] = _f(["tensorboard"], "logging integrations besides the CSV log (tensorboard, wandb, none)")
     progress_bar: bool = _f(True, "show the progress bar with loss terms and tokens/s")
     dataloader_num_workers: int = _f(0, "data-loading worker processes")
@@ -198,28 +201,92 @@ def coerce(value: Any, hint: Any, key: str) -> Any:
             return value.lower() in ("true", "yes", "1")
         raise ConfigError(f"{key}: expected true or false, got {value!r}")
     if hint is int:
+        number: int | None = None
         if isinstance(value, int) and not isinstance(value, bool):
-            return value
-        if isinstance(value, str):
+            number = value
+        elif isinstance(value, str):
             try:
-                return int(value)
+                number = int(value)
             except ValueError:
                 pass
-        raise ConfigError(f"{key}: expected an integer, got {value!r}")
+        if number is None:
+            raise ConfigError(f"{key}: expected an integer, got {value!r}")
+        if not -(2**63) <= number < 2**63:  # torch, numpy and itertools take 64-bit integers
+            raise ConfigError(f"{key}: {number} does not fit in 64 bits")
+        return number
     if hint is float:
+        real: float | None = None
         if isinstance(value, (int, float)) and not isinstance(value, bool):
-            return float(value)
-        if isinstance(value, str):
             try:
-                return float(value)
+                real = float(value)
+            except OverflowError:  # an int beyond float range
+                real = math.inf
+        elif isinstance(value, str):
+            try:
+                real = float(value)
             except ValueError:
                 pass
-        raise ConfigError(f"{key}: expected a number, got {value!r}")
+        if real is None:
+            raise ConfigError(f"{key}: expected a number, got {value!r}")
+        if not math.isfinite(real):
+            raise ConfigError(f"{key}: expected a finite number, got {value!r}")
+        return real
     if hint is str:
         if isinstance(value, str):
             return value
         raise ConfigError(f"{key}: expected a string, got {value!r} ({type(value).__name__}); quote it in YAML")
     raise TypeError(f"config field {key} has an unsupported type {hint!r}")
+
+
+class _StrictLoader(yaml.SafeLoader):
+    """yaml.SafeLoader that refuses a mapping key given twice (PyYAML keeps the last silently)."""
+
+
+def _strict_mapping(loader: _StrictLoader, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
+    loader.flatten_mapping(node)
+    seen: dict[Any, int] = {}
+    for key_node, _ in node.value:
+        key = loader.construct_object(key_node, deep=deep)
+        line = key_node.start_mark.line + 1
+        try:
+            first = seen.get(key)
+        except TypeError:
+            raise ConfigError(f"line {line}: a mapping key must be a plain value, got {key!r}") from None
+        if first is not None:
+            where = f"lines {first} and {line}" if first != line else f"line {line}"
+            raise ConfigError(f"key {key!r} is given twice ({where}); keep one")
+        seen[key] = line
+    return yaml.SafeLoader.construct_mapping(loader, node, deep=deep)
+
+
+_StrictLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _strict_mapping)
+
+
+def yaml_load(text: str) -> Any:
+    """YAML text as Python values (safe types only); a key given twice is a ConfigError."""
+    return yaml.load(text, Loader=_StrictLoader)  # noqa: S506 - a SafeLoader subclass
+
+
+def read_yaml_file(path: Path) -> Any:
+    """The YAML mapping in `path`; not UTF-8, not YAML or a duplicate key is one ConfigError line."""
+    data = path.read_bytes()
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as error:
+        line = data.count(b"\n", 0, error.start) + 1
+        column = error.start - (data.rfind(b"\n", 0, error.start) + 1) + 1
+        raise ConfigError(
+            f"{path}:{line}: not UTF-8 text (byte 0x{data[error.start]:02x} at column {column}); save the file as UTF-8"
+        ) from None
+    try:
+        return yaml_load(text) or {}
+    except ConfigError as error:
+        raise ConfigError(f"{path}: {error}") from None
+    except yaml.YAMLError as error:
+        where = getattr(error, "problem_mark", None)
+        place = f":{where.line + 1}" if where is not None else ""
+        problem = getattr(error, "problem", None) or str(error).splitlines()[0]
+        raise ConfigError(f"{path}{place}: not valid YAML ({problem})") from None
 
 
 def _unknown(key: str, known: list[str]) -> ConfigError:
@@ -256,7 +323,7 @@ def _set(config: Config, key: str, value: Any, from_cli: bool) -> None:
         if typing.get_origin(hint) is not dict:
             raise _unknown(key, all_keys())
         mapping = dict(getattr(section, field_name))
-        mapping[".".join(parts[2:])] = yaml.safe_load(value) if from_cli and isinstance(value, str) else value
+        mapping[".".join(parts[2:])] = _parse_cli(value, Any) if from_cli else value
         setattr(section, field_name, mapping)
         return
     if from_cli:
@@ -270,7 +337,7 @@ def _parse_cli(text: Any, hint: Any) -> Any:
     if not isinstance(text, str) or hint is str:
         return text
     try:
-        return yaml.safe_load(text)
+        return yaml_load(text)
     except yaml.YAMLError:
         return text
 
@@ -322,10 +389,7 @@ def load_config(path: str | Path | None = None, overrides: list[str] | None = No
         path = Path(path)
         if not path.is_file():
             raise ConfigError(f"config file {str(path)!r} does not exist")
-        try:
-            mapping = yaml.safe_load(path.read_text()) or {}
-        except yaml.YAMLError as error:
-            raise ConfigError(f"{path}: not valid YAML: {error}") from None
+        mapping = read_yaml_file(path)
         apply_mapping(config, mapping, str(path))
     for key, value in parse_overrides(list(overrides or [])):
         _set(config, key, value, from_cli=True)
@@ -365,6 +429,8 @@ def validate(config: Config) -> None:
         )
     if objective.alpha is not None and not klass.takes_alpha:
         raise ConfigError(f"objective.alpha: {key!r} has no alpha (it reshapes the token loss); remove it")
+    if objective.alpha is not None and key == "mle":
+        raise ConfigError("objective.alpha: 'mle' has no term for alpha to weight (plain cross-entropy); remove it (--objective.alpha null)")
     try:  # option values (negative alpha, tau <= 0, eta outside [0, 1], ...) before any model loads
         klass.validate_options({**objective.options, "alpha": objective.alpha})
     except ValueError as error:
@@ -406,6 +472,7 @@ def validate(config: Config) -> None:
         )
     if config.train.save_steps < 0:
         raise ConfigError(f"train.save_steps must be >= 0, got {config.train.save_steps}")
+    _validate_ranges(config)
     if config.model.tiny_hidden % config.model.tiny_heads:
         raise ConfigError(
             f"model.tiny_hidden ({config.model.tiny_hidden}) must be a multiple of model.tiny_heads ({config.model.tiny_heads})"
@@ -418,9 +485,142 @@ def validate(config: Config) -> None:
     import transformers
 
     known = {f.name for f in dataclasses.fields(transformers.TrainingArguments)}
-    bad = sorted(set(config.train.extra) - known)
+    bad = sorted(map(str, set(config.train.extra) - known))
     if bad:
         raise ConfigError(f"train.extra: {', '.join(map(repr, bad))} is not a transformers.TrainingArguments field")
+    for name in config.train.extra:
+        if name in TRAINING_ARGUMENTS_SET:
+            raise ConfigError(
+                f"train.extra.{name}: numloss sets {name} itself ({TRAINING_ARGUMENTS_SET[name]}); set that key "
+                "instead of passing it through train.extra, so the two cannot disagree"
+            )
+    _validate_names(config)
+    check_chat_template(config.data.chat_template)
+
+
+#: TrainingArguments fields numloss fills from its own keys (train.extra may not set them)
+TRAINING_ARGUMENTS_SET: dict[str, str] = {
+    "output_dir": "train.output_dir",
+    "num_train_epochs": "train.num_epochs",
+    "max_steps": "train.max_steps",
+    "per_device_train_batch_size": "train.batch_size",
+    "gradient_accumulation_steps": "train.grad_accum",
+    "learning_rate": "train.learning_rate",
+    "lr_scheduler_type": "train.lr_scheduler",
+    "warmup_steps": "train.warmup_ratio",
+    "warmup_ratio": "train.warmup_ratio",
+    "weight_decay": "train.weight_decay",
+    "max_grad_norm": "train.max_grad_norm",
+    "optim": "train.optim",
+    "seed": "train.seed",
+    "data_seed": "train.seed",
+    "bf16": "train.bf16",
+    "tf32": "train.tf32",
+    "logging_steps": "train.logging_steps",
+    "save_strategy": "train.save_steps",
+    "save_steps": "train.save_steps",
+    "save_total_limit": "train.save_total_limit",
+    "report_to": "train.report_to",
+    "disable_tqdm": "train.progress_bar",
+    "dataloader_num_workers": "train.dataloader_num_workers",
+    "remove_unused_columns": "numloss's collator",
+    "include_num_input_tokens_seen": "numloss's logging",
+    "gradient_checkpointing": "model.gradient_checkpointing",
+    "fsdp": "train.fsdp",
+    "fsdp_config": "train.fsdp_config",
+    "deepspeed": "train.deepspeed",
+    "use_cpu": "numloss, from the machine",
+    "resume_from_checkpoint": "train.resume",
+}
+
+#: examples a generated set (synthetic:, gym:) may be asked for: they are built in memory
+GENERATED_LIMIT = 10**7
+
+#: seeds go to numpy, which takes 0 <= seed < 2**32
+SEED_LIMIT = 2**32
+
+#: the tiny model is for tests and demos; beyond these it is no longer tiny (and exhausts memory)
+TINY_LIMITS = {"model.tiny_layers": 64, "model.tiny_hidden": 8192, "model.tiny_heads": 256}
+
+
+def _validate_ranges(config: Config) -> None:
+    """Numbers that transformers, torch or peft would refuse later (or take silently and wrongly)."""
+    train, lora = config.train, config.lora
+    for name, value in (("train.seed", train.seed), ("data.seed", config.data.seed)):
+        if not 0 <= value < SEED_LIMIT:
+            raise ConfigError(f"{name} must be in [0, 2**32), got {value}")
+    if train.weight_decay < 0:
+        raise ConfigError(f"train.weight_decay must be >= 0, got {train.weight_decay}")
+    if train.max_grad_norm < 0:
+        raise ConfigError(f"train.max_grad_norm must be >= 0 (0 = no clipping), got {train.max_grad_norm}")
+    if train.save_total_limit is not None and train.save_total_limit < 1:
+        raise ConfigError(
+            f"train.save_total_limit must be >= 1 or null (keep all), got {train.save_total_limit}; "
+            "use train.save_steps 0 for no checkpoints"
+        )
+    if train.dataloader_num_workers < 0:
+        raise ConfigError(f"train.dataloader_num_workers must be >= 0 (0 = load in the main process), got {train.dataloader_num_workers}")
+    if train.num_epochs < 0:
+        raise ConfigError(f"train.num_epochs must be > 0, got {train.num_epochs}")
+    if not 0 <= lora.dropout < 1:
+        raise ConfigError(f"lora.dropout must be in [0, 1), got {lora.dropout}")
+    if lora.alpha < 1:
+        raise ConfigError(f"lora.alpha must be >= 1, got {lora.alpha}")
+    target = lora.target_modules
+    if isinstance(target, list) and (not target or not all(target)):
+        raise ConfigError("lora.target_modules must be 'all-linear' or a non-empty list of module names")
+    if isinstance(target, str) and not target:
+        raise ConfigError("lora.target_modules must be 'all-linear' or a non-empty list of module names")
+    for name, limit in TINY_LIMITS.items():
+        value = getattr(config.model, name.split(".")[1])
+        if value > limit:
+            raise ConfigError(f"{name} must be <= {limit} (the tiny model is for tests), got {value}")
+    if config.model.tiny_digits_per_token not in (1, 3):
+        raise ConfigError(f"model.tiny_digits_per_token must be 1 or 3, got {config.model.tiny_digits_per_token}")
+    if config.data.source.startswith(("synthetic:", "gym:")) and (config.data.num_examples or 0) > GENERATED_LIMIT:
+        raise ConfigError(
+            f"data.num_examples must be <= {GENERATED_LIMIT:,} for a generated set (data.source "
+            f"{config.data.source!r}), got {config.data.num_examples}"
+        )
+    if config.data.max_length > 10**7:
+        raise ConfigError(f"data.max_length must be <= 10**7, got {config.data.max_length}")
+
+
+def _validate_names(config: Config) -> None:
+    """Names transformers looks up later: the optimizer and the reporting integrations."""
+    from transformers.training_args import OptimizerNames
+
+    optimizers = [o.value for o in OptimizerNames]
+    if config.train.optim not in optimizers:
+        raise ConfigError(f"train.optim: unknown optimizer {config.train.optim!r}; choose one of {', '.join(optimizers)}")
+    from transformers.integrations import get_available_reporting_integrations
+    from transformers.integrations.integration_utils import INTEGRATION_TO_CALLBACK
+
+    installed = set(get_available_reporting_integrations())
+    for name in config.train.report_to:
+        if name in ("none", "tensorboard"):
+            continue
+        if name not in INTEGRATION_TO_CALLBACK:
+            raise ConfigError(
+                f"train.report_to: unknown integration {name!r}; choose from none, {', '.join(INTEGRATION_TO_CALLBACK)}"
+            )
+        if name not in installed:
+            raise ConfigError(f"train.report_to: {name!r} is not installed (pip install it, or remove it)")
+    if "none" in config.train.report_to and len(config.train.report_to) > 1:
+        raise ConfigError(f"train.report_to: 'none' cannot be combined with others, got {config.train.report_to}")
+
+
+def check_chat_template(chat_template: str | None) -> None:
+    """Raise ConfigError when data.chat_template is neither a readable file nor valid Jinja."""
+    if chat_template is None:
+        return
+    from numloss.data.instructions import DataError
+    from numloss.data.tokenize import compile_chat_template, resolve_chat_template
+
+    try:
+        compile_chat_template(resolve_chat_template(chat_template))
+    except DataError as error:
+        raise ConfigError(str(error)) from None
 
 
 def _lr_schedulers() -> list[str]:
@@ -454,3 +654,55 @@ def describe_keys() -> str:
 def dump_config(config: Config) -> str:
     """The config as YAML (what `output_dir/config.yaml` holds)."""
     return yaml.safe_dump(config.to_dict(), sort_keys=False)
+
+
+# -- resuming: which settings change a run ---------------------------------------------------------
+#: keys a resumed run may change: where things go and how they are shown, not what is learnt
+RESUME_SAFE_KEYS = frozenset({
+    "train.output_dir", "train.resume", "train.resume_changed", "train.overwrite", "train.logging_steps",
+    "train.report_to", "train.progress_bar", "train.save_steps", "train.save_total_limit",
+    "train.dataloader_num_workers", "model.cache_dir", "model.gradient_checkpointing",
+    "model.attn_implementation", "fused", "lora.merge",
+})
+#: train.extra fields of the same kind
+RESUME_SAFE_EXTRA = frozenset({"run_name", "logging_dir", "logging_strategy", "logging_first_step",
+                               "logging_nan_inf_filter", "save_only_model", "save_safetensors", "log_level"})
+
+
+def _flat(config: Config) -> dict[str, Any]:
+    flat: dict[str, Any] = {}
+    for name, value in config.to_dict().items():
+        if isinstance(value, dict) and name in SECTIONS:
+            for key, inner in value.items():
+                if isinstance(inner, dict):
+                    for sub, item in inner.items():
+                        flat[f"{name}.{key}.{sub}"] = item
+                    flat.setdefault(f"{name}.{key}", {})
+                else:
+                    flat[f"{name}.{key}"] = inner
+        else:
+            flat[name] = value
+    return flat
+
+
+def changed_settings(old: Config, new: Config) -> list[str]:
+    """The settings that differ between `old` (a run's config.yaml) and `new` and change what
+    the run learns, as 'key old -> new' (empty when a resume may go on); see RESUME_SAFE_KEYS."""
+    before, after = _flat(old), _flat(new)
+    changed = []
+    for key in sorted(set(before) | set(after)):
+        a, b = before.get(key, "(unset)"), after.get(key, "(unset)")
+        if a == b or isinstance(a, dict) or isinstance(b, dict):
+            continue
+        if key in RESUME_SAFE_KEYS or (key.startswith("train.extra.") and key.split(".", 2)[2] in RESUME_SAFE_EXTRA):
+            continue
+        changed.append(f"{key} {a!r} -> {b!r}")
+    return changed
+
+
+def read_stored_config(path: Path) -> Config:
+    """The Config saved in a run's config.yaml, read without validation (its data file may
+    have moved since); a ConfigError when it cannot be read."""
+    config = Config()
+    apply_mapping(config, read_yaml_file(path), str(path))
+    return config

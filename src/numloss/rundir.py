@@ -103,3 +103,23 @@ def hold_run_dir(folder: str | os.PathLike[str], command: str) -> Iterator[Path]
             os.pwrite(fd, json.dumps(me).encode(), 0)
     finally:
         os.close(fd)  # closing the descriptor drops the flock
+
+
+def check_not_busy(folder: str | os.PathLike[str]) -> None:
+    """Raise RunDirBusy, naming the holder, when a live process holds `folder`'s lock; creates
+    and changes nothing (for dry runs: the lock is only probed, and released at once)."""
+    path = Path(folder) / LOCK_NAME
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:
+        return  # no lock file: nobody holds it
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError as error:
+        if error.errno in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):
+            raise RunDirBusy(
+                f"{str(Path(folder))!r} is in use by {_holder_text(read_holder(folder))}: wait for it to finish, "
+                "or choose another output folder"
+            ) from None
+    finally:
+        os.close(fd)

@@ -7,14 +7,18 @@
 
 What lands in `train.output_dir`:
 
+    .numloss.lock        the run's lock (numloss.rundir): who holds the folder, or held it last
     config.yaml          the full resolved configuration
     checkpoint-N/        Trainer checkpoints (train.save_steps), what `--resume` continues from; one
                          counts only once numloss_checkpoint.json (written last) lists its files
+                         with their SHA-256 and they all match (numloss.checkpoints)
     partial-checkpoint-N/  an incomplete or damaged checkpoint that `--resume` set aside
+    overwritten-TIME/    a run that --overwrite moved aside
     log.csv              one row per logging step: loss, ce, aux, digit_entropy, learning_rate, ...
     log_history.json     the Trainer's whole log history (the CSV's source, plus final metrics)
     tensorboard/         the same scalars for TensorBoard
-    final/               the trained model + tokenizer (LoRA: the adapters + tokenizer)
+    final/               the trained model + tokenizer (LoRA: the adapters + tokenizer), written as
+                         final.partial/ and renamed once its marker is written: always complete
     merged/              LoRA with lora.merge: base model with the adapters merged in
 
 Distribution is the Trainer's (accelerate): launch the same command under `torchrun` or
@@ -24,17 +28,45 @@ Distribution is the Trainer's (accelerate): launch the same command under `torch
 from __future__ import annotations
 
 import csv
+import errno
 import json
 import logging
 import math
 import os
+import shutil
+import signal
 import sys
 import time
-from dataclasses import dataclass
+from contextlib import ExitStack
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from numloss.config import Config, ConfigError, describe_keys, dump_config, load_config
+from numloss.checkpoints import (
+    FINAL,
+    FINAL_RECORD,
+    MARKER,
+    begin_final,
+    checkpoint_step,
+    commit_final,
+    final_record,
+    folder_problem,
+    move_aside,
+    newest_intact_checkpoint,
+    recover_final,
+    run_entries,
+    set_aside,
+    write_marker,
+)
+from numloss.config import (
+    Config,
+    ConfigError,
+    changed_settings,
+    describe_keys,
+    dump_config,
+    load_config,
+    read_stored_config,
+)
 
 logger = logging.getLogger("numloss.train")
 
@@ -56,8 +88,18 @@ CSV_COLUMNS = (
 #: what the progress bar shows, by the names they are logged under
 PROGRESS_KEYS = ("loss", "ce", "aux", "digit_entropy", "learning_rate", "tokens_per_second")
 
-#: written last into a checkpoint folder: the files (and sizes) of a complete checkpoint
-CHECKPOINT_MARKER = "numloss_checkpoint.json"
+#: written last into a checkpoint or final folder: its files, sizes and SHA-256 (numloss.checkpoints)
+CHECKPOINT_MARKER = MARKER
+
+
+def rotate_checkpoints(output_dir: Path, keep: int | None) -> None:
+    """Remove the oldest whole checkpoint-N folders beyond the newest `keep` (None: keep all)."""
+    if keep is None:
+        return
+    whole = sorted((f for f in output_dir.glob("checkpoint-*") if f.is_dir() and checkpoint_step(f) >= 0
+                    and (f / MARKER).is_file()), key=checkpoint_step)
+    for folder in whole[:-keep]:
+        shutil.rmtree(folder, ignore_errors=True)
 
 
 @dataclass
@@ -193,7 +235,13 @@ def _callbacks_module():
             return control
 
     class CheckpointMarkerCallback(TrainerCallback):
-        """Marks each checkpoint complete once the Trainer has written all of it (all ranks)."""
+        """Marks each checkpoint complete once the Trainer has written all of it (all ranks), then
+        removes the oldest whole checkpoints beyond `keep` (train.save_total_limit). The Trainer's
+        own rotation is off: it runs before the marker, so with a limit of 1 a kill between the
+        two would leave no whole checkpoint."""
+
+        def __init__(self, keep: int | None) -> None:
+            self.keep = keep
 
         def on_save(self, args, state, control, **kwargs):
             import torch.distributed as dist
@@ -203,92 +251,210 @@ def _callbacks_module():
             if state.is_world_process_zero:
                 folder = Path(args.output_dir) / f"checkpoint-{state.global_step}"
                 if folder.is_dir():
-                    write_checkpoint_marker(folder, state.global_step)
+                    _fault_point(f"checkpoint-{state.global_step}-files-written")
+                    try:
+                        write_marker(folder, state.global_step)
+                    except OSError as error:
+                        full = disk_full_error(error, folder)
+                        if full is not None:
+                            raise full from None
+                        raise
+                    _fault_point(f"checkpoint-{state.global_step}-marked")
+                    rotate_checkpoints(Path(args.output_dir), self.keep)
 
-    return ThroughputCallback, CSVLogCallback, ProgressBarCallback, StopAfterStepCallback, CheckpointMarkerCallback
+    class ConfigRecordCallback(TrainerCallback):
+        """Writes config.yaml once the Trainer has loaded everything and training begins (rank
+        0), so a resume that fails while loading its checkpoint leaves the run's record as it was."""
+
+        def __init__(self, config: Config, replaced_at: Path | None) -> None:
+            self.config, self.replaced_at = config, replaced_at
+
+        def on_train_begin(self, args, state, control, **kwargs):
+            if state.is_world_process_zero:
+                record_config(self.config, Path(args.output_dir), self.replaced_at)
+
+    return (ThroughputCallback, CSVLogCallback, ProgressBarCallback, StopAfterStepCallback, CheckpointMarkerCallback,
+            ConfigRecordCallback)
 
 
-# -- checkpoints that survive a bad kill -------------------------------------------------------------
-def write_checkpoint_marker(folder: Path, step: int) -> None:
-    """Record every file of `folder` with its size, atomically (temporary file + rename), last."""
-    files = {
-        str(path.relative_to(folder)): path.stat().st_size
-        for path in sorted(folder.rglob("*"))
-        if path.is_file() and not path.name.startswith(CHECKPOINT_MARKER)
-    }
-    temporary = folder / f"{CHECKPOINT_MARKER}.tmp"
-    temporary.write_text(json.dumps({"step": step, "files": files}, indent=1) + "\n")
-    os.replace(temporary, folder / CHECKPOINT_MARKER)
+def record_config(config: Config, output_dir: Path, replaced_at: Path | None) -> None:
+    """Write output_dir/config.yaml (atomically); with `replaced_at` (a --resume-changed resume
+    from that checkpoint) the old one is kept as config-before-step-N.yaml first."""
+    path = output_dir / "config.yaml"
+    if replaced_at is not None and path.is_file():
+        path.rename(output_dir / f"config-before-step-{checkpoint_step(replaced_at)}.yaml")
+    temporary = path.with_name("config.yaml.tmp")
+    temporary.write_text(dump_config(config))
+    os.replace(temporary, path)
 
 
-def checkpoint_problem(folder: Path) -> str | None:
-    """None when `folder` is a complete checkpoint; otherwise what is wrong with it."""
-    marker = folder / CHECKPOINT_MARKER
-    if not marker.is_file():
-        return "it has no completion marker (the run was killed while saving it)"
+# -- the run folder: what it holds, what a new run may do with it -------------------------------------
+class DiskFullError(OSError):
+    """A save ran out of space (ENOSPC, a quota, RLIMIT_FSIZE); the message names the path."""
+
+
+_DISK_FULL_ERRNOS = {errno.ENOSPC, errno.EFBIG, errno.EDQUOT}
+# torch.save reports a short write as "enforce fail ... file write failed" or "... unexpected pos
+# N vs M" (the bytes it meant to have written), with the errno lost on the way
+_DISK_FULL_TEXT = ("No space left on device", "File too large", "Disk quota exceeded", "file write failed",
+                   "StorageFull", "FileTooLarge", "unexpected pos", "PytorchStreamWriter failed")
+
+
+def disk_full_error(error: BaseException, where: Path) -> DiskFullError | None:
+    """A DiskFullError for `error` (or anything in its chain) if it is a full disk or a file-size
+    limit: OSError ENOSPC/EFBIG/EDQUOT, torch.save's "enforce fail ... file write failed",
+    safetensors' SafetensorError; None for any other error. `where`: what was being written."""
+    chain: list[BaseException] = []
+    current: BaseException | None = error
+    while current is not None and current not in chain:
+        chain.append(current)
+        current = current.__cause__ or current.__context__
+    path, reason = where, None
+    for item in chain:
+        if isinstance(item, OSError) and item.errno in _DISK_FULL_ERRNOS:
+            path = Path(item.filename) if item.filename else where
+            reason = os.strerror(item.errno)
+            break
+    if reason is None:
+        text = " ".join(str(item) for item in chain)
+        if not any(marker in text for marker in _DISK_FULL_TEXT):
+            return None
+        reason = next((m for m in _DISK_FULL_TEXT[:3] if m in text), "a write failed (no space, or a file-size limit)")
+    return DiskFullError(
+        f"disk full at {path}: {reason}; free space (or raise the file-size limit) and run the same command with "
+        "--resume: the last complete checkpoint is kept"
+    )
+
+
+def _fault_point(point: str) -> None:
+    """Fault-injection hook for the tests, a no-op unless NUMLOSS_FAULT_POINT names `point`:
+    POINT kills this process there with SIGKILL; pause:POINT touches $NUMLOSS_FAULT_FILE.paused
+    and waits (at most 120 s) until $NUMLOSS_FAULT_FILE exists."""
+    wanted = os.environ.get("NUMLOSS_FAULT_POINT")
+    if wanted == point:
+        os.kill(os.getpid(), signal.SIGKILL)
+    elif wanted == f"pause:{point}":
+        release = Path(os.environ["NUMLOSS_FAULT_FILE"])
+        Path(f"{release}.paused").touch()
+        deadline = time.monotonic() + 120
+        while not release.exists() and time.monotonic() < deadline:
+            time.sleep(0.05)
+
+
+@dataclass
+class RunPlan:
+    """What a run does with its output_dir (`plan_run_dir`).
+
+    action: "new" (nothing of value there), "overwrite" (`entries` move aside first), "resume"
+    (continue; `changed` lists the settings --resume-changed let through), "finished" (`--resume`
+    of a run that reached its end: `record` is final/'s record).
+    """
+
+    action: str
+    entries: list[Path] = field(default_factory=list)
+    changed: list[str] = field(default_factory=list)
+    record: dict[str, Any] | None = None
+    note: str | None = None
+
+
+def _reached_end(record: dict[str, Any], config: Config) -> bool:
     try:
-        files = json.loads(marker.read_text())["files"]
-    except (OSError, ValueError, KeyError, TypeError):
-        return "its completion marker is unreadable"
-    for name, size in files.items():
-        path = folder / name
-        if not path.is_file():
-            return f"{name} is missing"
-        actual = path.stat().st_size
-        if actual != size:
-            return f"{name} is damaged ({actual} bytes, {size} when it was saved)"
-    return None
-
-
-def _checkpoint_step(folder: Path) -> int:
-    try:
-        return int(folder.name.rsplit("-", 1)[1])
-    except (IndexError, ValueError):
-        return -1
-
-
-def newest_complete_checkpoint(output_dir: Path) -> tuple[Path | None, list[tuple[Path, str]]]:
-    """(the complete checkpoint with the highest step or None, [(newer incomplete one, why)])."""
-    if not output_dir.is_dir():
-        return None, []
-    folders = [f for f in output_dir.glob("checkpoint-*") if f.is_dir() and _checkpoint_step(f) >= 0]
-    skipped: list[tuple[Path, str]] = []
-    for folder in sorted(folders, key=_checkpoint_step, reverse=True):
-        problem = checkpoint_problem(folder)
-        if problem is None:
-            return folder, skipped
-        skipped.append((folder, problem))
-    return None, skipped
-
-
-def set_aside(folder: Path) -> Path:
-    """Rename an incomplete checkpoint to partial-checkpoint-N (kept for inspection, out of the
-    Trainer's way: it would otherwise be overwritten in place or rotated as if complete)."""
-    target = folder.with_name(f"partial-{folder.name}")
-    number = 1
-    while target.exists():
-        number += 1
-        target = folder.with_name(f"partial-{folder.name}.{number}")
-    folder.rename(target)
-    return target
+        step = int(record.get("global_step", 0))
+        saved_train = record["config"]["train"]
+        if config.train.max_steps > 0:
+            return step >= config.train.max_steps if step else saved_train.get("max_steps") == config.train.max_steps
+        return saved_train.get("max_steps") == -1 and float(saved_train.get("num_epochs", 0)) >= config.train.num_epochs
+    except (KeyError, TypeError, ValueError, AttributeError):
+        return False
 
 
 def finished_run(output_dir: Path, config: Config) -> dict[str, Any] | None:
-    """The saved record of a run in `output_dir` that already reached `config`'s length, or None."""
-    record_path = output_dir / "final" / "numloss_train.json"
-    if not record_path.is_file():
-        return None
-    try:
-        record = json.loads(record_path.read_text())
-        saved_train = record["config"]["train"]
-    except (OSError, ValueError, KeyError, TypeError):
-        return None
-    step = int(record.get("global_step", 0))
-    if config.train.max_steps > 0:
-        done = step >= config.train.max_steps if step else saved_train.get("max_steps") == config.train.max_steps
+    """The record of a run in `output_dir` whose whole final/ reached `config`'s length, or None."""
+    record, _ = final_record(output_dir)
+    return record if record is not None and _reached_end(record, config) else None
+
+
+def plan_run_dir(config: Config) -> RunPlan:
+    """What this run may do with `train.output_dir`, decided from what is there; reads only.
+
+    A folder holding nothing numloss or a Trainer wrote is "new". Otherwise, without --resume:
+    "overwrite" with --overwrite, "new" when it holds only the config and logs of an attempt of
+    this same config that saved nothing; anything else (a finished run, checkpoints, another
+    config's run, Trainer files without a config.yaml) is refused. With --resume the stored
+    config.yaml must agree with this one in every setting that changes the run
+    (`numloss.config.changed_settings`), unless --resume-changed. Raises ConfigError.
+    """
+    train = config.train
+    out = Path(train.output_dir)
+    resume = train.resume
+    if train.overwrite and resume is not False:
+        raise ConfigError(
+            "--overwrite and --resume contradict each other (--resume continues the run in train.output_dir, "
+            "--overwrite moves it aside and starts again); give one"
+        )
+    entries = run_entries(out)
+    config_path = out / "config.yaml"
+    if not config_path.is_file() and isinstance(resume, str):
+        config_path = Path(resume).parent / "config.yaml"  # a checkpoint of a run elsewhere
+    stored: Config | None = None
+    if config_path.is_file():
+        try:
+            stored = read_stored_config(config_path)
+        except ConfigError as error:
+            stored_problem = f"its config.yaml cannot be read ({error})"
     else:
-        done = saved_train.get("max_steps") == -1 and float(saved_train.get("num_epochs", 0)) >= config.train.num_epochs
-    return record if done else None
+        stored_problem = "it has no config.yaml (Trainer files, or a run from elsewhere)"
+    if not entries:
+        if resume is True:
+            raise ConfigError(
+                f"train.resume: no complete checkpoint-* folder in {str(out)!r} to resume from; run without "
+                "--resume (and with train.save_steps > 0 to write checkpoints), or pass a checkpoint folder"
+            )
+        if resume is False:
+            return RunPlan("new")
+        if stored is None:  # a checkpoint named explicitly, from a run without numloss's config.yaml
+            return RunPlan("resume", note=f"train.resume {resume!r} has no config.yaml beside it; its settings "
+                                          "cannot be compared with this config")
+    changed = changed_settings(stored, config) if stored is not None else []
+    record, final_problem = final_record(out)
+    finished = record is not None and _reached_end(record, config)
+    if resume is False:
+        if train.overwrite:
+            return RunPlan("overwrite", entries)
+        progress = [e for e in entries if e.name.startswith(("checkpoint-", "final", "merged", "partial-"))]
+        if stored is not None and not changed and not progress and not (out / "trainer_state.json").exists():
+            return RunPlan("new", entries, note="an earlier attempt of this config saved nothing; starting again")
+        if record is not None:
+            state = f"a finished run (final/, step {record.get('global_step', '?')})"
+        elif progress:
+            state = f"an unfinished run ({', '.join(sorted(e.name for e in progress)[:3])})"
+        else:
+            state = "a run"
+        if stored is None:
+            whose = f" whose settings are unknown: {stored_problem}"
+        elif changed:
+            whose = f" of another config ({'; '.join(changed[:4])}{'; ...' if len(changed) > 4 else ''})"
+        else:
+            whose = " of this config"
+        raise ConfigError(
+            f"train.output_dir {str(out)!r} already holds {state}{whose}; nothing was changed. --resume continues "
+            f"it, --overwrite moves its files to {out}/overwritten-TIME/ and starts again, or choose another "
+            "train.output_dir"
+        )
+    if stored is None and not train.resume_changed:
+        raise ConfigError(
+            f"--resume: {str(out)!r} cannot be checked against this config: {stored_problem}; pass "
+            "--resume-changed to resume anyway"
+        )
+    if changed and not train.resume_changed:
+        raise ConfigError(
+            f"--resume: these settings differ from the run's config.yaml and change what it learns: "
+            f"{'; '.join(changed)}. Put them back, or pass --resume-changed to continue under the new ones"
+        )
+    if finished and resume is True:
+        return RunPlan("finished", entries, changed=changed, record=record)
+    note = f"final/ fails its check ({final_problem}); training from the newest intact checkpoint" if final_problem else None
+    return RunPlan("resume", entries, changed=changed, note=note)
 
 
 def check_output_dir(output_dir: Path) -> None:
@@ -349,7 +515,7 @@ def build_training_arguments(config: Config) -> Any:
         logging_first_step=True,
         save_strategy="steps" if train.save_steps > 0 else "no",
         save_steps=train.save_steps if train.save_steps > 0 else 500,
-        save_total_limit=train.save_total_limit,
+        save_total_limit=None,  # numloss rotates, after the marker (CheckpointMarkerCallback)
         report_to=report_to or "none",
         disable_tqdm=True,  # numloss's own bar (loss terms, tokens/s) replaces the default one
         dataloader_num_workers=train.dataloader_num_workers,
@@ -535,6 +701,174 @@ def load_model_for(config: Any) -> tuple[Any, Any]:
     )
 
 
+@dataclass
+class Prepared:
+    """Everything a run needs before its weights load (`prepare_run`): the examples, the
+    tokenizer, its DigitVocab, the tokenised data and the TrainingArguments."""
+
+    config: Config
+    examples: list[Any]
+    tokenizer: Any
+    vocab: Any
+    dataset: Any
+    args: Any
+
+
+def _check_model_name(config: Config) -> None:
+    from numloss.models import ModelUnavailableError, check_model_available
+
+    try:
+        check_model_available(config.model.name, config.model.revision, config.model.cache_dir)
+    except ModelUnavailableError as error:
+        raise ConfigError(f"model.name: {error}") from None
+
+
+def _first_line(error: BaseException) -> str:
+    text = str(error).strip().splitlines()
+    return f"{type(error).__name__}: {text[0] if text else ''}".rstrip(": ")
+
+
+def _meta_model(config: Config, tokenizer: Any) -> Any:
+    """The model of `config` built on the meta device (module names and shapes, no weights)."""
+    import torch
+
+    if config.model.name == "tiny":
+        from numloss.models import build_tiny_model
+
+        options = tiny_options_for(config)
+        options.pop("digits_per_token", None)
+        with torch.device("meta"):
+            return build_tiny_model(tokenizer, seed=config.train.seed, **options)
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    from numloss.models import smollm2
+
+    source = str(smollm2.prepare(config.model.cache_dir)) if config.model.name == "smollm2" else config.model.name
+    model_config = AutoConfig.from_pretrained(source, revision=config.model.revision,
+                                              trust_remote_code=config.model.trust_remote_code)
+    kwargs: dict[str, Any] = {"trust_remote_code": config.model.trust_remote_code}
+    if config.model.attn_implementation:
+        kwargs["attn_implementation"] = config.model.attn_implementation
+    with torch.device("meta"):
+        return AutoModelForCausalLM.from_config(model_config, **kwargs)
+
+
+def check_model_structure(config: Config, tokenizer: Any) -> None:
+    """The model's structure without its weights: the attention kernel and the LoRA target
+    modules exist. Raises ConfigError."""
+    attention = config.model.attn_implementation
+    if attention is not None and config.model.name == "tiny":
+        from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
+
+        known = ["eager", *(name for name in ALL_ATTENTION_FUNCTIONS.keys() if "|" not in name)]
+        if attention not in known:
+            raise ConfigError(f"model.attn_implementation: unknown kernel {attention!r}; choose one of {', '.join(known)}")
+    try:
+        model = _meta_model(config, tokenizer)
+    except (ValueError, ImportError) as error:  # an unknown kernel, a missing package, a bad config.json
+        raise ConfigError(f"model: {config.model.name!r} cannot be built with these settings: {_first_line(error)}") from None
+    except Exception as error:  # noqa: BLE001 - a model that cannot be built on the meta device
+        logger.warning("could not check %s without its weights (%s); LoRA targets are checked when it loads",
+                       config.model.name, _first_line(error))
+        return
+    if config.lora.enabled:
+        target = config.lora.target_modules
+        names = [name for name, _ in model.named_modules() if name]
+        if isinstance(target, list):  # peft names only the case where no target matches at all
+            for wanted in target:
+                if not any(name == wanted or name.endswith(f".{wanted}") for name in names):
+                    leaves = sorted({name.rsplit(".", 1)[-1] for name in names})
+                    raise ConfigError(
+                        f"lora.target_modules: the model has no module named {wanted!r}; its module names are "
+                        f"{', '.join(leaves[:40])}"
+                    )
+        try:
+            apply_lora(config, model)
+        except (ValueError, TypeError, KeyError) as error:
+            names = sorted({name.rsplit(".", 1)[-1] for name, _ in model.named_modules() if name})
+            raise ConfigError(
+                f"lora: {_first_line(error)}; the model's module names are {', '.join(names[:40])}"
+            ) from None
+
+
+def check_output_dir_writable(output_dir: Path) -> None:
+    """ConfigError when `output_dir` could not be created or written; creates nothing (dry run)."""
+    folder = output_dir
+    while not folder.exists() and folder != folder.parent:
+        folder = folder.parent
+    if not folder.is_dir() or not os.access(folder, os.W_OK | os.X_OK):
+        raise ConfigError(
+            f"train.output_dir {str(output_dir)!r} cannot be written ({str(folder)!r} is not a writable folder); "
+            "choose a folder you can write to (--train.output_dir DIR)"
+        )
+
+
+def build_arguments_checked(config: Config) -> Any:
+    """`build_training_arguments`, with transformers' own refusals (and an optimizer it cannot
+    build) as one ConfigError line."""
+    try:
+        args = build_training_arguments(config)
+    except ConfigError:
+        raise
+    except (ValueError, TypeError, ImportError, OSError, KeyError) as error:
+        raise ConfigError(f"train: transformers.TrainingArguments refuses these settings: {_first_line(error)}") from None
+    from transformers import Trainer
+
+    try:
+        Trainer.get_optimizer_cls_and_kwargs(args)
+    except (ValueError, ImportError, TypeError) as error:
+        raise ConfigError(f"train.optim {config.train.optim!r} cannot be used here: {_first_line(error)}") from None
+    return args
+
+
+def prepare_run(config: Config, examples: list[Any] | None = None) -> Prepared:
+    """Every check that needs no training, in order: the data, the tokenizer's digit tokens, the
+    rendering (chat template included), the TrainingArguments and optimizer, the model's
+    structure (attention, LoRA targets). What `--dry-run` runs after the config and run-folder
+    checks. Raises ConfigError."""
+    from numloss.data import DataError
+
+    try:
+        if examples is None:
+            examples = load_training_examples(config)
+    except DataError as error:
+        raise ConfigError(f"data: {error}") from None
+    if not examples:
+        raise ConfigError("run_training: no training examples (examples is empty)")
+    tokenizer = load_tokenizer_for(config)
+    vocab = digit_vocab_for(config, tokenizer)
+    dataset = prepare_data(config, examples, tokenizer)
+    args = build_arguments_checked(config)  # also sets up the process group under torchrun
+    check_model_structure(config, tokenizer)
+    return Prepared(config, examples, tokenizer, vocab, dataset, args)
+
+
+def check_run(config: Config, examples: list[Any] | None = None) -> tuple[RunPlan, Prepared]:
+    """What `numloss train --dry-run` does: every check of a real run, no lock, nothing written."""
+    from numloss.config import validate
+
+    validate(config)
+    _check_model_name(config)
+    output_dir = Path(config.train.output_dir)
+    check_output_dir_writable(output_dir)
+    from numloss.rundir import RunDirBusy, check_not_busy
+
+    try:
+        check_not_busy(output_dir)
+    except RunDirBusy as error:
+        raise ConfigError(f"train.output_dir: {error}") from None
+    plan = plan_run_dir(config)
+    if isinstance(config.train.resume, str):
+        _check_resume_folder(Path(config.train.resume))
+    return plan, prepare_run(config, examples)
+
+
+def _check_resume_folder(folder: Path) -> None:
+    problem = folder_problem(folder, require_marker=False)
+    if problem is not None:
+        raise ConfigError(f"train.resume: {str(folder)!r} cannot be resumed from: {problem}")
+
+
 def run_training(
     config: Config,
     callbacks: list[Any] | None = None,
@@ -547,57 +881,91 @@ def run_training(
     step as if killed there (the checkpoint schedule is unchanged; no final model is saved), to
     test resuming. `examples`: train on these `numloss.data.Example`s instead of reading
     `config.data.source` (`numloss compare` passes its task's set, whose prompts are bare).
-    Resuming (`train.resume`) continues from the last checkpoint in `output_dir` (or the given
-    folder) with the optimizer, scheduler, RNG and data position restored.
+
+    The output folder is locked for the whole run (`numloss.rundir.hold_run_dir`) and handled
+    per `plan_run_dir`: a finished or foreign run is refused unless train.overwrite (it moves
+    aside), a resume with changed settings unless train.resume_changed. Resuming continues from
+    the newest checkpoint that passes its check (markers with SHA-256), with the optimizer,
+    scheduler, RNG and data position restored. Raises ConfigError for anything wrong with the
+    config or the folder, DiskFullError when a save runs out of space.
     """
     from numloss.config import validate
-    from numloss.data import CompletionCollator
-    from numloss.hf import NumericTrainer
-    from numloss.models import check_model_available
+    from numloss.rundir import RunDirBusy, RunDirLockError, hold_run_dir
 
     validate(config)
-    check_model_available(config.model.name, config.model.revision, config.model.cache_dir)
+    _check_model_name(config)
+    if examples is not None and not examples:
+        raise ConfigError("run_training: no training examples (examples is empty)")
     output_dir = Path(config.train.output_dir)
-    main_process = int(os.environ.get("RANK", "0")) == 0
-    resume: bool | str = config.train.resume
-    checkpoint: str | None = None
-    if resume is True:
-        finished = finished_run(output_dir, config)
-        if finished is not None:
-            return _finished_result(output_dir, finished, config)
-        check_output_dir(output_dir)  # before a partial checkpoint is renamed in it
-        found, skipped = newest_complete_checkpoint(output_dir)
-        for folder, problem in skipped:
-            if main_process:
-                moved = set_aside(folder)
-                logger.warning("--resume: skipping %s: %s; moved it to %s", folder.name, problem, moved.name)
-        if found is None:
-            raise ConfigError(
-                f"train.resume: no complete checkpoint-* folder in {str(output_dir)!r} to resume from; run without "
-                "--resume (and with train.save_steps > 0 to write checkpoints), or pass a checkpoint folder"
-            )
-        checkpoint = str(found)
-        logger.warning("--resume: continuing from %s", found.name)
-    elif isinstance(resume, str):
-        checkpoint = resume
     check_output_dir(output_dir)
+    main_process = int(os.environ.get("RANK", "0")) == 0
+    with ExitStack() as stack:
+        if main_process:  # the other ranks of a distributed run write into the folder rank 0 holds
+            try:
+                stack.enter_context(hold_run_dir(output_dir, "numloss train"))
+            except (RunDirBusy, RunDirLockError) as error:
+                raise ConfigError(f"train.output_dir: {error}") from None
+        _fault_point("locked")
+        return _run_locked(config, output_dir, main_process, callbacks, stop_after_step, examples)
+    raise AssertionError("unreachable")  # pragma: no cover
 
+
+def _resume_checkpoint(config: Config, output_dir: Path, main_process: bool) -> Path:
+    """The checkpoint a resume starts from; damaged or partial newer ones are set aside, each
+    said in one warning line."""
+    if isinstance(config.train.resume, str):
+        folder = Path(config.train.resume)
+        _check_resume_folder(folder)
+        return folder
+    found, skipped = newest_intact_checkpoint(output_dir)
+    for folder, problem in skipped:
+        if main_process:
+            moved = set_aside(folder)
+            logger.warning("--resume: %s fails its check: %s; moved it to %s", folder.name, problem, moved.name)
+    if found is None:
+        raise ConfigError(
+            f"train.resume: no complete checkpoint-* folder in {str(output_dir)!r} to resume from"
+            + (f" (every one failed its check: {skipped[0][1]})" if skipped else "")
+            + "; run without --resume (and with train.save_steps > 0 to write checkpoints), or pass a checkpoint folder"
+        )
+    if skipped:
+        logger.warning("--resume: falling back to %s, the newest intact checkpoint", found.name)
+    else:
+        logger.warning("--resume: continuing from %s", found.name)
+    return found
+
+
+def _run_locked(
+    config: Config,
+    output_dir: Path,
+    main_process: bool,
+    callbacks: list[Any] | None,
+    stop_after_step: int | None,
+    examples: list[Any] | None,
+) -> TrainResult:
     from transformers import set_seed
 
-    from numloss.data import DataError
+    from numloss.data import CompletionCollator
+    from numloss.hf import NumericTrainer
 
-    try:
-        if examples is None:
-            examples = load_training_examples(config)
-    except DataError as error:
-        raise ConfigError(f"data: {error}") from None
-    if not examples:
-        raise ConfigError("run_training: no training examples (examples is empty)")
-    # the tokenizer's digit tokens and the data's rendering are checked before the weights load
-    tokenizer = load_tokenizer_for(config)
-    vocab = digit_vocab_for(config, tokenizer)
-    dataset = prepare_data(config, examples, tokenizer)
-    args = build_training_arguments(config)  # also sets up the process group under torchrun
+    if main_process and config.train.resume is True and recover_final(output_dir):
+        logger.warning("--resume: completed the save of final/ that an interrupted run had finished writing")
+    plan = plan_run_dir(config)
+    if plan.action == "finished":
+        return _finished_result(output_dir, plan.record or {}, config)
+    if plan.note:
+        logger.warning("%s: %s", output_dir, plan.note)
+    if plan.action == "overwrite" and main_process:
+        moved = move_aside(output_dir, plan.entries)
+        logger.warning("--overwrite: moved the run that was in %s to %s", output_dir, moved)
+    checkpoint: Path | None = None
+    if plan.action == "resume":
+        checkpoint = _resume_checkpoint(config, output_dir, main_process)
+        if plan.changed:
+            logger.warning("--resume-changed: continuing under new settings: %s", "; ".join(plan.changed))
+
+    prepared = prepare_run(config, examples)
+    tokenizer, vocab, dataset, args = prepared.tokenizer, prepared.vocab, prepared.dataset, prepared.args
     set_seed(config.train.seed)
     model, model_tokenizer = load_model_for(config)
     if model_tokenizer.get_vocab() != tokenizer.get_vocab():
@@ -609,13 +977,17 @@ def run_training(
     loss_fn = build_loss_for(config, model, tokenizer, vocab)
     log_digit_density(dataset, loss_fn)
     if config.lora.enabled:
-        model = apply_lora(config, model)
+        try:
+            model = apply_lora(config, model)
+        except ValueError as error:  # peft: no target module matched
+            raise ConfigError(f"lora: {_first_line(error)}") from None
     if hasattr(model, "config"):
         model.config.use_cache = False  # the KV cache is useless in training and costs memory
 
-    throughput, csv_log, progress, stop_after, checkpoint_marker = _callbacks_module()
+    throughput, csv_log, progress, stop_after, checkpoint_marker, config_record = _callbacks_module()
     csv_path = output_dir / "log.csv"
-    own_callbacks: list[Any] = [throughput(), checkpoint_marker()]
+    own_callbacks: list[Any] = [throughput(), checkpoint_marker(config.train.save_total_limit),
+                                config_record(config, checkpoint if plan.changed else None)]
     if "tensorboard" in config.train.report_to and args.process_index == 0:
         from torch.utils.tensorboard import SummaryWriter
         from transformers.integrations import TensorBoardCallback
@@ -639,16 +1011,29 @@ def run_training(
     trainer.remove_callback(PrinterCallback)
     main_process = trainer.is_world_process_zero()
     if main_process:
-        output_dir.mkdir(parents=True, exist_ok=True)
-        (output_dir / "config.yaml").write_text(dump_config(config))
         trainable = sum(p.numel() for p in model.parameters() if p.requires_grad)
         logger.warning(
             "model %s (%s trainable parameters), objective %s, bf16=%s, fused=%s, world size %d, global batch %d",
             config.model.name, f"{trainable:,}", loss_fn, args.bf16, config.fused, args.world_size,
             args.per_device_train_batch_size * args.gradient_accumulation_steps * args.world_size,
         )
-    output = trainer.train(resume_from_checkpoint=checkpoint)
-    metrics = dict(output.metrics)
+    try:
+        if checkpoint is not None and _checkpoint_at_end(checkpoint, config):
+            # the Trainer would train one step more from a checkpoint at max_steps: a kill after
+            # the last checkpoint, before final/ was committed, must not train a 21st of 20 steps
+            from transformers.trainer_callback import TrainerState
+
+            logger.warning("--resume: %s is the run's last step; saving it as final/ without training", checkpoint.name)
+            trainer._load_from_checkpoint(str(checkpoint))
+            trainer.state = TrainerState.load_from_json(str(checkpoint / "trainer_state.json"))
+            if main_process:
+                record_config(config, output_dir, checkpoint if plan.changed else None)
+            metrics: dict[str, Any] = {}
+        else:
+            output = trainer.train(resume_from_checkpoint=None if checkpoint is None else str(checkpoint))
+            metrics = dict(output.metrics)
+    except Exception as error:
+        raise _train_error(error, output_dir, trainer, checkpoint) from None
     history = trainer.state.log_history
     for entry in reversed(history):
         if "ce" in entry:
@@ -660,23 +1045,30 @@ def run_training(
     if rates:
         metrics["tokens_per_second"] = sum(rates) / len(rates)
     history_path = output_dir / "log_history.json"
-    model_dir = output_dir / "final"
+    model_dir = output_dir / FINAL
     merged_dir: Path | None = None
     stopped_early = stop_after_step is not None and trainer.state.global_step < trainer.state.max_steps
     if main_process:
         _write_json(history_path, history)
     if not stopped_early:
-        trainer.save_model(str(model_dir))
-        if main_process:
-            tokenizer.save_pretrained(model_dir)
-            record = {"metrics": metrics, "global_step": trainer.state.global_step, "config": config.to_dict()}
-            _write_json(model_dir / "numloss_train.json", record)
-        if config.lora.enabled and config.lora.merge:
-            merged_dir = output_dir / "merged"
+        partial = output_dir / "final.partial"
+        try:
             if main_process:
-                merged = trainer.accelerator.unwrap_model(trainer.model).merge_and_unload()
-                merged.save_pretrained(merged_dir)
-                tokenizer.save_pretrained(merged_dir)
+                begin_final(output_dir)
+            trainer.accelerator.wait_for_everyone()
+            trainer.save_model(str(partial))
+            if main_process:
+                tokenizer.save_pretrained(partial)
+                record = {"metrics": metrics, "global_step": trainer.state.global_step, "config": config.to_dict()}
+                _write_json(partial / FINAL_RECORD, record)
+            if config.lora.enabled and config.lora.merge:
+                merged_dir = output_dir / "merged"
+                if main_process:
+                    _save_merged(trainer, tokenizer, merged_dir)
+            if main_process:
+                commit_final(output_dir, trainer.state.global_step, fault=_fault_point)
+        except Exception as error:
+            raise _train_error(error, output_dir, trainer, None, saving=partial) from None
     trainer.accelerator.wait_for_everyone()
     for value in metrics.values():
         if isinstance(value, float) and not math.isfinite(value):
@@ -694,17 +1086,65 @@ def run_training(
     )
 
 
+def _checkpoint_at_end(checkpoint: Path, config: Config) -> bool:
+    """True when `checkpoint` holds the run's last optimizer step already."""
+    try:
+        state = json.loads((checkpoint / "trainer_state.json").read_text())
+        step, planned = int(state["global_step"]), int(state.get("max_steps") or 0)
+    except (OSError, ValueError, KeyError, TypeError):
+        return False
+    end = config.train.max_steps if config.train.max_steps > 0 else planned
+    return end > 0 and step >= end
+
+
+def _save_merged(trainer: Any, tokenizer: Any, merged_dir: Path) -> None:
+    """The LoRA adapters merged into the base model, written under a temporary name and renamed."""
+    partial = merged_dir.with_name(merged_dir.name + ".partial")
+    if partial.exists():
+        shutil.rmtree(partial)
+    merged = trainer.accelerator.unwrap_model(trainer.model).merge_and_unload()
+    merged.save_pretrained(partial)
+    tokenizer.save_pretrained(partial)
+    if merged_dir.exists():
+        shutil.rmtree(merged_dir)  # the same run's earlier merge, superseded by this one
+    os.replace(partial, merged_dir)
+
+
+def _train_error(error: Exception, output_dir: Path, trainer: Any, checkpoint: Path | None,
+                 saving: Path | None = None) -> Exception:
+    """The one-line error for what went wrong inside training or the final save, or `error`
+    itself when it is not one numloss can explain (a bug: its traceback is wanted)."""
+    if isinstance(error, (ConfigError, DiskFullError)):
+        return error
+    where = saving if saving is not None else output_dir / f"checkpoint-{trainer.state.global_step}"
+    full = disk_full_error(error, where)
+    if full is not None:
+        return full
+    text = str(error)
+    if checkpoint is not None and isinstance(error, RuntimeError) and ("size mismatch" in text or "state_dict" in text):
+        detail = next((line.strip() for line in text.splitlines() if "size mismatch" in line), _first_line(error))
+        return ConfigError(
+            f"train.resume: {checkpoint} was saved from a model of another shape ({detail}); resume with the model "
+            "settings it was trained with"
+        )
+    if checkpoint is not None and isinstance(error, (ValueError, KeyError, OSError, EOFError)) or (
+        checkpoint is not None and type(error).__name__ in ("SafetensorError", "UnpicklingError", "JSONDecodeError")
+    ):
+        return ConfigError(f"train.resume: {checkpoint} cannot be loaded: {_first_line(error)}")
+    return error
+
+
 def _finished_result(output_dir: Path, record: dict[str, Any], config: Config) -> TrainResult:
     """The TrainResult of a run that already finished, read back from final/numloss_train.json."""
     step = int(record.get("global_step", config.train.max_steps))
     logger.warning(
         "--resume: the run in %s already finished (step %d); final/ is left as it is. Raise train.max_steps "
-        "to train further, or use a new train.output_dir", output_dir, step,
+        "(with --resume-changed) to train further, or use a new train.output_dir", output_dir, step,
     )
     merged = output_dir / "merged"
     return TrainResult(
         output_dir=output_dir,
-        model_dir=output_dir / "final",
+        model_dir=output_dir / FINAL,
         merged_dir=merged if merged.is_dir() else None,
         metrics=dict(record.get("metrics", {})),
         log_history_path=output_dir / "log_history.json",
@@ -716,14 +1156,20 @@ def _finished_result(output_dir: Path, record: dict[str, Any], config: Config) -
 
 
 # -- command line ---------------------------------------------------------------------------------
-USAGE = """usage: numloss train [CONFIG.yaml] [--resume] [--dry-run] [--threads N] [--section.key VALUE ...]
+USAGE = """usage: numloss train [CONFIG.yaml] [--resume [--resume-changed]] [--overwrite] [--dry-run] [--threads N]
+                     [--section.key VALUE ...]
 
 Fine-tune a causal LM with a numloss objective. CONFIG.yaml holds any of the keys below
 (nested by section); --section.key VALUE overrides it (VALUE is read as YAML).
-  --resume     continue from the newest complete checkpoint in train.output_dir (= --train.resume
-               true); a finished run is left as it is
-  --dry-run    check the config (and that the model is available), print it, train nothing
-  --threads N  torch CPU threads (as in `numloss eval` and `numloss compare`)
+  --resume          continue from the newest intact checkpoint in train.output_dir (= --train.resume
+                    true); a finished run is left as it is
+  --resume-changed  with --resume: continue although settings that change the run differ from the
+                    run's config.yaml (= --train.resume_changed true)
+  --overwrite       train into an output_dir that holds another or a finished run: its files move to
+                    output_dir/overwritten-TIME/ first (= --train.overwrite true); nothing is deleted
+  --dry-run         every check of a real run (config, model, run folder, data, tokenizer, chat
+                    template, LoRA targets, TrainingArguments), print the config, train nothing
+  --threads N       torch CPU threads, 1 to the machine's core count (as in `numloss eval` and compare)
 Multi-GPU / multi-node: run the same command under `torchrun` or `accelerate launch`
 (FSDP / DeepSpeed configs in configs/accelerate/).
 
@@ -731,8 +1177,16 @@ keys:
 """
 
 
+def machine_cores() -> int:
+    """The CPU cores this process may run on (its affinity mask; os.cpu_count() elsewhere)."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        return os.cpu_count() or 1
+
+
 def pop_threads(argv: list[str]) -> tuple[int | None, list[str]]:
-    """(`--threads N` / `--threads=N` as an int or None, the other arguments); N must be >= 1."""
+    """(`--threads N` / `--threads=N` as an int or None, the other arguments); 1 <= N <= cores."""
     rest: list[str] = []
     threads: int | None = None
     i = 0
@@ -744,14 +1198,22 @@ def pop_threads(argv: list[str]) -> tuple[int | None, list[str]]:
             if not value.isdigit() or int(value) < 1:
                 raise ValueError(f"--threads needs a positive integer, got {value!r}")
             threads = int(value)
+            cores = machine_cores()
+            if threads > cores:
+                raise ValueError(f"--threads {threads}: this machine has {cores} cores; give 1 to {cores}")
             continue
         rest.append(token)
         i += 1
     return threads, rest
 
 
+#: command-line switches and the keys they set
+FLAGS = {"--resume": "--train.resume", "--resume-changed": "--train.resume_changed", "--overwrite": "--train.overwrite"}
+
+
 def main(argv: list[str] | None = None) -> int:
-    """`numloss train` entry point; returns the exit status (2 for a bad config)."""
+    """`numloss train` entry point; returns the exit status (2 for a bad config or run folder,
+    1 for a full disk)."""
     argv = list(sys.argv[1:] if argv is None else argv)
     if "-h" in argv or "--help" in argv:
         print(USAGE + describe_keys())
@@ -767,38 +1229,46 @@ def main(argv: list[str] | None = None) -> int:
         import torch
 
         torch.set_num_threads(threads)
-    if "--resume" in argv:
-        index = argv.index("--resume")
-        argv[index : index + 1] = ["--train.resume", "true"]
+    for flag, key in FLAGS.items():
+        while flag in argv:
+            index = argv.index(flag)
+            argv[index : index + 1] = [key, "true"]
     path = None
     if argv and not argv[0].startswith("--"):
         path, argv = argv[0], argv[1:]
     logging.basicConfig(level=logging.INFO, format="%(name)s: %(message)s")
     try:
         config = load_config(path, argv)
-        from numloss.models import ModelUnavailableError, check_model_available
-
-        try:
-            check_model_available(config.model.name, config.model.revision, config.model.cache_dir)
-        except ModelUnavailableError as error:
-            raise ConfigError(f"model.name: {error}") from None
-    except ConfigError as error:
-        print(f"numloss train: {error}", file=sys.stderr)
-        return 2
-    if dry_run:
-        print(dump_config(config), end="")
-        return 0
-    try:
+        _check_model_name(config)
+        if dry_run:
+            plan, prepared = check_run(config)
+            print(dump_config(config), end="")
+            print(f"numloss train: dry run passed: {len(prepared.dataset)} examples; {_plan_text(plan, config)}",
+                  file=sys.stderr)
+            return 0
         result = run_training(config)
     except ConfigError as error:
         print(f"numloss train: {error}", file=sys.stderr)
         return 2
+    except DiskFullError as error:
+        print(f"numloss train: {error}", file=sys.stderr)
+        return 1
     if result.already_finished:
         if int(os.environ.get("RANK", "0")) == 0:
             print(f"numloss train: the run in {result.output_dir} already finished ({result.global_step} steps); "
-                  f"{result.model_dir} is left as it is. Raise train.max_steps to train further.")
+                  f"{result.model_dir} is left as it is. Raise train.max_steps (with --resume-changed) to train further.")
         return 0
     if result.model_dir.exists() and int(os.environ.get("RANK", "0")) == 0:
         summary = {k: round(v, 5) if isinstance(v, float) else v for k, v in result.metrics.items()}
         print(f"numloss train: done, {result.global_step} steps; model in {result.model_dir}; metrics {summary}")
     return 0
+
+
+def _plan_text(plan: RunPlan, config: Config) -> str:
+    out = config.train.output_dir
+    return {
+        "new": f"a new run in {out}",
+        "overwrite": f"would move {len(plan.entries)} entries of {out} aside (--overwrite)",
+        "resume": f"would resume in {out}" + (f" under changed settings: {'; '.join(plan.changed)}" if plan.changed else ""),
+        "finished": f"the run in {out} already finished; nothing to train",
+    }[plan.action]

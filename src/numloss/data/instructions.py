@@ -49,6 +49,19 @@ def _messages(value: Any, source: str, i: int, key: str) -> list[dict[str, str]]
     return messages
 
 
+def _text(value: Any, source: str, i: int, key: str) -> str:
+    """A record's text field: a string, or an integer (written exactly); anything else (a list, a
+    mapping, a float whose digits JSON may already have changed, a bool) is a DataError."""
+    if isinstance(value, str):
+        return value
+    if isinstance(value, int) and not isinstance(value, bool):
+        return str(value)
+    shown = repr(value)
+    shown = shown if len(shown) <= 60 else shown[:57] + "..."
+    hint = "write the number as a string" if isinstance(value, float) else "it must be a string"
+    raise DataError(f"{source}: record {i}: {key!r} is a {type(value).__name__} ({shown}); {hint}")
+
+
 def record_to_training_record(
     record: Mapping[str, Any],
     source: str,
@@ -67,8 +80,12 @@ def record_to_training_record(
                 f"{', '.join(map(repr, record))}); set data.instruction_field / data.output_field "
                 "if the columns are named differently"
             )
-        extra = record.get(input_field) or ""
-        return Example(instruction=str(record[instruction_field]), output=str(record[output_field]), input=str(extra))
+        extra = record.get(input_field)
+        return Example(
+            instruction=_text(record[instruction_field], source, i, instruction_field),
+            output=_text(record[output_field], source, i, output_field),
+            input="" if extra is None else _text(extra, source, i, input_field),
+        )
     if record.get("messages") is not None:
         messages = _messages(record["messages"], source, i, "messages")
         if not any(m["role"] == "assistant" for m in messages):

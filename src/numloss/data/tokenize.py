@@ -75,7 +75,25 @@ def resolve_chat_template(chat_template: str | None) -> str | None:
     path = Path(chat_template).expanduser()
     if not path.is_file():
         raise DataError(f"data.chat_template {chat_template!r} is neither a Jinja template nor an existing file")
-    return path.read_text(encoding="utf-8")
+    from numloss.data.instructions import read_utf8
+
+    return read_utf8(path)
+
+
+def compile_chat_template(template: str | None) -> None:
+    """Raise DataError (line and message) when `template` is not valid Jinja, as transformers
+    compiles it; None (the tokenizer's own) passes."""
+    if template is None:
+        return
+    import jinja2
+    from transformers.utils.chat_template_utils import _compile_jinja_template
+
+    try:
+        _compile_jinja_template(template)
+    except jinja2.TemplateSyntaxError as error:
+        raise DataError(f"data.chat_template: Jinja syntax error at line {error.lineno}: {error.message}") from None
+    except jinja2.TemplateError as error:
+        raise DataError(f"data.chat_template: not a usable Jinja template: {error}") from None
 
 
 def conversation_ids(
@@ -92,9 +110,19 @@ def conversation_ids(
         raise DataError("chat messages need a fast tokenizer (offsets locate the assistant turns); use use_fast=True")
 
     def render(messages, add_generation_prompt: bool = False) -> str:
-        return tokenizer.apply_chat_template(
-            list(messages), tokenize=False, add_generation_prompt=add_generation_prompt, chat_template=template
-        )
+        import jinja2
+
+        try:
+            text = tokenizer.apply_chat_template(
+                list(messages), tokenize=False, add_generation_prompt=add_generation_prompt, chat_template=template
+            )
+        except jinja2.TemplateSyntaxError as error:
+            raise DataError(f"the chat template has a Jinja syntax error at line {error.lineno}: {error.message}") from None
+        except (jinja2.TemplateError, TypeError, ValueError) as error:
+            raise DataError(f"the chat template fails on a conversation: {type(error).__name__}: {error}") from None
+        if not isinstance(text, str):
+            raise DataError(f"the chat template rendered a {type(text).__name__}, expected text")
+        return text
 
     messages = conversation.messages
     text = render(messages)

@@ -6,6 +6,7 @@ from numloss.models.load import (
     check_model_available,
     load_model_and_tokenizer,
     load_tokenizer,
+    model_not_found,
 )
 from numloss.models.tiny import build_char_tokenizer, build_tiny_model
 
@@ -15,6 +16,7 @@ __all__ = [
     "check_model_available",
     "load_model_and_tokenizer",
     "load_tokenizer",
+    "model_not_found",
     "build_char_tokenizer",
     "build_tiny_model",
 ]

