@@ -176,14 +176,9 @@ def load_model_and_tokenizer(
 
 
 def _unavailable(name: str, error: OSError) -> ModelUnavailableError:
-    """One line for transformers' many-line OSError: what was looked for, and the first line of why."""
-    from huggingface_hub import constants
-
+    """One line for transformers' many-line OSError: `model_not_found`'s message (the same as
+    train's and compare's) with the first line of why the hub did not have it."""
     why = next((line.strip() for line in str(error).splitlines() if line.strip()), type(error).__name__)
     if Path(name).expanduser().is_dir():
         return ModelUnavailableError(f"model folder {name!r} cannot be loaded: {why}")
-    return ModelUnavailableError(
-        f"model {name!r} not found: looked for a local folder {str(Path(name).expanduser())!r} (no such folder), "
-        f"the Hugging Face cache {str(constants.HF_HUB_CACHE)!r} (not there) and the hub ({why}). Fix: check the "
-        "spelling, pass a folder written by save_pretrained, or use tiny / smollm2"
-    )
+    return ModelUnavailableError(f"{model_not_found(name)} (the hub said: {why})")
