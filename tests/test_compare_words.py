@@ -87,11 +87,15 @@ def smollm2():
 
     if not (model_dir() / "config.json").is_file():
         prepare()  # once per machine (~25 s): the converted folder is cached
+    import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # a second thread on a busy 2-core machine spins at every barrier
     tokenizer = AutoTokenizer.from_pretrained(model_dir())
     model = AutoModelForCausalLM.from_pretrained(model_dir()).eval()
-    return model, tokenizer
+    yield model, tokenizer
+    torch.set_num_threads(threads)
 
 
 def test_teacher_forced_exact_match_equals_real_generation_item_by_item(smollm2) -> None:
@@ -107,16 +111,16 @@ def test_teacher_forced_exact_match_equals_real_generation_item_by_item(smollm2)
 
     model, tokenizer = smollm2
     questions = [(f"What is {a} + {b}? Reply with the number only.", str(a + b)) for a, b in
-                 ((3, 4), (12, 7), (25, 25), (48, 36), (130, 270), (999, 1))]
+                 ((3, 4), (12, 7), (48, 36), (130, 270))]
     prompts = WordProblemTask.render([ChatExample(q, "x", system="") for q, _ in questions], tokenizer)
     with torch.inference_mode():
-        own = HFGenerator(model, tokenizer, batch_size=8, max_new_tokens=32, stop=(), progress=False).generate(
+        own = HFGenerator(model, tokenizer, batch_size=8, max_new_tokens=24, stop=(), progress=False).generate(
             [p.prompt for p in prompts])
     items = []
     for (question, truth), generation in zip(questions, own, strict=True):
         said = generation.text
         variants = [truth]
-        if said and generation.new_tokens < 32:  # ended with EOS: a reference it writes exactly
+        if said and generation.new_tokens < 24:  # ended with EOS: a reference it writes exactly
             changed = said[:-1] + str((int(said[-1]) + 1) % 10) if said[-1].isdigit() else said + "1"
             variants += [said, changed, said + "0", said[:-1]]
         items += [ChatExample(question, v, answer=v, system="") for v in variants if v]
@@ -125,7 +129,7 @@ def test_teacher_forced_exact_match_equals_real_generation_item_by_item(smollm2)
         forced = teacher_forced_exact(model, tokenizer, items, batch_size=5)
         generated = generated_exact(model, tokenizer, items, batch_size=5)
     assert forced.correct == generated, [(i.output, f, g) for i, f, g in zip(items, forced.correct, generated, strict=True) if f != g]
-    assert sum(generated) >= 4 and len(generated) - sum(generated) >= 4, "both verdicts are on the sample"
+    assert sum(generated) >= 2 and len(generated) - sum(generated) >= 4, "both verdicts are on the sample"
     assert len(forced.predictions) == len(items) and all(0 <= v[0] <= v[1] for v in forced.place.values())
 
 
@@ -136,13 +140,13 @@ def test_teacher_forced_places_and_batches(smollm2) -> None:
     from numloss.compare.word_task import WordProblemTask
 
     model, tokenizer = smollm2
-    task = ArithmeticWordTask(answer_digits=3, test_size=12)
+    task = ArithmeticWordTask(answer_digits=3, test_size=6)
     items = WordProblemTask.render(task.held_out(), tokenizer)
     with torch.inference_mode():
         one = teacher_forced_exact(model, tokenizer, items, batch_size=1)
-        many = teacher_forced_exact(model, tokenizer, items, batch_size=12)
+        many = teacher_forced_exact(model, tokenizer, items, batch_size=6)
     assert one.correct == many.correct and one.predictions == many.predictions, "padding does not change a verdict"
-    assert sorted(many.place) == [0, 1, 2] and all(v[1] == 12 for v in many.place.values()), "3 digits a problem"
+    assert sorted(many.place) == [0, 1, 2] and all(v[1] == 6 for v in many.place.values()), "3 digits a problem"
     assert all(a == pytest.approx(b, abs=1e-3) for a, b in zip(one.answer_nll, many.answer_nll, strict=True))
     with pytest.raises(ValueError, match="max_length"):
         teacher_forced_exact(model, tokenizer, items, max_length=8)

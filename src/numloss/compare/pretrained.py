@@ -38,7 +38,6 @@ from numloss.compare.runner import (
     RunKey,
     _jsonable,
     _write_json_atomic,
-    _write_train_file,
     read_record,
     run_one,
     write_record,
@@ -85,6 +84,18 @@ def _copy(path: Path, folders: list[Path]) -> None:
     for folder in folders:
         folder.mkdir(parents=True, exist_ok=True)
         shutil.copyfile(path, folder / path.name)
+
+
+def _write_train_file_shared(path: Path, examples: list[Any]) -> None:
+    """The seed's training set as instruction JSONL (the record of what a run saw), through a
+    temporary file of this process's own: shards writing the same seed's file never interleave."""
+    import os
+
+    if path.is_file():
+        return
+    tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")
+    tmp.write_text("".join(json.dumps({"instruction": e.instruction, "output": e.output}) + "\n" for e in examples))
+    os.replace(tmp, path)
 
 
 def _failure_path(records: Path, name: str, run_hash: str) -> Path:
@@ -175,7 +186,7 @@ def _run_grid(
         t0 = time.perf_counter()
         try:
             examples = compare.task.train_set(key.seed, exclude=held_out)
-            _write_train_file(train_file, examples)
+            _write_train_file_shared(train_file, examples)
             result = run(compare, key, examples, test_sets, train_file, progress_bar=False)
             write_record(records, result)
             _copy(records / f"{key.name}-{run_hash}.json", also_to)
@@ -305,13 +316,8 @@ def main(argv: list[str] | None = None) -> int:
     except ValueError:
         print(f"--shard must be I/N with 0 <= I < N, got {args.shard!r}", file=sys.stderr)
         return 2
-    if args.smoke:
-        if compare.records_dir is None:
-            compare.records_dir = compare.output_dir / "records"
-        # the smoke's tiny model reads characters: a chat-templated problem is ~150 of them, more
-        # than a max_length sized in SmolLM2 tokens
-        data = compare.base.setdefault("data", {})
-        data["max_length"] = max(int(data.get("max_length", 512)), 256)
+    if args.smoke and compare.records_dir is None:
+        compare.records_dir = compare.output_dir / "records"
     if not args.verbose:
         quiet_training_logs()
     also_to = [Path(p) for p in args.also_to]
