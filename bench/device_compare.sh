@@ -35,7 +35,7 @@ CONFIG=${NUMLOSS_COMPARE_CONFIG:-configs/compare-smollm2-gpu.yaml}
 DEV=build/device
 STASH=${NUMLOSS_DEVICE_STASH:-/tmp/numloss-device}
 OUT=${OUT:-runs/device-out}
-SITE=/tmp/site
+SITE=${NUMLOSS_DEVICE_SITE:-/tmp/site}
 GGUF_NAME=SmolLM2-135M-Instruct.Q4_1.gguf
 export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 HF_DATASETS_OFFLINE=1 TOKENIZERS_PARALLELISM=false PYTHONUNBUFFERED=1
 
@@ -83,6 +83,12 @@ call1)
   if ! PYTHONPATH=$SITE "$PY" -c "import transformers" 2>"$OUT/transformers-import.txt"; then
     echo "the device's huggingface-hub is too old for transformers 5.24: the carried 1.33.0 goes in"
     "$PY" -m pip install -q --no-index --no-deps --no-compile --target "$SITE" "$STASH"/hub/*.whl || exit 1
+    if ! PYTHONPATH=$SITE "$PY" -c "import transformers" 2>>"$OUT/transformers-import.txt"; then
+      # the carried hub needs what the image lacks: the checks run on the image's own transformers,
+      # and versions.txt says so (the grid's records name the version too)
+      echo "transformers 5.24 does not import here ($OUT/transformers-import.txt): the device's own is used"
+      rm -rf "$SITE"/transformers "$SITE"/transformers-*.dist-info "$SITE"/huggingface_hub "$SITE"/huggingface_hub-*.dist-info
+    fi
   fi
   PYTHONPATH=$SITE "$PY" -c "import torch, transformers, huggingface_hub as h; print('torch', torch.__version__, 'transformers', transformers.__version__, 'hub', h.__version__, torch.cuda.get_device_name())" | tee "$OUT/versions.txt"
   GPU_BENCH_ARGS="--repeats 3 --warmup 1" NUMLOSS_WHEELS=/nonexistent PYTHON=$PY OUT=$OUT/gpu timeout 110 bash bench/device_gpu.sh
@@ -110,21 +116,21 @@ call3)
   "$PY" -m numloss models prepare smollm2 >/dev/null 2>&1 || { echo "SmolLM2 conversion failed"; exit 1; }
   echo "set-up: $(( $(date +%s) - start )) s"
   end=$(( start + 360 ))  # the grid's last moment: the summary and the copy-back fit in the 430 s call
-  grid() { "$PY" -m numloss.compare.pretrained "$CONFIG" --no-progress --also-to "$OUT/records" "$@"; }
+  grid=("$PY" -m numloss.compare.pretrained "$CONFIG" --no-progress --also-to "$OUT/records")
   # 1. the timing run: the untrained model and mle-s0, alone on the GPU
   t0=$(date +%s)
-  timeout $(( end - t0 )) grid --seeds 0 --objectives mle >"$OUT/timing.log" 2>&1
+  timeout $(( end - t0 )) "${grid[@]}" --seeds 0 --objectives mle >"$OUT/timing.log" 2>&1
   echo "timing run (untrained model + mle-s0): $(( $(date +%s) - t0 )) s"; grep -E "^(untrained|mle-s0):" "$OUT/timing.log"
   # 2. the rest in three processes sharing the GPU (shard i: every 3rd run, seed-major order),
   #    each starting no run that its slowest run so far says would not finish by $end
   for i in 0 1 2; do
     budget=$(( end - $(date +%s) ))
-    timeout $(( budget + 20 )) grid --no-baseline --shard $i/3 --budget-s $budget >"$OUT/shard-$i.log" 2>&1 &
+    timeout $(( budget + 20 )) "${grid[@]}" --no-baseline --shard $i/3 --budget-s $budget >"$OUT/shard-$i.log" 2>&1 &
   done
   wait
   grep -hE "^[a-z0-9.-]+-s[0-9]+: |^left " "$OUT"/shard-*.log
-  grid --summary-only >"$OUT/summary.md" 2>&1
-  echo "grid: $(ls "$OUT/records" | grep -vc FAILED) records, $(ls "$OUT/records" | grep -c FAILED) failed; call3 $(( $(date +%s) - start )) s"
+  "${grid[@]}" --summary-only >"$OUT/summary.md" 2>&1
+  echo "grid: $(ls "$OUT/records" | grep -c -- '-s[0-9]*-.*\.json$') run records (baseline included), $(ls "$OUT/records" | grep -c '^FAILED') failed; call3 $(( $(date +%s) - start )) s"
   ;;
 *)
   sed -n '2,32p' "$0"
