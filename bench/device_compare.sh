@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
 # The GPU plan (issue 22, point 5): every device check in three calls to one warm H200, in this
-# order, ~11 minutes of device time in all (docs/benchmarks.md, "The device plan"):
+# order, at most 690 s of calls in all (docs/benchmarks.md, "The device plan"):
 #
-#   call 1  loss bench vs Liger (bench/device_gpu.sh)               <= 120 s
-#   call 2  sharded runs, FSDP1 + ZeRO-3 (bench/device_sharded.sh)   <= 120 s
-#   call 3  the pretrained grid (configs/compare-smollm2-gpu.yaml):   <= 420 s
+#   call 1  loss bench vs Liger (bench/device_gpu.sh)               110 s cap, call limit 130 s
+#   call 2  sharded runs, FSDP1 + ZeRO-3 (bench/device_sharded.sh)   115 s cap, call limit 130 s
+#   call 3  the pretrained grid (configs/compare-smollm2-gpu.yaml):   grid ends at 360 s, limit 430 s
 #           SmolLM2-135M-Instruct LoRA, MLE / DEL a0.3 / NTL-WAS x 8 seeds + the untrained model
 #
 # What travels: a call carries at most 64 MiB with the working tree (~16 MB), less than the
@@ -18,6 +18,7 @@
 #
 #   bench/device_compare.sh --smoke [OUT]   here, on CPU: the grid's whole path on the tiny model
 #   bench/device_compare.sh prepare         here: build/device/call{1,2,3} (git-ignored), sizes
+#                                           (NUMLOSS_BENCHMARKS=/work/shared/benchmarks in a worktree)
 #   run(command="bash bench/device_compare.sh call1", carry=["build/device/call1"], timeout_s=130)
 #   run(command="bash bench/device_compare.sh call2", carry=["build/device/call2"], timeout_s=130)
 #   run(command="bash bench/device_compare.sh call3", carry=["build/device/call3"], timeout_s=430)
