@@ -20,5 +20,6 @@ if [ -n "$(ls "$WHEELS"/liger_kernel-*.whl 2>/dev/null)" ]; then
 fi
 export PYTHONPATH=$PWD/src:/tmp/site${PYTHONPATH:+:$PYTHONPATH} PYTHONUNBUFFERED=1
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader || true
-timeout 540 $PY bench/gpu.py --json "$OUT/gpu.json" | tee "$OUT/gpu.md"
+# GPU_BENCH_ARGS: extra bench/gpu.py arguments (bench/device_compare.sh call1: fewer repeats)
+timeout 540 $PY bench/gpu.py --json "$OUT/gpu.json" ${GPU_BENCH_ARGS:-} | tee "$OUT/gpu.md"
 exit "${PIPESTATUS[0]}"

@@ -53,7 +53,8 @@ for mode in fsdp1 zero3; do
         port=$((port + 1))
         echo "== $mode fused=$fused"
         # 4 x 120 s and the set-up fit in one 600 s device call, so the report always runs
-        timeout 120 $PY -m accelerate.commands.launch --config_file $config --num_processes 1 --main_process_port $port \
+        # (bench/device_compare.sh call2 sets SHARDED_RUN_TIMEOUT to fit its share of the plan)
+        timeout "${SHARDED_RUN_TIMEOUT:-120}" $PY -m accelerate.commands.launch --config_file $config --num_processes 1 --main_process_port $port \
             bench/sharded.py run --mode $mode --fused $fused --model "$MODEL" --out "$OUT" \
             > "$OUT/$mode-$fused.log" 2>&1 || { echo "$mode fused=$fused FAILED:"; tail -40 "$OUT/$mode-$fused.log"; }
         grep "^run " "$OUT/$mode-$fused.log" || true

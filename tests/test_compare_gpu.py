@@ -1,16 +1,19 @@
-"""The SmolLM2 GPU comparison (configs/compare-smollm2-gpu.yaml, bench/device_compare.sh): its
-config, the chat-template word-problem task, and the whole path run on CPU with --smoke."""
+"""The GPU plan (configs/compare-smollm2-gpu.yaml, bench/device_compare.sh): its config, its
+three calls' timing, the chat-template word-problem task, and the whole grid path run on CPU
+with --smoke."""
 
 from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
+from numloss.compare.arith_words import ArithmeticWordTask
 from numloss.compare.config import load_compare_config
 from numloss.compare.word_task import ChatExample, WordProblemTask, chat_prompt, last_number_matches
 
@@ -18,18 +21,31 @@ ROOT = Path(__file__).resolve().parents[1]
 CONFIG = ROOT / "configs" / "compare-smollm2-gpu.yaml"
 
 
-def test_gpu_config_is_the_issue_17_grid() -> None:
+def test_gpu_config_is_the_issue_22_grid() -> None:
     compare = load_compare_config(CONFIG)
     assert compare.base["model"]["name"] == "smollm2" and compare.base["train"]["bf16"] is True
-    assert not compare.base.get("lora", {}).get("enabled"), "full fine-tuning"
-    assert {s.name for s in compare.objectives} == {"mle", "del", "ntl-was", "ntl-mse", "dist2", "mixce", "emo"}
-    assert len(compare.objectives) == 12 and compare.seeds == [0, 1, 2]
+    assert compare.base["lora"]["enabled"] and compare.base["lora"]["r"] == 16
+    assert [(s.name, s.alpha) for s in compare.objectives] == [("mle", None), ("del", 0.3), ("ntl-was", None)]
+    assert compare.seeds == list(range(8))
     task = compare.task
-    assert isinstance(task, WordProblemTask)
-    assert task.benchmarks == ("gsm8k", "svamp") and task.benchmark_limit == 200
-    assert 0 < task.gsm_share < 1, "gsm_symbolic and the arithmetic word problems"
+    assert isinstance(task, ArithmeticWordTask) and task.test_size >= 500 and task.generate_check > 0
+    assert task.benchmarks == ("svamp", "gsm8k") and task.benchmark_limit >= 500
     steps, batch = compare.base["train"]["max_steps"], compare.base["train"]["batch_size"]
     assert task.train_size == steps * batch
+    cpu = load_compare_config(ROOT / "configs" / "compare-smollm2-words.yaml")
+    assert cpu.base == compare.base and cpu.task.answer_digits == task.answer_digits, "the CPU arm's recipe, more seeds"
+
+
+def test_device_plan_fits_twelve_minutes_in_three_calls() -> None:
+    header = (ROOT / "bench" / "device_compare.sh").read_text()
+    calls = re.findall(r'run\(command="bash bench/device_compare.sh (call\d)", carry=\["build/device/\1"\], timeout_s=(\d+)\)', header)
+    assert [c for c, _ in calls] == ["call1", "call2", "call3"]
+    limits = [int(t) for _, t in calls]
+    # 12 minutes for the checks: the machine's start comes out of the rest of a task's 15
+    assert all(t < 600 for t in limits) and sum(limits) <= 12 * 60
+    # each call's own work ends inside its limit: the inner timeouts and the grid's end
+    assert "timeout 110 bash bench/device_gpu.sh" in header and "timeout 115 bash bench/device_sharded.sh" in header
+    assert re.search(r"end=\$\(\( start \+ 360 \)\)", header)
 
 
 def test_word_problems_render_in_the_chat_template_with_completion_only_labels(tmp_path) -> None:
@@ -61,20 +77,27 @@ def test_last_number_criterion() -> None:
     assert not last_number_matches("The answer is 13.", "12") and not last_number_matches("no idea", "12")
 
 
-def test_device_script_smoke_runs_every_objective_on_cpu(tmp_path) -> None:
+def test_device_script_smoke_runs_the_grid_path_on_cpu(tmp_path) -> None:
+    """`bench/device_compare.sh --smoke`: the GPU grid's whole path (baseline, every objective,
+    the benchmarks, records copied to OUT as they finish, the summary) on the tiny model."""
+    text = CONFIG.read_text().replace("data_dir: ../shared/benchmarks", f"data_dir: {ROOT / 'tests' / 'fixtures' / 'benchmarks'}")
+    config = tmp_path / "gpu.yaml"
+    config.write_text(text)
     out = tmp_path / "smoke"
-    env = {**os.environ, "PYTHON": sys.executable}
+    env = {**os.environ, "PYTHON": sys.executable, "NUMLOSS_COMPARE_CONFIG": str(config)}
     done = subprocess.run(
         ["bash", str(ROOT / "bench" / "device_compare.sh"), "--smoke", str(out)],
         cwd=ROOT, env=env, capture_output=True, text=True, timeout=600,
     )
-    assert done.returncode == 0, done.stderr[-3000:]
-    data = json.loads((out / "results.json").read_text())
-    assert len(data["runs"]) == 12
-    for run in data["runs"]:
-        assert set(run["evaluation"]) == {"gsm8k", "svamp"}
-        assert all(ev["n"] == 3 for ev in run["evaluation"].values())
-        assert [c[0] for c in run["learning"]["checks"]] == [1, 2]
-    report = (out / "report.md").read_text()
-    assert "## gsm8k" in report and "## svamp" in report and "## Learning speed" in report
-    assert "_Machine: " in report
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    records = sorted((out / "OUT").glob("*-s0-*.json"))
+    assert [p.name.split("-s0-")[0] for p in records] == ["del-a0.3", "mle", "ntl-was", "untrained"]
+    for path in records:
+        run = json.loads(path.read_text())
+        assert set(run["evaluation"]) == {"heldout", "svamp", "gsm8k"}
+        for ev in run["evaluation"].values():
+            assert len(ev["items"]) == ev["n"] and set(ev["items"]) <= {"0", "1"}
+        assert run["evaluation"]["svamp"]["n"] == 4 and run["evaluation"]["gsm8k"]["n"] == 5, "the fixture files"
+        assert run["evaluation"]["heldout"]["generation_check"]["n"] > 0
+    summary = (out / "OUT" / "summary-0.md").read_text()
+    assert "### heldout" in summary and "### svamp" in summary and "| arm vs mle |" in summary

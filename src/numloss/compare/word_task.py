@@ -40,6 +40,9 @@ class ChatExample(Example):
     """An `Example` whose prompt is already rendered with a chat template (`rendered`)."""
 
     rendered: str = ""
+    #: the system turn (None: the template's own default; "" an empty one, which keeps SmolLM2's
+    #: 16-token default system prompt out of short sequences)
+    system: str | None = None
 
     @property
     def prompt(self) -> str:
@@ -48,9 +51,12 @@ class ChatExample(Example):
         return self.rendered
 
 
-def chat_prompt(tokenizer: Any, question: str) -> str:
-    """The chat-template text of one user turn, ending where the assistant's answer starts."""
+def chat_prompt(tokenizer: Any, question: str, system: str | None = None) -> str:
+    """The chat-template text of one user turn (after a `system` turn unless None), ending where
+    the assistant's answer starts."""
     messages = [{"role": "user", "content": question}]
+    if system is not None:
+        messages.insert(0, {"role": "system", "content": system})
     template = None if getattr(tokenizer, "chat_template", None) else FALLBACK_CHAT_TEMPLATE
     return tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True, chat_template=template)
 
@@ -179,10 +185,12 @@ class WordProblemTask:
     @staticmethod
     def render(examples: Sequence[Example], tokenizer: Any) -> list[ChatExample]:
         """`examples` with their chat-template prompts filled in for `tokenizer`."""
-        return [
-            ChatExample(e.instruction, e.output, answer=e.answer, rendered=chat_prompt(tokenizer, e.instruction))
-            for e in examples
-        ]
+        rendered = []
+        for e in examples:
+            system = getattr(e, "system", None)
+            prompt = chat_prompt(tokenizer, e.instruction, system)
+            rendered.append(ChatExample(e.instruction, e.output, answer=e.answer, rendered=prompt, system=system))
+        return rendered
 
     def evaluate(self, model: Any, tokenizer: Any) -> dict[str, dict[str, Any]]:
         """Accuracy on each benchmark (its first `benchmark_limit` items), with the Wilson interval."""
@@ -233,11 +241,16 @@ def last_number_matches(output: str, gold: str) -> bool:
 
 
 def task_from_dict(mapping: dict[str, Any] | None) -> Any:
-    """The task of a comparison config: `kind: word_problems` or the arithmetic task (default)."""
+    """The task of a comparison config: `kind: word_problems`, `kind: arith_words`
+    (numloss.compare.arith_words) or the arithmetic task (default)."""
     from numloss.compare.task import ArithmeticTask
 
     mapping = dict(mapping or {})
     if mapping.get("kind", "arithmetic") == "word_problems":
         return WordProblemTask.from_dict(mapping)
+    if mapping.get("kind") == "arith_words":
+        from numloss.compare.arith_words import ArithmeticWordTask
+
+        return ArithmeticWordTask.from_dict(mapping)
     mapping.pop("kind", None)
     return ArithmeticTask.from_dict(mapping)

@@ -1,0 +1,186 @@
+"""The pretrained arm (issue 22, point 2): the arithmetic word-problem task, teacher-forced exact
+match against real greedy generation, and the paired statistics of its report."""
+
+from __future__ import annotations
+
+import random
+import re
+from pathlib import Path
+
+import pytest
+
+from numloss.compare.arith_words import ArithmeticWordTask, word_problem
+from numloss.compare.config import load_compare_config
+from numloss.compare.paired import discordant, holm, mcnemar_exact_p, paired_comparison, sign_flip_p
+from numloss.compare.word_task import ChatExample
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _op(question: str) -> str:
+    if any(w in question for w in ("more. How", "Monday", "together")):
+        return "+"
+    if any(w in question for w in ("gave away", "sold", "already has")):
+        return "-"
+    return "*"
+
+
+def _solve(question: str) -> int:
+    """The answer of a generated problem, recomputed from its text (independently of the generator)."""
+    a, b = (int(n) for n in re.findall(r"\d+", question))
+    return {"+": a + b, "-": a - b, "*": a * b}[_op(question)]
+
+
+@pytest.mark.parametrize("digits", [2, 3, 4, 6])
+def test_every_problem_has_an_answer_of_exactly_the_asked_digits_and_is_right(digits) -> None:
+    rng = random.Random(digits)
+    ops = set()
+    for _ in range(400):
+        item = word_problem(rng, digits)
+        assert item.output == f"#### {item.answer}" and len(item.answer) == digits and item.answer[0] != "0"
+        assert _solve(item.instruction) == int(item.answer), item.instruction
+        assert item.system == "" and all(int(n) > 0 for n in re.findall(r"\d+", item.instruction))
+        ops.add(_op(item.instruction))
+    assert ops == {"+", "-", "*"}
+
+
+def test_held_out_is_fixed_distinct_and_never_trained_on() -> None:
+    task = ArithmeticWordTask(answer_digits=3, test_size=300, train_size=500)
+    held = task.held_out()
+    assert held == task.held_out() and len({e.instruction for e in held}) == 300
+    exclude = {e.instruction for e in held}
+    for seed in (0, 1):
+        train = task.train_set(seed, exclude=exclude)
+        assert len(train) == 500 and not exclude & {e.instruction for e in train}
+    assert task.train_set(0, exclude) != task.train_set(1, exclude), "seeds draw different data"
+    with pytest.raises(ValueError, match="answer_digits"):
+        ArithmeticWordTask.from_dict({"kind": "arith_words", "answer_digits": 1})
+    with pytest.raises(ValueError, match="unknown key"):
+        ArithmeticWordTask.from_dict({"kind": "arith_words", "digits": 3})
+
+
+def test_cpu_config_is_the_planned_arm_and_fits_64_tokens() -> None:
+    from transformers import AutoTokenizer
+
+    from numloss.compare.word_task import WordProblemTask
+    from numloss.data import tokenize_examples
+    from numloss.models.smollm2 import model_dir
+
+    compare = load_compare_config(ROOT / "configs" / "compare-smollm2-words.yaml")
+    assert compare.base["model"]["name"] == "smollm2" and compare.base["lora"]["enabled"] and compare.base["lora"]["r"] == 16
+    assert [(s.name, s.alpha) for s in compare.objectives] == [("mle", None), ("del", 0.3), ("ntl-was", None)]
+    assert len(compare.seeds) >= 4 and compare.records_dir is not None
+    task = compare.task
+    assert isinstance(task, ArithmeticWordTask) and task.test_size == 1000
+    assert compare.base["data"]["max_length"] == 64
+    if not (model_dir() / "tokenizer.json").is_file():
+        pytest.skip("SmolLM2 not prepared here (numloss models prepare smollm2): the token count is checked where it is")
+    tokenizer = AutoTokenizer.from_pretrained(model_dir())
+    items = WordProblemTask.render(task.held_out()[:300] + task.train_set(0)[:300], tokenizer)
+    features = tokenize_examples(items, tokenizer, max_length=64)
+    assert features.num_truncated == 0, "every sequence fits in 64 tokens, end token included"
+
+
+@pytest.fixture(scope="module")
+def smollm2():
+    from numloss.models.smollm2 import model_dir, prepare
+
+    if not (model_dir() / "config.json").is_file():
+        prepare()  # once per machine (~25 s): the converted folder is cached
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # a second thread on a busy 2-core machine spins at every barrier
+    tokenizer = AutoTokenizer.from_pretrained(model_dir())
+    model = AutoModelForCausalLM.from_pretrained(model_dir()).eval()
+    yield model, tokenizer
+    torch.set_num_threads(threads)
+
+
+def test_teacher_forced_exact_match_equals_real_generation_item_by_item(smollm2) -> None:
+    """The property the scoring rests on, on a sample mixing right and wrong items: the model's own
+    greedy answers as references (right by construction), each with a digit changed, one digit
+    more (the end token is not argmax there) and one less (the end token comes too early), and the
+    true answers (right or wrong as the model is)."""
+    import torch
+
+    from numloss.compare.teacher_forced import generated_exact, teacher_forced_exact
+    from numloss.compare.word_task import WordProblemTask
+    from numloss.evaluate.generate import HFGenerator
+
+    model, tokenizer = smollm2
+    questions = [(f"What is {a} + {b}? Reply with the number only.", str(a + b)) for a, b in
+                 ((3, 4), (12, 7), (48, 36), (130, 270))]
+    prompts = WordProblemTask.render([ChatExample(q, "x", system="") for q, _ in questions], tokenizer)
+    with torch.inference_mode():
+        own = HFGenerator(model, tokenizer, batch_size=8, max_new_tokens=24, stop=(), progress=False).generate(
+            [p.prompt for p in prompts])
+    items = []
+    for (question, truth), generation in zip(questions, own, strict=True):
+        said = generation.text
+        variants = [truth]
+        if said and generation.new_tokens < 24:  # ended with EOS: a reference it writes exactly
+            changed = said[:-1] + str((int(said[-1]) + 1) % 10) if said[-1].isdigit() else said + "1"
+            variants += [said, changed, said + "0", said[:-1]]
+        items += [ChatExample(question, v, answer=v, system="") for v in variants if v]
+    items = WordProblemTask.render(items, tokenizer)
+    with torch.inference_mode():
+        forced = teacher_forced_exact(model, tokenizer, items, batch_size=5)
+        generated = generated_exact(model, tokenizer, items, batch_size=5)
+    assert forced.correct == generated, [(i.output, f, g) for i, f, g in zip(items, forced.correct, generated, strict=True) if f != g]
+    assert sum(generated) >= 2 and len(generated) - sum(generated) >= 4, "both verdicts are on the sample"
+    assert len(forced.predictions) == len(items) and all(0 <= v[0] <= v[1] for v in forced.place.values())
+
+
+def test_teacher_forced_places_and_batches(smollm2) -> None:
+    import torch
+
+    from numloss.compare.teacher_forced import teacher_forced_exact
+    from numloss.compare.word_task import WordProblemTask
+
+    model, tokenizer = smollm2
+    task = ArithmeticWordTask(answer_digits=3, test_size=6)
+    items = WordProblemTask.render(task.held_out(), tokenizer)
+    with torch.inference_mode():
+        one = teacher_forced_exact(model, tokenizer, items, batch_size=1)
+        many = teacher_forced_exact(model, tokenizer, items, batch_size=6)
+    assert one.correct == many.correct and one.predictions == many.predictions, "padding does not change a verdict"
+    assert sorted(many.place) == [0, 1, 2] and all(v[1] == 6 for v in many.place.values()), "3 digits a problem"
+    assert all(a == pytest.approx(b, abs=1e-3) for a, b in zip(one.answer_nll, many.answer_nll, strict=True))
+    with pytest.raises(ValueError, match="max_length"):
+        teacher_forced_exact(model, tokenizer, items, max_length=8)
+
+
+def test_mcnemar_sign_flip_and_holm_on_hand_worked_cases() -> None:
+    assert mcnemar_exact_p(0, 6) == pytest.approx(2 / 64) and mcnemar_exact_p(3, 3) == 1.0 and mcnemar_exact_p(0, 0) == 1.0
+    assert mcnemar_exact_p(2, 8) == pytest.approx(2 * (1 + 10 + 45) / 1024)
+    assert discordant("1100", "1010") == (1, 1)
+    assert sign_flip_p([0.1, 0.2, 0.3, 0.4]) == pytest.approx(2 / 16)
+    assert sign_flip_p([0.1, -0.1]) == 1.0
+    assert holm([0.01, 0.04, 0.03]) == pytest.approx([0.03, 0.06, 0.06])
+    with pytest.raises(ValueError, match="lengths"):
+        discordant("10", "1")
+
+
+def _arm(rng: random.Random, p: float, n: int, base: list[float]) -> str:
+    return "".join("1" if rng.random() < min(1.0, max(0.0, b + p)) else "0" for b in base)
+
+
+def test_paired_tests_find_a_known_effect_and_hold_their_level_on_a_null() -> None:
+    rng = random.Random(0)
+    n, seeds = 400, 4
+    rejections = 0
+    trials = 200
+    for _ in range(trials):
+        base = [rng.random() for _ in range(n)]  # item difficulty shared by both arms
+        a = {s: _arm(rng, 0.0, n, base) for s in range(seeds)}
+        b = {s: _arm(rng, 0.0, n, base) for s in range(seeds)}
+        rejections += paired_comparison(a, b)["mcnemar_p"] < 0.05
+    assert rejections / trials <= 0.05 + 2 * (0.05 * 0.95 / trials) ** 0.5, rejections
+    base = [rng.random() for _ in range(n)]
+    a = {s: _arm(rng, 0.08, n, base) for s in range(seeds)}
+    b = {s: _arm(rng, 0.0, n, base) for s in range(seeds)}
+    found = paired_comparison(a, b)
+    assert found["mcnemar_p"] < 0.01 and found["ci95"][0] < 0.08 < found["ci95"][1] and found["mean_diff"] > 0.04
+    assert 0 < found["mde_items"] < 0.08 and found["mde_seeds"] > 0
