@@ -47,7 +47,8 @@ def _fake_run(fail: set[str] | None = None, seconds: float = 0.0):
         config = compare.run_config(key.spec, key.seed, compare.output_dir / "runs" / key.name, train_file)
         n = len(test_sets["heldout"])
         bits = "".join("1" if (i + key.seed + len(key.spec.label)) % 3 else "0" for i in range(n))
-        return {"hash": compare.run_hash(config), "label": key.spec.label, "seed": key.seed,
+        return {"hash": compare.run_hash(config), "label": key.spec.label, "seed": key.seed, "steps": 0,
+                "objective": {"name": key.spec.name}, "seconds": {}, "curve": {}, "train_metrics": {}, "learning": None,
                 "evaluation": {"heldout": {"n": n, "exact_match": bits.count("1") / n, "items": bits}}}
 
     run.calls = calls

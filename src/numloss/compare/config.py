@@ -201,10 +201,15 @@ def _check_task_types(task: Any) -> None:
     if not isinstance(task, dict):
         raise ConfigError(f"task must be a mapping of task fields (see numloss.compare.task), got {task!r}")
     kind = task.get("kind", "arithmetic")
-    if kind not in ("arithmetic", "word_problems"):
-        raise ConfigError(f"task.kind must be arithmetic or word_problems, got {kind!r}")
+    if kind not in ("arithmetic", "word_problems", "arith_words"):
+        raise ConfigError(f"task.kind must be arithmetic, word_problems or arith_words, got {kind!r}")
     if kind == "word_problems":
         _check_types(task, WordProblemTask(), "task")
+        return
+    if kind == "arith_words":
+        from numloss.compare.arith_words import ArithmeticWordTask
+
+        _check_types(task, ArithmeticWordTask(), "task")
         return
     _check_types({k: v for k, v in task.items() if k != "kind"}, ArithmeticTask(), "task")
     train = task.get("train")

@@ -70,6 +70,7 @@ def evaluate_untrained(compare: CompareConfig) -> dict[str, Any]:
         evaluation = compare.task.evaluate(model.eval(), tokenizer)
     return _jsonable({
         "hash": baseline_hash(compare), "label": BASELINE, "objective": None, "seed": 0, "steps": 0,
+        "curve": {}, "train_metrics": {}, "learning": None,  # no training: the fields every record holds, empty
         "evaluation": evaluation, "seconds": {"total": time.perf_counter() - started},
         "finished_at": time.strftime("%Y-%m-%d %H:%M:%S"), "machine": machine_info(),
     })

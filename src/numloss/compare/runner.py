@@ -138,7 +138,7 @@ def evaluate_model(
 
 #: what every result holds (run_one writes it; the report reads it), with its JSON type
 RESULT_FIELDS: dict[str, type | tuple[type, ...]] = {
-    "hash": str, "label": str, "seed": int, "steps": int, "objective": dict, "evaluation": dict,
+    "hash": str, "label": str, "seed": int, "steps": int, "objective": (dict, type(None)), "evaluation": dict,
     "seconds": dict, "curve": dict, "train_metrics": dict, "learning": (dict, type(None)),
 }
 
