@@ -335,7 +335,7 @@ def test_the_digit_density_of_the_data_is_logged(caplog):
     assert (mle_tokens, mle_digits) == (7, 0)
     # DIST2 normalised by place weights: its denominator is the weight sum (12 -> 2 + 1, 5 -> 1, 7 -> 1)
     caplog.clear()
-    with caplog.at_level("WARNING", logger="numloss"):
+    with caplog.at_level("WARNING", logger="numloss.train"):
         weighted = build_loss("dist2", vocab, place_weight=True, point_ends_run=True, normalize="weights")
         assert log_digit_density(SimpleNamespace(features=features), weighted) == (7, 5)
     assert "7 learnt tokens, 5 place weights in the first 2 examples" in caplog.text
