@@ -24,6 +24,7 @@ import math
 import statistics
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from functools import lru_cache
 from typing import Any
 
 _EPS = 1e-15
@@ -72,8 +73,9 @@ def t_sf(t: float, df: float) -> float:
     return tail if t >= 0 else 1.0 - tail
 
 
+@lru_cache(maxsize=1024)
 def t_quantile(p: float, df: float) -> float:
-    """The t with P(T <= t) = p (bisection on `t_sf`; exact to ~1e-10)."""
+    """The t with P(T <= t) = p (bisection on `t_sf`; exact to ~1e-10; cached)."""
     if not 0.0 < p < 1.0:
         raise ValueError(f"t_quantile: p must be in (0, 1), got {p}")
     low, high = -1e3, 1e3
