@@ -56,6 +56,10 @@ def test_power_matches_published_figures() -> None:
     assert paired_t_power(20, 1.0, 1.0, 0.05) == pytest.approx(0.9885, abs=5e-4)
     assert paired_t_power(10, 0.0, 1.0, 0.05) == pytest.approx(0.05, abs=1e-4)
     assert seeds_for_power(1.0, 1.0, 0.05, 0.8) == 10
+    # two pairs (1 df, where the variance's density is unbounded at 0): against a simulation
+    rng = random.Random(4)
+    rate = sum(paired_t([rng.gauss(3, 1), rng.gauss(3, 1)]).p <= 0.05 for _ in range(4000)) / 4000
+    assert paired_t_power(2, 3.0, 1.0, 0.05) == pytest.approx(rate, abs=4 * math.sqrt(rate * (1 - rate) / 4000))
     mde = minimum_detectable_effect(10, 1.0, 0.05, 0.8)
     assert 0.98 < mde < 1.0 and paired_t_power(10, mde, 1.0, 0.05) == pytest.approx(0.8, abs=1e-6)
     # the pre-registered rule: +2.6 points, sd of a difference sqrt(2) x 1.85, alpha 0.05/3

@@ -12,6 +12,7 @@ from numloss.compare.survival import (
     chi2_sf,
     learnt_by_step,
     logrank,
+    logrank_exact_p,
     logrank_permutation_p,
     logrank_statistic,
     median_interval,
@@ -165,3 +166,29 @@ def test_stratified_logrank_reproduces_the_recorded_addition_grid() -> None:
     for label, expected in (("del-a0.3", 0.76), ("ntl-was", 0.29), ("del-l1", 0.083)):
         strata = [([outcomes[label, s]], [outcomes["mle", s]]) for s in range(20)]
         assert stratified_logrank(strata) == pytest.approx(expected, abs=0.005), label
+
+
+def test_logrank_exact_p_enumerates_every_split() -> None:
+    # one run each: both splits give the same statistic, so p = 1
+    assert logrank_exact_p([[L(200)], [C(400)]]) == 1.0
+    # three early learners against three that never learnt: only the observed split and its mirror
+    # are as extreme, 2 of C(6, 3) = 20
+    assert logrank_exact_p([[L(200)] * 3, [C(800)] * 3]) == pytest.approx(2 / 20)
+    rng = random.Random(11)
+    groups = [[Outcome(200 * rng.randint(1, 6), rng.random() < 0.6) for _ in range(5)] for _ in range(2)]
+    assert logrank_exact_p(groups) == pytest.approx(logrank_permutation_p(groups, 20_000, seed=1), abs=0.02)
+    with pytest.raises(ValueError):
+        logrank_exact_p([[L(200)] * 20, [C(800)] * 20], limit=1000)
+
+
+def test_logrank_exact_p_reproduces_the_recorded_chunked_grid() -> None:
+    """The exact p of the two-digit chunked grid that two recomputations gave (DEL 0.032, NTL-WAS 0.079)."""
+    import json
+    from pathlib import Path
+
+    outcomes: dict[str, list[Outcome]] = {}
+    for path in (Path(__file__).resolve().parents[1] / "results" / "compare-chunked-2digit").glob("*.json"):
+        run = json.loads(path.read_text())
+        outcomes.setdefault(run["label"], []).append(Outcome(int(run["learning"]["step"]), bool(run["learning"]["learnt"])))
+    assert logrank_exact_p([outcomes["del-a0.3"], outcomes["mle"]]) == pytest.approx(0.032, abs=5e-4)
+    assert logrank_exact_p([outcomes["ntl-was"], outcomes["mle"]]) == pytest.approx(0.079, abs=5e-4)

@@ -274,3 +274,29 @@ def stratified_logrank(strata: Sequence[tuple[Sequence[Outcome], Sequence[Outcom
     """Large-sample p of the seed-stratified log-rank test (NaN when it has no information)."""
     total, variance = _stratified_sums(strata)
     return chi2_sf(total * total / variance, 1) if variance > 1e-12 else float("nan")
+
+
+def logrank_exact_p(groups: Sequence[Sequence[Outcome]], limit: int = 200_000) -> float:
+    """Exact permutation p of the two-sample log-rank statistic: the share of all splits of the
+    pooled runs into groups of the observed sizes whose statistic is at least the observed one.
+    For small grids (C(n, k) <= `limit` splits; ValueError above: use `logrank_permutation_p`)."""
+    from itertools import combinations
+
+    groups = [list(g) for g in groups if g]
+    if len(groups) != 2:
+        raise ValueError(f"logrank_exact_p: needs two non-empty groups, got {len(groups)}")
+    observed, df = logrank_statistic(groups)
+    if not df:
+        return float("nan")
+    pooled = groups[0] + groups[1]
+    k = len(groups[0])
+    if math.comb(len(pooled), k) > limit:
+        raise ValueError(f"logrank_exact_p: {math.comb(len(pooled), k)} splits exceed {limit}; use logrank_permutation_p")
+    at_least = total = 0
+    for chosen in combinations(range(len(pooled)), k):
+        picked = set(chosen)
+        a = [pooled[i] for i in chosen]
+        b = [o for i, o in enumerate(pooled) if i not in picked]
+        total += 1
+        at_least += logrank_statistic([a, b])[0] >= observed * (1 - 1e-9)
+    return at_least / total
