@@ -23,8 +23,8 @@ import json
 import math
 import statistics
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
-from functools import lru_cache
+from dataclasses import dataclass, replace
+from functools import cached_property, lru_cache
 from pathlib import Path
 from typing import Any
 
@@ -121,8 +121,12 @@ class Comparison:
     arm_mean: float
     test: PairedTest
     alpha: float  # the level the detectable effect is computed at
-    mde: float  # the difference this many seeds detects with 80 % power at the observed SD
     p_holm: float = float("nan")
+
+    @cached_property
+    def mde(self) -> float:
+        """The difference this many seeds detect with 80 % power at the observed SD of the differences."""
+        return minimum_detectable_effect(self.test.n, self.test.sd, self.alpha)
 
 
 def seed_plan(
@@ -180,11 +184,11 @@ def paired_analysis(
                 arm=arm, endpoint=endpoint, seeds=[s for s, _, _ in rows],
                 baseline_mean=statistics.fmean(a for _, a, _ in rows) if rows else float("nan"),
                 arm_mean=statistics.fmean(b for _, _, b in rows) if rows else float("nan"),
-                test=test, alpha=level, mde=minimum_detectable_effect(test.n, test.sd, level),
+                test=test, alpha=level,
             ))
         if endpoint.primary:
             adjusted = holm([c.test.p for c in group])
-            group = [Comparison(**{**c.__dict__, "p_holm": p}) for c, p in zip(group, adjusted, strict=True)]
+            group = [replace(c, p_holm=p) for c, p in zip(group, adjusted, strict=True)]
         out += group
     return out
 
