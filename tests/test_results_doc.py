@@ -27,5 +27,5 @@ def test_the_page_reads_as_a_reference() -> None:
     assert len(text.splitlines()) <= 250
     headings = [line for line in text.splitlines() if line.startswith("## ")]
     assert headings[0] == "## Does DEL help?", "the first screen answers the question"
-    assert headings[-1] == "## SmolLM2-135M-Instruct, LoRA, on arithmetic word problems"
+    assert "## SmolLM2-135M-Instruct, LoRA, on arithmetic word problems" in headings, "the pretrained arm's section"
     assert not re.search(r"\bissue \d+|\bsession", text, re.I), "no internal issue numbers or sessions"

@@ -141,54 +141,60 @@ def mul_plan(rec: Records) -> list[str]:
     ]
 
 
-def _comparison_rows(comparisons: Sequence[Comparison], primary: bool) -> list[list[str]]:
-    rows = []
-    for c in comparisons:
-        fmt = "{:.4f}" if c.endpoint.key == "signed_log_mae" else "{:.3f}" if c.endpoint.key == "digit_entropy" else "{:.1f}"
-        row = [c.endpoint.title, f"`{c.arm}`", str(c.test.n), _f(c.baseline_mean, fmt), _f(c.arm_mean, fmt),
-               f"{_f(c.test.mean, fmt, True)} {_ci(*c.test.ci, fmt)}", _p(c.test.p)]
-        if primary:
-            row.append(_p(c.p_holm))
-        row.append(_f(c.mde, fmt))
-        rows.append(row)
-    return rows
+def _fmt(c: Comparison) -> str:
+    key = c.endpoint.key
+    return "{:.4f}" if key == "signed_log_mae" else "{:.3f}" if key == "digit_entropy" else "{:.1f}"
+
+
+def _difference(c: Comparison) -> str:
+    return f"{_f(c.test.mean, _fmt(c), True)} {_ci(*c.test.ci, _fmt(c))}"
 
 
 def mul_primary(rec: Records) -> list[str]:
     _, seeds, comparisons = _mul_state(rec)
     if len(seeds) < 2:
         return ["Fewer than two seeds have every arm yet: no paired difference to show."]
-    head = ["endpoint", "arm", "seeds", "MLE", "arm", "arm - MLE [95 % CI]", "p", "Holm p", "detectable (80 %)"]
-    rows = _comparison_rows([c for c in comparisons if c.endpoint.primary], primary=True)
-    return [f"Seeds {seeds[0]}-{seeds[-1]} ({len(seeds)}), every arm. Paired t on per-seed differences; "
-            "Holm over the three arms per endpoint; detectable: the difference these seeds detect with 80 % power "
-            "at the observed SD of the differences, at alpha 0.05/3.", ""] + _table(head, rows) + ["", machine(rec.mul)]
+    primary = [c for c in comparisons if c.endpoint.primary]
+    head = ["arm"]
+    for e in dict.fromkeys(c.endpoint for c in primary):
+        head += [f"{e.title}: arm - MLE [95 % CI]", "p", "Holm p", "detectable"]
+    rows = []
+    for arm in MUL_ARMS:
+        row = [f"`{arm}`"]
+        for c in (c for c in primary if c.arm == arm):
+            row += [_difference(c), _p(c.test.p), _p(c.p_holm), _f(c.mde, _fmt(c))]
+        rows.append(row)
+    means = "; ".join(f"{c.endpoint.title} {_f(c.baseline_mean, _fmt(c))}" for c in primary if c.arm == MUL_ARMS[0])
+    return [f"Seeds {seeds[0]}-{seeds[-1]} ({len(seeds)}) of every arm; MLE's mean: {means}. Paired t on the per-seed "
+            "differences, Holm over the three arms per endpoint; detectable: the difference these seeds detect with "
+            "80 % power at the observed SD of the differences, at alpha 0.05/3.", ""] + _table(head, rows) + [
+            "", machine(rec.mul)]
 
 
 def mul_secondary(rec: Records) -> list[str]:
     _, seeds, comparisons = _mul_state(rec)
     if len(seeds) < 2:
         return ["Fewer than two seeds have every arm yet."]
-    head = ["endpoint", "arm", "seeds", "MLE", "arm", "arm - MLE [95 % CI]", "p (unadjusted)", "detectable (80 %)"]
-    rows = _comparison_rows([c for c in comparisons if not c.endpoint.primary], primary=False)
-    return ["Descriptive (no multiplicity claim); detectable at alpha 0.05.", ""] + _table(head, rows)
+    secondary = [c for c in comparisons if not c.endpoint.primary]
+    head = ["endpoint", "MLE"] + [f"`{arm}` - MLE [95 % CI], p" for arm in MUL_ARMS]
+    rows = []
+    for e in dict.fromkeys(c.endpoint for c in secondary):
+        cells = {c.arm: c for c in secondary if c.endpoint == e}
+        first = cells[MUL_ARMS[0]]
+        rows.append([e.title + (f" ({e.unit})" if e.unit else ""), _f(first.baseline_mean, _fmt(first))]
+                    + [f"{_difference(cells[a])}, {_p(cells[a].test.p)}" for a in MUL_ARMS])
+    return ["Descriptive: unadjusted p, no multiplicity claim. Place accuracy: of the generated number at that place.",
+            ""] + _table(head, rows)
 
 
 def mul_runs(rec: Records) -> list[str]:
-    labels = ("mle",) + MUL_ARMS
-    seeds = sorted({s for label in labels for s in rec.mul.get(label, {})})
-    head = ["seed"] + [f"`{label}`" for label in labels]
-    rows = []
-    for s in seeds:
-        cells = [str(s)]
-        for label in labels:
-            run = rec.mul.get(label, {}).get(s)
-            cells.append("" if run is None else
-                         f"{endpoint_value(run, 'exact_match'):.1f} / {endpoint_value(run, 'signed_log_mae'):.4f}")
-        rows.append(cells)
+    lines = ["Exact match % at step 3,200, seed: value:", ""]
+    for label in ("mle",) + MUL_ARMS:
+        runs = rec.mul.get(label, {})
+        values = ", ".join(f"{s}: {endpoint_value(runs[s], 'exact_match'):.1f}" for s in sorted(runs))
+        lines.append(f"- `{label}` ({len(runs)} run{'' if len(runs) == 1 else 's'}): {values or 'none yet'}")
     cpu = [r["seconds"]["cpu"] for r in _all(rec.mul)]
-    return ["Per run: in-distribution exact match % / signed-log MAE at step 3,200.", ""] + _table(head, rows) + [
-        "", f"A run took {min(cpu):.0f}-{max(cpu):.0f} s of CPU (one thread, training, checks and evaluation)."]
+    return lines + ["", f"A run took {min(cpu):.0f}-{max(cpu):.0f} s of CPU (one thread: training, checks and evaluation)."]
 
 
 def answer(rec: Records) -> list[str]:
