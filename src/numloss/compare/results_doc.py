@@ -126,6 +126,24 @@ def _mul_analysis(rec: Records) -> tuple[dict[str, Any], list[int], list[Compari
     return plan, seeds, paired_analysis(rec.mul, "mle", MUL_ARMS, seeds=seeds)
 
 
+def mul_shape(rec: Records) -> list[str]:
+    """How MLE learns the testbed: its check curve and its accuracy by place (pilot seeds)."""
+    mle = [rec.mul["mle"][s] for s in sorted(rec.mul["mle"])[:4]]
+    first = [100 * r["learning"]["checks"][0][1] for r in mle]
+    last = [100 * r["learning"]["checks"][-1][1] for r in mle]
+    step0, step1 = mle[0]["learning"]["checks"][0][0], mle[0]["learning"]["checks"][-1][0]
+    half = len(mle[0]["learning"]["checks"]) // 2 - 1
+    middle = [100 * r["learning"]["checks"][half][1] for r in mle]
+    step_half = mle[0]["learning"]["checks"][half][0]
+    places = {i: statistics.fmean(endpoint_value(r, f"place_{i}") for r in mle) for i in range(4)}
+    return [
+        f"MLE's first {len(mle)} seeds: check exact match {min(first):.1f}-{max(first):.1f} % at step {step0}, "
+        f"{min(middle):.1f}-{max(middle):.1f} % at step {step_half}, {min(last):.1f}-{max(last):.1f} % at step {step1}; accuracy of the "
+        f"generated answer by place: units {places[0]:.1f} %, tens {places[1]:.1f} %, hundreds {places[2]:.1f} %, "
+        f"thousands {places[3]:.1f} % (of answers that have one).",
+    ]
+
+
 def mul_plan(rec: Records) -> list[str]:
     plan, seeds, _ = _mul_state(rec)
     values = ", ".join(f"{v:.2f}" for v in plan["pilot_values"])
@@ -260,14 +278,20 @@ def add_facts(rec: Records) -> list[str]:
     cpu = [r["seconds"]["cpu"] for r in records]
     mle = [endpoint_value(r, "exact_match") for r in rec.add["mle"].values()]
     mle_learnt = [rec.add["mle"][s]["learning"]["learnt"] for s in range(4)]
+    learnt_on = {label: sum(rec.add[label][s]["learning"]["learnt"] for s in range(4)) for label in ("mle",) + DEMO_ARMS}
+    counts = {label: len(seeds) for label, seeds in rec.add.items()}
+    most = max(counts.values())
     return [
+        f"{len(counts)} objectives: {', '.join(f'`{k}`' for k, v in counts.items() if v == most)} with {most} seeds, "
+        f"the other {sum(v < most for v in counts.values())} with {min(counts.values())}, all on one machine. "
         f"Over the {len(records)} runs, the {len(learnt)} that learnt score {min(learnt):.1f}-{max(learnt):.1f} % "
         f"on the 2,000 test items and the {len(other)} that did not {min(other):.1f}-{max(other):.1f} %: the ranges "
         f"overlap (the 200-item check slice is noisier than the test set), so learnt-or-not is a threshold on a "
         f"continuum, not a gap. MLE's per-seed exact match has SD {statistics.stdev(mle):.1f} points over "
         f"{len(mle)} seeds. A run took {min(cpu):.1f}-{max(cpu):.1f} s of CPU (one thread; less when it learnt early)."
         f" Seeds 0-3, the demo's, are easy ones for MLE: {sum(mle_learnt)} of 4 learnt, against "
-        f"{sum(r['learning']['learnt'] for r in rec.add['mle'].values())} of {len(mle)} over all seeds.",
+        f"{sum(r['learning']['learnt'] for r in rec.add['mle'].values())} of {len(mle)} over all seeds; on them DEL "
+        f"alpha 0.3 learnt in {learnt_on['del-a0.3']} of 4 and NTL-WAS in {learnt_on['ntl-was']} of 4.",
     ]
 
 
@@ -303,7 +327,7 @@ def chunked(rec: Records) -> list[str]:
 
 
 RENDERERS: dict[str, Callable[[Records], list[str]]] = {
-    "answer": answer, "mul-plan": mul_plan, "mul-primary": mul_primary, "mul-secondary": mul_secondary,
+    "answer": answer, "mul-shape": mul_shape, "mul-plan": mul_plan, "mul-primary": mul_primary, "mul-secondary": mul_secondary,
     "mul-runs": mul_runs, "add-paired": add_paired, "add-facts": add_facts, "chunked": chunked,
 }
 
