@@ -212,7 +212,14 @@ def mul_runs(rec: Records) -> list[str]:
         values = ", ".join(f"{s}: {endpoint_value(runs[s], 'exact_match'):.1f}" for s in sorted(runs))
         lines.append(f"- `{label}` ({len(runs)} run{'' if len(runs) == 1 else 's'}): {values or 'none yet'}")
     cpu = [r["seconds"]["cpu"] for r in _all(rec.mul)]
-    return lines + ["", f"A run took {min(cpu):.0f}-{max(cpu):.0f} s of CPU (one thread: training, checks and evaluation)."]
+    missing = max(int(_in_distribution_of(r)["missing"]) for r in _all(rec.mul))
+    none = "no output lacked a number" if missing == 0 else f"at most {missing} of 2,000 outputs of a run lacked a number"
+    return lines + ["", f"Signed-log MAE: {none} (such outputs are left out of it). "
+                    f"A run took {min(cpu):.0f}-{max(cpu):.0f} s of CPU (one thread: training, checks and evaluation)."]
+
+
+def _in_distribution_of(run: dict[str, Any]) -> dict[str, Any]:
+    return run["evaluation"]["in_distribution"]
 
 
 def answer(rec: Records) -> list[str]:
