@@ -120,10 +120,15 @@ def _mul_state(rec: Records) -> tuple[dict[str, Any], list[int], list[Comparison
 
 def _mul_analysis(rec: Records) -> tuple[dict[str, Any], list[int], list[Comparison]]:
     plan = seed_plan(rec.mul["mle"])
-    labels = ("mle",) + MUL_ARMS
+    arms = _mul_arms(plan)
     planned = list(range(plan["seeds"]))
-    seeds = [s for s in complete_seeds(rec.mul, labels) if s in planned]
-    return plan, seeds, paired_analysis(rec.mul, "mle", MUL_ARMS, seeds=seeds)
+    seeds = [s for s in complete_seeds(rec.mul, ("mle",) + arms) if s in planned]
+    return plan, seeds, paired_analysis(rec.mul, "mle", arms, seeds=seeds)
+
+
+def _mul_arms(plan: dict[str, Any]) -> tuple[str, ...]:
+    """The arms the seed rule keeps: all three, or DEL alone when the pilot SD exceeded its limit."""
+    return MUL_ARMS[:1] if plan["two_arms"] else MUL_ARMS
 
 
 def mul_shape(rec: Records) -> list[str]:
@@ -149,11 +154,12 @@ def mul_plan(rec: Records) -> list[str]:
     values = ", ".join(f"{v:.2f}" for v in plan["pilot_values"])
     return [
         f"Pilot (MLE seeds {plan['pilot_seeds'][0]}-{plan['pilot_seeds'][-1]}): exact match {values} % "
-        f"(mean {plan['pilot_mean']:.2f}), SD s = **{plan['sd']:.2f} points** (<= {plan['sd_limit']}: all four arms). "
-        f"With a paired SD of sqrt(2) s = {math.sqrt(2) * plan['sd']:.2f}, alpha {plan['alpha']:.4f} and 80 % power "
+        f"(mean {plan['pilot_mean']:.2f}), SD s = **{plan['sd']:.2f} points** "
+        + (f"(> {plan['sd_limit']}: MLE and DEL alpha 0.3 only). " if plan["two_arms"] else f"(<= {plan['sd_limit']}: all four arms). ")
+        + f"With a paired SD of sqrt(2) s = {math.sqrt(2) * plan['sd']:.2f}, alpha {plan['alpha']:.4f} and 80 % power "
         f"for +{plan['effect']} points the rule gives **{plan['seeds']} seeds per arm** (seeds 0-{plan['seeds'] - 1}). "
         + (f"**Complete: all {plan['seeds']} seeds of every arm are in.**" if len(seeds) == plan["seeds"] else
-           f"**Incomplete: {len(seeds)} of {plan['seeds']} seeds have all four arms**; the tables below are an interim "
+           f"**Incomplete: {len(seeds)} of {plan['seeds']} seeds have every arm**; the tables below are an interim "
            "look with CIs and no verdict (pre-registered: no interim test). The grid continues: "
            "`numloss compare configs/compare-mul.yaml --jobs 1` skips every recorded run."),
     ]
@@ -169,7 +175,8 @@ def _difference(c: Comparison) -> str:
 
 
 def mul_primary(rec: Records) -> list[str]:
-    _, seeds, comparisons = _mul_state(rec)
+    plan, seeds, comparisons = _mul_state(rec)
+    arms = _mul_arms(plan)
     if len(seeds) < 2:
         return ["Fewer than two seeds have every arm yet: no paired difference to show."]
     primary = [c for c in comparisons if c.endpoint.primary]
@@ -177,30 +184,31 @@ def mul_primary(rec: Records) -> list[str]:
     for e in dict.fromkeys(c.endpoint for c in primary):
         head += [f"{e.title}: arm - MLE [95 % CI]", "p", "Holm p", "detectable"]
     rows = []
-    for arm in MUL_ARMS:
+    for arm in arms:
         row = [f"`{arm}`"]
         for c in (c for c in primary if c.arm == arm):
             row += [_difference(c), _p(c.test.p), _p(c.p_holm), _f(c.mde, _fmt(c))]
         rows.append(row)
-    means = "; ".join(f"{c.endpoint.title} {_f(c.baseline_mean, _fmt(c))}" for c in primary if c.arm == MUL_ARMS[0])
+    means = "; ".join(f"{c.endpoint.title} {_f(c.baseline_mean, _fmt(c))}" for c in primary if c.arm == arms[0])
     return [f"Seeds {seeds[0]}-{seeds[-1]} ({len(seeds)}) of every arm; MLE's mean: {means}. Paired t on the per-seed "
-            "differences, Holm over the three arms per endpoint; detectable: the difference these seeds detect with "
-            "80 % power at the observed SD of the differences, at alpha 0.05/3.", ""] + _table(head, rows) + [
+            f"differences, Holm over the {len(arms)} arm(s) per endpoint; detectable: the difference these seeds detect "
+            f"with 80 % power at the observed SD of the differences, at alpha {0.05 / len(arms):.4g}.", ""] + _table(head, rows) + [
             "", machine(rec.mul)]
 
 
 def mul_secondary(rec: Records) -> list[str]:
-    _, seeds, comparisons = _mul_state(rec)
+    plan, seeds, comparisons = _mul_state(rec)
+    arms = _mul_arms(plan)
     if len(seeds) < 2:
         return ["Fewer than two seeds have every arm yet."]
     secondary = [c for c in comparisons if not c.endpoint.primary]
-    head = ["endpoint", "MLE"] + [f"`{arm}` - MLE [95 % CI], p" for arm in MUL_ARMS]
+    head = ["endpoint", "MLE"] + [f"`{arm}` - MLE [95 % CI], p" for arm in arms]
     rows = []
     for e in dict.fromkeys(c.endpoint for c in secondary):
         cells = {c.arm: c for c in secondary if c.endpoint == e}
-        first = cells[MUL_ARMS[0]]
+        first = cells[arms[0]]
         rows.append([e.title + (f" ({e.unit})" if e.unit else ""), _f(first.baseline_mean, _fmt(first))]
-                    + [f"{_difference(cells[a])}, {_p(cells[a].test.p)}" for a in MUL_ARMS])
+                    + [f"{_difference(cells[a])}, {_p(cells[a].test.p)}" for a in arms])
     return ["Descriptive: unadjusted p, no multiplicity claim. Place accuracy: of the generated number at that place.",
             ""] + _table(head, rows)
 
