@@ -185,3 +185,16 @@ def test_learning_speed_section(tmp_path) -> None:
     assert "| mle | 30.0 / 1.500 / - | 30.0 / 1.500 / - | 30.0 / 1.500 / - | 90.0 / 1.500 / 750 |" in report
     for name in ("learnt_by_step.png", "exact_match_per_seed.png"):
         assert (tmp_path / name).stat().st_size > 0, name
+
+
+def test_paired_table_by_seed() -> None:
+    from numloss.compare.report import paired_table
+
+    shifts = [0.0, 0.1, -0.1, 0.2, -0.2]
+    five = [_result("mle", s, 0.3 + d, 9.0) for s, d in enumerate(shifts)]
+    five += [_result("del", s, 0.5 + d + 0.01 * s, 4.0) for s, d in enumerate(shifts)]
+    lines = paired_table(aggregate(five))
+    row = next(line for line in lines if line.startswith("| del |"))
+    # differences 20, 21, 22, 23, 24 points: mean 22, sd 1.58, t interval 22 +- 2.776 x 0.707
+    assert row.startswith("| del | 5 | +22.0 [+20.0, +24.0] | 0.000 | 0.000 |"), row
+    assert paired_table(aggregate(RESULTS[:2])) == [], "one objective: nothing to pair"
