@@ -119,11 +119,13 @@ def _mul_state(rec: Records) -> tuple[dict[str, Any], list[int], list[Comparison
 
 
 def _mul_analysis(rec: Records) -> tuple[dict[str, Any], list[int], list[Comparison]]:
+    """(plan, seeds every arm has, comparisons): each comparison pairs the planned seeds that both
+    of its arms have (pre-registered: a seed counts in a comparison when both runs are recorded)."""
     plan = seed_plan(rec.mul["mle"])
     arms = _mul_arms(plan)
     planned = list(range(plan["seeds"]))
     seeds = [s for s in complete_seeds(rec.mul, ("mle",) + arms) if s in planned]
-    return plan, seeds, paired_analysis(rec.mul, "mle", arms, seeds=seeds)
+    return plan, seeds, paired_analysis(rec.mul, "mle", arms, seeds=planned)
 
 
 def _mul_arms(plan: dict[str, Any]) -> tuple[str, ...]:
@@ -159,7 +161,8 @@ def mul_plan(rec: Records) -> list[str]:
         + f"With a paired SD of sqrt(2) s = {math.sqrt(2) * plan['sd']:.2f}, alpha {plan['alpha']:.4f} and 80 % power "
         f"for +{plan['effect']} points the rule gives **{plan['seeds']} seeds per arm** (seeds 0-{plan['seeds'] - 1}). "
         + (f"**Complete: all {plan['seeds']} seeds of every arm are in.**" if len(seeds) == plan["seeds"] else
-           f"**Incomplete: {len(seeds)} of {plan['seeds']} seeds have every arm**; the tables below are an interim "
+           f"**Incomplete: {len(seeds)} of {plan['seeds']} seeds have every arm** (" + ", ".join(
+               f"`{a}` {len(rec.mul.get(a, {}))}" for a in ("mle",) + _mul_arms(plan)) + " runs); the tables below are an interim "
            "look with CIs and no verdict (pre-registered: no interim test). The grid continues: "
            "`numloss compare configs/compare-mul.yaml --jobs 1` skips every recorded run."),
     ]
@@ -177,8 +180,8 @@ def _difference(c: Comparison) -> str:
 def mul_primary(rec: Records) -> list[str]:
     plan, seeds, comparisons = _mul_state(rec)
     arms = _mul_arms(plan)
-    if len(seeds) < 2:
-        return ["Fewer than two seeds have every arm yet: no paired difference to show."]
+    if max(c.test.n for c in comparisons) < 2:
+        return ["Fewer than two seeds pair with MLE yet: no paired difference to show."]
     primary = [c for c in comparisons if c.endpoint.primary]
     head = ["arm"]
     for e in dict.fromkeys(c.endpoint for c in primary):
@@ -190,7 +193,8 @@ def mul_primary(rec: Records) -> list[str]:
             row += [_difference(c), _p(c.test.p), _p(c.p_holm), _f(c.mde, _fmt(c))]
         rows.append(row)
     means = "; ".join(f"{c.endpoint.title} {_f(c.baseline_mean, _fmt(c))}" for c in primary if c.arm == arms[0])
-    return [f"Seeds {seeds[0]}-{seeds[-1]} ({len(seeds)}) of every arm; MLE's mean: {means}. Paired t on the per-seed "
+    counts = ", ".join(f"`{a}` {next(c.test.n for c in primary if c.arm == a)}" for a in arms)
+    return [f"Seeds paired with MLE: {counts}; MLE's mean over the first arm's pairs: {means}. Paired t on the per-seed "
             f"differences, Holm over the {len(arms)} arm(s) per endpoint; detectable: the difference these seeds detect "
             f"with 80 % power at the observed SD of the differences, at alpha {0.05 / len(arms):.4g}.", ""] + _table(head, rows) + [
             "", machine(rec.mul)]
@@ -199,8 +203,8 @@ def mul_primary(rec: Records) -> list[str]:
 def mul_secondary(rec: Records) -> list[str]:
     plan, seeds, comparisons = _mul_state(rec)
     arms = _mul_arms(plan)
-    if len(seeds) < 2:
-        return ["Fewer than two seeds have every arm yet."]
+    if max(c.test.n for c in comparisons) < 2:
+        return ["Fewer than two seeds pair with MLE yet."]
     secondary = [c for c in comparisons if not c.endpoint.primary]
     head = ["endpoint", "MLE"] + [f"`{arm}` - MLE [95 % CI], p" for arm in arms]
     rows = []
@@ -234,18 +238,17 @@ def answer(rec: Records) -> list[str]:
     plan, seeds, comparisons = _mul_state(rec)
     complete = len(seeds) == plan["seeds"]
     lines = []
-    if len(seeds) < 2:
+    main = next(c for c in comparisons if c.endpoint.key == "exact_match" and c.arm == "del-a0.3")
+    if main.test.n < 2:
         lines.append(f"- **Graded testbed, 2-digit x 2-digit multiplication** (pre-registered, seed-paired): "
-                     f"running; {len(seeds)} of {plan['seeds']} seeds have every arm, too few for a difference yet.")
-    for c in comparisons if len(seeds) >= 2 else []:
-        if c.endpoint.key != "exact_match" or c.arm != "del-a0.3":
-            continue
+                     f"running; {main.test.n} of {plan['seeds']} seeds pair DEL with MLE, too few for a difference yet.")
+    for c in [main] if main.test.n >= 2 else []:
         verdict = ("" if not complete else
                    " **DEL is better.**" if c.p_holm <= 0.05 and c.test.mean > 0 else
                    " **DEL is worse.**" if c.p_holm <= 0.05 else " **Not told apart.**")
         lines.append(
             "- **Graded testbed, 2-digit x 2-digit multiplication** (pre-registered, seed-paired; "
-            + ("complete" if complete else f"interim: {len(seeds)} of {plan['seeds']} seeds") + "):"
+            + ("complete" if complete else f"interim: {c.test.n} of {plan['seeds']} seeds") + "):"
             f" DEL alpha 0.3 minus MLE in exact match {_f(c.test.mean, '{:.1f}', True)} points "
             f"{_ci(*c.test.ci)} (MLE {c.baseline_mean:.1f} %), Holm p {_p(c.p_holm)}.{verdict} "
             f"These seeds detect {c.mde:.1f} points (80 % power); the paper's gain is +2.6.")
