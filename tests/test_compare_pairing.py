@@ -16,7 +16,7 @@ from numloss.compare.config import load_compare_config
 from numloss.hf import NumericTrainer
 
 CONFIG = Path(__file__).resolve().parents[1] / "configs" / "compare-mul.yaml"
-STEPS = 3
+STEPS = 2
 
 
 def _trace(monkeypatch: pytest.MonkeyPatch, tmp_path: Path, label: str, seed: int) -> dict[str, list[str]]:
@@ -57,7 +57,7 @@ def test_same_seed_same_init_and_data_order_across_objectives(monkeypatch: pytes
     torch.set_num_threads(1)
     mle = _trace(monkeypatch, tmp_path, "mle", seed=5)
     assert len(mle["batches"]) == STEPS
-    for label in ("del-a0.3", "del-noplace", "ntl-was"):
+    for label in ("del-a0.3", "ntl-was"):  # del-noplace is del with other weights: the same path
         other = _trace(monkeypatch, tmp_path, label, seed=5)
         assert other["weights"] == mle["weights"], f"{label} seed 5 starts from other weights than mle seed 5"
         assert other["batches"] == mle["batches"], f"{label} seed 5 sees other batches (or order) than mle seed 5"
