@@ -85,6 +85,10 @@ def test_pairing_uses_only_the_seeds_both_have() -> None:
     assert em.seeds == [0, 1, 3, 4] and complete_seeds(runs, ["mle", "arm"]) == [0, 1, 3, 4]
     only = next(c for c in paired_analysis(runs, "mle", ["arm"], seeds=[0, 1]) if c.endpoint.key == "exact_match")
     assert only.seeds == [0, 1]
+    # an arm with too few pairs for a p still counts in the Holm family (as p = 1)
+    runs["late"] = {0: runs["arm"][0]}
+    em = {c.arm: c for c in paired_analysis(runs, "mle", ["arm", "late"]) if c.endpoint.key == "exact_match"}
+    assert math.isnan(em["late"].p_holm) and em["arm"].p_holm == pytest.approx(min(1.0, 2 * em["arm"].test.p))
 
 
 def test_seed_plan_follows_the_preregistered_rule() -> None:

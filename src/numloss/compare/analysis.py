@@ -187,8 +187,12 @@ def paired_analysis(
                 test=test, alpha=level,
             ))
         if endpoint.primary:
-            adjusted = holm([c.test.p for c in group])
-            group = [replace(c, p_holm=p) for c, p in zip(group, adjusted, strict=True)]
+            # an arm without a p yet (too few pairs) still counts in the family, as p = 1: the
+            # adjustment stays over all the planned comparisons, never fewer
+            raw = [c.test.p if math.isfinite(c.test.p) else 1.0 for c in group]
+            adjusted = holm(raw)
+            group = [replace(c, p_holm=p if math.isfinite(c.test.p) else float("nan"))
+                     for c, p in zip(group, adjusted, strict=True)]
         out += group
     return out
 
