@@ -1,4 +1,4 @@
-"""Report formatting: aggregation over seeds, the Wilson interval, best-in-bold, the files."""
+"""Report formatting: aggregation over seeds, the Wilson interval, marks only where significant, the files."""
 
 from __future__ import annotations
 
@@ -11,6 +11,7 @@ import pytest
 from numloss.compare.report import (
     aggregate,
     markdown_table,
+    significant_labels,
     text_table,
     write_report,
 )
@@ -110,17 +111,28 @@ def test_report_shows_every_run_and_the_embedding_order(tmp_path) -> None:
     assert "## Digit embeddings" not in (tmp_path / "report.md").read_text()
 
 
-def test_table_marks_the_best_per_column() -> None:
+def test_table_marks_only_a_significant_paired_difference() -> None:
+    # two seeds: nothing is marked, whatever the means (a few seeds rank nothing)
     table = markdown_table(aggregate(RESULTS), "in_distribution")
     lines = table.splitlines()
     assert lines[0].startswith("| objective | seeds | exact match % | exact match 95% CI | MAE |")
-    mle, dele = lines[2], lines[3]
-    assert "**55.0 ± 7.1**" in dele and "35.0 ± 7.1" in mle and "**35.0" not in mle
-    assert "**6 ± 1.41**" in mle, "lowest MAE is bold"
-    assert "**" not in mle.split("|")[9] and "**" not in dele.split("|")[9], "digit entropy is never bold"
-    assert "[" in mle and "]" in mle
-    text = text_table(aggregate(RESULTS), "in_distribution")
-    assert "55.0 ± 7.1 *" in text and "**" not in text
+    assert "**" not in table and "55.0 ± 7.1" in lines[3] and "[" in lines[2]
+    assert " *" not in text_table(aggregate(RESULTS), "in_distribution")
+    # five seeds, del always ~20 points above mle on the same seed, lower MAE: only its exact match is marked
+    shifts = [0.0, 0.1, -0.1, 0.2, -0.2]
+    five = [_result("mle", s, 0.3 + d, 9.0) for s, d in enumerate(shifts)]
+    five += [_result("del", s, 0.5 + d + 0.01 * s, 4.0) for s, d in enumerate(shifts)]
+    five += [_result("emo", s, 0.3 + d + (0.05 if s % 2 else -0.05), 9.0) for s, d in enumerate(shifts)]
+    summary = aggregate(five)
+    assert significant_labels(summary, "in_distribution") == {"del"}
+    rows = {line.split("|")[1].strip(): line for line in markdown_table(summary, "in_distribution").splitlines()[2:]}
+    assert rows["del"].count("**") == 2 and rows["del"].split("|")[3].strip().startswith("**")
+    assert "**" not in rows["mle"] and "**" not in rows["emo"], "the baseline and a non-difference are never marked"
+    assert " *" in text_table(summary, "in_distribution").splitlines()[3]
+    # the same values without the pairing (seeds relabelled at random): the seed luck swamps it
+    shuffled = [_result("mle", s, 0.3 + d, 9.0) for s, d in enumerate(shifts)]
+    shuffled += [_result("del", s, 0.5 + d, 4.0) for s, d in zip([0, 1, 2, 3, 4], [0.2, -0.2, 0.1, 0.0, -0.1], strict=True)]
+    assert significant_labels(aggregate(shuffled), "in_distribution") == set()
 
 
 def test_write_report_files(tmp_path) -> None:
@@ -173,3 +185,16 @@ def test_learning_speed_section(tmp_path) -> None:
     assert "| mle | 30.0 / 1.500 / - | 30.0 / 1.500 / - | 30.0 / 1.500 / - | 90.0 / 1.500 / 750 |" in report
     for name in ("learnt_by_step.png", "exact_match_per_seed.png"):
         assert (tmp_path / name).stat().st_size > 0, name
+
+
+def test_paired_table_by_seed() -> None:
+    from numloss.compare.report import paired_table
+
+    shifts = [0.0, 0.1, -0.1, 0.2, -0.2]
+    five = [_result("mle", s, 0.3 + d, 9.0) for s, d in enumerate(shifts)]
+    five += [_result("del", s, 0.5 + d + 0.01 * s, 4.0) for s, d in enumerate(shifts)]
+    lines = paired_table(aggregate(five))
+    row = next(line for line in lines if line.startswith("| del |"))
+    # differences 20, 21, 22, 23, 24 points: mean 22, sd 1.58, t interval 22 +- 2.776 x 0.707
+    assert row.startswith("| del | 5 | +22.0 [+20.0, +24.0] | 0.000 | 0.000 |"), row
+    assert paired_table(aggregate(RESULTS[:2])) == [], "one objective: nothing to pair"

@@ -12,11 +12,14 @@ from numloss.compare.survival import (
     chi2_sf,
     learnt_by_step,
     logrank,
+    logrank_exact_p,
     logrank_permutation_p,
     logrank_statistic,
     median_interval,
     median_steps,
     share_learnt,
+    stratified_logrank,
+    stratified_logrank_statistic,
 )
 
 L = lambda step: Outcome(step, True)  # noqa: E731 - learnt at `step`
@@ -129,3 +132,63 @@ def test_permutation_p_is_exact_on_a_tiny_case() -> None:
     )
     exact = extreme / len(splits)
     assert logrank_permutation_p([runs[:2], runs[2:]], permutations=20_000, seed=1) == pytest.approx(exact, abs=0.01)
+
+
+def test_stratified_logrank_hand_worked() -> None:
+    # two seeds; in each, a learnt at 200 and b had not by 400: per stratum O - E = 1/2, V = 1/4
+    stratum = ([Outcome(200, True)], [Outcome(400, False)])
+    assert stratified_logrank_statistic([stratum, stratum]) == pytest.approx(1.0**2 / 0.5)
+    assert stratified_logrank([stratum, stratum]) == pytest.approx(chi2_sf(2.0, 1))
+    # both learn at the same check: no information in that stratum
+    tie = ([Outcome(200, True)], [Outcome(200, True)])
+    assert stratified_logrank_statistic([tie]) == 0.0 and math.isnan(stratified_logrank([tie]))
+    assert stratified_logrank_statistic([stratum, tie]) == pytest.approx(0.5**2 / 0.25)
+
+
+def test_stratified_logrank_of_one_stratum_is_the_plain_one() -> None:
+    rng = random.Random(7)
+    for _ in range(50):
+        groups = [[Outcome(200 * rng.randint(1, 8), rng.random() < 0.5) for _ in range(rng.randint(1, 6))] for _ in range(2)]
+        assert stratified_logrank_statistic([(groups[0], groups[1])]) == pytest.approx(logrank_statistic(groups)[0], abs=1e-9)
+
+
+def test_stratified_logrank_reproduces_the_recorded_addition_grid() -> None:
+    """The seed-stratified p against MLE that two independent recomputations of the records gave
+    (DEL a0.3 0.76, NTL-WAS 0.29, DEL + l1 0.083)."""
+    import json
+    from pathlib import Path
+
+
+    outcomes = {}
+    for path in (Path(__file__).resolve().parents[1] / "results" / "compare").glob("*.json"):
+        run = json.loads(path.read_text())
+        outcomes[run["label"], run["seed"]] = Outcome(int(run["learning"]["step"]), bool(run["learning"]["learnt"]))
+    for label, expected in (("del-a0.3", 0.76), ("ntl-was", 0.29), ("del-l1", 0.083)):
+        strata = [([outcomes[label, s]], [outcomes["mle", s]]) for s in range(20)]
+        assert stratified_logrank(strata) == pytest.approx(expected, abs=0.005), label
+
+
+def test_logrank_exact_p_enumerates_every_split() -> None:
+    # one run each: both splits give the same statistic, so p = 1
+    assert logrank_exact_p([[L(200)], [C(400)]]) == 1.0
+    # three early learners against three that never learnt: only the observed split and its mirror
+    # are as extreme, 2 of C(6, 3) = 20
+    assert logrank_exact_p([[L(200)] * 3, [C(800)] * 3]) == pytest.approx(2 / 20)
+    rng = random.Random(11)
+    groups = [[Outcome(200 * rng.randint(1, 6), rng.random() < 0.6) for _ in range(5)] for _ in range(2)]
+    assert logrank_exact_p(groups) == pytest.approx(logrank_permutation_p(groups, 20_000, seed=1), abs=0.02)
+    with pytest.raises(ValueError):
+        logrank_exact_p([[L(200)] * 20, [C(800)] * 20], limit=1000)
+
+
+def test_logrank_exact_p_reproduces_the_recorded_chunked_grid() -> None:
+    """The exact p of the two-digit chunked grid that two recomputations gave (DEL 0.032, NTL-WAS 0.079)."""
+    import json
+    from pathlib import Path
+
+    outcomes: dict[str, list[Outcome]] = {}
+    for path in (Path(__file__).resolve().parents[1] / "results" / "compare-chunked-2digit").glob("*.json"):
+        run = json.loads(path.read_text())
+        outcomes.setdefault(run["label"], []).append(Outcome(int(run["learning"]["step"]), bool(run["learning"]["learnt"])))
+    assert logrank_exact_p([outcomes["del-a0.3"], outcomes["mle"]]) == pytest.approx(0.032, abs=5e-4)
+    assert logrank_exact_p([outcomes["ntl-was"], outcomes["mle"]]) == pytest.approx(0.079, abs=5e-4)

@@ -84,3 +84,20 @@ def test_bad_task_is_a_clear_error() -> None:
         ArithmeticTask.from_dict({"train": {"digits": 1, "decimal_share": 0.0, "operations": "+"}, "test_size": 2000})
     with pytest.raises(ValueError, match="decimal_places"):
         Distribution(digits=1, decimal_places=2).check("task.train")
+
+
+def test_the_multiplication_testbed_draws_two_digit_products() -> None:
+    from pathlib import Path
+
+    from numloss.compare.config import load_compare_config
+
+    task = load_compare_config(Path(__file__).resolve().parents[1] / "configs" / "compare-mul.yaml").task
+    sets = task.test_sets()
+    held_out = {e.instruction for items in sets.values() for e in items}
+    train = task.train_set(0, exclude=held_out)[:3000]
+    for item in train + sets["in_distribution"]:
+        a, b = re.fullmatch(r"(\d+)\*(\d+)=", item.instruction).groups()
+        assert 10 <= int(a) <= 99 and 10 <= int(b) <= 99, item
+        assert item.output == str(int(a) * int(b)) and 3 <= len(item.output) <= 4, item
+    assert not {e.instruction for e in train} & held_out
+    assert len({e.instruction for e in sets["in_distribution"]}) == 2000

@@ -11,7 +11,13 @@ import pytest
 
 from numloss.compare.arith_words import ArithmeticWordTask, word_problem
 from numloss.compare.config import load_compare_config
-from numloss.compare.paired import discordant, holm, mcnemar_exact_p, paired_comparison, sign_flip_p
+from numloss.compare.item_paired import (
+    discordant,
+    holm,
+    mcnemar_exact_p,
+    paired_comparison,
+    sign_flip_p,
+)
 from numloss.compare.word_task import ChatExample
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -6,8 +6,11 @@ the default task, two runs at a time. Every 200 steps each run is checked on 200
 it has learnt the task at the first check with exact match >= 80 % and stops there. The demo
 prints how many runs of each objective learnt it and by which step (the learnt-by-step curves are
 in `runs/demo/learnt_by_step.png`), then the final exact match. Four seeds show the spread of a
-bimodal outcome; they do not rank objectives (docs/results.md). Started again, it skips the runs
-that already finished. The full grid: `numloss compare configs/compare.yaml`.
+bimodal outcome; they do not rank objectives. So beside them it prints the recorded 20-seed table
+of the same objectives (`results/compare/`, the runs of `configs/compare.yaml` whose config hash is
+the demo's own), with the seed-paired tests against MLE; an objective is marked only when that
+difference is significant (docs/results.md). Started again, it skips the runs that already
+finished. The full grid: `numloss compare configs/compare.yaml`.
 
 `numloss demo --worked-example` prints instead every objective's loss terms on one fixed batch.
 """
@@ -16,6 +19,7 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
+from typing import Any
 
 import torch
 
@@ -24,6 +28,75 @@ from numloss.losses import LOSSES, build_loss
 
 _CHARS = list("0123456789.") + list(" =+-*/abcdefghijklmnopqrstuvwxyz")
 DEMO_CONFIG = Path("configs/compare-demo.yaml")
+GRID_CONFIG = Path("configs/compare.yaml")  # the recorded grid whose runs the demo's are
+
+
+def recorded_runs(demo: Any, grid_config: Path = GRID_CONFIG) -> dict[str, dict[int, dict[str, Any]]]:
+    """The recorded runs of the grid (`grid_config`'s records_dir) that are the demo's own runs:
+    label -> seed -> record, for every seed whose record has the hash the demo config gives it."""
+    import re
+
+    from numloss.compare.config import load_compare_config
+    from numloss.compare.runner import read_record
+
+    grid = load_compare_config(grid_config)
+    if grid.records_dir is None or not Path(grid.records_dir).is_dir():
+        return {}
+    runs: dict[str, dict[int, dict[str, Any]]] = {}
+    for spec in demo.objectives:
+        seeds = sorted({int(m[1]) for p in Path(grid.records_dir).glob(f"{spec.label}-s*-*.json")
+                        if (m := re.fullmatch(rf"{re.escape(spec.label)}-s(\d+)-[0-9a-f]{{16}}\.json", p.name))})
+        for seed in seeds:
+            config = demo.run_config(spec, seed, Path("unused"), Path("unused.jsonl"))
+            record = read_record(Path(grid.records_dir), f"{spec.label}-s{seed}", demo.run_hash(config))
+            if record is not None:
+                runs.setdefault(spec.label, {})[seed] = record
+    return runs
+
+
+def recorded_table(runs: dict[str, dict[int, dict[str, Any]]], fresh: dict[str, tuple[int, int]] | None = None,
+                   baseline: str = "mle", alpha: float = 0.05) -> list[str]:
+    """Lines of the recorded table: per objective the fresh and recorded learnt counts, the
+    difference in share learnt from `baseline` with its 95 % interval, and the seed-paired tests
+    (seed-stratified log-rank, McNemar). '*' only where the stratified log-rank p, Holm-adjusted
+    over the objectives, is <= `alpha`."""
+    from numloss.compare.analysis import learning_analysis
+    from numloss.compare.paired import holm
+
+    if baseline not in runs:
+        return []
+    arms = [label for label in runs if label != baseline]
+    rows = learning_analysis(runs, baseline, arms)
+    adjusted = holm([r["stratified_logrank_p"] for r in rows])
+    fresh = fresh or {}
+
+    def counts(label: str) -> str:
+        return f"{fresh[label][0]} of {fresh[label][1]}" if label in fresh else "-"
+
+    def p(value: float) -> str:
+        return f"{value:.2f}" if value == value else "n/a"
+
+    base = runs[baseline]
+    learnt = sum(bool(r["learning"]["learnt"]) for r in base.values())
+    table = [("objective", "fresh: learnt", "recorded: learnt", f"share - {baseline} [95% CI]",
+              "stratified log-rank p", "Holm p", "McNemar p"),
+             (baseline, counts(baseline), f"{learnt} of {len(base)}", "-", "-", "-", "-")]
+    for row, p_holm in zip(rows, adjusted, strict=True):
+        low, high = row["share_ci"]
+        mark = " *" if p_holm == p_holm and p_holm <= alpha else ""
+        table.append((row["arm"] + mark, counts(row["arm"]), f"{row['learnt']} of {row['runs']}",
+                      f"{100 * row['share_difference']:+.0f} [{100 * low:+.0f}, {100 * high:+.0f}]",
+                      p(row["stratified_logrank_p"]), p(p_holm), p(row["mcnemar_p"])))
+    widths = [max(len(r[i]) for r in table) for i in range(len(table[0]))]
+    lines = ["  ".join(cell.ljust(w) for cell, w in zip(r, widths, strict=True)).rstrip() for r in table]
+    machines = sorted({f"{r['machine']['cpu']} ({r['machine'].get('vector_extension')}), torch {r['machine']['torch']}, "
+                       f"{r['machine']['date']}" for seeds in runs.values() for r in seeds.values()})
+    marked = any(" *" in r[0] for r in table)
+    return lines + [
+        f"Recorded on {'; '.join(machines)}. Paired by seed: seed s of every objective has the same data and initial weights.",
+        "'*': differs from " + baseline + " (seed-stratified log-rank, Holm over the objectives, p <= 0.05)"
+        + ("." if marked else "; none does at these seed counts."),
+    ]
 
 
 def worked_example(seed: int = 0) -> list[tuple[str, float, float, float, int, int]]:
@@ -91,10 +164,19 @@ def main(argv: list[str] | None = None) -> int:
         f"numloss demo: {len(compare.objectives)} objectives ({objectives}) x seeds {compare.seeds} on the "
         f"tiny model; report in {compare.output_dir}/. Finished runs are kept: run again to continue.\n"
         "A run has learnt the task at its first check with held-out exact match >= 80 % (every 200 steps). "
-        "Four seeds per objective show the spread; they do not rank objectives (docs/results.md; the full "
-        "grid: numloss compare configs/compare.yaml).",
+        "Four seeds per objective show the spread; they do not rank objectives: the recorded 20-seed table of "
+        "the same objectives follows them (docs/results.md; the full grid: numloss compare configs/compare.yaml).",
         flush=True,
     )
-    run_comparison(compare, progress=not args.no_progress)
+    summary = run_comparison(compare, progress=not args.no_progress)
+    fresh = {label: (e["learning"]["learnt"], e["learning"]["runs"]) for label, e in summary.items() if "learning" in e}
+    config_dir = Path(args.config).resolve().parent
+    lines = recorded_table(recorded_runs(compare, config_dir / GRID_CONFIG.name), fresh)
+    if lines:
+        print(f"\nThe same objectives in the recorded grid ({GRID_CONFIG}; the same runs, by config hash), beside "
+              f"the {len(compare.seeds)} seeds just run:")
+        print("\n".join(lines))
+    else:
+        print(f"\n(no recorded runs of these objectives found beside {args.config}: the 20-seed table is in docs/results.md)")
     return 0
 

@@ -89,7 +89,9 @@ def _run_comparison(compare: Any, progress: bool, print_table: bool, finished_on
             print("\n" + "\n".join(learning[2:]))  # the section without its heading
         first = next(iter(next(iter(summary.values()))["sets"]), None) if summary else None
         if first is not None:
-            print(f"\n{first} (held-out) of every run; best marked *:")
+            from numloss.compare.report import MARK_NOTE
+
+            print(f"\n{first} (held-out) of every run; {MARK_NOTE}:")
             print(text_table(summary, first))
         print(f"\nreport: {compare.output_dir / 'report.md'} (all held-out sets, plots, results.json)")
     return summary

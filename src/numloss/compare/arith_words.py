@@ -20,7 +20,7 @@ recorded, item by item, so every record carries its own check of that equivalenc
 "#### <gold>", scored the same way (first `benchmark_limit` open-answer items of each).
 
 Each set's per-item verdicts are kept as a 0/1 string (`items`) so two runs can be compared item
-by item (McNemar, numloss.compare.paired).
+by item (McNemar, numloss.compare.item_paired).
 """
 
 from __future__ import annotations

@@ -1,8 +1,8 @@
 """Has a run learnt the task yet? Checks during training, on a small fixed held-out slice.
 
-A comparison's outcome per run is bimodal (a run either learns the answer's hard last digit in its
-budget or it does not), so a final-step pass count is a lottery over which runs happened to cross
-in time. Instead every `every` optimizer steps the run is scored on `slice_size` held-out items
+On the addition task a run's outcome is close to bimodal (it either learns the answer's hard last
+digit in its budget or it does not), so a final-step pass count is a lottery over which runs
+happened to cross in time. Instead every `every` optimizer steps the run is scored on `slice_size` held-out items
 (greedy decoding, exact match), and the run **has learnt the task** at the first check whose exact
 match is at least `threshold`. With `stop_early` a run stops there (the step is recorded; its
 final evaluation is of the model at that step), which buys seeds. What a run records:
@@ -11,7 +11,9 @@ final evaluation is of the model at that step), which buys seeds. What a run rec
     learnt:   true / false
     step:     the first check that met the criterion, or the last check done (censored)
 
-These are the (step, learnt) outcomes of `numloss.compare.survival`. The slice is drawn apart
+These are the (step, learnt) outcomes of `numloss.compare.survival`. On a graded task
+(configs/compare-mul.yaml) the checks run with `stop_early: false`: every run is scored at its last
+step, and the checks give the area under the check curve (`numloss.compare.paired.check_curve_area`). The slice is drawn apart
 from the test sets and from training (`ArithmeticTask.check_set`), the same for every run.
 """
 

@@ -1,127 +1,232 @@
-"""Seed-paired and item-paired tests between two arms of a grid scored item by item.
+"""Seed-paired statistics: a comparison whose arms share their seeds is analysed by seed.
 
-Two arms trained with the same seed see the same data in the same order from the same
-initialisation and are scored on the same items, so every comparison here is paired twice over:
+Seed s gives every objective the same training data, data order and initialisation, so the
+per-seed difference (objective - baseline) removes the seed's own luck from the comparison. This
+module holds what the pre-registered analysis of docs/results.md needs, in plain Python (no
+SciPy in the environment):
 
-- **item level** (McNemar): for seed s, b_s items right under arm A only and c_s under B only;
-  the exact two-sided binomial test of b = sum b_s against c = sum c_s (seeds as strata, pooled
-  discordant pairs). It asks whether these trained models differ on these items; with few seeds
-  it is the test that can reject.
-- **seed level**: the per-seed differences of exact match, their mean with a Student t 95 %
-  interval, and the exact two-sided sign-flip test (all 2^n sign patterns; with n seeds the
-  smallest p is 2 / 2^n, so 4 seeds can never reach 0.05: the interval carries that case).
-- **minimum detectable effect** (80 % power, two-sided 0.05) of both, from the observed
-  discordance rate and the observed spread of the per-seed differences.
+* `paired_t`: the mean per-seed difference, its Student t interval and two-sided p;
+* `holm`: Holm's step-down adjustment of several p values (family-wise error at alpha);
+* `paired_t_power`, `seeds_for_power`, `minimum_detectable_effect`: the exact power of the
+  two-sided paired t test (noncentral t, by quadrature over the variance), the seed count a
+  planned effect needs and the effect a given seed count detects;
+* `mcnemar_exact_p`: the exact paired test of a yes/no outcome (learnt or not) by seed;
+* `check_curve_area`: the area under a run's learning-check curve (mean exact match over training).
 
-Holm's step-down correction over the comparisons of one report.
+`tests/test_compare_paired.py` checks them against hand-worked values and by simulation: on
+synthetic seeds with a known effect the test finds it at the computed power, and on a null it
+rejects at its nominal rate.
 """
 
 from __future__ import annotations
 
-import itertools
 import math
 import statistics
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from functools import lru_cache
 from typing import Any
 
-from numloss.compare.stats import _T975
-
-#: one-sided 80 % Student t quantiles t(0.80, df), df = 1..10 (above: the normal 0.8416)
-_T80 = (1.376, 1.061, 0.978, 0.941, 0.920, 0.906, 0.896, 0.889, 0.883, 0.879)
-_Z975, _Z80 = 1.959964, 0.841621
+_EPS = 1e-15
 
 
-def _t975(df: int) -> float:
-    return _T975[df - 1] if 1 <= df <= len(_T975) else 1.96
+def _betacf(a: float, b: float, x: float) -> float:
+    """Continued fraction of the regularised incomplete beta (modified Lentz)."""
+    tiny = 1e-300
+    qab, qap, qam = a + b, a + 1.0, a - 1.0
+    c, d = 1.0, 1.0 - qab * x / qap
+    d = 1.0 / (d if abs(d) > tiny else tiny)
+    h = d
+    for m in range(1, 400):
+        m2 = 2 * m
+        aa = m * (b - m) * x / ((qam + m2) * (a + m2))
+        d = 1.0 + aa * d
+        d = 1.0 / (d if abs(d) > tiny else tiny)
+        c = 1.0 + aa / c if abs(1.0 + aa / c) > tiny else tiny
+        h *= d * c
+        aa = -(a + m) * (qab + m) * x / ((a + m2) * (qap + m2))
+        d = 1.0 + aa * d
+        d = 1.0 / (d if abs(d) > tiny else tiny)
+        c = 1.0 + aa / c if abs(1.0 + aa / c) > tiny else tiny
+        delta = d * c
+        h *= delta
+        if abs(delta - 1.0) < 1e-14:
+            break
+    return h
 
 
-def _t80(df: int) -> float:
-    return _T80[df - 1] if 1 <= df <= len(_T80) else _Z80
-
-
-def mcnemar_exact_p(b: int, c: int) -> float:
-    """Exact two-sided McNemar p: P(|X - n/2| >= |b - n/2|), X ~ Binomial(n = b + c, 1/2)."""
-    n = b + c
-    if n == 0:
+def incomplete_beta(a: float, b: float, x: float) -> float:
+    """The regularised incomplete beta function I_x(a, b), for a, b > 0 and 0 <= x <= 1."""
+    if x <= 0.0:
+        return 0.0
+    if x >= 1.0:
         return 1.0
-    k = min(b, c)
-    tail = sum(math.comb(n, i) for i in range(k + 1)) / 2**n
-    return min(1.0, 2 * tail)
+    front = math.exp(math.lgamma(a + b) - math.lgamma(a) - math.lgamma(b) + a * math.log(x) + b * math.log1p(-x))
+    if x < (a + 1.0) / (a + b + 2.0):
+        return front * _betacf(a, b, x) / a
+    return 1.0 - front * _betacf(b, a, 1.0 - x) / b
 
 
-def discordant(bits_a: str, bits_b: str) -> tuple[int, int]:
-    """(items right under A only, items right under B only) of two 0/1 verdict strings."""
-    if len(bits_a) != len(bits_b):
-        raise ValueError(f"verdict strings of different lengths ({len(bits_a)} vs {len(bits_b)}): not the same items")
-    b = sum(x == "1" and y == "0" for x, y in zip(bits_a, bits_b, strict=True))
-    c = sum(x == "0" and y == "1" for x, y in zip(bits_a, bits_b, strict=True))
-    return b, c
+def t_sf(t: float, df: float) -> float:
+    """P(T > t) for Student's t with `df` degrees of freedom."""
+    tail = 0.5 * incomplete_beta(df / 2.0, 0.5, df / (df + t * t))
+    return tail if t >= 0 else 1.0 - tail
 
 
-def sign_flip_p(diffs: Sequence[float]) -> float:
-    """Exact two-sided p of the paired sign-flip test: the share of the 2^n sign patterns whose
-    |mean| is at least the observed one (n <= 16)."""
-    xs = list(diffs)
-    if not xs:
-        return float("nan")
-    if len(xs) > 16:
-        raise ValueError("sign_flip_p enumerates 2^n patterns: at most 16 pairs")
-    observed = abs(sum(xs)) - 1e-12
-    hits = sum(abs(sum(s * x for s, x in zip(signs, xs, strict=True))) >= observed
-               for signs in itertools.product((1, -1), repeat=len(xs)))
-    return hits / 2 ** len(xs)
+@lru_cache(maxsize=1024)
+def t_quantile(p: float, df: float) -> float:
+    """The t with P(T <= t) = p (bisection on `t_sf`; exact to ~1e-10; cached)."""
+    if not 0.0 < p < 1.0:
+        raise ValueError(f"t_quantile: p must be in (0, 1), got {p}")
+    low, high = -1e3, 1e3
+    for _ in range(200):
+        mid = (low + high) / 2
+        if 1.0 - t_sf(mid, df) < p:
+            low = mid
+        else:
+            high = mid
+    return (low + high) / 2
+
+
+def _normal_cdf(x: float) -> float:
+    return 0.5 * math.erfc(-x / math.sqrt(2.0))
+
+
+@dataclass(frozen=True)
+class PairedTest:
+    """The paired t test of per-seed differences: n seeds, mean difference, its interval, p."""
+
+    n: int
+    mean: float
+    sd: float
+    ci: tuple[float, float]
+    p: float
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"n": self.n, "mean": self.mean, "sd": self.sd, "ci95": list(self.ci), "p": self.p}
+
+
+def paired_t(differences: Sequence[float], level: float = 0.95) -> PairedTest:
+    """Two-sided one-sample t test that the mean of `differences` is 0, with its `level` interval.
+
+    NaN interval and p below 2 differences; a zero spread gives p 1 for a zero mean, else 0."""
+    xs = [float(d) for d in differences]
+    n = len(xs)
+    if n == 0:
+        return PairedTest(0, float("nan"), float("nan"), (float("nan"), float("nan")), float("nan"))
+    mean = statistics.fmean(xs)
+    if n < 2:
+        return PairedTest(1, mean, float("nan"), (float("nan"), float("nan")), float("nan"))
+    sd = statistics.stdev(xs)
+    se = sd / math.sqrt(n)
+    if se == 0.0:
+        return PairedTest(n, mean, 0.0, (mean, mean), 1.0 if mean == 0 else 0.0)
+    t = mean / se
+    p = min(1.0, 2.0 * t_sf(abs(t), n - 1))
+    half = t_quantile(0.5 + level / 2, n - 1) * se
+    return PairedTest(n, mean, sd, (mean - half, mean + half), p)
 
 
 def holm(pvalues: Sequence[float]) -> list[float]:
-    """Holm's step-down adjusted p-values, in the order given."""
-    order = sorted(range(len(pvalues)), key=lambda i: pvalues[i])
-    adjusted = [1.0] * len(pvalues)
+    """Holm's step-down adjusted p values (same order as given; NaN stays NaN and is not counted).
+
+    Rejecting every hypothesis whose adjusted p is <= alpha keeps the family-wise error at alpha."""
+    indexed = [(p, i) for i, p in enumerate(pvalues) if p is not None and not math.isnan(p)]
+    indexed.sort()
+    m = len(indexed)
+    adjusted = [float("nan")] * len(pvalues)
     running = 0.0
-    for rank, i in enumerate(order):
-        running = max(running, min(1.0, (len(pvalues) - rank) * pvalues[i]))
+    for rank, (p, i) in enumerate(indexed):
+        running = max(running, min(1.0, (m - rank) * p))
         adjusted[i] = running
     return adjusted
 
 
-def paired_comparison(a: dict[int, str], b: dict[int, str]) -> dict[str, Any]:
-    """Arm A against arm B from their per-seed verdict strings ({seed: "0110..."}), seeds in common.
-
-    Returns the per-seed and pooled discordant counts, McNemar's p, the seed-level mean difference
-    (A - B, in exact-match share) with its t interval and sign-flip p, and both detectable effects."""
-    seeds = sorted(set(a) & set(b))
-    if not seeds:
-        raise ValueError("no seed in common between the two arms")
-    per_seed = []
-    for s in seeds:
-        disc = discordant(a[s], b[s])
-        n = len(a[s])
-        per_seed.append({"seed": s, "n": n, "b": disc[0], "c": disc[1], "diff": (disc[0] - disc[1]) / n})
-    b_all, c_all = sum(p["b"] for p in per_seed), sum(p["c"] for p in per_seed)
-    pairs = sum(p["n"] for p in per_seed)
-    diffs = [p["diff"] for p in per_seed]
-    mean = statistics.fmean(diffs)
-    out: dict[str, Any] = {
-        "seeds": seeds, "per_seed": per_seed, "b": b_all, "c": c_all, "pairs": pairs,
-        "mean_diff": mean, "mcnemar_p": mcnemar_exact_p(b_all, c_all),
-        "sign_flip_p": sign_flip_p(diffs),
-    }
-    # McNemar's detectable effect: the difference whose z = (b - c) / sqrt(b + c) reaches
-    # z_0.975 + z_0.80 at the observed discordance rate q: delta = (1.96 + 0.84) sqrt(q / pairs)
-    q = (b_all + c_all) / pairs
-    out["mde_items"] = (_Z975 + _Z80) * math.sqrt(q / pairs) if q > 0 else float("nan")
-    if len(diffs) >= 2:
-        df = len(diffs) - 1
-        sd = statistics.stdev(diffs)
-        half = _t975(df) * sd / math.sqrt(len(diffs))
-        out.update(sd_diff=sd, ci95=[mean - half, mean + half],
-                   mde_seeds=(_t975(df) + _t80(df)) * sd / math.sqrt(len(diffs)))
-    else:
-        out.update(sd_diff=float("nan"), ci95=[float("nan"), float("nan")], mde_seeds=float("nan"))
-    return out
+def paired_t_power(n: int, effect: float, sd: float, alpha: float = 0.05) -> float:
+    """Power of the two-sided paired t test at level `alpha` with `n` pairs when the differences
+    have mean `effect` and standard deviation `sd`: P(|T| > t_crit) under the noncentral t with
+    df n-1 and noncentrality effect*sqrt(n)/sd, integrated over the chi-square of the variance."""
+    if n < 2:
+        return float("nan")
+    if sd <= 0:
+        return 1.0 if effect != 0 else alpha
+    df = n - 1
+    crit = t_quantile(1.0 - alpha / 2.0, df)
+    ncp = effect * math.sqrt(n) / sd
+    # T = (Z + ncp) / S with S = sqrt(V / df), V ~ chi2(df):
+    # P(|T| > c) = E_S[P(Z > c S - ncp) + P(Z < -c S - ncp)], integrated over S (Simpson's rule);
+    # the density of S, 2 df s chi2_pdf(df s^2), is finite at 0 for every df (chi2's is not for df 1)
+    top = math.sqrt((df + 12.0 * math.sqrt(2.0 * df) + 40.0) / df)
+    steps = 1200  # even
+    width = top / steps
+    log_norm = -(df / 2.0) * math.log(2.0) - math.lgamma(df / 2.0)
+    total = 0.0
+    for k in range(steps + 1):
+        s = max(k * width, 1e-12)
+        v = df * s * s
+        density = 2.0 * df * s * math.exp(log_norm + (df / 2.0 - 1.0) * math.log(v) - v / 2.0)
+        inner = 1.0 - _normal_cdf(crit * s - ncp) + _normal_cdf(-crit * s - ncp)
+        weight = 1 if k in (0, steps) else (4 if k % 2 else 2)
+        total += weight * density * inner
+    return min(1.0, total * width / 3.0)
 
 
-def seed_level_mde(sd_diff: float, seeds: int) -> float:
-    """The seed-level paired t test's detectable effect (80 % power, two-sided 0.05) for `seeds`
-    seeds at a per-seed difference SD of `sd_diff` (the planning formula of the docs)."""
-    df = seeds - 1
-    return (_t975(df) + _t80(df)) * sd_diff / math.sqrt(seeds)
+def seeds_for_power(effect: float, sd: float, alpha: float = 0.05, power: float = 0.8, max_n: int = 500) -> int:
+    """The smallest number of seed pairs whose paired t test has at least `power` (max_n if none does)."""
+    for n in range(2, max_n + 1):
+        if paired_t_power(n, effect, sd, alpha) >= power:
+            return n
+    return max_n
+
+
+def minimum_detectable_effect(n: int, sd: float, alpha: float = 0.05, power: float = 0.8) -> float:
+    """The mean difference the paired t test with `n` pairs detects with `power` (bisection)."""
+    if n < 2 or not math.isfinite(sd):
+        return float("nan")
+    low, high = 0.0, max(sd, _EPS)
+    while paired_t_power(n, high, sd, alpha) < power:
+        high *= 2.0
+    for _ in range(36):
+        mid = (low + high) / 2
+        if paired_t_power(n, mid, sd, alpha) < power:
+            low = mid
+        else:
+            high = mid
+    return high
+
+
+def mcnemar_exact_p(only_a: int, only_b: int) -> float:
+    """Exact two-sided McNemar p: of the discordant seeds (`only_a`: yes for a, no for b, and the
+    reverse), are the two directions equally likely? A binomial(only_a + only_b, 1/2) test."""
+    if only_a < 0 or only_b < 0:
+        raise ValueError(f"mcnemar_exact_p: counts must be >= 0, got {only_a}, {only_b}")
+    n = only_a + only_b
+    if n == 0:
+        return 1.0
+    k = min(only_a, only_b)
+    tail = sum(math.comb(n, i) for i in range(k + 1)) / 2.0**n
+    return min(1.0, 2.0 * tail)
+
+
+def paired_values(baseline: Mapping[int, float], other: Mapping[int, float]) -> list[tuple[int, float, float]]:
+    """(seed, baseline value, other value) for the seeds both have, in seed order (finite values only)."""
+    rows = []
+    for seed in sorted(set(baseline) & set(other)):
+        a, b = baseline[seed], other[seed]
+        if a is None or b is None or not (math.isfinite(a) and math.isfinite(b)):
+            continue
+        rows.append((seed, float(a), float(b)))
+    return rows
+
+
+def check_curve_area(checks: Sequence[Sequence[float]]) -> float:
+    """The area under a run's check curve ([[step, exact match], ...]) divided by the steps it
+    spans: the mean check exact match over training by the trapezoid rule (NaN without checks; a
+    single check is its own value). Higher: learnt earlier or better."""
+    points = sorted((float(s), float(v)) for s, v in checks)
+    if not points:
+        return float("nan")
+    if len(points) == 1 or points[-1][0] == points[0][0]:
+        return points[-1][1]
+    area = sum((s1 - s0) * (v0 + v1) / 2 for (s0, v0), (s1, v1) in zip(points, points[1:], strict=False))
+    return area / (points[-1][0] - points[0][0])

@@ -17,7 +17,7 @@ cut off from outside (a device call, a shared CPU across sessions):
   first always starts: it is the timing run); what is left is printed with the command that
   continues it;
 - `--shard I/N`: this process takes every N-th run of the order (N processes share one GPU);
-- at the end `summary.md` / `summary.json` (numloss.compare.paired: McNemar and seed-paired tests
+- at the end `summary.md` / `summary.json` (numloss.compare.item_paired: McNemar and seed-paired tests
   of every arm against the first objective, and of every arm against the untrained model).
 """
 
@@ -235,7 +235,7 @@ def load_records(compare: CompareConfig, records: Path | None = None) -> dict[st
 def summarise(compare: CompareConfig, records: Path | None = None) -> dict[str, Any]:
     """Per set: every arm's exact match per seed, and the paired tests of each arm against the
     first objective (Holm over those) and against the untrained model."""
-    from numloss.compare.paired import holm, paired_comparison
+    from numloss.compare.item_paired import holm, paired_comparison
 
     found = load_records(compare, records)
     reference = compare.objectives[0].label

@@ -4,9 +4,10 @@ Per objective and held-out set, every metric is the mean +- standard deviation o
 0 with one seed). The 95 % interval of exact match covers both sources of chance: it is the hull of
 the Wilson interval of the items pooled over seeds (which test items were drawn) and, with two or
 more seeds, the Student t interval of the per-seed exact matches (how training fell out). The
-second is what dominates when runs are bimodal; with one seed only the first exists. In each column the best mean is bold (highest accuracy, lowest error). Digit entropy is not
-bolded: the paper's claim is that it should be neither too low (NTL's over-sharpening) nor too
-high (DIST2's flattening), so no direction is "best".
+second is what dominates when runs are bimodal; with one seed only the first exists. No column
+names a "best": a few seeds do not rank objectives. An objective's exact match is marked (bold,
+or '*' in the terminal) only when it differs from the baseline's (the first objective) by seed:
+paired t on the per-seed differences, Holm over the objectives, p <= 0.05, at least 3 seeds.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from numloss.compare.paired import holm, minimum_detectable_effect, paired_t, paired_values
 from numloss.compare.stats import (
     finite,
     fisher_exact_p,
@@ -236,13 +238,32 @@ def _compare_with_baseline(summary: dict[str, Any]) -> None:
         summary[label]["vs_baseline"] = {"baseline": baseline, "mann_whitney_p": p}
 
 
-def _best(summary: dict[str, Any], set_name: str, key: str, better: str | None) -> float | None:
-    if better is None:
-        return None
-    means = finite([e["sets"][set_name][key]["mean"] for e in summary.values() if set_name in e["sets"]])
-    if len(means) < 2:
-        return None
-    return max(means) if better == "max" else min(means)
+#: what a mark in a results table means (the terminal table's caption says it too)
+MARK_NOTE = (
+    "an exact match is marked only where it differs from the baseline's by seed (paired t, Holm over the "
+    "objectives, p <= 0.05, 3+ seeds); nothing else is ranked"
+)
+
+
+def significant_labels(summary: dict[str, Any], set_name: str, alpha: float = 0.05, min_seeds: int = 3) -> set[str]:
+    """The objectives whose per-seed exact match on `set_name` differs from the baseline's (the
+    first objective): paired t on the seeds both have, Holm-adjusted over the other objectives."""
+    if not summary:
+        return set()
+
+    def by_seed(entry: dict[str, Any]) -> dict[int, float]:
+        metrics = entry["sets"].get(set_name)
+        if metrics is None or len(metrics["exact_match"]["values"]) != len(entry["seeds"]):
+            return {}
+        return {s: v for s, v in zip(entry["seeds"], metrics["exact_match"]["values"], strict=True) if v is not None}
+
+    baseline, *others = summary
+    base = by_seed(summary[baseline])
+    ps = []
+    for label in others:
+        rows = paired_values(base, by_seed(summary[label]))
+        ps.append(paired_t([b - a for _, a, b in rows]).p if len(rows) >= min_seeds else float("nan"))
+    return {label for label, p in zip(others, holm(ps), strict=True) if math.isfinite(p) and p <= alpha}
 
 
 def _cell(metric: dict[str, Any], scale: float, fmt: str) -> str:
@@ -253,8 +274,9 @@ def _cell(metric: dict[str, Any], scale: float, fmt: str) -> str:
 
 
 def table_rows(summary: dict[str, Any], set_name: str, bold: bool = True) -> tuple[list[str], list[list[str]]]:
-    """Header and rows of one held-out set's table; best means marked (bold or '*'). A metric no
-    run has (a benchmark scores exact match only) gets no column."""
+    """Header and rows of one held-out set's table; an exact match that differs from the
+    baseline's by seed is marked (bold or '*', `significant_labels`). A metric no run has (a
+    benchmark scores exact match only) gets no column."""
     entries = [e for e in summary.values() if set_name in e["sets"]]
     columns = [
         c for c in COLUMNS
@@ -263,15 +285,15 @@ def table_rows(summary: dict[str, Any], set_name: str, bold: bool = True) -> tup
     header = ["objective", "seeds"] + [title for _, title, *_ in columns]
     header.insert(3, "exact match 95% CI")
     rows = []
+    marked = significant_labels(summary, set_name)
     for label, entry in summary.items():
         if set_name not in entry["sets"]:
             continue
         metrics = entry["sets"][set_name]
         row = [label, str(len(entry["seeds"]))]
-        for key, _, scale, better, fmt in columns:
+        for key, _, scale, _better, fmt in columns:
             text = _cell(metrics[key], scale, fmt)
-            best = _best(summary, set_name, key, better)
-            if best is not None and math.isclose(metrics[key]["mean"], best, rel_tol=1e-12, abs_tol=1e-15):
+            if key == "exact_match" and label in marked:
                 text = f"**{text}**" if bold else f"{text} *"
             row.append(text)
             if key == "exact_match":
@@ -289,7 +311,7 @@ def markdown_table(summary: dict[str, Any], set_name: str) -> str:
 
 
 def text_table(summary: dict[str, Any], set_name: str) -> str:
-    """A plain aligned table for the terminal (best values marked with '*')."""
+    """A plain aligned table for the terminal (`MARK_NOTE`: '*' only where significant)."""
     header, rows = table_rows(summary, set_name, bold=False)
     widths = [max(len(r[i]) for r in [header, *rows]) for i in range(len(header))]
     fmt = "  ".join(f"{{:<{w}}}" for w in widths)
@@ -317,8 +339,8 @@ def markdown_report(summary: dict[str, Any], meta: dict[str, Any], plots: Sequen
         "",
         "Mean ± std over seeds. Exact-match 95 % interval: the hull of the Wilson interval of the "
         "items pooled over seeds and, with 2+ seeds, the Student t interval of the per-seed exact "
-        "matches, so it counts both the test sample and the spread between training runs. Best mean "
-        "in bold (digit entropy is not ranked). MAE, signed-log MAE and median absolute error are over "
+        "matches, so it counts both the test sample and the spread between training runs. In bold: "
+        f"{MARK_NOTE}. MAE, signed-log MAE and median absolute error are over "
         "items whose output holds a number. Place accuracy: of the generated number, integer places "
         "(units and up) and decimal places. TF digit acc / digit entropy: teacher-forced at the gold "
         "answer's digits (entropy of the 10-digit softmax, nats, max ln 10 = 2.303).",
@@ -330,6 +352,7 @@ def markdown_report(summary: dict[str, Any], meta: dict[str, Any], plots: Sequen
         items = next(e["sets"][name]["items"] for e in summary.values() if name in e["sets"])
         lines += [f"## {SET_TITLES.get(name, name)}", "", f"{items} items per objective (all seeds).", ""]
         lines += [markdown_table(summary, name), "", machine, ""]
+    lines += paired_table(summary)
     per_run = per_seed_table(summary)
     lines += per_run[:-1] + (["", machine, ""] if per_run else [])
     lines += embedding_table(summary)
@@ -348,6 +371,45 @@ def markdown_report(summary: dict[str, Any], meta: dict[str, Any], plots: Sequen
     lines += ["", "## Plots", ""]
     lines += [f"![{p.stem}]({p.name})" for p in plots]
     return "\n".join(lines) + "\n"
+
+
+def paired_table(summary: dict[str, Any]) -> list[str]:
+    """report.md lines: every objective against the baseline (the first) by seed: the mean per-seed
+    difference in in-distribution exact match (points) with its t interval, p, Holm p over the
+    objectives, and the difference these seeds detect with 80 % power (the pairing the grid's
+    seeds give: same data order and initial weights for every objective)."""
+    if len(summary) < 2:
+        return []
+    baseline, *others = summary
+
+    def by_seed(label: str) -> dict[int, float]:
+        return {s["seed"]: 100 * s["exact_match"] for s in summary[label].get("per_seed", []) if s["exact_match"] is not None}
+
+    base = by_seed(baseline)
+    tests = []
+    for label in others:
+        rows = paired_values(base, by_seed(label))
+        tests.append(paired_t([b - a for _, a, b in rows]))
+    adjusted = holm([t.p for t in tests])
+    lines = [
+        "## Paired by seed",
+        "",
+        f"In-distribution exact match, objective - `{baseline}`, per seed (seed s of every objective: the same data "
+        f"order and initial weights): mean difference in points with its 95 % t interval, two-sided paired t p, Holm p "
+        f"over the {len(others)} objectives, and the difference these seeds detect with 80 % power at alpha 0.05. "
+        "Runs that stop early are scored at different steps: where they do, this compares pass rates as much as skill.",
+        "",
+        "| objective | seeds | difference [95% CI] | p | Holm p | detectable |",
+        "|---|---|---|---|---|---|",
+    ]
+    for label, test, p_holm in zip(others, tests, adjusted, strict=True):
+        if test.n < 2:
+            lines.append(f"| {label} | {test.n} | n/a | n/a | n/a | n/a |")
+            continue
+        mde = minimum_detectable_effect(test.n, test.sd, 0.05)
+        lines.append(f"| {label} | {test.n} | {test.mean:+.1f} [{test.ci[0]:+.1f}, {test.ci[1]:+.1f}] | {test.p:.3f} | "
+                     f"{p_holm:.3f} | {mde:.1f} |")
+    return lines + [""]
 
 
 def per_seed_table(summary: dict[str, Any]) -> list[str]:

@@ -239,3 +239,64 @@ def logrank_permutation_p(
         if logrank_statistic(split)[0] >= observed * (1 - 1e-9):
             at_least += 1
     return at_least / (permutations + 1)
+
+
+# -- seed-stratified log-rank (paired designs) ----------------------------------------------------
+def _stratified_sums(strata: Sequence[tuple[Sequence[Outcome], Sequence[Outcome]]]) -> tuple[float, float]:
+    """(sum of O - E, sum of V) of group a over the strata, each stratum with its own risk sets."""
+    total, variance = 0.0, 0.0
+    for a, b in strata:
+        _check(a)
+        _check(b)
+        for step in sorted({o.step for g in (a, b) for o in g if o.learnt}):
+            n_a = sum(1 for o in a if o.step >= step)
+            n = n_a + sum(1 for o in b if o.step >= step)
+            d_a = sum(1 for o in a if o.step == step and o.learnt)
+            d = d_a + sum(1 for o in b if o.step == step and o.learnt)
+            total += d_a - d * n_a / n
+            if n > 1:
+                variance += d * (n - d) / (n - 1) * n_a / n * (1 - n_a / n)
+    return total, variance
+
+
+def stratified_logrank_statistic(strata: Sequence[tuple[Sequence[Outcome], Sequence[Outcome]]]) -> float:
+    """Chi-square statistic (1 df) of the two-sample log-rank test stratified by `strata`.
+
+    Each stratum (a seed, whose runs share data order and initialisation) is a pair (group a's
+    runs, group b's runs); O - E and its variance V of group a are summed over the strata, each
+    with its own risk sets, and the statistic is (sum O - E)^2 / sum V, so a seed's own luck
+    cancels out. 0.0 when there is no information (no events, or zero variance)."""
+    total, variance = _stratified_sums(strata)
+    return total * total / variance if variance > 1e-12 else 0.0
+
+
+def stratified_logrank(strata: Sequence[tuple[Sequence[Outcome], Sequence[Outcome]]]) -> float:
+    """Large-sample p of the seed-stratified log-rank test (NaN when it has no information)."""
+    total, variance = _stratified_sums(strata)
+    return chi2_sf(total * total / variance, 1) if variance > 1e-12 else float("nan")
+
+
+def logrank_exact_p(groups: Sequence[Sequence[Outcome]], limit: int = 200_000) -> float:
+    """Exact permutation p of the two-sample log-rank statistic: the share of all splits of the
+    pooled runs into groups of the observed sizes whose statistic is at least the observed one.
+    For small grids (C(n, k) <= `limit` splits; ValueError above: use `logrank_permutation_p`)."""
+    from itertools import combinations
+
+    groups = [list(g) for g in groups if g]
+    if len(groups) != 2:
+        raise ValueError(f"logrank_exact_p: needs two non-empty groups, got {len(groups)}")
+    observed, df = logrank_statistic(groups)
+    if not df:
+        return float("nan")
+    pooled = groups[0] + groups[1]
+    k = len(groups[0])
+    if math.comb(len(pooled), k) > limit:
+        raise ValueError(f"logrank_exact_p: {math.comb(len(pooled), k)} splits exceed {limit}; use logrank_permutation_p")
+    at_least = total = 0
+    for chosen in combinations(range(len(pooled)), k):
+        picked = set(chosen)
+        a = [pooled[i] for i in chosen]
+        b = [o for i, o in enumerate(pooled) if i not in picked]
+        total += 1
+        at_least += logrank_statistic([a, b])[0] >= observed * (1 - 1e-9)
+    return at_least / total

@@ -1,0 +1,277 @@
+"""The seed-paired analysis of a grid, from its run records (`records_dir` of a comparison).
+
+Two kinds of grid are analysed:
+
+* a **graded** one (configs/compare-mul.yaml): every run trains the full budget, so each run gives
+  continuous endpoints at one common step (`ENDPOINTS`), compared with the baseline seed by seed
+  (`paired_analysis`: paired t, Holm over the arms for the primary endpoints, the minimum
+  detectable effect at the seeds reached), with the seed count planned on the pilot's spread
+  (`seed_plan`);
+* a **learnt-or-not** one (configs/compare.yaml): runs stop when they learn, so the outcome per
+  run is (step learnt, learnt or not), compared by seed with the seed-stratified log-rank test and
+  McNemar's exact test on learnt-or-not, beside the unpaired difference in share learnt with its
+  Newcombe interval and the rise that Fisher's test would detect at these run counts
+  (`learning_analysis`).
+
+Every number docs/results.md quotes is computed here from the records
+(`numloss.compare.results_doc` writes it in).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import statistics
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, replace
+from functools import cached_property, lru_cache
+from pathlib import Path
+from typing import Any
+
+from numloss.compare.paired import (
+    PairedTest,
+    check_curve_area,
+    holm,
+    mcnemar_exact_p,
+    minimum_detectable_effect,
+    paired_t,
+    paired_values,
+    seeds_for_power,
+)
+from numloss.compare.stats import fisher_exact_p, wilson_interval
+from numloss.compare.survival import Outcome, logrank, stratified_logrank
+
+Runs = Mapping[str, Mapping[int, dict[str, Any]]]  # label -> seed -> record
+
+
+def load_records(folder: str | Path) -> list[dict[str, Any]]:
+    """Every run record (`<label>-s<seed>-<hash>.json`) of a records folder, in name order."""
+    return [json.loads(p.read_text()) for p in sorted(Path(folder).glob("*.json"))]
+
+
+def by_label(records: Iterable[dict[str, Any]]) -> dict[str, dict[int, dict[str, Any]]]:
+    """Records keyed by objective label, then seed (a second record of one run is an error)."""
+    runs: dict[str, dict[int, dict[str, Any]]] = {}
+    for record in records:
+        seeds = runs.setdefault(record["label"], {})
+        if record["seed"] in seeds:
+            raise ValueError(f"two records of {record['label']} seed {record['seed']}: keep one")
+        seeds[int(record["seed"])] = record
+    return runs
+
+
+# -- endpoints of one run -------------------------------------------------------------------------
+def _in_distribution(run: Mapping[str, Any]) -> Mapping[str, Any]:
+    return run["evaluation"]["in_distribution"]
+
+
+def place_accuracy(run: Mapping[str, Any], place: int) -> float:
+    """Accuracy (points) of the generated number at `place` (0 units, 1 tens, ...), in-distribution."""
+    correct, total = _in_distribution(run)["place_accuracy"].get(str(place), (0, 0))
+    return 100.0 * correct / total if total else float("nan")
+
+
+def _value(key: str, run: Mapping[str, Any]) -> float:
+    evaluation = _in_distribution(run)
+    if key == "exact_match":
+        return 100.0 * evaluation["exact_match"]
+    if key == "check_auc":
+        return 100.0 * check_curve_area((run.get("learning") or {}).get("checks") or [])
+    if key.startswith("place_"):
+        return place_accuracy(run, int(key.removeprefix("place_")))
+    value = evaluation.get(key)
+    return float("nan") if value is None else float(value)
+
+
+@dataclass(frozen=True)
+class Endpoint:
+    key: str
+    title: str
+    unit: str
+    better: str  # "higher" or "lower"
+    primary: bool = False
+
+
+ENDPOINTS: tuple[Endpoint, ...] = (
+    Endpoint("exact_match", "exact match", "points", "higher", primary=True),
+    Endpoint("signed_log_mae", "signed-log MAE", "", "lower", primary=True),
+    Endpoint("place_3", "thousands-place accuracy", "points", "higher"),
+    Endpoint("place_2", "hundreds-place accuracy", "points", "higher"),
+    Endpoint("place_1", "tens-place accuracy", "points", "higher"),
+    Endpoint("place_0", "units-place accuracy", "points", "higher"),
+    Endpoint("digit_entropy", "digit entropy (nats)", "", "neither"),
+    Endpoint("check_auc", "area under the check curve", "points", "higher"),
+)
+
+
+def endpoint_value(run: Mapping[str, Any], key: str) -> float:
+    """One run's value of endpoint `key` (see `ENDPOINTS`; exact match and accuracies in points)."""
+    return _value(key, run)
+
+
+# -- the graded grid ------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Comparison:
+    """One arm against the baseline on one endpoint, by seed."""
+
+    arm: str
+    endpoint: Endpoint
+    seeds: list[int]
+    baseline_mean: float
+    arm_mean: float
+    test: PairedTest
+    alpha: float  # the level the detectable effect is computed at
+    p_holm: float = float("nan")
+
+    @cached_property
+    def mde(self) -> float:
+        """The difference this many seeds detect with 80 % power at the observed SD of the differences."""
+        return minimum_detectable_effect(self.test.n, self.test.sd, self.alpha)
+
+
+def seed_plan(
+    baseline: Mapping[int, dict[str, Any]],
+    pilot_seeds: Sequence[int] = (0, 1, 2, 3),
+    effect: float = 2.6,
+    comparisons: int = 3,
+    sd_limit: float = 2.5,
+    fallback_seeds: int = 20,
+    power: float = 0.8,
+) -> dict[str, Any]:
+    """The pre-registered seed rule on the pilot: SD s of the baseline's exact match over the pilot
+    seeds; seeds per arm = smallest n with `power` for `effect` at alpha 0.05/`comparisons`, the SD
+    of a difference taken as sqrt(2) s; above `sd_limit`: two arms x `fallback_seeds`."""
+    missing = [s for s in pilot_seeds if s not in baseline]
+    if missing:
+        raise ValueError(f"seed_plan: pilot seeds {missing} of the baseline have no record yet")
+    values = [endpoint_value(baseline[s], "exact_match") for s in pilot_seeds]
+    sd = statistics.stdev(values)
+    plan: dict[str, Any] = {"pilot_seeds": list(pilot_seeds), "pilot_values": values, "pilot_mean": statistics.fmean(values),
+                            "sd": sd, "effect": effect, "power": power, "sd_limit": sd_limit}
+    if sd > sd_limit:
+        plan.update(two_arms=True, seeds=fallback_seeds, alpha=0.05)
+    else:
+        alpha = 0.05 / comparisons
+        plan.update(two_arms=False, alpha=alpha, seeds=seeds_for_power(effect, math.sqrt(2) * sd, alpha, power))
+    return plan
+
+
+def paired_analysis(
+    runs: Runs,
+    baseline: str,
+    arms: Sequence[str],
+    endpoints: Sequence[Endpoint] = ENDPOINTS,
+    alpha: float = 0.05,
+    seeds: Iterable[int] | None = None,
+) -> list[Comparison]:
+    """Every arm against `baseline` on every endpoint, on the seeds both have (of `seeds`, if
+    given): paired t on the per-seed differences (arm - baseline). For the primary endpoints the
+    p values are Holm-adjusted over the arms and the detectable effect is at alpha / len(arms)
+    (Holm's strictest step); for the others at `alpha`, unadjusted."""
+    allowed = None if seeds is None else set(seeds)
+    out: list[Comparison] = []
+    for endpoint in endpoints:
+        group: list[Comparison] = []
+        level = alpha / max(1, len(arms)) if endpoint.primary else alpha
+        for arm in arms:
+            base = {s: endpoint_value(r, endpoint.key) for s, r in runs.get(baseline, {}).items()
+                    if allowed is None or s in allowed}
+            other = {s: endpoint_value(r, endpoint.key) for s, r in runs.get(arm, {}).items()
+                     if allowed is None or s in allowed}
+            rows = paired_values(base, other)
+            test = paired_t([b - a for _, a, b in rows])
+            group.append(Comparison(
+                arm=arm, endpoint=endpoint, seeds=[s for s, _, _ in rows],
+                baseline_mean=statistics.fmean(a for _, a, _ in rows) if rows else float("nan"),
+                arm_mean=statistics.fmean(b for _, _, b in rows) if rows else float("nan"),
+                test=test, alpha=level,
+            ))
+        if endpoint.primary:
+            # an arm without a p yet (too few pairs) still counts in the family, as p = 1: the
+            # adjustment stays over all the planned comparisons, never fewer
+            raw = [c.test.p if math.isfinite(c.test.p) else 1.0 for c in group]
+            adjusted = holm(raw)
+            group = [replace(c, p_holm=p if math.isfinite(c.test.p) else float("nan"))
+                     for c, p in zip(group, adjusted, strict=True)]
+        out += group
+    return out
+
+
+def complete_seeds(runs: Runs, labels: Sequence[str]) -> list[int]:
+    """The seeds every one of `labels` has a record of."""
+    sets = [set(runs.get(label, {})) for label in labels]
+    return sorted(set.intersection(*sets)) if sets else []
+
+
+# -- the learnt-or-not grid -----------------------------------------------------------------------
+def newcombe_interval(hits_a: int, n_a: int, hits_b: int, n_b: int) -> tuple[float, float, float]:
+    """(difference, low, high) of two independent proportions a - b: Newcombe's hybrid score
+    interval (method 10), built from the two Wilson intervals."""
+    pa, pb = hits_a / n_a, hits_b / n_b
+    la, ua = wilson_interval(hits_a, n_a)
+    lb, ub = wilson_interval(hits_b, n_b)
+    d = pa - pb
+    return d, d - math.sqrt((pa - la) ** 2 + (ub - pb) ** 2), d + math.sqrt((ua - pa) ** 2 + (pb - lb) ** 2)
+
+
+@lru_cache(maxsize=64)
+def _fisher_rejections(n_a: int, n_b: int, alpha: float) -> tuple[tuple[int, int], ...]:
+    return tuple((x, y) for x in range(n_a + 1) for y in range(n_b + 1) if fisher_exact_p(x, n_a, y, n_b) <= alpha)
+
+
+def fisher_power(n_a: int, p_a: float, n_b: int, p_b: float, alpha: float = 0.05) -> float:
+    """Exact power of the two-sided Fisher test of two binomial groups (sum over its rejection region)."""
+    def pmf(n: int, p: float, k: int) -> float:
+        return math.comb(n, k) * p**k * (1 - p) ** (n - k)
+
+    return sum(pmf(n_a, p_a, x) * pmf(n_b, p_b, y) for x, y in _fisher_rejections(n_a, n_b, alpha))
+
+
+def fisher_detectable_share(n_arm: int, n_base: int, p_base: float, alpha: float = 0.05, power: float = 0.8) -> float:
+    """The share learnt an arm would need (above `p_base`) for Fisher's test to detect it with
+    `power` at these run counts (bisection; 1.0 if not even that)."""
+    if fisher_power(n_arm, 1.0, n_base, p_base, alpha) < power:
+        return 1.0
+    low, high = p_base, 1.0
+    for _ in range(40):
+        mid = (low + high) / 2
+        if fisher_power(n_arm, mid, n_base, p_base, alpha) < power:
+            low = mid
+        else:
+            high = mid
+    return high
+
+
+def _outcome(run: Mapping[str, Any]) -> Outcome:
+    return Outcome(int(run["learning"]["step"]), bool(run["learning"]["learnt"]))
+
+
+def learning_analysis(runs: Runs, baseline: str, arms: Sequence[str]) -> list[dict[str, Any]]:
+    """Per arm against `baseline`: learnt counts, the unpaired difference in share learnt with its
+    Newcombe interval and Fisher p and the share Fisher would detect; by seed, the stratified
+    log-rank p, McNemar's discordant counts and exact p, and the paired difference in final exact
+    match (points; the runs' own final steps, which differ: early stop) with its interval."""
+    base_runs = runs[baseline]
+    out = []
+    for arm in arms:
+        arm_runs = runs[arm]
+        seeds = sorted(set(arm_runs) & set(base_runs))
+        learnt_arm = sum(_outcome(r).learnt for r in arm_runs.values())
+        learnt_base = sum(_outcome(r).learnt for r in base_runs.values())
+        n_arm, n_base = len(arm_runs), len(base_runs)
+        diff, low, high = newcombe_interval(learnt_arm, n_arm, learnt_base, n_base)
+        only_arm = sum(_outcome(arm_runs[s]).learnt and not _outcome(base_runs[s]).learnt for s in seeds)
+        only_base = sum(_outcome(base_runs[s]).learnt and not _outcome(arm_runs[s]).learnt for s in seeds)
+        em = paired_t([endpoint_value(arm_runs[s], "exact_match") - endpoint_value(base_runs[s], "exact_match") for s in seeds])
+        out.append({
+            "arm": arm, "runs": n_arm, "learnt": learnt_arm, "baseline_runs": n_base, "baseline_learnt": learnt_base,
+            "share_difference": diff, "share_ci": (low, high),
+            "fisher_p": fisher_exact_p(learnt_arm, n_arm, learnt_base, n_base),
+            "logrank_p": logrank([[_outcome(r) for r in arm_runs.values()], [_outcome(r) for r in base_runs.values()]]),
+            "detectable_share": fisher_detectable_share(n_arm, n_base, learnt_base / n_base),
+            "paired_seeds": len(seeds),
+            "stratified_logrank_p": stratified_logrank([([_outcome(arm_runs[s])], [_outcome(base_runs[s])]) for s in seeds]),
+            "only_arm": only_arm, "only_baseline": only_base, "mcnemar_p": mcnemar_exact_p(only_arm, only_base),
+            "exact_match": em, "exact_match_mde": minimum_detectable_effect(em.n, em.sd, 0.05),
+        })
+    return out

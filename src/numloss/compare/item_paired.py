@@ -1,0 +1,110 @@
+"""Item-paired tests between two arms of a grid scored item by item (the pretrained arm).
+
+Two arms trained with the same seed see the same data in the same order from the same
+initialisation and are scored on the same items, so every comparison here is paired twice over:
+
+- **item level** (McNemar): for seed s, b_s items right under arm A only and c_s under B only;
+  the exact two-sided binomial test of b = sum b_s against c = sum c_s (seeds as strata, pooled
+  discordant pairs). It asks whether these trained models differ on these items; with few seeds
+  it is the test that can reject.
+- **seed level**: the per-seed differences of exact match, their mean with a Student t 95 %
+  interval, and the exact two-sided sign-flip test (all 2^n sign patterns; with n seeds the
+  smallest p is 2 / 2^n, so 4 seeds can never reach 0.05: the interval carries that case).
+- **minimum detectable effect** (80 % power, two-sided 0.05) of both, from the observed
+  discordance rate and the observed spread of the per-seed differences.
+
+Holm's correction and the exact McNemar p are numloss.compare.paired's (the seed-level module).
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+import statistics
+from collections.abc import Sequence
+from typing import Any
+
+from numloss.compare.paired import holm, mcnemar_exact_p
+from numloss.compare.stats import _T975
+
+#: one-sided 80 % Student t quantiles t(0.80, df), df = 1..10 (above: the normal 0.8416)
+_T80 = (1.376, 1.061, 0.978, 0.941, 0.920, 0.906, 0.896, 0.889, 0.883, 0.879)
+_Z975, _Z80 = 1.959964, 0.841621
+
+
+def _t975(df: int) -> float:
+    return _T975[df - 1] if 1 <= df <= len(_T975) else 1.96
+
+
+def _t80(df: int) -> float:
+    return _T80[df - 1] if 1 <= df <= len(_T80) else _Z80
+
+
+def discordant(bits_a: str, bits_b: str) -> tuple[int, int]:
+    """(items right under A only, items right under B only) of two 0/1 verdict strings."""
+    if len(bits_a) != len(bits_b):
+        raise ValueError(f"verdict strings of different lengths ({len(bits_a)} vs {len(bits_b)}): not the same items")
+    b = sum(x == "1" and y == "0" for x, y in zip(bits_a, bits_b, strict=True))
+    c = sum(x == "0" and y == "1" for x, y in zip(bits_a, bits_b, strict=True))
+    return b, c
+
+
+def sign_flip_p(diffs: Sequence[float]) -> float:
+    """Exact two-sided p of the paired sign-flip test: the share of the 2^n sign patterns whose
+    |mean| is at least the observed one (n <= 16)."""
+    xs = list(diffs)
+    if not xs:
+        return float("nan")
+    if len(xs) > 16:
+        raise ValueError("sign_flip_p enumerates 2^n patterns: at most 16 pairs")
+    observed = abs(sum(xs)) - 1e-12
+    hits = sum(abs(sum(s * x for s, x in zip(signs, xs, strict=True))) >= observed
+               for signs in itertools.product((1, -1), repeat=len(xs)))
+    return hits / 2 ** len(xs)
+
+
+def paired_comparison(a: dict[int, str], b: dict[int, str]) -> dict[str, Any]:
+    """Arm A against arm B from their per-seed verdict strings ({seed: "0110..."}), seeds in common.
+
+    Returns the per-seed and pooled discordant counts, McNemar's p, the seed-level mean difference
+    (A - B, in exact-match share) with its t interval and sign-flip p, and both detectable effects."""
+    seeds = sorted(set(a) & set(b))
+    if not seeds:
+        raise ValueError("no seed in common between the two arms")
+    per_seed = []
+    for s in seeds:
+        disc = discordant(a[s], b[s])
+        n = len(a[s])
+        per_seed.append({"seed": s, "n": n, "b": disc[0], "c": disc[1], "diff": (disc[0] - disc[1]) / n})
+    b_all, c_all = sum(p["b"] for p in per_seed), sum(p["c"] for p in per_seed)
+    pairs = sum(p["n"] for p in per_seed)
+    diffs = [p["diff"] for p in per_seed]
+    mean = statistics.fmean(diffs)
+    out: dict[str, Any] = {
+        "seeds": seeds, "per_seed": per_seed, "b": b_all, "c": c_all, "pairs": pairs,
+        "mean_diff": mean, "mcnemar_p": mcnemar_exact_p(b_all, c_all),
+        "sign_flip_p": sign_flip_p(diffs),
+    }
+    # McNemar's detectable effect: the difference whose z = (b - c) / sqrt(b + c) reaches
+    # z_0.975 + z_0.80 at the observed discordance rate q: delta = (1.96 + 0.84) sqrt(q / pairs)
+    q = (b_all + c_all) / pairs
+    out["mde_items"] = (_Z975 + _Z80) * math.sqrt(q / pairs) if q > 0 else float("nan")
+    if len(diffs) >= 2:
+        df = len(diffs) - 1
+        sd = statistics.stdev(diffs)
+        half = _t975(df) * sd / math.sqrt(len(diffs))
+        out.update(sd_diff=sd, ci95=[mean - half, mean + half],
+                   mde_seeds=(_t975(df) + _t80(df)) * sd / math.sqrt(len(diffs)))
+    else:
+        out.update(sd_diff=float("nan"), ci95=[float("nan"), float("nan")], mde_seeds=float("nan"))
+    return out
+
+
+def seed_level_mde(sd_diff: float, seeds: int) -> float:
+    """The seed-level paired t test's detectable effect (80 % power, two-sided 0.05) for `seeds`
+    seeds at a per-seed difference SD of `sd_diff` (the planning formula of the docs)."""
+    df = seeds - 1
+    return (_t975(df) + _t80(df)) * sd_diff / math.sqrt(seeds)
+
+
+__all__ = ["discordant", "holm", "mcnemar_exact_p", "paired_comparison", "seed_level_mde", "sign_flip_p"]

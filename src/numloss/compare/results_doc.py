@@ -1,0 +1,383 @@
+"""docs/results.md's numbers, generated from the run records kept in git.
+
+Every table and every number-bearing sentence of docs/results.md sits between
+``<!-- results:NAME:begin -->`` and ``<!-- results:NAME:end -->`` and is written here from the
+records in ``results/`` (`numloss.compare.analysis`), never typed by hand:
+
+    python -m numloss.compare.results_doc            # rewrite the blocks of docs/results.md
+    python -m numloss.compare.results_doc --check    # exit 1 if a block differs from the records
+
+`tests/test_results_doc.py` runs the check, so records committed without the doc regenerated
+(or a hand-edited number) fail the tests.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+import statistics
+import sys
+from collections.abc import Callable, Sequence
+from functools import cached_property
+from pathlib import Path
+from typing import Any
+
+from numloss.compare.analysis import (
+    ENDPOINTS,
+    Comparison,
+    by_label,
+    complete_seeds,
+    endpoint_value,
+    learning_analysis,
+    load_records,
+    paired_analysis,
+    seed_plan,
+)
+from numloss.compare.machine import runs_machine_line
+from numloss.compare.survival import Outcome, logrank, logrank_exact_p, median_steps
+
+ROOT = Path(__file__).resolve().parents[3]
+DOC = ROOT / "docs" / "results.md"
+BLOCK = re.compile(r"(<!-- results:(?P<name>[a-z0-9-]+):begin -->\n)(?P<body>.*?)(<!-- results:(?P=name):end -->)", re.S)
+
+MUL_ARMS = ("del-a0.3", "del-noplace", "ntl-was")
+ADD_ARMS = ("del-a0.3", "ntl-was", "del-l1", "del-a0.1", "del-a1.0", "dist2", "ntl-mse", "mixce", "emo",
+            "del-noplace", "del-continuous")
+DEMO_ARMS = ("del-a0.3", "ntl-was")
+
+
+def _f(value: float, fmt: str = "{:.1f}", signed: bool = False) -> str:
+    if value is None or not math.isfinite(value):
+        return "n/a"
+    text = fmt.format(value)
+    return "+" + text if signed and value > 0 else text
+
+
+def _p(value: float) -> str:
+    if value is None or not math.isfinite(value):
+        return "n/a"
+    return "< 0.001" if value < 0.001 else f"{value:.3f}" if value < 0.1 else f"{value:.2f}"
+
+
+def _ci(low: float, high: float, fmt: str = "{:.1f}") -> str:
+    return f"[{_f(low, fmt, True)}, {_f(high, fmt, True)}]"
+
+
+def _table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> list[str]:
+    return ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)] + ["| " + " | ".join(r) + " |" for r in rows]
+
+
+class Records:
+    """The record folders the doc is built from (read once)."""
+
+    def __init__(self, root: Path = ROOT) -> None:
+        self.root = root
+        self.memo: dict[str, Any] = {}
+
+    def once(self, key: str, compute: Callable[[], Any]) -> Any:
+        """`compute()` the first time `key` is asked for, the same value after."""
+        if key not in self.memo:
+            self.memo[key] = compute()
+        return self.memo[key]
+
+    def _runs(self, folder: str) -> dict[str, dict[int, dict[str, Any]]]:
+        return by_label(load_records(self.root / "results" / folder))
+
+    @cached_property
+    def mul(self) -> dict[str, dict[int, dict[str, Any]]]:
+        return self._runs("compare-mul")
+
+    @cached_property
+    def add(self) -> dict[str, dict[int, dict[str, Any]]]:
+        return self._runs("compare")
+
+    @cached_property
+    def chunked(self) -> dict[str, dict[int, dict[str, Any]]]:
+        return self._runs("compare-chunked")
+
+    @cached_property
+    def chunked2(self) -> dict[str, dict[int, dict[str, Any]]]:
+        return self._runs("compare-chunked-2digit")
+
+
+def _all(runs: dict[str, dict[int, dict[str, Any]]]) -> list[dict[str, Any]]:
+    return [r for seeds in runs.values() for r in seeds.values()]
+
+
+def machine(runs: dict[str, dict[int, dict[str, Any]]]) -> str:
+    """The machine line of a grid's records (CPU, vector extension, cores, torch, dates)."""
+    records = _all(runs)
+    dates = sorted({r["machine"]["date"] for r in records})
+    first = {**records[0]["machine"], "date": dates[0] if len(dates) == 1 else f"{dates[0]} to {dates[-1]}"}
+    line = runs_machine_line([{**r, "machine": {**r["machine"], "date": first["date"]}} for r in records], first)
+    return f"_Machine: {line}; {len(records)} runs._"
+
+
+# -- the multiplication testbed -------------------------------------------------------------------
+def _mul_state(rec: Records) -> tuple[dict[str, Any], list[int], list[Comparison]]:
+    return rec.once("mul", lambda: _mul_analysis(rec))
+
+
+def _mul_analysis(rec: Records) -> tuple[dict[str, Any], list[int], list[Comparison]]:
+    """(plan, seeds every arm has, comparisons): each comparison pairs the planned seeds that both
+    of its arms have (pre-registered: a seed counts in a comparison when both runs are recorded)."""
+    plan = seed_plan(rec.mul["mle"])
+    arms = _mul_arms(plan)
+    planned = list(range(plan["seeds"]))
+    seeds = [s for s in complete_seeds(rec.mul, ("mle",) + arms) if s in planned]
+    return plan, seeds, paired_analysis(rec.mul, "mle", arms, seeds=planned)
+
+
+def _mul_arms(plan: dict[str, Any]) -> tuple[str, ...]:
+    """The arms the seed rule keeps: all three, or DEL alone when the pilot SD exceeded its limit."""
+    return MUL_ARMS[:1] if plan["two_arms"] else MUL_ARMS
+
+
+def mul_shape(rec: Records) -> list[str]:
+    """How MLE learns the testbed: its check curve and its accuracy by place (pilot seeds)."""
+    mle = [rec.mul["mle"][s] for s in sorted(rec.mul["mle"])[:4]]
+    first = [100 * r["learning"]["checks"][0][1] for r in mle]
+    last = [100 * r["learning"]["checks"][-1][1] for r in mle]
+    step0, step1 = mle[0]["learning"]["checks"][0][0], mle[0]["learning"]["checks"][-1][0]
+    half = len(mle[0]["learning"]["checks"]) // 2 - 1
+    middle = [100 * r["learning"]["checks"][half][1] for r in mle]
+    step_half = mle[0]["learning"]["checks"][half][0]
+    places = {i: statistics.fmean(endpoint_value(r, f"place_{i}") for r in mle) for i in range(4)}
+    return [
+        f"MLE's first {len(mle)} seeds: check exact match {min(first):.1f}-{max(first):.1f} % at step {step0}, "
+        f"{min(middle):.1f}-{max(middle):.1f} % at step {step_half}, {min(last):.1f}-{max(last):.1f} % at step {step1}; accuracy of the "
+        f"generated answer by place: units {places[0]:.1f} %, tens {places[1]:.1f} %, hundreds {places[2]:.1f} %, "
+        f"thousands {places[3]:.1f} % (of answers that have one).",
+    ]
+
+
+def mul_plan(rec: Records) -> list[str]:
+    plan, seeds, _ = _mul_state(rec)
+    values = ", ".join(f"{v:.2f}" for v in plan["pilot_values"])
+    return [
+        f"Pilot (MLE seeds {plan['pilot_seeds'][0]}-{plan['pilot_seeds'][-1]}): exact match {values} % "
+        f"(mean {plan['pilot_mean']:.2f}), SD s = **{plan['sd']:.2f} points** "
+        + (f"(> {plan['sd_limit']}: MLE and DEL alpha 0.3 only). " if plan["two_arms"] else f"(<= {plan['sd_limit']}: all four arms). ")
+        + f"With a paired SD of sqrt(2) s = {math.sqrt(2) * plan['sd']:.2f}, alpha {plan['alpha']:.4f} and 80 % power "
+        f"for +{plan['effect']} points the rule gives **{plan['seeds']} seeds per arm** (seeds 0-{plan['seeds'] - 1}). "
+        + (f"**Complete: all {plan['seeds']} seeds of every arm are in.**" if len(seeds) == plan["seeds"] else
+           f"**Incomplete: {len(seeds)} of {plan['seeds']} seeds have every arm** (" + ", ".join(
+               f"`{a}` {len(rec.mul.get(a, {}))}" for a in ("mle",) + _mul_arms(plan)) + " runs); the tables below are an interim "
+           "look with CIs and no verdict (pre-registered: no interim test). The grid continues: "
+           "`numloss compare configs/compare-mul.yaml --jobs 1` skips every recorded run."),
+    ]
+
+
+def _fmt(c: Comparison) -> str:
+    key = c.endpoint.key
+    return "{:.4f}" if key == "signed_log_mae" else "{:.3f}" if key == "digit_entropy" else "{:.1f}"
+
+
+def _difference(c: Comparison) -> str:
+    return f"{_f(c.test.mean, _fmt(c), True)} {_ci(*c.test.ci, _fmt(c))}"
+
+
+def mul_primary(rec: Records) -> list[str]:
+    plan, seeds, comparisons = _mul_state(rec)
+    arms = _mul_arms(plan)
+    if max(c.test.n for c in comparisons) < 2:
+        return ["Fewer than two seeds pair with MLE yet: no paired difference to show."]
+    primary = [c for c in comparisons if c.endpoint.primary]
+    head = ["arm"]
+    for e in dict.fromkeys(c.endpoint for c in primary):
+        head += [f"{e.title}: arm - MLE [95 % CI]", "p", "Holm p", "detectable"]
+    rows = []
+    for arm in arms:
+        row = [f"`{arm}`"]
+        for c in (c for c in primary if c.arm == arm):
+            row += [_difference(c), _p(c.test.p), _p(c.p_holm), _f(c.mde, _fmt(c))]
+        rows.append(row)
+    means = "; ".join(f"{c.endpoint.title} {_f(c.baseline_mean, _fmt(c))}" for c in primary if c.arm == arms[0])
+    counts = ", ".join(f"`{a}` {next(c.test.n for c in primary if c.arm == a)}" for a in arms)
+    return [f"Seeds paired with MLE: {counts}; MLE's mean over the first arm's pairs: {means}. Paired t on the per-seed "
+            f"differences, Holm over the {len(arms)} arm(s) per endpoint; detectable: the difference these seeds detect "
+            f"with 80 % power at the observed SD of the differences, at alpha {0.05 / len(arms):.4g}.", ""] + _table(head, rows) + [
+            "", machine(rec.mul)]
+
+
+def mul_secondary(rec: Records) -> list[str]:
+    plan, seeds, comparisons = _mul_state(rec)
+    arms = _mul_arms(plan)
+    if max(c.test.n for c in comparisons) < 2:
+        return ["Fewer than two seeds pair with MLE yet."]
+    secondary = [c for c in comparisons if not c.endpoint.primary]
+    head = ["endpoint", "MLE"] + [f"`{arm}` - MLE [95 % CI], p" for arm in arms]
+    rows = []
+    for e in dict.fromkeys(c.endpoint for c in secondary):
+        cells = {c.arm: c for c in secondary if c.endpoint == e}
+        first = cells[arms[0]]
+        rows.append([e.title + (f" ({e.unit})" if e.unit else ""), _f(first.baseline_mean, _fmt(first))]
+                    + [f"{_difference(cells[a])}, {_p(cells[a].test.p)}" for a in arms])
+    return ["Descriptive: unadjusted p, no multiplicity claim. Place accuracy: of the generated number at that place.",
+            ""] + _table(head, rows)
+
+
+def mul_runs(rec: Records) -> list[str]:
+    lines = ["Exact match % at step 3,200, seed: value:", ""]
+    for label in ("mle",) + MUL_ARMS:
+        runs = rec.mul.get(label, {})
+        values = ", ".join(f"{s}: {endpoint_value(runs[s], 'exact_match'):.1f}" for s in sorted(runs))
+        lines.append(f"- `{label}` ({len(runs)} run{'' if len(runs) == 1 else 's'}): {values or 'none yet'}")
+    cpu = [r["seconds"]["cpu"] for r in _all(rec.mul)]
+    missing = max(int(_in_distribution_of(r)["missing"]) for r in _all(rec.mul))
+    none = "no output lacked a number" if missing == 0 else f"at most {missing} of 2,000 outputs of a run lacked a number"
+    return lines + ["", f"Signed-log MAE: {none} (such outputs are left out of it). "
+                    f"A run took {min(cpu):.0f}-{max(cpu):.0f} s of CPU (one thread: training, checks and evaluation)."]
+
+
+def _in_distribution_of(run: dict[str, Any]) -> dict[str, Any]:
+    return run["evaluation"]["in_distribution"]
+
+
+def answer(rec: Records) -> list[str]:
+    plan, seeds, comparisons = _mul_state(rec)
+    complete = len(seeds) == plan["seeds"]
+    lines = []
+    main = next(c for c in comparisons if c.endpoint.key == "exact_match" and c.arm == "del-a0.3")
+    if main.test.n < 2:
+        lines.append(f"- **Graded testbed, 2-digit x 2-digit multiplication** (pre-registered, seed-paired): "
+                     f"running; {main.test.n} of {plan['seeds']} seeds pair DEL with MLE, too few for a difference yet.")
+    for c in [main] if main.test.n >= 2 else []:
+        verdict = ("" if not complete else
+                   " **DEL is better.**" if c.p_holm <= 0.05 and c.test.mean > 0 else
+                   " **DEL is worse.**" if c.p_holm <= 0.05 else " **Not told apart.**")
+        lines.append(
+            "- **Graded testbed, 2-digit x 2-digit multiplication** (pre-registered, seed-paired; "
+            + ("complete" if complete else f"interim: {c.test.n} of {plan['seeds']} seeds") + "):"
+            f" DEL alpha 0.3 minus MLE in exact match {_f(c.test.mean, '{:.1f}', True)} points "
+            f"{_ci(*c.test.ci)} (MLE {c.baseline_mean:.1f} %), Holm p {_p(c.p_holm)}.{verdict} "
+            f"These seeds detect {c.mde:.1f} points (80 % power); the paper's gain is +2.6.")
+    add = {r["arm"]: r for r in _add_state(rec)}
+    d = add["del-a0.3"]
+    lines.append(
+        f"- **Three-digit addition** ({d['runs']} seeds each, a learnt-or-not outcome): "
+        + ("not told apart, and too few seeds to tell. " if min(d["stratified_logrank_p"], d["mcnemar_p"]) > 0.05 else
+           "told apart at p <= 0.05 by a paired test (uncorrected). ")
+        + f"DEL alpha 0.3 learnt the task in {d['learnt']} of {d['runs']} runs, MLE in "
+        f"{d['baseline_learnt']}: {_f(100 * d['share_difference'], '{:.0f}', True)} points "
+        f"{_ci(100 * d['share_ci'][0], 100 * d['share_ci'][1], '{:.0f}')}, seed-stratified log-rank p "
+        f"{_p(d['stratified_logrank_p'])}; detecting a rise from {100 * d['baseline_learnt'] / d['baseline_runs']:.0f} % "
+        f"would need about {100 * d['detectable_share']:.0f} % learnt at these counts.")
+    lines.append("- **A pretrained model** (SmolLM2-135M-Instruct with LoRA): see its section at the end.")
+    return lines
+
+
+# -- the addition grid ----------------------------------------------------------------------------
+def _add_state(rec: Records) -> list[dict[str, Any]]:
+    return rec.once("add", lambda: learning_analysis(rec.add, "mle", ADD_ARMS))
+
+
+def add_paired(rec: Records) -> list[str]:
+    head = ["arm", "learnt", "MLE learnt", "difference in share [95 % CI]", "Fisher p", "detectable share",
+            "log-rank p", "stratified log-rank p", "McNemar (arm only / MLE only), p",
+            "exact match arm - MLE, paired [95 % CI]", "detectable"]
+    rows = []
+    for r in _add_state(rec):
+        em = r["exact_match"]
+        rows.append([
+            f"`{r['arm']}`", f"{r['learnt']} of {r['runs']}", f"{r['baseline_learnt']} of {r['baseline_runs']}",
+            f"{_f(100 * r['share_difference'], '{:.0f}', True)} {_ci(100 * r['share_ci'][0], 100 * r['share_ci'][1], '{:.0f}')}",
+            _p(r["fisher_p"]), f"{100 * r['detectable_share']:.0f} %", _p(r["logrank_p"]), _p(r["stratified_logrank_p"]),
+            f"{r['only_arm']} / {r['only_baseline']}, {_p(r['mcnemar_p'])}",
+            f"{_f(em.mean, '{:.1f}', True)} {_ci(*em.ci)}", f"{r['exact_match_mde']:.0f}",
+        ])
+    return _table(head, rows) + ["", machine(rec.add)]
+
+
+def add_facts(rec: Records) -> list[str]:
+    records = _all(rec.add)
+    learnt = [endpoint_value(r, "exact_match") for r in records if r["learning"]["learnt"]]
+    other = [endpoint_value(r, "exact_match") for r in records if not r["learning"]["learnt"]]
+    cpu = [r["seconds"]["cpu"] for r in records]
+    mle = [endpoint_value(r, "exact_match") for r in rec.add["mle"].values()]
+    mle_learnt = [rec.add["mle"][s]["learning"]["learnt"] for s in range(4)]
+    learnt_on = {label: sum(rec.add[label][s]["learning"]["learnt"] for s in range(4)) for label in ("mle",) + DEMO_ARMS}
+    counts = {label: len(seeds) for label, seeds in rec.add.items()}
+    most = max(counts.values())
+    return [
+        f"{len(counts)} objectives: {', '.join(f'`{k}`' for k, v in counts.items() if v == most)} with {most} seeds, "
+        f"the other {sum(v < most for v in counts.values())} with {min(counts.values())}, all on one machine. "
+        f"Over the {len(records)} runs, the {len(learnt)} that learnt score {min(learnt):.1f}-{max(learnt):.1f} % "
+        f"on the 2,000 test items and the {len(other)} that did not {min(other):.1f}-{max(other):.1f} %: the ranges "
+        f"overlap (the 200-item check slice is noisier than the test set), so learnt-or-not is a threshold on a "
+        f"continuum, not a gap. MLE's per-seed exact match has SD {statistics.stdev(mle):.1f} points over "
+        f"{len(mle)} seeds. A run took {min(cpu):.1f}-{max(cpu):.1f} s of CPU (one thread; less when it learnt early)."
+        f" Seeds 0-3, the demo's, are easy ones for MLE: {sum(mle_learnt)} of 4 learnt, against "
+        f"{sum(r['learning']['learnt'] for r in rec.add['mle'].values())} of {len(mle)} over all seeds; on them DEL "
+        f"alpha 0.3 learnt in {learnt_on['del-a0.3']} of 4 and NTL-WAS in {learnt_on['ntl-was']} of 4.",
+    ]
+
+
+# -- chunked numbers ------------------------------------------------------------------------------
+def _chunked_rows(runs: dict[str, dict[int, dict[str, Any]]]) -> list[list[str]]:
+    rows = []
+    base = [Outcome(int(r["learning"]["step"]), bool(r["learning"]["learnt"])) for r in runs["mle"].values()]
+    for label in ["mle"] + [label for label in runs if label != "mle"]:
+        seeds = runs[label]
+        outcomes = [Outcome(int(r["learning"]["step"]), bool(r["learning"]["learnt"])) for r in seeds.values()]
+        em = [endpoint_value(r, "exact_match") for r in seeds.values()]
+        threshold = next(iter(seeds.values()))["learning"]["threshold"]
+        if label == "mle":
+            tests = ["-", "-", "-"]
+        else:
+            pair = [outcomes, base]
+            paired = paired_analysis(runs, "mle", [label], endpoints=[ENDPOINTS[0]])[0]
+            tests = [_p(logrank(pair)), _p(logrank_exact_p(pair)),
+                     f"{_f(paired.test.mean, '{:.1f}', True)} {_ci(*paired.test.ci)}"]
+        rows.append([f"`{label}`", str(len(outcomes)), f"{sum(o.learnt for o in outcomes)} (>= {100 * threshold:.0f} %)",
+                     f"{median_steps(outcomes):.0f}" if math.isfinite(median_steps(outcomes)) else "> 3200",
+                     f"{statistics.fmean(em):.1f} ± {statistics.stdev(em):.1f}", *tests])
+    return rows
+
+
+def chunked(rec: Records) -> list[str]:
+    head = ["objective", "runs", "learnt", "median steps", "exact match %", "log-rank p (chi-square)", "log-rank p (exact)",
+            "exact match - MLE, paired [95 % CI]"]
+    lines = ["Three-digit addition, numbers in chunks of up to 3 digits:", ""] + _table(head, _chunked_rows(rec.chunked))
+    lines += ["", machine(rec.chunked), "", "Two-digit addition, same tokenizer (graded: runs train to the end):", ""]
+    lines += _table(head, _chunked_rows(rec.chunked2)) + ["", machine(rec.chunked2)]
+    return lines
+
+
+RENDERERS: dict[str, Callable[[Records], list[str]]] = {
+    "answer": answer, "mul-shape": mul_shape, "mul-plan": mul_plan, "mul-primary": mul_primary, "mul-secondary": mul_secondary,
+    "mul-runs": mul_runs, "add-paired": add_paired, "add-facts": add_facts, "chunked": chunked,
+}
+
+
+def render(text: str, rec: Records | None = None) -> str:
+    """`text` with every results block rewritten from the records (unknown block names: an error)."""
+    rec = rec or Records()
+
+    def replace(match: re.Match[str]) -> str:
+        name = match["name"]
+        if name not in RENDERERS:
+            raise KeyError(f"docs/results.md: unknown results block {name!r}; known: {', '.join(RENDERERS)}")
+        return match.group(1) + "\n".join(RENDERERS[name](rec)) + "\n" + match.group(4)
+
+    return BLOCK.sub(replace, text)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = list(sys.argv[1:] if argv is None else argv)
+    path = Path(next((a for a in args if not a.startswith("-")), DOC))
+    text = path.read_text()
+    rendered = render(text)
+    if "--check" in args:
+        if rendered != text:
+            print(f"{path}: numbers differ from the records; run python -m numloss.compare.results_doc", file=sys.stderr)
+            return 1
+        print(f"{path}: every generated block matches the records")
+        return 0
+    path.write_text(rendered)
+    print(f"{path}: {len(BLOCK.findall(text))} blocks written from the records")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
