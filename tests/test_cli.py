@@ -62,8 +62,8 @@ def test_threads_is_one_flag_for_train_eval_and_compare():
     from numloss.evaluate.cli import build_parser as eval_parser
     from numloss.train import pop_threads
 
-    assert pop_threads(["a.yaml", "--threads", "3", "--train.max_steps", "2"]) == (3, ["a.yaml", "--train.max_steps", "2"])
-    assert pop_threads(["--threads=2"]) == (2, [])
+    assert pop_threads(["a.yaml", "--threads", "2", "--train.max_steps", "2"]) == (2, ["a.yaml", "--train.max_steps", "2"])
+    assert pop_threads(["--threads=1"]) == (1, [])  # within the cores of any CI machine
     assert eval_parser().parse_args(["tiny", "--threads", "2"]).threads == 2
     demo = Path(__file__).resolve().parents[1] / "configs" / "compare-demo.yaml"
     compare = resolve(build_parser().parse_args([str(demo), "--threads", "2"]))

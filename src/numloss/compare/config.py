@@ -40,7 +40,7 @@ from typing import Any
 import yaml
 
 from numloss.compare.learning import LearningCheck
-from numloss.compare.word_task import task_from_dict
+from numloss.compare.tasks import task_from_dict
 from numloss.config import Config, ConfigError, config_from_dict
 
 #: bump when what a result file holds changes, so old results are recomputed, not misread

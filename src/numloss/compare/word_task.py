@@ -238,19 +238,3 @@ def last_number_matches(output: str, gold: str) -> bool:
         return value is not None and abs(value - float(gold)) <= 1e-6 * max(1.0, abs(float(gold)))
     except ValueError:
         return False
-
-
-def task_from_dict(mapping: dict[str, Any] | None) -> Any:
-    """The task of a comparison config: `kind: word_problems`, `kind: arith_words`
-    (numloss.compare.arith_words) or the arithmetic task (default)."""
-    from numloss.compare.task import ArithmeticTask
-
-    mapping = dict(mapping or {})
-    if mapping.get("kind", "arithmetic") == "word_problems":
-        return WordProblemTask.from_dict(mapping)
-    if mapping.get("kind") == "arith_words":
-        from numloss.compare.arith_words import ArithmeticWordTask
-
-        return ArithmeticWordTask.from_dict(mapping)
-    mapping.pop("kind", None)
-    return ArithmeticTask.from_dict(mapping)
