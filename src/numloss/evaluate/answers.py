@@ -59,6 +59,9 @@ _NUMBER = re.compile(
     """,
     re.X,
 )
+# digits, maybe grouped in thousands: a comma is a separator only when every group after it has
+# three digits ("14,400", "1,234,567"); "4,6,14,15" is a list of four numbers
+_DIGITS = r"(?:\d{1,3}(?:,\d{3})+|\d+)"
 _FRAC = re.compile(r"\\[dt]?frac\s*\{([^{}]*)\}\s*\{([^{}]*)\}")
 NOISE_DIGITS = 15  # a written number with this many significant digits and a fraction is float noise
 KEEP_DIGITS = 12  # ... and is read rounded to this many (never above the units place)
@@ -230,9 +233,10 @@ def format_number(value: float | None) -> str:
 
 def gold_decimal(gold: str) -> Decimal | None:
     """A gold answer as an exact decimal ("1,234.50" -> 1234.50, "45%" -> 45), None if it is not one."""
-    s = gold.strip().replace(",", "").replace("$", "").rstrip("%").strip()
-    if not re.fullmatch(r"[-+]?(\d+(\.\d*)?|\.\d+)", s):
+    s = gold.strip().replace("$", "").rstrip("%").strip()
+    if not re.fullmatch(r"[-+]?(" + _DIGITS + r"(\.\d*)?|\.\d+)", s):  # "4,6,14,15" is a list, not 461415
         return None
+    s = s.replace(",", "")
     try:
         return Decimal(s)
     except InvalidOperation:
@@ -359,7 +363,7 @@ def extract_choice(output: str, options: tuple[str, ...] = ()) -> str | None:
     return letters[max(hits)[1]] if hits else None
 
 
-_OPTION_VALUE = re.compile(r"[-+−]?\$?(\d[\d,]*(\.\d+)?|\.\d+)(/\d+)?(\s?%|\s+[A-Za-z°²³/ .]+)?")
+_OPTION_VALUE = re.compile(r"[-+−]?\$?(" + _DIGITS + r"(\.\d+)?|\.\d+)(/\d+)?(\s?%|\s+[A-Za-z°²³/ .]+)?")
 
 
 def option_value(option: str) -> Fraction | None:
@@ -391,7 +395,7 @@ def plain_number(text: str) -> float | None:
 def plain_exact(text: str) -> Fraction | None:
     """`plain_number`, exactly."""
     stripped = _strip_latex(text).replace(" ", "").strip("$")
-    if not re.fullmatch(r"[-+−]?\$?(\d[\d,]*(\.\d+)?|\.\d+)(/\d+)?%?", stripped):
+    if not re.fullmatch(r"[-+−]?\$?(" + _DIGITS + r"(\.\d+)?|\.\d+)(/\d+)?%?", stripped):
         return None
     return parse_exact(stripped)
 
