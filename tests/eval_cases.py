@@ -118,7 +118,7 @@ CHOICE = [
     K("bare-bracketed-lower", "({l})", kinds=("choice",)),
     K("choose-lower", "After computing, we choose {l}.", kinds=("choice",)),
     K("choose-a", "After computing, we choose a", truth="letter-a", kinds=("choice",)),
-    K("article", "The answer is a boy who has 5 apples.", truth="never", kinds=("choice",)),
+    K("article", "The answer is a boy who has some apples.", truth="never", kinds=("choice",)),  # no number: "5 apples" is an answer where an option is 5
     K("article-long-way", "The answer is a long way off.", truth="never", kinds=("choice",)),
     K("option-word", "Option {a} is correct.", kinds=("choice",)),
     K("correct-choice", "The correct choice is ({a}).", kinds=("choice",)),

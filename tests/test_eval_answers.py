@@ -314,3 +314,14 @@ def test_comma_list_gold_is_not_a_number():
         assert score(math, output).correct, output
     assert not score(math, "The answer is 4.").correct
     assert not score(math, "$\\boxed{4,6,14,16}$").correct
+
+
+def test_an_options_whole_text_and_leading_point_decimals():
+    options = ("1 over 5", "−5", "−1 over 5", "5")  # MMLU mathematics item 2
+    assert extract_choice("The answer is 1 over 5", options) == "A"
+    assert extract_choice("1 over 5", options) == "A"
+    assert extract_choice("The answer is 5", options) == "D"
+    assert extract_choice("The answer is a boy who has 5 apples.", ("4", "4.5", "5")) == "C"  # a number is an answer
+    for output in ("Answer: .5", "In total, it is .5.", "Solving, we get .5"):
+        assert extract_math(output) == ".5", output
+        assert score(Item("algebra/1057", "q", ".5", "math"), output).correct, output

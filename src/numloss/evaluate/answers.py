@@ -348,6 +348,9 @@ def extract_choice(output: str, options: tuple[str, ...] = ()) -> str | None:
     if not options:
         return None
     where = segment if marked else (output.strip().splitlines()[-1] if output.strip() else "")
+    whole = [i for i, option in enumerate(options) if _normalise(option) and _normalise(option) == _normalise(where)]
+    if whole:  # the answer is an option's text, all of it ("1 over 5": not the option "5")
+        return letters[whole[0]]
     pred = extract_exact(where)
     if pred is not None:  # a value: the plain-number option with that value ("80" -> "80")
         for i, option in enumerate(options):
@@ -382,7 +385,7 @@ def extract_math(output: str) -> str:
         boxed = boxed_content(segment)
         text = boxed if boxed is not None else segment.strip().split("\n")[0]
         return text.strip().strip("*").rstrip(".").strip().strip("*$").strip()
-    found = re.findall(r"-?\d+(?:\.\d+)?(?:/\d+)?", output)
+    found = re.findall(r"-?(?:\d+(?:\.\d+)?|\.\d+)(?:/\d+)?", output)  # ".5" is 0.5, not 5
     return found[-1] if found else ""
 
 
