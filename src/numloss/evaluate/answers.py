@@ -10,12 +10,13 @@ Where the answer is looked for, in order (the first rule that finds one wins):
 4. numbers: the last number of the whole output. Choices: an explicit letter in any case ("(C)",
    "(c)", "c)", "answer is c.", "Answer: c", "option C", ``\\boxed{c}``, a bare "c", an output
    ending "we choose c."; a lower-case letter only where it cannot be a word, so "a boy" is never
-   A); then, only for options that are a number (maybe with a unit after a
+   A); then the option whose whole text the answer is ("1 over 5"); then, only for options that are a number (maybe with a unit after a
    space: "80 km/h"; never "$5m+4p$"), the option whose value equals the answer's number; then the option whose text appears, as whole words, in the
    answer (the longest such option). No letter found is no answer (no guess).
 
 Numbers are read exactly (as fractions, never through a float) with thousands separators
-("1,234"), signs (also U+2212 "−"; a minus counts as a sign only when it touches the digits and
+("1,234"; a comma separates thousands only when every group after it has three digits, so
+"4,6,14,15" is a list of four numbers and a gold like it is compared as a list), signs (also U+2212 "−"; a minus counts as a sign only when it touches the digits and
 does not follow a digit or a closing bracket, so "8 - 3" reads 8 then 3), decimals, fractions
 ("3/4", ``\\frac{3}{4}``), percentages ("45%" reads as 45, the way the benchmarks write
 percentage answers: no x/100), exponents, currency and units around them ("$46.50", "12 km/h").
