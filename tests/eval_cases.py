@@ -14,6 +14,7 @@ is A (the article rule reads no letter there: see STRICT).
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from fractions import Fraction
 
@@ -117,7 +118,7 @@ CHOICE = [
     K("bare-bracketed-lower", "({l})", kinds=("choice",)),
     K("choose-lower", "After computing, we choose {l}.", kinds=("choice",)),
     K("choose-a", "After computing, we choose a", truth="letter-a", kinds=("choice",)),
-    K("article", "The answer is a boy who has 5 apples.", truth="never", kinds=("choice",)),
+    K("article", "The answer is a boy who has some apples.", truth="never", kinds=("choice",)),  # no number: "5 apples" is an answer where an option is 5
     K("article-long-way", "The answer is a long way off.", truth="never", kinds=("choice",)),
     K("option-word", "Option {a} is correct.", kinds=("choice",)),
     K("correct-choice", "The correct choice is ({a}).", kinds=("choice",)),
@@ -181,17 +182,29 @@ def answers_of(item: Item) -> tuple[tuple[str, Fraction | None], tuple[str, Frac
         right = item.answer.upper()
         wrong = LETTERS[(LETTERS.index(right) + 1) % max(2, len(item.options))]
         return (right, None), (wrong, None)
+    if _is_list(item.answer):  # "4,6,14,15": the list itself, and the list with its last number off by 7
+        head, _, last = item.answer.rpartition(",")
+        return (item.answer, None), (f"{head},{last[: len(last) - len(last.lstrip())]}{format_exact(Fraction(last.strip()) + 7)}", None)
     value = parse_exact(item.answer)
     wrong = (value + 7) if value is not None else Fraction(7)
     return (item.answer, value), (format_exact(wrong), wrong)
 
 
+def _is_list(answer: str) -> bool:
+    """A comma list of plain integers ("4,6,14,15", "12, 10, 6"), not a number with thousands ("14,400")."""
+    from numloss.evaluate.answers import plain_exact
+
+    return bool(re.fullmatch(r"-?\d+(?:,\s?-?\d+)+", answer.strip())) and plain_exact(answer) is None
+
+
 def usable(item: Item) -> bool:
-    """Items whose gold a generated output can state plainly (a plain number or a letter)."""
+    """Items whose gold a generated output can state plainly (a plain number, a comma list of integers, a letter)."""
     if item.kind == "choice":
         return item.answer.upper() in LETTERS[: len(item.options)]
     from numloss.evaluate.answers import plain_exact
 
+    if _is_list(item.answer):
+        return True
     return plain_exact(item.answer) is not None and "/" not in item.answer and "frac" not in item.answer
 
 

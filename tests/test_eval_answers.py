@@ -12,8 +12,10 @@ from numloss.evaluate.answers import (
     extract_number,
     format_exact,
     format_number,
+    gold_decimal,
     math_equal,
     number_matches,
+    option_value,
     parse_number,
     score,
 )
@@ -287,3 +289,39 @@ def test_sums_and_latex_thousands(output, value):
 ])
 def test_math_right_hand_sides(pred, gold, equal):
     assert math_equal(pred, gold) is equal
+
+
+# a comma list ("4,6,14,15", MATH algebra/1017) is the list; a comma is a thousands separator only
+# when every group after it has three digits ("14,400", "1,234,567", "14,\!400")
+@pytest.mark.parametrize(("pred", "gold", "equal"), [
+    ("4,6,14,15", "4,6,14,15", True), ("4, 6, 14, 15", "4,6,14,15", True),
+    ("4", "4,6,14,15", False), ("461415", "4,6,14,15", False), ("4,6,14,16", "4,6,14,15", False),
+    ("4,6,14", "4,6,14,15", False), ("1,2", "12", False), ("12", "1,2", False),
+    ("14,400", "14400", True), ("14400", "14,400", True), ("14,\\!400", "14400", True), ("x = 14,\\!400", "14,400", True),
+    ("1,234,567", "1234567", True), ("1,234,567", "1,234,568", False), ("1,234.5", "1234.5", True),
+    ("14,400", "14,40", False), ("1,000,5", "10005", False),
+])
+def test_comma_lists_and_thousands(pred, gold, equal):
+    assert math_equal(pred, gold) is equal
+
+
+def test_comma_list_gold_is_not_a_number():
+    assert gold_decimal("4,6,14,15") is None and gold_decimal("1,23") is None
+    assert gold_decimal("14,400") == 14400 and gold_decimal("1,234,567.50") == 1234567.5
+    assert option_value("4,6") is None and option_value("1,000 km") == 1000
+    math = Item("algebra/1017", "q", "4,6,14,15", "math")
+    for output in ("The answer is 4,6,14,15.", "the answer is: 4,6,14,15", "$\\boxed{4,6,14,15}$"):
+        assert score(math, output).correct, output
+    assert not score(math, "The answer is 4.").correct
+    assert not score(math, "$\\boxed{4,6,14,16}$").correct
+
+
+def test_an_options_whole_text_and_leading_point_decimals():
+    options = ("1 over 5", "−5", "−1 over 5", "5")  # MMLU mathematics item 2
+    assert extract_choice("The answer is 1 over 5", options) == "A"
+    assert extract_choice("1 over 5", options) == "A"
+    assert extract_choice("The answer is 5", options) == "D"
+    assert extract_choice("The answer is a boy who has 5 apples.", ("4", "4.5", "5")) == "C"  # a number is an answer
+    for output in ("Answer: .5", "In total, it is .5.", "Solving, we get .5"):
+        assert extract_math(output) == ".5", output
+        assert score(Item("algebra/1057", "q", ".5", "math"), output).correct, output

@@ -45,7 +45,7 @@ def pick(bench, n: int) -> list:
     """n usable items: one with a large gold (thousands separators) or the gold 'A' first, then in order."""
     items = [it for it in bench.items if usable(it)]
     special = [it for it in items if (it.kind == "choice" and it.answer.upper() == "A")
-               or (it.kind != "choice" and abs(plain_exact(it.answer)) >= 1000)]
+               or (it.kind != "choice" and abs(plain_exact(it.answer) or 0) >= 1000)]
     chosen = list(dict.fromkeys(special[:1] + items))
     return chosen[:n]
 

@@ -10,12 +10,13 @@ Where the answer is looked for, in order (the first rule that finds one wins):
 4. numbers: the last number of the whole output. Choices: an explicit letter in any case ("(C)",
    "(c)", "c)", "answer is c.", "Answer: c", "option C", ``\\boxed{c}``, a bare "c", an output
    ending "we choose c."; a lower-case letter only where it cannot be a word, so "a boy" is never
-   A); then, only for options that are a number (maybe with a unit after a
+   A); then the option whose whole text the answer is ("1 over 5"); then, only for options that are a number (maybe with a unit after a
    space: "80 km/h"; never "$5m+4p$"), the option whose value equals the answer's number; then the option whose text appears, as whole words, in the
    answer (the longest such option). No letter found is no answer (no guess).
 
 Numbers are read exactly (as fractions, never through a float) with thousands separators
-("1,234"), signs (also U+2212 "−"; a minus counts as a sign only when it touches the digits and
+("1,234"; a comma separates thousands only when every group after it has three digits, so
+"4,6,14,15" is a list of four numbers and a gold like it is compared as a list), signs (also U+2212 "−"; a minus counts as a sign only when it touches the digits and
 does not follow a digit or a closing bracket, so "8 - 3" reads 8 then 3), decimals, fractions
 ("3/4", ``\\frac{3}{4}``), percentages ("45%" reads as 45, the way the benchmarks write
 percentage answers: no x/100), exponents, currency and units around them ("$46.50", "12 km/h").
@@ -59,6 +60,9 @@ _NUMBER = re.compile(
     """,
     re.X,
 )
+# digits, maybe grouped in thousands: a comma is a separator only when every group after it has
+# three digits ("14,400", "1,234,567"); "4,6,14,15" is a list of four numbers
+_DIGITS = r"(?:\d{1,3}(?:,\d{3})+|\d+)"
 _FRAC = re.compile(r"\\[dt]?frac\s*\{([^{}]*)\}\s*\{([^{}]*)\}")
 NOISE_DIGITS = 15  # a written number with this many significant digits and a fraction is float noise
 KEEP_DIGITS = 12  # ... and is read rounded to this many (never above the units place)
@@ -230,9 +234,10 @@ def format_number(value: float | None) -> str:
 
 def gold_decimal(gold: str) -> Decimal | None:
     """A gold answer as an exact decimal ("1,234.50" -> 1234.50, "45%" -> 45), None if it is not one."""
-    s = gold.strip().replace(",", "").replace("$", "").rstrip("%").strip()
-    if not re.fullmatch(r"[-+]?(\d+(\.\d*)?|\.\d+)", s):
+    s = gold.strip().replace("$", "").rstrip("%").strip()
+    if not re.fullmatch(r"[-+]?(" + _DIGITS + r"(\.\d*)?|\.\d+)", s):  # "4,6,14,15" is a list, not 461415
         return None
+    s = s.replace(",", "")
     try:
         return Decimal(s)
     except InvalidOperation:
@@ -344,6 +349,9 @@ def extract_choice(output: str, options: tuple[str, ...] = ()) -> str | None:
     if not options:
         return None
     where = segment if marked else (output.strip().splitlines()[-1] if output.strip() else "")
+    whole = [i for i, option in enumerate(options) if _normalise(option) and _normalise(option) == _normalise(where)]
+    if whole:  # the answer is an option's text, all of it ("1 over 5": not the option "5")
+        return letters[whole[0]]
     pred = extract_exact(where)
     if pred is not None:  # a value: the plain-number option with that value ("80" -> "80")
         for i, option in enumerate(options):
@@ -359,7 +367,7 @@ def extract_choice(output: str, options: tuple[str, ...] = ()) -> str | None:
     return letters[max(hits)[1]] if hits else None
 
 
-_OPTION_VALUE = re.compile(r"[-+−]?\$?(\d[\d,]*(\.\d+)?|\.\d+)(/\d+)?(\s?%|\s+[A-Za-z°²³/ .]+)?")
+_OPTION_VALUE = re.compile(r"[-+−]?\$?(" + _DIGITS + r"(\.\d+)?|\.\d+)(/\d+)?(\s?%|\s+[A-Za-z°²³/ .]+)?")
 
 
 def option_value(option: str) -> Fraction | None:
@@ -378,7 +386,7 @@ def extract_math(output: str) -> str:
         boxed = boxed_content(segment)
         text = boxed if boxed is not None else segment.strip().split("\n")[0]
         return text.strip().strip("*").rstrip(".").strip().strip("*$").strip()
-    found = re.findall(r"-?\d+(?:\.\d+)?(?:/\d+)?", output)
+    found = re.findall(r"-?(?:\d+(?:\.\d+)?|\.\d+)(?:/\d+)?", output)  # ".5" is 0.5, not 5
     return found[-1] if found else ""
 
 
@@ -391,7 +399,7 @@ def plain_number(text: str) -> float | None:
 def plain_exact(text: str) -> Fraction | None:
     """`plain_number`, exactly."""
     stripped = _strip_latex(text).replace(" ", "").strip("$")
-    if not re.fullmatch(r"[-+−]?\$?(\d[\d,]*(\.\d+)?|\.\d+)(/\d+)?%?", stripped):
+    if not re.fullmatch(r"[-+−]?\$?(" + _DIGITS + r"(\.\d+)?|\.\d+)(/\d+)?%?", stripped):
         return None
     return parse_exact(stripped)
 
