@@ -49,6 +49,17 @@ def _holder_text(holder: dict[str, Any]) -> str:
     return f"pid {holder.get('pid', '?')} on {holder.get('host', '?')} ({holder.get('command', '?')}, since {when})"
 
 
+#: what a non-blocking flock says when another open file holds the lock
+_HELD_ELSEWHERE = (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES)
+
+
+def _busy(folder: Path) -> RunDirBusy:
+    return RunDirBusy(
+        f"{str(folder)!r} is in use by {_holder_text(read_holder(folder))}: wait for it to finish, "
+        "or choose another output folder"
+    )
+
+
 def read_holder(folder: str | os.PathLike[str]) -> dict[str, Any]:
     """What `folder`'s lock file says about its (last) holder; {} when there is none or it is unreadable."""
     try:
@@ -77,11 +88,8 @@ def hold_run_dir(folder: str | os.PathLike[str], command: str) -> Iterator[Path]
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except OSError as error:
-            if error.errno in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):
-                raise RunDirBusy(
-                    f"{str(path)!r} is in use by {_holder_text(read_holder(path))}: wait for it to finish, "
-                    "or choose another output folder"
-                ) from None
+            if error.errno in _HELD_ELSEWHERE:
+                raise _busy(path) from None
             if os.environ.get("NUMLOSS_NO_RUN_LOCK") == "1":
                 logger.warning("cannot lock %s (%s); running without a lock (NUMLOSS_NO_RUN_LOCK=1)", path, error)
             else:
@@ -116,10 +124,7 @@ def check_not_busy(folder: str | os.PathLike[str]) -> None:
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except OSError as error:
-        if error.errno in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):
-            raise RunDirBusy(
-                f"{str(Path(folder))!r} is in use by {_holder_text(read_holder(folder))}: wait for it to finish, "
-                "or choose another output folder"
-            ) from None
+        if error.errno in _HELD_ELSEWHERE:
+            raise _busy(Path(folder)) from None
     finally:
         os.close(fd)
