@@ -123,6 +123,22 @@ def test_mcnemar_hand_worked() -> None:
         mcnemar_exact_p(-1, 2)
 
 
+@pytest.mark.parametrize(("only_a", "only_b"), [(2400, 0), (1100, 1000), (2000, 2000), (5000, 4700), (0, 4000)])
+def test_mcnemar_at_item_level_counts(only_a: int, only_b: int) -> None:
+    """Seeds x 1,000 items give thousands of discordant pairs (2.0 ** n overflows past 1,023): the
+    p is the exact binomial tail, here against the log-space sum and the normal approximation."""
+    n, k = only_a + only_b, min(only_a, only_b)
+    log_terms = [math.lgamma(n + 1) - math.lgamma(i + 1) - math.lgamma(n - i + 1) - n * math.log(2) for i in range(k + 1)]
+    top = max(log_terms)
+    expected = min(1.0, 2 * math.exp(top) * sum(math.exp(t - top) for t in log_terms))
+    p = mcnemar_exact_p(only_a, only_b)
+    assert 0.0 <= p <= 1.0
+    assert p == pytest.approx(expected, rel=1e-9, abs=1e-300)
+    if 0.001 < p < 1.0:  # continuity-corrected normal approximation agrees to a few per cent
+        z = (abs(only_a - only_b) - 1) / math.sqrt(n)
+        assert p == pytest.approx(math.erfc(z / math.sqrt(2)), rel=0.05)
+
+
 def test_check_curve_area_and_pairing_of_values() -> None:
     assert check_curve_area([[0, 0.0], [100, 1.0]]) == pytest.approx(0.5)
     assert check_curve_area([[400, 0.3], [200, 0.1], [600, 0.3]]) == pytest.approx((200 * 0.2 + 200 * 0.3) / 400)

@@ -3,23 +3,96 @@ computes from results/ now, and the page keeps its reference shape."""
 
 from __future__ import annotations
 
+import json
 import re
+import shutil
+from pathlib import Path
 
 from numloss.compare import results_doc
 
 
 def test_every_generated_block_matches_the_records() -> None:
-    text = results_doc.DOC.read_text()
-    names = re.findall(r"<!-- results:([a-z0-9-]+):begin -->", text)
-    assert set(names) == set(results_doc.RENDERERS), "every renderer has its block and no block is unknown"
-    rendered = results_doc.render(text)
-    if rendered != text:  # name the first block that differs
-        for match in results_doc.BLOCK.finditer(text):
-            again = results_doc.BLOCK.search(rendered, match.start())
-            assert again and again["body"] == match["body"], (
-                f"docs/results.md block {match['name']!r} differs from the records; "
-                "run python -m numloss.compare.results_doc")
-    assert rendered == text
+    names = []
+    for doc in results_doc.DOCS:
+        text = doc.read_text()
+        names += re.findall(r"<!-- results:([a-z0-9-]+):begin -->", text)
+        rendered = results_doc.render(text)
+        if rendered != text:  # name the first block that differs
+            for match in results_doc.BLOCK.finditer(text):
+                again = results_doc.BLOCK.search(rendered, match.start())
+                assert again and again["body"] == match["body"], (
+                    f"{doc.name} block {match['name']!r} differs from the records; "
+                    "run python -m numloss.compare.results_doc")
+        assert rendered == text
+    assert sorted(names) == sorted(results_doc.RENDERERS), "every renderer has one block and no block is unknown"
+
+
+def _pretrained_root(tmp_path: Path, drop: tuple[str, ...] = ()) -> Path:
+    """A repository root with the pretrained grid's config and synthetic records under its real
+    hashes: MLE right on items 0-599 of 1,000 every seed, DEL on items 0-(499 + 10 s), NTL-WAS on
+    items 50-649 (as many as MLE, other items), the untrained model on none."""
+    from numloss.compare.config import load_compare_config
+    from numloss.compare.pretrained import BASELINE, baseline_hash, run_order
+
+    (tmp_path / "configs").mkdir(parents=True)
+    shutil.copy(results_doc.ROOT / "configs" / f"{results_doc.PRETRAINED_GRID}.yaml", tmp_path / "configs")
+    records = tmp_path / "results" / results_doc.PRETRAINED_GRID
+    records.mkdir(parents=True)
+    compare = load_compare_config(tmp_path / "configs" / f"{results_doc.PRETRAINED_GRID}.yaml")
+    machine = {"accelerator": None, "cores": 2, "cpu": "AMD EPYC", "date": "2026-12-04", "torch": "2.13.0+cpu",
+               "torch_cpu_capability": "AVX512", "vector_extension": "AVX-512"}
+
+    def bits(first: int, last: int) -> str:
+        return "".join("1" if first <= i < last else "0" for i in range(1000))
+
+    def write(name: str, run_hash: str, label: str, seed: int, items: str) -> None:
+        record = {"hash": run_hash, "label": label, "seed": seed, "machine": machine, "steps": 100, "objective": None,
+                  "seconds": {}, "curve": {}, "train_metrics": {}, "learning": None,
+                  "evaluation": {"heldout": {"n": 1000, "exact_match": items.count("1") / 1000, "items": items}}}
+        (records / f"{name}-{run_hash}.json").write_text(json.dumps(record))
+
+    for key in run_order(compare):
+        if key.name in drop:
+            continue
+        config = compare.run_config(key.spec, key.seed, compare.output_dir / "runs" / key.name, Path("t.jsonl"))
+        items = {"mle": bits(0, 600), "del-a0.3": bits(0, 500 + 10 * key.seed), "ntl-was": bits(50, 650)}[key.spec.label]
+        write(key.name, compare.run_hash(config), key.spec.label, key.seed, items)
+    write(f"{BASELINE}-s0", baseline_hash(compare), BASELINE, 0, bits(0, 0))
+    return tmp_path
+
+
+def test_the_pretrained_blocks_on_hand_worked_records(tmp_path: Path) -> None:
+    rec = results_doc.Records(_pretrained_root(tmp_path))
+    answer = results_doc.pretrained_answer(rec)
+    # DEL - MLE per seed: -10, -9, -8, -7 points; mean -8.5, SD 1.291, t(0.975, 3) = 3.182:
+    # half-width 3.182 x 1.291 / 2 = 2.05 -> [-10.6, -6.4]; items: b = 0, c = 100 + 90 + 80 + 70 = 340
+    assert "(SmolLM2" in answer and "complete)" in answer
+    assert "DEL alpha 0.3 minus MLE -8.5 points (MLE 60.0 %) [-10.6, -6.4] over seeds" in answer
+    assert "McNemar Holm p < 0.001. **DEL is worse on these items.** The seed-level interval excludes 0 as well." in answer
+    result = "\n".join(results_doc.pretrained_result(rec))
+    assert result.startswith("**13 of 13 runs recorded (complete).**")
+    assert "mle 60.0 %, del-a0.3 51.5 %, ntl-was 60.0 %, untrained 0.0 %" in result
+    assert "only under MLE 0 / 340" in result
+    # NTL-WAS: 50 items each way every seed: no difference, McNemar p 1 (Holm keeps it 1)
+    assert "ntl-was minus MLE 0.0 points [0.0, 0.0] over 4 seeds, sign-flip p 1.00" in result
+    assert "200 / 200, McNemar Holm p 1.00" in result
+    grid = "\n".join(results_doc.pretrained_grid(rec))
+    assert "**13 of 13 runs recorded, the grid is complete.**" in grid
+    assert "| del-a0.3 | 4 | 50.0, 51.0, 52.0, 53.0 | 51.5 |" in grid
+    assert "| del-a0.3 | -8.5 | [-10.6, -6.4] |" in grid and "_Machine: AMD EPYC" in grid
+
+
+def test_the_pretrained_blocks_say_an_interim_result_and_what_is_left(tmp_path: Path) -> None:
+    rec = results_doc.Records(_pretrained_root(tmp_path, drop=("del-a0.3-s3", "ntl-was-s3")))
+    answer = results_doc.pretrained_answer(rec)
+    assert "interim: 3 of 4 seeds" in answer and "**" not in answer.split("):", 1)[1], "no verdict before the grid ends"
+    assert "DEL alpha 0.3 minus MLE -9.0 points" in answer
+    assert results_doc.pretrained_result(rec)[0].startswith("**11 of 13 runs recorded, 3 of 4 seeds with every arm")
+    assert results_doc.pretrained_grid(rec)[0] == "**11 of 13 runs recorded; left: del-a0.3-s3, ntl-was-s3.**"
+    one = results_doc.Records(_pretrained_root(tmp_path / "one", drop=tuple(
+        f"{label}-s{seed}" for seed in (1, 2, 3) for label in ("mle", "del-a0.3", "ntl-was"))))
+    assert "(one seed: no seed-level interval yet)" in "\n".join(results_doc.pretrained_result(one))
+    assert "| del-a0.3 | -10.0 | n/a (1 seed) | n/a |" in "\n".join(results_doc.pretrained_grid(one))
 
 
 def test_the_page_reads_as_a_reference() -> None:

@@ -280,10 +280,12 @@ def summary_markdown(summary: dict[str, Any]) -> str:
                       "|---|---|---|---|---|---|---|"]
             for label, c in block.items():
                 p = c.get("mcnemar_p_holm", c["mcnemar_p"])
+                one_seed = len(c["seeds"]) < 2  # no seed-level interval, test or detectable effect yet
+                seed_ci = "n/a (1 seed)" if one_seed else f"[{100 * c['ci95'][0]:+.1f}, {100 * c['ci95'][1]:+.1f}]"
                 lines.append(
-                    f"| {label} | {100 * c['mean_diff']:+.1f} | [{100 * c['ci95'][0]:+.1f}, {100 * c['ci95'][1]:+.1f}] | "
-                    f"{c['sign_flip_p']:.3g} | {c['b']} / {c['c']} | {p:.3g} | {100 * c['mde_items']:.1f} / "
-                    f"{100 * c['mde_seeds']:.1f} |"
+                    f"| {label} | {100 * c['mean_diff']:+.1f} | {seed_ci} | "
+                    f"{'n/a' if one_seed else format(c['sign_flip_p'], '.3g')} | {c['b']} / {c['c']} | {p:.3g} | "
+                    f"{100 * c['mde_items']:.1f} / {'n/a' if one_seed else format(100 * c['mde_seeds'], '.1f')} |"
                 )
         lines.append("")
     return "\n".join(lines)

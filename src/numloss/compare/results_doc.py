@@ -4,7 +4,8 @@ Every table and every number-bearing sentence of docs/results.md sits between
 ``<!-- results:NAME:begin -->`` and ``<!-- results:NAME:end -->`` and is written here from the
 records in ``results/`` (`numloss.compare.analysis`), never typed by hand:
 
-    python -m numloss.compare.results_doc            # rewrite the blocks of docs/results.md
+    python -m numloss.compare.results_doc            # rewrite the blocks of docs/results.md and
+                                                     # docs/results-pretrained.md
     python -m numloss.compare.results_doc --check    # exit 1 if a block differs from the records
 
 `tests/test_results_doc.py` runs the check, so records committed without the doc regenerated
@@ -38,6 +39,11 @@ from numloss.compare.survival import Outcome, logrank, logrank_exact_p, median_s
 
 ROOT = Path(__file__).resolve().parents[3]
 DOC = ROOT / "docs" / "results.md"
+PRETRAINED_DOC = ROOT / "docs" / "results-pretrained.md"
+DOCS = (DOC, PRETRAINED_DOC)
+"""The pages whose generated blocks are written here (the pretrained arm's design page has its status)."""
+PRETRAINED_GRID = "compare-smollm2-words"
+"""The pretrained CPU grid: configs/<name>.yaml, its records in results/<name>/."""
 BLOCK = re.compile(r"(<!-- results:(?P<name>[a-z0-9-]+):begin -->\n)(?P<body>.*?)(<!-- results:(?P=name):end -->)", re.S)
 
 MUL_ARMS = ("del-a0.3", "del-noplace", "ntl-was")
@@ -94,6 +100,17 @@ class Records:
     @cached_property
     def chunked(self) -> dict[str, dict[int, dict[str, Any]]]:
         return self._runs("compare-chunked")
+
+    @cached_property
+    def pretrained(self) -> tuple[Any, dict[str, dict[int, dict[str, Any]]], dict[str, Any]]:
+        """(CompareConfig, {label: {seed: record}}, numloss.compare.pretrained.summarise) of the
+        pretrained grid: the records of its config's hashes only, the untrained model included."""
+        from numloss.compare import pretrained
+        from numloss.compare.config import load_compare_config
+
+        compare = load_compare_config(self.root / "configs" / f"{PRETRAINED_GRID}.yaml")
+        records = self.root / "results" / PRETRAINED_GRID
+        return compare, pretrained.load_records(compare, records), pretrained.summarise(compare, records)
 
     @cached_property
     def chunked2(self) -> dict[str, dict[int, dict[str, Any]]]:
@@ -263,7 +280,99 @@ def answer(rec: Records) -> list[str]:
         f"{_ci(100 * d['share_ci'][0], 100 * d['share_ci'][1], '{:.0f}')}, seed-stratified log-rank p "
         f"{_p(d['stratified_logrank_p'])}; detecting a rise from {100 * d['baseline_learnt'] / d['baseline_runs']:.0f} % "
         f"would need about {100 * d['detectable_share']:.0f} % learnt at these counts.")
-    lines.append("- **A pretrained model** (SmolLM2-135M-Instruct with LoRA): see its section at the end.")
+    lines.append(pretrained_answer(rec))
+    return lines
+
+
+# -- the pretrained arm ---------------------------------------------------------------------------
+def _pretrained_state(rec: Records) -> dict[str, Any]:
+    """What the pretrained grid's records say: planned and recorded runs, the seeds every arm has,
+    the held-out set's arms and comparisons against the reference (MLE) and the untrained model."""
+    compare, found, summary = rec.pretrained
+    from numloss.compare.pretrained import BASELINE
+
+    labels = [spec.label for spec in compare.objectives]
+    planned_seeds = list(compare.seeds)
+    recorded = sum(len(seeds) for label, seeds in found.items() if label != BASELINE) + (BASELINE in found)
+    complete_seeds = [s for s in planned_seeds if all(s in found.get(label, {}) for label in labels)]
+    entry = summary["sets"].get("heldout", {"arms": {}, "versus_reference": {}, "versus_untrained": {}})
+    return {"compare": compare, "found": found, "labels": labels, "reference": summary["reference"],
+            "planned": len(labels) * len(planned_seeds) + 1, "recorded": recorded, "seeds": planned_seeds,
+            "complete_seeds": complete_seeds, "entry": entry,
+            "complete": len(complete_seeds) == len(planned_seeds) and BASELINE in found}
+
+
+def _pp(share: float, signed: bool = True) -> str:
+    return _f(100 * share, "{:.1f}", signed)
+
+
+def _pretrained_comparison(label: str, c: dict[str, Any]) -> str:
+    """One comparison against MLE in words: difference, seed-level interval, McNemar, detectable effects."""
+    seed_ci = (f" {_ci(100 * c['ci95'][0], 100 * c['ci95'][1])} over {len(c['seeds'])} seeds, sign-flip p "
+               f"{_p(c['sign_flip_p'])}" if len(c["seeds"]) >= 2 else " (one seed: no seed-level interval yet)")
+    detect = f"{100 * c['mde_items']:.1f} points by items"
+    if len(c["seeds"]) >= 2:
+        detect += f", {100 * c['mde_seeds']:.1f} by seeds"
+    return (f"{label} minus MLE {_pp(c['mean_diff'])} points{seed_ci}; items right only under {label} / only "
+            f"under MLE {c['b']} / {c['c']}, McNemar Holm p {_p(c['mcnemar_p_holm'])}; detectable {detect}")
+
+
+def pretrained_answer(rec: Records) -> str:
+    """The pretrained arm's line of the answer block."""
+    state = _pretrained_state(rec)
+    entry, reference = state["entry"], state["reference"]
+    head = ("- **A pretrained model** (SmolLM2-135M-Instruct, LoRA r16, 2-digit word-problem answers, teacher-forced "
+            "exact match on 1,000 held-out problems; "
+            + ("complete" if state["complete"] else f"interim: {len(state['complete_seeds'])} of {len(state['seeds'])} seeds")
+            + "): ")
+    if reference not in entry["arms"]:
+        return head + "no run recorded yet."
+    comparisons = entry["versus_reference"]
+    if "del-a0.3" not in comparisons:
+        return head + f"MLE {_pp(entry['arms'][reference]['mean'], False)} %, no DEL run recorded yet."
+    c = comparisons["del-a0.3"]
+    verdict = ""
+    if state["complete"]:
+        seeds_agree = len(c["seeds"]) >= 2 and (c["ci95"][0] > 0 or c["ci95"][1] < 0)
+        verdict = (" **DEL is better on these items.**" if c["mcnemar_p_holm"] <= 0.05 and c["mean_diff"] > 0 else
+                   " **DEL is worse on these items.**" if c["mcnemar_p_holm"] <= 0.05 else " **Not told apart.**")
+        if c["mcnemar_p_holm"] <= 0.05:
+            verdict += (" The seed-level interval excludes 0 as well." if seeds_agree else
+                        " The seed-level interval still holds 0: training randomness alone could give it.")
+    return (head + f"DEL alpha 0.3 minus MLE {_pp(c['mean_diff'])} points (MLE {_pp(entry['arms'][reference]['mean'], False)} %)"
+            + (f" {_ci(100 * c['ci95'][0], 100 * c['ci95'][1])} over seeds" if len(c["seeds"]) >= 2 else "")
+            + f", item-level McNemar Holm p {_p(c['mcnemar_p_holm'])}.{verdict} These runs detect "
+            f"{100 * c['mde_items']:.1f} points by items"
+            + (f", {100 * c['mde_seeds']:.1f} by seeds." if len(c["seeds"]) >= 2 else "."))
+
+
+def pretrained_result(rec: Records) -> list[str]:
+    """The pretrained section of docs/results.md: where the grid stands and each comparison."""
+    state = _pretrained_state(rec)
+    entry = state["entry"]
+    arms = ", ".join(f"{label} {_pp(arm['mean'], False)} %" for label, arm in entry["arms"].items())
+    lines = [f"**{state['recorded']} of {state['planned']} runs recorded"
+             + (" (complete)" if state["complete"] else f", {len(state['complete_seeds'])} of {len(state['seeds'])} seeds "
+                "with every arm: an interim result") + f".** Mean exact match: {arms}."]
+    lines += [f"- {_pretrained_comparison(label, c)}." for label, c in entry["versus_reference"].items()]
+    if state["found"]:
+        lines.append(machine(state["found"]))
+    return lines
+
+
+def pretrained_grid(rec: Records) -> list[str]:
+    """docs/results-pretrained.md's status: every recorded run's score and the tests of the summary."""
+    from numloss.compare.pretrained import summary_markdown
+
+    state = _pretrained_state(rec)
+    _, found, summary = rec.pretrained
+    missing = [f"{label}-s{seed}" for seed in state["seeds"] for label in state["labels"] if seed not in found.get(label, {})]
+    lines = [f"**{state['recorded']} of {state['planned']} runs recorded"
+             + (", the grid is complete.**" if state["complete"] else f"; left: {', '.join(missing) or 'the untrained model'}.**"),
+             ""]
+    lines += summary_markdown(summary).rstrip("\n").replace("### heldout", "Held-out problems (1,000):").splitlines()
+    if found:
+        lines += ["", machine(found)]
     return lines
 
 
@@ -347,6 +456,7 @@ def chunked(rec: Records) -> list[str]:
 RENDERERS: dict[str, Callable[[Records], list[str]]] = {
     "answer": answer, "mul-shape": mul_shape, "mul-plan": mul_plan, "mul-primary": mul_primary, "mul-secondary": mul_secondary,
     "mul-runs": mul_runs, "add-paired": add_paired, "add-facts": add_facts, "chunked": chunked,
+    "pretrained": pretrained_result, "pretrained-grid": pretrained_grid,
 }
 
 
@@ -357,26 +467,32 @@ def render(text: str, rec: Records | None = None) -> str:
     def replace(match: re.Match[str]) -> str:
         name = match["name"]
         if name not in RENDERERS:
-            raise KeyError(f"docs/results.md: unknown results block {name!r}; known: {', '.join(RENDERERS)}")
+            raise KeyError(f"unknown results block {name!r}; known: {', '.join(RENDERERS)}")
         return match.group(1) + "\n".join(RENDERERS[name](rec)) + "\n" + match.group(4)
 
     return BLOCK.sub(replace, text)
 
 
 def main(argv: list[str] | None = None) -> int:
+    """Rewrite (or with --check, compare) the generated blocks of the given page, or of every page
+    in DOCS; 1 when --check finds a block that differs from the records."""
     args = list(sys.argv[1:] if argv is None else argv)
-    path = Path(next((a for a in args if not a.startswith("-")), DOC))
-    text = path.read_text()
-    rendered = render(text)
-    if "--check" in args:
-        if rendered != text:
-            print(f"{path}: numbers differ from the records; run python -m numloss.compare.results_doc", file=sys.stderr)
-            return 1
-        print(f"{path}: every generated block matches the records")
-        return 0
-    path.write_text(rendered)
-    print(f"{path}: {len(BLOCK.findall(text))} blocks written from the records")
-    return 0
+    given = [Path(a) for a in args if not a.startswith("-")]
+    rec = Records()
+    status = 0
+    for path in given or DOCS:
+        text = path.read_text()
+        rendered = render(text, rec)
+        if "--check" in args:
+            if rendered != text:
+                print(f"{path}: numbers differ from the records; run python -m numloss.compare.results_doc", file=sys.stderr)
+                status = 1
+            else:
+                print(f"{path}: every generated block matches the records")
+            continue
+        path.write_text(rendered)
+        print(f"{path}: {len(BLOCK.findall(text))} blocks written from the records")
+    return status
 
 
 if __name__ == "__main__":
