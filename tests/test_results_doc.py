@@ -97,8 +97,80 @@ def test_the_pretrained_blocks_say_an_interim_result_and_what_is_left(tmp_path: 
 
 def test_the_page_reads_as_a_reference() -> None:
     text = results_doc.DOC.read_text()
-    assert len(text.splitlines()) <= 250
+    assert len(text.splitlines()) <= 280, "four grids, each with its design and what it shows: no more"
     headings = [line for line in text.splitlines() if line.startswith("## ")]
     assert headings[0] == "## Does DEL help?", "the first screen answers the question"
     assert "## SmolLM2-135M-Instruct, LoRA, on arithmetic word problems" in headings, "the pretrained arm's section"
     assert not re.search(r"\bissue \d+|\bsession", text, re.I), "no internal issue numbers or sessions"
+
+
+def _mul_root(tmp_path: Path, drop: tuple[tuple[str, int], ...] = ()) -> Path:
+    """A repository root with a synthetic multiplication grid of 17 seeds x 4 arms: the pilot MLE
+    seeds give the pre-registered plan's 17 seeds; per seed, DEL alpha 0.3 is 1 point below MLE
+    (+-0.5 alternating) with a signed-log MAE 0.01 higher, DEL without place weights is MLE +-1
+    alternating (mean near 0), NTL-WAS 3 points above MLE (+-0.5) with a MAE 0.01 lower."""
+    folder = tmp_path / "results" / "compare-mul"
+    folder.mkdir(parents=True)
+    pilot = [14.1, 15.3, 16.75, 11.85]
+    for seed in range(17):
+        base = pilot[seed] if seed < 4 else 12.0 + (seed * 7) % 9
+        wiggle = 0.5 if seed % 2 == 0 else -0.5
+        arms = {"mle": (base, 0.04), "del-a0.3": (base - 1 + wiggle, 0.05 + wiggle / 100),
+                "del-noplace": (base + 2 * wiggle, 0.04 + wiggle / 50), "ntl-was": (base + 3 + wiggle, 0.03 + wiggle / 100)}
+        for label, (em, mae) in arms.items():
+            if (label, seed) in drop:
+                continue
+            record = {"label": label, "seed": seed, "curve": {}, "learning": {"checks": [[200, 0.0], [3200, em / 100]]},
+                      "evaluation": {"in_distribution": {
+                          "exact_match": em / 100, "signed_log_mae": mae, "digit_entropy": 0.8, "missing": 0,
+                          "place_accuracy": {"0": [1900, 2000], "1": [500, 2000], "2": [1000, 2000], "3": [1500, 1600]}}}}
+            (folder / f"{label}-s{seed}-0000.json").write_text(json.dumps(record))
+    return tmp_path
+
+
+def test_the_multiplication_answer_gives_each_planned_comparison_its_verdict(tmp_path: Path) -> None:
+    lines = results_doc.mul_answer(results_doc.Records(_mul_root(tmp_path)))
+    assert "complete, 17 seeds per arm" in lines[0] and "**Not told apart.**" not in lines[0]
+    assert "DEL alpha 0.3 minus MLE in exact match -1.0 points" in lines[0] and "**Worse.**" in lines[0]
+    by_arm = {line.split("`")[1]: line for line in lines[1:]}
+    assert list(by_arm) == ["del-a0.3", "del-noplace", "ntl-was"]
+    # lower signed-log MAE is better: NTL-WAS's -0.0100 reads as better, DEL's +0.0100 as worse
+    assert by_arm["ntl-was"].count("**better**") == 2 and by_arm["del-a0.3"].count("**worse**") == 2
+    # 9 even seeds (+0.005) and 8 odd ones (-0.005): the wiggle's mean is 0.005 / 17 = 0.0003
+    assert "signed-log MAE -0.0097" in by_arm["ntl-was"] and "signed-log MAE +0.0103" in by_arm["del-a0.3"]
+    assert by_arm["del-noplace"].count("not told apart") == 2
+
+
+def test_the_multiplication_answer_gives_no_verdict_before_every_seed_is_in(tmp_path: Path) -> None:
+    lines = results_doc.mul_answer(results_doc.Records(_mul_root(tmp_path, drop=(("ntl-was", 16),))))
+    assert "interim: 17 of 17 seeds" in lines[0] and "**" not in lines[0].split("):", 1)[1]
+    assert all("better" not in line and "worse" not in line and "interim" in line for line in lines[1:])
+
+
+def test_verdict_reads_the_endpoints_direction() -> None:
+    from dataclasses import replace
+
+    from numloss.compare.analysis import ENDPOINTS, Comparison
+    from numloss.compare.paired import paired_t
+
+    em, mae = ENDPOINTS[0], ENDPOINTS[1]
+    up = Comparison("a", em, [0, 1, 2], 10.0, 12.0, paired_t([2.0, 2.1, 1.9]), 0.05, p_holm=0.01)
+    assert results_doc.verdict(up) == "better"
+    assert results_doc.verdict(replace(up, endpoint=mae)) == "worse"
+    assert results_doc.verdict(replace(up, p_holm=0.0501)) == "not told apart"
+    assert results_doc.verdict(replace(up, p_holm=float("nan"))) == "no test yet"
+    down = replace(up, test=paired_t([-2.0, -2.1, -1.9]))
+    assert results_doc.verdict(down) == "worse" and results_doc.verdict(replace(down, endpoint=mae)) == "better"
+
+
+def test_pretrained_terms_quote_the_logged_sizes() -> None:
+    def run(aux: list[float], ce: list[float], entropy: float) -> dict:
+        return {"curve": {"step": [1, 10, 20], "aux": aux, "ce": ce}, "evaluation": {"heldout": {"digit_entropy": entropy}}}
+
+    found = {"mle": {0: run([0, 0, 0], [5.0, 2.0, 1.0], 0.9)},
+             "del-a0.3": {0: run([8.0, 5.0, 0.2], [5.0, 2.0, 1.0], 1.1), 1: run([10.0, 5.0, 0.1], [4.0, 2.0, 1.0], 1.3)}}
+    term, entropy = results_doc.pretrained_terms(found, {0: run([0.4, 0.4, 0.4], [4.6, 4.3, 3.5], 0.8)})
+    assert "8.00-10.00 per digit at the first logged step, beside a cross-entropy of 4.00-5.00" in term
+    assert "adds 2.40-3.00 to the loss); by step 20 it is 0.10-0.20. On the multiplication testbed, from scratch, it starts at 0.40." in term
+    assert entropy.endswith("mle 0.90, del-a0.3 1.10-1.30.")
+    assert results_doc.pretrained_terms({"mle": found["mle"]}, {}) == []

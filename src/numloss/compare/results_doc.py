@@ -40,8 +40,10 @@ from numloss.compare.survival import Outcome, logrank, logrank_exact_p, median_s
 ROOT = Path(__file__).resolve().parents[3]
 DOC = ROOT / "docs" / "results.md"
 PRETRAINED_DOC = ROOT / "docs" / "results-pretrained.md"
-DOCS = (DOC, PRETRAINED_DOC)
-"""The pages whose generated blocks are written here (the pretrained arm's design page has its status)."""
+README = ROOT / "README.md"
+DOCS = (DOC, PRETRAINED_DOC, README)
+"""The pages whose generated blocks are written here (the pretrained arm's design page has its
+status, the README the answer)."""
 PRETRAINED_GRID = "compare-smollm2-words"
 """The pretrained CPU grid: configs/<name>.yaml, its records in results/<name>/."""
 BLOCK = re.compile(r"(<!-- results:(?P<name>[a-z0-9-]+):begin -->\n)(?P<body>.*?)(<!-- results:(?P=name):end -->)", re.S)
@@ -251,24 +253,45 @@ def _in_distribution_of(run: dict[str, Any]) -> dict[str, Any]:
     return run["evaluation"]["in_distribution"]
 
 
-def answer(rec: Records) -> list[str]:
+def verdict(c: Comparison) -> str:
+    """A primary comparison in words, by its Holm-adjusted p and the endpoint's better direction:
+    "better" or "worse" at Holm p <= 0.05, else "not told apart" (no p yet: "no test yet")."""
+    if not math.isfinite(c.p_holm):
+        return "no test yet"
+    if c.p_holm > 0.05:
+        return "not told apart"
+    higher = c.test.mean > 0
+    return "better" if higher == (c.endpoint.better == "higher") else "worse"
+
+
+def mul_answer(rec: Records) -> list[str]:
+    """The multiplication testbed's lines of the answer: DEL alpha 0.3 against MLE first, then every
+    planned arm on both primary endpoints, each with its interval, Holm p and verdict (verdicts only
+    once every seed of every arm is in: the pre-registration has no interim test)."""
     plan, seeds, comparisons = _mul_state(rec)
     complete = len(seeds) == plan["seeds"]
-    lines = []
     main = next(c for c in comparisons if c.endpoint.key == "exact_match" and c.arm == "del-a0.3")
+    head = "- **Graded testbed, 2-digit x 2-digit multiplication** (pre-registered, seed-paired; "
     if main.test.n < 2:
-        lines.append(f"- **Graded testbed, 2-digit x 2-digit multiplication** (pre-registered, seed-paired): "
-                     f"running; {main.test.n} of {plan['seeds']} seeds pair DEL with MLE, too few for a difference yet.")
-    for c in [main] if main.test.n >= 2 else []:
-        verdict = ("" if not complete else
-                   " **DEL is better.**" if c.p_holm <= 0.05 and c.test.mean > 0 else
-                   " **DEL is worse.**" if c.p_holm <= 0.05 else " **Not told apart.**")
-        lines.append(
-            "- **Graded testbed, 2-digit x 2-digit multiplication** (pre-registered, seed-paired; "
-            + ("complete" if complete else f"interim: {c.test.n} of {plan['seeds']} seeds") + "):"
-            f" DEL alpha 0.3 minus MLE in exact match {_f(c.test.mean, '{:.1f}', True)} points "
-            f"{_ci(*c.test.ci)} (MLE {c.baseline_mean:.1f} %), Holm p {_p(c.p_holm)}.{verdict} "
-            f"These seeds detect {c.mde:.1f} points (80 % power); the paper's gain is +2.6.")
+        return [head + f"running): {main.test.n} of {plan['seeds']} seeds pair DEL with MLE, too few for a difference yet."]
+    state = f"complete, {plan['seeds']} seeds per arm" if complete else f"interim: {main.test.n} of {plan['seeds']} seeds"
+    said = f" **{verdict(main).capitalize()}.**" if complete else ""
+    lines = [head + f"{state}): DEL alpha 0.3 minus MLE in exact match {_f(main.test.mean, '{:.1f}', True)} points "
+             f"{_ci(*main.test.ci)} (MLE {main.baseline_mean:.1f} %), Holm p {_p(main.p_holm)}.{said} These seeds detect "
+             f"{main.mde:.1f} points (80 % power); the paper's gain is +2.6. Every planned comparison, arm minus MLE:"]
+    for arm in _mul_arms(plan):
+        cells = []
+        for c in (c for c in comparisons if c.arm == arm and c.endpoint.primary):
+            word = verdict(c) if complete else "interim"
+            word = f"**{word}**" if word in ("better", "worse") else word
+            cells.append(f"{c.endpoint.title} {_difference(c)}, Holm p {_p(c.p_holm)}, {word}")
+        lines.append(f"  - `{arm}`: " + "; ".join(cells) + ".")
+    return lines
+
+
+def answer(rec: Records) -> list[str]:
+    """The answer block: each comparison's bottom line (docs/results.md's first screen, and the README's)."""
+    lines = mul_answer(rec)
     add = {r["arm"]: r for r in _add_state(rec)}
     d = add["del-a0.3"]
     lines.append(
@@ -281,7 +304,9 @@ def answer(rec: Records) -> list[str]:
         f"{_p(d['stratified_logrank_p'])}; detecting a rise from {100 * d['baseline_learnt'] / d['baseline_runs']:.0f} % "
         f"would need about {100 * d['detectable_share']:.0f} % learnt at these counts.")
     lines.append(pretrained_answer(rec))
-    return lines
+    grids = {"mul": rec.mul, "add": rec.add, "pretrained": rec.pretrained[1]}
+    every = {f"{grid}/{label}": seeds for grid, runs in grids.items() for label, seeds in runs.items()}
+    return lines + ["", machine(every)]
 
 
 # -- the pretrained arm ---------------------------------------------------------------------------
@@ -355,9 +380,37 @@ def pretrained_result(rec: Records) -> list[str]:
              + (" (complete)" if state["complete"] else f", {len(state['complete_seeds'])} of {len(state['seeds'])} seeds "
                 "with every arm: an interim result") + f".** Mean exact match: {arms}."]
     lines += [f"- {_pretrained_comparison(label, c)}." for label, c in entry["versus_reference"].items()]
+    lines += pretrained_terms(state["found"], rec.mul.get("del-a0.3", {}))
     if state["found"]:
-        lines.append(machine(state["found"]))
+        lines += ["", machine(state["found"])]
     return lines
+
+
+def _span(values: Sequence[float], fmt: str = "{:.2f}") -> str:
+    return fmt.format(min(values)) if min(values) == max(values) else f"{fmt.format(min(values))}-{fmt.format(max(values))}"
+
+
+def pretrained_terms(found: dict[str, dict[int, dict[str, Any]]], scratch_del: dict[int, dict[str, Any]]) -> list[str]:
+    """Where DEL's term sits on the pretrained model, from the logged curves: its size at the first
+    logged step beside the cross-entropy's (and beside DEL's on the from-scratch testbed), and the
+    held-out digit entropy of every arm. Descriptive: the records show sizes, not causes."""
+    runs = [r for r in found.get("del-a0.3", {}).values() if (r.get("curve") or {}).get("aux")]
+    if not runs:
+        return []
+    aux0 = [r["curve"]["aux"][0] for r in runs]
+    ce0 = [r["curve"]["ce"][0] for r in runs]
+    later = [(r["curve"]["step"][i], r["curve"]["aux"][i]) for r in runs for i in (2,) if len(r["curve"]["aux"]) > 2]
+    line = (f"- DEL's term on the pretrained model: {_span(aux0)} per digit at the first logged step, beside a "
+            f"cross-entropy of {_span(ce0)} (with alpha 0.3 it adds {_span([0.3 * a for a in aux0])} to the loss)")
+    if later:
+        line += f"; by step {max(int(step) for step, _ in later)} it is {_span([a for _, a in later])}"
+    scratch = [r["curve"]["aux"][0] for r in scratch_del.values() if (r.get("curve") or {}).get("aux")]
+    if scratch:
+        line += f". On the multiplication testbed, from scratch, it starts at {_span(scratch)}"
+    entropy = ", ".join(
+        f"{label} {_span([r['evaluation']['heldout']['digit_entropy'] for r in seeds.values()])}"
+        for label, seeds in found.items() if all("digit_entropy" in r["evaluation"]["heldout"] for r in seeds.values()))
+    return [line + ".", f"- Teacher-forced digit entropy at the gold digits of the held-out problems (nats, per run): {entropy}."]
 
 
 def pretrained_grid(rec: Records) -> list[str]:
@@ -456,7 +509,7 @@ def chunked(rec: Records) -> list[str]:
 RENDERERS: dict[str, Callable[[Records], list[str]]] = {
     "answer": answer, "mul-shape": mul_shape, "mul-plan": mul_plan, "mul-primary": mul_primary, "mul-secondary": mul_secondary,
     "mul-runs": mul_runs, "add-paired": add_paired, "add-facts": add_facts, "chunked": chunked,
-    "pretrained": pretrained_result, "pretrained-grid": pretrained_grid,
+    "pretrained": pretrained_result, "pretrained-grid": pretrained_grid, "readme-answer": answer,
 }
 
 
