@@ -27,7 +27,8 @@ def test_every_generated_block_matches_the_records() -> None:
     assert sorted(names) == sorted(results_doc.RENDERERS), "every renderer has one block and no block is unknown"
 
 
-def _pretrained_root(tmp_path: Path, drop: tuple[str, ...] = ()) -> Path:
+def _pretrained_root(tmp_path: Path, drop: tuple[str, ...] = (), grid: str = results_doc.PRETRAINED_GRID,
+                     items_of: dict[str, tuple[int, int]] | None = None) -> Path:
     """A repository root with the pretrained grid's config and synthetic records under its real
     hashes: MLE right on items 0-599 of 1,000 every seed, DEL on items 0-(499 + 10 s), NTL-WAS on
     items 50-649 (as many as MLE, other items), the untrained model on none."""
@@ -35,10 +36,11 @@ def _pretrained_root(tmp_path: Path, drop: tuple[str, ...] = ()) -> Path:
     from numloss.compare.pretrained import BASELINE, baseline_hash, run_order
 
     (tmp_path / "configs").mkdir(parents=True)
-    shutil.copy(results_doc.ROOT / "configs" / f"{results_doc.PRETRAINED_GRID}.yaml", tmp_path / "configs")
-    records = tmp_path / "results" / results_doc.PRETRAINED_GRID
+    for name in {results_doc.PRETRAINED_GRID, grid}:
+        shutil.copy(results_doc.ROOT / "configs" / f"{name}.yaml", tmp_path / "configs")
+    records = tmp_path / "results" / grid
     records.mkdir(parents=True)
-    compare = load_compare_config(tmp_path / "configs" / f"{results_doc.PRETRAINED_GRID}.yaml")
+    compare = load_compare_config(tmp_path / "configs" / f"{grid}.yaml")
     machine = {"accelerator": None, "cores": 2, "cpu": "AMD EPYC", "date": "2026-12-04", "torch": "2.13.0+cpu",
                "torch_cpu_capability": "AVX512", "vector_extension": "AVX-512"}
 
@@ -55,7 +57,8 @@ def _pretrained_root(tmp_path: Path, drop: tuple[str, ...] = ()) -> Path:
         if key.name in drop:
             continue
         config = compare.run_config(key.spec, key.seed, compare.output_dir / "runs" / key.name, Path("t.jsonl"))
-        items = {"mle": bits(0, 600), "del-a0.3": bits(0, 500 + 10 * key.seed), "ntl-was": bits(50, 650)}[key.spec.label]
+        spans = items_of or {"mle": (0, 600), "del-a0.3": (0, 500 + 10 * key.seed), "ntl-was": (50, 650)}
+        items = bits(*spans[key.spec.label])
         write(key.name, compare.run_hash(config), key.spec.label, key.seed, items)
     write(f"{BASELINE}-s0", baseline_hash(compare), BASELINE, 0, bits(0, 0))
     return tmp_path
@@ -174,3 +177,25 @@ def test_pretrained_terms_quote_the_logged_sizes() -> None:
     assert "adds 2.40-3.00 to the loss); by step 20 it is 0.10-0.20. On the multiplication testbed, from scratch, it starts at 0.40." in term
     assert entropy.endswith("mle 0.90, del-a0.3 1.10-1.30.")
     assert results_doc.pretrained_terms({"mle": found["mle"]}, {}) == []
+
+
+def test_the_alpha_followup_block_reads_as_its_design_says(tmp_path: Path) -> None:
+    grid = results_doc.ALPHA_GRID
+    # DEL alpha 0.03 right on items 0-579, MLE on 0-599, every seed: c = 4 x 20 = 80, b = 0
+    worse = results_doc.Records(_pretrained_root(tmp_path / "worse", grid=grid, items_of={"mle": (0, 600), "del-a0.03": (0, 580)}))
+    text = "\n".join(results_doc.alpha_followup(worse))
+    assert text.startswith("**8 of 8 runs recorded, complete.**")
+    assert "DEL alpha 0.03 minus MLE -2.0 points, McNemar p < 0.001: **worse than MLE" in text
+    assert "| del-a0.03 | 4 | 58.0, 58.0, 58.0, 58.0 | 58.0 |" in text and "0 / 80" in text
+    # the same items each way (50 / 50 a seed): not worse
+    even = results_doc.Records(_pretrained_root(tmp_path / "even", grid=grid, items_of={"mle": (0, 600), "del-a0.03": (50, 650)}))
+    assert "McNemar p 1.00: **not worse than MLE**" in "\n".join(results_doc.alpha_followup(even))
+    # a run short: interim, and no reading
+    cut = results_doc.Records(_pretrained_root(tmp_path / "cut", grid=grid, drop=("del-a0.03-s3",),
+                                               items_of={"mle": (0, 600), "del-a0.03": (0, 580)}))
+    lines = results_doc.alpha_followup(cut)
+    assert lines[0] == "**7 of 8 runs recorded; left: del-a0.03-s3: an interim result, no verdict.**"
+    assert not any("Reading" in line for line in lines)
+    (tmp_path / "none" / "configs").mkdir(parents=True)
+    shutil.copy(results_doc.ROOT / "configs" / f"{grid}.yaml", tmp_path / "none" / "configs")
+    assert results_doc.alpha_followup(results_doc.Records(tmp_path / "none")) == ["**0 of 8 runs recorded.**"]
