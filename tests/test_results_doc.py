@@ -199,3 +199,9 @@ def test_the_alpha_followup_block_reads_as_its_design_says(tmp_path: Path) -> No
     (tmp_path / "none" / "configs").mkdir(parents=True)
     shutil.copy(results_doc.ROOT / "configs" / f"{grid}.yaml", tmp_path / "none" / "configs")
     assert results_doc.alpha_followup(results_doc.Records(tmp_path / "none")) == ["**0 of 8 runs recorded.**"]
+
+
+def test_the_multiplication_figure_is_drawn_from_the_records(tmp_path: Path) -> None:
+    path = results_doc.mul_figure(results_doc.Records(_mul_root(tmp_path)), tmp_path / "figure.png")
+    assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and path.stat().st_size > 10_000
+    assert results_doc.MUL_FIGURE.is_file(), "the README's figure is committed"

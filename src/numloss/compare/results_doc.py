@@ -236,6 +236,47 @@ def mul_secondary(rec: Records) -> list[str]:
             ""] + _table(head, rows)
 
 
+MUL_FIGURE = ROOT / "docs" / "img" / "compare" / "mul_paired.png"
+"""The multiplication testbed's per-seed differences against MLE (the README's figure)."""
+
+
+def mul_figure(rec: Records, path: Path = MUL_FIGURE) -> Path:
+    """Draw every planned arm's per-seed difference from MLE on both primary endpoints (one dot a
+    seed, the mean with its 95 % t interval, 0 and the paper's +2.6 points marked) to `path`."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    plan, seeds, comparisons = _mul_state(rec)
+    arms = _mul_arms(plan)
+    primary = [e for e in dict.fromkeys(c.endpoint for c in comparisons) if e.primary]
+    fig, axes = plt.subplots(1, len(primary), figsize=(4.2 * len(primary), 3.4))
+    for ax, endpoint in zip(axes, primary, strict=True):
+        for x, arm in enumerate(arms):
+            c = next(c for c in comparisons if c.arm == arm and c.endpoint == endpoint)
+            base, other = rec.mul["mle"], rec.mul.get(arm, {})
+            diffs = [endpoint_value(other[s], endpoint.key) - endpoint_value(base[s], endpoint.key) for s in c.seeds]
+            jitter = [x + 0.18 * ((i % 5) - 2) / 2 for i in range(len(diffs))]
+            ax.scatter(jitter, diffs, s=12, alpha=0.55, color="tab:gray", zorder=2)
+            if c.test.n >= 2:
+                ax.errorbar([x], [c.test.mean], yerr=[[c.test.mean - c.test.ci[0]], [c.test.ci[1] - c.test.mean]],
+                            fmt="o", color="black", capsize=5, zorder=3)
+        ax.axhline(0, color="black", lw=0.8)
+        if endpoint.key == "exact_match":
+            ax.axhline(2.6, color="tab:green", lw=0.8, ls="--", label="the paper's +2.6")
+            ax.legend(loc="lower right", fontsize=8, frameon=False)
+        ax.set_xticks(range(len(arms)), arms)
+        better = "higher" if endpoint.better == "higher" else "lower"
+        ax.set_title(f"{endpoint.title}: arm - MLE ({better} is better)", fontsize=9)
+    fig.suptitle(f"2-digit x 2-digit multiplication, {len(seeds)} seeds per arm (dots), mean and 95 % CI", fontsize=10)
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+    return path
+
+
 def mul_runs(rec: Records) -> list[str]:
     lines = ["Exact match % at step 3,200, seed: value:", ""]
     for label in ("mle",) + MUL_ARMS:
@@ -585,6 +626,8 @@ def main(argv: list[str] | None = None) -> int:
             continue
         path.write_text(rendered)
         print(f"{path}: {len(BLOCK.findall(text))} blocks written from the records")
+    if "--check" not in args and not given:
+        print(f"{mul_figure(rec)}: drawn from the records")
     return status
 
 
