@@ -32,6 +32,7 @@ def test_every_record_is_a_run_of_its_config_as_it_is_now(path: Path, tmp_path: 
     compare = load_compare_config(path)
     records = ROOT / compare.records_dir
     by_label = {spec.label: spec for spec in compare.objectives}
+    machines = set()
     for record in sorted(records.glob("*.json")) if records.is_dir() else []:
         match = NAME.match(record.name)
         assert match, f"{record}: not <label>-s<seed>-<hash>.json"
@@ -50,3 +51,12 @@ def test_every_record_is_a_run_of_its_config_as_it_is_now(path: Path, tmp_path: 
         # and the runner reads it back (a record it would refuse is no record)
         assert read_record(records, f"{label}-s{seed}", expected) == content, record
         assert content["machine"]["cpu"] and content["machine"]["torch"], f"{record}: no machine"
+        machines.add(tuple(content["machine"].get(k) for k in ("cpu", "vector_extension", "torch_cpu_capability", "torch")))
+        # a pretrained run decodes its first items greedily: each verdict is the teacher-forced one
+        for name, evaluation in content["evaluation"].items():
+            check = evaluation.get("generation_check") if isinstance(evaluation, dict) else None
+            if check:
+                assert check["agree"] == check["n"] and check["generated"] == evaluation["items"][:check["n"]], (
+                    f"{record}: {name}: greedy generation and the teacher-forced verdicts differ")
+    # the same seed gives other numbers on another CPU: a grid is compared on one machine only
+    assert len(machines) <= 1, f"{path.name}: records from {len(machines)} machines {sorted(machines)}; one grid, one machine"

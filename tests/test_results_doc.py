@@ -50,7 +50,9 @@ def _pretrained_root(tmp_path: Path, drop: tuple[str, ...] = (), grid: str = res
     def write(name: str, run_hash: str, label: str, seed: int, items: str) -> None:
         record = {"hash": run_hash, "label": label, "seed": seed, "machine": machine, "steps": 100, "objective": None,
                   "seconds": {}, "curve": {}, "train_metrics": {}, "learning": None,
-                  "evaluation": {"heldout": {"n": 1000, "exact_match": items.count("1") / 1000, "items": items}}}
+                  "evaluation": {"heldout": {"n": 1000, "exact_match": items.count("1") / 1000, "items": items,
+                                            "generation_check": {"n": 32, "agree": 32 - (label == "ntl-was"),
+                                                                 "generated": items[:32]}}}}
         (records / f"{name}-{run_hash}.json").write_text(json.dumps(record))
 
     for key in run_order(compare):
@@ -76,6 +78,8 @@ def test_the_pretrained_blocks_on_hand_worked_records(tmp_path: Path) -> None:
     assert result.startswith("**13 of 13 runs recorded (complete).**")
     assert "mle 60.0 %, del-a0.3 51.5 %, ntl-was 60.0 %, untrained 0.0 %" in result
     assert "only under MLE 0 / 340" in result
+    # 13 runs x 32 items decoded; each NTL-WAS run disagrees once
+    assert "teacher-forced verdict on 412 of 416 items decoded (the first 32 held-out problems of each of 13 runs)" in result
     # NTL-WAS: 50 items each way every seed: no difference, McNemar p 1 (Holm keeps it 1)
     assert "ntl-was minus MLE 0.0 points [0.0, 0.0] over 4 seeds, sign-flip p 1.00" in result
     assert "200 / 200, McNemar Holm p 1.00" in result

@@ -421,6 +421,12 @@ def pretrained_result(rec: Records) -> list[str]:
              + (" (complete)" if state["complete"] else f", {len(state['complete_seeds'])} of {len(state['seeds'])} seeds "
                 "with every arm: an interim result") + f".** Mean exact match: {arms}."]
     lines += [f"- {_pretrained_comparison(label, c)}." for label, c in entry["versus_reference"].items()]
+    checks = [r["evaluation"]["heldout"]["generation_check"] for seeds in state["found"].values() for r in seeds.values()
+              if r["evaluation"].get("heldout", {}).get("generation_check")]
+    if checks:
+        lines.append(f"- Greedy decoding gave the teacher-forced verdict on {sum(c['agree'] for c in checks)} of "
+                     f"{sum(c['n'] for c in checks)} items decoded (the first {checks[0]['n']} held-out problems of each of "
+                     f"{len(checks)} runs).")
     lines += pretrained_terms(state["found"], rec.mul.get("del-a0.3", {}))
     if state["found"]:
         lines += ["", machine(state["found"])]
