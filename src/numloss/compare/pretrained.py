@@ -284,7 +284,8 @@ def summary_markdown(summary: dict[str, Any]) -> str:
                 seed_ci = "n/a (1 seed)" if one_seed else f"[{100 * c['ci95'][0]:+.1f}, {100 * c['ci95'][1]:+.1f}]"
                 lines.append(
                     f"| {label} | {100 * c['mean_diff']:+.1f} | {seed_ci} | "
-                    f"{'n/a' if one_seed else format(c['sign_flip_p'], '.3g')} | {c['b']} / {c['c']} | {p:.3g} | "
+                    f"{'n/a' if one_seed else format(c['sign_flip_p'], '.3g')} | {c['b']} / {c['c']} | "
+                    f"{'< 1e-300' if p == 0 else format(p, '.3g')} | "  # an exact p below the smallest double
                     f"{100 * c['mde_items']:.1f} / {'n/a' if one_seed else format(100 * c['mde_seeds'], '.1f')} |"
                 )
         lines.append("")
