@@ -240,6 +240,46 @@ def test_ipc_uts_and_open_files_are_the_sandboxs_own():
     assert errno == 24 and LIMITS.open_files - 8 <= opened < LIMITS.open_files  # EMFILE, at the limit
 
 
+def _evaluator_has_capability(number: int) -> bool:
+    with open("/proc/self/status") as f:
+        effective = next(int(line.split()[1], 16) for line in f if line.startswith("CapEff:"))
+    return bool(effective >> number & 1)
+
+
+@needs_kernel_sandbox
+def test_the_oom_killer_takes_a_sandboxs_processes_before_the_evaluator():
+    """Every process of the sandbox starts with the highest oom_score_adj; an evaluator holding
+    CAP_SYS_RESOURCE (root with its capabilities) also makes it a floor the program cannot lower."""
+    result = run_program(
+        "import os\nscore = lambda: open('/proc/self/oom_score_adj').read().strip()\nfirst = score()\n"
+        "r, w = os.pipe()\nif os.fork() == 0:\n    os.write(w, score().encode())\n    os._exit(0)\nos.wait()\n"
+        "try:\n    open('/proc/self/oom_score_adj', 'w').write('0')\n    lowered = 'lowered'\n"
+        "except OSError as e:\n    lowered = 'refused %d' % e.errno\nprint(first, os.read(r, 16).decode(), lowered)", LIMITS)
+    assert result.ok, result
+    first, child, lowered = result.stdout.split(maxsplit=2)
+    assert first == child == str(bwrap_mod.OOM_SCORE_ADJ)
+    if _evaluator_has_capability(24):  # CAP_SYS_RESOURCE: the evaluator's write set the floor
+        assert lowered == "refused 13", lowered  # EACCES
+
+
+@needs_kernel_sandbox
+@pytest.mark.parametrize("shared, passes", [("/etc/ld.so.cache", False), ("stdlib", True)],
+                         ids=["ld.so.cache is per run", "a bound stdlib file is shared (documented channel)"])
+def test_a_lock_passes_between_concurrent_programs_only_through_a_shared_file(shared, passes):
+    """Two programs at once: one holds flock(LOCK_EX) on a file, the other tests it. The private
+    copy of /etc/ld.so.cache carries no bit; a file of the bound stdlib does (the residual channel
+    docs/sandbox.md names), which also shows that the probe sees a lock when there is one."""
+    path = shared if shared.startswith("/") else os.path.realpath(os.__file__)
+    holder = (f"import fcntl, time\nf = open({path!r}, 'rb')\nfcntl.flock(f, fcntl.LOCK_EX)\nprint('held')\n"
+              "time.sleep(3.5)")
+    prober = (f"import fcntl, time\nf = open({path!r}, 'rb')\nbusy = False\nfor _ in range(30):\n    time.sleep(0.1)\n"
+              "    try:\n        fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)\n        fcntl.flock(f, fcntl.LOCK_UN)\n"
+              "    except BlockingIOError:\n        busy = True\nprint('busy' if busy else 'free')")
+    held, probed = run_programs([holder, prober], SandboxLimits(wall_seconds=10, cpu_seconds=5), workers=2)
+    assert held.ok and held.stdout == "held\n", held
+    assert probed.ok and probed.stdout.strip() == ("busy" if passes else "free"), probed
+
+
 @needs_kernel_sandbox
 def test_an_allowed_package_installed_under_tmp_is_importable(tmp_path, monkeypatch):
     # tmp_path is under the host's /tmp, where the sandbox mounts its own tmpfs (a venv in /tmp)
@@ -327,34 +367,82 @@ def _keeper_of(evaluator: int) -> int | None:
     return None
 
 
+_WALL = 3.0
+_SLEEPERS = "import os, time\nfor _ in range(3):\n    if os.fork() == 0:\n        os.setsid()\n        break\ntime.sleep(600)"
+
+
+def _evaluator_with_a_sleeping_sandbox():
+    """An evaluator process running `_SLEEPERS` under a `_WALL` s wall clock, once the program and
+    its three setsid children run: (evaluator, the sandbox's pid namespaces, its keeper or None)."""
+    import subprocess
+    import time
+
+    evaluator = subprocess.Popen([sys.executable, "-c", "from numloss.evaluate.sandbox import run_program, SandboxLimits\n"
+                                  f"run_program({_SLEEPERS!r}, SandboxLimits(wall_seconds={_WALL}, cpu_seconds=60))"],
+                                 env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}, start_new_session=True)
+    keeper = None
+    for _ in range(400):
+        time.sleep(0.02)
+        sandboxed = _sandboxed(evaluator.pid)
+        keeper = _keeper_of(evaluator.pid)
+        if len(sandboxed) >= 4 and (keeper is not None or os.geteuid() != 0):
+            return evaluator, {pid_namespace(p) for p in sandboxed}, keeper
+    evaluator.kill()
+    evaluator.wait()
+    raise AssertionError("the sandboxed program or the keeper never started")
+
+
+def _left_after_the_wall_clock(namespaces: set[str], started: float) -> list[str]:
+    """Host pids still in `namespaces` once the wall clock and the init's grace (from `started`,
+    a time after the init started) and 3 s of slack have passed; [] as soon as none is left."""
+    import time
+
+    left: list[str] = []
+    while time.monotonic() - started < _WALL + bwrap_mod.INIT_GRACE + 3:
+        left = [p for p in os.listdir("/proc") if p.isdigit() and pid_namespace(p) in namespaces]
+        if not left:
+            break
+        time.sleep(0.1)
+    return left
+
+
+@needs_kernel_sandbox
+def test_the_wall_clock_holds_while_the_evaluator_and_its_keeper_are_frozen():
+    """Stopped, not killed: no pipe reads EOF and no parent dies, so neither the keeper nor
+    --die-with-parent nor the host's timer acts. Only the init's own deadline can end the
+    namespace, and it does at the wall clock, as root and as a non-root evaluator."""
+    import signal
+    import time
+
+    evaluator, namespaces, keeper = _evaluator_with_a_sleeping_sandbox()
+    started = time.monotonic()
+    frozen = [evaluator.pid] + ([keeper] if keeper is not None else [])
+    try:
+        for pid in frozen:
+            os.kill(pid, signal.SIGSTOP)
+        left = _left_after_the_wall_clock(namespaces, started)
+    finally:
+        for pid in frozen:
+            os.kill(pid, signal.SIGKILL)
+        evaluator.wait()
+    assert left == [], "sandbox processes outlived the wall clock while the evaluator was frozen"
+
+
 @needs_kernel_sandbox
 @pytest.mark.parametrize("order", ["keeper then evaluator", "evaluator then keeper"])
 def test_the_wall_clock_holds_when_the_keeper_and_the_evaluator_die(order):
     """Every sandbox carries its own deadline (its init's timer, plus RLIMIT_CPU): when nothing
     on the host is left to enforce the wall clock, the namespace still ends at it."""
     import signal
-    import subprocess
     import time
 
     if os.geteuid() != 0:
-        pytest.skip("only a root evaluator has a keeper (a non-root one relies on --die-with-parent)")
-    wall = 3.0
-    program = "import os, time\nfor _ in range(3):\n    if os.fork() == 0:\n        os.setsid()\n        break\ntime.sleep(600)"
-    evaluator = subprocess.Popen([sys.executable, "-c", "from numloss.evaluate.sandbox import run_program, SandboxLimits\n"
-                                  f"run_program({program!r}, SandboxLimits(wall_seconds={wall}, cpu_seconds=60))"],
-                                 env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}, start_new_session=True)
-    namespaces: set[str] = set()
-    started = time.monotonic()
+        pytest.skip("only a root evaluator has a keeper (a non-root one relies on --die-with-parent; "
+                    "test_the_wall_clock_holds_while_the_evaluator_and_its_keeper_are_frozen covers its deadline)")
+    evaluator, namespaces, keeper = _evaluator_with_a_sleeping_sandbox()
+    started = time.monotonic()  # the program runs: its init started before now
     try:
-        for _ in range(400):
-            time.sleep(0.02)
-            sandboxed = _sandboxed(evaluator.pid)
-            keeper = _keeper_of(evaluator.pid)
-            if len(sandboxed) >= 4 and keeper is not None:
-                namespaces = {pid_namespace(p) for p in sandboxed}
-                break
-        assert namespaces and keeper is not None, "the sandboxed program or the keeper never started"
-        started = time.monotonic()  # the program runs: its init started before now
+        assert keeper is not None
         first, second = (keeper, evaluator.pid) if order.startswith("keeper") else (evaluator.pid, keeper)
         os.kill(first, signal.SIGKILL)
         time.sleep(0.2)
@@ -362,14 +450,8 @@ def test_the_wall_clock_holds_when_the_keeper_and_the_evaluator_die(order):
     finally:
         evaluator.kill()
         evaluator.wait()
-    left: list[str] = []
-    while time.monotonic() - started < wall + bwrap_mod.INIT_GRACE + 3:
-        left = [p for p in os.listdir("/proc") if p.isdigit() and pid_namespace(p) in namespaces]
-        if not left:
-            break
-        time.sleep(0.1)
+    left = _left_after_the_wall_clock(namespaces, started)
     assert left == [], f"sandbox processes outlived the wall clock with neither keeper nor evaluator ({order})"
-    assert time.monotonic() - started < wall + bwrap_mod.INIT_GRACE + 3
 
 
 def _uid(pid: str) -> int:

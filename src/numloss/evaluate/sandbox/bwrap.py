@@ -86,6 +86,14 @@ def _say(text):
 def _fail(why):
     _say("setup " + why)
     os._exit(125)
+# the OOM killer takes the sandbox's processes first (its children inherit this): where the host
+# runs out of memory, or a memory limit holds the evaluator and its sandboxes together, a program
+# is killed before the evaluator, whose model makes it the largest process by far
+try:
+    with open("/proc/self/oom_score_adj", "w") as _f:
+        _f.write("{oom_score_adj}")
+except OSError as _error:
+    _fail("oom_score_adj: " + str(_error))
 # bwrap's --tmpfs has no nr_inodes: remount its /tmp with one (flags bwrap set must be repeated)
 if _libc.mount(b"none", b"/tmp", None, 32 | 2 | 4, b"nr_inodes=%d" % {inodes}) != 0:  # MS_REMOUNT|NOSUID|NODEV
     _fail("remount /tmp with nr_inodes: errno " + str(ctypes.get_errno()))
@@ -532,7 +540,26 @@ def preamble(limits: SandboxLimits, fds: dict[str, int]) -> str:
     mount_only = _mount_filter_bytes()
     return _PREAMBLE.format(uid=SANDBOX_UID, status=fds["status"], lifeline=fds["lifeline"], inodes=int(limits.tmpfs_inodes),
                             rlimits=rlimits(limits), site_dirs=list(lay.site_dirs), mount_filter=mount_only,
-                            mount_filter_len=len(mount_only), deadline=float(limits.wall_seconds) + INIT_GRACE)
+                            mount_filter_len=len(mount_only), deadline=float(limits.wall_seconds) + INIT_GRACE,
+                            oom_score_adj=OOM_SCORE_ADJ)
+
+
+OOM_SCORE_ADJ = 1000
+"""The sandbox's oom_score_adj (the highest): the kernel's OOM killer picks its processes before
+any other. Set by the init for itself and the program; as root the evaluator also writes it
+(`_pin_oom_score`), which makes it the floor the program cannot lower (oom_score_adj_min)."""
+
+
+def _pin_oom_score(pid: int) -> None:
+    """Write OOM_SCORE_ADJ to host process `pid` (the sandbox's init, before it starts anything).
+
+    Written by a process with CAP_SYS_RESOURCE (a root evaluator), the value also becomes the
+    process's oom_score_adj_min, inherited by everything it forks: the program cannot lower its
+    score back below the evaluator's. A non-root evaluator cannot set that floor; the init's own
+    write then makes the program the OOM killer's first choice unless it lowers its score itself.
+    """
+    with open(f"/proc/{pid}/oom_score_adj", "w") as f:
+        f.write(str(OOM_SCORE_ADJ))
 
 
 INIT_GRACE = 0.5
@@ -741,6 +768,13 @@ def _collect(proc: subprocess.Popen, info_r: int, status_r: int, go_w: int, limi
                     info = _parse_info(bytes(bufs[info_r]))
                     init = _open_init(info)
                     registered = _keeper_add(info)
+                    if os.geteuid() == 0 and isinstance(info.get("child-pid"), int):
+                        try:
+                            _pin_oom_score(info["child-pid"])
+                        except OSError as error:  # fail closed, as for the cgroup below
+                            bufs[status_r] += f"setup setting the sandbox's oom_score_adj: {error}\n".encode()
+                            why = "setup"
+                            break
                     if group is not None and isinstance(info.get("child-pid"), int):
                         try:
                             group.add(info["child-pid"])
