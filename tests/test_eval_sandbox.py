@@ -553,7 +553,7 @@ def test_the_seccomp_filter_denies_what_it_promises(allow_mount):
             assert run_bpf(prog, nr[name], X86_64) == ALLOW
             continue
         assert errno_of(run_bpf(prog, nr[name], X86_64)) == 1, name  # EPERM
-    for name in ("memfd_create", "memfd_secret", "shmget", "shmat", "msgget", "setxattr", "fsetxattr", "lsetxattr",
+    for name in ("memfd_create", "memfd_secret", "shmget", "shmat", "msgget", "semget", "semop", "setxattr", "fsetxattr", "lsetxattr",
                  "mq_open", "inotify_init", "inotify_init1", "fanotify_init", "mbind", "modify_ldt", "io_setup", "sync"):
         assert name in DENIED, name
     for allowed in (0, 1, 2, 57, 59, 60, 62, 231, 434, 424):  # read write open fork execve exit kill exit_group pidfd_*
@@ -597,15 +597,15 @@ def test_the_stacked_mount_filter_refuses_mount_only():
 @pytest.mark.skipif(platform.machine() != "x86_64", reason="raw syscall numbers below are x86_64's")
 def test_the_filter_is_live_in_the_sandbox():
     # ptrace bpf keyctl unshare mount memfd_create memfd_secret shmget modify_ldt mbind
-    # inotify_init1 fanotify_init mq_open setxattr, then listmount/statmount/open_tree_attr (ENOSYS)
-    calls = (101, 321, 250, 272, 165, 319, 447, 29, 154, 237, 294, 300, 240, 188, 458, 457, 467)
+    # inotify_init1 fanotify_init mq_open setxattr semget, then listmount/statmount/open_tree_attr (ENOSYS)
+    calls = (101, 321, 250, 272, 165, 319, 447, 29, 154, 237, 294, 300, 240, 188, 64, 458, 457, 467)
     result = run_program(
         "import ctypes, socket\nlibc = ctypes.CDLL(None, use_errno=True)\n"
         f"for n in {calls!r}:\n    libc.syscall(n, 0, 0, 0, 0)\n    print(ctypes.get_errno(), end=' ')\n"
         "for make in (socket.socketpair, lambda: socket.socket(socket.AF_UNIX)):\n"
         "    try:\n        make()\n    except OSError as e:\n        print(e.errno, end=' ')\n", LIMITS)
     assert result.ok, result
-    assert result.stdout.split() == ["1"] * 14 + ["38"] * 3 + ["97", "97"]
+    assert result.stdout.split() == ["1"] * 15 + ["38"] * 3 + ["97", "97"]
 
 
 # ---- fail closed ---------------------------------------------------------------------------------

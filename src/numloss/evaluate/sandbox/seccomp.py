@@ -10,7 +10,7 @@ loads into the kernel just before it executes the interpreter. The filter, in or
    surface or reach outside the namespaces: ptrace, process_vm_*, mount and the new mount API,
    keyrings, bpf, perf_event_open, userfaultfd, kexec, modules, unshare/setns, io_uring, ...;
    and those that hold memory no rlimit counts or that draw on the evaluator's per-user kernel
-   budgets: memfd_create/memfd_secret, SysV shared memory and message queues, extended
+   budgets: memfd_create/memfd_secret, SysV shared memory, semaphores and message queues, extended
    attributes (setxattr & co.), POSIX message queues, inotify, fanotify, NUMA policies,
    modify_ldt; and what draws on host-wide budgets or work: AIO contexts, sync();
 3. answers ENOSYS (as an older kernel would) for every syscall number above the newest one this
@@ -69,6 +69,9 @@ DENIED = (
     "iopl", "ioperm", "uselib",
     # memory outside RLIMIT_AS, and per-user budgets charged to the evaluator's user
     "memfd_create", "memfd_secret", "shmget", "shmat", "shmctl", "msgget", "msgsnd", "msgrcv", "msgctl",
+    # SysV semaphore sets: kernel memory beside every rlimit (kernel.sem allows 32,000 sets of
+    # 32,000 per ipc namespace, about 2.3 MiB a set); multiprocessing uses POSIX semaphores
+    "semget", "semop", "semctl", "semtimedop",
     "setxattr", "lsetxattr", "fsetxattr", "removexattr", "lremovexattr", "fremovexattr",
     "mq_open", "mq_unlink", "mq_timedsend", "mq_timedreceive", "mq_notify", "mq_getsetattr",
     "inotify_init", "inotify_init1", "inotify_add_watch", "fanotify_init", "fanotify_mark",
@@ -109,7 +112,8 @@ _X86_64 = {
     "io_uring_register": 427, "migrate_pages": 256, "move_pages": 279, "iopl": 172, "ioperm": 173,
     "uselib": 134, "socket": 41, "socketpair": 53, "clone": 56, "clone3": 435, "fcntl": 72,
     "memfd_create": 319, "memfd_secret": 447, "shmget": 29, "shmat": 30, "shmctl": 31, "msgget": 68,
-    "msgsnd": 69, "msgrcv": 70, "msgctl": 71, "setxattr": 188, "lsetxattr": 189, "fsetxattr": 190,
+    "msgsnd": 69, "msgrcv": 70, "msgctl": 71, "semget": 64, "semop": 65, "semctl": 66, "semtimedop": 220,
+    "setxattr": 188, "lsetxattr": 189, "fsetxattr": 190,
     "removexattr": 197, "lremovexattr": 198, "fremovexattr": 199, "mq_open": 240, "mq_unlink": 241,
     "mq_timedsend": 242, "mq_timedreceive": 243, "mq_notify": 244, "mq_getsetattr": 245,
     "inotify_init": 253, "inotify_init1": 294, "inotify_add_watch": 254, "fanotify_init": 300,
@@ -132,7 +136,8 @@ _AARCH64 = {
     "io_uring_register": 427, "migrate_pages": 238, "move_pages": 239,
     "socket": 198, "socketpair": 199, "clone": 220, "clone3": 435, "fcntl": 25,
     "memfd_create": 279, "memfd_secret": 447, "shmget": 194, "shmat": 196, "shmctl": 195, "msgget": 186,
-    "msgsnd": 189, "msgrcv": 188, "msgctl": 187, "setxattr": 5, "lsetxattr": 6, "fsetxattr": 7,
+    "msgsnd": 189, "msgrcv": 188, "msgctl": 187, "semget": 190, "semctl": 191, "semtimedop": 192, "semop": 193,
+    "setxattr": 5, "lsetxattr": 6, "fsetxattr": 7,
     "removexattr": 14, "lremovexattr": 15, "fremovexattr": 16, "mq_open": 180, "mq_unlink": 181,
     "mq_timedsend": 182, "mq_timedreceive": 183, "mq_notify": 184, "mq_getsetattr": 185,
     "inotify_init1": 26, "inotify_add_watch": 27, "fanotify_init": 262, "fanotify_mark": 263,
