@@ -189,7 +189,7 @@ def test_the_alpha_followup_block_reads_as_its_design_says(tmp_path: Path) -> No
     worse = results_doc.Records(_pretrained_root(tmp_path / "worse", grid=grid, items_of={"mle": (0, 600), "del-a0.03": (0, 580)}))
     text = "\n".join(results_doc.alpha_followup(worse))
     assert text.startswith("**8 of 8 runs recorded, complete.**")
-    assert "DEL alpha 0.03 minus MLE -2.0 points, McNemar p < 0.001: **worse than MLE" in text
+    assert "`del-a0.03` minus MLE -2.0 points, McNemar p < 0.001: **worse than MLE" in text
     assert "| del-a0.03 | 4 | 58.0, 58.0, 58.0, 58.0 | 58.0 |" in text and "0 / 80" in text
     # the same items each way (50 / 50 a seed): not worse
     even = results_doc.Records(_pretrained_root(tmp_path / "even", grid=grid, items_of={"mle": (0, 600), "del-a0.03": (50, 650)}))
@@ -209,3 +209,9 @@ def test_the_multiplication_figure_is_drawn_from_the_records(tmp_path: Path) -> 
     path = results_doc.mul_figure(results_doc.Records(_mul_root(tmp_path)), tmp_path / "figure.png")
     assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and path.stat().st_size > 10_000
     assert results_doc.MUL_FIGURE.is_file(), "the README's figure is committed"
+
+    # the control reads its own arm with its own words
+    replicate = results_doc.Records(_pretrained_root(tmp_path / "replicate", grid=results_doc.REPLICATE_GRID,
+                                                     items_of={"mle": (0, 600), "del-a0.3": (50, 650)}))
+    assert "**not worse than MLE here**: the grid's result did not reproduce" in "\n".join(
+        results_doc.replicate_followup(replicate))

@@ -477,35 +477,50 @@ def pretrained_grid(rec: Records) -> list[str]:
 
 ALPHA_GRID = "compare-smollm2-words-alpha"
 """The pretrained arm's follow-up: DEL at a tenth of the alpha against MLE, on its own machine."""
+REPLICATE_GRID = "compare-smollm2-words-replicate"
+"""Its control: DEL at the grid's alpha against the same MLE runs, on the follow-up's machine."""
 
 
-def alpha_followup(rec: Records) -> list[str]:
-    """docs/results-pretrained.md's follow-up status: its runs, the McNemar and seed-level tests of
-    DEL alpha 0.03 against MLE and, once all of its runs are in, the reading fixed in its design."""
+def _followup(rec: Records, grid: str, arm: str, worse: str, otherwise: str) -> list[str]:
+    """A two-arm follow-up's status (`grid`: `arm` against MLE): its runs, the McNemar and
+    seed-level tests and, once all of its runs are in, the reading fixed in its design (`worse`
+    when the arm is worse at p <= 0.05, else `otherwise`)."""
     from numloss.compare import pretrained
     from numloss.compare.config import load_compare_config
 
-    compare = load_compare_config(rec.root / "configs" / f"{ALPHA_GRID}.yaml")
-    records = rec.root / "results" / ALPHA_GRID
+    compare = load_compare_config(rec.root / "configs" / f"{grid}.yaml")
+    records = rec.root / "results" / grid
     found = pretrained.load_records(compare, records) if records.is_dir() else {}
     labels = [spec.label for spec in compare.objectives]
-    planned = [f"{label}-s{seed}" for seed in compare.seeds for label in labels]
-    missing = [name for name in planned if int(name.rsplit("-s", 1)[1]) not in found.get(name.rsplit("-s", 1)[0], {})]
+    planned = [(label, seed) for seed in compare.seeds for label in labels]
+    missing = [f"{label}-s{seed}" for label, seed in planned if seed not in found.get(label, {})]
     if len(missing) == len(planned):
         return [f"**0 of {len(planned)} runs recorded.**"]
     summary = pretrained.summarise(compare, records)
     lines = [f"**{len(planned) - len(missing)} of {len(planned)} runs recorded"
              + (", complete.**" if not missing else f"; left: {', '.join(missing)}: an interim result, no verdict.**"), ""]
-    c = summary["sets"].get("heldout", {}).get("versus_reference", {}).get(labels[1])
+    c = summary["sets"].get("heldout", {}).get("versus_reference", {}).get(arm)
     if c is not None and not missing:
-        worse = c["mcnemar_p_holm"] <= 0.05 and c["mean_diff"] < 0
-        lines += [f"Reading, as fixed in the design: DEL alpha 0.03 minus MLE {_pp(c['mean_diff'])} points, McNemar p "
-                  f"{_p(c['mcnemar_p_holm'])}: " + (
-                      "**worse than MLE: a tenth of the term still harms**, so its size alone does not explain the grid's result."
-                      if worse else "**not worse than MLE**: consistent with the harm going with the term's size; "
-                      f"the items detect {100 * c['mde_items']:.1f} points."), ""]
-    lines += summary_markdown_lines(summary) + ["", machine(found)]
-    return lines
+        harms = c["mcnemar_p_holm"] <= 0.05 and c["mean_diff"] < 0
+        lines += [f"Reading, as fixed in the design: `{arm}` minus MLE {_pp(c['mean_diff'])} points, McNemar p "
+                  f"{_p(c['mcnemar_p_holm'])}: " + (worse if harms else otherwise.format(mde=100 * c["mde_items"])), ""]
+    return lines + summary_markdown_lines(summary) + ["", machine(found)]
+
+
+def alpha_followup(rec: Records) -> list[str]:
+    """docs/results-pretrained.md's follow-up: DEL alpha 0.03 against MLE."""
+    return _followup(rec, ALPHA_GRID, "del-a0.03",
+                     "**worse than MLE: a tenth of the term still harms**, so its size alone does not explain the grid's result.",
+                     "**not worse than MLE**: consistent with the harm going with the term's size; the items detect "
+                     "{mde:.1f} points.")
+
+
+def replicate_followup(rec: Records) -> list[str]:
+    """Its control: DEL alpha 0.3 against the same MLE runs on the follow-up's machine."""
+    return _followup(rec, REPLICATE_GRID, "del-a0.3",
+                     "**worse than MLE: the grid's result holds on this machine**, so the two alphas meet MLE on one CPU.",
+                     "**not worse than MLE here**: the grid's result did not reproduce on this machine; the items "
+                     "detect {mde:.1f} points.")
 
 
 def summary_markdown_lines(summary: dict[str, Any]) -> list[str]:
@@ -596,7 +611,7 @@ RENDERERS: dict[str, Callable[[Records], list[str]]] = {
     "answer": answer, "mul-shape": mul_shape, "mul-plan": mul_plan, "mul-primary": mul_primary, "mul-secondary": mul_secondary,
     "mul-runs": mul_runs, "add-paired": add_paired, "add-facts": add_facts, "chunked": chunked,
     "pretrained": pretrained_result, "pretrained-grid": pretrained_grid, "readme-answer": answer,
-    "pretrained-alpha": alpha_followup,
+    "pretrained-alpha": alpha_followup, "pretrained-replicate": replicate_followup,
 }
 
 
