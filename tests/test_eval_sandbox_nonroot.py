@@ -1,0 +1,246 @@
+"""The sandbox's non-root path in the normal suite: bwrap.py takes different paths for a root and a
+non-root evaluator, and CI runs only as root. As root, the two sandbox test files run again as
+uid/gid 65534 (no supplementary groups) in a private mount namespace; as non-root, the main run
+already is that path, and the test checks that it is.
+
+A non-root user may not reach an interpreter, venv or checkout under a 0700 directory (pyenv in
+root's home, a clone in a mkdtemp folder). Inside the private mount namespace each such directory
+gets a tmpfs (mode 755) over it with only the entries needed bound back; the host's files and
+modes are never changed. Run as a script (as root), this file is that namespace's entry point.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import json
+import os
+import re
+import stat
+import subprocess
+import sys
+import tempfile
+from collections.abc import Iterable, Iterator
+from pathlib import Path
+
+import pytest
+
+NOBODY = 65534
+REPO = Path(__file__).resolve().parents[1]
+SANDBOX_TESTS = ("tests/test_eval_sandbox.py", "tests/test_eval_sandbox_hostile.py")
+
+
+def _reachable(st: os.stat_result, bits: int, uid: int, gid: int) -> bool:
+    """Whether `uid`/`gid` (no other groups) has permission `bits` (a mask of r=4, w=2, x=1)
+    on a file with stat `st`: the owner's bits for its owner, else the group's, else others'."""
+    if st.st_uid == uid:
+        shift = 6
+    elif st.st_gid == gid:
+        shift = 3
+    else:
+        shift = 0
+    return (st.st_mode >> shift) & bits == bits
+
+
+def covers(needed: Iterable[str | os.PathLike[str]], uid: int = NOBODY,
+           gid: int = NOBODY) -> list[tuple[str, tuple[str, ...]]]:
+    """What to cover so `uid`/`gid` can reach every directory in `needed` and read its entries.
+
+    Each item is (a directory, the entries of it to bind back), shallowest first: an ancestor
+    that `uid` cannot traverse keeps only the child on the way to each needed directory; a needed
+    directory that it cannot list or traverse keeps all its entries. Paths are resolved first
+    (symlinked components), so pass the directory holding a symlink as well as its target.
+    """
+    keep: dict[str, set[str]] = {}
+    for path in sorted({os.path.realpath(p) for p in needed}):
+        if not os.path.isdir(path):
+            continue
+        parts = Path(path).parts
+        for depth in range(2, len(parts)):  # "/" itself cannot be covered (nor need it be)
+            ancestor = os.path.join(*parts[:depth])
+            if not _reachable(os.stat(ancestor), 1, uid, gid):
+                keep.setdefault(ancestor, set()).add(os.path.join(ancestor, parts[depth]))
+        if path != "/" and not _reachable(os.stat(path), 5, uid, gid):
+            keep.setdefault(path, set()).update(os.path.join(path, name) for name in os.listdir(path))
+    return [(d, tuple(sorted(keep[d]))) for d in sorted(keep, key=lambda d: (d.count("/"), d))]
+
+
+def needed_paths() -> list[str]:
+    """What an evaluator run from this checkout reads: the interpreter's real install, the venv,
+    every import path, the checkout and the package (installed editable or not), and bwrap."""
+    import numloss
+    from numloss.evaluate.sandbox import bwrap
+
+    paths = [sys.base_prefix, sys.prefix, os.path.dirname(os.path.abspath(sys.executable)),
+             os.path.dirname(os.path.realpath(sys.executable)), str(REPO), os.path.dirname(numloss.__file__)]
+    paths += [p for p in sys.path if p and os.path.isdir(p)]
+    paths += [os.path.dirname(p) for p in bwrap.bwrap_candidates()]
+    return paths
+
+
+# ---- the namespace's entry point (run as root, by `enter_command`) ------------------------------
+
+# <sched.h> and <sys/mount.h>: Python 3.10 has neither os.unshare nor a mount call
+_CLONE_NEWNS, _MS_NOSUID, _MS_NODEV, _MS_BIND, _MS_REC, _MS_PRIVATE = 0x20000, 2, 4, 4096, 0x4000, 1 << 18
+
+
+def _mount(libc: ctypes.CDLL, source: str | None, target: str, fstype: str | None, flags: int,
+           data: str | None = None) -> None:
+    def enc(text: str | None) -> bytes | None:
+        return None if text is None else text.encode()
+
+    if libc.mount(enc(source), enc(target), enc(fstype), flags, enc(data)) != 0:
+        errno = ctypes.get_errno()
+        raise OSError(errno, f"mount {source} on {target}: {os.strerror(errno)}")
+
+
+def enter(plan: dict, command: list[str]) -> None:
+    """Make a private mount namespace, cover what `plan` says, become plan["uid"]/["gid"] with no
+    supplementary groups, chdir to plan["cwd"] and exec `command` (never returns)."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    if libc.unshare(_CLONE_NEWNS) != 0:
+        raise OSError(ctypes.get_errno(), "unshare(CLONE_NEWNS) failed")
+    # private first: no mount below may propagate to the host's namespace
+    _mount(libc, None, "/", None, _MS_REC | _MS_PRIVATE)
+    # hold every entry to bind back before anything is covered (an entry may lie in a deeper
+    # covered directory); an O_PATH fd opened in this namespace can be bound via /proc/self/fd
+    held: dict[str, int | str] = {}
+    for _, entries in plan["covers"]:
+        for entry in entries:
+            held[entry] = os.readlink(entry) if os.path.islink(entry) else os.open(entry, os.O_PATH)
+    for directory, entries in plan["covers"]:
+        _mount(libc, "tmpfs", directory, "tmpfs", _MS_NOSUID | _MS_NODEV, "mode=755")
+        for entry in entries:
+            what = held[entry]
+            if isinstance(what, str):
+                os.symlink(what, entry)
+                continue
+            if stat.S_ISDIR(os.fstat(what).st_mode):
+                os.mkdir(entry)
+            else:
+                os.close(os.open(entry, os.O_CREAT | os.O_WRONLY, 0o644))
+            _mount(libc, f"/proc/self/fd/{what}", entry, None, _MS_BIND | _MS_REC)
+    os.setgroups([])
+    os.setgid(plan["gid"])
+    os.setuid(plan["uid"])
+    os.chdir(plan["cwd"])  # after setuid: fails here, plainly, when the checkout is unreachable
+    os.execvp(command[0], command)
+
+
+def enter_command(needed: Iterable[str], command: list[str], cwd: str, uid: int = NOBODY,
+                  gid: int = NOBODY) -> list[str]:
+    """The command line that runs `command` as `uid`/`gid` in `cwd`, in a private mount
+    namespace where every directory in `needed` is reachable."""
+    plan = {"covers": covers(needed, uid, gid), "uid": uid, "gid": gid, "cwd": cwd}
+    return [sys.executable, "-I", str(Path(__file__).resolve()), json.dumps(plan), *command]
+
+
+@contextlib.contextmanager
+def _home() -> Iterator[Path]:
+    """A HOME and TMPDIR that uid/gid 65534 owns. Short, in the temp dir rather than tmp_path:
+    the hostile suite binds unix sockets below it (108 bytes at most for a path)."""
+    with tempfile.TemporaryDirectory(prefix="numloss-nonroot-") as parent:
+        home = Path(parent) / "home"
+        home.mkdir()
+        os.chown(home, NOBODY, NOBODY)
+        yield home
+
+
+# ---- tests ----------------------------------------------------------------------------------------
+
+def _tree(base: Path) -> dict[str, Path]:
+    """A checkout in a 0700 folder, below a 0755 one, below a 0700 one; an interpreter-like
+    tree whose middle folder is 0711 (traversable, not listable)."""
+    locked = base / "locked"
+    pub = locked / "pub"
+    repo = pub / "repo"
+    for d in (repo / "src" / "pkg", repo / "tests", locked / "other", base / "py" / "inner" / "bin"):
+        d.mkdir(parents=True)
+    (repo / "src" / "pkg" / "__init__.py").write_text("VALUE = 42\n")
+    (repo / ".hidden").write_text("h")
+    (repo / "link").symlink_to("src")
+    (locked / "secret.txt").write_text("secret")
+    for d, mode in ((locked, 0o700), (pub, 0o755), (repo, 0o700), (base / "py" / "inner", 0o711)):
+        d.chmod(mode)
+    return {"locked": locked, "pub": pub, "repo": repo, "bin": base / "py" / "inner" / "bin"}
+
+
+def test_covers_on_a_synthetic_tree(tmp_path):
+    # a checkout at any path: only what lies on the way is kept, the needed folder keeps all
+    uid = NOBODY if os.geteuid() != NOBODY else NOBODY - 1  # not the owner of what tmp_path holds
+    t = _tree(tmp_path)
+    repo = str(t["repo"])
+    plan = covers([t["repo"], t["bin"], repo + "/src/pkg"], uid, uid)
+    ours = [(d, keep) for d, keep in plan if d.startswith(str(tmp_path) + "/")]
+    assert ours == [(str(t["locked"]), (str(t["pub"]),)),
+                    (repo, tuple(f"{repo}/{n}" for n in (".hidden", "link", "src", "tests")))]
+    # tmp_path and what lies above it (pytest makes them 0700): each keeps only what is on the way
+    needed = (repo, str(t["bin"]))
+    for d, keep in plan:
+        if (d, keep) not in ours:
+            assert (str(tmp_path) + "/").startswith(d + "/"), d
+            assert keep and all(any((n + "/").startswith(k + "/") for n in needed) for k in keep), (d, keep)
+    # the owner of a 0700 folder needs nothing covered for it
+    mine = covers([t["repo"]], os.geteuid(), os.getegid())
+    assert not [d for d, _ in mine if d.startswith(str(tmp_path) + "/")]
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="only root can enter a mount namespace and become 65534")
+def test_enter_reaches_a_checkout_under_0700_folders_and_leaves_the_host_alone(tmp_path):
+    t = _tree(tmp_path)
+    before = Path("/proc/self/mountinfo").read_text()
+    secret, locked = str(t["locked"] / "secret.txt"), str(t["locked"])
+    check = ("import os, sys\n"
+             "sys.path.insert(0, 'src'); import pkg\n"
+             "print(os.getuid(), os.getgid(), os.getgroups(), pkg.VALUE, sorted(os.listdir('.')),"
+             f" os.path.exists({secret!r}), sorted(os.listdir({locked!r})))")
+    needed = [*needed_paths(), str(t["repo"])]
+    done = subprocess.run(enter_command(needed, [sys.executable, "-I", "-c", check], str(t["repo"])),
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.stdout.split() == ["65534", "65534", "[]", "42", "['.hidden',", "'link',", "'src',", "'tests']",
+                                   "False", "['pub']"]
+    # on the host: nothing mounted, nothing of the tree changed
+    assert Path("/proc/self/mountinfo").read_text() == before
+    assert stat.S_IMODE(t["locked"].stat().st_mode) == 0o700 and stat.S_IMODE(t["repo"].stat().st_mode) == 0o700
+    assert sorted(os.listdir(t["locked"])) == ["other", "pub", "secret.txt"]
+
+
+def _summary(output: str) -> str:
+    lines = [line for line in output.splitlines() if line.strip()]
+    return lines[-1] if lines else ""
+
+
+@pytest.mark.slow
+def test_sandbox_suites_as_a_non_root_evaluator():
+    """As root: both sandbox files pass as uid 65534. As non-root: this run is that path."""
+    from numloss.evaluate.sandbox import SandboxLimits, isolation
+    from numloss.evaluate.sandbox import bwrap as bwrap_mod
+
+    iso = isolation()
+    if os.geteuid() != 0:
+        # the main run is the non-root evaluator: the sandbox must take the non-root branches
+        assert bwrap_mod.is_sandbox_uid(os.geteuid()) and not bwrap_mod.is_sandbox_uid(bwrap_mod.HOST_UID_BASE + 1)
+        fds = dict.fromkeys(("seccomp", "info", "block", "lifeline", "status", "ldcache", "userns"), 3)
+        cmd = bwrap_mod.command("bwrap", SandboxLimits(), fds)
+        assert "CAP_SETUID" not in cmd and cmd[cmd.index("--uid") + 1] == str(bwrap_mod.SANDBOX_UID)
+        if os.environ.get("NUMLOSS_TEST_NO_USERNS") != "1":
+            assert iso.mode == "bwrap+seccomp", iso.detail
+        return
+    if iso.mode != "bwrap+seccomp":
+        pytest.skip("kernel sandbox unavailable: " + iso.detail)
+    pytest_cmd = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *SANDBOX_TESTS]
+    with _home() as home:
+        env = {**os.environ, "HOME": str(home), "TMPDIR": str(home), "PYTHONDONTWRITEBYTECODE": "1"}
+        env.pop("PYTEST_ADDOPTS", None)
+        done = subprocess.run(enter_command([*needed_paths(), str(home)], pytest_cmd, str(REPO)), env=env,
+                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=600)
+    # the first error lines (a fixture's error is otherwise repeated past the tail) and the tail
+    first = "\n".join([line for line in done.stdout.splitlines() if line.startswith("E ")][:15])
+    shown = f"exit status {done.returncode}; first errors:\n{first}\n...\n{done.stdout[-4000:]}"
+    summary = _summary(done.stdout)
+    assert done.returncode == 0, shown
+    assert re.search(r"\b[1-9]\d* passed\b", summary) and not re.search(r"\b(failed|errors?)\b", summary), shown
+
+if __name__ == "__main__":
+    enter(json.loads(sys.argv[1]), sys.argv[2:])
