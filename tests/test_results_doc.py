@@ -35,8 +35,8 @@ def _pretrained_root(tmp_path: Path, drop: tuple[str, ...] = (), grid: str = res
     from numloss.compare.config import load_compare_config
     from numloss.compare.pretrained import BASELINE, baseline_hash, run_order
 
-    (tmp_path / "configs").mkdir(parents=True)
-    for name in {results_doc.PRETRAINED_GRID, grid}:
+    (tmp_path / "configs").mkdir(parents=True, exist_ok=True)
+    for name in {results_doc.PRETRAINED_GRID, results_doc.ALPHA_GRID, results_doc.REPLICATE_GRID, grid}:
         shutil.copy(results_doc.ROOT / "configs" / f"{name}.yaml", tmp_path / "configs")
     records = tmp_path / "results" / grid
     records.mkdir(parents=True)
@@ -215,3 +215,16 @@ def test_the_multiplication_figure_is_drawn_from_the_records(tmp_path: Path) -> 
                                                      items_of={"mle": (0, 600), "del-a0.3": (50, 650)}))
     assert "**not worse than MLE here**: the grid's result did not reproduce" in "\n".join(
         results_doc.replicate_followup(replicate))
+
+
+def test_the_answer_carries_the_follow_up_and_its_control(tmp_path: Path) -> None:
+    root = _pretrained_root(tmp_path, grid=results_doc.ALPHA_GRID, items_of={"mle": (0, 600), "del-a0.03": (0, 580)})
+    assert results_doc.followup_answer(results_doc.Records(root)) == [
+        "- **Follow-up on the pretrained model, a tenth of the alpha** (pre-registered, 4 seeds on another CPU; complete): "
+        "DEL alpha 0.03 minus MLE -2.0 points, McNemar p < 0.001; **worse than MLE: a tenth of the term still harms**, "
+        "so its size alone does not explain the grid's result."]
+    _pretrained_root(root, grid=results_doc.REPLICATE_GRID, items_of={"mle": (0, 600), "del-a0.3": (0, 500)},
+                     drop=("del-a0.3-s3",))
+    line = results_doc.followup_answer(results_doc.Records(root))[0]
+    assert line.endswith("Its control, DEL alpha 0.3 on that machine (interim: 7 of 8 runs): -10.0 points, McNemar p < 0.001.")
+    assert results_doc.followup_answer(results_doc.Records(_pretrained_root(tmp_path / "none"))) == []

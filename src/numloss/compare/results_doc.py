@@ -345,6 +345,7 @@ def answer(rec: Records) -> list[str]:
         f"{_p(d['stratified_logrank_p'])}; detecting a rise from {100 * d['baseline_learnt'] / d['baseline_runs']:.0f} % "
         f"would need about {100 * d['detectable_share']:.0f} % learnt at these counts.")
     lines.append(pretrained_answer(rec))
+    lines += followup_answer(rec)
     grids = {"mul": rec.mul, "add": rec.add, "pretrained": rec.pretrained[1]}
     every = {f"{grid}/{label}": seeds for grid, runs in grids.items() for label, seeds in runs.items()}
     return lines + ["", machine(every)]
@@ -481,46 +482,92 @@ REPLICATE_GRID = "compare-smollm2-words-replicate"
 """Its control: DEL at the grid's alpha against the same MLE runs, on the follow-up's machine."""
 
 
-def _followup(rec: Records, grid: str, arm: str, worse: str, otherwise: str) -> list[str]:
-    """A two-arm follow-up's status (`grid`: `arm` against MLE): its runs, the McNemar and
-    seed-level tests and, once all of its runs are in, the reading fixed in its design (`worse`
-    when the arm is worse at p <= 0.05, else `otherwise`)."""
+def _followup_state(rec: Records, grid: str, arm: str) -> dict[str, Any]:
+    """A two-arm follow-up's records (`grid`: `arm` against MLE): planned and missing runs, the
+    summary and, when `arm` has pairs with MLE, its held-out comparison."""
     from numloss.compare import pretrained
     from numloss.compare.config import load_compare_config
 
-    compare = load_compare_config(rec.root / "configs" / f"{grid}.yaml")
-    records = rec.root / "results" / grid
-    found = pretrained.load_records(compare, records) if records.is_dir() else {}
-    labels = [spec.label for spec in compare.objectives]
-    planned = [(label, seed) for seed in compare.seeds for label in labels]
-    missing = [f"{label}-s{seed}" for label, seed in planned if seed not in found.get(label, {})]
-    if len(missing) == len(planned):
+    def compute() -> dict[str, Any]:
+        compare = load_compare_config(rec.root / "configs" / f"{grid}.yaml")
+        records = rec.root / "results" / grid
+        found = pretrained.load_records(compare, records) if records.is_dir() else {}
+        planned = [(spec.label, seed) for seed in compare.seeds for spec in compare.objectives]
+        missing = [f"{label}-s{seed}" for label, seed in planned if seed not in found.get(label, {})]
+        summary = pretrained.summarise(compare, records) if found else None
+        comparison = (summary or {}).get("sets", {}).get("heldout", {}).get("versus_reference", {}).get(arm)
+        return {"found": found, "planned": planned, "missing": missing, "summary": summary, "comparison": comparison}
+
+    return rec.once(f"followup:{grid}", compute)
+
+
+def _followup_reading(state: dict[str, Any], worse: str, otherwise: str) -> str | None:
+    """The reading fixed in a follow-up's design, once all of its runs are in (else None)."""
+    c = state["comparison"]
+    if c is None or state["missing"]:
+        return None
+    harms = c["mcnemar_p_holm"] <= 0.05 and c["mean_diff"] < 0
+    return worse if harms else otherwise.format(mde=100 * c["mde_items"])
+
+
+def _followup(rec: Records, grid: str, arm: str, worse: str, otherwise: str) -> list[str]:
+    """A two-arm follow-up's status: its runs, the McNemar and seed-level tests and, once all of
+    its runs are in, the reading fixed in its design (`worse` when `arm` is worse than MLE at
+    p <= 0.05, else `otherwise`)."""
+    state = _followup_state(rec, grid, arm)
+    planned, missing = state["planned"], state["missing"]
+    if state["summary"] is None:
         return [f"**0 of {len(planned)} runs recorded.**"]
-    summary = pretrained.summarise(compare, records)
     lines = [f"**{len(planned) - len(missing)} of {len(planned)} runs recorded"
              + (", complete.**" if not missing else f"; left: {', '.join(missing)}: an interim result, no verdict.**"), ""]
-    c = summary["sets"].get("heldout", {}).get("versus_reference", {}).get(arm)
-    if c is not None and not missing:
-        harms = c["mcnemar_p_holm"] <= 0.05 and c["mean_diff"] < 0
+    reading = _followup_reading(state, worse, otherwise)
+    if reading is not None:
+        c = state["comparison"]
         lines += [f"Reading, as fixed in the design: `{arm}` minus MLE {_pp(c['mean_diff'])} points, McNemar p "
-                  f"{_p(c['mcnemar_p_holm'])}: " + (worse if harms else otherwise.format(mde=100 * c["mde_items"])), ""]
-    return lines + summary_markdown_lines(summary) + ["", machine(found)]
+                  f"{_p(c['mcnemar_p_holm'])}: {reading}", ""]
+    return lines + summary_markdown_lines(state["summary"]) + ["", machine(state["found"])]
+
+
+ALPHA_READINGS = ("**worse than MLE: a tenth of the term still harms**, so its size alone does not explain the grid's result.",
+                  "**not worse than MLE**: consistent with the harm going with the term's size; the items detect "
+                  "{mde:.1f} points.")
+REPLICATE_READINGS = ("**worse than MLE: the grid's result holds on this machine**, so the two alphas meet MLE on one CPU.",
+                      "**not worse than MLE here**: the grid's result did not reproduce on this machine; the items "
+                      "detect {mde:.1f} points.")
+
+
+def followup_answer(rec: Records) -> list[str]:
+    """The follow-up's line of the answer block (none before its first pair of runs)."""
+    alpha = _followup_state(rec, ALPHA_GRID, "del-a0.03")
+    c = alpha["comparison"]
+    if c is None:
+        return []
+    done = len(alpha["planned"]) - len(alpha["missing"])
+    line = ("- **Follow-up on the pretrained model, a tenth of the alpha** (pre-registered, 4 seeds on another CPU; "
+            + ("complete" if not alpha["missing"] else f"interim: {done} of {len(alpha['planned'])} runs") + "): "
+            f"DEL alpha 0.03 minus MLE {_pp(c['mean_diff'])} points, McNemar p {_p(c['mcnemar_p_holm'])}")
+    reading = _followup_reading(alpha, *ALPHA_READINGS)
+    line += f"; {reading}" if reading else "."
+    control = _followup_state(rec, REPLICATE_GRID, "del-a0.3")
+    if control["comparison"] is not None:
+        k = control["comparison"]
+        line += (" Its control, DEL alpha 0.3 on that machine"
+                 + ("" if not control["missing"] else f" (interim: {len(control['planned']) - len(control['missing'])} "
+                    f"of {len(control['planned'])} runs)")
+                 + f": {_pp(k['mean_diff'])} points, McNemar p {_p(k['mcnemar_p_holm'])}")
+        reading = _followup_reading(control, *REPLICATE_READINGS)
+        line += f"; {reading}" if reading else "."
+    return [line]
 
 
 def alpha_followup(rec: Records) -> list[str]:
     """docs/results-pretrained.md's follow-up: DEL alpha 0.03 against MLE."""
-    return _followup(rec, ALPHA_GRID, "del-a0.03",
-                     "**worse than MLE: a tenth of the term still harms**, so its size alone does not explain the grid's result.",
-                     "**not worse than MLE**: consistent with the harm going with the term's size; the items detect "
-                     "{mde:.1f} points.")
+    return _followup(rec, ALPHA_GRID, "del-a0.03", *ALPHA_READINGS)
 
 
 def replicate_followup(rec: Records) -> list[str]:
     """Its control: DEL alpha 0.3 against the same MLE runs on the follow-up's machine."""
-    return _followup(rec, REPLICATE_GRID, "del-a0.3",
-                     "**worse than MLE: the grid's result holds on this machine**, so the two alphas meet MLE on one CPU.",
-                     "**not worse than MLE here**: the grid's result did not reproduce on this machine; the items "
-                     "detect {mde:.1f} points.")
+    return _followup(rec, REPLICATE_GRID, "del-a0.3", *REPLICATE_READINGS)
 
 
 def summary_markdown_lines(summary: dict[str, Any]) -> list[str]:
