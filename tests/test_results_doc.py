@@ -193,7 +193,10 @@ def test_the_alpha_followup_block_reads_as_its_design_says(tmp_path: Path) -> No
     assert "| del-a0.03 | 4 | 58.0, 58.0, 58.0, 58.0 | 58.0 |" in text and "0 / 80" in text
     # the same items each way (50 / 50 a seed): not worse
     even = results_doc.Records(_pretrained_root(tmp_path / "even", grid=grid, items_of={"mle": (0, 600), "del-a0.03": (50, 650)}))
-    assert "McNemar p 1.00: **not worse than MLE**" in "\n".join(results_doc.alpha_followup(even))
+    assert "McNemar p 1.00: **not told apart from MLE**: consistent" in "\n".join(results_doc.alpha_followup(even))
+    # DEL right on 0-619 against MLE's 0-599: 80 items its way, none the other: better
+    better = results_doc.Records(_pretrained_root(tmp_path / "better", grid=grid, items_of={"mle": (0, 600), "del-a0.03": (0, 620)}))
+    assert "p < 0.001: **better than MLE**: consistent" in "\n".join(results_doc.alpha_followup(better))
     # a run short: interim, and no reading
     cut = results_doc.Records(_pretrained_root(tmp_path / "cut", grid=grid, drop=("del-a0.03-s3",),
                                                items_of={"mle": (0, 600), "del-a0.03": (0, 580)}))
@@ -213,7 +216,7 @@ def test_the_multiplication_figure_is_drawn_from_the_records(tmp_path: Path) -> 
     # the control reads its own arm with its own words
     replicate = results_doc.Records(_pretrained_root(tmp_path / "replicate", grid=results_doc.REPLICATE_GRID,
                                                      items_of={"mle": (0, 600), "del-a0.3": (50, 650)}))
-    assert "**not worse than MLE here**: the grid's result did not reproduce" in "\n".join(
+    assert "**not told apart from MLE here**: the grid's result did not reproduce" in "\n".join(
         results_doc.replicate_followup(replicate))
 
 

@@ -506,14 +506,16 @@ def _followup_reading(state: dict[str, Any], worse: str, otherwise: str) -> str 
     c = state["comparison"]
     if c is None or state["missing"]:
         return None
-    harms = c["mcnemar_p_holm"] <= 0.05 and c["mean_diff"] < 0
-    return worse if harms else otherwise.format(mde=100 * c["mde_items"])
+    if c["mcnemar_p_holm"] <= 0.05 and c["mean_diff"] < 0:
+        return worse
+    said = "better than MLE" if c["mcnemar_p_holm"] <= 0.05 else "not told apart from MLE"
+    return otherwise.format(verdict=said, mde=100 * c["mde_items"])
 
 
 def _followup(rec: Records, grid: str, arm: str, worse: str, otherwise: str) -> list[str]:
     """A two-arm follow-up's status: its runs, the McNemar and seed-level tests and, once all of
     its runs are in, the reading fixed in its design (`worse` when `arm` is worse than MLE at
-    p <= 0.05, else `otherwise`)."""
+    p <= 0.05, else `otherwise` with {verdict}: better than MLE, or not told apart)."""
     state = _followup_state(rec, grid, arm)
     planned, missing = state["planned"], state["missing"]
     if state["summary"] is None:
@@ -529,10 +531,10 @@ def _followup(rec: Records, grid: str, arm: str, worse: str, otherwise: str) -> 
 
 
 ALPHA_READINGS = ("**worse than MLE: a tenth of the term still harms**, so its size alone does not explain the grid's result.",
-                  "**not worse than MLE**: consistent with the harm going with the term's size; the items detect "
+                  "**{verdict}**: consistent with the harm going with the term's size; the items detect "
                   "{mde:.1f} points.")
 REPLICATE_READINGS = ("**worse than MLE: the grid's result holds on this machine**, so the two alphas meet MLE on one CPU.",
-                      "**not worse than MLE here**: the grid's result did not reproduce on this machine; the items "
+                      "**{verdict} here**: the grid's result did not reproduce on this machine; the items "
                       "detect {mde:.1f} points.")
 
 
