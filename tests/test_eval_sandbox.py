@@ -166,9 +166,13 @@ def test_the_filesystem_is_read_only_except_a_capped_tmpfs(tmp_path):
         "print(sorted(os.listdir(sys.path[-1])))\n"
         "print([os.access(p, os.W_OK) for p in ('/', '/usr/lib', sys.path[1], sys.path[-1], '/dev')])\n"
         "st = os.statvfs('/tmp')\nprint(st.f_blocks * st.f_frsize)\n"
-        "print(sorted(os.environ.items()))", limits)
+        "print(sorted(os.environ.items()))\n"
+        "try:\n    open(os.path.join(sys.path[-1], 'planted_by_the_program.py'), 'w').write('x = 1')\n"
+        "except OSError:\n    pass\n", limits)
     assert result.ok, result
     cwd_root, site, writable, size, env = result.stdout.splitlines()
+    # what the program writes never reaches the host's packages, wherever they live
+    assert not any((Path(d) / "planted_by_the_program.py").exists() for d in bwrap_mod.layout().site_dirs)
     cwd, root = cwd_root.split(" ", 1)
     assert cwd == "/tmp"
     # the root holds the system folders and the first folder of each read-only bind (a venv inside
@@ -176,7 +180,10 @@ def test_the_filesystem_is_read_only_except_a_capped_tmpfs(tmp_path):
     bound_roots = {path.split(os.sep)[1] for path in bwrap_mod.layout().binds}
     assert set(eval(root)) <= {"dev", "etc", "lib", "lib32", "lib64", "libx32", "proc", "tmp", "usr"} | bound_roots
     assert set(eval(site)) <= {"sympy", "mpmath", "numpy", "numpy.libs", "sympy.libs", "mpmath.libs"}
-    assert eval(writable) == [False] * 5
+    # a site folder under /tmp has its parent folders made on the sandbox's own tmpfs; on the
+    # non-root path they belong to the sandbox's user (writable there, never on the host: above)
+    site_on_tmpfs = bwrap_mod.layout().site_dirs[-1].startswith("/tmp/") and os.geteuid() != 0
+    assert eval(writable) == [False, False, False, site_on_tmpfs, False]
     assert int(size) == 1 << 20
     assert dict(eval(env)) == {**bwrap_mod.ENV, "PWD": "/tmp", "PYTHONPATH": ":".join(bwrap_mod.layout().site_dirs)}
     assert str(tmp_path) not in result.stdout and os.getcwd() not in cwd_root
