@@ -105,14 +105,22 @@ class Records:
 
     @cached_property
     def pretrained(self) -> tuple[Any, dict[str, dict[int, dict[str, Any]]], dict[str, Any]]:
+        """The pretrained grid (see `pretrained_grid`)."""
+        return self.pretrained_grid(PRETRAINED_GRID)
+
+    def pretrained_grid(self, name: str) -> tuple[Any, dict[str, dict[int, dict[str, Any]]], dict[str, Any]]:
         """(CompareConfig, {label: {seed: record}}, numloss.compare.pretrained.summarise) of the
-        pretrained grid: the records of its config's hashes only, the untrained model included."""
+        pretrained grid configs/<name>.yaml: the records of its config's hashes only, the untrained
+        model included (read once)."""
         from numloss.compare import pretrained
         from numloss.compare.config import load_compare_config
 
-        compare = load_compare_config(self.root / "configs" / f"{PRETRAINED_GRID}.yaml")
-        records = self.root / "results" / PRETRAINED_GRID
-        return compare, pretrained.load_records(compare, records), pretrained.summarise(compare, records)
+        def read() -> tuple[Any, dict[str, dict[int, dict[str, Any]]], dict[str, Any]]:
+            compare = load_compare_config(self.root / "configs" / f"{name}.yaml")
+            records = self.root / "results" / name
+            return compare, pretrained.load_records(compare, records), pretrained.summarise(compare, records)
+
+        return self.once(f"grid:{name}", read)
 
     @cached_property
     def chunked2(self) -> dict[str, dict[int, dict[str, Any]]]:
@@ -447,7 +455,7 @@ def pretrained_terms(found: dict[str, dict[int, dict[str, Any]]], scratch_del: d
         return []
     aux0 = [r["curve"]["aux"][0] for r in runs]
     ce0 = [r["curve"]["ce"][0] for r in runs]
-    later = [(r["curve"]["step"][i], r["curve"]["aux"][i]) for r in runs for i in (2,) if len(r["curve"]["aux"]) > 2]
+    later = [(r["curve"]["step"][2], r["curve"]["aux"][2]) for r in runs if len(r["curve"]["aux"]) > 2]  # the third log
     line = (f"- DEL's term on the pretrained model: {_span(aux0)} per digit at the first logged step, beside a "
             f"cross-entropy of {_span(ce0)} (with alpha 0.3 it adds {_span([0.3 * a for a in aux0])} to the loss)")
     if later:
@@ -463,7 +471,6 @@ def pretrained_terms(found: dict[str, dict[int, dict[str, Any]]], scratch_del: d
 
 def pretrained_grid(rec: Records) -> list[str]:
     """docs/results-pretrained.md's status: every recorded run's score and the tests of the summary."""
-
     state = _pretrained_state(rec)
     _, found, summary = rec.pretrained
     missing = [f"{label}-s{seed}" for seed in state["seeds"] for label in state["labels"] if seed not in found.get(label, {})]
@@ -485,20 +492,11 @@ REPLICATE_GRID = "compare-smollm2-words-replicate"
 def _followup_state(rec: Records, grid: str, arm: str) -> dict[str, Any]:
     """A two-arm follow-up's records (`grid`: `arm` against MLE): planned and missing runs, the
     summary and, when `arm` has pairs with MLE, its held-out comparison."""
-    from numloss.compare import pretrained
-    from numloss.compare.config import load_compare_config
-
-    def compute() -> dict[str, Any]:
-        compare = load_compare_config(rec.root / "configs" / f"{grid}.yaml")
-        records = rec.root / "results" / grid
-        found = pretrained.load_records(compare, records) if records.is_dir() else {}
-        planned = [(spec.label, seed) for seed in compare.seeds for spec in compare.objectives]
-        missing = [f"{label}-s{seed}" for label, seed in planned if seed not in found.get(label, {})]
-        summary = pretrained.summarise(compare, records) if found else None
-        comparison = (summary or {}).get("sets", {}).get("heldout", {}).get("versus_reference", {}).get(arm)
-        return {"found": found, "planned": planned, "missing": missing, "summary": summary, "comparison": comparison}
-
-    return rec.once(f"followup:{grid}", compute)
+    compare, found, summary = rec.pretrained_grid(grid)
+    planned = [(spec.label, seed) for seed in compare.seeds for spec in compare.objectives]
+    missing = [f"{label}-s{seed}" for label, seed in planned if seed not in found.get(label, {})]
+    comparison = summary["sets"].get("heldout", {}).get("versus_reference", {}).get(arm)
+    return {"found": found, "planned": planned, "missing": missing, "summary": summary, "comparison": comparison}
 
 
 def _followup_reading(state: dict[str, Any], worse: str, otherwise: str) -> str | None:
@@ -518,7 +516,7 @@ def _followup(rec: Records, grid: str, arm: str, worse: str, otherwise: str) -> 
     p <= 0.05, else `otherwise` with {verdict}: better than MLE, or not told apart)."""
     state = _followup_state(rec, grid, arm)
     planned, missing = state["planned"], state["missing"]
-    if state["summary"] is None:
+    if not state["found"]:
         return [f"**0 of {len(planned)} runs recorded.**"]
     lines = [f"**{len(planned) - len(missing)} of {len(planned)} runs recorded"
              + (", complete.**" if not missing else f"; left: {', '.join(missing)}: an interim result, no verdict.**"), ""]
