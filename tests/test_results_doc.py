@@ -146,6 +146,8 @@ def test_the_multiplication_answer_gives_each_planned_comparison_its_verdict(tmp
     # 9 even seeds (+0.005) and 8 odd ones (-0.005): the wiggle's mean is 0.005 / 17 = 0.0003
     assert "signed-log MAE -0.0097" in by_arm["ntl-was"] and "signed-log MAE +0.0103" in by_arm["del-a0.3"]
     assert by_arm["del-noplace"].count("not told apart") == 2
+    # every verdict, "not told apart" included, stands beside what the seeds detect
+    assert all(line.count("(detects ") == 2 for line in by_arm.values())
 
 
 def test_the_multiplication_answer_gives_no_verdict_before_every_seed_is_in(tmp_path: Path) -> None:
@@ -224,10 +226,26 @@ def test_the_answer_carries_the_follow_up_and_its_control(tmp_path: Path) -> Non
     root = _pretrained_root(tmp_path, grid=results_doc.ALPHA_GRID, items_of={"mle": (0, 600), "del-a0.03": (0, 580)})
     assert results_doc.followup_answer(results_doc.Records(root)) == [
         "- **Follow-up on the pretrained model, a tenth of the alpha** (pre-registered, 4 seeds on another CPU; complete): "
-        "DEL alpha 0.03 minus MLE -2.0 points, McNemar p < 0.001; **worse than MLE: a tenth of the term still harms**, "
+        "DEL alpha 0.03 minus MLE -2.0 points [-2.0, -2.0] over seeds, McNemar p < 0.001; **worse than MLE: a tenth of "
+        "the term still harms**, "
         "so its size alone does not explain the grid's result."]
     _pretrained_root(root, grid=results_doc.REPLICATE_GRID, items_of={"mle": (0, 600), "del-a0.3": (0, 500)},
                      drop=("del-a0.3-s3",))
     line = results_doc.followup_answer(results_doc.Records(root))[0]
-    assert line.endswith("Its control, DEL alpha 0.3 on that machine (interim: 7 of 8 runs): -10.0 points, McNemar p < 0.001.")
+    assert line.endswith("Its control, DEL alpha 0.3 on that machine (interim: 7 of 8 runs): -10.0 points [-10.0, -10.0] "
+                         "over seeds, McNemar p < 0.001.")
     assert results_doc.followup_answer(results_doc.Records(_pretrained_root(tmp_path / "none"))) == []
+
+
+def test_the_machine_line_names_each_machine_with_its_own_dates() -> None:
+    def run(cpu: str, date: str, seed: int) -> dict:
+        return {"seed": seed, "machine": {"accelerator": None, "cores": 2, "cpu": cpu, "date": date, "torch": "2.13.0+cpu",
+                                          "torch_cpu_capability": "AVX512", "vector_extension": "AVX-512"}}
+
+    runs = {"a": {0: run("AMD EPYC", "2026-12-03", 0), 1: run("AMD EPYC", "2026-12-04", 1)},
+            "b": {0: run("Intel Xeon", "2026-12-04", 0)}}
+    assert results_doc.machine(runs) == (
+        "_Machine: runs made on AMD EPYC (AVX-512; torch kernels AVX512), 2 cores, torch 2.13.0+cpu, 2026-12-03 to "
+        "2026-12-04 (2 runs); Intel Xeon (AVX-512; torch kernels AVX512), 2 cores, torch 2.13.0+cpu, 2026-12-04 (1 runs); "
+        "3 runs._")
+    assert results_doc.machine({"b": runs["b"]}).startswith("_Machine: Intel Xeon (AVX-512; torch kernels AVX512), 2 cores")

@@ -14,6 +14,7 @@ records in ``results/`` (`numloss.compare.analysis`), never typed by hand:
 
 from __future__ import annotations
 
+import json
 import math
 import re
 import statistics
@@ -134,9 +135,17 @@ def _all(runs: dict[str, dict[int, dict[str, Any]]]) -> list[dict[str, Any]]:
 def machine(runs: dict[str, dict[int, dict[str, Any]]]) -> str:
     """The machine line of a grid's records (CPU, vector extension, cores, torch, dates)."""
     records = _all(runs)
-    dates = sorted({r["machine"]["date"] for r in records})
-    first = {**records[0]["machine"], "date": dates[0] if len(dates) == 1 else f"{dates[0]} to {dates[-1]}"}
-    line = runs_machine_line([{**r, "machine": {**r["machine"], "date": first["date"]}} for r in records], first)
+
+    def without_date(record: dict[str, Any]) -> str:
+        return json.dumps({k: v for k, v in record["machine"].items() if k != "date"}, sort_keys=True)
+
+    # each machine's runs under one line, with the range of their own dates
+    dates: dict[str, list[str]] = {}
+    for r in records:
+        dates.setdefault(without_date(r), []).append(r["machine"]["date"])
+    span = {key: min(d) if min(d) == max(d) else f"{min(d)} to {max(d)}" for key, d in dates.items()}
+    dated = [{**r, "machine": {**r["machine"], "date": span[without_date(r)]}} for r in records]
+    line = runs_machine_line(dated, dated[0]["machine"])
     return f"_Machine: {line}; {len(records)} runs._"
 
 
@@ -333,7 +342,8 @@ def mul_answer(rec: Records) -> list[str]:
         for c in (c for c in comparisons if c.arm == arm and c.endpoint.primary):
             word = verdict(c) if complete else "interim"
             word = f"**{word}**" if word in ("better", "worse") else word
-            cells.append(f"{c.endpoint.title} {_difference(c)}, Holm p {_p(c.p_holm)}, {word}")
+            cells.append(f"{c.endpoint.title} {_difference(c)}, Holm p {_p(c.p_holm)}, {word} "
+                         f"(detects {_f(c.mde, _fmt(c))})")
         lines.append(f"  - `{arm}`: " + "; ".join(cells) + ".")
     return lines
 
@@ -354,8 +364,11 @@ def answer(rec: Records) -> list[str]:
         f"would need about {100 * d['detectable_share']:.0f} % learnt at these counts.")
     lines.append(pretrained_answer(rec))
     lines += followup_answer(rec)
-    grids = {"mul": rec.mul, "add": rec.add, "pretrained": rec.pretrained[1]}
-    every = {f"{grid}/{label}": seeds for grid, runs in grids.items() for label, seeds in runs.items()}
+    grids = [rec.mul, rec.add] + [rec.pretrained_grid(name)[1] for name in (PRETRAINED_GRID, ALPHA_GRID, REPLICATE_GRID)]
+    # a run counts once: the control's MLE records are the follow-up's, copied
+    every: dict[str, dict[int, dict[str, Any]]] = {}
+    for record in {(r["hash"], r["label"], r["seed"], r.get("finished_at")): r for runs in grids for r in _all(runs)}.values():
+        every.setdefault(f"{record['hash']}/{record.get('finished_at')}", {})[record["seed"]] = record
     return lines + ["", machine(every)]
 
 
@@ -415,7 +428,7 @@ def pretrained_answer(rec: Records) -> str:
             verdict += (" The seed-level interval excludes 0 as well." if seeds_agree else
                         " The seed-level interval still holds 0: training randomness alone could give it.")
     return (head + f"DEL alpha 0.3 minus MLE {_pp(c['mean_diff'])} points (MLE {_pp(entry['arms'][reference]['mean'], False)} %)"
-            + (f" {_ci(100 * c['ci95'][0], 100 * c['ci95'][1])} over seeds" if len(c["seeds"]) >= 2 else "")
+            + _seed_ci(c)
             + f", item-level McNemar Holm p {_p(c['mcnemar_p_holm'])}.{verdict} These runs detect "
             f"{100 * c['mde_items']:.1f} points by items"
             + (f", {100 * c['mde_seeds']:.1f} by seeds." if len(c["seeds"]) >= 2 else "."))
@@ -536,6 +549,11 @@ REPLICATE_READINGS = ("**worse than MLE: the grid's result holds on this machine
                       "detect {mde:.1f} points.")
 
 
+def _seed_ci(c: dict[str, Any]) -> str:
+    """' [low, high] over seeds' for a pretrained comparison with two seeds or more, else ''."""
+    return f" {_ci(100 * c['ci95'][0], 100 * c['ci95'][1])} over seeds" if len(c["seeds"]) >= 2 else ""
+
+
 def followup_answer(rec: Records) -> list[str]:
     """The follow-up's line of the answer block (none before its first pair of runs)."""
     alpha = _followup_state(rec, ALPHA_GRID, "del-a0.03")
@@ -545,7 +563,7 @@ def followup_answer(rec: Records) -> list[str]:
     done = len(alpha["planned"]) - len(alpha["missing"])
     line = ("- **Follow-up on the pretrained model, a tenth of the alpha** (pre-registered, 4 seeds on another CPU; "
             + ("complete" if not alpha["missing"] else f"interim: {done} of {len(alpha['planned'])} runs") + "): "
-            f"DEL alpha 0.03 minus MLE {_pp(c['mean_diff'])} points, McNemar p {_p(c['mcnemar_p_holm'])}")
+            f"DEL alpha 0.03 minus MLE {_pp(c['mean_diff'])} points{_seed_ci(c)}, McNemar p {_p(c['mcnemar_p_holm'])}")
     reading = _followup_reading(alpha, *ALPHA_READINGS)
     line += f"; {reading}" if reading else "."
     control = _followup_state(rec, REPLICATE_GRID, "del-a0.3")
@@ -554,7 +572,7 @@ def followup_answer(rec: Records) -> list[str]:
         line += (" Its control, DEL alpha 0.3 on that machine"
                  + ("" if not control["missing"] else f" (interim: {len(control['planned']) - len(control['missing'])} "
                     f"of {len(control['planned'])} runs)")
-                 + f": {_pp(k['mean_diff'])} points, McNemar p {_p(k['mcnemar_p_holm'])}")
+                 + f": {_pp(k['mean_diff'])} points{_seed_ci(k)}, McNemar p {_p(k['mcnemar_p_holm'])}")
         reading = _followup_reading(control, *REPLICATE_READINGS)
         line += f"; {reading}" if reading else "."
     return [line]
