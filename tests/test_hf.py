@@ -385,6 +385,9 @@ model, t = trainer(normalize="tokens")
 t.train()
 if t.is_world_process_zero():
     torch.save({{k: v.detach() for k, v in model.named_parameters()}}, {out!r} + "/params.pt")
+# left to interpreter shutdown, gloo's threads can abort a finished rank (SIGABRT)
+torch.distributed.barrier()
+torch.distributed.destroy_process_group()
 """
 
 

@@ -195,6 +195,41 @@ def test_two_gloo_processes_match_one_process_with_the_same_global_batch(tmp_pat
             assert float(r1[column]) == pytest.approx(float(r2[column]), rel=1e-5), column
 
 
+@pytest.mark.parametrize("outcome", ["finished", "already finished", "config error", "interrupted"])
+def test_main_destroys_the_process_group_the_run_started(tmp_path, monkeypatch, capsys, outcome):
+    """Whatever way a run ends, `numloss train` leaves no process group for interpreter shutdown,
+    where gloo's threads can abort a rank that finished (SIGABRT). The Trainer starts the group
+    under torchrun; here a one-rank gloo group stands for it."""
+    import types
+
+    import torch.distributed as dist
+
+    import numloss.train as train
+
+    def fake_run_training(config):
+        dist.init_process_group("gloo", init_method=f"file://{tmp_path / 'rendezvous'}", rank=0, world_size=1)
+        if outcome == "config error":
+            raise ConfigError("data.path: no such file")
+        if outcome == "interrupted":
+            raise KeyboardInterrupt
+        final = tmp_path / "run" / "final"
+        final.mkdir(parents=True, exist_ok=True)
+        return types.SimpleNamespace(already_finished=outcome == "already finished", output_dir=tmp_path / "run",
+                                     model_dir=final, global_step=1, metrics={"loss": 1.0})
+
+    monkeypatch.setattr(train, "run_training", fake_run_training)
+    try:
+        if outcome == "interrupted":
+            with pytest.raises(KeyboardInterrupt):
+                main([str(TINY), "--train.output_dir", str(tmp_path / "run")])
+        else:
+            assert main([str(TINY), "--train.output_dir", str(tmp_path / "run")]) == (2 if outcome == "config error" else 0)
+        assert not dist.is_initialized(), f"{outcome}: the process group outlived numloss train"
+    finally:
+        if dist.is_initialized():
+            dist.destroy_process_group()
+
+
 # -- runs that survive a bad kill -------------------------------------------------------------------
 
 

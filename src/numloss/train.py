@@ -1246,7 +1246,12 @@ def main(argv: list[str] | None = None) -> int:
             print(f"numloss train: dry run passed: {len(prepared.dataset)} examples; {_plan_text(plan, config)}",
                   file=sys.stderr)
             return 0
-        result = run_training(config)
+        try:
+            result = run_training(config)
+        except BaseException:
+            _end_process_group(finished=False)
+            raise
+        _end_process_group(finished=True)
     except ConfigError as error:
         print(f"numloss train: {error}", file=sys.stderr)
         return 2
@@ -1262,6 +1267,22 @@ def main(argv: list[str] | None = None) -> int:
         summary = {k: round(v, 5) if isinstance(v, float) else v for k, v in result.metrics.items()}
         print(f"numloss train: done, {result.global_step} steps; model in {result.model_dir}; metrics {summary}")
     return 0
+
+
+def _end_process_group(finished: bool) -> None:
+    """Destroy the process group the Trainer started under torchrun / accelerate launch, if any.
+
+    Left to interpreter shutdown, gloo's worker threads can outlive the Python objects they hold
+    and abort the process (SIGABRT, "terminate called without an active exception") after a run
+    that finished: the launcher then reports a finished run as failed. On the way out of an
+    error no barrier is taken, since another rank may never reach it."""
+    import torch.distributed as dist
+
+    if not (dist.is_available() and dist.is_initialized()):
+        return
+    if finished:
+        dist.barrier()  # every rank has written what it writes before any rank leaves
+    dist.destroy_process_group()
 
 
 def _plan_text(plan: RunPlan, config: Config) -> str:
