@@ -7,6 +7,7 @@ import json
 import re
 import shutil
 from pathlib import Path
+from typing import Any
 
 from numloss.compare import results_doc
 
@@ -28,7 +29,7 @@ def test_every_generated_block_matches_the_records() -> None:
 
 
 def _pretrained_root(tmp_path: Path, drop: tuple[str, ...] = (), grid: str = results_doc.PRETRAINED_GRID,
-                     items_of: dict[str, tuple[int, int]] | None = None) -> Path:
+                     items_of: dict[str, Any] | None = None) -> Path:
     """A repository root with the pretrained grid's config and synthetic records under its real
     hashes: MLE right on items 0-599 of 1,000 every seed, DEL on items 0-(499 + 10 s), NTL-WAS on
     items 50-649 (as many as MLE, other items), the untrained model on none."""
@@ -36,7 +37,8 @@ def _pretrained_root(tmp_path: Path, drop: tuple[str, ...] = (), grid: str = res
     from numloss.compare.pretrained import BASELINE, baseline_hash, run_order
 
     (tmp_path / "configs").mkdir(parents=True, exist_ok=True)
-    for name in {results_doc.PRETRAINED_GRID, results_doc.ALPHA_GRID, results_doc.REPLICATE_GRID, grid}:
+    for name in {results_doc.PRETRAINED_GRID, results_doc.ALPHA_GRID, results_doc.REPLICATE_GRID,
+                 results_doc.FRESH_GRID, results_doc.SEEDS8_GRID, grid}:
         shutil.copy(results_doc.ROOT / "configs" / f"{name}.yaml", tmp_path / "configs")
     records = tmp_path / "results" / grid
     records.mkdir(parents=True)
@@ -60,7 +62,8 @@ def _pretrained_root(tmp_path: Path, drop: tuple[str, ...] = (), grid: str = res
             continue
         config = compare.run_config(key.spec, key.seed, compare.output_dir / "runs" / key.name, Path("t.jsonl"))
         spans = items_of or {"mle": (0, 600), "del-a0.3": (0, 500 + 10 * key.seed), "ntl-was": (50, 650)}
-        items = bits(*spans[key.spec.label])
+        span = spans[key.spec.label]  # (first, last) of every seed, or seed -> (first, last)
+        items = bits(*(span(key.seed) if callable(span) else span))
         write(key.name, compare.run_hash(config), key.spec.label, key.seed, items)
     write(f"{BASELINE}-s0", baseline_hash(compare), BASELINE, 0, bits(0, 0))
     return tmp_path
@@ -235,6 +238,44 @@ def test_the_answer_carries_the_follow_up_and_its_control(tmp_path: Path) -> Non
     assert line.endswith("Its control, DEL alpha 0.3 on that machine (interim: 7 of 8 runs): -10.0 points [-10.0, -10.0] "
                          "over seeds, McNemar p < 0.001.")
     assert results_doc.followup_answer(results_doc.Records(_pretrained_root(tmp_path / "none"))) == []
+
+
+def test_the_four_more_seeds_read_as_their_design_says(tmp_path: Path) -> None:
+    """The fresh seeds by their McNemar test, the 8 pairs by their sign-flip test, no reading
+    while a run is missing, and the answer's line carrying both."""
+    fresh, pooled = results_doc.FRESH_GRID, results_doc.SEEDS8_GRID
+    worse = results_doc.Records(_pretrained_root(tmp_path / "worse", grid=fresh, items_of={"mle": (0, 600), "del-a0.3": (0, 580)}))
+    assert ("`del-a0.3` minus MLE -2.0 points, McNemar p < 0.001: **worse than MLE on seeds never run before: the "
+            "item-level result replicates.**") in "\n".join(results_doc.fresh_followup(worse))
+    even = results_doc.Records(_pretrained_root(tmp_path / "even", grid=fresh, items_of={"mle": (0, 600), "del-a0.3": (50, 650)}))
+    assert "McNemar p 1.00: **not told apart from MLE on the fresh seeds**: the item-level result did not replicate" in (
+        "\n".join(results_doc.fresh_followup(even)))
+    # 8 pairs, DEL 2 points below MLE in each: every sign negative, sign-flip p 2 / 2^8 = 0.0078
+    root = _pretrained_root(tmp_path / "pooled", grid=pooled, items_of={"mle": (0, 600), "del-a0.3": (0, 580)})
+    text = "\n".join(results_doc.seeds8_followup(results_doc.Records(root)))
+    assert text.startswith("**16 of 16 runs recorded, complete.**")
+    assert "minus MLE -2.0 points, sign-flip p 0.008: **worse than MLE beyond the spread" in text
+    # signs alternating (-2, +2, ...): the items tell them apart both ways, the seeds do not
+    mixed = _pretrained_root(tmp_path / "mixed", grid=pooled,
+                             items_of={"mle": (0, 600), "del-a0.3": lambda seed: (0, 580) if seed % 2 else (0, 620)})
+    text = "\n".join(results_doc.seeds8_followup(results_doc.Records(mixed)))
+    assert "minus MLE 0.0 points, sign-flip p 1.00: **not told apart from MLE at the seed level**: the 8 pairs detect" in text
+    cut = _pretrained_root(tmp_path / "cut", grid=pooled, drop=("mle-s7",), items_of={"mle": (0, 600), "del-a0.3": (0, 580)})
+    lines = results_doc.seeds8_followup(results_doc.Records(cut))
+    assert lines[0] == "**15 of 16 runs recorded; left: mle-s7: an interim result, no verdict.**"
+    assert not any("Reading" in line for line in lines)
+    # the answer: nothing before the fresh seeds, then their line, then the 8 pairs beside it
+    assert results_doc.seeds_answer(results_doc.Records(_pretrained_root(tmp_path / "none"))) == []
+    both = _pretrained_root(tmp_path / "both", grid=fresh, items_of={"mle": (0, 600), "del-a0.3": (0, 580)}, drop=("del-a0.3-s7",))
+    [line] = results_doc.seeds_answer(results_doc.Records(both))
+    assert line.startswith("- **Four more seeds of the pretrained comparison** (pre-registered, seeds 4-7 on the follow-up's "
+                           "CPU; interim: 7 of 8 runs): DEL alpha 0.3 minus MLE -2.0 points [-2.0, -2.0] over seeds, McNemar "
+                           "p < 0.001.")
+    _pretrained_root(both, grid=pooled, items_of={"mle": (0, 600), "del-a0.3": (0, 580)})
+    [line] = results_doc.seeds_answer(results_doc.Records(both))
+    assert line.endswith("Over the 8 seed pairs on that CPU: -2.0 points [-2.0, -2.0] over seeds, sign-flip p 0.008; "
+                         "**worse than MLE beyond the spread training randomness gives these 8 pairs** (the test was "
+                         "chosen after seeds 0-3: its level is above the nominal 0.05).")
 
 
 def test_the_machine_line_names_each_machine_with_its_own_dates() -> None:

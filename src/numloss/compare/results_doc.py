@@ -364,7 +364,9 @@ def answer(rec: Records) -> list[str]:
         f"would need about {100 * d['detectable_share']:.0f} % learnt at these counts.")
     lines.append(pretrained_answer(rec))
     lines += followup_answer(rec)
-    grids = [rec.mul, rec.add] + [rec.pretrained_grid(name)[1] for name in (PRETRAINED_GRID, ALPHA_GRID, REPLICATE_GRID)]
+    lines += seeds_answer(rec)
+    grids = [rec.mul, rec.add] + [rec.pretrained_grid(name)[1] for name in (PRETRAINED_GRID, ALPHA_GRID, REPLICATE_GRID,
+                                                                                  FRESH_GRID, SEEDS8_GRID)]
     # a run counts once: the control's MLE records are the follow-up's, copied
     every: dict[str, dict[int, dict[str, Any]]] = {}
     for record in {(r["hash"], r["label"], r["seed"], r.get("finished_at")): r for runs in grids for r in _all(runs)}.values():
@@ -500,6 +502,13 @@ ALPHA_GRID = "compare-smollm2-words-alpha"
 """The pretrained arm's follow-up: DEL at a tenth of the alpha against MLE, on its own machine."""
 REPLICATE_GRID = "compare-smollm2-words-replicate"
 """Its control: DEL at the grid's alpha against the same MLE runs, on the follow-up's machine."""
+FRESH_GRID = "compare-smollm2-words-fresh"
+"""Four more seeds (4-7) of DEL alpha 0.3 against MLE on the follow-up's machine: the confirmatory McNemar."""
+SEEDS8_GRID = "compare-smollm2-words-seeds8"
+"""Those pooled with the control's seeds 0-3: the 8-seed sign-flip test."""
+
+TESTS = {"mcnemar_p_holm": ("McNemar p", "mde_items"), "sign_flip_p": ("sign-flip p", "mde_seeds")}
+"""A follow-up's deciding test: its p in the summary, its name in the prose, its detectable effect."""
 
 
 def _followup_state(rec: Records, grid: str, arm: str) -> dict[str, Any]:
@@ -512,32 +521,34 @@ def _followup_state(rec: Records, grid: str, arm: str) -> dict[str, Any]:
     return {"found": found, "planned": planned, "missing": missing, "summary": summary, "comparison": comparison}
 
 
-def _followup_reading(state: dict[str, Any], worse: str, otherwise: str) -> str | None:
-    """The reading fixed in a follow-up's design, once all of its runs are in (else None)."""
+def _followup_reading(state: dict[str, Any], worse: str, otherwise: str, test: str = "mcnemar_p_holm") -> str | None:
+    """The reading fixed in a follow-up's design, once all of its runs are in (else None), by its
+    deciding `test` (a key of TESTS)."""
     c = state["comparison"]
     if c is None or state["missing"]:
         return None
-    if c["mcnemar_p_holm"] <= 0.05 and c["mean_diff"] < 0:
+    if c[test] <= 0.05 and c["mean_diff"] < 0:
         return worse
-    said = "better than MLE" if c["mcnemar_p_holm"] <= 0.05 else "not told apart from MLE"
-    return otherwise.format(verdict=said, mde=100 * c["mde_items"])
+    said = "better than MLE" if c[test] <= 0.05 else "not told apart from MLE"
+    return otherwise.format(verdict=said, mde=100 * c[TESTS[test][1]])
 
 
-def _followup(rec: Records, grid: str, arm: str, worse: str, otherwise: str) -> list[str]:
+def _followup(rec: Records, grid: str, arm: str, worse: str, otherwise: str, test: str = "mcnemar_p_holm") -> list[str]:
     """A two-arm follow-up's status: its runs, the McNemar and seed-level tests and, once all of
-    its runs are in, the reading fixed in its design (`worse` when `arm` is worse than MLE at
-    p <= 0.05, else `otherwise` with {verdict}: better than MLE, or not told apart)."""
+    its runs are in, the reading fixed in its design by its deciding `test` (`worse` when `arm`
+    is worse than MLE at p <= 0.05, else `otherwise` with {verdict}: better than MLE, or not told
+    apart)."""
     state = _followup_state(rec, grid, arm)
     planned, missing = state["planned"], state["missing"]
     if not state["found"]:
         return [f"**0 of {len(planned)} runs recorded.**"]
     lines = [f"**{len(planned) - len(missing)} of {len(planned)} runs recorded"
              + (", complete.**" if not missing else f"; left: {', '.join(missing)}: an interim result, no verdict.**"), ""]
-    reading = _followup_reading(state, worse, otherwise)
+    reading = _followup_reading(state, worse, otherwise, test)
     if reading is not None:
         c = state["comparison"]
-        lines += [f"Reading, as fixed in the design: `{arm}` minus MLE {_pp(c['mean_diff'])} points, McNemar p "
-                  f"{_p(c['mcnemar_p_holm'])}: {reading}", ""]
+        lines += [f"Reading, as fixed in the design: `{arm}` minus MLE {_pp(c['mean_diff'])} points, {TESTS[test][0]} "
+                  f"{_p(c[test])}: {reading}", ""]
     return lines + summary_markdown_lines(state["summary"]) + ["", machine(state["found"])]
 
 
@@ -547,6 +558,13 @@ ALPHA_READINGS = ("**worse than MLE: a tenth of the term still harms**, so its s
 REPLICATE_READINGS = ("**worse than MLE: the grid's result holds on this machine**, so the two alphas meet MLE on one CPU.",
                       "**{verdict} here**: the grid's result did not reproduce on this machine; the items "
                       "detect {mde:.1f} points.")
+
+FRESH_READINGS = ("**worse than MLE on seeds never run before: the item-level result replicates.**",
+                  "**{verdict} on the fresh seeds**: the item-level result did not replicate; the items "
+                  "detect {mde:.1f} points.")
+SEEDS8_READINGS = ("**worse than MLE beyond the spread training randomness gives these 8 pairs** (the test was "
+                   "chosen after seeds 0-3: its level is above the nominal 0.05).",
+                   "**{verdict} at the seed level**: the 8 pairs detect {mde:.1f} points.")
 
 
 def _seed_ci(c: dict[str, Any]) -> str:
@@ -576,6 +594,39 @@ def followup_answer(rec: Records) -> list[str]:
         reading = _followup_reading(control, *REPLICATE_READINGS)
         line += f"; {reading}" if reading else "."
     return [line]
+
+
+def seeds_answer(rec: Records) -> list[str]:
+    """The four-more-seeds line of the answer block: the fresh seeds' McNemar, then the 8 pairs'
+    sign-flip test (none before the first fresh pair)."""
+    fresh = _followup_state(rec, FRESH_GRID, "del-a0.3")
+    c = fresh["comparison"]
+    if c is None:
+        return []
+    done = len(fresh["planned"]) - len(fresh["missing"])
+    line = ("- **Four more seeds of the pretrained comparison** (pre-registered, seeds 4-7 on the follow-up's CPU; "
+            + ("complete" if not fresh["missing"] else f"interim: {done} of {len(fresh['planned'])} runs") + "): "
+            f"DEL alpha 0.3 minus MLE {_pp(c['mean_diff'])} points{_seed_ci(c)}, McNemar p {_p(c['mcnemar_p_holm'])}")
+    reading = _followup_reading(fresh, *FRESH_READINGS)
+    line += f"; {reading}" if reading else "."
+    pooled = _followup_state(rec, SEEDS8_GRID, "del-a0.3")
+    k = pooled["comparison"]
+    if k is not None and len(k["seeds"]) > 4:
+        line += (f" Over the {len(k['seeds'])} seed pairs on that CPU: {_pp(k['mean_diff'])} points{_seed_ci(k)}, "
+                 f"sign-flip p {_p(k['sign_flip_p'])}")
+        reading = _followup_reading(pooled, *SEEDS8_READINGS, test="sign_flip_p")
+        line += f"; {reading}" if reading else "."
+    return [line]
+
+
+def fresh_followup(rec: Records) -> list[str]:
+    """docs/results-pretrained.md's four more seeds: DEL alpha 0.3 against MLE on seeds 4-7."""
+    return _followup(rec, FRESH_GRID, "del-a0.3", *FRESH_READINGS)
+
+
+def seeds8_followup(rec: Records) -> list[str]:
+    """The same comparison over the 8 seed pairs of one CPU, read by its sign-flip test."""
+    return _followup(rec, SEEDS8_GRID, "del-a0.3", *SEEDS8_READINGS, test="sign_flip_p")
 
 
 def alpha_followup(rec: Records) -> list[str]:
@@ -677,6 +728,7 @@ RENDERERS: dict[str, Callable[[Records], list[str]]] = {
     "mul-runs": mul_runs, "add-paired": add_paired, "add-facts": add_facts, "chunked": chunked,
     "pretrained": pretrained_result, "pretrained-grid": pretrained_grid, "readme-answer": answer,
     "pretrained-alpha": alpha_followup, "pretrained-replicate": replicate_followup,
+    "pretrained-fresh": fresh_followup, "pretrained-seeds8": seeds8_followup,
 }
 
 
