@@ -572,18 +572,25 @@ def _seed_ci(c: dict[str, Any]) -> str:
     return f" {_ci(100 * c['ci95'][0], 100 * c['ci95'][1])} over seeds" if len(c["seeds"]) >= 2 else ""
 
 
+def _followup_line(state: dict[str, Any], title: str, design: str, arm: str, readings: tuple[str, str]) -> str:
+    """A follow-up's answer line: its design and completeness, `arm` minus MLE with the seed
+    interval and McNemar p, and its reading once all of its runs are in."""
+    c = state["comparison"]
+    done = len(state["planned"]) - len(state["missing"])
+    line = (f"- **{title}** ({design}; "
+            + ("complete" if not state["missing"] else f"interim: {done} of {len(state['planned'])} runs") + "): "
+            f"{arm} minus MLE {_pp(c['mean_diff'])} points{_seed_ci(c)}, McNemar p {_p(c['mcnemar_p_holm'])}")
+    reading = _followup_reading(state, *readings)
+    return line + (f"; {reading}" if reading else ".")
+
+
 def followup_answer(rec: Records) -> list[str]:
     """The follow-up's line of the answer block (none before its first pair of runs)."""
     alpha = _followup_state(rec, ALPHA_GRID, "del-a0.03")
-    c = alpha["comparison"]
-    if c is None:
+    if alpha["comparison"] is None:
         return []
-    done = len(alpha["planned"]) - len(alpha["missing"])
-    line = ("- **Follow-up on the pretrained model, a tenth of the alpha** (pre-registered, 4 seeds on another CPU; "
-            + ("complete" if not alpha["missing"] else f"interim: {done} of {len(alpha['planned'])} runs") + "): "
-            f"DEL alpha 0.03 minus MLE {_pp(c['mean_diff'])} points{_seed_ci(c)}, McNemar p {_p(c['mcnemar_p_holm'])}")
-    reading = _followup_reading(alpha, *ALPHA_READINGS)
-    line += f"; {reading}" if reading else "."
+    line = _followup_line(alpha, "Follow-up on the pretrained model, a tenth of the alpha",
+                          "pre-registered, 4 seeds on another CPU", "DEL alpha 0.03", ALPHA_READINGS)
     control = _followup_state(rec, REPLICATE_GRID, "del-a0.3")
     if control["comparison"] is not None:
         k = control["comparison"]
@@ -600,15 +607,10 @@ def seeds_answer(rec: Records) -> list[str]:
     """The four-more-seeds line of the answer block: the fresh seeds' McNemar, then the 8 pairs'
     sign-flip test (none before the first fresh pair)."""
     fresh = _followup_state(rec, FRESH_GRID, "del-a0.3")
-    c = fresh["comparison"]
-    if c is None:
+    if fresh["comparison"] is None:
         return []
-    done = len(fresh["planned"]) - len(fresh["missing"])
-    line = ("- **Four more seeds of the pretrained comparison** (pre-registered, seeds 4-7 on the follow-up's CPU; "
-            + ("complete" if not fresh["missing"] else f"interim: {done} of {len(fresh['planned'])} runs") + "): "
-            f"DEL alpha 0.3 minus MLE {_pp(c['mean_diff'])} points{_seed_ci(c)}, McNemar p {_p(c['mcnemar_p_holm'])}")
-    reading = _followup_reading(fresh, *FRESH_READINGS)
-    line += f"; {reading}" if reading else "."
+    line = _followup_line(fresh, "Four more seeds of the pretrained comparison",
+                          "pre-registered, seeds 4-7 on the follow-up's CPU", "DEL alpha 0.3", FRESH_READINGS)
     pooled = _followup_state(rec, SEEDS8_GRID, "del-a0.3")
     k = pooled["comparison"]
     if k is not None and len(k["seeds"]) > 4:
