@@ -287,3 +287,23 @@ def test_bad_sigmoid_input_is_one_line_before_anything_loads():
     assert "sigmoid_input='centered'" in repr(loss_fn)
     with pytest.raises(ValueError):
         loss_fn.sigmoid_input = "other"
+
+
+def test_the_docs_table_of_l_against_the_margin_is_what_the_code_computes():
+    from pathlib import Path
+
+    text = (Path(__file__).resolve().parents[1] / "docs" / "losses.md").read_text()
+    rows = [line for line in text.splitlines() if line.startswith("| ") and line.count("|") == 8]
+    rows = [line for line in rows if line.split("|")[1].strip() not in ("offset", "---")]
+    assert len(rows) == 12
+    for line in rows:
+        offset, margin, prob, raw, raw_push, centred, centred_push = (c.strip() for c in line.strip("|").split("|"))
+        offset_value, margin_value = (float(v.replace("\u2212", "-")) for v in (offset, margin))
+        z = torch.full((1, 10), offset_value, dtype=torch.float64)
+        z[0, 0] += margin_value
+        y, u = torch.tensor([0]), torch.ones(1, dtype=torch.float64)
+        assert f"{float(torch.softmax(z, -1)[0, 0]):.2f}" == prob
+        assert f"{float(del_term(z, y, u, sigmoid_input='raw')) * 10:.3f}" == raw
+        assert f"{float(del_term(z, y, u, sigmoid_input='centered')) * 10:.3f}" == centred
+        assert ("yes" if bool(del_pushdown(z, y, sigmoid_input="raw")) else "no") == raw_push
+        assert ("yes" if bool(del_pushdown(z, y, sigmoid_input="centered")) else "no") == centred_push
