@@ -125,6 +125,25 @@ def _as_count(value: int | float | torch.Tensor | None, fallback: torch.Tensor, 
     return count.clamp_min(1.0)
 
 
+@torch.no_grad()
+def digit_diagnostics(
+    loss_fn: NumericLoss, digit_logits: torch.Tensor, targets: torch.Tensor, support: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(digit_entropy, digit_logit_mean, pushdown_share, digit_target_prob) over the K digit
+    slots (0-d, detached; zeros when K = 0), from the [K, 10] slot logits the pass already has,
+    so no extra pass over [N, V] (see `NumericLossOutput`)."""
+    if not digit_logits.shape[0]:
+        zero = torch.zeros((), device=digit_logits.device)
+        return zero, zero, zero, zero
+    log_p = torch.log_softmax(digit_logits, dim=-1)
+    entropy = -(log_p.exp() * log_p).sum(-1).mean()
+    held = support.to(digit_logits.dtype)
+    logit_mean = ((digit_logits * held).sum(-1) / held.sum(-1)).mean()
+    pushdown_share = loss_fn.pushdown(digit_logits, targets, support).float().mean()
+    target_prob = log_p.gather(1, targets[:, None]).exp().mean()
+    return entropy, logit_mean, pushdown_share, target_prob
+
+
 # option names per objective class, computed once (read on every attribute assignment)
 _OPTION_NAMES: dict[type, list[str]] = {}
 
@@ -439,17 +458,7 @@ class NumericLoss(nn.Module):
                 diagnose(None)
             if row_finite is not None and not bool(row_finite.all()):
                 diagnose(torch.nonzero(~row_finite).squeeze(1))
-        with torch.no_grad():
-            zero = torch.zeros((), device=nll.device)
-            entropy = logit_mean = pushdown_share = target_prob = zero
-            if digits.count:
-                # all on the [K, 10] slot logits this pass already has: no extra pass over [N, V]
-                log_p = torch.log_softmax(digit_logits, dim=-1)
-                entropy = -(log_p.exp() * log_p).sum(-1).mean()
-                held = support.to(digit_logits.dtype)
-                logit_mean = ((digit_logits * held).sum(-1) / held.sum(-1)).mean()
-                pushdown_share = self.pushdown(digit_logits, digits.target, support).float().mean()
-                target_prob = log_p.gather(1, digits.target[:, None]).exp().mean()
+        entropy, logit_mean, pushdown_share, target_prob = digit_diagnostics(self, digit_logits, digits.target, support)
         return NumericLossOutput(
             loss, ce, aux, num_tokens, num_digits, entropy, logit_mean, pushdown_share, target_prob
         )
