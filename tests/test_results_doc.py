@@ -334,3 +334,18 @@ def test_the_gentle_grid_tests_both_del_arms_against_mle(tmp_path: Path) -> None
     assert "- `del-a1.28` vs `mle`: -2.0 points, McNemar Holm p < 0.001: **worse than MLE**." in text
     [_, b_line] = results_doc.centered_answer(results_doc.Records(root))
     assert b_line.endswith("**centred DEL: better than MLE; raw DEL: worse than MLE.**")
+
+
+def test_the_diagnostics_figure_is_drawn_from_the_records(tmp_path: Path) -> None:
+    grid = results_doc.CENTERED_GRID
+    root = _pretrained_root(tmp_path, grid=grid,
+                            items_of={"mle": (0, 600), "del-a0.3": (0, 500), "del-centered-a0.3": (0, 590)})
+    assert results_doc.diagnostics_figure(results_doc.Records(root), tmp_path / "none.png") is None  # no curves yet
+    for record_path in (root / "results" / grid).glob("del-*.json"):
+        record = json.loads(record_path.read_text())
+        falls = record["label"] == "del-a0.3"
+        record["curve"] = {"step": [5, 10, 15], "digit_logit_mean": [30.0, 5.0, -2.5] if falls else [30.0, 30.0, 29.0],
+                           "pushdown_share": [0.0, 0.4, 0.9] if falls else [0.0, 0.0, 0.0]}
+        record_path.write_text(json.dumps(record))
+    drawn = results_doc.diagnostics_figure(results_doc.Records(root), tmp_path / "d.png")
+    assert drawn is not None and drawn.stat().st_size > 10_000

@@ -811,6 +811,53 @@ def three_arm_grid(rec: Records, grid: str) -> list[str]:
     return lines + ["", machine(state["found"])]
 
 
+DIAGNOSTICS_FIGURE = ROOT / "docs" / "img" / "compare" / "del_diagnostics.png"
+#: the arms the figure draws, in order, with their colours
+DIAGNOSTIC_ARMS = (("mle", "tab:gray"), ("del-a0.3", "tab:red"), ("del-centered-a0.3", "tab:blue"))
+
+
+def diagnostics_figure(rec: Records, path: Path = DIAGNOSTICS_FIGURE) -> Path | None:
+    """Grid a's digit diagnostics against the training step: `digit_logit_mean` and
+    `pushdown_share` (what raw DEL's term would do, for MLE) of every recorded run (thin) and
+    their mean over seeds (thick), MLE, raw and centred DEL. None (nothing drawn) before any run
+    with the diagnostics is recorded."""
+    found = rec.pretrained_grid(CENTERED_GRID)[1]
+    curves = {label: [r["curve"] for r in found.get(label, {}).values() if "pushdown_share" in r.get("curve", {})]
+              for label, _ in DIAGNOSTIC_ARMS}
+    if not any(curves.values()):
+        return None
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, 2, figsize=(9, 3.4))
+    for ax, key, title in ((axes[0], "digit_logit_mean", "mean raw digit logit at digit targets"),
+                           (axes[1], "pushdown_share", "share of digit positions DEL's term pushes down")):
+        for label, colour in DIAGNOSTIC_ARMS:
+            runs = curves[label]
+            for curve in runs:
+                ax.plot(curve["step"], curve[key], color=colour, lw=0.6, alpha=0.35)
+            if runs:
+                steps = runs[0]["step"]
+                same = [c[key] for c in runs if c["step"] == steps]
+                mean = [sum(values) / len(values) for values in zip(*same, strict=True)]
+                ax.plot(steps, mean, color=colour, lw=2, label=f"{label} ({len(runs)} seed{'s' * (len(runs) > 1)})")
+        ax.set_xlabel("training step")
+        ax.set_title(title, fontsize=9)
+    axes[0].axhline(0, color="black", lw=0.8)
+    axes[1].axhline(0.5, color="black", lw=0.8, ls="--")
+    axes[1].set_ylim(-0.02, 1.02)
+    axes[0].legend(fontsize=8, frameon=False)
+    fig.suptitle("SmolLM2-135M-Instruct, LoRA lr 1e-3 (grid a): for MLE, what raw DEL's term would do at its logits",
+                 fontsize=9)
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+    return path
+
+
 def centered_grid(rec: Records) -> list[str]:
     """docs/results-pretrained.md's grid a: centred DEL beside MLE and raw DEL, the recorded recipe."""
     return three_arm_grid(rec, CENTERED_GRID)
@@ -912,6 +959,9 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{path}: {len(BLOCK.findall(text))} blocks written from the records")
     if "--check" not in args and not given:
         print(f"{mul_figure(rec)}: drawn from the records")
+        drawn = diagnostics_figure(rec)
+        if drawn is not None:
+            print(f"{drawn}: drawn from the records")
     return status
 
 
