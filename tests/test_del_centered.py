@@ -307,3 +307,34 @@ def test_the_docs_table_of_l_against_the_margin_is_what_the_code_computes():
         assert f"{float(del_term(z, y, u, sigmoid_input='centered')) * 10:.3f}" == centred
         assert ("yes" if bool(del_pushdown(z, y, sigmoid_input="raw")) else "no") == raw_push
         assert ("yes" if bool(del_pushdown(z, y, sigmoid_input="centered")) else "no") == centred_push
+
+
+@pytest.mark.parametrize("fused", [False, True])
+def test_a_patched_model_with_centred_del_ignores_a_shift_of_its_head(fused):
+    """The patch path (the Trainer's fused route): a constant added to every logit by the LM head's
+    bias changes neither centred DEL's loss nor any weight's gradient; raw DEL's loss does change."""
+    import copy
+
+    import numloss
+    from test_hf import VOCAB as HF_VOCAB
+    from test_hf import collate, rows, tiny_llama
+
+    batch = collate(rows())
+    results = {}
+    for mode in ("centered", "raw"):
+        for shift in (0.0, 40.0):
+            model = tiny_llama()
+            head = torch.nn.Linear(model.lm_head.in_features, model.lm_head.out_features, bias=True)
+            head.weight = copy.deepcopy(model.lm_head.weight)
+            torch.nn.init.constant_(head.bias, shift)
+            model.lm_head = head
+            numloss.patch(model, build_loss("del", HF_VOCAB, alpha=1.0, sigmoid_input=mode), fused=fused)
+            outputs = model(**batch)
+            outputs.loss.backward()
+            results[(mode, shift)] = (float(outputs.loss), {k: p.grad.clone() for k, p in model.named_parameters()
+                                                            if p.grad is not None and k != "lm_head.bias"})
+    (loss0, grads0), (loss40, grads40) = results[("centered", 0.0)], results[("centered", 40.0)]
+    assert loss40 == pytest.approx(loss0, rel=1e-5)
+    for key, grad in grads0.items():
+        torch.testing.assert_close(grads40[key], grad, rtol=1e-4, atol=1e-6, msg=key)
+    assert abs(results[("raw", 40.0)][0] - results[("raw", 0.0)][0]) > 1.0
