@@ -257,6 +257,17 @@ MUL_FIGURE = ROOT / "docs" / "img" / "compare" / "mul_paired.png"
 """The multiplication testbed's per-seed differences against MLE (the README's figure)."""
 
 
+def _save_figure(fig: Any, path: Path) -> Path:
+    """Lay out, write (100 dpi) and close `fig`; returns `path`."""
+    import matplotlib.pyplot as plt
+
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+    return path
+
+
 def mul_figure(rec: Records, path: Path = MUL_FIGURE) -> Path:
     """Draw every planned arm's per-seed difference from MLE on both primary endpoints (one dot a
     seed, the mean with its 95 % t interval, 0 and the paper's +2.6 points marked) to `path`."""
@@ -287,11 +298,7 @@ def mul_figure(rec: Records, path: Path = MUL_FIGURE) -> Path:
         better = "higher" if endpoint.better == "higher" else "lower"
         ax.set_title(f"{endpoint.title}: arm - MLE ({better} is better)", fontsize=9)
     fig.suptitle(f"2-digit x 2-digit multiplication, {len(seeds)} seeds per arm (dots), mean and 95 % CI", fontsize=10)
-    fig.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
-    return path
+    return _save_figure(fig, path)
 
 
 def mul_runs(rec: Records) -> list[str]:
@@ -851,11 +858,7 @@ def diagnostics_figure(rec: Records, path: Path = DIAGNOSTICS_FIGURE) -> Path | 
     axes[0].legend(fontsize=8, frameon=False)
     fig.suptitle("SmolLM2-135M-Instruct, LoRA lr 1e-3 (grid a): for MLE, what raw DEL's term would do at its logits",
                  fontsize=9)
-    fig.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
-    return path
+    return _save_figure(fig, path)
 
 
 def centered_grid(rec: Records) -> list[str]:
