@@ -36,6 +36,7 @@ from torch import nn
 from numloss.digits import IGNORE_INDEX, DigitPositions, DigitVocab, find_digits
 from numloss.fused import fused_loss
 from numloss.losses.core import token_nll_and_digit_logits
+from numloss.losses.del_terms import del_pushdown
 from numloss.losses.number_tokens import slot_logits
 
 
@@ -270,8 +271,6 @@ class NumericLoss(nn.Module):
         Every objective logs it (`pushdown_share`), so runs of any objective can be compared with
         what raw DEL would do at the same logits; DEL reads it with its own options.
         """
-        from numloss.losses.digit_entropy import del_pushdown  # DEL's module builds on this one
-
         return del_pushdown(digit_logits, digit_targets, support=support)
 
     def number_terms(self, number_logits: torch.Tensor, digits: DigitPositions) -> torch.Tensor | None:

@@ -26,7 +26,6 @@ from collections.abc import Mapping
 from typing import Any
 
 import torch
-import torch.nn.functional as F
 
 from numloss.digits import (
     PLACE_WEIGHTINGS,
@@ -36,82 +35,14 @@ from numloss.digits import (
     place_weights,
 )
 from numloss.losses.base import DigitLoss, check_choice
-
-DISTANCES = (None, "l1")
-SIGMOID_INPUTS = ("raw", "centered")
-
-
-def sigmoid_logits(z: torch.Tensor, sigmoid_input: str = "raw", support: torch.Tensor | None = None) -> torch.Tensor:
-    """What DEL's sigmoid reads [M, 10]: the digit logits z as they are ("raw"), or minus their
-    mean over the digits each slot can hold (`support` [M, 10], None: all ten) ("centered")."""
-    if sigmoid_input == "raw":
-        return z
-    if support is None:
-        return z - z.mean(dim=-1, keepdim=True)
-    held = support.to(z.dtype)
-    # absent digits (probability exactly 0) would drag a plain mean by ~1e4 each; they are left out
-    mean = (z * held).sum(-1, keepdim=True) / held.sum(-1, keepdim=True)
-    return z - mean
-
-
-def class_weights(y: torch.Tensor, distance: str | None, dtype: torch.dtype) -> torch.Tensor | None:
-    """The per-class factor of `distance` [M, 10] ((1 + |k - y|) for "l1"), or None (all 1)."""
-    if distance != "l1":
-        return None
-    classes = torch.arange(10, device=y.device)
-    return (1.0 + (classes[None, :] - y[:, None]).abs()).to(dtype)
-
-
-def del_term(
-    z: torch.Tensor,
-    y: torch.Tensor,
-    u: torch.Tensor,
-    distance: str | None = None,
-    sigmoid_input: str = "raw",
-    support: torch.Tensor | None = None,
-) -> torch.Tensor:
-    """DEL's per-digit term [M] from digit logits z [M, 10], targets y [M] and place weights u [M].
-
-    term = u / 10 * sum_k p_k * w_k * BCE(sigmoid(s_k), [k == y]) with p = softmax(z), s =
-    `sigmoid_logits(z, sigmoid_input, support)` and w the `distance` factor (1 by default)."""
-    onehot = F.one_hot(y, 10).to(z.dtype)
-    bce = F.binary_cross_entropy_with_logits(sigmoid_logits(z, sigmoid_input, support), onehot, reduction="none")
-    criterion = torch.softmax(z, dim=-1) * bce
-    weights = class_weights(y, distance, z.dtype)
-    if weights is not None:
-        criterion = criterion * weights
-    return u.to(z.dtype) * criterion.mean(dim=-1)
-
-
-@torch.no_grad()
-def del_pushdown(
-    z: torch.Tensor,
-    y: torch.Tensor,
-    distance: str | None = None,
-    sigmoid_input: str = "raw",
-    support: torch.Tensor | None = None,
-) -> torch.Tensor:
-    """Where DEL's term alone pushes the target down [M] (bool): descent along its gradient g
-    (with respect to z) lowers the margin z_y - mean_{k != y} z_k, i.e. g_y > mean_{k != y} g_k
-    over the other digits the slot can hold.
-
-    g is written out, not taken by autograd (the term's [M, 10] in closed form):
-    g_j = p_j (w_j b_j - L) + w_j p_j (sigmoid(s_j) - [j == y]) (+ a part common to all j when
-    centered, which the margin does not see), with b the BCE, L = sum_k p_k w_k b_k; the place
-    weight and the 1/10 are positive factors and drop out of the sign.
-    """
-    z = z.double()
-    s = sigmoid_logits(z, sigmoid_input, support)
-    onehot = F.one_hot(y, 10).to(z.dtype)
-    p = torch.softmax(z, dim=-1)
-    bce = F.binary_cross_entropy_with_logits(s, onehot, reduction="none")
-    weights = class_weights(y, distance, z.dtype)
-    weights = torch.ones_like(z) if weights is None else weights
-    mean_term = (p * weights * bce).sum(-1, keepdim=True)
-    grad = p * (weights * bce - mean_term) + weights * p * (torch.sigmoid(s) - onehot)
-    others = (1.0 - onehot) if support is None else (1.0 - onehot) * support.to(z.dtype)
-    grad_others = (grad * others).sum(-1) / others.sum(-1).clamp_min(1.0)
-    return grad.gather(1, y[:, None]).squeeze(1) > grad_others
+from numloss.losses.del_terms import (  # noqa: F401  (re-exported: the functions of DEL)
+    DISTANCES,
+    SIGMOID_INPUTS,
+    class_weights,
+    del_pushdown,
+    del_term,
+    sigmoid_logits,
+)
 
 
 class DigitEntropyLoss(DigitLoss):
