@@ -95,14 +95,17 @@ class NumericComputeLoss:
             )
         self.loss_fn = loss_fn
         self.last: NumericLossOutput | None = None
-        # digit positions and per-digit diagnostic sums since the last `pop_diagnostics`
-        self._diagnostic_sums = [0.0] * (1 + len(_DIAGNOSTIC_FIELDS))
+        # digit positions and per-digit diagnostic sums since the last `pop_diagnostics`, kept on
+        # the loss's device so a training step never waits for them (read once per log)
+        self._diagnostic_sums: torch.Tensor | None = None
 
     def pop_diagnostics(self) -> dict[str, float]:
         """Means over the digit positions since the last call of `digit_entropy` and the digit
         diagnostics (none when no digit was seen); for `numloss.diagnostics.DigitDiagnosticsCallback`."""
-        digits, *sums = self._diagnostic_sums
-        self._diagnostic_sums = [0.0] * (1 + len(_DIAGNOSTIC_FIELDS))
+        if self._diagnostic_sums is None:
+            return {}
+        digits, *sums = self._diagnostic_sums.tolist()
+        self._diagnostic_sums = None
         return {name: total / digits for name, total in zip(_DIAGNOSTIC_FIELDS, sums, strict=True)} if digits else {}
 
     def __repr__(self) -> str:
@@ -124,10 +127,10 @@ class NumericComputeLoss:
         if needs_step_digit_count(self.loss_fn, aligned, num_items_in_batch, None):
             raise ValueError(step_digits_refusal("compute_loss_func", self.loss_fn))
         self.last = self.loss_fn(logits, aligned, num_items_in_batch=num_items_in_batch)
-        digits = float(self.last.num_digits)
-        if digits:
-            values = [float(getattr(self.last, name)) * digits for name in _DIAGNOSTIC_FIELDS]
-            self._diagnostic_sums = [a + b for a, b in zip(self._diagnostic_sums, [digits, *values], strict=True)]
+        with torch.no_grad():
+            digits = self.last.num_digits.double()
+            update = torch.stack([digits, *(getattr(self.last, name).double() * digits for name in _DIAGNOSTIC_FIELDS)])
+            self._diagnostic_sums = update if self._diagnostic_sums is None else self._diagnostic_sums + update
         return self.last.loss
 
 
