@@ -19,7 +19,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal, Union
 
-import yaml
+from numloss.extras import needs
+
+with needs("hf", "numloss.config"):
+    import yaml
 
 
 class ConfigError(ValueError):

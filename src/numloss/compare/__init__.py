@@ -28,6 +28,10 @@ from typing import Any
 
 from numloss.compare.logs import quiet_training_logs
 from numloss.config import ConfigError
+from numloss.extras import require
+
+# imported inside the functions that use them; looked up here so a missing one names its extra
+require("compare", "numloss.compare", "reasoning_gym", "matplotlib")
 
 __all__ = ["main", "run_comparison"]
 
