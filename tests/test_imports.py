@@ -274,7 +274,7 @@ def test_the_checker_finds_lazy_relative_and_importlib_circles_and_typing_edges(
 ROOT = SRC.parent
 #: what `pip install numloss` alone gives: these import nothing an extra installs
 IMPORTABLE_CORE = ("numloss", "numloss.losses", "numloss.fused", "numloss.patch", "numloss.digits",
-                   "numloss.heads", "numloss.step_counts", "numloss.extras", "numloss.cli")
+                   "numloss.heads", "numloss.step_counts", "numloss.extras", "numloss.cli", "numloss.package_data")
 CORE_MODULES = (*IMPORTABLE_CORE, "numloss.__main__")
 #: package prefix -> the extra its modules need (the longest prefix decides; the core needs none)
 MODULE_EXTRA = {
