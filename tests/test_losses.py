@@ -510,6 +510,7 @@ BAD_OPTIONS = [
 ]
 
 
+@pytest.mark.hf  # numloss.config
 @pytest.mark.parametrize("name, options, message", BAD_OPTIONS)
 def test_bad_option_values_are_refused_by_build_loss_and_by_config_validation(name, options, message):
     from numloss.config import ConfigError, config_from_dict
