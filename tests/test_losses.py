@@ -662,3 +662,19 @@ def test_step_counts_take_numbers_and_one_element_tensors(value):
     out = loss_fn(logits, LABELS, num_items_in_batch=value)
     plain = loss_fn(logits, LABELS)
     assert float(out.ce) == pytest.approx(float(plain.ce) * int(plain.num_tokens) / 10_000, rel=1e-6)
+
+
+def test_mle_takes_normalize_like_the_digit_objectives_and_refuses_alpha():
+    """One call builds any objective (`build_loss(name, vocab, normalize="tokens")`); MLE has no
+    term for alpha to weight, so the API refuses alpha as the command line does."""
+    logits = make_logits(LABELS).detach()
+    plain = build_loss("mle", VOCAB)(logits, LABELS)
+    for normalize in ("digits", "tokens"):
+        loss_fn = build_loss("mle", VOCAB, normalize=normalize)
+        out = loss_fn(logits, LABELS)
+        assert torch.equal(out.loss, plain.loss) and float(out.aux) == 0.0
+        assert loss_fn.token_count_suffices  # exact from num_items_in_batch whatever normalize says
+    with pytest.raises(TypeError, match=r"objective 'mle' has no option\(s\) 'alpha'"):
+        build_loss("mle", VOCAB, alpha=0.3)
+    with pytest.raises(ValueError, match="normalize must be one of 'digits', 'tokens'"):
+        build_loss("mle", VOCAB, normalize="weights")
