@@ -392,13 +392,16 @@ def third_party_imports(path: Path, under_needs: dict[str, tuple[str, int]] | No
     return found
 
 
-def test_the_extras_stack_as_numloss_extras_declares():
+def test_the_extras_stack_as_numloss_extras_declares_and_the_core_needs_torch_alone():
+    import tomllib
+
     from numloss.extras import INCLUDES
 
     extras = pyproject_extras()
     for extra in INCLUDES:
         assert closure(extras, extra) == set(INCLUDES[extra]), extra
-    assert "transformers" not in str(__import__("tomllib").loads((ROOT / "pyproject.toml").read_text())["project"]["dependencies"])
+    core = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["dependencies"]
+    assert {requirement_name(r) for r in core} == {"torch", "numpy"}
 
 
 def test_requirements_are_ranges_not_exact_pins():

@@ -376,6 +376,6 @@ def import_vllm() -> Any:
     except ImportError:
         raise BackendUnavailable(
             "the vLLM backend needs the 'vllm' package, which is not installed: install it on a "
-            "machine with a CUDA GPU (pip install 'numloss[vllm]'), or use --backend hf"
+            "machine with a CUDA GPU (numloss's [vllm] extra: pip install -e '.[vllm]' from a clone), or use --backend hf"
         ) from None
     return vllm
