@@ -99,6 +99,7 @@ def shipped_recorded_runs(demo: Any) -> dict[str, dict[int, dict[str, Any]]]:
 
 
 def load_demo_config(path: Path) -> Any:
+    """The comparison config at `path` (`numloss.compare.config.load_compare_config`)."""
     from numloss.compare.config import load_compare_config
 
     return load_compare_config(path)
