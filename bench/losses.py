@@ -12,6 +12,8 @@ run back to back, so ratios are measured side by side. Logits are float32
 [N, V] with requires_grad; about 25% of labels are digits, in numbers of 1-6 characters.
 `--interleave` times CE and the objectives alternately in one process (CPU time, min and
 median per objective), the fairer ratio when other jobs load the machine; no memory figures.
+`--objectives del,del-nodiag --interleave` is the cost of the digit diagnostics (digit_logit_mean,
+pushdown_share, digit_target_prob, digit_entropy) inside DEL's pass.
 `--number-tokens 1110` is the Llama-3 / tiktoken case: the 25% number positions hold number
 tokens drawn uniformly from all 1,110 chunks of 1-3 digits (ids 0..9 digits, 10 '.', 11..1110
 the multi-digit chunks), and the digit objectives score every digit slot.
@@ -84,6 +86,23 @@ def make_step(name: str, vocab_size: int, number_tokens: int = 10):
         return step
     from numloss import build_loss
 
+    if name == "del-nodiag":  # DEL without the digit diagnostics: what they cost, side by side
+        import numloss.losses.base as base
+
+        loss_fn = build_loss("del", number_vocab(number_tokens))
+
+        def without_diagnostics(loss_fn, digit_logits, targets, support):
+            zero = torch.zeros((), device=digit_logits.device)
+            return zero, zero, zero, zero
+
+        def step(logits, labels):
+            kept, base.digit_diagnostics = base.digit_diagnostics, without_diagnostics
+            try:
+                return loss_fn(logits, labels).loss
+            finally:
+                base.digit_diagnostics = kept
+
+        return step
     options = {}
     if name == "emo":
         options["embedding"] = torch.randn(vocab_size, 576, generator=torch.Generator().manual_seed(1))

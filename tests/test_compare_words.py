@@ -65,6 +65,51 @@ def test_held_out_is_fixed_distinct_and_never_trained_on() -> None:
         ArithmeticWordTask.from_dict({"kind": "arith_words", "digits": 3})
 
 
+def _fact(question: str) -> tuple:
+    """The arithmetic fact of a question, read back from its text (independent of the generator)."""
+    numbers = [int(n) for n in re.findall(r"\d+", question)]
+    op = _op(question)
+    return (op, *sorted(numbers)) if op in "+*" else (op, *numbers)
+
+
+@pytest.mark.parametrize("digits, operations", [(2, "+-*"), (3, "+-*"), (2, "*"), (3, "+")])
+def test_unseen_facts_keep_every_held_out_fact_out_of_training(digits, operations) -> None:
+    seen_task = ArithmeticWordTask(answer_digits=digits, operations=operations, test_size=400, train_size=800)
+    unseen_task = ArithmeticWordTask(
+        answer_digits=digits, operations=operations, test_size=400, train_size=800, heldout_facts="unseen"
+    )
+    held = seen_task.held_out()
+    assert unseen_task.held_out() == held  # the scored items do not change, only training does
+    held_facts = {_fact(e.instruction) for e in held}
+    assert unseen_task.held_out_facts() == frozenset(held_facts)
+    exclude = {e.instruction for e in held}
+    for seed in (0, 3):
+        unseen = unseen_task.train_set(seed, exclude)
+        assert len(unseen) == 800 and not held_facts & {_fact(e.instruction) for e in unseen}
+    # the control: with "any", 2-digit answers do share facts with training (as the recorded grids did)
+    if digits == 2:
+        shared = held_facts & {_fact(e.instruction) for e in seen_task.train_set(0, exclude)}
+        assert shared
+
+
+def test_any_facts_draws_exactly_the_problems_of_before() -> None:
+    """The default keeps the recorded grids' training sets: the same draws as word_problem in turn."""
+    task = ArithmeticWordTask(answer_digits=2, test_size=50, train_size=200)
+    rng = random.Random("numloss-arith-words-train-0")
+    expected, seen = [], set()
+    while len(expected) < 200:
+        item = word_problem(rng, 2, "+-*")
+        if item.instruction not in seen:
+            seen.add(item.instruction)
+            expected.append(item)
+    assert task.train_set(0) == expected
+    # absent at its default, so the recorded runs' and the untrained baseline's hashes stay
+    assert "heldout_facts" not in task.to_dict()
+    assert ArithmeticWordTask(heldout_facts="unseen").to_dict()["heldout_facts"] == "unseen"
+    with pytest.raises(ValueError, match="heldout_facts must be one of 'any', 'unseen'"):
+        ArithmeticWordTask.from_dict({"kind": "arith_words", "heldout_facts": "new"})
+
+
 def test_cpu_config_is_the_planned_arm_and_fits_64_tokens() -> None:
     from transformers import AutoTokenizer
 

@@ -17,6 +17,7 @@ VARIANTS = {
     "mle": ("mle", {}),
     "del": ("del", {}),
     "del-tokens": ("del", {"normalize": "tokens", "place_weighting": "continuous"}),
+    "del-centered": ("del", {"sigmoid_input": "centered"}),
     "ntl-was": ("ntl-was", {}),
     "ntl-was-reweigh": ("ntl-was", {"reweigh": True}),
     "ntl-mse": ("ntl-mse", {}),

@@ -165,6 +165,63 @@ def test_logged_terms_are_the_step_means(tmp_path):
         assert entry["ce"] == pytest.approx(float(expected.ce), rel=1e-5)
         assert entry["aux"] == pytest.approx(float(expected.aux), rel=1e-5)
         assert entry["digit_entropy"] == pytest.approx(float(expected.digit_entropy), rel=1e-5)
+        for name in ("digit_logit_mean", "pushdown_share", "digit_target_prob"):
+            assert entry[name] == pytest.approx(float(getattr(expected, name)), rel=1e-5, abs=1e-7), name
+
+
+def test_digit_diagnostics_callback_on_a_plain_trainer(tmp_path):
+    """`DigitDiagnosticsCallback` gives a plain Trainer with numloss's compute_loss_func the same
+    interval means (lr 0: every step sees the same model) as one full-batch call."""
+    from transformers import Trainer
+
+    from numloss.diagnostics import DigitDiagnosticsCallback
+
+    model = tiny_llama()
+    reference_model = copy.deepcopy(model)
+    loss_fn = build_loss("del", VOCAB, alpha=1.0, normalize="tokens")
+    hook = compute_loss_func(loss_fn)
+    trainer = Trainer(
+        model=model,
+        args=train_args(tmp_path, batch=8, accumulation=1, steps=2, lr=0.0),
+        train_dataset=rows(),
+        data_collator=collate,
+        compute_loss_func=hook,
+        callbacks=[DigitDiagnosticsCallback(hook)],
+    )
+    trainer.train()
+    batch = collate(rows())
+    with torch.no_grad():
+        logits = reference_model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"]).logits
+        expected = loss_fn(logits, shift_labels(batch))
+    logs = [entry for entry in trainer.state.log_history if "loss" in entry and "train_runtime" not in entry]
+    assert len(logs) == 2
+    for entry in logs:
+        for name in ("digit_entropy", "digit_logit_mean", "pushdown_share", "digit_target_prob"):
+            assert entry[name] == pytest.approx(float(getattr(expected, name)), rel=1e-5, abs=1e-7), name
+    with pytest.raises(TypeError, match="compute_loss_func"):
+        DigitDiagnosticsCallback(loss_fn)
+
+
+def test_pushdown_warning_says_once_after_three_logs_above_half(caplog):
+    from numloss.diagnostics import PushdownWarning
+
+    raw = PushdownWarning(build_loss("del", VOCAB, alpha=0.3))
+    shares = [0.9, 0.8, 0.2, 0.7, 0.6, 0.9, 0.95, 0.99]  # the streak breaks at 0.2, restarts at 0.7
+    with caplog.at_level("WARNING", logger="numloss.diagnostics"):
+        for step, share in enumerate(shares):
+            raw.on_log(None, None, None, logs={"loss": 1.0, "pushdown_share": share, "digit_logit_mean": -2.5})
+            assert raw.warned == (step >= 5), step
+    messages = [r.getMessage() for r in caplog.records]
+    assert len(messages) == 1 and "\n" not in messages[0]
+    assert "sigmoid_input='centered'" in messages[0] and "90% of digit positions for 3 logging steps" in messages[0]
+    assert "-2.5" in messages[0]
+    # objectives without DEL's term log the share for comparison only: no warning
+    caplog.clear()
+    quiet = PushdownWarning(build_loss("mle", VOCAB))
+    with caplog.at_level("WARNING", logger="numloss.diagnostics"):
+        for share in shares:
+            quiet.on_log(None, None, None, logs={"loss": 1.0, "pushdown_share": share})
+    assert not caplog.records and not quiet.warned
 
 
 @pytest.mark.parametrize("fused", [False, True])

@@ -24,6 +24,8 @@ CASES = [
     ("del", {"alpha": 0.3, "place_weighting": "continuous"}, 0.3),
     ("del", {"place_weighting": "none"}, 1.0),
     ("del", {"distance": "l1"}, 1.0),
+    ("del", {"sigmoid_input": "centered"}, 1.0),
+    ("del", {"alpha": 0.3, "sigmoid_input": "centered", "distance": "l1", "normalize": "tokens"}, 0.3),
     ("ntl-was", {}, 0.3),
     ("ntl-mse", {"alpha": 0.5}, 0.5),
     ("dist2", {}, 0.1),

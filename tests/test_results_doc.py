@@ -38,7 +38,7 @@ def _pretrained_root(tmp_path: Path, drop: tuple[str, ...] = (), grid: str = res
 
     (tmp_path / "configs").mkdir(parents=True, exist_ok=True)
     for name in {results_doc.PRETRAINED_GRID, results_doc.ALPHA_GRID, results_doc.REPLICATE_GRID,
-                 results_doc.FRESH_GRID, results_doc.SEEDS8_GRID, grid}:
+                 results_doc.FRESH_GRID, results_doc.SEEDS8_GRID, results_doc.CENTERED_GRID, results_doc.GENTLE_GRID, grid}:
         shutil.copy(results_doc.ROOT / "configs" / f"{name}.yaml", tmp_path / "configs")
     records = tmp_path / "results" / grid
     records.mkdir(parents=True)
@@ -76,7 +76,9 @@ def test_the_pretrained_blocks_on_hand_worked_records(tmp_path: Path) -> None:
     # half-width 3.182 x 1.291 / 2 = 2.05 -> [-10.6, -6.4]; items: b = 0, c = 100 + 90 + 80 + 70 = 340
     assert "(SmolLM2" in answer and "complete)" in answer
     assert "DEL alpha 0.3 minus MLE -8.5 points (MLE 60.0 %) [-10.6, -6.4] over seeds" in answer
-    assert "McNemar Holm p < 0.001. **DEL is worse on these items.** The seed-level interval excludes 0 as well." in answer
+    assert ("McNemar Holm p < 0.001. **Raw DEL is worse on these items under this recipe.** The seed-level interval "
+            "excludes 0 as well.") in answer
+    assert "LoRA r16 at lr 1e-3 for 100 steps" in answer and "When DEL works against CE" in answer
     result = "\n".join(results_doc.pretrained_result(rec))
     assert result.startswith("**13 of 13 runs recorded (complete).**")
     assert "mle 60.0 %, del-a0.3 51.5 %, ntl-was 60.0 %, untrained 0.0 %" in result
@@ -107,7 +109,7 @@ def test_the_pretrained_blocks_say_an_interim_result_and_what_is_left(tmp_path: 
 
 def test_the_page_reads_as_a_reference() -> None:
     text = results_doc.DOC.read_text()
-    assert len(text.splitlines()) <= 280, "four grids, each with its design and what it shows: no more"
+    assert len(text.splitlines()) <= 290, "the grids, each with its design and what it shows (grids a-c link out): no more"
     headings = [line for line in text.splitlines() if line.startswith("## ")]
     assert headings[0] == "## Does DEL help?", "the first screen answers the question"
     assert "## SmolLM2-135M-Instruct, LoRA, on arithmetic word problems" in headings, "the pretrained arm's section"
@@ -290,3 +292,60 @@ def test_the_machine_line_names_each_machine_with_its_own_dates() -> None:
         "2026-12-04 (2 runs); Intel Xeon (AVX-512; torch kernels AVX512), 2 cores, torch 2.13.0+cpu, 2026-12-04 (1 runs); "
         "3 runs._")
     assert results_doc.machine({"b": runs["b"]}).startswith("_Machine: Intel Xeon (AVX-512; torch kernels AVX512), 2 cores")
+
+
+def test_the_centred_grid_reads_as_its_design_says(tmp_path: Path) -> None:
+    """Grid a: centred DEL against MLE and against raw DEL (Holm over the two), raw DEL against
+    MLE beside them; no verdict while a run is missing; the answer's line carries both."""
+    grid = results_doc.CENTERED_GRID
+    spans = {"mle": (0, 600), "del-a0.3": (0, 500), "del-centered-a0.3": (0, 590)}
+    root = _pretrained_root(tmp_path / "done", grid=grid, items_of=spans)
+    text = "\n".join(results_doc.centered_grid(results_doc.Records(root)))
+    assert text.startswith("**24 of 24 runs recorded, complete.**")
+    # centred - MLE: -1 point every seed (c = 10 x 8 = 80, b = 0); centred - raw: +9 every seed
+    assert "- `del-centered-a0.3` vs `mle`: -1.0 points, McNemar Holm p < 0.001: **worse than MLE**." in text
+    assert ("- `del-centered-a0.3` vs `del-a0.3`: +9.0 points, McNemar Holm p < 0.001: **centring removes (part of) "
+            "raw DEL's harm**.") in text
+    assert "| del-a0.3 vs mle | -10.0 | [-10.0, -10.0] | 0.008 | 0 / 800 |" in text and "beside (not in Holm)" in text
+    [a_line, b_line] = results_doc.centered_answer(results_doc.Records(root))
+    assert a_line.startswith("- **Does centring DEL's sigmoid remove the harm?**") and "complete)" in a_line
+    assert "centred DEL minus MLE -1.0 points [-1.0, -1.0] over seeds, McNemar Holm p < 0.001" in a_line
+    assert a_line.endswith("**Against MLE: worse than MLE; against raw DEL: centring removes (part of) raw DEL's harm.**")
+    assert "no seed with two arms recorded yet" in b_line
+    # the same items both ways: not told apart, with what the items detect
+    even = _pretrained_root(tmp_path / "even", grid=grid,
+                            items_of={"mle": (0, 600), "del-a0.3": (0, 500), "del-centered-a0.3": (50, 650)})
+    text = "\n".join(results_doc.centered_grid(results_doc.Records(even)))
+    assert "`del-centered-a0.3` vs `mle`: 0.0 points, McNemar Holm p 1.00: **not told apart (the items detect" in text
+    cut = _pretrained_root(tmp_path / "cut", grid=grid, items_of=spans, drop=("del-centered-a0.3-s7", "mle-s6"))
+    lines = results_doc.centered_grid(results_doc.Records(cut))
+    assert lines[0] == "**22 of 24 runs recorded; left: 2 runs: an interim result, no verdict.**"
+    assert not any("**worse" in line or "**not told" in line for line in lines)
+    [a_line, _] = results_doc.centered_answer(results_doc.Records(cut))
+    assert "interim: 22 of 24 runs" in a_line and a_line.endswith("no verdict until every run is in.")
+
+
+def test_the_gentle_grid_tests_both_del_arms_against_mle(tmp_path: Path) -> None:
+    grid = results_doc.GENTLE_GRID
+    root = _pretrained_root(tmp_path, grid=grid,
+                            items_of={"mle": (0, 400), "del-a1.28": (0, 380), "del-centered-a1.28": (0, 420)})
+    text = "\n".join(results_doc.gentle_grid(results_doc.Records(root)))
+    assert "- `del-centered-a1.28` vs `mle`: +2.0 points, McNemar Holm p < 0.001: **better than MLE**." in text
+    assert "- `del-a1.28` vs `mle`: -2.0 points, McNemar Holm p < 0.001: **worse than MLE**." in text
+    [_, b_line] = results_doc.centered_answer(results_doc.Records(root))
+    assert b_line.endswith("**centred DEL: better than MLE; raw DEL: worse than MLE.**")
+
+
+def test_the_diagnostics_figure_is_drawn_from_the_records(tmp_path: Path) -> None:
+    grid = results_doc.CENTERED_GRID
+    root = _pretrained_root(tmp_path, grid=grid,
+                            items_of={"mle": (0, 600), "del-a0.3": (0, 500), "del-centered-a0.3": (0, 590)})
+    assert results_doc.diagnostics_figure(results_doc.Records(root), tmp_path / "none.png") is None  # no curves yet
+    for record_path in (root / "results" / grid).glob("del-*.json"):
+        record = json.loads(record_path.read_text())
+        falls = record["label"] == "del-a0.3"
+        record["curve"] = {"step": [5, 10, 15], "digit_logit_mean": [30.0, 5.0, -2.5] if falls else [30.0, 30.0, 29.0],
+                           "pushdown_share": [0.0, 0.4, 0.9] if falls else [0.0, 0.0, 0.0]}
+        record_path.write_text(json.dumps(record))
+    drawn = results_doc.diagnostics_figure(results_doc.Records(root), tmp_path / "d.png")
+    assert drawn is not None and drawn.stat().st_size > 10_000

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import csv
 import json
+import math
 import os
 import socket
 import subprocess
@@ -50,6 +51,9 @@ def test_cli_run_writes_logs_and_a_loadable_model(tmp_path, capsys):
         if row["step"] in ("1", "2"):  # one step per log: loss = ce + alpha * aux exactly (DEL, alpha 1)
             assert loss == pytest.approx(ce + 1.0 * aux, rel=1e-4)
         assert 0 < float(row["digit_entropy"]) <= 2.31  # at most log(10)
+        # the digit diagnostics: finite, a share and a probability
+        assert math.isfinite(float(row["digit_logit_mean"]))
+        assert 0 <= float(row["pushdown_share"]) <= 1 and 0 < float(row["digit_target_prob"]) < 1
         assert float(row["learning_rate"]) > 0 and float(row["tokens_per_second"]) > 0
     history = json.loads((out / "log_history.json").read_text())
     assert any("train_runtime" in entry for entry in history)

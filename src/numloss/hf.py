@@ -12,8 +12,10 @@ What it adds to `transformers.Trainer`:
   (all gradient-accumulation micro-batches, all data-parallel ranks) are counted before the step,
   and every micro-batch divides its sums by them, so the gradient is the step-wide mean however
   the step is split;
-* `ce`, `aux` and `digit_entropy` in the Trainer's log history next to `loss` (so the CSV and
-  TensorBoard callbacks see them), averaged over the logging interval;
+* `ce`, `aux`, `digit_entropy` and the digit diagnostics `digit_logit_mean`, `pushdown_share`,
+  `digit_target_prob` in the Trainer's log history next to `loss` (so the CSV and TensorBoard
+  callbacks see them), averaged over the logging interval; `PushdownWarning` (added to every
+  NumericTrainer) says once when DEL's term keeps pushing the target digit down;
 * `fused=True`: the loss is computed inside the model's forward, in place of its LM head's logits
   (`numloss.patch.patched`, the mechanism of `numloss.patch`), chunk by chunk
   (`NumericLoss.from_hidden`), so the [B, T, V] logits never exist and the head's weight is
@@ -56,6 +58,11 @@ from numloss.step_counts import (
 
 # Slots of the on-device logging accumulator (float64 so long intervals do not lose counts).
 _CE_SUM, _TOKENS, _AUX_SUM, _AUX_COUNT, _ENTROPY_SUM, _DIGITS = range(6)
+#: the per-digit diagnostics of `NumericLossOutput`, logged as means over the interval's digit
+#: positions in accumulator slots 6, 7, 8 (after the six above)
+DIGIT_DIAGNOSTICS = ("digit_logit_mean", "pushdown_share", "digit_target_prob")
+_SLOTS = 6 + len(DIGIT_DIAGNOSTICS)
+_DIAGNOSTIC_FIELDS = ("digit_entropy", *DIGIT_DIAGNOSTICS)
 
 
 def shift_labels(inputs: dict[str, Any], ignore_index: int = -100) -> torch.Tensor:
@@ -92,6 +99,15 @@ class NumericComputeLoss:
             )
         self.loss_fn = loss_fn
         self.last: NumericLossOutput | None = None
+        # digit positions and per-digit diagnostic sums since the last `pop_diagnostics`
+        self._diagnostic_sums = [0.0] * (1 + len(_DIAGNOSTIC_FIELDS))
+
+    def pop_diagnostics(self) -> dict[str, float]:
+        """Means over the digit positions since the last call of `digit_entropy` and the digit
+        diagnostics (none when no digit was seen); for `numloss.diagnostics.DigitDiagnosticsCallback`."""
+        digits, *sums = self._diagnostic_sums
+        self._diagnostic_sums = [0.0] * (1 + len(_DIAGNOSTIC_FIELDS))
+        return {name: total / digits for name, total in zip(_DIAGNOSTIC_FIELDS, sums, strict=True)} if digits else {}
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self.loss_fn!r})"
@@ -112,6 +128,10 @@ class NumericComputeLoss:
         if needs_step_digit_count(self.loss_fn, aligned, num_items_in_batch, None):
             raise ValueError(step_digits_refusal("compute_loss_func", self.loss_fn))
         self.last = self.loss_fn(logits, aligned, num_items_in_batch=num_items_in_batch)
+        digits = float(self.last.num_digits)
+        if digits:
+            values = [float(getattr(self.last, name)) * digits for name in _DIAGNOSTIC_FIELDS]
+            self._diagnostic_sums = [a + b for a, b in zip(self._diagnostic_sums, [digits, *values], strict=True)]
         return self.last.loss
 
 
@@ -148,9 +168,12 @@ class NumericTrainer(Trainer):
         super().__init__(**trainer_kwargs)
         self.loss_fn = loss_fn.to(self.args.device)
         self.fused = bool(fused)
+        from numloss.diagnostics import PushdownWarning
+
+        self.add_callback(PushdownWarning(loss_fn))
         # digit count of the current optimizer step, set in get_batch_samples
         self._step_digits: torch.Tensor | None = None
-        self._log_sums = torch.zeros(6, dtype=torch.float64, device=self.args.device)
+        self._log_sums = torch.zeros(_SLOTS, dtype=torch.float64, device=self.args.device)
         # (label digits that get the numeric term, all label digits) since the last log, this rank
         self._digit_coverage = [0, 0]
         # MixCE, EMO and normalize="tokens" report aux per token; digit objectives per digit position
@@ -290,7 +313,9 @@ class NumericTrainer(Trainer):
 
             token_den = denominator(num_items_in_batch, tokens)
             digit_den = denominator(num_digits_in_batch, digits)
-            entropy = out.digit_entropy if out.digit_entropy is not None else torch.zeros(())
+            def per_digit(value: torch.Tensor | None) -> torch.Tensor:
+                return (torch.zeros(()) if value is None else value).to(tokens.device).double() * digits
+
             aux_den, aux_count = (token_den, tokens) if self._aux_per_token else (digit_den, digits)
             update = torch.stack(
                 [
@@ -298,14 +323,16 @@ class NumericTrainer(Trainer):
                     tokens,
                     out.aux.detach().double() * aux_den,
                     aux_count,
-                    entropy.to(tokens.device).double() * digits,
+                    per_digit(out.digit_entropy),
                     digits,
+                    *(per_digit(getattr(out, name)) for name in DIGIT_DIAGNOSTICS),
                 ]
             )
             self._log_sums += update.to(self._log_sums.device)
 
     def log(self, logs: dict[str, float], start_time: float | None = None) -> None:
-        """Add `ce`, `aux`, `digit_entropy` (means over the interval) to the training logs.
+        """Add `ce`, `aux`, `digit_entropy` and the `DIGIT_DIAGNOSTICS` (means over the interval)
+        to the training logs.
 
         ce is weighted by tokens, digit_entropy by digit positions, aux by the count it is
         normalised by (digits for DEL/NTL/DIST2, tokens for MixCE/EMO), over all ranks.
@@ -321,6 +348,8 @@ class NumericTrainer(Trainer):
                 logs["aux"] = sums[_AUX_SUM] / sums[_AUX_COUNT] if sums[_AUX_COUNT] > 0 else 0.0
             if sums[_DIGITS] > 0:
                 logs["digit_entropy"] = sums[_ENTROPY_SUM] / sums[_DIGITS]
+                for slot, name in enumerate(DIGIT_DIAGNOSTICS, start=6):
+                    logs[name] = sums[slot] / sums[_DIGITS]
             coverage = torch.tensor(self._digit_coverage, dtype=torch.float64, device=self._log_sums.device)
             self._digit_coverage = [0, 0]
             if self.args.world_size > 1:  # every rank calls log, as for the sums above

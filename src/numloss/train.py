@@ -14,7 +14,8 @@ What lands in `train.output_dir`:
                          with their SHA-256 and they all match (numloss.checkpoints)
     partial-checkpoint-N/  an incomplete or damaged checkpoint that `--resume` set aside
     overwritten-TIME/    a run that --overwrite moved aside
-    log.csv              one row per logging step: loss, ce, aux, digit_entropy, learning_rate, ...
+    log.csv              one row per logging step: loss, ce, aux, digit_entropy, the digit
+                         diagnostics (digit_logit_mean, pushdown_share, digit_target_prob), learning_rate, ...
     log_history.json     the Trainer's whole log history (the CSV's source, plus final metrics)
     tensorboard/         the same scalars for TensorBoard
     final/               the trained model + tokenizer (LoRA: the adapters + tokenizer), written as
@@ -77,6 +78,9 @@ CSV_COLUMNS = (
     "ce",
     "aux",
     "digit_entropy",
+    "digit_logit_mean",
+    "pushdown_share",
+    "digit_target_prob",
     "digit_share",
     "learning_rate",
     "grad_norm",

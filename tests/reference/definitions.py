@@ -147,8 +147,10 @@ def ref_loss(
                 weighting = options.get("place_weighting", "official")
                 u = ref_place_weight(places[t], weighting)
                 term = 0
+                # centered: the sigmoid reads z_k minus the mean of the ten, written out as a sum
+                shift = sum(z) / 10 if options.get("sigmoid_input") == "centered" else 0
                 for k in range(10):
-                    s = 1 / (1 + torch.exp(-z[k]))
+                    s = 1 / (1 + torch.exp(-(z[k] - shift)))
                     bce = -torch.log(s) if k == target else -torch.log(1 - s)
                     factor = 1 + abs(k - target) if options.get("distance") == "l1" else 1
                     term = term + p[k] * bce * factor

@@ -110,8 +110,11 @@ def ref_number_loss(
                 if name == "del":
                     u = ref_place_weight(place, options.get("place_weighting", "official"))
                     term = 0
+                    # centered: minus the mean over the digits the slot can hold
+                    centered = options.get("sigmoid_input") == "centered"
+                    shift = sum(z[k] for k in present) / len(present) if centered else 0
                     for k in present:
-                        s = 1 / (1 + torch.exp(-z[k]))
+                        s = 1 / (1 + torch.exp(-(z[k] - shift)))
                         bce = -torch.log(s) if k == target else -torch.log(1 - s)
                         factor = 1 + abs(k - target) if options.get("distance") == "l1" else 1
                         term = term + p[k] * bce * factor

@@ -34,6 +34,7 @@ from typing import Any
 from numloss.compare.word_task import ChatExample, WordProblemTask
 
 NAMES = ("Tom", "Ana", "Sam", "Mia", "Leo", "Eva", "Ben", "Zoe", "Raj", "Kim")
+HELDOUT_FACTS = ("any", "unseen")
 THINGS = ("apples", "coins", "books", "stamps", "shells", "cards", "bricks", "pens", "seeds", "beads")
 
 TEMPLATES = {
@@ -55,9 +56,18 @@ TEMPLATES = {
 }
 
 
+#: an arithmetic fact: the operation and its operands (unordered for + and *, which commute)
+Fact = tuple[str, int, int]
+
+
 def word_problem(rng: random.Random, answer_digits: int, operations: str = "+-*") -> ChatExample:
     """One problem whose answer has exactly `answer_digits` digits (>= 2), operation drawn from
     `operations`."""
+    return _draw(rng, answer_digits, operations)[0]
+
+
+def _draw(rng: random.Random, answer_digits: int, operations: str) -> tuple[ChatExample, Fact]:
+    """A problem (see `word_problem`) and its arithmetic fact."""
     low, high = 10 ** (answer_digits - 1), 10**answer_digits - 1
     op = rng.choice(operations)
     answer = rng.randint(low, high)
@@ -75,19 +85,33 @@ def word_problem(rng: random.Random, answer_digits: int, operations: str = "+-*"
         fields.update(m=m, a=q)
         answer = q * m
     question = rng.choice(TEMPLATES[op]).format(**fields)
-    return ChatExample(question, f"#### {answer}", answer=str(answer), system="")
+    if op == "*":
+        fact: Fact = ("*", *sorted((fields["m"], fields["a"])))
+    elif op == "+":
+        fact = ("+", *sorted((fields["a"], fields["b"])))
+    else:
+        fact = ("-", fields["a"], fields["b"])
+    return ChatExample(question, f"#### {answer}", answer=str(answer), system=""), fact
 
 
-def _problems(seed: str, n: int, answer_digits: int, operations: str, exclude: Iterable[str] = ()) -> list[ChatExample]:
-    """`n` problems with distinct questions from the named seed, none of whose questions is in `exclude`."""
+def _problems(
+    seed: str,
+    n: int,
+    answer_digits: int,
+    operations: str,
+    exclude: Iterable[str] = (),
+    exclude_facts: frozenset[Fact] = frozenset(),
+) -> list[ChatExample]:
+    """`n` problems with distinct questions from the named seed, none of whose questions is in
+    `exclude` and none of whose arithmetic facts is in `exclude_facts`."""
     rng = random.Random(seed)
     seen = set(exclude)
     items: list[ChatExample] = []
     tries = 0
     while len(items) < n:
-        item = word_problem(rng, answer_digits, operations)
+        item, fact = _draw(rng, answer_digits, operations)
         tries += 1
-        if item.instruction not in seen:
+        if item.instruction not in seen and fact not in exclude_facts:
             seen.add(item.instruction)
             items.append(item)
         if tries > 20 * n + 1000:
@@ -109,6 +133,10 @@ class ArithmeticWordTask(WordProblemTask):
     benchmark_limit: int = 500
     max_new_tokens: int = 16
     eval_batch_size: int = 100
+    #: "any": training problems may share an arithmetic fact (operation and operands) with a
+    #: held-out problem; "unseen": no training problem of any seed has a held-out problem's fact,
+    #: so the held-out score measures arithmetic not memorised from training
+    heldout_facts: str = "any"
 
     def describe(self) -> str:
         sets = f"{self.test_size} held-out problems" + (
@@ -130,6 +158,8 @@ class ArithmeticWordTask(WordProblemTask):
             raise ValueError(f"task.operations must be a string of + - *, got {self.operations!r}")
         if self.train_size < 1 or self.test_size < 1 or self.generate_check < 0:
             raise ValueError("task.train_size and task.test_size must be >= 1, task.generate_check >= 0")
+        if self.heldout_facts not in HELDOUT_FACTS:
+            raise ValueError(f"task.heldout_facts must be one of {', '.join(map(repr, HELDOUT_FACTS))}, got {self.heldout_facts!r}")
         if self.benchmark_limit < 1 or self.eval_batch_size < 1 or self.max_new_tokens < 1:
             raise ValueError("task.benchmark_limit, task.eval_batch_size and task.max_new_tokens must be >= 1")
 
@@ -137,11 +167,25 @@ class ArithmeticWordTask(WordProblemTask):
         out = asdict(self)
         out["benchmarks"] = list(self.benchmarks)
         out.pop("extra")
+        if self.heldout_facts == "any":  # absent at its default: the untrained baseline's hash reads every key
+            out.pop("heldout_facts")
         return out
 
     def held_out(self) -> list[ChatExample]:
         """The `test_size` scored problems: their own seed, the same for every run."""
         return _problems(f"numloss-arith-words-test-{self.test_seed}", self.test_size, self.answer_digits, self.operations)
+
+    def held_out_facts(self) -> frozenset[Fact]:
+        """The arithmetic facts of the held-out problems (drawn again, in the same order)."""
+        rng = random.Random(f"numloss-arith-words-test-{self.test_seed}")
+        questions = {e.instruction for e in self.held_out()}
+        facts: set[Fact] = set()
+        while questions:
+            item, fact = _draw(rng, self.answer_digits, self.operations)
+            if item.instruction in questions:
+                questions.discard(item.instruction)
+                facts.add(fact)
+        return frozenset(facts)
 
     def test_sets(self) -> dict[str, list[ChatExample]]:
         """The held-out problems (the runner keeps their questions out of training)."""
@@ -154,7 +198,10 @@ class ArithmeticWordTask(WordProblemTask):
 
     def train_set(self, seed: int, exclude: Iterable[str] | None = None) -> list[ChatExample]:
         """`train_size` problems for `seed`, none of whose questions is in `exclude`."""
-        return _problems(f"numloss-arith-words-train-{seed}", self.train_size, self.answer_digits, self.operations, exclude or ())
+        facts = self.held_out_facts() if self.heldout_facts == "unseen" else frozenset()
+        return _problems(
+            f"numloss-arith-words-train-{seed}", self.train_size, self.answer_digits, self.operations, exclude or (), facts
+        )
 
     def benchmark_items(self, name: str) -> list[ChatExample]:
         """The first `benchmark_limit` open-answer items of benchmark `name`, target '#### <gold>'."""

@@ -257,6 +257,17 @@ MUL_FIGURE = ROOT / "docs" / "img" / "compare" / "mul_paired.png"
 """The multiplication testbed's per-seed differences against MLE (the README's figure)."""
 
 
+def _save_figure(fig: Any, path: Path) -> Path:
+    """Lay out, write (100 dpi) and close `fig`; returns `path`."""
+    import matplotlib.pyplot as plt
+
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+    return path
+
+
 def mul_figure(rec: Records, path: Path = MUL_FIGURE) -> Path:
     """Draw every planned arm's per-seed difference from MLE on both primary endpoints (one dot a
     seed, the mean with its 95 % t interval, 0 and the paper's +2.6 points marked) to `path`."""
@@ -287,11 +298,7 @@ def mul_figure(rec: Records, path: Path = MUL_FIGURE) -> Path:
         better = "higher" if endpoint.better == "higher" else "lower"
         ax.set_title(f"{endpoint.title}: arm - MLE ({better} is better)", fontsize=9)
     fig.suptitle(f"2-digit x 2-digit multiplication, {len(seeds)} seeds per arm (dots), mean and 95 % CI", fontsize=10)
-    fig.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
-    return path
+    return _save_figure(fig, path)
 
 
 def mul_runs(rec: Records) -> list[str]:
@@ -365,8 +372,10 @@ def answer(rec: Records) -> list[str]:
     lines.append(pretrained_answer(rec))
     lines += followup_answer(rec)
     lines += seeds_answer(rec)
+    lines += centered_answer(rec)
     grids = [rec.mul, rec.add] + [rec.pretrained_grid(name)[1] for name in (PRETRAINED_GRID, ALPHA_GRID, REPLICATE_GRID,
-                                                                                  FRESH_GRID, SEEDS8_GRID)]
+                                                                                  FRESH_GRID, SEEDS8_GRID, CENTERED_GRID,
+                                                                                  GENTLE_GRID)]
     # a run counts once: the control's MLE records are the follow-up's, copied
     every: dict[str, dict[int, dict[str, Any]]] = {}
     for record in {(r["hash"], r["label"], r["seed"], r.get("finished_at")): r for runs in grids for r in _all(runs)}.values():
@@ -411,7 +420,8 @@ def pretrained_answer(rec: Records) -> str:
     """The pretrained arm's line of the answer block."""
     state = _pretrained_state(rec)
     entry, reference = state["entry"], state["reference"]
-    head = ("- **A pretrained model** (SmolLM2-135M-Instruct, LoRA r16, 2-digit word-problem answers, teacher-forced "
+    head = ("- **A pretrained model, one recipe** (SmolLM2-135M-Instruct, LoRA r16 at lr 1e-3 for 100 steps, 200x the "
+            "paper's full-fine-tuning lr, bf16 autocast, 2-digit word-problem answers, teacher-forced "
             "exact match on 1,000 held-out problems; "
             + ("complete" if state["complete"] else f"interim: {len(state['complete_seeds'])} of {len(state['seeds'])} seeds")
             + "): ")
@@ -424,8 +434,9 @@ def pretrained_answer(rec: Records) -> str:
     verdict = ""
     if state["complete"]:
         seeds_agree = len(c["seeds"]) >= 2 and (c["ci95"][0] > 0 or c["ci95"][1] < 0)
-        verdict = (" **DEL is better on these items.**" if c["mcnemar_p_holm"] <= 0.05 and c["mean_diff"] > 0 else
-                   " **DEL is worse on these items.**" if c["mcnemar_p_holm"] <= 0.05 else " **Not told apart.**")
+        verdict = (" **Raw DEL is better on these items under this recipe.**" if c["mcnemar_p_holm"] <= 0.05 and c["mean_diff"] > 0
+                   else " **Raw DEL is worse on these items under this recipe.**" if c["mcnemar_p_holm"] <= 0.05
+                   else " **Not told apart.**")
         if c["mcnemar_p_holm"] <= 0.05:
             verdict += (" The seed-level interval excludes 0 as well." if seeds_agree else
                         " The seed-level interval still holds 0: training randomness alone could give it.")
@@ -433,7 +444,9 @@ def pretrained_answer(rec: Records) -> str:
             + _seed_ci(c)
             + f", item-level McNemar Holm p {_p(c['mcnemar_p_holm'])}.{verdict} These runs detect "
             f"{100 * c['mde_items']:.1f} points by items"
-            + (f", {100 * c['mde_seeds']:.1f} by seeds." if len(c["seeds"]) >= 2 else "."))
+            + (f", {100 * c['mde_seeds']:.1f} by seeds." if len(c["seeds"]) >= 2 else ".")
+            + " Why: DEL's sigmoid reads the raw digit logits (near +30 on this model); the term lowers every logit "
+            "together until, below zero, it pushes the target digit down (docs/losses.md, \"When DEL works against CE\").")
 
 
 def pretrained_result(rec: Records) -> list[str]:
@@ -725,12 +738,193 @@ def chunked(rec: Records) -> list[str]:
     return lines
 
 
+# -- the shift-invariant DEL: grids a and b (docs/results-pretrained.md) ---------------------------
+CENTERED_GRID = "compare-smollm2-words-centered"
+GENTLE_GRID = "compare-smollm2-words-gentle"
+#: each grid's primary comparisons (arm, against), Holm over them, and the one reported beside
+#: them (not in the Holm family), as fixed in its design
+GRID_COMPARISONS = {
+    CENTERED_GRID: ((("del-centered-a0.3", "mle"), ("del-centered-a0.3", "del-a0.3")), (("del-a0.3", "mle"),)),
+    GENTLE_GRID: ((("del-centered-a1.28", "mle"), ("del-a1.28", "mle")), (("del-centered-a1.28", "del-a1.28"),)),
+}
+
+
+def _three_arm_state(rec: Records, grid: str) -> dict[str, Any]:
+    """A three-arm grid's records: planned and missing runs, and each comparison of its design
+    (item-paired: McNemar over seeds as strata, seed-level t interval and sign-flip), the
+    primary ones with Holm-adjusted McNemar p."""
+    from numloss.compare.item_paired import holm, paired_comparison
+
+    compare, found, summary = rec.pretrained_grid(grid)
+    planned = [(spec.label, seed) for seed in compare.seeds for spec in compare.objectives]
+    missing = [f"{label}-s{seed}" for label, seed in planned if seed not in found.get(label, {})]
+    bits = {label: {seed: r["evaluation"]["heldout"]["items"] for seed, r in runs.items()}
+            for label, runs in found.items()}
+    primary, beside = GRID_COMPARISONS[grid]
+    comparisons: dict[tuple[str, str], dict[str, Any]] = {}
+    for arm, against in (*primary, *beside):
+        if set(bits.get(arm, {})) & set(bits.get(against, {})):
+            comparisons[(arm, against)] = paired_comparison(bits[arm], bits[against])
+    tested = [pair for pair in primary if pair in comparisons]
+    for pair, p in zip(tested, holm([comparisons[pair]["mcnemar_p"] for pair in tested]), strict=True):
+        comparisons[pair]["mcnemar_p_holm"] = p
+    return {"compare": compare, "found": found, "summary": summary, "planned": planned, "missing": missing,
+            "comparisons": comparisons, "primary": primary, "complete": not missing}
+
+
+def _grid_reading(arm: str, against: str, c: dict[str, Any]) -> str:
+    """The reading fixed in the designs of grids a and b, for one primary comparison."""
+    if c["mcnemar_p_holm"] > 0.05:
+        return f"not told apart (the items detect {100 * c['mde_items']:.1f} points)"
+    if against != "mle":
+        return "centring removes (part of) raw DEL's harm" if c["mean_diff"] > 0 else "centring makes it worse"
+    return "better than MLE" if c["mean_diff"] > 0 else "worse than MLE"
+
+
+def _comparison_rows(state: dict[str, Any]) -> list[str]:
+    rows = ["| comparison | diff (pp) | 95 % CI, seeds (pp) | sign-flip p | b / c | McNemar p | Holm p | MDE items / seeds (pp) |",
+            "|---|---|---|---|---|---|---|---|"]
+    for (arm, against), c in state["comparisons"].items():
+        one_seed = len(c["seeds"]) < 2
+        rows.append(
+            f"| {arm} vs {against} | {100 * c['mean_diff']:+.1f} | "
+            f"{'n/a (1 seed)' if one_seed else _ci(100 * c['ci95'][0], 100 * c['ci95'][1])} | "
+            f"{'n/a' if one_seed else _p(c['sign_flip_p'])} | {c['b']} / {c['c']} | {_p(c['mcnemar_p'])} | "
+            f"{_p(c['mcnemar_p_holm']) if 'mcnemar_p_holm' in c else 'beside (not in Holm)'} | "
+            f"{100 * c['mde_items']:.1f} / {'n/a' if one_seed else format(100 * c['mde_seeds'], '.1f')} |")
+    return rows
+
+
+def three_arm_grid(rec: Records, grid: str) -> list[str]:
+    """A three-arm grid's block: its runs, every arm per seed, the comparisons of its design and,
+    once every run is in, their readings."""
+    state = _three_arm_state(rec, grid)
+    planned, missing = state["planned"], state["missing"]
+    done = len(planned) - len(missing)
+    if not state["found"]:
+        return [f"**0 of {len(planned)} runs recorded.**"]
+    lines = [f"**{done} of {len(planned)} runs recorded"
+             + (", complete.**" if not missing else f"; left: {len(missing)} runs: an interim result, no verdict.**"), ""]
+    if state["complete"]:
+        for arm, against in state["primary"]:
+            c = state["comparisons"][(arm, against)]
+            lines.append(f"- `{arm}` vs `{against}`: {_pp(c['mean_diff'])} points, McNemar Holm p "
+                         f"{_p(c['mcnemar_p_holm'])}: **{_grid_reading(arm, against, c)}**.")
+        lines.append("")
+    lines += summary_markdown_lines(state["summary"])
+    if state["comparisons"]:
+        lines += ["", "The comparisons of the design (McNemar on item verdicts, seeds as strata; Holm over the primary two):",
+                  ""] + _comparison_rows(state)
+    return lines + ["", machine(state["found"])]
+
+
+DIAGNOSTICS_FIGURE = ROOT / "docs" / "img" / "compare" / "del_diagnostics.png"
+#: the arms the figure draws, in order, with their colours
+DIAGNOSTIC_ARMS = (("mle", "tab:gray"), ("del-a0.3", "tab:red"), ("del-centered-a0.3", "tab:blue"))
+
+
+def diagnostics_figure(rec: Records, path: Path = DIAGNOSTICS_FIGURE) -> Path | None:
+    """Grid a's digit diagnostics against the training step: `digit_logit_mean` and
+    `pushdown_share` (what raw DEL's term would do, for MLE) of every recorded run (thin) and
+    their mean over seeds (thick), MLE, raw and centred DEL. None (nothing drawn) before any run
+    with the diagnostics is recorded."""
+    found = rec.pretrained_grid(CENTERED_GRID)[1]
+    curves = {label: [r["curve"] for r in found.get(label, {}).values() if "pushdown_share" in r.get("curve", {})]
+              for label, _ in DIAGNOSTIC_ARMS}
+    if not any(curves.values()):
+        return None
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, 2, figsize=(9, 3.4))
+    for ax, key, title in ((axes[0], "digit_logit_mean", "mean raw digit logit at digit targets"),
+                           (axes[1], "pushdown_share", "share of digit positions DEL's term pushes down")):
+        for label, colour in DIAGNOSTIC_ARMS:
+            runs = curves[label]
+            for curve in runs:
+                ax.plot(curve["step"], curve[key], color=colour, lw=0.6, alpha=0.35)
+            if runs:
+                steps = runs[0]["step"]
+                same = [c[key] for c in runs if c["step"] == steps]
+                mean = [sum(values) / len(values) for values in zip(*same, strict=True)]
+                ax.plot(steps, mean, color=colour, lw=2, label=f"{label} ({len(runs)} seed{'s' * (len(runs) > 1)})")
+        ax.set_xlabel("training step")
+        ax.set_title(title, fontsize=9)
+    axes[0].axhline(0, color="black", lw=0.8)
+    axes[1].axhline(0.5, color="black", lw=0.8, ls="--")
+    axes[1].set_ylim(-0.02, 1.02)
+    axes[0].legend(fontsize=8, frameon=False)
+    fig.suptitle("SmolLM2-135M-Instruct, LoRA lr 1e-3 (grid a): for MLE, what raw DEL's term would do at its logits",
+                 fontsize=9)
+    return _save_figure(fig, path)
+
+
+def centered_grid(rec: Records) -> list[str]:
+    """docs/results-pretrained.md's grid a: centred DEL beside MLE and raw DEL, the recorded recipe."""
+    return three_arm_grid(rec, CENTERED_GRID)
+
+
+def gentle_grid(rec: Records) -> list[str]:
+    """docs/results-pretrained.md's grid b: the gentler recipe."""
+    return three_arm_grid(rec, GENTLE_GRID)
+
+
+def _interim(state: dict[str, Any]) -> str:
+    done = len(state["planned"]) - len(state["missing"])
+    return "complete" if state["complete"] else f"interim: {done} of {len(state['planned'])} runs"
+
+
+def _versus(c: dict[str, Any], arm: str, against: str) -> str:
+    return (f"{arm} minus {against} {_pp(c['mean_diff'])} points{_seed_ci(c)}, McNemar Holm p {_p(c['mcnemar_p_holm'])}"
+            f" (the items detect {100 * c['mde_items']:.1f}"
+            + (f", the seeds {100 * c['mde_seeds']:.1f})" if len(c["seeds"]) >= 2 else ")"))
+
+
+def centered_answer(rec: Records) -> list[str]:
+    """The answer's lines on the shift-invariant DEL: grid a (same recipe), grid b (gentler)."""
+    lines = []
+    a = _three_arm_state(rec, CENTERED_GRID)
+    head = ("- **Does centring DEL's sigmoid remove the harm?** (the same recipe in float32 on an AVX2 CPU, MLE and raw DEL "
+            f"run again beside centred DEL alpha 0.3; pre-registered, 8 seeds; {_interim(a)}): ")
+    pair_mle, pair_raw = ("del-centered-a0.3", "mle"), ("del-centered-a0.3", "del-a0.3")
+    if pair_mle not in a["comparisons"]:
+        lines.append(head + "no seed with both arms recorded yet.")
+    else:
+        text = head + _versus(a["comparisons"][pair_mle], "centred DEL", "MLE")
+        if pair_raw in a["comparisons"]:
+            text += "; " + _versus(a["comparisons"][pair_raw], "centred DEL", "raw DEL")
+        if a["complete"]:
+            text += (f". **Against MLE: {_grid_reading(*pair_mle, a['comparisons'][pair_mle])}; against raw DEL: "
+                     f"{_grid_reading(*pair_raw, a['comparisons'][pair_raw])}.**")
+        else:
+            text += ": no verdict until every run is in."
+        lines.append(text)
+    b = _three_arm_state(rec, GENTLE_GRID)
+    head = ("- **A gentler recipe** (LoRA lr 2e-4 with warm-up, 200 steps, held-out problems whose arithmetic fact no "
+            "training problem has; raw and centred DEL at the released recipe's weight 1.28; pre-registered, 8 seeds; "
+            f"{_interim(b)}): ")
+    shown = [(arm, against) for arm, against in GRID_COMPARISONS[GENTLE_GRID][0] if (arm, against) in b["comparisons"]]
+    if not shown:
+        lines.append(head + "no seed with two arms recorded yet.")
+    else:
+        names = {"del-centered-a1.28": "centred DEL", "del-a1.28": "raw DEL", "mle": "MLE"}
+        text = head + "; ".join(_versus(b["comparisons"][pair], names[pair[0]], names[pair[1]]) for pair in shown)
+        if b["complete"]:
+            text += ". **" + "; ".join(f"{names[arm]}: {_grid_reading(arm, against, b['comparisons'][(arm, against)])}"
+                                       for arm, against in shown) + ".**"
+        lines.append(text)
+    return lines
+
+
 RENDERERS: dict[str, Callable[[Records], list[str]]] = {
     "answer": answer, "mul-shape": mul_shape, "mul-plan": mul_plan, "mul-primary": mul_primary, "mul-secondary": mul_secondary,
     "mul-runs": mul_runs, "add-paired": add_paired, "add-facts": add_facts, "chunked": chunked,
     "pretrained": pretrained_result, "pretrained-grid": pretrained_grid, "readme-answer": answer,
     "pretrained-alpha": alpha_followup, "pretrained-replicate": replicate_followup,
     "pretrained-fresh": fresh_followup, "pretrained-seeds8": seeds8_followup,
+    "pretrained-centered": centered_grid, "pretrained-gentle": gentle_grid,
 }
 
 
@@ -768,6 +962,9 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{path}: {len(BLOCK.findall(text))} blocks written from the records")
     if "--check" not in args and not given:
         print(f"{mul_figure(rec)}: drawn from the records")
+        drawn = diagnostics_figure(rec)
+        if drawn is not None:
+            print(f"{drawn}: drawn from the records")
     return status
 
 

@@ -285,6 +285,8 @@ def _training_curve(csv_path: Path) -> dict[str, list[float]]:
     curve: dict[str, list[float]] = {"step": [], "loss": [], "ce": [], "aux": [], "digit_entropy": []}
     if not csv_path.is_file():
         return curve
+    # the digit diagnostics join the curve when the run logged them (older runs did not)
+    optional: dict[str, list[float]] = {name: [] for name in ("digit_logit_mean", "pushdown_share", "digit_target_prob")}
     with csv_path.open(newline="") as handle:
         for row in csv.DictReader(handle):
             try:
@@ -293,6 +295,12 @@ def _training_curve(csv_path: Path) -> dict[str, list[float]]:
                 continue
             for k, v in values.items():
                 curve[k].append(v)
+            for k, series in optional.items():
+                try:
+                    series.append(float(row.get(k) or "nan"))
+                except ValueError:
+                    series.append(float("nan"))
+    curve.update({k: series for k, series in optional.items() if any(v == v for v in series)})
     return curve
 
 

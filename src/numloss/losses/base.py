@@ -53,6 +53,12 @@ class NumericLossOutput:
         for building step-wide counts), as 0-d long tensors.
     digit_entropy: mean entropy (nats) of the 10-digit softmax at this call's digit positions,
         detached; 0 when there are none.
+    digit_logit_mean, pushdown_share, digit_target_prob: training diagnostics over this call's
+        digit positions, detached, 0 when there are none (see `NumericLoss.pushdown`): the mean
+        raw logit of the digits (over the digits each slot can hold), the share of positions where
+        DEL's term alone pushes the target digit down relative to the others (for objectives other
+        than DEL: what raw DEL's term would do at these logits), and the mean probability of the
+        target digit under the 10-digit softmax.
     """
 
     loss: torch.Tensor
@@ -61,6 +67,9 @@ class NumericLossOutput:
     num_tokens: torch.Tensor
     num_digits: torch.Tensor
     digit_entropy: torch.Tensor | None = None
+    digit_logit_mean: torch.Tensor | None = None
+    pushdown_share: torch.Tensor | None = None
+    digit_target_prob: torch.Tensor | None = None
 
 
 def check_number(
@@ -114,6 +123,25 @@ def _as_count(value: int | float | torch.Tensor | None, fallback: torch.Tensor, 
             )
     # An empty batch contributes zero; dividing by 1 keeps it finite.
     return count.clamp_min(1.0)
+
+
+@torch.no_grad()
+def digit_diagnostics(
+    loss_fn: NumericLoss, digit_logits: torch.Tensor, targets: torch.Tensor, support: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(digit_entropy, digit_logit_mean, pushdown_share, digit_target_prob) over the K digit
+    slots (0-d, detached; zeros when K = 0), from the [K, 10] slot logits the pass already has,
+    so no extra pass over [N, V] (see `NumericLossOutput`)."""
+    if not digit_logits.shape[0]:
+        zero = torch.zeros((), device=digit_logits.device)
+        return zero, zero, zero, zero
+    log_p = torch.log_softmax(digit_logits, dim=-1)
+    entropy = -(log_p.exp() * log_p).sum(-1).mean()
+    held = support.to(digit_logits.dtype)
+    logit_mean = ((digit_logits * held).sum(-1) / held.sum(-1)).mean()
+    pushdown_share = loss_fn.pushdown(digit_logits, targets, support).float().mean()
+    target_prob = log_p.gather(1, targets[:, None]).exp().mean()
+    return entropy, logit_mean, pushdown_share, target_prob
 
 
 # option names per objective class, computed once (read on every attribute assignment)
@@ -233,6 +261,18 @@ class NumericLoss(nn.Module):
         probability exactly 0 in softmax(digit_logits).
         """
         return None
+
+    def pushdown(
+        self, digit_logits: torch.Tensor, digit_targets: torch.Tensor, support: torch.Tensor | None = None
+    ) -> torch.Tensor:
+        """Where DEL's term alone would push the target digit down [K] (bool), at these logits.
+
+        Every objective logs it (`pushdown_share`), so runs of any objective can be compared with
+        what raw DEL would do at the same logits; DEL reads it with its own options.
+        """
+        from numloss.losses.digit_entropy import del_pushdown  # DEL's module builds on this one
+
+        return del_pushdown(digit_logits, digit_targets, support=support)
 
     def number_terms(self, number_logits: torch.Tensor, digits: DigitPositions) -> torch.Tensor | None:
         """Per number-token terms [P] for objectives at `level="token"`, or None (digit level).
@@ -418,13 +458,10 @@ class NumericLoss(nn.Module):
                 diagnose(None)
             if row_finite is not None and not bool(row_finite.all()):
                 diagnose(torch.nonzero(~row_finite).squeeze(1))
-        with torch.no_grad():
-            if digits.count:
-                log_p = torch.log_softmax(digit_logits, dim=-1)
-                entropy = -(log_p.exp() * log_p).sum(-1).mean()
-            else:
-                entropy = torch.zeros((), device=nll.device)
-        return NumericLossOutput(loss, ce, aux, num_tokens, num_digits, entropy)
+        entropy, logit_mean, pushdown_share, target_prob = digit_diagnostics(self, digit_logits, digits.target, support)
+        return NumericLossOutput(
+            loss, ce, aux, num_tokens, num_digits, entropy, logit_mean, pushdown_share, target_prob
+        )
 
     def _digit_units(self, num_digits: torch.Tensor, weights: torch.Tensor) -> torch.Tensor:
         """This call's share of the digit denominator, in the units `count_digits` sums over a
