@@ -22,3 +22,24 @@ def shared_benchmarks() -> Path:
         pytest.fail(f"the real benchmark files are not at {SHARED_BENCHMARKS}: put the project's shared/ "
                     "folder beside the repository (../shared/benchmarks, see its README.md)", pytrace=False)
     return SHARED_BENCHMARKS
+
+
+if os.environ.get("NUMLOSS_TEST_CPU"):  # per-test CPU seconds (process + waited children), JSON lines
+
+    @pytest.hookimpl(hookwrapper=True)
+    def pytest_runtest_protocol(item, nextitem):
+        """Append {"id", "cpu", "wall"} for each test to $NUMLOSS_TEST_CPU: on a loaded machine the
+        CPU time, not the wall time, says what a test costs (docs/benchmarks.md, Test suite)."""
+        import json
+        import resource
+        import time
+
+        def cpu() -> float:
+            own, children = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+            return own.ru_utime + own.ru_stime + children.ru_utime + children.ru_stime
+
+        start_cpu, start_wall = cpu(), time.perf_counter()
+        yield
+        with open(os.environ["NUMLOSS_TEST_CPU"], "a") as out:
+            out.write(json.dumps({"id": item.nodeid, "cpu": round(cpu() - start_cpu, 3),
+                                  "wall": round(time.perf_counter() - start_wall, 3)}) + "\n")

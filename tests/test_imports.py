@@ -278,7 +278,7 @@ IMPORTABLE_CORE = ("numloss", "numloss.losses", "numloss.fused", "numloss.patch"
 CORE_MODULES = (*IMPORTABLE_CORE, "numloss.__main__")
 #: package prefix -> the extra its modules need (the longest prefix decides; the core needs none)
 MODULE_EXTRA = {
-    "numloss.hf": "hf", "numloss.train": "hf", "numloss.config": "hf", "numloss.data": "hf",
+    "numloss.hf": "hf", "numloss.diagnostics": "hf", "numloss.train": "hf", "numloss.config": "hf", "numloss.data": "hf",
     "numloss.models": "hf", "numloss.rundir": "hf", "numloss.checkpoints": "hf", "numloss.bench_cli": "hf",
     "numloss.trl": "trl",
     "numloss.evaluate": "eval",
