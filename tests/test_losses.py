@@ -235,6 +235,7 @@ def test_ntl_hand_worked():
     assert float(build_loss("ntl-mse", VOCAB)(logits, labels).aux) == pytest.approx((4 - 3) ** 2)
 
 
+@pytest.mark.hf  # the ntloss package and a transformers tokenizer
 @pytest.mark.parametrize("cls_name", ["ntl-was", "ntl-mse"])
 def test_ntl_agrees_with_the_ntloss_package(cls_name):
     ntloss = pytest.importorskip("ntloss")
@@ -448,6 +449,7 @@ def test_ntl_equals_the_transcribed_ntloss(name, reweigh):
     assert float((ours.grad.double() - reference_logits.grad).abs().max()) <= 1e-4 * scale
 
 
+@pytest.mark.hf  # the ntloss package and a transformers tokenizer
 @pytest.mark.parametrize("name", ["ntl-was", "ntl-mse"])
 def test_ntl_reweigh_agrees_with_the_ntloss_package(name):
     ntloss = pytest.importorskip("ntloss")  # a test dependency (pyproject [test])
