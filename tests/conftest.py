@@ -2,9 +2,44 @@ import os
 import sys
 from pathlib import Path
 
+import pytest
+
 # Everything runs offline: nothing may reach a model or dataset hub.
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 sys.path.insert(0, str(Path(__file__).parent))
+
+#: the real benchmark files: ../shared/benchmarks beside the repository (CI lays shared/ there too)
+SHARED_BENCHMARKS = Path(__file__).resolve().parents[2] / "shared" / "benchmarks"
+
+
+@pytest.fixture(scope="session")
+def shared_benchmarks() -> Path:
+    """The real benchmark folder; a test that needs it fails, naming the folder, when it is missing."""
+    if not SHARED_BENCHMARKS.is_dir():
+        pytest.fail(f"the real benchmark files are not at {SHARED_BENCHMARKS}: put the project's shared/ "
+                    "folder beside the repository (../shared/benchmarks, see its README.md)", pytrace=False)
+    return SHARED_BENCHMARKS
+
+
+if os.environ.get("NUMLOSS_TEST_CPU"):  # per-test CPU seconds (process + waited children), JSON lines
+
+    @pytest.hookimpl(hookwrapper=True)
+    def pytest_runtest_protocol(item, nextitem):
+        """Append {"id", "cpu", "wall"} for each test to $NUMLOSS_TEST_CPU: on a loaded machine the
+        CPU time, not the wall time, says what a test costs (docs/benchmarks.md, Test suite)."""
+        import json
+        import resource
+        import time
+
+        def cpu() -> float:
+            own, children = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+            return own.ru_utime + own.ru_stime + children.ru_utime + children.ru_stime
+
+        start_cpu, start_wall = cpu(), time.perf_counter()
+        yield
+        with open(os.environ["NUMLOSS_TEST_CPU"], "a") as out:
+            out.write(json.dumps({"id": item.nodeid, "cpu": round(cpu() - start_cpu, 3),
+                                  "wall": round(time.perf_counter() - start_wall, 3)}) + "\n")

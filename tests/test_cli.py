@@ -26,7 +26,7 @@ def test_unknown_command_is_an_error(capsys):
 def test_every_command_module_imports_and_has_main():
     import importlib
 
-    for module_name, _ in COMMANDS.values():
+    for module_name, _, _ in COMMANDS.values():
         assert callable(importlib.import_module(module_name).main)
 
 

@@ -154,6 +154,7 @@ def test_config_errors_are_clear(tmp_path) -> None:
     assert compare_main([str(tmp_path / "missing.yaml")]) == 2
 
 
+@pytest.mark.slow  # fast: test_parallel_jobs_give_the_same_results (workers' results reach on_result)
 def test_parallel_runs_are_reported_as_they_finish(tmp_path) -> None:
     """With jobs=2 and three runs, the first result reaches on_result (the progress bar) before the
     third run has finished, not all at the end."""

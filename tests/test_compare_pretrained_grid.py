@@ -12,6 +12,8 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
+
 from numloss.compare import build_parser, resolve
 from numloss.compare.pretrained import (
     BASELINE,
@@ -101,6 +103,7 @@ def test_shards_split_the_order_without_overlap(tmp_path) -> None:
     assert len(load_records(compare)) == 3
 
 
+@pytest.mark.slow  # fast: test_a_failing_run_is_recorded_and_the_rest_go_on (a restart runs only what is missing)
 def test_grid_killed_mid_run_keeps_its_finished_records_and_continues(tmp_path) -> None:
     """The real path (training and scoring on the tiny model), killed with SIGKILL as a timed-out
     device call would be, after its first records: those are complete and valid, nothing else is

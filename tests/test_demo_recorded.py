@@ -39,3 +39,33 @@ def test_a_significant_paired_difference_is_marked() -> None:
     assert rows["better"].startswith("better *"), "18 seeds where only it learnt: marked"
     assert not rows["same"].startswith("same *"), "a difference of one seed is not marked"
     assert lines[-1].endswith("p <= 0.05).")
+
+
+def test_the_shipped_recorded_runs_are_the_records_trimmed() -> None:
+    """The package's copy (what a wheel install's demo shows) is results/compare/'s records, trimmed;
+    after the records change: python -c "from numloss.demo import export_recorded_runs; export_recorded_runs()"."""
+    from numloss.demo import shipped_recorded_runs, trim_record
+
+    demo = load_compare_config(ROOT / "configs" / "compare-demo.yaml")
+    from_records = {label: {seed: trim_record(r) for seed, r in seeds.items()}
+                    for label, seeds in recorded_runs(demo, ROOT / "configs" / "compare.yaml").items()}
+    shipped = shipped_recorded_runs(demo)
+    assert shipped == from_records, "the shipped copy is stale: run export_recorded_runs() (see this docstring)"
+    fresh = {"mle": (3, 4), "del-a0.3": (1, 4), "ntl-was": (3, 4)}
+    assert recorded_table(shipped, fresh) == recorded_table(recorded_runs(demo, ROOT / "configs" / "compare.yaml"), fresh)
+
+
+def test_a_record_of_another_config_is_not_shown_from_the_shipped_copy(tmp_path, monkeypatch) -> None:
+    import json
+
+    import numloss.demo as demo_module
+
+    demo = load_compare_config(ROOT / "configs" / "compare-demo.yaml")
+    shipped = json.loads((ROOT / "src" / "numloss" / "recorded" / "demo-runs.json").read_text())
+    shipped["mle"]["0"]["hash"] = "0" * 16  # another config's run
+    path = tmp_path / "recorded" / "demo-runs.json"
+    path.parent.mkdir()
+    path.write_text(json.dumps(shipped))
+    monkeypatch.setattr(demo_module, "packaged", lambda relative: tmp_path / relative)
+    runs = demo_module.shipped_recorded_runs(demo)
+    assert 0 not in runs["mle"] and len(runs["mle"]) == 19 and len(runs["ntl-was"]) == 20

@@ -269,12 +269,236 @@ def test_the_checker_finds_lazy_relative_and_importlib_circles_and_typing_edges(
     assert reachable(graph.edges(with_typing=True), "pkg.sub.x")["pkg.c"] == ["pkg.sub.x", "pkg.a", "pkg.b", "pkg.c"]
 
 
-def test_import_numloss_loads_no_trainer_stack():
-    """`import numloss` (the losses, the patch) loads neither transformers nor accelerate nor the glue."""
+# -- the install: the core on torch alone, everything else behind its extra ----------------------------
+
+ROOT = SRC.parent
+#: what `pip install numloss` alone gives: these import nothing an extra installs
+IMPORTABLE_CORE = ("numloss", "numloss.losses", "numloss.fused", "numloss.patch", "numloss.digits",
+                   "numloss.heads", "numloss.step_counts", "numloss.extras", "numloss.cli", "numloss.package_data")
+CORE_MODULES = (*IMPORTABLE_CORE, "numloss.__main__")
+#: package prefix -> the extra its modules need (the longest prefix decides; the core needs none)
+MODULE_EXTRA = {
+    "numloss.hf": "hf", "numloss.diagnostics": "hf", "numloss.train": "hf", "numloss.config": "hf", "numloss.data": "hf",
+    "numloss.models": "hf", "numloss.rundir": "hf", "numloss.checkpoints": "hf", "numloss.bench_cli": "hf",
+    "numloss.trl": "trl",
+    "numloss.evaluate": "eval",
+    "numloss.compare": "compare", "numloss.demo": "compare",
+    "numloss.compare.stats": "eval",  # the evaluation report's intervals use it
+}
+#: import names that a package of an extra brings with it (not listed in pyproject.toml themselves)
+COMES_WITH = {"huggingface_hub": "transformers", "safetensors": "transformers", "jinja2": "transformers",
+              "pyarrow": "datasets", "yaml": "pyyaml"}
+ALWAYS = {"torch", "numpy"}
+
+
+def module_extra(module: str) -> str | None:
+    """The extra `module` needs (None: the core)."""
+    if module in CORE_MODULES or _in(module, ("numloss.losses",)):
+        return None
+    matches = [prefix for prefix in MODULE_EXTRA if module == prefix or module.startswith(prefix + ".")]
+    assert matches, f"{module} belongs to no extra: add it to MODULE_EXTRA or CORE_MODULES in tests/test_imports.py"
+    return MODULE_EXTRA[max(matches, key=len)]
+
+
+def pyproject_extras() -> dict[str, list[str]]:
+    """[project.optional-dependencies] of pyproject.toml, requirement strings per extra."""
+    import tomllib
+
+    return tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["optional-dependencies"]
+
+
+def requirement_name(requirement: str) -> str:
+    import re
+
+    return re.match(r"[A-Za-z0-9_.-]+", requirement).group(0).lower()
+
+
+def closure(extras: dict[str, list[str]], extra: str) -> set[str]:
+    """`extra` and every extra it stacks on through `numloss[...]` requirements."""
+    import re
+
+    found, todo = set(), [extra]
+    while todo:
+        name = todo.pop()
+        if name in found:
+            continue
+        found.add(name)
+        for requirement in extras[name]:
+            if (m := re.fullmatch(r"numloss\[([a-z0-9,]+)\]", requirement.strip())):
+                todo += m.group(1).split(",")
+    return found
+
+
+def installed_imports(extras: dict[str, list[str]], extra: str) -> set[str]:
+    """The import names an install with `extra` provides (its stacked extras' packages included)."""
+    dists = {requirement_name(r) for name in closure(extras, extra) for r in extras[name]} - {"numloss"}
+    names = {d.replace("-", "_") for d in dists}
+    return names | ALWAYS | {module for module, dist in COMES_WITH.items() if dist in dists}
+
+
+def _needs_blocks(tree: ast.AST) -> dict[int, str]:
+    """Line of each import inside `with needs(EXTRA, ...):` -> EXTRA (numloss.extras.needs)."""
+    lines: dict[int, str] = {}
+    for node in ast.walk(tree):
+        if isinstance(node, ast.With):
+            for item in node.items:
+                call = item.context_expr
+                if (isinstance(call, ast.Call) and getattr(call.func, "id", getattr(call.func, "attr", "")) == "needs"
+                        and call.args and isinstance(call.args[0], ast.Constant)):
+                    for statement in node.body:
+                        lines |= {n.lineno: call.args[0].value for n in ast.walk(statement)
+                                  if isinstance(n, (ast.Import, ast.ImportFrom))}
+    return lines
+
+
+def _guarded(tree: ast.AST) -> set[int]:
+    """Lines of imports inside `try:` blocks that catch ImportError: optional by design."""
+    lines: set[int] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Try) and any(
+            h.type is not None and any(isinstance(n, ast.Name) and n.id in ("ImportError", "ModuleNotFoundError")
+                                       for n in ast.walk(h.type))
+            for h in node.handlers
+        ):
+            for statement in node.body:
+                lines |= {n.lineno for n in ast.walk(statement) if isinstance(n, (ast.Import, ast.ImportFrom))}
+    return lines
+
+
+def third_party_imports(path: Path, under_needs: dict[str, tuple[str, int]] | None = None) -> dict[str, int]:
+    """Top-level package -> first line of every import of a package outside numloss and the
+    standard library in `path` (module level and inside functions), leaving out the optional ones
+    (inside a `try` that catches ImportError) and those inside `with needs(EXTRA, ...)`, which go
+    to `under_needs` as package -> (EXTRA, line)."""
+    import sys
+
+    tree = ast.parse(path.read_text(), filename=str(path))
+    guarded, needs = _guarded(tree), _needs_blocks(tree)
+    found: dict[str, int] = {}
+    for node in ast.walk(tree):
+        if getattr(node, "lineno", None) in guarded:
+            continue
+        names = [a.name for a in node.names] if isinstance(node, ast.Import) else (
+            [node.module] if isinstance(node, ast.ImportFrom) and not node.level and node.module else [])
+        for name in names:
+            top = name.partition(".")[0]
+            if top in sys.stdlib_module_names or top in ("numloss", "__future__"):
+                continue
+            if node.lineno in needs:
+                if under_needs is not None:
+                    under_needs.setdefault(top, (needs[node.lineno], node.lineno))
+            else:
+                found.setdefault(top, node.lineno)
+    return found
+
+
+def test_the_extras_stack_as_numloss_extras_declares_and_the_core_needs_torch_alone():
+    import tomllib
+
+    from numloss.extras import INCLUDES
+
+    extras = pyproject_extras()
+    for extra in INCLUDES:
+        assert closure(extras, extra) == set(INCLUDES[extra]), extra
+    core = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["dependencies"]
+    assert {requirement_name(r) for r in core} == {"torch", "numpy"}
+
+
+def test_requirements_are_ranges_not_exact_pins():
+    import tomllib
+
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    requirements = project["dependencies"] + [r for name, rs in project["optional-dependencies"].items()
+                                              if name != "test" for r in rs]
+    assert not [r for r in requirements if "==" in r.partition(";")[0]], "pin ranges, not versions (== only in [test])"
+
+
+def test_every_module_imports_only_what_its_extra_installs():
+    """Each module's third-party imports (module level and lazy) come with its extra; a module of
+    one extra imports numloss modules of that extra, the extras it stacks on, or the core."""
+    from numloss.extras import EXTRA_OF
+
+    extras = pyproject_extras()
+    problems = []
+    for module, path in GRAPH.modules.items():
+        extra = module_extra(module)
+        allowed = installed_imports(extras, extra) if extra else ALWAYS
+        under_needs: dict[str, tuple[str, int]] = {}
+        for package, line in third_party_imports(path, under_needs).items():
+            if package not in EXTRA_OF and package not in ALWAYS:
+                problems.append(f"{module}:{line} imports {package}, which numloss.extras.EXTRA_OF does not name")
+            elif package not in allowed:
+                problems.append(f"{module}:{line} imports {package}, not installed by [{extra or 'core'}]")
+        for package, (named, line) in under_needs.items():
+            if package not in installed_imports(extras, named):
+                problems.append(f"{module}:{line} imports {package} under needs({named!r}), which does not install it")
+        for target, line in GRAPH.runtime[module].items():
+            needed = module_extra(target)
+            if needed and (extra is None or needed not in closure(extras, extra)):
+                problems.append(f"{module}:{line} ([{extra or 'core'}]) imports {target} ([{needed}])")
+    assert not problems, "\n".join(problems)
+
+
+def test_each_package_named_in_extra_of_is_installed_by_that_extra():
+    from numloss.extras import EXTRA_OF
+
+    extras = pyproject_extras()
+    wrong = {package: extra for package, extra in EXTRA_OF.items()
+             if extra in extras and package not in installed_imports(extras, extra)}
+    assert not wrong, wrong
+
+
+def test_the_checker_sees_lazy_imports_and_skips_guarded_ones(tmp_path):
+    path = tmp_path / "m.py"
+    path.write_text("import os\nimport torch\ndef f():\n    from transformers import Trainer\n"
+                    "try:\n    import vllm\nexcept ImportError:\n    vllm = None\n"
+                    "with needs('trl', 'x'):\n    import trl\n")
+    under_needs: dict[str, tuple[str, int]] = {}
+    assert third_party_imports(path, under_needs) == {"torch": 2, "transformers": 4}
+    assert under_needs == {"trl": ("trl", 10)}
+    assert module_extra("numloss.evaluate.sandbox.bwrap") == "eval" and module_extra("numloss.losses.del") is None
+    assert "transformers" not in installed_imports({"core": []}, "core")
+
+
+def test_importing_the_core_loads_no_package_an_extra_installs():
+    """`import numloss` and the core modules load nothing beyond torch and what torch loads itself."""
     import subprocess
     import sys
 
-    code = "import sys, numloss; print(sorted(m for m in ('transformers', 'accelerate', 'numloss.hf', 'trl') if m in sys.modules))"
+    from numloss.extras import EXTRA_OF
+
+    code = ("import sys; torch_loads = {m.partition('.')[0] for m in sys.modules}; import torch; "
+            "torch_loads |= {m.partition('.')[0] for m in sys.modules}; "
+            f"import {', '.join(IMPORTABLE_CORE)}; "
+            "print(sorted({m.partition('.')[0] for m in sys.modules} - torch_loads))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
                          env={"PYTHONPATH": str(SRC), "PATH": "/usr/bin:/bin"})
-    assert out.stdout.strip() == "[]", out.stdout + out.stderr
+    loaded = set(eval(out.stdout.strip()))  # a printed list of names
+    assert "numloss" in loaded
+    assert not loaded & set(EXTRA_OF), f"the core loads {sorted(loaded & set(EXTRA_OF))}"
+    assert not [m for m in loaded if m.startswith("numloss.") and module_extra(m)], loaded
+
+
+def test_a_missing_extra_is_one_line_naming_it(monkeypatch, capsys):
+    import importlib
+    import sys
+
+    from numloss.cli import main
+    from numloss.extras import MissingExtraError, needs, require
+
+    monkeypatch.setitem(sys.modules, "transformers", None)  # as in an install without [hf]
+    with pytest.raises(MissingExtraError) as caught:
+        with needs("trl", "numloss.trl"):
+            import transformers  # noqa: F401
+    assert str(caught.value).startswith("numloss.trl needs transformers, which is not installed: install numloss with its [trl] extra")
+    assert "\n" not in str(caught.value)
+    with pytest.raises(MissingExtraError, match=r"needs vllm, which is not installed: install numloss with its \[vllm\] extra"):
+        require("eval", "numloss eval --backend vllm", "vllm")  # not part of [eval]: its own extra
+    monkeypatch.delitem(sys.modules, "numloss.hf", raising=False)
+    with pytest.raises(MissingExtraError, match=r"^numloss.hf needs transformers.*\[hf\] extra"):
+        importlib.import_module("numloss.hf")
+    for module in [m for m in list(sys.modules) if m == "numloss.train" or m.startswith(("numloss.models", "numloss.config"))]:
+        monkeypatch.delitem(sys.modules, module)
+    assert main(["train", "configs/tiny.yaml"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "numloss train needs" in err and "[hf] extra" in err, err

@@ -142,6 +142,9 @@ def test_readme_commands_are_valid():
         if program == "make":
             assert re.search(rf"^{command}:", makefile, flags=re.M), f"no make target {command!r}"
             continue
+        if program == "pip":  # the install lines: a clone (-e .) or the built wheel, with extras that exist
+            check_install_line(words)
+            continue
         assert program == "numloss", f"unexpected command {' '.join(words)!r}"
         if command == "train":
             config = load_config(ROOT / rest[0], rest[1:])
@@ -154,7 +157,25 @@ def test_readme_commands_are_valid():
             assert rest[0] in available()
         else:
             raise AssertionError(f"README command {command!r} is not checked here")
-    assert {("make", "demo"), ("make", "test"), ("numloss", "train"), ("numloss", "eval")} <= seen
+    assert {("make", "demo"), ("make", "test"), ("numloss", "train"), ("numloss", "eval"), ("pip", "install")} <= seen
+
+
+def check_install_line(words: list[str]) -> None:
+    """`pip install -e '.[x]'`, `pip wheel --no-deps -w dist .` or `pip install 'dist/numloss-V-*.whl[x]'`:
+    the source is the clone or the wheel this version builds, and every extra is declared."""
+    import tomllib
+
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    command, args = words[1], [w for w in words[2:] if not w.startswith("-")]
+    assert command in ("install", "wheel") and len(args) == 1 + (words.count("-w")), words
+    target = args[-1]
+    source, _, extras = target.partition("[")
+    if command == "wheel" or "-e" in words:
+        assert source == ".", words
+    else:
+        assert source == f"dist/numloss-{project['version']}-py3-none-any.whl", words
+    for extra in filter(None, extras.rstrip("]").split(",")):
+        assert extra in project["optional-dependencies"], f"no extra {extra!r}: {' '.join(words)}"
 
 
 def test_readme_report_tables_have_the_columns_numloss_eval_writes(tmp_path):

@@ -235,6 +235,7 @@ def test_ntl_hand_worked():
     assert float(build_loss("ntl-mse", VOCAB)(logits, labels).aux) == pytest.approx((4 - 3) ** 2)
 
 
+@pytest.mark.hf  # the ntloss package and a transformers tokenizer
 @pytest.mark.parametrize("cls_name", ["ntl-was", "ntl-mse"])
 def test_ntl_agrees_with_the_ntloss_package(cls_name):
     ntloss = pytest.importorskip("ntloss")
@@ -448,6 +449,7 @@ def test_ntl_equals_the_transcribed_ntloss(name, reweigh):
     assert float((ours.grad.double() - reference_logits.grad).abs().max()) <= 1e-4 * scale
 
 
+@pytest.mark.hf  # the ntloss package and a transformers tokenizer
 @pytest.mark.parametrize("name", ["ntl-was", "ntl-mse"])
 def test_ntl_reweigh_agrees_with_the_ntloss_package(name):
     ntloss = pytest.importorskip("ntloss")  # a test dependency (pyproject [test])
@@ -512,6 +514,7 @@ BAD_OPTIONS = [
 ]
 
 
+@pytest.mark.hf  # numloss.config
 @pytest.mark.parametrize("name, options, message", BAD_OPTIONS)
 def test_bad_option_values_are_refused_by_build_loss_and_by_config_validation(name, options, message):
     from numloss.config import ConfigError, config_from_dict
@@ -663,3 +666,19 @@ def test_step_counts_take_numbers_and_one_element_tensors(value):
     out = loss_fn(logits, LABELS, num_items_in_batch=value)
     plain = loss_fn(logits, LABELS)
     assert float(out.ce) == pytest.approx(float(plain.ce) * int(plain.num_tokens) / 10_000, rel=1e-6)
+
+
+def test_mle_takes_normalize_like_the_digit_objectives_and_refuses_alpha():
+    """One call builds any objective (`build_loss(name, vocab, normalize="tokens")`); MLE has no
+    term for alpha to weight, so the API refuses alpha as the command line does."""
+    logits = make_logits(LABELS).detach()
+    plain = build_loss("mle", VOCAB)(logits, LABELS)
+    for normalize in ("digits", "tokens"):
+        loss_fn = build_loss("mle", VOCAB, normalize=normalize)
+        out = loss_fn(logits, LABELS)
+        assert torch.equal(out.loss, plain.loss) and float(out.aux) == 0.0
+        assert loss_fn.token_count_suffices  # exact from num_items_in_batch whatever normalize says
+    with pytest.raises(TypeError, match=r"objective 'mle' has no option\(s\) 'alpha'"):
+        build_loss("mle", VOCAB, alpha=0.3)
+    with pytest.raises(ValueError, match="normalize must be one of 'digits', 'tokens'"):
+        build_loss("mle", VOCAB, normalize="weights")

@@ -150,7 +150,7 @@ def test_numloss_trl_without_trl_says_how_to_install_it(monkeypatch):
 
     monkeypatch.setitem(sys.modules, "trl", None)  # import trl now raises ImportError
     monkeypatch.delitem(sys.modules, "numloss.trl", raising=False)
-    with pytest.raises(ImportError, match=r"numloss.trl needs TRL: pip install 'numloss\[trl\]'"):
+    with pytest.raises(ImportError, match=r"numloss.trl needs trl, which is not installed: install numloss with its \[trl\] extra"):
         importlib.import_module("numloss.trl")
 
 

@@ -188,3 +188,22 @@ def test_prompt_completion_data_is_left_to_trl(tmp_path):
     trainer = NumericSFTTrainer(loss_fn=build_loss("del", VOCAB), model=model(), train_dataset=dataset(),
                                 args=config(tmp_path, 2, 1), processing_class=TOKENIZER)
     assert trainer.completion_only_loss
+
+
+def test_an_ab_of_objectives_compares_losses_not_maskings(tmp_path):
+    """docs/integration.md's A/B: both arms are NumericSFTTrainer (MLE the baseline), so chat data
+    is masked alike; a plain SFTTrainer arm would learn every token of the conversation (TRL's
+    default), which is NumericSFTTrainer(assistant_only=False), not the numloss arm's masking."""
+    tok = chat_tokenizer()
+
+    def arm(trainer_class, **kwargs):
+        return trainer_class(model=model(), train_dataset=chat_dataset(), args=config(tmp_path, 2, 1, max_length=512),
+                             processing_class=tok, **kwargs).train_dataset
+
+    baseline, digit = arm(NumericSFTTrainer, loss_fn=build_loss("mle", VOCAB)), arm(NumericSFTTrainer, loss_fn=build_loss("del", VOCAB))
+    assert [r["labels"] for r in baseline] == [r["labels"] for r in digit]
+    assert all(-100 in r["labels"] for r in baseline)  # the system and user turns are not learnt
+    plain, every = arm(SFTTrainer), arm(NumericSFTTrainer, loss_fn=build_loss("mle", VOCAB), assistant_only=False)
+    assert [r["input_ids"] for r in plain] == [r["input_ids"] for r in every]
+    assert [r["labels"] for r in plain] == [r["labels"] for r in every]  # every token learnt: nothing masked
+    assert all(-100 not in r["labels"] for r in every) and "assistant_masks" not in plain.column_names

@@ -1,7 +1,7 @@
 """`numloss <command> ...`: one entry point; each command lives in its own module.
 
 Commands are imported lazily so `numloss --help` is instant and a missing optional dependency
-of one command does not break the others.
+of one command does not break the others: it prints one line naming the extra to install.
 """
 
 from __future__ import annotations
@@ -10,20 +10,22 @@ import importlib
 import os
 import sys
 
-# command -> (module with `main(argv: list[str]) -> int`, one-line help)
-COMMANDS: dict[str, tuple[str, str]] = {
-    "demo": ("numloss.demo", "the default offline comparison (what `make demo` runs)"),
-    "train": ("numloss.train", "fine-tune a causal LM with any objective from a YAML config"),
-    "eval": ("numloss.evaluate.cli", "evaluate a model on math benchmarks"),
-    "compare": ("numloss.compare", "train and evaluate one model per objective and seed"),
-    "models": ("numloss.models.cli", "prepare the offline default models"),
-    "bench": ("numloss.bench_cli", "run the benchmarks in bench/"),
+from numloss.extras import explain
+
+# command -> (module with `main(argv: list[str]) -> int`, one-line help, the extra it needs)
+COMMANDS: dict[str, tuple[str, str, str]] = {
+    "demo": ("numloss.demo", "the default offline comparison (what `make demo` runs)", "compare"),
+    "train": ("numloss.train", "fine-tune a causal LM with any objective from a YAML config", "hf"),
+    "eval": ("numloss.evaluate.cli", "evaluate a model on math benchmarks", "eval"),
+    "compare": ("numloss.compare", "train and evaluate one model per objective and seed", "compare"),
+    "models": ("numloss.models.cli", "prepare the offline default models", "gguf"),
+    "bench": ("numloss.bench_cli", "run the benchmarks in bench/", "hf"),
 }
 
 
 def _usage() -> str:
     lines = ["usage: numloss <command> [options]", "", "commands:"]
-    lines += [f"  {name:<9} {text}" for name, (_, text) in COMMANDS.items()]
+    lines += [f"  {name:<9} {text}" for name, (_, text, _) in COMMANDS.items()]
     lines += ["", "`numloss <command> --help` describes each command; `numloss --version` prints the version."]
     return "\n".join(lines)
 
@@ -41,8 +43,16 @@ def _dispatch(argv: list[str]) -> int:
     if command not in COMMANDS:
         print(f"numloss: unknown command {command!r}\n\n{_usage()}", file=sys.stderr)
         return 2
-    module = importlib.import_module(COMMANDS[command][0])
-    return int(module.main(rest) or 0)
+    module_name, _, extra = COMMANDS[command]
+    try:
+        module = importlib.import_module(module_name)
+        return int(module.main(rest) or 0)
+    except ModuleNotFoundError as error:
+        line = explain(error, extra, f"numloss {command}")
+        if line is None:
+            raise
+        print(line, file=sys.stderr)  # one line naming the extra, no traceback
+        return 2
 
 
 def main(argv: list[str] | None = None) -> int:

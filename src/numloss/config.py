@@ -19,7 +19,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal, Union
 
-import yaml
+from numloss.extras import needs
+
+with needs("hf", "numloss.config"):
+    import yaml
 
 
 class ConfigError(ValueError):
@@ -427,10 +430,10 @@ def validate(config: Config) -> None:
             f"objective.options: {key!r} has no option(s) {', '.join(map(repr, unknown))}; its options are "
             f"{', '.join(allowed) or 'none'}"
         )
-    if objective.alpha is not None and not klass.takes_alpha:
-        raise ConfigError(f"objective.alpha: {key!r} has no alpha (it reshapes the token loss); remove it")
     if objective.alpha is not None and key == "mle":
         raise ConfigError("objective.alpha: 'mle' has no term for alpha to weight (plain cross-entropy); remove it (--objective.alpha null)")
+    if objective.alpha is not None and not klass.takes_alpha:
+        raise ConfigError(f"objective.alpha: {key!r} has no alpha (it reshapes the token loss); remove it")
     try:  # option values (negative alpha, tau <= 0, eta outside [0, 1], ...) before any model loads
         klass.validate_options({**objective.options, "alpha": objective.alpha})
     except ValueError as error:

@@ -17,6 +17,7 @@ finished. The full grid: `numloss compare configs/compare.yaml`.
 
 from __future__ import annotations
 
+import json
 import sys
 from pathlib import Path
 from typing import Any
@@ -25,10 +26,13 @@ import torch
 
 from numloss.digits import DigitVocab, find_digits
 from numloss.losses import LOSSES, build_loss
+from numloss.package_data import RECORDED_DEMO_RUNS, config_path, packaged
 
 _CHARS = list("0123456789.") + list(" =+-*/abcdefghijklmnopqrstuvwxyz")
 DEMO_CONFIG = Path("configs/compare-demo.yaml")
 GRID_CONFIG = Path("configs/compare.yaml")  # the recorded grid whose runs the demo's are
+#: what the recorded table reads of a run record (numloss.compare.analysis.learning_analysis)
+_RECORD_KEYS = ("label", "seed", "hash", "learning", "machine")
 
 
 def recorded_runs(demo: Any, grid_config: Path = GRID_CONFIG) -> dict[str, dict[int, dict[str, Any]]]:
@@ -52,6 +56,53 @@ def recorded_runs(demo: Any, grid_config: Path = GRID_CONFIG) -> dict[str, dict[
             if record is not None:
                 runs.setdefault(spec.label, {})[seed] = record
     return runs
+
+
+def trim_record(record: dict[str, Any]) -> dict[str, Any]:
+    """The parts of a run record the recorded table reads (learning, final exact match, machine)."""
+    trimmed = {key: record[key] for key in _RECORD_KEYS}
+    trimmed["evaluation"] = {"in_distribution": {"exact_match": record["evaluation"]["in_distribution"]["exact_match"]}}
+    return trimmed
+
+
+def export_recorded_runs(root: Path = Path(".")) -> Path:
+    """Write the demo's recorded runs (trimmed) from a checkout's results/compare/ to the package
+    file the demo reads when installed from a wheel; returns its path. Run from the repository
+    root after the grid's records change: tests/test_demo_recorded.py checks the two agree."""
+    demo = load_demo_config(root / "configs" / DEMO_CONFIG.name)
+    runs = recorded_runs(demo, root / "configs" / GRID_CONFIG.name)
+    path = root / "src" / "numloss" / RECORDED_DEMO_RUNS
+    path.parent.mkdir(parents=True, exist_ok=True)
+    # one record a line: a changed record is a one-line diff
+    blocks = []
+    for label, seeds in sorted(runs.items()):
+        rows = [f"  {json.dumps(str(seed))}: {json.dumps(trim_record(r), sort_keys=True)}" for seed, r in sorted(seeds.items())]
+        blocks.append(f" {json.dumps(label)}: {{\n" + ",\n".join(rows) + "\n }")
+    path.write_text("{\n" + ",\n".join(blocks) + "\n}\n")
+    return path
+
+
+def shipped_recorded_runs(demo: Any) -> dict[str, dict[int, dict[str, Any]]]:
+    """The recorded runs shipped in the package (a wheel has no results/), the demo config's own
+    only: a record counts when its hash is the one `demo` gives that objective and seed."""
+    path = packaged(RECORDED_DEMO_RUNS)
+    if not path.is_file():
+        return {}
+    shipped = json.loads(path.read_text())
+    runs: dict[str, dict[int, dict[str, Any]]] = {}
+    for spec in demo.objectives:
+        for seed, record in shipped.get(spec.label, {}).items():
+            config = demo.run_config(spec, int(seed), Path("unused"), Path("unused.jsonl"))
+            if record.get("hash") == demo.run_hash(config):
+                runs.setdefault(spec.label, {})[int(seed)] = record
+    return runs
+
+
+def load_demo_config(path: Path) -> Any:
+    """The comparison config at `path` (`numloss.compare.config.load_compare_config`)."""
+    from numloss.compare.config import load_compare_config
+
+    return load_compare_config(path)
 
 
 def recorded_table(runs: dict[str, dict[int, dict[str, Any]]], fresh: dict[str, tuple[int, int]] | None = None,
@@ -143,15 +194,9 @@ def main(argv: list[str] | None = None) -> int:
     if args.worked_example:
         _print_worked_example(args.seed)
         return 0
-    if args.config is None:
-        if not DEMO_CONFIG.is_file():
-            print(
-                f"numloss demo: {DEMO_CONFIG} not found; run it from the numloss repository root "
-                "(where `make demo` runs) or pass a comparison config: numloss demo CONFIG.yaml",
-                file=sys.stderr,
-            )
-            return 2
-        args.config = str(DEMO_CONFIG)
+    default = args.config is None
+    if default:  # the checkout's configs/, else the copy in the installed package
+        args.config = str(config_path(DEMO_CONFIG.name))
     try:
         compare = resolve(args, default_config=None)
     except ConfigError as error:
@@ -171,7 +216,10 @@ def main(argv: list[str] | None = None) -> int:
     summary = run_comparison(compare, progress=not args.no_progress)
     fresh = {label: (e["learning"]["learnt"], e["learning"]["runs"]) for label, e in summary.items() if "learning" in e}
     config_dir = Path(args.config).resolve().parent
-    lines = recorded_table(recorded_runs(compare, config_dir / GRID_CONFIG.name), fresh)
+    runs = recorded_runs(compare, config_dir / GRID_CONFIG.name)
+    if not runs and default:  # installed from a wheel: no results/compare/ here, the shipped copy
+        runs = shipped_recorded_runs(compare)
+    lines = recorded_table(runs, fresh)
     if lines:
         print(f"\nThe same objectives in the recorded grid ({GRID_CONFIG}; the same runs, by config hash), beside "
               f"the {len(compare.seeds)} seeds just run:")

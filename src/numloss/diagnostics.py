@@ -19,9 +19,11 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from transformers import TrainerCallback
-
+from numloss.extras import needs
 from numloss.losses.base import NumericLoss
+
+with needs("hf", "numloss.diagnostics"):
+    from transformers import TrainerCallback
 
 logger = logging.getLogger("numloss.diagnostics")
 

@@ -388,7 +388,10 @@ def split_digits(tokenizer: Any) -> Any:
     `tokenizers.Tokenizer`; the split runs before the tokenizer's own pre-tokenizer. Every digit
     must have a single-character token, or there is nothing to split into.
     """
-    from tokenizers import pre_tokenizers
+    from numloss.extras import needs
+
+    with needs("hf", "numloss.digits.split_digits"):
+        from tokenizers import pre_tokenizers
 
     backend = getattr(tokenizer, "backend_tokenizer", tokenizer)
     if not hasattr(backend, "pre_tokenizer"):

@@ -14,6 +14,13 @@ import torch
 from torch import nn
 
 
+def _unwrap_compiled(model: nn.Module, keep_torch_compile: bool = False) -> nn.Module:
+    """torch.compile's wrapper unwrapped (what accelerate's helper does first); DDP and other
+    `.module` wrappers are unwrapped by `patch_target`'s own rule."""
+    inner = vars(model).get("_modules", {}).get("_orig_mod")
+    return inner if isinstance(inner, nn.Module) and not keep_torch_compile else model
+
+
 def patch_target(model: nn.Module) -> nn.Module:
     """The transformers model inside `model`, unwrapped: DDP, FSDP1, the DeepSpeed engine and
     torch.compile (accelerate's `extract_model_from_parallel`), then peft (`get_base_model`).
@@ -22,7 +29,10 @@ def patch_target(model: nn.Module) -> nn.Module:
     forwards unknown attributes to the module inside it). FSDP2 does not wrap: its root is the
     model itself.
     """
-    from accelerate.utils import extract_model_from_parallel
+    try:
+        from accelerate.utils import extract_model_from_parallel
+    except ModuleNotFoundError:  # the core install: no accelerate, so no accelerate/DeepSpeed wrapper
+        extract_model_from_parallel = _unwrap_compiled
 
     target = model
     for _ in range(8):

@@ -35,7 +35,11 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 from torch import nn
-from transformers import Trainer
+
+from numloss.extras import needs
+
+with needs("hf", "numloss.hf"):
+    from transformers import Trainer
 
 from numloss.digits import digit_coverage
 from numloss.heads import model_logits, output_head, patch_target

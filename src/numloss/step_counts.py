@@ -74,8 +74,10 @@ def refuse_split_sequences(where: str, cp_size: int, sp_size: int) -> None:
 
 def accelerate_sequence_split() -> tuple[int, int]:
     """(cp_size, sp_size) of the parallelism config accelerate was set up with, (1, 1) without one."""
-    from accelerate.state import AcceleratorState
-
+    try:
+        from accelerate.state import AcceleratorState
+    except ModuleNotFoundError:  # the core install: without accelerate there is no such config
+        return 1, 1
     config = AcceleratorState._shared_state.get("parallelism_config")
     return getattr(config, "cp_size", 1) or 1, getattr(config, "sp_size", 1) or 1
 

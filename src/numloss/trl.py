@@ -19,8 +19,8 @@ templates work. `SFTConfig(assistant_only_loss=True)` means the same thing here 
 would refuse a template without those markers); `assistant_only=False` trains on every token,
 TRL's default for `messages`.
 
-trl is an optional dependency (`pip install numloss[trl]`); importing this module without it
-raises an ImportError that says so.
+trl is an optional dependency (numloss's `[trl]` extra); importing this module without it
+raises an ImportError that says so in one line.
 """
 
 from __future__ import annotations
@@ -32,12 +32,10 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-try:
+from numloss.extras import needs
+
+with needs("trl", "numloss.trl"):  # tests/test_patch.py hides trl to check the message
     from trl import SFTTrainer
-except ImportError as error:  # tests/test_patch.py hides trl to check this message
-    raise ImportError(
-        "numloss.trl needs TRL: pip install 'numloss[trl]' (or pip install trl==1.16.0)"
-    ) from error
 
 from numloss.data.examples import Conversation
 from numloss.data.tokenize import conversation_ids

@@ -28,6 +28,10 @@ from typing import Any
 
 from numloss.compare.logs import quiet_training_logs
 from numloss.config import ConfigError
+from numloss.extras import require
+
+# imported inside the functions that use them; looked up here so a missing one names its extra
+require("compare", "numloss.compare", "reasoning_gym", "matplotlib")
 
 __all__ = ["main", "run_comparison"]
 
@@ -99,7 +103,7 @@ def _run_comparison(compare: Any, progress: bool, print_table: bool, finished_on
 
 def build_parser(prog: str = "numloss compare") -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog=prog, description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("config", nargs="?", help="comparison YAML (default: configs/compare.yaml if present)")
+    parser.add_argument("config", nargs="?", help="comparison YAML (default: configs/compare.yaml, the installed package's copy outside a checkout)")
     parser.add_argument("--objectives", help="comma-separated labels of the config or objective names (default: all)")
     parser.add_argument("--seeds", help="comma-separated seeds (default: the config's)")
     parser.add_argument("--model", help="tiny, smollm2 or a local model folder (default: the config's)")
@@ -137,8 +141,11 @@ def resolve(args: argparse.Namespace, default_config: str | None = "configs/comp
     )
 
     path = args.config
-    if path is None and default_config and Path(default_config).is_file():
-        path = default_config
+    if path is None and default_config:  # the checkout's configs/, else the copy in the installed package
+        from numloss.package_data import config_path
+
+        found = config_path(Path(default_config).name)
+        path = str(found) if found.is_file() else None
     compare = load_compare_config(path)
     smoke = getattr(args, "smoke", False)
     # a given value is never "not given": 0 and '' are checked like any other (issues 24, 28)

@@ -18,7 +18,10 @@ def generate(name: str, n: int, seed: int = 0) -> list[Example]:
         raise ValueError(f"unknown reasoning-gym set {name!r}; choose one of {', '.join(GYM_SETS)}")
     if n <= 0:
         raise ValueError(f"a reasoning-gym set needs num_examples >= 1, got {n}")
-    import reasoning_gym
+    from numloss.extras import needs
+
+    with needs("compare", "the gym: data sets (numloss.data.gym)"):
+        import reasoning_gym
 
     dataset = reasoning_gym.create_dataset(name, size=n, seed=seed)
     examples = []

@@ -33,6 +33,10 @@ from numloss.evaluate.sandbox import (
     run_program,
     run_programs,
 )
+from numloss.extras import require
+
+# imported inside the functions that use them; looked up here so a missing one names its extra
+require("eval", "numloss.evaluate", "math_verify", "matplotlib")
 
 __all__ = [
     "evaluate", "score_outputs", "EvalReport", "BenchmarkScore",

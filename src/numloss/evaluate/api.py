@@ -217,7 +217,63 @@ def _load(benchmarks: str | Sequence[str | Benchmark], data_dir: str | Path | No
     return out
 
 
+def load_adapter_run(model_or_path: Any, device: str | None = None) -> tuple[Any, Any] | None:
+    """(model, tokenizer) for a LoRA run's adapter folder (`RUN/final`: adapter_config.json, no
+    config.json): the base model rebuilt from the run's config.yaml as training built it, the
+    adapter merged in. None for anything else. A folder without its run's config.yaml beside it
+    is refused in one line naming the run's merged/ folder."""
+    from numloss.models.load import ModelUnavailableError
+
+    if not isinstance(model_or_path, (str, Path)):
+        return None
+    folder = Path(model_or_path).expanduser()
+    if not (folder / "adapter_config.json").is_file() or (folder / "config.json").is_file():
+        return None
+    run_config = folder.parent / "config.yaml"
+    if not run_config.is_file():
+        raise ModelUnavailableError(
+            f"{folder} is a LoRA adapter without its run's config.yaml ({run_config}) to rebuild the base model from: "
+            f"evaluate the run's merged model ({folder.parent / 'merged'}, written with lora.merge: true)")
+    from peft import PeftModel
+
+    from numloss.config import ConfigError, load_config
+    from numloss.evaluate.generate import resolve_device
+    from numloss.train import load_model_for
+
+    target = resolve_device(device)
+    try:
+        config = load_config(run_config, [])
+    except ConfigError as error:
+        raise ModelUnavailableError(f"{folder} is a LoRA adapter whose run config {run_config} does not load ({error}): "
+                                    f"evaluate the run's merged model ({folder.parent / 'merged'})") from None
+    base, tokenizer = load_model_for(config)
+    model = PeftModel.from_pretrained(base, str(folder)).merge_and_unload()
+    return model.to(target), tokenizer
+
+
+def set_threads(threads: int | None) -> None:
+    """`torch.set_num_threads(threads)` after checking 1 <= threads <= the machine's cores (None: leave it)."""
+    if threads is None:
+        return
+    import os
+
+    import torch
+
+    if isinstance(threads, bool) or not isinstance(threads, int) or threads < 1:  # as numloss train and compare say it
+        raise ValueError(f"--threads must be a positive integer, got {threads!r}")
+    cores = os.cpu_count() or 1
+    if threads > cores:  # thousands of threads stall torch instead of helping
+        raise ValueError(f"--threads {threads}: this machine has {cores} CPU cores; give at most {cores}")
+    torch.set_num_threads(threads)
+
+
 def _report(protocols: list[Protocol], per: dict[str, dict[str, list[ItemResult]]], digits: dict[str, DigitStats], runner: ProgramRunner, meta: dict[str, Any]) -> EvalReport:
+    from datetime import datetime, timezone
+
+    from numloss import __version__
+
+    meta.setdefault("numloss_version", __version__)  # the report's header says what made it, and when
+    meta.setdefault("date", datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC"))
     scores = {p.name: {b: benchmark_score(rs, digits.get(b)) for b, rs in per[p.name].items()} for p in protocols}
     isolation = {"mode": runner.isolation.mode, "detail": runner.isolation.detail,
                  "program_of_thought": bool(meta.pop("program_of_thought", True)) and runner.isolation.available}
@@ -254,6 +310,7 @@ def evaluate(
     seed: int | None = None,
     progress: bool = False,
     cut_at_stop: bool = True,
+    threads: int | None = None,
 ) -> EvalReport:
     """Evaluate a model on `benchmarks` under `protocol` ("released", "numloss" or "both").
 
@@ -265,10 +322,13 @@ def evaluate(
     `max_new_tokens` caps the protocol's limits (1500 open, 2048 multiple choice).
     `cut_at_stop`: every generator's output, a custom one's too, is cut at the protocol's stop
     strings, as the built-in and vLLM generators stop there (False: score what it returned).
+    `progress`: a bar that moves as each item's generation finishes. `threads`: torch CPU threads
+    (1 to the machine's cores; set for the process, as `numloss eval --threads` does).
     Returns an `EvalReport`: accuracy with 95 % intervals per benchmark, mACC, MAE, signed-log MAE,
     place accuracy, teacher-forced digit entropy, and `.to_markdown()`.
     """
     started = time.perf_counter()
+    set_threads(threads)  # checked before anything loads
     protocols = _protocols(protocol)
     stop, open_limit, choice_limit = generation_settings(protocols)
     if max_new_tokens is not None:
@@ -276,6 +336,9 @@ def evaluate(
             raise ValueError(f"max_new_tokens must be at least 1, got {max_new_tokens}")
         open_limit, choice_limit = min(open_limit, max_new_tokens), min(choice_limit, max_new_tokens)
     loaded = _load(benchmarks, data_dir, limit, seed)
+    given = model_or_path
+    if backend == "hf" and (adapter := load_adapter_run(model_or_path, device)) is not None:
+        model_or_path = adapter  # a LoRA run's final/: its base model with the adapter merged in
     if digit_stats:
         check_digit_tokens(model_or_path)  # before the model loads and generates, not after
     runner = program_runner(program_timeout, workers, allow_unisolated)  # its options checked before the model loads
@@ -284,7 +347,7 @@ def evaluate(
     settings = {"prompt": "released-alpaca-0shot", "stop": list(stop), "max_new_tokens_open": open_limit,
                 "max_new_tokens_choice": choice_limit, "backend": backend, "dtype": dtype, "program_of_thought": program_of_thought}
     key = settings_key(settings)
-    model_name = _model_name(model_or_path)
+    model_name = _model_name(given)
     store = ResultsFile(results_file) if results_file is not None else None
     names = {p.name for p in protocols}
     bench_names = {b.name for b in loaded}
@@ -329,8 +392,10 @@ def evaluate(
             per[name][bench.name] = results
         if digit_stats and model is not None and tokenizer is not None:
             digits[bench.name] = _digit_stats(model, tokenizer, bench, capped[0], batch_size)
+    getattr(generator, "close_progress", lambda: None)()
     meta = {"model": model_name, "settings": settings, "settings_key": key, "results_file": str(results_file) if results_file else None,
-            "wall_seconds": time.perf_counter() - started, "program_of_thought": program_of_thought}
+            "wall_seconds": time.perf_counter() - started, "program_of_thought": program_of_thought,
+            "limit": limit, "threads": threads}
     tokens, seconds = getattr(generator, "tokens", 0), getattr(generator, "seconds", 0.0)
     meta["generation_stats"] = {"tokens": tokens, "seconds": seconds, "tokens_per_second": tokens / seconds if seconds else None}
     return _report(protocols, per, digits, runner, meta)

@@ -128,22 +128,13 @@ def main(argv: list[str] | None = None) -> int:
                 raise ValueError(f"--batch-size must be a positive number of prompts, got {args.batch_size}")
             if args.tensor_parallel < 1:
                 raise ValueError(f"--tensor-parallel must be a positive number of GPUs, got {args.tensor_parallel}")
-            if args.threads is not None:
-                if args.threads < 1:  # as numloss train and compare say it
-                    raise ValueError(f"--threads must be a positive integer, got {args.threads}")
-                cores = os.cpu_count() or 1
-                if args.threads > cores:  # thousands of threads stall torch instead of helping
-                    raise ValueError(f"--threads {args.threads}: this machine has {cores} CPU cores; give at most {cores}")
-                import torch
-
-                torch.set_num_threads(args.threads)
             report = evaluate(
                 args.model, args.benchmarks, args.data_dir, args.protocol or "numloss", limit=args.limit, cut_at_stop=not args.no_stop_cut,
                 results_file=Path(args.out) / "items.jsonl", overwrite=args.overwrite, batch_size=args.batch_size,
                 max_new_tokens=args.max_new_tokens, backend=args.backend, dtype=args.dtype, device=args.device,
                 tensor_parallel=args.tensor_parallel, digit_stats=not args.no_digit_stats, program_of_thought=not args.no_pot,
                 allow_unisolated=args.allow_unisolated_exec or None, workers=args.workers,
-                program_timeout=args.program_timeout, seed=args.seed, progress=not args.quiet,
+                program_timeout=args.program_timeout, seed=args.seed, progress=not args.quiet, threads=args.threads,
             )
         report.meta["command"] = ["numloss", "eval", *(argv if argv is not None else sys.argv[1:])]
         check_out(args.out)

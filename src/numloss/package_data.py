@@ -1,0 +1,26 @@
+"""Files that ship inside the package: the configs the command line defaults to and the demo's
+recorded runs, found from a checkout and from an installed wheel alike.
+
+In the repository `src/numloss/configs` is a link to the top-level `configs/` (one copy, which
+docs and commands name as `configs/...`); the wheel holds the files themselves.
+"""
+
+from __future__ import annotations
+
+from importlib import resources
+from pathlib import Path
+
+#: the demo's recorded runs (trimmed copies of results/compare/'s records; numloss.demo writes it)
+RECORDED_DEMO_RUNS = "recorded/demo-runs.json"
+
+
+def packaged(relative: str) -> Path:
+    """The path of the package file `relative` (e.g. "configs/tiny.yaml") inside the installed package."""
+    return Path(str(resources.files("numloss").joinpath(*relative.split("/"))))
+
+
+def config_path(name: str) -> Path:
+    """`configs/NAME` of the working directory when there (a checkout, or the user's own), else
+    the copy shipped in the package."""
+    local = Path("configs") / name
+    return local if local.is_file() else packaged(f"configs/{name}")

@@ -1,0 +1,110 @@
+"""What a newcomer meets in `numloss eval` / `evaluate()`: threads, a progress bar per item, a
+report that says what made it, and a LoRA run's final/ evaluated as it is."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+
+from numloss.evaluate import evaluate
+from numloss.evaluate.generate import Generation
+
+ROOT = Path(__file__).resolve().parents[1]
+DATA = ROOT / "tests" / "fixtures" / "benchmarks"
+
+
+class Answers:
+    """A generator that answers 5 to everything."""
+
+    def generate(self, prompts, max_new_tokens=None):
+        return [Generation(text="The answer is 5.", new_tokens=5) for _ in prompts]
+
+
+@pytest.fixture
+def keep_threads():
+    before = torch.get_num_threads()
+    yield
+    torch.set_num_threads(before)
+
+
+def test_evaluate_takes_threads_and_checks_them(keep_threads):
+    evaluate(Answers(), ["svamp"], data_dir=DATA, limit=1, program_of_thought=False, threads=1)
+    assert torch.get_num_threads() == 1
+    for bad in (0, -2):
+        with pytest.raises(ValueError, match=f"--threads must be a positive integer, got {bad}"):
+            evaluate(Answers(), ["svamp"], data_dir=DATA, limit=1, threads=bad)
+
+
+def test_the_report_header_says_which_command_settings_version_and_date_made_it(tmp_path):
+    import numloss
+    from numloss.evaluate.cli import main
+
+    report = evaluate(Answers(), ["svamp"], data_dir=DATA, limit=2, program_of_thought=False, threads=1)
+    header = report.to_markdown().splitlines()[:4]
+    assert header[2].startswith(f"Made by numloss.evaluate from Python with numloss {numloss.__version__} on 20")
+    assert header[2].endswith(" UTC.")
+    assert header[3] == ("Settings: protocol numloss; backend hf (auto); prompt released-alpaca-0shot; max new tokens "
+                         "1500 open / 2048 multiple choice; program of thought off; limit 2; threads 1.")
+    argv = ["tiny", "--benchmarks", "svamp", "--data-dir", str(DATA), "--limit", "1", "--max-new-tokens", "4",
+            "--no-pot", "--no-digit-stats", "--quiet", "--threads", "1", "--out", str(tmp_path / "eval")]
+    assert main(argv) == 0
+    written = (tmp_path / "eval" / "report.md").read_text().splitlines()
+    assert written[2].startswith("Made by `numloss eval tiny --benchmarks svamp --data-dir ")
+    assert f"with numloss {numloss.__version__} on " in written[2]
+    assert "max new tokens 4 open / 4 multiple choice" in written[3] and "limit 1; threads 1." in written[3]
+
+
+def test_the_progress_bar_moves_once_per_item_not_per_batch():
+    from numloss.evaluate.generate import HFGenerator
+    from numloss.models.tiny import build_char_tokenizer, build_tiny_model
+
+    tokenizer = build_char_tokenizer()
+    model = build_tiny_model(tokenizer, num_layers=1, hidden_size=32, num_heads=2, seed=0)
+    generator = HFGenerator(model, tokenizer, batch_size=4, max_new_tokens=6, progress=False)
+    moves: list[int] = []
+
+    class Bar:
+        total = 0
+
+        def update(self, n: int) -> None:
+            moves.append(n)
+
+        def refresh(self) -> None:
+            pass
+
+    generator._bar = Bar()
+    out = generator.generate(["1+1=", "12+30=", "7*8=", "99-9=", "5+5="])
+    assert len(out) == 5 and moves == [1, 1, 1, 1, 1]  # two batches (4 + 1), five moves
+    assert generator._bar.total == 5
+
+
+def test_a_lora_runs_final_folder_is_evaluated_as_its_merged_model(tmp_path):
+    """`numloss eval RUN/final` of a LoRA run: the base rebuilt from RUN/config.yaml, the adapter
+    merged in; it generates what RUN/merged generates. Without the run's config.yaml: one line
+    naming merged/."""
+    import shutil
+
+    from numloss.config import load_config
+    from numloss.evaluate.cli import main
+    from numloss.models import ModelUnavailableError
+    from numloss.train import run_training
+
+    config = load_config(ROOT / "tests" / "fixtures" / "train" / "tiny-test.yaml", [
+        "--train.output_dir", str(tmp_path / "run"), "--lora.enabled", "true", "--lora.target_modules", "[q_proj, v_proj]",
+        "--lora.merge", "true", "--lora.dropout", "0.0", "--train.learning_rate", "5e-2", "--train.max_steps", "2"])
+    result = run_training(config)
+    assert (result.model_dir / "adapter_config.json").is_file() and not (result.model_dir / "config.json").exists()
+    options = dict(benchmarks=["synthetic:arithmetic"], limit=3, max_new_tokens=8, program_of_thought=False, digit_stats=False)
+    final = evaluate(str(result.model_dir), **options)
+    merged = evaluate(str(result.merged_dir), **options)
+    outputs = [[r.output for r in report.items["numloss"]["synthetic:arithmetic"]] for report in (final, merged)]
+    assert outputs[0] == outputs[1] and len(outputs[0]) == 3
+    assert final.meta["model"] == str(result.model_dir)
+
+    alone = tmp_path / "adapter-alone"
+    shutil.copytree(result.model_dir, alone)
+    with pytest.raises(ModelUnavailableError, match=r"LoRA adapter without its run's config.yaml .* merged"):
+        evaluate(str(alone), **options)
+    assert main([str(alone), "--benchmarks", "synthetic:arithmetic", "--limit", "1", "--out", str(tmp_path / "e")]) == 2
