@@ -97,6 +97,7 @@ def test_logrank_agrees_with_scipys_independent_implementation() -> None:
 def test_sign_flip_and_item_level_pins() -> None:
     # 5 positive differences: only the all-plus and all-minus patterns are as extreme: 2 / 32
     assert sign_flip_p([0.1, 0.2, 0.05, 0.3, 0.1]) == pytest.approx(2 / 32)
+    assert sign_flip_p([0.3]) == 1.0, "one pair: both sign patterns are as extreme"
     out = paired_comparison({0: "1101", 1: "1110", 2: "0111"}, {0: "0100", 1: "1000", 2: "0011"})
     assert (out["b"], out["c"]) == (5, 0) and out["mcnemar_p"] == pytest.approx(2 / 32)
     diffs = [0.5, 0.5, 0.25]

@@ -54,6 +54,8 @@ def sign_flip_p(diffs: Sequence[float]) -> float:
         return float("nan")
     if len(xs) > 16:
         raise ValueError("sign_flip_p enumerates 2^n patterns: at most 16 pairs")
+    if len(xs) == 1:
+        return 1.0  # both patterns are as extreme; scipy refuses a sample of one
     result = stats.permutation_test((np.array(xs),), np.mean, permutation_type="samples", vectorized=True,
                                     n_resamples=np.inf, alternative="two-sided")
     return float(result.pvalue)
