@@ -14,7 +14,7 @@ Two kinds of grid are analysed:
   (`learning_analysis`).
 
 Every number docs/results.md quotes is computed here from the records
-(`numloss.compare.results_doc` writes it in).
+(scripts/results_doc.py writes it in).
 """
 
 from __future__ import annotations
