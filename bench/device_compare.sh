@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The GPU plan (issue 22, point 5): every device check in three calls to one warm H200, in this
+# The GPU plan: every device check in three calls to one warm H200, in this
 # order, at most 690 s of calls in all (docs/benchmarks.md, "The device plan"):
 #
 #   call 1  loss bench vs Liger (bench/device_gpu.sh)               110 s cap, call limit 130 s

@@ -16,8 +16,8 @@ Time: median of `--repeats` forward+backward calls after `--warmup` untimed ones
 synchronised). Memory: `torch.cuda.max_memory_allocated` during one call, above what the inputs
 hold before it (their gradient buffers are freed first, so the peak includes them, as in
 training). Before timing, it checks on the device that the fused DEL
-gradient equals the unfused one (hidden and weight, relative to the largest entry). Goals from
-issue 14: DEL fused within 1.15x of Liger FLCE in time and memory; unfused DEL at or below 1.05x
+gradient equals the unfused one (hidden and weight, relative to the largest entry). Goals: DEL
+fused within 1.15x of Liger FLCE in time and memory; unfused DEL at or below 1.05x
 bare CE in time.
 """
 

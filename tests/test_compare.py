@@ -177,9 +177,9 @@ def test_shipped_configs_load() -> None:
     assert configs, "configs/compare*.yaml are missing"
     for path in configs:
         compare = load_compare_config(path)
-        # the tiny model's comparisons hold out 2,000 items per set (issue 6); SmolLM2 on CPU holds
+        # the tiny model's comparisons hold out 2,000 items per set; SmolLM2 on CPU holds
         # out fewer, as its config says, to fit 12 runs of a 135M model on 2 cores, and so does the
-        # chunked-number comparisons of issue 16 (1,000 items, as their configs say)
+        # chunked-number comparisons (1,000 items, as their configs say)
         if hasattr(compare.task, "benchmarks"):  # the GPU config: scored on 200 real items per benchmark
             assert compare.task.benchmark_limit >= 200, path.name
         else:
@@ -196,8 +196,8 @@ def test_demo_is_the_default_grid_cut_down(tmp_path) -> None:
     configs = Path(__file__).resolve().parents[1] / "configs"
     full = load_compare_config(configs / "compare.yaml")
     demo = load_compare_config(configs / "compare-demo.yaml")
-    # the default run sweeps DEL's alpha, carries the paper's ablations (issue 6) and every
-    # objective of the paper's table (issue 17)
+    # the default run sweeps DEL's alpha, carries the paper's ablations and every
+    # objective of the paper's table
     alphas = sorted(s.alpha for s in full.objectives if s.name == "del" and not s.options)
     assert alphas == [0.1, 0.3, 1.0]
     assert {tuple(sorted(s.options)) for s in full.objectives if s.name == "del" and s.options} >= {
@@ -206,7 +206,7 @@ def test_demo_is_the_default_grid_cut_down(tmp_path) -> None:
     assert {"mle", "ntl-was", "ntl-mse", "dist2", "mixce", "emo", "del"} == {s.name for s in full.objectives}
     assert [s.options for s in full.objectives if s.name == "mixce"] == [{"eta": 0.5}]
     assert len(full.seeds) >= 10 and full.learning is not None and full.learning.stop_early
-    # the demo (issue 17): MLE, DEL, NTL-WAS x 4 seeds with the grid's learning checks; a subset
+    # the demo: MLE, DEL, NTL-WAS x 4 seeds with the grid's learning checks; a subset
     # of the grid with the same task and training, so its runs are the grid's runs (same hash)
     assert [s.name for s in demo.objectives] == ["mle", "del", "ntl-was"] and len(demo.seeds) == 4
     by_label = {s.label: s for s in full.objectives}

@@ -1,4 +1,4 @@
-"""`numloss compare` under faults and careless input (issues 24 and 28): every bad value is one line
+"""`numloss compare` under faults and careless input: every bad value is one line
 (never a traceback, never "not given"), a finished run is never deleted, the output folder has one
 writer, corrupted records are named and refused, and killing the parent kills its workers."""
 

@@ -63,10 +63,10 @@ def test_aggregate_mean_std_over_seeds() -> None:
     em = summary["mle"]["sets"]["in_distribution"]["exact_match"]
     assert em["mean"] == pytest.approx(0.35) and em["std"] == pytest.approx(math.sqrt(0.005))
     assert summary["mle"]["seeds"] == [0, 1]
-    # the items part pools both seeds: 70 of 200; the seeds part is t(0.975, 1) = 12.706 wide
+    # the items part pools both seeds: 70 of 200; the seeds part is t(0.975, 1) = 12.706205 wide
     metrics = summary["mle"]["sets"]["in_distribution"]
     assert metrics["exact_match_ci95_items"] == pytest.approx(wilson_interval(70, 200))
-    half = 12.706 * math.sqrt(0.005) / math.sqrt(2)
+    half = 12.706205 * math.sqrt(0.005) / math.sqrt(2)
     assert metrics["exact_match_ci95_seeds"] == pytest.approx([0.0, 0.35 + half])
     assert metrics["exact_match_ci95"] == pytest.approx([0.0, 0.35 + half]), "the hull of the two"
     # a metric that is NaN for some seeds averages the others

@@ -20,8 +20,8 @@ def test_wilson_interval() -> None:
 
 
 def test_seed_interval_by_hand() -> None:
-    low, high = seed_interval([0.5, 0.6, 0.7])  # mean 0.6, sd 0.1, t(0.975, 2) = 4.303
-    half = 4.303 * 0.1 / math.sqrt(3)
+    low, high = seed_interval([0.5, 0.6, 0.7])  # mean 0.6, sd 0.1, t(0.975, 2) = 4.302653
+    half = 4.302653 * 0.1 / math.sqrt(3)
     assert (low, high) == pytest.approx((0.6 - half, 0.6 + half))
     assert seed_interval([0.0, 0.9, 0.95, 1.0, 0.99])[1] == 1.0, "clipped to [0, 1]"
     assert all(math.isnan(x) for x in seed_interval([0.4])), "one seed has no spread to measure"

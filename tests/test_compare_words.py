@@ -1,4 +1,4 @@
-"""The pretrained arm (issue 22, point 2): the arithmetic word-problem task, teacher-forced exact
+"""The pretrained arm: the arithmetic word-problem task, teacher-forced exact
 match against real greedy generation, and the paired statistics of its report."""
 
 from __future__ import annotations

@@ -249,7 +249,7 @@ def test_score_per_kind():
         score(Item("4", "q", "abc", "number"), "The answer is 3")
 
 
-# ------------------------------------------------------------------ issue 23: the kinds where numloss lost to released
+# ------------------------------------------------------------------ the kinds where numloss lost to released
 
 LETTER_OPTIONS = ("12", "15", "18", "21", "24")
 

@@ -45,7 +45,7 @@ def test_gold_numbers_are_canonical():
 
 
 def test_svamp_joins_body_and_question_as_released():
-    # the released loader joins Body and Question with one space and inserts no "." (issue 13, item 3)
+    # the released loader joins Body and Question with one space and inserts no "."
     item = load_benchmark("svamp", data_dir=FIXTURES).items[0]
     assert item.question == "Jack had 8 pens and Mary had 5 pens. Jack gave 3 pens to Mary How many pens does Jack have now?"
 

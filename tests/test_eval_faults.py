@@ -1,4 +1,4 @@
-"""Fault injection for `numloss eval` (issues 24, 27, 28): every bad input is one line and a
+"""Fault injection for `numloss eval`: every bad input is one line and a
 non-zero exit, never a traceback or a silent wrong result; resume refuses another model's outputs.
 
 `one_line` runs the CLI's `main` in-process and asserts the contract. The record faults are
@@ -77,7 +77,7 @@ def save_tiny(folder: Path, seed: int) -> None:
     tokenizer.save_pretrained(folder)
 
 
-# ---------------------------------------------------------------- issue 28: another model at the same path
+# ---------------------------------------------------------------- another model at the same path
 
 
 def test_a_new_model_saved_at_the_same_path_is_not_resumed_from_the_old_ones_outputs(tmp_path, capsys):
@@ -336,7 +336,7 @@ def test_a_non_utf8_byte_anywhere_names_the_file_and_line(seed, tmp_path, capsys
     data.mkdir()
     (data / "gsm8k.jsonl").write_bytes(b"".join(source))
     line = one_line(["tiny", "--benchmarks", "gsm8k", "--data-dir", str(data), "--out", str(tmp_path / "o"), *QUIET], capsys)
-    assert f"{data / 'gsm8k.jsonl'}:{n + 1}: byte 0x" in line and "not UTF-8" in line
+    assert f"{data / 'gsm8k.jsonl'}:{n + 1}: not UTF-8 text (byte 0x" in line and "not UTF-8" in line
 
     own = tmp_path / "mine.jsonl"
     own.write_bytes(b"".join(json.dumps({"question": f"q{i}", "answer": i}).encode() + b"\n" for i in range(n))
@@ -407,7 +407,7 @@ def test_every_malformed_record_to_score_is_one_line(tmp_path, capsys):
     assert refused >= 20
 
 
-# ---------------------------------------------------------------- issue 27 point 4: messages
+# ---------------------------------------------------------------- messages
 
 
 def test_an_unknown_model_is_one_line_naming_what_was_looked_for(tmp_path, capsys, monkeypatch):

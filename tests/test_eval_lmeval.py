@@ -96,7 +96,7 @@ def test_cli_scores_lm_eval_samples_and_writes_the_report(tmp_path, capsys):
     assert saved["benchmarks"]["numloss"]["gsm8k"]["mae"] == pytest.approx(10 / 3)
 
 
-# ------------------------------------------------------------------ issue 27.2: question checked
+# ------------------------------------------------------------------ the question is checked
 
 
 def test_a_record_whose_question_is_not_the_items_is_refused(tmp_path, capsys):
@@ -112,7 +112,7 @@ def test_a_record_whose_question_is_not_the_items_is_refused(tmp_path, capsys):
     assert "item 1" in err
 
 
-# ------------------------------------------------------------------ issue 27.3: stop strings
+# ------------------------------------------------------------------ stop strings
 
 
 class Rambling:

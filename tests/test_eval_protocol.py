@@ -121,7 +121,7 @@ def test_the_real_mmlu_math_file_has_the_papers_974_items():
 
 
 def test_released_sandbox_limits_keep_what_the_released_executor_reads():
-    """Issue 27.1: the released executor has no output cap and no memory limit. A program that
+    """The released executor has no output cap and no memory limit. A program that
     prints its answer and then 20,000 debug lines, or allocates 1200 MiB first, answers under
     both protocols (the old 64 KiB / 1 GiB sandbox defaults lost them to the fallback)."""
     item = load_benchmark("gsm8k", path=Path(__file__).parent / "fixtures" / "benchmarks" / "gsm8k.jsonl").items[0]

@@ -170,7 +170,7 @@ def test_resume_from_a_named_damaged_checkpoint_is_one_line(tmp_path, stopped, n
     (out / "checkpoint-1" / CHECKPOINT_MARKER).unlink()
     expected = {
         "checkpoint-3": "model.safetensors is damaged",
-        "checkpoint-2": "model.safetensors: its header is not valid JSON",
+        "checkpoint-2": "model.safetensors: not a whole safetensors file",
         "checkpoint-1": "trainer_state.json is not valid JSON",
     }
     for name, message in expected.items():

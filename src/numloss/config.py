@@ -24,6 +24,8 @@ from numloss.extras import needs
 with needs("hf", "numloss.config"):
     import yaml
 
+from numloss.yamlio import YamlKeyError, load_yaml, parse_yaml
+
 
 class ConfigError(ValueError):
     """The configuration is invalid; the message names the key and how to fix it."""
@@ -241,55 +243,12 @@ def coerce(value: Any, hint: Any, key: str) -> Any:
     raise TypeError(f"config field {key} has an unsupported type {hint!r}")
 
 
-class _StrictLoader(yaml.SafeLoader):
-    """yaml.SafeLoader that refuses a mapping key given twice (PyYAML keeps the last silently)."""
-
-
-def _strict_mapping(loader: _StrictLoader, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
-    loader.flatten_mapping(node)
-    seen: dict[Any, int] = {}
-    for key_node, _ in node.value:
-        key = loader.construct_object(key_node, deep=deep)
-        line = key_node.start_mark.line + 1
-        try:
-            first = seen.get(key)
-        except TypeError:
-            raise ConfigError(f"line {line}: a mapping key must be a plain value, got {key!r}") from None
-        if first is not None:
-            where = f"lines {first} and {line}" if first != line else f"line {line}"
-            raise ConfigError(f"key {key!r} is given twice ({where}); keep one")
-        seen[key] = line
-    return yaml.SafeLoader.construct_mapping(loader, node, deep=deep)
-
-
-_StrictLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _strict_mapping)
-
-
 def yaml_load(text: str) -> Any:
     """YAML text as Python values (safe types only); a key given twice is a ConfigError."""
-    return yaml.load(text, Loader=_StrictLoader)  # noqa: S506 - a SafeLoader subclass
-
-
-def read_yaml_file(path: Path) -> Any:
-    """The YAML mapping in `path`; not UTF-8, not YAML or a duplicate key is one ConfigError line."""
-    data = path.read_bytes()
     try:
-        text = data.decode("utf-8")
-    except UnicodeDecodeError as error:
-        line = data.count(b"\n", 0, error.start) + 1
-        column = error.start - (data.rfind(b"\n", 0, error.start) + 1) + 1
-        raise ConfigError(
-            f"{path}:{line}: not UTF-8 text (byte 0x{data[error.start]:02x} at column {column}); save the file as UTF-8"
-        ) from None
-    try:
-        return yaml_load(text) or {}
-    except ConfigError as error:
-        raise ConfigError(f"{path}: {error}") from None
-    except yaml.YAMLError as error:
-        where = getattr(error, "problem_mark", None)
-        place = f":{where.line + 1}" if where is not None else ""
-        problem = getattr(error, "problem", None) or str(error).splitlines()[0]
-        raise ConfigError(f"{path}{place}: not valid YAML ({problem})") from None
+        return parse_yaml(text)
+    except YamlKeyError as error:
+        raise ConfigError(str(error)) from None
 
 
 def _unknown(key: str, known: list[str]) -> ConfigError:
@@ -392,7 +351,7 @@ def load_config(path: str | Path | None = None, overrides: list[str] | None = No
         path = Path(path)
         if not path.is_file():
             raise ConfigError(f"config file {str(path)!r} does not exist")
-        mapping = read_yaml_file(path)
+        mapping = load_yaml(path, ConfigError)
         apply_mapping(config, mapping, str(path))
     for key, value in parse_overrides(list(overrides or [])):
         _set(config, key, value, from_cli=True)
@@ -707,5 +666,5 @@ def read_stored_config(path: Path) -> Config:
     """The Config saved in a run's config.yaml, read without validation (its data file may
     have moved since); a ConfigError when it cannot be read."""
     config = Config()
-    apply_mapping(config, read_yaml_file(path), str(path))
+    apply_mapping(config, load_yaml(path, ConfigError), str(path))
     return config

@@ -284,11 +284,6 @@ class DigitVocab:
         """The ten digit ids as a long tensor, in digit order."""
         return torch.tensor(self.digit_ids, dtype=torch.long, device=device)
 
-    @property
-    def has_multi_digit(self) -> bool:
-        """True when number tokens other than the ten single digits are scored."""
-        return bool(self.number_tokens)
-
     def number_table(self, device: torch.device | str | None = None) -> NumberTable:
         """The number-token table on `device` (cached)."""
         return _number_table(self, str(torch.device(device) if device is not None else torch.device("cpu")))
@@ -499,7 +494,7 @@ def number_places(classes: torch.Tensor) -> torch.Tensor:
 
     `classes` holds 0..9 for digits, 10 for '.', anything else (< 0) for non-number positions, as
     `label_classes` returns. Returns a long tensor of the same shape: the place index i at digit
-    positions, 0 elsewhere (use `classes` in 0..9 as the mask). See DESIGN.md section 1:
+    positions, 0 elsewhere (use `classes` in 0..9 as the mask). The place rule (docs/losses.md):
     with m the index in the run of the first '.' that has a digit before it, integer digits (j < m)
     get m-1-j, decimal digits (j > m) get -(j-m); with no such '.', m is the run length.
     """
@@ -546,7 +541,7 @@ def number_places(classes: torch.Tensor) -> torch.Tensor:
 
 
 def place_weights(places: torch.Tensor, weighting: PlaceWeighting = "official") -> torch.Tensor:
-    """Weight u(i) of each place index, float32 (DESIGN.md section 1).
+    """Weight u(i) of each place index, float32 (docs/losses.md lists the weightings).
 
     official: 2(i+1) for i >= 0, 1.02^(i-1) for i < 0 (the released code);
     continuous: 2(i+1) for i >= 0, 2 * 1.02^i for i < 0 (the paper's text);
@@ -595,7 +590,7 @@ def find_digits(
     Labels are [B, T] (rows are separate sequences) or [T] (one sequence). Positions are indices
     into the flattened labels. A number is a maximal run of number tokens and '.' inside one row;
     a number token with a leading space starts a new one. Its digits are read left to right across
-    its tokens, and the place rule of DESIGN.md section 1 applies to that run of digits: with m the
+    its tokens, and the place rule of `number_places` applies to that run of digits: with m the
     index of the first '.' that has a digit before it (the run's length when there is none),
     character j gets m-1-j when j < m and -(j-m) when j > m. With single-digit tokens this is
     `number_places` exactly. A number that a token of `vocab.unscored_digit_tokens` is part of

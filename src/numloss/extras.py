@@ -47,7 +47,6 @@ EXTRA_OF: dict[str, str] = {
     "tensorboard": "hf",
     "scipy": "compare",
     "statsmodels": "compare",
-    "lifelines": "compare",
     "vllm": "vllm",
 }
 

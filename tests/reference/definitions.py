@@ -1,4 +1,4 @@
-"""Slow references written as plain loops, straight from the definitions in DESIGN.md.
+"""Slow references written as plain loops, straight from the definitions in docs/losses.md.
 
 Nothing here imports numloss's loss code: places are found by scanning each row, and every
 objective is summed position by position with scalar tensor arithmetic, so autograd gives the

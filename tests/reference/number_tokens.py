@@ -1,4 +1,4 @@
-"""Slow reference for the digit objectives on number tokens of any length (issue 16).
+"""Slow reference for the digit objectives on number tokens of any length.
 
 Written from the definition in docs/losses.md ("Multi-digit number tokens"), with no numloss
 code: each row is scanned left to right for runs of number tokens and '.', a run is written out

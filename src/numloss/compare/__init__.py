@@ -148,7 +148,7 @@ def resolve(args: argparse.Namespace, default_config: str | None = "configs/comp
         path = str(found) if found.is_file() else None
     compare = load_compare_config(path)
     smoke = getattr(args, "smoke", False)
-    # a given value is never "not given": 0 and '' are checked like any other (issues 24, 28)
+    # a given value is never "not given": 0 and '' are checked like any other
     for option, value in (("--steps", args.steps), ("--jobs", args.jobs), ("--threads", getattr(args, "threads", None))):
         if value is not None and value < 1:
             raise ConfigError(f"{option} must be a positive integer, got {value}")

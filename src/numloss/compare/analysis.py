@@ -14,7 +14,7 @@ Two kinds of grid are analysed:
   (`learning_analysis`).
 
 Every number docs/results.md quotes is computed here from the records
-(`numloss.compare.results_doc` writes it in).
+(scripts/results_doc.py writes it in).
 """
 
 from __future__ import annotations
@@ -28,6 +28,10 @@ from functools import cached_property, lru_cache
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+from scipy import optimize, stats
+from statsmodels.stats.proportion import confint_proportions_2indep
+
 from numloss.compare.paired import (
     PairedTest,
     check_curve_area,
@@ -38,7 +42,7 @@ from numloss.compare.paired import (
     paired_values,
     seeds_for_power,
 )
-from numloss.compare.stats import fisher_exact_p, wilson_interval
+from numloss.compare.stats import fisher_exact_p
 from numloss.compare.survival import Outcome, logrank, stratified_logrank
 
 Runs = Mapping[str, Mapping[int, dict[str, Any]]]  # label -> seed -> record
@@ -207,11 +211,8 @@ def complete_seeds(runs: Runs, labels: Sequence[str]) -> list[int]:
 def newcombe_interval(hits_a: int, n_a: int, hits_b: int, n_b: int) -> tuple[float, float, float]:
     """(difference, low, high) of two independent proportions a - b: Newcombe's hybrid score
     interval (method 10), built from the two Wilson intervals."""
-    pa, pb = hits_a / n_a, hits_b / n_b
-    la, ua = wilson_interval(hits_a, n_a)
-    lb, ub = wilson_interval(hits_b, n_b)
-    d = pa - pb
-    return d, d - math.sqrt((pa - la) ** 2 + (ub - pb) ** 2), d + math.sqrt((ua - pa) ** 2 + (pb - lb) ** 2)
+    low, high = confint_proportions_2indep(hits_a, n_a, hits_b, n_b, method="newcomb", compare="diff")
+    return hits_a / n_a - hits_b / n_b, float(low), float(high)
 
 
 @lru_cache(maxsize=64)
@@ -220,26 +221,21 @@ def _fisher_rejections(n_a: int, n_b: int, alpha: float) -> tuple[tuple[int, int
 
 
 def fisher_power(n_a: int, p_a: float, n_b: int, p_b: float, alpha: float = 0.05) -> float:
-    """Exact power of the two-sided Fisher test of two binomial groups (sum over its rejection region)."""
-    def pmf(n: int, p: float, k: int) -> float:
-        return math.comb(n, k) * p**k * (1 - p) ** (n - k)
-
-    return sum(pmf(n_a, p_a, x) * pmf(n_b, p_b, y) for x, y in _fisher_rejections(n_a, n_b, alpha))
+    """Exact power of the two-sided Fisher test of two binomial groups: the probability of its
+    rejection region. Own sum: statsmodels' power classes are normal approximations."""
+    rejections = _fisher_rejections(n_a, n_b, alpha)
+    if not rejections:
+        return 0.0
+    x, y = (np.array(v) for v in zip(*rejections, strict=True))
+    return float(np.sum(stats.binom.pmf(x, n_a, p_a) * stats.binom.pmf(y, n_b, p_b)))
 
 
 def fisher_detectable_share(n_arm: int, n_base: int, p_base: float, alpha: float = 0.05, power: float = 0.8) -> float:
     """The share learnt an arm would need (above `p_base`) for Fisher's test to detect it with
-    `power` at these run counts (bisection; 1.0 if not even that)."""
+    `power` at these run counts (1.0 if not even that)."""
     if fisher_power(n_arm, 1.0, n_base, p_base, alpha) < power:
         return 1.0
-    low, high = p_base, 1.0
-    for _ in range(40):
-        mid = (low + high) / 2
-        if fisher_power(n_arm, mid, n_base, p_base, alpha) < power:
-            low = mid
-        else:
-            high = mid
-    return high
+    return float(optimize.brentq(lambda p: fisher_power(n_arm, p, n_base, p_base, alpha) - power, p_base, 1.0, xtol=1e-12))
 
 
 def _outcome(run: Mapping[str, Any]) -> Outcome:

@@ -14,30 +14,27 @@ initialisation and are scored on the same items, so every comparison here is pai
   discordance rate and the observed spread of the per-seed differences.
 
 Holm's correction and the exact McNemar p are numloss.compare.paired's (the seed-level module).
+The detectable effects keep the docs' planning formula (t(0.975) + t(0.80)) sd / sqrt(n) with
+exact quantiles, not the noncentral-t solution of `paired.minimum_detectable_effect`.
 """
 
 from __future__ import annotations
 
-import itertools
 import math
 import statistics
 from collections.abc import Sequence
 from typing import Any
 
+import numpy as np
+from scipy import stats
+
 from numloss.compare.paired import holm, mcnemar_exact_p
-from numloss.compare.stats import _T975
-
-#: one-sided 80 % Student t quantiles t(0.80, df), df = 1..10 (above: the normal 0.8416)
-_T80 = (1.376, 1.061, 0.978, 0.941, 0.920, 0.906, 0.896, 0.889, 0.883, 0.879)
-_Z975, _Z80 = 1.959964, 0.841621
 
 
-def _t975(df: int) -> float:
-    return _T975[df - 1] if 1 <= df <= len(_T975) else 1.96
-
-
-def _t80(df: int) -> float:
-    return _T80[df - 1] if 1 <= df <= len(_T80) else _Z80
+def _mde_quantiles(df: float) -> float:
+    """t(0.975, df) + t(0.80, df): the planning formula's two-sided 5 % plus 80 % power terms
+    (df inf: the normal's)."""
+    return float(stats.t.ppf(0.975, df) + stats.t.ppf(0.80, df))
 
 
 def discordant(bits_a: str, bits_b: str) -> tuple[int, int]:
@@ -57,10 +54,11 @@ def sign_flip_p(diffs: Sequence[float]) -> float:
         return float("nan")
     if len(xs) > 16:
         raise ValueError("sign_flip_p enumerates 2^n patterns: at most 16 pairs")
-    observed = abs(sum(xs)) - 1e-12
-    hits = sum(abs(sum(s * x for s, x in zip(signs, xs, strict=True))) >= observed
-               for signs in itertools.product((1, -1), repeat=len(xs)))
-    return hits / 2 ** len(xs)
+    if len(xs) == 1:
+        return 1.0  # both patterns are as extreme; scipy refuses a sample of one
+    result = stats.permutation_test((np.array(xs),), np.mean, permutation_type="samples", vectorized=True,
+                                    n_resamples=np.inf, alternative="two-sided")
+    return float(result.pvalue)
 
 
 def paired_comparison(a: dict[int, str], b: dict[int, str]) -> dict[str, Any]:
@@ -88,13 +86,12 @@ def paired_comparison(a: dict[int, str], b: dict[int, str]) -> dict[str, Any]:
     # McNemar's detectable effect: the difference whose z = (b - c) / sqrt(b + c) reaches
     # z_0.975 + z_0.80 at the observed discordance rate q: delta = (1.96 + 0.84) sqrt(q / pairs)
     q = (b_all + c_all) / pairs
-    out["mde_items"] = (_Z975 + _Z80) * math.sqrt(q / pairs) if q > 0 else float("nan")
+    out["mde_items"] = _mde_quantiles(math.inf) * math.sqrt(q / pairs) if q > 0 else float("nan")
     if len(diffs) >= 2:
         df = len(diffs) - 1
         sd = statistics.stdev(diffs)
-        half = _t975(df) * sd / math.sqrt(len(diffs))
-        out.update(sd_diff=sd, ci95=[mean - half, mean + half],
-                   mde_seeds=(_t975(df) + _t80(df)) * sd / math.sqrt(len(diffs)))
+        half = stats.t.ppf(0.975, df) * sd / math.sqrt(len(diffs))
+        out.update(sd_diff=sd, ci95=[mean - half, mean + half], mde_seeds=seed_level_mde(sd, len(diffs)))
     else:
         out.update(sd_diff=float("nan"), ci95=[float("nan"), float("nan")], mde_seeds=float("nan"))
     return out
@@ -103,8 +100,7 @@ def paired_comparison(a: dict[int, str], b: dict[int, str]) -> dict[str, Any]:
 def seed_level_mde(sd_diff: float, seeds: int) -> float:
     """The seed-level paired t test's detectable effect (80 % power, two-sided 0.05) for `seeds`
     seeds at a per-seed difference SD of `sd_diff` (the planning formula of the docs)."""
-    df = seeds - 1
-    return (_t975(df) + _t80(df)) * sd_diff / math.sqrt(seeds)
+    return _mde_quantiles(seeds - 1) * sd_diff / math.sqrt(seeds)
 
 
 __all__ = ["discordant", "holm", "mcnemar_exact_p", "paired_comparison", "seed_level_mde", "sign_flip_p"]

@@ -1,13 +1,12 @@
 """JSON files of the comparison: written whole or not at all, strict JSON (no NaN).
 
-`write_json_atomic` (run results, records, the report's results.json) and `jsonable`; shared by
-the runner and the report, which import this module and not each other for it.
+`write_json_atomic` (run results, records, the report's results.json); shared by the runner and
+the report, which import this module and not each other for it (NaN to null: numloss.textio).
 """
 
 from __future__ import annotations
 
 import json
-import math
 import os
 from pathlib import Path
 from typing import Any
@@ -31,15 +30,4 @@ def _json_default(value: Any) -> Any:
     raise TypeError(f"not JSON-serialisable: {type(value).__name__}")
 
 
-def jsonable(value: Any) -> Any:
-    """NaN and inf as null (strict JSON), recursively."""
-    if isinstance(value, float) and not math.isfinite(value):
-        return None
-    if isinstance(value, dict):
-        return {k: jsonable(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [jsonable(v) for v in value]
-    return value
-
-
-__all__ = ["write_json_atomic", "jsonable"]
+__all__ = ["write_json_atomic"]

@@ -1,7 +1,7 @@
 """Where a comparison ran: CPU model and vector extension, accelerator, torch version, date.
 
 A run's outcome depends on the kernels the CPU (or GPU) picks: the same seed learns the task on
-one machine and not on another (issue 17 measured it: AVX2 against AVX-512). So every table a
+one machine and not on another (measured: AVX2 against AVX-512). So every table a
 comparison writes names the machine, and claims about objectives rest on seed distributions, never
 on one seed's number.
 """

@@ -34,10 +34,10 @@ from pathlib import Path
 from typing import Any
 
 from numloss.compare.config import RESULT_SCHEMA, CompareConfig
-from numloss.compare.jsonio import jsonable as _jsonable
 from numloss.compare.jsonio import write_json_atomic as _write_json_atomic
 from numloss.compare.runner import RunKey, read_record, run_one, write_record
 from numloss.config import ConfigError
+from numloss.textio import jsonable as _jsonable
 
 BASELINE = "untrained"
 

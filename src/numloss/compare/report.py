@@ -706,8 +706,8 @@ def _learning_plots(summary: dict[str, Any], results: Sequence[dict[str, Any]], 
 
 def write_report(results: Sequence[dict[str, Any]], out: Path, meta: dict[str, Any]) -> dict[str, Any]:
     """Write results.json, report.md and the plots into `out`; returns the aggregated summary."""
-    from numloss.compare.jsonio import jsonable as _jsonable
     from numloss.compare.jsonio import write_json_atomic as _write_json_atomic
+    from numloss.textio import jsonable as _jsonable
 
     out.mkdir(parents=True, exist_ok=True)
     summary = aggregate(results)

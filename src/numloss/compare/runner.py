@@ -43,12 +43,12 @@ from typing import Any
 import torch
 
 from numloss.compare.config import CompareConfig, ObjectiveSpec
-from numloss.compare.jsonio import jsonable as _jsonable
 from numloss.compare.jsonio import write_json_atomic as _write_json_atomic
 from numloss.compare.report import primary_evaluation
 from numloss.compare.stats import wilson_interval
 from numloss.compare.task import TEST_SETS, TaskExample
 from numloss.config import ConfigError
+from numloss.textio import jsonable as _jsonable
 
 logger = logging.getLogger("numloss.compare")
 
@@ -421,7 +421,7 @@ def run_one(
         "curve": _training_curve(trained.csv_path),
         "embeddings": {"before": before, "after": after},
         "finished_at": time.strftime("%Y-%m-%d %H:%M:%S"),
-        # a run's outcome depends on the CPU's kernels (issue 17): each run names its machine, so
+        # a run's outcome depends on the CPU's kernels (AVX2 against AVX-512): each run names its machine, so
         # records pooled across sessions and machines stay attributable
         "machine": machine_info(),
     }

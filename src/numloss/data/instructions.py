@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from numloss.data.examples import Conversation, Example, PromptCompletion, TrainingRecord
+from numloss.textio import read_utf8
 
 
 class DataError(ValueError):
@@ -125,26 +126,12 @@ def records_to_examples(
     return examples
 
 
-def read_utf8(path: Path) -> str:
-    """The text of `path`; a byte that is not UTF-8 is a DataError naming the file, line and column."""
-    data = path.read_bytes()
-    try:
-        return data.decode("utf-8")
-    except UnicodeDecodeError as error:
-        line = data.count(b"\n", 0, error.start) + 1
-        column = error.start - (data.rfind(b"\n", 0, error.start) + 1) + 1
-        raise DataError(
-            f"{path}:{line}: not UTF-8 text (byte 0x{data[error.start]:02x} at column {column}); re-save the file "
-            "as UTF-8 (e.g. iconv -f latin1 -t utf-8)"
-        ) from None
-
-
 def read_json_records(path: str | os.PathLike) -> list[dict[str, Any]]:
     """Records of a .json (a list, or {"data": [...]}) or .jsonl file, with line numbers in errors."""
     path = Path(path)
     if not path.is_file():
         raise DataError(f"data file {str(path)!r} does not exist")
-    text = read_utf8(path)
+    text = read_utf8(path, DataError)
     if path.suffix == ".jsonl":
         records = []
         for number, line in enumerate(text.splitlines(), start=1):
@@ -185,7 +172,7 @@ def load_hf_records(name_or_path: str, split: str = "train", subset: str | None 
         if path.is_file():
             builder = {".parquet": "parquet", ".csv": "csv", ".json": "json", ".jsonl": "json"}.get(path.suffix)
             if builder in ("csv", "json"):
-                read_utf8(path)  # a named line instead of a decoder traceback from deep inside datasets
+                read_utf8(path, DataError)  # a named line instead of a decoder traceback from deep inside datasets
             if builder is None:
                 raise DataError(f"{path}: unknown data file type {path.suffix!r} (use .json, .jsonl, .parquet or .csv)")
             return datasets.load_dataset(builder, data_files=str(path), split=split)

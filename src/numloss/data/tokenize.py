@@ -29,6 +29,7 @@ import torch
 
 from numloss.data.examples import Conversation, Example, PromptCompletion, TrainingRecord
 from numloss.data.instructions import DataError
+from numloss.textio import read_utf8
 
 IGNORE_INDEX = -100
 _BATCH = 1024  # examples per call into the (Rust) tokenizer
@@ -75,9 +76,7 @@ def resolve_chat_template(chat_template: str | None) -> str | None:
     path = Path(chat_template).expanduser()
     if not path.is_file():
         raise DataError(f"data.chat_template {chat_template!r} is neither a Jinja template nor an existing file")
-    from numloss.data.instructions import read_utf8
-
-    return read_utf8(path)
+    return read_utf8(path, DataError)
 
 
 def compile_chat_template(template: str | None) -> None:

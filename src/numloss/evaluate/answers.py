@@ -146,11 +146,6 @@ def exact_numbers_in(text: str) -> list[Fraction]:
     return out
 
 
-def numbers_in(text: str) -> list[float]:
-    """Every number in `text`, left to right, as floats."""
-    return [float(v) for v in exact_numbers_in(text)]
-
-
 def parse_exact(text: str) -> Fraction | None:
     """The first number in `text` (units and currency ignored), exactly, or None."""
     found = exact_numbers_in(text)

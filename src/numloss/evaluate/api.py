@@ -56,7 +56,7 @@ from numloss.evaluate.store import (
 )
 
 DECIMAL_TEXT = "0123456789.-"
-SCHEMA_VERSION = 2  # of EvalReport.to_json(); 1 was the unversioned layout before issue 23
+SCHEMA_VERSION = 2  # of EvalReport.to_json(); 1 was the earlier unversioned layout
 BENCHMARK_KIND = {name: spec.kind for name, spec in BENCHMARKS.items()}
 
 

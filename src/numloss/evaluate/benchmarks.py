@@ -37,6 +37,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
+from numloss.textio import read_utf8
+
 AnswerKind = Literal["number", "choice", "math"]
 LETTERS = "ABCDE"
 
@@ -343,37 +345,10 @@ ALIASES = {"sat_math": "sat", "sat-math": "sat", "mmlu_mathematics": "mmlu_math"
 # ---------------------------------------------------------------- file and hub readers
 
 
-def read_utf8(path: Path) -> str:
-    """The text of `path`; a byte that is not UTF-8 is an error naming the file, line and column.
-
-    A folder, a missing or unreadable file is an error naming the file too (BenchmarkError, not
-    OSError), so every reader of benchmark and results files fails in one line.
-    """
-    if path.is_dir():
-        raise BenchmarkError(f"{path}: is a folder, not a file")
-    try:
-        data = path.read_bytes()
-    except OSError as error:
-        raise BenchmarkError(f"{path}: cannot read it ({error.strerror or error})") from None
-    try:
-        return data.decode("utf-8")
-    except UnicodeDecodeError as error:
-        line = data.count(b"\n", 0, error.start) + 1
-        column = error.start - (data.rfind(b"\n", 0, error.start) + 1) + 1
-        raise BenchmarkError(
-            f"{path}:{line}: byte 0x{data[error.start]:02x} at column {column} is not UTF-8; "
-            "save the file as UTF-8 (e.g. iconv -f latin1 -t utf-8)"
-        ) from None
-
-
-def read_records(path: Path) -> list[dict[str, Any]]:
-    """Records of a .json (list, or {"data": [...]}, or one object per line), .jsonl or .parquet file."""
-    return [record for record, _ in read_located(path)]
-
-
 def read_located(path: Path) -> list[tuple[dict[str, Any], str]]:
-    """`read_records` with where each record is: "FILE:LINE" for line-per-record files, else
-    "FILE record I" (0-based), for error messages."""
+    """Records of a .json (list, or {"data": [...]}, or one object per line), .jsonl or .parquet
+    file, each with where it is: "FILE:LINE" for line-per-record files, else "FILE record I"
+    (0-based), for error messages."""
     if path.is_dir():
         raise BenchmarkError(f"{path}: is a folder; give the benchmark file inside it (or --data-dir {path})")
     if not path.is_file():
@@ -386,7 +361,7 @@ def read_located(path: Path) -> list[tuple[dict[str, Any], str]]:
             return [(r, f"{path} record {i}") for i, r in enumerate(pq.read_table(path).to_pylist())]
         except Exception as error:  # pyarrow raises several types for a bad file
             raise BenchmarkError(f"{path}: not a readable Parquet file ({error})") from None
-    text = read_utf8(path)
+    text = read_utf8(path, BenchmarkError)
     if suffix == ".json":
         try:
             data = json.loads(text)
@@ -488,7 +463,7 @@ def _file_set(path_text: str) -> Benchmark:
         raise BenchmarkError(f"file:{path}: no such file (expected a .jsonl file: {FILE_SUMMARY})")
     items: list[Item] = []
     seen: set[str] = set()
-    for number, line in enumerate(read_utf8(path).splitlines(), 1):
+    for number, line in enumerate(read_utf8(path, BenchmarkError).splitlines(), 1):
         if not line.strip():
             continue
         where = f"{path}:{number}"

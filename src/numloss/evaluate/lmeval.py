@@ -28,10 +28,15 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from numloss.evaluate.benchmarks import Benchmark, BenchmarkError, Item, parse_records
+from numloss.evaluate.benchmarks import (
+    MMLU_MATH_SUBJECTS,
+    Benchmark,
+    BenchmarkError,
+    Item,
+    parse_records,
+)
 
 SAMPLE_FIELDS = ("doc_id", "doc", "resps")
-MMLU_MATH = ("elementary_mathematics", "high_school_mathematics", "college_mathematics", "abstract_algebra", "formal_logic")
 
 
 def is_samples(rows: Sequence[Mapping[str, Any]]) -> bool:
@@ -52,7 +57,7 @@ def benchmark_of_task(task: str) -> str | None:
         return "gsm8k"
     if t.startswith(("minerva_math", "hendrycks_math", "math_")) or t == "math":
         return "math"
-    if t.startswith("mmlu") and any(s in t for s in MMLU_MATH):
+    if t.startswith("mmlu") and any(s in t for s in MMLU_MATH_SUBJECTS):
         return "mmlu_math"
     if "sat_math" in t or "sat-math" in t:
         return "sat"

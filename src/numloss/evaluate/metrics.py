@@ -10,7 +10,7 @@
   the model (teacher forcing), at every digit position of the answer: whether the model's argmax
   over the whole vocabulary is the gold digit, and the entropy (nats, at most ln 10) of its softmax
   restricted to the ten digit tokens; digits are found with `numloss.digits.find_digits`, so the
-  places are those of DESIGN.md section 1.
+  places are those of docs/losses.md ("Digits, numbers, places").
 """
 
 from __future__ import annotations

@@ -23,7 +23,6 @@ The transcription in tests/reference/released_eval.py is checked against this mo
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
 
 STOP = ("USER:", "ASSISTANT:", "### Instruction:", "Response:", "\n\nProblem", "\nProblem", "Problem:", "<|eot_id|>", "####")
 MAX_NEW_TOKENS_OPEN = 1500  # eval/all.sh: run_open.py --model_max_length 1500
@@ -247,5 +246,3 @@ def program_text(stdout: str | None) -> str:
     return "The answer is " + (stdout or "")
 
 
-def choice_options_line(options: Sequence[str]) -> str:  # pragma: no cover - documented helper
-    return " ".join(f"({CHOICE_LETTERS[i]}) {o}" for i, o in enumerate(options))

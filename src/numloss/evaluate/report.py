@@ -14,6 +14,8 @@ import math
 from pathlib import Path
 from typing import Any, Protocol
 
+from numloss.textio import jsonable
+
 
 class EvalReport(Protocol):
     """What this module reads of a `numloss.evaluate.api.EvalReport` (a structural type, so this
@@ -104,16 +106,6 @@ def markdown(report: EvalReport) -> str:
     return "\n".join(lines)
 
 
-def _json_safe(value: Any) -> Any:
-    if isinstance(value, float) and not math.isfinite(value):
-        return None
-    if isinstance(value, dict):
-        return {k: _json_safe(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [_json_safe(v) for v in value]
-    return value
-
-
 def _accuracy_plot(report: EvalReport, path: Path) -> None:
     import matplotlib
 
@@ -185,7 +177,7 @@ def write_report(out_dir: str | Path, report: EvalReport) -> list[Path]:
     """Write results.json, report.md and the PNG plots into `out_dir`; returns the paths."""
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    (out / "results.json").write_text(json.dumps(_json_safe(report.to_json()), indent=2) + "\n")
+    (out / "results.json").write_text(json.dumps(jsonable(report.to_json()), indent=2) + "\n")
     (out / "report.md").write_text(markdown(report))
     _accuracy_plot(report, out / "accuracy.png")
     return [out / "results.json", out / "report.md", out / "accuracy.png", *_detail_plots(report, out)]

@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import math
 import os
 import time
 from collections.abc import Callable, Iterable, Mapping
@@ -27,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from numloss.evaluate.benchmarks import BenchmarkError
+from numloss.textio import jsonable
 
 KEY_FIELDS = ("model", "benchmark", "protocol", "id", "settings")
 
@@ -86,16 +86,6 @@ def settings_key(settings: dict[str, Any]) -> str:
     """A short stable hash of the generation settings."""
     text = json.dumps(settings, sort_keys=True, default=str)
     return hashlib.sha256(text.encode()).hexdigest()[:12]
-
-
-def _safe(value: Any) -> Any:
-    if isinstance(value, float) and not math.isfinite(value):
-        return None
-    if isinstance(value, dict):
-        return {k: _safe(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [_safe(v) for v in value]
-    return value
 
 
 def read_lines(path: Path, check: Callable[[Mapping[str, Any], str], None] | None = None) -> list[dict[str, Any]]:
@@ -171,7 +161,7 @@ class ResultsFile:
 
     def append(self, records: Iterable[dict[str, Any]]) -> None:
         """Write `records` as one batch: one write, flushed and fsynced."""
-        lines = "".join(json.dumps(_safe(r), ensure_ascii=False) + "\n" for r in records)
+        lines = "".join(json.dumps(jsonable(r), ensure_ascii=False) + "\n" for r in records)
         if not lines:
             return
         self.path.parent.mkdir(parents=True, exist_ok=True)
@@ -203,7 +193,7 @@ class ResultsFile:
 def _write_atomic(path: Path, records: list[dict[str, Any]]) -> None:
     tmp = path.with_name(path.name + ".tmp")
     with open(tmp, "w", encoding="utf-8") as f:
-        f.write("".join(json.dumps(_safe(r), ensure_ascii=False) + "\n" for r in records))
+        f.write("".join(json.dumps(jsonable(r), ensure_ascii=False) + "\n" for r in records))
         f.flush()
         os.fsync(f.fileno())
     os.replace(tmp, path)

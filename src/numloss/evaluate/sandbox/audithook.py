@@ -3,7 +3,7 @@
 Used only when the caller opts in (``--allow-unisolated-exec`` / NUMLOSS_ALLOW_UNISOLATED_EXEC=1)
 because bubblewrap cannot run here, and by bench/sandbox.py as the baseline. It is NOT a security
 boundary: the program runs as the evaluator's user, and an in-interpreter guard can be undone
-from inside (issue 12 lists the escapes). What it still does:
+from inside. What it still does:
 
 Each program runs in a fresh interpreter started as ``python -I -S`` with a preamble that sets
 rlimits (CPU, address space, file size = the output cap, processes, core) and installs an audit

@@ -4,9 +4,12 @@ Every table and every number-bearing sentence of docs/results.md sits between
 ``<!-- results:NAME:begin -->`` and ``<!-- results:NAME:end -->`` and is written here from the
 records in ``results/`` (`numloss.compare.analysis`), never typed by hand:
 
-    python -m numloss.compare.results_doc            # rewrite the blocks of docs/results.md and
-                                                     # docs/results-pretrained.md
-    python -m numloss.compare.results_doc --check    # exit 1 if a block differs from the records
+    python scripts/results_doc.py            # rewrite the blocks of docs/results.md,
+                                             # docs/results-pretrained.md and README.md
+    python scripts/results_doc.py --check    # exit 1 if a block differs from the records
+
+The write-up of this repository's experiments, not part of the installed package: it reads the
+records in results/ and writes the pages of this checkout (numloss must be importable).
 
 `tests/test_results_doc.py` runs the check, so records committed without the doc regenerated
 (or a hand-edited number) fail the tests.
@@ -38,7 +41,7 @@ from numloss.compare.analysis import (
 from numloss.compare.machine import runs_machine_line
 from numloss.compare.survival import Outcome, logrank, logrank_exact_p, median_steps
 
-ROOT = Path(__file__).resolve().parents[3]
+ROOT = Path(__file__).resolve().parents[1]
 DOC = ROOT / "docs" / "results.md"
 PRETRAINED_DOC = ROOT / "docs" / "results-pretrained.md"
 README = ROOT / "README.md"
@@ -953,7 +956,7 @@ def main(argv: list[str] | None = None) -> int:
         rendered = render(text, rec)
         if "--check" in args:
             if rendered != text:
-                print(f"{path}: numbers differ from the records; run python -m numloss.compare.results_doc", file=sys.stderr)
+                print(f"{path}: numbers differ from the records; run python scripts/results_doc.py", file=sys.stderr)
                 status = 1
             else:
                 print(f"{path}: every generated block matches the records")

@@ -1,0 +1,47 @@
+"""Reading text files and writing strict JSON, one helper each for the whole package.
+
+`read_utf8` turns a file that is not UTF-8 (or a folder, or an unreadable file) into one line
+naming the file, line and column, raised as the caller's own error type so that each command
+keeps its error class. `jsonable` maps NaN and inf to null, which strict JSON readers need.
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Any
+
+
+def read_utf8(path: Path, error: type[Exception] = ValueError) -> str:
+    """The text of `path`; a byte that is not UTF-8, a folder or an unreadable file is one
+    `error` naming the file (and for bad bytes the line and column)."""
+    if path.is_dir():
+        raise error(f"{path}: is a folder, not a file")
+    try:
+        data = path.read_bytes()
+    except OSError as problem:
+        raise error(f"{path}: cannot read it ({problem.strerror or problem})") from None
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as problem:
+        line = data.count(b"\n", 0, problem.start) + 1
+        column = problem.start - (data.rfind(b"\n", 0, problem.start) + 1) + 1
+        raise error(
+            f"{path}:{line}: not UTF-8 text (byte 0x{data[problem.start]:02x} at column {column}); "
+            "save the file as UTF-8 (e.g. iconv -f latin1 -t utf-8)"
+        ) from None
+
+
+def jsonable(value: Any) -> Any:
+    """`value` with every NaN and inf float replaced by None, through dicts, lists and tuples
+    (tuples become lists, as JSON writes them)."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, dict):
+        return {k: jsonable(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [jsonable(v) for v in value]
+    return value
+
+
+__all__ = ["jsonable", "read_utf8"]

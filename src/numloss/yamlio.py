@@ -1,0 +1,62 @@
+"""The one YAML loader of the package: safe types only, and a mapping key given twice is an
+error (PyYAML keeps the last one silently, so a repeated `max_steps:` would win unseen)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from numloss.textio import read_utf8
+
+
+class YamlKeyError(ValueError):
+    """A mapping key given twice, or a key that is not a plain value."""
+
+
+class _StrictLoader(yaml.SafeLoader):
+    """yaml.SafeLoader that refuses a mapping key given twice."""
+
+
+def _strict_mapping(loader: _StrictLoader, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
+    loader.flatten_mapping(node)
+    seen: dict[Any, int] = {}
+    for key_node, _ in node.value:
+        key = loader.construct_object(key_node, deep=deep)
+        line = key_node.start_mark.line + 1
+        try:
+            first = seen.get(key)
+        except TypeError:
+            raise YamlKeyError(f"line {line}: a mapping key must be a plain value, got {key!r}") from None
+        if first is not None:
+            where = f"lines {first} and {line}" if first != line else f"line {line}"
+            raise YamlKeyError(f"key {key!r} is given twice ({where}); keep one")
+        seen[key] = line
+    return yaml.SafeLoader.construct_mapping(loader, node, deep=deep)
+
+
+_StrictLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _strict_mapping)
+
+
+def parse_yaml(text: str) -> Any:
+    """YAML text as Python values; YamlKeyError for a repeated key, yaml.YAMLError for bad YAML."""
+    return yaml.load(text, Loader=_StrictLoader)  # noqa: S506 - a SafeLoader subclass
+
+
+def load_yaml(path: Path, error: type[Exception] = ValueError) -> Any:
+    """The YAML in `path` ({} for an empty file); not UTF-8, not YAML or a repeated key is one
+    `error` line naming the file."""
+    text = read_utf8(path, error)
+    try:
+        return parse_yaml(text) or {}
+    except YamlKeyError as problem:
+        raise error(f"{path}: {problem}") from None
+    except yaml.YAMLError as problem:
+        where = getattr(problem, "problem_mark", None)
+        place = f":{where.line + 1}" if where is not None else ""
+        detail = getattr(problem, "problem", None) or str(problem).splitlines()[0]
+        raise error(f"{path}{place}: not valid YAML ({detail})") from None
+
+
+__all__ = ["YamlKeyError", "load_yaml", "parse_yaml"]
