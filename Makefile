@@ -28,12 +28,12 @@ demo: setup
 # the fast suite (under 5 minutes on 2 quiet cores, docs/benchmarks.md): every property once;
 # tests marked `slow` are longer versions of properties a fast test covers
 test: setup
-	$(PY) -m ruff check src tests bench
+	$(PY) -m ruff check src tests bench scripts
 	$(PY) -m pytest -q -m "not slow"
 
 # everything, slow tests included (CI runs it after `make test`)
 test-all: setup
-	$(PY) -m ruff check src tests bench
+	$(PY) -m ruff check src tests bench scripts
 	$(PY) -m pytest -q
 
 # build the wheel, install it into clean venvs (with [all]; bare) and run what a user runs
