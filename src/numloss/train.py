@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import csv
 import errno
+import io
 import json
 import logging
 import math
@@ -42,6 +43,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from numloss.atomic import write_text_atomic
 from numloss.checkpoints import (
     FINAL,
     FINAL_RECORD,
@@ -164,22 +166,26 @@ def _callbacks_module():
         def on_train_begin(self, args, state, control, **kwargs):
             if not state.is_world_process_zero:
                 return
-            kept: list[dict[str, str]] = []
-            if self.path.is_file() and state.global_step > 0:
-                with self.path.open(newline="") as handle:
-                    kept = [row for row in csv.DictReader(handle) if int(row["step"]) <= state.global_step]
-            with self.path.open("w", newline="") as handle:
-                writer = csv.DictWriter(handle, fieldnames=CSV_COLUMNS)
-                writer.writeheader()
-                writer.writerows(kept)
+            kept = read_log_rows(self.path, state.global_step) if state.global_step > 0 else []
+            # a new file beside the old one, renamed over it: a failed write (file-size limit, full
+            # disk) keeps the earlier steps, which a rewrite in place would have truncated
+            buffer = io.StringIO(newline="")
+            writer = csv.DictWriter(buffer, fieldnames=CSV_COLUMNS, extrasaction="ignore")
+            writer.writeheader()
+            writer.writerows(kept)
+            write_text_atomic(self.path, buffer.getvalue())
 
         def on_log(self, args, state, control, logs=None, **kwargs):
             if not state.is_world_process_zero or logs is None or "loss" not in logs:
                 return
             row = {"step": state.global_step, **{k: logs.get(k, "") for k in CSV_COLUMNS if k != "step"}}
             row["num_input_tokens_seen"] = state.num_input_tokens_seen
+            buffer = io.StringIO(newline="")
+            csv.DictWriter(buffer, fieldnames=CSV_COLUMNS).writerow(row)
+            # one write per row, flushed: a kill tears at most this row, which the next resume drops
             with self.path.open("a", newline="") as handle:
-                csv.DictWriter(handle, fieldnames=CSV_COLUMNS).writerow(row)
+                handle.write(buffer.getvalue())
+                handle.flush()
 
     class ProgressBarCallback(TrainerCallback):
         """A tqdm bar over optimizer steps whose postfix shows the last logged loss terms and
@@ -277,15 +283,41 @@ def _callbacks_module():
             ConfigRecordCallback)
 
 
+def read_log_rows(path: Path, up_to_step: int) -> list[dict[str, str]]:
+    """The whole rows of log.csv at `path` with step <= `up_to_step` (a resume drops the steps the
+    interrupted run logged after its checkpoint). A torn last row (a kill mid-append: no final
+    newline) and any row that is not a whole row (wrong number of fields, a step that is not an
+    integer) are dropped, so they never reappear as a bogus step between two real ones."""
+    if not path.is_file():
+        return []
+    text = path.read_text(encoding="utf-8", errors="replace")
+    if text and not text.endswith("\n"):
+        text = text[: text.rfind("\n") + 1]  # the torn tail of the last append
+    reader = csv.reader(io.StringIO(text, newline=""))
+    header = next(reader, None)
+    if not header or "step" not in header:
+        return []
+    kept: list[dict[str, str]] = []
+    for fields in reader:
+        if len(fields) != len(header):
+            continue
+        row = dict(zip(header, fields, strict=True))
+        try:
+            step = int(row["step"])
+        except ValueError:
+            continue
+        if 0 < step <= up_to_step and (not kept or step > int(kept[-1]["step"])):
+            kept.append(row)
+    return kept
+
+
 def record_config(config: Config, output_dir: Path, replaced_at: Path | None) -> None:
     """Write output_dir/config.yaml (atomically); with `replaced_at` (a --resume-changed resume
     from that checkpoint) the old one is kept as config-before-step-N.yaml first."""
     path = output_dir / "config.yaml"
     if replaced_at is not None and path.is_file():
         path.rename(output_dir / f"config-before-step-{checkpoint_step(replaced_at)}.yaml")
-    temporary = path.with_name("config.yaml.tmp")
-    temporary.write_text(dump_config(config))
-    os.replace(temporary, path)
+    write_text_atomic(path, dump_config(config))
 
 
 # -- the run folder: what it holds, what a new run may do with it -------------------------------------
@@ -657,7 +689,7 @@ def prepare_data(config: Config, examples: list[Any], tokenizer: Any) -> Any:
 
 
 def _write_json(path: Path, payload: Any) -> None:
-    path.write_text(json.dumps(payload, indent=1, default=str) + "\n")
+    write_text_atomic(path, json.dumps(payload, indent=1, default=str) + "\n")
 
 
 # -- the run --------------------------------------------------------------------------------------

@@ -33,6 +33,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from numloss.atomic import write_text_atomic
 from numloss.compare.config import RESULT_SCHEMA, CompareConfig
 from numloss.compare.jsonio import jsonable as _jsonable
 from numloss.compare.jsonio import write_json_atomic as _write_json_atomic
@@ -329,7 +330,7 @@ def main(argv: list[str] | None = None) -> int:
     for folder in [compare.output_dir, *also_to]:
         folder.mkdir(parents=True, exist_ok=True)
         _write_json_atomic(folder / f"summary-{index}.json", _jsonable(summary))
-        (folder / f"summary-{index}.md").write_text(text)
+        write_text_atomic(folder / f"summary-{index}.md", text)
     print(text)
     return 1 if status["failed"] else 0
 

@@ -42,6 +42,7 @@ from typing import Any
 
 import torch
 
+from numloss.atomic import write_text_atomic
 from numloss.compare.config import CompareConfig, ObjectiveSpec
 from numloss.compare.jsonio import jsonable as _jsonable
 from numloss.compare.jsonio import write_json_atomic as _write_json_atomic
@@ -258,6 +259,10 @@ def _clear_run_dir(run_dir: Path, say: Callable[[str], None]) -> None:
     """Make way for a run in `run_dir`. An interrupted run (no result.json) is deleted; a finished
     one (of other settings: another --steps, say) is never deleted but moved to
     `<output_dir>/superseded/<name>-<its hash>`, and `say` tells where."""
+    runs = run_dir.parent
+    if run_dir.parent.name != "runs" or Path(os.path.realpath(run_dir)).parent != Path(os.path.realpath(runs)):
+        # labels are checked to be plain names; this is the last guard before a delete
+        raise ConfigError(f"refusing to clear {run_dir}: it is not a run folder directly under {runs}")
     if not run_dir.exists():
         return
     result = run_dir / "result.json"
@@ -329,9 +334,7 @@ def _write_train_file(path: Path, examples: Sequence[TaskExample]) -> None:
     text = "".join(json.dumps({"instruction": e.instruction, "output": e.output}) + "\n" for e in examples)
     if path.is_file() and path.read_text() == text:
         return
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(text)
-    os.replace(tmp, path)
+    write_text_atomic(path, text)
 
 
 def run_one(

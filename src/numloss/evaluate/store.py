@@ -201,12 +201,9 @@ class ResultsFile:
 
 
 def _write_atomic(path: Path, records: list[dict[str, Any]]) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    with open(tmp, "w", encoding="utf-8") as f:
-        f.write("".join(json.dumps(_safe(r), ensure_ascii=False) + "\n" for r in records))
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
+    from numloss.atomic import write_text_atomic
+
+    write_text_atomic(path, "".join(json.dumps(_safe(r), ensure_ascii=False) + "\n" for r in records))
 
 
 # ---------------------------------------------------------------- model identity
