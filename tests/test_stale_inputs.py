@@ -144,3 +144,68 @@ def test_rescoring_does_not_replace_an_evaluations_report(tmp_path, capsys) -> N
     assert "scored_from" in json.loads((out / "results.json").read_text())
     # re-scoring the same file into its own report again is no replacement of another's
     ok(["--score-outputs", str(out / "items.jsonl"), "--out", str(out), "--allow-unisolated-exec"], capsys)
+
+
+# -- compare -------------------------------------------------------------------------------------------
+def _compare(tmp_path: Path, out: Path, *extra: str) -> int:
+    import yaml
+
+    from numloss.compare import main as compare_main
+    from test_compare_faults import _mapping
+
+    config = tmp_path / "c.yaml"
+    config.write_text(yaml.safe_dump(_mapping(out)))
+    return compare_main([str(config), "--no-progress", *extra])
+
+
+def _compare_line(capsys, status: int) -> str:
+    from test_compare_faults import _one_line_error
+
+    return _one_line_error(capsys, status)
+
+
+def test_compare_refuses_a_finished_run_of_a_model_replaced_in_place(tmp_path, capsys) -> None:
+    model, out = tmp_path / "model", tmp_path / "out"
+    save_tiny(model, seed=0)
+    assert _compare(tmp_path, out, "--model", str(model)) == 0
+    result = json.loads((out / "runs" / "mle-s0" / "result.json").read_text())
+    assert result["model_sha256"] == model_sha256(str(model)) and result["data_sha256"].startswith("sha256:")
+    times = {p.name: (p.stat().st_atime_ns, p.stat().st_mtime_ns) for p in model.iterdir()}
+    save_tiny(model, seed=1)
+    _restore_times(model, times)
+    capsys.readouterr()
+    line = _compare_line(capsys, _compare(tmp_path, out, "--model", str(model)))
+    assert "mle-s0" in line and "the model's weights changed (sha256:" in line and "move" in line
+    assert json.loads((out / "runs" / "mle-s0" / "result.json").read_text()) == result, "nothing replaced"
+
+
+def test_compare_refuses_a_finished_run_of_other_training_data_and_accepts_one_without_hashes(tmp_path, capsys) -> None:
+    out = tmp_path / "out"
+    assert _compare(tmp_path, out) == 0
+    path = out / "runs" / "mle-s0" / "result.json"
+    result = json.loads(path.read_text())
+    assert "model_sha256" not in result, "'tiny' has no weight files: its weights follow from the hashed config"
+    path.write_text(json.dumps({**result, "data_sha256": "sha256:" + "0" * 64}))
+    capsys.readouterr()
+    line = _compare_line(capsys, _compare(tmp_path, out))
+    assert "the training data changed (sha256:000000000000 then" in line
+    # a result written before the fields existed is reused as it always was
+    path.write_text(json.dumps({k: v for k, v in result.items() if k not in ("data_sha256", "model_sha256")}))
+    assert _compare(tmp_path, out, "--report-only") == 0
+    assert "data_sha256" not in json.loads(path.read_text())
+
+
+def test_report_only_of_a_slice_does_not_replace_the_fuller_report(tmp_path, capsys) -> None:
+    out = tmp_path / "out"
+    assert _compare(tmp_path, out) == 0
+    data = json.loads((out / "results.json").read_text())
+    data["runs"].append({**data["runs"][0], "label": "del"})  # the fuller report of a larger grid
+    (out / "results.json").write_text(json.dumps(data))
+    before = (out / "results.json").read_bytes(), (out / "report.md").read_bytes()
+    capsys.readouterr()
+    line = _compare_line(capsys, _compare(tmp_path, out, "--report-only", "--objectives", "mle"))
+    assert "reports 2 runs and this --report-only selects 1" in line
+    assert ((out / "results.json").read_bytes(), (out / "report.md").read_bytes()) == before
+    assert _compare(tmp_path, out, "--objectives", "mle") == 0  # a training slice keeps the fuller one aside
+    (kept,) = out.glob("previous-report-*")
+    assert (kept / "results.json").read_bytes() == before[0]

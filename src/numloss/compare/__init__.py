@@ -50,9 +50,22 @@ def _run_comparison(compare: Any, progress: bool, print_table: bool, finished_on
     from numloss.compare.runner import run_grid
 
     started = time.perf_counter()
+    wanted = {f"{spec.label}-s{seed}" for spec in compare.objectives for seed in compare.seeds}
+    reported = reported_runs(compare.output_dir)
+    if finished_only and reported - wanted:
+        raise ConfigError(
+            f"{compare.output_dir / 'report.md'} reports {len(reported)} runs and this --report-only selects "
+            f"{len(wanted)} (--objectives / --seeds): it would replace the fuller report; leave them out to report "
+            "the whole grid"
+        )
     results = run_grid(compare, progress=progress, finished_only=finished_only)
     if not results:
         raise ConfigError(f"no finished runs of this grid in {compare.output_dir}/runs to report")
+    missing = reported - {f"{r['label']}-s{r['seed']}" for r in results}
+    if missing:  # a slice of the grid: its report must not silently replace the fuller one
+        kept = keep_report_aside(compare.output_dir)
+        print(f"numloss compare: the earlier report held {len(missing)} runs this one does not "
+              f"({', '.join(sorted(missing)[:4])}{', ...' if len(missing) > 4 else ''}); kept as {kept}", file=sys.stderr)
     base = compare.base
     train = base.get("train", {})
     task = compare.task
@@ -95,6 +108,32 @@ def _run_comparison(compare: Any, progress: bool, print_table: bool, finished_on
             print(text_table(summary, first))
         print(f"\nreport: {compare.output_dir / 'report.md'} (all held-out sets, plots, results.json)")
     return summary
+
+
+def reported_runs(out: Path) -> set[str]:
+    """The runs (label-s<seed>) that OUT/results.json reports; empty without a readable one."""
+    import json
+
+    try:
+        data = json.loads((Path(out) / "results.json").read_text(encoding="utf-8"))
+        return {f"{r['label']}-s{r['seed']}" for r in data["runs"]}
+    except (OSError, ValueError, KeyError, TypeError):
+        return set()
+
+
+def keep_report_aside(out: Path) -> Path:
+    """Move OUT's results.json and report.md into OUT/previous-report-<UTC time>/ (nothing is
+    deleted; the plots are redrawn by every report); returns that folder."""
+    folder = Path(out) / f"previous-report-{time.strftime('%Y%m%dT%H%M%SZ', time.gmtime())}"
+    n = 1
+    while folder.exists():
+        n += 1
+        folder = folder.with_name(f"{folder.name.split('~')[0]}~{n}")
+    folder.mkdir(parents=True)
+    for name in ("results.json", "report.md"):
+        if (Path(out) / name).is_file():
+            os.replace(Path(out) / name, folder / name)
+    return folder
 
 
 def build_parser(prog: str = "numloss compare") -> argparse.ArgumentParser:
