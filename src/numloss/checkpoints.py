@@ -31,7 +31,7 @@ FINAL_PARTIAL = "final.partial"
 FINAL_RECORD = "numloss_train.json"
 #: names numloss or the Trainer writes at the top of a run folder
 RUN_FILES = (
-    "config.yaml", "log.csv", "log_history.json", "tensorboard", FINAL, FINAL_PARTIAL, "merged", "runs",
+    "config.yaml", "inputs.json", "log.csv", "log_history.json", "tensorboard", FINAL, FINAL_PARTIAL, "merged", "runs",
     "trainer_state.json", "training_args.bin", "model.safetensors", "adapter_model.safetensors", "pytorch_model.bin",
 )
 RUN_PATTERNS = ("checkpoint-*", "partial-checkpoint-*", "final-step-*", "config-before-*.yaml")

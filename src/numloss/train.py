@@ -46,6 +46,7 @@ from typing import Any
 from numloss.atomic import write_text_atomic
 from numloss.checkpoints import (
     FINAL,
+    FINAL_PARTIAL,
     FINAL_RECORD,
     MARKER,
     begin_final,
@@ -269,15 +270,18 @@ def _callbacks_module():
                     rotate_checkpoints(Path(args.output_dir), self.keep)
 
     class ConfigRecordCallback(TrainerCallback):
-        """Writes config.yaml once the Trainer has loaded everything and training begins (rank
-        0), so a resume that fails while loading its checkpoint leaves the run's record as it was."""
+        """Writes config.yaml and inputs.json once the Trainer has loaded everything and training
+        begins (rank 0), so a resume that fails while loading its checkpoint leaves the run's
+        record as it was."""
 
-        def __init__(self, config: Config, replaced_at: Path | None) -> None:
-            self.config, self.replaced_at = config, replaced_at
+        def __init__(self, config: Config, replaced_at: Path | None, inputs: dict[str, str] | None = None) -> None:
+            self.config, self.replaced_at, self.inputs = config, replaced_at, inputs
 
         def on_train_begin(self, args, state, control, **kwargs):
             if state.is_world_process_zero:
                 record_config(self.config, Path(args.output_dir), self.replaced_at)
+                if self.inputs is not None:
+                    record_inputs(self.inputs, Path(args.output_dir))
 
     return (ThroughputCallback, CSVLogCallback, ProgressBarCallback, StopAfterStepCallback, CheckpointMarkerCallback,
             ConfigRecordCallback)
@@ -309,6 +313,56 @@ def read_log_rows(path: Path, up_to_step: int) -> list[dict[str, str]]:
         if 0 < step <= up_to_step and (not kept or step > int(kept[-1]["step"])):
             kept.append(row)
     return kept
+
+
+#: beside config.yaml: the content hashes of what the run trains on (its data, its start weights)
+INPUTS_FILE = "inputs.json"
+
+
+def run_inputs(config: Config, examples: list[Any]) -> dict[str, str]:
+    """The content hashes a resume is checked against: `data_sha256` of the examples as loaded
+    (whatever their source: a file, a generated set, a dataset) and `model_sha256` of the start
+    weights (numloss.identity; absent for 'tiny', whose weights follow from the config)."""
+    from dataclasses import asdict, is_dataclass
+
+    from numloss.identity import json_sha256, model_sha256
+
+    rows = [asdict(e) if is_dataclass(e) else e for e in examples]
+    inputs = {"data_sha256": json_sha256(rows)}
+    weights = model_sha256(config.model.name, config.model.cache_dir)
+    if weights is not None:
+        inputs["model_sha256"] = weights
+    return inputs
+
+
+def record_inputs(inputs: dict[str, str], output_dir: Path) -> None:
+    """Write output_dir/inputs.json (atomically)."""
+    write_text_atomic(output_dir / INPUTS_FILE, json.dumps(inputs, indent=1, sort_keys=True) + "\n")
+
+
+def check_inputs_unchanged(config: Config, output_dir: Path, inputs: dict[str, str]) -> list[str]:
+    """For a resume: what changed between the run's inputs.json and `inputs`, as one-line parts.
+    A ConfigError unless --resume-changed; with it, the changes are returned (for a warning).
+    A run without inputs.json (written before it existed) is not checked."""
+    from numloss.identity import describe_change
+
+    try:
+        stored = json.loads((output_dir / INPUTS_FILE).read_text())
+    except FileNotFoundError:
+        return []
+    except (OSError, ValueError):
+        stored = {}
+    if not isinstance(stored, dict):
+        stored = {}
+    names = {"data_sha256": f"the training data ({config.data.source})", "model_sha256": f"the start weights ({config.model.name})"}
+    changed = [describe_change(name, stored.get(key), inputs.get(key)) for key, name in names.items()
+               if stored.get(key) != inputs.get(key) and (key in stored or key in inputs)]
+    if changed and not config.train.resume_changed:
+        raise ConfigError(
+            f"--resume: {'; '.join(changed)} since the run in {output_dir} started; put them back, or pass "
+            "--resume-changed to continue on the new ones"
+        )
+    return changed
 
 
 def record_config(config: Config, output_dir: Path, replaced_at: Path | None) -> None:
@@ -454,8 +508,15 @@ def plan_run_dir(config: Config) -> RunPlan:
         if train.overwrite:
             return RunPlan("overwrite", entries)
         progress = [e for e in entries if e.name.startswith(("checkpoint-", "final", "merged", "partial-"))]
-        if stored is not None and not changed and not progress and not (out / "trainer_state.json").exists():
-            return RunPlan("new", entries, note="an earlier attempt of this config saved nothing; starting again")
+        whole = [e for e in progress if _whole_progress(e)]
+        if stored is not None and not changed and not whole and not (out / "trainer_state.json").exists():
+            # killed before its first whole save (a checkpoint without its marker, a torn
+            # final.partial): nothing can be resumed, so the same command starts again
+            note = "an earlier attempt of this config saved nothing; starting again"
+            if progress:
+                note = (f"an earlier attempt of this config was killed before a whole save "
+                        f"({', '.join(sorted(e.name for e in progress)[:3])}); starting again (partial folders kept as partial-*)")
+            return RunPlan("new", entries, note=note)
         if record is not None:
             state = f"a finished run (final/, step {record.get('global_step', '?')})"
         elif progress:
@@ -487,6 +548,27 @@ def plan_run_dir(config: Config) -> RunPlan:
         return RunPlan("finished", entries, changed=changed, record=record)
     note = f"final/ fails its check ({final_problem}); training from the newest intact checkpoint" if final_problem else None
     return RunPlan("resume", entries, changed=changed, note=note)
+
+
+def _whole_progress(entry: Path) -> bool:
+    """True when a run-folder entry holds training progress a resume can use: a checkpoint that
+    passes its check, a whole final/ (or a final.partial/ whose marker is written: --resume
+    completes its rename), a merged model or a kept final-step-N/."""
+    name = entry.name
+    if name.startswith("partial-"):
+        return False
+    if name.startswith("checkpoint-") or name == FINAL_PARTIAL:
+        return folder_problem(entry) is None
+    return True
+
+
+def _set_partial_aside(output_dir: Path) -> None:
+    """Before a run starts again: checkpoint-N folders a kill cut short (no marker) are renamed
+    partial-checkpoint-N, so the new run's saves neither overwrite nor count them."""
+    for folder in sorted(output_dir.glob("checkpoint-*")):
+        if folder.is_dir() and checkpoint_step(folder) >= 0 and folder_problem(folder) is not None:
+            moved = set_aside(folder)
+            logger.warning("%s: %s was cut short by a kill; kept as %s", output_dir, folder.name, moved.name)
 
 
 def check_output_dir(output_dir: Path) -> None:
@@ -892,7 +974,10 @@ def check_run(config: Config, examples: list[Any] | None = None) -> tuple[RunPla
     plan = plan_run_dir(config)
     if isinstance(config.train.resume, str):
         _check_resume_folder(Path(config.train.resume))
-    return plan, prepare_run(config, examples)
+    prepared = prepare_run(config, examples)
+    if plan.action == "resume":
+        check_inputs_unchanged(config, output_dir, run_inputs(config, prepared.examples))
+    return plan, prepared
 
 
 def _check_resume_folder(folder: Path) -> None:
@@ -958,8 +1043,18 @@ def _resume_checkpoint(config: Config, output_dir: Path, main_process: bool) -> 
         raise ConfigError(
             f"train.resume: no complete checkpoint-* folder in {str(output_dir)!r} to resume from"
             + (f" (every one failed its check: {skipped[0][1]})" if skipped else "")
-            + "; run without --resume (and with train.save_steps > 0 to write checkpoints), or pass a checkpoint folder"
+            + "; run the same command without --resume: it starts the run again from step 0 (partial folders are "
+            "kept aside), or pass a checkpoint folder"
         )
+    if not any(entry.name.startswith(("optimizer", "global_step")) for entry in found.iterdir()):
+        # save_only_model: the Trainer would resume with a fresh optimizer and schedule, and the
+        # weights would drift from the uninterrupted run's without a word
+        why = (f"{found.name} holds no optimizer or scheduler state (train.extra.save_only_model), so a resume "
+               "from it cannot continue the run as it was")
+        if not config.train.resume_changed:
+            raise ConfigError(f"train.resume: {why}; pass --resume-changed to continue with a fresh optimizer and "
+                              "schedule, or --overwrite to start again")
+        logger.warning("--resume-changed: %s; continuing with a fresh optimizer and schedule", why)
     if skipped:
         logger.warning("--resume: falling back to %s, the newest intact checkpoint", found.name)
     else:
@@ -990,6 +1085,8 @@ def _run_locked(
     if plan.action == "overwrite" and main_process:
         moved = move_aside(output_dir, plan.entries)
         logger.warning("--overwrite: moved the run that was in %s to %s", output_dir, moved)
+    if plan.action == "new" and plan.entries and main_process:
+        _set_partial_aside(output_dir)
     checkpoint: Path | None = None
     if plan.action == "resume":
         checkpoint = _resume_checkpoint(config, output_dir, main_process)
@@ -998,6 +1095,10 @@ def _run_locked(
 
     prepared = prepare_run(config, examples)
     tokenizer, vocab, dataset, args = prepared.tokenizer, prepared.vocab, prepared.dataset, prepared.args
+    inputs = run_inputs(config, prepared.examples)
+    if plan.action == "resume":  # checked before any weights load
+        for change in check_inputs_unchanged(config, output_dir, inputs):
+            logger.warning("--resume-changed: continuing although %s", change)
     set_seed(config.train.seed)
     model, model_tokenizer = load_model_for(config)
     if model_tokenizer.get_vocab() != tokenizer.get_vocab():
@@ -1019,7 +1120,7 @@ def _run_locked(
     throughput, csv_log, progress, stop_after, checkpoint_marker, config_record = _callbacks_module()
     csv_path = output_dir / "log.csv"
     own_callbacks: list[Any] = [throughput(), checkpoint_marker(config.train.save_total_limit),
-                                config_record(config, checkpoint if plan.changed else None)]
+                                config_record(config, checkpoint if plan.changed else None, inputs)]
     if "tensorboard" in config.train.report_to and args.process_index == 0:
         from torch.utils.tensorboard import SummaryWriter
         from transformers.integrations import TensorBoardCallback
@@ -1060,6 +1161,7 @@ def _run_locked(
             trainer.state = TrainerState.load_from_json(str(checkpoint / "trainer_state.json"))
             if main_process:
                 record_config(config, output_dir, checkpoint if plan.changed else None)
+                record_inputs(inputs, output_dir)
             metrics: dict[str, Any] = {}
         else:
             output = trainer.train(resume_from_checkpoint=None if checkpoint is None else str(checkpoint))
@@ -1269,6 +1371,7 @@ def main(argv: list[str] | None = None) -> int:
     if argv and not argv[0].startswith("--"):
         path, argv = argv[0], argv[1:]
     logging.basicConfig(level=logging.INFO, format="%(name)s: %(message)s")
+    config: Config | None = None
     try:
         config = load_config(path, argv)
         _check_model_name(config)
@@ -1290,6 +1393,12 @@ def main(argv: list[str] | None = None) -> int:
     except DiskFullError as error:
         print(f"numloss train: {error}", file=sys.stderr)
         return 1
+    except KeyboardInterrupt:
+        if int(os.environ.get("RANK", "0")) == 0:
+            line = "interrupted before training began; nothing was written" if config is None else \
+                interrupted_line(Path(config.train.output_dir))
+            print(f"numloss train: {line}", file=sys.stderr)
+        return 130
     if result.already_finished:
         if int(os.environ.get("RANK", "0")) == 0:
             print(f"numloss train: the run in {result.output_dir} already finished ({result.global_step} steps); "
@@ -1299,6 +1408,18 @@ def main(argv: list[str] | None = None) -> int:
         summary = {k: round(v, 5) if isinstance(v, float) else v for k, v in result.metrics.items()}
         print(f"numloss train: done, {result.global_step} steps; model in {result.model_dir}; metrics {summary}")
     return 0
+
+
+def interrupted_line(output_dir: Path) -> str:
+    """The one line a Ctrl-C prints: what the run folder kept and the command that continues."""
+    found, _ = newest_intact_checkpoint(output_dir)
+    if found is not None:
+        return (f"interrupted; {found} is the newest whole checkpoint: run the same command with --resume to "
+                "continue from it")
+    if (output_dir / FINAL).is_dir():
+        return f"interrupted; {output_dir / FINAL} is kept as it was"
+    return (f"interrupted before the first whole checkpoint; nothing to resume in {output_dir}: run the same "
+            "command to start again")
 
 
 def _end_process_group(finished: bool) -> None:

@@ -188,6 +188,8 @@ def resolve(args: argparse.Namespace, default_config: str | None = "configs/comp
                           ("--objectives", args.objectives), ("--seeds", args.seeds)):
         if value is not None and not value.strip(" ,"):
             raise ConfigError(f"{option} is empty: give a value or leave the option out")
+    if smoke and args.model is not None:  # the smoke check always runs the tiny model
+        raise ConfigError("--smoke runs the tiny model and would ignore --model; drop one of them")
     if args.model is not None or args.steps is not None or args.out is not None or smoke:
         base = {k: dict(v) if isinstance(v, dict) else v for k, v in compare.base.items()}
         if args.model is not None:
@@ -287,13 +289,31 @@ def main(argv: list[str] | None = None) -> int:
             return 2
     if not args.verbose:
         quiet_training_logs()
+    return run_reporting_errors("numloss compare", compare,
+                                lambda: run_comparison(compare, progress=not args.no_progress, finished_only=args.report_only))
+
+
+def interrupted_line(compare: Any) -> str:
+    """The one line a Ctrl-C prints: what was kept and how to continue."""
+    kept = f"{compare.output_dir / 'runs'}" + (f" and {compare.records_dir}" if compare.records_dir else "")
+    return (f"interrupted; every finished run is kept in {kept}: run the same command to continue (the run in "
+            "progress starts again)")
+
+
+def run_reporting_errors(prog: str, compare: Any, body: Any) -> int:
+    """Run `body()` and turn what it raises into one line and an exit status: 2 for a bad config
+    or folder, 1 for a failed read or write (a full disk, a folder turned read-only), 130 for
+    Ctrl-C (saying what was kept and how to continue)."""
     try:
-        run_comparison(compare, progress=not args.no_progress, finished_only=args.report_only)
+        body()
     except ConfigError as error:
-        print(f"numloss compare: {error}", file=sys.stderr)
+        print(f"{prog}: {error}", file=sys.stderr)
         return 2
     except OSError as error:  # a full disk, a folder that turned read-only mid-run: one line, not a traceback
         where = f"{error.filename}: " if error.filename else ""
-        print(f"numloss compare: {where}{error.strerror or error}", file=sys.stderr)
+        print(f"{prog}: {where}{error.strerror or error}", file=sys.stderr)
         return 1
+    except KeyboardInterrupt:
+        print(f"{prog}: {interrupted_line(compare)}", file=sys.stderr)
+        return 130
     return 0
