@@ -239,7 +239,17 @@ def coerce(value: Any, hint: Any, key: str) -> Any:
 
 
 class _StrictLoader(yaml.SafeLoader):
-    """yaml.SafeLoader that refuses a mapping key given twice (PyYAML keeps the last silently)."""
+    """yaml.SafeLoader that refuses a mapping key given twice (PyYAML keeps the last silently)
+    and any alias (`*name`, `<<: *name`): a few lines of nested aliases expand to billions of
+    nodes (an "alias bomb") and hang whatever walks them; no numloss setting needs one."""
+
+    def compose_node(self, parent: Any, index: Any) -> Any:
+        if self.check_event(yaml.events.AliasEvent):
+            event = self.peek_event()
+            raise ConfigError(
+                f"line {event.start_mark.line + 1}: YAML aliases (*{event.anchor}) are not accepted; write the value out"
+            )
+        return super().compose_node(parent, index)
 
 
 def _strict_mapping(loader: _StrictLoader, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
@@ -263,7 +273,8 @@ _StrictLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _s
 
 
 def yaml_load(text: str) -> Any:
-    """YAML text as Python values (safe types only); a key given twice is a ConfigError."""
+    """YAML text as Python values (safe types only): the one YAML reader of numloss's configs.
+    A key given twice or an alias is a ConfigError naming the line."""
     return yaml.load(text, Loader=_StrictLoader)  # noqa: S506 - a SafeLoader subclass
 
 
@@ -279,7 +290,7 @@ def read_yaml_file(path: Path) -> Any:
             f"{path}:{line}: not UTF-8 text (byte 0x{data[error.start]:02x} at column {column}); save the file as UTF-8"
         ) from None
     try:
-        return yaml_load(text) or {}
+        loaded = yaml_load(text)
     except ConfigError as error:
         raise ConfigError(f"{path}: {error}") from None
     except yaml.YAMLError as error:
@@ -287,6 +298,12 @@ def read_yaml_file(path: Path) -> Any:
         place = f":{where.line + 1}" if where is not None else ""
         problem = getattr(error, "problem", None) or str(error).splitlines()[0]
         raise ConfigError(f"{path}{place}: not valid YAML ({problem})") from None
+    if loaded is None:
+        # an empty, null or comment-only file would train every default, which is never what a
+        # file was written for
+        raise ConfigError(f"{path}: holds no settings (empty, null or only comments); write the keys to set "
+                          "(numloss train --help lists them), or give no config file to train the defaults")
+    return loaded
 
 
 def _unknown(key: str, known: list[str]) -> ConfigError:

@@ -42,7 +42,7 @@ import yaml
 
 from numloss.compare.learning import LearningCheck
 from numloss.compare.tasks import task_from_dict
-from numloss.config import Config, ConfigError, config_from_dict
+from numloss.config import Config, ConfigError, config_from_dict, yaml_load
 
 #: bump when what a result file holds changes, so old results are recomputed, not misread
 RESULT_SCHEMA = 2  # 2: the learning checks during training
@@ -288,21 +288,6 @@ DEFAULTS: dict[str, Any] = {
 }
 
 
-class _UniqueKeyLoader(yaml.SafeLoader):
-    """yaml.SafeLoader that refuses a key given twice in one mapping (safe_load keeps the last, silently)."""
-
-    def construct_mapping(self, node: Any, deep: bool = False) -> dict[Any, Any]:
-        seen: set[Any] = set()
-        for key_node, _ in node.value:
-            key = self.construct_object(key_node, deep=deep)
-            if not isinstance(key, (str, int, float, bool)):
-                continue  # unhashable keys: the constructor below refuses them
-            if key in seen:
-                raise yaml.constructor.ConstructorError(None, None, f"key {key!r} is given twice", key_node.start_mark)
-            seen.add(key)
-        return super().construct_mapping(node, deep=deep)
-
-
 def load_compare_config(path: str | Path | None) -> CompareConfig:
     """The comparison config in `path` (YAML; None: small defaults); ConfigError on any problem."""
     mapping = copy.deepcopy(DEFAULTS)
@@ -312,13 +297,18 @@ def load_compare_config(path: str | Path | None) -> CompareConfig:
         if not Path(path).is_file():
             raise ConfigError(f"comparison config {origin!r} does not exist (see configs/compare*.yaml)")
         try:
-            loaded = yaml.load(Path(path).read_text(encoding="utf-8"), Loader=_UniqueKeyLoader) or {}
+            loaded = yaml_load(Path(path).read_text(encoding="utf-8"))
+        except ConfigError as error:  # a key given twice, an alias
+            raise ConfigError(f"{origin}: {error}") from None
         except UnicodeDecodeError as error:
             raise ConfigError(f"{origin}: not UTF-8 text (byte {error.start}: {error.reason})") from None
         except OSError as error:
             raise ConfigError(f"{origin}: cannot be read ({error.strerror or error})") from None
         except yaml.YAMLError as error:
             raise ConfigError(f"{origin}: not valid YAML: {' '.join(str(error).split())}") from None
+        if loaded is None:
+            raise ConfigError(f"{origin}: holds no settings (empty, null or only comments); write the grid's keys "
+                              "(see configs/compare.yaml), or give no config for the small default grid")
         if not isinstance(loaded, dict):
             raise ConfigError(f"{origin}: the top level must be a mapping")
         unknown = sorted(set(loaded) - set(DEFAULTS))

@@ -276,6 +276,8 @@ def evaluate(
             raise ValueError(f"max_new_tokens must be at least 1, got {max_new_tokens}")
         open_limit, choice_limit = min(open_limit, max_new_tokens), min(choice_limit, max_new_tokens)
     loaded = _load(benchmarks, data_dir, limit, seed)
+    if not loaded:
+        raise BenchmarkError("benchmarks is empty; name at least one, e.g. ['gsm8k', 'svamp'] (--benchmarks gsm8k,svamp)")
     if digit_stats:
         check_digit_tokens(model_or_path)  # before the model loads and generates, not after
     runner = program_runner(program_timeout, workers, allow_unisolated)  # its options checked before the model loads
@@ -358,8 +360,10 @@ class StopCut:
         from dataclasses import is_dataclass, replace
 
         from numloss.evaluate.generate import Generation, cut_at_stop
+        from numloss.evaluate.runner import generated_texts
 
         gens = self.inner.generate(prompts, max_new_tokens=max_new_tokens) if self._takes_limit else self.inner.generate(prompts)
+        generated_texts(self.inner, prompts, gens)  # checked before any is cut
         out = []
         for g in gens:
             text = cut_at_stop(g.text, self.stop)
