@@ -641,6 +641,11 @@ def build_training_arguments(config: Config) -> Any:
     if train.tf32 is not None:
         kwargs["tf32"] = train.tf32
     if train.fsdp:
+        import torch
+
+        if not torch.cuda.is_available() and int(os.environ.get("WORLD_SIZE", "1")) <= 1:
+            raise ConfigError("train.fsdp: FSDP shards a model across processes; this is one CPU process (launch it "
+                              "with torchrun / accelerate launch on several), or drop train.fsdp")
         kwargs["fsdp"] = train.fsdp
         kwargs["fsdp_config"] = dict(train.fsdp_config) or None
     if train.deepspeed:
@@ -885,6 +890,10 @@ def check_model_structure(config: Config, tokenizer: Any) -> None:
         logger.warning("could not check %s without its weights (%s); LoRA targets are checked when it loads",
                        config.model.name, _first_line(error))
         return
+    width = getattr(getattr(model, "config", None), "hidden_size", None)
+    if config.lora.enabled and isinstance(width, int) and config.lora.r > width:
+        raise ConfigError(f"lora.r {config.lora.r} is larger than the model's width ({width}); a rank above it adds "
+                          "nothing (and a huge one exhausts memory): give at most the width")
     if config.lora.enabled:
         target = config.lora.target_modules
         names = [name for name, _ in model.named_modules() if name]
@@ -929,10 +938,66 @@ def build_arguments_checked(config: Config) -> Any:
     from transformers import Trainer
 
     try:
-        Trainer.get_optimizer_cls_and_kwargs(args)
+        optimizer_cls, optimizer_kwargs = Trainer.get_optimizer_cls_and_kwargs(args)
     except (ValueError, ImportError, TypeError) as error:
         raise ConfigError(f"train.optim {config.train.optim!r} cannot be used here: {_first_line(error)}") from None
+    check_arguments_in_context(args)
+    dry_build_optimizer_and_scheduler(config, args, optimizer_cls, optimizer_kwargs)
     return args
+
+
+def check_arguments_in_context(args: Any) -> None:
+    """TrainingArguments that transformers accepts and then fails on (or ignores) inside a run of
+    numloss's: an evaluation schedule without an evaluation set, fp16 or FSDP where they cannot
+    run, a negative NEFTune noise. Raises ConfigError."""
+    import torch
+
+    if str(getattr(args, "eval_strategy", "no")) not in ("no", "IntervalStrategy.NO"):
+        raise ConfigError("train.extra.eval_strategy: numloss trains without an evaluation set (compare scores the "
+                          "runs itself); drop eval_strategy")
+    if getattr(args, "fp16", False) and not torch.cuda.is_available():
+        raise ConfigError("train.extra.fp16: fp16 mixed precision needs a CUDA GPU; on this machine use train.bf16 "
+                          "(where supported) or drop fp16")
+    noise = getattr(args, "neftune_noise_alpha", None)
+    if noise is not None and not noise > 0:
+        raise ConfigError(f"train.extra.neftune_noise_alpha must be > 0 (or null for none), got {noise}")
+
+
+def dry_build_optimizer_and_scheduler(config: Config, args: Any, optimizer_cls: Any, optimizer_kwargs: dict[str, Any]) -> None:
+    """Build the optimizer (over one stand-in parameter) and the learning-rate scheduler a run
+    will build, so train.extra values they refuse (adam_beta1 2, adam_epsilon -1, a bogus
+    lr_scheduler_kwargs key, cosine_with_min_lr without its kwargs) are one line before any
+    model loads, not a traceback from inside the first step. Raises ConfigError."""
+    import torch
+    from transformers import get_scheduler
+
+    parameter = torch.nn.Parameter(torch.zeros(1))
+    try:
+        optimizer = optimizer_cls([parameter], **optimizer_kwargs)
+    except (ValueError, TypeError, RuntimeError) as error:
+        raise ConfigError(f"train: the optimizer {config.train.optim!r} refuses these settings (train.extra): "
+                          f"{_first_line(error)}") from None
+    steps = args.max_steps if args.max_steps > 0 else 100
+    extra = dict(args.lr_scheduler_kwargs or {})
+    if extra:  # some schedules drop the kwargs they do not take without a word
+        import inspect
+
+        from transformers.optimization import TYPE_TO_SCHEDULER_FUNCTION
+        from transformers.trainer_utils import SchedulerType
+
+        schedule = TYPE_TO_SCHEDULER_FUNCTION.get(SchedulerType(args.lr_scheduler_type))
+        taken = set(inspect.signature(schedule).parameters) - {"optimizer", "num_warmup_steps", "num_training_steps"} \
+            if schedule is not None else set()
+        unknown = sorted(set(extra) - taken)
+        if unknown:
+            raise ConfigError(f"train.extra.lr_scheduler_kwargs: the {config.train.lr_scheduler!r} schedule takes "
+                              f"{', '.join(sorted(taken)) or 'no options'}, not {', '.join(unknown)}")
+    try:
+        get_scheduler(args.lr_scheduler_type, optimizer, num_warmup_steps=args.get_warmup_steps(steps),
+                      num_training_steps=steps, scheduler_specific_kwargs=dict(args.lr_scheduler_kwargs or {}))
+    except (ValueError, TypeError, KeyError) as error:
+        raise ConfigError(f"train.lr_scheduler {config.train.lr_scheduler!r} refuses these settings (train.extra."
+                          f"lr_scheduler_kwargs): {_first_line(error)}") from None
 
 
 def prepare_run(config: Config, examples: list[Any] | None = None) -> Prepared:
