@@ -1014,12 +1014,29 @@ def prepare_run(config: Config, examples: list[Any] | None = None) -> Prepared:
         raise ConfigError(f"data: {error}") from None
     if not examples:
         raise ConfigError("run_training: no training examples (examples is empty)")
+    check_text(examples)
     tokenizer = load_tokenizer_for(config)
     vocab = digit_vocab_for(config, tokenizer)
     dataset = prepare_data(config, examples, tokenizer)
     args = build_arguments_checked(config)  # also sets up the process group under torchrun
     check_model_structure(config, tokenizer)
     return Prepared(config, examples, tokenizer, vocab, dataset, args)
+
+
+def check_text(examples: list[Any]) -> None:
+    """ConfigError naming the example and field when a text is not valid Unicode (a lone
+    surrogate from a JSON escape like "\\ud800"): no tokenizer can encode it."""
+    for index, example in enumerate(examples):
+        for name in ("instruction", "input", "output"):
+            text = getattr(example, name, None)
+            if isinstance(text, str):
+                try:
+                    text.encode("utf-8")
+                except UnicodeEncodeError as error:
+                    raise ConfigError(
+                        f"data: example {index} has a lone surrogate (U+{ord(text[error.start]):04X}) in its {name} at "
+                        f"character {error.start}: not valid Unicode, so it cannot be tokenised; fix that record"
+                    ) from None
 
 
 def check_run(config: Config, examples: list[Any] | None = None) -> tuple[RunPlan, Prepared]:

@@ -33,6 +33,7 @@ import copy
 import hashlib
 import json
 import math
+import os
 import re
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -368,6 +369,9 @@ def compare_config_from_dict(mapping: dict[str, Any], origin: str = "config") ->
     threads = mapping.get("torch_threads")
     if threads is not None and (not isinstance(threads, int) or isinstance(threads, bool) or not 1 <= threads <= 4096):
         raise ConfigError(f"{origin}: torch_threads must be a positive integer or null, got {threads!r}")
+    cores = os.cpu_count() or 1
+    if threads is not None and threads > cores:  # as --threads: more threads than cores stall torch
+        raise ConfigError(f"{origin}: torch_threads {threads} is more than this machine's {cores} cores")
     jobs = mapping.get("jobs", 1)
     if not isinstance(jobs, int) or isinstance(jobs, bool) or not 1 <= jobs <= 4096:
         raise ConfigError(f"{origin}: jobs must be a positive integer (runs trained at once), got {jobs!r}")

@@ -99,6 +99,19 @@ def _safe(value: Any) -> Any:
     return value
 
 
+class _DuplicateKey(ValueError):
+    """A JSON object names one key twice."""
+
+
+def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    record: dict[str, Any] = {}
+    for key, value in pairs:
+        if key in record:
+            raise _DuplicateKey(key)
+        record[key] = value
+    return record
+
+
 def read_lines(path: Path, check: Callable[[Mapping[str, Any], str], None] | None = None) -> list[dict[str, Any]]:
     """The records of a JSONL file (none when it does not exist); a torn last line is skipped, a
     bad line elsewhere (not JSON, not UTF-8, not an object, or refused by `check(record, "FILE:LINE")`)
@@ -125,11 +138,14 @@ def read_lines(path: Path, check: Callable[[Mapping[str, Any], str], None] | Non
             raise BenchmarkError(f"{path}:{number}: byte 0x{raw[error.start]:02x} at column {error.start + 1} is not UTF-8; "
                                  "fix or delete that line") from None
         try:
-            record = json.loads(line)
+            record = json.loads(line, object_pairs_hook=_unique_keys)
         except json.JSONDecodeError as error:
             if torn_last and number == len(lines):
                 break  # a write cut short by a kill: that item is redone
             raise BenchmarkError(f"{path}:{number}: not a JSON record ({error.msg}); fix or delete that line") from None
+        except _DuplicateKey as error:
+            raise BenchmarkError(f"{path}:{number}: field {error.args[0]!r} is given twice (JSON keeps the last "
+                                 "silently); fix or delete that line") from None
         if not isinstance(record, dict):
             raise BenchmarkError(f"{path}:{number}: expected a JSON object per line")
         if check is not None:
