@@ -14,6 +14,15 @@ of other settings (another --steps, say) is never deleted: it is moved to
 OUT/superseded/<run>-<hash> and the console says so. A corrupted run record (records_dir) is
 named and refused: restore it from git, or delete it to train that run again. With --jobs, the
 workers die with the compare that started them, even when it is killed.
+
+Inputs by content: an objective label must be a plain name (letters, digits, . _ + = -; no
+separator, no '..'), since it names the run's folder. Beside its run hash every result carries
+model_sha256 (the weights of a model folder, or smollm2's GGUF source; none for tiny) and
+data_sha256 (its training file); a finished run or record whose hashes differ from what this
+run would use (a model saved over --model DIR, say) is refused in one line naming the change.
+A result or record written before these fields existed is reused as before. --report-only of a
+slice (--objectives, --seeds) never replaces a fuller report; a training slice keeps the fuller
+one as OUT/previous-report-TIME/. Ctrl-C prints one line (what is kept, how to go on), exit 130.
 """
 
 from __future__ import annotations

@@ -11,7 +11,9 @@ file) starts again from scratch, so started-again comparisons continue where the
 `records_dir` set, every finished result is also written there (`<label>-s<seed>-<hash>.json`, a
 folder kept in version control) and a run found there is not trained again: the grid continues
 across sessions and machines, each record naming the machine it ran on. A record that is
-unreadable or not the run its name says (`result_problem`) is refused, naming the file.
+unreadable or not the run its name says (`result_problem`) is refused, naming the file. Beside
+the run hash (which stays as it was, so committed records keep pairing) a result carries
+`model_sha256` and `data_sha256` (`input_hashes`), verified when present (`check_inputs`).
 
 Nothing finished is deleted: a run folder holding a result of other settings is moved to
 `superseded/<name>-<hash>` beside `runs/` (and the console says so); only an interrupted run (no
