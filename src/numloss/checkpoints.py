@@ -222,23 +222,16 @@ def begin_final(output_dir: Path) -> Path:
     return partial
 
 
-def commit_final(output_dir: Path, step: int, fault: Any = None) -> Path:
+def commit_final(output_dir: Path, step: int) -> Path:
     """Mark final.partial/ complete and rename it to final/; an older final/ (a run continued
-    past its end with --resume-changed) is kept as final-step-N/. Returns final/.
-
-    `fault(point)` is called between the steps (for fault-injection tests)."""
+    past its end with --resume-changed) is kept as final-step-N/. Returns final/."""
     partial, final = output_dir / FINAL_PARTIAL, output_dir / FINAL
-    fault = fault or (lambda point: None)
-    fault("final-files-written")
     write_marker(partial, step)
-    fault("final-marked")
     if final.exists():
         old = marker_step(final)
         final.rename(_unused(output_dir / f"final-step-{old if old is not None else 'unknown'}"))
-        fault("old-final-moved")
     os.replace(partial, final)
     _fsync_dir(output_dir)
-    fault("final-renamed")
     return final
 
 

@@ -35,7 +35,6 @@ import logging
 import math
 import os
 import shutil
-import signal
 import sys
 import time
 from contextlib import ExitStack
@@ -258,7 +257,6 @@ def _callbacks_module():
             if state.is_world_process_zero:
                 folder = Path(args.output_dir) / f"checkpoint-{state.global_step}"
                 if folder.is_dir():
-                    _fault_point(f"checkpoint-{state.global_step}-files-written")
                     try:
                         write_marker(folder, state.global_step)
                     except OSError as error:
@@ -266,7 +264,6 @@ def _callbacks_module():
                         if full is not None:
                             raise full from None
                         raise
-                    _fault_point(f"checkpoint-{state.global_step}-marked")
                     rotate_checkpoints(Path(args.output_dir), self.keep)
 
     class ConfigRecordCallback(TrainerCallback):
@@ -410,21 +407,6 @@ def disk_full_error(error: BaseException, where: Path) -> DiskFullError | None:
         f"disk full at {path}: {reason}; free space (or raise the file-size limit) and run the same command with "
         "--resume: the last complete checkpoint is kept"
     )
-
-
-def _fault_point(point: str) -> None:
-    """Fault-injection hook for the tests, a no-op unless NUMLOSS_FAULT_POINT names `point`:
-    POINT kills this process there with SIGKILL; pause:POINT touches $NUMLOSS_FAULT_FILE.paused
-    and waits (at most 120 s) until $NUMLOSS_FAULT_FILE exists."""
-    wanted = os.environ.get("NUMLOSS_FAULT_POINT")
-    if wanted == point:
-        os.kill(os.getpid(), signal.SIGKILL)
-    elif wanted == f"pause:{point}":
-        release = Path(os.environ["NUMLOSS_FAULT_FILE"])
-        Path(f"{release}.paused").touch()
-        deadline = time.monotonic() + 120
-        while not release.exists() and time.monotonic() < deadline:
-            time.sleep(0.05)
 
 
 @dataclass
@@ -1104,7 +1086,6 @@ def run_training(
                 stack.enter_context(hold_run_dir(output_dir, "numloss train"))
             except (RunDirBusy, RunDirLockError) as error:
                 raise ConfigError(f"train.output_dir: {error}") from None
-        _fault_point("locked")
         return _run_locked(config, output_dir, main_process, callbacks, stop_after_step, examples)
     raise AssertionError("unreachable")  # pragma: no cover
 
@@ -1282,7 +1263,7 @@ def _run_locked(
                 if main_process:
                     _save_merged(trainer, tokenizer, merged_dir)
             if main_process:
-                commit_final(output_dir, trainer.state.global_step, fault=_fault_point)
+                commit_final(output_dir, trainer.state.global_step)
         except Exception as error:
             raise _train_error(error, output_dir, trainer, None, saving=partial) from None
     trainer.accelerator.wait_for_everyone()
