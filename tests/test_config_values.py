@@ -101,7 +101,6 @@ CONTEXT = [
     (["--lora.enabled", "true", "--lora.r", "1000000"], r"lora.r 1000000 is larger than the model's width \(64\)"),
     (["--objective.alpha", ""], "is empty"),
     (["--model.name", ""], "is empty"),
-    (["--train.max_steps", "3", "--train.max_steps=2"], "given 2 times"),
     (["--train.seed", "-1"], r"train.seed must be in \[0, 2\*\*32\)"),
 ]
 
@@ -176,3 +175,10 @@ def test_an_empty_or_comment_only_yaml_and_an_alias_are_refused(tmp_path) -> Non
     (tmp_path / "c.yaml").write_text(bomb)
     with pytest.raises(ConfigError, match=r"line 4: YAML aliases \(\*l0\) are not accepted"):
         load_config(tmp_path / "c.yaml")
+
+
+def test_a_flag_given_twice_in_mixed_forms_uses_the_last_and_says_so(caplog) -> None:
+    with caplog.at_level("WARNING", logger="numloss.config"):
+        config = load_config(TINY, ["--train.max_steps", "3", "--train.max_steps=2"])
+    assert config.train.max_steps == 2
+    assert "--train.max_steps is given 2 times ('3', '2'): the last, '2', is used" in caplog.text

@@ -12,6 +12,7 @@ wrong types and missing files are `ConfigError`s raised here, before anything he
 from __future__ import annotations
 
 import dataclasses
+import logging
 import math
 import types
 import typing
@@ -402,9 +403,10 @@ def parse_overrides(argv: list[str]) -> list[tuple[str, str]]:
         pairs.append((key, value))
     keys = [key for key, _ in pairs]
     for key in dict.fromkeys(keys):
-        if keys.count(key) > 1:  # `--x 3 --x=2`: the last would win without a word
-            given = " and ".join(repr(value) for k, value in pairs if k == key)
-            raise ConfigError(f"--{key} is given {keys.count(key)} times ({given}); give it once")
+        if keys.count(key) > 1:  # `--x 3 --x=2`: the last wins, as with argparse, and says so
+            given = [value for k, value in pairs if k == key]
+            logging.getLogger("numloss.config").warning(
+                "--%s is given %d times (%s): the last, %r, is used", key, len(given), ", ".join(map(repr, given)), given[-1])
     return pairs
 
 

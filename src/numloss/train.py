@@ -404,8 +404,7 @@ def disk_full_error(error: BaseException, where: Path) -> DiskFullError | None:
             return None
         reason = next((m for m in _DISK_FULL_TEXT[:3] if m in text), "a write failed (no space, or a file-size limit)")
     return DiskFullError(
-        f"disk full at {path}: {reason}; free space (or raise the file-size limit) and run the same command with "
-        "--resume: the last complete checkpoint is kept"
+        f"disk full at {path}: {reason}; free space (or raise the file-size limit)"
     )
 
 
@@ -1454,7 +1453,11 @@ def main(argv: list[str] | None = None) -> int:
         print(f"numloss train: {error}", file=sys.stderr)
         return 2
     except DiskFullError as error:
-        print(f"numloss train: {error}", file=sys.stderr)
+        print(f"numloss train: {error}{_continue_with(config)}", file=sys.stderr)
+        return 1
+    except OSError as error:  # a write that failed for another reason than space (EIO, a folder gone)
+        where = f" {error.filename}" if error.filename else ""
+        print(f"numloss train: cannot write{where}: {error.strerror or error}{_continue_with(config)}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:
         if int(os.environ.get("RANK", "0")) == 0:
@@ -1471,6 +1474,16 @@ def main(argv: list[str] | None = None) -> int:
         summary = {k: round(v, 5) if isinstance(v, float) else v for k, v in result.metrics.items()}
         print(f"numloss train: done, {result.global_step} steps; model in {result.model_dir}; metrics {summary}")
     return 0
+
+
+def _continue_with(config: Config | None) -> str:
+    """The end of a failed run's line: the command that continues it, from what the folder holds."""
+    if config is None:
+        return ""
+    found, _ = newest_intact_checkpoint(Path(config.train.output_dir))
+    if found is not None:
+        return f"; then run the same command with --resume to continue from {found.name}"
+    return "; then run the same command: no checkpoint was whole, so it starts again"
 
 
 def interrupted_line(output_dir: Path) -> str:
