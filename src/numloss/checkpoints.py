@@ -64,15 +64,12 @@ def write_marker(folder: Path, step: int) -> None:
     """Record every file of `folder` (size and SHA-256), atomically and last."""
     files: dict[str, dict[str, Any]] = {}
     for path in sorted(folder.rglob("*")):
-        if path.is_file() and not path.name.startswith(MARKER):
+        # not the marker, nor a temporary file a killed earlier marking left (numloss.atomic's names)
+        if path.is_file() and not path.name.startswith((MARKER, f".{MARKER}")):
             files[str(path.relative_to(folder))] = {"size": path.stat().st_size, "sha256": sha256_file(path)}
-    temporary = folder / f"{MARKER}.tmp"
-    with temporary.open("w") as handle:
-        handle.write(json.dumps({"step": step, "files": files}, indent=1) + "\n")
-        handle.flush()
-        os.fsync(handle.fileno())
-    os.replace(temporary, folder / MARKER)
-    _fsync_dir(folder)
+    from numloss.atomic import write_text_atomic
+
+    write_text_atomic(folder / MARKER, json.dumps({"step": step, "files": files}, indent=1) + "\n")
 
 
 def marker_step(folder: Path) -> int | None:

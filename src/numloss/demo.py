@@ -147,6 +147,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seed", type=int, default=0, help="seed of the worked example's batch")
     args = parser.parse_args(list(sys.argv[1:] if argv is None else argv))
     if args.worked_example:
+        if not 0 <= args.seed < 2**32:  # torch and numpy take seeds in this range
+            print(f"numloss demo: --seed must be in [0, 2**32), got {args.seed}", file=sys.stderr)
+            return 2
         _print_worked_example(args.seed)
         return 0
     if args.config is None:
