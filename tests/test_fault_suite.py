@@ -18,6 +18,10 @@ import pytest
 import numloss.atomic
 from test_eval_faults import tiny_eval
 
+# each case trains or evaluates twice (the fault, then the next command); test_atomic_writes
+# covers every writer's failure in milliseconds
+pytestmark = pytest.mark.slow
+
 FAULTS = {
     "write-failure": lambda: OSError(errno.EIO, "Input/output error"),
     "disk-full": lambda: OSError(errno.ENOSPC, "No space left on device"),
