@@ -27,6 +27,7 @@ from functools import cached_property
 from pathlib import Path
 from typing import Any
 
+from numloss.atomic import write_text_atomic
 from numloss.compare.analysis import (
     ENDPOINTS,
     Comparison,
@@ -961,7 +962,7 @@ def main(argv: list[str] | None = None) -> int:
             else:
                 print(f"{path}: every generated block matches the records")
             continue
-        path.write_text(rendered)
+        write_text_atomic(path, rendered)
         print(f"{path}: {len(BLOCK.findall(text))} blocks written from the records")
     if "--check" not in args and not given:
         print(f"{mul_figure(rec)}: drawn from the records")

@@ -274,16 +274,18 @@ def test_the_checker_finds_lazy_relative_and_importlib_circles_and_typing_edges(
 ROOT = SRC.parent
 #: what `pip install numloss` alone gives: these import nothing an extra installs
 IMPORTABLE_CORE = ("numloss", "numloss.losses", "numloss.fused", "numloss.patch", "numloss.digits",
-                   "numloss.heads", "numloss.step_counts", "numloss.extras", "numloss.cli", "numloss.package_data")
+                   "numloss.heads", "numloss.step_counts", "numloss.extras", "numloss.cli", "numloss.package_data",
+                   # standard-library helpers the parts share
+                   "numloss.atomic", "numloss.textio")
 CORE_MODULES = (*IMPORTABLE_CORE, "numloss.__main__")
 #: package prefix -> the extra its modules need (the longest prefix decides; the core needs none)
 MODULE_EXTRA = {
     "numloss.hf": "hf", "numloss.diagnostics": "hf", "numloss.train": "hf", "numloss.config": "hf", "numloss.data": "hf",
     "numloss.models": "hf", "numloss.rundir": "hf", "numloss.checkpoints": "hf", "numloss.bench_cli": "hf",
+    "numloss.yamlio": "hf", "numloss.identity": "hf",
     "numloss.trl": "trl",
     "numloss.evaluate": "eval",
     "numloss.compare": "compare", "numloss.demo": "compare",
-    "numloss.compare.stats": "eval",  # the evaluation report's intervals use it
 }
 #: import names that a package of an extra brings with it (not listed in pyproject.toml themselves)
 COMES_WITH = {"huggingface_hub": "transformers", "safetensors": "transformers", "jinja2": "transformers",

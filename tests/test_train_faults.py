@@ -37,7 +37,7 @@ TINY = ROOT / "tests" / "fixtures" / "train" / "tiny-test.yaml"
 RUN = ["--train.max_steps", "4", "--train.save_steps", "1", "--train.save_total_limit", "null",
        "--data.num_examples", "16", "--model.tiny_layers", "1"]
 ENV = {**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false",
-       "PYTHONPATH": str(ROOT / "src")}
+       "PYTHONPATH": os.pathsep.join([str(ROOT / "src"), str(ROOT / "tests")])}
 
 
 def config(out: Path, *overrides: str):
@@ -66,7 +66,8 @@ def snapshot(folder: Path) -> dict[str, bytes]:
 
 
 def cli(out: Path, *extra: str, env: dict[str, str] | None = None, wait: bool = True):
-    command = [sys.executable, "-m", "numloss", "train", str(TINY), "--train.output_dir", str(out), *RUN, *extra]
+    # faultrun (tests/faultrun.py) runs `numloss train`, killing or pausing it at NUMLOSS_FAULT_POINT
+    command = [sys.executable, "-m", "faultrun", "train", str(TINY), "--train.output_dir", str(out), *RUN, *extra]
     process = subprocess.Popen(command, env={**ENV, **(env or {})}, cwd=ROOT, stdout=subprocess.PIPE,
                                stderr=subprocess.PIPE, text=True)
     if wait:

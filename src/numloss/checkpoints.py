@@ -30,7 +30,7 @@ FINAL_PARTIAL = "final.partial"
 FINAL_RECORD = "numloss_train.json"
 #: names numloss or the Trainer writes at the top of a run folder
 RUN_FILES = (
-    "config.yaml", "log.csv", "log_history.json", "tensorboard", FINAL, FINAL_PARTIAL, "merged", "runs",
+    "config.yaml", "inputs.json", "log.csv", "log_history.json", "tensorboard", FINAL, FINAL_PARTIAL, "merged", "runs",
     "trainer_state.json", "training_args.bin", "model.safetensors", "adapter_model.safetensors", "pytorch_model.bin",
 )
 RUN_PATTERNS = ("checkpoint-*", "partial-checkpoint-*", "final-step-*", "config-before-*.yaml")
@@ -63,15 +63,12 @@ def write_marker(folder: Path, step: int) -> None:
     """Record every file of `folder` (size and SHA-256), atomically and last."""
     files: dict[str, dict[str, Any]] = {}
     for path in sorted(folder.rglob("*")):
-        if path.is_file() and not path.name.startswith(MARKER):
+        # not the marker, nor a temporary file a killed earlier marking left (numloss.atomic's names)
+        if path.is_file() and not path.name.startswith((MARKER, f".{MARKER}")):
             files[str(path.relative_to(folder))] = {"size": path.stat().st_size, "sha256": sha256_file(path)}
-    temporary = folder / f"{MARKER}.tmp"
-    with temporary.open("w") as handle:
-        handle.write(json.dumps({"step": step, "files": files}, indent=1) + "\n")
-        handle.flush()
-        os.fsync(handle.fileno())
-    os.replace(temporary, folder / MARKER)
-    _fsync_dir(folder)
+    from numloss.atomic import write_text_atomic
+
+    write_text_atomic(folder / MARKER, json.dumps({"step": step, "files": files}, indent=1) + "\n")
 
 
 def marker_step(folder: Path) -> int | None:
@@ -208,23 +205,16 @@ def begin_final(output_dir: Path) -> Path:
     return partial
 
 
-def commit_final(output_dir: Path, step: int, fault: Any = None) -> Path:
+def commit_final(output_dir: Path, step: int) -> Path:
     """Mark final.partial/ complete and rename it to final/; an older final/ (a run continued
-    past its end with --resume-changed) is kept as final-step-N/. Returns final/.
-
-    `fault(point)` is called between the steps (for fault-injection tests)."""
+    past its end with --resume-changed) is kept as final-step-N/. Returns final/."""
     partial, final = output_dir / FINAL_PARTIAL, output_dir / FINAL
-    fault = fault or (lambda point: None)
-    fault("final-files-written")
     write_marker(partial, step)
-    fault("final-marked")
     if final.exists():
         old = marker_step(final)
         final.rename(_unused(output_dir / f"final-step-{old if old is not None else 'unknown'}"))
-        fault("old-final-moved")
     os.replace(partial, final)
     _fsync_dir(output_dir)
-    fault("final-renamed")
     return final
 
 

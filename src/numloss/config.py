@@ -12,6 +12,7 @@ wrong types and missing files are `ConfigError`s raised here, before anything he
 from __future__ import annotations
 
 import dataclasses
+import logging
 import math
 import types
 import typing
@@ -271,6 +272,8 @@ def _set(config: Config, key: str, value: Any, from_cli: bool) -> None:
     if len(parts) == 1:
         if key not in TOP_LEVEL:
             raise _unknown(key, all_keys())
+        if from_cli and isinstance(value, str) and not value.strip():
+            raise ConfigError(f"--{key} is empty: give true or false, or leave the option out")
         setattr(config, key, coerce(_parse_cli(value, bool) if from_cli else value, bool, key))
         return
     section_name, field_name = parts[0], parts[1]
@@ -289,6 +292,9 @@ def _set(config: Config, key: str, value: Any, from_cli: bool) -> None:
         setattr(section, field_name, mapping)
         return
     if from_cli:
+        if isinstance(value, str) and not value.strip():
+            # YAML reads '' as null: `--objective.alpha ''` would silently mean "the default"
+            raise ConfigError(f"--{key} is empty: give a value (null for none), or leave the option out")
         value = _parse_cli(value, hint)
     setattr(section, field_name, coerce(value, hint, key))
 
@@ -340,6 +346,12 @@ def parse_overrides(argv: list[str]) -> list[tuple[str, str]]:
             value = argv[i + 1]
             i += 2
         pairs.append((key, value))
+    keys = [key for key, _ in pairs]
+    for key in dict.fromkeys(keys):
+        if keys.count(key) > 1:  # `--x 3 --x=2`: the last wins, as with argparse, and says so
+            given = [value for k, value in pairs if k == key]
+            logging.getLogger("numloss.config").warning(
+                "--%s is given %d times (%s): the last, %r, is used", key, len(given), ", ".join(map(repr, given)), given[-1])
     return pairs
 
 
@@ -351,7 +363,9 @@ def load_config(path: str | Path | None = None, overrides: list[str] | None = No
         path = Path(path)
         if not path.is_file():
             raise ConfigError(f"config file {str(path)!r} does not exist")
-        mapping = load_yaml(path, ConfigError)
+        # an empty file would train every default, which is never what a file was written for
+        mapping = load_yaml(path, ConfigError, empty="write the keys to set (numloss train --help lists them), "
+                            "or give no config file to train the defaults")
         apply_mapping(config, mapping, str(path))
     for key, value in parse_overrides(list(overrides or [])):
         _set(config, key, value, from_cli=True)
@@ -457,6 +471,7 @@ def validate(config: Config) -> None:
                 "instead of passing it through train.extra, so the two cannot disagree"
             )
     _validate_names(config)
+    _validate_context(config)
     check_chat_template(config.data.chat_template)
 
 
@@ -546,6 +561,50 @@ def _validate_ranges(config: Config) -> None:
         )
     if config.data.max_length > 10**7:
         raise ConfigError(f"data.max_length must be <= 10**7, got {config.data.max_length}")
+
+
+#: model names numloss builds or converts itself: a hub revision means nothing for them
+BUILT_IN_MODELS = ("tiny", "smollm2")
+
+
+def _is_local_file(source: str) -> bool:
+    return not source.startswith(("synthetic:", "gym:")) and (Path(source).is_file() or source.endswith((".json", ".jsonl")))
+
+
+def _validate_context(config: Config) -> None:
+    """Settings that would be ignored where they are given: each is refused, never dropped."""
+    train, model, data, lora = config.train, config.model, config.data, config.lora
+    for name, value in (("model.name", model.name), ("data.source", data.source), ("train.output_dir", train.output_dir),
+                        ("data.instruction_field", data.instruction_field), ("data.output_field", data.output_field)):
+        if not value.strip():
+            raise ConfigError(f"{name} is empty; give a value (numloss train --help shows the default)")
+    if train.resume_changed and train.resume is False:
+        raise ConfigError("--resume-changed (train.resume_changed) only applies with --resume; add --resume or drop it")
+    if lora.merge and not lora.enabled:
+        raise ConfigError("lora.merge is set but LoRA is off (lora.enabled false); set lora.enabled true or drop lora.merge")
+    if model.revision is not None and model.name in BUILT_IN_MODELS:
+        raise ConfigError(f"model.revision {model.revision!r} means nothing for the built-in model {model.name!r}; drop it")
+    if train.fsdp_config and not train.fsdp:
+        raise ConfigError("train.fsdp_config is set but train.fsdp is empty, so it would be ignored; set train.fsdp "
+                          "(e.g. 'full_shard auto_wrap') or drop train.fsdp_config")
+    generated = data.source.startswith(("synthetic:", "gym:"))
+    if (generated or _is_local_file(data.source)) and (data.split != "train" or data.subset is not None):
+        what = "data.split" if data.split != "train" else "data.subset"
+        where = "the generated set" if generated else "the local file"
+        raise ConfigError(f"{what} applies to a Hugging Face dataset, not to {where} {data.source!r}; drop it")
+    smoothing = train.extra.get("label_smoothing_factor", 0)
+    if smoothing:
+        raise ConfigError("train.extra.label_smoothing_factor: numloss's objectives compute their own loss and would "
+                          "ignore it; drop it (objective.options of an objective say what it smooths, if anything)")
+    if model.attn_implementation == "flash_attention_2":
+        import importlib.util
+
+        if importlib.util.find_spec("flash_attn") is None:
+            raise ConfigError("model.attn_implementation flash_attention_2 needs the flash-attn package, which is not "
+                              "installed; pip install flash-attn, or use sdpa")
+    if model.name == "tiny" and lora.enabled and lora.r > model.tiny_hidden:
+        raise ConfigError(f"lora.r {lora.r} is larger than the model's width ({model.tiny_hidden}); a rank above it "
+                          "adds nothing (and a huge one exhausts memory): give at most the width")
 
 
 def _validate_names(config: Config) -> None:

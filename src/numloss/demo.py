@@ -183,7 +183,13 @@ def _print_worked_example(seed: int) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     """`numloss demo` entry point (see the module docstring)."""
-    from numloss.compare import build_parser, quiet_training_logs, resolve, run_comparison
+    from numloss.compare import (
+        build_parser,
+        quiet_training_logs,
+        resolve,
+        run_comparison,
+        run_reporting_errors,
+    )
     from numloss.config import ConfigError
 
     parser = build_parser("numloss demo")
@@ -192,6 +198,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seed", type=int, default=0, help="seed of the worked example's batch")
     args = parser.parse_args(list(sys.argv[1:] if argv is None else argv))
     if args.worked_example:
+        if not 0 <= args.seed < 2**32:  # torch and numpy take seeds in this range
+            print(f"numloss demo: --seed must be in [0, 2**32), got {args.seed}", file=sys.stderr)
+            return 2
         _print_worked_example(args.seed)
         return 0
     default = args.config is None
@@ -213,7 +222,21 @@ def main(argv: list[str] | None = None) -> int:
         "the same objectives follows them (docs/results.md; the full grid: numloss compare configs/compare.yaml).",
         flush=True,
     )
-    summary = run_comparison(compare, progress=not args.no_progress)
+    if not args.smoke:  # a missing model fails now, in one line, not in the first run
+        from numloss.models import ModelUnavailableError, check_model_available
+
+        model = compare.base.get("model", {})
+        try:
+            check_model_available(model.get("name", "tiny"), model.get("revision"), model.get("cache_dir"))
+        except ModelUnavailableError as error:
+            print(f"numloss demo: model.name: {error}", file=sys.stderr)
+            return 2
+    summaries: list[dict] = []
+    status = run_reporting_errors("numloss demo", compare,
+                                  lambda: summaries.append(run_comparison(compare, progress=not args.no_progress)))
+    if status:
+        return status
+    summary = summaries[0]
     fresh = {label: (e["learning"]["learnt"], e["learning"]["runs"]) for label, e in summary.items() if "learning" in e}
     config_dir = Path(args.config).resolve().parent
     runs = recorded_runs(compare, config_dir / GRID_CONFIG.name)

@@ -209,6 +209,11 @@ def patch(model: nn.Module, loss_fn: NumericLoss, fused: bool = False) -> nn.Mod
             f"loss_fn must be a numloss objective (numloss.build_loss(name, vocab)), got {type(loss_fn).__name__}"
         )
     target = patch_target(model)
+    if not callable(getattr(target, "get_output_embeddings", None)):
+        raise TypeError(
+            f"numloss.patch: {type(target).__name__} is not a causal language model (it has no "
+            "get_output_embeddings); patch a transformers AutoModelForCausalLM (or a peft model of one)"
+        )
     config = getattr(target, "config", None)
     if getattr(config, "is_encoder_decoder", False):
         raise ValueError(

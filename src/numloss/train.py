@@ -30,12 +30,12 @@ from __future__ import annotations
 
 import csv
 import errno
+import io
 import json
 import logging
 import math
 import os
 import shutil
-import signal
 import sys
 import time
 from contextlib import ExitStack
@@ -43,8 +43,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from numloss.atomic import write_text_atomic
 from numloss.checkpoints import (
     FINAL,
+    FINAL_PARTIAL,
     FINAL_RECORD,
     MARKER,
     begin_final,
@@ -168,22 +170,26 @@ def _callbacks_module():
         def on_train_begin(self, args, state, control, **kwargs):
             if not state.is_world_process_zero:
                 return
-            kept: list[dict[str, str]] = []
-            if self.path.is_file() and state.global_step > 0:
-                with self.path.open(newline="") as handle:
-                    kept = [row for row in csv.DictReader(handle) if int(row["step"]) <= state.global_step]
-            with self.path.open("w", newline="") as handle:
-                writer = csv.DictWriter(handle, fieldnames=CSV_COLUMNS)
-                writer.writeheader()
-                writer.writerows(kept)
+            kept = read_log_rows(self.path, state.global_step) if state.global_step > 0 else []
+            # a new file beside the old one, renamed over it: a failed write (file-size limit, full
+            # disk) keeps the earlier steps, which a rewrite in place would have truncated
+            buffer = io.StringIO(newline="")
+            writer = csv.DictWriter(buffer, fieldnames=CSV_COLUMNS, extrasaction="ignore")
+            writer.writeheader()
+            writer.writerows(kept)
+            write_text_atomic(self.path, buffer.getvalue())
 
         def on_log(self, args, state, control, logs=None, **kwargs):
             if not state.is_world_process_zero or logs is None or "loss" not in logs:
                 return
             row = {"step": state.global_step, **{k: logs.get(k, "") for k in CSV_COLUMNS if k != "step"}}
             row["num_input_tokens_seen"] = state.num_input_tokens_seen
+            buffer = io.StringIO(newline="")
+            csv.DictWriter(buffer, fieldnames=CSV_COLUMNS).writerow(row)
+            # one write per row, flushed: a kill tears at most this row, which the next resume drops
             with self.path.open("a", newline="") as handle:
-                csv.DictWriter(handle, fieldnames=CSV_COLUMNS).writerow(row)
+                handle.write(buffer.getvalue())
+                handle.flush()
 
     class ProgressBarCallback(TrainerCallback):
         """A tqdm bar over optimizer steps whose postfix shows the last logged loss terms and
@@ -255,7 +261,6 @@ def _callbacks_module():
             if state.is_world_process_zero:
                 folder = Path(args.output_dir) / f"checkpoint-{state.global_step}"
                 if folder.is_dir():
-                    _fault_point(f"checkpoint-{state.global_step}-files-written")
                     try:
                         write_marker(folder, state.global_step)
                     except OSError as error:
@@ -263,22 +268,102 @@ def _callbacks_module():
                         if full is not None:
                             raise full from None
                         raise
-                    _fault_point(f"checkpoint-{state.global_step}-marked")
                     rotate_checkpoints(Path(args.output_dir), self.keep)
 
     class ConfigRecordCallback(TrainerCallback):
-        """Writes config.yaml once the Trainer has loaded everything and training begins (rank
-        0), so a resume that fails while loading its checkpoint leaves the run's record as it was."""
+        """Writes config.yaml and inputs.json once the Trainer has loaded everything and training
+        begins (rank 0), so a resume that fails while loading its checkpoint leaves the run's
+        record as it was."""
 
-        def __init__(self, config: Config, replaced_at: Path | None) -> None:
-            self.config, self.replaced_at = config, replaced_at
+        def __init__(self, config: Config, replaced_at: Path | None, inputs: dict[str, str] | None = None) -> None:
+            self.config, self.replaced_at, self.inputs = config, replaced_at, inputs
 
         def on_train_begin(self, args, state, control, **kwargs):
             if state.is_world_process_zero:
                 record_config(self.config, Path(args.output_dir), self.replaced_at)
+                if self.inputs is not None:
+                    record_inputs(self.inputs, Path(args.output_dir))
 
     return (ThroughputCallback, CSVLogCallback, ProgressBarCallback, StopAfterStepCallback, CheckpointMarkerCallback,
             ConfigRecordCallback)
+
+
+def read_log_rows(path: Path, up_to_step: int) -> list[dict[str, str]]:
+    """The whole rows of log.csv at `path` with step <= `up_to_step` (a resume drops the steps the
+    interrupted run logged after its checkpoint). A torn last row (a kill mid-append: no final
+    newline) and any row that is not a whole row (wrong number of fields, a step that is not an
+    integer) are dropped, so they never reappear as a bogus step between two real ones."""
+    if not path.is_file():
+        return []
+    text = path.read_text(encoding="utf-8", errors="replace")
+    if text and not text.endswith("\n"):
+        text = text[: text.rfind("\n") + 1]  # the torn tail of the last append
+    reader = csv.reader(io.StringIO(text, newline=""))
+    header = next(reader, None)
+    if not header or "step" not in header:
+        return []
+    kept: list[dict[str, str]] = []
+    for fields in reader:
+        if len(fields) != len(header):
+            continue
+        row = dict(zip(header, fields, strict=True))
+        try:
+            step = int(row["step"])
+        except ValueError:
+            continue
+        if 0 < step <= up_to_step and (not kept or step > int(kept[-1]["step"])):
+            kept.append(row)
+    return kept
+
+
+#: beside config.yaml: the content hashes of what the run trains on (its data, its start weights)
+INPUTS_FILE = "inputs.json"
+
+
+def run_inputs(config: Config, examples: list[Any]) -> dict[str, str]:
+    """The content hashes a resume is checked against: `data_sha256` of the examples as loaded
+    (whatever their source: a file, a generated set, a dataset) and `model_sha256` of the start
+    weights (numloss.identity; absent for 'tiny', whose weights follow from the config)."""
+    from dataclasses import asdict, is_dataclass
+
+    from numloss.identity import json_sha256, model_sha256
+
+    rows = [asdict(e) if is_dataclass(e) else e for e in examples]
+    inputs = {"data_sha256": json_sha256(rows)}
+    weights = model_sha256(config.model.name, config.model.cache_dir)
+    if weights is not None:
+        inputs["model_sha256"] = weights
+    return inputs
+
+
+def record_inputs(inputs: dict[str, str], output_dir: Path) -> None:
+    """Write output_dir/inputs.json (atomically)."""
+    write_text_atomic(output_dir / INPUTS_FILE, json.dumps(inputs, indent=1, sort_keys=True) + "\n")
+
+
+def check_inputs_unchanged(config: Config, output_dir: Path, inputs: dict[str, str]) -> list[str]:
+    """For a resume: what changed between the run's inputs.json and `inputs`, as one-line parts.
+    A ConfigError unless --resume-changed; with it, the changes are returned (for a warning).
+    A run without inputs.json (written before it existed) is not checked."""
+    from numloss.identity import describe_change
+
+    try:
+        stored = json.loads((output_dir / INPUTS_FILE).read_text())
+    except FileNotFoundError:
+        return []
+    except (OSError, ValueError):
+        stored = {}
+    if not isinstance(stored, dict):
+        stored = {}
+    names = {"data_sha256": f"the training data ({config.data.source})", "model_sha256": f"the start weights ({config.model.name})"}
+    changed = [describe_change(name, stored.get(key), inputs.get(key)) for key, name in names.items()
+               if stored.get(key) != inputs.get(key) and (key in stored or key in inputs)]
+    if changed and not config.train.resume_changed:
+        raise ConfigError(
+            f"--resume: {'; '.join(changed)} since the run in {output_dir} started; put them back, or pass "
+            "--resume-changed to continue on the new ones"
+        )
+    return changed
 
 
 def record_config(config: Config, output_dir: Path, replaced_at: Path | None) -> None:
@@ -287,9 +372,7 @@ def record_config(config: Config, output_dir: Path, replaced_at: Path | None) ->
     path = output_dir / "config.yaml"
     if replaced_at is not None and path.is_file():
         path.rename(output_dir / f"config-before-step-{checkpoint_step(replaced_at)}.yaml")
-    temporary = path.with_name("config.yaml.tmp")
-    temporary.write_text(dump_config(config))
-    os.replace(temporary, path)
+    write_text_atomic(path, dump_config(config))
 
 
 # -- the run folder: what it holds, what a new run may do with it -------------------------------------
@@ -325,24 +408,8 @@ def disk_full_error(error: BaseException, where: Path) -> DiskFullError | None:
             return None
         reason = next((m for m in _DISK_FULL_TEXT[:3] if m in text), "a write failed (no space, or a file-size limit)")
     return DiskFullError(
-        f"disk full at {path}: {reason}; free space (or raise the file-size limit) and run the same command with "
-        "--resume: the last complete checkpoint is kept"
+        f"disk full at {path}: {reason}; free space (or raise the file-size limit)"
     )
-
-
-def _fault_point(point: str) -> None:
-    """Fault-injection hook for the tests, a no-op unless NUMLOSS_FAULT_POINT names `point`:
-    POINT kills this process there with SIGKILL; pause:POINT touches $NUMLOSS_FAULT_FILE.paused
-    and waits (at most 120 s) until $NUMLOSS_FAULT_FILE exists."""
-    wanted = os.environ.get("NUMLOSS_FAULT_POINT")
-    if wanted == point:
-        os.kill(os.getpid(), signal.SIGKILL)
-    elif wanted == f"pause:{point}":
-        release = Path(os.environ["NUMLOSS_FAULT_FILE"])
-        Path(f"{release}.paused").touch()
-        deadline = time.monotonic() + 120
-        while not release.exists() and time.monotonic() < deadline:
-            time.sleep(0.05)
 
 
 @dataclass
@@ -426,8 +493,15 @@ def plan_run_dir(config: Config) -> RunPlan:
         if train.overwrite:
             return RunPlan("overwrite", entries)
         progress = [e for e in entries if e.name.startswith(("checkpoint-", "final", "merged", "partial-"))]
-        if stored is not None and not changed and not progress and not (out / "trainer_state.json").exists():
-            return RunPlan("new", entries, note="an earlier attempt of this config saved nothing; starting again")
+        whole = [e for e in progress if _whole_progress(e)]
+        if stored is not None and not changed and not whole and not (out / "trainer_state.json").exists():
+            # killed before its first whole save (a checkpoint without its marker, a torn
+            # final.partial): nothing can be resumed, so the same command starts again
+            note = "an earlier attempt of this config saved nothing; starting again"
+            if progress:
+                note = (f"an earlier attempt of this config was killed before a whole save "
+                        f"({', '.join(sorted(e.name for e in progress)[:3])}); starting again (partial folders kept as partial-*)")
+            return RunPlan("new", entries, note=note)
         if record is not None:
             state = f"a finished run (final/, step {record.get('global_step', '?')})"
         elif progress:
@@ -459,6 +533,27 @@ def plan_run_dir(config: Config) -> RunPlan:
         return RunPlan("finished", entries, changed=changed, record=record)
     note = f"final/ fails its check ({final_problem}); training from the newest intact checkpoint" if final_problem else None
     return RunPlan("resume", entries, changed=changed, note=note)
+
+
+def _whole_progress(entry: Path) -> bool:
+    """True when a run-folder entry holds training progress a resume can use: a checkpoint that
+    passes its check, a whole final/ (or a final.partial/ whose marker is written: --resume
+    completes its rename), a merged model or a kept final-step-N/."""
+    name = entry.name
+    if name.startswith("partial-"):
+        return False
+    if name.startswith("checkpoint-") or name == FINAL_PARTIAL:
+        return folder_problem(entry) is None
+    return True
+
+
+def _set_partial_aside(output_dir: Path) -> None:
+    """Before a run starts again: checkpoint-N folders a kill cut short (no marker) are renamed
+    partial-checkpoint-N, so the new run's saves neither overwrite nor count them."""
+    for folder in sorted(output_dir.glob("checkpoint-*")):
+        if folder.is_dir() and checkpoint_step(folder) >= 0 and folder_problem(folder) is not None:
+            moved = set_aside(folder)
+            logger.warning("%s: %s was cut short by a kill; kept as %s", output_dir, folder.name, moved.name)
 
 
 def check_output_dir(output_dir: Path) -> None:
@@ -531,6 +626,11 @@ def build_training_arguments(config: Config) -> Any:
     if train.tf32 is not None:
         kwargs["tf32"] = train.tf32
     if train.fsdp:
+        import torch
+
+        if not torch.cuda.is_available() and int(os.environ.get("WORLD_SIZE", "1")) <= 1:
+            raise ConfigError("train.fsdp: FSDP shards a model across processes; this is one CPU process (launch it "
+                              "with torchrun / accelerate launch on several), or drop train.fsdp")
         kwargs["fsdp"] = train.fsdp
         kwargs["fsdp_config"] = dict(train.fsdp_config) or None
     if train.deepspeed:
@@ -661,7 +761,7 @@ def prepare_data(config: Config, examples: list[Any], tokenizer: Any) -> Any:
 
 
 def _write_json(path: Path, payload: Any) -> None:
-    path.write_text(json.dumps(payload, indent=1, default=str) + "\n")
+    write_text_atomic(path, json.dumps(payload, indent=1, default=str) + "\n")
 
 
 # -- the run --------------------------------------------------------------------------------------
@@ -775,6 +875,10 @@ def check_model_structure(config: Config, tokenizer: Any) -> None:
         logger.warning("could not check %s without its weights (%s); LoRA targets are checked when it loads",
                        config.model.name, _first_line(error))
         return
+    width = getattr(getattr(model, "config", None), "hidden_size", None)
+    if config.lora.enabled and isinstance(width, int) and config.lora.r > width:
+        raise ConfigError(f"lora.r {config.lora.r} is larger than the model's width ({width}); a rank above it adds "
+                          "nothing (and a huge one exhausts memory): give at most the width")
     if config.lora.enabled:
         target = config.lora.target_modules
         names = [name for name, _ in model.named_modules() if name]
@@ -819,10 +923,66 @@ def build_arguments_checked(config: Config) -> Any:
     from transformers import Trainer
 
     try:
-        Trainer.get_optimizer_cls_and_kwargs(args)
+        optimizer_cls, optimizer_kwargs = Trainer.get_optimizer_cls_and_kwargs(args)
     except (ValueError, ImportError, TypeError) as error:
         raise ConfigError(f"train.optim {config.train.optim!r} cannot be used here: {_first_line(error)}") from None
+    check_arguments_in_context(args)
+    dry_build_optimizer_and_scheduler(config, args, optimizer_cls, optimizer_kwargs)
     return args
+
+
+def check_arguments_in_context(args: Any) -> None:
+    """TrainingArguments that transformers accepts and then fails on (or ignores) inside a run of
+    numloss's: an evaluation schedule without an evaluation set, fp16 or FSDP where they cannot
+    run, a negative NEFTune noise. Raises ConfigError."""
+    import torch
+
+    if str(getattr(args, "eval_strategy", "no")) not in ("no", "IntervalStrategy.NO"):
+        raise ConfigError("train.extra.eval_strategy: numloss trains without an evaluation set (compare scores the "
+                          "runs itself); drop eval_strategy")
+    if getattr(args, "fp16", False) and not torch.cuda.is_available():
+        raise ConfigError("train.extra.fp16: fp16 mixed precision needs a CUDA GPU; on this machine use train.bf16 "
+                          "(where supported) or drop fp16")
+    noise = getattr(args, "neftune_noise_alpha", None)
+    if noise is not None and not noise > 0:
+        raise ConfigError(f"train.extra.neftune_noise_alpha must be > 0 (or null for none), got {noise}")
+
+
+def dry_build_optimizer_and_scheduler(config: Config, args: Any, optimizer_cls: Any, optimizer_kwargs: dict[str, Any]) -> None:
+    """Build the optimizer (over one stand-in parameter) and the learning-rate scheduler a run
+    will build, so train.extra values they refuse (adam_beta1 2, adam_epsilon -1, a bogus
+    lr_scheduler_kwargs key, cosine_with_min_lr without its kwargs) are one line before any
+    model loads, not a traceback from inside the first step. Raises ConfigError."""
+    import torch
+    from transformers import get_scheduler
+
+    parameter = torch.nn.Parameter(torch.zeros(1))
+    try:
+        optimizer = optimizer_cls([parameter], **optimizer_kwargs)
+    except (ValueError, TypeError, RuntimeError) as error:
+        raise ConfigError(f"train: the optimizer {config.train.optim!r} refuses these settings (train.extra): "
+                          f"{_first_line(error)}") from None
+    steps = args.max_steps if args.max_steps > 0 else 100
+    extra = dict(args.lr_scheduler_kwargs or {})
+    if extra:  # some schedules drop the kwargs they do not take without a word
+        import inspect
+
+        from transformers.optimization import TYPE_TO_SCHEDULER_FUNCTION
+        from transformers.trainer_utils import SchedulerType
+
+        schedule = TYPE_TO_SCHEDULER_FUNCTION.get(SchedulerType(args.lr_scheduler_type))
+        taken = set(inspect.signature(schedule).parameters) - {"optimizer", "num_warmup_steps", "num_training_steps"} \
+            if schedule is not None else set()
+        unknown = sorted(set(extra) - taken)
+        if unknown:
+            raise ConfigError(f"train.extra.lr_scheduler_kwargs: the {config.train.lr_scheduler!r} schedule takes "
+                              f"{', '.join(sorted(taken)) or 'no options'}, not {', '.join(unknown)}")
+    try:
+        get_scheduler(args.lr_scheduler_type, optimizer, num_warmup_steps=args.get_warmup_steps(steps),
+                      num_training_steps=steps, scheduler_specific_kwargs=dict(args.lr_scheduler_kwargs or {}))
+    except (ValueError, TypeError, KeyError) as error:
+        raise ConfigError(f"train.lr_scheduler {config.train.lr_scheduler!r} refuses these settings (train.extra."
+                          f"lr_scheduler_kwargs): {_first_line(error)}") from None
 
 
 def prepare_run(config: Config, examples: list[Any] | None = None) -> Prepared:
@@ -839,12 +999,29 @@ def prepare_run(config: Config, examples: list[Any] | None = None) -> Prepared:
         raise ConfigError(f"data: {error}") from None
     if not examples:
         raise ConfigError("run_training: no training examples (examples is empty)")
+    check_text(examples)
     tokenizer = load_tokenizer_for(config)
     vocab = digit_vocab_for(config, tokenizer)
     dataset = prepare_data(config, examples, tokenizer)
     args = build_arguments_checked(config)  # also sets up the process group under torchrun
     check_model_structure(config, tokenizer)
     return Prepared(config, examples, tokenizer, vocab, dataset, args)
+
+
+def check_text(examples: list[Any]) -> None:
+    """ConfigError naming the example and field when a text is not valid Unicode (a lone
+    surrogate from a JSON escape like "\\ud800"): no tokenizer can encode it."""
+    for index, example in enumerate(examples):
+        for name in ("instruction", "input", "output"):
+            text = getattr(example, name, None)
+            if isinstance(text, str):
+                try:
+                    text.encode("utf-8")
+                except UnicodeEncodeError as error:
+                    raise ConfigError(
+                        f"data: example {index} has a lone surrogate (U+{ord(text[error.start]):04X}) in its {name} at "
+                        f"character {error.start}: not valid Unicode, so it cannot be tokenised; fix that record"
+                    ) from None
 
 
 def check_run(config: Config, examples: list[Any] | None = None) -> tuple[RunPlan, Prepared]:
@@ -864,7 +1041,10 @@ def check_run(config: Config, examples: list[Any] | None = None) -> tuple[RunPla
     plan = plan_run_dir(config)
     if isinstance(config.train.resume, str):
         _check_resume_folder(Path(config.train.resume))
-    return plan, prepare_run(config, examples)
+    prepared = prepare_run(config, examples)
+    if plan.action == "resume":
+        check_inputs_unchanged(config, output_dir, run_inputs(config, prepared.examples))
+    return plan, prepared
 
 
 def _check_resume_folder(folder: Path) -> None:
@@ -909,7 +1089,6 @@ def run_training(
                 stack.enter_context(hold_run_dir(output_dir, "numloss train"))
             except (RunDirBusy, RunDirLockError) as error:
                 raise ConfigError(f"train.output_dir: {error}") from None
-        _fault_point("locked")
         return _run_locked(config, output_dir, main_process, callbacks, stop_after_step, examples)
     raise AssertionError("unreachable")  # pragma: no cover
 
@@ -930,8 +1109,18 @@ def _resume_checkpoint(config: Config, output_dir: Path, main_process: bool) -> 
         raise ConfigError(
             f"train.resume: no complete checkpoint-* folder in {str(output_dir)!r} to resume from"
             + (f" (every one failed its check: {skipped[0][1]})" if skipped else "")
-            + "; run without --resume (and with train.save_steps > 0 to write checkpoints), or pass a checkpoint folder"
+            + "; run the same command without --resume: it starts the run again from step 0 (partial folders are "
+            "kept aside), or pass a checkpoint folder"
         )
+    if not any(entry.name.startswith(("optimizer", "global_step")) for entry in found.iterdir()):
+        # save_only_model: the Trainer would resume with a fresh optimizer and schedule, and the
+        # weights would drift from the uninterrupted run's without a word
+        why = (f"{found.name} holds no optimizer or scheduler state (train.extra.save_only_model), so a resume "
+               "from it cannot continue the run as it was")
+        if not config.train.resume_changed:
+            raise ConfigError(f"train.resume: {why}; pass --resume-changed to continue with a fresh optimizer and "
+                              "schedule, or --overwrite to start again")
+        logger.warning("--resume-changed: %s; continuing with a fresh optimizer and schedule", why)
     if skipped:
         logger.warning("--resume: falling back to %s, the newest intact checkpoint", found.name)
     else:
@@ -962,6 +1151,8 @@ def _run_locked(
     if plan.action == "overwrite" and main_process:
         moved = move_aside(output_dir, plan.entries)
         logger.warning("--overwrite: moved the run that was in %s to %s", output_dir, moved)
+    if plan.action == "new" and plan.entries and main_process:
+        _set_partial_aside(output_dir)
     checkpoint: Path | None = None
     if plan.action == "resume":
         checkpoint = _resume_checkpoint(config, output_dir, main_process)
@@ -970,6 +1161,10 @@ def _run_locked(
 
     prepared = prepare_run(config, examples)
     tokenizer, vocab, dataset, args = prepared.tokenizer, prepared.vocab, prepared.dataset, prepared.args
+    inputs = run_inputs(config, prepared.examples)
+    if plan.action == "resume":  # checked before any weights load
+        for change in check_inputs_unchanged(config, output_dir, inputs):
+            logger.warning("--resume-changed: continuing although %s", change)
     set_seed(config.train.seed)
     model, model_tokenizer = load_model_for(config)
     if model_tokenizer.get_vocab() != tokenizer.get_vocab():
@@ -991,7 +1186,7 @@ def _run_locked(
     throughput, csv_log, progress, stop_after, checkpoint_marker, config_record = _callbacks_module()
     csv_path = output_dir / "log.csv"
     own_callbacks: list[Any] = [throughput(), checkpoint_marker(config.train.save_total_limit),
-                                config_record(config, checkpoint if plan.changed else None)]
+                                config_record(config, checkpoint if plan.changed else None, inputs)]
     if "tensorboard" in config.train.report_to and args.process_index == 0:
         from torch.utils.tensorboard import SummaryWriter
         from transformers.integrations import TensorBoardCallback
@@ -1032,6 +1227,7 @@ def _run_locked(
             trainer.state = TrainerState.load_from_json(str(checkpoint / "trainer_state.json"))
             if main_process:
                 record_config(config, output_dir, checkpoint if plan.changed else None)
+                record_inputs(inputs, output_dir)
             metrics: dict[str, Any] = {}
         else:
             output = trainer.train(resume_from_checkpoint=None if checkpoint is None else str(checkpoint))
@@ -1070,7 +1266,7 @@ def _run_locked(
                 if main_process:
                     _save_merged(trainer, tokenizer, merged_dir)
             if main_process:
-                commit_final(output_dir, trainer.state.global_step, fault=_fault_point)
+                commit_final(output_dir, trainer.state.global_step)
         except Exception as error:
             raise _train_error(error, output_dir, trainer, None, saving=partial) from None
     trainer.accelerator.wait_for_everyone()
@@ -1241,6 +1437,7 @@ def main(argv: list[str] | None = None) -> int:
     if argv and not argv[0].startswith("--"):
         path, argv = argv[0], argv[1:]
     logging.basicConfig(level=logging.INFO, format="%(name)s: %(message)s")
+    config: Config | None = None
     try:
         config = load_config(path, argv)
         _check_model_name(config)
@@ -1260,8 +1457,18 @@ def main(argv: list[str] | None = None) -> int:
         print(f"numloss train: {error}", file=sys.stderr)
         return 2
     except DiskFullError as error:
-        print(f"numloss train: {error}", file=sys.stderr)
+        print(f"numloss train: {error}{_continue_with(config)}", file=sys.stderr)
         return 1
+    except OSError as error:  # a write that failed for another reason than space (EIO, a folder gone)
+        where = f" {error.filename}" if error.filename else ""
+        print(f"numloss train: cannot write{where}: {error.strerror or error}{_continue_with(config)}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        if int(os.environ.get("RANK", "0")) == 0:
+            line = "interrupted before training began; nothing was written" if config is None else \
+                interrupted_line(Path(config.train.output_dir))
+            print(f"numloss train: {line}", file=sys.stderr)
+        return 130
     if result.already_finished:
         if int(os.environ.get("RANK", "0")) == 0:
             print(f"numloss train: the run in {result.output_dir} already finished ({result.global_step} steps); "
@@ -1271,6 +1478,28 @@ def main(argv: list[str] | None = None) -> int:
         summary = {k: round(v, 5) if isinstance(v, float) else v for k, v in result.metrics.items()}
         print(f"numloss train: done, {result.global_step} steps; model in {result.model_dir}; metrics {summary}")
     return 0
+
+
+def _continue_with(config: Config | None) -> str:
+    """The end of a failed run's line: the command that continues it, from what the folder holds."""
+    if config is None:
+        return ""
+    found, _ = newest_intact_checkpoint(Path(config.train.output_dir))
+    if found is not None:
+        return f"; then run the same command with --resume to continue from {found.name}"
+    return "; then run the same command: no checkpoint was whole, so it starts again"
+
+
+def interrupted_line(output_dir: Path) -> str:
+    """The one line a Ctrl-C prints: what the run folder kept and the command that continues."""
+    found, _ = newest_intact_checkpoint(output_dir)
+    if found is not None:
+        return (f"interrupted; {found} is the newest whole checkpoint: run the same command with --resume to "
+                "continue from it")
+    if (output_dir / FINAL).is_dir():
+        return f"interrupted; {output_dir / FINAL} is kept as it was"
+    return (f"interrupted before the first whole checkpoint; nothing to resume in {output_dir}: run the same "
+            "command to start again")
 
 
 def _end_process_group(finished: bool) -> None:

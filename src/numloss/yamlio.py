@@ -6,17 +6,28 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-import yaml
-
+from numloss.extras import needs
 from numloss.textio import read_utf8
+
+with needs("hf", "numloss.yamlio"):
+    import yaml
 
 
 class YamlKeyError(ValueError):
-    """A mapping key given twice, or a key that is not a plain value."""
+    """A mapping key given twice, a key that is not a plain value, or an alias."""
 
 
 class _StrictLoader(yaml.SafeLoader):
-    """yaml.SafeLoader that refuses a mapping key given twice."""
+    """yaml.SafeLoader that refuses a mapping key given twice and any alias (`*name`,
+    `<<: *name`): a few lines of nested aliases expand to billions of nodes (an "alias bomb") and
+    hang whatever walks them; no numloss setting needs one."""
+
+    def compose_node(self, parent: Any, index: Any) -> Any:
+        if self.check_event(yaml.events.AliasEvent):
+            event = self.peek_event()
+            raise YamlKeyError(f"line {event.start_mark.line + 1}: YAML aliases (*{event.anchor}) are not accepted; "
+                               "write the value out")
+        return super().compose_node(parent, index)
 
 
 def _strict_mapping(loader: _StrictLoader, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
@@ -44,12 +55,16 @@ def parse_yaml(text: str) -> Any:
     return yaml.load(text, Loader=_StrictLoader)  # noqa: S506 - a SafeLoader subclass
 
 
-def load_yaml(path: Path, error: type[Exception] = ValueError) -> Any:
-    """The YAML in `path` ({} for an empty file); not UTF-8, not YAML or a repeated key is one
-    `error` line naming the file."""
+def load_yaml(path: Path, error: type[Exception] = ValueError, empty: str | None = None) -> Any:
+    """The YAML in `path`; not UTF-8, not YAML, a repeated key or an alias is one `error` line
+    naming the file. A file holding nothing (empty, null, only comments) is {}, or, when `empty`
+    says why that is wrong for this file, an `error` line "PATH: holds no settings ...; EMPTY"."""
     text = read_utf8(path, error)
     try:
-        return parse_yaml(text) or {}
+        loaded = parse_yaml(text)
+        if loaded is None and empty is not None:
+            raise error(f"{path}: holds no settings (empty, null or only comments); {empty}")
+        return {} if loaded is None else loaded
     except YamlKeyError as problem:
         raise error(f"{path}: {problem}") from None
     except yaml.YAMLError as problem:

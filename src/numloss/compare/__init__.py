@@ -14,6 +14,15 @@ of other settings (another --steps, say) is never deleted: it is moved to
 OUT/superseded/<run>-<hash> and the console says so. A corrupted run record (records_dir) is
 named and refused: restore it from git, or delete it to train that run again. With --jobs, the
 workers die with the compare that started them, even when it is killed.
+
+Inputs by content: an objective label must be a plain name (letters, digits, . _ + = -; no
+separator, no '..'), since it names the run's folder. Beside its run hash every result carries
+model_sha256 (the weights of a model folder, or smollm2's GGUF source; none for tiny) and
+data_sha256 (its training file); a finished run or record whose hashes differ from what this
+run would use (a model saved over --model DIR, say) is refused in one line naming the change.
+A result or record written before these fields existed is reused as before. --report-only of a
+slice (--objectives, --seeds) never replaces a fuller report; a training slice keeps the fuller
+one as OUT/previous-report-TIME/. Ctrl-C prints one line (what is kept, how to go on), exit 130.
 """
 
 from __future__ import annotations
@@ -54,9 +63,22 @@ def _run_comparison(compare: Any, progress: bool, print_table: bool, finished_on
     from numloss.compare.runner import run_grid
 
     started = time.perf_counter()
+    wanted = {f"{spec.label}-s{seed}" for spec in compare.objectives for seed in compare.seeds}
+    reported = reported_runs(compare.output_dir)
+    if finished_only and reported - wanted:
+        raise ConfigError(
+            f"{compare.output_dir / 'report.md'} reports {len(reported)} runs and this --report-only selects "
+            f"{len(wanted)} (--objectives / --seeds): it would replace the fuller report; leave them out to report "
+            "the whole grid"
+        )
     results = run_grid(compare, progress=progress, finished_only=finished_only)
     if not results:
         raise ConfigError(f"no finished runs of this grid in {compare.output_dir}/runs to report")
+    missing = reported - {f"{r['label']}-s{r['seed']}" for r in results}
+    if missing:  # a slice of the grid: its report must not silently replace the fuller one
+        kept = keep_report_aside(compare.output_dir)
+        print(f"numloss compare: the earlier report held {len(missing)} runs this one does not "
+              f"({', '.join(sorted(missing)[:4])}{', ...' if len(missing) > 4 else ''}); kept as {kept}", file=sys.stderr)
     base = compare.base
     train = base.get("train", {})
     task = compare.task
@@ -99,6 +121,32 @@ def _run_comparison(compare: Any, progress: bool, print_table: bool, finished_on
             print(text_table(summary, first))
         print(f"\nreport: {compare.output_dir / 'report.md'} (all held-out sets, plots, results.json)")
     return summary
+
+
+def reported_runs(out: Path) -> set[str]:
+    """The runs (label-s<seed>) that OUT/results.json reports; empty without a readable one."""
+    import json
+
+    try:
+        data = json.loads((Path(out) / "results.json").read_text(encoding="utf-8"))
+        return {f"{r['label']}-s{r['seed']}" for r in data["runs"]}
+    except (OSError, ValueError, KeyError, TypeError):
+        return set()
+
+
+def keep_report_aside(out: Path) -> Path:
+    """Move OUT's results.json and report.md into OUT/previous-report-<UTC time>/ (nothing is
+    deleted; the plots are redrawn by every report); returns that folder."""
+    folder = Path(out) / f"previous-report-{time.strftime('%Y%m%dT%H%M%SZ', time.gmtime())}"
+    n = 1
+    while folder.exists():
+        n += 1
+        folder = folder.with_name(f"{folder.name.split('~')[0]}~{n}")
+    folder.mkdir(parents=True)
+    for name in ("results.json", "report.md"):
+        if (Path(out) / name).is_file():
+            os.replace(Path(out) / name, folder / name)
+    return folder
 
 
 def build_parser(prog: str = "numloss compare") -> argparse.ArgumentParser:
@@ -156,6 +204,8 @@ def resolve(args: argparse.Namespace, default_config: str | None = "configs/comp
                           ("--objectives", args.objectives), ("--seeds", args.seeds)):
         if value is not None and not value.strip(" ,"):
             raise ConfigError(f"{option} is empty: give a value or leave the option out")
+    if smoke and args.model is not None:  # the smoke check always runs the tiny model
+        raise ConfigError("--smoke runs the tiny model and would ignore --model; drop one of them")
     if args.model is not None or args.steps is not None or args.out is not None or smoke:
         base = {k: dict(v) if isinstance(v, dict) else v for k, v in compare.base.items()}
         if args.model is not None:
@@ -255,13 +305,31 @@ def main(argv: list[str] | None = None) -> int:
             return 2
     if not args.verbose:
         quiet_training_logs()
+    return run_reporting_errors("numloss compare", compare,
+                                lambda: run_comparison(compare, progress=not args.no_progress, finished_only=args.report_only))
+
+
+def interrupted_line(compare: Any) -> str:
+    """The one line a Ctrl-C prints: what was kept and how to continue."""
+    kept = f"{compare.output_dir / 'runs'}" + (f" and {compare.records_dir}" if compare.records_dir else "")
+    return (f"interrupted; every finished run is kept in {kept}: run the same command to continue (the run in "
+            "progress starts again)")
+
+
+def run_reporting_errors(prog: str, compare: Any, body: Any) -> int:
+    """Run `body()` and turn what it raises into one line and an exit status: 2 for a bad config
+    or folder, 1 for a failed read or write (a full disk, a folder turned read-only), 130 for
+    Ctrl-C (saying what was kept and how to continue)."""
     try:
-        run_comparison(compare, progress=not args.no_progress, finished_only=args.report_only)
+        body()
     except ConfigError as error:
-        print(f"numloss compare: {error}", file=sys.stderr)
+        print(f"{prog}: {error}", file=sys.stderr)
         return 2
     except OSError as error:  # a full disk, a folder that turned read-only mid-run: one line, not a traceback
         where = f"{error.filename}: " if error.filename else ""
-        print(f"numloss compare: {where}{error.strerror or error}", file=sys.stderr)
+        print(f"{prog}: {where}{error.strerror or error}", file=sys.stderr)
         return 1
+    except KeyboardInterrupt:
+        print(f"{prog}: {interrupted_line(compare)}", file=sys.stderr)
+        return 130
     return 0

@@ -33,6 +33,8 @@ import copy
 import hashlib
 import json
 import math
+import os
+import re
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -219,6 +221,19 @@ def _check_task_types(task: Any) -> None:
                 raise ConfigError(f"task.train.{key} must be at most {_MAX_DIGITS}, got {train[key]}")
 
 
+#: a label names the run folder (runs/<label>-s<seed>) and its record file: a plain name only
+_LABEL = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.+=-]{0,99}")
+
+
+def label_problem(label: str) -> str | None:
+    """Why `label` cannot name a run folder, or None. A label becomes part of a path: a separator
+    or `..` would put the run (and the clearing of an interrupted one) outside the output folder."""
+    if _LABEL.fullmatch(label) and ".." not in label:
+        return None
+    return ("is not a plain name: use letters, digits and . _ + = - (at most 100, starting with a letter or "
+            "digit; no '/', '\\' or '..'), since it names the run's folder")
+
+
 def _objectives(items: Any, origin: str) -> list[ObjectiveSpec]:
     if not isinstance(items, list) or not items:
         raise ConfigError(f"{origin}: objectives must be a non-empty list of {{label, name, alpha, options}}")
@@ -236,6 +251,9 @@ def _objectives(items: Any, origin: str) -> list[ObjectiveSpec]:
             raise ConfigError(f"{origin}: objectives[{i}].name must be an objective name (a string), got {name!r}")
         if not isinstance(label, (str, int)) or isinstance(label, bool) or not str(label).strip():
             raise ConfigError(f"{origin}: objectives[{i}].label must be a non-empty string, got {label!r}")
+        problem = label_problem(str(label))
+        if problem:
+            raise ConfigError(f"{origin}: objectives[{i}].label {str(label)!r} {problem}")
         if alpha is not None and not _is_real(alpha):
             raise ConfigError(f"{origin}: objectives[{i}].alpha must be a finite number or null, got {alpha!r}")
         options = item.get("options")
@@ -278,7 +296,8 @@ def load_compare_config(path: str | Path | None) -> CompareConfig:
         origin = str(path)
         if not Path(path).is_file():
             raise ConfigError(f"comparison config {origin!r} does not exist (see configs/compare*.yaml)")
-        loaded = load_yaml(Path(path), ConfigError)
+        loaded = load_yaml(Path(path), ConfigError, empty="write the grid's keys (see configs/compare.yaml), "
+                           "or give no config for the small default grid")
         if not isinstance(loaded, dict):
             raise ConfigError(f"{origin}: the top level must be a mapping")
         unknown = sorted(set(loaded) - set(DEFAULTS))
@@ -338,6 +357,9 @@ def compare_config_from_dict(mapping: dict[str, Any], origin: str = "config") ->
     threads = mapping.get("torch_threads")
     if threads is not None and (not isinstance(threads, int) or isinstance(threads, bool) or not 1 <= threads <= 4096):
         raise ConfigError(f"{origin}: torch_threads must be a positive integer or null, got {threads!r}")
+    cores = os.cpu_count() or 1
+    if threads is not None and threads > cores:  # as --threads: more threads than cores stall torch
+        raise ConfigError(f"{origin}: torch_threads {threads} is more than this machine's {cores} cores")
     jobs = mapping.get("jobs", 1)
     if not isinstance(jobs, int) or isinstance(jobs, bool) or not 1 <= jobs <= 4096:
         raise ConfigError(f"{origin}: jobs must be a positive integer (runs trained at once), got {jobs!r}")

@@ -33,9 +33,17 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from numloss.atomic import write_text_atomic
 from numloss.compare.config import RESULT_SCHEMA, CompareConfig
 from numloss.compare.jsonio import write_json_atomic as _write_json_atomic
-from numloss.compare.runner import RunKey, read_record, run_one, write_record
+from numloss.compare.runner import (
+    RunKey,
+    check_inputs,
+    input_hashes,
+    read_record,
+    run_one,
+    write_record,
+)
 from numloss.config import ConfigError
 from numloss.textio import jsonable as _jsonable
 
@@ -171,6 +179,10 @@ def _run_grid(
         config = compare.run_config(key.spec, key.seed, run_dir, train_file)
         run_hash = compare.run_hash(config)
         done = read_record(records, key.name, run_hash) or read_result(run_dir, run_hash)
+        if done is not None and "model_sha256" in done:  # the model replaced in place is not reused
+            check_inputs(done, records / f"{key.name}-{run_hash}.json",
+                         {k: v for k, v in input_hashes(config, "").items() if k == "model_sha256"},
+                         "to train it again, delete that record")
         if done is not None:
             write_record(records, done)
             _copy(records / f"{key.name}-{run_hash}.json", also_to)
@@ -329,7 +341,7 @@ def main(argv: list[str] | None = None) -> int:
     for folder in [compare.output_dir, *also_to]:
         folder.mkdir(parents=True, exist_ok=True)
         _write_json_atomic(folder / f"summary-{index}.json", _jsonable(summary))
-        (folder / f"summary-{index}.md").write_text(text)
+        write_text_atomic(folder / f"summary-{index}.md", text)
     print(text)
     return 1 if status["failed"] else 0
 

@@ -714,7 +714,9 @@ def write_report(results: Sequence[dict[str, Any]], out: Path, meta: dict[str, A
     plots = _plots(summary, results, out)
     slim_runs = [{k: v for k, v in r.items() if k != "embeddings"} for r in results]
     _write_json_atomic(out / "results.json", _jsonable({"meta": meta, "summary": summary, "runs": slim_runs}))
-    (out / "report.md").write_text(markdown_report(summary, meta, plots))
+    from numloss.atomic import write_text_atomic
+
+    write_text_atomic(out / "report.md", markdown_report(summary, meta, plots))
     return summary
 
 

@@ -11,7 +11,9 @@ file) starts again from scratch, so started-again comparisons continue where the
 `records_dir` set, every finished result is also written there (`<label>-s<seed>-<hash>.json`, a
 folder kept in version control) and a run found there is not trained again: the grid continues
 across sessions and machines, each record naming the machine it ran on. A record that is
-unreadable or not the run its name says (`result_problem`) is refused, naming the file.
+unreadable or not the run its name says (`result_problem`) is refused, naming the file. Beside
+the run hash (which stays as it was, so committed records keep pairing) a result carries
+`model_sha256` and `data_sha256` (`input_hashes`), verified when present (`check_inputs`).
 
 Nothing finished is deleted: a run folder holding a result of other settings is moved to
 `superseded/<name>-<hash>` beside `runs/` (and the console says so); only an interrupted run (no
@@ -42,6 +44,7 @@ from typing import Any
 
 import torch
 
+from numloss.atomic import write_text_atomic
 from numloss.compare.config import CompareConfig, ObjectiveSpec
 from numloss.compare.jsonio import write_json_atomic as _write_json_atomic
 from numloss.compare.report import primary_evaluation
@@ -258,6 +261,10 @@ def _clear_run_dir(run_dir: Path, say: Callable[[str], None]) -> None:
     """Make way for a run in `run_dir`. An interrupted run (no result.json) is deleted; a finished
     one (of other settings: another --steps, say) is never deleted but moved to
     `<output_dir>/superseded/<name>-<its hash>`, and `say` tells where."""
+    runs = run_dir.parent
+    if run_dir.parent.name != "runs" or Path(os.path.realpath(run_dir)).parent != Path(os.path.realpath(runs)):
+        # labels are checked to be plain names; this is the last guard before a delete
+        raise ConfigError(f"refusing to clear {run_dir}: it is not a run folder directly under {runs}")
     if not run_dir.exists():
         return
     result = run_dir / "result.json"
@@ -331,15 +338,45 @@ def _initial_model(config: Any) -> tuple[Any, Any]:
     return load_model_for(config)
 
 
+def _train_text(examples: Sequence[TaskExample]) -> str:
+    """The training set as the instruction JSONL a run trains on (its data_sha256 is of this)."""
+    return "".join(json.dumps({"instruction": e.instruction, "output": e.output}) + "\n" for e in examples)
+
+
+def input_hashes(config: Any, train_text: str) -> dict[str, str]:
+    """The content hashes a result carries beside its run hash: `model_sha256` (the weights the
+    run starts from, numloss.identity; absent for 'tiny', whose weights follow from the hashed
+    config) and `data_sha256` (the training file's text)."""
+    from numloss.identity import model_sha256, text_sha256
+
+    hashes = {"data_sha256": text_sha256(train_text)}
+    model = model_sha256(config.model.name, config.model.cache_dir)
+    if model is not None:
+        hashes["model_sha256"] = model
+    return hashes
+
+
+def check_inputs(result: dict[str, Any], where: Path, now: dict[str, str], fix: str) -> None:
+    """ConfigError in one line when a finished result was made from other inputs than this run
+    would use (a model replaced in place, another training set under the same hash). A result
+    without a field (written before the fields existed, like the committed records) is not
+    checked by it."""
+    from numloss.identity import describe_change
+
+    names = {"model_sha256": "the model's weights", "data_sha256": "the training data"}
+    for key, name in names.items():
+        if key in result and key in now and result[key] != now[key]:
+            raise RecordError(f"the finished run {result.get('label')}-s{result.get('seed')} ({where}) cannot be "
+                              f"reused: {describe_change(name, result[key], now[key])}; {fix}")
+
+
 def _write_train_file(path: Path, examples: Sequence[TaskExample]) -> None:
     """The training set of a run as instruction JSONL (the record of what it saw); rewritten when
     the file holds another set (a task changed under the same output folder)."""
-    text = "".join(json.dumps({"instruction": e.instruction, "output": e.output}) + "\n" for e in examples)
+    text = _train_text(examples)
     if path.is_file() and path.read_text() == text:
         return
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(text)
-    os.replace(tmp, path)
+    write_text_atomic(path, text)
 
 
 def run_one(
@@ -365,6 +402,7 @@ def run_one(
     config = compare.run_config(key.spec, key.seed, run_dir, train_file)
     run_hash = compare.run_hash(config)
     callbacks = list(callbacks or [])
+    train_examples_raw = list(train_examples)  # before a word task renders them: what the file holds
     config.train.progress_bar = config.train.progress_bar and progress_bar
     _clear_run_dir(run_dir, logger.warning)  # an interrupted run is redone; a finished one is kept aside
     run_dir.mkdir(parents=True)
@@ -407,6 +445,7 @@ def run_one(
     after = digit_embeddings(model, tokenizer) if compare.evaluation.embeddings else None
     result = {
         "hash": run_hash,
+        **input_hashes(config, _train_text(train_examples_raw)),
         "label": key.spec.label,
         "objective": {"name": key.spec.name, "alpha": key.spec.alpha, "options": key.spec.options},
         "seed": key.seed,
@@ -538,7 +577,18 @@ def _run_grid(
             train_file = out / "data" / f"train-s{key.seed}.jsonl"
             config = compare.run_config(key.spec, key.seed, run_dir, train_file)
             run_hash = compare.run_hash(config)
-            done = read_result(run_dir, run_hash) or read_record(compare.records_dir, key.name, run_hash)
+            done = read_result(run_dir, run_hash)
+            where = run_dir / "result.json"
+            fix = f"to train it again, move {run_dir} away (or use another --out)"
+            if done is None:
+                done = read_record(compare.records_dir, key.name, run_hash)
+                if done is not None and compare.records_dir is not None:
+                    where = record_path(compare.records_dir, key.name, run_hash)
+                    fix = f"to train it again, delete {where} (or use --no-records)"
+            if done is not None and ("model_sha256" in done or "data_sha256" in done):
+                if key.seed not in train_sets:
+                    train_sets[key.seed] = compare.task.train_set(key.seed, exclude=held_out)
+                check_inputs(done, where, input_hashes(config, _train_text(train_sets[key.seed])), fix)
             if done is not None:
                 logger.info("skipping %s: finished with the same config (%s)", key.name, done["hash"])
                 finish(key, done)
@@ -548,7 +598,7 @@ def _run_grid(
             _clear_run_dir(run_dir, lambda line: tqdm.write(line, file=sys.stderr))
             if key.seed not in train_sets:
                 train_sets[key.seed] = compare.task.train_set(key.seed, exclude=held_out)
-                _write_train_file(train_file, train_sets[key.seed])
+            _write_train_file(train_file, train_sets[key.seed])  # rewritten only when it differs
             pending.append((key, train_file))
         if jobs == 1:
             threads = torch.get_num_threads()

@@ -14,28 +14,17 @@ import statistics
 from collections.abc import Sequence
 from typing import Any
 
+from numloss.evaluate.metrics import wilson_interval  # noqa: F401 - the comparison's intervals, one formula
+
 
 def finite(values: Sequence[Any]) -> list[float]:
     """The values that are numbers and finite, as floats (None, NaN and inf dropped)."""
     return [float(v) for v in values if v is not None and math.isfinite(float(v))]
 
 
-def wilson_interval(correct: int, total: int, z: float = 1.96) -> tuple[float, float]:
-    """The 95 % Wilson score interval of a binomial proportion (sound near 0 and 1, unlike p +- 2se).
-
-    Own formula, not statsmodels': `numloss eval` reports it and needs no scipy or statsmodels."""
-    if total <= 0:
-        return float("nan"), float("nan")
-    p = correct / total
-    denominator = 1 + z * z / total
-    centre = (p + z * z / (2 * total)) / denominator
-    half = z * math.sqrt(p * (1 - p) / total + z * z / (4 * total * total)) / denominator
-    return max(0.0, centre - half), min(1.0, centre + half)
-
-
 def seed_interval(values: Sequence[Any]) -> tuple[float, float]:
     """The 95 % Student t interval of the mean of per-seed values, clipped to [0, 1] (NaN below 2 seeds)."""
-    from scipy import stats  # here, not at the top: evaluate imports wilson_interval without scipy
+    from scipy import stats  # here: importing this module costs no scipy start-up
 
     xs = finite(values)
     if len(xs) < 2:
@@ -94,6 +83,6 @@ def fisher_exact_p(hits_a: int, total_a: int, hits_b: int, total_b: int) -> floa
         raise ValueError(f"fisher_exact_p: need 0 <= hits <= total, got {hits_a}/{total_a} and {hits_b}/{total_b}")
     if total_a == 0 or total_b == 0:
         return 1.0
-    from scipy import stats  # here, not at the top: evaluate imports wilson_interval without scipy
+    from scipy import stats  # here: importing this module costs no scipy start-up
 
     return float(stats.fisher_exact([[hits_a, total_a - hits_a], [hits_b, total_b - hits_b]]).pvalue)

@@ -19,13 +19,13 @@ training; a check's item is right when the last number of the output equals the 
 from __future__ import annotations
 
 import json
-import os
 import random
 from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from numloss.atomic import write_text_atomic
 from numloss.data.examples import Example
 
 #: used only when a tokenizer has no chat template of its own (the tiny test model)
@@ -155,9 +155,7 @@ class WordProblemTask:
         random.Random(f"numloss-word-mix-{seed}").shuffle(items)
         if path is not None:
             path.parent.mkdir(parents=True, exist_ok=True)
-            tmp = path.with_name(path.name + ".tmp")
-            tmp.write_text("".join(json.dumps(asdict(e)) + "\n" for e in items))
-            os.replace(tmp, path)
+            write_text_atomic(path, "".join(json.dumps(asdict(e)) + "\n" for e in items))
         return items
 
     def test_sets(self) -> dict[str, list[Example]]:

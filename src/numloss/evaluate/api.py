@@ -93,8 +93,8 @@ def benchmark_score(results: Sequence[ItemResult], digits: DigitStats | None = N
     """Accuracy with its 95 % Wilson interval, counts, numeric distance and place accuracy."""
     from collections import Counter
 
-    from numloss.compare.stats import wilson_interval
     from numloss.evaluate.answers import gold_decimal
+    from numloss.evaluate.metrics import wilson_interval
 
     first = results[0]
     correct = sum(r.correct for r in results)
@@ -336,6 +336,8 @@ def evaluate(
             raise ValueError(f"max_new_tokens must be at least 1, got {max_new_tokens}")
         open_limit, choice_limit = min(open_limit, max_new_tokens), min(choice_limit, max_new_tokens)
     loaded = _load(benchmarks, data_dir, limit, seed)
+    if not loaded:
+        raise BenchmarkError("benchmarks is empty; name at least one, e.g. ['gsm8k', 'svamp'] (--benchmarks gsm8k,svamp)")
     given = model_or_path
     if backend == "hf" and (adapter := load_adapter_run(model_or_path, device)) is not None:
         model_or_path = adapter  # a LoRA run's final/: its base model with the adapter merged in
@@ -343,6 +345,9 @@ def evaluate(
         check_digit_tokens(model_or_path)  # before the model loads and generates, not after
     runner = program_runner(program_timeout, workers, allow_unisolated)  # its options checked before the model loads
     identity = model_identity(model_or_path) if results_file is not None else None  # checked before the model loads
+    # the weights' bytes, not their names, sizes and times: a model saved over another with the
+    # same sizes and restored times is still another model (numloss.identity)
+    content = _model_content(model_or_path) if results_file is not None else None
     capped = [_capped(p, open_limit, choice_limit) for p in protocols]
     settings = {"prompt": "released-alpaca-0shot", "stop": list(stop), "max_new_tokens_open": open_limit,
                 "max_new_tokens_choice": choice_limit, "backend": backend, "dtype": dtype, "program_of_thought": program_of_thought}
@@ -356,17 +361,22 @@ def evaluate(
         return r.get("model") == model_name and r.get("settings") == key and r.get("benchmark") in bench_names
 
     if store is not None and overwrite:
-        moved, aside = store.drop(lambda r: ours(r) and (r.get("protocol") in names or r.get("model_identity") != identity))
+        moved, aside = store.drop(lambda r: ours(r) and (r.get("protocol") in names or r.get("model_identity") != identity
+                                                          or _stale(r, content, cut_at_stop)))
         if moved:
             print(f"numloss eval: --overwrite: moved {moved} earlier records of {model_name} to {aside}", file=sys.stderr)
     saved = [r for r in store.records() if ours(r)] if store is not None else []
     check_same_model(saved, identity, model_name, results_file)
+    _check_same_inputs(saved, content, cut_at_stop, model_name, results_file)
     model, tokenizer, generator = _generator(model_or_path, backend, dtype, device, tensor_parallel, batch_size, stop, open_limit, progress)
     if cut_at_stop:
         generator = StopCut(generator, stop)
     if runner.isolation.mode == "unavailable" and program_of_thought:
         print(f"numloss eval: programs will not run: {runner.isolation.detail}. Items with a program use chain of thought.", file=sys.stderr)
-    extra = {"model": model_name, "model_identity": identity, "settings": key, "generation": settings, "isolation": runner.isolation.mode}
+    extra = {"model": model_name, "model_identity": identity, "settings": key, "generation": settings, "isolation": runner.isolation.mode,
+             "cut_at_stop": bool(cut_at_stop)}
+    if content is not None:
+        extra["model_sha256"] = content
     per: dict[str, dict[str, list[ItemResult]]] = {p.name: {} for p in protocols}
     digits: dict[str, DigitStats] = {}
     for bench in loaded:
@@ -415,8 +425,10 @@ class StopCut:
         from dataclasses import is_dataclass, replace
 
         from numloss.evaluate.generate import Generation, cut_at_stop
+        from numloss.evaluate.runner import generated_texts
 
         gens = self.inner.generate(prompts, max_new_tokens=max_new_tokens) if self._takes_limit else self.inner.generate(prompts)
+        generated_texts(self.inner, prompts, gens)  # checked before any is cut
         out = []
         for g in gens:
             text = cut_at_stop(g.text, self.stop)
@@ -430,17 +442,65 @@ class StopCut:
 def _check_same_items(bench: Benchmark, saved: Sequence[Mapping[str, Any]], results_file: Any) -> None:
     """Refuse to resume from records of other items under the same ids: ids are positions, so
     another --seed of a synthetic set, an edited file or another data source would silently
-    score the old answers under the new questions."""
-    questions = {it.id: it.question for it in bench.items}
+    score the old answers under the new questions; and from records whose gold answer is not the
+    item's gold now (answers edited, same questions), whose verdicts would be the old answers'."""
+    by_id = {it.id: it for it in bench.items}
+    golds: dict[str, Protocol] = {p.name: p for p in resolve("both")}
     for record in saved:
         question = record.get("question")
         item_id = str(record["id"])
-        if question and item_id in questions and question != questions[item_id]:
+        item = by_id.get(item_id)
+        if question and item is not None and question != item.question:
             raise ValueError(
                 f"{results_file}: item {bench.name}/{item_id} was saved with another question than "
                 f"{bench.name} has now ({bench.source}): the data changed (another --seed, file or "
                 "source). Use another --out, or --overwrite to redo this model's items"
             )
+        protocol = golds.get(str(record.get("protocol")))
+        if item is not None and protocol is not None and record.get("gold") != protocol.gold(item):
+            raise ValueError(
+                f"{results_file}: the gold answer of {bench.name}/{item_id} changed ({record.get('gold')!r} then, "
+                f"{protocol.gold(item)!r} now in {bench.source}): the saved verdicts are the old answers'. "
+                "Use another --out, or --overwrite to redo this model's items"
+            )
+
+
+def _model_content(model_or_path: Any) -> str | None:
+    """The weights' content hash of a model given by name or folder (`numloss.identity`); None
+    otherwise (a model in memory is identified by its parameters already, in model_identity)."""
+    if not isinstance(model_or_path, (str, Path)):
+        return None
+    from numloss.identity import model_sha256
+
+    return model_sha256(str(model_or_path))
+
+
+def _stale(record: Mapping[str, Any], content: str | None, cut_at_stop: bool) -> bool:
+    """True when a saved record was made from other weights or under the other stop-cut mode;
+    a record without those fields (an older numloss) is not stale by them."""
+    other_weights = content is not None and record.get("model_sha256") not in (None, content)
+    other_cut = "cut_at_stop" in record and record["cut_at_stop"] != bool(cut_at_stop)
+    return other_weights or other_cut
+
+
+def _check_same_inputs(saved: Sequence[Mapping[str, Any]], content: str | None, cut_at_stop: bool, model: str,
+                       results_file: Any) -> None:
+    """Refuse to resume from records of other weights (the model replaced in place) or of the
+    other stop-cut mode, naming what changed. Records without these fields are accepted."""
+    from numloss.identity import describe_change
+
+    for record in saved:
+        if not _stale(record, content, cut_at_stop):
+            continue
+        if content is not None and record.get("model_sha256") not in (None, content):
+            what = describe_change(f"the weights of {model!r}", record.get("model_sha256"), content)
+        else:
+            what = (f"the stop-cut mode changed (cut_at_stop {record['cut_at_stop']} then, {bool(cut_at_stop)} now; "
+                    "--no-stop-cut sets it)")
+        raise BenchmarkError(
+            f"{results_file}: saved records of {model!r} cannot be resumed: {what}. Use another --out, or --overwrite "
+            "to move those records aside and redo them"
+        )
 
 
 def _capped(p: Protocol, open_limit: int, choice_limit: int) -> Protocol:
@@ -517,6 +577,23 @@ def _item_result(record: Mapping[str, Any]) -> ItemResult:
     return result
 
 
+def _check_one_model(rows: Sequence[Mapping[str, Any]], source: str) -> None:
+    """Refuse a file holding the outputs of more than one model (by name and weights): scored
+    together, their verdicts would be one score that names neither."""
+    models: dict[tuple[str, str, str], int] = {}
+    for row in rows:
+        if "model" in row:
+            key = (str(row.get("model")), str(row.get("model_identity")), str(row.get("model_sha256")))
+            models[key] = models.get(key, 0) + 1
+    if len(models) > 1:
+        named = "; ".join(f"{name} ({identity if identity != 'None' else 'no identity'}, {n} records)"
+                          for (name, identity, _), n in list(models.items())[:3])
+        raise BenchmarkError(
+            f"{source}: holds the outputs of {len(models)} models ({named}); score one model's records at a time "
+            "(keep the lines of one 'model' and 'model_identity')"
+        )
+
+
 def score_outputs(
     records: str | Path | Iterable[Mapping[str, Any]],
     protocol: str | Protocol | Sequence | None = None,
@@ -564,9 +641,15 @@ def score_outputs(
         rows = read_lines(Path(records))
         source = str(records)
     else:
+        if isinstance(records, Mapping) or not isinstance(records, Iterable):
+            raise BenchmarkError(f"records must be a JSONL path or an iterable of record mappings, got a {type(records).__name__}")
         rows, source = list(records), "records"
+        for n, row in enumerate(rows):
+            if not isinstance(row, Mapping):
+                raise BenchmarkError(f"record {n}: expected a mapping (benchmark, id, output), got a {type(row).__name__}")
     if not rows:
         raise BenchmarkError(f"{source}: no records to score")
+    _check_one_model(rows, source)
     samples = lmeval.is_samples(rows)
     protocols = _protocols(protocol if protocol is not None else ("both" if samples else "numloss"))
     stop, _, _ = generation_settings(protocols)

@@ -18,8 +18,10 @@ without a model. Writes results.json, report.md and accuracy.png to --out.
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import sys
+import time
 from pathlib import Path
 
 from numloss.evaluate.benchmarks import BenchmarkError
@@ -84,6 +86,35 @@ def check_out(out: str) -> None:
         raise ValueError(f"--out {out}: cannot write there ({error.strerror or error}); give a writable folder") from None
 
 
+def keep_report_of_other_origin(out: Path, origin: dict[str, str], overwrite: bool) -> None:
+    """Refuse (ValueError) to replace a report in `out` that another model or another scored file
+    produced: re-scoring outputs into an evaluation's folder would silently replace its report.
+    With `overwrite` the old results.json and report.md are kept as NAME.overwritten-<UTC time>."""
+    path = out / "results.json"
+    if not path.is_file():
+        return
+    try:
+        meta = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        meta = {}  # a torn report (written before writes were atomic) holds nothing to keep
+    if not isinstance(meta, dict):
+        meta = {}
+    # a scored report's meta has scored_from; an evaluation's has the model it generated with
+    key = "scored_from" if "scored_from" in meta else "model" if "model" in meta else None
+    theirs = {key: str(meta[key])} if key is not None else {}
+    if not theirs or theirs == origin:
+        return
+    what = f"outputs scored from {theirs['scored_from']}" if "scored_from" in theirs else f"an evaluation of {theirs['model']}"
+    if not overwrite:
+        raise ValueError(f"--out {out} holds the report of {what} (results.json, report.md); writing this one would "
+                         "replace it: give another --out, or --overwrite to keep the old report beside as *.overwritten-TIME")
+    stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
+    for name in ("results.json", "report.md"):
+        if (out / name).is_file():
+            os.replace(out / name, out / f"{name}.overwritten-{stamp}")
+    print(f"numloss eval: --overwrite: the report of {what} kept as {out}/results.json.overwritten-{stamp}", file=sys.stderr)
+
+
 def _unexpected(error: BaseException) -> int:
     """One line for an error no check foresaw; NUMLOSS_DEBUG=1 shows the traceback."""
     if os.environ.get("NUMLOSS_DEBUG", "") not in ("", "0"):
@@ -103,11 +134,21 @@ def main(argv: list[str] | None = None) -> int:
 
     args = build_parser().parse_args(argv)
     try:
+        if not args.out.strip():
+            raise ValueError("--out is empty; give a folder for items.jsonl and the report (default outputs/eval)")
+        if args.seed is not None and not 0 <= args.seed < 2**32:  # numpy's seed range
+            raise ValueError(f"--seed must be in [0, 2**32), got {args.seed}")
+        cores = os.cpu_count() or 1
+        if args.workers is not None and args.workers > 4 * cores:  # each is a sandboxed process
+            raise ValueError(f"--workers {args.workers}: at most {4 * cores} parallel programs on this machine's "
+                             f"{cores} cores (omit it for the CPU count)")
         check_program_options(args.program_timeout, args.workers)
         check_out(args.out)
+        if args.score_outputs and args.model:
+            raise ValueError("--score-outputs scores saved outputs; give no MODEL with it")
+        origin = {"scored_from": str(args.score_outputs)} if args.score_outputs else {"model": str(args.model)}
+        keep_report_of_other_origin(Path(args.out), origin, args.overwrite)
         if args.score_outputs:
-            if args.model:
-                raise ValueError("--score-outputs scores saved outputs; give no MODEL with it")
             report = score_outputs(args.score_outputs, args.protocol, args.data_dir, allow_unisolated=args.allow_unisolated_exec or None,
                                    workers=args.workers, program_timeout=args.program_timeout, limit=args.limit, seed=args.seed,
                                    cut_at_stop=False if args.no_stop_cut else None, benchmark=args.outputs_benchmark)

@@ -5,6 +5,7 @@
 - `numeric_distance(preds, golds)`: over items with a gold number and a predicted number, the mean
   absolute error and the signed-log MAE, mean |slog(pred) - slog(gold)| with
   slog(x) = sign(x) * log1p(|x|), which keeps one wild prediction from dominating.
+- `wilson_interval(correct, total)`: the 95 % Wilson interval of an accuracy.
 - `place_accuracy(preds, golds)`: accuracy by digit place (definition in its docstring).
 - `teacher_forced_digit_stats(model, tokenizer, prompts, answers)`: with the gold answer fed to
   the model (teacher forcing), at every digit position of the answer: whether the model's argmax
@@ -26,6 +27,20 @@ import torch
 from numloss.digits import IGNORE_INDEX, DigitVocab, find_digits
 
 MAX_DIGIT_ENTROPY = math.log(10.0)
+
+
+def wilson_interval(correct: int, total: int, z: float = 1.96) -> tuple[float, float]:
+    """The 95 % Wilson score interval of a binomial proportion (sound near 0 and 1, unlike p +- 2se).
+
+    Own formula, not statsmodels': `numloss eval` reports it and needs no scipy or statsmodels
+    (tests/test_compare_stats_libraries.py checks it against statsmodels' proportion_confint)."""
+    if total <= 0:
+        return float("nan"), float("nan")
+    p = correct / total
+    denominator = 1 + z * z / total
+    centre = (p + z * z / (2 * total)) / denominator
+    half = z * math.sqrt(p * (1 - p) / total + z * z / (4 * total * total)) / denominator
+    return max(0.0, centre - half), min(1.0, centre + half)
 
 
 def accuracy(correct: Sequence[bool]) -> float:

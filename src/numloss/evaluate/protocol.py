@@ -196,7 +196,14 @@ def resolve(name: str | Protocol | list | tuple) -> list[Protocol]:
     if isinstance(name, Protocol):
         return [name]
     if isinstance(name, (list, tuple)):
-        return [p for n in name for p in resolve(n)]
+        found = [p for n in name for p in resolve(n)]
+        names = [p.name for p in found]
+        repeated = sorted({n for n in names if names.count(n) > 1})
+        if repeated:  # scored twice, an item would count twice in every total
+            raise ValueError(f"protocol {', '.join(map(repr, repeated))} is given twice; name each protocol once")
+        if not found:
+            raise ValueError("no protocol given; use 'released', 'numloss' or 'both'")
+        return found
     if name == "both":
         return [RELEASED, NUMLOSS]
     if name not in PROTOCOLS:

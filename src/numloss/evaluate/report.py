@@ -177,7 +177,10 @@ def write_report(out_dir: str | Path, report: EvalReport) -> list[Path]:
     """Write results.json, report.md and the PNG plots into `out_dir`; returns the paths."""
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    (out / "results.json").write_text(json.dumps(jsonable(report.to_json()), indent=2) + "\n")
-    (out / "report.md").write_text(markdown(report))
+    from numloss.atomic import write_text_atomic
+
+    # whole or not at all: a failed write keeps the earlier report, never a torn results.json
+    write_text_atomic(out / "results.json", json.dumps(jsonable(report.to_json()), indent=2) + "\n")
+    write_text_atomic(out / "report.md", markdown(report))
     _accuracy_plot(report, out / "accuracy.png")
     return [out / "results.json", out / "report.md", out / "accuracy.png", *_detail_plots(report, out)]

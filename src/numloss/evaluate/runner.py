@@ -24,6 +24,7 @@ import inspect
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
+from typing import Any
 
 from numloss.evaluate.answers import plain_number
 from numloss.evaluate.benchmarks import Benchmark, Item
@@ -229,9 +230,31 @@ def _generate(generator: Generator, prompts: list[str], limits: list[int]) -> li
             gens = generator.generate(batch, max_new_tokens=limit)
         else:  # a generator with one fixed limit
             gens = generator.generate(batch)
-        for i, g in zip(index, gens, strict=True):
-            out[i] = g.text
+        for i, text in zip(index, generated_texts(generator, batch, gens), strict=True):
+            out[i] = text
     return [o or "" for o in out]
+
+
+def generated_texts(generator: Any, prompts: Sequence[str], gens: Any) -> list[str]:
+    """The texts of a generator's answer to `prompts`: one `Generation` (anything with a `.text`
+    string) per prompt. A generator returning fewer or more results, None, or plain strings is
+    refused in one line naming it: a short list would shift every verdict onto the wrong item."""
+    name = type(getattr(generator, "inner", generator)).__name__
+    if gens is None or isinstance(gens, (str, bytes)) or not hasattr(gens, "__len__"):
+        raise ValueError(f"generator {name}.generate returned {type(gens).__name__}, not a list of Generation "
+                         "(numloss.evaluate.generate.Generation(text, new_tokens)) per prompt")
+    if len(gens) != len(prompts):
+        raise ValueError(f"generator {name}.generate returned {len(gens)} results for {len(prompts)} prompts; "
+                         "it must return one Generation per prompt, in order")
+    texts = []
+    for g in gens:
+        text = getattr(g, "text", None)
+        if not isinstance(text, str):
+            got = "a plain str" if isinstance(g, str) else f"{type(g).__name__} with text {text!r}"[:80]
+            raise ValueError(f"generator {name}.generate returned {got}; each result must be a Generation "
+                             "(numloss.evaluate.generate.Generation(text, new_tokens)) whose text is a string")
+        texts.append(text)
+    return texts
 
 
 def refused(results: Sequence[ItemResult]) -> int:

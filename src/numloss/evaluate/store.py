@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from numloss.evaluate.benchmarks import BenchmarkError
+from numloss.models.load import model_folder
 from numloss.textio import jsonable
 
 KEY_FIELDS = ("model", "benchmark", "protocol", "id", "settings")
@@ -38,6 +39,7 @@ RESULT_TYPES: dict[str, tuple[type, ...]] = {
     "value": _NUM + _NONE, "program_status": _STR, "program_stdout": _STR, "program_stdout_raw": _STR, "fallback_output": _STR + _NONE,
     "fallback_program_status": _STR, "needs_fallback": (bool,), "question": _STR, "isolation": _STR,
     "generation": (dict,), "model_identity": _STR + _NONE, "seed": _INT + _NONE, "set_size": _INT + _NONE,
+    "model_sha256": _STR + _NONE, "cut_at_stop": (bool,),
 }
 RESULT_REQUIRED = (*KEY_FIELDS, "kind", "gold", "style", "output", "prediction", "correct")
 _TYPE_NAMES = {str: "a string", int: "an integer", float: "a number", bool: "true or false", dict: "an object",
@@ -88,6 +90,19 @@ def settings_key(settings: dict[str, Any]) -> str:
     return hashlib.sha256(text.encode()).hexdigest()[:12]
 
 
+class _DuplicateKey(ValueError):
+    """A JSON object names one key twice."""
+
+
+def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    record: dict[str, Any] = {}
+    for key, value in pairs:
+        if key in record:
+            raise _DuplicateKey(key)
+        record[key] = value
+    return record
+
+
 def read_lines(path: Path, check: Callable[[Mapping[str, Any], str], None] | None = None) -> list[dict[str, Any]]:
     """The records of a JSONL file (none when it does not exist); a torn last line is skipped, a
     bad line elsewhere (not JSON, not UTF-8, not an object, or refused by `check(record, "FILE:LINE")`)
@@ -114,11 +129,14 @@ def read_lines(path: Path, check: Callable[[Mapping[str, Any], str], None] | Non
             raise BenchmarkError(f"{path}:{number}: byte 0x{raw[error.start]:02x} at column {error.start + 1} is not UTF-8; "
                                  "fix or delete that line") from None
         try:
-            record = json.loads(line)
+            record = json.loads(line, object_pairs_hook=_unique_keys)
         except json.JSONDecodeError as error:
             if torn_last and number == len(lines):
                 break  # a write cut short by a kill: that item is redone
             raise BenchmarkError(f"{path}:{number}: not a JSON record ({error.msg}); fix or delete that line") from None
+        except _DuplicateKey as error:
+            raise BenchmarkError(f"{path}:{number}: field {error.args[0]!r} is given twice (JSON keeps the last "
+                                 "silently); fix or delete that line") from None
         if not isinstance(record, dict):
             raise BenchmarkError(f"{path}:{number}: expected a JSON object per line")
         if check is not None:
@@ -191,12 +209,9 @@ class ResultsFile:
 
 
 def _write_atomic(path: Path, records: list[dict[str, Any]]) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    with open(tmp, "w", encoding="utf-8") as f:
-        f.write("".join(json.dumps(jsonable(r), ensure_ascii=False) + "\n" for r in records))
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
+    from numloss.atomic import write_text_atomic
+
+    write_text_atomic(path, "".join(json.dumps(jsonable(r), ensure_ascii=False) + "\n" for r in records))
 
 
 # ---------------------------------------------------------------- model identity
@@ -227,29 +242,6 @@ def parameters_identity(model: Any) -> str:
         digest.update(f"{name}:{t.dtype}:{tuple(t.shape)};".encode())
         digest.update(t.reshape(-1).view(torch.uint8).numpy().tobytes() if t.numel() else b"")
     return "params:" + digest.hexdigest()
-
-
-def model_folder(name: str) -> Path | None:
-    """The folder `numloss.models.load` reads for the model name `name` (smollm2 converted first if
-    it is not yet), or None ('tiny', built in memory; a hub id not in the cache)."""
-    if name == "tiny":
-        return None
-    if name == "smollm2":
-        from numloss.models import smollm2
-        from numloss.models.load import check_model_available
-
-        check_model_available(name)
-        return smollm2.prepare()  # converted once; what loading would do next anyway
-    folder = Path(name).expanduser()
-    if folder.is_dir():
-        return folder
-    try:
-        from huggingface_hub import try_to_load_from_cache
-
-        cached = try_to_load_from_cache(name, "config.json")
-    except Exception:  # not a valid repo id
-        return None
-    return Path(cached).parent if isinstance(cached, str) else None
 
 
 def model_identity(model_or_path: Any) -> str | None:

@@ -33,6 +33,8 @@ LOSSES: dict[str, type[NumericLoss]] = {
 
 def build_loss(name: str, vocab: DigitVocab, **options: Any) -> NumericLoss:
     """The objective `name` (one of `LOSSES`) with its options; unknown options are errors."""
+    if not isinstance(name, str):
+        raise TypeError(f"build_loss: name must be an objective name (one of {', '.join(LOSSES)}), got {name!r}")
     key = name.lower().replace("_", "-")
     if key not in LOSSES:
         raise ValueError(f"unknown objective {name!r}; choose one of {', '.join(LOSSES)}")

@@ -182,3 +182,23 @@ def _unavailable(name: str, error: OSError) -> ModelUnavailableError:
     if Path(name).expanduser().is_dir():
         return ModelUnavailableError(f"model folder {name!r} cannot be loaded: {why}")
     return ModelUnavailableError(f"{model_not_found(name)} (the hub said: {why})")
+
+
+def model_folder(name: str) -> Path | None:
+    """The folder `numloss.models.load` reads for the model name `name` (smollm2 converted first if
+    it is not yet), or None ('tiny', built in memory; a hub id not in the cache)."""
+    if name == "tiny":
+        return None
+    if name == "smollm2":
+        check_model_available(name)
+        return smollm2.prepare()  # converted once; what loading would do next anyway
+    folder = Path(name).expanduser()
+    if folder.is_dir():
+        return folder
+    try:
+        from huggingface_hub import try_to_load_from_cache
+
+        cached = try_to_load_from_cache(name, "config.json")
+    except Exception:  # not a valid repo id
+        return None
+    return Path(cached).parent if isinstance(cached, str) else None

@@ -1,0 +1,247 @@
+"""Every file a user keeps is written whole or not at all, and a compare label never escapes --out.
+
+Each writer is driven with an injected write failure (the fsync of its temporary file raises
+ENOSPC, as a full disk does): the earlier file must be byte-for-byte as it was, and no temporary
+file may be left beside it.
+"""
+
+from __future__ import annotations
+
+import errno
+import json
+import os
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+
+import numloss.atomic
+from numloss.atomic import write_json_atomic, write_text_atomic
+
+
+@pytest.fixture
+def disk_full(monkeypatch):
+    """Make the next atomic write fail at its fsync, as a full disk would."""
+
+    def fail(fd: int) -> None:
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    def arm() -> None:
+        monkeypatch.setattr(numloss.atomic.os, "fsync", fail)
+
+    return arm
+
+
+def _leftovers(folder: Path) -> list[str]:
+    return sorted(p.name for p in folder.iterdir() if p.name.endswith(".tmp"))
+
+
+def test_the_helper_replaces_whole_files(tmp_path) -> None:
+    target = tmp_path / "a.json"
+    write_json_atomic(target, {"x": 1})
+    write_json_atomic(target, {"x": 2}, compact=True)
+    assert target.read_text() == '{"x":2}\n'
+    assert _leftovers(tmp_path) == []
+
+
+def test_the_helper_keeps_the_old_file_on_a_failed_write(tmp_path, disk_full) -> None:
+    target = tmp_path / "report.md"
+    target.write_text("the earlier report\n")
+    disk_full()
+    with pytest.raises(OSError) as caught:
+        write_text_atomic(target, "a new report that does not fit\n")
+    assert caught.value.errno == errno.ENOSPC
+    assert target.read_text() == "the earlier report\n"
+    assert _leftovers(tmp_path) == []
+
+
+def test_an_unserialisable_payload_writes_nothing(tmp_path) -> None:
+    target = tmp_path / "r.json"
+    target.write_text("{}\n")
+    with pytest.raises(ValueError):
+        write_json_atomic(target, {"x": float("nan")}, allow_nan=False)
+    assert target.read_text() == "{}\n" and _leftovers(tmp_path) == []
+
+
+# -- each writer, with a failure injected ------------------------------------------------------------
+def _eval_report():
+    from numloss.evaluate.api import evaluate
+
+    class Echo:
+        identity = "echo"
+
+        def generate(self, prompts, max_new_tokens=None):
+            from numloss.evaluate.generate import Generation
+
+            return [Generation("The answer is 3.", 4) for _ in prompts]
+
+    return evaluate(Echo(), "synthetic:arithmetic", limit=2, digit_stats=False, program_of_thought=False)
+
+
+def test_eval_report_survives_a_failed_rewrite(tmp_path, disk_full) -> None:
+    from numloss.evaluate.report import write_report
+
+    report = _eval_report()
+    write_report(tmp_path, report)
+    before = {name: (tmp_path / name).read_bytes() for name in ("results.json", "report.md")}
+    disk_full()
+    with pytest.raises(OSError):
+        write_report(tmp_path, report)
+    assert {name: (tmp_path / name).read_bytes() for name in before} == before
+    json.loads(before["results.json"])  # still valid JSON
+    assert _leftovers(tmp_path) == []
+
+
+def test_eval_items_overwrite_survives_a_failed_rewrite(tmp_path, disk_full) -> None:
+    from numloss.evaluate.store import ResultsFile
+
+    path = tmp_path / "items.jsonl"
+    path.write_text('{"a": 1}\n{"a": 2}\n')
+    store = ResultsFile(path)
+    store.records = lambda: [{"a": 1}, {"a": 2}]  # the type checks are another test's subject
+    disk_full()
+    with pytest.raises(OSError):
+        store.drop(lambda r: r["a"] == 1)
+    assert path.read_text() == '{"a": 1}\n{"a": 2}\n'
+
+
+def _compare_result(label: str = "mle", seed: int = 0) -> dict:
+    return {"hash": "0123456789abcdef", "label": label, "seed": seed, "steps": 2, "objective": None,
+            "evaluation": {"in_distribution": {"exact_match": 0.5, "n": 2, "correct": 1}}, "seconds": {"total": 1.0},
+            "curve": {}, "train_metrics": {}, "learning": None}
+
+
+def test_a_compare_record_is_written_whole(tmp_path, disk_full) -> None:
+    from numloss.compare.runner import record_path, write_record
+
+    disk_full()
+    with pytest.raises(OSError):
+        write_record(tmp_path, _compare_result())
+    assert not record_path(tmp_path, "mle-s0", "0123456789abcdef").exists(), "no torn record"
+    assert _leftovers(tmp_path) == []
+
+
+def test_the_compare_report_survives_a_failed_rewrite(tmp_path, disk_full, monkeypatch) -> None:
+    import numloss.compare.report as report
+
+    monkeypatch.setattr(report, "_plots", lambda summary, results, out: [])
+    monkeypatch.setattr(report, "aggregate", lambda results: {})
+    monkeypatch.setattr(report, "markdown_report", lambda summary, meta, plots: f"# report of {meta['runs']} runs\n")
+    report.write_report([_compare_result()], tmp_path, {"runs": 1})
+    before = {name: (tmp_path / name).read_bytes() for name in ("results.json", "report.md")}
+    disk_full()
+    with pytest.raises(OSError):
+        report.write_report([_compare_result()], tmp_path, {"runs": 2})
+    assert {name: (tmp_path / name).read_bytes() for name in before} == before
+    assert _leftovers(tmp_path) == []
+
+
+def test_config_yaml_survives_a_failed_rewrite(tmp_path, disk_full) -> None:
+    from numloss.config import Config
+    from numloss.train import record_config
+
+    record_config(Config(), tmp_path, None)
+    before = (tmp_path / "config.yaml").read_bytes()
+    changed = Config()
+    changed.train.learning_rate = 0.5
+    disk_full()
+    with pytest.raises(OSError):
+        record_config(changed, tmp_path, None)
+    assert (tmp_path / "config.yaml").read_bytes() == before
+    assert _leftovers(tmp_path) == []
+
+
+def test_log_history_and_final_record_are_written_whole(tmp_path, disk_full) -> None:
+    from numloss.train import _write_json
+
+    path = tmp_path / "log_history.json"
+    _write_json(path, [{"step": 1, "loss": 2.0}])
+    disk_full()
+    with pytest.raises(OSError):
+        _write_json(path, [{"step": 1, "loss": 2.0}, {"step": 2, "loss": 1.5}])
+    assert json.loads(path.read_text()) == [{"step": 1, "loss": 2.0}]
+
+
+# -- log.csv ---------------------------------------------------------------------------------------
+def _csv_callback(path: Path):
+    from numloss.train import _callbacks_module
+
+    return _callbacks_module()[1](path)
+
+
+def _state(step: int) -> SimpleNamespace:
+    return SimpleNamespace(is_world_process_zero=True, global_step=step, num_input_tokens_seen=0)
+
+
+def _log(callback, step: int) -> None:
+    callback.on_log(None, _state(step), None, logs={"loss": 1.0 / step, "ce": 1.0})
+
+
+def test_log_csv_resume_drops_a_torn_row_and_later_steps(tmp_path) -> None:
+    from numloss.train import read_log_rows
+
+    path = tmp_path / "log.csv"
+    callback = _csv_callback(path)
+    callback.on_train_begin(None, _state(0), None)
+    for step in range(1, 12):
+        _log(callback, step)
+    whole = path.read_text()
+    path.write_text(whole + "1")  # a kill tore the 12th row after its first character
+    callback.on_train_begin(None, _state(10), None)  # resume from checkpoint-10
+    assert [int(r["step"]) for r in read_log_rows(path, 10**9)] == list(range(1, 11))
+    _log(callback, 11)
+    assert [int(r["step"]) for r in read_log_rows(path, 10**9)] == list(range(1, 12))
+
+
+def test_log_csv_resume_keeps_the_earlier_steps_when_its_rewrite_fails(tmp_path, disk_full) -> None:
+    path = tmp_path / "log.csv"
+    callback = _csv_callback(path)
+    callback.on_train_begin(None, _state(0), None)
+    for step in range(1, 6):
+        _log(callback, step)
+    before = path.read_bytes()
+    disk_full()
+    with pytest.raises(OSError):
+        callback.on_train_begin(None, _state(3), None)
+    assert path.read_bytes() == before, "a failed resume must not lose the logged steps"
+    assert _leftovers(tmp_path) == []
+
+
+# -- compare labels are names ------------------------------------------------------------------------
+@pytest.mark.parametrize("label", ["../../victim", "a/b", "a\\b", "..", "x..y", ".hidden", "/abs", "", " "])
+def test_a_label_that_is_not_a_name_is_refused_and_the_victim_survives(label, tmp_path) -> None:
+    from numloss.compare.config import compare_config_from_dict
+    from numloss.config import ConfigError
+
+    victim = tmp_path / "victim-s0"
+    victim.mkdir()
+    (victim / "notes.txt").write_text("mine")
+    out = tmp_path / "a" / "b"
+    mapping = {"objectives": [{"label": label, "name": "mle"}], "output_dir": str(out),
+               "base": {"model": {"name": "tiny"}, "train": {"max_steps": 1}}}
+    with pytest.raises(ConfigError) as caught:
+        compare_config_from_dict(mapping)
+    assert "label" in str(caught.value) and "\n" not in str(caught.value)
+    assert (victim / "notes.txt").read_text() == "mine"
+
+
+def test_clearing_a_run_folder_outside_runs_is_refused(tmp_path) -> None:
+    from numloss.compare.runner import _clear_run_dir
+    from numloss.config import ConfigError
+
+    victim = tmp_path / "victim-s0"
+    victim.mkdir()
+    (victim / "notes.txt").write_text("mine")
+    out = tmp_path / "a" / "b"
+    (out / "runs").mkdir(parents=True)
+    with pytest.raises(ConfigError):
+        _clear_run_dir(out / "runs" / ".." / ".." / ".." / "victim-s0", print)
+    link = out / "runs" / "linked-s0"
+    os.symlink(victim, link)
+    with pytest.raises(ConfigError):
+        _clear_run_dir(link, print)
+    assert (victim / "notes.txt").read_text() == "mine"
+    interrupted = out / "runs" / "mle-s0"
+    interrupted.mkdir()
+    _clear_run_dir(interrupted, print)  # an interrupted run inside runs/ is still cleared
+    assert not interrupted.exists()

@@ -1,0 +1,184 @@
+"""Every config key, given a wrong type, an out-of-range value, an empty value, or a value that the
+context would ignore, is one `numloss train` error line (exit 2) before any model loads.
+
+The table covers every key of `numloss.config.all_keys()` (a test asserts it does), so a key added
+later without a row fails here until its bad values are listed.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+import yaml
+
+from numloss.config import ConfigError, all_keys, load_config
+from numloss.train import main
+
+ROOT = Path(__file__).resolve().parents[1]
+TINY = ROOT / "tests" / "fixtures" / "train" / "tiny-test.yaml"
+
+#: per key: (wrong type, out of range or unknown); None where a key has no such value (a bool has
+#: no range; any string is a valid name for a folder that does not exist yet)
+BAD: dict[str, tuple[object, object]] = {
+    "model.name": ([1], "no-such-org/no-such-model"),
+    "model.revision": ([1], "main"),  # a revision of the built-in tiny model: ignored, so refused
+    "model.dtype": (1, "float8"),
+    "model.trust_remote_code": ("maybe", None),
+    "model.attn_implementation": ([1], "bogus"),
+    "model.gradient_checkpointing": ("maybe", None),
+    "model.tiny_layers": ("two", 0),
+    "model.tiny_hidden": ("wide", 10**6),
+    "model.tiny_heads": (1.5, 0),
+    "model.tiny_digits_per_token": ("one", 2),
+    "model.cache_dir": ([1], None),
+    "data.source": ([1], "no-such-file.jsonl"),
+    "data.num_examples": ("many", 0),
+    "data.seed": ("x", -1),
+    "data.split": ([1], "test"),  # a split of the generated set: ignored, so refused
+    "data.subset": ([1], "main"),
+    "data.max_length": ("long", 1),
+    "data.instruction_field": ([1], None),
+    "data.input_field": ([1], None),
+    "data.output_field": ([1], None),
+    "data.chat_template": ([1], "{% for m in messages %}{{ m.content }"),
+    "objective.name": ([1], "bogus"),
+    "objective.alpha": ("abc", -1),
+    "objective.options": ([1], {"no_such_option": 1}),
+    "train.output_dir": ([1], None),
+    "train.num_epochs": ("x", -1),
+    "train.max_steps": ("x", -5),
+    "train.batch_size": ("x", 0),
+    "train.grad_accum": ("x", 0),
+    "train.learning_rate": ("x", -1),
+    "train.lr_scheduler": ([1], "bogus"),
+    "train.warmup_ratio": ("x", 1.5),
+    "train.weight_decay": ("x", -1),
+    "train.max_grad_norm": ("x", -1),
+    "train.optim": ([1], "adamw_bogus"),
+    "train.seed": ("x", 2**40),
+    "train.bf16": ("maybe", None),
+    "train.tf32": ("maybe", True),  # TF32 on a CPU run: transformers refuses it, numloss says so first
+    "train.logging_steps": ("x", 0),
+    "train.save_steps": ("x", -1),
+    "train.save_total_limit": ("x", 0),
+    "train.resume": (5, "/no/such/checkpoint"),
+    "train.resume_changed": ("maybe", True),  # without --resume: ignored, so refused
+    "train.overwrite": ("maybe", None),
+    "train.report_to": ({"a": 1}, ["bogus"]),
+    "train.progress_bar": ("maybe", None),
+    "train.dataloader_num_workers": ("x", -1),
+    "train.fsdp": ([1], None),
+    "train.fsdp_config": ([1], {"transformer_layer_cls_to_wrap": ["X"]}),  # without fsdp: ignored, so refused
+    "train.deepspeed": ([1], "no-such-ds.json"),
+    "train.extra": ([1], {"not_a_field": 1}),
+    "lora.enabled": ("maybe", None),
+    "lora.r": ("x", 0),
+    "lora.alpha": ("x", 0),
+    "lora.dropout": ("x", 1.5),
+    "lora.target_modules": (5, []),
+    "lora.merge": ("maybe", True),  # with LoRA off: ignored, so refused
+    "fused": ("maybe", None),
+}
+
+#: values refused only in this context (given where they would be ignored, or taken and then
+#: failing inside transformers), as command-line overrides
+CONTEXT = [
+    (["--train.extra", "{label_smoothing_factor: 0.1}"], "label_smoothing_factor"),
+    (["--train.extra", "{adam_beta1: 2}"], "optimizer 'adamw_torch' refuses.*beta"),
+    (["--train.extra", "{adam_epsilon: -1}"], "optimizer 'adamw_torch' refuses.*epsilon"),
+    (["--train.extra", "{lr_scheduler_kwargs: {bogus: 1}}"], "lr_scheduler_kwargs: the 'constant' schedule takes"),
+    (["--train.lr_scheduler", "cosine_with_min_lr"], "lr_scheduler 'cosine_with_min_lr' refuses"),
+    (["--train.lr_scheduler", "warmup_stable_decay"], "lr_scheduler 'warmup_stable_decay' refuses"),
+    (["--train.extra", "{eval_strategy: steps}"], "eval_strategy"),
+    (["--train.extra", "{neftune_noise_alpha: -1}"], "neftune_noise_alpha must be > 0"),
+    (["--train.extra", "{fp16: true}"], "fp16"),
+    (["--train.fsdp", "full_shard"], "FSDP|fsdp"),
+    (["--model.attn_implementation", "flash_attention_2"], "flash"),
+    (["--data.source", "{data}", "--data.split", "test"], "data.split applies to a Hugging Face dataset"),
+    (["--data.source", "{data}", "--data.subset", "x"], "data.subset applies to a Hugging Face dataset"),
+    (["--lora.enabled", "true", "--lora.r", "1000000"], r"lora.r 1000000 is larger than the model's width \(64\)"),
+    (["--objective.alpha", ""], "is empty"),
+    (["--model.name", ""], "is empty"),
+    (["--train.seed", "-1"], r"train.seed must be in \[0, 2\*\*32\)"),
+]
+
+
+def test_the_table_covers_every_key() -> None:
+    assert sorted(BAD) == sorted(all_keys())
+
+
+@pytest.fixture
+def refuse_model_loads(monkeypatch):
+    import numloss.train as train
+
+    monkeypatch.setattr(train, "load_model_for", lambda *a, **k: pytest.fail("the model loaded before the error"))
+
+
+def _one_line(capsys, argv: list[str]) -> str:
+    status = main(argv)
+    captured = capsys.readouterr()
+    lines = [line for line in captured.err.splitlines() if line.startswith("numloss train")]
+    assert status == 2, (argv, captured.err[-1500:])
+    assert "Traceback" not in captured.err and len(lines) == 1, captured.err[-1500:]
+    return lines[0]
+
+
+def _cases():
+    for key, (wrong_type, out_of_range) in BAD.items():
+        yield pytest.param(key, wrong_type, id=f"{key}-type")
+        if out_of_range is not None:
+            yield pytest.param(key, out_of_range, id=f"{key}-range")
+
+
+@pytest.mark.parametrize(("key", "value"), list(_cases()))
+def test_a_bad_value_in_the_file_is_one_line_before_any_model_loads(key, value, tmp_path, capsys, refuse_model_loads) -> None:
+    mapping = yaml.safe_load(TINY.read_text())
+    section, _, name = key.partition(".")
+    if name:
+        mapping.setdefault(section, {})[name] = value
+    else:
+        mapping[section] = value
+    if key != "train.output_dir":
+        mapping["train"]["output_dir"] = str(tmp_path / "run")
+    path = tmp_path / "c.yaml"
+    path.write_text(yaml.safe_dump(mapping))
+    line = _one_line(capsys, [str(path)])
+    assert key.rsplit(".", 1)[-1] in line or key in line or "not found" in line, line
+    assert not (tmp_path / "run" / "config.yaml").exists()
+
+
+@pytest.mark.parametrize("key", sorted(BAD))
+def test_an_empty_value_on_the_command_line_is_one_line(key, tmp_path, capsys, refuse_model_loads) -> None:
+    out = [] if key == "train.output_dir" else ["--train.output_dir", str(tmp_path / "run")]
+    line = _one_line(capsys, [str(TINY), *out, f"--{key}", ""])
+    assert f"--{key} is empty" in line
+
+
+@pytest.mark.parametrize(("argv", "message"), CONTEXT, ids=[" ".join(a)[:60] for a, _ in CONTEXT])
+def test_a_value_ignored_or_refused_later_in_context_is_one_line_first(argv, message, tmp_path, capsys, refuse_model_loads) -> None:
+    data = tmp_path / "train.jsonl"
+    data.write_text('{"instruction": "1 + 1 =", "output": "2"}\n')
+    argv = [a.replace("{data}", str(data)) for a in argv]
+    line = _one_line(capsys, [str(TINY), "--train.output_dir", str(tmp_path / "run"), *argv])
+    assert re.search(message, line), line
+
+
+def test_an_empty_or_comment_only_yaml_and_an_alias_are_refused(tmp_path) -> None:
+    for text in ("", "null\n", "# only a comment\n"):
+        (tmp_path / "c.yaml").write_text(text)
+        with pytest.raises(ConfigError, match="holds no settings"):
+            load_config(tmp_path / "c.yaml")
+    bomb = "train:\n  fsdp_config:\n" + "".join(
+        f"    l{i}: &l{i} [{', '.join([f'*l{i - 1}'] * 9) if i else 'x'}]\n" for i in range(9))
+    (tmp_path / "c.yaml").write_text(bomb)
+    with pytest.raises(ConfigError, match=r"line 4: YAML aliases \(\*l0\) are not accepted"):
+        load_config(tmp_path / "c.yaml")
+
+
+def test_a_flag_given_twice_in_mixed_forms_uses_the_last_and_says_so(caplog) -> None:
+    with caplog.at_level("WARNING", logger="numloss.config"):
+        config = load_config(TINY, ["--train.max_steps", "3", "--train.max_steps=2"])
+    assert config.train.max_steps == 2
+    assert "--train.max_steps is given 2 times ('3', '2'): the last, '2', is used" in caplog.text

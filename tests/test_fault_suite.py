@@ -1,0 +1,180 @@
+"""Faults at every save point of `numloss eval`, `compare` and `train`, each followed by the
+command a user runs next: a write failure (EIO), a full disk (ENOSPC) or Ctrl-C (SIGINT, raised
+as KeyboardInterrupt where the save happens). Asserted: one line, no traceback, nothing that was
+written before lost or torn, and the next command's result equal to an uninterrupted run's.
+
+(Kills, SIGKILL in a subprocess, are test_train_faults' and test_train_safety's: the library holds
+no fault hooks; tests/faultrun.py wraps its functions.)
+"""
+
+from __future__ import annotations
+
+import errno
+import json
+from pathlib import Path
+
+import pytest
+
+import numloss.atomic
+from test_eval_faults import tiny_eval
+
+# each case trains or evaluates twice (the fault, then the next command); test_atomic_writes
+# covers every writer's failure in milliseconds
+pytestmark = pytest.mark.slow
+
+FAULTS = {
+    "write-failure": lambda: OSError(errno.EIO, "Input/output error"),
+    "disk-full": lambda: OSError(errno.ENOSPC, "No space left on device"),
+    "sigint": lambda: KeyboardInterrupt(),
+}
+
+
+def _failing_at(monkeypatch, owner, name: str, fault: str, nth: int = 1) -> dict[str, int]:
+    """Make the `nth` call of owner.name raise the fault (once); returns the call counter."""
+    real = getattr(owner, name)
+    calls = {"n": 0}
+
+    def wrapped(*args, **kwargs):
+        calls["n"] += 1
+        if calls["n"] == nth:
+            raise FAULTS[fault]()
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(owner, name, wrapped)
+    return calls
+
+
+def _run(main, argv: list[str], capsys) -> tuple[int, list[str]]:
+    try:
+        status = main(argv)
+    except SystemExit as exit_:
+        status = exit_.code
+    captured = capsys.readouterr()
+    assert "Traceback" not in captured.err + captured.out, captured.err[-2000:]
+    return status, [line for line in captured.err.splitlines() if line.startswith("numloss")]
+
+
+def _expect_one_line(status: int, lines: list[str], fault: str) -> None:
+    assert status == (130 if fault == "sigint" else status) and status != 0, (status, lines)
+    assert len(lines) == 1, lines
+
+
+# -- eval ------------------------------------------------------------------------------------------
+@pytest.fixture(scope="module")
+def eval_reference(tmp_path_factory) -> dict:
+    from numloss.evaluate import cli
+
+    out = tmp_path_factory.mktemp("eval-reference") / "out"
+    assert cli.main(tiny_eval("tiny", out, "--batch-size", "1")) == 0
+    return {"items": (out / "items.jsonl").read_text().splitlines(), "report": json.loads((out / "results.json").read_text())}
+
+
+def _same_scores(report: dict, reference: dict) -> None:
+    assert report["benchmarks"] == reference["benchmarks"] and report["macc"] == reference["macc"]
+
+
+@pytest.mark.parametrize("fault", list(FAULTS))
+@pytest.mark.parametrize("point", ["second-batch", "report"])
+def test_eval_fault_then_the_same_command(point, fault, tmp_path, capsys, monkeypatch, eval_reference) -> None:
+    from numloss.evaluate import cli
+    from numloss.evaluate.store import ResultsFile
+
+    out = tmp_path / "out"
+    argv = tiny_eval("tiny", out, "--batch-size", "1")
+    with monkeypatch.context() as patch:
+        if point == "second-batch":
+            _failing_at(patch, ResultsFile, "append", fault, nth=2)
+        else:
+            _failing_at(patch, numloss.atomic, "write_bytes_atomic", fault, nth=1)
+        status, lines = _run(cli.main, argv, capsys)
+    _expect_one_line(status, lines, fault)
+    kept = (out / "items.jsonl").read_text().splitlines()
+    assert kept == eval_reference["items"][: len(kept)], "what was written before the fault is intact"
+    assert not (out / "results.json").exists() or json.loads((out / "results.json").read_text())
+    status, _ = _run(cli.main, argv, capsys)  # the user's next command: the same one
+    assert status == 0
+    assert [json.loads(x)["output"] for x in (out / "items.jsonl").read_text().splitlines()] == \
+        [json.loads(x)["output"] for x in eval_reference["items"]]
+    _same_scores(json.loads((out / "results.json").read_text()), eval_reference["report"])
+    assert not list(out.glob(".*.tmp")), "no temporary file left behind"
+
+
+# -- compare ---------------------------------------------------------------------------------------
+def _compare(tmp_path: Path, out: Path, capsys) -> tuple[int, list[str]]:
+    import yaml
+
+    from numloss.compare import main as compare_main
+    from test_compare_faults import _mapping
+
+    config = tmp_path / "c.yaml"
+    config.write_text(yaml.safe_dump(_mapping(out, records_dir=str(tmp_path / "records"))))
+    return _run(compare_main, [str(config), "--no-progress"], capsys)
+
+
+@pytest.fixture(scope="module")
+def compare_reference(tmp_path_factory) -> dict:
+    import yaml
+
+    from numloss.compare import main as compare_main
+    from test_compare_faults import _mapping
+
+    root = tmp_path_factory.mktemp("compare-reference")
+    config = root / "c.yaml"
+    config.write_text(yaml.safe_dump(_mapping(root / "out", records_dir=str(root / "records"))))
+    assert compare_main([str(config), "--no-progress"]) == 0
+    return json.loads((root / "out" / "runs" / "mle-s0" / "result.json").read_text())
+
+
+def _outcome(result: dict) -> dict:
+    """What a run produced, without its times and machine."""
+    return {k: v for k, v in result.items() if k not in ("seconds", "finished_at", "machine", "train_metrics")} | {
+        "evaluation": {name: {k: v for k, v in scores.items() if k != "seconds"} for name, scores in result["evaluation"].items()}}
+
+
+@pytest.mark.parametrize("fault", list(FAULTS))
+@pytest.mark.parametrize("point", ["result", "record", "report"])
+def test_compare_fault_then_the_same_command(point, fault, tmp_path, capsys, monkeypatch, compare_reference) -> None:
+    import numloss.compare.report as report
+    import numloss.compare.runner as runner
+
+    out = tmp_path / "out"
+    with monkeypatch.context() as patch:
+        if point == "result":
+            _failing_at(patch, runner, "_write_json_atomic", fault, nth=1)
+        elif point == "record":
+            _failing_at(patch, runner, "write_record", fault, nth=1)
+        else:
+            _failing_at(patch, report, "write_report", fault, nth=1)
+        status, lines = _compare(tmp_path, out, capsys)
+    _expect_one_line(status, lines, fault)
+    for path in [*out.rglob("*.json"), *(tmp_path / "records").glob("*.json")]:
+        json.loads(path.read_text())  # nothing torn
+    status, _ = _compare(tmp_path, out, capsys)  # the user's next command: the same one
+    assert status == 0
+    result = json.loads((out / "runs" / "mle-s0" / "result.json").read_text())
+    assert _outcome(result) == _outcome(compare_reference)
+    (record,) = (tmp_path / "records").glob("*.json")
+    assert _outcome(json.loads(record.read_text())) == _outcome(compare_reference)
+    assert json.loads((out / "results.json").read_text())["runs"][0]["hash"] == compare_reference["hash"]
+
+
+# -- train -----------------------------------------------------------------------------------------
+@pytest.mark.parametrize("fault", list(FAULTS))
+@pytest.mark.parametrize("point", ["config.yaml", "log_history.json"])
+def test_train_fault_at_its_own_files_then_resume(point, fault, tmp_path, capsys, monkeypatch) -> None:
+    import numloss.train as train
+    from test_train_faults import RUN, TINY
+
+    out = tmp_path / "run"
+    argv = [str(TINY), "--train.output_dir", str(out), *RUN]
+    name = "record_config" if point == "config.yaml" else "_write_json"
+    with monkeypatch.context() as patch:
+        _failing_at(patch, train, name, fault, nth=1)
+        status, lines = _run(train.main, argv, capsys)
+    _expect_one_line(status, lines, fault)
+    # the next command: the one the line names (--resume when a checkpoint is whole; else the same)
+    resume = ["--resume"] if list(out.glob("checkpoint-*/numloss_checkpoint.json")) else []
+    status, lines = _run(train.main, [*argv, *resume], capsys)
+    assert status == 0, lines
+    assert (out / "final" / "numloss_checkpoint.json").is_file()
+    assert json.loads((out / "log_history.json").read_text())

@@ -1,0 +1,157 @@
+"""`numloss train`: a resume tied to its inputs, the recovery of a folder killed before its first
+whole save, Ctrl-C, and a save_only_model checkpoint. Tiny model, 4 steps (see test_train_faults)."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+
+from numloss.config import ConfigError
+from numloss.train import INPUTS_FILE, run_training
+from test_train_faults import (
+    ENV,
+    ROOT,
+    RUN,
+    TINY,
+    assert_same_weights,
+    config,
+    logged_steps,
+    one_line,
+    weights,
+)
+
+
+def run_cli(out: Path, *extra: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
+    """`numloss train` in a subprocess, with its output captured."""
+    command = [sys.executable, "-m", "faultrun", "train", str(TINY), "--train.output_dir", str(out), *RUN, *extra]
+    return subprocess.run(command, env={**ENV, **(env or {})}, cwd=ROOT, capture_output=True, text=True, timeout=300)
+
+
+def _data(path: Path, shift: int = 0) -> Path:
+    path.write_text("".join(json.dumps({"instruction": f"{a} + {a + shift} =", "output": str(2 * a + shift)}) + "\n"
+                            for a in range(16)))
+    return path
+
+
+@pytest.fixture(scope="module")
+def reference(tmp_path_factory) -> Path:
+    """The uninterrupted 4-step run, checkpoint after each step."""
+    out = tmp_path_factory.mktemp("reference") / "run"
+    assert run_training(config(out)).global_step == 4
+    return out
+
+
+@pytest.fixture
+def no_model_loads(monkeypatch):
+    import numloss.train as train
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("the model was loaded before the error was found")
+
+    monkeypatch.setattr(train, "load_model_for", refuse)
+
+
+def test_resume_after_the_data_file_changed_is_refused_naming_it(tmp_path, monkeypatch, caplog) -> None:
+    data, out = _data(tmp_path / "train.jsonl"), tmp_path / "run"
+    run_training(config(out, "--data.source", str(data)), stop_after_step=2)
+    inputs = json.loads((out / INPUTS_FILE).read_text())
+    assert inputs["data_sha256"].startswith("sha256:") and "model_sha256" not in inputs
+    stat = data.stat()
+    _data(data, shift=1)  # the same path, other contents, the old time restored
+    os.utime(data, ns=(stat.st_atime_ns, stat.st_mtime_ns))
+    import numloss.train as train
+
+    real = train.load_model_for
+    monkeypatch.setattr(train, "load_model_for", lambda *a, **k: pytest.fail("loaded before the refusal"))
+    with pytest.raises(ConfigError) as caught:
+        run_training(config(out, "--data.source", str(data), "--train.resume", "true"))
+    line = one_line(caught.value)
+    assert "the training data" in line and "changed (sha256:" in line and "--resume-changed" in line
+    monkeypatch.setattr(train, "load_model_for", real)
+    with caplog.at_level("WARNING", logger="numloss.train"):
+        result = run_training(config(out, "--data.source", str(data), "--train.resume", "true",
+                                     "--train.resume_changed", "true"))
+    assert result.global_step == 4 and "continuing although the training data" in caplog.text
+    assert json.loads((out / INPUTS_FILE).read_text())["data_sha256"] != inputs["data_sha256"]
+
+
+def test_a_run_without_inputs_json_resumes_as_before(tmp_path) -> None:
+    out = tmp_path / "run"
+    run_training(config(out), stop_after_step=2)
+    (out / INPUTS_FILE).unlink()  # a run folder of an older numloss
+    assert run_training(config(out, "--train.resume", "true")).global_step == 4
+
+
+def test_a_save_only_model_checkpoint_is_not_resumed_silently(tmp_path, no_model_loads) -> None:
+    out = tmp_path / "run"
+    checkpoint = out / "checkpoint-2"
+    checkpoint.mkdir(parents=True)
+    from numloss.checkpoints import write_marker
+    from numloss.config import dump_config
+
+    (checkpoint / "trainer_state.json").write_text(json.dumps({"global_step": 2, "max_steps": 4}))
+    write_marker(checkpoint, 2)
+    (out / "config.yaml").write_text(dump_config(config(out)))
+    with pytest.raises(ConfigError) as caught:
+        run_training(config(out, "--train.resume", "true"))
+    line = one_line(caught.value)
+    assert "no optimizer or scheduler state" in line and "save_only_model" in line and "--resume-changed" in line
+
+
+@pytest.mark.parametrize(("point", "extra"), [("checkpoint-1-files-written", ()),
+                                              ("final-files-written", ("--train.save_steps", "0"))],
+                         ids=["first-checkpoint", "final-without-checkpoints"])
+def test_a_kill_before_the_first_whole_save_is_continued_by_the_named_command(tmp_path, reference, point, extra) -> None:
+    out = tmp_path / "run"
+    killed = run_cli(out, *extra, env={"NUMLOSS_FAULT_POINT": point})
+    assert killed.returncode == -signal.SIGKILL, killed.stderr[-2000:]
+    resumed = run_cli(out, *extra, "--resume")
+    assert resumed.returncode == 2 and "Traceback" not in resumed.stderr
+    line = resumed.stderr.strip().splitlines()[-1]
+    assert "run the same command without --resume" in line, resumed.stderr[-2000:]
+    # the command it names, in-process (the reference's threads: weights compare bit for bit)
+    assert run_training(config(out, *extra)).global_step == 4
+    assert_same_weights(reference / "final", out / "final")
+    assert logged_steps(out) == [1, 2, 3, 4]
+
+
+@pytest.fixture(scope="module")
+def reference_cli(tmp_path_factory) -> Path:
+    """The uninterrupted run through the command line (one torch thread, as every `run_cli`), so
+    that a resumed run can be compared with it bit for bit."""
+    out = tmp_path_factory.mktemp("reference-cli") / "run"
+    done = run_cli(out)
+    assert done.returncode == 0, done.stderr[-2000:]
+    return out
+
+
+def test_ctrl_c_prints_one_line_naming_the_checkpoint_and_resume_is_bitwise(tmp_path, reference_cli) -> None:
+    out, release = tmp_path / "run", tmp_path / "release"
+    command = [sys.executable, "-m", "faultrun", "train", str(TINY), "--train.output_dir", str(out), *RUN]
+    env = {**ENV, "NUMLOSS_FAULT_POINT": "pause:checkpoint-2-marked", "NUMLOSS_FAULT_FILE": str(release)}
+    # a shell without job control starts background jobs with SIGINT ignored; a terminal's Ctrl-C is not
+    process = subprocess.Popen(command, env=env, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                               preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+    deadline = time.monotonic() + 240
+    while not Path(f"{release}.paused").exists():
+        assert process.poll() is None and time.monotonic() < deadline, process.communicate()[1][-2000:]
+        time.sleep(0.05)
+    process.send_signal(signal.SIGINT)
+    _, err = process.communicate(timeout=120)
+    assert process.returncode == 130, err[-2000:]
+    assert "Traceback" not in err and "KeyboardInterrupt" not in err
+    line = err.strip().splitlines()[-1]
+    assert line.startswith("numloss train: interrupted;") and "checkpoint-2" in line and "--resume" in line
+    resumed = run_cli(out, "--resume")  # the command the line names
+    assert resumed.returncode == 0, resumed.stderr[-2000:]
+    for name, tensor in weights(reference_cli / "final").items():
+        assert torch.equal(tensor, weights(out / "final")[name]), name
+    assert logged_steps(out) == [1, 2, 3, 4]
