@@ -572,12 +572,22 @@ def test_the_seccomp_filter_denies_what_it_promises(allow_mount):
         assert name not in NEWER_ALLOWED
     for number in (470, 500, 1000, 0x3FFFFFFF):
         assert errno_of(run_bpf(prog, number, X86_64)) == 38, number
-    for family in (1, 2, 10, 16, 17, 40):  # UNIX, INET, INET6, NETLINK, PACKET, VSOCK: all refused
+    for family in (2, 10, 16, 17, 40, 1 << 32 | 2):  # INET, INET6, NETLINK, PACKET, VSOCK: refused
         assert errno_of(run_bpf(prog, nr["socket"], X86_64, (family, 1, 0))) == 97, family
         assert errno_of(run_bpf(prog, nr["socketpair"], X86_64, (family, 1, 0))) == 97, family
-    assert errno_of(run_bpf(prog, nr["fcntl"], X86_64, (3, 1031))) == 1  # F_SETPIPE_SZ
-    for cmd in (0, 1, 2, 3, 4, 1032):  # F_DUPFD, F_GETFD, F_SETFD, F_GETFL, F_SETFL, F_GETPIPE_SZ
+    for kind in (1, 2, 5, 0x80001):  # AF_UNIX: stream, datagram, seqpacket, cloexec stream
+        assert run_bpf(prog, nr["socket"], X86_64, (1, kind, 0)) == ALLOW
+        assert run_bpf(prog, nr["socketpair"], X86_64, (1, kind, 0)) == ALLOW
+    for cmd in (1031, 1024, 1026):  # F_SETPIPE_SZ, F_SETLEASE, F_NOTIFY
+        assert errno_of(run_bpf(prog, nr["fcntl"], X86_64, (3, cmd))) == 1, cmd
+    for cmd in (0, 1, 2, 3, 4, 5, 6, 7, 36, 37, 38, 1025, 1030, 1032):  # F_DUPFD..F_SETFL, locks, F_GETLEASE, F_DUPFD_CLOEXEC, F_GETPIPE_SZ
         assert run_bpf(prog, nr["fcntl"], X86_64, (3, cmd)) == ALLOW, cmd
+    for advice in (20, 21):  # MADV_COLD, MADV_PAGEOUT
+        assert errno_of(run_bpf(prog, nr["madvise"], X86_64, (0, 4096, advice))) == 1, advice
+    for advice in (0, 3, 4, 8, 14):  # NORMAL, WILLNEED, DONTNEED, FREE, HUGEPAGE (the process's own pages)
+        assert run_bpf(prog, nr["madvise"], X86_64, (0, 4096, advice)) == ALLOW, advice
+    for name in ("syncfs", "fadvise64"):
+        assert name in DENIED and errno_of(run_bpf(prog, nr[name], X86_64, (3, 0, 0, 4))) == 1, name
     assert run_bpf(prog, nr["clone"], X86_64, (0x003D0F00,)) == ALLOW  # pthread_create's flags
     assert run_bpf(prog, nr["clone"], X86_64, (0x01200011,)) == ALLOW  # fork's flags
     for flag in (0x10000000, 0x20000000, 0x40000000, 0x00020000, 0x08000000, 0x04000000, 0x02000000, 0x80):
@@ -590,12 +600,16 @@ def test_the_seccomp_filter_denies_what_it_promises(allow_mount):
         filter_program("mips")
 
 
-def test_the_stacked_mount_filter_refuses_mount_only():
+def test_the_last_filter_refuses_mount_and_any_further_filter_only():
     from numloss.evaluate.sandbox.seccomp import _X86_64 as nr
-    from numloss.evaluate.sandbox.seccomp import mount_filter
+    from numloss.evaluate.sandbox.seccomp import last_filter
 
-    prog = mount_filter("x86_64")
+    prog = last_filter("x86_64")
     assert errno_of(run_bpf(prog, nr["mount"], X86_64)) == 1
+    assert errno_of(run_bpf(prog, nr["seccomp"], X86_64, (1, 0, 0))) == 1  # SECCOMP_SET_MODE_FILTER
+    assert errno_of(run_bpf(prog, nr["prctl"], X86_64, (22, 2, 0))) == 1  # PR_SET_SECCOMP
+    for option in (1, 4, 15, 21, 38):  # PDEATHSIG, DUMPABLE, SET_NAME, GET_SECCOMP, NO_NEW_PRIVS
+        assert run_bpf(prog, nr["prctl"], X86_64, (option, 0, 0)) == ALLOW, option
     assert all(run_bpf(prog, n, X86_64) == ALLOW for n in (0, 1, 56, nr["umount2"], 500))
     assert run_bpf(prog, 1, 0x40000003) == KILL
 
@@ -604,15 +618,21 @@ def test_the_stacked_mount_filter_refuses_mount_only():
 @pytest.mark.skipif(platform.machine() != "x86_64", reason="raw syscall numbers below are x86_64's")
 def test_the_filter_is_live_in_the_sandbox():
     # ptrace bpf keyctl unshare mount memfd_create memfd_secret shmget modify_ldt mbind
-    # inotify_init1 fanotify_init mq_open setxattr semget, then listmount/statmount/open_tree_attr (ENOSYS)
-    calls = (101, 321, 250, 272, 165, 319, 447, 29, 154, 237, 294, 300, 240, 188, 64, 458, 457, 467)
+    # inotify_init1 fanotify_init mq_open setxattr semget syncfs fadvise64 seccomp, then
+    # listmount/statmount/open_tree_attr (ENOSYS)
+    calls = (101, 321, 250, 272, 165, 319, 447, 29, 154, 237, 294, 300, 240, 188, 64, 306, 221, 317, 458, 457, 467)
     result = run_program(
-        "import ctypes, socket\nlibc = ctypes.CDLL(None, use_errno=True)\n"
+        "import ctypes, fcntl, socket\nlibc = ctypes.CDLL(None, use_errno=True)\n"
         f"for n in {calls!r}:\n    libc.syscall(n, 0, 0, 0, 0)\n    print(ctypes.get_errno(), end=' ')\n"
-        "for make in (socket.socketpair, lambda: socket.socket(socket.AF_UNIX)):\n"
-        "    try:\n        make()\n    except OSError as e:\n        print(e.errno, end=' ')\n", LIMITS)
+        "print(libc.prctl(22, 2, 0, 0, 0), ctypes.get_errno(), end=' ')\n"  # PR_SET_SECCOMP
+        "fd = open('/dev/null')\n"
+        "for cmd in (1024, 1026):  # F_SETLEASE, F_NOTIFY\n"
+        "    try:\n        fcntl.fcntl(fd, cmd, 1)\n    except OSError as e:\n        print(e.errno, end=' ')\n"
+        "for make in (lambda: socket.socket(socket.AF_INET), lambda: socket.socketpair(socket.AF_INET)):\n"
+        "    try:\n        make()\n    except OSError as e:\n        print(e.errno, end=' ')\n"
+        "a, b = socket.socketpair()\na.sendall(b'ok')\nprint(b.recv(2).decode())\n", LIMITS)
     assert result.ok, result
-    assert result.stdout.split() == ["1"] * 15 + ["38"] * 3 + ["97", "97"]
+    assert result.stdout.split() == ["1"] * 18 + ["38"] * 3 + ["-1", "1", "1", "1", "97", "97", "ok"]
 
 
 # ---- fail closed ---------------------------------------------------------------------------------

@@ -91,6 +91,8 @@ def numloss_program(output: str) -> str | None:
 # guard and fenced code work); only if that is a SyntaxError is it compiled the way the released
 # executor runs it, as the body of a function (a top-level `return` ends it there), and the first
 # SyntaxError is raised when neither compiles. `exit()` and `quit()` work as in a plain `python`.
+# The program runs in a fresh module registered as `__main__`, as under `python prog.py`: pickle
+# (multiprocessing.Pool, ProcessPoolExecutor, a pickled dataclass) finds what it defines there.
 _SCRIPT = """import builtins as _b, sys as _s, textwrap as _tw
 _b.__dict__.setdefault("exit", _s.exit)  # what the site module gives a plain `python`; the sandbox runs -S
 _b.__dict__.setdefault("quit", _s.exit)
@@ -102,7 +104,10 @@ except SyntaxError as _first:
         _code = compile("def _program():\\n" + _tw.indent(_src, "    ", lambda _l: True) + "\\n_program()\\n", "<program>", "exec")
     except SyntaxError:
         raise _first from None
-exec(_code, {{"__name__": "__main__", "__builtins__": __builtins__}})
+_m = type(_s)("__main__")
+_m.__dict__["__builtins__"] = __builtins__
+_s.modules["__main__"] = _m
+exec(_code, _m.__dict__)
 """
 
 

@@ -9,6 +9,12 @@ from dataclasses import dataclass
 from typing import Literal
 
 Status = Literal["ok", "error", "timeout", "memory", "output_limit", "blocked"]
+Clock = Literal["wall", "cpu"]
+
+CPU_CLOCK_WALL_FACTOR = 4
+"""Under the CPU clock, the wall-clock backstop is this many times max(wall_seconds, cpu_seconds):
+a program that only waits (a sleep, a dead lock) still ends, and a correct program that a busy
+machine gives a quarter of a core still finishes."""
 
 
 @dataclass(frozen=True)
@@ -20,6 +26,12 @@ class SandboxLimits:
     `max_processes` and `open_files` are RLIMIT_NPROC and RLIMIT_NOFILE inside the sandbox;
     `tmpfs_inodes` caps the files and folders of that tmpfs (each costs kernel memory that its
     byte cap does not count). docs/sandbox.md has the whole memory model.
+
+    `clock` says what the time limit is measured on. "wall" (the released executor's): the run
+    ends after `wall_seconds` of wall-clock time, and each process after `cpu_seconds` of its
+    own CPU time. "cpu": the run ends when all its processes together have used `cpu_seconds`
+    of CPU time, so the verdict does not depend on how busy the machine is; the wall clock is
+    only a backstop (`wall_limit`).
     """
 
     wall_seconds: float = 5.0
@@ -30,8 +42,18 @@ class SandboxLimits:
     tmpfs_bytes: int = 16 << 20
     open_files: int = 256
     tmpfs_inodes: int = 4096
+    clock: Clock = "wall"
+
+    @property
+    def wall_limit(self) -> float:
+        """Seconds of wall-clock time after which the run is killed whatever it does."""
+        if self.clock == "cpu":
+            return float(max(self.wall_seconds, self.cpu_seconds) * CPU_CLOCK_WALL_FACTOR)
+        return float(self.wall_seconds)
 
     def __post_init__(self) -> None:
+        if self.clock not in ("wall", "cpu"):
+            raise ValueError(f"clock must be 'wall' or 'cpu', got {self.clock!r}")
         if self.wall_seconds <= 0 or self.cpu_seconds <= 0:
             raise ValueError(f"time limits must be positive, got {self}")
         if self.output_bytes < 1024:
@@ -112,7 +134,10 @@ class Observed:
     sandbox's init reported the program started (else the run failed in set-up and `setup`
     says why); `wait_status` the program's raw wait status as its init reaped it (None when no
     report came); `cpu_seconds` its CPU time from the same wait; `deadline` whether the init's
-    own wall clock ended it; `memory_events` the cgroup's OOM kills (None: no cgroup).
+    own wall clock ended it; `memory_events` the cgroup's OOM kills (None: no cgroup);
+    `cpu_exceeded` the CPU seconds the namespace had used when its init ended it under the CPU
+    clock (None: it did not); `process_limit` whether its init ended it for staying at its process
+    limit.
     """
 
     killed: str | None = None
@@ -122,6 +147,12 @@ class Observed:
     cpu_seconds: float = 0.0
     deadline: bool = False
     memory_events: int | None = None
+    cpu_exceeded: float | None = None
+    process_limit: bool = False
+
+
+_PROCESS_LIMIT_MARKS = ("can't start new thread", "BlockingIOError: [Errno 11]")
+"""How CPython reports a thread or a fork that RLIMIT_NPROC refused."""
 
 
 def classify(seen: Observed, stderr: str, limits: SandboxLimits) -> tuple[Status, str]:
@@ -133,8 +164,14 @@ def classify(seen: Observed, stderr: str, limits: SandboxLimits) -> tuple[Status
     needs the cgroup's OOM count; "output_limit" the host's output cap. A program that fails on
     its own is "error", and `detail` quotes the last line of its stderr as its own account.
     """
+    if seen.cpu_exceeded is not None and seen.killed != "flood":
+        return "timeout", (f"killed by the CPU-time limit of {limits.cpu_seconds} s (all its processes together "
+                           f"used {seen.cpu_exceeded:.2f} s)")
+    if seen.process_limit and seen.killed is None:
+        return "error", (f"stopped at the sandbox's limit of {limits.max_processes} processes and threads "
+                         "(a multiprocessing.Pool(n) needs about n + 4)")
     if seen.killed == "timeout" or seen.deadline:
-        return "timeout", f"killed after the wall-clock limit of {limits.wall_seconds:g} s"
+        return "timeout", f"killed after the wall-clock limit of {limits.wall_limit:g} s"
     if seen.killed == "flood":
         return "output_limit", f"wrote more than {limits.output_bytes} bytes to stdout or stderr"
     if not seen.started:  # nothing of the program ran: stderr is bwrap's or the init's own
@@ -157,4 +194,7 @@ def classify(seen: Observed, stderr: str, limits: SandboxLimits) -> tuple[Status
         except ValueError:
             name = "unknown"
         return "error", f"killed by signal {signum} ({name})"
-    return "error", f"exit status {code}" + (f"; its stderr ends: {said}" if said else "")
+    hint = ""
+    if any(mark in said for mark in _PROCESS_LIMIT_MARKS):  # its own account, so only a hint
+        hint = f" (the sandbox allows {limits.max_processes} processes and threads)"
+    return "error", f"exit status {code}" + (f"; its stderr ends: {said}" if said else "") + hint
