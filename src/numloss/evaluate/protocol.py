@@ -147,6 +147,7 @@ class Protocol:
     text_after_program: frozenset[str]  # attempts whose output is read as text when its program gives no answer
     program_output_bytes: int  # the sandbox's cap on a program's stdout
     program_memory_bytes: int  # the sandbox's address-space limit (0: none)
+    program_clock: str  # what the sandbox's time limit is measured on: "wall" or "cpu" (SandboxLimits.clock)
     program: Callable[[str], str | None]  # output -> the program in it (None: read as text)
     script: Callable[[str], str]  # program -> the script the sandbox runs
     read_program: Callable[[str | None], str]  # stdout (None: failed or refused) -> text to read
@@ -169,6 +170,7 @@ RELEASED = Protocol(
     text_after_program=frozenset(),
     program_output_bytes=released.PROGRAM_OUTPUT_BYTES,
     program_memory_bytes=released.PROGRAM_MEMORY_BYTES,
+    program_clock="wall",  # the released executor's 5 s join
     program=released.program_of,
     script=released.wrapped_source,
     read_program=released.program_text,
@@ -184,6 +186,7 @@ NUMLOSS = replace(
     RELEASED,
     name="numloss",
     text_after_program=frozenset({"cot"}),
+    program_clock="cpu",  # the program's own CPU time: a busy machine does not cost a right answer
     program=numloss_program,
     script=numloss_script,
     read_program=numloss_read_program,
