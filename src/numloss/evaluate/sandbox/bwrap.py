@@ -46,6 +46,7 @@ import stat
 import subprocess
 import sys
 import sysconfig
+import tempfile
 import threading
 import time
 from dataclasses import dataclass
@@ -53,10 +54,13 @@ from functools import lru_cache
 
 from numloss.evaluate.sandbox import cgroup
 from numloss.evaluate.sandbox.limits import (
+    INLINE_BYTES,
     Observed,
+    OutputFile,
     ProgramResult,
     SandboxLimits,
     classify,
+    decode_kept,
     decode_output,
     encode_source,
 )
@@ -584,6 +588,7 @@ def run(source: str, limits: SandboxLimits, bwrap: str) -> ProgramResult:
     program never holds. Returns only once the program's pid namespace is gone; an exception in
     here (Ctrl-C) kills the run before it propagates.
     """
+    layout(), init_source()  # computed once per evaluator, before this run's clock starts
     start = time.perf_counter()
     fds: dict[str, int] = {}
     own: list[int] = []  # descriptors to close at the end
@@ -592,9 +597,9 @@ def run(source: str, limits: SandboxLimits, bwrap: str) -> ProgramResult:
     group: cgroup.ProgramCgroup | None = None
     memory_events: int | None = None
     try:
-        parent = cgroup.support().parent
-        if parent is not None:
-            group = cgroup.ProgramCgroup(parent, limits)
+        found = cgroup.support()
+        if found.parent is not None:
+            group = cgroup.ProgramCgroup(found.parent, limits, found.v1)
         own.append(program := _memfd("numloss-program", encode_source(source)))
         own.append(fds.setdefault("seccomp", _memfd("numloss-seccomp", _seccomp_bytes())))
         own.append(fds.setdefault("ldcache", _memfd("numloss-ld.so.cache", _ld_cache())))
@@ -621,11 +626,11 @@ def run(source: str, limits: SandboxLimits, bwrap: str) -> ProgramResult:
             memory_events = group.oom_kills()
             group.remove()
     seen = observed(why if why != "setup" else None, reports, memory_events)
-    stderr = decode_output(err)
-    status, detail = classify(seen, stderr, limits)
-    return ProgramResult(status, decode_output(out), proc.returncode, time.perf_counter() - start, detail,
-                         isolation="bwrap+seccomp", stderr=stderr, pid_namespace=info.get("pid-namespace"),
-                         raw_stdout=out, raw_stderr=err)
+    status, detail = classify(seen, err.last_line(), limits)  # before result(), which may close the file
+    (stdout, raw_out), (stderr, raw_err) = out.result(), err.result()
+    return ProgramResult(status, stdout, proc.returncode, time.perf_counter() - start, detail,
+                         isolation="bwrap+seccomp", err=stderr, pid_namespace=info.get("pid-namespace"),
+                         raw_out=raw_out, raw_err=raw_err)
 
 
 def observed(why: str | None, reports: bytes, memory_events: int | None = None) -> Observed:
@@ -657,20 +662,63 @@ def observed(why: str | None, reports: bytes, memory_events: int | None = None) 
     return Observed(**seen)
 
 
+class _Spool:
+    """One output stream of a program on disk: an unnamed file in the host's temporary folder
+    (gone with its descriptor), holding at most `cap` bytes; `size` counts all that arrived."""
+
+    def __init__(self, cap: int) -> None:
+        self.cap, self.size = cap, 0
+        self.file = tempfile.TemporaryFile(prefix="numloss-output-", buffering=0)
+
+    def write(self, chunk: bytes) -> None:
+        room = self.cap - self.size
+        if room > 0:
+            view = memoryview(chunk)[:room]
+            while view:
+                view = view[self.file.write(view):]
+        self.size += len(chunk)
+
+    def result(self) -> tuple[str | OutputFile, bytes | None]:
+        """What the result holds: (the text, the raw bytes where they differ from it) for an
+        output up to `INLINE_BYTES`, else (the file, None), left on disk."""
+        stored = OutputFile(self.file, min(self.cap, self.size))
+        if stored.size > INLINE_BYTES:
+            return stored, None
+        try:
+            return decode_kept(stored.raw())
+        finally:
+            self.close()
+
+    def last_line(self) -> str:
+        """The end of the output as text (for `classify`, which quotes its last line)."""
+        size = min(self.cap, self.size)
+        if self.file.closed:
+            return ""
+        tail = os.pread(self.file.fileno(), min(size, 1 << 16), max(0, size - (1 << 16)))
+        return decode_output(tail)
+
+    def close(self) -> None:
+        self.file.close()
+
+
 def _collect(proc: subprocess.Popen, info_r: int, status_r: int, go_w: int, limits: SandboxLimits,
-             start: float, group: cgroup.ProgramCgroup | None = None) -> tuple[bytes, bytes, dict, str | None, bytes, bool]:
+             start: float, group: cgroup.ProgramCgroup | None = None) -> tuple[_Spool, _Spool, dict, str | None, bytes, bool]:
     """Read stdout/stderr (capped), bwrap's info and the init's reports until the end, the wall
     clock, or a flood.
 
     Once bwrap reports the namespace's init (--info-fd), the init is registered with the keeper
     (as root) and moved into its cgroup (where there is one), and bwrap is let go (--block-fd)
-    to start the interpreter. Returns (stdout, stderr, info, why, reports, ended): why is None,
+    to start the interpreter. Returns (stdout, stderr, info, why, reports, ended): the two outputs
+    on disk (capped), why is None,
     "timeout", "flood" or "setup" (then the run was killed); reports the init's status lines
     (and this side's set-up failure); ended says that the pid namespace was seen gone.
     """
     assert proc.stdout is not None and proc.stderr is not None
     out_fd, err_fd = proc.stdout.fileno(), proc.stderr.fileno()
-    bufs = {out_fd: bytearray(), err_fd: bytearray(), info_r: bytearray(), status_r: bytearray()}
+    # the program's output goes to disk as it arrives (capped there), never into this process's
+    # memory: a program printing its cap would otherwise cost the evaluator that much per worker
+    spools = {out_fd: _Spool(limits.output_bytes), err_fd: _Spool(limits.output_bytes)}
+    bufs = {info_r: bytearray(), status_r: bytearray()}
     deadline = start + limits.wall_limit
     why: str | None = None
     info: dict = {}
@@ -678,7 +726,7 @@ def _collect(proc: subprocess.Popen, info_r: int, status_r: int, go_w: int, limi
     registered = False
     sel = selectors.DefaultSelector()
     try:
-        for fd in bufs:
+        for fd in (*spools, *bufs):
             os.set_blocking(fd, False)
             sel.register(fd, selectors.EVENT_READ)
         while sel.get_map() and why is None:
@@ -692,15 +740,18 @@ def _collect(proc: subprocess.Popen, info_r: int, status_r: int, go_w: int, limi
                 except BlockingIOError:
                     continue
                 if chunk:
-                    bufs[key.fd] += chunk
-                    if key.fd in (out_fd, err_fd) and len(bufs[key.fd]) > limits.output_bytes:
-                        why = "flood"
+                    if key.fd in spools:
+                        spools[key.fd].write(chunk)
+                        if spools[key.fd].size > limits.output_bytes:
+                            why = "flood"
+                    else:
+                        bufs[key.fd] += chunk
                     continue
                 sel.unregister(key.fd)
                 if key.fd == info_r:  # bwrap closes it once the namespaces exist
                     info = _parse_info(bytes(bufs[info_r]))
                     init = _open_init(info)
-                    registered = _keeper_add(info)
+                    registered = _keeper_add(info, group)
                     if os.geteuid() == 0 and isinstance(info.get("child-pid"), int):
                         try:
                             _pin_oom_score(info["child-pid"])
@@ -727,6 +778,8 @@ def _collect(proc: subprocess.Popen, info_r: int, status_r: int, go_w: int, limi
     except BaseException:
         _kill(proc, init)
         _end_namespace(init, 5.0)
+        for spool in spools.values():
+            spool.close()
         raise
     finally:
         sel.close()
@@ -740,7 +793,7 @@ def _collect(proc: subprocess.Popen, info_r: int, status_r: int, go_w: int, limi
             bufs[status_r] += chunk
     except (BlockingIOError, OSError):
         pass
-    out, err = bytes(bufs[out_fd][: limits.output_bytes]), bytes(bufs[err_fd][: limits.output_bytes])
+    out, err = spools[out_fd], spools[err_fd]
     proc.stdout.close()
     proc.stderr.close()
     return out, err, info, why, bytes(bufs[status_r]), ended
@@ -755,23 +808,40 @@ def _collect(proc: subprocess.Popen, info_r: int, status_r: int, go_w: int, limi
 # stdin (a pipe only the evaluator writes) reads EOF, i.e. when the evaluator is gone.
 
 _KEEPER = r"""
-import os, signal, sys
+import os, signal, sys, time
 signal.signal(signal.SIGINT, signal.SIG_IGN)
-held = {}
+held, groups = {}, {}
 for line in sys.stdin:
-    pid = int(line[1:])
+    pid, *paths = line[1:].rstrip("\n").split("\t")
+    pid = int(pid)
     if line[0] == "+":
         try:
             held[pid] = os.pidfd_open(pid)
+            groups[pid] = paths
         except OSError:
             pass
     elif pid in held:
         os.close(held.pop(pid))
+        groups.pop(pid, None)
 for fd in held.values():
     try:
         signal.pidfd_send_signal(fd, signal.SIGKILL)
     except OSError:
         pass
+# the cgroups of the runs it ended: empty once their processes are gone (a moment after the kill)
+left = [p for paths in groups.values() for p in paths]
+for _ in range(100):
+    for path in list(left):
+        try:
+            os.rmdir(path)
+            left.remove(path)
+        except FileNotFoundError:
+            left.remove(path)
+        except OSError:
+            pass
+    if not left:
+        break
+    time.sleep(0.05)
 """
 _keeper_lock = threading.Lock()
 _keeper_proc: subprocess.Popen | None = None
@@ -790,10 +860,12 @@ def _keeper_send(line: str) -> bool:
         return True
 
 
-def _keeper_add(info: dict) -> bool:
-    """Register the sandbox's init with the keeper (root evaluators only)."""
+def _keeper_add(info: dict, group: cgroup.ProgramCgroup | None = None) -> bool:
+    """Register the sandbox's init (and its cgroup folders, to remove) with the keeper (root
+    evaluators only)."""
     pid = info.get("child-pid")
-    return os.geteuid() == 0 and isinstance(pid, int) and _keeper_send(f"+{pid}")
+    paths = "".join("\t" + p for p in (group.paths if group is not None else []))
+    return os.geteuid() == 0 and isinstance(pid, int) and _keeper_send(f"+{pid}{paths}")
 
 
 def _keeper_remove(info: dict) -> None:

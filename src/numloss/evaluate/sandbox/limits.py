@@ -5,8 +5,8 @@ from __future__ import annotations
 import os
 import re
 import signal
-from dataclasses import dataclass
-from typing import Literal
+from dataclasses import dataclass, field
+from typing import BinaryIO, Literal
 
 Status = Literal["ok", "error", "timeout", "memory", "output_limit", "blocked"]
 Clock = Literal["wall", "cpu"]
@@ -62,28 +62,98 @@ class SandboxLimits:
             raise ValueError(f"tmpfs_bytes >= 64 KiB, max_processes >= 1, open_files >= 16 and tmpfs_inodes >= 64 are needed, got {self}")
 
 
+class OutputFile:
+    """A program's capped stdout or stderr left on disk (an unnamed file, gone once this object
+    is): a large output costs the evaluator no memory until its text is asked for, and then only
+    for as long as the caller keeps it."""
+
+    def __init__(self, file: BinaryIO, size: int) -> None:
+        self.file, self.size = file, size
+
+    def raw(self) -> bytes:
+        """The bytes as written (capped)."""
+        return bytes(self._read())
+
+    def _read(self) -> bytearray:
+        data = bytearray(self.size)
+        view, done = memoryview(data), 0
+        while done < self.size:
+            got = os.pread(self.file.fileno(), self.size - done, done)
+            if not got:
+                break
+            view[done:done + len(got)] = got
+            done += len(got)
+        del view
+        del data[done:]
+        return data
+
+    def text(self) -> str:
+        """`decode_output` of the bytes (decoded from one buffer: no second copy of them)."""
+        return decode_output(self._read())
+
+    def __repr__(self) -> str:
+        return f"<output on disk: {self.size} bytes>"
+
+
 @dataclass(frozen=True)
 class ProgramResult:
     """What one program did. `stdout`/`stderr` are capped at the limit, with NUL bytes and invalid
     UTF-8 replaced by U+FFFD and terminal controls removed (`safe_text`): safe to print or put in
-    a report. `raw_stdout`/`raw_stderr` keep the capped bytes as written. `detail` says why it
-    failed; `isolation` is the mode it ran under; `pid_namespace` the kernel id of its pid
+    a report. `raw_stdout`/`raw_stderr` give the capped bytes as written. An output larger than
+    `INLINE_BYTES` stays on disk (`out`/`err` is then an `OutputFile`) and each read of
+    `stdout`/`raw_stdout` reads it again: hold the text only while it is needed. `detail` says
+    why it failed; `isolation` is the mode it ran under; `pid_namespace` the kernel id of its pid
     namespace (bwrap mode; nothing in it survives)."""
 
     status: Status
-    stdout: str
+    out: str | OutputFile
     returncode: int | None
     wall_seconds: float
     detail: str = ""
     isolation: str = ""
-    stderr: str = ""
+    err: str | OutputFile = ""
     pid_namespace: int | None = None
-    raw_stdout: bytes = b""
-    raw_stderr: bytes = b""
+    raw_out: bytes | None = field(default=None, repr=False)  # None: `out` as UTF-8 is what was written
+    raw_err: bytes | None = field(default=None, repr=False)
+
+    @property
+    def stdout(self) -> str:
+        return self.out if isinstance(self.out, str) else self.out.text()
+
+    @property
+    def stderr(self) -> str:
+        return self.err if isinstance(self.err, str) else self.err.text()
 
     @property
     def ok(self) -> bool:
         return self.status == "ok"
+
+    @property
+    def raw_stdout(self) -> bytes:
+        if isinstance(self.out, OutputFile):
+            return self.out.raw()
+        return self.out.encode() if self.raw_out is None else self.raw_out
+
+    @property
+    def raw_stderr(self) -> bytes:
+        if isinstance(self.err, OutputFile):
+            return self.err.raw()
+        return self.err.encode() if self.raw_err is None else self.raw_err
+
+
+INLINE_BYTES = 1 << 20
+"""Outputs up to this size are decoded and held in memory; larger ones stay on disk."""
+
+
+_NOT_PLAIN = re.compile(rb"[^\t\n\x20-\x7e]")
+
+
+def decode_kept(raw: bytes) -> tuple[str, bytes | None]:
+    """(`decode_output(raw)`, the raw bytes to keep beside it): None where the text is the bytes
+    (printable ASCII, tab and newline only), so that a large plain output is held once."""
+    if _NOT_PLAIN.search(raw) is None:
+        return raw.decode("ascii"), None
+    return decode_output(raw), raw
 
 
 # ESC [ ... final, ESC ] ... BEL/ST, ESC P/X/^/_ ... ST (DCS, SOS, PM, APC), other ESC sequences,
@@ -93,22 +163,32 @@ _ESCAPES = re.compile(
     r"|(?:\x1b[\]PX^_]|[\x90\x98\x9d\x9e\x9f])[^\x07\x1b\x9c]*(?:\x07|\x1b\\|\x9c)?"
     r"|\x1b[ -/]*[0-~]?"
 )
-# C0 controls but tab and newline, DEL, C1 controls, and the bidirectional formatting characters
-# (LRM, RLM, ALM, LRE..RLO, LRI..PDI) that make a terminal or a report show text other than it is
-_CONTROLS = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069]")
+# C0 controls but tab and newline, DEL, C1 controls, and every invisible formatting character:
+# Unicode's category Cf (the bidirectional controls LRM, RLM, ALM, LRE..RLO, LRI..PDI, which make
+# a terminal or a report show text other than it is; zero-width space, joiners and word joiner;
+# the BOM; soft hyphen; invisible operators; tag characters), the combining grapheme joiner and
+# the Hangul fillers, which show as nothing: a report must show what a program printed
+_CONTROLS = re.compile(
+    "[\x00-\x08\x0b-\x1f\x7f-\x9f\xad\u034f\u0600-\u0605\u061c\u06dd\u070f\u0890\u0891\u08e2"
+    "\u115f\u1160\u180e\u200b-\u200f\u202a-\u202e\u2060-\u2064\u2066-\u206f\u3164\ufeff\uffa0"
+    "\ufff9-\ufffb\U000110bd\U000110cd\U00013430-\U0001343f\U0001bca0-\U0001bca3\U0001d173-\U0001d17a"
+    "\U000e0001\U000e0020-\U000e007f]"
+)
 
 
 def safe_text(text: str) -> str:
     """`text` without terminal escape sequences (CSI, OSC, DCS, ...), control characters other
-    than tab and newline (CR, backspace, BEL, ...) and bidirectional overrides: what a program
+    than tab and newline (CR, backspace, BEL, ...) and invisible formatting characters
+    (bidirectional controls, zero-width characters, the BOM, tag characters): what a program
     printed, as it can be shown on a terminal or in a report without acting on either. A CR
     before a newline is dropped; a lone CR becomes a newline (so "12\\r34" reads "12\\n34", not
     a line that claims to be "34")."""
     text = _ESCAPES.sub("", text).replace("\r\n", "\n").replace("\r", "\n")
-    return _CONTROLS.sub("", text)
+    # the line and paragraph separators end a line in some viewers: a newline, as a CR is
+    return _CONTROLS.sub("", text).replace("\u2028", "\n").replace("\u2029", "\n")
 
 
-def decode_output(raw: bytes) -> str:
+def decode_output(raw: bytes | bytearray) -> str:
     """Bytes a program wrote, as text that is safe to store and show: invalid UTF-8 and NUL become
     U+FFFD, then `safe_text` removes terminal controls."""
     return safe_text(raw.decode("utf-8", "replace").replace("\x00", "\ufffd"))
