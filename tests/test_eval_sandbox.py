@@ -478,6 +478,59 @@ def _uid(pid: str) -> int:
         return -1
 
 
+@needs_kernel_sandbox
+@pytest.mark.skipif(os.geteuid() != 0, reason="a non-root evaluator's sandboxes run as its own uid")
+def test_two_evaluators_at_once_never_share_a_host_uid():
+    import subprocess
+    import time
+
+    # each evaluator runs two sleeping programs at once; their host uids are read from /proc
+    script = ("from numloss.evaluate.sandbox import run_programs, SandboxLimits\n"
+              "run_programs(['import time\\ntime.sleep(120)'] * 2, SandboxLimits(wall_seconds=120, cpu_seconds=10), workers=2)")
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
+    evaluators = [subprocess.Popen([sys.executable, "-c", script], env=env) for _ in range(2)]
+    try:
+        uids: list[set[int]] = [set(), set()]
+        for _ in range(2400):  # until both evaluators run both programs (a loaded machine is slow)
+            uids = [{_uid(p) for p in _sandboxed(e.pid)} - {-1} for e in evaluators]
+            if all(len(u) == 2 for u in uids):
+                break
+            time.sleep(0.05)
+        assert all(len(u) == 2 for u in uids), uids
+        assert not uids[0] & uids[1], uids
+        blocks = [{(u - bwrap_mod.HOST_UID_BASE) // bwrap_mod.UID_BLOCK for u in found} for found in uids]
+        assert all(len(b) == 1 for b in blocks) and blocks[0] != blocks[1], blocks
+    finally:
+        for e in evaluators:
+            e.kill()
+            e.wait()
+
+
+def test_uid_blocks_are_claimed_once_per_process_and_freed_when_it_ends(tmp_path, monkeypatch):
+    import subprocess
+
+    monkeypatch.setenv(bwrap_mod.UID_LOCKS_ENV, str(tmp_path / "locks"))
+    claim = ("import sys, time\nfrom numloss.evaluate.sandbox import bwrap\n"
+             "print(bwrap.claim_uid_block(), flush=True)\nsys.stdin.read()")
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
+    holders = [subprocess.Popen([sys.executable, "-c", claim], env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                text=True) for _ in range(3)]
+    try:
+        blocks = [int(h.stdout.readline()) for h in holders]
+        assert sorted(blocks) == [0, 1, 2]
+        holders[1].kill()  # however it ends, its block is free again
+        holders[1].wait()
+        again = subprocess.run([sys.executable, "-c", claim], env=env, input="", capture_output=True, text=True, timeout=120)
+        assert int(again.stdout) == blocks[1]
+    finally:
+        for h in holders:
+            h.kill()
+            h.wait()
+    os.chmod(tmp_path / "locks", 0o777)
+    with pytest.raises(OSError, match="only it may write"):
+        bwrap_mod._lock_folder()
+
+
 # ---- limits and output ---------------------------------------------------------------------------
 
 @needs_kernel_sandbox

@@ -322,12 +322,21 @@ def _prepared_userns(host_id: int) -> int:
 
 
 HOST_UID_BASE = 0x70000000
-"""As root, the n-th prepared user namespace runs its programs as host uid and gid
-HOST_UID_BASE + n (no user of the host has them): concurrent sandboxes never share a uid, so
-none can use up another's per-user kernel budgets (pipe buffers, processes, ...)."""
+"""As root, prepared user namespaces run their programs as host uids and gids from
+HOST_UID_BASE up (no user of the host has them), a block of `UID_BLOCK` per evaluator: concurrent
+sandboxes never share a uid, those of two evaluators on one machine included, so none can use
+up another's per-user kernel budgets (pipe buffers, processes, ...)."""
+UID_BLOCK = 1024
+UID_BLOCKS = 1024  # HOST_UID_BASE + (1 << 20) is the end of the range
+UID_LOCKS_ENV = "NUMLOSS_SANDBOX_UID_LOCKS"
+UID_LOCKS = "/run/numloss-sandbox-uids"
+"""The folder of the block locks (root's, mode 0700): evaluator n holds an exclusive flock on
+block-n.lock for as long as it lives; the kernel releases it when the process ends, however it
+ends, so a block is never lost to a crash."""
 _userns_free: list[int] = []
 _userns_lock = threading.Lock()
 _userns_made = 0
+_uid_blocks: list[tuple[int, int]] = []  # (block, the fd holding its lock), claimed by this process
 
 
 def is_sandbox_uid(uid: int) -> bool:
@@ -335,7 +344,67 @@ def is_sandbox_uid(uid: int) -> bool:
     the evaluator's own uid otherwise (an unprivileged user can map only itself)."""
     if os.geteuid() != 0:
         return uid == os.geteuid()
-    return HOST_UID_BASE <= uid < HOST_UID_BASE + (1 << 20)
+    return HOST_UID_BASE <= uid < HOST_UID_BASE + UID_BLOCK * UID_BLOCKS
+
+
+def _forget_uids_after_fork() -> None:
+    """A forked child is another evaluator: it claims its own block (its copy of the parent's
+    lock descriptors keeps the parent's block locked for the parent, not for it) and prepares
+    its own namespaces."""
+    global _userns_made
+    for _, fd in _uid_blocks:
+        os.close(fd)
+    _uid_blocks.clear()
+    _userns_free.clear()
+    _userns_made = 0
+
+
+os.register_at_fork(after_in_child=_forget_uids_after_fork)
+
+
+def _lock_folder() -> str:
+    """The block locks' folder, made root-only; refuses one that another user could write."""
+    folder = os.environ.get(UID_LOCKS_ENV) or UID_LOCKS
+    try:
+        os.mkdir(folder, 0o700)
+    except FileExistsError:
+        pass
+    except OSError:
+        folder = os.path.join(tempfile.gettempdir(), "numloss-sandbox-uids")
+        os.makedirs(folder, 0o700, exist_ok=True)
+    info = os.lstat(folder)
+    if not stat.S_ISDIR(info.st_mode) or info.st_uid != os.geteuid() or info.st_mode & 0o022:
+        raise OSError(f"the sandbox's uid lock folder {folder} is not a folder of this user's that only it may write")
+    return folder
+
+
+def claim_uid_block() -> int:
+    """A block of host uids no other evaluator on this machine holds, locked for this process's
+    lifetime (a second call claims another block)."""
+    import fcntl
+
+    folder = _lock_folder()
+    taken = {block for block, _ in _uid_blocks}
+    for block in range(UID_BLOCKS):
+        if block in taken:
+            continue
+        fd = os.open(os.path.join(folder, f"block-{block}.lock"), os.O_RDWR | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW, 0o600)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(fd)
+            continue
+        _uid_blocks.append((block, fd))
+        return block
+    raise OSError(f"all {UID_BLOCKS} blocks of sandbox uids are held by other evaluators")
+
+
+def _host_id(slot: int) -> int:
+    """The host uid of this process's `slot`-th prepared namespace (from 0), in its own blocks."""
+    while slot // UID_BLOCK >= len(_uid_blocks):
+        claim_uid_block()
+    block = _uid_blocks[slot // UID_BLOCK][0]
+    return HOST_UID_BASE + block * UID_BLOCK + slot % UID_BLOCK
 
 
 def _lease_userns() -> int:
@@ -350,9 +419,10 @@ def _lease_userns() -> int:
     with _userns_lock:
         if _userns_free:
             return _userns_free.pop()
-        _userns_made += 1
         slot = _userns_made
-    return _prepared_userns(HOST_UID_BASE + slot)
+        _userns_made += 1
+        host_id = _host_id(slot) if os.geteuid() == 0 else 0
+    return _prepared_userns(host_id)
 
 
 def _return_userns(fd: int, reusable: bool) -> None:
