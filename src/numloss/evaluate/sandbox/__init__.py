@@ -22,6 +22,7 @@ environment variable ``NUMLOSS_ALLOW_UNISOLATED_EXEC=1``; results then say
 
 from __future__ import annotations
 
+import logging
 import os
 import sys
 from collections.abc import Callable, Sequence
@@ -100,6 +101,8 @@ def _kernel_probe() -> _Probe:
             failures.append(f"{candidate}: {error}")
             continue
         if result.ok and result.stdout.strip() == _PROBE_EXPECTED:
+            if cgroup.missing():  # said once per evaluator (the probe is cached), where it starts
+                logging.getLogger("numloss.sandbox").warning("sandbox: %s (%s)", cgroup.missing(), cgroup.support().detail)
             return _Probe(candidate, f"bwrap {candidate}, user/pid/net/ipc/uts namespaces, uid 65534, seccomp; "
                           f"memory: {memory_bound()}")
         why = (result.detail or result.stdout.strip() or f"exit status {result.returncode}").splitlines()[0]
