@@ -20,10 +20,19 @@ import os
 import platform
 import random
 import statistics
+import subprocess
+import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
 
-from numloss.evaluate.sandbox import SandboxLimits, audithook, bwrap, isolation, run_programs
+from numloss.evaluate.sandbox import (
+    ProgramResult,
+    SandboxLimits,
+    audithook,
+    bwrap,
+    isolation,
+    run_programs,
+)
 
 TEMPLATES = [
     "def solution():\n    total = {a}\n    used = {b}\n    price = {c}\n    remaining = total - used\n"
@@ -59,10 +68,17 @@ def expected(source: str) -> str:
     return buffer.getvalue()
 
 
+def _plain(source: str) -> ProgramResult:
+    """`python -c SOURCE`, no sandbox at all: the floor any sandbox's start-up is measured against."""
+    done = subprocess.run([sys.executable, "-I", "-S", "-c", source], capture_output=True, text=True, timeout=60)
+    return ProgramResult("ok" if done.returncode == 0 else "error", done.stdout, done.returncode, 0.0)
+
+
 def startup(mode: str, n: int) -> float:
-    limits = SandboxLimits()
-    runner = (lambda s: bwrap.run(s, limits, bwrap.bwrap_candidates()[0])) if mode == "bwrap+seccomp" else (
-        lambda s: audithook.run(s, limits))
+    limits = SandboxLimits(clock="cpu")  # a loaded machine must not turn a slow start into a failure
+    runners = {"bwrap+seccomp": lambda s: bwrap.run(s, limits, bwrap.bwrap_candidates()[0]),
+               "unisolated": lambda s: audithook.run(s, limits), "unsandboxed": _plain}
+    runner = runners[mode]
     runner("print(1)")  # warm the page cache
     times = []
     for _ in range(n):
@@ -93,6 +109,7 @@ def main() -> None:
     p.add_argument("--programs", type=int, default=200)
     p.add_argument("--sympy-share", type=float, default=0.1)
     p.add_argument("--startup-runs", type=int, default=30)
+    p.add_argument("--startup-only", action="store_true", help="only the start-up figures (print(1))")
     args = p.parse_args()
     iso = isolation()
     print(f"isolation here: {iso.mode} ({iso.detail})")
@@ -103,8 +120,10 @@ def main() -> None:
         os.close(bwrap._prepared_userns(bwrap.HOST_UID_BASE))
         times.append(time.perf_counter() - start)
     print(f"preparing a user namespace: {1000 * statistics.median(times):.1f} ms (once per worker: pooled)")
-    for mode in ("unisolated", "bwrap+seccomp"):
+    for mode in ("unsandboxed", "unisolated", "bwrap+seccomp"):
         print(f"start-up, {mode:>13}: {1000 * startup(mode, args.startup_runs):6.1f} ms per program (median of {args.startup_runs}, print(1))")
+    if args.startup_only:
+        return
     for share in (0.0, args.sympy_share):
         sources = programs(args.programs, share)
         answers = [expected(s) for s in sources]

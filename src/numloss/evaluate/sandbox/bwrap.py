@@ -13,10 +13,11 @@ The layers, outermost first (docs/sandbox.md has the threat model and the memory
   holding ``/dev/shm``; ``/proc`` is the private procfs of the new pid namespace; ``/dev`` has
   the plain devices only (no pts).
 - **seccomp** (`seccomp.filter_program`), loaded by bwrap right before the interpreter starts.
-- **the init** (`_PREAMBLE`), the namespace's pid 1: it caps the tmpfs's inodes, drops every
-  capability and uid 0, stacks `seccomp.mount_filter`, sets the rlimits, forks the program,
-  reports its wait status and CPU time on a pipe the program never holds, and ends the
-  namespace at its own deadline whatever happens on the host.
+- **the init** (`pid1.py`), the namespace's pid 1: it caps the tmpfs's inodes, drops every
+  capability and uid 0, stacks `seccomp.last_filter`, sets the rlimits, forks the program (as
+  the module ``__main__``), reports its wait status and CPU time on a pipe the program never
+  holds, and ends the namespace at its own deadline, or when the namespace has used its CPU
+  time under the CPU clock, whatever happens on the host.
 - **the host side**: a wall clock SIGKILLs the init from the host (through a pidfd from bwrap's
   ``--info-fd``); the call returns only once the namespace is gone. The output pipes are read
   with a cap; a flood is killed the same way. Where a delegated cgroup v2 exists the init is
@@ -34,15 +35,18 @@ checks that it holds no capability.
 
 from __future__ import annotations
 
+import importlib.resources
 import importlib.util
 import json
 import os
 import selectors
 import shutil
 import signal
+import stat
 import subprocess
 import sys
 import sysconfig
+import tempfile
 import threading
 import time
 from dataclasses import dataclass
@@ -50,14 +54,17 @@ from functools import lru_cache
 
 from numloss.evaluate.sandbox import cgroup
 from numloss.evaluate.sandbox.limits import (
+    INLINE_BYTES,
     Observed,
+    OutputFile,
     ProgramResult,
     SandboxLimits,
     classify,
+    decode_kept,
     decode_output,
     encode_source,
 )
-from numloss.evaluate.sandbox.seccomp import filter_program, mount_filter
+from numloss.evaluate.sandbox.seccomp import filter_program, last_filter
 
 ALLOWED_PACKAGES = ("sympy", "mpmath", "numpy")
 """Third-party packages a program may import (MAmmoTH-style programs use sympy and numpy)."""
@@ -67,127 +74,6 @@ ENV = {
     "PATH": "/usr/bin:/bin", "HOME": "/tmp", "TMPDIR": "/tmp", "LANG": "C.UTF-8",
     "OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1",
 }
-
-# The sandbox's pid 1 (its init), run by the interpreter bwrap starts, formatted with repr()'d
-# values only; the program itself arrives on fd 0 (a memfd). It caps the tmpfs's inodes, drops
-# every capability and uid 0, checks what it holds, stacks the mount-refusing filter, sets the
-# rlimits, and then forks the program and waits for it: it reports how the program ended (its
-# wait status, its CPU time) to the host on a pipe the program never holds, and ends the whole
-# namespace at its own deadline even when nothing on the host is left to do it. The program
-# cannot reach the init: the kernel drops signals to a namespace's init that it has no handler
-# for, the init is not dumpable (no /proc/1/mem, /proc/1/fd), and ptrace is refused.
-_PREAMBLE = r"""
-import os, sys, resource, ctypes, select, signal, time
-_t0 = time.monotonic()
-_libc = ctypes.CDLL(None, use_errno=True)
-_status = {status}
-def _say(text):
-    os.write(_status, text.encode() + b"\n")
-def _fail(why):
-    _say("setup " + why)
-    os._exit(125)
-# the OOM killer takes the sandbox's processes first (its children inherit this): where the host
-# runs out of memory, or a memory limit holds the evaluator and its sandboxes together, a program
-# is killed before the evaluator, whose model makes it the largest process by far
-try:
-    with open("/proc/self/oom_score_adj", "w") as _f:
-        _f.write("{oom_score_adj}")
-except OSError as _error:
-    _fail("oom_score_adj: " + str(_error))
-# bwrap's --tmpfs has no nr_inodes: remount its /tmp with one (flags bwrap set must be repeated)
-if _libc.mount(b"none", b"/tmp", None, 32 | 2 | 4, b"nr_inodes=%d" % {inodes}) != 0:  # MS_REMOUNT|NOSUID|NODEV
-    _fail("remount /tmp with nr_inodes: errno " + str(ctypes.get_errno()))
-for _cap in range(64):  # the bounding set, while CAP_SETPCAP is held (EINVAL past the last cap)
-    if _libc.prctl(24, _cap, 0, 0, 0) != 0 and ctypes.get_errno() != 22:  # PR_CAPBSET_DROP
-        _fail("dropping capability " + str(_cap) + " from the bounding set")
-_uid = _gid = {uid}
-if os.getuid() == 0:  # root-started evaluator (see bwrap.py): leave uid 0 before anything else
-    os.setgroups([])
-    os.setresgid(_gid, _gid, _gid)
-    os.setresuid(_uid, _uid, _uid)
-class _Header(ctypes.Structure):
-    _fields_ = [("version", ctypes.c_uint32), ("pid", ctypes.c_int)]
-_none = (ctypes.c_uint32 * 6)()
-if _libc.capset(ctypes.byref(_Header(0x20080522, 0)), _none) != 0 or _libc.prctl(47, 4, 0, 0, 0) != 0:
-    _fail("clearing capabilities")  # capset to nothing, PR_CAP_AMBIENT_CLEAR_ALL
-# a change of uid clears the parent-death signal that bwrap's --die-with-parent set: arm it again,
-# then make sure the evaluator did not die before that (the lifeline pipe reads EOF when it did)
-if _libc.prctl(1, 9, 0, 0, 0) != 0:  # PR_SET_PDEATHSIG, SIGKILL
-    _fail("PR_SET_PDEATHSIG")
-if select.select([{lifeline}], [], [], 0)[0]:
-    os._exit(125)
-class _Prog(ctypes.Structure):
-    _fields_ = [("len", ctypes.c_ushort), ("filter", ctypes.c_void_p)]
-_filter = ctypes.create_string_buffer({mount_filter!r}, {mount_filter_len})
-if _libc.prctl(22, 2, ctypes.byref(_Prog({mount_filter_len} // 8, ctypes.addressof(_filter))), 0, 0) != 0:
-    _fail("stacking the mount filter: errno " + str(ctypes.get_errno()))  # PR_SET_SECCOMP, FILTER
-with open("/proc/self/status") as _f:
-    _st = dict(line.split(":", 1) for line in _f.read().splitlines() if ":" in line)
-if (os.getresuid() != (_uid,) * 3 or os.getresgid() != (_gid,) * 3 or os.getgroups()
-        or any(int(_st[k].strip(), 16) for k in ("CapInh", "CapPrm", "CapEff", "CapBnd", "CapAmb"))
-        or _st["NoNewPrivs"].strip() != "1" or _st["Seccomp"].strip() != "2"
-        or int(_st.get("Seccomp_filters", "2")) < 2):
-    _fail("uid/caps/seccomp not as required")
-for _res, _value in {rlimits!r}:
-    try:
-        resource.setrlimit(getattr(resource, _res), (_value, _value))
-    except (OSError, ValueError) as _error:  # a limit that cannot be set: the program must not run
-        _fail("setrlimit(" + _res + ", " + str(_value) + "): " + str(_error))
-_chunks = []
-while True:
-    _chunk = os.read(0, 1 << 20)
-    if not _chunk:
-        break
-    _chunks.append(_chunk)
-_source = b"".join(_chunks)
-del _chunks
-os.dup2(os.open("/dev/null", os.O_RDONLY), 0)
-os.closerange(3, _status)  # bwrap leaves some of its own descriptors (userns, info) open
-os.closerange(_status + 1, 1 << 16)
-_libc.prctl(4, 0, 0, 0, 0)  # PR_SET_DUMPABLE 0: no /proc/1/mem, /proc/1/fd for the program
-# no handler for any signal (the kernel then drops those the program sends to its init; Python
-# has one for SIGINT), and SIGCHLD blocked: it only wakes sigtimedwait below
-signal.signal(signal.SIGINT, signal.SIG_DFL)
-signal.pthread_sigmask(signal.SIG_BLOCK, [signal.SIGCHLD])
-_say("started")
-_pid = os.fork()
-if _pid == 0:  # the program
-    os.close(_status)
-    _libc.prctl(4, 1, 0, 0, 0)
-    _libc.prctl(1, 9, 0, 0, 0)  # dies with the init
-    signal.pthread_sigmask(signal.SIG_SETMASK, [])
-    signal.signal(signal.SIGINT, signal.default_int_handler)
-    sys.path[:] = [p for p in sys.path if p] + {site_dirs!r}
-    sys.dont_write_bytecode = True
-    _code = compile(_source, "<program>", "exec")
-    # the program's globals are a fresh __main__ module, so that pickle (multiprocessing) finds
-    # the functions it defines
-    _main = type(sys)("__main__")
-    sys.modules["__main__"] = _main
-    exec(_code, _main.__dict__)
-    sys.exit(0)
-del _source
-os.dup2(0, 1)
-os.dup2(0, 2)
-_deadline = _t0 + {deadline}
-while True:
-    _left = _deadline - time.monotonic()
-    if _left <= 0:
-        _say("deadline")
-        os._exit(0)  # the kernel then kills every process of the namespace
-    signal.sigtimedwait([signal.SIGCHLD], _left)
-    while True:  # reap everything (orphans are reparented here), the program last
-        try:
-            _p, _w, _ru = os.wait4(-1, os.WNOHANG)
-        except ChildProcessError:
-            _p = 0
-        if _p == 0:
-            break
-        if _p == _pid:
-            _say("end %d %.3f" % (_w, _ru.ru_utime + _ru.ru_stime))
-            os._exit(0)
-"""
-
 
 @dataclass(frozen=True)
 class Layout:
@@ -311,6 +197,26 @@ def shared_libraries(python: str, site_dirs: tuple[str, ...], dynload: str) -> t
     return tuple(sorted(files)), tuple(unique)
 
 
+LOCALES = ("/usr/lib/locale/C.utf8", "/usr/lib/locale/C.UTF-8")
+"""Where glibc looks for the C.UTF-8 locale (Debian, Ubuntu, Fedora); whichever exists is bound."""
+
+
+def _unix_sockets_in(paths: list[str]) -> list[str]:
+    """Unix socket files in or under `paths` (bound read-only, a socket there could still be
+    connected to: connect() needs no write access to the filesystem)."""
+    found = []
+    for path in paths:
+        for root, _dirs, files in os.walk(path) if os.path.isdir(path) else [(os.path.dirname(path), [], [os.path.basename(path)])]:
+            for name in files:
+                full = os.path.join(root, name)
+                try:
+                    if stat.S_ISSOCK(os.lstat(full).st_mode):
+                        found.append(full)
+                except OSError:
+                    continue
+    return found
+
+
 @lru_cache(maxsize=1)
 def layout() -> Layout:
     """The read-only view of the host for this interpreter (computed once)."""
@@ -342,6 +248,14 @@ def layout() -> Layout:
     for path in libraries:
         if not _covered(path, binds):
             binds.append(path)
+    # the C.UTF-8 locale's files (glibc finds them by the name in LANG), so that
+    # locale.setlocale(locale.LC_ALL, "") works as under `python prog.py`
+    for path in LOCALES:
+        if os.path.isdir(path) and not _covered(os.path.realpath(path), binds):
+            binds.append(os.path.realpath(path))
+    sockets = _unix_sockets_in(binds)
+    if sockets:  # a program may connect to a unix socket file it can see: none of the host's may be
+        raise OSError(f"a unix socket lies in a folder the sandbox would bind read-only: {sockets[0]}")
     top = {link for _, link in symlinks}
     symlinks += [(t, link) for t, link in library_links if link not in top and not _covered(link, binds)]
     # the base interpreter's own site-packages sits inside its stdlib: hide it unless it holds an
@@ -408,12 +322,21 @@ def _prepared_userns(host_id: int) -> int:
 
 
 HOST_UID_BASE = 0x70000000
-"""As root, the n-th prepared user namespace runs its programs as host uid and gid
-HOST_UID_BASE + n (no user of the host has them): concurrent sandboxes never share a uid, so
-none can use up another's per-user kernel budgets (pipe buffers, processes, ...)."""
+"""As root, prepared user namespaces run their programs as host uids and gids from
+HOST_UID_BASE up (no user of the host has them), a block of `UID_BLOCK` per evaluator: concurrent
+sandboxes never share a uid, those of two evaluators on one machine included, so none can use
+up another's per-user kernel budgets (pipe buffers, processes, ...)."""
+UID_BLOCK = 1024
+UID_BLOCKS = 1024  # HOST_UID_BASE + (1 << 20) is the end of the range
+UID_LOCKS_ENV = "NUMLOSS_SANDBOX_UID_LOCKS"
+UID_LOCKS = "/run/numloss-sandbox-uids"
+"""The folder of the block locks (root's, mode 0700): evaluator n holds an exclusive flock on
+block-n.lock for as long as it lives; the kernel releases it when the process ends, however it
+ends, so a block is never lost to a crash."""
 _userns_free: list[int] = []
 _userns_lock = threading.Lock()
 _userns_made = 0
+_uid_blocks: list[tuple[int, int]] = []  # (block, the fd holding its lock), claimed by this process
 
 
 def is_sandbox_uid(uid: int) -> bool:
@@ -421,7 +344,67 @@ def is_sandbox_uid(uid: int) -> bool:
     the evaluator's own uid otherwise (an unprivileged user can map only itself)."""
     if os.geteuid() != 0:
         return uid == os.geteuid()
-    return HOST_UID_BASE <= uid < HOST_UID_BASE + (1 << 20)
+    return HOST_UID_BASE <= uid < HOST_UID_BASE + UID_BLOCK * UID_BLOCKS
+
+
+def _forget_uids_after_fork() -> None:
+    """A forked child is another evaluator: it claims its own block (its copy of the parent's
+    lock descriptors keeps the parent's block locked for the parent, not for it) and prepares
+    its own namespaces."""
+    global _userns_made
+    for _, fd in _uid_blocks:
+        os.close(fd)
+    _uid_blocks.clear()
+    _userns_free.clear()
+    _userns_made = 0
+
+
+os.register_at_fork(after_in_child=_forget_uids_after_fork)
+
+
+def _lock_folder() -> str:
+    """The block locks' folder, made root-only; refuses one that another user could write."""
+    folder = os.environ.get(UID_LOCKS_ENV) or UID_LOCKS
+    try:
+        os.mkdir(folder, 0o700)
+    except FileExistsError:
+        pass
+    except OSError:
+        folder = os.path.join(tempfile.gettempdir(), "numloss-sandbox-uids")
+        os.makedirs(folder, 0o700, exist_ok=True)
+    info = os.lstat(folder)
+    if not stat.S_ISDIR(info.st_mode) or info.st_uid != os.geteuid() or info.st_mode & 0o022:
+        raise OSError(f"the sandbox's uid lock folder {folder} is not a folder of this user's that only it may write")
+    return folder
+
+
+def claim_uid_block() -> int:
+    """A block of host uids no other evaluator on this machine holds, locked for this process's
+    lifetime (a second call claims another block)."""
+    import fcntl
+
+    folder = _lock_folder()
+    taken = {block for block, _ in _uid_blocks}
+    for block in range(UID_BLOCKS):
+        if block in taken:
+            continue
+        fd = os.open(os.path.join(folder, f"block-{block}.lock"), os.O_RDWR | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW, 0o600)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(fd)
+            continue
+        _uid_blocks.append((block, fd))
+        return block
+    raise OSError(f"all {UID_BLOCKS} blocks of sandbox uids are held by other evaluators")
+
+
+def _host_id(slot: int) -> int:
+    """The host uid of this process's `slot`-th prepared namespace (from 0), in its own blocks."""
+    while slot // UID_BLOCK >= len(_uid_blocks):
+        claim_uid_block()
+    block = _uid_blocks[slot // UID_BLOCK][0]
+    return HOST_UID_BASE + block * UID_BLOCK + slot % UID_BLOCK
 
 
 def _lease_userns() -> int:
@@ -436,9 +419,10 @@ def _lease_userns() -> int:
     with _userns_lock:
         if _userns_free:
             return _userns_free.pop()
-        _userns_made += 1
         slot = _userns_made
-    return _prepared_userns(HOST_UID_BASE + slot)
+        _userns_made += 1
+        host_id = _host_id(slot) if os.geteuid() == 0 else 0
+    return _prepared_userns(host_id)
 
 
 def _return_userns(fd: int, reusable: bool) -> None:
@@ -530,18 +514,34 @@ def command(bwrap: str, limits: SandboxLimits, fds: dict[str, int]) -> list[str]
         cmd += ["--symlink", target, link]
     cmd += ["--proc", "/proc", "--remount-ro", "/dev", "--remount-ro", "/", "--chdir", "/tmp",
             "--seccomp", str(fds["seccomp"]), "--info-fd", str(fds["info"]), "--block-fd", str(fds["block"]), "--",
-            lay.python, "-I", "-S", "-B", "-c", preamble(limits, fds)]
+            lay.python, "-I", "-S", "-B", "-c", init_source(), init_parameters(limits, fds)]
     return cmd
 
 
-def preamble(limits: SandboxLimits, fds: dict[str, int]) -> str:
-    """The init's source for one run (see _PREAMBLE)."""
+@lru_cache(maxsize=1)
+def init_source() -> str:
+    """The text of the sandbox's init (`pid1.py`, shipped in the package), run with ``-c``."""
+    return importlib.resources.files(__package__).joinpath("pid1.py").read_text(encoding="utf-8")
+
+
+POLL_SECONDS = 0.1
+"""How often the init sums the CPU time and counts the tasks of its namespace (the CPU clock
+overshoots by at most this much per running process)."""
+AT_CAP_SECONDS = 2.0
+"""How long the namespace may stay at its process limit before the init ends it as "error: the
+process limit" (a multiprocessing.Pool larger than the limit otherwise waits until the clock)."""
+
+
+def init_parameters(limits: SandboxLimits, fds: dict[str, int]) -> str:
+    """The init's parameters for one run, as the JSON its command line carries (see `pid1.py`)."""
     lay = layout()
-    mount_only = _mount_filter_bytes()
-    return _PREAMBLE.format(uid=SANDBOX_UID, status=fds["status"], lifeline=fds["lifeline"], inodes=int(limits.tmpfs_inodes),
-                            rlimits=rlimits(limits), site_dirs=list(lay.site_dirs), mount_filter=mount_only,
-                            mount_filter_len=len(mount_only), deadline=float(limits.wall_seconds) + INIT_GRACE,
-                            oom_score_adj=OOM_SCORE_ADJ)
+    return json.dumps({
+        "uid": SANDBOX_UID, "status": fds["status"], "lifeline": fds["lifeline"], "inodes": int(limits.tmpfs_inodes),
+        "rlimits": rlimits(limits), "site_dirs": list(lay.site_dirs), "last_filter": _last_filter_bytes().hex(),
+        "deadline": float(limits.wall_limit) + INIT_GRACE, "oom_score_adj": OOM_SCORE_ADJ,
+        "cpu_budget": float(limits.cpu_seconds) if limits.clock == "cpu" else None, "poll": POLL_SECONDS,
+        "max_tasks": int(limits.max_processes), "at_cap_seconds": AT_CAP_SECONDS,
+    })
 
 
 OOM_SCORE_ADJ = 1000
@@ -570,8 +570,8 @@ whether or not the evaluator did: the clock holds when no host process is left t
 @lru_cache(maxsize=1)
 def _lifeline() -> int:
     """The read end of a pipe whose write end only this process holds: it reads EOF once the
-    evaluator is gone. Every sandbox gets it, to check after its preamble has re-armed the
-    parent-death signal (see _PREAMBLE)."""
+    evaluator is gone. Every sandbox gets it, to check after its init has re-armed the
+    parent-death signal (see pid1.py)."""
     read, _write = os.pipe()  # both close-on-exec; the write end lives as long as the process
     return read
 
@@ -582,8 +582,8 @@ def _seccomp_bytes() -> bytes:
 
 
 @lru_cache(maxsize=1)
-def _mount_filter_bytes() -> bytes:
-    return mount_filter()
+def _last_filter_bytes() -> bytes:
+    return last_filter()
 
 
 @lru_cache(maxsize=1)
@@ -658,6 +658,7 @@ def run(source: str, limits: SandboxLimits, bwrap: str) -> ProgramResult:
     program never holds. Returns only once the program's pid namespace is gone; an exception in
     here (Ctrl-C) kills the run before it propagates.
     """
+    layout(), init_source()  # computed once per evaluator, before this run's clock starts
     start = time.perf_counter()
     fds: dict[str, int] = {}
     own: list[int] = []  # descriptors to close at the end
@@ -666,9 +667,9 @@ def run(source: str, limits: SandboxLimits, bwrap: str) -> ProgramResult:
     group: cgroup.ProgramCgroup | None = None
     memory_events: int | None = None
     try:
-        parent = cgroup.support().parent
-        if parent is not None:
-            group = cgroup.ProgramCgroup(parent, limits)
+        found = cgroup.support()
+        if found.parent is not None:
+            group = cgroup.ProgramCgroup(found.parent, limits, found.v1)
         own.append(program := _memfd("numloss-program", encode_source(source)))
         own.append(fds.setdefault("seccomp", _memfd("numloss-seccomp", _seccomp_bytes())))
         own.append(fds.setdefault("ldcache", _memfd("numloss-ld.so.cache", _ld_cache())))
@@ -695,16 +696,16 @@ def run(source: str, limits: SandboxLimits, bwrap: str) -> ProgramResult:
             memory_events = group.oom_kills()
             group.remove()
     seen = observed(why if why != "setup" else None, reports, memory_events)
-    stderr = decode_output(err)
-    status, detail = classify(seen, stderr, limits)
-    return ProgramResult(status, decode_output(out), proc.returncode, time.perf_counter() - start, detail,
-                         isolation="bwrap+seccomp", stderr=stderr, pid_namespace=info.get("pid-namespace"),
-                         raw_stdout=out, raw_stderr=err)
+    status, detail = classify(seen, err.last_line(), limits)  # before result(), which may close the file
+    (stdout, raw_out), (stderr, raw_err) = out.result(), err.result()
+    return ProgramResult(status, stdout, proc.returncode, time.perf_counter() - start, detail,
+                         isolation="bwrap+seccomp", err=stderr, pid_namespace=info.get("pid-namespace"),
+                         raw_out=raw_out, raw_err=raw_err)
 
 
 def observed(why: str | None, reports: bytes, memory_events: int | None = None) -> Observed:
     """What the host saw (`why`: its own kill; `memory_events`: its cgroup's OOM kills) and the
-    init reported, line by line: "started", then "end WAITSTATUS CPU" or "deadline", or "setup
+    init reported, line by line: "started", then "end WAITSTATUS CPU", "deadline", "cpu USED" or "nproc TASKS", or "setup
     REASON" instead of "started"."""
     seen: dict = {"killed": why, "memory_events": memory_events}
     for line in reports.decode("ascii", "replace").splitlines():
@@ -715,6 +716,13 @@ def observed(why: str | None, reports: bytes, memory_events: int | None = None) 
             seen["setup"] = rest
         elif word == "deadline":
             seen["deadline"] = True
+        elif word == "nproc":
+            seen["process_limit"] = True
+        elif word == "cpu":
+            try:
+                seen["cpu_exceeded"] = float(rest)
+            except ValueError:
+                seen["cpu_exceeded"] = float("nan")
         elif word == "end":
             try:
                 wait, cpu = rest.split()
@@ -724,28 +732,71 @@ def observed(why: str | None, reports: bytes, memory_events: int | None = None) 
     return Observed(**seen)
 
 
+class _Spool:
+    """One output stream of a program on disk: an unnamed file in the host's temporary folder
+    (gone with its descriptor), holding at most `cap` bytes; `size` counts all that arrived."""
+
+    def __init__(self, cap: int) -> None:
+        self.cap, self.size = cap, 0
+        self.file = tempfile.TemporaryFile(prefix="numloss-output-", buffering=0)
+
+    def write(self, chunk: bytes) -> None:
+        room = self.cap - self.size
+        if room > 0:
+            view = memoryview(chunk)[:room]
+            while view:
+                view = view[self.file.write(view):]
+        self.size += len(chunk)
+
+    def result(self) -> tuple[str | OutputFile, bytes | None]:
+        """What the result holds: (the text, the raw bytes where they differ from it) for an
+        output up to `INLINE_BYTES`, else (the file, None), left on disk."""
+        stored = OutputFile(self.file, min(self.cap, self.size))
+        if stored.size > INLINE_BYTES:
+            return stored, None
+        try:
+            return decode_kept(stored.raw())
+        finally:
+            self.close()
+
+    def last_line(self) -> str:
+        """The end of the output as text (for `classify`, which quotes its last line)."""
+        size = min(self.cap, self.size)
+        if self.file.closed:
+            return ""
+        tail = os.pread(self.file.fileno(), min(size, 1 << 16), max(0, size - (1 << 16)))
+        return decode_output(tail)
+
+    def close(self) -> None:
+        self.file.close()
+
+
 def _collect(proc: subprocess.Popen, info_r: int, status_r: int, go_w: int, limits: SandboxLimits,
-             start: float, group: cgroup.ProgramCgroup | None = None) -> tuple[bytes, bytes, dict, str | None, bytes, bool]:
+             start: float, group: cgroup.ProgramCgroup | None = None) -> tuple[_Spool, _Spool, dict, str | None, bytes, bool]:
     """Read stdout/stderr (capped), bwrap's info and the init's reports until the end, the wall
     clock, or a flood.
 
     Once bwrap reports the namespace's init (--info-fd), the init is registered with the keeper
     (as root) and moved into its cgroup (where there is one), and bwrap is let go (--block-fd)
-    to start the interpreter. Returns (stdout, stderr, info, why, reports, ended): why is None,
+    to start the interpreter. Returns (stdout, stderr, info, why, reports, ended): the two outputs
+    on disk (capped), why is None,
     "timeout", "flood" or "setup" (then the run was killed); reports the init's status lines
     (and this side's set-up failure); ended says that the pid namespace was seen gone.
     """
     assert proc.stdout is not None and proc.stderr is not None
     out_fd, err_fd = proc.stdout.fileno(), proc.stderr.fileno()
-    bufs = {out_fd: bytearray(), err_fd: bytearray(), info_r: bytearray(), status_r: bytearray()}
-    deadline = start + limits.wall_seconds
+    # the program's output goes to disk as it arrives (capped there), never into this process's
+    # memory: a program printing its cap would otherwise cost the evaluator that much per worker
+    spools = {out_fd: _Spool(limits.output_bytes), err_fd: _Spool(limits.output_bytes)}
+    bufs = {info_r: bytearray(), status_r: bytearray()}
+    deadline = start + limits.wall_limit
     why: str | None = None
     info: dict = {}
     init: int | None = None
     registered = False
     sel = selectors.DefaultSelector()
     try:
-        for fd in bufs:
+        for fd in (*spools, *bufs):
             os.set_blocking(fd, False)
             sel.register(fd, selectors.EVENT_READ)
         while sel.get_map() and why is None:
@@ -759,15 +810,18 @@ def _collect(proc: subprocess.Popen, info_r: int, status_r: int, go_w: int, limi
                 except BlockingIOError:
                     continue
                 if chunk:
-                    bufs[key.fd] += chunk
-                    if key.fd in (out_fd, err_fd) and len(bufs[key.fd]) > limits.output_bytes:
-                        why = "flood"
+                    if key.fd in spools:
+                        spools[key.fd].write(chunk)
+                        if spools[key.fd].size > limits.output_bytes:
+                            why = "flood"
+                    else:
+                        bufs[key.fd] += chunk
                     continue
                 sel.unregister(key.fd)
                 if key.fd == info_r:  # bwrap closes it once the namespaces exist
                     info = _parse_info(bytes(bufs[info_r]))
                     init = _open_init(info)
-                    registered = _keeper_add(info)
+                    registered = _keeper_add(info, group)
                     if os.geteuid() == 0 and isinstance(info.get("child-pid"), int):
                         try:
                             _pin_oom_score(info["child-pid"])
@@ -794,6 +848,8 @@ def _collect(proc: subprocess.Popen, info_r: int, status_r: int, go_w: int, limi
     except BaseException:
         _kill(proc, init)
         _end_namespace(init, 5.0)
+        for spool in spools.values():
+            spool.close()
         raise
     finally:
         sel.close()
@@ -807,7 +863,7 @@ def _collect(proc: subprocess.Popen, info_r: int, status_r: int, go_w: int, limi
             bufs[status_r] += chunk
     except (BlockingIOError, OSError):
         pass
-    out, err = bytes(bufs[out_fd][: limits.output_bytes]), bytes(bufs[err_fd][: limits.output_bytes])
+    out, err = spools[out_fd], spools[err_fd]
     proc.stdout.close()
     proc.stderr.close()
     return out, err, info, why, bytes(bufs[status_r]), ended
@@ -822,23 +878,40 @@ def _collect(proc: subprocess.Popen, info_r: int, status_r: int, go_w: int, limi
 # stdin (a pipe only the evaluator writes) reads EOF, i.e. when the evaluator is gone.
 
 _KEEPER = r"""
-import os, signal, sys
+import os, signal, sys, time
 signal.signal(signal.SIGINT, signal.SIG_IGN)
-held = {}
+held, groups = {}, {}
 for line in sys.stdin:
-    pid = int(line[1:])
+    pid, *paths = line[1:].rstrip("\n").split("\t")
+    pid = int(pid)
     if line[0] == "+":
         try:
             held[pid] = os.pidfd_open(pid)
+            groups[pid] = paths
         except OSError:
             pass
     elif pid in held:
         os.close(held.pop(pid))
+        groups.pop(pid, None)
 for fd in held.values():
     try:
         signal.pidfd_send_signal(fd, signal.SIGKILL)
     except OSError:
         pass
+# the cgroups of the runs it ended: empty once their processes are gone (a moment after the kill)
+left = [p for paths in groups.values() for p in paths]
+for _ in range(100):
+    for path in list(left):
+        try:
+            os.rmdir(path)
+            left.remove(path)
+        except FileNotFoundError:
+            left.remove(path)
+        except OSError:
+            pass
+    if not left:
+        break
+    time.sleep(0.05)
 """
 _keeper_lock = threading.Lock()
 _keeper_proc: subprocess.Popen | None = None
@@ -857,10 +930,12 @@ def _keeper_send(line: str) -> bool:
         return True
 
 
-def _keeper_add(info: dict) -> bool:
-    """Register the sandbox's init with the keeper (root evaluators only)."""
+def _keeper_add(info: dict, group: cgroup.ProgramCgroup | None = None) -> bool:
+    """Register the sandbox's init (and its cgroup folders, to remove) with the keeper (root
+    evaluators only)."""
     pid = info.get("child-pid")
-    return os.geteuid() == 0 and isinstance(pid, int) and _keeper_send(f"+{pid}")
+    paths = "".join("\t" + p for p in (group.paths if group is not None else []))
+    return os.geteuid() == 0 and isinstance(pid, int) and _keeper_send(f"+{pid}{paths}")
 
 
 def _keeper_remove(info: dict) -> None:

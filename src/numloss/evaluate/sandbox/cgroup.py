@@ -1,41 +1,59 @@
-"""A cgroup v2 per program (memory.max, pids.max), where the machine delegates one to us.
+"""A cgroup per program (memory, CPU, processes), where the machine lets us make one.
 
 RLIMIT_AS bounds each process's address space, not the sandbox's memory: kernel memory (tmpfs
-inodes, pipe buffers, page tables) and the processes together escape it. A cgroup v2 with the
-memory and pids controllers bounds all of it as one budget, and its OOM killer then picks a
-process of the sandbox, never the evaluator. `support()` says whether one is usable here:
+inodes, pipe buffers, page tables, seccomp filters, POSIX locks, epoll watches) and the processes
+together escape it. A memory cgroup bounds all of it as one budget, and its OOM killer then picks
+a process of the sandbox, never the evaluator. A CPU cgroup per program makes the scheduler share
+the CPU between programs, not between sessions (a program that calls setsid() would otherwise get
+an autogroup, and a full share, of its own per session), and caps each at `CPU_PER_PROGRAM` CPUs.
+`support()` says which one is usable here:
 
-- the folder named by ``NUMLOSS_SANDBOX_CGROUP``, or else this process's own cgroup v2 (from
-  /proc/self/cgroup and /proc/self/mountinfo),
-- that has ``memory`` and ``pids`` in its ``cgroup.subtree_control`` (enabled for children) and
-  that this process may write to.
+- **cgroup v2**: the folder named by ``NUMLOSS_SANDBOX_CGROUP``, or else this process's own cgroup
+  v2 (from /proc/self/cgroup and /proc/self/mountinfo), that has ``memory`` and ``pids`` in its
+  ``cgroup.subtree_control`` (enabled for children) and that this process may write to; each
+  program gets ``memory.max``, ``memory.swap.max`` 0, ``pids.max`` and, where ``cpu`` is
+  enabled, ``cpu.max``;
+- else **cgroup v1** for a root evaluator: the memory, cpu and pids hierarchies mounted (as on
+  the development machines here), each program getting a child of this process's own cgroup in
+  each: ``memory.limit_in_bytes`` (on v1 the kernel's own allocations for the cgroup are charged
+  to it as well), ``memory.memsw.limit_in_bytes`` (no swap), ``memory.kmem.limit_in_bytes``
+  where the kernel still takes one, ``cpu.cfs_quota_us``, ``pids.max``.
 
-Without one (cgroup v1 only, as in many containers; controllers not delegated) the sandbox
-relies on the seccomp filter and its rlimits instead (docs/sandbox.md, "Memory"), and
-`isolation().detail` says so. Nothing here ever moves the evaluator itself.
+Without either (a non-root evaluator without delegation; controllers not mounted) the sandbox
+relies on the seccomp filter and its rlimits instead (docs/sandbox.md, "Memory"),
+`isolation().detail` says so, and `missing()` names the bounds that are then absent. Nothing here
+ever moves the evaluator itself.
 """
 
 from __future__ import annotations
 
 import itertools
 import os
-from dataclasses import dataclass
+import signal
+import time
+from dataclasses import dataclass, field
 from functools import lru_cache
 
 from numloss.evaluate.sandbox.limits import SandboxLimits
 
 ENV_VAR = "NUMLOSS_SANDBOX_CGROUP"
 _NEEDED = ("memory", "pids")
+_V1_NEEDED = ("memory", "cpu", "pids")
 _counter = itertools.count()
+CPU_PER_PROGRAM = 1
+"""CPUs one program may use at once under a cgroup (cpu.max / cpu.cfs_quota_us)."""
+_PERIOD_US = 100_000
 
 
 @dataclass(frozen=True)
 class Support:
-    """`parent` is the cgroup v2 folder under which each program gets its own, or None; `detail`
-    says which memory bound is in force and why."""
+    """`parent` is the cgroup v2 folder under which each program gets its own (the memory
+    hierarchy's folder for v1), or None when no cgroup is usable; `detail` says which bound is in
+    force and why; `v1` maps each v1 controller to its parent folder (empty for v2)."""
 
     parent: str | None
     detail: str
+    v1: dict[str, str] = field(default_factory=dict)
 
 
 def _cgroup2_mounts(mountinfo: str) -> list[tuple[str, str]]:
@@ -65,7 +83,7 @@ def find(proc: str = "/proc", environ: dict[str, str] | None = None) -> Support:
         except OSError as error:
             return Support(None, f"no cgroup information ({error})")
         if own is None or not mounts:
-            return Support(None, "no cgroup v2 hierarchy (cgroup v1 only)")
+            return find_v1(proc, "no cgroup v2 hierarchy (cgroup v1 only)")
         candidate = None
         for root, point in mounts:
             if own == root or own.startswith(root.rstrip("/") + "/"):
@@ -83,11 +101,68 @@ def find(proc: str = "/proc", environ: dict[str, str] | None = None) -> Support:
         return Support(None, f"{where} is not usable ({error.strerror})")
     missing = [c for c in _NEEDED if c not in enabled]
     if missing:
-        return Support(None, f"{where} offers {' '.join(offered) or 'no controllers'} and enables "
+        return find_v1(proc, f"{where} offers {' '.join(offered) or 'no controllers'} and enables "
                        f"{' '.join(enabled) or 'none'} for children; {' and '.join(missing)} not delegated")
     if not os.access(candidate, os.W_OK):
-        return Support(None, f"{where} is not writable by this process")
-    return Support(candidate, f"{where}: memory.max and pids.max per program")
+        return find_v1(proc, f"{where} is not writable by this process")
+    cpu = " (and cpu.max, cpu.weight)" if "cpu" in enabled else ""
+    return Support(candidate, f"{where}: memory.max and pids.max{cpu} per program")
+
+
+def _v1_mounts(mountinfo: str) -> dict[str, tuple[str, str]]:
+    """controller -> (root inside the hierarchy, mount point) of each cgroup v1 mount."""
+    out: dict[str, tuple[str, str]] = {}
+    for line in mountinfo.splitlines():
+        left, _, right = line.partition(" - ")
+        fields, tail = left.split(), right.split()
+        if tail[:1] == ["cgroup"] and len(fields) >= 5 and len(tail) >= 3:
+            for option in tail[2].split(","):
+                if option in _V1_NEEDED:
+                    out[option] = (fields[3], fields[4])
+    return out
+
+
+def find_v1(proc: str = "/proc", why_not_v2: str = "", euid: int | None = None) -> Support:
+    """The cgroup v1 folders (memory, cpu, pids) under which a root evaluator makes one cgroup per
+    program: this process's own cgroup in each hierarchy. `why_not_v2` starts the detail."""
+    euid = os.geteuid() if euid is None else euid
+    if euid != 0:
+        return Support(None, f"{why_not_v2}; cgroup v1 needs a root evaluator")
+    try:
+        with open(f"{proc}/self/cgroup") as f:
+            own = {}
+            for line in f:
+                parts = line.strip().split(":", 2)
+                if len(parts) == 3:
+                    for controller in parts[1].split(","):
+                        own[controller] = parts[2]
+        with open(f"{proc}/self/mountinfo") as f:
+            mounts = _v1_mounts(f.read())
+    except OSError as error:
+        return Support(None, f"{why_not_v2}; no cgroup v1 information ({error})")
+    missing = [c for c in _V1_NEEDED if c not in mounts or c not in own]
+    if missing:
+        return Support(None, f"{why_not_v2}; cgroup v1 lacks {' and '.join(missing)}")
+    parents = {}
+    for controller in _V1_NEEDED:
+        root, point = mounts[controller]
+        path = own[controller]
+        if not (path == root or path.startswith(root.rstrip("/") + "/")):
+            return Support(None, f"{why_not_v2}; this process's v1 {controller} cgroup {path} is not under its mount")
+        parents[controller] = os.path.normpath(os.path.join(point, os.path.relpath(path, root)))
+        if not os.access(parents[controller], os.W_OK):
+            return Support(None, f"{why_not_v2}; cgroup v1 {parents[controller]} is not writable")
+    return Support(parents["memory"], f"cgroup v1 under {', '.join(parents.values())}: memory.limit_in_bytes "
+                   "(kernel memory included), cpu.cfs_quota_us and pids.max per program", parents)
+
+
+def missing() -> str:
+    """The bounds that are absent without a usable cgroup, in one line ("" when one is in force)."""
+    if support().parent is not None:
+        return ""
+    return ("no cgroup: nothing bounds a sandbox's memory as one sum (kernel memory: page tables, POSIX locks, "
+            "epoll watches, unix socket buffers), its CPU share against other programs, or its processes "
+            "beyond RLIMIT_NPROC; only rlimits, seccomp and the CPU clock do")
 
 
 @lru_cache(maxsize=1)
@@ -102,30 +177,62 @@ def _write(path: str, value: str) -> None:
 
 
 class ProgramCgroup:
-    """One program's cgroup: made before it starts, its init added, read and removed after."""
+    """One program's cgroup (v2: one folder; v1: one in each of memory, cpu and pids): made before
+    it starts, its init added, read and removed after."""
 
-    def __init__(self, parent: str, limits: SandboxLimits) -> None:
-        self.path = os.path.join(parent, f"numloss-sandbox-{os.getpid()}-{next(_counter)}")
-        os.mkdir(self.path)
+    def __init__(self, parent: str, limits: SandboxLimits, v1: dict[str, str] | None = None) -> None:
+        name = f"numloss-sandbox-{os.getpid()}-{next(_counter)}"
+        self.v1 = bool(v1)
+        self.paths = [os.path.join(p, name) for p in (v1.values() if v1 else [parent])]
+        self.path = self.paths[0]  # v2: the cgroup; v1: its memory cgroup
+        made = []
         try:
+            for path in self.paths:
+                os.mkdir(path)
+                made.append(path)
             # the address-space limit per process and the tmpfs, for the whole sandbox
-            memory = "max" if limits.memory_bytes <= 0 else str(int(limits.memory_bytes + limits.tmpfs_bytes))
-            _write(os.path.join(self.path, "memory.max"), memory)
-            if os.path.exists(os.path.join(self.path, "memory.swap.max")):
-                _write(os.path.join(self.path, "memory.swap.max"), "0")
-            _write(os.path.join(self.path, "pids.max"), str(int(limits.max_processes) + 1))  # + its init
+            memory = None if limits.memory_bytes <= 0 else int(limits.memory_bytes + limits.tmpfs_bytes)
+            pids = str(int(limits.max_processes) + 1)  # + its init
+            if self.v1:
+                assert v1 is not None
+                mem, cpu, pid = (os.path.join(v1[c], name) for c in _V1_NEEDED)
+                if memory is not None:
+                    _write(os.path.join(mem, "memory.limit_in_bytes"), str(memory))
+                    _try_write(os.path.join(mem, "memory.memsw.limit_in_bytes"), str(memory))  # no swap
+                    _try_write(os.path.join(mem, "memory.kmem.limit_in_bytes"), str(memory))
+                # the weight the program's session would have had without a cgroup: one
+                # autogroup's (nice 0) where the kernel groups sessions, else the evaluator's
+                # own nice weight; a group at a nice-19 weight of 15 was measured 20x slower to
+                # start than the same program in its autogroup on a loaded machine
+                _write(os.path.join(cpu, "cpu.shares"), str(max(2, _session_weight())))
+                _write(os.path.join(cpu, "cpu.cfs_period_us"), str(_PERIOD_US))
+                _write(os.path.join(cpu, "cpu.cfs_quota_us"), str(_PERIOD_US * CPU_PER_PROGRAM))
+                _write(os.path.join(pid, "pids.max"), pids)
+            else:
+                _write(os.path.join(self.path, "memory.max"), "max" if memory is None else str(memory))
+                if os.path.exists(os.path.join(self.path, "memory.swap.max")):
+                    _write(os.path.join(self.path, "memory.swap.max"), "0")
+                _write(os.path.join(self.path, "pids.max"), pids)
+                if os.path.exists(os.path.join(self.path, "cpu.weight")):  # 1..10000, 100 = nice 0
+                    _write(os.path.join(self.path, "cpu.weight"), str(max(1, _session_weight() * 100 // 1024)))
+                if os.path.exists(os.path.join(self.path, "cpu.max")):
+                    _write(os.path.join(self.path, "cpu.max"), f"{_PERIOD_US * CPU_PER_PROGRAM} {_PERIOD_US}")
         except OSError:
+            self.paths = made
             self.remove()
             raise
 
     def add(self, pid: int) -> None:
         """Move host process `pid` (the sandbox's init, before it forks the program) in."""
-        _write(os.path.join(self.path, "cgroup.procs"), str(pid))
+        for path in self.paths:
+            _write(os.path.join(path, "cgroup.procs"), str(pid))
 
     def oom_kills(self) -> int:
-        """How many processes the cgroup's memory limit killed (memory.events: oom_kill)."""
+        """How many processes the cgroup's memory limit killed (v2 memory.events, v1
+        memory.oom_control: oom_kill)."""
+        name = "memory.oom_control" if self.v1 else "memory.events"
         try:
-            with open(os.path.join(self.path, "memory.events")) as f:
+            with open(os.path.join(self.path, name)) as f:
                 fields = dict(line.split() for line in f if len(line.split()) == 2)
             return int(fields.get("oom_kill", 0))
         except (OSError, ValueError):
@@ -133,13 +240,62 @@ class ProgramCgroup:
 
     def remove(self) -> None:
         """Kill anything left in it and remove it (best effort: an empty folder may stay)."""
-        kill = os.path.join(self.path, "cgroup.kill")
-        if os.path.exists(kill):
-            try:
-                _write(kill, "1")
-            except OSError:
-                pass
-        try:
-            os.rmdir(self.path)
-        except OSError:
-            pass
+        for path in self.paths:
+            kill = os.path.join(path, "cgroup.kill")
+            if os.path.exists(kill):
+                _try_write(kill, "1")
+            else:  # v1 has no cgroup.kill: the namespace is gone by now, this is for stragglers
+                for pid in _procs(path):
+                    try:
+                        os.kill(pid, signal.SIGKILL)
+                    except OSError:
+                        pass
+            for _ in range(50):  # a killed process leaves its cgroup a moment after
+                try:
+                    os.rmdir(path)
+                    break
+                except FileNotFoundError:
+                    break
+                except OSError:
+                    time.sleep(0.02)
+
+
+# the kernel's sched_prio_to_weight, nice -20 .. 19
+_NICE_WEIGHTS = (88761, 71755, 56483, 46273, 36291, 29154, 23254, 18705, 14949, 11916, 9548, 7620, 6100, 4904,
+                 3906, 3121, 2501, 1991, 1586, 1277, 1024, 820, 655, 526, 423, 335, 272, 215, 172, 137, 110, 87,
+                 70, 56, 45, 36, 29, 23, 18, 15)
+
+
+def _nice_weight() -> int:
+    """The scheduler weight of this process's nice value (1024 at nice 0, 15 at nice 19)."""
+    return _NICE_WEIGHTS[min(39, max(0, os.getpriority(os.PRIO_PROCESS, 0) + 20))]
+
+
+def _session_weight() -> int:
+    """The scheduler weight a program in a session of its own (bwrap --new-session) gets without
+    a cgroup: an autogroup's, nice 0 (1024), where autogroups are on; the evaluator's nice weight
+    otherwise."""
+    try:
+        with open("/proc/sys/kernel/sched_autogroup_enabled") as f:
+            if f.read().strip() == "1":
+                return _NICE_WEIGHTS[20]
+    except OSError:
+        pass
+    return _nice_weight()
+
+
+def _procs(path: str) -> list[int]:
+    try:
+        with open(os.path.join(path, "cgroup.procs")) as f:
+            return [int(line) for line in f if line.strip()]
+    except (OSError, ValueError):
+        return []
+
+
+def _try_write(path: str, value: str) -> None:
+    """A write that the kernel may refuse without harm (memory.kmem.limit_in_bytes, which newer
+    kernels no longer take: they charge kernel memory to memory.limit_in_bytes anyway)."""
+    try:
+        _write(path, value)
+    except OSError:
+        pass

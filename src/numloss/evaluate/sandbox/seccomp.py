@@ -12,21 +12,25 @@ loads into the kernel just before it executes the interpreter. The filter, in or
    and those that hold memory no rlimit counts or that draw on the evaluator's per-user kernel
    budgets: memfd_create/memfd_secret, SysV shared memory, semaphores and message queues, extended
    attributes (setxattr & co.), POSIX message queues, inotify, fanotify, NUMA policies,
-   modify_ldt; and what draws on host-wide budgets or work: AIO contexts, sync();
+   modify_ldt; and what draws on host-wide budgets or acts on the host's files: AIO contexts,
+   sync(), syncfs(), fadvise;
 3. answers ENOSYS (as an older kernel would) for every syscall number above the newest one this
    table knows, except the few known-harmless ones listed in `NEWER_ALLOWED`: a kernel upgrade
    cannot open a new surface behind the filter's back;
-4. refuses ``socket`` and ``socketpair`` for every address family (EAFNOSUPPORT): no network,
-   netlink or packet socket, and no unix socket whose unread buffers would hold memory beside
-   every limit (pipes, which the per-user pipe budget bounds, remain);
-5. refuses ``fcntl(F_SETPIPE_SZ)`` (pipes keep their default 64 KiB buffer);
+4. refuses ``socket`` and ``socketpair`` for every address family but AF_UNIX (EAFNOSUPPORT):
+   no network, netlink or packet socket. Unix sockets (asyncio's self-pipe, ``socketpair``,
+   ``multiprocessing.Manager``) reach only what lies in the sandbox: its own network namespace
+   holds its abstract names, and no host socket file is bound (`bwrap.layout` checks);
+5. refuses ``fcntl`` with F_SETPIPE_SZ (pipes keep their default 64 KiB buffer), F_SETLEASE and
+   F_NOTIFY, and ``madvise`` with MADV_COLD or MADV_PAGEOUT (`FCNTL_DENIED`, `MADVISE_DENIED`);
 6. refuses ``clone`` with any CLONE_NEW* flag (no nested namespaces) and answers ``clone3`` with
    ENOSYS, whose flags live in memory a filter cannot read; glibc then falls back to ``clone``;
 7. allows everything else.
 
 `filter_program(allow_mount=True)` is the same filter without the ``mount`` refusal: bwrap loads
 it, the sandbox's init uses ``mount`` once (to cap its tmpfs's inodes, which bwrap cannot) and
-then stacks `mount_filter()`, which refuses it, before any of the program runs.
+then stacks `last_filter()`, which refuses it and ``seccomp()``/``prctl(PR_SET_SECCOMP)``, before
+any of the program runs: no process of the sandbox stacks a filter of its own.
 
 The syscall numbers are the kernel's (arch/x86/entry/syscalls/syscall_64.tbl and
 include/uapi/asm-generic/unistd.h for aarch64), checked against the installed headers.
@@ -78,6 +82,10 @@ DENIED = (
     "mbind", "set_mempolicy", "set_mempolicy_home_node", "modify_ldt", "vmsplice",
     # host-wide budgets or work: AIO contexts (fs.aio-max-nr is one count for the whole host), sync()
     "io_setup", "io_destroy", "io_getevents", "io_submit", "io_cancel", "io_pgetevents", "sync",
+    # host-wide effects on files every sandbox and the host share: syncfs() flushes the whole host
+    # filesystem, fadvise(DONTNEED) evicts the host's page cache of a bound file (refused for all
+    # advice: no arithmetic program needs it)
+    "syncfs", "fadvise64",
 )
 """Syscalls refused with EPERM (those an architecture lacks are skipped)."""
 
@@ -95,7 +103,15 @@ NEWER_ALLOWED = ("fchmodat2", "futex_wake", "futex_wait", "futex_requeue", "getx
 files); every other number above 450 gets ENOSYS (statmount, listmount, open_tree_attr,
 setxattrat, lsm_*, ... included)."""
 _LAST_CLASSIC = 450
-F_SETPIPE_SZ = 1031
+F_SETPIPE_SZ, F_SETLEASE, F_NOTIFY = 1031, 1024, 1026
+FCNTL_DENIED = (F_SETPIPE_SZ, F_SETLEASE, F_NOTIFY)
+"""fcntl commands refused: growing a pipe (its pages are charged to the evaluator's user), a lease
+(a write lease on a bound file stalls every other opener, the host's imports included) and
+dnotify (it would see the host's file activity in a bound folder)."""
+MADV_COLD, MADV_PAGEOUT = 20, 21
+MADVISE_DENIED = (MADV_COLD, MADV_PAGEOUT)
+"""madvise advice refused: both push pages of a mapped file out of the host's page cache."""
+PR_SET_SECCOMP = 22
 
 _X86_64 = {
     "ptrace": 101, "process_vm_readv": 310, "process_vm_writev": 311, "process_madvise": 440,
@@ -120,6 +136,7 @@ _X86_64 = {
     "fanotify_mark": 301, "mbind": 237, "set_mempolicy": 238, "set_mempolicy_home_node": 450,
     "modify_ldt": 154, "vmsplice": 278, "io_setup": 206, "io_destroy": 207, "io_getevents": 208,
     "io_submit": 209, "io_cancel": 210, "io_pgetevents": 333, "sync": 162,
+    "syncfs": 306, "fadvise64": 221, "madvise": 28, "seccomp": 317, "prctl": 157,
 }
 _AARCH64 = {
     "ptrace": 117, "process_vm_readv": 270, "process_vm_writev": 271, "process_madvise": 440,
@@ -143,6 +160,7 @@ _AARCH64 = {
     "inotify_init1": 26, "inotify_add_watch": 27, "fanotify_init": 262, "fanotify_mark": 263,
     "mbind": 235, "set_mempolicy": 237, "set_mempolicy_home_node": 450, "vmsplice": 75, "io_setup": 0,
     "io_destroy": 1, "io_submit": 2, "io_cancel": 3, "io_getevents": 4, "io_pgetevents": 292, "sync": 81,
+    "syncfs": 267, "fadvise64": 223, "madvise": 233, "seccomp": 277, "prctl": 167,
 }
 # machine name -> (AUDIT_ARCH_* value, syscall table, x32 bit or 0)
 _ARCHES = {
@@ -194,20 +212,44 @@ def filter_program(machine: str | None = None, allow_mount: bool = False) -> byt
         prog += [_insn(_JEQ_K, _NEWER[name], jf=1), _insn(_RET_K, _RET_ALLOW)]
     prog += [_insn(_JGE_K, _LAST_CLASSIC + 1, jf=1), _ret_errno(errno.ENOSYS)]
     prog += [_insn(_JEQ_K, table["clone3"], jf=1), _ret_errno(errno.ENOSYS)]
-    for name in ("socket", "socketpair"):
-        prog += [_insn(_JEQ_K, table[name], jf=1), _ret_errno(errno.EAFNOSUPPORT)]
-    # if nr == fcntl: A = cmd; refuse F_SETPIPE_SZ, allow the rest
-    prog += [_insn(_JEQ_K, table["fcntl"], jf=4), _insn(_LD_W_ABS, _ARG0_LOW + 8),
-             _insn(_JEQ_K, F_SETPIPE_SZ, jf=1), _ret_errno(errno.EPERM), _insn(_RET_K, _RET_ALLOW)]
+    for name in ("socket", "socketpair"):  # the address family is the first argument
+        prog += _only_value(table[name], 0, AF_UNIX, errno.EAFNOSUPPORT)
+    prog += _refuse_values(table["fcntl"], 1, FCNTL_DENIED)
+    prog += _refuse_values(table["madvise"], 2, MADVISE_DENIED)
     prog += [_insn(_JEQ_K, table["clone"], jf=3), _insn(_LD_W_ABS, _ARG0_LOW),
              _insn(_JSET_K, CLONE_NEW_FLAGS, jf=1), _ret_errno(errno.EPERM)]
     prog.append(_insn(_RET_K, _RET_ALLOW))
     return b"".join(prog)
 
 
-def mount_filter(machine: str | None = None) -> bytes:
-    """A filter refusing only ``mount`` (EPERM) and other ABIs, stacked by the sandbox's init on
-    top of ``filter_program(allow_mount=True)`` once it has capped its tmpfs."""
+def last_filter(machine: str | None = None) -> bytes:
+    """The filter the sandbox's init stacks last, on top of ``filter_program(allow_mount=True)``
+    once it has capped its tmpfs: it refuses (EPERM) ``mount``, ``seccomp()`` and
+    ``prctl(PR_SET_SECCOMP)``, and other ABIs. After it no process of the sandbox can stack a
+    filter: each one costs kernel memory (about 6.6 KB) that no rlimit counts, and a process may
+    stack thousands."""
     audit_arch, table, _ = _arch(machine)
-    return b"".join(_prologue(audit_arch) + [_insn(_JEQ_K, table["mount"], jf=1), _ret_errno(errno.EPERM),
-                                              _insn(_RET_K, _RET_ALLOW)])
+    prog = _prologue(audit_arch)
+    for name in ("mount", "seccomp"):
+        prog += [_insn(_JEQ_K, table[name], jf=1), _ret_errno(errno.EPERM)]
+    prog += _refuse_values(table["prctl"], 0, (PR_SET_SECCOMP,))
+    prog.append(_insn(_RET_K, _RET_ALLOW))
+    return b"".join(prog)
+
+
+def _refuse_values(nr: int, arg: int, values: tuple[int, ...], err: int = errno.EPERM) -> list[bytes]:
+    """If the syscall is `nr`: refuse it with `err` when the low 32 bits of argument `arg` are one
+    of `values`, allow it otherwise (every branch returns: the accumulator no longer holds nr)."""
+    body = [_insn(_LD_W_ABS, _ARG0_LOW + 8 * arg)]
+    for value in values:
+        body += [_insn(_JEQ_K, value, jf=1), _ret_errno(err)]
+    body.append(_insn(_RET_K, _RET_ALLOW))
+    return [_insn(_JEQ_K, nr, jf=len(body))] + body
+
+
+def _only_value(nr: int, arg: int, value: int, err: int) -> list[bytes]:
+    """If the syscall is `nr`: allow it when argument `arg` (low 32 bits) is `value`, else refuse
+    it with `err`."""
+    body = [_insn(_LD_W_ABS, _ARG0_LOW + 8 * arg), _insn(_JEQ_K, value, jf=1), _insn(_RET_K, _RET_ALLOW),
+            _ret_errno(err)]
+    return [_insn(_JEQ_K, nr, jf=len(body))] + body

@@ -1,0 +1,304 @@
+"""Benign programs in the real sandbox give the answer `python prog.py` gives.
+
+Each shape of the corpus is a program people write (pickling a top-level function or class,
+`multiprocessing.Pool` with and without a main guard, `ProcessPoolExecutor`, `asyncio`,
+`socket.socketpair`, `multiprocessing.Manager`, a duplex `Pipe`, a unix socket in the temporary
+folder, the user's locale): it runs once on the host as ``python prog.py`` and once in the sandbox
+through the `numloss` protocol's script, and the two outputs must be equal. The `released`
+protocol keeps the released executor's behaviour: it wraps the program in a function, so the
+pickling shapes lose their answer there (as they do under the released code), and the socket
+shapes keep it (as the released code prints it).
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+
+import pytest
+
+from numloss.evaluate.protocol import NUMLOSS, RELEASED
+from numloss.evaluate.sandbox import SandboxLimits, isolation, run_program, run_programs
+
+pytestmark = pytest.mark.skipif(isolation().mode != "bwrap+seccomp",
+                                reason="kernel sandbox unavailable here: " + isolation().detail)
+
+# generous: these programs start child interpreters on a shared, loaded machine
+LIMITS = SandboxLimits(wall_seconds=60.0, cpu_seconds=30, memory_bytes=1 << 30, output_bytes=64 * 1024)
+
+PICKLING = {
+    "pickle_top_level_function": """
+import pickle
+def double(x):
+    return 2 * x
+print(pickle.loads(pickle.dumps(double))(21))
+""",
+    "pool_without_main_guard": """
+from multiprocessing import Pool
+def square(x):
+    return x * x
+with Pool(3) as pool:
+    print(sum(pool.map(square, range(10))))
+""",
+    "pool_with_main_guard": """
+import multiprocessing as mp
+def square(x):
+    return x * x
+if __name__ == "__main__":
+    with mp.Pool(2) as pool:
+        print(sum(pool.map(square, range(12))))
+""",
+    "process_pool_executor": """
+from concurrent.futures import ProcessPoolExecutor
+def cube(x):
+    return x ** 3
+if __name__ == "__main__":
+    with ProcessPoolExecutor(max_workers=2) as ex:
+        print(sum(ex.map(cube, range(6))))
+""",
+    "dataclass_pickle": """
+import pickle
+from dataclasses import dataclass
+@dataclass
+class Point:
+    x: int
+    y: int
+p = pickle.loads(pickle.dumps(Point(3, 4)))
+print(p.x * p.y, p)
+""",
+}
+
+SOCKETS = {
+    "asyncio_gather": """
+import asyncio
+async def add(a, b):
+    await asyncio.sleep(0.01)
+    return a + b
+async def main():
+    print(sum(await asyncio.gather(add(1, 2), add(3, 4), add(5, 6))))
+asyncio.run(main())
+""",
+    "socketpair": """
+import socket
+a, b = socket.socketpair()
+a.sendall(b"6*7")
+print(eval(b.recv(16).decode()))
+""",
+    "manager_dict": """
+from multiprocessing import Manager
+with Manager() as manager:
+    d = manager.dict()
+    d["a"] = 40
+    items = manager.list([1, 1])
+    print(d["a"] + sum(items))
+""",
+    "duplex_pipe": """
+from multiprocessing import Pipe, Process
+def child(conn):
+    conn.send(conn.recv() * 2)
+here, there = Pipe()
+p = Process(target=child, args=(there,))
+p.start()
+here.send(21)
+print(here.recv())
+p.join()
+""",
+    "unix_socket_in_tmp": """
+import os, socket, tempfile, threading
+path = os.path.join(tempfile.mkdtemp(), "s")
+server = socket.socket(socket.AF_UNIX)
+server.bind(path)
+server.listen()
+def serve():
+    conn, _ = server.accept()
+    conn.sendall(str(int(conn.recv(8)) + 1).encode())
+threading.Thread(target=serve).start()
+client = socket.socket(socket.AF_UNIX)
+client.connect(path)
+client.sendall(b"41")
+print(client.recv(8).decode())
+""",
+}
+
+OTHER = {
+    "locale_from_environment": """
+import locale
+print(locale.setlocale(locale.LC_ALL, ""), locale.getpreferredencoding(False))
+print(locale.format_string("%.2f", 1234.5, grouping=True))
+""",
+    "thread_pool": """
+from concurrent.futures import ThreadPoolExecutor
+with ThreadPoolExecutor(4) as ex:
+    print(sum(ex.map(lambda x: x * x, range(10))))
+""",
+}
+
+CORPUS = {**PICKLING, **SOCKETS, **OTHER}
+
+
+def python_prog_py(source: str, tmp_path) -> str:
+    """What `python prog.py` prints on the host, in a folder of its own, with the locale the
+    sandbox has (C.UTF-8)."""
+    prog = tmp_path / "prog.py"
+    prog.write_text(source)
+    env = {"PATH": "/usr/bin:/bin", "HOME": str(tmp_path), "LANG": "C.UTF-8", "TMPDIR": str(tmp_path)}
+    done = subprocess.run([sys.executable, "prog.py"], cwd=tmp_path, env=env, capture_output=True, text=True,
+                          timeout=120)
+    assert done.returncode == 0, done.stderr
+    return done.stdout
+
+
+@pytest.fixture(scope="module")
+def sandboxed() -> dict[str, object]:
+    """Every corpus program through the numloss protocol's script and the released one, in parallel."""
+    names = list(CORPUS)
+    scripts = [NUMLOSS.script(CORPUS[n]) for n in names] + [RELEASED.script(CORPUS[n]) for n in names]
+    results = run_programs(scripts, LIMITS, workers=4)
+    return {"numloss": dict(zip(names, results[: len(names)], strict=True)),
+            "released": dict(zip(names, results[len(names):], strict=True))}
+
+
+@pytest.mark.parametrize("name", list(CORPUS))
+def test_the_numloss_protocol_gives_the_answer_python_prog_py_gives(sandboxed, name, tmp_path):
+    expected = python_prog_py(CORPUS[name], tmp_path)
+    result = sandboxed["numloss"][name]
+    assert result.ok, result
+    assert result.stdout == expected, (result.stdout, expected)
+
+
+@pytest.mark.parametrize("name", list(SOCKETS))
+def test_the_released_protocol_keeps_the_socket_answers_the_released_code_prints(sandboxed, name, tmp_path):
+    # the released wrapper strips the trailing newline of what the program printed
+    expected = python_prog_py(CORPUS[name], tmp_path).strip("\n")
+    result = sandboxed["released"][name]
+    assert result.ok and result.stdout == expected, result
+
+
+@pytest.mark.parametrize("name", ["pickle_top_level_function", "pool_without_main_guard", "dataclass_pickle"])
+def test_the_released_protocol_keeps_the_released_pickling_failures(sandboxed, name):
+    # under the released executor the program is the body of a function: what it defines is not
+    # a module attribute, pickling it raises, and the released wrapper drops its output
+    result = sandboxed["released"][name]
+    assert result.ok and result.stdout == "", result
+
+
+def test_the_program_itself_runs_as_main():
+    result = run_program("import sys\nprint(__name__, sys.modules['__main__'].__dict__ is globals())", LIMITS)
+    assert result.ok and result.stdout == "__main__ True\n", result
+
+
+def test_no_unix_socket_outside_the_sandbox_is_reachable_and_no_other_family_is_allowed(tmp_path):
+    import socket
+
+    host = socket.socket(socket.AF_UNIX)
+    host_path = str(tmp_path / "host.sock")
+    host.bind(host_path)
+    host.listen()
+    host.setblocking(False)
+    abstract = socket.socket(socket.AF_UNIX)
+    name = f"numloss-benign-{os.getpid()}"
+    abstract.bind("\0" + name)
+    abstract.listen()
+    abstract.setblocking(False)
+    program = f"""
+import errno, socket
+for address in ({host_path!r}, "\\0{name}"):
+    s = socket.socket(socket.AF_UNIX)
+    try:
+        s.connect(address)
+        print("reached", repr(address))
+    except OSError as e:
+        print("refused", errno.errorcode[e.errno])
+for family in (socket.AF_INET, socket.AF_INET6, socket.AF_NETLINK, socket.AF_PACKET):
+    try:
+        socket.socket(family, socket.SOCK_DGRAM)
+        print("opened", family)
+    except OSError as e:
+        print("family", errno.errorcode[e.errno])
+"""
+    try:
+        result = run_program(program, LIMITS)
+        assert result.ok, result
+        assert result.stdout.splitlines() == ["refused ENOENT", "refused ECONNREFUSED"] + ["family EAFNOSUPPORT"] * 4
+        for listener in (host, abstract):
+            with pytest.raises(BlockingIOError):
+                listener.accept()
+    finally:
+        host.close()
+        abstract.close()
+
+
+@pytest.mark.parametrize("workers", [58, 60, 62, 63])
+def test_a_pool_near_the_process_limit_answers_or_fails_fast_with_a_clear_error(workers):
+    # Pool(60) used to wait for the wall clock: 60 workers, its threads, the program and the init
+    # pass the 64 processes and threads, one thread cannot start and the pool waits for ever
+    limits = SandboxLimits(wall_seconds=60.0, cpu_seconds=30, max_processes=64)
+    program = f"""
+from multiprocessing import Pool
+def f(x):
+    return x
+with Pool({workers}) as pool:
+    print(sum(pool.map(f, range(100))))
+"""
+    for script in (program, NUMLOSS.script(program)):
+        started = time.monotonic()
+        result = run_program(script, limits)
+        assert time.monotonic() - started < 20, result
+        if not result.ok:
+            assert result.status == "error" and "64 processes and threads" in result.detail, result
+        else:
+            assert result.stdout == "4950\n", result
+
+
+def test_a_program_held_at_the_process_limit_is_ended_with_that_reason():
+    program = """
+import os, time
+children = 0
+try:
+    while True:
+        if os.fork() == 0:
+            time.sleep(60)
+            os._exit(0)
+        children += 1
+except OSError:
+    pass
+os.wait()
+"""
+    started = time.monotonic()
+    result = run_program(program, SandboxLimits(wall_seconds=30.0, cpu_seconds=10, max_processes=16))
+    assert result.status == "error" and "limit of 16 processes and threads" in result.detail, result
+    assert time.monotonic() - started < 15, result
+
+
+def test_under_the_cpu_clock_a_slow_machine_does_not_cost_the_answer_and_the_wall_clock_would():
+    # 1.5 CPU seconds of work: more than the 1 s wall clock whatever the load (a process cannot
+    # use more CPU time than wall time), well inside the CPU clock's budget
+    program = "x = 0\nimport time\nt = time.process_time()\nwhile time.process_time() - t < 1.5:\n    x += 1\nprint('done')\n"
+    wall = run_program(program, SandboxLimits(wall_seconds=1.0, cpu_seconds=8))
+    cpu = run_program(program, SandboxLimits(wall_seconds=1.0, cpu_seconds=8, clock="cpu"))
+    assert wall.status == "timeout" and "wall-clock" in wall.detail, wall
+    assert cpu.ok and cpu.stdout == "done\n", cpu
+
+
+def test_the_cpu_clock_counts_all_processes_of_the_program_together():
+    # four processes of 0.8 CPU seconds each: none reaches its own 2 s RLIMIT_CPU, together they
+    # pass the 2 s budget, and the init ends the namespace
+    program = """
+import os, time
+for _ in range(4):
+    if os.fork() == 0:
+        t = time.process_time()
+        while time.process_time() - t < 0.8:
+            pass
+        os._exit(0)
+for _ in range(4):
+    os.wait()
+print("all done")
+"""
+    result = run_program(program, SandboxLimits(wall_seconds=5.0, cpu_seconds=2, clock="cpu"))
+    assert result.status == "timeout" and "all its processes together" in result.detail, result
+    # the same program under a budget it fits in finishes
+    result = run_program(program, SandboxLimits(wall_seconds=5.0, cpu_seconds=6, clock="cpu"))
+    assert result.ok and result.stdout == "all done\n", result
