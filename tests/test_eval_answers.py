@@ -260,9 +260,10 @@ LETTER_OPTIONS = ("12", "15", "18", "21", "24")
         ("The answer is c.", "C"), ("the answer is c", "C"), ("(c)", "C"), ("c) 18 is right", "C"), ("Answer: c", "C"),
         ("c", "C"), ("C.", "C"), ("After computing, we choose c.", "C"), ("I think the answer is c, because", "C"),
         ("$\\boxed{c}$", "C"), ("After computing, we choose a.", "A"), ("So it is (a)", "A"),
+        ("After computing, we choose a", "A"),  # after a choosing word a lone "a" is the letter (the released reading)
         # the article and cut-off sentences name no letter
         ("The answer is a boy who has 5 apples.", None), ("The answer is a long way off.", None),
-        ("After computing, we choose a", None), ("Option a: the first one", None), ("a boy has 5", None),
+        ("So the total is a", None), ("Option a: the first one", None), ("a boy has 5", None),
     ],
 )
 def test_letters_in_any_case_but_never_the_article(output, letter):
