@@ -450,7 +450,12 @@ def _result_of_sum(segment: str) -> str:
 def extract_number(output: str) -> float | None:
     """`extract_exact` as a float."""
     value = extract_exact(output)
-    return None if value is None else float(value)
+    if value is None:
+        return None
+    try:
+        return float(value)
+    except OverflowError:
+        return float("inf") if value > 0 else float("-inf")
 
 
 def format_exact(value: Fraction | None) -> str:
@@ -714,7 +719,12 @@ def extract_math(output: str) -> str:
 def plain_number(text: str) -> float | None:
     """`text` as a number when it is nothing but one (fractions and LaTeX fractions included)."""
     value = plain_exact(text)
-    return None if value is None else float(value)
+    if value is None:
+        return None
+    try:
+        return float(value)
+    except OverflowError:  # "1e400": beyond a float, kept as an infinite value (metrics skip it)
+        return float("inf") if value > 0 else float("-inf")
 
 
 _PLAIN = regex.compile(r"[-+−]?[$€£¥₹]?(" + _DIGITS + r"(\.\d+)?|\.\d+)(/\d+)?%?")
@@ -738,6 +748,9 @@ def _single_number(text: str) -> Fraction | None:
     holds one number and no other mathematics; None otherwise ("2\\sqrt{3}", "x + 1", "3, 4")."""
     if len(text) > 400:
         return None
+    spelled = _fullmatch(_SPELLED, text.strip(" \t.\"'`*$"))
+    if spelled is not None:  # "two", "negative ten"
+        return _spelled_at_start(spelled.group(0))
     s = _strip_latex(text)
     if regex.search(r"\\(?!approx|sim|circ)[A-Za-z]|[\^*+=×÷/]|\d[ \t]*[-−]", s.replace("^\\circ", "").replace("^{\\circ}", "")):
         return None
