@@ -684,6 +684,8 @@ _PY_LITERALS = {"True", "False", "None"}
 
 def _clean_math(text: str) -> str:
     text = text.strip().strip("*").rstrip(".").strip().strip("*$").strip()
+    while text.endswith("}") and text.count("}") > text.count("{"):  # a JSON object's close: {"answer": "18"}
+        text = text[:-1].rstrip().rstrip(",").rstrip()
     for left, right in (("\\[", "\\]"), ("\\(", "\\)"), ("`", "`"), ('"', '"'), ("'", "'")):
         if text.startswith(left) and text.endswith(right) and len(text) > len(left) + len(right):
             text = text[len(left) : len(text) - len(right)].strip().rstrip(".").strip().strip("$").strip()
@@ -780,6 +782,8 @@ def math_equal(pred: str, gold: str) -> bool:
         if dressed is not None:
             plain_gold = _strip_latex(gold).replace(" ", "").strip("$")
             return number_matches(dressed, plain_gold if gold_decimal(plain_gold) is not None else gold)
+        if not any(c.isdigit() for c in pred) and "\\" not in pred:
+            return False  # words without a digit or a LaTeX command are not a number (no parser needed)
     if len(pred) > 4 * len(gold) + 200:  # far longer than the gold: no parser is given it (it could stall)
         return _normalise(pred) == _normalise(gold)
     from math_verify import parse, verify
@@ -828,9 +832,10 @@ _HEADER = _rx(
     r"(?m:^)[ \t>*_]{0,8}(?P<hashes>#{1,6})?[ \t*_]{0,4}"
     r"(?P<next>(?:next|new|another|following|follow[- ]up|bonus|similar|practice|additional|extra)[ \t]{1,3})?"
     r"(?P<word>question|problem|exercise|example|task|query|input|instruction|output|response|user|human|q)(?![\w'])"
-    r"[ \t*_]{0,3}(?:#?\d{1,4}[ \t*_]{0,3})?(?P<end>[:.)\]]|$)",
+    r"[ \t*_]{0,3}(?P<number>#?\d{1,4}[ \t*_]{0,3})?(?P<end>[:.)\]]|$)",
     regex.I,
 )
+_ANY_DIGIT = _rx(r"\d")
 _ALWAYS_WORDS = {"input", "instruction", "output", "response", "user", "human"}
 _END_OF_TURN = ("<|im_end|>", "<|eot_id|>", "<|endoftext|>", "<|end_of_text|>", "</s>", "<end_of_turn>", "<|end|>",
                 "<｜end▁of▁sentence｜>", "<|im_start|>", "<|start_header_id|>", "<start_of_turn>")
@@ -882,7 +887,13 @@ def cut_continuation(text: str) -> str:
         if not always and not _blank_line_before(text, match.start()):
             if first_answer is None:
                 first_answer = _first_answer_at(text)
-            if first_answer >= match.start():
+                first_digit = _search(_ANY_DIGIT, text)
+                first_digit_at = first_digit.start() if first_digit else len(text)
+            # a numbered header ("Exercise 3:") after an answer given bare ("[58]", "`b.`")
+            # (numbered 2 or more: "Example 1:" may open a worked case inside the working)
+            numbered = match.group("number") is not None and int(match.group("number").strip(" \t*_#")) >= 2 and (
+                first_digit_at < match.start() or _bare_letter(text[max(start, match.start() - 64) : match.start()]) is not None)
+            if first_answer >= match.start() and not numbered:
                 continue
         if text[start : match.start()].strip():
             return text[: match.start()]
