@@ -555,7 +555,12 @@ _NAMED_LETTER = _rx(
     r"|(?<![\w])[\"'`*]{1,2}(?P<f>[A-E])[\"'`*]{1,2}(?![\w])"
 )
 # the words before a letter, in any case: "option C", "Option (c)", "ANSWER: D", "we choose c."
-_LETTER_WORDS = _rx(r"(?<![\w])(?:option|choice|answer|choose|select|pick|go[ \t]with)[ \t]{0,3}(?:is[ \t]{1,3})?[:\-]?", regex.I)
+_LETTER_WORDS = _rx(
+    r"(?<![\w])(?:option|choice|answer|choose|select|pick|go[ \t]with)[ \t]{0,3}(?:is[ \t]{1,3})?[:\-]?"
+    # only where a letter follows (a cheap filter in the pattern: "answer answer ..." calls no Python)
+    r"(?=[ \t]{0,3}(?:\*\*|__|\\[a-z]{2,6}\{|[\"'`\[({$*_]){0,4}[ \t]{0,2}[A-Ea-e](?![A-Za-z]))",
+    regex.I,
+)
 
 
 def _letter_in_dress(text: str, after_marker: bool) -> str | None:
