@@ -1,18 +1,34 @@
 """numloss's answer extraction and comparison (the `numloss` protocol; `released.py` holds the paper's).
 
-Where the answer is looked for, in order (the first rule that finds one wins):
+First, what is not this item's answer is cut off (`cut_continuation`): text before a closing
+``</think>``, everything from a chat template's end-of-turn token, and an invented next exercise
+under a header ("Next question:", "### Input:", "Question 2:" after an answer, ...).
 
-1. after the last "The answer is" / "the answer is:" / "final answer is" / "Final answer:" (a bare
-   "answer:" is not a marker: "To find the answer: 80,000 + ..." is working, not the answer); a
-   first line that is arithmetic written out ("12 + 6 = 18") gives what follows its "=";
+Where the answer is then looked for, in order (the first rule that finds one wins):
+
+1. after the last marker: "The answer is" / "the final answer is" / "The correct answer would
+   be" / "Final answer:" / a line starting "Answer:" / a JSON key "answer": (a bare "answer:"
+   inside a sentence is not a marker: "To find the answer: 80,000 + ..." is working, not the
+   answer); a first line that is arithmetic written out ("12 + 6 = 18") gives what follows its "=";
 2. after the last "####" (GSM8K's marker);
-3. inside the last ``\\boxed{...}``;
-4. numbers: the last number of the whole output. Choices: an explicit letter in any case ("(C)",
-   "(c)", "c)", "answer is c.", "Answer: c", "option C", ``\\boxed{c}``, a bare "c", an output
-   ending "we choose c."; a lower-case letter only where it cannot be a word, so "a boy" is never
-   A); then the option whose whole text the answer is ("1 over 5"); then, only for options that are a number (maybe with a unit after a
-   space: "80 km/h"; never "$5m+4p$"), the option whose value equals the answer's number; then the option whose text appears, as whole words, in the
-   answer (the longest such option). No letter found is no answer (no guess).
+3. inside the last ``\boxed{...}``;
+4. numbers: the last number of the whole output. Choices: an explicit letter in any case and
+   dress ("(C)", "(c)", "c)", "\"C\"", "`C`", "[C]", "**C**", {"answer": "C"}, "answer is c.",
+   "Answer: c", "option C", ``\boxed{c}``, "C\nbecause ...", "A. 1 over 5", "So C must be the
+   answer", an output ending "we choose c"; a lower-case letter only where it cannot be a word,
+   so "a boy" is never A). An explicit letter wins: only without one, the option whose whole
+   text the answer is ("1 over 5"); then, only for options that are a number (maybe with a unit
+   after a space: "80 km/h"; never "$5m+4p$"), the option whose value equals the answer's number;
+   then the option whose text appears, as whole words, in the answer (the longest such option).
+   No letter found is no answer (no guess).
+
+Every scan is linear in the output's length and runs under the per-item deadline of
+`read_limit` (see "time bound" below).
+
+Number forms also read: currency symbols and words before ("€10", "Rs.18", "USD 10"), the
+number inside ``\\text{18 units}``, "1.8 \\times 10^{1}", mixed numbers ("11 1/5"), a decimal
+comma ("3,5"; one comma not followed by three digits), "negative 10", and spelled-out numbers
+("eighteen") right after a marker or in an output without digits (docs/evaluation.md, section 5).
 
 Numbers are read exactly (as fractions, never through a float) with thousands separators
 ("1,234"; a comma separates thousands only when every group after it has three digits, so
@@ -133,7 +149,6 @@ def _sub(pattern: regex.Pattern, repl, text: str) -> str:
 
 # ---------------------------------------------------------------- numbers
 
-_CURRENCY = "$€£¥₹"
 _NUMBER = _rx(
     r"""(?<![\w.])                 # not inside a word or after a decimal point
     (?P<sign>[-+−])?
