@@ -260,9 +260,10 @@ LETTER_OPTIONS = ("12", "15", "18", "21", "24")
         ("The answer is c.", "C"), ("the answer is c", "C"), ("(c)", "C"), ("c) 18 is right", "C"), ("Answer: c", "C"),
         ("c", "C"), ("C.", "C"), ("After computing, we choose c.", "C"), ("I think the answer is c, because", "C"),
         ("$\\boxed{c}$", "C"), ("After computing, we choose a.", "A"), ("So it is (a)", "A"),
+        ("After computing, we choose a", "A"),  # after a choosing word a lone "a" is the letter (the released reading)
         # the article and cut-off sentences name no letter
         ("The answer is a boy who has 5 apples.", None), ("The answer is a long way off.", None),
-        ("After computing, we choose a", None), ("Option a: the first one", None), ("a boy has 5", None),
+        ("So the total is a", None), ("Option a: the first one", None), ("a boy has 5", None),
     ],
 )
 def test_letters_in_any_case_but_never_the_article(output, letter):
@@ -325,3 +326,80 @@ def test_an_options_whole_text_and_leading_point_decimals():
     for output in ("Answer: .5", "In total, it is .5.", "Solving, we get .5"):
         assert extract_math(output) == ".5", output
         assert score(Item("algebra/1057", "q", ".5", "math"), output).correct, output
+
+
+# ------------------------------------------------------------------ answers in any dress
+
+CHOICES = ("1 over 5", "−5", "−1 over 5", "5")
+
+
+@pytest.mark.parametrize(("output", "letter"), [
+    ('"C"', "C"), ("'C'", "C"), ("`C`", "C"), ("[C]", "C"), ('{"answer": "C"}', "C"), ("**C**", "C"),
+    ("C\nBecause the slope is 5, the others fail.", "C"), ("So C must be the answer.", "C"), ("C is correct.", "C"),
+    ("The answer is \"c\".", "C"), ("Final answer: [B]", "B"), ("**Final Answer:** (d)", "D"),
+    ("The correct option is B.", "B"), ("Option c", "C"),
+    # an explicit letter wins over option text and numbers: "A. 1 over 5" is A, not D (5)
+    ("A. 1 over 5", "A"), ("The answer is A. 1 over 5", "A"), ("(A) 1 over 5", "A"),
+    # the article, a word, a lower-case letter before ":" are no letter
+    ("A train goes 5 km.", "D"), ("a, b and c are sides", None), ("Option a: that one is wrong", None),
+])
+def test_letters_in_dress_and_the_explicit_letter_wins(output, letter):
+    assert extract_choice(output, CHOICES) == letter
+
+
+@pytest.mark.parametrize(("output", "value"), [
+    ("The answer is 18.\nNext question: a farmer has 4 cows. How many legs?\nThe answer is 16.", "18"),
+    ("The answer is 18.\n### Input:\nWhat is 9 + 7?\n### Output:\n16", "18"),
+    ("The answer is 18.\nQuestion: what is 9 + 7?\nAnswer: 16", "18"),  # a header after an answer
+    ("18\n\nProblem 2: what is 9 + 7? The answer is 16.", "18"),  # a header after a blank line
+    ("The answer is 18.<|im_end|>\n<|im_start|>user\nNext?<|im_end|>\n<|im_start|>assistant\nThe answer is 16.", "18"),
+    ("<think>Maybe 16? No.</think>\nThe answer is 18.", "18"),
+    # not a continuation: a worked example inside the working, before any answer; a program's Output
+    ("Example: with 2 cows there are 8 legs.\nSo the answer is 18.", "18"),
+    ("print(18)\nOutput: 18", "18"),
+])
+def test_an_invented_continuation_is_never_the_answer(output, value):
+    assert extract(Item("0", "q", value, "number"), output) == value
+
+
+@pytest.mark.parametrize(("output", "value"), [
+    ("The answer is \\text{18}.", "18"), ("$\\boxed{\\text{18 units}}$", "18"), ("The answer is Rs.18", "18"),
+    ("The answer is Rs 18.", "18"), ("The answer is 10 USD.", "10"), ("The answer is USD 10", "10"), ("The answer is €10", "10"),
+    ("The answer is 187.5 percent", "187.5"), ("The answer is eighteen.", "18"), ("Final answer: two thousand and five", "2005"),
+    ("The answer is twenty-one apples", "21"), ("The answer is negative 10.", "-10"), ("The answer is minus 10", "-10"),
+    ("The answer is 1.8 \\times 10^{1}", "18"), ("The answer is 1.8 × 10^3", "1800"), ("The answer is 11 1/5", "56/5"),
+    ("The answer is 11\\frac{1}{5}", "56/5"), ("The answer is 3,5", "7/2"), ("The answer is 1.234,5", "2469/2"),
+    ("The answer is ~10", "10"), ("The answer is -\\frac{1}{2}", "-0.5"),
+    # the other side of each rule
+    ("The answer is 14,400", "14400"), ("So 12 minus 10 is 2", "2"), ("The answer is 3 10/5", "3"),
+    ("He bought one apple for 3 dollars.", "3"),  # spelled numbers only where no digit answers
+])
+def test_number_forms(output, value):
+    assert extract_exact(output) == Fraction(value)
+
+
+@pytest.mark.parametrize(("output", "gold", "right"), [
+    ("The answer is:\n\n$$\n18\n$$", "18", True), ("The answer is ~10", "10", True), ("The answer is €10", "10", True),
+    ("The answer is True\n18", "18", True), ("The answer is \\text{18 units}", "18", True), ("The answer is 187.5 percent", "187.5", True),
+    ("The answer is eighteen", "18", True), ("The answer is 18\\sqrt{2}", "18", False), ("The answer is 18 + x", "18", False),
+    ("The answer is ~11", "10", False), ("The answer is 18 or 19", "18", False),
+])
+def test_math_reads_the_forms_gsm8k_reads(output, gold, right):
+    assert score(Item("m", "q", gold, "math"), output).correct is right
+
+
+def test_read_bound_and_timeout():
+    from numloss.evaluate.answers import ReadTimeout, read_limit
+
+    with pytest.raises(ReadTimeout), read_limit(1e-9):
+        extract_exact("The answer is 18")
+    with read_limit(30):
+        assert extract_exact("The answer is 18") == 18
+
+
+@pytest.mark.parametrize(("output", "value"), [
+    ("[58]\nExercise 3: Compute the next one.\nThe answer is 51.", "58"),
+    ("Let's count.\nExample 1: with 2 cows there are 8 legs.\nSo the answer is 18.", "18"),  # "Example 1" is working
+])
+def test_numbered_headers(output, value):
+    assert extract(Item("0", "q", value, "number"), output) == value

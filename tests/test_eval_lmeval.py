@@ -164,3 +164,46 @@ def test_the_report_json_has_what_the_cli_prints(tmp_path, capsys):
         accuracy = saved["benchmarks"][protocol]["gsm8k"]["accuracy"]
         assert f"{100 * accuracy:5.1f}%" in printed
     assert "verdicts differ: gsm8k 1" in printed and saved["disagreements"]["gsm8k"] == ["0"]
+
+
+# ------------------------------------------------------------------ lm-eval's results file, large MAE
+
+
+def _results_json() -> str:
+    """lm-eval's aggregated results file, in the layout lm_eval/evaluator.py writes (abridged)."""
+    return json.dumps({"results": {"gsm8k": {"alias": "gsm8k", "exact_match,strict-match": 0.25}},
+                       "group_subtasks": {"gsm8k": []}, "configs": {"gsm8k": {"task": "gsm8k"}},
+                       "versions": {"gsm8k": 3.0}, "n-shot": {"gsm8k": 5}, "config": {"model": "hf"}}, indent=2)
+
+
+@pytest.mark.parametrize("name", ["results_2024-06-01T12-00-00.123456.json", "my_results.json"])
+def test_the_aggregated_results_file_is_named_with_the_samples_file_to_give(tmp_path, name):
+    (tmp_path / name).write_text(_results_json())
+    samples = tmp_path / GSM8K_SAMPLES.name
+    samples.write_text(GSM8K_SAMPLES.read_text())
+    with pytest.raises(BenchmarkError) as error:
+        score_outputs(tmp_path / name, data_dir=DATA, allow_unisolated=True)
+    message = str(error.value)
+    assert "aggregated results file" in message and str(samples) in message and "\n" not in message
+    assert "fix or delete" not in message
+    assert eval_main(["--score-outputs", str(tmp_path / name), "--data-dir", str(DATA)]) != 0
+
+
+def test_a_results_file_alone_says_how_to_get_samples(tmp_path):
+    path = tmp_path / "results_2024-06-01T12-00-00.json"
+    path.write_text(_results_json())
+    with pytest.raises(BenchmarkError, match="--log_samples"):
+        score_outputs(path, data_dir=DATA, allow_unisolated=True)
+
+
+def test_a_huge_mae_is_printed_readably_with_a_note_that_one_item_dominates(tmp_path):
+    rows = [json.loads(line) for line in GSM8K_SAMPLES.read_text().splitlines()]
+    rows[0]["resps"] = [["The answer is " + "9" * 255]]
+    path = tmp_path / GSM8K_SAMPLES.name
+    path.write_text("\n".join(json.dumps(r) for r in rows) + "\n")
+    report = score_outputs(path, data_dir=DATA, allow_unisolated=True)
+    text = report.to_markdown()
+    mae_cells = [line for line in text.splitlines() if line.startswith("| gsm8k")]
+    assert mae_cells and all(len(cell) < 40 for line in mae_cells for cell in line.split("|"))
+    assert "e+254" in text and "dominated by that item" in text
+    report.to_json()  # still serialisable

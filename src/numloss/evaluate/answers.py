@@ -1,18 +1,34 @@
 """numloss's answer extraction and comparison (the `numloss` protocol; `released.py` holds the paper's).
 
-Where the answer is looked for, in order (the first rule that finds one wins):
+First, what is not this item's answer is cut off (`cut_continuation`): text before a closing
+``</think>``, everything from a chat template's end-of-turn token, and an invented next exercise
+under a header ("Next question:", "### Input:", "Question 2:" after an answer, ...).
 
-1. after the last "The answer is" / "the answer is:" / "final answer is" / "Final answer:" (a bare
-   "answer:" is not a marker: "To find the answer: 80,000 + ..." is working, not the answer); a
-   first line that is arithmetic written out ("12 + 6 = 18") gives what follows its "=";
+Where the answer is then looked for, in order (the first rule that finds one wins):
+
+1. after the last marker: "The answer is" / "the final answer is" / "The correct answer would
+   be" / "Final answer:" / a line starting "Answer:" / a JSON key "answer": (a bare "answer:"
+   inside a sentence is not a marker: "To find the answer: 80,000 + ..." is working, not the
+   answer); a first line that is arithmetic written out ("12 + 6 = 18") gives what follows its "=";
 2. after the last "####" (GSM8K's marker);
-3. inside the last ``\\boxed{...}``;
-4. numbers: the last number of the whole output. Choices: an explicit letter in any case ("(C)",
-   "(c)", "c)", "answer is c.", "Answer: c", "option C", ``\\boxed{c}``, a bare "c", an output
-   ending "we choose c."; a lower-case letter only where it cannot be a word, so "a boy" is never
-   A); then the option whose whole text the answer is ("1 over 5"); then, only for options that are a number (maybe with a unit after a
-   space: "80 km/h"; never "$5m+4p$"), the option whose value equals the answer's number; then the option whose text appears, as whole words, in the
-   answer (the longest such option). No letter found is no answer (no guess).
+3. inside the last ``\boxed{...}``;
+4. numbers: the last number of the whole output. Choices: an explicit letter in any case and
+   dress ("(C)", "(c)", "c)", "\"C\"", "`C`", "[C]", "**C**", {"answer": "C"}, "answer is c.",
+   "Answer: c", "option C", ``\boxed{c}``, "C\nbecause ...", "A. 1 over 5", "So C must be the
+   answer", an output ending "we choose c"; a lower-case letter only where it cannot be a word,
+   so "a boy" is never A). An explicit letter wins: only without one, the option whose whole
+   text the answer is ("1 over 5"); then, only for options that are a number (maybe with a unit
+   after a space: "80 km/h"; never "$5m+4p$"), the option whose value equals the answer's number;
+   then the option whose text appears, as whole words, in the answer (the longest such option).
+   No letter found is no answer (no guess).
+
+Every scan is linear in the output's length and runs under the per-item deadline of
+`read_limit` (see "time bound" below).
+
+Number forms also read: currency symbols and words before ("€10", "Rs.18", "USD 10"), the
+number inside ``\\text{18 units}``, "1.8 \\times 10^{1}", mixed numbers ("11 1/5"), a decimal
+comma ("3,5"; one comma not followed by three digits), "negative 10", and spelled-out numbers
+("eighteen") right after a marker or in an output without digits (docs/evaluation.md, section 5).
 
 Numbers are read exactly (as fractions, never through a float) with thousands separators
 ("1,234"; a comma separates thousands only when every group after it has three digits, so
@@ -38,44 +54,152 @@ MATH-style expressions are compared with math-verify (plain numbers by the rule 
 
 from __future__ import annotations
 
-import re
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
 from dataclasses import dataclass
 from decimal import ROUND_HALF_UP, Decimal, InvalidOperation, localcontext
 from fractions import Fraction
 
+import regex
+
 from numloss.evaluate.benchmarks import LETTERS, AnswerKind, Item, boxed_content
 
-_TRIGGERS = re.compile(r"(?:the (?:final )?answer is\s*:?|final answer\s*:)", re.I)
-_NUMBER = re.compile(
+# ---------------------------------------------------------------- time bound
+#
+# Every pattern below runs in linear time on any text: quantifiers that could scan far on a failed
+# attempt are bounded ({0,20}) or possessive, and a scan that must look far is written as a loop
+# over anchors found by a literal search. As a second line of defence every match runs under the
+# `regex` module's timeout, set from the per-item deadline of `read_limit`: an output that still
+# takes too long raises `ReadTimeout`, which the scorer records as that item's "unreadable" verdict.
+
+READ_SECONDS = 10.0  # the scorer's bound on reading one output (one protocol, one attempt)
+_DEADLINE: ContextVar[float | None] = ContextVar("numloss_read_deadline", default=None)
+
+
+class ReadTimeout(TimeoutError):
+    """Reading one output took longer than the per-item bound (`read_limit`)."""
+
+
+@contextmanager
+def read_limit(seconds: float | None = READ_SECONDS) -> Iterator[None]:
+    """Bound everything read inside the block to `seconds` of wall time (None: no bound)."""
+    deadline = None if seconds is None else time.monotonic() + seconds
+    token = _DEADLINE.set(deadline)
+    try:
+        yield
+    finally:
+        _DEADLINE.reset(token)
+    # a reader that cannot be interrupted (the released protocol's `re` patterns, which are linear)
+    # is bounded after the fact: the same verdict as an interrupted one
+    if deadline is not None and time.monotonic() > deadline:
+        raise ReadTimeout(f"reading this output took longer than its time bound ({seconds:g} s)")
+
+
+def _left() -> float | None:
+    """Seconds left before the deadline (None: no deadline); ReadTimeout when none are left."""
+    deadline = _DEADLINE.get()
+    if deadline is None:
+        return None
+    left = deadline - time.monotonic()
+    if left <= 0:
+        raise ReadTimeout("reading this output took longer than its time bound")
+    return left
+
+
+def _rx(pattern: str, flags: int = 0) -> regex.Pattern:
+    return regex.compile(pattern, flags | regex.V0)
+
+
+def _finditer(pattern: regex.Pattern, text: str) -> Iterator[regex.Match]:
+    try:
+        yield from pattern.finditer(text, timeout=_left())
+    except TimeoutError as error:
+        raise ReadTimeout("reading this output took longer than its time bound") from error
+
+
+def _search(pattern: regex.Pattern, text: str, pos: int = 0) -> regex.Match | None:
+    try:
+        return pattern.search(text, pos, timeout=_left())
+    except TimeoutError as error:
+        raise ReadTimeout("reading this output took longer than its time bound") from error
+
+
+def _fullmatch(pattern: regex.Pattern, text: str) -> regex.Match | None:
+    try:
+        return pattern.fullmatch(text, timeout=_left())
+    except TimeoutError as error:
+        raise ReadTimeout("reading this output took longer than its time bound") from error
+
+
+def _match(pattern: regex.Pattern, text: str, pos: int = 0) -> regex.Match | None:
+    try:
+        return pattern.match(text, pos, timeout=_left())
+    except TimeoutError as error:
+        raise ReadTimeout("reading this output took longer than its time bound") from error
+
+
+def _sub(pattern: regex.Pattern, repl, text: str) -> str:
+    try:
+        return pattern.sub(repl, text, timeout=_left())
+    except TimeoutError as error:
+        raise ReadTimeout("reading this output took longer than its time bound") from error
+
+
+# ---------------------------------------------------------------- numbers
+
+_NUMBER = _rx(
     r"""(?<![\w.])                 # not inside a word or after a decimal point
     (?P<sign>[-+−])?
-    \$?
+    [$€£¥₹]?
     (?P<body>
-        \d{1,3}(?:,\d{3})+(?:\.\d+)?   # 1,234,567.89
-      | \d+(?:\.\d+)?(?:/\d+(?:\.\d+)?)?   # 12, 12.5, 3/4
-      | \.\d+                          # .5
+        \d{1,3}(?:,\d{3})++(?:\.\d++)?   # 1,234,567.89
+      | \d++(?:\.\d++)?(?:/\d++(?:\.\d++)?)?   # 12, 12.5, 3/4
+      | \.\d++                          # .5
     )
-    (?:[eE](?P<exp>[-+]?\d+))?
+    (?:[eE](?P<exp>[-+]?\d{1,6}+)(?!\d))?
     (?P<percent>\s?%)?
     """,
-    re.X,
+    regex.X,
 )
 # digits, maybe grouped in thousands: a comma is a separator only when every group after it has
 # three digits ("14,400", "1,234,567"); "4,6,14,15" is a list of four numbers
 _DIGITS = r"(?:\d{1,3}(?:,\d{3})+|\d+)"
-_FRAC = re.compile(r"\\[dt]?frac\s*\{([^{}]*)\}\s*\{([^{}]*)\}")
+_FRAC = _rx(r"\\[dt]?frac[ \t]{0,8}\{([^{}]{0,200})\}[ \t]{0,8}\{([^{}]{0,200})\}")
+_TEXT_CMD = _rx(r"\\(?:text|mbox|mathrm|textbf|textrm|mathbf|operatorname)[ \t]{0,4}\{([^{}]{0,200})\}")
+_PAREN_FRAC = _rx(r"\((-?\d{1,400}(?:\.\d{1,400})?)\)/\((\d{1,400}(?:\.\d{1,400})?)\)")
+# "1.5 \times 10^{3}", "1.5 × 10^3", "1.5*10**3": scientific notation read as an exponent
+_TIMES_TEN = _rx(r"(?<=\d)[ \t]{0,4}(?:\\times|\\cdot|×|·|\*)[ \t]{0,4}10[ \t]{0,4}(?:\^|\*\*)[ \t]{0,4}\{?[ \t]{0,4}([-+−]?\d{1,6})[ \t]{0,4}\}?")
+# currency written as letters before the number ("Rs.18", "USD 10", "INR 5"): only a prefix
+_CURRENCY_WORD = _rx(r"(?<![A-Za-z])(?:Rs|INR|USD|US\$|EUR|GBP|CAD|AUD|Rp|RM)\.?[ \t]{0,2}(?=[-−+]?[$€£¥₹]?\.?\d)")
+# a mixed number "11 1/5" (a whole number, a space, a proper fraction)
+_MIXED = _rx(r"(?<![\w.,/])(\d{1,12}+)[ \t]{1,3}(\d{1,12}+)/(\d{1,12}+)(?![\d.,/])")
+# a decimal comma: one comma followed by other than three digits ("3,5", "12,25"), or
+# "1.234,5" (dots for thousands); a comma list "4,6,14,15" is not one
+_DECIMAL_COMMA = _rx(r"(?<![\w.,])(\d{1,3}+(?:\.\d{3})++|\d++),(\d{1,2}+|\d{4,}+)(?![\d,]|\.\d)")
 NOISE_DIGITS = 15  # a written number with this many significant digits and a fraction is float noise
 KEEP_DIGITS = 12  # ... and is read rounded to this many (never above the units place)
 ROUNDED_GOLD_DECIMALS = 2  # a gold with this many decimals or more may be a rounding of its answer
+MAX_EXPONENT = 400  # a number written with a larger power of ten is not an answer (1e999999 would stall)
+
+
+def _frac_sub(match: regex.Match) -> str:
+    # a fraction right after a whole number is a mixed number ("11\frac{1}{5}" is 11 1/5, not 111/5)
+    before = match.string[match.start() - 1] if match.start() else ""
+    return (" " if before.isdigit() else "") + f"({match.group(1)})/({match.group(2)})"
 
 
 def _strip_latex(text: str) -> str:
-    """LaTeX number dressing removed: \\frac{a}{b} -> a/b, \\text{..} units, \\$, \\%, \\!, braces."""
-    s = _FRAC.sub(r"(\1)/(\2)", text)
-    s = re.sub(r"\\text\{[^{}]*\}|\\mbox\{[^{}]*\}", " ", s)
+    """LaTeX number dressing removed: \\frac{a}{b} -> a/b, \\text{..} kept as its words, \\$,
+    \\%, \\!, braces, "\\times 10^{k}" -> "ek", currency words before a number."""
+    s = _sub(_FRAC, _frac_sub, text)
+    s = _sub(_TEXT_CMD, r" \1 ", s)
     s = s.replace("\\$", "$").replace("\\%", "%").replace("\\!", "").replace("\\,", "")
     s = s.replace("{,}", ",").replace("\\left", "").replace("\\right", "")
-    s = re.sub(r"\((-?\d+(?:\.\d+)?)\)/\((\d+(?:\.\d+)?)\)", r"\1/\2", s)
+    s = _sub(_PAREN_FRAC, r"\1/\2", s)
+    s = _sub(_TIMES_TEN, r"e\1", s)
+    s = _sub(_CURRENCY_WORD, " ", s)
     return s
 
 
@@ -107,12 +231,19 @@ def _denoise(body: str, value: Fraction) -> Fraction:
 
 def _is_binary_minus(text: str, start: int) -> bool:
     """Whether the sign at `start` follows an operand (a digit or closing bracket, spaces allowed)."""
-    before = text[:start].rstrip()
-    return bool(before) and (before[-1].isdigit() or before[-1] in ")]}")
+    i, seen = start - 1, 0
+    while i >= 0 and text[i].isspace() and seen < 64:  # bounded look-back: linear over the whole text
+        i, seen = i - 1, seen + 1
+    return i >= 0 and (text[i].isdigit() or text[i] in ")]}")
 
 
-def _value(match: re.Match[str], text: str) -> Fraction | None:
+_NEGATIVE_WORD = _rx(r"(?:(?<![\w])negative|(?<![\w])minus)[ \t]{1,3}$", regex.I)
+
+
+def _value(match: regex.Match, text: str) -> Fraction | None:
     body = match.group("body").replace(",", "")
+    if len(body) > 4000:  # longer than any number an answer holds (and than int() reads)
+        return None
     try:
         if "/" in body:
             num, den = body.split("/")
@@ -125,31 +256,74 @@ def _value(match: re.Match[str], text: str) -> Fraction | None:
         return None
     if match.group("exp"):
         exp = int(match.group("exp"))
-        if abs(exp) > 400:
+        if abs(exp) > MAX_EXPONENT:
             return None
         value *= Fraction(10) ** exp
     value = _denoise(match.group("body"), value) if "/" not in body else value
     sign = match.group("sign")
     if sign in ("-", "−") and not _is_binary_minus(text, match.start()):
         value = -value
+    elif sign is None:
+        # "negative 10" is -10; "minus 10" too, unless it follows an operand ("12 minus 10")
+        head = text[max(0, match.start() - 12) : match.start()]
+        word = _search(_NEGATIVE_WORD, head)
+        if word and (word.group(0).lower().startswith("negative") or not _is_binary_minus(text, match.start() - len(word.group(0)))):
+            value = -value
     return value
+
+
+def _mixed_sub(match: regex.Match) -> str:
+    whole, num, den = (int(g) for g in match.groups())
+    if den == 0 or num >= den:  # "3 10/5" is two numbers, not a mixed number
+        return match.group(0)
+    return f"{whole * den + num}/{den}"
+
+
+def _decimal_comma_sub(match: regex.Match) -> str:
+    return match.group(1).replace(".", "") + "." + match.group(2)
+
+
+def _number_text(text: str) -> str:
+    """`text` with its number dress normalised: LaTeX, scientific and currency forms, decimal
+    commas ("3,5" -> 3.5), mixed numbers ("11 1/5" -> 56/5)."""
+    return _sub(_MIXED, _mixed_sub, _sub(_DECIMAL_COMMA, _decimal_comma_sub, _strip_latex(text)))
+
+
+def _number_matches_in(text: str) -> tuple[str, list[regex.Match]]:
+    stripped = _number_text(text)
+    return stripped, list(_finditer(_NUMBER, stripped))
 
 
 def exact_numbers_in(text: str) -> list[Fraction]:
     """Every number in `text`, left to right, exactly (see the module doc for what is read)."""
-    stripped = _strip_latex(text)
+    stripped, matches = _number_matches_in(text)
     out = []
-    for match in _NUMBER.finditer(stripped):
+    for match in matches:
         value = _value(match, stripped)
         if value is not None:
             out.append(value)
     return out
 
 
+def _last_number(text: str) -> Fraction | None:
+    """The last number of `text` (only that one is converted: a text of a million numbers is read
+    in linear time)."""
+    stripped, matches = _number_matches_in(text)
+    for match in reversed(matches):
+        value = _value(match, stripped)
+        if value is not None:
+            return value
+    return None
+
+
 def parse_exact(text: str) -> Fraction | None:
     """The first number in `text` (units and currency ignored), exactly, or None."""
-    found = exact_numbers_in(text)
-    return found[0] if found else None
+    stripped, matches = _number_matches_in(text)
+    for match in matches:
+        value = _value(match, stripped)
+        if value is not None:
+            return value
+    return None
 
 
 def parse_number(text: str) -> float | None:
@@ -158,11 +332,90 @@ def parse_number(text: str) -> float | None:
     return None if value is None else float(value)
 
 
-def answer_segment(output: str) -> tuple[str, bool]:
+# ---------------------------------------------------------------- spelled-out numbers
+
+_UNITS = {w: i for i, w in enumerate(
+    "zero one two three four five six seven eight nine ten eleven twelve thirteen fourteen fifteen "
+    "sixteen seventeen eighteen nineteen".split())}
+_TENS = {w: 10 * i for i, w in enumerate("_ _ twenty thirty forty fifty sixty seventy eighty ninety".split()) if w != "_"}
+_SCALES = {"hundred": 100, "thousand": 10**3, "million": 10**6, "billion": 10**9, "trillion": 10**12}
+_WORD = "|".join(sorted([*_UNITS, *_TENS, *_SCALES], key=len, reverse=True))
+_SPELLED = _rx(
+    r"(?<![\w-])(?:(?P<neg>negative|minus)[ \t]{1,3})?(?P<words>(?:" + _WORD + r")(?:(?:[ \t]{1,3}|-|[ \t]{1,3}and[ \t]{1,3})(?:"
+    + _WORD + r"))*+)(?![\w-])", regex.I)
+
+
+def _spelled_value(words: str) -> int | None:
+    total, current = 0, 0
+    for word in regex.split(r"[\s-]+", words.lower()):
+        if word == "and":
+            continue
+        if word in _UNITS:
+            current += _UNITS[word]
+        elif word in _TENS:
+            current += _TENS[word]
+        elif word == "hundred":
+            current = max(current, 1) * 100
+        else:
+            total += max(current, 1) * _SCALES[word]
+            current = 0
+    return total + current
+
+
+def _spelled_at_start(segment: str) -> Fraction | None:
+    """A spelled-out number that opens `segment` ("eighteen", "negative ten", "two thousand and five")."""
+    head = segment.lstrip(" \t\n:*_\"'`$([{")
+    match = _match(_SPELLED, head)
+    if match is None:
+        return None
+    value = _spelled_value(match.group("words"))
+    if value is None:
+        return None
+    return Fraction(-value if match.group("neg") else value)
+
+
+def _last_spelled(text: str) -> Fraction | None:
+    last = None
+    for match in _finditer(_SPELLED, text):
+        last = match
+    if last is None:
+        return None
+    value = _spelled_value(last.group("words"))
+    return None if value is None else Fraction(-value if last.group("neg") else value)
+
+
+# ---------------------------------------------------------------- where the answer is
+
+# "The answer is", "the final answer is", "The correct answer would be", "Final answer:"; at the
+# start of a line "Answer:" / "**Final Answer:**"; a JSON key "answer":. A bare "answer:" inside
+# a sentence is no marker ("To find the answer: 80,000 + ..." is working, not the answer).
+_TRIGGERS = _rx(
+    r"(?:\b(?:the|my|our)[ \t]{1,3}(?:(?:final|correct|right|best)[ \t]{1,3})?answer[ \t]{1,3}(?:is|would[ \t]{1,3}be|will[ \t]{1,3}be|should[ \t]{1,3}be)(?!\w)(?:[ \t]{0,3}:)?"
+    r"|\bfinal[ \t]{1,3}answer(?:[ \t]{1,3}is)?[ \t*_]{0,4}:"
+    r"|(?m:^)[ \t>*#_]{0,8}(?:final[ \t]{1,3})?answer[ \t*_]{0,4}[:：]"
+    r"|[\"'](?:final_?)?answer[\"'][ \t]{0,3}:)",
+    regex.I,
+)
+# choice items also name the option: "The correct option is C", "the right choice is (c)"
+_CHOICE_TRIGGERS = _rx(r"\b(?:the|my)[ \t]{1,3}(?:(?:correct|right|best|final)[ \t]{1,3})?(?:option|choice)[ \t]{1,3}(?:is|would[ \t]{1,3}be)(?!\w)(?:[ \t]{0,3}:)?", regex.I)
+
+
+def _last(pattern: regex.Pattern, text: str) -> regex.Match | None:
+    last = None
+    for match in _finditer(pattern, text):
+        last = match
+    return last
+
+
+def answer_segment(output: str, choice: bool = False) -> tuple[str, bool]:
     """The part of `output` that holds the final answer, and whether a marker located it."""
-    triggers = list(_TRIGGERS.finditer(output))
-    if triggers:
-        return output[triggers[-1].end() :], True
+    trigger = _last(_TRIGGERS, output)
+    if choice:
+        option = _last(_CHOICE_TRIGGERS, output)
+        if option is not None and (trigger is None or option.start() > trigger.start()):
+            trigger = option
+    if trigger is not None:
+        return output[trigger.end() :], True
     if "####" in output:
         return output.rsplit("####", 1)[1], True
     boxed = boxed_content(output)
@@ -172,18 +425,26 @@ def answer_segment(output: str) -> tuple[str, bool]:
 
 
 def extract_exact(output: str) -> Fraction | None:
-    """The predicted number: the first number after a marker, else the last number of the output."""
+    """The predicted number: the first number after a marker, else the last number of the output
+    (a spelled-out number right after a marker, or in an output without digits, counts too)."""
     segment, marked = answer_segment(output)
     if marked:
         boxed = boxed_content(segment)
-        found = exact_numbers_in(boxed if boxed is not None else _result_of_sum(segment))
-        if found:
-            return found[0]
-    found = exact_numbers_in(output)
-    return found[-1] if found else None
+        target = boxed if boxed is not None else _result_of_sum(segment)
+        spelled = _spelled_at_start(target)
+        if spelled is not None:
+            return spelled
+        found = parse_exact(target)
+        if found is not None:
+            return found
+    found = _last_number(output)
+    if found is None:
+        return _last_spelled(output)
+    return found
 
 
-_SUM = re.compile(r"[\d\s.,+\-−*/×÷·()$%]*\d[\d\s.,+\-−*/×÷·()$%]*")
+_SUM = _rx(r"[\d\s.,+\-−*/×÷·()$%]*+")
+_OPERATION = _rx(r"\d[ \t]{0,8}[-+−*/×÷·][ \t]{0,8}\$?\(?\d")
 
 
 def _result_of_sum(segment: str) -> str:
@@ -191,7 +452,7 @@ def _result_of_sum(segment: str) -> str:
     "12 + 6 = 18" reads 18 (but "x = 5, y = 3" still reads 5, the first unknown)."""
     head, _, rest = segment.lstrip().partition("\n")
     left, eq, right = head.rpartition("=")
-    if eq and _SUM.fullmatch(left) and re.search(r"\d\s*[-+−*/×÷·]\s*\$?\(?\d", left):
+    if eq and any(c.isdigit() for c in left) and _fullmatch(_SUM, left) and _search(_OPERATION, left):
         return right + "\n" + rest
     return segment
 
@@ -199,7 +460,12 @@ def _result_of_sum(segment: str) -> str:
 def extract_number(output: str) -> float | None:
     """`extract_exact` as a float."""
     value = extract_exact(output)
-    return None if value is None else float(value)
+    if value is None:
+        return None
+    try:
+        return float(value)
+    except OverflowError:
+        return float("inf") if value > 0 else float("-inf")
 
 
 def format_exact(value: Fraction | None) -> str:
@@ -230,7 +496,7 @@ def format_number(value: float | None) -> str:
 def gold_decimal(gold: str) -> Decimal | None:
     """A gold answer as an exact decimal ("1,234.50" -> 1234.50, "45%" -> 45), None if it is not one."""
     s = gold.strip().replace("$", "").rstrip("%").strip()
-    if not re.fullmatch(r"[-+]?(" + _DIGITS + r"(\.\d*)?|\.\d+)", s):  # "4,6,14,15" is a list, not 461415
+    if not regex.fullmatch(r"[-+]?(" + _DIGITS + r"(\.\d*)?|\.\d+)", s):  # "4,6,14,15" is a list, not 461415
         return None
     s = s.replace(",", "")
     try:
@@ -261,7 +527,7 @@ def number_matches(pred: Fraction | float | None, gold: str, pred_text: str | No
             return False
         if pred == value:
             return True
-        written = re.fullmatch(r"\s*[-+]?\d*\.(\d+)\s*", pred_text or "")
+        written = regex.fullmatch(r"\s*[-+]?\d*\.(\d+)\s*", pred_text or "")
         if not written or len(written.group(1)) < FRACTION_GOLD_DECIMALS:
             return False
         return _quantize(_decimal(value), Decimal(1).scaleb(-len(written.group(1)))) == Decimal(pred_text.strip())
@@ -277,46 +543,96 @@ def number_matches(pred: Fraction | float | None, gold: str, pred_text: str | No
     return abs(pred - Fraction(target)) < half_unit
 
 
-# A letter named as the answer. Capitals: "(C)", "C", "C)". Lower case only where it cannot be a
-# word: bracketed ("(c)", "c)") or standing alone before the end or a punctuation mark ("The answer
-# is c.", "Answer: c"); so "the answer is a boy" and "a long way off" name no letter.
-_CLOSE = r"(?=\s*(?:$|[.,;!?)\]]))"
-_LETTER_HERE = re.compile(
-    r"\s*(?:\*\*)?\$?(?:\(([A-Ea-e])\)|([A-E])(?![\w'])|([a-e])\)|([a-e])" + _CLOSE + ")"
+# ---------------------------------------------------------------- letters
+#
+# A letter named as the answer, in any dress: "(C)", "C)", "C.", "[C]", "\"C\"", "'C'", "`C`",
+# "**C**", "$C$", "\boxed{C}", "\text{(C)}", {"answer": "C"}. Capitals count wherever no word
+# follows them directly; a lower-case letter only where it cannot be a word: in brackets or quotes,
+# or closed by the end of the text or a punctuation mark other than ":" ("Option a: 60 is wrong"),
+# so "the answer is a boy" and "a long way off" name no letter. An explicit letter always wins
+# over matching an option's text or value: "A. 1 over 5" is option A even where 5 is option D.
+
+_OPEN_DRESS = r"(?:[ \t]{0,3}(?:\*\*|__|\\(?:boxed|text|textbf|mathrm|mathbf)\{|[\"'`\[({$*_]))"
+_CLOSE_DRESS = r"(?:[ \t]{0,3}(?:\*\*|__|[\"'`\])}$*_]))"
+_LETTER_AT = _rx(
+    r"[ \t]{0,3}(?P<open>" + _OPEN_DRESS + r"{0,4}+)[ \t]{0,2}(?P<letter>[A-Ea-e])(?P<close>" + _CLOSE_DRESS
+    + r"{0,4}+)(?:[ \t]{0,3}(?P<end>$|\n)|[ \t]{0,3}(?P<punct>[.,;!?:)\]])|[ \t]{1,4}(?P<word>(?=\S)))"
 )
-_EXPLICIT_LETTER = [
-    re.compile(r"(?i:answer|option|choice)\s*(?i:is|would be|:)?\s*:?\s*(?:\(([A-Ea-e])\)|([A-E])(?![\w'])|([a-e])\)|([a-e])" + _CLOSE + ")"),
-    re.compile(r"\(([A-E])\)"),
-]
+# a letter named in a sentence: "C is correct", "So C must be the answer", "(C)" / "[C]" / "\"C\"" anywhere
+_NAMED_LETTER = _rx(
+    r"(?<![\w(\[\"'`])(?P<d>[A-E])[ \t]{1,3}(?:is|must[ \t]be|should[ \t]be|would[ \t]be|seems[ \t]to[ \t]be)[ \t]{1,3}(?:the[ \t]{1,3})?(?:correct|right|answer|best|true|valid|one)(?!\w)"
+    r"|[(\[](?P<e>[A-E])[)\]]"
+    r"|(?<![\w])[\"'`*]{1,2}(?P<f>[A-E])[\"'`*]{1,2}(?![\w])"
+)
+# the words before a letter, in any case: "option C", "Option (c)", "ANSWER: D", "we choose c."
+_LETTER_WORDS = _rx(
+    r"(?<![\w])(?:option|choice|answer|choose|select|pick|go[ \t]with)[ \t]{0,3}(?:is[ \t]{1,3})?[:\-]?"
+    # only where a letter follows (a cheap filter in the pattern: "answer answer ..." calls no Python)
+    r"(?=[ \t]{0,3}(?:\*\*|__|\\[a-z]{2,6}\{|[\"'`\[({$*_]){0,4}[ \t]{0,2}[A-Ea-e](?![A-Za-z]))",
+    regex.I,
+)
 
 
-def _letter_of(match: re.Match[str] | None) -> str | None:
+def _letter_in_dress(text: str, after_marker: bool) -> str | None:
+    """The letter that opens `text` in any dress, or None. After a marker a capital may be followed
+    by a word ("The answer is C because ..."); at the start of an output it may not ("A train ...").
+    A lower-case letter needs a dress (brackets, quotes), the end, or a punctuation mark after it
+    (not ":", "Option a: 60 is wrong"; at the start of an output not ",", "a, b and c are sides")."""
+    match = _match(_LETTER_AT, text)
     if match is None:
         return None
-    return next(g for g in match.groups() if g).upper()
+    letter, opened, closed = match.group("letter"), match.group("open").strip(), match.group("close").strip()
+    dressed = (bool(opened) and bool(closed)) or closed[:1] in (")", "]")
+    if dressed or match.group("end") is not None:
+        return letter.upper()
+    punct = match.group("punct")
+    if letter.isupper():
+        return letter if (punct is not None or after_marker) else None
+    if punct is None or punct == ":" or (punct == "," and not after_marker):
+        return None
+    return letter.upper()
+
+
+def _named_letters(text: str, letters: str = LETTERS) -> list[tuple[int, str]]:
+    """(position, letter) of the last letter among `letters` named in a sentence by each rule
+    (only the last of each is kept: a text of a million letters is read in linear time)."""
+    out = []
+    last = None
+    for match in _finditer(_NAMED_LETTER, text):
+        if match.group(match.lastgroup).upper() in letters:
+            last = match
+    if last is not None:
+        out.append((last.start(), last.group(last.lastgroup).upper()))
+    last_word = None
+    for match in _finditer(_LETTER_WORDS, text):
+        letter = _letter_in_dress(text[match.end() : match.end() + 24], True)
+        if letter and letter in letters:
+            last_word = (match.start(), letter)
+    if last_word is not None:
+        out.append(last_word)
+    return sorted(out)
 
 
 def _bare_letter(output: str) -> str | None:
-    """A letter the output is, starts with ("c) ...") or ends with ("... so we choose c."). A
-    lower-case "a" ending an output counts only when a full stop or bracket closes it: without
-    one it is as likely the article of a cut-off sentence ("the total is a")."""
+    """A letter the output is, starts with ("c) ...", "C\nbecause ...", "A. 1 over 5") or ends with
+    ("... so we choose c."). A lower-case "a" ending an output counts only when a full stop or
+    bracket closes it: without one it is as likely the article of a cut-off sentence."""
     text = output.strip()
-    start = re.match(r"\(?([A-Ea-e])\)(?!\S)", text)
+    if not text:
+        return None
+    start = _letter_in_dress(text[:64], False)
     if start:
-        return start.group(1).upper()
+        return start
     closed = text.rstrip("!").endswith((".", ")"))
-    text = text.rstrip(".!").strip().strip("*$").strip()
-    whole = re.fullmatch(r"\(?([A-Ea-e])\)?", text)
-    if whole:
-        return whole.group(1).upper()
-    tail = re.search(r"(?:^|[\s(])(\(?)([A-Ea-e])(\)?)$", text)
+    tail_text = text[-64:].rstrip(".!").strip().strip("*$").strip()
+    tail = regex.search(r"(?:^|[\s(\"'`\[])([(\[\"'`]?)([A-Ea-e])([)\]\"'`]?)$", tail_text)
     if tail and (tail.group(2) != "a" or tail.group(3) or closed):
         return tail.group(2).upper()
     return None
 
 
 def _normalise(text: str) -> str:
-    return re.sub(r"\s+", " ", _strip_latex(text)).strip(" .$").lower()
+    return " ".join(_strip_latex(text).split()).strip(" .$").lower()
 
 
 def extract_choice(output: str, options: tuple[str, ...] = ()) -> str | None:
@@ -325,29 +641,29 @@ def extract_choice(output: str, options: tuple[str, ...] = ()) -> str | None:
     letters = LETTERS[:n]
     boxed = boxed_content(output)
     if boxed is not None:
-        match = re.fullmatch(r"\s*(?:\\text\{)?\(?([A-Ea-e])\)?\}?\s*", boxed)
-        if match and match.group(1).upper() in letters:
-            return match.group(1).upper()
-    segment, marked = answer_segment(output)
+        letter = _letter_in_dress(boxed.strip(), True)
+        if letter and letter in letters and len(boxed.strip()) <= 12:
+            return letter
+    segment, marked = answer_segment(output, choice=True)
     if marked:
-        letter = _letter_of(_LETTER_HERE.match(segment.strip()[:80]))
+        letter = _letter_in_dress(segment.lstrip(" \t\n*:_")[:80], True)
         if letter and letter in letters:
             return letter
-    for pattern in _EXPLICIT_LETTER:
-        found = [_letter_of(m) for m in pattern.finditer(output)]
-        found = [f for f in found if f in letters]
-        if found:
-            return found[-1]
+    found = [letter for _, letter in _named_letters(output, letters)]
+    if found:
+        return found[-1]
     letter = _bare_letter(output)
     if letter and letter in letters:
         return letter
     if not options:
         return None
-    where = segment if marked else (output.strip().splitlines()[-1] if output.strip() else "")
+    where = segment if marked else (output.strip().rsplit("\n", 1)[-1] if output.strip() else "")
+    if len(where) > 2000:  # an option's text is short: compare the end of a long last line
+        where = where[-2000:]
     whole = [i for i, option in enumerate(options) if _normalise(option) and _normalise(option) == _normalise(where)]
     if whole:  # the answer is an option's text, all of it ("1 over 5": not the option "5")
         return letters[whole[0]]
-    pred = extract_exact(where)
+    pred = parse_exact(where) if marked else _last_number(where)
     if pred is not None:  # a value: the plain-number option with that value ("80" -> "80")
         for i, option in enumerate(options):
             if pred == option_value(option):
@@ -357,21 +673,52 @@ def extract_choice(output: str, options: tuple[str, ...] = ()) -> str | None:
     hits = []
     for i, option in enumerate(options):
         o = _normalise(option)
-        if o and re.search(r"(?<![\w.])" + re.escape(o) + r"(?![\w]|\.\d)", text):
+        if o and regex.search(r"(?<![\w.])" + regex.escape(o) + r"(?![\w]|\.\d)", text):
             hits.append((len(o), i))
     return letters[max(hits)[1]] if hits else None
 
 
-_OPTION_VALUE = re.compile(r"[-+−]?\$?(" + _DIGITS + r"(\.\d+)?|\.\d+)(/\d+)?(\s?%|\s+[A-Za-z°²³/ .]+)?")
+_OPTION_VALUE = regex.compile(r"[-+−]?\$?(" + _DIGITS + r"(\.\d+)?|\.\d+)(/\d+)?(\s?%|\s+[A-Za-z°²³/ .]+)?")
 
 
 def option_value(option: str) -> Fraction | None:
     """An option's number when the option is just a number, maybe with a unit after a space
     ("80 km/h", "$4$", "25%"); None for anything else ("$5m+4p$", "x = 4", "5(√3 + 1)")."""
     text = _strip_latex(option).strip().strip("$").strip()
-    if not _OPTION_VALUE.fullmatch(text):
+    if len(text) > 200 or not _OPTION_VALUE.fullmatch(text):
         return None
     return parse_exact(text)
+
+
+# ---------------------------------------------------------------- MATH expressions
+
+_MATH_NUMBER = _rx(r"-?(?:\d++(?:\.\d++)?|\.\d++)(?:/\d++)?")
+_SKIP_LINE = {"", "$$", "$", "\\[", "\\]", "\\(", "\\)", ":", "```", "**"}
+_PY_LITERALS = {"True", "False", "None"}
+
+
+def _clean_math(text: str) -> str:
+    text = text.strip().strip("*").rstrip(".").strip().strip("*$").strip()
+    while text.endswith("}") and text.count("}") > text.count("{"):  # a JSON object's close: {"answer": "18"}
+        text = text[:-1].rstrip().rstrip(",").rstrip()
+    for left, right in (("\\[", "\\]"), ("\\(", "\\)"), ("`", "`"), ('"', '"'), ("'", "'")):
+        if text.startswith(left) and text.endswith(right) and len(text) > len(left) + len(right):
+            text = text[len(left) : len(text) - len(right)].strip().rstrip(".").strip().strip("$").strip()
+    return text
+
+
+def _first_answer_line(segment: str) -> str:
+    """The first line after a marker that holds an answer: a display block's content ("$$\n18\n$$")
+    and a program's printed `True` before its number are stepped over."""
+    lines = segment.strip().split("\n", 40)[:40]
+    for i, line in enumerate(lines):
+        stripped = line.strip().strip("*").strip()
+        if stripped in _SKIP_LINE:
+            continue
+        if stripped in _PY_LITERALS and any(rest.strip() not in _SKIP_LINE for rest in lines[i + 1 :]):
+            continue
+        return line
+    return lines[0] if lines else ""
 
 
 def extract_math(output: str) -> str:
@@ -379,31 +726,64 @@ def extract_math(output: str) -> str:
     segment, marked = answer_segment(output)
     if marked:
         boxed = boxed_content(segment)
-        text = boxed if boxed is not None else segment.strip().split("\n")[0]
-        return text.strip().strip("*").rstrip(".").strip().strip("*$").strip()
-    found = re.findall(r"-?(?:\d+(?:\.\d+)?|\.\d+)(?:/\d+)?", output)  # ".5" is 0.5, not 5
-    return found[-1] if found else ""
+        return _clean_math(boxed if boxed is not None else _first_answer_line(segment))
+    last = None
+    for match in _finditer(_MATH_NUMBER, output):  # ".5" is 0.5, not 5
+        last = match
+    return last.group(0) if last else ""
 
 
 def plain_number(text: str) -> float | None:
     """`text` as a number when it is nothing but one (fractions and LaTeX fractions included)."""
     value = plain_exact(text)
-    return None if value is None else float(value)
+    if value is None:
+        return None
+    try:
+        return float(value)
+    except OverflowError:  # "1e400": beyond a float, kept as an infinite value (metrics skip it)
+        return float("inf") if value > 0 else float("-inf")
+
+
+_PLAIN = regex.compile(r"[-+−]?[$€£¥₹]?(" + _DIGITS + r"(\.\d+)?|\.\d+)(/\d+)?%?")
 
 
 def plain_exact(text: str) -> Fraction | None:
     """`plain_number`, exactly."""
+    if len(text) > 4000:
+        return None
     stripped = _strip_latex(text).replace(" ", "").strip("$")
-    if not re.fullmatch(r"[-+−]?\$?(" + _DIGITS + r"(\.\d+)?|\.\d+)(/\d+)?%?", stripped):
+    if not _PLAIN.fullmatch(stripped):
         return None
     return parse_exact(stripped)
+
+
+_UNIT_WORDS = _rx(r"(?<![\\\w])[A-Za-z][A-Za-z.]*+|[°€£¥₹$%~≈]|\^\{?\\circ\}?|\\approx|\\sim")
+
+
+def _single_number(text: str) -> Fraction | None:
+    """The number `text` is, in any dress (currency, units, "percent", "~", `\\text{}`), when it
+    holds one number and no other mathematics; None otherwise ("2\\sqrt{3}", "x + 1", "3, 4")."""
+    if len(text) > 400:
+        return None
+    spelled = _fullmatch(_SPELLED, text.strip(" \t.\"'`*$"))
+    if spelled is not None:  # "two", "negative ten"
+        return _spelled_at_start(spelled.group(0))
+    s = _strip_latex(text)
+    if regex.search(r"\\(?!approx|sim|circ)[A-Za-z]|[\^*+=×÷/]|\d[ \t]*[-−]", s.replace("^\\circ", "").replace("^{\\circ}", "")):
+        return None
+    rest = _sub(_UNIT_WORDS, " ", s.replace("^\\circ", " ").replace("^{\\circ}", " "))
+    values = exact_numbers_in(rest)
+    if len(values) != 1 or _sub(_NUMBER, "", _number_text(rest)).strip(" \t.,:;()[]{}\"'`*_") != "":
+        return None
+    return values[0]
 
 
 def math_equal(pred: str, gold: str) -> bool:
     """Whether two MATH-style answers are equivalent (math-verify; plain numbers by `number_matches`).
 
     A prediction with "=" ("x = 14,\\!400", "12 + 6 = 18") for a gold without one is compared by
-    what follows its last "="."""
+    what follows its last "=". A gold that is a plain number matches a prediction that is that
+    number in any dress ("18 units", "~18", "€18", "\\text{18}", "187.5 percent")."""
     if not pred.strip():
         return False
     if "=" in pred and "=" not in gold:  # "x = 14,\\!400", "12 + 6 = 18": the right-hand side is the answer
@@ -412,6 +792,15 @@ def math_equal(pred: str, gold: str) -> bool:
     if gold_value is not None and pred_value is not None:
         plain_gold = _strip_latex(gold).replace(" ", "").strip("$")
         return number_matches(pred_value, plain_gold if gold_decimal(plain_gold) is not None else gold, pred.strip().strip("$"))
+    if gold_value is not None:
+        dressed = _single_number(pred)
+        if dressed is not None:
+            plain_gold = _strip_latex(gold).replace(" ", "").strip("$")
+            return number_matches(dressed, plain_gold if gold_decimal(plain_gold) is not None else gold)
+        if not any(c.isdigit() for c in pred) and "\\" not in pred:
+            return False  # words without a digit or a LaTeX command are not a number (no parser needed)
+    if len(pred) > 4 * len(gold) + 200:  # far longer than the gold: no parser is given it (it could stall)
+        return _normalise(pred) == _normalise(gold)
     from math_verify import parse, verify
 
     def parsed(text: str) -> list:
@@ -446,20 +835,98 @@ class Scored:
     value: float | None = None
 
 
-# A blank line and then a new problem: the model went on to invent another question (what the
-# released code's "in-context" rule and the "\n\nProblem" stop string are for); its answer is
-# not this item's.
-_NEXT_PROBLEM = re.compile(r"\n[ \t]*\n\s*(?:#+\s*)?(?:Problem|Question|Q|Example|Exercise)\s*\d*\s*[:.]", re.I)
+# ---------------------------------------------------------------- what is not this item's answer
+
+# A model answers, then goes on: it invents the next exercise under a header and answers that one
+# too, or a chat template's end-of-turn token is followed by invented turns. Neither is this
+# item's answer. A header is a line that starts with one of these words and a ":" / "." / number;
+# "Next question", "New problem", ... and markdown "### Input:" headers always start a
+# continuation; a bare "Question:" / "Example 2." does when a blank line or an answer precedes it
+# (inside working, "Example:" may introduce a worked case).
+_HEADER = _rx(
+    r"(?m:^)[ \t>*_]{0,8}(?P<hashes>#{1,6})?[ \t*_]{0,4}"
+    r"(?P<next>(?:next|new|another|following|follow[- ]up|bonus|similar|practice|additional|extra)[ \t]{1,3})?"
+    r"(?P<word>question|problem|exercise|example|task|query|input|instruction|output|response|user|human|q)(?![\w'])"
+    r"[ \t*_]{0,3}(?P<number>#?\d{1,4}[ \t*_]{0,3})?(?P<end>[:.)\]]|$)",
+    regex.I,
+)
+_ANY_DIGIT = _rx(r"\d")
+_ALWAYS_WORDS = {"input", "instruction", "output", "response", "user", "human"}
+_END_OF_TURN = ("<|im_end|>", "<|eot_id|>", "<|endoftext|>", "<|end_of_text|>", "</s>", "<end_of_turn>", "<|end|>",
+                "<｜end▁of▁sentence｜>", "<|im_start|>", "<|start_header_id|>", "<start_of_turn>")
+
+
+def _first_answer_at(text: str) -> int:
+    """Where the first answer marker of `text` is (len(text) when there is none)."""
+    found = [m.start() for m in (_search(_TRIGGERS, text),) if m] + [i for i in (text.find("####"), text.find("\\boxed")) if i >= 0]
+    return min(found, default=len(text))
+
+
+def _blank_line_before(text: str, at: int) -> bool:
+    """Whether a blank line ends just before `at` (a bounded look-back: linear over all headers)."""
+    i, newlines = at - 1, 0
+    while i >= 0 and at - i < 256 and text[i] in " \t\r\n":
+        newlines += text[i] == "\n"
+        i -= 1
+    return newlines >= 2
+
+
+def cut_continuation(text: str) -> str:
+    """`text` up to what is not this item's answer: a think block before the answer is dropped, and
+    the text is cut at a chat template's end-of-turn token and at an invented next exercise."""
+    if "</think>" in text:
+        after = text.rsplit("</think>", 1)[1]
+        if after.strip():
+            text = after
+    start = 0  # tokens that open the text (a template's start) are stepped over, not cut at
+    while True:
+        start = len(text) - len(text[start:].lstrip())
+        token = next((t for t in _END_OF_TURN if text.startswith(t, start)), None)
+        if token is None:
+            break
+        start += len(token)
+    cuts = [at for at in (text.find(t, start) for t in _END_OF_TURN) if at >= 0]
+    if cuts:
+        text = text[: min(cuts)]
+    first_answer = None
+    for match in _finditer(_HEADER, text):
+        if match.start() <= start:
+            continue
+        word = match.group("word").lower()
+        hashes = bool(match.group("hashes"))
+        if match.group("end") == "" and not hashes:
+            continue  # a line that is only the word ("Input") without a header's punctuation
+        if word == "output" and not hashes:
+            continue  # "Output:" after a program is its printed result, not a new exercise
+        always = bool(match.group("next")) or (hashes and word != "q") or (word in _ALWAYS_WORDS and match.group("end") == ":")
+        if not always and not _blank_line_before(text, match.start()):
+            if first_answer is None:
+                first_answer = _first_answer_at(text)
+                first_digit = _search(_ANY_DIGIT, text)
+                first_digit_at = first_digit.start() if first_digit else len(text)
+            # a numbered header ("Exercise 3:") after an answer given bare ("[58]", "`b.`")
+            # (numbered 2 or more: "Example 1:" may open a worked case inside the working)
+            numbered = match.group("number") is not None and int(match.group("number").strip(" \t*_#")) >= 2 and (
+                first_digit_at < match.start() or _bare_letter(text[max(start, match.start() - 64) : match.start()]) is not None)
+            if first_answer >= match.start() and not numbered:
+                continue
+        if text[start : match.start()].strip():
+            return text[: match.start()]
+    return text
 
 
 def extract(item: Item, text: str) -> str:
     """numloss's prediction for `item` from `text`, as text ("" when there is none)."""
-    text = _NEXT_PROBLEM.split(text, maxsplit=1)[0]
+    text = cut_continuation(text)
     if item.kind == "number":
         return format_exact(extract_exact(text))
     if item.kind == "choice":
         return extract_choice(text, item.options) or ""
     return extract_math(text)
+
+
+class GoldError(ValueError):
+    """An item's gold answer is not of its kind (a data error, not a model output's)."""
 
 
 def compare(item: Item, prediction: str) -> bool:
@@ -469,7 +936,7 @@ def compare(item: Item, prediction: str) -> bool:
     kind: AnswerKind = item.kind
     if kind == "number":
         if gold_decimal(item.answer) is None and parse_exact(item.answer) is None:
-            raise ValueError(f"item {item.id}: gold answer {item.answer!r} is not a number")
+            raise GoldError(f"item {item.id}: gold answer {item.answer!r} is not a number")
         return number_matches(parse_exact(prediction), item.answer, prediction)
     if kind == "choice":
         return prediction == item.answer.upper()

@@ -77,6 +77,7 @@ class BenchmarkScore:
     mae: float | None = None
     signed_log_mae: float | None = None
     numeric_count: int = 0
+    mae_top_share: float | None = None  # the largest single error's share of the MAE (1.0: one item is all of it)
     place_accuracy: list[PlaceAccuracy] = field(default_factory=list)
     digit_entropy: float | None = None  # teacher-forced, nats (model only; None when not measured)
     digit_accuracy: float | None = None
@@ -123,6 +124,7 @@ def benchmark_score(results: Sequence[ItemResult], digits: DigitStats | None = N
     if golds:
         distance = numeric_distance(preds, golds)
         score.mae, score.signed_log_mae, score.numeric_count = _finite(distance.mae), _finite(distance.signed_log_mae), distance.count
+        score.mae_top_share = _finite(distance.top_share)
     if place_golds:
         score.place_accuracy = place_accuracy(place_preds, place_golds)
     if digits is not None and digits.count:
@@ -638,6 +640,7 @@ def score_outputs(
             raise BenchmarkError(f"{records}: is a folder, not a file of records to score (JSON lines)")
         if not Path(records).is_file():
             raise BenchmarkError(f"{records}: no such file")
+        lmeval.refuse_results_file(records)
         rows = read_lines(Path(records))
         source = str(records)
     else:

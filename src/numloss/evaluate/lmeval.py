@@ -39,6 +39,32 @@ from numloss.evaluate.benchmarks import (
 SAMPLE_FIELDS = ("doc_id", "doc", "resps")
 
 
+def refuse_results_file(path: str | Path) -> None:
+    """BenchmarkError when `path` is lm-eval's aggregated results file (`results_<date>.json`, one
+    JSON object of per-task scores, no model outputs), naming the samples files to give instead."""
+    path = Path(path)
+    by_name = re.fullmatch(r"results(?:_.*)?\.json", path.name) is not None
+    try:
+        with path.open("rb") as handle:
+            head = handle.read(4096).decode("utf-8", "replace").lstrip()
+    except OSError:
+        return
+    # lm-eval writes {"results": {...}, "groups": ..., "configs": ..., "versions": ...}; a samples
+    # file is one JSON object per line, each with doc_id and resps
+    by_content = head.startswith("{") and '"results"' in head[:300] and '"doc_id"' not in head
+    if not (by_name and head.startswith("{")) and not by_content:
+        return
+    stamp = regex_stamp.group(1) if (regex_stamp := re.fullmatch(r"results_(.+)\.json", path.name)) else None
+    beside = sorted(path.parent.glob(f"samples_*_{stamp}.jsonl")) if stamp else []
+    beside = beside or sorted(path.parent.glob("samples_*.jsonl"))
+    instead = ", ".join(str(p) for p in beside[:6]) + (f" (and {len(beside) - 6} more)" if len(beside) > 6 else "")
+    raise BenchmarkError(
+        f"{path}: this is lm-evaluation-harness's aggregated results file (scores per task, no model outputs); "
+        "give the per-task samples file lm_eval --log_samples writes beside it instead: "
+        + (instead or "samples_<task>_<date>.jsonl (none is beside this one: rerun lm_eval with --log_samples)")
+    )
+
+
 def is_samples(rows: Sequence[Mapping[str, Any]]) -> bool:
     """Whether `rows` look like lm-eval samples (doc_id, doc, resps; no numloss `benchmark`)."""
     return bool(rows) and all(isinstance(r, Mapping) and all(k in r for k in SAMPLE_FIELDS) and "benchmark" not in r for r in rows)

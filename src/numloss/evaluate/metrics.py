@@ -67,6 +67,7 @@ class NumericDistance:
     signed_log_mae: float
     count: int
     missing: int
+    top_share: float = float("nan")  # the largest single error's share of the summed absolute error
 
 
 def numeric_distance(preds: Sequence[float | None], golds: Sequence[float]) -> NumericDistance:
@@ -77,9 +78,13 @@ def numeric_distance(preds: Sequence[float | None], golds: Sequence[float]) -> N
     missing = len(preds) - len(pairs)
     if not pairs:
         return NumericDistance(float("nan"), float("nan"), 0, missing)
-    mae = sum(abs(p - g) for p, g in pairs) / len(pairs)
+    errors = [abs(p - g) for p, g in pairs]
+    total = sum(errors)
+    mae = total / len(pairs)
     slog = sum(abs(signed_log(p) - signed_log(g)) for p, g in pairs) / len(pairs)
-    return NumericDistance(mae, slog, len(pairs), missing)
+    # one degenerate prediction (a number of 255 digits) can be the whole MAE: reports say so
+    share = max(errors) / total if total > 0 and math.isfinite(total) else (1.0 if total > 0 else 0.0)
+    return NumericDistance(mae, slog, len(pairs), missing, share)
 
 
 def digits_by_place(number: float | str) -> dict[int, int]:

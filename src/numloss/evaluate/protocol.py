@@ -72,17 +72,32 @@ def released_finalize(item: Item, prediction: str) -> str:
 
 # ---------------------------------------------------------------- numloss
 
-_FENCE = re.compile(r"```(?:python|py|Python)?[ \t]*\n(.*?)(?:```|$)", re.S)
+# A fence: ``` or ~~~, a tag ("python", "python3", "py", " python" after a space, none), the code,
+# the same fence closing it (or the end of the output). The code part is lazy up to the next
+# closing fence, so one opening scans at most to its close: linear over the output.
+_FENCE = re.compile(r"(?m)^[ \t]{0,8}(?P<fence>```|~~~)[ \t]{0,4}(?P<tag>[\w+.#-]{0,20})[ \t]{0,4}\n(?P<code>.*?)(?:^[ \t]{0,8}(?P=fence)|\Z)", re.S)
+_PYTHON_TAGS = {"python", "python3", "py", "py3", "python2", "ipython", "pycon"}
+_PRINTS = ("print(", "stdout.write(")
+# a fenced block right after such a line is what a program printed, not code
+_RESULT_LABEL = re.compile(r"(?i)(?:^|\n)[ \t*#]{0,8}(?:output|result|results|prints|printed|console|stdout)[ \t*]{0,4}:?[ \t*]{0,4}\n?[ \t]{0,8}$")
 
 
 def numloss_program(output: str) -> str | None:
-    """The program in an output: its fenced blocks if any, else the output cut at "### Instruction";
-    None unless it calls print()."""
+    """The program in an output: its Python-tagged fenced blocks if any, else its untagged ones
+    that are not a printed result ("Output:" before them), else the output cut at "### Instruction";
+    None unless it prints (print() or sys.stdout.write())."""
     code = output.split("### Instruction")[0]
-    fenced = _FENCE.findall(code)
+    tagged, untagged = [], []
+    for match in _FENCE.finditer(code):
+        tag = match.group("tag").lower()
+        if tag in _PYTHON_TAGS:
+            tagged.append(match.group("code"))
+        elif not tag and not _RESULT_LABEL.search(code[max(0, match.start() - 40) : match.start()]):
+            untagged.append(match.group("code"))
+    fenced = tagged or untagged
     if fenced:
         code = "\n".join(fenced)
-    return code if "print(" in code else None
+    return code if any(p in code for p in _PRINTS) else None
 
 
 # The script numloss runs for a program. All parsing happens inside the sandbox (the evaluator never
@@ -97,13 +112,36 @@ _SCRIPT = """import builtins as _b, sys as _s, textwrap as _tw
 _b.__dict__.setdefault("exit", _s.exit)  # what the site module gives a plain `python`; the sandbox runs -S
 _b.__dict__.setdefault("quit", _s.exit)
 _src = _tw.dedent({source!r})
+_KEYWORDS = ("for ", "if ", "elif ", "else", "while ", "def ", "class ", "try", "except", "finally", "with ", "async ", "@")
+
+
+def _code_lines(src):
+    # prose around unfenced code: keep the lines that are code (each compiles alone, is indented,
+    # or opens a block with a keyword), drop the sentences
+    kept = []
+    for line in src.split("\\n"):
+        text = line.strip()
+        if not text or line[:1] in " \\t" or text.startswith("#") or text.startswith(_KEYWORDS):
+            kept.append(line)
+            continue
+        try:
+            compile(text, "<line>", "exec")
+        except SyntaxError:
+            continue
+        kept.append(line)
+    return "\\n".join(kept)
+
+
 try:
     _code = compile(_src, "<program>", "exec")
 except SyntaxError as _first:
     try:
         _code = compile("def _program():\\n" + _tw.indent(_src, "    ", lambda _l: True) + "\\n_program()\\n", "<program>", "exec")
     except SyntaxError:
-        raise _first from None
+        try:
+            _code = compile(_tw.dedent(_code_lines(_src)), "<program>", "exec")
+        except SyntaxError:
+            raise _first from None
 _m = type(_s)("__main__")
 _m.__dict__["__builtins__"] = __builtins__
 _s.modules["__main__"] = _m

@@ -41,8 +41,17 @@ def _pct(x: float | None) -> str:
     return "n/a" if x is None or (isinstance(x, float) and math.isnan(x)) else f"{100 * x:.1f}"
 
 
+LARGE = 1e6  # from here on a figure is printed with an exponent ("2.5e+254", not 255 digits)
+DOMINATES = 0.5  # one item's share of a MAE from which the report says the mean is that item's
+
+
 def _num(x: float | None, digits: int = 3) -> str:
-    return "n/a" if x is None or (isinstance(x, float) and math.isnan(x)) else f"{x:.{digits}f}"
+    """A figure for a table: fixed point, or with an exponent when it is large or not finite."""
+    if x is None or (isinstance(x, float) and math.isnan(x)):
+        return "n/a"
+    if not math.isfinite(x) or abs(x) >= LARGE:
+        return f"{x:.{digits}g}"
+    return f"{x:.{digits}f}"
 
 
 def provenance(report: EvalReport) -> list[str]:
@@ -88,6 +97,10 @@ def markdown(report: EvalReport) -> str:
         for name, s in report.scores[protocol].items():
             if s.program_status:
                 lines.append(f"- {name}: programs: " + ", ".join(f"{k} {v}" for k, v in sorted(s.program_status.items())))
+            share = getattr(s, "mae_top_share", None)
+            if share is not None and share >= DOMINATES and (s.numeric_count or 0) > 1:
+                lines.append(f"- {name}: one item is {100 * share:.0f} % of the MAE's summed error ({_num(s.mae)}): the mean "
+                             "is dominated by that item; the signed-log MAE is not")
             if s.place_accuracy:
                 cells = " ".join(f"{e.place}:{_pct(e.accuracy)}" for e in s.place_accuracy)
                 lines.append(f"- {name}: generated-answer accuracy by place (place:%): {cells}")

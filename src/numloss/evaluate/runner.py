@@ -26,7 +26,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from numloss.evaluate.answers import plain_number
+from numloss.evaluate.answers import READ_SECONDS, GoldError, plain_number, read_limit
 from numloss.evaluate.benchmarks import Benchmark, Item
 from numloss.evaluate.generate import Generator
 from numloss.evaluate.programs import REFUSED, ProgramRunner
@@ -78,6 +78,7 @@ class ItemResult:
     fallback_program_status: str = ""
     needs_fallback: bool = False  # the first attempt gave nothing and no fallback output was given
     question: str = ""
+    note: str = ""  # why the item is unreadable ("" when it was read): reading failed or overran READ_SECONDS
     extra: dict = field(default_factory=dict)  # model, settings key, isolation (set by the runner)
 
     def to_json(self) -> dict:
@@ -124,29 +125,44 @@ def score_items(
 
     results = []
     for item, output, fallback, style in zip(items, outputs, fallbacks, styles, strict=True):
-        prediction, program, _ = _attempt(protocol, item, output, style, benchmark, run)
         result = ItemResult(benchmark, item.id, protocol.name, item.kind, protocol.gold(item), style, output, "", False, question=item.question)
-        if program is not None:
-            result.program_status = program.status
-            result.program_stdout = program.stdout[-STDOUT_KEPT:]
-            raw = getattr(program, "raw_stdout", b"").decode("utf-8", "backslashreplace")[-STDOUT_KEPT:]
-            if raw != result.program_stdout:  # kept for the record; reports and terminals see the clean text
-                result.program_stdout_raw = raw
-        if not prediction and style == "pot":
-            result.style = "pot+cot"
-            if fallback is None:
-                result.needs_fallback = True
-            else:
-                result.fallback_output = fallback
+        try:
+            _score_one(protocol, benchmark, item, output, fallback, style, run, result)
+        except GoldError:
+            raise  # the benchmark's data is wrong, not this output: every item would fail alike
+        except Exception as error:  # one output may never stop the eval: it is this item's verdict
+            result.prediction, result.correct, result.value = "", False, None
+            result.note = f"unreadable: {type(error).__name__}: {str(error)[:200]}"
+        results.append(result)
+    return results
+
+
+def _score_one(protocol: Protocol, benchmark: str, item: Item, output: str, fallback: str | None, style: str,
+               run: Callable[[str], ProgramResult], result: ItemResult) -> None:
+    """Fill `result` with the verdict on one item; reading each attempt is bounded by READ_SECONDS."""
+    with read_limit(READ_SECONDS):
+        prediction, program, _ = _attempt(protocol, item, output, style, benchmark, run)
+    if program is not None:
+        result.program_status = program.status
+        result.program_stdout = program.stdout[-STDOUT_KEPT:]
+        raw = getattr(program, "raw_stdout", b"").decode("utf-8", "backslashreplace")[-STDOUT_KEPT:]
+        if raw != result.program_stdout:  # kept for the record; reports and terminals see the clean text
+            result.program_stdout_raw = raw
+    if not prediction and style == "pot":
+        result.style = "pot+cot"
+        if fallback is None:
+            result.needs_fallback = True
+        else:
+            result.fallback_output = fallback
+            with read_limit(READ_SECONDS):
                 prediction, second, _ = _attempt(protocol, item, fallback, "cot", benchmark, run)
-                result.fallback_program_status = second.status if second is not None else ""
-        elif fallback is not None:
-            result.fallback_output = fallback  # generated for another protocol; kept with the item
+            result.fallback_program_status = second.status if second is not None else ""
+    elif fallback is not None:
+        result.fallback_output = fallback  # generated for another protocol; kept with the item
+    with read_limit(READ_SECONDS):
         result.prediction = protocol.finalize(item, prediction)
         result.correct = bool(result.prediction) and protocol.compare(item, result.prediction)
         result.value = plain_number(result.prediction) if item.kind != "choice" and result.prediction else None
-        results.append(result)
-    return results
 
 
 @dataclass

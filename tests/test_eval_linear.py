@@ -1,0 +1,123 @@
+"""Reading an output takes time linear in its length, under both protocols, and one output that
+still takes too long is that item's "unreadable" verdict, never a stalled eval.
+
+Models that loop emit megabytes of newlines, spaces, digits, "=", "answer", brackets or
+backslashes. Each such output is read at 100 KB and at 1 MB, by both protocols and for the three
+answer kinds; the 1 MB read must take at most about ten times the 100 KB one (the bound asserted
+is 15x, on CPU time, since the machine running the tests is shared). Absolute times are recorded
+by bench/reader.py, not asserted here.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import pytest
+
+from numloss.evaluate import answers, runner
+from numloss.evaluate.benchmarks import Item
+from numloss.evaluate.programs import ProgramRunner
+from numloss.evaluate.protocol import NUMLOSS, RELEASED
+from numloss.evaluate.sandbox import SandboxLimits
+
+ITEMS = {
+    "number": (Item("1", "q", "18", "number"), "gsm8k"),
+    "math": (Item("2", "q", "18", "math"), "math"),
+    "choice": (Item("3", "q", "B", "choice", ("1 over 5", "2", "3", "5")), "aqua"),
+}
+# one unit repeated to the size; the last two are a word followed by a run
+UNITS = {
+    "newlines": "\n", "spaces": " ", "digits": "1", "equals": "=", "answer": "answer ", "brackets": "(",
+    "square-brackets": "[", "braces": "{", "backslashes": "\\", "trigger": "The answer is ", "letters": "(C) ",
+    "numbers": "1 ", "boxed": "\\boxed{", "headers": "\n\nQuestion 1:\n", "dollars": "$1",
+}
+RUNS = {"answer-then-spaces": ("answer", " "), "digits-then-equals": ("", "1"), "answer-then-newlines": ("The answer is", "\n")}
+FLOOR = 0.02  # seconds: below this a 100 KB read is too fast to time against
+
+
+def adversarial(name: str, size: int) -> str:
+    if name in RUNS:
+        head, unit = RUNS[name]
+        return head + unit * (size - len(head) - 1) + ("=" if name == "digits-then-equals" else " ")
+    unit = UNITS[name]
+    return (unit * (size // len(unit) + 1))[:size]
+
+
+def read_all(text: str) -> float:
+    """CPU seconds to read `text` under both protocols, for the three kinds."""
+    start = time.process_time()
+    for item, benchmark in ITEMS.values():
+        for protocol in (NUMLOSS, RELEASED):
+            prediction = protocol.finalize(item, protocol.extract(item, text, benchmark))
+            if prediction:
+                protocol.compare(item, prediction)
+            protocol.program(text)
+    return time.process_time() - start
+
+
+@pytest.fixture(scope="module", autouse=True)
+def warm():
+    read_all("The answer is \\frac{3}{x}.")  # imports (math-verify, sympy) are not the reader's time
+
+
+@pytest.mark.parametrize("name", [*UNITS, *RUNS])
+def test_reading_time_grows_linearly(name):
+    small = read_all(adversarial(name, 100_000))
+    large = read_all(adversarial(name, 1_000_000))
+    assert large <= 15 * max(small, FLOOR), f"{name}: 100 KB {small:.3f} s, 1 MB {large:.3f} s"
+
+
+def test_a_quadratic_pattern_is_stopped_by_the_read_bound():
+    """The second line of defence: a pattern that backtracks is interrupted at the deadline."""
+    pattern = answers._rx(r"answer\s*(?:is)?\s*:?\s*\(([A-E])\)")
+    with pytest.raises(answers.ReadTimeout), answers.read_limit(0.2):
+        answers._search(pattern, "answer" + " " * 200_000)
+
+
+def _runner() -> ProgramRunner:
+    return ProgramRunner(SandboxLimits(wall_seconds=5.0, cpu_seconds=5), workers=1, allow_unisolated=True)
+
+
+def test_an_output_over_the_bound_is_unreadable_and_the_eval_goes_on(monkeypatch):
+    monkeypatch.setattr(runner, "READ_SECONDS", 1e-9)
+    item = Item("0", "q", "18", "number")
+    results = runner.score_items(NUMLOSS, "gsm8k", [item, item], ["\n" * 100_000, "The answer is 18."], [None, None], _runner())
+    assert [r.correct for r in results] == [False, False]
+    assert all(r.note.startswith("unreadable: ReadTimeout") for r in results)
+    monkeypatch.setattr(runner, "READ_SECONDS", 30.0)
+    again = runner.score_items(NUMLOSS, "gsm8k", [item], ["The answer is 18."], [None], _runner())
+    assert again[0].correct and again[0].note == ""
+
+
+def test_a_reader_error_is_the_items_verdict_not_the_evals(monkeypatch):
+    def broken(item, text, benchmark):
+        raise IndexError("a reader bug")
+
+    monkeypatch.setattr(runner, "READ_SECONDS", 30.0)
+    protocol = NUMLOSS.__class__(**{**NUMLOSS.__dict__, "extract": broken})
+    item = Item("0", "q", "18", "number")
+    [result] = runner.score_items(protocol, "gsm8k", [item], ["The answer is 18."], ["The answer is 18."], _runner())
+    assert not result.correct and result.note == "unreadable: IndexError: a reader bug"
+
+
+DATA = Path("/work/shared/benchmarks") if not (Path(__file__).resolve().parents[2] / "shared" / "benchmarks").is_dir() \
+    else Path(__file__).resolve().parents[2] / "shared" / "benchmarks"
+
+
+@pytest.mark.skipif(not DATA.is_dir(), reason="the real benchmark files are not here")
+def test_score_outputs_of_ten_records_with_one_megabyte_of_newlines(tmp_path):
+    from numloss.evaluate import score_outputs
+    from numloss.evaluate.benchmarks import load_benchmark
+
+    items = load_benchmark("gsm8k", data_dir=DATA, limit=10).items
+    records = [{"benchmark": "gsm8k", "id": it.id, "output": f"The answer is {it.answer}.", "fallback_output": ""} for it in items]
+    records[3]["output"] = "\n" * 1_000_000
+    records[3]["fallback_output"] = "\n" * 1_000_000
+    start = time.monotonic()
+    report = score_outputs(records, protocol="both", data_dir=DATA, allow_unisolated=True)
+    took = time.monotonic() - start
+    for protocol in ("released", "numloss"):
+        score = report.scores[protocol]["gsm8k"]
+        assert score.count == 10 and score.correct == 9, (protocol, score.correct)
+    print(f"score_outputs, 10 records, one of 1 MB of newlines, both protocols: {took:.2f} s")

@@ -1,0 +1,353 @@
+"""The `numloss` protocol over the space of outputs, against the unmodified released scripts.
+
+A generator composes outputs from five axes:
+
+- an answer phrase: the released triggers ("The answer is", "the answer is", "The answer is:",
+  "####") and common chat-model phrasings ("Final answer:", "**Final Answer:**", "Answer:", ...);
+- an answer form: integer, decimal, thousands separators, currency symbols and words before or
+  after, percent sign and word, units, ``\\text{}``, scientific forms, spelled-out numbers,
+  negative forms, decimal comma, "~" (number items); a letter in any case and bracket, the
+  letter with its option's text, the option's text (choice items);
+- a wrapper: quotes, backticks, brackets, parentheses, JSON, markdown bold, ``$...$``, ``\\boxed{}``;
+- a tail: nothing, an explanation, an invented next exercise under a common header that answers
+  it with the *other* answer, a chat template's end tokens followed by an invented turn, a think
+  block before the answer;
+- the benchmark kind: open number (GSM8K, SVAMP, SimulEq), MATH with a plain-number gold, multiple
+  choice (AQuA, SAT, MMLU-math), and programs (fences tagged ``python3``, `` ``` python``,
+  ``~~~python``, an "Output:" block after the fence, code with prose around it, ``sys.stdout.write``).
+
+Each composition is filled with the right answer and with a wrong one, for real items of every
+benchmark, and scored by the oracle, the transcription of the unmodified released scripts
+(tests/reference/released_eval.py, its programs run in the sandbox), and by the `numloss` protocol:
+
+- property 1: wherever the released scripts read right, numloss reads right, unless the released
+  scripts pass the wrong answer in the same dress too (their verdict there does not depend on the
+  answer). No list of exceptions: a documented strictness counts as a violation.
+- property 2: numloss never passes a wrong answer.
+- property 3: no output and no program result, of any size or content, raises out of the scorer
+  under either protocol; reading one may fail only as that item's "unreadable" verdict with a note
+  (hostile forms: huge and tiny magnitudes, non-finite values, deep nesting, odd Unicode).
+
+Why a seeded enumerator and not Hypothesis: the space is a product of five finite axes, so it can
+be enumerated; a seeded draw from it is the same on every run (a failure names its composition,
+and the same draw reproduces it), the slow draw is a larger one (the whole product is some 200,000 compositions), and every draw is scored in
+one batch, so the programs among it run in the sandbox in parallel, where Hypothesis would run and
+shrink examples one at a time. NUMLOSS_SPACE_DRAW=N draws N compositions per benchmark.
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+import random
+from dataclasses import dataclass
+from fractions import Fraction
+
+import pytest
+
+from eval_cases import Case, answers_of, usable  # tests/ is on sys.path (conftest.py)
+from numloss.evaluate.answers import format_exact, plain_exact
+from numloss.evaluate.benchmarks import LETTERS, Item, load_benchmark
+from numloss.evaluate.programs import ProgramRunner
+from numloss.evaluate.protocol import NUMLOSS, RELEASED
+from numloss.evaluate.runner import score_items
+from numloss.evaluate.sandbox import SandboxLimits
+from test_eval_differential import DATA, NAMES, transcription
+
+pytestmark = pytest.mark.skipif(not DATA.is_dir(), reason=f"the real benchmark files are not here ({DATA})")
+
+PHRASES = [
+    "The answer is {x}.", "The answer is: {x}", "the answer is {x}", "So the answer is {x}", "#### {x}",
+    "Final answer: {x}", "**Final Answer:** {x}", "Answer: {x}", "Therefore, the final answer is {x}.",
+    "The correct answer is {x}.", "{x}", "Step 1: 3 + 4 = 7.\nStep 2: 7 * 2 = 14.\nThe answer is {x}.",
+]
+WRAPPERS = [
+    "{f}", '"{f}"', "'{f}'", "`{f}`", "[{f}]", "({f})", '{{"answer": "{f}"}}', "**{f}**", "${f}$",
+    "\\boxed{{{f}}}", "$\\boxed{{{f}}}$",
+]
+TAILS = {
+    "none": "",
+    "explanation": "\nExplanation: we add the two amounts and check the result.",
+    "next-question": "\n\nQuestion: What is five plus nine?\nAnswer: {o}",
+    "next-question-inline": "\nNext question: A farmer has some cows. How many legs?\nThe answer is {o}.",
+    "input-output": "\n### Input:\nWhat is five plus nine?\n### Output:\n{o}",
+    "problem-n": "\n\nProblem 2: What is five plus nine?\nSolution: The answer is {o}.",
+    "exercise": "\nExercise 3: Compute the next one.\nThe answer is {o}.",
+    "im-end": "<|im_end|>\n<|im_start|>user\nAnd the next one?<|im_end|>\n<|im_start|>assistant\nThe answer is {o}.",
+    "eot": "<|eot_id|><|start_header_id|>user<|end_header_id|>\n\nNext? The answer is {o}",
+    "think": "",  # a think block before the answer (prefix, below)
+}
+THINK = "<think>\nMaybe it is {o}? Let me check again.\n</think>\n"
+
+_UNITS = "zero one two three four five six seven eight nine ten eleven twelve thirteen fourteen fifteen sixteen seventeen eighteen nineteen".split()
+_TENS = "_ _ twenty thirty forty fifty sixty seventy eighty ninety".split()
+
+
+def spell(n: int) -> str:
+    """An integer 0 <= n < 10**6 in English words ("one hundred and five", "twenty-one")."""
+    if n < 20:
+        return _UNITS[n]
+    if n < 100:
+        return _TENS[n // 10] + ("-" + _UNITS[n % 10] if n % 10 else "")
+    if n < 1000:
+        return _UNITS[n // 100] + " hundred" + (" and " + spell(n % 100) if n % 100 else "")
+    return spell(n // 1000) + " thousand" + (" " + spell(n % 1000) if n % 1000 else "")
+
+
+def number_forms(value: Fraction) -> dict[str, str]:
+    """The forms of one number (those that apply to it)."""
+    s = format_exact(value)
+    if "/" in s:
+        return {"fraction": s}
+    size = abs(value)
+    a = format_exact(size)
+    forms = {"plain": s, "currency-before": ("-" if value < 0 else "") + "$" + a, "euro": ("-" if value < 0 else "") + "€" + a,
+             "rupees": "Rs." + s, "usd-after": s + " USD", "dollars-word": s + " dollars", "percent": s + "%",
+             "percent-word": s + " percent", "units": s + " apples", "text": "\\text{" + s + "}",
+             "text-units": "\\text{" + s + " units}", "approx": "~" + s}
+    if value.denominator == 1:
+        forms["point-zero"] = s + ".0"
+        if size >= 10:
+            digits = str(size.numerator)
+            mantissa = (digits[0] + "." + digits[1:]).rstrip("0").rstrip(".")
+            forms["times-ten"] = ("-" if value < 0 else "") + f"{mantissa} \\times 10^{{{len(digits) - 1}}}"
+        if size < 10**6:
+            forms["spelled"] = ("negative " if value < 0 else "") + spell(int(size))
+    elif "." in s and size < 1000:
+        forms["decimal-comma"] = s.replace(".", ",")
+    if size >= 1000 and value.denominator == 1:
+        forms["thousands"] = ("-" if value < 0 else "") + f"{int(size):,}"
+    if value < 0:
+        forms["negative-word"] = "negative " + a
+        forms["unicode-minus"] = "−" + a
+    return forms
+
+
+def choice_forms(letter: str, option: str) -> dict[str, str]:
+    forms = {"letter": letter, "lower": letter.lower() + ".", "bracketed": f"({letter})", "close-bracket": f"{letter})",
+             "letter-dot": f"{letter}.", "letter-text": f"{letter}. {option}", "bracketed-text": f"({letter}) {option}",
+             "option-word": f"Option {letter}"}
+    return forms
+
+
+PROGRAMS = {
+    "fence-python3": "```python3\nprint({p})\n```",
+    "fence-space": "``` python\nx = {p}\nprint(x)\n```",
+    "fence-tilde": "~~~python\nprint({p})\n~~~",
+    "fence-output-block": "```python\nx = {p}\nprint(x)\n```\nOutput:\n```\n{p}\n```",
+    "prose-around": "Here is the code:\nx = {p}\nprint(x)\nThis prints the answer.",
+    "stdout-write": "import sys\nsys.stdout.write(str({p}) + '\\n')",
+    "plain-print": "print({p})",
+}
+
+
+@dataclass(frozen=True)
+class Composition:
+    benchmark: str
+    kind: str  # "number", "math", "choice", "program"
+    phrase: str
+    form: str
+    wrapper: str
+    tail: str
+
+    def name(self) -> str:
+        return f"{self.benchmark}/{self.kind}: phrase {self.phrase!r} form {self.form} wrapper {self.wrapper!r} tail {self.tail}"
+
+
+def compositions(benchmark: str, item: Item) -> list[Composition]:
+    if item.kind == "choice":
+        forms = list(choice_forms("A", "x"))
+        return [Composition(benchmark, "choice", p, f, w, t) for p, f, w, t in itertools.product(PHRASES, forms, WRAPPERS, TAILS)]
+    (_, right), (_, wrong) = answers_of(item)
+    names = sorted(set(number_forms(right)) & set(number_forms(wrong))) if right is not None and wrong is not None else ["plain"]
+    out = [Composition(benchmark, item.kind, p, f, w, t) for p, f, w, t in itertools.product(PHRASES, names, WRAPPERS, TAILS)]
+    if item.kind == "number":
+        out += [Composition(benchmark, "program", "", shape, "", "none") for shape in PROGRAMS]
+    return out
+
+
+def fill(c: Composition, item: Item, said: str, said_value: Fraction | None, other: str) -> str:
+    """The output of composition `c` saying `said` (the other answer goes in the tail)."""
+    if c.kind == "program":
+        literal = format_exact(said_value) if said_value is not None and "/" not in format_exact(said_value) else repr(said)
+        return PROGRAMS[c.form].replace("{p}", literal)
+    if c.kind == "choice":
+        index = LETTERS.index(said)
+        form = choice_forms(said, item.options[index] if index < len(item.options) else "")[c.form]
+    else:
+        form = number_forms(said_value)[c.form] if said_value is not None else said
+    wrapped = c.wrapper.format(f=form)
+    text = c.phrase.replace("{x}", wrapped) + TAILS[c.tail].replace("{o}", other)
+    return THINK.replace("{o}", other) + text if c.tail == "think" else text
+
+
+@dataclass(frozen=True)
+class Drawn:
+    composition: Composition
+    case: Case
+    said_right: bool
+
+
+def items_for(name: str, n: int) -> list[Item]:
+    bench = load_benchmark(name, data_dir=DATA)
+    picked = []
+    for it in bench.items:
+        if not usable(it):
+            continue
+        if it.kind == "math" and (plain_exact(it.answer) is None or "," in it.answer):
+            continue  # MATH items with a plain-number gold
+        if it.kind == "choice" and len(it.options) < 4:
+            continue
+        picked.append(it)
+        if len(picked) == n:
+            break
+    return picked
+
+
+def draw(per_benchmark: int | None, seed: int = 0, items_per_benchmark: int = 1, programs: int = 2) -> list[Drawn]:
+    """A seeded draw of `per_benchmark` compositions per benchmark (None: all of them), each filled
+    right and wrong; at most `programs` program compositions per open benchmark (they run in the sandbox)."""
+    rng = random.Random(seed)
+    out = []
+    for name in NAMES:
+        for item in items_for(name, items_per_benchmark):
+            space = compositions(name, item)
+            texts = [c for c in space if c.kind != "program"]
+            progs = [c for c in space if c.kind == "program"]
+            chosen = texts if per_benchmark is None else rng.sample(texts, min(per_benchmark, len(texts)))
+            chosen += progs if per_benchmark is None else rng.sample(progs, min(programs, len(progs)))
+            (right, rv), (wrong, wv) = answers_of(item)
+            for c in chosen:
+                for said, sv, other, said_right in ((right, rv, wrong, True), (wrong, wv, right, False)):
+                    output = fill(c, item, said, sv, other)
+                    out.append(Drawn(c, Case(c.form, name, item, output, None, said_right), said_right))
+    return out
+
+
+LIMITS = SandboxLimits(wall_seconds=10.0, cpu_seconds=5)
+
+
+def score(drawn: list[Drawn]) -> list[tuple[Drawn, tuple[str, bool], object, object]]:
+    """(drawn, released scripts' (answer, verdict), `released` result, `numloss` result) per case."""
+    runner = ProgramRunner(LIMITS, workers=2, allow_unisolated=True)
+    rows = []
+    for name in NAMES:
+        batch = [d for d in drawn if d.case.benchmark == name]
+        if not batch:
+            continue
+        cases = [d.case for d in batch]
+        items, outputs, fallbacks = [c.item for c in cases], [c.output for c in cases], [None] * len(cases)
+        oracle = transcription(name, cases)
+        released = score_items(RELEASED, name, items, outputs, fallbacks, runner)
+        numloss = score_items(NUMLOSS, name, items, outputs, fallbacks, runner)
+        runner.forget()
+        rows += list(zip(batch, oracle, released, numloss, strict=True))
+    return rows
+
+
+def violations(rows) -> dict[str, list[str]]:
+    """Property 1 and 2 violations, each named by its composition."""
+    released_passes_wrong = {(d.composition, d.case.item.id) for d, (_, ok), _, _ in rows if not d.said_right and ok}
+    dominance, false_pass, unreadable = [], [], []
+    for d, (answer, ok), _, num in rows:
+        where = f"{d.composition.name()} item {d.case.item.id} gold {d.case.item.answer!r}: {d.case.output!r}"
+        if d.said_right and ok and not num.correct and (d.composition, d.case.item.id) not in released_passes_wrong:
+            dominance.append(f"{where} -> released {answer!r}, numloss {num.prediction!r}")
+        if not d.said_right and num.correct:
+            false_pass.append(f"{where} -> numloss {num.prediction!r} passes")
+        if num.note:
+            unreadable.append(f"{where} -> {num.note}")
+    return {"dominance": dominance, "false_pass": false_pass, "unreadable": unreadable}
+
+
+@pytest.fixture(scope="module")
+def fast_rows():
+    return score(draw(int(os.environ.get("NUMLOSS_SPACE_DRAW", "90")), seed=int(os.environ.get("NUMLOSS_SPACE_SEED", "0"))))
+
+
+def test_the_draw_spans_every_axis(fast_rows):
+    comps = [d.composition for d, *_ in fast_rows]
+    assert {c.kind for c in comps} == {"number", "math", "choice", "program"}
+    assert {c.benchmark for c in comps} == set(NAMES)
+    comps = [c for c in comps if c.kind != "program"]  # a program has no phrase, wrapper or tail
+    assert len({c.tail for c in comps}) == len(TAILS) and len({c.wrapper for c in comps}) == len(WRAPPERS)
+    assert len({c.phrase for c in comps}) == len(PHRASES)
+
+
+def test_the_released_protocol_is_the_released_scripts(fast_rows):
+    bad = [(d.composition.name(), d.case.output, t, (r.prediction, r.correct)) for d, t, r, _ in fast_rows if (r.prediction, r.correct) != t]
+    assert not bad, bad[:5]
+
+
+def test_property_1_numloss_is_right_wherever_the_released_scripts_are(fast_rows):
+    found = violations(fast_rows)["dominance"]
+    assert not found, f"{len(found)} cases:\n" + "\n".join(found[:12])
+
+
+def test_property_2_numloss_never_passes_a_wrong_answer(fast_rows):
+    found = violations(fast_rows)["false_pass"]
+    assert not found, f"{len(found)} cases:\n" + "\n".join(found[:12])
+
+
+def test_no_ordinary_output_is_unreadable(fast_rows):
+    found = violations(fast_rows)["unreadable"]
+    assert not found, found[:5]
+
+
+@pytest.mark.slow
+def test_properties_1_and_2_on_a_larger_draw():
+    """1,500 compositions per benchmark on two items each, another seed (the whole product, some
+    200,000 compositions, is `draw(None)`: hours of CPU)."""
+    rows = score(draw(1500, seed=1, items_per_benchmark=2, programs=len(PROGRAMS)))
+    found = violations(rows)
+    assert not found["dominance"] and not found["false_pass"], {k: v[:8] for k, v in found.items()}
+    assert all((r.prediction, r.correct) == t for _, t, r, _ in rows)
+
+
+# ---------------------------------------------------------------- property 3: hostile outputs
+
+HOSTILE = [
+    "The answer is 1e400", "The answer is 1e-400", "The answer is 1e999999999", "The answer is " + "9" * 5000,
+    "The answer is 0." + "0" * 5000 + "1", "The answer is inf", "The answer is nan", "The answer is -Infinity",
+    "The answer is 1/0", "The answer is 0/0", "\\boxed{\\frac{1}{0}}", "The answer is 10^{10^{10^{10}}}",
+    "\\boxed{" * 3000 + "18" + "}" * 3000, "{" * 50_000, "(" * 50_000 + "18", "[" * 20_000 + "]" * 20_000,
+    "The answer is ١٨", "The answer is １８", "The answer is \u202e81\u202c", "The answer is 1\u200b8",
+    "e\u0301" * 5000, "\x00" * 1000 + "The answer is 18", "The answer is \ud800", "The answer is 𝟏𝟖",
+    "The answer is " + "-" * 10_000 + "18", "The answer is " + "1," * 20_000, "The answer is \\frac{" * 2000,
+    "The answer is $" * 5000, "<think>" * 10_000, "</think>" * 10_000 + "18", "<|im_end|>" * 10_000,
+    "Question:\n" * 10_000, "answer:" * 20_000, "The answer is " + "twenty " * 20_000,
+    "The answer is 1.5 \\times 10^{999999}", "The answer is (" + "A" * 10_000 + ")", "\\text{" * 5000,
+]
+HOSTILE_PROGRAMS = [
+    "print(float('nan'))", "print(float('inf'))", "print('9' * 200000)", "print(10 ** 400)", "print('\\x00\\x1b[2J' * 100)",
+    "print('The answer is', 1e308 * 10)", "import sys\nsys.stdout.buffer.write(bytes(range(256)))", "print('{' * 100000)",
+]
+
+
+@pytest.mark.parametrize("protocol", [RELEASED, NUMLOSS], ids=["released", "numloss"])
+def test_property_3_no_output_raises_out_of_the_scorer(protocol):
+    runner = ProgramRunner(LIMITS, workers=2, allow_unisolated=True)
+    for name in ("gsm8k", "math", "aqua"):
+        item = items_for(name, 1)[0]
+        outputs = HOSTILE + HOSTILE_PROGRAMS
+        results = score_items(protocol, name, [item] * len(outputs), outputs, list(outputs), runner)
+        assert len(results) == len(outputs)
+        for output, result in zip(outputs, results, strict=True):
+            assert result.note == "" or result.note.startswith("unreadable: "), (output[:60], result.note)
+        runner.forget()
+
+
+if __name__ == "__main__":  # counts of a draw: python tests/test_eval_space.py [N per benchmark]
+    import sys
+
+    rows = score(draw(int(sys.argv[1]) if len(sys.argv) > 1 else None))
+    found = violations(rows)
+    print(f"cases {len(rows)}; dominance violations {len(found['dominance'])}; numloss false passes {len(found['false_pass'])}; "
+          f"unreadable {len(found['unreadable'])}")
+    for key in ("dominance", "false_pass"):
+        for line in found[key][:40]:
+            print(key, line)
+    for line in found["unreadable"][:10]:
+        print("unreadable", line[:400])
+    right = [(d, t, n) for d, t, _, n in rows if d.said_right]
+    print("right cases", len(right), "released right", sum(t[1] for _, t, _ in right), "numloss right", sum(n.correct for *_, n in right))
