@@ -80,7 +80,7 @@ def make_loss(name: str, model: LlamaForCausalLM):
     if name == "dist2-author":  # divided by the sum of place weights: the step's, not a micro-batch's
         return build_loss("dist2", VOCAB, alpha=1.0, place_weight=True, point_ends_run=True, normalize="weights")
     # alphas large enough that the digit term moves the update visibly
-    return build_loss(name, VOCAB, **({} if name == "mixce" else {"alpha": 1.0}))
+    return build_loss(name, VOCAB, **({} if name in ("mixce", "mle") else {"alpha": 1.0}))
 
 
 def train_args(tmp_path, batch: int, accumulation: int, steps: int = 1, lr: float = 0.5, **extra):

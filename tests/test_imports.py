@@ -500,6 +500,12 @@ def test_a_missing_extra_is_one_line_naming_it(monkeypatch, capsys):
     with pytest.raises(MissingExtraError, match=r"^numloss.hf needs transformers.*\[hf\] extra"):
         importlib.import_module("numloss.hf")
     for module in [m for m in list(sys.modules) if m == "numloss.train" or m.startswith(("numloss.models", "numloss.config"))]:
+        # a re-import binds the fresh module on its parent package too (`import numloss.config as c`
+        # reads that attribute): put the old one back with the sys.modules entry, or later tests
+        # hold two ConfigError classes
+        parent, _, name = module.rpartition(".")
+        if hasattr(sys.modules.get(parent), name):
+            monkeypatch.setattr(sys.modules[parent], name, getattr(sys.modules[parent], name))
         monkeypatch.delitem(sys.modules, module)
     assert main(["train", "configs/tiny.yaml"]) == 2
     err = capsys.readouterr().err

@@ -239,7 +239,7 @@ def classify(seen: Observed, stderr: str, limits: SandboxLimits) -> tuple[Status
     """Status and detail of a finished bwrap run, decided only from what the evaluator observed.
 
     The status never depends on what the program printed or on an exit code it chose: exit 0
-    is "ok" whatever its stderr says; "timeout" needs the host's or the init's wall clock, or
+    is "ok" whatever its stderr says, unless the cgroup's OOM killer ended any of its processes; "timeout" needs the host's or the init's wall clock, or
     the kernel's CPU limit (a SIGKILL/SIGXCPU after the program used its CPU seconds); "memory"
     needs the cgroup's OOM count; "output_limit" the host's output cap. A program that fails on
     its own is "error", and `detail` quotes the last line of its stderr as its own account.
@@ -261,10 +261,11 @@ def classify(seen: Observed, stderr: str, limits: SandboxLimits) -> tuple[Status
         return "error", "the sandbox ended without its init reporting how the program ended"
     code = os.waitstatus_to_exitcode(seen.wait_status)
     said = stderr.strip().splitlines()[-1] if stderr.strip() else ""
+    if seen.memory_events:  # even at exit 0: a process of the program was killed for memory, so its
+        # output is what was left after the limit cut part of it away
+        return "memory", f"the sandbox's memory limit was hit ({seen.memory_events} OOM kill(s) in its cgroup)"
     if code == 0:
         return "ok", ""
-    if seen.memory_events:
-        return "memory", f"the sandbox's memory limit was hit ({seen.memory_events} OOM kill(s) in its cgroup)"
     if code < 0:
         signum = -code
         if signum in (signal.SIGXCPU, signal.SIGKILL) and seen.cpu_seconds >= CPU_EVIDENCE * limits.cpu_seconds:
