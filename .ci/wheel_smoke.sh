@@ -87,7 +87,7 @@ numloss --version
 step "a 3-step tiny train (the package's configs/tiny.yaml)"
 TINY=$(python -c "from numloss.package_data import config_path; print(config_path('tiny.yaml'))")
 numloss train "$TINY" --train.max_steps 3 --train.save_steps 0 --train.logging_steps 1 \
-    --train.output_dir runs/smoke --data.num_examples 64 --data.max_length 128 --threads 2
+    --train.output_dir runs/smoke --data.num_examples 64 --threads 2
 test -f runs/smoke/final/config.json || { echo "wheel smoke: no runs/smoke/final/"; exit 1; }
 
 step "an eval of 2 items of the trained model"
