@@ -15,6 +15,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import tempfile
 import time
 
 import pytest
@@ -143,9 +144,12 @@ def python_prog_py(source: str, tmp_path) -> str:
     sandbox has (C.UTF-8)."""
     prog = tmp_path / "prog.py"
     prog.write_text(source)
-    env = {"PATH": "/usr/bin:/bin", "HOME": str(tmp_path), "LANG": "C.UTF-8", "TMPDIR": str(tmp_path)}
-    done = subprocess.run([sys.executable, "prog.py"], cwd=tmp_path, env=env, capture_output=True, text=True,
-                          timeout=120)
+    # a short TMPDIR: Manager binds a unix socket below it, and pytest's tmp_path can pass the
+    # 108 bytes a socket path may have (as uid 65534 it lies below the non-root run's HOME)
+    with tempfile.TemporaryDirectory(prefix="np-") as short:
+        env = {"PATH": "/usr/bin:/bin", "HOME": str(tmp_path), "LANG": "C.UTF-8", "TMPDIR": short}
+        done = subprocess.run([sys.executable, "prog.py"], cwd=tmp_path, env=env, capture_output=True, text=True,
+                              timeout=120)
     assert done.returncode == 0, done.stderr
     return done.stdout
 

@@ -871,6 +871,14 @@ def _blank_line_before(text: str, at: int) -> bool:
     return newlines >= 2
 
 
+def _bare_spelled(before: str) -> bool:
+    """Whether the last line of `before` is a spelled-out number alone in its dress ("$fifty-eight$",
+    "**Twelve.**"): an answer given bare, as a digit would be."""
+    lines = before.rstrip().rsplit("\n", 1)
+    last = lines[-1].strip(" \t.!\"'`*_$()[]{}")
+    return bool(last) and _fullmatch(_SPELLED, last) is not None
+
+
 def cut_continuation(text: str) -> str:
     """`text` up to what is not this item's answer: a think block before the answer is dropped, and
     the text is cut at a chat template's end-of-turn token and at an invented next exercise."""
@@ -906,8 +914,9 @@ def cut_continuation(text: str) -> str:
                 first_digit_at = first_digit.start() if first_digit else len(text)
             # a numbered header ("Exercise 3:") after an answer given bare ("[58]", "`b.`")
             # (numbered 2 or more: "Example 1:" may open a worked case inside the working)
+            before = text[max(start, match.start() - 64) : match.start()]
             numbered = match.group("number") is not None and int(match.group("number").strip(" \t*_#")) >= 2 and (
-                first_digit_at < match.start() or _bare_letter(text[max(start, match.start() - 64) : match.start()]) is not None)
+                first_digit_at < match.start() or _bare_letter(before) is not None or _bare_spelled(before))
             if first_answer >= match.start() and not numbered:
                 continue
         if text[start : match.start()].strip():

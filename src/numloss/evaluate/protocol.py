@@ -82,22 +82,52 @@ _PRINTS = ("print(", "stdout.write(")
 _RESULT_LABEL = re.compile(r"(?i)(?:^|\n)[ \t*#]{0,8}(?:output|result|results|prints|printed|console|stdout)[ \t*]{0,4}:?[ \t*]{0,4}\n?[ \t]{0,8}$")
 
 
+def _program_blocks(code: str) -> list[re.Match[str]]:
+    """The fenced blocks of `code` that are its program: the Python-tagged ones if any, else the
+    untagged ones that are not a printed result ("Output:" before them)."""
+    tagged, untagged = [], []
+    for match in _FENCE.finditer(code):
+        tag = match.group("tag").lower()
+        if tag in _PYTHON_TAGS:
+            tagged.append(match)
+        elif not tag and not _RESULT_LABEL.search(code[max(0, match.start() - 40) : match.start()]):
+            untagged.append(match)
+    return tagged or untagged
+
+
 def numloss_program(output: str) -> str | None:
     """The program in an output: its Python-tagged fenced blocks if any, else its untagged ones
     that are not a printed result ("Output:" before them), else the output cut at "### Instruction";
     None unless it prints (print() or sys.stdout.write())."""
     code = output.split("### Instruction")[0]
-    tagged, untagged = [], []
-    for match in _FENCE.finditer(code):
-        tag = match.group("tag").lower()
-        if tag in _PYTHON_TAGS:
-            tagged.append(match.group("code"))
-        elif not tag and not _RESULT_LABEL.search(code[max(0, match.start() - 40) : match.start()]):
-            untagged.append(match.group("code"))
-    fenced = tagged or untagged
+    fenced = _program_blocks(code)
     if fenced:
-        code = "\n".join(fenced)
+        code = "\n".join(match.group("code") for match in fenced)
     return code if any(p in code for p in _PRINTS) else None
+
+
+# A line of unfenced code (indented, a comment, a statement keyword, an assignment, or a print):
+# the evaluator never compiles model text, so this is a cheap syntactic guess, used only to keep
+# a failed program's own text (`print('B')`) from being read as its answer.
+_CODE_LINE = re.compile(
+    r"^(?:[ \t]|#|(?:for|if|elif|else|while|def|class|try|except|finally|with|async|import|from|return|raise|"
+    r"assert|pass|break|continue|global|lambda)\b|[A-Za-z_][\w.]{0,60}(?:\[[^\]\n]{0,80}\])?[ \t]{0,4}"
+    r"(?:[-+*/%&|^]|//|\*\*)?=(?!=)|.{0,200}?\b(?:print|stdout\.write)\()"
+)
+
+
+def numloss_prose(output: str) -> str:
+    """What of an output is not its program: the output without the program's fenced blocks, or,
+    for an unfenced program, without its code lines. Read when the program gave no answer."""
+    code = output.split("### Instruction")[0]
+    fenced = _program_blocks(code)
+    if fenced:
+        kept, last = [], 0
+        for match in fenced:
+            kept.append(code[last : match.start()])
+            last = match.end()
+        return "".join(kept) + code[last:]
+    return "\n".join(line for line in code.split("\n") if not _CODE_LINE.match(line))
 
 
 # The script numloss runs for a program. All parsing happens inside the sandbox (the evaluator never
@@ -189,6 +219,7 @@ class Protocol:
     program: Callable[[str], str | None]  # output -> the program in it (None: read as text)
     script: Callable[[str], str]  # program -> the script the sandbox runs
     read_program: Callable[[str | None], str]  # stdout (None: failed or refused) -> text to read
+    prose: Callable[[str], str]  # output -> its text without the program (read under text_after_program)
     extract: Callable[[Item, str, str], str]  # (item, text, benchmark) -> prediction, "" for none
     finalize: Callable[[Item, str], str]  # the prediction scored (released: no letter -> 'A')
     gold: Callable[[Item], str]  # the gold answer compared with
@@ -212,6 +243,7 @@ RELEASED = Protocol(
     program=released.program_of,
     script=released.wrapped_source,
     read_program=released.program_text,
+    prose=lambda output: output,  # unused: the released protocol reads no text after a program
     extract=released_extract,
     finalize=released_finalize,
     gold=released_gold,
@@ -228,6 +260,7 @@ NUMLOSS = replace(
     program=numloss_program,
     script=numloss_script,
     read_program=numloss_read_program,
+    prose=numloss_prose,
     extract=numloss_extract,
     finalize=_identity_finalize,
     gold=numloss_gold,

@@ -96,7 +96,7 @@ def _attempt(protocol: Protocol, item: Item, output: str, style: str, benchmark:
     stdout = result.stdout if result is not None and result.ok else None
     prediction = protocol.extract(item, protocol.read_program(stdout), benchmark)
     if not prediction and style in protocol.text_after_program:  # the program gave nothing: read the text
-        prediction = protocol.extract(item, output, benchmark)
+        prediction = protocol.extract(item, protocol.prose(output), benchmark)  # not the code's own literals
     return prediction, result, True
 
 
