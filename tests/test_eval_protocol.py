@@ -28,7 +28,7 @@ def runner():
 
 
 def test_deviations_are_fields_and_generation_is_shared():
-    assert deviations() == ["text_after_program", "program_clock", "program", "script", "read_program", "extract", "finalize",
+    assert deviations() == ["text_after_program", "program_clock", "program", "script", "read_program", "prose", "extract", "finalize",
                             "gold", "compare"]
     # the sandbox limits are shared: both far above what the released executor (no limits) lets through
     assert (NUMLOSS.program_output_bytes, NUMLOSS.program_memory_bytes) == (RELEASED.program_output_bytes, RELEASED.program_memory_bytes)
@@ -134,3 +134,22 @@ def test_released_sandbox_limits_keep_what_the_released_executor_reads():
         assert [(r.style, r.correct) for r in got] == [("pot", True), ("pot", True)], protocol.name
         assert [r.program_status for r in got] == ["ok", "ok"]
     assert RELEASED.program_output_bytes == 64 << 20 and RELEASED.program_memory_bytes == 4 << 30
+
+
+@pytest.mark.parametrize("output, prose", [
+    ("print('B')\nraise ValueError('late')", ""),  # unfenced: every line is code
+    ("x = 'C'\nprint(x)\nraise SystemExit(1)", ""),
+    ("    print('D')", ""),
+    ("I would compute print(5) by hand; the answer is (C)", "I would compute print(5) by hand; the answer is (C)"),
+    ("Let me compute.\nx = 3\nprint(x)\nThe answer is 3.", "Let me compute.\nThe answer is 3."),
+    ("Here:\n```python\nprint('B')\n1 / 0\n```\nSo the answer is (C).", "Here:\n\nSo the answer is (C)."),
+    ("```\nprint('B')\n```\nOutput:\n```\nB\n```\nSo (C).", "\nOutput:\n```\nB\n```\nSo (C)."),  # a printed result stays
+    ("```py\nprint(1)\n```\n```python\nprint(2)\n```\nThe answer is 4.", "\n\nThe answer is 4."),
+])
+def test_the_text_read_after_a_failed_program_is_the_output_without_it(output, prose):
+    """numloss reads a chain-of-thought output as text when its program gives nothing: the text
+    without the program, so the program's own literals (print('B')) are never its answer."""
+    from numloss.evaluate.protocol import numloss_prose
+
+    assert numloss_prose(output) == prose
+    assert NUMLOSS.prose(output) == prose and RELEASED.prose(output) == output

@@ -106,13 +106,14 @@ def numloss_program(output: str) -> str | None:
     return code if any(p in code for p in _PRINTS) else None
 
 
-# A line of unfenced code (indented, a comment, a statement keyword, an assignment, or a print):
+# A line of unfenced code (indented, a comment, a statement keyword, an assignment, or a print
+# call opening it; prose that mentions print(5) mid-sentence stays):
 # the evaluator never compiles model text, so this is a cheap syntactic guess, used only to keep
 # a failed program's own text (`print('B')`) from being read as its answer.
 _CODE_LINE = re.compile(
     r"^(?:[ \t]|#|(?:for|if|elif|else|while|def|class|try|except|finally|with|async|import|from|return|raise|"
     r"assert|pass|break|continue|global|lambda)\b|[A-Za-z_][\w.]{0,60}(?:\[[^\]\n]{0,80}\])?[ \t]{0,4}"
-    r"(?:[-+*/%&|^]|//|\*\*)?=(?!=)|.{0,200}?\b(?:print|stdout\.write)\()"
+    r"(?:[-+*/%&|^]|//|\*\*)?=(?!=)|(?:print|sys\.stdout\.write)\()"
 )
 
 
