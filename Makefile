@@ -25,7 +25,7 @@ setup: $(VENV)/.installed
 demo: setup
 	$(PY) -m numloss demo
 
-# the fast suite (under 5 minutes on 2 quiet cores, docs/benchmarks.md): every property once;
+# the fast suite: every property once (target 5 minutes on 2 quiet cores; measured 10: docs/benchmarks.md);
 # tests marked `slow` are longer versions of properties a fast test covers
 test: setup
 	$(PY) -m ruff check src tests bench scripts
