@@ -24,6 +24,19 @@ def shared_benchmarks() -> Path:
     return SHARED_BENCHMARKS
 
 
+@pytest.fixture(autouse=True)
+def _torch_threads_put_back():
+    """A test that sets torch's thread count (an in-process `--threads`, compare's torch_threads)
+    leaves it as it found it: no test's result may hang on which tests ran before it in its process
+    (a resume compared bitwise passed only after another test had left one thread behind)."""
+    import torch
+
+    threads = torch.get_num_threads()
+    yield
+    if torch.get_num_threads() != threads:
+        torch.set_num_threads(threads)
+
+
 if os.environ.get("NUMLOSS_TEST_CPU"):  # per-test CPU seconds (process + waited children), JSON lines
 
     @pytest.hookimpl(hookwrapper=True)

@@ -75,6 +75,16 @@ def cli(out: Path, *extra: str, env: dict[str, str] | None = None, wait: bool = 
     return process
 
 
+@pytest.fixture(scope="module", autouse=True)
+def one_thread():
+    """The in-process runs on one thread, as the `cli` ones are (OMP_NUM_THREADS=1): a resume is
+    bitwise at one thread count, and two thread counts sum in other orders (about 1e-6 apart)."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
 @pytest.fixture(scope="module")
 def reference(tmp_path_factory) -> Path:
     """The uninterrupted 4-step run every interrupted one must end equal to."""
