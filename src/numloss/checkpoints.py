@@ -22,6 +22,8 @@ import zipfile
 from pathlib import Path
 from typing import Any
 
+from numloss.atomic import fsync_dir
+
 #: written last into a checkpoint or final folder: its files, their sizes and SHA-256
 MARKER = "numloss_checkpoint.json"
 FINAL = "final"
@@ -44,19 +46,6 @@ def sha256_file(path: Path) -> str:
         while chunk := handle.read(_CHUNK):
             digest.update(chunk)
     return digest.hexdigest()
-
-
-def _fsync_dir(folder: Path) -> None:
-    try:
-        fd = os.open(folder, os.O_RDONLY)
-    except OSError:
-        return
-    try:
-        os.fsync(fd)
-    except OSError:
-        pass
-    finally:
-        os.close(fd)
 
 
 def write_marker(folder: Path, step: int) -> None:
@@ -214,7 +203,7 @@ def commit_final(output_dir: Path, step: int) -> Path:
         old = marker_step(final)
         final.rename(_unused(output_dir / f"final-step-{old if old is not None else 'unknown'}"))
     os.replace(partial, final)
-    _fsync_dir(output_dir)
+    fsync_dir(output_dir)
     return final
 
 
@@ -225,7 +214,7 @@ def recover_final(output_dir: Path) -> bool:
     if final.exists() or not partial.is_dir() or folder_problem(partial) is not None:
         return False
     os.replace(partial, final)
-    _fsync_dir(output_dir)
+    fsync_dir(output_dir)
     return True
 
 
@@ -266,5 +255,5 @@ def move_aside(output_dir: Path, entries: list[Path]) -> Path:
     target.mkdir()
     for entry in entries:
         entry.rename(target / entry.name)
-    _fsync_dir(output_dir)
+    fsync_dir(output_dir)
     return target
