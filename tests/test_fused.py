@@ -15,13 +15,14 @@ VOCAB = DigitVocab(list(range(10)), decimal_point_id=10)
 # every objective, and every form and option that changes its arithmetic
 VARIANTS = {
     "mle": ("mle", {}),
-    "del": ("del", {}),
-    "del-tokens": ("del", {"normalize": "tokens", "place_weighting": "continuous"}),
-    "del-centered": ("del", {"sigmoid_input": "centered"}),
+    # DEL at alpha 1 rather than its small default, so that its term weighs in the comparisons
+    "del": ("del", {"alpha": 1.0}),
+    "del-tokens": ("del", {"alpha": 1.0, "normalize": "tokens", "place_weighting": "continuous"}),
+    "del-centered": ("del", {"alpha": 1.0, "sigmoid_input": "centered"}),
     "ntl-was": ("ntl-was", {}),
     "ntl-was-reweigh": ("ntl-was", {"reweigh": True}),
     "ntl-mse": ("ntl-mse", {}),
-    "ntl-mse-reweigh": ("ntl-mse", {"reweigh": True, "normalize": "tokens"}),
+    "ntl-mse-reweigh": ("ntl-mse", {"alpha": 0.3, "reweigh": True, "normalize": "tokens"}),
     "dist2": ("dist2", {}),
     "dist2-placed": ("dist2", {"place_weight": True, "tau": 2.0}),
     "dist2-author": ("dist2", {"place_weight": True, "point_ends_run": True, "normalize": "weights"}),

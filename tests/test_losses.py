@@ -20,11 +20,11 @@ HIDDEN = 6
 # name, options, alpha used by the reference
 CASES = [
     ("mle", {}, 0.0),
-    ("del", {}, 1.0),
+    ("del", {}, 0.03),
     ("del", {"alpha": 0.3, "place_weighting": "continuous"}, 0.3),
-    ("del", {"place_weighting": "none"}, 1.0),
-    ("del", {"distance": "l1"}, 1.0),
-    ("del", {"sigmoid_input": "centered"}, 1.0),
+    ("del", {"place_weighting": "none"}, 0.03),
+    ("del", {"distance": "l1"}, 0.03),
+    ("del", {"sigmoid_input": "centered"}, 0.03),
     ("del", {"alpha": 0.3, "sigmoid_input": "centered", "distance": "l1", "normalize": "tokens"}, 0.3),
     ("ntl-was", {}, 0.3),
     ("ntl-mse", {"alpha": 0.5}, 0.5),
@@ -36,9 +36,9 @@ CASES = [
     ("emo", {"form": "gpt2"}, 1.0),
     ("emo", {"max_ratio": 0.5}, 1.0),
     ("emo", {"form": "gpt2", "mode": 2}, 1.0),
-    ("del", {"normalize": "tokens"}, 1.0),
+    ("del", {"alpha": 1.0, "normalize": "tokens"}, 1.0),
     ("ntl-was", {"reweigh": True}, 0.3),
-    ("ntl-mse", {"reweigh": True, "normalize": "tokens"}, 0.3),
+    ("ntl-mse", {"alpha": 0.3, "reweigh": True, "normalize": "tokens"}, 0.3),
     ("dist2", {"place_weight": True, "point_ends_run": True, "normalize": "weights"}, 0.1),
 ]
 IDS = [f"{name}-{'-'.join(f'{k}={v}' for k, v in opts.items()) or 'default'}" for name, opts, _ in CASES]
@@ -478,12 +478,30 @@ def test_ntl_reweigh_agrees_with_the_ntloss_package(name):
 def test_normalize_tokens_divides_the_digit_terms_by_the_token_count(name):
     logits = make_logits(LABELS, seed=14)
     by_digits = build_loss(name, VOCAB)(logits, LABELS, num_items_in_batch=50, num_digits_in_batch=20)
-    fn = build_loss(name, VOCAB, normalize="tokens")
+    fn = build_loss(name, VOCAB, alpha=LOSSES[name].default_alpha, normalize="tokens")
     by_tokens = fn(logits, LABELS, num_items_in_batch=50, num_digits_in_batch=20)
     assert float(by_tokens.aux) == pytest.approx(float(by_digits.aux) * 20 / 50, rel=1e-6)
     assert float(by_tokens.ce) == pytest.approx(float(by_digits.ce))
     assert fn.normalize == "tokens" and fn.token_count_suffices and fn.aux_per_token
     assert not build_loss(name, VOCAB).token_count_suffices
+
+
+@pytest.mark.parametrize("name", ["del", "ntl-was", "ntl-mse", "dist2"])
+def test_normalize_tokens_takes_an_explicit_alpha(name):
+    """The default alpha weighs the step's digit mean; a per-token mean would weigh the same
+    number several times less, so "tokens" without an alpha is refused, in build_loss and in a
+    config, naming the fix."""
+    from numloss.config import ConfigError, config_from_dict
+
+    default = LOSSES[name].default_alpha
+    with pytest.raises(ValueError, match=rf"{name}: normalize=\"tokens\" .* default alpha \({default:g}\) weighs the "
+                       rf"step's digit mean: pass alpha explicitly, e\.g\. {default:g} x your data's tokens per digit"):
+        build_loss(name, VOCAB, normalize="tokens")
+    with pytest.raises(ConfigError, match="pass alpha explicitly"):
+        config_from_dict({"objective": {"name": name, "options": {"normalize": "tokens"}}})
+    config = config_from_dict({"objective": {"name": name, "alpha": 0.5, "options": {"normalize": "tokens"}}})
+    assert config.objective.alpha == 0.5
+    assert build_loss(name, VOCAB, alpha=default, normalize="tokens").alpha == default
 
 
 def test_which_objectives_the_token_count_makes_step_exact():
@@ -669,7 +687,7 @@ def test_step_counts_take_numbers_and_one_element_tensors(value):
 
 
 def test_mle_takes_normalize_like_the_digit_objectives_and_refuses_alpha():
-    """One call builds any objective (`build_loss(name, vocab, normalize="tokens")`); MLE has no
+    """An A/B's MLE arm takes the digit arm's `normalize` (`build_loss("mle", vocab, normalize="tokens")`); MLE has no
     term for alpha to weight, so the API refuses alpha as the command line does."""
     logits = make_logits(LABELS).detach()
     plain = build_loss("mle", VOCAB)(logits, LABELS)

@@ -179,7 +179,7 @@ def test_a_patched_model_trains_through_accelerate_like_a_plain_loop():
     batch = collate(rows())
 
     def one_step(use_accelerate: bool):
-        model = numloss.patch(tiny_llama(), build_loss("del", VOCAB, normalize="tokens"), fused=True)
+        model = numloss.patch(tiny_llama(), build_loss("del", VOCAB, alpha=1.0, normalize="tokens"), fused=True)
         optimizer = torch.optim.SGD(model.parameters(), lr=0.5)
         if use_accelerate:
             # accelerate's state is process-wide: a Trainer of an earlier test leaves its

@@ -123,17 +123,19 @@ def needs_step_digit_count(
     return float(num_items_in_batch) > local
 
 
-def step_digits_refusal(where: str, loss_fn: NumericLoss) -> str:
+def step_digits_refusal(where: str, loss_fn: NumericLoss, takes_digit_count: bool = False) -> str:
     """The one-line refusal of a path that knows the step's token count but not its digit count.
 
     Names the objective's own `normalize` and what it divides by (DIST2's "weights": the sum of
-    the place weights), and the two ways out."""
+    the place weights), and the ways out (passing the digit count where the path takes one)."""
     normalize = getattr(loss_fn, "normalize", "digits")
     what = "sum of the place weights" if normalize == "weights" else "digit count"
+    pass_it = "pass num_digits_in_batch (numloss.step_counts.count_tokens_and_digits), " if takes_digit_count else ""
     return (
         f"{where}: {loss_fn.name} with normalize=\"{normalize}\" divides by the {what} of the whole "
         "optimizer step, which this path does not receive (gradient accumulation or several ranks); "
-        "build the loss with normalize=\"tokens\" or train with numloss.hf.NumericTrainer"
+        f"{pass_it}build the loss with normalize=\"tokens\" or train with numloss.hf.NumericTrainer "
+        "(\"tokens\" takes its own alpha: the digit alpha x the data's tokens per digit)"
     )
 
 

@@ -502,21 +502,31 @@ class DigitLoss(NumericLoss):
 
     `normalize="digits"` (default) divides by the step's digit count N_dig; `"tokens"` by its
     token count N_tok, so that `num_items_in_batch` alone (what Trainer's `compute_loss_func`
-    receives) makes the loss exact across accumulation steps.
+    receives) makes the loss exact across accumulation steps. `default_alpha` is a weight on the
+    digit mean, so `"tokens"` takes an explicit alpha.
     """
 
     normalizations: tuple[str, ...] = NORMALIZATIONS
 
     def __init__(self, vocab: DigitVocab, alpha: float | None = None, normalize: str = "digits", **base_options) -> None:
         super().__init__(vocab, alpha=alpha, **base_options)
-        self.validate_options({"normalize": normalize})
+        self.validate_options({"normalize": normalize, "alpha": alpha})
         self.normalize = normalize
 
     @classmethod
     def validate_options(cls, options: Mapping[str, Any]) -> None:
+        """Also refuses `normalize="tokens"` without an alpha (`options["alpha"]` None): the
+        default alpha weighs the step's digit mean, and a per-token mean is smaller by the data's
+        tokens per digit, so the same number would weigh the term several times less."""
         super().validate_options(options)
         if "normalize" in options:
             check_choice(cls.name, "normalize", options["normalize"], cls.normalizations)
+            if options["normalize"] == "tokens" and "alpha" in options and options["alpha"] is None:
+                raise ValueError(
+                    f"{cls.name}: normalize=\"tokens\" divides the term by the step's token count, but the default "
+                    f"alpha ({cls.default_alpha:g}) weighs the step's digit mean: pass alpha explicitly, e.g. "
+                    f"{cls.default_alpha:g} x your data's tokens per digit (numloss train logs the ratio)"
+                )
 
     def extra_repr(self) -> str:
         return f"alpha={self.alpha}, normalize={self.normalize!r}"

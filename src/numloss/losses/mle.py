@@ -14,8 +14,9 @@ class MLELoss(NumericLoss):
 
     It has no alpha (no term for it to weight: `build_loss("mle", vocab, alpha=...)` is refused,
     as the command line refuses `--objective.alpha`). `normalize` ("digits" or "tokens") is
-    accepted so one call builds any objective, `build_loss(name, vocab, normalize="tokens")`;
-    with no digit term both give the same loss, exact from the step's token count alone.
+    accepted so that an A/B's arms share their options, `build_loss("mle", vocab, normalize="tokens")`
+    beside a digit objective's (which takes an explicit alpha with "tokens"); with no digit term
+    both give the same loss, exact from the step's token count alone.
     """
 
     name = "mle"
