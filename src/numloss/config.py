@@ -70,7 +70,7 @@ class DataConfig:
 @dataclass
 class ObjectiveConfig:
     name: str = _f("del", "objective: mle, del, ntl-was, ntl-mse, dist2, mixce, emo")
-    alpha: float | None = _f(None, "weight of the objective's term on the step-wide digit mean (null: its default)")
+    alpha: float | None = _f(None, "weight of the objective's term on the step-wide digit mean (null: its default, DEL 0.03; normalize: tokens needs one)")
     options: dict[str, Any] = _f({}, "other options of the objective, e.g. {place_weighting: continuous} or {tau: 2}")
 
 

@@ -23,8 +23,9 @@ What it adds to `transformers.Trainer`:
 
 `compute_loss_func(loss_fn)` is the same objective for a
 plain `transformers.Trainer(compute_loss_func=...)`. That hook sees one micro-batch and the step's
-token count only, so it is exact for objectives normalised by tokens (`normalize="tokens"`, MLE,
-MixCE, EMO) and refuses a step-wide digit mean (`normalize="digits"`) that it cannot compute.
+token count only, so it is exact for objectives normalised by tokens (`normalize="tokens"`, with
+its own alpha; MLE, MixCE, EMO) and refuses a step-wide digit mean (`normalize="digits"`, the
+default) that it cannot compute.
 """
 
 from __future__ import annotations

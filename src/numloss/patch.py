@@ -1,6 +1,6 @@
 """Liger-style model patching: `model(**batch, labels=labels)` returns the numloss loss.
 
-    numloss.patch(model, build_loss("del", vocab, normalize="tokens"), fused=True)
+    numloss.patch(model, build_loss("del", vocab), fused=True)
     loss = model(**batch).loss          # batch holds input_ids, attention_mask, labels
     numloss.unpatch(model)
 
@@ -30,9 +30,9 @@ A trainer that counts both (like `NumericTrainer`) can run its fused loss throug
 mechanism: patch with `fused=True` and call the model with `labels`, `num_items_in_batch` and
 `num_digits_in_batch`; the loss is then computed inside the model's forward.
 
-It refuses what it cannot make exact: a digit objective with `normalize="digits"` given a
-step-wide token count but no digit count (use `normalize="tokens"` or pass
-`num_digits_in_batch`), `logits_to_keep`, encoder-decoder models, context or sequence
+It refuses what it cannot make exact: a digit objective with `normalize="digits"` (the default)
+given a step-wide token count but no digit count (pass `num_digits_in_batch`, or build the loss
+with `normalize="tokens"` and its own alpha), `logits_to_keep`, encoder-decoder models, context or sequence
 parallelism set up through accelerate (a sequence split over ranks), and (fused) a model that
 transforms its head's output (a logit scale or soft-cap the chunked loss would not see).
 Without labels the original forward runs untouched.

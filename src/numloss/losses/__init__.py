@@ -1,6 +1,6 @@
 """The objectives: one file each, a registry, the shared output type.
 
-    loss_fn = build_loss("del", vocab, alpha=1.0)
+    loss_fn = build_loss("del", vocab)     # alpha 0.03 on the step's digit mean (the default)
     out = loss_fn(logits, labels)          # NumericLossOutput(loss, ce, aux, num_tokens, num_digits)
 """
 
