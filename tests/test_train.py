@@ -16,6 +16,7 @@ import torch
 from safetensors.torch import load_file
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
+from numloss import LOSSES
 from numloss.config import ConfigError, load_config
 from numloss.train import CSV_COLUMNS, main, run_training
 
@@ -48,8 +49,8 @@ def test_cli_run_writes_logs_and_a_loadable_model(tmp_path, capsys):
     assert list(rows[0]) == list(CSV_COLUMNS)
     for row in rows:
         loss, ce, aux = float(row["loss"]), float(row["ce"]), float(row["aux"])
-        if row["step"] in ("1", "2"):  # one step per log: loss = ce + alpha * aux exactly (DEL, alpha 1)
-            assert loss == pytest.approx(ce + 1.0 * aux, rel=1e-4)
+        if row["step"] in ("1", "2"):  # one step per log: loss = ce + alpha * aux exactly (DEL, its default alpha)
+            assert loss == pytest.approx(ce + LOSSES["del"].default_alpha * aux, rel=1e-4)
         assert 0 < float(row["digit_entropy"]) <= 2.31  # at most log(10)
         # the digit diagnostics: finite, a share and a probability
         assert math.isfinite(float(row["digit_logit_mean"]))
