@@ -1,7 +1,8 @@
 """Reading time of adversarial outputs, per protocol and answer kind, at 100 KB and 1 MB.
 
 Models that loop emit megabytes of newlines, spaces, digits, "=", "answer", brackets or
-backslashes. This reads each such output (the protocol's extract, finalize, compare and program
+backslashes (tests/adversarial_outputs.py, the outputs tests/test_eval_linear.py reads). This
+reads each such output (the protocol's extract, finalize, compare and program
 detection) and prints CPU seconds per output (one core: the reader is single-threaded), the
 1 MB / 100 KB ratio, then the wall time of `score_outputs` on 10 GSM8K records, one of them 1 MB of
 newlines, under both protocols. Goals: 1 MB read in under 1 s; the ratio about 10 (linear);
@@ -14,26 +15,16 @@ from __future__ import annotations
 
 import argparse
 import platform
+import sys
 import time
 from datetime import date
 from pathlib import Path
 
-from numloss.evaluate.benchmarks import Item, load_benchmark
+from numloss.evaluate.benchmarks import load_benchmark
 from numloss.evaluate.protocol import NUMLOSS, RELEASED
 
-ITEMS = {
-    "number": (Item("1", "q", "18", "number"), "gsm8k"),
-    "math": (Item("2", "q", "18", "math"), "math"),
-    "choice": (Item("3", "q", "B", "choice", ("1 over 5", "2", "3", "5")), "aqua"),
-}
-FORMS = {
-    "newlines": "\n", "spaces": " ", "digits": "1", "equals": "=", "answer": "answer ", "brackets": "(",
-    "backslashes": "\\", "trigger": "The answer is ", "letters": "(C) ", "numbers": "1 ", "boxed": "\\boxed{",
-}
-
-
-def text_of(unit: str, size: int) -> str:
-    return (unit * (size // len(unit) + 1))[:size]
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
+from adversarial_outputs import ITEMS, NAMES, adversarial  # noqa: E402 - the outputs test_eval_linear reads
 
 
 def read_seconds(protocol, kind: str, text: str) -> float:
@@ -63,8 +54,7 @@ def main() -> None:
     parser.add_argument("--score-only", action="store_true", help="only the score_outputs run")
     args = parser.parse_args()
     small, large = args.sizes
-    if args.score_only:
-        FORMS.clear()
+    names = [] if args.score_only else NAMES
     for protocol in (NUMLOSS, RELEASED):  # imports (math-verify, sympy) are not reading time
         for kind in ITEMS:
             read_seconds(protocol, kind, "The answer is \\frac{3}{x}.")
@@ -72,10 +62,10 @@ def main() -> None:
     print(f"| output | protocol | {small // 1000} KB (max over kinds) | {large // 1000} KB (max over kinds) | ratio |")
     print("|---|---|---|---|---|")
     worst = 0.0
-    for name, unit in FORMS.items():
+    for name in names:
         for protocol in (NUMLOSS, RELEASED):
-            a = max(read_seconds(protocol, kind, text_of(unit, small)) for kind in ITEMS)
-            b = max(read_seconds(protocol, kind, text_of(unit, large)) for kind in ITEMS)
+            a = max(read_seconds(protocol, kind, adversarial(name, small)) for kind in ITEMS)
+            b = max(read_seconds(protocol, kind, adversarial(name, large)) for kind in ITEMS)
             worst = max(worst, b)
             print(f"| {name} | {protocol.name} | {a:.3f} | {b:.3f} | {b / max(a, 1e-3):.1f} |", flush=True)
     print(f"slowest 1 MB read: {worst:.3f} s")

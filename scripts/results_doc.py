@@ -589,52 +589,58 @@ def _seed_ci(c: dict[str, Any]) -> str:
     return f" {_ci(100 * c['ci95'][0], 100 * c['ci95'][1])} over seeds" if len(c["seeds"]) >= 2 else ""
 
 
-def _followup_line(state: dict[str, Any], title: str, design: str, arm: str, readings: tuple[str, str]) -> str:
-    """A follow-up's answer line: its design and completeness, `arm` minus MLE with the seed
-    interval and McNemar p, and its reading once all of its runs are in."""
-    c = state["comparison"]
-    done = len(state["planned"]) - len(state["missing"])
-    line = (f"- **{title}** ({design}; "
-            + ("complete" if not state["missing"] else f"interim: {done} of {len(state['planned'])} runs") + "): "
-            f"{arm} minus MLE {_pp(c['mean_diff'])} points{_seed_ci(c)}, McNemar p {_p(c['mcnemar_p_holm'])}")
-    reading = _followup_reading(state, *readings)
+def _reading_end(line: str, state: dict[str, Any], readings: tuple[str, str], test: str = "mcnemar_p_holm") -> str:
+    """`line` closed by the follow-up's reading once all of its runs are in, else by a full stop."""
+    reading = _followup_reading(state, *readings, test=test)
     return line + (f"; {reading}" if reading else ".")
+
+
+def _interim_runs(state: dict[str, Any]) -> str:
+    return f"interim: {len(state['planned']) - len(state['missing'])} of {len(state['planned'])} runs"
+
+
+def _followup_line(rec: Records, grid: str, label: str, title: str, design: str, arm: str,
+                   readings: tuple[str, str]) -> str | None:
+    """A follow-up's answer line (None before its first pair of runs): its design and
+    completeness, `arm` (`label`) minus MLE with the seed interval and McNemar p, and its reading
+    once all of its runs are in."""
+    state = _followup_state(rec, grid, label)
+    c = state["comparison"]
+    if c is None:
+        return None
+    line = (f"- **{title}** ({design}; " + ("complete" if not state["missing"] else _interim_runs(state)) + "): "
+            f"{arm} minus MLE {_pp(c['mean_diff'])} points{_seed_ci(c)}, McNemar p {_p(c['mcnemar_p_holm'])}")
+    return _reading_end(line, state, readings)
 
 
 def followup_answer(rec: Records) -> list[str]:
     """The follow-up's line of the answer block (none before its first pair of runs)."""
-    alpha = _followup_state(rec, ALPHA_GRID, "del-a0.03")
-    if alpha["comparison"] is None:
-        return []
-    line = _followup_line(alpha, "Follow-up on the pretrained model, a tenth of the alpha",
+    line = _followup_line(rec, ALPHA_GRID, "del-a0.03", "Follow-up on the pretrained model, a tenth of the alpha",
                           "pre-registered, 4 seeds on another CPU", "DEL alpha 0.03", ALPHA_READINGS)
+    if line is None:
+        return []
     control = _followup_state(rec, REPLICATE_GRID, "del-a0.3")
-    if control["comparison"] is not None:
-        k = control["comparison"]
-        line += (" Its control, DEL alpha 0.3 on that machine"
-                 + ("" if not control["missing"] else f" (interim: {len(control['planned']) - len(control['missing'])} "
-                    f"of {len(control['planned'])} runs)")
-                 + f": {_pp(k['mean_diff'])} points{_seed_ci(k)}, McNemar p {_p(k['mcnemar_p_holm'])}")
-        reading = _followup_reading(control, *REPLICATE_READINGS)
-        line += f"; {reading}" if reading else "."
+    k = control["comparison"]
+    if k is not None:
+        line = _reading_end(line + " Its control, DEL alpha 0.3 on that machine"
+                            + ("" if not control["missing"] else f" ({_interim_runs(control)})")
+                            + f": {_pp(k['mean_diff'])} points{_seed_ci(k)}, McNemar p {_p(k['mcnemar_p_holm'])}",
+                            control, REPLICATE_READINGS)
     return [line]
 
 
 def seeds_answer(rec: Records) -> list[str]:
     """The four-more-seeds line of the answer block: the fresh seeds' McNemar, then the 8 pairs'
     sign-flip test (none before the first fresh pair)."""
-    fresh = _followup_state(rec, FRESH_GRID, "del-a0.3")
-    if fresh["comparison"] is None:
-        return []
-    line = _followup_line(fresh, "Four more seeds of the pretrained comparison",
+    line = _followup_line(rec, FRESH_GRID, "del-a0.3", "Four more seeds of the pretrained comparison",
                           "pre-registered, seeds 4-7 on the follow-up's CPU", "DEL alpha 0.3", FRESH_READINGS)
+    if line is None:
+        return []
     pooled = _followup_state(rec, SEEDS8_GRID, "del-a0.3")
     k = pooled["comparison"]
     if k is not None and len(k["seeds"]) > 4:
-        line += (f" Over the {len(k['seeds'])} seed pairs on that CPU: {_pp(k['mean_diff'])} points{_seed_ci(k)}, "
-                 f"sign-flip p {_p(k['sign_flip_p'])}")
-        reading = _followup_reading(pooled, *SEEDS8_READINGS, test="sign_flip_p")
-        line += f"; {reading}" if reading else "."
+        line = _reading_end(line + f" Over the {len(k['seeds'])} seed pairs on that CPU: {_pp(k['mean_diff'])} points"
+                            f"{_seed_ci(k)}, sign-flip p {_p(k['sign_flip_p'])}", pooled, SEEDS8_READINGS, test="sign_flip_p")
     return [line]
 
 
@@ -876,8 +882,7 @@ def gentle_grid(rec: Records) -> list[str]:
 
 
 def _interim(state: dict[str, Any]) -> str:
-    done = len(state["planned"]) - len(state["missing"])
-    return "complete" if state["complete"] else f"interim: {done} of {len(state['planned'])} runs"
+    return "complete" if state["complete"] else _interim_runs(state)
 
 
 def _versus(c: dict[str, Any], arm: str, against: str) -> str:

@@ -154,6 +154,16 @@ def test_config_errors_are_clear(tmp_path) -> None:
     assert compare_main([str(tmp_path / "missing.yaml")]) == 2
 
 
+def test_a_missing_model_is_refused_in_one_line_before_any_run(tmp_path, capsys) -> None:
+    mapping = _mapping(tmp_path / "out")
+    mapping["base"]["model"] = {"name": "numloss-test/definitely-not-cached"}
+    (tmp_path / "c.yaml").write_text(json.dumps(mapping))  # JSON is YAML
+    assert compare_main([str(tmp_path / "c.yaml")]) == 2
+    error = capsys.readouterr().err.strip()
+    assert error.startswith("numloss compare: model.name: ") and "\n" not in error, error
+    assert not (tmp_path / "out" / "runs").exists()
+
+
 @pytest.mark.slow  # fast: test_parallel_jobs_give_the_same_results (workers' results reach on_result)
 def test_parallel_runs_are_reported_as_they_finish(tmp_path) -> None:
     """With jobs=2 and three runs, the first result reaches on_result (the progress bar) before the

@@ -15,33 +15,14 @@ from pathlib import Path
 
 import pytest
 
+from adversarial_outputs import ITEMS, NAMES, adversarial
 from numloss.evaluate import answers, runner
 from numloss.evaluate.benchmarks import Item
 from numloss.evaluate.programs import ProgramRunner
 from numloss.evaluate.protocol import NUMLOSS, RELEASED
 from numloss.evaluate.sandbox import SandboxLimits
 
-ITEMS = {
-    "number": (Item("1", "q", "18", "number"), "gsm8k"),
-    "math": (Item("2", "q", "18", "math"), "math"),
-    "choice": (Item("3", "q", "B", "choice", ("1 over 5", "2", "3", "5")), "aqua"),
-}
-# one unit repeated to the size; the last two are a word followed by a run
-UNITS = {
-    "newlines": "\n", "spaces": " ", "digits": "1", "equals": "=", "answer": "answer ", "brackets": "(",
-    "square-brackets": "[", "braces": "{", "backslashes": "\\", "trigger": "The answer is ", "letters": "(C) ",
-    "numbers": "1 ", "boxed": "\\boxed{", "headers": "\n\nQuestion 1:\n", "dollars": "$1",
-}
-RUNS = {"answer-then-spaces": ("answer", " "), "digits-then-equals": ("", "1"), "answer-then-newlines": ("The answer is", "\n")}
 FLOOR = 0.02  # seconds: below this a 100 KB read is too fast to time against
-
-
-def adversarial(name: str, size: int) -> str:
-    if name in RUNS:
-        head, unit = RUNS[name]
-        return head + unit * (size - len(head) - 1) + ("=" if name == "digits-then-equals" else " ")
-    unit = UNITS[name]
-    return (unit * (size // len(unit) + 1))[:size]
 
 
 def read_all(text: str) -> float:
@@ -61,7 +42,7 @@ def warm():
     read_all("The answer is \\frac{3}{x}.")  # imports (math-verify, sympy) are not the reader's time
 
 
-@pytest.mark.parametrize("name", [*UNITS, *RUNS])
+@pytest.mark.parametrize("name", NAMES)
 def test_reading_time_grows_linearly(name):
     small = read_all(adversarial(name, 100_000))
     large = read_all(adversarial(name, 1_000_000))

@@ -13,10 +13,11 @@ from pathlib import Path
 import pytest
 
 from numloss.evaluate import lmeval
-from numloss.evaluate.api import SCHEMA_VERSION, evaluate, score_outputs
+from numloss.evaluate.api import evaluate, score_outputs
 from numloss.evaluate.benchmarks import BenchmarkError
 from numloss.evaluate.cli import main as eval_main
 from numloss.evaluate.generate import Generation
+from numloss.evaluate.report import SCHEMA_VERSION
 
 FIXTURES = Path(__file__).parent / "fixtures"
 GSM8K_SAMPLES = FIXTURES / "lmeval" / "samples_gsm8k_2024-06-01T12-00-00.123456.jsonl"

@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 import torch
 
+import test_train_faults
 from numloss.config import ConfigError
 from numloss.train import INPUTS_FILE, run_training
 from test_train_faults import (
@@ -28,6 +29,9 @@ from test_train_faults import (
     weights,
 )
 
+# fixtures shared with test_train_faults: the uninterrupted 4-step run, and a model load that fails the test
+reference, no_model_loads = test_train_faults.reference, test_train_faults.no_model_loads
+
 
 def run_cli(out: Path, *extra: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
     """`numloss train` in a subprocess, with its output captured."""
@@ -39,24 +43,6 @@ def _data(path: Path, shift: int = 0) -> Path:
     path.write_text("".join(json.dumps({"instruction": f"{a} + {a + shift} =", "output": str(2 * a + shift)}) + "\n"
                             for a in range(16)))
     return path
-
-
-@pytest.fixture(scope="module")
-def reference(tmp_path_factory) -> Path:
-    """The uninterrupted 4-step run, checkpoint after each step."""
-    out = tmp_path_factory.mktemp("reference") / "run"
-    assert run_training(config(out)).global_step == 4
-    return out
-
-
-@pytest.fixture
-def no_model_loads(monkeypatch):
-    import numloss.train as train
-
-    def refuse(*args, **kwargs):
-        raise AssertionError("the model was loaded before the error was found")
-
-    monkeypatch.setattr(train, "load_model_for", refuse)
 
 
 def test_resume_after_the_data_file_changed_is_refused_naming_it(tmp_path, monkeypatch, caplog) -> None:

@@ -42,19 +42,19 @@ from numloss.extras import needs
 with needs("hf", "numloss.hf"):
     from transformers import Trainer
 
+from numloss import heads, step_counts
 from numloss.digits import digit_coverage
-from numloss.heads import model_logits, output_head, patch_target
+from numloss.heads import *  # noqa: F403 - re-exported (see __all__)
+from numloss.heads import model_logits
 from numloss.losses.base import NumericLoss, NumericLossOutput
 from numloss.patch import patched
+from numloss.step_counts import *  # noqa: F403 - re-exported (see __all__)
 from numloss.step_counts import (
-    accelerate_sequence_split,
     count_tokens_and_digits,
-    has_digit_term,
     needs_step_digit_count,
     reduce_step_counts,
     refuse_split_sequences,
     step_digits_refusal,
-    token_count_suffices,
 )
 
 # Slots of the on-device logging accumulator (float64 so long intervals do not lose counts).
@@ -366,20 +366,6 @@ class NumericTrainer(Trainer):
 
 # The helpers this module shares with numloss.patch live in numloss.heads and numloss.step_counts;
 # they stay importable from here, where the Trainer glue has always offered them.
-__all__ = [
-    "NumericTrainer",
-    "NumericComputeLoss",
-    "compute_loss_func",
-    "shift_labels",
-    "count_tokens_and_digits",
-    "reduce_step_counts",
-    "refuse_split_sequences",
-    "accelerate_sequence_split",
-    "has_digit_term",
-    "token_count_suffices",
-    "needs_step_digit_count",
-    "step_digits_refusal",
-    "model_logits",
-    "output_head",
-    "patch_target",
-]
+__all__ = ["NumericTrainer", "NumericComputeLoss", "compute_loss_func", "shift_labels"]
+__all__ += step_counts.__all__
+__all__ += heads.__all__

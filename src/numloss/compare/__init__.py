@@ -289,14 +289,8 @@ def main(argv: list[str] | None = None) -> int:
     except ConfigError as error:
         print(f"numloss compare: {error}", file=sys.stderr)
         return 2
-    if not args.report_only:  # a missing model fails now, in one line, not in the first run
-        from numloss.models import ModelUnavailableError, check_model_available
-
-        model = compare.base.get("model", {})
-        try:
-            check_model_available(model.get("name", "tiny"), model.get("revision"), model.get("cache_dir"))
-        except ModelUnavailableError as error:
-            print(f"numloss compare: model.name: {error}", file=sys.stderr)
+    if not args.report_only:
+        if not model_available("numloss compare", compare):
             return 2
         data_dir = getattr(compare.task, "data_dir", None)  # the benchmarks a word-problem grid is scored on
         if data_dir is not None and not Path(data_dir).is_dir():
@@ -307,6 +301,20 @@ def main(argv: list[str] | None = None) -> int:
         quiet_training_logs()
     return run_reporting_errors("numloss compare", compare,
                                 lambda: run_comparison(compare, progress=not args.no_progress, finished_only=args.report_only))
+
+
+def model_available(prog: str, compare: Any) -> bool:
+    """False, after printing one line saying why, when the grid's model cannot be loaded: a
+    missing model fails before the first run, not in it."""
+    from numloss.models import ModelUnavailableError, check_model_available
+
+    model = compare.base.get("model", {})
+    try:
+        check_model_available(model.get("name", "tiny"), model.get("revision"), model.get("cache_dir"))
+    except ModelUnavailableError as error:
+        print(f"{prog}: model.name: {error}", file=sys.stderr)
+        return False
+    return True
 
 
 def interrupted_line(compare: Any) -> str:

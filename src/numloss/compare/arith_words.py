@@ -28,7 +28,7 @@ from __future__ import annotations
 import random
 import time
 from collections.abc import Iterable
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from typing import Any
 
 from numloss.compare.word_task import ChatExample, WordProblemTask
@@ -164,9 +164,7 @@ class ArithmeticWordTask(WordProblemTask):
             raise ValueError("task.benchmark_limit, task.eval_batch_size and task.max_new_tokens must be >= 1")
 
     def to_dict(self) -> dict[str, Any]:
-        out = asdict(self)
-        out["benchmarks"] = list(self.benchmarks)
-        out.pop("extra")
+        out = super().to_dict()
         if self.heldout_facts == "any":  # absent at its default: the untrained baseline's hash reads every key
             out.pop("heldout_facts")
         return out

@@ -39,6 +39,7 @@ from numloss.compare.jsonio import write_json_atomic as _write_json_atomic
 from numloss.compare.runner import (
     RunKey,
     check_inputs,
+    config_threads,
     input_hashes,
     read_record,
     run_one,
@@ -116,18 +117,9 @@ def run_pretrained_grid(
     log: Callable[[str], None] = print,
 ) -> dict[str, Any]:
     """Run what is missing of the grid (see the module doc); returns {finished, failed, left}.
-
-    Torch uses the config's `torch_threads` meanwhile (as `numloss compare` does): two threads
-    on two busy cores wait at every barrier."""
-    import torch
-
-    threads = torch.get_num_threads()
-    if compare.torch_threads is not None:
-        torch.set_num_threads(compare.torch_threads)
-    try:
+    Torch uses the config's `torch_threads` meanwhile, as `numloss compare` does."""
+    with config_threads(compare):
         return _run_grid(compare, budget_s, baseline, list(also_to or []), shard, run, log)
-    finally:
-        torch.set_num_threads(threads)
 
 
 def _run_grid(

@@ -506,6 +506,19 @@ def _die_with_parent(parent: int) -> None:
         os._exit(1)
 
 
+@contextmanager
+def config_threads(compare: CompareConfig) -> Iterator[None]:
+    """torch on the config's `torch_threads` for the body (as it is without one), and back after:
+    two threads on two busy cores wait at every barrier."""
+    threads = torch.get_num_threads()
+    if compare.torch_threads is not None:
+        torch.set_num_threads(compare.torch_threads)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(threads)
+
+
 def worker_threads(compare: CompareConfig, jobs: int) -> int:
     """torch threads per run: the config's `torch_threads`, else the cores shared out among `jobs`."""
     if compare.torch_threads is not None:
@@ -601,15 +614,10 @@ def _run_grid(
             _write_train_file(train_file, train_sets[key.seed])  # rewritten only when it differs
             pending.append((key, train_file))
         if jobs == 1:
-            threads = torch.get_num_threads()
-            if compare.torch_threads is not None:
-                torch.set_num_threads(compare.torch_threads)
-            try:
+            with config_threads(compare):
                 for key, train_file in pending:
                     bar.set_postfix_str(f"training {key.name}")
                     finish(key, run_one(compare, key, train_sets[key.seed], test_sets, train_file, progress_bar=progress))
-            finally:
-                torch.set_num_threads(threads)
         elif pending:
             _run_parallel(compare, pending, train_sets, test_sets, jobs, finish, bar)
     finally:

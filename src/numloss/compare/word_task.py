@@ -106,7 +106,7 @@ class WordProblemTask:
         known = set(cls.__dataclass_fields__) - {"extra"}
         unknown = sorted(set(mapping) - known)
         if unknown:
-            raise ValueError(f"task: unknown key(s) {', '.join(unknown)} for kind word_problems; known: {', '.join(sorted(known))}")
+            raise ValueError(f"task: unknown key(s) {', '.join(unknown)} for kind {cls.kind}; known: {', '.join(sorted(known))}")
         if "benchmarks" in mapping:
             mapping["benchmarks"] = tuple(mapping["benchmarks"])
         task = cls(**mapping)

@@ -6,7 +6,7 @@
     print(report.to_markdown())
     again = score_outputs("outputs/eval/items.jsonl", protocol="numloss", data_dir="../shared/benchmarks")
     theirs = score_outputs("samples_gsm8k_2024-06-01T12-00-00.jsonl", data_dir="../shared/benchmarks")  # lm-eval --log_samples
-    report.to_json()  # schema SCHEMA_VERSION, docs/evaluation.md "The report's JSON"
+    report.to_json()  # schema numloss.evaluate.report.SCHEMA_VERSION, docs/evaluation.md "The report's JSON"
 
 `numloss eval` is a thin command line over these two functions.
 """
@@ -18,7 +18,6 @@ import sys
 import time
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -36,14 +35,13 @@ from numloss.evaluate.benchmarks import (
 )
 from numloss.evaluate.metrics import (
     DigitStats,
-    PlaceAccuracy,
     accuracy,
-    macc,
     numeric_distance,
     place_accuracy,
 )
 from numloss.evaluate.programs import ProgramRunner
 from numloss.evaluate.protocol import Protocol, generation_settings, resolve
+from numloss.evaluate.report import BenchmarkScore, EvalReport
 from numloss.evaluate.runner import ItemResult, program_runner, refused, run_benchmark
 from numloss.evaluate.store import (
     ResultsFile,
@@ -56,38 +54,7 @@ from numloss.evaluate.store import (
 )
 
 DECIMAL_TEXT = "0123456789.-"
-SCHEMA_VERSION = 2  # of EvalReport.to_json(); 1 was the earlier unversioned layout
 BENCHMARK_KIND = {name: spec.kind for name, spec in BENCHMARKS.items()}
-
-
-@dataclass
-class BenchmarkScore:
-    """One benchmark under one protocol."""
-
-    benchmark: str
-    protocol: str
-    count: int
-    correct: int
-    accuracy: float
-    ci95: tuple[float, float]
-    answered: int
-    styles: dict[str, int]
-    program_status: dict[str, int]
-    pot_refused: int
-    mae: float | None = None
-    signed_log_mae: float | None = None
-    numeric_count: int = 0
-    mae_top_share: float | None = None  # the largest single error's share of the MAE (1.0: one item is all of it)
-    place_accuracy: list[PlaceAccuracy] = field(default_factory=list)
-    digit_entropy: float | None = None  # teacher-forced, nats (model only; None when not measured)
-    digit_accuracy: float | None = None
-    digit_entropy_histogram: list[int] = field(default_factory=list)  # 20 equal bins over [0, ln 10]
-
-    def to_json(self) -> dict[str, Any]:
-        out = dict(self.__dict__)
-        out["ci95"] = list(self.ci95)
-        out["place_accuracy"] = [{"place": e.place, "correct": e.correct, "total": e.total, "accuracy": e.accuracy} for e in self.place_accuracy]
-        return out
 
 
 def benchmark_score(results: Sequence[ItemResult], digits: DigitStats | None = None) -> BenchmarkScore:
@@ -137,66 +104,6 @@ def benchmark_score(results: Sequence[ItemResult], digits: DigitStats | None = N
 
 def _finite(x: float) -> float | None:
     return None if x is None or math.isnan(x) else x
-
-
-@dataclass
-class EvalReport:
-    """Per protocol and benchmark: scores and item results; the items where protocols disagree."""
-
-    protocols: list[str]
-    scores: dict[str, dict[str, BenchmarkScore]]
-    items: dict[str, dict[str, list[ItemResult]]]
-    isolation: dict[str, str] = field(default_factory=dict)
-    meta: dict[str, Any] = field(default_factory=dict)
-
-    @property
-    def benchmarks(self) -> list[str]:
-        return list(self.scores[self.protocols[0]])
-
-    def accuracy(self, benchmark: str, protocol: str | None = None) -> float:
-        return self.scores[protocol or self.protocols[-1]][benchmark].accuracy
-
-    def macc(self, protocol: str | None = None) -> float:
-        """The paper's mACC: the mean of the per-benchmark accuracies."""
-        return macc({b: s.accuracy for b, s in self.scores[protocol or self.protocols[-1]].items()})
-
-    @property
-    def disagreements(self) -> dict[str, list[str]]:
-        """Per benchmark, the ids of items whose verdict differs between the first two protocols."""
-        if len(self.protocols) < 2:
-            return {b: [] for b in self.benchmarks}
-        a, b = self.protocols[:2]
-        return {name: [x.id for x, y in zip(self.items[a][name], self.items[b][name], strict=True) if x.correct != y.correct]
-                for name in self.benchmarks}
-
-    def to_json(self, items: bool = False) -> dict[str, Any]:
-        """The report as JSON-ready data (schema `SCHEMA_VERSION`, documented in docs/evaluation.md,
-        "The report's JSON"): everything `numloss eval` prints or writes to report.md.
-        `items=True` adds every item result (the lines of items.jsonl)."""
-        from importlib.metadata import PackageNotFoundError, version
-
-        try:
-            package = version("numloss")
-        except PackageNotFoundError:  # a source checkout without an install
-            package = None
-        out = {
-            "schema_version": SCHEMA_VERSION,
-            "numloss_version": package,
-            **self.meta,
-            "protocols": self.protocols,
-            "isolation": self.isolation,
-            "benchmarks": {p: {b: s.to_json() for b, s in per.items()} for p, per in self.scores.items()},
-            "macc": {p: self.macc(p) for p in self.protocols},
-            "disagreements": self.disagreements,
-        }
-        if items:
-            out["items"] = {p: {b: [r.to_json() for r in rs] for b, rs in per.items()} for p, per in self.items.items()}
-        return out
-
-    def to_markdown(self) -> str:
-        from numloss.evaluate.report import markdown
-
-        return markdown(self)
 
 
 def _protocols(protocol: str | Protocol | Sequence) -> list[Protocol]:

@@ -375,6 +375,12 @@ def read_located(path: Path) -> list[tuple[dict[str, Any], str]]:
             return [(r, f"{path} record {i}") for i, r in enumerate(data)]
     elif suffix != ".jsonl":
         raise BenchmarkError(f"{path}: unsupported file type {suffix!r}; use .json, .jsonl or .parquet")
+    return [(record, f"{path}:{number}") for number, record in _jsonl_records(text, path, "a JSON object per line")]
+
+
+def _jsonl_records(text: str, path: Path, expected: str) -> list[tuple[int, dict[str, Any]]]:
+    """(line number, object) of each line of JSON-lines `text` (of `path`); blank lines are
+    skipped, and a line that is not a JSON object is a BenchmarkError saying `expected`."""
     records = []
     for number, line in enumerate(text.splitlines(), 1):
         if not line.strip():
@@ -384,8 +390,8 @@ def read_located(path: Path) -> list[tuple[dict[str, Any], str]]:
         except json.JSONDecodeError as error:
             raise BenchmarkError(f"{path}:{number}: invalid JSON ({error.msg})") from None
         if not isinstance(record, dict):
-            raise BenchmarkError(f"{path}:{number}: expected a JSON object per line")
-        records.append((record, f"{path}:{number}"))
+            raise BenchmarkError(f"{path}:{number}: expected {expected}")
+        records.append((number, record))
     return records
 
 
@@ -463,16 +469,8 @@ def _file_set(path_text: str) -> Benchmark:
         raise BenchmarkError(f"file:{path}: no such file (expected a .jsonl file: {FILE_SUMMARY})")
     items: list[Item] = []
     seen: set[str] = set()
-    for number, line in enumerate(read_utf8(path, BenchmarkError).splitlines(), 1):
-        if not line.strip():
-            continue
+    for number, record in _jsonl_records(read_utf8(path, BenchmarkError), path, "a JSON object with 'question' and 'answer'"):
         where = f"{path}:{number}"
-        try:
-            record = json.loads(line)
-        except json.JSONDecodeError as error:
-            raise BenchmarkError(f"{where}: invalid JSON ({error.msg})") from None
-        if not isinstance(record, dict):
-            raise BenchmarkError(f"{where}: expected a JSON object with 'question' and 'answer'")
         question = _raw_text(record, "question", where)
         answer = _field(record, "answer", where)
         if isinstance(answer, (bool, list, dict)) or (isinstance(answer, str) and not answer.strip()):

@@ -1,4 +1,5 @@
-"""An `EvalReport` as Markdown, JSON and PNG plots.
+"""The eval report (`EvalReport`, one `BenchmarkScore` per benchmark and protocol) and its rendering
+as Markdown, JSON and PNG plots.
 
 `write_report(out_dir, report)` writes `results.json` (`report.to_json()`), `report.md`
 (`markdown(report)`), `accuracy.png` (per benchmark and mACC, one bar per protocol),
@@ -11,30 +12,106 @@ from __future__ import annotations
 
 import json
 import math
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any
 
+from numloss.evaluate.metrics import PlaceAccuracy, macc
 from numloss.textio import jsonable
 
+if TYPE_CHECKING:
+    from numloss.evaluate.runner import ItemResult
 
-class EvalReport(Protocol):
-    """What this module reads of a `numloss.evaluate.api.EvalReport` (a structural type, so this
-    module imports nothing of the API that renders through it)."""
+
+SCHEMA_VERSION = 2  # of EvalReport.to_json(); 1 was the earlier unversioned layout
+
+
+@dataclass
+class BenchmarkScore:
+    """One benchmark under one protocol."""
+
+    benchmark: str
+    protocol: str
+    count: int
+    correct: int
+    accuracy: float
+    ci95: tuple[float, float]
+    answered: int
+    styles: dict[str, int]
+    program_status: dict[str, int]
+    pot_refused: int
+    mae: float | None = None
+    signed_log_mae: float | None = None
+    numeric_count: int = 0
+    mae_top_share: float | None = None  # the largest single error's share of the MAE (1.0: one item is all of it)
+    place_accuracy: list[PlaceAccuracy] = field(default_factory=list)
+    digit_entropy: float | None = None  # teacher-forced, nats (model only; None when not measured)
+    digit_accuracy: float | None = None
+    digit_entropy_histogram: list[int] = field(default_factory=list)  # 20 equal bins over [0, ln 10]
+
+    def to_json(self) -> dict[str, Any]:
+        out = dict(self.__dict__)
+        out["ci95"] = list(self.ci95)
+        out["place_accuracy"] = [{"place": e.place, "correct": e.correct, "total": e.total, "accuracy": e.accuracy} for e in self.place_accuracy]
+        return out
+
+
+@dataclass
+class EvalReport:
+    """Per protocol and benchmark: scores and item results; the items where protocols disagree."""
 
     protocols: list[str]
-    scores: dict[str, dict[str, Any]]
-    isolation: dict[str, Any]
-    meta: dict[str, Any]
+    scores: dict[str, dict[str, BenchmarkScore]]
+    items: dict[str, dict[str, list[ItemResult]]]
+    isolation: dict[str, str] = field(default_factory=dict)
+    meta: dict[str, Any] = field(default_factory=dict)
 
     @property
-    def benchmarks(self) -> list[str]: ...
+    def benchmarks(self) -> list[str]:
+        return list(self.scores[self.protocols[0]])
+
+    def accuracy(self, benchmark: str, protocol: str | None = None) -> float:
+        return self.scores[protocol or self.protocols[-1]][benchmark].accuracy
+
+    def macc(self, protocol: str | None = None) -> float:
+        """The paper's mACC: the mean of the per-benchmark accuracies."""
+        return macc({b: s.accuracy for b, s in self.scores[protocol or self.protocols[-1]].items()})
 
     @property
-    def disagreements(self) -> dict[str, list[str]]: ...
+    def disagreements(self) -> dict[str, list[str]]:
+        """Per benchmark, the ids of items whose verdict differs between the first two protocols."""
+        if len(self.protocols) < 2:
+            return {b: [] for b in self.benchmarks}
+        a, b = self.protocols[:2]
+        return {name: [x.id for x, y in zip(self.items[a][name], self.items[b][name], strict=True) if x.correct != y.correct]
+                for name in self.benchmarks}
 
-    def macc(self, protocol: str | None = None) -> float: ...
+    def to_json(self, items: bool = False) -> dict[str, Any]:
+        """The report as JSON-ready data (schema `SCHEMA_VERSION`, documented in docs/evaluation.md,
+        "The report's JSON"): everything `numloss eval` prints or writes to report.md.
+        `items=True` adds every item result (the lines of items.jsonl)."""
+        from importlib.metadata import PackageNotFoundError, version
 
-    def to_json(self) -> dict[str, Any]: ...
+        try:
+            package = version("numloss")
+        except PackageNotFoundError:  # a source checkout without an install
+            package = None
+        out = {
+            "schema_version": SCHEMA_VERSION,
+            "numloss_version": package,
+            **self.meta,
+            "protocols": self.protocols,
+            "isolation": self.isolation,
+            "benchmarks": {p: {b: s.to_json() for b, s in per.items()} for p, per in self.scores.items()},
+            "macc": {p: self.macc(p) for p in self.protocols},
+            "disagreements": self.disagreements,
+        }
+        if items:
+            out["items"] = {p: {b: [r.to_json() for r in rs] for b, rs in per.items()} for p, per in self.items.items()}
+        return out
+
+    def to_markdown(self) -> str:
+        return markdown(self)
 
 
 def _pct(x: float | None) -> str:

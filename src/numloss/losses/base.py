@@ -28,7 +28,7 @@ import math
 import numbers
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any, NoReturn
+from typing import Any, ClassVar, NoReturn
 
 import torch
 from torch import nn
@@ -167,6 +167,10 @@ class NumericLoss(nn.Module):
     #: what aux is divided by: "tokens" (token objectives, MLE) or, for digit objectives, the
     #: `normalize` option ("digits" by default)
     normalize: str = "tokens"
+    #: the `normalize` values the objective accepts (none: it takes no `normalize` option)
+    normalizations: tuple[str, ...] = ()
+    #: the values each of the objective's choice options may take (checked by `validate_options`)
+    choices: ClassVar[dict[str, tuple[Any, ...]]] = {}
 
     def __init__(
         self,
@@ -228,6 +232,11 @@ class NumericLoss(nn.Module):
         """
         if options.get("alpha") is not None:
             check_number(cls.name, "alpha", options["alpha"])
+        if "normalize" in options and cls.normalizations:
+            check_choice(cls.name, "normalize", options["normalize"], cls.normalizations)
+        for key, allowed in cls.choices.items():
+            if key in options:
+                check_choice(cls.name, key, options[key], allowed)
 
     @property
     def token_count_suffices(self) -> bool:
@@ -370,16 +379,9 @@ class NumericLoss(nn.Module):
         logits; computed in chunks of rows by `numloss.fused`. `hidden` [B, T, H] or [N, H],
         `labels` aligned with it; `chunk_size` None picks one from V and H.
         """
-        return fused_loss(
-            self,
-            hidden,
-            lm_head_weight,
-            labels,
-            lm_head_bias=lm_head_bias,
-            num_items_in_batch=num_items_in_batch,
-            num_digits_in_batch=num_digits_in_batch,
-            chunk_size=chunk_size,
-        )
+        return fused_loss(self, hidden, lm_head_weight, labels, lm_head_bias=lm_head_bias,
+                          num_items_in_batch=num_items_in_batch, num_digits_in_batch=num_digits_in_batch,
+                          chunk_size=chunk_size)
 
     def _prepare(
         self, logits: torch.Tensor, labels: torch.Tensor
@@ -519,14 +521,12 @@ class DigitLoss(NumericLoss):
         default alpha weighs the step's digit mean, and a per-token mean is smaller by the data's
         tokens per digit, so the same number would weigh the term several times less."""
         super().validate_options(options)
-        if "normalize" in options:
-            check_choice(cls.name, "normalize", options["normalize"], cls.normalizations)
-            if options["normalize"] == "tokens" and "alpha" in options and options["alpha"] is None:
-                raise ValueError(
-                    f"{cls.name}: normalize=\"tokens\" divides the term by the step's token count, but the default "
-                    f"alpha ({cls.default_alpha:g}) weighs the step's digit mean: pass alpha explicitly, e.g. "
-                    f"{cls.default_alpha:g} x your data's tokens per digit (numloss train logs the ratio)"
-                )
+        if options.get("normalize") == "tokens" and "alpha" in options and options["alpha"] is None:
+            raise ValueError(
+                f"{cls.name}: normalize=\"tokens\" divides the term by the step's token count, but the default "
+                f"alpha ({cls.default_alpha:g}) weighs the step's digit mean: pass alpha explicitly, e.g. "
+                f"{cls.default_alpha:g} x your data's tokens per digit (numloss train logs the ratio)"
+            )
 
     def extra_repr(self) -> str:
         return f"alpha={self.alpha}, normalize={self.normalize!r}"

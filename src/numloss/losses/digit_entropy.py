@@ -22,9 +22,6 @@ form is not public, so this is our reading of it.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import Any
-
 import torch
 
 from numloss.digits import (
@@ -34,7 +31,7 @@ from numloss.digits import (
     PlaceWeighting,
     place_weights,
 )
-from numloss.losses.base import DigitLoss, check_choice
+from numloss.losses.base import DigitLoss
 from numloss.losses.del_terms import (  # noqa: F401  (re-exported: the functions of DEL)
     DISTANCES,
     SIGMOID_INPUTS,
@@ -55,6 +52,8 @@ class DigitEntropyLoss(DigitLoss):
     # weight is alpha=1.28.
     default_alpha = 0.03
 
+    choices = {"place_weighting": PLACE_WEIGHTINGS, "distance": DISTANCES, "sigmoid_input": SIGMOID_INPUTS}
+
     def __init__(
         self,
         vocab: DigitVocab,
@@ -69,16 +68,6 @@ class DigitEntropyLoss(DigitLoss):
         self.place_weighting = place_weighting
         self.distance = distance
         self.sigmoid_input = sigmoid_input
-
-    @classmethod
-    def validate_options(cls, options: Mapping[str, Any]) -> None:
-        super().validate_options(options)
-        if "place_weighting" in options:
-            check_choice(cls.name, "place_weighting", options["place_weighting"], PLACE_WEIGHTINGS)
-        if "distance" in options:
-            check_choice(cls.name, "distance", options["distance"], DISTANCES)
-        if "sigmoid_input" in options:
-            check_choice(cls.name, "sigmoid_input", options["sigmoid_input"], SIGMOID_INPUTS)
 
     def extra_repr(self) -> str:
         return (

@@ -38,7 +38,7 @@ import torch
 import torch.nn.functional as F
 
 from numloss.digits import DigitVocab
-from numloss.losses.base import NumericLoss, check_choice, check_number
+from numloss.losses.base import NumericLoss, check_number
 
 FORMS = ("adaptive", "gpt2")
 MODES = (1, 2)
@@ -66,6 +66,7 @@ class EMOLoss(NumericLoss):
     default_alpha = 1.0
     takes_alpha = False
     needs_output_embedding = True
+    choices = {"form": FORMS, "mode": MODES}
 
     def __init__(
         self,
@@ -95,10 +96,6 @@ class EMOLoss(NumericLoss):
     @classmethod
     def validate_options(cls, options: Mapping[str, Any]) -> None:
         super().validate_options(options)
-        if "form" in options:
-            check_choice(cls.name, "form", options["form"], FORMS)
-        if "mode" in options:
-            check_choice(cls.name, "mode", options["mode"], MODES)
         if options.get("max_ratio") is not None:
             check_number(cls.name, "max_ratio", options["max_ratio"], low_open=True)
             if options.get("mode", 1) != 1:

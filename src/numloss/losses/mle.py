@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from typing import Any
 
 from numloss.digits import DigitVocab
-from numloss.losses.base import NORMALIZATIONS, NumericLoss, check_choice
+from numloss.losses.base import NORMALIZATIONS, NumericLoss
 
 
 class MLELoss(NumericLoss):
@@ -27,12 +26,6 @@ class MLELoss(NumericLoss):
     def __init__(self, vocab: DigitVocab, normalize: str = "tokens", **base_options: Any) -> None:
         super().__init__(vocab, **base_options)
         self.normalize = normalize
-
-    @classmethod
-    def validate_options(cls, options: Mapping[str, Any]) -> None:
-        super().validate_options(options)
-        if "normalize" in options:
-            check_choice(cls.name, "normalize", options["normalize"], cls.normalizations)
 
     @property
     def token_count_suffices(self) -> bool:

@@ -26,7 +26,7 @@ from typing import Any
 import torch
 
 from numloss.digits import DigitVocab
-from numloss.losses.base import DigitLoss, check_choice
+from numloss.losses.base import DigitLoss
 from numloss.losses.number_tokens import token_values
 
 LEVELS = ("digit", "token")
@@ -63,6 +63,7 @@ def reweighed(term: torch.Tensor, z: torch.Tensor, y: torch.Tensor, nll: torch.T
 class _NumberTokenLoss(DigitLoss):
     default_alpha = 0.3
     largest_term: float = 0.0
+    choices = {"level": LEVELS}
 
     def __init__(
         self, vocab: DigitVocab, alpha: float | None = None, reweigh: bool = False, level: str = "digit", **base_options
@@ -77,10 +78,8 @@ class _NumberTokenLoss(DigitLoss):
         super().validate_options(options)
         if "reweigh" in options and not isinstance(options["reweigh"], bool):
             raise ValueError(f"{cls.name}: reweigh must be true or false, got {options['reweigh']!r}")
-        if "level" in options:
-            check_choice(cls.name, "level", options["level"], LEVELS)
-            if options["level"] == "token" and options.get("reweigh"):
-                raise ValueError(f"{cls.name}: reweigh applies to the digit level only; drop it or use level='digit'")
+        if options.get("level") == "token" and options.get("reweigh"):
+            raise ValueError(f"{cls.name}: reweigh applies to the digit level only; drop it or use level='digit'")
 
     def extra_repr(self) -> str:
         return f"{super().extra_repr()}, reweigh={self.reweigh}, level={self.level!r}"
