@@ -152,7 +152,7 @@ def test_config_yaml_survives_a_failed_rewrite(tmp_path, disk_full) -> None:
 
 
 def test_log_history_and_final_record_are_written_whole(tmp_path, disk_full) -> None:
-    from numloss.train import _write_json
+    from numloss.train.run import _write_json
 
     path = tmp_path / "log_history.json"
     _write_json(path, [{"step": 1, "loss": 2.0}])
@@ -164,9 +164,9 @@ def test_log_history_and_final_record_are_written_whole(tmp_path, disk_full) -> 
 
 # -- log.csv ---------------------------------------------------------------------------------------
 def _csv_callback(path: Path):
-    from numloss.train import _callbacks_module
+    from numloss.train.callbacks import CSVLogCallback
 
-    return _callbacks_module()[1](path)
+    return CSVLogCallback(path)
 
 
 def _state(step: int) -> SimpleNamespace:
