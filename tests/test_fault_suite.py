@@ -169,7 +169,7 @@ def test_train_fault_at_its_own_files_then_resume(point, fault, tmp_path, capsys
 
     out = tmp_path / "run"
     argv = [str(TINY), "--train.output_dir", str(out), *RUN]
-    name = "record_config" if point == "config.yaml" else "_write_json"
+    name = "record_config" if point == "config.yaml" else "write_json_atomic"
     with monkeypatch.context() as patch:
         owner = numloss.train.folder if name == "record_config" else numloss.train.run
         _failing_at(patch, owner, name, fault, nth=1)

@@ -25,33 +25,26 @@ def tiny_options_for(config: Any) -> dict[str, Any]:
     }
 
 
+def _source(config: Any) -> dict[str, Any]:
+    """The options `numloss.models` reads the tokenizer and the model of `config` with."""
+    model = config.model
+    return {"revision": model.revision, "trust_remote_code": model.trust_remote_code, "cache_dir": model.cache_dir,
+            "tiny_options": tiny_options_for(config)}
+
+
 def load_tokenizer_for(config: Any) -> Any:
     """The tokenizer `load_model_for(config)` will return, without loading any weights."""
     from numloss.models import load_tokenizer
 
-    return load_tokenizer(
-        config.model.name,
-        revision=config.model.revision,
-        trust_remote_code=config.model.trust_remote_code,
-        cache_dir=config.model.cache_dir,
-        tiny_options=tiny_options_for(config),
-    )
+    return load_tokenizer(config.model.name, **_source(config))
 
 
 def load_model_for(config: Any) -> tuple[Any, Any]:
     """(model, tokenizer) that a run of `config` starts from, before any training or LoRA."""
     from numloss.models import load_model_and_tokenizer
 
-    return load_model_and_tokenizer(
-        config.model.name,
-        revision=config.model.revision,
-        dtype=config.model.dtype,
-        trust_remote_code=config.model.trust_remote_code,
-        attn_implementation=config.model.attn_implementation,
-        tiny_options=tiny_options_for(config),
-        cache_dir=config.model.cache_dir,
-        seed=config.train.seed,
-    )
+    return load_model_and_tokenizer(config.model.name, dtype=config.model.dtype, seed=config.train.seed,
+                                    attn_implementation=config.model.attn_implementation, **_source(config))
 
 
 def check_model_name(config: Config) -> None:
@@ -118,16 +111,9 @@ def load_training_examples(config: Config) -> list[Any]:
     from numloss.data import load_examples
 
     data = config.data
-    return load_examples(
-        data.source,
-        num_examples=data.num_examples,
-        seed=data.seed,
-        split=data.split,
-        subset=data.subset,
-        instruction_field=data.instruction_field,
-        input_field=data.input_field,
-        output_field=data.output_field,
-    )
+    return load_examples(data.source, num_examples=data.num_examples, seed=data.seed, split=data.split,
+                         subset=data.subset, instruction_field=data.instruction_field, input_field=data.input_field,
+                         output_field=data.output_field)
 
 
 def check_text(examples: list[Any]) -> None:

@@ -28,22 +28,9 @@ from numloss.config import Config, ConfigError, changed_settings, dump_config, r
 
 logger = logging.getLogger("numloss.train")
 
-CSV_COLUMNS = (
-    "step",
-    "epoch",
-    "loss",
-    "ce",
-    "aux",
-    "digit_entropy",
-    "digit_logit_mean",
-    "pushdown_share",
-    "digit_target_prob",
-    "digit_share",
-    "learning_rate",
-    "grad_norm",
-    "num_input_tokens_seen",
-    "tokens_per_second",
-)
+CSV_COLUMNS = ("step", "epoch", "loss", "ce", "aux", "digit_entropy", "digit_logit_mean", "pushdown_share",
+               "digit_target_prob", "digit_share", "learning_rate", "grad_norm", "num_input_tokens_seen",
+               "tokens_per_second")
 
 
 def read_log_rows(path: Path, up_to_step: int) -> list[dict[str, str]]:

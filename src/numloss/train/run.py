@@ -3,7 +3,6 @@ trains (or resumes) and commits final/; `check_run` is the same without training
 
 from __future__ import annotations
 
-import json
 import logging
 import math
 import os
@@ -13,7 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from numloss.atomic import write_text_atomic
+from numloss.atomic import write_json_atomic
 from numloss.checkpoints import FINAL, FINAL_RECORD, begin_final, commit_final, recover_final
 from numloss.config import Config, ConfigError
 from numloss.train import build, folder
@@ -136,7 +135,7 @@ def _run_locked(config: Config, output_dir: Path, main_process: bool, callbacks:
     _add_logged_metrics(metrics, history)
     history_path = output_dir / "log_history.json"
     if main_process:
-        _write_json(history_path, history)
+        write_json_atomic(history_path, history)
     merged_dir = _save_final(trainer, tokenizer, config, output_dir, metrics, main_process)
     trainer.accelerator.wait_for_everyone()
     for value in metrics.values():
@@ -244,7 +243,7 @@ def _save_final(trainer: Any, tokenizer: Any, config: Config, output_dir: Path, 
         if main_process:
             tokenizer.save_pretrained(partial)
             record = {"metrics": metrics, "global_step": trainer.state.global_step, "config": config.to_dict()}
-            _write_json(partial / FINAL_RECORD, record)
+            write_json_atomic(partial / FINAL_RECORD, record)
         if config.lora.enabled and config.lora.merge:
             merged_dir = output_dir / "merged"
             if main_process:
@@ -254,10 +253,6 @@ def _save_final(trainer: Any, tokenizer: Any, config: Config, output_dir: Path, 
     except Exception as error:
         raise train_error(error, output_dir, trainer, None, saving=partial) from None
     return merged_dir
-
-
-def _write_json(path: Path, payload: Any) -> None:
-    write_text_atomic(path, json.dumps(payload, indent=1, default=str) + "\n")
 
 
 def _save_merged(trainer: Any, tokenizer: Any, merged_dir: Path) -> None:
