@@ -37,7 +37,8 @@ def install() -> None:
     """Wrap the library functions around each save point (module doc)."""
     import numloss.checkpoints as checkpoints
     import numloss.rundir as rundir
-    import numloss.train as train
+    import numloss.train.callbacks
+    import numloss.train.run
 
     hold = rundir.hold_run_dir
 
@@ -50,7 +51,7 @@ def install() -> None:
     rundir.hold_run_dir = held
     mark = checkpoints.write_marker
 
-    def marked_checkpoint(folder: Path, step: int) -> None:  # train's binding: checkpoint-N/
+    def marked_checkpoint(folder: Path, step: int) -> None:  # the callbacks' binding: checkpoint-N/
         fault(f"checkpoint-{step}-files-written")
         mark(folder, step)
         fault(f"checkpoint-{step}-marked")
@@ -62,16 +63,16 @@ def install() -> None:
         if folder.name == checkpoints.FINAL_PARTIAL:
             fault("final-marked")
 
-    train.write_marker = marked_checkpoint
+    numloss.train.callbacks.write_marker = marked_checkpoint
     checkpoints.write_marker = marked_final
-    commit = train.commit_final
+    commit = numloss.train.run.commit_final
 
     def committed(*args, **kwargs):
         final = commit(*args, **kwargs)
         fault("final-renamed")
         return final
 
-    train.commit_final = committed
+    numloss.train.run.commit_final = committed
 
 
 if __name__ == "__main__":

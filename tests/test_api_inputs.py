@@ -105,8 +105,9 @@ def test_a_compare_torch_threads_beyond_the_cores_is_refused() -> None:
 
 def test_a_lone_surrogate_in_a_data_record_is_one_line(tmp_path, capsys, monkeypatch) -> None:
     import numloss.train as train
+    import numloss.train.build
 
-    monkeypatch.setattr(train, "load_model_for", lambda *a, **k: pytest.fail("the model loaded before the error"))
+    monkeypatch.setattr(numloss.train.build, "load_model_for", lambda *a, **k: pytest.fail("the model loaded before the error"))
     data = tmp_path / "d.jsonl"
     data.write_text('{"instruction": "1 + 1 =", "output": "2"}\n{"instruction": "bad \\ud800 text", "output": "3"}\n')
     status = train.main([str(ROOT / "tests/fixtures/train/tiny-test.yaml"), "--data.source", str(data),

@@ -152,21 +152,19 @@ def test_config_yaml_survives_a_failed_rewrite(tmp_path, disk_full) -> None:
 
 
 def test_log_history_and_final_record_are_written_whole(tmp_path, disk_full) -> None:
-    from numloss.train import _write_json
-
     path = tmp_path / "log_history.json"
-    _write_json(path, [{"step": 1, "loss": 2.0}])
+    write_json_atomic(path, [{"step": 1, "loss": 2.0}])
     disk_full()
     with pytest.raises(OSError):
-        _write_json(path, [{"step": 1, "loss": 2.0}, {"step": 2, "loss": 1.5}])
+        write_json_atomic(path, [{"step": 1, "loss": 2.0}, {"step": 2, "loss": 1.5}])
     assert json.loads(path.read_text()) == [{"step": 1, "loss": 2.0}]
 
 
 # -- log.csv ---------------------------------------------------------------------------------------
 def _csv_callback(path: Path):
-    from numloss.train import _callbacks_module
+    from numloss.train.callbacks import CSVLogCallback
 
-    return _callbacks_module()[1](path)
+    return CSVLogCallback(path)
 
 
 def _state(step: int) -> SimpleNamespace:

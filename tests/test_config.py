@@ -201,7 +201,7 @@ TINY_TEST = ROOT / "tests" / "fixtures" / "train" / "tiny-test.yaml"
 
 @pytest.fixture
 def refuse_model_loads(monkeypatch):
-    import numloss.train as train
+    import numloss.train.build as train
 
     monkeypatch.setattr(train, "load_model_for", lambda *a, **k: pytest.fail("the model loaded before the error"))
 

@@ -163,13 +163,16 @@ def test_compare_fault_then_the_same_command(point, fault, tmp_path, capsys, mon
 @pytest.mark.parametrize("point", ["config.yaml", "log_history.json"])
 def test_train_fault_at_its_own_files_then_resume(point, fault, tmp_path, capsys, monkeypatch) -> None:
     import numloss.train as train
+    import numloss.train.folder
+    import numloss.train.run
     from test_train_faults import RUN, TINY
 
     out = tmp_path / "run"
     argv = [str(TINY), "--train.output_dir", str(out), *RUN]
-    name = "record_config" if point == "config.yaml" else "_write_json"
+    name = "record_config" if point == "config.yaml" else "write_json_atomic"
     with monkeypatch.context() as patch:
-        _failing_at(patch, train, name, fault, nth=1)
+        owner = numloss.train.folder if name == "record_config" else numloss.train.run
+        _failing_at(patch, owner, name, fault, nth=1)
         status, lines = _run(train.main, argv, capsys)
     _expect_one_line(status, lines, fault)
     # the next command: the one the line names (--resume when a checkpoint is whole; else the same)

@@ -19,6 +19,7 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 from numloss import LOSSES
 from numloss.config import ConfigError, load_config
 from numloss.train import CSV_COLUMNS, main, run_training
+from test_train_faults import train_killed_after
 
 ROOT = Path(__file__).resolve().parents[1]
 TINY = ROOT / "tests" / "fixtures" / "train" / "tiny-test.yaml"
@@ -88,8 +89,8 @@ def test_resume_after_interruption_reaches_the_same_weights(tmp_path):
     assert whole.global_step == 6
     broken_dir = tmp_path / "broken"
     broken = load_config(TINY, ["--train.output_dir", str(broken_dir), *steps])
-    first = run_training(broken, stop_after_step=3)  # "killed" right after the step-3 checkpoint
-    assert first.global_step == 3 and (broken_dir / "checkpoint-3").is_dir() and not first.model_dir.exists()
+    train_killed_after(broken, 3)  # "killed" right after the step-3 checkpoint
+    assert (broken_dir / "checkpoint-3").is_dir() and not (broken_dir / "final").exists()
     resumed = run_training(load_config(TINY, ["--train.output_dir", str(broken_dir), *steps, "--train.resume", "true"]))
     assert resumed.global_step == 6
     a, b = weights(whole.model_dir), weights(resumed.model_dir)
@@ -209,7 +210,7 @@ def test_main_destroys_the_process_group_the_run_started(tmp_path, monkeypatch, 
 
     import torch.distributed as dist
 
-    import numloss.train as train
+    import numloss.train.run as train
 
     def fake_run_training(config):
         dist.init_process_group("gloo", init_method=f"file://{tmp_path / 'rendezvous'}", rank=0, world_size=1)
@@ -241,7 +242,7 @@ def test_resume_skips_partial_and_damaged_checkpoints(tmp_path, caplog):
     steps = ["--train.max_steps", "6", "--train.save_steps", "2", "--train.save_total_limit", "null"]
     run_dir = tmp_path / "broken"
     config = load_config(TINY, ["--train.output_dir", str(run_dir), *steps])
-    run_training(config, stop_after_step=4)
+    train_killed_after(config, 4)
     assert all((run_dir / f"checkpoint-{n}" / CHECKPOINT_MARKER).is_file() for n in (2, 4))
     # checkpoint-4 damaged after its save (a truncated optimizer file) ...
     optimizer = run_dir / "checkpoint-4" / "optimizer.pt"
@@ -288,7 +289,7 @@ def test_resume_of_a_finished_run_says_so_and_leaves_final_alone(tmp_path, capsy
 
 @pytest.fixture
 def no_model_loads(monkeypatch):
-    import numloss.train as train
+    import numloss.train.build as train
 
     def refuse(*args, **kwargs):
         raise AssertionError("the model was loaded before the error was found")
@@ -382,7 +383,7 @@ def test_the_digit_density_of_the_data_is_logged(caplog):
 def test_resume_checks_the_output_dir_before_setting_a_checkpoint_aside(tmp_path, monkeypatch):
     """An output dir that cannot be written is one clear line, before --resume renames anything
     in it (it was a raw OSError from the rename)."""
-    import numloss.train as train_module
+    import numloss.train.folder as train_module
 
     out = tmp_path / "run"
     (out / "checkpoint-2").mkdir(parents=True)  # no marker: incomplete, would be set aside

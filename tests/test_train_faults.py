@@ -44,6 +44,23 @@ def config(out: Path, *overrides: str):
     return load_config(TINY, ["--train.output_dir", str(out), *RUN, *overrides])
 
 
+class Killed(Exception):
+    """Raised by `train_killed_after` where a kill would have ended the run."""
+
+
+def train_killed_after(config, step: int) -> None:
+    """Train `config` and end it right after the checkpoint of `step` is whole, as a kill there would."""
+    from transformers import TrainerCallback
+
+    class Kill(TrainerCallback):
+        def on_save(self, args, state, control, **kwargs):  # after numloss's marker (its callbacks run first)
+            if state.global_step >= step:
+                raise Killed(step)
+
+    with pytest.raises(Killed):
+        run_training(config, callbacks=[Kill()])
+
+
 def weights(folder: Path) -> dict[str, torch.Tensor]:
     return load_file(str(folder / "model.safetensors"))
 
@@ -97,14 +114,14 @@ def reference(tmp_path_factory) -> Path:
 def stopped(tmp_path_factory) -> Path:
     """A run 'killed' right after its step-3 checkpoint (checkpoints 1, 2, 3; no final/)."""
     out = tmp_path_factory.mktemp("stopped") / "run"
-    run_training(config(out), stop_after_step=3)
+    train_killed_after(config(out), 3)
     assert sorted(p.name for p in out.glob("checkpoint-*")) == ["checkpoint-1", "checkpoint-2", "checkpoint-3"]
     return out
 
 
 @pytest.fixture
 def no_model_loads(monkeypatch):
-    import numloss.train as train
+    import numloss.train.build as train
 
     def refuse(*args, **kwargs):
         raise AssertionError("the model was loaded before the error was found")
@@ -216,7 +233,7 @@ def test_two_trainings_into_one_folder_the_second_is_refused_naming_the_first(tm
 
 
 def test_a_finished_or_foreign_run_is_never_overwritten_without_overwrite(tmp_path, reference, monkeypatch, capsys):
-    import numloss.train as train
+    import numloss.train.build as train
 
     out = tmp_path / "run"
     shutil.copytree(reference, out)

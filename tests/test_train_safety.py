@@ -26,6 +26,7 @@ from test_train_faults import (
     config,
     logged_steps,
     one_line,
+    train_killed_after,
     weights,
 )
 
@@ -47,13 +48,13 @@ def _data(path: Path, shift: int = 0) -> Path:
 
 def test_resume_after_the_data_file_changed_is_refused_naming_it(tmp_path, monkeypatch, caplog) -> None:
     data, out = _data(tmp_path / "train.jsonl"), tmp_path / "run"
-    run_training(config(out, "--data.source", str(data)), stop_after_step=2)
+    train_killed_after(config(out, "--data.source", str(data)), 2)
     inputs = json.loads((out / INPUTS_FILE).read_text())
     assert inputs["data_sha256"].startswith("sha256:") and "model_sha256" not in inputs
     stat = data.stat()
     _data(data, shift=1)  # the same path, other contents, the old time restored
     os.utime(data, ns=(stat.st_atime_ns, stat.st_mtime_ns))
-    import numloss.train as train
+    import numloss.train.build as train
 
     real = train.load_model_for
     monkeypatch.setattr(train, "load_model_for", lambda *a, **k: pytest.fail("loaded before the refusal"))
@@ -71,7 +72,7 @@ def test_resume_after_the_data_file_changed_is_refused_naming_it(tmp_path, monke
 
 def test_a_run_without_inputs_json_resumes_as_before(tmp_path) -> None:
     out = tmp_path / "run"
-    run_training(config(out), stop_after_step=2)
+    train_killed_after(config(out), 2)
     (out / INPUTS_FILE).unlink()  # a run folder of an older numloss
     assert run_training(config(out, "--train.resume", "true")).global_step == 4
 

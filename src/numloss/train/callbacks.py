@@ -1,0 +1,175 @@
+"""numloss's `transformers.TrainerCallback`s of a run: tokens/s, log.csv, the progress bar, the
+checkpoint markers and rotation, and the run's record."""
+
+from __future__ import annotations
+
+import csv
+import io
+import time
+from pathlib import Path
+from typing import Any
+
+from numloss.atomic import write_text_atomic
+from numloss.checkpoints import rotate_checkpoints, write_marker
+from numloss.config import Config
+from numloss.extras import needs
+from numloss.train.errors import disk_full_error
+from numloss.train.folder import CSV_COLUMNS, read_log_rows, record_run
+
+with needs("hf", "numloss.train.callbacks"):
+    from transformers import TrainerCallback
+
+#: what the progress bar shows, by the names they are logged under
+PROGRESS_KEYS = ("loss", "ce", "aux", "digit_entropy", "learning_rate", "tokens_per_second")
+
+
+class ThroughputCallback(TrainerCallback):
+    """Adds `tokens_per_second` (input tokens, padding excluded, all ranks, since the last log)
+    to every training log, before the progress bar, CSV and TensorBoard see it."""
+
+    def __init__(self) -> None:
+        self._last_time: float | None = None
+        self._last_tokens = 0
+
+    def on_train_begin(self, args, state, control, **kwargs):
+        self._last_time = time.perf_counter()
+        self._last_tokens = state.num_input_tokens_seen
+
+    def on_log(self, args, state, control, logs=None, **kwargs):
+        if logs is None or "loss" not in logs or self._last_time is None:
+            return
+        now = time.perf_counter()
+        tokens = state.num_input_tokens_seen - self._last_tokens
+        if now > self._last_time and tokens > 0:
+            logs["tokens_per_second"] = tokens / (now - self._last_time)
+            # Trainer.log appended a copy to the history before calling back; keep them equal
+            if state.log_history and state.log_history[-1].get("step") == state.global_step:
+                state.log_history[-1]["tokens_per_second"] = logs["tokens_per_second"]
+        self._last_time, self._last_tokens = now, state.num_input_tokens_seen
+
+
+class CSVLogCallback(TrainerCallback):
+    """Appends one row per training log to `path` (rank 0 only). On resume, rows after the
+    checkpoint's step (logged by the interrupted run) are dropped first, so steps are unique."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+
+    def on_train_begin(self, args, state, control, **kwargs):
+        if not state.is_world_process_zero:
+            return
+        kept = read_log_rows(self.path, state.global_step) if state.global_step > 0 else []
+        # a new file beside the old one, renamed over it: a failed write (file-size limit, full
+        # disk) keeps the earlier steps, which a rewrite in place would have truncated
+        buffer = io.StringIO(newline="")
+        writer = csv.DictWriter(buffer, fieldnames=CSV_COLUMNS, extrasaction="ignore")
+        writer.writeheader()
+        writer.writerows(kept)
+        write_text_atomic(self.path, buffer.getvalue())
+
+    def on_log(self, args, state, control, logs=None, **kwargs):
+        if not state.is_world_process_zero or logs is None or "loss" not in logs:
+            return
+        row = {"step": state.global_step, **{k: logs.get(k, "") for k in CSV_COLUMNS if k != "step"}}
+        row["num_input_tokens_seen"] = state.num_input_tokens_seen
+        buffer = io.StringIO(newline="")
+        csv.DictWriter(buffer, fieldnames=CSV_COLUMNS).writerow(row)
+        # one write per row, flushed: a kill tears at most this row, which the next resume drops
+        with self.path.open("a", newline="") as handle:
+            handle.write(buffer.getvalue())
+            handle.flush()
+
+
+class ProgressBarCallback(TrainerCallback):
+    """A tqdm bar over optimizer steps whose postfix shows the last logged loss terms and
+    tokens/s; with `bar=False`, one plain line per log instead (for CI logs)."""
+
+    def __init__(self, bar: bool = True) -> None:
+        self.bar_enabled = bar
+        self.bar = None
+        self._step = 0
+
+    def on_train_begin(self, args, state, control, **kwargs):
+        if state.is_world_process_zero and self.bar_enabled:
+            from tqdm.auto import tqdm
+
+            self.bar = tqdm(total=state.max_steps, initial=state.global_step, desc="train", dynamic_ncols=True)
+        self._step = state.global_step
+
+    def on_step_end(self, args, state, control, **kwargs):
+        if self.bar is not None:
+            self.bar.update(state.global_step - self._step)
+        self._step = state.global_step
+
+    def on_log(self, args, state, control, logs=None, **kwargs):
+        if not state.is_world_process_zero or logs is None or "loss" not in logs:
+            return
+        # the names of the logged keys (log.csv, TensorBoard), so a bar reading is found in the logs
+        shown = {key: logs.get(key) for key in PROGRESS_KEYS}
+        text = {
+            k: (f"{v:.0f}" if k == "tokens_per_second" else f"{v:.4g}")
+            for k, v in shown.items()
+            if isinstance(v, (int, float))
+        }
+        if self.bar is not None:
+            self.bar.set_postfix(text, refresh=True)
+        else:
+            print(f"step {state.global_step}/{state.max_steps} " + " ".join(f"{k}={v}" for k, v in text.items()), flush=True)
+
+    def on_train_end(self, args, state, control, **kwargs):
+        if self.bar is not None:
+            self.bar.close()
+            self.bar = None
+
+
+class CheckpointMarkerCallback(TrainerCallback):
+    """Marks each checkpoint complete once the Trainer has written all of it (all ranks), then
+    removes the oldest whole checkpoints beyond `keep` (train.save_total_limit). The Trainer's
+    own rotation is off: it runs before the marker, so with a limit of 1 a kill between the
+    two would leave no whole checkpoint."""
+
+    def __init__(self, keep: int | None) -> None:
+        self.keep = keep
+
+    def on_save(self, args, state, control, **kwargs):
+        import torch.distributed as dist
+
+        if dist.is_available() and dist.is_initialized():
+            dist.barrier()  # every rank's shards are on disk before the marker says so
+        if state.is_world_process_zero:
+            folder = Path(args.output_dir) / f"checkpoint-{state.global_step}"
+            if folder.is_dir():
+                try:
+                    write_marker(folder, state.global_step)
+                except OSError as error:
+                    full = disk_full_error(error, folder)
+                    if full is not None:
+                        raise full from None
+                    raise
+                rotate_checkpoints(Path(args.output_dir), self.keep)
+
+
+class ConfigRecordCallback(TrainerCallback):
+    """Writes config.yaml and inputs.json once the Trainer has loaded everything and training
+    begins (rank 0), so a resume that fails while loading its checkpoint leaves the run's
+    record as it was."""
+
+    def __init__(self, config: Config, replaced_at: Path | None, inputs: dict[str, str]) -> None:
+        self.config, self.replaced_at, self.inputs = config, replaced_at, inputs
+
+    def on_train_begin(self, args, state, control, **kwargs):
+        if state.is_world_process_zero:
+            record_run(self.config, Path(args.output_dir), self.replaced_at, self.inputs)
+
+
+def own_callbacks(config: Config, args: Any, output_dir: Path, replaced_at: Path | None,
+                  inputs: dict[str, str]) -> list[Any]:
+    """numloss's callbacks of a run, in the order they run (TensorBoard's on the main process only)."""
+    callbacks: list[Any] = [ThroughputCallback(), CheckpointMarkerCallback(config.train.save_total_limit),
+                            ConfigRecordCallback(config, replaced_at, inputs)]
+    if "tensorboard" in config.train.report_to and args.process_index == 0:
+        from torch.utils.tensorboard import SummaryWriter
+        from transformers.integrations import TensorBoardCallback
+
+        callbacks.append(TensorBoardCallback(tb_writer=SummaryWriter(log_dir=str(output_dir / "tensorboard"))))
+    return [*callbacks, CSVLogCallback(output_dir / "log.csv"), ProgressBarCallback(config.train.progress_bar)]

@@ -1,0 +1,76 @@
+"""The one-line errors of a training run: a full disk, a checkpoint that cannot be loaded."""
+
+from __future__ import annotations
+
+import errno
+import os
+from pathlib import Path
+from typing import Any
+
+from numloss.config import ConfigError
+
+
+class DiskFullError(OSError):
+    """A save ran out of space (ENOSPC, a quota, RLIMIT_FSIZE); the message names the path."""
+
+
+_DISK_FULL_ERRNOS = {errno.ENOSPC, errno.EFBIG, errno.EDQUOT}
+# torch.save reports a short write as "enforce fail ... file write failed" or "... unexpected pos
+# N vs M" (the bytes it meant to have written), with the errno lost on the way
+_DISK_FULL_TEXT = ("No space left on device", "File too large", "Disk quota exceeded", "file write failed",
+                   "StorageFull", "FileTooLarge", "unexpected pos", "PytorchStreamWriter failed")
+
+
+def disk_full_error(error: BaseException, where: Path) -> DiskFullError | None:
+    """A DiskFullError for `error` (or anything in its chain) if it is a full disk or a file-size
+    limit: OSError ENOSPC/EFBIG/EDQUOT, torch.save's "enforce fail ... file write failed",
+    safetensors' SafetensorError; None for any other error. `where`: what was being written."""
+    chain: list[BaseException] = []
+    current: BaseException | None = error
+    while current is not None and current not in chain:
+        chain.append(current)
+        current = current.__cause__ or current.__context__
+    path, reason = where, None
+    for item in chain:
+        if isinstance(item, OSError) and item.errno in _DISK_FULL_ERRNOS:
+            path = Path(item.filename) if item.filename else where
+            reason = os.strerror(item.errno)
+            break
+    if reason is None:
+        text = " ".join(str(item) for item in chain)
+        if not any(marker in text for marker in _DISK_FULL_TEXT):
+            return None
+        reason = next((m for m in _DISK_FULL_TEXT[:3] if m in text), "a write failed (no space, or a file-size limit)")
+    return DiskFullError(
+        f"disk full at {path}: {reason}; free space (or raise the file-size limit)"
+    )
+
+
+def first_line(error: BaseException) -> str:
+    """`Type: first line of the message`, for an error quoted inside a one-line refusal."""
+    text = str(error).strip().splitlines()
+    return f"{type(error).__name__}: {text[0] if text else ''}".rstrip(": ")
+
+
+def train_error(error: Exception, output_dir: Path, trainer: Any, checkpoint: Path | None,
+                saving: Path | None = None) -> Exception:
+    """The one-line error for what went wrong inside training or the final save, or `error`
+    itself when it is not one numloss can explain (a bug: its traceback is wanted)."""
+    if isinstance(error, (ConfigError, DiskFullError)):
+        return error
+    where = saving if saving is not None else output_dir / f"checkpoint-{trainer.state.global_step}"
+    full = disk_full_error(error, where)
+    if full is not None:
+        return full
+    text = str(error)
+    if checkpoint is not None and isinstance(error, RuntimeError) and ("size mismatch" in text or "state_dict" in text):
+        detail = next((line.strip() for line in text.splitlines() if "size mismatch" in line), first_line(error))
+        return ConfigError(
+            f"train.resume: {checkpoint} was saved from a model of another shape ({detail}); resume with the model "
+            "settings it was trained with"
+        )
+    if checkpoint is not None and isinstance(error, (ValueError, KeyError, OSError, EOFError)) or (
+        checkpoint is not None and type(error).__name__ in ("SafetensorError", "UnpicklingError", "JSONDecodeError")
+    ):
+        return ConfigError(f"train.resume: {checkpoint} cannot be loaded: {first_line(error)}")
+    return error
