@@ -139,3 +139,25 @@ def test_grid_killed_mid_run_keeps_its_finished_records_and_continues(tmp_path) 
     trained_again = [line for line in done.stdout.splitlines() if line.split(":")[0] in {n.rsplit("-", 1)[0] for n in kept}]
     assert not trained_again, trained_again
     assert (out / "summary-0.md").is_file() and "| untrained |" in (out / "summary-0.md").read_text()
+
+
+def test_a_grid_with_learning_checks_gets_the_check_slice_as_numloss_compare_does(tmp_path) -> None:
+    """A config with `learning:` (the multiplication testbed) scores every run on the task's check
+    slice during training; the driver hands the runs the same sets `numloss compare` does (the
+    check slice missing ended every run at its first check with an empty max())."""
+    from numloss.compare.runner import grid_test_sets
+
+    args = build_parser().parse_args([str(ROOT / "configs" / "compare-mul-centered.yaml"), "--smoke", "--out",
+                                      str(tmp_path / "grid"), "--seeds", "0", "--records", str(tmp_path / "records")])
+    compare = resolve(args)
+    assert compare.learning is not None
+    seen: list[dict] = []
+
+    def run(compare, key, examples, test_sets, train_file, progress_bar=True):
+        seen.append(test_sets)
+        raise RuntimeError("stop after the sets were seen")
+
+    run_pretrained_grid(compare, baseline=False, run=run, log=lambda _: None)
+    expected = grid_test_sets(compare)
+    assert seen and all(sets.keys() == expected.keys() and "check" in sets for sets in seen)
+    assert [e.instruction for e in seen[0]["check"]] == [e.instruction for e in expected["check"]]

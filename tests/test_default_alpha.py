@@ -24,7 +24,7 @@ from numloss.data import CompletionCollator, Example, tokenize_examples  # noqa:
 from numloss.heads import output_head  # noqa: E402
 from numloss.hf import NumericTrainer, compute_loss_func, shift_labels  # noqa: E402
 from numloss.models import build_char_tokenizer, build_tiny_model  # noqa: E402
-from numloss.train import build_loss_for  # noqa: E402
+from numloss.train.build import build_loss_for  # noqa: E402
 from numloss.trl import NumericSFTTrainer  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -40,6 +40,7 @@ from numloss.compare.runner import (
     RunKey,
     check_inputs,
     config_threads,
+    grid_test_sets,
     input_hashes,
     read_record,
     run_one,
@@ -161,7 +162,7 @@ def _run_grid(
                 _record_failure(records, also_to, BASELINE, 0, baseline_hash(compare), error)
                 status["failed"].append(BASELINE)
                 log(f"{BASELINE}: FAILED ({error})")
-    test_sets = compare.task.test_sets()
+    test_sets = grid_test_sets(compare)  # with `learning:`, its check slice too (as `numloss compare`)
     held_out = {e.instruction for items in test_sets.values() for e in items}
     for position, key in enumerate(run_order(compare)):
         if position % count != index:

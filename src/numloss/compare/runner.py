@@ -379,6 +379,18 @@ def _write_train_file(path: Path, examples: Sequence[TaskExample]) -> None:
     write_text_atomic(path, text)
 
 
+def grid_test_sets(compare: CompareConfig) -> dict[str, list[TaskExample]]:
+    """The task's held-out sets, and with `learning:` its check slice as "check" (kept out of
+    training like the test sets): what every run of a grid is scored on, whichever driver runs it."""
+    test_sets = compare.task.test_sets()
+    if compare.learning is not None:
+        try:
+            test_sets["check"] = compare.task.check_set(compare.learning.slice_size)
+        except ValueError as error:  # before any training, in one line
+            raise ConfigError(f"{compare.source}: {error}") from None
+    return test_sets
+
+
 def run_one(
     compare: CompareConfig,
     key: RunKey,
@@ -561,12 +573,7 @@ def _run_grid(
 
     out = compare.output_dir
     (out / "data").mkdir(parents=True, exist_ok=True)
-    test_sets = compare.task.test_sets()
-    if compare.learning is not None:  # the checks' slice travels with the test sets to the runs
-        try:
-            test_sets["check"] = compare.task.check_set(compare.learning.slice_size)
-        except ValueError as error:  # before any training, in one line
-            raise ConfigError(f"{compare.source}: {error}") from None
+    test_sets = grid_test_sets(compare)
     held_out = {e.instruction for items in test_sets.values() for e in items}
     keys = [RunKey(spec, seed) for spec in compare.objectives for seed in compare.seeds]
     results: dict[str, dict[str, Any]] = {}  # by run name (label-s<seed>): unique in a grid
