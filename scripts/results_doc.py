@@ -40,13 +40,15 @@ from numloss.compare.analysis import (
     seed_plan,
 )
 from numloss.compare.machine import runs_machine_line
+from numloss.compare.paired import paired_t_power, seeds_for_power
 from numloss.compare.survival import Outcome, logrank, logrank_exact_p, median_steps
 
 ROOT = Path(__file__).resolve().parents[1]
 DOC = ROOT / "docs" / "results.md"
 PRETRAINED_DOC = ROOT / "docs" / "results-pretrained.md"
+MUL_CENTERED_DOC = ROOT / "docs" / "results-mul-centered.md"
 README = ROOT / "README.md"
-DOCS = (DOC, PRETRAINED_DOC, README)
+DOCS = (DOC, PRETRAINED_DOC, MUL_CENTERED_DOC, README)
 """The pages whose generated blocks are written here (the pretrained arm's design page has its
 status, the README the answer)."""
 PRETRAINED_GRID = "compare-smollm2-words"
@@ -99,6 +101,10 @@ class Records:
     @cached_property
     def mul(self) -> dict[str, dict[int, dict[str, Any]]]:
         return self._runs("compare-mul")
+
+    @cached_property
+    def mul_centered(self) -> dict[str, dict[int, dict[str, Any]]]:
+        return self._runs(MUL_CENTERED_GRID)
 
     @cached_property
     def add(self) -> dict[str, dict[int, dict[str, Any]]]:
@@ -258,6 +264,72 @@ def mul_secondary(rec: Records) -> list[str]:
 
 
 MUL_FIGURE = ROOT / "docs" / "img" / "compare" / "mul_paired.png"
+
+# -- the multiplication testbed, grid c: centred DEL and raw DEL at the released weight ---------
+MUL_CENTERED_GRID = "compare-mul-centered"
+MUL_CENTERED_ARMS = ("del-centered-a0.3", "del-a1.28")
+MUL_CENTERED_SEEDS = 17  # the design's seed count (docs/results-mul-centered.md)
+PAPER_GAIN = 2.6  # points of exact match: the gain the power is stated for
+
+
+def _mul_centered_state(rec: Records) -> tuple[bool, list[Comparison]]:
+    """(complete, comparisons of each arm against MLE on the planned seeds both have)."""
+    def compute() -> tuple[bool, list[Comparison]]:
+        runs, planned = rec.mul_centered, range(MUL_CENTERED_SEEDS)
+        complete = len([s for s in complete_seeds(runs, ("mle",) + MUL_CENTERED_ARMS) if s in planned]) == MUL_CENTERED_SEEDS
+        return complete, paired_analysis(runs, "mle", MUL_CENTERED_ARMS, seeds=planned)
+
+    return rec.once("mul-centered", compute)
+
+
+def _realised_power(c: Comparison) -> str:
+    """For exact match: the power these pairs have for the paper's gain at the realised SD of the
+    differences (Holm's first-step level), and the seeds 80 % would need."""
+    if c.endpoint.key != "exact_match" or c.test.n < 3 or not c.test.sd > 0:
+        return ""
+    power = paired_t_power(c.test.n, PAPER_GAIN, c.test.sd, c.alpha)
+    need = seeds_for_power(PAPER_GAIN, c.test.sd, c.alpha)
+    return f"; power for +{PAPER_GAIN} points {100 * power:.0f} % at SD {c.test.sd:.2f} (80 % would need {need} seeds)"
+
+
+def mul_centered_grid(rec: Records) -> list[str]:
+    """docs/results-mul-centered.md's grid c: each DEL arm against MLE on both primary endpoints."""
+    complete, comparisons = _mul_centered_state(rec)
+    runs = rec.mul_centered
+    if not _all(runs):
+        return ["No run is recorded yet."]
+    counts = ", ".join(f"`{a}` {len(runs.get(a, {}))}" for a in ("mle",) + MUL_CENTERED_ARMS)
+    state = ("**Complete: all 17 seeds of every arm are in.**" if complete else
+             f"**Interim ({counts} of 17 runs): intervals only, no verdict** (pre-registered: no interim test).")
+    lines = [state, "", "Exact match % per seed:", ""]
+    for label in ("mle",) + MUL_CENTERED_ARMS:
+        values = ", ".join(f"{s}: {endpoint_value(r, 'exact_match'):.1f}" for s, r in sorted(runs.get(label, {}).items()))
+        lines.append(f"- `{label}`: {values or 'none yet'}")
+    primary = [c for c in comparisons if c.endpoint.primary and c.test.n >= 2]
+    if not primary:
+        return lines
+    rows = [[f"`{c.arm}`", c.endpoint.title, str(c.test.n), _f(c.baseline_mean, _fmt(c)), _difference(c), _p(c.test.p),
+             _p(c.p_holm), verdict(c) if complete else "interim", _f(c.mde, _fmt(c)) + _realised_power(c)]
+            for c in primary]
+    return lines + ["", "Arm minus MLE, paired t on the per-seed differences, Holm over the two arms per endpoint:", ""] + _table(
+        ["arm", "endpoint", "seeds", "MLE", "arm - MLE [95 % CI]", "p", "Holm p", "reading", "detectable (80 %)"], rows) + [
+        "", machine(runs)]
+
+
+def mul_centered_answer(rec: Records) -> list[str]:
+    """The answer's line on grid c."""
+    complete, comparisons = _mul_centered_state(rec)
+    head = ("- **Multiplication testbed, centred DEL alpha 0.3 and raw DEL at the released weight 1.28** "
+            "(pre-registered, 17 seeds, MLE rerun on the same AVX2 CPU; ")
+    shown = [c for c in comparisons if c.endpoint.key == "exact_match" and c.test.n >= 2]
+    if not shown:
+        return [head + "running): too few seeds pair with MLE yet."]
+    state = "complete" if complete else f"interim: {min(c.test.n for c in shown)} of 17 seeds"
+    cells = [f"`{c.arm}` minus MLE {_difference(c)} points, Holm p {_p(c.p_holm)}"
+             + (f", **{verdict(c)}**" if complete and verdict(c) in ("better", "worse") else
+                f", {verdict(c)}" if complete else "") + f" (detects {_f(c.mde, _fmt(c))}{_realised_power(c)})"
+             for c in shown]
+    return [head + f"{state}): exact match " + "; ".join(cells) + ("." if complete else "; no verdict until every run is in.")]
 """The multiplication testbed's per-seed differences against MLE (the README's figure)."""
 
 
@@ -377,7 +449,8 @@ def answer(rec: Records) -> list[str]:
     lines += followup_answer(rec)
     lines += seeds_answer(rec)
     lines += centered_answer(rec)
-    grids = [rec.mul, rec.add] + [rec.pretrained_grid(name)[1] for name in (PRETRAINED_GRID, ALPHA_GRID, REPLICATE_GRID,
+    lines += mul_centered_answer(rec)
+    grids = [rec.mul, rec.mul_centered, rec.add] + [rec.pretrained_grid(name)[1] for name in (PRETRAINED_GRID, ALPHA_GRID, REPLICATE_GRID,
                                                                                   FRESH_GRID, SEEDS8_GRID, CENTERED_GRID,
                                                                                   GENTLE_GRID)]
     # a run counts once: the control's MLE records are the follow-up's, copied
@@ -933,7 +1006,7 @@ RENDERERS: dict[str, Callable[[Records], list[str]]] = {
     "pretrained": pretrained_result, "pretrained-grid": pretrained_grid, "readme-answer": answer,
     "pretrained-alpha": alpha_followup, "pretrained-replicate": replicate_followup,
     "pretrained-fresh": fresh_followup, "pretrained-seeds8": seeds8_followup,
-    "pretrained-centered": centered_grid, "pretrained-gentle": gentle_grid,
+    "pretrained-centered": centered_grid, "pretrained-gentle": gentle_grid, "mul-centered": mul_centered_grid,
 }
 
 

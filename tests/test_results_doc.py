@@ -355,3 +355,46 @@ def test_the_diagnostics_figure_is_drawn_from_the_records(tmp_path: Path) -> Non
         record_path.write_text(json.dumps(record))
     drawn = results_doc.diagnostics_figure(results_doc.Records(root), tmp_path / "d.png")
     assert drawn is not None and drawn.stat().st_size > 10_000
+
+
+def _mul_centered_root(tmp_path: Path, drop: tuple[tuple[str, int], ...] = ()) -> Path:
+    """Grid c, synthetic: 17 seeds; centred DEL 1 point below MLE (+-0.5 alternating), raw DEL at
+    1.28 3 points above it (+-0.5) with a signed-log MAE 0.01 lower."""
+    folder = tmp_path / "results" / results_doc.MUL_CENTERED_GRID
+    folder.mkdir(parents=True)
+    for seed in range(17):
+        base, wiggle = 12.0 + (seed * 7) % 9, 0.5 if seed % 2 == 0 else -0.5
+        arms = {"mle": (base, 0.04), "del-centered-a0.3": (base - 1 + wiggle, 0.04),
+                "del-a1.28": (base + 3 + wiggle, 0.03 + wiggle / 100)}
+        for label, (em, mae) in arms.items():
+            if (label, seed) not in drop:
+                record = {"label": label, "seed": seed, "curve": {}, "learning": None,
+                          "machine": {"cpu": "AMD EPYC", "vector_extension": "AVX2", "torch_cpu_capability": "AVX2",
+                                      "cores": 2, "torch": "2.13.0+cpu", "date": "2026-12-05", "accelerator": None},
+                          "evaluation": {"in_distribution": {
+                              "exact_match": em / 100, "signed_log_mae": mae, "digit_entropy": 0.8, "missing": 0,
+                              "place_accuracy": {"0": [1900, 2000], "1": [500, 2000], "2": [1000, 2000], "3": [1500, 1600]}}}}
+                (folder / f"{label}-s{seed}-0000.json").write_text(json.dumps(record))
+    return tmp_path
+
+
+def test_grid_c_reads_as_its_design_says(tmp_path: Path) -> None:
+    """Grid c: each DEL arm against MLE on both primary endpoints, Holm over the two arms, the
+    realised power for +2.6 points beside exact match; no verdict while a run is missing."""
+    rec = results_doc.Records(_mul_centered_root(tmp_path / "done"))
+    text = "\n".join(results_doc.mul_centered_grid(rec))
+    assert text.startswith("**Complete: all 17 seeds of every arm are in.**")
+    rows = {(line.split("|")[1].strip(), line.split("|")[2].strip()): line for line in text.splitlines()
+            if line.startswith("| `")}
+    # the wiggle's mean over 9 even and 8 odd seeds is 0.5 / 17 = +0.03
+    assert "-1.0 [" in rows[("`del-centered-a0.3`", "exact match")] and "| worse |" in rows[("`del-centered-a0.3`", "exact match")]
+    assert "+3.0 [" in rows[("`del-a1.28`", "exact match")] and "| better |" in rows[("`del-a1.28`", "exact match")]
+    assert "| better |" in rows[("`del-a1.28`", "signed-log MAE")]
+    assert all("power for +2.6 points" in rows[(arm, "exact match")] for arm in ("`del-centered-a0.3`", "`del-a1.28`"))
+    [line] = results_doc.mul_centered_answer(rec)
+    assert "complete)" in line and "**worse**" in line and "**better**" in line
+    cut = results_doc.Records(_mul_centered_root(tmp_path / "cut", drop=(("del-a1.28", 16),)))
+    text = "\n".join(results_doc.mul_centered_grid(cut))
+    assert text.startswith("**Interim") and "better" not in text and "worse" not in text
+    [line] = results_doc.mul_centered_answer(cut)
+    assert "interim: 16 of 17 seeds" in line and line.endswith("no verdict until every run is in.")
