@@ -91,6 +91,27 @@ def test_one_fresh_seed_is_never_worded_as_a_rank() -> None:
     assert "-3.0" in "\n".join(trace_lines(fresh, "digit_logit_mean"))
 
 
+def test_the_demo_prints_its_fresh_runs_then_the_recorded_grid(tmp_path, capsys, monkeypatch) -> None:
+    """main's default path from the finished runs on: the fresh table and traces, then grid a."""
+    import numloss.compare.runner as runner
+
+    def finished(compare, progress=True):
+        assert compare.learning is None and [s.label for s in compare.objectives] == ["mle", "del-a0.3", "del-centered-a0.3"]
+        bits = {"mle": "1" * 10 + "0" * 6, "del-a0.3": "1" * 4 + "0" * 12, "del-centered-a0.3": "1" * 9 + "0" * 7}
+        return [{**_run(label, b, [30, 13, -3] if label == "del-a0.3" else [30, 30, 31]), "seconds": {"cpu": 1.0}}
+                for label, b in bits.items()]
+
+    monkeypatch.setattr(runner, "run_grid", finished)
+    status = main([str(ROOT / "configs" / "demo-smollm2.yaml"), "--smoke", "--no-progress", "--out", str(tmp_path / "demo")])
+    out = capsys.readouterr().out
+    assert status == 0, out
+    fresh, _, recorded = out.partition("\nRecorded: grid a")
+    assert "25.0 % (4 of 16)" in fresh and "this seed's items" in fresh and not RANK_WORDS.search(fresh), fresh
+    assert "Fresh trace of digit_logit_mean" in fresh and "-3.0" in fresh and "Fresh trace of pushdown_share" in fresh
+    assert "runs recorded" in recorded and "del-a0.3 - mle" in recorded and "Recorded trace of digit_logit_mean" in recorded
+
+
+@pytest.mark.slow
 def test_the_demo_runs_end_to_end_on_the_tiny_model(tmp_path, capsys) -> None:
     """configs/demo-smollm2.yaml's code path with --smoke (the tiny model, 2 steps, 16 items): the
     fresh table and traces, then the recorded grid; the fresh part ranks nothing."""
