@@ -3,7 +3,7 @@
 #   1. a clean venv with the bare wheel (torch only): the core's tests, the losses and the patch;
 #   2. a clean venv with the wheel's [all] extra, run from an empty folder (no checkout on the
 #      path): import, `numloss --help`, a 3-step tiny train and an eval of 2 items, with the
-#      configs and the demo's recorded table found inside the installed package.
+#      configs and the demo's recorded tables found inside the installed package.
 # torch==2.13.0 goes in first in each venv: an unpinned torch pulls a multi-GB CUDA build.
 # Usage: .ci/wheel_smoke.sh [core] [all]   (default: both parts)
 set -euo pipefail
@@ -23,7 +23,9 @@ step "build the wheel"
 WHEEL=$(ls "$WORK"/dist/numloss-*.whl)
 listing=$("$PYTHON" -m zipfile -l "$WHEEL")
 for file in numloss/configs/tiny.yaml numloss/configs/compare.yaml numloss/configs/compare-demo.yaml \
-            numloss/configs/accelerate/ds_zero3.json numloss/recorded/demo-runs.json; do
+            numloss/configs/demo-smollm2.yaml numloss/configs/compare-smollm2-words-centered.yaml \
+            numloss/configs/accelerate/ds_zero3.json numloss/recorded/demo-runs.json \
+            numloss/recorded/grid-centered-runs.json; do
     grep -q " *$file " <<<"$listing" || { echo "wheel smoke: $file is not in $(basename "$WHEEL")"; exit 1; }
 done
 
@@ -76,7 +78,7 @@ import numloss.trl
 from numloss.package_data import config_path
 
 assert numloss.__file__.startswith(sys.prefix), f"numloss comes from {numloss.__file__}, not the venv"
-for name in ("tiny.yaml", "compare.yaml", "compare-demo.yaml"):
+for name in ("tiny.yaml", "compare.yaml", "compare-demo.yaml", "demo-smollm2.yaml"):
     path = config_path(name)
     assert str(path).startswith(sys.prefix) and path.is_file(), f"{name}: {path} is not the installed package's"
 print("import ok:", numloss.__version__, numloss.__file__)
@@ -95,7 +97,19 @@ numloss eval runs/smoke/final --benchmarks gsm8k --data-dir "$ROOT/tests/fixture
     --max-new-tokens 16 --no-digit-stats --quiet --threads 2 --out outputs/eval-smoke
 grep -q "gsm8k" outputs/eval-smoke/report.md || { echo "wheel smoke: the eval report has no gsm8k row"; exit 1; }
 
-step "the demo's recorded table from the package (no results/ here)"
+step "the demo's recorded tables from the package (no results/ here)"
+python - <<'EOF'
+from pathlib import Path
+
+from numloss.demo import recorded_grid, recorded_grid_lines, trace_lines
+
+grid, runs, where = recorded_grid(Path("configs"))  # no configs/ here: the package's, and its shipped records
+assert where.startswith("the package's copy"), where
+assert set(runs) == {"mle", "del-a0.3", "del-centered-a0.3"}, runs.keys()
+lines = recorded_grid_lines(grid, runs)
+print("\n".join(lines + trace_lines(runs, "digit_logit_mean", steps=(1, 10, 15, 100))))
+assert "runs recorded" in lines[0] and any(line.lstrip().startswith("del-a0.3 - mle") for line in lines)
+EOF
 python - <<'EOF'
 from numloss.demo import load_demo_config, recorded_table, shipped_recorded_runs
 from numloss.package_data import config_path

@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from numloss.atomic import write_text_atomic
+from numloss.compare import item_paired
 from numloss.compare.analysis import (
     ENDPOINTS,
     Comparison,
@@ -826,42 +827,25 @@ CENTERED_GRID = "compare-smollm2-words-centered"
 GENTLE_GRID = "compare-smollm2-words-gentle"
 #: each grid's primary comparisons (arm, against), Holm over them, and the one reported beside
 #: them (not in the Holm family), as fixed in its design
-GRID_COMPARISONS = {
-    CENTERED_GRID: ((("del-centered-a0.3", "mle"), ("del-centered-a0.3", "del-a0.3")), (("del-a0.3", "mle"),)),
-    GENTLE_GRID: ((("del-centered-a1.28", "mle"), ("del-a1.28", "mle")), (("del-centered-a1.28", "del-a1.28"),)),
-}
+GRID_COMPARISONS = item_paired.DESIGNS  # the designs' comparisons (numloss.compare.item_paired; the demo reads them too)
 
 
 def _three_arm_state(rec: Records, grid: str) -> dict[str, Any]:
     """A three-arm grid's records: planned and missing runs, and each comparison of its design
     (item-paired: McNemar over seeds as strata, seed-level t interval and sign-flip), the
     primary ones with Holm-adjusted McNemar p."""
-    from numloss.compare.item_paired import holm, paired_comparison
-
     compare, found, summary = rec.pretrained_grid(grid)
     planned = [(spec.label, seed) for seed in compare.seeds for spec in compare.objectives]
     missing = [f"{label}-s{seed}" for label, seed in planned if seed not in found.get(label, {})]
     bits = {label: {seed: r["evaluation"]["heldout"]["items"] for seed, r in runs.items()}
             for label, runs in found.items()}
     primary, beside = GRID_COMPARISONS[grid]
-    comparisons: dict[tuple[str, str], dict[str, Any]] = {}
-    for arm, against in (*primary, *beside):
-        if set(bits.get(arm, {})) & set(bits.get(against, {})):
-            comparisons[(arm, against)] = paired_comparison(bits[arm], bits[against])
-    tested = [pair for pair in primary if pair in comparisons]
-    for pair, p in zip(tested, holm([comparisons[pair]["mcnemar_p"] for pair in tested]), strict=True):
-        comparisons[pair]["mcnemar_p_holm"] = p
+    comparisons = item_paired.design_comparisons(bits, primary, beside)
     return {"compare": compare, "found": found, "summary": summary, "planned": planned, "missing": missing,
             "comparisons": comparisons, "primary": primary, "complete": not missing}
 
 
-def _grid_reading(arm: str, against: str, c: dict[str, Any]) -> str:
-    """The reading fixed in the designs of grids a and b, for one primary comparison."""
-    if c["mcnemar_p_holm"] > 0.05:
-        return f"not told apart (the items detect {100 * c['mde_items']:.1f} points)"
-    if against != "mle":
-        return "centring removes (part of) raw DEL's harm" if c["mean_diff"] > 0 else "centring makes it worse"
-    return "better than MLE" if c["mean_diff"] > 0 else "worse than MLE"
+_grid_reading = item_paired.design_reading  # the reading fixed in the designs of grids a and b
 
 
 def _comparison_rows(state: dict[str, Any]) -> list[str]:

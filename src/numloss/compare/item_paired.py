@@ -97,10 +97,46 @@ def paired_comparison(a: dict[int, str], b: dict[int, str]) -> dict[str, Any]:
     return out
 
 
+#: the pre-registered comparisons of the three-arm pretrained grids (configs/<name>.yaml): the
+#: primary pairs (Holm-adjusted McNemar p over them) and the pairs shown beside them (not in Holm)
+DESIGNS: dict[str, tuple[tuple[tuple[str, str], ...], tuple[tuple[str, str], ...]]] = {
+    "compare-smollm2-words-centered": ((("del-centered-a0.3", "mle"), ("del-centered-a0.3", "del-a0.3")),
+                                       (("del-a0.3", "mle"),)),
+    "compare-smollm2-words-gentle": ((("del-centered-a1.28", "mle"), ("del-a1.28", "mle")),
+                                     (("del-centered-a1.28", "del-a1.28"),)),
+}
+
+
+def design_comparisons(bits: dict[str, dict[int, str]], primary: Sequence[tuple[str, str]],
+                       beside: Sequence[tuple[str, str]] = ()) -> dict[tuple[str, str], dict[str, Any]]:
+    """`paired_comparison` of every (arm, against) pair of a design whose two arms share a seed in
+    `bits` ({label: {seed: verdict string}}); the primary pairs carry `mcnemar_p_holm` (Holm over
+    those of them present), the pairs beside them do not."""
+    comparisons: dict[tuple[str, str], dict[str, Any]] = {}
+    for arm, against in (*primary, *beside):
+        if set(bits.get(arm, {})) & set(bits.get(against, {})):
+            comparisons[(arm, against)] = paired_comparison(bits[arm], bits[against])
+    tested = [pair for pair in primary if pair in comparisons]
+    for pair, p in zip(tested, holm([comparisons[pair]["mcnemar_p"] for pair in tested]), strict=True):
+        comparisons[pair]["mcnemar_p_holm"] = p
+    return comparisons
+
+
+def design_reading(arm: str, against: str, c: dict[str, Any], alpha: float = 0.05) -> str:
+    """The reading fixed in the designs of the three-arm grids, for one primary comparison `c`
+    (with its `mcnemar_p_holm`) of `arm` against `against` (MLE, or raw DEL for a centred arm)."""
+    if c["mcnemar_p_holm"] > alpha:
+        return f"not told apart (the items detect {100 * c['mde_items']:.1f} points)"
+    if against != "mle":
+        return "centring removes (part of) raw DEL's harm" if c["mean_diff"] > 0 else "centring makes it worse"
+    return "better than MLE" if c["mean_diff"] > 0 else "worse than MLE"
+
+
 def seed_level_mde(sd_diff: float, seeds: int) -> float:
     """The seed-level paired t test's detectable effect (80 % power, two-sided 0.05) for `seeds`
     seeds at a per-seed difference SD of `sd_diff` (the planning formula of the docs)."""
     return _mde_quantiles(seeds - 1) * sd_diff / math.sqrt(seeds)
 
 
-__all__ = ["discordant", "holm", "mcnemar_exact_p", "paired_comparison", "seed_level_mde", "sign_flip_p"]
+__all__ = ["DESIGNS", "design_comparisons", "design_reading", "discordant", "holm", "mcnemar_exact_p", "paired_comparison",
+           "seed_level_mde", "sign_flip_p"]

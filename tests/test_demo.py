@@ -1,0 +1,134 @@
+"""The default `numloss demo`: fresh one-seed runs of grid a's recipe beside grid a's records.
+
+- the recorded grid it prints is results/compare-smollm2-words-centered/'s, from the checkout or
+  from the trimmed copy shipped in the package, with the numbers docs/results-pretrained.md quotes;
+- its fresh runs never rank the objectives: one seed says whether these trained models differ on
+  these items, nothing more;
+- the whole code path runs (the demo config shrunk by --smoke to the tiny model)."""
+
+from __future__ import annotations
+
+import importlib.util
+import re
+import sys
+from pathlib import Path
+
+import pytest
+
+from numloss.compare.config import load_compare_config
+from numloss.demo import (
+    RECORDED_GRID,
+    fresh_lines,
+    grid_records,
+    main,
+    recorded_grid,
+    recorded_grid_lines,
+    shipped_grid_runs,
+    trace_lines,
+    trim_grid_record,
+)
+
+ROOT = Path(__file__).resolve().parents[1]
+RANK_WORDS = re.compile(r"\b(better|worse|beats?|wins?|outperforms?|rank(s|ed)? (first|last|above|below))\b", re.I)
+
+
+def _grid():
+    return load_compare_config(ROOT / "configs" / f"{RECORDED_GRID}.yaml")
+
+
+def test_the_shipped_grid_runs_are_the_records_trimmed() -> None:
+    """The package's copy (what a wheel install's demo shows) is the grid's records, trimmed; after
+    the records change: python -c "from numloss.demo import export_recorded_grid; export_recorded_grid()"."""
+    grid = _grid()
+    records = grid_records(grid, ROOT / "results" / RECORDED_GRID)
+    trimmed = {label: {seed: trim_grid_record(r) for seed, r in seeds.items()} for label, seeds in records.items()}
+    shipped = shipped_grid_runs(grid)
+    assert shipped == trimmed, "the shipped copy is stale: run export_recorded_grid() (see this docstring)"
+    assert recorded_grid_lines(grid, shipped) == recorded_grid_lines(grid, records)
+    assert trace_lines(shipped, "digit_logit_mean") == trace_lines(records, "digit_logit_mean")
+
+
+def test_the_recorded_table_states_its_runs_and_quotes_the_docs_numbers() -> None:
+    spec = importlib.util.spec_from_file_location("results_doc", ROOT / "scripts" / "results_doc.py")
+    results_doc = importlib.util.module_from_spec(spec)
+    sys.modules.setdefault("results_doc", results_doc)
+    spec.loader.exec_module(results_doc)
+    state = results_doc._three_arm_state(results_doc.Records(), RECORDED_GRID)
+    grid, runs, where = recorded_grid(ROOT / "configs")
+    assert where.endswith(f"results/{RECORDED_GRID}")
+    lines = recorded_grid_lines(grid, runs)
+    done = len(state["planned"]) - len(state["missing"])
+    assert lines[0].lstrip().startswith(f"{done} of {len(state['planned'])} runs recorded")
+    for (arm, against), c in state["comparisons"].items():
+        row = next(line for line in lines if line.lstrip().startswith(f"{arm} - {against} "))
+        assert f"{100 * c['mean_diff']:+.1f}" in row and f"[{100 * c['ci95'][0]:+.1f}, {100 * c['ci95'][1]:+.1f}]" in row
+        if "mcnemar_p_holm" in c and state["complete"]:
+            assert results_doc._grid_reading(arm, against, c) in row
+        elif "mcnemar_p_holm" in c:
+            assert "no verdict (interim)" in row
+    for label, arm in state["summary"]["sets"]["heldout"]["arms"].items():
+        if label != "untrained":
+            assert any(line.split()[:1] == [label] and f"{100 * arm['mean']:.1f} %" in line for line in lines), label
+
+
+def _run(label: str, bits: str, trace: list[float]) -> dict:
+    return {"label": label, "seed": 0, "evaluation": {"heldout": {"items": bits, "exact_match": bits.count("1") / len(bits)}},
+            "curve": {"step": [1.0, 5.0, 10.0], "digit_logit_mean": trace, "pushdown_share": [0.0, 0.5, 0.9]}}
+
+
+def test_one_fresh_seed_is_never_worded_as_a_rank() -> None:
+    """A large, significant difference on one seed's items is reported as that: these models
+    differ on these items (McNemar p), not as one objective above another."""
+    fresh = {"mle": {0: _run("mle", "1" * 300 + "0" * 100, [30, 30, 31])},
+             "del-a0.3": {0: _run("del-a0.3", "1" * 150 + "0" * 250, [30, 13, -3])},
+             "del-centered-a0.3": {0: _run("del-centered-a0.3", "1" * 299 + "0" * 101, [30, 30, 31])}}
+    lines = fresh_lines(fresh)
+    text = "\n".join(lines)
+    assert "this seed's items" in text and "< 0.001" in text, text  # the difference and its test are there
+    assert "-37.5 points" in text and "(150 of 400)" in text
+    assert not RANK_WORDS.search(text), text
+    assert "One seed cannot say" in lines[-1]
+    assert "-3.0" in "\n".join(trace_lines(fresh, "digit_logit_mean"))
+
+
+def test_the_demo_prints_its_fresh_runs_then_the_recorded_grid(tmp_path, capsys, monkeypatch) -> None:
+    """main's default path from the finished runs on: the fresh table and traces, then grid a."""
+    import numloss.compare.runner as runner
+
+    def finished(compare, progress=True):
+        assert compare.learning is None and [s.label for s in compare.objectives] == ["mle", "del-a0.3", "del-centered-a0.3"]
+        bits = {"mle": "1" * 10 + "0" * 6, "del-a0.3": "1" * 4 + "0" * 12, "del-centered-a0.3": "1" * 9 + "0" * 7}
+        return [{**_run(label, b, [30, 13, -3] if label == "del-a0.3" else [30, 30, 31]), "seconds": {"cpu": 1.0}}
+                for label, b in bits.items()]
+
+    monkeypatch.setattr(runner, "run_grid", finished)
+    status = main([str(ROOT / "configs" / "demo-smollm2.yaml"), "--smoke", "--no-progress", "--out", str(tmp_path / "demo")])
+    out = capsys.readouterr().out
+    assert status == 0, out
+    fresh, _, recorded = out.partition("\nRecorded: grid a")
+    assert "25.0 % (4 of 16)" in fresh and "this seed's items" in fresh and not RANK_WORDS.search(fresh), fresh
+    assert "Fresh trace of digit_logit_mean" in fresh and "-3.0" in fresh and "Fresh trace of pushdown_share" in fresh
+    assert "runs recorded" in recorded and "del-a0.3 - mle" in recorded and "Recorded trace of digit_logit_mean" in recorded
+
+
+@pytest.mark.slow
+def test_the_demo_runs_end_to_end_on_the_tiny_model(tmp_path, capsys) -> None:
+    """configs/demo-smollm2.yaml's code path with --smoke (the tiny model, 2 steps, 16 items): the
+    fresh table and traces, then the recorded grid; the fresh part ranks nothing."""
+    status = main([str(ROOT / "configs" / "demo-smollm2.yaml"), "--smoke", "--no-progress", "--out", str(tmp_path / "demo")])
+    out = capsys.readouterr().out
+    assert status == 0, out
+    fresh, _, recorded = out.partition("\nRecorded: grid a")
+    assert recorded, out
+    for label in ("mle", "del-a0.3", "del-centered-a0.3"):
+        assert re.search(rf"^  {re.escape(label)} +\d+\.\d %", fresh, re.M), label
+    assert "this seed's items" in fresh and "Fresh trace of digit_logit_mean" in fresh and "pushdown_share" in fresh
+    assert not RANK_WORDS.search(fresh), fresh
+    assert "runs recorded" in recorded and "Recorded trace of digit_logit_mean" in recorded
+
+
+@pytest.mark.parametrize("config", ["demo-smollm2.yaml", "compare-demo.yaml"])
+def test_the_packaged_demo_configs_are_the_checkouts(config) -> None:
+    from numloss.package_data import packaged
+
+    assert packaged(f"configs/{config}").read_bytes() == (ROOT / "configs" / config).read_bytes()
