@@ -189,15 +189,17 @@ def test_two_gloo_processes_match_one_process_with_the_same_global_batch(tmp_pat
     init = build_tiny_model(build_char_tokenizer(), num_layers=2, hidden_size=64, num_heads=2, seed=0).state_dict()
     for key in a:
         moved = (a[key] - init[key]).abs().max()
-        # float reduction order differs between 1 and 2 processes; the training moved the weights
-        # three orders of magnitude more than that
-        torch.testing.assert_close(a[key], b[key], rtol=0, atol=1e-4, msg=key)
-        assert key.endswith("norm.weight") or moved > 1e-3, key
-    # the logged loss terms are the global ones, equal in both runs
+        # float reduction order differs between 1 and 2 processes, and Adam divides each gradient by
+        # its own size, so a parameter whose gradient is near zero turns that noise into up to ~2e-4
+        # of weight (measured); the training moved every weight matrix over 10x the tolerance. Adam also
+        # hides a wrong gradient scale, which the grad_norm column below catches.
+        torch.testing.assert_close(a[key], b[key], rtol=0, atol=1e-3, msg=key)
+        assert key.endswith("norm.weight") or moved > 1e-2, key
+    # the logged loss terms and the gradient norm are the global ones, equal in both runs
     rows_one = list(csv.DictReader((tmp_path / "one" / "log.csv").open()))
     rows_two = list(csv.DictReader((tmp_path / "two" / "log.csv").open()))
     for r1, r2 in zip(rows_one, rows_two, strict=True):
-        for column in ("loss", "ce", "aux", "digit_entropy"):
+        for column in ("loss", "ce", "aux", "digit_entropy", "grad_norm"):
             assert float(r1[column]) == pytest.approx(float(r2[column]), rel=1e-5), column
 
 
