@@ -25,16 +25,21 @@ setup: $(VENV)/.installed
 demo: setup
 	$(PY) -m numloss demo
 
-# the fast suite: every property once (target 5 minutes on 2 quiet cores; measured 10: docs/benchmarks.md);
-# tests marked `slow` are longer versions of properties a fast test covers
+# tests run in TEST_JOBS processes (pytest-xdist), one test file per process at a time (a file's
+# module fixtures are built once); tests/conftest.py gives each process its share of the cores
+TEST_JOBS ?= 2
+PYTEST := $(PY) -m pytest -q -n $(TEST_JOBS) --dist loadfile
+
+# the fast suite: every property once, within 5 minutes on 2 quiet cores (docs/benchmarks.md, Test
+# suite); tests marked `slow` are longer versions of properties a fast test covers
 test: setup
 	$(PY) -m ruff check src tests bench scripts
-	$(PY) -m pytest -q -m "not slow"
+	$(PYTEST) -m "not slow"
 
 # everything, slow tests included (CI runs it after `make test`)
 test-all: setup
 	$(PY) -m ruff check src tests bench scripts
-	$(PY) -m pytest -q
+	$(PYTEST)
 
 # build the wheel, install it into clean venvs (with [all]; bare) and run what a user runs
 wheel-smoke:

@@ -15,6 +15,18 @@ sys.path.insert(0, str(Path(__file__).parent))
 SHARED_BENCHMARKS = Path(__file__).resolve().parents[2] / "shared" / "benchmarks"
 
 
+def pytest_configure(config: pytest.Config) -> None:
+    """Under pytest-xdist (`make test` runs `-n 2`), each worker gets its share of the cores as
+    torch threads: two workers of two threads each on two cores spin at every OpenMP barrier, and
+    a float64 gradcheck then costs 60 CPU seconds instead of 3. The test tensors are tiny; one
+    thread loses nothing."""
+    workers = os.environ.get("PYTEST_XDIST_WORKER_COUNT")
+    if workers:
+        import torch
+
+        torch.set_num_threads(max(1, (os.cpu_count() or 1) // int(workers)))
+
+
 @pytest.fixture(scope="session")
 def shared_benchmarks() -> Path:
     """The real benchmark folder; a test that needs it fails, naming the folder, when it is missing."""

@@ -7,9 +7,12 @@ code (tests/reference/released_eval.py, its executor run inside numloss's sandbo
 every answer and verdict; the test fails on any case where `numloss` is wrong and the released code
 is right, unless its kind is on the documented list of deliberate strictness (eval_cases.STRICT).
 
-The default run takes one item per benchmark (a gold of 1000 or more, or the gold 'A'); NUMLOSS_DIFFERENTIAL_ITEMS=N (the `slow` variant
-uses 25) takes N. `python tests/test_eval_differential.py [N]` prints the per-kind table of
-docs/evaluation.md.
+The default run takes one item per benchmark (a gold of 1000 or more, or the gold 'A'), every
+kind without a program on all seven benchmarks and the program kinds (each a sandbox run per
+protocol) on one benchmark of each answer kind, `PROGRAM_BENCHMARKS`: how a printed value is read
+depends on the answer kind, not on the benchmark. NUMLOSS_DIFFERENTIAL_ITEMS=N takes N items and
+every kind on every benchmark; the `slow` variant does that with 25.
+`python tests/test_eval_differential.py [N]` prints the per-kind table of docs/evaluation.md.
 """
 
 from __future__ import annotations
@@ -37,6 +40,8 @@ NAMES = {"gsm8k": "gsm8k", "svamp": "svamp", "simuleq": "simuleq", "math": "math
 LIMITS = SandboxLimits(wall_seconds=10.0, cpu_seconds=5)
 # the released child process: no output cap, no memory limit (the sandbox needs some; these are far above)
 RELEASED_CHILD = SandboxLimits(wall_seconds=10.0, cpu_seconds=5, memory_bytes=0, output_bytes=256 << 20)
+#: the fast run's benchmarks for the program kinds: a number, a math expression, a choice
+PROGRAM_BENCHMARKS = ("gsm8k", "math", "mmlu_math")  # mmlu_math: a choice item whose options have values
 
 
 def pick(bench, n: int) -> list:
@@ -74,19 +79,23 @@ def transcription(benchmark: str, batch: list[Case]) -> list[tuple[str, bool]]:
     return out
 
 
-def run_differential(n_items: int) -> dict:
+def run_differential(n_items: int, program_benchmarks: tuple[str, ...] = tuple(NAMES)) -> dict:
+    """Every case of n_items items per benchmark scored three ways; the program kinds only on
+    `program_benchmarks`."""
     runner = ProgramRunner(LIMITS, workers=2, allow_unisolated=True)
-    rows = []
+    rows, generated = [], {}
     for name in NAMES:
         bench = load_benchmark(name, data_dir=DATA)
-        batch = cases(name, pick(bench, n_items))
+        every = cases(name, pick(bench, n_items))
+        generated[name] = {c.kind for c in every}
+        batch = [c for c in every if name in program_benchmarks or not c.kind.startswith("program-")]
         items, outputs, fallbacks = [c.item for c in batch], [c.output for c in batch], [c.fallback for c in batch]
         ref_out = transcription(name, batch)
         rel = score_items(RELEASED, name, items, outputs, fallbacks, runner)
         num = score_items(NUMLOSS, name, items, outputs, fallbacks, runner)
         runner.forget()
         rows += [(c, t, r, m) for c, t, r, m in zip(batch, ref_out, rel, num, strict=True)]
-    return {"rows": rows}
+    return {"rows": rows, "generated": generated}
 
 
 def summary(rows) -> dict:
@@ -114,19 +123,24 @@ def summary(rows) -> dict:
 
 @pytest.fixture(scope="module")
 def differential():
-    result = run_differential(int(os.environ.get("NUMLOSS_DIFFERENTIAL_ITEMS", "1")))
+    items = os.environ.get("NUMLOSS_DIFFERENTIAL_ITEMS")
+    result = run_differential(int(items)) if items else run_differential(1, PROGRAM_BENCHMARKS)
     if os.environ.get("NUMLOSS_DIFFERENTIAL_TABLE"):  # where to write the per-kind table (docs/evaluation.md)
         Path(os.environ["NUMLOSS_DIFFERENTIAL_TABLE"]).write_text(_table(result["rows"]) + "\n")
     return result
 
 
 def test_the_generator_covers_sixty_kinds_on_every_benchmark(differential):
-    kinds = defaultdict(set)
-    for c, *_ in differential["rows"]:
-        kinds[c.benchmark].add(c.kind)
+    kinds = differential["generated"]  # what the generator makes, scored or not
     assert set(kinds) == set(NAMES)
     assert all(len(k) >= 60 for k in kinds.values()), {b: len(k) for b, k in kinds.items()}
     assert len(KINDS) >= 60
+    scored = defaultdict(set)  # what the fast run scores: every kind, programs on PROGRAM_BENCHMARKS
+    for c, *_ in differential["rows"]:
+        scored[c.benchmark].add(c.kind)
+    assert set(scored) == set(NAMES)
+    assert all(kinds[b] == scored[b] for b in PROGRAM_BENCHMARKS), {b: kinds[b] - scored[b] for b in PROGRAM_BENCHMARKS}
+    assert set().union(*kinds.values()) == set().union(*scored.values())
 
 
 def test_released_protocol_is_the_transcription_on_every_case(differential):
@@ -156,7 +170,7 @@ def test_the_article_is_never_option_a(differential):
             assert n.prediction == "", (c.output, n.prediction)
 
 
-@pytest.mark.slow
+@pytest.mark.slow  # fast: the tests above, on 1 item per benchmark and programs on PROGRAM_BENCHMARKS
 def test_dominance_on_25_items_per_benchmark():
     rows = run_differential(25)["rows"]
     lost = [(c.benchmark, c.item.id, c.kind, c.output) for c, _, r, n in rows

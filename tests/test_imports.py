@@ -510,3 +510,24 @@ def test_a_missing_extra_is_one_line_naming_it(monkeypatch, capsys):
     assert main(["train", "configs/tiny.yaml"]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "numloss train needs" in err and "[hf] extra" in err, err
+
+
+def test_numloss_evaluate_loads_its_parts_on_first_use():
+    """Every public name of numloss.evaluate resolves to its submodule's object, and a process that
+    imports only the sandbox (an evaluator's helper, a test's evaluator) does not load transformers."""
+    import importlib
+    import subprocess
+    import sys
+
+    import numloss.evaluate as evaluate
+
+    for module, names in evaluate._PUBLIC.items():
+        for name in names:
+            assert getattr(evaluate, name) is getattr(importlib.import_module(f"numloss.evaluate.{module}"), name)
+    assert set(evaluate.__all__) <= set(dir(evaluate))
+    with pytest.raises(AttributeError, match="no attribute 'nothing_here'"):
+        evaluate.nothing_here  # noqa: B018
+    code = "import sys, numloss.evaluate.sandbox; print('transformers' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
+                         env={"PYTHONPATH": str(SRC), "PATH": "/usr/bin:/bin"})
+    assert out.stdout.strip() == "False", out.stderr

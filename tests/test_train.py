@@ -172,6 +172,8 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
+@pytest.mark.slow  # fast: test_sharded.py::test_ddp_fused_through_numloss_train_and_the_accelerate_config (numloss
+# train on 2 gloo processes == 1 process) and test_hf.py's two-rank test (the unfused loss on two ranks)
 def test_two_gloo_processes_match_one_process_with_the_same_global_batch(tmp_path):
     """torchrun --nproc_per_node 2 (CPU, gloo), batch 2 each == one process, batch 4."""
     env = {**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}

@@ -136,7 +136,9 @@ def one_line(error: BaseException) -> str:
 
 
 # -- kill points -----------------------------------------------------------------------------------
-@pytest.mark.parametrize("point", ["checkpoint-4-files-written", "final-files-written", "final-marked", "final-renamed"])
+# slow: a kill after the rename; final-marked covers a resume that finds the run finished
+@pytest.mark.parametrize("point", ["checkpoint-4-files-written", "final-files-written", "final-marked",
+                                   pytest.param("final-renamed", marks=pytest.mark.slow)])
 def test_a_kill_at_any_point_of_the_last_saves_resumes_to_the_uninterrupted_run(tmp_path, reference, point, caplog):
     """SIGKILL while the last checkpoint is written, after final/'s files, after its marker, after
     its rename: --resume ends with 4 steps (never a 5th), each logged once, the reference weights."""

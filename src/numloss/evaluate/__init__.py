@@ -5,46 +5,47 @@
     from numloss.evaluate import evaluate, score_outputs
     report = evaluate("smollm2", "gsm8k,svamp", data_dir="../shared/benchmarks", protocol="both", limit=20)
     print(report.to_markdown())
+
+The names below are loaded on first use: a process that needs only one part (the sandbox, whose
+evaluator and keeper are separate processes; the answer reader) does not pay for transformers.
 """
 
-from numloss.evaluate.answers import (
-    extract_choice,
-    extract_number,
-    math_equal,
-    number_matches,
-    score,
-)
-from numloss.evaluate.api import BenchmarkScore, EvalReport, evaluate, score_outputs
-from numloss.evaluate.benchmarks import BENCHMARKS, Benchmark, BenchmarkError, Item, load_benchmark
-from numloss.evaluate.generate import BackendUnavailable, Generation, HFGenerator, VLLMGenerator
-from numloss.evaluate.metrics import (
-    DigitStats,
-    numeric_distance,
-    place_accuracy,
-    teacher_forced_digit_stats,
-)
-from numloss.evaluate.protocol import NUMLOSS, PROTOCOLS, RELEASED, Protocol
-from numloss.evaluate.runner import ItemResult, run_benchmark, score_items
-from numloss.evaluate.sandbox import (
-    ProgramResult,
-    SandboxLimits,
-    SandboxUnavailable,
-    isolation,
-    run_program,
-    run_programs,
-)
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
 from numloss.extras import require
 
 # imported inside the functions that use them; looked up here so a missing one names its extra
 require("eval", "numloss.evaluate", "math_verify", "matplotlib")
 
-__all__ = [
-    "evaluate", "score_outputs", "EvalReport", "BenchmarkScore",
-    "Protocol", "RELEASED", "NUMLOSS", "PROTOCOLS",
-    "BENCHMARKS", "Benchmark", "BenchmarkError", "Item", "load_benchmark",
-    "extract_choice", "extract_number", "math_equal", "number_matches", "score",
-    "BackendUnavailable", "Generation", "HFGenerator", "VLLMGenerator",
-    "DigitStats", "numeric_distance", "place_accuracy", "teacher_forced_digit_stats",
-    "ItemResult", "run_benchmark", "score_items",
-    "ProgramResult", "SandboxLimits", "SandboxUnavailable", "isolation", "run_program", "run_programs",
-]
+#: each public name and the submodule that defines it
+_PUBLIC = {
+    "answers": ("extract_choice", "extract_number", "math_equal", "number_matches", "score"),
+    "api": ("evaluate", "score_outputs", "EvalReport", "BenchmarkScore"),
+    "benchmarks": ("BENCHMARKS", "Benchmark", "BenchmarkError", "Item", "load_benchmark"),
+    "generate": ("BackendUnavailable", "Generation", "HFGenerator", "VLLMGenerator"),
+    "metrics": ("DigitStats", "numeric_distance", "place_accuracy", "teacher_forced_digit_stats"),
+    "protocol": ("NUMLOSS", "PROTOCOLS", "RELEASED", "Protocol"),
+    "runner": ("ItemResult", "run_benchmark", "score_items"),
+    "sandbox": ("ProgramResult", "SandboxLimits", "SandboxUnavailable", "isolation", "run_program", "run_programs"),
+}
+_HOME = {name: module for module, names in _PUBLIC.items() for name in names}
+
+__all__ = [name for names in _PUBLIC.values() for name in names]
+
+
+def __getattr__(name: str) -> Any:
+    """The public name `name`, imported from its submodule on first use."""
+    if name not in _HOME:
+        raise AttributeError(f"module 'numloss.evaluate' has no attribute {name!r}")
+    value = getattr(importlib.import_module(f"numloss.evaluate.{_HOME[name]}"), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    """The loaded names and the public ones, loaded or not."""
+    return sorted(set(globals()) | set(__all__))
+
