@@ -23,7 +23,7 @@ step "build the wheel"
 WHEEL=$(ls "$WORK"/dist/numloss-*.whl)
 listing=$("$PYTHON" -m zipfile -l "$WHEEL")
 for file in numloss/configs/tiny.yaml numloss/configs/compare.yaml numloss/configs/compare-demo.yaml \
-            numloss/configs/demo-smollm2.yaml numloss/configs/compare-smollm2-words-centered.yaml \
+            numloss/configs/compare-demo-smollm2.yaml numloss/configs/compare-smollm2-words-centered.yaml \
             numloss/configs/accelerate/ds_zero3.json numloss/recorded/demo-runs.json \
             numloss/recorded/grid-centered-runs.json; do
     grep -q " *$file " <<<"$listing" || { echo "wheel smoke: $file is not in $(basename "$WHEEL")"; exit 1; }
@@ -78,7 +78,7 @@ import numloss.trl
 from numloss.package_data import config_path
 
 assert numloss.__file__.startswith(sys.prefix), f"numloss comes from {numloss.__file__}, not the venv"
-for name in ("tiny.yaml", "compare.yaml", "compare-demo.yaml", "demo-smollm2.yaml"):
+for name in ("tiny.yaml", "compare.yaml", "compare-demo.yaml", "compare-demo-smollm2.yaml"):
     path = config_path(name)
     assert str(path).startswith(sys.prefix) and path.is_file(), f"{name}: {path} is not the installed package's"
 print("import ok:", numloss.__version__, numloss.__file__)

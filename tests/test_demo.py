@@ -102,7 +102,7 @@ def test_the_demo_prints_its_fresh_runs_then_the_recorded_grid(tmp_path, capsys,
                 for label, b in bits.items()]
 
     monkeypatch.setattr(runner, "run_grid", finished)
-    status = main([str(ROOT / "configs" / "demo-smollm2.yaml"), "--smoke", "--no-progress", "--out", str(tmp_path / "demo")])
+    status = main([str(ROOT / "configs" / "compare-demo-smollm2.yaml"), "--smoke", "--no-progress", "--out", str(tmp_path / "demo")])
     out = capsys.readouterr().out
     assert status == 0, out
     fresh, _, recorded = out.partition("\nRecorded: grid a")
@@ -113,9 +113,9 @@ def test_the_demo_prints_its_fresh_runs_then_the_recorded_grid(tmp_path, capsys,
 
 @pytest.mark.slow
 def test_the_demo_runs_end_to_end_on_the_tiny_model(tmp_path, capsys) -> None:
-    """configs/demo-smollm2.yaml's code path with --smoke (the tiny model, 2 steps, 16 items): the
+    """configs/compare-demo-smollm2.yaml's code path with --smoke (the tiny model, 2 steps, 16 items): the
     fresh table and traces, then the recorded grid; the fresh part ranks nothing."""
-    status = main([str(ROOT / "configs" / "demo-smollm2.yaml"), "--smoke", "--no-progress", "--out", str(tmp_path / "demo")])
+    status = main([str(ROOT / "configs" / "compare-demo-smollm2.yaml"), "--smoke", "--no-progress", "--out", str(tmp_path / "demo")])
     out = capsys.readouterr().out
     assert status == 0, out
     fresh, _, recorded = out.partition("\nRecorded: grid a")
@@ -127,7 +127,7 @@ def test_the_demo_runs_end_to_end_on_the_tiny_model(tmp_path, capsys) -> None:
     assert "runs recorded" in recorded and "Recorded trace of digit_logit_mean" in recorded
 
 
-@pytest.mark.parametrize("config", ["demo-smollm2.yaml", "compare-demo.yaml"])
+@pytest.mark.parametrize("config", ["compare-demo-smollm2.yaml", "compare-demo.yaml"])
 def test_the_packaged_demo_configs_are_the_checkouts(config) -> None:
     from numloss.package_data import packaged
 

