@@ -122,6 +122,13 @@ def test_the_page_reads_as_a_reference() -> None:
     assert not re.search(r"\bissue \d+|\bsession", text, re.I), "no internal issue numbers or sessions"
 
 
+def _mul_record(label: str, seed: int, em: float, mae: float, **extra: object) -> dict:
+    """A synthetic multiplication run record: exact match `em` (%), signed-log MAE `mae`."""
+    return {"label": label, "seed": seed, "curve": {}, **extra, "evaluation": {"in_distribution": {
+        "exact_match": em / 100, "signed_log_mae": mae, "digit_entropy": 0.8, "missing": 0,
+        "place_accuracy": {"0": [1900, 2000], "1": [500, 2000], "2": [1000, 2000], "3": [1500, 1600]}}}}
+
+
 def _mul_root(tmp_path: Path, drop: tuple[tuple[str, int], ...] = ()) -> Path:
     """A repository root with a synthetic multiplication grid of 17 seeds x 4 arms: the pilot MLE
     seeds give the pre-registered plan's 17 seeds; per seed, DEL alpha 0.3 is 1 point below MLE
@@ -138,10 +145,7 @@ def _mul_root(tmp_path: Path, drop: tuple[tuple[str, int], ...] = ()) -> Path:
         for label, (em, mae) in arms.items():
             if (label, seed) in drop:
                 continue
-            record = {"label": label, "seed": seed, "curve": {}, "learning": {"checks": [[200, 0.0], [3200, em / 100]]},
-                      "evaluation": {"in_distribution": {
-                          "exact_match": em / 100, "signed_log_mae": mae, "digit_entropy": 0.8, "missing": 0,
-                          "place_accuracy": {"0": [1900, 2000], "1": [500, 2000], "2": [1000, 2000], "3": [1500, 1600]}}}}
+            record = _mul_record(label, seed, em, mae, learning={"checks": [[200, 0.0], [3200, em / 100]]})
             (folder / f"{label}-s{seed}-0000.json").write_text(json.dumps(record))
     return tmp_path
 
@@ -368,12 +372,9 @@ def _mul_centered_root(tmp_path: Path, drop: tuple[tuple[str, int], ...] = ()) -
                 "del-a1.28": (base + 3 + wiggle, 0.03 + wiggle / 100)}
         for label, (em, mae) in arms.items():
             if (label, seed) not in drop:
-                record = {"label": label, "seed": seed, "curve": {}, "learning": None,
-                          "machine": {"cpu": "AMD EPYC", "vector_extension": "AVX2", "torch_cpu_capability": "AVX2",
-                                      "cores": 2, "torch": "2.13.0+cpu", "date": "2026-12-05", "accelerator": None},
-                          "evaluation": {"in_distribution": {
-                              "exact_match": em / 100, "signed_log_mae": mae, "digit_entropy": 0.8, "missing": 0,
-                              "place_accuracy": {"0": [1900, 2000], "1": [500, 2000], "2": [1000, 2000], "3": [1500, 1600]}}}}
+                record = _mul_record(label, seed, em, mae, learning=None, machine={
+                    "cpu": "AMD EPYC", "vector_extension": "AVX2", "torch_cpu_capability": "AVX2", "cores": 2,
+                    "torch": "2.13.0+cpu", "date": "2026-12-05", "accelerator": None})
                 (folder / f"{label}-s{seed}-0000.json").write_text(json.dumps(record))
     return tmp_path
 
