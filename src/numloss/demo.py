@@ -104,20 +104,25 @@ def export_recorded_runs(root: Path = Path(".")) -> Path:
     return path
 
 
-def shipped_recorded_runs(demo: Any) -> dict[str, dict[int, dict[str, Any]]]:
-    """The recorded runs shipped in the package (a wheel has no results/), the demo config's own
-    only: a record counts when its hash is the one `demo` gives that objective and seed."""
-    path = packaged(RECORDED_DEMO_RUNS)
+def _shipped_runs(compare: Any, name: str) -> dict[str, dict[int, dict[str, Any]]]:
+    """The runs of the package file `name` (trimmed records: a wheel has no results/) that are
+    `compare`'s own: a record counts when its hash is the one `compare` gives that objective and seed."""
+    path = packaged(name)
     if not path.is_file():
         return {}
     shipped = json.loads(path.read_text())
     runs: dict[str, dict[int, dict[str, Any]]] = {}
-    for spec in demo.objectives:
+    for spec in compare.objectives:
         for seed, record in shipped.get(spec.label, {}).items():
-            config = demo.run_config(spec, int(seed), Path("unused"), Path("unused.jsonl"))
-            if record.get("hash") == demo.run_hash(config):
+            config = compare.run_config(spec, int(seed), compare.output_dir / "runs" / f"{spec.label}-s{seed}", Path("t.jsonl"))
+            if record.get("hash") == compare.run_hash(config):
                 runs.setdefault(spec.label, {})[int(seed)] = record
     return runs
+
+
+def shipped_recorded_runs(demo: Any) -> dict[str, dict[int, dict[str, Any]]]:
+    """The addition demo's recorded runs shipped in the package, the demo config's own only."""
+    return _shipped_runs(demo, RECORDED_DEMO_RUNS)
 
 
 def load_demo_config(path: Path) -> Any:
@@ -212,19 +217,8 @@ def grid_records(grid: Any, records_dir: Path) -> dict[str, dict[int, dict[str, 
 
 
 def shipped_grid_runs(grid: Any) -> dict[str, dict[int, dict[str, Any]]]:
-    """The recorded grid's runs shipped in the package (trimmed), those whose hash is the one
-    `grid` gives that objective and seed only."""
-    path = packaged(RECORDED_GRID_RUNS)
-    if not path.is_file():
-        return {}
-    shipped = json.loads(path.read_text())
-    runs: dict[str, dict[int, dict[str, Any]]] = {}
-    for spec in grid.objectives:
-        for seed, record in shipped.get(spec.label, {}).items():
-            config = grid.run_config(spec, int(seed), grid.output_dir / "runs" / f"{spec.label}-s{seed}", Path("t.jsonl"))
-            if record.get("hash") == grid.run_hash(config):
-                runs.setdefault(spec.label, {})[int(seed)] = record
-    return runs
+    """The recorded grid's runs shipped in the package (trimmed), `grid`'s own only."""
+    return _shipped_runs(grid, RECORDED_GRID_RUNS)
 
 
 def export_recorded_grid(root: Path = Path(".")) -> Path:
