@@ -489,19 +489,23 @@ def test_normalize_tokens_divides_the_digit_terms_by_the_token_count(name):
 @pytest.mark.parametrize("name", ["del", "ntl-was", "ntl-mse", "dist2"])
 def test_normalize_tokens_takes_an_explicit_alpha(name):
     """The default alpha weighs the step's digit mean; a per-token mean would weigh the same
-    number several times less, so "tokens" without an alpha is refused, in build_loss and in a
-    config, naming the fix."""
-    from numloss.config import ConfigError, config_from_dict
-
+    number several times less, so "tokens" without an alpha is refused in build_loss, naming the fix."""
     default = LOSSES[name].default_alpha
     with pytest.raises(ValueError, match=rf"{name}: normalize=\"tokens\" .* default alpha \({default:g}\) weighs the "
                        rf"step's digit mean: pass alpha explicitly, e\.g\. {default:g} x your data's tokens per digit"):
         build_loss(name, VOCAB, normalize="tokens")
+    assert build_loss(name, VOCAB, alpha=default, normalize="tokens").alpha == default
+
+
+@pytest.mark.hf  # numloss.config
+@pytest.mark.parametrize("name", ["del", "ntl-was", "ntl-mse", "dist2"])
+def test_a_config_with_normalize_tokens_takes_an_explicit_alpha(name):
+    from numloss.config import ConfigError, config_from_dict
+
     with pytest.raises(ConfigError, match="pass alpha explicitly"):
         config_from_dict({"objective": {"name": name, "options": {"normalize": "tokens"}}})
     config = config_from_dict({"objective": {"name": name, "alpha": 0.5, "options": {"normalize": "tokens"}}})
     assert config.objective.alpha == 0.5
-    assert build_loss(name, VOCAB, alpha=default, normalize="tokens").alpha == default
 
 
 def test_which_objectives_the_token_count_makes_step_exact():
