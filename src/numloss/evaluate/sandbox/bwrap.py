@@ -33,6 +33,7 @@ import selectors
 import shutil
 import signal
 import stat
+import struct
 import subprocess
 import sys
 import sysconfig
@@ -101,14 +102,9 @@ _UNPROBED = ("_tkinter", "readline", "_curses", "_curses_panel", "ossaudiodev", 
 _PROBE_LIBRARIES = r"""
 import importlib, os, sys, threading
 sys.path[:0] = {site_dirs!r}
-for name in sorted(os.listdir({dynload!r})):
-    module = name.split(".", 1)[0]
-    if module not in {unprobed!r} and not module.startswith(("_test", "xx")):
-        try:
-            importlib.import_module(module)
-        except Exception:
-            pass
-for module in ("numpy", "numpy.linalg", "numpy.fft", "numpy.random", "sympy", "mpmath"):
+extensions = [name.split(".", 1)[0] for name in sorted(os.listdir({dynload!r}))]
+wanted = [m for m in extensions if m not in {unprobed!r} and not m.startswith(("_test", "xx"))]
+for module in wanted + ["numpy", "numpy.linalg", "numpy.fft", "numpy.random", "sympy", "mpmath"]:
     try:
         importlib.import_module(module)
     except Exception:
@@ -123,8 +119,6 @@ with open("/proc/self/maps") as f:
 
 def _elf_interpreter(path: str) -> str | None:
     """The PT_INTERP path of an ELF executable (the dynamic loader), or None."""
-    import struct
-
     with open(path, "rb") as f:
         head = f.read(64)
         if head[:4] != b"\x7fELF" or head[4] != 2:  # 64-bit only
@@ -201,7 +195,6 @@ def _unix_sockets_in(paths: list[str]) -> list[str]:
         single = [(os.path.dirname(path), [], [os.path.basename(path)])]
         for root, _dirs, files in os.walk(path) if os.path.isdir(path) else single:
             for name in files:
-
                 full = os.path.join(root, name)
                 try:
                     if stat.S_ISSOCK(os.lstat(full).st_mode):
@@ -247,7 +240,6 @@ def layout() -> Layout:
         if os.path.exists(path) and not _covered(path, binds):
             binds.append(path)
     sockets = _unix_sockets_in(binds)
-
     if sockets:  # a program may connect to a unix socket file it can see: none of the host's may be
         raise OSError(f"a unix socket lies in a folder the sandbox would bind read-only: {sockets[0]}")
     top = {link for _, link in symlinks}
@@ -272,8 +264,7 @@ def bundled_bwrap() -> str | None:
 
 def bwrap_candidates() -> list[str]:
     """bwrap binaries to try, in order: the system's (on PATH), then the bundled one."""
-    found = [shutil.which("bwrap"), bundled_bwrap()]
-    return [p for i, p in enumerate(found) if p and p not in found[:i]]
+    return list(dict.fromkeys(p for p in (shutil.which("bwrap"), bundled_bwrap()) if p))
 
 
 _UNSHARE_HELPER = (
@@ -362,7 +353,8 @@ def _lock_folder() -> str:
         os.makedirs(folder, 0o700, exist_ok=True)
     info = os.lstat(folder)
     if not stat.S_ISDIR(info.st_mode) or info.st_uid != os.geteuid() or info.st_mode & 0o022:
-        raise OSError(f"the sandbox's uid lock folder {folder} is not a folder of this user's that only it may write")
+        raise OSError(f"the sandbox's uid lock folder {folder} is not a folder of this user's "
+                      "that only it may write")
     return folder
 
 
@@ -560,7 +552,6 @@ def _lifeline() -> int:
     return read
 
 
-
 @lru_cache(maxsize=1)
 def _seccomp_bytes() -> bytes:
     return filter_program(allow_mount=True)
@@ -612,12 +603,8 @@ def _kill(proc: subprocess.Popen, init: int | None) -> None:
 
 
 def _end_namespace(pidfd: int | None, timeout: float) -> bool:
-    """SIGKILL the namespace's init and wait until it has exited: the kernel kills and reaps
-    every other process of a pid namespace before its init is gone, so nothing is left after.
-
-    With --as-pid-1 the init is the program itself and bwrap reaps it, so this mostly finds it
-    gone already. Returns whether the namespace is known to be gone.
-    """
+    """SIGKILL the namespace's init and wait until it has exited (the kernel ends every other
+    process of the namespace first); returns whether the namespace is known to be gone."""
     if pidfd is None:
         return False
     try:
@@ -668,7 +655,8 @@ def run(source: str, limits: SandboxLimits, bwrap: str) -> ProgramResult:
         for fd in (program, fds["seccomp"], fds["ldcache"], fds["info"], fds["status"], fds["block"]):
             os.close(fd)
             own.remove(fd)
-        out, err, info, why, reports, ended = _collect(proc, info_r, status_r, go_w, limits, start, group)
+        watch = _Watch(proc, info_r, status_r, limits, group)
+        why, reports, ended = watch.collect(go_w, start)
     finally:
         for fd in own:
             os.close(fd)
@@ -678,11 +666,12 @@ def run(source: str, limits: SandboxLimits, bwrap: str) -> ProgramResult:
             memory_events = group.oom_kills()
             group.remove()
     seen = observed(why if why != "setup" else None, reports, memory_events)
-    status, detail = classify(seen, err.last_line(), limits)  # before result(), which may close the file
-    (stdout, raw_out), (stderr, raw_err) = out.result(), err.result()
+    # the status before result(), which may close the file
+    status, detail = classify(seen, watch.err.last_line(), limits)
+    (stdout, raw_out), (stderr, raw_err) = watch.out.result(), watch.err.result()
     return ProgramResult(status, stdout, proc.returncode, time.perf_counter() - start, detail,
-                         isolation="bwrap+seccomp", err=stderr, pid_namespace=info.get("pid-namespace"),
-                         raw_out=raw_out, raw_err=raw_err)
+                         isolation="bwrap+seccomp", err=stderr,
+                         pid_namespace=watch.info.get("pid-namespace"), raw_out=raw_out, raw_err=raw_err)
 
 
 def observed(why: str | None, reports: bytes, memory_events: int | None = None) -> Observed:
@@ -769,6 +758,39 @@ class _Watch:
         self.init: int | None = None  # a pidfd on the namespace's init
         self.registered = False  # with the keeper
 
+    def collect(self, go_w: int, start: float) -> tuple[str | None, bytes, bool]:
+        """Watch the run until it ends, the wall clock or a flood, and end its namespace.
+
+        Returns (why, reports, ended): why the host killed it (None, "timeout", "flood" or
+        "setup"), the init's status lines (and this side's set-up failure), and whether the pid
+        namespace was seen gone. The outputs are then in `out` and `err`, on disk.
+        """
+        proc = self.proc
+        try:
+            why = self.pump(start + self.limits.wall_limit, go_w)
+        except BaseException:
+            _kill(proc, self.init)
+            _end_namespace(self.init, 5.0)
+            self.out.close()
+            self.err.close()
+            raise
+        if why is not None:
+            _kill(proc, self.init)
+        ended = _end_namespace(self.init, 5.0)
+        if self.registered:
+            _keeper_remove(self.info)
+        reports = self.bufs[self.status_r]
+        try:  # what the init said before it ended (all of it when the run was not killed)
+            while chunk := os.read(self.status_r, 1 << 16):
+                reports += chunk
+        except (BlockingIOError, OSError):
+            pass
+        assert proc.stdout is not None and proc.stderr is not None
+        proc.stdout.close()
+        proc.stderr.close()
+        return why, bytes(reports), ended
+
+
     def pump(self, deadline: float, go_w: int) -> str | None:
         """Read every pipe until all are closed and bwrap has exited; returns why the run must be
         killed ("timeout", "flood", "setup") or None."""
@@ -840,48 +862,12 @@ class _Watch:
         return "setup"
 
 
-def _collect(proc: subprocess.Popen, info_r: int, status_r: int, go_w: int, limits: SandboxLimits,
-             start: float, group: cgroup.ProgramCgroup | None = None
-             ) -> tuple[_Spool, _Spool, dict, str | None, bytes, bool]:
-    """Watch the run until it ends, the wall clock or a flood, and end its namespace.
-
-    Returns (stdout, stderr, info, why, reports, ended): the outputs on disk (capped), bwrap's
-    info, why the host killed it (None, "timeout", "flood" or "setup"), the init's status lines
-    (and this side's set-up failure), and whether the pid namespace was seen gone.
-    """
-    watch = _Watch(proc, info_r, status_r, limits, group)
-    try:
-        why = watch.pump(start + limits.wall_limit, go_w)
-    except BaseException:
-        _kill(proc, watch.init)
-        _end_namespace(watch.init, 5.0)
-        watch.out.close()
-        watch.err.close()
-        raise
-    if why is not None:
-        _kill(proc, watch.init)
-    ended = _end_namespace(watch.init, 5.0)
-    if watch.registered:
-        _keeper_remove(watch.info)
-    reports = watch.bufs[status_r]
-    try:  # what the init said before it ended (all of it when the run was not killed)
-        while chunk := os.read(status_r, 1 << 16):
-            reports += chunk
-    except (BlockingIOError, OSError):
-        pass
-    assert proc.stdout is not None and proc.stderr is not None
-    proc.stdout.close()
-    proc.stderr.close()
-    return watch.out, watch.err, watch.info, why, bytes(reports), ended
-
-
 # ---- the keeper: ends every sandbox of a root evaluator that dies without cleaning up ----------
 #
-# bwrap's --die-with-parent cannot do it for a root evaluator: the program runs as the host's uid
-# 65534 while bwrap (uid 0, capabilities dropped) is not allowed to signal it, so the kernel drops
-# the parent-death signal. The keeper is one helper process per evaluator, running as root with
-# its capabilities: it holds a pidfd on each running sandbox's init and SIGKILLs them all when its
-# stdin (a pipe only the evaluator writes) reads EOF, i.e. when the evaluator is gone.
+# bwrap's --die-with-parent cannot: bwrap (uid 0 without capabilities) may not signal the
+# program's host uid, so the kernel drops the parent-death signal. The keeper, one root helper
+# per evaluator, holds a pidfd on each running sandbox's init and SIGKILLs them all once its
+# stdin (a pipe only the evaluator writes) reads EOF.
 
 _KEEPER = r"""
 import os, signal, sys, time
@@ -923,25 +909,27 @@ _keeper_lock = threading.Lock()
 _keeper_proc: subprocess.Popen | None = None
 
 
-def _keeper_send(line: str) -> bool:
+def _keeper_send(line: str) -> None:
     global _keeper_proc
     with _keeper_lock:
         if _keeper_proc is None or _keeper_proc.poll() is not None:
-            _keeper_proc = subprocess.Popen([sys.executable, "-I", "-S", "-c", _KEEPER], stdin=subprocess.PIPE,
-                                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                                            start_new_session=True, close_fds=True, text=True)
+            _keeper_proc = subprocess.Popen(
+                [sys.executable, "-I", "-S", "-c", _KEEPER], stdin=subprocess.PIPE, text=True,
+                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
+                close_fds=True)
         assert _keeper_proc.stdin is not None
         _keeper_proc.stdin.write(line + "\n")
         _keeper_proc.stdin.flush()
-        return True
 
 
 def _keeper_add(info: dict, group: cgroup.ProgramCgroup | None = None) -> bool:
     """Register the sandbox's init (and its cgroup folders, to remove) with the keeper (root
-    evaluators only)."""
+    evaluators only); returns whether it did."""
     pid = info.get("child-pid")
-    paths = "".join("\t" + p for p in (group.paths if group is not None else []))
-    return os.geteuid() == 0 and isinstance(pid, int) and _keeper_send(f"+{pid}{paths}")
+    if os.geteuid() != 0 or not isinstance(pid, int):
+        return False
+    _keeper_send(f"+{pid}" + "".join("\t" + p for p in (group.paths if group is not None else [])))
+    return True
 
 
 def _keeper_remove(info: dict) -> None:

@@ -80,7 +80,7 @@ def _mounts(mountinfo: str, fstype: str) -> list[tuple[str, str, list[str]]]:
 
 
 def _mounted_at(path: str, root: str, point: str) -> str | None:
-    """Where cgroup `path` lies in a hierarchy whose `root` is mounted at `point` (None: not in it)."""
+    """Where cgroup `path` lies in a hierarchy whose `root` is mounted at `point` (or None)."""
     if path != root and not path.startswith(root.rstrip("/") + "/"):
         return None
     return os.path.normpath(os.path.join(point, os.path.relpath(path, root)))
@@ -102,12 +102,13 @@ def find(proc: str = "/proc", environ: dict[str, str] | None = None) -> Support:
     found = (_mounted_at(own, root, point) for root, point, _ in mounts)
     candidate = next((path for path in found if path is not None), None)
     if candidate is None:
-        return Support(None, f"this process's cgroup v2 ({own}) is not under a mounted cgroup2 hierarchy")
+        return Support(None, f"this process's cgroup v2 ({own}) is not under a mounted cgroup2 "
+                       "hierarchy")
     return _check_v2(proc, candidate, f"cgroup v2 {candidate}")
 
 
 def _check_v2(proc: str, candidate: str, where: str) -> Support:
-    """`candidate` as the v2 parent, if it delegates memory and pids and this process may write it."""
+    """`candidate` as the v2 parent if it delegates memory and pids and this process may write it."""
     try:
         enabled = _read(os.path.join(candidate, "cgroup.subtree_control")).split()
         offered = _read(os.path.join(candidate, "cgroup.controllers")).split()
@@ -139,7 +140,8 @@ def find_v1(proc: str = "/proc", why_not_v2: str = "", euid: int | None = None) 
         mounted = _mounts(_read(f"{proc}/self/mountinfo"), "cgroup")
     except OSError as error:
         return Support(None, f"{why_not_v2}; no cgroup v1 information ({error})")
-    mounts = {c: (root, point) for root, point, options in mounted for c in options if c in _V1_NEEDED}
+    mounts = {c: (root, point) for root, point, controllers in mounted
+              for c in controllers if c in _V1_NEEDED}
     missing = [c for c in _V1_NEEDED if c not in mounts or c not in own]
     if missing:
         return Support(None, f"{why_not_v2}; cgroup v1 lacks {' and '.join(missing)}")
