@@ -1,25 +1,17 @@
 """Run one program under bubblewrap: new namespaces, uid 65534, seccomp, an init, rlimits, a wall clock.
 
-The layers, outermost first (docs/sandbox.md has the threat model and the memory model):
+Outermost first (docs/sandbox.md has the threat and memory models): bwrap's user, pid, net, ipc,
+uts and cgroup namespaces, uid 65534 without capabilities, in a session of its own; an empty
+read-only root with read-only binds of only the interpreter, `ALLOWED_PACKAGES` and the
+libraries they load (`layout`), one capped tmpfs as cwd and /tmp, the plain devices; the seccomp
+filter; the init (`pid1.py`), which drops the last privileges, sets the rlimits, runs the program
+and reports how it ended; on the host, a wall clock and an output cap that kill the namespace,
+and a cgroup where one is usable (`cgroup.py`). The status comes from these observations only
+(`limits.classify`).
 
-- **namespaces** (bwrap): new user, pid, network, ipc, uts (and cgroup) namespaces; uid/gid
-  65534 without capabilities, in its own session, with a fixed environment.
-- **filesystem**: an empty read-only root with read-only binds of only the interpreter, its
-  stdlib and libpython, the `ALLOWED_PACKAGES` and the shared libraries these load
-  (`shared_libraries`; never /usr/lib), a private ``/etc/ld.so.cache``; cwd and ``/tmp`` are one
-  tmpfs capped in bytes and inodes; a private ``/proc``; ``/dev`` has the plain devices only.
-- **seccomp** (`seccomp.filter_program`), loaded by bwrap right before the interpreter starts.
-- **the init** (`pid1.py`), the namespace's pid 1: drops every capability and uid 0, stacks
-  `seccomp.last_filter`, sets the rlimits, forks the program, reports how it ended on a pipe the
-  program never holds, and ends the namespace at its own deadline or CPU budget.
-- **the host side**: a wall clock and an output cap that SIGKILL the init (a pidfd from bwrap's
-  ``--info-fd``), a cgroup of its own where one is usable (`cgroup.py`); the call returns once
-  the namespace is gone, and the status comes from these observations only (`limits.classify`).
-
-As root one more step is needed: the kernel never applies RLIMIT_NPROC to the host's uid 0, so
-the run enters a user namespace prepared here (`_prepared_userns`) that maps 0 -> 0 and 65534 ->
-a host uid of its own (`HOST_UID_BASE` + n); bwrap sets up as uid 0 (so it can bind a Python
-under ``/root``) and the init drops to 65534 before anything of the program runs.
+As root one more step is needed, as the kernel never applies RLIMIT_NPROC to uid 0: the run
+enters a user namespace prepared here (`_prepared_userns`) that maps 65534 to a host uid of its
+own (`HOST_UID_BASE` + n), and the init leaves uid 0 before anything of the program runs.
 """
 
 from __future__ import annotations
