@@ -1,21 +1,12 @@
 """A cgroup per program (memory, CPU, processes), where the machine lets us make one.
 
-RLIMIT_AS bounds each process's address space, not the sandbox's memory: kernel memory (tmpfs
-inodes, pipe buffers, page tables, ...) and the processes together escape it. A memory cgroup
-bounds all of it as one budget, and its OOM killer then picks a process of the sandbox, never the
-evaluator. A CPU cgroup per program makes the scheduler share the CPU between programs, not
-between sessions (a program calling setsid() would otherwise get an autogroup of its own), and
-caps each at `CPU_PER_PROGRAM` CPUs. `support()` says which one is usable here:
-
-- **cgroup v2**: the folder named by ``NUMLOSS_SANDBOX_CGROUP``, or else this process's own
-  cgroup v2, with ``memory`` and ``pids`` enabled for children and writable by this process;
-  each program gets ``memory.max``, ``memory.swap.max`` 0, ``pids.max`` and ``cpu.max``;
-- else **cgroup v1** for a root evaluator: a child of this process's own cgroup in each of the
-  memory, cpu and pids hierarchies, with ``memory.limit_in_bytes`` (kernel memory included),
-  no swap, ``cpu.cfs_quota_us`` and ``pids.max``.
-
-Without either the sandbox relies on seccomp and its rlimits (docs/sandbox.md, "Memory") and
-`missing()` names the bounds that are then absent. Nothing here ever moves the evaluator itself.
+RLIMIT_AS bounds each process, not the sandbox: a memory cgroup bounds its processes and kernel
+memory as one budget (its OOM killer then picks a process of the sandbox, never the evaluator),
+and a CPU cgroup shares the CPU between programs, not sessions, capping each at
+`CPU_PER_PROGRAM` CPUs. `support()` finds a cgroup v2 (``NUMLOSS_SANDBOX_CGROUP`` or this
+process's own, delegating memory and pids), else cgroup v1 for a root evaluator. Without either
+the sandbox relies on seccomp and rlimits (docs/sandbox.md, "Memory") and `missing()` names the
+absent bounds. Nothing here ever moves the evaluator itself.
 """
 
 from __future__ import annotations

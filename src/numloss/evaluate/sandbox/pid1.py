@@ -1,18 +1,12 @@
 """The sandbox's init: pid 1 of its pid namespace, the trusted program that runs the untrusted one.
 
-bwrap starts it as ``python -I -S -B -c <this file's text> <JSON parameters>`` (`bwrap.command`);
-the evaluator never imports it. Before any of the program exists it sets its ``oom_score_adj``,
-caps the inodes of ``/tmp``, drops every capability (and uid 0 for a root evaluator), re-arms the
-parent-death signal, stacks `seccomp.last_filter`, checks all of that, sets the rlimits and makes
-itself non-dumpable. Then it forks the program, which runs as the module ``__main__`` (as under
-``python prog.py``), and waits.
-
-It reports on a pipe the program never holds: ``started``, then ``end WAITSTATUS CPU``,
-``deadline`` (its own wall clock ended the namespace), ``cpu USED`` (the namespace used its
-CPU-clock budget) or ``nproc TASKS`` (the namespace stayed at RLIMIT_NPROC long enough that a
-program waiting for a process it could not start would hang). The program cannot reach it: the
-kernel drops signals to a namespace's init that has no handler for them, it is not dumpable and
-ptrace is refused.
+bwrap runs it as ``python -I -S -B -c <this file's text> <JSON parameters>`` (`bwrap.command`);
+the evaluator never imports it. It sets the sandbox up (failing closed), forks the program as
+the module ``__main__`` and reports on a pipe the program never holds: ``started``, then ``end
+WAITSTATUS CPU``, ``deadline`` (its own wall clock), ``cpu USED`` (the CPU-clock budget) or
+``nproc TASKS`` (a stay at RLIMIT_NPROC); ``setup REASON`` instead of ``started``. The program
+cannot reach it: the kernel drops signals to a namespace's init without a handler, it is not
+dumpable and ptrace is refused.
 """
 
 from __future__ import annotations
