@@ -160,11 +160,9 @@ _ESCAPES = re.compile(
     r"|(?:\x1b[\]PX^_]|[\x90\x98\x9d\x9e\x9f])[^\x07\x1b\x9c]*(?:\x07|\x1b\\|\x9c)?"
     r"|\x1b[ -/]*[0-~]?"
 )
-# C0 controls but tab and newline, DEL, C1 controls, and every invisible formatting character:
-# Unicode's category Cf (the bidirectional controls LRM, RLM, ALM, LRE..RLO, LRI..PDI, which make
-# a terminal or a report show text other than it is; zero-width space, joiners and word joiner;
-# the BOM; soft hyphen; invisible operators; tag characters), the combining grapheme joiner and
-# the Hangul fillers, which show as nothing: a report must show what a program printed
+# C0 controls but tab and newline, DEL, C1 controls, Unicode's category Cf (bidirectional
+# controls, which make a report show text other than it is; zero-width characters, the BOM, tag
+# characters, ...), the combining grapheme joiner and the Hangul fillers, which show as nothing
 _CONTROLS = re.compile(
     "[\x00-\x08\x0b-\x1f\x7f-\x9f\xad\u034f\u0600-\u0605\u061c\u06dd\u070f\u0890\u0891\u08e2"
     "\u115f\u1160\u180e\u200b-\u200f\u202a-\u202e\u2060-\u2064\u2066-\u206f\u3164\ufeff\uffa0"
