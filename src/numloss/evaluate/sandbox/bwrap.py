@@ -644,10 +644,7 @@ def run(source: str, limits: SandboxLimits, bwrap: str) -> ProgramResult:
         proc = subprocess.Popen(command(bwrap, limits, fds), stdin=program, stdout=subprocess.PIPE,
                                 stderr=subprocess.PIPE, pass_fds=tuple(fds.values()), env={},
                                 start_new_session=True, close_fds=True)
-        for fd in (program, fds["seccomp"], fds["ldcache"], fds["info"], fds["status"], fds["block"]):
-            os.close(fd)
-            own.remove(fd)
-        watch = _Watch(proc, info_r, status_r, limits, group)
+        watch = _watch_or_kill(proc, own, fds, program, (info_r, status_r, limits, group))
         why, reports, ended = watch.collect(go_w, start)
     finally:
         for fd in own:
@@ -664,6 +661,24 @@ def run(source: str, limits: SandboxLimits, bwrap: str) -> ProgramResult:
     return ProgramResult(status, stdout, proc.returncode, time.perf_counter() - start, detail,
                          isolation="bwrap+seccomp", err=stderr,
                          pid_namespace=watch.info.get("pid-namespace"), raw_out=raw_out, raw_err=raw_err)
+
+
+def _watch_or_kill(proc: subprocess.Popen, own: list[int], fds: dict[str, int], program: int,
+                   watch_args: tuple) -> _Watch:
+    """Hand the started bwrap to a `_Watch`, or kill it when that fails. bwrap waits on
+    --block-fd, and closing the go pipe (as `run`'s cleanup does) lets it start the program
+    with no host clock and before it is in its cgroup: it must not outlive a failed set-up."""
+    try:
+        for fd in (program, fds["seccomp"], fds["ldcache"], fds["info"], fds["status"], fds["block"]):
+            os.close(fd)
+            own.remove(fd)
+        return _Watch(proc, *watch_args)
+    except BaseException:
+        _kill(proc, None)
+        for pipe in (proc.stdout, proc.stderr):
+            if pipe is not None:
+                pipe.close()
+        raise
 
 
 def observed(why: str | None, reports: bytes, memory_events: int | None = None) -> Observed:
