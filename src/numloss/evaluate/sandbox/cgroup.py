@@ -1,28 +1,12 @@
 """A cgroup per program (memory, CPU, processes), where the machine lets us make one.
 
-RLIMIT_AS bounds each process's address space, not the sandbox's memory: kernel memory (tmpfs
-inodes, pipe buffers, page tables, seccomp filters, POSIX locks, epoll watches) and the processes
-together escape it. A memory cgroup bounds all of it as one budget, and its OOM killer then picks
-a process of the sandbox, never the evaluator. A CPU cgroup per program makes the scheduler share
-the CPU between programs, not between sessions (a program that calls setsid() would otherwise get
-an autogroup, and a full share, of its own per session), and caps each at `CPU_PER_PROGRAM` CPUs.
-`support()` says which one is usable here:
-
-- **cgroup v2**: the folder named by ``NUMLOSS_SANDBOX_CGROUP``, or else this process's own cgroup
-  v2 (from /proc/self/cgroup and /proc/self/mountinfo), that has ``memory`` and ``pids`` in its
-  ``cgroup.subtree_control`` (enabled for children) and that this process may write to; each
-  program gets ``memory.max``, ``memory.swap.max`` 0, ``pids.max`` and, where ``cpu`` is
-  enabled, ``cpu.max``;
-- else **cgroup v1** for a root evaluator: the memory, cpu and pids hierarchies mounted (as on
-  the development machines here), each program getting a child of this process's own cgroup in
-  each: ``memory.limit_in_bytes`` (on v1 the kernel's own allocations for the cgroup are charged
-  to it as well), ``memory.memsw.limit_in_bytes`` (no swap), ``memory.kmem.limit_in_bytes``
-  where the kernel still takes one, ``cpu.cfs_quota_us``, ``pids.max``.
-
-Without either (a non-root evaluator without delegation; controllers not mounted) the sandbox
-relies on the seccomp filter and its rlimits instead (docs/sandbox.md, "Memory"),
-`isolation().detail` says so, and `missing()` names the bounds that are then absent. Nothing here
-ever moves the evaluator itself.
+RLIMIT_AS bounds each process, not the sandbox: a memory cgroup bounds its processes and kernel
+memory as one budget (its OOM killer then picks a process of the sandbox, never the evaluator),
+and a CPU cgroup shares the CPU between programs, not sessions, capping each at
+`CPU_PER_PROGRAM` CPUs. `support()` finds a cgroup v2 (``NUMLOSS_SANDBOX_CGROUP`` or this
+process's own, delegating memory and pids), else cgroup v1 for a root evaluator. Without either
+the sandbox relies on seccomp and rlimits (docs/sandbox.md, "Memory") and `missing()` names the
+absent bounds. Nothing here ever moves the evaluator itself.
 """
 
 from __future__ import annotations
@@ -47,56 +31,78 @@ _PERIOD_US = 100_000
 
 @dataclass(frozen=True)
 class Support:
-    """`parent` is the cgroup v2 folder under which each program gets its own (the memory
-    hierarchy's folder for v1), or None when no cgroup is usable; `detail` says which bound is in
-    force and why; `v1` maps each v1 controller to its parent folder (empty for v2)."""
+    """`parent`: the folder under which each program gets its cgroup (v1: the memory
+    hierarchy's), None when no cgroup is usable; `detail`: which bound is in force and why;
+    `v1`: each v1 controller's parent folder (empty for v2)."""
 
     parent: str | None
     detail: str
     v1: dict[str, str] = field(default_factory=dict)
 
 
-def _cgroup2_mounts(mountinfo: str) -> list[tuple[str, str]]:
-    """(root inside the hierarchy, mount point) of each cgroup2 mount in a mountinfo text."""
+def _read(path: str) -> str:
+    with open(path) as f:
+        return f.read()
+
+
+def _write(path: str, value: str) -> None:
+    with open(path, "w") as f:
+        f.write(value)
+
+
+def _try_write(path: str, value: str) -> None:
+    """A write that the kernel may refuse without harm (memory.kmem.limit_in_bytes, which newer
+    kernels no longer take: they charge kernel memory to memory.limit_in_bytes anyway)."""
+    try:
+        _write(path, value)
+    except OSError:
+        pass
+
+
+def _mounts(mountinfo: str, fstype: str) -> list[tuple[str, str, list[str]]]:
+    """(root inside the hierarchy, mount point, super options) of each `fstype` mount."""
     out = []
     for line in mountinfo.splitlines():
         left, _, right = line.partition(" - ")
-        fields = left.split()
-        if right.split()[:1] == ["cgroup2"] and len(fields) >= 5:
-            out.append((fields[3], fields[4]))
+        fields, tail = left.split(), right.split()
+        if tail[:1] == [fstype] and len(fields) >= 5:
+            out.append((fields[3], fields[4], tail[2].split(",") if len(tail) >= 3 else []))
     return out
 
 
+def _mounted_at(path: str, root: str, point: str) -> str | None:
+    """Where cgroup `path` lies in a hierarchy whose `root` is mounted at `point` (or None)."""
+    if path != root and not path.startswith(root.rstrip("/") + "/"):
+        return None
+    return os.path.normpath(os.path.join(point, os.path.relpath(path, root)))
+
+
 def find(proc: str = "/proc", environ: dict[str, str] | None = None) -> Support:
-    """Whether a delegated cgroup v2 is usable (see the module docstring); `proc` and `environ`
-    are parameters for the tests."""
+    """Whether a delegated cgroup v2 (else v1) is usable; `proc` and `environ` are for the tests."""
     environ = os.environ if environ is None else environ
     if environ.get(ENV_VAR):
-        candidate = environ[ENV_VAR]
-        where = f"{ENV_VAR}={candidate}"
-    else:
-        try:
-            with open(f"{proc}/self/cgroup") as f:
-                own = next((line[3:].strip() for line in f if line.startswith("0::")), None)
-            with open(f"{proc}/self/mountinfo") as f:
-                mounts = _cgroup2_mounts(f.read())
-        except OSError as error:
-            return Support(None, f"no cgroup information ({error})")
-        if own is None or not mounts:
-            return find_v1(proc, "no cgroup v2 hierarchy (cgroup v1 only)")
-        candidate = None
-        for root, point in mounts:
-            if own == root or own.startswith(root.rstrip("/") + "/"):
-                candidate = os.path.join(point, os.path.relpath(own, root)) if own != root else point
-                break
-        if candidate is None:
-            return Support(None, f"this process's cgroup v2 ({own}) is not under a mounted cgroup2 hierarchy")
-        where = f"cgroup v2 {candidate}"
+        return _check_v2(proc, environ[ENV_VAR], f"{ENV_VAR}={environ[ENV_VAR]}")
     try:
-        with open(os.path.join(candidate, "cgroup.subtree_control")) as f:
-            enabled = f.read().split()
-        with open(os.path.join(candidate, "cgroup.controllers")) as f:
-            offered = f.read().split()
+        cgroups = _read(f"{proc}/self/cgroup").splitlines()
+        mounts = _mounts(_read(f"{proc}/self/mountinfo"), "cgroup2")
+    except OSError as error:
+        return Support(None, f"no cgroup information ({error})")
+    own = next((line[3:].strip() for line in cgroups if line.startswith("0::")), None)
+    if own is None or not mounts:
+        return find_v1(proc, "no cgroup v2 hierarchy (cgroup v1 only)")
+    found = (_mounted_at(own, root, point) for root, point, _ in mounts)
+    candidate = next((path for path in found if path is not None), None)
+    if candidate is None:
+        return Support(None, f"this process's cgroup v2 ({own}) is not under a mounted cgroup2 "
+                       "hierarchy")
+    return _check_v2(proc, candidate, f"cgroup v2 {candidate}")
+
+
+def _check_v2(proc: str, candidate: str, where: str) -> Support:
+    """`candidate` as the v2 parent if it delegates memory and pids and this process may write it."""
+    try:
+        enabled = _read(os.path.join(candidate, "cgroup.subtree_control")).split()
+        offered = _read(os.path.join(candidate, "cgroup.controllers")).split()
     except OSError as error:
         return Support(None, f"{where} is not usable ({error.strerror})")
     missing = [c for c in _NEEDED if c not in enabled]
@@ -109,19 +115,6 @@ def find(proc: str = "/proc", environ: dict[str, str] | None = None) -> Support:
     return Support(candidate, f"{where}: memory.max and pids.max{cpu} per program")
 
 
-def _v1_mounts(mountinfo: str) -> dict[str, tuple[str, str]]:
-    """controller -> (root inside the hierarchy, mount point) of each cgroup v1 mount."""
-    out: dict[str, tuple[str, str]] = {}
-    for line in mountinfo.splitlines():
-        left, _, right = line.partition(" - ")
-        fields, tail = left.split(), right.split()
-        if tail[:1] == ["cgroup"] and len(fields) >= 5 and len(tail) >= 3:
-            for option in tail[2].split(","):
-                if option in _V1_NEEDED:
-                    out[option] = (fields[3], fields[4])
-    return out
-
-
 def find_v1(proc: str = "/proc", why_not_v2: str = "", euid: int | None = None) -> Support:
     """The cgroup v1 folders (memory, cpu, pids) under which a root evaluator makes one cgroup per
     program: this process's own cgroup in each hierarchy. `why_not_v2` starts the detail."""
@@ -129,29 +122,29 @@ def find_v1(proc: str = "/proc", why_not_v2: str = "", euid: int | None = None) 
     if euid != 0:
         return Support(None, f"{why_not_v2}; cgroup v1 needs a root evaluator")
     try:
-        with open(f"{proc}/self/cgroup") as f:
-            own = {}
-            for line in f:
-                parts = line.strip().split(":", 2)
-                if len(parts) == 3:
-                    for controller in parts[1].split(","):
-                        own[controller] = parts[2]
-        with open(f"{proc}/self/mountinfo") as f:
-            mounts = _v1_mounts(f.read())
+        own = {}
+        for line in _read(f"{proc}/self/cgroup").splitlines():
+            parts = line.strip().split(":", 2)
+            if len(parts) == 3:
+                for controller in parts[1].split(","):
+                    own[controller] = parts[2]
+        mounted = _mounts(_read(f"{proc}/self/mountinfo"), "cgroup")
     except OSError as error:
         return Support(None, f"{why_not_v2}; no cgroup v1 information ({error})")
+    mounts = {c: (root, point) for root, point, controllers in mounted
+              for c in controllers if c in _V1_NEEDED}
     missing = [c for c in _V1_NEEDED if c not in mounts or c not in own]
     if missing:
         return Support(None, f"{why_not_v2}; cgroup v1 lacks {' and '.join(missing)}")
     parents = {}
     for controller in _V1_NEEDED:
-        root, point = mounts[controller]
-        path = own[controller]
-        if not (path == root or path.startswith(root.rstrip("/") + "/")):
-            return Support(None, f"{why_not_v2}; this process's v1 {controller} cgroup {path} is not under its mount")
-        parents[controller] = os.path.normpath(os.path.join(point, os.path.relpath(path, root)))
-        if not os.access(parents[controller], os.W_OK):
-            return Support(None, f"{why_not_v2}; cgroup v1 {parents[controller]} is not writable")
+        parent = _mounted_at(own[controller], *mounts[controller])
+        if parent is None:
+            return Support(None, f"{why_not_v2}; this process's v1 {controller} cgroup "
+                           f"{own[controller]} is not under its mount")
+        if not os.access(parent, os.W_OK):
+            return Support(None, f"{why_not_v2}; cgroup v1 {parent} is not writable")
+        parents[controller] = parent
     return Support(parents["memory"], f"cgroup v1 under {', '.join(parents.values())}: memory.limit_in_bytes "
                    "(kernel memory included), cpu.cfs_quota_us and pids.max per program", parents)
 
@@ -171,14 +164,9 @@ def support() -> Support:
     return find()
 
 
-def _write(path: str, value: str) -> None:
-    with open(path, "w") as f:
-        f.write(value)
-
-
 class ProgramCgroup:
-    """One program's cgroup (v2: one folder; v1: one in each of memory, cpu and pids): made before
-    it starts, its init added, read and removed after."""
+    """One program's cgroup (v2: one folder; v1: one in each of memory, cpu and pids): made with
+    its limits before it starts, its init added, read and removed after."""
 
     def __init__(self, parent: str, limits: SandboxLimits, v1: dict[str, str] | None = None) -> None:
         name = f"numloss-sandbox-{os.getpid()}-{next(_counter)}"
@@ -193,30 +181,10 @@ class ProgramCgroup:
             # the address-space limit per process and the tmpfs, for the whole sandbox
             memory = None if limits.memory_bytes <= 0 else int(limits.memory_bytes + limits.tmpfs_bytes)
             pids = str(int(limits.max_processes) + 1)  # + its init
-            if self.v1:
-                assert v1 is not None
-                mem, cpu, pid = (os.path.join(v1[c], name) for c in _V1_NEEDED)
-                if memory is not None:
-                    _write(os.path.join(mem, "memory.limit_in_bytes"), str(memory))
-                    _try_write(os.path.join(mem, "memory.memsw.limit_in_bytes"), str(memory))  # no swap
-                    _try_write(os.path.join(mem, "memory.kmem.limit_in_bytes"), str(memory))
-                # the weight the program's session would have had without a cgroup: one
-                # autogroup's (nice 0) where the kernel groups sessions, else the evaluator's
-                # own nice weight; a group at a nice-19 weight of 15 was measured 20x slower to
-                # start than the same program in its autogroup on a loaded machine
-                _write(os.path.join(cpu, "cpu.shares"), str(max(2, _session_weight())))
-                _write(os.path.join(cpu, "cpu.cfs_period_us"), str(_PERIOD_US))
-                _write(os.path.join(cpu, "cpu.cfs_quota_us"), str(_PERIOD_US * CPU_PER_PROGRAM))
-                _write(os.path.join(pid, "pids.max"), pids)
+            if v1:
+                _limit_v1(*(os.path.join(v1[c], name) for c in _V1_NEEDED), memory, pids)
             else:
-                _write(os.path.join(self.path, "memory.max"), "max" if memory is None else str(memory))
-                if os.path.exists(os.path.join(self.path, "memory.swap.max")):
-                    _write(os.path.join(self.path, "memory.swap.max"), "0")
-                _write(os.path.join(self.path, "pids.max"), pids)
-                if os.path.exists(os.path.join(self.path, "cpu.weight")):  # 1..10000, 100 = nice 0
-                    _write(os.path.join(self.path, "cpu.weight"), str(max(1, _session_weight() * 100 // 1024)))
-                if os.path.exists(os.path.join(self.path, "cpu.max")):
-                    _write(os.path.join(self.path, "cpu.max"), f"{_PERIOD_US * CPU_PER_PROGRAM} {_PERIOD_US}")
+                _limit_v2(self.path, memory, pids)
         except OSError:
             self.paths = made
             self.remove()
@@ -228,8 +196,7 @@ class ProgramCgroup:
             _write(os.path.join(path, "cgroup.procs"), str(pid))
 
     def oom_kills(self) -> int:
-        """How many processes the cgroup's memory limit killed (v2 memory.events, v1
-        memory.oom_control: oom_kill)."""
+        """How many processes the memory limit killed (v2 memory.events, v1 memory.oom_control)."""
         name = "memory.oom_control" if self.v1 else "memory.events"
         try:
             with open(os.path.join(self.path, name)) as f:
@@ -260,28 +227,48 @@ class ProgramCgroup:
                     time.sleep(0.02)
 
 
+def _limit_v2(path: str, memory: int | None, pids: str) -> None:
+    _write(os.path.join(path, "memory.max"), "max" if memory is None else str(memory))
+    if os.path.exists(os.path.join(path, "memory.swap.max")):
+        _write(os.path.join(path, "memory.swap.max"), "0")
+    _write(os.path.join(path, "pids.max"), pids)
+    if os.path.exists(os.path.join(path, "cpu.weight")):  # 1..10000, 100 = nice 0
+        _write(os.path.join(path, "cpu.weight"), str(max(1, _session_weight() * 100 // 1024)))
+    if os.path.exists(os.path.join(path, "cpu.max")):
+        _write(os.path.join(path, "cpu.max"), f"{_PERIOD_US * CPU_PER_PROGRAM} {_PERIOD_US}")
+
+
+def _limit_v1(mem: str, cpu: str, pid: str, memory: int | None, pids: str) -> None:
+    if memory is not None:
+        _write(os.path.join(mem, "memory.limit_in_bytes"), str(memory))
+        _try_write(os.path.join(mem, "memory.memsw.limit_in_bytes"), str(memory))  # no swap
+        _try_write(os.path.join(mem, "memory.kmem.limit_in_bytes"), str(memory))
+    # the weight the program's session would have had without a cgroup: one autogroup's (nice 0)
+    # where the kernel groups sessions, else the evaluator's own nice weight; a group at a nice-19
+    # weight of 15 was measured 20x slower to start than the same program in its autogroup on a
+    # loaded machine
+    _write(os.path.join(cpu, "cpu.shares"), str(max(2, _session_weight())))
+    _write(os.path.join(cpu, "cpu.cfs_period_us"), str(_PERIOD_US))
+    _write(os.path.join(cpu, "cpu.cfs_quota_us"), str(_PERIOD_US * CPU_PER_PROGRAM))
+    _write(os.path.join(pid, "pids.max"), pids)
+
+
 # the kernel's sched_prio_to_weight, nice -20 .. 19
-_NICE_WEIGHTS = (88761, 71755, 56483, 46273, 36291, 29154, 23254, 18705, 14949, 11916, 9548, 7620, 6100, 4904,
-                 3906, 3121, 2501, 1991, 1586, 1277, 1024, 820, 655, 526, 423, 335, 272, 215, 172, 137, 110, 87,
-                 70, 56, 45, 36, 29, 23, 18, 15)
-
-
-def _nice_weight() -> int:
-    """The scheduler weight of this process's nice value (1024 at nice 0, 15 at nice 19)."""
-    return _NICE_WEIGHTS[min(39, max(0, os.getpriority(os.PRIO_PROCESS, 0) + 20))]
+_NICE_WEIGHTS = (88761, 71755, 56483, 46273, 36291, 29154, 23254, 18705, 14949, 11916, 9548, 7620,
+                 6100, 4904, 3906, 3121, 2501, 1991, 1586, 1277, 1024, 820, 655, 526, 423, 335, 272,
+                 215, 172, 137, 110, 87, 70, 56, 45, 36, 29, 23, 18, 15)
 
 
 def _session_weight() -> int:
-    """The scheduler weight a program in a session of its own (bwrap --new-session) gets without
-    a cgroup: an autogroup's, nice 0 (1024), where autogroups are on; the evaluator's nice weight
-    otherwise."""
+    """The scheduler weight a program in a session of its own gets without a cgroup: an
+    autogroup's (nice 0, 1024) where autogroups are on, else the evaluator's nice weight."""
     try:
         with open("/proc/sys/kernel/sched_autogroup_enabled") as f:
             if f.read().strip() == "1":
                 return _NICE_WEIGHTS[20]
     except OSError:
         pass
-    return _nice_weight()
+    return _NICE_WEIGHTS[min(39, max(0, os.getpriority(os.PRIO_PROCESS, 0) + 20))]
 
 
 def _procs(path: str) -> list[int]:
@@ -290,12 +277,3 @@ def _procs(path: str) -> list[int]:
             return [int(line) for line in f if line.strip()]
     except (OSError, ValueError):
         return []
-
-
-def _try_write(path: str, value: str) -> None:
-    """A write that the kernel may refuse without harm (memory.kmem.limit_in_bytes, which newer
-    kernels no longer take: they charge kernel memory to memory.limit_in_bytes anyway)."""
-    try:
-        _write(path, value)
-    except OSError:
-        pass

@@ -12,26 +12,20 @@ Status = Literal["ok", "error", "timeout", "memory", "output_limit", "blocked"]
 Clock = Literal["wall", "cpu"]
 
 CPU_CLOCK_WALL_FACTOR = 4
-"""Under the CPU clock, the wall-clock backstop is this many times max(wall_seconds, cpu_seconds):
-a program that only waits (a sleep, a dead lock) still ends, and a correct program that a busy
-machine gives a quarter of a core still finishes."""
+"""Under the CPU clock the wall-clock backstop is this many times max(wall_seconds, cpu_seconds):
+a program that only waits still ends, one given a quarter of a core still finishes."""
 
 
 @dataclass(frozen=True)
 class SandboxLimits:
-    """Limits for one program. `memory_bytes` 0 disables the address-space limit.
+    """Limits for one program (docs/sandbox.md has the memory model).
 
-    `output_bytes` caps stdout and stderr each (a program that writes more is killed and reported
-    as "output_limit"); `tmpfs_bytes` caps its cwd and /tmp together (and any one file it writes);
-    `max_processes` and `open_files` are RLIMIT_NPROC and RLIMIT_NOFILE inside the sandbox;
-    `tmpfs_inodes` caps the files and folders of that tmpfs (each costs kernel memory that its
-    byte cap does not count). docs/sandbox.md has the whole memory model.
-
-    `clock` says what the time limit is measured on. "wall" (the released executor's): the run
-    ends after `wall_seconds` of wall-clock time, and each process after `cpu_seconds` of its
-    own CPU time. "cpu": the run ends when all its processes together have used `cpu_seconds`
-    of CPU time, so the verdict does not depend on how busy the machine is; the wall clock is
-    only a backstop (`wall_limit`).
+    `memory_bytes` is RLIMIT_AS (0: none); `output_bytes` caps stdout and stderr each (more is
+    "output_limit"); `tmpfs_bytes` and `tmpfs_inodes` cap its cwd and /tmp together;
+    `max_processes` and `open_files` are RLIMIT_NPROC and RLIMIT_NOFILE. `clock` "wall" (the
+    released executor's) ends the run after `wall_seconds` and each process after `cpu_seconds`
+    of its CPU time; "cpu" ends it when all its processes together used `cpu_seconds`, whatever
+    the machine's load, with the wall clock only a backstop (`wall_limit`).
     """
 
     wall_seconds: float = 5.0
@@ -58,14 +52,15 @@ class SandboxLimits:
             raise ValueError(f"time limits must be positive, got {self}")
         if self.output_bytes < 1024:
             raise ValueError(f"output_bytes must be at least 1024, got {self.output_bytes}")
-        if self.tmpfs_bytes < 1 << 16 or self.max_processes < 1 or self.open_files < 16 or self.tmpfs_inodes < 64:
-            raise ValueError(f"tmpfs_bytes >= 64 KiB, max_processes >= 1, open_files >= 16 and tmpfs_inodes >= 64 are needed, got {self}")
+        if (self.tmpfs_bytes < 1 << 16 or self.max_processes < 1 or self.open_files < 16
+                or self.tmpfs_inodes < 64):
+            raise ValueError("tmpfs_bytes >= 64 KiB, max_processes >= 1, open_files >= 16 and "
+                             f"tmpfs_inodes >= 64 are needed, got {self}")
 
 
 class OutputFile:
-    """A program's capped stdout or stderr left on disk (an unnamed file, gone once this object
-    is): a large output costs the evaluator no memory until its text is asked for, and then only
-    for as long as the caller keeps it."""
+    """A program's capped stdout or stderr left on disk (an unnamed file, gone with this object):
+    it costs memory only while the caller holds its text."""
 
     def __init__(self, file: BinaryIO, size: int) -> None:
         self.file, self.size = file, size
@@ -97,13 +92,10 @@ class OutputFile:
 
 @dataclass(frozen=True)
 class ProgramResult:
-    """What one program did. `stdout`/`stderr` are capped at the limit, with NUL bytes and invalid
-    UTF-8 replaced by U+FFFD and terminal controls removed (`safe_text`): safe to print or put in
-    a report. `raw_stdout`/`raw_stderr` give the capped bytes as written. An output larger than
-    `INLINE_BYTES` stays on disk (`out`/`err` is then an `OutputFile`) and each read of
-    `stdout`/`raw_stdout` reads it again: hold the text only while it is needed. `detail` says
-    why it failed; `isolation` is the mode it ran under; `pid_namespace` the kernel id of its pid
-    namespace (bwrap mode; nothing in it survives)."""
+    """What one program did. `stdout`/`stderr`: capped, safe to print (`decode_output`);
+    `raw_stdout`/`raw_stderr`: the capped bytes as written. An output over `INLINE_BYTES` stays on
+    disk (`out`/`err` is an `OutputFile`, read again at each access). `detail` says why it failed,
+    `isolation` the mode it ran under, `pid_namespace` the kernel id of its pid namespace."""
 
     status: Status
     out: str | OutputFile
@@ -118,11 +110,11 @@ class ProgramResult:
 
     @property
     def stdout(self) -> str:
-        return self.out if isinstance(self.out, str) else self.out.text()
+        return _text(self.out)
 
     @property
     def stderr(self) -> str:
-        return self.err if isinstance(self.err, str) else self.err.text()
+        return _text(self.err)
 
     @property
     def ok(self) -> bool:
@@ -130,15 +122,21 @@ class ProgramResult:
 
     @property
     def raw_stdout(self) -> bytes:
-        if isinstance(self.out, OutputFile):
-            return self.out.raw()
-        return self.out.encode() if self.raw_out is None else self.raw_out
+        return _raw(self.out, self.raw_out)
 
     @property
     def raw_stderr(self) -> bytes:
-        if isinstance(self.err, OutputFile):
-            return self.err.raw()
-        return self.err.encode() if self.raw_err is None else self.raw_err
+        return _raw(self.err, self.raw_err)
+
+
+def _text(kept: str | OutputFile) -> str:
+    return kept if isinstance(kept, str) else kept.text()
+
+
+def _raw(kept: str | OutputFile, raw: bytes | None) -> bytes:
+    if isinstance(kept, OutputFile):
+        return kept.raw()
+    return kept.encode() if raw is None else raw
 
 
 INLINE_BYTES = 1 << 20
@@ -149,8 +147,7 @@ _NOT_PLAIN = re.compile(rb"[^\t\n\x20-\x7e]")
 
 
 def decode_kept(raw: bytes) -> tuple[str, bytes | None]:
-    """(`decode_output(raw)`, the raw bytes to keep beside it): None where the text is the bytes
-    (printable ASCII, tab and newline only), so that a large plain output is held once."""
+    """(`decode_output(raw)`, the raw bytes to keep beside it, or None where they are the text)."""
     if _NOT_PLAIN.search(raw) is None:
         return raw.decode("ascii"), None
     return decode_output(raw), raw
@@ -163,11 +160,9 @@ _ESCAPES = re.compile(
     r"|(?:\x1b[\]PX^_]|[\x90\x98\x9d\x9e\x9f])[^\x07\x1b\x9c]*(?:\x07|\x1b\\|\x9c)?"
     r"|\x1b[ -/]*[0-~]?"
 )
-# C0 controls but tab and newline, DEL, C1 controls, and every invisible formatting character:
-# Unicode's category Cf (the bidirectional controls LRM, RLM, ALM, LRE..RLO, LRI..PDI, which make
-# a terminal or a report show text other than it is; zero-width space, joiners and word joiner;
-# the BOM; soft hyphen; invisible operators; tag characters), the combining grapheme joiner and
-# the Hangul fillers, which show as nothing: a report must show what a program printed
+# C0 controls but tab and newline, DEL, C1 controls, Unicode's category Cf (bidirectional
+# controls, which make a report show text other than it is; zero-width characters, the BOM, tag
+# characters, ...), the combining grapheme joiner and the Hangul fillers, which show as nothing
 _CONTROLS = re.compile(
     "[\x00-\x08\x0b-\x1f\x7f-\x9f\xad\u034f\u0600-\u0605\u061c\u06dd\u070f\u0890\u0891\u08e2"
     "\u115f\u1160\u180e\u200b-\u200f\u202a-\u202e\u2060-\u2064\u2066-\u206f\u3164\ufeff\uffa0"
@@ -177,12 +172,9 @@ _CONTROLS = re.compile(
 
 
 def safe_text(text: str) -> str:
-    """`text` without terminal escape sequences (CSI, OSC, DCS, ...), control characters other
-    than tab and newline (CR, backspace, BEL, ...) and invisible formatting characters
-    (bidirectional controls, zero-width characters, the BOM, tag characters): what a program
-    printed, as it can be shown on a terminal or in a report without acting on either. A CR
-    before a newline is dropped; a lone CR becomes a newline (so "12\\r34" reads "12\\n34", not
-    a line that claims to be "34")."""
+    """`text` without terminal escape sequences, control characters but tab and newline, and
+    invisible formatting characters: safe to show on a terminal or in a report. CRLF becomes a
+    newline, and so does a lone CR (so "12\\r34" does not read as "34")."""
     text = _ESCAPES.sub("", text).replace("\r\n", "\n").replace("\r", "\n")
     # the line and paragraph separators end a line in some viewers: a newline, as a CR is
     return _CONTROLS.sub("", text).replace("\u2028", "\n").replace("\u2029", "\n")
@@ -195,40 +187,29 @@ def decode_output(raw: bytes | bytearray) -> str:
 
 
 def encode_source(source: str) -> bytes:
-    """A program's text as UTF-8; lone surrogates (which no UTF-8 text can hold) are written as
-    their 3-byte forms, which the interpreter then refuses as that one program's SyntaxError."""
+    """A program's text as UTF-8; a lone surrogate becomes its 3-byte form, which the interpreter
+    refuses as that one program's SyntaxError."""
     return source.encode("utf-8", "surrogatepass")
 
 
 CPU_EVIDENCE = 0.8
 """A SIGKILL/SIGXCPU is the CPU limit's when the program had used this share of its CPU seconds
-(the rusage the init reads runs a little behind the kernel's limit check, by up to ~0.2 s on a
-loaded machine); below it, the signal is reported as just a signal."""
+(the init's rusage lags the kernel's check by up to ~0.2 s on a loaded machine)."""
 
 
 @dataclass(frozen=True)
 class Observed:
-    """What the evaluator itself saw of one bwrap run, the only input of `classify`.
+    """What the evaluator itself saw of one bwrap run, the only input of `classify`."""
 
-    `killed` is "timeout" or "flood" when the host killed the run; `started` whether the
-    sandbox's init reported the program started (else the run failed in set-up and `setup`
-    says why); `wait_status` the program's raw wait status as its init reaped it (None when no
-    report came); `cpu_seconds` its CPU time from the same wait; `deadline` whether the init's
-    own wall clock ended it; `memory_events` the cgroup's OOM kills (None: no cgroup);
-    `cpu_exceeded` the CPU seconds the namespace had used when its init ended it under the CPU
-    clock (None: it did not); `process_limit` whether its init ended it for staying at its process
-    limit.
-    """
-
-    killed: str | None = None
-    started: bool = False
+    killed: str | None = None  # "timeout" or "flood" when the host killed the run
+    started: bool = False  # the init reported the program started (else `setup` says why not)
     setup: str = ""
-    wait_status: int | None = None
-    cpu_seconds: float = 0.0
-    deadline: bool = False
-    memory_events: int | None = None
-    cpu_exceeded: float | None = None
-    process_limit: bool = False
+    wait_status: int | None = None  # as the init reaped the program (None: no report came)
+    cpu_seconds: float = 0.0  # the program's, from the same wait
+    deadline: bool = False  # the init's own wall clock ended it
+    memory_events: int | None = None  # the cgroup's OOM kills (None: no cgroup)
+    cpu_exceeded: float | None = None  # the namespace's CPU seconds when the CPU clock ended it
+    process_limit: bool = False  # the init ended it for staying at its process limit
 
 
 _PROCESS_LIMIT_MARKS = ("can't start new thread", "BlockingIOError: [Errno 11]")
@@ -238,11 +219,10 @@ _PROCESS_LIMIT_MARKS = ("can't start new thread", "BlockingIOError: [Errno 11]")
 def classify(seen: Observed, stderr: str, limits: SandboxLimits) -> tuple[Status, str]:
     """Status and detail of a finished bwrap run, decided only from what the evaluator observed.
 
-    The status never depends on what the program printed or on an exit code it chose: exit 0
-    is "ok" whatever its stderr says, unless the cgroup's OOM killer ended any of its processes; "timeout" needs the host's or the init's wall clock, or
-    the kernel's CPU limit (a SIGKILL/SIGXCPU after the program used its CPU seconds); "memory"
-    needs the cgroup's OOM count; "output_limit" the host's output cap. A program that fails on
-    its own is "error", and `detail` quotes the last line of its stderr as its own account.
+    Never from what the program printed or an exit code it chose: exit 0 is "ok" unless the
+    cgroup's OOM killer ended one of its processes; "timeout" needs the host's or the init's
+    clock, or the CPU limit's signal after the program used its CPU seconds; "memory" the OOM
+    count; "output_limit" the host's cap. Otherwise "error", quoting its stderr's last line.
     """
     if seen.cpu_exceeded is not None and seen.killed != "flood":
         return "timeout", (f"killed by the CPU-time limit of {limits.cpu_seconds} s (all its processes together "

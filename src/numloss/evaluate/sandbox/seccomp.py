@@ -1,39 +1,27 @@
-"""The seccomp filter of the sandbox, built as classic BPF in pure Python (no libseccomp needed).
+"""The sandbox's seccomp filter, built as classic BPF in pure Python (no libseccomp needed).
 
-`filter_program()` returns the raw ``struct sock_filter[]`` bytes that ``bwrap --seccomp FD``
-loads into the kernel just before it executes the interpreter. The filter, in order:
+`filter_program()` returns the ``struct sock_filter[]`` bytes that ``bwrap --seccomp FD`` loads
+just before it executes the interpreter. The filter, in order:
 
-1. kills the process when the syscall comes from another ABI than the native one (an i386
-   ``int 0x80`` from a 64-bit process would otherwise reach syscalls under other numbers), and
-   refuses the x32 ABI on x86_64;
-2. refuses (EPERM) the syscalls no arithmetic program needs and that widen the kernel attack
-   surface or reach outside the namespaces: ptrace, process_vm_*, mount and the new mount API,
-   keyrings, bpf, perf_event_open, userfaultfd, kexec, modules, unshare/setns, io_uring, ...;
-   and those that hold memory no rlimit counts or that draw on the evaluator's per-user kernel
-   budgets: memfd_create/memfd_secret, SysV shared memory, semaphores and message queues, extended
-   attributes (setxattr & co.), POSIX message queues, inotify, fanotify, NUMA policies,
-   modify_ldt; and what draws on host-wide budgets or acts on the host's files: AIO contexts,
-   sync(), syncfs(), fadvise;
-3. answers ENOSYS (as an older kernel would) for every syscall number above the newest one this
-   table knows, except the few known-harmless ones listed in `NEWER_ALLOWED`: a kernel upgrade
+1. kills the process for a syscall from another ABI than the native one (an i386 ``int 0x80``
+   would reach syscalls under other numbers), and refuses the x32 ABI on x86_64;
+2. refuses (EPERM) the syscalls in `DENIED`: those no arithmetic program needs that widen the
+   kernel attack surface or reach outside the namespaces (ptrace, mount, bpf, io_uring, ...),
+   that hold memory no rlimit counts or draw on the evaluator's per-user budgets (memfd, SysV
+   IPC, xattrs, POSIX message queues, inotify, ...), or that act on host-wide budgets or files
+   (AIO contexts, sync, syncfs, fadvise);
+3. answers ENOSYS for every syscall number above 450 but `NEWER_ALLOWED`: a kernel upgrade
    cannot open a new surface behind the filter's back;
-4. refuses ``socket`` and ``socketpair`` for every address family but AF_UNIX (EAFNOSUPPORT):
-   no network, netlink or packet socket. Unix sockets (asyncio's self-pipe, ``socketpair``,
-   ``multiprocessing.Manager``) reach only what lies in the sandbox: its own network namespace
-   holds its abstract names, and no host socket file is bound (`bwrap.layout` checks);
-5. refuses ``fcntl`` with F_SETPIPE_SZ (pipes keep their default 64 KiB buffer), F_SETLEASE and
-   F_NOTIFY, and ``madvise`` with MADV_COLD or MADV_PAGEOUT (`FCNTL_DENIED`, `MADVISE_DENIED`);
-6. refuses ``clone`` with any CLONE_NEW* flag (no nested namespaces) and answers ``clone3`` with
-   ENOSYS, whose flags live in memory a filter cannot read; glibc then falls back to ``clone``;
+4. refuses ``socket``/``socketpair`` for every family but AF_UNIX (EAFNOSUPPORT); a unix socket
+   reaches only the sandbox (its own network namespace; `bwrap.layout` binds no socket file);
+5. refuses `FCNTL_DENIED` commands of ``fcntl`` and `MADVISE_DENIED` advice of ``madvise``;
+6. refuses ``clone`` with any CLONE_NEW* flag and answers ``clone3`` with ENOSYS (its flags lie
+   in memory a filter cannot read; glibc then falls back to ``clone``);
 7. allows everything else.
 
-`filter_program(allow_mount=True)` is the same filter without the ``mount`` refusal: bwrap loads
-it, the sandbox's init uses ``mount`` once (to cap its tmpfs's inodes, which bwrap cannot) and
-then stacks `last_filter()`, which refuses it and ``seccomp()``/``prctl(PR_SET_SECCOMP)``, before
-any of the program runs: no process of the sandbox stacks a filter of its own.
-
-The syscall numbers are the kernel's (arch/x86/entry/syscalls/syscall_64.tbl and
-include/uapi/asm-generic/unistd.h for aarch64), checked against the installed headers.
+bwrap loads `filter_program(allow_mount=True)`; the init uses ``mount`` once (to cap its tmpfs's
+inodes) and then stacks `last_filter()`, which refuses ``mount`` and any further filter. Syscall
+numbers are the kernel's (syscall_64.tbl; asm-generic/unistd.h for aarch64).
 """
 
 from __future__ import annotations
@@ -89,10 +77,7 @@ DENIED = (
 )
 """Syscalls refused with EPERM (those an architecture lacks are skipped)."""
 
-NEWEST_KNOWN = 469
-"""The highest syscall number in the tables below (file_setattr, Linux 6.17); the numbers from
-424 on are the same on every architecture."""
-_NEWER = {
+_NEWER = {  # up to file_setattr, Linux 6.17
     "cachestat": 451, "fchmodat2": 452, "map_shadow_stack": 453, "futex_wake": 454, "futex_wait": 455,
     "futex_requeue": 456, "statmount": 457, "listmount": 458, "lsm_get_self_attr": 459,
     "lsm_set_self_attr": 460, "lsm_list_modules": 461, "mseal": 462, "setxattrat": 463, "getxattrat": 464,
@@ -113,54 +98,55 @@ MADVISE_DENIED = (MADV_COLD, MADV_PAGEOUT)
 """madvise advice refused: both push pages of a mapped file out of the host's page cache."""
 PR_SET_SECCOMP = 22
 
+# numbers from 424 on are the same on every architecture
+_COMMON = {
+    "process_madvise": 440, "pidfd_getfd": 438, "open_tree": 428, "move_mount": 429, "fsopen": 430,
+    "fsconfig": 431, "fsmount": 432, "fspick": 433, "mount_setattr": 442, "quotactl_fd": 443,
+    "io_uring_setup": 425, "io_uring_enter": 426, "io_uring_register": 427, "clone3": 435,
+    "memfd_secret": 447, "set_mempolicy_home_node": 450
+}
 _X86_64 = {
-    "ptrace": 101, "process_vm_readv": 310, "process_vm_writev": 311, "process_madvise": 440,
-    "pidfd_getfd": 438, "kcmp": 312, "mount": 165, "umount2": 166, "pivot_root": 155, "chroot": 161,
-    "open_tree": 428, "move_mount": 429, "fsopen": 430, "fsconfig": 431, "fsmount": 432,
-    "fspick": 433, "mount_setattr": 442, "unshare": 272, "setns": 308, "keyctl": 250,
+    **_COMMON,
+    "ptrace": 101, "process_vm_readv": 310, "process_vm_writev": 311, "kcmp": 312, "mount": 165,
+    "umount2": 166, "pivot_root": 155, "chroot": 161, "unshare": 272, "setns": 308, "keyctl": 250,
     "add_key": 248, "request_key": 249, "bpf": 321, "perf_event_open": 298, "userfaultfd": 323,
     "kexec_load": 246, "kexec_file_load": 320, "init_module": 175, "finit_module": 313,
     "delete_module": 176, "reboot": 169, "swapon": 167, "swapoff": 168, "acct": 163,
-    "quotactl": 179, "quotactl_fd": 443, "syslog": 103, "lookup_dcookie": 212, "vhangup": 153,
-    "open_by_handle_at": 304, "name_to_handle_at": 303, "settimeofday": 164, "clock_settime": 227,
-    "adjtimex": 159, "clock_adjtime": 305, "sethostname": 170, "setdomainname": 171,
-    "personality": 135, "nfsservctl": 180, "io_uring_setup": 425, "io_uring_enter": 426,
-    "io_uring_register": 427, "migrate_pages": 256, "move_pages": 279, "iopl": 172, "ioperm": 173,
-    "uselib": 134, "socket": 41, "socketpair": 53, "clone": 56, "clone3": 435, "fcntl": 72,
-    "memfd_create": 319, "memfd_secret": 447, "shmget": 29, "shmat": 30, "shmctl": 31, "msgget": 68,
-    "msgsnd": 69, "msgrcv": 70, "msgctl": 71, "semget": 64, "semop": 65, "semctl": 66, "semtimedop": 220,
-    "setxattr": 188, "lsetxattr": 189, "fsetxattr": 190,
-    "removexattr": 197, "lremovexattr": 198, "fremovexattr": 199, "mq_open": 240, "mq_unlink": 241,
-    "mq_timedsend": 242, "mq_timedreceive": 243, "mq_notify": 244, "mq_getsetattr": 245,
-    "inotify_init": 253, "inotify_init1": 294, "inotify_add_watch": 254, "fanotify_init": 300,
-    "fanotify_mark": 301, "mbind": 237, "set_mempolicy": 238, "set_mempolicy_home_node": 450,
+    "quotactl": 179, "syslog": 103, "lookup_dcookie": 212, "vhangup": 153, "open_by_handle_at": 304,
+    "name_to_handle_at": 303, "settimeofday": 164, "clock_settime": 227, "adjtimex": 159,
+    "clock_adjtime": 305, "sethostname": 170, "setdomainname": 171, "personality": 135,
+    "nfsservctl": 180, "migrate_pages": 256, "move_pages": 279, "iopl": 172, "ioperm": 173,
+    "uselib": 134, "socket": 41, "socketpair": 53, "clone": 56, "fcntl": 72, "memfd_create": 319,
+    "shmget": 29, "shmat": 30, "shmctl": 31, "msgget": 68, "msgsnd": 69, "msgrcv": 70, "msgctl": 71,
+    "semget": 64, "semop": 65, "semctl": 66, "semtimedop": 220, "setxattr": 188, "lsetxattr": 189,
+    "fsetxattr": 190, "removexattr": 197, "lremovexattr": 198, "fremovexattr": 199, "mq_open": 240,
+    "mq_unlink": 241, "mq_timedsend": 242, "mq_timedreceive": 243, "mq_notify": 244,
+    "mq_getsetattr": 245, "inotify_init": 253, "inotify_init1": 294, "inotify_add_watch": 254,
+    "fanotify_init": 300, "fanotify_mark": 301, "mbind": 237, "set_mempolicy": 238,
     "modify_ldt": 154, "vmsplice": 278, "io_setup": 206, "io_destroy": 207, "io_getevents": 208,
-    "io_submit": 209, "io_cancel": 210, "io_pgetevents": 333, "sync": 162,
-    "syncfs": 306, "fadvise64": 221, "madvise": 28, "seccomp": 317, "prctl": 157,
+    "io_submit": 209, "io_cancel": 210, "io_pgetevents": 333, "sync": 162, "syncfs": 306,
+    "fadvise64": 221, "madvise": 28, "seccomp": 317, "prctl": 157
 }
 _AARCH64 = {
-    "ptrace": 117, "process_vm_readv": 270, "process_vm_writev": 271, "process_madvise": 440,
-    "pidfd_getfd": 438, "kcmp": 272, "mount": 40, "umount2": 39, "pivot_root": 41, "chroot": 51,
-    "open_tree": 428, "move_mount": 429, "fsopen": 430, "fsconfig": 431, "fsmount": 432,
-    "fspick": 433, "mount_setattr": 442, "unshare": 97, "setns": 268, "keyctl": 219,
+    **_COMMON,
+    "ptrace": 117, "process_vm_readv": 270, "process_vm_writev": 271, "kcmp": 272, "mount": 40,
+    "umount2": 39, "pivot_root": 41, "chroot": 51, "unshare": 97, "setns": 268, "keyctl": 219,
     "add_key": 217, "request_key": 218, "bpf": 280, "perf_event_open": 241, "userfaultfd": 282,
     "kexec_load": 104, "kexec_file_load": 294, "init_module": 105, "finit_module": 273,
-    "delete_module": 106, "reboot": 142, "swapon": 224, "swapoff": 225, "acct": 89,
-    "quotactl": 60, "quotactl_fd": 443, "syslog": 116, "lookup_dcookie": 18, "vhangup": 58,
-    "open_by_handle_at": 265, "name_to_handle_at": 264, "settimeofday": 170, "clock_settime": 112,
-    "adjtimex": 171, "clock_adjtime": 266, "sethostname": 161, "setdomainname": 162,
-    "personality": 92, "nfsservctl": 42, "io_uring_setup": 425, "io_uring_enter": 426,
-    "io_uring_register": 427, "migrate_pages": 238, "move_pages": 239,
-    "socket": 198, "socketpair": 199, "clone": 220, "clone3": 435, "fcntl": 25,
-    "memfd_create": 279, "memfd_secret": 447, "shmget": 194, "shmat": 196, "shmctl": 195, "msgget": 186,
-    "msgsnd": 189, "msgrcv": 188, "msgctl": 187, "semget": 190, "semctl": 191, "semtimedop": 192, "semop": 193,
-    "setxattr": 5, "lsetxattr": 6, "fsetxattr": 7,
+    "delete_module": 106, "reboot": 142, "swapon": 224, "swapoff": 225, "acct": 89, "quotactl": 60,
+    "syslog": 116, "lookup_dcookie": 18, "vhangup": 58, "open_by_handle_at": 265,
+    "name_to_handle_at": 264, "settimeofday": 170, "clock_settime": 112, "adjtimex": 171,
+    "clock_adjtime": 266, "sethostname": 161, "setdomainname": 162, "personality": 92,
+    "nfsservctl": 42, "migrate_pages": 238, "move_pages": 239, "socket": 198, "socketpair": 199,
+    "clone": 220, "fcntl": 25, "memfd_create": 279, "shmget": 194, "shmat": 196, "shmctl": 195,
+    "msgget": 186, "msgsnd": 189, "msgrcv": 188, "msgctl": 187, "semget": 190, "semctl": 191,
+    "semtimedop": 192, "semop": 193, "setxattr": 5, "lsetxattr": 6, "fsetxattr": 7,
     "removexattr": 14, "lremovexattr": 15, "fremovexattr": 16, "mq_open": 180, "mq_unlink": 181,
     "mq_timedsend": 182, "mq_timedreceive": 183, "mq_notify": 184, "mq_getsetattr": 185,
     "inotify_init1": 26, "inotify_add_watch": 27, "fanotify_init": 262, "fanotify_mark": 263,
-    "mbind": 235, "set_mempolicy": 237, "set_mempolicy_home_node": 450, "vmsplice": 75, "io_setup": 0,
-    "io_destroy": 1, "io_submit": 2, "io_cancel": 3, "io_getevents": 4, "io_pgetevents": 292, "sync": 81,
-    "syncfs": 267, "fadvise64": 223, "madvise": 233, "seccomp": 277, "prctl": 167,
+    "mbind": 235, "set_mempolicy": 237, "vmsplice": 75, "io_setup": 0, "io_destroy": 1,
+    "io_submit": 2, "io_cancel": 3, "io_getevents": 4, "io_pgetevents": 292, "sync": 81,
+    "syncfs": 267, "fadvise64": 223, "madvise": 233, "seccomp": 277, "prctl": 167
 }
 # machine name -> (AUDIT_ARCH_* value, syscall table, x32 bit or 0)
 _ARCHES = {
@@ -194,12 +180,11 @@ def _prologue(audit_arch: int) -> list[bytes]:
 
 
 def filter_program(machine: str | None = None, allow_mount: bool = False) -> bytes:
-    """The BPF program (``struct sock_filter[]``, native byte order = little endian) for `machine`.
+    """The BPF program (``struct sock_filter[]``, little endian) for `machine`; `allow_mount`
+    leaves ``mount`` allowed (the filter bwrap loads, before the init stacks `last_filter`).
 
-    `allow_mount` leaves ``mount`` out of the refusals (the filter bwrap loads; the sandbox's init
-    stacks `mount_filter` before the program runs). Raises SeccompUnsupported on an architecture
-    without a syscall table here, or on a big-endian host: the sandbox then refuses to run rather
-    than run without the filter.
+    Raises SeccompUnsupported on an architecture without a syscall table here or a big-endian
+    host: the sandbox then refuses to run rather than run without the filter.
     """
     audit_arch, table, x32_bit = _arch(machine)
     prog = _prologue(audit_arch)
@@ -223,11 +208,9 @@ def filter_program(machine: str | None = None, allow_mount: bool = False) -> byt
 
 
 def last_filter(machine: str | None = None) -> bytes:
-    """The filter the sandbox's init stacks last, on top of ``filter_program(allow_mount=True)``
-    once it has capped its tmpfs: it refuses (EPERM) ``mount``, ``seccomp()`` and
-    ``prctl(PR_SET_SECCOMP)``, and other ABIs. After it no process of the sandbox can stack a
-    filter: each one costs kernel memory (about 6.6 KB) that no rlimit counts, and a process may
-    stack thousands."""
+    """The filter the init stacks last: it refuses (EPERM) ``mount``, ``seccomp()`` and
+    ``prctl(PR_SET_SECCOMP)`` (and kills other ABIs). No process of the sandbox can then stack a
+    filter: each costs kernel memory (about 6.6 KB) that no rlimit counts."""
     audit_arch, table, _ = _arch(machine)
     prog = _prologue(audit_arch)
     for name in ("mount", "seccomp"):
