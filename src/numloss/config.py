@@ -206,7 +206,8 @@ def _coerce_union(value: Any, hint: Any, key: str) -> Any:
     if value is None and type(None) in options:
         return None
     # "all-linear" stays a str, not [str]; "q_proj,v_proj" where a list may go is the list
-    comma_list = isinstance(value, str) and "," in value and any(typing.get_origin(o) is list for o in options)
+    list_allowed = any(typing.get_origin(o) is list for o in options)
+    comma_list = isinstance(value, str) and "," in value and list_allowed
     if type(value) in options and not comma_list:
         return value
     # str last: "true" on the command line is the bool, a path is the str
@@ -433,8 +434,8 @@ def _validate_extra(extra: dict[str, Any]) -> None:
 #: TrainingArguments fields numloss fills from its own keys (train.extra may not set them)
 TRAINING_ARGUMENTS_SET: dict[str, str] = {
     **{name: f"train.{name}" for name in (
-        "output_dir", "max_steps", "learning_rate", "warmup_ratio", "weight_decay", "max_grad_norm", "optim",
-        "seed", "bf16", "tf32", "logging_steps", "save_steps", "save_total_limit", "report_to",
+        "output_dir", "max_steps", "learning_rate", "warmup_ratio", "weight_decay", "max_grad_norm",
+        "optim", "seed", "bf16", "tf32", "logging_steps", "save_steps", "save_total_limit", "report_to",
         "dataloader_num_workers", "fsdp", "fsdp_config", "deepspeed")},
     "num_train_epochs": "train.num_epochs",
     "per_device_train_batch_size": "train.batch_size",
@@ -460,11 +461,12 @@ SEED_LIMIT = 2**32
 #: the tiny model is for tests and demos; beyond these it is no longer tiny (and exhausts memory)
 TINY_LIMITS = {"model.tiny_layers": 64, "model.tiny_hidden": 8192, "model.tiny_heads": 256}
 
-#: (key, the test its value must pass, what it must be): each failure is "KEY must be WHAT, got VALUE"
+#: (key, the test its value must pass, what it must be): a failure is "KEY must be WHAT, got VALUE"
 BOUNDS: list[tuple[str, Callable[[Any], bool], str]] = [
     *((key, lambda v: v >= 1, ">= 1") for key in (
         "data.max_length", "train.batch_size", "train.grad_accum", "train.logging_steps", "lora.r",
-        "model.tiny_layers", "model.tiny_hidden", "model.tiny_heads", "model.tiny_digits_per_token")),
+        "model.tiny_layers", "model.tiny_hidden", "model.tiny_heads",
+        "model.tiny_digits_per_token")),
     ("data.max_length", lambda v: v >= 2, ">= 2"),
     ("data.num_examples", lambda v: v is None or v >= 1, ">= 1 or null"),
     ("train.max_steps", lambda v: v > 0 or v == -1, "> 0 or -1 (use num_epochs)"),
@@ -502,7 +504,8 @@ def _validate_ranges(config: Config) -> None:
         raise ConfigError(f"train.num_epochs must be > 0, got {train.num_epochs}")
     schedulers = _lr_schedulers()
     if train.lr_scheduler not in schedulers:
-        raise ConfigError(f"train.lr_scheduler: unknown scheduler {train.lr_scheduler!r}; choose one of {', '.join(schedulers)}")
+        raise ConfigError(f"train.lr_scheduler: unknown scheduler {train.lr_scheduler!r}; "
+                          f"choose one of {', '.join(schedulers)}")
     if train.save_total_limit is not None and train.save_total_limit < 1:
         raise ConfigError(
             f"train.save_total_limit must be >= 1 or null (keep all), got {train.save_total_limit}; "
@@ -511,14 +514,16 @@ def _validate_ranges(config: Config) -> None:
     target = lora.target_modules
     if not target or (isinstance(target, list) and not all(target)):
         raise ConfigError("lora.target_modules must be 'all-linear' or a non-empty list of module names")
-    if data.source.startswith(("synthetic:", "gym:")) and (data.num_examples or 0) > GENERATED_LIMIT:
+    generated = data.source.startswith(("synthetic:", "gym:"))
+    if generated and (data.num_examples or 0) > GENERATED_LIMIT:
         raise ConfigError(
             f"data.num_examples must be <= {GENERATED_LIMIT:,} for a generated set (data.source "
             f"{data.source!r}), got {data.num_examples}"
         )
     if model.tiny_hidden % model.tiny_heads:
         raise ConfigError(
-            f"model.tiny_hidden ({model.tiny_hidden}) must be a multiple of model.tiny_heads ({model.tiny_heads})"
+            f"model.tiny_hidden ({model.tiny_hidden}) must be a multiple of model.tiny_heads "
+            f"({model.tiny_heads})"
         )
 
 

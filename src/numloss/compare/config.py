@@ -259,14 +259,9 @@ def _objectives(items: Any, origin: str) -> list[ObjectiveSpec]:
         options = item.get("options")
         if options is not None and not isinstance(options, dict):
             raise ConfigError(f"{origin}: objectives[{i}].options must be a mapping of option: value, got {options!r}")
-        specs.append(
-            ObjectiveSpec(
-                label=str(label),
-                name=name,
-                alpha=None if alpha is None else float(alpha),
-                options=dict(options or {}),
-            )
-        )
+        alpha = None if alpha is None else float(alpha)
+        options = dict(options or {})
+        specs.append(ObjectiveSpec(label=str(label), name=name, alpha=alpha, options=options))
     labels = [s.label for s in specs]
     duplicates = sorted({label for label in labels if labels.count(label) > 1})
     if duplicates:
@@ -317,7 +312,8 @@ def compare_config_from_dict(mapping: dict[str, Any], origin: str = "config") ->
         raise ConfigError(f"{origin}: {error}") from None
     seeds = mapping.get("seeds", [0])
     check_seeds(seeds, f"{origin}: seeds")
-    evaluation = _settings(EvaluationSettings, mapping.get("evaluation") or {}, "evaluation", origin)
+    evaluation = mapping.get("evaluation") or {}
+    evaluation = _settings(EvaluationSettings, evaluation, "evaluation", origin)
     for name in ("batch_size", "teacher_forced_batch_size"):  # found only after training otherwise
         if getattr(evaluation, name) < 1:
             raise ConfigError(f"{origin}: evaluation.{name} must be a positive integer, got {getattr(evaluation, name)}")
@@ -372,7 +368,8 @@ def _settings(klass: type, values: Any, name: str, origin: str) -> Any:
         if hasattr(settings, "check"):
             settings.check()
     except TypeError:
-        raise ConfigError(f"{origin}: {name} accepts {', '.join(klass.__dataclass_fields__)}; got {values!r}") from None
+        fields = ", ".join(klass.__dataclass_fields__)
+        raise ConfigError(f"{origin}: {name} accepts {fields}; got {values!r}") from None
     except ValueError as error:  # ConfigError is a ValueError
         raise ConfigError(f"{origin}: {error}") from None
     return settings
