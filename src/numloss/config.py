@@ -462,7 +462,7 @@ SEED_LIMIT = 2**32
 TINY_LIMITS = {"model.tiny_layers": 64, "model.tiny_hidden": 8192, "model.tiny_heads": 256}
 
 #: (key, the test its value must pass, what it must be): a failure is "KEY must be WHAT, got VALUE"
-BOUNDS: list[tuple[str, Callable[[Any], bool], str]] = [
+_BOUNDS: list[tuple[str, Callable[[Any], bool], str]] = [
     *((key, lambda v: v >= 1, ">= 1") for key in (
         "data.max_length", "train.batch_size", "train.grad_accum", "train.logging_steps", "lora.r",
         "model.tiny_layers", "model.tiny_hidden", "model.tiny_heads",
@@ -497,7 +497,7 @@ def _value(config: Config, key: str) -> Any:
 def _validate_ranges(config: Config) -> None:
     """Numbers that transformers, torch or peft would refuse later (or take silently and wrongly)."""
     train, lora, model, data = config.train, config.lora, config.model, config.data
-    for key, test, what in BOUNDS:
+    for key, test, what in _BOUNDS:
         if not test(_value(config, key)):
             raise ConfigError(f"{key} must be {what}, got {_value(config, key)}")
     if train.max_steps == -1 and train.num_epochs <= 0:
