@@ -141,10 +141,6 @@ TOP_LEVEL = ("fused",)
 
 
 # -- type checking --------------------------------------------------------------------------------
-def _hints(klass: type) -> dict[str, Any]:
-    return typing.get_type_hints(klass)
-
-
 def _type_name(hint: Any) -> str:
     origin = typing.get_origin(hint)
     if origin is Literal:
@@ -267,7 +263,7 @@ def _set(config: Config, key: str, value: Any, from_cli: bool) -> None:
     section, _, rest = key.partition(".")
     name, _, entry = rest.partition(".")
     klass = SECTIONS.get(section) if rest else type(config) if key in TOP_LEVEL else None
-    hint = _hints(klass).get(name or section) if klass else None
+    hint = typing.get_type_hints(klass).get(name or section) if klass else None
     if hint is None or (entry and typing.get_origin(hint) is not dict):
         raise _unknown(key, all_keys())
     target = getattr(config, section) if rest else config
@@ -622,7 +618,7 @@ def describe_keys() -> str:
     for name, klass in SECTIONS.items():
         lines.append(f"{name}:")
         section = getattr(defaults, name)
-        hints = _hints(klass)
+        hints = typing.get_type_hints(klass)
         for f in dataclasses.fields(klass):
             default = getattr(section, f.name)
             lines.append(
