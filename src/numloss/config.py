@@ -16,6 +16,7 @@ import logging
 import math
 import types
 import typing
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal, Union
@@ -140,10 +141,6 @@ TOP_LEVEL = ("fused",)
 
 
 # -- type checking --------------------------------------------------------------------------------
-def _hints(klass: type) -> dict[str, Any]:
-    return typing.get_type_hints(klass)
-
-
 def _type_name(hint: Any) -> str:
     origin = typing.get_origin(hint)
     if origin is Literal:
@@ -169,33 +166,17 @@ def coerce(value: Any, hint: Any, key: str) -> Any:
     if hint is Any:
         return value
     if origin in (Union, types.UnionType):
-        options = typing.get_args(hint)
-        if value is None and type(None) in options:
-            return None
-        # a value that already has one of the types keeps it ("all-linear" stays a str, not [str])
-        for option in options:
-            if isinstance(option, type) and option is not type(None) and type(value) is option:
-                comma_list = option is str and "," in value and any(typing.get_origin(o) is list for o in options)
-                if not comma_list:
-                    return value
-        # otherwise convert, str last: "true" on the command line is the bool, a path is the str
-        for option in sorted((o for o in options if o is not type(None)), key=lambda o: o is str):
-            try:
-                return coerce(value, option, key)
-            except ConfigError:
-                continue
-        raise ConfigError(f"{key}: expected {_type_name(hint)}, got {value!r}")
+        return _coerce_union(value, hint, key)
     if origin is Literal:
         if value in typing.get_args(hint):
             return value
         raise ConfigError(f"{key}: expected one of {_type_name(hint)}, got {value!r}")
     if origin is list:
-        (item,) = typing.get_args(hint)
-        if isinstance(value, str):
+        if isinstance(value, str):  # `--lora.target_modules q_proj,v_proj`
             value = [v.strip() for v in value.split(",") if v.strip()] if "," in value else [value]
         if not isinstance(value, (list, tuple)):
             raise ConfigError(f"{key}: expected {_type_name(hint)}, got {value!r}")
-        return [coerce(v, item, f"{key}[{i}]") for i, v in enumerate(value)]
+        return [coerce(v, typing.get_args(hint)[0], f"{key}[{i}]") for i, v in enumerate(value)]
     if origin is dict:
         if not isinstance(value, dict):
             raise ConfigError(f"{key}: expected a mapping like {{name: value}}, got {value!r}")
@@ -206,42 +187,53 @@ def coerce(value: Any, hint: Any, key: str) -> Any:
         if isinstance(value, str) and value.lower() in ("true", "false", "yes", "no", "1", "0"):
             return value.lower() in ("true", "yes", "1")
         raise ConfigError(f"{key}: expected true or false, got {value!r}")
-    if hint is int:
-        number: int | None = None
-        if isinstance(value, int) and not isinstance(value, bool):
-            number = value
-        elif isinstance(value, str):
-            try:
-                number = int(value)
-            except ValueError:
-                pass
-        if number is None:
-            raise ConfigError(f"{key}: expected an integer, got {value!r}")
-        if not -(2**63) <= number < 2**63:  # torch, numpy and itertools take 64-bit integers
-            raise ConfigError(f"{key}: {number} does not fit in 64 bits")
-        return number
-    if hint is float:
-        real: float | None = None
-        if isinstance(value, (int, float)) and not isinstance(value, bool):
-            try:
-                real = float(value)
-            except OverflowError:  # an int beyond float range
-                real = math.inf
-        elif isinstance(value, str):
-            try:
-                real = float(value)
-            except ValueError:
-                pass
-        if real is None:
-            raise ConfigError(f"{key}: expected a number, got {value!r}")
-        if not math.isfinite(real):
-            raise ConfigError(f"{key}: expected a finite number, got {value!r}")
-        return real
+    if hint in (int, float):
+        return _coerce_number(value, hint, key)
     if hint is str:
         if isinstance(value, str):
             return value
         raise ConfigError(f"{key}: expected a string, got {value!r} ({type(value).__name__}); quote it in YAML")
     raise TypeError(f"config field {key} has an unsupported type {hint!r}")
+
+
+def _coerce_union(value: Any, hint: Any, key: str) -> Any:
+    """`coerce` for `A | B`: a value of one of the types keeps it, else the first that converts."""
+    options = typing.get_args(hint)
+    if value is None and type(None) in options:
+        return None
+    # "all-linear" stays a str, not [str]; "q_proj,v_proj" where a list may go is the list
+    list_allowed = any(typing.get_origin(o) is list for o in options)
+    comma_list = isinstance(value, str) and "," in value and list_allowed
+    if type(value) in options and not comma_list:
+        return value
+    # str last: "true" on the command line is the bool, a path is the str
+    for option in sorted((o for o in options if o is not type(None)), key=lambda o: o is str):
+        try:
+            return coerce(value, option, key)
+        except ConfigError:
+            continue
+    raise ConfigError(f"{key}: expected {_type_name(hint)}, got {value!r}")
+
+
+def _coerce_number(value: Any, hint: type, key: str) -> int | float:
+    """`coerce` for int (64-bit) and float (finite); a number or a string that parses as one."""
+    number = None
+    if isinstance(value, (int, float, str)) and not isinstance(value, bool):
+        try:
+            number = hint(value)
+        except OverflowError:  # an int beyond float range
+            number = math.inf
+        except ValueError:
+            pass
+    if hint is int and (number is None or isinstance(value, float)):
+        raise ConfigError(f"{key}: expected an integer, got {value!r}")
+    if number is None:
+        raise ConfigError(f"{key}: expected a number, got {value!r}")
+    if hint is int and not -(2**63) <= number < 2**63:  # torch, numpy and itertools take 64 bits
+        raise ConfigError(f"{key}: {number} does not fit in 64 bits")
+    if not math.isfinite(number):
+        raise ConfigError(f"{key}: expected a finite number, got {value!r}")
+    return number
 
 
 def yaml_load(text: str) -> Any:
@@ -268,35 +260,22 @@ def all_keys() -> list[str]:
 
 def _set(config: Config, key: str, value: Any, from_cli: bool) -> None:
     """Set `key` (dotted) to `value`, type-checked; `objective.options.X` sets one option."""
-    parts = key.split(".")
-    if len(parts) == 1:
-        if key not in TOP_LEVEL:
-            raise _unknown(key, all_keys())
-        if from_cli and isinstance(value, str) and not value.strip():
-            raise ConfigError(f"--{key} is empty: give true or false, or leave the option out")
-        setattr(config, key, coerce(_parse_cli(value, bool) if from_cli else value, bool, key))
-        return
-    section_name, field_name = parts[0], parts[1]
-    if section_name not in SECTIONS:
+    section, _, rest = key.partition(".")
+    name, _, entry = rest.partition(".")
+    klass = SECTIONS.get(section) if rest else type(config) if key in TOP_LEVEL else None
+    hint = typing.get_type_hints(klass).get(name or section) if klass else None
+    if hint is None or (entry and typing.get_origin(hint) is not dict):
         raise _unknown(key, all_keys())
-    section = getattr(config, section_name)
-    hints = _hints(type(section))
-    if field_name not in hints:
-        raise _unknown(key, all_keys())
-    hint = hints[field_name]
-    if len(parts) > 2:
-        if typing.get_origin(hint) is not dict:
-            raise _unknown(key, all_keys())
-        mapping = dict(getattr(section, field_name))
-        mapping[".".join(parts[2:])] = _parse_cli(value, Any) if from_cli else value
-        setattr(section, field_name, mapping)
-        return
-    if from_cli:
+    target = getattr(config, section) if rest else config
+    if entry:  # one entry of a mapping
+        value = {**getattr(target, name), entry: _parse_cli(value, Any) if from_cli else value}
+    elif from_cli:
         if isinstance(value, str) and not value.strip():
             # YAML reads '' as null: `--objective.alpha ''` would silently mean "the default"
-            raise ConfigError(f"--{key} is empty: give a value (null for none), or leave the option out")
+            give = "a value (null for none)" if rest else "true or false"
+            raise ConfigError(f"--{key} is empty: give {give}, or leave the option out")
         value = _parse_cli(value, hint)
-    setattr(section, field_name, coerce(value, hint, key))
+    setattr(target, name or section, coerce(value, hint, key))
 
 
 def _parse_cli(text: Any, hint: Any) -> Any:
@@ -389,9 +368,28 @@ def validate(config: Config) -> None:
     """
     from numloss.data.instructions import DataError
     from numloss.data.sources import check_source
+
+    _validate_objective(config.objective)
+    try:
+        check_source(config.data.source)
+    except DataError as error:
+        raise ConfigError(str(error)) from None
+    _validate_ranges(config)
+    if config.train.deepspeed is not None and not Path(config.train.deepspeed).is_file():
+        raise ConfigError(f"train.deepspeed: config file {config.train.deepspeed!r} does not exist")
+    resume = config.train.resume
+    if isinstance(resume, str) and not Path(resume).is_dir():
+        raise ConfigError(f"train.resume: checkpoint folder {resume!r} does not exist (or use true for the last one)")
+    _validate_extra(config.train.extra)
+    _validate_names(config)
+    _validate_context(config)
+    check_chat_template(config.data.chat_template)
+
+
+def _validate_objective(objective: ObjectiveConfig) -> None:
+    """The objective's name, whether it takes alpha, and its options' names and values."""
     from numloss.losses import LOSSES
 
-    objective = config.objective
     key = objective.name.lower().replace("_", "-")
     if key not in LOSSES:
         raise ConfigError(f"objective.name: unknown objective {objective.name!r}; choose one of {', '.join(LOSSES)}")
@@ -411,101 +409,41 @@ def validate(config: Config) -> None:
         klass.validate_options({**objective.options, "alpha": objective.alpha})
     except ValueError as error:
         raise ConfigError(f"objective: {error}") from None
-    try:
-        check_source(config.data.source)
-    except DataError as error:
-        raise ConfigError(str(error)) from None
-    positive = {
-        "data.max_length": config.data.max_length,
-        "train.batch_size": config.train.batch_size,
-        "train.grad_accum": config.train.grad_accum,
-        "train.logging_steps": config.train.logging_steps,
-        "lora.r": config.lora.r,
-        "model.tiny_layers": config.model.tiny_layers,
-        "model.tiny_hidden": config.model.tiny_hidden,
-        "model.tiny_heads": config.model.tiny_heads,
-        "model.tiny_digits_per_token": config.model.tiny_digits_per_token,
-    }
-    for name, value in positive.items():
-        if value < 1:
-            raise ConfigError(f"{name} must be >= 1, got {value}")
-    if config.data.max_length < 2:
-        raise ConfigError(f"data.max_length must be >= 2, got {config.data.max_length}")
-    if config.data.num_examples is not None and config.data.num_examples < 1:
-        raise ConfigError(f"data.num_examples must be >= 1 or null, got {config.data.num_examples}")
-    if config.train.max_steps <= 0 and config.train.max_steps != -1:
-        raise ConfigError(f"train.max_steps must be > 0 or -1 (use num_epochs), got {config.train.max_steps}")
-    if config.train.max_steps == -1 and config.train.num_epochs <= 0:
-        raise ConfigError(f"train.num_epochs must be > 0, got {config.train.num_epochs}")
-    if not 0 <= config.train.warmup_ratio < 1:
-        raise ConfigError(f"train.warmup_ratio must be in [0, 1), got {config.train.warmup_ratio}")
-    if config.train.learning_rate <= 0:
-        raise ConfigError(f"train.learning_rate must be > 0, got {config.train.learning_rate}")
-    schedulers = _lr_schedulers()
-    if config.train.lr_scheduler not in schedulers:
-        raise ConfigError(
-            f"train.lr_scheduler: unknown scheduler {config.train.lr_scheduler!r}; choose one of {', '.join(schedulers)}"
-        )
-    if config.train.save_steps < 0:
-        raise ConfigError(f"train.save_steps must be >= 0, got {config.train.save_steps}")
-    _validate_ranges(config)
-    if config.model.tiny_hidden % config.model.tiny_heads:
-        raise ConfigError(
-            f"model.tiny_hidden ({config.model.tiny_hidden}) must be a multiple of model.tiny_heads ({config.model.tiny_heads})"
-        )
-    if config.train.deepspeed is not None and not Path(config.train.deepspeed).is_file():
-        raise ConfigError(f"train.deepspeed: config file {config.train.deepspeed!r} does not exist")
-    resume = config.train.resume
-    if isinstance(resume, str) and not Path(resume).is_dir():
-        raise ConfigError(f"train.resume: checkpoint folder {resume!r} does not exist (or use true for the last one)")
+
+
+def _validate_extra(extra: dict[str, Any]) -> None:
+    """train.extra may name TrainingArguments fields, but none that numloss sets itself."""
     import transformers
 
     known = {f.name for f in dataclasses.fields(transformers.TrainingArguments)}
-    bad = sorted(map(str, set(config.train.extra) - known))
+    bad = sorted(map(str, set(extra) - known))
     if bad:
         raise ConfigError(f"train.extra: {', '.join(map(repr, bad))} is not a transformers.TrainingArguments field")
-    for name in config.train.extra:
+    for name in extra:
         if name in TRAINING_ARGUMENTS_SET:
             raise ConfigError(
                 f"train.extra.{name}: numloss sets {name} itself ({TRAINING_ARGUMENTS_SET[name]}); set that key "
                 "instead of passing it through train.extra, so the two cannot disagree"
             )
-    _validate_names(config)
-    _validate_context(config)
-    check_chat_template(config.data.chat_template)
 
 
 #: TrainingArguments fields numloss fills from its own keys (train.extra may not set them)
 TRAINING_ARGUMENTS_SET: dict[str, str] = {
-    "output_dir": "train.output_dir",
+    **{name: f"train.{name}" for name in (
+        "output_dir", "max_steps", "learning_rate", "warmup_ratio", "weight_decay", "max_grad_norm",
+        "optim", "seed", "bf16", "tf32", "logging_steps", "save_steps", "save_total_limit", "report_to",
+        "dataloader_num_workers", "fsdp", "fsdp_config", "deepspeed")},
     "num_train_epochs": "train.num_epochs",
-    "max_steps": "train.max_steps",
     "per_device_train_batch_size": "train.batch_size",
     "gradient_accumulation_steps": "train.grad_accum",
-    "learning_rate": "train.learning_rate",
     "lr_scheduler_type": "train.lr_scheduler",
     "warmup_steps": "train.warmup_ratio",
-    "warmup_ratio": "train.warmup_ratio",
-    "weight_decay": "train.weight_decay",
-    "max_grad_norm": "train.max_grad_norm",
-    "optim": "train.optim",
-    "seed": "train.seed",
     "data_seed": "train.seed",
-    "bf16": "train.bf16",
-    "tf32": "train.tf32",
-    "logging_steps": "train.logging_steps",
     "save_strategy": "train.save_steps",
-    "save_steps": "train.save_steps",
-    "save_total_limit": "train.save_total_limit",
-    "report_to": "train.report_to",
     "disable_tqdm": "train.progress_bar",
-    "dataloader_num_workers": "train.dataloader_num_workers",
     "remove_unused_columns": "numloss's collator",
     "include_num_input_tokens_seen": "numloss's logging",
     "gradient_checkpointing": "model.gradient_checkpointing",
-    "fsdp": "train.fsdp",
-    "fsdp_config": "train.fsdp_config",
-    "deepspeed": "train.deepspeed",
     "use_cpu": "numloss, from the machine",
     "resume_from_checkpoint": "train.resume",
 }
@@ -519,48 +457,70 @@ SEED_LIMIT = 2**32
 #: the tiny model is for tests and demos; beyond these it is no longer tiny (and exhausts memory)
 TINY_LIMITS = {"model.tiny_layers": 64, "model.tiny_hidden": 8192, "model.tiny_heads": 256}
 
+#: (key, the test its value must pass, what it must be): a failure is "KEY must be WHAT, got VALUE"
+_BOUNDS: list[tuple[str, Callable[[Any], bool], str]] = [
+    *((key, lambda v: v >= 1, ">= 1") for key in (
+        "data.max_length", "train.batch_size", "train.grad_accum", "train.logging_steps", "lora.r",
+        "model.tiny_layers", "model.tiny_hidden", "model.tiny_heads",
+        "model.tiny_digits_per_token")),
+    ("data.max_length", lambda v: v >= 2, ">= 2"),
+    ("data.num_examples", lambda v: v is None or v >= 1, ">= 1 or null"),
+    ("train.max_steps", lambda v: v > 0 or v == -1, "> 0 or -1 (use num_epochs)"),
+    ("train.warmup_ratio", lambda v: 0 <= v < 1, "in [0, 1)"),
+    ("train.learning_rate", lambda v: v > 0, "> 0"),
+    ("train.save_steps", lambda v: v >= 0, ">= 0"),
+    ("train.seed", lambda v: 0 <= v < SEED_LIMIT, "in [0, 2**32)"),
+    ("data.seed", lambda v: 0 <= v < SEED_LIMIT, "in [0, 2**32)"),
+    ("train.weight_decay", lambda v: v >= 0, ">= 0"),
+    ("train.max_grad_norm", lambda v: v >= 0, ">= 0 (0 = no clipping)"),
+    ("train.dataloader_num_workers", lambda v: v >= 0, ">= 0 (0 = load in the main process)"),
+    ("train.num_epochs", lambda v: v >= 0, "> 0"),
+    ("lora.dropout", lambda v: 0 <= v < 1, "in [0, 1)"),
+    ("lora.alpha", lambda v: v >= 1, ">= 1"),
+    *((key, lambda v, limit=limit: v <= limit, f"<= {limit} (the tiny model is for tests)")
+      for key, limit in TINY_LIMITS.items()),
+    ("model.tiny_digits_per_token", lambda v: v in (1, 3), "1 or 3"),
+    ("data.max_length", lambda v: v <= 10**7, "<= 10**7"),
+]
+
+
+def _value(config: Config, key: str) -> Any:
+    """The value of a `section.field` or top-level key."""
+    section, _, name = key.partition(".")
+    return getattr(getattr(config, section), name) if name else getattr(config, section)
+
 
 def _validate_ranges(config: Config) -> None:
     """Numbers that transformers, torch or peft would refuse later (or take silently and wrongly)."""
-    train, lora = config.train, config.lora
-    for name, value in (("train.seed", train.seed), ("data.seed", config.data.seed)):
-        if not 0 <= value < SEED_LIMIT:
-            raise ConfigError(f"{name} must be in [0, 2**32), got {value}")
-    if train.weight_decay < 0:
-        raise ConfigError(f"train.weight_decay must be >= 0, got {train.weight_decay}")
-    if train.max_grad_norm < 0:
-        raise ConfigError(f"train.max_grad_norm must be >= 0 (0 = no clipping), got {train.max_grad_norm}")
+    train, lora, model, data = config.train, config.lora, config.model, config.data
+    for key, test, what in _BOUNDS:
+        if not test(_value(config, key)):
+            raise ConfigError(f"{key} must be {what}, got {_value(config, key)}")
+    if train.max_steps == -1 and train.num_epochs <= 0:
+        raise ConfigError(f"train.num_epochs must be > 0, got {train.num_epochs}")
+    schedulers = _lr_schedulers()
+    if train.lr_scheduler not in schedulers:
+        raise ConfigError(f"train.lr_scheduler: unknown scheduler {train.lr_scheduler!r}; "
+                          f"choose one of {', '.join(schedulers)}")
     if train.save_total_limit is not None and train.save_total_limit < 1:
         raise ConfigError(
             f"train.save_total_limit must be >= 1 or null (keep all), got {train.save_total_limit}; "
             "use train.save_steps 0 for no checkpoints"
         )
-    if train.dataloader_num_workers < 0:
-        raise ConfigError(f"train.dataloader_num_workers must be >= 0 (0 = load in the main process), got {train.dataloader_num_workers}")
-    if train.num_epochs < 0:
-        raise ConfigError(f"train.num_epochs must be > 0, got {train.num_epochs}")
-    if not 0 <= lora.dropout < 1:
-        raise ConfigError(f"lora.dropout must be in [0, 1), got {lora.dropout}")
-    if lora.alpha < 1:
-        raise ConfigError(f"lora.alpha must be >= 1, got {lora.alpha}")
     target = lora.target_modules
-    if isinstance(target, list) and (not target or not all(target)):
+    if not target or (isinstance(target, list) and not all(target)):
         raise ConfigError("lora.target_modules must be 'all-linear' or a non-empty list of module names")
-    if isinstance(target, str) and not target:
-        raise ConfigError("lora.target_modules must be 'all-linear' or a non-empty list of module names")
-    for name, limit in TINY_LIMITS.items():
-        value = getattr(config.model, name.split(".")[1])
-        if value > limit:
-            raise ConfigError(f"{name} must be <= {limit} (the tiny model is for tests), got {value}")
-    if config.model.tiny_digits_per_token not in (1, 3):
-        raise ConfigError(f"model.tiny_digits_per_token must be 1 or 3, got {config.model.tiny_digits_per_token}")
-    if config.data.source.startswith(("synthetic:", "gym:")) and (config.data.num_examples or 0) > GENERATED_LIMIT:
+    generated = data.source.startswith(("synthetic:", "gym:"))
+    if generated and (data.num_examples or 0) > GENERATED_LIMIT:
         raise ConfigError(
             f"data.num_examples must be <= {GENERATED_LIMIT:,} for a generated set (data.source "
-            f"{config.data.source!r}), got {config.data.num_examples}"
+            f"{data.source!r}), got {data.num_examples}"
         )
-    if config.data.max_length > 10**7:
-        raise ConfigError(f"data.max_length must be <= 10**7, got {config.data.max_length}")
+    if model.tiny_hidden % model.tiny_heads:
+        raise ConfigError(
+            f"model.tiny_hidden ({model.tiny_hidden}) must be a multiple of model.tiny_heads "
+            f"({model.tiny_heads})"
+        )
 
 
 #: model names numloss builds or converts itself: a hub revision means nothing for them
@@ -658,7 +618,7 @@ def describe_keys() -> str:
     for name, klass in SECTIONS.items():
         lines.append(f"{name}:")
         section = getattr(defaults, name)
-        hints = _hints(klass)
+        hints = typing.get_type_hints(klass)
         for f in dataclasses.fields(klass):
             default = getattr(section, f.name)
             lines.append(
@@ -691,18 +651,14 @@ RESUME_SAFE_EXTRA = frozenset({"run_name", "logging_dir", "logging_strategy", "l
 
 
 def _flat(config: Config) -> dict[str, Any]:
+    """Every key's value; a mapping's entries as `key.entry` (a change then names the entry)."""
     flat: dict[str, Any] = {}
-    for name, value in config.to_dict().items():
-        if isinstance(value, dict) and name in SECTIONS:
-            for key, inner in value.items():
-                if isinstance(inner, dict):
-                    for sub, item in inner.items():
-                        flat[f"{name}.{key}.{sub}"] = item
-                    flat.setdefault(f"{name}.{key}", {})
-                else:
-                    flat[f"{name}.{key}"] = inner
+    for key in all_keys():
+        value = _value(config, key)
+        if isinstance(value, dict):
+            flat.update({f"{key}.{entry}": item for entry, item in value.items()})
         else:
-            flat[name] = value
+            flat[key] = value
     return flat
 
 

@@ -259,14 +259,9 @@ def _objectives(items: Any, origin: str) -> list[ObjectiveSpec]:
         options = item.get("options")
         if options is not None and not isinstance(options, dict):
             raise ConfigError(f"{origin}: objectives[{i}].options must be a mapping of option: value, got {options!r}")
-        specs.append(
-            ObjectiveSpec(
-                label=str(label),
-                name=name,
-                alpha=None if alpha is None else float(alpha),
-                options=dict(options or {}),
-            )
-        )
+        alpha = None if alpha is None else float(alpha)
+        options = dict(options or {})
+        specs.append(ObjectiveSpec(label=str(label), name=name, alpha=alpha, options=options))
     labels = [s.label for s in specs]
     duplicates = sorted({label for label in labels if labels.count(label) > 1})
     if duplicates:
@@ -309,16 +304,7 @@ def load_compare_config(path: str | Path | None) -> CompareConfig:
 
 def compare_config_from_dict(mapping: dict[str, Any], origin: str = "config") -> CompareConfig:
     """A validated CompareConfig from a mapping with the keys of `DEFAULTS`."""
-    base = mapping.get("base") or {}
-    if not isinstance(base, dict):
-        raise ConfigError(f"{origin}: base must be a mapping of numloss train sections")
-    for forbidden in ("objective",):
-        if forbidden in base:
-            raise ConfigError(f"{origin}: base.{forbidden} is set per run from `objectives`; remove it from base")
-    base = {k: v for k, v in base.items() if v is not None}  # `data:` with nothing under it: no settings
-    for section, value in base.items():
-        if section != "fused" and not isinstance(value, dict):
-            raise ConfigError(f"{origin}: base.{section} must be a mapping of numloss train settings, got {value!r}")
+    base = _base(mapping.get("base") or {}, origin)
     try:
         _check_task_types(mapping.get("task"))
         task = task_from_dict(mapping.get("task"))
@@ -326,43 +312,17 @@ def compare_config_from_dict(mapping: dict[str, Any], origin: str = "config") ->
         raise ConfigError(f"{origin}: {error}") from None
     seeds = mapping.get("seeds", [0])
     check_seeds(seeds, f"{origin}: seeds")
-    evaluation_map = mapping.get("evaluation") or {}
-    try:
-        _check_types(evaluation_map, EvaluationSettings(), "evaluation")
-        evaluation = EvaluationSettings(**evaluation_map)
-    except ConfigError as error:
-        raise ConfigError(f"{origin}: {error}") from None
-    except TypeError:
-        raise ConfigError(
-            f"{origin}: evaluation accepts {', '.join(EvaluationSettings.__dataclass_fields__)}; got {evaluation_map!r}"
-        ) from None
+    evaluation = mapping.get("evaluation") or {}
+    evaluation = _settings(EvaluationSettings, evaluation, "evaluation", origin)
     for name in ("batch_size", "teacher_forced_batch_size"):  # found only after training otherwise
         if getattr(evaluation, name) < 1:
             raise ConfigError(f"{origin}: evaluation.{name} must be a positive integer, got {getattr(evaluation, name)}")
-    learning_map = mapping.get("learning")
-    learning = None
-    if learning_map is not None:
-        if not isinstance(learning_map, dict):
+    learning = mapping.get("learning")
+    if learning is not None:
+        if not isinstance(learning, dict):
             raise ConfigError(f"{origin}: learning must be a mapping ({', '.join(LearningCheck.__dataclass_fields__)}) or null")
-        try:
-            _check_types(learning_map, LearningCheck(), "learning")
-            learning = LearningCheck(**learning_map)
-            learning.check()
-        except TypeError:
-            raise ConfigError(
-                f"{origin}: learning accepts {', '.join(LearningCheck.__dataclass_fields__)}; got {learning_map!r}"
-            ) from None
-        except ValueError as error:
-            raise ConfigError(f"{origin}: {error}") from None
-    threads = mapping.get("torch_threads")
-    if threads is not None and (not isinstance(threads, int) or isinstance(threads, bool) or not 1 <= threads <= 4096):
-        raise ConfigError(f"{origin}: torch_threads must be a positive integer or null, got {threads!r}")
-    cores = os.cpu_count() or 1
-    if threads is not None and threads > cores:  # as --threads: more threads than cores stall torch
-        raise ConfigError(f"{origin}: torch_threads {threads} is more than this machine's {cores} cores")
-    jobs = mapping.get("jobs", 1)
-    if not isinstance(jobs, int) or isinstance(jobs, bool) or not 1 <= jobs <= 4096:
-        raise ConfigError(f"{origin}: jobs must be a positive integer (runs trained at once), got {jobs!r}")
+        learning = _settings(LearningCheck, learning, "learning", origin)
+    threads, jobs = _threads_and_jobs(mapping, origin)
     output_dir, records_dir = mapping.get("output_dir", "runs/compare"), mapping.get("records_dir")
     if not isinstance(output_dir, (str, Path)) or not str(output_dir).strip():
         raise ConfigError(f"{origin}: output_dir must be a folder path, got {output_dir!r}")
@@ -371,7 +331,7 @@ def compare_config_from_dict(mapping: dict[str, Any], origin: str = "config") ->
     config = CompareConfig(
         torch_threads=threads,
         jobs=jobs,
-        base=dict(base),
+        base=base,
         task=task,
         objectives=_objectives(mapping.get("objectives"), origin),
         seeds=list(seeds),
@@ -385,6 +345,48 @@ def compare_config_from_dict(mapping: dict[str, Any], origin: str = "config") ->
     for spec in config.objectives:
         config.run_config(spec, config.seeds[0], config.output_dir / "check", Path("train.jsonl"))
     return config
+
+
+def _base(base: Any, origin: str) -> dict[str, Any]:
+    """The `base` section: numloss train sections, without `objective` (set per run)."""
+    if not isinstance(base, dict):
+        raise ConfigError(f"{origin}: base must be a mapping of numloss train sections")
+    if "objective" in base:
+        raise ConfigError(f"{origin}: base.objective is set per run from `objectives`; remove it from base")
+    base = {k: v for k, v in base.items() if v is not None}  # `data:` with nothing under it: no settings
+    for section, value in base.items():
+        if section != "fused" and not isinstance(value, dict):
+            raise ConfigError(f"{origin}: base.{section} must be a mapping of numloss train settings, got {value!r}")
+    return base
+
+
+def _settings(klass: type, values: Any, name: str, origin: str) -> Any:
+    """Dataclass `klass` (section `name`) from mapping `values`: types, then its own `check()`."""
+    try:
+        _check_types(values, klass(), name)
+        settings = klass(**values)
+        if hasattr(settings, "check"):
+            settings.check()
+    except TypeError:
+        fields = ", ".join(klass.__dataclass_fields__)
+        raise ConfigError(f"{origin}: {name} accepts {fields}; got {values!r}") from None
+    except ValueError as error:  # ConfigError is a ValueError
+        raise ConfigError(f"{origin}: {error}") from None
+    return settings
+
+
+def _threads_and_jobs(mapping: dict[str, Any], origin: str) -> tuple[int | None, int]:
+    """torch_threads (null or 1 to the machine's cores) and jobs (a positive integer)."""
+    threads = mapping.get("torch_threads")
+    if threads is not None and (not isinstance(threads, int) or isinstance(threads, bool) or not 1 <= threads <= 4096):
+        raise ConfigError(f"{origin}: torch_threads must be a positive integer or null, got {threads!r}")
+    cores = os.cpu_count() or 1
+    if threads is not None and threads > cores:  # as --threads: more threads than cores stall torch
+        raise ConfigError(f"{origin}: torch_threads {threads} is more than this machine's {cores} cores")
+    jobs = mapping.get("jobs", 1)
+    if not isinstance(jobs, int) or isinstance(jobs, bool) or not 1 <= jobs <= 4096:
+        raise ConfigError(f"{origin}: jobs must be a positive integer (runs trained at once), got {jobs!r}")
+    return threads, jobs
 
 
 def select_objectives(config: CompareConfig, names: list[str]) -> list[ObjectiveSpec]:

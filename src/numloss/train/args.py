@@ -110,9 +110,8 @@ def build_arguments_checked(config: Config) -> Any:
 
 
 def check_arguments_in_context(args: Any) -> None:
-    """TrainingArguments that transformers accepts and then fails on (or ignores) inside a run of
-    numloss's: an evaluation schedule without an evaluation set, fp16 or FSDP where they cannot
-    run, a negative NEFTune noise. Raises ConfigError."""
+    """ConfigError for TrainingArguments that transformers accepts and a numloss run then fails
+    on or ignores: an evaluation schedule (no evaluation set), fp16 off CUDA, negative NEFTune."""
     import torch
 
     if str(getattr(args, "eval_strategy", "no")) not in ("no", "IntervalStrategy.NO"):
@@ -127,10 +126,8 @@ def check_arguments_in_context(args: Any) -> None:
 
 
 def dry_build_optimizer_and_scheduler(config: Config, args: Any, optimizer_cls: Any, optimizer_kwargs: dict[str, Any]) -> None:
-    """Build the optimizer (over one stand-in parameter) and the learning-rate scheduler a run
-    will build, so train.extra values they refuse (adam_beta1 2, adam_epsilon -1, a bogus
-    lr_scheduler_kwargs key, cosine_with_min_lr without its kwargs) are one line before any
-    model loads, not a traceback from inside the first step. Raises ConfigError."""
+    """Build the run's optimizer (over a stand-in parameter) and scheduler, so values they
+    refuse (adam_beta1 2, a bogus lr_scheduler_kwargs key) are one ConfigError line up front."""
     import torch
     from transformers import get_scheduler
 

@@ -45,21 +45,17 @@ def pop_threads(argv: list[str]) -> tuple[int | None, list[str]]:
     """(`--threads N` / `--threads=N` as an int or None, the other arguments); 1 <= N <= cores."""
     rest: list[str] = []
     threads: int | None = None
-    i = 0
-    while i < len(argv):
-        token = argv[i]
-        if token == "--threads" or token.startswith("--threads="):
-            value = token.split("=", 1)[1] if "=" in token else (argv[i + 1] if i + 1 < len(argv) else "")
-            i += 1 if "=" in token else 2
-            if not value.isdigit() or int(value) < 1:
-                raise ValueError(f"--threads needs a positive integer, got {value!r}")
-            threads = int(value)
-            cores = machine_cores()
-            if threads > cores:
-                raise ValueError(f"--threads {threads}: this machine has {cores} cores; give 1 to {cores}")
+    tokens = iter(argv)
+    for token in tokens:
+        if token != "--threads" and not token.startswith("--threads="):
+            rest.append(token)
             continue
-        rest.append(token)
-        i += 1
+        value = token.partition("=")[2] if "=" in token else next(tokens, "")
+        if not value.isdigit() or int(value) < 1:
+            raise ValueError(f"--threads needs a positive integer, got {value!r}")
+        threads, cores = int(value), machine_cores()
+        if threads > cores:
+            raise ValueError(f"--threads {threads}: this machine has {cores} cores; give 1 to {cores}")
     return threads, rest
 
 
@@ -85,10 +81,7 @@ def main(argv: list[str] | None = None) -> int:
         import torch
 
         torch.set_num_threads(threads)
-    for flag, key in FLAGS.items():
-        while flag in argv:
-            index = argv.index(flag)
-            argv[index : index + 1] = [key, "true"]
+    argv = [word for arg in argv for word in ([FLAGS[arg], "true"] if arg in FLAGS else [arg])]
     path = None
     if argv and not argv[0].startswith("--"):
         path, argv = argv[0], argv[1:]
