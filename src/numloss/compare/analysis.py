@@ -75,7 +75,8 @@ def place_accuracy(run: Mapping[str, Any], place: int) -> float:
     return 100.0 * correct / total if total else float("nan")
 
 
-def _value(key: str, run: Mapping[str, Any]) -> float:
+def endpoint_value(run: Mapping[str, Any], key: str) -> float:
+    """One run's value of endpoint `key` (see `ENDPOINTS`; exact match and accuracies in points)."""
     evaluation = _in_distribution(run)
     if key == "exact_match":
         return 100.0 * evaluation["exact_match"]
@@ -106,11 +107,6 @@ ENDPOINTS: tuple[Endpoint, ...] = (
     Endpoint("digit_entropy", "digit entropy (nats)", "", "neither"),
     Endpoint("check_auc", "area under the check curve", "points", "higher"),
 )
-
-
-def endpoint_value(run: Mapping[str, Any], key: str) -> float:
-    """One run's value of endpoint `key` (see `ENDPOINTS`; exact match and accuracies in points)."""
-    return _value(key, run)
 
 
 # -- the graded grid ------------------------------------------------------------------------------
