@@ -62,7 +62,7 @@ def recorded_runs(demo: Any, grid_config: Path = GRID_CONFIG) -> dict[str, dict[
     import re
 
     from numloss.compare.config import load_compare_config
-    from numloss.compare.runner import read_record
+    from numloss.compare.runner import RunKey, key_hash, read_record
 
     grid = load_compare_config(grid_config)
     if grid.records_dir is None or not Path(grid.records_dir).is_dir():
@@ -72,8 +72,7 @@ def recorded_runs(demo: Any, grid_config: Path = GRID_CONFIG) -> dict[str, dict[
         seeds = sorted({int(m[1]) for p in Path(grid.records_dir).glob(f"{spec.label}-s*-*.json")
                         if (m := re.fullmatch(rf"{re.escape(spec.label)}-s(\d+)-[0-9a-f]{{16}}\.json", p.name))})
         for seed in seeds:
-            config = demo.run_config(spec, seed, Path("unused"), Path("unused.jsonl"))
-            record = read_record(Path(grid.records_dir), f"{spec.label}-s{seed}", demo.run_hash(config))
+            record = read_record(Path(grid.records_dir), f"{spec.label}-s{seed}", key_hash(demo, RunKey(spec, seed)))
             if record is not None:
                 runs.setdefault(spec.label, {})[seed] = record
     return runs
@@ -111,6 +110,8 @@ def _write_trimmed(path: Path, runs: dict[str, dict[int, dict[str, Any]]], trim:
 def _shipped_runs(compare: Any, name: str) -> dict[str, dict[int, dict[str, Any]]]:
     """The runs of the package file `name` (trimmed records: a wheel has no results/) that are
     `compare`'s own: a record counts when its hash is the one `compare` gives that objective and seed."""
+    from numloss.compare.runner import RunKey, key_hash
+
     path = packaged(name)
     if not path.is_file():
         return {}
@@ -118,8 +119,7 @@ def _shipped_runs(compare: Any, name: str) -> dict[str, dict[int, dict[str, Any]
     runs: dict[str, dict[int, dict[str, Any]]] = {}
     for spec in compare.objectives:
         for seed, record in shipped.get(spec.label, {}).items():
-            config = compare.run_config(spec, int(seed), compare.output_dir / "runs" / f"{spec.label}-s{seed}", Path("t.jsonl"))
-            if record.get("hash") == compare.run_hash(config):
+            if record.get("hash") == key_hash(compare, RunKey(spec, int(seed))):
                 runs.setdefault(spec.label, {})[int(seed)] = record
     return runs
 

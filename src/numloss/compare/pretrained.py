@@ -39,6 +39,7 @@ from numloss.compare.runner import (
     Grid,
     RunKey,
     config_threads,
+    key_hash,
     read_record,
     record_path,
     write_record,
@@ -121,9 +122,7 @@ def run_pretrained_grid(
         log(f"{key.name}: {_headline(result)} ({seconds:.0f} s)")
 
     def failed(key: RunKey, error: Exception) -> None:
-        run_dir, train_file = grid.files(key)
-        run_hash = compare.run_hash(compare.run_config(key.spec, key.seed, run_dir, train_file))
-        _record_failure(records, also_to, key.name, key.seed, run_hash, error)
+        _record_failure(records, also_to, key.name, key.seed, key_hash(compare, key), error)
         status["failed"].append(key.name)
         log(f"{key.name}: FAILED ({type(error).__name__}: {error})")
 
@@ -182,8 +181,7 @@ def load_records(compare: CompareConfig, records: Path | None = None) -> dict[st
     records = records or compare.records_dir or compare.output_dir / "records"
     found: dict[str, dict[int, dict[str, Any]]] = {}
     for key in run_order(compare):
-        config = compare.run_config(key.spec, key.seed, compare.output_dir / "runs" / key.name, Path("t.jsonl"))
-        record = read_record(records, key.name, compare.run_hash(config))
+        record = read_record(records, key.name, key_hash(compare, key))
         if record is not None:
             found.setdefault(key.spec.label, {})[key.seed] = record
     base = read_record(records, f"{BASELINE}-s0", baseline_hash(compare))

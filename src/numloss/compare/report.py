@@ -131,11 +131,6 @@ def aggregate(results: Sequence[dict[str, Any]]) -> dict[str, Any]:
 PERMUTATIONS = 5000
 
 
-def outcomes_of(runs: Sequence[dict[str, Any]]) -> list[Outcome]:
-    """The (step, learnt) outcome of every run that has learning checks."""
-    return [Outcome(int(r["learning"]["step"]), bool(r["learning"]["learnt"])) for r in runs if r.get("learning")]
-
-
 def _per_seed(run: dict[str, Any]) -> dict[str, Any]:
     """One run's line of the per-run table; `learnt_at`: the step it learnt the task (None: not by
     its horizon), only for runs with learning checks."""
@@ -154,7 +149,7 @@ def _learning_entry(runs: Sequence[dict[str, Any]]) -> dict[str, Any] | None:
     checked = [r for r in runs if r.get("learning")]
     if not checked:
         return None
-    outcomes = outcomes_of(checked)
+    outcomes = [Outcome(int(r["learning"]["step"]), bool(r["learning"]["learnt"])) for r in checked]
     try:
         interval = list(median_interval(outcomes))
     except ValueError:  # runs of different horizons: no distribution-free interval
@@ -725,11 +720,6 @@ def write_report(results: Sequence[dict[str, Any]], out: Path, meta: dict[str, A
     return summary
 
 
-def load_results(path: Path) -> dict[str, Any]:
-    """A results.json written by `write_report`."""
-    return json.loads(Path(path).read_text())
-
-
 def main(argv: list[str] | None = None) -> int:
     """`python -m numloss.compare.report RESULTS.json [OUT]`: rewrite report.md and the plots of a
     results.json (from another machine, say) into OUT (default: beside it)."""
@@ -739,7 +729,7 @@ def main(argv: list[str] | None = None) -> int:
     if not args or args[0] in ("-h", "--help"):
         print(main.__doc__)
         return 0 if args else 2
-    data = load_results(Path(args[0]))
+    data = json.loads(Path(args[0]).read_text())
     out = Path(args[1]) if len(args) > 1 else Path(args[0]).parent
     write_report(data["runs"], out, data["meta"])
     print(f"report: {out / 'report.md'}")

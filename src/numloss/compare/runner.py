@@ -63,6 +63,11 @@ class RunKey:
         return f"{self.spec.label}-s{self.seed}"
 
 
+def key_hash(compare: CompareConfig, key: RunKey) -> str:
+    """The run hash of `key` in `compare` (where the run is written does not enter it)."""
+    return compare.run_hash(compare.run_config(key.spec, key.seed, Path("runs") / key.name, Path("train.jsonl")))
+
+
 def _place_split(entries: Sequence[Any]) -> tuple[float, float]:
     """Accuracy over integer places (>= 0) and over decimal places (< 0), pooled over digits."""
     integer = [(e.correct, e.total) for e in entries if e.place >= 0]
