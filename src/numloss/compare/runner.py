@@ -400,35 +400,29 @@ def run_one(
     from numloss.compare.embeddings import digit_embeddings
     from numloss.compare.machine import machine_info
     from numloss.compare.word_task import WordProblemTask
-    from numloss.train import load_model_for, run_training
+    from numloss.train import run_training
 
     run_dir = compare.output_dir / "runs" / key.name
     config = compare.run_config(key.spec, key.seed, run_dir, train_file)
-    callbacks = list(callbacks or [])
     config.train.progress_bar = config.train.progress_bar and progress_bar
     _clear_run_dir(run_dir, logger.warning)  # an interrupted run is redone; a finished one is kept aside
     run_dir.mkdir(parents=True)
     started, cpu_started = time.perf_counter(), time.process_time()
     word_task = isinstance(compare.task, WordProblemTask)
-    before = None
-    if compare.evaluation.embeddings or word_task:
-        model, tokenizer = load_model_for(config)  # the model the run starts from (same seed)
-        before = digit_embeddings(model, tokenizer) if compare.evaluation.embeddings else None
-        del model
+    before, tokenizer = _initial_state(compare, config, word_task)
     examples, check_items = list(train_examples), test_sets.get("check", [])
     if word_task:  # chat-template prompts need the tokenizer: rendered here, once per run
         examples = WordProblemTask.render(examples, tokenizer)
         check_items = WordProblemTask.render(check_items, tokenizer)
     checker = _learning_checker(compare, check_items, word_task)
-    if checker is not None:
-        callbacks.append(checker)
+    callbacks = list(callbacks or []) + ([checker] if checker is not None else [])
     trained = run_training(config, callbacks=callbacks, examples=examples)
     train_seconds = time.perf_counter() - started
     model, tokenizer = _load_trained(trained.model_dir, config)
     with torch.inference_mode():
         evaluation = _evaluate_run(compare, model, tokenizer, test_sets, word_task)
     after = digit_embeddings(model, tokenizer) if compare.evaluation.embeddings else None
-    result = {
+    result = _jsonable({
         "hash": compare.run_hash(config),
         **input_hashes(config, _train_text(train_examples)),  # the examples as the file holds them
         "label": key.spec.label,
@@ -448,10 +442,21 @@ def run_one(
         # a run's outcome depends on the CPU's kernels (AVX2 against AVX-512): each run names its
         # machine, so records pooled across sessions and machines stay attributable
         "machine": machine_info(),
-    }
-    result = _jsonable(result)
+    })
     _write_json_atomic(run_dir / "result.json", result)
     return result
+
+
+def _initial_state(compare: CompareConfig, config: Any, word_task: bool) -> tuple[Any, Any]:
+    """(digit embeddings before training or None, tokenizer or None) of the model the run starts
+    from (same seed), loaded only when the embeddings or a word task's chat template need it."""
+    from numloss.compare.embeddings import digit_embeddings
+    from numloss.train import load_model_for
+
+    if not (compare.evaluation.embeddings or word_task):
+        return None, None
+    model, tokenizer = load_model_for(config)
+    return (digit_embeddings(model, tokenizer) if compare.evaluation.embeddings else None), tokenizer
 
 
 def _learning_checker(compare: CompareConfig, check_items: Sequence[TaskExample], word_task: bool) -> Any:

@@ -1,16 +1,10 @@
 """Greedy exact match without generating: one teacher-forced forward pass per batch.
 
-Greedy decoding writes the reference answer exactly (and then stops) if and only if, with the
-reference fed in, the argmax at every answer position is the reference token, the end token
-included: each greedy step sees the same prefix as the teacher-forced pass as long as every
-earlier step was right, and the first wrong argmax is where greedy decoding leaves the reference.
-So `teacher_forced_exact` scores N items in N/batch forward passes instead of N x answer-length
-decoding steps; `tests/test_compare_words.py` checks it item by item against real generation.
-
-The layout is the training layout (`numloss.data.tokenize_examples`: prompt, then the output,
-then EOS), so what is scored is exactly the sequence the model was trained to write. Only the
-hidden states at answer positions go through the LM head, so a batch never holds [B, T, V]
-logits.
+Greedy decoding writes the reference (then stops) if and only if, with the reference fed in, the
+argmax at every answer position, the end token included, is the reference token: each greedy
+step sees the teacher-forced prefix until the first wrong argmax. tests/test_compare_words.py
+checks it item by item against generation. The layout is the training one
+(`numloss.data.tokenize_examples`: prompt, output, EOS).
 """
 
 from __future__ import annotations
