@@ -72,7 +72,8 @@ def recorded_runs(demo: Any, grid_config: Path = GRID_CONFIG) -> dict[str, dict[
         seeds = sorted({int(m[1]) for p in Path(grid.records_dir).glob(f"{spec.label}-s*-*.json")
                         if (m := re.fullmatch(rf"{re.escape(spec.label)}-s(\d+)-[0-9a-f]{{16}}\.json", p.name))})
         for seed in seeds:
-            record = read_record(Path(grid.records_dir), f"{spec.label}-s{seed}", key_hash(demo, RunKey(spec, seed)))
+            run_hash = key_hash(demo, RunKey(spec, seed))
+            record = read_record(Path(grid.records_dir), f"{spec.label}-s{seed}", run_hash)
             if record is not None:
                 runs.setdefault(spec.label, {})[seed] = record
     return runs
@@ -101,7 +102,8 @@ def _write_trimmed(path: Path, runs: dict[str, dict[int, dict[str, Any]]], trim:
     path.parent.mkdir(parents=True, exist_ok=True)
     blocks = []
     for label, seeds in sorted(runs.items()):
-        rows = [f"  {json.dumps(str(seed))}: {json.dumps(trim(r), sort_keys=True)}" for seed, r in sorted(seeds.items())]
+        rows = [f"  {json.dumps(str(seed))}: {json.dumps(trim(r), sort_keys=True)}"
+                for seed, r in sorted(seeds.items())]
         blocks.append(f" {json.dumps(label)}: {{\n" + ",\n".join(rows) + "\n }")
     path.write_text("{\n" + ",\n".join(blocks) + "\n}\n")
     return path
@@ -171,7 +173,8 @@ def recorded_table(runs: dict[str, dict[int, dict[str, Any]]], fresh: dict[str, 
                       p(row["stratified_logrank_p"]), p(p_holm), p(row["mcnemar_p"])))
     marked = any(" *" in r[0] for r in table)
     return _columns(table, indent="") + [
-        f"Recorded on {_machines(runs)}. Paired by seed: seed s of every objective has the same data and initial weights.",
+        f"Recorded on {_machines(runs)}. Paired by seed: seed s of every objective has the same data "
+        "and initial weights.",
         "'*': differs from " + baseline + " (seed-stratified log-rank, Holm over the objectives, p <= 0.05)"
         + ("." if marked else "; none does at these seed counts."),
     ]
@@ -343,7 +346,8 @@ def recorded_grid_lines(grid: Any, runs: dict[str, dict[int, dict[str, Any]]]) -
                      _p(c["mcnemar_p"]), holm_p, reading))
     lines += [""] + _columns(rows)
     return lines + [
-        f"  McNemar on item verdicts (seeds as strata); Holm over the design's primary pair. Recorded on {_machines(runs)}."]
+        "  McNemar on item verdicts (seeds as strata); Holm over the design's primary pair. "
+        f"Recorded on {_machines(runs)}."]
 
 
 def run_demo(compare: Any, config_path_: Path, progress: bool) -> int:
@@ -477,8 +481,9 @@ def addition_demo(compare: Any, config: str, progress: bool) -> int:
         flush=True,
     )
     summaries: list[dict] = []
-    status = run_reporting_errors("numloss demo", compare,
-                                  lambda: summaries.append(run_comparison(compare, progress=progress)))
+    status = run_reporting_errors(
+        "numloss demo", compare, lambda: summaries.append(run_comparison(compare, progress=progress))
+    )
     if status:
         return status
     summary = summaries[0]
@@ -492,5 +497,6 @@ def addition_demo(compare: Any, config: str, progress: bool) -> int:
               f"the {len(compare.seeds)} seeds just run:")
         print("\n".join(lines))
     else:
-        print(f"\n(no recorded runs of these objectives found beside {config}: the 20-seed table is in docs/results.md)")
+        print(f"\n(no recorded runs of these objectives found beside {config}: the 20-seed table is in "
+              "docs/results.md)")
     return 0

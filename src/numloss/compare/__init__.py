@@ -119,7 +119,7 @@ def _report_meta(compare: Any, results: list[dict[str, Any]], started: float) ->
 
 
 def _print_summary(summary: dict[str, Any], machine: str, out: Path) -> None:
-    """The terminal's view of a report: learning speed, the first held-out set's table, where the rest is."""
+    """The report in the terminal: learning speed, the first held-out set's table, where the rest is."""
     from numloss.compare.report import MARK_NOTE, learning_table, text_table
 
     learning = learning_table(summary, f"_Machine: {machine}._")
@@ -200,7 +200,8 @@ def resolve(args: argparse.Namespace, default_config: str | None = "configs/comp
         path = str(found) if found.is_file() else None
     compare = load_compare_config(path)
     _check_options(args)
-    if args.model is not None or args.steps is not None or args.out is not None or getattr(args, "smoke", False):
+    smoke = getattr(args, "smoke", False)
+    if args.model is not None or args.steps is not None or args.out is not None or smoke:
         compare = _overridden(compare, args)
     if getattr(args, "records", None) is not None:
         compare.records_dir = Path(args.records)
@@ -219,7 +220,7 @@ def _check_options(args: argparse.Namespace) -> None:
                           ("--objectives", args.objectives), ("--seeds", args.seeds)):
         if value is not None and not value.strip(" ,"):
             raise ConfigError(f"{option} is empty: give a value or leave the option out")
-    if getattr(args, "smoke", False) and args.model is not None:  # the smoke check always runs the tiny model
+    if getattr(args, "smoke", False) and args.model is not None:  # smoke always runs the tiny model
         raise ConfigError("--smoke runs the tiny model and would ignore --model; drop one of them")
 
 
@@ -245,7 +246,8 @@ def _overridden(compare: Any, args: argparse.Namespace) -> Any:
         "output_dir": args.out or str(compare.output_dir),
         # another model, length or the smoke check are other runs: they stay out of the records
         # (another report folder, --out, is the same runs)
-        "records_dir": None if (args.model is not None or args.steps is not None or smoke) else compare.records_dir,
+        "records_dir": None if args.model is not None or args.steps is not None or smoke
+        else compare.records_dir,
     }
     if smoke:
         _shrink_for_smoke(mapping, out_given=bool(args.out))

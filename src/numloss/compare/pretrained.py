@@ -131,15 +131,18 @@ def run_pretrained_grid(
             _score_baseline(compare, records, also_to, status, log)
         grid = Grid(compare, records)
         keys = [key for position, key in enumerate(run_order(compare)) if position % count == index]
-        grid.run(keys, finish, deadline=None if budget_s is None else started + budget_s, failed=failed, run=run)
+        deadline = None if budget_s is None else started + budget_s
+        grid.run(keys, finish, deadline=deadline, failed=failed, run=run)
     status["left"] = [key.name for key in grid.left]
     if status["left"]:
-        log(f"left (budget {budget_s:g} s, slowest run {grid.slowest:.0f} s): {', '.join(status['left'])}")
+        log(f"left (budget {budget_s:g} s, slowest run {grid.slowest:.0f} s): "
+            f"{', '.join(status['left'])}")
     return status
 
 
-def _score_baseline(compare: CompareConfig, records: Path, also_to: list[Path], status: dict[str, Any],
-                    log: Callable[[str], None]) -> None:
+def _score_baseline(
+    compare: CompareConfig, records: Path, also_to: list[Path], status: dict[str, Any], log: Callable[[str], None]
+) -> None:
     """The untrained model's record, scored unless it exists; a failure is recorded, not raised."""
     path = record_path(records, f"{BASELINE}-s0", baseline_hash(compare))
     if path.is_file():
@@ -151,7 +154,8 @@ def _score_baseline(compare: CompareConfig, records: Path, also_to: list[Path], 
         write_record(records, evaluate_untrained(compare))
         _copy(path, also_to)
         status["finished"].append(BASELINE)
-        log(f"{BASELINE}: {_headline(json.loads(path.read_text()))} ({time.perf_counter() - started:.0f} s)")
+        seconds = time.perf_counter() - started
+        log(f"{BASELINE}: {_headline(json.loads(path.read_text()))} ({seconds:.0f} s)")
     except Exception as error:  # noqa: BLE001 - recorded, and the grid goes on
         _record_failure(records, also_to, BASELINE, 0, baseline_hash(compare), error)
         status["failed"].append(BASELINE)

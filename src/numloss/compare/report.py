@@ -524,7 +524,7 @@ def embedding_table(summary: dict[str, Any]) -> list[str]:
 
 
 def _plots(summary: dict[str, Any], results: Sequence[dict[str, Any]], out: Path) -> list[Path]:
-    """Draw the report's PNGs into `out`; none (and one line saying how to redraw them) without matplotlib."""
+    """Draw the report's PNGs into `out` (none without matplotlib, saying how to redraw them)."""
     try:
         import matplotlib
     except ImportError:  # a GPU box without it: the tables are written, the plots can be redrawn
@@ -543,7 +543,8 @@ def _plots(summary: dict[str, Any], results: Sequence[dict[str, Any]], out: Path
     paths = [_save(plt, _accuracy_mae_figure(plt, summary, sets), out / "accuracy_mae.png")]
     if "in_distribution" in sets:  # the arithmetic task's digit statistics (benchmarks have none)
         paths.append(_save(plt, _entropy_figure(plt, summary, results), out / "digit_entropy.png"))
-        paths.append(_save(plt, _place_figure(plt, summary, results, sets), out / "place_accuracy.png"))
+        place = _place_figure(plt, summary, results, sets)
+        paths.append(_save(plt, place, out / "place_accuracy.png"))
     paths.append(_save(plt, _curves_figure(plt, summary, results), out / "training_curves.png"))
     panels: dict[str, dict[str, Any]] = {}
     for label in summary:
@@ -612,7 +613,9 @@ def _entropy_figure(plt: Any, summary: dict[str, Any], results: Sequence[dict[st
     return fig
 
 
-def _place_figure(plt: Any, summary: dict[str, Any], results: Sequence[dict[str, Any]], sets: list[str]) -> Any:
+def _place_figure(
+    plt: Any, summary: dict[str, Any], results: Sequence[dict[str, Any]], sets: list[str]
+) -> Any:
     """Accuracy of the generated number by place, one panel per held-out set, pooled over seeds."""
     fig, axes = plt.subplots(1, len(sets), figsize=(4 * len(sets), 3.2), squeeze=False)
     for ax, name in zip(axes[0], sets, strict=False):

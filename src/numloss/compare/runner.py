@@ -65,7 +65,8 @@ class RunKey:
 
 def key_hash(compare: CompareConfig, key: RunKey) -> str:
     """The run hash of `key` in `compare` (where the run is written does not enter it)."""
-    return compare.run_hash(compare.run_config(key.spec, key.seed, Path("runs") / key.name, Path("train.jsonl")))
+    config = compare.run_config(key.spec, key.seed, Path("runs") / key.name, Path("train.jsonl"))
+    return compare.run_hash(config)
 
 
 def _place_split(entries: Sequence[Any]) -> tuple[float, float]:
@@ -456,11 +457,14 @@ def _initial_state(compare: CompareConfig, config: Any, word_task: bool) -> tupl
     if not (compare.evaluation.embeddings or word_task):
         return None, None
     model, tokenizer = load_model_for(config)
-    return (digit_embeddings(model, tokenizer) if compare.evaluation.embeddings else None), tokenizer
+    before = digit_embeddings(model, tokenizer) if compare.evaluation.embeddings else None
+    return before, tokenizer
 
 
-def _learning_checker(compare: CompareConfig, check_items: Sequence[TaskExample], word_task: bool) -> Any:
-    """The learning-check callback of a run (numloss.compare.learning), or None without `learning:`."""
+def _learning_checker(
+    compare: CompareConfig, check_items: Sequence[TaskExample], word_task: bool
+) -> Any:
+    """A run's learning-check callback (numloss.compare.learning); None without `learning:`."""
     from numloss.compare.learning import exact_answer, learning_callback
     from numloss.compare.word_task import last_number_matches
 
@@ -475,15 +479,18 @@ def _learning_checker(compare: CompareConfig, check_items: Sequence[TaskExample]
     )
 
 
-def _evaluate_run(compare: CompareConfig, model: Any, tokenizer: Any, test_sets: dict[str, list[TaskExample]],
-                  word_task: bool) -> dict[str, Any]:
+def _evaluate_run(
+    compare: CompareConfig, model: Any, tokenizer: Any, test_sets: dict[str, list[TaskExample]], word_task: bool
+) -> dict[str, Any]:
     """A trained run's scores per held-out set: the word task scores itself, the arithmetic task's
     sets go through `evaluate_model`."""
     if word_task:
         return compare.task.evaluate(model, tokenizer)
     return {
-        name: evaluate_model(model, tokenizer, test_sets[name], batch_size=compare.evaluation.batch_size,
-                             tf_batch_size=compare.evaluation.teacher_forced_batch_size)
+        name: evaluate_model(
+            model, tokenizer, test_sets[name], batch_size=compare.evaluation.batch_size,
+            tf_batch_size=compare.evaluation.teacher_forced_batch_size,
+        )
         for name in TEST_SETS
     }
 
@@ -564,7 +571,8 @@ def run_grid(
     keys = [RunKey(spec, seed) for spec in compare.objectives for seed in compare.seeds]
     results: dict[str, dict[str, Any]] = {}  # by run name (label-s<seed>): unique in a grid
     with hold_output_dir(compare.output_dir):
-        bar = tqdm(total=len(keys), desc="compare", unit="run", disable=not progress, dynamic_ncols=True)
+        bar = tqdm(total=len(keys), desc="compare", unit="run", disable=not progress,
+                   dynamic_ncols=True)
 
         def finish(key: RunKey, done: dict[str, Any], seconds: float | None) -> None:
             results[key.name] = done
@@ -596,7 +604,9 @@ class Grid:
         self.test_sets = grid_test_sets(compare)
         held_out = {e.instruction for items in self.test_sets.values() for e in items}
         # one training set per seed, shared by its objectives: the pairing of a grid
-        self.train_set = functools.cache(lambda seed: compare.task.train_set(seed, exclude=held_out))
+        self.train_set = functools.cache(
+            lambda seed: compare.task.train_set(seed, exclude=held_out)
+        )
         self.slowest = 0.0  # wall seconds of the slowest run trained so far
         self.left: list[RunKey] = []  # runs a deadline kept from starting
         (compare.output_dir / "data").mkdir(parents=True, exist_ok=True)
@@ -620,7 +630,8 @@ class Grid:
             where = record_path(self.records_dir, key.name, run_hash)
             fix = f"to train it again, delete {where} (or use --no-records)"
         if done is not None and ("model_sha256" in done or "data_sha256" in done):
-            check_inputs(done, where, input_hashes(config, _train_text(self.train_set(key.seed))), fix)
+            now = input_hashes(config, _train_text(self.train_set(key.seed)))
+            check_inputs(done, where, now, fix)
         return done
 
     def run(
@@ -656,15 +667,17 @@ class Grid:
             return
         with config_threads(self.compare):
             for key in pending:
-                if deadline is not None and self.slowest and time.perf_counter() + self.slowest > deadline:
+                late = deadline is not None and time.perf_counter() + self.slowest > deadline
+                if late and self.slowest:
                     self.left.append(key)
                     continue
                 started = time.perf_counter()
                 try:
                     train_file = self._prepare(key, say)
                     show(f"training {key.name}")
-                    result = (run or run_one)(self.compare, key, self.train_set(key.seed), self.test_sets,
-                                              train_file, progress_bar=progress)
+                    examples = self.train_set(key.seed)
+                    result = (run or run_one)(self.compare, key, examples, self.test_sets, train_file,
+                                              progress_bar=progress)
                     self._keep(key, result, time.perf_counter() - started, finish)
                 except Exception as error:
                     if failed is None:
@@ -673,7 +686,7 @@ class Grid:
                 self.slowest = max(self.slowest, time.perf_counter() - started)
 
     def _prepare(self, key: RunKey, say: Callable[[str], None]) -> Path:
-        """Make way for `key` in its run folder and write its seed's training file; returns that file."""
+        """Make way for `key` in its run folder, write its seed's training file and return it."""
         run_dir, train_file = self.files(key)
         _clear_run_dir(run_dir, say)  # an interrupted run is redone; a finished one is kept aside
         _write_train_file(train_file, self.train_set(key.seed))  # rewritten only when it differs
@@ -698,22 +711,24 @@ class Grid:
         files = {key.name: self._prepare(key, say) for key in pending}
         threads = worker_threads(self.compare, jobs)
         log_level = logging.getLogger("numloss.train").getEffectiveLevel()
-        # spawn, not fork: a forked child would inherit torch's thread pools; one fresh process per run
+        # spawn, not fork: a forked child would inherit torch's thread pools; a fresh process a run
         context = multiprocessing.get_context("spawn")
         with ProcessPoolExecutor(
             max_workers=min(jobs, len(pending)), mp_context=context, max_tasks_per_child=1,
             initializer=_die_with_parent, initargs=(os.getpid(),),
         ) as pool:
             futures = {
-                pool.submit(_run_in_worker, self.compare, key, self.train_set(key.seed), self.test_sets,
-                            files[key.name], threads, log_level): (key, time.perf_counter())
+                pool.submit(
+                    _run_in_worker, self.compare, key, self.train_set(key.seed), self.test_sets,
+                    files[key.name], threads, log_level,
+                ): (key, time.perf_counter())
                 for key in pending
             }
             show(f"training {len(pending)} runs, {jobs} at a time")
             remaining = set(futures)
             while remaining:
-                # FIRST_COMPLETED, not FIRST_EXCEPTION: the latter returns only once every run is done,
-                # which would hold the progress bar and the per-run lines back until the end
+                # FIRST_COMPLETED, not FIRST_EXCEPTION: the latter returns only once every run is
+                # done, which would hold the progress bar and the per-run lines back until the end
                 finished, remaining = wait(remaining, return_when=FIRST_COMPLETED)
                 for future in finished:
                     key, started = futures[future]
@@ -721,7 +736,7 @@ class Grid:
                     if error is not None:
                         for other in remaining:
                             other.cancel()
-                        if isinstance(error, (ConfigError, OSError)):  # one line at the CLI, as serially
+                        if isinstance(error, (ConfigError, OSError)):  # one line at the CLI
                             raise error
                         raise RuntimeError(f"run {key.name} failed: {error}") from error
                     self._keep(key, future.result(), time.perf_counter() - started, finish)

@@ -72,7 +72,7 @@ def teacher_forced_exact(
     model: Any, tokenizer: Any, examples: Sequence[Example], batch_size: int = 64, max_length: int = 4096
 ) -> TeacherForcedScore:
     """Score `examples` (prompt = `example.prompt`, reference = `example.output`) teacher-forced.
-    ValueError when an item is longer than `max_length` tokens (it would be scored on part of its answer)."""
+    ValueError for an item over `max_length` tokens (it would be scored on part of its answer)."""
     from numloss.data import tokenize_examples
 
     if batch_size < 1:
@@ -116,7 +116,9 @@ def teacher_forced_exact(
     return score
 
 
-def _padded(batch: Sequence[dict[str, Any]], pad: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+def _padded(
+    batch: Sequence[dict[str, Any]], pad: int
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """(input ids, labels, attention mask) of tokenized rows, right-padded to the longest."""
     width = max(len(r["input_ids"]) for r in batch)
     ids = torch.full((len(batch), width), pad, dtype=torch.long)
@@ -135,15 +137,13 @@ def _target_logits(model: Any, ids: torch.Tensor, mask: torch.Tensor, row: torch
     """float32 logits (on the CPU) at the positions (row, col) only: the LM head sees those alone
     when the model exposes decoder and head, so a batch never holds [B, T, V] logits."""
     device = next(model.parameters()).device
-    ids_d, mask_d = ids.to(device), mask.to(device)
+    ids_d, mask_d, at = ids.to(device), mask.to(device), (row.to(device), col.to(device))
     parts = _hidden_and_head(model)
     if parts is not None:
         decoder, head = parts
         hidden = decoder(input_ids=ids_d, attention_mask=mask_d).last_hidden_state
-        logits = head(hidden[row.to(device), col.to(device)]).float()
-    else:
-        logits = model(input_ids=ids_d, attention_mask=mask_d).logits[row.to(device), col.to(device)].float()
-    return logits.cpu()
+        return head(hidden[at]).float().cpu()
+    return model(input_ids=ids_d, attention_mask=mask_d).logits[at].float().cpu()
 
 
 def _count_places(place: dict[int, list[int]], hit: torch.Tensor, is_digit: torch.Tensor) -> None:
