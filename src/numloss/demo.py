@@ -62,7 +62,7 @@ def recorded_runs(demo: Any, grid_config: Path = GRID_CONFIG) -> dict[str, dict[
     import re
 
     from numloss.compare.config import load_compare_config
-    from numloss.compare.runner import read_record
+    from numloss.compare.runner import RunKey, key_hash, read_record
 
     grid = load_compare_config(grid_config)
     if grid.records_dir is None or not Path(grid.records_dir).is_dir():
@@ -72,8 +72,8 @@ def recorded_runs(demo: Any, grid_config: Path = GRID_CONFIG) -> dict[str, dict[
         seeds = sorted({int(m[1]) for p in Path(grid.records_dir).glob(f"{spec.label}-s*-*.json")
                         if (m := re.fullmatch(rf"{re.escape(spec.label)}-s(\d+)-[0-9a-f]{{16}}\.json", p.name))})
         for seed in seeds:
-            config = demo.run_config(spec, seed, Path("unused"), Path("unused.jsonl"))
-            record = read_record(Path(grid.records_dir), f"{spec.label}-s{seed}", demo.run_hash(config))
+            run_hash = key_hash(demo, RunKey(spec, seed))
+            record = read_record(Path(grid.records_dir), f"{spec.label}-s{seed}", run_hash)
             if record is not None:
                 runs.setdefault(spec.label, {})[seed] = record
     return runs
@@ -93,12 +93,17 @@ def export_recorded_runs(root: Path = Path(".")) -> Path:
     tests/test_demo_recorded.py checks the two agree."""
     demo = load_demo_config(root / "configs" / ADDITION_DEMO_CONFIG.name)
     runs = recorded_runs(demo, root / "configs" / GRID_CONFIG.name)
-    path = root / "src" / "numloss" / RECORDED_DEMO_RUNS
+    return _write_trimmed(root / "src" / "numloss" / RECORDED_DEMO_RUNS, runs, trim_record)
+
+
+def _write_trimmed(path: Path, runs: dict[str, dict[int, dict[str, Any]]], trim: Any) -> Path:
+    """`runs` trimmed by `trim` as the package file `path`, one record a line (a changed record
+    is a one-line diff); returns `path`."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    # one record a line: a changed record is a one-line diff
     blocks = []
     for label, seeds in sorted(runs.items()):
-        rows = [f"  {json.dumps(str(seed))}: {json.dumps(trim_record(r), sort_keys=True)}" for seed, r in sorted(seeds.items())]
+        rows = [f"  {json.dumps(str(seed))}: {json.dumps(trim(r), sort_keys=True)}"
+                for seed, r in sorted(seeds.items())]
         blocks.append(f" {json.dumps(label)}: {{\n" + ",\n".join(rows) + "\n }")
     path.write_text("{\n" + ",\n".join(blocks) + "\n}\n")
     return path
@@ -107,6 +112,8 @@ def export_recorded_runs(root: Path = Path(".")) -> Path:
 def _shipped_runs(compare: Any, name: str) -> dict[str, dict[int, dict[str, Any]]]:
     """The runs of the package file `name` (trimmed records: a wheel has no results/) that are
     `compare`'s own: a record counts when its hash is the one `compare` gives that objective and seed."""
+    from numloss.compare.runner import RunKey, key_hash
+
     path = packaged(name)
     if not path.is_file():
         return {}
@@ -114,8 +121,7 @@ def _shipped_runs(compare: Any, name: str) -> dict[str, dict[int, dict[str, Any]
     runs: dict[str, dict[int, dict[str, Any]]] = {}
     for spec in compare.objectives:
         for seed, record in shipped.get(spec.label, {}).items():
-            config = compare.run_config(spec, int(seed), compare.output_dir / "runs" / f"{spec.label}-s{seed}", Path("t.jsonl"))
-            if record.get("hash") == compare.run_hash(config):
+            if record.get("hash") == key_hash(compare, RunKey(spec, int(seed))):
                 runs.setdefault(spec.label, {})[int(seed)] = record
     return runs
 
@@ -165,13 +171,10 @@ def recorded_table(runs: dict[str, dict[int, dict[str, Any]]], fresh: dict[str, 
         table.append((row["arm"] + mark, counts(row["arm"]), f"{row['learnt']} of {row['runs']}",
                       f"{100 * row['share_difference']:+.0f} [{100 * low:+.0f}, {100 * high:+.0f}]",
                       p(row["stratified_logrank_p"]), p(p_holm), p(row["mcnemar_p"])))
-    widths = [max(len(r[i]) for r in table) for i in range(len(table[0]))]
-    lines = ["  ".join(cell.ljust(w) for cell, w in zip(r, widths, strict=True)).rstrip() for r in table]
-    machines = sorted({f"{r['machine']['cpu']} ({r['machine'].get('vector_extension')}), torch {r['machine']['torch']}, "
-                       f"{r['machine']['date']}" for seeds in runs.values() for r in seeds.values()})
     marked = any(" *" in r[0] for r in table)
-    return lines + [
-        f"Recorded on {'; '.join(machines)}. Paired by seed: seed s of every objective has the same data and initial weights.",
+    return _columns(table, indent="") + [
+        f"Recorded on {_machines(runs)}. Paired by seed: seed s of every objective has the same data "
+        "and initial weights.",
         "'*': differs from " + baseline + " (seed-stratified log-rank, Holm over the objectives, p <= 0.05)"
         + ("." if marked else "; none does at these seed counts."),
     ]
@@ -191,6 +194,13 @@ def _p(value: float) -> str:
 def _columns(rows: list[tuple[str, ...]], indent: str = "  ") -> list[str]:
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
     return [indent + "  ".join(cell.ljust(w) for cell, w in zip(r, widths, strict=True)).rstrip() for r in rows]
+
+
+def _machines(runs: dict[str, dict[int, dict[str, Any]]]) -> str:
+    """The machines the records name (CPU, vector extension, torch, date), each once."""
+    return "; ".join(sorted({f"{r['machine']['cpu']} ({r['machine'].get('vector_extension')}), "
+                             f"torch {r['machine']['torch']}, {r['machine']['date']}"
+                             for arm in runs.values() for r in arm.values()}))
 
 
 def _bits(runs: dict[str, dict[int, dict[str, Any]]]) -> dict[str, dict[int, str]]:
@@ -227,14 +237,7 @@ def export_recorded_grid(root: Path = Path(".")) -> Path:
     the repository root after the grid's records change: tests/test_demo_recorded.py checks it."""
     grid = load_demo_config(root / "configs" / f"{RECORDED_GRID}.yaml")
     runs = grid_records(grid, root / "results" / RECORDED_GRID)
-    path = root / "src" / "numloss" / RECORDED_GRID_RUNS
-    path.parent.mkdir(parents=True, exist_ok=True)
-    blocks = []  # one record a line: a new record is a one-line diff
-    for label, seeds in sorted(runs.items()):
-        rows = [f"  {json.dumps(str(seed))}: {json.dumps(trim_grid_record(r), sort_keys=True)}" for seed, r in sorted(seeds.items())]
-        blocks.append(f" {json.dumps(label)}: {{\n" + ",\n".join(rows) + "\n }")
-    path.write_text("{\n" + ",\n".join(blocks) + "\n}\n")
-    return path
+    return _write_trimmed(root / "src" / "numloss" / RECORDED_GRID_RUNS, runs, trim_grid_record)
 
 
 def recorded_grid(config_dir: Path) -> tuple[Any, dict[str, dict[int, dict[str, Any]]], str]:
@@ -342,10 +345,9 @@ def recorded_grid_lines(grid: Any, runs: dict[str, dict[int, dict[str, Any]]]) -
         rows.append((f"{arm} - {against}", str(len(c["seeds"])), f"{100 * c['mean_diff']:+.1f}", ci,
                      _p(c["mcnemar_p"]), holm_p, reading))
     lines += [""] + _columns(rows)
-    machines = sorted({f"{r['machine']['cpu']} ({r['machine'].get('vector_extension')}), torch {r['machine']['torch']}, "
-                       f"{r['machine']['date']}" for arm in runs.values() for r in arm.values()})
     return lines + [
-        f"  McNemar on item verdicts (seeds as strata); Holm over the design's primary pair. Recorded on {'; '.join(machines)}."]
+        "  McNemar on item verdicts (seeds as strata); Holm over the design's primary pair. "
+        f"Recorded on {_machines(runs)}."]
 
 
 def run_demo(compare: Any, config_path_: Path, progress: bool) -> int:
@@ -428,13 +430,7 @@ def _print_worked_example(seed: int) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     """`numloss demo` entry point (see the module docstring)."""
-    from numloss.compare import (
-        build_parser,
-        quiet_training_logs,
-        resolve,
-        run_comparison,
-        run_reporting_errors,
-    )
+    from numloss.compare import build_parser, model_available, quiet_training_logs, resolve
     from numloss.config import ConfigError
 
     parser = build_parser("numloss demo")
@@ -458,20 +454,23 @@ def main(argv: list[str] | None = None) -> int:
     if not args.verbose:
         quiet_training_logs()
     if not args.smoke:  # a missing model fails now, in one line, not in the first run
-        from numloss.models import ModelUnavailableError, check_model_available
-
-        model = compare.base.get("model", {})
-        try:
-            check_model_available(model.get("name", "tiny"), model.get("revision"), model.get("cache_dir"))
-        except ModelUnavailableError as error:
-            print(f"numloss demo: model.name: {error}", file=sys.stderr)
+        if not model_available("numloss demo", compare):
             return 2
+        model = compare.base.get("model", {})
         if model.get("name") == "smollm2":  # converted once here, not by each of the parallel runs at once
             from numloss.models import smollm2
 
             smollm2.prepare(model.get("cache_dir"))
     if compare.learning is None:
         return run_demo(compare, Path(args.config), progress=not args.no_progress)
+    return addition_demo(compare, args.config, progress=not args.no_progress)
+
+
+def addition_demo(compare: Any, config: str, progress: bool) -> int:
+    """The addition demo (a config with learning checks): train what is missing, then print the
+    learnt counts beside the recorded grid's; an exit status."""
+    from numloss.compare import run_comparison, run_reporting_errors
+
     objectives = ", ".join(s.label for s in compare.objectives)
     print(
         f"numloss demo: {len(compare.objectives)} objectives ({objectives}) x seeds {compare.seeds} on the "
@@ -482,15 +481,15 @@ def main(argv: list[str] | None = None) -> int:
         flush=True,
     )
     summaries: list[dict] = []
-    status = run_reporting_errors("numloss demo", compare,
-                                  lambda: summaries.append(run_comparison(compare, progress=not args.no_progress)))
+    status = run_reporting_errors(
+        "numloss demo", compare, lambda: summaries.append(run_comparison(compare, progress=progress))
+    )
     if status:
         return status
     summary = summaries[0]
     fresh = {label: (e["learning"]["learnt"], e["learning"]["runs"]) for label, e in summary.items() if "learning" in e}
-    config_dir = Path(args.config).resolve().parent
-    runs = recorded_runs(compare, config_dir / GRID_CONFIG.name)
-    if not runs and Path(args.config).name == ADDITION_DEMO_CONFIG.name:  # from a wheel: the shipped copy
+    runs = recorded_runs(compare, Path(config).resolve().parent / GRID_CONFIG.name)
+    if not runs and Path(config).name == ADDITION_DEMO_CONFIG.name:  # from a wheel: the shipped copy
         runs = shipped_recorded_runs(compare)
     lines = recorded_table(runs, fresh)
     if lines:
@@ -498,6 +497,6 @@ def main(argv: list[str] | None = None) -> int:
               f"the {len(compare.seeds)} seeds just run:")
         print("\n".join(lines))
     else:
-        print(f"\n(no recorded runs of these objectives found beside {args.config}: the 20-seed table is in docs/results.md)")
+        print(f"\n(no recorded runs of these objectives found beside {config}: the 20-seed table is in "
+              "docs/results.md)")
     return 0
-

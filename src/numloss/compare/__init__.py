@@ -58,8 +58,7 @@ def run_comparison(
 
 
 def _run_comparison(compare: Any, progress: bool, print_table: bool, finished_only: bool) -> dict[str, Any]:
-    from numloss.compare.machine import machine_info, runs_machine_line
-    from numloss.compare.report import text_table, write_report
+    from numloss.compare.report import write_report
     from numloss.compare.runner import run_grid
 
     started = time.perf_counter()
@@ -79,16 +78,26 @@ def _run_comparison(compare: Any, progress: bool, print_table: bool, finished_on
         kept = keep_report_aside(compare.output_dir)
         print(f"numloss compare: the earlier report held {len(missing)} runs this one does not "
               f"({', '.join(sorted(missing)[:4])}{', ...' if len(missing) > 4 else ''}); kept as {kept}", file=sys.stderr)
+    meta = _report_meta(compare, results, started)
+    summary = write_report(results, compare.output_dir, meta)
+    if print_table:
+        _print_summary(summary, meta["machine"], compare.output_dir)
+    return summary
+
+
+def _report_meta(compare: Any, results: list[dict[str, Any]], started: float) -> dict[str, Any]:
+    """What the report says was run: config, model, task, training, machine, times."""
+    from numloss.compare.machine import machine_info, runs_machine_line
+
     base = compare.base
     train = base.get("train", {})
-    task = compare.task
     meta = {
         "config": compare.source,
         "model": base.get("model", {}).get("name", "tiny"),
         "seeds": compare.seeds,
         "objectives": [dataclasses.asdict(s) for s in compare.objectives],
-        "task": task.to_dict(),
-        "task_text": task.describe(),
+        "task": compare.task.to_dict(),
+        "task_text": compare.task.describe(),
         "train_text": (
             f"{train.get('max_steps')} steps x batch {train.get('batch_size')}, lr {train.get('learning_rate')}, "
             f"{'LoRA' if base.get('lora', {}).get('enabled') else 'full fine-tuning'}"
@@ -106,21 +115,21 @@ def _run_comparison(compare: Any, progress: bool, print_table: bool, finished_on
     if compare.learning is not None:
         meta["learning"] = dataclasses.asdict(compare.learning)
         meta["max_steps"] = train.get("max_steps")
-    summary = write_report(results, compare.output_dir, meta)
-    if print_table:
-        from numloss.compare.report import learning_table
+    return meta
 
-        learning = learning_table(summary, f"_Machine: {meta['machine']}._")
-        if learning:
-            print("\n" + "\n".join(learning[2:]))  # the section without its heading
-        first = next(iter(next(iter(summary.values()))["sets"]), None) if summary else None
-        if first is not None:
-            from numloss.compare.report import MARK_NOTE
 
-            print(f"\n{first} (held-out) of every run; {MARK_NOTE}:")
-            print(text_table(summary, first))
-        print(f"\nreport: {compare.output_dir / 'report.md'} (all held-out sets, plots, results.json)")
-    return summary
+def _print_summary(summary: dict[str, Any], machine: str, out: Path) -> None:
+    """The report in the terminal: learning speed, the first held-out set's table, where the rest is."""
+    from numloss.compare.report import MARK_NOTE, learning_table, text_table
+
+    learning = learning_table(summary, f"_Machine: {machine}._")
+    if learning:
+        print("\n" + "\n".join(learning[2:]))  # the section without its heading
+    first = next(iter(next(iter(summary.values()))["sets"]), None) if summary else None
+    if first is not None:
+        print(f"\n{first} (held-out) of every run; {MARK_NOTE}:")
+        print(text_table(summary, first))
+    print(f"\nreport: {out / 'report.md'} (all held-out sets, plots, results.json)")
 
 
 def reported_runs(out: Path) -> set[str]:
@@ -181,12 +190,7 @@ def build_parser(prog: str = "numloss compare") -> argparse.ArgumentParser:
 
 def resolve(args: argparse.Namespace, default_config: str | None = "configs/compare.yaml") -> Any:
     """The CompareConfig of parsed arguments (config file, then the command-line overrides)."""
-    from numloss.compare.config import (
-        check_seeds,
-        compare_config_from_dict,
-        load_compare_config,
-        select_objectives,
-    )
+    from numloss.compare.config import load_compare_config
 
     path = args.config
     if path is None and default_config:  # the checkout's configs/, else the copy in the installed package
@@ -195,8 +199,20 @@ def resolve(args: argparse.Namespace, default_config: str | None = "configs/comp
         found = config_path(Path(default_config).name)
         path = str(found) if found.is_file() else None
     compare = load_compare_config(path)
+    _check_options(args)
     smoke = getattr(args, "smoke", False)
-    # a given value is never "not given": 0 and '' are checked like any other
+    if args.model is not None or args.steps is not None or args.out is not None or smoke:
+        compare = _overridden(compare, args)
+    if getattr(args, "records", None) is not None:
+        compare.records_dir = Path(args.records)
+    if getattr(args, "no_records", False):
+        compare.records_dir = None
+    _select(compare, args)
+    return compare
+
+
+def _check_options(args: argparse.Namespace) -> None:
+    """ConfigError for a given option that is no value: a given value is never "not given"."""
     for option, value in (("--steps", args.steps), ("--jobs", args.jobs), ("--threads", getattr(args, "threads", None))):
         if value is not None and value < 1:
             raise ConfigError(f"{option} must be a positive integer, got {value}")
@@ -204,35 +220,44 @@ def resolve(args: argparse.Namespace, default_config: str | None = "configs/comp
                           ("--objectives", args.objectives), ("--seeds", args.seeds)):
         if value is not None and not value.strip(" ,"):
             raise ConfigError(f"{option} is empty: give a value or leave the option out")
-    if smoke and args.model is not None:  # the smoke check always runs the tiny model
+    if getattr(args, "smoke", False) and args.model is not None:  # smoke always runs the tiny model
         raise ConfigError("--smoke runs the tiny model and would ignore --model; drop one of them")
-    if args.model is not None or args.steps is not None or args.out is not None or smoke:
-        base = {k: dict(v) if isinstance(v, dict) else v for k, v in compare.base.items()}
-        if args.model is not None:
-            base.setdefault("model", {})["name"] = args.model
-        if args.steps is not None:
-            base.setdefault("train", {})["max_steps"] = args.steps
-        mapping = {
-            "base": base,
-            "task": compare.task.to_dict(),
-            "objectives": [dataclasses.asdict(s) for s in compare.objectives],
-            "seeds": compare.seeds,
-            "evaluation": dataclasses.asdict(compare.evaluation),
-            "learning": None if compare.learning is None else dataclasses.asdict(compare.learning),
-            "torch_threads": compare.torch_threads,
-            "jobs": compare.jobs,
-            "output_dir": args.out or str(compare.output_dir),
-            # another model, length or the smoke check are other runs: they stay out of the records
-            # (another report folder, --out, is the same runs)
-            "records_dir": None if (args.model is not None or args.steps is not None or smoke) else compare.records_dir,
-        }
-        if smoke:
-            _shrink_for_smoke(mapping, out_given=bool(args.out))
-        compare = compare_config_from_dict(mapping, compare.source)
-    if getattr(args, "records", None) is not None:
-        compare.records_dir = Path(args.records)
-    if getattr(args, "no_records", False):
-        compare.records_dir = None
+
+
+def _overridden(compare: Any, args: argparse.Namespace) -> Any:
+    """`compare` rebuilt with --model, --steps, --out and --smoke applied (and checked again)."""
+    from numloss.compare.config import compare_config_from_dict
+
+    smoke = getattr(args, "smoke", False)
+    base = {k: dict(v) if isinstance(v, dict) else v for k, v in compare.base.items()}
+    if args.model is not None:
+        base.setdefault("model", {})["name"] = args.model
+    if args.steps is not None:
+        base.setdefault("train", {})["max_steps"] = args.steps
+    mapping = {
+        "base": base,
+        "task": compare.task.to_dict(),
+        "objectives": [dataclasses.asdict(s) for s in compare.objectives],
+        "seeds": compare.seeds,
+        "evaluation": dataclasses.asdict(compare.evaluation),
+        "learning": None if compare.learning is None else dataclasses.asdict(compare.learning),
+        "torch_threads": compare.torch_threads,
+        "jobs": compare.jobs,
+        "output_dir": args.out or str(compare.output_dir),
+        # another model, length or the smoke check are other runs: they stay out of the records
+        # (another report folder, --out, is the same runs)
+        "records_dir": None if args.model is not None or args.steps is not None or smoke
+        else compare.records_dir,
+    }
+    if smoke:
+        _shrink_for_smoke(mapping, out_given=bool(args.out))
+    return compare_config_from_dict(mapping, compare.source)
+
+
+def _select(compare: Any, args: argparse.Namespace) -> None:
+    """Apply --objectives, --jobs, --threads and --seeds to `compare`."""
+    from numloss.compare.config import check_seeds, select_objectives
+
     if args.objectives is not None:
         names = [n.strip() for n in args.objectives.split(",") if n.strip()]
         repeated = sorted({n for n in names if names.count(n) > 1})
@@ -252,7 +277,6 @@ def resolve(args: argparse.Namespace, default_config: str | None = "configs/comp
             raise ConfigError(f"--seeds must be comma-separated integers, got {args.seeds!r}") from None
         check_seeds(seeds, "--seeds")  # a seed twice: trained once, it would still count twice
         compare.seeds = seeds
-    return compare
 
 
 def _shrink_for_smoke(mapping: dict[str, Any], out_given: bool) -> None:

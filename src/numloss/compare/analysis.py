@@ -1,20 +1,11 @@
-"""The seed-paired analysis of a grid, from its run records (`records_dir` of a comparison).
+"""The seed-paired analysis of a grid, from its run records; every number docs/results.md quotes
+is computed here (scripts/results_doc.py writes it in).
 
-Two kinds of grid are analysed:
-
-* a **graded** one (configs/compare-mul.yaml): every run trains the full budget, so each run gives
-  continuous endpoints at one common step (`ENDPOINTS`), compared with the baseline seed by seed
-  (`paired_analysis`: paired t, Holm over the arms for the primary endpoints, the minimum
-  detectable effect at the seeds reached), with the seed count planned on the pilot's spread
-  (`seed_plan`);
-* a **learnt-or-not** one (configs/compare.yaml): runs stop when they learn, so the outcome per
-  run is (step learnt, learnt or not), compared by seed with the seed-stratified log-rank test and
-  McNemar's exact test on learnt-or-not, beside the unpaired difference in share learnt with its
-  Newcombe interval and the rise that Fisher's test would detect at these run counts
-  (`learning_analysis`).
-
-Every number docs/results.md quotes is computed here from the records
-(scripts/results_doc.py writes it in).
+A graded grid (configs/compare-mul.yaml) trains every run the full budget: continuous endpoints
+(`ENDPOINTS`) compared with the baseline by seed (`paired_analysis`), the seed count planned on
+the pilot's spread (`seed_plan`). A learnt-or-not grid (configs/compare.yaml) stops runs when they
+learn: seed-stratified log-rank and McNemar by seed, beside the unpaired share difference with
+its Newcombe interval and the rise Fisher's test would detect (`learning_analysis`).
 """
 
 from __future__ import annotations
@@ -75,7 +66,8 @@ def place_accuracy(run: Mapping[str, Any], place: int) -> float:
     return 100.0 * correct / total if total else float("nan")
 
 
-def _value(key: str, run: Mapping[str, Any]) -> float:
+def endpoint_value(run: Mapping[str, Any], key: str) -> float:
+    """One run's value of endpoint `key` (see `ENDPOINTS`; exact match and accuracies in points)."""
     evaluation = _in_distribution(run)
     if key == "exact_match":
         return 100.0 * evaluation["exact_match"]
@@ -106,11 +98,6 @@ ENDPOINTS: tuple[Endpoint, ...] = (
     Endpoint("digit_entropy", "digit entropy (nats)", "", "neither"),
     Endpoint("check_auc", "area under the check curve", "points", "higher"),
 )
-
-
-def endpoint_value(run: Mapping[str, Any], key: str) -> float:
-    """One run's value of endpoint `key` (see `ENDPOINTS`; exact match and accuracies in points)."""
-    return _value(key, run)
 
 
 # -- the graded grid ------------------------------------------------------------------------------

@@ -1,21 +1,11 @@
 """Item-paired tests between two arms of a grid scored item by item (the pretrained arm).
 
-Two arms trained with the same seed see the same data in the same order from the same
-initialisation and are scored on the same items, so every comparison here is paired twice over:
-
-- **item level** (McNemar): for seed s, b_s items right under arm A only and c_s under B only;
-  the exact two-sided binomial test of b = sum b_s against c = sum c_s (seeds as strata, pooled
-  discordant pairs). It asks whether these trained models differ on these items; with few seeds
-  it is the test that can reject.
-- **seed level**: the per-seed differences of exact match, their mean with a Student t 95 %
-  interval, and the exact two-sided sign-flip test (all 2^n sign patterns; with n seeds the
-  smallest p is 2 / 2^n, so 4 seeds can never reach 0.05: the interval carries that case).
-- **minimum detectable effect** (80 % power, two-sided 0.05) of both, from the observed
-  discordance rate and the observed spread of the per-seed differences.
-
-Holm's correction and the exact McNemar p are numloss.compare.paired's (the seed-level module).
-The detectable effects keep the docs' planning formula (t(0.975) + t(0.80)) sd / sqrt(n) with
-exact quantiles, not the noncentral-t solution of `paired.minimum_detectable_effect`.
+Arms trained with the same seed are scored on the same items, so a comparison is paired twice:
+by item (exact McNemar on the discordant items pooled over seeds: do these trained models
+differ on these items?) and by seed (the mean per-seed difference with its t interval and the
+exact sign-flip test; 4 seeds can never reach 0.05 there). The detectable effects (80 % power,
+two-sided 0.05) keep the docs' planning formula (t(0.975) + t(0.80)) sd / sqrt(n), not the
+noncentral-t solution of `paired.minimum_detectable_effect`.
 """
 
 from __future__ import annotations
@@ -137,6 +127,3 @@ def seed_level_mde(sd_diff: float, seeds: int) -> float:
     seeds at a per-seed difference SD of `sd_diff` (the planning formula of the docs)."""
     return _mde_quantiles(seeds - 1) * sd_diff / math.sqrt(seeds)
 
-
-__all__ = ["DESIGNS", "design_comparisons", "design_reading", "discordant", "holm", "mcnemar_exact_p", "paired_comparison",
-           "seed_level_mde", "sign_flip_p"]

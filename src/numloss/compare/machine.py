@@ -15,24 +15,24 @@ from pathlib import Path
 from typing import Any
 
 
-def _cpu_model() -> str:
+def _cpuinfo(field: str) -> str | None:
+    """The value of the first `field` line of /proc/cpuinfo (None where there is none)."""
     try:
         for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.lower().startswith("model name"):
-                return line.split(":", 1)[1].strip()
+            if line.lower().startswith(field):
+                return line.split(":", 1)[1]
     except OSError:
         pass
-    return platform.processor() or platform.machine()
+    return None
+
+
+def _cpu_model() -> str:
+    model = _cpuinfo("model name")
+    return model.strip() if model is not None else platform.processor() or platform.machine()
 
 
 def _cpu_flags() -> set[str]:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.lower().startswith("flags"):
-                return set(line.split(":", 1)[1].split())
-    except OSError:
-        pass
-    return set()
+    return set((_cpuinfo("flags") or "").split())
 
 
 def vector_extension(flags: set[str] | None = None) -> str:

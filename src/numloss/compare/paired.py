@@ -1,19 +1,7 @@
-"""Seed-paired statistics: a comparison whose arms share their seeds is analysed by seed.
-
-Seed s gives every objective the same training data, data order and initialisation, so the
-per-seed difference (objective - baseline) removes the seed's own luck from the comparison. This
-module holds what the pre-registered analysis of docs/results.md needs, on scipy and statsmodels:
-
-* `paired_t`: the mean per-seed difference, its Student t interval and two-sided p;
-* `holm`: Holm's step-down adjustment of several p values (family-wise error at alpha);
-* `paired_t_power`, `seeds_for_power`, `minimum_detectable_effect`: the exact power of the
-  two-sided paired t test (noncentral t), the seed count a planned effect needs and the effect a
-  given seed count detects;
-* `mcnemar_exact_p`: the exact paired test of a yes/no outcome (learnt or not) by seed;
-* `check_curve_area`: the area under a run's learning-check curve (mean exact match over training).
-
-`tests/test_compare_paired.py` checks them by simulation: on synthetic seeds with a known effect
-the test finds it at the computed power, and on a null it rejects at its nominal rate.
+"""Seed-paired statistics: seed s gives every objective the same data, order and initialisation,
+so the per-seed difference (objective - baseline) removes the seed's own luck. Paired t, Holm,
+the exact power of the paired t test, McNemar's exact test and the check-curve area, on scipy
+and statsmodels; tests/test_compare_paired.py checks them by simulation.
 """
 
 from __future__ import annotations

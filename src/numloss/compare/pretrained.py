@@ -33,17 +33,15 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from numloss.atomic import write_text_atomic
+from numloss.atomic import write_json_atomic, write_text_atomic
 from numloss.compare.config import RESULT_SCHEMA, CompareConfig
-from numloss.compare.jsonio import write_json_atomic as _write_json_atomic
 from numloss.compare.runner import (
+    Grid,
     RunKey,
-    check_inputs,
     config_threads,
-    grid_test_sets,
-    input_hashes,
+    key_hash,
     read_record,
-    run_one,
+    record_path,
     write_record,
 )
 from numloss.config import ConfigError
@@ -92,18 +90,6 @@ def _copy(path: Path, folders: list[Path]) -> None:
         shutil.copyfile(path, folder / path.name)
 
 
-def _write_train_file_shared(path: Path, examples: list[Any]) -> None:
-    """The seed's training set as instruction JSONL (the record of what a run saw), through a
-    temporary file of this process's own: shards writing the same seed's file never interleave."""
-    import os
-
-    if path.is_file():
-        return
-    tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")
-    tmp.write_text("".join(json.dumps({"instruction": e.instruction, "output": e.output}) + "\n" for e in examples))
-    os.replace(tmp, path)
-
-
 def _failure_path(records: Path, name: str, run_hash: str) -> Path:
     return records / f"FAILED-{name}-{run_hash}.json"
 
@@ -114,95 +100,66 @@ def run_pretrained_grid(
     baseline: bool = True,
     also_to: list[Path] | None = None,
     shard: tuple[int, int] = (0, 1),
-    run: Callable[..., dict[str, Any]] = run_one,
+    run: Callable[..., dict[str, Any]] | None = None,
     log: Callable[[str], None] = print,
 ) -> dict[str, Any]:
-    """Run what is missing of the grid (see the module doc); returns {finished, failed, left}.
-    Torch uses the config's `torch_threads` meanwhile, as `numloss compare` does."""
-    with config_threads(compare):
-        return _run_grid(compare, budget_s, baseline, list(also_to or []), shard, run, log)
-
-
-def _run_grid(
-    compare: CompareConfig,
-    budget_s: float | None,
-    baseline: bool,
-    also_to: list[Path],
-    shard: tuple[int, int],
-    run: Callable[..., dict[str, Any]],
-    log: Callable[[str], None],
-) -> dict[str, Any]:
-    from numloss.compare.runner import read_result
-
+    """Run what is missing of the grid (see the module doc) through `Grid`, `numloss compare`'s
+    runner; returns {finished, failed, left, skipped}. Torch uses the config's `torch_threads`."""
     started = time.perf_counter()
+    also_to = list(also_to or [])
     records = compare.records_dir or compare.output_dir / "records"
     records.mkdir(parents=True, exist_ok=True)
-    out = compare.output_dir
-    (out / "data").mkdir(parents=True, exist_ok=True)
-    index, count = shard
     status: dict[str, Any] = {"finished": [], "failed": [], "left": [], "skipped": []}
-    slowest = 0.0
+    index, count = shard
 
-    def fits() -> bool:
-        return budget_s is None or not slowest or (time.perf_counter() - started) + slowest <= budget_s
-
-    if baseline and index == 0:
-        path = records / f"{BASELINE}-s0-{baseline_hash(compare)}.json"
-        if path.is_file():
-            status["skipped"].append(BASELINE)
-            _copy(path, also_to)
-        else:
-            t0 = time.perf_counter()
-            try:
-                write_record(records, evaluate_untrained(compare))
-                _copy(path, also_to)
-                status["finished"].append(BASELINE)
-                log(f"{BASELINE}: {_headline(json.loads(path.read_text()))} ({time.perf_counter() - t0:.0f} s)")
-            except Exception as error:  # noqa: BLE001 - recorded, and the grid goes on
-                _record_failure(records, also_to, BASELINE, 0, baseline_hash(compare), error)
-                status["failed"].append(BASELINE)
-                log(f"{BASELINE}: FAILED ({error})")
-    test_sets = grid_test_sets(compare)  # with `learning:`, its check slice too (as `numloss compare`)
-    held_out = {e.instruction for items in test_sets.values() for e in items}
-    for position, key in enumerate(run_order(compare)):
-        if position % count != index:
-            continue
-        run_dir = out / "runs" / key.name
-        train_file = out / "data" / f"train-s{key.seed}.jsonl"
-        config = compare.run_config(key.spec, key.seed, run_dir, train_file)
-        run_hash = compare.run_hash(config)
-        done = read_record(records, key.name, run_hash) or read_result(run_dir, run_hash)
-        if done is not None and "model_sha256" in done:  # the model replaced in place is not reused
-            check_inputs(done, records / f"{key.name}-{run_hash}.json",
-                         {k: v for k, v in input_hashes(config, "").items() if k == "model_sha256"},
-                         "to train it again, delete that record")
-        if done is not None:
-            write_record(records, done)
-            _copy(records / f"{key.name}-{run_hash}.json", also_to)
+    def finish(key: RunKey, result: dict[str, Any], seconds: float | None) -> None:
+        _copy(record_path(records, key.name, result["hash"]), also_to)
+        if seconds is None:
             status["skipped"].append(key.name)
-            continue
-        if not fits():
-            status["left"].append(key.name)
-            continue
-        t0 = time.perf_counter()
-        try:
-            examples = compare.task.train_set(key.seed, exclude=held_out)
-            _write_train_file_shared(train_file, examples)
-            result = run(compare, key, examples, test_sets, train_file, progress_bar=False)
-            write_record(records, result)
-            _copy(records / f"{key.name}-{run_hash}.json", also_to)
-            failure = _failure_path(records, key.name, run_hash)
-            failure.unlink(missing_ok=True)
-            status["finished"].append(key.name)
-            log(f"{key.name}: {_headline(result)} ({time.perf_counter() - t0:.0f} s)")
-        except Exception as error:  # noqa: BLE001 - recorded, and the grid goes on
-            _record_failure(records, also_to, key.name, key.seed, run_hash, error)
-            status["failed"].append(key.name)
-            log(f"{key.name}: FAILED ({type(error).__name__}: {error})")
-        slowest = max(slowest, time.perf_counter() - t0)
+            return
+        _failure_path(records, key.name, result["hash"]).unlink(missing_ok=True)
+        status["finished"].append(key.name)
+        log(f"{key.name}: {_headline(result)} ({seconds:.0f} s)")
+
+    def failed(key: RunKey, error: Exception) -> None:
+        _record_failure(records, also_to, key.name, key.seed, key_hash(compare, key), error)
+        status["failed"].append(key.name)
+        log(f"{key.name}: FAILED ({type(error).__name__}: {error})")
+
+    with config_threads(compare):
+        if baseline and index == 0:
+            _score_baseline(compare, records, also_to, status, log)
+        grid = Grid(compare, records)
+        keys = [key for position, key in enumerate(run_order(compare)) if position % count == index]
+        deadline = None if budget_s is None else started + budget_s
+        grid.run(keys, finish, deadline=deadline, failed=failed, run=run)
+    status["left"] = [key.name for key in grid.left]
     if status["left"]:
-        log(f"left (budget {budget_s:g} s, slowest run {slowest:.0f} s): {', '.join(status['left'])}")
+        log(f"left (budget {budget_s:g} s, slowest run {grid.slowest:.0f} s): "
+            f"{', '.join(status['left'])}")
     return status
+
+
+def _score_baseline(
+    compare: CompareConfig, records: Path, also_to: list[Path], status: dict[str, Any], log: Callable[[str], None]
+) -> None:
+    """The untrained model's record, scored unless it exists; a failure is recorded, not raised."""
+    path = record_path(records, f"{BASELINE}-s0", baseline_hash(compare))
+    if path.is_file():
+        status["skipped"].append(BASELINE)
+        _copy(path, also_to)
+        return
+    started = time.perf_counter()
+    try:
+        write_record(records, evaluate_untrained(compare))
+        _copy(path, also_to)
+        status["finished"].append(BASELINE)
+        seconds = time.perf_counter() - started
+        log(f"{BASELINE}: {_headline(json.loads(path.read_text()))} ({seconds:.0f} s)")
+    except Exception as error:  # noqa: BLE001 - recorded, and the grid goes on
+        _record_failure(records, also_to, BASELINE, 0, baseline_hash(compare), error)
+        status["failed"].append(BASELINE)
+        log(f"{BASELINE}: FAILED ({error})")
 
 
 def _headline(result: dict[str, Any]) -> str:
@@ -210,14 +167,15 @@ def _headline(result: dict[str, Any]) -> str:
     return ", ".join(f"{name} {100 * ev['exact_match']:.1f}% of {ev['n']}" for name, ev in sorted(sets.items()))
 
 
-def _record_failure(records: Path, also_to: list[Path], name: str, seed: int, run_hash: str, error: BaseException) -> None:
+def _record_failure(records: Path, also_to: list[Path], name: str, seed: int, run_hash: str,
+                    error: BaseException) -> None:
     label = name.rsplit("-s", 1)[0]
     payload = {"hash": run_hash, "label": label, "seed": seed, "failed": True,
                "error": f"{type(error).__name__}: {error}",
                "traceback": "".join(traceback.format_exception(error))[-4000:],
                "failed_at": time.strftime("%Y-%m-%d %H:%M:%S")}
     path = _failure_path(records, name, run_hash)
-    _write_json_atomic(path, payload)
+    write_json_atomic(path, payload)
     _copy(path, also_to)
 
 
@@ -227,8 +185,7 @@ def load_records(compare: CompareConfig, records: Path | None = None) -> dict[st
     records = records or compare.records_dir or compare.output_dir / "records"
     found: dict[str, dict[int, dict[str, Any]]] = {}
     for key in run_order(compare):
-        config = compare.run_config(key.spec, key.seed, compare.output_dir / "runs" / key.name, Path("t.jsonl"))
-        record = read_record(records, key.name, compare.run_hash(config))
+        record = read_record(records, key.name, key_hash(compare, key))
         if record is not None:
             found.setdefault(key.spec.label, {})[key.seed] = record
     base = read_record(records, f"{BASELINE}-s0", baseline_hash(compare))
@@ -333,7 +290,7 @@ def main(argv: list[str] | None = None) -> int:
     text = summary_markdown(summary)
     for folder in [compare.output_dir, *also_to]:
         folder.mkdir(parents=True, exist_ok=True)
-        _write_json_atomic(folder / f"summary-{index}.json", _jsonable(summary))
+        write_json_atomic(folder / f"summary-{index}.json", _jsonable(summary))
         write_text_atomic(folder / f"summary-{index}.md", text)
     print(text)
     return 1 if status["failed"] else 0

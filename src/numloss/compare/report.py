@@ -131,11 +131,6 @@ def aggregate(results: Sequence[dict[str, Any]]) -> dict[str, Any]:
 PERMUTATIONS = 5000
 
 
-def outcomes_of(runs: Sequence[dict[str, Any]]) -> list[Outcome]:
-    """The (step, learnt) outcome of every run that has learning checks."""
-    return [Outcome(int(r["learning"]["step"]), bool(r["learning"]["learnt"])) for r in runs if r.get("learning")]
-
-
 def _per_seed(run: dict[str, Any]) -> dict[str, Any]:
     """One run's line of the per-run table; `learnt_at`: the step it learnt the task (None: not by
     its horizon), only for runs with learning checks."""
@@ -154,7 +149,7 @@ def _learning_entry(runs: Sequence[dict[str, Any]]) -> dict[str, Any] | None:
     checked = [r for r in runs if r.get("learning")]
     if not checked:
         return None
-    outcomes = outcomes_of(checked)
+    outcomes = [Outcome(int(r["learning"]["step"]), bool(r["learning"]["learnt"])) for r in checked]
     try:
         interval = list(median_interval(outcomes))
     except ValueError:  # runs of different horizons: no distribution-free interval
@@ -529,6 +524,7 @@ def embedding_table(summary: dict[str, Any]) -> list[str]:
 
 
 def _plots(summary: dict[str, Any], results: Sequence[dict[str, Any]], out: Path) -> list[Path]:
+    """Draw the report's PNGs into `out` (none without matplotlib, saying how to redraw them)."""
     try:
         import matplotlib
     except ImportError:  # a GPU box without it: the tables are written, the plots can be redrawn
@@ -543,11 +539,34 @@ def _plots(summary: dict[str, Any], results: Sequence[dict[str, Any]], out: Path
 
     from numloss.compare.embeddings import plot_embeddings
 
-    labels = list(summary)
-    paths: list[Path] = []
     sets = list(dict.fromkeys(n for e in summary.values() for n in e["sets"]))
-    width = 0.8 / max(1, len(sets))
+    paths = [_save(plt, _accuracy_mae_figure(plt, summary, sets), out / "accuracy_mae.png")]
+    if "in_distribution" in sets:  # the arithmetic task's digit statistics (benchmarks have none)
+        paths.append(_save(plt, _entropy_figure(plt, summary, results), out / "digit_entropy.png"))
+        place = _place_figure(plt, summary, results, sets)
+        paths.append(_save(plt, place, out / "place_accuracy.png"))
+    paths.append(_save(plt, _curves_figure(plt, summary, results), out / "training_curves.png"))
+    panels: dict[str, dict[str, Any]] = {}
+    for label in summary:
+        first = next((r for r in results if r["label"] == label and (r.get("embeddings") or {}).get("after")), None)
+        if first is not None:
+            panels[label] = first["embeddings"]
+    paths += plot_embeddings(panels, out)
+    paths += _learning_plots(summary, results, out, plt)
+    return paths
 
+
+def _save(plt: Any, fig: Any, path: Path) -> Path:
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
+def _accuracy_mae_figure(plt: Any, summary: dict[str, Any], sets: list[str]) -> Any:
+    """Exact match and MAE per objective, one bar per held-out set (mean ± std over seeds)."""
+    labels = list(summary)
+    width = 0.8 / max(1, len(sets))
     fig, axes = plt.subplots(1, 2, figsize=(max(8, 1.3 * len(labels) + 4), 3.6))
     for ax, (key, title, scale) in zip(axes, (("exact_match", "exact match %", 100.0), ("mae", "MAE", 1.0)), strict=False):
         drawn: list[float] = []
@@ -566,61 +585,63 @@ def _plots(summary: dict[str, Any], results: Sequence[dict[str, Any]], out: Path
         if key == "mae" and any(m > 0 for m in drawn):
             ax.set_yscale("log")  # MAE spans orders of magnitude between the held-out sets
     axes[0].legend(fontsize=7)
-    fig.tight_layout()
-    paths.append(out / "accuracy_mae.png")
-    fig.savefig(paths[-1], dpi=110)
-    plt.close(fig)
+    return fig
 
-    if "in_distribution" in sets:  # the arithmetic task's digit statistics (benchmarks have none)
-        columns = min(4, len(labels))
-        rows = -(-len(labels) // columns)
-        fig, axes = plt.subplots(rows, columns, figsize=(3 * columns, 2.3 * rows), squeeze=False, sharex=True)
-        for ax in axes.flat[len(labels) :]:
-            ax.axis("off")
-        for ax, label in zip(axes.flat, labels, strict=False):
-            counts: list[float] = []
-            edges: list[float] = []
+
+def _entropy_figure(plt: Any, summary: dict[str, Any], results: Sequence[dict[str, Any]]) -> Any:
+    """Per objective, the histogram of teacher-forced digit entropy (in-distribution, all seeds)."""
+    labels = list(summary)
+    columns = min(4, len(labels))
+    rows = -(-len(labels) // columns)
+    fig, axes = plt.subplots(rows, columns, figsize=(3 * columns, 2.3 * rows), squeeze=False, sharex=True)
+    for ax in axes.flat[len(labels) :]:
+        ax.axis("off")
+    for ax, label in zip(axes.flat, labels, strict=False):
+        counts: list[float] = []
+        edges: list[float] = []
+        for r in results:
+            if r["label"] == label:
+                hist = r["evaluation"]["in_distribution"]["digit_entropy_histogram"]
+                edges = hist["edges"]
+                counts = [a + b for a, b in zip(counts, hist["counts"], strict=False)] if counts else list(hist["counts"])
+        total = sum(counts) or 1
+        ax.bar(edges[:-1], [c / total for c in counts], width=edges[1] - edges[0], align="edge")
+        mean = summary[label]["sets"]["in_distribution"]["digit_entropy"]["mean"]
+        ax.set_title(f"{label}: mean {mean:.3f} nats", fontsize=8)
+        ax.tick_params(labelsize=7)
+    fig.suptitle("teacher-forced digit entropy at the gold digits (in-distribution, all seeds)", fontsize=9)
+    return fig
+
+
+def _place_figure(
+    plt: Any, summary: dict[str, Any], results: Sequence[dict[str, Any]], sets: list[str]
+) -> Any:
+    """Accuracy of the generated number by place, one panel per held-out set, pooled over seeds."""
+    fig, axes = plt.subplots(1, len(sets), figsize=(4 * len(sets), 3.2), squeeze=False)
+    for ax, name in zip(axes[0], sets, strict=False):
+        for label in summary:
+            pooled: dict[int, list[int]] = {}
             for r in results:
                 if r["label"] == label:
-                    hist = r["evaluation"]["in_distribution"]["digit_entropy_histogram"]
-                    edges = hist["edges"]
-                    counts = [a + b for a, b in zip(counts, hist["counts"], strict=False)] if counts else list(hist["counts"])
-            total = sum(counts) or 1
-            ax.bar(edges[:-1], [c / total for c in counts], width=edges[1] - edges[0], align="edge")
-            mean = summary[label]["sets"]["in_distribution"]["digit_entropy"]["mean"]
-            ax.set_title(f"{label}: mean {mean:.3f} nats", fontsize=8)
-            ax.tick_params(labelsize=7)
-        fig.suptitle("teacher-forced digit entropy at the gold digits (in-distribution, all seeds)", fontsize=9)
-        fig.tight_layout()
-        paths.append(out / "digit_entropy.png")
-        fig.savefig(paths[-1], dpi=110)
-        plt.close(fig)
+                    for place, (c, t) in r["evaluation"][name]["place_accuracy"].items():
+                        pooled.setdefault(int(place), [0, 0])
+                        pooled[int(place)][0] += c
+                        pooled[int(place)][1] += t
+            places = sorted(pooled, reverse=True)
+            ax.plot(range(len(places)), [100 * pooled[p][0] / pooled[p][1] for p in places], marker="o", label=label)
+            ax.set_xticks(range(len(places)))
+            ax.set_xticklabels([str(p) for p in places], fontsize=7)
+        ax.set_title(f"{name}: accuracy by place (generated)", fontsize=9)
+        ax.set_xlabel("place (units 0, first decimal -1)", fontsize=8)
+    axes[0][0].set_ylabel("%")
+    axes[0][-1].legend(fontsize=6)
+    return fig
 
-        fig, axes = plt.subplots(1, len(sets), figsize=(4 * len(sets), 3.2), squeeze=False)
-        for ax, name in zip(axes[0], sets, strict=False):
-            for label in labels:
-                pooled: dict[int, list[int]] = {}
-                for r in results:
-                    if r["label"] == label:
-                        for place, (c, t) in r["evaluation"][name]["place_accuracy"].items():
-                            pooled.setdefault(int(place), [0, 0])
-                            pooled[int(place)][0] += c
-                            pooled[int(place)][1] += t
-                places = sorted(pooled, reverse=True)
-                ax.plot(range(len(places)), [100 * pooled[p][0] / pooled[p][1] for p in places], marker="o", label=label)
-                ax.set_xticks(range(len(places)))
-                ax.set_xticklabels([str(p) for p in places], fontsize=7)
-            ax.set_title(f"{name}: accuracy by place (generated)", fontsize=9)
-            ax.set_xlabel("place (units 0, first decimal -1)", fontsize=8)
-        axes[0][0].set_ylabel("%")
-        axes[0][-1].legend(fontsize=6)
-        fig.tight_layout()
-        paths.append(out / "place_accuracy.png")
-        fig.savefig(paths[-1], dpi=110)
-        plt.close(fig)
 
+def _curves_figure(plt: Any, summary: dict[str, Any], results: Sequence[dict[str, Any]]) -> Any:
+    """Training token cross-entropy and digit entropy by step, mean over seeds."""
     fig, axes = plt.subplots(1, 2, figsize=(10, 3.4))
-    for label in labels:
+    for label in summary:
         curves = [r["curve"] for r in results if r["label"] == label and r["curve"]["step"]]
         if not curves:
             continue
@@ -635,19 +656,7 @@ def _plots(summary: dict[str, Any], results: Sequence[dict[str, Any]], out: Path
     for ax in axes:
         ax.set_xlabel("optimizer step", fontsize=8)
     axes[1].legend(fontsize=6)
-    fig.tight_layout()
-    paths.append(out / "training_curves.png")
-    fig.savefig(paths[-1], dpi=110)
-    plt.close(fig)
-
-    panels: dict[str, dict[str, Any]] = {}
-    for label in labels:
-        first = next((r for r in results if r["label"] == label and (r.get("embeddings") or {}).get("after")), None)
-        if first is not None:
-            panels[label] = first["embeddings"]
-    paths += plot_embeddings(panels, out)
-    paths += _learning_plots(summary, results, out, plt)
-    return paths
+    return fig
 
 
 def _learning_plots(summary: dict[str, Any], results: Sequence[dict[str, Any]], out: Path, plt: Any) -> list[Path]:
@@ -673,10 +682,7 @@ def _learning_plots(summary: dict[str, Any], results: Sequence[dict[str, Any]], 
             f"{first['every']} steps)", fontsize=9,
         )
         ax.legend(fontsize=6, ncol=2, loc="upper left")
-        fig.tight_layout()
-        paths.append(out / "learnt_by_step.png")
-        fig.savefig(paths[-1], dpi=110)
-        plt.close(fig)
+        paths.append(_save(plt, fig, out / "learnt_by_step.png"))
 
     fig, ax = plt.subplots(figsize=(max(6, 0.8 * len(labels) + 2), 3.8))
     values = [[100 * v for v in _in_distribution_exact_matches(summary[label])] for label in labels]
@@ -697,16 +703,13 @@ def _learning_plots(summary: dict[str, Any], results: Sequence[dict[str, Any]], 
     if learning:
         title += "\ngreen: the run learnt the task, red: it did not"
     ax.set_title(title, fontsize=9)
-    fig.tight_layout()
-    paths.append(out / "exact_match_per_seed.png")
-    fig.savefig(paths[-1], dpi=110)
-    plt.close(fig)
+    paths.append(_save(plt, fig, out / "exact_match_per_seed.png"))
     return paths
 
 
 def write_report(results: Sequence[dict[str, Any]], out: Path, meta: dict[str, Any]) -> dict[str, Any]:
     """Write results.json, report.md and the plots into `out`; returns the aggregated summary."""
-    from numloss.compare.jsonio import write_json_atomic as _write_json_atomic
+    from numloss.atomic import write_json_atomic as _write_json_atomic
     from numloss.textio import jsonable as _jsonable
 
     out.mkdir(parents=True, exist_ok=True)
@@ -720,11 +723,6 @@ def write_report(results: Sequence[dict[str, Any]], out: Path, meta: dict[str, A
     return summary
 
 
-def load_results(path: Path) -> dict[str, Any]:
-    """A results.json written by `write_report`."""
-    return json.loads(Path(path).read_text())
-
-
 def main(argv: list[str] | None = None) -> int:
     """`python -m numloss.compare.report RESULTS.json [OUT]`: rewrite report.md and the plots of a
     results.json (from another machine, say) into OUT (default: beside it)."""
@@ -734,7 +732,7 @@ def main(argv: list[str] | None = None) -> int:
     if not args or args[0] in ("-h", "--help"):
         print(main.__doc__)
         return 0 if args else 2
-    data = load_results(Path(args[0]))
+    data = json.loads(Path(args[0]).read_text())
     out = Path(args[1]) if len(args) > 1 else Path(args[0]).parent
     write_report(data["runs"], out, data["meta"])
     print(f"report: {out / 'report.md'}")

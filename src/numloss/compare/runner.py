@@ -1,33 +1,30 @@
 """The grid: one training run per (objective, seed), each evaluated on the held-out sets.
 
-Training goes through `numloss.train.run_training` (the `numloss train` code path: NumericTrainer,
-step-wide counts, logs) and scoring through `numloss.evaluate` (batched greedy generation,
-numeric distance, place accuracy, teacher-forced digit statistics).
+Training goes through `numloss.train.run_training` (the `numloss train` code path) and scoring
+through `numloss.evaluate` (greedy generation, numeric distance, place accuracy, teacher-forced
+digit statistics). `Grid` is the one pass over a grid's runs that `numloss compare` (`run_grid`)
+and the pretrained driver (numloss.compare.pretrained) share.
 
-Resume: each run writes `runs/<label>-s<seed>/result.json` atomically (a temporary file renamed
-into place) once it is fully evaluated, stamped with the hash of everything that decides its
-outcome. A run whose result exists with the same hash is skipped; an interrupted run (no result
-file) starts again from scratch, so started-again comparisons continue where they stopped. With
-`records_dir` set, every finished result is also written there (`<label>-s<seed>-<hash>.json`, a
-folder kept in version control) and a run found there is not trained again: the grid continues
-across sessions and machines, each record naming the machine it ran on. A record that is
-unreadable or not the run its name says (`result_problem`) is refused, naming the file. Beside
-the run hash (which stays as it was, so committed records keep pairing) a result carries
+Resume: each run writes `runs/<label>-s<seed>/result.json` atomically once it is fully evaluated,
+stamped with the hash of everything that decides its outcome; a run whose result exists with the
+same hash is skipped, an interrupted one (no result file) starts again. With `records_dir` every
+finished result is also kept there (`<label>-s<seed>-<hash>.json`, in version control) and found
+again across sessions and machines; a record that is unreadable or not the run its name says
+(`result_problem`) is refused, naming the file. Beside the run hash a result carries
 `model_sha256` and `data_sha256` (`input_hashes`), verified when present (`check_inputs`).
 
 Nothing finished is deleted: a run folder holding a result of other settings is moved to
-`superseded/<name>-<hash>` beside `runs/` (and the console says so); only an interrupted run (no
-result.json) is cleared. `run_grid` holds the output folder's lock (numloss.rundir) throughout,
-and its worker processes are killed by the kernel when the parent dies (PR_SET_PDEATHSIG).
+`superseded/<name>-<hash>` beside `runs/`. `run_grid` holds the output folder's lock
+(numloss.rundir), and its worker processes die with it (PR_SET_PDEATHSIG).
 
-Learning checks (`learning:` in the config, numloss.compare.learning): every few hundred steps a
-run is scored on the task's check slice (`ArithmeticTask.check_set`, kept out of training and
-apart from the test sets); the result's `learning` holds the checks, whether and when the run
-learnt the task, and with `stop_early` training ends at that check.
+Learning checks (`learning:`, numloss.compare.learning): a run is scored every few hundred steps
+on the task's check slice (kept out of training and apart from the test sets); the result's
+`learning` says whether and when it learnt the task, and with `stop_early` training ends there.
 """
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import math
@@ -44,9 +41,9 @@ from typing import Any
 
 import torch
 
+from numloss.atomic import write_json_atomic as _write_json_atomic
 from numloss.atomic import write_text_atomic
 from numloss.compare.config import CompareConfig, ObjectiveSpec
-from numloss.compare.jsonio import write_json_atomic as _write_json_atomic
 from numloss.compare.report import primary_evaluation
 from numloss.compare.stats import wilson_interval
 from numloss.compare.task import TEST_SETS, TaskExample
@@ -64,6 +61,12 @@ class RunKey:
     @property
     def name(self) -> str:
         return f"{self.spec.label}-s{self.seed}"
+
+
+def key_hash(compare: CompareConfig, key: RunKey) -> str:
+    """The run hash of `key` in `compare` (where the run is written does not enter it)."""
+    config = compare.run_config(key.spec, key.seed, Path("runs") / key.name, Path("train.jsonl"))
+    return compare.run_hash(config)
 
 
 def _place_split(entries: Sequence[Any]) -> tuple[float, float]:
@@ -331,13 +334,6 @@ def _load_trained(result_dir: Path, config: Any) -> tuple[Any, Any]:
     return model.eval(), tokenizer
 
 
-def _initial_model(config: Any) -> tuple[Any, Any]:
-    """The model a run starts from (same seed as the run): the 'before' of the embedding analysis."""
-    from numloss.train import load_model_for
-
-    return load_model_for(config)
-
-
 def _train_text(examples: Sequence[TaskExample]) -> str:
     """The training set as the instruction JSONL a run trains on (its data_sha256 is of this)."""
     return "".join(json.dumps({"instruction": e.instruction, "output": e.output}) + "\n" for e in examples)
@@ -401,63 +397,35 @@ def run_one(
     progress_bar: bool = True,
 ) -> dict[str, Any]:
     """Train and evaluate one (objective, seed); write and return its result (see module doc).
-
-    `progress_bar` False hides the run's training bar (runs in parallel would interleave theirs);
-    it is display only, so it does not enter the run's hash."""
+    `progress_bar` False hides the training bar (display only: not in the run's hash)."""
     from numloss.compare.embeddings import digit_embeddings
-    from numloss.compare.learning import exact_answer, learning_callback
     from numloss.compare.machine import machine_info
-    from numloss.compare.word_task import WordProblemTask, last_number_matches
+    from numloss.compare.word_task import WordProblemTask
     from numloss.train import run_training
 
     run_dir = compare.output_dir / "runs" / key.name
     config = compare.run_config(key.spec, key.seed, run_dir, train_file)
-    run_hash = compare.run_hash(config)
-    callbacks = list(callbacks or [])
-    train_examples_raw = list(train_examples)  # before a word task renders them: what the file holds
     config.train.progress_bar = config.train.progress_bar and progress_bar
     _clear_run_dir(run_dir, logger.warning)  # an interrupted run is redone; a finished one is kept aside
     run_dir.mkdir(parents=True)
     started, cpu_started = time.perf_counter(), time.process_time()
     word_task = isinstance(compare.task, WordProblemTask)
-    before = None
-    if compare.evaluation.embeddings or word_task:
-        model, tokenizer = _initial_model(config)
-        before = digit_embeddings(model, tokenizer) if compare.evaluation.embeddings else None
-        del model
-    check_items = test_sets.get("check", [])
+    before, tokenizer = _initial_state(compare, config, word_task)
+    examples, check_items = list(train_examples), test_sets.get("check", [])
     if word_task:  # chat-template prompts need the tokenizer: rendered here, once per run
-        train_examples = WordProblemTask.render(train_examples, tokenizer)
+        examples = WordProblemTask.render(examples, tokenizer)
         check_items = WordProblemTask.render(check_items, tokenizer)
-    checker = None
-    if compare.learning is not None:
-        checker = learning_callback(
-            compare.learning,
-            [e.prompt for e in check_items],
-            [e.answer or e.output for e in check_items],
-            match=last_number_matches if word_task else exact_answer,
-            max_new_tokens=compare.task.max_new_tokens if word_task else None,
-        )
-        callbacks.append(checker)
-    trained = run_training(config, callbacks=callbacks, examples=list(train_examples))
+    checker = _learning_checker(compare, check_items, word_task)
+    callbacks = list(callbacks or []) + ([checker] if checker is not None else [])
+    trained = run_training(config, callbacks=callbacks, examples=examples)
     train_seconds = time.perf_counter() - started
     model, tokenizer = _load_trained(trained.model_dir, config)
-    evaluation: dict[str, Any] = {}
     with torch.inference_mode():
-        if word_task:
-            evaluation = compare.task.evaluate(model, tokenizer)
-        for name in () if word_task else TEST_SETS:
-            evaluation[name] = evaluate_model(
-                model,
-                tokenizer,
-                test_sets[name],
-                batch_size=compare.evaluation.batch_size,
-                tf_batch_size=compare.evaluation.teacher_forced_batch_size,
-            )
+        evaluation = _evaluate_run(compare, model, tokenizer, test_sets, word_task)
     after = digit_embeddings(model, tokenizer) if compare.evaluation.embeddings else None
-    result = {
-        "hash": run_hash,
-        **input_hashes(config, _train_text(train_examples_raw)),
+    result = _jsonable({
+        "hash": compare.run_hash(config),
+        **input_hashes(config, _train_text(train_examples)),  # the examples as the file holds them
         "label": key.spec.label,
         "objective": {"name": key.spec.name, "alpha": key.spec.alpha, "options": key.spec.options},
         "seed": key.seed,
@@ -472,13 +440,59 @@ def run_one(
         "curve": _training_curve(trained.csv_path),
         "embeddings": {"before": before, "after": after},
         "finished_at": time.strftime("%Y-%m-%d %H:%M:%S"),
-        # a run's outcome depends on the CPU's kernels (AVX2 against AVX-512): each run names its machine, so
-        # records pooled across sessions and machines stay attributable
+        # a run's outcome depends on the CPU's kernels (AVX2 against AVX-512): each run names its
+        # machine, so records pooled across sessions and machines stay attributable
         "machine": machine_info(),
-    }
-    result = _jsonable(result)
+    })
     _write_json_atomic(run_dir / "result.json", result)
     return result
+
+
+def _initial_state(compare: CompareConfig, config: Any, word_task: bool) -> tuple[Any, Any]:
+    """(digit embeddings before training or None, tokenizer or None) of the model the run starts
+    from (same seed), loaded only when the embeddings or a word task's chat template need it."""
+    from numloss.compare.embeddings import digit_embeddings
+    from numloss.train import load_model_for
+
+    if not (compare.evaluation.embeddings or word_task):
+        return None, None
+    model, tokenizer = load_model_for(config)
+    before = digit_embeddings(model, tokenizer) if compare.evaluation.embeddings else None
+    return before, tokenizer
+
+
+def _learning_checker(
+    compare: CompareConfig, check_items: Sequence[TaskExample], word_task: bool
+) -> Any:
+    """A run's learning-check callback (numloss.compare.learning); None without `learning:`."""
+    from numloss.compare.learning import exact_answer, learning_callback
+    from numloss.compare.word_task import last_number_matches
+
+    if compare.learning is None:
+        return None
+    return learning_callback(
+        compare.learning,
+        [e.prompt for e in check_items],
+        [e.answer or e.output for e in check_items],
+        match=last_number_matches if word_task else exact_answer,
+        max_new_tokens=compare.task.max_new_tokens if word_task else None,
+    )
+
+
+def _evaluate_run(
+    compare: CompareConfig, model: Any, tokenizer: Any, test_sets: dict[str, list[TaskExample]], word_task: bool
+) -> dict[str, Any]:
+    """A trained run's scores per held-out set: the word task scores itself, the arithmetic task's
+    sets go through `evaluate_model`."""
+    if word_task:
+        return compare.task.evaluate(model, tokenizer)
+    return {
+        name: evaluate_model(
+            model, tokenizer, test_sets[name], batch_size=compare.evaluation.batch_size,
+            tf_batch_size=compare.evaluation.teacher_forced_batch_size,
+        )
+        for name in TEST_SETS
+    }
 
 
 def _run_in_worker(
@@ -493,8 +507,6 @@ def _run_in_worker(
     """`run_one` in a worker process, on the parent's data, with its own torch threads and logging."""
     torch.set_num_threads(threads)
     if log_level >= logging.ERROR:  # the parent was quietened (no --verbose): so is the worker
-        import sys
-
         from numloss.compare.logs import quiet_training_logs
 
         quiet_training_logs()
@@ -545,131 +557,186 @@ def run_grid(
     jobs: int | None = None,
     finished_only: bool = False,
 ) -> list[dict[str, Any]]:
-    """Every (objective, seed) of `compare`, skipping runs already finished with the same hash.
+    """Every (objective, seed) of `compare` in grid order (objectives outer), skipping runs already
+    finished with the same hash; `on_result` is called as each result is available.
 
-    `finished_only` trains nothing: the finished runs alone are returned (a report of what a grid
-    run in slices has so far).
+    `finished_only` trains nothing (a report of what a grid run in slices has so far). `jobs`
+    (default: `compare.jobs`) trains that many runs at once, one spawned process each, with
+    `worker_threads` torch threads; results do not depend on it."""
+    from tqdm.auto import tqdm
 
-    `jobs` (default: `compare.jobs`) runs that many trainings at once, each in its own process
-    (spawned, one per run) with `worker_threads` torch threads; results do not depend on it.
-    Returns the results in grid order (objectives outer, seeds inner); `on_result` is called as
-    each one is available (finished earlier, or just now).
-    """
     jobs = compare.jobs if jobs is None else jobs
     if jobs < 1:
         raise ValueError(f"jobs must be >= 1, got {jobs}")
-    with hold_output_dir(compare.output_dir):
-        return _run_grid(compare, progress, on_result, jobs, finished_only)
-
-
-def _run_grid(
-    compare: CompareConfig,
-    progress: bool,
-    on_result: Callable[[dict[str, Any]], None] | None,
-    jobs: int,
-    finished_only: bool,
-) -> list[dict[str, Any]]:
-    from tqdm.auto import tqdm
-
-    out = compare.output_dir
-    (out / "data").mkdir(parents=True, exist_ok=True)
-    test_sets = grid_test_sets(compare)
-    held_out = {e.instruction for items in test_sets.values() for e in items}
     keys = [RunKey(spec, seed) for spec in compare.objectives for seed in compare.seeds]
     results: dict[str, dict[str, Any]] = {}  # by run name (label-s<seed>): unique in a grid
-    pending: list[tuple[RunKey, Path]] = []
-    train_sets: dict[int, list[TaskExample]] = {}
-    bar = tqdm(total=len(keys), desc="compare", unit="run", disable=not progress, dynamic_ncols=True)
+    with hold_output_dir(compare.output_dir):
+        bar = tqdm(total=len(keys), desc="compare", unit="run", disable=not progress,
+                   dynamic_ncols=True)
 
-    def finish(key: RunKey, done: dict[str, Any]) -> None:
-        results[key.name] = done
-        write_record(compare.records_dir, done)
-        # the headline set, not the first key: a record read back has its sets in sorted order
-        em = primary_evaluation(done).get("exact_match", float("nan"))
-        bar.set_postfix_str(f"{key.name}: exact match {100 * em:.1f}%")
-        bar.update(1)
-        if on_result is not None:
-            on_result(done)
+        def finish(key: RunKey, done: dict[str, Any], seconds: float | None) -> None:
+            results[key.name] = done
+            # the headline set, not the first key: a record read back has its sets in sorted order
+            em = primary_evaluation(done).get("exact_match", float("nan"))
+            bar.set_postfix_str(f"{key.name}: exact match {100 * em:.1f}%")
+            bar.update(1)
+            if on_result is not None:
+                on_result(done)
 
-    try:
-        for key in keys:
-            run_dir = out / "runs" / key.name
-            train_file = out / "data" / f"train-s{key.seed}.jsonl"
-            config = compare.run_config(key.spec, key.seed, run_dir, train_file)
-            run_hash = compare.run_hash(config)
-            done = read_result(run_dir, run_hash)
-            where = run_dir / "result.json"
-            fix = f"to train it again, move {run_dir} away (or use another --out)"
-            if done is None:
-                done = read_record(compare.records_dir, key.name, run_hash)
-                if done is not None and compare.records_dir is not None:
-                    where = record_path(compare.records_dir, key.name, run_hash)
-                    fix = f"to train it again, delete {where} (or use --no-records)"
-            if done is not None and ("model_sha256" in done or "data_sha256" in done):
-                if key.seed not in train_sets:
-                    train_sets[key.seed] = compare.task.train_set(key.seed, exclude=held_out)
-                check_inputs(done, where, input_hashes(config, _train_text(train_sets[key.seed])), fix)
-            if done is not None:
-                logger.info("skipping %s: finished with the same config (%s)", key.name, done["hash"])
-                finish(key, done)
-                continue
-            if finished_only:
-                continue
-            _clear_run_dir(run_dir, lambda line: tqdm.write(line, file=sys.stderr))
-            if key.seed not in train_sets:
-                train_sets[key.seed] = compare.task.train_set(key.seed, exclude=held_out)
-            _write_train_file(train_file, train_sets[key.seed])  # rewritten only when it differs
-            pending.append((key, train_file))
-        if jobs == 1:
-            with config_threads(compare):
-                for key, train_file in pending:
-                    bar.set_postfix_str(f"training {key.name}")
-                    finish(key, run_one(compare, key, train_sets[key.seed], test_sets, train_file, progress_bar=progress))
-        elif pending:
-            _run_parallel(compare, pending, train_sets, test_sets, jobs, finish, bar)
-    finally:
-        bar.close()
+        try:
+            Grid(compare, compare.records_dir).run(
+                keys, finish, finished_only=finished_only, jobs=jobs, progress=progress,
+                show=bar.set_postfix_str, say=lambda line: tqdm.write(line, file=sys.stderr),
+            )
+        finally:
+            bar.close()
     return [results[key.name] for key in keys if key.name in results]
 
 
-def _run_parallel(
-    compare: CompareConfig,
-    pending: Sequence[tuple[RunKey, Path]],
-    train_sets: dict[int, list[TaskExample]],
-    test_sets: dict[str, list[TaskExample]],
-    jobs: int,
-    finish: Callable[[RunKey, dict[str, Any]], None],
-    bar: Any,
-) -> None:
-    import multiprocessing
-    from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
+class Grid:
+    """The runs of one grid config and one pass over them: what `numloss compare` (`run_grid`) and
+    the pretrained driver (numloss.compare.pretrained) share. Every result found or trained is
+    kept in `records_dir` (when set) before it is handed on."""
 
-    threads = worker_threads(compare, jobs)
-    log_level = logging.getLogger("numloss.train").getEffectiveLevel()
-    # spawn, not fork: a forked child would inherit torch's thread pools; one fresh process per run
-    context = multiprocessing.get_context("spawn")
-    with ProcessPoolExecutor(
-        max_workers=min(jobs, len(pending)), mp_context=context, max_tasks_per_child=1,
-        initializer=_die_with_parent, initargs=(os.getpid(),),
-    ) as pool:
-        futures = {
-            pool.submit(
-                _run_in_worker, compare, key, train_sets[key.seed], test_sets, train_file, threads, log_level
-            ): key
-            for key, train_file in pending
-        }
-        bar.set_postfix_str(f"training {len(pending)} runs, {jobs} at a time")
-        remaining = set(futures)
-        while remaining:
-            # FIRST_COMPLETED, not FIRST_EXCEPTION: the latter returns only once every run is done,
-            # which would hold the progress bar and the per-run lines back until the end
-            finished, remaining = wait(remaining, return_when=FIRST_COMPLETED)
-            for future in finished:
-                error = future.exception()
-                if error is not None:
-                    for other in remaining:
-                        other.cancel()
-                    if isinstance(error, (ConfigError, OSError)):  # one line at the CLI, as in a serial grid
-                        raise error
-                    raise RuntimeError(f"run {futures[future].name} failed: {error}") from error
-                finish(futures[future], future.result())
+    def __init__(self, compare: CompareConfig, records_dir: Path | None) -> None:
+        self.compare = compare
+        self.records_dir = records_dir
+        self.test_sets = grid_test_sets(compare)
+        held_out = {e.instruction for items in self.test_sets.values() for e in items}
+        # one training set per seed, shared by its objectives: the pairing of a grid
+        self.train_set = functools.cache(
+            lambda seed: compare.task.train_set(seed, exclude=held_out)
+        )
+        self.slowest = 0.0  # wall seconds of the slowest run trained so far
+        self.left: list[RunKey] = []  # runs a deadline kept from starting
+        (compare.output_dir / "data").mkdir(parents=True, exist_ok=True)
+
+    def files(self, key: RunKey) -> tuple[Path, Path]:
+        """The run folder of `key` and its seed's training file."""
+        out = self.compare.output_dir
+        return out / "runs" / key.name, out / "data" / f"train-s{key.seed}.jsonl"
+
+    def finished(self, key: RunKey) -> dict[str, Any] | None:
+        """The finished result of `key` with this config's hash (its run folder's, else its kept
+        record), refused when made from other inputs; None when the run must be trained."""
+        run_dir, train_file = self.files(key)
+        config = self.compare.run_config(key.spec, key.seed, run_dir, train_file)
+        run_hash = self.compare.run_hash(config)
+        done = read_result(run_dir, run_hash)
+        where = run_dir / "result.json"
+        fix = f"to train it again, move {run_dir} away (or use another --out)"
+        if done is None and self.records_dir is not None:
+            done = read_record(self.records_dir, key.name, run_hash)
+            where = record_path(self.records_dir, key.name, run_hash)
+            fix = f"to train it again, delete {where} (or use --no-records)"
+        if done is not None and ("model_sha256" in done or "data_sha256" in done):
+            now = input_hashes(config, _train_text(self.train_set(key.seed)))
+            check_inputs(done, where, now, fix)
+        return done
+
+    def run(
+        self,
+        keys: Sequence[RunKey],
+        finish: Callable[[RunKey, dict[str, Any], float | None], None],
+        finished_only: bool = False,
+        jobs: int = 1,
+        progress: bool = False,
+        deadline: float | None = None,
+        failed: Callable[[RunKey, Exception], None] | None = None,
+        run: Callable[..., dict[str, Any]] | None = None,
+        show: Callable[[str], None] = lambda _: None,
+        say: Callable[[str], None] = logger.warning,
+    ) -> None:
+        """`finish(key, result, None)` for every finished run of `keys`, then train the others
+        (`run`, default `run_one`) and `finish(key, result, wall seconds)` as each ends.
+
+        `deadline` (a `time.perf_counter()` time): start no run that the slowest so far says would
+        end after it (the first always starts), listing it in `left`. `failed(key, error)`: a
+        failing run is handed to it and the rest go on (without it, the error ends the grid).
+        `show` tells what trains now; `say` where a finished run of other settings was moved."""
+        pending = []
+        for key in keys:
+            done = self.finished(key)
+            if done is not None:
+                logger.info("skipping %s: finished with the same config (%s)", key.name, done["hash"])
+                self._keep(key, done, None, finish)
+            elif not finished_only:
+                pending.append(key)
+        if jobs > 1 and pending:
+            self._run_parallel(pending, jobs, finish, show, say)
+            return
+        with config_threads(self.compare):
+            for key in pending:
+                late = deadline is not None and time.perf_counter() + self.slowest > deadline
+                if late and self.slowest:
+                    self.left.append(key)
+                    continue
+                started = time.perf_counter()
+                try:
+                    train_file = self._prepare(key, say)
+                    show(f"training {key.name}")
+                    examples = self.train_set(key.seed)
+                    result = (run or run_one)(self.compare, key, examples, self.test_sets, train_file,
+                                              progress_bar=progress)
+                    self._keep(key, result, time.perf_counter() - started, finish)
+                except Exception as error:
+                    if failed is None:
+                        raise
+                    failed(key, error)
+                self.slowest = max(self.slowest, time.perf_counter() - started)
+
+    def _prepare(self, key: RunKey, say: Callable[[str], None]) -> Path:
+        """Make way for `key` in its run folder, write its seed's training file and return it."""
+        run_dir, train_file = self.files(key)
+        _clear_run_dir(run_dir, say)  # an interrupted run is redone; a finished one is kept aside
+        _write_train_file(train_file, self.train_set(key.seed))  # rewritten only when it differs
+        return train_file
+
+    def _keep(self, key: RunKey, result: dict[str, Any], seconds: float | None,
+              finish: Callable[[RunKey, dict[str, Any], float | None], None]) -> None:
+        write_record(self.records_dir, result)
+        finish(key, result, seconds)
+
+    def _run_parallel(
+        self,
+        pending: Sequence[RunKey],
+        jobs: int,
+        finish: Callable[[RunKey, dict[str, Any], float | None], None],
+        show: Callable[[str], None],
+        say: Callable[[str], None],
+    ) -> None:
+        import multiprocessing
+        from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
+
+        files = {key.name: self._prepare(key, say) for key in pending}
+        threads = worker_threads(self.compare, jobs)
+        log_level = logging.getLogger("numloss.train").getEffectiveLevel()
+        # spawn, not fork: a forked child would inherit torch's thread pools; a fresh process a run
+        context = multiprocessing.get_context("spawn")
+        with ProcessPoolExecutor(
+            max_workers=min(jobs, len(pending)), mp_context=context, max_tasks_per_child=1,
+            initializer=_die_with_parent, initargs=(os.getpid(),),
+        ) as pool:
+            futures = {
+                pool.submit(
+                    _run_in_worker, self.compare, key, self.train_set(key.seed), self.test_sets,
+                    files[key.name], threads, log_level,
+                ): (key, time.perf_counter())
+                for key in pending
+            }
+            show(f"training {len(pending)} runs, {jobs} at a time")
+            remaining = set(futures)
+            while remaining:
+                # FIRST_COMPLETED, not FIRST_EXCEPTION: the latter returns only once every run is
+                # done, which would hold the progress bar and the per-run lines back until the end
+                finished, remaining = wait(remaining, return_when=FIRST_COMPLETED)
+                for future in finished:
+                    key, started = futures[future]
+                    error = future.exception()
+                    if error is not None:
+                        for other in remaining:
+                            other.cancel()
+                        if isinstance(error, (ConfigError, OSError)):  # one line at the CLI
+                            raise error
+                        raise RuntimeError(f"run {key.name} failed: {error}") from error
+                    self._keep(key, future.result(), time.perf_counter() - started, finish)

@@ -1,10 +1,6 @@
-"""The statistics of a comparison: intervals for exact match and tests between two objectives.
-
-Intervals: Wilson's for a proportion of test items, Student's t for the mean over seeds. Tests: a
-comparison trains 3-10 seeds per objective and the outcome is often bimodal (a run learns the
-hard digit in its budget or it does not), so a t test's normal approximation does not hold; these
-tests enumerate their null distributions exactly instead. Both are two-sided and uncorrected: with
-several objectives against one baseline, multiply by the number of comparisons (Bonferroni).
+"""Intervals for exact match (Wilson over items, Student t over seeds) and exact tests between
+two objectives: with 3-10 seeds and often bimodal outcomes a normal approximation does not hold,
+so these tests use exact null distributions. Two-sided and uncorrected.
 """
 
 from __future__ import annotations

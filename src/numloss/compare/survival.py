@@ -1,20 +1,10 @@
 """Learning speed as time-to-event data: when did a run first "learn the task"?
 
-Each run is checked on a small held-out slice every few hundred optimizer steps (see
-`numloss.compare.learning`). Its outcome is a pair (step, learnt): `learnt` True and `step` the
-first check that met the criterion (an event), or `learnt` False and `step` the last check done
-(censored: it had not learnt by then). Runs of one grid share their horizon (max_steps), so the
-censoring is at one time, but nothing below assumes that except `median_interval`, which says so.
-
-- `learnt_by_step`: the Kaplan-Meier estimate of the share of runs that have learnt by each step
-  (with no censoring before the horizon it is simply the share of runs);
-- `median_steps` / `median_interval`: the median steps-to-learn and its distribution-free 95 %
-  interval (order statistics of the binomial, exact for any continuous distribution, conservative
-  for steps on a grid of checks);
-- `logrank`: the log-rank test that several objectives have one learning curve, on the whole
-  curves (not on a final-step pass count). Its chi-square p is the usual large-sample one; with
-  the few runs per objective of a comparison `logrank_permutation_p` gives the exact-in-law
-  alternative (a seeded Monte Carlo over relabellings of the runs).
+A run's outcome is (step, learnt): the first check that met the criterion (an event), or the
+last check done (censored). Kaplan-Meier share learnt by step, the median steps-to-learn with
+its distribution-free interval (order statistics; it alone assumes one censoring horizon), and
+log-rank tests on the whole curves: chi-square, seeded permutation (few runs per objective),
+exact, and seed-stratified for paired designs.
 """
 
 from __future__ import annotations
@@ -205,9 +195,7 @@ def _stratified(strata: Strata) -> float:
     """statsmodels' stratified two-sample log-rank chi-square (NaN without information)."""
     a = [o for pair in strata for o in pair[0]]
     b = [o for pair in strata for o in pair[1]]
-    for o in a + b:
-        if o.step < 0:
-            raise ValueError(f"an outcome's step must be >= 0, got {o}")
+    _check(a + b)
     labels = [i for i, pair in enumerate(strata) for _ in pair[0]] + [i for i, pair in enumerate(strata) for _ in pair[1]]
     return _survdiff([a, b], labels)
 

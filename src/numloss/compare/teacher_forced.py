@@ -1,16 +1,10 @@
 """Greedy exact match without generating: one teacher-forced forward pass per batch.
 
-Greedy decoding writes the reference answer exactly (and then stops) if and only if, with the
-reference fed in, the argmax at every answer position is the reference token, the end token
-included: each greedy step sees the same prefix as the teacher-forced pass as long as every
-earlier step was right, and the first wrong argmax is where greedy decoding leaves the reference.
-So `teacher_forced_exact` scores N items in N/batch forward passes instead of N x answer-length
-decoding steps; `tests/test_compare_words.py` checks it item by item against real generation.
-
-The layout is the training layout (`numloss.data.tokenize_examples`: prompt, then the output,
-then EOS), so what is scored is exactly the sequence the model was trained to write. Only the
-hidden states at answer positions go through the LM head, so a batch never holds [B, T, V]
-logits.
+Greedy decoding writes the reference (then stops) if and only if, with the reference fed in, the
+argmax at every answer position, the end token included, is the reference token: each greedy
+step sees the teacher-forced prefix until the first wrong argmax. tests/test_compare_words.py
+checks it item by item against generation. The layout is the training one
+(`numloss.data.tokenize_examples`: prompt, output, EOS).
 """
 
 from __future__ import annotations
@@ -78,9 +72,7 @@ def teacher_forced_exact(
     model: Any, tokenizer: Any, examples: Sequence[Example], batch_size: int = 64, max_length: int = 4096
 ) -> TeacherForcedScore:
     """Score `examples` (prompt = `example.prompt`, reference = `example.output`) teacher-forced.
-
-    Raises ValueError when an item is longer than `max_length` tokens (a truncated reference
-    would be scored on part of its answer)."""
+    ValueError for an item over `max_length` tokens (it would be scored on part of its answer)."""
     from numloss.data import tokenize_examples
 
     if batch_size < 1:
@@ -93,63 +85,79 @@ def teacher_forced_exact(
     digit_of = torch.full((max(digits) + 1,), -1)  # ids above the largest digit id are not digits
     for token, d in digits.items():
         digit_of[token] = d
-    device = next(model.parameters()).device
     pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
-    parts = _hidden_and_head(model)
     score = TeacherForcedScore()
     entropies: list[torch.Tensor] = []
     rows = [features[i] for i in range(len(features))]
     for start in range(0, len(rows), batch_size):
         batch = rows[start : start + batch_size]
-        width = max(len(r["input_ids"]) for r in batch)
-        ids = torch.full((len(batch), width), pad, dtype=torch.long)
-        labels = torch.full((len(batch), width), IGNORE_INDEX, dtype=torch.long)
-        mask = torch.zeros((len(batch), width), dtype=torch.long)
-        for i, r in enumerate(batch):
-            n = len(r["input_ids"])
-            ids[i, :n] = torch.tensor(r["input_ids"])
-            labels[i, :n] = torch.tensor(r["labels"])
-            mask[i, :n] = 1
+        ids, labels, mask = _padded(batch, pad)
         # position t predicts token t+1: the targets are labels[:, 1:], read from positions [:, :-1]
         target = labels[:, 1:]
         row, col = (target != IGNORE_INDEX).nonzero(as_tuple=True)
-        ids_d, mask_d = ids.to(device), mask.to(device)
-        if parts is not None:
-            decoder, head = parts
-            hidden = decoder(input_ids=ids_d, attention_mask=mask_d).last_hidden_state
-            logits = head(hidden[row.to(device), col.to(device)]).float()
-        else:
-            logits = model(input_ids=ids_d, attention_mask=mask_d).logits[row.to(device), col.to(device)].float()
-        logits = logits.cpu()
+        logits = _target_logits(model, ids, mask, row, col)
         gold = target[row, col]
         argmax = logits.argmax(-1)
         nll = torch.nn.functional.cross_entropy(logits, gold, reduction="none")
         hit = argmax == gold
+        is_digit = (gold < len(digit_of)) & (digit_of[gold.clamp(max=len(digit_of) - 1)] >= 0)
         for i in range(len(batch)):
             at = row == i
             score.correct.append(bool(hit[at].all()) and bool(at.any()))
             score.answer_nll.append(float(nll[at].mean()) if at.any() else math.nan)
             score.predictions.append(tokenizer.decode(argmax[at].tolist(), skip_special_tokens=False))
-            # places: digit targets of this row, counted from the end of each run of digits
-            gold_i, hit_i = gold[at], hit[at]
-            is_digit = (gold_i < len(digit_of)) & (digit_of[gold_i.clamp(max=len(digit_of) - 1)] >= 0)
-            place = 0
-            for j in range(len(gold_i) - 1, -1, -1):
-                if not is_digit[j]:
-                    place = 0
-                    continue
-                entry = score.place.setdefault(place, [0, 0])
-                entry[0] += int(hit_i[j])
-                entry[1] += 1
-                place += 1
-        digit_rows = (gold < len(digit_of)) & (digit_of[gold.clamp(max=len(digit_of) - 1)] >= 0)
-        if digit_rows.any():
-            p = torch.softmax(logits[digit_rows][:, digit_ids], dim=-1)
+            _count_places(score.place, hit[at], is_digit[at])
+        if is_digit.any():
+            p = torch.softmax(logits[is_digit][:, digit_ids], dim=-1)
             entropies.append(-(p * p.clamp_min(1e-30).log()).sum(-1))
     if entropies:
         score.digit_entropy = float(torch.cat(entropies).mean())
     score.place = dict(sorted(score.place.items()))
     return score
+
+
+def _padded(
+    batch: Sequence[dict[str, Any]], pad: int
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(input ids, labels, attention mask) of tokenized rows, right-padded to the longest."""
+    width = max(len(r["input_ids"]) for r in batch)
+    ids = torch.full((len(batch), width), pad, dtype=torch.long)
+    labels = torch.full((len(batch), width), IGNORE_INDEX, dtype=torch.long)
+    mask = torch.zeros((len(batch), width), dtype=torch.long)
+    for i, r in enumerate(batch):
+        n = len(r["input_ids"])
+        ids[i, :n] = torch.tensor(r["input_ids"])
+        labels[i, :n] = torch.tensor(r["labels"])
+        mask[i, :n] = 1
+    return ids, labels, mask
+
+
+def _target_logits(model: Any, ids: torch.Tensor, mask: torch.Tensor, row: torch.Tensor,
+                   col: torch.Tensor) -> torch.Tensor:
+    """float32 logits (on the CPU) at the positions (row, col) only: the LM head sees those alone
+    when the model exposes decoder and head, so a batch never holds [B, T, V] logits."""
+    device = next(model.parameters()).device
+    ids_d, mask_d, at = ids.to(device), mask.to(device), (row.to(device), col.to(device))
+    parts = _hidden_and_head(model)
+    if parts is not None:
+        decoder, head = parts
+        hidden = decoder(input_ids=ids_d, attention_mask=mask_d).last_hidden_state
+        return head(hidden[at]).float().cpu()
+    return model(input_ids=ids_d, attention_mask=mask_d).logits[at].float().cpu()
+
+
+def _count_places(place: dict[int, list[int]], hit: torch.Tensor, is_digit: torch.Tensor) -> None:
+    """Add one item's digit hits to `place` ({place: [right, total]}), places counted from the
+    end of each run of digits (0 = units)."""
+    at = 0
+    for j in range(len(hit) - 1, -1, -1):
+        if not is_digit[j]:
+            at = 0
+            continue
+        entry = place.setdefault(at, [0, 0])
+        entry[0] += int(hit[j])
+        entry[1] += 1
+        at += 1
 
 
 def generated_exact(model: Any, tokenizer: Any, examples: Sequence[Example], batch_size: int = 64) -> list[bool]:
