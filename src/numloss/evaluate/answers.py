@@ -261,36 +261,28 @@ def _number_matches_in(text: str) -> tuple[str, list[regex.Match]]:
     return stripped, list(_finditer(_NUMBER, stripped))
 
 
-def exact_numbers_in(text: str) -> list[Fraction]:
-    """Every number in `text`, left to right, exactly (see the module doc for what is read)."""
+def _values(text: str, backwards: bool = False) -> Iterator[Fraction]:
+    """The numbers of `text` in order (or backwards), each converted only when asked for: the
+    last number of a text of a million numbers is read in linear time."""
     stripped, matches = _number_matches_in(text)
-    out = []
-    for match in matches:
+    for match in reversed(matches) if backwards else matches:
         value = _value(match, stripped)
         if value is not None:
-            out.append(value)
-    return out
+            yield value
+
+
+def exact_numbers_in(text: str) -> list[Fraction]:
+    """Every number in `text`, left to right, exactly (see the module doc for what is read)."""
+    return list(_values(text))
 
 
 def _last_number(text: str) -> Fraction | None:
-    """The last number of `text` (only that one is converted: a text of a million numbers is read
-    in linear time)."""
-    stripped, matches = _number_matches_in(text)
-    for match in reversed(matches):
-        value = _value(match, stripped)
-        if value is not None:
-            return value
-    return None
+    return next(_values(text, backwards=True), None)
 
 
 def parse_exact(text: str) -> Fraction | None:
     """The first number in `text` (units and currency ignored), exactly, or None."""
-    stripped, matches = _number_matches_in(text)
-    for match in matches:
-        value = _value(match, stripped)
-        if value is not None:
-            return value
-    return None
+    return next(_values(text), None)
 
 
 def parse_number(text: str) -> float | None:
@@ -312,9 +304,12 @@ _SPELLED = _rx(
     + _WORD + r"))*+)(?![\w-])", regex.I)
 
 
-def _spelled_value(words: str) -> int | None:
+def _spelled(match: regex.Match | None) -> Fraction | None:
+    """The value of a `_SPELLED` match ("two thousand and five", "negative ten"), or None."""
+    if match is None:
+        return None
     total, current = 0, 0
-    for word in regex.split(r"[\s-]+", words.lower()):
+    for word in regex.split(r"[\s-]+", match.group("words").lower()):
         if word == "and":
             continue
         if word in _UNITS:
@@ -326,27 +321,13 @@ def _spelled_value(words: str) -> int | None:
         else:
             total += max(current, 1) * _SCALES[word]
             current = 0
-    return total + current
+    value = total + current
+    return Fraction(-value if match.group("neg") else value)
 
 
 def _spelled_at_start(segment: str) -> Fraction | None:
     """A spelled-out number that opens `segment` ("eighteen", "negative ten", "two thousand and five")."""
-    head = segment.lstrip(" \t\n:*_\"'`$([{")
-    match = _match(_SPELLED, head)
-    if match is None:
-        return None
-    value = _spelled_value(match.group("words"))
-    if value is None:
-        return None
-    return Fraction(-value if match.group("neg") else value)
-
-
-def _last_spelled(text: str) -> Fraction | None:
-    last = _last(_SPELLED, text)
-    if last is None:
-        return None
-    value = _spelled_value(last.group("words"))
-    return None if value is None else Fraction(-value if last.group("neg") else value)
+    return _spelled(_match(_SPELLED, segment.lstrip(" \t\n:*_\"'`$([{")))
 
 
 # ---------------------------------------------------------------- where the answer is
@@ -396,9 +377,7 @@ def extract_exact(output: str) -> Fraction | None:
         if found is not None:
             return found
     found = _last_number(output)
-    if found is None:
-        return _last_spelled(output)
-    return found
+    return _spelled(_last(_SPELLED, output)) if found is None else found
 
 
 _SUM = _rx(r"[\d\s.,+\-−*/×÷·()$%]*+")

@@ -507,11 +507,8 @@ def _item_result(record: Mapping[str, Any]) -> ItemResult:
 def _check_one_model(rows: Sequence[Mapping[str, Any]], source: str) -> None:
     """Refuse a file holding the outputs of more than one model (by name and weights): scored
     together, their verdicts would be one score that names neither."""
-    models: dict[tuple[str, str, str], int] = {}
-    for row in rows:
-        if "model" in row:
-            key = (str(row.get("model")), str(row.get("model_identity")), str(row.get("model_sha256")))
-            models[key] = models.get(key, 0) + 1
+    models = Counter((str(row.get("model")), str(row.get("model_identity")), str(row.get("model_sha256")))
+                     for row in rows if "model" in row)
     if len(models) > 1:
         named = "; ".join(f"{name} ({identity if identity != 'None' else 'no identity'}, {n} records)"
                           for (name, identity, _), n in list(models.items())[:3])

@@ -191,23 +191,16 @@ def run_benchmark(
     for start in range(0, len(todo), batch_size):
         pending = [Pending(it, *known_outputs.get(it.id, (None, None))) for it in todo[start : start + batch_size]]
         missing = [p for p in pending if p.output is None]
-        if missing:
-            if generator is None:
-                raise ValueError(f"{benchmark.name}: item {missing[0].item.id} has no saved output and no model was given")
-            protocol = protocols[0]
-            styles = [first_style(p.item, program_of_thought) for p in missing]
-            texts = _generate(generator, [protocol.prompt(p.item, s) for p, s in zip(missing, styles, strict=True)],
-                              [protocol.max_new_tokens(p.item) for p in missing])
-            for p, text in zip(missing, texts, strict=True):
-                p.output = text
+        if missing and generator is None:
+            raise ValueError(f"{benchmark.name}: item {missing[0].item.id} has no saved output and no model was given")
+        styles = [first_style(p.item, program_of_thought) for p in missing]
+        for p, text in zip(missing, _generate_for(generator, protocols[0], missing, styles), strict=True):
+            p.output = text
         scored = {pr.name: _score(pr, benchmark.name, pending, runner, program_of_thought) for pr in protocols}
-        need = [i for i in range(len(pending)) if any(scored[pr.name][i].needs_fallback for pr in protocols)]
+        need = [p for i, p in enumerate(pending) if any(scored[pr.name][i].needs_fallback for pr in protocols)]
         if need and generator is not None:
-            protocol = protocols[0]
-            texts = _generate(generator, [protocol.prompt(pending[i].item, "cot") for i in need],
-                              [protocol.max_new_tokens(pending[i].item) for i in need])
-            for i, text in zip(need, texts, strict=True):
-                pending[i].fallback = text
+            for p, text in zip(need, _generate_for(generator, protocols[0], need, ["cot"] * len(need)), strict=True):
+                p.fallback = text
             scored = {pr.name: _score(pr, benchmark.name, pending, runner, program_of_thought) for pr in protocols}
         new = []
         for pr in protocols:
@@ -224,6 +217,14 @@ def run_benchmark(
 def _score(protocol: Protocol, benchmark: str, pending: list[Pending], runner: ProgramRunner, pot: bool) -> list[ItemResult]:
     return score_items(protocol, benchmark, [p.item for p in pending], [p.output or "" for p in pending],
                        [p.fallback for p in pending], runner, pot)
+
+
+def _generate_for(generator: Generator | None, protocol: Protocol, pending: list[Pending], styles: list[str]) -> list[str]:
+    """The outputs of `pending` items prompted in `styles` under `protocol` (none to generate: [])."""
+    if not pending or generator is None:
+        return []
+    prompts = [protocol.prompt(p.item, s) for p, s in zip(pending, styles, strict=True)]  # type: ignore[arg-type]
+    return _generate(generator, prompts, [protocol.max_new_tokens(p.item) for p in pending])
 
 
 def _generate(generator: Generator, prompts: list[str], limits: list[int]) -> list[str]:

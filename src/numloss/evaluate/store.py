@@ -41,11 +41,8 @@ _TYPE_NAMES = {str: "a string", int: "an integer", float: "a number", bool: "tru
 
 def _type_error(record: Mapping[str, Any], key: str, types: tuple[type, ...]) -> str | None:
     value = record[key]
-    if isinstance(value, bool) and bool not in types:  # bool is an int to Python, not to a reader
-        ok = False
-    else:
-        ok = isinstance(value, types)
-    if ok:
+    # bool is an int to Python, not to a reader
+    if isinstance(value, types) and not (isinstance(value, bool) and bool not in types):
         return None
     wanted = " or ".join(dict.fromkeys(_TYPE_NAMES[t] for t in types if t is not int or float not in types))
     return f"field {key!r} must be {wanted}, got {json.dumps(value, ensure_ascii=False)[:60]}"
