@@ -218,16 +218,13 @@ def evaluate(
     cut_at_stop: bool = True,
     threads: int | None = None,
 ) -> EvalReport:
-    """Evaluate a model on `benchmarks` under `protocol` ("released", "numloss" or "both").
+    """Evaluate a model on `benchmarks` under `protocol` ("released", "numloss", "both"): a report.
 
-    `model_or_path`: a name or folder for `numloss.models.load` ("smollm2", "tiny", a local Hugging
-    Face folder), a `(model, tokenizer)` pair, or any object with `generate(prompts,
-    max_new_tokens=None) -> [Generation]` (no digit statistics then). `benchmarks`: names
-    ("gsm8k,svamp" or a list; `file:PATH.jsonl`; `NAME=PATH`) or `Benchmark`s. `results_file`: the
-    per-item JSONL to append to and resume from (none: kept in memory). `max_new_tokens` caps the
-    protocol's limits. `cut_at_stop`: every output, a custom generator's too, is cut at the
-    protocol's stop strings. `progress`: a bar that moves per item. `threads`: torch CPU threads.
-    Returns an `EvalReport` (accuracy with 95 % intervals, mACC, MAE, place accuracy, digit entropy).
+    `model_or_path`: a name or folder for `numloss.models.load`, a `(model, tokenizer)` pair, or any
+    object with `generate(prompts, max_new_tokens=None) -> [Generation]`. `benchmarks`: names
+    ("gsm8k,svamp", `file:PATH.jsonl`, `NAME=PATH`) or `Benchmark`s. `results_file`: the per-item
+    JSONL to append to and resume from. `cut_at_stop`: every output, a custom generator's too, is
+    cut at the protocol's stop strings. `threads`: torch CPU threads for the process.
     """
     started = time.perf_counter()
     set_threads(threads)  # checked before anything loads
@@ -245,27 +242,18 @@ def evaluate(
     model_name = _model_name(given)
     store, saved, extra = _resume(model_or_path, model_name, settings, runner, loaded, protocols, results_file, overwrite, cut_at_stop)
     model, tokenizer, generator = _generator(model_or_path, backend, dtype, device, tensor_parallel, batch_size, stop, open_limit, progress)
-    if cut_at_stop:
-        generator = StopCut(generator, stop)
+    generator = StopCut(generator, stop) if cut_at_stop else generator
     if runner.isolation.mode == "unavailable" and program_of_thought:
         print(f"numloss eval: programs will not run: {runner.isolation.detail}. Items with a program use chain of thought.", file=sys.stderr)
     capped = [replace(p, max_new_tokens_open=open_limit, max_new_tokens_choice=choice_limit) for p in protocols]
-    per: dict[str, dict[str, list[ItemResult]]] = {p.name: {} for p in protocols}
-    digits: dict[str, DigitStats] = {}
-    for bench in loaded:
-        records = {**extra, **_synthetic_fields(bench, seed)}  # score_outputs regenerates a synthetic set from these
-        out = _run_saved(bench, saved, capped, generator, runner, store=store, extra=records, results_file=results_file,
-                         progress=progress, batch_size=batch_size, program_of_thought=program_of_thought)
-        for name, results in out.items():
-            per[name][bench.name] = results
-        if digit_stats and model is not None and tokenizer is not None:
-            digits[bench.name] = _digit_stats(model, tokenizer, bench, capped[0], batch_size)
+    per, digits = _run_all(loaded, saved, capped, generator, runner, store=store, extra=extra, seed=seed,
+                           results_file=results_file, progress=progress, batch_size=batch_size,
+                           program_of_thought=program_of_thought, measured=(model, tokenizer) if digit_stats else None)
     getattr(generator, "close_progress", lambda: None)()
     meta = {"model": model_name, "settings": settings, "settings_key": extra["settings"],
             "results_file": str(results_file) if results_file else None, "wall_seconds": time.perf_counter() - started,
-            "program_of_thought": program_of_thought, "limit": limit, "threads": threads,
-            "generation_stats": _generation_stats(generator)}
-    return _report(protocols, per, digits, runner, meta)
+            "program_of_thought": program_of_thought, "limit": limit, "threads": threads}
+    return _report(protocols, per, digits, runner, {**meta, "generation_stats": _generation_stats(generator)})
 
 
 def _synthetic_fields(bench: Benchmark, seed: int | None) -> dict[str, int]:
@@ -324,15 +312,34 @@ def _resume(model_or_path: Any, model_name: str, settings: dict[str, Any], runne
     return store, saved, extra
 
 
-def _run_saved(bench: Benchmark, saved: list[Mapping[str, Any]], protocols: list[Protocol], generator: Any,
-               runner: ProgramRunner, *, store: ResultsFile | None, extra: dict[str, Any], results_file: Any,
-               progress: bool, batch_size: int, program_of_thought: bool) -> dict[str, list[ItemResult]]:
-    """`run_benchmark`, resumed from the saved records of `bench` (checked to be of its items now):
-    their verdicts kept, their outputs reused; each new result gets `extra` and goes to `store`."""
-    mine = [r for r in saved if r["benchmark"] == bench.name]
-    _check_same_items(bench, mine, results_file)
-    if progress:
-        print(f"{bench.name}: {len(bench)} items from {bench.source}", file=sys.stderr)
+def _run_all(loaded: list[Benchmark], saved: list[Mapping[str, Any]], protocols: list[Protocol], generator: Any,
+             runner: ProgramRunner, *, store: ResultsFile | None, extra: dict[str, Any], seed: int | None,
+             results_file: Any, progress: bool, batch_size: int, program_of_thought: bool,
+             measured: tuple[Any, Any] | None) -> tuple[dict[str, dict[str, list[ItemResult]]], dict[str, DigitStats]]:
+    """({protocol: {benchmark: results}}, {benchmark: digit statistics of the `measured` (model,
+    tokenizer)}): `run_benchmark` on each benchmark, resumed from its saved records (checked to be
+    of its items now: their verdicts kept, their outputs reused), each new result with `extra`."""
+    per: dict[str, dict[str, list[ItemResult]]] = {p.name: {} for p in protocols}
+    digits: dict[str, DigitStats] = {}
+    for bench in loaded:
+        mine = [r for r in saved if r["benchmark"] == bench.name]
+        _check_same_items(bench, mine, results_file)
+        if progress:
+            print(f"{bench.name}: {len(bench)} items from {bench.source}", file=sys.stderr)
+        done = {p.name: {str(r["id"]): _item_result(r) for r in mine if r.get("protocol") == p.name} for p in protocols}
+        known = {str(r["id"]): (r["output"], r.get("fallback_output")) for r in mine if "output" in r}
+        write = _writer(store, {**extra, **_synthetic_fields(bench, seed)})
+        out = run_benchmark(bench, protocols, generator, runner, done=done, known_outputs=known, write=write,
+                            batch_size=batch_size, program_of_thought=program_of_thought)
+        for name, results in out.items():
+            per[name][bench.name] = results
+        if measured is not None and measured[0] is not None and measured[1] is not None:
+            digits[bench.name] = _digit_stats(*measured, bench, protocols[0], batch_size)
+    return per, digits
+
+
+def _writer(store: ResultsFile | None, extra: dict[str, Any]) -> Callable[[list[ItemResult]], None]:
+    """What `run_benchmark` hands each finished batch: the results get `extra` and go to `store`."""
 
     def write(results: list[ItemResult]) -> None:
         for r in results:
@@ -340,10 +347,7 @@ def _run_saved(bench: Benchmark, saved: list[Mapping[str, Any]], protocols: list
         if store is not None:
             store.append([r.to_json() for r in results])
 
-    done = {p.name: {str(r["id"]): _item_result(r) for r in mine if r.get("protocol") == p.name} for p in protocols}
-    known = {str(r["id"]): (r["output"], r.get("fallback_output")) for r in mine if "output" in r}
-    return run_benchmark(bench, protocols, generator, runner, done=done, known_outputs=known, write=write,
-                         batch_size=batch_size, program_of_thought=program_of_thought)
+    return write
 
 
 class StopCut:
