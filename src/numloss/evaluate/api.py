@@ -240,24 +240,28 @@ def evaluate(
     settings = {"prompt": "released-alpaca-0shot", "stop": list(stop), "max_new_tokens_open": open_limit,
                 "max_new_tokens_choice": choice_limit, "backend": backend, "dtype": dtype, "program_of_thought": program_of_thought}
     model_name = _model_name(given)
-    store, saved, extra = _resume(model_or_path, model_name, settings, runner, loaded, protocols, results_file, overwrite, cut_at_stop)
+    store, saved, extra = _resume(model_or_path, model_name, settings, runner, loaded, protocols,
+                                  results_file, overwrite, cut_at_stop)
     model, tokenizer, generator = _generator(model_or_path, backend, dtype, device, tensor_parallel, batch_size, stop, open_limit, progress)
     generator = StopCut(generator, stop) if cut_at_stop else generator
     if runner.isolation.mode == "unavailable" and program_of_thought:
         print(f"numloss eval: programs will not run: {runner.isolation.detail}. Items with a program use chain of thought.", file=sys.stderr)
-    capped = [replace(p, max_new_tokens_open=open_limit, max_new_tokens_choice=choice_limit) for p in protocols]
-    per, digits = _run_all(loaded, saved, capped, generator, runner, store=store, extra=extra, seed=seed,
-                           results_file=results_file, progress=progress, batch_size=batch_size,
-                           program_of_thought=program_of_thought, measured=(model, tokenizer) if digit_stats else None)
+    capped = [replace(p, max_new_tokens_open=open_limit, max_new_tokens_choice=choice_limit)
+              for p in protocols]
+    per, digits = _run_all(loaded, saved, capped, generator, runner, store=store, extra=extra,
+                           seed=seed, results_file=results_file, progress=progress,
+                           batch_size=batch_size, program_of_thought=program_of_thought,
+                           measured=(model, tokenizer) if digit_stats else None)
     getattr(generator, "close_progress", lambda: None)()
     meta = {"model": model_name, "settings": settings, "settings_key": extra["settings"],
-            "results_file": str(results_file) if results_file else None, "wall_seconds": time.perf_counter() - started,
-            "program_of_thought": program_of_thought, "limit": limit, "threads": threads}
-    return _report(protocols, per, digits, runner, {**meta, "generation_stats": _generation_stats(generator)})
+            "results_file": str(results_file) if results_file else None,
+            "wall_seconds": time.perf_counter() - started, "program_of_thought": program_of_thought,
+            "limit": limit, "threads": threads, "generation_stats": _generation_stats(generator)}
+    return _report(protocols, per, digits, runner, meta)
 
 
 def _synthetic_fields(bench: Benchmark, seed: int | None) -> dict[str, int]:
-    """The seed and size a synthetic set's records carry: score_outputs regenerates the set from them."""
+    """The seed and size a synthetic set's records carry (score_outputs regenerates it from them)."""
     if not bench.name.startswith(("synthetic:", "gym:")):
         return {}
     return {"seed": SYNTHETIC_SEED if seed is None else seed, "set_size": len(bench)}
@@ -265,7 +269,8 @@ def _synthetic_fields(bench: Benchmark, seed: int | None) -> dict[str, int]:
 
 def _generation_stats(generator: Any) -> dict[str, Any]:
     tokens, seconds = getattr(generator, "tokens", 0), getattr(generator, "seconds", 0.0)
-    return {"tokens": tokens, "seconds": seconds, "tokens_per_second": tokens / seconds if seconds else None}
+    per_second = tokens / seconds if seconds else None
+    return {"tokens": tokens, "seconds": seconds, "tokens_per_second": per_second}
 
 
 def _limits(protocols: list[Protocol], max_new_tokens: int | None) -> tuple[tuple[str, ...], int, int]:
@@ -278,18 +283,19 @@ def _limits(protocols: list[Protocol], max_new_tokens: int | None) -> tuple[tupl
     return stop, min(open_limit, max_new_tokens), min(choice_limit, max_new_tokens)
 
 
-def _resume(model_or_path: Any, model_name: str, settings: dict[str, Any], runner: ProgramRunner, loaded: list[Benchmark],
-            protocols: list[Protocol], results_file: str | Path | None, overwrite: bool,
-            cut_at_stop: bool) -> tuple[ResultsFile | None, list, dict[str, Any]]:
+def _resume(model_or_path: Any, model_name: str, settings: dict[str, Any], runner: ProgramRunner,
+            loaded: list[Benchmark], protocols: list[Protocol], results_file: str | Path | None,
+            overwrite: bool, cut_at_stop: bool) -> tuple[ResultsFile | None, list, dict[str, Any]]:
     """(the results file, this run's saved records, the fields each new record carries), after
-    `--overwrite` moved the records to redo aside and the saved ones were checked to be this model's."""
+    `--overwrite` moved the records to redo aside and the saved ones were checked as this model's."""
     key = settings_key(settings)
     identity = model_identity(model_or_path) if results_file is not None else None  # checked before the model loads
     # the weights' bytes, not their names, sizes and times: a model saved over another with the
     # same sizes and restored times is still another model (numloss.identity)
     content = _model_content(model_or_path) if results_file is not None else None
-    extra = {"model": model_name, "model_identity": identity, "settings": key, "generation": settings,
-             "isolation": runner.isolation.mode, "cut_at_stop": bool(cut_at_stop)}
+    extra = {"model": model_name, "model_identity": identity, "settings": key,
+             "generation": settings, "isolation": runner.isolation.mode,
+             "cut_at_stop": bool(cut_at_stop)}
     if content is not None:
         extra["model_sha256"] = content
     if results_file is None:
@@ -312,14 +318,18 @@ def _resume(model_or_path: Any, model_name: str, settings: dict[str, Any], runne
     return store, saved, extra
 
 
-def _run_all(loaded: list[Benchmark], saved: list[Mapping[str, Any]], protocols: list[Protocol], generator: Any,
-             runner: ProgramRunner, *, store: ResultsFile | None, extra: dict[str, Any], seed: int | None,
-             results_file: Any, progress: bool, batch_size: int, program_of_thought: bool,
-             measured: tuple[Any, Any] | None) -> tuple[dict[str, dict[str, list[ItemResult]]], dict[str, DigitStats]]:
+Results = dict[str, dict[str, list[ItemResult]]]  # {protocol: {benchmark: item results}}
+
+
+def _run_all(loaded: list[Benchmark], saved: list[Mapping[str, Any]], protocols: list[Protocol],
+             generator: Any, runner: ProgramRunner, *, store: ResultsFile | None,
+             extra: dict[str, Any], seed: int | None, results_file: Any, progress: bool,
+             batch_size: int, program_of_thought: bool,
+             measured: tuple[Any, Any] | None) -> tuple[Results, dict[str, DigitStats]]:
     """({protocol: {benchmark: results}}, {benchmark: digit statistics of the `measured` (model,
     tokenizer)}): `run_benchmark` on each benchmark, resumed from its saved records (checked to be
     of its items now: their verdicts kept, their outputs reused), each new result with `extra`."""
-    per: dict[str, dict[str, list[ItemResult]]] = {p.name: {} for p in protocols}
+    per: Results = {p.name: {} for p in protocols}
     digits: dict[str, DigitStats] = {}
     for bench in loaded:
         mine = [r for r in saved if r["benchmark"] == bench.name]
@@ -329,8 +339,9 @@ def _run_all(loaded: list[Benchmark], saved: list[Mapping[str, Any]], protocols:
         done = {p.name: {str(r["id"]): _item_result(r) for r in mine if r.get("protocol") == p.name} for p in protocols}
         known = {str(r["id"]): (r["output"], r.get("fallback_output")) for r in mine if "output" in r}
         write = _writer(store, {**extra, **_synthetic_fields(bench, seed)})
-        out = run_benchmark(bench, protocols, generator, runner, done=done, known_outputs=known, write=write,
-                            batch_size=batch_size, program_of_thought=program_of_thought)
+        out = run_benchmark(bench, protocols, generator, runner, done=done, known_outputs=known,
+                            write=write, batch_size=batch_size,
+                            program_of_thought=program_of_thought)
         for name, results in out.items():
             per[name][bench.name] = results
         if measured is not None and measured[0] is not None and measured[1] is not None:
@@ -414,7 +425,8 @@ def _model_content(model_or_path: Any) -> str | None:
     return model_sha256(str(model_or_path))
 
 
-def _stale(record: Mapping[str, Any], content: str | None, cut_at_stop: bool, model: str) -> str | None:
+def _stale(record: Mapping[str, Any], content: str | None, cut_at_stop: bool,
+           model: str) -> str | None:
     """What makes a saved record another input's (other weights, the other stop-cut mode), or None;
     a record without those fields (an older numloss) is not stale by them."""
     from numloss.identity import describe_change
@@ -511,8 +523,8 @@ def _item_result(record: Mapping[str, Any]) -> ItemResult:
 def _check_one_model(rows: Sequence[Mapping[str, Any]], source: str) -> None:
     """Refuse a file holding the outputs of more than one model (by name and weights): scored
     together, their verdicts would be one score that names neither."""
-    models = Counter((str(row.get("model")), str(row.get("model_identity")), str(row.get("model_sha256")))
-                     for row in rows if "model" in row)
+    models = Counter((str(r.get("model")), str(r.get("model_identity")), str(r.get("model_sha256")))
+                     for r in rows if "model" in r)
     if len(models) > 1:
         named = "; ".join(f"{name} ({identity if identity != 'None' else 'no identity'}, {n} records)"
                           for (name, identity, _), n in list(models.items())[:3])
@@ -568,10 +580,11 @@ def score_outputs(
     else:
         sets = _record_sets(rows, source, data_dir, seed, cut_text)
     runner = program_runner(program_timeout, workers, allow_unisolated)
-    per: dict[str, dict[str, list[ItemResult]]] = {p.name: {} for p in protocols}
+    per: Results = {p.name: {} for p in protocols}
     for bench_name, (kind, items, outputs) in sets.items():
         subset = Benchmark(bench_name, kind, items[: limit or None], source)  # type: ignore[arg-type]
-        out = run_benchmark(subset, protocols, None, runner, known_outputs=outputs, batch_size=batch_size)
+        out = run_benchmark(subset, protocols, None, runner, known_outputs=outputs,
+                            batch_size=batch_size)
         for name, results in out.items():
             per[name][bench_name] = results
     return _report(protocols, per, {}, runner, meta)
@@ -580,7 +593,7 @@ def score_outputs(
 Outputs = dict[str, tuple[str, str | None]]  # per item id: (output, fallback output or None)
 
 
-def _rows_of(records: str | Path | Iterable[Mapping[str, Any]]) -> tuple[list[Mapping[str, Any]], str]:
+def _rows_of(records: str | Path | Iterable[Mapping[str, Any]]) -> tuple[list[Mapping], str]:
     """(the records, where they come from) of a JSONL path or an iterable of mappings."""
     from numloss.evaluate import lmeval
 
@@ -604,8 +617,11 @@ def _rows_of(records: str | Path | Iterable[Mapping[str, Any]]) -> tuple[list[Ma
     return rows, source
 
 
-def _sample_sets(rows: Sequence[Mapping[str, Any]], source: str, benchmark: str | None, data_dir: str | Path | None,
-                 cut_text: Callable, meta: dict[str, Any]) -> dict[str, tuple[str, list[Item], Outputs]]:
+Sets = dict[str, tuple[str, list[Item], Outputs]]  # {benchmark: (kind, items, outputs)}
+
+
+def _sample_sets(rows: Sequence[Mapping[str, Any]], source: str, benchmark: str | None,
+                 data_dir: str | Path | None, cut_text: Callable, meta: dict[str, Any]) -> Sets:
     """{benchmark: (kind, items, outputs)} of lm-eval samples; `meta` gets what was matched how."""
     from numloss.evaluate import lmeval
     from numloss.evaluate.benchmarks import find_local
@@ -622,13 +638,15 @@ def _sample_sets(rows: Sequence[Mapping[str, Any]], source: str, benchmark: str 
     if data_dir is not None and find_local(name, Path(data_dir)) is not None:
         ours = load_benchmark(name, data_dir=data_dir)
     mapped = lmeval.read_samples(rows, name, source, ours)
-    meta["lm_eval"] = {"task": task, "benchmark": name, "matched": dict(Counter(m.matched for m in mapped))}
+    matched = dict(Counter(m.matched for m in mapped))
+    meta["lm_eval"] = {"task": task, "benchmark": name, "matched": matched}
     outputs = {m.item.id: (cut_text(m.output) or "", None) for m in mapped}
-    return {name: (BENCHMARK_KIND.get(name, mapped[0].item.kind), [m.item for m in mapped], outputs)}
+    kind = BENCHMARK_KIND.get(name, mapped[0].item.kind)
+    return {name: (kind, [m.item for m in mapped], outputs)}
 
 
-def _record_sets(rows: Sequence[Mapping[str, Any]], source: str, data_dir: str | Path | None, seed: int | None,
-                 cut_text: Callable) -> dict[str, tuple[str, list[Item], Outputs]]:
+def _record_sets(rows: Sequence[Mapping[str, Any]], source: str, data_dir: str | Path | None,
+                 seed: int | None, cut_text: Callable) -> Sets:
     """{benchmark: (kind, items, outputs)} of numloss records, each item's first output (and the
     first fallback given) kept; a record's question must be its item's."""
     order: dict[str, list[str]] = {}

@@ -589,9 +589,10 @@ def load_benchmark(
 
 def load_for_records(name: str, ids: Sequence[str], data_dir: str | Path | None = None, seed: int | None = None,
                      size: int | None = None) -> Benchmark:
-    """The benchmark that saved outputs for the items `ids` were generated on (`score_outputs`): a
-    file or released set whole; a synthetic set generated again with its recorded `seed` and
-    `size`, at least as many items as its largest id (a position) needs (prefix-stable generators)."""
+    """The benchmark that saved outputs for the items `ids` were generated on (`score_outputs`):
+    a file or released set whole; a synthetic set generated again with its recorded `seed` and
+    `size`, at least as many items as its largest id (a position) needs (its generators are
+    prefix-stable)."""
     key = canonical_name(name)
     if not key.startswith(SYNTHETIC_PREFIXES):
         return load_benchmark(key, data_dir=data_dir)

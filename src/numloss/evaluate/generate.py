@@ -39,7 +39,7 @@ class Generator(Protocol):
 
 def resolve_device(device: str | None) -> str:
     """The torch device to run on: `device`, or cuda when this torch sees a GPU, else cpu.
-    ValueError for a name torch does not know, BackendUnavailable for one this machine cannot use."""
+    ValueError for a name torch does not know, BackendUnavailable for one it cannot use here."""
     if device is None:
         return "cuda" if torch.cuda.is_available() else "cpu"
     try:

@@ -109,9 +109,9 @@ class PlaceAccuracy:
 
 
 def place_accuracy(preds: Sequence[float | str | None], golds: Sequence[float | str]) -> list[PlaceAccuracy]:
-    """Accuracy by digit place (`digits_by_place`, signs ignored), highest place first: at each place
-    where the gold has a digit (leading digit to last non-zero decimal), an item is right when the
-    prediction has the same digit there; no digit there, or no prediction, is wrong."""
+    """Accuracy by digit place (`digits_by_place`, signs ignored), highest place first: at each
+    place where the gold has a digit (leading digit to last non-zero decimal), an item is right
+    when the prediction has the same digit there; no digit there, or no prediction, is wrong."""
     if len(preds) != len(golds):
         raise ValueError(f"preds and golds differ in length: {len(preds)} vs {len(golds)}")
     correct: Counter[int] = Counter()
@@ -159,7 +159,7 @@ def _rows(tokenizer: Any, prompt: str, answer: str) -> tuple[list[int], int]:
     return prompt_ids + answer_ids, len(prompt_ids)
 
 
-def _padded(rows: list[tuple[list[int], int]], pad: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+def _padded(rows: list[tuple[list[int], int]], pad: int) -> tuple[torch.Tensor, ...]:
     """(input ids, attention mask, labels) of a batch of `_rows`, right-padded; only the answer
     tokens are labelled, aligned so that position t predicts token t + 1."""
     width = max(len(ids) for ids, _ in rows)
@@ -173,7 +173,8 @@ def _padded(rows: list[tuple[list[int], int]], pad: int) -> tuple[torch.Tensor, 
     return input_ids, attention, labels
 
 
-def _measure(logits: torch.Tensor, labels: torch.Tensor, vocab: DigitVocab, table: Any) -> tuple[list, list, list]:
+def _measure(logits: torch.Tensor, labels: torch.Tensor, vocab: DigitVocab,
+             table: Any) -> tuple[list, list, list]:
     """(entropies, correct, places) at the digit positions of `labels` (see the caller)."""
     from numloss.losses.number_tokens import slot_logits
 

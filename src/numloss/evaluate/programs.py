@@ -58,7 +58,8 @@ class ProgramRunner:
         todo = list(dict.fromkeys(k for k in keys if k not in self.cache))
         if todo:
             try:
-                results = sandbox.run_programs([k[0] for k in todo], limits, self.workers, allow_unisolated=self.allow)
+                results = sandbox.run_programs([k[0] for k in todo], limits, self.workers,
+                                               allow_unisolated=self.allow)
             except sandbox.SandboxUnavailable as error:  # isolation went away mid-run
                 self.isolation = Isolation("unavailable", str(error))
                 return self.run(scripts, output_bytes, memory_bytes, clock)

@@ -1,6 +1,6 @@
-"""The eval report (`EvalReport`, one `BenchmarkScore` per benchmark and protocol) and its rendering:
-`write_report` writes results.json, report.md, accuracy.png and, when there is something to plot,
-place_accuracy.png and digit_entropy.png.
+"""The eval report (`EvalReport`, one `BenchmarkScore` per benchmark and protocol) and its
+rendering: `write_report` writes results.json, report.md, accuracy.png and, when there is
+something to plot, place_accuracy.png and digit_entropy.png.
 """
 
 from __future__ import annotations
@@ -264,4 +264,5 @@ def write_report(out_dir: str | Path, report: EvalReport) -> list[Path]:
     # whole or not at all: a failed write keeps the earlier report, never a torn results.json
     write_text_atomic(out / "results.json", json.dumps(jsonable(report.to_json()), indent=2) + "\n")
     write_text_atomic(out / "report.md", markdown(report))
-    return [out / "results.json", out / "report.md", _accuracy_plot(report, out / "accuracy.png"), *_detail_plots(report, out)]
+    accuracy = _accuracy_plot(report, out / "accuracy.png")
+    return [out / "results.json", out / "report.md", accuracy, *_detail_plots(report, out)]

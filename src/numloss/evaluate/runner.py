@@ -194,12 +194,15 @@ def run_benchmark(
         if missing and generator is None:
             raise ValueError(f"{benchmark.name}: item {missing[0].item.id} has no saved output and no model was given")
         styles = [first_style(p.item, program_of_thought) for p in missing]
-        for p, text in zip(missing, _generate_for(generator, protocols[0], missing, styles), strict=True):
+        firsts = _generate_for(generator, protocols[0], missing, styles)
+        for p, text in zip(missing, firsts, strict=True):
             p.output = text
         scored = {pr.name: _score(pr, benchmark.name, pending, runner, program_of_thought) for pr in protocols}
-        need = [p for i, p in enumerate(pending) if any(scored[pr.name][i].needs_fallback for pr in protocols)]
+        need = [p for i, p in enumerate(pending)
+                if any(scored[pr.name][i].needs_fallback for pr in protocols)]
         if need and generator is not None:
-            for p, text in zip(need, _generate_for(generator, protocols[0], need, ["cot"] * len(need)), strict=True):
+            fallbacks = _generate_for(generator, protocols[0], need, ["cot"] * len(need))
+            for p, text in zip(need, fallbacks, strict=True):
                 p.fallback = text
             scored = {pr.name: _score(pr, benchmark.name, pending, runner, program_of_thought) for pr in protocols}
         new = []
@@ -219,11 +222,13 @@ def _score(protocol: Protocol, benchmark: str, pending: list[Pending], runner: P
                        [p.fallback for p in pending], runner, pot)
 
 
-def _generate_for(generator: Generator | None, protocol: Protocol, pending: list[Pending], styles: list[str]) -> list[str]:
-    """The outputs of `pending` items prompted in `styles` under `protocol` (none to generate: [])."""
+def _generate_for(generator: Generator | None, protocol: Protocol, pending: list[Pending],
+                  styles: list[str]) -> list[str]:
+    """The outputs of `pending` items prompted in `styles` under `protocol` ([]: none to make)."""
     if not pending or generator is None:
         return []
-    prompts = [protocol.prompt(p.item, s) for p, s in zip(pending, styles, strict=True)]  # type: ignore[arg-type]
+    pairs = zip(pending, styles, strict=True)
+    prompts = [protocol.prompt(p.item, s) for p, s in pairs]  # type: ignore[arg-type]
     return _generate(generator, prompts, [protocol.max_new_tokens(p.item) for p in pending])
 
 
