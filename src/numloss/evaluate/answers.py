@@ -1,66 +1,30 @@
-"""numloss's answer extraction and comparison (the `numloss` protocol; `released.py` holds the paper's).
+"""numloss's answer reader and comparison (the `numloss` protocol; `released.py` holds the paper's).
 
-First, what is not this item's answer is cut off (`cut_continuation`): text before a closing
-``</think>``, everything from a chat template's end-of-turn token, and an invented next exercise
-under a header ("Next question:", "### Input:", "Question 2:" after an answer, ...).
-
-Where the answer is then looked for, in order (the first rule that finds one wins):
-
-1. after the last marker: "The answer is" / "the final answer is" / "The correct answer would
-   be" / "Final answer:" / a line starting "Answer:" / a JSON key "answer": (a bare "answer:"
-   inside a sentence is not a marker: "To find the answer: 80,000 + ..." is working, not the
-   answer); a first line that is arithmetic written out ("12 + 6 = 18") gives what follows its "=";
-2. after the last "####" (GSM8K's marker);
-3. inside the last ``\boxed{...}``;
-4. numbers: the last number of the whole output. Choices: an explicit letter in any case and
-   dress ("(C)", "(c)", "c)", "\"C\"", "`C`", "[C]", "**C**", {"answer": "C"}, "answer is c.",
-   "Answer: c", "option C", ``\boxed{c}``, "C\nbecause ...", "A. 1 over 5", "So C must be the
-   answer", an output ending "we choose c"; a lower-case letter only where it cannot be a word,
-   so "a boy" is never A). An explicit letter wins: only without one, the option whose whole
-   text the answer is ("1 over 5"); then, only for options that are a number (maybe with a unit
-   after a space: "80 km/h"; never "$5m+4p$"), the option whose value equals the answer's number;
-   then the option whose text appears, as whole words, in the answer (the longest such option).
-   No letter found is no answer (no guess).
-
-Every scan is linear in the output's length and runs under the per-item deadline of
-`read_limit` (see "time bound" below).
-
-Number forms also read: currency symbols and words before ("€10", "Rs.18", "USD 10"), the
-number inside ``\\text{18 units}``, "1.8 \\times 10^{1}", mixed numbers ("11 1/5"), a decimal
-comma ("3,5"; one comma not followed by three digits), "negative 10", and spelled-out numbers
-("eighteen") right after a marker or in an output without digits (docs/evaluation.md, section 5).
-
-Numbers are read exactly (as fractions, never through a float) with thousands separators
-("1,234"; a comma separates thousands only when every group after it has three digits, so
-"4,6,14,15" is a list of four numbers and a gold like it is compared as a list), signs (also U+2212 "−"; a minus counts as a sign only when it touches the digits and
-does not follow a digit or a closing bracket, so "8 - 3" reads 8 then 3), decimals, fractions
-("3/4", ``\\frac{3}{4}``), percentages ("45%" reads as 45, the way the benchmarks write
-percentage answers: no x/100), exponents, currency and units around them ("$46.50", "12 km/h").
-Float noise: a number written with a fractional part and 15 or more significant digits (what a
-program printing a binary float gives, 60.00000000000001, 583.3333333333334) is rounded to 12
-significant digits when read, never above the units place (1234567890123.4500001 reads
-1234567890123).
-
-Comparison with a gold number (`number_matches`) never passes a wrong digit:
-
-- an integer gold ("18") or a gold with one decimal ("0.3") matches only a prediction that is
-  exactly that number ("0.30" too; 0.25, 0.26 and 0.3001 do not);
-- a gold with d >= 2 decimals ("583.3333", "8695.65") may be a rounding of its answer: it matches
-  the same number, or a more precise prediction strictly inside its half-unit interval: 583.33333
-  matches, 583.333 and 583.3334 do not, and a tie (0.245 for "0.25") does not.
-
-MATH-style expressions are compared with math-verify (plain numbers by the rule above).
+`cut_continuation` first drops what is not this item's answer: text before a closing ``</think>``,
+a chat template's end-of-turn token and what follows, an invented next exercise. The answer is
+then looked for, the first rule that finds one winning: after the last marker ("The answer is",
+"Final answer:", a line "Answer:", a JSON "answer":), after the last "####", inside the last
+``\boxed{}``, else the last number. Choices: an explicit letter in any dress, else the option
+whose text or value the answer is; no letter found is no answer (no guess). Numbers are read
+exactly (as fractions) in their usual dress: currency, units, LaTeX, thousands separators,
+decimal commas, mixed numbers, spelled-out numbers; float noise (15+ significant digits) is
+rounded to 12. `number_matches` never passes a wrong digit: an integer or one-decimal gold needs
+exactly that number, a gold with 2+ decimals also a more precise prediction strictly inside its
+half-unit interval. MATH expressions go to math-verify. Every scan is linear in the output's
+length and bounded by `read_limit`. The rules in full, with examples: docs/evaluation.md,
+"Deviations from the released protocol".
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass
 from decimal import ROUND_HALF_UP, Decimal, InvalidOperation, localcontext
 from fractions import Fraction
+from typing import Any
 
 import regex
 
@@ -68,14 +32,14 @@ from numloss.evaluate.benchmarks import LETTERS, AnswerKind, Item, boxed_content
 
 # ---------------------------------------------------------------- time bound
 #
-# Every pattern below runs in linear time on any text: quantifiers that could scan far on a failed
-# attempt are bounded ({0,20}) or possessive, and a scan that must look far is written as a loop
-# over anchors found by a literal search. As a second line of defence every match runs under the
-# `regex` module's timeout, set from the per-item deadline of `read_limit`: an output that still
-# takes too long raises `ReadTimeout`, which the scorer records as that item's "unreadable" verdict.
+# Every pattern below is linear on any text (bounded or possessive quantifiers; far scans are
+# loops over anchors found by a literal search). As a second line of defence every match runs
+# under the `regex` timeout left by `read_limit`'s deadline: an output that still takes too long
+# raises `ReadTimeout`, which the scorer records as that item's "unreadable" verdict.
 
 READ_SECONDS = 10.0  # the scorer's bound on reading one output (one protocol, one attempt)
 _DEADLINE: ContextVar[float | None] = ContextVar("numloss_read_deadline", default=None)
+_TOO_LONG = "reading this output took longer than its time bound"
 
 
 class ReadTimeout(TimeoutError):
@@ -94,7 +58,7 @@ def read_limit(seconds: float | None = READ_SECONDS) -> Iterator[None]:
     # a reader that cannot be interrupted (the released protocol's `re` patterns, which are linear)
     # is bounded after the fact: the same verdict as an interrupted one
     if deadline is not None and time.monotonic() > deadline:
-        raise ReadTimeout(f"reading this output took longer than its time bound ({seconds:g} s)")
+        raise ReadTimeout(f"{_TOO_LONG} ({seconds:g} s)")
 
 
 def _left() -> float | None:
@@ -104,7 +68,7 @@ def _left() -> float | None:
         return None
     left = deadline - time.monotonic()
     if left <= 0:
-        raise ReadTimeout("reading this output took longer than its time bound")
+        raise ReadTimeout(_TOO_LONG)
     return left
 
 
@@ -112,39 +76,42 @@ def _rx(pattern: str, flags: int = 0) -> regex.Pattern:
     return regex.compile(pattern, flags | regex.V0)
 
 
+def _timed(method: Callable[..., Any], *args: Any) -> Any:
+    """`method(*args)` of a compiled pattern under the read deadline (ReadTimeout past it)."""
+    try:
+        return method(*args, timeout=_left())
+    except TimeoutError as error:
+        raise ReadTimeout(_TOO_LONG) from error
+
+
 def _finditer(pattern: regex.Pattern, text: str) -> Iterator[regex.Match]:
     try:
         yield from pattern.finditer(text, timeout=_left())
     except TimeoutError as error:
-        raise ReadTimeout("reading this output took longer than its time bound") from error
+        raise ReadTimeout(_TOO_LONG) from error
+
+
+def _last(pattern: regex.Pattern, text: str) -> regex.Match | None:
+    last = None
+    for match in _finditer(pattern, text):
+        last = match
+    return last
 
 
 def _search(pattern: regex.Pattern, text: str, pos: int = 0) -> regex.Match | None:
-    try:
-        return pattern.search(text, pos, timeout=_left())
-    except TimeoutError as error:
-        raise ReadTimeout("reading this output took longer than its time bound") from error
+    return _timed(pattern.search, text, pos)
 
 
 def _fullmatch(pattern: regex.Pattern, text: str) -> regex.Match | None:
-    try:
-        return pattern.fullmatch(text, timeout=_left())
-    except TimeoutError as error:
-        raise ReadTimeout("reading this output took longer than its time bound") from error
+    return _timed(pattern.fullmatch, text)
 
 
 def _match(pattern: regex.Pattern, text: str, pos: int = 0) -> regex.Match | None:
-    try:
-        return pattern.match(text, pos, timeout=_left())
-    except TimeoutError as error:
-        raise ReadTimeout("reading this output took longer than its time bound") from error
+    return _timed(pattern.match, text, pos)
 
 
-def _sub(pattern: regex.Pattern, repl, text: str) -> str:
-    try:
-        return pattern.sub(repl, text, timeout=_left())
-    except TimeoutError as error:
-        raise ReadTimeout("reading this output took longer than its time bound") from error
+def _sub(pattern: regex.Pattern, repl: Any, text: str) -> str:
+    return _timed(pattern.sub, repl, text)
 
 
 # ---------------------------------------------------------------- numbers
@@ -294,36 +261,28 @@ def _number_matches_in(text: str) -> tuple[str, list[regex.Match]]:
     return stripped, list(_finditer(_NUMBER, stripped))
 
 
-def exact_numbers_in(text: str) -> list[Fraction]:
-    """Every number in `text`, left to right, exactly (see the module doc for what is read)."""
+def _values(text: str, backwards: bool = False) -> Iterator[Fraction]:
+    """The numbers of `text` in order (or backwards), each converted only when asked for: the
+    last number of a text of a million numbers is read in linear time."""
     stripped, matches = _number_matches_in(text)
-    out = []
-    for match in matches:
+    for match in reversed(matches) if backwards else matches:
         value = _value(match, stripped)
         if value is not None:
-            out.append(value)
-    return out
+            yield value
+
+
+def exact_numbers_in(text: str) -> list[Fraction]:
+    """Every number in `text`, left to right, exactly (see the module doc for what is read)."""
+    return list(_values(text))
 
 
 def _last_number(text: str) -> Fraction | None:
-    """The last number of `text` (only that one is converted: a text of a million numbers is read
-    in linear time)."""
-    stripped, matches = _number_matches_in(text)
-    for match in reversed(matches):
-        value = _value(match, stripped)
-        if value is not None:
-            return value
-    return None
+    return next(_values(text, backwards=True), None)
 
 
 def parse_exact(text: str) -> Fraction | None:
     """The first number in `text` (units and currency ignored), exactly, or None."""
-    stripped, matches = _number_matches_in(text)
-    for match in matches:
-        value = _value(match, stripped)
-        if value is not None:
-            return value
-    return None
+    return next(_values(text), None)
 
 
 def parse_number(text: str) -> float | None:
@@ -345,9 +304,12 @@ _SPELLED = _rx(
     + _WORD + r"))*+)(?![\w-])", regex.I)
 
 
-def _spelled_value(words: str) -> int | None:
+def _spelled(match: regex.Match | None) -> Fraction | None:
+    """The value of a `_SPELLED` match ("two thousand and five", "negative ten"), or None."""
+    if match is None:
+        return None
     total, current = 0, 0
-    for word in regex.split(r"[\s-]+", words.lower()):
+    for word in regex.split(r"[\s-]+", match.group("words").lower()):
         if word == "and":
             continue
         if word in _UNITS:
@@ -359,29 +321,13 @@ def _spelled_value(words: str) -> int | None:
         else:
             total += max(current, 1) * _SCALES[word]
             current = 0
-    return total + current
+    value = total + current
+    return Fraction(-value if match.group("neg") else value)
 
 
 def _spelled_at_start(segment: str) -> Fraction | None:
     """A spelled-out number that opens `segment` ("eighteen", "negative ten", "two thousand and five")."""
-    head = segment.lstrip(" \t\n:*_\"'`$([{")
-    match = _match(_SPELLED, head)
-    if match is None:
-        return None
-    value = _spelled_value(match.group("words"))
-    if value is None:
-        return None
-    return Fraction(-value if match.group("neg") else value)
-
-
-def _last_spelled(text: str) -> Fraction | None:
-    last = None
-    for match in _finditer(_SPELLED, text):
-        last = match
-    if last is None:
-        return None
-    value = _spelled_value(last.group("words"))
-    return None if value is None else Fraction(-value if last.group("neg") else value)
+    return _spelled(_match(_SPELLED, segment.lstrip(" \t\n:*_\"'`$([{")))
 
 
 # ---------------------------------------------------------------- where the answer is
@@ -398,13 +344,6 @@ _TRIGGERS = _rx(
 )
 # choice items also name the option: "The correct option is C", "the right choice is (c)"
 _CHOICE_TRIGGERS = _rx(r"\b(?:the|my)[ \t]{1,3}(?:(?:correct|right|best|final)[ \t]{1,3})?(?:option|choice)[ \t]{1,3}(?:is|would[ \t]{1,3}be)(?!\w)(?:[ \t]{0,3}:)?", regex.I)
-
-
-def _last(pattern: regex.Pattern, text: str) -> regex.Match | None:
-    last = None
-    for match in _finditer(pattern, text):
-        last = match
-    return last
 
 
 def answer_segment(output: str, choice: bool = False) -> tuple[str, bool]:
@@ -438,9 +377,7 @@ def extract_exact(output: str) -> Fraction | None:
         if found is not None:
             return found
     found = _last_number(output)
-    if found is None:
-        return _last_spelled(output)
-    return found
+    return _spelled(_last(_SPELLED, output)) if found is None else found
 
 
 _SUM = _rx(r"[\d\s.,+\-−*/×÷·()$%]*+")
@@ -459,7 +396,11 @@ def _result_of_sum(segment: str) -> str:
 
 def extract_number(output: str) -> float | None:
     """`extract_exact` as a float."""
-    value = extract_exact(output)
+    return _float(extract_exact(output))
+
+
+def _float(value: Fraction | None) -> float | None:
+    """`value` as a float; beyond a float's range ("1e400") an infinite one (metrics skip it)."""
     if value is None:
         return None
     try:
@@ -727,21 +668,13 @@ def extract_math(output: str) -> str:
     if marked:
         boxed = boxed_content(segment)
         return _clean_math(boxed if boxed is not None else _first_answer_line(segment))
-    last = None
-    for match in _finditer(_MATH_NUMBER, output):  # ".5" is 0.5, not 5
-        last = match
+    last = _last(_MATH_NUMBER, output)  # ".5" is 0.5, not 5
     return last.group(0) if last else ""
 
 
 def plain_number(text: str) -> float | None:
     """`text` as a number when it is nothing but one (fractions and LaTeX fractions included)."""
-    value = plain_exact(text)
-    if value is None:
-        return None
-    try:
-        return float(value)
-    except OverflowError:  # "1e400": beyond a float, kept as an infinite value (metrics skip it)
-        return float("inf") if value > 0 else float("-inf")
+    return _float(plain_exact(text))
 
 
 _PLAIN = regex.compile(r"[-+−]?[$€£¥₹]?(" + _DIGITS + r"(\.\d+)?|\.\d+)(/\d+)?%?")
@@ -789,14 +722,14 @@ def math_equal(pred: str, gold: str) -> bool:
     if "=" in pred and "=" not in gold:  # "x = 14,\\!400", "12 + 6 = 18": the right-hand side is the answer
         pred = pred.rsplit("=", 1)[1].strip().strip("$").strip()
     gold_value, pred_value = plain_exact(gold), plain_exact(pred)
-    if gold_value is not None and pred_value is not None:
-        plain_gold = _strip_latex(gold).replace(" ", "").strip("$")
-        return number_matches(pred_value, plain_gold if gold_decimal(plain_gold) is not None else gold, pred.strip().strip("$"))
     if gold_value is not None:
+        plain_gold = _strip_latex(gold).replace(" ", "").strip("$")
+        gold_text = plain_gold if gold_decimal(plain_gold) is not None else gold
+        if pred_value is not None:
+            return number_matches(pred_value, gold_text, pred.strip().strip("$"))
         dressed = _single_number(pred)
         if dressed is not None:
-            plain_gold = _strip_latex(gold).replace(" ", "").strip("$")
-            return number_matches(dressed, plain_gold if gold_decimal(plain_gold) is not None else gold)
+            return number_matches(dressed, gold_text)
         if not any(c.isdigit() for c in pred) and "\\" not in pred:
             return False  # words without a digit or a LaTeX command are not a number (no parser needed)
     if len(pred) > 4 * len(gold) + 200:  # far longer than the gold: no parser is given it (it could stall)

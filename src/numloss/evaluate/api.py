@@ -17,7 +17,8 @@ import math
 import sys
 import time
 from collections import Counter
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -59,8 +60,6 @@ BENCHMARK_KIND = {name: spec.kind for name, spec in BENCHMARKS.items()}
 
 def benchmark_score(results: Sequence[ItemResult], digits: DigitStats | None = None) -> BenchmarkScore:
     """Accuracy with its 95 % Wilson interval, counts, numeric distance and place accuracy."""
-    from collections import Counter
-
     from numloss.evaluate.answers import gold_decimal
     from numloss.evaluate.metrics import wilson_interval
 
@@ -106,10 +105,6 @@ def _finite(x: float) -> float | None:
     return None if x is None or math.isnan(x) else x
 
 
-def _protocols(protocol: str | Protocol | Sequence) -> list[Protocol]:
-    return resolve(protocol)  # type: ignore[arg-type]
-
-
 def _load(benchmarks: str | Sequence[str | Benchmark], data_dir: str | Path | None, limit: int | None, seed: int | None) -> list[Benchmark]:
     check_limit(limit)
     if isinstance(benchmarks, str):
@@ -123,6 +118,8 @@ def _load(benchmarks: str | Sequence[str | Benchmark], data_dir: str | Path | No
         else:
             name, path = w
             out.append(load_benchmark(name, path=path, data_dir=data_dir, limit=limit, seed=SYNTHETIC_SEED if seed is None else seed))
+    if not out:
+        raise BenchmarkError("benchmarks is empty; name at least one, e.g. ['gsm8k', 'svamp'] (--benchmarks gsm8k,svamp)")
     return out
 
 
@@ -221,103 +218,147 @@ def evaluate(
     cut_at_stop: bool = True,
     threads: int | None = None,
 ) -> EvalReport:
-    """Evaluate a model on `benchmarks` under `protocol` ("released", "numloss" or "both").
+    """Evaluate a model on `benchmarks` under `protocol` ("released", "numloss", "both"): a report.
 
-    `model_or_path`: a model folder / name for `numloss.models.load` ("smollm2", "tiny", a local
-    Hugging Face folder), a `(model, tokenizer)` pair, or any object with
-    `generate(prompts, max_new_tokens=None) -> [Generation]` (no digit statistics then).
-    `benchmarks`: names ("gsm8k,svamp" or a list; `file:PATH.jsonl`; `NAME=PATH`) or `Benchmark`s.
-    `results_file`: the per-item JSONL to append to and resume from (none: kept in memory).
-    `max_new_tokens` caps the protocol's limits (1500 open, 2048 multiple choice).
-    `cut_at_stop`: every generator's output, a custom one's too, is cut at the protocol's stop
-    strings, as the built-in and vLLM generators stop there (False: score what it returned).
-    `progress`: a bar that moves as each item's generation finishes. `threads`: torch CPU threads
-    (1 to the machine's cores; set for the process, as `numloss eval --threads` does).
-    Returns an `EvalReport`: accuracy with 95 % intervals per benchmark, mACC, MAE, signed-log MAE,
-    place accuracy, teacher-forced digit entropy, and `.to_markdown()`.
+    `model_or_path`: a name or folder for `numloss.models.load`, a `(model, tokenizer)` pair, or any
+    object with `generate(prompts, max_new_tokens=None) -> [Generation]`. `benchmarks`: names
+    ("gsm8k,svamp", `file:PATH.jsonl`, `NAME=PATH`) or `Benchmark`s. `results_file`: the per-item
+    JSONL to append to and resume from. `cut_at_stop`: every output, a custom generator's too, is
+    cut at the protocol's stop strings. `threads`: torch CPU threads for the process.
     """
     started = time.perf_counter()
     set_threads(threads)  # checked before anything loads
-    protocols = _protocols(protocol)
-    stop, open_limit, choice_limit = generation_settings(protocols)
-    if max_new_tokens is not None:
-        if max_new_tokens < 1:
-            raise ValueError(f"max_new_tokens must be at least 1, got {max_new_tokens}")
-        open_limit, choice_limit = min(open_limit, max_new_tokens), min(choice_limit, max_new_tokens)
+    protocols = resolve(protocol)  # type: ignore[arg-type]
+    stop, open_limit, choice_limit = _limits(protocols, max_new_tokens)
     loaded = _load(benchmarks, data_dir, limit, seed)
-    if not loaded:
-        raise BenchmarkError("benchmarks is empty; name at least one, e.g. ['gsm8k', 'svamp'] (--benchmarks gsm8k,svamp)")
     given = model_or_path
     if backend == "hf" and (adapter := load_adapter_run(model_or_path, device)) is not None:
         model_or_path = adapter  # a LoRA run's final/: its base model with the adapter merged in
     if digit_stats:
         check_digit_tokens(model_or_path)  # before the model loads and generates, not after
     runner = program_runner(program_timeout, workers, allow_unisolated)  # its options checked before the model loads
+    settings = {"prompt": "released-alpaca-0shot", "stop": list(stop), "max_new_tokens_open": open_limit,
+                "max_new_tokens_choice": choice_limit, "backend": backend, "dtype": dtype, "program_of_thought": program_of_thought}
+    model_name = _model_name(given)
+    store, saved, extra = _resume(model_or_path, model_name, settings, runner, loaded, protocols,
+                                  results_file, overwrite, cut_at_stop)
+    model, tokenizer, generator = _generator(model_or_path, backend, dtype, device, tensor_parallel, batch_size, stop, open_limit, progress)
+    generator = StopCut(generator, stop) if cut_at_stop else generator
+    if runner.isolation.mode == "unavailable" and program_of_thought:
+        print(f"numloss eval: programs will not run: {runner.isolation.detail}. Items with a program use chain of thought.", file=sys.stderr)
+    capped = [replace(p, max_new_tokens_open=open_limit, max_new_tokens_choice=choice_limit)
+              for p in protocols]
+    per, digits = _run_all(loaded, saved, capped, generator, runner, store=store, extra=extra,
+                           seed=seed, results_file=results_file, progress=progress,
+                           batch_size=batch_size, program_of_thought=program_of_thought,
+                           measured=(model, tokenizer) if digit_stats else None)
+    getattr(generator, "close_progress", lambda: None)()
+    meta = {"model": model_name, "settings": settings, "settings_key": extra["settings"],
+            "results_file": str(results_file) if results_file else None,
+            "wall_seconds": time.perf_counter() - started, "program_of_thought": program_of_thought,
+            "limit": limit, "threads": threads, "generation_stats": _generation_stats(generator)}
+    return _report(protocols, per, digits, runner, meta)
+
+
+def _synthetic_fields(bench: Benchmark, seed: int | None) -> dict[str, int]:
+    """The seed and size a synthetic set's records carry (score_outputs regenerates it from them)."""
+    if not bench.name.startswith(("synthetic:", "gym:")):
+        return {}
+    return {"seed": SYNTHETIC_SEED if seed is None else seed, "set_size": len(bench)}
+
+
+def _generation_stats(generator: Any) -> dict[str, Any]:
+    tokens, seconds = getattr(generator, "tokens", 0), getattr(generator, "seconds", 0.0)
+    per_second = tokens / seconds if seconds else None
+    return {"tokens": tokens, "seconds": seconds, "tokens_per_second": per_second}
+
+
+def _limits(protocols: list[Protocol], max_new_tokens: int | None) -> tuple[tuple[str, ...], int, int]:
+    """The protocols' (stop, open limit, choice limit), the limits capped at `max_new_tokens`."""
+    stop, open_limit, choice_limit = generation_settings(protocols)
+    if max_new_tokens is None:
+        return stop, open_limit, choice_limit
+    if max_new_tokens < 1:
+        raise ValueError(f"max_new_tokens must be at least 1, got {max_new_tokens}")
+    return stop, min(open_limit, max_new_tokens), min(choice_limit, max_new_tokens)
+
+
+def _resume(model_or_path: Any, model_name: str, settings: dict[str, Any], runner: ProgramRunner,
+            loaded: list[Benchmark], protocols: list[Protocol], results_file: str | Path | None,
+            overwrite: bool, cut_at_stop: bool) -> tuple[ResultsFile | None, list, dict[str, Any]]:
+    """(the results file, this run's saved records, the fields each new record carries), after
+    `--overwrite` moved the records to redo aside and the saved ones were checked as this model's."""
+    key = settings_key(settings)
     identity = model_identity(model_or_path) if results_file is not None else None  # checked before the model loads
     # the weights' bytes, not their names, sizes and times: a model saved over another with the
     # same sizes and restored times is still another model (numloss.identity)
     content = _model_content(model_or_path) if results_file is not None else None
-    capped = [_capped(p, open_limit, choice_limit) for p in protocols]
-    settings = {"prompt": "released-alpaca-0shot", "stop": list(stop), "max_new_tokens_open": open_limit,
-                "max_new_tokens_choice": choice_limit, "backend": backend, "dtype": dtype, "program_of_thought": program_of_thought}
-    key = settings_key(settings)
-    model_name = _model_name(given)
-    store = ResultsFile(results_file) if results_file is not None else None
+    extra = {"model": model_name, "model_identity": identity, "settings": key,
+             "generation": settings, "isolation": runner.isolation.mode,
+             "cut_at_stop": bool(cut_at_stop)}
+    if content is not None:
+        extra["model_sha256"] = content
+    if results_file is None:
+        return None, [], extra
+    store = ResultsFile(results_file)
     names = {p.name for p in protocols}
     bench_names = {b.name for b in loaded}
 
     def ours(r: Mapping[str, Any]) -> bool:
         return r.get("model") == model_name and r.get("settings") == key and r.get("benchmark") in bench_names
 
-    if store is not None and overwrite:
+    if overwrite:
         moved, aside = store.drop(lambda r: ours(r) and (r.get("protocol") in names or r.get("model_identity") != identity
-                                                          or _stale(r, content, cut_at_stop)))
+                                                          or _stale(r, content, cut_at_stop, model_name) is not None))
         if moved:
             print(f"numloss eval: --overwrite: moved {moved} earlier records of {model_name} to {aside}", file=sys.stderr)
-    saved = [r for r in store.records() if ours(r)] if store is not None else []
+    saved = [r for r in store.records() if ours(r)]
     check_same_model(saved, identity, model_name, results_file)
     _check_same_inputs(saved, content, cut_at_stop, model_name, results_file)
-    model, tokenizer, generator = _generator(model_or_path, backend, dtype, device, tensor_parallel, batch_size, stop, open_limit, progress)
-    if cut_at_stop:
-        generator = StopCut(generator, stop)
-    if runner.isolation.mode == "unavailable" and program_of_thought:
-        print(f"numloss eval: programs will not run: {runner.isolation.detail}. Items with a program use chain of thought.", file=sys.stderr)
-    extra = {"model": model_name, "model_identity": identity, "settings": key, "generation": settings, "isolation": runner.isolation.mode,
-             "cut_at_stop": bool(cut_at_stop)}
-    if content is not None:
-        extra["model_sha256"] = content
-    per: dict[str, dict[str, list[ItemResult]]] = {p.name: {} for p in protocols}
+    return store, saved, extra
+
+
+Results = dict[str, dict[str, list[ItemResult]]]  # {protocol: {benchmark: item results}}
+
+
+def _run_all(loaded: list[Benchmark], saved: list[Mapping[str, Any]], protocols: list[Protocol],
+             generator: Any, runner: ProgramRunner, *, store: ResultsFile | None,
+             extra: dict[str, Any], seed: int | None, results_file: Any, progress: bool,
+             batch_size: int, program_of_thought: bool,
+             measured: tuple[Any, Any] | None) -> tuple[Results, dict[str, DigitStats]]:
+    """({protocol: {benchmark: results}}, {benchmark: digit statistics of the `measured` (model,
+    tokenizer)}): `run_benchmark` on each benchmark, resumed from its saved records (checked to be
+    of its items now: their verdicts kept, their outputs reused), each new result with `extra`."""
+    per: Results = {p.name: {} for p in protocols}
     digits: dict[str, DigitStats] = {}
     for bench in loaded:
         mine = [r for r in saved if r["benchmark"] == bench.name]
         _check_same_items(bench, mine, results_file)
-        done = {p.name: {str(r["id"]): _item_result(r) for r in mine if r.get("protocol") == p.name} for p in protocols}
-        known = {str(r["id"]): (r["output"], r.get("fallback_output")) for r in mine if "output" in r}
         if progress:
             print(f"{bench.name}: {len(bench)} items from {bench.source}", file=sys.stderr)
-
-        synthetic = {"seed": SYNTHETIC_SEED if seed is None else seed, "set_size": len(bench)} if bench.name.startswith(("synthetic:", "gym:")) else {}
-        bench_extra = {**extra, **synthetic}  # score_outputs regenerates a synthetic set from these
-
-        def write(results: list[ItemResult], _extra: dict = bench_extra) -> None:
-            for r in results:
-                r.extra = dict(_extra)
-            if store is not None:
-                store.append([r.to_json() for r in results])
-
-        out = run_benchmark(bench, capped, generator, runner, done=done, known_outputs=known, write=write,
-                            batch_size=batch_size, program_of_thought=program_of_thought)
+        done = {p.name: {str(r["id"]): _item_result(r) for r in mine if r.get("protocol") == p.name} for p in protocols}
+        known = {str(r["id"]): (r["output"], r.get("fallback_output")) for r in mine if "output" in r}
+        write = _writer(store, {**extra, **_synthetic_fields(bench, seed)})
+        out = run_benchmark(bench, protocols, generator, runner, done=done, known_outputs=known,
+                            write=write, batch_size=batch_size,
+                            program_of_thought=program_of_thought)
         for name, results in out.items():
             per[name][bench.name] = results
-        if digit_stats and model is not None and tokenizer is not None:
-            digits[bench.name] = _digit_stats(model, tokenizer, bench, capped[0], batch_size)
-    getattr(generator, "close_progress", lambda: None)()
-    meta = {"model": model_name, "settings": settings, "settings_key": key, "results_file": str(results_file) if results_file else None,
-            "wall_seconds": time.perf_counter() - started, "program_of_thought": program_of_thought,
-            "limit": limit, "threads": threads}
-    tokens, seconds = getattr(generator, "tokens", 0), getattr(generator, "seconds", 0.0)
-    meta["generation_stats"] = {"tokens": tokens, "seconds": seconds, "tokens_per_second": tokens / seconds if seconds else None}
-    return _report(protocols, per, digits, runner, meta)
+        if measured is not None and measured[0] is not None and measured[1] is not None:
+            digits[bench.name] = _digit_stats(*measured, bench, protocols[0], batch_size)
+    return per, digits
+
+
+def _writer(store: ResultsFile | None, extra: dict[str, Any]) -> Callable[[list[ItemResult]], None]:
+    """What `run_benchmark` hands each finished batch: the results get `extra` and go to `store`."""
+
+    def write(results: list[ItemResult]) -> None:
+        for r in results:
+            r.extra = dict(extra)
+        if store is not None:
+            store.append([r.to_json() for r in results])
+
+    return write
 
 
 class StopCut:
@@ -384,38 +425,31 @@ def _model_content(model_or_path: Any) -> str | None:
     return model_sha256(str(model_or_path))
 
 
-def _stale(record: Mapping[str, Any], content: str | None, cut_at_stop: bool) -> bool:
-    """True when a saved record was made from other weights or under the other stop-cut mode;
+def _stale(record: Mapping[str, Any], content: str | None, cut_at_stop: bool,
+           model: str) -> str | None:
+    """What makes a saved record another input's (other weights, the other stop-cut mode), or None;
     a record without those fields (an older numloss) is not stale by them."""
-    other_weights = content is not None and record.get("model_sha256") not in (None, content)
-    other_cut = "cut_at_stop" in record and record["cut_at_stop"] != bool(cut_at_stop)
-    return other_weights or other_cut
+    from numloss.identity import describe_change
+
+    if content is not None and record.get("model_sha256") not in (None, content):
+        return describe_change(f"the weights of {model!r}", record.get("model_sha256"), content)
+    if "cut_at_stop" in record and record["cut_at_stop"] != bool(cut_at_stop):
+        return (f"the stop-cut mode changed (cut_at_stop {record['cut_at_stop']} then, {bool(cut_at_stop)} now; "
+                "--no-stop-cut sets it)")
+    return None
 
 
 def _check_same_inputs(saved: Sequence[Mapping[str, Any]], content: str | None, cut_at_stop: bool, model: str,
                        results_file: Any) -> None:
     """Refuse to resume from records of other weights (the model replaced in place) or of the
-    other stop-cut mode, naming what changed. Records without these fields are accepted."""
-    from numloss.identity import describe_change
-
+    other stop-cut mode, naming what changed."""
     for record in saved:
-        if not _stale(record, content, cut_at_stop):
-            continue
-        if content is not None and record.get("model_sha256") not in (None, content):
-            what = describe_change(f"the weights of {model!r}", record.get("model_sha256"), content)
-        else:
-            what = (f"the stop-cut mode changed (cut_at_stop {record['cut_at_stop']} then, {bool(cut_at_stop)} now; "
-                    "--no-stop-cut sets it)")
-        raise BenchmarkError(
-            f"{results_file}: saved records of {model!r} cannot be resumed: {what}. Use another --out, or --overwrite "
-            "to move those records aside and redo them"
-        )
-
-
-def _capped(p: Protocol, open_limit: int, choice_limit: int) -> Protocol:
-    from dataclasses import replace
-
-    return replace(p, max_new_tokens_open=open_limit, max_new_tokens_choice=choice_limit)
+        what = _stale(record, content, cut_at_stop, model)
+        if what is not None:
+            raise BenchmarkError(
+                f"{results_file}: saved records of {model!r} cannot be resumed: {what}. Use another --out, or --overwrite "
+                "to move those records aside and redo them"
+            )
 
 
 def _generator(model_or_path: Any, backend: str, dtype: str, device: str | None, tp: int, batch_size: int, stop: tuple[str, ...], limit: int, progress: bool) -> tuple[Any, Any, Any]:
@@ -489,11 +523,8 @@ def _item_result(record: Mapping[str, Any]) -> ItemResult:
 def _check_one_model(rows: Sequence[Mapping[str, Any]], source: str) -> None:
     """Refuse a file holding the outputs of more than one model (by name and weights): scored
     together, their verdicts would be one score that names neither."""
-    models: dict[tuple[str, str, str], int] = {}
-    for row in rows:
-        if "model" in row:
-            key = (str(row.get("model")), str(row.get("model_identity")), str(row.get("model_sha256")))
-            models[key] = models.get(key, 0) + 1
+    models = Counter((str(r.get("model")), str(r.get("model_identity")), str(r.get("model_sha256")))
+                     for r in rows if "model" in r)
     if len(models) > 1:
         named = "; ".join(f"{name} ({identity if identity != 'None' else 'no identity'}, {n} records)"
                           for (name, identity, _), n in list(models.items())[:3])
@@ -519,36 +550,60 @@ def score_outputs(
 ) -> EvalReport:
     """Score outputs generated earlier (by numloss or anything else) under `protocol`; no model.
 
-    Two record formats (docs/evaluation.md, "Scoring saved outputs"):
-
-    - numloss records: `benchmark` (a name, or `file:PATH.jsonl`), `id` (the item's id, see
-      `benchmarks.parse_records`), `output` (the first attempt's text) and optionally
-      `fallback_output` (the chain-of-thought text for open items whose first attempt gave no
-      answer; without it such an item counts as unanswered) and `question` (when present it must
-      be the item's question, or the record is refused). The results file `evaluate` writes is
-      valid input (one line per protocol, read once per item).
-    - lm-evaluation-harness `--log_samples` files (`doc_id`, `doc`, `resps`, ...): the benchmark
-      from the file name's task or `benchmark=`, items matched as `numloss.evaluate.lmeval` says.
-
-    `protocol`: "released", "numloss" or "both" (default: "numloss" for numloss records, "both"
-    for lm-eval samples). `cut_at_stop`: cut each output at the protocol's stop strings, as
-    generation does (default: on for numloss records, off for lm-eval samples, which lm-eval
-    already cut at its task's own `until` strings; pass False for outputs already cut).
-    `records` may be a JSONL path; a malformed line is reported with its file and line.
-    A synthetic set is generated again at the seed and size its records carry (`seed` for
-    records that carry none).
+    `records` (a JSONL path or mappings): numloss records (`benchmark`, `id`, `output`, optionally
+    `fallback_output` and `question`, which must be the item's; `evaluate`'s results file is one) or
+    an lm-evaluation-harness `--log_samples` file (benchmark from the task name or `benchmark=`;
+    `numloss.evaluate.lmeval`). Formats: docs/evaluation.md, "Scoring saved outputs".
+    `protocol` defaults to "numloss" for numloss records, "both" for lm-eval samples; `cut_at_stop`
+    (cut at the protocol's stop strings) to on for numloss records, off for lm-eval samples (cut
+    at the task's `until` already). A synthetic set is generated again at the seed and size its
+    records carry (`seed` for records that carry none).
     """
     from numloss.evaluate import lmeval
     from numloss.evaluate.generate import cut_at_stop as cut
 
     check_limit(limit)
+    rows, source = _rows_of(records)
+    _check_one_model(rows, source)
+    samples = lmeval.is_samples(rows)
+    protocols = resolve(protocol if protocol is not None else ("both" if samples else "numloss"))
+    stop, _, _ = generation_settings(protocols)
+    cutting = (not samples) if cut_at_stop is None else bool(cut_at_stop)
+
+    def cut_text(text: str | None) -> str | None:
+        return cut(text, stop) if cutting and text is not None else text
+
+    meta: dict[str, Any] = {"scored_from": source, "format": "lm-eval samples" if samples else "numloss records",
+                            "cut_at_stop": cutting}
+    if samples:
+        sets = _sample_sets(rows, source, benchmark, data_dir, cut_text, meta)
+    else:
+        sets = _record_sets(rows, source, data_dir, seed, cut_text)
+    runner = program_runner(program_timeout, workers, allow_unisolated)
+    per: Results = {p.name: {} for p in protocols}
+    for bench_name, (kind, items, outputs) in sets.items():
+        subset = Benchmark(bench_name, kind, items[: limit or None], source)  # type: ignore[arg-type]
+        out = run_benchmark(subset, protocols, None, runner, known_outputs=outputs,
+                            batch_size=batch_size)
+        for name, results in out.items():
+            per[name][bench_name] = results
+    return _report(protocols, per, {}, runner, meta)
+
+
+Outputs = dict[str, tuple[str, str | None]]  # per item id: (output, fallback output or None)
+
+
+def _rows_of(records: str | Path | Iterable[Mapping[str, Any]]) -> tuple[list[Mapping], str]:
+    """(the records, where they come from) of a JSONL path or an iterable of mappings."""
+    from numloss.evaluate import lmeval
+
     if isinstance(records, (str, Path)):
         if Path(records).is_dir():
             raise BenchmarkError(f"{records}: is a folder, not a file of records to score (JSON lines)")
         if not Path(records).is_file():
             raise BenchmarkError(f"{records}: no such file")
         lmeval.refuse_results_file(records)
-        rows = read_lines(Path(records))
+        rows: list[Mapping[str, Any]] = list(read_lines(Path(records)))
         source = str(records)
     else:
         if isinstance(records, Mapping) or not isinstance(records, Iterable):
@@ -559,77 +614,69 @@ def score_outputs(
                 raise BenchmarkError(f"record {n}: expected a mapping (benchmark, id, output), got a {type(row).__name__}")
     if not rows:
         raise BenchmarkError(f"{source}: no records to score")
-    _check_one_model(rows, source)
-    samples = lmeval.is_samples(rows)
-    protocols = _protocols(protocol if protocol is not None else ("both" if samples else "numloss"))
-    stop, _, _ = generation_settings(protocols)
-    cutting = (not samples) if cut_at_stop is None else bool(cut_at_stop)
+    return rows, source
 
-    def cut_text(text: str | None) -> str | None:
-        return cut(text, stop) if cutting and text is not None else text
 
-    # per benchmark: items in order, and their (output, fallback)
-    chosen: dict[str, list[Item]] = {}
-    outputs: dict[str, dict[str, tuple[str, str | None]]] = {}
-    kinds: dict[str, str] = {}
-    meta: dict[str, Any] = {"scored_from": source, "format": "lm-eval samples" if samples else "numloss records",
-                            "cut_at_stop": cutting}
-    if samples:
-        task = lmeval.task_of(source) if source != "records" else None
-        name = benchmark or (lmeval.benchmark_of_task(task) if task else None)
-        if name is None:
-            raise BenchmarkError(f"{source}: lm-eval samples of task {task!r} are not one of the seven benchmarks; "
-                                 "name the benchmark with benchmark= (--outputs-benchmark NAME)" if task else
-                                 f"{source}: cannot tell the benchmark of these lm-eval samples from the file name "
-                                 "(samples_<task>_<date>.jsonl); name it with benchmark= (--outputs-benchmark NAME)")
-        name = canonical_name(name)
-        ours = None
-        if data_dir is not None:
-            from numloss.evaluate.benchmarks import find_local
+Sets = dict[str, tuple[str, list[Item], Outputs]]  # {benchmark: (kind, items, outputs)}
 
-            if find_local(name, Path(data_dir)) is not None:
-                ours = load_benchmark(name, data_dir=data_dir)
-        mapped = lmeval.read_samples(rows, name, source, ours)
-        chosen[name] = [m.item for m in mapped][: limit or None]
-        outputs[name] = {m.item.id: (cut_text(m.output) or "", None) for m in mapped}
-        kinds[name] = BENCHMARK_KIND.get(name, mapped[0].item.kind)
-        meta["lm_eval"] = {"task": task, "benchmark": name, "matched": dict(Counter(m.matched for m in mapped))}
-    else:
-        order: dict[str, list[str]] = {}
-        questions: dict[tuple[str, str], tuple[str, str]] = {}
-        for n, row in enumerate(rows, 1):
-            where = f"{source}:{n}" if source != "records" else f"record {n - 1}"
-            check_output_record(row, where)
-            bench, item = str(row["benchmark"]), str(row["id"])
-            seen = outputs.setdefault(bench, {})
-            if isinstance(row.get("question"), str) and row["question"]:
-                questions.setdefault((bench, item), (row["question"], where))
-            if item not in seen:
-                order.setdefault(bench, []).append(item)
-                seen[item] = (cut_text(row["output"]) or "", cut_text(row.get("fallback_output")))
-            elif seen[item][1] is None and row.get("fallback_output") is not None:
-                seen[item] = (seen[item][0], cut_text(row.get("fallback_output")))
-        for bench_name, ids in order.items():
-            bench = load_for_records(bench_name, ids, data_dir, *recorded_set(rows, bench_name, seed))
-            by_id = {it.id: it for it in bench.items}
-            unknown = [i for i in ids if i not in by_id]
-            if unknown:
-                raise BenchmarkError(f"{source}: benchmark {bench_name} has no item with id {unknown[0]!r} ({len(unknown)} unknown ids)")
-            for i in ids:
-                saved = questions.get((bench_name, i))
-                if saved is not None and saved[0].strip() != by_id[i].question.strip():
-                    raise BenchmarkError(
-                        f"{saved[1]}: the record's question is not the question of {bench_name} item {i} ({bench.source}): "
-                        f"{saved[0][:50]!r}... vs {by_id[i].question[:50]!r}...; score it against the data it was generated from"
-                    )
-            chosen[bench.name] = [by_id[i] for i in ids][: limit or None]
-            outputs[bench.name] = outputs.pop(bench_name) if bench_name != bench.name else outputs[bench_name]
-            kinds[bench.name] = bench.kind
-    runner = program_runner(program_timeout, workers, allow_unisolated)
-    per: dict[str, dict[str, list[ItemResult]]] = {p.name: {} for p in protocols}
-    for bench_name, items in chosen.items():
-        subset = Benchmark(bench_name, kinds[bench_name], items, source)  # type: ignore[arg-type]
-        out = run_benchmark(subset, protocols, None, runner, known_outputs=outputs[bench_name], batch_size=batch_size)
-        for name, results in out.items():
-            per[name][bench_name] = results
-    return _report(protocols, per, {}, runner, meta)
+
+def _sample_sets(rows: Sequence[Mapping[str, Any]], source: str, benchmark: str | None,
+                 data_dir: str | Path | None, cut_text: Callable, meta: dict[str, Any]) -> Sets:
+    """{benchmark: (kind, items, outputs)} of lm-eval samples; `meta` gets what was matched how."""
+    from numloss.evaluate import lmeval
+    from numloss.evaluate.benchmarks import find_local
+
+    task = lmeval.task_of(source) if source != "records" else None
+    name = benchmark or (lmeval.benchmark_of_task(task) if task else None)
+    if name is None:
+        raise BenchmarkError(f"{source}: lm-eval samples of task {task!r} are not one of the seven benchmarks; "
+                             "name the benchmark with benchmark= (--outputs-benchmark NAME)" if task else
+                             f"{source}: cannot tell the benchmark of these lm-eval samples from the file name "
+                             "(samples_<task>_<date>.jsonl); name it with benchmark= (--outputs-benchmark NAME)")
+    name = canonical_name(name)
+    ours = None
+    if data_dir is not None and find_local(name, Path(data_dir)) is not None:
+        ours = load_benchmark(name, data_dir=data_dir)
+    mapped = lmeval.read_samples(rows, name, source, ours)
+    matched = dict(Counter(m.matched for m in mapped))
+    meta["lm_eval"] = {"task": task, "benchmark": name, "matched": matched}
+    outputs = {m.item.id: (cut_text(m.output) or "", None) for m in mapped}
+    kind = BENCHMARK_KIND.get(name, mapped[0].item.kind)
+    return {name: (kind, [m.item for m in mapped], outputs)}
+
+
+def _record_sets(rows: Sequence[Mapping[str, Any]], source: str, data_dir: str | Path | None,
+                 seed: int | None, cut_text: Callable) -> Sets:
+    """{benchmark: (kind, items, outputs)} of numloss records, each item's first output (and the
+    first fallback given) kept; a record's question must be its item's."""
+    order: dict[str, list[str]] = {}
+    outputs: dict[str, Outputs] = {}
+    questions: dict[tuple[str, str], tuple[str, str]] = {}
+    for n, row in enumerate(rows, 1):
+        where = f"{source}:{n}" if source != "records" else f"record {n - 1}"
+        check_output_record(row, where)
+        bench, item = str(row["benchmark"]), str(row["id"])
+        seen = outputs.setdefault(bench, {})
+        if isinstance(row.get("question"), str) and row["question"]:
+            questions.setdefault((bench, item), (row["question"], where))
+        if item not in seen:
+            order.setdefault(bench, []).append(item)
+            seen[item] = (cut_text(row["output"]) or "", cut_text(row.get("fallback_output")))
+        elif seen[item][1] is None and row.get("fallback_output") is not None:
+            seen[item] = (seen[item][0], cut_text(row.get("fallback_output")))
+    sets = {}
+    for bench_name, ids in order.items():
+        bench = load_for_records(bench_name, ids, data_dir, *recorded_set(rows, bench_name, seed))
+        by_id = {it.id: it for it in bench.items}
+        unknown = [i for i in ids if i not in by_id]
+        if unknown:
+            raise BenchmarkError(f"{source}: benchmark {bench_name} has no item with id {unknown[0]!r} ({len(unknown)} unknown ids)")
+        for i in ids:
+            saved = questions.get((bench_name, i))
+            if saved is not None and saved[0].strip() != by_id[i].question.strip():
+                raise BenchmarkError(
+                    f"{saved[1]}: the record's question is not the question of {bench_name} item {i} ({bench.source}): "
+                    f"{saved[0][:50]!r}... vs {by_id[i].question[:50]!r}...; score it against the data it was generated from"
+                )
+        sets[bench.name] = (bench.kind, [by_id[i] for i in ids], outputs[bench_name])
+    return sets

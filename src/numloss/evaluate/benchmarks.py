@@ -1,31 +1,12 @@
 """The paper's seven math benchmarks and the built-in synthetic sets, behind one `Benchmark` type.
 
-Every benchmark is a list of `Item`s: a question, the gold answer as a string, and the answer kind
-(`number`: one numeric value; `choice`: a letter A-E with the option texts; `math`: a LaTeX
-expression compared with math-verify). Sources, in the order tried:
-
-1. an explicit file (`gsm8k=path/to/test.jsonl` on the command line, `path=` here);
-2. a file found under `data_dir`: `<name>.jsonl|json|parquet`, or the MAmmoTH layout
-   (`gsm8k/gsm8k.jsonl`, `SVAMP/SVAMP.json`, `AQuA/AQuA.json`, `math/MATH.json`,
-   `simuleq/simuleq.json`, `sat/sat.json`, `mmlu/mathematics.json`);
-3. the Hugging Face Hub id of the benchmark (`datasets.load_dataset`), or `hf:ID[:CONFIG[:SPLIT]]`.
-
-Public record formats accepted (each parser names the file and the field that is wrong):
-
-| benchmark | fields |
-|---|---|
-| gsm8k | `question`, `answer` ending in `#### 42` (openai/gsm8k) |
-| math | `problem` + `solution` with `\\boxed{}` (Hendrycks MATH), or `problem` + `answer` (MATH-500), or `question` + `answer` (MAmmoTH's MATH.json; answer may be `[string, number]`) |
-| svamp | `Body`, `Question`, `Answer` |
-| aqua | `question`, `options` (`"A)21"`, ...), `correct` |
-| mmlu_math | `question`, `choices` (4 texts), `answer` (index 0-3 or letter) |
-| sat | AGIEval: `question`, `options` (`"(A)..."`), `label`; hails/agieval-sat-math: `query`, `choices`, `gold`; MAmmoTH: `question` with "Answer Choices: (A) ...", `answer` letter |
-| simuleq | `question`, `answer` (MAmmoTH simuleq.json) |
-
-Built-in synthetic sets: `synthetic:<name>` (numloss.data.synthetic: integer_arithmetic,
-decimal_arithmetic, word_problems, linear_equations, mix) and `gym:<name>` (numloss.data.gym, the
-reasoning-gym generators), seeded with `seed` (default SYNTHETIC_SEED, away from training seeds);
-`Benchmark.from_records` builds a set from plain dicts (what `numloss compare` can use).
+An `Item` is a question, its gold answer as a string and its kind (`number`, `choice`: a letter
+A-E with the option texts, `math`: a LaTeX expression for math-verify). Sources, in order: an
+explicit file (`path=`, `NAME=PATH`), a file under `data_dir` (`NAME.jsonl|json|parquet` or the
+MAmmoTH layout, `expected_files`), the Hugging Face Hub (or `hf:ID[:CONFIG[:SPLIT]]`). Each
+benchmark's public record formats have a parser naming the file and field that is wrong. Also
+`synthetic:<name>` / `gym:<name>` (seeded, default SYNTHETIC_SEED) and `file:PATH.jsonl` (your
+own set). docs/evaluation.md, "Benchmarks and data".
 """
 
 from __future__ import annotations
@@ -140,6 +121,15 @@ def clean_number(text: str) -> str:
     if s in ("-0", ""):
         s = "0" if s == "-0" else s
     return s
+
+
+def _is_number(text: str) -> bool:
+    """Whether `text` is a plain number once commas and a dollar sign are dropped."""
+    try:
+        float(clean_number(text))
+    except ValueError:
+        return False
+    return True
 
 
 def _number(value: Any, where: str, key: str) -> str:
@@ -436,32 +426,19 @@ def _synthetic(name: str, limit: int | None, seed: int) -> Benchmark:
     except ValueError as error:
         raise BenchmarkError(f"{name}: {error}") from None
     records = [{"id": i, "question": e.instruction, "answer": e.answer} for i, e in enumerate(examples)]
-    kind: AnswerKind = "number"
-    for r in records:
-        try:
-            float(clean_number(r["answer"]))
-        except ValueError:
-            kind = "math"  # symbolic answers (e.g. "3/4") go through math-verify
+    # symbolic answers (e.g. "3/4") go through math-verify
+    kind: AnswerKind = "number" if all(_is_number(r["answer"]) for r in records) else "math"
     if kind == "number":
         for r in records:
             r["answer"] = clean_number(r["answer"])
     return Benchmark.from_records(name, records, kind, source=f"{name} seed {seed}")
 
 
-FILE_FIELDS = """\
-one JSON object per line, with the fields
-  question  (string, required)  the text the model is asked
-  answer    (required)          a number ("42", 3.5, "1/3") for open items; for multiple choice
-                                the letter ("B") or the 0-based index of the right option
-  options   (list of 2-5 strings, optional)  makes the item multiple choice
-  id        (optional)          the item's key in results (default: its line number)
-  kind      (optional)          "number", "choice" or "math" (default: "choice" with options,
-                                "number" when the answer is a number, else "math")"""
 FILE_SUMMARY = "one JSON object per line with 'question', 'answer' and optionally 'options', 'id', 'kind'"
 
 
 def _file_set(path_text: str) -> Benchmark:
-    """`file:PATH.jsonl`: any numeric or multiple-choice set in the documented fields (FILE_FIELDS)."""
+    """`file:PATH.jsonl`: your own set (fields: docs/evaluation.md, "Your own set")."""
     path = Path(path_text)
     if path.is_dir():
         raise BenchmarkError(f"file:{path}: is a folder (expected a .jsonl file: {FILE_SUMMARY})")
@@ -470,52 +447,51 @@ def _file_set(path_text: str) -> Benchmark:
     items: list[Item] = []
     seen: set[str] = set()
     for number, record in _jsonl_records(read_utf8(path, BenchmarkError), path, "a JSON object with 'question' and 'answer'"):
-        where = f"{path}:{number}"
-        question = _raw_text(record, "question", where)
-        answer = _field(record, "answer", where)
-        if isinstance(answer, (bool, list, dict)) or (isinstance(answer, str) and not answer.strip()):
-            raise BenchmarkError(f"{where}: field 'answer' must be a number, a fraction or a letter, got {json.dumps(answer)}")
-        options: tuple[str, ...] = ()
-        if record.get("options") is not None:
-            raw_options = record["options"]
-            if isinstance(raw_options, list) and any(isinstance(o, (bool, list, dict)) or o is None for o in raw_options):
-                raise BenchmarkError(f"{where}: field 'options' must be a list of 2 to 5 strings, got {json.dumps(raw_options)}")
-            options = tuple(str(o) for o in raw_options) if isinstance(raw_options, list) else ()
-            if not 2 <= len(options) <= 5:
-                raise BenchmarkError(f"{where}: field 'options' must be a list of 2 to 5 strings, got {record['options']!r}")
-        kind = record.get("kind", None)
-        if kind is not None and kind not in ("number", "choice", "math"):
-            raise BenchmarkError(f"{where}: field 'kind' must be 'number', 'choice' or 'math', got {json.dumps(kind)}")
-        kind = kind or ("choice" if options else None)
-        if kind is None:
-            try:
-                float(clean_number(str(answer)))
-                kind = "number"
-            except ValueError:
-                kind = "number" if re.fullmatch(r"\s*-?\d+\s*/\s*\d+\s*", str(answer)) else "math"
-        if kind not in ("number", "choice", "math"):
-            raise BenchmarkError(f"{where}: field 'kind' must be 'number', 'choice' or 'math', got {kind!r}")
-        if kind == "choice":
-            if not options:
-                raise BenchmarkError(f"{where}: a 'choice' item needs 'options' (a list of 2 to 5 strings)")
-            gold = _letter(answer, len(options), where, "answer")
-            question = with_choices(question, options)
-        elif kind == "number":
-            gold = str(answer).strip().replace(" ", "") if "/" in str(answer) else _number(answer, where, "answer")
-        else:
-            gold = str(answer).strip()
-        if "id" in record and (isinstance(record["id"], bool) or not isinstance(record["id"], (str, int))):
-            raise BenchmarkError(f"{where}: field 'id' must be a string or an integer, got {record['id']!r}")
-        item_id = str(record.get("id", number))
-        if item_id in seen:
-            raise BenchmarkError(f"{where}: duplicate id {item_id!r}; ids key the results and must be unique")
-        seen.add(item_id)
-        items.append(Item(item_id, question, gold, kind, options))
+        item = _file_item(record, f"{path}:{number}", number)
+        if item.id in seen:
+            raise BenchmarkError(f"{path}:{number}: duplicate id {item.id!r}; ids key the results and must be unique")
+        seen.add(item.id)
+        items.append(item)
     if not items:
         raise BenchmarkError(f"file:{path}: no records (expected {FILE_SUMMARY})")
     kinds = {it.kind for it in items}
     kind_of_set: AnswerKind = items[0].kind if len(kinds) == 1 else "number"
     return Benchmark(f"{FILE_PREFIX}{path_text}", kind_of_set, items, str(path))
+
+
+def _file_item(record: Mapping[str, Any], where: str, number: int) -> Item:
+    """One line of a `file:` set as an item; its kind given, or inferred from options and answer."""
+    question = _raw_text(record, "question", where)
+    answer = _field(record, "answer", where)
+    if isinstance(answer, (bool, list, dict)) or (isinstance(answer, str) and not answer.strip()):
+        raise BenchmarkError(f"{where}: field 'answer' must be a number, a fraction or a letter, got {json.dumps(answer)}")
+    options: tuple[str, ...] = ()
+    if record.get("options") is not None:
+        raw_options = record["options"]
+        if isinstance(raw_options, list) and any(isinstance(o, (bool, list, dict)) or o is None for o in raw_options):
+            raise BenchmarkError(f"{where}: field 'options' must be a list of 2 to 5 strings, got {json.dumps(raw_options)}")
+        options = tuple(str(o) for o in raw_options) if isinstance(raw_options, list) else ()
+        if not 2 <= len(options) <= 5:
+            raise BenchmarkError(f"{where}: field 'options' must be a list of 2 to 5 strings, got {record['options']!r}")
+    kind = record.get("kind", None)
+    if kind is not None and kind not in ("number", "choice", "math"):
+        raise BenchmarkError(f"{where}: field 'kind' must be 'number', 'choice' or 'math', got {json.dumps(kind)}")
+    kind = kind or ("choice" if options else None)
+    if kind is None:
+        fraction = re.fullmatch(r"\s*-?\d+\s*/\s*\d+\s*", str(answer))
+        kind = "number" if _is_number(str(answer)) or fraction else "math"
+    if kind == "choice":
+        if not options:
+            raise BenchmarkError(f"{where}: a 'choice' item needs 'options' (a list of 2 to 5 strings)")
+        gold = _letter(answer, len(options), where, "answer")
+        question = with_choices(question, options)
+    elif kind == "number":
+        gold = str(answer).strip().replace(" ", "") if "/" in str(answer) else _number(answer, where, "answer")
+    else:
+        gold = str(answer).strip()
+    if "id" in record and (isinstance(record["id"], bool) or not isinstance(record["id"], (str, int))):
+        raise BenchmarkError(f"{where}: field 'id' must be a string or an integer, got {record['id']!r}")
+    return Item(str(record.get("id", number)), question, gold, kind, options)
 
 
 def expected_files(name: str) -> list[str]:
@@ -572,7 +548,7 @@ def load_benchmark(
 ) -> Benchmark:
     """Load one benchmark: from `path`, else from `data_dir`, else from the Hub (see module doc).
 
-    `path` may also be `hf:ID[:CONFIG[:SPLIT]]`; `name` may be `file:PATH.jsonl` (FILE_FIELDS).
+    `path` may also be `hf:ID[:CONFIG[:SPLIT]]`; `name` may be `file:PATH.jsonl`.
     Raises BenchmarkError with the file and field when something is wrong; with `data_dir` given,
     a benchmark without a file there is an error that lists the names looked for.
     """
@@ -613,14 +589,10 @@ def load_benchmark(
 
 def load_for_records(name: str, ids: Sequence[str], data_dir: str | Path | None = None, seed: int | None = None,
                      size: int | None = None) -> Benchmark:
-    """The benchmark that saved outputs for the items `ids` were generated on (`score_outputs`).
-
-    A file or released benchmark is loaded whole. A synthetic set (`synthetic:` / `gym:`) has no
-    file: it is generated again with `seed` (the one its results file records; default
-    SYNTHETIC_SEED) and `size` items (recorded too), at least as many as its largest id (a
-    position) needs, since `evaluate` generated `--limit` items, not the default 100. Its
-    generators are prefix-stable: the first n of a larger set are the set of n.
-    """
+    """The benchmark that saved outputs for the items `ids` were generated on (`score_outputs`):
+    a file or released set whole; a synthetic set generated again with its recorded `seed` and
+    `size`, at least as many items as its largest id (a position) needs (its generators are
+    prefix-stable)."""
     key = canonical_name(name)
     if not key.startswith(SYNTHETIC_PREFIXES):
         return load_benchmark(key, data_dir=data_dir)

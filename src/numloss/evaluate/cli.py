@@ -23,9 +23,13 @@ import os
 import sys
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from numloss.evaluate.benchmarks import BenchmarkError
 from numloss.evaluate.generate import BackendUnavailable
+
+if TYPE_CHECKING:
+    from numloss.evaluate.report import EvalReport
 
 
 class _Parser(argparse.ArgumentParser):
@@ -124,59 +128,76 @@ def _unexpected(error: BaseException) -> int:
     return 1
 
 
+def _check_args(args: argparse.Namespace) -> None:
+    """ValueError naming the option for a bad combination or value, before any work."""
+    from numloss.evaluate.runner import check_program_options
+
+    if not args.out.strip():
+        raise ValueError("--out is empty; give a folder for items.jsonl and the report (default outputs/eval)")
+    if args.seed is not None and not 0 <= args.seed < 2**32:  # numpy's seed range
+        raise ValueError(f"--seed must be in [0, 2**32), got {args.seed}")
+    cores = os.cpu_count() or 1
+    if args.workers is not None and args.workers > 4 * cores:  # each is a sandboxed process
+        raise ValueError(f"--workers {args.workers}: at most {4 * cores} parallel programs on this machine's "
+                         f"{cores} cores (omit it for the CPU count)")
+    check_program_options(args.program_timeout, args.workers)
+    check_out(args.out)
+    if args.score_outputs and args.model:
+        raise ValueError("--score-outputs scores saved outputs; give no MODEL with it")
+
+
+def _score(args: argparse.Namespace) -> EvalReport:
+    """`--score-outputs`: the report of the saved outputs."""
+    from numloss.evaluate.api import score_outputs
+
+    report = score_outputs(args.score_outputs, args.protocol, args.data_dir, allow_unisolated=args.allow_unisolated_exec or None,
+                           workers=args.workers, program_timeout=args.program_timeout, limit=args.limit, seed=args.seed,
+                           cut_at_stop=False if args.no_stop_cut else None, benchmark=args.outputs_benchmark)
+    if report.isolation.get("mode") == "unavailable":  # as `evaluate` says it before generating
+        print(f"numloss eval: programs were not run: {report.isolation.get('detail', '')}. "
+              "Items with a program were scored from their chain-of-thought fallback output where the file has one.",
+              file=sys.stderr)
+    return report
+
+
+def _evaluate(args: argparse.Namespace) -> EvalReport:
+    """The report of evaluating MODEL, its generation options checked first."""
+    from numloss.evaluate.api import evaluate
+
+    if not args.model:
+        raise ValueError("give a MODEL to evaluate (or --score-outputs FILE.jsonl)")
+    if args.backend == "hf":
+        from numloss.evaluate.generate import resolve_device
+
+        resolve_device(args.device)
+    if args.max_new_tokens is not None and args.max_new_tokens < 1:
+        raise ValueError(f"--max-new-tokens must be at least 1, got {args.max_new_tokens} (omit it for the protocol's limits)")
+    if args.batch_size < 1:
+        raise ValueError(f"--batch-size must be a positive number of prompts, got {args.batch_size}")
+    if args.tensor_parallel < 1:
+        raise ValueError(f"--tensor-parallel must be a positive number of GPUs, got {args.tensor_parallel}")
+    return evaluate(
+        args.model, args.benchmarks, args.data_dir, args.protocol or "numloss", limit=args.limit, cut_at_stop=not args.no_stop_cut,
+        results_file=Path(args.out) / "items.jsonl", overwrite=args.overwrite, batch_size=args.batch_size,
+        max_new_tokens=args.max_new_tokens, backend=args.backend, dtype=args.dtype, device=args.device,
+        tensor_parallel=args.tensor_parallel, digit_stats=not args.no_digit_stats, program_of_thought=not args.no_pot,
+        allow_unisolated=args.allow_unisolated_exec or None, workers=args.workers,
+        program_timeout=args.program_timeout, seed=args.seed, progress=not args.quiet, threads=args.threads,
+    )
+
+
 def main(argv: list[str] | None = None) -> int:
     """Run the evaluation; returns the exit status (2 for bad input, with the reason on stderr;
     1 for an unexpected error, in one line too)."""
-    from numloss.evaluate.api import evaluate, score_outputs
     from numloss.evaluate.report import write_report
-    from numloss.evaluate.runner import check_program_options
     from numloss.models.load import ModelUnavailableError
 
     args = build_parser().parse_args(argv)
     try:
-        if not args.out.strip():
-            raise ValueError("--out is empty; give a folder for items.jsonl and the report (default outputs/eval)")
-        if args.seed is not None and not 0 <= args.seed < 2**32:  # numpy's seed range
-            raise ValueError(f"--seed must be in [0, 2**32), got {args.seed}")
-        cores = os.cpu_count() or 1
-        if args.workers is not None and args.workers > 4 * cores:  # each is a sandboxed process
-            raise ValueError(f"--workers {args.workers}: at most {4 * cores} parallel programs on this machine's "
-                             f"{cores} cores (omit it for the CPU count)")
-        check_program_options(args.program_timeout, args.workers)
-        check_out(args.out)
-        if args.score_outputs and args.model:
-            raise ValueError("--score-outputs scores saved outputs; give no MODEL with it")
+        _check_args(args)
         origin = {"scored_from": str(args.score_outputs)} if args.score_outputs else {"model": str(args.model)}
         keep_report_of_other_origin(Path(args.out), origin, args.overwrite)
-        if args.score_outputs:
-            report = score_outputs(args.score_outputs, args.protocol, args.data_dir, allow_unisolated=args.allow_unisolated_exec or None,
-                                   workers=args.workers, program_timeout=args.program_timeout, limit=args.limit, seed=args.seed,
-                                   cut_at_stop=False if args.no_stop_cut else None, benchmark=args.outputs_benchmark)
-            if report.isolation.get("mode") == "unavailable":  # as `evaluate` says it before generating
-                print(f"numloss eval: programs were not run: {report.isolation.get('detail', '')}. "
-                      "Items with a program were scored from their chain-of-thought fallback output where the file has one.",
-                      file=sys.stderr)
-        else:
-            if not args.model:
-                raise ValueError("give a MODEL to evaluate (or --score-outputs FILE.jsonl)")
-            if args.backend == "hf":
-                from numloss.evaluate.generate import resolve_device
-
-                resolve_device(args.device)
-            if args.max_new_tokens is not None and args.max_new_tokens < 1:
-                raise ValueError(f"--max-new-tokens must be at least 1, got {args.max_new_tokens} (omit it for the protocol's limits)")
-            if args.batch_size < 1:
-                raise ValueError(f"--batch-size must be a positive number of prompts, got {args.batch_size}")
-            if args.tensor_parallel < 1:
-                raise ValueError(f"--tensor-parallel must be a positive number of GPUs, got {args.tensor_parallel}")
-            report = evaluate(
-                args.model, args.benchmarks, args.data_dir, args.protocol or "numloss", limit=args.limit, cut_at_stop=not args.no_stop_cut,
-                results_file=Path(args.out) / "items.jsonl", overwrite=args.overwrite, batch_size=args.batch_size,
-                max_new_tokens=args.max_new_tokens, backend=args.backend, dtype=args.dtype, device=args.device,
-                tensor_parallel=args.tensor_parallel, digit_stats=not args.no_digit_stats, program_of_thought=not args.no_pot,
-                allow_unisolated=args.allow_unisolated_exec or None, workers=args.workers,
-                program_timeout=args.program_timeout, seed=args.seed, progress=not args.quiet, threads=args.threads,
-            )
+        report = _score(args) if args.score_outputs else _evaluate(args)
         report.meta["command"] = ["numloss", "eval", *(argv if argv is not None else sys.argv[1:])]
         check_out(args.out)
         write_report(args.out, report)

@@ -39,11 +39,7 @@ class Generator(Protocol):
 
 def resolve_device(device: str | None) -> str:
     """The torch device to run on: `device`, or cuda when this torch sees a GPU, else cpu.
-
-    ValueError for a name torch does not know ("bogus"), BackendUnavailable for a device this
-    machine's torch cannot use (cuda on a CPU-only build or without a GPU, cuda:3 with two GPUs,
-    mps off Apple silicon), each naming --device, before any model loads.
-    """
+    ValueError for a name torch does not know, BackendUnavailable for one it cannot use here."""
     if device is None:
         return "cuda" if torch.cuda.is_available() else "cpu"
     try:
@@ -77,21 +73,12 @@ def cut_at_stop(text: str, stop: Sequence[str]) -> str:
 class HFGenerator:
     """Batched greedy generation with a transformers causal LM, its own decoding loop.
 
-    The prompts are tokenized once and sorted by token count (longest first, so an out-of-memory
-    shows up in the first batch; results come back in the order given). Each batch is decoded
-    greedily with a key/value cache:
-
-    - the prompts' common token prefix (the prompt template) is run once, and its cache copied to
-      every row; the rest of each prompt is left-padded (masked, with its own positions);
-    - each step appends one token per row; a row that has produced EOS, a stop string or
-      `max_new_tokens` tokens leaves the batch at once (its cache rows are dropped), so the batch
-      never computes tokens that would be thrown away;
-    - the cache writes new keys/values into spare room instead of re-concatenating the whole cache
-      at every step.
-
-    Batch size 1 runs the same loop on one prompt, so outputs equal one-by-one decoding up to
-    floating-point rounding. `self.tokens` and `self.seconds` accumulate the generated-token count
-    (EOS included, stop-string tokens included) and the time spent, for tokens/s.
+    Prompts are sorted longest first (an out-of-memory shows in the first batch; results come back
+    in the order given). Per batch, the prompts' common token prefix is run once and its cache
+    copied to every row; a row leaves the batch (and the cache) as soon as it produces EOS, a stop
+    string or `max_new_tokens` tokens; the cache writes into spare room (`_Roomy`) instead of
+    re-concatenating. Batch size 1 equals one-by-one decoding up to float rounding. `tokens` and
+    `seconds` accumulate the generated tokens (EOS and stop-string tokens included) and the time.
     """
 
     def __init__(
@@ -268,76 +255,82 @@ def new_cache(model: Any) -> Any:
     return cache
 
 
+class _Roomy:
+    """A full-attention cache layer that writes each step's keys/values into spare room (grown by
+    doubling) instead of `torch.cat`-ing the whole cache every step as `DynamicLayer` does;
+    `keys`/`values` are views of the filled part, so attention and masks see the same shapes.
+    Mixed into transformers' `DynamicLayer` by `roomy_layer_class`."""
+
+    def lazy_initialization(self, key_states: torch.Tensor, value_states: torch.Tensor) -> None:
+        super().lazy_initialization(key_states, value_states)
+        self.room_keys: torch.Tensor | None = None
+        self.room_values: torch.Tensor | None = None
+        self.length = 0
+
+    def _view(self) -> None:
+        assert self.room_keys is not None and self.room_values is not None
+        self.keys = self.room_keys[:, :, : self.length]
+        self.values = self.room_values[:, :, : self.length]
+
+    @staticmethod
+    def _grown(room: torch.Tensor | None, states: torch.Tensor, length: int, needed: int) -> torch.Tensor:
+        shape = (*states.shape[:2], max(2 * needed, 32), states.shape[-1])
+        grown = states.new_empty(shape)
+        if room is not None and length:
+            grown[:, :, :length] = room[:, :, :length]
+        return grown
+
+    def update(self, key_states: torch.Tensor, value_states: torch.Tensor, *args: Any, **kwargs: Any) -> tuple[torch.Tensor, torch.Tensor]:
+        if not self.is_initialized:
+            self.lazy_initialization(key_states, value_states)
+        end = self.length + key_states.shape[-2]
+        if self.room_keys is None or self.room_values is None or end > self.room_keys.shape[-2]:
+            self.room_keys = self._grown(self.room_keys, key_states, self.length, end)
+            self.room_values = self._grown(self.room_values, value_states, self.length, end)
+        self.room_keys[:, :, self.length : end] = key_states
+        self.room_values[:, :, self.length : end] = value_states
+        self.length = end
+        self._view()
+        return self.keys, self.values
+
+    def get_seq_length(self) -> int:
+        return self.length if self.is_initialized else 0
+
+    def crop(self, tokens_to_remove: int) -> None:
+        if tokens_to_remove > 0:
+            raise ValueError("crop takes a negative number of tokens to remove")
+        if tokens_to_remove and self.is_initialized and self.room_keys is not None:
+            self.length = max(self.length + tokens_to_remove, 0)
+            self._view()
+
+    def _select(self, select: Any) -> None:
+        if self.is_initialized and self.room_keys is not None and self.room_values is not None:
+            self.room_keys, self.room_values = select(self.room_keys), select(self.room_values)
+            self._view()
+
+    def batch_repeat_interleave(self, repeats: int) -> None:
+        self._select(lambda t: t.repeat_interleave(repeats, dim=0))
+
+    def batch_select_indices(self, indices: torch.Tensor) -> None:
+        self._select(lambda t: t[indices.to(t.device)])
+
+    def reorder_cache(self, beam_idx: torch.LongTensor) -> None:
+        self._select(lambda t: t.index_select(0, beam_idx.to(t.device)))
+
+    def reset(self) -> None:
+        super().reset()
+        self.room_keys = self.room_values = None
+        self.length = 0
+
+
 @functools.cache
 def roomy_layer_class() -> type:
-    """`RoomyLayer`, defined on first use so that importing this module does not import transformers."""
+    """`RoomyLayer` (`_Roomy` on `DynamicLayer`), made on first use so that importing this module
+    does not import transformers."""
     from transformers.cache_utils import DynamicLayer
 
-    class RoomyLayer(DynamicLayer):
-        """A full-attention cache layer that writes each step's keys/values into spare room (grown by
-        doubling) instead of `torch.cat`-ing the whole cache every step as `DynamicLayer` does;
-        `keys`/`values` are views of the filled part, so attention and masks see the same shapes."""
-
-        def lazy_initialization(self, key_states: torch.Tensor, value_states: torch.Tensor) -> None:
-            super().lazy_initialization(key_states, value_states)
-            self.room_keys: torch.Tensor | None = None
-            self.room_values: torch.Tensor | None = None
-            self.length = 0
-
-        def _view(self) -> None:
-            assert self.room_keys is not None and self.room_values is not None
-            self.keys = self.room_keys[:, :, : self.length]
-            self.values = self.room_values[:, :, : self.length]
-
-        @staticmethod
-        def _grown(room: torch.Tensor | None, states: torch.Tensor, length: int, needed: int) -> torch.Tensor:
-            shape = (*states.shape[:2], max(2 * needed, 32), states.shape[-1])
-            grown = states.new_empty(shape)
-            if room is not None and length:
-                grown[:, :, :length] = room[:, :, :length]
-            return grown
-
-        def update(self, key_states: torch.Tensor, value_states: torch.Tensor, *args: Any, **kwargs: Any) -> tuple[torch.Tensor, torch.Tensor]:
-            if not self.is_initialized:
-                self.lazy_initialization(key_states, value_states)
-            end = self.length + key_states.shape[-2]
-            if self.room_keys is None or self.room_values is None or end > self.room_keys.shape[-2]:
-                self.room_keys = self._grown(self.room_keys, key_states, self.length, end)
-                self.room_values = self._grown(self.room_values, value_states, self.length, end)
-            self.room_keys[:, :, self.length : end] = key_states
-            self.room_values[:, :, self.length : end] = value_states
-            self.length = end
-            self._view()
-            return self.keys, self.values
-
-        def get_seq_length(self) -> int:
-            return self.length if self.is_initialized else 0
-
-        def crop(self, tokens_to_remove: int) -> None:
-            if tokens_to_remove > 0:
-                raise ValueError("crop takes a negative number of tokens to remove")
-            if tokens_to_remove and self.is_initialized and self.room_keys is not None:
-                self.length = max(self.length + tokens_to_remove, 0)
-                self._view()
-
-        def _select(self, select: Any) -> None:
-            if self.is_initialized and self.room_keys is not None and self.room_values is not None:
-                self.room_keys, self.room_values = select(self.room_keys), select(self.room_values)
-                self._view()
-
-        def batch_repeat_interleave(self, repeats: int) -> None:
-            self._select(lambda t: t.repeat_interleave(repeats, dim=0))
-
-        def batch_select_indices(self, indices: torch.Tensor) -> None:
-            self._select(lambda t: t[indices.to(t.device)])
-
-        def reorder_cache(self, beam_idx: torch.LongTensor) -> None:
-            self._select(lambda t: t.index_select(0, beam_idx.to(t.device)))
-
-        def reset(self) -> None:
-            super().reset()
-            self.room_keys = self.room_values = None
-            self.length = 0
+    class RoomyLayer(_Roomy, DynamicLayer):
+        """The full-attention cache layer of `new_cache`."""
 
     return RoomyLayer
 

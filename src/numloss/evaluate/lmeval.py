@@ -1,23 +1,8 @@
-"""lm-evaluation-harness `--log_samples` files as inputs of `score_outputs`.
-
-lm-eval writes one `samples_<task>_<date>.jsonl` per task, one JSON object per document
-(lm_eval/evaluator.py, `evaluate`; EleutherAI/lm-evaluation-harness): `doc_id` (the document's
-index in the task's split), `doc` (the dataset record as loaded), `target`
-(`task.doc_to_target(doc)`), `arguments` (the requests' arguments: the prompt and generation
-kwargs), `resps` (per request, the list of the model's raw responses: `[[text]]` for a
-generate_until task), `filtered_resps` (per request, after the task's filters: the extracted
-answer, e.g. `["18"]`), `doc_hash` / `prompt_hash` / `target_hash`, the metrics (`exact_match`,
-...), and in recent versions `filter` and `metrics`.
-
-Mapping to numloss items: the benchmark comes from the task name (`gsm8k*` -> gsm8k,
-`minerva_math*` / `hendrycks_math*` -> math, `mmlu*` of the five math subjects -> mmlu_math,
-`agieval_sat_math` -> sat, `agieval_aqua_rat` -> aqua, `svamp*` -> svamp; or `benchmark=`). The
-sample's `doc` is parsed with the benchmark's own record parser; the item of our file with id
-`doc_id` is used when its question is that doc's question, else the item of our file with that
-question, else the item the doc itself makes (id `lm-eval:<doc_id>`). A sample whose doc cannot be
-parsed, or that has no generated text (a loglikelihood task), is an error naming its line. The
-text scored is the raw response `resps[0][0]`: numloss reads the answer itself, under both
-protocols, instead of lm-eval's filter.
+"""lm-evaluation-harness `--log_samples` files (`samples_<task>_<date>.jsonl`) as inputs of
+`score_outputs`: the benchmark from the task name, each sample's `doc` parsed with the benchmark's
+record parser and matched to our item by id, then by question, else the doc's own item; the raw
+response `resps[0][0]` is scored (numloss reads the answer, not lm-eval's filter). Details:
+docs/evaluation.md, "Scoring other harnesses' outputs".
 """
 
 from __future__ import annotations

@@ -1,22 +1,12 @@
-"""Evaluation metrics, as a Python API (`numloss compare` reuses them).
-
-- `accuracy`, `macc`: fraction of correct items per benchmark; mACC is the unweighted mean of the
-  per-benchmark accuracies (the paper's headline number).
-- `numeric_distance(preds, golds)`: over items with a gold number and a predicted number, the mean
-  absolute error and the signed-log MAE, mean |slog(pred) - slog(gold)| with
-  slog(x) = sign(x) * log1p(|x|), which keeps one wild prediction from dominating.
-- `wilson_interval(correct, total)`: the 95 % Wilson interval of an accuracy.
-- `place_accuracy(preds, golds)`: accuracy by digit place (definition in its docstring).
-- `teacher_forced_digit_stats(model, tokenizer, prompts, answers)`: with the gold answer fed to
-  the model (teacher forcing), at every digit position of the answer: whether the model's argmax
-  over the whole vocabulary is the gold digit, and the entropy (nats, at most ln 10) of its softmax
-  restricted to the ten digit tokens; digits are found with `numloss.digits.find_digits`, so the
-  places are those of docs/losses.md ("Digits, numbers, places").
+"""Evaluation metrics, as a Python API (`numloss compare` reuses them): accuracy and mACC, the
+Wilson interval, MAE and signed-log MAE, accuracy by digit place, and the teacher-forced digit
+entropy and accuracy at the gold answer's digits (docs/evaluation.md, "Metrics").
 """
 
 from __future__ import annotations
 
 import math
+from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from decimal import Decimal, InvalidOperation
@@ -88,12 +78,8 @@ def numeric_distance(preds: Sequence[float | None], golds: Sequence[float]) -> N
 
 
 def digits_by_place(number: float | str) -> dict[int, int]:
-    """The digits of |number| keyed by place: units 0, tens 1, ..., first decimal -1, ...
-
-    The number is written in plain decimal without exponent, leading zeros and trailing decimal
-    zeros ("0.50" -> {0: 0, -1: 5}; "120" -> {2: 1, 1: 2, 0: 0}). Floats are written with repr,
-    the shortest string that reads back to them.
-    """
+    """The digits of |number| keyed by place (units 0, tens 1, first decimal -1), written in plain
+    decimal without leading or trailing zeros ("0.50" -> {0: 0, -1: 5}); floats through repr."""
     try:
         d = Decimal(repr(number) if isinstance(number, float) else str(number).replace(",", "").strip())
     except InvalidOperation:
@@ -123,29 +109,22 @@ class PlaceAccuracy:
 
 
 def place_accuracy(preds: Sequence[float | str | None], golds: Sequence[float | str]) -> list[PlaceAccuracy]:
-    """Accuracy by digit place of predicted numbers against gold numbers.
-
-    Both numbers are aligned by place value (units with units, first decimal with first decimal;
-    signs ignored), using `digits_by_place`. For every place i where the gold number has a digit
-    (from its leading digit down to its last non-zero decimal), an item counts as correct at i
-    when the prediction has the same digit at place i. A prediction without a digit at i (too few
-    integer digits, too few decimals) or without a number at all is wrong at every such place.
-    Returns one entry per place that occurs in some gold number, highest place first.
-    """
+    """Accuracy by digit place (`digits_by_place`, signs ignored), highest place first: at each
+    place where the gold has a digit (leading digit to last non-zero decimal), an item is right
+    when the prediction has the same digit there; no digit there, or no prediction, is wrong."""
     if len(preds) != len(golds):
         raise ValueError(f"preds and golds differ in length: {len(preds)} vs {len(golds)}")
-    correct: dict[int, int] = {}
-    total: dict[int, int] = {}
+    correct: Counter[int] = Counter()
+    total: Counter[int] = Counter()
     for pred, gold in zip(preds, golds, strict=True):
         gold_digits = digits_by_place(gold)
         pred_digits = {}
         if pred is not None and not (isinstance(pred, float) and not math.isfinite(pred)):
             pred_digits = digits_by_place(pred)
         for place, digit in gold_digits.items():
-            total[place] = total.get(place, 0) + 1
-            if pred_digits.get(place) == digit:
-                correct[place] = correct.get(place, 0) + 1
-    return [PlaceAccuracy(p, correct.get(p, 0), total[p]) for p in sorted(total, reverse=True)]
+            total[place] += 1
+            correct[place] += pred_digits.get(place) == digit
+    return [PlaceAccuracy(p, correct[p], total[p]) for p in sorted(total, reverse=True)]
 
 
 @dataclass
@@ -180,6 +159,44 @@ def _rows(tokenizer: Any, prompt: str, answer: str) -> tuple[list[int], int]:
     return prompt_ids + answer_ids, len(prompt_ids)
 
 
+def _padded(rows: list[tuple[list[int], int]], pad: int) -> tuple[torch.Tensor, ...]:
+    """(input ids, attention mask, labels) of a batch of `_rows`, right-padded; only the answer
+    tokens are labelled, aligned so that position t predicts token t + 1."""
+    width = max(len(ids) for ids, _ in rows)
+    input_ids = torch.full((len(rows), width), pad, dtype=torch.long)
+    attention = torch.zeros((len(rows), width), dtype=torch.long)
+    labels = torch.full((len(rows), width), IGNORE_INDEX, dtype=torch.long)
+    for r, (ids, start) in enumerate(rows):
+        input_ids[r, : len(ids)] = torch.tensor(ids)
+        attention[r, : len(ids)] = 1
+        labels[r, start - 1 : len(ids) - 1] = torch.tensor(ids[start:])
+    return input_ids, attention, labels
+
+
+def _measure(logits: torch.Tensor, labels: torch.Tensor, vocab: DigitVocab,
+             table: Any) -> tuple[list, list, list]:
+    """(entropies, correct, places) at the digit positions of `labels` (see the caller)."""
+    from numloss.losses.number_tokens import slot_logits
+
+    device = table.columns.device  # where the caller put the number table: the model's device
+    flat = logits.reshape(-1, logits.shape[-1]).float()
+    digits = find_digits(labels.to(device), vocab, width=logits.shape[-1])
+    if digits.count == 0:
+        return [], [], []
+    at = flat[digits.rows]
+    z, _ = slot_logits(at[:, table.columns], digits, table)
+    log_p = torch.log_softmax(z, dim=-1)
+    entropies = (-(log_p.exp() * log_p).sum(-1)).tolist()
+    # the top token, as a column of the number table (-1: not a number token)
+    column_of = torch.full((flat.shape[-1],), -1, dtype=torch.long, device=device)
+    column_of[table.columns] = torch.arange(table.width, device=device)
+    top = column_of[at.argmax(-1)][digits.row_of]
+    safe = top.clamp_min(0)
+    same_group = (top >= 0) & (table.group[safe] == table.group[digits.column])
+    correct = (same_group & (table.digits[safe, digits.slot] == digits.target)).tolist()
+    return entropies, correct, digits.place.tolist()
+
+
 @torch.no_grad()
 def teacher_forced_digit_stats(
     model: Any,
@@ -189,19 +206,12 @@ def teacher_forced_digit_stats(
     batch_size: int = 8,
     vocab: DigitVocab | None = None,
 ) -> DigitStats:
-    """Feed each prompt + gold answer to `model`; measure it at the answer's digit positions.
-
-    The answer is tokenized on its own (no special tokens) after the prompt, so every digit of it
-    is predicted from the prompt and the gold tokens before it. With multi-digit number tokens
-    (Llama-3-style chunks, GPT-2 merges) every digit of a token is measured on its slot marginal
-    (`numloss.losses.number_tokens`): the entropy is that of the slot's digit distribution, and a
-    digit is right when the model's top token is one of the target's group (same length and
-    spacing) with that digit in that slot; for single digits, the top token is the digit.
-    """
+    """Feed each prompt + gold answer (tokenized on its own) to `model`; at each digit of the
+    answer, the entropy of the digit distribution and whether the top token is right. A digit of a
+    multi-digit number token is measured on its slot marginal (`numloss.losses.number_tokens`):
+    right when the top token is of the target's group with that digit in that slot."""
     if len(prompts) != len(answers):
         raise ValueError(f"prompts and answers differ in length: {len(prompts)} vs {len(answers)}")
-    from numloss.losses.number_tokens import slot_logits
-
     vocab = vocab or DigitVocab.from_tokenizer(tokenizer)
     pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else (tokenizer.eos_token_id or 0)
     device = next(model.parameters()).device
@@ -213,47 +223,19 @@ def teacher_forced_digit_stats(
     correct: list[bool] = []
     try:
         for b in range(0, len(prompts), batch_size):
-            rows = [_rows(tokenizer, p, a) for p, a in zip(prompts[b : b + batch_size], answers[b : b + batch_size], strict=True)]
-            width = max(len(ids) for ids, _ in rows)
-            input_ids = torch.full((len(rows), width), pad, dtype=torch.long)
-            attention = torch.zeros((len(rows), width), dtype=torch.long)
-            labels = torch.full((len(rows), width), IGNORE_INDEX, dtype=torch.long)
-            for r, (ids, start) in enumerate(rows):
-                input_ids[r, : len(ids)] = torch.tensor(ids)
-                attention[r, : len(ids)] = 1
-                # aligned labels: position t predicts token t + 1; only answer tokens are scored
-                labels[r, start - 1 : len(ids) - 1] = torch.tensor(ids[start:])
+            pairs = zip(prompts[b : b + batch_size], answers[b : b + batch_size], strict=True)
+            input_ids, attention, labels = _padded([_rows(tokenizer, p, a) for p, a in pairs], pad)
             logits = model(input_ids=input_ids.to(device), attention_mask=attention.to(device)).logits
-            flat = logits.reshape(-1, logits.shape[-1]).float()
-            digits = find_digits(labels.to(device), vocab, width=logits.shape[-1])
-            if digits.count == 0:
-                continue
-            at = flat[digits.rows]
-            z, _ = slot_logits(at[:, table.columns], digits, table)
-            log_p = torch.log_softmax(z, dim=-1)
-            entropies += (-(log_p.exp() * log_p).sum(-1)).tolist()
-            # the top token, as a column of the number table (-1: not a number token)
-            column_of = torch.full((flat.shape[-1],), -1, dtype=torch.long, device=device)
-            column_of[table.columns] = torch.arange(table.width, device=device)
-            top = column_of[at.argmax(-1)][digits.row_of]
-            safe = top.clamp_min(0)
-            same_group = (top >= 0) & (table.group[safe] == table.group[digits.column])
-            correct += (same_group & (table.digits[safe, digits.slot] == digits.target)).tolist()
-            places += digits.place.tolist()
+            more_entropies, more_correct, more_places = _measure(logits, labels, vocab, table)
+            entropies += more_entropies
+            correct += more_correct
+            places += more_places
     finally:
         model.train(was_training)
-    per_place: dict[int, list[int]] = {}
-    for place, ok in zip(places, correct, strict=True):
-        per_place.setdefault(place, [0, 0])
-        per_place[place][0] += int(ok)
-        per_place[place][1] += 1
-    return DigitStats(
-        accuracy=accuracy(correct),
-        entropies=entropies,
-        places=places,
-        correct=correct,
-        per_place=[PlaceAccuracy(p, c, t) for p, (c, t) in sorted(per_place.items(), reverse=True)],
-    )
+    totals = Counter(places)
+    right = Counter(place for place, ok in zip(places, correct, strict=True) if ok)
+    per_place = [PlaceAccuracy(p, right[p], totals[p]) for p in sorted(totals, reverse=True)]
+    return DigitStats(accuracy(correct), entropies, places, correct, per_place)
 
 
 def entropy_histogram(entropies: Sequence[float], bins: int = 20) -> tuple[list[int], list[float]]:

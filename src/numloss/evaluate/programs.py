@@ -1,12 +1,8 @@
 """Running the programs of one evaluation: isolation checked once, results cached by source.
 
-A thin adapter over `numloss.evaluate.sandbox`: with the kernel-isolated sandbox it calls
-`isolation(allow_unisolated)` and `run_programs(..., allow_unisolated=...)`; with an older sandbox
-(an audit hook, no kernel isolation) it reports mode "unisolated" when the caller opted in and
-"unavailable" otherwise. When isolation is unavailable and not opted in, no program runs: each one
-is "refused", and the protocol falls back to chain of thought for those items.
-
-Opting in: `allow_unisolated=True`, `--allow-unisolated-exec`, or NUMLOSS_ALLOW_UNISOLATED_EXEC=1.
+A thin layer over `numloss.evaluate.sandbox`. Without kernel isolation and without the opt-in
+(`allow_unisolated=True`, `--allow-unisolated-exec`, NUMLOSS_ALLOW_UNISOLATED_EXEC=1) every
+program is "refused" and those items fall back to chain of thought.
 """
 
 from __future__ import annotations
@@ -15,13 +11,12 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
 from numloss.evaluate import sandbox
-from numloss.evaluate.sandbox import ProgramResult, SandboxLimits
+from numloss.evaluate.sandbox import Isolation, ProgramResult, SandboxLimits
 
 ENV_OPT_IN = sandbox.ALLOW_UNISOLATED_ENV
 REFUSED = "refused"
-
-
 opted_in = sandbox.opted_in  # one rule for the flag and the environment variable
+isolation = sandbox.isolation  # looked up here at each use: tests replace it with a fake machine's
 
 
 @dataclass(frozen=True)
@@ -34,33 +29,6 @@ class Refused:
     returncode: int | None = None
     wall_seconds: float = 0.0
     ok: bool = False
-
-
-@dataclass(frozen=True)
-class Isolation:
-    """How programs run: mode "bwrap+seccomp" | "unisolated" | "unavailable", and why."""
-
-    mode: str
-    detail: str = ""
-
-    @property
-    def available(self) -> bool:
-        return self.mode != "unavailable"
-
-
-def isolation(allow_unisolated: bool = False) -> Isolation:
-    """The isolation this machine gives programs (called once per evaluation)."""
-    probe = getattr(sandbox, "isolation", None)
-    if probe is not None:
-        found = probe(allow_unisolated=allow_unisolated)
-        return Isolation(str(found.mode), str(getattr(found, "detail", "")))
-    if allow_unisolated:
-        return Isolation("unisolated", "child interpreter with an audit hook and rlimits, no kernel isolation (opted in)")
-    return Isolation(
-        "unavailable",
-        "this sandbox has no kernel isolation; programs are refused and those items use chain of thought. "
-        f"Opt in to run them anyway with --allow-unisolated-exec or {ENV_OPT_IN}=1",
-    )
 
 
 class ProgramRunner:
@@ -89,12 +57,10 @@ class ProgramRunner:
         keys = [(s, limits.output_bytes, limits.memory_bytes, limits.clock) for s in scripts]
         todo = list(dict.fromkeys(k for k in keys if k not in self.cache))
         if todo:
-            kwargs = {"allow_unisolated": self.allow} if getattr(sandbox, "isolation", None) is not None else {}
             try:
-                results = sandbox.run_programs([k[0] for k in todo], limits, self.workers, **kwargs)
-            except RuntimeError as error:  # SandboxUnavailable: isolation went away mid-run
-                if type(error).__name__ != "SandboxUnavailable":
-                    raise
+                results = sandbox.run_programs([k[0] for k in todo], limits, self.workers,
+                                               allow_unisolated=self.allow)
+            except sandbox.SandboxUnavailable as error:  # isolation went away mid-run
                 self.isolation = Isolation("unavailable", str(error))
                 return self.run(scripts, output_bytes, memory_bytes, clock)
             self.cache.update(zip(todo, results, strict=True))

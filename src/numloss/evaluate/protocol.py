@@ -1,13 +1,9 @@
 """An evaluation protocol is one object; `RELEASED` and `NUMLOSS` are its two instances.
 
-A protocol says everything between a benchmark item and a verdict: the prompt, the stop strings
-and token limits of generation, which outputs are run as programs, how a program is wrapped and
-how its output is read, how the answer is pulled out of text, and how it is compared with the gold.
-A deviation of numloss from the released evaluation is a field where the two instances differ
-(`deviations()` lists them); docs/evaluation.md explains each with its effect on the real files.
-
-Both protocols share the prompt, the stop strings and the token limits, so one generation can be
-scored under both (`--protocol both`).
+A protocol holds everything between an item and a verdict: prompt, stop strings and token limits,
+program handling, answer extraction and comparison. A deviation of numloss from the released
+evaluation is a field where the two differ (`deviations()`; docs/evaluation.md explains each).
+The generation fields are shared, so one generation is scored under both (`--protocol both`).
 """
 
 from __future__ import annotations
@@ -191,18 +187,6 @@ def numloss_read_program(stdout: str | None) -> str:
     return "The answer is " + stdout.strip() if stdout and stdout.strip() else ""
 
 
-def numloss_extract(item: Item, text: str, benchmark: str) -> str:
-    return answers.extract(item, text)
-
-
-def numloss_gold(item: Item) -> str:
-    return item.answer
-
-
-def _identity_finalize(item: Item, prediction: str) -> str:
-    return prediction
-
-
 @dataclass(frozen=True)
 class Protocol:
     """Prompt, generation limits, program handling, answer extraction and comparison, as fields."""
@@ -262,9 +246,9 @@ NUMLOSS = replace(
     script=numloss_script,
     read_program=numloss_read_program,
     prose=numloss_prose,
-    extract=numloss_extract,
-    finalize=_identity_finalize,
-    gold=numloss_gold,
+    extract=lambda item, text, benchmark: answers.extract(item, text),
+    finalize=lambda item, prediction: prediction,
+    gold=lambda item: item.answer,
     compare=answers.compare,
 )
 

@@ -1,23 +1,8 @@
 """The released evaluation of the DEL paper (PolyU-VCLab/DEL `eval/`, = MAmmoTH2 `math_eval/`),
-quirks included: the pieces `numloss.evaluate.protocol.RELEASED` is made of.
-
-- answers: `answer_clean` splits the text at the last answer trigger ("The answer is:",
-  "The answer is", "the answer is"; "####" too for GSM8K; "####" and "The answer is" for multiple
-  choice); when a trigger occurs twice it first keeps only the text before the first blank line.
-  Numbers: every ``-?\\d+/?\\.?\\d*`` of the segment, commas dropped, through `delete_extra_zero`
-  ("18.0" -> "18", "3/4" -> "0.75"); the first after a trigger, else the last. Letters: every
-  standalone A-J of the upper-cased segment (so the word "a" reads as A), the first after a
-  trigger, else the last; no letter -> 'A' (the released guess). MATH: `extract_math_answer`
-  (last ``boxed``, else the text after the last "=", else the last number) then `strip_string`.
-- comparison: the prediction string equals the gold string, case-insensitive, after removing
-  ``\\text{`` (no numeric tolerance anywhere).
-- programs: an output that contains "print(" is cut at "### Instruction", wrapped in
-  ``def run_it():`` (each line indented two spaces) and executed with
-  ``exec(code, globals(), locals())`` in the module code_utils; its
-  stdout (stripped of newlines) counts only when the whole run raised nothing, and is read as
-  "The answer is " + stdout.
-
-The transcription in tests/reference/released_eval.py is checked against this module item by item.
+quirks included: the pieces `numloss.evaluate.protocol.RELEASED` is made of (answer triggers,
+number and letter extraction, MATH normalisation, string comparison, the program wrapper).
+Each rule, with its effect: docs/evaluation.md, "The released protocol, as numloss reproduces it".
+tests/reference/released_eval.py is a transcription checked against this module item by item.
 """
 
 from __future__ import annotations

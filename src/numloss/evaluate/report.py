@@ -1,11 +1,6 @@
-"""The eval report (`EvalReport`, one `BenchmarkScore` per benchmark and protocol) and its rendering
-as Markdown, JSON and PNG plots.
-
-`write_report(out_dir, report)` writes `results.json` (`report.to_json()`), `report.md`
-(`markdown(report)`), `accuracy.png` (per benchmark and mACC, one bar per protocol),
-`place_accuracy.png` (generated answers by digit place) and `digit_entropy.png` (histogram of the
-teacher-forced digit entropies) when there is something to plot; the per-item results are the
-JSONL file the evaluation appended to (`items.jsonl`).
+"""The eval report (`EvalReport`, one `BenchmarkScore` per benchmark and protocol) and its
+rendering: `write_report` writes results.json, report.md, accuracy.png and, when there is
+something to plot, place_accuracy.png and digit_entropy.png.
 """
 
 from __future__ import annotations
@@ -196,15 +191,29 @@ def markdown(report: EvalReport) -> str:
     return "\n".join(lines)
 
 
-def _accuracy_plot(report: EvalReport, path: Path) -> None:
+def _pyplot() -> Any:
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
+    return plt
+
+
+def _save(fig: Any, ax: Any, title: str, path: Path) -> Path:
+    """Title and legend `ax`, write `fig` to `path` and close it."""
+    ax.set_title(title)
+    ax.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    _pyplot().close(fig)
+    return path
+
+
+def _accuracy_plot(report: EvalReport, path: Path) -> Path:
     names = report.benchmarks + ["mACC"]
     width = 0.8 / len(report.protocols)
-    fig, ax = plt.subplots(figsize=(max(4, 1.2 * len(names)), 3.2))
+    fig, ax = _pyplot().subplots(figsize=(max(4, 1.2 * len(names)), 3.2))
     for k, protocol in enumerate(report.protocols):
         values = [report.scores[protocol][n].accuracy for n in report.benchmarks] + [report.macc(protocol)]
         values = [0 if math.isnan(v) else 100 * v for v in values]
@@ -212,41 +221,29 @@ def _accuracy_plot(report: EvalReport, path: Path) -> None:
     ax.set_xticks([i + width * (len(report.protocols) - 1) / 2 for i in range(len(names))], names, rotation=30, ha="right")
     ax.set_ylabel("accuracy (%)")
     ax.set_ylim(0, 100)
-    ax.legend(fontsize=7)
-    ax.set_title("Accuracy per benchmark")
-    fig.tight_layout()
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
+    return _save(fig, ax, "Accuracy per benchmark", path)
 
 
 def _detail_plots(report: EvalReport, out: Path) -> list[Path]:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
+    """place_accuracy.png and digit_entropy.png of the last protocol, each when it has data."""
     from numloss.evaluate.metrics import MAX_DIGIT_ENTROPY
 
     written = []
     scores = report.scores[report.protocols[-1]]
     places = {n: s.place_accuracy for n, s in scores.items() if s.place_accuracy}
     if places:
-        fig, ax = plt.subplots(figsize=(5, 3.2))
+        fig, ax = _pyplot().subplots(figsize=(5, 3.2))
         for name, entries in places.items():
             ax.plot([e.place for e in entries], [100 * e.accuracy for e in entries], marker="o", label=name)
         ax.set_xlabel("digit place (0 = units, 1 = tens, -1 = first decimal)")
         ax.set_ylabel("accuracy (%)")
         ax.set_ylim(0, 100)
         ax.invert_xaxis()  # highest place on the left, as numbers are written
-        ax.set_title(f"Generated answers by digit place ({report.protocols[-1]})")
-        ax.legend(fontsize=7)
-        fig.tight_layout()
-        fig.savefig(out / "place_accuracy.png", dpi=100)
-        plt.close(fig)
-        written.append(out / "place_accuracy.png")
+        title = f"Generated answers by digit place ({report.protocols[-1]})"
+        written.append(_save(fig, ax, title, out / "place_accuracy.png"))
     hist = {n: s for n, s in scores.items() if s.digit_entropy_histogram}
     if hist:
-        fig, ax = plt.subplots(figsize=(5, 3.2))
+        fig, ax = _pyplot().subplots(figsize=(5, 3.2))
         for name, s in hist.items():
             counts = s.digit_entropy_histogram
             edges = [MAX_DIGIT_ENTROPY * i / len(counts) for i in range(len(counts) + 1)]
@@ -254,12 +251,7 @@ def _detail_plots(report: EvalReport, out: Path) -> list[Path]:
             ax.stairs([c / total for c in counts], edges, label=f"{name} (mean {s.digit_entropy:.2f})")
         ax.set_xlabel("entropy of the 10-digit distribution (nats; max ln 10)")
         ax.set_ylabel("fraction of digits")
-        ax.set_title("Teacher-forced digit entropy")
-        ax.legend(fontsize=7)
-        fig.tight_layout()
-        fig.savefig(out / "digit_entropy.png", dpi=100)
-        plt.close(fig)
-        written.append(out / "digit_entropy.png")
+        written.append(_save(fig, ax, "Teacher-forced digit entropy", out / "digit_entropy.png"))
     return written
 
 
@@ -272,5 +264,5 @@ def write_report(out_dir: str | Path, report: EvalReport) -> list[Path]:
     # whole or not at all: a failed write keeps the earlier report, never a torn results.json
     write_text_atomic(out / "results.json", json.dumps(jsonable(report.to_json()), indent=2) + "\n")
     write_text_atomic(out / "report.md", markdown(report))
-    _accuracy_plot(report, out / "accuracy.png")
-    return [out / "results.json", out / "report.md", out / "accuracy.png", *_detail_plots(report, out)]
+    accuracy = _accuracy_plot(report, out / "accuracy.png")
+    return [out / "results.json", out / "report.md", accuracy, *_detail_plots(report, out)]

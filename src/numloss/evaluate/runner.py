@@ -1,21 +1,11 @@
 """Scoring outputs under a protocol, and running a protocol on a benchmark, batch by batch.
 
-Per item:
-
-1. the first prompt (`protocol.first_style`): program of thought for open answers, chain of
-   thought for multiple choice;
-2. an output the protocol reads as a program (`protocol.program`, in the attempts listed in
-   `protocol.program_styles`) is run in the sandbox, and the answer read from what it printed
-   (`protocol.read_program`); any other output is read as text (`protocol.extract`);
-3. an open item whose first attempt gives no answer gets a chain-of-thought prompt (the fallback),
-   read the same way;
-4. `protocol.finalize` (the released 'A' guess) and `protocol.compare` give the verdict.
-
-`score_items` is that, given the outputs: a pure function of (items, outputs, protocol) apart
-from running the programs, so saved outputs can be re-scored without a model. `run_benchmark`
-generates what is missing (first outputs, then the fallbacks any protocol needs), scores every
-protocol on the same outputs, and appends each batch's results to a `ResultsFile` before
-starting the next.
+Per item: the first prompt (program of thought for open answers, chain of thought for multiple
+choice); a program found in the output runs in the sandbox and the answer is read from what it
+printed, else from the text; an open item whose first attempt gives no answer gets a
+chain-of-thought fallback; `protocol.finalize` and `protocol.compare` give the verdict.
+`score_items` does that on given outputs (re-scoring needs no model); `run_benchmark` generates
+what is missing and appends each batch's results before starting the next.
 """
 
 from __future__ import annotations
@@ -87,17 +77,17 @@ class ItemResult:
         return {**extra, **out}
 
 
-def _attempt(protocol: Protocol, item: Item, output: str, style: str, benchmark: str, run: Callable[[str], ProgramResult | None]) -> tuple[str, ProgramResult | None, bool]:
-    """(prediction, program result or None, whether a program was found) of one output."""
+def _attempt(protocol: Protocol, item: Item, output: str, style: str, benchmark: str, run: Callable[[str], ProgramResult | None]) -> tuple[str, ProgramResult | None]:
+    """(prediction, the program's result or None) of one output."""
     program = protocol.program(output) if style in protocol.program_styles else None
     if program is None:
-        return protocol.extract(item, output, benchmark), None, False
+        return protocol.extract(item, output, benchmark), None
     result = run(protocol.script(program))
     stdout = result.stdout if result is not None and result.ok else None
     prediction = protocol.extract(item, protocol.read_program(stdout), benchmark)
     if not prediction and style in protocol.text_after_program:  # the program gave nothing: read the text
         prediction = protocol.extract(item, protocol.prose(output), benchmark)  # not the code's own literals
-    return prediction, result, True
+    return prediction, result
 
 
 def score_items(
@@ -141,7 +131,7 @@ def _score_one(protocol: Protocol, benchmark: str, item: Item, output: str, fall
                run: Callable[[str], ProgramResult], result: ItemResult) -> None:
     """Fill `result` with the verdict on one item; reading each attempt is bounded by READ_SECONDS."""
     with read_limit(READ_SECONDS):
-        prediction, program, _ = _attempt(protocol, item, output, style, benchmark, run)
+        prediction, program = _attempt(protocol, item, output, style, benchmark, run)
     if program is not None:
         result.program_status = program.status
         result.program_stdout = program.stdout[-STDOUT_KEPT:]
@@ -155,7 +145,7 @@ def _score_one(protocol: Protocol, benchmark: str, item: Item, output: str, fall
         else:
             result.fallback_output = fallback
             with read_limit(READ_SECONDS):
-                prediction, second, _ = _attempt(protocol, item, fallback, "cot", benchmark, run)
+                prediction, second = _attempt(protocol, item, fallback, "cot", benchmark, run)
             result.fallback_program_status = second.status if second is not None else ""
     elif fallback is not None:
         result.fallback_output = fallback  # generated for another protocol; kept with the item
@@ -201,23 +191,19 @@ def run_benchmark(
     for start in range(0, len(todo), batch_size):
         pending = [Pending(it, *known_outputs.get(it.id, (None, None))) for it in todo[start : start + batch_size]]
         missing = [p for p in pending if p.output is None]
-        if missing:
-            if generator is None:
-                raise ValueError(f"{benchmark.name}: item {missing[0].item.id} has no saved output and no model was given")
-            protocol = protocols[0]
-            styles = [first_style(p.item, program_of_thought) for p in missing]
-            texts = _generate(generator, [protocol.prompt(p.item, s) for p, s in zip(missing, styles, strict=True)],
-                              [protocol.max_new_tokens(p.item) for p in missing])
-            for p, text in zip(missing, texts, strict=True):
-                p.output = text
+        if missing and generator is None:
+            raise ValueError(f"{benchmark.name}: item {missing[0].item.id} has no saved output and no model was given")
+        styles = [first_style(p.item, program_of_thought) for p in missing]
+        firsts = _generate_for(generator, protocols[0], missing, styles)
+        for p, text in zip(missing, firsts, strict=True):
+            p.output = text
         scored = {pr.name: _score(pr, benchmark.name, pending, runner, program_of_thought) for pr in protocols}
-        need = [i for i in range(len(pending)) if any(scored[pr.name][i].needs_fallback for pr in protocols)]
+        need = [p for i, p in enumerate(pending)
+                if any(scored[pr.name][i].needs_fallback for pr in protocols)]
         if need and generator is not None:
-            protocol = protocols[0]
-            texts = _generate(generator, [protocol.prompt(pending[i].item, "cot") for i in need],
-                              [protocol.max_new_tokens(pending[i].item) for i in need])
-            for i, text in zip(need, texts, strict=True):
-                pending[i].fallback = text
+            fallbacks = _generate_for(generator, protocols[0], need, ["cot"] * len(need))
+            for p, text in zip(need, fallbacks, strict=True):
+                p.fallback = text
             scored = {pr.name: _score(pr, benchmark.name, pending, runner, program_of_thought) for pr in protocols}
         new = []
         for pr in protocols:
@@ -234,6 +220,16 @@ def run_benchmark(
 def _score(protocol: Protocol, benchmark: str, pending: list[Pending], runner: ProgramRunner, pot: bool) -> list[ItemResult]:
     return score_items(protocol, benchmark, [p.item for p in pending], [p.output or "" for p in pending],
                        [p.fallback for p in pending], runner, pot)
+
+
+def _generate_for(generator: Generator | None, protocol: Protocol, pending: list[Pending],
+                  styles: list[str]) -> list[str]:
+    """The outputs of `pending` items prompted in `styles` under `protocol` ([]: none to make)."""
+    if not pending or generator is None:
+        return []
+    pairs = zip(pending, styles, strict=True)
+    prompts = [protocol.prompt(p.item, s) for p, s in pairs]  # type: ignore[arg-type]
+    return _generate(generator, prompts, [protocol.max_new_tokens(p.item) for p in pending])
 
 
 def _generate(generator: Generator, prompts: list[str], limits: list[int]) -> list[str]:

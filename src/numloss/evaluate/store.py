@@ -1,18 +1,11 @@
 """The per-item results file: JSON lines, appended batch by batch, read back to resume.
 
-Each line is one item scored under one protocol (`runner.ItemResult.to_json()`), keyed by
-(model, benchmark, protocol, id, settings): `settings` is a short hash of the generation settings
-(prompt, stop strings, token limits, backend, dtype, program of thought), spelled out in
-`generation`. A batch is written with one write, flushed and fsynced before the next batch starts,
-so a kill loses at most the batch in flight. A torn last line (the kill came mid-write) is ignored
-on reading and cut off before the next append; any other unreadable line is an error naming the
-file and line, and so is a record whose fields have the wrong types (`check_result_record`).
-
-Each record also carries `model_identity` (`model_identity`): a hash of the model folder's files
-(name, size, modification time), or of the weights themselves for a model given in memory, so a
-new model saved under the same path is not resumed from the old one's outputs. `--overwrite`
-rewrites the file without the records of this run's key (through a temporary file and an atomic
-rename), after copying them to `items.jsonl.overwritten-<UTC time>` beside it.
+Each line is one item under one protocol (`ItemResult.to_json()`), keyed by (model, benchmark,
+protocol, id, settings hash) and carrying `model_identity` (`model_identity`), so another model
+saved at the same path is not resumed from. A batch is one write, flushed and fsynced: a kill
+loses at most the batch in flight, and its torn last line is ignored and cut off before the next
+append; any other bad line is an error naming the file and line. docs/evaluation.md, "Resuming
+and re-scoring".
 """
 
 from __future__ import annotations
@@ -48,11 +41,8 @@ _TYPE_NAMES = {str: "a string", int: "an integer", float: "a number", bool: "tru
 
 def _type_error(record: Mapping[str, Any], key: str, types: tuple[type, ...]) -> str | None:
     value = record[key]
-    if isinstance(value, bool) and bool not in types:  # bool is an int to Python, not to a reader
-        ok = False
-    else:
-        ok = isinstance(value, types)
-    if ok:
+    # bool is an int to Python, not to a reader
+    if isinstance(value, types) and not (isinstance(value, bool) and bool not in types):
         return None
     wanted = " or ".join(dict.fromkeys(_TYPE_NAMES[t] for t in types if t is not int or float not in types))
     return f"field {key!r} must be {wanted}, got {json.dumps(value, ensure_ascii=False)[:60]}"
