@@ -1,14 +1,9 @@
 """What a `numloss train` run folder holds on disk, and how each part is known to be whole.
 
-* A checkpoint (`checkpoint-N/`) or the final model (`final/`) counts only when its completion
-  marker, `numloss_checkpoint.json`, is there and every file it lists has the recorded size and
-  SHA-256. The marker is written last, atomically (temporary file, fsync, rename).
-* `final/` is written as `final.partial/`, marked, and renamed: a folder named `final` is
-  always complete. A kill before the rename leaves `final.partial/` (removed and rewritten by the
-  next run); a kill after the marker but before the rename leaves a complete `final.partial/`,
-  which `recover_final` renames.
-* `run_entries` lists what numloss and the Trainer write into a run folder, so a folder holding
-  another run is recognised, and `move_aside` moves such a run out of the way without deleting it.
+A checkpoint or `final/` counts only when its marker `numloss_checkpoint.json` (written last,
+atomically) lists every file with its size and SHA-256 and they match. `final/` is written as
+`final.partial/`, marked and renamed; `recover_final` finishes a rename a kill interrupted.
+`run_entries` and `move_aside` find and set aside another run's files without deleting them.
 """
 
 from __future__ import annotations

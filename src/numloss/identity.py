@@ -1,23 +1,10 @@
-"""Content hashes of what a result depends on: model weights, data, gold answers.
+"""Content hashes (SHA-256) of what a result depends on: model weights, data, gold answers.
 
-    from numloss.identity import model_sha256, file_sha256, text_sha256
-    model_sha256("runs/x/final")     # 'sha256:…' over the weight files, or None ('tiny', unknown)
-
-A result, a record or a resume point is matched to its inputs by what they are, not by their name
-and size: a model saved over another at the same path, with the same file sizes and restored
-modification times, has other bytes and so another hash.
-
-Hashing is by SHA-256 of the bytes. A file's hash is cached (in memory and in
-`$NUMLOSS_CACHE/hashes.json`) under its device, inode, size, mtime_ns **and ctime_ns**: a copy
-over a file keeps its inode, and a modification time can be set back (`touch -d`, `cp -p`), but
-the kernel moves ctime forward on every write and it cannot be set by a user, so a cached hash is
-never returned for changed bytes.
-
-A model's hash covers its weight files only (safetensors, bin, gguf, ...): config.json and the
-tokenizer files carry the transformers version that wrote them, and the same weights must hash
-the same on every machine for records to pair across them. 'smollm2' is hashed as the GGUF file
-it is converted from (the pinned source, identical everywhere); 'tiny' has no files (its weights
-follow from the config and seed, which a run's hash already holds) and gives None.
+A file's hash is cached (in memory and `$NUMLOSS_CACHE/hashes.json`) under its device, inode,
+size, mtime_ns and ctime_ns: the kernel moves ctime on every write and no user can set it back,
+so a cached hash is never returned for changed bytes. A model's hash covers its weight files
+only, so the same weights hash the same on every machine; 'smollm2' hashes its GGUF source and
+'tiny' (weights from config and seed) gives None.
 """
 
 from __future__ import annotations

@@ -4,42 +4,15 @@
     loss = model(**batch).loss          # batch holds input_ids, attention_mask, labels
     numloss.unpatch(model)
 
-Any loop or trainer that calls the model and reads `.loss` then trains with the objective: a
-custom loop, accelerate, `transformers.Trainer`, Axolotl-like stacks. The patch replaces the
-`forward` of that one model instance (the model under a peft or DDP wrapper), like
-Liger-Kernel's instance patching, and keeps its signature, so `generate` and the Trainer's
-inspection of loss kwargs are unchanged.
-
-What the patched forward does with `labels` (or pre-shifted `shift_labels`):
-
-* the causal shift on the labels, as `numloss.hf.NumericTrainer` does;
-* the step-wide counts from the kwargs transformers already forwards: `num_items_in_batch`
-  (the step's token count, which `Trainer` passes to a model that accepts loss kwargs) and,
-  where the caller knows it, `num_digits_in_batch`;
-* `fused=True`: the loss is computed *as the LM head's forward*: for the duration of the call
-  the head (found by unwrapping the model, never through a wrapper's attributes) computes
-  `NumericLoss.from_hidden(hidden, head.weight, ...)` chunk by chunk instead of its logits,
-  and the model hands that loss on as its output. The [B, T, V] logits never exist (the
-  output's `logits` is an empty [B, 0, V] tensor). Because the loss is made inside the head's
-  own call, every wrapper that gathers parameters per module has the head's weight whole when
-  it is read: DDP, FSDP1 and FSDP2 (the root's parameters stay unsharded through forward and
-  backward), DeepSpeed ZeRO-3 (its hooks gather the head's weight for the head's forward and,
-  since the loss is the head's output, again for its backward) and peft.
-
-A trainer that counts both (like `NumericTrainer`) can run its fused loss through the same
-mechanism: patch with `fused=True` and call the model with `labels`, `num_items_in_batch` and
-`num_digits_in_batch`; the loss is then computed inside the model's forward.
-
-It refuses what it cannot make exact: a digit objective with `normalize="digits"` (the default)
-given a step-wide token count but no digit count (pass `num_digits_in_batch`, or build the loss
-with `normalize="tokens"` and its own alpha), `logits_to_keep`, encoder-decoder models, context or sequence
-parallelism set up through accelerate (a sequence split over ranks), and (fused) a model that
-transforms its head's output (a logit scale or soft-cap the chunked loss would not see).
-Without labels the original forward runs untouched.
-
-`patched(model, loss_fn, fused=...)` is the same patch for the duration of a `with` block;
-`numloss.hf.NumericTrainer(fused=True)` computes its loss through it, so the trainer and the
-patch share one mechanism.
+The patch replaces the `forward` of that one model instance (inside peft or DDP wrappers) and
+keeps its signature. With labels, the patched forward shifts them, reads the step counts
+`num_items_in_batch` and `num_digits_in_batch` from its kwargs, and with `fused=True` computes
+the loss *as the LM head's forward* (`NumericLoss.from_hidden`): the [B, T, V] logits never
+exist, and every wrapper that gathers parameters per module (FSDP1/2, DeepSpeed ZeRO-3, peft)
+has the head's weight whole when it is read. It refuses what it cannot make exact: a digit mean
+without the step's digit count, `logits_to_keep`, encoder-decoders, context or sequence
+parallelism, and (fused) a head whose output the model transforms. `patched` is the same for a
+`with` block; `NumericTrainer(fused=True)` computes its loss through it.
 """
 
 from __future__ import annotations

@@ -1,16 +1,9 @@
 """An exclusive lock on a run folder, held for the whole of a `numloss train` or `numloss compare`.
 
-Two processes writing into one output folder mix their checkpoints, logs and final weights and
-both report success. `hold_run_dir(folder, "numloss train")` takes an exclusive `flock` on
-`folder/.numloss.lock` for as long as the `with` block runs and writes who holds it (pid, host,
-command, start time) into the file, so the second process stops at once with one line naming the
-holder.
-
-Why `flock` and not "the file exists": the kernel drops a `flock` when its holder dies, however it
-dies (SIGKILL included). A lock file left behind by a dead process is therefore stale by
-construction: the next run takes it over and says whose it was. The lock is advisory and local:
-on a network file system without `flock` support (some NFS set-ups) `hold_run_dir` refuses to
-start rather than run unprotected, unless `NUMLOSS_NO_RUN_LOCK=1` is set.
+`hold_run_dir(folder, command)` takes a `flock` on `folder/.numloss.lock` and writes who holds it,
+so a second process stops at once naming the holder. The kernel drops a `flock` when its holder
+dies, so a lock file left by a dead process is stale by construction and taken over. On a file
+system without `flock` it refuses to start unless `NUMLOSS_NO_RUN_LOCK=1`.
 """
 
 from __future__ import annotations

@@ -1,12 +1,6 @@
-"""The counts of one optimizer step, and what a path that lacks them must refuse.
-
-Every objective divides by step-wide counts: the valid tokens and the digit positions of all
-gradient-accumulation micro-batches on all data-parallel ranks. `count_tokens_and_digits` counts
-one micro-batch, `reduce_step_counts` sums over ranks; a path that receives only the token count
-(`transformers.Trainer`'s `compute_loss_func`, a patched model called by `Trainer`) asks
-`needs_step_digit_count` whether that is enough and otherwise raises `step_digits_refusal`.
-Context and sequence parallelism, which split one sequence over ranks, are refused
-(`refuse_split_sequences`).
+"""The counts of one optimizer step (valid tokens and digit positions over all micro-batches and
+ranks), and what a path that lacks them must refuse: a digit mean known only by its token count,
+and context or sequence parallelism (one sequence split over ranks).
 """
 
 from __future__ import annotations

@@ -1,8 +1,5 @@
-"""Reading text files and writing strict JSON, one helper each for the whole package.
-
-`read_utf8` turns a file that is not UTF-8 (or a folder, or an unreadable file) into one line
-naming the file, line and column, raised as the caller's own error type so that each command
-keeps its error class. `jsonable` maps NaN and inf to null, which strict JSON readers need.
+"""Reading text files (`read_utf8`: one line naming the file, line and column, raised as the
+caller's error type) and strict JSON (`jsonable`: NaN and inf to null).
 """
 
 from __future__ import annotations

@@ -1,26 +1,12 @@
 """TRL integration: `NumericSFTTrainer`, TRL's `SFTTrainer` trained with a numloss objective.
 
-    from numloss.trl import NumericSFTTrainer
     trainer = NumericSFTTrainer(loss_fn=build_loss("del", vocab), model=model, args=SFTConfig(...),
                                 train_dataset=dataset, processing_class=tokenizer)
 
-Everything TRL does stays: dataset preparation (prompt/completion, messages, chat templates),
-completion-only loss, padding-free batches, packing, its metrics `entropy`,
-`mean_token_accuracy` and `num_tokens`. The loss is the numloss one with `NumericTrainer`'s
-step-wide normalisation (tokens and digits of the whole optimizer step), so batch 8 and 2 x 4
-accumulation give the same update, and `fused=True` applies the LM head chunk by chunk inside
-the loss. `ce`, `aux` and `digit_entropy` are logged beside TRL's metrics.
-
-Chat data (a `messages` column) learns the assistant turns only, as `numloss train` does: the
-conversations are rendered with the tokenizer's chat template and labelled by
-`numloss.data.tokenize.conversation_ids` (each assistant turn through its end-of-turn marker),
-which needs no `{% generation %}` markers in the template, so SmolLM2's and other stock
-templates work. `SFTConfig(assistant_only_loss=True)` means the same thing here (TRL's own path
-would refuse a template without those markers); `assistant_only=False` trains on every token,
-TRL's default for `messages`.
-
-trl is an optional dependency (numloss's `[trl]` extra); importing this module without it
-raises an ImportError that says so in one line.
+TRL's data preparation, packing and metrics stay; the loss is normalised step-wide as in
+`NumericTrainer`. Chat data (`messages`) learns the assistant turns only, as `numloss train`
+does, labelled by `numloss.data.tokenize.conversation_ids`, so stock templates without
+`{% generation %}` markers work; `assistant_only=False` trains on every token, TRL's default.
 """
 
 from __future__ import annotations

@@ -1,17 +1,9 @@
 """Training records from files and Hugging Face datasets, in three layouts.
 
-* instruction records: `instruction`, an optional `input` and `output` (the MathInstruct
-  layout; the field names can be remapped with data.instruction_field / input_field /
-  output_field), rendered with the Alpaca prompt;
-* prompt/completion records: `prompt` and `completion` strings (the prompt is used as it is), or
-  lists of chat messages (TRL's conversational prompt/completion: the completion turns are learnt);
-* conversations: `messages`, a list of {role, content}, rendered with the tokenizer's chat
-  template; the assistant turns are learnt.
-
-Other columns are ignored. JSON files hold a list of records (MathInstruct's own
-`MathInstruct.json`); JSONL files one record per line. Anything else that is a path is opened
-with `datasets` (a folder written by `save_to_disk`, or a folder/file of parquet, csv, json);
-anything that is not a path is a Hugging Face dataset name.
+Instruction records (`instruction`, optional `input`, `output`; MathInstruct, fields remappable),
+prompt/completion records (strings, or TRL's conversational lists), and conversations
+(`messages`; the assistant turns are learnt). A .json file holds a list, a .jsonl one record per
+line; another path is opened with `datasets`, and anything else is a hub dataset name.
 """
 
 from __future__ import annotations

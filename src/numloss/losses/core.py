@@ -1,14 +1,8 @@
 """The one pass over the full logits that every objective shares.
 
-Every objective of numloss is a function of two small things: the per-token negative
-log-likelihood nll [N] and the ten digit logits at the digit positions z [K, 10]. This module
-computes both from the [N, V] logits with a custom autograd Function whose backward writes the
-gradient of the logits once, in row chunks, in the logits' dtype:
-
-    dL/dlogits[t] = g_nll[t] * (softmax(logits[t]) - onehot(y_t)) + scatter(g_z[t] -> digit columns)
-
-Plain autograd would keep a float32 log-softmax copy, build a zero [N, V] gradient for the target
-gather and another for the digit gather, and add them up; this keeps the logits and one gradient.
+Computes the per-token NLL [N] and the number-token logits from the [N, V] logits with a custom
+autograd Function whose backward writes the logits' gradient once, in row chunks and the logits'
+dtype; plain autograd would keep a float32 log-softmax copy and two zero [N, V] gradients.
 """
 
 from __future__ import annotations

@@ -1,32 +1,15 @@
 """EMO, Earth Mover Distance Optimisation (Ren et al., 2023), token-level.
 
-With q_t the model's full next-token distribution and E the L2-normalised rows of the output
-embedding (no gradient), the expected transport cost to the target is d_t = 1 - <E[y_t], q_t @ E>.
-The cost in the ratio is
+With q_t the full next-token distribution and E the L2-normalised output embedding (no
+gradient), the transport cost is d_t = 1 - <E[y_t], q_t @ E>. `form="adaptive"` (default, the
+cost of PolyU-VCLab/DEL's EMO baseline and emo_patch.py `emo1_adaptive`) uses
+d'_t = d_t + sg(q_t[y_t]); `form="gpt2"` (DRSY/EMO gpt2.py) uses d'_t = d_t. Token loss:
+`mode=1`: 0.5 * (nll_t + sg(r_t) * d'_t), r_t = nll_t / max(d'_t, 1e-6), optionally capped at
+`max_ratio`, whose value is the NLL; `mode=2`: sg(d'_t / max(nll_t, 1e-6)) * nll_t + d'_t.
+aux is the mean transport cost sum_t d_t / N_tok.
 
-* `form="adaptive"` (default): d'_t = d_t + sg(q_t[y_t]). This is the cost of the EMO code that
-  subtracts the detached target probability from q before the transport (`q - sg(q * onehot)`),
-  the form PolyU-VCLab/DEL's EMO baseline uses (train-qwen-deepseek.py `EMOloss`); the EMO
-  README's instruction-tuning form `emo_patch.py` `emo1_adaptive` names it.
-* `form="gpt2"`: d'_t = d_t (DRSY/EMO language_modeling/gpt2.py mode 'emo', emo_patch.py).
-
-and the token loss is
-
-* `mode=1` (default): 0.5 * (nll_t + sg(r_t) * d'_t), r_t = nll_t / max(d'_t, 1e-6), optionally
-  capped at `max_ratio` (3.0 is the PyPI EMOLoss / emo_patch.py cap). Its value is the NLL
-  (r_t * d'_t = nll_t); only the gradient differs: 0.5 * (dnll + r_t * dd_t).
-* `mode=2` (EMOLoss mode 2, "more emphasis on EMO"): sg(d'_t / max(nll_t, 1e-6)) * nll_t + d'_t,
-  whose value is 2 d'_t.
-
-The gradient of d'_t is that of d_t (q_t[y_t] is detached). The reported aux is the mean
-transport cost sum_t d_t / N_tok.
-
-The 1e-6 floor: the EMD half of the mode-1 gradient, r_t * dd_t/dz, is at most 2 * nll_t in L1
-norm whatever d_t is (|dd/dz|_1 <= 2 d), so the floor does not guard against a large gradient;
-it keeps r_t finite when d'_t rounds to 0 and bounds how far float32 rounding in d'_t (computed
-as 1 - <., .>, error ~1e-7) can be amplified. Below the floor r_t stops growing, so the EMD half
-fades linearly with d'_t, and the value falls below the NLL. The official code adds 1e-10
-instead.
+Why the 1e-6 floor (the official code adds 1e-10): it keeps r_t finite when d'_t rounds to 0 and
+bounds how far float32 rounding in d'_t (~1e-7) is amplified; below it the EMD half fades.
 """
 
 from __future__ import annotations

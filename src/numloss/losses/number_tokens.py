@@ -1,20 +1,10 @@
 """Digit logits of number tokens of any length: the per-slot marginals of the digit objectives.
 
-At a position whose target is a number token of L digits (spaced or not), take the number tokens
-of the same length and spacing (their *group*) and pool them by their j-th digit:
-
-    z_j(k) = logsumexp of the raw logits of the group's tokens whose j-th digit is k,   j = 1..L
-
-softmax(z_j) is then exactly the slot-j digit marginal of the model's distribution over the
-group's tokens (the softmax over the group's logits, summed over tokens sharing digit j = k).
-For L = 1 (the ten digit tokens) z is the ten digit logits themselves, so a single-digit
-tokenizer gives exactly what it gave before. A digit that no token of the group has in slot j
-(GPT-2's incomplete merges) gets probability exactly 0: its logit is set 10^4 below the slot's
-largest, and `support` marks it absent.
-
-Everything works on the number-token logits [P, C] that the core gathers at the P number-token
-positions (C <= ~1,110 columns for Llama-3), never on [N, V]; the one Python loop runs over the
-groups of the table (a handful), not over tokens or numbers.
+For a target of L digits, pool the logits of the number tokens of its length and spacing (its
+*group*) by their j-th digit: z_j(k) = logsumexp of the group's logits whose j-th digit is k.
+softmax(z_j) is the slot-j digit marginal; for L = 1 z is the ten digit logits themselves. A
+digit no token of the group has in slot j gets probability 0 (logit 10^4 below the slot's
+largest; `support` marks it). All of it works on the [P, C] number-token logits, never [N, V].
 """
 
 from __future__ import annotations

@@ -1,8 +1,5 @@
 """One way to get (model, tokenizer) for any `model.name`: 'tiny', 'smollm2', a local folder or a
-Hugging Face hub id.
-
-Offline (HF_HUB_OFFLINE=1, the project's default) a hub id works only when it is already in the
-local Hugging Face cache; `check_model_available` says so before anything is loaded.
+Hugging Face hub id (offline, only one in the local cache; `check_model_available` says so).
 """
 
 from __future__ import annotations

@@ -1,9 +1,5 @@
-"""The tiny offline model: a small Llama-architecture LM with a character-level tokenizer.
-
-Every character is one token, so every digit and the decimal point are single tokens (what the
-digit-level losses need) and the vocabulary is ~100 ids: the LM head is cheap and a 6 x 384 model
-trains at thousands of tokens/s on two CPU cores. Weights start random (seeded): it learns the
-synthetic arithmetic sets from scratch in minutes.
+"""The tiny offline model: a small Llama-architecture LM with a character-level tokenizer, so every
+digit is one token and the head is cheap; seeded random weights learn the synthetic sets in minutes.
 """
 
 from __future__ import annotations
