@@ -8,7 +8,6 @@ atomically) lists every file with its size and SHA-256 and they match. `final/` 
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import shutil
@@ -17,7 +16,9 @@ import zipfile
 from pathlib import Path
 from typing import Any
 
-from numloss.atomic import fsync_dir
+from numloss.atomic import fsync_dir, write_text_atomic
+from numloss.identity import sha256_uncached as sha256_file
+from numloss.textio import read_json_object
 
 #: written last into a checkpoint or final folder: its files, their sizes and SHA-256
 MARKER = "numloss_checkpoint.json"
@@ -31,16 +32,6 @@ RUN_FILES = (
     "trainer_state.json", "training_args.bin", "model.safetensors", "adapter_model.safetensors", "pytorch_model.bin",
 )
 RUN_PATTERNS = ("checkpoint-*", "partial-checkpoint-*", "final-step-*", "config-before-*.yaml")
-_CHUNK = 1 << 20
-
-
-def sha256_file(path: Path) -> str:
-    """The SHA-256 of a file's bytes, read in 1 MiB chunks."""
-    digest = hashlib.sha256()
-    with path.open("rb") as handle:
-        while chunk := handle.read(_CHUNK):
-            digest.update(chunk)
-    return digest.hexdigest()
 
 
 def write_marker(folder: Path, step: int) -> None:
@@ -50,39 +41,25 @@ def write_marker(folder: Path, step: int) -> None:
         # not the marker, nor a temporary file a killed earlier marking left (numloss.atomic's names)
         if path.is_file() and not path.name.startswith((MARKER, f".{MARKER}")):
             files[str(path.relative_to(folder))] = {"size": path.stat().st_size, "sha256": sha256_file(path)}
-    from numloss.atomic import write_text_atomic
-
     write_text_atomic(folder / MARKER, json.dumps({"step": step, "files": files}, indent=1) + "\n")
 
 
 def marker_step(folder: Path) -> int | None:
     """The step recorded in `folder`'s marker (None without a readable one)."""
-    try:
-        step = json.loads((folder / MARKER).read_text())["step"]
-    except (OSError, ValueError, KeyError, TypeError):
-        return None
+    step = (read_json_object(folder / MARKER) or {}).get("step")
     return step if isinstance(step, int) else None
 
 
 def folder_problem(folder: Path, *, require_marker: bool = True) -> str | None:
-    """None when `folder` is whole; otherwise what is wrong with it, in a few words.
-
-    With a marker: every listed file must be there with its size and SHA-256 (a marker of an
-    older numloss lists sizes only, and is checked by size). Without one (`require_marker`
-    False, a checkpoint from another program): the files are checked for structure only.
-    Either way the structure is checked too: trainer_state.json is a JSON object with a step,
-    a safetensors file has a readable header whose tensors fit in the file, a .pt/.bin is a
-    whole zip archive.
-    """
+    """None when `folder` is whole, else what is wrong in a few words: every file its marker
+    lists with that size and SHA-256 (sizes only for an older marker; no marker needed when not
+    `require_marker`), and the structure `structure_problem` checks."""
     marker = folder / MARKER
     if not folder.is_dir():
         return "it is not a folder"
     if marker.is_file():
-        try:
-            files = json.loads(marker.read_text())["files"]
-            if not isinstance(files, dict):
-                raise TypeError
-        except (OSError, ValueError, KeyError, TypeError):
+        files = (read_json_object(marker) or {}).get("files")
+        if not isinstance(files, dict):
             return "its completion marker is unreadable"
         for name, recorded in files.items():
             path = folder / name
@@ -233,11 +210,8 @@ def final_record(output_dir: Path) -> tuple[dict[str, Any] | None, str | None]:
     problem = folder_problem(final) if (final / MARKER).is_file() else None
     if problem is not None:
         return None, problem
-    try:
-        record = json.loads((final / FINAL_RECORD).read_text())
-        if not isinstance(record, dict):
-            raise TypeError
-    except (OSError, ValueError, TypeError):
+    record = read_json_object(final / FINAL_RECORD)
+    if record is None:
         return None, f"{FINAL_RECORD} is missing or unreadable"
     return record, None
 

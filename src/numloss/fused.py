@@ -44,11 +44,8 @@ def _math_dtype(dtype: torch.dtype) -> torch.dtype:
 
 
 class _Chunk:
-    """One chunk's forward: e = exp(z - max) [c, V] (in place of the logits), nll, cost.
-
-    The softmax is p = e / total; the division is folded into the gradient's row scale, which
-    saves one pass over the [c, V] buffer.
-    """
+    """One chunk's forward: e = exp(z - max) [c, V] in place of the logits, nll, cost; the
+    softmax's division by the row total is folded into the gradient's row scale (one pass less)."""
 
     def __init__(self, hidden, weight, bias, targets, valid, unit, math):
         logits = F.linear(hidden, weight, bias)
@@ -127,15 +124,8 @@ class _FusedLinearLoss(torch.autograd.Function):
         cost = torch.zeros(num_rows if unit is not None else 0, dtype=math, device=device)
         digit_logits = torch.zeros((digit_index.numel(), digit_columns.numel()), dtype=math, device=device)
         row_finite = torch.ones(num_rows, dtype=torch.bool, device=device)
-        wants_grad = any(ctx.needs_input_grad[:3])
-        in_forward = wants_grad and rule is not None and strategy == "forward"
-        if in_forward:
-            # gradients accumulate in the math dtype, whatever the dtype of hidden and weight
-            d_hidden = torch.empty((num_rows, hidden.shape[1]), dtype=math, device=device)
-            d_weight = torch.zeros(weight.shape, dtype=math, device=device) if ctx.needs_input_grad[1] else None
-            d_bias = torch.zeros(weight.shape[0], dtype=math, device=device) if bias is not None and ctx.needs_input_grad[2] else None
-            a_all = torch.zeros(num_rows, dtype=math, device=device)
-            b_all = torch.zeros(num_rows, dtype=math, device=device) if unit is not None else None
+        in_forward = any(ctx.needs_input_grad[:3]) and rule is not None and strategy == "forward"
+        stored = _gradient_buffers(ctx, hidden, weight, bias, unit, math) if in_forward else None
         starts = torch.arange(0, num_rows + chunk_size, chunk_size, device=device)
         bounds = torch.searchsorted(digit_index, starts).tolist()  # digit rows of each chunk
         for chunk_number, start in enumerate(range(0, num_rows, chunk_size)):
@@ -150,21 +140,12 @@ class _FusedLinearLoss(torch.autograd.Function):
             row_finite[start:stop] = chunk.row_finite
             if unit is not None:
                 cost[start:stop] = chunk.cost
-            if in_forward:
-                a, b = rule(chunk.nll, chunk.cost)
-                zero = torch.zeros_like(a)
-                a = torch.where(chunk.valid, a, zero)
-                a_all[start:stop] = a
-                if b_all is not None:
-                    b = torch.where(chunk.valid, b, zero)
-                    b_all[start:stop] = b
-                grad_z = chunk.logit_gradient(a, b)
-                _accumulate(grad_z, hidden[start:stop], weight, d_hidden, d_weight, d_bias, start, stop)
+            if stored is not None:
+                _gradient_in_forward(chunk, rule, stored, hidden, weight, start, stop)
             del chunk
         ctx.save_for_backward(hidden, weight, bias, targets, valid, digit_index, digit_columns, unit)
         ctx.chunk_size = chunk_size
-        ctx.has_bias = bias is not None
-        ctx.stored = (d_hidden, d_weight, d_bias, a_all, b_all) if in_forward else None
+        ctx.stored = stored
         ctx.mark_non_differentiable(row_finite)
         return nll, cost, digit_logits, row_finite
 
@@ -206,6 +187,32 @@ class _FusedLinearLoss(torch.autograd.Function):
         return d_hidden, d_weight, d_bias, None, None, None, None, None, None, None, None
 
 
+def _gradient_buffers(ctx, hidden, weight, bias, unit, math):
+    """Zeroed (d_hidden, d_weight, d_bias, a, b) in the math dtype, None where not wanted."""
+    rows, device = hidden.shape[0], hidden.device
+    d_hidden = torch.empty((rows, hidden.shape[1]), dtype=math, device=device)
+    d_weight = torch.zeros(weight.shape, dtype=math, device=device) if ctx.needs_input_grad[1] else None
+    wants_bias = bias is not None and ctx.needs_input_grad[2]
+    d_bias = torch.zeros(weight.shape[0], dtype=math, device=device) if wants_bias else None
+    a_all = torch.zeros(rows, dtype=math, device=device)
+    b_all = torch.zeros(rows, dtype=math, device=device) if unit is not None else None
+    return d_hidden, d_weight, d_bias, a_all, b_all
+
+
+def _gradient_in_forward(chunk, rule, stored, hidden, weight, start, stop) -> None:
+    """Add the chunk's gradient under the objective's predicted weights (a, b) to `stored`."""
+    d_hidden, d_weight, d_bias, a_all, b_all = stored
+    a, b = rule(chunk.nll, chunk.cost)
+    zero = torch.zeros_like(a)
+    a = torch.where(chunk.valid, a, zero)
+    a_all[start:stop] = a
+    if b_all is not None:
+        b = torch.where(chunk.valid, b, zero)
+        b_all[start:stop] = b
+    grad_z = chunk.logit_gradient(a, b)
+    _accumulate(grad_z, hidden[start:stop], weight, d_hidden, d_weight, d_bias, start, stop)
+
+
 def _common_scale(stored, grad_nll: torch.Tensor, grad_cost: torch.Tensor | None) -> torch.Tensor | None:
     """The scalar c with grad = c * predicted weights, or None when the prediction does not hold."""
     _, _, _, a, b = stored
@@ -223,9 +230,7 @@ def _common_scale(stored, grad_nll: torch.Tensor, grad_cost: torch.Tensor | None
 def _recompute(ctx, hidden, weight, bias, targets, valid, unit, grad_nll, grad_cost, math):
     """The logits' gradient chunk by chunk from the incoming per-token gradients."""
     num_rows = hidden.shape[0]
-    d_hidden = torch.empty(hidden.shape, dtype=math, device=hidden.device)
-    d_weight = torch.zeros(weight.shape, dtype=math, device=weight.device) if ctx.needs_input_grad[1] else None
-    d_bias = torch.zeros(weight.shape[0], dtype=math, device=weight.device) if ctx.has_bias and ctx.needs_input_grad[2] else None
+    d_hidden, d_weight, d_bias, _, _ = _gradient_buffers(ctx, hidden, weight, bias, None, math)
     step = ctx.chunk_size
     for start in range(0, num_rows, step):
         stop = min(start + step, num_rows)
@@ -275,10 +280,9 @@ def fused_loss(
 ) -> NumericLossOutput:
     """`loss_fn(hidden @ W.T + b, labels, ...)` without materialising the [N, V] logits.
 
-    `hidden` [B, T, H] or [N, H], `lm_head_weight` [V, H], `lm_head_bias` [V] or None, `labels`
-    aligned with `hidden` (no shift). Hidden, weight and bias get gradients. The matmul runs in
-    the common dtype of hidden and weight; softmax and loss in float32 (float64 for float64).
-    `chunk_size` rows per chunk; None picks `default_chunk_size(V, H)`.
+    `hidden` [B, T, H] or [N, H] with aligned `labels`, `lm_head_weight` [V, H], `lm_head_bias`
+    [V] or None; the matmul runs in their common dtype, softmax and loss in float32 (float64 for
+    float64). `chunk_size` None picks `default_chunk_size(V, H)`.
     """
     _check_inputs(loss_fn, hidden, lm_head_weight, labels, lm_head_bias)
     if strategy not in STRATEGIES:
@@ -308,33 +312,18 @@ def fused_loss(
     empty = torch.zeros(0, dtype=math, device=hidden.device)
     # the objective's own gradient rule; None (unknown) makes backward recompute the logits
     has_rule = loss_fn.gradient_weights(empty, empty if unit is not None else None) is not None
+    rule = loss_fn.gradient_weights if has_rule else None
     nll, cost, digit_logits, row_finite = _FusedLinearLoss.apply(
-        flat_hidden,
-        weight,
-        bias,
-        targets,
-        valid,
-        digits.rows,
-        digit_columns,
-        unit,
-        loss_fn.gradient_weights if has_rule else None,
-        int(chunk_size),
-        strategy,
+        flat_hidden, weight, bias, targets, valid, digits.rows, digit_columns, unit, rule,
+        int(chunk_size), strategy,
     )
 
     def diagnose(ignored_rows: torch.Tensor | None) -> NoReturn:
         _raise_not_finite(loss_fn.name, flat_hidden, weight, bias, valid, ignored_rows)
 
     return loss_fn.combine(
-        nll,
-        valid,
-        digit_logits,
-        digits,
-        cost if unit is not None else None,
-        num_items_in_batch,
-        num_digits_in_batch,
-        row_finite=row_finite,
-        diagnose=diagnose,
+        nll, valid, digit_logits, digits, cost if unit is not None else None,
+        num_items_in_batch, num_digits_in_batch, row_finite=row_finite, diagnose=diagnose,
     )
 
 

@@ -49,12 +49,8 @@ _DIAGNOSTIC_FIELDS = ("digit_entropy", *DIGIT_DIAGNOSTICS)
 
 
 def shift_labels(inputs: dict[str, Any], ignore_index: int = -100) -> torch.Tensor:
-    """Labels aligned with the logits of a causal LM: position t holds the label of token t + 1.
-
-    Uses ``inputs["shift_labels"]`` as it is when a collator provides it (padding-free
-    collators do); otherwise ``labels[..., 1:]`` with `ignore_index` appended, the same length as
-    the input so the logits need no slicing.
-    """
+    """Labels aligned with a causal LM's logits: a collator's `shift_labels` as they are, else
+    ``labels[..., 1:]`` with `ignore_index` appended (the logits need no slicing)."""
     if "shift_labels" in inputs:
         return inputs["shift_labels"]
     if "labels" not in inputs:
@@ -67,13 +63,8 @@ def shift_labels(inputs: dict[str, Any], ignore_index: int = -100) -> torch.Tens
 
 
 class NumericComputeLoss:
-    """`loss_fn` as a `compute_loss_func(outputs, labels, num_items_in_batch=None) -> loss`.
-
-    Reads the logits from `outputs`, shifts `labels` (the Trainer hands over the unshifted ones)
-    and divides by `num_items_in_batch`, the step-wide token count the Trainer passes. Nothing is
-    weighted by the number of accumulation steps. `last` holds the latest `NumericLossOutput`
-    (ce, aux, digit_entropy), for logging.
-    """
+    """`loss_fn` as a `compute_loss_func(outputs, labels, num_items_in_batch=None) -> loss`:
+    shifts the labels and divides by the step's token count; `last` is the latest output."""
 
     def __init__(self, loss_fn: NumericLoss) -> None:
         if not isinstance(loss_fn, NumericLoss):
@@ -82,13 +73,13 @@ class NumericComputeLoss:
             )
         self.loss_fn = loss_fn
         self.last: NumericLossOutput | None = None
-        # digit positions and per-digit diagnostic sums since the last `pop_diagnostics`, kept on
-        # the loss's device so a training step never waits for them (read once per log)
+        # digit positions and diagnostic sums since `pop_diagnostics`, kept on the device so a
+        # training step never waits for them
         self._diagnostic_sums: torch.Tensor | None = None
 
     def pop_diagnostics(self) -> dict[str, float]:
         """Means over the digit positions since the last call of `digit_entropy` and the digit
-        diagnostics (none when no digit was seen); for `numloss.diagnostics.DigitDiagnosticsCallback`."""
+        diagnostics ({} without digits), for `DigitDiagnosticsCallback`."""
         if self._diagnostic_sums is None:
             return {}
         digits, *sums = self._diagnostic_sums.tolist()
@@ -122,26 +113,16 @@ class NumericComputeLoss:
 
 
 def compute_loss_func(loss_fn: NumericLoss) -> NumericComputeLoss:
-    """A `compute_loss_func` for `transformers.Trainer` and TRL's trainers (see `NumericComputeLoss`).
-
-    Exact under gradient accumulation and data parallelism for objectives normalised by tokens:
-    MLE, MixCE, EMO, and the digit objectives built with `normalize="tokens"`. With
-    `normalize="digits"` it refuses any step wider than one micro-batch on one rank.
-    """
+    """A `compute_loss_func` for `transformers.Trainer` and TRL's trainers: exact for objectives
+    normalised by tokens; `normalize="digits"` refuses a step wider than one micro-batch."""
     return NumericComputeLoss(loss_fn)
 
 
 class NumericTrainer(Trainer):
-    """`transformers.Trainer` that trains with a numloss objective.
+    """`transformers.Trainer` that trains with `loss_fn`, normalised by the step-wide token and
+    digit counts (batch 8 and 2 x 4 accumulation give one update); `fused`: chunked LM head."""
 
-    `loss_fn`: the objective (`numloss.build_loss(...)`); `fused`: apply the LM head inside the
-    loss, chunk by chunk, instead of materialising the logits. Every other keyword goes to
-    `Trainer`. The loss is normalised by the step-wide token and digit counts, so one optimizer
-    step gives the same update for batch 8 as for batch 2 x 4 accumulation steps.
-    """
-
-    # The loss is divided by step-wide counts: the Trainer must not divide it by the number of
-    # accumulation steps again.
+    # divided by step-wide counts already: the Trainer must not divide by accumulation steps
     loss_is_scaled_for_ga = True
 
     def __init__(self, *, loss_fn: NumericLoss, fused: bool = False, **trainer_kwargs: Any) -> None:
@@ -162,14 +143,8 @@ class NumericTrainer(Trainer):
         self._log_sums = torch.zeros(_SLOTS, dtype=torch.float64, device=self.args.device)
         # (label digits that get the numeric term, all label digits) since the last log, this rank
         self._digit_coverage = [0, 0]
-        # MixCE, EMO and normalize="tokens" report aux per token; digit objectives per digit position
-        declared = getattr(loss_fn, "aux_per_token", None)
-        self._aux_per_token = declared if isinstance(declared, bool) else (
-            type(loss_fn).token_loss is not NumericLoss.token_loss
-            or getattr(loss_fn, "normalize", "digits") == "tokens"
-        )
+        self._aux_per_token = loss_fn.aux_per_token
 
-    # -- step-wide counts -----------------------------------------------------------------------
     def count_tokens_and_digits(self, inputs: dict[str, Any]) -> torch.Tensor:
         """[valid tokens, digit positions] of one micro-batch after the shift, as a long tensor;
         also adds up the label digits that get the numeric term for the `digit_share` log."""
@@ -179,13 +154,8 @@ class NumericTrainer(Trainer):
         return count_tokens_and_digits(labels, self.loss_fn)
 
     def get_batch_samples(self, epoch_iterator, num_batches, device):
-        """The micro-batches of one optimizer step and their step-wide token count.
-
-        The step-wide digit count travels beside it in `self._step_digits`. With
-        `average_tokens_across_devices` (the default) both are summed over all ranks, as the
-        Trainer does for tokens; `compute_loss` then multiplies the loss by the number of ranks,
-        which DDP's gradient averaging divides out again.
-        """
+        """The micro-batches of one step and its token count; the digit count goes to
+        `self._step_digits`. Both are summed over ranks with `average_tokens_across_devices`."""
         batch_samples = []
         for _ in range(num_batches):
             try:
@@ -201,7 +171,6 @@ class NumericTrainer(Trainer):
         self._step_digits = counts[1]
         return batch_samples, counts[0]
 
-    # -- the loss -------------------------------------------------------------------------------
     def compute_loss(
         self,
         model: nn.Module,
@@ -209,13 +178,8 @@ class NumericTrainer(Trainer):
         return_outputs: bool = False,
         num_items_in_batch: torch.Tensor | int | None = None,
     ):
-        """Shift the labels, run the model (or its body, when fused) and apply `loss_fn`.
-
-        During training `num_items_in_batch` is the step-wide token count from
-        `get_batch_samples`. In evaluation each batch is normalised by itself: the Trainer passes
-        a count there too, but the step-wide digit count beside it would be the last training
-        step's.
-        """
+        """Shift the labels, run the model and apply `loss_fn`; evaluation batches are normalised
+        by themselves (the step's digit count would be the last training step's)."""
         refuse_split_sequences("NumericTrainer", self.get_cp_size(), self.get_sp_size())
         labels = shift_labels(inputs, self.loss_fn.ignore_index)
         inputs = {k: v for k, v in inputs.items() if k not in ("labels", "shift_labels")}
@@ -281,7 +245,6 @@ class NumericTrainer(Trainer):
         """Called after each loss with the logits (or, fused, the hidden states and head); a hook
         for subclasses that log more per-token metrics (`numloss.trl.NumericSFTTrainer`)."""
 
-    # -- logging --------------------------------------------------------------------------------
     def _accumulate_for_log(
         self,
         out: NumericLossOutput,
@@ -317,12 +280,8 @@ class NumericTrainer(Trainer):
             self._log_sums += update.to(self._log_sums.device)
 
     def log(self, logs: dict[str, float], start_time: float | None = None) -> None:
-        """Add `ce`, `aux`, `digit_entropy` and the `DIGIT_DIAGNOSTICS` (means over the interval)
-        to the training logs.
-
-        ce is weighted by tokens, digit_entropy by digit positions, aux by the count it is
-        normalised by (digits for DEL/NTL/DIST2, tokens for MixCE/EMO), over all ranks.
-        """
+        """Add the interval's means over all ranks of `ce` (per token), `aux` (per its count),
+        `digit_entropy` and `DIGIT_DIAGNOSTICS` (per digit) and `digit_share` to the logs."""
         if "loss" in logs:
             sums = self._log_sums
             if self.args.world_size > 1:
@@ -346,8 +305,7 @@ class NumericTrainer(Trainer):
         super().log(logs, start_time)
 
 
-# The helpers this module shares with numloss.patch live in numloss.heads and numloss.step_counts;
-# they stay importable from here, where the Trainer glue has always offered them.
+# helpers shared with numloss.patch stay importable from here, where they always were
 __all__ = ["NumericTrainer", "NumericComputeLoss", "compute_loss_func", "shift_labels"]
 __all__ += step_counts.__all__
 __all__ += heads.__all__

@@ -17,6 +17,8 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
+from numloss.textio import read_json_object
+
 __all__ = ["file_sha256", "folder_sha256", "model_sha256", "text_sha256", "json_sha256", "WEIGHT_SUFFIXES",
            "describe_change"]
 
@@ -36,11 +38,7 @@ def _stat_key(stat: os.stat_result) -> tuple[int, ...]:
 
 
 def _read_disk_cache() -> dict[str, Any]:
-    try:
-        data = json.loads(_cache_file().read_text())
-    except (OSError, ValueError):
-        return {}
-    return data if isinstance(data, dict) else {}
+    return read_json_object(_cache_file()) or {}
 
 
 def _write_disk_cache(path: str, key: tuple[int, ...], digest: str) -> None:
@@ -71,11 +69,7 @@ def file_sha256(path: str | Path) -> str:
     if isinstance(stored, list) and len(stored) == 2 and tuple(stored[0]) == key and isinstance(stored[1], str):
         digest = stored[1]
     else:
-        sha = hashlib.sha256()
-        with open(real, "rb") as handle:
-            while chunk := handle.read(_CHUNK):
-                sha.update(chunk)
-        digest = sha.hexdigest()
+        digest = sha256_uncached(real)
         after = _stat_key(os.stat(real))
         if after != key:  # written while it was read: hash what is there now, uncached
             return file_sha256(real)
@@ -83,6 +77,15 @@ def file_sha256(path: str | Path) -> str:
     with _LOCK:
         _MEMORY[real] = (key, digest)
     return digest
+
+
+def sha256_uncached(path: str | Path) -> str:
+    """The SHA-256 (hex) of a file's bytes, read in 1 MiB chunks, never cached."""
+    sha = hashlib.sha256()
+    with open(path, "rb") as handle:
+        while chunk := handle.read(_CHUNK):
+            sha.update(chunk)
+    return sha.hexdigest()
 
 
 def folder_sha256(folder: str | Path, suffixes: Iterable[str] | None = None) -> str | None:

@@ -46,10 +46,9 @@ class PatchState:
 
     loss_fn: NumericLoss
     fused: bool
-    #: the instance-level forward that was there before (e.g. TRL's fused-head forward), or None
+    #: the instance-level forward that was there before, or None
     previous_forward: Any = None
-    #: fused only: called as on_hidden(hidden, head, aligned_labels) inside the head's forward,
-    #: while its weight is gathered (per-token metrics from the hidden states)
+    #: fused only: on_hidden(hidden, head, aligned_labels), run while the head's weight is gathered
     on_hidden: Callable[[torch.Tensor, nn.Module, torch.Tensor], None] | None = None
     #: the `NumericLossOutput` of the latest call with labels
     last: Any = None
@@ -110,9 +109,8 @@ def _numeric_forward(
 
 
 def _refuse_a_sharded_head(weight: torch.Tensor) -> None:
-    """Inside the head's forward FSDP and ZeRO-3 have gathered its weight; a weight still split
-    over ranks there is tensor parallelism (a vocabulary- or hidden-sharded head), whose fused
-    loss would need a cross-rank softmax: refused rather than computed on a shard."""
+    """Refuse a head weight still sharded inside the head's forward (where FSDP and ZeRO-3 have
+    gathered it): tensor parallelism, whose fused loss would need a cross-rank softmax."""
     try:
         from torch.distributed.tensor import DTensor
     except ImportError:  # pragma: no cover - torch without distributed
@@ -126,12 +124,9 @@ def _refuse_a_sharded_head(weight: torch.Tensor) -> None:
 
 
 def _forward_with_loss_as_head_output(model, forward, args, kwargs, state: PatchState, aligned, counts):
-    """Run `forward` with the LM head computing the fused loss in place of its logits.
-
-    Returns (outputs with "loss" set and empty logits, the `NumericLossOutput`). The loss the
-    caller gets is the tensor the model returned, so that whatever a wrapper attached to the
-    head's output on the way (ZeRO-3's backward gather, DDP's bookkeeping) is on its path.
-    """
+    """Run `forward` with the LM head computing the fused loss in place of its logits; returns
+    (outputs with that loss and empty logits, the `NumericLossOutput`). The loss is the tensor the
+    model returned, so what wrappers attached on the way (ZeRO-3's gather) is on its path."""
     head = output_head(model)
     calls: list[tuple[torch.Tensor, Any]] = []
 
@@ -171,12 +166,8 @@ def _forward_with_loss_as_head_output(model, forward, args, kwargs, state: Patch
 
 
 def patch(model: nn.Module, loss_fn: NumericLoss, fused: bool = False) -> nn.Module:
-    """Make `model(..., labels=labels)` return `loss_fn`'s loss; returns `model` (patched in place).
-
-    `fused=True` computes the loss from the final hidden states and the LM-head weight in chunks
-    (never the whole logits). Patching a patched model replaces the objective. See the module
-    docstring for the counts it reads and what it refuses.
-    """
+    """Make `model(..., labels=labels)` return `loss_fn`'s loss (in place; returns `model`);
+    `fused=True` never builds the whole logits. Patching again replaces the objective."""
     if not isinstance(loss_fn, NumericLoss):
         raise TypeError(
             f"loss_fn must be a numloss objective (numloss.build_loss(name, vocab)), got {type(loss_fn).__name__}"
@@ -220,9 +211,8 @@ def patched(
     fused: bool = False,
     on_hidden: Callable[[torch.Tensor, nn.Module, torch.Tensor], None] | None = None,
 ) -> Iterator[PatchState]:
-    """`patch(model, loss_fn, fused)` for the duration of the block; yields the `PatchState`
-    (its `last` holds the latest `NumericLossOutput`). Whatever was there before, a patch of
-    the user's included, is restored on exit. `on_hidden`: see `PatchState`."""
+    """`patch(model, loss_fn, fused)` for the block, yielding the `PatchState`; whatever was there
+    before (a user's patch included) is restored on exit."""
     target = patch_target(model)
     saved = {key: vars(target)[key] for key in (_STATE, "forward") if key in vars(target)}
     patch(target, loss_fn, fused=fused)

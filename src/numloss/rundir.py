@@ -20,6 +20,8 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+from numloss.textio import read_json_object
+
 logger = logging.getLogger(__name__)
 
 #: the lock file's name inside the run folder
@@ -55,11 +57,7 @@ def _busy(folder: Path) -> RunDirBusy:
 
 def read_holder(folder: str | os.PathLike[str]) -> dict[str, Any]:
     """What `folder`'s lock file says about its (last) holder; {} when there is none or it is unreadable."""
-    try:
-        payload = json.loads((Path(folder) / LOCK_NAME).read_text())
-    except (OSError, ValueError):
-        return {}
-    return payload if isinstance(payload, dict) else {}
+    return read_json_object(Path(folder) / LOCK_NAME) or {}
 
 
 @contextmanager

@@ -40,12 +40,8 @@ def entropy_and_correct(
     head: nn.Module | None = None,
     ignore_index: int = -100,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """(sum of next-token entropies, number of top-1 hits, number of scored positions).
-
-    TRL's `entropy` and `mean_token_accuracy` over the positions whose aligned label is not
-    `ignore_index`, from the logits or (fused) from the hidden states and the LM head, a chunk
-    of rows at a time and without gradient.
-    """
+    """(sum of next-token entropies, top-1 hits, scored positions): TRL's `entropy` and
+    `mean_token_accuracy`, from the logits or (fused) the hidden states and head, in chunks."""
     flat_labels = labels.reshape(-1)
     valid = flat_labels != ignore_index
     source = logits if logits is not None else hidden
@@ -66,13 +62,8 @@ def entropy_and_correct(
 class NumericSFTTrainer(NumericTrainer, SFTTrainer):
     """`trl.SFTTrainer` whose loss is `loss_fn`, normalised step-wide like `NumericTrainer`.
 
-    `loss_fn`: the objective (`numloss.build_loss(...)`); `fused`: apply the LM head inside the
-    loss in chunks. Every other keyword goes to `SFTTrainer` (`args` an `SFTConfig`). The
-    options of SFTTrainer that replace the loss (`loss_type="dft"`, label smoothing,
-    `compute_loss_func`) and MoE router losses are refused.
-
-    `assistant_only` (default True): a dataset with a `messages` column learns its assistant turns
-    only (see the module docstring); False: every token, as TRL does by default.
+    Options that replace the loss (`loss_type`, label smoothing, `compute_loss_func`, MoE router
+    losses) are refused. `assistant_only`: chat data learns its assistant turns only.
     """
 
     def __init__(
@@ -140,12 +131,8 @@ class NumericSFTTrainer(NumericTrainer, SFTTrainer):
 
 
 def assistant_turns_only(dataset: Any, tokenizer: Any) -> Any:
-    """`dataset` with each `messages` record replaced by `input_ids` and `labels` that learn the
-    assistant turns only (`numloss.data.tokenize.conversation_ids`); anything else unchanged.
-
-    Takes a `datasets.Dataset` or `IterableDataset`, or a dict of them (named eval sets); a
-    dataset without a `messages` column, or already tokenised (`input_ids`), is returned as it is.
-    """
+    """`dataset` (or a dict of them) with `messages` records tokenised to learn the assistant
+    turns only; a dataset without `messages`, or already tokenised, is returned as it is."""
     if isinstance(dataset, dict):
         return {name: assistant_turns_only(part, tokenizer) for name, part in dataset.items()}
     columns = getattr(dataset, "column_names", None)
