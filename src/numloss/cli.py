@@ -54,11 +54,8 @@ def _dispatch(argv: list[str]) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Dispatch to the command's module; returns the process exit status.
-
-    Output piped into a reader that stops early (`numloss train --help | head`) ends quietly
-    instead of with a BrokenPipeError traceback.
-    """
+    """Dispatch to the command's module and return the exit status; a closed pipe
+    (`numloss train --help | head`) ends quietly."""
     argv = list(sys.argv[1:] if argv is None else argv)
     try:
         status = _dispatch(argv)

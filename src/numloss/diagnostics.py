@@ -36,11 +36,8 @@ def pushdown_message(loss_fn: NumericLoss, share: float, steps: int, logit_mean:
 
 
 class PushdownWarning(TrainerCallback):
-    """Warn once when `pushdown_share` stays above `threshold` for `patience` logging steps.
-
-    Reads the logs only; for objectives without DEL's term it stays silent (their
-    `pushdown_share` is what raw DEL *would* do, logged for comparison, not a fault).
-    """
+    """Warn once when `pushdown_share` stays above `threshold` for `patience` logging steps;
+    silent for objectives other than DEL (theirs is what raw DEL *would* do)."""
 
     def __init__(self, loss_fn: NumericLoss, threshold: float = 0.5, patience: int = 3) -> None:
         if patience < 1 or not 0.0 <= threshold < 1.0:
@@ -62,12 +59,8 @@ class PushdownWarning(TrainerCallback):
 
 
 class DigitDiagnosticsCallback(PushdownWarning):
-    """The digit diagnostics of a `numloss.hf.NumericComputeLoss`, for a plain `Trainer`.
-
-    At each log it adds the means over the logging interval (weighted by digit positions) of
-    `digit_entropy` and `numloss.hf.DIGIT_DIAGNOSTICS` to the logs and to `state.log_history` (callbacks after this one, and
-    the history, see them), then warns as `PushdownWarning` does. Counts are this process's.
-    """
+    """The digit diagnostics of a `NumericComputeLoss` for a plain `Trainer`: each log gets the
+    interval's means (also in `state.log_history`), then warns as `PushdownWarning` does."""
 
     def __init__(self, compute_loss: Any, threshold: float = 0.5, patience: int = 3) -> None:
         loss_fn = getattr(compute_loss, "loss_fn", None)

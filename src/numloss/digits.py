@@ -232,11 +232,9 @@ class DigitVocab:
     ) -> DigitVocab:
         """The number tokens of a Hugging Face (or raw `tokenizers`) tokenizer, decided by behaviour.
 
-        The tokenizer writes `PROBES`. When it emits only single digits, multi-digit vocabulary
-        entries are never produced and only the ten digits are kept. Otherwise `multi_digit`
-        decides: "slots" (default) scores every digit of every number token through per-slot
-        marginals; "single" (or `allow_multi_digit=True`) keeps the ten digits only; "refuse"
-        raises DigitVocabError. A tokenizer without the ten single-digit tokens is refused.
+        When writing `PROBES` emits single digits only, only the ten are kept. Otherwise `multi_digit`
+        decides: "slots" (default) scores every digit of every number token; "single" (or
+        `allow_multi_digit=True`) keeps the ten digits; "refuse" raises DigitVocabError.
         """
         if multi_digit not in MULTI_DIGIT_MODES:
             raise ValueError(f"multi_digit must be one of {MULTI_DIGIT_MODES}, got {multi_digit!r}")

@@ -98,13 +98,8 @@ def require(extra: str, feature: str, *modules: str) -> None:
 
 @contextmanager
 def needs(extra: str, feature: str) -> Iterator[None]:
-    """Wrap the imports of an optional dependency: a missing third-party package raises
-    `MissingExtraError` naming `extra`. Extras stack (eval includes hf), so the feature's own
-    extra installs every package the feature imports (tests/test_imports.py checks it).
-
-        with needs("hf", "numloss.hf"):
-            from transformers import Trainer
-    """
+    """Wrap an optional dependency's imports: a missing package raises `MissingExtraError`
+    naming `extra` (`with needs("hf", "numloss.hf"): from transformers import Trainer`)."""
     try:
         yield
     except MissingExtraError:

@@ -62,12 +62,9 @@ def read_holder(folder: str | os.PathLike[str]) -> dict[str, Any]:
 
 @contextmanager
 def hold_run_dir(folder: str | os.PathLike[str], command: str) -> Iterator[Path]:
-    """Hold an exclusive lock on `folder` (created when missing) for the body of the `with`.
-
-    Raises RunDirBusy, naming the holder, when a live process holds it, and RunDirLockError when
-    the folder cannot be created or the file system has no working `flock`. A lock left by a dead
-    process is taken over with a warning naming it. The lock file stays behind after release (so
-    the next holder can read who ran last); only a live `flock` means "busy".
+    """Hold an exclusive lock on `folder` (created when missing) for the `with` body; RunDirBusy
+    names a live holder, RunDirLockError a folder or file system that cannot be locked. A dead
+    holder's lock is taken over with a warning; the file stays to say who ran last.
     """
     path = Path(folder)
     try:

@@ -13,11 +13,8 @@ from numloss.data.prompts import format_prompt
 
 @dataclass(frozen=True)
 class Example:
-    """One training (or evaluation) example in the MathInstruct layout.
-
-    `answer` is the final answer alone when the source knows it (synthetic and reasoning-gym
-    sets do), for evaluation; training only reads the prompt and `output`.
-    """
+    """One example in the MathInstruct layout; `answer` is the final answer alone when the
+    source knows it (for evaluation)."""
 
     instruction: str
     output: str

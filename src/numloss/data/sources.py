@@ -59,11 +59,8 @@ def load_examples(
     input_field: str = "input",
     output_field: str = "output",
 ) -> list[Example]:
-    """The examples of `source` (see the module docstring).
-
-    `num_examples`: how many to generate for synthetic and gym sets (required there); for files
-    and datasets, the first `num_examples` records (None: all).
-    """
+    """The examples of `source`: `num_examples` generated (synthetic and gym sets, required
+    there), or the first `num_examples` records of a file or dataset (None: all)."""
     check_source(source)
     kind = source_kind(source)
     if kind in ("synthetic", "gym"):

@@ -97,12 +97,6 @@ def token_nll_and_digit_logits(
     digit_index: torch.Tensor,
     digit_columns: torch.Tensor,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """Per-token NLL [N] (0 where not `valid`), digit logits [K, 10] in `compute_dtype`, and
-    whether each row's log-normaliser is finite [N] (bool, no gradient).
-
-    `logits` [N, V] in any float dtype (computed in float32), `targets` [N] in [0, V) (any value
-    where not `valid`), `digit_index` [K] rows of the digit positions (distinct), `digit_columns`
-    [C] the token ids to read there (the ten digits, or every number token: C <= ~1,110 of V);
-    the digit logits are then [K, C]. NLL and digit logits are differentiable with respect to `logits`.
-    """
+    """Per-token NLL [N] (0 where not `valid`), the logits [K, C] at rows `digit_index` and columns
+    `digit_columns` (differentiable), and whether each row's log-normaliser is finite [N]."""
     return _TokenNLLAndDigitLogits.apply(logits, targets, valid, digit_index, digit_columns)

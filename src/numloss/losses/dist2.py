@@ -38,13 +38,8 @@ def dist2_term(
 
 
 def digit_run_weights(index: torch.Tensor, places: torch.Tensor) -> torch.Tensor:
-    """Per digit: its position from the end of its run of consecutive digit tokens (last = 1).
-
-    A run of digit tokens breaks where the flat index jumps (a '.', another token, an ignored
-    position) or where the place index does not fall by one (a new number in the next row: a
-    number's last digit has place 0 or below, the next row's first digit 0 or above). The digit
-    slots of one multi-digit token share its index, so a step of 0 or 1 continues the run.
-    """
+    """Per digit: its position from the end of its run of digit tokens (last = 1); a run breaks
+    where the flat index jumps by more than 1 or the place does not fall by one."""
     count = index.numel()
     if count == 0:
         return torch.zeros(0, dtype=torch.float32, device=index.device)

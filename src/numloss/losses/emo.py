@@ -39,11 +39,8 @@ def emo_ratio(nll: torch.Tensor, cost: torch.Tensor, mode: int, max_ratio: float
 
 
 class EMOLoss(NumericLoss):
-    """EMO; needs the output-embedding matrix [V, H] (e.g. `model.get_output_embeddings().weight`).
-
-    The matrix is read at every call, so a trained head is seen as it changes; it never receives
-    gradient from this loss.
-    """
+    """EMO; needs the output-embedding matrix [V, H], read at every call (so a trained head is
+    seen as it changes) and never given gradient by this loss."""
 
     name = "emo"
     default_alpha = 1.0
@@ -126,11 +123,8 @@ class EMOLoss(NumericLoss):
 
 
 class _TransportCost(torch.autograd.Function):
-    """d = 1 - sum_v softmax(z)_v <E_y, E_v> for the given rows, in row chunks.
-
-    Neither the probabilities nor the [n, V] similarities are kept: backward recomputes them per
-    chunk, so the only [N, V] tensor is the gradient itself.
-    """
+    """d = 1 - sum_v softmax(z)_v <E_y, E_v> in row chunks; backward recomputes per chunk, so the
+    only [N, V] tensor is the gradient itself."""
 
     @staticmethod
     def forward(ctx, logits, rows, targets, unit):  # type: ignore[override]

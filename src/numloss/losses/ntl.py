@@ -39,11 +39,8 @@ def mse_term(z: torch.Tensor, y: torch.Tensor, u: torch.Tensor) -> torch.Tensor:
 
 
 def reweighed(term: torch.Tensor, z: torch.Tensor, y: torch.Tensor, nll: torch.Tensor, largest: float) -> torch.Tensor:
-    """ntloss's reweighing: m * term + 1.01 * largest * (1 - m), m = digit mass of the full softmax.
-
-    m = exp(logsumexp(z) - logsumexp(all logits)), and logsumexp(all) = nll + z_y at a digit
-    position whose target is y, so m comes from the digit logits and the target's NLL alone.
-    """
+    """ntloss's reweighing m * term + 1.01 * largest * (1 - m), with the digit mass
+    m = exp(logsumexp(z) - (nll + z_y)) from the digit logits and the target's NLL alone."""
     log_mass = torch.logsumexp(z, dim=-1) - (nll.to(z.dtype) + z.gather(1, y[:, None]).squeeze(1))
     mass = log_mass.exp()
     return mass * term + 1.01 * largest * (1.0 - mass)

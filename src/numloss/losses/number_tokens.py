@@ -18,12 +18,9 @@ ABSENT_GAP = 1.0e4
 
 
 def bucket_logsumexp(x: torch.Tensor, bucket: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """(z [R, 10], support [10]): z[:, k] = logsumexp of x[:, bucket == k] for x [R, n], bucket [n].
-
-    Each bucket is shifted by its own (detached) maximum, so no bucket underflows because another
-    is far larger. Empty buckets get `support` False and a logit ABSENT_GAP below the row's
-    largest present one (probability exactly 0, finite value and gradient).
-    Assumes at least one bucket is non-empty.
+    """(z [R, 10], support [10]): z[:, k] = logsumexp of x[:, bucket == k], each bucket shifted
+    by its own detached maximum; an empty bucket gets support False and a logit ABSENT_GAP below
+    the row's largest (probability 0, finite gradient). At least one bucket must be non-empty.
     """
     rows = x.shape[0]
     support = torch.bincount(bucket, minlength=10) > 0
@@ -44,12 +41,8 @@ def bucket_logsumexp(x: torch.Tensor, bucket: torch.Tensor) -> tuple[torch.Tenso
 def slot_logits(
     number_logits: torch.Tensor, digits: DigitPositions, table: NumberTable
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """(z [K, 10], support [K, 10]): the slot digit logits of every digit slot of `digits`.
-
-    `number_logits` [P, C]: the logits at the number-token positions `digits.rows` (in order) for
-    the columns `table.columns`. Row i of the result belongs to slot i of `digits` (its target
-    `digits.target[i]`, place `digits.place[i]`). Differentiable with respect to `number_logits`.
-    """
+    """(z [K, 10], support [K, 10]): the digit logits of every slot of `digits`, from the
+    `number_logits` [P, C] at `digits.rows`; differentiable."""
     count = digits.count
     support = torch.ones((count, 10), dtype=torch.bool, device=number_logits.device)
     if len(table.groups) == 1:  # only the ten digits: z is their logits, unchanged
@@ -91,12 +84,8 @@ def slot_logits(
 def token_values(
     number_logits: torch.Tensor, digits: DigitPositions, table: NumberTable
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """(p [P, C], values [C], target value [P]) for the token-level (number-level) variant.
-
-    p is the softmax over all number-token columns at each number-token position (NTL's
-    `digit_level=False`: every number token is a class, whatever its length); values are the
-    integers the tokens spell, in the dtype of the logits.
-    """
+    """(p [P, C], values [C], target value [P]) for the token-level variant: the softmax over all
+    number tokens (NTL's `digit_level=False`) and the integers they spell."""
     p = torch.softmax(number_logits, dim=-1)
     values = table.values.to(device=number_logits.device, dtype=number_logits.dtype)
     target_column = digits.column[digits.slot == 0]  # one slot 0 per number-token position

@@ -56,12 +56,8 @@ def is_prepared(cache_dir: str | os.PathLike | None = None) -> bool:
 
 
 def prepare(cache_dir: str | os.PathLike | None = None, force: bool = False) -> Path:
-    """Convert the GGUF into a local model folder once; returns the folder.
-
-    Already prepared (and not `force`): returns at once. The folder is written under a temporary
-    name and renamed when complete, so an interrupted conversion never leaves a half folder that
-    looks finished.
-    """
+    """Convert the GGUF into a local model folder once (again with `force`); written under a
+    temporary name and renamed when complete, so a half folder never looks finished."""
     target = model_dir(cache_dir)
     if is_prepared(cache_dir) and not force:
         return target

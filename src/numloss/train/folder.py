@@ -120,12 +120,8 @@ def record_run(config: Config, output_dir: Path, replaced_at: Path | None, input
 
 @dataclass
 class RunPlan:
-    """What a run does with its output_dir (`plan_run_dir`).
-
-    action: "new" (nothing of value there), "overwrite" (`entries` move aside first), "resume"
-    (continue; `changed` lists the settings --resume-changed let through), "finished" (`--resume`
-    of a run that reached its end: `record` is final/'s record).
-    """
+    """What a run does with its output_dir: action "new", "overwrite" (`entries` move aside),
+    "resume" (`changed`: settings let through) or "finished" (`record`: final/'s)."""
 
     action: str
     entries: list[Path] = field(default_factory=list)
@@ -159,11 +155,9 @@ def _stored_config(out: Path, resume: bool | str) -> tuple[Config | None, str]:
 
 
 def plan_run_dir(config: Config) -> RunPlan:
-    """What this run may do with `train.output_dir`, decided from what is there (reads only).
-
-    Without --resume a folder holding a run is refused unless --overwrite, or unless it holds an
-    attempt of this config that saved nothing. With --resume the stored config.yaml must agree in
-    every setting that changes the run, unless --resume-changed. Raises ConfigError.
+    """What this run may do with `train.output_dir` (reads only; raises ConfigError): a run there
+    is refused unless --overwrite, --resume with agreeing settings (or --resume-changed), or an
+    attempt of this config that saved nothing.
     """
     train = config.train
     out = Path(train.output_dir)
