@@ -36,10 +36,8 @@ def fsync_dir(folder: Path) -> None:
 
 
 def write_bytes_atomic(path: str | Path, data: bytes) -> None:
-    """Replace `path` with `data`: temporary file in the same folder, fsync, rename, fsync folder.
-
-    The folder must exist. On any error the old `path` is untouched and the temporary is removed.
-    """
+    """Replace `path` (its folder must exist) with `data`, or on any error leave it untouched and
+    remove the temporary."""
     path = Path(path)
     tmp = temporary_path(path)
     try:

@@ -593,10 +593,8 @@ def find_digits(
 def _number_columns(
     labels_2d: torch.Tensor, vocab: DigitVocab, width: int, ignore_index: int
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """Per flat label: (its `number_lookup` code, is a scored number token, starts a new word).
-
-    A number token in a run with an unscored token (no word break between them) is not scored.
-    """
+    """Per flat label: (its `number_lookup` code, is a scored number token, starts a new word);
+    a number token in a run with an unscored token is not scored."""
     table = vocab.number_table(labels_2d.device)
     flat = labels_2d.reshape(-1)
     column = number_lookup(vocab, width, labels_2d.device)[torch.where(flat != ignore_index, flat, width)]

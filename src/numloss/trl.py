@@ -60,11 +60,8 @@ def entropy_and_correct(
 
 
 class NumericSFTTrainer(NumericTrainer, SFTTrainer):
-    """`trl.SFTTrainer` whose loss is `loss_fn`, normalised step-wide like `NumericTrainer`.
-
-    Options that replace the loss (`loss_type`, label smoothing, `compute_loss_func`, MoE router
-    losses) are refused. `assistant_only`: chat data learns its assistant turns only.
-    """
+    """`trl.SFTTrainer` whose loss is `loss_fn`, normalised step-wide like `NumericTrainer`;
+    options that replace the loss are refused. `assistant_only`: chat learns assistant turns."""
 
     def __init__(
         self, *, loss_fn: NumericLoss, fused: bool = False, assistant_only: bool = True, **trainer_kwargs: Any

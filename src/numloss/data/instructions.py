@@ -106,10 +106,7 @@ def records_to_examples(
     input_field: str = "input",
     output_field: str = "output",
 ) -> list[TrainingRecord]:
-    """Training records (`Example`, `PromptCompletion`, `Conversation`) from mapping records.
-
-    A record without any of the layouts (module docstring) is an error naming it.
-    """
+    """Training records from mapping records; one of no known layout is an error naming it."""
     examples: list[TrainingRecord] = []
     for i, record in enumerate(records):
         if not isinstance(record, Mapping):
@@ -145,10 +142,8 @@ def read_json_records(path: str | os.PathLike) -> list[dict[str, Any]]:
 
 
 def load_hf_records(name_or_path: str, split: str = "train", subset: str | None = None) -> Any:
-    """A `datasets.Dataset` split from a hub name or a local path (folder or data file).
-
-    Offline (HF_DATASETS_OFFLINE=1) a name that is not in the local cache is an error saying so.
-    """
+    """A `datasets.Dataset` split from a hub name or a local path (offline, an uncached name is an
+    error saying so)."""
     import datasets
 
     path = Path(name_or_path).expanduser()

@@ -151,10 +151,8 @@ def _prompt_and_target(item: TrainingRecord) -> tuple[str, str]:
 def tokenize_examples(
     examples: Sequence[TrainingRecord], tokenizer: Any, max_length: int, chat_template: str | None = None
 ) -> TokenizedDataset:
-    """Tokenise `examples` for training; see the module docstring for the layout and truncation.
-
-    `chat_template` (Jinja text or a file) replaces the tokenizer's own for conversations.
-    """
+    """Tokenise `examples` for training (module docstring); `chat_template` (Jinja text or a file)
+    replaces the tokenizer's own."""
     if max_length < 2:
         raise ValueError(f"max_length must be >= 2, got {max_length}")
     eos = tokenizer.eos_token_id
@@ -203,10 +201,8 @@ def tokenize_examples(
 
 @dataclass
 class CompletionCollator:
-    """Pad a list of {input_ids, labels} on the right: pad id / -100, with the attention mask.
-
-    `pad_to_multiple_of` rounds the padded length up (tensor cores like multiples of 8).
-    """
+    """Pad {input_ids, labels} on the right with the pad id / -100 and an attention mask, to a
+    multiple of `pad_to_multiple_of` when given."""
 
     pad_token_id: int
     pad_to_multiple_of: int | None = None

@@ -120,11 +120,8 @@ _OPTION_NAMES: dict[type, list[str]] = {}
 
 
 class NumericLoss(nn.Module):
-    """Base of every numloss objective: `loss_fn(logits, labels) -> NumericLossOutput`.
-
-    Options are the keyword arguments of `__init__`, checked by `validate_options` when built
-    and whenever one is assigned later (`loss_fn.alpha = -1` raises).
-    """
+    """Base of every objective: `loss_fn(logits, labels) -> NumericLossOutput`; its options are
+    `__init__`'s keywords, checked when built and when assigned (`loss_fn.alpha = -1` raises)."""
 
     name: str = ""
     default_alpha: float = 0.0
@@ -271,11 +268,8 @@ class NumericLoss(nn.Module):
     def gradient_weights(
         self, nll: torch.Tensor, cost: torch.Tensor | None
     ) -> tuple[torch.Tensor, torch.Tensor | None] | None:
-        """Per-token (a_t, b_t) with dloss/dnll_t = c * a_t and dloss/dcost_t = c * b_t, one c.
-
-        The fused path computes the gradient in forward with them; None (the default for an own
-        `token_loss`) makes it recompute the logits in backward instead.
-        """
+        """Per-token (a_t, b_t) with dloss/dnll_t = c * a_t and dloss/dcost_t = c * b_t for one c,
+        which the fused path uses in forward; None makes it recompute the logits in backward."""
         if type(self).token_loss is not NumericLoss.token_loss:
             return None
         return torch.ones_like(nll), None
@@ -288,11 +282,8 @@ class NumericLoss(nn.Module):
         num_items_in_batch: int | torch.Tensor | None = None,
         num_digits_in_batch: int | torch.Tensor | None = None,
     ) -> NumericLossOutput:
-        """Loss of aligned (unshifted) `logits` [B, T, V] or [N, V] against `labels` [B, T] or [N].
-
-        `num_items_in_batch` / `num_digits_in_batch`: the step's valid tokens / digit positions
-        (default: this call's).
-        """
+        """Loss of aligned (unshifted) `logits` [B, T, V] or [N, V] against `labels` [B, T] or [N];
+        the counts are the step's (default: this call's)."""
         flat_logits, flat_labels, digits = self._prepare(logits, labels)
         valid = flat_labels != self.ignore_index
         targets = torch.where(valid, flat_labels, torch.zeros_like(flat_labels))

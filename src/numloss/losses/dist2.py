@@ -22,10 +22,8 @@ from numloss.losses.base import NORMALIZATIONS, DigitLoss, check_number
 def dist2_term(
     z: torch.Tensor, y: torch.Tensor, u: torch.Tensor, tau: float, support: torch.Tensor | None = None
 ) -> torch.Tensor:
-    """u * KL(q || p) per digit [M], q = softmax(-(k - y)^2 / tau), p = softmax(z).
-
-    `support` [M, 10] (None: all digits) restricts q to the digits a slot can hold.
-    """
+    """u * KL(q || p) per digit [M], q = softmax(-(k - y)^2 / tau) restricted to `support`,
+    p = softmax(z)."""
     values = torch.arange(10, dtype=z.dtype, device=z.device)
     soft = -((values[None, :] - y[:, None]) ** 2) / tau
     if support is None or bool(support.all()):

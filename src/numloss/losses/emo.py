@@ -160,8 +160,6 @@ def _chunks(logits, rows, targets, unit):
 def transport_cost(
     logits: torch.Tensor, rows: torch.Tensor, targets: torch.Tensor, unit: torch.Tensor
 ) -> torch.Tensor:
-    """EMO's transport cost d [n] at `rows` of `logits` [N, V], differentiable in the logits.
-
-    `unit` [V, H] holds unit-length embedding rows (no gradient); `targets` [N] the target ids.
-    """
+    """EMO's transport cost d [n] at `rows` of `logits` [N, V] (differentiable), for unit-length
+    embedding rows `unit` [V, H] and target ids `targets` [N]."""
     return _TransportCost.apply(logits, rows, targets, unit)
