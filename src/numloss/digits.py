@@ -466,42 +466,24 @@ def number_places(classes: torch.Tensor) -> torch.Tensor:
         return number_places(classes[None])[0]
     if classes.dim() != 2:
         raise ValueError(f"classes must be [B, T], got shape {tuple(classes.shape)}")
-    rows, cols = classes.shape
     flat = classes.reshape(-1)
-    n = flat.numel()
-    places = torch.zeros(n, dtype=torch.long, device=classes.device)
-    if n == 0:
-        return places.view(rows, cols)
     is_number = flat >= 0
     is_digit = is_number & (flat < 10)
-    previous = torch.zeros_like(is_number)
-    previous[1:] = is_number[:-1]
-    previous.view(rows, cols)[:, 0] = False  # a run never continues from the previous row
-    starts = is_number & ~previous
-    run_id = torch.cumsum(starts.long(), 0) - 1  # valid at number positions
-    position = torch.arange(n, device=classes.device)
-    number_pos = position[is_number]
-    if number_pos.numel() == 0:
-        return places.view(rows, cols)
-    run_of = run_id[is_number]
-    run_start = position[starts]
-    j = number_pos - run_start[run_of]  # index inside the run
-    num_runs = run_start.numel()
-    run_length = torch.bincount(run_of, minlength=num_runs)
-    # digits seen before each position of its run, to find the first '.' that follows a digit
-    digit_cum = torch.cumsum(is_digit.long(), 0)
-    digits_before = (digit_cum - is_digit.long())[is_number] - (
-        digit_cum[run_start] - is_digit[run_start].long()
-    )[run_of]
-    point_here = (flat[is_number] == 10) & (digits_before > 0)
-    first_point = run_length.clone()
-    first_point.scatter_reduce_(
-        0, run_of[point_here], j[point_here], reduce="amin", include_self=True
+    starts = _run_starts(is_number, torch.zeros_like(is_number), *classes.shape)
+    run_start = torch.nonzero(starts).squeeze(1)
+    if not run_start.numel():
+        return torch.zeros_like(flat, dtype=torch.long).view(classes.shape)
+    run_id = (torch.cumsum(starts.long(), 0) - 1).clamp_min(0)
+    j = _since_run_start(is_number.long(), run_start, run_id)  # index inside the run
+    digits_before = _since_run_start(is_digit.long(), run_start, run_id)
+    run_length = torch.bincount(run_id[is_number], minlength=run_start.numel())
+    point_here = (flat == 10) & (digits_before > 0)
+    first_point = run_length.scatter_reduce(
+        0, run_id[point_here], j[point_here], reduce="amin", include_self=True
     )
-    m = first_point[run_of]
+    m = first_point[run_id]
     place = torch.where(j < m, m - 1 - j, m - j)
-    places[is_number] = torch.where(is_digit[is_number], place, torch.zeros_like(place))
-    return places.view(rows, cols)
+    return torch.where(is_digit, place, torch.zeros_like(place)).view(classes.shape)
 
 
 def place_weights(places: torch.Tensor, weighting: PlaceWeighting = "official") -> torch.Tensor:
