@@ -393,21 +393,10 @@ class DigitPositions:
     index: torch.Tensor
     target: torch.Tensor
     place: torch.Tensor
-    slot: torch.Tensor | None = None
-    column: torch.Tensor | None = None
-    rows: torch.Tensor | None = None
-    row_of: torch.Tensor | None = None
-
-    def __post_init__(self) -> None:
-        empty = self.index.new_zeros(self.index.shape)
-        if self.slot is None:
-            object.__setattr__(self, "slot", empty)
-        if self.column is None:
-            object.__setattr__(self, "column", self.target.clone())
-        if self.rows is None:
-            object.__setattr__(self, "rows", self.index)
-        if self.row_of is None:
-            object.__setattr__(self, "row_of", torch.arange(self.index.numel(), device=self.index.device))
+    slot: torch.Tensor
+    column: torch.Tensor
+    rows: torch.Tensor
+    row_of: torch.Tensor
 
     @property
     def count(self) -> int:
