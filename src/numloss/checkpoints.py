@@ -16,7 +16,7 @@ import zipfile
 from pathlib import Path
 from typing import Any
 
-from numloss.atomic import fsync_dir, write_text_atomic
+from numloss.atomic import fsync_dir, write_json_atomic
 from numloss.identity import sha256_uncached as sha256_file
 from numloss.textio import read_json_object
 
@@ -41,7 +41,7 @@ def write_marker(folder: Path, step: int) -> None:
         # not the marker, nor a temporary file a killed earlier marking left (numloss.atomic's names)
         if path.is_file() and not path.name.startswith((MARKER, f".{MARKER}")):
             files[str(path.relative_to(folder))] = {"size": path.stat().st_size, "sha256": sha256_file(path)}
-    write_text_atomic(folder / MARKER, json.dumps({"step": step, "files": files}, indent=1) + "\n")
+    write_json_atomic(folder / MARKER, {"step": step, "files": files})
 
 
 def marker_step(folder: Path) -> int | None:
