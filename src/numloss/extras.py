@@ -57,14 +57,13 @@ class MissingExtraError(ModuleNotFoundError):
     """An optional dependency of numloss is not installed; the message names the extra."""
 
 
-def install_hint(extra: str) -> str:
-    """How to install numloss with `extra`, from a clone or a built wheel (numloss is on no index)."""
-    return f"install numloss with its [{extra}] extra (from a clone: pip install -e '.[{extra}]'; a wheel: pip install 'numloss-*.whl[{extra}]')"
-
-
 def missing_extra_message(feature: str, module: str, extra: str) -> str:
-    """The one line for `feature` lacking the package imported as `module`, which `extra` installs."""
-    return f"{feature} needs {module}, which is not installed: {install_hint(extra)}"
+    """The one line for `feature` lacking the package imported as `module`, naming how to install
+    `extra` from a clone or a built wheel (numloss is on no index)."""
+    return (
+        f"{feature} needs {module}, which is not installed: install numloss with its [{extra}] extra "
+        f"(from a clone: pip install -e '.[{extra}]'; a wheel: pip install 'numloss-*.whl[{extra}]')"
+    )
 
 
 def extra_for(module: str, extra: str) -> str | None:
