@@ -38,7 +38,7 @@ def default_chunk_size(vocab_size: int, hidden_size: int) -> int:
     return max(16, _CHUNK_ELEMENTS // (vocab_size + hidden_size))
 
 
-def _math_dtype(dtype: torch.dtype) -> torch.dtype:
+def compute_dtype(dtype: torch.dtype) -> torch.dtype:
     """Softmax and loss arithmetic: float64 stays float64 (gradcheck), everything else float32."""
     return torch.float64 if dtype == torch.float64 else torch.float32
 
@@ -118,7 +118,7 @@ class _FusedLinearLoss(torch.autograd.Function):
         strategy: str,
     ):
         num_rows = hidden.shape[0]
-        math = _math_dtype(hidden.dtype)
+        math = compute_dtype(hidden.dtype)
         device = hidden.device
         nll = torch.zeros(num_rows, dtype=math, device=device)
         cost = torch.zeros(num_rows if unit is not None else 0, dtype=math, device=device)
@@ -152,7 +152,7 @@ class _FusedLinearLoss(torch.autograd.Function):
     @staticmethod
     def backward(ctx, grad_nll, grad_cost, grad_digits, _grad_row_finite):  # type: ignore[override]
         hidden, weight, bias, targets, valid, digit_index, digit_columns, unit = ctx.saved_tensors
-        math = _math_dtype(hidden.dtype)
+        math = compute_dtype(hidden.dtype)
         grad_nll = torch.zeros_like(valid, dtype=math) if grad_nll is None else grad_nll.to(math)
         if unit is not None:
             grad_cost = torch.zeros_like(grad_nll) if grad_cost is None else grad_cost.to(math)
@@ -301,7 +301,7 @@ def fused_loss(
     flat_labels = labels.reshape(-1).long()
     valid = flat_labels != loss_fn.ignore_index
     targets = torch.where(valid, flat_labels, torch.zeros_like(flat_labels))
-    math = _math_dtype(compute)
+    math = compute_dtype(compute)
     unit = loss_fn.transport_embedding(hidden.device, math)
     if unit is not None and unit.shape[0] != vocab_size:
         raise ValueError(

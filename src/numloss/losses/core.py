@@ -9,15 +9,12 @@ from __future__ import annotations
 
 import torch
 
+from numloss.fused import compute_dtype
+
 # Rows per chunk of the float32 work buffers (log-softmax in forward; the gradient of
 # non-float32 logits in backward): about 4 MB, large enough that each kernel's parallel region
 # amortises its start-up, small enough to bound the temporary memory.
 _CHUNK_ELEMENTS = 1 << 20
-
-
-def compute_dtype(dtype: torch.dtype) -> torch.dtype:
-    """float32 for half-precision and float32 logits; float64 stays float64 (for gradcheck)."""
-    return torch.float64 if dtype == torch.float64 else torch.float32
 
 
 def row_chunk(num_rows: int, width: int, elements: int = _CHUNK_ELEMENTS) -> int:

@@ -21,6 +21,7 @@ import torch
 import torch.nn.functional as F
 
 from numloss.digits import DigitVocab
+from numloss.fused import compute_dtype
 from numloss.losses.base import NumericLoss, check_number
 
 FORMS = ("adaptive", "gpt2")
@@ -95,7 +96,7 @@ class EMOLoss(NumericLoss):
                 f"emo: the embedding has {self.embedding.shape[0]} rows but the logits {width} columns; "
                 "pass the output-embedding matrix of the model that made the logits"
             )
-        dtype = torch.float64 if logits.dtype == torch.float64 else torch.float32
+        dtype = compute_dtype(logits.dtype)
         rows = torch.nonzero(valid).squeeze(1)
         unit = self.transport_embedding(logits.device, dtype)
         cost = transport_cost(logits, rows, targets, unit)
