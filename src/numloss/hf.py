@@ -28,7 +28,7 @@ from numloss import heads, step_counts
 from numloss.digits import digit_coverage
 from numloss.heads import *  # noqa: F403 - re-exported (see __all__)
 from numloss.heads import model_logits
-from numloss.losses.base import NumericLoss, NumericLossOutput
+from numloss.losses.base import NumericLoss, NumericLossOutput, check_objective
 from numloss.patch import patched
 from numloss.step_counts import *  # noqa: F403 - re-exported (see __all__)
 from numloss.step_counts import (
@@ -67,10 +67,7 @@ class NumericComputeLoss:
     shifts the labels and divides by the step's token count; `last` is the latest output."""
 
     def __init__(self, loss_fn: NumericLoss) -> None:
-        if not isinstance(loss_fn, NumericLoss):
-            raise TypeError(
-                f"loss_fn must be a numloss objective (numloss.build_loss(name, vocab)), got {type(loss_fn).__name__}"
-            )
+        check_objective(loss_fn)
         self.loss_fn = loss_fn
         self.last: NumericLossOutput | None = None
         # digit positions and diagnostic sums since `pop_diagnostics`, kept on the device so a
@@ -126,10 +123,7 @@ class NumericTrainer(Trainer):
     loss_is_scaled_for_ga = True
 
     def __init__(self, *, loss_fn: NumericLoss, fused: bool = False, **trainer_kwargs: Any) -> None:
-        if not isinstance(loss_fn, NumericLoss):
-            raise TypeError(
-                f"loss_fn must be a numloss objective (numloss.build_loss(name, vocab)), got {type(loss_fn).__name__}"
-            )
+        check_objective(loss_fn)
         if trainer_kwargs.get("compute_loss_func") is not None:
             raise TypeError("NumericTrainer computes the loss with loss_fn; do not pass compute_loss_func")
         super().__init__(**trainer_kwargs)

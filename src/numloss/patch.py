@@ -29,7 +29,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from numloss.heads import model_logits, output_head, patch_target
-from numloss.losses.base import NumericLoss
+from numloss.losses.base import NumericLoss, check_objective
 from numloss.step_counts import (
     accelerate_sequence_split,
     needs_step_digit_count,
@@ -168,10 +168,7 @@ def _forward_with_loss_as_head_output(model, forward, args, kwargs, state: Patch
 def patch(model: nn.Module, loss_fn: NumericLoss, fused: bool = False) -> nn.Module:
     """Make `model(..., labels=labels)` return `loss_fn`'s loss (in place; returns `model`);
     `fused=True` never builds the whole logits. Patching again replaces the objective."""
-    if not isinstance(loss_fn, NumericLoss):
-        raise TypeError(
-            f"loss_fn must be a numloss objective (numloss.build_loss(name, vocab)), got {type(loss_fn).__name__}"
-        )
+    check_objective(loss_fn)
     target = patch_target(model)
     if not callable(getattr(target, "get_output_embeddings", None)):
         raise TypeError(
