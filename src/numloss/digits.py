@@ -113,7 +113,9 @@ def _checked_number_tokens(
     for token_id, digits, spaced in number_tokens:
         token_id, digits, spaced = int(token_id), str(digits), bool(spaced)
         if not (digits and digits.isascii() and digits.isdigit()):
-            raise DigitVocabError(f"number token {token_id} must spell ASCII digits, got {digits!r}")
+            raise DigitVocabError(
+                f"number token {token_id} must spell ASCII digits, got {digits!r}"
+            )
         if len(digits) == 1 and not spaced:
             raise DigitVocabError(
                 f"number token {token_id} ({digits!r}) is a bare single digit: those are digit_ids"
@@ -162,13 +164,14 @@ def _multi_digit_refusal(emitted: list[tuple[str, str, bool]]) -> DigitVocabErro
     spaced = sorted(token for token, digits, s in emitted if len(digits) == 1 and s)
     kinds = []
     if multi:
-        kinds.append("multi-digit tokens (" + ", ".join(map(repr, multi[:5])) + ")")
+        kinds.append(f"multi-digit tokens ({', '.join(map(repr, multi[:5]))})")
     if spaced:
-        kinds.append("digit tokens with a leading word marker (" + ", ".join(map(repr, spaced[:5])) + ")")
+        kinds.append(f"digit tokens with a leading word marker ({', '.join(map(repr, spaced[:5]))})")
     return DigitVocabError(
-        f"the tokenizer writes numbers in tokens other than the ten bare digits: {' and '.join(kinds)}; "
-        f"{FAMILIES}. Use multi_digit='slots' (the default) to score every digit inside them, or give "
-        "the tokenizer a digit-splitting pre-tokenizer: tokenizer = numloss.digits.split_digits(tokenizer)."
+        "the tokenizer writes numbers in tokens other than the ten bare digits: "
+        f"{' and '.join(kinds)}; {FAMILIES}. Use multi_digit='slots' (the default) to score every "
+        "digit inside them, or give the tokenizer a digit-splitting pre-tokenizer: "
+        "tokenizer = numloss.digits.split_digits(tokenizer)."
     )
 
 
@@ -232,8 +235,8 @@ class DigitVocab:
     ) -> DigitVocab:
         """The number tokens of a Hugging Face (or raw `tokenizers`) tokenizer, decided by behaviour.
 
-        When writing `PROBES` emits single digits only, only the ten are kept. Otherwise `multi_digit`
-        decides: "slots" (default) scores every digit of every number token; "single" (or
+        When writing `PROBES` emits single digits only, only the ten are kept. Otherwise
+        `multi_digit` decides: "slots" (default) scores every digit of every number token; "single" (or
         `allow_multi_digit=True`) keeps the ten digits; "refuse" raises DigitVocabError.
         """
         if multi_digit not in MULTI_DIGIT_MODES:
@@ -568,7 +571,8 @@ def _number_columns(
     a number token in a run with an unscored token is not scored."""
     table = vocab.number_table(labels_2d.device)
     flat = labels_2d.reshape(-1)
-    column = number_lookup(vocab, width, labels_2d.device)[torch.where(flat != ignore_index, flat, width)]
+    lookup = number_lookup(vocab, width, labels_2d.device)
+    column = lookup[torch.where(flat != ignore_index, flat, width)]
     is_token = column >= 0
     spaced = is_token & table.spaced[column.clamp_min(0)]
     unscored = (column == -3) | (column == -4)
@@ -580,7 +584,9 @@ def _number_columns(
     return column, is_token, spaced
 
 
-def _since_run_start(counts: torch.Tensor, run_start: torch.Tensor, run_id: torch.Tensor) -> torch.Tensor:
+def _since_run_start(
+    counts: torch.Tensor, run_start: torch.Tensor, run_id: torch.Tensor
+) -> torch.Tensor:
     """Per position: the sum of `counts` before it inside its run (whole tensor without runs)."""
     before = torch.cumsum(counts, 0) - counts
     if not run_start.numel():

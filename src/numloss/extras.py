@@ -61,8 +61,9 @@ def missing_extra_message(feature: str, module: str, extra: str) -> str:
     """The one line for `feature` lacking the package imported as `module`, naming how to install
     `extra` from a clone or a built wheel (numloss is on no index)."""
     return (
-        f"{feature} needs {module}, which is not installed: install numloss with its [{extra}] extra "
-        f"(from a clone: pip install -e '.[{extra}]'; a wheel: pip install 'numloss-*.whl[{extra}]')"
+        f"{feature} needs {module}, which is not installed: install numloss with its [{extra}] "
+        f"extra (from a clone: pip install -e '.[{extra}]'; "
+        f"a wheel: pip install 'numloss-*.whl[{extra}]')"
     )
 
 

@@ -191,7 +191,8 @@ def _gradient_buffers(ctx, hidden, weight, bias, unit, math):
     """Zeroed (d_hidden, d_weight, d_bias, a, b) in the math dtype, None where not wanted."""
     rows, device = hidden.shape[0], hidden.device
     d_hidden = torch.empty((rows, hidden.shape[1]), dtype=math, device=device)
-    d_weight = torch.zeros(weight.shape, dtype=math, device=device) if ctx.needs_input_grad[1] else None
+    wants_weight = ctx.needs_input_grad[1]
+    d_weight = torch.zeros(weight.shape, dtype=math, device=device) if wants_weight else None
     wants_bias = bias is not None and ctx.needs_input_grad[2]
     d_bias = torch.zeros(weight.shape[0], dtype=math, device=device) if wants_bias else None
     a_all = torch.zeros(rows, dtype=math, device=device)

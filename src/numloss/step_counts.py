@@ -62,7 +62,7 @@ def has_digit_term(loss_fn: NumericLoss) -> bool:
 
 
 def token_count_suffices(loss_fn: NumericLoss) -> bool:
-    """True when the step's token count alone makes `loss_fn` exact across micro-batches and ranks."""
+    """True when the step's token count alone makes `loss_fn` exact over a step's batches."""
     return loss_fn.token_count_suffices
 
 

@@ -427,7 +427,8 @@ def check_objective(loss_fn: Any) -> NumericLoss:
     """`loss_fn`, or a TypeError when it is not a numloss objective."""
     if not isinstance(loss_fn, NumericLoss):
         raise TypeError(
-            f"loss_fn must be a numloss objective (numloss.build_loss(name, vocab)), got {type(loss_fn).__name__}"
+            "loss_fn must be a numloss objective (numloss.build_loss(name, vocab)), "
+            f"got {type(loss_fn).__name__}"
         )
     return loss_fn
 
