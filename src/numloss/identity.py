@@ -29,15 +29,8 @@ _LOCK = threading.Lock()
 _MEMORY: dict[str, tuple[tuple[int, ...], str]] = {}
 
 
-def cache_root(cache_dir: str | os.PathLike | None = None) -> Path:
-    """The numloss cache: `cache_dir`, else `$NUMLOSS_CACHE`, else `~/.cache/numloss`."""
-    if cache_dir is not None:
-        return Path(cache_dir).expanduser()
-    return Path(os.environ.get("NUMLOSS_CACHE", "~/.cache/numloss")).expanduser()
-
-
 def _cache_file() -> Path:
-    return cache_root() / "hashes.json"
+    return Path(os.environ.get("NUMLOSS_CACHE", "~/.cache/numloss")).expanduser() / "hashes.json"
 
 
 def _stat_key(stat: os.stat_result) -> tuple[int, ...]:

