@@ -1,14 +1,8 @@
 """Files a user keeps are written whole or not at all.
 
-    from numloss.atomic import write_text_atomic, write_json_atomic
-    write_text_atomic(out / "report.md", text)
-
-`write_bytes_atomic` writes a temporary file in the same folder (so the rename never crosses a
-file system), flushes and fsyncs it, renames it over the target and fsyncs the folder. A failure
-at any point (a full disk, a file-size limit, a kill) leaves the previous file as it was and no
-temporary file behind (the temporary file is removed on an exception; a kill leaves at most a
-`.NAME.PID.tmp` file, never a torn target). Every report, log, record and config numloss writes
-goes through here, so one test of the helper and one injected failure per caller cover them all.
+`write_bytes_atomic` writes a temporary file in the same folder, fsyncs it, renames it over the
+target and fsyncs the folder: a failure or kill leaves the previous file as it was (a kill at
+most a `.NAME.PID.tmp`). Every report, log, record and config numloss writes goes through here.
 """
 
 from __future__ import annotations
@@ -42,10 +36,8 @@ def fsync_dir(folder: Path) -> None:
 
 
 def write_bytes_atomic(path: str | Path, data: bytes) -> None:
-    """Replace `path` with `data`: temporary file in the same folder, fsync, rename, fsync folder.
-
-    The folder must exist. On any error the old `path` is untouched and the temporary is removed.
-    """
+    """Replace `path` (its folder must exist) with `data`, or on any error leave it untouched and
+    remove the temporary."""
     path = Path(path)
     tmp = temporary_path(path)
     try:

@@ -1,19 +1,13 @@
 """What a `numloss train` run folder holds on disk, and how each part is known to be whole.
 
-* A checkpoint (`checkpoint-N/`) or the final model (`final/`) counts only when its completion
-  marker, `numloss_checkpoint.json`, is there and every file it lists has the recorded size and
-  SHA-256. The marker is written last, atomically (temporary file, fsync, rename).
-* `final/` is written as `final.partial/`, marked, and renamed: a folder named `final` is
-  always complete. A kill before the rename leaves `final.partial/` (removed and rewritten by the
-  next run); a kill after the marker but before the rename leaves a complete `final.partial/`,
-  which `recover_final` renames.
-* `run_entries` lists what numloss and the Trainer write into a run folder, so a folder holding
-  another run is recognised, and `move_aside` moves such a run out of the way without deleting it.
+A checkpoint or `final/` counts only when its marker `numloss_checkpoint.json` (written last,
+atomically) lists every file with its size and SHA-256 and they match. `final/` is written as
+`final.partial/`, marked and renamed; `recover_final` finishes a rename a kill interrupted.
+`run_entries` and `move_aside` find and set aside another run's files without deleting them.
 """
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import shutil
@@ -22,7 +16,9 @@ import zipfile
 from pathlib import Path
 from typing import Any
 
-from numloss.atomic import fsync_dir
+from numloss.atomic import fsync_dir, write_json_atomic
+from numloss.identity import sha256_uncached as sha256_file
+from numloss.textio import read_json_object
 
 #: written last into a checkpoint or final folder: its files, their sizes and SHA-256
 MARKER = "numloss_checkpoint.json"
@@ -36,16 +32,6 @@ RUN_FILES = (
     "trainer_state.json", "training_args.bin", "model.safetensors", "adapter_model.safetensors", "pytorch_model.bin",
 )
 RUN_PATTERNS = ("checkpoint-*", "partial-checkpoint-*", "final-step-*", "config-before-*.yaml")
-_CHUNK = 1 << 20
-
-
-def sha256_file(path: Path) -> str:
-    """The SHA-256 of a file's bytes, read in 1 MiB chunks."""
-    digest = hashlib.sha256()
-    with path.open("rb") as handle:
-        while chunk := handle.read(_CHUNK):
-            digest.update(chunk)
-    return digest.hexdigest()
 
 
 def write_marker(folder: Path, step: int) -> None:
@@ -55,39 +41,25 @@ def write_marker(folder: Path, step: int) -> None:
         # not the marker, nor a temporary file a killed earlier marking left (numloss.atomic's names)
         if path.is_file() and not path.name.startswith((MARKER, f".{MARKER}")):
             files[str(path.relative_to(folder))] = {"size": path.stat().st_size, "sha256": sha256_file(path)}
-    from numloss.atomic import write_text_atomic
-
-    write_text_atomic(folder / MARKER, json.dumps({"step": step, "files": files}, indent=1) + "\n")
+    write_json_atomic(folder / MARKER, {"step": step, "files": files})
 
 
 def marker_step(folder: Path) -> int | None:
     """The step recorded in `folder`'s marker (None without a readable one)."""
-    try:
-        step = json.loads((folder / MARKER).read_text())["step"]
-    except (OSError, ValueError, KeyError, TypeError):
-        return None
+    step = (read_json_object(folder / MARKER) or {}).get("step")
     return step if isinstance(step, int) else None
 
 
 def folder_problem(folder: Path, *, require_marker: bool = True) -> str | None:
-    """None when `folder` is whole; otherwise what is wrong with it, in a few words.
-
-    With a marker: every listed file must be there with its size and SHA-256 (a marker of an
-    older numloss lists sizes only, and is checked by size). Without one (`require_marker`
-    False, a checkpoint from another program): the files are checked for structure only.
-    Either way the structure is checked too: trainer_state.json is a JSON object with a step,
-    a safetensors file has a readable header whose tensors fit in the file, a .pt/.bin is a
-    whole zip archive.
-    """
+    """None when `folder` is whole, else what is wrong in a few words: every file its marker
+    lists with that size and SHA-256 (sizes only for an older marker; no marker needed when not
+    `require_marker`), and the structure `structure_problem` checks."""
     marker = folder / MARKER
     if not folder.is_dir():
         return "it is not a folder"
     if marker.is_file():
-        try:
-            files = json.loads(marker.read_text())["files"]
-            if not isinstance(files, dict):
-                raise TypeError
-        except (OSError, ValueError, KeyError, TypeError):
+        files = (read_json_object(marker) or {}).get("files")
+        if not isinstance(files, dict):
             return "its completion marker is unreadable"
         for name, recorded in files.items():
             path = folder / name
@@ -238,11 +210,8 @@ def final_record(output_dir: Path) -> tuple[dict[str, Any] | None, str | None]:
     problem = folder_problem(final) if (final / MARKER).is_file() else None
     if problem is not None:
         return None, problem
-    try:
-        record = json.loads((final / FINAL_RECORD).read_text())
-        if not isinstance(record, dict):
-            raise TypeError
-    except (OSError, ValueError, TypeError):
+    record = read_json_object(final / FINAL_RECORD)
+    if record is None:
         return None, f"{FINAL_RECORD} is missing or unreadable"
     return record, None
 

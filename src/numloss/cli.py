@@ -1,7 +1,5 @@
-"""`numloss <command> ...`: one entry point; each command lives in its own module.
-
-Commands are imported lazily so `numloss --help` is instant and a missing optional dependency
-of one command does not break the others: it prints one line naming the extra to install.
+"""`numloss <command> ...`: one entry point; each command is imported lazily, so `--help` is instant
+and a missing extra of one command prints one line without breaking the others.
 """
 
 from __future__ import annotations
@@ -56,11 +54,8 @@ def _dispatch(argv: list[str]) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Dispatch to the command's module; returns the process exit status.
-
-    Output piped into a reader that stops early (`numloss train --help | head`) ends quietly
-    instead of with a BrokenPipeError traceback.
-    """
+    """Dispatch to the command's module and return the exit status; a closed pipe
+    (`numloss train --help | head`) ends quietly."""
     argv = list(sys.argv[1:] if argv is None else argv)
     try:
         status = _dispatch(argv)

@@ -1,17 +1,8 @@
-"""Digit diagnostics while training: what DEL's term does to the digit logits, and a warning.
+"""Digit diagnostics while training: a warning when DEL's term works against CE, and a callback.
 
-Every numloss objective returns, for free (on the [K, 10] digit logits its pass already has),
-`digit_logit_mean`, `pushdown_share` and `digit_target_prob` beside `digit_entropy`
-(`numloss.losses.base.NumericLossOutput`). `NumericTrainer` logs them; this module adds
-
-* `PushdownWarning`: one warning line when DEL's term pushed the target digit down at more than
-  half of the digit positions for several logging steps in a row, naming the fix
-  (`sigmoid_input="centered"`); NumericTrainer adds it for DEL by itself;
-* `DigitDiagnosticsCallback`: the same diagnostics (and warning) for any `transformers.Trainer`
-  that trains with `numloss.hf.compute_loss_func(loss_fn)`:
-
-      compute = compute_loss_func(loss_fn)
-      trainer = Trainer(..., compute_loss_func=compute, callbacks=[DigitDiagnosticsCallback(compute)])
+`PushdownWarning` warns once when DEL pushed the target digit down at most digit positions for
+several logs in a row (NumericTrainer adds it for DEL); `DigitDiagnosticsCallback` logs the
+diagnostics (and warns) for a plain `Trainer` using `numloss.hf.compute_loss_func(loss_fn)`.
 """
 
 from __future__ import annotations
@@ -45,11 +36,8 @@ def pushdown_message(loss_fn: NumericLoss, share: float, steps: int, logit_mean:
 
 
 class PushdownWarning(TrainerCallback):
-    """Warn once when `pushdown_share` stays above `threshold` for `patience` logging steps.
-
-    Reads the logs only; for objectives without DEL's term it stays silent (their
-    `pushdown_share` is what raw DEL *would* do, logged for comparison, not a fault).
-    """
+    """Warn once when `pushdown_share` stays above `threshold` for `patience` logging steps;
+    silent for objectives other than DEL (theirs is what raw DEL *would* do)."""
 
     def __init__(self, loss_fn: NumericLoss, threshold: float = 0.5, patience: int = 3) -> None:
         if patience < 1 or not 0.0 <= threshold < 1.0:
@@ -71,12 +59,8 @@ class PushdownWarning(TrainerCallback):
 
 
 class DigitDiagnosticsCallback(PushdownWarning):
-    """The digit diagnostics of a `numloss.hf.NumericComputeLoss`, for a plain `Trainer`.
-
-    At each log it adds the means over the logging interval (weighted by digit positions) of
-    `digit_entropy` and `numloss.hf.DIGIT_DIAGNOSTICS` to the logs and to `state.log_history` (callbacks after this one, and
-    the history, see them), then warns as `PushdownWarning` does. Counts are this process's.
-    """
+    """The digit diagnostics of a `NumericComputeLoss` for a plain `Trainer`: each log gets the
+    interval's means (also in `state.log_history`), then warns as `PushdownWarning` does."""
 
     def __init__(self, compute_loss: Any, threshold: float = 0.5, patience: int = 3) -> None:
         loss_fn = getattr(compute_loss, "loss_fn", None)

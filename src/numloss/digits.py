@@ -1,14 +1,9 @@
-"""Digits and numbers in label tensors: the number tokens of a tokenizer, number runs, places, weights.
+"""Digits and numbers in label tensors: a tokenizer's number tokens, number runs, places, weights.
 
-A *number token* is a token that spells a run of ASCII digits, optionally after a word-boundary
-marker (``"7"``, ``"123"``, ``"Ġ42"``). The ten single digits are always number tokens; chunking
-tokenizers (Llama-3, tiktoken cl100k/o200k: chunks of 1-3 digits) and irregular BPE (GPT-2) add
-multi-digit ones. A *number* is a maximal run of consecutive label positions inside one row whose
-labels are number tokens or the decimal point; an ignored position, any other token, or a number
-token with a leading space (which starts a new word) ends it. Every digit of every number token is
-one *digit slot* with its own target digit and place index over the whole number, so "123" "45"
-puts the 1 at place 4. Everything here is vectorised tensor code on the device of the labels: no
-Python loop over tokens or numbers.
+A *number token* spells ASCII digits, optionally after a word-boundary marker ("7", "123", "Ġ42").
+A *number* is a maximal run of number tokens and '.' inside one row; a spaced token starts a new
+one. Every digit of a number token is one *digit slot* with a target digit and a place over the
+whole number ("123" "45" puts the 1 at place 4). All of it is vectorised tensor code.
 """
 
 from __future__ import annotations
@@ -28,7 +23,7 @@ MultiDigit = Literal["slots", "single", "refuse"]
 MULTI_DIGIT_MODES: tuple[str, ...] = ("slots", "single", "refuse")
 IGNORE_INDEX = -100
 
-#: numbers every tokenizer is asked to write when DigitVocab decides by behaviour
+#: what every tokenizer is asked to write when DigitVocab decides by behaviour
 PROBES: tuple[str, ...] = tuple(str(k) for k in range(10)) + ("1234.5", " 42", "3,141", "-7")
 
 FAMILIES = (
@@ -46,18 +41,13 @@ _WORD_MARKERS = "▁Ġ "  # SentencePiece and byte-level BPE word-boundary marke
 
 
 def _token_id(vocab: dict[str, int], text: str, tok: Any) -> int | None:
-    """Id of the token that spells exactly `text`, alone, or None.
-
-    Looks in the vocabulary first, then asks the tokenizer to encode the bare string (a
-    SentencePiece tokenizer may prepend a lone word-boundary piece, which is dropped).
-    """
+    """Id of the one token that spells `text`: from the vocabulary, else by encoding it (a lone
+    word-boundary piece SentencePiece may prepend is dropped); None when there is none."""
     if text in vocab:
         return vocab[text]
-    encode = getattr(tok, "encode", None)
-    if encode is None:
+    if getattr(tok, "encode", None) is None:
         return None
-    encoded = encode(text, add_special_tokens=False)
-    ids = list(getattr(encoded, "ids", encoded))
+    ids = _encode(tok, text)
     id_to_token = {i: t for t, i in vocab.items()}
     ids = [i for i in ids if id_to_token.get(i, "x").strip(_WORD_MARKERS) != ""]
     if len(ids) == 1 and id_to_token.get(ids[0], "").strip(_WORD_MARKERS) == text:
@@ -80,11 +70,8 @@ def _encode(tok: Any, text: str) -> list[int]:
 
 
 def number_token_text(token: str) -> tuple[str, bool] | None:
-    """(digits, spaced) when the vocabulary string `token` spells a number token, else None.
-
-    A number token is one or more ASCII digits, optionally after one word-boundary marker
-    (``▁`` SentencePiece, ``Ġ`` byte-level BPE, or a plain space); `spaced` says it had one.
-    """
+    """(digits, spaced) when `token` is ASCII digits after at most one word-boundary marker
+    (▁, Ġ or a space; `spaced` says there was one), else None."""
     spaced = token[:1] in _WORD_MARKERS and len(token) > 1
     digits = token[1:] if spaced else token
     if digits and digits.isascii() and digits.isdigit():
@@ -96,9 +83,8 @@ _BYTE_TOKEN = re.compile(r"<0x([0-9A-Fa-f]{2})>")
 
 
 def _count_digit_chars(token: str, special: frozenset[str] = frozenset()) -> int:
-    """The digits `token` writes: a SentencePiece byte-fallback token ``<0xHH>`` writes the one
-    byte HH (``<0x35>`` is "5", ``<0x0A>`` a newline), a special token (``<|endoftext|>``,
-    ``<extra_id_12>``) writes none, any other token its ASCII digit characters."""
+    """The digits `token` writes: a byte-fallback ``<0xHH>`` its one byte, a special token none,
+    any other token its ASCII digit characters."""
     byte = _BYTE_TOKEN.fullmatch(token)
     if byte is not None:
         return int(0x30 <= int(byte.group(1), 16) <= 0x39)
@@ -119,22 +105,85 @@ def _special_tokens(tok: Any) -> frozenset[str]:
     return frozenset(names)
 
 
+def _checked_number_tokens(
+    number_tokens: Iterable[tuple[int, str, bool]], taken: set[int]
+) -> tuple[tuple[int, str, bool], ...]:
+    """The number tokens as (id, digits, spaced), checked and sorted; `taken` holds used ids."""
+    tokens = []
+    for token_id, digits, spaced in number_tokens:
+        token_id, digits, spaced = int(token_id), str(digits), bool(spaced)
+        if not (digits and digits.isascii() and digits.isdigit()):
+            raise DigitVocabError(
+                f"number token {token_id} must spell ASCII digits, got {digits!r}"
+            )
+        if len(digits) == 1 and not spaced:
+            raise DigitVocabError(
+                f"number token {token_id} ({digits!r}) is a bare single digit: those are digit_ids"
+            )
+        if token_id < 0 or token_id in taken:
+            raise DigitVocabError(f"number token id {token_id} is negative or used twice")
+        taken.add(token_id)
+        tokens.append((token_id, digits, spaced))
+    return tuple(sorted(tokens, key=lambda t: (t[2], len(t[1]), t[1], t[0])))
+
+
+def _digit_ids(vocab: dict[str, int], tokenizer: Any) -> list[int]:
+    """The ids of the ten single-digit tokens, or a DigitVocabError naming the missing ones."""
+    found = {k: _token_id(vocab, str(k), tokenizer) for k in range(10)}
+    missing = [str(k) for k, token_id in found.items() if token_id is None]
+    if missing:
+        raise DigitVocabError(
+            f"the tokenizer has no single-character token for digit(s) {', '.join(missing)}, so it "
+            "cannot write every number and digit-level losses have no digit columns. Every "
+            "tokenizer of the common families has them (" + FAMILIES + "); add the ten digit "
+            "tokens or use another model."
+        )
+    return [int(found[k]) for k in range(10)]
+
+
+def _classify_vocab(
+    vocab: dict[str, int], digit_set: set[int], special: frozenset[str]
+) -> tuple[list[tuple[int, str, bool]], list[tuple[int, int, bool]]]:
+    """(number tokens as (id, digits, spaced), other tokens with digits as (id, count, spaced))."""
+    numbers: list[tuple[int, str, bool]] = []
+    unscored: list[tuple[int, int, bool]] = []
+    for token, token_id in vocab.items():
+        if token_id in digit_set:
+            continue
+        parsed = number_token_text(token)
+        if parsed is not None:
+            numbers.append((token_id, *parsed))
+        elif (count := _count_digit_chars(token, special)) > 0:
+            unscored.append((token_id, count, token[:1] in _WORD_MARKERS))
+    return numbers, unscored
+
+
+def _multi_digit_refusal(emitted: list[tuple[str, str, bool]]) -> DigitVocabError:
+    """The error of `multi_digit="refuse"` for the emitted (token, digits, spaced) number tokens."""
+    multi = sorted(token for token, digits, _ in emitted if len(digits) > 1)
+    spaced = sorted(token for token, digits, s in emitted if len(digits) == 1 and s)
+    kinds = []
+    if multi:
+        kinds.append(f"multi-digit tokens ({', '.join(map(repr, multi[:5]))})")
+    if spaced:
+        kinds.append(f"digit tokens with a leading word marker ({', '.join(map(repr, spaced[:5]))})")
+    return DigitVocabError(
+        "the tokenizer writes numbers in tokens other than the ten bare digits: "
+        f"{' and '.join(kinds)}; {FAMILIES}. Use multi_digit='slots' (the default) to score every "
+        "digit inside them, or give the tokenizer a digit-splitting pre-tokenizer: "
+        "tokenizer = numloss.digits.split_digits(tokenizer)."
+    )
+
+
 @dataclass(frozen=True)
 class DigitVocab:
     """The number tokens of a tokenizer: the ten digits, the decimal point, multi-digit tokens.
 
-    `digit_ids[k]` is the id of the single-character token for digit k. `decimal_point_id` is the
-    id of ``.``, or None when the vocabulary has none (then every number is an integer).
-    `number_tokens` holds every other number token as (id, digits, spaced): multi-digit chunks
-    (``"123"``) and tokens with a word-boundary marker (``"Ġ42"``, ``"Ġ7"``); the digit objectives
-    score each of their digits through per-slot digit marginals. `unscored_digit_tokens` holds
-    (id, number of digit characters) of tokens that contain digits but are not number tokens
-    (``"3,"``, ``"1st"``, or multi-digit tokens in ``multi_digit="single"`` mode): their digits
-    get no numeric term, which `digit_coverage` reports. A number written partly in such a token
-    (``"12"`` ``"."`` ``"5"`` in single mode, ``"2"`` ``"1st"``) is not scored at all, since the
-    places of its other digits are unknown. An entry may be (id, count, spaced): `spaced` says the
-    token starts a new word (``"Ġ123"``), so it does not join the number before it;
-    `unscored_spaced` lists those ids.
+    `digit_ids[k]`: the token of digit k. `decimal_point_id`: the token of '.', or None.
+    `number_tokens`: every other number token as (id, digits, spaced), scored per digit slot.
+    `unscored_digit_tokens`: (id, digit count[, spaced]) of tokens with digits that get no numeric
+    term ("3,", "1st", multi-digit tokens in "single" mode); a number that holds one is not scored
+    at all. `unscored_spaced`: those of them that start a new word.
     """
 
     digit_ids: tuple[int, ...]
@@ -166,30 +215,16 @@ class DigitVocab:
                     f"decimal_point_id {decimal_point_id} must be a non-negative id distinct from the digits"
                 )
         taken = set(ids) | ({decimal_point_id} if decimal_point_id is not None else set())
-        tokens = []
-        for token_id, digits, spaced in number_tokens:
-            token_id, digits, spaced = int(token_id), str(digits), bool(spaced)
-            if not (digits and digits.isascii() and digits.isdigit()):
-                raise DigitVocabError(f"number token {token_id} must spell ASCII digits, got {digits!r}")
-            if len(digits) == 1 and not spaced:
-                raise DigitVocabError(
-                    f"number token {token_id} ({digits!r}) is a bare single digit: those are digit_ids"
-                )
-            if token_id < 0 or token_id in taken:
-                raise DigitVocabError(f"number token id {token_id} is negative or used twice")
-            taken.add(token_id)
-            tokens.append((token_id, digits, spaced))
-        tokens.sort(key=lambda t: (t[2], len(t[1]), t[1], t[0]))
         entries = [tuple(entry) for entry in unscored_digit_tokens]
         if any(len(entry) not in (2, 3) for entry in entries):
             raise DigitVocabError("unscored_digit_tokens entries must be (id, digit count) or (id, digit count, spaced)")
         unscored = tuple(sorted((int(e[0]), int(e[1])) for e in entries))
-        spaced_unscored = tuple(sorted(int(e[0]) for e in entries if len(e) == 3 and e[2]))
+        spaced = tuple(sorted(int(e[0]) for e in entries if len(e) == 3 and e[2]))
         object.__setattr__(self, "digit_ids", ids)
         object.__setattr__(self, "decimal_point_id", decimal_point_id)
-        object.__setattr__(self, "number_tokens", tuple(tokens))
+        object.__setattr__(self, "number_tokens", _checked_number_tokens(number_tokens, taken))
         object.__setattr__(self, "unscored_digit_tokens", unscored)
-        object.__setattr__(self, "unscored_spaced", spaced_unscored)
+        object.__setattr__(self, "unscored_spaced", spaced)
 
     @classmethod
     def from_tokenizer(
@@ -200,55 +235,20 @@ class DigitVocab:
     ) -> DigitVocab:
         """The number tokens of a Hugging Face (or raw `tokenizers`) tokenizer, decided by behaviour.
 
-        The tokenizer writes the probe numbers `PROBES` ("0".."9", "1234.5", " 42", "3,141",
-        "-7"). When every digit it emits is one single-digit token, the vocabulary's multi-digit
-        tokens (if any) are never produced and only the ten digits are kept (a Llama-3 tokenizer
-        given `split_digits` is such a tokenizer). When it emits multi-digit number tokens,
-        `multi_digit` decides: ``"slots"`` (default) learns every number token of the vocabulary
-        with its digits, and the digit objectives score each digit through per-slot marginals;
-        ``"single"`` (or the older ``allow_multi_digit=True``) keeps the ten digits only, so the
-        digits inside multi-digit tokens get no numeric term; ``"refuse"`` raises DigitVocabError.
-        A tokenizer without the ten single-digit tokens is always refused.
+        When writing `PROBES` emits single digits only, only the ten are kept. Otherwise
+        `multi_digit` decides: "slots" (default) scores every digit of every number token; "single" (or
+        `allow_multi_digit=True`) keeps the ten digits; "refuse" raises DigitVocabError.
         """
         if multi_digit not in MULTI_DIGIT_MODES:
             raise ValueError(f"multi_digit must be one of {MULTI_DIGIT_MODES}, got {multi_digit!r}")
         if allow_multi_digit:
             multi_digit = "single"
         vocab = _vocab_of(tokenizer)
-        digit_ids: list[int] = []
-        missing: list[str] = []
-        for k in range(10):
-            token_id = _token_id(vocab, str(k), tokenizer)
-            if token_id is None:
-                missing.append(str(k))
-            else:
-                digit_ids.append(token_id)
-        if missing:
-            raise DigitVocabError(
-                f"the tokenizer has no single-character token for digit(s) {', '.join(missing)}, so it "
-                "cannot write every number and digit-level losses have no digit columns. Every "
-                "tokenizer of the common families has them (" + FAMILIES + "); add the ten digit "
-                "tokens or use another model."
-            )
+        digit_ids = _digit_ids(vocab, tokenizer)
         point_id = _token_id(vocab, ".", tokenizer)
-        id_to_token = {i: t for t, i in vocab.items()}
-        numbers: list[tuple[int, str, bool]] = []
-        unscored: list[tuple[int, int, bool]] = []
-        digit_set = set(digit_ids)
-        special = _special_tokens(tokenizer)
-        for token, token_id in vocab.items():
-            if token_id in digit_set:
-                continue
-            parsed = number_token_text(token)
-            if parsed is not None:
-                numbers.append((token_id, *parsed))
-            elif (count := _count_digit_chars(token, special)) > 0:
-                unscored.append((token_id, count, token[:1] in _WORD_MARKERS))
+        numbers, unscored = _classify_vocab(vocab, set(digit_ids), _special_tokens(tokenizer))
         emitted = {i for probe in PROBES for i in _encode(tokenizer, probe)}
-        emitted_numbers = {i for i, _, _ in numbers if i in emitted}
-        emitted_multi = sorted(
-            id_to_token[i] for i, digits, _ in numbers if i in emitted_numbers and len(digits) > 1
-        )
+        id_to_token = {i: t for t, i in vocab.items()}
         mixed = sorted(id_to_token[i] for i, _, _ in unscored if i in emitted)
         if mixed:
             warnings.warn(
@@ -257,27 +257,13 @@ class DigitVocab:
                 "(numloss.digits.digit_coverage measures the share that does)",
                 stacklevel=2,
             )
-        if not emitted_numbers:
-            # behaviour: single digits only; multi-digit vocabulary entries are never produced
+        emitted_numbers = [(id_to_token[i], d, s) for i, d, s in numbers if i in emitted]
+        if emitted_numbers and multi_digit == "refuse":
+            raise _multi_digit_refusal(emitted_numbers)
+        if not emitted_numbers or multi_digit == "single":
+            # multi-digit entries never produced (or not wanted): their digits stay unscored
             unscored += [(i, len(digits), spaced) for i, digits, spaced in numbers]
-            return cls(digit_ids, point_id, (), unscored)
-        if multi_digit == "refuse":
-            emitted_spaced = sorted(
-                id_to_token[i] for i, digits, spaced in numbers if i in emitted_numbers and len(digits) == 1 and spaced
-            )
-            kinds = []
-            if emitted_multi:
-                kinds.append("multi-digit tokens (" + ", ".join(map(repr, emitted_multi[:5])) + ")")
-            if emitted_spaced:
-                kinds.append("digit tokens with a leading word marker (" + ", ".join(map(repr, emitted_spaced[:5])) + ")")
-            raise DigitVocabError(
-                f"the tokenizer writes numbers in tokens other than the ten bare digits: {' and '.join(kinds)}; "
-                f"{FAMILIES}. Use multi_digit='slots' (the default) to score every digit inside them, or give "
-                "the tokenizer a digit-splitting pre-tokenizer: tokenizer = numloss.digits.split_digits(tokenizer)."
-            )
-        if multi_digit == "single":
-            unscored += [(i, len(digits), spaced) for i, digits, spaced in numbers]
-            return cls(digit_ids, point_id, (), unscored)
+            numbers = []
         return cls(digit_ids, point_id, numbers, unscored)
 
     def digit_ids_tensor(self, device: torch.device | str | None = None) -> torch.Tensor:
@@ -306,13 +292,10 @@ class DigitVocab:
 class NumberTable:
     """The number tokens of a DigitVocab as tensors: the columns the digit objectives gather.
 
-    `columns` [C]: token ids, the ten digits first (in digit order), then `DigitVocab.number_tokens`.
-    `lengths` [C]: digits per token. `spaced` [C]: leading word-boundary marker. `digits` [C, Lmax]:
-    the j-th digit of each token (-1 past its end). `values` [C] float64: the integer each spells.
-    `group` [C]: index into `groups`, one per (length, spaced) pair, as (length, spaced, columns).
-    Column c is in group g when token c has the length and spacing of g; the slot-j digit logits of
-    a target in group g pool the columns of g by their j-th digit. `complete[g]`: group g holds
-    each of the 10^length digit strings exactly once (then its columns are in digit order).
+    `columns` [C]: token ids, the ten digits first, then `DigitVocab.number_tokens`; `lengths`,
+    `spaced`, `digits` [C, Lmax] (-1 past the end) and `values` (float64) describe each. `group`
+    [C] indexes `groups`, one (length, spaced, columns) per kind of token; `complete[g]`: group g
+    holds each of the 10^length digit strings once (its columns then in digit order).
     """
 
     columns: torch.Tensor
@@ -375,14 +358,8 @@ def _build_number_table(vocab: DigitVocab, device: str) -> NumberTable:
 
 
 def split_digits(tokenizer: Any) -> Any:
-    """Give a fast tokenizer a digit-splitting pre-tokenizer, in place, and return it.
-
-    After this the tokenizer writes every number one digit per token ("12345" -> 1 2 3 4 5), as
-    the digit-splitting families do, so `DigitVocab.from_tokenizer` finds single digits by
-    behaviour. Works on a `transformers` fast tokenizer (its `backend_tokenizer`) or a raw
-    `tokenizers.Tokenizer`; the split runs before the tokenizer's own pre-tokenizer. Every digit
-    must have a single-character token, or there is nothing to split into.
-    """
+    """Give a fast tokenizer (transformers or raw `tokenizers`) a digit-splitting pre-tokenizer,
+    in place, before its own, and return it: every number is then written one digit per token."""
     from numloss.extras import needs
 
     with needs("hf", "numloss.digits.split_digits"):
@@ -411,32 +388,18 @@ def split_digits(tokenizer: Any) -> Any:
 class DigitPositions:
     """The digit slots of a flattened [B*T] label tensor, one per digit of every number token.
 
-    `index` [K]: flat position of each slot (ascending; a token of L digits repeats its position L
-    times). `target` [K]: the digit (0..9). `place` [K]: its place index over the whole number
-    (units 0, tens 1, first decimal -1, ...). `slot` [K]: which digit of its token (0 = first).
-    `column` [K]: the token's column in `DigitVocab.number_table()`. `rows` [P]: the distinct
-    positions of number tokens (ascending); `row_of` [K]: each slot's entry in `rows`. With a
-    single-digit tokenizer K = P, `rows` = `index` and every slot is 0.
+    Per slot [K]: flat position `index` (ascending, repeated per digit of a token), `target`
+    digit, `place` over the whole number (units 0, first decimal -1), `slot` inside its token,
+    `column` in `number_table()`, and `row_of` into `rows` [P], the number-token positions.
     """
 
     index: torch.Tensor
     target: torch.Tensor
     place: torch.Tensor
-    slot: torch.Tensor | None = None
-    column: torch.Tensor | None = None
-    rows: torch.Tensor | None = None
-    row_of: torch.Tensor | None = None
-
-    def __post_init__(self) -> None:
-        empty = self.index.new_zeros(self.index.shape)
-        if self.slot is None:
-            object.__setattr__(self, "slot", empty)
-        if self.column is None:
-            object.__setattr__(self, "column", self.target.clone())
-        if self.rows is None:
-            object.__setattr__(self, "rows", self.index)
-        if self.row_of is None:
-            object.__setattr__(self, "row_of", torch.arange(self.index.numel(), device=self.index.device))
+    slot: torch.Tensor
+    column: torch.Tensor
+    rows: torch.Tensor
+    row_of: torch.Tensor
 
     @property
     def count(self) -> int:
@@ -450,10 +413,8 @@ class DigitPositions:
 
 
 def digit_lookup(vocab: DigitVocab, width: int, device: torch.device) -> torch.Tensor:
-    """A [width + 1] table: digit value (0..9) for digit ids, 10 for '.', -1 otherwise.
-
-    The extra last slot serves ignored labels (mapped there before the lookup).
-    """
+    """A [width + 1] table: digit value (0..9) for digit ids, 10 for '.', -1 otherwise (the last
+    slot serves ignored labels)."""
     table = torch.full((width + 1,), -1, dtype=torch.long, device=device)
     table[vocab.digit_ids_tensor(device)] = torch.arange(10, device=device)
     if vocab.decimal_point_id is not None and vocab.decimal_point_id < width:
@@ -467,10 +428,8 @@ def label_classes(
     width: int | None = None,
     ignore_index: int = IGNORE_INDEX,
 ) -> torch.Tensor:
-    """Per label: its digit 0..9, 10 for the decimal point, -1 for anything else (ignored included).
-
-    Labels outside [0, width) other than `ignore_index` are an error: they cannot index the logits.
-    """
+    """Per label: its digit 0..9, 10 for the decimal point, -1 otherwise; a label outside
+    [0, width) other than `ignore_index` is an error."""
     if labels.dtype not in (torch.int64, torch.int32):
         raise TypeError(f"labels must be an integer tensor, got {labels.dtype}")
     labels = labels.long()
@@ -490,63 +449,38 @@ def label_classes(
 
 
 def number_places(classes: torch.Tensor) -> torch.Tensor:
-    """Place index of every digit position of a [B, T] (or [T]) tensor of label classes.
+    """Place index of every digit of a [B, T] (or [T]) tensor of `label_classes`, 0 elsewhere.
 
-    `classes` holds 0..9 for digits, 10 for '.', anything else (< 0) for non-number positions, as
-    `label_classes` returns. Returns a long tensor of the same shape: the place index i at digit
-    positions, 0 elsewhere (use `classes` in 0..9 as the mask). The place rule (docs/losses.md):
-    with m the index in the run of the first '.' that has a digit before it, integer digits (j < m)
-    get m-1-j, decimal digits (j > m) get -(j-m); with no such '.', m is the run length.
+    With m the index in the run of the first '.' after a digit (else the run length), digit j
+    gets m-1-j before it and -(j-m) after it (docs/losses.md).
     """
     if classes.dim() == 1:
         return number_places(classes[None])[0]
     if classes.dim() != 2:
         raise ValueError(f"classes must be [B, T], got shape {tuple(classes.shape)}")
-    rows, cols = classes.shape
     flat = classes.reshape(-1)
-    n = flat.numel()
-    places = torch.zeros(n, dtype=torch.long, device=classes.device)
-    if n == 0:
-        return places.view(rows, cols)
     is_number = flat >= 0
     is_digit = is_number & (flat < 10)
-    previous = torch.zeros_like(is_number)
-    previous[1:] = is_number[:-1]
-    previous.view(rows, cols)[:, 0] = False  # a run never continues from the previous row
-    starts = is_number & ~previous
-    run_id = torch.cumsum(starts.long(), 0) - 1  # valid at number positions
-    position = torch.arange(n, device=classes.device)
-    number_pos = position[is_number]
-    if number_pos.numel() == 0:
-        return places.view(rows, cols)
-    run_of = run_id[is_number]
-    run_start = position[starts]
-    j = number_pos - run_start[run_of]  # index inside the run
-    num_runs = run_start.numel()
-    run_length = torch.bincount(run_of, minlength=num_runs)
-    # digits seen before each position of its run, to find the first '.' that follows a digit
-    digit_cum = torch.cumsum(is_digit.long(), 0)
-    digits_before = (digit_cum - is_digit.long())[is_number] - (
-        digit_cum[run_start] - is_digit[run_start].long()
-    )[run_of]
-    point_here = (flat[is_number] == 10) & (digits_before > 0)
-    first_point = run_length.clone()
-    first_point.scatter_reduce_(
-        0, run_of[point_here], j[point_here], reduce="amin", include_self=True
+    starts = _run_starts(is_number, torch.zeros_like(is_number), *classes.shape)
+    run_start = torch.nonzero(starts).squeeze(1)
+    if not run_start.numel():
+        return torch.zeros_like(flat, dtype=torch.long).view(classes.shape)
+    run_id = (torch.cumsum(starts.long(), 0) - 1).clamp_min(0)
+    j = _since_run_start(is_number.long(), run_start, run_id)  # index inside the run
+    digits_before = _since_run_start(is_digit.long(), run_start, run_id)
+    run_length = torch.bincount(run_id[is_number], minlength=run_start.numel())
+    point_here = (flat == 10) & (digits_before > 0)
+    first_point = run_length.scatter_reduce(
+        0, run_id[point_here], j[point_here], reduce="amin", include_self=True
     )
-    m = first_point[run_of]
+    m = first_point[run_id]
     place = torch.where(j < m, m - 1 - j, m - j)
-    places[is_number] = torch.where(is_digit[is_number], place, torch.zeros_like(place))
-    return places.view(rows, cols)
+    return torch.where(is_digit, place, torch.zeros_like(place)).view(classes.shape)
 
 
 def place_weights(places: torch.Tensor, weighting: PlaceWeighting = "official") -> torch.Tensor:
-    """Weight u(i) of each place index, float32 (docs/losses.md lists the weightings).
-
-    official: 2(i+1) for i >= 0, 1.02^(i-1) for i < 0 (the released code);
-    continuous: 2(i+1) for i >= 0, 2 * 1.02^i for i < 0 (the paper's text);
-    none: 1.
-    """
+    """Weight u(i) of each place index, float32: 2(i+1) for i >= 0, and for i < 0 1.02^(i-1)
+    ("official", the released code) or 2 * 1.02^i ("continuous", the paper); "none": 1."""
     if weighting not in PLACE_WEIGHTINGS:
         raise ValueError(f"place_weighting must be one of {PLACE_WEIGHTINGS}, got {weighting!r}")
     places_f = places.to(torch.float32)
@@ -562,11 +496,8 @@ def place_weights(places: torch.Tensor, weighting: PlaceWeighting = "official") 
 
 
 def number_lookup(vocab: DigitVocab, width: int, device: torch.device) -> torch.Tensor:
-    """A [width + 1] table: column of each number token in `number_table()`, -2 for '.', -3 for an
-    unscored token with digits (-4 when it starts a new word), -1 otherwise.
-
-    The extra last slot serves ignored labels (mapped there before the lookup).
-    """
+    """A [width + 1] table: each number token's column in `number_table()`, -2 for '.', -3 for an
+    unscored token with digits (-4 when spaced), -1 otherwise (the last slot: ignored labels)."""
     table = torch.full((width + 1,), -1, dtype=torch.long, device=device)
     numbers = vocab.number_table(device)
     for ids, mark in ((numbers.unscored, -3), (numbers.unscored_spaced, -4)):
@@ -585,16 +516,11 @@ def find_digits(
     width: int | None = None,
     ignore_index: int = IGNORE_INDEX,
 ) -> DigitPositions:
-    """Every digit slot of aligned labels: position, target digit, place over the whole number.
+    """Every digit slot of aligned labels [B, T] (or [T]): flat position, target, place.
 
-    Labels are [B, T] (rows are separate sequences) or [T] (one sequence). Positions are indices
-    into the flattened labels. A number is a maximal run of number tokens and '.' inside one row;
-    a number token with a leading space starts a new one. Its digits are read left to right across
-    its tokens, and the place rule of `number_places` applies to that run of digits: with m the
-    index of the first '.' that has a digit before it (the run's length when there is none),
-    character j gets m-1-j when j < m and -(j-m) when j > m. With single-digit tokens this is
-    `number_places` exactly. A number that a token of `vocab.unscored_digit_tokens` is part of
-    (no word break between them) gets no slots: its places cannot be known.
+    A number's digits are read left to right across its tokens and placed by `number_places`'s
+    rule (exactly that rule for single-digit tokens). A number that holds a token of
+    `vocab.unscored_digit_tokens` gets no slots: its places cannot be known.
     """
     if labels.dtype not in (torch.int64, torch.int32):
         raise TypeError(f"labels must be an integer tensor, got {labels.dtype}")
@@ -605,34 +531,18 @@ def find_digits(
         largest = int(table.columns.max()) + 1
         width = max(int(labels_2d.max()) + 1 if labels_2d.numel() else 0, largest)
     label_classes(labels_2d, vocab, width, ignore_index)  # the range check and its message
-    rows_count, cols = labels_2d.shape
-    flat = labels_2d.reshape(-1)
-    n = flat.numel()
-    valid = flat != ignore_index
-    column = number_lookup(vocab, width, device)[torch.where(valid, flat, width)]
-    is_token = column >= 0
+    column, is_token, spaced = _number_columns(labels_2d, vocab, width, ignore_index)
     is_point = column == -2
-    safe_column = column.clamp_min(0)
-    spaced = is_token & table.spaced[safe_column]
-    unscored = (column == -3) | (column == -4)
-    if bool(unscored.any()):
-        is_token = is_token & ~_runs_touching(is_token | is_point | unscored, spaced | (column == -4), unscored, rows_count, cols)
-        spaced = spaced & is_token
-    length = torch.where(is_token, table.lengths[safe_column], torch.zeros_like(column))
+    length = torch.where(is_token, table.lengths[column.clamp_min(0)], torch.zeros_like(column))
     in_run = is_token | is_point
-    starts = _run_starts(in_run, spaced, rows_count, cols)
+    starts = _run_starts(in_run, spaced, *labels_2d.shape)
     run_id = torch.cumsum(starts.long(), 0) - 1
-    position = torch.arange(n, device=device)
+    position = torch.arange(column.numel(), device=device)
     run_start = position[starts]
     chars = torch.where(is_point, torch.ones_like(length), length)
-    before = torch.cumsum(chars, 0) - chars  # characters before each position, whole tensor
-    safe_run = run_id.clamp_min(0)
-    offset = before - before[run_start][safe_run] if run_start.numel() else before
-    digits_before = torch.cumsum(length, 0) - length
-    if run_start.numel():
-        digits_before = digits_before - digits_before[run_start][safe_run]
-    num_runs = run_start.numel()
-    run_chars = torch.zeros(num_runs, dtype=torch.long, device=device)
+    offset = _since_run_start(chars, run_start, run_id)  # characters before, inside the run
+    digits_before = _since_run_start(length, run_start, run_id)
+    run_chars = torch.zeros(run_start.numel(), dtype=torch.long, device=device)
     run_chars.scatter_add_(0, run_id[in_run], chars[in_run])
     point_here = is_point & (digits_before > 0)
     first_point = run_chars.scatter_reduce(
@@ -645,12 +555,43 @@ def find_digits(
     slot = torch.arange(row_of.numel(), device=device) - first_slot[row_of]
     index = rows[row_of]
     char = offset[index] + slot
-    m = first_point[run_id[index]] if num_runs else char
+    m = first_point[run_id[index]] if run_start.numel() else char
     place = torch.where(char < m, m - 1 - char, m - char)
     target = table.digits[column[index], slot] if index.numel() else index.clone()
     return DigitPositions(
-        index=index, target=target, place=place, slot=slot, column=column[index], rows=rows, row_of=row_of
+        index=index, target=target, place=place, slot=slot, column=column[index], rows=rows,
+        row_of=row_of,
     )
+
+
+def _number_columns(
+    labels_2d: torch.Tensor, vocab: DigitVocab, width: int, ignore_index: int
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Per flat label: (its `number_lookup` code, is a scored number token, starts a new word);
+    a number token in a run with an unscored token is not scored."""
+    table = vocab.number_table(labels_2d.device)
+    flat = labels_2d.reshape(-1)
+    lookup = number_lookup(vocab, width, labels_2d.device)
+    column = lookup[torch.where(flat != ignore_index, flat, width)]
+    is_token = column >= 0
+    spaced = is_token & table.spaced[column.clamp_min(0)]
+    unscored = (column == -3) | (column == -4)
+    if bool(unscored.any()):
+        in_run = is_token | (column == -2) | unscored
+        touched = _runs_touching(in_run, spaced | (column == -4), unscored, *labels_2d.shape)
+        is_token = is_token & ~touched
+        spaced = spaced & is_token
+    return column, is_token, spaced
+
+
+def _since_run_start(
+    counts: torch.Tensor, run_start: torch.Tensor, run_id: torch.Tensor
+) -> torch.Tensor:
+    """Per position: the sum of `counts` before it inside its run (whole tensor without runs)."""
+    before = torch.cumsum(counts, 0) - counts
+    if not run_start.numel():
+        return before
+    return before - before[run_start][run_id.clamp_min(0)]
 
 
 def _run_starts(in_run: torch.Tensor, spaced: torch.Tensor, rows: int, cols: int) -> torch.Tensor:
@@ -674,13 +615,8 @@ def _runs_touching(in_run: torch.Tensor, spaced: torch.Tensor, marked: torch.Ten
 def digit_coverage(
     labels: torch.Tensor, vocab: DigitVocab, ignore_index: int = IGNORE_INDEX
 ) -> tuple[int, int]:
-    """(digits that get the numeric term, all digit characters) of the labels that are scored.
-
-    The first count is the digit slots `find_digits` scores; the second adds the digits of number
-    tokens it does not score (part of a number with an unscored token) and those inside tokens
-    listed in `vocab.unscored_digit_tokens`. A tokenizer that merges digits, used in
-    ``multi_digit="single"`` mode, shows a share well below 1. For the training log.
-    """
+    """(digit slots `find_digits` scores, all digit characters of the scored labels), the
+    training log's `digit_share`: well below 1 for a merging tokenizer in "single" mode."""
     flat = labels.reshape(-1).long()
     flat = flat[flat != ignore_index]
     if not flat.numel():

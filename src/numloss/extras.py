@@ -1,19 +1,9 @@
 """The optional parts of numloss and the one-line error a missing one gives.
 
-`pip install numloss` brings torch and numpy: the losses, `numloss.fused` and `numloss.patch`.
-Everything else sits behind an extra (pyproject.toml's `[project.optional-dependencies]`):
-
-    hf       transformers, tokenizers, accelerate, peft, datasets, tensorboard (NumericTrainer,
-             `numloss train`, data, models)
-    trl      hf + TRL (numloss.trl.NumericSFTTrainer)
-    eval     hf + the evaluation harness (math-verify, the bwrap sandbox, plots)
-    gguf     hf + gguf (SmolLM2 as shipped, `numloss models prepare`)
-    compare  eval + gguf + the comparison experiment (reasoning-gym, statistics, plots)
-    all      every one of them
-
-The glue modules import their third-party packages inside `needs(extra, feature)`, so a missing
-package raises `MissingExtraError` with one line naming the extra to install, instead of a bare
-"No module named ..." deep in a traceback. The command line prints that line and exits 2.
+`pip install numloss` brings torch and numpy (losses, fused, patch); everything else sits behind
+an extra of pyproject.toml: hf, trl, eval, gguf, compare, vllm, all. Glue modules import their
+packages inside `needs(extra, feature)`, so a missing one raises `MissingExtraError` naming the
+extra to install (the command line prints it and exits 2).
 """
 
 from __future__ import annotations
@@ -67,14 +57,14 @@ class MissingExtraError(ModuleNotFoundError):
     """An optional dependency of numloss is not installed; the message names the extra."""
 
 
-def install_hint(extra: str) -> str:
-    """How to install numloss with `extra`, from a clone or a built wheel (numloss is on no index)."""
-    return f"install numloss with its [{extra}] extra (from a clone: pip install -e '.[{extra}]'; a wheel: pip install 'numloss-*.whl[{extra}]')"
-
-
 def missing_extra_message(feature: str, module: str, extra: str) -> str:
-    """The one line for `feature` lacking the package imported as `module`, which `extra` installs."""
-    return f"{feature} needs {module}, which is not installed: {install_hint(extra)}"
+    """The one line for `feature` lacking the package imported as `module`, naming how to install
+    `extra` from a clone or a built wheel (numloss is on no index)."""
+    return (
+        f"{feature} needs {module}, which is not installed: install numloss with its [{extra}] "
+        f"extra (from a clone: pip install -e '.[{extra}]'; "
+        f"a wheel: pip install 'numloss-*.whl[{extra}]')"
+    )
 
 
 def extra_for(module: str, extra: str) -> str | None:
@@ -108,13 +98,8 @@ def require(extra: str, feature: str, *modules: str) -> None:
 
 @contextmanager
 def needs(extra: str, feature: str) -> Iterator[None]:
-    """Wrap the imports of an optional dependency: a missing third-party package raises
-    `MissingExtraError` naming `extra`. Extras stack (eval includes hf), so the feature's own
-    extra installs every package the feature imports (tests/test_imports.py checks it).
-
-        with needs("hf", "numloss.hf"):
-            from transformers import Trainer
-    """
+    """Wrap an optional dependency's imports: a missing package raises `MissingExtraError`
+    naming `extra` (`with needs("hf", "numloss.hf"): from transformers import Trainer`)."""
     try:
         yield
     except MissingExtraError:

@@ -2,23 +2,12 @@
 
     out = loss_fn.from_hidden(hidden, model.lm_head.weight, labels)   # hidden [B, T, H]
 
-Every objective of numloss is a function of the per-token NLL [N] and the ten digit logits at
-the digit positions [K, 10] (plus, for EMO, the per-token transport cost d [N]); see
-`NumericLoss.combine`. This module computes those three from hidden [N, H] and weight [V, H]
-in chunks of rows with one custom autograd Function, so only a [chunk, V] slice of the logits
-exists at any time (the pattern of Liger-Kernel's fused linear cross-entropy, in plain PyTorch).
-
-Gradients are computed *in the forward pass*, chunk by chunk, while the chunk's softmax is at
-hand: dlogits = a_t (p_t - onehot(y_t)) + b_t dd_t/dlogits, then dH = dlogits @ W and
-dW += dlogits^T @ H. The per-token weights a_t, b_t come from the objective's own rule,
-`loss_fn.gradient_weights(nll, cost)` (1 for cross-entropy and the digit objectives, MixCE's
-detached weight, EMO's two halves): this module holds no code of any objective. Backward
-checks that the incoming gradient is that prediction times one scalar and scales the stored
-gradients, or, when it is not (a new objective, another use of the outputs), recomputes the
-logits chunk by chunk with the true per-token gradients. The digit-logit part of the gradient
-is added in backward on the few rows and columns it touches. `strategy="recompute"` always
-takes the second route (one more matmul, less memory held between forward and backward);
-bench/fused.py measures both.
+One custom autograd Function computes the per-token NLL, the number-token logits and (EMO) the
+transport cost in chunks of rows, so only a [chunk, V] slice of the logits exists (Liger-Kernel's
+fused linear cross-entropy, in plain PyTorch). The gradient is computed in forward, while the
+chunk's softmax is at hand, with the objective's `gradient_weights` (so no objective code lives
+here); backward checks that the incoming gradient is that prediction times one scalar, and
+otherwise recomputes the logits chunk by chunk (always, with `strategy="recompute"`).
 """
 
 from __future__ import annotations
@@ -49,17 +38,14 @@ def default_chunk_size(vocab_size: int, hidden_size: int) -> int:
     return max(16, _CHUNK_ELEMENTS // (vocab_size + hidden_size))
 
 
-def _math_dtype(dtype: torch.dtype) -> torch.dtype:
+def compute_dtype(dtype: torch.dtype) -> torch.dtype:
     """Softmax and loss arithmetic: float64 stays float64 (gradcheck), everything else float32."""
     return torch.float64 if dtype == torch.float64 else torch.float32
 
 
 class _Chunk:
-    """One chunk's forward: e = exp(z - max) [c, V] (in place of the logits), nll, cost.
-
-    The softmax is p = e / total; the division is folded into the gradient's row scale, which
-    saves one pass over the [c, V] buffer.
-    """
+    """One chunk's forward: e = exp(z - max) [c, V] in place of the logits, nll, cost; the
+    softmax's division by the row total is folded into the gradient's row scale (one pass less)."""
 
     def __init__(self, hidden, weight, bias, targets, valid, unit, math):
         logits = F.linear(hidden, weight, bias)
@@ -132,21 +118,14 @@ class _FusedLinearLoss(torch.autograd.Function):
         strategy: str,
     ):
         num_rows = hidden.shape[0]
-        math = _math_dtype(hidden.dtype)
+        math = compute_dtype(hidden.dtype)
         device = hidden.device
         nll = torch.zeros(num_rows, dtype=math, device=device)
         cost = torch.zeros(num_rows if unit is not None else 0, dtype=math, device=device)
         digit_logits = torch.zeros((digit_index.numel(), digit_columns.numel()), dtype=math, device=device)
         row_finite = torch.ones(num_rows, dtype=torch.bool, device=device)
-        wants_grad = any(ctx.needs_input_grad[:3])
-        in_forward = wants_grad and rule is not None and strategy == "forward"
-        if in_forward:
-            # gradients accumulate in the math dtype, whatever the dtype of hidden and weight
-            d_hidden = torch.empty((num_rows, hidden.shape[1]), dtype=math, device=device)
-            d_weight = torch.zeros(weight.shape, dtype=math, device=device) if ctx.needs_input_grad[1] else None
-            d_bias = torch.zeros(weight.shape[0], dtype=math, device=device) if bias is not None and ctx.needs_input_grad[2] else None
-            a_all = torch.zeros(num_rows, dtype=math, device=device)
-            b_all = torch.zeros(num_rows, dtype=math, device=device) if unit is not None else None
+        in_forward = any(ctx.needs_input_grad[:3]) and rule is not None and strategy == "forward"
+        stored = _gradient_buffers(ctx, hidden, weight, bias, unit, math) if in_forward else None
         starts = torch.arange(0, num_rows + chunk_size, chunk_size, device=device)
         bounds = torch.searchsorted(digit_index, starts).tolist()  # digit rows of each chunk
         for chunk_number, start in enumerate(range(0, num_rows, chunk_size)):
@@ -161,28 +140,19 @@ class _FusedLinearLoss(torch.autograd.Function):
             row_finite[start:stop] = chunk.row_finite
             if unit is not None:
                 cost[start:stop] = chunk.cost
-            if in_forward:
-                a, b = rule(chunk.nll, chunk.cost)
-                zero = torch.zeros_like(a)
-                a = torch.where(chunk.valid, a, zero)
-                a_all[start:stop] = a
-                if b_all is not None:
-                    b = torch.where(chunk.valid, b, zero)
-                    b_all[start:stop] = b
-                grad_z = chunk.logit_gradient(a, b)
-                _accumulate(grad_z, hidden[start:stop], weight, d_hidden, d_weight, d_bias, start, stop)
+            if stored is not None:
+                _gradient_in_forward(chunk, rule, stored, hidden, weight, start, stop)
             del chunk
         ctx.save_for_backward(hidden, weight, bias, targets, valid, digit_index, digit_columns, unit)
         ctx.chunk_size = chunk_size
-        ctx.has_bias = bias is not None
-        ctx.stored = (d_hidden, d_weight, d_bias, a_all, b_all) if in_forward else None
+        ctx.stored = stored
         ctx.mark_non_differentiable(row_finite)
         return nll, cost, digit_logits, row_finite
 
     @staticmethod
     def backward(ctx, grad_nll, grad_cost, grad_digits, _grad_row_finite):  # type: ignore[override]
         hidden, weight, bias, targets, valid, digit_index, digit_columns, unit = ctx.saved_tensors
-        math = _math_dtype(hidden.dtype)
+        math = compute_dtype(hidden.dtype)
         grad_nll = torch.zeros_like(valid, dtype=math) if grad_nll is None else grad_nll.to(math)
         if unit is not None:
             grad_cost = torch.zeros_like(grad_nll) if grad_cost is None else grad_cost.to(math)
@@ -217,6 +187,33 @@ class _FusedLinearLoss(torch.autograd.Function):
         return d_hidden, d_weight, d_bias, None, None, None, None, None, None, None, None
 
 
+def _gradient_buffers(ctx, hidden, weight, bias, unit, math):
+    """Zeroed (d_hidden, d_weight, d_bias, a, b) in the math dtype, None where not wanted."""
+    rows, device = hidden.shape[0], hidden.device
+    d_hidden = torch.empty((rows, hidden.shape[1]), dtype=math, device=device)
+    wants_weight = ctx.needs_input_grad[1]
+    d_weight = torch.zeros(weight.shape, dtype=math, device=device) if wants_weight else None
+    wants_bias = bias is not None and ctx.needs_input_grad[2]
+    d_bias = torch.zeros(weight.shape[0], dtype=math, device=device) if wants_bias else None
+    a_all = torch.zeros(rows, dtype=math, device=device)
+    b_all = torch.zeros(rows, dtype=math, device=device) if unit is not None else None
+    return d_hidden, d_weight, d_bias, a_all, b_all
+
+
+def _gradient_in_forward(chunk, rule, stored, hidden, weight, start, stop) -> None:
+    """Add the chunk's gradient under the objective's predicted weights (a, b) to `stored`."""
+    d_hidden, d_weight, d_bias, a_all, b_all = stored
+    a, b = rule(chunk.nll, chunk.cost)
+    zero = torch.zeros_like(a)
+    a = torch.where(chunk.valid, a, zero)
+    a_all[start:stop] = a
+    if b_all is not None:
+        b = torch.where(chunk.valid, b, zero)
+        b_all[start:stop] = b
+    grad_z = chunk.logit_gradient(a, b)
+    _accumulate(grad_z, hidden[start:stop], weight, d_hidden, d_weight, d_bias, start, stop)
+
+
 def _common_scale(stored, grad_nll: torch.Tensor, grad_cost: torch.Tensor | None) -> torch.Tensor | None:
     """The scalar c with grad = c * predicted weights, or None when the prediction does not hold."""
     _, _, _, a, b = stored
@@ -234,9 +231,7 @@ def _common_scale(stored, grad_nll: torch.Tensor, grad_cost: torch.Tensor | None
 def _recompute(ctx, hidden, weight, bias, targets, valid, unit, grad_nll, grad_cost, math):
     """The logits' gradient chunk by chunk from the incoming per-token gradients."""
     num_rows = hidden.shape[0]
-    d_hidden = torch.empty(hidden.shape, dtype=math, device=hidden.device)
-    d_weight = torch.zeros(weight.shape, dtype=math, device=weight.device) if ctx.needs_input_grad[1] else None
-    d_bias = torch.zeros(weight.shape[0], dtype=math, device=weight.device) if ctx.has_bias and ctx.needs_input_grad[2] else None
+    d_hidden, d_weight, d_bias, _, _ = _gradient_buffers(ctx, hidden, weight, bias, None, math)
     step = ctx.chunk_size
     for start in range(0, num_rows, step):
         stop = min(start + step, num_rows)
@@ -286,10 +281,9 @@ def fused_loss(
 ) -> NumericLossOutput:
     """`loss_fn(hidden @ W.T + b, labels, ...)` without materialising the [N, V] logits.
 
-    `hidden` [B, T, H] or [N, H], `lm_head_weight` [V, H], `lm_head_bias` [V] or None, `labels`
-    aligned with `hidden` (no shift). Hidden, weight and bias get gradients. The matmul runs in
-    the common dtype of hidden and weight; softmax and loss in float32 (float64 for float64).
-    `chunk_size` rows per chunk; None picks `default_chunk_size(V, H)`.
+    `hidden` [B, T, H] or [N, H] with aligned `labels`, `lm_head_weight` [V, H], `lm_head_bias`
+    [V] or None; the matmul runs in their common dtype, softmax and loss in float32 (float64 for
+    float64). `chunk_size` None picks `default_chunk_size(V, H)`.
     """
     _check_inputs(loss_fn, hidden, lm_head_weight, labels, lm_head_bias)
     if strategy not in STRATEGIES:
@@ -308,7 +302,7 @@ def fused_loss(
     flat_labels = labels.reshape(-1).long()
     valid = flat_labels != loss_fn.ignore_index
     targets = torch.where(valid, flat_labels, torch.zeros_like(flat_labels))
-    math = _math_dtype(compute)
+    math = compute_dtype(compute)
     unit = loss_fn.transport_embedding(hidden.device, math)
     if unit is not None and unit.shape[0] != vocab_size:
         raise ValueError(
@@ -319,33 +313,18 @@ def fused_loss(
     empty = torch.zeros(0, dtype=math, device=hidden.device)
     # the objective's own gradient rule; None (unknown) makes backward recompute the logits
     has_rule = loss_fn.gradient_weights(empty, empty if unit is not None else None) is not None
+    rule = loss_fn.gradient_weights if has_rule else None
     nll, cost, digit_logits, row_finite = _FusedLinearLoss.apply(
-        flat_hidden,
-        weight,
-        bias,
-        targets,
-        valid,
-        digits.rows,
-        digit_columns,
-        unit,
-        loss_fn.gradient_weights if has_rule else None,
-        int(chunk_size),
-        strategy,
+        flat_hidden, weight, bias, targets, valid, digits.rows, digit_columns, unit, rule,
+        int(chunk_size), strategy,
     )
 
     def diagnose(ignored_rows: torch.Tensor | None) -> NoReturn:
         _raise_not_finite(loss_fn.name, flat_hidden, weight, bias, valid, ignored_rows)
 
     return loss_fn.combine(
-        nll,
-        valid,
-        digit_logits,
-        digits,
-        cost if unit is not None else None,
-        num_items_in_batch,
-        num_digits_in_batch,
-        row_finite=row_finite,
-        diagnose=diagnose,
+        nll, valid, digit_logits, digits, cost if unit is not None else None,
+        num_items_in_batch, num_digits_in_batch, row_finite=row_finite, diagnose=diagnose,
     )
 
 

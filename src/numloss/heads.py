@@ -1,9 +1,5 @@
-"""A causal LM's output head and logits, found through its wrappers.
-
-What `numloss.hf` (the Trainer glue) and `numloss.patch` (model patching) both need from a
-model: the transformers model inside DDP, FSDP, DeepSpeed, torch.compile and peft wrappers
-(`patch_target`), its LM head when the fused path applies it itself (`output_head`), and the
-logits of a forward's output (`model_logits`).
+"""A causal LM's output head and logits, found through its wrappers (DDP, FSDP, DeepSpeed,
+torch.compile, peft): what `numloss.hf` and `numloss.patch` both need.
 """
 
 from __future__ import annotations
@@ -22,13 +18,8 @@ def _unwrap_compiled(model: nn.Module, keep_torch_compile: bool = False) -> nn.M
 
 
 def patch_target(model: nn.Module) -> nn.Module:
-    """The transformers model inside `model`, unwrapped: DDP, FSDP1, the DeepSpeed engine and
-    torch.compile (accelerate's `extract_model_from_parallel`), then peft (`get_base_model`).
-
-    Wrappers are recognised by their class, never by an attribute lookup on the wrapper (FSDP1
-    forwards unknown attributes to the module inside it). FSDP2 does not wrap: its root is the
-    model itself.
-    """
+    """The transformers model inside `model`: DDP, FSDP1, DeepSpeed and torch.compile
+    unwrapped by class (FSDP1 forwards attribute lookups), then peft; FSDP2 does not wrap."""
     try:
         from accelerate.utils import extract_model_from_parallel
     except ModuleNotFoundError:  # the core install: no accelerate, so no accelerate/DeepSpeed wrapper
@@ -49,12 +40,8 @@ def patch_target(model: nn.Module) -> nn.Module:
 
 
 def output_head(model: nn.Module) -> nn.Module:
-    """The LM-head module (`get_output_embeddings()`) of a causal LM, found by unwrapping it
-    (`patch_target`: DDP, FSDP1, DeepSpeed, peft), never through a wrapper.
-
-    Raises when the head cannot be applied outside the model as ``hidden @ weight.T + bias``: a
-    head adapted by peft (LoRA on ``lm_head``, ``modules_to_save``) or one that is not linear.
-    """
+    """The LM-head module of a causal LM (found by unwrapping, never through a wrapper); raises
+    when it cannot be applied as ``hidden @ weight.T + bias`` (peft-adapted or not linear)."""
     base = patch_target(model)
     get_head = getattr(base, "get_output_embeddings", None)
     head = get_head() if callable(get_head) else None

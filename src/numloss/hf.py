@@ -2,30 +2,12 @@
 
     trainer = NumericTrainer(loss_fn=build_loss("del", vocab), model=model, args=args,
                              train_dataset=data, data_collator=collator)
-    trainer.train()
 
-What it adds to `transformers.Trainer`:
-
-* the causal shift, done on the labels (``labels[:, 1:]`` padded with -100 at the end, as
-  transformers' ForCausalLMLoss does), never by slicing and copying the [B, T, V] logits;
-* step-wide normalisation: the valid tokens AND the digit positions of the whole optimizer step
-  (all gradient-accumulation micro-batches, all data-parallel ranks) are counted before the step,
-  and every micro-batch divides its sums by them, so the gradient is the step-wide mean however
-  the step is split;
-* `ce`, `aux`, `digit_entropy` and the digit diagnostics `digit_logit_mean`, `pushdown_share`,
-  `digit_target_prob` in the Trainer's log history next to `loss` (so the CSV and TensorBoard
-  callbacks see them), averaged over the logging interval; `PushdownWarning` (added to every
-  NumericTrainer) says once when DEL's term keeps pushing the target digit down;
-* `fused=True`: the loss is computed inside the model's forward, in place of its LM head's logits
-  (`numloss.patch.patched`, the mechanism of `numloss.patch`), chunk by chunk
-  (`NumericLoss.from_hidden`), so the [B, T, V] logits never exist and the head's weight is
-  read while DDP, FSDP1/2, DeepSpeed ZeRO-3 or peft hold it whole.
-
-`compute_loss_func(loss_fn)` is the same objective for a
-plain `transformers.Trainer(compute_loss_func=...)`. That hook sees one micro-batch and the step's
-token count only, so it is exact for objectives normalised by tokens (`normalize="tokens"`, with
-its own alpha; MLE, MixCE, EMO) and refuses a step-wide digit mean (`normalize="digits"`, the
-default) that it cannot compute.
+`NumericTrainer` shifts the labels (never the logits), divides every micro-batch by the valid
+tokens and digit positions of the whole optimizer step (all micro-batches, all ranks), logs
+`ce`, `aux`, `digit_entropy` and the digit diagnostics beside `loss`, and with `fused=True`
+computes the loss inside the model's forward (`numloss.patch.patched`). `compute_loss_func`
+serves a plain `Trainer`: it sees the step's token count only, so it refuses a digit mean.
 """
 
 from __future__ import annotations
@@ -46,7 +28,7 @@ from numloss import heads, step_counts
 from numloss.digits import digit_coverage
 from numloss.heads import *  # noqa: F403 - re-exported (see __all__)
 from numloss.heads import model_logits
-from numloss.losses.base import NumericLoss, NumericLossOutput
+from numloss.losses.base import NumericLoss, NumericLossOutput, check_objective
 from numloss.patch import patched
 from numloss.step_counts import *  # noqa: F403 - re-exported (see __all__)
 from numloss.step_counts import (
@@ -67,12 +49,8 @@ _DIAGNOSTIC_FIELDS = ("digit_entropy", *DIGIT_DIAGNOSTICS)
 
 
 def shift_labels(inputs: dict[str, Any], ignore_index: int = -100) -> torch.Tensor:
-    """Labels aligned with the logits of a causal LM: position t holds the label of token t + 1.
-
-    Uses ``inputs["shift_labels"]`` as it is when a collator provides it (padding-free
-    collators do); otherwise ``labels[..., 1:]`` with `ignore_index` appended, the same length as
-    the input so the logits need no slicing.
-    """
+    """Labels aligned with a causal LM's logits: a collator's `shift_labels` as they are, else
+    ``labels[..., 1:]`` with `ignore_index` appended (the logits need no slicing)."""
     if "shift_labels" in inputs:
         return inputs["shift_labels"]
     if "labels" not in inputs:
@@ -85,28 +63,20 @@ def shift_labels(inputs: dict[str, Any], ignore_index: int = -100) -> torch.Tens
 
 
 class NumericComputeLoss:
-    """`loss_fn` as a `compute_loss_func(outputs, labels, num_items_in_batch=None) -> loss`.
-
-    Reads the logits from `outputs`, shifts `labels` (the Trainer hands over the unshifted ones)
-    and divides by `num_items_in_batch`, the step-wide token count the Trainer passes. Nothing is
-    weighted by the number of accumulation steps. `last` holds the latest `NumericLossOutput`
-    (ce, aux, digit_entropy), for logging.
-    """
+    """`loss_fn` as a `compute_loss_func(outputs, labels, num_items_in_batch=None) -> loss`:
+    shifts the labels and divides by the step's token count; `last` is the latest output."""
 
     def __init__(self, loss_fn: NumericLoss) -> None:
-        if not isinstance(loss_fn, NumericLoss):
-            raise TypeError(
-                f"loss_fn must be a numloss objective (numloss.build_loss(name, vocab)), got {type(loss_fn).__name__}"
-            )
+        check_objective(loss_fn)
         self.loss_fn = loss_fn
         self.last: NumericLossOutput | None = None
-        # digit positions and per-digit diagnostic sums since the last `pop_diagnostics`, kept on
-        # the loss's device so a training step never waits for them (read once per log)
+        # digit positions and diagnostic sums since `pop_diagnostics`, kept on the device so a
+        # training step never waits for them
         self._diagnostic_sums: torch.Tensor | None = None
 
     def pop_diagnostics(self) -> dict[str, float]:
         """Means over the digit positions since the last call of `digit_entropy` and the digit
-        diagnostics (none when no digit was seen); for `numloss.diagnostics.DigitDiagnosticsCallback`."""
+        diagnostics ({} without digits), for `DigitDiagnosticsCallback`."""
         if self._diagnostic_sums is None:
             return {}
         digits, *sums = self._diagnostic_sums.tolist()
@@ -140,33 +110,20 @@ class NumericComputeLoss:
 
 
 def compute_loss_func(loss_fn: NumericLoss) -> NumericComputeLoss:
-    """A `compute_loss_func` for `transformers.Trainer` and TRL's trainers (see `NumericComputeLoss`).
-
-    Exact under gradient accumulation and data parallelism for objectives normalised by tokens:
-    MLE, MixCE, EMO, and the digit objectives built with `normalize="tokens"`. With
-    `normalize="digits"` it refuses any step wider than one micro-batch on one rank.
-    """
+    """A `compute_loss_func` for `transformers.Trainer` and TRL's trainers: exact for objectives
+    normalised by tokens; `normalize="digits"` refuses a step wider than one micro-batch."""
     return NumericComputeLoss(loss_fn)
 
 
 class NumericTrainer(Trainer):
-    """`transformers.Trainer` that trains with a numloss objective.
+    """`transformers.Trainer` that trains with `loss_fn`, normalised by the step-wide token and
+    digit counts (batch 8 and 2 x 4 accumulation give one update); `fused`: chunked LM head."""
 
-    `loss_fn`: the objective (`numloss.build_loss(...)`); `fused`: apply the LM head inside the
-    loss, chunk by chunk, instead of materialising the logits. Every other keyword goes to
-    `Trainer`. The loss is normalised by the step-wide token and digit counts, so one optimizer
-    step gives the same update for batch 8 as for batch 2 x 4 accumulation steps.
-    """
-
-    # The loss is divided by step-wide counts: the Trainer must not divide it by the number of
-    # accumulation steps again.
+    # divided by step-wide counts already: the Trainer must not divide by accumulation steps
     loss_is_scaled_for_ga = True
 
     def __init__(self, *, loss_fn: NumericLoss, fused: bool = False, **trainer_kwargs: Any) -> None:
-        if not isinstance(loss_fn, NumericLoss):
-            raise TypeError(
-                f"loss_fn must be a numloss objective (numloss.build_loss(name, vocab)), got {type(loss_fn).__name__}"
-            )
+        check_objective(loss_fn)
         if trainer_kwargs.get("compute_loss_func") is not None:
             raise TypeError("NumericTrainer computes the loss with loss_fn; do not pass compute_loss_func")
         super().__init__(**trainer_kwargs)
@@ -180,14 +137,8 @@ class NumericTrainer(Trainer):
         self._log_sums = torch.zeros(_SLOTS, dtype=torch.float64, device=self.args.device)
         # (label digits that get the numeric term, all label digits) since the last log, this rank
         self._digit_coverage = [0, 0]
-        # MixCE, EMO and normalize="tokens" report aux per token; digit objectives per digit position
-        declared = getattr(loss_fn, "aux_per_token", None)
-        self._aux_per_token = declared if isinstance(declared, bool) else (
-            type(loss_fn).token_loss is not NumericLoss.token_loss
-            or getattr(loss_fn, "normalize", "digits") == "tokens"
-        )
+        self._aux_per_token = loss_fn.aux_per_token
 
-    # -- step-wide counts -----------------------------------------------------------------------
     def count_tokens_and_digits(self, inputs: dict[str, Any]) -> torch.Tensor:
         """[valid tokens, digit positions] of one micro-batch after the shift, as a long tensor;
         also adds up the label digits that get the numeric term for the `digit_share` log."""
@@ -197,13 +148,8 @@ class NumericTrainer(Trainer):
         return count_tokens_and_digits(labels, self.loss_fn)
 
     def get_batch_samples(self, epoch_iterator, num_batches, device):
-        """The micro-batches of one optimizer step and their step-wide token count.
-
-        The step-wide digit count travels beside it in `self._step_digits`. With
-        `average_tokens_across_devices` (the default) both are summed over all ranks, as the
-        Trainer does for tokens; `compute_loss` then multiplies the loss by the number of ranks,
-        which DDP's gradient averaging divides out again.
-        """
+        """The micro-batches of one step and its token count; the digit count goes to
+        `self._step_digits`. Both are summed over ranks with `average_tokens_across_devices`."""
         batch_samples = []
         for _ in range(num_batches):
             try:
@@ -219,7 +165,6 @@ class NumericTrainer(Trainer):
         self._step_digits = counts[1]
         return batch_samples, counts[0]
 
-    # -- the loss -------------------------------------------------------------------------------
     def compute_loss(
         self,
         model: nn.Module,
@@ -227,13 +172,8 @@ class NumericTrainer(Trainer):
         return_outputs: bool = False,
         num_items_in_batch: torch.Tensor | int | None = None,
     ):
-        """Shift the labels, run the model (or its body, when fused) and apply `loss_fn`.
-
-        During training `num_items_in_batch` is the step-wide token count from
-        `get_batch_samples`. In evaluation each batch is normalised by itself: the Trainer passes
-        a count there too, but the step-wide digit count beside it would be the last training
-        step's.
-        """
+        """Shift the labels, run the model and apply `loss_fn`; evaluation batches are normalised
+        by themselves (the step's digit count would be the last training step's)."""
         refuse_split_sequences("NumericTrainer", self.get_cp_size(), self.get_sp_size())
         labels = shift_labels(inputs, self.loss_fn.ignore_index)
         inputs = {k: v for k, v in inputs.items() if k not in ("labels", "shift_labels")}
@@ -299,7 +239,6 @@ class NumericTrainer(Trainer):
         """Called after each loss with the logits (or, fused, the hidden states and head); a hook
         for subclasses that log more per-token metrics (`numloss.trl.NumericSFTTrainer`)."""
 
-    # -- logging --------------------------------------------------------------------------------
     def _accumulate_for_log(
         self,
         out: NumericLossOutput,
@@ -335,12 +274,8 @@ class NumericTrainer(Trainer):
             self._log_sums += update.to(self._log_sums.device)
 
     def log(self, logs: dict[str, float], start_time: float | None = None) -> None:
-        """Add `ce`, `aux`, `digit_entropy` and the `DIGIT_DIAGNOSTICS` (means over the interval)
-        to the training logs.
-
-        ce is weighted by tokens, digit_entropy by digit positions, aux by the count it is
-        normalised by (digits for DEL/NTL/DIST2, tokens for MixCE/EMO), over all ranks.
-        """
+        """Add the interval's means over all ranks of `ce` (per token), `aux` (per its count),
+        `digit_entropy` and `DIGIT_DIAGNOSTICS` (per digit) and `digit_share` to the logs."""
         if "loss" in logs:
             sums = self._log_sums
             if self.args.world_size > 1:
@@ -364,8 +299,7 @@ class NumericTrainer(Trainer):
         super().log(logs, start_time)
 
 
-# The helpers this module shares with numloss.patch live in numloss.heads and numloss.step_counts;
-# they stay importable from here, where the Trainer glue has always offered them.
+# helpers shared with numloss.patch stay importable from here, where they always were
 __all__ = ["NumericTrainer", "NumericComputeLoss", "compute_loss_func", "shift_labels"]
 __all__ += step_counts.__all__
 __all__ += heads.__all__

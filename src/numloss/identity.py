@@ -1,23 +1,10 @@
-"""Content hashes of what a result depends on: model weights, data, gold answers.
+"""Content hashes (SHA-256) of what a result depends on: model weights, data, gold answers.
 
-    from numloss.identity import model_sha256, file_sha256, text_sha256
-    model_sha256("runs/x/final")     # 'sha256:…' over the weight files, or None ('tiny', unknown)
-
-A result, a record or a resume point is matched to its inputs by what they are, not by their name
-and size: a model saved over another at the same path, with the same file sizes and restored
-modification times, has other bytes and so another hash.
-
-Hashing is by SHA-256 of the bytes. A file's hash is cached (in memory and in
-`$NUMLOSS_CACHE/hashes.json`) under its device, inode, size, mtime_ns **and ctime_ns**: a copy
-over a file keeps its inode, and a modification time can be set back (`touch -d`, `cp -p`), but
-the kernel moves ctime forward on every write and it cannot be set by a user, so a cached hash is
-never returned for changed bytes.
-
-A model's hash covers its weight files only (safetensors, bin, gguf, ...): config.json and the
-tokenizer files carry the transformers version that wrote them, and the same weights must hash
-the same on every machine for records to pair across them. 'smollm2' is hashed as the GGUF file
-it is converted from (the pinned source, identical everywhere); 'tiny' has no files (its weights
-follow from the config and seed, which a run's hash already holds) and gives None.
+A file's hash is cached (in memory and `$NUMLOSS_CACHE/hashes.json`) under its device, inode,
+size, mtime_ns and ctime_ns: the kernel moves ctime on every write and no user can set it back,
+so a cached hash is never returned for changed bytes. A model's hash covers its weight files
+only, so the same weights hash the same on every machine; 'smollm2' hashes its GGUF source and
+'tiny' (weights from config and seed) gives None.
 """
 
 from __future__ import annotations
@@ -29,6 +16,8 @@ import threading
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
+
+from numloss.textio import read_json_object
 
 __all__ = ["file_sha256", "folder_sha256", "model_sha256", "text_sha256", "json_sha256", "WEIGHT_SUFFIXES",
            "describe_change"]
@@ -49,11 +38,7 @@ def _stat_key(stat: os.stat_result) -> tuple[int, ...]:
 
 
 def _read_disk_cache() -> dict[str, Any]:
-    try:
-        data = json.loads(_cache_file().read_text())
-    except (OSError, ValueError):
-        return {}
-    return data if isinstance(data, dict) else {}
+    return read_json_object(_cache_file()) or {}
 
 
 def _write_disk_cache(path: str, key: tuple[int, ...], digest: str) -> None:
@@ -84,11 +69,7 @@ def file_sha256(path: str | Path) -> str:
     if isinstance(stored, list) and len(stored) == 2 and tuple(stored[0]) == key and isinstance(stored[1], str):
         digest = stored[1]
     else:
-        sha = hashlib.sha256()
-        with open(real, "rb") as handle:
-            while chunk := handle.read(_CHUNK):
-                sha.update(chunk)
-        digest = sha.hexdigest()
+        digest = sha256_uncached(real)
         after = _stat_key(os.stat(real))
         if after != key:  # written while it was read: hash what is there now, uncached
             return file_sha256(real)
@@ -96,6 +77,15 @@ def file_sha256(path: str | Path) -> str:
     with _LOCK:
         _MEMORY[real] = (key, digest)
     return digest
+
+
+def sha256_uncached(path: str | Path) -> str:
+    """The SHA-256 (hex) of a file's bytes, read in 1 MiB chunks, never cached."""
+    sha = hashlib.sha256()
+    with open(path, "rb") as handle:
+        while chunk := handle.read(_CHUNK):
+            sha.update(chunk)
+    return sha.hexdigest()
 
 
 def folder_sha256(folder: str | Path, suffixes: Iterable[str] | None = None) -> str | None:

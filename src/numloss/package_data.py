@@ -1,8 +1,5 @@
-"""Files that ship inside the package: the configs the command line defaults to and the demo's
-recorded runs, found from a checkout and from an installed wheel alike.
-
-In the repository `src/numloss/configs` is a link to the top-level `configs/` (one copy, which
-docs and commands name as `configs/...`); the wheel holds the files themselves.
+"""Files shipped inside the package (configs, the demo's recorded runs), found from a checkout and
+an installed wheel alike (in the repository `src/numloss/configs` links to `configs/`).
 """
 
 from __future__ import annotations

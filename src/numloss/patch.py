@@ -4,42 +4,15 @@
     loss = model(**batch).loss          # batch holds input_ids, attention_mask, labels
     numloss.unpatch(model)
 
-Any loop or trainer that calls the model and reads `.loss` then trains with the objective: a
-custom loop, accelerate, `transformers.Trainer`, Axolotl-like stacks. The patch replaces the
-`forward` of that one model instance (the model under a peft or DDP wrapper), like
-Liger-Kernel's instance patching, and keeps its signature, so `generate` and the Trainer's
-inspection of loss kwargs are unchanged.
-
-What the patched forward does with `labels` (or pre-shifted `shift_labels`):
-
-* the causal shift on the labels, as `numloss.hf.NumericTrainer` does;
-* the step-wide counts from the kwargs transformers already forwards: `num_items_in_batch`
-  (the step's token count, which `Trainer` passes to a model that accepts loss kwargs) and,
-  where the caller knows it, `num_digits_in_batch`;
-* `fused=True`: the loss is computed *as the LM head's forward*: for the duration of the call
-  the head (found by unwrapping the model, never through a wrapper's attributes) computes
-  `NumericLoss.from_hidden(hidden, head.weight, ...)` chunk by chunk instead of its logits,
-  and the model hands that loss on as its output. The [B, T, V] logits never exist (the
-  output's `logits` is an empty [B, 0, V] tensor). Because the loss is made inside the head's
-  own call, every wrapper that gathers parameters per module has the head's weight whole when
-  it is read: DDP, FSDP1 and FSDP2 (the root's parameters stay unsharded through forward and
-  backward), DeepSpeed ZeRO-3 (its hooks gather the head's weight for the head's forward and,
-  since the loss is the head's output, again for its backward) and peft.
-
-A trainer that counts both (like `NumericTrainer`) can run its fused loss through the same
-mechanism: patch with `fused=True` and call the model with `labels`, `num_items_in_batch` and
-`num_digits_in_batch`; the loss is then computed inside the model's forward.
-
-It refuses what it cannot make exact: a digit objective with `normalize="digits"` (the default)
-given a step-wide token count but no digit count (pass `num_digits_in_batch`, or build the loss
-with `normalize="tokens"` and its own alpha), `logits_to_keep`, encoder-decoder models, context or sequence
-parallelism set up through accelerate (a sequence split over ranks), and (fused) a model that
-transforms its head's output (a logit scale or soft-cap the chunked loss would not see).
-Without labels the original forward runs untouched.
-
-`patched(model, loss_fn, fused=...)` is the same patch for the duration of a `with` block;
-`numloss.hf.NumericTrainer(fused=True)` computes its loss through it, so the trainer and the
-patch share one mechanism.
+The patch replaces the `forward` of that one model instance (inside peft or DDP wrappers) and
+keeps its signature. With labels, the patched forward shifts them, reads the step counts
+`num_items_in_batch` and `num_digits_in_batch` from its kwargs, and with `fused=True` computes
+the loss *as the LM head's forward* (`NumericLoss.from_hidden`): the [B, T, V] logits never
+exist, and every wrapper that gathers parameters per module (FSDP1/2, DeepSpeed ZeRO-3, peft)
+has the head's weight whole when it is read. It refuses what it cannot make exact: a digit mean
+without the step's digit count, `logits_to_keep`, encoder-decoders, context or sequence
+parallelism, and (fused) a head whose output the model transforms. `patched` is the same for a
+`with` block; `NumericTrainer(fused=True)` computes its loss through it.
 """
 
 from __future__ import annotations
@@ -56,7 +29,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from numloss.heads import model_logits, output_head, patch_target
-from numloss.losses.base import NumericLoss
+from numloss.losses.base import NumericLoss, check_objective
 from numloss.step_counts import (
     accelerate_sequence_split,
     needs_step_digit_count,
@@ -73,10 +46,9 @@ class PatchState:
 
     loss_fn: NumericLoss
     fused: bool
-    #: the instance-level forward that was there before (e.g. TRL's fused-head forward), or None
+    #: the instance-level forward that was there before, or None
     previous_forward: Any = None
-    #: fused only: called as on_hidden(hidden, head, aligned_labels) inside the head's forward,
-    #: while its weight is gathered (per-token metrics from the hidden states)
+    #: fused only: on_hidden(hidden, head, aligned_labels), run while the head's weight is gathered
     on_hidden: Callable[[torch.Tensor, nn.Module, torch.Tensor], None] | None = None
     #: the `NumericLossOutput` of the latest call with labels
     last: Any = None
@@ -137,9 +109,8 @@ def _numeric_forward(
 
 
 def _refuse_a_sharded_head(weight: torch.Tensor) -> None:
-    """Inside the head's forward FSDP and ZeRO-3 have gathered its weight; a weight still split
-    over ranks there is tensor parallelism (a vocabulary- or hidden-sharded head), whose fused
-    loss would need a cross-rank softmax: refused rather than computed on a shard."""
+    """Refuse a head weight still sharded inside the head's forward (where FSDP and ZeRO-3 have
+    gathered it): tensor parallelism, whose fused loss would need a cross-rank softmax."""
     try:
         from torch.distributed.tensor import DTensor
     except ImportError:  # pragma: no cover - torch without distributed
@@ -153,12 +124,9 @@ def _refuse_a_sharded_head(weight: torch.Tensor) -> None:
 
 
 def _forward_with_loss_as_head_output(model, forward, args, kwargs, state: PatchState, aligned, counts):
-    """Run `forward` with the LM head computing the fused loss in place of its logits.
-
-    Returns (outputs with "loss" set and empty logits, the `NumericLossOutput`). The loss the
-    caller gets is the tensor the model returned, so that whatever a wrapper attached to the
-    head's output on the way (ZeRO-3's backward gather, DDP's bookkeeping) is on its path.
-    """
+    """Run `forward` with the LM head computing the fused loss in place of its logits; returns
+    (outputs with that loss and empty logits, the `NumericLossOutput`). The loss is the tensor the
+    model returned, so what wrappers attached on the way (ZeRO-3's gather) is on its path."""
     head = output_head(model)
     calls: list[tuple[torch.Tensor, Any]] = []
 
@@ -198,16 +166,9 @@ def _forward_with_loss_as_head_output(model, forward, args, kwargs, state: Patch
 
 
 def patch(model: nn.Module, loss_fn: NumericLoss, fused: bool = False) -> nn.Module:
-    """Make `model(..., labels=labels)` return `loss_fn`'s loss; returns `model` (patched in place).
-
-    `fused=True` computes the loss from the final hidden states and the LM-head weight in chunks
-    (never the whole logits). Patching a patched model replaces the objective. See the module
-    docstring for the counts it reads and what it refuses.
-    """
-    if not isinstance(loss_fn, NumericLoss):
-        raise TypeError(
-            f"loss_fn must be a numloss objective (numloss.build_loss(name, vocab)), got {type(loss_fn).__name__}"
-        )
+    """Make `model(..., labels=labels)` return `loss_fn`'s loss (in place; returns `model`);
+    `fused=True` never builds the whole logits. Patching again replaces the objective."""
+    check_objective(loss_fn)
     target = patch_target(model)
     if not callable(getattr(target, "get_output_embeddings", None)):
         raise TypeError(
@@ -247,9 +208,8 @@ def patched(
     fused: bool = False,
     on_hidden: Callable[[torch.Tensor, nn.Module, torch.Tensor], None] | None = None,
 ) -> Iterator[PatchState]:
-    """`patch(model, loss_fn, fused)` for the duration of the block; yields the `PatchState`
-    (its `last` holds the latest `NumericLossOutput`). Whatever was there before, a patch of
-    the user's included, is restored on exit. `on_hidden`: see `PatchState`."""
+    """`patch(model, loss_fn, fused)` for the block, yielding the `PatchState`; whatever was there
+    before (a user's patch included) is restored on exit."""
     target = patch_target(model)
     saved = {key: vars(target)[key] for key in (_STATE, "forward") if key in vars(target)}
     patch(target, loss_fn, fused=fused)

@@ -1,16 +1,9 @@
 """An exclusive lock on a run folder, held for the whole of a `numloss train` or `numloss compare`.
 
-Two processes writing into one output folder mix their checkpoints, logs and final weights and
-both report success. `hold_run_dir(folder, "numloss train")` takes an exclusive `flock` on
-`folder/.numloss.lock` for as long as the `with` block runs and writes who holds it (pid, host,
-command, start time) into the file, so the second process stops at once with one line naming the
-holder.
-
-Why `flock` and not "the file exists": the kernel drops a `flock` when its holder dies, however it
-dies (SIGKILL included). A lock file left behind by a dead process is therefore stale by
-construction: the next run takes it over and says whose it was. The lock is advisory and local:
-on a network file system without `flock` support (some NFS set-ups) `hold_run_dir` refuses to
-start rather than run unprotected, unless `NUMLOSS_NO_RUN_LOCK=1` is set.
+`hold_run_dir(folder, command)` takes a `flock` on `folder/.numloss.lock` and writes who holds it,
+so a second process stops at once naming the holder. The kernel drops a `flock` when its holder
+dies, so a lock file left by a dead process is stale by construction and taken over. On a file
+system without `flock` it refuses to start unless `NUMLOSS_NO_RUN_LOCK=1`.
 """
 
 from __future__ import annotations
@@ -26,6 +19,8 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
+
+from numloss.textio import read_json_object
 
 logger = logging.getLogger(__name__)
 
@@ -62,21 +57,14 @@ def _busy(folder: Path) -> RunDirBusy:
 
 def read_holder(folder: str | os.PathLike[str]) -> dict[str, Any]:
     """What `folder`'s lock file says about its (last) holder; {} when there is none or it is unreadable."""
-    try:
-        payload = json.loads((Path(folder) / LOCK_NAME).read_text())
-    except (OSError, ValueError):
-        return {}
-    return payload if isinstance(payload, dict) else {}
+    return read_json_object(Path(folder) / LOCK_NAME) or {}
 
 
 @contextmanager
 def hold_run_dir(folder: str | os.PathLike[str], command: str) -> Iterator[Path]:
-    """Hold an exclusive lock on `folder` (created when missing) for the body of the `with`.
-
-    Raises RunDirBusy, naming the holder, when a live process holds it, and RunDirLockError when
-    the folder cannot be created or the file system has no working `flock`. A lock left by a dead
-    process is taken over with a warning naming it. The lock file stays behind after release (so
-    the next holder can read who ran last); only a live `flock` means "busy".
+    """Hold an exclusive lock on `folder` (created when missing) for the `with` body; RunDirBusy
+    names a live holder, RunDirLockError a folder or file system that cannot be locked. A dead
+    holder's lock is taken over with a warning; the file stays to say who ran last.
     """
     path = Path(folder)
     try:

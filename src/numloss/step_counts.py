@@ -1,12 +1,6 @@
-"""The counts of one optimizer step, and what a path that lacks them must refuse.
-
-Every objective divides by step-wide counts: the valid tokens and the digit positions of all
-gradient-accumulation micro-batches on all data-parallel ranks. `count_tokens_and_digits` counts
-one micro-batch, `reduce_step_counts` sums over ranks; a path that receives only the token count
-(`transformers.Trainer`'s `compute_loss_func`, a patched model called by `Trainer`) asks
-`needs_step_digit_count` whether that is enough and otherwise raises `step_digits_refusal`.
-Context and sequence parallelism, which split one sequence over ranks, are refused
-(`refuse_split_sequences`).
+"""The counts of one optimizer step (valid tokens and digit positions over all micro-batches and
+ranks), and what a path that lacks them must refuse: a digit mean known only by its token count,
+and context or sequence parallelism (one sequence split over ranks).
 """
 
 from __future__ import annotations
@@ -14,36 +8,20 @@ from __future__ import annotations
 import torch
 import torch.distributed as dist
 
-from numloss.digits import label_classes
 from numloss.losses.base import NumericLoss
 
 
 def count_tokens_and_digits(labels: torch.Tensor, loss_fn: NumericLoss) -> torch.Tensor:
-    """[scored tokens, digit positions] of aligned `labels`, as a long tensor: what a step's
-    `num_items_in_batch` / `num_digits_in_batch` sum over its micro-batches (and ranks).
-
-    Digit positions as the objective counts them when it says (`loss_fn.count_digits`).
-    """
+    """[scored tokens, digits as `loss_fn.count_digits` counts them] of aligned `labels` (long):
+    what a step's `num_items_in_batch` / `num_digits_in_batch` sum over micro-batches and ranks."""
     tokens = labels.ne(loss_fn.ignore_index).sum()
-    count_digits = getattr(loss_fn, "count_digits", None)
-    if callable(count_digits):
-        digits = torch.as_tensor(count_digits(labels)).to(tokens.device)
-    else:
-        classes = label_classes(labels, loss_fn.vocab, ignore_index=loss_fn.ignore_index)
-        digits = ((classes >= 0) & (classes < 10)).sum()
+    digits = torch.as_tensor(loss_fn.count_digits(labels)).to(tokens.device)
     return torch.stack([tokens, digits])
 
 
 def reduce_step_counts(counts: torch.Tensor, batch_replicas: int = 1) -> torch.Tensor:
-    """This rank's step counts ([tokens, digits], long) summed over all ranks, each batch once.
-
-    The sum runs over the default process group, which holds every rank whatever shards the
-    model: DDP, FSDP and DeepSpeed ranks each see their own batch. `batch_replicas` ranks see
-    the same batch (the tensor-parallel degree); the sum holds each of those batches that many
-    times and is divided by it. Without an initialised process group the counts are this
-    process's, unchanged. Context and sequence parallelism, which split one sequence over
-    ranks, are refused where the loss is computed, not here.
-    """
+    """This rank's step counts ([tokens, digits], long) summed over the default process group,
+    each batch once: `batch_replicas` ranks (the tensor-parallel degree) share each batch."""
     total = counts.clone()
     if dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1:
         dist.all_reduce(total, op=dist.ReduceOp.SUM)
@@ -58,12 +36,8 @@ def reduce_step_counts(counts: torch.Tensor, batch_replicas: int = 1) -> torch.T
 
 
 def refuse_split_sequences(where: str, cp_size: int, sp_size: int) -> None:
-    """Raise NotImplementedError under context or sequence parallelism (cp_size or sp_size > 1).
-
-    Those split one sequence over ranks: a digit run, its place values and the shift by one
-    would straddle ranks, and every rank would count tokens of the same rows. Rather than a
-    wrong number, a clear error.
-    """
+    """Raise NotImplementedError under context or sequence parallelism: a digit run, its places
+    and the shift by one would straddle ranks, giving a wrong number."""
     if (cp_size or 1) > 1 or (sp_size or 1) > 1:
         raise NotImplementedError(
             f"{where} does not support context or sequence parallelism (cp_size={cp_size}, sp_size={sp_size}): "
@@ -88,12 +62,8 @@ def has_digit_term(loss_fn: NumericLoss) -> bool:
 
 
 def token_count_suffices(loss_fn: NumericLoss) -> bool:
-    """True when the step's token count alone makes `loss_fn` exact across micro-batches and ranks:
-    objectives without a digit term, and digit objectives built with `normalize="tokens"`."""
-    declared = getattr(loss_fn, "token_count_suffices", None)
-    if isinstance(declared, bool):
-        return declared
-    return not has_digit_term(loss_fn) or getattr(loss_fn, "normalize", "digits") == "tokens"
+    """True when the step's token count alone makes `loss_fn` exact over a step's batches."""
+    return loss_fn.token_count_suffices
 
 
 def needs_step_digit_count(
@@ -102,18 +72,13 @@ def needs_step_digit_count(
     num_items_in_batch: torch.Tensor | int | float | None,
     num_digits_in_batch: torch.Tensor | int | None,
 ) -> bool:
-    """True when `loss_fn` divides by the step's digit count but only its token count is known.
-
-    That is the case when a training step spans more than these (aligned) `labels`: gradient
-    accumulation makes `num_items_in_batch` larger than the tokens counted here, and several
-    ranks each see only their share (even when the Trainer counts tokens per rank). Evaluation
-    (no `num_items_in_batch`) normalises each batch by itself and is never refused.
-    """
+    """True when `loss_fn` divides by the step's digit count, only its token count is known, and
+    the step spans more than these `labels` (accumulation or several ranks); never in evaluation."""
     if num_items_in_batch is None or num_digits_in_batch is not None:
         return False
     if token_count_suffices(loss_fn):
         return False
-    if torch.distributed.is_available() and torch.distributed.is_initialized() and torch.distributed.get_world_size() > 1:
+    if dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1:
         return True
     if not (torch.is_tensor(num_items_in_batch) or isinstance(num_items_in_batch, (int, float))) or isinstance(
         num_items_in_batch, bool
@@ -124,10 +89,8 @@ def needs_step_digit_count(
 
 
 def step_digits_refusal(where: str, loss_fn: NumericLoss, takes_digit_count: bool = False) -> str:
-    """The one-line refusal of a path that knows the step's token count but not its digit count.
-
-    Names the objective's own `normalize` and what it divides by (DIST2's "weights": the sum of
-    the place weights), and the ways out (passing the digit count where the path takes one)."""
+    """The one-line refusal of a path that knows the step's token count but not its digit count,
+    naming what the objective divides by and the ways out."""
     normalize = getattr(loss_fn, "normalize", "digits")
     what = "sum of the place weights" if normalize == "weights" else "digit count"
     pass_it = "pass num_digits_in_batch (numloss.step_counts.count_tokens_and_digits), " if takes_digit_count else ""

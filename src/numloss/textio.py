@@ -1,12 +1,10 @@
-"""Reading text files and writing strict JSON, one helper each for the whole package.
-
-`read_utf8` turns a file that is not UTF-8 (or a folder, or an unreadable file) into one line
-naming the file, line and column, raised as the caller's own error type so that each command
-keeps its error class. `jsonable` maps NaN and inf to null, which strict JSON readers need.
+"""Reading text files (`read_utf8`: one line naming the file, line and column, raised as the
+caller's error type) and strict JSON (`jsonable`: NaN and inf to null).
 """
 
 from __future__ import annotations
 
+import json
 import math
 from pathlib import Path
 from typing import Any
@@ -32,6 +30,15 @@ def read_utf8(path: Path, error: type[Exception] = ValueError) -> str:
         ) from None
 
 
+def read_json_object(path: Path) -> dict[str, Any] | None:
+    """The JSON object stored at `path`; None when it is missing, unreadable or not an object."""
+    try:
+        value = json.loads(Path(path).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    return value if isinstance(value, dict) else None
+
+
 def jsonable(value: Any) -> Any:
     """`value` with every NaN and inf float replaced by None, through dicts, lists and tuples
     (tuples become lists, as JSON writes them)."""
@@ -44,4 +51,4 @@ def jsonable(value: Any) -> Any:
     return value
 
 
-__all__ = ["jsonable", "read_utf8"]
+__all__ = ["jsonable", "read_json_object", "read_utf8"]

@@ -1,26 +1,12 @@
 """TRL integration: `NumericSFTTrainer`, TRL's `SFTTrainer` trained with a numloss objective.
 
-    from numloss.trl import NumericSFTTrainer
     trainer = NumericSFTTrainer(loss_fn=build_loss("del", vocab), model=model, args=SFTConfig(...),
                                 train_dataset=dataset, processing_class=tokenizer)
 
-Everything TRL does stays: dataset preparation (prompt/completion, messages, chat templates),
-completion-only loss, padding-free batches, packing, its metrics `entropy`,
-`mean_token_accuracy` and `num_tokens`. The loss is the numloss one with `NumericTrainer`'s
-step-wide normalisation (tokens and digits of the whole optimizer step), so batch 8 and 2 x 4
-accumulation give the same update, and `fused=True` applies the LM head chunk by chunk inside
-the loss. `ce`, `aux` and `digit_entropy` are logged beside TRL's metrics.
-
-Chat data (a `messages` column) learns the assistant turns only, as `numloss train` does: the
-conversations are rendered with the tokenizer's chat template and labelled by
-`numloss.data.tokenize.conversation_ids` (each assistant turn through its end-of-turn marker),
-which needs no `{% generation %}` markers in the template, so SmolLM2's and other stock
-templates work. `SFTConfig(assistant_only_loss=True)` means the same thing here (TRL's own path
-would refuse a template without those markers); `assistant_only=False` trains on every token,
-TRL's default for `messages`.
-
-trl is an optional dependency (numloss's `[trl]` extra); importing this module without it
-raises an ImportError that says so in one line.
+TRL's data preparation, packing and metrics stay; the loss is normalised step-wide as in
+`NumericTrainer`. Chat data (`messages`) learns the assistant turns only, as `numloss train`
+does, labelled by `numloss.data.tokenize.conversation_ids`, so stock templates without
+`{% generation %}` markers work; `assistant_only=False` trains on every token, TRL's default.
 """
 
 from __future__ import annotations
@@ -54,12 +40,8 @@ def entropy_and_correct(
     head: nn.Module | None = None,
     ignore_index: int = -100,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """(sum of next-token entropies, number of top-1 hits, number of scored positions).
-
-    TRL's `entropy` and `mean_token_accuracy` over the positions whose aligned label is not
-    `ignore_index`, from the logits or (fused) from the hidden states and the LM head, a chunk
-    of rows at a time and without gradient.
-    """
+    """(sum of next-token entropies, top-1 hits, scored positions): TRL's `entropy` and
+    `mean_token_accuracy`, from the logits or (fused) the hidden states and head, in chunks."""
     flat_labels = labels.reshape(-1)
     valid = flat_labels != ignore_index
     source = logits if logits is not None else hidden
@@ -78,16 +60,8 @@ def entropy_and_correct(
 
 
 class NumericSFTTrainer(NumericTrainer, SFTTrainer):
-    """`trl.SFTTrainer` whose loss is `loss_fn`, normalised step-wide like `NumericTrainer`.
-
-    `loss_fn`: the objective (`numloss.build_loss(...)`); `fused`: apply the LM head inside the
-    loss in chunks. Every other keyword goes to `SFTTrainer` (`args` an `SFTConfig`). The
-    options of SFTTrainer that replace the loss (`loss_type="dft"`, label smoothing,
-    `compute_loss_func`) and MoE router losses are refused.
-
-    `assistant_only` (default True): a dataset with a `messages` column learns its assistant turns
-    only (see the module docstring); False: every token, as TRL does by default.
-    """
+    """`trl.SFTTrainer` whose loss is `loss_fn`, normalised step-wide like `NumericTrainer`;
+    options that replace the loss are refused. `assistant_only`: chat learns assistant turns."""
 
     def __init__(
         self, *, loss_fn: NumericLoss, fused: bool = False, assistant_only: bool = True, **trainer_kwargs: Any
@@ -154,12 +128,8 @@ class NumericSFTTrainer(NumericTrainer, SFTTrainer):
 
 
 def assistant_turns_only(dataset: Any, tokenizer: Any) -> Any:
-    """`dataset` with each `messages` record replaced by `input_ids` and `labels` that learn the
-    assistant turns only (`numloss.data.tokenize.conversation_ids`); anything else unchanged.
-
-    Takes a `datasets.Dataset` or `IterableDataset`, or a dict of them (named eval sets); a
-    dataset without a `messages` column, or already tokenised (`input_ids`), is returned as it is.
-    """
+    """`dataset` (or a dict of them) with `messages` records tokenised to learn the assistant
+    turns only; a dataset without `messages`, or already tokenised, is returned as it is."""
     if isinstance(dataset, dict):
         return {name: assistant_turns_only(part, tokenizer) for name, part in dataset.items()}
     columns = getattr(dataset, "column_names", None)

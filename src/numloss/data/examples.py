@@ -1,10 +1,6 @@
-"""The units data sources produce: one training (or evaluation) record each, in three layouts.
-
-* `Example`: instruction / optional input / output, rendered with the Alpaca prompt of the
-  paper's recipe (MathInstruct);
-* `PromptCompletion`: a prompt used as it is and the completion to learn;
-* `Conversation`: chat `messages` (role / content), rendered with the tokenizer's chat template;
-  the loss falls on the messages marked in `train_on` (by default every assistant turn).
+"""The records data sources produce: `Example` (instruction / input / output, Alpaca prompt),
+`PromptCompletion` (prompt as it is) and `Conversation` (chat `messages`; the loss falls on the
+turns in `train_on`, by default the assistant's).
 """
 
 from __future__ import annotations
@@ -17,11 +13,8 @@ from numloss.data.prompts import format_prompt
 
 @dataclass(frozen=True)
 class Example:
-    """One training (or evaluation) example in the MathInstruct layout.
-
-    `answer` is the final answer alone when the source knows it (synthetic and reasoning-gym
-    sets do), for evaluation; training only reads the prompt and `output`.
-    """
+    """One example in the MathInstruct layout; `answer` is the final answer alone when the
+    source knows it (for evaluation)."""
 
     instruction: str
     output: str

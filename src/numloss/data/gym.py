@@ -1,8 +1,5 @@
-"""reasoning-gym generators as instruction examples (question -> answer).
-
-reasoning-gym answers are the final value alone (no working), so the output is the answer as a
-sentence: "The answer is N." Only generators whose answers are numbers are offered: the digit
-losses need numbers in the target.
+"""reasoning-gym generators with numeric answers as instruction examples; the output is the answer
+as a sentence, "The answer is N." (reasoning-gym gives no working).
 """
 
 from __future__ import annotations

@@ -1,17 +1,9 @@
 """Training records from files and Hugging Face datasets, in three layouts.
 
-* instruction records: `instruction`, an optional `input` and `output` (the MathInstruct
-  layout; the field names can be remapped with data.instruction_field / input_field /
-  output_field), rendered with the Alpaca prompt;
-* prompt/completion records: `prompt` and `completion` strings (the prompt is used as it is), or
-  lists of chat messages (TRL's conversational prompt/completion: the completion turns are learnt);
-* conversations: `messages`, a list of {role, content}, rendered with the tokenizer's chat
-  template; the assistant turns are learnt.
-
-Other columns are ignored. JSON files hold a list of records (MathInstruct's own
-`MathInstruct.json`); JSONL files one record per line. Anything else that is a path is opened
-with `datasets` (a folder written by `save_to_disk`, or a folder/file of parquet, csv, json);
-anything that is not a path is a Hugging Face dataset name.
+Instruction records (`instruction`, optional `input`, `output`; MathInstruct, fields remappable),
+prompt/completion records (strings, or TRL's conversational lists), and conversations
+(`messages`; the assistant turns are learnt). A .json file holds a list, a .jsonl one record per
+line; another path is opened with `datasets`, and anything else is a hub dataset name.
 """
 
 from __future__ import annotations
@@ -114,10 +106,7 @@ def records_to_examples(
     input_field: str = "input",
     output_field: str = "output",
 ) -> list[TrainingRecord]:
-    """Training records (`Example`, `PromptCompletion`, `Conversation`) from mapping records.
-
-    A record without any of the layouts (module docstring) is an error naming it.
-    """
+    """Training records from mapping records; one of no known layout is an error naming it."""
     examples: list[TrainingRecord] = []
     for i, record in enumerate(records):
         if not isinstance(record, Mapping):
@@ -153,10 +142,8 @@ def read_json_records(path: str | os.PathLike) -> list[dict[str, Any]]:
 
 
 def load_hf_records(name_or_path: str, split: str = "train", subset: str | None = None) -> Any:
-    """A `datasets.Dataset` split from a hub name or a local path (folder or data file).
-
-    Offline (HF_DATASETS_OFFLINE=1) a name that is not in the local cache is an error saying so.
-    """
+    """A `datasets.Dataset` split from a hub name or a local path (offline, an uncached name is an
+    error saying so)."""
     import datasets
 
     path = Path(name_or_path).expanduser()

@@ -1,9 +1,5 @@
-"""The instruction prompt of the paper's recipe (Alpaca, as used by MAmmoTH and DEL's released
-training scripts): one definition shared by training and evaluation, so a model is always asked
-in the form it was trained on.
-
-The response follows "### Response:" directly; the training target is the output followed by
-the tokenizer's end-of-sequence token.
+"""The Alpaca instruction prompt of the paper's recipe, shared by training and evaluation so a model
+is always asked in the form it was trained on; the response follows "### Response:" directly.
 """
 
 from __future__ import annotations

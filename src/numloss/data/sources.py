@@ -1,11 +1,5 @@
-"""`data.source` -> examples: one spelling for every kind of data.
-
-* `synthetic:NAME` — numloss's generators (`arithmetic`, `decimals`, `word_problems`,
-  `linear_equations`, `mix`), `num_examples` of them;
-* `gym:NAME` — a reasoning-gym generator (`basic_arithmetic`, `decimal_arithmetic`,
-  `simple_equations`, `gsm_symbolic`);
-* a path ending in `.json` / `.jsonl` — instruction records (MathInstruct layout);
-* any other existing path, or a name — a Hugging Face dataset (`hf:NAME` forces this reading).
+"""`data.source` -> examples: `synthetic:NAME`, `gym:NAME` (reasoning-gym), a .json / .jsonl path
+(instruction records), or any other path or name (a Hugging Face dataset; `hf:NAME` forces it).
 """
 
 from __future__ import annotations
@@ -65,11 +59,8 @@ def load_examples(
     input_field: str = "input",
     output_field: str = "output",
 ) -> list[Example]:
-    """The examples of `source` (see the module docstring).
-
-    `num_examples`: how many to generate for synthetic and gym sets (required there); for files
-    and datasets, the first `num_examples` records (None: all).
-    """
+    """The examples of `source`: `num_examples` generated (synthetic and gym sets, required
+    there), or the first `num_examples` records of a file or dataset (None: all)."""
     check_source(source)
     kind = source_kind(source)
     if kind in ("synthetic", "gym"):

@@ -1,8 +1,5 @@
-"""numloss's own seeded synthetic sets: short worked solutions full of integers and decimals.
-
-Each generator takes a `random.Random` and returns one `Example` whose output shows the working
-and ends with "The answer is N." Values are exact (integers or `Decimal`), so outputs never carry
-float noise like 0.30000000000000004. The same (name, n, seed) always gives the same examples.
+"""numloss's own seeded synthetic sets: short worked solutions full of integers and decimals, ending
+"The answer is N."; exact values (no float noise), and the same (name, n, seed) gives the same set.
 """
 
 from __future__ import annotations

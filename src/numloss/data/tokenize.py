@@ -1,21 +1,11 @@
 """Training records -> token ids with completion-only labels, and the collator that pads them.
 
-* `Example` (instruction/input/output): `Alpaca prompt tokens (with the tokenizer's own special
-  tokens, e.g. BOS) + output tokens + EOS`;
-* `PromptCompletion`: the same with the prompt text as it is;
-* `Conversation`: the messages rendered once with the chat template (the tokenizer's, or the
-  one given), tokenised without extra special tokens (the template writes them).
-
-Labels are -100 everywhere except on what is learnt: the output / completion and EOS, or the
-tokens of the learnt messages of a conversation (the assistant turns, each from the first
-token after the template's generation prompt to the end of its turn marker). Prompt and
-completion are tokenised separately so the label boundary is exact; a conversation's turns are
-located by rendering every prefix of it, which chat templates render as a prefix of the whole.
-
-A sequence longer than `max_length` is cut at `max_length` (the end goes first), never dropped
-and never an error; how many were cut is counted, and so is how many had no learnt token left
-at all (the prompt alone filled the limit: they still train nothing, say so in the log, raise
-max_length).
+`Example` gets the Alpaca prompt (with the tokenizer's special tokens) + output + EOS;
+`PromptCompletion` its prompt as it is; `Conversation` is rendered once with the chat template.
+Labels are -100 except on what is learnt: the completion and EOS, or the learnt turns of a
+conversation (located by rendering every prefix). Prompt and completion are tokenised apart so
+the label boundary is exact. A sequence longer than `max_length` is cut at its end and counted
+(and so are those left with no learnt token).
 """
 
 from __future__ import annotations
@@ -161,10 +151,8 @@ def _prompt_and_target(item: TrainingRecord) -> tuple[str, str]:
 def tokenize_examples(
     examples: Sequence[TrainingRecord], tokenizer: Any, max_length: int, chat_template: str | None = None
 ) -> TokenizedDataset:
-    """Tokenise `examples` for training; see the module docstring for the layout and truncation.
-
-    `chat_template` (Jinja text or a file) replaces the tokenizer's own for conversations.
-    """
+    """Tokenise `examples` for training (module docstring); `chat_template` (Jinja text or a file)
+    replaces the tokenizer's own."""
     if max_length < 2:
         raise ValueError(f"max_length must be >= 2, got {max_length}")
     eos = tokenizer.eos_token_id
@@ -213,10 +201,8 @@ def tokenize_examples(
 
 @dataclass
 class CompletionCollator:
-    """Pad a list of {input_ids, labels} on the right: pad id / -100, with the attention mask.
-
-    `pad_to_multiple_of` rounds the padded length up (tensor cores like multiples of 8).
-    """
+    """Pad {input_ids, labels} on the right with the pad id / -100 and an attention mask, to a
+    multiple of `pad_to_multiple_of` when given."""
 
     pad_token_id: int
     pad_to_multiple_of: int | None = None

@@ -1,24 +1,9 @@
 """The shared interface of every objective: inputs, options, normalisation, output type.
 
-A subclass says what it adds to cross-entropy, as a function of small tensors:
-
-* digit objectives (DEL, NTL, DIST2; `DigitLoss`) implement `digit_terms(z, y, u, nll, support)`:
-  one term per digit slot from its ten digit logits z [K, 10], the target digit y [K], the place
-  weight u [K] (`digit_weights`), the full-vocabulary NLL of the target digit [K] (only NTL's
-  `reweigh` reads it) and `support` [K, 10], the digits the slot can hold (only DIST2 reads it);
-  aux = sum of terms / N_dig (or / N_tok, `normalize="tokens"`). A slot is one digit of a number
-  token: for single-digit tokens z is the ten digit logits; for multi-digit tokens (Llama-3
-  chunks, GPT-2 merges) the slot marginal of `numloss.losses.number_tokens`.
-* token objectives (MixCE, EMO) implement `token_loss(nll, valid, cost)`: the per-token loss that
-  replaces the NLL and the per-token term they report as aux (sum / N_tok). EMO also implements
-  `transport_embedding` and `transport_cost`, which give it the per-token transport cost.
-
-Every objective owns the rule the fused path needs for its gradient: `gradient_weights(nll, cost)`
-returns the per-token weights (a_t, b_t) with which the loss depends on nll_t and cost_t (up to
-one scalar), so `numloss.fused` holds no code of any objective.
-
-loss = sum of token losses / N_tok + alpha * aux; for digit objectives and MLE the token loss is
-the NLL, so loss = ce + alpha * aux.
+Digit objectives (DEL, NTL, DIST2; `DigitLoss`) implement `digit_terms`: one term per digit slot
+from its ten digit logits; aux = sum / N_dig (or / N_tok). Token objectives (MixCE, EMO) implement
+`token_loss`, the per-token loss that replaces the NLL. Each objective also owns
+`gradient_weights`, its gradient rule for the fused path. loss = ce + alpha * aux.
 """
 
 from __future__ import annotations
@@ -42,24 +27,12 @@ from numloss.losses.number_tokens import slot_logits
 
 @dataclass
 class NumericLossOutput:
-    """What every objective returns.
+    """What every objective returns (tensors; counts and diagnostics are this call's, detached).
 
-    loss: the scalar to back-propagate, ce + alpha * aux.
-    ce: token cross-entropy, sum over valid tokens / num_tokens.
-    aux: the objective's extra term before alpha: digit objectives, per-digit sum / num_digits
-        (or / num_tokens with normalize="tokens", / the sum of place weights with DIST2's
-        normalize="weights"); MixCE, sum of (w_t - 1) nll_t / num_tokens (loss = ce + aux); EMO,
-        the mean transport cost d_t. Zero for MLE.
-    num_tokens, num_digits: the valid tokens and digit positions *of this call* (for logging and
-        for building step-wide counts), as 0-d long tensors.
-    digit_entropy: mean entropy (nats) of the 10-digit softmax at this call's digit positions,
-        detached; 0 when there are none.
-    digit_logit_mean, pushdown_share, digit_target_prob: training diagnostics over this call's
-        digit positions, detached, 0 when there are none (see `NumericLoss.pushdown`): the mean
-        raw logit of the digits (over the digits each slot can hold), the share of positions where
-        DEL's term alone pushes the target digit down relative to the others (for objectives other
-        than DEL: what raw DEL's term would do at these logits), and the mean probability of the
-        target digit under the 10-digit softmax.
+    loss = ce + alpha * aux; ce = NLL sum / num_tokens; aux = the objective's term before alpha
+    (0 for MLE). digit_entropy, digit_logit_mean, pushdown_share and digit_target_prob are means
+    over the digit slots (0 without any): the 10-digit softmax entropy, the mean raw digit logit,
+    the share where raw DEL's term pushes the target down, the target digit's probability.
     """
 
     loss: torch.Tensor
@@ -76,10 +49,8 @@ class NumericLossOutput:
 def check_number(
     objective: str, name: str, value: Any, low: float = 0.0, high: float = math.inf, low_open: bool = False
 ) -> float:
-    """`value` as a float, or a ValueError naming the option, the value and the allowed range.
-
-    Only real numbers pass (int, float, numpy scalars): a string such as "1.0" or a bool is
-    refused, so that a quoted value in a config is an error rather than a silent conversion."""
+    """`value` as a float, or a ValueError naming the option, value and range; a string or a
+    bool is refused, so a quoted number in a config is an error rather than a conversion."""
     what = f"({low}, {high}]" if low_open else f"[{low}, {high}]"
     if high == math.inf:
         what = f"> {low:g}" if low_open else f">= {low:g}"
@@ -130,9 +101,8 @@ def _as_count(value: int | float | torch.Tensor | None, fallback: torch.Tensor, 
 def digit_diagnostics(
     loss_fn: NumericLoss, digit_logits: torch.Tensor, targets: torch.Tensor, support: torch.Tensor
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
-    """(digit_entropy, digit_logit_mean, pushdown_share, digit_target_prob) over the K digit
-    slots (0-d, detached; zeros when K = 0), from the [K, 10] slot logits the pass already has,
-    so no extra pass over [N, V] (see `NumericLossOutput`)."""
+    """(digit_entropy, digit_logit_mean, pushdown_share, digit_target_prob) from the [K, 10]
+    slot logits the pass already has (zeros when K = 0; see `NumericLossOutput`)."""
     if not digit_logits.shape[0]:
         zero = torch.zeros((), device=digit_logits.device)
         return zero, zero, zero, zero
@@ -150,13 +120,8 @@ _OPTION_NAMES: dict[type, list[str]] = {}
 
 
 class NumericLoss(nn.Module):
-    """Base of every numloss objective: `loss_fn(logits, labels) -> NumericLossOutput`.
-
-    Subclasses declare their options as keyword arguments of `__init__` and check their values in
-    `validate_options` (also called by config validation, before any model loads); anything else
-    is a TypeError naming the options the objective accepts. An option assigned after
-    construction (`loss_fn.alpha = 0.5`) is checked the same way: `loss_fn.alpha = -1` raises.
-    """
+    """Base of every objective: `loss_fn(logits, labels) -> NumericLossOutput`; its options are
+    `__init__`'s keywords, checked when built and when assigned (`loss_fn.alpha = -1` raises)."""
 
     name: str = ""
     default_alpha: float = 0.0
@@ -164,12 +129,11 @@ class NumericLoss(nn.Module):
     takes_alpha: bool = True
     #: built with `embedding=<the model's output-embedding matrix>` (numloss train passes it)
     needs_output_embedding: bool = False
-    #: what aux is divided by: "tokens" (token objectives, MLE) or, for digit objectives, the
-    #: `normalize` option ("digits" by default)
+    #: what aux is divided by; digit objectives take it as an option
     normalize: str = "tokens"
-    #: the `normalize` values the objective accepts (none: it takes no `normalize` option)
+    #: the `normalize` values the objective accepts (none: no `normalize` option)
     normalizations: tuple[str, ...] = ()
-    #: the values each of the objective's choice options may take (checked by `validate_options`)
+    #: the values each choice option may take
     choices: ClassVar[dict[str, tuple[Any, ...]]] = {}
 
     def __init__(
@@ -190,8 +154,7 @@ class NumericLoss(nn.Module):
         self.alpha = float(self.default_alpha if alpha is None else alpha)
         self.ignore_index = ignore_index
         self.check_finite = check_finite
-        # the number-token columns gathered at number positions: the ten digits first, then any
-        # multi-digit tokens (at most ~1,110 of V for Llama-3)
+        # the columns gathered at number positions: the ten digits, then multi-digit tokens
         self.register_buffer("number_columns", vocab.number_table().columns, persistent=False)
 
     def __setattr__(self, name: str, value: Any) -> None:
@@ -225,11 +188,8 @@ class NumericLoss(nn.Module):
 
     @classmethod
     def validate_options(cls, options: Mapping[str, Any]) -> None:
-        """Raise a one-line ValueError for an option value this objective refuses.
-
-        Needs no vocabulary or model, so config validation calls it before anything loads.
-        Subclasses check their own options and call this for the shared ones.
-        """
+        """Raise a one-line ValueError for an option value this objective refuses (needs no
+        vocabulary or model, so config validation calls it before anything loads)."""
         if options.get("alpha") is not None:
             check_number(cls.name, "alpha", options["alpha"])
         if "normalize" in options and cls.normalizations:
@@ -240,8 +200,7 @@ class NumericLoss(nn.Module):
 
     @property
     def token_count_suffices(self) -> bool:
-        """True when the step-wide token count alone (`num_items_in_batch`, what Trainer's
-        `compute_loss_func` receives) makes this loss exact across gradient accumulation."""
+        """True when the step's token count alone (`num_items_in_batch`) makes the loss exact."""
         return self.normalize == "tokens"
 
     @property
@@ -265,28 +224,19 @@ class NumericLoss(nn.Module):
         digit_nll: torch.Tensor,
         support: torch.Tensor | None = None,
     ) -> torch.Tensor | None:
-        """Per-digit extra terms [K], or None when the objective has none.
-
-        `support` [K, 10] (None: all True) marks the digits each slot can hold; the others have
-        probability exactly 0 in softmax(digit_logits).
-        """
+        """Per-digit extra terms [K], or None; `support` [K, 10] (None: all) marks the digits each
+        slot can hold (the others have probability 0)."""
         return None
 
     def pushdown(
         self, digit_logits: torch.Tensor, digit_targets: torch.Tensor, support: torch.Tensor | None = None
     ) -> torch.Tensor:
-        """Where DEL's term alone would push the target digit down [K] (bool), at these logits.
-
-        Every objective logs it (`pushdown_share`), so runs of any objective can be compared with
-        what raw DEL would do at the same logits; DEL reads it with its own options.
-        """
+        """Where raw DEL's term would push the target digit down [K] (bool), logged by every
+        objective as `pushdown_share`; DEL overrides it with its own options."""
         return del_pushdown(digit_logits, digit_targets, support=support)
 
     def number_terms(self, number_logits: torch.Tensor, digits: DigitPositions) -> torch.Tensor | None:
-        """Per number-token terms [P] for objectives at `level="token"`, or None (digit level).
-
-        `number_logits` [P, C]: the logits at `digits.rows` for the columns `number_columns`.
-        """
+        """Per number-token terms [P] at `level="token"` from `number_logits` [P, C], or None."""
         return None
 
     @property
@@ -295,9 +245,8 @@ class NumericLoss(nn.Module):
         return False
 
     def count_digits(self, labels: torch.Tensor) -> torch.Tensor:
-        """The objective's N_dig of aligned `labels`: digit slots (every digit of a multi-digit
-        number token), or number tokens at `level="token"`. What a trainer sums over the
-        micro-batches of a step to pass as `num_digits_in_batch`."""
+        """The objective's N_dig of aligned `labels` (digit slots, or number tokens at
+        `level="token"`): what a trainer sums over a step as `num_digits_in_batch`."""
         digits = find_digits(labels, self.vocab, None, self.ignore_index)
         return torch.tensor(digits.token_count if self.scores_tokens else digits.count, device=labels.device)
 
@@ -312,23 +261,15 @@ class NumericLoss(nn.Module):
     def token_loss(
         self, nll: torch.Tensor, valid: torch.Tensor, cost: torch.Tensor | None
     ) -> tuple[torch.Tensor, torch.Tensor] | None:
-        """(per-token loss replacing the NLL [N], per-token reported term [N]), or None for the NLL.
-
-        `cost` is `transport_cost`'s [N] (None for objectives without one). Both results must be 0
-        where not `valid`.
-        """
+        """(per-token loss replacing the NLL [N], reported term [N]), both 0 where not `valid`, or
+        None for the NLL; `cost` is `transport_cost`'s."""
         return None
 
     def gradient_weights(
         self, nll: torch.Tensor, cost: torch.Tensor | None
     ) -> tuple[torch.Tensor, torch.Tensor | None] | None:
-        """Per-token (a_t, b_t) with dloss/dnll_t = c * a_t and dloss/dcost_t = c * b_t, for one scalar c.
-
-        The fused path computes the gradient in its forward pass with these weights and checks
-        the prediction in backward. None means unknown (the fused path then recomputes the logits
-        in backward with the true per-token gradients): the default for a subclass that defines
-        its own `token_loss` or whose digit terms depend on `digit_nll`.
-        """
+        """Per-token (a_t, b_t) with dloss/dnll_t = c * a_t and dloss/dcost_t = c * b_t for one c,
+        which the fused path uses in forward; None makes it recompute the logits in backward."""
         if type(self).token_loss is not NumericLoss.token_loss:
             return None
         return torch.ones_like(nll), None
@@ -341,12 +282,8 @@ class NumericLoss(nn.Module):
         num_items_in_batch: int | torch.Tensor | None = None,
         num_digits_in_batch: int | torch.Tensor | None = None,
     ) -> NumericLossOutput:
-        """Loss of aligned `logits` [B, T, V] (or [N, V]) against `labels` [B, T] (or [N]).
-
-        No causal shift happens here (see `numloss.hf` for the glue that does it). Labels equal to
-        `ignore_index` are skipped. `num_items_in_batch` / `num_digits_in_batch` are the counts of
-        valid tokens / digit positions over the whole optimizer step; by default, this call's.
-        """
+        """Loss of aligned (unshifted) `logits` [B, T, V] or [N, V] against `labels` [B, T] or [N];
+        the counts are the step's (default: this call's)."""
         flat_logits, flat_labels, digits = self._prepare(logits, labels)
         valid = flat_labels != self.ignore_index
         targets = torch.where(valid, flat_labels, torch.zeros_like(flat_labels))
@@ -373,12 +310,8 @@ class NumericLoss(nn.Module):
         num_digits_in_batch: int | torch.Tensor | None = None,
         chunk_size: int | None = None,
     ) -> NumericLossOutput:
-        """The loss of `hidden @ lm_head_weight.T + lm_head_bias` without materialising those logits.
-
-        Same result and gradients (for hidden, weight and bias) as calling the objective on the
-        logits; computed in chunks of rows by `numloss.fused`. `hidden` [B, T, H] or [N, H],
-        `labels` aligned with it; `chunk_size` None picks one from V and H.
-        """
+        """The loss (and gradients) of `hidden @ lm_head_weight.T + lm_head_bias` computed in
+        chunks by `numloss.fused`, never materialising those logits."""
         return fused_loss(self, hidden, lm_head_weight, labels, lm_head_bias=lm_head_bias,
                           num_items_in_batch=num_items_in_batch, num_digits_in_batch=num_digits_in_batch,
                           chunk_size=chunk_size)
@@ -420,14 +353,9 @@ class NumericLoss(nn.Module):
         row_finite: torch.Tensor | None = None,
         diagnose: Callable[[torch.Tensor | None], NoReturn] | None = None,
     ) -> NumericLossOutput:
-        """Normalise and add up the per-token NLL, digit logits and transport cost; shared by
-        the unfused and the fused path.
-
-        `number_logits` [P, C]: the logits at the number-token positions `digits.rows` for the
-        columns `number_columns`; the slot digit logits [K, 10] are computed from them here.
-        `row_finite` [N] says which rows had a finite log-normaliser; `diagnose(ignored_rows)`
-        raises the error that explains a non-finite loss (ignored_rows None) or non-finite rows at
-        ignored positions (their indices), in the words of the calling path.
+        """Normalise and add up the per-token NLL, number-token logits [P, C] and transport cost
+        (both paths). `diagnose(ignored_rows)` raises the calling path's error for a non-finite
+        loss (None) or non-finite rows at ignored positions (`row_finite` False there).
         """
         num_tokens = valid.sum()
         digit_logits, support = slot_logits(number_logits, digits, self.vocab.number_table(nll.device))
@@ -465,8 +393,7 @@ class NumericLoss(nn.Module):
         )
 
     def _digit_units(self, num_digits: torch.Tensor, weights: torch.Tensor) -> torch.Tensor:
-        """This call's share of the digit denominator, in the units `count_digits` sums over a
-        step: digit positions (DIST2's normalize="weights": their place weights)."""
+        """This call's share of the digit denominator, in `count_digits`'s units."""
         return num_digits
 
     def _digit_denominator(self, token_count: torch.Tensor, digit_count: torch.Tensor) -> torch.Tensor:
@@ -496,17 +423,22 @@ class NumericLoss(nn.Module):
         )
 
 
+def check_objective(loss_fn: Any) -> NumericLoss:
+    """`loss_fn`, or a TypeError when it is not a numloss objective."""
+    if not isinstance(loss_fn, NumericLoss):
+        raise TypeError(
+            "loss_fn must be a numloss objective (numloss.build_loss(name, vocab)), "
+            f"got {type(loss_fn).__name__}"
+        )
+    return loss_fn
+
+
 NORMALIZATIONS = ("digits", "tokens")
 
 
 class DigitLoss(NumericLoss):
-    """Base of the digit objectives: CE + alpha x (sum of per-digit terms / normaliser).
-
-    `normalize="digits"` (default) divides by the step's digit count N_dig; `"tokens"` by its
-    token count N_tok, so that `num_items_in_batch` alone (what Trainer's `compute_loss_func`
-    receives) makes the loss exact across accumulation steps. `default_alpha` is a weight on the
-    digit mean, so `"tokens"` takes an explicit alpha.
-    """
+    """Base of the digit objectives: CE + alpha x (sum of per-digit terms / N_dig), or / N_tok
+    with `normalize="tokens"` (exact from `num_items_in_batch` alone; needs its own alpha)."""
 
     normalizations: tuple[str, ...] = NORMALIZATIONS
 
@@ -517,9 +449,8 @@ class DigitLoss(NumericLoss):
 
     @classmethod
     def validate_options(cls, options: Mapping[str, Any]) -> None:
-        """Also refuses `normalize="tokens"` without an alpha (`options["alpha"]` None): the
-        default alpha weighs the step's digit mean, and a per-token mean is smaller by the data's
-        tokens per digit, so the same number would weigh the term several times less."""
+        """Also refuses `normalize="tokens"` without an alpha: the default alpha weighs a digit
+        mean, several times larger than the per-token one."""
         super().validate_options(options)
         if options.get("normalize") == "tokens" and "alpha" in options and options["alpha"] is None:
             raise ValueError(

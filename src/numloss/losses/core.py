@@ -1,29 +1,20 @@
 """The one pass over the full logits that every objective shares.
 
-Every objective of numloss is a function of two small things: the per-token negative
-log-likelihood nll [N] and the ten digit logits at the digit positions z [K, 10]. This module
-computes both from the [N, V] logits with a custom autograd Function whose backward writes the
-gradient of the logits once, in row chunks, in the logits' dtype:
-
-    dL/dlogits[t] = g_nll[t] * (softmax(logits[t]) - onehot(y_t)) + scatter(g_z[t] -> digit columns)
-
-Plain autograd would keep a float32 log-softmax copy, build a zero [N, V] gradient for the target
-gather and another for the digit gather, and add them up; this keeps the logits and one gradient.
+Computes the per-token NLL [N] and the number-token logits from the [N, V] logits with a custom
+autograd Function whose backward writes the logits' gradient once, in row chunks and the logits'
+dtype; plain autograd would keep a float32 log-softmax copy and two zero [N, V] gradients.
 """
 
 from __future__ import annotations
 
 import torch
 
+from numloss.fused import compute_dtype
+
 # Rows per chunk of the float32 work buffers (log-softmax in forward; the gradient of
 # non-float32 logits in backward): about 4 MB, large enough that each kernel's parallel region
 # amortises its start-up, small enough to bound the temporary memory.
 _CHUNK_ELEMENTS = 1 << 20
-
-
-def compute_dtype(dtype: torch.dtype) -> torch.dtype:
-    """float32 for half-precision and float32 logits; float64 stays float64 (for gradcheck)."""
-    return torch.float64 if dtype == torch.float64 else torch.float32
 
 
 def row_chunk(num_rows: int, width: int, elements: int = _CHUNK_ELEMENTS) -> int:
@@ -103,12 +94,6 @@ def token_nll_and_digit_logits(
     digit_index: torch.Tensor,
     digit_columns: torch.Tensor,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """Per-token NLL [N] (0 where not `valid`), digit logits [K, 10] in `compute_dtype`, and
-    whether each row's log-normaliser is finite [N] (bool, no gradient).
-
-    `logits` [N, V] in any float dtype (computed in float32), `targets` [N] in [0, V) (any value
-    where not `valid`), `digit_index` [K] rows of the digit positions (distinct), `digit_columns`
-    [C] the token ids to read there (the ten digits, or every number token: C <= ~1,110 of V);
-    the digit logits are then [K, C]. NLL and digit logits are differentiable with respect to `logits`.
-    """
+    """Per-token NLL [N] (0 where not `valid`), the logits [K, C] at rows `digit_index` and columns
+    `digit_columns` (differentiable), and whether each row's log-normaliser is finite [N]."""
     return _TokenNLLAndDigitLogits.apply(logits, targets, valid, digit_index, digit_columns)

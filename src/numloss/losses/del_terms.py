@@ -62,14 +62,9 @@ def del_pushdown(
     sigmoid_input: str = "raw",
     support: torch.Tensor | None = None,
 ) -> torch.Tensor:
-    """Where DEL's term alone pushes the target down [M] (bool): descent along its gradient g
-    (with respect to z) lowers the margin z_y - mean_{k != y} z_k, i.e. g_y > mean_{k != y} g_k
-    over the other digits the slot can hold.
-
-    g is written out, not taken by autograd (the term's [M, 10] in closed form):
-    g_j = p_j (w_j b_j - L) + w_j p_j (sigmoid(s_j) - [j == y]) (+ a part common to all j when
-    centered, which the margin does not see), with b the BCE, L = sum_k p_k w_k b_k; the place
-    weight and the 1/10 are positive factors and drop out of the sign.
+    """Where DEL's term alone pushes the target down [M] (bool): along its closed-form gradient g,
+    g_y > mean of g over the other digits the slot can hold (the margin z_y - mean z_k falls).
+    The place weight, the 1/10 and the centred common part do not change the sign.
     """
     z = z.double()
     s = sigmoid_logits(z, sigmoid_input, support)

@@ -1,23 +1,15 @@
 """DEL, the Digit Entropy Loss (Zheng et al., 2026).
 
-Per digit position with target y, digit logits z (ten columns) and place weight u, p = softmax(z):
+Per digit slot with target y, digit logits z, place weight u and p = softmax(z) (not detached):
 
     term = u * (1/10) * sum_k p_k * BCE(sigmoid(z_k), [k == y])
 
-p is not detached: the entropy-like weighting is part of the gradient. u is the place weight of
-`numloss.digits.place_weights`.
-
-`sigmoid_input` says what the sigmoid reads. "raw" (the default, the released code) feeds it the
-raw digit logits z_k. softmax ignores a shift of all logits by one constant, the sigmoid does
-not: on a pretrained head whose digit logits sit near +30, every wrong digit's BCE is about z_k,
-and the term's gradient lowers all logits together (CE cannot resist a shift of the whole
-vocabulary). Below zero the target's own BCE exceeds the p-weighted mean, and the term then
-pushes the target down relative to the other digits (docs/losses.md, "When DEL works against
-CE"). "centered" feeds it z_k - mean_j z_j over the digits the slot can hold (all ten for
-single-digit tokens and complete multi-digit groups): the term is then invariant to any common
-shift of the logits, p is unchanged, and at zero-mean digit logits it equals "raw" in value. The optional `distance="l1"` multiplies each class term by
-(1 + |k - y|), the criterion-distance form the paper argues against; the paper's exact ablation
-form is not public, so this is our reading of it.
+`sigmoid_input="raw"` (default, the released code) feeds the sigmoid the raw logits, which a
+shift of all logits moves: on a head whose digit logits sit near +30 the term lowers them all,
+and below zero it pushes the target down (docs/losses.md, "When DEL works against CE").
+"centered" feeds z_k - mean_j z_j over the digits the slot can hold: shift-invariant, and equal
+to "raw" at zero-mean logits. `distance="l1"` multiplies each class term by (1 + |k - y|), our
+reading of the paper's criterion-distance ablation.
 """
 
 from __future__ import annotations

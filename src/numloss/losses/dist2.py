@@ -1,22 +1,11 @@
 """DIST2Loss: KL from a discretised Gaussian around the target digit to the digit distribution.
 
-q = softmax(-(k - y)^2 / tau) over k = 0..9, p = softmax of the ten digit logits;
-term = u * KL(q || p) = u * sum_k q_k (log q_k - log p_k).
-
-There is no official repository; the closest reference is the author-side `get_digit_loss`
-(transcribed in tests/reference/dist2.py). Its two variants and numloss's options:
-
-* unweighted (u = 1, mean over digit positions): `place_weight=False` (default), equal to it.
-* place-weighted: u = position from the end of a run of digit tokens (units 1, tens 2, ...), and
-  the sum is divided by the sum of the weights. In that code '.' is not a digit token, so it
-  ends a run: "3.14" gets 1; 2, 1. `place_weight=True, point_ends_run=True, normalize="weights"`
-  reproduces it. numloss's own place weighting (`point_ends_run=False`) weights integer digits
-  by i + 1 (units 1, tens 2) and decimal digits by 1, and divides by the digit count (default
-  `normalize="digits"`) or the token count (`"tokens"`).
-
-On a digit slot of a multi-digit token that cannot hold every digit (irregular BPE merges), q is
-restricted to the digits it can hold (p is 0 elsewhere, and a KL to a zero would be infinite).
-With multi-digit tokens, `point_ends_run` counts positions over the run's digits, across tokens.
+q = softmax(-(k - y)^2 / tau), p = softmax of the ten digit logits, term = u * KL(q || p).
+No official repository; tests/reference/dist2.py transcribes the author-side `get_digit_loss`.
+Unweighted (default) equals it; its place-weighted variant (u = position from the end of a run of
+digit tokens, '.' ending a run, divided by the sum of weights) is `place_weight=True,
+point_ends_run=True, normalize="weights"`. numloss's own place weighting gives integer digits
+i + 1 and decimals 1. On a slot that cannot hold every digit, q is restricted to those it can.
 """
 
 from __future__ import annotations
@@ -33,10 +22,8 @@ from numloss.losses.base import NORMALIZATIONS, DigitLoss, check_number
 def dist2_term(
     z: torch.Tensor, y: torch.Tensor, u: torch.Tensor, tau: float, support: torch.Tensor | None = None
 ) -> torch.Tensor:
-    """u * KL(q || p) per digit [M], q = softmax(-(k - y)^2 / tau), p = softmax(z).
-
-    `support` [M, 10] (None: all digits) restricts q to the digits a slot can hold.
-    """
+    """u * KL(q || p) per digit [M], q = softmax(-(k - y)^2 / tau) restricted to `support`,
+    p = softmax(z)."""
     values = torch.arange(10, dtype=z.dtype, device=z.device)
     soft = -((values[None, :] - y[:, None]) ** 2) / tau
     if support is None or bool(support.all()):
@@ -49,13 +36,8 @@ def dist2_term(
 
 
 def digit_run_weights(index: torch.Tensor, places: torch.Tensor) -> torch.Tensor:
-    """Per digit: its position from the end of its run of consecutive digit tokens (last = 1).
-
-    A run of digit tokens breaks where the flat index jumps (a '.', another token, an ignored
-    position) or where the place index does not fall by one (a new number in the next row: a
-    number's last digit has place 0 or below, the next row's first digit 0 or above). The digit
-    slots of one multi-digit token share its index, so a step of 0 or 1 continues the run.
-    """
+    """Per digit: its position from the end of its run of digit tokens (last = 1); a run breaks
+    where the flat index jumps by more than 1 or the place does not fall by one."""
     count = index.numel()
     if count == 0:
         return torch.zeros(0, dtype=torch.float32, device=index.device)

@@ -1,32 +1,15 @@
 """EMO, Earth Mover Distance Optimisation (Ren et al., 2023), token-level.
 
-With q_t the model's full next-token distribution and E the L2-normalised rows of the output
-embedding (no gradient), the expected transport cost to the target is d_t = 1 - <E[y_t], q_t @ E>.
-The cost in the ratio is
+With q_t the full next-token distribution and E the L2-normalised output embedding (no
+gradient), the transport cost is d_t = 1 - <E[y_t], q_t @ E>. `form="adaptive"` (default, the
+cost of PolyU-VCLab/DEL's EMO baseline and emo_patch.py `emo1_adaptive`) uses
+d'_t = d_t + sg(q_t[y_t]); `form="gpt2"` (DRSY/EMO gpt2.py) uses d'_t = d_t. Token loss:
+`mode=1`: 0.5 * (nll_t + sg(r_t) * d'_t), r_t = nll_t / max(d'_t, 1e-6), optionally capped at
+`max_ratio`, whose value is the NLL; `mode=2`: sg(d'_t / max(nll_t, 1e-6)) * nll_t + d'_t.
+aux is the mean transport cost sum_t d_t / N_tok.
 
-* `form="adaptive"` (default): d'_t = d_t + sg(q_t[y_t]). This is the cost of the EMO code that
-  subtracts the detached target probability from q before the transport (`q - sg(q * onehot)`),
-  the form PolyU-VCLab/DEL's EMO baseline uses (train-qwen-deepseek.py `EMOloss`); the EMO
-  README's instruction-tuning form `emo_patch.py` `emo1_adaptive` names it.
-* `form="gpt2"`: d'_t = d_t (DRSY/EMO language_modeling/gpt2.py mode 'emo', emo_patch.py).
-
-and the token loss is
-
-* `mode=1` (default): 0.5 * (nll_t + sg(r_t) * d'_t), r_t = nll_t / max(d'_t, 1e-6), optionally
-  capped at `max_ratio` (3.0 is the PyPI EMOLoss / emo_patch.py cap). Its value is the NLL
-  (r_t * d'_t = nll_t); only the gradient differs: 0.5 * (dnll + r_t * dd_t).
-* `mode=2` (EMOLoss mode 2, "more emphasis on EMO"): sg(d'_t / max(nll_t, 1e-6)) * nll_t + d'_t,
-  whose value is 2 d'_t.
-
-The gradient of d'_t is that of d_t (q_t[y_t] is detached). The reported aux is the mean
-transport cost sum_t d_t / N_tok.
-
-The 1e-6 floor: the EMD half of the mode-1 gradient, r_t * dd_t/dz, is at most 2 * nll_t in L1
-norm whatever d_t is (|dd/dz|_1 <= 2 d), so the floor does not guard against a large gradient;
-it keeps r_t finite when d'_t rounds to 0 and bounds how far float32 rounding in d'_t (computed
-as 1 - <., .>, error ~1e-7) can be amplified. Below the floor r_t stops growing, so the EMD half
-fades linearly with d'_t, and the value falls below the NLL. The official code adds 1e-10
-instead.
+Why the 1e-6 floor (the official code adds 1e-10): it keeps r_t finite when d'_t rounds to 0 and
+bounds how far float32 rounding in d'_t (~1e-7) is amplified; below it the EMD half fades.
 """
 
 from __future__ import annotations
@@ -38,6 +21,7 @@ import torch
 import torch.nn.functional as F
 
 from numloss.digits import DigitVocab
+from numloss.fused import compute_dtype
 from numloss.losses.base import NumericLoss, check_number
 
 FORMS = ("adaptive", "gpt2")
@@ -56,11 +40,8 @@ def emo_ratio(nll: torch.Tensor, cost: torch.Tensor, mode: int, max_ratio: float
 
 
 class EMOLoss(NumericLoss):
-    """EMO; needs the output-embedding matrix [V, H] (e.g. `model.get_output_embeddings().weight`).
-
-    The matrix is read at every call, so a trained head is seen as it changes; it never receives
-    gradient from this loss.
-    """
+    """EMO; needs the output-embedding matrix [V, H], read at every call (so a trained head is
+    seen as it changes) and never given gradient by this loss."""
 
     name = "emo"
     default_alpha = 1.0
@@ -115,7 +96,7 @@ class EMOLoss(NumericLoss):
                 f"emo: the embedding has {self.embedding.shape[0]} rows but the logits {width} columns; "
                 "pass the output-embedding matrix of the model that made the logits"
             )
-        dtype = torch.float64 if logits.dtype == torch.float64 else torch.float32
+        dtype = compute_dtype(logits.dtype)
         rows = torch.nonzero(valid).squeeze(1)
         unit = self.transport_embedding(logits.device, dtype)
         cost = transport_cost(logits, rows, targets, unit)
@@ -143,11 +124,8 @@ class EMOLoss(NumericLoss):
 
 
 class _TransportCost(torch.autograd.Function):
-    """d = 1 - sum_v softmax(z)_v <E_y, E_v> for the given rows, in row chunks.
-
-    Neither the probabilities nor the [n, V] similarities are kept: backward recomputes them per
-    chunk, so the only [N, V] tensor is the gradient itself.
-    """
+    """d = 1 - sum_v softmax(z)_v <E_y, E_v> in row chunks; backward recomputes per chunk, so the
+    only [N, V] tensor is the gradient itself."""
 
     @staticmethod
     def forward(ctx, logits, rows, targets, unit):  # type: ignore[override]
@@ -183,8 +161,6 @@ def _chunks(logits, rows, targets, unit):
 def transport_cost(
     logits: torch.Tensor, rows: torch.Tensor, targets: torch.Tensor, unit: torch.Tensor
 ) -> torch.Tensor:
-    """EMO's transport cost d [n] at `rows` of `logits` [N, V], differentiable in the logits.
-
-    `unit` [V, H] holds unit-length embedding rows (no gradient); `targets` [N] the target ids.
-    """
+    """EMO's transport cost d [n] at `rows` of `logits` [N, V] (differentiable), for unit-length
+    embedding rows `unit` [V, H] and target ids `targets` [N]."""
     return _TransportCost.apply(logits, rows, targets, unit)

@@ -9,14 +9,8 @@ from numloss.losses.base import NORMALIZATIONS, NumericLoss
 
 
 class MLELoss(NumericLoss):
-    """Cross-entropy only; aux is 0. Reports digit counts and entropy like the others.
-
-    It has no alpha (no term for it to weight: `build_loss("mle", vocab, alpha=...)` is refused,
-    as the command line refuses `--objective.alpha`). `normalize` ("digits" or "tokens") is
-    accepted so that an A/B's arms share their options, `build_loss("mle", vocab, normalize="tokens")`
-    beside a digit objective's (which takes an explicit alpha with "tokens"); with no digit term
-    both give the same loss, exact from the step's token count alone.
-    """
+    """Cross-entropy only (aux 0), with the others' digit counts and diagnostics. No alpha;
+    `normalize` is accepted so both arms of an A/B share their options."""
 
     name = "mle"
     default_alpha = 0.0

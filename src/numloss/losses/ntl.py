@@ -1,21 +1,10 @@
 """NTL, the Number Token Loss (Zausinger et al., 2025), in its two forms.
 
-p = softmax over the ten digit logits at each digit position with target y:
-
-* ntl-was (Wasserstein-1 between p and the one-hot target on the digit line): sum_k p_k |k - y|
-* ntl-mse (squared error of the expected digit): (sum_k p_k k - y)^2
-
-`reweigh=True` is the `ntloss` package's default (off in the ICML paper and here): with m the
-full-vocabulary probability mass on the ten digit tokens, term' = m * term + 1.01 * D * (1 - m),
-D the largest possible term (9 for WAS, 81 for MSE), so mass outside the digits costs more than
-the worst digit. m has gradient. These equal `ntloss.NTLoss` / `ntloss.NTLossDotProduct`
-(ntloss 0.3.2) with the same `reweigh` (tested).
-
-On multi-digit number tokens the digit level (default) applies them to each digit slot's
-marginal (m is then the mass of the slot's group). `level="token"` is NTL's number-token variant
-(`ntloss` with `digit_level=False`): p is the softmax over every number token at a number-token
-position and the distance is between token values, sum_v p_v |v - y| or (sum_v p_v v - y)^2,
-one term per number token (aux = sum / N_num; no place weight, no reweigh).
+With p = softmax of the ten digit logits and target y: ntl-was = sum_k p_k |k - y|, ntl-mse =
+(sum_k p_k k - y)^2. `reweigh=True` (ntloss's default, off here): term' = m * term + 1.01 * D *
+(1 - m), m the full-vocabulary mass on the digits, D the largest term. Equal to ntloss 0.3.2's
+NTLoss / NTLossDotProduct (tested). `level="token"` is ntloss's `digit_level=False`: the
+distance between number-token values, one term per number token (no place weight, no reweigh).
 """
 
 from __future__ import annotations
@@ -50,11 +39,8 @@ def mse_term(z: torch.Tensor, y: torch.Tensor, u: torch.Tensor) -> torch.Tensor:
 
 
 def reweighed(term: torch.Tensor, z: torch.Tensor, y: torch.Tensor, nll: torch.Tensor, largest: float) -> torch.Tensor:
-    """ntloss's reweighing: m * term + 1.01 * largest * (1 - m), m = digit mass of the full softmax.
-
-    m = exp(logsumexp(z) - logsumexp(all logits)), and logsumexp(all) = nll + z_y at a digit
-    position whose target is y, so m comes from the digit logits and the target's NLL alone.
-    """
+    """ntloss's reweighing m * term + 1.01 * largest * (1 - m), with the digit mass
+    m = exp(logsumexp(z) - (nll + z_y)) from the digit logits and the target's NLL alone."""
     log_mass = torch.logsumexp(z, dim=-1) - (nll.to(z.dtype) + z.gather(1, y[:, None]).squeeze(1))
     mass = log_mass.exp()
     return mass * term + 1.01 * largest * (1.0 - mass)

@@ -1,20 +1,10 @@
 """Digit logits of number tokens of any length: the per-slot marginals of the digit objectives.
 
-At a position whose target is a number token of L digits (spaced or not), take the number tokens
-of the same length and spacing (their *group*) and pool them by their j-th digit:
-
-    z_j(k) = logsumexp of the raw logits of the group's tokens whose j-th digit is k,   j = 1..L
-
-softmax(z_j) is then exactly the slot-j digit marginal of the model's distribution over the
-group's tokens (the softmax over the group's logits, summed over tokens sharing digit j = k).
-For L = 1 (the ten digit tokens) z is the ten digit logits themselves, so a single-digit
-tokenizer gives exactly what it gave before. A digit that no token of the group has in slot j
-(GPT-2's incomplete merges) gets probability exactly 0: its logit is set 10^4 below the slot's
-largest, and `support` marks it absent.
-
-Everything works on the number-token logits [P, C] that the core gathers at the P number-token
-positions (C <= ~1,110 columns for Llama-3), never on [N, V]; the one Python loop runs over the
-groups of the table (a handful), not over tokens or numbers.
+For a target of L digits, pool the logits of the number tokens of its length and spacing (its
+*group*) by their j-th digit: z_j(k) = logsumexp of the group's logits whose j-th digit is k.
+softmax(z_j) is the slot-j digit marginal; for L = 1 z is the ten digit logits themselves. A
+digit no token of the group has in slot j gets probability 0 (logit 10^4 below the slot's
+largest; `support` marks it). All of it works on the [P, C] number-token logits, never [N, V].
 """
 
 from __future__ import annotations
@@ -28,12 +18,9 @@ ABSENT_GAP = 1.0e4
 
 
 def bucket_logsumexp(x: torch.Tensor, bucket: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """(z [R, 10], support [10]): z[:, k] = logsumexp of x[:, bucket == k] for x [R, n], bucket [n].
-
-    Each bucket is shifted by its own (detached) maximum, so no bucket underflows because another
-    is far larger. Empty buckets get `support` False and a logit ABSENT_GAP below the row's
-    largest present one (probability exactly 0, finite value and gradient).
-    Assumes at least one bucket is non-empty.
+    """(z [R, 10], support [10]): z[:, k] = logsumexp of x[:, bucket == k], each bucket shifted
+    by its own detached maximum; an empty bucket gets support False and a logit ABSENT_GAP below
+    the row's largest (probability 0, finite gradient). At least one bucket must be non-empty.
     """
     rows = x.shape[0]
     support = torch.bincount(bucket, minlength=10) > 0
@@ -54,12 +41,8 @@ def bucket_logsumexp(x: torch.Tensor, bucket: torch.Tensor) -> tuple[torch.Tenso
 def slot_logits(
     number_logits: torch.Tensor, digits: DigitPositions, table: NumberTable
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """(z [K, 10], support [K, 10]): the slot digit logits of every digit slot of `digits`.
-
-    `number_logits` [P, C]: the logits at the number-token positions `digits.rows` (in order) for
-    the columns `table.columns`. Row i of the result belongs to slot i of `digits` (its target
-    `digits.target[i]`, place `digits.place[i]`). Differentiable with respect to `number_logits`.
-    """
+    """(z [K, 10], support [K, 10]): the digit logits of every slot of `digits`, from the
+    `number_logits` [P, C] at `digits.rows`; differentiable."""
     count = digits.count
     support = torch.ones((count, 10), dtype=torch.bool, device=number_logits.device)
     if len(table.groups) == 1:  # only the ten digits: z is their logits, unchanged
@@ -101,12 +84,8 @@ def slot_logits(
 def token_values(
     number_logits: torch.Tensor, digits: DigitPositions, table: NumberTable
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """(p [P, C], values [C], target value [P]) for the token-level (number-level) variant.
-
-    p is the softmax over all number-token columns at each number-token position (NTL's
-    `digit_level=False`: every number token is a class, whatever its length); values are the
-    integers the tokens spell, in the dtype of the logits.
-    """
+    """(p [P, C], values [C], target value [P]) for the token-level variant: the softmax over all
+    number tokens (NTL's `digit_level=False`) and the integers they spell."""
     p = torch.softmax(number_logits, dim=-1)
     values = table.values.to(device=number_logits.device, dtype=number_logits.dtype)
     target_column = digits.column[digits.slot == 0]  # one slot 0 per number-token position

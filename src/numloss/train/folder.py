@@ -25,6 +25,7 @@ from numloss.checkpoints import (
     set_aside,
 )
 from numloss.config import Config, ConfigError, changed_settings, dump_config, read_stored_config
+from numloss.textio import read_json_object
 
 logger = logging.getLogger("numloss.train")
 
@@ -34,10 +35,8 @@ CSV_COLUMNS = ("step", "epoch", "loss", "ce", "aux", "digit_entropy", "digit_log
 
 
 def read_log_rows(path: Path, up_to_step: int) -> list[dict[str, str]]:
-    """The whole rows of log.csv at `path` with step <= `up_to_step` (a resume drops the steps the
-    interrupted run logged after its checkpoint). A torn last row (a kill mid-append: no final
-    newline) and any row that is not a whole row (wrong number of fields, a step that is not an
-    integer) are dropped, so they never reappear as a bogus step between two real ones."""
+    """The whole rows of log.csv with step <= `up_to_step` (a resume drops later ones); a torn last
+    row or a malformed one is dropped, so it never reappears as a bogus step."""
     if not path.is_file():
         return []
     text = path.read_text(encoding="utf-8", errors="replace")
@@ -67,8 +66,7 @@ INPUTS_FILE = "inputs.json"
 
 def run_inputs(config: Config, examples: list[Any]) -> dict[str, str]:
     """The content hashes a resume is checked against: `data_sha256` of the examples as loaded
-    (whatever their source: a file, a generated set, a dataset) and `model_sha256` of the start
-    weights (numloss.identity; absent for 'tiny', whose weights follow from the config)."""
+    and `model_sha256` of the start weights (absent for 'tiny')."""
     from dataclasses import asdict, is_dataclass
 
     from numloss.identity import json_sha256, model_sha256
@@ -87,19 +85,13 @@ def record_inputs(inputs: dict[str, str], output_dir: Path) -> None:
 
 
 def check_inputs_unchanged(config: Config, output_dir: Path, inputs: dict[str, str]) -> list[str]:
-    """For a resume: what changed between the run's inputs.json and `inputs`, as one-line parts.
-    A ConfigError unless --resume-changed; with it, the changes are returned (for a warning).
-    A run without inputs.json (written before it existed) is not checked."""
+    """For a resume: the parts of the run's inputs.json that `inputs` changed, returned with
+    --resume-changed and a ConfigError without it (a run without inputs.json is not checked)."""
     from numloss.identity import describe_change
 
-    try:
-        stored = json.loads((output_dir / INPUTS_FILE).read_text())
-    except FileNotFoundError:
+    if not (output_dir / INPUTS_FILE).exists():
         return []
-    except (OSError, ValueError):
-        stored = {}
-    if not isinstance(stored, dict):
-        stored = {}
+    stored = read_json_object(output_dir / INPUTS_FILE) or {}
     names = {"data_sha256": f"the training data ({config.data.source})", "model_sha256": f"the start weights ({config.model.name})"}
     changed = [describe_change(name, stored.get(key), inputs.get(key)) for key, name in names.items()
                if stored.get(key) != inputs.get(key) and (key in stored or key in inputs)]
@@ -128,12 +120,8 @@ def record_run(config: Config, output_dir: Path, replaced_at: Path | None, input
 
 @dataclass
 class RunPlan:
-    """What a run does with its output_dir (`plan_run_dir`).
-
-    action: "new" (nothing of value there), "overwrite" (`entries` move aside first), "resume"
-    (continue; `changed` lists the settings --resume-changed let through), "finished" (`--resume`
-    of a run that reached its end: `record` is final/'s record).
-    """
+    """What a run does with its output_dir: action "new", "overwrite" (`entries` move aside),
+    "resume" (`changed`: settings let through) or "finished" (`record`: final/'s)."""
 
     action: str
     entries: list[Path] = field(default_factory=list)
@@ -167,14 +155,9 @@ def _stored_config(out: Path, resume: bool | str) -> tuple[Config | None, str]:
 
 
 def plan_run_dir(config: Config) -> RunPlan:
-    """What this run may do with `train.output_dir`, decided from what is there; reads only.
-
-    A folder holding nothing numloss or a Trainer wrote is "new". Otherwise, without --resume:
-    "overwrite" with --overwrite, "new" when it holds only the config and logs of an attempt of
-    this same config that saved nothing; anything else (a finished run, checkpoints, another
-    config's run, Trainer files without a config.yaml) is refused. With --resume the stored
-    config.yaml must agree with this one in every setting that changes the run
-    (`numloss.config.changed_settings`), unless --resume-changed. Raises ConfigError.
+    """What this run may do with `train.output_dir` (reads only; raises ConfigError): a run there
+    is refused unless --overwrite, --resume with agreeing settings (or --resume-changed), or an
+    attempt of this config that saved nothing.
     """
     train = config.train
     out = Path(train.output_dir)
@@ -254,9 +237,8 @@ def _plan_without_resume(config: Config, entries: list[Path], stored_problem: st
 
 
 def _whole_progress(entry: Path) -> bool:
-    """True when a run-folder entry holds training progress a resume can use: a checkpoint that
-    passes its check, a whole final/ (or a final.partial/ whose marker is written: --resume
-    completes its rename), a merged model or a kept final-step-N/."""
+    """True when a run-folder entry holds progress a resume can use (a whole checkpoint or
+    final.partial/, final/, merged/, final-step-N/)."""
     name = entry.name
     if name.startswith("partial-"):
         return False

@@ -23,15 +23,8 @@ logger = logging.getLogger("numloss.train")
 
 @dataclass
 class TrainResult:
-    """What a finished run produced.
-
-    output_dir: the run folder; model_dir: the final model (LoRA: adapters) that
-    `AutoModelForCausalLM.from_pretrained` (with peft installed, for adapters) loads; merged_dir:
-    the merged LoRA model or None; already_finished: `--resume` of a finished run (nothing
-    trained, nothing written); metrics: the Trainer's final metrics (train_loss,
-    train_runtime, ...) plus the last logged ce / aux / digit_entropy and the run's mean
-    tokens_per_second; log_history_path / csv_path: the logs; global_step: optimizer steps done.
-    """
+    """What a finished run produced: the folder, the final model (LoRA: adapters), the merged
+    model or None, the final metrics and the logs; `already_finished` when nothing was trained."""
 
     output_dir: Path
     model_dir: Path
@@ -69,18 +62,9 @@ def check_run(config: Config, examples: list[Any] | None = None) -> tuple[folder
 
 
 def run_training(config: Config, callbacks: list[Any] | None = None, examples: list[Any] | None = None) -> TrainResult:
-    """Train per `config` (already validated by `load_config`) and save the final model.
-
-    `callbacks`: extra `transformers.TrainerCallback`s. `examples`: train on these
-    `numloss.data.Example`s instead of reading `config.data.source` (`numloss compare` passes its
-    task's set, whose prompts are bare).
-
-    The output folder is locked for the whole run (`numloss.rundir.hold_run_dir`) and handled
-    per `plan_run_dir`: a finished or foreign run is refused unless train.overwrite (it moves
-    aside), a resume with changed settings unless train.resume_changed. Resuming continues from
-    the newest checkpoint that passes its check (markers with SHA-256), with the optimizer,
-    scheduler, RNG and data position restored. Raises ConfigError for anything wrong with the
-    config or the folder, DiskFullError when a save runs out of space.
+    """Train per `config` (validated) with extra `callbacks`, on `examples` when given, and save
+    the final model, holding the run folder's lock throughout. Resumes from the newest intact
+    checkpoint. Raises ConfigError for a bad config or folder, DiskFullError for a full disk.
     """
     from numloss.config import validate
     from numloss.rundir import RunDirBusy, RunDirLockError, hold_run_dir
