@@ -74,6 +74,7 @@ def teacher_forced_exact(
     """Score `examples` (prompt = `example.prompt`, reference = `example.output`) teacher-forced.
     ValueError for an item over `max_length` tokens (it would be scored on part of its answer)."""
     from numloss.data import tokenize_examples
+    from numloss.data.tokenize import CompletionCollator
 
     if batch_size < 1:
         raise ValueError(f"batch_size must be >= 1, got {batch_size}")
@@ -89,9 +90,11 @@ def teacher_forced_exact(
     score = TeacherForcedScore()
     entropies: list[torch.Tensor] = []
     rows = [features[i] for i in range(len(features))]
+    collate = CompletionCollator(pad)
     for start in range(0, len(rows), batch_size):
         batch = rows[start : start + batch_size]
-        ids, labels, mask = _padded(batch, pad)
+        padded = collate(batch)
+        ids, labels, mask = padded["input_ids"], padded["labels"], padded["attention_mask"]
         # position t predicts token t+1: the targets are labels[:, 1:], read from positions [:, :-1]
         target = labels[:, 1:]
         row, col = (target != IGNORE_INDEX).nonzero(as_tuple=True)
@@ -114,22 +117,6 @@ def teacher_forced_exact(
         score.digit_entropy = float(torch.cat(entropies).mean())
     score.place = dict(sorted(score.place.items()))
     return score
-
-
-def _padded(
-    batch: Sequence[dict[str, Any]], pad: int
-) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """(input ids, labels, attention mask) of tokenized rows, right-padded to the longest."""
-    width = max(len(r["input_ids"]) for r in batch)
-    ids = torch.full((len(batch), width), pad, dtype=torch.long)
-    labels = torch.full((len(batch), width), IGNORE_INDEX, dtype=torch.long)
-    mask = torch.zeros((len(batch), width), dtype=torch.long)
-    for i, r in enumerate(batch):
-        n = len(r["input_ids"])
-        ids[i, :n] = torch.tensor(r["input_ids"])
-        labels[i, :n] = torch.tensor(r["labels"])
-        mask[i, :n] = 1
-    return ids, labels, mask
 
 
 def _target_logits(model: Any, ids: torch.Tensor, mask: torch.Tensor, row: torch.Tensor,
