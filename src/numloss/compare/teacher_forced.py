@@ -4,7 +4,8 @@ Greedy decoding writes the reference (then stops) if and only if, with the refer
 argmax at every answer position, the end token included, is the reference token: each greedy
 step sees the teacher-forced prefix until the first wrong argmax. tests/test_compare_words.py
 checks it item by item against generation. The layout is the training one
-(`numloss.data.tokenize_examples`: prompt, output, EOS).
+(`numloss.data.tokenize_examples`: prompt, output, EOS). The LM head runs on the target positions
+only, so a batch never holds [B, T, V] logits.
 """
 
 from __future__ import annotations
@@ -91,6 +92,7 @@ def teacher_forced_exact(
     entropies: list[torch.Tensor] = []
     rows = [features[i] for i in range(len(features))]
     collate = CompletionCollator(pad)
+    device, parts = next(model.parameters()).device, _hidden_and_head(model)
     for start in range(0, len(rows), batch_size):
         batch = rows[start : start + batch_size]
         padded = collate(batch)
@@ -98,7 +100,7 @@ def teacher_forced_exact(
         # position t predicts token t+1: the targets are labels[:, 1:], read from positions [:, :-1]
         target = labels[:, 1:]
         row, col = (target != IGNORE_INDEX).nonzero(as_tuple=True)
-        logits = _target_logits(model, ids, mask, row, col)
+        logits = _target_logits(model, parts, device, ids, mask, row, col)
         gold = target[row, col]
         argmax = logits.argmax(-1)
         nll = torch.nn.functional.cross_entropy(logits, gold, reduction="none")
@@ -119,13 +121,11 @@ def teacher_forced_exact(
     return score
 
 
-def _target_logits(model: Any, ids: torch.Tensor, mask: torch.Tensor, row: torch.Tensor,
-                   col: torch.Tensor) -> torch.Tensor:
+def _target_logits(model: Any, parts: tuple[Any, Any] | None, device: torch.device, ids: torch.Tensor,
+                   mask: torch.Tensor, row: torch.Tensor, col: torch.Tensor) -> torch.Tensor:
     """float32 logits (on the CPU) at the positions (row, col) only: the LM head sees those alone
-    when the model exposes decoder and head, so a batch never holds [B, T, V] logits."""
-    device = next(model.parameters()).device
+    when `parts` (the model's decoder and head) is given, so a batch never holds [B, T, V] logits."""
     ids_d, mask_d, at = ids.to(device), mask.to(device), (row.to(device), col.to(device))
-    parts = _hidden_and_head(model)
     if parts is not None:
         decoder, head = parts
         hidden = decoder(input_ids=ids_d, attention_mask=mask_d).last_hidden_state

@@ -32,6 +32,7 @@ import sysconfig
 import tempfile
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from functools import lru_cache
 
@@ -644,7 +645,8 @@ def run(source: str, limits: SandboxLimits, bwrap: str) -> ProgramResult:
         proc = subprocess.Popen(command(bwrap, limits, fds), stdin=program, stdout=subprocess.PIPE,
                                 stderr=subprocess.PIPE, pass_fds=tuple(fds.values()), env={},
                                 start_new_session=True, close_fds=True)
-        watch = _watch_or_kill(proc, own, fds, program, (info_r, status_r, limits, group))
+        watch = _watch_or_kill(proc, own, fds, program,
+                               lambda: _Watch(proc, info_r, status_r, limits, group))
         why, reports, ended = watch.collect(go_w, start)
     finally:
         for fd in own:
@@ -664,15 +666,16 @@ def run(source: str, limits: SandboxLimits, bwrap: str) -> ProgramResult:
 
 
 def _watch_or_kill(proc: subprocess.Popen, own: list[int], fds: dict[str, int], program: int,
-                   watch_args: tuple) -> _Watch:
-    """Hand the started bwrap to a `_Watch`, or kill it when that fails. bwrap waits on
+                   start_watch: Callable[[], _Watch]) -> _Watch:
+    """Close the descriptors only bwrap needs and hand it to `start_watch()`, or kill it when
+    either fails. bwrap waits on
     --block-fd, and closing the go pipe (as `run`'s cleanup does) lets it start the program
     with no host clock and before it is in its cgroup: it must not outlive a failed set-up."""
     try:
         for fd in (program, fds["seccomp"], fds["ldcache"], fds["info"], fds["status"], fds["block"]):
             os.close(fd)
             own.remove(fd)
-        return _Watch(proc, *watch_args)
+        return start_watch()
     except BaseException:
         _kill(proc, None)
         for pipe in (proc.stdout, proc.stderr):
