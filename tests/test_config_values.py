@@ -32,7 +32,7 @@ BAD: dict[str, tuple[object, object]] = {
     "model.tiny_hidden": ("wide", 10**6),
     "model.tiny_heads": (1.5, 0),
     "model.tiny_digits_per_token": ("one", 2),
-    "model.cache_dir": ([1], None),
+    "model.cache_dir": ([1], "/tmp/cache"),  # a cache for the tiny model: ignored, so refused
     "data.source": ([1], "no-such-file.jsonl"),
     "data.num_examples": ("many", 0),
     "data.seed": ("x", -1),
@@ -47,7 +47,7 @@ BAD: dict[str, tuple[object, object]] = {
     "objective.alpha": ("abc", -1),
     "objective.options": ([1], {"no_such_option": 1}),
     "train.output_dir": ([1], None),
-    "train.num_epochs": ("x", -1),
+    "train.num_epochs": ("x", 0),  # refused although max_steps > 0 would ignore it
     "train.max_steps": ("x", -5),
     "train.batch_size": ("x", 0),
     "train.grad_accum": ("x", 0),

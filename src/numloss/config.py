@@ -474,7 +474,7 @@ _BOUNDS: list[tuple[str, Callable[[Any], bool], str]] = [
     ("train.weight_decay", lambda v: v >= 0, ">= 0"),
     ("train.max_grad_norm", lambda v: v >= 0, ">= 0 (0 = no clipping)"),
     ("train.dataloader_num_workers", lambda v: v >= 0, ">= 0 (0 = load in the main process)"),
-    ("train.num_epochs", lambda v: v >= 0, "> 0"),
+    ("train.num_epochs", lambda v: v > 0, "> 0"),
     ("lora.dropout", lambda v: 0 <= v < 1, "in [0, 1)"),
     ("lora.alpha", lambda v: v >= 1, ">= 1"),
     *((key, lambda v, limit=limit: v <= limit, f"<= {limit} (the tiny model is for tests)")
@@ -496,8 +496,6 @@ def _validate_ranges(config: Config) -> None:
     for key, test, what in _BOUNDS:
         if not test(_value(config, key)):
             raise ConfigError(f"{key} must be {what}, got {_value(config, key)}")
-    if train.max_steps == -1 and train.num_epochs <= 0:
-        raise ConfigError(f"train.num_epochs must be > 0, got {train.num_epochs}")
     schedulers = _lr_schedulers()
     if train.lr_scheduler not in schedulers:
         raise ConfigError(f"train.lr_scheduler: unknown scheduler {train.lr_scheduler!r}; "
@@ -544,6 +542,9 @@ def _validate_context(config: Config) -> None:
         raise ConfigError("lora.merge is set but LoRA is off (lora.enabled false); set lora.enabled true or drop lora.merge")
     if model.revision is not None and model.name in BUILT_IN_MODELS:
         raise ConfigError(f"model.revision {model.revision!r} means nothing for the built-in model {model.name!r}; drop it")
+    if model.cache_dir is not None and model.name == "tiny":
+        raise ConfigError(f"model.cache_dir {model.cache_dir!r} means nothing for the tiny model (it is built in "
+                          "memory, never cached); drop it")
     if train.fsdp_config and not train.fsdp:
         raise ConfigError("train.fsdp_config is set but train.fsdp is empty, so it would be ignored; set train.fsdp "
                           "(e.g. 'full_shard auto_wrap') or drop train.fsdp_config")
