@@ -16,7 +16,7 @@ import torch
 
 import test_train_faults
 from numloss.config import ConfigError
-from numloss.train import INPUTS_FILE, run_training
+from numloss.train import INPUTS_FILE, main, run_training
 from test_train_faults import (
     ENV,
     ROOT,
@@ -30,8 +30,9 @@ from test_train_faults import (
     weights,
 )
 
-# fixtures shared with test_train_faults: the uninterrupted 4-step run, and a model load that fails the test
-reference, no_model_loads = test_train_faults.reference, test_train_faults.no_model_loads
+# fixtures shared with test_train_faults: the uninterrupted 4-step run, a model load that fails the
+# test, and one torch thread in-process (as every `run_cli`): a resume finished in-process is bitwise
+reference, no_model_loads, one_thread = test_train_faults.reference, test_train_faults.no_model_loads, test_train_faults.one_thread
 
 
 def run_cli(out: Path, *extra: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
@@ -98,31 +99,25 @@ def test_a_save_only_model_checkpoint_is_not_resumed_silently(tmp_path, no_model
     # slow: the same recovery (the folder's first whole save never finished) from a run without checkpoints
     pytest.param("final-files-written", ("--train.save_steps", "0"), id="final-without-checkpoints", marks=pytest.mark.slow),
 ])
-def test_a_kill_before_the_first_whole_save_is_continued_by_the_named_command(tmp_path, reference, point, extra) -> None:
+def test_a_kill_before_the_first_whole_save_is_continued_by_the_named_command(tmp_path, reference, point, extra,
+                                                                             capsys) -> None:
     out = tmp_path / "run"
     killed = run_cli(out, *extra, env={"NUMLOSS_FAULT_POINT": point})
     assert killed.returncode == -signal.SIGKILL, killed.stderr[-2000:]
-    resumed = run_cli(out, *extra, "--resume")
-    assert resumed.returncode == 2 and "Traceback" not in resumed.stderr
-    line = resumed.stderr.strip().splitlines()[-1]
-    assert "run the same command without --resume" in line, resumed.stderr[-2000:]
+    capsys.readouterr()
+    # the refused --resume in-process: `numloss train`'s own entry point, without another process's imports
+    assert main([str(TINY), "--train.output_dir", str(out), *RUN, *extra, "--resume"]) == 2
+    err = capsys.readouterr().err
+    assert "Traceback" not in err
+    line = err.strip().splitlines()[-1]
+    assert "run the same command without --resume" in line, err[-2000:]
     # the command it names, in-process (the reference's threads: weights compare bit for bit)
     assert run_training(config(out, *extra)).global_step == 4
     assert_same_weights(reference / "final", out / "final")
     assert logged_steps(out) == [1, 2, 3, 4]
 
 
-@pytest.fixture(scope="module")
-def reference_cli(tmp_path_factory) -> Path:
-    """The uninterrupted run through the command line (one torch thread, as every `run_cli`), so
-    that a resumed run can be compared with it bit for bit."""
-    out = tmp_path_factory.mktemp("reference-cli") / "run"
-    done = run_cli(out)
-    assert done.returncode == 0, done.stderr[-2000:]
-    return out
-
-
-def test_ctrl_c_prints_one_line_naming_the_checkpoint_and_resume_is_bitwise(tmp_path, reference_cli) -> None:
+def test_ctrl_c_prints_one_line_naming_the_checkpoint_and_resume_is_bitwise(tmp_path, reference) -> None:
     out, release = tmp_path / "run", tmp_path / "release"
     command = [sys.executable, "-m", "faultrun", "train", str(TINY), "--train.output_dir", str(out), *RUN]
     env = {**ENV, "NUMLOSS_FAULT_POINT": "pause:checkpoint-2-marked", "NUMLOSS_FAULT_FILE": str(release)}
@@ -139,8 +134,8 @@ def test_ctrl_c_prints_one_line_naming_the_checkpoint_and_resume_is_bitwise(tmp_
     assert "Traceback" not in err and "KeyboardInterrupt" not in err
     line = err.strip().splitlines()[-1]
     assert line.startswith("numloss train: interrupted;") and "checkpoint-2" in line and "--resume" in line
-    resumed = run_cli(out, "--resume")  # the command the line names
-    assert resumed.returncode == 0, resumed.stderr[-2000:]
-    for name, tensor in weights(reference_cli / "final").items():
+    # the command the line names, in-process at the CLI's one thread (as the reference: bit for bit)
+    assert main([str(TINY), "--train.output_dir", str(out), *RUN, "--resume"]) == 0
+    for name, tensor in weights(reference / "final").items():
         assert torch.equal(tensor, weights(out / "final")[name]), name
     assert logged_steps(out) == [1, 2, 3, 4]

@@ -12,6 +12,7 @@ wrong types and missing files are `ConfigError`s raised here, before anything he
 from __future__ import annotations
 
 import dataclasses
+import functools
 import logging
 import math
 import types
@@ -141,6 +142,13 @@ TOP_LEVEL = ("fused",)
 
 
 # -- type checking --------------------------------------------------------------------------------
+@functools.cache
+def _hints(klass: type) -> dict[str, Any]:
+    """`typing.get_type_hints(klass)`, once per class: it evaluates every annotation on each call,
+    and a config is set key by key (uncached, more than half of a config load's time)."""
+    return typing.get_type_hints(klass)
+
+
 def _type_name(hint: Any) -> str:
     origin = typing.get_origin(hint)
     if origin is Literal:
@@ -263,7 +271,7 @@ def _set(config: Config, key: str, value: Any, from_cli: bool) -> None:
     section, _, rest = key.partition(".")
     name, _, entry = rest.partition(".")
     klass = SECTIONS.get(section) if rest else type(config) if key in TOP_LEVEL else None
-    hint = typing.get_type_hints(klass).get(name or section) if klass else None
+    hint = _hints(klass).get(name or section) if klass else None
     if hint is None or (entry and typing.get_origin(hint) is not dict):
         raise _unknown(key, all_keys())
     target = getattr(config, section) if rest else config
@@ -619,7 +627,7 @@ def describe_keys() -> str:
     for name, klass in SECTIONS.items():
         lines.append(f"{name}:")
         section = getattr(defaults, name)
-        hints = typing.get_type_hints(klass)
+        hints = _hints(klass)
         for f in dataclasses.fields(klass):
             default = getattr(section, f.name)
             lines.append(

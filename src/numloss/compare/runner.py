@@ -44,7 +44,6 @@ import torch
 from numloss.atomic import write_json_atomic as _write_json_atomic
 from numloss.atomic import write_text_atomic
 from numloss.compare.config import CompareConfig, ObjectiveSpec
-from numloss.compare.report import primary_evaluation
 from numloss.compare.stats import wilson_interval
 from numloss.compare.task import TEST_SETS, TaskExample
 from numloss.config import ConfigError
@@ -568,6 +567,10 @@ def run_grid(
     jobs = compare.jobs if jobs is None else jobs
     if jobs < 1:
         raise ValueError(f"jobs must be >= 1, got {jobs}")
+    # here, not at the top: the report's statistics (scipy, statsmodels, pandas: 2 s of imports)
+    # would load in every spawned worker, which trains and never reports
+    from numloss.compare.report import primary_evaluation
+
     keys = [RunKey(spec, seed) for spec in compare.objectives for seed in compare.seeds]
     results: dict[str, dict[str, Any]] = {}  # by run name (label-s<seed>): unique in a grid
     with hold_output_dir(compare.output_dir):
