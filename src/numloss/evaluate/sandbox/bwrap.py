@@ -180,6 +180,14 @@ LOCALES = ("/usr/lib/locale/C.utf8", "/usr/lib/locale/C.UTF-8")
 """Where glibc looks for the C.UTF-8 locale (Debian, Ubuntu, Fedora); whichever exists is bound."""
 
 
+def time_zone_folders() -> list[str]:
+    """The folders of the interpreter's time-zone search path (``zoneinfo.TZPATH``) that exist
+    and are no symlink: public data that `zoneinfo.ZoneInfo("Europe/Paris")` reads, bound so that
+    it works as under `python prog.py` (the sandbox's own local time stays UTC: no /etc/localtime)."""
+    found = (sysconfig.get_config_var("TZPATH") or "").split(os.pathsep)
+    return [path for path in found if os.path.isabs(path) and os.path.isdir(path) and os.path.realpath(path) == path]
+
+
 def _unix_sockets_in(paths: list[str]) -> list[str]:
     """Unix socket files in or under `paths` (connect() needs no write access: a read-only bind
     of one would still let a program reach it)."""
@@ -229,7 +237,7 @@ def layout() -> Layout:
     # locale.setlocale(locale.LC_ALL, "") works as under `python prog.py`
     locales = [os.path.realpath(path) for path in LOCALES if os.path.isdir(path)]
     binds: list[str] = []
-    for path in (python, *interpreter, *packages, *libraries, *locales):
+    for path in (python, *interpreter, *packages, *libraries, *locales, *time_zone_folders()):
         if os.path.exists(path) and not _covered(path, binds):
             binds.append(path)
     sockets = _unix_sockets_in(binds)
@@ -413,13 +421,19 @@ def _memfd(name: str, data: bytes) -> int:
     return fd
 
 
+CORE_LIMIT = 1
+"""RLIMIT_CORE in the sandbox, which the program cannot change (`seccomp.last_filter`). 1, not 0:
+the kernel ignores a limit of 0 where core_pattern pipes to a helper (systemd-coredump, apport),
+which would then take a core of each crash of the program on the host; 1 stops dumps of both kinds."""
+
+
 def rlimits(limits: SandboxLimits) -> list[tuple[str, int]]:
-    """The rlimits the init sets before it forks the program: those of `limits`, no core files,
-    locked memory or real-time priority, and small budgets of queued signals and message-queue
-    bytes (the kernel charges those to the evaluator's user as well)."""
+    """The rlimits the init sets before it forks the program: those of `limits`, no core dumps
+    (`CORE_LIMIT`), locked memory or real-time priority, and small budgets of queued signals and
+    message-queue bytes (the kernel charges those to the evaluator's user as well)."""
     out = [("RLIMIT_CPU", int(limits.cpu_seconds)), ("RLIMIT_FSIZE", int(limits.tmpfs_bytes)),
            ("RLIMIT_NOFILE", int(limits.open_files)), ("RLIMIT_NPROC", int(limits.max_processes)),
-           ("RLIMIT_CORE", 0), ("RLIMIT_MEMLOCK", 0), ("RLIMIT_RTPRIO", 0), ("RLIMIT_SIGPENDING", SIGPENDING),
+           ("RLIMIT_CORE", CORE_LIMIT), ("RLIMIT_MEMLOCK", 0), ("RLIMIT_RTPRIO", 0), ("RLIMIT_SIGPENDING", SIGPENDING),
            ("RLIMIT_MSGQUEUE", 0)]
     if limits.memory_bytes > 0:
         out.append(("RLIMIT_AS", int(limits.memory_bytes)))
