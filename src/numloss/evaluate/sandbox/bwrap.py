@@ -674,7 +674,7 @@ def run(source: str, limits: SandboxLimits, bwrap: str) -> ProgramResult:
     # the status before result(), which may close the file
     status, detail = classify(seen, watch.err.last_line(), limits)
     (stdout, raw_out), (stderr, raw_err) = watch.out.result(), watch.err.result()
-    return ProgramResult(status, stdout, proc.returncode, time.perf_counter() - start, detail,
+    return ProgramResult(status, stdout, program_exit_code(seen), time.perf_counter() - start, detail,
                          isolation="bwrap+seccomp", err=stderr,
                          pid_namespace=watch.info.get("pid-namespace"), raw_out=raw_out, raw_err=raw_err)
 
@@ -696,6 +696,15 @@ def _watch_or_kill(proc: subprocess.Popen, own: list[int], fds: dict[str, int], 
             if pipe is not None:
                 pipe.close()
         raise
+
+
+def program_exit_code(seen: Observed) -> int | None:
+    """The program's own exit status as `subprocess` gives it (negative: the signal that ended it),
+    as its init reaped it; None when it did not end by itself (the host or the init ended the run,
+    or it never started). Never bwrap's: bwrap exits 0 whatever the program did."""
+    if seen.wait_status is None or seen.killed is not None or seen.deadline or seen.cpu_exceeded is not None:
+        return None
+    return os.waitstatus_to_exitcode(seen.wait_status)
 
 
 def observed(why: str | None, reports: bytes, memory_events: int | None = None) -> Observed:
