@@ -249,6 +249,26 @@ random.seed(12345)
 print([random.randint(1, 100) for _ in range(5)], hashlib.sha256(b"abc").hexdigest()[:16])
 print(json.dumps({"b": [1, 2.5, None], "a": "é"}, sort_keys=True), re.findall(r"\\d+", "a1b22c333"))
 """,
+    "reopen_dev_stdout_and_stderr": """
+import sys
+sys.stdout.flush()
+with open("/dev/stdout", "w") as out, open("/dev/stderr", "w") as err:
+    out.write("via /dev/stdout\\n")
+    err.write("via /dev/stderr\\n")
+print("after")
+""",
+    "print_own_source": "print(open(__file__).read().count('print'))\n",
+    "forkserver_and_spawn_pools": """
+import multiprocessing as mp
+from concurrent.futures import ProcessPoolExecutor
+def f(x):
+    return x * 3
+if __name__ == "__main__":
+    with mp.get_context("forkserver").Pool(2) as pool:
+        print(pool.map(f, range(4)))
+    with ProcessPoolExecutor(2, mp_context=mp.get_context("spawn")) as ex:
+        print(list(ex.map(f, range(3))))
+""",
     "warnings_on_stderr": "import warnings\nwarnings.warn('careful')\nprint('done')\n",
     "sleep": "import time\nt = time.monotonic()\ntime.sleep(0.2)\nprint(time.monotonic() - t >= 0.19)\n",
 }

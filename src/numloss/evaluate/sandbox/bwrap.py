@@ -780,6 +780,11 @@ class _Watch:
     def __init__(self, proc: subprocess.Popen, info_r: int, status_r: int, limits: SandboxLimits,
                  group: cgroup.ProgramCgroup | None) -> None:
         assert proc.stdout is not None and proc.stderr is not None
+        # a pipe's inode belongs to its maker (0600): as root, the program (uid 65534) could not
+        # reopen its own stdout as /dev/stdout, which `python prog.py` can; let others write it
+        # (only a process holding the pipe reaches it, through its /proc/PID/fd)
+        for pipe in (proc.stdout, proc.stderr):
+            os.fchmod(pipe.fileno(), 0o622)
         self.proc, self.info_r, self.status_r = proc, info_r, status_r
         self.limits, self.group = limits, group
         # the program's output goes to disk as it arrives (capped there), never into this process's
