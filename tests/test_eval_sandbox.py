@@ -576,6 +576,16 @@ def test_a_large_program_arrives_whole():
     assert result.ok and result.stdout.strip() == str(sum(range(20000)))
 
 
+def test_a_program_larger_than_its_tmpfs_runs_without_its_file():
+    # the program's text is saved as /tmp/prog.py (its __file__) when the tmpfs has room; when it
+    # has not, the program still runs, as "<program>", and the tmpfs is left empty for it
+    program = "import os\nprint('__file__' in globals(), sorted(os.listdir('.')))\n" + "#" * (100 << 10) + "\n"
+    result = run_program(program, SandboxLimits(wall_seconds=20, cpu_seconds=10, tmpfs_bytes=64 << 10))
+    assert result.ok and result.stdout == "False ['.shm']\n", result
+    result = run_program(program, SandboxLimits(wall_seconds=20, cpu_seconds=10))
+    assert result.ok and result.stdout == "True ['.shm', 'prog.py']\n", result
+
+
 def test_limits_are_validated():
     with pytest.raises(ValueError, match="positive"):
         SandboxLimits(wall_seconds=0)
