@@ -576,6 +576,26 @@ def test_a_large_program_arrives_whole():
     assert result.ok and result.stdout.strip() == str(sum(range(20000)))
 
 
+@needs_kernel_sandbox
+def test_the_evaluator_runs_programs_when_its_users_epoll_watches_are_used_up(monkeypatch):
+    # a non-root evaluator shares fs.epoll.max_user_watches with its programs, and a program's
+    # processes can make millions of watches (about 0.9 M per CPU second): the evaluator's own
+    # waits must not need one (ENOSPC would fail every concurrent run)
+    import errno
+    import select
+    import selectors
+
+    def used_up(*args, **kwargs):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    for module, name in ((select, "epoll"), (selectors, "EpollSelector"), (selectors, "DefaultSelector")):
+        monkeypatch.setattr(module, name, used_up)
+    result = run_program("print(6 * 7)", LIMITS)
+    assert result.ok and result.stdout == "42\n", result
+    result = run_program("while True:\n    pass\n", SandboxLimits(wall_seconds=1.0, cpu_seconds=1))
+    assert result.status == "timeout", result
+
+
 def test_a_program_larger_than_its_tmpfs_runs_without_its_file():
     # the program's text is saved as /tmp/prog.py (its __file__) when the tmpfs has room; when it
     # has not, the program still runs, as "<program>", and the tmpfs is left empty for it

@@ -609,6 +609,13 @@ def _kill(proc: subprocess.Popen, init: int | None) -> None:
     proc.wait()
 
 
+def _selector() -> selectors.BaseSelector:
+    """poll(), never epoll, for the evaluator's own waits: epoll watches are a per-user budget
+    (fs.epoll.max_user_watches) that a non-root evaluator shares with its programs, which can use
+    it up; poll() has no such budget, and the evaluator waits on a handful of descriptors."""
+    return selectors.PollSelector()
+
+
 def _end_namespace(pidfd: int | None, timeout: float) -> bool:
     """SIGKILL the namespace's init and wait until it has exited (the kernel ends every other
     process of the namespace first); returns whether the namespace is known to be gone."""
@@ -619,7 +626,7 @@ def _end_namespace(pidfd: int | None, timeout: float) -> bool:
             signal.pidfd_send_signal(pidfd, signal.SIGKILL)
         except ProcessLookupError:
             return True
-        sel = selectors.DefaultSelector()
+        sel = _selector()
         sel.register(pidfd, selectors.EVENT_READ)
         gone = bool(sel.select(timeout))
         sel.close()
@@ -833,7 +840,7 @@ class _Watch:
         """Read every pipe until all are closed and bwrap has exited; returns why the run must be
         killed ("timeout", "flood", "setup") or None."""
         why: str | None = None
-        sel = selectors.DefaultSelector()
+        sel = _selector()
         try:
             for fd in (*self.spools, *self.bufs):
                 os.set_blocking(fd, False)
