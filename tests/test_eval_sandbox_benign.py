@@ -447,9 +447,11 @@ def python_prog_py_status(source: str, folder) -> tuple[str, int]:
     """(stdout, exit status) of `python prog.py` on the host in `folder`, stdin at EOF, with the
     sandbox's locale."""
     (folder / "prog.py").write_text(source)
-    env = {"PATH": "/usr/bin:/bin", "HOME": str(folder), "LANG": "C.UTF-8", "TMPDIR": str(folder)}
-    done = subprocess.run([sys.executable, "prog.py"], cwd=folder, env=env, capture_output=True, text=True,
-                          stdin=subprocess.DEVNULL, timeout=120)
+    # a short TMPDIR, as in python_prog_py: forkserver binds a unix socket below it
+    with tempfile.TemporaryDirectory(prefix="np-") as short:
+        env = {"PATH": "/usr/bin:/bin", "HOME": str(folder), "LANG": "C.UTF-8", "TMPDIR": short}
+        done = subprocess.run([sys.executable, "prog.py"], cwd=folder, env=env, capture_output=True, text=True,
+                              stdin=subprocess.DEVNULL, timeout=120)
     return done.stdout, done.returncode
 
 
