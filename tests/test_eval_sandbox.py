@@ -9,7 +9,9 @@ import os
 import platform
 import stat
 import struct
+import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -574,6 +576,36 @@ def test_a_large_program_arrives_whole():
     assert result.ok and result.stdout.strip() == str(sum(range(20000)))
 
 
+@needs_kernel_sandbox
+def test_the_evaluator_runs_programs_when_its_users_epoll_watches_are_used_up(monkeypatch):
+    # a non-root evaluator shares fs.epoll.max_user_watches with its programs, and a program's
+    # processes can make millions of watches (about 0.9 M per CPU second): the evaluator's own
+    # waits must not need one (ENOSPC would fail every concurrent run)
+    import errno
+    import select
+    import selectors
+
+    def used_up(*args, **kwargs):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    for module, name in ((select, "epoll"), (selectors, "EpollSelector"), (selectors, "DefaultSelector")):
+        monkeypatch.setattr(module, name, used_up)
+    result = run_program("print(6 * 7)", LIMITS)
+    assert result.ok and result.stdout == "42\n", result
+    result = run_program("while True:\n    pass\n", SandboxLimits(wall_seconds=1.0, cpu_seconds=1))
+    assert result.status == "timeout", result
+
+
+def test_a_program_larger_than_its_tmpfs_runs_without_its_file():
+    # the program's text is saved as /tmp/prog.py (its __file__) when the tmpfs has room; when it
+    # has not, the program still runs, as "<program>", and the tmpfs is left empty for it
+    program = "import os\nprint('__file__' in globals(), sorted(os.listdir('.')))\n" + "#" * (100 << 10) + "\n"
+    result = run_program(program, SandboxLimits(wall_seconds=20, cpu_seconds=10, tmpfs_bytes=64 << 10))
+    assert result.ok and result.stdout == "False ['.shm']\n", result
+    result = run_program(program, SandboxLimits(wall_seconds=20, cpu_seconds=10))
+    assert result.ok and result.stdout == "True ['.shm', 'prog.py']\n", result
+
+
 def test_limits_are_validated():
     with pytest.raises(ValueError, match="positive"):
         SandboxLimits(wall_seconds=0)
@@ -676,6 +708,46 @@ def test_the_last_filter_refuses_mount_and_any_further_filter_only():
         assert run_bpf(prog, nr["prctl"], X86_64, (option, 0, 0)) == ALLOW, option
     assert all(run_bpf(prog, n, X86_64) == ALLOW for n in (0, 1, 56, nr["umount2"], 500))
     assert run_bpf(prog, 1, 0x40000003) == KILL
+    # RLIMIT_CORE (4) may be read, never set: setrlimit, and prlimit64 with a new limit (the
+    # pointer's low or high half non-zero); every other limit as before
+    assert errno_of(run_bpf(prog, nr["setrlimit"], X86_64, (4, 0x7FFF0000))) == 1
+    assert run_bpf(prog, nr["setrlimit"], X86_64, (9, 0x7FFF0000)) == ALLOW  # RLIMIT_AS: the kernel decides
+    for new in (0x7FFF0000, 0x7FFF << 32, 1):
+        assert errno_of(run_bpf(prog, nr["prlimit64"], X86_64, (0, 4, new, 0))) == 1, hex(new)
+        assert run_bpf(prog, nr["prlimit64"], X86_64, (0, 9, new, 0)) == ALLOW, hex(new)
+    assert run_bpf(prog, nr["prlimit64"], X86_64, (0, 4, 0, 0x7FFF0000)) == ALLOW  # getrlimit
+    aarch64 = last_filter("aarch64")
+    assert errno_of(run_bpf(aarch64, 261, 0xC00000B7, (0, 4, 0x7FFF0000, 0))) == 1  # prlimit64
+    assert errno_of(run_bpf(aarch64, 164, 0xC00000B7, (4, 0x7FFF0000))) == 1  # setrlimit
+
+
+@needs_kernel_sandbox
+def test_a_crashing_program_dumps_no_core_and_cannot_lower_its_core_limit():
+    # a limit of 0 is ignored where core_pattern pipes to a host helper (systemd-coredump, apport):
+    # each crash would hand the host a core; the sandbox keeps RLIMIT_CORE at 1, which stops both
+    # kinds, and the program cannot change it
+    program = """
+import ctypes, os, resource
+print(resource.getrlimit(resource.RLIMIT_CORE))
+for how in (lambda: resource.setrlimit(resource.RLIMIT_CORE, (0, 0)),
+            lambda: resource.prlimit(0, resource.RLIMIT_CORE, (0, 0))):
+    try:
+        how()
+        print("lowered")
+    except (ValueError, OSError):
+        print("refused")
+pids = []
+for _ in range(3):
+    pid = os.fork()
+    if pid == 0:
+        ctypes.string_at(0)
+    pids.append(pid)
+print([(os.WTERMSIG(s), os.WCOREDUMP(s)) for s in (os.waitpid(p, 0)[1] for p in pids)], sorted(os.listdir(".")))
+"""
+    result = run_program(program, LIMITS)
+    assert result.ok, result
+    assert result.stdout.splitlines() == ["(1, 1)", "refused", "refused", "[(11, False), (11, False), (11, False)]"
+                                          " ['.shm', 'prog.py']"], result.stdout
 
 
 @needs_kernel_sandbox
@@ -943,6 +1015,41 @@ def test_a_delegated_cgroup_v2_is_found_and_an_undelegated_one_is_said_why(tmp_p
     found = cgroup.find(str(tmp_path / "c"), environ={})
     assert found.parent is None and found.detail.startswith("no cgroup v2 hierarchy (cgroup v1 only); ")
     assert cgroup.find(proc, environ={cgroup.ENV_VAR: str(folder)}).parent == str(folder)
+
+
+def test_cgroups_left_by_a_dead_evaluator_are_swept_and_new_names_never_collide(tmp_path):
+    # an evaluator killed together with its keeper leaves its programs' (empty) cgroups for ever;
+    # a later evaluator with the same pid used to fail to make its own (mkdir: File exists)
+    from numloss.evaluate.sandbox import cgroup
+
+    dead = subprocess.Popen(["true"])
+    dead.wait()
+    old = time.time() - 2 * cgroup.STALE_SECONDS
+    folders = {
+        "stale": f"numloss-sandbox-{dead.pid}-1", "recent": f"numloss-sandbox-{dead.pid}-2",
+        "live": f"numloss-sandbox-{os.getpid()}-1", "busy": f"numloss-sandbox-{dead.pid}-3",
+        "other": "not-ours-1", "bad": "numloss-sandbox-x-1",
+    }
+    for kind, name in folders.items():
+        (tmp_path / name).mkdir()
+        if kind == "busy":
+            (tmp_path / name / "cgroup.procs").write_text("5\n")  # rmdir refuses it, as the kernel would
+        if kind != "recent":
+            os.utime(tmp_path / name, (old, old))
+    assert cgroup.sweep_stale([str(tmp_path), str(tmp_path / "missing")]) == [str(tmp_path / folders["stale"])]
+    assert sorted(os.listdir(tmp_path)) == sorted(n for k, n in folders.items() if k != "stale")
+    # two cgroups of one evaluator under a parent holding a leftover of a dead one with its pid
+    parent = tmp_path / "parent"
+    parent.mkdir()
+    (parent / f"numloss-sandbox-{os.getpid()}-0").mkdir()
+    made = [cgroup.ProgramCgroup(str(parent), SandboxLimits()) for _ in range(2)]
+    try:
+        assert len({g.path for g in made}) == 2 and all(os.path.isdir(g.path) for g in made)
+    finally:
+        for group in made:
+            for name in os.listdir(group.path):
+                os.remove(os.path.join(group.path, name))
+            group.remove()
 
 
 def test_cgroup_v1_is_found_for_a_root_evaluator_and_refused_for_another(tmp_path):

@@ -138,6 +138,141 @@ with ThreadPoolExecutor(4) as ex:
 
 CORPUS = {**PICKLING, **SOCKETS, **OTHER}
 
+# Programs run as they are (no protocol's wrapper), compared with `python prog.py` on both stdout
+# and exit status: what the site module gives a plain `python` (the sandbox's interpreter runs -S),
+# the program's own file (`__file__`, inspect, multiprocessing's spawn start method, a module it
+# writes beside itself), `sys.argv`, time zones, the exits and failures people write, and the
+# standard library's everyday shapes.
+PLAIN = {
+    "exit_builtin": "print(42)\nexit(0)\n",
+    "quit_with_code": "print('q')\nquit(4)\n",
+    "help_builtin": "help(abs)\nprint('after help')\n",
+    "sys_exit_message": "import sys\nprint('partial')\nsys.exit('bad thing')\n",
+    "system_exit_3": "print('x')\nraise SystemExit(3)\n",
+    "uncaught_exception": "print('before')\nraise ValueError('boom')\n",
+    "argparse_defaults": """
+import argparse
+p = argparse.ArgumentParser()
+p.add_argument("--n", type=int, default=12)
+print(p.parse_args().n * 2)
+""",
+    "sys_argv": "import sys\nprint(len(sys.argv), sys.argv[0])\n",
+    "own_file": "import os\nprint(os.path.basename(__file__), os.path.isabs(__file__))\n",
+    "inspect_getsource": """
+import inspect
+def g(x):
+    return x + 1
+print(inspect.getsource(g).splitlines()[0])
+""",
+    "spawn_start_method": """
+import multiprocessing as mp
+def f(x):
+    return x + 1
+if __name__ == "__main__":
+    with mp.get_context("spawn").Pool(2) as pool:
+        print(pool.map(f, [1, 2, 3]))
+""",
+    "import_module_written_beside_it": """
+with open("helper.py", "w") as f:
+    f.write("def triple(x):\\n    return 3 * x\\n")
+import helper
+print(helper.triple(14))
+""",
+    "zoneinfo": """
+import datetime
+from zoneinfo import ZoneInfo
+d = datetime.datetime(2024, 3, 10, 12, 0, tzinfo=ZoneInfo("America/New_York"))
+print(d.isoformat(), d.astimezone(ZoneInfo("Asia/Kolkata")).isoformat())
+""",
+    "input_at_eof": """
+try:
+    n = input("n? ")
+except EOFError:
+    n = "10"
+import sys
+print(int(n) * 2, repr(sys.stdin.read()))
+""",
+    "deep_recursion": """
+import sys
+sys.setrecursionlimit(100000)
+def depth(n):
+    return 0 if n == 0 else 1 + depth(n - 1)
+print(depth(50000))
+""",
+    "int_over_4300_digits": """
+import sys
+sys.set_int_max_str_digits(0)
+s = str(3 ** 20000)
+print(len(s), s[:20], s[-20:])
+""",
+    "decimal_fraction_precision": """
+from decimal import Decimal, getcontext
+from fractions import Fraction
+getcontext().prec = 120
+print(Decimal(2).sqrt())
+print(sum(Fraction(1, k) for k in range(1, 40)))
+""",
+    "unicode_output": "import unicodedata\nprint('π ≈ 3.14159 😀 数学 ½ naïve', unicodedata.name('π'))\n",
+    "print_end_flush_no_newline": "import sys\nfor i in range(5):\n    print(i, end='', flush=True)\nprint()\nsys.stdout.write('tail')\n",
+    "line_near_the_output_cap": "print('7' * 60000)\n",
+    "files_in_cwd_and_tempfile": """
+import os, tempfile, shelve
+with open("data.txt", "w") as f:
+    f.write("\\n".join(map(str, range(100))))
+print(sum(int(line) for line in open("data.txt")), "data.txt" in os.listdir("."))
+with tempfile.TemporaryDirectory() as d:
+    with shelve.open(os.path.join(d, "sh")) as s:
+        s["k"] = [1, 2]
+    with shelve.open(os.path.join(d, "sh")) as s:
+        print(s["k"])
+""",
+    "threads_and_asyncio_queue": """
+import asyncio, threading
+out = []
+threads = [threading.Thread(target=lambda k=k: out.append(sum(range(k * 1000)))) for k in range(6)]
+[t.start() for t in threads]
+[t.join() for t in threads]
+async def main():
+    q = asyncio.Queue()
+    for i in range(10):
+        q.put_nowait(i)
+    total = 0
+    while not q.empty():
+        total += await q.get()
+    await asyncio.sleep(0.05)
+    return total
+print(sum(out), asyncio.run(main()))
+""",
+    "seeded_random_and_hashes": """
+import hashlib, json, random, re
+random.seed(12345)
+print([random.randint(1, 100) for _ in range(5)], hashlib.sha256(b"abc").hexdigest()[:16])
+print(json.dumps({"b": [1, 2.5, None], "a": "é"}, sort_keys=True), re.findall(r"\\d+", "a1b22c333"))
+""",
+    "reopen_dev_stdout_and_stderr": """
+import sys
+sys.stdout.flush()
+with open("/dev/stdout", "w") as out, open("/dev/stderr", "w") as err:
+    out.write("via /dev/stdout\\n")
+    err.write("via /dev/stderr\\n")
+print("after")
+""",
+    "print_own_source": "print(open(__file__).read().count('print'))\n",
+    "forkserver_and_spawn_pools": """
+import multiprocessing as mp
+from concurrent.futures import ProcessPoolExecutor
+def f(x):
+    return x * 3
+if __name__ == "__main__":
+    with mp.get_context("forkserver").Pool(2) as pool:
+        print(pool.map(f, range(4)))
+    with ProcessPoolExecutor(2, mp_context=mp.get_context("spawn")) as ex:
+        print(list(ex.map(f, range(3))))
+""",
+    "warnings_on_stderr": "import warnings\nwarnings.warn('careful')\nprint('done')\n",
+    "sleep": "import time\nt = time.monotonic()\ntime.sleep(0.2)\nprint(time.monotonic() - t >= 0.19)\n",
+}
+
 
 def python_prog_py(source: str, tmp_path) -> str:
     """What `python prog.py` prints on the host, in a folder of its own, with the locale the
@@ -306,3 +441,39 @@ print("all done")
     # the same program under a budget it fits in finishes
     result = run_program(program, SandboxLimits(wall_seconds=5.0, cpu_seconds=6, clock="cpu"))
     assert result.ok and result.stdout == "all done\n", result
+
+
+def python_prog_py_status(source: str, folder) -> tuple[str, int]:
+    """(stdout, exit status) of `python prog.py` on the host in `folder`, stdin at EOF, with the
+    sandbox's locale."""
+    (folder / "prog.py").write_text(source)
+    # a short TMPDIR, as in python_prog_py: forkserver binds a unix socket below it
+    with tempfile.TemporaryDirectory(prefix="np-") as short:
+        env = {"PATH": "/usr/bin:/bin", "HOME": str(folder), "LANG": "C.UTF-8", "TMPDIR": short}
+        done = subprocess.run([sys.executable, "prog.py"], cwd=folder, env=env, capture_output=True, text=True,
+                              stdin=subprocess.DEVNULL, timeout=120)
+    return done.stdout, done.returncode
+
+
+@pytest.fixture(scope="module")
+def plain() -> dict[str, object]:
+    """Every PLAIN program through the sandbox as it is, in parallel."""
+    return dict(zip(PLAIN, run_programs(list(PLAIN.values()), LIMITS, workers=4), strict=True))
+
+
+@pytest.mark.parametrize("name", list(PLAIN))
+def test_a_program_run_as_it_is_gives_the_output_and_exit_status_of_python_prog_py(plain, name, tmp_path):
+    stdout, status = python_prog_py_status(PLAIN[name], tmp_path)
+    result = plain[name]
+    assert (result.stdout, result.returncode) == (stdout, status), result
+    assert result.status == ("ok" if status == 0 else "error"), result
+    if status:
+        assert result.detail.startswith(f"exit status {status}"), result
+
+
+def test_the_exit_status_is_the_programs_own_and_none_when_the_sandbox_ended_it():
+    results = run_programs(["import os\nos.kill(os.getpid(), 9)\n", "while True:\n    pass\n",
+                            "import sys\nsys.stdout.write('x' * 5000)\n"],
+                           SandboxLimits(wall_seconds=2.0, cpu_seconds=1, output_bytes=1024), workers=3)
+    assert [(r.status, r.returncode) for r in results] == [("error", -9), ("timeout", None), ("output_limit", None)]
+

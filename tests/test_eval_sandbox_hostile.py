@@ -89,10 +89,13 @@ def suite():
     os.chdir(cwd)
     os.environ.update(HOME=str(home), NUMLOSS_SECRET_TOKEN=CANARY)
     set_child_subreaper(True)  # a survivor of ours is reparented here: see hostile/__init__.py
+    run_programs(["print(1)"] * 4, LIMITS, workers=4)  # the keeper and the pooled namespaces exist
+    descriptors = len(os.listdir("/proc/self/fd"))
     try:
         started = time.perf_counter()
         results = run_programs([h.source(values) for h in HOSTILE], LIMITS, workers=4)
         seconds = time.perf_counter() - started
+        descriptors = len(os.listdir("/proc/self/fd")) - descriptors
     finally:
         os.chdir(old_cwd)
         os.environ.clear()
@@ -100,6 +103,7 @@ def suite():
     time.sleep(0.3)  # anything that survived would have had time to act
     yield {
         "results": dict(zip((h.name for h in HOSTILE), results, strict=True)), "seconds": seconds,
+        "descriptors": descriptors,
         "before": before, "listeners": listeners, "victim": victim,
         "dirs": {"secret": secret, "cwd": cwd, "home": home, "data": data}, "sympy": sympy_init,
     }
@@ -154,6 +158,16 @@ def test_the_evaluator_and_the_victim_survive_and_go_on(suite):
     assert after.ok and after.stdout.strip() == "1/2"
 
 
+def test_the_evaluator_keeps_its_descriptors_and_no_core_or_inherited_descriptor_reaches_a_program(suite):
+    # the pooled user namespaces may grow by a few (a run that did not end cleanly closes its own)
+    assert suite["descriptors"] <= 4, suite["descriptors"]
+    results = suite["results"]
+    crash = results["crash_loop_no_core"].stdout
+    assert "core limit (1, 1)" in crash and "refused" in crash and "dumped 0" in crash, crash
+    assert results["inherited_descriptors"].stdout.strip() == "descriptors [0, 1, 2] []", results["inherited_descriptors"]
+    assert results["cpu_in_threads"].status == results["int_str_bomb"].status == "timeout"
+
+
 def test_limits_breaches_are_reported_as_such(suite):
     results = suite["results"]
     assert results["huge_stdout"].status == results["huge_stderr"].status == "output_limit"
@@ -168,7 +182,7 @@ def test_limits_breaches_are_reported_as_such(suite):
 
 
 def test_the_suite_runs_in_parallel_in_bounded_time(suite):
-    # 70 programs, the slowest ones held to the 3 s wall clock, 4 at a time
+    # 84 programs, the slowest ones held to the 3 s wall clock, 4 at a time
     assert suite["seconds"] < 90, suite["seconds"]
 
 

@@ -180,6 +180,14 @@ LOCALES = ("/usr/lib/locale/C.utf8", "/usr/lib/locale/C.UTF-8")
 """Where glibc looks for the C.UTF-8 locale (Debian, Ubuntu, Fedora); whichever exists is bound."""
 
 
+def time_zone_folders() -> list[str]:
+    """The folders of the interpreter's time-zone search path (``zoneinfo.TZPATH``) that exist
+    and are no symlink: public data that `zoneinfo.ZoneInfo("Europe/Paris")` reads, bound so that
+    it works as under `python prog.py` (the sandbox's own local time stays UTC: no /etc/localtime)."""
+    found = (sysconfig.get_config_var("TZPATH") or "").split(os.pathsep)
+    return [path for path in found if os.path.isabs(path) and os.path.isdir(path) and os.path.realpath(path) == path]
+
+
 def _unix_sockets_in(paths: list[str]) -> list[str]:
     """Unix socket files in or under `paths` (connect() needs no write access: a read-only bind
     of one would still let a program reach it)."""
@@ -229,7 +237,7 @@ def layout() -> Layout:
     # locale.setlocale(locale.LC_ALL, "") works as under `python prog.py`
     locales = [os.path.realpath(path) for path in LOCALES if os.path.isdir(path)]
     binds: list[str] = []
-    for path in (python, *interpreter, *packages, *libraries, *locales):
+    for path in (python, *interpreter, *packages, *libraries, *locales, *time_zone_folders()):
         if os.path.exists(path) and not _covered(path, binds):
             binds.append(path)
     sockets = _unix_sockets_in(binds)
@@ -413,13 +421,19 @@ def _memfd(name: str, data: bytes) -> int:
     return fd
 
 
+CORE_LIMIT = 1
+"""RLIMIT_CORE in the sandbox, which the program cannot change (`seccomp.last_filter`). 1, not 0:
+the kernel ignores a limit of 0 where core_pattern pipes to a helper (systemd-coredump, apport),
+which would then take a core of each crash of the program on the host; 1 stops dumps of both kinds."""
+
+
 def rlimits(limits: SandboxLimits) -> list[tuple[str, int]]:
-    """The rlimits the init sets before it forks the program: those of `limits`, no core files,
-    locked memory or real-time priority, and small budgets of queued signals and message-queue
-    bytes (the kernel charges those to the evaluator's user as well)."""
+    """The rlimits the init sets before it forks the program: those of `limits`, no core dumps
+    (`CORE_LIMIT`), locked memory or real-time priority, and small budgets of queued signals and
+    message-queue bytes (the kernel charges those to the evaluator's user as well)."""
     out = [("RLIMIT_CPU", int(limits.cpu_seconds)), ("RLIMIT_FSIZE", int(limits.tmpfs_bytes)),
            ("RLIMIT_NOFILE", int(limits.open_files)), ("RLIMIT_NPROC", int(limits.max_processes)),
-           ("RLIMIT_CORE", 0), ("RLIMIT_MEMLOCK", 0), ("RLIMIT_RTPRIO", 0), ("RLIMIT_SIGPENDING", SIGPENDING),
+           ("RLIMIT_CORE", CORE_LIMIT), ("RLIMIT_MEMLOCK", 0), ("RLIMIT_RTPRIO", 0), ("RLIMIT_SIGPENDING", SIGPENDING),
            ("RLIMIT_MSGQUEUE", 0)]
     if limits.memory_bytes > 0:
         out.append(("RLIMIT_AS", int(limits.memory_bytes)))
@@ -595,6 +609,13 @@ def _kill(proc: subprocess.Popen, init: int | None) -> None:
     proc.wait()
 
 
+def _selector() -> selectors.BaseSelector:
+    """poll(), never epoll, for the evaluator's own waits: epoll watches are a per-user budget
+    (fs.epoll.max_user_watches) that a non-root evaluator shares with its programs, which can use
+    it up; poll() has no such budget, and the evaluator waits on a handful of descriptors."""
+    return selectors.PollSelector()
+
+
 def _end_namespace(pidfd: int | None, timeout: float) -> bool:
     """SIGKILL the namespace's init and wait until it has exited (the kernel ends every other
     process of the namespace first); returns whether the namespace is known to be gone."""
@@ -605,7 +626,7 @@ def _end_namespace(pidfd: int | None, timeout: float) -> bool:
             signal.pidfd_send_signal(pidfd, signal.SIGKILL)
         except ProcessLookupError:
             return True
-        sel = selectors.DefaultSelector()
+        sel = _selector()
         sel.register(pidfd, selectors.EVENT_READ)
         gone = bool(sel.select(timeout))
         sel.close()
@@ -660,7 +681,7 @@ def run(source: str, limits: SandboxLimits, bwrap: str) -> ProgramResult:
     # the status before result(), which may close the file
     status, detail = classify(seen, watch.err.last_line(), limits)
     (stdout, raw_out), (stderr, raw_err) = watch.out.result(), watch.err.result()
-    return ProgramResult(status, stdout, proc.returncode, time.perf_counter() - start, detail,
+    return ProgramResult(status, stdout, program_exit_code(seen), time.perf_counter() - start, detail,
                          isolation="bwrap+seccomp", err=stderr,
                          pid_namespace=watch.info.get("pid-namespace"), raw_out=raw_out, raw_err=raw_err)
 
@@ -682,6 +703,15 @@ def _watch_or_kill(proc: subprocess.Popen, own: list[int], fds: dict[str, int], 
             if pipe is not None:
                 pipe.close()
         raise
+
+
+def program_exit_code(seen: Observed) -> int | None:
+    """The program's own exit status as `subprocess` gives it (negative: the signal that ended it),
+    as its init reaped it; None when it did not end by itself (the host or the init ended the run,
+    or it never started). Never bwrap's: bwrap exits 0 whatever the program did."""
+    if seen.wait_status is None or seen.killed is not None or seen.deadline or seen.cpu_exceeded is not None:
+        return None
+    return os.waitstatus_to_exitcode(seen.wait_status)
 
 
 def observed(why: str | None, reports: bytes, memory_events: int | None = None) -> Observed:
@@ -757,6 +787,11 @@ class _Watch:
     def __init__(self, proc: subprocess.Popen, info_r: int, status_r: int, limits: SandboxLimits,
                  group: cgroup.ProgramCgroup | None) -> None:
         assert proc.stdout is not None and proc.stderr is not None
+        # a pipe's inode belongs to its maker (0600): as root, the program (uid 65534) could not
+        # reopen its own stdout as /dev/stdout, which `python prog.py` can; let others write it
+        # (only a process holding the pipe reaches it, through its /proc/PID/fd)
+        for pipe in (proc.stdout, proc.stderr):
+            os.fchmod(pipe.fileno(), 0o622)
         self.proc, self.info_r, self.status_r = proc, info_r, status_r
         self.limits, self.group = limits, group
         # the program's output goes to disk as it arrives (capped there), never into this process's
@@ -805,7 +840,7 @@ class _Watch:
         """Read every pipe until all are closed and bwrap has exited; returns why the run must be
         killed ("timeout", "flood", "setup") or None."""
         why: str | None = None
-        sel = selectors.DefaultSelector()
+        sel = _selector()
         try:
             for fd in (*self.spools, *self.bufs):
                 os.set_blocking(fd, False)

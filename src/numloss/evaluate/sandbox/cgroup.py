@@ -13,8 +13,11 @@ from __future__ import annotations
 
 import itertools
 import os
+import secrets
 import signal
+import threading
 import time
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from functools import lru_cache
 
@@ -164,14 +167,65 @@ def support() -> Support:
     return find()
 
 
+PREFIX = "numloss-sandbox-"
+STALE_SECONDS = 600.0
+"""A program's cgroup left this long, empty, by an evaluator that no longer runs is removed."""
+_swept: set[str] = set()
+_sweep_lock = threading.Lock()
+
+
+def sweep_stale(parents: Iterable[str], min_age: float = STALE_SECONDS) -> list[str]:
+    """Remove the program cgroups that an evaluator left behind when it died with its keeper (they
+    would stay for ever, each holding kernel memory): folders in `parents` named
+    ``numloss-sandbox-PID-...`` whose PID is not a live process here, unchanged for `min_age`
+    seconds and empty (the kernel refuses to remove a cgroup with a process in it). Returns the
+    folders removed; anything it cannot read or remove is left as it is."""
+    removed = []
+    now = time.time()
+    for parent in parents:
+        try:
+            names = [n for n in os.listdir(parent) if n.startswith(PREFIX)]
+        except OSError:
+            continue
+        for name in names:
+            owner = name[len(PREFIX):].split("-", 1)[0]
+            path = os.path.join(parent, name)
+            try:
+                if not owner.isdigit() or now - os.stat(path).st_mtime < min_age:
+                    continue
+                os.kill(int(owner), 0)
+                continue  # its evaluator (or a process with its pid) lives: not ours to judge
+            except ProcessLookupError:
+                pass
+            except (OSError, ValueError, OverflowError):
+                continue
+            try:
+                os.rmdir(path)
+                removed.append(path)
+            except OSError:
+                continue
+    return removed
+
+
+def _sweep_once(parents: list[str]) -> None:
+    with _sweep_lock:
+        todo = [p for p in parents if p not in _swept]
+        _swept.update(todo)
+    if todo:
+        sweep_stale(todo)
+
+
 class ProgramCgroup:
     """One program's cgroup (v2: one folder; v1: one in each of memory, cpu and pids): made with
     its limits before it starts, its init added, read and removed after."""
 
     def __init__(self, parent: str, limits: SandboxLimits, v1: dict[str, str] | None = None) -> None:
-        name = f"numloss-sandbox-{os.getpid()}-{next(_counter)}"
+        parents = list(v1.values()) if v1 else [parent]
+        _sweep_once(parents)  # the first time this evaluator uses each parent
+        # a random part as well: a leftover of a dead evaluator with this pid never collides
+        name = f"{PREFIX}{os.getpid()}-{next(_counter)}-{secrets.token_hex(4)}"
         self.v1 = bool(v1)
-        self.paths = [os.path.join(p, name) for p in (v1.values() if v1 else [parent])]
+        self.paths = [os.path.join(p, name) for p in parents]
         self.path = self.paths[0]  # v2: the cgroup; v1: its memory cgroup
         made = []
         try:

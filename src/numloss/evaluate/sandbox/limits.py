@@ -94,7 +94,9 @@ class OutputFile:
 class ProgramResult:
     """What one program did. `stdout`/`stderr`: capped, safe to print (`decode_output`);
     `raw_stdout`/`raw_stderr`: the capped bytes as written. An output over `INLINE_BYTES` stays on
-    disk (`out`/`err` is an `OutputFile`, read again at each access). `detail` says why it failed,
+    disk (`out`/`err` is an `OutputFile`, read again at each access). `returncode` is the program's
+    own exit status as under `python prog.py` (negative: the signal that ended it; None when the
+    sandbox ended it or it never started). `detail` says why it failed,
     `isolation` the mode it ran under, `pid_namespace` the kernel id of its pid namespace."""
 
     status: Status

@@ -95,7 +95,13 @@ def _drop_privileges(params: dict, libc: ctypes.CDLL, status: int) -> int:
 
 
 def _lock_down(params: dict, libc: ctypes.CDLL, status: int, uid: int) -> None:
-    """Stack the last seccomp filter, check uid, capabilities and filters, set the rlimits."""
+    """Set the rlimits, stack the last seccomp filter (it refuses changing RLIMIT_CORE, so the
+    limits come first), check uid, capabilities and filters."""
+    for name, value in params["rlimits"]:
+        try:
+            resource.setrlimit(getattr(resource, name), (value, value))
+        except (OSError, ValueError) as error:  # a limit that cannot be set: the program must not run
+            _fail(status, "setrlimit(" + name + ", " + str(value) + "): " + str(error))
     last = bytes.fromhex(params["last_filter"])
     buffer = ctypes.create_string_buffer(last, len(last))
     prog = _SockFprog(len(last) // 8, ctypes.addressof(buffer))
@@ -108,11 +114,6 @@ def _lock_down(params: dict, libc: ctypes.CDLL, status: int, uid: int) -> None:
             or st["NoNewPrivs"].strip() != "1" or st["Seccomp"].strip() != "2"
             or int(st.get("Seccomp_filters", "2")) < 2):
         _fail(status, "uid/caps/seccomp not as required")
-    for name, value in params["rlimits"]:
-        try:
-            resource.setrlimit(getattr(resource, name), (value, value))
-        except (OSError, ValueError) as error:  # a limit that cannot be set: the program must not run
-            _fail(status, "setrlimit(" + name + ", " + str(value) + "): " + str(error))
 
 
 def _read_program(status: int) -> bytes:
@@ -137,7 +138,7 @@ def _supervise(pid: int, params: dict, started_at: float, status: int) -> None:
     max_tasks, at_cap_for = int(params["max_tasks"]), float(params["at_cap_seconds"])
     poll, ticks = float(params["poll"]), float(os.sysconf("SC_CLK_TCK"))
     own = os.getpid()
-    at_cap_since = None
+    at_cap_since, scanned = None, 0.0
     while True:
         now = time.monotonic()
         if now >= deadline:
@@ -154,6 +155,11 @@ def _supervise(pid: int, params: dict, started_at: float, status: int) -> None:
             if reaped == pid:
                 _say(status, f"end {wait_status} {usage.ru_utime + usage.ru_stime:.3f}")
                 os._exit(0)
+        # at most one scan of /proc per poll: orphans exiting in a loop wake the init for each
+        # one, and a scan per wake-up is CPU the program makes the init spend beside its budget
+        if time.monotonic() - scanned < poll:
+            continue
+        scanned = time.monotonic()
         used, tasks = _namespace_usage(own, ticks)
         if cpu_budget is not None and used > float(cpu_budget):
             _say(status, f"cpu {used:.3f}")
@@ -167,6 +173,53 @@ def _supervise(pid: int, params: dict, started_at: float, status: int) -> None:
         if time.monotonic() - at_cap_since >= at_cap_for:
             _say(status, f"nproc {tasks}")
             os._exit(0)
+
+
+PROGRAM_FILE = "/tmp/prog.py"
+
+
+def _as_python_prog_py(source: bytes, site_dirs: list[str]) -> object:
+    """Make the program's process look as under ``python prog.py`` run in its own folder (the
+    init itself runs as ``python -I -S -c``), and return its fresh ``__main__`` module.
+
+    The program's text is saved as `PROGRAM_FILE` in its cwd (its own tmpfs, counted in its
+    budget): ``__file__``, ``inspect.getsource``, tracebacks with source lines and the spawn start
+    method of multiprocessing (which re-runs the main module's file) then work. ``sys.argv`` is
+    ``["prog.py"]`` (argparse would otherwise read the init's parameters), the program's folder
+    comes first on the import path, and the site module's builtins (``exit``, ``quit``, ``help``,
+    ``copyright``, ``credits``, ``license``), which ``-S`` leaves out, are there. A program too
+    large for its tmpfs runs as ``<program>``, without the file.
+    """
+    import site
+
+    sys.path[:] = [p for p in sys.path if p] + site_dirs
+    main_module = type(sys)("__main__")
+    main_module.__dict__.update(__builtins__=__builtins__, __spec__=None)
+    try:
+        fd = os.open(PROGRAM_FILE, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o644)
+        try:
+            view = memoryview(source)
+            while view:
+                view = view[os.write(fd, view):]
+        finally:
+            os.close(fd)
+    except OSError:
+        try:
+            os.unlink(PROGRAM_FILE)
+        except OSError:
+            pass
+    else:
+        main_module.__dict__["__file__"] = PROGRAM_FILE
+        sys.path.insert(0, os.path.dirname(PROGRAM_FILE))
+    sys.argv[:] = [os.path.basename(PROGRAM_FILE)]
+    sys.orig_argv[:] = [sys.executable, os.path.basename(PROGRAM_FILE)]
+    site.setquit()
+    site.setcopyright()
+    site.sethelper()
+    # a fresh module named __main__ holds the program's globals, as under `python prog.py`:
+    # pickle (multiprocessing, concurrent.futures) finds the functions and classes it defines
+    sys.modules["__main__"] = main_module
+    return main_module
 
 
 def main(params: dict) -> None:
@@ -190,14 +243,9 @@ def main(params: dict) -> None:
         libc.prctl(1, 9, 0, 0, 0)  # dies with the init
         signal.pthread_sigmask(signal.SIG_SETMASK, [])
         signal.signal(signal.SIGINT, signal.default_int_handler)
-        sys.path[:] = [p for p in sys.path if p] + list(params["site_dirs"])
         sys.dont_write_bytecode = True
-        code = compile(source, "<program>", "exec")
-        # a fresh module named __main__ holds the program's globals, as under `python prog.py`:
-        # pickle (multiprocessing, concurrent.futures) finds the functions and classes it defines
-        main_module = type(sys)("__main__")
-        main_module.__dict__["__builtins__"] = __builtins__
-        sys.modules["__main__"] = main_module
+        main_module = _as_python_prog_py(source, list(params["site_dirs"]))
+        code = compile(source, main_module.__dict__.get("__file__", "<program>"), "exec")
         del source
         exec(code, main_module.__dict__)
         sys.exit(0)

@@ -97,6 +97,7 @@ MADV_COLD, MADV_PAGEOUT = 20, 21
 MADVISE_DENIED = (MADV_COLD, MADV_PAGEOUT)
 """madvise advice refused: both push pages of a mapped file out of the host's page cache."""
 PR_SET_SECCOMP = 22
+RLIMIT_CORE = 4
 
 # numbers from 424 on are the same on every architecture
 _COMMON = {
@@ -125,7 +126,7 @@ _X86_64 = {
     "fanotify_init": 300, "fanotify_mark": 301, "mbind": 237, "set_mempolicy": 238,
     "modify_ldt": 154, "vmsplice": 278, "io_setup": 206, "io_destroy": 207, "io_getevents": 208,
     "io_submit": 209, "io_cancel": 210, "io_pgetevents": 333, "sync": 162, "syncfs": 306,
-    "fadvise64": 221, "madvise": 28, "seccomp": 317, "prctl": 157
+    "fadvise64": 221, "madvise": 28, "seccomp": 317, "prctl": 157, "setrlimit": 160, "prlimit64": 302
 }
 _AARCH64 = {
     **_COMMON,
@@ -146,7 +147,8 @@ _AARCH64 = {
     "inotify_init1": 26, "inotify_add_watch": 27, "fanotify_init": 262, "fanotify_mark": 263,
     "mbind": 235, "set_mempolicy": 237, "vmsplice": 75, "io_setup": 0, "io_destroy": 1,
     "io_submit": 2, "io_cancel": 3, "io_getevents": 4, "io_pgetevents": 292, "sync": 81,
-    "syncfs": 267, "fadvise64": 223, "madvise": 233, "seccomp": 277, "prctl": 167
+    "syncfs": 267, "fadvise64": 223, "madvise": 233, "seccomp": 277, "prctl": 167, "setrlimit": 164,
+    "prlimit64": 261
 }
 # machine name -> (AUDIT_ARCH_* value, syscall table, x32 bit or 0)
 _ARCHES = {
@@ -210,11 +212,23 @@ def filter_program(machine: str | None = None, allow_mount: bool = False) -> byt
 def last_filter(machine: str | None = None) -> bytes:
     """The filter the init stacks last: it refuses (EPERM) ``mount``, ``seccomp()`` and
     ``prctl(PR_SET_SECCOMP)`` (and kills other ABIs). No process of the sandbox can then stack a
-    filter: each costs kernel memory (about 6.6 KB) that no rlimit counts."""
+    filter: each costs kernel memory (about 6.6 KB) that no rlimit counts.
+
+    It also refuses setting RLIMIT_CORE (``setrlimit``, and ``prlimit64`` with a new limit;
+    reading it is allowed). The init sets it to 1 before stacking this filter: a limit of 1 stops
+    every core dump, to a file and to a ``|helper`` core_pattern alike, which ignores a limit of 0
+    and would run the host's crash handler (systemd-coredump, apport) for each crash."""
     audit_arch, table, _ = _arch(machine)
     prog = _prologue(audit_arch)
     for name in ("mount", "seccomp"):
         prog += [_insn(_JEQ_K, table[name], jf=1), _ret_errno(errno.EPERM)]
+    prog += _refuse_values(table["setrlimit"], 0, (RLIMIT_CORE,))
+    # prlimit64(pid, resource, new, old): refused when resource is RLIMIT_CORE and new is not NULL
+    body = [_insn(_LD_W_ABS, _ARG0_LOW + 8), _insn(_JEQ_K, RLIMIT_CORE, jf=5),
+            _insn(_LD_W_ABS, _ARG0_LOW + 16), _insn(_JEQ_K, 0, jf=2),
+            _insn(_LD_W_ABS, _ARG0_LOW + 20), _insn(_JEQ_K, 0, jt=1), _ret_errno(errno.EPERM),
+            _insn(_RET_K, _RET_ALLOW)]
+    prog += [_insn(_JEQ_K, table["prlimit64"], jf=len(body))] + body
     prog += _refuse_values(table["prctl"], 0, (PR_SET_SECCOMP,))
     prog.append(_insn(_RET_K, _RET_ALLOW))
     return b"".join(prog)
