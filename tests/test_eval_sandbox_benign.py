@@ -323,6 +323,14 @@ def test_the_released_protocol_keeps_the_released_pickling_failures(sandboxed, n
     assert result.ok and result.stdout == "", result
 
 
+@pytest.mark.parametrize("name", ["spawn_start_method", "forkserver_and_spawn_pools"])
+def test_the_numloss_protocol_keeps_spawn_and_forkserver_pools_working(name, tmp_path):
+    # the start methods that re-run the main file in each child (forkserver is Python 3.14's
+    # default): the wrapper's fresh __main__ must name that file and hand the child its functions
+    result = run_program(NUMLOSS.script(PLAIN[name]), LIMITS)
+    assert result.ok and result.stdout == python_prog_py(PLAIN[name], tmp_path), result
+
+
 def test_the_program_itself_runs_as_main():
     result = run_program("import sys\nprint(__name__, sys.modules['__main__'].__dict__ is globals())", LIMITS)
     assert result.ok and result.stdout == "__main__ True\n", result
@@ -474,6 +482,7 @@ def test_a_program_run_as_it_is_gives_the_output_and_exit_status_of_python_prog_
 def test_the_exit_status_is_the_programs_own_and_none_when_the_sandbox_ended_it():
     results = run_programs(["import os\nos.kill(os.getpid(), 9)\n", "while True:\n    pass\n",
                             "import sys\nsys.stdout.write('x' * 5000)\n"],
-                           SandboxLimits(wall_seconds=2.0, cpu_seconds=1, output_bytes=1024), workers=3)
+                           # the loop ends at its 1 CPU-second; the wall clock leaves room for a loaded machine
+                           SandboxLimits(wall_seconds=10.0, cpu_seconds=1, output_bytes=1024), workers=3)
     assert [(r.status, r.returncode) for r in results] == [("error", -9), ("timeout", None), ("output_limit", None)]
 

@@ -134,7 +134,9 @@ def numloss_prose(output: str) -> str:
 # executor runs it, as the body of a function (a top-level `return` ends it there), and the first
 # SyntaxError is raised when neither compiles. `exit()` and `quit()` work as in a plain `python`.
 # The program runs in a fresh module registered as `__main__`, as under `python prog.py`: pickle
-# (multiprocessing.Pool, ProcessPoolExecutor, a pickled dataclass) finds what it defines there.
+# (multiprocessing.Pool, ProcessPoolExecutor, a pickled dataclass) finds what it defines there, and
+# the spawn and forkserver start methods (the default from Python 3.14) re-run this file as
+# `__mp_main__` in their children, where the program's names are copied to what they read.
 _SCRIPT = """import builtins as _b, sys as _s, textwrap as _tw
 _b.__dict__.setdefault("exit", _s.exit)  # what the site module gives a plain `python`; the sandbox runs -S
 _b.__dict__.setdefault("quit", _s.exit)
@@ -169,10 +171,14 @@ except SyntaxError as _first:
             _code = compile(_tw.dedent(_code_lines(_src)), "<program>", "exec")
         except SyntaxError:
             raise _first from None
-_m = type(_s)("__main__")
+_m = type(_s)(__name__)  # "__mp_main__" where a spawn or forkserver child re-runs this file
 _m.__dict__["__builtins__"] = __builtins__
-_s.modules["__main__"] = _m
+if "__file__" in globals():
+    _m.__file__ = __file__  # how those start methods find the file to re-run
+_s.modules[__name__] = _m
 exec(_code, _m.__dict__)
+if __name__ != "__main__":  # that child takes this file's globals as __main__: the program's names go there
+    globals().update((_k, _v) for _k, _v in _m.__dict__.items() if not _k.startswith("__"))
 """
 
 
