@@ -21,6 +21,7 @@ import time
 
 from numloss.evaluate.sandbox.bwrap import ENV
 from numloss.evaluate.sandbox.limits import (
+    SANDBOX_ENDED,
     ProgramResult,
     SandboxLimits,
     Status,
@@ -187,5 +188,6 @@ def run(source: str, limits: SandboxLimits, python: str | None = None) -> Progra
         shutil.rmtree(work, ignore_errors=True)
         shutil.rmtree(io_dir, ignore_errors=True)
     status, detail = _classify(proc.returncode, timed_out, stdout_size, stderr, limits)
-    return ProgramResult(status, stdout, proc.returncode, time.perf_counter() - start, detail,
+    code = None if status in SANDBOX_ENDED else proc.returncode
+    return ProgramResult(status, stdout, code, time.perf_counter() - start, detail,
                          isolation="unisolated", err=stderr, raw_out=raw_out, raw_err=raw_err)

@@ -39,6 +39,7 @@ from functools import lru_cache
 from numloss.evaluate.sandbox import cgroup
 from numloss.evaluate.sandbox.limits import (
     INLINE_BYTES,
+    SANDBOX_ENDED,
     Observed,
     OutputFile,
     ProgramResult,
@@ -681,7 +682,8 @@ def run(source: str, limits: SandboxLimits, bwrap: str) -> ProgramResult:
     # the status before result(), which may close the file
     status, detail = classify(seen, watch.err.last_line(), limits)
     (stdout, raw_out), (stderr, raw_err) = watch.out.result(), watch.err.result()
-    return ProgramResult(status, stdout, program_exit_code(seen), time.perf_counter() - start, detail,
+    code = None if status in SANDBOX_ENDED else program_exit_code(seen)
+    return ProgramResult(status, stdout, code, time.perf_counter() - start, detail,
                          isolation="bwrap+seccomp", err=stderr,
                          pid_namespace=watch.info.get("pid-namespace"), raw_out=raw_out, raw_err=raw_err)
 

@@ -9,6 +9,9 @@ from dataclasses import dataclass, field
 from typing import BinaryIO, Literal
 
 Status = Literal["ok", "error", "timeout", "memory", "output_limit", "blocked"]
+#: statuses of a run the sandbox ended (a clock, the CPU or memory limit, the output cap): such a
+#: result has no exit status of the program's own, whichever signal the kernel used
+SANDBOX_ENDED: frozenset[str] = frozenset({"timeout", "memory", "output_limit"})
 Clock = Literal["wall", "cpu"]
 
 CPU_CLOCK_WALL_FACTOR = 4
