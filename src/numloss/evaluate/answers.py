@@ -126,7 +126,7 @@ _NUMBER = _rx(
       | \.\d++                          # .5
     )
     (?:[eE](?P<exp>[-+]?\d{1,6}+)(?!\d))?
-    (?P<scale>[kK](?![\w])|[ \t](?:thousand|million|billion|trillion)(?![\w]))?   # "18k" is 18000, never 18
+    (?P<scale>[kK](?![^\W_])|[ \t](?:thousand|million|billion|trillion)(?![^\W_]))?   # "18k" is 18000, never 18
     (?P<percent>\s?%)?
     """,
     regex.X,
@@ -163,6 +163,8 @@ def _strip_latex(text: str) -> str:
     \\%, \\!, braces, "\\times 10^{k}" -> "ek", currency words before a number."""
     s = _sub(_FRAC, _frac_sub, text)
     s = _sub(_TEXT_CMD, r" \1 ", s)
+    if "\\text" in s or "\\mbox" in s:  # one level of nesting: \text{\$10\text{ total}}
+        s = _sub(_TEXT_CMD, r" \1 ", s)
     s = s.replace("\\$", "$").replace("\\%", "%").replace("\\!", "").replace("\\,", "")
     s = s.replace("{,}", ",").replace("\\left", "").replace("\\right", "")
     s = _sub(_PAREN_FRAC, r"\1/\2", s)
@@ -257,7 +259,11 @@ def _decimal_comma_sub(match: regex.Match) -> str:
 def _number_text(text: str) -> str:
     """`text` with its number dress normalised: LaTeX, scientific and currency forms, decimal
     commas ("3,5" -> 3.5), mixed numbers ("11 1/5" -> 56/5)."""
+    text = _sub(_EMPHASIS, " ", text) if "_" in text else text
     return _sub(_MIXED, _mixed_sub, _sub(_DECIMAL_COMMA, _decimal_comma_sub, _strip_latex(text)))
+
+
+_EMPHASIS = _rx(r"(?<![^\W_])_++")  # "__18__" is 18 in bold; "x_1" is a subscript
 
 
 def _number_matches_in(text: str) -> tuple[str, list[regex.Match]]:
@@ -331,7 +337,10 @@ def _spelled(match: regex.Match | None) -> Fraction | None:
 
 def _spelled_at_start(segment: str) -> Fraction | None:
     """A spelled-out number that opens `segment` ("eighteen", "negative ten", "two thousand and five")."""
-    return _spelled(_match(_SPELLED, segment.lstrip(" \t\n:*_\"'`$([{“‘")))
+    head = segment[:400]
+    if "\\" in head:  # "\\text{Two}", "\\[Two\\]"
+        head = _strip_latex(head).replace("\\[", " ").replace("\\(", " ")
+    return _spelled(_match(_SPELLED, head.lstrip(" \t\n:*_\"'`$([{“‘«")))
 
 
 # ---------------------------------------------------------------- where the answer is
@@ -344,7 +353,8 @@ _TRIGGERS = _rx(
     r"|\bfinal[ \t]{1,3}answer(?:[ \t]{1,3}is)?[ \t*_]{0,4}:"
     # a line (a list item, a table row) that opens with "Answer", "Final answer", "Correct answer",
     # "My answer" and then ":", "=", a dash, a table bar, or nothing more: "### Final Answer\n18"
-    r"|(?m:^)[ \t>*#_+|-]{0,8}(?:(?:final|correct|my|short)[ \t]{1,3})?answer[ \t*_]{0,4}"
+    r"|(?m:^)[ \t>*#_+|(-]{0,8}(?:\d{1,2}[.)][ \t]{1,3})?ans[ \t*_]{0,3}[.:：]"
+    r"|(?m:^)[ \t>*#_+|(-]{0,8}(?:\d{1,2}[.)][ \t]{1,3})?(?:(?:final|correct|my|short)[ \t]{1,3})?answer[ \t*_]{0,4}"
     r"(?:[:：=|]|[-–—](?=[ \t])|[ \t#]{0,4}(?=\r?\n))"
     r"|(?:(?m:^)[ \t>*#_+|-]{0,8}|[.!?;,][ \t]{1,3})(?:(?:final|correct)[ \t]{1,3})?answer[ \t]{1,3}(?:is|would[ \t]{1,3}be)(?!\w)(?:[ \t]{0,3}:)?"
     r"|(?m:^)[ \t>*#_+|-]{0,8}(?:final[ \t]{1,3})?result[ \t*_]{0,4}(?:[:：]|→|=>)"
@@ -510,11 +520,11 @@ _CLOSE_DRESS = r"(?:[ \t]{0,3}(?:\*\*|__|\\\)|</" + _HTML + r">|[\"'`\])}$*_”�
 # the close is not possessive: "E) $78.20" is the letter E, then its option's text ("$" is no close there)
 _LETTER_AT = _rx(
     r"[ \t]{0,3}(?P<open>" + _OPEN_DRESS + r"{0,4}+)[ \t]{0,2}(?P<letter>[A-Ea-e])(?P<close>" + _CLOSE_DRESS
-    + r"{0,4})(?:[ \t]{0,3}(?P<end>$|\n)|[ \t]{0,3}(?P<punct>[.,;!?:)\]—–])|[ \t]{1,4}(?P<word>(?=\S)))"
+    + r"{0,4})(?:[ \t]{0,3}(?P<end>$|\n)|[ \t]{0,3}(?P<punct>[.,;!?:)\]—–→])|[ \t]{1,4}(?P<word>(?=\S)))"
 )
 # a letter named in a sentence: "C is correct", "So C must be the answer", "(C)" / "[C]" / "\"C\"" anywhere
 _NAMED_LETTER = _rx(
-    r"(?:(?<![\w(\[\"'`“*$\\])(?P<d>[A-Ea-e])|(?<![\w])(?:\\\(|[(\[\"'`“*$]){1,4}(?P<d>[A-Ea-e]))(?:\\\)|[)\].\"'`”*$]){0,5}"
+    r"(?:(?<![\w(\[\"'`“*$\\])(?P<d>[A-Ea-e])|(?<![\w])(?:\\[(\[]|[(\[\"'`“‘«*$]){1,4}(?P<d>[A-Ea-e]))(?:\\[)\]]|[)\].\"'`”’»*$]){0,5}"
     r"[ \t]{1,3}(?:is|must[ \t]be|should[ \t]be|would[ \t]be|seems[ \t]to[ \t]be)[ \t]{1,3}(?:the[ \t]{1,3})?(?:correct|right|answer|best|true|valid|one)(?!\w)"
     r"|[(\[](?P<e>[A-E])[)\]]"
     r"|(?<![\w])[\"'`*]{1,2}(?P<f>[A-E])[\"'`*]{1,2}(?![\w])"
@@ -557,8 +567,9 @@ _RULED_OUT_AFTER = _rx(
 _RULED_OUT_BEFORE = _rx(r"(?:(?<![\w])not|n't|(?<![\w])than|(?<![\w])over|(?<![\w])eliminate|(?<![\w])rule[ \t]out)[ \t*_\"'`(\[“‘]{1,6}$", regex.I)
 # a line that is only a letter in dress: "(B)", "**C.**", "$$\nB\n$$" has its line "B", "Option (d)"
 _LETTER_LINE = _rx(
-    r"(?m:^)[ \t>*_#-]{0,8}(?:(?:option|choice|letter|answer)[ \t:]{0,3})?(?:\\\(|\\boxed\{|<" + _HTML + r">|[\"'`“‘\[({$*_]){0,6}"
-    r"[ \t]{0,2}(?P<letter>[A-Ea-e])(?:\\\)|</" + _HTML + r">|[\"'`”’\])}$*_.]){0,6}[ \t]{0,3}(?m:$)",
+    r"(?m:^)[ \t>*_#-]{0,8}(?:[^\d\n:：→∴]{0,30}[:：→∴][ \t]{0,3})?(?:(?:option|choice|letter|answer)[ \t:]{0,3})?"
+    r"(?:\\[(\[]|\\boxed\{|<" + _HTML + r">|[\"'`“‘«\[({$*_]){0,6}"
+    r"[ \t]{0,2}(?P<letter>[A-Ea-e])(?:\\[)\]]|</" + _HTML + r">|[\"'`”’»\])}$*_.!]){0,6}[ \t]{0,3}(?m:$)",
     regex.I,
 )
 
@@ -607,7 +618,7 @@ def _bare_letter(output: str) -> str | None:
         return start
     closed = text.rstrip("!").endswith((".", ")"))
     tail_text = _sub(_TAIL_MARKUP, "", text[-64:])
-    tail = regex.search(r"(?:^|[\s(\"'`\[*_$“>])([(\[\"'`“]?)([A-Ea-e])([)\]\"'`”]?)$", tail_text)
+    tail = regex.search(r"(?:^|[\s(\"'`\[*_$“‘«>])([(\[\"'`“‘]?)([A-Ea-e])([)\]\"'`”’]?)$", tail_text)
     if tail is None or _ruled_out(tail_text, tail.start(2), tail.end(2)):
         return None
     # a lone "a" after a lead ("Final result: a", "∴ a") is no article
@@ -617,7 +628,7 @@ def _bare_letter(output: str) -> str | None:
     return None
 
 
-_TAIL_MARKUP = _rx(r"(?:\\\)|\\\]|</" + _HTML + r">|[.!*$_`\s”’])++$")
+_TAIL_MARKUP = _rx(r"(?:\\\)|\\\]|</" + _HTML + r">|[.!*$_`\s”’»])++$")
 
 
 _QA_LABEL = _rx(r"(?m:^)[ \t*_]{0,4}A[ \t*_]{0,2}[:：][ \t*_]{0,3}(?=(?:\\\(|[(\[\"'`“*$]){1,4}[A-Ea-e](?:\\\)|[)\]\"'`”*$]){1,4}[ \t.]{0,2}(?m:$))")
@@ -704,7 +715,7 @@ def option_value(option: str) -> Fraction | None:
 
 # ---------------------------------------------------------------- MATH expressions
 
-_MATH_NUMBER = _rx(r"-?(?:\d++(?:\.\d++)?|\.\d++)(?:/\d++)?(?:[eE][-+]?\d{1,6}+(?!\d)|[kK](?![\w]))?")  # "10k" is not 10
+_MATH_NUMBER = _rx(r"-?(?:\d++(?:\.\d++)?|\.\d++)(?:/\d++)?(?:[eE][-+]?\d{1,6}+(?!\d)|[kK](?![^\W_])|[ \t](?:thousand|million|billion|trillion)(?![^\W_]))?")  # "10k" is not 10
 _SKIP_LINE = {"", "$$", "$", "\\[", "\\]", "\\(", "\\)", ":", "```", "**"}
 _PY_LITERALS = {"True", "False", "None"}
 
@@ -720,10 +731,10 @@ def _clean_math(text: str) -> str:
     prose = _search(_PROSE_AFTER, text)
     if prose is not None and text[: prose.start()].strip(" \t*$`\"'“”"):
         text = text[: prose.start()]
-    text = text.strip().strip("|").strip().strip("*").rstrip(".").strip().strip("*$").strip()
+    text = text.strip().strip("|").strip().strip("*_").rstrip(".!").strip().strip("*_$").strip()
     while text.endswith("}") and text.count("}") > text.count("{"):  # a JSON object's close: {"answer": "18"}
         text = text[:-1].rstrip().rstrip(",").rstrip()
-    for left, right in (("\\[", "\\]"), ("\\(", "\\)"), ("`", "`"), ('"', '"'), ("'", "'"), ("“", "”"), ("‘", "’")):
+    for left, right in (("\\[", "\\]"), ("\\(", "\\)"), ("`", "`"), ('"', '"'), ("'", "'"), ("“", "”"), ("‘", "’"), ("«", "»")):
         if text.startswith(left) and text.endswith(right) and len(text) > len(left) + len(right):
             text = text[len(left) : len(text) - len(right)].strip().rstrip(".").strip().strip("$").strip()
     return text
@@ -784,8 +795,8 @@ def _single_number(text: str) -> Fraction | None:
     holds one number and no other mathematics; None otherwise ("2\\sqrt{3}", "x + 1", "3, 4")."""
     if len(text) > 400:
         return None
-    spelled = _fullmatch(_SPELLED, text.strip(" \t.\"'`*$"))
-    if spelled is not None:  # "two", "negative ten"
+    spelled = _fullmatch(_SPELLED, (_strip_latex(text) if "\\" in text else text).strip(" \t.\"'`*$“”"))
+    if spelled is not None:  # "two", "negative ten", "\\text{Two}"
         return _spelled_at_start(spelled.group(0))
     s = _strip_latex(text)
     if regex.search(r"\\(?!approx|sim|circ)[A-Za-z]|[\^*+=×÷/]|\d[ \t]*[-−]", s.replace("^\\circ", "").replace("^{\\circ}", "")):
@@ -924,7 +935,8 @@ def cut_continuation(text: str) -> str:
             text = after
     start = 0  # tokens that open the text (a template's start) are stepped over, not cut at
     while True:
-        start = len(text) - len(text[start:].lstrip())
+        while start < len(text) and text[start].isspace():  # no slice per token: linear in a run of tokens
+            start += 1
         token = next((t for t in _END_OF_TURN if text.startswith(t, start)), None)
         if token is None:
             break
@@ -933,6 +945,7 @@ def cut_continuation(text: str) -> str:
     if cuts:
         text = text[: min(cuts)]
     first_answer = None
+    bare_before = _BareLines()
     for match in _finditer(_HEADER, text):
         if match.start() <= start:
             continue
@@ -956,7 +969,7 @@ def cut_continuation(text: str) -> str:
             before = text[max(start, match.start() - 64) : match.start()]
             numbered = match.group("number") is not None and int(match.group("number").strip(" \t*_#")) >= 2 and (
                 first_digit_at < match.start() or _bare_letter(before) is not None or _bare_spelled(before))
-            bare = _bare_answer_line(text[max(start, match.start() - 256) : match.start()])
+            bare = bare_before(text, start, match.start())
             if first_answer >= match.start() and not numbered and not bare:
                 continue
         if text[start : match.start()].strip():
@@ -964,16 +977,25 @@ def cut_continuation(text: str) -> str:
             break
     prose = _search(_PROSE_NEXT, text, start)  # only after an answer ("let's try another one" may be working)
     if prose is not None and (_first_answer_at(text[: prose.start()]) < prose.start()
-                              or _bare_answer_line(text[max(start, prose.start() - 256) : prose.start()])):
+                              or bare_before(text, start, prose.start())):
         text = text[: prose.start()]
+    first_marker = _first_answer_at(text)
+    for question in _finditer(_NUMBERED_QUESTION, text):  # "\n\n2. What is 5 + 9?" after an answer
+        if question.start() > start and _blank_line_before(text, question.start()) and (
+                first_marker < question.start()
+                or bare_before(text, start, question.start())):
+            text = text[: question.start()]
+            break
     explain = _search(_EXPLAIN, text, start)
-    if explain is not None and _bare_answer_line(text[start : explain.start()]):
+    if explain is not None and bare_before(text, start, explain.start()):
         rest = text[explain.start() :]
         if _first_answer_at(rest) == len(rest):  # an explanation that names no answer of its own
             text = text[: explain.start()]
     return text
 
 
+# a numbered question of its own: a list item that asks ("2. What is 5 + 9?")
+_NUMBERED_QUESTION = _rx(r"(?m:^)[ \t*_#]{0,6}\d{1,3}[.)][ \t]{1,3}[^\n?]{1,300}+\?[ \t*_]{0,3}(?m:$)")
 # an explanation after the answer: "18\nExplanation: the other value, 25, is ...", "(B)\nCheck: ..."
 _EXPLAIN = _rx(
     r"(?m:^)[ \t*_#>]{0,8}(?:explanation|check|checking|verification|verify|reasoning|justification|note|proof|why|rationale)[ \t*_]{0,4}[:：]",
@@ -981,11 +1003,13 @@ _EXPLAIN = _rx(
 )
 # a short lead before an answer on its line, without working ("x = 4" and "Step 1: 4" are steps):
 # the last one for a number ("Therefore, the total is 18"), the first for a letter ("Total: **A: 5**")
-_LINE_LEAD = _rx(r"^[^\d=\n]{0,40}(?:[:：→∴,]|=>|[ \t]is(?=[ \t]))[ \t]{0,4}")
-_LINE_LEAD_FIRST = _rx(r"^[^\d=\n]{0,40}?(?:[:：→∴,]|=>|[ \t]is(?=[ \t]))[ \t]{0,4}")
+_LINE_LEAD = _rx(r"^[^\d=\n]{0,40}(?:[:：→∴,]|=>|[ \t](?:is|get|gives|equals|obtain|find|choose|pick)(?=[ \t]))[ \t]{0,4}")
+_LINE_LEAD_FIRST = _rx(r"^[^\d=\n]{0,40}?(?:[:：→∴,]|=>|[ \t](?:is|get|gives|equals|obtain|find|choose|pick)(?=[ \t]))[ \t]{0,4}")
 
 
-_IS_THE_ANSWER = _rx(r"[ \t]{1,3}is[ \t]{1,3}(?:the|my|our)[ \t]{1,3}(?:(?:final|correct|right)[ \t]{1,3})?answer[ \t]{0,2}[.!]?$", regex.I)
+_IS_THE_ANSWER = _rx(r"[ \t]{1,3}(?:is|as)[ \t]{1,3}(?:the|my|our)[ \t]{1,3}(?:(?:final|correct|right)[ \t]{1,3})?(?:answer|value|result|option|choice)[ \t]{0,2}[.!]?$", regex.I)
+_ASSIGNED = _rx(r"^(?:[A-Za-z]{1,2}[ \t]{0,2})?=[ \t]{0,2}")  # "x = 18", "= 18"
+_DRESS_CHARS = " \t*_`\"'“”‘’«»$!"
 
 
 def _last_line(before: str) -> str:
@@ -1005,9 +1029,11 @@ def _bare_number(before: str) -> str | None:
         return None
     line = line[: m.start()] if (m := _search(_IS_THE_ANSWER, line)) else line
     lead = _match(_LINE_LEAD, line)
-    value = _sub(_HTML_TAG, "", line[lead.end() :] if lead else line).strip(" \t*_`\"'“”$").rstrip(".").strip(" \t*_`\"'“”$")
-    if value.startswith("\\(") and value.endswith("\\)"):
-        value = value[2:-2].strip(" .")
+    value = _sub(_HTML_TAG, "", line[lead.end() :] if lead else line).strip(_DRESS_CHARS).rstrip(".").strip(_DRESS_CHARS)
+    if value.startswith(("\\(", "\\[")) and value.endswith(("\\)", "\\]")):
+        value = value[2:-2].strip(" .").strip(_DRESS_CHARS)
+    assigned = _match(_ASSIGNED, value)
+    value = value[assigned.end() :] if assigned else value
     if not value or not (_match(_NUMBER_OPENS, value) or _fullmatch(_SPELLED, value)):
         return None  # "we get .5" is a sentence, not a number in dress
     if _single_number(value) is not None or plain_exact(value.strip("$")) is not None:
@@ -1016,6 +1042,26 @@ def _bare_number(before: str) -> str | None:
 
 
 _NUMBER_OPENS = _rx(r"(?:(?:about|approximately|around|roughly|nearly|exactly|only|just)[ \t]{1,3})?[^A-Za-z]", regex.I)
+
+
+class _BareLines:
+    """`_bare_answer_line` of the text before a position, for many positions of one output: a
+    looping output repeats its lines, so each distinct line is judged once, and at most
+    `BUDGET` distinct lines are judged (beyond that none counts): linear in the output."""
+
+    BUDGET = 64
+
+    def __init__(self) -> None:
+        self.seen: dict[str, bool] = {}
+
+    def __call__(self, text: str, start: int, at: int) -> bool:
+        before = text[max(start, at - 256) : at]
+        key = before.rstrip()[-80:]
+        if key not in self.seen:
+            if len(self.seen) >= self.BUDGET:
+                return False
+            self.seen[key] = _bare_answer_line(before)
+        return self.seen[key]
 
 
 def _bare_answer_line(before: str) -> bool:
