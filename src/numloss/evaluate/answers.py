@@ -310,8 +310,8 @@ _TENS = {w: 10 * i for i, w in enumerate("_ _ twenty thirty forty fifty sixty se
 _SCALES = {"hundred": 100, "thousand": 10**3, "million": 10**6, "billion": 10**9, "trillion": 10**12}
 _WORD = "|".join(sorted([*_UNITS, *_TENS, *_SCALES], key=len, reverse=True))
 _SPELLED = _rx(
-    r"(?<![\w-])(?:(?P<neg>negative|minus)[ \t]{1,3})?(?P<words>(?:" + _WORD + r")(?:(?:[ \t]{1,3}|-|[ \t]{1,3}and[ \t]{1,3})(?:"
-    + _WORD + r"))*+)(?![\w-])", regex.I)
+    r"(?<![^\W_]|-)(?:(?P<neg>negative|minus)[ \t]{1,3})?(?P<words>(?:" + _WORD + r")(?:(?:[ \t]{1,3}|-|[ \t]{1,3}and[ \t]{1,3})(?:"
+    + _WORD + r"))*+)(?![^\W_]|-)", regex.I)
 
 
 def _spelled(match: regex.Match | None) -> Fraction | None:
@@ -515,12 +515,12 @@ def number_matches(pred: Fraction | float | None, gold: str, pred_text: str | No
 # over matching an option's text or value: "A. 1 over 5" is option A even where 5 is option D.
 
 _HTML = r"(?:b|strong|i|em|u|code|answer|mark)"
-_OPEN_DRESS = r"(?:[ \t]{0,3}(?:\*\*|__|\\(?:boxed|text|textbf|mathrm|mathbf)\{|\\\(|<" + _HTML + r">|[\"'`\[({$*_“‘«]))"
-_CLOSE_DRESS = r"(?:[ \t]{0,3}(?:\*\*|__|\\\)|</" + _HTML + r">|[\"'`\])}$*_”’»]))"
+_OPEN_DRESS = r"(?:[ \t]{0,3}(?:\*\*|__|\\(?:boxed|text|textbf|mathrm|mathbf)\{|\\[(\[]|<" + _HTML + r">|[\"'`\[({$*_“‘«]))"
+_CLOSE_DRESS = r"(?:[ \t]{0,3}(?:\*\*|__|\\[)\]]|</" + _HTML + r">|[\"'`\])}$*_”’»]))"
 # the close is not possessive: "E) $78.20" is the letter E, then its option's text ("$" is no close there)
 _LETTER_AT = _rx(
     r"[ \t]{0,3}(?P<open>" + _OPEN_DRESS + r"{0,4}+)[ \t]{0,2}(?P<letter>[A-Ea-e])(?P<close>" + _CLOSE_DRESS
-    + r"{0,4})(?:[ \t]{0,3}(?P<end>$|\n)|[ \t]{0,3}(?P<punct>[.,;!?:)\]—–→])|[ \t]{1,4}(?P<word>(?=\S)))"
+    + r"{0,4})(?:[ \t]{0,3}(?P<end>$|\n)|[ \t]{0,3}(?P<punct>[.,;!?:)\]—–→|])|[ \t]{1,4}(?P<word>(?=\S)))"
 )
 # a letter named in a sentence: "C is correct", "So C must be the answer", "(C)" / "[C]" / "\"C\"" anywhere
 _NAMED_LETTER = _rx(
@@ -632,8 +632,8 @@ _TAIL_MARKUP = _rx(r"(?:\\\)|\\\]|</" + _HTML + r">|[.!*$_`\s”’»])++$")
 
 
 _QA_LABEL = _rx(r"(?m:^)[ \t*_]{0,4}A[ \t*_]{0,2}[:：][ \t*_]{0,3}(?=(?:\\\(|[(\[\"'`“*$]){1,4}[A-Ea-e](?:\\\)|[)\]\"'`”*$]){1,4}[ \t.]{0,2}(?m:$))")
-_LETTER_END = _rx(r".*[(\[][A-Ea-e][)\]][ \t.*$_`\"']*+$")  # a line that ends with a bracketed letter
-_CHOICE_LEAD = _rx(r"(?:[ \t\r\n*:_|=→–—-]|\$\$|\\\[|(?:option|choice|letter)(?![\w]))*+", regex.I)
+_LETTER_END = _rx(r".*[(\[][A-Ea-e][)\]][ \t.*$_`\"')\]»”’]*+$")  # a line that ends with a bracketed letter
+_CHOICE_LEAD = _rx(r"(?:[ \t\r\n*:_|=→–—-]|\$\$|\\\[|[\"'`“‘«$({\[](?=[ \t]{0,2}(?:option|choice|letter)[ \t])|(?:option|choice|letter)(?![\w]))*+", regex.I)
 
 
 def _choice_head(text: str) -> str:
@@ -675,7 +675,8 @@ def extract_choice(output: str, options: tuple[str, ...] = ()) -> str | None:
     strong = [n for n in named if n[2]]  # a letter named as the answer or alone on its line beats a mere "(C)"
     if named:
         return (strong or named)[-1][1]
-    letter = _bare_letter(output)
+    last_line = _last_line(output)  # "...\n$$\nC: p = 12\n$$", "Therefore, the total is (A.)."
+    letter = _bare_letter(output) or _letter_in_dress(_choice_head(last_line), False) or _line_letter(last_line)
     if letter and letter in letters:
         return letter
     if not options:
@@ -1009,15 +1010,22 @@ _LINE_LEAD_FIRST = _rx(r"^[^\d=\n]{0,40}?(?:[:：→∴,]|=>|[ \t](?:is|get|give
 
 _IS_THE_ANSWER = _rx(r"[ \t]{1,3}(?:is|as)[ \t]{1,3}(?:the|my|our)[ \t]{1,3}(?:(?:final|correct|right)[ \t]{1,3})?(?:answer|value|result|option|choice)[ \t]{0,2}[.!]?$", regex.I)
 _ASSIGNED = _rx(r"^(?:[A-Za-z]{1,2}[ \t]{0,2})?=[ \t]{0,2}")  # "x = 18", "= 18"
-_DRESS_CHARS = " \t*_`\"'“”‘’«»$!"
+_DRESS_CHARS = " \t*_`\"'“”‘’«»$!:"
 
 
 def _last_line(before: str) -> str:
-    """The last line of `before` that is not only a display block's delimiter ("$$\n18\n$$." -> "18")."""
-    lines = [_sub(_HTML_TAG, "", line).strip() for line in before.rstrip().rsplit("\n", 4)]
-    while lines and lines[-1].rstrip(".") in _SKIP_LINE:
-        lines.pop()
+    """The last line of `before`, a display block that ends it joined into one line ("So, $$\n18\n$$
+    is the answer." -> "So, $$ 18 $$ is the answer."; "$$\n18\n$$." -> "$$ 18 $$.")."""
+    lines = [_sub(_HTML_TAG, "", line).strip() for line in before.rstrip().rsplit("\n", 5)]
+    if len(lines) > 1 and lines[-1].startswith(_DISPLAY_CLOSE):
+        for i in range(len(lines) - 2, -1, -1):
+            if lines[i].endswith(_DISPLAY_OPEN) or lines[i] in _DISPLAY_OPEN:
+                return " ".join(lines[i:])
     return lines[-1] if lines else ""
+
+
+_DISPLAY_OPEN = ("$$", "\\[", "$", "```", "~~~")
+_DISPLAY_CLOSE = ("$$", "\\]", "$", "```", "~~~")
 
 
 def _bare_number(before: str) -> str | None:
@@ -1025,13 +1033,17 @@ def _bare_number(before: str) -> str | None:
     "\\frac{2}{1}"), alone, after a short lead that holds no digit and no "=" ("Total: 18",
     "Therefore, the total is 18.", not "x = 4" or "Step 1: 4"), or before "is the answer"."""
     line = _last_line(before)
-    if not line or len(line) > 64:
+    if not line or len(line) > 120:
         return None
     line = line[: m.start()] if (m := _search(_IS_THE_ANSWER, line)) else line
     lead = _match(_LINE_LEAD, line)
-    value = _sub(_HTML_TAG, "", line[lead.end() :] if lead else line).strip(_DRESS_CHARS).rstrip(".").strip(_DRESS_CHARS)
-    if value.startswith(("\\(", "\\[")) and value.endswith(("\\)", "\\]")):
-        value = value[2:-2].strip(" .").strip(_DRESS_CHARS)
+    value = line[lead.end() :] if lead else line
+    for _ in range(3):  # dress inside dress: "$$ [+58] $$", "\\( (18) \\)."
+        value = value.strip(_DRESS_CHARS).rstrip(".").strip(_DRESS_CHARS)
+        if value.startswith(("\\(", "\\[")) and value.endswith(("\\)", "\\]")):
+            value = value[2:-2]
+        elif value[:1] + value[-1:] in ("()", "[]"):
+            value = value[1:-1]
     assigned = _match(_ASSIGNED, value)
     value = value[assigned.end() :] if assigned else value
     if not value or not (_match(_NUMBER_OPENS, value) or _fullmatch(_SPELLED, value)):
@@ -1041,7 +1053,7 @@ def _bare_number(before: str) -> str | None:
     return None
 
 
-_NUMBER_OPENS = _rx(r"(?:(?:about|approximately|around|roughly|nearly|exactly|only|just)[ \t]{1,3})?[^A-Za-z]", regex.I)
+_NUMBER_OPENS = _rx(r"(?:(?:about|approximately|around|roughly|nearly|exactly|only|just)[ \t]{1,3}|(?:Rs|INR|USD|US|EUR|GBP|CAD|AUD|Rp|RM)\.?[ \t]{0,2})?[^A-Za-z]", regex.I)
 
 
 class _BareLines:
@@ -1064,16 +1076,35 @@ class _BareLines:
         return self.seen[key]
 
 
+_LEAD_END = _rx(r"[:：→∴,]|=>|[ \t](?:is|get|gives|equals|obtain|find|choose|pick)(?=[ \t])")
+
+
+def _line_letter(line: str) -> str | None:
+    """The letter a line gives after a short lead without working ("Total: **A: 5(√3 + 1)**",
+    "Therefore, the total is «B: 6»", "So, (A.) is the answer."), or None."""
+    line = line[: m.start()] if (m := _search(_IS_THE_ANSWER, line)) else line
+    head = line[:60]
+    for lead in _finditer(_LEAD_END, head):
+        if "=" in head[: lead.start()] or _search(_ANY_DIGIT, head[: lead.start()]):
+            return None  # working ("x = 4, so"), not a lead
+        rest = _choice_head(line[lead.end() :])
+        if rest.rstrip() == "a" or rest.startswith(("a ", "a\t")):
+            continue  # "So the total is a" (cut off), "is a lot": the article
+        letter = _letter_in_dress(rest, True)
+        if letter is not None:
+            return letter
+    return None
+
+
 def _bare_answer_line(before: str) -> bool:
     """Whether the last line of `before` is an answer given bare: a number (`_bare_number`) or a
     letter in its dress ("(B)", "Result → **A**.")."""
     line = _last_line(before)
-    if not line or len(line) > 64:
+    if not line or len(line) > 120:
         return False
     if _bare_letter(line) is not None or _bare_number(line) is not None:
         return True
-    lead = _match(_LINE_LEAD_FIRST, line)
-    if lead and _letter_in_dress(_choice_head(line[lead.end() :]), True):  # "Total: **A: 5(√3 + 1)**"
+    if _line_letter(line) is not None or (len(line) <= 120 and _match(_LETTER_END, line)):  # "So, (6(√3) (B)) is the answer."
         return True
     return any(strong for _, _, strong in _named_letters(line))  # "So, choose (A): $61", "c is correct"
 
