@@ -126,7 +126,7 @@ _NUMBER = _rx(
       | \.\d++                          # .5
     )
     (?:[eE](?P<exp>[-+]?\d{1,6}+)(?!\d))?
-    (?P<scale>[kK](?![^\W_])|[ \t](?:thousand|million|billion|trillion)(?![^\W_]))?   # "18k" is 18000, never 18
+    (?P<scale>[kK](?![^\W_])|[ \t](?:hundred|thousand|million|billion|trillion)(?![^\W_]))?   # "18k" is 18000, never 18
     (?P<percent>\s?%)?
     """,
     regex.X,
@@ -515,8 +515,8 @@ def number_matches(pred: Fraction | float | None, gold: str, pred_text: str | No
 # over matching an option's text or value: "A. 1 over 5" is option A even where 5 is option D.
 
 _HTML = r"(?:b|strong|i|em|u|code|answer|mark)"
-_OPEN_DRESS = r"(?:[ \t]{0,3}(?:\*\*|__|\\(?:boxed|text|textbf|mathrm|mathbf)\{|\\[(\[]|<" + _HTML + r">|[\"'`\[({$*_“‘«]))"
-_CLOSE_DRESS = r"(?:[ \t]{0,3}(?:\*\*|__|\\[)\]]|</" + _HTML + r">|[\"'`\])}$*_”’»]))"
+_OPEN_DRESS = r"(?:[ \t]{0,3}(?:\*\*|__|\\(?:boxed|text|textbf|mathrm|mathbf)\{|\\[(\[]|<" + _HTML + r">|[\"'`\[({$*_“‘«⟨「]))"
+_CLOSE_DRESS = r"(?:[ \t]{0,3}(?:\*\*|__|\\[)\]]|</" + _HTML + r">|[\"'`\])}$*_”’»⟩」]))"
 # the close is not possessive: "E) $78.20" is the letter E, then its option's text ("$" is no close there)
 _LETTER_AT = _rx(
     r"[ \t]{0,3}(?P<open>" + _OPEN_DRESS + r"{0,4}+)[ \t]{0,2}(?P<letter>[A-Ea-e])(?P<close>" + _CLOSE_DRESS
@@ -618,7 +618,7 @@ def _bare_letter(output: str) -> str | None:
         return start
     closed = text.rstrip("!").endswith((".", ")"))
     tail_text = _sub(_TAIL_MARKUP, "", text[-64:])
-    tail = regex.search(r"(?:^|[\s(\"'`\[*_$“‘«>])([(\[\"'`“‘]?)([A-Ea-e])([)\]\"'`”’]?)$", tail_text)
+    tail = regex.search(r"(?:^|[\s(\"'`\[*_$“‘«⟨「>])([(\[\"'`“‘]?)([A-Ea-e])([)\]\"'`”’]?)$", tail_text)
     if tail is None or _ruled_out(tail_text, tail.start(2), tail.end(2)):
         return None
     # a lone "a" after a lead ("Final result: a", "∴ a") is no article
@@ -628,7 +628,7 @@ def _bare_letter(output: str) -> str | None:
     return None
 
 
-_TAIL_MARKUP = _rx(r"(?:\\\)|\\\]|</" + _HTML + r">|[.!*$_`\s”’»])++$")
+_TAIL_MARKUP = _rx(r"(?:\\\)|\\\]|</" + _HTML + r">|[.!*$_`\s”’»⟩」])++$")
 
 
 _QA_LABEL = _rx(r"(?m:^)[ \t*_]{0,4}A[ \t*_]{0,2}[:：][ \t*_]{0,3}(?=(?:\\\(|[(\[\"'`“*$]){1,4}[A-Ea-e](?:\\\)|[)\]\"'`”*$]){1,4}[ \t.]{0,2}(?m:$))")
@@ -641,6 +641,21 @@ def _choice_head(text: str) -> str:
     "option" / "choice" / "letter" ("\\boxed{option d}", "Answer: $$\\nC.\\n$$")."""
     head = text[:200]
     return head[_match(_CHOICE_LEAD, head).end() :]
+
+
+def _letter_of_last_lines(output: str) -> str | None:
+    """A letter given on one of the last lines, in dress or after a short lead ("...\n$$\nC: p = 12\n$$",
+    "Therefore, the total is (A.).", "[Answer] “(d)”\n\nThanks for asking!")."""
+    rest = output.rstrip()
+    for _ in range(3):
+        if not rest:
+            return None
+        line = _last_line(rest)
+        letter = (_bare_letter(line) if len(line) <= 120 else None) or _letter_in_dress(_choice_head(line), False) or _line_letter(line)
+        if letter is not None:
+            return letter
+        rest = rest.rsplit("\n", 1)[0].rstrip() if "\n" in rest else ""
+    return None
 
 
 def _normalise(text: str) -> str:
@@ -675,8 +690,7 @@ def extract_choice(output: str, options: tuple[str, ...] = ()) -> str | None:
     strong = [n for n in named if n[2]]  # a letter named as the answer or alone on its line beats a mere "(C)"
     if named:
         return (strong or named)[-1][1]
-    last_line = _last_line(output)  # "...\n$$\nC: p = 12\n$$", "Therefore, the total is (A.)."
-    letter = _bare_letter(output) or _letter_in_dress(_choice_head(last_line), False) or _line_letter(last_line)
+    letter = _bare_letter(output) or _letter_of_last_lines(output)
     if letter and letter in letters:
         return letter
     if not options:
@@ -716,8 +730,8 @@ def option_value(option: str) -> Fraction | None:
 
 # ---------------------------------------------------------------- MATH expressions
 
-_MATH_NUMBER = _rx(r"-?(?:\d++(?:\.\d++)?|\.\d++)(?:/\d++)?(?:[eE][-+]?\d{1,6}+(?!\d)|[kK](?![^\W_])|[ \t](?:thousand|million|billion|trillion)(?![^\W_]))?")  # "10k" is not 10
-_SKIP_LINE = {"", "$$", "$", "\\[", "\\]", "\\(", "\\)", ":", "```", "**"}
+_MATH_NUMBER = _rx(r"-?(?:\d++(?:\.\d++)?|\.\d++)(?:/\d++)?(?:[eE][-+]?\d{1,6}+(?!\d)|[kK](?![^\W_])|[ \t](?:hundred|thousand|million|billion|trillion)(?![^\W_]))?")  # "10k" is not 10
+_SKIP_LINE = {"", "$$", "$", "\\[", "\\]", "\\(", "\\)", ":", "```", "~~~", "**"}
 _PY_LITERALS = {"True", "False", "None"}
 
 
@@ -735,7 +749,7 @@ def _clean_math(text: str) -> str:
     text = text.strip().strip("|").strip().strip("*_").rstrip(".!").strip().strip("*_$").strip()
     while text.endswith("}") and text.count("}") > text.count("{"):  # a JSON object's close: {"answer": "18"}
         text = text[:-1].rstrip().rstrip(",").rstrip()
-    for left, right in (("\\[", "\\]"), ("\\(", "\\)"), ("`", "`"), ('"', '"'), ("'", "'"), ("“", "”"), ("‘", "’"), ("«", "»")):
+    for left, right in (("\\[", "\\]"), ("\\(", "\\)"), ("`", "`"), ('"', '"'), ("'", "'"), ("“", "”"), ("‘", "’"), ("«", "»"), ("⟨", "⟩"), ("「", "」")):
         if text.startswith(left) and text.endswith(right) and len(text) > len(left) + len(right):
             text = text[len(left) : len(text) - len(right)].strip().rstrip(".").strip().strip("$").strip()
     return text
@@ -788,7 +802,7 @@ def plain_exact(text: str) -> Fraction | None:
     return parse_exact(stripped)
 
 
-_UNIT_WORDS = _rx(r"(?<![\\\w])(?!(?:thousand|million|billion|trillion)(?![\w]))[A-Za-z][A-Za-z.]*+|[°€£¥₹$%~≈]|\^\{?\\circ\}?|\\approx|\\sim")
+_UNIT_WORDS = _rx(r"(?<![\\\w])(?!(?:hundred|thousand|million|billion|trillion)(?![\w]))[A-Za-z][A-Za-z.]*+|[°€£¥₹$%~≈]|\^\{?\\circ\}?|\\approx|\\sim")
 
 
 def _single_number(text: str) -> Fraction | None:
@@ -1010,7 +1024,7 @@ _LINE_LEAD_FIRST = _rx(r"^[^\d=\n]{0,40}?(?:[:：→∴,]|=>|[ \t](?:is|get|give
 
 _IS_THE_ANSWER = _rx(r"[ \t]{1,3}(?:is|as)[ \t]{1,3}(?:the|my|our)[ \t]{1,3}(?:(?:final|correct|right)[ \t]{1,3})?(?:answer|value|result|option|choice)[ \t]{0,2}[.!]?$", regex.I)
 _ASSIGNED = _rx(r"^(?:[A-Za-z]{1,2}[ \t]{0,2})?=[ \t]{0,2}")  # "x = 18", "= 18"
-_DRESS_CHARS = " \t*_`\"'“”‘’«»$!:"
+_DRESS_CHARS = " \t*_`\"'“”‘’«»⟨⟩「」$!:"
 
 
 def _last_line(before: str) -> str:
