@@ -524,7 +524,7 @@ _LETTER_AT = _rx(
 )
 # a letter named in a sentence: "C is correct", "So C must be the answer", "(C)" / "[C]" / "\"C\"" anywhere
 _NAMED_LETTER = _rx(
-    r"(?:(?<![\w(\[\"'`“*$\\])(?P<d>[A-Ea-e])|(?<![\w])(?:\\[(\[]|[(\[\"'`“‘«*$]){1,4}(?P<d>[A-Ea-e]))(?:\\[)\]]|[)\].\"'`”’»*$]){0,5}"
+    r"(?:(?<![\w(\[\"'`“*$\\])(?P<d>[A-Ea-e])|[(\[\"'`“‘«*$\\]{1,6}+(?P<d>[A-Ea-e]))[)\].\"'`”’»*$\\]{0,6}+"
     r"[ \t]{1,3}(?:is|must[ \t]be|should[ \t]be|would[ \t]be|seems[ \t]to[ \t]be)[ \t]{1,3}(?:the[ \t]{1,3})?(?:correct|right|answer|best|true|valid|one)(?!\w)"
     r"|[(\[](?P<e>[A-E])[)\]]"
     r"|(?<![\w])[\"'`*]{1,2}(?P<f>[A-E])[\"'`*]{1,2}(?![\w])"
@@ -574,6 +574,9 @@ _LETTER_LINE = _rx(
 )
 
 
+_RULED_OUT_LOOKBACK = 16  # letters named to be ruled out that the reader steps back over (a bound: linear time)
+
+
 def _ruled_out(text: str, start: int, end: int) -> bool:
     """Whether the letter mentioned at text[start:end] is named only to be ruled out."""
     return bool(_match(_RULED_OUT_AFTER, text[end : end + 40]) or _search(_RULED_OUT_BEFORE, text[max(0, start - 16) : start]))
@@ -585,21 +588,32 @@ def _named_letters(text: str, letters: str = LETTERS) -> list[tuple[int, str, bo
     brackets or quotes ("(C)", "'C'": weak); a letter named to be ruled out ("(A) is wrong",
     "not (B)") is skipped. Only the last of each rule is kept: linear in the text."""
     last_strong = last_weak = None
+    strong, weak = [], []  # the last few of each rule, the latest first: ruled-out checks only on those
     for match in _finditer(_NAMED_LETTER, text):
-        letter = match.group(match.lastgroup).upper()
-        if letter in letters and not _ruled_out(text, match.start(), match.end()):
-            if match.lastgroup == "d":
-                last_strong = (match.start(), letter, True)
-            else:
-                last_weak = (match.start(), letter, False)
+        if match.group(match.lastgroup).upper() in letters:
+            kept = strong if match.lastgroup == "d" else weak
+            kept.append(match)
+            if len(kept) > 2 * _RULED_OUT_LOOKBACK:
+                del kept[:_RULED_OUT_LOOKBACK]
+    for kept, is_strong in ((strong, True), (weak, False)):
+        for match in reversed(kept[-_RULED_OUT_LOOKBACK:]):
+            if not _ruled_out(text, match.start(), match.end()):
+                found = (match.start(), match.group(match.lastgroup).upper(), is_strong)
+                last_strong, last_weak = (found, last_weak) if is_strong else (last_strong, found)
+                break
     last_word = last_line = None
+    words = []
     for match in _finditer(_LETTER_WORDS, text):
         head = text[match.end() : match.end() + 24]
         letter = _letter_in_dress(head, True)
         if letter and letter in letters:
-            at = match.end() + head.upper().find(letter)
-            if not _ruled_out(text, match.start(), at + 1):
-                last_word = (match.start(), letter, True)
+            words.append((match, letter, match.end() + head.upper().find(letter)))
+            if len(words) > 2 * _RULED_OUT_LOOKBACK:
+                del words[:_RULED_OUT_LOOKBACK]
+    for match, letter, at in reversed(words[-_RULED_OUT_LOOKBACK:]):
+        if not _ruled_out(text, match.start(), at + 1):
+            last_word = (match.start(), letter, True)
+            break
     for match in _finditer(_LETTER_LINE, text):
         if match.group("letter").upper() in letters:
             last_line = (match.start(), match.group("letter").upper(), True)
@@ -1058,7 +1072,7 @@ def _bare_number(before: str) -> str | None:
             value = value[2:-2]
         elif value[:1] + value[-1:] in ("()", "[]"):
             value = value[1:-1]
-    assigned = _match(_ASSIGNED, value)
+    assigned = _match(_ASSIGNED, value) if lead else None  # "Outcome: x = 18"; a line "x = 4" alone is working
     value = value[assigned.end() :] if assigned else value
     if not value or not (_match(_NUMBER_OPENS, value) or _fullmatch(_SPELLED, value)):
         return None  # "we get .5" is a sentence, not a number in dress
