@@ -3,15 +3,20 @@
 A generator composes outputs from five axes:
 
 - an answer phrase: the released triggers ("The answer is", "the answer is", "The answer is:",
-  "####") and common chat-model phrasings ("Final answer:", "**Final Answer:**", "Answer:", ...);
+  "####") and common chat-model phrasings ("Final answer:", "**Final Answer:**", "Answer:", table
+  rows, list items, "### Final Answer" headers, "Ans:", ...), and answers given without a marker
+  (on a line of their own, after "Therefore, the total is", "∴", "Result →", "So, 18 is the answer");
 - an answer form: integer, decimal, thousands separators, currency symbols and words before or
   after, percent sign and word, units, ``\\text{}``, scientific forms, spelled-out numbers,
-  negative forms, decimal comma, "~" (number items); a letter in any case and bracket, the
-  letter with its option's text, the option's text (choice items);
-- a wrapper: quotes, backticks, brackets, parentheses, JSON, markdown bold, ``$...$``, ``\\boxed{}``;
-- a tail: nothing, an explanation, an invented next exercise under a common header that answers
-  it with the *other* answer, a chat template's end tokens followed by an invented turn, a think
-  block before the answer;
+  negative forms, decimal comma, "~", scale words ("18k", "18 thousand"), non-breaking-space
+  thousands, ``\\$``, degrees, "x = 18" (number items); a letter in any case and bracket, the
+  letter with its option's text before or after it, a letter with another ruled out (choice items);
+- a wrapper: quotes (curly too), backticks, brackets, parentheses, guillemets, JSON, markdown bold
+  (``**`` and ``__``), HTML ``<b>``, ``$...$``, ``$$`` blocks, ``\\( \\)``, ``\\[ \\]``, ``\\boxed{}``;
+- a tail: nothing, an explanation (also one naming the other answer), an invented next exercise
+  under a common header (markdown, numbered, role words, a role name alone, ``[INST]``, a numbered
+  question, "Now let's try another one") that answers it with the *other* answer, a chat
+  template's end tokens followed by an invented turn, a think block before the answer;
 - the benchmark kind: open number (GSM8K, SVAMP, SimulEq), MATH with a plain-number gold, multiple
   choice (AQuA, SAT, MMLU-math), and programs (fences tagged ``python3``, `` ``` python``,
   ``~~~python``, an "Output:" block after the fence, code with prose around it, ``sys.stdout.write``).

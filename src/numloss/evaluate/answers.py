@@ -7,7 +7,8 @@ then looked for, the first rule that finds one winning: after the last marker ("
 ``\boxed{}``, else the last number. Choices: an explicit letter in any dress, else the option
 whose text or value the answer is; no letter found is no answer (no guess). Numbers are read
 exactly (as fractions) in their usual dress: currency, units, LaTeX, thousands separators,
-decimal commas, mixed numbers, spelled-out numbers; float noise (15+ significant digits) is
+decimal commas, mixed numbers, spelled-out numbers, a scale after the number ("18k" is 18000,
+never 18); float noise (15+ significant digits) is
 rounded to 12. `number_matches` never passes a wrong digit: an integer or one-decimal gold needs
 exactly that number, a gold with 2+ decimals also a more precise prediction strictly inside its
 half-unit interval. MATH expressions go to math-verify. Every scan is linear in the output's
