@@ -1066,14 +1066,15 @@ def _bare_number(before: str) -> str | None:
         return None
     line = line[: m.start()] if (m := _search(_IS_THE_ANSWER, line)) else line
     lead = _match(_LINE_LEAD, line)
-    value = line[lead.end() :] if lead else line
+    value = undressed = line[lead.end() :] if lead else line
     for _ in range(3):  # dress inside dress: "$$ [+58] $$", "\\( (18) \\)."
         value = value.strip(_DRESS_CHARS).rstrip(".").strip(_DRESS_CHARS)
         if value.startswith(("\\(", "\\[")) and value.endswith(("\\)", "\\]")):
             value = value[2:-2]
         elif value[:1] + value[-1:] in ("()", "[]"):
             value = value[1:-1]
-    assigned = _match(_ASSIGNED, value) if lead else None  # "Outcome: x = 18"; a line "x = 4" alone is working
+    # "Outcome: x = 18", "**x = 18**", "$$\nx = 18\n$$"; a line "x = 4" alone, undressed, is working
+    assigned = _match(_ASSIGNED, value) if lead or value != undressed.strip() else None
     value = value[assigned.end() :] if assigned else value
     if not value or not (_match(_NUMBER_OPENS, value) or _fullmatch(_SPELLED, value)):
         return None  # "we get .5" is a sentence, not a number in dress
