@@ -920,7 +920,7 @@ _PROSE_NEXT = _rx(
     regex.I,
 )
 _ANY_DIGIT = _rx(r"\d")
-_ALWAYS_WORDS = {"input", "instruction", "output", "response", "user", "human", "assistant", "system"}
+_ALWAYS_WORDS = {"input", "instruction", "output", "response", "user", "human", "assistant", "system", "student", "teacher"}
 # a chat role's name alone on a line: a template rendered without its special tokens ("\nassistant\n")
 _ROLE_LINE_WORDS = {"user", "assistant", "system", "human"}
 _END_OF_TURN = ("<|im_end|>", "<|eot_id|>", "<|endoftext|>", "<|end_of_text|>", "</s>", "<end_of_turn>", "<|end|>",
