@@ -403,3 +403,128 @@ def test_read_bound_and_timeout():
 ])
 def test_numbered_headers(output, value):
     assert extract(Item("0", "q", value, "number"), output) == value
+
+
+# ---------------------------------------------------------------- dress and continuations found by composing new outputs
+
+@pytest.mark.parametrize(("output", "value"), [
+    # an invented continuation under a header that ends its line, a role word or line, a template
+    # token, a numbered question, prose: never the answer
+    ("The answer is 18.\n\n## Question 3\nWhat is 5 + 9?\nThe answer is 25.", 18),
+    ("The answer is 18.\n\n### Next Question\nWhat is 5 + 9?\nThe answer is 25.", 18),
+    ("The answer is 18.\nExercise 2\nCompute 5 + 9. The answer is 25.", 18),
+    ("The answer is 18.\n\nassistant\nThe answer is 25.", 18),
+    ("The answer is 18.\nStudent: What is 5 + 9?\nTeacher: The answer is 25.", 18),
+    ("The answer is 18.\n[INST] What is 5 + 9? [/INST] The answer is 25.", 18),
+    ("The answer is 18.\n\nNow let's try another one: What is 5 + 9? The answer is 25.", 18),
+    ("The answer is 18.\n\n2. What is 5 + 9?\nThe answer is 25.", 18),
+    # ... also after an answer given bare on its line, in any dress
+    ("First, 3 + 4 = 7.\n18\nProblem: What is 5 + 9?\nThe answer is 25.", 18),
+    ("Therefore, the total is $$\n18\n$$.\nExplanation: the other value, 25, is what you get.", 18),
+    ("So, **18** is the answer.\nExplanation: the other value, 25, is what you get.", 18),
+    ("Thus, ```\n18.0\n```.\nNote: 25 would be the result with the other rate.", 18),
+    ("Total: *\\$18*\nCheck: 12 + 6 = 25", 18),
+    # the other side: working is not an answer given bare, and prose that is working is kept
+    ("x = 4\nCheck: 4 * 4 = 16 so the total is 18", 18), ("Outcome: x = 18\nNote: 25 would be the other rate.", 18),
+    ("Let's try another one. 5 + 9 = 14\nThe answer is 18.", 18),
+    ("1. What is the total?\n2. Add 7 and 11.\nThe answer is 18.", 18),
+    ("2 + 3 = 5\nExplanation: so the answer is 18.", 18),
+])
+def test_continuations_and_explanations_after_an_answer(output, value):
+    assert extract_exact(extract_text(output)) == value
+
+
+def extract_text(output: str) -> str:
+    from numloss.evaluate.answers import cut_continuation
+
+    return cut_continuation(output)
+
+
+@pytest.mark.parametrize(("output", "value"), [
+    ("### Final Answer\n**18**\nExplanation: the other value, 25, is what you get", 18),
+    ("| Step | Value |\n|---|---|\n| Answer | 18 |\nCheck: 12 + 6 = 25", 18),
+    ("- Answer: 18\nQ: What?\nA: 25", 18), ("ANSWER = 18\nExplanation: 25", 18), ("Answer - 18 %.", 18),
+    ("3. Answer: 18", 18), ("Ans. 18", 18), ("answer is **18**\nCheck: 12 + 6 = 25", 18),
+    ("The answer is __18__.", 18), ("The answer is x_1 = 18", 18), ("The answer is <b>Eighteen</b>, not 25.", 18),
+    ("The answer is “Eighteen”.", 18), ("3. Answer: \\[Eighteen\\]", 18), ("First, 3 + 4 = 7.\nEighteen.", 18),
+    ("Which answer is right? 18 or 25? Well, 25.", 25),
+    # a scale word multiplies; "18k" is never 18
+    ("The answer is 18k.", 18000), ("The answer is $18K", 18000), ("The answer is 18 thousand", 18000),
+    ("The answer is 2 million.", 2000000), ("The answer is 18 hundred", 1800), ("The answer is 1.5 billion", 1500000000),
+    ("The answer is __18 million__", 18000000), ("It is 18 km away, so the answer is 18.", 18),
+])
+def test_markers_and_number_forms_in_new_dress(output, value):
+    assert extract_exact(cut_continuation_of(output)) == value
+
+
+def cut_continuation_of(output: str) -> str:
+    from numloss.evaluate.answers import cut_continuation
+
+    return cut_continuation(output)
+
+
+@pytest.mark.parametrize(("output", "gold", "right"), [
+    ("The answer is 2, not 9.", "2", True), ("The answer is 9, not 2.", "2", False),
+    ("The answer is `9.000000e0`, not 2.", "2", False), ("The answer is $2$. I hope it is correct.", "2", True),
+    ("The answer is “2”.", "2", True), ("The answer is <b>2</b>.", "2", True), ("| Answer | “2” |", "2", True),
+    ("Final result: two", "2", True), ("The answer is \\boxed{\\text{Two}}.", "2", True),
+    ("The answer is \\boxed{\\text{\\$2\\text{ total}}}.", "2", True), ("Final result: 2.000000e0", "2", True),
+    ("First, 3 + 4 = 7. Then 7 * 2 = 14.\n\\frac{2}{1}", "2", True), ("First, 3 + 4 = 7.\nTwo", "2", True),
+    ("So, **10k** is the answer.", "10", False), ("The answer is 2 thousand", "2", False), ("Solving, we get .5", "0.5", True),
+])
+def test_math_answers_in_new_dress(output, gold, right):
+    item = Item("m", "q", gold, "math")
+    assert score(item, output).correct is right, extract(item, output)
+
+
+@pytest.mark.parametrize(("output", "letter"), [
+    ("The answer is E) $78.20 (not A).", "E"), ("The answer is <b>[A]</b>, not (C).", "A"), ("So, choose “a”.", "A"),
+    ("∴ **A.**", "A"), ("Answer - $$\nA.\n$$", "A"), ("Final result: a", "A"), ("Answer = \\(A.\\)\nQ: What?\nA: (E)", "A"),
+    ("The answer is $\\boxed{option a}$.\nExplanation: ((D)) is wrong because it is too large.", "A"),
+    ("First, 3 + 4 = 7.\n(A)\nExplanation: the other value, (E), is what you get", "A"),
+    ("(A)\n\nOption (E) is incorrect since it double counts.", "A"), ("A: (b)", "B"), ("A: 5 apples", "A"),
+    ("Among the options, \\(A.\\) is correct.\nExplanation: the other value, (D), is what you get", "A"),
+    ("So, “(a)” is the answer.\nExplanation: the other value, (B), is what", "A"),
+    ("Among the options, a is correct.\nCheck: 12 + 6 = 18", "A"), ("Final result: A) 5(√3 + 1) (not B)", "A"),
+    ("The answer is (D). Wait, actually the answer is $$\n$61 (A)\n$$.", "A"), ("| Answer | 'option a' |", "A"),
+    ("Therefore, the total is (A.).\nExplanation: we add", "A"), ("[Answer] “(a)”\n\nThanks for asking!", "A"),
+    ("First, 3 + 4 = 7. Then 7 * 2 = 14.\n$$\nC: p = 12\n$$", "C"), ("(A) is wrong, (B) is wrong; (C) is the right one.", "C"),
+    ("I think it's (A) because (B) is too large", "A"), ("x = 4, so A) is wrong and B", "B"),
+    # the other side: the article is never a letter, after a lead too
+    ("So the total is a", None), ("The result is a lot larger", None),
+])
+def test_letters_in_new_dress(output, letter):
+    assert extract_choice(cut_continuation_of(output), ("$61", "$65", "$67.40", "$70", "$78.20")) == letter
+
+
+def test_a_scale_word_never_passes_the_unscaled_gold():
+    for output in ("The answer is 18k.", "The answer is 18 thousand.", "18 million", "The answer is 18 hundred"):
+        assert not score(Item("n", "q", "18", "number"), output).correct, output
+    assert score(Item("n", "q", "18000", "number"), "The answer is 18k.").correct
+
+
+NEW_UNITS = {  # the new patterns, each repeated to the size: reading stays linear
+    "numbered-questions": "\n\n1. What is x?", "explanations": "18\nExplanation: 5\n", "letter-lines": "Correct: a.\n",
+    "template-tokens": "[INST]", "underscores": "_", "ruled-out": "(A) is wrong, ", "table-rows": "| Answer | 5 |\n",
+    "mixture": "\n\n## Question 3\n<b>(C)</b> is wrong. 18k __18__ “a” → Ans. A: (b)\n- Answer: 5\n\\[ 2, not x\n$$\n",
+}
+
+
+@pytest.mark.parametrize("name", list(NEW_UNITS))
+def test_new_patterns_read_in_linear_time(name):
+    import time
+
+    unit = NEW_UNITS[name]
+    items = [Item("x", "q", answer, kind, options) for kind, answer, options in
+             (("number", "18", ()), ("math", "18", ()), ("choice", "B", ("1", "2", "3", "5")))]
+    times = []
+    for size, repeats in ((30_000, 3), (300_000, 2)):  # each at its fastest: a busy machine only slows
+        text = (unit * (size // len(unit) + 1))[:size]
+        best = float("inf")
+        for _ in range(repeats):
+            start = time.perf_counter()
+            for item in items:
+                score(item, text)
+            best = min(best, time.perf_counter() - start)
+        times.append(best)
+    assert times[1] < 15 * times[0] + 0.5, times  # 10x the text: about 10x the time (linear), not 100x

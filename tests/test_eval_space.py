@@ -3,15 +3,20 @@
 A generator composes outputs from five axes:
 
 - an answer phrase: the released triggers ("The answer is", "the answer is", "The answer is:",
-  "####") and common chat-model phrasings ("Final answer:", "**Final Answer:**", "Answer:", ...);
+  "####") and common chat-model phrasings ("Final answer:", "**Final Answer:**", "Answer:", table
+  rows, list items, "### Final Answer" headers, "Ans:", ...), and answers given without a marker
+  (on a line of their own, after "Therefore, the total is", "∴", "Result →", "So, 18 is the answer");
 - an answer form: integer, decimal, thousands separators, currency symbols and words before or
   after, percent sign and word, units, ``\\text{}``, scientific forms, spelled-out numbers,
-  negative forms, decimal comma, "~" (number items); a letter in any case and bracket, the
-  letter with its option's text, the option's text (choice items);
-- a wrapper: quotes, backticks, brackets, parentheses, JSON, markdown bold, ``$...$``, ``\\boxed{}``;
-- a tail: nothing, an explanation, an invented next exercise under a common header that answers
-  it with the *other* answer, a chat template's end tokens followed by an invented turn, a think
-  block before the answer;
+  negative forms, decimal comma, "~", scale words ("18k", "18 thousand"), non-breaking-space
+  thousands, ``\\$``, degrees, "x = 18" (number items); a letter in any case and bracket, the
+  letter with its option's text before or after it, a letter with another ruled out (choice items);
+- a wrapper: quotes (curly too), backticks, brackets, parentheses, guillemets, JSON, markdown bold
+  (``**`` and ``__``), HTML ``<b>``, ``$...$``, ``$$`` blocks, ``\\( \\)``, ``\\[ \\]``, ``\\boxed{}``;
+- a tail: nothing, an explanation (also one naming the other answer), an invented next exercise
+  under a common header (markdown, numbered, role words, a role name alone, ``[INST]``, a numbered
+  question, "Now let's try another one") that answers it with the *other* answer, a chat
+  template's end tokens followed by an invented turn, a think block before the answer;
 - the benchmark kind: open number (GSM8K, SVAMP, SimulEq), MATH with a plain-number gold, multiple
   choice (AQuA, SAT, MMLU-math), and programs (fences tagged ``python3``, `` ``` python``,
   ``~~~python``, an "Output:" block after the fence, code with prose around it, ``sys.stdout.write``).
@@ -60,10 +65,15 @@ PHRASES = [
     "The answer is {x}.", "The answer is: {x}", "the answer is {x}", "So the answer is {x}", "#### {x}",
     "Final answer: {x}", "**Final Answer:** {x}", "Answer: {x}", "Therefore, the final answer is {x}.",
     "The correct answer is {x}.", "{x}", "Step 1: 3 + 4 = 7.\nStep 2: 7 * 2 = 14.\nThe answer is {x}.",
+    # markers in other dress, and answers given without one (on a line of their own, after a lead)
+    "Final result: {x}", "**Answer:** {x}", "ANSWER = {x}", "Result → {x}", "∴ {x}", "Therefore, the total is {x}.",
+    "| Step | Value |\n|---|---|\n| Answer | {x} |", "- Answer: {x}", "### Final Answer\n{x}", "Ans: {x}",
+    "1. Add the parts.\n2. Simplify.\n3. Answer: {x}", "So, {x} is the answer.", "The answer is {x}, not {o}.",
+    "First, 3 + 4 = 7. Then 7 * 2 = 14.\n{x}", "answer is {x}",
 ]
 WRAPPERS = [
     "{f}", '"{f}"', "'{f}'", "`{f}`", "[{f}]", "({f})", '{{"answer": "{f}"}}', "**{f}**", "${f}$",
-    "\\boxed{{{f}}}", "$\\boxed{{{f}}}$",
+    "\\boxed{{{f}}}", "$\\boxed{{{f}}}$", "__{f}__", "<b>{f}</b>", "“{f}”", "\\({f}\\)", "\\[{f}\\]", "«{f}»", "$$\n{f}\n$$",
 ]
 TAILS = {
     "none": "",
@@ -76,6 +86,18 @@ TAILS = {
     "im-end": "<|im_end|>\n<|im_start|>user\nAnd the next one?<|im_end|>\n<|im_start|>assistant\nThe answer is {o}.",
     "eot": "<|eot_id|><|start_header_id|>user<|end_header_id|>\n\nNext? The answer is {o}",
     "think": "",  # a think block before the answer (prefix, below)
+    "md-next-question": "\n\n### Next Question\nWhat is five plus nine?\nThe answer is {o}.",
+    "md-question-3": "\n\n## Question 3\nWhat is five plus nine?\nThe answer is {o}.",
+    "role-line": "\n\nassistant\nThe answer is {o}.",
+    "student-teacher": "\nStudent: What is five plus nine?\nTeacher: The answer is {o}.",
+    "inst": "\n[INST] What is five plus nine? [/INST] The answer is {o}.",
+    "exercise-alone": "\nExercise 2\nCompute five plus nine. The answer is {o}.",
+    "try-another": "\n\nNow let's try another one: What is five plus nine? The answer is {o}.",
+    "numbered-question": "\n\n2. What is five plus nine?\nThe answer is {o}.",
+    "q-a": "\nQ: What is five plus nine?\nA: {o}",
+    "explanation-other": "\nExplanation: the other value, {o}, is what you get if you forget a step.",
+    "note-other": "\nNote: {o} would be the result with the other rate.",
+    "gemma": "<end_of_turn>\n<start_of_turn>user\nNext<end_of_turn>\n<start_of_turn>model\nThe answer is {o}.",
 }
 THINK = "<think>\nMaybe it is {o}? Let me check again.\n</think>\n"
 
@@ -115,18 +137,38 @@ def number_forms(value: Fraction) -> dict[str, str]:
             forms["spelled"] = ("negative " if value < 0 else "") + spell(int(size))
     elif "." in s and size < 1000:
         forms["decimal-comma"] = s.replace(".", ",")
+    forms.update({"latex-dollar": ("-" if value < 0 else "") + "\\$" + a, "usd-before": "USD " + s, "degrees": s + "^\\circ",
+                  "about": "about " + s, "approx-sign": "≈ " + s, "x-equals": "x = " + s})
+    if value >= 0:
+        forms["plus"] = "+" + s
+    if value.denominator == 1:
+        forms["dollar-cents"] = ("-" if value < 0 else "") + "$" + a + ".00"
+        if size < 10**6:
+            word = ("negative " if value < 0 else "") + spell(int(size))
+            forms["spelled-capital"] = word[0].upper() + word[1:]
     if size >= 1000 and value.denominator == 1:
         forms["thousands"] = ("-" if value < 0 else "") + f"{int(size):,}"
+        forms["nbsp-thousands"] = forms["thousands"].replace(",", "\u00a0")
+        forms["narrow-nbsp-thousands"] = forms["thousands"].replace(",", "\u202f")
+        # a scale word: 18000 is "18k" and "18 thousand", 18007 "18.007k" (never read as 18)
+        forms["k-suffix"] = format_exact(value / 1000) + "k"
+        forms["thousand-word"] = format_exact(value / 1000) + " thousand"
     if value < 0:
         forms["negative-word"] = "negative " + a
         forms["unicode-minus"] = "−" + a
     return forms
 
 
-def choice_forms(letter: str, option: str) -> dict[str, str]:
-    forms = {"letter": letter, "lower": letter.lower() + ".", "bracketed": f"({letter})", "close-bracket": f"{letter})",
+def choice_forms(letter: str, option: str, other: str = "B") -> dict[str, str]:
+    """The forms of a letter answer; `other` is another option's letter (named to be ruled out)."""
+    lower = letter.lower()
+    forms = {"letter": letter, "lower": lower + ".", "bracketed": f"({letter})", "close-bracket": f"{letter})",
              "letter-dot": f"{letter}.", "letter-text": f"{letter}. {option}", "bracketed-text": f"({letter}) {option}",
-             "option-word": f"Option {letter}"}
+             "option-word": f"Option {letter}", "square": f"[{letter}]", "bold": f"**{letter}**", "lower-bracketed": f"({lower})",
+             "colon-text": f"{letter}: {option}", "dash-text": f"{letter} — {option}", "boxed-text": f"\\boxed{{\\text{{{letter}}}}}",
+             "text-then-letter": f"{option} ({letter})", "ruled-out-other": f"{letter}) {option} (not {other})",
+             "option-lower": f"option {lower}", "letter-word": f"letter {letter}", "quoted-lower": f"“{lower}”",
+             "choice-word": f"Choice {letter}"}
     return forms
 
 
@@ -173,11 +215,11 @@ def fill(c: Composition, item: Item, said: str, said_value: Fraction | None, oth
         return PROGRAMS[c.form].replace("{p}", literal)
     if c.kind == "choice":
         index = LETTERS.index(said)
-        form = choice_forms(said, item.options[index] if index < len(item.options) else "")[c.form]
+        form = choice_forms(said, item.options[index] if index < len(item.options) else "", other)[c.form]
     else:
         form = number_forms(said_value)[c.form] if said_value is not None else said
     wrapped = c.wrapper.format(f=form)
-    text = c.phrase.replace("{x}", wrapped) + TAILS[c.tail].replace("{o}", other)
+    text = c.phrase.replace("{x}", wrapped).replace("{o}", other) + TAILS[c.tail].replace("{o}", other)
     return THINK.replace("{o}", other) + text if c.tail == "think" else text
 
 

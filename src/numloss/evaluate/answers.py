@@ -7,7 +7,8 @@ then looked for, the first rule that finds one winning: after the last marker ("
 ``\boxed{}``, else the last number. Choices: an explicit letter in any dress, else the option
 whose text or value the answer is; no letter found is no answer (no guess). Numbers are read
 exactly (as fractions) in their usual dress: currency, units, LaTeX, thousands separators,
-decimal commas, mixed numbers, spelled-out numbers; float noise (15+ significant digits) is
+decimal commas, mixed numbers, spelled-out numbers, a scale after the number ("18k" is 18000,
+never 18); float noise (15+ significant digits) is
 rounded to 12. `number_matches` never passes a wrong digit: an integer or one-decimal gold needs
 exactly that number, a gold with 2+ decimals also a more precise prediction strictly inside its
 half-unit interval. MATH expressions go to math-verify. Every scan is linear in the output's
@@ -126,6 +127,7 @@ _NUMBER = _rx(
       | \.\d++                          # .5
     )
     (?:[eE](?P<exp>[-+]?\d{1,6}+)(?!\d))?
+    (?P<scale>[kK](?![^\W_])|[ \t](?:hundred|thousand|million|billion|trillion)(?![^\W_]))?   # "18k" is 18000, never 18
     (?P<percent>\s?%)?
     """,
     regex.X,
@@ -162,6 +164,8 @@ def _strip_latex(text: str) -> str:
     \\%, \\!, braces, "\\times 10^{k}" -> "ek", currency words before a number."""
     s = _sub(_FRAC, _frac_sub, text)
     s = _sub(_TEXT_CMD, r" \1 ", s)
+    if "\\text" in s or "\\mbox" in s:  # one level of nesting: \text{\$10\text{ total}}
+        s = _sub(_TEXT_CMD, r" \1 ", s)
     s = s.replace("\\$", "$").replace("\\%", "%").replace("\\!", "").replace("\\,", "")
     s = s.replace("{,}", ",").replace("\\left", "").replace("\\right", "")
     s = _sub(_PAREN_FRAC, r"\1/\2", s)
@@ -227,6 +231,9 @@ def _value(match: regex.Match, text: str) -> Fraction | None:
             return None
         value *= Fraction(10) ** exp
     value = _denoise(match.group("body"), value) if "/" not in body else value
+    scale = match.group("scale")
+    if scale:
+        value *= _SCALES["thousand" if scale in "kK" else scale.strip()]
     sign = match.group("sign")
     if sign in ("-", "−") and not _is_binary_minus(text, match.start()):
         value = -value
@@ -253,7 +260,11 @@ def _decimal_comma_sub(match: regex.Match) -> str:
 def _number_text(text: str) -> str:
     """`text` with its number dress normalised: LaTeX, scientific and currency forms, decimal
     commas ("3,5" -> 3.5), mixed numbers ("11 1/5" -> 56/5)."""
+    text = _sub(_EMPHASIS, " ", text) if "_" in text else text
     return _sub(_MIXED, _mixed_sub, _sub(_DECIMAL_COMMA, _decimal_comma_sub, _strip_latex(text)))
+
+
+_EMPHASIS = _rx(r"(?<![^\W_])_++")  # "__18__" is 18 in bold; "x_1" is a subscript
 
 
 def _number_matches_in(text: str) -> tuple[str, list[regex.Match]]:
@@ -300,8 +311,8 @@ _TENS = {w: 10 * i for i, w in enumerate("_ _ twenty thirty forty fifty sixty se
 _SCALES = {"hundred": 100, "thousand": 10**3, "million": 10**6, "billion": 10**9, "trillion": 10**12}
 _WORD = "|".join(sorted([*_UNITS, *_TENS, *_SCALES], key=len, reverse=True))
 _SPELLED = _rx(
-    r"(?<![\w-])(?:(?P<neg>negative|minus)[ \t]{1,3})?(?P<words>(?:" + _WORD + r")(?:(?:[ \t]{1,3}|-|[ \t]{1,3}and[ \t]{1,3})(?:"
-    + _WORD + r"))*+)(?![\w-])", regex.I)
+    r"(?<![^\W_]|-)(?:(?P<neg>negative|minus)[ \t]{1,3})?(?P<words>(?:" + _WORD + r")(?:(?:[ \t]{1,3}|-|[ \t]{1,3}and[ \t]{1,3})(?:"
+    + _WORD + r"))*+)(?![^\W_]|-)", regex.I)
 
 
 def _spelled(match: regex.Match | None) -> Fraction | None:
@@ -327,7 +338,10 @@ def _spelled(match: regex.Match | None) -> Fraction | None:
 
 def _spelled_at_start(segment: str) -> Fraction | None:
     """A spelled-out number that opens `segment` ("eighteen", "negative ten", "two thousand and five")."""
-    return _spelled(_match(_SPELLED, segment.lstrip(" \t\n:*_\"'`$([{")))
+    head = segment[:400]
+    if "\\" in head:  # "\\text{Two}", "\\[Two\\]"
+        head = _strip_latex(head).replace("\\[", " ").replace("\\(", " ")
+    return _spelled(_match(_SPELLED, head.lstrip(" \t\n:*_\"'`$([{“‘«")))
 
 
 # ---------------------------------------------------------------- where the answer is
@@ -338,7 +352,13 @@ def _spelled_at_start(segment: str) -> Fraction | None:
 _TRIGGERS = _rx(
     r"(?:\b(?:the|my|our)[ \t]{1,3}(?:(?:final|correct|right|best)[ \t]{1,3})?answer[ \t]{1,3}(?:is|would[ \t]{1,3}be|will[ \t]{1,3}be|should[ \t]{1,3}be)(?!\w)(?:[ \t]{0,3}:)?"
     r"|\bfinal[ \t]{1,3}answer(?:[ \t]{1,3}is)?[ \t*_]{0,4}:"
-    r"|(?m:^)[ \t>*#_]{0,8}(?:final[ \t]{1,3})?answer[ \t*_]{0,4}[:：]"
+    # a line (a list item, a table row) that opens with "Answer", "Final answer", "Correct answer",
+    # "My answer" and then ":", "=", a dash, a table bar, or nothing more: "### Final Answer\n18"
+    r"|(?m:^)[ \t>*#_+|(-]{0,8}(?:\d{1,2}[.)][ \t]{1,3})?ans[ \t*_]{0,3}[.:：]"
+    r"|(?m:^)[ \t>*#_+|(-]{0,8}(?:\d{1,2}[.)][ \t]{1,3})?(?:(?:final|correct|my|short)[ \t]{1,3})?answer[ \t*_]{0,4}"
+    r"(?:[:：=|]|[-–—](?=[ \t])|[ \t#]{0,4}(?=\r?\n))"
+    r"|(?:(?m:^)[ \t>*#_+|-]{0,8}|[.!?;,][ \t]{1,3})(?:(?:final|correct)[ \t]{1,3})?answer[ \t]{1,3}(?:is|would[ \t]{1,3}be)(?!\w)(?:[ \t]{0,3}:)?"
+    r"|(?m:^)[ \t>*#_+|-]{0,8}(?:final[ \t]{1,3})?result[ \t*_]{0,4}(?:[:：]|→|=>)"
     r"|[\"'](?:final_?)?answer[\"'][ \t]{0,3}:)",
     regex.I,
 )
@@ -369,13 +389,15 @@ def extract_exact(output: str) -> Fraction | None:
     segment, marked = answer_segment(output)
     if marked:
         boxed = boxed_content(segment)
-        target = boxed if boxed is not None else _result_of_sum(segment)
+        target = boxed if boxed is not None else _result_of_sum(_sub(_HTML_TAG, "", segment[:4000]) + segment[4000:])
         spelled = _spelled_at_start(target)
         if spelled is not None:
             return spelled
         found = parse_exact(target)
         if found is not None:
             return found
+    if _bare_spelled(output):  # the last line is a spelled-out number alone: "... = 14.\nEighteen."
+        return _spelled_at_start(output.rstrip().rsplit("\n", 1)[-1].strip(" \t.!\"'`*_$()[]{}"))
     found = _last_number(output)
     return _spelled(_last(_SPELLED, output)) if found is None else found
 
@@ -493,23 +515,26 @@ def number_matches(pred: Fraction | float | None, gold: str, pred_text: str | No
 # so "the answer is a boy" and "a long way off" name no letter. An explicit letter always wins
 # over matching an option's text or value: "A. 1 over 5" is option A even where 5 is option D.
 
-_OPEN_DRESS = r"(?:[ \t]{0,3}(?:\*\*|__|\\(?:boxed|text|textbf|mathrm|mathbf)\{|[\"'`\[({$*_]))"
-_CLOSE_DRESS = r"(?:[ \t]{0,3}(?:\*\*|__|[\"'`\])}$*_]))"
+_HTML = r"(?:b|strong|i|em|u|code|answer|mark)"
+_OPEN_DRESS = r"(?:[ \t]{0,3}(?:\*\*|__|\\(?:boxed|text|textbf|mathrm|mathbf)\{|\\[(\[]|<" + _HTML + r">|[\"'`\[({$*_“‘«⟨「]))"
+_CLOSE_DRESS = r"(?:[ \t]{0,3}(?:\*\*|__|\\[)\]]|</" + _HTML + r">|[\"'`\])}$*_”’»⟩」]))"
+# the close is not possessive: "E) $78.20" is the letter E, then its option's text ("$" is no close there)
 _LETTER_AT = _rx(
     r"[ \t]{0,3}(?P<open>" + _OPEN_DRESS + r"{0,4}+)[ \t]{0,2}(?P<letter>[A-Ea-e])(?P<close>" + _CLOSE_DRESS
-    + r"{0,4}+)(?:[ \t]{0,3}(?P<end>$|\n)|[ \t]{0,3}(?P<punct>[.,;!?:)\]])|[ \t]{1,4}(?P<word>(?=\S)))"
+    + r"{0,4})(?:[ \t]{0,3}(?P<end>$|\n)|[ \t]{0,3}(?P<punct>[.,;!?:)\]—–→|])|[ \t]{1,4}(?P<word>(?=\S)))"
 )
 # a letter named in a sentence: "C is correct", "So C must be the answer", "(C)" / "[C]" / "\"C\"" anywhere
 _NAMED_LETTER = _rx(
-    r"(?<![\w(\[\"'`])(?P<d>[A-E])[ \t]{1,3}(?:is|must[ \t]be|should[ \t]be|would[ \t]be|seems[ \t]to[ \t]be)[ \t]{1,3}(?:the[ \t]{1,3})?(?:correct|right|answer|best|true|valid|one)(?!\w)"
+    r"(?:(?<![\w(\[\"'`“*$\\])(?P<d>[A-Ea-e])|[(\[\"'`“‘«*$\\]{1,6}+(?P<d>[A-Ea-e]))[)\].\"'`”’»*$\\]{0,6}+"
+    r"[ \t]{1,3}(?:is|must[ \t]be|should[ \t]be|would[ \t]be|seems[ \t]to[ \t]be)[ \t]{1,3}(?:the[ \t]{1,3})?(?:correct|right|answer|best|true|valid|one)(?!\w)"
     r"|[(\[](?P<e>[A-E])[)\]]"
     r"|(?<![\w])[\"'`*]{1,2}(?P<f>[A-E])[\"'`*]{1,2}(?![\w])"
 )
 # the words before a letter, in any case: "option C", "Option (c)", "ANSWER: D", "we choose c."
 _LETTER_WORDS = _rx(
-    r"(?<![\w])(?:option|choice|answer|choose|select|pick|go[ \t]with)[ \t]{0,3}(?:is[ \t]{1,3})?[:\-]?"
+    r"(?<![\w])(?:option|choice|answer|choose|select|pick|go[ \t]with|letter)[ \t]{0,3}(?:is[ \t]{1,3})?[:\-]?"
     # only where a letter follows (a cheap filter in the pattern: "answer answer ..." calls no Python)
-    r"(?=[ \t]{0,3}(?:\*\*|__|\\[a-z]{2,6}\{|[\"'`\[({$*_]){0,4}[ \t]{0,2}[A-Ea-e](?![A-Za-z]))",
+    r"(?=[ \t]{0,3}(?:\*\*|__|\\[a-z]{2,6}\{|\\\(|<" + _HTML + r">|[\"'`\[({$*_“‘«]){0,4}[ \t]{0,2}[A-Ea-e](?![A-Za-z]))",
     regex.I,
 )
 
@@ -534,24 +559,66 @@ def _letter_in_dress(text: str, after_marker: bool) -> str | None:
     return letter.upper()
 
 
-def _named_letters(text: str, letters: str = LETTERS) -> list[tuple[int, str]]:
-    """(position, letter) of the last letter among `letters` named in a sentence by each rule
-    (only the last of each is kept: a text of a million letters is read in linear time)."""
-    out = []
-    last = None
+# a letter mentioned to be ruled out: "(A) is wrong", "Option B is incorrect", "not (C)"
+_RULED_OUT_AFTER = _rx(
+    r"[ \t*_\"'`)\]”’]{0,6}(?:is|are|was|seems|would[ \t]be)?[ \t]{0,3}(?:not|n't|incorrect|wrong|false|invalid|too|impossible|eliminated|ruled)(?![\w])"
+    r"|[ \t*_\"'`)\]”’]{0,6}(?:can(?:not|'t)|could(?:n't|[ \t]not))",
+    regex.I,
+)
+_RULED_OUT_BEFORE = _rx(r"(?:(?<![\w])not|n't|(?<![\w])than|(?<![\w])over|(?<![\w])eliminate|(?<![\w])rule[ \t]out)[ \t*_\"'`(\[“‘]{1,6}$", regex.I)
+# a line that is only a letter in dress: "(B)", "**C.**", "$$\nB\n$$" has its line "B", "Option (d)"
+_LETTER_LINE = _rx(
+    r"(?m:^)[ \t>*_#-]{0,8}(?:[^\d\n:：→∴]{0,30}[:：→∴][ \t]{0,3})?(?:(?:option|choice|letter|answer)[ \t:]{0,3})?"
+    r"(?:\\[(\[]|\\boxed\{|<" + _HTML + r">|[\"'`“‘«\[({$*_]){0,6}"
+    r"[ \t]{0,2}(?P<letter>[A-Ea-e])(?:\\[)\]]|</" + _HTML + r">|[\"'`”’»\])}$*_.!]){0,6}[ \t]{0,3}(?m:$)",
+    regex.I,
+)
+
+
+_RULED_OUT_LOOKBACK = 16  # letters named to be ruled out that the reader steps back over (a bound: linear time)
+
+
+def _ruled_out(text: str, start: int, end: int) -> bool:
+    """Whether the letter mentioned at text[start:end] is named only to be ruled out."""
+    return bool(_match(_RULED_OUT_AFTER, text[end : end + 40]) or _search(_RULED_OUT_BEFORE, text[max(0, start - 16) : start]))
+
+
+def _named_letters(text: str, letters: str = LETTERS) -> list[tuple[int, str, bool]]:
+    """(position, letter, strong) of the last letter among `letters` named by each rule: in a
+    sentence ("C is correct", "choose (c)": strong), alone on its line (strong), or merely in
+    brackets or quotes ("(C)", "'C'": weak); a letter named to be ruled out ("(A) is wrong",
+    "not (B)") is skipped. Only the last of each rule is kept: linear in the text."""
+    last_strong = last_weak = None
+    strong, weak = [], []  # the last few of each rule, the latest first: ruled-out checks only on those
     for match in _finditer(_NAMED_LETTER, text):
         if match.group(match.lastgroup).upper() in letters:
-            last = match
-    if last is not None:
-        out.append((last.start(), last.group(last.lastgroup).upper()))
-    last_word = None
+            kept = strong if match.lastgroup == "d" else weak
+            kept.append(match)
+            if len(kept) > 2 * _RULED_OUT_LOOKBACK:
+                del kept[:_RULED_OUT_LOOKBACK]
+    for kept, is_strong in ((strong, True), (weak, False)):
+        for match in reversed(kept[-_RULED_OUT_LOOKBACK:]):
+            if not _ruled_out(text, match.start(), match.end()):
+                found = (match.start(), match.group(match.lastgroup).upper(), is_strong)
+                last_strong, last_weak = (found, last_weak) if is_strong else (last_strong, found)
+                break
+    last_word = last_line = None
+    words = []
     for match in _finditer(_LETTER_WORDS, text):
-        letter = _letter_in_dress(text[match.end() : match.end() + 24], True)
+        head = text[match.end() : match.end() + 24]
+        letter = _letter_in_dress(head, True)
         if letter and letter in letters:
-            last_word = (match.start(), letter)
-    if last_word is not None:
-        out.append(last_word)
-    return sorted(out)
+            words.append((match, letter, match.end() + head.upper().find(letter)))
+            if len(words) > 2 * _RULED_OUT_LOOKBACK:
+                del words[:_RULED_OUT_LOOKBACK]
+    for match, letter, at in reversed(words[-_RULED_OUT_LOOKBACK:]):
+        if not _ruled_out(text, match.start(), at + 1):
+            last_word = (match.start(), letter, True)
+            break
+    for match in _finditer(_LETTER_LINE, text):
+        if match.group("letter").upper() in letters:
+            last_line = (match.start(), match.group("letter").upper(), True)
+    return sorted(x for x in (last_strong, last_weak, last_word, last_line) if x is not None)
 
 
 def _bare_letter(output: str) -> str | None:
@@ -565,10 +632,44 @@ def _bare_letter(output: str) -> str | None:
     if start:
         return start
     closed = text.rstrip("!").endswith((".", ")"))
-    tail_text = text[-64:].rstrip(".!").strip().strip("*$").strip()
-    tail = regex.search(r"(?:^|[\s(\"'`\[])([(\[\"'`]?)([A-Ea-e])([)\]\"'`]?)$", tail_text)
-    if tail and (tail.group(2) != "a" or tail.group(3) or closed):
+    tail_text = _sub(_TAIL_MARKUP, "", text[-64:])
+    tail = regex.search(r"(?:^|[\s(\"'`\[*_$“‘«⟨「>])([(\[\"'`“‘]?)([A-Ea-e])([)\]\"'`”’]?)$", tail_text)
+    if tail is None or _ruled_out(tail_text, tail.start(2), tail.end(2)):
+        return None
+    # a lone "a" after a lead ("Final result: a", "∴ a") is no article
+    led = tail_text[: tail.start()].rstrip().endswith((":", "：", "∴", "→", "=>", "="))
+    if tail.group(2) != "a" or tail.group(3) or closed or led:
         return tail.group(2).upper()
+    return None
+
+
+_TAIL_MARKUP = _rx(r"(?:\\\)|\\\]|</" + _HTML + r">|[.!*$_`\s”’»⟩」])++$")
+
+
+_QA_LABEL = _rx(r"(?m:^)[ \t*_]{0,4}A[ \t*_]{0,2}[:：][ \t*_]{0,3}(?=(?:\\\(|[(\[\"'`“*$]){1,4}[A-Ea-e](?:\\\)|[)\]\"'`”*$]){1,4}[ \t.]{0,2}(?m:$))")
+_LETTER_END = _rx(r".*[(\[][A-Ea-e][)\]][ \t.*$_`\"')\]»”’]*+$")  # a line that ends with a bracketed letter
+_CHOICE_LEAD = _rx(r"(?:[ \t\r\n*:_|=→–—-]|\$\$|\\\[|[\"'`“‘«$({\[](?=[ \t]{0,2}(?:option|choice|letter)[ \t])|(?:option|choice|letter)(?![\w]))*+", regex.I)
+
+
+def _choice_head(text: str) -> str:
+    """The start of a letter answer without its lead-in: markup ("$$\\n", "\\[", "**", "= "), the word
+    "option" / "choice" / "letter" ("\\boxed{option d}", "Answer: $$\\nC.\\n$$")."""
+    head = text[:200]
+    return head[_match(_CHOICE_LEAD, head).end() :]
+
+
+def _letter_of_last_lines(output: str) -> str | None:
+    """A letter given on one of the last lines, in dress or after a short lead ("...\n$$\nC: p = 12\n$$",
+    "Therefore, the total is (A.).", "[Answer] “(d)”\n\nThanks for asking!")."""
+    rest = output.rstrip()
+    for _ in range(3):
+        if not rest:
+            return None
+        line = _last_line(rest)
+        letter = (_bare_letter(line) if len(line) <= 120 else None) or _letter_in_dress(_choice_head(line), False) or _line_letter(line)
+        if letter is not None:
+            return letter
+        rest = rest.rsplit("\n", 1)[0].rstrip() if "\n" in rest else ""
     return None
 
 
@@ -582,18 +683,29 @@ def extract_choice(output: str, options: tuple[str, ...] = ()) -> str | None:
     letters = LETTERS[:n]
     boxed = boxed_content(output)
     if boxed is not None:
-        letter = _letter_in_dress(boxed.strip(), True)
-        if letter and letter in letters and len(boxed.strip()) <= 12:
+        head = _choice_head(boxed)
+        letter = _letter_in_dress(head, True)
+        if letter and letter in letters and len(head.strip()) <= 12:
             return letter
     segment, marked = answer_segment(output, choice=True)
     if marked:
-        letter = _letter_in_dress(segment.lstrip(" \t\n*:_")[:80], True)
+        head = _choice_head(segment)
+        letter = _letter_in_dress(head[:80], True)
+        if letter is None:  # the option's text, then its letter: "8 (C)", "$61 (A)."
+            line = head[:200].split("\n", 1)[0]
+            letter = _bare_letter(line) if len(line) <= 120 and _match(_LETTER_END, line) else None
         if letter and letter in letters:
             return letter
-    found = [letter for _, letter in _named_letters(output, letters)]
-    if found:
-        return found[-1]
-    letter = _bare_letter(output)
+    label = _search(_QA_LABEL, output)  # "A: (b)": "A:" labels the answer of a Q/A pair
+    if label is not None:
+        letter = _letter_in_dress(output[label.end() : label.end() + 80], True)
+        if letter and letter in letters:
+            return letter
+    named = _named_letters(output, letters)
+    strong = [n for n in named if n[2]]  # a letter named as the answer or alone on its line beats a mere "(C)"
+    if named:
+        return (strong or named)[-1][1]
+    letter = _bare_letter(output) or _letter_of_last_lines(output)
     if letter and letter in letters:
         return letter
     if not options:
@@ -633,16 +745,26 @@ def option_value(option: str) -> Fraction | None:
 
 # ---------------------------------------------------------------- MATH expressions
 
-_MATH_NUMBER = _rx(r"-?(?:\d++(?:\.\d++)?|\.\d++)(?:/\d++)?")
-_SKIP_LINE = {"", "$$", "$", "\\[", "\\]", "\\(", "\\)", ":", "```", "**"}
+_MATH_NUMBER = _rx(r"-?(?:\d++(?:\.\d++)?|\.\d++)(?:/\d++)?(?:[eE][-+]?\d{1,6}+(?!\d)|[kK](?![^\W_])|[ \t](?:hundred|thousand|million|billion|trillion)(?![^\W_]))?")  # "10k" is not 10
+_SKIP_LINE = {"", "$$", "$", "\\[", "\\]", "\\(", "\\)", ":", "```", "~~~", "**"}
 _PY_LITERALS = {"True", "False", "None"}
 
 
+_HTML_TAG = _rx(r"</?" + _HTML + r">")
+# prose after the answer on its line: a stop or comma, a space and a word ("2, not 9", "2. I hope
+# it is correct"); a LaTeX word (\\text{...}) starts with a backslash and is kept
+_PROSE_AFTER = _rx(r"[.,;!][ \t]{1,4}(?=[A-Za-z]{2,}(?![\w{])|I[ \t])")
+
+
 def _clean_math(text: str) -> str:
-    text = text.strip().strip("*").rstrip(".").strip().strip("*$").strip()
+    text = _sub(_HTML_TAG, "", text)
+    prose = _search(_PROSE_AFTER, text)
+    if prose is not None and text[: prose.start()].strip(" \t*$`\"'“”"):
+        text = text[: prose.start()]
+    text = text.strip().strip("|").strip().strip("*_").rstrip(".!").strip().strip("*_$").strip()
     while text.endswith("}") and text.count("}") > text.count("{"):  # a JSON object's close: {"answer": "18"}
         text = text[:-1].rstrip().rstrip(",").rstrip()
-    for left, right in (("\\[", "\\]"), ("\\(", "\\)"), ("`", "`"), ('"', '"'), ("'", "'")):
+    for left, right in (("\\[", "\\]"), ("\\(", "\\)"), ("`", "`"), ('"', '"'), ("'", "'"), ("“", "”"), ("‘", "’"), ("«", "»"), ("⟨", "⟩"), ("「", "」")):
         if text.startswith(left) and text.endswith(right) and len(text) > len(left) + len(right):
             text = text[len(left) : len(text) - len(right)].strip().rstrip(".").strip().strip("$").strip()
     return text
@@ -668,6 +790,11 @@ def extract_math(output: str) -> str:
     if marked:
         boxed = boxed_content(segment)
         return _clean_math(boxed if boxed is not None else _first_answer_line(segment))
+    bare = _bare_number(output)  # the last line gives it bare: "...\n\\frac{2}{1}", "Total: 18"
+    if bare is not None:
+        return _clean_math(bare)
+    if _bare_spelled(output):  # "... = 14.\nTwo."
+        return format_exact(_spelled_at_start(output.rstrip().rsplit("\n", 1)[-1].strip(" \t.!\"'`*_$()[]{}")))
     last = _last(_MATH_NUMBER, output)  # ".5" is 0.5, not 5
     return last.group(0) if last else ""
 
@@ -690,7 +817,7 @@ def plain_exact(text: str) -> Fraction | None:
     return parse_exact(stripped)
 
 
-_UNIT_WORDS = _rx(r"(?<![\\\w])[A-Za-z][A-Za-z.]*+|[°€£¥₹$%~≈]|\^\{?\\circ\}?|\\approx|\\sim")
+_UNIT_WORDS = _rx(r"(?<![\\\w])(?!(?:hundred|thousand|million|billion|trillion)(?![\w]))[A-Za-z][A-Za-z.]*+|[°€£¥₹$%~≈]|\^\{?\\circ\}?|\\approx|\\sim")
 
 
 def _single_number(text: str) -> Fraction | None:
@@ -698,8 +825,8 @@ def _single_number(text: str) -> Fraction | None:
     holds one number and no other mathematics; None otherwise ("2\\sqrt{3}", "x + 1", "3, 4")."""
     if len(text) > 400:
         return None
-    spelled = _fullmatch(_SPELLED, text.strip(" \t.\"'`*$"))
-    if spelled is not None:  # "two", "negative ten"
+    spelled = _fullmatch(_SPELLED, (_strip_latex(text) if "\\" in text else text).strip(" \t.\"'`*$“”"))
+    if spelled is not None:  # "two", "negative ten", "\\text{Two}"
         return _spelled_at_start(spelled.group(0))
     s = _strip_latex(text)
     if regex.search(r"\\(?!approx|sim|circ)[A-Za-z]|[\^*+=×÷/]|\d[ \t]*[-−]", s.replace("^\\circ", "").replace("^{\\circ}", "")):
@@ -779,19 +906,31 @@ class Scored:
 _HEADER = _rx(
     r"(?m:^)[ \t>*_]{0,8}(?P<hashes>#{1,6})?[ \t*_]{0,4}"
     r"(?P<next>(?:next|new|another|following|follow[- ]up|bonus|similar|practice|additional|extra)[ \t]{1,3})?"
-    r"(?P<word>question|problem|exercise|example|task|query|input|instruction|output|response|user|human|q)(?![\w'])"
-    r"[ \t*_]{0,3}(?P<number>#?\d{1,4}[ \t*_]{0,3})?(?P<end>[:.)\]]|$)",
+    r"(?P<word>question|problem|exercise|example|task|query|input|instruction|output|response|user|human|assistant|system"
+    r"|student|teacher|q)(?![\w'])"
+    r"[ \t*_]{0,3}(?P<number>#?\d{1,4}[ \t*_]{0,3})?(?P<end>[:.)\]]|(?m:$))",
+    regex.I,
+)
+# an invented continuation in prose, at the start of a line: "Now let's try another one: ...",
+# "Let us solve a similar problem", "Here is another question"
+_PROSE_NEXT = _rx(
+    r"(?m:^)[ \t>*_#]{0,8}(?:(?:now|next|ok|okay|great|alright)[ \t,!.]{1,3})?(?:let's|let[ \t]us|let[’']s|we[ \t]can|we'll|here[ \t]is|here's|here[’']s)"
+    r"[ \t]{1,3}(?:(?:try|do|solve|look[ \t]at|work[ \t]on|move[ \t]on[ \t]to|practice(?:[ \t]with)?)[ \t]{1,3})?"
+    r"(?:another|the[ \t]next|a[ \t]similar|a[ \t]new|one[ \t]more)[ \t]{1,3}(?:one|question|problem|exercise|example|task)(?![\w])",
     regex.I,
 )
 _ANY_DIGIT = _rx(r"\d")
-_ALWAYS_WORDS = {"input", "instruction", "output", "response", "user", "human"}
+_ALWAYS_WORDS = {"input", "instruction", "output", "response", "user", "human", "assistant", "system", "student", "teacher"}
+# a chat role's name alone on a line: a template rendered without its special tokens ("\nassistant\n")
+_ROLE_LINE_WORDS = {"user", "assistant", "system", "human"}
 _END_OF_TURN = ("<|im_end|>", "<|eot_id|>", "<|endoftext|>", "<|end_of_text|>", "</s>", "<end_of_turn>", "<|end|>",
-                "<｜end▁of▁sentence｜>", "<|im_start|>", "<|start_header_id|>", "<start_of_turn>")
+                "<｜end▁of▁sentence｜>", "<|im_start|>", "<|start_header_id|>", "<start_of_turn>", "[INST]", "<|user|>",
+                "<|assistant|>", "<|system|>", "<｜User｜>", "<｜Assistant｜>")
 
 
 def _first_answer_at(text: str) -> int:
     """Where the first answer marker of `text` is (len(text) when there is none)."""
-    found = [m.start() for m in (_search(_TRIGGERS, text),) if m] + [i for i in (text.find("####"), text.find("\\boxed")) if i >= 0]
+    found = [m.start() for m in (_search(_TRIGGERS, text), _search(_CHOICE_TRIGGERS, text)) if m] + [i for i in (text.find("####"), text.find("\\boxed")) if i >= 0]
     return min(found, default=len(text))
 
 
@@ -802,6 +941,11 @@ def _blank_line_before(text: str, at: int) -> bool:
         newlines += text[i] == "\n"
         i -= 1
     return newlines >= 2
+
+
+def _blank_or_start(text: str, at: int, start: int) -> bool:
+    """Whether a blank line, or the start of the text (after `start`), comes just before `at`."""
+    return _blank_line_before(text, at) or not text[start:at].strip() or text[max(start, at - 2) : at].endswith(("\n\n", ">"))
 
 
 def _bare_spelled(before: str) -> bool:
@@ -821,7 +965,8 @@ def cut_continuation(text: str) -> str:
             text = after
     start = 0  # tokens that open the text (a template's start) are stepped over, not cut at
     while True:
-        start = len(text) - len(text[start:].lstrip())
+        while start < len(text) and text[start].isspace():  # no slice per token: linear in a run of tokens
+            start += 1
         token = next((t for t in _END_OF_TURN if text.startswith(t, start)), None)
         if token is None:
             break
@@ -830,16 +975,20 @@ def cut_continuation(text: str) -> str:
     if cuts:
         text = text[: min(cuts)]
     first_answer = None
+    bare_before = _BareLines()
     for match in _finditer(_HEADER, text):
         if match.start() <= start:
             continue
         word = match.group("word").lower()
         hashes = bool(match.group("hashes"))
-        if match.group("end") == "" and not hashes:
+        alone = match.group("end") == ""  # the header ends its line without punctuation ("Exercise 2", "assistant")
+        if alone and not hashes and match.group("number") is None and not (
+                word in _ROLE_LINE_WORDS and _blank_or_start(text, match.start(), start)):
             continue  # a line that is only the word ("Input") without a header's punctuation
         if word == "output" and not hashes:
             continue  # "Output:" after a program is its printed result, not a new exercise
-        always = bool(match.group("next")) or (hashes and word != "q") or (word in _ALWAYS_WORDS and match.group("end") == ":")
+        always = (bool(match.group("next")) or (hashes and word != "q") or (word in _ALWAYS_WORDS and match.group("end") == ":")
+                  or (alone and word in _ROLE_LINE_WORDS))
         if not always and not _blank_line_before(text, match.start()):
             if first_answer is None:
                 first_answer = _first_answer_at(text)
@@ -850,11 +999,144 @@ def cut_continuation(text: str) -> str:
             before = text[max(start, match.start() - 64) : match.start()]
             numbered = match.group("number") is not None and int(match.group("number").strip(" \t*_#")) >= 2 and (
                 first_digit_at < match.start() or _bare_letter(before) is not None or _bare_spelled(before))
-            if first_answer >= match.start() and not numbered:
+            bare = bare_before(text, start, match.start())
+            if first_answer >= match.start() and not numbered and not bare:
                 continue
         if text[start : match.start()].strip():
-            return text[: match.start()]
+            text = text[: match.start()]
+            break
+    prose = _search(_PROSE_NEXT, text, start)  # only after an answer ("let's try another one" may be working)
+    if prose is not None and (_first_answer_at(text[: prose.start()]) < prose.start()
+                              or bare_before(text, start, prose.start())):
+        text = text[: prose.start()]
+    first_marker = _first_answer_at(text)
+    for question in _finditer(_NUMBERED_QUESTION, text):  # "\n\n2. What is 5 + 9?" after an answer
+        if question.start() > start and _blank_line_before(text, question.start()) and (
+                first_marker < question.start()
+                or bare_before(text, start, question.start())):
+            text = text[: question.start()]
+            break
+    explain = _search(_EXPLAIN, text, start)
+    if explain is not None and bare_before(text, start, explain.start()):
+        rest = text[explain.start() :]
+        if _first_answer_at(rest) == len(rest):  # an explanation that names no answer of its own
+            text = text[: explain.start()]
     return text
+
+
+# a numbered question of its own: a list item that asks ("2. What is 5 + 9?")
+_NUMBERED_QUESTION = _rx(r"(?m:^)[ \t*_#]{0,6}\d{1,3}[.)][ \t]{1,3}[^\n?]{1,300}+\?[ \t*_]{0,3}(?m:$)")
+# an explanation after the answer: "18\nExplanation: the other value, 25, is ...", "(B)\nCheck: ..."
+_EXPLAIN = _rx(
+    r"(?m:^)[ \t*_#>]{0,8}(?:explanation|check|checking|verification|verify|reasoning|justification|note|proof|why|rationale)[ \t*_]{0,4}[:：]",
+    regex.I,
+)
+# a short lead before an answer on its line, without working ("x = 4" and "Step 1: 4" are steps):
+# the last one for a number ("Therefore, the total is 18"), the first for a letter ("Total: **A: 5**")
+_LINE_LEAD = _rx(r"^[^\d=\n]{0,40}(?:[:：→∴,]|=>|[ \t](?:is|get|gives|equals|obtain|find|choose|pick)(?=[ \t]))[ \t]{0,4}")
+_LINE_LEAD_FIRST = _rx(r"^[^\d=\n]{0,40}?(?:[:：→∴,]|=>|[ \t](?:is|get|gives|equals|obtain|find|choose|pick)(?=[ \t]))[ \t]{0,4}")
+
+
+_IS_THE_ANSWER = _rx(r"[ \t]{1,3}(?:is|as)[ \t]{1,3}(?:the|my|our)[ \t]{1,3}(?:(?:final|correct|right)[ \t]{1,3})?(?:answer|value|result|option|choice)[ \t]{0,2}[.!]?$", regex.I)
+_ASSIGNED = _rx(r"^(?:[A-Za-z]{1,2}[ \t]{0,2})?=[ \t]{0,2}")  # "x = 18", "= 18"
+_DRESS_CHARS = " \t*_`\"'“”‘’«»⟨⟩「」$!:"
+
+
+def _last_line(before: str) -> str:
+    """The last line of `before`, a display block that ends it joined into one line ("So, $$\n18\n$$
+    is the answer." -> "So, $$ 18 $$ is the answer."; "$$\n18\n$$." -> "$$ 18 $$.")."""
+    lines = [_sub(_HTML_TAG, "", line).strip() for line in before.rstrip().rsplit("\n", 5)]
+    if len(lines) > 1 and lines[-1].startswith(_DISPLAY_CLOSE):
+        for i in range(len(lines) - 2, -1, -1):
+            if lines[i].endswith(_DISPLAY_OPEN) or lines[i] in _DISPLAY_OPEN:
+                return " ".join(lines[i:])
+    return lines[-1] if lines else ""
+
+
+_DISPLAY_OPEN = ("$$", "\\[", "$", "```", "~~~")
+_DISPLAY_CLOSE = ("$$", "\\]", "$", "```", "~~~")
+
+
+def _bare_number(before: str) -> str | None:
+    """The number the last line of `before` gives bare, in its dress ("18", "**$18.00**", "\\(18\\)",
+    "\\frac{2}{1}"), alone, after a short lead that holds no digit and no "=" ("Total: 18",
+    "Therefore, the total is 18.", not "x = 4" or "Step 1: 4"), or before "is the answer"."""
+    line = _last_line(before)
+    if not line or len(line) > 120:
+        return None
+    line = line[: m.start()] if (m := _search(_IS_THE_ANSWER, line)) else line
+    lead = _match(_LINE_LEAD, line)
+    value = undressed = line[lead.end() :] if lead else line
+    for _ in range(3):  # dress inside dress: "$$ [+58] $$", "\\( (18) \\)."
+        value = value.strip(_DRESS_CHARS).rstrip(".").strip(_DRESS_CHARS)
+        if value.startswith(("\\(", "\\[")) and value.endswith(("\\)", "\\]")):
+            value = value[2:-2]
+        elif value[:1] + value[-1:] in ("()", "[]"):
+            value = value[1:-1]
+    # "Outcome: x = 18", "**x = 18**", "$$\nx = 18\n$$"; a line "x = 4" alone, undressed, is working
+    assigned = _match(_ASSIGNED, value) if lead or value != undressed.strip() else None
+    value = value[assigned.end() :] if assigned else value
+    if not value or not (_match(_NUMBER_OPENS, value) or _fullmatch(_SPELLED, value)):
+        return None  # "we get .5" is a sentence, not a number in dress
+    if _single_number(value) is not None or plain_exact(value.strip("$")) is not None:
+        return value
+    return None
+
+
+_NUMBER_OPENS = _rx(r"(?:(?:about|approximately|around|roughly|nearly|exactly|only|just)[ \t]{1,3}|(?:Rs|INR|USD|US|EUR|GBP|CAD|AUD|Rp|RM)\.?[ \t]{0,2})?[^A-Za-z]", regex.I)
+
+
+class _BareLines:
+    """`_bare_answer_line` of the text before a position, for many positions of one output: a
+    looping output repeats its lines, so each distinct line is judged once, and at most
+    `BUDGET` distinct lines are judged (beyond that none counts): linear in the output."""
+
+    BUDGET = 64
+
+    def __init__(self) -> None:
+        self.seen: dict[str, bool] = {}
+
+    def __call__(self, text: str, start: int, at: int) -> bool:
+        before = text[max(start, at - 256) : at]
+        key = before.rstrip()[-80:]
+        if key not in self.seen:
+            if len(self.seen) >= self.BUDGET:
+                return False
+            self.seen[key] = _bare_answer_line(before)
+        return self.seen[key]
+
+
+_LEAD_END = _rx(r"[:：→∴,]|=>|[ \t](?:is|get|gives|equals|obtain|find|choose|pick)(?=[ \t])")
+
+
+def _line_letter(line: str) -> str | None:
+    """The letter a line gives after a short lead without working ("Total: **A: 5(√3 + 1)**",
+    "Therefore, the total is «B: 6»", "So, (A.) is the answer."), or None."""
+    line = line[: m.start()] if (m := _search(_IS_THE_ANSWER, line)) else line
+    head = line[:60]
+    for lead in _finditer(_LEAD_END, head):
+        if "=" in head[: lead.start()] or _search(_ANY_DIGIT, head[: lead.start()]):
+            return None  # working ("x = 4, so"), not a lead
+        rest = _choice_head(line[lead.end() :])
+        if rest.rstrip() == "a" or rest.startswith(("a ", "a\t")):
+            continue  # "So the total is a" (cut off), "is a lot": the article
+        letter = _letter_in_dress(rest, True)
+        if letter is not None:
+            return letter
+    return None
+
+
+def _bare_answer_line(before: str) -> bool:
+    """Whether the last line of `before` is an answer given bare: a number (`_bare_number`) or a
+    letter in its dress ("(B)", "Result → **A**.")."""
+    line = _last_line(before)
+    if not line or len(line) > 120:
+        return False
+    if _bare_letter(line) is not None or _bare_number(line) is not None:
+        return True
+    if _line_letter(line) is not None or (len(line) <= 120 and _match(_LETTER_END, line)):  # "So, (6(√3) (B)) is the answer."
+        return True
+    return any(strong for _, _, strong in _named_letters(line))  # "So, choose (A): $61", "c is correct"
 
 
 def extract(item: Item, text: str) -> str:
