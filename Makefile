@@ -28,7 +28,7 @@ demo: setup
 # tests run in TEST_JOBS processes (pytest-xdist), one test file per process at a time (a file's
 # module fixtures are built once); tests/conftest.py gives each process its share of the cores
 TEST_JOBS ?= 2
-PYTEST := $(PY) -m pytest -q -n $(TEST_JOBS) --dist loadfile
+PYTEST := $(PY) -m pytest -q -n $(TEST_JOBS) --dist loadfile --no-loadscope-reorder
 
 # the fast suite: every property once, within 5 minutes on 2 quiet cores (docs/benchmarks.md, Test
 # suite); tests marked `slow` are longer versions of properties a fast test covers
