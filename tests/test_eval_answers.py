@@ -528,3 +528,16 @@ def test_new_patterns_read_in_linear_time(name):
             best = min(best, time.perf_counter() - start)
         times.append(best)
     assert times[1] < 15 * times[0] + 0.5, times  # 10x the text: about 10x the time (linear), not 100x
+
+
+@pytest.mark.parametrize("op", [">", "<", "=", "*", "+", "-", "\\geq", "/"])
+@pytest.mark.parametrize("wrap", ["${}$", "{}", "\\({}\\)"])
+def test_an_option_text_ending_in_a_letter_variable_is_that_option_not_the_letter(op, wrap):
+    # SAT options such as "$a>b$": the trailing variable is no answer letter, whatever the operator
+    # or math dress; every pairing of two variables among a-e, at each option place
+    import itertools
+
+    for first, second in itertools.permutations("abcde", 2):
+        texts = [wrap.format(f"{first}{op}{second}"), wrap.format(f"{second}{op}{first}"), "$|a|>|b|$", "$a=-b$"]
+        for place in range(2):
+            assert extract_choice(f"The answer is {texts[place]}", tuple(texts)) == "AB"[place], (texts, place)

@@ -633,7 +633,10 @@ def _bare_letter(output: str) -> str | None:
         return start
     closed = text.rstrip("!").endswith((".", ")"))
     tail_text = _sub(_TAIL_MARKUP, "", text[-64:])
-    tail = regex.search(r"(?:^|[\s(\"'`\[*_$“‘«⟨「>])([(\[\"'`“‘]?)([A-Ea-e])([)\]\"'`”’]?)$", tail_text)
+    # before the letter: a space or an opening mark; "*", "_" or "$" only as dress, not inside a term
+    # ("a*b"), and ">" only closing a tag ("<b>C"), not a comparison ("$a>b$" is an option's text)
+    tail = regex.search(r"(?:^|[\s(\"'`\[“‘«⟨「]|(?<![\w)\]}])[*_$]{1,2}|(?<=<" + _HTML + r">))"
+                        r"([(\[\"'`“‘]?)([A-Ea-e])([)\]\"'`”’]?)$", tail_text)
     if tail is None or _ruled_out(tail_text, tail.start(2), tail.end(2)):
         return None
     # a lone "a" after a lead ("Final result: a", "∴ a") is no article
