@@ -682,8 +682,7 @@ def run(source: str, limits: SandboxLimits, bwrap: str) -> ProgramResult:
     # the status before result(), which may close the file
     status, detail = classify(seen, watch.err.last_line(), limits)
     (stdout, raw_out), (stderr, raw_err) = watch.out.result(), watch.err.result()
-    code = None if status in SANDBOX_ENDED else program_exit_code(seen)
-    return ProgramResult(status, stdout, code, time.perf_counter() - start, detail,
+    return ProgramResult(status, stdout, program_exit_code(seen, status), time.perf_counter() - start, detail,
                          isolation="bwrap+seccomp", err=stderr,
                          pid_namespace=watch.info.get("pid-namespace"), raw_out=raw_out, raw_err=raw_err)
 
@@ -691,9 +690,9 @@ def run(source: str, limits: SandboxLimits, bwrap: str) -> ProgramResult:
 def _watch_or_kill(proc: subprocess.Popen, own: list[int], fds: dict[str, int], program: int,
                    start_watch: Callable[[], _Watch]) -> _Watch:
     """Close the descriptors only bwrap needs and hand it to `start_watch()`, or kill it when
-    either fails. bwrap waits on
-    --block-fd, and closing the go pipe (as `run`'s cleanup does) lets it start the program
-    with no host clock and before it is in its cgroup: it must not outlive a failed set-up."""
+    either fails. bwrap waits on --block-fd, and closing the go pipe (as `run`'s cleanup does)
+    lets it start the program with no host clock and before it is in its cgroup: it must not
+    outlive a failed set-up."""
     try:
         for fd in (program, fds["seccomp"], fds["ldcache"], fds["info"], fds["status"], fds["block"]):
             os.close(fd)
@@ -707,11 +706,13 @@ def _watch_or_kill(proc: subprocess.Popen, own: list[int], fds: dict[str, int], 
         raise
 
 
-def program_exit_code(seen: Observed) -> int | None:
+def program_exit_code(seen: Observed, status: str) -> int | None:
     """The program's own exit status as `subprocess` gives it (negative: the signal that ended it),
-    as its init reaped it; None when it did not end by itself (the host or the init ended the run,
-    or it never started). Never bwrap's: bwrap exits 0 whatever the program did."""
-    if seen.wait_status is None or seen.killed is not None or seen.deadline or seen.cpu_exceeded is not None:
+    as its init reaped it; None when it did not end by itself (the host, the init or a limit of
+    `SANDBOX_ENDED` ended the run, or it never started). Never bwrap's: bwrap exits 0 whatever the
+    program did."""
+    if (status in SANDBOX_ENDED or seen.wait_status is None or seen.killed is not None or seen.deadline
+            or seen.cpu_exceeded is not None):
         return None
     return os.waitstatus_to_exitcode(seen.wait_status)
 
