@@ -7,6 +7,7 @@ most a `.NAME.PID.tmp`). Every report, log, record and config numloss writes goe
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 from pathlib import Path
@@ -39,6 +40,9 @@ def write_bytes_atomic(path: str | Path, data: bytes) -> None:
     """Replace `path` (its folder must exist) with `data`, or on any error leave it untouched and
     remove the temporary."""
     path = Path(path)
+    if path.is_dir() and not path.is_symlink():
+        # the rename would fail naming the temporary; the folder in the way is what to fix
+        raise IsADirectoryError(errno.EISDIR, "a folder is in the way of this file", str(path))
     tmp = temporary_path(path)
     try:
         with open(tmp, "wb") as handle:
@@ -46,11 +50,14 @@ def write_bytes_atomic(path: str | Path, data: bytes) -> None:
             handle.flush()
             os.fsync(handle.fileno())
         os.replace(tmp, path)
-    except BaseException:
+    except BaseException as error:
         try:
             tmp.unlink()
         except OSError:
             pass  # never written, or already renamed
+        if isinstance(error, OSError) and error.filename is None and error.errno is not None:
+            # a failed write or fsync names no file: name the one being written, not whoever catches it
+            raise type(error)(error.errno, error.strerror, str(path)) from None
         raise
     fsync_dir(path.parent)
 
