@@ -154,7 +154,7 @@ def test_a_second_eval_into_a_held_out_is_one_line_naming_the_holder(mode, tmp_p
     out.mkdir()
     items = out / "items.jsonl"
     items.write_text(json.dumps(_record(0)) + "\n")
-    argv = (["tiny", "--benchmarks", "synthetic:arithmetic", "--limit", "2"] if mode == "evaluate"
+    argv = (["tiny", "--benchmarks", "synthetic:arithmetic", "--limit", "2", "--max-new-tokens", "2"] if mode == "evaluate"
             else ["--score-outputs", str(items)]) + ["--out", str(out), *QUIET]
     with hold_run_dir(out, "numloss eval"):
         status = cli.main(argv)
@@ -299,3 +299,76 @@ def test_a_write_failing_at_every_byte_of_a_checkpoint_file_is_a_full_disk(write
     finally:
         signal.signal(signal.SIGXFSZ, handler)
     assert not unread, unread
+
+
+def _lockers(tmp_path: Path) -> dict:
+    """Every command's way of holding its folder, by name: (context manager factory, folder)."""
+    from numloss.compare.runner import Grid, RunKey, hold_output_dir
+    from numloss.evaluate.cli import hold_out
+    from numloss.rundir import hold_run_dir
+
+    grid = _tiny_grid(tmp_path / "grid")
+    key = RunKey(grid.objectives[0], grid.seeds[0])
+    return {
+        "train": (lambda: hold_run_dir(tmp_path / "run", "numloss train"), tmp_path / "run"),
+        "eval": (lambda: hold_out(str(tmp_path / "eval")), tmp_path / "eval"),
+        "compare": (lambda: hold_output_dir(tmp_path / "compare"), tmp_path / "compare"),
+        "compare-run": (lambda: Grid(grid, None).claim(key), grid.output_dir / "runs" / ".claims" / key.name),
+    }
+
+
+@pytest.mark.parametrize("command", ["train", "eval", "compare", "compare-run"])
+def test_a_lock_file_that_is_a_symlink_is_refused_and_its_target_untouched(command, tmp_path) -> None:
+    """The holder's record is written into the lock file: never through a link to a file outside."""
+    from numloss.config import ConfigError
+    from numloss.rundir import LOCK_NAME, RunDirLockError
+
+    hold, folder = _lockers(tmp_path)[command]
+    folder.mkdir(parents=True)
+    victim = tmp_path / "victim.txt"
+    victim.write_text("keep me")
+    (folder / LOCK_NAME).symlink_to(victim)
+    with pytest.raises((RunDirLockError, ConfigError, ValueError), match="symbolic link") as caught:
+        with hold():
+            pass
+    assert "\n" not in str(caught.value)
+    assert victim.read_text() == "keep me"
+
+
+@pytest.mark.parametrize("errno_name", ["EIO", "ENOSPC", "EDQUOT", "EINVAL", "EROFS", "ENOTSUP"])
+def test_every_fsync_of_an_atomic_write_that_fails_is_an_error_naming_a_path_or_a_refusal_to_sync(
+        errno_name, tmp_path, monkeypatch) -> None:
+    """Each fsync an atomic write makes (the file's, then its folder's) failing in turn: a lost
+    write-back (EIO, ENOSPC, EDQUOT) is an OSError naming the path, never a write reported done;
+    a folder that cannot be fsynced (EINVAL, ENOTSUP) is not an error."""
+    import errno
+
+    import numloss.atomic
+
+    number = getattr(errno, errno_name)
+    real = os.fsync
+    calls = {"n": 0}
+    monkeypatch.setattr(numloss.atomic.os, "fsync", lambda fd: calls.__setitem__("n", calls["n"] + 1) or real(fd))
+    numloss.atomic.write_text_atomic(tmp_path / "probe.txt", "x")
+    assert calls["n"] == 2, "an atomic write fsyncs its file and its folder"
+    for nth, what in ((1, "file"), (2, "folder")):
+        calls["n"] = 0
+
+        def fsync(fd, nth=nth):
+            calls["n"] += 1
+            if calls["n"] == nth:
+                raise OSError(number, os.strerror(number))
+            return real(fd)
+
+        monkeypatch.setattr(numloss.atomic.os, "fsync", fsync)
+        target = tmp_path / f"{what}.txt"
+        refused = what == "folder" and number not in numloss.atomic.LOST_WRITE_ERRNOS
+        if refused:
+            numloss.atomic.write_text_atomic(target, "new")
+            assert target.read_text() == "new"
+            continue
+        target.write_text("old")
+        with pytest.raises(OSError) as caught:
+            numloss.atomic.write_text_atomic(target, "new")
+        assert caught.value.errno == number and caught.value.filename in (str(target), str(tmp_path)), what
+        assert not list(tmp_path.glob(".*.tmp")), "no temporary left"

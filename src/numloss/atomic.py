@@ -22,16 +22,24 @@ def temporary_path(path: Path) -> Path:
     return path.with_name(f".{path.name}.{os.getpid()}.tmp")
 
 
+#: what fsync says when the data did not reach the disk (as opposed to a folder it cannot fsync)
+LOST_WRITE_ERRNOS = frozenset({errno.EIO, errno.ENOSPC, errno.EDQUOT})
+
+
 def fsync_dir(folder: Path) -> None:
-    """fsync a folder so a rename in it survives a power cut; a no-op where folders cannot be opened."""
+    """fsync a folder so a rename in it survives a power cut; a no-op where folders cannot be
+    opened or fsynced, an OSError naming the folder where the write-back failed (EIO, ENOSPC,
+    EDQUOT: the rename may not survive a crash, so the caller must not report it saved)."""
     try:
         fd = os.open(folder, os.O_RDONLY)
     except OSError:
         return
     try:
         os.fsync(fd)
-    except OSError:
-        pass  # some file systems refuse fsync on a folder; the rename itself is still atomic
+    except OSError as error:
+        if error.errno in LOST_WRITE_ERRNOS:
+            raise OSError(error.errno, error.strerror, str(folder)) from None
+        # some file systems refuse fsync on a folder (EINVAL, ENOTSUP); the rename itself is still atomic
     finally:
         os.close(fd)
 

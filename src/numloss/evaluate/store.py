@@ -186,10 +186,15 @@ class ResultsFile:
             return
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self._cut_torn_tail()
-        with open(self.path, "a", encoding="utf-8") as f:
-            f.write(lines)
-            f.flush()
-            os.fsync(f.fileno())
+        try:
+            with open(self.path, "a", encoding="utf-8") as f:
+                f.write(lines)
+                f.flush()
+                os.fsync(f.fileno())
+        except OSError as error:  # a failed write or fsync names no file: the line should
+            if error.filename is not None or error.errno is None:
+                raise
+            raise OSError(error.errno, error.strerror, str(self.path)) from None
 
     def drop(self, matches: Callable[[dict[str, Any]], bool]) -> tuple[int, Path | None]:
         """Rewrite the file without the records `matches` selects, after writing those records to
