@@ -372,3 +372,46 @@ def test_every_fsync_of_an_atomic_write_that_fails_is_an_error_naming_a_path_or_
             numloss.atomic.write_text_atomic(target, "new")
         assert caught.value.errno == number and caught.value.filename in (str(target), str(tmp_path)), what
         assert not list(tmp_path.glob(".*.tmp")), "no temporary left"
+
+
+@pytest.mark.parametrize("step", ["write", "fsync", "replace"])
+@pytest.mark.parametrize("errno_name", ["ENOSPC", "EIO", "EROFS"])
+def test_every_step_of_an_atomic_write_failing_names_the_file_and_keeps_the_old_one(step, errno_name, tmp_path,
+                                                                                   monkeypatch) -> None:
+    import builtins
+    import errno
+
+    import numloss.atomic
+
+    number = getattr(errno, errno_name)
+    target = tmp_path / "config.yaml"
+    target.write_text("old")
+
+    def fail(*args, **kwargs):
+        raise OSError(number, os.strerror(number), *([str(args[0])] if step == "replace" else []))
+
+    if step == "write":
+        real_open = builtins.open
+
+        class Failing:
+            def __init__(self, handle):
+                self.handle = handle
+
+            def __enter__(self):
+                return self
+
+            def __exit__(self, *exc):
+                self.handle.close()
+
+            def write(self, data):
+                self.handle.write(data[: len(data) // 2])
+                fail()
+
+        monkeypatch.setattr(builtins, "open", lambda *a, **k: Failing(real_open(*a, **k)) if "wb" in a else real_open(*a, **k))
+    else:
+        monkeypatch.setattr(numloss.atomic.os, step, fail)
+    with pytest.raises(OSError) as caught:
+        numloss.atomic.write_text_atomic(target, "new")
+    monkeypatch.undo()
+    assert caught.value.errno == number and caught.value.filename == str(target)
+    assert target.read_text() == "old" and [p.name for p in tmp_path.iterdir()] == ["config.yaml"]

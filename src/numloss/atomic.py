@@ -63,9 +63,10 @@ def write_bytes_atomic(path: str | Path, data: bytes) -> None:
             tmp.unlink()
         except OSError:
             pass  # never written, or already renamed
-        if isinstance(error, OSError) and error.filename is None and error.errno is not None:
-            # a failed write or fsync names no file: name the one being written, not whoever catches it
-            raise type(error)(error.errno, error.strerror, str(path)) from None
+        if isinstance(error, OSError) and error.errno is not None and error.filename in (None, str(tmp)):
+            # a failed write or fsync names no file, a failed rename the temporary: name the file
+            # being written, which is what the user knows
+            raise OSError(error.errno, error.strerror, str(path)) from None
         raise
     fsync_dir(path.parent)
 
