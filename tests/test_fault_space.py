@@ -6,7 +6,10 @@
   run of a grid, held in turn);
 - `--also-to` copies are written whole (a write failing at every byte count keeps the old copy);
 - a second `numloss eval` into a held --out stops in one line naming the holder;
-- every atomic writer with a folder in the way names that folder;
+- every atomic writer with a folder in the way names that folder; every step of an atomic write
+  (write, fsync of the file and of its folder, rename) failing names the file and keeps the old one;
+- torch.save and safetensors cut off at every byte are read as a full disk;
+- a lock file that is a symlink is refused by every command, its target untouched;
 - SIGTERM is Ctrl-C (one line, the same exit), at every point of a save (test_train_safety's
   subprocess case sends the real signal).
 """
