@@ -282,7 +282,7 @@ CORE_MODULES = (*IMPORTABLE_CORE, "numloss.__main__")
 MODULE_EXTRA = {
     "numloss.hf": "hf", "numloss.diagnostics": "hf", "numloss.train": "hf", "numloss.config": "hf", "numloss.data": "hf",
     "numloss.models": "hf", "numloss.rundir": "hf", "numloss.checkpoints": "hf", "numloss.bench_cli": "hf",
-    "numloss.yamlio": "hf", "numloss.identity": "hf",
+    "numloss.yamlio": "hf", "numloss.identity": "hf", "numloss.interrupt": "hf",
     "numloss.trl": "trl",
     "numloss.evaluate": "eval",
     "numloss.compare": "compare", "numloss.demo": "compare",

@@ -7,6 +7,7 @@ most a `.NAME.PID.tmp`). Every report, log, record and config numloss writes goe
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 from pathlib import Path
@@ -21,16 +22,24 @@ def temporary_path(path: Path) -> Path:
     return path.with_name(f".{path.name}.{os.getpid()}.tmp")
 
 
+#: what fsync says when the data did not reach the disk (as opposed to a folder it cannot fsync)
+LOST_WRITE_ERRNOS = frozenset({errno.EIO, errno.ENOSPC, errno.EDQUOT})
+
+
 def fsync_dir(folder: Path) -> None:
-    """fsync a folder so a rename in it survives a power cut; a no-op where folders cannot be opened."""
+    """fsync a folder so a rename in it survives a power cut; a no-op where folders cannot be
+    opened or fsynced, an OSError naming the folder where the write-back failed (EIO, ENOSPC,
+    EDQUOT: the rename may not survive a crash, so the caller must not report it saved)."""
     try:
         fd = os.open(folder, os.O_RDONLY)
     except OSError:
         return
     try:
         os.fsync(fd)
-    except OSError:
-        pass  # some file systems refuse fsync on a folder; the rename itself is still atomic
+    except OSError as error:
+        if error.errno in LOST_WRITE_ERRNOS:
+            raise OSError(error.errno, error.strerror, str(folder)) from None
+        # some file systems refuse fsync on a folder (EINVAL, ENOTSUP); the rename itself is still atomic
     finally:
         os.close(fd)
 
@@ -39,6 +48,9 @@ def write_bytes_atomic(path: str | Path, data: bytes) -> None:
     """Replace `path` (its folder must exist) with `data`, or on any error leave it untouched and
     remove the temporary."""
     path = Path(path)
+    if path.is_dir() and not path.is_symlink():
+        # the rename would fail naming the temporary; the folder in the way is what to fix
+        raise IsADirectoryError(errno.EISDIR, "a folder is in the way of this file", str(path))
     tmp = temporary_path(path)
     try:
         with open(tmp, "wb") as handle:
@@ -46,11 +58,15 @@ def write_bytes_atomic(path: str | Path, data: bytes) -> None:
             handle.flush()
             os.fsync(handle.fileno())
         os.replace(tmp, path)
-    except BaseException:
+    except BaseException as error:
         try:
             tmp.unlink()
         except OSError:
             pass  # never written, or already renamed
+        if isinstance(error, OSError) and error.errno is not None and error.filename in (None, str(tmp)):
+            # a failed write or fsync names no file, a failed rename the temporary: name the file
+            # being written, which is what the user knows
+            raise OSError(error.errno, error.strerror, str(path)) from None
         raise
     fsync_dir(path.parent)
 

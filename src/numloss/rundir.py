@@ -69,8 +69,14 @@ def hold_run_dir(folder: str | os.PathLike[str], command: str) -> Iterator[Path]
     path = Path(folder)
     try:
         path.mkdir(parents=True, exist_ok=True)
-        fd = os.open(path / LOCK_NAME, os.O_RDWR | os.O_CREAT, 0o644)
+        # not through a symlink: the holder's record is written over the lock file's contents
+        fd = os.open(path / LOCK_NAME, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o644)
     except OSError as error:
+        if error.errno == errno.ELOOP:
+            raise RunDirLockError(
+                f"cannot lock {str(path)!r}: its lock file {LOCK_NAME} is a symbolic link (numloss writes the holder "
+                "into it, and would write through the link); remove the link"
+            ) from None
         raise RunDirLockError(f"cannot lock {str(path)!r}: {error.strerror or error}") from None
     try:
         try:

@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import shutil
 import sys
 import time
 import traceback
@@ -33,7 +32,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from numloss.atomic import write_json_atomic, write_text_atomic
+from numloss.atomic import write_bytes_atomic, write_json_atomic, write_text_atomic
 from numloss.compare.config import RESULT_SCHEMA, CompareConfig
 from numloss.compare.runner import (
     Grid,
@@ -85,9 +84,11 @@ def evaluate_untrained(compare: CompareConfig) -> dict[str, Any]:
 
 
 def _copy(path: Path, folders: list[Path]) -> None:
+    """`path` into each of `folders`, atomically: a kill mid-copy keeps the copy already there."""
+    data = path.read_bytes()
     for folder in folders:
         folder.mkdir(parents=True, exist_ok=True)
-        shutil.copyfile(path, folder / path.name)
+        write_bytes_atomic(folder / path.name, data)
 
 
 def _failure_path(records: Path, name: str, run_hash: str) -> Path:
@@ -104,7 +105,7 @@ def run_pretrained_grid(
     log: Callable[[str], None] = print,
 ) -> dict[str, Any]:
     """Run what is missing of the grid (see the module doc) through `Grid`, `numloss compare`'s
-    runner; returns {finished, failed, left, skipped}. Torch uses the config's `torch_threads`."""
+    runner; returns {finished, failed, left, skipped, busy}. Torch uses the config's `torch_threads`."""
     started = time.perf_counter()
     also_to = list(also_to or [])
     records = compare.records_dir or compare.output_dir / "records"
@@ -134,6 +135,9 @@ def run_pretrained_grid(
         deadline = None if budget_s is None else started + budget_s
         grid.run(keys, finish, deadline=deadline, failed=failed, run=run)
     status["left"] = [key.name for key in grid.left]
+    status["busy"] = [key.name for key in grid.busy]
+    if status["busy"]:
+        log(f"left to the process training them now: {', '.join(status['busy'])}")
     if status["left"]:
         log(f"left (budget {budget_s:g} s, slowest run {grid.slowest:.0f} s): "
             f"{', '.join(status['left'])}")

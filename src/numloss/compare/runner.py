@@ -34,7 +34,7 @@ import statistics
 import sys
 import time
 from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, ExitStack, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -47,6 +47,7 @@ from numloss.compare.config import CompareConfig, ObjectiveSpec
 from numloss.compare.stats import wilson_interval
 from numloss.compare.task import TEST_SETS, TaskExample
 from numloss.config import ConfigError
+from numloss.rundir import RunDirBusy
 from numloss.textio import jsonable as _jsonable
 
 logger = logging.getLogger("numloss.compare")
@@ -173,6 +174,9 @@ def result_problem(result: Any, run_hash: str, name: str | None = None) -> str |
 
 
 _ABSENT = object()
+
+#: beside the run folders: one lock folder per run, held while a process clears and trains it
+CLAIMS = ".claims"
 
 
 def _read_json(path: Path) -> Any:
@@ -612,7 +616,17 @@ class Grid:
         )
         self.slowest = 0.0  # wall seconds of the slowest run trained so far
         self.left: list[RunKey] = []  # runs a deadline kept from starting
+        self.busy: list[RunKey] = []  # runs another process was training: left to it
         (compare.output_dir / "data").mkdir(parents=True, exist_ok=True)
+
+    def claim(self, key: RunKey) -> AbstractContextManager[Path]:
+        """Hold `key`'s run for the body (rundir's lock on `runs/.claims/<name>`, outside the run
+        folder that clearing deletes); RunDirBusy names another live process training it. Two
+        drivers on one output folder (pretrained shards started twice) would otherwise clear
+        and train into the same run folder at once."""
+        from numloss.rundir import hold_run_dir
+
+        return hold_run_dir(self.compare.output_dir / "runs" / CLAIMS / key.name, f"numloss compare {key.name}")
 
     def files(self, key: RunKey) -> tuple[Path, Path]:
         """The run folder of `key` and its seed's training file."""
@@ -676,12 +690,17 @@ class Grid:
                     continue
                 started = time.perf_counter()
                 try:
-                    train_file = self._prepare(key, say)
-                    show(f"training {key.name}")
-                    examples = self.train_set(key.seed)
-                    result = (run or run_one)(self.compare, key, examples, self.test_sets, train_file,
-                                              progress_bar=progress)
+                    with self.claim(key):
+                        train_file = self._prepare(key, say)
+                        show(f"training {key.name}")
+                        examples = self.train_set(key.seed)
+                        result = (run or run_one)(self.compare, key, examples, self.test_sets, train_file,
+                                                  progress_bar=progress)
                     self._keep(key, result, time.perf_counter() - started, finish)
+                except RunDirBusy as error:
+                    self.busy.append(key)
+                    say(f"numloss compare: {key.name} skipped: {error}")
+                    continue
                 except Exception as error:
                     if failed is None:
                         raise
@@ -708,9 +727,30 @@ class Grid:
         show: Callable[[str], None],
         say: Callable[[str], None],
     ) -> None:
+        with ExitStack() as claims:
+            for key in list(pending):
+                try:
+                    claims.enter_context(self.claim(key))
+                except RunDirBusy as error:
+                    self.busy.append(key)
+                    say(f"numloss compare: {key.name} skipped: {error}")
+            pending = [key for key in pending if key not in self.busy]
+            self._run_claimed(pending, jobs, finish, show, say)
+
+    def _run_claimed(
+        self,
+        pending: Sequence[RunKey],
+        jobs: int,
+        finish: Callable[[RunKey, dict[str, Any], float | None], None],
+        show: Callable[[str], None],
+        say: Callable[[str], None],
+    ) -> None:
+        """`_run_parallel` once its runs are claimed."""
         import multiprocessing
         from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
 
+        if not pending:
+            return
         files = {key.name: self._prepare(key, say) for key in pending}
         threads = worker_threads(self.compare, jobs)
         log_level = logging.getLogger("numloss.train").getEffectiveLevel()

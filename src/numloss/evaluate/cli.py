@@ -22,6 +22,8 @@ import json
 import os
 import sys
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -88,6 +90,21 @@ def check_out(out: str) -> None:
         probe.unlink()
     except OSError as error:
         raise ValueError(f"--out {out}: cannot write there ({error.strerror or error}); give a writable folder") from None
+
+
+@contextmanager
+def hold_out(out: str) -> Iterator[None]:
+    """Hold --out (numloss.rundir's lock, as `numloss train` and `compare` hold theirs) for the
+    body: a second eval into the same folder would append the same items to items.jsonl, cut
+    the first one's batch in flight as a torn tail, and replace its report. ValueError in one
+    line names the live holder."""
+    from numloss.rundir import RunDirBusy, RunDirLockError, hold_run_dir
+
+    try:
+        with hold_run_dir(out, "numloss eval"):
+            yield
+    except (RunDirBusy, RunDirLockError) as error:
+        raise ValueError(f"--out: {error}") from None
 
 
 def keep_report_of_other_origin(out: Path, origin: dict[str, str], overwrite: bool) -> None:
@@ -188,7 +205,15 @@ def _evaluate(args: argparse.Namespace) -> EvalReport:
 
 def main(argv: list[str] | None = None) -> int:
     """Run the evaluation; returns the exit status (2 for bad input, with the reason on stderr;
-    1 for an unexpected error, in one line too)."""
+    1 for an unexpected error, in one line too). SIGTERM ends it as Ctrl-C does (numloss.interrupt)."""
+    from numloss.interrupt import sigterm_as_interrupt
+
+    with sigterm_as_interrupt():
+        return _main(argv)
+
+
+def _main(argv: list[str] | None) -> int:
+    """`main` under SIGTERM's handler."""
     from numloss.evaluate.report import write_report
     from numloss.models.load import ModelUnavailableError
 
@@ -196,11 +221,12 @@ def main(argv: list[str] | None = None) -> int:
     try:
         _check_args(args)
         origin = {"scored_from": str(args.score_outputs)} if args.score_outputs else {"model": str(args.model)}
-        keep_report_of_other_origin(Path(args.out), origin, args.overwrite)
-        report = _score(args) if args.score_outputs else _evaluate(args)
-        report.meta["command"] = ["numloss", "eval", *(argv if argv is not None else sys.argv[1:])]
-        check_out(args.out)
-        write_report(args.out, report)
+        with hold_out(args.out):
+            keep_report_of_other_origin(Path(args.out), origin, args.overwrite)
+            report = _score(args) if args.score_outputs else _evaluate(args)
+            report.meta["command"] = ["numloss", "eval", *(argv if argv is not None else sys.argv[1:])]
+            check_out(args.out)
+            write_report(args.out, report)
     except (BenchmarkError, BackendUnavailable, ModelUnavailableError, ValueError) as error:
         print(f"numloss eval: {error}", file=sys.stderr)
         return 2

@@ -93,10 +93,18 @@ def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
     return record
 
 
+def torn_record(tail: bytes) -> bool:
+    """True when `tail`, an unterminated last line, is what a kill mid-append leaves: the start
+    of a JSON record, or the zeros a crash leaves in a file's unwritten end. Anything else (a
+    file that is not numloss's, say, reached through a symlink) is never cut as a torn write."""
+    head = tail.lstrip(b" \t\r")
+    return not head or head.startswith(b"{") or not head.strip(b"\0")
+
+
 def read_lines(path: Path, check: Callable[[Mapping[str, Any], str], None] | None = None) -> list[dict[str, Any]]:
-    """The records of a JSONL file (none when it does not exist); a torn last line is skipped, a
-    bad line elsewhere (not JSON, not UTF-8, not an object, or refused by `check(record, "FILE:LINE")`)
-    is an error naming the file and line."""
+    """The records of a JSONL file (none when it does not exist); a torn last line (`torn_record`)
+    is skipped, a bad line elsewhere (not JSON, not UTF-8, not an object, or refused by
+    `check(record, "FILE:LINE")`) is an error naming the file and line."""
     if path.is_dir():
         raise BenchmarkError(f"{path}: is a folder, not a results file (JSON lines); move it away or use another --out")
     if not path.is_file():
@@ -106,7 +114,7 @@ def read_lines(path: Path, check: Callable[[Mapping[str, Any], str], None] | Non
     except OSError as error:
         raise BenchmarkError(f"{path}: cannot read it ({error.strerror or error})") from None
     lines = data.split(b"\n")
-    torn_last = not data.endswith(b"\n")
+    torn_last = not data.endswith(b"\n") and torn_record(lines[-1])
     records = []
     for number, raw in enumerate(lines, 1):
         if not raw.strip():
@@ -160,12 +168,16 @@ class ResultsFile:
             data = f.read()
             start = data.rfind(b"\n") + 1
             try:  # a whole record that only lacks its newline (a hand edit) is kept, and ended
-                json.loads(data[start:].decode("utf-8"))
+                whole = isinstance(json.loads(data[start:].decode("utf-8")), dict)
             except ValueError:
-                f.truncate(start)  # torn by a kill mid-write: records() skipped it too
-            else:
+                whole = False
+            if whole:
                 f.seek(size)
                 f.write(b"\n")
+            elif torn_record(data[start:]):
+                f.truncate(start)  # torn by a kill mid-write: records() skipped it too
+            else:  # records() refuses it first; never cut what numloss did not write
+                raise BenchmarkError(f"{self.path}: its last line is not a results record; fix or delete it")
 
     def append(self, records: Iterable[dict[str, Any]]) -> None:
         """Write `records` as one batch: one write, flushed and fsynced."""
@@ -174,10 +186,15 @@ class ResultsFile:
             return
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self._cut_torn_tail()
-        with open(self.path, "a", encoding="utf-8") as f:
-            f.write(lines)
-            f.flush()
-            os.fsync(f.fileno())
+        try:
+            with open(self.path, "a", encoding="utf-8") as f:
+                f.write(lines)
+                f.flush()
+                os.fsync(f.fileno())
+        except OSError as error:  # a failed write or fsync names no file: the line should
+            if error.filename is not None or error.errno is None:
+                raise
+            raise OSError(error.errno, error.strerror, str(self.path)) from None
 
     def drop(self, matches: Callable[[dict[str, Any]], bool]) -> tuple[int, Path | None]:
         """Rewrite the file without the records `matches` selects, after writing those records to

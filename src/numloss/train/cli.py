@@ -65,7 +65,15 @@ FLAGS = {"--resume": "--train.resume", "--resume-changed": "--train.resume_chang
 
 def main(argv: list[str] | None = None) -> int:
     """`numloss train` entry point; returns the exit status (2 for a bad config or run folder,
-    1 for a full disk)."""
+    1 for a full disk). SIGTERM ends it as Ctrl-C does (numloss.interrupt)."""
+    from numloss.interrupt import sigterm_as_interrupt
+
+    with sigterm_as_interrupt():
+        return _main(argv)
+
+
+def _main(argv: list[str] | None) -> int:
+    """`main` under SIGTERM's handler."""
     argv = list(sys.argv[1:] if argv is None else argv)
     if "-h" in argv or "--help" in argv:
         print(USAGE + describe_keys())

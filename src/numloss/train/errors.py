@@ -15,10 +15,11 @@ class DiskFullError(OSError):
 
 
 _DISK_FULL_ERRNOS = {errno.ENOSPC, errno.EFBIG, errno.EDQUOT}
-# torch.save reports a short write as "enforce fail ... file write failed" or "... unexpected pos
-# N vs M" (the bytes it meant to have written), with the errno lost on the way
+# torch.save reports a short write as "enforce fail ... file write failed", "... unexpected pos
+# N vs M" (the bytes it meant to have written) or, when the write that fails is its stream's
+# first, C++'s "basic_ios::clear: iostream error", with the errno lost on the way
 _DISK_FULL_TEXT = ("No space left on device", "File too large", "Disk quota exceeded", "file write failed",
-                   "StorageFull", "FileTooLarge", "unexpected pos", "PytorchStreamWriter failed")
+                   "StorageFull", "FileTooLarge", "unexpected pos", "PytorchStreamWriter failed", "iostream error")
 
 
 def disk_full_error(error: BaseException, where: Path) -> DiskFullError | None:

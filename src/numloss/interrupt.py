@@ -1,0 +1,33 @@
+"""SIGTERM handled as Ctrl-C: `sigterm_as_interrupt()` makes a `kill PID` (a job scheduler's stop,
+`timeout`, a closing terminal) raise KeyboardInterrupt where the process is, so a command leaves
+through the same path as Ctrl-C: temporaries removed, one line saying what was kept and the
+command that continues. Without it SIGTERM ends the process silently, mid-write.
+"""
+
+from __future__ import annotations
+
+import signal
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+
+def _raise_interrupt(signum: int, frame: Any) -> None:
+    # a second SIGTERM (the sender insisting) ends the process as it would have without us
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    raise KeyboardInterrupt(f"signal {signum}")
+
+
+@contextmanager
+def sigterm_as_interrupt() -> Iterator[None]:
+    """For the body, SIGTERM raises KeyboardInterrupt (once; a second one kills); the previous
+    handler is restored after. A no-op outside the main thread, where handlers cannot be set."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = signal.signal(signal.SIGTERM, _raise_interrupt)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
