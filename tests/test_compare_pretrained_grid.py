@@ -161,3 +161,15 @@ def test_a_grid_with_learning_checks_gets_the_check_slice_as_numloss_compare_doe
     expected = grid_test_sets(compare)
     assert seen and all(sets.keys() == expected.keys() and "check" in sets for sets in seen)
     assert [e.instruction for e in seen[0]["check"]] == [e.instruction for e in expected["check"]]
+
+
+@pytest.mark.parametrize("config", ["compare.yaml", "compare-mul.yaml", "compare-demo.yaml"])
+def test_a_task_without_per_item_verdicts_is_refused_before_any_run(config, tmp_path, capsys) -> None:
+    # its summary's paired tests need the per-item verdicts only arith_words records keep: a
+    # multiplication grid used to train every run and then stop with a KeyError
+    from numloss.compare.pretrained import main
+
+    status = main([str(ROOT / "configs" / config), "--smoke", "--out", str(tmp_path / "grid")])
+    err = capsys.readouterr().err
+    assert status == 2 and "needs task.kind arith_words" in err and "numloss compare" in err
+    assert not (tmp_path / "grid" / "runs").exists()

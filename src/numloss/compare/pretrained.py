@@ -261,6 +261,7 @@ def summary_markdown(summary: dict[str, Any]) -> str:
 def main(argv: list[str] | None = None) -> int:
     """Entry point; 2 for a bad configuration, 1 when a run failed (its record says why)."""
     from numloss.compare import build_parser, quiet_training_logs, resolve
+    from numloss.compare.arith_words import ArithmeticWordTask
 
     parser = build_parser("python -m numloss.compare.pretrained")
     parser.description = __doc__
@@ -275,6 +276,11 @@ def main(argv: list[str] | None = None) -> int:
         index, count = (int(x) for x in args.shard.split("/"))
         if not 0 <= index < count:
             raise ValueError
+        if not isinstance(compare.task, ArithmeticWordTask):
+            # the summary's paired tests read per-item verdicts, which only arith_words records keep
+            raise ConfigError(f"{args.config}: this driver needs task.kind arith_words (its records keep the "
+                              f"per-item verdicts its paired tests read), got {type(compare.task).__name__}; "
+                              "run this config with `numloss compare`")
     except ConfigError as error:
         print(f"numloss compare: {error}", file=sys.stderr)
         return 2
