@@ -907,7 +907,7 @@ def _clean_math(text: str) -> str:
     prose = _search(_PROSE_AFTER, text)
     if prose is not None and text[: prose.start()].strip(" \t*$`\"'“”"):
         text = text[: prose.start()]
-    text = text.strip().strip("|").strip().strip("*_").rstrip(".!").strip().strip("*_$").strip()
+    text = text.strip().strip("|").strip().strip("*_").rstrip(".!。！").strip().strip("*_$").strip()
     while text.endswith("}") and text.count("}") > text.count("{"):  # a JSON object's close: {"answer": "18"}
         text = text[:-1].rstrip().rstrip(",").rstrip()
     for left, right in (("\\[", "\\]"), ("\\(", "\\)"), ("`", "`"), ('"', '"'), ("'", "'"), ("“", "”"), ("‘", "’"), ("«", "»"), ("⟨", "⟩"), ("「", "」")):
@@ -1215,7 +1215,7 @@ _DRESS_CHARS = " \t*_`\"'“”‘’«»⟨⟩「」$!:✓✔✅☑🎯📌👉
 def _last_line(before: str) -> str:
     """The last line of `before`, a display block that ends it joined into one line ("So, $$\n18\n$$
     is the answer." -> "So, $$ 18 $$ is the answer."; "$$\n18\n$$." -> "$$ 18 $$.")."""
-    lines = [_sub(_HTML_TAG, "", line).strip() for line in before.rstrip().rsplit("\n", 5)]
+    lines = [_sub(_EMOJI_LEAD, "", _sub(_HTML_TAG, "", line)).strip() for line in before.rstrip().rsplit("\n", 5)]
     if len(lines) > 1 and lines[-1].startswith(_DISPLAY_CLOSE):
         for i in range(len(lines) - 2, -1, -1):
             if lines[i].endswith(_DISPLAY_OPEN) or lines[i] in _DISPLAY_OPEN:
@@ -1223,6 +1223,7 @@ def _last_line(before: str) -> str:
     return lines[-1] if lines else ""
 
 
+_EMOJI_LEAD = _rx(r"^[ \t]{0,8}(?:[\p{So}\uFE0F][ \t]{0,3})++")  # "✅ **B**": an emoji opening a line is dress
 _DISPLAY_OPEN = ("$$", "\\[", "$", "```", "~~~")
 _DISPLAY_CLOSE = ("$$", "\\]", "$", "```", "~~~")
 
