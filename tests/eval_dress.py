@@ -269,6 +269,7 @@ def truncated(item: Item, said: str, value: Fraction | None, other: str, other_v
     yield "whitespace", "  \n\t \n", "never"
     yield "after-answer", f"The answer is {x}.\n\nTo double-check this we compute {o} - ", "said"
     yield "after-bare", f"**{x}**\n\nNow let me double-check by starting from {o} and", "said"
+    yield "bare-then-cut", f"{x}\n\nI think that is right, but let me also consider the", "said"
     yield "mid-sentence", f"First we compute the total. We start with {x} and then we", "never"
     yield "mid-step", f"We start with {x} apples.\nStep 2: multiply by", "never"
     yield "marker-only", WORK + "The answer is", "never"

@@ -439,7 +439,7 @@ def extract_exact(output: str) -> Fraction | None:
             return found
     if _bare_spelled(output):  # the last line is a spelled-out number alone: "... = 14.\nEighteen."
         return _spelled_at_start(output.rstrip().rsplit("\n", 1)[-1].strip(" \t.!\"'`*_$()[]{}"))
-    if _search(_DANGLING, output[-40:]) or _search(_HEDGE_AT_END, output[-200:]):
+    if _cut_off_in_working(output) or _search(_HEDGE_AT_END, output[-200:]):
         return None  # cut off mid-sentence ("We start with 18 and then we"), or alternatives: no one answer
     found = _last_number(output)
     return _spelled(_last(_SPELLED, output)) if found is None else found
@@ -458,6 +458,15 @@ _DANGLING = _rx(
     r"(?<![\w])(?:and|or|the|an|of|by|then|we|from|into|because|but|plus|minus|than|if)[ \t]{0,3}$",
     regex.I,
 )
+def _cut_off_in_working(output: str) -> bool:
+    """Whether `output` stops mid-sentence (`_DANGLING`) on a line that holds a number: that number
+    is working, not an answer ("We start with 18 and then we"); a cut-off line without one leaves
+    the lines before it to be read ("18\n\nI think that is right, but let me also consider the")."""
+    tail = output.rstrip()
+    last_line = tail[tail.rfind("\n") + 1 :]
+    return bool(_search(_DANGLING, tail[-40:])) and _search(_ANY_DIGIT, last_line[-400:]) is not None
+
+
 # a correction after the answer: "18. Wait, actually it is 25.", "18, I mean 25", "18... no wait, 25."
 _CORRECTION = _rx(
     r"(?<![\w])(?:wait|actually|oops|sorry|correction|i[ \t]mean|make[ \t]that|scratch[ \t]that|no[ \t]{0,2},)(?![\w])", regex.I)
@@ -945,7 +954,7 @@ def extract_math(output: str) -> str:
             if corrected is not None:
                 return _clean_math(corrected)
         return _clean_math(boxed if boxed is not None else _first_answer_line(segment))
-    if _search(_DANGLING, output[-40:]) or _search(_HEDGE_AT_END, output[-200:]):
+    if _cut_off_in_working(output) or _search(_HEDGE_AT_END, output[-200:]):
         return ""  # cut off mid-sentence, or alternatives: no one answer
     bare = _bare_number(output)  # the last line gives it bare: "...\n\\frac{2}{1}", "Total: 18"
     if bare is not None:
