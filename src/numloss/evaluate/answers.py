@@ -1221,10 +1221,12 @@ _ASSIGNED = _rx(r"^(?:[A-Za-z]{1,2}[ \t]{0,2})?=[ \t]{0,2}")  # "x = 18", "= 18"
 _DRESS_CHARS = " \t*_`\"'“”‘’«»⟨⟩「」$!:✓✔✅☑🎯📌👉➡🔢🎉\uFE0F"  # emoji a chat model puts around an answer
 
 
-def _last_line(before: str) -> str:
+def _last_line(before: str, emoji: bool = False) -> str:
     """The last line of `before`, a display block that ends it joined into one line ("So, $$\n18\n$$
     is the answer." -> "So, $$ 18 $$ is the answer."; "$$\n18\n$$." -> "$$ 18 $$.")."""
-    lines = [_sub(_EMOJI_LEAD, "", _sub(_HTML_TAG, "", line)).strip() for line in before.rstrip().rsplit("\n", 5)]
+    lines = [_sub(_HTML_TAG, "", line).strip() for line in before.rstrip().rsplit("\n", 5)]
+    if not emoji:  # "✅ **B**": an emoji opening the line is dress (a number's dress strip keeps it, to see "✅ x = 8" dressed)
+        lines = [_sub(_EMOJI_LEAD, "", line) for line in lines]
     if len(lines) > 1 and lines[-1].startswith(_DISPLAY_CLOSE):
         for i in range(len(lines) - 2, -1, -1):
             if lines[i].endswith(_DISPLAY_OPEN) or lines[i] in _DISPLAY_OPEN:
@@ -1241,7 +1243,7 @@ def _bare_number(before: str) -> str | None:
     """The number the last line of `before` gives bare, in its dress ("18", "**$18.00**", "\\(18\\)",
     "\\frac{2}{1}"), alone, after a short lead that holds no digit and no "=" ("Total: 18",
     "Therefore, the total is 18.", not "x = 4" or "Step 1: 4"), or before "is the answer"."""
-    line = _last_line(before)
+    line = _last_line(before, emoji=True)
     if not line or len(line) > 120:
         return None
     line = line[: m.start()] if (m := _search(_IS_THE_ANSWER, line)) else line
@@ -1312,7 +1314,7 @@ def _bare_answer_line(before: str) -> bool:
     line = _last_line(before)
     if not line or len(line) > 120:
         return False
-    if _bare_letter(line) is not None or _bare_number(line) is not None:
+    if _bare_letter(line) is not None or _bare_number(before) is not None:  # its own last line, emoji kept ("✅ x = 8")
         return True
     if _line_letter(line) is not None or (len(line) <= 120 and _match(_LETTER_END, line)):  # "So, (6(√3) (B)) is the answer."
         return True
@@ -1321,27 +1323,32 @@ def _bare_answer_line(before: str) -> bool:
 
 def extract(item: Item, text: str) -> str:
     """numloss's prediction for `item` from `text`, as text ("" when there is none)."""
-    text = cut_continuation(text)
-    if "~~" in text:
+    if "~~" in text:  # before the cut: a line "~~18~~ 25" gives its answer bare
         text = _sub(_STRUCK, " ", text)
+    text = cut_continuation(_unstyle(text))
     if item.kind == "number":
         return format_exact(extract_exact(text))
     if item.kind == "choice":
-        return extract_choice(_unstyle(text), item.options) or ""
+        return extract_choice(text, item.options) or ""
     return extract_math(text)
 
 
-# LaTeX emphasis around a letter ("\\underline{A}", "\\color{green}{A}") written as the one every
-# letter rule knows, \\textbf; a colour without braces after it ("\\color{red} A") is dropped
-_STYLE = _rx(r"\\(?:underline|bm|boldsymbol|textsf|mathsf|hbox|textit|mathit|emph|texttt|mathtt|(?:text)?color[ \t]{0,4}\{[A-Za-z]{1,20}\})(?=[ \t]{0,4}\{)")
+# LaTeX emphasis ("\\underline{A}", "\\color{green}{x = 25}") is dress: the command is dropped, its
+# argument kept; a colour switch without braces after it ("\\color{red} A") is dropped; a check
+# mark beside an answer ("B ✓", "(A ✓)") is dress too
+_STYLE = _rx(r"\\(?:underline|bm|boldsymbol|textsf|mathsf|hbox|textit|mathit|emph|texttt|mathtt|(?:text)?color[ \t]{0,4}\{[A-Za-z]{1,20}\})"
+             r"[ \t]{0,4}\{((?:[^{}\n]|\{[^{}\n]{0,200}\}){0,400})\}")
 _COLOR_ALONE = _rx(r"\\color[ \t]{0,4}\{[A-Za-z]{1,20}\}")
+_CHECK_MARK = _rx(r"[ \t]{0,2}[✓✔☑]\uFE0F?")
 
 
 def _unstyle(text: str) -> str:
-    """`text` with LaTeX emphasis commands written as \\textbf and bare colour switches dropped."""
+    """`text` without LaTeX emphasis commands (their arguments kept), colour switches and check marks."""
+    if "✓" in text or "✔" in text or "☑" in text:
+        text = _sub(_CHECK_MARK, "", text)
     if "\\" not in text:
         return text
-    return _sub(_COLOR_ALONE, "", _sub(_STYLE, r"\\textbf", text))
+    return _sub(_COLOR_ALONE, "", _sub(_STYLE, r"\1", text))
 
 
 _STRUCK = _rx(r"~~[^~\n]{1,400}+~~")  # struck-out text is what the model withdrew: "The answer is ~~18~~ 25"
