@@ -4,19 +4,23 @@ A generator composes outputs from five axes:
 
 - an answer phrase: the released triggers ("The answer is", "the answer is", "The answer is:",
   "####") and common chat-model phrasings ("Final answer:", "**Final Answer:**", "Answer:", table
-  rows, list items, "### Final Answer" headers, "Ans:", ...), and answers given without a marker
+  rows, list items, "### Final Answer" headers, "Ans:", blockquotes, "✅", other languages:
+  "La respuesta es", "答案是", "Ответ:"), and answers given without a marker
   (on a line of their own, after "Therefore, the total is", "∴", "Result →", "So, 18 is the answer");
 - an answer form: integer, decimal, thousands separators, currency symbols and words before or
   after, percent sign and word, units, ``\\text{}``, scientific forms, spelled-out numbers,
   negative forms, decimal comma, "~", scale words ("18k", "18 thousand"), non-breaking-space
-  thousands, ``\\$``, degrees, "x = 18" (number items); a letter in any case and bracket, the
-  letter with its option's text before or after it, a letter with another ruled out (choice items);
+  thousands, ``\\$``, degrees, "x = 18", fullwidth and Arabic-Indic digits, en-dash minus, thin-space
+  thousands, "km/h" (number items); a letter in any case and bracket, the letter with its option's
+  text before or after it, a letter with another ruled out, "C ✓", "C。" (choice items);
 - a wrapper: quotes (curly too), backticks, brackets, parentheses, guillemets, JSON, markdown bold
-  (``**`` and ``__``), HTML ``<b>``, ``$...$``, ``$$`` blocks, ``\\( \\)``, ``\\[ \\]``, ``\\boxed{}``;
+  (``**`` and ``__``), HTML ``<b>``, ``$...$``, ``$$`` blocks, ``\\( \\)``, ``\\[ \\]``, ``\\boxed{}``,
+  ``\\underline``, ``\\color``, the other answer struck out before it (``~~25~~ 18``);
 - a tail: nothing, an explanation (also one naming the other answer), an invented next exercise
   under a common header (markdown, numbered, role words, a role name alone, ``[INST]``, a numbered
   question, "Now let's try another one") that answers it with the *other* answer, a chat
-  template's end tokens followed by an invented turn, a think block before the answer;
+  template's end tokens followed by an invented turn, a think block before the answer, a check
+  after it that names the other answer ("Double-check:", "🔍 Verification:", one cut off mid-sentence);
 - the benchmark kind: open number (GSM8K, SVAMP, SimulEq), MATH with a plain-number gold, multiple
   choice (AQuA, SAT, MMLU-math), and programs (fences tagged ``python3``, `` ``` python``,
   ``~~~python``, an "Output:" block after the fence, code with prose around it, ``sys.stdout.write``).
@@ -43,6 +47,7 @@ shrink examples one at a time. NUMLOSS_SPACE_DRAW=N draws N compositions per ben
 from __future__ import annotations
 
 import itertools
+import math
 import os
 import random
 from dataclasses import dataclass
@@ -70,10 +75,14 @@ PHRASES = [
     "| Step | Value |\n|---|---|\n| Answer | {x} |", "- Answer: {x}", "### Final Answer\n{x}", "Ans: {x}",
     "1. Add the parts.\n2. Simplify.\n3. Answer: {x}", "So, {x} is the answer.", "The answer is {x}, not {o}.",
     "First, 3 + 4 = 7. Then 7 * 2 = 14.\n{x}", "answer is {x}",
+    # other languages, emoji and quotes a chat model puts around an answer
+    "La respuesta es {x}.", "Step 1: 3 + 4 = 7.\n答案是{x}。", "Ответ: {x}", "Die Antwort lautet {x}.", "✅ {x}",
+    "> **Answer:** {x}", "Answer – {x}",
 ]
 WRAPPERS = [
     "{f}", '"{f}"', "'{f}'", "`{f}`", "[{f}]", "({f})", '{{"answer": "{f}"}}', "**{f}**", "${f}$",
     "\\boxed{{{f}}}", "$\\boxed{{{f}}}$", "__{f}__", "<b>{f}</b>", "“{f}”", "\\({f}\\)", "\\[{f}\\]", "«{f}»", "$$\n{f}\n$$",
+    "$\\underline{{{f}}}$", "$\\color{{red}}{{{f}}}$", "~~{{o}}~~ {f}",  # the other answer struck out before this one
 ]
 TAILS = {
     "none": "",
@@ -98,6 +107,9 @@ TAILS = {
     "explanation-other": "\nExplanation: the other value, {o}, is what you get if you forget a step.",
     "note-other": "\nNote: {o} would be the result with the other rate.",
     "gemma": "<end_of_turn>\n<start_of_turn>user\nNext<end_of_turn>\n<start_of_turn>model\nThe answer is {o}.",
+    "double-check-other": "\n\nDouble-check: without the last step we would have {o}.",
+    "verify-cut-off": "\n\nNow let me double-check by starting from {o} and",
+    "emoji-verification": "\n\n🔍 Verification: {o} is the value before the final step.",
 }
 THINK = "<think>\nMaybe it is {o}? Let me check again.\n</think>\n"
 
@@ -156,6 +168,12 @@ def number_forms(value: Fraction) -> dict[str, str]:
     if value < 0:
         forms["negative-word"] = "negative " + a
         forms["unicode-minus"] = "−" + a
+        forms["en-dash-minus"] = "–" + a
+    forms["fullwidth"] = s.translate(str.maketrans("0123456789.-", "０１２３４５６７８９．－"))
+    forms["arabic-indic"] = s.translate(str.maketrans("0123456789", "٠١٢٣٤٥٦٧٨٩"))
+    forms["units-ratio"] = s + " km/h"
+    if size >= 1000 and value.denominator == 1:
+        forms["thin-thousands"] = forms["thousands"].replace(",", "\u2009")
     return forms
 
 
@@ -168,7 +186,7 @@ def choice_forms(letter: str, option: str, other: str = "B") -> dict[str, str]:
              "colon-text": f"{letter}: {option}", "dash-text": f"{letter} — {option}", "boxed-text": f"\\boxed{{\\text{{{letter}}}}}",
              "text-then-letter": f"{option} ({letter})", "ruled-out-other": f"{letter}) {option} (not {other})",
              "option-lower": f"option {lower}", "letter-word": f"letter {letter}", "quoted-lower": f"“{lower}”",
-             "choice-word": f"Choice {letter}"}
+             "choice-word": f"Choice {letter}", "checked": f"{letter} ✓", "cjk-stop": f"{letter}。"}
     return forms
 
 
@@ -196,15 +214,36 @@ class Composition:
         return f"{self.benchmark}/{self.kind}: phrase {self.phrase!r} form {self.form} wrapper {self.wrapper!r} tail {self.tail}"
 
 
-def compositions(benchmark: str, item: Item) -> list[Composition]:
+def text_axes(item: Item) -> tuple[list[str], list[str], list[str], list[str]]:
+    """The (phrases, forms, wrappers, tails) an item's text outputs are composed of."""
     if item.kind == "choice":
         forms = list(choice_forms("A", "x"))
-        return [Composition(benchmark, "choice", p, f, w, t) for p, f, w, t in itertools.product(PHRASES, forms, WRAPPERS, TAILS)]
-    (_, right), (_, wrong) = answers_of(item)
-    names = sorted(set(number_forms(right)) & set(number_forms(wrong))) if right is not None and wrong is not None else ["plain"]
-    out = [Composition(benchmark, item.kind, p, f, w, t) for p, f, w, t in itertools.product(PHRASES, names, WRAPPERS, TAILS)]
+    else:
+        (_, right), (_, wrong) = answers_of(item)
+        forms = sorted(set(number_forms(right)) & set(number_forms(wrong))) if right is not None and wrong is not None else ["plain"]
+    return PHRASES, forms, WRAPPERS, list(TAILS)
+
+
+def compositions(benchmark: str, item: Item) -> list[Composition]:
+    """Every composition for `item`: the text product, then the program shapes (open number items)."""
+    out = [Composition(benchmark, item.kind, *axes) for axes in itertools.product(*text_axes(item))]
     if item.kind == "number":
         out += [Composition(benchmark, "program", "", shape, "", "none") for shape in PROGRAMS]
+    return out
+
+
+def sampled(benchmark: str, item: Item, n: int, rng: random.Random) -> list[Composition]:
+    """n text compositions drawn without replacement, by index into the product (the product, some
+    700,000 per item, is never built: drawing costs the same however many axis values there are)."""
+    axes = text_axes(item)
+    total = math.prod(len(axis) for axis in axes)
+    out = []
+    for index in rng.sample(range(total), min(n, total)):
+        picked = []
+        for axis in reversed(axes):  # mixed-radix digits of the index, last axis fastest (itertools.product's order)
+            index, digit = divmod(index, len(axis))
+            picked.append(axis[digit])
+        out.append(Composition(benchmark, item.kind, *reversed(picked)))
     return out
 
 
@@ -250,14 +289,15 @@ def draw(per_benchmark: int | None, seed: int = 0, items_per_benchmark: int = 1,
     """A seeded draw of `per_benchmark` compositions per benchmark (None: all of them), each filled
     right and wrong; at most `programs` program compositions per open benchmark (they run in the sandbox)."""
     rng = random.Random(seed)
+    program_rng = random.Random(seed)  # its own stream: a new text axis does not change which programs (sandbox runs) are drawn
     out = []
     for name in NAMES:
         for item in items_for(name, items_per_benchmark):
-            space = compositions(name, item)
-            texts = [c for c in space if c.kind != "program"]
-            progs = [c for c in space if c.kind == "program"]
-            chosen = texts if per_benchmark is None else rng.sample(texts, min(per_benchmark, len(texts)))
-            chosen += progs if per_benchmark is None else rng.sample(progs, min(programs, len(progs)))
+            progs = [Composition(name, "program", "", shape, "", "none") for shape in PROGRAMS] if item.kind == "number" else []
+            if per_benchmark is None:
+                chosen = compositions(name, item)
+            else:
+                chosen = sampled(name, item, per_benchmark, rng) + program_rng.sample(progs, min(programs, len(progs)))
             (right, rv), (wrong, wv) = answers_of(item)
             for c in chosen:
                 for said, sv, other, said_right in ((right, rv, wrong, True), (wrong, wv, right, False)):

@@ -3,9 +3,12 @@
 `cut_continuation` first drops what is not this item's answer: text before a closing ``</think>``,
 a chat template's end-of-turn token and what follows, an invented next exercise. The answer is
 then looked for, the first rule that finds one winning: after the last marker ("The answer is",
-"Final answer:", a line "Answer:", a JSON "answer":), after the last "####", inside the last
-``\boxed{}``, else the last number. Choices: an explicit letter in any dress, else the option
-whose text or value the answer is; no letter found is no answer (no guess). Numbers are read
+"Final answer:", a line "Answer:", a JSON "answer":, their kin in other languages: "La respuesta
+es", "答案是"), after the last "####", inside the last ``\boxed{}`` not ruled out, else the last
+number (none when the output is cut off mid-sentence). A correction after the answer ("18. Wait,
+actually 25.") wins; alternatives ("18 or 25", "A or B") and struck-out text are no answer.
+Choices: an explicit letter in any dress, else the option whose text or value the answer is; no
+letter found, or a letter followed by another option's text, is no answer (no guess). Numbers are read
 exactly (as fractions) in their usual dress: currency, units, LaTeX, thousands separators,
 decimal commas, mixed numbers, spelled-out numbers, a scale after the number ("18k" is 18000,
 never 18); float noise (15+ significant digits) is
@@ -118,7 +121,8 @@ def _sub(pattern: regex.Pattern, repl: Any, text: str) -> str:
 # ---------------------------------------------------------------- numbers
 
 _NUMBER = _rx(
-    r"""(?<![\w.])                 # not inside a word or after a decimal point
+    r"""(?<![^\W\p{Han}\p{Hiragana}\p{Katakana}\p{Hangul}]|\.)   # not inside a word (CJK glued to a number is no word: "答案是18") or after a decimal point
+    (?<!\^|\^\{)                  # not an exponent ("cm^2", "2^{10}")
     (?P<sign>[-+−])?
     [$€£¥₹]?
     (?P<body>
@@ -136,7 +140,11 @@ _NUMBER = _rx(
 # three digits ("14,400", "1,234,567"); "4,6,14,15" is a list of four numbers
 _DIGITS = r"(?:\d{1,3}(?:,\d{3})+|\d+)"
 _FRAC = _rx(r"\\[dt]?frac[ \t]{0,8}\{([^{}]{0,200})\}[ \t]{0,8}\{([^{}]{0,200})\}")
-_TEXT_CMD = _rx(r"\\(?:text|mbox|mathrm|textbf|textrm|mathbf|operatorname)[ \t]{0,4}\{([^{}]{0,200})\}")
+_TEXT_CMD = _rx(r"\\(?:text|mbox|mathrm|textbf|textrm|mathbf|operatorname|underline|bm|boldsymbol|textsf|mathsf|hbox|textit|mathit|emph|texttt|mathtt|mathbb)[ \t]{0,4}\{([^{}]{0,200})\}")
+_COLOR = _rx(r"\\(?:text)?color[ \t]{0,4}\{[A-Za-z]{1,20}\}[ \t]{0,4}(?:\{([^{}]{0,200})\})?")  # "\color{red}{18}" is 18
+# a no-break, thin, narrow or figure space between digit groups of three ("14 400") is a thousands
+# separator, as typeset; a plain space between numbers stays a space ("1 400" may be two numbers)
+_TYPOGRAPHIC_THOUSANDS = _rx(r"(?<=(?<![\d.,])\d{1,3}(?:[\u00a0\u2009\u202f\u2007]\d{3})*+)[\u00a0\u2009\u202f\u2007](?=\d{3}(?![\d]))")
 _PAREN_FRAC = _rx(r"\((-?\d{1,400}(?:\.\d{1,400})?)\)/\((\d{1,400}(?:\.\d{1,400})?)\)")
 # "1.5 \times 10^{3}", "1.5 × 10^3", "1.5*10**3": scientific notation read as an exponent
 _TIMES_TEN = _rx(r"(?<=\d)[ \t]{0,4}(?:\\times|\\cdot|×|·|\*)[ \t]{0,4}10[ \t]{0,4}(?:\^|\*\*)[ \t]{0,4}\{?[ \t]{0,4}([-+−]?\d{1,6})[ \t]{0,4}\}?")
@@ -163,11 +171,14 @@ def _strip_latex(text: str) -> str:
     """LaTeX number dressing removed: \\frac{a}{b} -> a/b, \\text{..} kept as its words, \\$,
     \\%, \\!, braces, "\\times 10^{k}" -> "ek", currency words before a number."""
     s = _sub(_FRAC, _frac_sub, text)
+    s = _sub(_COLOR, r"\1", s) if "color" in s else s
     s = _sub(_TEXT_CMD, r" \1 ", s)
     if "\\text" in s or "\\mbox" in s:  # one level of nesting: \text{\$10\text{ total}}
         s = _sub(_TEXT_CMD, r" \1 ", s)
     s = s.replace("\\$", "$").replace("\\%", "%").replace("\\!", "").replace("\\,", "")
     s = s.replace("{,}", ",").replace("\\left", "").replace("\\right", "")
+    if "\u00a0" in s or "\u2009" in s or "\u202f" in s or "\u2007" in s:
+        s = _sub(_TYPOGRAPHIC_THOUSANDS, ",", s)
     s = _sub(_PAREN_FRAC, r"\1/\2", s)
     s = _sub(_TIMES_TEN, r"e\1", s)
     s = _sub(_CURRENCY_WORD, " ", s)
@@ -359,7 +370,15 @@ _TRIGGERS = _rx(
     r"(?:[:：=|]|[-–—](?=[ \t])|[ \t#]{0,4}(?=\r?\n))"
     r"|(?:(?m:^)[ \t>*#_+|-]{0,8}|[.!?;,][ \t]{1,3})(?:(?:final|correct)[ \t]{1,3})?answer[ \t]{1,3}(?:is|would[ \t]{1,3}be)(?!\w)(?:[ \t]{0,3}:)?"
     r"|(?m:^)[ \t>*#_+|-]{0,8}(?:final[ \t]{1,3})?result[ \t*_]{0,4}(?:[:：]|→|=>)"
-    r"|[\"'](?:final_?)?answer[\"'][ \t]{0,3}:)",
+    r"|[\"'](?:final_?)?answer[\"'][ \t]{0,3}:"
+    # the same markers in the other languages a chat model answers in: "La respuesta es", "Die
+    # Antwort lautet", "答案是", "Ответ:", "正解は"
+    r"|(?<![\w])(?:la[ \t]{1,3}respuesta(?:[ \t]{1,3}(?:correcta|final))?[ \t]{1,3}es(?:[ \t]{1,3}la)?"
+    r"|die[ \t]{1,3}(?:richtige[ \t]{1,3})?antwort[ \t]{1,3}(?:lautet|ist)|la[ \t]{1,3}(?:bonne[ \t]{1,3})?réponse[ \t]{1,3}(?:correcte[ \t]{1,3})?est"
+    r"|a[ \t]{1,3}resposta[ \t]{1,3}(?:correta[ \t]{1,3})?é|la[ \t]{1,3}risposta[ \t]{1,3}(?:corretta[ \t]{1,3})?è|het[ \t]{1,3}antwoord[ \t]{1,3}is)(?![\w])(?:[ \t]{0,3}:)?"
+    r"|(?:最终|最後の|最后)?(?:答案|答え|正解|정답)(?:是|为|為|应为|應為|は|은|는|[ \t]{0,2}[:：])"
+    r"|(?m:^)[ \t>*#_+|-]{0,8}(?:respuesta|réponse|antwort|ответ|resposta|risposta|antwoord|odpowiedź|cevap|jawaban|الإجابة|उत्तर)"
+    r"(?:[ \t]{1,3}final)?[ \t*_]{0,4}[:：])",
     regex.I,
 )
 # choice items also name the option: "The correct option is C", "the right choice is (c)"
@@ -377,10 +396,27 @@ def answer_segment(output: str, choice: bool = False) -> tuple[str, bool]:
         return output[trigger.end() :], True
     if "####" in output:
         return output.rsplit("####", 1)[1], True
-    boxed = boxed_content(output)
+    boxed = _answer_box(output)
     if boxed is not None:
         return boxed, True
     return output, False
+
+
+_BOX_RULED_OUT = _rx(r"(?:(?<![\w])not|n't|instead[ \t]of|rather[ \t]than)[ \t$(]{1,4}$", regex.I)
+
+
+def _answer_box(output: str) -> str | None:
+    """The content of the last `\\boxed{}` that is not named to be ruled out ("the original is
+    right, not $\\boxed{18}$"), or None (at most 8 boxes are stepped back over: linear time)."""
+    end = len(output)
+    for _ in range(8):
+        start = max(output.rfind("\\boxed", 0, end), output.rfind("\\fbox", 0, end))
+        if start < 0:
+            return None
+        if not _search(_BOX_RULED_OUT, output[max(0, start - 16) : start]):
+            return boxed_content(output[start:end])
+        end = start
+    return None
 
 
 def extract_exact(output: str) -> Fraction | None:
@@ -388,8 +424,13 @@ def extract_exact(output: str) -> Fraction | None:
     (a spelled-out number right after a marker, or in an output without digits, counts too)."""
     segment, marked = answer_segment(output)
     if marked:
+        if not segment.strip(_DRESS_CHARS + ".\n\r"):
+            return None  # "The answer is" and nothing after it (cut off): no answer, not an earlier number
         boxed = boxed_content(segment)
         target = boxed if boxed is not None else _result_of_sum(_sub(_HTML_TAG, "", segment[:4000]) + segment[4000:])
+        if boxed is None and _match(_HEDGE, target):
+            return None  # "The answer is 18 or 25", "between 18 and 25", "18–20": no one answer
+        target = _corrected(target) or target
         spelled = _spelled_at_start(target)
         if spelled is not None:
             return spelled
@@ -398,8 +439,86 @@ def extract_exact(output: str) -> Fraction | None:
             return found
     if _bare_spelled(output):  # the last line is a spelled-out number alone: "... = 14.\nEighteen."
         return _spelled_at_start(output.rstrip().rsplit("\n", 1)[-1].strip(" \t.!\"'`*_$()[]{}"))
+    if _cut_off_in_working(output) or _search(_HEDGE_AT_END, output[-200:]):
+        return None  # cut off mid-sentence ("We start with 18 and then we"), or alternatives: no one answer
     found = _last_number(output)
     return _spelled(_last(_SPELLED, output)) if found is None else found
+
+
+# an answer given as alternatives or a range: "18 or 25", "either 18 or 25", "between 18 and 25", "18–20"
+_HEDGE_NUMBER = r"[-−]?[$€£¥₹]?\d[\d,.]*+"
+_HEDGE_CORE = (
+    r"(?:(?:either[ \t]{1,3})?" + _HEDGE_NUMBER + r"(?:[ \t]{0,3}(?:[A-Za-z%]{1,12}[ \t]{1,3})?or[ \t]{1,3}|[–—])"
+    r"|between[ \t]{1,3}" + _HEDGE_NUMBER + r"[ \t]{0,3}(?:[A-Za-z%]{1,12}[ \t]{1,3})?and[ \t]{1,3})" + _HEDGE_NUMBER
+)
+_HEDGE = _rx(r"[ \t\n*_$`\"'(“]{0,8}" + _HEDGE_CORE, regex.I)
+_HEDGE_AT_END = _rx(_HEDGE_CORE + r"[^\d\n]{0,60}$", regex.I)  # "It could be 25 or 18; I am not sure."
+# an output that stops mid-sentence on a word that cannot end one: the model ran out of tokens
+_DANGLING = _rx(
+    r"(?<![\w])(?:and|or|the|an|of|by|then|we|from|into|because|but|plus|minus|than|if)[ \t]{0,3}$",
+    regex.I,
+)
+def _cut_off_in_working(output: str) -> bool:
+    """Whether `output` stops mid-sentence (`_DANGLING`) on a line that holds a number: that number
+    is working, not an answer ("We start with 18 and then we"); a cut-off line without one leaves
+    the lines before it to be read ("18\n\nI think that is right, but let me also consider the")."""
+    tail = output.rstrip()
+    last_line = tail[tail.rfind("\n") + 1 :]
+    return bool(_search(_DANGLING, tail[-40:])) and _search(_ANY_DIGIT, last_line[-400:]) is not None
+
+
+# a correction after the answer: "18. Wait, actually it is 25.", "18, I mean 25", "18... no wait, 25."
+_CORRECTION = _rx(
+    r"(?<![\w])(?:wait|actually|oops|sorry|correction|i[ \t]mean|make[ \t]that|scratch[ \t]that|no[ \t]{0,2},)(?![\w])", regex.I)
+# between the cue and the corrected number only the words of a correction: "Oops, I made an error:
+# it should be 25", not "Sorry for the long explanation, 3 steps"
+_CORRECTED_TO = _rx(
+    r"(?:[ \t,.:;!…—–-]++|(?:it|it's|that|that's|this|the|answer|total|result|i|is|was|should|would|must|be|no|wait|actually"
+    r"|mean|meant|made|make|an|a|error|mistake|oops|sorry|correct|correction|corrected|rather|instead|so|hmm|fix|fixed)(?![\w]))*+"
+    r"(?<![\w.])(?P<answer>[-−+]?[$€£¥₹]?\.?\d[^\n]{0,40}?)[ \t]*$",
+    regex.I,
+)
+_CORRECTION_ENDS = _rx(r"[-−+]?[$€£¥₹]?[\d.,/]+[ \t]{0,3}(?:[A-Za-z%°]{1,12})?[ \t]{0,2}[.!)*_]{0,3}")
+
+
+def _correction_rests(segment: str) -> list[str]:
+    """The rest of the line after each correction cue that follows the start of the answer in
+    `segment` ("18. Wait, actually it is 25." -> [", actually it is 25.", " it is 25."])."""
+    head = segment[:400]
+    first = _search(_ANY_ALNUM, head)
+    if first is None:
+        return []
+    rests = []
+    for cue in _finditer(_CORRECTION, head):
+        if cue.start() > first.start():
+            line_end = head.find("\n", cue.end())
+            rests.append(head[cue.end() : line_end if line_end >= 0 else len(head)])
+    return rests
+
+
+_ANY_ALNUM = _rx(r"[^\W_]")
+
+
+def _corrected(segment: str) -> str | None:
+    """What the answer in `segment` is corrected to, when a correction cue after its first number
+    ("Wait", "actually", "I mean", "Oops") is followed on its line by a number that ends it: "18.
+    Wait, actually it is 25." -> "25."; None when there is none ("Wait, let me check: 25 - 7 = 18"
+    checks, it does not correct: the number there does not end its line)."""
+    found = None
+    for rest in _correction_rests(segment):
+        to = _match(_CORRECTED_TO, rest)
+        if to is not None and _fullmatch(_CORRECTION_ENDS, to.group("answer").strip()):
+            found = to.group("answer")
+    return found
+
+
+def _corrected_letter(segment: str) -> str | None:
+    """The letter the answer in `segment` is corrected to ("B... no wait, A."), or None."""
+    found = None
+    for rest in _correction_rests(segment):
+        if len(rest) <= 60 and _search(_ANY_DIGIT, rest) is None:
+            found = _bare_letter(rest) or found
+    return found
 
 
 _SUM = _rx(r"[\d\s.,+\-−*/×÷·()$%]*+")
@@ -521,7 +640,7 @@ _CLOSE_DRESS = r"(?:[ \t]{0,3}(?:\*\*|__|\\[)\]]|</" + _HTML + r">|[\"'`\])}$*_�
 # the close is not possessive: "E) $78.20" is the letter E, then its option's text ("$" is no close there)
 _LETTER_AT = _rx(
     r"[ \t]{0,3}(?P<open>" + _OPEN_DRESS + r"{0,4}+)[ \t]{0,2}(?P<letter>[A-Ea-e])(?P<close>" + _CLOSE_DRESS
-    + r"{0,4})(?:[ \t]{0,3}(?P<end>$|\n)|[ \t]{0,3}(?P<punct>[.,;!?:)\]—–→|])|[ \t]{1,4}(?P<word>(?=\S)))"
+    + r"{0,4})(?:[ \t]{0,3}(?P<end>$|\n)|[ \t]{0,3}(?P<punct>[.,;!?:)\]—–→|。，！？])|[ \t]{1,4}(?P<word>(?=\S)))"
 )
 # a letter named in a sentence: "C is correct", "So C must be the answer", "(C)" / "[C]" / "\"C\"" anywhere
 _NAMED_LETTER = _rx(
@@ -646,7 +765,7 @@ def _bare_letter(output: str) -> str | None:
     return None
 
 
-_TAIL_MARKUP = _rx(r"(?:\\\)|\\\]|</" + _HTML + r">|[.!*$_`\s”’»⟩」])++$")
+_TAIL_MARKUP = _rx(r"(?:\\\)|\\\]|</" + _HTML + r">|[.!*$_`\s”’»⟩」。！✓✔✅☑\uFE0F])++$")  # "A ✓", "A。" end with the letter
 
 
 _QA_LABEL = _rx(r"(?m:^)[ \t*_]{0,4}A[ \t*_]{0,2}[:：][ \t*_]{0,3}(?=(?:\\\(|[(\[\"'`“*$]){1,4}[A-Ea-e](?:\\\)|[)\]\"'`”*$]){1,4}[ \t.]{0,2}(?m:$))")
@@ -686,14 +805,21 @@ def extract_choice(output: str, options: tuple[str, ...] = ()) -> str | None:
     letters = LETTERS[:n]
     boxed = boxed_content(output)
     if boxed is not None:
-        head = _choice_head(boxed)
+        head = _choice_head(_strip_latex(boxed) if "\\text" in boxed else boxed)  # "\\boxed{\\text{Option } A}"
         letter = _letter_in_dress(head, True)
         if letter and letter in letters and len(head.strip()) <= 12:
             return letter
     segment, marked = answer_segment(output, choice=True)
     if marked:
         head = _choice_head(segment)
+        if _match(_LETTER_HEDGE, head):
+            return None  # "A or B", "between B and C": no one answer
+        corrected = _corrected_letter(segment)
+        if corrected is not None and corrected in letters:
+            return corrected
         letter = _letter_in_dress(head[:80], True)
+        if letter is not None and options and _contradicted(head, letter, options):
+            return None  # "A) 45" where 45 is option D's text: the letter and its text disagree
         if letter is None:  # the option's text, then its letter: "8 (C)", "$61 (A)."
             line = head[:200].split("\n", 1)[0]
             letter = _bare_letter(line) if len(line) <= 120 and _match(_LETTER_END, line) else None
@@ -734,6 +860,30 @@ def extract_choice(output: str, options: tuple[str, ...] = ()) -> str | None:
     return letters[max(hits)[1]] if hits else None
 
 
+_LETTER_HEDGE = _rx(
+    r"(?:either[ \t]{1,3})?[(\[]?[A-E][)\]]?[ \t]{1,3}or[ \t]{1,3}(?:option[ \t]{1,3})?[(\[]?[A-E](?![\w])"
+    r"|between[ \t]{1,3}(?:options?[ \t]{1,3})?[(\[]?[A-Ea-e][)\]]?[ \t]{1,3}and[ \t]{1,3}[(\[]?[A-Ea-e](?![\w])",
+)
+
+
+def _contradicted(head: str, letter: str, options: tuple[str, ...]) -> bool:
+    """Whether the text after the letter that opens `head` is another option's whole text or
+    value and not the letter's own ("C) 45" where C is 40 and D is 45)."""
+    found = _match(_LETTER_AT, head)
+    index = LETTERS.index(letter)
+    if found is None or index >= len(options):
+        return False
+    rest = _normalise(head[found.end() :].split("\n", 1)[0].lstrip(" \t:.—–)*_").rstrip(" \t.*_"))
+    own = _normalise(options[index])
+    if not rest or rest == own:
+        return False
+    value = option_value(rest)
+    if value is not None and value == option_value(options[index]):
+        return False
+    return any(i != index and (rest == _normalise(o) or (value is not None and value == option_value(o)))
+               for i, o in enumerate(options))
+
+
 _OPTION_VALUE = regex.compile(r"[-+−]?\$?(" + _DIGITS + r"(\.\d+)?|\.\d+)(/\d+)?(\s?%|\s+[A-Za-z°²³/ .]+)?")
 
 
@@ -748,7 +898,9 @@ def option_value(option: str) -> Fraction | None:
 
 # ---------------------------------------------------------------- MATH expressions
 
-_MATH_NUMBER = _rx(r"-?(?:\d++(?:\.\d++)?|\.\d++)(?:/\d++)?(?:[eE][-+]?\d{1,6}+(?!\d)|[kK](?![^\W_])|[ \t](?:hundred|thousand|million|billion|trillion)(?![^\W_]))?")  # "10k" is not 10
+_MATH_NUMBER = _rx(r"(?<!\^|\^\{)-?(?:\d++(?:\.\d++)?|\.\d++)(?:/\d++)?(?:[eE][-+]?\d{1,6}+(?!\d)|[kK](?![^\W_])|[ \t](?:hundred|thousand|million|billion|trillion)(?![^\W_]))?")  # "10k" is not 10
+_TABLE_RULE = _rx(r"[|:\- \t]*-{3,}[|:\- \t]*+|[*_]{3,}")  # "|---|", "---", "***"
+_LIST_MARKER = _rx(r"^[ \t]{0,8}(?:[-*+•]|\d{1,2}[.)])[ \t]{1,4}(?=\S)")
 _SKIP_LINE = {"", "$$", "$", "\\[", "\\]", "\\(", "\\)", ":", "```", "~~~", "**"}
 _PY_LITERALS = {"True", "False", "None"}
 
@@ -764,7 +916,7 @@ def _clean_math(text: str) -> str:
     prose = _search(_PROSE_AFTER, text)
     if prose is not None and text[: prose.start()].strip(" \t*$`\"'“”"):
         text = text[: prose.start()]
-    text = text.strip().strip("|").strip().strip("*_").rstrip(".!").strip().strip("*_$").strip()
+    text = text.strip().strip("|").strip().strip("*_").rstrip(".!。！").strip().strip("*_$").strip()
     while text.endswith("}") and text.count("}") > text.count("{"):  # a JSON object's close: {"answer": "18"}
         text = text[:-1].rstrip().rstrip(",").rstrip()
     for left, right in (("\\[", "\\]"), ("\\(", "\\)"), ("`", "`"), ('"', '"'), ("'", "'"), ("“", "”"), ("‘", "’"), ("«", "»"), ("⟨", "⟩"), ("「", "」")):
@@ -777,10 +929,13 @@ def _first_answer_line(segment: str) -> str:
     """The first line after a marker that holds an answer: a display block's content ("$$\n18\n$$")
     and a program's printed `True` before its number are stepped over."""
     lines = segment.strip().split("\n", 40)[:40]
+    on_own_line = segment.lstrip(" \t*_").startswith(("\n", "\r"))
     for i, line in enumerate(lines):
         stripped = line.strip().strip("*").strip()
-        if stripped in _SKIP_LINE:
+        if stripped in _SKIP_LINE or _fullmatch(_TABLE_RULE, stripped):
             continue
+        if i > 0 or on_own_line:  # "Answer:\n\n- 2": a list item's marker is no minus sign
+            line = _sub(_LIST_MARKER, "", line)
         if stripped in _PY_LITERALS and any(rest.strip() not in _SKIP_LINE for rest in lines[i + 1 :]):
             continue
         return line
@@ -792,7 +947,15 @@ def extract_math(output: str) -> str:
     segment, marked = answer_segment(output)
     if marked:
         boxed = boxed_content(segment)
+        if boxed is None:
+            if not segment.strip(_DRESS_CHARS + ".\n\r") or _match(_HEDGE, segment):
+                return ""  # nothing after the marker, or alternatives ("2 or 9"): no one answer
+            corrected = _corrected(segment)
+            if corrected is not None:
+                return _clean_math(corrected)
         return _clean_math(boxed if boxed is not None else _first_answer_line(segment))
+    if _cut_off_in_working(output) or _search(_HEDGE_AT_END, output[-200:]):
+        return ""  # cut off mid-sentence, or alternatives: no one answer
     bare = _bare_number(output)  # the last line gives it bare: "...\n\\frac{2}{1}", "Total: 18"
     if bare is not None:
         return _clean_math(bare)
@@ -814,12 +977,22 @@ def plain_exact(text: str) -> Fraction | None:
     """`plain_number`, exactly."""
     if len(text) > 4000:
         return None
-    stripped = _strip_latex(text).replace(" ", "").strip("$")
+    stripped = _strip_latex(text)
+    if " " in stripped:
+        stripped = _sub(_SPACE_THOUSANDS, "", stripped)
+        if _search(_SPACED_DIGITS, stripped):
+            return None  # "1. 2" (a list item's number, then the answer) is two numbers, not 1.2
+        stripped = stripped.replace(" ", "")
+    stripped = stripped.strip("$")
     if not _PLAIN.fullmatch(stripped):
         return None
     return parse_exact(stripped)
 
 
+_SPACE_THOUSANDS = _rx(r"(?<=(?<![\d.])\d{1,3}(?: \d{3})*+) (?=\d{3}(?![\d.]))")  # "14 400": a space between thousands
+_SPACED_DIGITS = _rx(r"[\d.] ++[\d.]")
+# a unit that is a ratio after a number ("2 km/h", "3 m/s"): the slash is no division there
+_UNIT_RATIO = _rx(r"(?<=\d[ \t]{1,2})(?:km|m|cm|mm|mi|ft|kg|g|lb|L|mL|l)/(?:h|hr|hour|s|sec|min|day|kg|g|L|l|m|cm|gal)(?![\w])")
 _UNIT_WORDS = _rx(r"(?<![\\\w])(?!(?:hundred|thousand|million|billion|trillion)(?![\w]))[A-Za-z][A-Za-z.]*+|[°€£¥₹$%~≈]|\^\{?\\circ\}?|\\approx|\\sim")
 
 
@@ -831,7 +1004,7 @@ def _single_number(text: str) -> Fraction | None:
     spelled = _fullmatch(_SPELLED, (_strip_latex(text) if "\\" in text else text).strip(" \t.\"'`*$“”"))
     if spelled is not None:  # "two", "negative ten", "\\text{Two}"
         return _spelled_at_start(spelled.group(0))
-    s = _strip_latex(text)
+    s = _sub(_UNIT_RATIO, " ", _strip_latex(text))
     if regex.search(r"\\(?!approx|sim|circ)[A-Za-z]|[\^*+=×÷/]|\d[ \t]*[-−]", s.replace("^\\circ", "").replace("^{\\circ}", "")):
         return None
     rest = _sub(_UNIT_WORDS, " ", s.replace("^\\circ", " ").replace("^{\\circ}", " "))
@@ -1031,7 +1204,10 @@ def cut_continuation(text: str) -> str:
 _NUMBERED_QUESTION = _rx(r"(?m:^)[ \t*_#]{0,6}\d{1,3}[.)][ \t]{1,3}[^\n?]{1,300}+\?[ \t*_]{0,3}(?m:$)")
 # an explanation after the answer: "18\nExplanation: the other value, 25, is ...", "(B)\nCheck: ..."
 _EXPLAIN = _rx(
-    r"(?m:^)[ \t*_#>]{0,8}(?:explanation|check|checking|verification|verify|reasoning|justification|note|proof|why|rationale)[ \t*_]{0,4}[:：]",
+    r"(?m:^)[ \t*_#>]{0,8}(?:[\p{So}\uFE0F][ \t]{0,2}){0,2}(?:(?:(?:double|sanity|cross|quick)[- ])?(?:explanation|check|checking|verification|verify|reasoning|justification|note|proof|why|rationale)"
+    r"|to[ \t]verify|to[ \t]check|to[ \t]double[- ]check)[ \t*_]{0,4}[:：]"
+    # "Let me verify ...", "Now let's double-check by ...": a check that need not open with a label
+    r"|(?m:^)[ \t*_#>]{0,8}(?:(?:now|finally)[ \t,]{1,3})?(?:let[ \t]me|let's|let[’']s|let[ \t]us|i'll|we[ \t]can)[ \t]{1,3}(?:double[- ]check|verify|check|confirm)(?![\w])",
     regex.I,
 )
 # a short lead before an answer on its line, without working ("x = 4" and "Step 1: 4" are steps):
@@ -1042,13 +1218,15 @@ _LINE_LEAD_FIRST = _rx(r"^[^\d=\n]{0,40}?(?:[:：→∴,]|=>|[ \t](?:is|get|give
 
 _IS_THE_ANSWER = _rx(r"[ \t]{1,3}(?:is|as)[ \t]{1,3}(?:the|my|our)[ \t]{1,3}(?:(?:final|correct|right)[ \t]{1,3})?(?:answer|value|result|option|choice)[ \t]{0,2}[.!]?$", regex.I)
 _ASSIGNED = _rx(r"^(?:[A-Za-z]{1,2}[ \t]{0,2})?=[ \t]{0,2}")  # "x = 18", "= 18"
-_DRESS_CHARS = " \t*_`\"'“”‘’«»⟨⟩「」$!:"
+_DRESS_CHARS = " \t*_`\"'“”‘’«»⟨⟩「」$!:✓✔✅☑🎯📌👉➡🔢🎉\uFE0F"  # emoji a chat model puts around an answer
 
 
-def _last_line(before: str) -> str:
+def _last_line(before: str, emoji: bool = False) -> str:
     """The last line of `before`, a display block that ends it joined into one line ("So, $$\n18\n$$
     is the answer." -> "So, $$ 18 $$ is the answer."; "$$\n18\n$$." -> "$$ 18 $$.")."""
     lines = [_sub(_HTML_TAG, "", line).strip() for line in before.rstrip().rsplit("\n", 5)]
+    if not emoji:  # "✅ **B**": an emoji opening the line is dress (a number's dress strip keeps it, to see "✅ x = 8" dressed)
+        lines = [_sub(_EMOJI_LEAD, "", line) for line in lines]
     if len(lines) > 1 and lines[-1].startswith(_DISPLAY_CLOSE):
         for i in range(len(lines) - 2, -1, -1):
             if lines[i].endswith(_DISPLAY_OPEN) or lines[i] in _DISPLAY_OPEN:
@@ -1056,6 +1234,7 @@ def _last_line(before: str) -> str:
     return lines[-1] if lines else ""
 
 
+_EMOJI_LEAD = _rx(r"^[ \t]{0,8}(?:[\p{So}\uFE0F][ \t]{0,3})++")  # "✅ **B**": an emoji opening a line is dress
 _DISPLAY_OPEN = ("$$", "\\[", "$", "```", "~~~")
 _DISPLAY_CLOSE = ("$$", "\\]", "$", "```", "~~~")
 
@@ -1064,7 +1243,7 @@ def _bare_number(before: str) -> str | None:
     """The number the last line of `before` gives bare, in its dress ("18", "**$18.00**", "\\(18\\)",
     "\\frac{2}{1}"), alone, after a short lead that holds no digit and no "=" ("Total: 18",
     "Therefore, the total is 18.", not "x = 4" or "Step 1: 4"), or before "is the answer"."""
-    line = _last_line(before)
+    line = _last_line(before, emoji=True)
     if not line or len(line) > 120:
         return None
     line = line[: m.start()] if (m := _search(_IS_THE_ANSWER, line)) else line
@@ -1135,7 +1314,7 @@ def _bare_answer_line(before: str) -> bool:
     line = _last_line(before)
     if not line or len(line) > 120:
         return False
-    if _bare_letter(line) is not None or _bare_number(line) is not None:
+    if _bare_letter(line) is not None or _bare_number(before) is not None:  # its own last line, emoji kept ("✅ x = 8")
         return True
     if _line_letter(line) is not None or (len(line) <= 120 and _match(_LETTER_END, line)):  # "So, (6(√3) (B)) is the answer."
         return True
@@ -1144,12 +1323,35 @@ def _bare_answer_line(before: str) -> bool:
 
 def extract(item: Item, text: str) -> str:
     """numloss's prediction for `item` from `text`, as text ("" when there is none)."""
-    text = cut_continuation(text)
+    if "~~" in text:  # before the cut: a line "~~18~~ 25" gives its answer bare
+        text = _sub(_STRUCK, " ", text)
+    text = cut_continuation(_unstyle(text))
     if item.kind == "number":
         return format_exact(extract_exact(text))
     if item.kind == "choice":
         return extract_choice(text, item.options) or ""
     return extract_math(text)
+
+
+# LaTeX emphasis ("\\underline{A}", "\\color{green}{x = 25}") is dress: the command is dropped, its
+# argument kept; a colour switch without braces after it ("\\color{red} A") is dropped; a check
+# mark beside an answer ("B ✓", "(A ✓)") is dress too
+_STYLE = _rx(r"\\(?:underline|bm|boldsymbol|textsf|mathsf|hbox|textit|mathit|emph|texttt|mathtt|(?:text)?color[ \t]{0,4}\{[A-Za-z]{1,20}\})"
+             r"[ \t]{0,4}\{((?:[^{}\n]|\{[^{}\n]{0,200}\}){0,400})\}")
+_COLOR_ALONE = _rx(r"\\color[ \t]{0,4}\{[A-Za-z]{1,20}\}")
+_CHECK_MARK = _rx(r"[ \t]{0,2}[✓✔☑]\uFE0F?")
+
+
+def _unstyle(text: str) -> str:
+    """`text` without LaTeX emphasis commands (their arguments kept), colour switches and check marks."""
+    if "✓" in text or "✔" in text or "☑" in text:
+        text = _sub(_CHECK_MARK, "", text)
+    if "\\" not in text:
+        return text
+    return _sub(_COLOR_ALONE, "", _sub(_STYLE, r"\1", text))
+
+
+_STRUCK = _rx(r"~~[^~\n]{1,400}+~~")  # struck-out text is what the model withdrew: "The answer is ~~18~~ 25"
 
 
 class GoldError(ValueError):
