@@ -56,6 +56,7 @@ from fractions import Fraction
 import pytest
 
 from eval_cases import Case, answers_of, usable  # tests/ is on sys.path (conftest.py)
+from eval_dress import spell
 from numloss.evaluate.answers import format_exact, plain_exact
 from numloss.evaluate.benchmarks import LETTERS, Item, load_benchmark
 from numloss.evaluate.programs import ProgramRunner
@@ -112,20 +113,6 @@ TAILS = {
     "emoji-verification": "\n\n🔍 Verification: {o} is the value before the final step.",
 }
 THINK = "<think>\nMaybe it is {o}? Let me check again.\n</think>\n"
-
-_UNITS = "zero one two three four five six seven eight nine ten eleven twelve thirteen fourteen fifteen sixteen seventeen eighteen nineteen".split()
-_TENS = "_ _ twenty thirty forty fifty sixty seventy eighty ninety".split()
-
-
-def spell(n: int) -> str:
-    """An integer 0 <= n < 10**6 in English words ("one hundred and five", "twenty-one")."""
-    if n < 20:
-        return _UNITS[n]
-    if n < 100:
-        return _TENS[n // 10] + ("-" + _UNITS[n % 10] if n % 10 else "")
-    if n < 1000:
-        return _UNITS[n // 100] + " hundred" + (" and " + spell(n % 100) if n % 100 else "")
-    return spell(n // 1000) + " thousand" + (" " + spell(n % 1000) if n % 1000 else "")
 
 
 def number_forms(value: Fraction) -> dict[str, str]:
