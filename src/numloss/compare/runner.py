@@ -680,7 +680,10 @@ class Grid:
             elif not finished_only:
                 pending.append(key)
         if jobs > 1 and pending:
-            self._run_parallel(pending, jobs, finish, show, say)
+            with ExitStack() as claims:  # every run claimed for as long as the pool may train it
+                pending = [key for key in pending if self._claim_into(claims, key, say)]
+                if pending:
+                    self._run_parallel(pending, jobs, finish, show, say)
             return
         with config_threads(self.compare):
             for key in pending:
@@ -719,6 +722,17 @@ class Grid:
         write_record(self.records_dir, result)
         finish(key, result, seconds)
 
+    def _claim_into(self, claims: ExitStack, key: RunKey, say: Callable[[str], None]) -> bool:
+        """Hold `key`'s claim until `claims` closes; False (the run listed in `busy`, and said)
+        when another process holds it."""
+        try:
+            claims.enter_context(self.claim(key))
+        except RunDirBusy as error:
+            self.busy.append(key)
+            say(f"numloss compare: {key.name} skipped: {error}")
+            return False
+        return True
+
     def _run_parallel(
         self,
         pending: Sequence[RunKey],
@@ -727,30 +741,9 @@ class Grid:
         show: Callable[[str], None],
         say: Callable[[str], None],
     ) -> None:
-        with ExitStack() as claims:
-            for key in list(pending):
-                try:
-                    claims.enter_context(self.claim(key))
-                except RunDirBusy as error:
-                    self.busy.append(key)
-                    say(f"numloss compare: {key.name} skipped: {error}")
-            pending = [key for key in pending if key not in self.busy]
-            self._run_claimed(pending, jobs, finish, show, say)
-
-    def _run_claimed(
-        self,
-        pending: Sequence[RunKey],
-        jobs: int,
-        finish: Callable[[RunKey, dict[str, Any], float | None], None],
-        show: Callable[[str], None],
-        say: Callable[[str], None],
-    ) -> None:
-        """`_run_parallel` once its runs are claimed."""
         import multiprocessing
         from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
 
-        if not pending:
-            return
         files = {key.name: self._prepare(key, say) for key in pending}
         threads = worker_threads(self.compare, jobs)
         log_level = logging.getLogger("numloss.train").getEffectiveLevel()
