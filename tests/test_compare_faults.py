@@ -1,6 +1,7 @@
 """`numloss compare` under faults and careless input: every bad value is one line
 (never a traceback, never "not given"), a finished run is never deleted, the output folder has one
-writer, corrupted records are named and refused, and killing the parent kills its workers."""
+writer, corrupted records are named and refused, killing the parent kills its workers, and SIGTERM is
+Ctrl-C (one line, status 130, the workers ended, no run waited for)."""
 
 from __future__ import annotations
 
@@ -472,6 +473,45 @@ def test_killing_the_parent_of_a_two_job_compare_kills_its_workers(tmp_path, cap
     finally:
         parent.kill()
         for pid in workers:  # never leave a run training on a shared machine
+            if _alive(pid):
+                os.kill(pid, signal.SIGKILL)
+        parent.stderr.close()
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="/proc is Linux's")
+def test_sigterm_to_a_two_job_compare_ends_its_workers_and_says_how_to_continue(tmp_path) -> None:
+    """`kill PID` reaches the parent only (Ctrl-C reaches the whole process group): the parent ends
+    its training workers, exits 130 with one line naming what was kept, and waits for no run."""
+    out = tmp_path / "out"
+    mapping = _mapping(out, objectives=["mle", "ntl-was"], jobs=2)
+    mapping["base"]["train"]["max_steps"] = 100000  # a run that finished before the signal would prove nothing
+    config = _write(tmp_path / "c.yaml", mapping)
+    parent = subprocess.Popen(
+        [sys.executable, "-m", "numloss", "compare", config, "--no-progress"],
+        env={**os.environ, "PYTHONPATH": SRC}, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+    )
+    workers: set[int] = set()
+    try:
+        deadline = time.monotonic() + 120
+        while not ((out / "runs" / "mle-s0").is_dir() and (out / "runs" / "ntl-was-s0").is_dir()):
+            assert parent.poll() is None, parent.stderr.read().decode()
+            assert time.monotonic() < deadline, "the workers did not start"
+            time.sleep(0.2)
+        workers = _children(parent.pid)
+        assert len(workers) >= 2, workers
+        parent.send_signal(signal.SIGTERM)
+        status = parent.wait(timeout=60)  # the runs train for 100000 steps: waiting for them would time out
+        err = parent.stderr.read().decode()
+        lines = [line for line in err.splitlines() if line.strip()]
+        assert status == 130, err[-3000:]
+        assert "Traceback" not in err and lines[-1].startswith("numloss compare: interrupted; every finished run is kept in"), err[-3000:]
+        deadline = time.monotonic() + 20
+        while any(_alive(pid) for pid in workers) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert not [pid for pid in workers if _alive(pid)], "workers outlived a compare ended by SIGTERM"
+    finally:
+        parent.kill()
+        for pid in workers:
             if _alive(pid):
                 os.kill(pid, signal.SIGKILL)
         parent.stderr.close()

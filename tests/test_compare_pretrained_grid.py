@@ -173,3 +173,22 @@ def test_a_task_without_per_item_verdicts_is_refused_before_any_run(config, tmp_
     err = capsys.readouterr().err
     assert status == 2 and "needs task.kind arith_words" in err and "numloss compare" in err
     assert not (tmp_path / "grid" / "runs").exists()
+
+
+def test_sigterm_stops_the_grid_in_one_line_that_says_how_to_continue(tmp_path, capsys, monkeypatch) -> None:
+    """A scheduler's `kill PID` is Ctrl-C: status 130 and one line naming what was kept, no traceback;
+    the records written before it stay."""
+    import numloss.compare.pretrained as pretrained
+
+    def terminated(compare, **options):
+        os.kill(os.getpid(), signal.SIGTERM)  # as a scheduler would, mid-grid
+        raise AssertionError("SIGTERM did not stop the grid")
+
+    monkeypatch.setattr(pretrained, "run_pretrained_grid", terminated)
+    before = signal.getsignal(signal.SIGTERM)
+    status = pretrained.main([str(CONFIG), "--smoke", "--out", str(tmp_path / "grid"), "--records", str(tmp_path / "records")])
+    err = capsys.readouterr().err.strip()
+    assert status == 130 and "\n" not in err and "Traceback" not in err, err
+    assert err.startswith("numloss compare: interrupted; every finished run is kept in") and str(tmp_path / "records") in err
+    assert signal.getsignal(signal.SIGTERM) == before, "the handler is put back"
+    assert not (tmp_path / "grid" / "summary-0.md").exists(), "an interrupted grid writes no summary"

@@ -351,9 +351,12 @@ def interrupted_line(compare: Any) -> str:
 def run_reporting_errors(prog: str, compare: Any, body: Any) -> int:
     """Run `body()` and turn what it raises into one line and an exit status: 2 for a bad config
     or folder, 1 for a failed read or write (a full disk, a folder turned read-only), 130 for
-    Ctrl-C (saying what was kept and how to continue)."""
+    Ctrl-C or SIGTERM (saying what was kept and how to continue)."""
+    from numloss.interrupt import sigterm_as_interrupt
+
     try:
-        body()
+        with sigterm_as_interrupt():
+            body()
     except ConfigError as error:
         print(f"{prog}: {error}", file=sys.stderr)
         return 2

@@ -518,6 +518,16 @@ def _run_in_worker(
     return run_one(compare, key, train_examples, test_sets, train_file, progress_bar=False)
 
 
+def _end_workers(pool: Any) -> None:
+    """Cancel the runs not started and terminate the pool's workers (their runs start again next
+    time: a run without result.json is redone)."""
+    processes = list((getattr(pool, "_processes", None) or {}).values())  # shutdown() forgets them
+    for process in processes:
+        if process.is_alive():
+            process.terminate()
+    pool.shutdown(wait=False, cancel_futures=True)
+
+
 def _die_with_parent(parent: int) -> None:
     """A worker's initializer: the kernel kills this process when its parent dies, however the parent
     dies (SIGKILL included), so a killed compare leaves no run training beside a restart of it."""
@@ -742,7 +752,7 @@ class Grid:
         say: Callable[[str], None],
     ) -> None:
         import multiprocessing
-        from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
+        from concurrent.futures import ProcessPoolExecutor
 
         files = {key.name: self._prepare(key, say) for key in pending}
         threads = worker_threads(self.compare, jobs)
@@ -761,18 +771,30 @@ class Grid:
                 for key in pending
             }
             show(f"training {len(pending)} runs, {jobs} at a time")
-            remaining = set(futures)
-            while remaining:
-                # FIRST_COMPLETED, not FIRST_EXCEPTION: the latter returns only once every run is
-                # done, which would hold the progress bar and the per-run lines back until the end
-                finished, remaining = wait(remaining, return_when=FIRST_COMPLETED)
-                for future in finished:
-                    key, started = futures[future]
-                    error = future.exception()
-                    if error is not None:
-                        for other in remaining:
-                            other.cancel()
-                        if isinstance(error, (ConfigError, OSError)):  # one line at the CLI
-                            raise error
-                        raise RuntimeError(f"run {key.name} failed: {error}") from error
-                    self._keep(key, future.result(), time.perf_counter() - started, finish)
+            try:
+                self._collect(futures, finish)
+            except KeyboardInterrupt:
+                # Ctrl-C reaches the workers too, a SIGTERM only this process: end the runs in
+                # progress here, or leaving the pool would wait for each to finish training
+                _end_workers(pool)
+                raise
+
+    def _collect(self, futures: dict[Any, tuple[RunKey, float]], finish: Callable[[RunKey, dict[str, Any], float | None], None]) -> None:
+        """Keep each worker's result as it finishes; the first failed run cancels the runs not started."""
+        from concurrent.futures import FIRST_COMPLETED, wait
+
+        remaining = set(futures)
+        while remaining:
+            # FIRST_COMPLETED, not FIRST_EXCEPTION: the latter returns only once every run is
+            # done, which would hold the progress bar and the per-run lines back until the end
+            finished, remaining = wait(remaining, return_when=FIRST_COMPLETED)
+            for future in finished:
+                key, started = futures[future]
+                error = future.exception()
+                if error is not None:
+                    for other in remaining:
+                        other.cancel()
+                    if isinstance(error, (ConfigError, OSError)):  # one line at the CLI
+                        raise error
+                    raise RuntimeError(f"run {key.name} failed: {error}") from error
+                self._keep(key, future.result(), time.perf_counter() - started, finish)
