@@ -117,6 +117,43 @@ def test_a_run_another_process_trains_is_left_to_it_for_every_run_of_a_grid(tmp_
         assert sorted(run.calls) == sorted(k.name for k in keys if k != held)
 
 
+def test_with_jobs_the_runs_another_process_holds_never_reach_the_pool(tmp_path, monkeypatch) -> None:
+    """`--jobs 2` claims every run before the pool starts: for each held subset of a grid's runs
+    (none to all), the held ones are skipped and said, their folders kept, and only the rest are
+    handed to the workers (the pool is stubbed: what reaches it is the property)."""
+    import itertools
+    from contextlib import ExitStack
+
+    from numloss.compare.pretrained import run_order
+    from numloss.compare.runner import Grid
+
+    compare = _tiny_grid(tmp_path)
+    keys = run_order(compare)
+    for size in range(len(keys) + 1):
+        for held in itertools.combinations(keys, size):
+            pooled: list[list[str]] = []
+            monkeypatch.setattr(Grid, "_run_parallel",
+                                lambda self, pending, *rest, pooled=pooled: pooled.append([k.name for k in pending]))
+            said: list[str] = []
+            for key in held:  # the other process's runs in progress
+                (compare.output_dir / "runs" / key.name / "checkpoint-1").mkdir(parents=True, exist_ok=True)
+            grid = Grid(compare, None)
+            with ExitStack() as other:
+                for key in held:
+                    other.enter_context(Grid(compare, None).claim(key))
+                grid.run(keys, lambda *a: None, jobs=2, say=said.append)
+            rest = [k.name for k in keys if k not in held]
+            assert pooled == ([rest] if rest else []), (held, pooled)
+            assert [k.name for k in grid.busy] == [k.name for k in held]
+            assert len(said) == len(held) and all("skipped" in line for line in said), said
+            for key in held:
+                assert (compare.output_dir / "runs" / key.name / "checkpoint-1").is_dir(), f"{key.name} was cleared"
+            # the claims of a grid end with it: a second grid may claim every run again
+            with ExitStack() as again:
+                for key in keys:
+                    again.enter_context(grid.claim(key))
+
+
 def test_copies_to_also_to_are_whole_or_the_old_one_at_every_failing_byte(tmp_path) -> None:
     """A full quota mid-copy (a file-size limit at every byte count) keeps the copy already there."""
     from numloss.compare.pretrained import _copy
