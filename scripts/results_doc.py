@@ -980,6 +980,13 @@ def centered_answer(rec: Records) -> list[str]:
         if b["complete"]:
             text += ". **" + "; ".join(f"{names[arm]}: {_grid_reading(arm, against, b['comparisons'][(arm, against)])}"
                                        for arm, against in shown) + ".**"
+        else:
+            text += ": no verdict until every run is in."
+        for arm, against in GRID_COMPARISONS[GENTLE_GRID][1]:  # beside the design's two: described, no verdict
+            if (arm, against) in b["comparisons"]:
+                c = b["comparisons"][(arm, against)]
+                text += (f" Beside them (outside Holm, no verdict pre-registered): {names[arm]} minus {names[against]} "
+                         f"{_pp(c['mean_diff'])} points{_seed_ci(c)}, McNemar p {_p(c['mcnemar_p'])}.")
         lines.append(text)
     return lines
 

@@ -343,7 +343,15 @@ def test_the_gentle_grid_tests_both_del_arms_against_mle(tmp_path: Path) -> None
     assert "- `del-centered-a1.28` vs `mle`: +2.0 points, McNemar Holm p < 0.001: **better than MLE**." in text
     assert "- `del-a1.28` vs `mle`: -2.0 points, McNemar Holm p < 0.001: **worse than MLE**." in text
     [_, b_line] = results_doc.centered_answer(results_doc.Records(root))
-    assert b_line.endswith("**centred DEL: better than MLE; raw DEL: worse than MLE.**")
+    # centred - raw: +4 points every seed, described beside the verdicts and given none
+    assert ("**centred DEL: better than MLE; raw DEL: worse than MLE.** Beside them (outside Holm, no verdict "
+            "pre-registered): centred DEL minus raw DEL +4.0 points [+4.0, +4.0] over seeds, McNemar p < 0.001.") in b_line
+    assert b_line.count("**") == 4
+    cut = _pretrained_root(tmp_path / "cut", grid=grid, drop=("mle-s7",),
+                           items_of={"mle": (0, 400), "del-a1.28": (0, 380), "del-centered-a1.28": (0, 420)})
+    [_, b_line] = results_doc.centered_answer(results_doc.Records(cut))
+    assert "interim: 23 of 24 runs" in b_line and "no verdict until every run is in. Beside them" in b_line
+    assert "**" not in b_line.split("): ", 1)[1], "no verdict in bold while a run is missing"
 
 
 def test_the_diagnostics_figure_is_drawn_from_the_records(tmp_path: Path) -> None:
