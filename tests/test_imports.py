@@ -531,3 +531,29 @@ def test_numloss_evaluate_loads_its_parts_on_first_use():
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
                          env={"PYTHONPATH": str(SRC), "PATH": "/usr/bin:/bin"})
     assert out.stdout.strip() == "False", out.stderr
+
+
+def test_every_commands_help_loads_no_package_of_an_extra():
+    """`numloss <command> --help` parses its options before loading any model or data code: one
+    process runs every command's help and lists what beyond torch it loaded."""
+    import subprocess
+    import sys
+
+    from numloss.cli import COMMANDS
+    from numloss.extras import EXTRA_OF
+
+    code = ("import contextlib, io, sys; import torch; before = {m.partition('.')[0] for m in sys.modules}\n"
+            "from numloss.cli import main\n"
+            f"for command in {sorted(COMMANDS)!r}:\n"
+            "    with contextlib.redirect_stdout(io.StringIO()):\n"
+            "        try:\n"
+            "            main([command, '--help'])\n"
+            "        except SystemExit:\n"
+            "            pass\n"
+            "print(sorted({m.partition('.')[0] for m in sys.modules} - before))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
+                         env={"PYTHONPATH": str(SRC), "PATH": "/usr/bin:/bin", "HF_HUB_OFFLINE": "1"})
+    loaded = set(eval(out.stdout.strip().splitlines()[-1]))
+    heavy = {"transformers", "datasets", "accelerate", "peft", "trl", "scipy", "statsmodels", "matplotlib", "sympy"}
+    assert heavy <= set(EXTRA_OF), "the list names packages of the extras"
+    assert not loaded & heavy, f"a command's --help loads {sorted(loaded & heavy)}"

@@ -214,10 +214,10 @@ def main(argv: list[str] | None = None) -> int:
 
 def _main(argv: list[str] | None) -> int:
     """`main` under SIGTERM's handler."""
+    args = build_parser().parse_args(argv)  # first: `--help` and a bad option load no model code
     from numloss.evaluate.report import write_report
     from numloss.models.load import ModelUnavailableError
 
-    args = build_parser().parse_args(argv)
     try:
         _check_args(args)
         origin = {"scored_from": str(args.score_outputs)} if args.score_outputs else {"model": str(args.model)}
