@@ -14,6 +14,7 @@ import signal
 import subprocess
 import sys
 import time
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -442,11 +443,14 @@ def _alive(pid: int) -> bool:
     return state not in ("Z", "X")
 
 
-@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="PR_SET_PDEATHSIG and /proc are Linux's")
-def test_killing_the_parent_of_a_two_job_compare_kills_its_workers(tmp_path, capsys) -> None:
+@contextmanager
+def _two_job_compare(tmp_path: Path):
+    """A `numloss compare --jobs 2` process whose two workers are training (runs of 100000 steps:
+    none finishes on its own during a test); yields (parent, config, workers) and leaves no
+    process of it behind."""
     out = tmp_path / "out"
     mapping = _mapping(out, objectives=["mle", "ntl-was"], jobs=2)
-    mapping["base"]["train"]["max_steps"] = 100000  # still training when the parent is killed
+    mapping["base"]["train"]["max_steps"] = 100000
     config = _write(tmp_path / "c.yaml", mapping)
     parent = subprocess.Popen(
         [sys.executable, "-m", "numloss", "compare", config, "--no-progress"],
@@ -461,15 +465,7 @@ def test_killing_the_parent_of_a_two_job_compare_kills_its_workers(tmp_path, cap
             time.sleep(0.2)
         workers = _children(parent.pid)
         assert len(workers) >= 2, workers
-        # a second compare into the same folder, while the first trains, stops naming it
-        line = _one_line_error(capsys, compare_main([config, "--no-progress", "--objectives", "mle"]))
-        assert f"pid {parent.pid}" in line and "in use" in line
-        parent.send_signal(signal.SIGKILL)
-        parent.wait()
-        deadline = time.monotonic() + 20
-        while any(_alive(pid) for pid in workers) and time.monotonic() < deadline:
-            time.sleep(0.1)
-        assert not [pid for pid in workers if _alive(pid)], "workers outlived their killed parent"
+        yield parent, config, workers
     finally:
         parent.kill()
         for pid in workers:  # never leave a run training on a shared machine
@@ -478,43 +474,37 @@ def test_killing_the_parent_of_a_two_job_compare_kills_its_workers(tmp_path, cap
         parent.stderr.close()
 
 
+def _outlived(workers: set[int], seconds: float = 20) -> list[int]:
+    """The workers still alive after up to `seconds`."""
+    deadline = time.monotonic() + seconds
+    while any(_alive(pid) for pid in workers) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    return [pid for pid in workers if _alive(pid)]
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="PR_SET_PDEATHSIG and /proc are Linux's")
+def test_killing_the_parent_of_a_two_job_compare_kills_its_workers(tmp_path, capsys) -> None:
+    with _two_job_compare(tmp_path) as (parent, config, workers):
+        # a second compare into the same folder, while the first trains, stops naming it
+        line = _one_line_error(capsys, compare_main([config, "--no-progress", "--objectives", "mle"]))
+        assert f"pid {parent.pid}" in line and "in use" in line
+        parent.send_signal(signal.SIGKILL)
+        parent.wait()
+        assert not _outlived(workers), "workers outlived their killed parent"
+
+
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="/proc is Linux's")
 def test_sigterm_to_a_two_job_compare_ends_its_workers_and_says_how_to_continue(tmp_path) -> None:
     """`kill PID` reaches the parent only (Ctrl-C reaches the whole process group): the parent ends
     its training workers, exits 130 with one line naming what was kept, and waits for no run."""
-    out = tmp_path / "out"
-    mapping = _mapping(out, objectives=["mle", "ntl-was"], jobs=2)
-    mapping["base"]["train"]["max_steps"] = 100000  # a run that finished before the signal would prove nothing
-    config = _write(tmp_path / "c.yaml", mapping)
-    parent = subprocess.Popen(
-        [sys.executable, "-m", "numloss", "compare", config, "--no-progress"],
-        env={**os.environ, "PYTHONPATH": SRC}, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-    )
-    workers: set[int] = set()
-    try:
-        deadline = time.monotonic() + 120
-        while not ((out / "runs" / "mle-s0").is_dir() and (out / "runs" / "ntl-was-s0").is_dir()):
-            assert parent.poll() is None, parent.stderr.read().decode()
-            assert time.monotonic() < deadline, "the workers did not start"
-            time.sleep(0.2)
-        workers = _children(parent.pid)
-        assert len(workers) >= 2, workers
+    with _two_job_compare(tmp_path) as (parent, _, workers):
         parent.send_signal(signal.SIGTERM)
         status = parent.wait(timeout=60)  # the runs train for 100000 steps: waiting for them would time out
         err = parent.stderr.read().decode()
         lines = [line for line in err.splitlines() if line.strip()]
         assert status == 130, err[-3000:]
         assert "Traceback" not in err and lines[-1].startswith("numloss compare: interrupted; every finished run is kept in"), err[-3000:]
-        deadline = time.monotonic() + 20
-        while any(_alive(pid) for pid in workers) and time.monotonic() < deadline:
-            time.sleep(0.1)
-        assert not [pid for pid in workers if _alive(pid)], "workers outlived a compare ended by SIGTERM"
-    finally:
-        parent.kill()
-        for pid in workers:
-            if _alive(pid):
-                os.kill(pid, signal.SIGKILL)
-        parent.stderr.close()
+        assert not _outlived(workers), "workers outlived a compare ended by SIGTERM"
 
 
 @pytest.mark.parametrize(
