@@ -978,8 +978,9 @@ def centered_answer(rec: Records) -> list[str]:
         names = {"del-centered-a1.28": "centred DEL", "del-a1.28": "raw DEL", "mle": "MLE"}
         text = head + "; ".join(_versus(b["comparisons"][pair], names[pair[0]], names[pair[1]]) for pair in shown)
         if b["complete"]:
-            text += ". **" + "; ".join(f"{names[arm]}: {_grid_reading(arm, against, b['comparisons'][(arm, against)])}"
-                                       for arm, against in shown) + ".**"
+            readings = "; ".join(f"{names[arm]}: {_grid_reading(arm, against, b['comparisons'][(arm, against)])}"
+                                 for arm, against in shown)
+            text += ". **" + readings[0].upper() + readings[1:] + ".**"
         else:
             text += ": no verdict until every run is in."
         for arm, against in GRID_COMPARISONS[GENTLE_GRID][1]:  # beside the design's two: described, no verdict

@@ -344,7 +344,7 @@ def test_the_gentle_grid_tests_both_del_arms_against_mle(tmp_path: Path) -> None
     assert "- `del-a1.28` vs `mle`: -2.0 points, McNemar Holm p < 0.001: **worse than MLE**." in text
     [_, b_line] = results_doc.centered_answer(results_doc.Records(root))
     # centred - raw: +4 points every seed, described beside the verdicts and given none
-    assert ("**centred DEL: better than MLE; raw DEL: worse than MLE.** Beside them (outside Holm, no verdict "
+    assert ("**Centred DEL: better than MLE; raw DEL: worse than MLE.** Beside them (outside Holm, no verdict "
             "pre-registered): centred DEL minus raw DEL +4.0 points [+4.0, +4.0] over seeds, McNemar p < 0.001.") in b_line
     assert b_line.count("**") == 4
     cut = _pretrained_root(tmp_path / "cut", grid=grid, drop=("mle-s7",),
