@@ -8,9 +8,12 @@ extra to install (the command line prints it and exits 2).
 
 from __future__ import annotations
 
+import importlib
 import importlib.util
-from collections.abc import Iterator
+import sys
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
+from typing import Any
 
 #: the import name of every third-party package numloss uses -> the extra that installs it
 #: (packages that come with another one, e.g. huggingface_hub with transformers, name that one's extra)
@@ -109,3 +112,25 @@ def needs(extra: str, feature: str) -> Iterator[None]:
         if line is None:
             raise
         raise MissingExtraError(line, name=error.name) from None
+
+
+def load_on_first_use(package: str, home: Mapping[str, str]) -> tuple[Callable[[str], Any], Callable[[], list[str]]]:
+    """A package's module-level `__getattr__` and `__dir__` (PEP 562) for the public names of
+    `home` ({name: submodule}): each is imported from `package.<submodule>` on first use and kept
+    in the package after, so importing the package loads none of its heavy parts.
+
+        __getattr__, __dir__ = load_on_first_use(__name__, {"evaluate": "api", ...})
+    """
+    namespace = sys.modules[package].__dict__
+
+    def __getattr__(name: str) -> Any:
+        if name not in home:
+            raise AttributeError(f"module {package!r} has no attribute {name!r}")
+        value = getattr(importlib.import_module(f"{package}.{home[name]}"), name)
+        namespace[name] = value  # once: later lookups are plain attribute reads
+        return value
+
+    def __dir__() -> list[str]:
+        return sorted(set(namespace) | set(home))
+
+    return __getattr__, __dir__

@@ -12,10 +12,7 @@ evaluator and keeper are separate processes; the answer reader) does not pay for
 
 from __future__ import annotations
 
-import importlib
-from typing import Any
-
-from numloss.extras import require
+from numloss.extras import load_on_first_use, require
 
 # imported inside the functions that use them; looked up here so a missing one names its extra
 require("eval", "numloss.evaluate", "math_verify", "matplotlib")
@@ -35,17 +32,4 @@ _HOME = {name: module for module, names in _PUBLIC.items() for name in names}
 
 __all__ = [name for names in _PUBLIC.values() for name in names]
 
-
-def __getattr__(name: str) -> Any:
-    """The public name `name`, imported from its submodule on first use."""
-    if name not in _HOME:
-        raise AttributeError(f"module 'numloss.evaluate' has no attribute {name!r}")
-    value = getattr(importlib.import_module(f"numloss.evaluate.{_HOME[name]}"), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    """The loaded names and the public ones, loaded or not."""
-    return sorted(set(globals()) | set(__all__))
-
+__getattr__, __dir__ = load_on_first_use(__name__, _HOME)

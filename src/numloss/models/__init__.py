@@ -6,8 +6,7 @@ The names below load on first use (PEP 562), so `numloss.models.smollm2` and `nu
 
 from __future__ import annotations
 
-import importlib
-from typing import Any
+from numloss.extras import load_on_first_use
 
 #: public name -> the submodule that defines it
 _HOME = {
@@ -23,14 +22,4 @@ _HOME = {
 
 __all__ = list(_HOME)
 
-
-def __getattr__(name: str) -> Any:
-    if name not in _HOME:
-        raise AttributeError(f"module 'numloss.models' has no attribute {name!r}")
-    value = getattr(importlib.import_module(f"numloss.models.{_HOME[name]}"), name)
-    globals()[name] = value  # once: later lookups are plain attribute reads
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted([*globals(), *_HOME])
+__getattr__, __dir__ = load_on_first_use(__name__, _HOME)
