@@ -294,16 +294,13 @@ def main(argv: list[str] | None = None) -> int:
     also_to = [Path(p) for p in args.also_to]
     status: dict[str, Any] = {"failed": []}
     if not args.summary_only:
-        from numloss.compare import interrupted_line
-        from numloss.interrupt import sigterm_as_interrupt
+        from numloss.compare import run_reporting_errors
 
-        try:
-            with sigterm_as_interrupt():
-                status = run_pretrained_grid(compare, budget_s=args.budget_s, baseline=not args.no_baseline,
-                                             also_to=also_to, shard=(index, count))
-        except KeyboardInterrupt:  # Ctrl-C or SIGTERM: one line, what was kept, how to continue
-            print(f"numloss compare: {interrupted_line(compare)}", file=sys.stderr)
-            return 130
+        # Ctrl-C or SIGTERM, a bad config, a failed write: one line and `numloss compare`'s status
+        stopped = run_reporting_errors("numloss compare", compare, lambda: status.update(run_pretrained_grid(
+            compare, budget_s=args.budget_s, baseline=not args.no_baseline, also_to=also_to, shard=(index, count))))
+        if stopped:
+            return stopped
     summary = summarise(compare)
     text = summary_markdown(summary)
     for folder in [compare.output_dir, *also_to]:

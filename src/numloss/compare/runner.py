@@ -711,8 +711,7 @@ class Grid:
                                                   progress_bar=progress)
                     self._keep(key, result, time.perf_counter() - started, finish)
                 except RunDirBusy as error:
-                    self.busy.append(key)
-                    say(f"numloss compare: {key.name} skipped: {error}")
+                    self._leave_to_its_holder(key, error, say)
                     continue
                 except Exception as error:
                     if failed is None:
@@ -733,15 +732,19 @@ class Grid:
         finish(key, result, seconds)
 
     def _claim_into(self, claims: ExitStack, key: RunKey, say: Callable[[str], None]) -> bool:
-        """Hold `key`'s claim until `claims` closes; False (the run listed in `busy`, and said)
-        when another process holds it."""
+        """Hold `key`'s claim until `claims` closes; False (the run left to its holder) when
+        another process holds it."""
         try:
             claims.enter_context(self.claim(key))
         except RunDirBusy as error:
-            self.busy.append(key)
-            say(f"numloss compare: {key.name} skipped: {error}")
+            self._leave_to_its_holder(key, error, say)
             return False
         return True
+
+    def _leave_to_its_holder(self, key: RunKey, error: RunDirBusy, say: Callable[[str], None]) -> None:
+        """List `key` in `busy` and say which process holds it."""
+        self.busy.append(key)
+        say(f"numloss compare: {key.name} skipped: {error}")
 
     def _run_parallel(
         self,
