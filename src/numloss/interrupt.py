@@ -22,7 +22,8 @@ def _raise_interrupt(signum: int, frame: Any) -> None:
 @contextmanager
 def sigterm_as_interrupt() -> Iterator[None]:
     """For the body, SIGTERM raises KeyboardInterrupt (once; a second one kills); the previous
-    handler is restored after. A no-op outside the main thread, where handlers cannot be set."""
+    handler is restored after. A no-op outside the main thread, where handlers cannot be set.
+    Also a decorator: `@sigterm_as_interrupt()` on a command's `main`, for each call."""
     if threading.current_thread() is not threading.main_thread():
         yield
         return

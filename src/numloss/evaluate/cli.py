@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING
 
 from numloss.evaluate.benchmarks import BenchmarkError
 from numloss.evaluate.generate import BackendUnavailable
+from numloss.interrupt import sigterm_as_interrupt
 
 if TYPE_CHECKING:
     from numloss.evaluate.report import EvalReport
@@ -203,17 +204,10 @@ def _evaluate(args: argparse.Namespace) -> EvalReport:
     )
 
 
+@sigterm_as_interrupt()
 def main(argv: list[str] | None = None) -> int:
     """Run the evaluation; returns the exit status (2 for bad input, with the reason on stderr;
     1 for an unexpected error, in one line too). SIGTERM ends it as Ctrl-C does (numloss.interrupt)."""
-    from numloss.interrupt import sigterm_as_interrupt
-
-    with sigterm_as_interrupt():
-        return _main(argv)
-
-
-def _main(argv: list[str] | None) -> int:
-    """`main` under SIGTERM's handler."""
     args = build_parser().parse_args(argv)  # first: `--help` and a bad option load no model code
     from numloss.evaluate.report import write_report
     from numloss.models.load import ModelUnavailableError

@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 
 from numloss.config import Config, ConfigError, describe_keys, dump_config, load_config
+from numloss.interrupt import sigterm_as_interrupt
 from numloss.train import run
 from numloss.train.errors import DiskFullError
 from numloss.train.folder import RunPlan, continue_with, interrupted_line
@@ -63,17 +64,10 @@ def pop_threads(argv: list[str]) -> tuple[int | None, list[str]]:
 FLAGS = {"--resume": "--train.resume", "--resume-changed": "--train.resume_changed", "--overwrite": "--train.overwrite"}
 
 
+@sigterm_as_interrupt()
 def main(argv: list[str] | None = None) -> int:
     """`numloss train` entry point; returns the exit status (2 for a bad config or run folder,
     1 for a full disk). SIGTERM ends it as Ctrl-C does (numloss.interrupt)."""
-    from numloss.interrupt import sigterm_as_interrupt
-
-    with sigterm_as_interrupt():
-        return _main(argv)
-
-
-def _main(argv: list[str] | None) -> int:
-    """`main` under SIGTERM's handler."""
     argv = list(sys.argv[1:] if argv is None else argv)
     if "-h" in argv or "--help" in argv:
         print(USAGE + describe_keys())
