@@ -9,7 +9,9 @@ the issues list.
 from __future__ import annotations
 
 import json
+import os
 import random
+import signal
 from pathlib import Path
 
 import pytest
@@ -209,11 +211,14 @@ def test_every_numeric_option_is_a_run_or_one_line_naming_it(tmp_path, capsys):
     assert 4 <= runs <= 12, runs  # --seed 0, --batch-size and --program-timeout large (--seed beyond 2**32 is refused)
 
 
-def test_an_interrupt_is_one_line_saying_what_is_kept(tmp_path, capsys, monkeypatch):
+@pytest.mark.parametrize("how", ["ctrl-c", "sigterm"])
+def test_an_interrupt_is_one_line_saying_what_is_kept(how, tmp_path, capsys, monkeypatch):
     from numloss.evaluate import api
 
     class Interrupted:
         def generate(self, prompts, max_new_tokens=None):
+            if how == "sigterm":  # `kill PID` mid-generation: numloss eval's main makes it Ctrl-C
+                os.kill(os.getpid(), signal.SIGTERM)
             raise KeyboardInterrupt
 
     monkeypatch.setattr(api, "_generator", lambda *args: (None, None, Interrupted()))
