@@ -1,0 +1,176 @@
+"""One checker for the values that cross a boundary: a public function's arguments, a command-line
+option, a config key. Each `check_*` returns the value (normalised: an int, a float, a Path) or
+raises one error whose message names the argument, says what is wrong and how to fix it, so the
+API and the CLI refuse the same value with the same line.
+
+Errors: `ArgumentTypeError` (the wrong kind of value: a string where a bool is wanted) and
+`ArgumentError` (a value of the right kind out of range). Both are ValueErrors, so a command's
+`except ValueError` turns either into its one line; the type error is also a TypeError, as Python
+code expects of a wrong type. A bool is never an int or a float here, and a string is never a bool:
+`overwrite="no"` is truthy, which is exactly the silent wrong run this module exists to refuse.
+
+Pure Python: the torch-only core (losses, fused, patch) may import it.
+"""
+
+from __future__ import annotations
+
+import math
+import numbers
+import os
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any, Literal, TypeVar
+
+T = TypeVar("T")
+
+
+class ArgumentError(ValueError):
+    """A value out of range; the message names the argument and the fix."""
+
+
+class ArgumentTypeError(ArgumentError, TypeError):
+    """A value of the wrong type; the message names the argument and the fix."""
+
+
+def shown(value: Any) -> str:
+    """`value` as an error message quotes it: its repr (cut at 60 characters) and its type."""
+    text = repr(value)
+    if len(text) > 60:
+        text = text[:57] + "..."
+    return f"{text} ({type(value).__name__})"
+
+
+def check_bool(name: str, value: Any) -> bool:
+    """`value` if it is True or False; anything else (the string "false", 0, None) is refused,
+    because Python reads a non-empty string as true."""
+    if isinstance(value, bool):
+        return value
+    raise ArgumentTypeError(f"{name} must be True or False, got {shown(value)}: pass a bool")
+
+
+def _bounds(low: float | None, high: float | None, low_open: bool = False, high_open: bool = False) -> str:
+    parts = []
+    if low is not None:
+        parts.append(f"{'>' if low_open else '>='} {low:g}")
+    if high is not None:
+        parts.append(f"{'<' if high_open else '<='} {high:g}")
+    return " and ".join(parts)
+
+
+def check_int(name: str, value: Any, low: int | None = None, high: int | None = None) -> int:
+    """`value` as an int in [low, high] (either bound optional). A bool, a float (even 3.0), a
+    string or NaN is refused: a count or a seed is written as an integer."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+        bounds = _bounds(low, high)
+        raise ArgumentTypeError(
+            f"{name} must be an integer{' ' + bounds if bounds else ''}, got {shown(value)}: pass an int"
+        )
+    number = int(value)
+    if (low is not None and number < low) or (high is not None and number > high):
+        raise ArgumentError(f"{name} must be an integer {_bounds(low, high)}, got {number}: pass one in range")
+    return number
+
+
+def check_float(
+    name: str,
+    value: Any,
+    low: float | None = None,
+    high: float | None = None,
+    low_open: bool = False,
+    high_open: bool = False,
+) -> float:
+    """`value` as a finite float in the range (bounds optional, closed unless `*_open`). A bool, a
+    string, NaN or an infinity is refused; an int is accepted and converted."""
+    bounds = _bounds(low, high, low_open, high_open)
+    what = f"a finite number{' ' + bounds if bounds else ''}"
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        raise ArgumentTypeError(f"{name} must be {what}, got {shown(value)}: pass a number")
+    try:
+        number = float(value)
+    except OverflowError:  # an int beyond float's range
+        number = math.inf
+    too_low = low is not None and (number < low or (low_open and number == low))
+    too_high = high is not None and (number > high or (high_open and number == high))
+    if not math.isfinite(number) or too_low or too_high:
+        raise ArgumentError(f"{name} must be {what}, got {value!r}: pass one in range")
+    return number
+
+
+def check_choice(name: str, value: Any, choices: Iterable[T]) -> T:
+    """`value` if it is one of `choices` (compared by ==, a bool never matching 1 or 0), else an
+    error listing them."""
+    options = list(choices)
+    for option in options:
+        if type(value) is type(option) and value == option:
+            return option
+    listed = ", ".join(repr(option) for option in options)
+    raise ArgumentError(f"{name} must be one of {listed}, got {shown(value)}: pick one of those")
+
+
+def check_str(name: str, value: Any, empty: bool = False) -> str:
+    """`value` if it is a string (non-blank unless `empty`)."""
+    if not isinstance(value, str):
+        raise ArgumentTypeError(f"{name} must be a string, got {shown(value)}: pass a str")
+    if not empty and not value.strip():
+        raise ArgumentError(f"{name} must not be empty or blank, got {value!r}: pass a non-empty string")
+    return value
+
+
+def check_type(name: str, value: Any, types: type | tuple[type, ...], what: str) -> Any:
+    """`value` if it is an instance of `types`; else an error saying it must be `what` (e.g.
+    "a transformers PreTrainedModel")."""
+    if isinstance(value, types) and not (isinstance(value, bool) and bool not in _as_tuple(types)):
+        return value
+    raise ArgumentTypeError(f"{name} must be {what}, got {shown(value)}: pass {what}")
+
+
+def _as_tuple(types: type | tuple[type, ...]) -> tuple[type, ...]:
+    return types if isinstance(types, tuple) else (types,)
+
+
+PathKind = Literal["file", "dir", "new_file", "new_dir", "any"]
+
+
+def check_path(name: str, value: Any, kind: PathKind = "any") -> Path:
+    """`value` (a str or os.PathLike) as a Path, checked for what the caller will do with it:
+    "file" (must be an existing file), "dir" (an existing folder), "new_file" (may be missing but
+    must not be a folder), "new_dir" (may be missing but must not be a file, nor lie under one),
+    "any" (only the type)."""
+    if isinstance(value, bytes) or not isinstance(value, (str, os.PathLike)) or value == "":
+        raise ArgumentTypeError(f"{name} must be a path (a non-empty str or Path), got {shown(value)}: pass a path")
+    path = Path(value)
+    if kind == "file":
+        if path.is_dir():
+            raise ArgumentError(f"{name}: {path} is a folder, not a file: pass a file")
+        if not path.is_file():
+            raise ArgumentError(f"{name}: {path} does not exist: pass an existing file")
+    elif kind == "dir":
+        if not path.is_dir():
+            what = "is a file, not a folder" if path.exists() else "does not exist"
+            raise ArgumentError(f"{name}: {path} {what}: pass an existing folder")
+    elif kind == "new_file":
+        if path.is_dir():
+            raise ArgumentError(f"{name}: {path} is a folder, not a file: pass a file path")
+    elif kind == "new_dir":
+        for place in (path, *path.parents):
+            if place.exists() and not place.is_dir():
+                raise ArgumentError(
+                    f"{name}: {place} is a file, not a folder: pass a folder path (or move the file away)"
+                )
+            if place.exists():
+                break
+    return path
+
+
+__all__ = [
+    "ArgumentError",
+    "ArgumentTypeError",
+    "check_bool",
+    "check_choice",
+    "check_float",
+    "check_int",
+    "check_path",
+    "check_str",
+    "check_type",
+    "shown",
+]
