@@ -32,12 +32,14 @@ class ArgumentTypeError(ArgumentError, TypeError):
     """A value of the wrong type; the message names the argument and the fix."""
 
 
+def _short(value: Any) -> str:
+    text = repr(value) if not isinstance(value, int) or abs(value) < 10**40 else f"{float(value):.3g}"
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
 def shown(value: Any) -> str:
     """`value` as an error message quotes it: its repr (cut at 60 characters) and its type."""
-    text = repr(value)
-    if len(text) > 60:
-        text = text[:57] + "..."
-    return f"{text} ({type(value).__name__})"
+    return f"{_short(value)} ({type(value).__name__})"
 
 
 def check_bool(name: str, value: Any) -> bool:
@@ -67,7 +69,7 @@ def check_int(name: str, value: Any, low: int | None = None, high: int | None = 
         )
     number = int(value)
     if (low is not None and number < low) or (high is not None and number > high):
-        raise ArgumentError(f"{name} must be an integer {_bounds(low, high)}, got {number}: pass one in range")
+        raise ArgumentError(f"{name} must be an integer {_bounds(low, high)}, got {_short(number)}: pass one in range")
     return number
 
 
@@ -92,7 +94,7 @@ def check_float(
     too_low = low is not None and (number < low or (low_open and number == low))
     too_high = high is not None and (number > high or (high_open and number == high))
     if not math.isfinite(number) or too_low or too_high:
-        raise ArgumentError(f"{name} must be {what}, got {value!r}: pass one in range")
+        raise ArgumentError(f"{name} must be {what}, got {_short(value)}: pass one in range")
     return number
 
 
