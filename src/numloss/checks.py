@@ -33,7 +33,9 @@ class ArgumentTypeError(ArgumentError, TypeError):
 
 
 def _short(value: Any) -> str:
-    text = repr(value) if not isinstance(value, int) or abs(value) < 10**40 else f"{float(value):.3g}"
+    if isinstance(value, int) and abs(value) >= 10**40:  # a huge integer: its size, not its 400 digits
+        return f"an integer of {len(str(abs(value)))} digits"
+    text = repr(value)
     return text if len(text) <= 60 else text[:57] + "..."
 
 
