@@ -34,7 +34,7 @@ class ArgumentTypeError(ArgumentError, TypeError):
 
 def _short(value: Any) -> str:
     if isinstance(value, int) and abs(value) >= 10**40:  # a huge integer: its size, not its 400 digits
-        return f"an integer of {len(str(abs(value)))} digits"
+        return f"an integer of about {int(value.bit_length() * 0.30103) + 1} digits"
     text = repr(value)
     return text if len(text) <= 60 else text[:57] + "..."
 
