@@ -10,6 +10,9 @@ import torch.nn.functional as F
 
 DISTANCES = (None, "l1")
 SIGMOID_INPUTS = ("raw", "centered")
+#: "attached": p = softmax(z) carries gradient, as in the released code (train-qwen-deepseek.py
+#: L572, `bce_loss * probs_digit`); "detached": p is a constant weight, so only the BCE moves z
+P_WEIGHTS = ("attached", "detached")
 
 
 def sigmoid_logits(z: torch.Tensor, sigmoid_input: str = "raw", support: torch.Tensor | None = None) -> torch.Tensor:
@@ -40,14 +43,17 @@ def del_term(
     distance: str | None = None,
     sigmoid_input: str = "raw",
     support: torch.Tensor | None = None,
+    p_weights: str = "attached",
 ) -> torch.Tensor:
     """DEL's per-digit term [M] from digit logits z [M, 10], targets y [M] and place weights u [M].
 
     term = u / 10 * sum_k p_k * w_k * BCE(sigmoid(s_k), [k == y]) with p = softmax(z), s =
-    `sigmoid_logits(z, sigmoid_input, support)` and w the `distance` factor (1 by default)."""
+    `sigmoid_logits(z, sigmoid_input, support)` and w the `distance` factor (1 by default).
+    `p_weights="detached"` gives the same value with p held constant in the gradient."""
     onehot = F.one_hot(y, 10).to(z.dtype)
     bce = F.binary_cross_entropy_with_logits(sigmoid_logits(z, sigmoid_input, support), onehot, reduction="none")
-    criterion = torch.softmax(z, dim=-1) * bce
+    p = torch.softmax(z, dim=-1)
+    criterion = (p.detach() if p_weights == "detached" else p) * bce
     weights = class_weights(y, distance, z.dtype)
     if weights is not None:
         criterion = criterion * weights
@@ -61,10 +67,13 @@ def del_pushdown(
     distance: str | None = None,
     sigmoid_input: str = "raw",
     support: torch.Tensor | None = None,
+    p_weights: str = "attached",
 ) -> torch.Tensor:
     """Where DEL's term alone pushes the target down [M] (bool): along its closed-form gradient g,
     g_y > mean of g over the other digits the slot can hold (the margin z_y - mean z_k falls).
-    The place weight, the 1/10 and the centred common part do not change the sign.
+    The place weight, the 1/10 and the centred common part do not change the sign. With
+    `p_weights="detached"` only the BCE path is left, w_k p_k (sigmoid(s_k) - [k == y]): negative
+    at the target and positive elsewhere, so that form never pushes the target down.
     """
     z = z.double()
     s = sigmoid_logits(z, sigmoid_input, support)
@@ -73,8 +82,10 @@ def del_pushdown(
     bce = F.binary_cross_entropy_with_logits(s, onehot, reduction="none")
     weights = class_weights(y, distance, z.dtype)
     weights = torch.ones_like(z) if weights is None else weights
-    mean_term = (p * weights * bce).sum(-1, keepdim=True)
-    grad = p * (weights * bce - mean_term) + weights * p * (torch.sigmoid(s) - onehot)
+    grad = weights * p * (torch.sigmoid(s) - onehot)
+    if p_weights == "attached":  # the path through p = softmax(z)
+        mean_term = (p * weights * bce).sum(-1, keepdim=True)
+        grad = grad + p * (weights * bce - mean_term)
     others = (1.0 - onehot) if support is None else (1.0 - onehot) * support.to(z.dtype)
     grad_others = (grad * others).sum(-1) / others.sum(-1).clamp_min(1.0)
     return grad.gather(1, y[:, None]).squeeze(1) > grad_others

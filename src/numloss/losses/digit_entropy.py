@@ -8,7 +8,9 @@ Per digit slot with target y, digit logits z, place weight u and p = softmax(z) 
 shift of all logits moves: on a head whose digit logits sit near +30 the term lowers them all,
 and below zero it pushes the target down (docs/losses.md, "When DEL works against CE").
 "centered" feeds z_k - mean_j z_j over the digits the slot can hold: shift-invariant, and equal
-to "raw" at zero-mean logits. `distance="l1"` multiplies each class term by (1 + |k - y|), our
+to "raw" at zero-mean logits. `p_weights="detached"` holds p constant in the gradient (same
+value; the released code lets the gradient flow through p, which raises the logits of the least
+likely wrong digits). `distance="l1"` multiplies each class term by (1 + |k - y|), our
 reading of the paper's criterion-distance ablation.
 """
 
@@ -26,6 +28,7 @@ from numloss.digits import (
 from numloss.losses.base import DigitLoss
 from numloss.losses.del_terms import (  # noqa: F401  (re-exported: the functions of DEL)
     DISTANCES,
+    P_WEIGHTS,
     SIGMOID_INPUTS,
     class_weights,
     del_pushdown,
@@ -44,7 +47,12 @@ class DigitEntropyLoss(DigitLoss):
     # weight is alpha=1.28.
     default_alpha = 0.03
 
-    choices = {"place_weighting": PLACE_WEIGHTINGS, "distance": DISTANCES, "sigmoid_input": SIGMOID_INPUTS}
+    choices = {
+        "place_weighting": PLACE_WEIGHTINGS,
+        "distance": DISTANCES,
+        "sigmoid_input": SIGMOID_INPUTS,
+        "p_weights": P_WEIGHTS,
+    }
 
     def __init__(
         self,
@@ -53,25 +61,35 @@ class DigitEntropyLoss(DigitLoss):
         place_weighting: PlaceWeighting = "official",
         distance: str | None = None,
         sigmoid_input: str = "raw",
+        p_weights: str = "attached",
         **base_options,
     ) -> None:
         super().__init__(vocab, alpha=alpha, **base_options)
-        self.validate_options({"place_weighting": place_weighting, "distance": distance, "sigmoid_input": sigmoid_input})
+        options = {
+            "place_weighting": place_weighting,
+            "distance": distance,
+            "sigmoid_input": sigmoid_input,
+            "p_weights": p_weights,
+        }
+        self.validate_options(options)
         self.place_weighting = place_weighting
         self.distance = distance
         self.sigmoid_input = sigmoid_input
+        self.p_weights = p_weights
 
     def extra_repr(self) -> str:
         return (
             f"{super().extra_repr()}, place_weighting={self.place_weighting!r}, distance={self.distance!r}, "
-            f"sigmoid_input={self.sigmoid_input!r}"
+            f"sigmoid_input={self.sigmoid_input!r}, p_weights={self.p_weights!r}"
         )
 
     def digit_weights(self, digits: DigitPositions) -> torch.Tensor:
         return place_weights(digits.place, self.place_weighting)
 
     def digit_terms(self, digit_logits, digit_targets, weights, digit_nll, support=None):
-        return del_term(digit_logits, digit_targets, weights, self.distance, self.sigmoid_input, support)
+        return del_term(
+            digit_logits, digit_targets, weights, self.distance, self.sigmoid_input, support, self.p_weights
+        )
 
     def pushdown(self, digit_logits, digit_targets, support=None):
-        return del_pushdown(digit_logits, digit_targets, self.distance, self.sigmoid_input, support)
+        return del_pushdown(digit_logits, digit_targets, self.distance, self.sigmoid_input, support, self.p_weights)
