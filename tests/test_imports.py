@@ -276,7 +276,7 @@ ROOT = SRC.parent
 IMPORTABLE_CORE = ("numloss", "numloss.losses", "numloss.fused", "numloss.patch", "numloss.digits",
                    "numloss.heads", "numloss.step_counts", "numloss.extras", "numloss.cli", "numloss.package_data",
                    # standard-library helpers the parts share
-                   "numloss.atomic", "numloss.textio")
+                   "numloss.atomic", "numloss.textio", "numloss.checks")
 CORE_MODULES = (*IMPORTABLE_CORE, "numloss.__main__")
 #: package prefix -> the extra its modules need (the longest prefix decides; the core needs none)
 MODULE_EXTRA = {
@@ -533,27 +533,45 @@ def test_numloss_evaluate_loads_its_parts_on_first_use():
     assert out.stdout.strip() == "False", out.stderr
 
 
-def test_every_commands_help_loads_no_package_of_an_extra():
-    """`numloss <command> --help` parses its options before loading any model or data code: one
-    process runs every command's help and lists what beyond torch it loaded."""
+def test_every_commands_help_loads_no_torch_and_no_package_of_an_extra():
+    """`import numloss`, `numloss --help` and `numloss <command> --help` parse their options before
+    loading any model, data or torch code: one process runs every help and lists what it loaded."""
     import subprocess
     import sys
 
     from numloss.cli import COMMANDS
     from numloss.extras import EXTRA_OF
 
-    code = ("import contextlib, io, sys; import torch; before = {m.partition('.')[0] for m in sys.modules}\n"
-            "from numloss.cli import main\n"
-            f"for command in {sorted(COMMANDS)!r}:\n"
-            "    with contextlib.redirect_stdout(io.StringIO()):\n"
+    code = ("import contextlib, io, sys; before = {m.partition('.')[0] for m in sys.modules}\n"
+            "import numloss; from numloss.cli import main\n"
+            f"for argv in [[]] + [[c] for c in {sorted(COMMANDS)!r}]:\n"
+            "    with contextlib.redirect_stdout(io.StringIO()) as out:\n"
             "        try:\n"
-            "            main([command, '--help'])\n"
+            "            main(argv + ['--help'])\n"
             "        except SystemExit:\n"
             "            pass\n"
+            "    assert 'usage: numloss' in out.getvalue(), argv\n"
             "print(sorted({m.partition('.')[0] for m in sys.modules} - before))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
                          env={"PYTHONPATH": str(SRC), "PATH": "/usr/bin:/bin", "HF_HUB_OFFLINE": "1"})
     loaded = set(eval(out.stdout.strip().splitlines()[-1]))
     heavy = {"transformers", "datasets", "accelerate", "peft", "trl", "scipy", "statsmodels", "matplotlib", "sympy"}
     assert heavy <= set(EXTRA_OF), "the list names packages of the extras"
-    assert not loaded & heavy, f"a command's --help loads {sorted(loaded & heavy)}"
+    assert not loaded & (heavy | {"torch", "numpy"}), f"a --help loads {sorted(loaded & (heavy | {'torch', 'numpy'}))}"
+
+
+def test_numloss_loads_its_public_names_on_first_use():
+    """`numloss.X` is the object of the submodule that defines it, `numloss.patch` is the function
+    even once the submodule `numloss.patch` is imported, and the losses' names are all there."""
+    import sys
+
+    import numloss
+    import numloss.losses
+    import numloss.patch  # noqa: F401 - the submodule (`as` would read the package's attribute)
+
+    patch_module = sys.modules["numloss.patch"]
+    assert numloss.patch is patch_module.patch and numloss.unpatch is patch_module.unpatch
+    assert set(numloss.losses.__all__) <= set(numloss.__all__) <= set(dir(numloss))
+    for name in numloss.__all__:
+        assert getattr(numloss, name) is not None
+    assert numloss.build_loss is numloss.losses.build_loss

@@ -7,14 +7,45 @@
     out.loss.backward()
 
     numloss.patch(model, loss_fn)   # model(**batch, labels=labels).loss is now the numloss loss
+
+Every public name is imported on first use (PEP 562), so `import numloss` and `numloss --help`
+load no torch.
 """
 
-from numloss import losses
-from numloss.digits import DigitVocab, DigitVocabError, find_digits, number_places, place_weights
-from numloss.losses import *  # noqa: F403 - the objectives, LOSSES and build_loss (numloss.losses.__all__)
-from numloss.patch import patch, unpatch  # binds numloss.patch to the function, not the module
+from __future__ import annotations
+
+import sys
+import types
+from collections.abc import Callable
+from typing import Any
+
+from numloss.extras import load_on_first_use
 
 __version__ = "0.1.0"
 
-__all__ = ["DigitVocab", "DigitVocabError", "find_digits", "number_places", "place_weights", "patch", "unpatch"]
-__all__ += losses.__all__
+_LOSSES = ["LOSSES", "build_loss", "NumericLoss", "NumericLossOutput", "MLELoss", "DigitEntropyLoss",
+           "NumberTokenLossWAS", "NumberTokenLossMSE", "Dist2Loss", "MixCELoss", "EMOLoss"]
+_DIGITS = ["DigitVocab", "DigitVocabError", "find_digits", "number_places", "place_weights"]
+__all__ = [*_DIGITS, "patch", "unpatch", *_LOSSES]  # test_imports: _LOSSES is numloss.losses.__all__
+
+__getattr__, __dir__ = load_on_first_use(
+    __name__, {**dict.fromkeys(_DIGITS, "digits"), **dict.fromkeys(_LOSSES, "losses"), "patch": "patch", "unpatch": "patch"}
+)
+
+
+class _Package(types.ModuleType):
+    """`numloss.patch` is the function even after the submodule `numloss.patch` is imported (the
+    import system then binds the submodule on its package: the setter below drops that)."""
+
+    @property
+    def patch(self) -> Callable[..., Any]:
+        from numloss.patch import patch
+
+        return patch
+
+    @patch.setter
+    def patch(self, module: types.ModuleType) -> None:
+        pass
+
+
+sys.modules[__name__].__class__ = _Package

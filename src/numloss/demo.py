@@ -34,10 +34,6 @@ import sys
 from pathlib import Path
 from typing import Any
 
-import torch
-
-from numloss.digits import DigitVocab, find_digits
-from numloss.losses import LOSSES, build_loss
 from numloss.package_data import RECORDED_DEMO_RUNS, RECORDED_GRID_RUNS, config_path, packaged
 
 _CHARS = list("0123456789.") + list(" =+-*/abcdefghijklmnopqrstuvwxyz")
@@ -399,6 +395,11 @@ def run_demo(compare: Any, config_path_: Path, progress: bool) -> int:
 
 def worked_example(seed: int = 0) -> list[tuple[str, float, float, float, int, int]]:
     """(name, loss, ce, aux, tokens, digits) of every objective on one fixed random batch."""
+    import torch  # here, not at the top: `numloss demo --help` loads no torch
+
+    from numloss.digits import DigitVocab, find_digits
+    from numloss.losses import LOSSES, build_loss
+
     vocab = DigitVocab(digit_ids=range(10), decimal_point_id=10)
     index = {c: i for i, c in enumerate(_CHARS)}
     rows = ["12+30=42", "3.5*2=7.0"]

@@ -28,7 +28,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from numloss.evaluate.benchmarks import BenchmarkError
-from numloss.evaluate.generate import BackendUnavailable
 from numloss.interrupt import sigterm_as_interrupt
 
 if TYPE_CHECKING:
@@ -209,6 +208,7 @@ def main(argv: list[str] | None = None) -> int:
     """Run the evaluation; returns the exit status (2 for bad input, with the reason on stderr;
     1 for an unexpected error, in one line too). SIGTERM ends it as Ctrl-C does (numloss.interrupt)."""
     args = build_parser().parse_args(argv)  # first: `--help` and a bad option load no model code
+    from numloss.evaluate.generate import BackendUnavailable
     from numloss.evaluate.report import write_report
     from numloss.models.load import ModelUnavailableError
 
