@@ -4,6 +4,8 @@ Hugging Face hub id (offline, only one in the local cache; `check_model_availabl
 
 from __future__ import annotations
 
+import functools
+import json
 import os
 from pathlib import Path
 from typing import Any
@@ -58,9 +60,11 @@ def model_not_found(name: str, revision: str | None = None) -> ModelUnavailableE
     return ModelUnavailableError(f"model {name!r} not found: looked for {'; '.join(looked)}. Fix: {fix}")
 
 
-def check_model_available(name: str, revision: str | None = None, cache_dir: str | None = None) -> None:
+def check_model_available(name: str, revision: str | None = None, cache_dir: str | None = None,
+                          trust_remote_code: bool = False) -> None:
     """Raise ModelUnavailableError now when `name` cannot be loaded: 'smollm2' needs its package
-    or a prepared folder, a path a config.json, an offline hub id the local cache."""
+    or a prepared folder, a path a config.json, an offline hub id the local cache. A local folder is
+    read through (`check_model_folder`), so every command refuses a broken one before any work."""
     if name == "tiny":
         return
     if name == "smollm2":
@@ -74,7 +78,14 @@ def check_model_available(name: str, revision: str | None = None, cache_dir: str
         raise ModelUnavailableError("model.name is empty: give 'tiny', 'smollm2', a hub id or a local folder")
     folder = Path(name).expanduser()
     if folder.is_dir() and (folder / "config.json").is_file():
+        check_model_folder(folder, trust_remote_code=trust_remote_code)
         return
+    if folder.is_dir() and any(folder.iterdir()):  # not a hub id: a folder short of its config
+        held = ", ".join(sorted(p.name for p in folder.iterdir())[:5])
+        raise ModelUnavailableError(
+            f"{folder} has no config.json (it holds {held}): not a model folder written by save_pretrained; "
+            "save the model and its tokenizer there (model.save_pretrained, tokenizer.save_pretrained) or pass the folder that has them"
+        )
     if _looks_like_path(name) or folder.exists():
         raise model_not_found(name, revision)
     if _offline():
@@ -86,6 +97,121 @@ def check_model_available(name: str, revision: str | None = None, cache_dir: str
             cached = None
         if not isinstance(cached, str):
             raise model_not_found(name, revision)
+
+
+_TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "tokenizer.model", "vocab.json", "vocab.txt",
+                    "spiece.model")
+_JSON_FILES = ("config.json", "tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "added_tokens.json",
+               "generation_config.json", "model.safetensors.index.json")
+_RESAVE = "save the folder again (model.save_pretrained and tokenizer.save_pretrained) or copy it again from its source"
+
+
+def check_model_folder(folder: Path, weights: bool = True, trust_remote_code: bool = False) -> None:
+    """ModelUnavailableError naming the file, what is wrong and the fix when the model folder
+    `folder` cannot load: a JSON file that is not valid JSON, no tokenizer files (a folder of
+    weights only), no weights, a safetensors file that is truncated, empty or garbled, or tensors
+    whose shapes do not fit config.json. Reads only JSON and safetensors headers (no weights)."""
+    folder = Path(folder)
+    if not (folder / "config.json").is_file():
+        raise model_not_found(str(folder))
+    for name in _JSON_FILES:
+        path = folder / name
+        if not path.is_file():
+            continue
+        try:
+            value = json.loads(path.read_bytes().decode("utf-8"))
+        except UnicodeDecodeError as error:
+            raise ModelUnavailableError(f"{path} is not UTF-8 text ({error.reason} at byte {error.start}): {_RESAVE}") from None
+        except ValueError as error:
+            raise ModelUnavailableError(f"{path} is not valid JSON: {error}; {_RESAVE}") from None
+        except OSError as error:
+            raise ModelUnavailableError(f"{path} cannot be read ({error.strerror or error}): fix its permissions") from None
+        if not isinstance(value, dict):
+            raise ModelUnavailableError(f"{path} is not a JSON object (it holds a {type(value).__name__}): {_RESAVE}")
+    if not any((folder / name).is_file() for name in _TOKENIZER_FILES):
+        raise ModelUnavailableError(
+            f"{folder} has no tokenizer (none of {', '.join(_TOKENIZER_FILES[:3])}): a folder of weights only; save the "
+            f"tokenizer beside them (tokenizer.save_pretrained({str(folder)!r})) or pass the folder that has it"
+        )
+    if weights:
+        # checked once per state of the folder: train checks it up front and again as it loads
+        state = tuple(sorted((p.name, p.stat().st_size, p.stat().st_mtime_ns) for p in folder.iterdir() if p.is_file()))
+        _check_weights(folder.resolve(), trust_remote_code, state)
+
+
+def _weight_shapes(folder: Path) -> dict[str, tuple[Path, tuple[int, ...]]] | None:
+    """{tensor name: (file, shape)} from the safetensors headers of `folder`; None for weights in
+    another format (pytorch_model.bin: not checked here). ModelUnavailableError when there are no
+    weights or a file's header cannot be read."""
+    from safetensors import safe_open
+
+    index = folder / "model.safetensors.index.json"
+    if index.is_file():
+        weight_map = json.loads(index.read_text(encoding="utf-8")).get("weight_map")
+        if not isinstance(weight_map, dict) or not weight_map:
+            raise ModelUnavailableError(f"{index} has no weight_map: {_RESAVE}")
+        files = sorted({folder / str(name) for name in weight_map.values()})
+    elif (folder / "model.safetensors").is_file():
+        files = [folder / "model.safetensors"]
+    elif any(folder.glob("pytorch_model*.bin")) or any(folder.glob("*.pt")):
+        return None
+    else:
+        raise ModelUnavailableError(
+            f"{folder} has no weights (no model.safetensors, model.safetensors.index.json or pytorch_model.bin): "
+            f"save the model there (model.save_pretrained({str(folder)!r})) or pass the folder that has them"
+        )
+    shapes: dict[str, tuple[Path, tuple[int, ...]]] = {}
+    for path in files:
+        if not path.is_file():
+            raise ModelUnavailableError(f"{path} is missing (listed in {index.name}): {_RESAVE}")
+        try:
+            with safe_open(str(path), framework="pt") as handle:
+                for key in handle.keys():
+                    shapes[key] = (path, tuple(handle.get_slice(key).get_shape()))
+        except Exception as error:  # noqa: BLE001 - SafetensorError, OSError: the file is damaged
+            why = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+            size = path.stat().st_size
+            raise ModelUnavailableError(
+                f"{path} is not a readable safetensors file ({size} bytes; {why}): it is truncated, empty or garbled; "
+                f"{_RESAVE}"
+            ) from None
+    return shapes
+
+
+@functools.lru_cache(maxsize=8)
+def _check_weights(folder: Path, trust_remote_code: bool, state: tuple) -> None:
+    """The safetensors headers of `folder` are readable and their shapes fit config.json (the
+    model built on the meta device, no memory)."""
+    shapes = _weight_shapes(folder)
+    if not shapes:
+        return
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    try:
+        config = AutoConfig.from_pretrained(str(folder), trust_remote_code=trust_remote_code)
+        with torch.device("meta"):
+            model = AutoModelForCausalLM.from_config(config, trust_remote_code=trust_remote_code)
+    except (ValueError, KeyError) as error:  # an unknown model_type, a value the model class refuses
+        why = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+        raise ModelUnavailableError(f"{folder / 'config.json'} does not describe a causal LM transformers can build: {why}") from None
+    except Exception:  # noqa: BLE001 - custom code that cannot be built on meta: loading will say
+        return
+    for key, tensor in model.state_dict().items():
+        if key in shapes and tuple(tensor.shape) != shapes[key][1]:
+            path, found = shapes[key]
+            raise ModelUnavailableError(
+                f"{path} does not fit {folder / 'config.json'}: tensor {key} is {list(found)} in the file but "
+                f"{list(tensor.shape)} by config.json; use the config.json saved with these weights"
+            )
+
+
+def _load_error(name: str, what: str, error: BaseException) -> ModelUnavailableError:
+    """One line for anything a from_pretrained raised: transformers' many-line OSError (hub
+    unreachable, no weights file) or any other error of a damaged folder."""
+    why = next((line.strip() for line in str(error).splitlines() if line.strip()), type(error).__name__)
+    if Path(name).expanduser().is_dir():
+        return ModelUnavailableError(f"the {what} of model folder {name!r} cannot be loaded: {why}; {_RESAVE}")
+    return ModelUnavailableError(f"{model_not_found(name)} (the hub said: {why})")
 
 
 def load_tokenizer(
@@ -102,14 +228,14 @@ def load_tokenizer(
         options = dict(tiny_options or {})
         tokenizer_options = {"digits_per_token": options["digits_per_token"]} if "digits_per_token" in options else {}
         return tiny.build_char_tokenizer(**tokenizer_options)
-    check_model_available(name, revision, cache_dir)
+    check_model_available(name, revision, cache_dir, trust_remote_code)
     from transformers import AutoTokenizer
 
     source = str(smollm2.prepare(cache_dir)) if name == "smollm2" else name
     try:
         tokenizer = AutoTokenizer.from_pretrained(source, revision=revision, trust_remote_code=trust_remote_code)
-    except OSError:
-        raise model_not_found(name, revision) from None
+    except Exception as error:  # noqa: BLE001 - any failure of a damaged folder is one line
+        raise _load_error(name, "tokenizer", error) from None
     if tokenizer.pad_token_id is None:
         tokenizer.pad_token = tokenizer.eos_token
     tokenizer.padding_side = "right"
@@ -136,18 +262,21 @@ def load_model_and_tokenizer(
         if dtype not in ("float32", "auto"):
             model = model.to(_DTYPES[dtype])
         return model, tokenizer
-    check_model_available(name, revision, cache_dir)
+    check_model_available(name, revision, cache_dir, trust_remote_code)
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     source = str(smollm2.prepare(cache_dir)) if name == "smollm2" else name
     kwargs: dict[str, Any] = {"revision": revision, "trust_remote_code": trust_remote_code}
     try:
         tokenizer = AutoTokenizer.from_pretrained(source, **kwargs)
-        if attn_implementation:
-            kwargs["attn_implementation"] = attn_implementation
+    except Exception as error:  # noqa: BLE001 - any failure of a damaged folder is one line
+        raise _load_error(name, "tokenizer", error) from None
+    if attn_implementation:
+        kwargs["attn_implementation"] = attn_implementation
+    try:
         model = AutoModelForCausalLM.from_pretrained(source, dtype=_DTYPES[dtype], **kwargs)
-    except OSError as error:  # transformers' many lines (hub unreachable, no weights file) as one
-        raise _unavailable(name, error) from None
+    except Exception as error:  # noqa: BLE001
+        raise _load_error(name, "weights", error) from None
     if tokenizer.pad_token_id is None:
         # the collator masks padding out of the labels, so reusing EOS for padding is harmless
         tokenizer.pad_token = tokenizer.eos_token
@@ -155,15 +284,6 @@ def load_model_and_tokenizer(
         model.config.pad_token_id = tokenizer.pad_token_id
     tokenizer.padding_side = "right"
     return model, tokenizer
-
-
-def _unavailable(name: str, error: OSError) -> ModelUnavailableError:
-    """One line for transformers' many-line OSError: `model_not_found`'s message (the same as
-    train's and compare's) with the first line of why the hub did not have it."""
-    why = next((line.strip() for line in str(error).splitlines() if line.strip()), type(error).__name__)
-    if Path(name).expanduser().is_dir():
-        return ModelUnavailableError(f"model folder {name!r} cannot be loaded: {why}")
-    return ModelUnavailableError(f"{model_not_found(name)} (the hub said: {why})")
 
 
 def model_folder(name: str) -> Path | None:

@@ -34,17 +34,23 @@ def _source(config: Any) -> dict[str, Any]:
 
 def load_tokenizer_for(config: Any) -> Any:
     """The tokenizer `load_model_for(config)` will return, without loading any weights."""
-    from numloss.models import load_tokenizer
+    from numloss.models import ModelUnavailableError, load_tokenizer
 
-    return load_tokenizer(config.model.name, **_source(config))
+    try:
+        return load_tokenizer(config.model.name, **_source(config))
+    except ModelUnavailableError as error:  # a damaged folder: its one line, before any training
+        raise ConfigError(f"model.name: {error}") from None
 
 
 def load_model_for(config: Any) -> tuple[Any, Any]:
     """(model, tokenizer) that a run of `config` starts from, before any training or LoRA."""
-    from numloss.models import load_model_and_tokenizer
+    from numloss.models import ModelUnavailableError, load_model_and_tokenizer
 
-    return load_model_and_tokenizer(config.model.name, dtype=config.model.dtype, seed=config.train.seed,
-                                    attn_implementation=config.model.attn_implementation, **_source(config))
+    try:
+        return load_model_and_tokenizer(config.model.name, dtype=config.model.dtype, seed=config.train.seed,
+                                        attn_implementation=config.model.attn_implementation, **_source(config))
+    except ModelUnavailableError as error:  # a damaged folder: its one line, before any training
+        raise ConfigError(f"model.name: {error}") from None
 
 
 def check_model_name(config: Config) -> None:
@@ -52,7 +58,8 @@ def check_model_name(config: Config) -> None:
     from numloss.models import ModelUnavailableError, check_model_available
 
     try:
-        check_model_available(config.model.name, config.model.revision, config.model.cache_dir)
+        check_model_available(config.model.name, config.model.revision, config.model.cache_dir,
+                              config.model.trust_remote_code)
     except ModelUnavailableError as error:
         raise ConfigError(f"model.name: {error}") from None
 

@@ -1,0 +1,159 @@
+"""Broken model folders x every command that loads a model (train, compare, eval, demo) and the
+API's loader: each is one line naming the file, what is wrong and the fix, before any training
+(numloss.models.load.check_model_folder). In-process calls on a 1-layer, 16-wide model: the table
+costs a few seconds, and one slow subprocess shows the real command prints no traceback."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from numloss.cli import main as numloss_main
+from numloss.models.load import ModelUnavailableError, load_model_and_tokenizer, load_tokenizer
+
+ROOT = Path(__file__).resolve().parents[1]
+TINY_TRAIN = ROOT / "tests" / "fixtures" / "train" / "tiny-test.yaml"
+
+
+def _cut(name: str, keep: int):
+    return lambda d: (d / name).write_bytes((d / name).read_bytes()[:keep])
+
+
+def _set(name: str, data: bytes):
+    return lambda d: (d / name).write_bytes(data)
+
+
+def _remove(*names: str):
+    return lambda d: [(d / n).unlink() for n in names if (d / n).exists()]
+
+
+def _wider(d: Path) -> None:
+    config = json.loads((d / "config.json").read_text(encoding="utf-8"))
+    config["hidden_size"] *= 2
+    (d / "config.json").write_text(json.dumps(config), encoding="utf-8")
+
+
+def _weights_only(d: Path) -> None:
+    for path in d.iterdir():
+        if path.name != "model.safetensors":
+            path.unlink()
+
+
+#: broken folder -> (how it is broken, what the one line must say: the file and the fault)
+BROKEN = {
+    "truncated weights": (_cut("model.safetensors", 2000), r"model\.safetensors is not a readable safetensors file"),
+    "empty weights": (_set("model.safetensors", b""), r"model\.safetensors is not a readable safetensors file \(0 bytes"),
+    "garbled weights": (_set("model.safetensors", b"\x07garbage" * 300), r"model\.safetensors is not a readable"),
+    "no weights": (_remove("model.safetensors"), r"has no weights .*save_pretrained"),
+    "wrong shapes": (_wider, r"model\.safetensors does not fit .*config\.json: tensor .* in the file but"),
+    "config.json not JSON": (_set("config.json", b"{not json"), r"config\.json is not valid JSON: "),
+    "tokenizer.json not JSON": (_set("tokenizer.json", b"{not json"), r"tokenizer\.json is not valid JSON"),
+    "tokenizer_config.json not JSON": (_set("tokenizer_config.json", b"[1, 2"), r"tokenizer_config\.json is not valid JSON"),
+    "no tokenizer": (_remove("tokenizer.json", "tokenizer_config.json"), r"has no tokenizer .*tokenizer\.save_pretrained"),
+    "tokenizer.json only half there": (_cut("tokenizer.json", 40), r"tokenizer\.json is not valid JSON"),
+    "weights only": (_weights_only, r"has no config\.json \(it holds model\.safetensors\)"),
+}
+
+
+@pytest.fixture(scope="module")
+def folders(tmp_path_factory) -> dict[str, Path]:
+    """A good tiny model folder and each broken copy of it."""
+    from numloss.models import build_char_tokenizer, build_tiny_model
+
+    base = tmp_path_factory.mktemp("model folders")
+    tokenizer = build_char_tokenizer()
+    good = base / "good"
+    build_tiny_model(tokenizer, num_layers=1, hidden_size=16, num_heads=2).save_pretrained(good)
+    tokenizer.save_pretrained(good)
+    made = {"good": good}
+    for name, (breaker, _) in BROKEN.items():
+        made[name] = base / name.replace(" ", "_")
+        shutil.copytree(good, made[name])
+        breaker(made[name])
+    return made
+
+
+@pytest.fixture
+def no_training(monkeypatch):
+    def refuse(*args, **kwargs):
+        raise AssertionError("a broken model folder reached training")
+
+    import transformers
+
+    monkeypatch.setattr(transformers.Trainer, "train", refuse)
+
+
+def _compare_config(tmp_path: Path, model: Path) -> str:
+    mapping = {
+        "base": {
+            "model": {"name": str(model)},
+            "data": {"max_length": 32},
+            "train": {"max_steps": 1, "batch_size": 4, "report_to": ["none"], "save_steps": 0, "progress_bar": False},
+        },
+        "task": {"train_size": 8, "test_size": 4, "train": {"digits": 2}},
+        "objectives": ["mle"],
+        "seeds": [0],
+        "evaluation": {"batch_size": 8, "teacher_forced_batch_size": 8, "embeddings": False},
+        "torch_threads": 1,
+        "output_dir": str(tmp_path / "grid"),
+    }
+    path = tmp_path / "compare.yaml"
+    path.write_text(yaml.safe_dump(mapping), encoding="utf-8")
+    return str(path)
+
+
+def _argv(command: str, model: Path, tmp_path: Path) -> list[str]:
+    if command == "train":
+        return ["train", str(TINY_TRAIN), "--model.name", str(model), "--train.output_dir", str(tmp_path / "run")]
+    if command == "eval":
+        return ["eval", str(model), "--benchmarks", "gsm8k", "--data-dir", str(ROOT / "tests" / "fixtures" / "benchmarks"),
+                "--limit", "1", "--out", str(tmp_path / "eval"), "--quiet"]
+    return [command, _compare_config(tmp_path, model), "--no-progress"]
+
+
+@pytest.mark.parametrize("command", ["train", "compare", "eval", "demo"])
+@pytest.mark.parametrize("broken", list(BROKEN))
+def test_a_broken_model_folder_is_one_line_in_every_command(broken, command, folders, tmp_path, capsys, no_training):
+    status = numloss_main(_argv(command, folders[broken], tmp_path))
+    captured = capsys.readouterr()
+    lines = [line for line in captured.err.splitlines() if line.strip()]
+    assert status == 2, captured
+    assert len(lines) == 1 and lines[0].startswith(f"numloss {command}: "), captured.err
+    assert "Traceback" not in captured.err + captured.out
+    assert re.search(BROKEN[broken][1], lines[0]), lines[0]
+    assert not (tmp_path / "run" / "checkpoint-1").exists()
+
+
+@pytest.mark.parametrize("broken", list(BROKEN))
+def test_the_api_loader_refuses_a_broken_folder_in_one_line(broken, folders):
+    with pytest.raises(ModelUnavailableError, match=BROKEN[broken][1]) as caught:
+        load_model_and_tokenizer(str(folders[broken]))
+    assert "\n" not in str(caught.value)
+    if broken not in ("truncated weights", "empty weights", "garbled weights", "no weights", "wrong shapes"):
+        with pytest.raises(ModelUnavailableError, match=BROKEN[broken][1]):
+            load_tokenizer(str(folders[broken]))
+
+
+def test_the_good_folder_loads(folders):
+    model, tokenizer = load_model_and_tokenizer(str(folders["good"]))
+    assert model.config.hidden_size == 16 and tokenizer.pad_token_id is not None
+
+
+@pytest.mark.slow  # a fresh interpreter importing torch and transformers: the table above covers the in-process path
+def test_numloss_train_on_a_truncated_folder_prints_no_traceback(folders, tmp_path):
+    env = {**os.environ, "PYTHONPATH": str(ROOT / "src"), "HF_HUB_OFFLINE": "1"}
+    done = subprocess.run(
+        [sys.executable, "-m", "numloss", *_argv("train", folders["truncated weights"], tmp_path)],
+        capture_output=True, text=True, env=env, timeout=120,
+    )
+    lines = [line for line in done.stderr.splitlines() if line.strip()]
+    assert done.returncode == 2 and "Traceback" not in done.stderr, done.stderr
+    assert lines[-1].startswith("numloss train: model.name: ") and "model.safetensors" in lines[-1], done.stderr
