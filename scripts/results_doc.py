@@ -451,9 +451,10 @@ def answer(rec: Records) -> list[str]:
     lines += seeds_answer(rec)
     lines += centered_answer(rec)
     lines += mul_centered_answer(rec)
+    lines += dose_answer(rec)
     grids = [rec.mul, rec.mul_centered, rec.add] + [rec.pretrained_grid(name)[1] for name in (PRETRAINED_GRID, ALPHA_GRID, REPLICATE_GRID,
                                                                                   FRESH_GRID, SEEDS8_GRID, CENTERED_GRID,
-                                                                                  GENTLE_GRID)]
+                                                                                  GENTLE_GRID, DOSE_GRID)]
     # a run counts once: the control's MLE records are the follow-up's, copied
     every: dict[str, dict[int, dict[str, Any]]] = {}
     for record in {(r["hash"], r["label"], r["seed"], r.get("finished_at")): r for runs in grids for r in _all(runs)}.values():
@@ -845,7 +846,63 @@ def _three_arm_state(rec: Records, grid: str) -> dict[str, Any]:
             "comparisons": comparisons, "primary": primary, "complete": not missing}
 
 
-_grid_reading = item_paired.design_reading  # the reading fixed in the designs of grids a and b
+def _grid_reading(arm: str, against: str, c: dict[str, Any]) -> str:
+    """The reading fixed in the designs of grids a and b (item-level McNemar, Holm), and, where
+    the seed-level interval holds 0, that training randomness alone could give the difference."""
+    reading = item_paired.design_reading(arm, against, c)
+    held = len(c["seeds"]) >= 2 and c["ci95"][0] <= 0 <= c["ci95"][1]
+    if c["mcnemar_p_holm"] <= 0.05 and held:
+        reading += " on these items (its seed-level interval holds 0: training randomness alone could give it)"
+    return reading
+
+
+def _without_versus_mle(lines: list[str]) -> list[str]:
+    """A summary's lines without its "arm vs mle" table: its McNemar p is Holm-adjusted over every
+    arm, while a three-arm design holds its own family (the design's table says which)."""
+    out, skipping = [], False
+    for line in lines:
+        if line.startswith("| arm vs mle"):
+            skipping = True
+        if skipping and not line.startswith("|"):
+            skipping = False
+            if out and out[-1] == "":
+                continue
+        if not skipping:
+            out.append(line)
+    return out
+
+
+WHY_HEAD = ["arm", "seeds", "exact match (%)", "digit entropy (nats)", "answer NLL (nats)", "last pushdown share",
+            "last digit logit mean"]
+
+
+def why_rows(found: dict[str, dict[int, dict[str, Any]]]) -> list[list[str]]:
+    """Per trained arm, means over its seeds: held-out exact match, teacher-forced digit entropy at
+    the gold digits and the answer's NLL, and the training curve's last `pushdown_share` and
+    `digit_logit_mean` (what the term does, beside what it scores)."""
+    from numloss.compare.pretrained import BASELINE
+
+    def mean(values: list[float]) -> str:
+        return f"{statistics.fmean(values):.3f}" if values else "n/a"
+
+    rows = []
+    for label, seeds in found.items():
+        if label == BASELINE:
+            continue
+        heldout = [r["evaluation"]["heldout"] for r in seeds.values()]
+        curves = [r.get("curve") or {} for r in seeds.values()]
+        rows.append([f"`{label}`", str(len(seeds)), f"{100 * statistics.fmean(h['exact_match'] for h in heldout):.1f}",
+                     mean([h["digit_entropy"] for h in heldout if "digit_entropy" in h]),
+                     mean([h["answer_nll"] for h in heldout if "answer_nll" in h]),
+                     mean([c["pushdown_share"][-1] for c in curves if c.get("pushdown_share")]),
+                     mean([c["digit_logit_mean"][-1] for c in curves if c.get("digit_logit_mean")])])
+    return rows
+
+
+def why_table(found: dict[str, dict[int, dict[str, Any]]]) -> list[str]:
+    """`why_rows` as a table with its caption."""
+    return ["Why, per arm (means over seeds; digit entropy and NLL teacher-forced on the held-out answers):", ""] + _table(
+        WHY_HEAD, why_rows(found))
 
 
 def _comparison_rows(state: dict[str, Any]) -> list[str]:
@@ -878,7 +935,8 @@ def three_arm_grid(rec: Records, grid: str) -> list[str]:
             lines.append(f"- `{arm}` vs `{against}`: {_pp(c['mean_diff'])} points, McNemar Holm p "
                          f"{_p(c['mcnemar_p_holm'])}: **{_grid_reading(arm, against, c)}**.")
         lines.append("")
-    lines += summary_markdown_lines(state["summary"])
+    lines += _without_versus_mle(summary_markdown_lines(state["summary"]))
+    lines += [""] + why_table(state["found"])
     if state["comparisons"]:
         lines += ["", "The comparisons of the design (McNemar on item verdicts, seeds as strata; Holm over the primary two):",
                   ""] + _comparison_rows(state)
@@ -968,9 +1026,10 @@ def centered_answer(rec: Records) -> list[str]:
             text += ": no verdict until every run is in."
         lines.append(text)
     b = _three_arm_state(rec, GENTLE_GRID)
-    head = ("- **A gentler recipe** (LoRA lr 2e-4 with warm-up, 200 steps, held-out problems whose arithmetic fact no "
-            "training problem has; raw and centred DEL at the released recipe's weight 1.28; pre-registered, 8 seeds; "
-            f"{_interim(b)}): ")
+    head = ("- **A gentler recipe, four changes at once** (against grid a: LoRA lr 2e-4 with warm-up instead of 1e-3, "
+            "200 steps instead of 100, held-out problems whose arithmetic fact no training problem has, and raw and "
+            "centred DEL at the released recipe's weight 1.28 instead of 0.3, so no one change can be named the cause; "
+            f"pre-registered, 8 seeds; {_interim(b)}): ")
     shown = [(arm, against) for arm, against in GRID_COMPARISONS[GENTLE_GRID][0] if (arm, against) in b["comparisons"]]
     if not shown:
         lines.append(head + "no seed with two arms recorded yet.")
@@ -992,6 +1051,125 @@ def centered_answer(rec: Records) -> list[str]:
     return lines
 
 
+# -- grid d: the dose-response of centred DEL (docs/results-pretrained.md) ------------------------
+DOSE_GRID = "compare-smollm2-words-dose"
+#: the arms of grid d's design, each tested one-sided ("helps") against MLE, Holm over the four
+DOSE_ARMS = ("del-centered-a0.03", "del-centered-a0.1", "del-centered-a0.3", "del-centered-detached-a0.3")
+#: the trend test's doses in rank order: MLE is alpha 0; the last is grid b's centred DEL at 1.28
+DOSE_TREND = ("mle", "del-centered-a0.03", "del-centered-a0.1", "del-centered-a0.3")
+GENTLE_DOSE = "del-centered-a1.28"
+
+
+def dose_state(rec: Records) -> dict[str, Any]:
+    """Grid d's records and its design's tests: per arm against MLE, the one-sided exact McNemar
+    (arm right where MLE is wrong more often) and the one-sided seed-level t, each Holm-adjusted
+    over the arms present; the trend slope per seed over alpha 0-1.28; detached against attached."""
+    from scipy import stats
+
+    from numloss.compare.paired import holm
+
+    compare, found, _ = rec.pretrained_grid(DOSE_GRID)
+    planned = [(spec.label, seed) for seed in compare.seeds for spec in compare.objectives]
+    missing = [f"{label}-s{seed}" for label, seed in planned if seed not in found.get(label, {})]
+    bits = {label: {seed: r["evaluation"]["heldout"]["items"] for seed, r in runs.items()} for label, runs in found.items()}
+    tests: dict[str, dict[str, Any]] = {}
+    for arm in DOSE_ARMS:
+        if set(bits.get(arm, {})) & set(bits.get("mle", {})):
+            c = item_paired.paired_comparison(bits[arm], bits["mle"])
+            c["mcnemar_helps_p"] = float(stats.binomtest(c["b"], c["b"] + c["c"], 0.5, alternative="greater").pvalue
+                                         ) if c["b"] + c["c"] else 1.0
+            diffs = [p["diff"] for p in c["per_seed"]]
+            c["t_helps_p"] = float(stats.ttest_1samp(diffs, 0.0, alternative="greater").pvalue) if len(diffs) >= 2 else math.nan
+            tests[arm] = c
+    for key in ("mcnemar_helps_p", "t_helps_p"):
+        present = [arm for arm in tests if math.isfinite(tests[arm][key])]
+        for arm, adjusted in zip(present, holm([tests[arm][key] for arm in present]), strict=True):
+            tests[arm][key + "_holm"] = adjusted
+    gentle = rec.pretrained_grid(GENTLE_GRID)[1]
+    slopes = {}
+    for seed in sorted(found.get("mle", {})):
+        runs = [found.get(label, {}).get(seed) for label in DOSE_TREND]
+        far = [gentle.get(label, {}).get(seed) for label in (GENTLE_DOSE, "mle")]
+        if all(runs) and all(far):
+            base = runs[0]["evaluation"]["heldout"]["exact_match"]
+            ys = [r["evaluation"]["heldout"]["exact_match"] - base for r in runs]
+            ys.append(far[0]["evaluation"]["heldout"]["exact_match"] - far[1]["evaluation"]["heldout"]["exact_match"])
+            slopes[seed] = float(stats.linregress(range(len(ys)), ys).slope)
+    trend = None
+    if len(slopes) >= 2:
+        values = list(slopes.values())
+        trend = {"seeds": sorted(slopes), "mean_slope": statistics.fmean(values),
+                 "p": float(stats.ttest_1samp(values, 0.0).pvalue)}
+    detached = None
+    if set(bits.get("del-centered-detached-a0.3", {})) & set(bits.get("del-centered-a0.3", {})):
+        detached = item_paired.paired_comparison(bits["del-centered-detached-a0.3"], bits["del-centered-a0.3"])
+    return {"found": found, "planned": planned, "missing": missing, "tests": tests, "trend": trend,
+            "detached": detached, "complete": not missing}
+
+
+def dose_reading(c: dict[str, Any]) -> str:
+    """The decision rule fixed in grid d's design, for one arm's tests against MLE."""
+    items = c.get("mcnemar_helps_p_holm", math.nan) <= 0.05
+    seeds = c.get("t_helps_p_holm", math.nan) <= 0.05
+    if items and seeds:
+        return "helps"
+    if items:
+        return "the items favour it, the seeds do not show it beyond training randomness: not shown to help"
+    return "did not help"
+
+
+def dose_grid(rec: Records) -> list[str]:
+    """docs/results-pretrained.md's grid d: its runs, each arm's one-sided tests against MLE (Holm
+    over the arms), the why per arm, the trend over alpha and, once every run is in, the readings."""
+    state = dose_state(rec)
+    planned, missing = state["planned"], state["missing"]
+    if not state["found"]:
+        return [f"**0 of {len(planned)} runs recorded.**"]
+    lines = [f"**{len(planned) - len(missing)} of {len(planned)} runs recorded"
+             + (", complete.**" if not missing else f"; left: {len(missing)} runs: an interim result, no verdict.**"), ""]
+    rows = []
+    for arm, c in state["tests"].items():
+        one = len(c["seeds"]) < 2
+        rows.append([f"`{arm}`", str(len(c["seeds"])), _pp(c["mean_diff"]),
+                     "n/a (1 seed)" if one else _ci(100 * c["ci95"][0], 100 * c["ci95"][1]), f"{c['b']} / {c['c']}",
+                     _p(c.get("mcnemar_helps_p_holm", math.nan)), _p(c.get("t_helps_p_holm", math.nan)),
+                     f"{100 * c['mde_items']:.1f} / {'n/a' if one else format(100 * c['mde_seeds'], '.1f')}",
+                     dose_reading(c) if state["complete"] else "no verdict (interim)"])
+    if rows:
+        lines += ["Each arm against MLE, one-sided (helps), Holm over the four arms:", ""] + _table(
+            ["arm", "seeds", "diff (pp)", "95 % CI, seeds (pp)", "b / c", "McNemar p (Holm)", "t p (Holm)",
+             "MDE items / seeds (pp, two-sided)", "reading"], rows) + [""]
+    lines += why_table(state["found"])
+    trend, detached = state["trend"], state["detached"]
+    if trend:
+        lines += ["", f"Beside them, the trend over alpha 0, 0.03, 0.1, 0.3 and 1.28 (grid b), per seed: mean slope "
+                  f"{100 * trend['mean_slope']:+.2f} points per dose step over {len(trend['seeds'])} seeds, two-sided t p "
+                  f"{_p(trend['p'])} (not in Holm)."]
+    if detached:
+        lines += ["", f"Beside them, detached minus attached centred DEL at 0.3: {_pp(detached['mean_diff'])} points"
+                  f"{_seed_ci(detached)}, McNemar p {_p(detached['mcnemar_p'])} (described, no verdict)."]
+    return lines + ["", machine(state["found"])]
+
+
+def dose_answer(rec: Records) -> list[str]:
+    """The answer's line on grid d: interim counts, or the decision rule applied to every arm."""
+    state = dose_state(rec)
+    head = ("- **Can any form of DEL help this model? A dose-response** (grid b's recipe; centred DEL at alpha 0.03, 0.1 "
+            "and 0.3, and at 0.3 with p held constant; MLE rerun on an AVX-512 CPU; pre-registered, 8 seeds, one-sided "
+            f"tests, Holm over the arms; {_interim(state)}): ")
+    if not state["tests"]:
+        return [head + "no seed with an arm and MLE recorded yet."]
+    parts = [f"`{arm}` minus MLE {_pp(c['mean_diff'])} points{_seed_ci(c)}" for arm, c in state["tests"].items()]
+    if not state["complete"]:
+        return [head + "; ".join(parts) + ": no verdict until every run is in."]
+    readings = {arm: dose_reading(c) for arm, c in state["tests"].items()}
+    helped = [arm for arm, reading in readings.items() if reading == "helps"]
+    verdict = (f"**{', '.join(helped)} helped.**" if helped else
+               "**No form of DEL tried helped this model at this recipe.**")
+    return [head + "; ".join(f"{part} ({readings[arm]})" for part, arm in zip(parts, state["tests"], strict=True))
+            + ". " + verdict]
+
+
 RENDERERS: dict[str, Callable[[Records], list[str]]] = {
     "answer": answer, "mul-shape": mul_shape, "mul-plan": mul_plan, "mul-primary": mul_primary, "mul-secondary": mul_secondary,
     "mul-runs": mul_runs, "add-paired": add_paired, "add-facts": add_facts, "chunked": chunked,
@@ -999,6 +1177,7 @@ RENDERERS: dict[str, Callable[[Records], list[str]]] = {
     "pretrained-alpha": alpha_followup, "pretrained-replicate": replicate_followup,
     "pretrained-fresh": fresh_followup, "pretrained-seeds8": seeds8_followup,
     "pretrained-centered": centered_grid, "pretrained-gentle": gentle_grid, "mul-centered": mul_centered_grid,
+    "pretrained-dose": dose_grid,
 }
 
 

@@ -44,7 +44,8 @@ def _pretrained_root(tmp_path: Path, drop: tuple[str, ...] = (), grid: str = res
 
     (tmp_path / "configs").mkdir(parents=True, exist_ok=True)
     for name in {results_doc.PRETRAINED_GRID, results_doc.ALPHA_GRID, results_doc.REPLICATE_GRID,
-                 results_doc.FRESH_GRID, results_doc.SEEDS8_GRID, results_doc.CENTERED_GRID, results_doc.GENTLE_GRID, grid}:
+                 results_doc.FRESH_GRID, results_doc.SEEDS8_GRID, results_doc.CENTERED_GRID, results_doc.GENTLE_GRID,
+                 results_doc.DOSE_GRID, grid}:
         shutil.copy(results_doc.ROOT / "configs" / f"{name}.yaml", tmp_path / "configs")
     records = tmp_path / "results" / grid
     records.mkdir(parents=True)
@@ -115,7 +116,7 @@ def test_the_pretrained_blocks_say_an_interim_result_and_what_is_left(tmp_path: 
 
 def test_the_page_reads_as_a_reference() -> None:
     text = results_doc.DOC.read_text()
-    assert len(text.splitlines()) <= 290, "the grids, each with its design and what it shows (grids a-c link out): no more"
+    assert len(text.splitlines()) <= 295, "the grids, each with its design and what it shows (grids a-d link out): no more"
     headings = [line for line in text.splitlines() if line.startswith("## ")]
     assert headings[0] == "## Does DEL help?", "the first screen answers the question"
     assert "## SmolLM2-135M-Instruct, LoRA, on arithmetic word problems" in headings, "the pretrained arm's section"
@@ -407,3 +408,39 @@ def test_grid_c_reads_as_its_design_says(tmp_path: Path) -> None:
     assert text.startswith("**Interim") and "better" not in text and "worse" not in text
     [line] = results_doc.mul_centered_answer(cut)
     assert "interim: 16 of 17 seeds" in line and line.endswith("no verdict until every run is in.")
+
+
+def test_the_dose_grid_applies_its_decision_rule(tmp_path: Path) -> None:
+    """Grid d: each arm one-sided against MLE by items (McNemar) and by seeds (t), Holm over the
+    arms; "helps" needs both, the items alone say "not shown to help"; the trend reads grid b's
+    1.28 arm against grid b's MLE; no verdict while a run is missing."""
+    spans = {"mle": (0, 400),
+             "del-centered-a0.03": lambda s: (0, 410 + s),  # +1.0 to +1.7 points every seed
+             "del-centered-a0.1": lambda s: (0, 400 - s),  # 0 to -0.7
+             "del-centered-a0.3": lambda s: (0, 399 + 2 * (s % 2)),  # -0.1 / +0.1
+             "del-centered-detached-a0.3": lambda s: (0, 430 if s % 2 else 390)}  # +3 / -1: items only
+    _pretrained_root(tmp_path, grid=results_doc.GENTLE_GRID,
+                     items_of={"mle": (0, 400), "del-a1.28": (0, 100), "del-centered-a1.28": (0, 380)})
+    root = _pretrained_root(tmp_path, grid=results_doc.DOSE_GRID, items_of=spans)
+    text = "\n".join(results_doc.dose_grid(results_doc.Records(root)))
+    assert text.startswith("**40 of 40 runs recorded, complete.**")
+    rows: dict[str, str] = {}  # the tests' table comes first, the why table after it
+    for line in text.splitlines():
+        if line.startswith("| `del-centered"):
+            rows.setdefault(line.split(" | ")[0].strip("| `"), line)
+    assert rows["del-centered-a0.03"].endswith("| helps |")
+    assert rows["del-centered-a0.1"].endswith("| did not help |") and rows["del-centered-a0.3"].endswith("| did not help |")
+    assert "the items favour it, the seeds do not show it beyond training randomness" in rows["del-centered-detached-a0.3"]
+    assert "the trend over alpha 0, 0.03, 0.1, 0.3 and 1.28 (grid b), per seed" in text
+    assert "detached minus attached centred DEL at 0.3: +1.0 points" in text
+    [line] = results_doc.dose_answer(results_doc.Records(root))
+    assert line.endswith("**del-centered-a0.03 helped.**")
+    none = _pretrained_root(tmp_path / "none", grid=results_doc.DOSE_GRID, items_of={**spans, "del-centered-a0.03": (0, 400)})
+    [line] = results_doc.dose_answer(results_doc.Records(none))
+    assert line.endswith("**No form of DEL tried helped this model at this recipe.**")
+    cut = _pretrained_root(tmp_path / "cut", grid=results_doc.DOSE_GRID, items_of=spans, drop=("mle-s7",))
+    text = "\n".join(results_doc.dose_grid(results_doc.Records(cut)))
+    assert text.startswith("**39 of 40 runs recorded; left: 1 runs: an interim result, no verdict.**")
+    assert "| helps |" not in text and "no verdict (interim)" in text
+    [line] = results_doc.dose_answer(results_doc.Records(cut))
+    assert line.endswith("no verdict until every run is in.") and "**" not in line.split("): ", 1)[1]

@@ -371,8 +371,8 @@ def run_demo(compare: Any, config_path_: Path, progress: bool) -> int:
     print(f"\nFresh runs ({len(results)}; {cpu:.0f} CPU-s of training and scoring), held-out exact match:")
     print("\n".join(fresh_lines(fresh)))
     for key, title, fmt in (("digit_logit_mean", "mean raw logit of the ten digits at digit targets", "{:.1f}"),
-                            ("pushdown_share", "share of digit targets raw DEL's term pushes below the other digits "
-                             "(for MLE and centred DEL: what raw DEL's term would do at their logits)", "{:.2f}")):
+                            ("pushdown_share", "share of digit targets the arm's own DEL term pushes below the other "
+                             "digits (for MLE: what raw DEL's term would do at its logits)", "{:.2f}")):
         lines = trace_lines(fresh, key, fmt=fmt)
         if lines:
             print(f"\nFresh trace of {key} ({title}), by training step:")
@@ -434,7 +434,7 @@ def main(argv: list[str] | None = None) -> int:
     from numloss.compare import build_parser, model_available, quiet_training_logs, resolve
     from numloss.config import ConfigError
 
-    parser = build_parser("numloss demo")
+    parser = build_parser("numloss demo", default_config=str(DEMO_CONFIG))
     parser.description = __doc__
     parser.add_argument("--worked-example", action="store_true", help="print every loss on one fixed batch and exit")
     parser.add_argument("--seed", type=int, default=0, help="seed of the worked example's batch")

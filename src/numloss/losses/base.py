@@ -32,7 +32,9 @@ class NumericLossOutput:
     loss = ce + alpha * aux; ce = NLL sum / num_tokens; aux = the objective's term before alpha
     (0 for MLE). digit_entropy, digit_logit_mean, pushdown_share and digit_target_prob are means
     over the digit slots (0 without any): the 10-digit softmax entropy, the mean raw digit logit,
-    the share where raw DEL's term pushes the target down, the target digit's probability.
+    the share where the DEL term pushes the target down (DEL's own term, with its own options such
+    as `sigmoid_input`; for every other objective, raw DEL's term at these logits), the target
+    digit's probability.
     """
 
     loss: torch.Tensor

@@ -42,7 +42,7 @@ class DigitEntropyLoss(DigitLoss):
 
     name = "del"
     # On the step's digit mean. The largest value no recorded result calls harmful: raw DEL at 0.3
-    # lost 7-10 points to MLE on a pretrained model while 0.03 was not told apart from it, and no
+    # lost 6.4-10.4 points to MLE on a pretrained model while 0.03 was not told apart from it, and no
     # recorded run shows DEL helping (docs/losses.md, "The default alpha"). The released recipe's
     # weight is alpha=1.28.
     default_alpha = 0.03
