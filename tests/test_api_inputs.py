@@ -88,7 +88,7 @@ def _eval_line(argv: list[str], capsys) -> str:
 @pytest.mark.parametrize(("extra", "words"), [
     (["--seed", "-1"], "--seed must be in [0, 2**32)"),
     (["--seed", str(2**40)], "--seed must be in [0, 2**32)"),
-    (["--workers", "100000"], "--workers 100000: at most"),
+    (["--workers", "100000"], "--workers (workers) must be an integer >= 1 and <= "),
     (["--out", ""], "--out is empty"),
 ])
 def test_eval_numbers_out_of_range_are_one_line(extra, words, tmp_path, capsys) -> None:
@@ -194,3 +194,124 @@ def test_ctrl_c_in_compare_and_demo_is_one_line_and_exit_130(command, tmp_path, 
     assert status == 130 and len(err) == 1, err
     assert err[0].startswith(f"numloss {command}: interrupted; every finished run is kept in") and "same command" in err[0]
     assert json.dumps(err)  # one plain line
+
+
+# -- API arguments x types: one checker (numloss.checks) for every public entry point ----------------
+def _echo():
+    return Broken(lambda ps: [Generation("1", 1) for _ in ps])
+
+
+def _loss():
+    from numloss import build_loss
+
+    return build_loss("del", _vocab())
+
+
+def _tiny():
+    from numloss.models import build_char_tokenizer, build_tiny_model
+
+    return build_tiny_model(build_char_tokenizer(), num_layers=1, hidden_size=16, num_heads=2)
+
+
+def _rows(n: int, learnt: bool = True):
+    return [{"input_ids": [5, 6, 7], "attention_mask": [1, 1, 1], "labels": [-100, 6 if learnt else -100, -100]}] * n
+
+
+def _trainer(tmp_path, dataset=None, model="tiny", args=None, **options):
+    from transformers import TrainingArguments
+
+    from numloss.hf import NumericTrainer
+
+    if args is None:
+        args = TrainingArguments(output_dir=str(tmp_path / "t"), report_to=[], per_device_train_batch_size=2,
+                                 use_cpu=True, **options.pop("training", {}))
+    return NumericTrainer(loss_fn=_loss(), model=_tiny() if model == "tiny" else model, args=args,
+                          train_dataset=_rows(4) if dataset is None else dataset, **options)
+
+
+def _evaluate(**given):
+    return evaluate(_echo(), given.pop("benchmarks", "synthetic:arithmetic"), limit=1, digit_stats=False,
+                    program_of_thought=False, **given)
+
+
+NAN = float("nan")
+#: (call, the error's type, what its one line must say); each is refused before any work
+API_CASES = {
+    "evaluate overwrite 'no'": (lambda t: _evaluate(overwrite="no"), TypeError, r"^overwrite must be True or False, got 'no' \(str\): pass a bool$"),
+    "evaluate cut_at_stop 1": (lambda t: _evaluate(cut_at_stop=1), TypeError, r"^cut_at_stop must be True or False"),
+    "evaluate seed 'x'": (lambda t: _evaluate(seed="x"), TypeError, r"^seed must be an integer >= 0 and <= 4294967295, got 'x'"),
+    "evaluate seed -1": (lambda t: _evaluate(seed=-1), ValueError, r"^seed must be an integer >= 0"),
+    "evaluate max_new_tokens NaN": (lambda t: _evaluate(max_new_tokens=NAN), TypeError, r"^max_new_tokens must be an integer >= 1, got nan"),
+    "evaluate batch_size 2.0": (lambda t: _evaluate(batch_size=2.0), TypeError, r"^batch_size must be an integer"),
+    "evaluate benchmarks None": (lambda t: _evaluate(benchmarks=None), TypeError, r"^benchmarks must be a comma-separated str or a list"),
+    "evaluate benchmarks 5": (lambda t: _evaluate(benchmarks=5), TypeError, r"^benchmarks must be .* got 5 \(int\)"),
+    "evaluate benchmarks [None]": (lambda t: _evaluate(benchmarks=[None]), TypeError, r"^benchmarks\[0\] must be a benchmark name"),
+    "evaluate dtype int8": (lambda t: _evaluate(dtype="int8"), ValueError, r"^dtype must be one of 'auto', 'float32', 'bfloat16', 'float16', got 'int8'"),
+    "evaluate results under a file": (lambda t: _evaluate(results_file=_file(t) / "items.jsonl"), ValueError, r"^results_file: .*file is a file, not a folder, so .*items\.jsonl cannot be made under it"),
+    "evaluate results a folder": (lambda t: _evaluate(results_file=t), ValueError, r"^results_file: .* is a folder, not a file"),
+    "evaluate workers 100000": (lambda t: _evaluate(workers=100000), ValueError, r"^--workers \(workers\) must be an integer >= 1 and <= \d+, got 100000"),
+    "evaluate program_timeout inf": (lambda t: _evaluate(program_timeout=float("inf")), ValueError, r"^--program-timeout \(program_timeout\) must be a finite number > 0"),
+    "score_outputs cut_at_stop 'no'": (lambda t: score_outputs(_records(t), cut_at_stop="no"), TypeError, r"^cut_at_stop must be True or False, got 'no'"),
+    "score_outputs seed NaN": (lambda t: score_outputs(_records(t), seed=NAN), TypeError, r"^seed must be an integer"),
+    "score_outputs workers 100000": (lambda t: score_outputs(_records(t), workers=100000), ValueError, r"^--workers \(workers\) must be an integer"),
+    "patch None": (lambda t: _patch(None), TypeError, r"^numloss.patch: model must be a model instance .* got None \(NoneType\)"),
+    "patch a class": (lambda t: _patch(type(_tiny())), TypeError, r"^numloss.patch: model is the class LlamaForCausalLM, not a model: pass an instance"),
+    "patch fused 'false'": (lambda t: _patch(_tiny(), fused="false"), TypeError, r"^numloss.patch: fused must be True or False, got 'false'"),
+    "place_weights a list": (lambda t: _digits().place_weights([0, 1]), TypeError, r"^place_weights: places must be a torch.Tensor"),
+    "place_weights weighting 'x'": (lambda t: _digits().place_weights(_places(), "x"), ValueError, r"^place_weighting must be one of 'official', 'continuous', 'none'"),
+    "find_digits None": (lambda t: _digits().find_digits(None, _vocab()), TypeError, r"^find_digits: labels must be an integer torch.Tensor"),
+    "find_digits vocab None": (lambda t: _digits().find_digits(_places(), None), TypeError, r"^find_digits: vocab must be a DigitVocab"),
+    "trainer fused 'false'": (lambda t: _trainer(t, fused="false"), TypeError, r"^NumericTrainer: fused must be True or False, got 'false'"),
+    "trainer model None": (lambda t: _trainer(t, model=None), TypeError, r"^NumericTrainer: model is None: pass a model"),
+    "trainer args a dict": (lambda t: _trainer(t, args={"learning_rate": 1e-3}), TypeError, r"^NumericTrainer: args must be a transformers TrainingArguments"),
+    "trainer lr NaN": (lambda t: _trainer(t, training={"learning_rate": NAN}), ValueError, r"^NumericTrainer: args.learning_rate must be a finite number >= 0"),
+    "trainer lr 1e300": (lambda t: _trainer(t, training={"learning_rate": 1e300}), ValueError, r"args.learning_rate must be .* got 1e\+300"),
+    "trainer accumulation 0": (lambda t: _trainer(t, training={"gradient_accumulation_steps": 0}), ValueError, r"args.gradient_accumulation_steps must be an integer >= 1, got 0"),
+    "trainer label smoothing": (lambda t: _trainer(t, training={"label_smoothing_factor": 0.1}), ValueError, r"label_smoothing_factor is 0.1, but loss_fn computes the loss"),
+    "trainer empty dataset": (lambda t: _trainer(t, dataset=[]), ValueError, r"^train_dataset is empty"),
+    "trainer batch above the data": (lambda t: _trainer(t, dataset=_rows(1)), ValueError, r"global batch .* = 2 is larger than the 1 training examples, so each step would use only 1"),
+    "trainer nothing learnt": (lambda t: _trainer(t, dataset=_rows(4, learnt=False)), ValueError, r"every label of the 4 training examples is ignore_index \(-100\): nothing would be learnt"),
+}
+
+
+def _file(tmp_path: Path) -> Path:
+    (tmp_path / "file").write_text("x", encoding="utf-8")
+    return tmp_path / "file"
+
+
+def _records(tmp_path: Path) -> Path:
+    path = tmp_path / "outputs.jsonl"
+    path.write_text('{"benchmark": "synthetic:arithmetic", "id": "1", "output": "1"}\n', encoding="utf-8")
+    return path
+
+
+def _patch(model, fused=False):
+    from numloss import patch
+
+    return patch(model, _loss(), fused=fused)
+
+
+def _digits():
+    import numloss.digits
+
+    return numloss.digits
+
+
+def _places():
+    import torch
+
+    return torch.tensor([[1, 2]])
+
+
+@pytest.mark.parametrize("case", list(API_CASES))
+def test_a_bad_api_argument_is_one_error_naming_it(case, tmp_path) -> None:
+    call, kind, words = API_CASES[case]
+    with pytest.raises(kind, match=words) as caught:
+        call(tmp_path)
+    assert isinstance(caught.value, ValueError)  # every command's `except ValueError` makes it its one line
+    assert "\n" not in str(caught.value)
+
+
+def test_the_checked_trainer_still_builds(tmp_path) -> None:
+    trainer = _trainer(tmp_path, training={"gradient_accumulation_steps": 2})
+    assert trainer.fused is False and len(trainer.train_dataset) == 4

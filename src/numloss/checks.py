@@ -53,11 +53,14 @@ def check_bool(name: str, value: Any) -> bool:
 
 
 def _bounds(low: float | None, high: float | None, low_open: bool = False, high_open: bool = False) -> str:
+    def number(bound: float) -> str:
+        return str(bound) if isinstance(bound, int) else f"{bound:g}"
+
     parts = []
     if low is not None:
-        parts.append(f"{'>' if low_open else '>='} {low:g}")
+        parts.append(f"{'>' if low_open else '>='} {number(low)}")
     if high is not None:
-        parts.append(f"{'<' if high_open else '<='} {high:g}")
+        parts.append(f"{'<' if high_open else '<='} {number(high)}")
     return " and ".join(parts)
 
 
@@ -152,15 +155,13 @@ def check_path(name: str, value: Any, kind: PathKind = "any") -> Path:
         if not path.is_dir():
             what = "is a file, not a folder" if path.exists() else "does not exist"
             raise ArgumentError(f"{name}: {path} {what}: pass an existing folder")
-    elif kind == "new_file":
-        if path.is_dir():
-            raise ArgumentError(f"{name}: {path} is a folder, not a file: pass a file path")
-    elif kind == "new_dir":
-        for place in (path, *path.parents):
+    elif kind == "new_file" and path.is_dir():
+        raise ArgumentError(f"{name}: {path} is a folder, not a file: pass a file path")
+    if kind in ("new_file", "new_dir"):
+        for place in (path, *path.parents) if kind == "new_dir" else path.parents:
             if place.exists() and not place.is_dir():
-                raise ArgumentError(
-                    f"{name}: {place} is a file, not a folder: pass a folder path (or move the file away)"
-                )
+                where = "" if place == path else f", so {path} cannot be made under it"
+                raise ArgumentError(f"{name}: {place} is a file, not a folder{where}: pass another path (or move the file away)")
             if place.exists():
                 break
     return path

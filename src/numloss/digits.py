@@ -17,6 +17,8 @@ from typing import Any, Literal
 
 import torch
 
+from numloss.checks import check_choice, check_type
+
 PlaceWeighting = Literal["official", "continuous", "none"]
 PLACE_WEIGHTINGS: tuple[str, ...] = ("official", "continuous", "none")
 MultiDigit = Literal["slots", "single", "refuse"]
@@ -481,8 +483,8 @@ def number_places(classes: torch.Tensor) -> torch.Tensor:
 def place_weights(places: torch.Tensor, weighting: PlaceWeighting = "official") -> torch.Tensor:
     """Weight u(i) of each place index, float32: 2(i+1) for i >= 0, and for i < 0 1.02^(i-1)
     ("official", the released code) or 2 * 1.02^i ("continuous", the paper); "none": 1."""
-    if weighting not in PLACE_WEIGHTINGS:
-        raise ValueError(f"place_weighting must be one of {PLACE_WEIGHTINGS}, got {weighting!r}")
+    check_type("place_weights: places", places, torch.Tensor, "a torch.Tensor of place indices (number_places' output)")
+    check_choice("place_weighting", weighting, PLACE_WEIGHTINGS)
     places_f = places.to(torch.float32)
     if weighting == "none":
         return torch.ones_like(places_f)
@@ -522,6 +524,8 @@ def find_digits(
     rule (exactly that rule for single-digit tokens). A number that holds a token of
     `vocab.unscored_digit_tokens` gets no slots: its places cannot be known.
     """
+    check_type("find_digits: labels", labels, torch.Tensor, "an integer torch.Tensor of aligned labels [B, T]")
+    check_type("find_digits: vocab", vocab, DigitVocab, "a DigitVocab (DigitVocab.from_tokenizer(tokenizer))")
     if labels.dtype not in (torch.int64, torch.int32):
         raise TypeError(f"labels must be an integer tensor, got {labels.dtype}")
     labels_2d = (labels if labels.dim() == 2 else labels.reshape(1, -1)).long()

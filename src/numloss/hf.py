@@ -25,6 +25,14 @@ with needs("hf", "numloss.hf"):
     from transformers import Trainer
 
 from numloss import heads, step_counts
+from numloss.checks import (
+    ArgumentError,
+    ArgumentTypeError,
+    check_bool,
+    check_float,
+    check_int,
+    check_type,
+)
 from numloss.digits import digit_coverage
 from numloss.heads import *  # noqa: F403 - re-exported (see __all__)
 from numloss.heads import model_logits
@@ -115,6 +123,68 @@ def compute_loss_func(loss_fn: NumericLoss) -> NumericComputeLoss:
     return NumericComputeLoss(loss_fn)
 
 
+#: the largest float32: a learning rate beyond it is infinite in the weights' own dtype
+_FLOAT32_MAX = float(torch.finfo(torch.float32).max)
+
+
+def _check_trainer_arguments(kwargs: dict[str, Any]) -> None:
+    """One line for what `Trainer` would take and fail on later (or take silently): args that are
+    not TrainingArguments (a dict), no model, a learning rate that is NaN or overflows float32,
+    gradient accumulation below 1, label smoothing (which NumericTrainer's loss_fn would ignore)."""
+    from transformers import TrainingArguments
+
+    model = kwargs.get("model")
+    if model is None and kwargs.get("model_init") is None:
+        raise ArgumentTypeError("NumericTrainer: model is None: pass a model (AutoModelForCausalLM.from_pretrained(...)) "
+                                "or a model_init")
+    if isinstance(model, type):
+        raise ArgumentTypeError(f"NumericTrainer: model is the class {model.__name__}, not a model: pass an instance "
+                                f"({model.__name__}.from_pretrained(...))")
+    args = kwargs.get("args")
+    if args is None:
+        return
+    check_type("NumericTrainer: args", args, TrainingArguments, "a transformers TrainingArguments (TrainingArguments(**options))")
+    check_float("NumericTrainer: args.learning_rate", args.learning_rate, 0, _FLOAT32_MAX)
+    check_int("NumericTrainer: args.gradient_accumulation_steps", args.gradient_accumulation_steps, 1)
+    check_int("NumericTrainer: args.per_device_train_batch_size", args.per_device_train_batch_size, 1)
+    if args.label_smoothing_factor != 0:
+        raise ArgumentError(
+            f"NumericTrainer: args.label_smoothing_factor is {args.label_smoothing_factor}, but loss_fn computes the loss "
+            "and would ignore it: set it to 0 (smoothing is not one of numloss's objectives)"
+        )
+
+
+def check_training_data(args: Any, dataset: Any, ignore_index: int = -100) -> None:
+    """ArgumentError for training data a run cannot learn from as configured: no examples, a
+    global batch (per_device_train_batch_size x gradient_accumulation_steps x processes) larger
+    than the examples (each step would use fewer than it says), or tokenised rows whose labels are
+    all `ignore_index` (the loss is 0 and nothing is learnt). Datasets without a length, or
+    without a `labels` column (a collator makes them), are checked as far as they can be."""
+    if not hasattr(dataset, "__len__"):
+        return
+    examples = len(dataset)
+    if examples == 0:
+        raise ArgumentError("train_dataset is empty: pass at least one training example")
+    batch, accumulation, processes = args.per_device_train_batch_size, args.gradient_accumulation_steps, args.world_size
+    if batch * accumulation * processes > examples:
+        raise ArgumentError(
+            f"the global batch per_device_train_batch_size {batch} x gradient_accumulation_steps {accumulation} x "
+            f"{processes} process(es) = {batch * accumulation * processes} is larger than the {examples} training examples, "
+            f"so each step would use only {examples}: lower them to a product of at most {examples}"
+        )
+    for index in range(examples):
+        row = dataset[index]
+        labels = row.get("labels") if isinstance(row, dict) else None
+        if labels is None:
+            return
+        if any(int(label) != ignore_index for label in (labels.tolist() if torch.is_tensor(labels) else labels)):
+            return
+    raise ArgumentError(
+        f"every label of the {examples} training examples is ignore_index ({ignore_index}): nothing would be learnt "
+        "(the loss is 0); check the labels (a prompt that fills the length limit leaves no answer token to learn)"
+    )
+
+
 class NumericTrainer(Trainer):
     """`transformers.Trainer` that trains with `loss_fn`, normalised by the step-wide token and
     digit counts (batch 8 and 2 x 4 accumulation give one update); `fused`: chunked LM head."""
@@ -123,12 +193,16 @@ class NumericTrainer(Trainer):
     loss_is_scaled_for_ga = True
 
     def __init__(self, *, loss_fn: NumericLoss, fused: bool = False, **trainer_kwargs: Any) -> None:
+        check_bool("NumericTrainer: fused", fused)
         check_objective(loss_fn)
         if trainer_kwargs.get("compute_loss_func") is not None:
             raise TypeError("NumericTrainer computes the loss with loss_fn; do not pass compute_loss_func")
+        _check_trainer_arguments(trainer_kwargs)
         super().__init__(**trainer_kwargs)
+        if self.train_dataset is not None:  # after super(): SFTTrainer tokenises it there
+            check_training_data(self.args, self.train_dataset, loss_fn.ignore_index)
         self.loss_fn = loss_fn.to(self.args.device)
-        self.fused = bool(fused)
+        self.fused = fused
         from numloss.diagnostics import PushdownWarning
 
         self.add_callback(PushdownWarning(loss_fn))

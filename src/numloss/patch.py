@@ -28,6 +28,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from numloss.checks import ArgumentTypeError, check_bool, check_type
 from numloss.heads import model_logits, output_head, patch_target
 from numloss.losses.base import NumericLoss, check_objective
 from numloss.step_counts import (
@@ -165,9 +166,22 @@ def _forward_with_loss_as_head_output(model, forward, args, kwargs, state: Patch
     return outputs, out
 
 
+def _check_arguments(model: Any, fused: Any) -> None:
+    """One line for a `model` that is not a module instance (None, the class itself) or a `fused`
+    that is not a bool (the string "false" is true in Python)."""
+    check_bool("numloss.patch: fused", fused)
+    if isinstance(model, type):
+        raise ArgumentTypeError(
+            f"numloss.patch: model is the class {model.__name__}, not a model: pass an instance "
+            f"({model.__name__}.from_pretrained(...))"
+        )
+    check_type("numloss.patch: model", model, nn.Module, "a model instance (an nn.Module, e.g. AutoModelForCausalLM.from_pretrained(...))")
+
+
 def patch(model: nn.Module, loss_fn: NumericLoss, fused: bool = False) -> nn.Module:
     """Make `model(..., labels=labels)` return `loss_fn`'s loss (in place; returns `model`);
     `fused=True` never builds the whole logits. Patching again replaces the objective."""
+    _check_arguments(model, fused)
     check_objective(loss_fn)
     target = patch_target(model)
     if not callable(getattr(target, "get_output_embeddings", None)):
@@ -195,7 +209,7 @@ def patch(model: nn.Module, loss_fn: NumericLoss, fused: bool = False) -> nn.Mod
         loss_fn = loss_fn.to(device)
     except StopIteration:
         pass
-    setattr(target, _STATE, PatchState(loss_fn=loss_fn, fused=bool(fused), previous_forward=previous))
+    setattr(target, _STATE, PatchState(loss_fn=loss_fn, fused=fused, previous_forward=previous))
     wrapped = functools.wraps(type(target).forward)(_numeric_forward)
     target.forward = types.MethodType(wrapped, target)
     return model
@@ -210,6 +224,7 @@ def patched(
 ) -> Iterator[PatchState]:
     """`patch(model, loss_fn, fused)` for the block, yielding the `PatchState`; whatever was there
     before (a user's patch included) is restored on exit."""
+    _check_arguments(model, fused)
     target = patch_target(model)
     saved = {key: vars(target)[key] for key in (_STATE, "forward") if key in vars(target)}
     patch(target, loss_fn, fused=fused)

@@ -288,5 +288,12 @@ def prepare_run(config: Config, examples: list[Any] | None = None) -> Prepared:
     vocab = digit_vocab_for(config, tokenizer)
     dataset = prepare_data(config, examples, tokenizer)
     args = build_arguments_checked(config)  # also sets up the process group under torchrun
+    from numloss.checks import ArgumentError
+    from numloss.hf import check_training_data
+
+    try:
+        check_training_data(args, dataset)  # what NumericTrainer checks, before any weights load
+    except ArgumentError as error:
+        raise ConfigError(f"train: {error}") from None
     check_model_structure(config, tokenizer)
     return Prepared(config, examples, tokenizer, vocab, dataset, args)
