@@ -22,6 +22,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+from numloss.checks import check_bool, check_choice, check_int, check_path, check_type
 from numloss.evaluate.benchmarks import (
     BENCHMARKS,
     SYNTHETIC_SEED,
@@ -227,6 +228,7 @@ def evaluate(
     cut at the protocol's stop strings. `threads`: torch CPU threads for the process.
     """
     started = time.perf_counter()
+    _check_evaluate_arguments(locals())
     set_threads(threads)  # checked before anything loads
     protocols = resolve(protocol)  # type: ignore[arg-type]
     stop, open_limit, choice_limit = _limits(protocols, max_new_tokens)
@@ -258,6 +260,34 @@ def evaluate(
             "wall_seconds": time.perf_counter() - started, "program_of_thought": program_of_thought,
             "limit": limit, "threads": threads, "generation_stats": _generation_stats(generator)}
     return _report(protocols, per, digits, runner, meta)
+
+
+def _check_evaluate_arguments(given: Mapping[str, Any]) -> None:
+    """Every plain argument of `evaluate` checked for type and range (numloss.checks) before
+    anything loads: a string "no" for a bool, "x" or NaN for a count is refused, not read as true
+    or passed on."""
+    for name in ("overwrite", "digit_stats", "program_of_thought", "progress", "cut_at_stop"):
+        check_bool(name, given[name])
+    if given["allow_unisolated"] is not None:
+        check_bool("allow_unisolated", given["allow_unisolated"])
+    check_int("batch_size", given["batch_size"], 1)
+    check_int("tensor_parallel", given["tensor_parallel"], 1)
+    for name in ("max_new_tokens", "limit"):
+        if given[name] is not None:
+            check_int(name, given[name], 1)
+    if given["seed"] is not None:
+        check_int("seed", given["seed"], 0, 2**32 - 1)
+    check_choice("backend", given["backend"], ("hf", "vllm"))
+    check_choice("dtype", given["dtype"], ("auto", "float32", "bfloat16", "float16"))
+    benchmarks = given["benchmarks"]
+    if not isinstance(benchmarks, str):
+        check_type("benchmarks", benchmarks, (list, tuple), "a comma-separated str or a list of names or Benchmarks")
+        for index, item in enumerate(benchmarks):
+            check_type(f"benchmarks[{index}]", item, (str, Benchmark), "a benchmark name (str) or a Benchmark")
+    if given["data_dir"] is not None:
+        check_path("data_dir", given["data_dir"])
+    if given["results_file"] is not None:
+        check_path("results_file", given["results_file"], "new_file")
 
 
 def _synthetic_fields(bench: Benchmark, seed: int | None) -> dict[str, int]:
@@ -563,6 +593,13 @@ def score_outputs(
     from numloss.evaluate.generate import cut_at_stop as cut
 
     check_limit(limit)
+    if cut_at_stop is not None:
+        check_bool("cut_at_stop", cut_at_stop)
+    if allow_unisolated is not None:
+        check_bool("allow_unisolated", allow_unisolated)
+    if seed is not None:
+        check_int("seed", seed, 0, 2**32 - 1)
+    check_int("batch_size", batch_size, 1)
     rows, source = _rows_of(records)
     _check_one_model(rows, source)
     samples = lmeval.is_samples(rows)

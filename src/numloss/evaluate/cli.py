@@ -153,10 +153,6 @@ def _check_args(args: argparse.Namespace) -> None:
         raise ValueError("--out is empty; give a folder for items.jsonl and the report (default outputs/eval)")
     if args.seed is not None and not 0 <= args.seed < 2**32:  # numpy's seed range
         raise ValueError(f"--seed must be in [0, 2**32), got {args.seed}")
-    cores = os.cpu_count() or 1
-    if args.workers is not None and args.workers > 4 * cores:  # each is a sandboxed process
-        raise ValueError(f"--workers {args.workers}: at most {4 * cores} parallel programs on this machine's "
-                         f"{cores} cores (omit it for the CPU count)")
     check_program_options(args.program_timeout, args.workers)
     check_out(args.out)
     if args.score_outputs and args.model:

@@ -37,14 +37,15 @@ def program_runner(program_timeout: float = 5.0, workers: int | None = None, all
 
 def check_program_options(program_timeout: float, workers: int | None) -> None:
     """ValueError naming the option unless `program_timeout` is a positive finite number of seconds
-    and `workers` None or a positive integer."""
-    if isinstance(program_timeout, bool) or not isinstance(program_timeout, (int, float)) or not (
-        math.isfinite(program_timeout) and program_timeout > 0
-    ):
-        raise ValueError(f"--program-timeout (program_timeout) must be a positive number of seconds, got {program_timeout!r}")
-    if workers is not None and (isinstance(workers, bool) or not isinstance(workers, int) or workers < 1):
-        raise ValueError(f"--workers (workers) must be a positive number of parallel programs, got {workers!r} "
-                         "(omit it for the CPU count)")
+    and `workers` None or a positive integer of at most 4 per CPU core (each is a sandboxed process:
+    100000 of them would run as many as the machine allows at once). Shared by the API and the CLI."""
+    import os
+
+    from numloss.checks import check_float, check_int
+
+    check_float("--program-timeout (program_timeout)", program_timeout, 0, low_open=True)
+    if workers is not None:
+        check_int("--workers (workers)", workers, 1, 4 * (os.cpu_count() or 1))
 
 
 @dataclass
