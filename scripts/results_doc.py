@@ -49,7 +49,8 @@ DOC = ROOT / "docs" / "results.md"
 PRETRAINED_DOC = ROOT / "docs" / "results-pretrained.md"
 MUL_CENTERED_DOC = ROOT / "docs" / "results-mul-centered.md"
 README = ROOT / "README.md"
-DOCS = (DOC, PRETRAINED_DOC, MUL_CENTERED_DOC, README)
+LOSSES_DOC = ROOT / "docs" / "losses.md"
+DOCS = (DOC, PRETRAINED_DOC, MUL_CENTERED_DOC, README, LOSSES_DOC)
 """The pages whose generated blocks are written here (the pretrained arm's design page has its
 status, the README the answer)."""
 PRETRAINED_GRID = "compare-smollm2-words"
@@ -1107,6 +1108,20 @@ def dose_state(rec: Records) -> dict[str, Any]:
             "detached": detached, "complete": not missing}
 
 
+def why_grids(rec: Records) -> list[str]:
+    """docs/losses.md's why tables: per arm of grids a, b and d, what each scores beside what its
+    term does to the digit distribution."""
+    lines: list[str] = []
+    for grid, title in ((CENTERED_GRID, "Grid a (LoRA lr 1e-3, 100 steps, alpha 0.3)"),
+                        (GENTLE_GRID, "Grid b (lr 2e-4, 200 steps, unseen facts, alpha 1.28)"),
+                        (DOSE_GRID, "Grid d (grid b's recipe, centred DEL at three weights and with p detached)")):
+        found = rec.pretrained_grid(grid)[1]
+        lines += [f"**{title}**:" + (" no run recorded yet." if not found else ""), ""]
+        if found:
+            lines += _table(WHY_HEAD, why_rows(found)) + ["", machine(found), ""]
+    return lines[:-1]
+
+
 def dose_reading(c: dict[str, Any]) -> str:
     """The decision rule fixed in grid d's design, for one arm's tests against MLE."""
     items = c.get("mcnemar_helps_p_holm", math.nan) <= 0.05
@@ -1177,7 +1192,7 @@ RENDERERS: dict[str, Callable[[Records], list[str]]] = {
     "pretrained-alpha": alpha_followup, "pretrained-replicate": replicate_followup,
     "pretrained-fresh": fresh_followup, "pretrained-seeds8": seeds8_followup,
     "pretrained-centered": centered_grid, "pretrained-gentle": gentle_grid, "mul-centered": mul_centered_grid,
-    "pretrained-dose": dose_grid,
+    "pretrained-dose": dose_grid, "why": why_grids,
 }
 
 
