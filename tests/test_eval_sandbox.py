@@ -180,7 +180,7 @@ def test_the_filesystem_is_read_only_except_a_capped_tmpfs(tmp_path):
     # the root holds the system folders and the first folder of each read-only bind (a venv inside
     # a checkout at /check/... shows "check"), nothing else
     bound_roots = {path.split(os.sep)[1] for path in bwrap_mod.layout().binds}
-    assert set(eval(root)) <= {"dev", "etc", "lib", "lib32", "lib64", "libx32", "proc", "tmp", "usr"} | bound_roots
+    assert set(eval(root)) <= {"bin", "dev", "etc", "lib", "lib32", "lib64", "libx32", "proc", "tmp", "usr"} | bound_roots
     assert set(eval(site)) <= {"sympy", "mpmath", "numpy", "numpy.libs", "sympy.libs", "mpmath.libs"}
     # a site folder under /tmp has its parent folders made on the sandbox's own tmpfs; on the
     # non-root path they belong to the sandbox's user (writable there, never on the host: above)
@@ -222,12 +222,44 @@ def test_the_interpreters_own_site_packages_and_prefix_are_not_visible():
     result = run_program(
         "import os, sys\n"
         f"print(os.listdir({base!r}) if os.path.isdir({base!r}) else [])\n"
-        "print([os.path.exists(p) for p in ('/usr/bin', '/usr/local', '/bin/sh', '/usr/bin/sh', '/usr/include')])", LIMITS)
+        "print([os.path.exists(p) for p in ('/usr/local', '/usr/include', '/usr/sbin', '/bin/ls')])\n"
+        "print(sorted(os.listdir('/usr/bin')))", LIMITS)
     assert result.ok, result
-    listing, exists = result.stdout.splitlines()
+    listing, exists, programs = result.stdout.splitlines()
     if base in bwrap_mod.layout().hidden:
         assert eval(listing) == []
-    assert eval(exists) == [False] * 5
+    assert eval(exists) == [False] * 4
+    # no program of the host's /usr/bin: only the interpreter's names and the minimal shell
+    bound = {os.path.basename(p) for p in bwrap_mod.layout().binds if os.path.dirname(p) in ("/usr/bin", "/bin")}
+    assert set(eval(programs)) <= {"python", "python3", "sh"} | bound, programs
+
+
+@needs_kernel_sandbox
+def test_python3_python_and_sh_resolve_to_the_bound_interpreter_and_a_minimal_shell():
+    result = run_program(
+        "import subprocess, sys\nrun = lambda *a, **k: subprocess.run(*a, capture_output=True, text=True, **k)\n"
+        "for name in ('python3', 'python'):\n"
+        "    print(run([name, '-c', 'import os, sys, numpy; print(os.path.realpath(sys.executable))']).stdout.strip())\n"
+        "print(sys.executable)\nshell = run('echo $((6 * 7)); ls', shell=True)\n"
+        "print(shell.stdout.strip(), shell.returncode)", LIMITS)
+    assert result.ok, result
+    python3, python, bound, shell = result.stdout.splitlines()
+    assert python3 == python == bound == bwrap_mod.layout().python
+    if bwrap_mod.missing_tools():  # no shell with only the interpreter's libraries here: it says why
+        assert "no /bin/sh" in isolation().detail and shell == " 127", (shell, isolation().detail)
+    else:
+        assert shell == "42 127", shell  # the shell's builtins; no other program of the host (ls)
+
+
+def test_the_isolation_line_names_the_bounds_missing_here(monkeypatch):
+    """Block I/O is never bounded; kernel memory and memory as one sum only where a cgroup is."""
+    from numloss.evaluate.sandbox import cgroup
+
+    monkeypatch.setattr(sandbox, "_kernel_probe", lambda: sandbox._Probe("bwrap", "bwrap"))
+    for parent, kernel_memory in ((None, True), ("/sys/fs/cgroup/x", False)):
+        monkeypatch.setattr(cgroup, "support", lambda parent=parent: cgroup.Support(parent, "found"))
+        unbounded = isolation().detail.split("not bounded here: ", 1)[1]
+        assert "block I/O" in unbounded and ("kernel memory" in unbounded) == kernel_memory, unbounded
 
 
 @needs_kernel_sandbox

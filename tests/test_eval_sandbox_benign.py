@@ -394,9 +394,17 @@ with Pool({workers}) as pool:
         result = run_program(script, limits)
         assert time.monotonic() - started < 20, result
         if not result.ok:
-            assert result.status == "error" and "64 processes and threads" in result.detail, result
+            assert result.status == "error" and "limit of 64 tasks, threads and processes counted alike" in result.detail, result
         else:
             assert result.stdout == "4950\n", result
+
+
+def test_threads_count_toward_the_process_limit_and_the_error_says_so():
+    program = ("from concurrent.futures import ThreadPoolExecutor\nimport threading\ngo = threading.Event()\n"
+               "with ThreadPoolExecutor(16) as pool:\n    print(sum(pool.map(go.wait, [0.5] * 16)) == 0)\n")
+    result = run_program(program, SandboxLimits(wall_seconds=30.0, cpu_seconds=10, max_processes=12))
+    assert result.status == "error" and "threads and processes counted alike" in result.detail, result
+    assert run_program(program, SandboxLimits(wall_seconds=30.0, cpu_seconds=10, max_processes=24)).stdout == "True\n"
 
 
 def test_a_program_held_at_the_process_limit_is_ended_with_that_reason():
@@ -415,7 +423,7 @@ os.wait()
 """
     started = time.monotonic()
     result = run_program(program, SandboxLimits(wall_seconds=30.0, cpu_seconds=10, max_processes=16))
-    assert result.status == "error" and "limit of 16 processes and threads" in result.detail, result
+    assert result.status == "error" and "limit of 16 tasks" in result.detail, result
     assert time.monotonic() - started < 15, result
 
 

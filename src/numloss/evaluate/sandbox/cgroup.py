@@ -115,7 +115,8 @@ def _check_v2(proc: str, candidate: str, where: str) -> Support:
     if not os.access(candidate, os.W_OK):
         return find_v1(proc, f"{where} is not writable by this process")
     cpu = " (and cpu.max, cpu.weight)" if "cpu" in enabled else ""
-    return Support(candidate, f"{where}: memory.max and pids.max{cpu} per program")
+    # the folder is `parent`; the detail, which reports print, names no path of this machine
+    return Support(candidate, f"cgroup v2: memory.max and pids.max{cpu} per program")
 
 
 def find_v1(proc: str = "/proc", why_not_v2: str = "", euid: int | None = None) -> Support:
@@ -148,17 +149,20 @@ def find_v1(proc: str = "/proc", why_not_v2: str = "", euid: int | None = None) 
         if not os.access(parent, os.W_OK):
             return Support(None, f"{why_not_v2}; cgroup v1 {parent} is not writable")
         parents[controller] = parent
-    return Support(parents["memory"], f"cgroup v1 under {', '.join(parents.values())}: memory.limit_in_bytes "
+    return Support(parents["memory"], f"cgroup v1 ({', '.join(parents)}): memory.limit_in_bytes "
                    "(kernel memory included), cpu.cfs_quota_us and pids.max per program", parents)
 
 
-def missing() -> str:
-    """The bounds that are absent without a usable cgroup, in one line ("" when one is in force)."""
-    if support().parent is not None:
-        return ""
-    return ("no cgroup: nothing bounds a sandbox's memory as one sum (kernel memory: page tables, POSIX locks, "
-            "epoll watches, unix socket buffers), its CPU share against other programs, or its processes "
-            "beyond RLIMIT_NPROC; only rlimits, seccomp and the CPU clock do")
+def missing() -> list[str]:
+    """The bounds no mechanism holds here, one phrase each (the isolation line lists them)."""
+    absent = ["block I/O (no io or blkio limit: a program's O_DIRECT reads of the bound files slow the host's "
+              "disk reads)"]
+    if support().parent is None:
+        absent.insert(0, "kernel memory and memory as one sum (page tables, the futex hash, POSIX locks, epoll "
+                      "watches, unix socket buffers: only RLIMIT_AS per process), the CPU share against other "
+                      "programs and processes beyond RLIMIT_NPROC, as no cgroup is usable (v2 delegated, or v1 "
+                      "as root)")
+    return absent
 
 
 @lru_cache(maxsize=1)

@@ -25,7 +25,8 @@ class SandboxLimits:
 
     `memory_bytes` is RLIMIT_AS (0: none); `output_bytes` caps stdout and stderr each (more is
     "output_limit"); `tmpfs_bytes` and `tmpfs_inodes` cap its cwd and /tmp together;
-    `max_processes` and `open_files` are RLIMIT_NPROC and RLIMIT_NOFILE. `clock` "wall" (the
+    `max_processes` and `open_files` are RLIMIT_NPROC and RLIMIT_NOFILE: the kernel counts every
+    thread as a task, so `max_processes` bounds processes and threads together (`tasks_limit`). `clock` "wall" (the
     released executor's) ends the run after `wall_seconds` and each process after `cpu_seconds`
     of its CPU time; "cpu" ends it when all its processes together used `cpu_seconds`, whatever
     the machine's load, with the wall clock only a backstop (`wall_limit`).
@@ -221,6 +222,12 @@ _PROCESS_LIMIT_MARKS = ("can't start new thread", "BlockingIOError: [Errno 11]")
 """How CPython reports a thread or a fork that RLIMIT_NPROC refused."""
 
 
+def tasks_limit(limits: SandboxLimits) -> str:
+    """What the process limit counts, for a message: threads and processes alike, one budget."""
+    return (f"the sandbox's limit of {limits.max_processes} tasks, threads and processes counted alike "
+            "(RLIMIT_NPROC: a ThreadPoolExecutor(n) or multiprocessing.Pool(n) needs about n + 4)")
+
+
 def classify(seen: Observed, stderr: str, limits: SandboxLimits) -> tuple[Status, str]:
     """Status and detail of a finished bwrap run, decided only from what the evaluator observed.
 
@@ -233,8 +240,7 @@ def classify(seen: Observed, stderr: str, limits: SandboxLimits) -> tuple[Status
         return "timeout", (f"killed by the CPU-time limit of {limits.cpu_seconds} s (all its processes together "
                            f"used {seen.cpu_exceeded:.2f} s)")
     if seen.process_limit and seen.killed is None:
-        return "error", (f"stopped at the sandbox's limit of {limits.max_processes} processes and threads "
-                         "(a multiprocessing.Pool(n) needs about n + 4)")
+        return "error", f"stopped at {tasks_limit(limits)}"
     if seen.killed == "timeout" or seen.deadline:
         return "timeout", f"killed after the wall-clock limit of {limits.wall_limit:g} s"
     if seen.killed == "flood":
@@ -262,5 +268,5 @@ def classify(seen: Observed, stderr: str, limits: SandboxLimits) -> tuple[Status
         return "error", f"killed by signal {signum} ({name})"
     hint = ""
     if any(mark in said for mark in _PROCESS_LIMIT_MARKS):  # its own account, so only a hint
-        hint = f" (the sandbox allows {limits.max_processes} processes and threads)"
+        hint = f" (it reached {tasks_limit(limits)})"
     return "error", f"exit status {code}" + (f"; its stderr ends: {said}" if said else "") + hint

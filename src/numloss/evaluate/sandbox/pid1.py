@@ -245,7 +245,9 @@ def main(params: dict) -> None:
         signal.signal(signal.SIGINT, signal.default_int_handler)
         sys.dont_write_bytecode = True
         main_module = _as_python_prog_py(source, list(params["site_dirs"]))
-        code = compile(source, main_module.__dict__.get("__file__", "<program>"), "exec")
+        # dont_inherit: this file's `from __future__ import annotations` must not reach the program
+        # (its annotations would become strings: a dataclass in a function body then fails)
+        code = compile(source, main_module.__dict__.get("__file__", "<program>"), "exec", dont_inherit=True)
         del source
         exec(code, main_module.__dict__)
         sys.exit(0)
