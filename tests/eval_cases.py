@@ -73,6 +73,10 @@ GENERIC = [
     K("program-debug-flood", "print({p})\nfor i in range(20000):\n    print('debug line', i)", "The answer is {a}."),
     K("program-big-memory", "import mmap\nbuf = mmap.mmap(-1, 1200 * 1024 * 1024)\nprint({p})", "The answer is {a}."),
     K("program-instruction-tail", "print({p})\n### Instruction:\nanother question", "The answer is {a}."),
+    # classes resolve as under the released exec (code_utils is a module in sys.modules) and as under python prog.py
+    K("program-dataclass", "from dataclasses import dataclass\n@dataclass\nclass Answer:\n    value: object\n    unit: str = ''\nprint(Answer({p}).value)", "The answer is {a}."),
+    K("program-dataclass-quoted", "from dataclasses import dataclass\n@dataclass\nclass Answer:\n    value: 'object'\nprint(Answer({p}).value)", "The answer is {a}."),
+    K("program-pickled-class", "import pickle\nfrom dataclasses import dataclass\n@dataclass\nclass Answer:\n    value: object\nprint(pickle.loads(pickle.dumps(Answer({p}))).value)", "The answer is {a}."),
     K("assignment-no-print", "x = {p}", "The answer is {a}.", kinds=("number", "math")),
 ]
 

@@ -174,3 +174,22 @@ def test_released_quirks_are_reproduced(benches):
     got = score_items(RELEASED, "aqua", [aqua] * 3, outputs, [None] * 3, runner)
     # no letter: the guess 'A'; the words "a" and "I" read as letters (the first after a trigger)
     assert [r.prediction for r in got] == ["A", "A", "I"]
+
+
+CLASS_PROGRAMS = [
+    "from dataclasses import dataclass\n@dataclass\nclass P:\n    x: int\n    y: int = 2\nprint(P(16).x + 2)",
+    "from dataclasses import dataclass, field\n@dataclass\nclass P:\n    x: 'int'\n    ys: list = field(default_factory=list)\nprint(P(18).x)",
+    "import pickle\nfrom dataclasses import dataclass\n@dataclass\nclass P:\n    x: int\nprint(pickle.loads(pickle.dumps(P(18))).x)",
+    "class Box:\n    def __init__(self, v):\n        self.v = v\n    def __repr__(self):\n        return f'{type(self).__module__}:{self.v}'\nprint(Box(18))",
+]
+
+
+def test_classes_resolve_and_pickle_as_under_the_released_exec():
+    """A program's classes under `released` (the wrapper, in the sandbox) do what they do under the
+    released scripts' own exec (the transcription's CodeExecutor, run in this process): a
+    dataclass prints (it ran with empty output when the sandbox's compile leaked
+    `from __future__ import annotations` into the program), a function-local class does not pickle."""
+    results = ProgramRunner(LIMITS, allow_unisolated=True).run([RELEASED.script(p) for p in CLASS_PROGRAMS])
+    own = [ref.execute_with_timeout(p) for p in CLASS_PROGRAMS]
+    assert [r.stdout if r.ok else "" for r in results] == own
+    assert own[:2] == ["18", "18"] and own[2] == "" and own[3] == "code_utils:18"

@@ -38,6 +38,7 @@ from __future__ import annotations
 
 import json
 import re
+import sys
 from pathlib import Path
 
 # ------------------------------------------------------------------ eval/utils.py
@@ -333,7 +334,10 @@ def _code_utils_module():
     import types
 
     module = types.ModuleType("code_utils")
-    exec(CODE_UTILS, module.__dict__)
+    # as the released utils.py imports it: a module of its own (no `from __future__` of this file's),
+    # in sys.modules, where dataclasses and pickle look a class's module up
+    exec(compile(CODE_UTILS, "code_utils.py", "exec", dont_inherit=True), module.__dict__)
+    sys.modules["code_utils"] = module
     return module
 
 
@@ -356,7 +360,7 @@ def executor_script(code: str) -> str:
     and writes the result it returns (the timeout is the sandbox's wall clock)."""
     return (
         "import sys, types\n"
-        "module = types.ModuleType('code_utils')\n"
+        "module = sys.modules['code_utils'] = types.ModuleType('code_utils')  # utils.py imports it\n"
         f"exec({CODE_UTILS!r}, module.__dict__)\n"
         "return_val = {}\n"
         f"module.CodeExecutor({code!r}, 5, True).execute_code(return_val)\n"

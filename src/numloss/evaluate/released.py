@@ -154,15 +154,20 @@ def gold_of_solution(solution: str) -> str:
 # ---------------------------------------------------------------- answers and comparison
 
 
-def answer_clean(dataset: str, kind: str, text: str) -> str:
-    """The released answer of `text` for a `dataset` of answer `kind` ("" when none)."""
+def answer_segment(dataset: str, kind: str, text: str) -> tuple[str, bool]:
+    """(the text after the last trigger, or the whole text; whether a trigger was found), as
+    answer_clean cuts it ("in-context" outputs, a trigger twice, keep their first chunk)."""
     marks = triggers(dataset, kind)
     text = text.strip("\n")
     if any(text.count(t) > 1 for t in marks):  # "in-context" output: keep the first chunk
         text = text.split("\n\n")[0]
     pieces = re.split("|".join(marks), text)
-    marked = len(pieces) > 1
-    segment = pieces[-1].strip("\n").rstrip(".").rstrip("/").strip(" ")
+    return pieces[-1].strip("\n").rstrip(".").rstrip("/").strip(" "), len(pieces) > 1
+
+
+def answer_clean(dataset: str, kind: str, text: str) -> str:
+    """The released answer of `text` for a `dataset` of answer `kind` ("" when none)."""
+    segment, marked = answer_segment(dataset, kind, text)
     if kind == "choice":
         candidates = re.findall(r"\b([A-J])\b", segment.upper()) or [segment.strip().strip(".")]
     elif kind == "math":
@@ -203,8 +208,8 @@ def wrapped_source(program: str) -> str:
     """A script that runs `program` the released way and prints its stdout only if it raised nothing.
 
     code_utils.CodeExecutor: ``exec(format_code(program), globals(), locals())`` inside the module
-    code_utils (so ``__name__`` is 'code_utils', the module's imports are visible, ``import *`` is a
-    SyntaxError in the function body), stdout captured; an Exception loses it, and so does a
+    code_utils (so ``__name__`` is 'code_utils', a module in ``sys.modules``, the module's imports
+    are visible, ``import *`` is a SyntaxError in the function body), stdout captured; an Exception loses it, and so does a
     SystemExit (it ends the released child process).
     """
     body = "def run_it():\n" + "".join("  " + line + "\n" for line in program.split("\n")) + "run_it()"
@@ -212,7 +217,11 @@ def wrapped_source(program: str) -> str:
     heavy = any(name in program for name in ("multiprocessing", "Pool", "threading", "globals"))
     return (
         "import contextlib as _c, io as _io, sys as _s\n"
-        "_g = {'__name__': 'code_utils', 'StringIO': _io.StringIO, 'redirect_stdout': _c.redirect_stdout}\n"
+        # code_utils is an imported module of the released evaluator: a class the program defines
+        # has __module__ 'code_utils', which dataclasses and pickle look up in sys.modules
+        "_m = _s.modules['code_utils'] = type(_s)('code_utils')\n"
+        "_g = _m.__dict__\n"
+        "_g.update(StringIO=_io.StringIO, redirect_stdout=_c.redirect_stdout)\n"
         + ("import multiprocessing as _mp, threading as _th\n"
            "_g.update(multiprocessing=_mp, Pool=_mp.Pool, threading=_th)\n" if heavy else "")
         + "_f = _io.StringIO()\n"
