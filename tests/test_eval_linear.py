@@ -33,9 +33,12 @@ def read_all(text: str) -> float:
     start = time.process_time()
     for item, benchmark in ITEMS.values():
         for protocol in (NUMLOSS, RELEASED):
-            prediction = protocol.finalize(item, protocol.extract(item, text, benchmark))
-            if prediction:
-                protocol.compare(item, prediction)
+            try:
+                prediction = protocol.finalize(item, protocol.extract(item, text, benchmark).prediction)
+                if prediction:
+                    protocol.compare(item, prediction)
+            except answers.TooLarge:  # a run of 401+ digits is refused before it is read: nothing grows
+                pass
             protocol.program(text)
     return time.process_time() - start
 

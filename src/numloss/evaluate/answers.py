@@ -1035,6 +1035,7 @@ def math_equal(pred: str, gold: str) -> bool:
             return number_matches(dressed, gold_text)
         if not any(c.isdigit() for c in pred) and "\\" not in pred:
             return False  # words without a digit or a LaTeX command are not a number (no parser needed)
+    check_size(pred)
     if len(pred) > 4 * len(gold) + 200:  # far longer than the gold: no parser is given it (it could stall)
         return _normalise(pred) == _normalise(gold)
     from math_verify import parse, verify
@@ -1321,8 +1322,45 @@ def _bare_answer_line(before: str) -> bool:
     return any(strong for _, _, strong in _named_letters(line))  # "So, choose (A): $61", "c is correct"
 
 
+MAX_READ_CHARS = 1 << 21  # a longer output (a program's 10 MB of output, a model in a loop) is not read
+MAX_DIGITS = 400  # a number of more digits is not compared (int() and sympy would stall)
+_LONG_DIGITS = _rx(r"\d{" + str(MAX_DIGITS + 1) + "}")
+# a power of ten as a model or a program writes it: "1E+999999", "10^{999999999}", "10**400", "\times 10^{9}"
+_EXPONENT = _rx(r"(?:\^|(?<=[\d)}][ \t]{0,2})\*\*|(?<=\d)[eE])[ \t{(]{0,4}[-+−]?[ \t]{0,4}(\d{1,20}+)")
+
+
+class TooLarge(ValueError):
+    """An output or a number too large to read and compare within the per-item bound (`check_size`)."""
+
+
+def check_size(text: str) -> None:
+    """Raise TooLarge when `text` is longer than MAX_READ_CHARS, holds a number of more than
+    MAX_DIGITS digits, or a power of ten beyond MAX_EXPONENT: refused before any parser (int(),
+    sympy inside math-verify) is given it, so reading and comparing stay within the bound."""
+    if len(text) > MAX_READ_CHARS:
+        raise TooLarge(f"the output is longer than {MAX_READ_CHARS} characters")
+    if _search(_LONG_DIGITS, text):
+        raise TooLarge(f"a number of more than {MAX_DIGITS} digits is not compared")
+    for match in _finditer(_EXPONENT, text):
+        if int(match.group(1)) > MAX_EXPONENT:
+            raise TooLarge(f"a power of ten above {MAX_EXPONENT} ({match.group(0).strip()[:30]}) is not compared")
+
+
+@dataclass(frozen=True)
+class Reading:
+    """A protocol's reading of one output: the prediction ("" for none) and what decided it
+    ("released", or "numloss" where numloss's reader reads otherwise than the released code)."""
+
+    prediction: str
+    decided_by: str = "released"
+    note: str = ""
+
+
 def extract(item: Item, text: str) -> str:
-    """numloss's prediction for `item` from `text`, as text ("" when there is none)."""
+    """numloss's prediction for `item` from `text`, as text ("" when there is none); TooLarge for
+    an output `check_size` refuses (numbers only where they are compared: not for choice items)."""
+    if len(text) > MAX_READ_CHARS or item.kind != "choice":
+        check_size(text)
     if "~~" in text:  # before the cut: a line "~~18~~ 25" gives its answer bare
         text = _sub(_STRUCK, " ", text)
     text = cut_continuation(_unstyle(text))

@@ -46,8 +46,17 @@ def _released_dataset(item: Item, benchmark: str) -> str:
     return RELEASED_DATASET.get(benchmark, {"number": "svamp", "choice": "aqua", "math": "math"}[item.kind])
 
 
-def released_extract(item: Item, text: str, benchmark: str) -> str:
-    return released.answer_clean(_released_dataset(item, benchmark), item.kind, text)
+def released_extract(item: Item, text: str, benchmark: str) -> answers.Reading:
+    return answers.Reading(released.answer_clean(_released_dataset(item, benchmark), item.kind, text))
+
+
+def numloss_extract(item: Item, text: str, benchmark: str) -> answers.Reading:
+    """numloss's reading (`answers.extract`), "released" where it is the released reading of the
+    same text (the same string, or for numbers the same value), else "numloss"."""
+    prediction = answers.extract(item, text)
+    ours = released.answer_clean(_released_dataset(item, benchmark), item.kind, text)
+    same = prediction == ours or (item.kind == "number" and prediction and answers.plain_exact(prediction) == answers.plain_exact(ours))
+    return answers.Reading(prediction, "released" if same else "numloss")
 
 
 def released_gold(item: Item) -> str:
@@ -211,7 +220,7 @@ class Protocol:
     script: Callable[[str], str]  # program -> the script the sandbox runs
     read_program: Callable[[str | None], str]  # stdout (None: failed or refused) -> text to read
     prose: Callable[[str], str]  # output -> its text without the program (read under text_after_program)
-    extract: Callable[[Item, str, str], str]  # (item, text, benchmark) -> prediction, "" for none
+    extract: Callable[[Item, str, str], answers.Reading]  # (item, text, benchmark) -> prediction ("" for none), decided_by
     finalize: Callable[[Item, str], str]  # the prediction scored (released: no letter -> 'A')
     gold: Callable[[Item], str]  # the gold answer compared with
     compare: Callable[[Item, str], bool]  # (item, prediction) -> correct
@@ -252,7 +261,7 @@ NUMLOSS = replace(
     script=numloss_script,
     read_program=numloss_read_program,
     prose=numloss_prose,
-    extract=lambda item, text, benchmark: answers.extract(item, text),
+    extract=numloss_extract,
     finalize=lambda item, prediction: prediction,
     gold=lambda item: item.answer,
     compare=answers.compare,

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import math
+from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -176,6 +177,9 @@ def markdown(report: EvalReport) -> str:
             if s.place_accuracy:
                 cells = " ".join(f"{e.place}:{_pct(e.accuracy)}" for e in s.place_accuracy)
                 lines.append(f"- {name}: generated-answer accuracy by place (place:%): {cells}")
+        decided = Counter(getattr(r, "decided_by", "released") for rows in report.items.get(protocol, {}).values() for r in rows)
+        if decided:  # which reading rule gave the predictions (items.jsonl's decided_by)
+            lines.append("- items by the rule that decided them (decided_by): " + ", ".join(f"{k} {v}" for k, v in decided.most_common()))
         lines.append("")
     if len(report.protocols) >= 2:
         a, b = report.protocols[:2]

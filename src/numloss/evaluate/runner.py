@@ -16,7 +16,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from numloss.evaluate.answers import READ_SECONDS, GoldError, plain_number, read_limit
+from numloss.evaluate.answers import READ_SECONDS, GoldError, Reading, plain_number, read_limit
 from numloss.evaluate.benchmarks import Benchmark, Item
 from numloss.evaluate.generate import Generator
 from numloss.evaluate.programs import REFUSED, ProgramRunner
@@ -70,6 +70,7 @@ class ItemResult:
     needs_fallback: bool = False  # the first attempt gave nothing and no fallback output was given
     question: str = ""
     note: str = ""  # why the item is unreadable ("" when it was read): reading failed or overran READ_SECONDS
+    decided_by: str = "released"  # the rule that gave the prediction: "released" or a correction's name (answers.CORRECTIONS)
     extra: dict = field(default_factory=dict)  # model, settings key, isolation (set by the runner)
 
     def to_json(self) -> dict:
@@ -78,17 +79,17 @@ class ItemResult:
         return {**extra, **out}
 
 
-def _attempt(protocol: Protocol, item: Item, output: str, style: str, benchmark: str, run: Callable[[str], ProgramResult | None]) -> tuple[str, ProgramResult | None]:
-    """(prediction, the program's result or None) of one output."""
+def _attempt(protocol: Protocol, item: Item, output: str, style: str, benchmark: str, run: Callable[[str], ProgramResult | None]) -> tuple[Reading, ProgramResult | None]:
+    """(the reading, the program's result or None) of one output."""
     program = protocol.program(output) if style in protocol.program_styles else None
     if program is None:
         return protocol.extract(item, output, benchmark), None
     result = run(protocol.script(program))
     stdout = result.stdout if result is not None and result.ok else None
-    prediction = protocol.extract(item, protocol.read_program(stdout), benchmark)
-    if not prediction and style in protocol.text_after_program:  # the program gave nothing: read the text
-        prediction = protocol.extract(item, protocol.prose(output), benchmark)  # not the code's own literals
-    return prediction, result
+    reading = protocol.extract(item, protocol.read_program(stdout), benchmark)
+    if not reading.prediction and style in protocol.text_after_program:  # the program gave nothing: read the text
+        reading = protocol.extract(item, protocol.prose(output), benchmark)  # not the code's own literals
+    return reading, result
 
 
 def score_items(
@@ -124,6 +125,7 @@ def score_items(
         except Exception as error:  # one output may never stop the eval: it is this item's verdict
             result.prediction, result.correct, result.value = "", False, None
             result.note = f"unreadable: {type(error).__name__}: {str(error)[:200]}"
+            result.decided_by = "unreadable"
         results.append(result)
     return results
 
@@ -132,26 +134,27 @@ def _score_one(protocol: Protocol, benchmark: str, item: Item, output: str, fall
                run: Callable[[str], ProgramResult], result: ItemResult) -> None:
     """Fill `result` with the verdict on one item; reading each attempt is bounded by READ_SECONDS."""
     with read_limit(READ_SECONDS):
-        prediction, program = _attempt(protocol, item, output, style, benchmark, run)
+        reading, program = _attempt(protocol, item, output, style, benchmark, run)
     if program is not None:
         result.program_status = program.status
         result.program_stdout = program.stdout[-STDOUT_KEPT:]
         raw = getattr(program, "raw_stdout", b"").decode("utf-8", "backslashreplace")[-STDOUT_KEPT:]
         if raw != result.program_stdout:  # kept for the record; reports and terminals see the clean text
             result.program_stdout_raw = raw
-    if not prediction and style == "pot":
+    if not reading.prediction and style == "pot":
         result.style = "pot+cot"
         if fallback is None:
             result.needs_fallback = True
         else:
             result.fallback_output = fallback
             with read_limit(READ_SECONDS):
-                prediction, second = _attempt(protocol, item, fallback, "cot", benchmark, run)
+                reading, second = _attempt(protocol, item, fallback, "cot", benchmark, run)
             result.fallback_program_status = second.status if second is not None else ""
     elif fallback is not None:
         result.fallback_output = fallback  # generated for another protocol; kept with the item
     with read_limit(READ_SECONDS):
-        result.prediction = protocol.finalize(item, prediction)
+        result.prediction, result.decided_by = protocol.finalize(item, reading.prediction), reading.decided_by
+        result.note = f"unreadable: {reading.note}" if reading.note else ""
         result.correct = bool(result.prediction) and protocol.compare(item, result.prediction)
         result.value = plain_number(result.prediction) if item.kind != "choice" and result.prediction else None
 

@@ -32,7 +32,7 @@ RESULT_TYPES: dict[str, tuple[type, ...]] = {
     "value": _NUM + _NONE, "program_status": _STR, "program_stdout": _STR, "program_stdout_raw": _STR, "fallback_output": _STR + _NONE,
     "fallback_program_status": _STR, "needs_fallback": (bool,), "question": _STR, "isolation": _STR,
     "generation": (dict,), "model_identity": _STR + _NONE, "seed": _INT + _NONE, "set_size": _INT + _NONE,
-    "model_sha256": _STR + _NONE, "cut_at_stop": (bool,),
+    "model_sha256": _STR + _NONE, "cut_at_stop": (bool,), "decided_by": _STR,
 }
 RESULT_REQUIRED = (*KEY_FIELDS, "kind", "gold", "style", "output", "prediction", "correct")
 _TYPE_NAMES = {str: "a string", int: "an integer", float: "a number", bool: "true or false", dict: "an object",

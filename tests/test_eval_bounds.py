@@ -1,0 +1,66 @@
+"""Property 3 end to end: reading AND comparing one item stays within the per-item bound.
+
+Numbers too large to compare (`answers.check_size`: more than MAX_DIGITS digits, a power of ten
+above MAX_EXPONENT, an output longer than MAX_READ_CHARS) are refused before any parser (int(),
+math-verify's sympy) sees them: the item is "unreadable" with a note, and the eval goes on.
+"""
+
+import time
+from types import SimpleNamespace
+
+import pytest
+
+from numloss.evaluate import answers
+from numloss.evaluate.benchmarks import Item
+from numloss.evaluate.protocol import NUMLOSS, RELEASED
+from numloss.evaluate.runner import score_items
+
+MATH = Item("m", "q", "\\frac{9}{7}", "math", released_answer="\\frac{9}{7}")
+NUMBER = Item("n", "q", "18", "number")
+NEXT = Item("k", "q", "18", "number")  # scored after the hostile one: the eval goes on
+
+
+class Printed:
+    """A program runner whose every program printed `stdout` (no sandbox needed)."""
+
+    def __init__(self, stdout: str) -> None:
+        self.result = SimpleNamespace(status="ok", stdout=stdout, ok=True, raw_stdout=stdout.encode())
+
+    def run(self, scripts, *limits):
+        return [self.result for _ in scripts]
+
+
+def _scored(protocol, benchmark, item, output, stdout=""):
+    start = time.monotonic()
+    results = score_items(protocol, benchmark, [item, NEXT], [output, "The answer is 18."], [None, None], Printed(stdout))
+    return results, time.monotonic() - start
+
+
+@pytest.mark.parametrize(("benchmark", "item", "output", "stdout"), [
+    ("math", MATH, "The answer is 1E+999999.", ""),
+    ("gsm8k", NUMBER, "The answer is 1E+999999.", ""),
+    ("math", MATH, "So $\\boxed{10^{999999999}}$", ""),
+    ("gsm8k", NUMBER, "print(x)", "9" * 10_000_000),
+    ("math", MATH, "print(x)", "7\n" * 5_000_000),
+], ids=["math-1e999999", "number-1e999999", "boxed-10^999999999", "program-10MB-digits", "program-10MB-lines"])
+def test_a_huge_number_is_unreadable_within_the_bound_under_numloss(benchmark, item, output, stdout):
+    (hostile, following), seconds = _scored(NUMLOSS, benchmark, item, output, stdout)
+    assert seconds < answers.READ_SECONDS
+    assert hostile.note.startswith("unreadable:") and not hostile.correct and hostile.decided_by == "unreadable"
+    assert following.correct and not following.note
+
+
+@pytest.mark.parametrize(("benchmark", "item", "output"), [
+    ("math", MATH, "The answer is 1E+999999."), ("math", MATH, "So $\\boxed{10^{999999999}}$"),
+])
+def test_the_released_protocol_scores_them_within_the_bound(benchmark, item, output):
+    (hostile, following), seconds = _scored(RELEASED, benchmark, item, output)
+    assert seconds < answers.READ_SECONDS and not hostile.correct and following.correct
+
+
+def test_the_size_limits_leave_ordinary_numbers_alone():
+    for text in ("The answer is 18.", "2^{10} = 1024", "1.5e3 apples", "x**2 + 3", "**18**", "10^{400}", "9" * answers.MAX_DIGITS):
+        answers.check_size(text)
+    for text in ("10^{401}", "1e401", "3 ** 1000", "9" * (answers.MAX_DIGITS + 1)):
+        with pytest.raises(answers.TooLarge):
+            answers.check_size(text)
