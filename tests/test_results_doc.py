@@ -444,3 +444,19 @@ def test_the_dose_grid_applies_its_decision_rule(tmp_path: Path) -> None:
     assert "| helps |" not in text and "no verdict (interim)" in text
     [line] = results_doc.dose_answer(results_doc.Records(cut))
     assert line.endswith("no verdict until every run is in.") and "**" not in line.split("): ", 1)[1]
+
+
+def test_the_wording_rules_hold_on_the_generated_pages(tmp_path: Path) -> None:
+    """Issue 46's wording: an item-level verdict whose seed interval holds 0 says so; a three-arm
+    grid shows no table whose p is Holm-adjusted over a family its design does not have; no design
+    heading carries a time (git holds the commits)."""
+    spans = {"mle": (0, 600), "del-a0.3": (0, 500),
+             "del-centered-a0.3": lambda s: (0, 625 if s < 2 else 570)}  # +2.5 twice, -3 six times
+    root = _pretrained_root(tmp_path, grid=results_doc.CENTERED_GRID, items_of=spans)
+    text = "\n".join(results_doc.centered_grid(results_doc.Records(root)))
+    assert ("`del-centered-a0.3` vs `mle`: -1.6 points, McNemar Holm p < 0.001: **worse than MLE on these items (its "
+            "seed-level interval holds 0: training randomness alone could give it)**") in text
+    assert "| arm vs mle |" not in text
+    for page in (results_doc.PRETRAINED_DOC, results_doc.MUL_CENTERED_DOC):
+        headings = [line for line in page.read_text().splitlines() if line.startswith("#")]
+        assert not [h for h in headings if re.search(r"\d\d:\d\d", h)], "design headings name no time"
