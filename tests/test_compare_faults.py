@@ -92,7 +92,7 @@ TEXT = [option for option, kind in _options() if kind is None]
 
 
 def test_the_options_are_enumerated() -> None:
-    assert {"--steps", "--jobs", "--threads"} <= set(NUMERIC)
+    assert {"--max_steps", "--jobs", "--threads"} <= set(NUMERIC)
     assert {"--objectives", "--seeds", "--model", "--out", "--records"} <= set(TEXT)
 
 

@@ -56,21 +56,23 @@ def test_resume_is_bool_or_path(tmp_path):
 @pytest.mark.parametrize(
     "argv, message",
     [
-        (["--train.max_step", "3"], r"unknown config key 'train.max_step'; did you mean 'train.max_steps'"),
+        (["--train.max_step", "3"], r"unknown config key 'train.max_step'.*; did you mean 'train.max_steps'"),
         (["--nosuch.key", "3"], "unknown config key 'nosuch.key'"),
-        (["--train.batch_size", "eight"], "train.batch_size: expected an integer, got 'eight'"),
-        (["--train.learning_rate", "fast"], "train.learning_rate: expected a number"),
-        (["--train.bf16", "maybe"], "train.bf16: expected bool | null"),
+        (["--train.per_device_train_batch_size", "eight"], "train.per_device_train_batch_size: expected an integer, got 'eight'"),
+        (["--train.learning_rate", "fast"], "train.learning_rate: expected a finite number"),
+        (["--train.bf16", "maybe"], "train.bf16: expected true or false or null"),
         (["--model.dtype", "int8"], "model.dtype: expected one of 'auto'"),
         (["--objective.name", "nope"], "unknown objective 'nope'; choose one of mle, del"),
         (["--objective.options.tau", "2"], r"'del' has no option\(s\) 'tau'; its options are"),
         (["--objective.name", "mixce", "--objective.alpha", "1"], "'mixce' has no alpha"),
         (["--data.source", "synthetic:nope"], "unknown synthetic set 'nope'"),
         (["--data.source", "/no/such/file.jsonl"], "no such file"),
-        (["--train.batch_size", "0"], "train.batch_size must be >= 1"),
+        (["--train.batch_size", "0"], "train.per_device_train_batch_size must be >= 1"),
         (["--train.max_steps", "0"], "train.max_steps must be > 0 or -1"),
-        (["--train.extra", "{not_a_field: 1}"], "not a transformers.TrainingArguments field"),
-        (["--train.lr_scheduler", "cosine_annealing"], "train.lr_scheduler: unknown scheduler 'cosine_annealing'; choose one of linear, cosine"),
+        (["--train.not_a_field", "1"], "unknown config key 'train.not_a_field': neither a numloss key nor a transformers.TrainingArguments field"),
+        (["--train.extra", "{learnin_rate: 1}"], "did you mean 'train.learning_rate'"),
+        (["--seed", "1"], "--seed is a key of several sections: write --data.seed or --train.seed"),
+        (["--train.lr_scheduler_type", "cosine_annealing"], "train.lr_scheduler_type: unknown scheduler 'cosine_annealing'; choose one of linear, cosine"),
         (["--train.max_steps"], "--train.max_steps needs a value"),
         (["stray"], "unexpected argument 'stray'"),
     ],
@@ -106,9 +108,10 @@ def test_help_lists_every_key_with_default_and_meaning():
     text = describe_keys()
     for key in all_keys():
         assert f"--{key} (" in text, key
-    assert "--train.learning_rate (float, default 0.001)" in text
-    assert "--objective.name (str, default del)" in text
-    assert "--data.split (str, default train)" in text
+    assert "--train.learning_rate (a finite number, default 0.001)" in text
+    assert "--objective.name (a string, default del)" in text
+    assert "--train.per_device_train_batch_size (an integer, default 8)" in text
+    assert "train.batch_size -> train.per_device_train_batch_size" in text  # the old names, said once
     lines = text.splitlines()
     for i, line in enumerate(lines):
         if line.lstrip().startswith("--"):
@@ -177,9 +180,9 @@ def test_paper_recipes_match_the_published_runs(name):
     config = load_config(path)
     assert config.model.name == model and config.train.learning_rate == lr
     assert config.objective.name == "del" and config.objective.alpha == pytest.approx(alpha)
-    assert config.train.batch_size * config.train.grad_accum == per_gpu
+    assert config.train.per_device_train_batch_size * config.train.gradient_accumulation_steps == per_gpu
     assert per_gpu * gpus in (128, 256) and f"global batch {per_gpu * gpus}" in path.read_text()
-    assert config.train.num_epochs == 2 and config.train.lr_scheduler == "cosine"
+    assert config.train.num_train_epochs == 2 and config.train.lr_scheduler_type == "cosine"
     assert config.train.warmup_ratio == 0.03 and config.data.max_length == 1500
     assert "full_shard" in config.train.fsdp and config.train.fsdp_config["transformer_layer_cls_to_wrap"]
     # the alpha is explained in the file
@@ -219,8 +222,9 @@ def refuse_model_loads(monkeypatch):
         (["--train.weight_decay", "-1"], "train.weight_decay must be >= 0"),
         (["--train.max_grad_norm", "-1"], "train.max_grad_norm must be >= 0"),
         (["--train.save_total_limit", "0"], "train.save_total_limit must be >= 1 or null"),
-        (["--train.extra", "{learning_rate: -1}"], "train.extra.learning_rate: numloss sets learning_rate itself .train.learning_rate."),
-        (["--train.extra", "{max_steps: 7}"], "train.extra.max_steps: numloss sets max_steps itself"),
+        (["--train.warmup_steps", "5"], r"train.warmup_steps: numloss sets warmup_steps itself \(from train.warmup_ratio\)"),
+        (["--train.extra", "{data_seed: 7}"], "train.data_seed: numloss sets data_seed itself"),
+        (["--train.logging_first_step", "'yes'"], "train.logging_first_step: expected true or false, got 'yes'"),
         (["--train.extra", "{run_name: a, run_name: b}"], r"key 'run_name' is given twice \(line 1\)"),
         (["--objective.name", "mle", "--objective.alpha", "0.5"], "objective.alpha: 'mle' has no term for alpha"),
         (["--lora.enabled", "true", "--lora.dropout", "2"], r"lora.dropout must be in \[0, 1\), got 2.0"),
@@ -288,3 +292,83 @@ def test_dry_run_runs_the_checks_a_real_run_makes_before_training(tmp_path, caps
     assert main(base) == 2
     assert "model.name 'tiny'" in capsys.readouterr().err
     assert not (tmp_path / "run").exists()  # a dry run creates nothing
+
+
+# -- transformers' names, the old ones, one step flag, and the recorded runs' hashes ---------------
+HF_YAML = """model: {name: tiny, tiny_layers: 1, tiny_hidden: 32, tiny_heads: 2}
+data: {source: "synthetic:arithmetic", num_examples: 16, max_length: 256}
+train:
+  max_steps: 2
+  per_device_train_batch_size: 2
+  gradient_accumulation_steps: 2
+  learning_rate: 1.0e-3
+  lr_scheduler_type: constant
+  warmup_ratio: 0.0
+  adam_beta2: 0.95
+  logging_first_step: true
+  report_to: [none]
+  save_steps: 0
+  progress_bar: false
+"""
+
+
+def test_a_yaml_with_training_arguments_names_trains(tmp_path):
+    from numloss.train import run_training
+    from numloss.train.args import build_training_arguments
+
+    config = load_config(write(tmp_path, HF_YAML), ["--train.output_dir", str(tmp_path / "run")])
+    args = build_training_arguments(config)
+    assert (args.per_device_train_batch_size, args.gradient_accumulation_steps, args.adam_beta2) == (2, 2, 0.95)
+    assert args.lr_scheduler_type.value == "constant"
+    assert run_training(config).global_step == 2
+
+
+def test_the_old_names_are_aliases_with_one_deprecation_line(tmp_path, caplog):
+    import numloss.config as config_module
+
+    old = HF_YAML.replace("per_device_train_batch_size", "batch_size").replace("gradient_accumulation_steps", "grad_accum")
+    old = old.replace("lr_scheduler_type", "lr_scheduler").replace("  adam_beta2: 0.95", "  extra: {adam_beta2: 0.95}")
+    config_module._WARNED.clear()
+    with caplog.at_level("WARNING", logger="numloss.config"):
+        assert load_config(write(tmp_path, old)) == load_config(write(tmp_path, HF_YAML))
+        load_config(write(tmp_path, old))  # once per process
+    lines = [r.getMessage() for r in caplog.records]
+    for name, new in [("batch_size", "per_device_train_batch_size"), ("grad_accum", "gradient_accumulation_steps"),
+                      ("lr_scheduler", "lr_scheduler_type"), ("extra", "each of its entries as train.NAME")]:
+        assert f"config key train.{name} is deprecated: write {new if ' ' in new else 'train.' + new} (docs/training.md, Configuration)" in lines
+    assert len(lines) == 4
+
+
+def test_max_steps_is_one_flag_for_train_and_compare():
+    from numloss.compare import build_parser
+
+    assert load_config(None, ["--max_steps", "7", "--learning_rate", "0.5"]).train.max_steps == 7
+    demo = ROOT / "configs" / "compare-demo.yaml"
+    assert build_parser().parse_args([str(demo), "--max_steps", "7"]).steps == 7
+    assert build_parser().parse_args([str(demo), "--steps", "7"]).steps == 7  # the old name
+
+
+def test_every_recorded_run_is_found_by_its_config():
+    """A key's rename keeps run hashes: each record under results/NAME/ (a grid of
+    configs/NAME.yaml) carries the hash its config computes for its label and seed today."""
+    import json
+    import logging
+
+    from numloss.compare.config import load_compare_config
+    from numloss.compare.runner import RunKey, key_hash
+
+    logging.getLogger("numloss.config").setLevel(logging.ERROR)
+    checked = 0
+    for records in sorted((ROOT / "results").glob("compare*/")):
+        path = ROOT / "configs" / f"{records.name}.yaml"
+        if not path.is_file():
+            continue
+        grid = load_compare_config(path)
+        hashes = {f"{s.label}-s{seed}": key_hash(grid, RunKey(s, seed)) for s in grid.objectives for seed in grid.seeds}
+        for record in records.glob("*.json"):
+            data = json.loads(record.read_text(encoding="utf-8"))
+            name = f"{data.get('label')}-s{data.get('seed')}"
+            if name in hashes and not data.get("failed"):
+                assert data["hash"] == hashes[name], record
+                checked += 1
+    assert checked >= 100, checked

@@ -47,12 +47,12 @@ BAD: dict[str, tuple[object, object]] = {
     "objective.alpha": ("abc", -1),
     "objective.options": ([1], {"no_such_option": 1}),
     "train.output_dir": ([1], None),
-    "train.num_epochs": ("x", 0),  # refused although max_steps > 0 would ignore it
+    "train.num_train_epochs": ("x", 0),  # refused although max_steps > 0 would ignore it
     "train.max_steps": ("x", -5),
-    "train.batch_size": ("x", 0),
-    "train.grad_accum": ("x", 0),
+    "train.per_device_train_batch_size": ("x", 0),
+    "train.gradient_accumulation_steps": ("x", 0),
     "train.learning_rate": ("x", -1),
-    "train.lr_scheduler": ([1], "bogus"),
+    "train.lr_scheduler_type": ([1], "bogus"),
     "train.warmup_ratio": ("x", 1.5),
     "train.weight_decay": ("x", -1),
     "train.max_grad_norm": ("x", -1),
@@ -72,7 +72,6 @@ BAD: dict[str, tuple[object, object]] = {
     "train.fsdp": ([1], None),
     "train.fsdp_config": ([1], {"transformer_layer_cls_to_wrap": ["X"]}),  # without fsdp: ignored, so refused
     "train.deepspeed": ([1], "no-such-ds.json"),
-    "train.extra": ([1], {"not_a_field": 1}),
     "lora.enabled": ("maybe", None),
     "lora.r": ("x", 0),
     "lora.alpha": ("x", 0),
@@ -85,15 +84,17 @@ BAD: dict[str, tuple[object, object]] = {
 #: values refused only in this context (given where they would be ignored, or taken and then
 #: failing inside transformers), as command-line overrides
 CONTEXT = [
-    (["--train.extra", "{label_smoothing_factor: 0.1}"], "label_smoothing_factor"),
-    (["--train.extra", "{adam_beta1: 2}"], "optimizer 'adamw_torch' refuses.*beta"),
-    (["--train.extra", "{adam_epsilon: -1}"], "optimizer 'adamw_torch' refuses.*epsilon"),
-    (["--train.extra", "{lr_scheduler_kwargs: {bogus: 1}}"], "lr_scheduler_kwargs: the 'constant' schedule takes"),
-    (["--train.lr_scheduler", "cosine_with_min_lr"], "lr_scheduler 'cosine_with_min_lr' refuses"),
-    (["--train.lr_scheduler", "warmup_stable_decay"], "lr_scheduler 'warmup_stable_decay' refuses"),
-    (["--train.extra", "{eval_strategy: steps}"], "eval_strategy"),
-    (["--train.extra", "{neftune_noise_alpha: -1}"], "neftune_noise_alpha must be > 0"),
-    (["--train.extra", "{fp16: true}"], "fp16"),
+    (["--train.label_smoothing_factor", "0.1"], "label_smoothing_factor"),
+    (["--train.adam_beta1", "2"], "optimizer 'adamw_torch' refuses.*beta"),
+    (["--train.adam_epsilon", "-1"], "optimizer 'adamw_torch' refuses.*epsilon"),
+    (["--train.lr_scheduler_kwargs", "{bogus: 1}"], "lr_scheduler_kwargs: the 'constant' schedule takes"),
+    (["--train.lr_scheduler_type", "cosine_with_min_lr"], "lr_scheduler_type 'cosine_with_min_lr' refuses"),
+    (["--train.lr_scheduler_type", "warmup_stable_decay"], "lr_scheduler_type 'warmup_stable_decay' refuses"),
+    (["--train.eval_strategy", "steps"], "eval_strategy"),
+    (["--train.neftune_noise_alpha", "-1"], "neftune_noise_alpha must be > 0"),
+    (["--train.extra", "{fp16: true}"], "fp16"),  # the old pass-through form, still read
+    (["--train.logging_first_step", "'no'"], "logging_first_step: expected true or false"),
+    (["--train.gradient_checkpointing_kwargs", "5"], "gradient_checkpointing_kwargs: expected"),
     (["--train.fsdp", "full_shard"], "FSDP|fsdp"),
     (["--model.attn_implementation", "flash_attention_2"], "flash"),
     (["--data.source", "{data}", "--data.split", "test"], "data.split applies to a Hugging Face dataset"),

@@ -2,11 +2,14 @@
 
     config = load_config("configs/tiny.yaml", ["--objective.name", "del", "--train.max_steps", "20"])
 
-Sections: `model`, `data`, `objective`, `train`, `lora`, and the top-level switch `fused`. A key
-is written `section.field` on the command line (`--train.learning_rate 1e-4`); a value is read
-as YAML (`true`, `null`, `[q_proj, v_proj]`) and checked against the field's type. Unknown keys,
-wrong types and missing files are `ConfigError`s raised here, before anything heavy is loaded.
-`describe_keys()` is the `--help` text: every key, its default and what it means.
+Sections: `model`, `data`, `objective`, `train`, `lora`, and the top-level switch `fused`. The
+`train` section is `transformers.TrainingArguments` by its own names (`per_device_train_batch_size`,
+`gradient_accumulation_steps`, `learning_rate`, `lr_scheduler_type`, any other field of it). A key
+is written `section.field` on the command line (`--train.learning_rate 1e-4`), or bare where only
+one section has it (`--max_steps 20`); a value is read as YAML (`true`, `null`, `[q_proj, v_proj]`) and checked against the field's type by pydantic.
+The names of earlier releases (`train.batch_size`, `train.grad_accum`, ...: LEGACY_KEYS) still work
+and log one deprecation line naming the new key. Unknown keys, wrong types and missing files are
+`ConfigError`s raised here, before anything heavy is loaded. `describe_keys()` is the `--help` text.
 """
 
 from __future__ import annotations
@@ -14,19 +17,20 @@ from __future__ import annotations
 import dataclasses
 import functools
 import logging
-import math
-import types
+import re
 import typing
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal, Union
+from typing import Any, Literal
 
 from numloss.extras import needs
 
 with needs("hf", "numloss.config"):
     import yaml
+    from pydantic import ConfigDict, TypeAdapter, ValidationError
 
+from numloss.checks import shown
 from numloss.yamlio import YamlKeyError, load_yaml, parse_yaml
 
 
@@ -54,7 +58,6 @@ class ModelConfig:
     tiny_digits_per_token: int = _f(1, "tiny model: 1 (one token per digit) or 3 (numbers in Llama-3-style chunks of 1-3 digits)")
     cache_dir: str | None = _f(None, "numloss model cache for 'smollm2' (default $NUMLOSS_CACHE or ~/.cache/numloss)")
 
-
 @dataclass
 class DataConfig:
     source: str = _f("synthetic:mix", "synthetic:NAME, gym:NAME, a .json/.jsonl file, a dataset folder or a HF dataset name")
@@ -78,13 +81,16 @@ class ObjectiveConfig:
 
 @dataclass
 class TrainConfig:
+    """`transformers.TrainingArguments` by its own names: the fields numloss gives a default of its
+    own or reads itself, and (kept in `extra`) any other TrainingArguments field given by name."""
+
     output_dir: str = _f("runs/tiny", "where checkpoints, logs and the final model go")
-    num_epochs: float = _f(1.0, "passes over the data (ignored when max_steps > 0)")
-    max_steps: int = _f(-1, "optimizer steps; -1 = num_epochs")
-    batch_size: int = _f(8, "sequences per device per micro-batch")
-    grad_accum: int = _f(1, "micro-batches per optimizer step (global batch = batch_size x grad_accum x devices)")
+    num_train_epochs: float = _f(1.0, "passes over the data (ignored when max_steps > 0)")
+    max_steps: int = _f(-1, "optimizer steps; -1 = num_train_epochs")
+    per_device_train_batch_size: int = _f(8, "sequences per device per micro-batch")
+    gradient_accumulation_steps: int = _f(1, "micro-batches per optimizer step (global batch = per_device_train_batch_size x gradient_accumulation_steps x devices)")
     learning_rate: float = _f(1e-3, "peak learning rate")
-    lr_scheduler: str = _f("cosine", "transformers scheduler: cosine, linear, constant, constant_with_warmup, ...")
+    lr_scheduler_type: str = _f("cosine", "transformers scheduler: cosine, linear, constant, constant_with_warmup, ...")
     warmup_ratio: float = _f(0.03, "fraction of the steps spent warming up")
     weight_decay: float = _f(0.0, "AdamW weight decay")
     max_grad_norm: float = _f(1.0, "gradient clipping norm (0 = off)")
@@ -104,7 +110,7 @@ class TrainConfig:
     fsdp: str = _f("", "FSDP mode passed to TrainingArguments, e.g. 'full_shard auto_wrap' (or use accelerate's config)")
     fsdp_config: dict[str, Any] = _f({}, "FSDP options passed to TrainingArguments, e.g. {transformer_layer_cls_to_wrap: [Qwen2DecoderLayer]}")
     deepspeed: str | None = _f(None, "DeepSpeed JSON config (needs deepspeed installed), e.g. configs/accelerate/ds_zero3.json")
-    extra: dict[str, Any] = _f({}, "any other transformers.TrainingArguments field, by name")
+    extra: dict[str, Any] = _f({}, "the other transformers.TrainingArguments fields given (write each as train.NAME)")
 
 
 @dataclass
@@ -141,107 +147,72 @@ SECTIONS: dict[str, type] = {
 TOP_LEVEL = ("fused",)
 
 
-# -- type checking --------------------------------------------------------------------------------
+# -- keys and their types ---------------------------------------------------------------------------
+#: the names of earlier releases -> today's (transformers'): they still work, and each use
+#: logs one deprecation line naming the new key (`train.extra.X` is `train.X` alike)
+LEGACY_KEYS: dict[str, str] = {
+    "train.num_epochs": "train.num_train_epochs",
+    "train.batch_size": "train.per_device_train_batch_size",
+    "train.grad_accum": "train.gradient_accumulation_steps",
+    "train.lr_scheduler": "train.lr_scheduler_type",
+}
+#: TrainingArguments fields numloss sets itself from other keys (a config may not set them)
+TRAINING_ARGUMENTS_SET: dict[str, str] = {
+    "warmup_steps": "train.warmup_ratio", "data_seed": "train.seed", "save_strategy": "train.save_steps",
+    "disable_tqdm": "train.progress_bar", "remove_unused_columns": "numloss's collator",
+    "include_num_input_tokens_seen": "numloss's logging", "gradient_checkpointing": "model.gradient_checkpointing",
+    "use_cpu": "numloss, from the machine", "resume_from_checkpoint": "train.resume",
+}
+logger = logging.getLogger("numloss.config")
+
+
 @functools.cache
 def _hints(klass: type) -> dict[str, Any]:
-    """`typing.get_type_hints(klass)`, once per class: it evaluates every annotation on each call,
-    and a config is set key by key (uncached, more than half of a config load's time)."""
+    """`typing.get_type_hints(klass)`, once per class (it evaluates every annotation per call)."""
     return typing.get_type_hints(klass)
 
 
-def _type_name(hint: Any) -> str:
-    origin = typing.get_origin(hint)
-    if origin is Literal:
-        return " | ".join(repr(a) for a in typing.get_args(hint))
-    if origin in (Union, types.UnionType):
-        return " | ".join(_type_name(a) for a in typing.get_args(hint))
-    if origin is list:
-        return f"list of {_type_name(typing.get_args(hint)[0])}"
-    if origin is dict:
-        return "mapping"
-    if hint is type(None):
-        return "null"
-    return getattr(hint, "__name__", str(hint))
+@functools.cache
+def _adapter(hint: Any) -> TypeAdapter:
+    return TypeAdapter(hint, config=ConfigDict(allow_inf_nan=False))
 
 
-def coerce(value: Any, hint: Any, key: str) -> Any:
-    """`value` checked against (and, for a string from the command line, converted to) `hint`.
-
-    Ints are accepted where floats are expected; a string is parsed as a number for numeric
-    fields (YAML reads `1e-3` as a string). Anything else that does not fit is a ConfigError.
-    """
-    origin = typing.get_origin(hint)
-    if hint is Any:
-        return value
-    if origin in (Union, types.UnionType):
-        return _coerce_union(value, hint, key)
-    if origin is Literal:
-        if value in typing.get_args(hint):
-            return value
-        raise ConfigError(f"{key}: expected one of {_type_name(hint)}, got {value!r}")
-    if origin is list:
-        if isinstance(value, str):  # `--lora.target_modules q_proj,v_proj`
-            value = [v.strip() for v in value.split(",") if v.strip()] if "," in value else [value]
-        if not isinstance(value, (list, tuple)):
-            raise ConfigError(f"{key}: expected {_type_name(hint)}, got {value!r}")
-        return [coerce(v, typing.get_args(hint)[0], f"{key}[{i}]") for i, v in enumerate(value)]
-    if origin is dict:
-        if not isinstance(value, dict):
-            raise ConfigError(f"{key}: expected a mapping like {{name: value}}, got {value!r}")
-        return dict(value)
-    if hint is bool:
-        if isinstance(value, bool):
-            return value
-        if isinstance(value, str) and value.lower() in ("true", "false", "yes", "no", "1", "0"):
-            return value.lower() in ("true", "yes", "1")
-        raise ConfigError(f"{key}: expected true or false, got {value!r}")
-    if hint in (int, float):
-        return _coerce_number(value, hint, key)
-    if hint is str:
-        if isinstance(value, str):
-            return value
-        raise ConfigError(f"{key}: expected a string, got {value!r} ({type(value).__name__}); quote it in YAML")
-    raise TypeError(f"config field {key} has an unsupported type {hint!r}")
+_PLAIN = {int: "an integer", float: "a finite number", bool: "true or false", str: "a string", type(None): "null"}
 
 
-def _coerce_union(value: Any, hint: Any, key: str) -> Any:
-    """`coerce` for `A | B`: a value of one of the types keeps it, else the first that converts."""
-    options = typing.get_args(hint)
-    if value is None and type(None) in options:
-        return None
-    # "all-linear" stays a str, not [str]; "q_proj,v_proj" where a list may go is the list
-    list_allowed = any(typing.get_origin(o) is list for o in options)
-    comma_list = isinstance(value, str) and "," in value and list_allowed
-    if type(value) in options and not comma_list:
-        return value
-    # str last: "true" on the command line is the bool, a path is the str
-    for option in sorted((o for o in options if o is not type(None)), key=lambda o: o is str):
+def _type_text(hint: Any) -> str:
+    """`hint` as the help and the errors write it: an integer, true or false or null, one of 'a', 'b'."""
+    if typing.get_origin(hint) is Literal:
+        return "one of " + ", ".join(map(repr, typing.get_args(hint)))
+    if typing.get_origin(hint) in (typing.Union, type(int | str)):
+        return " or ".join(map(_type_text, typing.get_args(hint)))
+    return _PLAIN.get(hint) or re.sub(r"typing\.|<class '(\w+)'>", r"\1", str(hint))
+
+
+_NUMBER = re.compile(r"[-+]?(\d+\.?\d*|\.\d+)([eE][-+]?\d+)?")
+
+
+def check_value(key: str, value: Any, hint: Any) -> Any:
+    """`value` checked by pydantic against `hint` in strict mode (a bool is never 1, "yes" never
+    true, an int is a float where one is wanted; numbers finite and within 64 bits), else a
+    ConfigError naming `key`. A string that reads as a number is one where a number is wanted
+    (YAML 1.1 reads `1e-3` as a string); a lone string is a one-item list where a list is wanted,
+    a comma-separated one its items (`--lora.target_modules q_proj,v_proj`)."""
+    options = typing.get_args(hint) if typing.get_origin(hint) in (typing.Union, type(int | str)) else (hint,)
+    takes_list = any(typing.get_origin(o) is list for o in options)
+    if isinstance(value, str) and takes_list and ("," in value or str not in options):
+        value = [v.strip() for v in value.split(",") if v.strip()]
+    try:
+        checked = _adapter(hint).validate_python(value, strict=True)
+    except ValidationError:
+        number = isinstance(value, str) and _NUMBER.fullmatch(value.strip())
         try:
-            return coerce(value, option, key)
-        except ConfigError:
-            continue
-    raise ConfigError(f"{key}: expected {_type_name(hint)}, got {value!r}")
-
-
-def _coerce_number(value: Any, hint: type, key: str) -> int | float:
-    """`coerce` for int (64-bit) and float (finite); a number or a string that parses as one."""
-    number = None
-    if isinstance(value, (int, float, str)) and not isinstance(value, bool):
-        try:
-            number = hint(value)
-        except OverflowError:  # an int beyond float range
-            number = math.inf
-        except ValueError:
-            pass
-    if hint is int and (number is None or isinstance(value, float)):
-        raise ConfigError(f"{key}: expected an integer, got {value!r}")
-    if number is None:
-        raise ConfigError(f"{key}: expected a number, got {value!r}")
-    if hint is int and not -(2**63) <= number < 2**63:  # torch, numpy and itertools take 64 bits
-        raise ConfigError(f"{key}: {number} does not fit in 64 bits")
-    if not math.isfinite(number):
-        raise ConfigError(f"{key}: expected a finite number, got {value!r}")
-    return number
+            checked = _adapter(hint).validate_python(float(value) if number else value, strict=not number)
+        except (ValidationError, OverflowError):
+            raise ConfigError(f"{key}: expected {_type_text(hint)}, got {shown(value)}") from None
+    if isinstance(checked, int) and not -(2**63) <= checked < 2**63:  # torch, numpy, itertools: 64 bits
+        raise ConfigError(f"{key}: {shown(value)} does not fit in 64 bits")
+    return checked
 
 
 def yaml_load(text: str) -> Any:
@@ -261,20 +232,82 @@ def _unknown(key: str, known: list[str]) -> ConfigError:
 
 
 def all_keys() -> list[str]:
-    """Every settable key, `section.field` and the top-level ones."""
-    keys = [f"{name}.{f.name}" for name, klass in SECTIONS.items() for f in dataclasses.fields(klass)]
+    """Every key numloss declares, `section.field` and the top-level ones (the `train` section
+    takes every other TrainingArguments field too)."""
+    keys = [f"{name}.{f.name}" for name, klass in SECTIONS.items() for f in dataclasses.fields(klass)
+            if f.name != "extra"]
     return keys + list(TOP_LEVEL)
 
 
-def _set(config: Config, key: str, value: Any, from_cli: bool) -> None:
-    """Set `key` (dotted) to `value`, type-checked; `objective.options.X` sets one option."""
+def _training_argument(name: str) -> Any:
+    """The type of TrainingArguments field `name`, for `train.NAME`; a ConfigError for a name that
+    is no field of it or one numloss sets itself."""
+    import transformers
+
+    hint = _hints(transformers.TrainingArguments).get(name)
+    if hint is None:
+        import difflib
+
+        close = difflib.get_close_matches(name, [*_hints(TrainConfig), *_hints(transformers.TrainingArguments)], n=1)
+        raise ConfigError(f"unknown config key 'train.{name}': neither a numloss key nor a transformers."
+                          "TrainingArguments field" + (f"; did you mean 'train.{close[0]}'?" if close else ""))
+    if name in TRAINING_ARGUMENTS_SET:
+        raise ConfigError(f"train.{name}: numloss sets {name} itself (from {TRAINING_ARGUMENTS_SET[name]}); set that "
+                          "key instead, so the two cannot disagree")
+    return hint
+
+
+_WARNED: set[str] = set()
+
+
+def canonical_key(key: str, warn: bool = True) -> str:
+    """`key` by today's name: a name of earlier releases (LEGACY_KEYS, `train.extra.X`) logs, once
+    per process when `warn`, one deprecation line naming the new key."""
+    new = "train." + key.removeprefix("train.extra.") if key.startswith("train.extra.") else LEGACY_KEYS.get(key)
+    if new is not None and warn:
+        _deprecated(key, new)
+    return key if new is None else new
+
+
+def _deprecated(old: str, new: str) -> None:
+    if old not in _WARNED:
+        _WARNED.add(old)
+        logger.warning("config key %s is deprecated: write %s (docs/training.md, Configuration)", old, new)
+
+
+def _key(key: str, warn: bool) -> str:
+    """`canonical_key`, and a bare name (`--max_steps`) is the key of the one section that has it."""
+    key = canonical_key(key, warn)
+    if "." in key or key in TOP_LEVEL:
+        return key
+    owners = [f"{name}.{key}" for name, klass in SECTIONS.items() if key in _hints(klass) and key != "extra"]
+    if len(owners) > 1:
+        raise ConfigError(f"--{key} is a key of several sections: write {' or '.join('--' + o for o in owners)}")
+    return owners[0] if owners else f"train.{key}"  # else a TrainingArguments field, or unknown there
+
+
+def _set(config: Config, key: str, value: Any, from_cli: bool, warn: bool = True) -> None:
+    """Set `key` (dotted) to `value`, type-checked; `objective.options.X` sets one option and
+    `train.NAME` any TrainingArguments field (kept in `train.extra`)."""
+    key = _key(key, warn)
     section, _, rest = key.partition(".")
     name, _, entry = rest.partition(".")
+    if key == "train.extra":  # the pass-through mapping of earlier releases: each entry is a train key
+        value = _parse_cli(value, dict) if from_cli else value
+        if not isinstance(value, dict):
+            raise ConfigError(f"train.extra: expected a mapping of TrainingArguments fields, got {shown(value)}")
+        if warn:
+            _deprecated("train.extra", "each of its entries as train.NAME")
+        for entry_name, entry_value in value.items():
+            _set(config, f"train.{entry_name}", entry_value, from_cli=False, warn=warn)
+        return
     klass = SECTIONS.get(section) if rest else type(config) if key in TOP_LEVEL else None
     hint = _hints(klass).get(name or section) if klass else None
+    target: Any = getattr(config, section) if klass is not None and rest else config
+    if hint is None and section == "train" and name and not entry:
+        hint, target = _training_argument(name), config.train.extra
     if hint is None or (entry and typing.get_origin(hint) is not dict):
         raise _unknown(key, all_keys())
-    target = getattr(config, section) if rest else config
     if entry:  # one entry of a mapping
         value = {**getattr(target, name), entry: _parse_cli(value, Any) if from_cli else value}
     elif from_cli:
@@ -283,7 +316,11 @@ def _set(config: Config, key: str, value: Any, from_cli: bool) -> None:
             give = "a value (null for none)" if rest else "true or false"
             raise ConfigError(f"--{key} is empty: give {give}, or leave the option out")
         value = _parse_cli(value, hint)
-    setattr(target, name or section, coerce(value, hint, key))
+    value = check_value(key, value, hint)
+    if isinstance(target, dict):
+        target[name] = value
+    else:
+        setattr(target, name or section, value)
 
 
 def _parse_cli(text: Any, hint: Any) -> Any:
@@ -297,7 +334,7 @@ def _parse_cli(text: Any, hint: Any) -> Any:
         return text
 
 
-def apply_mapping(config: Config, mapping: dict[str, Any], origin: str) -> None:
+def apply_mapping(config: Config, mapping: dict[str, Any], origin: str, warn: bool = True) -> None:
     """Apply a nested mapping (the YAML file's contents) onto `config`."""
     if not isinstance(mapping, dict):
         raise ConfigError(f"{origin}: the top level must be a mapping of sections, got {type(mapping).__name__}")
@@ -310,7 +347,7 @@ def apply_mapping(config: Config, mapping: dict[str, Any], origin: str) -> None:
             if not isinstance(value, dict):
                 raise ConfigError(f"{origin}: section {name!r} must be a mapping of keys, got {value!r}")
             for field_name, field_value in value.items():
-                _set(config, f"{name}.{field_name}", field_value, from_cli=False)
+                _set(config, f"{name}.{field_name}", field_value, from_cli=False, warn=warn)
         else:
             raise _unknown(str(name), list(SECTIONS) + list(TOP_LEVEL))
 
@@ -388,7 +425,6 @@ def validate(config: Config) -> None:
     resume = config.train.resume
     if isinstance(resume, str) and not Path(resume).is_dir():
         raise ConfigError(f"train.resume: checkpoint folder {resume!r} does not exist (or use true for the last one)")
-    _validate_extra(config.train.extra)
     _validate_names(config)
     _validate_context(config)
     check_chat_template(config.data.chat_template)
@@ -419,43 +455,6 @@ def _validate_objective(objective: ObjectiveConfig) -> None:
         raise ConfigError(f"objective: {error}") from None
 
 
-def _validate_extra(extra: dict[str, Any]) -> None:
-    """train.extra may name TrainingArguments fields, but none that numloss sets itself."""
-    import transformers
-
-    known = {f.name for f in dataclasses.fields(transformers.TrainingArguments)}
-    bad = sorted(map(str, set(extra) - known))
-    if bad:
-        raise ConfigError(f"train.extra: {', '.join(map(repr, bad))} is not a transformers.TrainingArguments field")
-    for name in extra:
-        if name in TRAINING_ARGUMENTS_SET:
-            raise ConfigError(
-                f"train.extra.{name}: numloss sets {name} itself ({TRAINING_ARGUMENTS_SET[name]}); set that key "
-                "instead of passing it through train.extra, so the two cannot disagree"
-            )
-
-
-#: TrainingArguments fields numloss fills from its own keys (train.extra may not set them)
-TRAINING_ARGUMENTS_SET: dict[str, str] = {
-    **{name: f"train.{name}" for name in (
-        "output_dir", "max_steps", "learning_rate", "warmup_ratio", "weight_decay", "max_grad_norm",
-        "optim", "seed", "bf16", "tf32", "logging_steps", "save_steps", "save_total_limit", "report_to",
-        "dataloader_num_workers", "fsdp", "fsdp_config", "deepspeed")},
-    "num_train_epochs": "train.num_epochs",
-    "per_device_train_batch_size": "train.batch_size",
-    "gradient_accumulation_steps": "train.grad_accum",
-    "lr_scheduler_type": "train.lr_scheduler",
-    "warmup_steps": "train.warmup_ratio",
-    "data_seed": "train.seed",
-    "save_strategy": "train.save_steps",
-    "disable_tqdm": "train.progress_bar",
-    "remove_unused_columns": "numloss's collator",
-    "include_num_input_tokens_seen": "numloss's logging",
-    "gradient_checkpointing": "model.gradient_checkpointing",
-    "use_cpu": "numloss, from the machine",
-    "resume_from_checkpoint": "train.resume",
-}
-
 #: examples a generated set (synthetic:, gym:) may be asked for: they are built in memory
 GENERATED_LIMIT = 10**7
 
@@ -468,12 +467,13 @@ TINY_LIMITS = {"model.tiny_layers": 64, "model.tiny_hidden": 8192, "model.tiny_h
 #: (key, the test its value must pass, what it must be): a failure is "KEY must be WHAT, got VALUE"
 _BOUNDS: list[tuple[str, Callable[[Any], bool], str]] = [
     *((key, lambda v: v >= 1, ">= 1") for key in (
-        "data.max_length", "train.batch_size", "train.grad_accum", "train.logging_steps", "lora.r",
+        "data.max_length", "train.per_device_train_batch_size", "train.gradient_accumulation_steps",
+        "train.logging_steps", "lora.r",
         "model.tiny_layers", "model.tiny_hidden", "model.tiny_heads",
         "model.tiny_digits_per_token")),
     ("data.max_length", lambda v: v >= 2, ">= 2"),
     ("data.num_examples", lambda v: v is None or v >= 1, ">= 1 or null"),
-    ("train.max_steps", lambda v: v > 0 or v == -1, "> 0 or -1 (use num_epochs)"),
+    ("train.max_steps", lambda v: v > 0 or v == -1, "> 0 or -1 (use num_train_epochs)"),
     ("train.warmup_ratio", lambda v: 0 <= v < 1, "in [0, 1)"),
     ("train.learning_rate", lambda v: v > 0, "> 0"),
     ("train.save_steps", lambda v: v >= 0, ">= 0"),
@@ -482,7 +482,7 @@ _BOUNDS: list[tuple[str, Callable[[Any], bool], str]] = [
     ("train.weight_decay", lambda v: v >= 0, ">= 0"),
     ("train.max_grad_norm", lambda v: v >= 0, ">= 0 (0 = no clipping)"),
     ("train.dataloader_num_workers", lambda v: v >= 0, ">= 0 (0 = load in the main process)"),
-    ("train.num_epochs", lambda v: v > 0, "> 0"),
+    ("train.num_train_epochs", lambda v: v > 0, "> 0"),
     ("lora.dropout", lambda v: 0 <= v < 1, "in [0, 1)"),
     ("lora.alpha", lambda v: v >= 1, ">= 1"),
     *((key, lambda v, limit=limit: v <= limit, f"<= {limit} (the tiny model is for tests)")
@@ -505,8 +505,8 @@ def _validate_ranges(config: Config) -> None:
         if not test(_value(config, key)):
             raise ConfigError(f"{key} must be {what}, got {_value(config, key)}")
     schedulers = _lr_schedulers()
-    if train.lr_scheduler not in schedulers:
-        raise ConfigError(f"train.lr_scheduler: unknown scheduler {train.lr_scheduler!r}; "
+    if train.lr_scheduler_type not in schedulers:
+        raise ConfigError(f"train.lr_scheduler_type: unknown scheduler {train.lr_scheduler_type!r}; "
                           f"choose one of {', '.join(schedulers)}")
     if train.save_total_limit is not None and train.save_total_limit < 1:
         raise ConfigError(
@@ -563,7 +563,7 @@ def _validate_context(config: Config) -> None:
         raise ConfigError(f"{what} applies to a Hugging Face dataset, not to {where} {data.source!r}; drop it")
     smoothing = train.extra.get("label_smoothing_factor", 0)
     if smoothing:
-        raise ConfigError("train.extra.label_smoothing_factor: numloss's objectives compute their own loss and would "
+        raise ConfigError("train.label_smoothing_factor: numloss's objectives compute their own loss and would "
                           "ignore it; drop it (objective.options of an objective say what it smooths, if anything)")
     if model.attn_implementation == "flash_attention_2":
         import importlib.util
@@ -624,21 +624,21 @@ def describe_keys() -> str:
     """Every key with its type, default and meaning: the body of `numloss train --help`."""
     lines: list[str] = []
     defaults = Config()
-    for name, klass in SECTIONS.items():
-        lines.append(f"{name}:")
-        section = getattr(defaults, name)
-        hints = _hints(klass)
+    for name, klass in [*SECTIONS.items(), ("", Config)]:
+        lines.append(f"{name or 'top level'}:")
+        section = getattr(defaults, name) if name else defaults
         for f in dataclasses.fields(klass):
-            default = getattr(section, f.name)
-            lines.append(
-                f"  --{name}.{f.name} ({_type_name(hints[f.name])}, default {yaml.safe_dump(default, default_flow_style=True).strip().removesuffix('...').strip()})"
-            )
-            lines.append(f"        {f.metadata.get('help', '')}")
-    for name in TOP_LEVEL:
-        f = next(f for f in dataclasses.fields(Config) if f.name == name)
-        lines.append(f"--{name} (bool, default {str(getattr(defaults, name)).lower()})")
-        lines.append(f"        {f.metadata.get('help', '')}")
-    return "\n".join(lines)
+            if f.name in SECTIONS or f.name == "extra":
+                continue
+            default = yaml.safe_dump(getattr(section, f.name), default_flow_style=True).removesuffix("...\n").strip()
+            key = f"{name}.{f.name}" if name else f.name
+            lines += [f"  --{key} ({_type_text(_hints(klass)[f.name])}, default {default})",
+                      f"        {f.metadata.get('help', '')}"]
+        if name == "train":
+            lines.append("  --train.NAME: any other transformers.TrainingArguments field, e.g. --train.adam_beta2 0.95")
+    names = ", ".join(f"{old} -> {new}" for old, new in LEGACY_KEYS.items())
+    return "\n".join([*lines, "", f"Names of earlier releases still work, with a deprecation line: {names}; "
+                       "train.extra.NAME -> train.NAME."])
 
 
 def dump_config(config: Config) -> str:
@@ -652,16 +652,15 @@ RESUME_SAFE_KEYS = frozenset({
     "train.output_dir", "train.resume", "train.resume_changed", "train.overwrite", "train.logging_steps",
     "train.report_to", "train.progress_bar", "train.save_steps", "train.save_total_limit",
     "train.dataloader_num_workers", "model.cache_dir", "model.gradient_checkpointing",
-    "model.attn_implementation", "fused", "lora.merge",
+    "model.attn_implementation", "fused", "lora.merge", "train.run_name", "train.logging_dir",
+    "train.logging_strategy", "train.logging_first_step", "train.logging_nan_inf_filter", "train.save_only_model",
+    "train.save_safetensors", "train.log_level",
 })
-#: train.extra fields of the same kind
-RESUME_SAFE_EXTRA = frozenset({"run_name", "logging_dir", "logging_strategy", "logging_first_step",
-                               "logging_nan_inf_filter", "save_only_model", "save_safetensors", "log_level"})
 
 
 def _flat(config: Config) -> dict[str, Any]:
     """Every key's value; a mapping's entries as `key.entry` (a change then names the entry)."""
-    flat: dict[str, Any] = {}
+    flat: dict[str, Any] = {f"train.{name}": value for name, value in config.train.extra.items()}
     for key in all_keys():
         value = _value(config, key)
         if isinstance(value, dict):
@@ -680,7 +679,7 @@ def changed_settings(old: Config, new: Config) -> list[str]:
         a, b = before.get(key, "(unset)"), after.get(key, "(unset)")
         if a == b or isinstance(a, dict) or isinstance(b, dict):
             continue
-        if key in RESUME_SAFE_KEYS or (key.startswith("train.extra.") and key.split(".", 2)[2] in RESUME_SAFE_EXTRA):
+        if key in RESUME_SAFE_KEYS:
             continue
         changed.append(f"{key} {a!r} -> {b!r}")
     return changed
@@ -690,5 +689,5 @@ def read_stored_config(path: Path) -> Config:
     """The Config saved in a run's config.yaml, read without validation (its data file may
     have moved since); a ConfigError when it cannot be read."""
     config = Config()
-    apply_mapping(config, load_yaml(path, ConfigError), str(path))
+    apply_mapping(config, load_yaml(path, ConfigError), str(path), warn=False)  # an old run's names: no news
     return config

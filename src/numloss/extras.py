@@ -28,6 +28,7 @@ EXTRA_OF: dict[str, str] = {
     "jinja2": "hf",
     "pyarrow": "hf",
     "yaml": "hf",
+    "pydantic": "hf",
     "tqdm": "hf",
     "trl": "trl",
     "math_verify": "eval",

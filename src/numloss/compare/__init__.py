@@ -99,7 +99,7 @@ def _report_meta(compare: Any, results: list[dict[str, Any]], started: float) ->
         "task": compare.task.to_dict(),
         "task_text": compare.task.describe(),
         "train_text": (
-            f"{train.get('max_steps')} steps x batch {train.get('batch_size')}, lr {train.get('learning_rate')}, "
+            f"{train.get('max_steps')} steps x batch {train.get('per_device_train_batch_size')}, lr {train.get('learning_rate')}, "
             f"{'LoRA' if base.get('lora', {}).get('enabled') else 'full fine-tuning'}"
         ),
         "finished": time.strftime("%Y-%m-%d %H:%M"),
@@ -165,7 +165,8 @@ def build_parser(prog: str = "numloss compare") -> argparse.ArgumentParser:
     parser.add_argument("--seeds", help="comma-separated seeds (default: the config's)")
     parser.add_argument("--model", help="tiny, smollm2 or a local model folder (default: the config's)")
     parser.add_argument("--out", help="report folder (default: the config's output_dir)")
-    parser.add_argument("--steps", type=int, help="override train.max_steps of every run")
+    parser.add_argument("--max_steps", "--steps", dest="steps", type=int,
+                        help="override train.max_steps of every run (as `numloss train --max_steps`; --steps: the old name)")
     parser.add_argument("--jobs", type=int, help="runs trained at once, one process each (default: the config's, 1)")
     parser.add_argument(
         "--smoke", action="store_true",
@@ -213,7 +214,7 @@ def resolve(args: argparse.Namespace, default_config: str | None = "configs/comp
 
 def _check_options(args: argparse.Namespace) -> None:
     """ConfigError for a given option that is no value: a given value is never "not given"."""
-    for option, value in (("--steps", args.steps), ("--jobs", args.jobs), ("--threads", getattr(args, "threads", None))):
+    for option, value in (("--max_steps", args.steps), ("--jobs", args.jobs), ("--threads", getattr(args, "threads", None))):
         if value is not None and value < 1:
             raise ConfigError(f"{option} must be a positive integer, got {value}")
     for option, value in (("--model", args.model), ("--out", args.out), ("--records", getattr(args, "records", None)),
@@ -283,7 +284,7 @@ def _shrink_for_smoke(mapping: dict[str, Any], out_given: bool) -> None:
     """`--smoke`: the same grid and code path, cut to seconds on a CPU (see the flag's help)."""
     base = mapping["base"]
     base["model"] = {"name": "tiny", "tiny_layers": 1, "tiny_hidden": 32, "tiny_heads": 2}
-    base["train"] = {**base.get("train", {}), "max_steps": 2, "batch_size": 2, "logging_steps": 1, "bf16": False,
+    base["train"] = {**base.get("train", {}), "max_steps": 2, "per_device_train_batch_size": 2, "logging_steps": 1, "bf16": False,
                      "progress_bar": False}
     base.setdefault("data", {})["max_length"] = min(int(base.get("data", {}).get("max_length", 512)), 512)
     base.pop("lora", None)

@@ -41,7 +41,7 @@ from typing import Any
 
 from numloss.compare.learning import LearningCheck
 from numloss.compare.tasks import task_from_dict
-from numloss.config import Config, ConfigError, config_from_dict
+from numloss.config import LEGACY_KEYS, Config, ConfigError, canonical_key, config_from_dict
 from numloss.yamlio import load_yaml
 
 #: bump when what a result file holds changes, so old results are recomputed, not misread
@@ -109,6 +109,10 @@ class CompareConfig:
         finished runs of a grid that runs in slices across sessions; a change of behaviour under
         an unchanged setting must bump RESULT_SCHEMA instead."""
         payload = _non_default(config.to_dict(), Config().to_dict())
+        for old, new in LEGACY_KEYS.items():  # a key's rename keeps the hashes of the runs recorded before it
+            section, old_name, new_name = old.split(".")[0], old.split(".")[1], new.split(".")[1]
+            if new_name in payload.get(section, {}):
+                payload[section][old_name] = payload[section].pop(new_name)
         for key in ("output_dir", "resume", "progress_bar"):
             payload.get("train", {}).pop(key, None)
         payload.get("data", {}).pop("source", None)
@@ -357,7 +361,18 @@ def _base(base: Any, origin: str) -> dict[str, Any]:
     for section, value in base.items():
         if section != "fused" and not isinstance(value, dict):
             raise ConfigError(f"{origin}: base.{section} must be a mapping of numloss train settings, got {value!r}")
-    return base
+    # today's names (train.per_device_train_batch_size, ...), whichever the file wrote
+    train = dict(base.get("train", {}))
+    extra = train.pop("extra", None)
+    if isinstance(extra, dict):  # the pass-through mapping of earlier releases: its entries are train keys
+        train.update({canonical_key(f"train.extra.{key}").partition(".")[2]: item for key, item in extra.items()})
+    elif extra is not None:
+        train["extra"] = extra  # not a mapping: the train config's own check names it
+    if "train" in base:
+        base["train"] = train
+    return {section: value if section == "fused" else
+            {canonical_key(f"{section}.{key}").partition(".")[2]: item for key, item in value.items()}
+            for section, value in base.items()}
 
 
 def _settings(klass: type, values: Any, name: str, origin: str) -> Any:

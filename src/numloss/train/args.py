@@ -3,6 +3,7 @@ would accept and then fail on (or ignore) inside a run, before any model loads."
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from typing import Any
 
@@ -22,7 +23,8 @@ def bf16_supported() -> bool:
 
 
 def build_training_arguments(config: Config) -> Any:
-    """The `transformers.TrainingArguments` of a config (train.extra last, overriding)."""
+    """The `transformers.TrainingArguments` of a config (the other TrainingArguments fields given,
+    `train.extra`, last)."""
     from transformers import TrainingArguments
 
     train = config.train
@@ -33,29 +35,21 @@ def build_training_arguments(config: Config) -> Any:
             "CPU); set train.bf16 false or null (auto)"
         )
     report_to = [r for r in train.report_to if r not in ("tensorboard", "none")]
-    kwargs: dict[str, Any] = dict(
-        output_dir=train.output_dir,
-        num_train_epochs=train.num_epochs,
-        max_steps=train.max_steps,
-        per_device_train_batch_size=train.batch_size,
-        gradient_accumulation_steps=train.grad_accum,
-        learning_rate=train.learning_rate,
-        lr_scheduler_type=train.lr_scheduler,
+    # the train section is TrainingArguments by its own names; numloss's own keys are left out and
+    # what they decide is set below
+    own = {"bf16", "tf32", "report_to", "save_steps", "resume", "resume_changed", "overwrite", "progress_bar",
+           "fsdp", "fsdp_config", "deepspeed", "warmup_ratio", "extra"}
+    kwargs: dict[str, Any] = {f.name: getattr(train, f.name) for f in dataclasses.fields(train) if f.name not in own}
+    kwargs.update(
         warmup_steps=train.warmup_ratio,  # a float in [0, 1) is a ratio of the total steps
-        weight_decay=train.weight_decay,
-        max_grad_norm=train.max_grad_norm,
-        optim=train.optim,
-        seed=train.seed,
         data_seed=train.seed,
         bf16=bf16,
-        logging_steps=train.logging_steps,
         logging_first_step=True,
         save_strategy="steps" if train.save_steps > 0 else "no",
         save_steps=train.save_steps if train.save_steps > 0 else 500,
         save_total_limit=None,  # numloss rotates, after the marker (CheckpointMarkerCallback)
         report_to=report_to or "none",
         disable_tqdm=True,  # numloss's own bar (loss terms, tokens/s) replaces the default one
-        dataloader_num_workers=train.dataloader_num_workers,
         remove_unused_columns=False,
         include_num_input_tokens_seen="non_padding",
     )
@@ -115,14 +109,14 @@ def check_arguments_in_context(args: Any) -> None:
     import torch
 
     if str(getattr(args, "eval_strategy", "no")) not in ("no", "IntervalStrategy.NO"):
-        raise ConfigError("train.extra.eval_strategy: numloss trains without an evaluation set (compare scores the "
+        raise ConfigError("train.eval_strategy: numloss trains without an evaluation set (compare scores the "
                           "runs itself); drop eval_strategy")
     if getattr(args, "fp16", False) and not torch.cuda.is_available():
-        raise ConfigError("train.extra.fp16: fp16 mixed precision needs a CUDA GPU; on this machine use train.bf16 "
+        raise ConfigError("train.fp16: fp16 mixed precision needs a CUDA GPU; on this machine use train.bf16 "
                           "(where supported) or drop fp16")
     noise = getattr(args, "neftune_noise_alpha", None)
     if noise is not None and not noise > 0:
-        raise ConfigError(f"train.extra.neftune_noise_alpha must be > 0 (or null for none), got {noise}")
+        raise ConfigError(f"train.neftune_noise_alpha must be > 0 (or null for none), got {noise}")
 
 
 def dry_build_optimizer_and_scheduler(config: Config, args: Any, optimizer_cls: Any, optimizer_kwargs: dict[str, Any]) -> None:
@@ -135,7 +129,7 @@ def dry_build_optimizer_and_scheduler(config: Config, args: Any, optimizer_cls: 
     try:
         optimizer = optimizer_cls([parameter], **optimizer_kwargs)
     except (ValueError, TypeError, RuntimeError) as error:
-        raise ConfigError(f"train: the optimizer {config.train.optim!r} refuses these settings (train.extra): "
+        raise ConfigError(f"train: the optimizer {config.train.optim!r} refuses these settings: "
                           f"{first_line(error)}") from None
     steps = args.max_steps if args.max_steps > 0 else 100
     _check_scheduler_kwargs(config, args)
@@ -143,12 +137,12 @@ def dry_build_optimizer_and_scheduler(config: Config, args: Any, optimizer_cls: 
         get_scheduler(args.lr_scheduler_type, optimizer, num_warmup_steps=args.get_warmup_steps(steps),
                       num_training_steps=steps, scheduler_specific_kwargs=dict(args.lr_scheduler_kwargs or {}))
     except (ValueError, TypeError, KeyError) as error:
-        raise ConfigError(f"train.lr_scheduler {config.train.lr_scheduler!r} refuses these settings (train.extra."
-                          f"lr_scheduler_kwargs): {first_line(error)}") from None
+        raise ConfigError(f"train.lr_scheduler_type {config.train.lr_scheduler_type!r} refuses these settings "
+                          f"(train.lr_scheduler_kwargs): {first_line(error)}") from None
 
 
 def _check_scheduler_kwargs(config: Config, args: Any) -> None:
-    """ConfigError for a train.extra.lr_scheduler_kwargs key the schedule does not take (some
+    """ConfigError for a train.lr_scheduler_kwargs key the schedule does not take (some
     schedules drop the kwargs they do not take without a word)."""
     import inspect
 
@@ -163,5 +157,5 @@ def _check_scheduler_kwargs(config: Config, args: Any) -> None:
         if schedule is not None else set()
     unknown = sorted(set(extra) - taken)
     if unknown:
-        raise ConfigError(f"train.extra.lr_scheduler_kwargs: the {config.train.lr_scheduler!r} schedule takes "
+        raise ConfigError(f"train.lr_scheduler_kwargs: the {config.train.lr_scheduler_type!r} schedule takes "
                           f"{', '.join(sorted(taken)) or 'no options'}, not {', '.join(unknown)}")

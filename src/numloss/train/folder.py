@@ -136,7 +136,7 @@ def _reached_end(record: dict[str, Any], config: Config) -> bool:
         saved_train = record["config"]["train"]
         if config.train.max_steps > 0:
             return step >= config.train.max_steps if step else saved_train.get("max_steps") == config.train.max_steps
-        return saved_train.get("max_steps") == -1 and float(saved_train.get("num_epochs", 0)) >= config.train.num_epochs
+        return saved_train.get("max_steps") == -1 and float(saved_train.get("num_train_epochs", saved_train.get("num_epochs", 0))) >= config.train.num_train_epochs
     except (KeyError, TypeError, ValueError, AttributeError):
         return False
 
@@ -312,7 +312,7 @@ def resume_checkpoint(config: Config, output_dir: Path, main_process: bool) -> P
     if not any(entry.name.startswith(("optimizer", "global_step")) for entry in found.iterdir()):
         # save_only_model: the Trainer would resume with a fresh optimizer and schedule, and the
         # weights would drift from the uninterrupted run's without a word
-        why = (f"{found.name} holds no optimizer or scheduler state (train.extra.save_only_model), so a resume "
+        why = (f"{found.name} holds no optimizer or scheduler state (train.save_only_model), so a resume "
                "from it cannot continue the run as it was")
         if not config.train.resume_changed:
             raise ConfigError(f"train.resume: {why}; pass --resume-changed to continue with a fresh optimizer and "
