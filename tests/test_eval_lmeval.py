@@ -17,7 +17,7 @@ from numloss.evaluate.api import evaluate, score_outputs
 from numloss.evaluate.benchmarks import BenchmarkError
 from numloss.evaluate.cli import main as eval_main
 from numloss.evaluate.generate import Generation
-from numloss.evaluate.report import SCHEMA_VERSION
+from numloss.evaluate.report import SCHEMA_VERSION, with_interval
 
 FIXTURES = Path(__file__).parent / "fixtures"
 GSM8K_SAMPLES = FIXTURES / "lmeval" / "samples_gsm8k_2024-06-01T12-00-00.123456.jsonl"
@@ -162,8 +162,9 @@ def test_the_report_json_has_what_the_cli_prints(tmp_path, capsys):
     printed = capsys.readouterr().out
     saved = json.loads((out / "results.json").read_text())
     for protocol in ("released", "numloss"):
-        accuracy = saved["benchmarks"][protocol]["gsm8k"]["accuracy"]
-        assert f"{100 * accuracy:5.1f}%" in printed
+        score = saved["benchmarks"][protocol]["gsm8k"]
+        assert f"{protocol:<9} gsm8k" in printed and with_interval(score["accuracy"], score["ci95"]) in printed
+        assert with_interval(saved["macc"][protocol], saved["macc_ci95"][protocol]) in printed
     assert "verdicts differ: gsm8k 1" in printed and saved["disagreements"]["gsm8k"] == ["0"]
 
 

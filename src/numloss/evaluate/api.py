@@ -43,7 +43,7 @@ from numloss.evaluate.metrics import (
 )
 from numloss.evaluate.programs import ProgramRunner
 from numloss.evaluate.protocol import Protocol, generation_settings, resolve
-from numloss.evaluate.report import BenchmarkScore, EvalReport
+from numloss.evaluate.report import BenchmarkScore, EvalReport, answer_style
 from numloss.evaluate.runner import ItemResult, program_runner, refused, run_benchmark
 from numloss.evaluate.store import (
     ResultsFile,
@@ -84,7 +84,7 @@ def benchmark_score(results: Sequence[ItemResult], digits: DigitStats | None = N
         accuracy=accuracy([r.correct for r in results]),
         ci95=wilson_interval(correct, len(results)),
         answered=sum(bool(r.prediction) for r in results),
-        styles=dict(Counter(r.style for r in results)),
+        styles=dict(Counter(answer_style(r) for r in results)),
         program_status=dict(Counter(r.program_status for r in results if r.program_status)),
         pot_refused=refused(results),
     )
@@ -361,6 +361,10 @@ def _run_all(loaded: list[Benchmark], saved: list[Mapping[str, Any]], protocols:
     of its items now: their verdicts kept, their outputs reused), each new result with `extra`."""
     per: Results = {p.name: {} for p in protocols}
     digits: dict[str, DigitStats] = {}
+    expect = getattr(generator, "expect", None)
+    if callable(expect):  # the progress bar's total, right from the start: the items to generate
+        outputs = {(r["benchmark"], str(r["id"])) for r in saved if "output" in r}
+        expect(sum((b.name, it.id) not in outputs for b in loaded for it in b.items))
     for bench in loaded:
         mine = [r for r in saved if r["benchmark"] == bench.name]
         _check_same_items(bench, mine, results_file)
@@ -399,15 +403,19 @@ class StopCut:
         import inspect
 
         self.inner, self.stop = inner, tuple(stop)
-        self._takes_limit = "max_new_tokens" in inspect.signature(inner.generate).parameters
+        takes = inspect.signature(inner.generate).parameters
+        self._takes_limit, self._takes_fallback = "max_new_tokens" in takes, "fallback" in takes
 
-    def generate(self, prompts: Sequence[str], max_new_tokens: int | None = None) -> list[Any]:
+    def generate(self, prompts: Sequence[str], max_new_tokens: int | None = None, fallback: bool = False) -> list[Any]:
         from dataclasses import is_dataclass, replace
 
         from numloss.evaluate.generate import Generation, cut_at_stop
         from numloss.evaluate.runner import generated_texts
 
-        gens = self.inner.generate(prompts, max_new_tokens=max_new_tokens) if self._takes_limit else self.inner.generate(prompts)
+        options: dict[str, Any] = {"fallback": True} if fallback and self._takes_fallback else {}
+        if self._takes_limit:
+            options["max_new_tokens"] = max_new_tokens
+        gens = self.inner.generate(prompts, **options)
         generated_texts(self.inner, prompts, gens)  # checked before any is cut
         out = []
         for g in gens:

@@ -12,7 +12,11 @@ Per-item results are appended to OUT/items.jsonl as they finish; a re-run skips 
 of the same model (its files' identity is recorded: another model saved at the same path is
 refused) and settings; --overwrite moves their records to OUT/items.jsonl.overwritten-TIME and
 redoes them. `numloss eval --score-outputs FILE.jsonl` re-scores saved outputs
-without a model. Writes results.json, report.md and accuracy.png to --out.
+without a model.
+
+Writes to --out: items.jsonl (per item, when generating), results.json, report.md,
+accuracy.png, and where there is something to show place_accuracy.png (accuracy by digit
+place of the numeric answers) and digit_entropy.png (the teacher-forced digit entropy).
 """
 
 from __future__ import annotations
@@ -230,11 +234,19 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     except Exception as error:  # noqa: BLE001 - the command line prints one line, never a traceback
         return _unexpected(error)
-    for protocol in report.protocols:
-        for name, s in report.scores[protocol].items():
-            print(f"{protocol:<9} {name:<24} accuracy {100 * s.accuracy:5.1f}%  ({s.correct}/{s.count})")
-        print(f"{protocol:<9} {'mACC':<24} {100 * report.macc(protocol):5.1f}%")
-    if len(report.protocols) > 1:
-        print("verdicts differ: " + ", ".join(f"{b} {len(ids)}" for b, ids in report.disagreements.items()))
+    print_summary(report)
     print(f"report: {Path(args.out) / 'report.md'}")
     return 0
+
+
+def print_summary(report: EvalReport) -> None:
+    """The console summary: each accuracy with its 95 % interval (as report.md gives it)."""
+    from numloss.evaluate.report import with_interval
+
+    print("accuracy % (95 % interval)")
+    for protocol in report.protocols:
+        for name, s in report.scores[protocol].items():
+            print(f"{protocol:<9} {name:<24} {with_interval(s.accuracy, s.ci95)}  {s.correct} of {s.count} right")
+        print(f"{protocol:<9} {'mACC':<24} {with_interval(report.macc(protocol), report.macc_ci95(protocol))}")
+    if len(report.protocols) > 1:
+        print("verdicts differ: " + ", ".join(f"{b} {len(ids)}" for b, ids in report.disagreements.items()))

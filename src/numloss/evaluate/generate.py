@@ -100,6 +100,7 @@ class HFGenerator:
         self.tokens, self.seconds = 0, 0.0
         self._limit = max_new_tokens
         self._bar: Any = None  # one progress bar across generate() calls (`_progress_bar`)
+        self._expected, self.fallbacks = False, 0  # a total given by `expect`; fallback rows generated
         self.pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
         if self.pad_id is None:
             raise ValueError("the tokenizer has neither a pad nor an eos token; batched generation needs one")
@@ -174,24 +175,41 @@ class HFGenerator:
             following = self._forward(following[:, None], mask, position[:, None], cache).argmax(-1)
             position = position + 1
 
-    def _progress_bar(self, more: int) -> Any:
-        """The one progress bar of this generator, its total raised by `more` prompts."""
-        if self._bar is None:
-            from tqdm.auto import tqdm
+    def expect(self, items: int) -> None:
+        """Open the progress bar with its total: the `items` whose first output will be generated.
+        Their rows move it one each; chain-of-thought fallbacks (`generate(..., fallback=True)`)
+        are counted beside it, so the total is right from the start."""
+        self._bar = self._new_bar(items)
+        self._expected = True
 
-            self._bar = tqdm(total=0, desc="generate", unit="item", disable=not self.progress)
-        self._bar.total += more
-        self._bar.refresh()
+    def _new_bar(self, total: int) -> Any:
+        from tqdm.auto import tqdm
+
+        return tqdm(total=total, desc="generate", unit="item", disable=not self.progress)
+
+    def _progress_bar(self, more: int) -> Any:
+        """The one progress bar of this generator; without `expect`, its total raised by `more` prompts."""
+        if self._bar is None:
+            self._bar = self._new_bar(0)
+        if not self._expected:
+            self._bar.total += more
+            self._bar.refresh()
         return self._bar
+
+    def _fallback_done(self, n: int) -> None:
+        self.fallbacks += n
+        self._bar.set_postfix_str(f"fallbacks {self.fallbacks}")
 
     def close_progress(self) -> None:
         """Close the progress bar (the next generate() starts a new one)."""
         if self._bar is not None:
             self._bar.close()
-            self._bar = None
+            self._bar, self._expected = None, False
 
-    def generate(self, prompts: Sequence[str], max_new_tokens: int | None = None) -> list[Generation]:
-        """Greedy completions of `prompts`, in the order given (`max_new_tokens` overrides the default)."""
+    def generate(self, prompts: Sequence[str], max_new_tokens: int | None = None, fallback: bool = False) -> list[Generation]:
+        """Greedy completions of `prompts`, in the order given (`max_new_tokens` overrides the default).
+        `fallback`: these are chain-of-thought fallbacks of items already counted by the progress
+        bar; they show as its "fallbacks" count instead of moving it."""
         if not prompts:
             return []
         if max_new_tokens is not None and max_new_tokens < 1:
@@ -207,11 +225,13 @@ class HFGenerator:
         self.model.eval()
         start = time.perf_counter()
         try:
-            bar = self._progress_bar(len(prompts))
+            counted = not (fallback and self._expected)  # without `expect`, every prompt is counted
+            bar = self._progress_bar(len(prompts) if counted else 0)
+            on_row = bar.update if counted else self._fallback_done
             with torch.inference_mode():
                 for b in range(0, len(order), self.batch_size):
                     chunk = order[b : b + self.batch_size]
-                    for index, tokens in zip(chunk, self._batch([rows[i] for i in chunk], bar.update), strict=True):
+                    for index, tokens in zip(chunk, self._batch([rows[i] for i in chunk], on_row), strict=True):
                         text = self.tokenizer.decode(tokens, skip_special_tokens=True)
                         results[index] = Generation(cut_at_stop(text, self.stop), len(tokens))
                         self.tokens += len(tokens)

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import json
 import math
-from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -20,6 +19,18 @@ if TYPE_CHECKING:
 
 
 SCHEMA_VERSION = 2  # of EvalReport.to_json(); 1 was the earlier unversioned layout
+
+
+def answer_style(result: ItemResult) -> str:
+    """How an item was answered, as the report counts it: "pot+cot" when the first attempt gave
+    nothing and the chain-of-thought fallback was read, "pot" when a program ran in the first
+    attempt (a refused one did not run), else "cot" (the text was read). The prompt alone does not
+    make an item PoT: lm-eval samples or a prose answer to a program prompt are read as text."""
+    from numloss.evaluate.programs import REFUSED
+
+    if result.style == "pot+cot":
+        return "pot+cot"
+    return "pot" if result.program_status not in ("", REFUSED) else "cot"
 
 
 @dataclass
@@ -73,6 +84,19 @@ class EvalReport:
         """The paper's mACC: the mean of the per-benchmark accuracies."""
         return macc({b: s.accuracy for b, s in self.scores[protocol or self.protocols[-1]].items()})
 
+    def macc_ci95(self, protocol: str | None = None) -> tuple[float, float]:
+        """An approximate 95 % interval of mACC: the per-benchmark Wilson intervals combined as
+        independent errors, each side apart (mACC minus the root of the summed squared distances
+        to the lower ends over the number of benchmarks; likewise above). One benchmark gives its
+        own Wilson interval; the interval always holds mACC."""
+        scores = [s for s in self.scores[protocol or self.protocols[-1]].values() if not math.isnan(s.accuracy)]
+        if not scores:
+            return float("nan"), float("nan")
+        mean, k = sum(s.accuracy for s in scores) / len(scores), len(scores)
+        below = math.sqrt(sum((s.accuracy - s.ci95[0]) ** 2 for s in scores)) / k
+        above = math.sqrt(sum((s.ci95[1] - s.accuracy) ** 2 for s in scores)) / k
+        return max(0.0, mean - below), min(1.0, mean + above)
+
     @property
     def disagreements(self) -> dict[str, list[str]]:
         """Per benchmark, the ids of items whose verdict differs between the first two protocols."""
@@ -100,6 +124,7 @@ class EvalReport:
             "isolation": self.isolation,
             "benchmarks": {p: {b: s.to_json() for b, s in per.items()} for p, per in self.scores.items()},
             "macc": {p: self.macc(p) for p in self.protocols},
+            "macc_ci95": {p: list(self.macc_ci95(p)) for p in self.protocols},
             "disagreements": self.disagreements,
         }
         if items:
@@ -112,6 +137,11 @@ class EvalReport:
 
 def _pct(x: float | None) -> str:
     return "n/a" if x is None or (isinstance(x, float) and math.isnan(x)) else f"{100 * x:.1f}"
+
+
+def with_interval(value: float, ci: tuple[float, float]) -> str:
+    """An accuracy as a percentage with its 95 % interval: "66.7 % (20.8-93.9)"."""
+    return f"{_pct(value)} % ({_pct(ci[0])}-{_pct(ci[1])})"
 
 
 LARGE = 1e6  # from here on a figure is printed with an exponent ("2.5e+254", not 255 digits)
@@ -128,15 +158,20 @@ def _num(x: float | None, digits: int = 3) -> str:
 
 
 def provenance(report: EvalReport) -> list[str]:
-    """The header lines saying what made the report: the command, the numloss version and date,
-    and the settings (protocols, generation, limit, threads)."""
+    """The header lines saying what made the report: the command, what it read (a model's
+    generations, or saved outputs and their format), the numloss version and date, and the
+    settings (protocols, generation, limit, threads)."""
     import shlex
 
     meta = report.meta
     command = meta.get("command")
     made = f"`{shlex.join(command)}`" if command else "numloss.evaluate from Python"
     if meta.get("scored_from"):
-        made += f", scoring the saved outputs of {meta['scored_from']}"
+        made += f", scoring the saved outputs of {meta['scored_from']} read as {meta.get('format', 'numloss records')}"
+        lm_eval = meta.get("lm_eval") or {}
+        if lm_eval:
+            how = ", ".join(f"{n} by {way}" for way, n in sorted((lm_eval.get("matched") or {}).items()))
+            made += f" (task {lm_eval.get('task')} as {lm_eval.get('benchmark')}; items matched: {how or 'none'})"
     lines = [f"Made by {made} with numloss {meta.get('numloss_version', '?')} on {meta.get('date', '?')}."]
     settings = meta.get("settings") or {}
     parts = [f"protocol {', '.join(report.protocols)}"]
@@ -148,11 +183,23 @@ def provenance(report: EvalReport) -> list[str]:
     return lines + ["Settings: " + "; ".join(parts) + "."]
 
 
+def _place_line(name: str, s: BenchmarkScore) -> str:
+    """One line of accuracy by digit place, or why there is none."""
+    from numloss.evaluate.metrics import wilson_interval
+
+    if not s.numeric_count:  # every place would read 0 %: a number no answer gave
+        return f"- {name}: no numeric answer, so no accuracy by digit place"
+    cells = "; ".join(f"place {e.place}: {with_interval(e.accuracy, wilson_interval(e.correct, e.total))} of {e.total}"
+                      for e in s.place_accuracy)
+    return f"- {name}: accuracy by digit place of the generated answers (0 units, 1 tens, -1 first decimal): {cells}"
+
+
 def markdown(report: EvalReport) -> str:
-    """Tables: per protocol and benchmark, then the side-by-side comparison when there are two."""
+    """Tables: per protocol and benchmark, then the side-by-side comparison when there are two.
+    Every accuracy carries its 95 % interval; a section with nothing to show says so in one line."""
     lines = [f"# Evaluation of {report.meta.get('model', 'a model')}", "", *provenance(report), ""]
     iso = report.isolation
-    if iso:  # how model-written programs ran (docs/sandbox.md)
+    if iso:  # how model-written programs ran (docs/sandbox.md); the sandbox's detail names no path
         used = "" if iso.get("program_of_thought", True) else " (no program ran: those items used chain of thought)"
         lines += [f"Program sandbox: {iso.get('mode')}{used}: {iso.get('detail', '')}", ""]
     for protocol in report.protocols:
@@ -166,7 +213,10 @@ def markdown(report: EvalReport) -> str:
                 f"{st.get('pot', 0)} / {st.get('cot', 0)} / {st.get('pot+cot', 0)} | {s.pot_refused} | "
                 f"{_num(s.mae)} | {_num(s.signed_log_mae)} | {_num(s.digit_entropy)} |"
             )
-        lines += ["", f"**mACC ({protocol}): {_pct(report.macc(protocol))}%** (mean of the per-benchmark accuracies)", ""]
+        lines += ["", "PoT: a program ran and was read; CoT: the text was read; PoT+CoT: the first attempt gave no "
+                  "answer and the chain-of-thought fallback was read.", "",
+                  f"**mACC ({protocol}): {with_interval(report.macc(protocol), report.macc_ci95(protocol))}** "
+                  "(mean of the per-benchmark accuracies; the interval combines theirs)", ""]
         for name, s in report.scores[protocol].items():
             if s.program_status:
                 lines.append(f"- {name}: programs: " + ", ".join(f"{k} {v}" for k, v in sorted(s.program_status.items())))
@@ -175,19 +225,17 @@ def markdown(report: EvalReport) -> str:
                 lines.append(f"- {name}: one item is {100 * share:.0f} % of the MAE's summed error ({_num(s.mae)}): the mean "
                              "is dominated by that item; the signed-log MAE is not")
             if s.place_accuracy:
-                cells = " ".join(f"{e.place}:{_pct(e.accuracy)}" for e in s.place_accuracy)
-                lines.append(f"- {name}: generated-answer accuracy by place (place:%): {cells}")
-        decided = Counter(getattr(r, "decided_by", "released") for rows in report.items.get(protocol, {}).values() for r in rows)
-        if decided:  # which reading rule gave the predictions (items.jsonl's decided_by)
-            lines.append("- items by the rule that decided them (decided_by): " + ", ".join(f"{k} {v}" for k, v in decided.most_common()))
+                lines.append(_place_line(name, s))
         lines.append("")
     if len(report.protocols) >= 2:
         a, b = report.protocols[:2]
         lines += [f"## `{a}` vs `{b}`", "", f"| benchmark | items | {a} % | {b} % | verdicts differ | ids (first 10) |", "|---|---|---|---|---|---|"]
         for name, ids in report.disagreements.items():
             sa, sb = report.scores[a][name], report.scores[b][name]
-            lines.append(f"| {name} | {sa.count} | {_pct(sa.accuracy)} | {_pct(sb.accuracy)} | {len(ids)} | {', '.join(ids[:10])} |")
-        lines += ["", f"mACC: {a} {_pct(report.macc(a))}%, {b} {_pct(report.macc(b))}%", ""]
+            lines.append(f"| {name} | {sa.count} | {with_interval(sa.accuracy, sa.ci95)} | {with_interval(sb.accuracy, sb.ci95)} | "
+                         f"{len(ids)} | {', '.join(ids[:10])} |")
+        lines += ["", f"mACC: {a} {with_interval(report.macc(a), report.macc_ci95(a))}, "
+                  f"{b} {with_interval(report.macc(b), report.macc_ci95(b))}", ""]
     gen = report.meta.get("generation_stats")
     if gen and gen.get("tokens"):
         lines += [f"Generation: {gen['tokens']} tokens in {_num(gen.get('seconds'), 1)} s "
@@ -204,59 +252,131 @@ def _pyplot() -> Any:
     return plt
 
 
+def drawn(fig: Any, ax: Any) -> dict[str, Any]:
+    """What `ax` shows, read back from its artists after drawing: title, axis labels, visible tick
+    labels, legend, each series of points with intervals (label, values, the intervals' low and
+    high ends) and the point count of each line joining points. `_save` writes it into the PNG
+    (text chunk "numloss"), so a test checks the picture against the report without pixels."""
+    from matplotlib.container import ErrorbarContainer
+
+    fig.canvas.draw()
+    series = []
+    for container in ax.containers:
+        if isinstance(container, ErrorbarContainer):
+            data, _, (ranges, *_) = container.lines
+            series.append({"label": container.get_label(), "x": [float(x) for x in data.get_xdata()],
+                           "values": [float(y) for y in data.get_ydata()],
+                           "intervals": [[float(a[1]), float(b[1])] for a, b in ranges.get_segments()]})
+    legend = ax.get_legend()
+    return {"title": ax.get_title(), "xlabel": ax.get_xlabel(), "ylabel": ax.get_ylabel(),
+            "xticklabels": _visible(ax.xaxis), "yticklabels": _visible(ax.yaxis),
+            "legend": [t.get_text() for t in legend.get_texts()] if legend else [], "series": series,
+            "lines": [len(line.get_xdata()) for line in ax.get_lines() if line.get_linestyle() not in ("None", "", " ")]}
+
+
+def _visible(axis: Any) -> list[str]:
+    """The texts of an axis' tick labels inside its limits (matplotlib lists some beyond them)."""
+    low, high = sorted(axis.get_view_interval())
+    return [t.get_text() for at, t in zip(axis.get_ticklocs(), axis.get_ticklabels(), strict=True) if low - 1e-9 <= at <= high + 1e-9]
+
+
 def _save(fig: Any, ax: Any, title: str, path: Path) -> Path:
-    """Title and legend `ax`, write `fig` to `path` and close it."""
-    ax.set_title(title)
-    ax.legend(fontsize=7)
+    """Title and legend `ax`, write `fig` to `path` (with `drawn` in its metadata) and close it."""
+    ax.set_title(title, fontsize=10)
+    if len(ax.get_legend_handles_labels()[0]) > 1:  # beside the axes: never over a bar or its interval
+        ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0), frameon=False)
     fig.tight_layout()
-    fig.savefig(path, dpi=100)
+    fig.savefig(path, dpi=100, bbox_inches="tight", metadata={"Title": title, "numloss": json.dumps(drawn(fig, ax))})
     _pyplot().close(fig)
     return path
 
 
-def _accuracy_plot(report: EvalReport, path: Path) -> Path:
-    names = report.benchmarks + ["mACC"]
-    width = 0.8 / len(report.protocols)
-    fig, ax = _pyplot().subplots(figsize=(max(4, 1.2 * len(names)), 3.2))
-    for k, protocol in enumerate(report.protocols):
-        values = [report.scores[protocol][n].accuracy for n in report.benchmarks] + [report.macc(protocol)]
-        values = [0 if math.isnan(v) else 100 * v for v in values]
-        ax.bar([i + k * width for i in range(len(names))], values, width, label=protocol)
-    ax.set_xticks([i + width * (len(report.protocols) - 1) / 2 for i in range(len(names))], names, rotation=30, ha="right")
+def _interval_points(ax: Any, x: list[float], values: list[float], cis: list[tuple[float, float]], label: str) -> None:
+    """Accuracies in percent as points with their 95 % intervals (asymmetric, as Wilson intervals
+    are); points, not bars, so that 0 % shows as a point on the axis rather than as nothing."""
+    points = [100 * v for v in values]
+    low = [max(0.0, p - 100 * lo) for p, (lo, _) in zip(points, cis, strict=True)]
+    high = [max(0.0, 100 * hi - p) for p, (_, hi) in zip(points, cis, strict=True)]
+    ax.errorbar(x, points, yerr=[low, high], fmt="o", capsize=4, markersize=5, elinewidth=1.2, label=label)
+
+
+def _percent_axis(ax: Any) -> None:
     ax.set_ylabel("accuracy (%)")
-    ax.set_ylim(0, 100)
-    return _save(fig, ax, "Accuracy per benchmark", path)
+    ax.set_ylim(-4, 104)  # a point at 0 % or 100 % stays whole
+    ax.set_yticks(range(0, 101, 20))
+    ax.grid(axis="y", alpha=0.3)
 
 
-def _detail_plots(report: EvalReport, out: Path) -> list[Path]:
-    """place_accuracy.png and digit_entropy.png of the last protocol, each when it has data."""
+def _accuracy_plot(report: EvalReport, path: Path) -> Path:
+    """accuracy.png: per protocol, each benchmark's accuracy and mACC with the table's intervals."""
+    names = report.benchmarks
+    counts = [report.scores[report.protocols[0]][n].count for n in names]
+    labels = [f"{n}\n({c} items)" for n, c in zip(names, counts, strict=True)] + ["mACC"]
+    step = 0.25 if len(report.protocols) > 1 else 0.0
+    fig, ax = _pyplot().subplots(figsize=(max(4.0, 1.3 * len(labels)) + (1.8 if step else 0), 3.4))
+    for k, protocol in enumerate(report.protocols):
+        scores = [report.scores[protocol][n] for n in names]
+        offset = (k - (len(report.protocols) - 1) / 2) * step
+        _interval_points(ax, [i + offset for i in range(len(labels))], [s.accuracy for s in scores] + [report.macc(protocol)],
+                         [s.ci95 for s in scores] + [report.macc_ci95(protocol)], f"protocol {protocol}")
+    ax.set_xticks(range(len(labels)), labels, fontsize=8)
+    ax.set_xlim(-0.6, len(labels) - 0.4)
+    _percent_axis(ax)
+    which = f" (protocol {report.protocols[0]})" if len(report.protocols) == 1 else ""
+    return _save(fig, ax, f"Accuracy with 95 % intervals{which}", path)
+
+
+PLACE_NAMES = {6: "millions", 5: "100 thousands", 4: "10 thousands", 3: "thousands", 2: "hundreds", 1: "tens",
+               0: "units", -1: "tenths", -2: "hundredths", -3: "thousandths"}
+
+
+def _place_plot(report: EvalReport, path: Path) -> Path | None:
+    """place_accuracy.png of the last protocol: per benchmark, the accuracy at each digit place
+    (a discrete axis, highest place on the left as numbers are written; points, never joined
+    across places) with Wilson intervals; benchmarks without a numeric answer are left out (every
+    place would read 0 %)."""
+    from numloss.evaluate.metrics import wilson_interval
+
+    protocol = report.protocols[-1]
+    places = {n: {e.place: e for e in s.place_accuracy} for n, s in report.scores[protocol].items()
+              if s.place_accuracy and s.numeric_count}
+    if not places:
+        return None
+    axis = sorted({p for entries in places.values() for p in entries}, reverse=True)
+    step = min(0.25, 0.8 / len(places)) if len(places) > 1 else 0.0
+    fig, ax = _pyplot().subplots(figsize=(max(4.5, 0.9 * len(axis)) + (1.8 if step else 0), 3.4))
+    for k, (name, entries) in enumerate(places.items()):
+        shown = [p for p in axis if p in entries]
+        offset = (k - (len(places) - 1) / 2) * step
+        _interval_points(ax, [axis.index(p) + offset for p in shown], [entries[p].accuracy for p in shown],
+                         [wilson_interval(entries[p].correct, entries[p].total) for p in shown], name)
+    ax.set_xticks(range(len(axis)), [PLACE_NAMES.get(p, f"place {p}") for p in axis], fontsize=8)
+    ax.set_xlim(-0.6, len(axis) - 0.4)
+    ax.set_xlabel("digit place of the gold answer")
+    _percent_axis(ax)
+    which = f"{next(iter(places))}: g" if len(places) == 1 else "G"  # one series: the title names it, no legend
+    return _save(fig, ax, f"{which}enerated answers by digit place (protocol {protocol})", path)
+
+
+def _entropy_plot(report: EvalReport, path: Path) -> Path | None:
+    """digit_entropy.png: the teacher-forced digit entropy's histogram per benchmark (measured
+    once per model, the same under every protocol)."""
     from numloss.evaluate.metrics import MAX_DIGIT_ENTROPY
 
-    written = []
-    scores = report.scores[report.protocols[-1]]
-    places = {n: s.place_accuracy for n, s in scores.items() if s.place_accuracy}
-    if places:
-        fig, ax = _pyplot().subplots(figsize=(5, 3.2))
-        for name, entries in places.items():
-            ax.plot([e.place for e in entries], [100 * e.accuracy for e in entries], marker="o", label=name)
-        ax.set_xlabel("digit place (0 = units, 1 = tens, -1 = first decimal)")
-        ax.set_ylabel("accuracy (%)")
-        ax.set_ylim(0, 100)
-        ax.invert_xaxis()  # highest place on the left, as numbers are written
-        title = f"Generated answers by digit place ({report.protocols[-1]})"
-        written.append(_save(fig, ax, title, out / "place_accuracy.png"))
-    hist = {n: s for n, s in scores.items() if s.digit_entropy_histogram}
-    if hist:
-        fig, ax = _pyplot().subplots(figsize=(5, 3.2))
-        for name, s in hist.items():
-            counts = s.digit_entropy_histogram
-            edges = [MAX_DIGIT_ENTROPY * i / len(counts) for i in range(len(counts) + 1)]
-            total = max(1, sum(counts))
-            ax.stairs([c / total for c in counts], edges, label=f"{name} (mean {s.digit_entropy:.2f})")
-        ax.set_xlabel("entropy of the 10-digit distribution (nats; max ln 10)")
-        ax.set_ylabel("fraction of digits")
-        written.append(_save(fig, ax, "Teacher-forced digit entropy", out / "digit_entropy.png"))
-    return written
+    hist = {n: s for n, s in report.scores[report.protocols[-1]].items() if s.digit_entropy_histogram}
+    if not hist:
+        return None
+    fig, ax = _pyplot().subplots(figsize=(5, 3.4))
+    for name, s in hist.items():
+        counts = s.digit_entropy_histogram
+        edges = [MAX_DIGIT_ENTROPY * i / len(counts) for i in range(len(counts) + 1)]
+        ax.stairs([c / max(1, sum(counts)) for c in counts], edges,
+                  label=f"{name}: {sum(counts)} digits, mean {s.digit_entropy:.2f} nats")
+    ax.set_xlabel("entropy of the 10-digit distribution (nats, at most ln 10 = 2.30)")
+    ax.set_ylabel("share of the gold digits")
+    ax.set_xlim(0, MAX_DIGIT_ENTROPY)
+    ax.set_ylim(0, 1.05)
+    return _save(fig, ax, "Teacher-forced digit entropy at the gold answer's digits", path)
 
 
 def write_report(out_dir: str | Path, report: EvalReport) -> list[Path]:
@@ -268,5 +388,10 @@ def write_report(out_dir: str | Path, report: EvalReport) -> list[Path]:
     # whole or not at all: a failed write keeps the earlier report, never a torn results.json
     write_text_atomic(out / "results.json", json.dumps(jsonable(report.to_json()), indent=2) + "\n")
     write_text_atomic(out / "report.md", markdown(report))
-    accuracy = _accuracy_plot(report, out / "accuracy.png")
-    return [out / "results.json", out / "report.md", accuracy, *_detail_plots(report, out)]
+    written = [out / "results.json", out / "report.md"]
+    for name, plot in (("accuracy.png", _accuracy_plot), ("place_accuracy.png", _place_plot), ("digit_entropy.png", _entropy_plot)):
+        if plot(report, out / name) is not None:
+            written.append(out / name)
+        else:  # nothing to plot: an earlier report's picture must not pass for this one's
+            (out / name).unlink(missing_ok=True)
+    return written

@@ -205,7 +205,7 @@ def run_benchmark(
         need = [p for i, p in enumerate(pending)
                 if any(scored[pr.name][i].needs_fallback for pr in protocols)]
         if need and generator is not None:
-            fallbacks = _generate_for(generator, protocols[0], need, ["cot"] * len(need))
+            fallbacks = _generate_for(generator, protocols[0], need, ["cot"] * len(need), fallback=True)
             for p, text in zip(need, fallbacks, strict=True):
                 p.fallback = text
             scored = {pr.name: _score(pr, benchmark.name, pending, runner, program_of_thought) for pr in protocols}
@@ -227,25 +227,28 @@ def _score(protocol: Protocol, benchmark: str, pending: list[Pending], runner: P
 
 
 def _generate_for(generator: Generator | None, protocol: Protocol, pending: list[Pending],
-                  styles: list[str]) -> list[str]:
+                  styles: list[str], fallback: bool = False) -> list[str]:
     """The outputs of `pending` items prompted in `styles` under `protocol` ([]: none to make)."""
     if not pending or generator is None:
         return []
     pairs = zip(pending, styles, strict=True)
     prompts = [protocol.prompt(p.item, s) for p, s in pairs]  # type: ignore[arg-type]
-    return _generate(generator, prompts, [protocol.max_new_tokens(p.item) for p in pending])
+    return _generate(generator, prompts, [protocol.max_new_tokens(p.item) for p in pending], fallback)
 
 
-def _generate(generator: Generator, prompts: list[str], limits: list[int]) -> list[str]:
-    """Generate `prompts`, grouped by token limit (open and multiple-choice items differ)."""
+def _generate(generator: Generator, prompts: list[str], limits: list[int], fallback: bool = False) -> list[str]:
+    """Generate `prompts`, grouped by token limit (open and multiple-choice items differ);
+    `fallback` is passed to a generator that takes it (its progress bar counts items, not prompts)."""
     out: list[str | None] = [None] * len(prompts)
+    takes = inspect.signature(generator.generate).parameters
+    options = {"fallback": True} if fallback and "fallback" in takes else {}
     for limit in sorted(set(limits)):
         index = [i for i, lim in enumerate(limits) if lim == limit]
         batch = [prompts[i] for i in index]
-        if "max_new_tokens" in inspect.signature(generator.generate).parameters:
-            gens = generator.generate(batch, max_new_tokens=limit)
+        if "max_new_tokens" in takes:
+            gens = generator.generate(batch, max_new_tokens=limit, **options)
         else:  # a generator with one fixed limit
-            gens = generator.generate(batch)
+            gens = generator.generate(batch, **options)
         for i, text in zip(index, generated_texts(generator, batch, gens), strict=True):
             out[i] = text
     return [o or "" for o in out]

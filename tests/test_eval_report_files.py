@@ -1,0 +1,160 @@
+"""What `numloss eval` writes, read back as a person reads it: report.md, results.json, the
+console summary and the plots' metadata (each PNG carries what it draws, read back from its
+artists: `numloss.evaluate.report.drawn`), for lm-eval samples and for outputs with no answer.
+Saved outputs are scored; no model runs (the progress-bar test runs a one-layer tiny model)."""
+
+from __future__ import annotations
+
+import json
+import re
+import sys
+from pathlib import Path
+
+import pytest
+from PIL import Image
+
+from numloss.evaluate.api import score_outputs
+from numloss.evaluate.cli import print_summary
+from numloss.evaluate.metrics import wilson_interval
+from numloss.evaluate.report import PLACE_NAMES, write_report
+
+FIXTURES = Path(__file__).parent / "fixtures"
+SAMPLES = FIXTURES / "lmeval" / "samples_gsm8k_2024-06-01T12-00-00.123456.jsonl"
+DATA = FIXTURES / "benchmarks"
+PERCENT = re.compile(r"(\d+\.\d) %")
+INTERVAL = re.compile(r"\d+\.\d % \(\d+\.\d-\d+\.\d\)")
+
+
+def flat(pairs: list) -> list[float]:
+    return [x for pair in pairs for x in pair]
+
+
+def plot(path: Path) -> dict:
+    """What the PNG at `path` draws (its "numloss" text chunk)."""
+    return json.loads(Image.open(path).text["numloss"])
+
+
+def scored(tmp_path: Path, name: str, rows: list[dict] | None = None) -> tuple[Path, dict, str, Path]:
+    """(the report folder, results.json, report.md, the samples file) of lm-eval samples scored
+    under both protocols; `rows` replace the fixture's lines."""
+    source = SAMPLES
+    if rows is not None:
+        source = tmp_path / SAMPLES.name
+        source.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    report = score_outputs(source, data_dir=DATA)
+    out = tmp_path / name
+    write_report(out, report)
+    return out, json.loads((out / "results.json").read_text()), (out / "report.md").read_text(), source
+
+
+def no_machine_path(text: str, given: Path) -> None:
+    """`text` names no absolute path but the one its caller gave (the scored file)."""
+    rest = text.replace(str(given), "FILE")
+    assert sys.prefix not in rest and str(Path.home()) not in rest
+    assert not re.search(r"(?<![\w.])/(?:[\w.@+-]+/)+[\w.@+-]*", rest), re.search(r"(?<![\w.])/(?:[\w.@+-]+/)+[\w.@+-]*", rest)
+
+
+def every_accuracy_has_its_interval(text: str) -> None:
+    """Each accuracy written as a percentage ("66.7 %") is followed by its 95 % interval, and each
+    table of accuracies has the interval column."""
+    for line in text.splitlines():
+        for match in PERCENT.finditer(line):
+            assert INTERVAL.match(line, match.start()), line
+    headers = [line for line in text.splitlines() if line.startswith("| benchmark | items | accuracy %")]
+    assert headers and all("| 95 % interval |" in header for header in headers)
+
+
+def test_lm_eval_samples_report_says_what_it_read_and_shows_intervals(tmp_path, capsys):
+    out, results, text, source = scored(tmp_path, "lm")
+    assert "read as lm-eval samples (task gsm8k as gsm8k; items matched: " in text
+    assert results["format"] == "lm-eval samples"
+    # three plain-text answers: no program ran, so none is PoT
+    for protocol in ("released", "numloss"):
+        assert results["benchmarks"][protocol]["gsm8k"]["styles"] == {"cot": 3}
+        assert "| gsm8k | 3 | 66.7 | 20.8-93.9 | 3 | 0 / 3 / 0 |" in text
+    no_machine_path(text, source)
+    assert "Program sandbox: " in text
+    every_accuracy_has_its_interval(text)
+    print_summary(score_outputs(source, data_dir=DATA))
+    console = [line for line in capsys.readouterr().out.splitlines() if "%" in line]
+    assert console[0] == "accuracy % (95 % interval)" and all(INTERVAL.search(line) for line in console[1:])
+
+    # accuracy.png: one point per benchmark and mACC with the table's interval, per protocol
+    drawn = plot(out / "accuracy.png")
+    assert [s["label"] for s in drawn["series"]] == ["protocol released", "protocol numloss"]
+    for series, protocol in zip(drawn["series"], ("released", "numloss"), strict=True):
+        score = results["benchmarks"][protocol]["gsm8k"]
+        assert series["values"] == pytest.approx([100 * score["accuracy"], 100 * results["macc"][protocol]])
+        assert flat(series["intervals"]) == pytest.approx([100 * v for v in score["ci95"] + results["macc_ci95"][protocol]])
+    assert drawn["xticklabels"] == ["gsm8k\n(3 items)", "mACC"] and drawn["lines"] == []
+
+    # place_accuracy.png: whole places, named, never joined; the title names what is drawn
+    drawn = plot(out / "place_accuracy.png")
+    places = results["benchmarks"]["numloss"]["gsm8k"]["place_accuracy"]
+    assert drawn["xticklabels"] == [PLACE_NAMES[p["place"]] for p in places] and drawn["lines"] == []
+    assert drawn["title"] == "gsm8k: generated answers by digit place (protocol numloss)"
+    (series,) = drawn["series"]
+    assert series["x"] == list(range(len(places)))
+    assert flat(series["intervals"]) == pytest.approx(flat([[100 * v for v in wilson_interval(p["correct"], p["total"])] for p in places]))
+    for name in ("accuracy.png", "place_accuracy.png"):  # plain tick labels: no offsets, exponents or mathtext
+        labels = plot(out / name)["yticklabels"]
+        assert labels == ["0", "20", "40", "60", "80", "100"], labels
+
+
+def test_outputs_with_no_answer_say_there_is_nothing_by_place_and_draw_no_place_plot(tmp_path):
+    rows = [json.loads(line) for line in SAMPLES.read_text().splitlines()]
+    for row in rows:
+        row["resps"] = [["I cannot tell."]]
+        row["filtered_resps"] = ["[invalid]"]
+    stale = tmp_path / "none" / "place_accuracy.png"
+    stale.parent.mkdir()
+    stale.write_bytes(b"an earlier report's picture")
+    out, results, text, source = scored(tmp_path, "none", rows)
+    assert results["benchmarks"]["numloss"]["gsm8k"]["answered"] == 0
+    assert "- gsm8k: no numeric answer, so no accuracy by digit place" in text
+    assert "place 0:" not in text and not stale.exists()
+    assert sorted(p.name for p in out.iterdir()) == ["accuracy.png", "report.md", "results.json"]
+    drawn = plot(out / "accuracy.png")
+    assert drawn["series"][1]["values"] == [0.0, 0.0]
+    assert flat(drawn["series"][1]["intervals"]) == pytest.approx([0.0, 100 * wilson_interval(0, 3)[1]] * 2)
+    no_machine_path(text, source)
+    every_accuracy_has_its_interval(text)
+
+
+def test_the_progress_bar_total_is_the_items_from_the_start(monkeypatch):
+    """Each item moves the bar once; the chain-of-thought fallbacks of items whose program gave
+    nothing are counted beside it, never raising its total mid-run (it went 3 -> 6)."""
+    from numloss.evaluate import evaluate
+    from numloss.evaluate.generate import HFGenerator
+    from numloss.models.tiny import build_char_tokenizer, build_tiny_model
+
+    totals: list[int] = []
+
+    class Bar:
+        def __init__(self, total: int) -> None:
+            self.total, self.n, self.postfix = total, 0, ""
+
+        def update(self, n: int) -> None:
+            self.n += n
+            totals.append(self.total)
+
+        def set_postfix_str(self, text: str) -> None:
+            self.postfix = text
+            totals.append(self.total)
+
+        def refresh(self) -> None:
+            pass
+
+        def close(self) -> None:
+            seen.append(self)
+
+    seen: list[Bar] = []
+    monkeypatch.setattr(HFGenerator, "_new_bar", lambda self, total: Bar(total))
+    tokenizer = build_char_tokenizer()
+    model = build_tiny_model(tokenizer, num_layers=1, hidden_size=32, num_heads=2, seed=0)
+    report = evaluate((model, tokenizer), ["svamp"], data_dir=DATA, limit=3, max_new_tokens=3, digit_stats=False,
+                      progress=True, allow_unisolated=True)
+    fallbacks = report.scores["numloss"]["svamp"].styles.get("pot+cot", 0)
+    assert fallbacks > 0, "the case needs fallbacks"
+    (bar,) = seen
+    assert set(totals) == {3} and bar.n == 3 and bar.postfix == f"fallbacks {fallbacks}"
