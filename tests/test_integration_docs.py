@@ -64,8 +64,8 @@ def test_snippet_runs_and_gives_numeric_trainers_first_update(index, tmp_path, m
         batch = fresh["collator"](list(fresh["train_dataset"]))
         logits = fresh["model"](input_ids=batch["input_ids"], attention_mask=batch["attention_mask"]).logits
         whole = namespace["loss_fn"](logits, fresh["shift_labels"](batch))
-        assert namespace["step_loss"] == pytest.approx(float(whole.loss), rel=1e-5)
-        assert namespace["step_aux"] == pytest.approx(float(whole.aux), rel=1e-5)
+        assert namespace["step_loss"] == pytest.approx(whole.loss.item(), rel=1e-5)
+        assert namespace["step_aux"] == pytest.approx(whole.aux.item(), rel=1e-5)
 
 
 # -- README.md: the product page ------------------------------------------------------------------

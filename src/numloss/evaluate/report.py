@@ -379,6 +379,11 @@ def _entropy_plot(report: EvalReport, path: Path) -> Path | None:
     return _save(fig, ax, "Teacher-forced digit entropy at the gold answer's digits", path)
 
 
+PLOTS = {"accuracy.png": _accuracy_plot, "place_accuracy.png": _place_plot, "digit_entropy.png": _entropy_plot}
+#: every file `write_report` may write (`numloss eval --help` and the docs list them; tests/test_docs.py)
+REPORT_FILES = ("results.json", "report.md", *PLOTS)
+
+
 def write_report(out_dir: str | Path, report: EvalReport) -> list[Path]:
     """Write results.json, report.md and the PNG plots into `out_dir`; returns the paths."""
     out = Path(out_dir)
@@ -389,7 +394,7 @@ def write_report(out_dir: str | Path, report: EvalReport) -> list[Path]:
     write_text_atomic(out / "results.json", json.dumps(jsonable(report.to_json()), indent=2) + "\n")
     write_text_atomic(out / "report.md", markdown(report))
     written = [out / "results.json", out / "report.md"]
-    for name, plot in (("accuracy.png", _accuracy_plot), ("place_accuracy.png", _place_plot), ("digit_entropy.png", _entropy_plot)):
+    for name, plot in PLOTS.items():
         if plot(report, out / name) is not None:
             written.append(out / name)
         else:  # nothing to plot: an earlier report's picture must not pass for this one's
