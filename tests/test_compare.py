@@ -398,30 +398,34 @@ def test_records_carry_a_grid_into_a_new_checkout(finished, monkeypatch, tmp_pat
         read_record(records, f"{other['label']}-s{other['seed']}", other["hash"])
 
 
-def test_the_progress_bar_shows_the_in_distribution_exact_match_of_a_record(finished, monkeypatch, tmp_path, capsys) -> None:
-    """A record is written with sorted keys, so its first set is "decimals": the bar must still show
-    the headline (in-distribution) exact match, as the report does."""
-    import json
+def test_the_headline_exact_match_is_in_distribution_also_in_a_record_with_sorted_keys() -> None:
+    """A record is written with sorted keys, so its first set is "decimals": the bar and the report
+    must still show the headline (in-distribution) exact match."""
+    from numloss.compare.report import primary_evaluation
 
-    from numloss.compare.runner import record_path
+    record = json.loads(json.dumps({"evaluation": {"in_distribution": {"exact_match": 0.625},
+                                                   "decimals": {"exact_match": 0.0}}}, sort_keys=True))
+    assert next(iter(record["evaluation"])) == "decimals"
+    assert primary_evaluation(record)["exact_match"] == 0.625
 
-    compare, _, out = finished
-    records = tmp_path / "records"
-    compare.records_dir = records
-    try:
-        (first, *_) = run_grid(compare, progress=False)
-    finally:
-        compare.records_dir = None
-    evaluation = {name: {**scores, "exact_match": 0.0} for name, scores in first["evaluation"].items()}
-    evaluation["in_distribution"]["exact_match"] = 0.625
-    assert sorted(evaluation)[0] != "in_distribution"
-    name = f"{first['label']}-s{first['seed']}"
-    record_path(records, name, first["hash"]).write_text(json.dumps({**first, "evaluation": evaluation}, sort_keys=True))
-    monkeypatch.setattr(numloss.train, "run_training", lambda *a, **k: pytest.fail("a recorded run was trained again"))
-    fresh = compare_config_from_dict({**_mapping(tmp_path / "new-checkout"), "records_dir": str(records)})
-    capsys.readouterr()
-    run_grid(fresh, progress=True)
-    assert f"{name}: exact match 62.5%" in capsys.readouterr().err
+
+def test_the_step_bar_counts_every_run_s_steps_from_the_start(capsys) -> None:
+    """The grid's bar is in training steps (its ETA moves from the first step), its total is every
+    run's steps before any trains, and a run's last step says it is being scored."""
+    from numloss.compare.runner import StepBar
+
+    bar = StepBar(10)
+    for name in ("mle-s0", "del-s0"):
+        bar(name, 0)
+    assert bar.bar.total == 20 and bar.bar.n == 0
+    bar("mle-s0", 3)
+    bar("del-s0", 5)
+    bar("mle-s0", 2)  # a late report of an earlier step counts nothing twice
+    assert bar.bar.n == 8
+    bar("mle-s0", 10)
+    bar.close()
+    err = capsys.readouterr().err
+    assert bar.bar.n == 15 and "15/20" in err and "scoring mle-s0" in err
 
 
 def test_overridden_runs_stay_out_of_the_records(tmp_path) -> None:

@@ -9,6 +9,7 @@ import copy
 import json
 import os
 import random
+import re
 import shutil
 import signal
 import subprocess
@@ -56,7 +57,7 @@ def _mapping(out: Path, **extra) -> dict:
 
 
 def _write(path: Path, mapping: dict) -> str:
-    path.write_text(yaml.safe_dump(mapping))
+    path.write_text(yaml.safe_dump(mapping), encoding="utf-8")
     return str(path)
 
 
@@ -437,29 +438,30 @@ def _children(pid: int) -> set[int]:
 
 def _alive(pid: int) -> bool:
     try:
-        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+        state = Path(f"/proc/{pid}/stat").read_text(encoding="utf-8").rsplit(")", 1)[1].split()[0]
     except OSError:
         return False
     return state not in ("Z", "X")
 
 
 @contextmanager
-def _two_job_compare(tmp_path: Path):
-    """A `numloss compare --jobs 2` process whose two workers are training (runs of 100000 steps:
-    none finishes on its own during a test); yields (parent, config, workers) and leaves no
-    process of it behind."""
+def _two_job_compare(tmp_path: Path, command: str = "compare", progress: tuple[str, ...] = ("--no-progress",)):
+    """A `numloss COMMAND --jobs 2` process (its own process group, as a terminal's foreground job)
+    whose two workers are training (runs of 100000 steps: none finishes on its own during a test);
+    yields (parent, config, workers) and leaves no process of it behind."""
     out = tmp_path / "out"
-    mapping = _mapping(out, objectives=["mle", "ntl-was"], jobs=2)
+    mapping = _mapping(out, objectives=["mle", "ntl-was"], jobs=2, learning=None)
     mapping["base"]["train"]["max_steps"] = 100000
     config = _write(tmp_path / "c.yaml", mapping)
     parent = subprocess.Popen(
-        [sys.executable, "-m", "numloss", "compare", config, "--no-progress"],
+        [sys.executable, "-m", "numloss", command, config, *progress], start_new_session=True,
         env={**os.environ, "PYTHONPATH": SRC}, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
     )
     workers: set[int] = set()
     try:
         deadline = time.monotonic() + 120
-        while not ((out / "runs" / "mle-s0").is_dir() and (out / "runs" / "ntl-was-s0").is_dir()):
+        logs = [out / "runs" / name / "log.csv" for name in ("mle-s0", "ntl-was-s0")]
+        while not all(log.is_file() for log in logs):  # both train: past their imports and first step
             assert parent.poll() is None, parent.stderr.read().decode()
             assert time.monotonic() < deadline, "the workers did not start"
             time.sleep(0.2)
@@ -494,17 +496,54 @@ def test_killing_the_parent_of_a_two_job_compare_kills_its_workers(tmp_path, cap
 
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="/proc is Linux's")
-def test_sigterm_to_a_two_job_compare_ends_its_workers_and_says_how_to_continue(tmp_path) -> None:
-    """`kill PID` reaches the parent only (Ctrl-C reaches the whole process group): the parent ends
-    its training workers, exits 130 with one line naming what was kept, and waits for no run."""
-    with _two_job_compare(tmp_path) as (parent, _, workers):
-        parent.send_signal(signal.SIGTERM)
+@pytest.mark.parametrize("command, ctrl_c", [("compare", False), ("demo", True)], ids=["compare-sigterm", "demo-ctrl-c"])
+def test_an_interrupted_two_job_compare_ends_its_workers_and_says_how_to_continue(command, ctrl_c, tmp_path) -> None:
+    """`kill PID` reaches the parent only, Ctrl-C the whole process group (workers included): either
+    way the parent ends its training workers, exits 130 with one line naming what was kept, and
+    waits for no run; no worker prints a traceback of its own."""
+    with _two_job_compare(tmp_path, command, progress=() if ctrl_c else ("--no-progress",)) as (parent, _, workers):
+        time.sleep(1)  # a step or two reported
+        if ctrl_c:
+            os.killpg(parent.pid, signal.SIGINT)
+        else:
+            parent.send_signal(signal.SIGTERM)
         status = parent.wait(timeout=60)  # the runs train for 100000 steps: waiting for them would time out
         err = parent.stderr.read().decode()
         lines = [line for line in err.splitlines() if line.strip()]
         assert status == 130, err[-3000:]
-        assert "Traceback" not in err and lines[-1].startswith("numloss compare: interrupted; every finished run is kept in"), err[-3000:]
-        assert not _outlived(workers), "workers outlived a compare ended by SIGTERM"
+        assert lines[-1].startswith(f"numloss {command}: interrupted; every finished run is kept in"), err[-3000:]
+        assert not any(word in err for word in ("Traceback", "KeyboardInterrupt", "BrokenProcessPool")), err[-3000:]
+        if ctrl_c:  # the bar counts the steps the workers report, out of both runs' steps
+            assert re.search(r"\b[1-9]\d*/200000 ", err), err[-3000:]
+        assert not _outlived(workers), "workers outlived an interrupted compare"
+
+
+def test_a_run_trained_but_not_scored_is_scored_without_training_again(tmp_path, monkeypatch) -> None:
+    """A process that died after training (out of memory while scoring) left final/ and no result:
+    the same grid again scores that final/; a grid of other settings trains anew."""
+    from numloss.compare.runner import run_grid
+
+    out = tmp_path / "out"
+    (old,) = run_grid(compare_config_from_dict(_mapping(out)), progress=False)
+    (out / "runs" / "mle-s0" / "result.json").unlink()
+    real, trained = numloss.train.run_training, []
+
+    def spy(*args, **kwargs):
+        result = real(*args, **kwargs)
+        trained.append(not result.already_finished)
+        return result
+
+    monkeypatch.setattr(numloss.train, "run_training", spy)
+    (again,) = run_grid(compare_config_from_dict(_mapping(out)), progress=False)
+    assert trained == [False], "the finished final/ was trained again"
+    assert again["hash"] == old["hash"] and again["curve"] == old["curve"]  # the first training's log
+    assert {name: ev["examples"] for name, ev in again["evaluation"].items()} == {
+        name: ev["examples"] for name, ev in old["evaluation"].items()}, "not the same trained model"
+    (out / "runs" / "mle-s0" / "result.json").unlink()
+    mapping = _mapping(out)
+    mapping["base"]["train"]["max_steps"] = 3
+    (longer,) = run_grid(compare_config_from_dict(mapping), progress=False)
+    assert trained == [False, True] and longer["steps"] == 3
 
 
 @pytest.mark.parametrize(

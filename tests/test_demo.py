@@ -127,6 +127,13 @@ def test_the_demo_runs_end_to_end_on_the_tiny_model(tmp_path, capsys) -> None:
     assert "runs recorded" in recorded and "Recorded trace of digit_logit_mean" in recorded
 
 
+def test_the_help_names_the_default_config(capsys) -> None:
+    with pytest.raises(SystemExit):
+        main(["--help"])
+    text = " ".join(capsys.readouterr().out.split())
+    assert "(default: configs/compare-demo-smollm2.yaml," in text and "configs/compare.yaml," not in text
+
+
 @pytest.mark.parametrize("config", ["compare-demo-smollm2.yaml", "compare-demo.yaml"])
 def test_the_packaged_demo_configs_are_the_checkouts(config) -> None:
     from numloss.package_data import packaged

