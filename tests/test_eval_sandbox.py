@@ -31,11 +31,13 @@ from numloss.evaluate.sandbox import (
     SandboxLimits,
     SandboxUnavailable,
     isolation,
+    policy,
     run_program,
     run_programs,
 )
 from numloss.evaluate.sandbox import bwrap as bwrap_mod
-from numloss.evaluate.sandbox.seccomp import DENIED, filter_program
+from numloss.evaluate.sandbox.policy import DENIED, NEWER_ALLOWED
+from numloss.evaluate.sandbox.seccomp import filter_program, last_filter, syscall_numbers
 
 LIMITS = SandboxLimits(wall_seconds=3.0, cpu_seconds=2, memory_bytes=512 << 20, output_bytes=16 * 1024)
 FULL = isolation().mode == "bwrap+seccomp"
@@ -187,7 +189,7 @@ def test_the_filesystem_is_read_only_except_a_capped_tmpfs(tmp_path):
     site_on_tmpfs = bwrap_mod.layout().site_dirs[-1].startswith("/tmp/") and os.geteuid() != 0
     assert eval(writable) == [False, False, False, site_on_tmpfs, False]
     assert int(size) == 1 << 20
-    assert dict(eval(env)) == {**bwrap_mod.ENV, "PWD": "/tmp", "PYTHONPATH": ":".join(bwrap_mod.layout().site_dirs)}
+    assert dict(eval(env)) == {**policy.ENV, "PWD": "/tmp", "PYTHONPATH": ":".join(bwrap_mod.layout().site_dirs)}
     assert str(tmp_path) not in result.stdout and os.getcwd() not in cwd_root
 
 
@@ -298,7 +300,7 @@ def test_the_oom_killer_takes_a_sandboxs_processes_before_the_evaluator():
         "except OSError as e:\n    lowered = 'refused %d' % e.errno\nprint(first, os.read(r, 16).decode(), lowered)", LIMITS)
     assert result.ok, result
     first, child, lowered = result.stdout.split(maxsplit=2)
-    assert first == child == str(bwrap_mod.OOM_SCORE_ADJ)
+    assert first == child == str(policy.OOM_SCORE_ADJ)
     if _evaluator_has_capability(24):  # CAP_SYS_RESOURCE: the evaluator's write set the floor
         assert lowered == "refused 13", lowered  # EACCES
 
@@ -328,7 +330,7 @@ def test_an_allowed_package_installed_under_tmp_is_importable(tmp_path, monkeypa
     package.mkdir(parents=True)
     (package / "__init__.py").write_text("ANSWER = 42\n")
     monkeypatch.syspath_prepend(str(tmp_path / "site"))
-    monkeypatch.setattr(bwrap_mod, "ALLOWED_PACKAGES", bwrap_mod.ALLOWED_PACKAGES + ("numloss_probe_pkg",))
+    monkeypatch.setattr(policy, "ALLOWED_PACKAGES", policy.ALLOWED_PACKAGES + ("numloss_probe_pkg",))
     bwrap_mod.layout.cache_clear()
     try:
         result = run_program("import numloss_probe_pkg, os\nprint(numloss_probe_pkg.ANSWER, os.listdir('/tmp') != [])", LIMITS)
@@ -391,31 +393,18 @@ def test_nothing_outlives_an_evaluator_killed_mid_run():
     assert left == [], "sandboxed processes outlived their evaluator"
     from numloss.evaluate.sandbox import cgroup
 
+    # its cgroups are left empty, and the next evaluator's sweep removes them (their owner is dead)
     found = cgroup.support()
-    for _ in range(100):  # the keeper removes the cgroups of the runs it ended
-        stray = [f"{p}/{n}" for p in (found.v1.values() if found.v1 else [found.parent] if found.parent else [])
-                 for n in os.listdir(p) if n.startswith(f"numloss-sandbox-{evaluator.pid}-")]
-        if not stray:
-            break
-        time.sleep(0.05)
-    assert stray == [], stray
+    parents = list(found.v1.values()) if found.v1 else [found.parent] if found.parent else []
+    stray = {f"{p}/{n}" for p in parents for n in os.listdir(p) if n.startswith(f"numloss-sandbox-{evaluator.pid}-")}
+    assert set(cgroup.sweep_stale(parents, min_age=0)) >= stray
 
 
 def _sandboxed(evaluator: int) -> list[str]:
     """Host pids of the evaluator's descendants that run as a sandbox's uid in another pid
-    namespace (bwrap itself and the keeper are in ours)."""
+    namespace (bwrap itself is in ours)."""
     ours = pid_namespace(str(os.getpid()))
     return [p for p in descendants(evaluator) if bwrap_mod.is_sandbox_uid(_uid(p)) and pid_namespace(p) not in ("", ours)]
-
-
-def _keeper_of(evaluator: int) -> int | None:
-    for p in descendants(evaluator):
-        try:
-            if b"pidfd_send_signal(fd" in open(f"/proc/{p}/cmdline", "rb").read():
-                return int(p)
-        except OSError:
-            continue
-    return None
 
 
 _WALL = 3.0
@@ -424,23 +413,21 @@ _SLEEPERS = "import os, time\nfor _ in range(3):\n    if os.fork() == 0:\n      
 
 def _evaluator_with_a_sleeping_sandbox():
     """An evaluator process running `_SLEEPERS` under a `_WALL` s wall clock, once the program and
-    its three setsid children run: (evaluator, the sandbox's pid namespaces, its keeper or None)."""
+    its three setsid children run: (evaluator, the sandbox's pid namespaces)."""
     import subprocess
     import time
 
     evaluator = subprocess.Popen([sys.executable, "-c", "from numloss.evaluate.sandbox import run_program, SandboxLimits\n"
                                   f"run_program({_SLEEPERS!r}, SandboxLimits(wall_seconds={_WALL}, cpu_seconds=60))"],
                                  env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}, start_new_session=True)
-    keeper = None
     for _ in range(400):
         time.sleep(0.02)
         sandboxed = _sandboxed(evaluator.pid)
-        keeper = _keeper_of(evaluator.pid)
-        if len(sandboxed) >= 4 and (keeper is not None or os.geteuid() != 0):
-            return evaluator, {pid_namespace(p) for p in sandboxed}, keeper
+        if len(sandboxed) >= 4:
+            return evaluator, {pid_namespace(p) for p in sandboxed}
     evaluator.kill()
     evaluator.wait()
-    raise AssertionError("the sandboxed program or the keeper never started")
+    raise AssertionError("the sandboxed program never started")
 
 
 def _left_after_the_wall_clock(namespaces: set[str], started: float) -> list[str]:
@@ -449,7 +436,7 @@ def _left_after_the_wall_clock(namespaces: set[str], started: float) -> list[str
     import time
 
     left: list[str] = []
-    while time.monotonic() - started < _WALL + bwrap_mod.INIT_GRACE + 3:
+    while time.monotonic() - started < _WALL + policy.INIT_GRACE + 3:
         left = [p for p in os.listdir("/proc") if p.isdigit() and pid_namespace(p) in namespaces]
         if not left:
             break
@@ -458,52 +445,22 @@ def _left_after_the_wall_clock(namespaces: set[str], started: float) -> list[str
 
 
 @needs_kernel_sandbox
-def test_the_wall_clock_holds_while_the_evaluator_and_its_keeper_are_frozen():
-    """Stopped, not killed: no pipe reads EOF and no parent dies, so neither the keeper nor
+def test_the_wall_clock_holds_while_the_evaluator_is_frozen():
+    """Stopped, not killed: no pipe reads EOF and no parent dies, so neither the lifeline nor
     --die-with-parent nor the host's timer acts. Only the init's own deadline can end the
     namespace, and it does at the wall clock, as root and as a non-root evaluator."""
     import signal
     import time
 
-    evaluator, namespaces, keeper = _evaluator_with_a_sleeping_sandbox()
+    evaluator, namespaces = _evaluator_with_a_sleeping_sandbox()
     started = time.monotonic()
-    frozen = [evaluator.pid] + ([keeper] if keeper is not None else [])
     try:
-        for pid in frozen:
-            os.kill(pid, signal.SIGSTOP)
+        os.kill(evaluator.pid, signal.SIGSTOP)
         left = _left_after_the_wall_clock(namespaces, started)
     finally:
-        for pid in frozen:
-            os.kill(pid, signal.SIGKILL)
+        os.kill(evaluator.pid, signal.SIGKILL)
         evaluator.wait()
     assert left == [], "sandbox processes outlived the wall clock while the evaluator was frozen"
-
-
-@needs_kernel_sandbox
-# slow: the other order of the same two kills (the init's own deadline ends the namespace either way)
-@pytest.mark.parametrize("order", ["keeper then evaluator", pytest.param("evaluator then keeper", marks=pytest.mark.slow)])
-def test_the_wall_clock_holds_when_the_keeper_and_the_evaluator_die(order):
-    """Every sandbox carries its own deadline (its init's timer, plus RLIMIT_CPU): when nothing
-    on the host is left to enforce the wall clock, the namespace still ends at it."""
-    import signal
-    import time
-
-    if os.geteuid() != 0:
-        pytest.skip("only a root evaluator has a keeper (a non-root one relies on --die-with-parent; "
-                    "test_the_wall_clock_holds_while_the_evaluator_and_its_keeper_are_frozen covers its deadline)")
-    evaluator, namespaces, keeper = _evaluator_with_a_sleeping_sandbox()
-    started = time.monotonic()  # the program runs: its init started before now
-    try:
-        assert keeper is not None
-        first, second = (keeper, evaluator.pid) if order.startswith("keeper") else (evaluator.pid, keeper)
-        os.kill(first, signal.SIGKILL)
-        time.sleep(0.2)
-        os.kill(second, signal.SIGKILL)
-    finally:
-        evaluator.kill()
-        evaluator.wait()
-    left = _left_after_the_wall_clock(namespaces, started)
-    assert left == [], f"sandbox processes outlived the wall clock with neither keeper nor evaluator ({order})"
 
 
 def _uid(pid: str) -> int:
@@ -682,8 +639,7 @@ def errno_of(value: int) -> int:
 @pytest.mark.parametrize("allow_mount", [False, True], ids=["program", "bwrap-loaded"])
 def test_the_seccomp_filter_denies_what_it_promises(allow_mount):
     prog = filter_program("x86_64", allow_mount=allow_mount)
-    from numloss.evaluate.sandbox.seccomp import _NEWER, NEWER_ALLOWED
-    from numloss.evaluate.sandbox.seccomp import _X86_64 as nr
+    nr = syscall_numbers("x86_64")
     for name in DENIED:
         if allow_mount and name == "mount":
             assert run_bpf(prog, nr[name], X86_64) == ALLOW
@@ -694,9 +650,11 @@ def test_the_seccomp_filter_denies_what_it_promises(allow_mount):
         assert name in DENIED, name
     for allowed in (0, 1, 2, 57, 59, 60, 62, 231, 434, 424):  # read write open fork execve exit kill exit_group pidfd_*
         assert run_bpf(prog, allowed, X86_64) == ALLOW, allowed
-    for name, number in _NEWER.items():  # newer than 450: only the listed ones; the rest as an old kernel
+    allowed = {nr[name] for name in NEWER_ALLOWED}
+    assert allowed == {452, 454, 455, 456, 464, 465, 468}  # fchmodat2, futex_*, getxattrat, listxattrat, file_getattr
+    for number in range(451, 470):  # newer than 450: only the listed ones; the rest as an old kernel
         verdict = run_bpf(prog, number, X86_64)
-        assert verdict == ALLOW if name in NEWER_ALLOWED else errno_of(verdict) == 38, name
+        assert verdict == ALLOW if number in allowed else errno_of(verdict) == 38, number
     for name in ("statmount", "listmount", "open_tree_attr", "setxattrat", "lsm_set_self_attr"):
         assert name not in NEWER_ALLOWED
     for number in (470, 500, 1000, 0x3FFFFFFF):
@@ -730,9 +688,7 @@ def test_the_seccomp_filter_denies_what_it_promises(allow_mount):
 
 
 def test_the_last_filter_refuses_mount_and_any_further_filter_only():
-    from numloss.evaluate.sandbox.seccomp import _X86_64 as nr
-    from numloss.evaluate.sandbox.seccomp import last_filter
-
+    nr = syscall_numbers("x86_64")
     prog = last_filter("x86_64")
     assert errno_of(run_bpf(prog, nr["mount"], X86_64)) == 1
     assert errno_of(run_bpf(prog, nr["seccomp"], X86_64, (1, 0, 0))) == 1  # SECCOMP_SET_MODE_FILTER
@@ -1052,7 +1008,7 @@ def test_a_delegated_cgroup_v2_is_found_and_an_undelegated_one_is_said_why(tmp_p
 
 
 def test_cgroups_left_by_a_dead_evaluator_are_swept_and_new_names_never_collide(tmp_path):
-    # an evaluator killed together with its keeper leaves its programs' (empty) cgroups for ever;
+    # an evaluator that is killed leaves its programs' (empty) cgroups for ever;
     # a later evaluator with the same pid used to fail to make its own (mkdir: File exists)
     from numloss.evaluate.sandbox import cgroup
 

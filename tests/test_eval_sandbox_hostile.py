@@ -89,7 +89,7 @@ def suite():
     os.chdir(cwd)
     os.environ.update(HOME=str(home), NUMLOSS_SECRET_TOKEN=CANARY)
     set_child_subreaper(True)  # a survivor of ours is reparented here: see hostile/__init__.py
-    run_programs(["print(1)"] * 4, LIMITS, workers=4)  # the keeper and the pooled namespaces exist
+    run_programs(["print(1)"] * 4, LIMITS, workers=4)  # the pooled namespaces and the lifeline exist
     descriptors = len(os.listdir("/proc/self/fd"))
     try:
         started = time.perf_counter()
@@ -238,7 +238,7 @@ def test_output_reaches_a_report_without_terminal_controls_and_raw_bytes_are_kep
 
 
 def test_per_user_kernel_budgets_are_bounded(suite):
-    from numloss.evaluate.sandbox.bwrap import SIGPENDING
+    from numloss.evaluate.sandbox.policy import SIGPENDING
 
     out = suite["results"]["kernel_budgets"].stdout
     assert "inotify 0 1" in out and "fanotify -1 1" in out and "mq_open -1 1" in out, out

@@ -26,8 +26,8 @@ from functools import lru_cache
 
 from numloss.evaluate.sandbox import audithook, bwrap, cgroup
 from numloss.evaluate.sandbox.audithook import VIOLATION_MARKER
-from numloss.evaluate.sandbox.bwrap import ALLOWED_PACKAGES
 from numloss.evaluate.sandbox.limits import ProgramResult, SandboxLimits, Status
+from numloss.evaluate.sandbox.policy import ALLOWED_PACKAGES
 from numloss.evaluate.sandbox.seccomp import SeccompUnsupported, filter_program
 
 ALLOW_UNISOLATED_ENV = "NUMLOSS_ALLOW_UNISOLATED_EXEC"

@@ -19,7 +19,6 @@ import sysconfig
 import tempfile
 import time
 
-from numloss.evaluate.sandbox.bwrap import ENV
 from numloss.evaluate.sandbox.limits import (
     SANDBOX_ENDED,
     ProgramResult,
@@ -28,6 +27,7 @@ from numloss.evaluate.sandbox.limits import (
     decode_output,
     encode_source,
 )
+from numloss.evaluate.sandbox.policy import ENV
 
 VIOLATION_MARKER = "NUMLOSS_SANDBOX_VIOLATION"
 

@@ -2,7 +2,7 @@
 
 Outermost first (docs/sandbox.md has the threat and memory models): bwrap's user, pid, net, ipc,
 uts and cgroup namespaces, uid 65534 without capabilities, in a session of its own; an empty
-read-only root with read-only binds of only the interpreter, `ALLOWED_PACKAGES` and the
+read-only root with read-only binds of only the interpreter, `policy.ALLOWED_PACKAGES` and the
 libraries they load (`layout`), one capped tmpfs as cwd and /tmp, the plain devices; the seccomp
 filter; the init (`pid1.py`), which drops the last privileges, sets the rlimits, runs the program
 and reports how it ended; on the host, a wall clock and an output cap that kill the namespace,
@@ -36,7 +36,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from functools import lru_cache
 
-from numloss.evaluate.sandbox import cgroup
+from numloss.evaluate.sandbox import cgroup, policy
 from numloss.evaluate.sandbox.limits import (
     INLINE_BYTES,
     SANDBOX_ENDED,
@@ -50,15 +50,6 @@ from numloss.evaluate.sandbox.limits import (
     encode_source,
 )
 from numloss.evaluate.sandbox.seccomp import filter_program, last_filter
-
-ALLOWED_PACKAGES = ("sympy", "mpmath", "numpy")
-"""Third-party packages a program may import (MAmmoTH-style programs use sympy and numpy)."""
-
-SANDBOX_UID = SANDBOX_GID = 65534  # "nobody"
-ENV = {
-    "PATH": "/usr/bin:/bin", "HOME": "/tmp", "TMPDIR": "/tmp", "LANG": "C.UTF-8",
-    "OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1",
-}
 
 
 @dataclass(frozen=True)
@@ -90,9 +81,6 @@ def _interpreter_files(stdlib: str) -> list[str]:
     return files
 
 
-# Extension modules of the stdlib that are never loaded to find the libraries to bind: a GUI,
-# terminal handling, test modules. A program importing them gets an ImportError.
-_UNPROBED = ("_tkinter", "readline", "_curses", "_curses_panel", "ossaudiodev", "nis", "spwd")
 _PROBE_LIBRARIES = r"""
 import importlib, os, sys, threading
 sys.path[:0] = {site_dirs!r}
@@ -153,9 +141,9 @@ def shared_libraries(
     """(files, symlinks): the shared libraries the interpreter, its extension modules, numpy and
     sympy load (from /proc/self/maps of a probe run), the dynamic loader, and the symlinks the
     loader resolves on the way to each. Only these are bound: no other library of the host."""
-    code = _PROBE_LIBRARIES.format(site_dirs=list(site_dirs), dynload=dynload, unprobed=_UNPROBED)
+    code = _PROBE_LIBRARIES.format(site_dirs=list(site_dirs), dynload=dynload, unprobed=policy.UNPROBED)
     probe = subprocess.run([python, "-I", "-S", "-B", "-c", code], capture_output=True, text=True,
-                           timeout=120, env=dict(ENV))
+                           timeout=120, env=dict(policy.ENV))
     if probe.returncode != 0:
         why = probe.stderr.strip().splitlines()[-1:] or probe.returncode
         raise OSError(f"the shared-library probe failed: {why}")
@@ -175,10 +163,6 @@ def shared_libraries(
     seen: set[str] = set()
     unique = [(t, link) for t, link in links if not (link in seen or seen.add(link))]
     return tuple(sorted(files)), tuple(unique)
-
-
-LOCALES = ("/usr/lib/locale/C.utf8", "/usr/lib/locale/C.UTF-8")
-"""Where glibc looks for the C.UTF-8 locale (Debian, Ubuntu, Fedora); whichever exists is bound."""
 
 
 def time_zone_folders() -> list[str]:
@@ -208,10 +192,10 @@ def _unix_sockets_in(paths: list[str]) -> list[str]:
 
 def _allowed_packages() -> tuple[list[str], list[str]]:
     """(site folders, package folders and the ``*.libs`` folders their wheels ship) of the
-    installed `ALLOWED_PACKAGES` (one not installed gives the program an ImportError)."""
+    installed `policy.ALLOWED_PACKAGES` (one not installed gives the program an ImportError)."""
     site_dirs: list[str] = []
     folders: list[str] = []
-    for name in ALLOWED_PACKAGES:
+    for name in policy.ALLOWED_PACKAGES:
         spec = importlib.util.find_spec(name)
         if spec is None or not spec.submodule_search_locations:
             continue
@@ -236,7 +220,7 @@ def layout() -> Layout:
     libraries, library_links = shared_libraries(python, tuple(site_dirs), dynload)
     # the C.UTF-8 locale's files (glibc finds them by the name in LANG), so that
     # locale.setlocale(locale.LC_ALL, "") works as under `python prog.py`
-    locales = [os.path.realpath(path) for path in LOCALES if os.path.isdir(path)]
+    locales = [os.path.realpath(path) for path in policy.LOCALES if os.path.isdir(path)]
     binds: list[str] = []
     for path in (python, *interpreter, *packages, *libraries, *locales, *time_zone_folders()):
         if os.path.exists(path) and not _covered(path, binds):
@@ -266,22 +250,19 @@ def layout() -> Layout:
     return Layout(python, tuple(binds), tuple(symlinks), tuple(site_dirs), hidden)
 
 
-SHELLS = ("/usr/bin/dash", "/bin/dash")
-"""Shells the sandbox may offer as /bin/sh: dash, a plain POSIX shell (no network or file access
-of its own beyond the syscalls the interpreter already makes)."""
 _SHELL_MAPS = 'while read -r line; do echo "$line"; done < /proc/self/maps'
 
 
 @lru_cache(maxsize=1)
 def minimal_shell(libraries: frozenset[str]) -> str | None:
-    """The first of `SHELLS` whose loaded libraries (its /proc/self/maps) are all in `libraries`,
+    """The first of `policy.SHELLS` whose loaded libraries (its /proc/self/maps) are all in `libraries`,
     the interpreter's: binding it read-only widens nothing. None when none qualifies; a program's
     ``shell=True`` then fails on the missing /bin/sh (`missing_tools` says why)."""
-    for path in SHELLS:
+    for path in policy.SHELLS:
         if not os.path.isfile(path):
             continue
         try:
-            maps = subprocess.run([path, "-c", _SHELL_MAPS], capture_output=True, text=True, timeout=30, env=dict(ENV))
+            maps = subprocess.run([path, "-c", _SHELL_MAPS], capture_output=True, text=True, timeout=30, env=dict(policy.ENV))
         except (OSError, subprocess.SubprocessError):
             continue
         loaded = {os.path.realpath(line.split()[-1]) for line in maps.stdout.splitlines() if ".so" in line}
@@ -294,7 +275,7 @@ def missing_tools() -> str:
     """"" when python3, python and /bin/sh resolve in the sandbox, else which does not and why."""
     if any(link == "/usr/bin/sh" for _, link in layout().symlinks):
         return ""
-    return (f"no /bin/sh: none of {', '.join(SHELLS)} is installed with only the interpreter's libraries "
+    return (f"no /bin/sh: none of {', '.join(policy.SHELLS)} is installed with only the interpreter's libraries "
             "(a larger shell would bind more of the host); python3 and python resolve")
 
 
@@ -333,13 +314,13 @@ def _prepared_userns(host_id: int) -> int:
         if line != "ok":
             raise OSError(f"could not create a user namespace ({line or 'helper died'})")
         if os.geteuid() == 0:
-            maps = {"uid_map": f"0 0 1\n{SANDBOX_UID} {host_id} 1\n",
-                    "gid_map": f"0 0 1\n{SANDBOX_GID} {host_id} 1\n"}
+            maps = {"uid_map": f"0 0 1\n{policy.SANDBOX_UID} {host_id} 1\n",
+                    "gid_map": f"0 0 1\n{policy.SANDBOX_GID} {host_id} 1\n"}
         else:
             with open(f"/proc/{helper.pid}/setgroups", "w") as f:
                 f.write("deny")  # the kernel's condition for an unprivileged gid_map
-            maps = {"uid_map": f"{SANDBOX_UID} {os.geteuid()} 1\n",
-                    "gid_map": f"{SANDBOX_GID} {os.getegid()} 1\n"}
+            maps = {"uid_map": f"{policy.SANDBOX_UID} {os.geteuid()} 1\n",
+                    "gid_map": f"{policy.SANDBOX_GID} {os.getegid()} 1\n"}
         for name, mapping in maps.items():
             with open(f"/proc/{helper.pid}/{name}", "w") as f:
                 f.write(mapping)
@@ -374,11 +355,12 @@ def is_sandbox_uid(uid: int) -> bool:
 
 def _forget_uids_after_fork() -> None:
     """A forked child is another evaluator: it claims its own block (the parent's stays locked
-    for the parent) and prepares its own namespaces."""
+    for the parent), prepares its own namespaces and makes its own lifeline."""
     global _userns_made
-    for _, fd in _uid_blocks:
+    for fd in [fd for _, fd in _uid_blocks] + _lifeline_fds:  # the parent's lifeline is not its own
         os.close(fd)
     _uid_blocks.clear()
+    _lifeline_fds.clear()
     _userns_free.clear()
     _userns_made = 0
 
@@ -465,99 +447,61 @@ def _memfd(name: str, data: bytes) -> int:
     return fd
 
 
-CORE_LIMIT = 1
-"""RLIMIT_CORE in the sandbox, which the program cannot change (`seccomp.last_filter`). 1, not 0:
-the kernel ignores a limit of 0 where core_pattern pipes to a helper (systemd-coredump, apport),
-which would then take a core of each crash of the program on the host; 1 stops dumps of both kinds."""
-
-
-def rlimits(limits: SandboxLimits) -> list[tuple[str, int]]:
-    """The rlimits the init sets before it forks the program: those of `limits`, no core dumps
-    (`CORE_LIMIT`), locked memory or real-time priority, and small budgets of queued signals and
-    message-queue bytes (the kernel charges those to the evaluator's user as well)."""
-    out = [("RLIMIT_CPU", int(limits.cpu_seconds)), ("RLIMIT_FSIZE", int(limits.tmpfs_bytes)),
-           ("RLIMIT_NOFILE", int(limits.open_files)), ("RLIMIT_NPROC", int(limits.max_processes)),
-           ("RLIMIT_CORE", CORE_LIMIT), ("RLIMIT_MEMLOCK", 0), ("RLIMIT_RTPRIO", 0), ("RLIMIT_SIGPENDING", SIGPENDING),
-           ("RLIMIT_MSGQUEUE", 0)]
-    if limits.memory_bytes > 0:
-        out.append(("RLIMIT_AS", int(limits.memory_bytes)))
-    return out
-
-
-SIGPENDING = 64
-"""Signals a sandbox may have queued at once (the kernel's per-user default is in the tens of
-thousands, shared with the evaluator)."""
-SHM_DIR = "/tmp/.shm"
-"""/dev/shm points here: POSIX semaphores and shared memory of multiprocessing live in the
-program's own capped tmpfs, inside its byte and inode budget."""
-_DEVICES = ("null", "zero", "full", "random", "urandom")
+def _options(text: str, **values: object) -> list[str]:
+    """bwrap options written as one line of text, with `values` (none holds a space) filled in."""
+    return text.format(**values).split()
 
 
 def command(bwrap: str, limits: SandboxLimits, fds: dict[str, int]) -> list[str]:
     """The bwrap command line for one program; `fds` holds the seccomp, info, block, lifeline,
     status, ld.so.cache and userns fds."""
     lay = layout()
-    cmd = [bwrap, "--unshare-pid", "--unshare-net", "--unshare-ipc", "--unshare-uts",
-           "--unshare-cgroup-try", "--hostname", "sandbox", "--as-pid-1", "--die-with-parent",
-           "--new-session", "--clearenv", "--cap-drop", "ALL",
-           # the init needs these until it has capped /tmp's inodes and left uid 0; it then drops
-           # every capability, the bounding set included, before the program exists
-           "--cap-add", "CAP_SYS_ADMIN", "--cap-add", "CAP_SETPCAP", "--userns", str(fds["userns"])]
+    # the init needs CAP_SYS_ADMIN and CAP_SETPCAP until it has capped /tmp's inodes and left uid
+    # 0; it then drops every capability, the bounding set included, before the program exists
+    cmd = [bwrap, *_options(
+        "--unshare-pid --unshare-net --unshare-ipc --unshare-uts --unshare-cgroup-try --hostname sandbox "
+        "--as-pid-1 --die-with-parent --new-session --clearenv --cap-drop ALL --cap-add CAP_SYS_ADMIN "
+        "--cap-add CAP_SETPCAP --userns {userns}", **fds)]
     if os.geteuid() == 0:
-        cmd += ["--uid", "0", "--gid", "0", "--cap-add", "CAP_SETUID", "--cap-add", "CAP_SETGID"]
+        cmd += _options("--uid 0 --gid 0 --cap-add CAP_SETUID --cap-add CAP_SETGID")
     else:
-        cmd += ["--uid", str(SANDBOX_UID), "--gid", str(SANDBOX_GID)]
-    for key, value in {**ENV, "PYTHONPATH": ":".join(lay.site_dirs)}.items():
+        cmd += _options("--uid {uid} --gid {uid}", uid=policy.SANDBOX_UID)
+    for key, value in {**policy.ENV, "PYTHONPATH": ":".join(lay.site_dirs)}.items():
         cmd += ["--setenv", key, value]
-    # the tmpfs first: binds of an interpreter or packages installed under /tmp then land on it
-    # instead of being hidden by it
-    cmd += ["--perms", "1777", "--size", str(int(limits.tmpfs_bytes)), "--tmpfs", "/tmp",
-            "--perms", "1777", "--dir", SHM_DIR]
+    # the tmpfs first: binds of an interpreter or packages under /tmp then land on it, not under it
+    cmd += _options("--perms 1777 --size {size} --tmpfs /tmp --perms 1777 --dir {shm}",
+                    size=int(limits.tmpfs_bytes), shm=policy.SHM_DIR)
     # bwrap would create a bind's missing parents with the host parent's mode (/root is 0700)
-    paths = [*lay.binds, *(link for _, link in lay.symlinks)]
-    parents = sorted({p[:i] for p in paths for i in range(1, len(p)) if p[i] == "/"}, key=len)
-    links = {link for _, link in lay.symlinks}
-    for path in parents:
-        if path not in links and not any(path.startswith(link + "/") for link in links):
-            cmd += ["--perms", "0755", "--dir", path]
-    for target, link in lay.symlinks:
-        if "/" in link.strip("/"):
-            continue
-        cmd += ["--symlink", target, link]  # /lib -> usr/lib first: later paths go through it
+    links = [link for _, link in lay.symlinks]
+    parents = {p[:i] for p in [*lay.binds, *links] for i in range(1, len(p)) if p[i] == "/"}
+    for path in sorted(parents, key=lambda p: (len(p), p)):
+        cmd += ["--perms", "0755", "--dir", path] if not _covered(path, links) else []
+    top = [(target, link) for target, link in lay.symlinks if "/" not in link.strip("/")]
+    for target, link in top:  # /lib -> usr/lib first: later paths go through it
+        cmd += ["--symlink", target, link]
     for path in lay.binds:
         cmd += ["--ro-bind", path, path]
     for path in lay.hidden:
         cmd += ["--perms", "0555", "--size", "4096", "--tmpfs", path]
     for target, link in lay.symlinks:
-        if "/" in link.strip("/"):
-            cmd += ["--symlink", target, link]
-    # a private copy of ld.so.cache (no lock or inotify channel through a file all sandboxes share)
-    cmd += ["--perms", "0444", "--ro-bind-data", str(fds["ldcache"]), "/etc/ld.so.cache"]
-    # /dev: the plain devices only; no /dev/pts (ptys are a host-wide budget), /dev/shm in /tmp
-    cmd += ["--perms", "0755", "--size", "65536", "--tmpfs", "/dev"]
-    for name in _DEVICES:
+        cmd += ["--symlink", target, link] if (target, link) not in top else []
+    # a private copy of ld.so.cache (no lock or inotify channel through a file all sandboxes
+    # share); /dev: the plain devices only, /dev/shm in /tmp; then the init
+    cmd += _options("--perms 0444 --ro-bind-data {ldcache} /etc/ld.so.cache --perms 0755 --size 65536 "
+                    "--tmpfs /dev", **fds)
+    for name in policy.DEVICES:
         cmd += ["--dev-bind", f"/dev/{name}", f"/dev/{name}"]
-    for target, link in (("/proc/self/fd", "/dev/fd"), ("/proc/self/fd/0", "/dev/stdin"),
-                         ("/proc/self/fd/1", "/dev/stdout"), ("/proc/self/fd/2", "/dev/stderr"), (SHM_DIR, "/dev/shm")):
-        cmd += ["--symlink", target, link]
-    cmd += ["--proc", "/proc", "--remount-ro", "/dev", "--remount-ro", "/", "--chdir", "/tmp",
-            "--seccomp", str(fds["seccomp"]), "--info-fd", str(fds["info"]),
-            "--block-fd", str(fds["block"]), "--",
-            lay.python, "-I", "-S", "-B", "-c", init_source(), init_parameters(limits, fds)]
-    return cmd
+    for target, link in (("fd", "fd"), ("fd/0", "stdin"), ("fd/1", "stdout"), ("fd/2", "stderr")):
+        cmd += ["--symlink", f"/proc/self/{target}", f"/dev/{link}"]
+    cmd += _options("--symlink {shm} /dev/shm --proc /proc --remount-ro /dev --remount-ro / --chdir /tmp "
+                    "--seccomp {seccomp} --info-fd {info} --block-fd {block} --", shm=policy.SHM_DIR, **fds)
+    return cmd + [lay.python, "-I", "-S", "-B", "-c", init_source(), init_parameters(limits, fds)]
 
 
 @lru_cache(maxsize=1)
 def init_source() -> str:
     """The text of the sandbox's init (`pid1.py`, shipped in the package), run with ``-c``."""
     return importlib.resources.files(__package__).joinpath("pid1.py").read_text(encoding="utf-8")
-
-
-POLL_SECONDS = 0.1
-"""How often the init sums its namespace's CPU time and tasks (the CPU clock's overshoot)."""
-AT_CAP_SECONDS = 2.0
-"""How long the namespace may stay at its process limit before the init ends it (a
-multiprocessing.Pool larger than the limit would otherwise wait until the clock)."""
 
 
 def init_parameters(limits: SandboxLimits, fds: dict[str, int]) -> str:
@@ -567,40 +511,35 @@ def init_parameters(limits: SandboxLimits, fds: dict[str, int]) -> str:
     # 13 as uid 65534)
     tasks_outside = 0 if os.geteuid() == 0 else 1
     return json.dumps({
-        "uid": SANDBOX_UID, "status": fds["status"], "lifeline": fds["lifeline"],
-        "inodes": int(limits.tmpfs_inodes), "rlimits": rlimits(limits),
+        "uid": policy.SANDBOX_UID, "status": fds["status"], "lifeline": fds["lifeline"],
+        "inodes": int(limits.tmpfs_inodes), "rlimits": policy.rlimits(limits),
         "site_dirs": list(layout().site_dirs), "last_filter": _last_filter_bytes().hex(),
-        "deadline": float(limits.wall_limit) + INIT_GRACE, "oom_score_adj": OOM_SCORE_ADJ,
+        "deadline": float(limits.wall_limit) + policy.INIT_GRACE, "oom_score_adj": policy.OOM_SCORE_ADJ,
         "cpu_budget": float(limits.cpu_seconds) if limits.clock == "cpu" else None,
-        "poll": POLL_SECONDS, "max_tasks": int(limits.max_processes) - tasks_outside,
-        "at_cap_seconds": AT_CAP_SECONDS,
+        "poll": policy.POLL_SECONDS, "max_tasks": int(limits.max_processes) - tasks_outside,
+        "at_cap_seconds": policy.AT_CAP_SECONDS,
     })
 
 
-OOM_SCORE_ADJ = 1000
-"""The sandbox's oom_score_adj (the highest): the OOM killer picks its processes before any
-other. The init sets it; as root the evaluator also writes it (`_pin_oom_score`)."""
-
-
 def _pin_oom_score(pid: int) -> None:
-    """Write OOM_SCORE_ADJ to host process `pid` (the sandbox's init, before it starts anything):
+    """Write policy.OOM_SCORE_ADJ to host process `pid` (the sandbox's init, before it starts anything):
     written with CAP_SYS_RESOURCE (a root evaluator) it is also the oom_score_adj_min that all the
     process forks inherit, a floor the program cannot lower."""
     with open(f"/proc/{pid}/oom_score_adj", "w") as f:
-        f.write(str(OOM_SCORE_ADJ))
+        f.write(str(policy.OOM_SCORE_ADJ))
 
 
-INIT_GRACE = 0.5
-"""The init ends the namespace this long after the wall-clock limit, whether or not the evaluator
-did: the clock holds when no host process is left to enforce it."""
+_lifeline_fds: list[int] = []  # this evaluator's lifeline pipe (read, write), made on first use
 
 
-@lru_cache(maxsize=1)
 def _lifeline() -> int:
     """The read end of a pipe whose write end only this process holds: it reads EOF once the
-    evaluator is gone (the init checks it after re-arming the parent-death signal)."""
-    read, _write = os.pipe()  # both close-on-exec; the write end lives as long as the process
-    return read
+    evaluator is gone, however it ended. Each sandbox's init polls it and ends its namespace then
+    (the parent-death signal does not reach the init of a root evaluator's sandbox: bwrap, its
+    parent, has no right to signal the sandbox's host uid)."""
+    if not _lifeline_fds:
+        _lifeline_fds.extend(os.pipe())  # both close-on-exec
+    return _lifeline_fds[0]
 
 
 @lru_cache(maxsize=1)
@@ -737,7 +676,7 @@ def _watch_or_kill(proc: subprocess.Popen, own: list[int], fds: dict[str, int], 
     lets it start the program with no host clock and before it is in its cgroup: it must not
     outlive a failed set-up."""
     try:
-        for fd in (program, fds["seccomp"], fds["ldcache"], fds["info"], fds["status"], fds["block"]):
+        for fd in (program, *(fds[name] for name in ("seccomp", "ldcache", "info", "status", "block"))):
             os.close(fd)
             own.remove(fd)
         return start_watch()
@@ -754,8 +693,7 @@ def program_exit_code(seen: Observed, status: str) -> int | None:
     as its init reaped it; None when it did not end by itself (the host, the init or a limit of
     `SANDBOX_ENDED` ended the run, or it never started). Never bwrap's: bwrap exits 0 whatever the
     program did."""
-    if (status in SANDBOX_ENDED or seen.wait_status is None or seen.killed is not None or seen.deadline
-            or seen.cpu_exceeded is not None):
+    if status in SANDBOX_ENDED or seen.wait_status is None:  # every kill of the host or init is one
         return None
     return os.waitstatus_to_exitcode(seen.wait_status)
 
@@ -847,7 +785,6 @@ class _Watch:
         self.bufs = {info_r: bytearray(), status_r: bytearray()}
         self.info: dict = {}
         self.init: int | None = None  # a pidfd on the namespace's init
-        self.registered = False  # with the keeper
 
     def collect(self, go_w: int, start: float) -> tuple[str | None, bytes, bool]:
         """Watch the run until it ends, the wall clock or a flood, and end its namespace.
@@ -868,8 +805,6 @@ class _Watch:
         if why is not None:
             _kill(proc, self.init)
         ended = _end_namespace(self.init, 5.0)
-        if self.registered:
-            _keeper_remove(self.info)
         reports = self.bufs[self.status_r]
         try:  # what the init said before it ended (all of it when the run was not killed)
             while chunk := os.read(self.status_r, 1 << 16):
@@ -925,12 +860,11 @@ class _Watch:
         return None
 
     def _release(self, go_w: int) -> str | None:
-        """The namespace's init exists: register it with the keeper (as root), pin its OOM score
-        (as root), move it into its cgroup, then let bwrap start it (--block-fd). Returns "setup"
-        when a step failed: no program runs without them."""
+        """The namespace's init exists: pin its OOM score (as root), move it into its cgroup, then
+        let bwrap start it (--block-fd). Returns "setup" when a step failed: no program runs
+        without them."""
         self.info = _parse_info(bytes(self.bufs[self.info_r]))
         self.init = _open_init(self.info)
-        self.registered = _keeper_add(self.info, self.group)
         pid = self.info.get("child-pid")
         if os.geteuid() == 0 and isinstance(pid, int):
             try:
@@ -951,80 +885,6 @@ class _Watch:
     def _setup_failed(self, why: str) -> str:
         self.bufs[self.status_r] += f"setup {why}\n".encode()
         return "setup"
-
-
-# ---- the keeper: ends every sandbox of a root evaluator that dies without cleaning up ----------
-#
-# bwrap's --die-with-parent cannot: bwrap (uid 0 without capabilities) may not signal the
-# program's host uid, so the kernel drops the parent-death signal. The keeper, one root helper
-# per evaluator, holds a pidfd on each running sandbox's init and SIGKILLs them all once its
-# stdin (a pipe only the evaluator writes) reads EOF.
-
-_KEEPER = r"""
-import os, signal, sys, time
-signal.signal(signal.SIGINT, signal.SIG_IGN)
-held, groups = {}, {}
-for line in sys.stdin:
-    pid, *paths = line[1:].rstrip("\n").split("\t")
-    pid = int(pid)
-    if line[0] == "+":
-        try:
-            held[pid] = os.pidfd_open(pid)
-            groups[pid] = paths
-        except OSError:
-            pass
-    elif pid in held:
-        os.close(held.pop(pid))
-        groups.pop(pid, None)
-for fd in held.values():
-    try:
-        signal.pidfd_send_signal(fd, signal.SIGKILL)
-    except OSError:
-        pass
-# the cgroups of the runs it ended: empty once their processes are gone (a moment after the kill)
-left = [p for paths in groups.values() for p in paths]
-for _ in range(100):
-    for path in list(left):
-        try:
-            os.rmdir(path)
-            left.remove(path)
-        except FileNotFoundError:
-            left.remove(path)
-        except OSError:
-            pass
-    if not left:
-        break
-    time.sleep(0.05)
-"""
-_keeper_lock = threading.Lock()
-_keeper_proc: subprocess.Popen | None = None
-
-
-def _keeper_send(line: str) -> None:
-    global _keeper_proc
-    with _keeper_lock:
-        if _keeper_proc is None or _keeper_proc.poll() is not None:
-            _keeper_proc = subprocess.Popen(
-                [sys.executable, "-I", "-S", "-c", _KEEPER], stdin=subprocess.PIPE, text=True,
-                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
-                close_fds=True)
-        assert _keeper_proc.stdin is not None
-        _keeper_proc.stdin.write(line + "\n")
-        _keeper_proc.stdin.flush()
-
-
-def _keeper_add(info: dict, group: cgroup.ProgramCgroup | None = None) -> bool:
-    """Register the sandbox's init (and its cgroup folders, to remove) with the keeper (root
-    evaluators only); returns whether it did."""
-    pid = info.get("child-pid")
-    if os.geteuid() != 0 or not isinstance(pid, int):
-        return False
-    _keeper_send(f"+{pid}" + "".join("\t" + p for p in (group.paths if group is not None else [])))
-    return True
-
-
-def _keeper_remove(info: dict) -> None:
-    _keeper_send(f"-{info['child-pid']}")
 
 
 def _parse_info(raw: bytes) -> dict:

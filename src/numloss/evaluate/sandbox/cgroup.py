@@ -3,7 +3,7 @@
 RLIMIT_AS bounds each process, not the sandbox: a memory cgroup bounds its processes and kernel
 memory as one budget (its OOM killer then picks a process of the sandbox, never the evaluator),
 and a CPU cgroup shares the CPU between programs, not sessions, capping each at
-`CPU_PER_PROGRAM` CPUs. `support()` finds a cgroup v2 (``NUMLOSS_SANDBOX_CGROUP`` or this
+`policy.CPU_PER_PROGRAM` CPUs. `support()` finds a cgroup v2 (``NUMLOSS_SANDBOX_CGROUP`` or this
 process's own, delegating memory and pids), else cgroup v1 for a root evaluator. Without either
 the sandbox relies on seccomp and rlimits (docs/sandbox.md, "Memory") and `missing()` names the
 absent bounds. Nothing here ever moves the evaluator itself.
@@ -21,14 +21,13 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from functools import lru_cache
 
+from numloss.evaluate.sandbox import policy
 from numloss.evaluate.sandbox.limits import SandboxLimits
 
 ENV_VAR = "NUMLOSS_SANDBOX_CGROUP"
 _NEEDED = ("memory", "pids")
 _V1_NEEDED = ("memory", "cpu", "pids")
 _counter = itertools.count()
-CPU_PER_PROGRAM = 1
-"""CPUs one program may use at once under a cgroup (cpu.max / cpu.cfs_quota_us)."""
 _PERIOD_US = 100_000
 
 
@@ -179,7 +178,7 @@ _sweep_lock = threading.Lock()
 
 
 def sweep_stale(parents: Iterable[str], min_age: float = STALE_SECONDS) -> list[str]:
-    """Remove the program cgroups that an evaluator left behind when it died with its keeper (they
+    """Remove the program cgroups that an evaluator left behind when it died (they
     would stay for ever, each holding kernel memory): folders in `parents` named
     ``numloss-sandbox-PID-...`` whose PID is not a live process here, unchanged for `min_age`
     seconds and empty (the kernel refuses to remove a cgroup with a process in it). Returns the
@@ -236,13 +235,11 @@ class ProgramCgroup:
             for path in self.paths:
                 os.mkdir(path)
                 made.append(path)
-            # the address-space limit per process and the tmpfs, for the whole sandbox
-            memory = None if limits.memory_bytes <= 0 else int(limits.memory_bytes + limits.tmpfs_bytes)
-            pids = str(int(limits.max_processes) + 1)  # + its init
+            memory, pids = policy.cgroup_limits(limits)
             if v1:
-                _limit_v1(*(os.path.join(v1[c], name) for c in _V1_NEEDED), memory, pids)
+                _limit_v1(*(os.path.join(v1[c], name) for c in _V1_NEEDED), memory, str(pids))
             else:
-                _limit_v2(self.path, memory, pids)
+                _limit_v2(self.path, memory, str(pids))
         except OSError:
             self.paths = made
             self.remove()
@@ -293,7 +290,7 @@ def _limit_v2(path: str, memory: int | None, pids: str) -> None:
     if os.path.exists(os.path.join(path, "cpu.weight")):  # 1..10000, 100 = nice 0
         _write(os.path.join(path, "cpu.weight"), str(max(1, _session_weight() * 100 // 1024)))
     if os.path.exists(os.path.join(path, "cpu.max")):
-        _write(os.path.join(path, "cpu.max"), f"{_PERIOD_US * CPU_PER_PROGRAM} {_PERIOD_US}")
+        _write(os.path.join(path, "cpu.max"), f"{_PERIOD_US * policy.CPU_PER_PROGRAM} {_PERIOD_US}")
 
 
 def _limit_v1(mem: str, cpu: str, pid: str, memory: int | None, pids: str) -> None:
@@ -307,26 +304,21 @@ def _limit_v1(mem: str, cpu: str, pid: str, memory: int | None, pids: str) -> No
     # loaded machine
     _write(os.path.join(cpu, "cpu.shares"), str(max(2, _session_weight())))
     _write(os.path.join(cpu, "cpu.cfs_period_us"), str(_PERIOD_US))
-    _write(os.path.join(cpu, "cpu.cfs_quota_us"), str(_PERIOD_US * CPU_PER_PROGRAM))
+    _write(os.path.join(cpu, "cpu.cfs_quota_us"), str(_PERIOD_US * policy.CPU_PER_PROGRAM))
     _write(os.path.join(pid, "pids.max"), pids)
-
-
-# the kernel's sched_prio_to_weight, nice -20 .. 19
-_NICE_WEIGHTS = (88761, 71755, 56483, 46273, 36291, 29154, 23254, 18705, 14949, 11916, 9548, 7620,
-                 6100, 4904, 3906, 3121, 2501, 1991, 1586, 1277, 1024, 820, 655, 526, 423, 335, 272,
-                 215, 172, 137, 110, 87, 70, 56, 45, 36, 29, 23, 18, 15)
 
 
 def _session_weight() -> int:
     """The scheduler weight a program in a session of its own gets without a cgroup: an
-    autogroup's (nice 0, 1024) where autogroups are on, else the evaluator's nice weight."""
+    autogroup's (nice 0, 1024) where autogroups are on, else the evaluator's nice weight (the
+    kernel's sched_prio_to_weight: 1024 / 1.25 ** nice, within 3 %)."""
     try:
         with open("/proc/sys/kernel/sched_autogroup_enabled") as f:
             if f.read().strip() == "1":
-                return _NICE_WEIGHTS[20]
+                return 1024
     except OSError:
         pass
-    return _NICE_WEIGHTS[min(39, max(0, os.getpriority(os.PRIO_PROCESS, 0) + 20))]
+    return round(1024 / 1.25 ** min(19, max(-20, os.getpriority(os.PRIO_PROCESS, 0))))
 
 
 def _procs(path: str) -> list[int]:

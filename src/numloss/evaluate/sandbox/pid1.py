@@ -116,27 +116,29 @@ def _lock_down(params: dict, libc: ctypes.CDLL, status: int, uid: int) -> None:
         _fail(status, "uid/caps/seccomp not as required")
 
 
-def _read_program(status: int) -> bytes:
-    """The program's text from fd 0 (a memfd); then fd 0 is /dev/null and only 0-2 and `status`
-    stay open (bwrap leaves some of its own descriptors, userns and info, open)."""
+def _read_program(keep: tuple[int, int]) -> bytes:
+    """The program's text from fd 0 (a memfd); then fd 0 is /dev/null and only 0-2 and `keep`
+    (status, lifeline) stay open (bwrap leaves some of its own descriptors, userns and info, open)."""
     chunks = []
     while chunk := os.read(0, 1 << 20):
         chunks.append(chunk)
     source = b"".join(chunks)
     del chunks
     os.dup2(os.open("/dev/null", os.O_RDONLY), 0)
-    os.closerange(3, status)
-    os.closerange(status + 1, 1 << 16)
+    for low, high in zip((3, *(fd + 1 for fd in sorted(keep))), (*sorted(keep), 1 << 16), strict=True):
+        os.closerange(low, high)
     return source
 
 
 def _supervise(pid: int, params: dict, started_at: float, status: int) -> None:
-    """Reap until the program ends, the deadline, the CPU budget or a stay at the process limit;
-    report which, and exit (the kernel then kills every process of the namespace)."""
+    """Reap until the program ends, the deadline, the CPU budget, a stay at the process limit or
+    the evaluator's end (its lifeline reads EOF); report which, and exit (the kernel then kills
+    every process of the namespace)."""
     deadline = started_at + float(params["deadline"])
     cpu_budget = params["cpu_budget"]  # None: no whole-namespace CPU clock
     max_tasks, at_cap_for = int(params["max_tasks"]), float(params["at_cap_seconds"])
     poll, ticks = float(params["poll"]), float(os.sysconf("SC_CLK_TCK"))
+    lifeline = int(params["lifeline"])
     own = os.getpid()
     at_cap_since, scanned = None, 0.0
     while True:
@@ -145,6 +147,8 @@ def _supervise(pid: int, params: dict, started_at: float, status: int) -> None:
             _say(status, "deadline")
             os._exit(0)
         signal.sigtimedwait([signal.SIGCHLD], min(deadline - now, poll))
+        if select.select([lifeline], [], [], 0)[0]:  # no evaluator is left to read a report
+            os._exit(0)
         while True:  # reap everything (orphans are reparented here), the program last
             try:
                 reaped, wait_status, usage = os.wait4(-1, os.WNOHANG)
@@ -229,7 +233,7 @@ def main(params: dict) -> None:
     status = int(params["status"])
     uid = _drop_privileges(params, libc, status)
     _lock_down(params, libc, status, uid)
-    source = _read_program(status)
+    source = _read_program((status, int(params["lifeline"])))
     libc.prctl(4, 0, 0, 0, 0)  # PR_SET_DUMPABLE 0: no /proc/1/mem, /proc/1/fd for the program
     # no handler for any signal (the kernel then drops those the program sends to its init; Python
     # has one for SIGINT), and SIGCHLD blocked: it only wakes sigtimedwait
@@ -239,6 +243,7 @@ def main(params: dict) -> None:
     pid = os.fork()
     if pid == 0:  # the program
         os.close(status)
+        os.close(int(params["lifeline"]))
         libc.prctl(4, 1, 0, 0, 0)
         libc.prctl(1, 9, 0, 0, 0)  # dies with the init
         signal.pthread_sigmask(signal.SIG_SETMASK, [])
