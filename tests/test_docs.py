@@ -7,7 +7,10 @@ from __future__ import annotations
 
 import ast
 import dataclasses
+import json
 import re
+import shlex
+import warnings
 from pathlib import Path
 
 import pytest
@@ -107,3 +110,190 @@ def test_each_name_is_imported_from_one_module_across_the_pages():
                         sources.setdefault(alias.name, set()).add(f"{node.module} ({page})")
     twice = {name: sorted(where) for name, where in sources.items() if len({w.split()[0] for w in where}) > 1}
     assert not twice, twice
+
+
+# -- every snippet runs or is checked -------------------------------------------------------------
+
+FENCE = re.compile(r"^```(\w+)\n(.*?)^```", flags=re.S | re.M)
+
+#: where each page's python snippets run (all of them, in the page's order)
+PYTHON_RUNS = {
+    "README.md": "tests/test_integration_docs.py::test_readme_python_snippets_run",
+    "docs/integration.md": "tests/test_integration_docs.py::test_snippet_runs_and_gives_numeric_trainers_first_update",
+    "docs/losses.md": "test_losses_snippet_runs",
+    "docs/sandbox.md": "test_sandbox_snippet_runs",
+    "docs/evaluation.md": "test_evaluation_snippet_runs (slow)",
+}
+
+#: the warnings a snippet may raise, each with why it is not numloss's to fix; any other is an error
+ALLOWED_WARNINGS = [
+    # transformers 5.25's TrainingArguments.__post_init__ reads its own deprecated field for trl
+    # 1.16's SFTConfig: raised inside the two libraries for every SFTConfig, whoever builds it
+    ("ignore", r"`gradient_checkpointing` is deprecated", FutureWarning),
+]
+
+
+def fenced(page: str) -> list[tuple[str, str]]:
+    """(language, code) of each fenced block of `page`, in order."""
+    return FENCE.findall((ROOT / page).read_text(encoding="utf-8"))
+
+
+def run_strict(code: str, namespace: dict, page: str) -> dict:
+    """Run `code` in `namespace` with every warning an error but `ALLOWED_WARNINGS`."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        for action, message, category in ALLOWED_WARNINGS:
+            warnings.filterwarnings(action, message, category)
+        exec(compile(code, str(ROOT / page), "exec"), namespace)
+    return namespace
+
+
+def test_every_snippet_is_run_or_checked():
+    """A python block runs in the test `PYTHON_RUNS` names; a bash or sh block's every command is
+    checked (test_every_command_line_is_one_its_program_accepts); a yaml block parses, a json block
+    is training records numloss reads."""
+    import yaml
+
+    for page in pages():
+        for language, code in fenced(page):
+            if language == "python":
+                assert page in PYTHON_RUNS, f"{page}: a python snippet no test runs; add its page to PYTHON_RUNS"
+            elif language == "yaml":
+                yaml.safe_load(code)
+            elif language == "json":  # training records: each block is ones numloss's data layer reads
+                from numloss.data.instructions import records_to_examples
+
+                try:
+                    records = [json.loads(code)]
+                except json.JSONDecodeError:  # JSON lines
+                    records = [json.loads(line) for line in code.splitlines() if line.strip()]
+                assert len(records_to_examples(records, page)) == len(records)
+            else:
+                assert language in ("bash", "sh"), f"{page}: a {language} block no test checks"
+
+
+def command_lines() -> list[tuple[str, list[str]]]:
+    """(page, argv) of every command of every bash/sh block, comments dropped, continuations joined."""
+    lines = []
+    for page in pages():
+        for language, code in fenced(page):
+            if language in ("bash", "sh"):
+                for line in code.replace("\\\n", " ").splitlines():
+                    words = shlex.split(line, comments=True)
+                    if words:
+                        lines.append((page, words))
+    return lines
+
+
+PLACEHOLDERS = {"CONFIG": "configs/tiny.yaml", "MODEL": "tiny"}
+
+
+def check_command(words: list[str]) -> None:
+    """`words` is a command its program accepts: a make target that exists, a pip line of this
+    project, a numloss command whose own parser (or config loader) takes its options."""
+    from numloss.bench_cli import available
+    from numloss.compare import build_parser as compare_parser
+    from numloss.compare import resolve
+    from numloss.config import load_config
+    from numloss.evaluate.cli import build_parser as eval_parser
+    from numloss.train.cli import FLAGS, pop_threads
+
+    if words[0] == "docker":  # the command the container runs
+        words = words[words.index("numloss"):]
+    words = [PLACEHOLDERS.get(w, w) for w in words]
+    program, command, rest = words[0], words[1], words[2:]
+    if program == "make":
+        assert re.search(rf"^{command}:", (ROOT / "Makefile").read_text(), flags=re.M), f"no make target {command!r}"
+    elif program == "pip":
+        check_install_line(words)
+    elif command == "train":  # as numloss.train.cli.main reads its arguments
+        _, rest = pop_threads([w for w in rest if w != "--dry-run"])
+        rest = [word for arg in rest for word in ([FLAGS[arg], "true"] if arg in FLAGS else [arg])]
+        assert load_config(ROOT / rest[0], rest[1:]).objective.name
+    elif command == "eval":
+        eval_parser().parse_args(rest)
+    elif command == "compare":
+        resolve(compare_parser().parse_args([str(ROOT / rest[0]), *rest[1:]]))
+    elif command == "bench":
+        assert rest[0] in available()
+    else:
+        raise AssertionError(f"no check for the command {' '.join(words)!r}")
+
+
+def check_install_line(words: list[str]) -> None:
+    """`pip install -e '.[x]'`, `pip wheel --no-deps -w dist .` or `pip install 'dist/numloss-V-*.whl[x]'`:
+    the source is the clone or the wheel this version builds, and every extra is declared."""
+    import tomllib
+
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    command, args = words[1], [w for w in words[2:] if not w.startswith("-")]
+    assert command in ("install", "wheel") and len(args) == 1 + (words.count("-w")), words
+    target = args[-1]
+    source, _, extras = target.partition("[")
+    if command == "wheel" or "-e" in words:
+        assert source == ".", words
+    else:
+        assert source == f"dist/numloss-{project['version']}-py3-none-any.whl", words
+    for extra in filter(None, extras.rstrip("]").split(",")):
+        assert extra in project["optional-dependencies"], f"no extra {extra!r}: {' '.join(words)}"
+
+
+def test_every_command_line_is_one_its_program_accepts():
+    """Each command of every page: nothing trains or evaluates; the program's own parser decides."""
+    seen = set()
+    for page, words in command_lines():
+        try:
+            check_command(words)
+        except (AssertionError, SystemExit, Exception) as error:
+            raise AssertionError(f"{page}: {' '.join(words)!r}: {error}") from error
+        seen.add((words[0], words[1]))
+    assert {("make", "demo"), ("make", "test"), ("numloss", "train"), ("numloss", "eval"), ("pip", "install")} <= seen
+
+
+def tiny_names() -> dict:
+    """The names the loss snippets assume (a tokenizer, a causal LM's logits, aligned labels), from
+    docs/integration.md's setup on the tiny model."""
+    setup = fenced("docs/integration.md")[0][1]
+    namespace = run_strict(setup, {}, "docs/integration.md")
+    batch = namespace["collator"](list(namespace["train_dataset"])[:2])
+    logits = namespace["model"](input_ids=batch["input_ids"], attention_mask=batch["attention_mask"]).logits
+    return {"tokenizer": namespace["tokenizer"], "logits": logits, "labels": namespace["shift_labels"](batch)}
+
+
+def test_losses_snippet_runs(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    (code,) = [c for lang, c in fenced("docs/losses.md") if lang == "python"]
+    namespace = run_strict(code, tiny_names(), "docs/losses.md")
+    assert namespace["out"].loss.requires_grad and float(namespace["out"].aux.detach()) >= 0
+
+
+def test_sandbox_snippet_runs():
+    """The sandbox page's lines run, and what its comments show is what they return."""
+    from numloss.evaluate.sandbox import isolation
+
+    if not isolation().available:
+        pytest.skip(f"no sandbox here: {isolation().detail}")
+    (code,) = [c for lang, c in fenced("docs/sandbox.md") if lang == "python"]
+    lines = code.splitlines()
+    namespace = run_strict("\n".join(lines[:1]), {}, "docs/sandbox.md")
+    for line in lines[1:]:
+        call, _, shown = line.partition("#")
+        result = eval(compile(call.strip(), "docs/sandbox.md", "eval"), namespace)  # noqa: S307 - the page's own line
+        name, _, fields = shown.strip().partition("(")
+        assert type(result).__name__ == name
+        for field, value in re.findall(r"(\w+)=('[^']*')", fields):
+            if "..." not in value:
+                assert getattr(result, field) == ast.literal_eval(value), (line, field)
+
+
+@pytest.mark.slow
+def test_evaluation_snippet_runs(tmp_path, monkeypatch):
+    """docs/evaluation.md's Python example, on the page's names and calls; for time, the tiny
+    model for smollm2, the test fixtures for ../shared/benchmarks, 2 items and 8 new tokens."""
+    monkeypatch.chdir(tmp_path)
+    (code,) = [c for lang, c in fenced("docs/evaluation.md") if lang == "python"]
+    shortened = (code.replace('"smollm2"', '"tiny"').replace('"../shared/benchmarks"', repr(str(ROOT / "tests" / "fixtures" / "benchmarks")))
+                 .replace("limit=20,", "limit=2, max_new_tokens=8, allow_unisolated=True,"))
+    assert shortened.count("tiny") == 1 and "limit=2" in shortened
+    namespace = run_strict(shortened, {}, "docs/evaluation.md")
+    assert namespace["again"].accuracy("gsm8k") == namespace["report"].accuracy("gsm8k", "numloss")

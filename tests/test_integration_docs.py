@@ -9,6 +9,8 @@ from pathlib import Path
 import pytest
 import torch
 
+from test_docs import run_strict
+
 DOC = Path(__file__).resolve().parents[1] / "docs" / "integration.md"
 PATHS = ["NumericTrainer", "compute_loss_func", "TRL", "patch", "plain loop"]
 
@@ -21,9 +23,8 @@ def snippets() -> tuple[str, list[str]]:
 
 
 def run(code: str, namespace: dict | None = None) -> dict:
-    namespace = {} if namespace is None else namespace
-    exec(compile(code, str(DOC), "exec"), namespace)
-    return namespace
+    """Run a snippet with every warning an error but the named ones (test_docs.ALLOWED_WARNINGS)."""
+    return run_strict(code, {} if namespace is None else namespace, "docs/integration.md")
 
 
 def reference_update(setup: str, loss_fn, features) -> dict[str, torch.Tensor]:
@@ -78,19 +79,6 @@ def readme_blocks(language: str) -> list[str]:
     return re.findall(rf"```{language}\n(.*?)```", README.read_text(), flags=re.S)
 
 
-def readme_commands() -> list[list[str]]:
-    """Every command line of the README's bash blocks, comments dropped, as argv lists."""
-    import shlex
-
-    commands = []
-    for block in readme_blocks("bash"):
-        for line in block.replace("\\\n", " ").splitlines():
-            words = shlex.split(line, comments=True)
-            if words:
-                commands.append(words)
-    return commands
-
-
 def test_readme_opens_with_make_demo_and_make_test():
     text = README.read_text()
     first = re.search(r"```bash\n(.*?)```", text, flags=re.S)
@@ -123,59 +111,6 @@ def test_readme_python_snippets_run(tmp_path, monkeypatch):
     run(patch_block, namespace)
     assert not is_patched(namespace["model"])
     assert any(p.grad is not None and bool(p.grad.abs().sum() > 0) for p in namespace["model"].parameters())
-
-
-def test_readme_commands_are_valid():
-    """Each command line names a real make target, a config and overrides `numloss train` accepts,
-    and options `numloss eval`, `numloss compare` and `numloss bench` accept (nothing trains)."""
-    from numloss.bench_cli import available
-    from numloss.compare import build_parser as compare_parser
-    from numloss.compare import resolve
-    from numloss.config import load_config
-    from numloss.evaluate.cli import build_parser as eval_parser
-
-    makefile = (ROOT / "Makefile").read_text()
-    seen = set()
-    for words in readme_commands():
-        program, command, rest = words[0], words[1], words[2:]
-        seen.add((program, command))
-        if program == "make":
-            assert re.search(rf"^{command}:", makefile, flags=re.M), f"no make target {command!r}"
-            continue
-        if program == "pip":  # the install lines: a clone (-e .) or the built wheel, with extras that exist
-            check_install_line(words)
-            continue
-        assert program == "numloss", f"unexpected command {' '.join(words)!r}"
-        if command == "train":
-            config = load_config(ROOT / rest[0], rest[1:])
-            assert config.objective.name
-        elif command == "eval":
-            eval_parser().parse_args(rest)
-        elif command == "compare":
-            resolve(compare_parser().parse_args([str(ROOT / rest[0]), *rest[1:]]))
-        elif command == "bench":
-            assert rest[0] in available()
-        else:
-            raise AssertionError(f"README command {command!r} is not checked here")
-    assert {("make", "demo"), ("make", "test"), ("numloss", "train"), ("numloss", "eval"), ("pip", "install")} <= seen
-
-
-def check_install_line(words: list[str]) -> None:
-    """`pip install -e '.[x]'`, `pip wheel --no-deps -w dist .` or `pip install 'dist/numloss-V-*.whl[x]'`:
-    the source is the clone or the wheel this version builds, and every extra is declared."""
-    import tomllib
-
-    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
-    command, args = words[1], [w for w in words[2:] if not w.startswith("-")]
-    assert command in ("install", "wheel") and len(args) == 1 + (words.count("-w")), words
-    target = args[-1]
-    source, _, extras = target.partition("[")
-    if command == "wheel" or "-e" in words:
-        assert source == ".", words
-    else:
-        assert source == f"dist/numloss-{project['version']}-py3-none-any.whl", words
-    for extra in filter(None, extras.rstrip("]").split(",")):
-        assert extra in project["optional-dependencies"], f"no extra {extra!r}: {' '.join(words)}"
 
 
 def test_readme_report_tables_have_the_columns_numloss_eval_writes(tmp_path):
