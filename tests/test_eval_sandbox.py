@@ -490,37 +490,32 @@ def test_two_evaluators_at_once_never_share_a_host_uid():
             time.sleep(0.05)
         assert all(len(u) == 2 for u in uids), uids
         assert not uids[0] & uids[1], uids
-        blocks = [{(u - bwrap_mod.HOST_UID_BASE) // bwrap_mod.UID_BLOCK for u in found} for found in uids]
-        assert all(len(b) == 1 for b in blocks) and blocks[0] != blocks[1], blocks
+        owners = [{(u - bwrap_mod.HOST_UID_BASE) // bwrap_mod.SLOTS for u in found} for found in uids]
+        assert owners == [{e.pid} for e in evaluators], owners  # each evaluator's uids are its pid's
     finally:
         for e in evaluators:
             e.kill()
             e.wait()
 
 
-def test_uid_blocks_are_claimed_once_per_process_and_freed_when_it_ends(tmp_path, monkeypatch):
-    import subprocess
-
-    monkeypatch.setenv(bwrap_mod.UID_LOCKS_ENV, str(tmp_path / "locks"))
-    claim = ("import sys, time\nfrom numloss.evaluate.sandbox import bwrap\n"
-             "print(bwrap.claim_uid_block(), flush=True)\nsys.stdin.read()")
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
-    holders = [subprocess.Popen([sys.executable, "-c", claim], env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                text=True) for _ in range(3)]
-    try:
-        blocks = [int(h.stdout.readline()) for h in holders]
-        assert sorted(blocks) == [0, 1, 2]
-        holders[1].kill()  # however it ends, its block is free again
-        holders[1].wait()
-        again = subprocess.run([sys.executable, "-c", claim], env=env, input="", capture_output=True, text=True, timeout=120)
-        assert int(again.stdout) == blocks[1]
-    finally:
-        for h in holders:
-            h.kill()
-            h.wait()
-    os.chmod(tmp_path / "locks", 0o777)
-    with pytest.raises(OSError, match="only it may write"):
-        bwrap_mod._lock_folder()
+def test_each_prepared_namespace_of_an_evaluator_has_a_slot_of_its_own(monkeypatch):
+    made: list[int] = []
+    monkeypatch.setattr(bwrap_mod, "_prepared_userns", lambda host_id: made.append(host_id) or os.open("/dev/null", 0))
+    monkeypatch.setattr(bwrap_mod, "_userns_free", [])
+    monkeypatch.setattr(bwrap_mod, "_slots", {})
+    monkeypatch.setattr(bwrap_mod.os, "geteuid", lambda: 0)
+    fds = [bwrap_mod._lease_userns() for _ in range(bwrap_mod.SLOTS)]
+    base = bwrap_mod.HOST_UID_BASE + os.getpid() * bwrap_mod.SLOTS
+    assert made == [base + n for n in range(bwrap_mod.SLOTS)] and all(map(bwrap_mod.is_sandbox_uid, made))
+    with pytest.raises(OSError, match="sandboxes at once"):  # fails closed rather than share a uid
+        bwrap_mod._lease_userns()
+    bwrap_mod._return_userns(fds[3], reusable=False)  # its slot is free again, under a new namespace
+    fds[3] = bwrap_mod._lease_userns()
+    assert made[-1] == base + 3
+    bwrap_mod._return_userns(fds[5], reusable=True)  # pooled: handed out again as it is
+    assert bwrap_mod._lease_userns() == fds[5] and len(made) == bwrap_mod.SLOTS + 1
+    for fd in fds:
+        os.close(fd)
 
 
 # ---- limits and output ---------------------------------------------------------------------------
@@ -1152,7 +1147,7 @@ def test_a_set_up_failure_after_bwrap_started_leaves_no_sandbox_behind(monkeypat
         if point == "close-fds":
             monkeypatch.setattr(bwrap_mod.os, "close", lambda fd: fail() if started else real_close(fd))
         else:
-            monkeypatch.setattr(bwrap_mod, "_Spool" if point == "spool" else "_Watch", fail)
+            monkeypatch.setattr(bwrap_mod, "OutputFile" if point == "spool" else "_Watch", fail)
         with pytest.raises(_Injected):
             bwrap_mod.run("import time\ntime.sleep(60)", LIMITS, bwrap_path)
         monkeypatch.undo()

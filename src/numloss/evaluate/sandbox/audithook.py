@@ -18,6 +18,7 @@ import sys
 import sysconfig
 import tempfile
 import time
+from contextlib import suppress
 
 from numloss.evaluate.sandbox.limits import (
     SANDBOX_ENDED,
@@ -156,10 +157,10 @@ def run(source: str, limits: SandboxLimits, python: str | None = None) -> Progra
     """Run one program in a fresh audit-hooked interpreter and report what it printed and how it
     ended. Never raises for anything the program does; only when the interpreter cannot start."""
     work = tempfile.mkdtemp(prefix="numloss-sandbox-")
-    io_dir = tempfile.mkdtemp(prefix="numloss-sandbox-io-")  # outside the work dir: unreachable
     start = time.perf_counter()
-    try:
-        with open(os.path.join(io_dir, "out"), "wb+") as out, open(os.path.join(io_dir, "err"), "wb+") as err:
+    # unnamed files outside the work dir: the program cannot reach its own output files
+    with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
+        try:
             proc = subprocess.Popen(
                 [python or sys.executable, "-I", "-S", "-c", _preamble(limits)],
                 stdin=subprocess.PIPE, stdout=out, stderr=err, cwd=work,
@@ -172,21 +173,14 @@ def run(source: str, limits: SandboxLimits, python: str | None = None) -> Progra
                 timed_out = True
             finally:
                 # the whole session: children a program managed to fork die with it
-                try:
+                with suppress(ProcessLookupError, PermissionError):
                     os.killpg(proc.pid, signal.SIGKILL)
-                except (ProcessLookupError, PermissionError):
-                    pass
                 proc.wait()
-            out.seek(0)
-            raw_out = out.read(limits.output_bytes)
-            stdout = decode_output(raw_out)
-            stdout_size = os.fstat(out.fileno()).st_size
-            err.seek(0)
-            raw_err = err.read(limits.output_bytes)
-            stderr = decode_output(raw_err)
-    finally:
-        shutil.rmtree(work, ignore_errors=True)
-        shutil.rmtree(io_dir, ignore_errors=True)
+        finally:
+            shutil.rmtree(work, ignore_errors=True)
+        raw_out, raw_err = (os.pread(f.fileno(), limits.output_bytes, 0) for f in (out, err))
+        stdout_size = os.fstat(out.fileno()).st_size
+    stdout, stderr = decode_output(raw_out), decode_output(raw_err)
     status, detail = _classify(proc.returncode, timed_out, stdout_size, stderr, limits)
     code = None if status in SANDBOX_ENDED else proc.returncode
     return ProgramResult(status, stdout, code, time.perf_counter() - start, detail,

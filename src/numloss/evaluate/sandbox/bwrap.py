@@ -11,12 +11,12 @@ and a cgroup where one is usable (`cgroup.py`). The status comes from these obse
 
 As root one more step is needed, as the kernel never applies RLIMIT_NPROC to uid 0: the run
 enters a user namespace prepared here (`_prepared_userns`) that maps 65534 to a host uid of its
-own (`HOST_UID_BASE` + n), and the init leaves uid 0 before anything of the program runs.
+own (`HOST_UID_BASE` + the evaluator's pid * `SLOTS` + n), and the init leaves uid 0 before
+anything of the program runs.
 """
 
 from __future__ import annotations
 
-import fcntl
 import importlib.resources
 import importlib.util
 import json
@@ -29,24 +29,21 @@ import struct
 import subprocess
 import sys
 import sysconfig
-import tempfile
 import threading
 import time
 from collections.abc import Callable
+from contextlib import suppress
 from dataclasses import dataclass
 from functools import lru_cache
 
 from numloss.evaluate.sandbox import cgroup, policy
 from numloss.evaluate.sandbox.limits import (
-    INLINE_BYTES,
     SANDBOX_ENDED,
     Observed,
     OutputFile,
     ProgramResult,
     SandboxLimits,
     classify,
-    decode_kept,
-    decode_output,
     encode_source,
 )
 from numloss.evaluate.sandbox.seccomp import filter_program, last_filter
@@ -330,112 +327,69 @@ def _prepared_userns(host_id: int) -> int:
         helper.wait()
 
 
-HOST_UID_BASE = 0x70000000
-"""As root, sandboxes run as host uids from here up, a block of `UID_BLOCK` per evaluator: no two
-concurrent sandboxes on the machine share a uid, so none can use up another's per-user budgets."""
-UID_BLOCK = 1024
-UID_BLOCKS = 1024  # HOST_UID_BASE + (1 << 20) is the end of the range
-UID_LOCKS_ENV = "NUMLOSS_SANDBOX_UID_LOCKS"
-UID_LOCKS = "/run/numloss-sandbox-uids"
-"""The block locks' folder (mode 0700): an evaluator holds an exclusive flock on block-n.lock
-while it lives; the kernel releases it however the process ends."""
-_userns_free: list[int] = []
+HOST_UID_BASE, SLOTS = 0x70000000, 512
+"""As root, a sandbox runs as host uid HOST_UID_BASE + pid * SLOTS + slot, where pid is its
+evaluator's and slot < SLOTS one of the evaluator's prepared namespaces: no two concurrent
+sandboxes on the machine share a uid (live processes have distinct pids, at most 2**22), so none
+can use up another's per-user budgets, and a forked child, another pid, gets its own uids."""
 _userns_lock = threading.Lock()
-_userns_made = 0
-_uid_blocks: list[tuple[int, int]] = []  # (block, the fd holding its lock), claimed by this process
+_userns_free: list[int] = []  # prepared namespaces no run is using
+_slots: dict[int, int] = {}  # slot -> its namespace's fd (-1 while it is prepared)
 
 
 def is_sandbox_uid(uid: int) -> bool:
-    """Whether host uid `uid` is one a sandbox runs as: HOST_UID_BASE + n for a root evaluator,
-    the evaluator's own uid otherwise (an unprivileged user can map only itself)."""
+    """Whether host uid `uid` is one a sandbox runs as: one of `HOST_UID_BASE`'s for a root
+    evaluator, the evaluator's own uid otherwise (an unprivileged user can map only itself)."""
     if os.geteuid() != 0:
         return uid == os.geteuid()
-    return HOST_UID_BASE <= uid < HOST_UID_BASE + UID_BLOCK * UID_BLOCKS
+    return HOST_UID_BASE <= uid < HOST_UID_BASE + (SLOTS << 22)
 
 
-def _forget_uids_after_fork() -> None:
-    """A forked child is another evaluator: it claims its own block (the parent's stays locked
-    for the parent), prepares its own namespaces and makes its own lifeline."""
-    global _userns_made
-    for fd in [fd for _, fd in _uid_blocks] + _lifeline_fds:  # the parent's lifeline is not its own
+def _forget_after_fork() -> None:
+    """A forked child is another evaluator: it prepares its own namespaces (under its own pid's
+    uids) and makes its own lifeline; the parent's stay the parent's."""
+    for fd in _lifeline_fds:
         os.close(fd)
-    _uid_blocks.clear()
     _lifeline_fds.clear()
     _userns_free.clear()
-    _userns_made = 0
+    _slots.clear()
 
 
-os.register_at_fork(after_in_child=_forget_uids_after_fork)
-
-
-def _lock_folder() -> str:
-    """The block locks' folder, made root-only; refuses one that another user could write."""
-    folder = os.environ.get(UID_LOCKS_ENV) or UID_LOCKS
-    try:
-        os.mkdir(folder, 0o700)
-    except FileExistsError:
-        pass
-    except OSError:
-        folder = os.path.join(tempfile.gettempdir(), "numloss-sandbox-uids")
-        os.makedirs(folder, 0o700, exist_ok=True)
-    info = os.lstat(folder)
-    if not stat.S_ISDIR(info.st_mode) or info.st_uid != os.geteuid() or info.st_mode & 0o022:
-        raise OSError(f"the sandbox's uid lock folder {folder} is not a folder of this user's "
-                      "that only it may write")
-    return folder
-
-
-def claim_uid_block() -> int:
-    """A block of host uids no other evaluator on this machine holds, locked for this process's
-    lifetime (a second call claims another block)."""
-    folder = _lock_folder()
-    taken = {block for block, _ in _uid_blocks}
-    flags = os.O_RDWR | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW
-    for block in range(UID_BLOCKS):
-        if block in taken:
-            continue
-        fd = os.open(os.path.join(folder, f"block-{block}.lock"), flags, 0o600)
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            os.close(fd)
-            continue
-        _uid_blocks.append((block, fd))
-        return block
-    raise OSError(f"all {UID_BLOCKS} blocks of sandbox uids are held by other evaluators")
-
-
-def _host_id(slot: int) -> int:
-    """The host uid of this process's `slot`-th prepared namespace (from 0), in its own blocks."""
-    while slot // UID_BLOCK >= len(_uid_blocks):
-        claim_uid_block()
-    block = _uid_blocks[slot // UID_BLOCK][0]
-    return HOST_UID_BASE + block * UID_BLOCK + slot % UID_BLOCK
+os.register_at_fork(after_in_child=_forget_after_fork)
 
 
 def _lease_userns() -> int:
-    """A prepared user namespace that no other run is using, made when none is free.
+    """A prepared user namespace that no other run is using, made when none is free (OSError past
+    `SLOTS` at once).
 
     Reuse is safe: a run's other namespaces die with it, and the program (no capabilities) cannot
     change the user namespace. RLIMIT_NPROC stays per run: the kernel counts per (user namespace,
     uid), and one namespace serves one run at a time.
     """
-    global _userns_made
     with _userns_lock:
         if _userns_free:
             return _userns_free.pop()
-        slot = _userns_made
-        _userns_made += 1
-        host_id = _host_id(slot) if os.geteuid() == 0 else 0
-    return _prepared_userns(host_id)
+        slot = next((n for n in range(SLOTS) if n not in _slots), None)
+        if slot is None:
+            raise OSError(f"more than {SLOTS} sandboxes at once in one evaluator")
+        _slots[slot] = -1
+    try:
+        fd = _prepared_userns(HOST_UID_BASE + os.getpid() * SLOTS + slot if os.geteuid() == 0 else 0)
+    except BaseException:
+        del _slots[slot]
+        raise
+    _slots[slot] = fd
+    return fd
 
 
 def _return_userns(fd: int, reusable: bool) -> None:
-    if not reusable:  # its run did not end cleanly: something might still count in it
-        os.close(fd)
-        return
     with _userns_lock:
-        _userns_free.append(fd)
+        if reusable:
+            _userns_free.append(fd)
+            return
+        # its run did not end cleanly: something might still count in it; its slot is free again
+        del _slots[next(slot for slot, held in _slots.items() if held == fd)]
+    os.close(fd)
 
 
 def _memfd(name: str, data: bytes) -> int:
@@ -576,19 +530,12 @@ def _kill(proc: subprocess.Popen, init: int | None) -> None:
     """Kill the run: the namespace's init first, so that bwrap (its parent) reaps it; killing
     bwrap first would leave init to the host's init, which need not reap (a zombie per run)."""
     if init is not None:
-        try:
+        with suppress(ProcessLookupError):
             signal.pidfd_send_signal(init, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
-        try:
+        with suppress(subprocess.TimeoutExpired):
             proc.wait(timeout=5.0)
-            return
-        except subprocess.TimeoutExpired:
-            pass
-    try:
+    with suppress(ProcessLookupError, PermissionError):
         os.killpg(proc.pid, signal.SIGKILL)
-    except (ProcessLookupError, PermissionError):
-        pass
     proc.wait()
 
 
@@ -662,7 +609,7 @@ def run(source: str, limits: SandboxLimits, bwrap: str) -> ProgramResult:
             group.remove()
     seen = observed(why if why != "setup" else None, reports, memory_events)
     # the status before result(), which may close the file
-    status, detail = classify(seen, watch.err.last_line(), limits)
+    status, detail = classify(seen, watch.err.tail(), limits)
     (stdout, raw_out), (stderr, raw_err) = watch.out.result(), watch.err.result()
     return ProgramResult(status, stdout, program_exit_code(seen, status), time.perf_counter() - start, detail,
                          isolation="bwrap+seccomp", err=stderr,
@@ -705,63 +652,13 @@ def observed(why: str | None, reports: bytes, memory_events: int | None = None) 
     seen: dict = {"killed": why, "memory_events": memory_events}
     for line in reports.decode("ascii", "replace").splitlines():
         word, _, rest = line.partition(" ")
-        if word in ("started", "deadline"):
-            seen[word] = True
-        elif word == "setup":
-            seen["setup"] = rest
-        elif word == "nproc":
-            seen["process_limit"] = True
+        if word in ("started", "deadline", "nproc", "setup"):
+            seen[{"nproc": "process_limit"}.get(word, word)] = rest if word == "setup" else True
         elif word == "cpu":
-            try:
-                seen["cpu_exceeded"] = float(rest)
-            except ValueError:
-                seen["cpu_exceeded"] = float("nan")
-        elif word == "end":
-            try:
-                wait, cpu = rest.split()
-                seen["wait_status"], seen["cpu_seconds"] = int(wait), float(cpu)
-            except ValueError:  # cut short by a kill: as if no report came
-                pass
+            seen["cpu_exceeded"] = float(rest) if rest.replace(".", "", 1).isdigit() else float("nan")
+        elif word == "end" and len(parts := rest.split()) == 2 and parts[0].isdigit():  # else cut short
+            seen["wait_status"], seen["cpu_seconds"] = int(parts[0]), float(parts[1])
     return Observed(**seen)
-
-
-class _Spool:
-    """One output stream of a program on disk: an unnamed file in the host's temporary folder
-    (gone with its descriptor), holding at most `cap` bytes; `size` counts all that arrived."""
-
-    def __init__(self, cap: int) -> None:
-        self.cap, self.size = cap, 0
-        self.file = tempfile.TemporaryFile(prefix="numloss-output-", buffering=0)
-
-    def write(self, chunk: bytes) -> None:
-        room = self.cap - self.size
-        if room > 0:
-            view = memoryview(chunk)[:room]
-            while view:
-                view = view[self.file.write(view):]
-        self.size += len(chunk)
-
-    def result(self) -> tuple[str | OutputFile, bytes | None]:
-        """(the text, the raw bytes where they differ from it) for an output up to
-        `INLINE_BYTES`, else (the file, None), left on disk."""
-        stored = OutputFile(self.file, min(self.cap, self.size))
-        if stored.size > INLINE_BYTES:
-            return stored, None
-        try:
-            return decode_kept(stored.raw())
-        finally:
-            self.close()
-
-    def last_line(self) -> str:
-        """The end of the output as text (for `classify`, which quotes its last line)."""
-        size = min(self.cap, self.size)
-        if self.file.closed:
-            return ""
-        tail = os.pread(self.file.fileno(), min(size, 1 << 16), max(0, size - (1 << 16)))
-        return decode_output(tail)
-
-    def close(self) -> None:
-        self.file.close()
 
 
 class _Watch:
@@ -780,7 +677,7 @@ class _Watch:
         self.limits, self.group = limits, group
         # the program's output goes to disk as it arrives (capped there), never into this process's
         # memory: a program printing its cap would otherwise cost the evaluator that much per worker
-        self.out, self.err = _Spool(limits.output_bytes), _Spool(limits.output_bytes)
+        self.out, self.err = OutputFile(limits.output_bytes), OutputFile(limits.output_bytes)
         self.spools = {proc.stdout.fileno(): self.out, proc.stderr.fileno(): self.err}
         self.bufs = {info_r: bytearray(), status_r: bytearray()}
         self.info: dict = {}
@@ -799,18 +696,16 @@ class _Watch:
         except BaseException:
             _kill(proc, self.init)
             _end_namespace(self.init, 5.0)
-            self.out.close()
-            self.err.close()
+            self.out.file.close()
+            self.err.file.close()
             raise
         if why is not None:
             _kill(proc, self.init)
         ended = _end_namespace(self.init, 5.0)
         reports = self.bufs[self.status_r]
-        try:  # what the init said before it ended (all of it when the run was not killed)
+        with suppress(OSError):  # what the init said before it ended (all of it unless it was killed)
             while chunk := os.read(self.status_r, 1 << 16):
                 reports += chunk
-        except (BlockingIOError, OSError):
-            pass
         assert proc.stdout is not None and proc.stderr is not None
         proc.stdout.close()
         proc.stderr.close()
@@ -850,7 +745,7 @@ class _Watch:
             return None
         if chunk and fd in self.spools:
             self.spools[fd].write(chunk)
-            return "flood" if self.spools[fd].size > self.limits.output_bytes else None
+            return "flood" if self.spools[fd].arrived > self.limits.output_bytes else None
         if chunk:
             self.bufs[fd] += chunk
             return None
@@ -866,25 +761,18 @@ class _Watch:
         self.info = _parse_info(bytes(self.bufs[self.info_r]))
         self.init = _open_init(self.info)
         pid = self.info.get("child-pid")
-        if os.geteuid() == 0 and isinstance(pid, int):
+        steps = {"setting the sandbox's oom_score_adj": _pin_oom_score if os.geteuid() == 0 else None,
+                 "adding the sandbox to its cgroup": self.group.add if self.group is not None else None}
+        for what, step in steps.items():
             try:
-                _pin_oom_score(pid)
+                if step is not None and isinstance(pid, int):
+                    step(pid)
             except OSError as error:
-                return self._setup_failed(f"setting the sandbox's oom_score_adj: {error}")
-        if self.group is not None and isinstance(pid, int):
-            try:
-                self.group.add(pid)
-            except OSError as error:
-                return self._setup_failed(f"adding the sandbox to its cgroup: {error}")
-        try:
+                self.bufs[self.status_r] += f"setup {what}: {error}\n".encode()
+                return "setup"
+        with suppress(BrokenPipeError):  # bwrap failed before starting the program; its stderr says why
             os.write(go_w, b"x")
-        except BrokenPipeError:
-            pass  # bwrap failed before starting the program; its stderr says why
         return None
-
-    def _setup_failed(self, why: str) -> str:
-        self.bufs[self.status_r] += f"setup {why}\n".encode()
-        return "setup"
 
 
 def _parse_info(raw: bytes) -> dict:

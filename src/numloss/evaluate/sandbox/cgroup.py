@@ -18,6 +18,7 @@ import signal
 import threading
 import time
 from collections.abc import Iterable
+from contextlib import suppress
 from dataclasses import dataclass, field
 from functools import lru_cache
 
@@ -55,21 +56,8 @@ def _write(path: str, value: str) -> None:
 def _try_write(path: str, value: str) -> None:
     """A write that the kernel may refuse without harm (memory.kmem.limit_in_bytes, which newer
     kernels no longer take: they charge kernel memory to memory.limit_in_bytes anyway)."""
-    try:
+    with suppress(OSError):
         _write(path, value)
-    except OSError:
-        pass
-
-
-def _mounts(mountinfo: str, fstype: str) -> list[tuple[str, str, list[str]]]:
-    """(root inside the hierarchy, mount point, super options) of each `fstype` mount."""
-    out = []
-    for line in mountinfo.splitlines():
-        left, _, right = line.partition(" - ")
-        fields, tail = left.split(), right.split()
-        if tail[:1] == [fstype] and len(fields) >= 5:
-            out.append((fields[3], fields[4], tail[2].split(",") if len(tail) >= 3 else []))
-    return out
 
 
 def _mounted_at(path: str, root: str, point: str) -> str | None:
@@ -79,29 +67,37 @@ def _mounted_at(path: str, root: str, point: str) -> str | None:
     return os.path.normpath(os.path.join(point, os.path.relpath(path, root)))
 
 
+def _hierarchies(proc: str) -> dict[str, str]:
+    """Controller ("" for cgroup v2) -> the folder of this process's own cgroup in that
+    controller's hierarchy, for each hierarchy mounted where this process sees it."""
+    own: dict[str, str] = {}
+    for line in _read(f"{proc}/self/cgroup").splitlines():
+        _, controllers, path = (line.strip().split(":", 2) + ["", ""])[:3]
+        own.update(dict.fromkeys(controllers.split(",") if controllers else [""], path))
+    found: dict[str, str] = {}
+    for line in _read(f"{proc}/self/mountinfo").splitlines():
+        left, _, right = line.partition(" - ")
+        fields, tail = left.split(), right.split()
+        if len(fields) >= 5 and tail[:1] in (["cgroup"], ["cgroup2"]):
+            for c in tail[2].split(",") if tail[0] == "cgroup" and len(tail) >= 3 else [""]:
+                if c in own and (folder := _mounted_at(own[c], fields[3], fields[4])) is not None:
+                    found.setdefault(c, folder)
+    return found
+
+
 def find(proc: str = "/proc", environ: dict[str, str] | None = None) -> Support:
     """Whether a delegated cgroup v2 (else v1) is usable; `proc` and `environ` are for the tests."""
     environ = os.environ if environ is None else environ
     if environ.get(ENV_VAR):
-        return _check_v2(proc, environ[ENV_VAR], f"{ENV_VAR}={environ[ENV_VAR]}")
-    try:
-        cgroups = _read(f"{proc}/self/cgroup").splitlines()
-        mounts = _mounts(_read(f"{proc}/self/mountinfo"), "cgroup2")
-    except OSError as error:
-        return Support(None, f"no cgroup information ({error})")
-    own = next((line[3:].strip() for line in cgroups if line.startswith("0::")), None)
-    if own is None or not mounts:
-        return find_v1(proc, "no cgroup v2 hierarchy (cgroup v1 only)")
-    found = (_mounted_at(own, root, point) for root, point, _ in mounts)
-    candidate = next((path for path in found if path is not None), None)
-    if candidate is None:
-        return Support(None, f"this process's cgroup v2 ({own}) is not under a mounted cgroup2 "
-                       "hierarchy")
-    return _check_v2(proc, candidate, f"cgroup v2 {candidate}")
-
-
-def _check_v2(proc: str, candidate: str, where: str) -> Support:
-    """`candidate` as the v2 parent if it delegates memory and pids and this process may write it."""
+        candidate, where = environ[ENV_VAR], f"{ENV_VAR}={environ[ENV_VAR]}"
+    else:
+        try:
+            candidate = _hierarchies(proc).get("")
+        except OSError as error:
+            return Support(None, f"no cgroup information ({error})")
+        if candidate is None:
+            return find_v1(proc, "no cgroup v2 hierarchy (cgroup v1 only)")
+        where = f"cgroup v2 {candidate}"
     try:
         enabled = _read(os.path.join(candidate, "cgroup.subtree_control")).split()
         offered = _read(os.path.join(candidate, "cgroup.controllers")).split()
@@ -121,33 +117,19 @@ def _check_v2(proc: str, candidate: str, where: str) -> Support:
 def find_v1(proc: str = "/proc", why_not_v2: str = "", euid: int | None = None) -> Support:
     """The cgroup v1 folders (memory, cpu, pids) under which a root evaluator makes one cgroup per
     program: this process's own cgroup in each hierarchy. `why_not_v2` starts the detail."""
-    euid = os.geteuid() if euid is None else euid
-    if euid != 0:
+    if (os.geteuid() if euid is None else euid) != 0:
         return Support(None, f"{why_not_v2}; cgroup v1 needs a root evaluator")
     try:
-        own = {}
-        for line in _read(f"{proc}/self/cgroup").splitlines():
-            parts = line.strip().split(":", 2)
-            if len(parts) == 3:
-                for controller in parts[1].split(","):
-                    own[controller] = parts[2]
-        mounted = _mounts(_read(f"{proc}/self/mountinfo"), "cgroup")
+        found = _hierarchies(proc)
     except OSError as error:
         return Support(None, f"{why_not_v2}; no cgroup v1 information ({error})")
-    mounts = {c: (root, point) for root, point, controllers in mounted
-              for c in controllers if c in _V1_NEEDED}
-    missing = [c for c in _V1_NEEDED if c not in mounts or c not in own]
+    missing = [c for c in _V1_NEEDED if c not in found]
     if missing:
         return Support(None, f"{why_not_v2}; cgroup v1 lacks {' and '.join(missing)}")
-    parents = {}
-    for controller in _V1_NEEDED:
-        parent = _mounted_at(own[controller], *mounts[controller])
-        if parent is None:
-            return Support(None, f"{why_not_v2}; this process's v1 {controller} cgroup "
-                           f"{own[controller]} is not under its mount")
+    parents = {c: found[c] for c in _V1_NEEDED}
+    for parent in parents.values():
         if not os.access(parent, os.W_OK):
             return Support(None, f"{why_not_v2}; cgroup v1 {parent} is not writable")
-        parents[controller] = parent
     return Support(parents["memory"], f"cgroup v1 ({', '.join(parents)}): memory.limit_in_bytes "
                    "(kernel memory included), cpu.cfs_quota_us and pids.max per program", parents)
 
@@ -268,10 +250,8 @@ class ProgramCgroup:
                 _try_write(kill, "1")
             else:  # v1 has no cgroup.kill: the namespace is gone by now, this is for stragglers
                 for pid in _procs(path):
-                    try:
+                    with suppress(OSError):
                         os.kill(pid, signal.SIGKILL)
-                    except OSError:
-                        pass
             for _ in range(50):  # a killed process leaves its cgroup a moment after
                 try:
                     os.rmdir(path)
@@ -312,12 +292,9 @@ def _session_weight() -> int:
     """The scheduler weight a program in a session of its own gets without a cgroup: an
     autogroup's (nice 0, 1024) where autogroups are on, else the evaluator's nice weight (the
     kernel's sched_prio_to_weight: 1024 / 1.25 ** nice, within 3 %)."""
-    try:
-        with open("/proc/sys/kernel/sched_autogroup_enabled") as f:
-            if f.read().strip() == "1":
-                return 1024
-    except OSError:
-        pass
+    with suppress(OSError), open("/proc/sys/kernel/sched_autogroup_enabled") as f:
+        if f.read().strip() == "1":
+            return 1024
     return round(1024 / 1.25 ** min(19, max(-20, os.getpriority(os.PRIO_PROCESS, 0))))
 
 

@@ -5,8 +5,9 @@ from __future__ import annotations
 import os
 import re
 import signal
+import tempfile
 from dataclasses import dataclass, field
-from typing import BinaryIO, Literal
+from typing import Literal
 
 Status = Literal["ok", "error", "timeout", "memory", "output_limit", "blocked"]
 #: statuses of a run the sandbox ended (a clock, the CPU or memory limit, the output cap): such a
@@ -63,11 +64,23 @@ class SandboxLimits:
 
 
 class OutputFile:
-    """A program's capped stdout or stderr left on disk (an unnamed file, gone with this object):
-    it costs memory only while the caller holds its text."""
+    """A program's stdout or stderr on disk, as it arrives: an unnamed file in the host's temporary
+    folder (gone with this object) holding at most `cap` bytes, so it costs memory only while the
+    caller holds its text. `arrived` counts every byte written, `size` the bytes kept."""
 
-    def __init__(self, file: BinaryIO, size: int) -> None:
-        self.file, self.size = file, size
+    def __init__(self, cap: int) -> None:
+        self.cap, self.arrived = cap, 0
+        self.file = tempfile.TemporaryFile(prefix="numloss-output-", buffering=0)
+
+    @property
+    def size(self) -> int:
+        return min(self.cap, self.arrived)
+
+    def write(self, chunk: bytes) -> None:
+        view = memoryview(chunk)[:max(0, self.cap - self.arrived)]
+        while view:
+            view = view[self.file.write(view):]
+        self.arrived += len(chunk)
 
     def raw(self) -> bytes:
         """The bytes as written (capped)."""
@@ -89,6 +102,22 @@ class OutputFile:
     def text(self) -> str:
         """`decode_output` of the bytes (decoded from one buffer: no second copy of them)."""
         return decode_output(self._read())
+
+    def tail(self) -> str:
+        """The end of the output as text (`classify` quotes its last line); "" once closed."""
+        if self.file.closed:
+            return ""
+        return decode_output(os.pread(self.file.fileno(), min(self.size, 1 << 16), max(0, self.size - (1 << 16))))
+
+    def result(self) -> tuple[str | OutputFile, bytes | None]:
+        """(the text, the raw bytes where they differ from it) for an output up to `INLINE_BYTES`,
+        the file then closed; else (this file, None), left on disk."""
+        if self.size > INLINE_BYTES:
+            return self, None
+        try:
+            return decode_kept(self.raw())
+        finally:
+            self.file.close()
 
     def __repr__(self) -> str:
         return f"<output on disk: {self.size} bytes>"
