@@ -32,7 +32,7 @@ SETTINGS = {
     "tiny": (ROOT / "configs" / "tiny.yaml", ["--data.num_examples", "800"]),
     "smollm2-lora": (
         ROOT / "configs" / "smollm2-lora.yaml",
-        ["--data.num_examples", "200", "--train.batch_size", "4", "--train.grad_accum", "1",
+        ["--data.num_examples", "200", "--train.per_device_train_batch_size", "4", "--train.gradient_accumulation_steps", "1",
          "--lora.merge", "false", "--data.max_length", "384"],
     ),
 }

@@ -44,7 +44,7 @@ def _mapping(out: Path, **extra) -> dict:
         "base": {
             "model": {"name": "tiny", "tiny_layers": 1, "tiny_hidden": 32, "tiny_heads": 2},
             "data": {"max_length": 32},
-            "train": {"max_steps": 2, "batch_size": 8, "learning_rate": 1e-3, "logging_steps": 1,
+            "train": {"max_steps": 2, "per_device_train_batch_size": 8, "learning_rate": 1e-3, "logging_steps": 1,
                       "report_to": ["none"], "save_steps": 0, "bf16": False, "progress_bar": False},
         },
         "task": {"train_size": 16, "test_size": 8, "train": {"digits": 2}},
@@ -549,8 +549,8 @@ def test_a_run_trained_but_not_scored_is_scored_without_training_again(tmp_path,
 @pytest.mark.parametrize(
     "text, words",
     [
-        (b"objectives:\n  - {name: del, alpha: abc}\n", ["objectives[0].alpha must be a finite number"]),
-        (b"objectives:\n  - {name: del, alpha: [1]}\n", ["objectives[0].alpha must be a finite number"]),
+        (b"objectives:\n  - {name: del, alpha: abc}\n", ["objectives[0].alpha: expected a finite number"]),
+        (b"objectives:\n  - {name: del, alpha: [1]}\n", ["objectives[0].alpha: expected a finite number"]),
         (b"seeds: [0]\nseeds: [1]\n", ["'seeds' is given twice"]),
         (b"evaluation: {batch_size: 8, batch_size: 0}\n", ["'batch_size' is given twice"]),
         (b"seeds: [0]\n# caf\xe9\n", ["not UTF-8"]),

@@ -102,7 +102,7 @@ CONTEXT = [
     (["--lora.enabled", "true", "--lora.r", "1000000"], r"lora.r 1000000 is larger than the model's width \(64\)"),
     (["--objective.alpha", ""], "is empty"),
     (["--model.name", ""], "is empty"),
-    (["--train.seed", "-1"], r"train.seed must be in \[0, 2\*\*32\)"),
+    (["--train.seed", "-1"], r"train.seed: expected an integer >= 0 and < 4294967296"),
 ]
 
 

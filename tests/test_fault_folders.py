@@ -96,7 +96,7 @@ def _compare_config(tmp_path: Path, model: Path) -> str:
         "base": {
             "model": {"name": str(model)},
             "data": {"max_length": 32},
-            "train": {"max_steps": 1, "batch_size": 4, "report_to": ["none"], "save_steps": 0, "progress_bar": False},
+            "train": {"max_steps": 1, "per_device_train_batch_size": 4, "report_to": ["none"], "save_steps": 0, "progress_bar": False},
         },
         "task": {"train_size": 8, "test_size": 4, "train": {"digits": 2}},
         "objectives": ["mle"],

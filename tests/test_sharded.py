@@ -100,11 +100,11 @@ def test_ddp_fused_through_numloss_train_and_the_accelerate_config(tmp_path):
     command = [sys.executable, "-m", "accelerate.commands.launch", "--config_file",
                str(ROOT / "configs" / "accelerate" / "cpu_2proc.yaml"), "--main_process_port", str(_free_port()),
                "-m", "numloss", "train", str(TINY), "--train.output_dir", str(tmp_path / "two"),
-               "--train.batch_size", "2", "--fused", "true"]
+               "--train.per_device_train_batch_size", "2", "--fused", "true"]
     done = subprocess.run(command, env=_env(), capture_output=True, text=True, timeout=300, cwd=ROOT)
     assert done.returncode == 0, done.stderr[-4000:]
     assert "fused=True, world size 2, global batch 4" in done.stderr
-    one = run_training(load_config(TINY, ["--train.output_dir", str(tmp_path / "one"), "--train.batch_size", "4",
+    one = run_training(load_config(TINY, ["--train.output_dir", str(tmp_path / "one"), "--train.per_device_train_batch_size", "4",
                                           "--fused", "true"]))
     a, b = load_file(str(one.model_dir / "model.safetensors")), load_file(str(tmp_path / "two" / "final" / "model.safetensors"))
     for key in a:  # Adam turns float-order differences into up to ~2e-4 of weight (as in test_train's gloo test)

@@ -84,7 +84,7 @@ def test_truncation_count_is_logged(tmp_path, caplog):
 
 
 def test_resume_after_interruption_reaches_the_same_weights(tmp_path):
-    steps = ["--train.max_steps", "6", "--train.save_steps", "3", "--train.lr_scheduler", "cosine"]
+    steps = ["--train.max_steps", "6", "--train.save_steps", "3", "--train.lr_scheduler_type", "cosine"]
     whole = run_training(load_config(TINY, ["--train.output_dir", str(tmp_path / "whole"), *steps]))
     assert whole.global_step == 6
     broken_dir = tmp_path / "broken"
@@ -179,12 +179,12 @@ def test_two_gloo_processes_match_one_process_with_the_same_global_batch(tmp_pat
     env = {**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}
     command = [
         sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_port", str(_free_port()),
-        "-m", "numloss", "train", str(TINY), "--train.output_dir", str(tmp_path / "two"), "--train.batch_size", "2",
+        "-m", "numloss", "train", str(TINY), "--train.output_dir", str(tmp_path / "two"), "--train.per_device_train_batch_size", "2",
     ]
     done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=300, cwd=ROOT)
     assert done.returncode == 0, done.stderr[-3000:]
     assert "world size 2, global batch 4" in done.stderr
-    one = run_training(load_config(TINY, ["--train.output_dir", str(tmp_path / "one"), "--train.batch_size", "4"]))
+    one = run_training(load_config(TINY, ["--train.output_dir", str(tmp_path / "one"), "--train.per_device_train_batch_size", "4"]))
     a, b = weights(one.model_dir), weights(tmp_path / "two" / "final")
     from numloss.models import build_char_tokenizer, build_tiny_model
 

@@ -19,15 +19,15 @@ import functools
 import logging
 import re
 import typing
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from numloss.extras import needs
 
 with needs("hf", "numloss.config"):
     import yaml
+    from annotated_types import Ge, Gt, Le, Lt
     from pydantic import ConfigDict, TypeAdapter, ValidationError
 
 from numloss.checks import shown
@@ -36,6 +36,13 @@ from numloss.yamlio import YamlKeyError, load_yaml, parse_yaml
 
 class ConfigError(ValueError):
     """The configuration is invalid; the message names the key and how to fix it."""
+
+
+# the ranges are part of each key's type: torch, transformers and peft would refuse the rest later
+Count = Annotated[int, Ge(1)]
+NonNegative = Annotated[float, Ge(0)]
+Share = Annotated[float, Ge(0), Lt(1)]
+Seed = Annotated[int, Ge(0), Lt(2**32)]  # numpy takes 0 <= seed < 2**32
 
 
 def _f(default: Any, help: str, **kwargs: Any) -> Any:
@@ -52,20 +59,20 @@ class ModelConfig:
     trust_remote_code: bool = _f(False, "allow a hub model's own modelling code")
     attn_implementation: str | None = _f(None, "attention kernel: eager, sdpa, flash_attention_2 (None: transformers' choice)")
     gradient_checkpointing: bool = _f(False, "recompute activations in backward (saves memory, costs time)")
-    tiny_layers: int = _f(6, "tiny model: decoder layers")
-    tiny_hidden: int = _f(384, "tiny model: hidden width")
-    tiny_heads: int = _f(6, "tiny model: attention heads")
-    tiny_digits_per_token: int = _f(1, "tiny model: 1 (one token per digit) or 3 (numbers in Llama-3-style chunks of 1-3 digits)")
+    tiny_layers: Annotated[int, Ge(1), Le(64)] = _f(6, "tiny model: decoder layers")
+    tiny_hidden: Annotated[int, Ge(1), Le(8192)] = _f(384, "tiny model: hidden width")
+    tiny_heads: Annotated[int, Ge(1), Le(256)] = _f(6, "tiny model: attention heads")
+    tiny_digits_per_token: Literal[1, 3] = _f(1, "tiny model: 1 (one token per digit) or 3 (numbers in Llama-3-style chunks of 1-3 digits)")
     cache_dir: str | None = _f(None, "numloss model cache for 'smollm2' (default $NUMLOSS_CACHE or ~/.cache/numloss)")
 
 @dataclass
 class DataConfig:
     source: str = _f("synthetic:mix", "synthetic:NAME, gym:NAME, a .json/.jsonl file, a dataset folder or a HF dataset name")
-    num_examples: int | None = _f(4000, "examples to generate (synthetic/gym) or to keep (files; null = all)")
-    seed: int = _f(0, "seed of the generated sets")
+    num_examples: Count | None = _f(4000, "examples to generate (synthetic/gym) or to keep (files; null = all)")
+    seed: Seed = _f(0, "seed of the generated sets")
     split: str = _f("train", "split of a HF dataset")
     subset: str | None = _f(None, "configuration name of a HF dataset")
-    max_length: int = _f(512, "tokens per sequence; longer ones are truncated (and counted in the log)")
+    max_length: Annotated[int, Ge(2), Le(10**7)] = _f(512, "tokens per sequence; longer ones are truncated (and counted in the log)")
     instruction_field: str = _f("instruction", "record field holding the instruction")
     input_field: str = _f("input", "record field holding the optional input")
     output_field: str = _f("output", "record field holding the response to learn")
@@ -85,28 +92,28 @@ class TrainConfig:
     own or reads itself, and (kept in `extra`) any other TrainingArguments field given by name."""
 
     output_dir: str = _f("runs/tiny", "where checkpoints, logs and the final model go")
-    num_train_epochs: float = _f(1.0, "passes over the data (ignored when max_steps > 0)")
-    max_steps: int = _f(-1, "optimizer steps; -1 = num_train_epochs")
-    per_device_train_batch_size: int = _f(8, "sequences per device per micro-batch")
-    gradient_accumulation_steps: int = _f(1, "micro-batches per optimizer step (global batch = per_device_train_batch_size x gradient_accumulation_steps x devices)")
-    learning_rate: float = _f(1e-3, "peak learning rate")
+    num_train_epochs: Annotated[float, Gt(0)] = _f(1.0, "passes over the data (ignored when max_steps > 0)")
+    max_steps: Literal[-1] | Count = _f(-1, "optimizer steps; -1 = num_train_epochs")
+    per_device_train_batch_size: Count = _f(8, "sequences per device per micro-batch")
+    gradient_accumulation_steps: Count = _f(1, "micro-batches per optimizer step (global batch = per_device_train_batch_size x gradient_accumulation_steps x devices)")
+    learning_rate: Annotated[float, Gt(0)] = _f(1e-3, "peak learning rate")
     lr_scheduler_type: str = _f("cosine", "transformers scheduler: cosine, linear, constant, constant_with_warmup, ...")
-    warmup_ratio: float = _f(0.03, "fraction of the steps spent warming up")
-    weight_decay: float = _f(0.0, "AdamW weight decay")
-    max_grad_norm: float = _f(1.0, "gradient clipping norm (0 = off)")
+    warmup_ratio: Share = _f(0.03, "fraction of the steps spent warming up")
+    weight_decay: NonNegative = _f(0.0, "AdamW weight decay")
+    max_grad_norm: NonNegative = _f(1.0, "gradient clipping norm (0 = off)")
     optim: str = _f("adamw_torch", "transformers optimizer name")
-    seed: int = _f(0, "seed of initialisation, shuffling and dropout")
+    seed: Seed = _f(0, "seed of initialisation, shuffling and dropout")
     bf16: bool | None = _f(None, "bf16 autocast; null = on where the CPU/GPU supports it")
     tf32: bool | None = _f(None, "TF32 matmuls on Ampere+ GPUs (null = transformers' default)")
-    logging_steps: int = _f(10, "log every N optimizer steps")
-    save_steps: int = _f(0, "checkpoint every N steps (0 = only the final model)")
-    save_total_limit: int | None = _f(2, "checkpoints kept (null = all)")
+    logging_steps: Count = _f(10, "log every N optimizer steps")
+    save_steps: Annotated[int, Ge(0)] = _f(0, "checkpoint every N steps (0 = only the final model)")
+    save_total_limit: Count | None = _f(2, "checkpoints kept (null = all)")
     resume: bool | str = _f(False, "true: resume from the last checkpoint in output_dir; or a checkpoint path")
     resume_changed: bool = _f(False, "let a resume continue under settings that change the run (objective, learning rate, ...); the CLI's --resume-changed")
     overwrite: bool = _f(False, "train into an output_dir holding another or a finished run: its files move aside to output_dir/overwritten-TIME/; the CLI's --overwrite")
     report_to: list[str] = _f(["tensorboard"], "logging integrations besides the CSV log (tensorboard, wandb, none)")
     progress_bar: bool = _f(True, "show the progress bar with loss terms and tokens/s")
-    dataloader_num_workers: int = _f(0, "data-loading worker processes")
+    dataloader_num_workers: Annotated[int, Ge(0)] = _f(0, "data-loading worker processes")
     fsdp: str = _f("", "FSDP mode passed to TrainingArguments, e.g. 'full_shard auto_wrap' (or use accelerate's config)")
     fsdp_config: dict[str, Any] = _f({}, "FSDP options passed to TrainingArguments, e.g. {transformer_layer_cls_to_wrap: [Qwen2DecoderLayer]}")
     deepspeed: str | None = _f(None, "DeepSpeed JSON config (needs deepspeed installed), e.g. configs/accelerate/ds_zero3.json")
@@ -116,9 +123,9 @@ class TrainConfig:
 @dataclass
 class LoraConfig:
     enabled: bool = _f(False, "train LoRA adapters (peft) instead of all weights")
-    r: int = _f(16, "LoRA rank")
-    alpha: int = _f(32, "LoRA scaling numerator (scale = alpha / r)")
-    dropout: float = _f(0.05, "dropout on the LoRA input")
+    r: Count = _f(16, "LoRA rank")
+    alpha: Count = _f(32, "LoRA scaling numerator (scale = alpha / r)")
+    dropout: Share = _f(0.05, "dropout on the LoRA input")
     target_modules: list[str] | str = _f("all-linear", "modules to adapt: 'all-linear' or a list like [q_proj, v_proj]")
     merge: bool = _f(False, "also save the adapters merged into the base model (output_dir/merged)")
 
@@ -169,7 +176,7 @@ logger = logging.getLogger("numloss.config")
 @functools.cache
 def _hints(klass: type) -> dict[str, Any]:
     """`typing.get_type_hints(klass)`, once per class (it evaluates every annotation per call)."""
-    return typing.get_type_hints(klass)
+    return typing.get_type_hints(klass, include_extras=True)
 
 
 @functools.cache
@@ -186,16 +193,21 @@ def _type_text(hint: Any) -> str:
         return "one of " + ", ".join(map(repr, typing.get_args(hint)))
     if typing.get_origin(hint) in (typing.Union, type(int | str)):
         return " or ".join(map(_type_text, typing.get_args(hint)))
+    if typing.get_origin(hint) is Annotated:
+        base, *bounds = typing.get_args(hint)
+        ops = {"ge": ">=", "gt": ">", "le": "<=", "lt": "<"}
+        return " ".join([_type_text(base), " and ".join(f"{op} {getattr(b, k)}" for b in bounds
+                                                         for k, op in ops.items() if hasattr(b, k))])
     return _PLAIN.get(hint) or re.sub(r"typing\.|<class '(\w+)'>", r"\1", str(hint))
 
 
-_NUMBER = re.compile(r"[-+]?(\d+\.?\d*|\.\d+)([eE][-+]?\d+)?")
+_EXPONENT = re.compile(r"[-+]?(\d+\.?\d*|\.\d+)[eE][-+]?\d+")  # YAML 1.1 reads `1e-3` as a string
 
 
 def check_value(key: str, value: Any, hint: Any) -> Any:
     """`value` checked by pydantic against `hint` in strict mode (a bool is never 1, "yes" never
     true, an int is a float where one is wanted; numbers finite and within 64 bits), else a
-    ConfigError naming `key`. A string that reads as a number is one where a number is wanted
+    ConfigError naming `key`. A string in exponent notation is a number where one is wanted
     (YAML 1.1 reads `1e-3` as a string); a lone string is a one-item list where a list is wanted,
     a comma-separated one its items (`--lora.target_modules q_proj,v_proj`)."""
     options = typing.get_args(hint) if typing.get_origin(hint) in (typing.Union, type(int | str)) else (hint,)
@@ -205,7 +217,7 @@ def check_value(key: str, value: Any, hint: Any) -> Any:
     try:
         checked = _adapter(hint).validate_python(value, strict=True)
     except ValidationError:
-        number = isinstance(value, str) and _NUMBER.fullmatch(value.strip())
+        number = isinstance(value, str) and _EXPONENT.fullmatch(value.strip())
         try:
             checked = _adapter(hint).validate_python(float(value) if number else value, strict=not number)
         except (ValidationError, OverflowError):
@@ -458,61 +470,13 @@ def _validate_objective(objective: ObjectiveConfig) -> None:
 #: examples a generated set (synthetic:, gym:) may be asked for: they are built in memory
 GENERATED_LIMIT = 10**7
 
-#: seeds go to numpy, which takes 0 <= seed < 2**32
-SEED_LIMIT = 2**32
-
-#: the tiny model is for tests and demos; beyond these it is no longer tiny (and exhausts memory)
-TINY_LIMITS = {"model.tiny_layers": 64, "model.tiny_hidden": 8192, "model.tiny_heads": 256}
-
-#: (key, the test its value must pass, what it must be): a failure is "KEY must be WHAT, got VALUE"
-_BOUNDS: list[tuple[str, Callable[[Any], bool], str]] = [
-    *((key, lambda v: v >= 1, ">= 1") for key in (
-        "data.max_length", "train.per_device_train_batch_size", "train.gradient_accumulation_steps",
-        "train.logging_steps", "lora.r",
-        "model.tiny_layers", "model.tiny_hidden", "model.tiny_heads",
-        "model.tiny_digits_per_token")),
-    ("data.max_length", lambda v: v >= 2, ">= 2"),
-    ("data.num_examples", lambda v: v is None or v >= 1, ">= 1 or null"),
-    ("train.max_steps", lambda v: v > 0 or v == -1, "> 0 or -1 (use num_train_epochs)"),
-    ("train.warmup_ratio", lambda v: 0 <= v < 1, "in [0, 1)"),
-    ("train.learning_rate", lambda v: v > 0, "> 0"),
-    ("train.save_steps", lambda v: v >= 0, ">= 0"),
-    ("train.seed", lambda v: 0 <= v < SEED_LIMIT, "in [0, 2**32)"),
-    ("data.seed", lambda v: 0 <= v < SEED_LIMIT, "in [0, 2**32)"),
-    ("train.weight_decay", lambda v: v >= 0, ">= 0"),
-    ("train.max_grad_norm", lambda v: v >= 0, ">= 0 (0 = no clipping)"),
-    ("train.dataloader_num_workers", lambda v: v >= 0, ">= 0 (0 = load in the main process)"),
-    ("train.num_train_epochs", lambda v: v > 0, "> 0"),
-    ("lora.dropout", lambda v: 0 <= v < 1, "in [0, 1)"),
-    ("lora.alpha", lambda v: v >= 1, ">= 1"),
-    *((key, lambda v, limit=limit: v <= limit, f"<= {limit} (the tiny model is for tests)")
-      for key, limit in TINY_LIMITS.items()),
-    ("model.tiny_digits_per_token", lambda v: v in (1, 3), "1 or 3"),
-    ("data.max_length", lambda v: v <= 10**7, "<= 10**7"),
-]
-
-
-def _value(config: Config, key: str) -> Any:
-    """The value of a `section.field` or top-level key."""
-    section, _, name = key.partition(".")
-    return getattr(getattr(config, section), name) if name else getattr(config, section)
-
-
 def _validate_ranges(config: Config) -> None:
     """Numbers that transformers, torch or peft would refuse later (or take silently and wrongly)."""
     train, lora, model, data = config.train, config.lora, config.model, config.data
-    for key, test, what in _BOUNDS:
-        if not test(_value(config, key)):
-            raise ConfigError(f"{key} must be {what}, got {_value(config, key)}")
     schedulers = _lr_schedulers()
     if train.lr_scheduler_type not in schedulers:
         raise ConfigError(f"train.lr_scheduler_type: unknown scheduler {train.lr_scheduler_type!r}; "
                           f"choose one of {', '.join(schedulers)}")
-    if train.save_total_limit is not None and train.save_total_limit < 1:
-        raise ConfigError(
-            f"train.save_total_limit must be >= 1 or null (keep all), got {train.save_total_limit}; "
-            "use train.save_steps 0 for no checkpoints"
-        )
     target = lora.target_modules
     if not target or (isinstance(target, list) and not all(target)):
         raise ConfigError("lora.target_modules must be 'all-linear' or a non-empty list of module names")
@@ -662,7 +626,8 @@ def _flat(config: Config) -> dict[str, Any]:
     """Every key's value; a mapping's entries as `key.entry` (a change then names the entry)."""
     flat: dict[str, Any] = {f"train.{name}": value for name, value in config.train.extra.items()}
     for key in all_keys():
-        value = _value(config, key)
+        section, _, name = key.partition(".")
+        value = getattr(getattr(config, section), name) if name else getattr(config, section)
         if isinstance(value, dict):
             flat.update({f"{key}.{entry}": item for entry, item in value.items()})
         else:

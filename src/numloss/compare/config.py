@@ -30,18 +30,26 @@ for its type and range when the file is loaded, before any training, with one li
 from __future__ import annotations
 
 import copy
+import dataclasses
 import hashlib
 import json
-import math
 import os
 import re
+import typing
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
 from numloss.compare.learning import LearningCheck
 from numloss.compare.tasks import task_from_dict
-from numloss.config import LEGACY_KEYS, Config, ConfigError, canonical_key, config_from_dict
+from numloss.config import (
+    LEGACY_KEYS,
+    Config,
+    ConfigError,
+    canonical_key,
+    check_value,
+    config_from_dict,
+)
 from numloss.yamlio import load_yaml
 
 #: bump when what a result file holds changes, so old results are recomputed, not misread
@@ -142,40 +150,22 @@ def _non_default(values: dict[str, Any], defaults: dict[str, Any]) -> dict[str, 
 _MISSING = object()
 
 
-def _is_real(value: Any) -> bool:
-    """A finite int or float, not a bool (YAML's `yes` is not 1)."""
-    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
-
-
-def _check_types(values: Any, defaults: Any, where: str) -> None:
-    """ConfigError naming the key when a value of mapping `values` has another type than the
-    field's default in dataclass instance `defaults` (int for int, a finite number for float,
-    bool for bool, str for str, a list of strings for a tuple, str or null for a null default):
-    a wrong type fails here, in one line, not as a traceback deep in a run."""
+def _check_types(values: Any, klass: type, where: str) -> None:
+    """ConfigError naming the key when a value of mapping `values` does not fit its field of
+    dataclass `klass` (`numloss.config.check_value`: strict types, finite numbers; a list where a
+    tuple is wanted) or is a count beyond _LARGEST: a wrong type fails here, in one line, not as a
+    traceback deep in a run. Unknown keys are left to the dataclass's own check, nested dataclasses
+    (task.train) to the caller."""
     if not isinstance(values, dict):
-        raise ConfigError(f"{where} must be a mapping of {', '.join(defaults.__dataclass_fields__)}, got {values!r}")
+        raise ConfigError(f"{where} must be a mapping of {', '.join(klass.__dataclass_fields__)}, got {values!r}")
+    hints = typing.get_type_hints(klass)
     for key, value in values.items():
-        if key not in defaults.__dataclass_fields__:
-            continue  # unknown keys: the dataclass's own check names them
-        default = getattr(defaults, key)
-        if isinstance(default, bool):
-            ok, kind = isinstance(value, bool), "true or false"
-        elif isinstance(default, int):
-            ok, kind = isinstance(value, int) and not isinstance(value, bool), "an integer"
-        elif isinstance(default, float):
-            ok, kind = _is_real(value), "a finite number"
-        elif isinstance(default, str):
-            ok, kind = isinstance(value, str), "a string"
-        elif isinstance(default, tuple):
-            ok = isinstance(value, (list, tuple)) and all(isinstance(v, str) for v in value)
-            kind = "a list of strings"
-        elif default is None:
-            ok, kind = value is None or isinstance(value, str), "a string or null"
-        else:  # nested dataclasses (task.train) are checked by their caller
+        hint = hints.get(key)
+        if hint is None or dataclasses.is_dataclass(hint):
             continue
-        if not ok:
-            raise ConfigError(f"{where}.{key} must be {kind}, got {value!r}")
-        if isinstance(value, int) and not isinstance(value, bool) and abs(value) > _LARGEST:
+        value = tuple(value) if typing.get_origin(hint) is tuple and isinstance(value, list) else value
+        checked = check_value(f"{where}.{key}", value, hint)
+        if isinstance(checked, int) and not isinstance(checked, bool) and abs(checked) > _LARGEST:
             raise ConfigError(f"{where}.{key} is out of range: {value!r} (at most {_LARGEST:,})")
 
 
@@ -209,17 +199,17 @@ def _check_task_types(task: Any) -> None:
     if kind not in ("arithmetic", "word_problems", "arith_words"):
         raise ConfigError(f"task.kind must be arithmetic, word_problems or arith_words, got {kind!r}")
     if kind == "word_problems":
-        _check_types(task, WordProblemTask(), "task")
+        _check_types(task, WordProblemTask, "task")
         return
     if kind == "arith_words":
         from numloss.compare.arith_words import ArithmeticWordTask
 
-        _check_types(task, ArithmeticWordTask(), "task")
+        _check_types(task, ArithmeticWordTask, "task")
         return
-    _check_types({k: v for k, v in task.items() if k != "kind"}, ArithmeticTask(), "task")
+    _check_types({k: v for k, v in task.items() if k != "kind"}, ArithmeticTask, "task")
     train = task.get("train")
     if train is not None:
-        _check_types(train, Distribution(), "task.train")
+        _check_types(train, Distribution, "task.train")
         for key in ("digits", "decimal_places"):
             if isinstance(train.get(key), int) and train[key] > _MAX_DIGITS:
                 raise ConfigError(f"task.train.{key} must be at most {_MAX_DIGITS}, got {train[key]}")
@@ -250,22 +240,16 @@ def _objectives(items: Any, origin: str) -> list[ObjectiveSpec]:
         bad = sorted(set(item) - {"label", "name", "alpha", "options"})
         if bad:
             raise ConfigError(f"{origin}: objectives[{i}] has unknown key(s) {', '.join(bad)} (label, name, alpha, options)")
-        alpha, name, label = item.get("alpha"), item["name"], item.get("label", item["name"])
-        if not isinstance(name, str) or not name.strip():
-            raise ConfigError(f"{origin}: objectives[{i}].name must be an objective name (a string), got {name!r}")
-        if not isinstance(label, (str, int)) or isinstance(label, bool) or not str(label).strip():
-            raise ConfigError(f"{origin}: objectives[{i}].label must be a non-empty string, got {label!r}")
-        problem = label_problem(str(label))
-        if problem:
-            raise ConfigError(f"{origin}: objectives[{i}].label {str(label)!r} {problem}")
-        if alpha is not None and not _is_real(alpha):
-            raise ConfigError(f"{origin}: objectives[{i}].alpha must be a finite number or null, got {alpha!r}")
-        options = item.get("options")
-        if options is not None and not isinstance(options, dict):
-            raise ConfigError(f"{origin}: objectives[{i}].options must be a mapping of option: value, got {options!r}")
-        alpha = None if alpha is None else float(alpha)
-        options = dict(options or {})
-        specs.append(ObjectiveSpec(label=str(label), name=name, alpha=alpha, options=options))
+        item = {"label": item["name"], **item, "options": item.get("options") or {}}
+        if type(item["label"]) is int:  # `label: 7` names the folder 7-s0
+            item["label"] = str(item["label"])
+        _check_types(item, ObjectiveSpec, f"{origin}: objectives[{i}]")
+        problem = label_problem(str(item["label"]))
+        if problem or not item["name"].strip():
+            what = f"label {str(item['label'])!r} {problem}" if problem else "name is empty: give an objective's name"
+            raise ConfigError(f"{origin}: objectives[{i}].{what}")
+        alpha = None if item.get("alpha") is None else float(item["alpha"])
+        specs.append(ObjectiveSpec(label=str(item["label"]), name=item["name"], alpha=alpha, options=dict(item["options"])))
     labels = [s.label for s in specs]
     duplicates = sorted({label for label in labels if labels.count(label) > 1})
     if duplicates:
@@ -378,7 +362,7 @@ def _base(base: Any, origin: str) -> dict[str, Any]:
 def _settings(klass: type, values: Any, name: str, origin: str) -> Any:
     """Dataclass `klass` (section `name`) from mapping `values`: types, then its own `check()`."""
     try:
-        _check_types(values, klass(), name)
+        _check_types(values, klass, name)
         settings = klass(**values)
         if hasattr(settings, "check"):
             settings.check()
