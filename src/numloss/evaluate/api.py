@@ -361,6 +361,9 @@ def _run_all(loaded: list[Benchmark], saved: list[Mapping[str, Any]], protocols:
     of its items now: their verdicts kept, their outputs reused), each new result with `extra`."""
     per: Results = {p.name: {} for p in protocols}
     digits: dict[str, DigitStats] = {}
+    if progress:  # said before the bar opens, not inside its line
+        for bench in loaded:
+            print(f"{bench.name}: {len(bench)} items from {bench.source}", file=sys.stderr)
     expect = getattr(generator, "expect", None)
     if callable(expect):  # the progress bar's total, right from the start: the items to generate
         outputs = {(r["benchmark"], str(r["id"])) for r in saved if "output" in r}
@@ -368,8 +371,6 @@ def _run_all(loaded: list[Benchmark], saved: list[Mapping[str, Any]], protocols:
     for bench in loaded:
         mine = [r for r in saved if r["benchmark"] == bench.name]
         _check_same_items(bench, mine, results_file)
-        if progress:
-            print(f"{bench.name}: {len(bench)} items from {bench.source}", file=sys.stderr)
         done = {p.name: {str(r["id"]): _item_result(r) for r in mine if r.get("protocol") == p.name} for p in protocols}
         known = {str(r["id"]): (r["output"], r.get("fallback_output")) for r in mine if "output" in r}
         write = _writer(store, {**extra, **_synthetic_fields(bench, seed)})

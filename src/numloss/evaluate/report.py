@@ -283,8 +283,10 @@ def _visible(axis: Any) -> list[str]:
 def _save(fig: Any, ax: Any, title: str, path: Path) -> Path:
     """Title and legend `ax`, write `fig` to `path` (with `drawn` in its metadata) and close it."""
     ax.set_title(title, fontsize=10)
-    if len(ax.get_legend_handles_labels()[0]) > 1:  # beside the axes: never over a bar or its interval
+    if len(ax.get_legend_handles_labels()[0]) > 1:  # beside the axes, never over a point or its interval
         ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0), frameon=False)
+        width, height = fig.get_size_inches()
+        fig.set_size_inches(width + 2.2, height)  # the legend's room, not the axes
     fig.tight_layout()
     fig.savefig(path, dpi=100, bbox_inches="tight", metadata={"Title": title, "numloss": json.dumps(drawn(fig, ax))})
     _pyplot().close(fig)
@@ -313,7 +315,7 @@ def _accuracy_plot(report: EvalReport, path: Path) -> Path:
     counts = [report.scores[report.protocols[0]][n].count for n in names]
     labels = [f"{n}\n({c} items)" for n, c in zip(names, counts, strict=True)] + ["mACC"]
     step = 0.25 if len(report.protocols) > 1 else 0.0
-    fig, ax = _pyplot().subplots(figsize=(max(4.0, 1.3 * len(labels)) + (1.8 if step else 0), 3.4))
+    fig, ax = _pyplot().subplots(figsize=(max(4.0, 1.3 * len(labels)), 3.4))
     for k, protocol in enumerate(report.protocols):
         scores = [report.scores[protocol][n] for n in names]
         offset = (k - (len(report.protocols) - 1) / 2) * step
@@ -344,7 +346,7 @@ def _place_plot(report: EvalReport, path: Path) -> Path | None:
         return None
     axis = sorted({p for entries in places.values() for p in entries}, reverse=True)
     step = min(0.25, 0.8 / len(places)) if len(places) > 1 else 0.0
-    fig, ax = _pyplot().subplots(figsize=(max(4.5, 0.9 * len(axis)) + (1.8 if step else 0), 3.4))
+    fig, ax = _pyplot().subplots(figsize=(max(4.5, 0.9 * len(axis)), 3.4))
     for k, (name, entries) in enumerate(places.items()):
         shown = [p for p in axis if p in entries]
         offset = (k - (len(places) - 1) / 2) * step
@@ -367,12 +369,12 @@ def _entropy_plot(report: EvalReport, path: Path) -> Path | None:
     if not hist:
         return None
     fig, ax = _pyplot().subplots(figsize=(5, 3.4))
-    for name, s in hist.items():
+    for k, (name, s) in enumerate(hist.items()):
         counts = s.digit_entropy_histogram
         edges = [MAX_DIGIT_ENTROPY * i / len(counts) for i in range(len(counts) + 1)]
-        ax.stairs([c / max(1, sum(counts)) for c in counts], edges,
-                  label=f"{name}: {sum(counts)} digits, mean {s.digit_entropy:.2f} nats")
-    ax.set_xlabel("entropy of the 10-digit distribution (nats, at most ln 10 = 2.30)")
+        ax.stairs([c / max(1, sum(counts)) for c in counts], edges, linewidth=1.5, linestyle=("-", "--", ":", "-.")[k % 4],
+                  label=f"{name}: {sum(counts)} digits, mean {s.digit_entropy:.2f} nats")  # styles: equal curves stay apart
+    ax.set_xlabel("digit entropy (nats; at most ln 10 = 2.30)")
     ax.set_ylabel("share of the gold digits")
     ax.set_xlim(0, MAX_DIGIT_ENTROPY)
     ax.set_ylim(0, 1.05)
