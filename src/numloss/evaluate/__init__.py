@@ -19,7 +19,7 @@ require("eval", "numloss.evaluate", "math_verify", "matplotlib")
 
 #: each public name and the submodule that defines it
 _PUBLIC = {
-    "answers": ("extract_choice", "extract_number", "math_equal", "number_matches", "score"),
+    "answers": ("CORRECTIONS", "read", "extract_number", "math_equal", "number_matches", "score"),
     "api": ("evaluate", "score_outputs", "EvalReport", "BenchmarkScore"),
     "benchmarks": ("BENCHMARKS", "Benchmark", "BenchmarkError", "Item", "load_benchmark"),
     "generate": ("BackendUnavailable", "Generation", "HFGenerator", "VLLMGenerator"),

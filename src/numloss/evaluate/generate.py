@@ -106,7 +106,9 @@ class HFGenerator:
             raise ValueError("the tokenizer has neither a pad nor an eos token; batched generation needs one")
         eos = getattr(getattr(model, "generation_config", None), "eos_token_id", None)
         self.eos_id = eos if eos is not None else tokenizer.eos_token_id
-        eos_ids = self.eos_id if isinstance(self.eos_id, (list, tuple)) else [self.eos_id]
+        # the end of a turn is this model's own: its generation config's eos ids (a chat model's
+        # end-of-turn token among them) and its tokenizer's eos, never another family's tokens
+        eos_ids = [*(eos if isinstance(eos, (list, tuple)) else [eos]), tokenizer.eos_token_id]
         self.eos_ids = frozenset(int(e) for e in eos_ids if e is not None)
         forward = inspect.signature(_base_model(model).forward).parameters
         self._cache_arg = "cache" if "cache" in forward else "past_key_values"

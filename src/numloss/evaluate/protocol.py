@@ -51,12 +51,8 @@ def released_extract(item: Item, text: str, benchmark: str) -> answers.Reading:
 
 
 def numloss_extract(item: Item, text: str, benchmark: str) -> answers.Reading:
-    """numloss's reading (`answers.extract`), "released" where it is the released reading of the
-    same text (the same string, or for numbers the same value), else "numloss"."""
-    prediction = answers.extract(item, text)
-    ours = released.answer_clean(_released_dataset(item, benchmark), item.kind, text)
-    same = prediction == ours or (item.kind == "number" and prediction and answers.plain_exact(prediction) == answers.plain_exact(ours))
-    return answers.Reading(prediction, "released" if same else "numloss")
+    """The released reading, then numloss's corrections (`answers.read`)."""
+    return answers.read(item, text, _released_dataset(item, benchmark))
 
 
 def released_gold(item: Item) -> str:
