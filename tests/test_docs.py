@@ -61,12 +61,14 @@ def test_log_csv_columns_and_the_progress_bars_keys_are_the_codes():
     assert listed(text, "The progress bar shows ") == [list(PROGRESS_KEYS)]
 
 
-def test_numloss_eval_help_lists_every_file_it_writes_and_no_other():
+def test_numloss_eval_help_and_its_page_list_every_file_it_writes_and_no_other():
     from numloss.evaluate.cli import build_parser
     from numloss.evaluate.report import REPORT_FILES
 
-    text = build_parser().format_help()
     files = {*REPORT_FILES, "items.jsonl"}
+    page = (ROOT / "docs" / "evaluation.md").read_text(encoding="utf-8")
+    assert [set(names) for names in listed(page, "`numloss eval` writes to `--out`: ")] == [files]
+    text = build_parser().format_help()
     assert all(name in text for name in files), [name for name in files if name not in text]
     assert set(re.findall(r"(?<![/\w])[a-z_]+\.(?:json|jsonl|md|png)\b", text)) <= files
 
