@@ -94,16 +94,22 @@ def test_report_shows_every_run_and_the_embedding_order(tmp_path) -> None:
     summary = write_report(results, tmp_path, {"config": "x.yaml"})
     report = (tmp_path / "report.md").read_text()
     assert "| objective | seed 0 | seed 1 | p vs mle |" in report
-    assert "| mle | 30.0 / 1.500 | 40.0 / 1.500 | - |" in report
+    def em(correct: int) -> str:  # a run's exact match with its Wilson interval over its 100 items
+        low, high = wilson_interval(correct, 100)
+        return f"{correct:.1f} [{100 * low:.1f}, {100 * high:.1f}]"
+
+    assert f"| mle | {em(30)} / 1.500 | {em(40)} / 1.500 | - |" in report
     # del (50, 60) against mle (30, 40): both above, 2 of the C(4,2) = 6 splits are as extreme
-    assert "| del | 50.0 / 1.500 | 60.0 / 1.500 | 0.333 |" in report
+    assert f"| del | {em(50)} / 1.500 | {em(60)} / 1.500 | 0.333 |" in report
     assert summary["del"]["vs_baseline"] == {"baseline": "mle", "mann_whitney_p": pytest.approx(1 / 3)}
-    assert "| ntl |  | 90.0 / 0.200 | n/a |" in report  # one seed: no test
-    assert summary["ntl"]["per_seed"] == [{"seed": 1, "exact_match": 0.9, "final_ce": pytest.approx(0.2)}]
+    assert f"| ntl |  | {em(90)} / 0.200 | n/a |" in report  # one seed: no test
+    assert summary["ntl"]["per_seed"] == [{"seed": 1, "exact_match": 0.9, "final_ce": pytest.approx(0.2),
+                                           "exact_match_ci95": pytest.approx(list(wilson_interval(90, 100)))}]
     before = neighbour_order_score(RESULTS[0]["embeddings"]["before"])
     after = neighbour_order_score(RESULTS[0]["embeddings"]["after"])
     assert summary["mle"]["embedding_order"]["after"] == {"mean": pytest.approx(after), "std": 0.0}
     assert f"| mle | {before:+.3f} ± 0.000 | {after:+.3f} ± 0.000 |" in report
+    assert f"| ntl | {neighbour_order_score(results[-1]['embeddings']['before']):+.3f} | " in report  # one seed: no ±
     # runs without embeddings (evaluation.embeddings: false) leave the section out
     for r in results:
         r["embeddings"] = {}
@@ -182,7 +188,10 @@ def test_learning_speed_section(tmp_path) -> None:
     # every table names the machine
     assert report.count("_Machine: TEST-CPU (AVX2), torch 9._") == 1 + 3 + 1
     # the per-run table gives the step each run learnt at
-    assert "| mle | 30.0 / 1.500 / - | 30.0 / 1.500 / - | 30.0 / 1.500 / - | 90.0 / 1.500 / 750 |" in report
+    low, high = (100 * x for x in wilson_interval(30, 100))
+    low9, high9 = (100 * x for x in wilson_interval(90, 100))
+    run = f"30.0 [{low:.1f}, {high:.1f}] / 1.500 / -"
+    assert f"| mle | {run} | {run} | {run} | 90.0 [{low9:.1f}, {high9:.1f}] / 1.500 / 750 |" in report
     for name in ("learnt_by_step.png", "exact_match_per_seed.png"):
         assert (tmp_path / name).stat().st_size > 0, name
 
@@ -198,3 +207,41 @@ def test_paired_table_by_seed() -> None:
     # differences 20, 21, 22, 23, 24 points: mean 22, sd 1.58, t interval 22 +- 2.776 x 0.707
     assert row.startswith("| del | 5 | +22.0 [+20.0, +24.0] | 0.000 | 0.000 |"), row
     assert paired_table(aggregate(RESULTS[:2])) == [], "one objective: nothing to pair"
+
+
+def _png_panels(path) -> list[dict]:
+    from PIL import Image
+
+    with Image.open(path) as image:
+        return json.loads(image.text["Description"])
+
+
+def test_a_one_seed_report_prints_no_spread_and_its_plots_say_one_seed(tmp_path, monkeypatch) -> None:
+    """One seed has no spread: no `± 0`, a note saying so, plot titles that say one seed; the
+    learnt-by columns are steps a check ran at; plain log-axis labels; 12 arms' legend readable."""
+    import numloss.compare.report as report_module
+
+    monkeypatch.setattr(report_module, "PERMUTATIONS", 50)  # the tests' p values are not read here
+    labels = [f"arm-{i}" for i in range(12)]
+    runs = [_with_learning(_result(label, 0, 0.05 * i, 533.0 + i), 200 * (1 + i % 3), i % 2 == 0)
+            for i, label in enumerate(labels)]
+    for run in runs:
+        run["curve"]["ce"] = [4.8, 4.5]  # under one decade: matplotlib would write 4.6 x 10^0
+        run["evaluation"]["in_distribution"]["answer_nll"] = 0.9
+        run["embeddings"] = {}  # their plots are another test's
+        run["evaluation"] = {"in_distribution": run["evaluation"]["in_distribution"]}
+    write_report(runs, tmp_path, {"config": "x.yaml", "seeds": [0]})
+    report = (tmp_path / "report.md").read_text()
+    assert "One seed: no spread" in report and "±" not in report.split("## Objectives")[0].split("interval")[-1]
+    assert "| arm-1 | 1 | 5.0 | [" in report and "| 534 |" in report  # the value alone, not 534 ± 0
+    assert "answer NLL" in report and "| 0.900 |" in report
+    assert "checked at steps 200, 400, 600" in report and "every 250" not in report
+    assert "| by 200 | by 400 | by 600 |" in report
+    exact, mae = _png_panels(tmp_path / "accuracy_mae.png")
+    assert "one seed" in exact["title"] and exact["ylim"][0] >= 0 and "one seed" in mae["title"]
+    ce, _ = _png_panels(tmp_path / "training_curves.png")
+    assert "one seed" in ce["title"] and ce["yscale"] == "log"
+    assert ce["yticklabels"] and all(float(t.replace("\u2212", "-")) > 0 for t in ce["yticklabels"]), ce
+    (curve,) = _png_panels(tmp_path / "learnt_by_step.png")
+    assert len(curve["legend"]) == 12 and curve["legend_fontsize"] >= 8
+    assert "checked at steps 200, 400, 600" in curve["title"]

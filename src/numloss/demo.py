@@ -181,6 +181,10 @@ def _pct(share: float) -> str:
     return f"{100 * share:.1f} %"
 
 
+def _interval(low: float, high: float) -> str:
+    return f"[{100 * low:.1f}, {100 * high:.1f}]" if low == low else "(one seed: no interval)"
+
+
 def _p(value: float) -> str:
     if value != value:
         return "n/a"
@@ -255,14 +259,15 @@ def fresh_lines(results: dict[str, dict[int, dict[str, Any]]], baseline: str = B
     (McNemar, seeds as strata). Worded for what a few seeds carry: whether these trained models
     differ on these items, never a rank of the objectives over training randomness."""
     from numloss.compare.item_paired import paired_comparison
+    from numloss.compare.stats import wilson_interval
 
     bits = _bits(results)
     seeds = sorted({seed for arm in bits.values() for seed in arm})
     whose = "this seed's items" if len(seeds) == 1 else f"these {len(seeds)} seeds' items (pooled, seeds as strata)"
-    rows = [("arm", "exact match", f"minus {baseline}, on {whose}", "McNemar p")]
+    rows = [("arm", "exact match [95 % Wilson]", f"minus {baseline}, on {whose}", "McNemar p")]
     for label, arm in bits.items():
         right, total = sum(b.count("1") for b in arm.values()), sum(len(b) for b in arm.values())
-        cells = (label, f"{_pct(right / total)} ({right} of {total})")
+        cells = (label, f"{_pct(right / total)} {_interval(*wilson_interval(right, total))} ({right} of {total})")
         if label == baseline or baseline not in bits or not set(arm) & set(bits[baseline]):
             rows.append((*cells, "-", "-"))
             continue
@@ -310,6 +315,7 @@ def recorded_grid_lines(grid: Any, runs: dict[str, dict[int, dict[str, Any]]]) -
     the design's comparisons (numloss.compare.item_paired.DESIGNS: seed-level 95 % interval,
     McNemar p, Holm over the primary pair) and, once every run is in, the readings the design fixed."""
     from numloss.compare.item_paired import DESIGNS, design_comparisons, design_reading
+    from numloss.compare.stats import seed_interval
 
     planned = [(spec.label, seed) for seed in grid.seeds for spec in grid.objectives]
     missing = [f"{label}-s{seed}" for label, seed in planned if seed not in runs.get(label, {})]
@@ -321,11 +327,11 @@ def recorded_grid_lines(grid: Any, runs: dict[str, dict[int, dict[str, Any]]]) -
              f"interim, {len(missing)} runs to come ({', '.join(missing)}): no verdict until every run is in")
     lines = [f"  {done} of {len(planned)} runs recorded, seeds {seeds[0]}-{seeds[-1]}; {state}."]
     bits = _bits(runs)
-    rows = [("arm", "seeds", "mean exact match")]
+    rows = [("arm", "seeds", "mean exact match [95 % CI over seeds]")]
     for spec in grid.objectives:
         if spec.label in bits:
             ems = [b.count("1") / len(b) for b in bits[spec.label].values()]
-            rows.append((spec.label, str(len(ems)), _pct(sum(ems) / len(ems))))
+            rows.append((spec.label, str(len(ems)), f"{_pct(sum(ems) / len(ems))} {_interval(*seed_interval(ems))}"))
     lines += _columns(rows)
     primary, beside = DESIGNS[RECORDED_GRID]
     comparisons = design_comparisons(bits, primary, beside)

@@ -114,12 +114,18 @@ def design_comparisons(bits: dict[str, dict[int, str]], primary: Sequence[tuple[
 
 def design_reading(arm: str, against: str, c: dict[str, Any], alpha: float = 0.05) -> str:
     """The reading fixed in the designs of the three-arm grids, for one primary comparison `c`
-    (with its `mcnemar_p_holm`) of `arm` against `against` (MLE, or raw DEL for a centred arm)."""
+    (with its `mcnemar_p_holm`) of `arm` against `against` (MLE, or raw DEL for a centred arm),
+    and, where the seed-level interval holds 0, that training randomness alone could give it (the
+    docs and the demo both say it through this function)."""
     if c["mcnemar_p_holm"] > alpha:
         return f"not told apart (the items detect {100 * c['mde_items']:.1f} points)"
     if against != "mle":
-        return "centring removes (part of) raw DEL's harm" if c["mean_diff"] > 0 else "centring makes it worse"
-    return "better than MLE" if c["mean_diff"] > 0 else "worse than MLE"
+        reading = "centring removes (part of) raw DEL's harm" if c["mean_diff"] > 0 else "centring makes it worse"
+    else:
+        reading = "better than MLE" if c["mean_diff"] > 0 else "worse than MLE"
+    if len(c["seeds"]) >= 2 and c["ci95"][0] <= 0 <= c["ci95"][1]:
+        reading += " on these items (its seed-level interval holds 0: training randomness alone could give it)"
+    return reading
 
 
 def seed_level_mde(sd_diff: float, seeds: int) -> float:

@@ -159,7 +159,7 @@ def _score_baseline(
         _copy(path, also_to)
         status["finished"].append(BASELINE)
         seconds = time.perf_counter() - started
-        log(f"{BASELINE}: {_headline(json.loads(path.read_text()))} ({seconds:.0f} s)")
+        log(f"{BASELINE}: {_headline(json.loads(path.read_text(encoding='utf-8')))} ({seconds:.0f} s)")
     except Exception as error:  # noqa: BLE001 - recorded, and the grid goes on
         _record_failure(records, also_to, BASELINE, 0, baseline_hash(compare), error)
         status["failed"].append(BASELINE)

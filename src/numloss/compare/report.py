@@ -1,7 +1,7 @@
 """The report folder of a comparison: results.json, report.md and the PNG plots.
 
-Per objective and held-out set, every metric is the mean +- standard deviation over seeds (std is
-0 with one seed). The 95 % interval of exact match covers both sources of chance: it is the hull of
+Per objective and held-out set, every metric is the mean +- standard deviation over seeds (with one
+seed there is no spread: the value alone is printed, and the report says "one seed: no spread"). The 95 % interval of exact match covers both sources of chance: it is the hull of
 the Wilson interval of the items pooled over seeds (which test items were drawn) and, with two or
 more seeds, the Student t interval of the per-seed exact matches (how training fell out). The
 second is what dominates when runs are bimodal; with one seed only the first exists. No column
@@ -46,17 +46,19 @@ COLUMNS: tuple[tuple[str, str, float, str | None, str], ...] = (
     ("median_abs_error", "median abs err", 1.0, "min", "{:.3g}"),
     ("digit_accuracy", "TF digit acc %", 100.0, "max", "{:.1f}"),
     ("digit_entropy", "digit entropy", 1.0, None, "{:.3f}"),
+    ("answer_nll", "answer NLL", 1.0, "min", "{:.3f}"),
     ("integer_place_accuracy", "int place acc %", 100.0, "max", "{:.1f}"),
     ("decimal_place_accuracy", "dec place acc %", 100.0, "max", "{:.1f}"),
 )
 
 
 def mean_std(values: Sequence[Any]) -> tuple[float, float]:
-    """Mean and sample standard deviation of the finite values (std 0 for one value; NaN for none)."""
+    """Mean and sample standard deviation of the finite values (std NaN for one value, whose
+    spread is undefined, not 0; both NaN for none)."""
     xs = finite(values)
     if not xs:
         return float("nan"), float("nan")
-    return statistics.fmean(xs), statistics.stdev(xs) if len(xs) > 1 else 0.0
+    return statistics.fmean(xs), statistics.stdev(xs) if len(xs) > 1 else float("nan")
 
 
 def exact_match_interval(evaluations: Sequence[dict[str, Any]]) -> dict[str, list[float]]:
@@ -137,11 +139,19 @@ def _per_seed(run: dict[str, Any]) -> dict[str, Any]:
     row = {
         "seed": run["seed"],
         "exact_match": primary_evaluation(run).get("exact_match"),
+        "exact_match_ci95": _items_interval(primary_evaluation(run)),
         "final_ce": final_training_ce(run["curve"]),
     }
     if run.get("learning"):
         row["learnt_at"] = run["learning"]["step"] if run["learning"]["learnt"] else None
     return row
+
+
+def _items_interval(evaluation: dict[str, Any]) -> list[float]:
+    """The Wilson 95 % interval of one run's exact match on its items (NaN without counts)."""
+    if "correct" not in evaluation or not evaluation.get("n"):
+        return [float("nan"), float("nan")]
+    return list(wilson_interval(evaluation["correct"], evaluation["n"]))
 
 
 def _learning_entry(runs: Sequence[dict[str, Any]]) -> dict[str, Any] | None:
@@ -156,6 +166,7 @@ def _learning_entry(runs: Sequence[dict[str, Any]]) -> dict[str, Any] | None:
         interval = [float("nan"), float("nan")]
     horizon = max(int(r.get("max_steps") or r["learning"]["step"]) for r in checked)
     return {
+        "checked_steps": sorted({int(step) for r in checked for step, _ in r["learning"].get("checks", [])}),
         "runs": len(outcomes),
         "learnt": sum(o.learnt for o in outcomes),
         "horizon": horizon,
@@ -262,10 +273,19 @@ def significant_labels(summary: dict[str, Any], set_name: str, alpha: float = 0.
 
 
 def _cell(metric: dict[str, Any], scale: float, fmt: str) -> str:
+    """mean ± std, or the value alone where there is no spread (one seed)."""
     mean, std = metric["mean"], metric["std"]
     if not math.isfinite(mean):
         return "n/a"
-    return f"{fmt.format(mean * scale)} ± {fmt.format(std * scale)}"
+    return fmt.format(mean * scale) + (f" ± {fmt.replace('+', '').format(std * scale)}" if math.isfinite(std) else "")
+
+
+def spread_note(summary: dict[str, Any]) -> str:
+    """How the tables' cells read: mean ± std over seeds, or one seed's value (no spread)."""
+    seeds = {len(e["seeds"]) for e in summary.values()}
+    if seeds == {1}:
+        return "One seed: no spread; each cell is that run's value."
+    return "Mean ± std over seeds" + (" (one seed: no spread, the value alone)." if 1 in seeds else ".")
 
 
 def table_rows(summary: dict[str, Any], set_name: str, bold: bool = True) -> tuple[list[str], list[list[str]]]:
@@ -332,13 +352,15 @@ def markdown_report(summary: dict[str, Any], meta: dict[str, Any], plots: Sequen
         f"{meta.get('wall_seconds', 0):.0f} s (finished runs are reused, not retrained); the "
         f"{meta.get('runs', 'n/a')} runs' own training and evaluation time, summed: {meta.get('run_seconds', 0):.0f} s",
         "",
-        "Mean ± std over seeds. Exact-match 95 % interval: the hull of the Wilson interval of the "
+        f"{spread_note(summary)} Exact-match 95 % interval: the hull of the Wilson interval of the "
         "items pooled over seeds and, with 2+ seeds, the Student t interval of the per-seed exact "
         "matches, so it counts both the test sample and the spread between training runs. In bold: "
         f"{MARK_NOTE}. MAE, signed-log MAE and median absolute error are over "
         "items whose output holds a number. Place accuracy: of the generated number, integer places "
         "(units and up) and decimal places. TF digit acc / digit entropy: teacher-forced at the gold "
-        "answer's digits (entropy of the 10-digit softmax, nats, max ln 10 = 2.303).",
+        "answer's digits (entropy of the 10-digit softmax, nats, max ln 10 = 2.303). Answer NLL: the "
+        "teacher-forced negative log-likelihood of the gold answer's tokens (nats per token), where the "
+        "task records it.",
         "",
     ]
     machine = f"_Machine: {meta.get('machine', 'not recorded')}._"
@@ -418,7 +440,8 @@ def per_seed_table(summary: dict[str, Any]) -> list[str]:
     lines = [
         "## Per run",
         "",
-        f"In-distribution exact match % / training ce (mean of the last {FINAL_CE_POINTS} logged steps)"
+        f"In-distribution exact match % [95 % Wilson interval over the run's items] / training ce (mean of "
+        f"the last {FINAL_CE_POINTS} logged steps)"
         + (" / the step at which the run learnt the task (-: not by the end)" if learning else "")
         + ". "
         f"Last column: the exact two-sided Mann-Whitney p that the objective's per-seed exact matches "
@@ -437,7 +460,9 @@ def per_seed_table(summary: dict[str, Any]) -> list[str]:
             if run is None:
                 cells.append("")
                 continue
-            text = f"{100 * em:.1f} / {run['final_ce']:.3f}" if em is not None else "n/a"
+            low, high = run.get("exact_match_ci95", [math.nan, math.nan])
+            interval = f" [{100 * low:.1f}, {100 * high:.1f}]" if math.isfinite(low) else ""
+            text = f"{100 * em:.1f}{interval} / {run['final_ce']:.3f}" if em is not None else "n/a"
             if "learnt_at" in run:
                 text += f" / {run['learnt_at']}" if run["learnt_at"] is not None else " / -"
             cells.append(text)
@@ -445,6 +470,22 @@ def per_seed_table(summary: dict[str, Any]) -> list[str]:
         cells.append("-" if label == baseline else f"{p:.3f}" if math.isfinite(p) else "n/a")
         lines.append(f"| {label} | " + " | ".join(cells) + " |")
     return lines + [""]
+
+
+def _spread(values: list[int], most: int) -> list[int]:
+    """Up to `most` of `values`, evenly spaced, the last always among them."""
+    if len(values) <= most:
+        return values
+    return sorted({values[round(k * (len(values) - 1) / (most - 1))] for k in range(most)})
+
+
+def _checked_text(steps: list[int]) -> str:
+    """The steps at which checks ran, as the report says them."""
+    if not steps:
+        return "no check ran"
+    if len(steps) <= 6:
+        return f"checked at step{'s' * (len(steps) > 1)} {', '.join(map(str, steps))}"
+    return f"checked at {len(steps)} steps from {steps[0]} to {steps[-1]}"
 
 
 def _steps(value: float) -> str:
@@ -458,14 +499,14 @@ def learning_table(summary: dict[str, Any], machine: str = "") -> list[str]:
     if not rows:
         return []
     first = rows[0][1]
-    horizon = max(r["horizon"] for _, r in rows)
-    marks = sorted({horizon * k // 4 for k in (1, 2, 3, 4)} - {0})
+    checked = sorted({step for _, r in rows for step in r.get("checked_steps", [])})
+    marks = _spread(checked, 4)  # columns at steps a check ran, up to 4 of them, the last included
     baseline = rows[0][0]
     then = {True: "; it stops there. ", False: "; it trains on to the last step, where it is scored. "}
     lines = [
         "## Learning speed",
         "",
-        f"A run has **learnt the task** at the first check (every {first['every']} steps, on a fixed held-out "
+        f"A run has **learnt the task** at the first check ({_checked_text(checked)}, on a fixed held-out "
         f"slice apart from the test sets) whose exact match is >= {100 * first['threshold']:.0f} %"
         + then.get(first.get("stop_early"), ". ")
         + "Learnt by step s: the share of runs (Kaplan-Meier; runs that never learnt are censored at the horizon). "
@@ -510,15 +551,14 @@ def embedding_table(summary: dict[str, Any]) -> list[str]:
         "## Digit embeddings",
         "",
         "Neighbour order score of the input embeddings of 0-9 (mean cosine of adjacent digits minus that "
-        "of the other pairs; > 0: the embedding is ordered like the number line), mean ± std over seeds. "
+        f"of the other pairs; > 0: the embedding is ordered like the number line). {spread_note(summary)} "
         "The plots show the first seed.",
         "",
         "| objective | before training | after training |",
         "|---|---|---|",
     ]
     for label, order in rows:
-        cells = [f"{order[w]['mean']:+.3f} ± {order[w]['std']:.3f}" if math.isfinite(order[w]["mean"]) else "n/a"
-                 for w in ("before", "after")]
+        cells = [_cell(order[w], 1.0, "{:+.3f}") for w in ("before", "after")]
         lines.append(f"| {label} | " + " | ".join(cells) + " |")
     return lines + [""]
 
@@ -557,15 +597,27 @@ def _plots(summary: dict[str, Any], results: Sequence[dict[str, Any]], out: Path
 
 
 def _save(plt: Any, fig: Any, path: Path) -> Path:
+    """Write `fig` to `path` with what a reader sees of each panel in the PNG's metadata
+    (`Description`: JSON of titles, y range and scale, tick labels, legend entries), so a test
+    reads what the plot says without looking at pixels."""
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
+    fig.canvas.draw()  # tick labels exist only once drawn
+    panels = [{"title": ax.get_title(), "ylim": list(ax.get_ylim()), "yscale": ax.get_yscale(),
+               "yticklabels": [t.get_text() for t in ax.get_yticklabels() if t.get_text()],
+               "legend": [] if ax.get_legend() is None else [t.get_text() for t in ax.get_legend().get_texts()],
+               "legend_fontsize": None if ax.get_legend() is None else ax.get_legend().get_texts()[0].get_fontsize()}
+              for ax in fig.axes if ax.axison]
+    title = fig._suptitle.get_text() if fig._suptitle is not None else "; ".join(p["title"] for p in panels)
+    fig.savefig(path, dpi=110, metadata={"Title": title, "Description": json.dumps(panels)})
     plt.close(fig)
     return path
 
 
 def _accuracy_mae_figure(plt: Any, summary: dict[str, Any], sets: list[str]) -> Any:
-    """Exact match and MAE per objective, one bar per held-out set (mean ± std over seeds)."""
+    """Exact match and MAE per objective, one bar per held-out set (mean ± std over seeds; one
+    seed: its value, no error bar)."""
     labels = list(summary)
+    one_seed = all(len(e["seeds"]) == 1 for e in summary.values())
     width = 0.8 / max(1, len(sets))
     fig, axes = plt.subplots(1, 2, figsize=(max(8, 1.3 * len(labels) + 4), 3.6))
     for ax, (key, title, scale) in zip(axes, (("exact_match", "exact match %", 100.0), ("mae", "MAE", 1.0)), strict=False):
@@ -578,14 +630,26 @@ def _accuracy_mae_figure(plt: Any, summary: dict[str, Any], sets: list[str]) -> 
             stds = [s if math.isfinite(s) else 0.0 for s in stds]
             drawn += means
             xs = [i + (j - (len(sets) - 1) / 2) * width for i in range(len(labels))]
-            ax.bar(xs, means, width, yerr=stds, capsize=2, label=name)
+            ax.bar(xs, means, width, yerr=None if one_seed else stds, capsize=2, label=name)
         ax.set_xticks(range(len(labels)))
         ax.set_xticklabels(labels, rotation=35, ha="right", fontsize=8)
-        ax.set_title(f"{title} (mean ± std over seeds)", fontsize=9)
+        ax.set_title(f"{title} ({'one seed: no spread' if one_seed else 'mean ± std over seeds'})", fontsize=9)
         if key == "mae" and any(m > 0 for m in drawn):
             ax.set_yscale("log")  # MAE spans orders of magnitude between the held-out sets
+            _plain_ticks(ax)
+        elif key == "exact_match":
+            ax.set_ylim(bottom=0)  # a share is never below 0, whatever a ± std bar reaches
     axes[0].legend(fontsize=7)
     return fig
+
+
+def _plain_ticks(ax: Any) -> None:
+    """A log y axis labelled in plain numbers (4.6, not 4.6 x 10^0): majors always, minors where
+    the axis spans under a decade (matplotlib's own rule for labelling them)."""
+    from matplotlib.ticker import FormatStrFormatter, LogFormatter
+
+    ax.yaxis.set_major_formatter(FormatStrFormatter("%g"))
+    ax.yaxis.set_minor_formatter(LogFormatter(labelOnlyBase=False, minor_thresholds=(1, 0.4)))
 
 
 def _entropy_figure(plt: Any, summary: dict[str, Any], results: Sequence[dict[str, Any]]) -> Any:
@@ -616,10 +680,12 @@ def _entropy_figure(plt: Any, summary: dict[str, Any], results: Sequence[dict[st
 def _place_figure(
     plt: Any, summary: dict[str, Any], results: Sequence[dict[str, Any]], sets: list[str]
 ) -> Any:
-    """Accuracy of the generated number by place, one panel per held-out set, pooled over seeds."""
-    fig, axes = plt.subplots(1, len(sets), figsize=(4 * len(sets), 3.2), squeeze=False)
+    """Accuracy of the generated number by place, one panel per held-out set, pooled over seeds:
+    places are discrete, so each arm is a row of dots, side by side at each place, not a line."""
+    fig, axes = plt.subplots(1, len(sets), figsize=(4 * len(sets) + 2, 3.2), squeeze=False)
+    width = 0.7 / max(1, len(summary))
     for ax, name in zip(axes[0], sets, strict=False):
-        for label in summary:
+        for k, label in enumerate(summary):
             pooled: dict[int, list[int]] = {}
             for r in results:
                 if r["label"] == label:
@@ -628,19 +694,22 @@ def _place_figure(
                         pooled[int(place)][0] += c
                         pooled[int(place)][1] += t
             places = sorted(pooled, reverse=True)
-            ax.plot(range(len(places)), [100 * pooled[p][0] / pooled[p][1] for p in places], marker="o", label=label)
+            xs = [i + (k - (len(summary) - 1) / 2) * width for i in range(len(places))]
+            ax.plot(xs, [100 * pooled[p][0] / pooled[p][1] for p in places], "o", ms=4, label=label)
             ax.set_xticks(range(len(places)))
             ax.set_xticklabels([str(p) for p in places], fontsize=7)
         ax.set_title(f"{name}: accuracy by place (generated)", fontsize=9)
         ax.set_xlabel("place (units 0, first decimal -1)", fontsize=8)
     axes[0][0].set_ylabel("%")
-    axes[0][-1].legend(fontsize=6)
+    axes[0][-1].legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.02, 1.0), borderaxespad=0)
     return fig
 
 
 def _curves_figure(plt: Any, summary: dict[str, Any], results: Sequence[dict[str, Any]]) -> Any:
-    """Training token cross-entropy and digit entropy by step, mean over seeds."""
-    fig, axes = plt.subplots(1, 2, figsize=(10, 3.4))
+    """Training token cross-entropy and digit entropy by step, mean over seeds (the legend beside
+    the panels: 12 arms do not fit inside one)."""
+    fig, axes = plt.subplots(1, 2, figsize=(11.5, 3.6))
+    over = "one seed" if all(len(e["seeds"]) == 1 for e in summary.values()) else "mean over seeds"
     for label in summary:
         curves = [r["curve"] for r in results if r["label"] == label and r["curve"]["step"]]
         if not curves:
@@ -650,12 +719,13 @@ def _curves_figure(plt: Any, summary: dict[str, Any], results: Sequence[dict[str
         for ax, key in zip(axes, ("ce", "digit_entropy"), strict=False):
             mean = [statistics.fmean(c[key][i] for c in curves) for i in range(length)]
             ax.plot(steps, mean, label=label, lw=1)
-    axes[0].set_title("training token cross-entropy (mean over seeds)", fontsize=9)
+    axes[0].set_title(f"training token cross-entropy ({over})", fontsize=9)
     axes[0].set_yscale("log")
-    axes[1].set_title("training digit entropy (nats)", fontsize=9)
+    _plain_ticks(axes[0])
+    axes[1].set_title(f"training digit entropy, nats ({over})", fontsize=9)
     for ax in axes:
         ax.set_xlabel("optimizer step", fontsize=8)
-    axes[1].legend(fontsize=6)
+    axes[1].legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.02, 1.0), borderaxespad=0)
     return fig
 
 
@@ -666,7 +736,8 @@ def _learning_plots(summary: dict[str, Any], results: Sequence[dict[str, Any]], 
     labels = list(summary)
     learning = [(label, summary[label]["learning"]) for label in labels if "learning" in summary[label]]
     if learning:
-        fig, ax = plt.subplots(figsize=(7.5, 4.2))
+        # the legend beside the axes, one readable entry a line: 12 arms do not fit inside
+        fig, ax = plt.subplots(figsize=(7.5 + 0.12 * max(len(label) for label, _ in learning), 4.2))
         styles = ["-", "--", "-.", ":"]
         for i, (label, entry) in enumerate(learning):
             steps = [s for s, _ in entry["curve"]] + [entry["horizon"]]
@@ -678,10 +749,10 @@ def _learning_plots(summary: dict[str, Any], results: Sequence[dict[str, Any]], 
         ax.set_ylabel("% of runs that have learnt the task", fontsize=8)
         ax.set_ylim(-3, 103)
         ax.set_title(
-            f"learnt by step s (held-out exact match >= {100 * first['threshold']:.0f} %, checked every "
-            f"{first['every']} steps)", fontsize=9,
+            f"learnt by step s (held-out exact match >= {100 * first['threshold']:.0f} %, "
+            f"{_checked_text(sorted({s for _, e in learning for s in e.get('checked_steps', [])}))})", fontsize=9,
         )
-        ax.legend(fontsize=6, ncol=2, loc="upper left")
+        ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0)
         paths.append(_save(plt, fig, out / "learnt_by_step.png"))
 
     fig, ax = plt.subplots(figsize=(max(6, 0.8 * len(labels) + 2), 3.8))
@@ -699,7 +770,8 @@ def _learning_plots(summary: dict[str, Any], results: Sequence[dict[str, Any]], 
     ax.set_xticks(range(len(labels)))
     ax.set_xticklabels(labels, rotation=35, ha="right", fontsize=8)
     ax.set_ylabel("in-distribution exact match %", fontsize=8)
-    title = "final exact match per seed (dots; box: quartiles over seeds)"
+    one_seed = all(len(e["seeds"]) == 1 for e in summary.values())
+    title = "final exact match (one seed: no spread)" if one_seed else "final exact match per seed (dots; box: quartiles over seeds)"
     if learning:
         title += "\ngreen: the run learnt the task, red: it did not"
     ax.set_title(title, fontsize=9)
@@ -732,7 +804,7 @@ def main(argv: list[str] | None = None) -> int:
     if not args or args[0] in ("-h", "--help"):
         print(main.__doc__)
         return 0 if args else 2
-    data = json.loads(Path(args[0]).read_text())
+    data = json.loads(Path(args[0]).read_text(encoding="utf-8"))
     out = Path(args[1]) if len(args) > 1 else Path(args[0]).parent
     write_report(data["runs"], out, data["meta"])
     print(f"report: {out / 'report.md'}")
