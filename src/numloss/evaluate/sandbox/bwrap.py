@@ -310,17 +310,13 @@ def _prepared_userns(host_id: int) -> int:
         line = helper.stdout.readline().decode(errors="replace").strip()
         if line != "ok":
             raise OSError(f"could not create a user namespace ({line or 'helper died'})")
-        if os.geteuid() == 0:
-            maps = {"uid_map": f"0 0 1\n{policy.SANDBOX_UID} {host_id} 1\n",
-                    "gid_map": f"0 0 1\n{policy.SANDBOX_GID} {host_id} 1\n"}
-        else:
+        root = os.geteuid() == 0
+        if not root:
             with open(f"/proc/{helper.pid}/setgroups", "w") as f:
                 f.write("deny")  # the kernel's condition for an unprivileged gid_map
-            maps = {"uid_map": f"{policy.SANDBOX_UID} {os.geteuid()} 1\n",
-                    "gid_map": f"{policy.SANDBOX_GID} {os.getegid()} 1\n"}
-        for name, mapping in maps.items():
+        for name, own in (("uid_map", os.geteuid()), ("gid_map", os.getegid())):  # (uid = gid = 65534)
             with open(f"/proc/{helper.pid}/{name}", "w") as f:
-                f.write(mapping)
+                f.write(f"0 0 1\n{policy.SANDBOX_UID} {host_id} 1\n" if root else f"{policy.SANDBOX_UID} {own} 1\n")
         return os.open(f"/proc/{helper.pid}/ns/user", os.O_RDONLY | os.O_CLOEXEC)
     finally:
         helper.kill()
@@ -513,17 +509,6 @@ def _ld_cache() -> bytes:
             return f.read()
     except OSError:
         return b""
-
-
-def _open_init(info: dict) -> int | None:
-    """A pidfd on the namespace's init (bwrap's pid 1; host pid from --info-fd), or None."""
-    pid = info.get("child-pid")
-    if not isinstance(pid, int):
-        return None
-    try:
-        return os.pidfd_open(pid)
-    except OSError:
-        return None  # already gone
 
 
 def _kill(proc: subprocess.Popen, init: int | None) -> None:
@@ -759,8 +744,9 @@ class _Watch:
         let bwrap start it (--block-fd). Returns "setup" when a step failed: no program runs
         without them."""
         self.info = _parse_info(bytes(self.bufs[self.info_r]))
-        self.init = _open_init(self.info)
-        pid = self.info.get("child-pid")
+        pid = self.info.get("child-pid")  # the namespace's init (bwrap's pid 1), as the host sees it
+        with suppress(OSError):  # None when it is already gone
+            self.init = os.pidfd_open(pid) if isinstance(pid, int) else None
         steps = {"setting the sandbox's oom_score_adj": _pin_oom_score if os.geteuid() == 0 else None,
                  "adding the sandbox to its cgroup": self.group.add if self.group is not None else None}
         for what, step in steps.items():
