@@ -20,9 +20,9 @@ centred sigmoid (`sigmoid_input: centered`), one seed, three runs at once. It pr
   the readings the design fixed once every run is in, and the recorded mean digit-logit trace.
 
 Started again, it skips the runs that already finished. The addition demo of earlier releases
-(the tiny model, MLE / DEL / NTL-WAS x 4 seeds, learnt-by-step checks, beside the recorded
-20-seed table of `configs/compare.yaml`): `numloss demo configs/compare-demo.yaml`; any config
-with learning checks takes that path.
+(the tiny model, MLE / DEL / NTL-WAS x 4 seeds, learnt-by-step checks; its recorded 20-seed
+table is in docs/results.md): `numloss demo configs/compare-demo.yaml`; any config with learning
+checks takes that path, and prints `numloss compare`'s report of its runs.
 
 `numloss demo --worked-example` prints instead every objective's loss terms on one fixed batch.
 """
@@ -34,12 +34,10 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from numloss.package_data import RECORDED_DEMO_RUNS, RECORDED_GRID_RUNS, config_path, packaged
+from numloss.package_data import RECORDED_GRID_RUNS, config_path, packaged
 
 _CHARS = list("0123456789.") + list(" =+-*/abcdefghijklmnopqrstuvwxyz")
 DEMO_CONFIG = Path("configs/compare-demo-smollm2.yaml")
-ADDITION_DEMO_CONFIG = Path("configs/compare-demo.yaml")
-GRID_CONFIG = Path("configs/compare.yaml")  # the recorded grid whose runs the addition demo's are
 RECORDED_GRID = "compare-smollm2-words-centered"
 """The recorded grid the default demo prints beside its fresh runs (configs/<name>.yaml, its
 records in results/<name>/): the demo's recipe at full length, 8 seeds."""
@@ -48,83 +46,6 @@ BASELINE, RAW, CENTERED = "mle", "del-a0.3", "del-centered-a0.3"
 TRACE_KEYS = ("step", "digit_logit_mean", "pushdown_share", "digit_target_prob")
 #: the recorded trace's steps (where logged): the collapse of raw DEL happens by step 15
 RECORDED_TRACE_STEPS = (1, 5, 10, 15, 20, 30, 50, 100)
-#: what the recorded table reads of a run record (numloss.compare.analysis.learning_analysis)
-_RECORD_KEYS = ("label", "seed", "hash", "learning", "machine")
-
-
-def recorded_runs(demo: Any, grid_config: Path = GRID_CONFIG) -> dict[str, dict[int, dict[str, Any]]]:
-    """The recorded runs of the grid (`grid_config`'s records_dir) that are the demo's own runs:
-    label -> seed -> record, for every seed whose record has the hash the demo config gives it."""
-    import re
-
-    from numloss.compare.config import load_compare_config
-    from numloss.compare.runner import RunKey, key_hash, read_record
-
-    grid = load_compare_config(grid_config)
-    if grid.records_dir is None or not Path(grid.records_dir).is_dir():
-        return {}
-    runs: dict[str, dict[int, dict[str, Any]]] = {}
-    for spec in demo.objectives:
-        seeds = sorted({int(m[1]) for p in Path(grid.records_dir).glob(f"{spec.label}-s*-*.json")
-                        if (m := re.fullmatch(rf"{re.escape(spec.label)}-s(\d+)-[0-9a-f]{{16}}\.json", p.name))})
-        for seed in seeds:
-            run_hash = key_hash(demo, RunKey(spec, seed))
-            record = read_record(Path(grid.records_dir), f"{spec.label}-s{seed}", run_hash)
-            if record is not None:
-                runs.setdefault(spec.label, {})[seed] = record
-    return runs
-
-
-def trim_record(record: dict[str, Any]) -> dict[str, Any]:
-    """The parts of a run record the recorded table reads (learning, final exact match, machine)."""
-    trimmed = {key: record[key] for key in _RECORD_KEYS}
-    trimmed["evaluation"] = {"in_distribution": {"exact_match": record["evaluation"]["in_distribution"]["exact_match"]}}
-    return trimmed
-
-
-def export_recorded_runs(root: Path = Path(".")) -> Path:
-    """Write the demo's recorded runs (trimmed) from a checkout's results/compare/ to the package
-    file the demo reads when installed from a wheel; returns its path. Run from the repository
-    root after the grid's records change (`export_recorded_grid` writes the default demo's):
-    tests/test_demo_recorded.py checks the two agree."""
-    demo = load_demo_config(root / "configs" / ADDITION_DEMO_CONFIG.name)
-    runs = recorded_runs(demo, root / "configs" / GRID_CONFIG.name)
-    return _write_trimmed(root / "src" / "numloss" / RECORDED_DEMO_RUNS, runs, trim_record)
-
-
-def _write_trimmed(path: Path, runs: dict[str, dict[int, dict[str, Any]]], trim: Any) -> Path:
-    """`runs` trimmed by `trim` as the package file `path`, one record a line (a changed record
-    is a one-line diff); returns `path`."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    blocks = []
-    for label, seeds in sorted(runs.items()):
-        rows = [f"  {json.dumps(str(seed))}: {json.dumps(trim(r), sort_keys=True)}"
-                for seed, r in sorted(seeds.items())]
-        blocks.append(f" {json.dumps(label)}: {{\n" + ",\n".join(rows) + "\n }")
-    path.write_text("{\n" + ",\n".join(blocks) + "\n}\n", encoding="utf-8")
-    return path
-
-
-def _shipped_runs(compare: Any, name: str) -> dict[str, dict[int, dict[str, Any]]]:
-    """The runs of the package file `name` (trimmed records: a wheel has no results/) that are
-    `compare`'s own: a record counts when its hash is the one `compare` gives that objective and seed."""
-    from numloss.compare.runner import RunKey, key_hash
-
-    path = packaged(name)
-    if not path.is_file():
-        return {}
-    shipped = json.loads(path.read_text(encoding="utf-8"))
-    runs: dict[str, dict[int, dict[str, Any]]] = {}
-    for spec in compare.objectives:
-        for seed, record in shipped.get(spec.label, {}).items():
-            if record.get("hash") == key_hash(compare, RunKey(spec, int(seed))):
-                runs.setdefault(spec.label, {})[int(seed)] = record
-    return runs
-
-
-def shipped_recorded_runs(demo: Any) -> dict[str, dict[int, dict[str, Any]]]:
-    """The addition demo's recorded runs shipped in the package, the demo config's own only."""
-    return _shipped_runs(demo, RECORDED_DEMO_RUNS)
 
 
 def load_demo_config(path: Path) -> Any:
@@ -132,48 +53,6 @@ def load_demo_config(path: Path) -> Any:
     from numloss.compare.config import load_compare_config
 
     return load_compare_config(path)
-
-
-def recorded_table(runs: dict[str, dict[int, dict[str, Any]]], fresh: dict[str, tuple[int, int]] | None = None,
-                   baseline: str = "mle", alpha: float = 0.05) -> list[str]:
-    """Lines of the recorded table: per objective the fresh and recorded learnt counts, the
-    difference in share learnt from `baseline` with its 95 % interval, and the seed-paired tests
-    (seed-stratified log-rank, McNemar). '*' only where the stratified log-rank p, Holm-adjusted
-    over the objectives, is <= `alpha`."""
-    from numloss.compare.analysis import learning_analysis
-    from numloss.compare.paired import holm
-
-    if baseline not in runs:
-        return []
-    arms = [label for label in runs if label != baseline]
-    rows = learning_analysis(runs, baseline, arms)
-    adjusted = holm([r["stratified_logrank_p"] for r in rows])
-    fresh = fresh or {}
-
-    def counts(label: str) -> str:
-        return f"{fresh[label][0]} of {fresh[label][1]}" if label in fresh else "-"
-
-    def p(value: float) -> str:
-        return f"{value:.2f}" if value == value else "n/a"
-
-    base = runs[baseline]
-    learnt = sum(bool(r["learning"]["learnt"]) for r in base.values())
-    table = [("objective", "fresh: learnt", "recorded: learnt", f"share - {baseline} [95% CI]",
-              "stratified log-rank p", "Holm p", "McNemar p"),
-             (baseline, counts(baseline), f"{learnt} of {len(base)}", "-", "-", "-", "-")]
-    for row, p_holm in zip(rows, adjusted, strict=True):
-        low, high = row["share_ci"]
-        mark = " *" if p_holm == p_holm and p_holm <= alpha else ""
-        table.append((row["arm"] + mark, counts(row["arm"]), f"{row['learnt']} of {row['runs']}",
-                      f"{100 * row['share_difference']:+.0f} [{100 * low:+.0f}, {100 * high:+.0f}]",
-                      p(row["stratified_logrank_p"]), p(p_holm), p(row["mcnemar_p"])))
-    marked = any(" *" in r[0] for r in table)
-    return _columns(table, indent="") + [
-        f"Recorded on {_machines(runs)}. Paired by seed: seed s of every objective has the same data "
-        "and initial weights.",
-        "'*': differs from " + baseline + " (seed-stratified log-rank, Holm over the objectives, p <= 0.05)"
-        + ("." if marked else "; none does at these seed counts."),
-    ]
 
 
 # -- the default demo: fresh runs of grid a's recipe beside grid a's records ----------------------
@@ -227,17 +106,35 @@ def grid_records(grid: Any, records_dir: Path) -> dict[str, dict[int, dict[str, 
 
 
 def shipped_grid_runs(grid: Any) -> dict[str, dict[int, dict[str, Any]]]:
-    """The recorded grid's runs shipped in the package (trimmed), `grid`'s own only."""
-    return _shipped_runs(grid, RECORDED_GRID_RUNS)
+    """The recorded grid's runs shipped in the package (trimmed records: a wheel has no results/),
+    `grid`'s own only: a record counts when its hash is the one `grid` gives that objective and seed."""
+    from numloss.compare.runner import RunKey, key_hash
+
+    path = packaged(RECORDED_GRID_RUNS)
+    shipped = json.loads(path.read_text(encoding="utf-8")) if path.is_file() else {}
+    runs: dict[str, dict[int, dict[str, Any]]] = {}
+    for spec in grid.objectives:
+        for seed, record in shipped.get(spec.label, {}).items():
+            if record.get("hash") == key_hash(grid, RunKey(spec, int(seed))):
+                runs.setdefault(spec.label, {})[int(seed)] = record
+    return runs
 
 
 def export_recorded_grid(root: Path = Path(".")) -> Path:
     """Write the recorded grid's runs (trimmed) from a checkout's results/<RECORDED_GRID>/ to the
     package file the default demo reads when installed from a wheel; returns its path. Run from
-    the repository root after the grid's records change: tests/test_demo_recorded.py checks it."""
+    the repository root after the grid's records change: tests/test_demo.py checks it. One record
+    a line: a changed record is a one-line diff."""
     grid = load_demo_config(root / "configs" / f"{RECORDED_GRID}.yaml")
     runs = grid_records(grid, root / "results" / RECORDED_GRID)
-    return _write_trimmed(root / "src" / "numloss" / RECORDED_GRID_RUNS, runs, trim_grid_record)
+    blocks = []
+    for label, seeds in sorted(runs.items()):
+        rows = [f"  {json.dumps(str(seed))}: {json.dumps(trim_grid_record(r), sort_keys=True)}"
+                for seed, r in sorted(seeds.items())]
+        blocks.append(f" {json.dumps(label)}: {{\n" + ",\n".join(rows) + "\n }")
+    path = root / "src" / "numloss" / RECORDED_GRID_RUNS
+    path.write_text("{\n" + ",\n".join(blocks) + "\n}\n", encoding="utf-8")
+    return path
 
 
 def recorded_grid(config_dir: Path) -> tuple[Any, dict[str, dict[int, dict[str, Any]]], str]:
@@ -474,36 +371,16 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def addition_demo(compare: Any, config: str, progress: bool) -> int:
-    """The addition demo (a config with learning checks): train what is missing, then print the
-    learnt counts beside the recorded grid's; an exit status."""
+    """The addition demo (a config with learning checks): train what is missing and print
+    `numloss compare`'s summary of the runs; an exit status."""
     from numloss.compare import run_comparison, run_reporting_errors
 
     objectives = ", ".join(s.label for s in compare.objectives)
     print(
         f"numloss demo: {len(compare.objectives)} objectives ({objectives}) x seeds {compare.seeds} on the "
         f"tiny model; report in {compare.output_dir}/. Finished runs are kept: run again to continue.\n"
-        "A run has learnt the task at its first check with held-out exact match >= 80 % (every 200 steps). "
-        "Four seeds per objective show the spread; they do not rank objectives: the recorded 20-seed table of "
-        "the same objectives follows them (docs/results.md; the full grid: numloss compare configs/compare.yaml).",
+        "A few seeds show the spread; they do not rank objectives. The recorded 20-seed table of the same "
+        "objectives is in docs/results.md (the full grid: numloss compare configs/compare.yaml).",
         flush=True,
     )
-    summaries: list[dict] = []
-    status = run_reporting_errors(
-        "numloss demo", compare, lambda: summaries.append(run_comparison(compare, progress=progress))
-    )
-    if status:
-        return status
-    summary = summaries[0]
-    fresh = {label: (e["learning"]["learnt"], e["learning"]["runs"]) for label, e in summary.items() if "learning" in e}
-    runs = recorded_runs(compare, Path(config).resolve().parent / GRID_CONFIG.name)
-    if not runs and Path(config).name == ADDITION_DEMO_CONFIG.name:  # from a wheel: the shipped copy
-        runs = shipped_recorded_runs(compare)
-    lines = recorded_table(runs, fresh)
-    if lines:
-        print(f"\nThe same objectives in the recorded grid ({GRID_CONFIG}; the same runs, by config hash), beside "
-              f"the {len(compare.seeds)} seeds just run:")
-        print("\n".join(lines))
-    else:
-        print(f"\n(no recorded runs of these objectives found beside {config}: the 20-seed table is in "
-              "docs/results.md)")
-    return 0
+    return run_reporting_errors("numloss demo", compare, lambda: run_comparison(compare, progress=progress))
