@@ -591,6 +591,12 @@ def test_a_program_larger_than_its_tmpfs_runs_without_its_file():
     assert result.ok and result.stdout == "True True\n", result
 
 
+def test_run_programs_refuses_a_worker_count_it_cannot_honour():
+    for workers in (0, 100_000, True, 2.5):
+        with pytest.raises(ValueError, match="workers"):
+            run_programs(["print(1)"], LIMITS, workers=workers)
+
+
 def test_limits_are_validated():
     with pytest.raises(ValueError, match="positive"):
         SandboxLimits(wall_seconds=0)

@@ -24,6 +24,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from functools import lru_cache
 
+from numloss.checks import check_int
 from numloss.evaluate.sandbox import audithook, bwrap, cgroup
 from numloss.evaluate.sandbox.audithook import VIOLATION_MARKER
 from numloss.evaluate.sandbox.limits import ProgramResult, SandboxLimits, Status
@@ -185,10 +186,12 @@ def run_programs(
 ) -> list[ProgramResult]:
     """Run many programs, `workers` at a time (default: the CPU count), results in input order.
 
-    Checks the isolation once before starting any (SandboxUnavailable as in `run_program`).
+    Checks the isolation once before starting any (SandboxUnavailable as in `run_program`), and
+    `workers`: ValueError unless an integer from 1 to `bwrap.SLOTS` (sandboxes one evaluator may
+    run at once).
     """
     _require(allow_unisolated)
-    workers = max(1, workers or os.cpu_count() or 1)
+    workers = min(os.cpu_count() or 1, bwrap.SLOTS) if workers is None else check_int("workers", workers, 1, bwrap.SLOTS)
     results: list[ProgramResult | None] = [None] * len(sources)
 
     def one(index: int) -> None:
