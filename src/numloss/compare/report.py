@@ -34,7 +34,6 @@ from numloss.compare.survival import (
     logrank_permutation_p,
     median_interval,
     median_steps,
-    share_learnt,
 )
 from numloss.compare.task import TEST_SETS
 
@@ -126,6 +125,8 @@ def aggregate(results: Sequence[dict[str, Any]]) -> dict[str, Any]:
         entry["tokens_per_second"] = mean_std([r["train_metrics"].get("tokens_per_second") for r in runs])[0]
     _compare_with_baseline(summary)
     _compare_learning(summary)
+    for name in dict.fromkeys(n for e in summary.values() for n in e["sets"]):
+        _pair_with_baseline(summary, name)
     return summary
 
 
@@ -244,32 +245,43 @@ def _compare_with_baseline(summary: dict[str, Any]) -> None:
         summary[label]["vs_baseline"] = {"baseline": baseline, "mann_whitney_p": p}
 
 
-#: what a mark in a results table means (the terminal table's caption says it too)
-MARK_NOTE = (
-    "an exact match is marked only where it differs from the baseline's by seed (paired t, Holm over the "
-    "objectives, p <= 0.05, 3+ seeds); nothing else is ranked"
-)
-
-
-def significant_labels(summary: dict[str, Any], set_name: str, alpha: float = 0.05, min_seeds: int = 3) -> set[str]:
-    """The objectives whose per-seed exact match on `set_name` differs from the baseline's (the
-    first objective): paired t on the seeds both have, Holm-adjusted over the other objectives."""
+def _pair_with_baseline(summary: dict[str, Any], set_name: str, alpha: float = 0.05, min_seeds: int = 3) -> None:
+    """Every objective but the first (the baseline) against it on `set_name`, by seed: paired t
+    of the per-seed exact-match differences on the seeds both have (points), Holm over the
+    objectives, the difference these seeds detect with 80 % power; `marked` where Holm p <= alpha
+    with at least `min_seeds` seeds. Kept as the set's `vs_baseline`."""
     if not summary:
-        return set()
+        return
+    baseline, *others = summary
 
     def by_seed(entry: dict[str, Any]) -> dict[int, float]:
         metrics = entry["sets"].get(set_name)
         if metrics is None or len(metrics["exact_match"]["values"]) != len(entry["seeds"]):
             return {}
-        return {s: v for s, v in zip(entry["seeds"], metrics["exact_match"]["values"], strict=True) if v is not None}
+        return {s: 100 * v for s, v in zip(entry["seeds"], metrics["exact_match"]["values"], strict=True)
+                if v is not None and math.isfinite(v)}
 
-    baseline, *others = summary
     base = by_seed(summary[baseline])
-    ps = []
-    for label in others:
-        rows = paired_values(base, by_seed(summary[label]))
-        ps.append(paired_t([b - a for _, a, b in rows]).p if len(rows) >= min_seeds else float("nan"))
-    return {label for label, p in zip(others, holm(ps), strict=True) if math.isfinite(p) and p <= alpha}
+    tests = {label: paired_t([b - a for _, a, b in paired_values(base, by_seed(summary[label]))]) for label in others}
+    for (label, test), p_holm in zip(tests.items(), holm([t.p for t in tests.values()]), strict=True):
+        if set_name in summary[label]["sets"]:
+            summary[label]["sets"][set_name]["vs_baseline"] = {
+                "baseline": baseline, "seeds": test.n, "mean": test.mean, "ci": list(test.ci), "p": test.p,
+                "p_holm": p_holm, "detectable": minimum_detectable_effect(test.n, test.sd, alpha) if test.n >= 2 else math.nan,
+                "marked": test.n >= min_seeds and math.isfinite(p_holm) and p_holm <= alpha}
+
+
+def significant_labels(summary: dict[str, Any], set_name: str) -> set[str]:
+    """The objectives whose exact match on `set_name` differs from the baseline's by seed
+    (`_pair_with_baseline`, done by `aggregate`)."""
+    return {label for label, e in summary.items() if e["sets"].get(set_name, {}).get("vs_baseline", {}).get("marked")}
+
+
+#: what a mark in a results table means (the terminal table's caption says it too)
+MARK_NOTE = (
+    "an exact match is marked only where it differs from the baseline's by seed (paired t, Holm over the "
+    "objectives, p <= 0.05, 3+ seeds); nothing else is ranked"
+)
 
 
 def _cell(metric: dict[str, Any], scale: float, fmt: str) -> str:
@@ -391,41 +403,32 @@ def markdown_report(summary: dict[str, Any], meta: dict[str, Any], plots: Sequen
 
 
 def paired_table(summary: dict[str, Any]) -> list[str]:
-    """report.md lines: every objective against the baseline (the first) by seed: the mean per-seed
-    difference in in-distribution exact match (points) with its t interval, p, Holm p over the
-    objectives, and the difference these seeds detect with 80 % power (the pairing the grid's
-    seeds give: same data order and initial weights for every objective)."""
+    """report.md lines: every objective against the baseline (the first) by seed on the headline
+    set (`_pair_with_baseline`: the pairing the grid's seeds give, the same data order and
+    initial weights for every objective)."""
     if len(summary) < 2:
         return []
     baseline, *others = summary
-
-    def by_seed(label: str) -> dict[int, float]:
-        return {s["seed"]: 100 * s["exact_match"] for s in summary[label].get("per_seed", []) if s["exact_match"] is not None}
-
-    base = by_seed(baseline)
-    tests = []
-    for label in others:
-        rows = paired_values(base, by_seed(label))
-        tests.append(paired_t([b - a for _, a, b in rows]))
-    adjusted = holm([t.p for t in tests])
+    headline = next(iter(set_names([{"evaluation": e["sets"]} for e in summary.values()])), None)
     lines = [
         "## Paired by seed",
         "",
-        f"In-distribution exact match, objective - `{baseline}`, per seed (seed s of every objective: the same data "
-        f"order and initial weights): mean difference in points with its 95 % t interval, two-sided paired t p, Holm p "
-        f"over the {len(others)} objectives, and the difference these seeds detect with 80 % power at alpha 0.05. "
-        "Runs that stop early are scored at different steps: where they do, this compares pass rates as much as skill.",
+        f"{SET_TITLES.get(headline, headline).split(' (')[0]} exact match, objective - `{baseline}`, per seed (seed s "
+        "of every objective: the same data order and initial weights): mean difference in points with its 95 % t "
+        f"interval, two-sided paired t p, Holm p over the {len(others)} objectives, and the difference these seeds "
+        "detect with 80 % power at alpha 0.05. Runs that stop early are scored at different steps: where they do, "
+        "this compares pass rates as much as skill.",
         "",
         "| objective | seeds | difference [95% CI] | p | Holm p | detectable |",
         "|---|---|---|---|---|---|",
     ]
-    for label, test, p_holm in zip(others, tests, adjusted, strict=True):
-        if test.n < 2:
-            lines.append(f"| {label} | {test.n} | n/a | n/a | n/a | n/a |")
+    for label in others:
+        t = summary[label]["sets"].get(headline, {}).get("vs_baseline", {"seeds": 0})
+        if t["seeds"] < 2:
+            lines.append(f"| {label} | {t['seeds']} | n/a | n/a | n/a | n/a |")
             continue
-        mde = minimum_detectable_effect(test.n, test.sd, 0.05)
-        lines.append(f"| {label} | {test.n} | {test.mean:+.1f} [{test.ci[0]:+.1f}, {test.ci[1]:+.1f}] | {test.p:.3f} | "
-                     f"{p_holm:.3f} | {mde:.1f} |")
+        lines.append(f"| {label} | {t['seeds']} | {t['mean']:+.1f} [{t['ci'][0]:+.1f}, {t['ci'][1]:+.1f}] | "
+                     f"{t['p']:.3f} | {t['p_holm']:.3f} | {t['detectable']:.1f} |")
     return lines + [""]
 
 
@@ -522,8 +525,7 @@ def learning_table(summary: dict[str, Any], machine: str = "") -> list[str]:
         "|---|---|---|" + "---|" * len(marks) + "---|---|---|---|",
     ]
     for label, r in rows:
-        outcomes = [Outcome(step, learnt) for _, step, learnt in r["outcomes"]]
-        shares = " | ".join(f"{100 * share_learnt(outcomes, m):.0f} %" for m in marks)
+        shares = " | ".join(f"{100 * max([v for at, v in r['curve'] if at <= m], default=0.0):.0f} %" for m in marks)
         low, high = r["median_ci95"]
         interval = "n/a" if math.isnan(low) else f"[{_steps(low)}, {_steps(high)}]"
         test = r.get("vs_baseline")
