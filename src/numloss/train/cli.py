@@ -17,7 +17,8 @@ USAGE = """usage: numloss train [CONFIG.yaml] [--resume [--resume-changed]] [--o
                      [--section.key VALUE ...]
 
 Fine-tune a causal LM with a numloss objective. CONFIG.yaml holds any of the keys below
-(nested by section); --section.key VALUE overrides it (VALUE is read as YAML).
+(nested by section; train is transformers.TrainingArguments by its own names); --section.key VALUE
+overrides it, or --key VALUE where one section has it (--max_steps 20; VALUE is read as YAML).
   --resume          continue from the newest intact checkpoint in train.output_dir (= --train.resume
                     true); a finished run is left as it is
   --resume-changed  with --resume: continue although settings that change the run differ from the
