@@ -28,7 +28,6 @@ from numloss.extras import needs
 with needs("hf", "numloss.config"):
     import yaml
     from annotated_types import Ge, Gt, Le, Lt
-    from pydantic import ConfigDict, TypeAdapter, ValidationError
 
 from numloss.checks import shown
 from numloss.yamlio import YamlKeyError, load_yaml, parse_yaml
@@ -180,7 +179,10 @@ def _hints(klass: type) -> dict[str, Any]:
 
 
 @functools.cache
-def _adapter(hint: Any) -> TypeAdapter:
+def _adapter(hint: Any) -> Any:
+    from pydantic import ConfigDict, TypeAdapter  # here: `numloss train --help` needs none
+
+
     return TypeAdapter(hint, config=ConfigDict(allow_inf_nan=False))
 
 
@@ -214,6 +216,8 @@ def check_value(key: str, value: Any, hint: Any) -> Any:
     takes_list = any(typing.get_origin(o) is list for o in options)
     if isinstance(value, str) and takes_list and ("," in value or str not in options):
         value = [v.strip() for v in value.split(",") if v.strip()]
+    from pydantic import ValidationError
+
     try:
         checked = _adapter(hint).validate_python(value, strict=True)
     except ValidationError:
