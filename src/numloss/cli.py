@@ -5,6 +5,7 @@ and a missing extra of one command prints one line without breaking the others.
 from __future__ import annotations
 
 import importlib
+import io
 import os
 import sys
 
@@ -19,6 +20,22 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
     "models": ("numloss.models.cli", "prepare the offline default models", "gguf"),
     "bench": ("numloss.bench_cli", "run the benchmarks in bench/", "hf"),
 }
+
+
+#: the address space below which torch cannot be imported at all (a 1 GiB `ulimit -v` fails inside
+#: its import, or aborts in a Rust library, with no line of ours); a dry run of the tiny model fits 2 GiB
+MIN_ADDRESS_SPACE = 2 * 2**30
+
+
+def _address_space_limit() -> int | None:
+    """The soft RLIMIT_AS in bytes, or None when there is none (or no such limit on this system)."""
+    try:
+        import resource
+
+        soft, _ = resource.getrlimit(resource.RLIMIT_AS)
+    except (ImportError, AttributeError, OSError):
+        return None
+    return None if soft == resource.RLIM_INFINITY else soft
 
 
 def _usage() -> str:
@@ -42,9 +59,17 @@ def _dispatch(argv: list[str]) -> int:
         print(f"numloss: unknown command {command!r}\n\n{_usage()}", file=sys.stderr)
         return 2
     module_name, _, extra = COMMANDS[command]
+    limit = _address_space_limit()
+    if limit is not None and limit < MIN_ADDRESS_SPACE and not {"-h", "--help"} & set(rest):
+        print(f"numloss {command}: the address-space limit (ulimit -v) is {limit / 2**30:.1f} GiB; torch and its "
+              f"libraries need at least {MIN_ADDRESS_SPACE / 2**30:.0f} GiB to load: raise it (ulimit -v unlimited)", file=sys.stderr)
+        return 2
     try:
         module = importlib.import_module(module_name)
         return int(module.main(rest) or 0)
+    except MemoryError:
+        print(f"numloss {command}: out of memory (MemoryError); free memory or raise the limit (ulimit -v)", file=sys.stderr)
+        return 1
     except ModuleNotFoundError as error:
         line = explain(error, extra, f"numloss {command}")
         if line is None:
@@ -53,16 +78,76 @@ def _dispatch(argv: list[str]) -> int:
         return 2
 
 
+def _degrade_console() -> None:
+    """Text the console's encoding cannot hold (a non-ASCII file name under PYTHONIOENCODING=ascii)
+    is printed with backslash escapes instead of failing the command; a stream that already has a
+    lenient handler (surrogateescape under LC_ALL=C) keeps it."""
+    for stream in (sys.stdout, sys.stderr):
+        if isinstance(stream, io.TextIOWrapper) and stream.errors == "strict":
+            stream.reconfigure(errors="backslashreplace")
+
+
+class _Console:
+    """sys.stdout that cannot fail a command whose work is done: the first write or flush that
+    fails (a full disk behind `>/dev/full`, a descriptor gone) prints one line on stderr, and
+    everything after it goes nowhere, so the interpreter's own flush at exit has nothing to fail
+    on. A closed pipe still raises BrokenPipeError (`numloss ... | head` ends quietly, status 141)."""
+
+    def __init__(self, stream: io.TextIOBase) -> None:
+        self._stream = stream
+        self.lost = False
+
+    def _lose(self, error: OSError | ValueError) -> None:
+        self.lost = True
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        try:
+            os.dup2(devnull, self._stream.fileno())  # what the buffer holds goes nowhere at exit
+        except (OSError, ValueError):
+            pass
+        why = error.strerror if isinstance(error, OSError) and error.strerror else str(error)
+        print(f"numloss: stdout cannot be written ({why}); the results written to disk are complete", file=sys.stderr)
+
+    def write(self, text: str) -> int:
+        if not self.lost:
+            try:
+                return self._stream.write(text)
+            except BrokenPipeError:
+                raise
+            except (OSError, ValueError) as error:
+                self._lose(error)
+        return len(text)
+
+    def flush(self) -> None:
+        if not self.lost:
+            try:
+                self._stream.flush()
+            except BrokenPipeError:
+                raise
+            except (OSError, ValueError) as error:
+                self._lose(error)
+
+    def __getattr__(self, name: str):  # fileno, isatty, encoding, ...: the real stream's
+        return getattr(self._stream, name)
+
+
 def main(argv: list[str] | None = None) -> int:
     """Dispatch to the command's module and return the exit status; a closed pipe
-    (`numloss train --help | head`) ends quietly."""
+    (`numloss train --help | head`) ends quietly, a closed or full stdout in one line (_Console)."""
     argv = list(sys.argv[1:] if argv is None else argv)
+    _degrade_console()
+    console = None
+    if isinstance(sys.stdout, io.TextIOWrapper):  # None when started with stdout closed (`>&-`): print() is a no-op
+        console = sys.stdout = _Console(sys.stdout)  # type: ignore[assignment]
     try:
         status = _dispatch(argv)
-        sys.stdout.flush()
-        return status
+        if console is not None:
+            console.flush()
+        return 1 if console is not None and console.lost else status
     except BrokenPipeError:
         # the reader is gone: send what is left in the buffer nowhere (Python's documented recipe)
         devnull = os.open(os.devnull, os.O_WRONLY)
         os.dup2(devnull, sys.stdout.fileno())
         return 141  # 128 + SIGPIPE, what a shell reports for a command stopped by its pipe
+    finally:
+        if console is not None and sys.stdout is console:  # an in-process caller gets its stream back
+            sys.stdout = console._stream  # type: ignore[assignment]

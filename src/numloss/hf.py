@@ -46,6 +46,7 @@ from numloss.step_counts import (
     refuse_split_sequences,
     step_digits_refusal,
 )
+from numloss.textio import utf8_path
 
 # Slots of the on-device logging accumulator (float64 so long intervals do not lose counts).
 _CE_SUM, _TOKENS, _AUX_SUM, _AUX_COUNT, _ENTROPY_SUM, _DIGITS = range(6)
@@ -141,15 +142,21 @@ def _check_trainer_arguments(kwargs: dict[str, Any]) -> None:
         raise ArgumentTypeError(f"NumericTrainer: model is the class {model.__name__}, not a model: pass an instance "
                                 f"({model.__name__}.from_pretrained(...))")
     args = kwargs.get("args")
-    if args is None:
-        return
-    check_type("NumericTrainer: args", args, TrainingArguments, "a transformers TrainingArguments (TrainingArguments(**options))")
-    check_float("NumericTrainer: args.learning_rate", args.learning_rate, 0, _FLOAT32_MAX)
-    check_int("NumericTrainer: args.gradient_accumulation_steps", args.gradient_accumulation_steps, 1)
-    check_int("NumericTrainer: args.per_device_train_batch_size", args.per_device_train_batch_size, 1)
+    if args is not None:
+        check_type("NumericTrainer: args", args, TrainingArguments, "a transformers TrainingArguments (TrainingArguments(**options))")
+        check_training_arguments(args)
+
+
+def check_training_arguments(args: Any, where: str = "NumericTrainer: args.") -> None:
+    """ArgumentError naming `where` + the field for TrainingArguments NumericTrainer cannot train
+    with: a learning rate that is NaN or overflows float32, gradient accumulation or a batch below
+    1, label smoothing (loss_fn computes the loss and would ignore it)."""
+    check_float(f"{where}learning_rate", args.learning_rate, 0, _FLOAT32_MAX)
+    check_int(f"{where}gradient_accumulation_steps", args.gradient_accumulation_steps, 1)
+    check_int(f"{where}per_device_train_batch_size", args.per_device_train_batch_size, 1)
     if args.label_smoothing_factor != 0:
         raise ArgumentError(
-            f"NumericTrainer: args.label_smoothing_factor is {args.label_smoothing_factor}, but loss_fn computes the loss "
+            f"{where}label_smoothing_factor is {args.label_smoothing_factor}, but loss_fn computes the loss "
             "and would ignore it: set it to 0 (smoothing is not one of numloss's objectives)"
         )
 
@@ -212,6 +219,12 @@ class NumericTrainer(Trainer):
         # (label digits that get the numeric term, all label digits) since the last log, this rank
         self._digit_coverage = [0, 0]
         self._aux_per_token = loss_fn.aux_per_token
+
+    def save_model(self, output_dir: str | None = None, _internal_call: bool = False) -> None:
+        """`Trainer.save_model` through `numloss.textio.utf8_path`, so the tokenizer (Rust) saves
+        into a folder whose name this locale cannot encode (checkpoints and final/ alike)."""
+        with utf8_path(output_dir if output_dir is not None else self.args.output_dir) as folder:
+            super().save_model(folder, _internal_call)
 
     def count_tokens_and_digits(self, inputs: dict[str, Any]) -> torch.Tensor:
         """[valid tokens, digit positions] of one micro-batch after the shift, as a long tensor;

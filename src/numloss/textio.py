@@ -6,13 +6,16 @@ from __future__ import annotations
 
 import json
 import math
+import os
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 
 def read_utf8(path: Path, error: type[Exception] = ValueError) -> str:
-    """The text of `path`; a byte that is not UTF-8, a folder or an unreadable file is one
-    `error` naming the file (and for bad bytes the line and column)."""
+    """The text of `path` (a leading UTF-8 byte-order mark dropped); a byte that is not UTF-8, a
+    folder or an unreadable file is one `error` naming the file (and for bad bytes the line and column)."""
     if path.is_dir():
         raise error(f"{path}: is a folder, not a file")
     try:
@@ -20,7 +23,7 @@ def read_utf8(path: Path, error: type[Exception] = ValueError) -> str:
     except OSError as problem:
         raise error(f"{path}: cannot read it ({problem.strerror or problem})") from None
     try:
-        return data.decode("utf-8")
+        return data.decode("utf-8").removeprefix("\ufeff")  # a byte-order mark (Windows editors write one) is no text
     except UnicodeDecodeError as problem:
         line = data.count(b"\n", 0, problem.start) + 1
         column = problem.start - (data.rfind(b"\n", 0, problem.start) + 1) + 1
@@ -51,4 +54,32 @@ def jsonable(value: Any) -> Any:
     return value
 
 
-__all__ = ["jsonable", "read_json_object", "read_utf8"]
+@contextmanager
+def utf8_path(path: str | os.PathLike[str]) -> Iterator[str]:
+    """`path` as a str that encodes as UTF-8, for libraries written in Rust (tokenizers) that
+    cannot take anything else. Under LC_ALL=C with Python's UTF-8 mode off, a name typed as UTF-8
+    (`runs/é`) reaches Python as surrogate escapes; tokenizers then fails to save or load it. Such a
+    path is given as /proc/self/fd/N[/NAME] through its folder (or its parent folder, for a NAME
+    still to be made), opened for the block; any other path is yielded unchanged."""
+    text = os.fspath(path)
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        pass
+    else:
+        yield text
+        return
+    folder, name = (text, "") if os.path.isdir(text) else os.path.split(text)
+    try:
+        name.encode("utf-8")
+        fd = os.open(folder or ".", os.O_RDONLY | os.O_DIRECTORY)
+    except (UnicodeEncodeError, OSError):  # no open folder helps: the library says what fails
+        yield text
+        return
+    try:
+        yield f"/proc/self/fd/{fd}" + (f"/{name}" if name else "")
+    finally:
+        os.close(fd)
+
+
+__all__ = ["jsonable", "read_json_object", "read_utf8", "utf8_path"]

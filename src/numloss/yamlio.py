@@ -13,8 +13,12 @@ with needs("hf", "numloss.yamlio"):
     import yaml
 
 
+#: levels of nesting a YAML file may have (numloss configs use three or four)
+MAX_DEPTH = 100
+
+
 class YamlKeyError(ValueError):
-    """A mapping key given twice, a key that is not a plain value, or an alias."""
+    """A mapping key given twice, a key that is not a plain value, an alias, or nesting past MAX_DEPTH."""
 
 
 class _StrictLoader(yaml.SafeLoader):
@@ -22,12 +26,21 @@ class _StrictLoader(yaml.SafeLoader):
     `<<: *name`): a few lines of nested aliases expand to billions of nodes (an "alias bomb") and
     hang whatever walks them; no numloss setting needs one."""
 
+    depth = 0
+
     def compose_node(self, parent: Any, index: Any) -> Any:
         if self.check_event(yaml.events.AliasEvent):
             event = self.peek_event()
             raise YamlKeyError(f"line {event.start_mark.line + 1}: YAML aliases (*{event.anchor}) are not accepted; "
                                "write the value out")
-        return super().compose_node(parent, index)
+        if self.depth >= MAX_DEPTH:  # composing recurses: 5,000 levels would be a RecursionError
+            raise YamlKeyError(f"line {self.peek_event().start_mark.line + 1}: nested more than {MAX_DEPTH} levels deep; "
+                               "no setting nests like that: flatten it")
+        self.depth += 1
+        try:
+            return super().compose_node(parent, index)
+        finally:
+            self.depth -= 1
 
 
 def _strict_mapping(loader: _StrictLoader, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:

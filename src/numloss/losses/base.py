@@ -59,6 +59,8 @@ def check_number(
     number = float(value) if isinstance(value, numbers.Real) and not isinstance(value, bool) else math.nan
     if not math.isfinite(number) or number < low or number > high or (low_open and number == low):
         raise ValueError(f"{objective}: {name} must be a finite number {what}, got {value!r}")
+    if abs(number) > torch.finfo(torch.float32).max:  # the loss is computed in float32: it would be inf there
+        raise ValueError(f"{objective}: {name} must be a finite number {what} within float32 (at most 3.4e38), got {value!r}")
     return number
 
 

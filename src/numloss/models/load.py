@@ -13,6 +13,7 @@ from typing import Any
 import torch
 
 from numloss.models import smollm2, tiny
+from numloss.textio import utf8_path
 
 BUILTIN = ("tiny", "smollm2")
 _DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16, "auto": "auto"}
@@ -233,7 +234,8 @@ def load_tokenizer(
 
     source = str(smollm2.prepare(cache_dir)) if name == "smollm2" else name
     try:
-        tokenizer = AutoTokenizer.from_pretrained(source, revision=revision, trust_remote_code=trust_remote_code)
+        with utf8_path(source) as readable:  # tokenizers (Rust) takes only UTF-8 names
+            tokenizer = AutoTokenizer.from_pretrained(readable, revision=revision, trust_remote_code=trust_remote_code)
     except Exception as error:  # noqa: BLE001 - any failure of a damaged folder is one line
         raise _load_error(name, "tokenizer", error) from None
     if tokenizer.pad_token_id is None:
@@ -268,7 +270,8 @@ def load_model_and_tokenizer(
     source = str(smollm2.prepare(cache_dir)) if name == "smollm2" else name
     kwargs: dict[str, Any] = {"revision": revision, "trust_remote_code": trust_remote_code}
     try:
-        tokenizer = AutoTokenizer.from_pretrained(source, **kwargs)
+        with utf8_path(source) as readable:
+            tokenizer = AutoTokenizer.from_pretrained(readable, **kwargs)
     except Exception as error:  # noqa: BLE001 - any failure of a damaged folder is one line
         raise _load_error(name, "tokenizer", error) from None
     if attn_implementation:

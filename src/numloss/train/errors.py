@@ -63,6 +63,8 @@ def train_error(error: Exception, output_dir: Path, trainer: Any, checkpoint: Pa
     full = disk_full_error(error, where)
     if full is not None:
         return full
+    if isinstance(error, FloatingPointError):  # the objective's check_finite: the run diverged (its fix in the text)
+        return ConfigError(f"training stopped at step {trainer.state.global_step}: {first_line(error)}")
     text = str(error)
     if checkpoint is not None and isinstance(error, RuntimeError) and ("size mismatch" in text or "state_dict" in text):
         detail = next((line.strip() for line in text.splitlines() if "size mismatch" in line), first_line(error))

@@ -15,6 +15,7 @@ from typing import Any
 from numloss.atomic import write_json_atomic
 from numloss.checkpoints import FINAL, FINAL_RECORD, begin_final, commit_final, recover_final
 from numloss.config import Config, ConfigError
+from numloss.textio import utf8_path
 from numloss.train import build, folder
 from numloss.train.errors import first_line, train_error
 
@@ -225,7 +226,8 @@ def _save_final(trainer: Any, tokenizer: Any, config: Config, output_dir: Path, 
         trainer.accelerator.wait_for_everyone()
         trainer.save_model(str(partial))
         if main_process:
-            tokenizer.save_pretrained(partial)
+            with utf8_path(partial) as folder:  # tokenizers (Rust) takes only UTF-8 names
+                tokenizer.save_pretrained(folder)
             record = {"metrics": metrics, "global_step": trainer.state.global_step, "config": config.to_dict()}
             write_json_atomic(partial / FINAL_RECORD, record)
         if config.lora.enabled and config.lora.merge:
@@ -246,7 +248,8 @@ def _save_merged(trainer: Any, tokenizer: Any, merged_dir: Path) -> None:
         shutil.rmtree(partial)
     merged = trainer.accelerator.unwrap_model(trainer.model).merge_and_unload()
     merged.save_pretrained(partial)
-    tokenizer.save_pretrained(partial)
+    with utf8_path(partial) as folder:
+        tokenizer.save_pretrained(folder)
     if merged_dir.exists():
         shutil.rmtree(merged_dir)  # the same run's earlier merge, superseded by this one
     os.replace(partial, merged_dir)

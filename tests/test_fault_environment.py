@@ -1,0 +1,130 @@
+"""Odd environments x the commands: a locale that cannot encode a path, a console that cannot
+encode a name, a stdout that is full or closed, a YAML nested 5,000 deep, a 1 GiB address-space
+limit, a JSONL file with a byte-order mark. Each is a correct run or one line, never a traceback,
+and results on disk stay intact. In-process (the environment's effect reproduced on the object it
+reaches); one slow subprocess trains under LC_ALL=C itself."""
+
+from __future__ import annotations
+
+import errno
+import io
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from numloss import cli
+from numloss.textio import read_utf8, utf8_path
+from numloss.yamlio import load_yaml
+
+ROOT = Path(__file__).resolve().parents[1]
+#: "é" as LC_ALL=C with UTF-8 mode off hands it to Python: the bytes c3 a9 as surrogate escapes
+UNDECODED = "\udcc3\udca9"
+
+
+def test_a_path_this_locale_cannot_encode_saves_and_loads_the_tokenizer(tmp_path):
+    from numloss.models import build_char_tokenizer, build_tiny_model
+    from numloss.models.load import load_tokenizer
+
+    folder = tmp_path / f"run {UNDECODED}"
+    tokenizer = build_char_tokenizer()
+    with pytest.raises(UnicodeEncodeError):  # what tokenizers (Rust) does with the name itself
+        tokenizer.save_pretrained(str(folder / "raw"))
+    folder.mkdir(exist_ok=True)  # made by the failed save
+    with utf8_path(folder / "final.partial") as writable:
+        tokenizer.save_pretrained(writable)
+    saved = folder / "final.partial"
+    assert sorted(p.name for p in saved.iterdir()) == ["tokenizer.json", "tokenizer_config.json"]
+    assert os.fsencode(saved).endswith("run \xc3\xa9/final.partial".encode("latin-1"))
+    build_tiny_model(tokenizer, num_layers=1, hidden_size=16, num_heads=2).save_pretrained(saved)
+    assert load_tokenizer(str(saved)).get_vocab() == tokenizer.get_vocab()
+
+
+def test_a_path_that_encodes_is_given_unchanged(tmp_path):
+    with utf8_path(tmp_path / "é") as same:
+        assert same == str(tmp_path / "é")
+
+
+def test_a_yaml_nested_5000_deep_is_one_line(tmp_path):
+    for text in ("[" * 5000 + "]" * 5000, "a:\n" + "".join("  " * i + f"k{i}:\n" for i in range(1, 5000))):
+        path = tmp_path / "deep.yaml"
+        path.write_text(text, encoding="utf-8")
+        with pytest.raises(ValueError, match=r"deep.yaml: line \d+: nested more than 100 levels deep") as caught:
+            load_yaml(path)
+        assert "\n" not in str(caught.value)
+
+
+def test_a_jsonl_file_with_a_byte_order_mark_is_read(tmp_path):
+    from numloss.evaluate import score_outputs
+    from numloss.evaluate.store import read_lines
+
+    path = tmp_path / "outputs.jsonl"
+    path.write_bytes(b"\xef\xbb\xbf" + b'{"benchmark": "synthetic:arithmetic", "id": "1", "output": "1"}\n')
+    assert read_utf8(path).startswith("{") and read_lines(path)[0]["id"] == "1"
+    assert score_outputs(path).scores["numloss"]["synthetic:arithmetic"].count == 1
+
+
+def test_a_bom_in_training_data_is_read(tmp_path):
+    from numloss.data import load_examples
+
+    path = tmp_path / "train.jsonl"
+    path.write_bytes(b"\xef\xbb\xbf" + b'{"instruction": "1 + 1 =", "output": "2"}\n')
+    assert [e.output for e in load_examples(str(path))] == ["2"]
+
+
+class _Full(io.RawIOBase):
+    """A device that takes nothing: every write is ENOSPC, as /dev/full does."""
+
+    def writable(self) -> bool:
+        return True
+
+    def write(self, data) -> int:
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+
+def test_a_full_stdout_after_the_work_is_one_line_and_status_1(monkeypatch, capsys):
+    full = io.TextIOWrapper(_Full(), encoding="utf-8")
+    monkeypatch.setattr(sys, "stdout", full)
+    status = cli.main(["--help"])  # prints its usage to a stdout that takes nothing
+    err = capsys.readouterr().err.splitlines()
+    assert status == 1 and err == ["numloss: stdout cannot be written (No space left on device); the results "
+                                   "written to disk are complete"]
+    assert sys.stdout is full  # an in-process caller gets its stream back
+
+
+def test_a_closed_stdout_is_no_error(monkeypatch, capsys):
+    monkeypatch.setattr(sys, "stdout", None)  # how Python starts under `>&-`
+    assert cli.main(["--version"]) == 0 and capsys.readouterr().err == ""
+
+
+def test_a_name_the_console_cannot_encode_is_escaped_not_a_traceback(monkeypatch):
+    raw = io.BytesIO()
+    console = io.TextIOWrapper(raw, encoding="ascii")  # PYTHONIOENCODING=ascii
+    monkeypatch.setattr(sys, "stderr", console)
+    assert cli.main(["évaluer"]) == 2
+    console.flush()
+    assert b"unknown command '\\xe9valuer'" in raw.getvalue()
+
+
+def test_an_address_space_too_small_for_torch_is_one_line(monkeypatch, capsys):
+    monkeypatch.setattr(cli, "_address_space_limit", lambda: 2**30)
+    assert cli.main(["train", "--dry-run"]) == 2
+    err = capsys.readouterr().err.splitlines()
+    assert err == ["numloss train: the address-space limit (ulimit -v) is 1.0 GiB; torch and its libraries need at "
+                   "least 2 GiB to load: raise it (ulimit -v unlimited)"]
+
+
+@pytest.mark.slow  # a real training process: the tests above reach the same objects in-process
+@pytest.mark.parametrize("utf8_mode", ["0", "1"])
+def test_training_into_a_non_ascii_folder_under_lc_all_c_finishes(utf8_mode, tmp_path):
+    out = os.fsencode(tmp_path) + "/runs é".encode()
+    env = {**os.environ, "LC_ALL": "C", "PYTHONUTF8": utf8_mode, "PYTHONPATH": str(ROOT / "src"), "OMP_NUM_THREADS": "1"}
+    done = subprocess.run(
+        [sys.executable, "-m", "numloss", "train", str(ROOT / "tests/fixtures/train/tiny-test.yaml"),
+         "--train.output_dir", out, "--train.max_steps", "1", "--data.num_examples", "8", "--model.tiny_layers", "1"],
+        capture_output=True, env=env, timeout=600,
+    )
+    assert done.returncode == 0 and b"Traceback" not in done.stderr, done.stderr[-2000:]
+    assert os.path.isfile(out + b"/final/tokenizer.json") and not os.path.exists(out + b"/final.partial")
