@@ -65,7 +65,7 @@ def make_step(name: str, path: str, weight: torch.Tensor, chunk_size: int | None
 
 
 def current_rss() -> int:
-    with open("/proc/self/statm") as f:
+    with open("/proc/self/statm", encoding="utf-8") as f:
         return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
 
 
@@ -114,7 +114,7 @@ def run_one(name: str, path: str, vocab_size: int, hidden_size: int, tokens: int
 def available_bytes() -> int | None:
     """MemAvailable of this machine (Linux), or None when unknown."""
     try:
-        with open("/proc/meminfo") as f:
+        with open("/proc/meminfo", encoding="utf-8") as f:
             for line in f:
                 if line.startswith("MemAvailable:"):
                     return int(line.split()[1]) * 1024
@@ -220,7 +220,7 @@ def main() -> None:
     print()
     print(table(results, paths))
     if args.json:
-        with open(args.json, "w") as f:
+        with open(args.json, "w", encoding="utf-8") as f:
             json.dump(results, f, indent=1)
 
 

@@ -113,7 +113,7 @@ def make_step(name: str, vocab_size: int, number_tokens: int = 10):
 
 
 def current_rss() -> int:
-    with open("/proc/self/statm") as f:
+    with open("/proc/self/statm", encoding="utf-8") as f:
         return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
 
 

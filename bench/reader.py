@@ -39,7 +39,7 @@ def read_seconds(protocol, kind: str, text: str) -> float:
 
 def cpu_name() -> str:
     try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
+        for line in Path("/proc/cpuinfo").read_text(encoding="utf-8").splitlines():
             if line.startswith("model name"):
                 return line.split(":", 1)[1].strip()
     except OSError:

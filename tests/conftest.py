@@ -79,6 +79,6 @@ if os.environ.get("NUMLOSS_TEST_CPU"):  # per-test CPU seconds (process + waited
 
         start_cpu, start_wall = cpu(), time.perf_counter()
         yield
-        with open(os.environ["NUMLOSS_TEST_CPU"], "a") as out:
+        with open(os.environ["NUMLOSS_TEST_CPU"], "a", encoding="utf-8") as out:
             out.write(json.dumps({"id": item.nodeid, "cpu": round(cpu() - start_cpu, 3),
                                   "wall": round(time.perf_counter() - start_wall, 3)}) + "\n")

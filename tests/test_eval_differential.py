@@ -126,7 +126,7 @@ def differential():
     items = os.environ.get("NUMLOSS_DIFFERENTIAL_ITEMS")
     result = run_differential(int(items)) if items else run_differential(1, PROGRAM_BENCHMARKS)
     if os.environ.get("NUMLOSS_DIFFERENTIAL_TABLE"):  # where to write the per-kind table (docs/evaluation.md)
-        Path(os.environ["NUMLOSS_DIFFERENTIAL_TABLE"]).write_text(_table(result["rows"]) + "\n")
+        Path(os.environ["NUMLOSS_DIFFERENTIAL_TABLE"]).write_text(_table(result["rows"]) + "\n", encoding="utf-8")
     return result
 
 

@@ -30,7 +30,7 @@ class Fixed:
 
 
 def _bench(path: Path, answers: list[int]) -> str:
-    path.write_text("".join(json.dumps({"question": f"What is {a} + 0?", "answer": a}) + "\n" for a in answers))
+    path.write_text("".join(json.dumps({"question": f"What is {a} + 0?", "answer": a}) + "\n" for a in answers), encoding="utf-8")
     return f"file:{path}"
 
 

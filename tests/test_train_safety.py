@@ -43,7 +43,7 @@ def run_cli(out: Path, *extra: str, env: dict[str, str] | None = None) -> subpro
 
 def _data(path: Path, shift: int = 0) -> Path:
     path.write_text("".join(json.dumps({"instruction": f"{a} + {a + shift} =", "output": str(2 * a + shift)}) + "\n"
-                            for a in range(16)))
+                            for a in range(16)), encoding="utf-8")
     return path
 
 

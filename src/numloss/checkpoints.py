@@ -82,7 +82,7 @@ def structure_problem(folder: Path) -> str | None:
     state = folder / "trainer_state.json"
     if state.is_file():
         try:
-            payload = json.loads(state.read_text())
+            payload = json.loads(state.read_text(encoding="utf-8"))
         except (OSError, ValueError):
             return "trainer_state.json is not valid JSON"
         if not isinstance(payload, dict) or not isinstance(payload.get("global_step"), int):

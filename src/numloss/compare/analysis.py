@@ -41,7 +41,7 @@ Runs = Mapping[str, Mapping[int, dict[str, Any]]]  # label -> seed -> record
 
 def load_records(folder: str | Path) -> list[dict[str, Any]]:
     """Every run record (`<label>-s<seed>-<hash>.json`) of a records folder, in name order."""
-    return [json.loads(p.read_text()) for p in sorted(Path(folder).glob("*.json"))]
+    return [json.loads(p.read_text(encoding="utf-8")) for p in sorted(Path(folder).glob("*.json"))]
 
 
 def by_label(records: Iterable[dict[str, Any]]) -> dict[str, dict[int, dict[str, Any]]]:

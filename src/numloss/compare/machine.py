@@ -18,7 +18,7 @@ from typing import Any
 def _cpuinfo(field: str) -> str | None:
     """The value of the first `field` line of /proc/cpuinfo (None where there is none)."""
     try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
+        for line in Path("/proc/cpuinfo").read_text(encoding="utf-8").splitlines():
             if line.lower().startswith(field):
                 return line.split(":", 1)[1]
     except OSError:

@@ -149,7 +149,7 @@ class WordProblemTask:
         if self.cache_dir is not None:
             path = Path(self.cache_dir) / f"mix-n{n}-s{seed}-g{self.gsm_share:g}.jsonl"
             if path.is_file():
-                return [Example(**json.loads(line)) for line in path.read_text().splitlines() if line.strip()]
+                return [Example(**json.loads(line)) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
         gsm = round(n * self.gsm_share)
         items = _gsm_symbolic(gsm, seed) + _word_problems(n - gsm, seed)
         random.Random(f"numloss-word-mix-{seed}").shuffle(items)

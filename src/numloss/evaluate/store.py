@@ -113,7 +113,7 @@ def read_lines(path: Path, check: Callable[[Mapping[str, Any], str], None] | Non
         data = path.read_bytes()
     except OSError as error:
         raise BenchmarkError(f"{path}: cannot read it ({error.strerror or error})") from None
-    lines = data.split(b"\n")
+    lines = data.removeprefix(b"\xef\xbb\xbf").split(b"\n")  # a UTF-8 byte-order mark is no record
     torn_last = not data.endswith(b"\n") and torn_record(lines[-1])
     records = []
     for number, raw in enumerate(lines, 1):

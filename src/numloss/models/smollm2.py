@@ -89,7 +89,7 @@ def prepare(cache_dir: str | os.PathLike | None = None, force: bool = False) -> 
     tokenizer = AutoTokenizer.from_pretrained(str(source.parent), gguf_file=source.name)
     tokenizer.save_pretrained(staging)
     (staging / _DONE_MARKER).write_text(
-        json.dumps({"source": str(source), "package": PIP_SPEC}, indent=2) + "\n"
+        json.dumps({"source": str(source), "package": PIP_SPEC}, indent=2) + "\n", encoding="utf-8"
     )
     shutil.rmtree(target, ignore_errors=True)
     staging.rename(target)

@@ -295,11 +295,12 @@ def prepare_run(config: Config, examples: list[Any] | None = None) -> Prepared:
     dataset = prepare_data(config, examples, tokenizer)
     args = build_arguments_checked(config)  # also sets up the process group under torchrun
     from numloss.checks import ArgumentError
-    from numloss.hf import check_training_data
+    from numloss.hf import check_training_arguments, check_training_data
 
-    try:
-        check_training_data(args, dataset)  # what NumericTrainer checks, before any weights load
+    try:  # what NumericTrainer checks, before any weights load
+        check_training_arguments(args, "train.")
+        check_training_data(args, dataset)
     except ArgumentError as error:
-        raise ConfigError(f"train: {error}") from None
+        raise ConfigError(str(error) if str(error).startswith("train.") else f"train: {error}") from None
     check_model_structure(config, tokenizer)
     return Prepared(config, examples, tokenizer, vocab, dataset, args)

@@ -75,7 +75,7 @@ class CSVLogCallback(TrainerCallback):
         buffer = io.StringIO(newline="")
         csv.DictWriter(buffer, fieldnames=CSV_COLUMNS).writerow(row)
         # one write per row, flushed: a kill tears at most this row, which the next resume drops
-        with self.path.open("a", newline="") as handle:
+        with self.path.open("a", encoding="utf-8", newline="") as handle:
             handle.write(buffer.getvalue())
             handle.flush()
 

@@ -261,7 +261,7 @@ def check_output_dir(output_dir: Path) -> None:
     try:
         output_dir.mkdir(parents=True, exist_ok=True)
         probe = output_dir / f".numloss-write-test-{os.getpid()}"
-        probe.write_text("")
+        probe.write_text("", encoding="utf-8")
         probe.unlink()
     except OSError as error:
         reason = error.strerror or type(error).__name__
@@ -346,7 +346,7 @@ def ready_folder(config: Config, output_dir: Path, plan: RunPlan, main_process: 
 def checkpoint_at_end(checkpoint: Path, config: Config) -> bool:
     """True when `checkpoint` holds the run's last optimizer step already."""
     try:
-        state = json.loads((checkpoint / "trainer_state.json").read_text())
+        state = json.loads((checkpoint / "trainer_state.json").read_text(encoding="utf-8"))
         step, planned = int(state["global_step"]), int(state.get("max_steps") or 0)
     except (OSError, ValueError, KeyError, TypeError):
         return False
