@@ -321,6 +321,9 @@ def test_a_yaml_with_training_arguments_names_trains(tmp_path):
     assert (args.per_device_train_batch_size, args.gradient_accumulation_steps, args.adam_beta2) == (2, 2, 0.95)
     assert args.lr_scheduler_type.value == "constant"
     assert run_training(config).global_step == 2
+    written = yaml.safe_load((tmp_path / "run" / "config.yaml").read_text())["train"]
+    assert written["adam_beta2"] == 0.95 and "extra" not in written  # the run's config.yaml reads back as given
+    assert load_config(tmp_path / "run" / "config.yaml") == config
 
 
 def test_the_old_names_are_aliases_with_one_deprecation_line(tmp_path, caplog):

@@ -611,7 +611,9 @@ def describe_keys() -> str:
 
 def dump_config(config: Config) -> str:
     """The config as YAML (what `output_dir/config.yaml` holds)."""
-    return yaml.safe_dump(config.to_dict(), sort_keys=False)
+    data = config.to_dict()
+    data["train"].update(data["train"].pop("extra"))  # the other TrainingArguments fields, as written
+    return yaml.safe_dump(data, sort_keys=False)
 
 
 # -- resuming: which settings change a run ---------------------------------------------------------
