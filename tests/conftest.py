@@ -11,6 +11,43 @@ os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 sys.path.insert(0, str(Path(__file__).parent))
 
+def _die_with_the_tests() -> None:
+    """Every subprocess a test starts gets PR_SET_PDEATHSIG(SIGKILL) (Linux), so an interrupted
+    `make test` (Ctrl-C, a CI timeout, a killed worker) leaves nothing running: a training started
+    in its own session (start_new_session=True) gets no Ctrl-C from the terminal, and outlived its
+    test as an orphan. Installed once, for Popen and everything built on it (run, check_output)."""
+    import ctypes
+    import signal
+    import subprocess
+    import threading
+
+    try:
+        prctl = ctypes.CDLL(None, use_errno=True).prctl  # looked up here: nothing to load after fork
+    except (OSError, AttributeError):  # not Linux
+        return
+    start = subprocess.Popen.__init__
+
+    def __init__(self, *args, preexec_fn=None, **kwargs):
+        if threading.current_thread() is not threading.main_thread():
+            # the signal follows the thread that forked, not the process: a pool thread that ends
+            # would kill a child still wanted (the sandbox's programs run from threads)
+            return start(self, *args, preexec_fn=preexec_fn, **kwargs)
+        parent = os.getpid()
+
+        def preexec() -> None:
+            prctl(1, signal.SIGKILL, 0, 0, 0)  # 1: PR_SET_PDEATHSIG
+            if os.getppid() != parent:  # the test process died before the line above
+                os._exit(1)
+            if preexec_fn is not None:
+                preexec_fn()
+
+        start(self, *args, preexec_fn=preexec, **kwargs)
+
+    subprocess.Popen.__init__ = __init__
+
+
+_die_with_the_tests()
+
 #: the real benchmark files: ../shared/benchmarks beside the repository (CI lays shared/ there too)
 SHARED_BENCHMARKS = Path(__file__).resolve().parents[2] / "shared" / "benchmarks"
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 import importlib
 import io
 import os
+import signal
 import sys
 
 from numloss.extras import explain
@@ -133,6 +134,7 @@ class _Console:
 def main(argv: list[str] | None = None) -> int:
     """Dispatch to the command's module and return the exit status; a closed pipe
     (`numloss train --help | head`) ends quietly, a closed or full stdout in one line (_Console)."""
+    whole_process = argv is None  # the console script: this process is the command's own
     argv = list(sys.argv[1:] if argv is None else argv)
     _degrade_console()
     console = None
@@ -140,6 +142,10 @@ def main(argv: list[str] | None = None) -> int:
         console = sys.stdout = _Console(sys.stdout)  # type: ignore[assignment]
     try:
         status = _dispatch(argv)
+        if status == 130 and whole_process:  # interrupted, and said so: a further Ctrl-C (or one still
+            # pending for the exit handlers that join the workers' threads) ends the process as a signal
+            # does, with no traceback; an in-process caller keeps its own handler
+            signal.signal(signal.SIGINT, signal.SIG_DFL)
         if console is not None:
             console.flush()
         return 1 if console is not None and console.lost else status

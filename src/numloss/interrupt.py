@@ -6,6 +6,7 @@ command that continues. Without it SIGTERM ends the process silently, mid-write.
 
 from __future__ import annotations
 
+import os
 import signal
 import threading
 from collections.abc import Iterator
@@ -32,3 +33,31 @@ def sigterm_as_interrupt() -> Iterator[None]:
         yield
     finally:
         signal.signal(signal.SIGTERM, previous)
+
+
+def quiet_resource_tracker() -> None:
+    """Start multiprocessing's resource tracker (now and whenever it is started again) with its
+    stderr on /dev/null. Killed mid-grid, the tracker is restarted by the next semaphore freed, and
+    the new one, told to forget semaphores it never saw, prints a KeyError traceback for each
+    (the semaphores themselves are unlinked by their owner either way): its output is never the
+    user's business. Idempotent; the spawn and forkserver contexts use the tracker."""
+    from multiprocessing import resource_tracker
+
+    tracker = resource_tracker._resource_tracker
+    if getattr(tracker, "_numloss_quiet", False):
+        return
+    start = tracker.ensure_running
+
+    def ensure_running() -> None:
+        # fd 2 is what the tracker inherits; swapped only around its start
+        saved, devnull = os.dup(2), os.open(os.devnull, os.O_WRONLY)
+        try:
+            os.dup2(devnull, 2)
+            start()
+        finally:
+            os.dup2(saved, 2)
+            os.close(saved)
+            os.close(devnull)
+
+    tracker.ensure_running = ensure_running  # type: ignore[method-assign]
+    tracker._numloss_quiet = True  # type: ignore[attr-defined]
