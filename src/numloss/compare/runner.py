@@ -879,11 +879,14 @@ class Grid:
         import multiprocessing
         from concurrent.futures import ProcessPoolExecutor
 
+        from numloss.interrupt import quiet_resource_tracker
+
         files = {key.name: self._prepare(key, say) for key in pending}
         threads = worker_threads(self.compare, jobs)
         log_level = logging.getLogger("numloss.train").getEffectiveLevel()
         # spawn, not fork: a forked child would inherit torch's thread pools; a fresh process a run
         context = multiprocessing.get_context("spawn")
+        quiet_resource_tracker()  # a killed tracker, restarted, prints KeyErrors that are not the user's
         steps = context.SimpleQueue()
         with ExitStack() as stack:
             with _sigint_blocked():  # the pool's manager thread (which spawns later workers) inherits it
