@@ -63,11 +63,15 @@ FIRES = {
     "cut-off": ("number choice", ["We start with {d} and then we#none", "So far we have {d} apples plus the#none"]),
     "table-answer": ("choice", ["| Step | Value |\n|---|---|\n| Answer | {d} |\n| Ruled out | {o} |"]),
     "operation-result": ("number", ["The answer is 7 + 11 = {x}.", "The answer is 2 * 9 = {x} apples."]),
-    "alternatives": ("number choice math", ["The answer is {d} or {o}.#none", "The answer is between {d} and {o}.#none", "The answer is {d}–{o}#none"]),
+    "alternatives": ("number choice math", ["The answer is {d} or {o}.#none", "The answer is between {d} and {o}.#none", "The answer is {d}–{o}#none",
+                                            "It could be {x} or {o}; I am not sure.#none"]),
+    "ruled-out": ("number", ["The answer is twenty, not {o}.#none", "The answer is, not {o} but {x}."]),
     "contradicted-letter": ("choice", ["The correct option is {x}: 5(√3 + 1)#none"]),
     "not-a-letter": ("choice", ["The answer is a boy with {d} apples.", "A train leaves at noon. It is not ({o}). So, {d}", "I think the answer is a guess#none"]),
     "option-text": ("choice", ["The answer is {v}"]),
     "no-guess": ("choice", ["I cannot tell which one it is.#none", "The answer is none of the letters#none"]),
+    "spelled-number": ("number math", ["The answer is {w}.", "Die Antwort lautet {w}", "Step 1: so far so good.\n\\boxed{{w}}"]),
+    "times-ten": ("number", ["The answer is {m} \\times 10^{1}.", "Ans: {m} × 10^1"]),
     "float-noise": ("number", ["The answer is {x}.00000000000001"]),
     "exact-digits": ("number", ["The answer is 1234567890123456789{x}"]),
 }
@@ -81,7 +85,10 @@ def _fill(template: str, kind: str, said: str, other: str, dress: str) -> str:
     item = ITEMS[kind][0]
     value = item.options["ABCDE".index(said)] if kind == "choice" else said
     shown = dress.format(x=said) if kind != "math" else f"\\boxed{{{said}}}" if "{d}" in template else said
-    return template.replace("#none", "").replace("{d}", shown).replace("{x}", said).replace("{o}", other).replace("{v}", value)
+    words = {"18": "eighteen", "25": "twenty-five", "\\frac{9}{7}": "nine sevenths", "\\frac{1}{2}": "one half"}.get(said, said)
+    mantissa = format_exact(Fraction(said) / 10) if kind == "number" else said
+    return (template.replace("#none", "").replace("{d}", shown).replace("{x}", said).replace("{o}", other).replace("{v}", value)
+            .replace("{w}", words).replace("{m}", mantissa))
 
 
 def _verdicts(kind: str, output: str) -> tuple[bool, bool, str]:

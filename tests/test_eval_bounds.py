@@ -64,3 +64,16 @@ def test_the_size_limits_leave_ordinary_numbers_alone():
     for text in ("10^{401}", "1e401", "3 ** 1000", "9" * (answers.MAX_DIGITS + 1)):
         with pytest.raises(answers.TooLarge):
             answers.check_size(text)
+
+
+def test_every_item_names_the_rule_that_decided_it_and_the_report_counts_them():
+    from numloss.evaluate.api import benchmark_score
+    from numloss.evaluate.report import EvalReport
+
+    outputs = ["The answer is 18.", "The answer is 18 or 25.", "The answer is 7 + 11 = 18.", "The answer is 1E+999999."]
+    items = [NUMBER] * len(outputs)
+    results = score_items(NUMLOSS, "gsm8k", items, outputs, [None] * len(outputs), Printed(""))
+    assert [r.decided_by for r in results] == ["released", "alternatives", "operation-result", "unreadable"]
+    assert all("decided_by" in r.to_json() for r in results)
+    report = EvalReport(["numloss"], {"numloss": {"gsm8k": benchmark_score(results)}}, {"numloss": {"gsm8k": results}})
+    assert "(decided_by): released 1, alternatives 1, operation-result 1, unreadable 1" in report.to_markdown()

@@ -329,7 +329,7 @@ def _next_exercise(task: Task, text: str, pred: str) -> Read | None:
     return None
 
 
-_AFTERWORD = _rx(r"(?im)^[ \t>*#_🔍✅\uFE0F]{0,12}(?:(?:explanation|note|notes|check|double-check|sanity[ \t]check|verification|verify|reasoning|justification)\b[^\n:]{0,20}[:*]"
+_AFTERWORD = _rx(r"(?im)^[ \t>*#_🔍✅\uFE0F]{0,12}(?:(?:explanation|note|notes|check|double-check|sanity[ \t]check|verification|verify|reasoning|justification)\b[^\n:]{0,20}(?:[:*]|$)"
                  r"|(?:now[ \t,]{1,3}|hmm,?[ \t]{1,3})?let(?:'s|[ \t]me)[ \t]{1,3}(?:double-check|re-?check|check|verify)|to[ \t]verify|\(?not[ \t])")
 
 
@@ -397,6 +397,7 @@ def _operation_result(task: Task, text: str, pred: str) -> str | None:
 
 
 _SEP = r"""[ \t$*)"'`.]{0,4}(?:[ \t]{1,3}(?:or|and)[ \t]{1,3}|[ \t]{0,3}[–—][ \t]{0,3}|[ \t]{1,3}to[ \t]{1,3})[ \t$*("'`]{0,4}"""
+_HEDGE = _rx(r"(?<![\d.])[-−]?\d[\d,.]{0,40}[ \t]{1,3}or[ \t]{1,3}[-−]?\d[\d,.]{0,40}[^\d\n]{0,60}$")  # "It could be 25 or 18; I am not sure."
 _ALTERNATIVES = _rx(r"""^[ \t$*("'`]{0,4}(?:either[ \t]{1,3}|between[ \t]{1,3})?(?:[-−]?\d[\d,.]{0,40}""" + _SEP + r"[-−]?\d|\(?[A-J]\)?" + _SEP + r"\(?[A-J]\)?(?![\w]))", regex.I)
 
 
@@ -404,12 +405,32 @@ def _alternatives(task: Task, text: str, pred: str) -> Unreadable | None:
     """"The answer is 18 or 25", "between B and C", "18–20": two answers, no answer (the
     released code reads the first)."""
     segment, marked = released.answer_segment(task.dataset, task.kind, text)
-    if marked and _search(_ALTERNATIVES, segment):
+    if marked and _search(_ALTERNATIVES, segment) or not marked and _search(_HEDGE, text.rstrip()[-200:]):
         return Unreadable("the answer names alternatives")
     return None
 
 
+_NUMBER = re.compile(r"-?\d+/?\.?\d*")  # the released number pattern
+_NOT_ANYWHERE = _rx(r"(?i)\bnot|n't|instead[ \t]of|rather[ \t]than")
+_NOT = re.compile(r"(?i)(?:\bnot|n't|instead[ \t]of|rather[ \t]than)[ \t*_\"'`(\[“‘$]{1,6}$")
+
+
+def _ruled_out(task: Task, text: str, pred: str) -> str | Unreadable | None:
+    """"The answer is twenty-two, not 15": a number named to be ruled out is no answer; the
+    released rule over the other numbers, else none."""
+    segment, marked = released.answer_segment(task.dataset, task.kind, text)
+    segment = segment.replace(",", "")
+    if not _search(_NOT_ANYWHERE, segment):
+        return None
+    kept = [m.group(0) for m in _NUMBER.finditer(segment) if not _NOT.search(segment[max(0, m.start() - 16) : m.start()])]
+    if len(kept) == len(_NUMBER.findall(segment)):
+        return None
+    pick = (kept[0] if marked else kept[-1]).rstrip(".").rstrip("/") if kept else ""
+    return pick or Unreadable("the number read is ruled out ('not 15')")
+
+
 _LETTER = re.compile(r"\b([A-Ja-j])\b(?!['’]\w)")
+_VERB = re.compile(r"[ \t]{1,3}(?:is|was|would|must|seems|looks|matches|fits|gives|works|holds)\b")
 _NAMED = re.compile(r"(?i)(?:option|choice|answer|letter)[ \t:*(]{0,3}$")
 _RULED_OUT = re.compile(r"(?i)(?:\bnot|n't|\bthan|\bover|\beliminate|\brule[ \t]out)[ \t*_\"'`(\[“‘]{1,6}$")
 
@@ -424,7 +445,8 @@ def _not_a_letter(task: Task, text: str, pred: str) -> str | Unreadable | None:
     letters = []
     for m in _LETTER.finditer(segment):
         c, word = m.group(1), re.match(r"[ \t]{1,3}[a-z]", segment[m.end() : m.end() + 4])
-        article = c == "A" and word and not marked and not _NAMED.search(segment[max(0, m.start() - 12) : m.start()])
+        article = (c == "A" and word and not marked and not _VERB.match(segment, m.end())
+                   and not _NAMED.search(segment[max(0, m.start() - 12) : m.start()]))
         if (c in "ai" and word) or (c == "I" and len(task.options) < 9) or article:
             continue
         if not _RULED_OUT.search(segment[max(0, m.start() - 16) : m.start()]):
@@ -464,6 +486,60 @@ def _no_guess(task: Task, text: str, pred: str) -> Unreadable | None:
     return None if _is_letter(pred) else Unreadable("no letter A-J in the answer (released guesses 'A')")
 
 
+_UNITS = {w: i for i, w in enumerate("zero one two three four five six seven eight nine ten eleven twelve thirteen fourteen "
+                                     "fifteen sixteen seventeen eighteen nineteen".split())}
+_TENS = {w: 10 * i for i, w in enumerate("_ _ twenty thirty forty fifty sixty seventy eighty ninety".split()) if w != "_"}
+_SCALES = {"hundred": 100, "thousand": 10**3, "million": 10**6}
+_WORD = "|".join(sorted([*_UNITS, *_TENS, *_SCALES], key=len, reverse=True))
+_SPELLED = _rx(r"(?<![^\W_]|-)(?:(negative|minus)[ \t]{1,3})?((?:" + _WORD + r")(?:(?:[ \t]{1,3}|-|[ \t]{1,3}and[ \t]{1,3})(?:" + _WORD + r"))*+)"
+               r"(?![^\W_]|-)(?=[\s.!*_\"'`$)\]}»”’]*+$)", regex.I)
+
+
+def _spelled(task: Task, text: str, pred: str) -> str | None:
+    """No digit where the answer is, but a number in words ends its line ("The answer is
+    eighteen.", "Die Antwort lautet \\boxed{Eighteen}"): that number (the released code reads none)."""
+    segment, marked = released.answer_segment(task.dataset, task.kind, text)
+    line = segment.strip().split("\n")[0 if marked else -1][:300]
+    if any(c.isdigit() for c in line):
+        return None
+    match = _search(_SPELLED, line.replace("\\", " ").replace("{", " ").replace("}", " "))
+    if match is None:
+        return None
+    total, current = 0, 0
+    for word in regex.split(r"[\s-]+", match.group(2).lower()):
+        if word in _UNITS or word in _TENS:
+            current += _UNITS.get(word, _TENS.get(word, 0))
+        elif word == "hundred":
+            current = max(current, 1) * 100
+        elif word in _SCALES:
+            total, current = total + max(current, 1) * _SCALES[word], 0
+    return str(-(total + current) if match.group(1) else total + current)
+
+
+_TIMES_TEN = _rx(r"[ \t]{0,2}(?:\\times|×|\*|\\cdot)[ \t]{0,2}10[ \t]{0,2}(?:\^|\*\*)[ \t]{0,2}\{?[ \t]{0,2}([-+−]?\d{1,3})\}?")
+
+
+def _times_ten(task: Task, text: str, pred: str) -> str | None:
+    """"1.8 \\times 10^{1}", "1.8 × 10^1": the number so scaled (the released code reads its mantissa)."""
+    segment, marked = released.answer_segment(task.dataset, task.kind, text)
+    segment = segment.replace(",", "")
+    if not pred or not _search(_TIMES_TEN, segment):
+        return None
+    found = list(_NUMBER.finditer(segment))
+    scaled = [(m, t) for m in found if (t := _TIMES_TEN.match(segment, m.end()))]
+    if not scaled or not pred:
+        return None
+    at, scale = scaled[0] if marked else scaled[-1]  # the released candidate must be its mantissa or exponent
+    if (marked and at is not found[0]) or (not marked and found[-1].start() >= scale.end()):
+        return None
+    if abs(int(scale.group(1).replace("−", "-"))) > MAX_EXPONENT:
+        return None
+    try:
+        return format_exact(Fraction(at.group(0).rstrip(".")) * Fraction(10) ** int(scale.group(1).replace("−", "-")))
+    except (ValueError, ZeroDivisionError):
+        return None
+
+
 def _float_noise(task: Task, text: str, pred: str) -> str | None:
     """A number with a fraction and 15+ significant digits ("60.00000000000001", a program's float
     arithmetic) is read rounded to 12 significant digits, never above the units place."""
@@ -498,10 +574,13 @@ CORRECTIONS: tuple[Correction, ...] = (
     Correction("table-answer", frozenset({"choice"}), _table_answer),
     Correction("operation-result", frozenset({"number"}), _operation_result),
     Correction("alternatives", _ALL, _alternatives),
+    Correction("ruled-out", frozenset({"number"}), _ruled_out),
     Correction("contradicted-letter", frozenset({"choice"}), _contradicted_letter),
     Correction("not-a-letter", frozenset({"choice"}), _not_a_letter),
     Correction("option-text", frozenset({"choice"}), _option_text),
     Correction("no-guess", frozenset({"choice"}), _no_guess),
+    Correction("spelled-number", frozenset({"number", "math"}), _spelled),
+    Correction("times-ten", frozenset({"number"}), _times_ten),
     Correction("float-noise", frozenset({"number"}), _float_noise),
     Correction("exact-digits", frozenset({"number"}), _exact_digits, as_written=True),
 )
@@ -565,6 +644,8 @@ def math_equal(pred: str, gold: str) -> bool:
     gold_value = plain_exact(gold)
     if gold_value is not None and plain_exact(pred) is not None:
         return number_matches(plain_exact(pred), gold, pred.strip().strip("$"))
+    if gold_value is not None and (dressed := _one_number(pred)) is not None:
+        return number_matches(plain_exact(dressed), gold, dressed)
     if len(pred) > 4 * len(gold) + 200:  # far longer than the gold: no parser is given it
         return _normalise(pred) == _normalise(gold)
     from math_verify import parse, verify
@@ -586,6 +667,20 @@ def math_equal(pred: str, gold: str) -> bool:
     except Exception:
         pass
     return _normalise(pred) == _normalise(gold)
+
+
+_DRESS_CMD = _rx(r"\\(?:text|mathrm|textbf|mbox|boxed|underline|bm|emph|color\{[a-z]{1,12}\})")
+_ONE_NUMBER = _rx(r"(?<![\w.])[-−]?(?:\d{1,3}(?:,\d{3})++|\d++)(?:\.\d++)?(?![\w.]\d)|(?<![\w.])\.\d++")
+
+
+def _one_number(pred: str) -> str | None:
+    """For a plain-number gold: the one number of a prediction in dress ("18 \\text{ cm}", "\\$18",
+    '{"answer": "€18"}', "18 units"); None when it holds mathematics or another number."""
+    s = _DRESS_CMD.sub(" ", regex.sub(r"</?[a-z]{1,6}>|\*\*|__", " ", pred[:400])).replace("\\$", "$").replace("\\%", "%").replace("\\!", "").replace("{,}", ",")
+    if regex.search(r"\\(?:frac|sqrt|pi|cdot|times|dfrac)|[\^=+*/]|\d[ \t]{0,3}[-−]", s):
+        return None
+    found = _all(_ONE_NUMBER, s)
+    return found[0].group(0).replace(",", "").replace("−", "-") if len(found) == 1 else None
 
 
 def _normalise(text: str) -> str:
