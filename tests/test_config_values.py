@@ -95,6 +95,8 @@ CONTEXT = [
     (["--train.extra", "{fp16: true}"], "fp16"),  # the old pass-through form, still read
     (["--train.logging_first_step", "'no'"], "logging_first_step: expected true or false"),
     (["--train.gradient_checkpointing_kwargs", "5"], "gradient_checkpointing_kwargs: expected"),
+    (["--train.gradient_checkpointing_kwargs", "x"], "gradient_checkpointing_kwargs: expected a mapping .or a JSON object"),
+    (["--train.gradient_checkpointing_kwargs", "{use_reentrant: false}"], "model.gradient_checkpointing is off"),
     (["--train.fsdp", "full_shard"], "FSDP|fsdp"),
     (["--model.attn_implementation", "flash_attention_2"], "flash"),
     (["--data.source", "{data}", "--data.split", "test"], "data.split applies to a Hugging Face dataset"),

@@ -333,10 +333,25 @@ def _set(config: Config, key: str, value: Any, from_cli: bool, warn: bool = True
             raise ConfigError(f"--{key} is empty: give {give}, or leave the option out")
         value = _parse_cli(value, hint)
     value = check_value(key, value, hint)
+    options = typing.get_args(hint)
+    if isinstance(value, str) and (dict in options or dict in map(typing.get_origin, options)):
+        _json_object(key, value)  # TrainingArguments reads a string for a mapping field as JSON, later
     if isinstance(target, dict):
         target[name] = value
     else:
         setattr(target, name or section, value)
+
+
+def _json_object(key: str, value: Any) -> None:
+    """ConfigError unless `value`, where a mapping may be given as a string, is a JSON object."""
+    import json
+
+    try:
+        ok = not isinstance(value, str) or isinstance(json.loads(value), dict)
+    except ValueError:
+        ok = False
+    if not ok:
+        raise ConfigError(f"{key}: expected a mapping (or a JSON object string), got {shown(value)}")
 
 
 def _parse_cli(text: Any, hint: Any) -> Any:
@@ -529,6 +544,9 @@ def _validate_context(config: Config) -> None:
         what = "data.split" if data.split != "train" else "data.subset"
         where = "the generated set" if generated else "the local file"
         raise ConfigError(f"{what} applies to a Hugging Face dataset, not to {where} {data.source!r}; drop it")
+    if train.extra.get("gradient_checkpointing_kwargs") and not model.gradient_checkpointing:
+        raise ConfigError("train.gradient_checkpointing_kwargs is set but model.gradient_checkpointing is off, so it "
+                          "would be ignored; set model.gradient_checkpointing true or drop it")
     smoothing = train.extra.get("label_smoothing_factor", 0)
     if smoothing:
         raise ConfigError("train.label_smoothing_factor: numloss's objectives compute their own loss and would "
