@@ -42,6 +42,25 @@ def read_json_object(path: Path) -> dict[str, Any] | None:
     return value if isinstance(value, dict) else None
 
 
+class DuplicateKeyError(ValueError):
+    """A JSON object names one key twice (json keeps the last silently); `key` is the key."""
+
+    def __init__(self, key: str) -> None:
+        super().__init__(f"field {key!r} is given twice; keep one")
+        self.key = key
+
+
+def unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    """`json.loads(..., object_pairs_hook=unique_keys)`: the object, or DuplicateKeyError for a
+    key given twice (a record whose second "output" silently replaced the first)."""
+    record: dict[str, Any] = {}
+    for key, value in pairs:
+        if key in record:
+            raise DuplicateKeyError(key)
+        record[key] = value
+    return record
+
+
 def jsonable(value: Any) -> Any:
     """`value` with every NaN and inf float replaced by None, through dicts, lists and tuples
     (tuples become lists, as JSON writes them)."""
@@ -82,4 +101,4 @@ def utf8_path(path: str | os.PathLike[str]) -> Iterator[str]:
         os.close(fd)
 
 
-__all__ = ["jsonable", "read_json_object", "read_utf8", "utf8_path"]
+__all__ = ["DuplicateKeyError", "jsonable", "read_json_object", "read_utf8", "unique_keys", "utf8_path"]

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from numloss.data.examples import Conversation, Example, PromptCompletion, TrainingRecord
-from numloss.textio import read_utf8
+from numloss.textio import DuplicateKeyError, read_utf8, unique_keys
 
 
 class DataError(ValueError):
@@ -126,12 +126,16 @@ def read_json_records(path: str | os.PathLike) -> list[dict[str, Any]]:
         for number, line in enumerate(text.splitlines(), start=1):
             if line.strip():
                 try:
-                    records.append(json.loads(line))
+                    records.append(json.loads(line, object_pairs_hook=unique_keys))
                 except json.JSONDecodeError as error:
                     raise DataError(f"{path}:{number}: not valid JSON ({error.msg})") from None
+                except DuplicateKeyError as error:
+                    raise DataError(f"{path}:{number}: {error}") from None
         return records
     try:
-        data = json.loads(text)
+        data = json.loads(text, object_pairs_hook=unique_keys)
+    except DuplicateKeyError as error:
+        raise DataError(f"{path}: a record's {error}") from None
     except json.JSONDecodeError as error:
         raise DataError(f"{path}:{error.lineno}: not valid JSON ({error.msg}); use .jsonl for one record per line") from None
     if isinstance(data, dict) and isinstance(data.get("data"), list):

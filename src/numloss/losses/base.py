@@ -18,6 +18,7 @@ from typing import Any, ClassVar, NoReturn
 import torch
 from torch import nn
 
+from numloss.checks import check_bool
 from numloss.digits import IGNORE_INDEX, DigitPositions, DigitVocab, find_digits
 from numloss.fused import fused_loss
 from numloss.losses.core import token_nll_and_digit_logits
@@ -152,8 +153,7 @@ class NumericLoss(nn.Module):
             raise TypeError(
                 f"vocab must be a numloss.DigitVocab (DigitVocab.from_tokenizer(tok)), got {type(vocab).__name__}"
             )
-        if alpha is not None:
-            self.validate_options({"alpha": alpha})
+        self.validate_options({"alpha": alpha, "check_finite": check_finite})
         self.vocab = vocab
         self.alpha = float(self.default_alpha if alpha is None else alpha)
         self.ignore_index = ignore_index
@@ -196,6 +196,8 @@ class NumericLoss(nn.Module):
         vocabulary or model, so config validation calls it before anything loads)."""
         if options.get("alpha") is not None:
             check_number(cls.name, "alpha", options["alpha"])
+        if "check_finite" in options:
+            check_bool(f"{cls.name}: check_finite", options["check_finite"])
         if "normalize" in options and cls.normalizations:
             check_choice(cls.name, "normalize", options["normalize"], cls.normalizations)
         for key, allowed in cls.choices.items():

@@ -12,6 +12,7 @@ from typing import Any
 
 import torch
 
+from numloss.checks import ArgumentError, check_path
 from numloss.models import smollm2, tiny
 from numloss.textio import utf8_path
 
@@ -69,6 +70,11 @@ def check_model_available(name: str, revision: str | None = None, cache_dir: str
     if name == "tiny":
         return
     if name == "smollm2":
+        if cache_dir is not None:  # a file there would fail the conversion after minutes, as a write error
+            try:
+                check_path("cache_dir", cache_dir, "new_dir")
+            except ArgumentError as error:
+                raise ModelUnavailableError(str(error)) from None
         if not smollm2.is_prepared(cache_dir):
             try:
                 smollm2.gguf_path()
