@@ -331,7 +331,7 @@ def test_a_patched_model_with_centred_del_ignores_a_shift_of_its_head(fused):
             numloss.patch(model, build_loss("del", HF_VOCAB, alpha=1.0, sigmoid_input=mode), fused=fused)
             outputs = model(**batch)
             outputs.loss.backward()
-            results[(mode, shift)] = (float(outputs.loss), {k: p.grad.clone() for k, p in model.named_parameters()
+            results[(mode, shift)] = (outputs.loss.item(), {k: p.grad.clone() for k, p in model.named_parameters()
                                                             if p.grad is not None and k != "lm_head.bias"})
     (loss0, grads0), (loss40, grads40) = results[("centered", 0.0)], results[("centered", 40.0)]
     assert loss40 == pytest.approx(loss0, rel=1e-5)

@@ -180,7 +180,7 @@ def test_all_ignored_batch_is_finite_zero_with_zero_gradients(name):
     hidden, weight, b = inputs()
     hidden = hidden[:2, :7].detach().requires_grad_(True)
     out = make_loss(name, weight).from_hidden(hidden, weight, labels, b, chunk_size=3)
-    assert float(out.loss) == 0.0 and float(out.aux) == 0.0 and int(out.num_tokens) == 0
+    assert out.loss.item() == 0.0 and out.aux.item() == 0.0 and int(out.num_tokens) == 0
     grads = grads_of(out.loss, (hidden, weight, b))
     assert all(float(g.abs().max()) == 0.0 for g in grads)
 
@@ -191,7 +191,7 @@ def test_rows_without_digits_give_zero_aux(name):
     assert not bool((labels < 11).any())
     hidden, weight, b = inputs()
     out = make_loss(name, weight).from_hidden(hidden[2:3], weight, labels, b, chunk_size=5)
-    assert float(out.aux) == 0.0 and int(out.num_digits) == 0 and torch.isfinite(out.loss)
+    assert out.aux.item() == 0.0 and int(out.num_digits) == 0 and torch.isfinite(out.loss)
 
 
 def float64_inputs():
@@ -302,7 +302,7 @@ def test_empty_batch_is_a_zero_loss_with_a_graph(name):
     hidden, weight, b = inputs()
     empty = hidden[:0].detach().requires_grad_(True)
     out = make_loss(name, weight).from_hidden(empty, weight, torch.zeros(0, 13, dtype=torch.long), b)
-    assert float(out.loss) == 0.0 and out.loss.requires_grad
+    assert out.loss.item() == 0.0 and out.loss.requires_grad
     grads = grads_of(out.loss, (empty, weight, b))
     assert all(g.numel() == 0 or float(g.abs().max()) == 0.0 for g in grads)
 

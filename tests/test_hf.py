@@ -412,9 +412,9 @@ def test_compute_loss_func_reads_model_outputs_and_shifts():
     batch = collate(rows())
     outputs = model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"])
     expected = loss_fn(outputs.logits, shift_labels(batch))
-    assert float(hook(outputs, batch["labels"])) == pytest.approx(float(expected.loss), rel=1e-6)
-    assert float(hook(outputs.to_tuple(), batch["labels"])) == pytest.approx(float(expected.loss), rel=1e-6)
-    assert float(hook.last.aux) == pytest.approx(float(expected.aux), rel=1e-6)
+    assert hook(outputs, batch["labels"]).item() == pytest.approx(expected.loss.item(), rel=1e-6)
+    assert hook(outputs.to_tuple(), batch["labels"]).item() == pytest.approx(expected.loss.item(), rel=1e-6)
+    assert hook.last.aux.item() == pytest.approx(expected.aux.item(), rel=1e-6)
     with pytest.raises(ValueError, match="no labels"):
         hook(outputs, None)
 
