@@ -10,8 +10,8 @@ centred sigmoid (`sigmoid_input: centered`), one seed, three runs at once. It pr
   items (McNemar). One seed says whether these trained models differ on these items, not how the
   objectives rank over training randomness, and the demo claims no such rank from it;
 - the fresh runs' trace of `digit_logit_mean` (the mean raw logit of the ten digits at digit
-  targets) and `pushdown_share` (the share of digit targets that raw DEL's term pushes below the
-  other digits) by logging step: raw DEL drives the digit logits from ~30 to below 0 within
+  targets) and `pushdown_share` (the share of digit targets that the arm's own DEL term pushes
+  below the other digits; for MLE, raw DEL's term at its logits) by logging step: raw DEL drives the digit logits from ~30 to below 0 within
   15 steps, MLE and centred DEL do not (docs/losses.md, "When DEL works against CE");
 - the recorded many-seed grid of the same recipe at full length (grid a:
   `configs/compare-smollm2-words-centered.yaml`, records in `results/compare-smollm2-words-centered/`,

@@ -2,7 +2,8 @@
 
 Trains the same model on the same seeded data once per objective and seed, evaluates each run on
 the held-out sets of the task (in-distribution, longer numbers, more decimals) and writes a report
-folder: results.json, report.md (tables: mean +- std over seeds, best in bold) and PNG plots.
+folder: results.json, report.md (tables: mean +- std over seeds, or one seed's value with no
+spread; a mark only where a difference from the baseline is significant) and PNG plots.
 Started again with the same settings, it skips the runs that already finished.
 
 Safety: a given option is never read as "not given": --steps, --jobs and --threads must be
