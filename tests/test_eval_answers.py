@@ -65,13 +65,12 @@ FIRES = {
     "operation-result": ("number", ["The answer is 7 + 11 = {x}.", "The answer is 2 * 9 = {x} apples."]),
     "alternatives": ("number choice math", ["The answer is {d} or {o}.#none", "The answer is between {d} and {o}.#none", "The answer is {d}–{o}#none",
                                             "It could be {x} or {o}; I am not sure.#none"]),
-    "ruled-out": ("number", ["The answer is twenty, not {o}.#none", "The answer is, not {o} but {x}."]),
+    "ruled-out": ("number", ["The answer is that, not {o}.#none", "The answer is, not {o} but {x}."]),
     "contradicted-letter": ("choice", ["The correct option is {x}: 5(√3 + 1)#none"]),
-    "not-a-letter": ("choice", ["The answer is a boy with {d} apples.", "A train leaves at noon. It is not ({o}). So, {d}", "I think the answer is a guess#none"]),
+    "not-a-letter": ("choice", ["**Answer: {d}**\n\nI hope this helps!", "The answer is a boy with {d} apples.", "A train leaves at noon. It is not ({o}). So, {d}", "I think the answer is a guess#none"]),
     "option-text": ("choice", ["The answer is {v}"]),
-    "no-guess": ("choice", ["I cannot tell which one it is.#none", "The answer is none of the letters#none"]),
-    "spelled-number": ("number math", ["The answer is {w}.", "Die Antwort lautet {w}", "Step 1: so far so good.\n\\boxed{{w}}"]),
-    "times-ten": ("number", ["The answer is {m} \\times 10^{1}.", "Ans: {m} × 10^1"]),
+    "no-guess": ("choice", ["Cannot tell which one it is.#none", "The answer is none of the letters#none"]),
+    "math-line": ("math", ["Step 1: 3 + 4 = 7.\n$${x}$$", "Final answer: {x} cm^2"]),
     "float-noise": ("number", ["The answer is {x}.00000000000001"]),
     "exact-digits": ("number", ["The answer is 1234567890123456789{x}"]),
 }
@@ -85,10 +84,7 @@ def _fill(template: str, kind: str, said: str, other: str, dress: str) -> str:
     item = ITEMS[kind][0]
     value = item.options["ABCDE".index(said)] if kind == "choice" else said
     shown = dress.format(x=said) if kind != "math" else f"\\boxed{{{said}}}" if "{d}" in template else said
-    words = {"18": "eighteen", "25": "twenty-five", "\\frac{9}{7}": "nine sevenths", "\\frac{1}{2}": "one half"}.get(said, said)
-    mantissa = format_exact(Fraction(said) / 10) if kind == "number" else said
-    return (template.replace("#none", "").replace("{d}", shown).replace("{x}", said).replace("{o}", other).replace("{v}", value)
-            .replace("{w}", words).replace("{m}", mantissa))
+    return template.replace("#none", "").replace("{d}", shown).replace("{x}", said).replace("{o}", other).replace("{v}", value)
 
 
 def _verdicts(kind: str, output: str) -> tuple[bool, bool, str]:
@@ -250,3 +246,11 @@ def test_math_equal(pred, gold, same):
 
 def test_released_strings_are_what_released_reads():
     assert released.answer_clean("gsm8k", "number", "The answer is 18.") == "18"
+
+
+def test_docs_list_every_correction_in_order():
+    import re
+    from pathlib import Path
+
+    doc = (Path(__file__).resolve().parents[1] / "docs" / "evaluation.md").read_text(encoding="utf-8")
+    assert re.findall(r"(?m)^   \| `([a-z-]+)`", doc) == [c.name for c in CORRECTIONS]

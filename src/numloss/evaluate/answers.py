@@ -397,7 +397,8 @@ def _operation_result(task: Task, text: str, pred: str) -> str | None:
 
 
 _SEP = r"""[ \t$*)"'`.]{0,4}(?:[ \t]{1,3}(?:or|and)[ \t]{1,3}|[ \t]{0,3}[–—][ \t]{0,3}|[ \t]{1,3}to[ \t]{1,3})[ \t$*("'`]{0,4}"""
-_HEDGE = _rx(r"(?<![\d.])[-−]?\d[\d,.]{0,40}[ \t]{1,3}or[ \t]{1,3}[-−]?\d[\d,.]{0,40}[^\d\n]{0,60}$")  # "It could be 25 or 18; I am not sure."
+_ONE = r"(?:(?<![\d.])[-−]?\d[\d,.]{0,40}|(?<![\w])\(?[A-J]\)?(?![\w]))"
+_HEDGE = _rx(_ONE + r"[ \t]{1,3}or[ \t]{1,3}" + _ONE + r"[^\d\n]{0,60}$")  # "It could be 25 or 18; I am not sure."
 _ALTERNATIVES = _rx(r"""^[ \t$*("'`]{0,4}(?:either[ \t]{1,3}|between[ \t]{1,3})?(?:[-−]?\d[\d,.]{0,40}""" + _SEP + r"[-−]?\d|\(?[A-J]\)?" + _SEP + r"\(?[A-J]\)?(?![\w]))", regex.I)
 
 
@@ -430,7 +431,7 @@ def _ruled_out(task: Task, text: str, pred: str) -> str | Unreadable | None:
 
 
 _LETTER = re.compile(r"\b([A-Ja-j])\b(?!['’]\w)")
-_VERB = re.compile(r"[ \t]{1,3}(?:is|was|would|must|seems|looks|matches|fits|gives|works|holds)\b")
+_VERB = re.compile(r"[ \t]{1,3}(?:is|was|would|must|seems|looks|matches|fits|gives|works|holds|or|and|because|since)\b")  # no article before these
 _NAMED = re.compile(r"(?i)(?:option|choice|answer|letter)[ \t:*(]{0,3}$")
 _RULED_OUT = re.compile(r"(?i)(?:\bnot|n't|\bthan|\bover|\beliminate|\brule[ \t]out)[ \t*_\"'`(\[“‘]{1,6}$")
 
@@ -478,7 +479,7 @@ def _option_text(task: Task, text: str, pred: str) -> str | None:
 
 
 def _is_letter(pred: str) -> bool:
-    return len(pred) == 1 and pred in LETTERS
+    return len(pred) == 1 and pred in released.CHOICE_LETTERS  # A-J, what the released code reads
 
 
 def _no_guess(task: Task, text: str, pred: str) -> Unreadable | None:
@@ -486,58 +487,17 @@ def _no_guess(task: Task, text: str, pred: str) -> Unreadable | None:
     return None if _is_letter(pred) else Unreadable("no letter A-J in the answer (released guesses 'A')")
 
 
-_UNITS = {w: i for i, w in enumerate("zero one two three four five six seven eight nine ten eleven twelve thirteen fourteen "
-                                     "fifteen sixteen seventeen eighteen nineteen".split())}
-_TENS = {w: 10 * i for i, w in enumerate("_ _ twenty thirty forty fifty sixty seventy eighty ninety".split()) if w != "_"}
-_SCALES = {"hundred": 100, "thousand": 10**3, "million": 10**6}
-_WORD = "|".join(sorted([*_UNITS, *_TENS, *_SCALES], key=len, reverse=True))
-_SPELLED = _rx(r"(?<![^\W_]|-)(?:(negative|minus)[ \t]{1,3})?((?:" + _WORD + r")(?:(?:[ \t]{1,3}|-|[ \t]{1,3}and[ \t]{1,3})(?:" + _WORD + r"))*+)"
-               r"(?![^\W_]|-)(?=[\s.!*_\"'`$)\]}»”’]*+$)", regex.I)
-
-
-def _spelled(task: Task, text: str, pred: str) -> str | None:
-    """No digit where the answer is, but a number in words ends its line ("The answer is
-    eighteen.", "Die Antwort lautet \\boxed{Eighteen}"): that number (the released code reads none)."""
-    segment, marked = released.answer_segment(task.dataset, task.kind, text)
-    line = segment.strip().split("\n")[0 if marked else -1][:300]
-    if any(c.isdigit() for c in line):
+def _math_line(task: Task, text: str, pred: str) -> str | Unreadable | None:
+    """MATH without a trigger or a box: the released code reads the last number, which in
+    "\\dfrac{18}{2}" or "9 cm^2" is a denominator or an exponent; the last line's expression instead."""
+    if released.answer_segment(task.dataset, task.kind, text)[1] or "boxed" in text:
         return None
-    match = _search(_SPELLED, line.replace("\\", " ").replace("{", " ").replace("}", " "))
-    if match is None:
+    line = text.strip().rsplit("\n", 1)[-1].strip(" \t*$")
+    line = line.split(":")[-1].strip(" \t*$") if ":" in line else line
+    if not regex.search(r"(?:\^\{?|\\[dt]?frac\{[^{}]{0,40}\}\{)-?\d*\.?\d+[^\d]{0,12}$", line):  # the number read is an exponent or a denominator
         return None
-    total, current = 0, 0
-    for word in regex.split(r"[\s-]+", match.group(2).lower()):
-        if word in _UNITS or word in _TENS:
-            current += _UNITS.get(word, _TENS.get(word, 0))
-        elif word == "hundred":
-            current = max(current, 1) * 100
-        elif word in _SCALES:
-            total, current = total + max(current, 1) * _SCALES[word], 0
-    return str(-(total + current) if match.group(1) else total + current)
-
-
-_TIMES_TEN = _rx(r"[ \t]{0,2}(?:\\times|×|\*|\\cdot)[ \t]{0,2}10[ \t]{0,2}(?:\^|\*\*)[ \t]{0,2}\{?[ \t]{0,2}([-+−]?\d{1,3})\}?")
-
-
-def _times_ten(task: Task, text: str, pred: str) -> str | None:
-    """"1.8 \\times 10^{1}", "1.8 × 10^1": the number so scaled (the released code reads its mantissa)."""
-    segment, marked = released.answer_segment(task.dataset, task.kind, text)
-    segment = segment.replace(",", "")
-    if not pred or not _search(_TIMES_TEN, segment):
-        return None
-    found = list(_NUMBER.finditer(segment))
-    scaled = [(m, t) for m in found if (t := _TIMES_TEN.match(segment, m.end()))]
-    if not scaled or not pred:
-        return None
-    at, scale = scaled[0] if marked else scaled[-1]  # the released candidate must be its mantissa or exponent
-    if (marked and at is not found[0]) or (not marked and found[-1].start() >= scale.end()):
-        return None
-    if abs(int(scale.group(1).replace("−", "-"))) > MAX_EXPONENT:
-        return None
-    try:
-        return format_exact(Fraction(at.group(0).rstrip(".")) * Fraction(10) ** int(scale.group(1).replace("−", "-")))
-    except (ValueError, ZeroDivisionError):
-        return None
+    prose = len(line) > 200 or regex.search(r"(?<![\\a-zA-Z])[a-zA-Z]{3,}(?![a-zA-Z])", regex.sub(r"\\text\{[^}]*\}", "", line))
+    return Unreadable("the last number is inside an expression in prose") if prose else released.strip_string(line)
 
 
 def _float_noise(task: Task, text: str, pred: str) -> str | None:
@@ -579,8 +539,7 @@ CORRECTIONS: tuple[Correction, ...] = (
     Correction("not-a-letter", frozenset({"choice"}), _not_a_letter),
     Correction("option-text", frozenset({"choice"}), _option_text),
     Correction("no-guess", frozenset({"choice"}), _no_guess),
-    Correction("spelled-number", frozenset({"number", "math"}), _spelled),
-    Correction("times-ten", frozenset({"number"}), _times_ten),
+    Correction("math-line", frozenset({"math"}), _math_line),
     Correction("float-noise", frozenset({"number"}), _float_noise),
     Correction("exact-digits", frozenset({"number"}), _exact_digits, as_written=True),
 )
