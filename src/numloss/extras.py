@@ -135,3 +135,15 @@ def load_on_first_use(package: str, home: Mapping[str, str]) -> tuple[Callable[[
         return sorted(set(namespace) | set(home))
 
     return __getattr__, __dir__
+
+
+@contextmanager
+def peft_quietly() -> Iterator[None]:
+    """Wrap a peft model's construction (`get_peft_model`, `PeftModel.from_pretrained`): peft
+    0.21's PeftModel.__init__ reads transformers 5's deprecated `is_gradient_checkpointing`, a
+    FutureWarning nothing in numloss's call causes or can change; every other warning passes."""
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message="`is_gradient_checkpointing` is deprecated", category=FutureWarning)
+        yield

@@ -145,6 +145,7 @@ def load_adapter_run(model_or_path: Any, device: str | None = None) -> tuple[Any
 
     from numloss.config import ConfigError, load_config
     from numloss.evaluate.generate import resolve_device
+    from numloss.extras import peft_quietly
     from numloss.train import load_model_for
 
     target = resolve_device(device)
@@ -154,7 +155,8 @@ def load_adapter_run(model_or_path: Any, device: str | None = None) -> tuple[Any
         raise ModelUnavailableError(f"{folder} is a LoRA adapter whose run config {run_config} does not load ({error}): "
                                     f"evaluate the run's merged model ({folder.parent / 'merged'})") from None
     base, tokenizer = load_model_for(config)
-    model = PeftModel.from_pretrained(base, str(folder)).merge_and_unload()
+    with peft_quietly():
+        model = PeftModel.from_pretrained(base, str(folder)).merge_and_unload()
     return model.to(target), tokenizer
 
 

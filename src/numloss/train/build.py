@@ -93,10 +93,10 @@ def build_loss_for(config: Config, model: Any, tokenizer: Any, vocab: Any = None
 
 def apply_lora(config: Config, model: Any) -> Any:
     """`model` wrapped with LoRA adapters per `config.lora` (only adapters train)."""
-    import warnings
-
     from peft import LoraConfig as PeftLoraConfig
     from peft import get_peft_model
+
+    from numloss.extras import peft_quietly
 
     lora = config.lora
     target = lora.target_modules
@@ -107,10 +107,7 @@ def apply_lora(config: Config, model: Any) -> Any:
         target_modules=target if isinstance(target, str) else list(target),
         task_type="CAUSAL_LM",
     )
-    with warnings.catch_warnings():
-        # peft 0.21's PeftModel.__init__ reads transformers' deprecated `is_gradient_checkpointing`;
-        # nothing in our call causes it, and it printed once per run (three times in the demo)
-        warnings.filterwarnings("ignore", message="`is_gradient_checkpointing` is deprecated", category=FutureWarning)
+    with peft_quietly():  # it printed peft's FutureWarning once per run (three times in the demo)
         model = get_peft_model(model, peft_config)
     if config.model.gradient_checkpointing:
         model.enable_input_require_grads()  # checkpointed blocks need an input that requires grad
