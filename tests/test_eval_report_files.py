@@ -91,6 +91,9 @@ def test_lm_eval_samples_report_says_what_it_read_and_shows_intervals(tmp_path, 
     # place_accuracy.png: whole places, named, never joined; the title names what is drawn
     drawn = plot(out / "place_accuracy.png")
     places = results["benchmarks"]["numloss"]["gsm8k"]["place_accuracy"]
+    cells = "; ".join(f"{PLACE_NAMES[p['place']]} {100 * p['accuracy']:.1f} % ({100 * lo:.1f}-{100 * hi:.1f}) of {p['total']}"
+                      for p in places for lo, hi in [wilson_interval(p["correct"], p["total"])])
+    assert f"- gsm8k: accuracy by digit place of the generated answers: {cells}\n" in text
     assert drawn["xticklabels"] == [PLACE_NAMES[p["place"]] for p in places] and drawn["lines"] == []
     assert drawn["title"] == "gsm8k: generated answers by digit place (protocol numloss)"
     (series,) = drawn["series"]
@@ -112,7 +115,7 @@ def test_outputs_with_no_answer_say_there_is_nothing_by_place_and_draw_no_place_
     out, results, text, source = scored(tmp_path, "none", rows)
     assert results["benchmarks"]["numloss"]["gsm8k"]["answered"] == 0
     assert "- gsm8k: no numeric answer, so no accuracy by digit place" in text
-    assert "place 0:" not in text and not stale.exists()
+    assert "accuracy by digit place of the generated answers" not in text and not stale.exists()
     assert sorted(p.name for p in out.iterdir()) == ["accuracy.png", "report.md", "results.json"]
     drawn = plot(out / "accuracy.png")
     assert drawn["series"][1]["values"] == [0.0, 0.0]

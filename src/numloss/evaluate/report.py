@@ -189,9 +189,9 @@ def _place_line(name: str, s: BenchmarkScore) -> str:
 
     if not s.numeric_count:  # every place would read 0 %: a number no answer gave
         return f"- {name}: no numeric answer, so no accuracy by digit place"
-    cells = "; ".join(f"place {e.place}: {with_interval(e.accuracy, wilson_interval(e.correct, e.total))} of {e.total}"
-                      for e in s.place_accuracy)
-    return f"- {name}: accuracy by digit place of the generated answers (0 units, 1 tens, -1 first decimal): {cells}"
+    cells = "; ".join(f"{PLACE_NAMES.get(e.place, f'place {e.place}')} {with_interval(e.accuracy, wilson_interval(e.correct, e.total))} "
+                      f"of {e.total}" for e in s.place_accuracy)
+    return f"- {name}: accuracy by digit place of the generated answers: {cells}"
 
 
 def markdown(report: EvalReport) -> str:
