@@ -21,6 +21,7 @@ import importlib.resources
 import importlib.util
 import json
 import os
+import select
 import selectors
 import shutil
 import signal
@@ -31,7 +32,6 @@ import sys
 import sysconfig
 import threading
 import time
-from collections.abc import Callable
 from contextlib import suppress
 from dataclasses import dataclass
 from functools import lru_cache
@@ -343,9 +343,11 @@ def is_sandbox_uid(uid: int) -> bool:
 
 def _forget_after_fork() -> None:
     """A forked child is another evaluator: it prepares its own namespaces (under its own pid's
-    uids) and makes its own lifeline; the parent's stay the parent's."""
-    for fd in _lifeline_fds:
-        os.close(fd)
+    uids) and makes its own lifeline; the parent's stay the parent's. The child lets go of the
+    parent's lifeline's write end only: a fork that is about to exec (a Popen with a preexec_fn
+    runs this too) may be passing the read end on."""
+    if _lifeline_fds:
+        os.close(_lifeline_fds[1])
     _lifeline_fds.clear()
     _userns_free.clear()
     _slots.clear()
@@ -541,11 +543,9 @@ def _end_namespace(pidfd: int | None, timeout: float) -> bool:
             signal.pidfd_send_signal(pidfd, signal.SIGKILL)
         except ProcessLookupError:
             return True
-        sel = _selector()
-        sel.register(pidfd, selectors.EVENT_READ)
-        gone = bool(sel.select(timeout))
-        sel.close()
-        return gone
+        poller = select.poll()  # not epoll (see `_selector`)
+        poller.register(pidfd, select.POLLIN)
+        return bool(poller.poll(timeout * 1000))
     finally:
         os.close(pidfd)
 
@@ -581,8 +581,20 @@ def run(source: str, limits: SandboxLimits, bwrap: str) -> ProgramResult:
         proc = subprocess.Popen(command(bwrap, limits, fds), stdin=program, stdout=subprocess.PIPE,
                                 stderr=subprocess.PIPE, pass_fds=tuple(fds.values()), env={},
                                 start_new_session=True, close_fds=True)
-        watch = _watch_or_kill(proc, own, fds, program,
-                               lambda: _Watch(proc, info_r, status_r, limits, group))
+        # bwrap waits on --block-fd, and closing the go pipe (as the cleanup below does) lets it
+        # start the program with no host clock and outside its cgroup: it must not outlive a failed
+        # set-up of the watch
+        try:
+            for fd in (program, *(fds[name] for name in ("seccomp", "ldcache", "info", "status", "block"))):
+                os.close(fd)  # only bwrap needs these
+                own.remove(fd)
+            watch = _Watch(proc, info_r, status_r, limits, group)
+        except BaseException:
+            _kill(proc, None)
+            for pipe in (proc.stdout, proc.stderr):
+                if pipe is not None:
+                    pipe.close()
+            raise
         why, reports, ended = watch.collect(go_w, start)
     finally:
         for fd in own:
@@ -599,25 +611,6 @@ def run(source: str, limits: SandboxLimits, bwrap: str) -> ProgramResult:
     return ProgramResult(status, stdout, program_exit_code(seen, status), time.perf_counter() - start, detail,
                          isolation="bwrap+seccomp", err=stderr,
                          pid_namespace=watch.info.get("pid-namespace"), raw_out=raw_out, raw_err=raw_err)
-
-
-def _watch_or_kill(proc: subprocess.Popen, own: list[int], fds: dict[str, int], program: int,
-                   start_watch: Callable[[], _Watch]) -> _Watch:
-    """Close the descriptors only bwrap needs and hand it to `start_watch()`, or kill it when
-    either fails. bwrap waits on --block-fd, and closing the go pipe (as `run`'s cleanup does)
-    lets it start the program with no host clock and before it is in its cgroup: it must not
-    outlive a failed set-up."""
-    try:
-        for fd in (program, *(fds[name] for name in ("seccomp", "ldcache", "info", "status", "block"))):
-            os.close(fd)
-            own.remove(fd)
-        return start_watch()
-    except BaseException:
-        _kill(proc, None)
-        for pipe in (proc.stdout, proc.stderr):
-            if pipe is not None:
-                pipe.close()
-        raise
 
 
 def program_exit_code(seen: Observed, status: str) -> int | None:

@@ -200,13 +200,8 @@ def _as_python_prog_py(source: bytes, site_dirs: list[str]) -> object:
     main_module = type(sys)("__main__")
     main_module.__dict__.update(__builtins__=__builtins__, __spec__=None)
     try:
-        fd = os.open(PROGRAM_FILE, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o644)
-        try:
-            view = memoryview(source)
-            while view:
-                view = view[os.write(fd, view):]
-        finally:
-            os.close(fd)
+        with open(PROGRAM_FILE, "xb") as f:  # buffered: all of it is written, or OSError
+            f.write(source)
     except OSError:
         try:
             os.unlink(PROGRAM_FILE)
