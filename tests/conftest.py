@@ -87,6 +87,27 @@ def shared_benchmarks() -> Path:
     return SHARED_BENCHMARKS
 
 
+@pytest.fixture(scope="session")
+def train_reference(tmp_path_factory) -> Path:
+    """The uninterrupted 4-step tiny run (test_train_faults' config) that the interrupted runs of
+    test_train_faults and test_train_safety must end equal to, built once per test process (it was
+    built once per module). On one torch thread, as those modules train: a resume is bitwise only at
+    the thread count it started with."""
+    import torch
+
+    from numloss.train import run_training
+    from test_train_faults import config
+
+    out = tmp_path_factory.mktemp("reference") / "run"
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        assert run_training(config(out)).global_step == 4
+    finally:
+        torch.set_num_threads(threads)
+    return out
+
+
 @pytest.fixture(autouse=True)
 def _torch_threads_put_back():
     """A test that sets torch's thread count (an in-process `--threads`, compare's torch_threads)

@@ -102,12 +102,11 @@ def one_thread():
     torch.set_num_threads(threads)
 
 
-@pytest.fixture(scope="module")
-def reference(tmp_path_factory) -> Path:
-    """The uninterrupted 4-step run every interrupted one must end equal to."""
-    out = tmp_path_factory.mktemp("reference") / "run"
-    assert run_training(config(out)).global_step == 4
-    return out
+@pytest.fixture
+def reference(train_reference: Path) -> Path:
+    """The uninterrupted 4-step run every interrupted one must end equal to: conftest's session
+    fixture, built once for this module and test_train_safety (which imports this name)."""
+    return train_reference
 
 
 @pytest.fixture(scope="module")
