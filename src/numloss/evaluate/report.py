@@ -167,7 +167,8 @@ def provenance(report: EvalReport) -> list[str]:
     command = meta.get("command")
     made = f"`{shlex.join(command)}`" if command else "numloss.evaluate from Python"
     if meta.get("scored_from"):
-        made += f", scoring the saved outputs of {meta['scored_from']} read as {meta.get('format', 'numloss records')}"
+        given = "outputs given in Python" if meta["scored_from"] == "records" else f"the saved outputs of {meta['scored_from']}"
+        made += f", scoring {given} read as {meta.get('format', 'numloss records')}"  # "records": score_outputs' iterable
         lm_eval = meta.get("lm_eval") or {}
         if lm_eval:
             how = ", ".join(f"{n} by {way}" for way, n in sorted((lm_eval.get("matched") or {}).items()))
