@@ -299,3 +299,28 @@ def test_evaluation_snippet_runs(tmp_path, monkeypatch):
     assert shortened.count("tiny") == 1 and "limit=2" in shortened
     namespace = run_strict(shortened, {}, "docs/evaluation.md")
     assert namespace["again"].accuracy("gsm8k") == namespace["report"].accuracy("gsm8k", "numloss")
+
+
+@pytest.mark.slow
+def test_the_files_a_training_run_writes_are_the_ones_its_page_lists(tmp_path):
+    """docs/training.md, "What a run writes": a LoRA run with checkpoints and TensorBoard writes
+    every file the page names for a run (resumes and overwrites set the others aside), and none
+    the page leaves out."""
+    from numloss.config import load_config
+    from numloss.train import run_training
+
+    section = (ROOT / "docs" / "training.md").read_text(encoding="utf-8").split("## What a run writes", 1)[1]
+    paragraph = section.split("\n\n", 2)[1]
+    named = [n for n in re.findall(r"`([^`]+)`", paragraph) if n.endswith("/") or re.fullmatch(r"[\w.-]+\.(?:yaml|json|csv|lock)", n)]
+    aside = paragraph.split("sets aside stays there", 1)[1]
+    patterns = {n: re.compile(re.escape(n.rstrip("/")).replace("N", r"\d+").replace("TIME", r"\S+")) for n in named}
+    config = load_config(ROOT / "tests" / "fixtures" / "train" / "tiny-test.yaml", [
+        "--train.output_dir", str(tmp_path / "run"), "--train.max_steps", "2", "--train.save_steps", "1",
+        "--train.report_to", "[tensorboard]", "--lora.enabled", "true", "--lora.target_modules", "[q_proj, v_proj]",
+        "--lora.merge", "true"])
+    run_training(config)
+    written = sorted(p.name for p in (tmp_path / "run").iterdir())
+    unnamed = [w for w in written if not any(p.fullmatch(w) for p in patterns.values())]
+    assert not unnamed, f"the run wrote {unnamed}, which docs/training.md does not name"
+    missing = [n for n, p in patterns.items() if f"`{n}`" not in aside and not any(p.fullmatch(w) for w in written)]
+    assert not missing, f"docs/training.md names {missing}, which the run did not write"
