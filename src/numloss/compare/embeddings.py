@@ -66,23 +66,31 @@ def plot_embeddings(panels: dict[str, dict[str, Any]], out: Path) -> list[Path]:
     columns = [("initial", first["before"])] if first.get("before") else []
     columns += [(n, panels[n]["after"]) for n in names]
     paths = []
+    wide = min(5, len(columns))  # rows of at most 5 panels: 13 in one row were too small to read
+    tall = -(-len(columns) // wide)
 
-    fig, axes = plt.subplots(1, len(columns), figsize=(2.6 * len(columns), 2.8), squeeze=False)
-    for ax, (title, rows) in zip(axes[0], columns, strict=False):
+    def grid() -> tuple[Any, list[Any]]:
+        fig, axes = plt.subplots(tall, wide, figsize=(2.6 * wide, 2.8 * tall), squeeze=False)
+        for ax in axes.flat[len(columns):]:
+            ax.axis("off")
+        return fig, list(axes.flat[: len(columns)])
+
+    fig, axes = grid()
+    for ax, (title, rows) in zip(axes, columns, strict=True):
         image = ax.imshow(cosine_matrix(rows).numpy(), vmin=-1, vmax=1, cmap="RdBu_r")
         ax.set_title(f"{title}\norder {neighbour_order_score(rows):+.2f}", fontsize=8)
         ax.set_xticks(range(10))
         ax.set_yticks(range(10))
         ax.tick_params(labelsize=6)
-    fig.colorbar(image, ax=axes[0].tolist(), shrink=0.8)
-    fig.suptitle("cosine similarity of the digit embeddings 0-9 (order: adjacent minus other pairs)", fontsize=9, y=1.06)
+    fig.colorbar(image, ax=axes, shrink=0.8)
+    fig.suptitle("cosine similarity of the digit embeddings 0-9 (order: adjacent minus other pairs)", fontsize=9, y=1.0 + 0.06 / tall)
     path = out / "embeddings_cosine.png"
     fig.savefig(path, dpi=110, bbox_inches="tight")
     plt.close(fig)
     paths.append(path)
 
-    fig, axes = plt.subplots(1, len(columns), figsize=(2.6 * len(columns), 2.8), squeeze=False)
-    for ax, (title, rows) in zip(axes[0], columns, strict=False):
+    fig, axes = grid()
+    for ax, (title, rows) in zip(axes, columns, strict=True):
         points, share = pca_2d(rows)
         ax.plot(points[:, 0], points[:, 1], "-", color="0.8", lw=0.8)
         ax.scatter(points[:, 0], points[:, 1], c=range(10), cmap="viridis", s=20)
@@ -91,7 +99,7 @@ def plot_embeddings(panels: dict[str, dict[str, Any]], out: Path) -> list[Path]:
         ax.set_title(f"{title}\nPC1 {100 * share[0]:.0f}%, PC2 {100 * share[1]:.0f}%", fontsize=8)
         ax.set_xticks([])
         ax.set_yticks([])
-    fig.suptitle("PCA of the digit embeddings (line joins 0-1-...-9)", fontsize=9, y=1.06)
+    fig.suptitle("PCA of the digit embeddings (line joins 0-1-...-9)", fontsize=9, y=1.0 + 0.06 / tall)
     path = out / "embeddings_pca.png"
     fig.savefig(path, dpi=110, bbox_inches="tight")
     plt.close(fig)

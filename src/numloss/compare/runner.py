@@ -348,7 +348,10 @@ def _load_trained(result_dir: Path, config: Any) -> tuple[Any, Any]:
     if config.lora.enabled:
         from peft import AutoPeftModelForCausalLM
 
-        model = AutoPeftModelForCausalLM.from_pretrained(result_dir).merge_and_unload()
+        from numloss.extras import peft_quietly
+
+        with peft_quietly():  # else peft's FutureWarning reached the terminal at every run's scoring
+            model = AutoPeftModelForCausalLM.from_pretrained(result_dir).merge_and_unload()
     else:
         model = AutoModelForCausalLM.from_pretrained(result_dir)
     if tokenizer.pad_token_id is None:
