@@ -365,7 +365,7 @@ def _run_all(loaded: list[Benchmark], saved: list[Mapping[str, Any]], protocols:
     digits: dict[str, DigitStats] = {}
     if progress:  # said before the bar opens, not inside its line
         for bench in loaded:
-            print(f"{bench.name}: {len(bench)} items from {bench.source}", file=sys.stderr)
+            print(f"{bench.name}: {len(bench)} item{'' if len(bench) == 1 else 's'} from {bench.source}", file=sys.stderr)
     expect = getattr(generator, "expect", None)
     if callable(expect):  # the progress bar's total, right from the start: the items to generate
         outputs = {(r["benchmark"], str(r["id"])) for r in saved if "output" in r}
