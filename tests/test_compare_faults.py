@@ -518,9 +518,10 @@ def test_an_interrupted_two_job_compare_ends_its_workers_and_says_how_to_continu
         assert not _outlived(workers), "workers outlived an interrupted compare"
 
 
-def test_a_run_trained_but_not_scored_is_scored_without_training_again(tmp_path, monkeypatch) -> None:
+def test_a_run_trained_but_not_scored_is_scored_without_training_again(tmp_path, monkeypatch, capsys) -> None:
     """A process that died after training (out of memory while scoring) left final/ and no result:
-    the same grid again scores that final/; a grid of other settings trains anew."""
+    the same grid again scores that final/; a grid of other settings trains anew, its steps on the
+    grid's one bar (the run's own per-log lines kept off it)."""
     from numloss.compare.runner import run_grid
 
     out = tmp_path / "out"
@@ -542,8 +543,11 @@ def test_a_run_trained_but_not_scored_is_scored_without_training_again(tmp_path,
     (out / "runs" / "mle-s0" / "result.json").unlink()
     mapping = _mapping(out)
     mapping["base"]["train"]["max_steps"] = 3
-    (longer,) = run_grid(compare_config_from_dict(mapping), progress=False)
+    capsys.readouterr()
+    (longer,) = run_grid(compare_config_from_dict(mapping), progress=True)
     assert trained == [False, True] and longer["steps"] == 3
+    shown = capsys.readouterr()
+    assert "3/3" in shown.err and "scoring mle-s0" in shown.err and "step 1/3" not in shown.out
 
 
 @pytest.mark.parametrize(
