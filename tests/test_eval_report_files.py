@@ -161,3 +161,16 @@ def test_the_progress_bar_total_is_the_items_from_the_start(monkeypatch):
     assert fallbacks > 0, "the case needs fallbacks"
     (bar,) = seen
     assert set(totals) == {3} and bar.n == 3 and bar.postfix == f"fallbacks {fallbacks}"
+
+
+def test_the_digit_entropy_plot_names_its_one_benchmark_and_keeps_plain_ticks(tmp_path):
+    """With a model the report has a teacher-forced entropy histogram; one benchmark draws no
+    legend, so the title says whose it is, with its digit count and mean."""
+    report = score_outputs(SAMPLES, data_dir=DATA)
+    for per in report.scores.values():
+        score = per["gsm8k"]
+        score.digit_entropy, score.digit_entropy_histogram = 1.5, [0] * 12 + [3, 1] + [0] * 6
+    write_report(tmp_path, report)
+    drawn = plot(tmp_path / "digit_entropy.png")
+    assert drawn["title"] == "Teacher-forced digit entropy, gsm8k: 4 digits, mean 1.50 nats" and drawn["legend"] == []
+    assert drawn["xticklabels"] == ["0.0", "0.5", "1.0", "1.5", "2.0"] and drawn["yticklabels"][-1] == "1.0"

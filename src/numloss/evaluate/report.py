@@ -379,7 +379,10 @@ def _entropy_plot(report: EvalReport, path: Path) -> Path | None:
     ax.set_ylabel("share of the gold digits")
     ax.set_xlim(0, MAX_DIGIT_ENTROPY)
     ax.set_ylim(0, 1.05)
-    return _save(fig, ax, "Teacher-forced digit entropy at the gold answer's digits", path)
+    title = "Teacher-forced digit entropy at the gold answer's digits"
+    if len(hist) == 1:  # one series draws no legend: the title says whose it is
+        title = f"Teacher-forced digit entropy, {ax.get_legend_handles_labels()[1][0]}"
+    return _save(fig, ax, title, path)
 
 
 PLOTS = {"accuracy.png": _accuracy_plot, "place_accuracy.png": _place_plot, "digit_entropy.png": _entropy_plot}
