@@ -4,11 +4,10 @@ from __future__ import annotations
 
 import itertools
 import math
-import random
 
 import pytest
 
-from numloss.compare.stats import fisher_exact_p, mann_whitney_p, seed_interval, wilson_interval
+from numloss.compare.stats import fisher_exact_p, seed_interval, wilson_interval
 
 
 def test_wilson_interval() -> None:
@@ -30,47 +29,6 @@ def test_seed_interval_by_hand() -> None:
 
 def _u_statistic(x: list[float], y: list[float]) -> float:
     return sum((a > b) + 0.5 * (a == b) for a in x for b in y)
-
-
-def _mann_whitney_by_enumeration(x: list[float], y: list[float]) -> float:
-    """Every split of the pooled values into |x| and |y|, one by one (the definition, slowly)."""
-    pooled, n = x + y, len(x)
-    centre = len(x) * len(y) / 2
-    observed = abs(_u_statistic(x, y) - centre)
-    splits = extreme = 0
-    for chosen in itertools.combinations(range(len(pooled)), n):
-        rest = [pooled[i] for i in range(len(pooled)) if i not in chosen]
-        splits += 1
-        extreme += abs(_u_statistic([pooled[i] for i in chosen], rest) - centre) >= observed - 1e-9
-    return extreme / splits
-
-
-def test_mann_whitney_by_hand() -> None:
-    # Three below three: only the two most extreme of the C(6,3) = 20 splits are as extreme.
-    assert mann_whitney_p([1, 2, 3], [4, 5, 6]) == pytest.approx(2 / 20)
-    # {1,2} vs {3}: rank sums 3, 4, 5 over the three splits, mean 4; observed 3 -> 3 and 5 count.
-    assert mann_whitney_p([1, 2], [3]) == pytest.approx(2 / 3)
-    assert mann_whitney_p([5, 5], [5, 5]) == 1.0  # all tied: no evidence at all
-
-
-@pytest.mark.parametrize("seed", range(8))
-def test_mann_whitney_matches_enumeration_with_ties(seed: int) -> None:
-    rng = random.Random(seed)
-    x = [float(rng.randint(0, 5)) for _ in range(rng.randint(2, 6))]
-    y = [float(rng.randint(0, 5)) for _ in range(rng.randint(2, 6))]
-    assert mann_whitney_p(x, y) == pytest.approx(_mann_whitney_by_enumeration(x, y), abs=1e-12)
-    assert mann_whitney_p(x, y) == pytest.approx(mann_whitney_p(y, x), abs=1e-12)
-
-
-def test_mann_whitney_ten_seeds_fully_separated() -> None:
-    # 10 vs 10, every value of one above the other: 2 / C(20,10).
-    assert mann_whitney_p(list(range(10, 20)), list(range(10))) == pytest.approx(2 / math.comb(20, 10))
-
-
-def test_mann_whitney_bad_input() -> None:
-    assert math.isnan(mann_whitney_p([], [1.0]))
-    with pytest.raises(ValueError, match="NaN"):
-        mann_whitney_p([1.0, float("nan")], [2.0])
 
 
 def _fisher_by_enumeration(hits_a: int, total_a: int, hits_b: int, total_b: int) -> float:

@@ -23,7 +23,6 @@ from numloss.compare.paired import holm, minimum_detectable_effect, paired_t, pa
 from numloss.compare.stats import (
     finite,
     fisher_exact_p,
-    mann_whitney_p,
     seed_interval,
     wilson_interval,
 )
@@ -123,7 +122,6 @@ def aggregate(results: Sequence[dict[str, Any]]) -> dict[str, Any]:
         entry["cpu_seconds"] = mean_std([r["seconds"].get("cpu") for r in runs])[0]
         entry["steps"] = mean_std([r.get("steps") for r in runs])[0]
         entry["tokens_per_second"] = mean_std([r["train_metrics"].get("tokens_per_second") for r in runs])[0]
-    _compare_with_baseline(summary)
     _compare_learning(summary)
     for name in dict.fromkeys(n for e in summary.values() for n in e["sets"]):
         _pair_with_baseline(summary, name)
@@ -230,19 +228,6 @@ def primary_evaluation(run: dict[str, Any]) -> dict[str, Any]:
 
 def _in_distribution_exact_matches(entry: dict[str, Any]) -> list[float]:
     return finite([s["exact_match"] for s in entry["per_seed"]])
-
-
-def _compare_with_baseline(summary: dict[str, Any]) -> None:
-    """Give every objective but the first (the baseline, MLE in the shipped configs) the exact
-    Mann-Whitney p of its per-seed in-distribution exact matches against the baseline's."""
-    if not summary:
-        return
-    baseline, *others = summary
-    reference = _in_distribution_exact_matches(summary[baseline])
-    for label in others:
-        values = _in_distribution_exact_matches(summary[label])
-        p = mann_whitney_p(values, reference) if len(values) >= 2 and len(reference) >= 2 else float("nan")
-        summary[label]["vs_baseline"] = {"baseline": baseline, "mann_whitney_p": p}
 
 
 def _pair_with_baseline(summary: dict[str, Any], set_name: str, alpha: float = 0.05, min_seeds: int = 3) -> None:
@@ -438,7 +423,6 @@ def per_seed_table(summary: dict[str, Any]) -> list[str]:
     seeds = sorted({s["seed"] for e in summary.values() for s in e.get("per_seed", [])})
     if not seeds:
         return []
-    baseline = next(iter(summary))
     learning = any("learning" in e for e in summary.values())
     lines = [
         "## Per run",
@@ -446,13 +430,10 @@ def per_seed_table(summary: dict[str, Any]) -> list[str]:
         f"In-distribution exact match % [95 % Wilson interval over the run's items] / training ce (mean of "
         f"the last {FINAL_CE_POINTS} logged steps)"
         + (" / the step at which the run learnt the task (-: not by the end)" if learning else "")
-        + ". "
-        f"Last column: the exact two-sided Mann-Whitney p that the objective's per-seed exact matches "
-        f"and `{baseline}`'s come from one distribution (uncorrected for the number of objectives; "
-        f"needs 2+ seeds each).",
+        + ". Each objective against the baseline, paired by seed: the table above.",
         "",
-        "| objective | " + " | ".join(f"seed {s}" for s in seeds) + f" | p vs {baseline} |",
-        "|---|" + "---|" * (len(seeds) + 1),
+        "| objective | " + " | ".join(f"seed {s}" for s in seeds) + " |",
+        "|---|" + "---|" * len(seeds),
     ]
     for label, entry in summary.items():
         by_seed = {s["seed"]: s for s in entry.get("per_seed", [])}
@@ -469,8 +450,6 @@ def per_seed_table(summary: dict[str, Any]) -> list[str]:
             if "learnt_at" in run:
                 text += f" / {run['learnt_at']}" if run["learnt_at"] is not None else " / -"
             cells.append(text)
-        p = entry.get("vs_baseline", {}).get("mann_whitney_p", float("nan"))
-        cells.append("-" if label == baseline else f"{p:.3f}" if math.isfinite(p) else "n/a")
         lines.append(f"| {label} | " + " | ".join(cells) + " |")
     return lines + [""]
 
