@@ -262,7 +262,9 @@ class Read:
 
 @dataclass(frozen=True)
 class Reading:
-    """What numloss read: the prediction ("" for none), the rule that decided it, and why none."""
+    """What numloss read: the prediction ("" for none), the rule that decided it, and, when a
+    correction gave no answer, its one-line reason (no answer is a verdict, not an error: the
+    runner's `note` is for outputs that could not be read)."""
 
     prediction: str
     decided_by: str = "released"
@@ -563,7 +565,7 @@ def read(item: Item, text: str, dataset: str = "") -> Reading:
         if result is None:
             continue
         if isinstance(result, Unreadable):
-            return Reading("", correction.name)  # no answer, not an error: the reason is the correction's (docs)
+            return Reading("", correction.name, result.reason)
         if isinstance(result, Read):
             text, result = result.text, released_reading(task, result.text)
         raw, result = result, (result if correction.as_written else number(result))

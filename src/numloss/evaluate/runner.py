@@ -154,7 +154,6 @@ def _score_one(protocol: Protocol, benchmark: str, item: Item, output: str, fall
         result.fallback_output = fallback  # generated for another protocol; kept with the item
     with read_limit(READ_SECONDS):
         result.prediction, result.decided_by = protocol.finalize(item, reading.prediction), reading.decided_by
-        result.note = f"unreadable: {reading.note}" if reading.note else ""
         result.correct = bool(result.prediction) and protocol.compare(item, result.prediction)
         result.value = plain_number(result.prediction) if item.kind != "choice" and result.prediction else None
 
