@@ -274,9 +274,8 @@ def _check_evaluate_arguments(given: Mapping[str, Any]) -> None:
         check_bool("allow_unisolated", given["allow_unisolated"])
     check_int("batch_size", given["batch_size"], 1)
     check_int("tensor_parallel", given["tensor_parallel"], 1)
-    for name in ("max_new_tokens", "limit"):
-        if given[name] is not None:
-            check_int(name, given[name], 1)
+    if given["max_new_tokens"] is not None:  # limit: check_limit, as every command says it
+        check_int("max_new_tokens", given["max_new_tokens"], 1)
     if given["seed"] is not None:
         check_int("seed", given["seed"], 0, 2**32 - 1)
     check_choice("backend", given["backend"], ("hf", "vllm"))
