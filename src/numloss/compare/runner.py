@@ -344,7 +344,10 @@ def _load_trained(result_dir: Path, config: Any) -> tuple[Any, Any]:
     """The trained model and tokenizer of a finished `run_training` (LoRA adapters merged)."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    tokenizer = AutoTokenizer.from_pretrained(result_dir)
+    from numloss.textio import utf8_path
+
+    with utf8_path(result_dir) as readable:  # tokenizers (Rust) takes only UTF-8 names (LC_ALL=C)
+        tokenizer = AutoTokenizer.from_pretrained(readable)
     if config.lora.enabled:
         from peft import AutoPeftModelForCausalLM
 
