@@ -2,7 +2,7 @@
 encode a name, a stdout that is full or closed, a YAML nested 5,000 deep, a 1 GiB address-space
 limit, a JSONL file with a byte-order mark. Each is a correct run or one line, never a traceback,
 and results on disk stay intact. In-process (the environment's effect reproduced on the object it
-reaches); one slow subprocess trains under LC_ALL=C itself."""
+reaches) but for one small process without torch; a slow one trains under LC_ALL=C itself."""
 
 from __future__ import annotations
 
@@ -114,6 +114,18 @@ def test_an_address_space_too_small_for_torch_is_one_line(monkeypatch, capsys):
     err = capsys.readouterr().err.splitlines()
     assert err == ["numloss train: the address-space limit (ulimit -v) is 1.0 GiB; torch and its libraries need at "
                    "least 2 GiB to load: raise it (ulimit -v unlimited)"]
+
+
+def test_under_lc_all_c_without_utf8_mode_the_command_runs_in_utf8_mode(tmp_path):
+    """A path from a YAML file ("runs/é") cannot be encoded at all under LC_ALL=C with PYTHONUTF8=0:
+    the command runs itself again in UTF-8 mode, where every name is UTF-8 (the slow test below
+    trains so; a grid scored into such a folder alike)."""
+    program = ("import os, sys\nfrom numloss import cli\n"
+               "cli._dispatch = lambda argv: print(sys.flags.utf8_mode, sys.getfilesystemencoding(), argv) or 0\n"
+               "sys.argv = ['numloss', 'eval', 'runs/\\u00e9']\nraise SystemExit(cli.main())\n")
+    env = {**os.environ, "LC_ALL": "C", "PYTHONUTF8": "0", "PYTHONPATH": str(ROOT / "src")}
+    done = subprocess.run([sys.executable, "-c", program], capture_output=True, text=True, env=env, timeout=60)
+    assert done.returncode == 0 and done.stdout.split(" ", 2)[:2] == ["1", "utf-8"], done.stdout + done.stderr
 
 
 @pytest.mark.slow  # a real training process: the tests above reach the same objects in-process

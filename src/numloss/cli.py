@@ -131,10 +131,23 @@ class _Console:
         return getattr(self._stream, name)
 
 
+def _in_utf8_mode() -> None:
+    """Run the command again in Python's UTF-8 mode when this locale's filesystem encoding is not
+    UTF-8 (LC_ALL=C with PYTHONUTF8=0): there a path from a YAML or JSON file ("runs/é") cannot be
+    encoded at all, and one typed on the command line reaches Python as surrogate escapes that
+    Rust libraries (tokenizers) refuse. In UTF-8 mode every name is UTF-8 and any other byte still
+    round-trips (surrogateescape), so paths with any Unicode work; the files are the same."""
+    if sys.flags.utf8_mode or sys.getfilesystemencoding().lower().replace("-", "") == "utf8":
+        return
+    os.execve(sys.executable, [sys.executable, "-X", "utf8", *sys.orig_argv[1:]], {**os.environ, "PYTHONUTF8": "1"})
+
+
 def main(argv: list[str] | None = None) -> int:
     """Dispatch to the command's module and return the exit status; a closed pipe
     (`numloss train --help | head`) ends quietly, a closed or full stdout in one line (_Console)."""
     whole_process = argv is None  # the console script: this process is the command's own
+    if whole_process:
+        _in_utf8_mode()
     argv = list(sys.argv[1:] if argv is None else argv)
     _degrade_console()
     console = None
