@@ -65,6 +65,7 @@ FIRES = {
     "operation-result": ("number", ["The answer is 7 + 11 = {x}.", "The answer is 2 * 9 = {x} apples."]),
     "alternatives": ("number choice math", ["The answer is {d} or {o}.#none", "The answer is between {d} and {o}.#none", "The answer is {d}–{o}#none",
                                             "It could be {x} or {o}; I am not sure.#none"]),
+    "list-marker": ("number", ["1. Add the parts.\n2. Simplify.\n3. Answer: that one#none", "1. Add {x} and 0.\n2. Done: {x} is it."]),
     "ruled-out": ("number", ["The answer is that, not {o}.#none", "The answer is, not {o} but {x}."]),
     "contradicted-letter": ("choice", ["The correct option is {x}: 5(√3 + 1)#none"]),
     "not-a-letter": ("choice", ["**Answer: {d}**\n\nI hope this helps!", "The answer is a boy with {d} apples.", "A train leaves at noon. It is not ({o}). So, {d}", "I think the answer is a guess#none"]),

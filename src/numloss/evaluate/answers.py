@@ -414,6 +414,20 @@ def _alternatives(task: Task, text: str, pred: str) -> Unreadable | None:
 
 
 _NUMBER = re.compile(r"-?\d+/?\.?\d*")  # the released number pattern
+_LIST_MARKER = re.compile(r"(?m)^[ \t]{0,8}(\d{1,3})[.)](?=[ \t])")
+
+
+def _list_marker(task: Task, text: str, pred: str) -> str | Unreadable | None:
+    """Without a trigger the released code reads the last number, which may be a list item's
+    marker ("3. Answer: ten"): the last number that is not one, else none."""
+    segment, marked = released.answer_segment(task.dataset, task.kind, text)
+    segment = segment.replace(",", "")
+    markers = {m.start(1) for m in _LIST_MARKER.finditer(segment)}
+    if marked or not markers:
+        return None
+    kept = [m.group(0) for m in _NUMBER.finditer(segment) if m.start() not in markers]
+    pick = kept[-1].rstrip(".").rstrip("/") if kept else ""
+    return None if pick == pred else pick or Unreadable("the only number read is a list item's marker")
 _NOT_ANYWHERE = _rx(r"(?i)\bnot|n't|instead[ \t]of|rather[ \t]than")
 _NOT = re.compile(r"(?i)(?:\bnot|n't|instead[ \t]of|rather[ \t]than)[ \t*_\"'`(\[“‘$]{1,6}$")
 
@@ -450,7 +464,7 @@ def _not_a_letter(task: Task, text: str, pred: str) -> str | Unreadable | None:
         c, word = m.group(1), re.match(r"[ \t]{1,3}[a-z]", segment[m.end() : m.end() + 4])
         article = (c == "A" and word and not marked and not _VERB.match(segment, m.end())
                    and not _NAMED.search(segment[max(0, m.start() - 12) : m.start()]))
-        if (c in "ai" and word) or (c == "I" and len(task.options) < 9) or article:
+        if (c in "ai" and word) or (c in "Ii" and len(task.options) < 9) or article:
             continue
         if not _RULED_OUT.search(segment[max(0, m.start() - 16) : m.start()]):
             letters.append(c.upper())
@@ -537,8 +551,9 @@ CORRECTIONS: tuple[Correction, ...] = (
     Correction("operation-result", frozenset({"number"}), _operation_result),
     Correction("alternatives", _ALL, _alternatives),
     Correction("ruled-out", frozenset({"number"}), _ruled_out),
-    Correction("contradicted-letter", frozenset({"choice"}), _contradicted_letter),
+    Correction("list-marker", frozenset({"number"}), _list_marker),
     Correction("not-a-letter", frozenset({"choice"}), _not_a_letter),
+    Correction("contradicted-letter", frozenset({"choice"}), _contradicted_letter),
     Correction("option-text", frozenset({"choice"}), _option_text),
     Correction("no-guess", frozenset({"choice"}), _no_guess),
     Correction("math-line", frozenset({"math"}), _math_line),
