@@ -275,6 +275,8 @@ API_CASES = {
     "build_loss alpha 1e300": (lambda t: _build("ntl-was", alpha=1e300), ValueError, r"^ntl-was: alpha must be a finite number >= 0 within float32"),
     "a training record with a key twice": (lambda t: _load_examples(t, '{"instruction": "1+1=", "output": "2", "output": "3"}\n'),
                                            ValueError, r"train\.jsonl:1: field 'output' is given twice; keep one$"),
+    "a training record whose output is whitespace": (lambda t: _load_examples(t, '{"instruction": "1+1=", "output": " \\n "}\n'),
+                                                     ValueError, r"train\.jsonl: record 0: 'output' is only whitespace, so there is nothing to learn"),
     "smollm2 cache_dir a file": (lambda t: _check_model("smollm2", cache_dir=str(_file(t))), RuntimeError, r"cache_dir: .*file is a file, not a folder"),
 }
 

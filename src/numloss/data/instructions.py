@@ -55,6 +55,15 @@ def _text(value: Any, source: str, i: int, key: str) -> str:
     raise DataError(f"{source}: record {i}: {key!r} is a {type(value).__name__} ({shown}); {hint}")
 
 
+def _learnt(text: str, source: str, i: int, key: str) -> str:
+    """`text`, the part a record teaches; empty or only whitespace is a DataError (the model would
+    learn to answer with nothing, without a word)."""
+    if not text.strip():
+        raise DataError(f"{source}: record {i}: {key!r} is {'empty' if not text else 'only whitespace'}, so there "
+                        "is nothing to learn; fill it in or drop the record")
+    return text
+
+
 def record_to_training_record(
     record: Mapping[str, Any],
     source: str,
@@ -76,7 +85,7 @@ def record_to_training_record(
         extra = record.get(input_field)
         return Example(
             instruction=_text(record[instruction_field], source, i, instruction_field),
-            output=_text(record[output_field], source, i, output_field),
+            output=_learnt(_text(record[output_field], source, i, output_field), source, i, output_field),
             input="" if extra is None else _text(extra, source, i, input_field),
         )
     if record.get("messages") is not None:
@@ -87,7 +96,7 @@ def record_to_training_record(
     if record.get("prompt") is not None and record.get("completion") is not None:
         prompt, completion = record["prompt"], record["completion"]
         if isinstance(prompt, str) and isinstance(completion, str):
-            return PromptCompletion(prompt=prompt, completion=completion)
+            return PromptCompletion(prompt=prompt, completion=_learnt(completion, source, i, "completion"))
         if isinstance(prompt, (list, tuple)) and isinstance(completion, (list, tuple)):
             before = _messages(prompt, source, i, "prompt")
             after = _messages(completion, source, i, "completion")
