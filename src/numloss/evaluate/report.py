@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import math
+from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -227,6 +228,9 @@ def markdown(report: EvalReport) -> str:
                              "is dominated by that item; the signed-log MAE is not")
             if s.place_accuracy:
                 lines.append(_place_line(name, s))
+        decided = Counter(getattr(r, "decided_by", "released") for rows in report.items.get(protocol, {}).values() for r in rows)
+        if decided:  # which reading rule gave the predictions (items.jsonl's decided_by)
+            lines.append("- items by the rule that decided them (decided_by): " + ", ".join(f"{k} {v}" for k, v in decided.most_common()))
         lines.append("")
     if len(report.protocols) >= 2:
         a, b = report.protocols[:2]
