@@ -57,7 +57,8 @@ FIRES = {
         "So we get {d}.\n\nNow let me double-check by starting from {o}.",
         "Total: {d}\n\nNote: {o} would be the result with the other rate.",
         "Answer: {d}\n(Not {o}.)"]),
-    "struck-out": ("number choice math", ["The answer is ~~{o}~~ {d}.", "Final: ~~{o}~~ {d}"]),
+    "markup": ("number choice math", ["The answer is ~~{o}~~ {d}.", "Final: ~~{o}~~ {d}", "The answer is <b>{d}</b>.", "Answer: __{d}__",
+                                      "So, <strong>{d}</strong> is the answer."]),
     "self-correction": ("number choice", [
         "The answer is {o}. Wait, actually it is {d}.", "The answer is {o}, I mean {d}.", "The answer is {o}. Oops, it should be {d}."]),
     "cut-off": ("number choice", ["We start with {d} and then we#none", "So far we have {d} apples plus the#none"]),
@@ -72,6 +73,8 @@ FIRES = {
     "option-text": ("choice", ["The answer is {v}"]),
     "no-guess": ("choice", ["Cannot tell which one it is.#none", "The answer is none of the letters#none"]),
     "math-line": ("math", ["Step 1: 3 + 4 = 7.\n$${x}$$", "Final answer: {x} cm^2"]),
+    "number-form": ("number math", ["Step 1: 3 + 4 = 7.\nThe answer is {w}.", "Die Antwort lautet \\boxed{{{W}}}", "Final: {e} \\times 10^{{1}}",
+                                    "Result → Rs.{x}"]),
     "float-noise": ("number", ["The answer is {x}.00000000000001"]),
     "exact-digits": ("number", ["The answer is 1234567890123456789{x}"]),
 }
@@ -85,6 +88,9 @@ def _fill(template: str, kind: str, said: str, other: str, dress: str) -> str:
     item = ITEMS[kind][0]
     value = item.options["ABCDE".index(said)] if kind == "choice" else said
     shown = dress.format(x=said) if kind != "math" else f"\\boxed{{{said}}}" if "{d}" in template else said
+    words = {"18": "eighteen", "25": "twenty-five", "\\frac{9}{7}": "nine sevenths", "\\frac{1}{2}": "one half"}  # a fraction is no spelled number
+    template = template.replace("{w}", words.get(said, said)).replace("{W}", words.get(said, said).title())
+    template = template.replace("{e}", format_exact(Fraction(said) / 10) if said.isdigit() else said)
     return template.replace("#none", "").replace("{d}", shown).replace("{x}", said).replace("{o}", other).replace("{v}", value)
 
 

@@ -343,11 +343,14 @@ def _afterword(task: Task, text: str, pred: str) -> Read | None:
 
 
 _STRUCK = _rx(r"~~[^~\n]{1,400}+~~")
+_EMPHASIS = _rx(r"</?(?:b|i|u|em|strong|mark)>|(?<!\w)__|__(?!\w)", regex.I)
 
 
-def _struck_out(task: Task, text: str, pred: str) -> Read | None:
-    """Struck-out text ("~~18~~ 25") is what the model withdrew."""
-    return Read(_STRUCK.sub(" ", text)) if "~~" in text and _search(_STRUCK, text) else None
+def _markup(task: Task, text: str, pred: str) -> Read | None:
+    """Struck-out text ("~~18~~ 25") is what the model withdrew; emphasis is dress around the
+    answer: the released code reads the B of "<b>C</b>" as the letter, and no letter in "__C__"."""
+    plain = _EMPHASIS.sub("", _STRUCK.sub(" ", text)) if "~~" in text or "<" in text or "__" in text else text
+    return Read(plain) if plain != text else None
 
 
 _CUE = _rx(r"(?i)(?:\bwait\b|\bactually\b|\bi[ \t]mean\b|\boops\b|\bsorry\b|\bcorrection\b|\bmake[ \t]that\b|\bit[ \t]should[ \t]be\b)[^\n]{0,80}?"
@@ -516,6 +519,41 @@ def _math_line(task: Task, text: str, pred: str) -> str | Unreadable | None:
     return Unreadable("the last number is inside an expression in prose") if prose else released.strip_string(line)
 
 
+_UNITS = {w: i for i, w in enumerate("zero one two three four five six seven eight nine ten eleven twelve thirteen fourteen "
+                                     "fifteen sixteen seventeen eighteen nineteen".split())}
+_UNITS |= {w: 10 * i for i, w in enumerate("_ _ twenty thirty forty fifty sixty seventy eighty ninety".split(), 0) if i > 1}
+_SCALES = {"hundred": 100, "thousand": 10**3, "million": 10**6}
+_WORD = "|".join(sorted([*_UNITS, *_SCALES], key=len, reverse=True))
+_SPELLED = _rx(r"(?<![^\W_]|-)(negative[ \t]{1,3}|minus[ \t]{1,3})?((?:" + _WORD + r")(?:(?:[ \t]{1,3}and[ \t]{1,3}|[ \t]{1,3}|-)(?:" + _WORD + r"))*+)"
+               r"(?![^\W_]|-)(?=[\s.!*_\"'`$)\]}»”’。]*+$)", regex.I)
+_TIMES_TEN = _rx(r"(?<![\d.])(-?\d{1,20}(?:\.\d{1,20})?)[ \t]{0,2}(?:\\times|×|\\cdot)[ \t]{0,2}10[ \t]{0,2}(?:\^|\*\*)[ \t]{0,2}\{?([-+]?\d{1,3})\}?")
+
+_RUPEES = _rx(r"(?<![^\W_])Rs\.[ \t]?(?=\d)")
+
+
+def _number_form(task: Task, text: str, pred: str) -> str | None:
+    """The answer's number written out ("The answer is eighteen.", "\\boxed{Eighteen}") or as a
+    power of ten ("1.8 \\times 10^{1}"), or after "Rs.": that number (the released code reads none,
+    another number of the working, the mantissa or exponent, or "Rs.2" as .2)."""
+    segment, marked = released.answer_segment(task.dataset, task.kind, text)
+    lines = [line for line in segment.split("\n") if regex.search(r"[^\W_]", line)] or [""]  # "$$" alone is no line
+    line = lines[0 if marked else -1][:300].replace(",", "")
+    scaled = _TIMES_TEN.sub(lambda m: format_exact(Fraction(m.group(1)) * Fraction(10) ** int(m.group(2))), _RUPEES.sub(" ", line))
+    if scaled != line:  # "Rs.2" reads 2, not .2
+        found = _NUMBER.findall(scaled)
+        return (found[0] if marked else found[-1]).rstrip(".") if found else None
+    spelled = None if any(c.isdigit() for c in line) else _search(_SPELLED, regex.sub(r"</?\w{1,6}>|[\\{}\[\]]", " ", line))
+    if spelled is None:
+        return None
+    total = current = 0
+    for word in regex.split(r"[\s-]+", spelled.group(2).lower()):
+        if word in _SCALES:
+            current, total = (max(current, 1) * 100, total) if word == "hundred" else (0, total + max(current, 1) * _SCALES[word])
+        else:
+            current += _UNITS.get(word, 0)
+    return str(-(total + current) if spelled.group(1) else total + current)
+
+
 def _float_noise(task: Task, text: str, pred: str) -> str | None:
     """A number with a fraction and 15+ significant digits ("60.00000000000001", a program's float
     arithmetic) is read rounded to 12 significant digits, never above the units place."""
@@ -544,7 +582,7 @@ CORRECTIONS: tuple[Correction, ...] = (
     Correction("think-block", _ALL, _think_block),
     Correction("next-exercise", _ALL, _next_exercise),
     Correction("afterword", _ALL, _afterword),
-    Correction("struck-out", _ALL, _struck_out),
+    Correction("markup", _ALL, _markup),
     Correction("self-correction", _ALL, _self_correction),
     Correction("cut-off", _ALL, _cut_off),
     Correction("table-answer", frozenset({"choice"}), _table_answer),
@@ -557,6 +595,7 @@ CORRECTIONS: tuple[Correction, ...] = (
     Correction("option-text", frozenset({"choice"}), _option_text),
     Correction("no-guess", frozenset({"choice"}), _no_guess),
     Correction("math-line", frozenset({"math"}), _math_line),
+    Correction("number-form", frozenset({"number", "math"}), _number_form),
     Correction("float-noise", frozenset({"number"}), _float_noise),
     Correction("exact-digits", frozenset({"number"}), _exact_digits, as_written=True),
 )
