@@ -422,7 +422,7 @@ _LIST_MARKER = re.compile(r"(?m)^[ \t]{0,8}(\d{1,3})[.)](?=[ \t])")
 
 def _list_marker(task: Task, text: str, pred: str) -> str | Unreadable | None:
     """Without a trigger the released code reads the last number, which may be a list item's
-    marker ("3. Answer: ten"): the last number that is not one, else none."""
+    marker ("3. Answer: the rest"): the last number that is not one, else none."""
     segment, marked = released.answer_segment(task.dataset, task.kind, text)
     segment = segment.replace(",", "")
     markers = {m.start(1) for m in _LIST_MARKER.finditer(segment)}
@@ -430,21 +430,24 @@ def _list_marker(task: Task, text: str, pred: str) -> str | Unreadable | None:
         return None
     kept = [m.group(0) for m in _NUMBER.finditer(segment) if m.start() not in markers]
     pick = kept[-1].rstrip(".").rstrip("/") if kept else ""
-    return None if pick == pred else pick or Unreadable("the only number read is a list item's marker")
+    if pick == pred or pred not in {m.group(1) for m in _LIST_MARKER.finditer(segment)}:  # "3. Answer: fifteen" read 15 before
+        return None
+    return pick or Unreadable("the only number read is a list item's marker")
 _NOT_ANYWHERE = _rx(r"(?i)\bnot|n't|instead[ \t]of|rather[ \t]than")
 _NOT = re.compile(r"(?i)(?:\bnot|n't|instead[ \t]of|rather[ \t]than)[ \t*_\"'`(\[“‘$]{1,6}$")
 
 
 def _ruled_out(task: Task, text: str, pred: str) -> str | Unreadable | None:
-    """"The answer is twenty-two, not 15": a number named to be ruled out is no answer; the
+    """"The answer is the rest, not 15": a number named to be ruled out is no answer; the
     released rule over the other numbers, else none."""
     segment, marked = released.answer_segment(task.dataset, task.kind, text)
     segment = segment.replace(",", "")
     if not _search(_NOT_ANYWHERE, segment):
         return None
-    kept = [m.group(0) for m in _NUMBER.finditer(segment) if not _NOT.search(segment[max(0, m.start() - 16) : m.start()])]
-    if len(kept) == len(_NUMBER.findall(segment)):
-        return None
+    ruled = {m.start() for m in _NUMBER.finditer(segment) if _NOT.search(segment[max(0, m.start() - 16) : m.start()])}
+    kept = [m.group(0) for m in _NUMBER.finditer(segment) if m.start() not in ruled]
+    if pred not in {m.group(0).rstrip(".").rstrip("/") for m in _NUMBER.finditer(segment) if m.start() in ruled}:
+        return None  # the number read is not ruled out (or an earlier correction read "eighteen, not 25")
     pick = (kept[0] if marked else kept[-1]).rstrip(".").rstrip("/") if kept else ""
     return pick or Unreadable("the number read is ruled out ('not 15')")
 
@@ -524,10 +527,11 @@ _UNITS = {w: i for i, w in enumerate("zero one two three four five six seven eig
 _UNITS |= {w: 10 * i for i, w in enumerate("_ _ twenty thirty forty fifty sixty seventy eighty ninety".split(), 0) if i > 1}
 _SCALES = {"hundred": 100, "thousand": 10**3, "million": 10**6}
 _WORD = "|".join(sorted([*_UNITS, *_SCALES], key=len, reverse=True))
-_SPELLED = _rx(r"(?<![^\W_]|-)(negative[ \t]{1,3}|minus[ \t]{1,3})?((?:" + _WORD + r")(?:(?:[ \t]{1,3}and[ \t]{1,3}|[ \t]{1,3}|-)(?:" + _WORD + r"))*+)"
-               r"(?![^\W_]|-)(?=[\s.!*_\"'`$)\]}»”’。]*+$)", regex.I)
+_LEAD = r"(?<=(?:^|[:=→∴#>|,–✅]|\bis|\bbe|\bwas|\bequals|\blautet|\bes|是)[ \t*_\"'`$(“‘«]{0,8})"  # given as the answer, not "the right one"
+_SPELLED = _rx(_LEAD + r"(negative[ \t]{1,3}|minus[ \t]{1,3})?((?:" + _WORD
+               + r")(?:(?:(?<=hundred|thousand|million)[ \t]{1,3}and[ \t]{1,3}|[ \t]{1,3}|-)(?:" + _WORD + r"))*+)(?![^\W_]|-)(?=[\s.!*_\"'`$)\]}»”’。|]*+(?:is[ \t]the[ \t]answer[.!]?)?$)", regex.I)
+_RULED_NUMBER = _rx(r"(?i),?[ \t]{1,3}not[ \t]{1,3}[-\d.]{1,40}")  # "eighteen, not 25": 25 is no digit of the answer
 _TIMES_TEN = _rx(r"(?<![\d.])(-?\d{1,20}(?:\.\d{1,20})?)[ \t]{0,2}(?:\\times|×|\\cdot)[ \t]{0,2}10[ \t]{0,2}(?:\^|\*\*)[ \t]{0,2}\{?([-+]?\d{1,3})\}?")
-
 _RUPEES = _rx(r"(?<![^\W_])Rs\.[ \t]?(?=\d)")
 
 
@@ -537,20 +541,19 @@ def _number_form(task: Task, text: str, pred: str) -> str | None:
     another number of the working, the mantissa or exponent, or "Rs.2" as .2)."""
     segment, marked = released.answer_segment(task.dataset, task.kind, text)
     lines = [line for line in segment.split("\n") if regex.search(r"[^\W_]", line)] or [""]  # "$$" alone is no line
-    line = lines[0 if marked else -1][:300].replace(",", "")
-    scaled = _TIMES_TEN.sub(lambda m: format_exact(Fraction(m.group(1)) * Fraction(10) ** int(m.group(2))), _RUPEES.sub(" ", line))
-    if scaled != line:  # "Rs.2" reads 2, not .2
-        found = _NUMBER.findall(scaled)
-        return (found[0] if marked else found[-1]).rstrip(".") if found else None
-    spelled = None if any(c.isdigit() for c in line) else _search(_SPELLED, regex.sub(r"</?\w{1,6}>|[\\{}\[\]]", " ", line))
+    line = lines[0 if marked else -1][:300]
+    scaled = _TIMES_TEN.sub(lambda m: format_exact(Fraction(m.group(1)) * Fraction(10) ** int(m.group(2))), _RUPEES.sub(" ", line.replace(",", "")))
+    if scaled != line.replace(",", ""):  # "Rs.2" reads 2, not .2
+        found = _NUMBER.findall(scaled) if task.kind != "math" else [n for n in [_one_number(scaled.rsplit("=", 1)[-1])] if n]
+        return (found[0] if marked else found[-1]).rstrip(".") if found else None  # MATH: one number, no mathematics
+    line = _LIST_MARKER.sub("", _RULED_NUMBER.sub("", line))
+    spelled = None if any(c.isdigit() for c in line) else _search(_SPELLED, regex.sub(r"\\color\{\w{1,12}\}|\\[a-zA-Z]{1,20}|</?\w{1,6}>|[\\{}\[\]]", " ", line))
     if spelled is None:
         return None
     total = current = 0
-    for word in regex.split(r"[\s-]+", spelled.group(2).lower()):
-        if word in _SCALES:
-            current, total = (max(current, 1) * 100, total) if word == "hundred" else (0, total + max(current, 1) * _SCALES[word])
-        else:
-            current += _UNITS.get(word, 0)
+    for word in regex.split(r"[\s-]+", spelled.group(2).lower()):  # "one hundred and five thousand two": 105,002
+        scale = _SCALES.get(word, 0)
+        current, total = (current + _UNITS.get(word, 0), total) if not scale else (max(current, 1) * 100, total) if scale == 100 else (0, total + max(current, 1) * scale)
     return str(-(total + current) if spelled.group(1) else total + current)
 
 
@@ -587,6 +590,7 @@ CORRECTIONS: tuple[Correction, ...] = (
     Correction("cut-off", _ALL, _cut_off),
     Correction("table-answer", frozenset({"choice"}), _table_answer),
     Correction("operation-result", frozenset({"number"}), _operation_result),
+    Correction("number-form", frozenset({"number", "math"}), _number_form),
     Correction("alternatives", _ALL, _alternatives),
     Correction("ruled-out", frozenset({"number"}), _ruled_out),
     Correction("list-marker", frozenset({"number"}), _list_marker),
@@ -595,7 +599,6 @@ CORRECTIONS: tuple[Correction, ...] = (
     Correction("option-text", frozenset({"choice"}), _option_text),
     Correction("no-guess", frozenset({"choice"}), _no_guess),
     Correction("math-line", frozenset({"math"}), _math_line),
-    Correction("number-form", frozenset({"number", "math"}), _number_form),
     Correction("float-noise", frozenset({"number"}), _float_noise),
     Correction("exact-digits", frozenset({"number"}), _exact_digits, as_written=True),
 )
