@@ -529,7 +529,7 @@ _SCALES = {"hundred": 100, "thousand": 10**3, "million": 10**6}
 _WORD = "|".join(sorted([*_UNITS, *_SCALES], key=len, reverse=True))
 _LEAD = r"(?<=(?:^|[:=→∴#>|,–✅]|\bis|\bbe|\bwas|\bequals|\blautet|\bes|是)[ \t*_\"'`$(“‘«]{0,8})"  # given as the answer, not "the right one"
 _SPELLED = _rx(_LEAD + r"(negative[ \t]{1,3}|minus[ \t]{1,3})?((?:" + _WORD
-               + r")(?:(?:(?<=hundred|thousand|million)[ \t]{1,3}and[ \t]{1,3}|[ \t]{1,3}|-)(?:" + _WORD + r"))*+)(?![^\W_]|-)(?=[\s.!*_\"'`$)\]}»”’。|]*+(?:is[ \t]the[ \t]answer[.!]?)?$)", regex.I)
+               + r")(?:(?:(?<=hundred|thousand|million)[ \t]{1,3}and[ \t]{1,3}|[ \t]{1,3}|-)(?:" + _WORD + r"))*+)(?![^\W_]|-)(?=[\s*_\"'`$)\]}»”’|]*+(?:is[ \t]the[ \t]answer)?(?:[.!。]|$))", regex.I)  # it ends its sentence
 _RULED_NUMBER = _rx(r"(?i),?[ \t]{1,3}not[ \t]{1,3}[-\d.]{1,40}")  # "eighteen, not 25": 25 is no digit of the answer
 _TIMES_TEN = _rx(r"(?<![\d.])(-?\d{1,20}(?:\.\d{1,20})?)[ \t]{0,2}(?:\\times|×|\\cdot)[ \t]{0,2}10[ \t]{0,2}(?:\^|\*\*)[ \t]{0,2}\{?([-+]?\d{1,3})\}?")
 _RUPEES = _rx(r"(?<![^\W_])Rs\.[ \t]?(?=\d)")
@@ -547,7 +547,7 @@ def _number_form(task: Task, text: str, pred: str) -> str | None:
         found = _NUMBER.findall(scaled) if task.kind != "math" else [n for n in [_one_number(scaled.rsplit("=", 1)[-1])] if n]
         return (found[0] if marked else found[-1]).rstrip(".") if found else None  # MATH: one number, no mathematics
     line = _LIST_MARKER.sub("", _RULED_NUMBER.sub("", line))
-    spelled = None if any(c.isdigit() for c in line) else _search(_SPELLED, regex.sub(r"\\color\{\w{1,12}\}|\\[a-zA-Z]{1,20}|</?\w{1,6}>|[\\{}\[\]]", " ", line))
+    spelled = None if any(c.isdigit() for c in line) else _search(_SPELLED, regex.sub(r"\\color\{\w{1,12}\}|\\[a-zA-Z]{1,20}|<[^<>\n]{1,40}>|[\\{}\[\]]", " ", line))
     if spelled is None:
         return None
     total = current = 0
