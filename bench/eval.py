@@ -38,13 +38,20 @@ def bench_sandbox(n: int, workers: int) -> None:
         results = run_programs(sources, workers=workers)
     seconds = time.perf_counter() - start
     ok = sum(r.ok and r.stdout.strip() == str(2 * i + 1) for i, r in enumerate(results))
-    print(f"sandbox: {n} trivial programs, {workers} workers: {seconds:.1f} s ({n / seconds:.1f} programs/s), {ok}/{n} correct")
+    print(
+        f"sandbox: {n} trivial programs, {workers} workers: {seconds:.1f} s ({n / seconds:.1f}"
+        f" programs/s), {ok}/{n} correct"
+    )
 
 
-def bench_generation(model, tokenizer, prompts: list[str], batch_size: int, max_new_tokens: int) -> None:
+def bench_generation(
+    model, tokenizer, prompts: list[str], batch_size: int, max_new_tokens: int
+) -> None:
     rows = []
     for size in (1, batch_size):
-        generator = HFGenerator(model, tokenizer, batch_size=size, max_new_tokens=max_new_tokens, progress=False)
+        generator = HFGenerator(
+            model, tokenizer, batch_size=size, max_new_tokens=max_new_tokens, progress=False
+        )
         texts = [g.text for g in generator.generate(prompts)]
         rows.append((size, generator.tokens, generator.seconds, texts))
     (_, t1, s1, texts1), (_, tb, sb, textsb) = rows
@@ -52,25 +59,45 @@ def bench_generation(model, tokenizer, prompts: list[str], batch_size: int, max_
     print(f"generation: {len(prompts)} prompts, max {max_new_tokens} new tokens")
     print(f"  one by one : {t1} tokens in {s1:.1f} s = {t1 / s1:.1f} tokens/s")
     print(f"  batch {batch_size:<4} : {tb} tokens in {sb:.1f} s = {tb / sb:.1f} tokens/s")
-    print(f"  ratio      : {(tb / sb) / (t1 / s1):.2f}x; identical greedy outputs: {same}/{len(prompts)}")
+    print(
+        f"  ratio      : {(tb / sb) / (t1 / s1):.2f}x; identical greedy outputs:"
+        f" {same}/{len(prompts)}"
+    )
 
 
-def bench_protocol(model, tokenizer, name: str, items: int, batch_size: int, max_new_tokens: int) -> None:
+def bench_protocol(
+    model, tokenizer, name: str, items: int, batch_size: int, max_new_tokens: int
+) -> None:
     start = time.perf_counter()
-    report = evaluate((model, tokenizer), [name], protocol="both", limit=items, batch_size=batch_size,
-                      max_new_tokens=max_new_tokens, digit_stats=False, allow_unisolated=True)
+    report = evaluate(
+        (model, tokenizer),
+        [name],
+        protocol="both",
+        limit=items,
+        batch_size=batch_size,
+        max_new_tokens=max_new_tokens,
+        digit_stats=False,
+        allow_unisolated=True,
+    )
     seconds = time.perf_counter() - start
     gen = report.meta["generation_stats"]
     for protocol in report.protocols:
         s = report.scores[protocol][name]
-        print(f"protocol {protocol}: {items} items of {name} (batch {batch_size}, max {max_new_tokens} new tokens): "
-              f"PoT {s.styles.get('pot', 0)}, PoT->CoT {s.styles.get('pot+cot', 0)}; accuracy {s.correct}/{s.count}")
-    print(f"  both protocols from one generation: {seconds:.1f} s, {gen['tokens']} tokens; "
-          f"extrapolated to 100 items: {seconds / items * 100 / 60:.1f} min")
+        print(
+            f"protocol {protocol}: {items} items of {name} (batch {batch_size}, max"
+            f" {max_new_tokens} new tokens): PoT {s.styles.get('pot', 0)}, PoT->CoT"
+            f" {s.styles.get('pot+cot', 0)}; accuracy {s.correct}/{s.count}"
+        )
+    print(
+        f"  both protocols from one generation: {seconds:.1f} s, {gen['tokens']} tokens; "
+        f"extrapolated to 100 items: {seconds / items * 100 / 60:.1f} min"
+    )
 
 
 def main() -> None:
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     p.add_argument("--model", default="smollm2")
     p.add_argument("--programs", type=int, default=200)
     p.add_argument("--workers", type=int, default=2)
@@ -78,10 +105,19 @@ def main() -> None:
     p.add_argument("--batch-size", type=int, default=16)
     p.add_argument("--gen-tokens", type=int, default=64)
     p.add_argument("--items", type=int, default=16)
-    p.add_argument("--benchmark", default="synthetic:word_problems", help="GSM8K-style items available offline")
+    p.add_argument(
+        "--benchmark", default="synthetic:word_problems", help="GSM8K-style items available offline"
+    )
     p.add_argument("--max-new-tokens", type=int, default=256)
-    p.add_argument("--threads", type=int, default=1, help="torch threads (1 avoids oversubscription on a shared machine)")
-    p.add_argument("--skip", default="", help="comma-separated sections to skip: sandbox,generation,protocol")
+    p.add_argument(
+        "--threads",
+        type=int,
+        default=1,
+        help="torch threads (1 avoids oversubscription on a shared machine)",
+    )
+    p.add_argument(
+        "--skip", default="", help="comma-separated sections to skip: sandbox,generation,protocol"
+    )
     args = p.parse_args()
     skip = set(args.skip.split(","))
     torch.set_num_threads(args.threads)
@@ -96,7 +132,9 @@ def main() -> None:
         prompts = [NUMLOSS.prompt(item, first_style(item)) for item in bench_items]
         bench_generation(model, tokenizer, prompts, args.batch_size, args.gen_tokens)
     if "protocol" not in skip:
-        bench_protocol(model, tokenizer, args.benchmark, args.items, args.batch_size, args.max_new_tokens)
+        bench_protocol(
+            model, tokenizer, args.benchmark, args.items, args.batch_size, args.max_new_tokens
+        )
 
 
 if __name__ == "__main__":

@@ -1,4 +1,5 @@
-"""Time and peak memory of the unfused path (logits = hidden @ W.T, loss, backward) vs the fused one.
+"""Time and peak memory of the unfused path (logits = hidden @ W.T, loss, backward) vs the fused
+one.
 
     python bench/fused.py                                   # V=151936, H=896, N in {2048, 8192}
     python bench/fused.py --tokens 2048 --objectives del --repeats 3
@@ -8,9 +9,9 @@ Each (objective, N, path) runs in a fresh process, so its peak memory is its own
 peak resident set (ru_maxrss), reported both whole and *above* the inputs (hidden [N, H] and the
 LM-head weight [V, H], both with requires_grad), i.e. what loss + backward add; on CUDA
 torch.cuda.max_memory_allocated, likewise whole and above the inputs. Times are the median of
-`--repeats` forward+backward calls after `--warmup` untimed ones. All processes of one run go back to back, so the ratios are side by side. About
-25% of the labels are digits, in numbers of 1-6 characters.
-"""
+`--repeats` forward+backward calls after `--warmup` untimed ones. All processes of one run go back
+to back, so the ratios are side by side. About 25% of the labels are digits, in numbers of 1-6
+characters."""
 
 from __future__ import annotations
 
@@ -39,7 +40,9 @@ def make_inputs(vocab_size: int, hidden_size: int, tokens: int, device: str, see
     generator = torch.Generator().manual_seed(seed)
     labels = torch.randint(30, vocab_size, (tokens,), generator=generator)
     is_digit = torch.rand(tokens, generator=generator) < DIGIT_FRACTION
-    digits = torch.tensor(DIGIT_IDS)[torch.randint(0, 10, (int(is_digit.sum()),), generator=generator)]
+    digits = torch.tensor(DIGIT_IDS)[
+        torch.randint(0, 10, (int(is_digit.sum()),), generator=generator)
+    ]
     labels[is_digit] = digits
     labels[:16] = -100  # a prompt
     hidden = torch.randn(tokens, hidden_size, generator=generator)
@@ -61,7 +64,9 @@ def make_step(name: str, path: str, weight: torch.Tensor, chunk_size: int | None
     if path == "unfused":
         return lambda h, w, y: loss_fn(F.linear(h, w), y).loss
     strategy = path.removeprefix("fused-") if path.startswith("fused-") else "forward"
-    return lambda h, w, y: fused_loss(loss_fn, h, w, y, chunk_size=chunk_size, strategy=strategy).loss
+    return lambda h, w, y: (
+        fused_loss(loss_fn, h, w, y, chunk_size=chunk_size, strategy=strategy).loss
+    )
 
 
 def current_rss() -> int:
@@ -69,8 +74,17 @@ def current_rss() -> int:
         return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
 
 
-def run_one(name: str, path: str, vocab_size: int, hidden_size: int, tokens: int, repeats: int,
-            warmup: int, device: str, chunk_size: int | None) -> dict:
+def run_one(
+    name: str,
+    path: str,
+    vocab_size: int,
+    hidden_size: int,
+    tokens: int,
+    repeats: int,
+    warmup: int,
+    device: str,
+    chunk_size: int | None,
+) -> dict:
     """One configuration, in this (fresh) process."""
     cuda = device.startswith("cuda")
     hidden, weight, labels = make_inputs(vocab_size, hidden_size, tokens, device)
@@ -134,13 +148,32 @@ def spawn(args: argparse.Namespace, name: str, path: str, tokens: int) -> dict |
     if path == "unfused" and not args.device.startswith("cuda"):
         need, have = unfused_estimate(name, args.vocab, tokens), available_bytes()
         if have is not None and need > 0.8 * have:
-            print(f"{name:8s} N={tokens:5d} {path:16s} skipped: needs about {gib(need)} GiB, "
-                  f"{gib(have)} GiB available", flush=True)
+            print(
+                f"{name:8s} N={tokens:5d} {path:16s} skipped: needs about {gib(need)} GiB, "
+                f"{gib(have)} GiB available",
+                flush=True,
+            )
             return None
     command = [
-        sys.executable, __file__, "--worker", "--objectives", name, "--paths", path,
-        "--tokens", str(tokens), "--vocab", str(args.vocab), "--hidden", str(args.hidden),
-        "--repeats", str(args.repeats), "--warmup", str(args.warmup), "--device", args.device,
+        sys.executable,
+        __file__,
+        "--worker",
+        "--objectives",
+        name,
+        "--paths",
+        path,
+        "--tokens",
+        str(tokens),
+        "--vocab",
+        str(args.vocab),
+        "--hidden",
+        str(args.hidden),
+        "--repeats",
+        str(args.repeats),
+        "--warmup",
+        str(args.warmup),
+        "--device",
+        args.device,
     ]
     if args.chunk_size:
         command += ["--chunk-size", str(args.chunk_size)]
@@ -157,7 +190,10 @@ def gib(n: float) -> str:
 def table(results: list[dict], paths: list[str]) -> str:
     fused_paths = [p for p in paths if p != "unfused"]
     head = "| objective | N | unfused s | " + " | ".join(f"{p} s" for p in fused_paths)
-    head += " | time ratio (CPU-time ratio) | unfused peak GiB (above inputs) | fused peak GiB (above inputs) | peak ratio (above inputs) |"
+    head += (
+        " | time ratio (CPU-time ratio) | unfused peak GiB (above inputs) | fused peak GiB (above"
+        " inputs) | peak ratio (above inputs) |"
+    )
     lines = [head, "|" + "---|" * (head.count("|") - 1)]
     index = {(r["objective"], r["tokens"], r["path"]): r for r in results}
     for name, tokens in dict.fromkeys((r["objective"], r["tokens"]) for r in results):
@@ -170,14 +206,24 @@ def table(results: list[dict], paths: list[str]) -> str:
         cells += [f"{r['seconds']:.2f}" for r in fused]
         if base:
             cells += [
-                f"{main['seconds'] / base['seconds']:.2f}x ({main['cpu_seconds'] / base['cpu_seconds']:.2f}x)",
+                (
+                    f"{main['seconds'] / base['seconds']:.2f}x"
+                    f" ({main['cpu_seconds'] / base['cpu_seconds']:.2f}x)"
+                ),
                 f"{gib(base['peak_bytes'])} ({gib(base['peak_above_inputs_bytes'])})",
                 f"{gib(main['peak_bytes'])} ({gib(main['peak_above_inputs_bytes'])})",
-                f"{main['peak_bytes'] / base['peak_bytes']:.1%} "
-                f"({main['peak_above_inputs_bytes'] / max(base['peak_above_inputs_bytes'], 1):.1%})",
+                (
+                    f"{main['peak_bytes'] / base['peak_bytes']:.1%} "
+                    f"({main['peak_above_inputs_bytes'] / max(base['peak_above_inputs_bytes'], 1):.1%})"  # noqa: E501
+                ),
             ]
         else:
-            cells += ["-", "-", f"{gib(main['peak_bytes'])} ({gib(main['peak_above_inputs_bytes'])})", "-"]
+            cells += [
+                "-",
+                "-",
+                f"{gib(main['peak_bytes'])} ({gib(main['peak_above_inputs_bytes'])})",
+                "-",
+            ]
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
@@ -190,7 +236,9 @@ def main() -> None:
     parser.add_argument("--hidden", type=int, default=896)
     parser.add_argument("--repeats", type=int, default=1)
     parser.add_argument("--warmup", type=int, default=1)
-    parser.add_argument("--strategies", nargs="+", default=["forward"], choices=["forward", "recompute"])
+    parser.add_argument(
+        "--strategies", nargs="+", default=["forward"], choices=["forward", "recompute"]
+    )
     parser.add_argument("--paths", nargs="+", default=None, help=argparse.SUPPRESS)
     parser.add_argument("--chunk-size", type=int, default=None)
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
@@ -198,14 +246,26 @@ def main() -> None:
     parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.worker:
-        result = run_one(args.objectives[0], args.paths[0], args.vocab, args.hidden, args.tokens[0],
-                         args.repeats, args.warmup, args.device, args.chunk_size)
+        result = run_one(
+            args.objectives[0],
+            args.paths[0],
+            args.vocab,
+            args.hidden,
+            args.tokens[0],
+            args.repeats,
+            args.warmup,
+            args.device,
+            args.chunk_size,
+        )
         print(json.dumps(result))
         return
     paths = ["unfused"] + [f"fused-{s}" if s != "forward" else "fused" for s in args.strategies]
-    print(f"# fused vs unfused, {date.today()}, {platform.processor() or platform.machine()}, "
-          f"{os.cpu_count()} CPUs, torch {torch.__version__}, device {args.device}, "
-          f"V={args.vocab}, H={args.hidden}, warm-up {args.warmup}, repeats={args.repeats}", flush=True)
+    print(
+        f"# fused vs unfused, {date.today()}, {platform.processor() or platform.machine()}, "
+        f"{os.cpu_count()} CPUs, torch {torch.__version__}, device {args.device}, "
+        f"V={args.vocab}, H={args.hidden}, warm-up {args.warmup}, repeats={args.repeats}",
+        flush=True,
+    )
     results = []
     for tokens in args.tokens:
         for name in args.objectives:
@@ -214,9 +274,12 @@ def main() -> None:
                 if result is None:
                     continue
                 results.append(result)
-                print(f"{name:8s} N={tokens:5d} {path:16s} {result['seconds']:8.2f} s  "
-                      f"peak {gib(result['peak_bytes'])} GiB ({gib(result['peak_above_inputs_bytes'])} above inputs)",
-                      flush=True)
+                print(
+                    f"{name:8s} N={tokens:5d} {path:16s} {result['seconds']:8.2f} s  peak"
+                    f" {gib(result['peak_bytes'])} GiB ({gib(result['peak_above_inputs_bytes'])}"
+                    " above inputs)",
+                    flush=True,
+                )
     print()
     print(table(results, paths))
     if args.json:

@@ -44,12 +44,17 @@ POINT_ID = 13
 DIGIT_FRACTION = 0.25
 
 
-def make_inputs(vocab_size: int, hidden_size: int, tokens: int, device: str, dtype: torch.dtype, seed: int = 0):
-    """hidden [N, H], weight [V, H] (requires_grad, `dtype`) and labels [N], ~25% digits, a prompt."""
+def make_inputs(
+    vocab_size: int, hidden_size: int, tokens: int, device: str, dtype: torch.dtype, seed: int = 0
+):
+    """hidden [N, H], weight [V, H] (requires_grad, `dtype`) and labels [N], ~25% digits, a
+    prompt."""
     generator = torch.Generator().manual_seed(seed)
     labels = torch.randint(30, vocab_size, (tokens,), generator=generator)
     is_digit = torch.rand(tokens, generator=generator) < DIGIT_FRACTION
-    labels[is_digit] = torch.tensor(DIGIT_IDS)[torch.randint(0, 10, (int(is_digit.sum()),), generator=generator)]
+    labels[is_digit] = torch.tensor(DIGIT_IDS)[
+        torch.randint(0, 10, (int(is_digit.sum()),), generator=generator)
+    ]
     labels[: tokens // 8] = -100
     hidden = torch.randn(tokens, hidden_size, generator=generator)
     weight = torch.randn(vocab_size, hidden_size, generator=generator).div_(hidden_size**0.5)
@@ -93,7 +98,10 @@ def check_fused_gradient(step_unfused, step_fused, hidden, weight, labels) -> fl
     """Largest difference of the fused and unfused gradients (hidden and weight) / largest entry."""
     want = torch.autograd.grad(step_unfused(hidden, weight, labels), (hidden, weight))
     got = torch.autograd.grad(step_fused(hidden, weight, labels), (hidden, weight))
-    return max(float((g.float() - w.float()).abs().max() / w.float().abs().max()) for g, w in zip(got, want, strict=True))
+    return max(
+        float((g.float() - w.float()).abs().max() / w.float().abs().max())
+        for g, w in zip(got, want, strict=True)
+    )
 
 
 def measure(step, hidden, weight, labels, repeats: int, warmup: int, device: str) -> dict:
@@ -132,14 +140,20 @@ def ratios(rows: list[dict]) -> list[str]:
         by = {r["method"]: r for r in rows if (r["hidden"], r["tokens"]) == key}
         parts = [f"H={key[0]} N={key[1]}:"]
         if "del" in by and "ce" in by:
-            parts.append(f"del/ce time {by['del']['seconds'] / by['ce']['seconds']:.3f} (goal <= 1.05)")
+            parts.append(
+                f"del/ce time {by['del']['seconds'] / by['ce']['seconds']:.3f} (goal <= 1.05)"
+            )
             if by["del"]["peak_bytes"] and by["ce"]["peak_bytes"]:
                 parts.append(f"memory {by['del']['peak_bytes'] / by['ce']['peak_bytes']:.3f}")
         if "del-fused" in by and "liger-flce" in by:
             fused, liger = by["del-fused"], by["liger-flce"]
-            parts.append(f"del-fused/liger time {fused['seconds'] / liger['seconds']:.3f} (goal <= 1.15)")
+            parts.append(
+                f"del-fused/liger time {fused['seconds'] / liger['seconds']:.3f} (goal <= 1.15)"
+            )
             if fused["peak_bytes"] and liger["peak_bytes"]:
-                parts.append(f"memory {fused['peak_bytes'] / liger['peak_bytes']:.3f} (goal <= 1.15)")
+                parts.append(
+                    f"memory {fused['peak_bytes'] / liger['peak_bytes']:.3f} (goal <= 1.15)"
+                )
         else:
             parts.append("no Liger-Kernel: fused ratio not measured")
         lines.append(" ".join(parts))
@@ -154,32 +168,63 @@ def main(argv: list[str] | None = None) -> list[dict]:
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--warmup", type=int, default=2)
     parser.add_argument("--device", default="cuda")
-    parser.add_argument("--smoke", action="store_true", help="tiny sizes on CPU (V=512, H=32, N=96), one repeat")
+    parser.add_argument(
+        "--smoke", action="store_true", help="tiny sizes on CPU (V=512, H=32, N=96), one repeat"
+    )
     parser.add_argument("--json", type=Path, default=None, help="also write the rows here")
     args = parser.parse_args(argv)
     dtype = torch.bfloat16
     if args.smoke:
-        args.vocab, args.hidden, args.tokens, args.repeats, args.warmup, args.device = 512, [32], [96], 1, 0, "cpu"
+        args.vocab, args.hidden, args.tokens, args.repeats, args.warmup, args.device = (
+            512,
+            [32],
+            [96],
+            1,
+            0,
+            "cpu",
+        )
     elif not torch.cuda.is_available() and args.device.startswith("cuda"):
         parser.error("no CUDA device: run on a GPU, or pass --smoke (or --device cpu)")
     device = args.device
-    print(f"# bench/gpu.py {date.today()} torch {torch.__version__} on "
-          f"{torch.cuda.get_device_name() if device.startswith('cuda') else platform.processor() or 'cpu'}, "
-          f"V={args.vocab}, bf16, median of {args.repeats}")
+    print(
+        f"# bench/gpu.py {date.today()} torch {torch.__version__} on"
+        f" {torch.cuda.get_device_name() if device.startswith('cuda') else platform.processor() or 'cpu'},"  # noqa: E501
+        f" V={args.vocab}, bf16, median of {args.repeats}"
+    )
     rows = []
     for hidden_size in args.hidden:
         for tokens in args.tokens:
             hidden, weight, labels = make_inputs(args.vocab, hidden_size, tokens, device, dtype)
             found = methods(device)
             error = check_fused_gradient(found["del"], found["del-fused"], hidden, weight, labels)
-            print(f"H={hidden_size} N={tokens}: fused DEL gradient vs unfused, max |diff| / max |grad| = {error:.2e}")
+            print(
+                f"H={hidden_size} N={tokens}: fused DEL gradient vs unfused, max |diff| / max"
+                f" |grad| = {error:.2e}"
+            )
             if not error < 2e-2:
-                raise SystemExit(f"fused DEL gradient differs from the unfused one by {error:.2e} (relative)")
+                raise SystemExit(
+                    f"fused DEL gradient differs from the unfused one by {error:.2e} (relative)"
+                )
             for name, step in found.items():
                 result = measure(step, hidden, weight, labels, args.repeats, args.warmup, device)
-                rows.append({"method": name, "hidden": hidden_size, "tokens": tokens, "grad_check": error, **result})
-                peak = "-" if result["peak_bytes"] is None else f"{result['peak_bytes'] / 2**30:.2f} GiB"
-                print(f"| {name:<10} | H={hidden_size:<5} | N={tokens:<6} | {result['seconds'] * 1e3:9.1f} ms | {peak:>10} |")
+                rows.append(
+                    {
+                        "method": name,
+                        "hidden": hidden_size,
+                        "tokens": tokens,
+                        "grad_check": error,
+                        **result,
+                    }
+                )
+                peak = (
+                    "-"
+                    if result["peak_bytes"] is None
+                    else f"{result['peak_bytes'] / 2**30:.2f} GiB"
+                )
+                print(
+                    f"| {name:<10} | H={hidden_size:<5} | N={tokens:<6} |"
+                    f" {result['seconds'] * 1e3:9.1f} ms | {peak:>10} |"
+                )
             del hidden, weight, labels
             if device.startswith("cuda"):
                 torch.cuda.empty_cache()

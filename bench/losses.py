@@ -2,7 +2,8 @@
 
     python bench/losses.py                      # the full grid of the issue (several minutes)
     python bench/losses.py --vocab 49152 --tokens 2048 --repeats 5
-    python bench/losses.py --number-tokens 1110 --vocab 128256 --tokens 2048 --objectives del   # Llama-3
+    python bench/losses.py --number-tokens 1110 --vocab 128256 --tokens 2048 --objectives del   #
+    Llama-3
 
 Each (objective, V, N) runs in a fresh process, so its peak resident memory (ru_maxrss) is its
 own: we report the peak *above* the inputs (logits + labels), i.e. what the loss and its backward
@@ -36,7 +37,18 @@ import torch
 import torch.nn.functional as F
 
 DIGIT_FRACTION = 0.25
-OBJECTIVES = ["ce", "mle", "del", "ntl-was", "ntl-mse", "dist2", "mixce", "emo", "ntloss-was", "ntloss-mse"]
+OBJECTIVES = [
+    "ce",
+    "mle",
+    "del",
+    "ntl-was",
+    "ntl-mse",
+    "dist2",
+    "mixce",
+    "emo",
+    "ntloss-was",
+    "ntloss-mse",
+]
 
 
 def number_vocab(number_tokens: int):
@@ -75,7 +87,9 @@ def make_step(name: str, vocab_size: int, number_tokens: int = 10):
 
         vocab = {str(k): k for k in range(10)} | {".": 10}
         vocab |= {f"w{i}": i for i in range(11, vocab_size)}
-        tok = PreTrainedTokenizerFast(tokenizer_object=Tokenizer(models.WordLevel(vocab, unk_token="w11")))
+        tok = PreTrainedTokenizerFast(
+            tokenizer_object=Tokenizer(models.WordLevel(vocab, unk_token="w11"))
+        )
         klass = ntloss.NTLoss if name == "ntloss-was" else ntloss.NTLossDotProduct
         peer = klass(tokenizer=tok, vocab_size=vocab_size, reweigh=False)
 
@@ -105,7 +119,9 @@ def make_step(name: str, vocab_size: int, number_tokens: int = 10):
         return step
     options = {}
     if name == "emo":
-        options["embedding"] = torch.randn(vocab_size, 576, generator=torch.Generator().manual_seed(1))
+        options["embedding"] = torch.randn(
+            vocab_size, 576, generator=torch.Generator().manual_seed(1)
+        )
     if name.endswith("-token"):  # ntl-was-token: NTL's number-token level
         name, options["level"] = name[: -len("-token")], "token"
     loss_fn = build_loss(name, number_vocab(number_tokens), **options)
@@ -131,11 +147,19 @@ def run_one(name: str, vocab_size: int, tokens: int, repeats: int, number_tokens
         step(logits, labels).backward()
         times.append(time.perf_counter() - start)
         cpu_times.append(time.process_time() - cpu_start)
-    return {"name": name, "vocab": vocab_size, "tokens": tokens, "seconds": statistics.median(times),
-            "cpu_seconds": statistics.median(cpu_times), "peak_bytes": peak}
+    return {
+        "name": name,
+        "vocab": vocab_size,
+        "tokens": tokens,
+        "seconds": statistics.median(times),
+        "cpu_seconds": statistics.median(cpu_times),
+        "peak_bytes": peak,
+    }
 
 
-def run_interleaved(names, vocab_size: int, tokens: int, repeats: int, number_tokens: int = 10) -> None:
+def run_interleaved(
+    names, vocab_size: int, tokens: int, repeats: int, number_tokens: int = 10
+) -> None:
     """Time CE and each objective alternately in one process: under load from other jobs, the
     calls of a round see about the same machine, so the ratio of the minima (and of the medians)
     is the fairer comparison. Memory is not measured here (see the grid)."""
@@ -151,9 +175,12 @@ def run_interleaved(names, vocab_size: int, tokens: int, repeats: int, number_to
                 times[name].append(time.process_time() - start)
     base = times[names[0]]
     for name in names:
-        print(f"| {name:<13} | {vocab_size:>6} | {tokens:>5} | {min(times[name]) * 1000:>8.1f} | "
-              f"{min(times[name]) / min(base):>5.2f}x | {statistics.median(times[name]) / statistics.median(base):>5.2f}x |",
-              flush=True)
+        print(
+            f"| {name:<13} | {vocab_size:>6} | {tokens:>5} | {min(times[name]) * 1000:>8.1f} |"
+            f" {min(times[name]) / min(base):>5.2f}x |"
+            f" {statistics.median(times[name]) / statistics.median(base):>5.2f}x |",
+            flush=True,
+        )
 
 
 def run_grid(objectives, vocabs, token_counts, repeats, number_tokens: int = 10) -> list[dict]:
@@ -161,12 +188,28 @@ def run_grid(objectives, vocabs, token_counts, repeats, number_tokens: int = 10)
     for vocab_size in vocabs:
         for tokens in token_counts:
             for name in objectives:
-                command = [sys.executable, __file__, "--one", name, "--vocab", str(vocab_size),
-                           "--tokens", str(tokens), "--repeats", str(repeats),
-                           "--number-tokens", str(number_tokens), "--threads", str(torch.get_num_threads())]
+                command = [
+                    sys.executable,
+                    __file__,
+                    "--one",
+                    name,
+                    "--vocab",
+                    str(vocab_size),
+                    "--tokens",
+                    str(tokens),
+                    "--repeats",
+                    str(repeats),
+                    "--number-tokens",
+                    str(number_tokens),
+                    "--threads",
+                    str(torch.get_num_threads()),
+                ]
                 done = subprocess.run(command, capture_output=True, text=True)
                 if done.returncode != 0:
-                    print(f"{name} V={vocab_size} N={tokens} failed:\n{done.stderr[-2000:]}", file=sys.stderr)
+                    print(
+                        f"{name} V={vocab_size} N={tokens} failed:\n{done.stderr[-2000:]}",
+                        file=sys.stderr,
+                    )
                     continue
                 results.append(json.loads(done.stdout.strip().splitlines()[-1]))
                 print_row(results[-1], results)
@@ -174,45 +217,77 @@ def run_grid(objectives, vocabs, token_counts, repeats, number_tokens: int = 10)
 
 
 def print_row(row: dict, results: list[dict]) -> None:
-    base = next(r for r in results if r["vocab"] == row["vocab"] and r["tokens"] == row["tokens"]
-                and r["name"] == "ce")
-    print(f"| {row['name']:<10} | {row['vocab']:>6} | {row['tokens']:>5} | {row['seconds'] * 1000:>8.1f} | "
-          f"{row['seconds'] / base['seconds']:>5.2f}x | {row['cpu_seconds'] / base['cpu_seconds']:>5.2f}x | "
-          f"{row['peak_bytes'] / 2**20:>8.0f} | {row['peak_bytes'] / max(base['peak_bytes'], 1):>5.2f}x |",
-          flush=True)
+    base = next(
+        r
+        for r in results
+        if r["vocab"] == row["vocab"] and r["tokens"] == row["tokens"] and r["name"] == "ce"
+    )
+    print(
+        f"| {row['name']:<10} | {row['vocab']:>6} | {row['tokens']:>5} |"
+        f" {row['seconds'] * 1000:>8.1f} | {row['seconds'] / base['seconds']:>5.2f}x |"
+        f" {row['cpu_seconds'] / base['cpu_seconds']:>5.2f}x | {row['peak_bytes'] / 2**20:>8.0f} |"
+        f" {row['peak_bytes'] / max(base['peak_bytes'], 1):>5.2f}x |",
+        flush=True,
+    )
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--one", help=argparse.SUPPRESS)
     parser.add_argument("--vocab", type=int, nargs="*", default=[32000, 49152, 151936])
     parser.add_argument("--tokens", type=int, nargs="*", default=[2048, 8192])
     parser.add_argument("--objectives", default=",".join(OBJECTIVES))
     parser.add_argument("--repeats", type=int, default=3)
-    parser.add_argument("--threads", type=int, default=None,
-                        help="torch threads (default: all cores); 1 keeps CPU time honest on a loaded machine")
-    parser.add_argument("--interleave", action="store_true",
-                        help="time CE and the objectives alternately in one process (CPU time; no memory)")
-    parser.add_argument("--number-tokens", type=int, choices=(10, 1110), default=10,
-                        help="10: single digits; 1110: Llama-3-style chunks of 1-3 digits")
+    parser.add_argument(
+        "--threads",
+        type=int,
+        default=None,
+        help="torch threads (default: all cores); 1 keeps CPU time honest on a loaded machine",
+    )
+    parser.add_argument(
+        "--interleave",
+        action="store_true",
+        help="time CE and the objectives alternately in one process (CPU time; no memory)",
+    )
+    parser.add_argument(
+        "--number-tokens",
+        type=int,
+        choices=(10, 1110),
+        default=10,
+        help="10: single digits; 1110: Llama-3-style chunks of 1-3 digits",
+    )
     args = parser.parse_args()
     torch.set_num_threads(args.threads or os.cpu_count() or 1)
     if args.one:
-        print(json.dumps(run_one(args.one, args.vocab[0], args.tokens[0], args.repeats, args.number_tokens)))
+        print(
+            json.dumps(
+                run_one(args.one, args.vocab[0], args.tokens[0], args.repeats, args.number_tokens)
+            )
+        )
         return
     objectives = args.objectives.split(",")
     if objectives[0] != "ce":
         objectives = ["ce"] + [o for o in objectives if o != "ce"]
-    print(f"# {date.today()} {platform.machine()} {os.cpu_count()} cores, {torch.get_num_threads()} threads, torch {torch.__version__}, "
-          f"float32 logits, {DIGIT_FRACTION:.0%} number positions, {args.number_tokens} number tokens, "
-          f"median of {args.repeats}")
+    print(
+        f"# {date.today()} {platform.machine()} {os.cpu_count()} cores, {torch.get_num_threads()}"
+        f" threads, torch {torch.__version__}, float32 logits, {DIGIT_FRACTION:.0%} number"
+        f" positions, {args.number_tokens} number tokens, median of {args.repeats}"
+    )
     if args.interleave:
-        print("| objective | V | N | min CPU ms | min vs CE | median vs CE |\n|---|---|---|---|---|---|")
+        print(
+            "| objective | V | N | min CPU ms | min vs CE | median vs CE"
+            " |\n|---|---|---|---|---|---|"
+        )
         for vocab_size in args.vocab:
             for tokens in args.tokens:
                 run_interleaved(objectives, vocab_size, tokens, args.repeats, args.number_tokens)
         return
-    print("| objective  |      V |     N | fwd+bwd ms | time vs CE | CPU time vs CE | peak MiB | peak vs CE |")
+    print(
+        "| objective  |      V |     N | fwd+bwd ms | time vs CE | CPU time vs CE | peak MiB | peak"
+        " vs CE |"
+    )
     print("|---|---|---|---|---|---|---|---|")
     run_grid(objectives, args.vocab, args.tokens, args.repeats, args.number_tokens)
 

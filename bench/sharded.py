@@ -4,7 +4,8 @@ peak GPU memory. The device half of bench/device_sharded.sh, which runs every st
     python bench/sharded.py init-model --config-dir DIR --out MODEL   # SmolLM2-135M shape, seeded
     accelerate launch --config_file configs/accelerate/fsdp.yaml --num_processes 1 \\
         bench/sharded.py run --mode fsdp1 --fused true --model MODEL --out RESULTS
-    python bench/sharded.py report RESULTS                            # table; exit 1 if curves differ
+    python bench/sharded.py report RESULTS                            # table; exit 1 if curves
+    differ
 
 `run` trains `numloss train`'s pipeline (`run_training`, bench/sharded-smollm2.yaml: DEL,
 synthetic arithmetic, bf16, 20 steps) in the accelerate launch it is started from and writes
@@ -43,7 +44,10 @@ def init_model(config_dir: Path, out: Path, seed: int = 0) -> None:
     model = AutoModelForCausalLM.from_config(config, torch_dtype=torch.float32)
     model.save_pretrained(out)
     AutoTokenizer.from_pretrained(config_dir).save_pretrained(out)
-    print(f"init-model: {type(model).__name__}, {sum(p.numel() for p in model.parameters()):,} parameters -> {out}")
+    print(
+        f"init-model: {type(model).__name__}, {sum(p.numel() for p in model.parameters()):,}"
+        f" parameters -> {out}"
+    )
 
 
 def run(mode: str, fused: bool, model: str, out: Path, steps: int) -> None:
@@ -54,12 +58,22 @@ def run(mode: str, fused: bool, model: str, out: Path, steps: int) -> None:
     from numloss.train import run_training
 
     tag = f"{mode}-{'fused' if fused else 'unfused'}"
-    overrides = ["--model.name", model, "--fused", str(fused).lower(), "--train.max_steps", str(steps),
-                 # checkpoints and the final model (540 MB each) stay off $OUT, which travels back
-                 "--train.output_dir", str(Path(os.environ.get("TMPDIR", "/tmp")) / "numloss-sharded" / tag),
-                 "--train.fsdp", ""]
+    overrides = [
+        "--model.name",
+        model,
+        "--fused",
+        str(fused).lower(),
+        "--train.max_steps",
+        str(steps),
+        # checkpoints and the final model (540 MB each) stay off $OUT, which travels back
+        "--train.output_dir",
+        str(Path(os.environ.get("TMPDIR", "/tmp")) / "numloss-sharded" / tag),
+        "--train.fsdp",
+        "",
+    ]
     config = load_config(RECIPE, overrides)
-    if int(os.environ.get("RANK", "0")) == 0:  # this script's own scratch run: a re-run starts it afresh
+    # this script's own scratch run: a re-run starts it afresh
+    if int(os.environ.get("RANK", "0")) == 0:
         shutil.rmtree(config.train.output_dir, ignore_errors=True)
     if torch.cuda.is_available():
         torch.cuda.reset_peak_memory_stats()
@@ -86,41 +100,64 @@ def run(mode: str, fused: bool, model: str, out: Path, steps: int) -> None:
         "torch": torch.__version__,
     }
     (out / f"{tag}.json").write_text(json.dumps(record, indent=1))
-    print(f"run {tag}: {record['distributed_type']}, {len(losses)} steps, loss {losses[0]:.4f} -> {losses[-1]:.4f}, "
-          f"peak {record['peak_allocated_mib']} MiB, {seconds:.1f} s")
+    print(
+        f"run {tag}: {record['distributed_type']}, {len(losses)} steps, loss {losses[0]:.4f} ->"
+        f" {losses[-1]:.4f}, peak {record['peak_allocated_mib']} MiB, {seconds:.1f} s"
+    )
 
 
 def report(results: Path, steps: int) -> int:
     """Print the table; return 1 when a curve pair differs, a run is missing or fell back."""
     problems = []
-    lines = ["| mode | path | distributed type | steps | loss step 1 | loss last | max rel. diff vs unfused | "
-             "peak allocated MiB | peak reserved MiB | seconds |", "|---|---|---|---|---|---|---|---|---|---|"]
+    lines = [
+        (
+            "| mode | path | distributed type | steps | loss step 1 | loss last | max rel. diff vs"
+            " unfused | peak allocated MiB | peak reserved MiB | seconds |"
+        ),
+        "|---|---|---|---|---|---|---|---|---|---|",
+    ]
     for mode in EXPECTED_TYPE:
         runs = {}
         for path in ("unfused", "fused"):
             file = results / f"{mode}-{path}.json"
             if not file.is_file():
-                problems.append(f"{mode} {path}: no result ({file} missing: the run failed, see its log)")
+                problems.append(
+                    f"{mode} {path}: no result ({file} missing: the run failed, see its log)"
+                )
                 continue
             runs[path] = json.loads(file.read_text())
         for path, record in runs.items():
             if record["distributed_type"] != EXPECTED_TYPE[mode]:
-                problems.append(f"{mode} {path}: accelerate ran {record['distributed_type']}, not {EXPECTED_TYPE[mode]}")
+                problems.append(
+                    f"{mode} {path}: accelerate ran {record['distributed_type']}, not"
+                    f" {EXPECTED_TYPE[mode]}"
+                )
             if record["steps"] != steps:
                 problems.append(f"{mode} {path}: {record['steps']} logged steps, expected {steps}")
         diff = None
         if len(runs) == 2:
             a, b = runs["unfused"]["losses"], runs["fused"]["losses"]
-            diff = max(abs(x - y) / max(abs(x), 1e-12) for x, y in zip(a, b, strict=True)) if len(a) == len(b) and a else float("inf")
+            diff = (
+                max(abs(x - y) / max(abs(x), 1e-12) for x, y in zip(a, b, strict=True))
+                if len(a) == len(b) and a
+                else float("inf")
+            )
             if not diff <= TOLERANCE:
-                problems.append(f"{mode}: fused and unfused loss curves differ by {diff:.2e} (relative) > {TOLERANCE:g}")
+                problems.append(
+                    f"{mode}: fused and unfused loss curves differ by {diff:.2e} (relative) >"
+                    f" {TOLERANCE:g}"
+                )
         for path, r in runs.items():
             peak = "n/a" if r["peak_allocated_mib"] is None else f"{r['peak_allocated_mib']:.0f}"
             reserved = "n/a" if r["peak_reserved_mib"] is None else f"{r['peak_reserved_mib']:.0f}"
             shown = "" if diff is None or path == "unfused" else f"{diff:.1e}"
-            lines.append(f"| {mode} | {path} | {r['distributed_type']} | {r['steps']} | {r['losses'][0]:.4f} | "
-                         f"{r['losses'][-1]:.4f} | {shown} | {peak} | {reserved} | {r['seconds']:.1f} |")
-    device = next((json.loads(f.read_text())["device"] for f in sorted(results.glob("*.json"))), "?")
+            lines.append(
+                f"| {mode} | {path} | {r['distributed_type']} | {r['steps']} | {r['losses'][0]:.4f}"
+                f" | {r['losses'][-1]:.4f} | {shown} | {peak} | {reserved} | {r['seconds']:.1f} |"
+            )
+    device = next(
+        (json.loads(f.read_text())["device"] for f in sorted(results.glob("*.json"))), "?"
+    )
     print(f"device: {device}\n")
     print("\n".join(lines))
     for problem in problems:

@@ -55,11 +55,25 @@ DOCS = (DOC, PRETRAINED_DOC, MUL_CENTERED_DOC, README, LOSSES_DOC)
 status, the README the answer)."""
 PRETRAINED_GRID = "compare-smollm2-words"
 """The pretrained CPU grid: configs/<name>.yaml, its records in results/<name>/."""
-BLOCK = re.compile(r"(<!-- results:(?P<name>[a-z0-9-]+):begin -->\n)(?P<body>.*?)(<!-- results:(?P=name):end -->)", re.S)
+BLOCK = re.compile(
+    r"(<!-- results:(?P<name>[a-z0-9-]+):begin -->\n)(?P<body>.*?)(<!-- results:(?P=name):end -->)",
+    re.S,
+)
 
 MUL_ARMS = ("del-a0.3", "del-noplace", "ntl-was")
-ADD_ARMS = ("del-a0.3", "ntl-was", "del-l1", "del-a0.1", "del-a1.0", "dist2", "ntl-mse", "mixce", "emo",
-            "del-noplace", "del-continuous")
+ADD_ARMS = (
+    "del-a0.3",
+    "ntl-was",
+    "del-l1",
+    "del-a0.1",
+    "del-a1.0",
+    "dist2",
+    "ntl-mse",
+    "mixce",
+    "emo",
+    "del-noplace",
+    "del-continuous",
+)
 DEMO_ARMS = ("del-a0.3", "ntl-was")
 
 
@@ -81,7 +95,9 @@ def _ci(low: float, high: float, fmt: str = "{:.1f}") -> str:
 
 
 def _table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> list[str]:
-    return ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)] + ["| " + " | ".join(r) + " |" for r in rows]
+    return ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)] + [
+        "| " + " | ".join(r) + " |" for r in rows
+    ]
 
 
 class Records:
@@ -121,7 +137,9 @@ class Records:
         """The pretrained grid (see `pretrained_grid`)."""
         return self.pretrained_grid(PRETRAINED_GRID)
 
-    def pretrained_grid(self, name: str) -> tuple[Any, dict[str, dict[int, dict[str, Any]]], dict[str, Any]]:
+    def pretrained_grid(
+        self, name: str
+    ) -> tuple[Any, dict[str, dict[int, dict[str, Any]]], dict[str, Any]]:
         """(CompareConfig, {label: {seed: record}}, numloss.compare.pretrained.summarise) of the
         pretrained grid configs/<name>.yaml: the records of its config's hashes only, the untrained
         model included (read once)."""
@@ -131,7 +149,11 @@ class Records:
         def read() -> tuple[Any, dict[str, dict[int, dict[str, Any]]], dict[str, Any]]:
             compare = load_compare_config(self.root / "configs" / f"{name}.yaml")
             records = self.root / "results" / name
-            return compare, pretrained.load_records(compare, records), pretrained.summarise(compare, records)
+            return (
+                compare,
+                pretrained.load_records(compare, records),
+                pretrained.summarise(compare, records),
+            )
 
         return self.once(f"grid:{name}", read)
 
@@ -149,13 +171,17 @@ def machine(runs: dict[str, dict[int, dict[str, Any]]]) -> str:
     records = _all(runs)
 
     def without_date(record: dict[str, Any]) -> str:
-        return json.dumps({k: v for k, v in record["machine"].items() if k != "date"}, sort_keys=True)
+        return json.dumps(
+            {k: v for k, v in record["machine"].items() if k != "date"}, sort_keys=True
+        )
 
     # each machine's runs under one line, with the range of their own dates
     dates: dict[str, list[str]] = {}
     for r in records:
         dates.setdefault(without_date(r), []).append(r["machine"]["date"])
-    span = {key: min(d) if min(d) == max(d) else f"{min(d)} to {max(d)}" for key, d in dates.items()}
+    span = {
+        key: min(d) if min(d) == max(d) else f"{min(d)} to {max(d)}" for key, d in dates.items()
+    }
     dated = [{**r, "machine": {**r["machine"], "date": span[without_date(r)]}} for r in records]
     line = runs_machine_line(dated, dated[0]["machine"])
     return f"_Machine: {line}; {len(records)} runs._"
@@ -177,7 +203,8 @@ def _mul_analysis(rec: Records) -> tuple[dict[str, Any], list[int], list[Compari
 
 
 def _mul_arms(plan: dict[str, Any]) -> tuple[str, ...]:
-    """The arms the seed rule keeps: all three, or DEL alone when the pilot SD exceeded its limit."""
+    """The arms the seed rule keeps: all three, or DEL alone when the pilot SD exceeded its
+    limit."""
     return MUL_ARMS[:1] if plan["two_arms"] else MUL_ARMS
 
 
@@ -192,10 +219,13 @@ def mul_shape(rec: Records) -> list[str]:
     step_half = mle[0]["learning"]["checks"][half][0]
     places = {i: statistics.fmean(endpoint_value(r, f"place_{i}") for r in mle) for i in range(4)}
     return [
-        f"MLE's first {len(mle)} seeds: check exact match {min(first):.1f}-{max(first):.1f} % at step {step0}, "
-        f"{min(middle):.1f}-{max(middle):.1f} % at step {step_half}, {min(last):.1f}-{max(last):.1f} % at step {step1}; accuracy of the "
-        f"generated answer by place: units {places[0]:.1f} %, tens {places[1]:.1f} %, hundreds {places[2]:.1f} %, "
-        f"thousands {places[3]:.1f} % (of answers that have one).",
+        (
+            f"MLE's first {len(mle)} seeds: check exact match {min(first):.1f}-{max(first):.1f} %"
+            f" at step {step0}, {min(middle):.1f}-{max(middle):.1f} % at step {step_half},"
+            f" {min(last):.1f}-{max(last):.1f} % at step {step1}; accuracy of the generated answer"
+            f" by place: units {places[0]:.1f} %, tens {places[1]:.1f} %, hundreds {places[2]:.1f}"
+            f" %, thousands {places[3]:.1f} % (of answers that have one)."
+        ),
     ]
 
 
@@ -203,16 +233,25 @@ def mul_plan(rec: Records) -> list[str]:
     plan, seeds, _ = _mul_state(rec)
     values = ", ".join(f"{v:.2f}" for v in plan["pilot_values"])
     return [
-        f"Pilot (MLE seeds {plan['pilot_seeds'][0]}-{plan['pilot_seeds'][-1]}): exact match {values} % "
-        f"(mean {plan['pilot_mean']:.2f}), SD s = **{plan['sd']:.2f} points** "
-        + (f"(> {plan['sd_limit']}: MLE and DEL alpha 0.3 only). " if plan["two_arms"] else f"(<= {plan['sd_limit']}: all four arms). ")
-        + f"With a paired SD of sqrt(2) s = {math.sqrt(2) * plan['sd']:.2f}, alpha {plan['alpha']:.4f} and 80 % power "
-        f"for +{plan['effect']} points the rule gives **{plan['seeds']} seeds per arm** (seeds 0-{plan['seeds'] - 1}). "
-        + (f"**Complete: all {plan['seeds']} seeds of every arm are in.**" if len(seeds) == plan["seeds"] else
-           f"**Incomplete: {len(seeds)} of {plan['seeds']} seeds have every arm** (" + ", ".join(
-               f"`{a}` {len(rec.mul.get(a, {}))}" for a in ("mle",) + _mul_arms(plan)) + " runs); the tables below are an interim "
-           "look with CIs and no verdict (pre-registered: no interim test). The grid continues: "
-           "`numloss compare configs/compare-mul.yaml --jobs 1` skips every recorded run."),
+        f"Pilot (MLE seeds {plan['pilot_seeds'][0]}-{plan['pilot_seeds'][-1]}): exact match"
+        f" {values} % (mean {plan['pilot_mean']:.2f}), SD s = **{plan['sd']:.2f} points** "
+        + (
+            f"(> {plan['sd_limit']}: MLE and DEL alpha 0.3 only). "
+            if plan["two_arms"]
+            else f"(<= {plan['sd_limit']}: all four arms). "
+        )
+        + f"With a paired SD of sqrt(2) s = {math.sqrt(2) * plan['sd']:.2f}, alpha"
+        f" {plan['alpha']:.4f} and 80 % power for +{plan['effect']} points the rule gives"
+        f" **{plan['seeds']} seeds per arm** (seeds 0-{plan['seeds'] - 1}). "
+        + (
+            f"**Complete: all {plan['seeds']} seeds of every arm are in.**"
+            if len(seeds) == plan["seeds"]
+            else f"**Incomplete: {len(seeds)} of {plan['seeds']} seeds have every arm** ("
+            + ", ".join(f"`{a}` {len(rec.mul.get(a, {}))}" for a in ("mle",) + _mul_arms(plan))
+            + " runs); the tables below are an interim "
+            "look with CIs and no verdict (pre-registered: no interim test). The grid continues: "
+            "`numloss compare configs/compare-mul.yaml --jobs 1` skips every recorded run."
+        ),
     ]
 
 
@@ -240,12 +279,23 @@ def mul_primary(rec: Records) -> list[str]:
         for c in (c for c in primary if c.arm == arm):
             row += [_difference(c), _p(c.test.p), _p(c.p_holm), _f(c.mde, _fmt(c))]
         rows.append(row)
-    means = "; ".join(f"{c.endpoint.title} {_f(c.baseline_mean, _fmt(c))}" for c in primary if c.arm == arms[0])
+    means = "; ".join(
+        f"{c.endpoint.title} {_f(c.baseline_mean, _fmt(c))}" for c in primary if c.arm == arms[0]
+    )
     counts = ", ".join(f"`{a}` {next(c.test.n for c in primary if c.arm == a)}" for a in arms)
-    return [f"Seeds paired with MLE: {counts}; MLE's mean over the first arm's pairs: {means}. Paired t on the per-seed "
-            f"differences, Holm over the {len(arms)} arm(s) per endpoint; detectable: the difference these seeds detect "
-            f"with 80 % power at the observed SD of the differences, at alpha {0.05 / len(arms):.4g}.", ""] + _table(head, rows) + [
-            "", machine(rec.mul)]
+    return (
+        [
+            (
+                f"Seeds paired with MLE: {counts}; MLE's mean over the first arm's pairs: {means}."
+                f" Paired t on the per-seed differences, Holm over the {len(arms)} arm(s) per"
+                " endpoint; detectable: the difference these seeds detect with 80 % power at the"
+                f" observed SD of the differences, at alpha {0.05 / len(arms):.4g}."
+            ),
+            "",
+        ]
+        + _table(head, rows)
+        + ["", machine(rec.mul)]
+    )
 
 
 def mul_secondary(rec: Records) -> list[str]:
@@ -259,10 +309,17 @@ def mul_secondary(rec: Records) -> list[str]:
     for e in dict.fromkeys(c.endpoint for c in secondary):
         cells = {c.arm: c for c in secondary if c.endpoint == e}
         first = cells[arms[0]]
-        rows.append([e.title + (f" ({e.unit})" if e.unit else ""), _f(first.baseline_mean, _fmt(first))]
-                    + [f"{_difference(cells[a])}, {_p(cells[a].test.p)}" for a in arms])
-    return ["Descriptive: unadjusted p, no multiplicity claim. Place accuracy: of the generated number at that place.",
-            ""] + _table(head, rows)
+        rows.append(
+            [e.title + (f" ({e.unit})" if e.unit else ""), _f(first.baseline_mean, _fmt(first))]
+            + [f"{_difference(cells[a])}, {_p(cells[a].test.p)}" for a in arms]
+        )
+    return [
+        (
+            "Descriptive: unadjusted p, no multiplicity claim. Place accuracy: of the generated"
+            " number at that place."
+        ),
+        "",
+    ] + _table(head, rows)
 
 
 MUL_FIGURE = ROOT / "docs" / "img" / "compare" / "mul_paired.png"
@@ -276,9 +333,13 @@ PAPER_GAIN = 2.6  # points of exact match: the gain the power is stated for
 
 def _mul_centered_state(rec: Records) -> tuple[bool, list[Comparison]]:
     """(complete, comparisons of each arm against MLE on the planned seeds both have)."""
+
     def compute() -> tuple[bool, list[Comparison]]:
         runs, planned = rec.mul_centered, range(MUL_CENTERED_SEEDS)
-        complete = len([s for s in complete_seeds(runs, ("mle",) + MUL_CENTERED_ARMS) if s in planned]) == MUL_CENTERED_SEEDS
+        complete = (
+            len([s for s in complete_seeds(runs, ("mle",) + MUL_CENTERED_ARMS) if s in planned])
+            == MUL_CENTERED_SEEDS
+        )
         return complete, paired_analysis(runs, "mle", MUL_CENTERED_ARMS, seeds=planned)
 
     return rec.once("mul-centered", compute)
@@ -291,7 +352,10 @@ def _realised_power(c: Comparison) -> str:
         return ""
     power = paired_t_power(c.test.n, PAPER_GAIN, c.test.sd, c.alpha)
     need = seeds_for_power(PAPER_GAIN, c.test.sd, c.alpha)
-    return f"; power for +{PAPER_GAIN} points {100 * power:.0f} % at SD {c.test.sd:.2f} (80 % would need {need} seeds)"
+    return (
+        f"; power for +{PAPER_GAIN} points {100 * power:.0f} % at SD {c.test.sd:.2f} (80 % would"
+        f" need {need} seeds)"
+    )
 
 
 def mul_centered_grid(rec: Records) -> list[str]:
@@ -301,37 +365,97 @@ def mul_centered_grid(rec: Records) -> list[str]:
     if not _all(runs):
         return ["No run is recorded yet."]
     counts = ", ".join(f"`{a}` {len(runs.get(a, {}))}" for a in ("mle",) + MUL_CENTERED_ARMS)
-    state = ("**Complete: all 17 seeds of every arm are in.**" if complete else
-             f"**Interim ({counts} of 17 runs): intervals only, no verdict** (pre-registered: no interim test).")
+    state = (
+        "**Complete: all 17 seeds of every arm are in.**"
+        if complete
+        else (
+            f"**Interim ({counts} of 17 runs): intervals only, no verdict** (pre-registered: no"
+            " interim test)."
+        )
+    )
     lines = [state, "", "Exact match % per seed:", ""]
     for label in ("mle",) + MUL_CENTERED_ARMS:
-        values = ", ".join(f"{s}: {endpoint_value(r, 'exact_match'):.1f}" for s, r in sorted(runs.get(label, {}).items()))
+        values = ", ".join(
+            f"{s}: {endpoint_value(r, 'exact_match'):.1f}"
+            for s, r in sorted(runs.get(label, {}).items())
+        )
         lines.append(f"- `{label}`: {values or 'none yet'}")
     primary = [c for c in comparisons if c.endpoint.primary and c.test.n >= 2]
     if not primary:
         return lines
-    rows = [[f"`{c.arm}`", c.endpoint.title, str(c.test.n), _f(c.baseline_mean, _fmt(c)), _difference(c), _p(c.test.p),
-             _p(c.p_holm), verdict(c) if complete else "interim", _f(c.mde, _fmt(c)) + _realised_power(c)]
-            for c in primary]
-    return lines + ["", "Arm minus MLE, paired t on the per-seed differences, Holm over the two arms per endpoint:", ""] + _table(
-        ["arm", "endpoint", "seeds", "MLE", "arm - MLE [95 % CI]", "p", "Holm p", "reading", "detectable (80 %)"], rows) + [
-        "", machine(runs)]
+    rows = [
+        [
+            f"`{c.arm}`",
+            c.endpoint.title,
+            str(c.test.n),
+            _f(c.baseline_mean, _fmt(c)),
+            _difference(c),
+            _p(c.test.p),
+            _p(c.p_holm),
+            verdict(c) if complete else "interim",
+            _f(c.mde, _fmt(c)) + _realised_power(c),
+        ]
+        for c in primary
+    ]
+    return (
+        lines
+        + [
+            "",
+            (
+                "Arm minus MLE, paired t on the per-seed differences, Holm over the two arms per"
+                " endpoint:"
+            ),
+            "",
+        ]
+        + _table(
+            [
+                "arm",
+                "endpoint",
+                "seeds",
+                "MLE",
+                "arm - MLE [95 % CI]",
+                "p",
+                "Holm p",
+                "reading",
+                "detectable (80 %)",
+            ],
+            rows,
+        )
+        + ["", machine(runs)]
+    )
 
 
 def mul_centered_answer(rec: Records) -> list[str]:
     """The answer's line on grid c."""
     complete, comparisons = _mul_centered_state(rec)
-    head = ("- **Multiplication testbed, centred DEL alpha 0.3 and raw DEL at the released weight 1.28** "
-            "(pre-registered, 17 seeds, MLE rerun on the same AVX2 CPU; ")
+    head = (
+        "- **Multiplication testbed, centred DEL alpha 0.3 and raw DEL at the released weight"
+        " 1.28** (pre-registered, 17 seeds, MLE rerun on the same AVX2 CPU; "
+    )
     shown = [c for c in comparisons if c.endpoint.key == "exact_match" and c.test.n >= 2]
     if not shown:
         return [head + "running): too few seeds pair with MLE yet."]
     state = "complete" if complete else f"interim: {min(c.test.n for c in shown)} of 17 seeds"
-    cells = [f"`{c.arm}` minus MLE {_difference(c)} points, Holm p {_p(c.p_holm)}"
-             + (f", **{verdict(c)}**" if complete and verdict(c) in ("better", "worse") else
-                f", {verdict(c)}" if complete else "") + f" (detects {_f(c.mde, _fmt(c))}{_realised_power(c)})"
-             for c in shown]
-    return [head + f"{state}): exact match " + "; ".join(cells) + ("." if complete else "; no verdict until every run is in.")]
+    cells = [
+        f"`{c.arm}` minus MLE {_difference(c)} points, Holm p {_p(c.p_holm)}"
+        + (
+            f", **{verdict(c)}**"
+            if complete and verdict(c) in ("better", "worse")
+            else f", {verdict(c)}"
+            if complete
+            else ""
+        )
+        + f" (detects {_f(c.mde, _fmt(c))}{_realised_power(c)})"
+        for c in shown
+    ]
+    return [
+        head
+        + f"{state}): exact match "
+        + "; ".join(cells)
+        + ("." if complete else "; no verdict until every run is in.")
+    ]
+
+
 """The multiplication testbed's per-seed differences against MLE (the README's figure)."""
 
 
@@ -362,12 +486,22 @@ def mul_figure(rec: Records, path: Path = MUL_FIGURE) -> Path:
         for x, arm in enumerate(arms):
             c = next(c for c in comparisons if c.arm == arm and c.endpoint == endpoint)
             base, other = rec.mul["mle"], rec.mul.get(arm, {})
-            diffs = [endpoint_value(other[s], endpoint.key) - endpoint_value(base[s], endpoint.key) for s in c.seeds]
+            diffs = [
+                endpoint_value(other[s], endpoint.key) - endpoint_value(base[s], endpoint.key)
+                for s in c.seeds
+            ]
             jitter = [x + 0.18 * ((i % 5) - 2) / 2 for i in range(len(diffs))]
             ax.scatter(jitter, diffs, s=12, alpha=0.55, color="tab:gray", zorder=2)
             if c.test.n >= 2:
-                ax.errorbar([x], [c.test.mean], yerr=[[c.test.mean - c.test.ci[0]], [c.test.ci[1] - c.test.mean]],
-                            fmt="o", color="black", capsize=5, zorder=3)
+                ax.errorbar(
+                    [x],
+                    [c.test.mean],
+                    yerr=[[c.test.mean - c.test.ci[0]], [c.test.ci[1] - c.test.mean]],
+                    fmt="o",
+                    color="black",
+                    capsize=5,
+                    zorder=3,
+                )
         ax.axhline(0, color="black", lw=0.8)
         if endpoint.key == "exact_match":
             ax.axhline(2.6, color="tab:green", lw=0.8, ls="--", label="the paper's +2.6")
@@ -375,7 +509,10 @@ def mul_figure(rec: Records, path: Path = MUL_FIGURE) -> Path:
         ax.set_xticks(range(len(arms)), arms)
         better = "higher" if endpoint.better == "higher" else "lower"
         ax.set_title(f"{endpoint.title}: arm - MLE ({better} is better)", fontsize=9)
-    fig.suptitle(f"2-digit x 2-digit multiplication, {len(seeds)} seeds per arm (dots), mean and 95 % CI", fontsize=10)
+    fig.suptitle(
+        f"2-digit x 2-digit multiplication, {len(seeds)} seeds per arm (dots), mean and 95 % CI",
+        fontsize=10,
+    )
     return _save_figure(fig, path)
 
 
@@ -383,13 +520,27 @@ def mul_runs(rec: Records) -> list[str]:
     lines = ["Exact match % at step 3,200, seed: value:", ""]
     for label in ("mle",) + MUL_ARMS:
         runs = rec.mul.get(label, {})
-        values = ", ".join(f"{s}: {endpoint_value(runs[s], 'exact_match'):.1f}" for s in sorted(runs))
-        lines.append(f"- `{label}` ({len(runs)} run{'' if len(runs) == 1 else 's'}): {values or 'none yet'}")
+        values = ", ".join(
+            f"{s}: {endpoint_value(runs[s], 'exact_match'):.1f}" for s in sorted(runs)
+        )
+        lines.append(
+            f"- `{label}` ({len(runs)} run{'' if len(runs) == 1 else 's'}): {values or 'none yet'}"
+        )
     cpu = [r["seconds"]["cpu"] for r in _all(rec.mul)]
     missing = max(int(_in_distribution_of(r)["missing"]) for r in _all(rec.mul))
-    none = "no output lacked a number" if missing == 0 else f"at most {missing} of 2,000 outputs of a run lacked a number"
-    return lines + ["", f"Signed-log MAE: {none} (such outputs are left out of it). "
-                    f"A run took {min(cpu):.0f}-{max(cpu):.0f} s of CPU (one thread: training, checks and evaluation)."]
+    none = (
+        "no output lacked a number"
+        if missing == 0
+        else f"at most {missing} of 2,000 outputs of a run lacked a number"
+    )
+    return lines + [
+        "",
+        (
+            f"Signed-log MAE: {none} (such outputs are left out of it). A run took"
+            f" {min(cpu):.0f}-{max(cpu):.0f} s of CPU (one thread: training, checks and"
+            " evaluation)."
+        ),
+    ]
 
 
 def _in_distribution_of(run: dict[str, Any]) -> dict[str, Any]:
@@ -416,50 +567,86 @@ def mul_answer(rec: Records) -> list[str]:
     main = next(c for c in comparisons if c.endpoint.key == "exact_match" and c.arm == "del-a0.3")
     head = "- **Graded testbed, 2-digit x 2-digit multiplication** (pre-registered, seed-paired; "
     if main.test.n < 2:
-        return [head + f"running): {main.test.n} of {plan['seeds']} seeds pair DEL with MLE, too few for a difference yet."]
-    state = f"complete, {plan['seeds']} seeds per arm" if complete else f"interim: {main.test.n} of {plan['seeds']} seeds"
+        return [
+            head
+            + f"running): {main.test.n} of {plan['seeds']} seeds pair DEL with MLE, too few for a"
+            " difference yet."
+        ]
+    state = (
+        f"complete, {plan['seeds']} seeds per arm"
+        if complete
+        else f"interim: {main.test.n} of {plan['seeds']} seeds"
+    )
     said = f" **{verdict(main).capitalize()}.**" if complete else ""
-    lines = [head + f"{state}): DEL alpha 0.3 minus MLE in exact match {_f(main.test.mean, '{:.1f}', True)} points "
-             f"{_ci(*main.test.ci)} (MLE {main.baseline_mean:.1f} %), Holm p {_p(main.p_holm)}.{said} These seeds detect "
-             f"{main.mde:.1f} points (80 % power); the paper's gain is +2.6. Every planned comparison, arm minus MLE:"]
+    lines = [
+        head
+        + f"{state}): DEL alpha 0.3 minus MLE in exact match {_f(main.test.mean, '{:.1f}', True)}"
+        f" points {_ci(*main.test.ci)} (MLE {main.baseline_mean:.1f} %), Holm p"
+        f" {_p(main.p_holm)}.{said} These seeds detect {main.mde:.1f} points (80 % power); the"
+        " paper's gain is +2.6. Every planned comparison, arm minus MLE:"
+    ]
     for arm in _mul_arms(plan):
         cells = []
         for c in (c for c in comparisons if c.arm == arm and c.endpoint.primary):
             word = verdict(c) if complete else "interim"
             word = f"**{word}**" if word in ("better", "worse") else word
-            cells.append(f"{c.endpoint.title} {_difference(c)}, Holm p {_p(c.p_holm)}, {word} "
-                         f"(detects {_f(c.mde, _fmt(c))})")
+            cells.append(
+                f"{c.endpoint.title} {_difference(c)}, Holm p {_p(c.p_holm)}, {word} "
+                f"(detects {_f(c.mde, _fmt(c))})"
+            )
         lines.append(f"  - `{arm}`: " + "; ".join(cells) + ".")
     return lines
 
 
 def answer(rec: Records) -> list[str]:
-    """The answer block: each comparison's bottom line (docs/results.md's first screen, and the README's)."""
+    """The answer block: each comparison's bottom line (docs/results.md's first screen, and the
+    README's)."""
     lines = mul_answer(rec)
     add = {r["arm"]: r for r in _add_state(rec)}
     d = add["del-a0.3"]
     lines.append(
         f"- **Three-digit addition** ({d['runs']} seeds each, a learnt-or-not outcome): "
-        + ("not told apart, and too few seeds to tell. " if min(d["stratified_logrank_p"], d["mcnemar_p"]) > 0.05 else
-           "told apart at p <= 0.05 by a paired test (uncorrected). ")
-        + f"DEL alpha 0.3 learnt the task in {d['learnt']} of {d['runs']} runs, MLE in "
-        f"{d['baseline_learnt']}: {_f(100 * d['share_difference'], '{:.0f}', True)} points "
-        f"{_ci(100 * d['share_ci'][0], 100 * d['share_ci'][1], '{:.0f}')}, seed-stratified log-rank p "
-        f"{_p(d['stratified_logrank_p'])}; detecting a rise from {100 * d['baseline_learnt'] / d['baseline_runs']:.0f} % "
-        f"would need about {100 * d['detectable_share']:.0f} % learnt at these counts.")
+        + (
+            "not told apart, and too few seeds to tell. "
+            if min(d["stratified_logrank_p"], d["mcnemar_p"]) > 0.05
+            else "told apart at p <= 0.05 by a paired test (uncorrected). "
+        )
+        + f"DEL alpha 0.3 learnt the task in {d['learnt']} of {d['runs']} runs, MLE in"
+        f" {d['baseline_learnt']}: {_f(100 * d['share_difference'], '{:.0f}', True)} points"
+        f" {_ci(100 * d['share_ci'][0], 100 * d['share_ci'][1], '{:.0f}')}, seed-stratified"
+        f" log-rank p {_p(d['stratified_logrank_p'])}; detecting a rise from"
+        f" {100 * d['baseline_learnt'] / d['baseline_runs']:.0f} % would need about"
+        f" {100 * d['detectable_share']:.0f} % learnt at these counts."
+    )
     lines.append(pretrained_answer(rec))
     lines += followup_answer(rec)
     lines += seeds_answer(rec)
     lines += centered_answer(rec)
     lines += mul_centered_answer(rec)
     lines += dose_answer(rec)
-    grids = [rec.mul, rec.mul_centered, rec.add] + [rec.pretrained_grid(name)[1] for name in (PRETRAINED_GRID, ALPHA_GRID, REPLICATE_GRID,
-                                                                                  FRESH_GRID, SEEDS8_GRID, CENTERED_GRID,
-                                                                                  GENTLE_GRID, DOSE_GRID)]
+    grids = [rec.mul, rec.mul_centered, rec.add] + [
+        rec.pretrained_grid(name)[1]
+        for name in (
+            PRETRAINED_GRID,
+            ALPHA_GRID,
+            REPLICATE_GRID,
+            FRESH_GRID,
+            SEEDS8_GRID,
+            CENTERED_GRID,
+            GENTLE_GRID,
+            DOSE_GRID,
+        )
+    ]
     # a run counts once: the control's MLE records are the follow-up's, copied
     every: dict[str, dict[int, dict[str, Any]]] = {}
-    for record in {(r["hash"], r["label"], r["seed"], r.get("finished_at")): r for runs in grids for r in _all(runs)}.values():
-        every.setdefault(f"{record['hash']}/{record.get('finished_at')}", {})[record["seed"]] = record
+    for record in {
+        (r["hash"], r["label"], r["seed"], r.get("finished_at")): r
+        for runs in grids
+        for r in _all(runs)
+    }.values():
+        every.setdefault(f"{record['hash']}/{record.get('finished_at')}", {})[record["seed"]] = (
+            record
+        )
     return lines + ["", machine(every)]
 
 
@@ -472,13 +659,27 @@ def _pretrained_state(rec: Records) -> dict[str, Any]:
 
     labels = [spec.label for spec in compare.objectives]
     planned_seeds = list(compare.seeds)
-    recorded = sum(len(seeds) for label, seeds in found.items() if label != BASELINE) + (BASELINE in found)
-    complete_seeds = [s for s in planned_seeds if all(s in found.get(label, {}) for label in labels)]
-    entry = summary["sets"].get("heldout", {"arms": {}, "versus_reference": {}, "versus_untrained": {}})
-    return {"compare": compare, "found": found, "labels": labels, "reference": summary["reference"],
-            "planned": len(labels) * len(planned_seeds) + 1, "recorded": recorded, "seeds": planned_seeds,
-            "complete_seeds": complete_seeds, "entry": entry,
-            "complete": len(complete_seeds) == len(planned_seeds) and BASELINE in found}
+    recorded = sum(len(seeds) for label, seeds in found.items() if label != BASELINE) + (
+        BASELINE in found
+    )
+    complete_seeds = [
+        s for s in planned_seeds if all(s in found.get(label, {}) for label in labels)
+    ]
+    entry = summary["sets"].get(
+        "heldout", {"arms": {}, "versus_reference": {}, "versus_untrained": {}}
+    )
+    return {
+        "compare": compare,
+        "found": found,
+        "labels": labels,
+        "reference": summary["reference"],
+        "planned": len(labels) * len(planned_seeds) + 1,
+        "recorded": recorded,
+        "seeds": planned_seeds,
+        "complete_seeds": complete_seeds,
+        "entry": entry,
+        "complete": len(complete_seeds) == len(planned_seeds) and BASELINE in found,
+    }
 
 
 def _pp(share: float, signed: bool = True) -> str:
@@ -486,47 +687,79 @@ def _pp(share: float, signed: bool = True) -> str:
 
 
 def _pretrained_comparison(label: str, c: dict[str, Any]) -> str:
-    """One comparison against MLE in words: difference, seed-level interval, McNemar, detectable effects."""
-    seed_ci = (f" {_ci(100 * c['ci95'][0], 100 * c['ci95'][1])} over {len(c['seeds'])} seeds, sign-flip p "
-               f"{_p(c['sign_flip_p'])}" if len(c["seeds"]) >= 2 else " (one seed: no seed-level interval yet)")
+    """One comparison against MLE in words: difference, seed-level interval, McNemar, detectable
+    effects."""
+    seed_ci = (
+        f" {_ci(100 * c['ci95'][0], 100 * c['ci95'][1])} over {len(c['seeds'])} seeds, sign-flip p "
+        f"{_p(c['sign_flip_p'])}"
+        if len(c["seeds"]) >= 2
+        else " (one seed: no seed-level interval yet)"
+    )
     detect = f"{100 * c['mde_items']:.1f} points by items"
     if len(c["seeds"]) >= 2:
         detect += f", {100 * c['mde_seeds']:.1f} by seeds"
-    return (f"{label} minus MLE {_pp(c['mean_diff'])} points{seed_ci}; items right only under {label} / only "
-            f"under MLE {c['b']} / {c['c']}, McNemar Holm p {_p(c['mcnemar_p_holm'])}; detectable {detect}")
+    return (
+        f"{label} minus MLE {_pp(c['mean_diff'])} points{seed_ci}; items right only under {label} /"
+        f" only under MLE {c['b']} / {c['c']}, McNemar Holm p {_p(c['mcnemar_p_holm'])}; detectable"
+        f" {detect}"
+    )
 
 
 def pretrained_answer(rec: Records) -> str:
     """The pretrained arm's line of the answer block."""
     state = _pretrained_state(rec)
     entry, reference = state["entry"], state["reference"]
-    head = ("- **A pretrained model, one recipe** (SmolLM2-135M-Instruct, LoRA r16 at lr 1e-3 for 100 steps, 200x the "
-            "paper's full-fine-tuning lr, bf16 autocast, 2-digit word-problem answers, teacher-forced "
-            "exact match on 1,000 held-out problems; "
-            + ("complete" if state["complete"] else f"interim: {len(state['complete_seeds'])} of {len(state['seeds'])} seeds")
-            + "): ")
+    head = (
+        "- **A pretrained model, one recipe** (SmolLM2-135M-Instruct, LoRA r16 at lr 1e-3 for 100"
+        " steps, 200x the paper's full-fine-tuning lr, bf16 autocast, 2-digit word-problem answers,"
+        " teacher-forced exact match on 1,000 held-out problems; "
+        + (
+            "complete"
+            if state["complete"]
+            else f"interim: {len(state['complete_seeds'])} of {len(state['seeds'])} seeds"
+        )
+        + "): "
+    )
     if reference not in entry["arms"]:
         return head + "no run recorded yet."
     comparisons = entry["versus_reference"]
     if "del-a0.3" not in comparisons:
-        return head + f"MLE {_pp(entry['arms'][reference]['mean'], False)} %, no DEL run recorded yet."
+        return (
+            head + f"MLE {_pp(entry['arms'][reference]['mean'], False)} %, no DEL run recorded yet."
+        )
     c = comparisons["del-a0.3"]
     verdict = ""
     if state["complete"]:
         seeds_agree = len(c["seeds"]) >= 2 and (c["ci95"][0] > 0 or c["ci95"][1] < 0)
-        verdict = (" **Raw DEL is better on these items under this recipe.**" if c["mcnemar_p_holm"] <= 0.05 and c["mean_diff"] > 0
-                   else " **Raw DEL is worse on these items under this recipe.**" if c["mcnemar_p_holm"] <= 0.05
-                   else " **Not told apart.**")
+        verdict = (
+            " **Raw DEL is better on these items under this recipe.**"
+            if c["mcnemar_p_holm"] <= 0.05 and c["mean_diff"] > 0
+            else (
+                " **Raw DEL is worse on these items under this recipe.**"
+                if c["mcnemar_p_holm"] <= 0.05
+                else " **Not told apart.**"
+            )
+        )
         if c["mcnemar_p_holm"] <= 0.05:
-            verdict += (" The seed-level interval excludes 0 as well." if seeds_agree else
-                        " The seed-level interval still holds 0: training randomness alone could give it.")
-    return (head + f"DEL alpha 0.3 minus MLE {_pp(c['mean_diff'])} points (MLE {_pp(entry['arms'][reference]['mean'], False)} %)"
-            + _seed_ci(c)
-            + f", item-level McNemar Holm p {_p(c['mcnemar_p_holm'])}.{verdict} These runs detect "
-            f"{100 * c['mde_items']:.1f} points by items"
-            + (f", {100 * c['mde_seeds']:.1f} by seeds." if len(c["seeds"]) >= 2 else ".")
-            + " Why: DEL's sigmoid reads the raw digit logits (near +30 on this model); the term lowers every logit "
-            "together until, below zero, it pushes the target digit down (docs/losses.md, \"When DEL works against CE\").")
+            verdict += (
+                " The seed-level interval excludes 0 as well."
+                if seeds_agree
+                else (
+                    " The seed-level interval still holds 0: training randomness alone could"
+                    " give it."
+                )
+            )
+    return (
+        head + f"DEL alpha 0.3 minus MLE {_pp(c['mean_diff'])} points (MLE"
+        f" {_pp(entry['arms'][reference]['mean'], False)} %)"
+        + _seed_ci(c)
+        + f", item-level McNemar Holm p {_p(c['mcnemar_p_holm'])}.{verdict} These runs detect "
+        f"{100 * c['mde_items']:.1f} points by items"
+        + (f", {100 * c['mde_seeds']:.1f} by seeds." if len(c["seeds"]) >= 2 else ".")
+        + " Why: DEL's sigmoid reads the raw digit logits (near +30 on this model); the term"
+        " lowers every logit together until, below zero, it pushes the target digit down"
+        ' (docs/losses.md, "When DEL works against CE").'
+    )
 
 
 def pretrained_result(rec: Records) -> list[str]:
@@ -534,16 +767,33 @@ def pretrained_result(rec: Records) -> list[str]:
     state = _pretrained_state(rec)
     entry = state["entry"]
     arms = ", ".join(f"{label} {_pp(arm['mean'], False)} %" for label, arm in entry["arms"].items())
-    lines = [f"**{state['recorded']} of {state['planned']} runs recorded"
-             + (" (complete)" if state["complete"] else f", {len(state['complete_seeds'])} of {len(state['seeds'])} seeds "
-                "with every arm: an interim result") + f".** Mean exact match: {arms}."]
-    lines += [f"- {_pretrained_comparison(label, c)}." for label, c in entry["versus_reference"].items()]
-    checks = [r["evaluation"]["heldout"]["generation_check"] for seeds in state["found"].values() for r in seeds.values()
-              if r["evaluation"].get("heldout", {}).get("generation_check")]
+    lines = [
+        f"**{state['recorded']} of {state['planned']} runs recorded"
+        + (
+            " (complete)"
+            if state["complete"]
+            else (
+                f", {len(state['complete_seeds'])} of {len(state['seeds'])} seeds "
+                "with every arm: an interim result"
+            )
+        )
+        + f".** Mean exact match: {arms}."
+    ]
+    lines += [
+        f"- {_pretrained_comparison(label, c)}." for label, c in entry["versus_reference"].items()
+    ]
+    checks = [
+        r["evaluation"]["heldout"]["generation_check"]
+        for seeds in state["found"].values()
+        for r in seeds.values()
+        if r["evaluation"].get("heldout", {}).get("generation_check")
+    ]
     if checks:
-        lines.append(f"- Greedy decoding gave the teacher-forced verdict on {sum(c['agree'] for c in checks)} of "
-                     f"{sum(c['n'] for c in checks)} items decoded (the first {checks[0]['n']} held-out problems of each of "
-                     f"{len(checks)} runs).")
+        lines.append(
+            "- Greedy decoding gave the teacher-forced verdict on"
+            f" {sum(c['agree'] for c in checks)} of {sum(c['n'] for c in checks)} items decoded"
+            f" (the first {checks[0]['n']} held-out problems of each of {len(checks)} runs)."
+        )
     lines += pretrained_terms(state["found"], rec.mul.get("del-a0.3", {}))
     if state["found"]:
         lines += ["", machine(state["found"])]
@@ -551,10 +801,16 @@ def pretrained_result(rec: Records) -> list[str]:
 
 
 def _span(values: Sequence[float], fmt: str = "{:.2f}") -> str:
-    return fmt.format(min(values)) if min(values) == max(values) else f"{fmt.format(min(values))}-{fmt.format(max(values))}"
+    return (
+        fmt.format(min(values))
+        if min(values) == max(values)
+        else f"{fmt.format(min(values))}-{fmt.format(max(values))}"
+    )
 
 
-def pretrained_terms(found: dict[str, dict[int, dict[str, Any]]], scratch_del: dict[int, dict[str, Any]]) -> list[str]:
+def pretrained_terms(
+    found: dict[str, dict[int, dict[str, Any]]], scratch_del: dict[int, dict[str, Any]]
+) -> list[str]:
     """Where DEL's term sits on the pretrained model, from the logged curves: its size at the first
     logged step beside the cross-entropy's (and beside DEL's on the from-scratch testbed), and the
     held-out digit entropy of every arm. Descriptive: the records show sizes, not causes."""
@@ -563,28 +819,57 @@ def pretrained_terms(found: dict[str, dict[int, dict[str, Any]]], scratch_del: d
         return []
     aux0 = [r["curve"]["aux"][0] for r in runs]
     ce0 = [r["curve"]["ce"][0] for r in runs]
-    later = [(r["curve"]["step"][2], r["curve"]["aux"][2]) for r in runs if len(r["curve"]["aux"]) > 2]  # the third log
-    line = (f"- DEL's term on the pretrained model: {_span(aux0)} per digit at the first logged step, beside a "
-            f"cross-entropy of {_span(ce0)} (with alpha 0.3 it adds {_span([0.3 * a for a in aux0])} to the loss)")
+    later = [
+        (r["curve"]["step"][2], r["curve"]["aux"][2]) for r in runs if len(r["curve"]["aux"]) > 2
+    ]  # the third log
+    line = (
+        f"- DEL's term on the pretrained model: {_span(aux0)} per digit at the first logged step,"
+        f" beside a cross-entropy of {_span(ce0)} (with alpha 0.3 it adds"
+        f" {_span([0.3 * a for a in aux0])} to the loss)"
+    )
     if later:
-        line += f"; by step {max(int(step) for step, _ in later)} it is {_span([a for _, a in later])}"
-    scratch = [r["curve"]["aux"][0] for r in scratch_del.values() if (r.get("curve") or {}).get("aux")]
+        line += (
+            f"; by step {max(int(step) for step, _ in later)} it is {_span([a for _, a in later])}"
+        )
+    scratch = [
+        r["curve"]["aux"][0] for r in scratch_del.values() if (r.get("curve") or {}).get("aux")
+    ]
     if scratch:
         line += f". On the multiplication testbed, from scratch, it starts at {_span(scratch)}"
     entropy = ", ".join(
         f"{label} {_span([r['evaluation']['heldout']['digit_entropy'] for r in seeds.values()])}"
-        for label, seeds in found.items() if all("digit_entropy" in r["evaluation"]["heldout"] for r in seeds.values()))
-    return [line + ".", f"- Teacher-forced digit entropy at the gold digits of the held-out problems (nats, per run): {entropy}."]
+        for label, seeds in found.items()
+        if all("digit_entropy" in r["evaluation"]["heldout"] for r in seeds.values())
+    )
+    return [
+        line + ".",
+        (
+            "- Teacher-forced digit entropy at the gold digits of the held-out problems (nats, per"
+            f" run): {entropy}."
+        ),
+    ]
 
 
 def pretrained_grid(rec: Records) -> list[str]:
-    """docs/results-pretrained.md's status: every recorded run's score and the tests of the summary."""
+    """docs/results-pretrained.md's status: every recorded run's score and the tests of the
+    summary."""
     state = _pretrained_state(rec)
     _, found, summary = rec.pretrained
-    missing = [f"{label}-s{seed}" for seed in state["seeds"] for label in state["labels"] if seed not in found.get(label, {})]
-    lines = [f"**{state['recorded']} of {state['planned']} runs recorded"
-             + (", the grid is complete.**" if state["complete"] else f"; left: {', '.join(missing) or 'the untrained model'}.**"),
-             ""]
+    missing = [
+        f"{label}-s{seed}"
+        for seed in state["seeds"]
+        for label in state["labels"]
+        if seed not in found.get(label, {})
+    ]
+    lines = [
+        f"**{state['recorded']} of {state['planned']} runs recorded"
+        + (
+            ", the grid is complete.**"
+            if state["complete"]
+            else f"; left: {', '.join(missing) or 'the untrained model'}.**"
+        ),
+        "",
+    ]
     lines += summary_markdown_lines(summary)
     if found:
         lines += ["", machine(found)]
@@ -596,12 +881,14 @@ ALPHA_GRID = "compare-smollm2-words-alpha"
 REPLICATE_GRID = "compare-smollm2-words-replicate"
 """Its control: DEL at the grid's alpha against the same MLE runs, on the follow-up's machine."""
 FRESH_GRID = "compare-smollm2-words-fresh"
-"""Four more seeds (4-7) of DEL alpha 0.3 against MLE on the follow-up's machine: the confirmatory McNemar."""
+"""Four more seeds (4-7) of DEL alpha 0.3 against MLE on the follow-up's machine: the confirmatory
+McNemar."""
 SEEDS8_GRID = "compare-smollm2-words-seeds8"
 """Those pooled with the control's seeds 0-3: the 8-seed sign-flip test."""
 
 TESTS = {"mcnemar_p_holm": ("McNemar p", "mde_items"), "sign_flip_p": ("sign-flip p", "mde_seeds")}
-"""A follow-up's deciding test: its p in the summary, its name in the prose, its detectable effect."""
+"""A follow-up's deciding test: its p in the summary, its name in the prose, its detectable
+effect."""
 
 
 def _followup_state(rec: Records, grid: str, arm: str) -> dict[str, Any]:
@@ -611,10 +898,18 @@ def _followup_state(rec: Records, grid: str, arm: str) -> dict[str, Any]:
     planned = [(spec.label, seed) for seed in compare.seeds for spec in compare.objectives]
     missing = [f"{label}-s{seed}" for label, seed in planned if seed not in found.get(label, {})]
     comparison = summary["sets"].get("heldout", {}).get("versus_reference", {}).get(arm)
-    return {"found": found, "planned": planned, "missing": missing, "summary": summary, "comparison": comparison}
+    return {
+        "found": found,
+        "planned": planned,
+        "missing": missing,
+        "summary": summary,
+        "comparison": comparison,
+    }
 
 
-def _followup_reading(state: dict[str, Any], worse: str, otherwise: str, test: str = "mcnemar_p_holm") -> str | None:
+def _followup_reading(
+    state: dict[str, Any], worse: str, otherwise: str, test: str = "mcnemar_p_holm"
+) -> str | None:
     """The reading fixed in a follow-up's design, once all of its runs are in (else None), by its
     deciding `test` (a key of TESTS)."""
     c = state["comparison"]
@@ -626,7 +921,9 @@ def _followup_reading(state: dict[str, Any], worse: str, otherwise: str, test: s
     return otherwise.format(verdict=said, mde=100 * c[TESTS[test][1]])
 
 
-def _followup(rec: Records, grid: str, arm: str, worse: str, otherwise: str, test: str = "mcnemar_p_holm") -> list[str]:
+def _followup(
+    rec: Records, grid: str, arm: str, worse: str, otherwise: str, test: str = "mcnemar_p_holm"
+) -> list[str]:
     """A two-arm follow-up's status: its runs, the McNemar and seed-level tests and, once all of
     its runs are in, the reading fixed in its design by its deciding `test` (`worse` when `arm`
     is worse than MLE at p <= 0.05, else `otherwise` with {verdict}: better than MLE, or not told
@@ -635,48 +932,95 @@ def _followup(rec: Records, grid: str, arm: str, worse: str, otherwise: str, tes
     planned, missing = state["planned"], state["missing"]
     if not state["found"]:
         return [f"**0 of {len(planned)} runs recorded.**"]
-    lines = [f"**{len(planned) - len(missing)} of {len(planned)} runs recorded"
-             + (", complete.**" if not missing else f"; left: {', '.join(missing)}: an interim result, no verdict.**"), ""]
+    lines = [
+        f"**{len(planned) - len(missing)} of {len(planned)} runs recorded"
+        + (
+            ", complete.**"
+            if not missing
+            else f"; left: {', '.join(missing)}: an interim result, no verdict.**"
+        ),
+        "",
+    ]
     reading = _followup_reading(state, worse, otherwise, test)
     if reading is not None:
         c = state["comparison"]
-        lines += [f"Reading, as fixed in the design: `{arm}` minus MLE {_pp(c['mean_diff'])} points, {TESTS[test][0]} "
-                  f"{_p(c[test])}: {reading}", ""]
+        lines += [
+            (
+                f"Reading, as fixed in the design: `{arm}` minus MLE {_pp(c['mean_diff'])} points,"
+                f" {TESTS[test][0]} {_p(c[test])}: {reading}"
+            ),
+            "",
+        ]
     return lines + summary_markdown_lines(state["summary"]) + ["", machine(state["found"])]
 
 
-ALPHA_READINGS = ("**worse than MLE: a tenth of the term still harms**, so its size alone does not explain the grid's result.",
-                  "**{verdict}**: consistent with the harm going with the term's size; the items detect "
-                  "{mde:.1f} points.")
-REPLICATE_READINGS = ("**worse than MLE: the grid's result holds on this machine**, so the two alphas meet MLE on one CPU.",
-                      "**{verdict} here**: the grid's result did not reproduce on this machine; the items "
-                      "detect {mde:.1f} points.")
+ALPHA_READINGS = (
+    (
+        "**worse than MLE: a tenth of the term still harms**, so its size alone does not explain"
+        " the grid's result."
+    ),
+    (
+        "**{verdict}**: consistent with the harm going with the term's size; the items detect "
+        "{mde:.1f} points."
+    ),
+)
+REPLICATE_READINGS = (
+    (
+        "**worse than MLE: the grid's result holds on this machine**, so the two alphas meet MLE on"
+        " one CPU."
+    ),
+    (
+        "**{verdict} here**: the grid's result did not reproduce on this machine; the items "
+        "detect {mde:.1f} points."
+    ),
+)
 
-FRESH_READINGS = ("**worse than MLE on seeds never run before: the item-level result replicates.**",
-                  "**{verdict} on the fresh seeds**: the item-level result did not replicate; the items "
-                  "detect {mde:.1f} points.")
-SEEDS8_READINGS = ("**worse than MLE beyond the spread training randomness gives these 8 pairs** (the test was "
-                   "chosen after seeds 0-3: its level is above the nominal 0.05).",
-                   "**{verdict} at the seed level**: the 8 pairs detect {mde:.1f} points.")
+FRESH_READINGS = (
+    "**worse than MLE on seeds never run before: the item-level result replicates.**",
+    (
+        "**{verdict} on the fresh seeds**: the item-level result did not replicate; the items "
+        "detect {mde:.1f} points."
+    ),
+)
+SEEDS8_READINGS = (
+    (
+        "**worse than MLE beyond the spread training randomness gives these 8 pairs** (the test was"
+        " chosen after seeds 0-3: its level is above the nominal 0.05)."
+    ),
+    "**{verdict} at the seed level**: the 8 pairs detect {mde:.1f} points.",
+)
 
 
 def _seed_ci(c: dict[str, Any]) -> str:
     """' [low, high] over seeds' for a pretrained comparison with two seeds or more, else ''."""
-    return f" {_ci(100 * c['ci95'][0], 100 * c['ci95'][1])} over seeds" if len(c["seeds"]) >= 2 else ""
+    return (
+        f" {_ci(100 * c['ci95'][0], 100 * c['ci95'][1])} over seeds" if len(c["seeds"]) >= 2 else ""
+    )
 
 
-def _reading_end(line: str, state: dict[str, Any], readings: tuple[str, str], test: str = "mcnemar_p_holm") -> str:
+def _reading_end(
+    line: str, state: dict[str, Any], readings: tuple[str, str], test: str = "mcnemar_p_holm"
+) -> str:
     """`line` closed by the follow-up's reading once all of its runs are in, else by a full stop."""
     reading = _followup_reading(state, *readings, test=test)
     return line + (f"; {reading}" if reading else ".")
 
 
 def _interim_runs(state: dict[str, Any]) -> str:
-    return f"interim: {len(state['planned']) - len(state['missing'])} of {len(state['planned'])} runs"
+    return (
+        f"interim: {len(state['planned']) - len(state['missing'])} of {len(state['planned'])} runs"
+    )
 
 
-def _followup_line(rec: Records, grid: str, label: str, title: str, design: str, arm: str,
-                   readings: tuple[str, str]) -> str | None:
+def _followup_line(
+    rec: Records,
+    grid: str,
+    label: str,
+    title: str,
+    design: str,
+    arm: str,
+    readings: tuple[str, str],
+) -> str | None:
     """A follow-up's answer line (None before its first pair of runs): its design and
     completeness, `arm` (`label`) minus MLE with the seed interval and McNemar p, and its reading
     once all of its runs are in."""
@@ -684,39 +1028,67 @@ def _followup_line(rec: Records, grid: str, label: str, title: str, design: str,
     c = state["comparison"]
     if c is None:
         return None
-    line = (f"- **{title}** ({design}; " + ("complete" if not state["missing"] else _interim_runs(state)) + "): "
-            f"{arm} minus MLE {_pp(c['mean_diff'])} points{_seed_ci(c)}, McNemar p {_p(c['mcnemar_p_holm'])}")
+    line = (
+        f"- **{title}** ({design}; "
+        + ("complete" if not state["missing"] else _interim_runs(state))
+        + f"): {arm} minus MLE {_pp(c['mean_diff'])} points{_seed_ci(c)}, McNemar p"
+        f" {_p(c['mcnemar_p_holm'])}"
+    )
     return _reading_end(line, state, readings)
 
 
 def followup_answer(rec: Records) -> list[str]:
     """The follow-up's line of the answer block (none before its first pair of runs)."""
-    line = _followup_line(rec, ALPHA_GRID, "del-a0.03", "Follow-up on the pretrained model, a tenth of the alpha",
-                          "pre-registered, 4 seeds on another CPU", "DEL alpha 0.03", ALPHA_READINGS)
+    line = _followup_line(
+        rec,
+        ALPHA_GRID,
+        "del-a0.03",
+        "Follow-up on the pretrained model, a tenth of the alpha",
+        "pre-registered, 4 seeds on another CPU",
+        "DEL alpha 0.03",
+        ALPHA_READINGS,
+    )
     if line is None:
         return []
     control = _followup_state(rec, REPLICATE_GRID, "del-a0.3")
     k = control["comparison"]
     if k is not None:
-        line = _reading_end(line + " Its control, DEL alpha 0.3 on that machine"
-                            + ("" if not control["missing"] else f" ({_interim_runs(control)})")
-                            + f": {_pp(k['mean_diff'])} points{_seed_ci(k)}, McNemar p {_p(k['mcnemar_p_holm'])}",
-                            control, REPLICATE_READINGS)
+        line = _reading_end(
+            line
+            + " Its control, DEL alpha 0.3 on that machine"
+            + ("" if not control["missing"] else f" ({_interim_runs(control)})")
+            + f": {_pp(k['mean_diff'])} points{_seed_ci(k)}, McNemar p {_p(k['mcnemar_p_holm'])}",
+            control,
+            REPLICATE_READINGS,
+        )
     return [line]
 
 
 def seeds_answer(rec: Records) -> list[str]:
     """The four-more-seeds line of the answer block: the fresh seeds' McNemar, then the 8 pairs'
     sign-flip test (none before the first fresh pair)."""
-    line = _followup_line(rec, FRESH_GRID, "del-a0.3", "Four more seeds of the pretrained comparison",
-                          "pre-registered, seeds 4-7 on the follow-up's CPU", "DEL alpha 0.3", FRESH_READINGS)
+    line = _followup_line(
+        rec,
+        FRESH_GRID,
+        "del-a0.3",
+        "Four more seeds of the pretrained comparison",
+        "pre-registered, seeds 4-7 on the follow-up's CPU",
+        "DEL alpha 0.3",
+        FRESH_READINGS,
+    )
     if line is None:
         return []
     pooled = _followup_state(rec, SEEDS8_GRID, "del-a0.3")
     k = pooled["comparison"]
     if k is not None and len(k["seeds"]) > 4:
-        line = _reading_end(line + f" Over the {len(k['seeds'])} seed pairs on that CPU: {_pp(k['mean_diff'])} points"
-                            f"{_seed_ci(k)}, sign-flip p {_p(k['sign_flip_p'])}", pooled, SEEDS8_READINGS, test="sign_flip_p")
+        line = _reading_end(
+            line
+            + f" Over the {len(k['seeds'])} seed pairs on that CPU: {_pp(k['mean_diff'])} points"
+            f"{_seed_ci(k)}, sign-flip p {_p(k['sign_flip_p'])}",
+            pooled,
+            SEEDS8_READINGS,
+            test="sign_flip_p",
+        )
     return [line]
 
 
@@ -744,7 +1116,12 @@ def summary_markdown_lines(summary: dict[str, Any]) -> list[str]:
     """numloss.compare.pretrained.summary_markdown's tables, the held-out set named in words."""
     from numloss.compare.pretrained import summary_markdown
 
-    return summary_markdown(summary).rstrip("\n").replace("### heldout", "Held-out problems (1,000):").splitlines()
+    return (
+        summary_markdown(summary)
+        .rstrip("\n")
+        .replace("### heldout", "Held-out problems (1,000):")
+        .splitlines()
+    )
 
 
 # -- the addition grid ----------------------------------------------------------------------------
@@ -753,19 +1130,40 @@ def _add_state(rec: Records) -> list[dict[str, Any]]:
 
 
 def add_paired(rec: Records) -> list[str]:
-    head = ["arm", "learnt", "MLE learnt", "difference in share [95 % CI]", "Fisher p", "detectable share",
-            "log-rank p", "stratified log-rank p", "McNemar (arm only / MLE only), p",
-            "exact match arm - MLE, paired [95 % CI]", "detectable"]
+    head = [
+        "arm",
+        "learnt",
+        "MLE learnt",
+        "difference in share [95 % CI]",
+        "Fisher p",
+        "detectable share",
+        "log-rank p",
+        "stratified log-rank p",
+        "McNemar (arm only / MLE only), p",
+        "exact match arm - MLE, paired [95 % CI]",
+        "detectable",
+    ]
     rows = []
     for r in _add_state(rec):
         em = r["exact_match"]
-        rows.append([
-            f"`{r['arm']}`", f"{r['learnt']} of {r['runs']}", f"{r['baseline_learnt']} of {r['baseline_runs']}",
-            f"{_f(100 * r['share_difference'], '{:.0f}', True)} {_ci(100 * r['share_ci'][0], 100 * r['share_ci'][1], '{:.0f}')}",
-            _p(r["fisher_p"]), f"{100 * r['detectable_share']:.0f} %", _p(r["logrank_p"]), _p(r["stratified_logrank_p"]),
-            f"{r['only_arm']} / {r['only_baseline']}, {_p(r['mcnemar_p'])}",
-            f"{_f(em.mean, '{:.1f}', True)} {_ci(*em.ci)}", f"{r['exact_match_mde']:.0f}",
-        ])
+        rows.append(
+            [
+                f"`{r['arm']}`",
+                f"{r['learnt']} of {r['runs']}",
+                f"{r['baseline_learnt']} of {r['baseline_runs']}",
+                (
+                    f"{_f(100 * r['share_difference'], '{:.0f}', True)}"
+                    f" {_ci(100 * r['share_ci'][0], 100 * r['share_ci'][1], '{:.0f}')}"
+                ),
+                _p(r["fisher_p"]),
+                f"{100 * r['detectable_share']:.0f} %",
+                _p(r["logrank_p"]),
+                _p(r["stratified_logrank_p"]),
+                f"{r['only_arm']} / {r['only_baseline']}, {_p(r['mcnemar_p'])}",
+                f"{_f(em.mean, '{:.1f}', True)} {_ci(*em.ci)}",
+                f"{r['exact_match_mde']:.0f}",
+            ]
+        )
     return _table(head, rows) + ["", machine(rec.add)]
 
 
@@ -776,30 +1174,45 @@ def add_facts(rec: Records) -> list[str]:
     cpu = [r["seconds"]["cpu"] for r in records]
     mle = [endpoint_value(r, "exact_match") for r in rec.add["mle"].values()]
     mle_learnt = [rec.add["mle"][s]["learning"]["learnt"] for s in range(4)]
-    learnt_on = {label: sum(rec.add[label][s]["learning"]["learnt"] for s in range(4)) for label in ("mle",) + DEMO_ARMS}
+    learnt_on = {
+        label: sum(rec.add[label][s]["learning"]["learnt"] for s in range(4))
+        for label in ("mle",) + DEMO_ARMS
+    }
     counts = {label: len(seeds) for label, seeds in rec.add.items()}
     most = max(counts.values())
     return [
-        f"{len(counts)} objectives: {', '.join(f'`{k}`' for k, v in counts.items() if v == most)} with {most} seeds, "
-        f"the other {sum(v < most for v in counts.values())} with {min(counts.values())}, all on one machine. "
-        f"Over the {len(records)} runs, the {len(learnt)} that learnt score {min(learnt):.1f}-{max(learnt):.1f} % "
-        f"on the 2,000 test items and the {len(other)} that did not {min(other):.1f}-{max(other):.1f} %: the ranges "
-        f"overlap (the 200-item check slice is noisier than the test set), so learnt-or-not is a threshold on a "
-        f"continuum, not a gap. MLE's per-seed exact match has SD {statistics.stdev(mle):.1f} points over "
-        f"{len(mle)} seeds. A run took {min(cpu):.1f}-{max(cpu):.1f} s of CPU (one thread; less when it learnt early)."
-        f" Seeds 0-3, the demo's, are easy ones for MLE: {sum(mle_learnt)} of 4 learnt, against "
-        f"{sum(r['learning']['learnt'] for r in rec.add['mle'].values())} of {len(mle)} over all seeds; on them DEL "
-        f"alpha 0.3 learnt in {learnt_on['del-a0.3']} of 4 and NTL-WAS in {learnt_on['ntl-was']} of 4.",
+        (
+            f"{len(counts)} objectives:"
+            f" {', '.join(f'`{k}`' for k, v in counts.items() if v == most)} with {most} seeds, the"
+            f" other {sum(v < most for v in counts.values())} with {min(counts.values())}, all on"
+            f" one machine. Over the {len(records)} runs, the {len(learnt)} that learnt score"
+            f" {min(learnt):.1f}-{max(learnt):.1f} % on the 2,000 test items and the {len(other)}"
+            f" that did not {min(other):.1f}-{max(other):.1f} %: the ranges overlap (the 200-item"
+            " check slice is noisier than the test set), so learnt-or-not is a threshold on a"
+            f" continuum, not a gap. MLE's per-seed exact match has SD {statistics.stdev(mle):.1f}"
+            f" points over {len(mle)} seeds. A run took {min(cpu):.1f}-{max(cpu):.1f} s of CPU (one"
+            " thread; less when it learnt early). Seeds 0-3, the demo's, are easy ones for MLE:"
+            f" {sum(mle_learnt)} of 4 learnt, against"
+            f" {sum(r['learning']['learnt'] for r in rec.add['mle'].values())} of {len(mle)} over"
+            f" all seeds; on them DEL alpha 0.3 learnt in {learnt_on['del-a0.3']} of 4 and NTL-WAS"
+            f" in {learnt_on['ntl-was']} of 4."
+        ),
     ]
 
 
 # -- chunked numbers ------------------------------------------------------------------------------
 def _chunked_rows(runs: dict[str, dict[int, dict[str, Any]]]) -> list[list[str]]:
     rows = []
-    base = [Outcome(int(r["learning"]["step"]), bool(r["learning"]["learnt"])) for r in runs["mle"].values()]
+    base = [
+        Outcome(int(r["learning"]["step"]), bool(r["learning"]["learnt"]))
+        for r in runs["mle"].values()
+    ]
     for label in ["mle"] + [label for label in runs if label != "mle"]:
         seeds = runs[label]
-        outcomes = [Outcome(int(r["learning"]["step"]), bool(r["learning"]["learnt"])) for r in seeds.values()]
+        outcomes = [
+            Outcome(int(r["learning"]["step"]), bool(r["learning"]["learnt"]))
+            for r in seeds.values()
+        ]
         em = [endpoint_value(r, "exact_match") for r in seeds.values()]
         threshold = next(iter(seeds.values()))["learning"]["threshold"]
         if label == "mle":
@@ -807,19 +1220,47 @@ def _chunked_rows(runs: dict[str, dict[int, dict[str, Any]]]) -> list[list[str]]
         else:
             pair = [outcomes, base]
             paired = paired_analysis(runs, "mle", [label], endpoints=[ENDPOINTS[0]])[0]
-            tests = [_p(logrank(pair)), _p(logrank_exact_p(pair)),
-                     f"{_f(paired.test.mean, '{:.1f}', True)} {_ci(*paired.test.ci)}"]
-        rows.append([f"`{label}`", str(len(outcomes)), f"{sum(o.learnt for o in outcomes)} (>= {100 * threshold:.0f} %)",
-                     f"{median_steps(outcomes):.0f}" if math.isfinite(median_steps(outcomes)) else "> 3200",
-                     f"{statistics.fmean(em):.1f} ± {statistics.stdev(em):.1f}", *tests])
+            tests = [
+                _p(logrank(pair)),
+                _p(logrank_exact_p(pair)),
+                f"{_f(paired.test.mean, '{:.1f}', True)} {_ci(*paired.test.ci)}",
+            ]
+        rows.append(
+            [
+                f"`{label}`",
+                str(len(outcomes)),
+                f"{sum(o.learnt for o in outcomes)} (>= {100 * threshold:.0f} %)",
+                f"{median_steps(outcomes):.0f}"
+                if math.isfinite(median_steps(outcomes))
+                else "> 3200",
+                f"{statistics.fmean(em):.1f} ± {statistics.stdev(em):.1f}",
+                *tests,
+            ]
+        )
     return rows
 
 
 def chunked(rec: Records) -> list[str]:
-    head = ["objective", "runs", "learnt", "median steps", "exact match %", "log-rank p (chi-square)", "log-rank p (exact)",
-            "exact match - MLE, paired [95 % CI]"]
-    lines = ["Three-digit addition, numbers in chunks of up to 3 digits:", ""] + _table(head, _chunked_rows(rec.chunked))
-    lines += ["", machine(rec.chunked), "", "Two-digit addition, same tokenizer (graded: runs train to the end):", ""]
+    head = [
+        "objective",
+        "runs",
+        "learnt",
+        "median steps",
+        "exact match %",
+        "log-rank p (chi-square)",
+        "log-rank p (exact)",
+        "exact match - MLE, paired [95 % CI]",
+    ]
+    lines = ["Three-digit addition, numbers in chunks of up to 3 digits:", ""] + _table(
+        head, _chunked_rows(rec.chunked)
+    )
+    lines += [
+        "",
+        machine(rec.chunked),
+        "",
+        "Two-digit addition, same tokenizer (graded: runs train to the end):",
+        "",
+    ]
     lines += _table(head, _chunked_rows(rec.chunked2)) + ["", machine(rec.chunked2)]
     return lines
 
@@ -829,7 +1270,8 @@ CENTERED_GRID = "compare-smollm2-words-centered"
 GENTLE_GRID = "compare-smollm2-words-gentle"
 #: each grid's primary comparisons (arm, against), Holm over them, and the one reported beside
 #: them (not in the Holm family), as fixed in its design
-GRID_COMPARISONS = item_paired.DESIGNS  # the designs' comparisons (numloss.compare.item_paired; the demo reads them too)
+# the designs' comparisons (numloss.compare.item_paired; the demo reads them too)
+GRID_COMPARISONS = item_paired.DESIGNS
 
 
 def _three_arm_state(rec: Records, grid: str) -> dict[str, Any]:
@@ -839,12 +1281,22 @@ def _three_arm_state(rec: Records, grid: str) -> dict[str, Any]:
     compare, found, summary = rec.pretrained_grid(grid)
     planned = [(spec.label, seed) for seed in compare.seeds for spec in compare.objectives]
     missing = [f"{label}-s{seed}" for label, seed in planned if seed not in found.get(label, {})]
-    bits = {label: {seed: r["evaluation"]["heldout"]["items"] for seed, r in runs.items()}
-            for label, runs in found.items()}
+    bits = {
+        label: {seed: r["evaluation"]["heldout"]["items"] for seed, r in runs.items()}
+        for label, runs in found.items()
+    }
     primary, beside = GRID_COMPARISONS[grid]
     comparisons = item_paired.design_comparisons(bits, primary, beside)
-    return {"compare": compare, "found": found, "summary": summary, "planned": planned, "missing": missing,
-            "comparisons": comparisons, "primary": primary, "complete": not missing}
+    return {
+        "compare": compare,
+        "found": found,
+        "summary": summary,
+        "planned": planned,
+        "missing": missing,
+        "comparisons": comparisons,
+        "primary": primary,
+        "complete": not missing,
+    }
 
 
 def _grid_reading(arm: str, against: str, c: dict[str, Any]) -> str:
@@ -869,8 +1321,15 @@ def _without_versus_mle(lines: list[str]) -> list[str]:
     return out
 
 
-WHY_HEAD = ["arm", "seeds", "exact match (%)", "digit entropy (nats)", "answer NLL (nats)", "last pushdown share",
-            "last digit logit mean"]
+WHY_HEAD = [
+    "arm",
+    "seeds",
+    "exact match (%)",
+    "digit entropy (nats)",
+    "answer NLL (nats)",
+    "last pushdown share",
+    "last digit logit mean",
+]
 
 
 def why_rows(found: dict[str, dict[int, dict[str, Any]]]) -> list[list[str]]:
@@ -888,31 +1347,50 @@ def why_rows(found: dict[str, dict[int, dict[str, Any]]]) -> list[list[str]]:
             continue
         heldout = [r["evaluation"]["heldout"] for r in seeds.values()]
         curves = [r.get("curve") or {} for r in seeds.values()]
-        rows.append([f"`{label}`", str(len(seeds)), f"{100 * statistics.fmean(h['exact_match'] for h in heldout):.1f}",
-                     mean([h["digit_entropy"] for h in heldout if "digit_entropy" in h]),
-                     mean([h["answer_nll"] for h in heldout if "answer_nll" in h]),
-                     mean([c["pushdown_share"][-1] for c in curves if c.get("pushdown_share")]),
-                     mean([c["digit_logit_mean"][-1] for c in curves if c.get("digit_logit_mean")])])
+        rows.append(
+            [
+                f"`{label}`",
+                str(len(seeds)),
+                f"{100 * statistics.fmean(h['exact_match'] for h in heldout):.1f}",
+                mean([h["digit_entropy"] for h in heldout if "digit_entropy" in h]),
+                mean([h["answer_nll"] for h in heldout if "answer_nll" in h]),
+                mean([c["pushdown_share"][-1] for c in curves if c.get("pushdown_share")]),
+                mean([c["digit_logit_mean"][-1] for c in curves if c.get("digit_logit_mean")]),
+            ]
+        )
     return rows
 
 
 def why_table(found: dict[str, dict[int, dict[str, Any]]]) -> list[str]:
     """`why_rows` as a table with its caption."""
-    return ["Why, per arm (means over seeds; digit entropy and NLL teacher-forced on the held-out answers):", ""] + _table(
-        WHY_HEAD, why_rows(found))
+    return [
+        (
+            "Why, per arm (means over seeds; digit entropy and NLL teacher-forced on the held-out"
+            " answers):"
+        ),
+        "",
+    ] + _table(WHY_HEAD, why_rows(found))
 
 
 def _comparison_rows(state: dict[str, Any]) -> list[str]:
-    rows = ["| comparison | diff (pp) | 95 % CI, seeds (pp) | sign-flip p | b / c | McNemar p | Holm p | MDE items / seeds (pp) |",
-            "|---|---|---|---|---|---|---|---|"]
+    rows = [
+        (
+            "| comparison | diff (pp) | 95 % CI, seeds (pp) | sign-flip p | b / c | McNemar p |"
+            " Holm p | MDE items / seeds (pp) |"
+        ),
+        "|---|---|---|---|---|---|---|---|",
+    ]
     for (arm, against), c in state["comparisons"].items():
         one_seed = len(c["seeds"]) < 2
         rows.append(
-            f"| {arm} vs {against} | {100 * c['mean_diff']:+.1f} | "
-            f"{'n/a (1 seed)' if one_seed else _ci(100 * c['ci95'][0], 100 * c['ci95'][1])} | "
-            f"{'n/a' if one_seed else _p(c['sign_flip_p'])} | {c['b']} / {c['c']} | {_p(c['mcnemar_p'])} | "
-            f"{_p(c['mcnemar_p_holm']) if 'mcnemar_p_holm' in c else 'beside (not in Holm)'} | "
-            f"{100 * c['mde_items']:.1f} / {'n/a' if one_seed else format(100 * c['mde_seeds'], '.1f')} |")
+            f"| {arm} vs {against} | {100 * c['mean_diff']:+.1f} |"
+            f" {'n/a (1 seed)' if one_seed else _ci(100 * c['ci95'][0], 100 * c['ci95'][1])} |"
+            f" {'n/a' if one_seed else _p(c['sign_flip_p'])} | {c['b']} / {c['c']} |"
+            f" {_p(c['mcnemar_p'])} |"
+            f" {_p(c['mcnemar_p_holm']) if 'mcnemar_p_holm' in c else 'beside (not in Holm)'} |"
+            f" {100 * c['mde_items']:.1f} /"
+            f" {'n/a' if one_seed else format(100 * c['mde_seeds'], '.1f')} |"
+        )
     return rows
 
 
@@ -924,19 +1402,34 @@ def three_arm_grid(rec: Records, grid: str) -> list[str]:
     done = len(planned) - len(missing)
     if not state["found"]:
         return [f"**0 of {len(planned)} runs recorded.**"]
-    lines = [f"**{done} of {len(planned)} runs recorded"
-             + (", complete.**" if not missing else f"; left: {len(missing)} runs: an interim result, no verdict.**"), ""]
+    lines = [
+        f"**{done} of {len(planned)} runs recorded"
+        + (
+            ", complete.**"
+            if not missing
+            else f"; left: {len(missing)} runs: an interim result, no verdict.**"
+        ),
+        "",
+    ]
     if state["complete"]:
         for arm, against in state["primary"]:
             c = state["comparisons"][(arm, against)]
-            lines.append(f"- `{arm}` vs `{against}`: {_pp(c['mean_diff'])} points, McNemar Holm p "
-                         f"{_p(c['mcnemar_p_holm'])}: **{_grid_reading(arm, against, c)}**.")
+            lines.append(
+                f"- `{arm}` vs `{against}`: {_pp(c['mean_diff'])} points, McNemar Holm p "
+                f"{_p(c['mcnemar_p_holm'])}: **{_grid_reading(arm, against, c)}**."
+            )
         lines.append("")
     lines += _without_versus_mle(summary_markdown_lines(state["summary"]))
     lines += [""] + why_table(state["found"])
     if state["comparisons"]:
-        lines += ["", "The comparisons of the design (McNemar on item verdicts, seeds as strata; Holm over the primary two):",
-                  ""] + _comparison_rows(state)
+        lines += [
+            "",
+            (
+                "The comparisons of the design (McNemar on item verdicts, seeds as strata; Holm"
+                " over the primary two):"
+            ),
+            "",
+        ] + _comparison_rows(state)
     return lines + ["", machine(state["found"])]
 
 
@@ -951,8 +1444,14 @@ def diagnostics_figure(rec: Records, path: Path = DIAGNOSTICS_FIGURE) -> Path | 
     their mean over seeds (thick), MLE, raw and centred DEL. None (nothing drawn) before any run
     with the diagnostics is recorded."""
     found = rec.pretrained_grid(CENTERED_GRID)[1]
-    curves = {label: [r["curve"] for r in found.get(label, {}).values() if "pushdown_share" in r.get("curve", {})]
-              for label, _ in DIAGNOSTIC_ARMS}
+    curves = {
+        label: [
+            r["curve"]
+            for r in found.get(label, {}).values()
+            if "pushdown_share" in r.get("curve", {})
+        ]
+        for label, _ in DIAGNOSTIC_ARMS
+    }
     if not any(curves.values()):
         return None
     import matplotlib
@@ -961,8 +1460,10 @@ def diagnostics_figure(rec: Records, path: Path = DIAGNOSTICS_FIGURE) -> Path | 
     import matplotlib.pyplot as plt
 
     fig, axes = plt.subplots(1, 2, figsize=(9, 3.4))
-    for ax, key, title in ((axes[0], "digit_logit_mean", "mean raw digit logit at digit targets"),
-                           (axes[1], "pushdown_share", "share of digit positions DEL's term pushes down")):
+    for ax, key, title in (
+        (axes[0], "digit_logit_mean", "mean raw digit logit at digit targets"),
+        (axes[1], "pushdown_share", "share of digit positions DEL's term pushes down"),
+    ):
         for label, colour in DIAGNOSTIC_ARMS:
             runs = curves[label]
             for curve in runs:
@@ -971,20 +1472,30 @@ def diagnostics_figure(rec: Records, path: Path = DIAGNOSTICS_FIGURE) -> Path | 
                 steps = runs[0]["step"]
                 same = [c[key] for c in runs if c["step"] == steps]
                 mean = [sum(values) / len(values) for values in zip(*same, strict=True)]
-                ax.plot(steps, mean, color=colour, lw=2, label=f"{label} ({len(runs)} seed{'s' * (len(runs) > 1)})")
+                ax.plot(
+                    steps,
+                    mean,
+                    color=colour,
+                    lw=2,
+                    label=f"{label} ({len(runs)} seed{'s' * (len(runs) > 1)})",
+                )
         ax.set_xlabel("training step")
         ax.set_title(title, fontsize=9)
     axes[0].axhline(0, color="black", lw=0.8)
     axes[1].axhline(0.5, color="black", lw=0.8, ls="--")
     axes[1].set_ylim(-0.02, 1.02)
     axes[0].legend(fontsize=8, frameon=False)
-    fig.suptitle("SmolLM2-135M-Instruct, LoRA lr 1e-3 (grid a): for MLE, what raw DEL's term would do at its logits",
-                 fontsize=9)
+    fig.suptitle(
+        "SmolLM2-135M-Instruct, LoRA lr 1e-3 (grid a): for MLE, what raw DEL's term would do at its"
+        " logits",
+        fontsize=9,
+    )
     return _save_figure(fig, path)
 
 
 def centered_grid(rec: Records) -> list[str]:
-    """docs/results-pretrained.md's grid a: centred DEL beside MLE and raw DEL, the recorded recipe."""
+    """docs/results-pretrained.md's grid a: centred DEL beside MLE and raw DEL, the recorded
+    recipe."""
     return three_arm_grid(rec, CENTERED_GRID)
 
 
@@ -998,17 +1509,22 @@ def _interim(state: dict[str, Any]) -> str:
 
 
 def _versus(c: dict[str, Any], arm: str, against: str) -> str:
-    return (f"{arm} minus {against} {_pp(c['mean_diff'])} points{_seed_ci(c)}, McNemar Holm p {_p(c['mcnemar_p_holm'])}"
-            f" (the items detect {100 * c['mde_items']:.1f}"
-            + (f", the seeds {100 * c['mde_seeds']:.1f})" if len(c["seeds"]) >= 2 else ")"))
+    return (
+        f"{arm} minus {against} {_pp(c['mean_diff'])} points{_seed_ci(c)}, McNemar Holm p"
+        f" {_p(c['mcnemar_p_holm'])} (the items detect {100 * c['mde_items']:.1f}"
+        + (f", the seeds {100 * c['mde_seeds']:.1f})" if len(c["seeds"]) >= 2 else ")")
+    )
 
 
 def centered_answer(rec: Records) -> list[str]:
     """The answer's lines on the shift-invariant DEL: grid a (same recipe), grid b (gentler)."""
     lines = []
     a = _three_arm_state(rec, CENTERED_GRID)
-    head = ("- **Does centring DEL's sigmoid remove the harm?** (the same recipe in float32 on an AVX2 CPU, MLE and raw DEL "
-            f"run again beside centred DEL alpha 0.3; pre-registered, 8 seeds; {_interim(a)}): ")
+    head = (
+        "- **Does centring DEL's sigmoid remove the harm?** (the same recipe in float32 on an AVX2"
+        " CPU, MLE and raw DEL run again beside centred DEL alpha 0.3; pre-registered, 8 seeds;"
+        f" {_interim(a)}): "
+    )
     pair_mle, pair_raw = ("del-centered-a0.3", "mle"), ("del-centered-a0.3", "del-a0.3")
     if pair_mle not in a["comparisons"]:
         lines.append(head + "no seed with both arms recorded yet.")
@@ -1017,33 +1533,50 @@ def centered_answer(rec: Records) -> list[str]:
         if pair_raw in a["comparisons"]:
             text += "; " + _versus(a["comparisons"][pair_raw], "centred DEL", "raw DEL")
         if a["complete"]:
-            text += (f". **Against MLE: {_grid_reading(*pair_mle, a['comparisons'][pair_mle])}; against raw DEL: "
-                     f"{_grid_reading(*pair_raw, a['comparisons'][pair_raw])}.**")
+            text += (
+                f". **Against MLE: {_grid_reading(*pair_mle, a['comparisons'][pair_mle])}; against"
+                f" raw DEL: {_grid_reading(*pair_raw, a['comparisons'][pair_raw])}.**"
+            )
         else:
             text += ": no verdict until every run is in."
         lines.append(text)
     b = _three_arm_state(rec, GENTLE_GRID)
-    head = ("- **A gentler recipe, four changes at once** (against grid a: LoRA lr 2e-4 with warm-up instead of 1e-3, "
-            "200 steps instead of 100, held-out problems whose arithmetic fact no training problem has, and raw and "
-            "centred DEL at the released recipe's weight 1.28 instead of 0.3, so no one change can be named the cause; "
-            f"pre-registered, 8 seeds; {_interim(b)}): ")
-    shown = [(arm, against) for arm, against in GRID_COMPARISONS[GENTLE_GRID][0] if (arm, against) in b["comparisons"]]
+    head = (
+        "- **A gentler recipe, four changes at once** (against grid a: LoRA lr 2e-4 with warm-up"
+        " instead of 1e-3, 200 steps instead of 100, held-out problems whose arithmetic fact no"
+        " training problem has, and raw and centred DEL at the released recipe's weight 1.28"
+        " instead of 0.3, so no one change can be named the cause; pre-registered, 8 seeds;"
+        f" {_interim(b)}): "
+    )
+    shown = [
+        (arm, against)
+        for arm, against in GRID_COMPARISONS[GENTLE_GRID][0]
+        if (arm, against) in b["comparisons"]
+    ]
     if not shown:
         lines.append(head + "no seed with two arms recorded yet.")
     else:
         names = {"del-centered-a1.28": "centred DEL", "del-a1.28": "raw DEL", "mle": "MLE"}
-        text = head + "; ".join(_versus(b["comparisons"][pair], names[pair[0]], names[pair[1]]) for pair in shown)
+        text = head + "; ".join(
+            _versus(b["comparisons"][pair], names[pair[0]], names[pair[1]]) for pair in shown
+        )
         if b["complete"]:
-            readings = "; ".join(f"{names[arm]}: {_grid_reading(arm, against, b['comparisons'][(arm, against)])}"
-                                 for arm, against in shown)
+            readings = "; ".join(
+                f"{names[arm]}: {_grid_reading(arm, against, b['comparisons'][(arm, against)])}"
+                for arm, against in shown
+            )
             text += ". **" + readings[0].upper() + readings[1:] + ".**"
         else:
             text += ": no verdict until every run is in."
-        for arm, against in GRID_COMPARISONS[GENTLE_GRID][1]:  # beside the design's two: described, no verdict
+        # beside the design's two: described, no verdict
+        for arm, against in GRID_COMPARISONS[GENTLE_GRID][1]:
             if (arm, against) in b["comparisons"]:
                 c = b["comparisons"][(arm, against)]
-                text += (f" Beside them (outside Holm, no verdict pre-registered): {names[arm]} minus {names[against]} "
-                         f"{_pp(c['mean_diff'])} points{_seed_ci(c)}, McNemar p {_p(c['mcnemar_p'])}.")
+                text += (
+                    f" Beside them (outside Holm, no verdict pre-registered): {names[arm]} minus"
+                    f" {names[against]} {_pp(c['mean_diff'])} points{_seed_ci(c)}, McNemar p"
+                    f" {_p(c['mcnemar_p'])}."
+                )
         lines.append(text)
     return lines
 
@@ -1051,7 +1584,12 @@ def centered_answer(rec: Records) -> list[str]:
 # -- grid d: the dose-response of centred DEL (docs/results-pretrained.md) ------------------------
 DOSE_GRID = "compare-smollm2-words-dose"
 #: the arms of grid d's design, each tested one-sided ("helps") against MLE, Holm over the four
-DOSE_ARMS = ("del-centered-a0.03", "del-centered-a0.1", "del-centered-a0.3", "del-centered-detached-a0.3")
+DOSE_ARMS = (
+    "del-centered-a0.03",
+    "del-centered-a0.1",
+    "del-centered-a0.3",
+    "del-centered-detached-a0.3",
+)
 #: the trend test's doses in rank order: MLE is alpha 0; the last is grid b's centred DEL at 1.28
 DOSE_TREND = ("mle", "del-centered-a0.03", "del-centered-a0.1", "del-centered-a0.3")
 GENTLE_DOSE = "del-centered-a1.28"
@@ -1068,15 +1606,25 @@ def dose_state(rec: Records) -> dict[str, Any]:
     compare, found, _ = rec.pretrained_grid(DOSE_GRID)
     planned = [(spec.label, seed) for seed in compare.seeds for spec in compare.objectives]
     missing = [f"{label}-s{seed}" for label, seed in planned if seed not in found.get(label, {})]
-    bits = {label: {seed: r["evaluation"]["heldout"]["items"] for seed, r in runs.items()} for label, runs in found.items()}
+    bits = {
+        label: {seed: r["evaluation"]["heldout"]["items"] for seed, r in runs.items()}
+        for label, runs in found.items()
+    }
     tests: dict[str, dict[str, Any]] = {}
     for arm in DOSE_ARMS:
         if set(bits.get(arm, {})) & set(bits.get("mle", {})):
             c = item_paired.paired_comparison(bits[arm], bits["mle"])
-            c["mcnemar_helps_p"] = float(stats.binomtest(c["b"], c["b"] + c["c"], 0.5, alternative="greater").pvalue
-                                         ) if c["b"] + c["c"] else 1.0
+            c["mcnemar_helps_p"] = (
+                float(stats.binomtest(c["b"], c["b"] + c["c"], 0.5, alternative="greater").pvalue)
+                if c["b"] + c["c"]
+                else 1.0
+            )
             diffs = [p["diff"] for p in c["per_seed"]]
-            c["t_helps_p"] = float(stats.ttest_1samp(diffs, 0.0, alternative="greater").pvalue) if len(diffs) >= 2 else math.nan
+            c["t_helps_p"] = (
+                float(stats.ttest_1samp(diffs, 0.0, alternative="greater").pvalue)
+                if len(diffs) >= 2
+                else math.nan
+            )
             tests[arm] = c
     for key in ("mcnemar_helps_p", "t_helps_p"):
         present = [arm for arm in tests if math.isfinite(tests[arm][key])]
@@ -1090,27 +1638,44 @@ def dose_state(rec: Records) -> dict[str, Any]:
         if all(runs) and all(far):
             base = runs[0]["evaluation"]["heldout"]["exact_match"]
             ys = [r["evaluation"]["heldout"]["exact_match"] - base for r in runs]
-            ys.append(far[0]["evaluation"]["heldout"]["exact_match"] - far[1]["evaluation"]["heldout"]["exact_match"])
+            ys.append(
+                far[0]["evaluation"]["heldout"]["exact_match"]
+                - far[1]["evaluation"]["heldout"]["exact_match"]
+            )
             slopes[seed] = float(stats.linregress(range(len(ys)), ys).slope)
     trend = None
     if len(slopes) >= 2:
         values = list(slopes.values())
-        trend = {"seeds": sorted(slopes), "mean_slope": statistics.fmean(values),
-                 "p": float(stats.ttest_1samp(values, 0.0).pvalue)}
+        trend = {
+            "seeds": sorted(slopes),
+            "mean_slope": statistics.fmean(values),
+            "p": float(stats.ttest_1samp(values, 0.0).pvalue),
+        }
     detached = None
     if set(bits.get("del-centered-detached-a0.3", {})) & set(bits.get("del-centered-a0.3", {})):
-        detached = item_paired.paired_comparison(bits["del-centered-detached-a0.3"], bits["del-centered-a0.3"])
-    return {"found": found, "planned": planned, "missing": missing, "tests": tests, "trend": trend,
-            "detached": detached, "complete": not missing}
+        detached = item_paired.paired_comparison(
+            bits["del-centered-detached-a0.3"], bits["del-centered-a0.3"]
+        )
+    return {
+        "found": found,
+        "planned": planned,
+        "missing": missing,
+        "tests": tests,
+        "trend": trend,
+        "detached": detached,
+        "complete": not missing,
+    }
 
 
 def why_grids(rec: Records) -> list[str]:
     """docs/losses.md's why tables: per arm of grids a, b and d, what each scores beside what its
     term does to the digit distribution."""
     lines: list[str] = []
-    for grid, title in ((CENTERED_GRID, "Grid a (LoRA lr 1e-3, 100 steps, alpha 0.3)"),
-                        (GENTLE_GRID, "Grid b (lr 2e-4, 200 steps, unseen facts, alpha 1.28)"),
-                        (DOSE_GRID, "Grid d (grid b's recipe, centred DEL at three weights and with p detached)")):
+    for grid, title in (
+        (CENTERED_GRID, "Grid a (LoRA lr 1e-3, 100 steps, alpha 0.3)"),
+        (GENTLE_GRID, "Grid b (lr 2e-4, 200 steps, unseen facts, alpha 1.28)"),
+        (DOSE_GRID, "Grid d (grid b's recipe, centred DEL at three weights and with p detached)"),
+    ):
         found = rec.pretrained_grid(grid)[1]
         lines += [f"**{title}**:" + (" no run recorded yet." if not found else ""), ""]
         if found:
@@ -1125,75 +1690,149 @@ def dose_reading(c: dict[str, Any]) -> str:
     if items and seeds:
         return "helps"
     if items:
-        return "the items favour it, the seeds do not show it beyond training randomness: not shown to help"
+        return (
+            "the items favour it, the seeds do not show it beyond training randomness: not shown to"
+            " help"
+        )
     return "did not help"
 
 
 def dose_grid(rec: Records) -> list[str]:
     """docs/results-pretrained.md's grid d: its runs, each arm's one-sided tests against MLE (Holm
-    over the arms), the why per arm, the trend over alpha and, once every run is in, the readings."""
+    over the arms), the why per arm, the trend over alpha and, once every run is in, the readings.
+    """
     state = dose_state(rec)
     planned, missing = state["planned"], state["missing"]
     if not state["found"]:
         return [f"**0 of {len(planned)} runs recorded.**"]
-    lines = [f"**{len(planned) - len(missing)} of {len(planned)} runs recorded"
-             + (", complete.**" if not missing else f"; left: {len(missing)} runs: an interim result, no verdict.**"), ""]
+    lines = [
+        f"**{len(planned) - len(missing)} of {len(planned)} runs recorded"
+        + (
+            ", complete.**"
+            if not missing
+            else f"; left: {len(missing)} runs: an interim result, no verdict.**"
+        ),
+        "",
+    ]
     rows = []
     for arm, c in state["tests"].items():
         one = len(c["seeds"]) < 2
-        rows.append([f"`{arm}`", str(len(c["seeds"])), _pp(c["mean_diff"]),
-                     "n/a (1 seed)" if one else _ci(100 * c["ci95"][0], 100 * c["ci95"][1]), f"{c['b']} / {c['c']}",
-                     _p(c.get("mcnemar_helps_p_holm", math.nan)), _p(c.get("t_helps_p_holm", math.nan)),
-                     f"{100 * c['mde_items']:.1f} / {'n/a' if one else format(100 * c['mde_seeds'], '.1f')}",
-                     dose_reading(c) if state["complete"] else "no verdict (interim)"])
+        rows.append(
+            [
+                f"`{arm}`",
+                str(len(c["seeds"])),
+                _pp(c["mean_diff"]),
+                "n/a (1 seed)" if one else _ci(100 * c["ci95"][0], 100 * c["ci95"][1]),
+                f"{c['b']} / {c['c']}",
+                _p(c.get("mcnemar_helps_p_holm", math.nan)),
+                _p(c.get("t_helps_p_holm", math.nan)),
+                f"{100 * c['mde_items']:.1f} / {'n/a' if one else format(100 * c['mde_seeds'], '.1f')}",  # noqa: E501
+                dose_reading(c) if state["complete"] else "no verdict (interim)",
+            ]
+        )
     if rows:
-        lines += ["Each arm against MLE, one-sided (helps), Holm over the four arms:", ""] + _table(
-            ["arm", "seeds", "diff (pp)", "95 % CI, seeds (pp)", "b / c", "McNemar p (Holm)", "t p (Holm)",
-             "MDE items / seeds (pp, two-sided)", "reading"], rows) + [""]
+        lines += (
+            ["Each arm against MLE, one-sided (helps), Holm over the four arms:", ""]
+            + _table(
+                [
+                    "arm",
+                    "seeds",
+                    "diff (pp)",
+                    "95 % CI, seeds (pp)",
+                    "b / c",
+                    "McNemar p (Holm)",
+                    "t p (Holm)",
+                    "MDE items / seeds (pp, two-sided)",
+                    "reading",
+                ],
+                rows,
+            )
+            + [""]
+        )
     lines += why_table(state["found"])
     trend, detached = state["trend"], state["detached"]
     if trend:
-        lines += ["", f"Beside them, the trend over alpha 0, 0.03, 0.1, 0.3 and 1.28 (grid b), per seed: mean slope "
-                  f"{100 * trend['mean_slope']:+.2f} points per dose step over {len(trend['seeds'])} seeds, two-sided t p "
-                  f"{_p(trend['p'])} (not in Holm)."]
+        lines += [
+            "",
+            (
+                "Beside them, the trend over alpha 0, 0.03, 0.1, 0.3 and 1.28 (grid b), per seed:"
+                f" mean slope {100 * trend['mean_slope']:+.2f} points per dose step over"
+                f" {len(trend['seeds'])} seeds, two-sided t p {_p(trend['p'])} (not in Holm)."
+            ),
+        ]
     if detached:
-        lines += ["", f"Beside them, detached minus attached centred DEL at 0.3: {_pp(detached['mean_diff'])} points"
-                  f"{_seed_ci(detached)}, McNemar p {_p(detached['mcnemar_p'])} (described, no verdict)."]
+        lines += [
+            "",
+            (
+                "Beside them, detached minus attached centred DEL at 0.3:"
+                f" {_pp(detached['mean_diff'])} points{_seed_ci(detached)}, McNemar p"
+                f" {_p(detached['mcnemar_p'])} (described, no verdict)."
+            ),
+        ]
     return lines + ["", machine(state["found"])]
 
 
 def dose_answer(rec: Records) -> list[str]:
     """The answer's line on grid d: interim counts, or the decision rule applied to every arm."""
     state = dose_state(rec)
-    head = ("- **Can any form of DEL help this model? A dose-response** (grid b's recipe; centred DEL at alpha 0.03, 0.1 "
-            "and 0.3, and at 0.3 with p held constant; MLE rerun on an AVX-512 CPU; pre-registered, 8 seeds, one-sided "
-            f"tests, Holm over the arms; {_interim(state)}): ")
+    head = (
+        "- **Can any form of DEL help this model? A dose-response** (grid b's recipe; centred DEL"
+        " at alpha 0.03, 0.1 and 0.3, and at 0.3 with p held constant; MLE rerun on an AVX-512"
+        f" CPU; pre-registered, 8 seeds, one-sided tests, Holm over the arms; {_interim(state)}): "
+    )
     if not state["tests"]:
         return [head + "no seed with an arm and MLE recorded yet."]
-    parts = [f"`{arm}` minus MLE {_pp(c['mean_diff'])} points{_seed_ci(c)}" for arm, c in state["tests"].items()]
+    parts = [
+        f"`{arm}` minus MLE {_pp(c['mean_diff'])} points{_seed_ci(c)}"
+        for arm, c in state["tests"].items()
+    ]
     if not state["complete"]:
         return [head + "; ".join(parts) + ": no verdict until every run is in."]
     readings = {arm: dose_reading(c) for arm, c in state["tests"].items()}
     helped = [arm for arm, reading in readings.items() if reading == "helps"]
-    verdict = (f"**{', '.join(helped)} helped.**" if helped else
-               "**No form of DEL tried helped this model at this recipe.**")
-    return [head + "; ".join(f"{part} ({readings[arm]})" for part, arm in zip(parts, state["tests"], strict=True))
-            + ". " + verdict]
+    verdict = (
+        f"**{', '.join(helped)} helped.**"
+        if helped
+        else "**No form of DEL tried helped this model at this recipe.**"
+    )
+    return [
+        head
+        + "; ".join(
+            f"{part} ({readings[arm]})" for part, arm in zip(parts, state["tests"], strict=True)
+        )
+        + ". "
+        + verdict
+    ]
 
 
 RENDERERS: dict[str, Callable[[Records], list[str]]] = {
-    "answer": answer, "mul-shape": mul_shape, "mul-plan": mul_plan, "mul-primary": mul_primary, "mul-secondary": mul_secondary,
-    "mul-runs": mul_runs, "add-paired": add_paired, "add-facts": add_facts, "chunked": chunked,
-    "pretrained": pretrained_result, "pretrained-grid": pretrained_grid, "readme-answer": answer,
-    "pretrained-alpha": alpha_followup, "pretrained-replicate": replicate_followup,
-    "pretrained-fresh": fresh_followup, "pretrained-seeds8": seeds8_followup,
-    "pretrained-centered": centered_grid, "pretrained-gentle": gentle_grid, "mul-centered": mul_centered_grid,
-    "pretrained-dose": dose_grid, "why": why_grids,
+    "answer": answer,
+    "mul-shape": mul_shape,
+    "mul-plan": mul_plan,
+    "mul-primary": mul_primary,
+    "mul-secondary": mul_secondary,
+    "mul-runs": mul_runs,
+    "add-paired": add_paired,
+    "add-facts": add_facts,
+    "chunked": chunked,
+    "pretrained": pretrained_result,
+    "pretrained-grid": pretrained_grid,
+    "readme-answer": answer,
+    "pretrained-alpha": alpha_followup,
+    "pretrained-replicate": replicate_followup,
+    "pretrained-fresh": fresh_followup,
+    "pretrained-seeds8": seeds8_followup,
+    "pretrained-centered": centered_grid,
+    "pretrained-gentle": gentle_grid,
+    "mul-centered": mul_centered_grid,
+    "pretrained-dose": dose_grid,
+    "why": why_grids,
 }
 
 
 def render(text: str, rec: Records | None = None) -> str:
-    """`text` with every results block rewritten from the records (unknown block names: an error)."""
+    """`text` with every results block rewritten from the records (unknown block names: an
+    error)."""
     rec = rec or Records()
 
     def replace(match: re.Match[str]) -> str:
@@ -1217,7 +1856,10 @@ def main(argv: list[str] | None = None) -> int:
         rendered = render(text, rec)
         if "--check" in args:
             if rendered != text:
-                print(f"{path}: numbers differ from the records; run python scripts/results_doc.py", file=sys.stderr)
+                print(
+                    f"{path}: numbers differ from the records; run python scripts/results_doc.py",
+                    file=sys.stderr,
+                )
                 status = 1
             else:
                 print(f"{path}: every generated block matches the records")

@@ -365,7 +365,7 @@ def test_score_outputs_reads_its_own_items_jsonl_of_a_synthetic_set_of_any_size_
     path = tmp_path / "items.jsonl"
     report = evaluate(Echo(), "synthetic:mix", results_file=path, limit=160, seed=seed, digit_stats=False, allow_unisolated=True)
     out, _ = ok(["--score-outputs", str(path), "--out", str(tmp_path / "scored"), "--allow-unisolated-exec"], capsys)
-    assert "(" + f"{report.scores['numloss']['synthetic:mix'].correct}/160)" in out
+    assert f"{report.scores['numloss']['synthetic:mix'].correct} of 160 right" in out
     again = score_outputs(path, allow_unisolated=True)
     ours, theirs = report.items["numloss"]["synthetic:mix"], again.items["numloss"]["synthetic:mix"]
     assert [(r.id, r.question, r.gold, r.correct) for r in theirs] == [(r.id, r.question, r.gold, r.correct) for r in ours]

@@ -284,7 +284,7 @@ def test_ipc_uts_and_open_files_are_the_sandboxs_own():
 
 
 def _evaluator_has_capability(number: int) -> bool:
-    with open("/proc/self/status") as f:
+    with open("/proc/self/status", encoding="utf-8") as f:
         effective = next(int(line.split()[1], 16) for line in f if line.startswith("CapEff:"))
     return bool(effective >> number & 1)
 
@@ -465,7 +465,7 @@ def test_the_wall_clock_holds_while_the_evaluator_is_frozen():
 
 def _uid(pid: str) -> int:
     try:
-        return next(int(line.split()[1]) for line in open(f"/proc/{pid}/status") if line.startswith("Uid:"))
+        return next(int(line.split()[1]) for line in open(f"/proc/{pid}/status", encoding="utf-8") if line.startswith("Uid:"))
     except (OSError, StopIteration):
         return -1
 

@@ -311,7 +311,7 @@ def _kernel_held_mib() -> float:
     """Shmem + SUnreclaim + VmallocUsed of the whole host, in MiB: where memfds, SysV shm, tmpfs
     pages, xattrs and semaphore sets sit, in no process's address space (noisy only by what else
     runs on the machine)."""
-    with open("/proc/meminfo") as f:
+    with open("/proc/meminfo", encoding="utf-8") as f:
         fields = {line.split(":")[0]: int(line.split()[1]) for line in f}
     return (fields["Shmem"] + fields["SUnreclaim"] + fields["VmallocUsed"]) / 1024
 

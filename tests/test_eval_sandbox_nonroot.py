@@ -189,7 +189,7 @@ def test_covers_on_a_synthetic_tree(tmp_path):
 @pytest.mark.skipif(os.geteuid() != 0, reason="only root can enter a mount namespace and become 65534")
 def test_enter_reaches_a_checkout_under_0700_folders_and_leaves_the_host_alone(tmp_path):
     t = _tree(tmp_path)
-    before = Path("/proc/self/mountinfo").read_text()
+    before = Path("/proc/self/mountinfo").read_text(encoding="utf-8")
     secret, locked = str(t["locked"] / "secret.txt"), str(t["locked"])
     check = ("import os, sys\n"
              "sys.path.insert(0, 'src'); import pkg\n"
@@ -202,7 +202,7 @@ def test_enter_reaches_a_checkout_under_0700_folders_and_leaves_the_host_alone(t
     assert done.stdout.split() == ["65534", "65534", "[]", "42", "['.hidden',", "'link',", "'src',", "'tests']",
                                    "False", "['pub']"]
     # on the host: nothing mounted, nothing of the tree changed
-    assert Path("/proc/self/mountinfo").read_text() == before
+    assert Path("/proc/self/mountinfo").read_text(encoding="utf-8") == before
     assert stat.S_IMODE(t["locked"].stat().st_mode) == 0o700 and stat.S_IMODE(t["repo"].stat().st_mode) == 0o700
     assert sorted(os.listdir(t["locked"])) == ["other", "pub", "secret.txt"]
 

@@ -23,13 +23,31 @@ from numloss.extras import load_on_first_use
 
 __version__ = "0.1.0"
 
-_LOSSES = ["LOSSES", "build_loss", "NumericLoss", "NumericLossOutput", "MLELoss", "DigitEntropyLoss",
-           "NumberTokenLossWAS", "NumberTokenLossMSE", "Dist2Loss", "MixCELoss", "EMOLoss"]
+_LOSSES = [
+    "LOSSES",
+    "build_loss",
+    "NumericLoss",
+    "NumericLossOutput",
+    "MLELoss",
+    "DigitEntropyLoss",
+    "NumberTokenLossWAS",
+    "NumberTokenLossMSE",
+    "Dist2Loss",
+    "MixCELoss",
+    "EMOLoss",
+]
 _DIGITS = ["DigitVocab", "DigitVocabError", "find_digits", "number_places", "place_weights"]
-__all__ = [*_DIGITS, "patch", "unpatch", *_LOSSES]  # test_imports: _LOSSES is numloss.losses.__all__
+# test_imports: _LOSSES is numloss.losses.__all__
+__all__ = [*_DIGITS, "patch", "unpatch", *_LOSSES]
 
 __getattr__, __dir__ = load_on_first_use(
-    __name__, {**dict.fromkeys(_DIGITS, "digits"), **dict.fromkeys(_LOSSES, "losses"), "patch": "patch", "unpatch": "patch"}
+    __name__,
+    {
+        **dict.fromkeys(_DIGITS, "digits"),
+        **dict.fromkeys(_LOSSES, "losses"),
+        "patch": "patch",
+        "unpatch": "patch",
+    },
 )
 
 

@@ -13,7 +13,13 @@ import os
 from pathlib import Path
 from typing import Any
 
-__all__ = ["write_bytes_atomic", "write_text_atomic", "write_json_atomic", "fsync_dir", "temporary_path"]
+__all__ = [
+    "write_bytes_atomic",
+    "write_text_atomic",
+    "write_json_atomic",
+    "fsync_dir",
+    "temporary_path",
+]
 
 
 def temporary_path(path: Path) -> Path:
@@ -39,7 +45,8 @@ def fsync_dir(folder: Path) -> None:
     except OSError as error:
         if error.errno in LOST_WRITE_ERRNOS:
             raise OSError(error.errno, error.strerror, str(folder)) from None
-        # some file systems refuse fsync on a folder (EINVAL, ENOTSUP); the rename itself is still atomic
+        # some file systems refuse fsync on a folder (EINVAL, ENOTSUP); the rename itself is still
+        # atomic
     finally:
         os.close(fd)
 
@@ -63,7 +70,11 @@ def write_bytes_atomic(path: str | Path, data: bytes) -> None:
             tmp.unlink()
         except OSError:
             pass  # never written, or already renamed
-        if isinstance(error, OSError) and error.errno is not None and error.filename in (None, str(tmp)):
+        if (
+            isinstance(error, OSError)
+            and error.errno is not None
+            and error.filename in (None, str(tmp))
+        ):
             # a failed write or fsync names no file, a failed rename the temporary: name the file
             # being written, which is what the user knows
             raise OSError(error.errno, error.strerror, str(path)) from None
@@ -82,13 +93,20 @@ def _json_default(value: Any) -> Any:
     raise TypeError(f"not JSON-serialisable: {type(value).__name__}")
 
 
-def write_json_atomic(path: str | Path, payload: Any, compact: bool = False, indent: int = 1,
-                      allow_nan: bool = True) -> None:
+def write_json_atomic(
+    path: str | Path, payload: Any, compact: bool = False, indent: int = 1, allow_nan: bool = True
+) -> None:
     """`payload` as JSON at `path`, atomically; `compact`: no whitespace and sorted keys (records
     kept in git: small, stable diffs); `allow_nan` False refuses NaN/inf (strict JSON). A payload
     that cannot be serialised raises before anything is written."""
     if compact:
-        text = json.dumps(payload, sort_keys=True, separators=(",", ":"), default=_json_default, allow_nan=allow_nan)
+        text = json.dumps(
+            payload,
+            sort_keys=True,
+            separators=(",", ":"),
+            default=_json_default,
+            allow_nan=allow_nan,
+        )
     else:
         text = json.dumps(payload, indent=indent, default=_json_default, allow_nan=allow_nan)
     write_text_atomic(path, text + "\n")

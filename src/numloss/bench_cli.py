@@ -23,8 +23,9 @@ def main(argv: list[str]) -> int:
     name, rest = argv[0], argv[1:]
     if name not in names:
         print(
-            f"numloss bench: no benchmark {name!r} in {BENCH_DIR}; available: {', '.join(names) or 'none'}. "
-            "The benchmarks live in the source checkout (git clone), not in an installed wheel.",
+            f"numloss bench: no benchmark {name!r} in {BENCH_DIR}; available:"
+            f" {', '.join(names) or 'none'}. The benchmarks live in the source checkout (git"
+            " clone), not in an installed wheel.",
             file=sys.stderr,
         )
         return 2

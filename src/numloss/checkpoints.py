@@ -28,8 +28,20 @@ FINAL_PARTIAL = "final.partial"
 FINAL_RECORD = "numloss_train.json"
 #: names numloss or the Trainer writes at the top of a run folder
 RUN_FILES = (
-    "config.yaml", "inputs.json", "log.csv", "log_history.json", "tensorboard", FINAL, FINAL_PARTIAL, "merged", "runs",
-    "trainer_state.json", "training_args.bin", "model.safetensors", "adapter_model.safetensors", "pytorch_model.bin",
+    "config.yaml",
+    "inputs.json",
+    "log.csv",
+    "log_history.json",
+    "tensorboard",
+    FINAL,
+    FINAL_PARTIAL,
+    "merged",
+    "runs",
+    "trainer_state.json",
+    "training_args.bin",
+    "model.safetensors",
+    "adapter_model.safetensors",
+    "pytorch_model.bin",
 )
 RUN_PATTERNS = ("checkpoint-*", "partial-checkpoint-*", "final-step-*", "config-before-*.yaml")
 
@@ -38,9 +50,13 @@ def write_marker(folder: Path, step: int) -> None:
     """Record every file of `folder` (size and SHA-256), atomically and last."""
     files: dict[str, dict[str, Any]] = {}
     for path in sorted(folder.rglob("*")):
-        # not the marker, nor a temporary file a killed earlier marking left (numloss.atomic's names)
+        # not the marker, nor a temporary file a killed earlier marking left (numloss.atomic's
+        # names)
         if path.is_file() and not path.name.startswith((MARKER, f".{MARKER}")):
-            files[str(path.relative_to(folder))] = {"size": path.stat().st_size, "sha256": sha256_file(path)}
+            files[str(path.relative_to(folder))] = {
+                "size": path.stat().st_size,
+                "sha256": sha256_file(path),
+            }
     write_json_atomic(folder / MARKER, {"step": step, "files": files})
 
 
@@ -127,7 +143,8 @@ def checkpoint_step(folder: Path) -> int:
 
 
 def newest_intact_checkpoint(output_dir: Path) -> tuple[Path | None, list[tuple[Path, str]]]:
-    """(the whole checkpoint with the highest step or None, [(newer damaged or partial one, why)])."""
+    """(the whole checkpoint with the highest step or None, [(newer damaged or partial one,
+    why)])."""
     if not output_dir.is_dir():
         return None, []
     folders = [f for f in output_dir.glob("checkpoint-*") if f.is_dir() and checkpoint_step(f) >= 0]
@@ -144,8 +161,14 @@ def rotate_checkpoints(output_dir: Path, keep: int | None) -> None:
     """Remove the oldest whole checkpoint-N folders beyond the newest `keep` (None: keep all)."""
     if keep is None:
         return
-    whole = sorted((f for f in output_dir.glob("checkpoint-*") if f.is_dir() and checkpoint_step(f) >= 0
-                    and (f / MARKER).is_file()), key=checkpoint_step)
+    whole = sorted(
+        (
+            f
+            for f in output_dir.glob("checkpoint-*")
+            if f.is_dir() and checkpoint_step(f) >= 0 and (f / MARKER).is_file()
+        ),
+        key=checkpoint_step,
+    )
     for folder in whole[:-keep]:
         shutil.rmtree(folder, ignore_errors=True)
 
@@ -166,7 +189,7 @@ def set_aside(folder: Path) -> Path:
     return target
 
 
-# -- final/ -------------------------------------------------------------------------------------------
+# -- final/ ----------------------------------------------------------------------------------------
 def begin_final(output_dir: Path) -> Path:
     """The empty folder the final model is written into (an earlier, interrupted one is removed:
     a final.partial/ without its marker is a torn copy of weights the run still has)."""

@@ -33,7 +33,8 @@ class ArgumentTypeError(ArgumentError, TypeError):
 
 
 def _short(value: Any) -> str:
-    if isinstance(value, int) and abs(value) >= 10**40:  # a huge integer: its size, not its 400 digits
+    # a huge integer: its size, not its 400 digits
+    if isinstance(value, int) and abs(value) >= 10**40:
         return f"an integer of about {int(value.bit_length() * 0.30103) + 1} digits"
     text = repr(value)
     return text if len(text) <= 60 else text[:57] + "..."
@@ -52,7 +53,9 @@ def check_bool(name: str, value: Any) -> bool:
     raise ArgumentTypeError(f"{name} must be True or False, got {shown(value)}: pass a bool")
 
 
-def _bounds(low: float | None, high: float | None, low_open: bool = False, high_open: bool = False) -> str:
+def _bounds(
+    low: float | None, high: float | None, low_open: bool = False, high_open: bool = False
+) -> str:
     def number(bound: float) -> str:
         return str(bound) if isinstance(bound, int) else f"{bound:g}"
 
@@ -70,11 +73,15 @@ def check_int(name: str, value: Any, low: int | None = None, high: int | None = 
     if isinstance(value, bool) or not isinstance(value, numbers.Integral):
         bounds = _bounds(low, high)
         raise ArgumentTypeError(
-            f"{name} must be an integer{' ' + bounds if bounds else ''}, got {shown(value)}: pass an int"
+            f"{name} must be an integer{' ' + bounds if bounds else ''}, got {shown(value)}: pass"
+            " an int"
         )
     number = int(value)
     if (low is not None and number < low) or (high is not None and number > high):
-        raise ArgumentError(f"{name} must be an integer {_bounds(low, high)}, got {_short(number)}: pass one in range")
+        raise ArgumentError(
+            f"{name} must be an integer {_bounds(low, high)}, got {_short(number)}: pass one in"
+            " range"
+        )
     return number
 
 
@@ -119,7 +126,9 @@ def check_str(name: str, value: Any, empty: bool = False) -> str:
     if not isinstance(value, str):
         raise ArgumentTypeError(f"{name} must be a string, got {shown(value)}: pass a str")
     if not empty and not value.strip():
-        raise ArgumentError(f"{name} must not be empty or blank, got {value!r}: pass a non-empty string")
+        raise ArgumentError(
+            f"{name} must not be empty or blank, got {value!r}: pass a non-empty string"
+        )
     return value
 
 
@@ -144,7 +153,9 @@ def check_path(name: str, value: Any, kind: PathKind = "any") -> Path:
     must not be a folder), "new_dir" (may be missing but must not be a file, nor lie under one),
     "any" (only the type)."""
     if isinstance(value, bytes) or not isinstance(value, (str, os.PathLike)) or value == "":
-        raise ArgumentTypeError(f"{name} must be a path (a non-empty str or Path), got {shown(value)}: pass a path")
+        raise ArgumentTypeError(
+            f"{name} must be a path (a non-empty str or Path), got {shown(value)}: pass a path"
+        )
     path = Path(value)
     if kind == "file":
         if path.is_dir():
@@ -161,7 +172,10 @@ def check_path(name: str, value: Any, kind: PathKind = "any") -> Path:
         for place in (path, *path.parents) if kind == "new_dir" else path.parents:
             if place.exists() and not place.is_dir():
                 where = "" if place == path else f", so {path} cannot be made under it"
-                raise ArgumentError(f"{name}: {place} is a file, not a folder{where}: pass another path (or move the file away)")
+                raise ArgumentError(
+                    f"{name}: {place} is a file, not a folder{where}: pass another path (or move"
+                    " the file away)"
+                )
             if place.exists():
                 break
     return path

@@ -17,14 +17,19 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
     "demo": ("numloss.demo", "the default offline comparison (what `make demo` runs)", "compare"),
     "train": ("numloss.train", "fine-tune a causal LM with any objective from a YAML config", "hf"),
     "eval": ("numloss.evaluate.cli", "evaluate a model on math benchmarks", "eval"),
-    "compare": ("numloss.compare", "train and evaluate one model per objective and seed", "compare"),
+    "compare": (
+        "numloss.compare",
+        "train and evaluate one model per objective and seed",
+        "compare",
+    ),
     "models": ("numloss.models.cli", "prepare the offline default models", "gguf"),
     "bench": ("numloss.bench_cli", "run the benchmarks in bench/", "hf"),
 }
 
 
 #: the address space below which torch cannot be imported at all (a 1 GiB `ulimit -v` fails inside
-#: its import, or aborts in a Rust library, with no line of ours); a dry run of the tiny model fits 2 GiB
+#: its import, or aborts in a Rust library, with no line of ours); a dry run of the tiny model fits
+#: 2 GiB
 MIN_ADDRESS_SPACE = 2 * 2**30
 
 
@@ -42,7 +47,13 @@ def _address_space_limit() -> int | None:
 def _usage() -> str:
     lines = ["usage: numloss <command> [options]", "", "commands:"]
     lines += [f"  {name:<9} {text}" for name, (_, text, _) in COMMANDS.items()]
-    lines += ["", "`numloss <command> --help` describes each command; `numloss --version` prints the version."]
+    lines += [
+        "",
+        (
+            "`numloss <command> --help` describes each command; `numloss --version` prints the"
+            " version."
+        ),
+    ]
     return "\n".join(lines)
 
 
@@ -62,14 +73,22 @@ def _dispatch(argv: list[str]) -> int:
     module_name, _, extra = COMMANDS[command]
     limit = _address_space_limit()
     if limit is not None and limit < MIN_ADDRESS_SPACE and not {"-h", "--help"} & set(rest):
-        print(f"numloss {command}: the address-space limit (ulimit -v) is {limit / 2**30:.1f} GiB; torch and its "
-              f"libraries need at least {MIN_ADDRESS_SPACE / 2**30:.0f} GiB to load: raise it (ulimit -v unlimited)", file=sys.stderr)
+        print(
+            f"numloss {command}: the address-space limit (ulimit -v) is {limit / 2**30:.1f} GiB;"
+            f" torch and its libraries need at least {MIN_ADDRESS_SPACE / 2**30:.0f} GiB to load:"
+            " raise it (ulimit -v unlimited)",
+            file=sys.stderr,
+        )
         return 2
     try:
         module = importlib.import_module(module_name)
         return int(module.main(rest) or 0)
     except MemoryError:
-        print(f"numloss {command}: out of memory (MemoryError); free memory or raise the limit (ulimit -v)", file=sys.stderr)
+        print(
+            f"numloss {command}: out of memory (MemoryError); free memory or raise the limit"
+            " (ulimit -v)",
+            file=sys.stderr,
+        )
         return 1
     except ModuleNotFoundError as error:
         line = explain(error, extra, f"numloss {command}")
@@ -92,7 +111,8 @@ class _Console:
     """sys.stdout that cannot fail a command whose work is done: the first write or flush that
     fails (a full disk behind `>/dev/full`, a descriptor gone) prints one line on stderr, and
     everything after it goes nowhere, so the interpreter's own flush at exit has nothing to fail
-    on. A closed pipe still raises BrokenPipeError (`numloss ... | head` ends quietly, status 141)."""
+    on. A closed pipe still raises BrokenPipeError (`numloss ... | head` ends quietly, status 141).
+    """
 
     def __init__(self, stream: io.TextIOBase) -> None:
         self._stream = stream
@@ -106,7 +126,10 @@ class _Console:
         except (OSError, ValueError):
             pass
         why = error.strerror if isinstance(error, OSError) and error.strerror else str(error)
-        print(f"numloss: stdout cannot be written ({why}); the results written to disk are complete", file=sys.stderr)
+        print(
+            f"numloss: stdout cannot be written ({why}); the results written to disk are complete",
+            file=sys.stderr,
+        )
 
     def write(self, text: str) -> int:
         if not self.lost:
@@ -139,7 +162,11 @@ def _in_utf8_mode() -> None:
     round-trips (surrogateescape), so paths with any Unicode work; the files are the same."""
     if sys.flags.utf8_mode or sys.getfilesystemencoding().lower().replace("-", "") == "utf8":
         return
-    os.execve(sys.executable, [sys.executable, "-X", "utf8", *sys.orig_argv[1:]], {**os.environ, "PYTHONUTF8": "1"})
+    os.execve(
+        sys.executable,
+        [sys.executable, "-X", "utf8", *sys.orig_argv[1:]],
+        {**os.environ, "PYTHONUTF8": "1"},
+    )
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -151,13 +178,15 @@ def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     _degrade_console()
     console = None
-    if isinstance(sys.stdout, io.TextIOWrapper):  # None when started with stdout closed (`>&-`): print() is a no-op
+    # None when started with stdout closed (`>&-`): print() is a no-op
+    if isinstance(sys.stdout, io.TextIOWrapper):
         console = sys.stdout = _Console(sys.stdout)  # type: ignore[assignment]
     try:
         status = _dispatch(argv)
-        if status == 130 and whole_process:  # interrupted, and said so: a further Ctrl-C (or one still
-            # pending for the exit handlers that join the workers' threads) ends the process as a signal
-            # does, with no traceback; an in-process caller keeps its own handler
+        # interrupted, and said so: a further Ctrl-C (or one still
+        if status == 130 and whole_process:
+            # pending for the exit handlers that join the workers' threads) ends the process as a
+            # signal does, with no traceback; an in-process caller keeps its own handler
             signal.signal(signal.SIGINT, signal.SIG_DFL)
         if console is not None:
             console.flush()
@@ -168,5 +197,6 @@ def main(argv: list[str] | None = None) -> int:
         os.dup2(devnull, sys.stdout.fileno())
         return 141  # 128 + SIGPIPE, what a shell reports for a command stopped by its pipe
     finally:
-        if console is not None and sys.stdout is console:  # an in-process caller gets its stream back
+        # an in-process caller gets its stream back
+        if console is not None and sys.stdout is console:
             sys.stdout = console._stream  # type: ignore[assignment]

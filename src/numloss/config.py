@@ -1,16 +1,17 @@
 """The training configuration: one dataclass tree, read from YAML, overridden from the command line.
 
-    config = load_config("configs/tiny.yaml", ["--objective.name", "del", "--train.max_steps", "20"])
+    config = load_config("configs/tiny.yaml", ["--objective.name", "del", "--train.max_steps",
+    "20"])
 
 Sections: `model`, `data`, `objective`, `train`, `lora`, and the top-level switch `fused`. The
 `train` section is `transformers.TrainingArguments` by its own names (`per_device_train_batch_size`,
 `gradient_accumulation_steps`, `learning_rate`, `lr_scheduler_type`, any other field of it). A key
 is written `section.field` on the command line (`--train.learning_rate 1e-4`), or bare where only
-one section has it (`--max_steps 20`); a value is read as YAML (`true`, `null`, `[q_proj, v_proj]`) and checked against the field's type by pydantic.
-The names of earlier releases (`train.batch_size`, `train.grad_accum`, ...: LEGACY_KEYS) still work
-and log one deprecation line naming the new key. Unknown keys, wrong types and missing files are
-`ConfigError`s raised here, before anything heavy is loaded. `describe_keys()` is the `--help` text.
-"""
+one section has it (`--max_steps 20`); a value is read as YAML (`true`, `null`, `[q_proj, v_proj]`)
+and checked against the field's type by pydantic. The names of earlier releases (`train.batch_size`,
+`train.grad_accum`, ...: LEGACY_KEYS) still work and log one deprecation line naming the new key.
+Unknown keys, wrong types and missing files are `ConfigError`s raised here, before anything heavy is
+loaded. `describe_keys()` is the `--help` text."""
 
 from __future__ import annotations
 
@@ -46,43 +47,77 @@ Seed = Annotated[int, Ge(0), Lt(2**32)]  # numpy takes 0 <= seed < 2**32
 
 def _f(default: Any, help: str, **kwargs: Any) -> Any:
     if isinstance(default, (list, dict)):
-        return field(default_factory=lambda: type(default)(default), metadata={"help": help}, **kwargs)
+        return field(
+            default_factory=lambda: type(default)(default), metadata={"help": help}, **kwargs
+        )
     return field(default=default, metadata={"help": help}, **kwargs)
 
 
 @dataclass
 class ModelConfig:
-    name: str = _f("tiny", "'tiny' (random char-level Llama), 'smollm2' (offline SmolLM2-135M-Instruct), a hub id or a local folder")
+    name: str = _f(
+        "tiny",
+        "'tiny' (random char-level Llama), 'smollm2' (offline SmolLM2-135M-Instruct), a hub id or a"
+        " local folder",
+    )
     revision: str | None = _f(None, "hub revision (branch, tag or commit) of a hub model")
-    dtype: Literal["auto", "float32", "bfloat16", "float16"] = _f("float32", "dtype of the loaded weights (float32 + train.bf16 = mixed precision)")
+    dtype: Literal["auto", "float32", "bfloat16", "float16"] = _f(
+        "float32", "dtype of the loaded weights (float32 + train.bf16 = mixed precision)"
+    )
     trust_remote_code: bool = _f(False, "allow a hub model's own modelling code")
-    attn_implementation: str | None = _f(None, "attention kernel: eager, sdpa, flash_attention_2 (None: transformers' choice)")
-    gradient_checkpointing: bool = _f(False, "recompute activations in backward (saves memory, costs time)")
+    attn_implementation: str | None = _f(
+        None, "attention kernel: eager, sdpa, flash_attention_2 (None: transformers' choice)"
+    )
+    gradient_checkpointing: bool = _f(
+        False, "recompute activations in backward (saves memory, costs time)"
+    )
     tiny_layers: Annotated[int, Ge(1), Le(64)] = _f(6, "tiny model: decoder layers")
     tiny_hidden: Annotated[int, Ge(1), Le(8192)] = _f(384, "tiny model: hidden width")
     tiny_heads: Annotated[int, Ge(1), Le(256)] = _f(6, "tiny model: attention heads")
-    tiny_digits_per_token: Literal[1, 3] = _f(1, "tiny model: 1 (one token per digit) or 3 (numbers in Llama-3-style chunks of 1-3 digits)")
-    cache_dir: str | None = _f(None, "numloss model cache for 'smollm2' (default $NUMLOSS_CACHE or ~/.cache/numloss)")
+    tiny_digits_per_token: Literal[1, 3] = _f(
+        1,
+        "tiny model: 1 (one token per digit) or 3 (numbers in Llama-3-style chunks of 1-3 digits)",
+    )
+    cache_dir: str | None = _f(
+        None, "numloss model cache for 'smollm2' (default $NUMLOSS_CACHE or ~/.cache/numloss)"
+    )
+
 
 @dataclass
 class DataConfig:
-    source: str = _f("synthetic:mix", "synthetic:NAME, gym:NAME, a .json/.jsonl file, a dataset folder or a HF dataset name")
-    num_examples: Count | None = _f(4000, "examples to generate (synthetic/gym) or to keep (files; null = all)")
+    source: str = _f(
+        "synthetic:mix",
+        "synthetic:NAME, gym:NAME, a .json/.jsonl file, a dataset folder or a HF dataset name",
+    )
+    num_examples: Count | None = _f(
+        4000, "examples to generate (synthetic/gym) or to keep (files; null = all)"
+    )
     seed: Seed = _f(0, "seed of the generated sets")
     split: str = _f("train", "split of a HF dataset")
     subset: str | None = _f(None, "configuration name of a HF dataset")
-    max_length: Annotated[int, Ge(2), Le(10**7)] = _f(512, "tokens per sequence; longer ones are truncated (and counted in the log)")
+    max_length: Annotated[int, Ge(2), Le(10**7)] = _f(
+        512, "tokens per sequence; longer ones are truncated (and counted in the log)"
+    )
     instruction_field: str = _f("instruction", "record field holding the instruction")
     input_field: str = _f("input", "record field holding the optional input")
     output_field: str = _f("output", "record field holding the response to learn")
-    chat_template: str | None = _f(None, "Jinja chat template (or a file holding one) for `messages` data; null: the tokenizer's")
+    chat_template: str | None = _f(
+        None,
+        "Jinja chat template (or a file holding one) for `messages` data; null: the tokenizer's",
+    )
 
 
 @dataclass
 class ObjectiveConfig:
     name: str = _f("del", "objective: mle, del, ntl-was, ntl-mse, dist2, mixce, emo")
-    alpha: float | None = _f(None, "weight of the objective's term on the step-wide digit mean (null: its default, DEL 0.03; normalize: tokens needs one)")
-    options: dict[str, Any] = _f({}, "other options of the objective, e.g. {place_weighting: continuous} or {tau: 2}")
+    alpha: float | None = _f(
+        None,
+        "weight of the objective's term on the step-wide digit mean (null: its default, DEL 0.03;"
+        " normalize: tokens needs one)",
+    )
+    options: dict[str, Any] = _f(
+        {}, "other options of the objective, e.g. {place_weighting: continuous} or {tau: 2}"
+    )
 
 
 @dataclass
@@ -91,12 +126,20 @@ class TrainConfig:
     own or reads itself, and (kept in `extra`) any other TrainingArguments field given by name."""
 
     output_dir: str = _f("runs/tiny", "where checkpoints, logs and the final model go")
-    num_train_epochs: Annotated[float, Gt(0)] = _f(1.0, "passes over the data (ignored when max_steps > 0)")
+    num_train_epochs: Annotated[float, Gt(0)] = _f(
+        1.0, "passes over the data (ignored when max_steps > 0)"
+    )
     max_steps: Literal[-1] | Count = _f(-1, "optimizer steps; -1 = num_train_epochs")
     per_device_train_batch_size: Count = _f(8, "sequences per device per micro-batch")
-    gradient_accumulation_steps: Count = _f(1, "micro-batches per optimizer step (global batch = per_device_train_batch_size x gradient_accumulation_steps x devices)")
+    gradient_accumulation_steps: Count = _f(
+        1,
+        "micro-batches per optimizer step (global batch = per_device_train_batch_size x"
+        " gradient_accumulation_steps x devices)",
+    )
     learning_rate: Annotated[float, Gt(0)] = _f(1e-3, "peak learning rate")
-    lr_scheduler_type: str = _f("cosine", "transformers scheduler: cosine, linear, constant, constant_with_warmup, ...")
+    lr_scheduler_type: str = _f(
+        "cosine", "transformers scheduler: cosine, linear, constant, constant_with_warmup, ..."
+    )
     warmup_ratio: Share = _f(0.03, "fraction of the steps spent warming up")
     weight_decay: NonNegative = _f(0.0, "AdamW weight decay")
     max_grad_norm: NonNegative = _f(1.0, "gradient clipping norm (0 = off)")
@@ -107,16 +150,41 @@ class TrainConfig:
     logging_steps: Count = _f(10, "log every N optimizer steps")
     save_steps: Annotated[int, Ge(0)] = _f(0, "checkpoint every N steps (0 = only the final model)")
     save_total_limit: Count | None = _f(2, "checkpoints kept (null = all)")
-    resume: bool | str = _f(False, "true: resume from the last checkpoint in output_dir; or a checkpoint path")
-    resume_changed: bool = _f(False, "let a resume continue under settings that change the run (objective, learning rate, ...); the CLI's --resume-changed")
-    overwrite: bool = _f(False, "train into an output_dir holding another or a finished run: its files move aside to output_dir/overwritten-TIME/; the CLI's --overwrite")
-    report_to: list[str] = _f(["tensorboard"], "logging integrations besides the CSV log (tensorboard, wandb, none)")
+    resume: bool | str = _f(
+        False, "true: resume from the last checkpoint in output_dir; or a checkpoint path"
+    )
+    resume_changed: bool = _f(
+        False,
+        "let a resume continue under settings that change the run (objective, learning rate, ...);"
+        " the CLI's --resume-changed",
+    )
+    overwrite: bool = _f(
+        False,
+        "train into an output_dir holding another or a finished run: its files move aside to"
+        " output_dir/overwritten-TIME/; the CLI's --overwrite",
+    )
+    report_to: list[str] = _f(
+        ["tensorboard"], "logging integrations besides the CSV log (tensorboard, wandb, none)"
+    )
     progress_bar: bool = _f(True, "show the progress bar with loss terms and tokens/s")
     dataloader_num_workers: Annotated[int, Ge(0)] = _f(0, "data-loading worker processes")
-    fsdp: str = _f("", "FSDP mode passed to TrainingArguments, e.g. 'full_shard auto_wrap' (or use accelerate's config)")
-    fsdp_config: dict[str, Any] = _f({}, "FSDP options passed to TrainingArguments, e.g. {transformer_layer_cls_to_wrap: [Qwen2DecoderLayer]}")
-    deepspeed: str | None = _f(None, "DeepSpeed JSON config (needs deepspeed installed), e.g. configs/accelerate/ds_zero3.json")
-    extra: dict[str, Any] = _f({}, "the other transformers.TrainingArguments fields given (write each as train.NAME)")
+    fsdp: str = _f(
+        "",
+        "FSDP mode passed to TrainingArguments, e.g. 'full_shard auto_wrap' (or use accelerate's"
+        " config)",
+    )
+    fsdp_config: dict[str, Any] = _f(
+        {},
+        "FSDP options passed to TrainingArguments, e.g. {transformer_layer_cls_to_wrap:"
+        " [Qwen2DecoderLayer]}",
+    )
+    deepspeed: str | None = _f(
+        None,
+        "DeepSpeed JSON config (needs deepspeed installed), e.g. configs/accelerate/ds_zero3.json",
+    )
+    extra: dict[str, Any] = _f(
+        {}, "the other transformers.TrainingArguments fields given (write each as train.NAME)"
+    )
 
 
 @dataclass
@@ -125,7 +193,9 @@ class LoraConfig:
     r: Count = _f(16, "LoRA rank")
     alpha: Count = _f(32, "LoRA scaling numerator (scale = alpha / r)")
     dropout: Share = _f(0.05, "dropout on the LoRA input")
-    target_modules: list[str] | str = _f("all-linear", "modules to adapt: 'all-linear' or a list like [q_proj, v_proj]")
+    target_modules: list[str] | str = _f(
+        "all-linear", "modules to adapt: 'all-linear' or a list like [q_proj, v_proj]"
+    )
     merge: bool = _f(False, "also save the adapters merged into the base model (output_dir/merged)")
 
 
@@ -136,7 +206,9 @@ class Config:
     objective: ObjectiveConfig = field(default_factory=ObjectiveConfig)
     train: TrainConfig = field(default_factory=TrainConfig)
     lora: LoraConfig = field(default_factory=LoraConfig)
-    fused: bool = _f(False, "compute the loss from hidden states in chunks (never the whole [B, T, V] logits)")
+    fused: bool = _f(
+        False, "compute the loss from hidden states in chunks (never the whole [B, T, V] logits)"
+    )
 
     def to_dict(self) -> dict[str, Any]:
         """Plain nested dict (YAML/JSON-ready) of every key."""
@@ -153,7 +225,7 @@ SECTIONS: dict[str, type] = {
 TOP_LEVEL = ("fused",)
 
 
-# -- keys and their types ---------------------------------------------------------------------------
+# -- keys and their types --------------------------------------------------------------------------
 #: the names of earlier releases -> today's (transformers'): they still work, and each use
 #: logs one deprecation line naming the new key (`train.extra.X` is `train.X` alike)
 LEGACY_KEYS: dict[str, str] = {
@@ -164,10 +236,15 @@ LEGACY_KEYS: dict[str, str] = {
 }
 #: TrainingArguments fields numloss sets itself from other keys (a config may not set them)
 TRAINING_ARGUMENTS_SET: dict[str, str] = {
-    "warmup_steps": "train.warmup_ratio", "data_seed": "train.seed", "save_strategy": "train.save_steps",
-    "disable_tqdm": "train.progress_bar", "remove_unused_columns": "numloss's collator",
-    "include_num_input_tokens_seen": "numloss's logging", "gradient_checkpointing": "model.gradient_checkpointing",
-    "use_cpu": "numloss, from the machine", "resume_from_checkpoint": "train.resume",
+    "warmup_steps": "train.warmup_ratio",
+    "data_seed": "train.seed",
+    "save_strategy": "train.save_steps",
+    "disable_tqdm": "train.progress_bar",
+    "remove_unused_columns": "numloss's collator",
+    "include_num_input_tokens_seen": "numloss's logging",
+    "gradient_checkpointing": "model.gradient_checkpointing",
+    "use_cpu": "numloss, from the machine",
+    "resume_from_checkpoint": "train.resume",
 }
 logger = logging.getLogger("numloss.config")
 
@@ -182,15 +259,21 @@ def _hints(klass: type) -> dict[str, Any]:
 def _adapter(hint: Any) -> Any:
     from pydantic import ConfigDict, TypeAdapter  # here: `numloss train --help` needs none
 
-
     return TypeAdapter(hint, config=ConfigDict(allow_inf_nan=False))
 
 
-_PLAIN = {int: "an integer", float: "a finite number", bool: "true or false", str: "a string", type(None): "null"}
+_PLAIN = {
+    int: "an integer",
+    float: "a finite number",
+    bool: "true or false",
+    str: "a string",
+    type(None): "null",
+}
 
 
 def _type_text(hint: Any) -> str:
-    """`hint` as the help and the errors write it: an integer, true or false or null, one of 'a', 'b'."""
+    """`hint` as the help and the errors write it: an integer, true or false or null, one of 'a',
+    'b'."""
     if typing.get_origin(hint) is Literal:
         return "one of " + ", ".join(map(repr, typing.get_args(hint)))
     if typing.get_origin(hint) in (typing.Union, type(int | str)):
@@ -198,8 +281,17 @@ def _type_text(hint: Any) -> str:
     if typing.get_origin(hint) is Annotated:
         base, *bounds = typing.get_args(hint)
         ops = {"ge": ">=", "gt": ">", "le": "<=", "lt": "<"}
-        return " ".join([_type_text(base), " and ".join(f"{op} {getattr(b, k)}" for b in bounds
-                                                         for k, op in ops.items() if hasattr(b, k))])
+        return " ".join(
+            [
+                _type_text(base),
+                " and ".join(
+                    f"{op} {getattr(b, k)}"
+                    for b in bounds
+                    for k, op in ops.items()
+                    if hasattr(b, k)
+                ),
+            ]
+        )
     return _PLAIN.get(hint) or re.sub(r"typing\.|<class '(\w+)'>", r"\1", str(hint))
 
 
@@ -212,7 +304,11 @@ def check_value(key: str, value: Any, hint: Any) -> Any:
     ConfigError naming `key`. A string in exponent notation is a number where one is wanted
     (YAML 1.1 reads `1e-3` as a string); a lone string is a one-item list where a list is wanted,
     a comma-separated one its items (`--lora.target_modules q_proj,v_proj`)."""
-    options = typing.get_args(hint) if typing.get_origin(hint) in (typing.Union, type(int | str)) else (hint,)
+    options = (
+        typing.get_args(hint)
+        if typing.get_origin(hint) in (typing.Union, type(int | str))
+        else (hint,)
+    )
     takes_list = any(typing.get_origin(o) is list for o in options)
     if isinstance(value, str) and takes_list and ("," in value or str not in options):
         value = [v.strip() for v in value.split(",") if v.strip()]
@@ -223,10 +319,13 @@ def check_value(key: str, value: Any, hint: Any) -> Any:
     except ValidationError:
         number = isinstance(value, str) and _EXPONENT.fullmatch(value.strip())
         try:
-            checked = _adapter(hint).validate_python(float(value) if number else value, strict=not number)
+            checked = _adapter(hint).validate_python(
+                float(value) if number else value, strict=not number
+            )
         except (ValidationError, OverflowError):
             raise ConfigError(f"{key}: expected {_type_text(hint)}, got {shown(value)}") from None
-    if isinstance(checked, int) and not -(2**63) <= checked < 2**63:  # torch, numpy, itertools: 64 bits
+    # torch, numpy, itertools: 64 bits
+    if isinstance(checked, int) and not -(2**63) <= checked < 2**63:
         raise ConfigError(f"{key}: {shown(value)} does not fit in 64 bits")
     return checked
 
@@ -250,8 +349,12 @@ def _unknown(key: str, known: list[str]) -> ConfigError:
 def all_keys() -> list[str]:
     """Every key numloss declares, `section.field` and the top-level ones (the `train` section
     takes every other TrainingArguments field too)."""
-    keys = [f"{name}.{f.name}" for name, klass in SECTIONS.items() for f in dataclasses.fields(klass)
-            if f.name != "extra"]
+    keys = [
+        f"{name}.{f.name}"
+        for name, klass in SECTIONS.items()
+        for f in dataclasses.fields(klass)
+        if f.name != "extra"
+    ]
     return keys + list(TOP_LEVEL)
 
 
@@ -264,12 +367,18 @@ def _training_argument(name: str) -> Any:
     if hint is None:
         import difflib
 
-        close = difflib.get_close_matches(name, [*_hints(TrainConfig), *_hints(transformers.TrainingArguments)], n=1)
-        raise ConfigError(f"unknown config key 'train.{name}': neither a numloss key nor a transformers."
-                          "TrainingArguments field" + (f"; did you mean 'train.{close[0]}'?" if close else ""))
+        close = difflib.get_close_matches(
+            name, [*_hints(TrainConfig), *_hints(transformers.TrainingArguments)], n=1
+        )
+        raise ConfigError(
+            f"unknown config key 'train.{name}': neither a numloss key nor a transformers."
+            "TrainingArguments field" + (f"; did you mean 'train.{close[0]}'?" if close else "")
+        )
     if name in TRAINING_ARGUMENTS_SET:
-        raise ConfigError(f"train.{name}: numloss sets {name} itself (from {TRAINING_ARGUMENTS_SET[name]}); set that "
-                          "key instead, so the two cannot disagree")
+        raise ConfigError(
+            f"train.{name}: numloss sets {name} itself (from {TRAINING_ARGUMENTS_SET[name]}); set"
+            " that key instead, so the two cannot disagree"
+        )
     return hint
 
 
@@ -279,7 +388,11 @@ _WARNED: set[str] = set()
 def canonical_key(key: str, warn: bool = True) -> str:
     """`key` by today's name: a name of earlier releases (LEGACY_KEYS, `train.extra.X`) logs, once
     per process when `warn`, one deprecation line naming the new key."""
-    new = "train." + key.removeprefix("train.extra.") if key.startswith("train.extra.") else LEGACY_KEYS.get(key)
+    new = (
+        "train." + key.removeprefix("train.extra.")
+        if key.startswith("train.extra.")
+        else LEGACY_KEYS.get(key)
+    )
     if new is not None and warn:
         _deprecated(key, new)
     return key if new is None else new
@@ -288,18 +401,28 @@ def canonical_key(key: str, warn: bool = True) -> str:
 def _deprecated(old: str, new: str) -> None:
     if old not in _WARNED:
         _WARNED.add(old)
-        logger.warning("config key %s is deprecated: write %s (docs/training.md, Configuration)", old, new)
+        logger.warning(
+            "config key %s is deprecated: write %s (docs/training.md, Configuration)", old, new
+        )
 
 
 def _key(key: str, warn: bool) -> str:
-    """`canonical_key`, and a bare name (`--max_steps`) is the key of the one section that has it."""
+    """`canonical_key`, and a bare name (`--max_steps`) is the key of the one section that has
+    it."""
     key = canonical_key(key, warn)
     if "." in key or key in TOP_LEVEL:
         return key
-    owners = [f"{name}.{key}" for name, klass in SECTIONS.items() if key in _hints(klass) and key != "extra"]
+    owners = [
+        f"{name}.{key}"
+        for name, klass in SECTIONS.items()
+        if key in _hints(klass) and key != "extra"
+    ]
     if len(owners) > 1:
-        raise ConfigError(f"--{key} is a key of several sections: write {' or '.join('--' + o for o in owners)}")
-    return owners[0] if owners else f"train.{key}"  # else a TrainingArguments field, or unknown there
+        raise ConfigError(
+            f"--{key} is a key of several sections: write {' or '.join('--' + o for o in owners)}"
+        )
+    # else a TrainingArguments field, or unknown there
+    return owners[0] if owners else f"train.{key}"
 
 
 def _set(config: Config, key: str, value: Any, from_cli: bool, warn: bool = True) -> None:
@@ -308,10 +431,13 @@ def _set(config: Config, key: str, value: Any, from_cli: bool, warn: bool = True
     key = _key(key, warn)
     section, _, rest = key.partition(".")
     name, _, entry = rest.partition(".")
-    if key == "train.extra":  # the pass-through mapping of earlier releases: each entry is a train key
+    # the pass-through mapping of earlier releases: each entry is a train key
+    if key == "train.extra":
         value = _parse_cli(value, dict) if from_cli else value
         if not isinstance(value, dict):
-            raise ConfigError(f"train.extra: expected a mapping of TrainingArguments fields, got {shown(value)}")
+            raise ConfigError(
+                f"train.extra: expected a mapping of TrainingArguments fields, got {shown(value)}"
+            )
         if warn:
             _deprecated("train.extra", "each of its entries as train.NAME")
         for entry_name, entry_value in value.items():
@@ -335,7 +461,8 @@ def _set(config: Config, key: str, value: Any, from_cli: bool, warn: bool = True
     value = check_value(key, value, hint)
     options = typing.get_args(hint)
     if isinstance(value, str) and (dict in options or dict in map(typing.get_origin, options)):
-        _json_object(key, value)  # TrainingArguments reads a string for a mapping field as JSON, later
+        # TrainingArguments reads a string for a mapping field as JSON, later
+        _json_object(key, value)
     if isinstance(target, dict):
         target[name] = value
     else:
@@ -351,7 +478,9 @@ def _json_object(key: str, value: Any) -> None:
     except ValueError:
         ok = False
     if not ok:
-        raise ConfigError(f"{key}: expected a mapping (or a JSON object string), got {shown(value)}")
+        raise ConfigError(
+            f"{key}: expected a mapping (or a JSON object string), got {shown(value)}"
+        )
 
 
 def _parse_cli(text: Any, hint: Any) -> Any:
@@ -368,7 +497,9 @@ def _parse_cli(text: Any, hint: Any) -> Any:
 def apply_mapping(config: Config, mapping: dict[str, Any], origin: str, warn: bool = True) -> None:
     """Apply a nested mapping (the YAML file's contents) onto `config`."""
     if not isinstance(mapping, dict):
-        raise ConfigError(f"{origin}: the top level must be a mapping of sections, got {type(mapping).__name__}")
+        raise ConfigError(
+            f"{origin}: the top level must be a mapping of sections, got {type(mapping).__name__}"
+        )
     for name, value in mapping.items():
         if name in TOP_LEVEL:
             _set(config, name, value, from_cli=False)
@@ -376,7 +507,9 @@ def apply_mapping(config: Config, mapping: dict[str, Any], origin: str, warn: bo
             if value is None:
                 continue
             if not isinstance(value, dict):
-                raise ConfigError(f"{origin}: section {name!r} must be a mapping of keys, got {value!r}")
+                raise ConfigError(
+                    f"{origin}: section {name!r} must be a mapping of keys, got {value!r}"
+                )
             for field_name, field_value in value.items():
                 _set(config, f"{name}.{field_name}", field_value, from_cli=False, warn=warn)
         else:
@@ -390,7 +523,9 @@ def parse_overrides(argv: list[str]) -> list[tuple[str, str]]:
     while i < len(argv):
         token = argv[i]
         if not token.startswith("--") or token == "--":
-            raise ConfigError(f"unexpected argument {token!r}: overrides are written --section.key value")
+            raise ConfigError(
+                f"unexpected argument {token!r}: overrides are written --section.key value"
+            )
         key = token[2:]
         if "=" in key:
             key, value = key.split("=", 1)
@@ -406,7 +541,12 @@ def parse_overrides(argv: list[str]) -> list[tuple[str, str]]:
         if keys.count(key) > 1:  # `--x 3 --x=2`: the last wins, as with argparse, and says so
             given = [value for k, value in pairs if k == key]
             logging.getLogger("numloss.config").warning(
-                "--%s is given %d times (%s): the last, %r, is used", key, len(given), ", ".join(map(repr, given)), given[-1])
+                "--%s is given %d times (%s): the last, %r, is used",
+                key,
+                len(given),
+                ", ".join(map(repr, given)),
+                given[-1],
+            )
     return pairs
 
 
@@ -419,8 +559,14 @@ def load_config(path: str | Path | None = None, overrides: list[str] | None = No
         if not path.is_file():
             raise ConfigError(f"config file {str(path)!r} does not exist")
         # an empty file would train every default, which is never what a file was written for
-        mapping = load_yaml(path, ConfigError, empty="write the keys to set (numloss train --help lists them), "
-                            "or give no config file to train the defaults")
+        mapping = load_yaml(
+            path,
+            ConfigError,
+            empty=(
+                "write the keys to set (numloss train --help lists them), "
+                "or give no config file to train the defaults"
+            ),
+        )
         apply_mapping(config, mapping, str(path))
     for key, value in parse_overrides(list(overrides or [])):
         _set(config, key, value, from_cli=True)
@@ -455,7 +601,10 @@ def validate(config: Config) -> None:
         raise ConfigError(f"train.deepspeed: config file {config.train.deepspeed!r} does not exist")
     resume = config.train.resume
     if isinstance(resume, str) and not Path(resume).is_dir():
-        raise ConfigError(f"train.resume: checkpoint folder {resume!r} does not exist (or use true for the last one)")
+        raise ConfigError(
+            f"train.resume: checkpoint folder {resume!r} does not exist (or use true for the last"
+            " one)"
+        )
     _validate_names(config)
     _validate_context(config)
     check_chat_template(config.data.chat_template)
@@ -467,19 +616,27 @@ def _validate_objective(objective: ObjectiveConfig) -> None:
 
     key = objective.name.lower().replace("_", "-")
     if key not in LOSSES:
-        raise ConfigError(f"objective.name: unknown objective {objective.name!r}; choose one of {', '.join(LOSSES)}")
+        raise ConfigError(
+            f"objective.name: unknown objective {objective.name!r}; choose one of"
+            f" {', '.join(LOSSES)}"
+        )
     klass = LOSSES[key]
     allowed = [name for name in klass.option_names() if name not in ("alpha", "embedding")]
     unknown = sorted(set(objective.options) - set(allowed))
     if unknown:
         raise ConfigError(
-            f"objective.options: {key!r} has no option(s) {', '.join(map(repr, unknown))}; its options are "
-            f"{', '.join(allowed) or 'none'}"
+            f"objective.options: {key!r} has no option(s) {', '.join(map(repr, unknown))}; its"
+            f" options are {', '.join(allowed) or 'none'}"
         )
     if objective.alpha is not None and key == "mle":
-        raise ConfigError("objective.alpha: 'mle' has no term for alpha to weight (plain cross-entropy); remove it (--objective.alpha null)")
+        raise ConfigError(
+            "objective.alpha: 'mle' has no term for alpha to weight (plain cross-entropy); remove"
+            " it (--objective.alpha null)"
+        )
     if objective.alpha is not None and not klass.takes_alpha:
-        raise ConfigError(f"objective.alpha: {key!r} has no alpha (it reshapes the token loss); remove it")
+        raise ConfigError(
+            f"objective.alpha: {key!r} has no alpha (it reshapes the token loss); remove it"
+        )
     try:  # option values (negative alpha, tau <= 0, eta outside [0, 1], ...) before any model loads
         klass.validate_options({**objective.options, "alpha": objective.alpha})
     except ValueError as error:
@@ -489,16 +646,22 @@ def _validate_objective(objective: ObjectiveConfig) -> None:
 #: examples a generated set (synthetic:, gym:) may be asked for: they are built in memory
 GENERATED_LIMIT = 10**7
 
+
 def _validate_ranges(config: Config) -> None:
-    """Numbers that transformers, torch or peft would refuse later (or take silently and wrongly)."""
+    """Numbers that transformers, torch or peft would refuse later (or take silently and
+    wrongly)."""
     train, lora, model, data = config.train, config.lora, config.model, config.data
     schedulers = _lr_schedulers()
     if train.lr_scheduler_type not in schedulers:
-        raise ConfigError(f"train.lr_scheduler_type: unknown scheduler {train.lr_scheduler_type!r}; "
-                          f"choose one of {', '.join(schedulers)}")
+        raise ConfigError(
+            f"train.lr_scheduler_type: unknown scheduler {train.lr_scheduler_type!r}; "
+            f"choose one of {', '.join(schedulers)}"
+        )
     target = lora.target_modules
     if not target or (isinstance(target, list) and not all(target)):
-        raise ConfigError("lora.target_modules must be 'all-linear' or a non-empty list of module names")
+        raise ConfigError(
+            "lora.target_modules must be 'all-linear' or a non-empty list of module names"
+        )
     generated = data.source.startswith(("synthetic:", "gym:"))
     if generated and (data.num_examples or 0) > GENERATED_LIMIT:
         raise ConfigError(
@@ -517,49 +680,84 @@ BUILT_IN_MODELS = ("tiny", "smollm2")
 
 
 def _is_local_file(source: str) -> bool:
-    return not source.startswith(("synthetic:", "gym:")) and (Path(source).is_file() or source.endswith((".json", ".jsonl")))
+    return not source.startswith(("synthetic:", "gym:")) and (
+        Path(source).is_file() or source.endswith((".json", ".jsonl"))
+    )
 
 
 def _validate_context(config: Config) -> None:
     """Settings that would be ignored where they are given: each is refused, never dropped."""
     train, model, data, lora = config.train, config.model, config.data, config.lora
-    for name, value in (("model.name", model.name), ("data.source", data.source), ("train.output_dir", train.output_dir),
-                        ("data.instruction_field", data.instruction_field), ("data.output_field", data.output_field)):
+    for name, value in (
+        ("model.name", model.name),
+        ("data.source", data.source),
+        ("train.output_dir", train.output_dir),
+        ("data.instruction_field", data.instruction_field),
+        ("data.output_field", data.output_field),
+    ):
         if not value.strip():
-            raise ConfigError(f"{name} is empty; give a value (numloss train --help shows the default)")
+            raise ConfigError(
+                f"{name} is empty; give a value (numloss train --help shows the default)"
+            )
     if train.resume_changed and train.resume is False:
-        raise ConfigError("--resume-changed (train.resume_changed) only applies with --resume; add --resume or drop it")
+        raise ConfigError(
+            "--resume-changed (train.resume_changed) only applies with --resume; add --resume or"
+            " drop it"
+        )
     if lora.merge and not lora.enabled:
-        raise ConfigError("lora.merge is set but LoRA is off (lora.enabled false); set lora.enabled true or drop lora.merge")
+        raise ConfigError(
+            "lora.merge is set but LoRA is off (lora.enabled false); set lora.enabled true or drop"
+            " lora.merge"
+        )
     if model.revision is not None and model.name in BUILT_IN_MODELS:
-        raise ConfigError(f"model.revision {model.revision!r} means nothing for the built-in model {model.name!r}; drop it")
+        raise ConfigError(
+            f"model.revision {model.revision!r} means nothing for the built-in model"
+            f" {model.name!r}; drop it"
+        )
     if model.cache_dir is not None and model.name == "tiny":
-        raise ConfigError(f"model.cache_dir {model.cache_dir!r} means nothing for the tiny model (it is built in "
-                          "memory, never cached); drop it")
+        raise ConfigError(
+            f"model.cache_dir {model.cache_dir!r} means nothing for the tiny model (it is built in "
+            "memory, never cached); drop it"
+        )
     if train.fsdp_config and not train.fsdp:
-        raise ConfigError("train.fsdp_config is set but train.fsdp is empty, so it would be ignored; set train.fsdp "
-                          "(e.g. 'full_shard auto_wrap') or drop train.fsdp_config")
+        raise ConfigError(
+            "train.fsdp_config is set but train.fsdp is empty, so it would be ignored; set"
+            " train.fsdp (e.g. 'full_shard auto_wrap') or drop train.fsdp_config"
+        )
     generated = data.source.startswith(("synthetic:", "gym:"))
-    if (generated or _is_local_file(data.source)) and (data.split != "train" or data.subset is not None):
+    if (generated or _is_local_file(data.source)) and (
+        data.split != "train" or data.subset is not None
+    ):
         what = "data.split" if data.split != "train" else "data.subset"
         where = "the generated set" if generated else "the local file"
-        raise ConfigError(f"{what} applies to a Hugging Face dataset, not to {where} {data.source!r}; drop it")
+        raise ConfigError(
+            f"{what} applies to a Hugging Face dataset, not to {where} {data.source!r}; drop it"
+        )
     if train.extra.get("gradient_checkpointing_kwargs") and not model.gradient_checkpointing:
-        raise ConfigError("train.gradient_checkpointing_kwargs is set but model.gradient_checkpointing is off, so it "
-                          "would be ignored; set model.gradient_checkpointing true or drop it")
+        raise ConfigError(
+            "train.gradient_checkpointing_kwargs is set but model.gradient_checkpointing is off, so"
+            " it would be ignored; set model.gradient_checkpointing true or drop it"
+        )
     smoothing = train.extra.get("label_smoothing_factor", 0)
     if smoothing:
-        raise ConfigError("train.label_smoothing_factor: numloss's objectives compute their own loss and would "
-                          "ignore it; drop it (objective.options of an objective say what it smooths, if anything)")
+        raise ConfigError(
+            "train.label_smoothing_factor: numloss's objectives compute their own loss and would"
+            " ignore it; drop it (objective.options of an objective say what it smooths, if"
+            " anything)"
+        )
     if model.attn_implementation == "flash_attention_2":
         import importlib.util
 
         if importlib.util.find_spec("flash_attn") is None:
-            raise ConfigError("model.attn_implementation flash_attention_2 needs the flash-attn package, which is not "
-                              "installed; pip install flash-attn, or use sdpa")
+            raise ConfigError(
+                "model.attn_implementation flash_attention_2 needs the flash-attn package, which is"
+                " not installed; pip install flash-attn, or use sdpa"
+            )
     if model.name == "tiny" and lora.enabled and lora.r > model.tiny_hidden:
-        raise ConfigError(f"lora.r {lora.r} is larger than the model's width ({model.tiny_hidden}); a rank above it "
-                          "adds nothing (and a huge one exhausts memory): give at most the width")
+        raise ConfigError(
+            f"lora.r {lora.r} is larger than the model's width ({model.tiny_hidden}); a rank above"
+            " it adds nothing (and a huge one exhausts memory): give at most the width"
+        )
 
 
 def _validate_names(config: Config) -> None:
@@ -568,7 +766,10 @@ def _validate_names(config: Config) -> None:
 
     optimizers = [o.value for o in OptimizerNames]
     if config.train.optim not in optimizers:
-        raise ConfigError(f"train.optim: unknown optimizer {config.train.optim!r}; choose one of {', '.join(optimizers)}")
+        raise ConfigError(
+            f"train.optim: unknown optimizer {config.train.optim!r}; choose one of"
+            f" {', '.join(optimizers)}"
+        )
     from transformers.integrations import get_available_reporting_integrations
     from transformers.integrations.integration_utils import INTEGRATION_TO_CALLBACK
 
@@ -578,12 +779,17 @@ def _validate_names(config: Config) -> None:
             continue
         if name not in INTEGRATION_TO_CALLBACK:
             raise ConfigError(
-                f"train.report_to: unknown integration {name!r}; choose from none, {', '.join(INTEGRATION_TO_CALLBACK)}"
+                f"train.report_to: unknown integration {name!r}; choose from none,"
+                f" {', '.join(INTEGRATION_TO_CALLBACK)}"
             )
         if name not in installed:
-            raise ConfigError(f"train.report_to: {name!r} is not installed (pip install it, or remove it)")
+            raise ConfigError(
+                f"train.report_to: {name!r} is not installed (pip install it, or remove it)"
+            )
     if "none" in config.train.report_to and len(config.train.report_to) > 1:
-        raise ConfigError(f"train.report_to: 'none' cannot be combined with others, got {config.train.report_to}")
+        raise ConfigError(
+            f"train.report_to: 'none' cannot be combined with others, got {config.train.report_to}"
+        )
 
 
 def check_chat_template(chat_template: str | None) -> None:
@@ -616,34 +822,71 @@ def describe_keys() -> str:
         for f in dataclasses.fields(klass):
             if f.name in SECTIONS or f.name == "extra":
                 continue
-            default = yaml.safe_dump(getattr(section, f.name), default_flow_style=True).removesuffix("...\n").strip()
+            default = (
+                yaml.safe_dump(getattr(section, f.name), default_flow_style=True)
+                .removesuffix("...\n")
+                .strip()
+            )
             key = f"{name}.{f.name}" if name else f.name
-            lines += [f"  --{key} ({_type_text(_hints(klass)[f.name])}, default {default})",
-                      f"        {f.metadata.get('help', '')}"]
+            lines += [
+                f"  --{key} ({_type_text(_hints(klass)[f.name])}, default {default})",
+                f"        {f.metadata.get('help', '')}",
+            ]
         if name == "train":
-            lines.append("  --train.NAME: any other transformers.TrainingArguments field, e.g. --train.adam_beta2 0.95")
+            lines.append(
+                "  --train.NAME: any other transformers.TrainingArguments field, e.g."
+                " --train.adam_beta2 0.95"
+            )
     names = ", ".join(f"{old} -> {new}" for old, new in LEGACY_KEYS.items())
-    return "\n".join([*lines, "", f"Names of earlier releases still work, with a deprecation line: {names}; "
-                       "train.extra.NAME -> train.NAME."])
+    return "\n".join(
+        [
+            *lines,
+            "",
+            (
+                f"Names of earlier releases still work, with a deprecation line: {names}; "
+                "train.extra.NAME -> train.NAME."
+            ),
+        ]
+    )
 
 
 def dump_config(config: Config) -> str:
     """The config as YAML (what `output_dir/config.yaml` holds)."""
     data = config.to_dict()
-    data["train"].update(data["train"].pop("extra"))  # the other TrainingArguments fields, as written
+    # the other TrainingArguments fields, as written
+    data["train"].update(data["train"].pop("extra"))
     return yaml.safe_dump(data, sort_keys=False)
 
 
 # -- resuming: which settings change a run ---------------------------------------------------------
 #: keys a resumed run may change: where things go and how they are shown, not what is learnt
-RESUME_SAFE_KEYS = frozenset({
-    "train.output_dir", "train.resume", "train.resume_changed", "train.overwrite", "train.logging_steps",
-    "train.report_to", "train.progress_bar", "train.save_steps", "train.save_total_limit",
-    "train.dataloader_num_workers", "model.cache_dir", "model.gradient_checkpointing",
-    "model.attn_implementation", "fused", "lora.merge", "train.run_name", "train.logging_dir",
-    "train.logging_strategy", "train.logging_first_step", "train.logging_nan_inf_filter", "train.save_only_model",
-    "train.save_safetensors", "train.log_level",
-})
+RESUME_SAFE_KEYS = frozenset(
+    {
+        "train.output_dir",
+        "train.resume",
+        "train.resume_changed",
+        "train.overwrite",
+        "train.logging_steps",
+        "train.report_to",
+        "train.progress_bar",
+        "train.save_steps",
+        "train.save_total_limit",
+        "train.dataloader_num_workers",
+        "model.cache_dir",
+        "model.gradient_checkpointing",
+        "model.attn_implementation",
+        "fused",
+        "lora.merge",
+        "train.run_name",
+        "train.logging_dir",
+        "train.logging_strategy",
+        "train.logging_first_step",
+        "train.logging_nan_inf_filter",
+        "train.save_only_model",
+        "train.save_safetensors",
+        "train.log_level",
+    }
+)
 
 
 def _flat(config: Config) -> dict[str, Any]:
@@ -678,5 +921,6 @@ def read_stored_config(path: Path) -> Config:
     """The Config saved in a run's config.yaml, read without validation (its data file may
     have moved since); a ConfigError when it cannot be read."""
     config = Config()
-    apply_mapping(config, load_yaml(path, ConfigError), str(path), warn=False)  # an old run's names: no news
+    # an old run's names: no news
+    apply_mapping(config, load_yaml(path, ConfigError), str(path), warn=False)
     return config

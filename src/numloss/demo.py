@@ -11,13 +11,15 @@ centred sigmoid (`sigmoid_input: centered`), one seed, three runs at once. It pr
   objectives rank over training randomness, and the demo claims no such rank from it;
 - the fresh runs' trace of `digit_logit_mean` (the mean raw logit of the ten digits at digit
   targets) and `pushdown_share` (the share of digit targets that the arm's own DEL term pushes
-  below the other digits; for MLE, raw DEL's term at its logits) by logging step: raw DEL drives the digit logits from ~30 to below 0 within
-  15 steps, MLE and centred DEL do not (docs/losses.md, "When DEL works against CE");
+  below the other digits; for MLE, raw DEL's term at its logits) by logging step: raw DEL drives the
+  digit logits from ~30 to below 0 within 15 steps, MLE and centred DEL do not (docs/losses.md,
+  "When DEL works against CE");
 - the recorded many-seed grid of the same recipe at full length (grid a:
-  `configs/compare-smollm2-words-centered.yaml`, records in `results/compare-smollm2-words-centered/`,
-  or the trimmed copy shipped in the package): every arm's mean exact match, the design's
-  comparisons with their seed-level interval and McNemar p (Holm over the design's primary pair),
-  the readings the design fixed once every run is in, and the recorded mean digit-logit trace.
+  `configs/compare-smollm2-words-centered.yaml`, records in
+  `results/compare-smollm2-words-centered/`, or the trimmed copy shipped in the package): every
+  arm's mean exact match, the design's comparisons with their seed-level interval and McNemar p
+  (Holm over the design's primary pair), the readings the design fixed once every run is in, and the
+  recorded mean digit-logit trace.
 
 Started again, it skips the runs that already finished. The addition demo of earlier releases
 (the tiny model, MLE / DEL / NTL-WAS x 4 seeds, learnt-by-step checks; its recorded 20-seed
@@ -72,42 +74,68 @@ def _p(value: float) -> str:
 
 def _columns(rows: list[tuple[str, ...]], indent: str = "  ") -> list[str]:
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
-    return [indent + "  ".join(cell.ljust(w) for cell, w in zip(r, widths, strict=True)).rstrip() for r in rows]
+    return [
+        indent + "  ".join(cell.ljust(w) for cell, w in zip(r, widths, strict=True)).rstrip()
+        for r in rows
+    ]
 
 
 def _machines(runs: dict[str, dict[int, dict[str, Any]]]) -> str:
     """The machines the records name (CPU, vector extension, torch, date), each once."""
-    return "; ".join(sorted({f"{r['machine']['cpu']} ({r['machine'].get('vector_extension')}), "
-                             f"torch {r['machine']['torch']}, {r['machine']['date']}"
-                             for arm in runs.values() for r in arm.values()}))
+    return "; ".join(
+        sorted(
+            {
+                f"{r['machine']['cpu']} ({r['machine'].get('vector_extension')}), "
+                f"torch {r['machine']['torch']}, {r['machine']['date']}"
+                for arm in runs.values()
+                for r in arm.values()
+            }
+        )
+    )
 
 
 def _bits(runs: dict[str, dict[int, dict[str, Any]]]) -> dict[str, dict[int, str]]:
     """{label: {seed: the held-out items' 0/1 verdicts}} of a pretrained grid's records."""
-    return {label: {seed: r["evaluation"]["heldout"]["items"] for seed, r in seeds.items()} for label, seeds in runs.items()}
+    return {
+        label: {seed: r["evaluation"]["heldout"]["items"] for seed, r in seeds.items()}
+        for label, seeds in runs.items()
+    }
 
 
 def trim_grid_record(record: dict[str, Any]) -> dict[str, Any]:
     """The parts of a grid-a run record the demo reads: label, seed, hash, machine, the held-out
     items' verdicts and exact match, and the digit-diagnostic columns of the training curve."""
     heldout = record["evaluation"]["heldout"]
-    return {"label": record["label"], "seed": record["seed"], "hash": record["hash"], "machine": record["machine"],
-            "evaluation": {"heldout": {key: heldout[key] for key in ("exact_match", "n", "items")}},
-            "curve": {key: record["curve"][key] for key in TRACE_KEYS if key in record.get("curve", {})}}
+    return {
+        "label": record["label"],
+        "seed": record["seed"],
+        "hash": record["hash"],
+        "machine": record["machine"],
+        "evaluation": {"heldout": {key: heldout[key] for key in ("exact_match", "n", "items")}},
+        "curve": {
+            key: record["curve"][key] for key in TRACE_KEYS if key in record.get("curve", {})
+        },
+    }
 
 
 def grid_records(grid: Any, records_dir: Path) -> dict[str, dict[int, dict[str, Any]]]:
     """{label: {seed: record}} of the recorded grid `grid` (a CompareConfig) in `records_dir`: the
-    trained runs of its config's hashes (numloss.compare.pretrained.load_records), not the untrained model."""
+    trained runs of its config's hashes (numloss.compare.pretrained.load_records), not the untrained
+    model."""
     from numloss.compare.pretrained import BASELINE as UNTRAINED
     from numloss.compare.pretrained import load_records
 
-    return {label: seeds for label, seeds in load_records(grid, records_dir).items() if label != UNTRAINED}
+    return {
+        label: seeds
+        for label, seeds in load_records(grid, records_dir).items()
+        if label != UNTRAINED
+    }
 
 
 def shipped_grid_runs(grid: Any) -> dict[str, dict[int, dict[str, Any]]]:
     """The recorded grid's runs shipped in the package (trimmed records: a wheel has no results/),
-    `grid`'s own only: a record counts when its hash is the one `grid` gives that objective and seed."""
+    `grid`'s own only: a record counts when its hash is the one `grid` gives that objective and
+    seed."""
     from numloss.compare.runner import RunKey, key_hash
 
     path = packaged(RECORDED_GRID_RUNS)
@@ -129,8 +157,10 @@ def export_recorded_grid(root: Path = Path(".")) -> Path:
     runs = grid_records(grid, root / "results" / RECORDED_GRID)
     blocks = []
     for label, seeds in sorted(runs.items()):
-        rows = [f"  {json.dumps(str(seed))}: {json.dumps(trim_grid_record(r), sort_keys=True)}"
-                for seed, r in sorted(seeds.items())]
+        rows = [
+            f"  {json.dumps(str(seed))}: {json.dumps(trim_grid_record(r), sort_keys=True)}"
+            for seed, r in sorted(seeds.items())
+        ]
         blocks.append(f" {json.dumps(label)}: {{\n" + ",\n".join(rows) + "\n }")
     path = root / "src" / "numloss" / RECORDED_GRID_RUNS
     path.write_text("{\n" + ",\n".join(blocks) + "\n}\n", encoding="utf-8")
@@ -151,7 +181,9 @@ def recorded_grid(config_dir: Path) -> tuple[Any, dict[str, dict[int, dict[str, 
     return grid, shipped_grid_runs(grid), f"the package's copy of results/{RECORDED_GRID}/"
 
 
-def fresh_lines(results: dict[str, dict[int, dict[str, Any]]], baseline: str = BASELINE) -> list[str]:
+def fresh_lines(
+    results: dict[str, dict[int, dict[str, Any]]], baseline: str = BASELINE
+) -> list[str]:
     """The fresh runs' exact match per arm and each arm against `baseline` on the same items
     (McNemar, seeds as strata). Worded for what a few seeds carry: whether these trained models
     differ on these items, never a rank of the objectives over training randomness."""
@@ -160,25 +192,46 @@ def fresh_lines(results: dict[str, dict[int, dict[str, Any]]], baseline: str = B
 
     bits = _bits(results)
     seeds = sorted({seed for arm in bits.values() for seed in arm})
-    whose = "this seed's items" if len(seeds) == 1 else f"these {len(seeds)} seeds' items (pooled, seeds as strata)"
+    whose = (
+        "this seed's items"
+        if len(seeds) == 1
+        else f"these {len(seeds)} seeds' items (pooled, seeds as strata)"
+    )
     rows = [("arm", "exact match [95 % Wilson]", f"minus {baseline}, on {whose}", "McNemar p")]
     for label, arm in bits.items():
         right, total = sum(b.count("1") for b in arm.values()), sum(len(b) for b in arm.values())
-        cells = (label, f"{_pct(right / total)} {_interval(*wilson_interval(right, total))} ({right} of {total})")
+        cells = (
+            label,
+            (
+                f"{_pct(right / total)} {_interval(*wilson_interval(right, total))} ({right} of"
+                f" {total})"
+            ),
+        )
         if label == baseline or baseline not in bits or not set(arm) & set(bits[baseline]):
             rows.append((*cells, "-", "-"))
             continue
         c = paired_comparison(arm, bits[baseline])
-        rows.append((*cells, f"{100 * c['mean_diff']:+.1f} points ({c['b']} items right under {label} only, "
-                             f"{c['c']} under {baseline} only)", _p(c["mcnemar_p"])))
+        rows.append(
+            (
+                *cells,
+                (
+                    f"{100 * c['mean_diff']:+.1f} points ({c['b']} items right under {label} only, "
+                    f"{c['c']} under {baseline} only)"
+                ),
+                _p(c["mcnemar_p"]),
+            )
+        )
     n = sum(len(b) for b in next(iter(bits.values())).values()) if bits else 0
     return _columns(rows) + [
-        f"McNemar asks only whether these trained models differ on these {n} items. "
-        f"{'One seed' if len(seeds) == 1 else f'{len(seeds)} seeds'} cannot say whether other seeds would order "
-        "the objectives alike: the recorded seeds below answer that."]
+        f"McNemar asks only whether these trained models differ on these {n} items."
+        f" {'One seed' if len(seeds) == 1 else f'{len(seeds)} seeds'} cannot say whether other"
+        " seeds would order the objectives alike: the recorded seeds below answer that."
+    ]
 
 
-def _mean_curves(runs: dict[str, dict[int, dict[str, Any]]], key: str) -> dict[str, tuple[list[float], list[float], int]]:
+def _mean_curves(
+    runs: dict[str, dict[int, dict[str, Any]]], key: str
+) -> dict[str, tuple[list[float], list[float], int]]:
     """{label: (steps, mean of `key` over the seeds logged at those steps, seeds)}."""
     out = {}
     for label, seeds in runs.items():
@@ -191,8 +244,12 @@ def _mean_curves(runs: dict[str, dict[int, dict[str, Any]]], key: str) -> dict[s
     return out
 
 
-def trace_lines(runs: dict[str, dict[int, dict[str, Any]]], key: str, steps: tuple[int, ...] | None = None,
-                fmt: str = "{:.1f}") -> list[str]:
+def trace_lines(
+    runs: dict[str, dict[int, dict[str, Any]]],
+    key: str,
+    steps: tuple[int, ...] | None = None,
+    fmt: str = "{:.1f}",
+) -> list[str]:
     """A table of `key` of the training curves (mean over seeds) by logging step, one row an arm;
     `steps`: only those of the logged steps (default: every one)."""
     curves = _mean_curves(runs, key)
@@ -210,7 +267,8 @@ def trace_lines(runs: dict[str, dict[int, dict[str, Any]]], key: str, steps: tup
 def recorded_grid_lines(grid: Any, runs: dict[str, dict[int, dict[str, Any]]]) -> list[str]:
     """The recorded grid's table: its runs (how many of the design's), every arm's mean exact match,
     the design's comparisons (numloss.compare.item_paired.DESIGNS: seed-level 95 % interval,
-    McNemar p, Holm over the primary pair) and, once every run is in, the readings the design fixed."""
+    McNemar p, Holm over the primary pair) and, once every run is in, the readings the design fixed.
+    """
     from numloss.compare.item_paired import DESIGNS, design_comparisons, design_reading
     from numloss.compare.stats import seed_interval
 
@@ -220,19 +278,41 @@ def recorded_grid_lines(grid: Any, runs: dict[str, dict[int, dict[str, Any]]]) -
     if not done:
         return [f"  0 of {len(planned)} runs recorded."]
     seeds = sorted({seed for arm in runs.values() for seed in arm})
-    state = ("complete" if not missing else
-             f"interim, {len(missing)} runs to come ({', '.join(missing)}): no verdict until every run is in")
+    state = (
+        "complete"
+        if not missing
+        else (
+            f"interim, {len(missing)} runs to come ({', '.join(missing)}): no verdict until every"
+            " run is in"
+        )
+    )
     lines = [f"  {done} of {len(planned)} runs recorded, seeds {seeds[0]}-{seeds[-1]}; {state}."]
     bits = _bits(runs)
     rows = [("arm", "seeds", "mean exact match [95 % CI over seeds]")]
     for spec in grid.objectives:
         if spec.label in bits:
             ems = [b.count("1") / len(b) for b in bits[spec.label].values()]
-            rows.append((spec.label, str(len(ems)), f"{_pct(sum(ems) / len(ems))} {_interval(*seed_interval(ems))}"))
+            rows.append(
+                (
+                    spec.label,
+                    str(len(ems)),
+                    f"{_pct(sum(ems) / len(ems))} {_interval(*seed_interval(ems))}",
+                )
+            )
     lines += _columns(rows)
     primary, beside = DESIGNS[RECORDED_GRID]
     comparisons = design_comparisons(bits, primary, beside)
-    rows = [("comparison", "seeds", "diff (points)", "95 % CI over seeds", "McNemar p", "Holm p", "reading")]
+    rows = [
+        (
+            "comparison",
+            "seeds",
+            "diff (points)",
+            "95 % CI over seeds",
+            "McNemar p",
+            "Holm p",
+            "reading",
+        )
+    ]
     for (arm, against), c in comparisons.items():
         one = len(c["seeds"]) < 2
         ci = "n/a (1 seed)" if one else f"[{100 * c['ci95'][0]:+.1f}, {100 * c['ci95'][1]:+.1f}]"
@@ -241,12 +321,22 @@ def recorded_grid_lines(grid: Any, runs: dict[str, dict[int, dict[str, Any]]]) -
         else:
             holm_p = _p(c["mcnemar_p_holm"])
             reading = design_reading(arm, against, c) if not missing else "no verdict (interim)"
-        rows.append((f"{arm} - {against}", str(len(c["seeds"])), f"{100 * c['mean_diff']:+.1f}", ci,
-                     _p(c["mcnemar_p"]), holm_p, reading))
+        rows.append(
+            (
+                f"{arm} - {against}",
+                str(len(c["seeds"])),
+                f"{100 * c['mean_diff']:+.1f}",
+                ci,
+                _p(c["mcnemar_p"]),
+                holm_p,
+                reading,
+            )
+        )
     lines += [""] + _columns(rows)
     return lines + [
         "  McNemar on item verdicts (seeds as strata); Holm over the design's primary pair. "
-        f"Recorded on {_machines(runs)}."]
+        f"Recorded on {_machines(runs)}."
+    ]
 
 
 def run_demo(compare: Any, config_path_: Path, progress: bool) -> int:
@@ -258,40 +348,61 @@ def run_demo(compare: Any, config_path_: Path, progress: bool) -> int:
     train = compare.base.get("train", {})
     items = getattr(compare.task, "test_size", None)
     labels = ", ".join(s.label for s in compare.objectives)
-    print(f"numloss demo: {labels} x seed{'s' * (len(compare.seeds) > 1)} {', '.join(map(str, compare.seeds))} "
-          f"on {compare.base.get('model', {}).get('name', 'tiny')}, {train.get('max_steps')} steps, "
-          f"{items} held-out items, {compare.jobs} run{'s' * (compare.jobs > 1)} at a time; runs in "
-          f"{compare.output_dir}/runs (run again to continue). The recorded {RECORDED_GRID} grid follows the "
-          "fresh runs: it, not one fresh seed, is what ranks the objectives.", flush=True)
+    print(
+        f"numloss demo: {labels} x seed{'s' * (len(compare.seeds) > 1)}"
+        f" {', '.join(map(str, compare.seeds))} on"
+        f" {compare.base.get('model', {}).get('name', 'tiny')}, {train.get('max_steps')} steps,"
+        f" {items} held-out items, {compare.jobs} run{'s' * (compare.jobs > 1)} at a time; runs in"
+        f" {compare.output_dir}/runs (run again to continue). The recorded {RECORDED_GRID} grid"
+        " follows the fresh runs: it, not one fresh seed, is what ranks the objectives.",
+        flush=True,
+    )
     results: list[dict[str, Any]] = []
-    status = run_reporting_errors("numloss demo", compare, lambda: results.extend(run_grid(compare, progress=progress)))
+    status = run_reporting_errors(
+        "numloss demo", compare, lambda: results.extend(run_grid(compare, progress=progress))
+    )
     if status:
         return status
     fresh: dict[str, dict[int, dict[str, Any]]] = {}
     for r in results:
         fresh.setdefault(r["label"], {})[r["seed"]] = r
     cpu = sum(r["seconds"].get("cpu", 0.0) for r in results)
-    print(f"\nFresh runs ({len(results)}; {cpu:.0f} CPU-s of training and scoring), held-out exact match:")
+    print(
+        f"\nFresh runs ({len(results)}; {cpu:.0f} CPU-s of training and scoring), held-out exact"
+        " match:"
+    )
     print("\n".join(fresh_lines(fresh)))
-    for key, title, fmt in (("digit_logit_mean", "mean raw logit of the ten digits at digit targets", "{:.1f}"),
-                            ("pushdown_share", "share of digit targets the arm's own DEL term pushes below the other "
-                             "digits (for MLE: what raw DEL's term would do at its logits)", "{:.2f}")):
+    for key, title, fmt in (
+        ("digit_logit_mean", "mean raw logit of the ten digits at digit targets", "{:.1f}"),
+        (
+            "pushdown_share",
+            (
+                "share of digit targets the arm's own DEL term pushes below the other "
+                "digits (for MLE: what raw DEL's term would do at its logits)"
+            ),
+            "{:.2f}",
+        ),
+    ):
         lines = trace_lines(fresh, key, fmt=fmt)
         if lines:
             print(f"\nFresh trace of {key} ({title}), by training step:")
             print("\n".join(lines))
     grid, runs, where = recorded_grid(config_path_.resolve().parent)
     gtrain = grid.base.get("train", {})
-    print(f"\nRecorded: grid a ({RECORDED_GRID}.yaml: the same recipe at {gtrain.get('max_steps')} steps, "
-          f"{getattr(grid.task, 'test_size', '?')} held-out items, seeds paired: seed s of every arm has the same data "
-          f"and initial weights), from {where}:")
+    print(
+        f"\nRecorded: grid a ({RECORDED_GRID}.yaml: the same recipe at {gtrain.get('max_steps')}"
+        f" steps, {getattr(grid.task, 'test_size', '?')} held-out items, seeds paired: seed s of"
+        f" every arm has the same data and initial weights), from {where}:"
+    )
     print("\n".join(recorded_grid_lines(grid, runs)))
     curves = {label: runs[label] for label in (BASELINE, RAW, CENTERED) if label in runs}
     lines = trace_lines(curves, "digit_logit_mean", steps=RECORDED_TRACE_STEPS)
     if lines:
         seeds = {label: n for label, (_, _, n) in _mean_curves(curves, "digit_logit_mean").items()}
-        print(f"\nRecorded trace of digit_logit_mean, mean over the seeds ({', '.join(f'{k} {v}' for k, v in seeds.items())}), "
-              "raw against centred DEL:")
+        print(
+            "\nRecorded trace of digit_logit_mean, mean over the seeds"
+            f" ({', '.join(f'{k} {v}' for k, v in seeds.items())}), raw against centred DEL:"
+        )
         print("\n".join(lines))
     return 0
 
@@ -315,13 +426,23 @@ def worked_example(seed: int = 0) -> list[tuple[str, float, float, float, int, i
     logits = torch.randn(len(rows), width, len(_CHARS) + 5, generator=generator)
     embedding = torch.randn(logits.shape[-1], 16, generator=generator)
     digits = find_digits(labels, vocab, logits.shape[-1])
-    print(f"answers: {[r[r.index('=') + 1:] for r in rows]}; place indices of their digits: {digits.place.tolist()}")
+    print(
+        f"answers: {[r[r.index('=') + 1 :] for r in rows]}; place indices of their digits:"
+        f" {digits.place.tolist()}"
+    )
     results = []
     for name in LOSSES:
         options = {"embedding": embedding} if name == "emo" else {}
         out = build_loss(name, vocab, **options)(logits, labels)
         results.append(
-            (name, float(out.loss), float(out.ce), float(out.aux), int(out.num_tokens), int(out.num_digits))
+            (
+                name,
+                float(out.loss),
+                float(out.ce),
+                float(out.aux),
+                int(out.num_tokens),
+                int(out.num_digits),
+            )
         )
     return results
 
@@ -339,7 +460,9 @@ def main(argv: list[str] | None = None) -> int:
 
     parser = build_parser("numloss demo", default_config=str(DEMO_CONFIG))
     parser.description = __doc__
-    parser.add_argument("--worked-example", action="store_true", help="print every loss on one fixed batch and exit")
+    parser.add_argument(
+        "--worked-example", action="store_true", help="print every loss on one fixed batch and exit"
+    )
     parser.add_argument("--seed", type=int, default=0, help="seed of the worked example's batch")
     args = parser.parse_args(list(sys.argv[1:] if argv is None else argv))
     if args.worked_example:
@@ -361,7 +484,8 @@ def main(argv: list[str] | None = None) -> int:
         if not model_available("numloss demo", compare):
             return 2
         model = compare.base.get("model", {})
-        if model.get("name") == "smollm2":  # converted once here, not by each of the parallel runs at once
+        # converted once here, not by each of the parallel runs at once
+        if model.get("name") == "smollm2":
             from numloss.models import smollm2
 
             smollm2.prepare(model.get("cache_dir"))
@@ -377,10 +501,13 @@ def addition_demo(compare: Any, config: str, progress: bool) -> int:
 
     objectives = ", ".join(s.label for s in compare.objectives)
     print(
-        f"numloss demo: {len(compare.objectives)} objectives ({objectives}) x seeds {compare.seeds} on the "
-        f"tiny model; report in {compare.output_dir}/. Finished runs are kept: run again to continue.\n"
-        "A few seeds show the spread; they do not rank objectives. The recorded 20-seed table of the same "
-        "objectives is in docs/results.md (the full grid: numloss compare configs/compare.yaml).",
+        f"numloss demo: {len(compare.objectives)} objectives ({objectives}) x seeds {compare.seeds}"
+        f" on the tiny model; report in {compare.output_dir}/. Finished runs are kept: run again to"
+        " continue.\nA few seeds show the spread; they do not rank objectives. The recorded"
+        " 20-seed table of the same objectives is in docs/results.md (the full grid: numloss"
+        " compare configs/compare.yaml).",
         flush=True,
     )
-    return run_reporting_errors("numloss demo", compare, lambda: run_comparison(compare, progress=progress))
+    return run_reporting_errors(
+        "numloss demo", compare, lambda: run_comparison(compare, progress=progress)
+    )

@@ -18,20 +18,24 @@ with needs("hf", "numloss.diagnostics"):
 
 logger = logging.getLogger("numloss.diagnostics")
 
-def pushdown_message(loss_fn: NumericLoss, share: float, steps: int, logit_mean: float | None) -> str:
+
+def pushdown_message(
+    loss_fn: NumericLoss, share: float, steps: int, logit_mean: float | None
+) -> str:
     """The one warning line for a DEL run whose term keeps pushing the target digit down."""
     where = f"{share:.0%} of digit positions for {steps} logging steps in a row"
     mean = "" if logit_mean is None else f"; mean raw digit logit {logit_mean:.1f}"
     if getattr(loss_fn, "sigmoid_input", "raw") == "raw":
         return (
-            f"numloss: DEL's term pushes the target digit down, relative to the other digits, at {where}{mean}: "
-            "its sigmoid reads the raw digit logits, which a shift of all logits moves; set "
-            "objective.options.sigmoid_input='centered' (build_loss('del', vocab, sigmoid_input='centered')) "
-            "or lower alpha (docs/losses.md, 'When DEL works against CE')"
+            "numloss: DEL's term pushes the target digit down, relative to the other digits, at"
+            f" {where}{mean}: its sigmoid reads the raw digit logits, which a shift of all logits"
+            " moves; set objective.options.sigmoid_input='centered' (build_loss('del', vocab,"
+            " sigmoid_input='centered')) or lower alpha (docs/losses.md, 'When DEL works against"
+            " CE')"
         )
     return (
-        f"numloss: DEL's term (sigmoid_input='centered') pushes the target digit down at {where}{mean}: "
-        "lower alpha (docs/losses.md, 'When DEL works against CE')"
+        "numloss: DEL's term (sigmoid_input='centered') pushes the target digit down at"
+        f" {where}{mean}: lower alpha (docs/losses.md, 'When DEL works against CE')"
     )
 
 
@@ -41,21 +45,39 @@ class PushdownWarning(TrainerCallback):
 
     def __init__(self, loss_fn: NumericLoss, threshold: float = 0.5, patience: int = 3) -> None:
         if patience < 1 or not 0.0 <= threshold < 1.0:
-            raise ValueError(f"PushdownWarning: patience must be >= 1 and threshold in [0, 1), got {patience}, {threshold}")
+            raise ValueError(
+                f"PushdownWarning: patience must be >= 1 and threshold in [0, 1), got {patience},"
+                f" {threshold}"
+            )
         self.loss_fn = loss_fn
         self.threshold = threshold
         self.patience = patience
         self.streak = 0
         self.warned = False
 
-    def on_log(self, args: Any, state: Any, control: Any, logs: dict[str, float] | None = None, **kwargs: Any) -> None:
+    def on_log(
+        self,
+        args: Any,
+        state: Any,
+        control: Any,
+        logs: dict[str, float] | None = None,
+        **kwargs: Any,
+    ) -> None:
         share = (logs or {}).get("pushdown_share")
-        if share is None or getattr(self.loss_fn, "name", "") != "del" or getattr(self.loss_fn, "alpha", 0) == 0:
+        if (
+            share is None
+            or getattr(self.loss_fn, "name", "") != "del"
+            or getattr(self.loss_fn, "alpha", 0) == 0
+        ):
             return
         self.streak = self.streak + 1 if share > self.threshold else 0
         if self.streak >= self.patience and not self.warned:
             self.warned = True
-            logger.warning(pushdown_message(self.loss_fn, share, self.streak, (logs or {}).get("digit_logit_mean")))
+            logger.warning(
+                pushdown_message(
+                    self.loss_fn, share, self.streak, (logs or {}).get("digit_logit_mean")
+                )
+            )
 
 
 class DigitDiagnosticsCallback(PushdownWarning):
@@ -66,18 +88,30 @@ class DigitDiagnosticsCallback(PushdownWarning):
         loss_fn = getattr(compute_loss, "loss_fn", None)
         if not isinstance(loss_fn, NumericLoss) or not hasattr(compute_loss, "pop_diagnostics"):
             raise TypeError(
-                "DigitDiagnosticsCallback needs the object numloss.hf.compute_loss_func(loss_fn) returned "
-                f"(the one passed as compute_loss_func), got {type(compute_loss).__name__}"
+                "DigitDiagnosticsCallback needs the object numloss.hf.compute_loss_func(loss_fn)"
+                " returned (the one passed as compute_loss_func), got"
+                f" {type(compute_loss).__name__}"
             )
         super().__init__(loss_fn, threshold, patience)
         self.compute_loss = compute_loss
 
-    def on_log(self, args: Any, state: Any, control: Any, logs: dict[str, float] | None = None, **kwargs: Any) -> None:
+    def on_log(
+        self,
+        args: Any,
+        state: Any,
+        control: Any,
+        logs: dict[str, float] | None = None,
+        **kwargs: Any,
+    ) -> None:
         if logs is None or "loss" not in logs:
             return
         means = self.compute_loss.pop_diagnostics()
         logs.update(means)
         history = getattr(state, "log_history", None)
-        if history and history[-1].get("step") == getattr(state, "global_step", None) and "loss" in history[-1]:
+        if (
+            history
+            and history[-1].get("step") == getattr(state, "global_step", None)
+            and "loss" in history[-1]
+        ):
             history[-1].update(means)
         super().on_log(args, state, control, logs=logs, **kwargs)

@@ -29,9 +29,9 @@ IGNORE_INDEX = -100
 PROBES: tuple[str, ...] = tuple(str(k) for k in range(10)) + ("1234.5", " 42", "3,141", "-7")
 
 FAMILIES = (
-    "digit-splitting tokenizers (Llama-1/2, Mistral, Qwen2.5, DeepSeek, SmolLM2) write one digit per "
-    "token; chunking ones (Llama-3, tiktoken cl100k/o200k: 1-3 digits per token) and irregular BPE "
-    "(GPT-2) do not"
+    "digit-splitting tokenizers (Llama-1/2, Mistral, Qwen2.5, DeepSeek, SmolLM2) write one digit"
+    " per token; chunking ones (Llama-3, tiktoken cl100k/o200k: 1-3 digits per token) and irregular"
+    " BPE (GPT-2) do not"
 )
 
 
@@ -61,7 +61,8 @@ def _vocab_of(tok: Any) -> dict[str, int]:
     get_vocab = getattr(tok, "get_vocab", None)
     if get_vocab is None:
         raise TypeError(
-            f"DigitVocab.from_tokenizer needs a tokenizer with get_vocab(), got {type(tok).__name__}"
+            "DigitVocab.from_tokenizer needs a tokenizer with get_vocab(), got"
+            f" {type(tok).__name__}"
         )
     return dict(get_vocab())
 
@@ -137,8 +138,9 @@ def _digit_ids(vocab: dict[str, int], tokenizer: Any) -> list[int]:
         raise DigitVocabError(
             f"the tokenizer has no single-character token for digit(s) {', '.join(missing)}, so it "
             "cannot write every number and digit-level losses have no digit columns. Every "
-            "tokenizer of the common families has them (" + FAMILIES + "); add the ten digit "
-            "tokens or use another model."
+            "tokenizer of the common families has them ("
+            + FAMILIES
+            + "); add the ten digit tokens or use another model."
         )
     return [int(found[k]) for k in range(10)]
 
@@ -168,7 +170,9 @@ def _multi_digit_refusal(emitted: list[tuple[str, str, bool]]) -> DigitVocabErro
     if multi:
         kinds.append(f"multi-digit tokens ({', '.join(map(repr, multi[:5]))})")
     if spaced:
-        kinds.append(f"digit tokens with a leading word marker ({', '.join(map(repr, spaced[:5]))})")
+        kinds.append(
+            f"digit tokens with a leading word marker ({', '.join(map(repr, spaced[:5]))})"
+        )
     return DigitVocabError(
         "the tokenizer writes numbers in tokens other than the ten bare digits: "
         f"{' and '.join(kinds)}; {FAMILIES}. Use multi_digit='slots' (the default) to score every "
@@ -214,12 +218,16 @@ class DigitVocab:
             decimal_point_id = int(decimal_point_id)
             if decimal_point_id in ids or decimal_point_id < 0:
                 raise DigitVocabError(
-                    f"decimal_point_id {decimal_point_id} must be a non-negative id distinct from the digits"
+                    f"decimal_point_id {decimal_point_id} must be a non-negative id distinct from"
+                    " the digits"
                 )
         taken = set(ids) | ({decimal_point_id} if decimal_point_id is not None else set())
         entries = [tuple(entry) for entry in unscored_digit_tokens]
         if any(len(entry) not in (2, 3) for entry in entries):
-            raise DigitVocabError("unscored_digit_tokens entries must be (id, digit count) or (id, digit count, spaced)")
+            raise DigitVocabError(
+                "unscored_digit_tokens entries must be (id, digit count) or (id, digit count,"
+                " spaced)"
+            )
         unscored = tuple(sorted((int(e[0]), int(e[1])) for e in entries))
         spaced = tuple(sorted(int(e[0]) for e in entries if len(e) == 3 and e[2]))
         object.__setattr__(self, "digit_ids", ids)
@@ -235,12 +243,12 @@ class DigitVocab:
         allow_multi_digit: bool = False,
         multi_digit: MultiDigit = "slots",
     ) -> DigitVocab:
-        """The number tokens of a Hugging Face (or raw `tokenizers`) tokenizer, decided by behaviour.
+        """The number tokens of a Hugging Face (or raw `tokenizers`) tokenizer, decided by
+        behaviour.
 
         When writing `PROBES` emits single digits only, only the ten are kept. Otherwise
-        `multi_digit` decides: "slots" (default) scores every digit of every number token; "single" (or
-        `allow_multi_digit=True`) keeps the ten digits; "refuse" raises DigitVocabError.
-        """
+        `multi_digit` decides: "slots" (default) scores every digit of every number token; "single"
+        (or `allow_multi_digit=True`) keeps the ten digits; "refuse" raises DigitVocabError."""
         if multi_digit not in MULTI_DIGIT_MODES:
             raise ValueError(f"multi_digit must be one of {MULTI_DIGIT_MODES}, got {multi_digit!r}")
         if allow_multi_digit:
@@ -254,7 +262,7 @@ class DigitVocab:
         mixed = sorted(id_to_token[i] for i, _, _ in unscored if i in emitted)
         if mixed:
             warnings.warn(
-                f"the tokenizer writes digits inside tokens that also hold other characters "
+                "the tokenizer writes digits inside tokens that also hold other characters "
                 f"({', '.join(map(repr, mixed[:5]))}): those digits get no numeric term "
                 "(numloss.digits.digit_coverage measures the share that does)",
                 stacklevel=2,
@@ -274,7 +282,9 @@ class DigitVocab:
 
     def number_table(self, device: torch.device | str | None = None) -> NumberTable:
         """The number-token table on `device` (cached)."""
-        return _number_table(self, str(torch.device(device) if device is not None else torch.device("cpu")))
+        return _number_table(
+            self, str(torch.device(device) if device is not None else torch.device("cpu"))
+        )
 
     def check_width(self, vocab_width: int) -> None:
         """Raise when a logit width cannot hold every digit id (a head smaller than the vocab)."""
@@ -285,8 +295,9 @@ class DigitVocab:
         )
         if largest >= vocab_width:
             raise ValueError(
-                f"logits have {vocab_width} columns but digit/point token id {largest} needs at least "
-                f"{largest + 1}: the logits do not come from the model this DigitVocab was built for"
+                f"logits have {vocab_width} columns but digit/point token id {largest} needs at"
+                f" least {largest + 1}: the logits do not come from the model this DigitVocab was"
+                " built for"
             )
 
 
@@ -320,13 +331,16 @@ class NumberTable:
 @functools.lru_cache(maxsize=32)
 def _number_table(vocab: DigitVocab, device: str) -> NumberTable:
     # cached across calls: built outside inference mode, or a first use under
-    # torch.inference_mode() (an evaluation) would cache tensors that training cannot save for backward
+    # torch.inference_mode() (an evaluation) would cache tensors that training cannot save for
+    # backward
     with torch.inference_mode(False):
         return _build_number_table(vocab, device)
 
 
 def _build_number_table(vocab: DigitVocab, device: str) -> NumberTable:
-    entries = [(i, str(k), False) for k, i in enumerate(vocab.digit_ids)] + list(vocab.number_tokens)
+    entries = [(i, str(k), False) for k, i in enumerate(vocab.digit_ids)] + list(
+        vocab.number_tokens
+    )
     longest = max(len(d) for _, d, _ in entries)
     keys: list[tuple[int, bool]] = []
     group_of: list[int] = []
@@ -351,10 +365,14 @@ def _build_number_table(vocab: DigitVocab, device: str) -> NumberTable:
         lengths=torch.tensor([len(d) for _, d, _ in entries], dtype=torch.long, device=device),
         spaced=torch.tensor([s for _, _, s in entries], dtype=torch.bool, device=device),
         digits=torch.tensor(digit_rows, dtype=torch.long, device=device),
-        values=torch.tensor([float(int(d)) for _, d, _ in entries], dtype=torch.float64, device=device),
+        values=torch.tensor(
+            [float(int(d)) for _, d, _ in entries], dtype=torch.float64, device=device
+        ),
         group=group.to(device),
         groups=groups,
-        unscored=torch.tensor([i for i, _ in vocab.unscored_digit_tokens], dtype=torch.long, device=device),
+        unscored=torch.tensor(
+            [i for i, _ in vocab.unscored_digit_tokens], dtype=torch.long, device=device
+        ),
         unscored_spaced=torch.tensor(vocab.unscored_spaced, dtype=torch.long, device=device),
     )
 
@@ -370,15 +388,15 @@ def split_digits(tokenizer: Any) -> Any:
     backend = getattr(tokenizer, "backend_tokenizer", tokenizer)
     if not hasattr(backend, "pre_tokenizer"):
         raise TypeError(
-            f"split_digits needs a fast tokenizer (transformers PreTrainedTokenizerFast or "
+            "split_digits needs a fast tokenizer (transformers PreTrainedTokenizerFast or "
             f"tokenizers.Tokenizer), got {type(tokenizer).__name__}: load it with use_fast=True"
         )
     vocab = backend.get_vocab()
     missing = [str(k) for k in range(10) if str(k) not in vocab]
     if missing:
         raise DigitVocabError(
-            f"split_digits: the vocabulary has no single-character token for digit(s) {', '.join(missing)}, "
-            "so numbers cannot be split into digit tokens"
+            "split_digits: the vocabulary has no single-character token for digit(s)"
+            f" {', '.join(missing)}, so numbers cannot be split into digit tokens"
         )
     split = pre_tokenizers.Digits(individual_digits=True)
     current = backend.pre_tokenizer
@@ -483,7 +501,12 @@ def number_places(classes: torch.Tensor) -> torch.Tensor:
 def place_weights(places: torch.Tensor, weighting: PlaceWeighting = "official") -> torch.Tensor:
     """Weight u(i) of each place index, float32: 2(i+1) for i >= 0, and for i < 0 1.02^(i-1)
     ("official", the released code) or 2 * 1.02^i ("continuous", the paper); "none": 1."""
-    check_type("place_weights: places", places, torch.Tensor, "a torch.Tensor of place indices (number_places' output)")
+    check_type(
+        "place_weights: places",
+        places,
+        torch.Tensor,
+        "a torch.Tensor of place indices (number_places' output)",
+    )
     check_choice("place_weighting", weighting, PLACE_WEIGHTINGS)
     places_f = places.to(torch.float32)
     if weighting == "none":
@@ -524,8 +547,18 @@ def find_digits(
     rule (exactly that rule for single-digit tokens). A number that holds a token of
     `vocab.unscored_digit_tokens` gets no slots: its places cannot be known.
     """
-    check_type("find_digits: labels", labels, torch.Tensor, "an integer torch.Tensor of aligned labels [B, T]")
-    check_type("find_digits: vocab", vocab, DigitVocab, "a DigitVocab (DigitVocab.from_tokenizer(tokenizer))")
+    check_type(
+        "find_digits: labels",
+        labels,
+        torch.Tensor,
+        "an integer torch.Tensor of aligned labels [B, T]",
+    )
+    check_type(
+        "find_digits: vocab",
+        vocab,
+        DigitVocab,
+        "a DigitVocab (DigitVocab.from_tokenizer(tokenizer))",
+    )
     if labels.dtype not in (torch.int64, torch.int32):
         raise TypeError(f"labels must be an integer tensor, got {labels.dtype}")
     labels_2d = (labels if labels.dim() == 2 else labels.reshape(1, -1)).long()
@@ -563,7 +596,12 @@ def find_digits(
     place = torch.where(char < m, m - 1 - char, m - char)
     target = table.digits[column[index], slot] if index.numel() else index.clone()
     return DigitPositions(
-        index=index, target=target, place=place, slot=slot, column=column[index], rows=rows,
+        index=index,
+        target=target,
+        place=place,
+        slot=slot,
+        column=column[index],
+        rows=rows,
         row_of=row_of,
     )
 
@@ -608,10 +646,15 @@ def _run_starts(in_run: torch.Tensor, spaced: torch.Tensor, rows: int, cols: int
     return in_run & (~previous | spaced)
 
 
-def _runs_touching(in_run: torch.Tensor, spaced: torch.Tensor, marked: torch.Tensor, rows: int, cols: int) -> torch.Tensor:
-    """True at every position of a run (as `_run_starts` cuts them) that holds a `marked` position."""
+def _runs_touching(
+    in_run: torch.Tensor, spaced: torch.Tensor, marked: torch.Tensor, rows: int, cols: int
+) -> torch.Tensor:
+    """True at every position of a run (as `_run_starts` cuts them) that holds a `marked`
+    position."""
     run_id = torch.cumsum(_run_starts(in_run, spaced, rows, cols).long(), 0) - 1
-    hit = torch.zeros(int(run_id.max()) + 2 if run_id.numel() else 1, dtype=torch.bool, device=in_run.device)
+    hit = torch.zeros(
+        int(run_id.max()) + 2 if run_id.numel() else 1, dtype=torch.bool, device=in_run.device
+    )
     hit[run_id[marked & in_run].clamp_min(0)] = True
     return in_run & hit[run_id.clamp_min(0)]
 

@@ -16,7 +16,8 @@ from contextlib import contextmanager
 from typing import Any
 
 #: the import name of every third-party package numloss uses -> the extra that installs it
-#: (packages that come with another one, e.g. huggingface_hub with transformers, name that one's extra)
+#: (packages that come with another one, e.g. huggingface_hub with transformers, name that one's
+#: extra)
 EXTRA_OF: dict[str, str] = {
     "transformers": "hf",
     "tokenizers": "hf",
@@ -88,7 +89,9 @@ def explain(error: ModuleNotFoundError, extra: str, feature: str) -> str | None:
         return str(error)
     name = error.name or ""
     wanted = extra_for(name, extra)
-    return None if wanted is None else missing_extra_message(feature, name.partition(".")[0], wanted)
+    return (
+        None if wanted is None else missing_extra_message(feature, name.partition(".")[0], wanted)
+    )
 
 
 def require(extra: str, feature: str, *modules: str) -> None:
@@ -115,7 +118,9 @@ def needs(extra: str, feature: str) -> Iterator[None]:
         raise MissingExtraError(line, name=error.name) from None
 
 
-def load_on_first_use(package: str, home: Mapping[str, str]) -> tuple[Callable[[str], Any], Callable[[], list[str]]]:
+def load_on_first_use(
+    package: str, home: Mapping[str, str]
+) -> tuple[Callable[[str], Any], Callable[[], list[str]]]:
     """A package's module-level `__getattr__` and `__dir__` (PEP 562) for the public names of
     `home` ({name: submodule}): each is imported from `package.<submodule>` on first use and kept
     in the package after, so importing the package loads none of its heavy parts.
@@ -145,5 +150,7 @@ def peft_quietly() -> Iterator[None]:
     import warnings
 
     with warnings.catch_warnings():
-        warnings.filterwarnings("ignore", message="`is_gradient_checkpointing` is deprecated", category=FutureWarning)
+        warnings.filterwarnings(
+            "ignore", message="`is_gradient_checkpointing` is deprecated", category=FutureWarning
+        )
         yield

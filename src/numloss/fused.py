@@ -30,7 +30,9 @@ _CHUNK_ELEMENTS = 1 << 24
 
 # (nll, cost) of a chunk -> predicted (a, b) per-token gradient weights, up to one scalar: an
 # objective's `gradient_weights` method.
-GradientRule = Callable[[torch.Tensor, torch.Tensor | None], tuple[torch.Tensor, torch.Tensor | None]]
+GradientRule = Callable[
+    [torch.Tensor, torch.Tensor | None], tuple[torch.Tensor, torch.Tensor | None]
+]
 
 
 def default_chunk_size(vocab_size: int, hidden_size: int) -> int:
@@ -73,7 +75,8 @@ class _Chunk:
             self.cost = torch.where(self.valid, 1.0 - inner, torch.zeros_like(inner))
 
     def logit_gradient(self, a: torch.Tensor, b: torch.Tensor | None) -> torch.Tensor:
-        """a_t (p_t - onehot(y_t)) + b_t dcost_t/dlogits_t, written over e; rows with a = b = 0 vanish."""
+        """a_t (p_t - onehot(y_t)) + b_t dcost_t/dlogits_t, written over e; rows with a = b = 0
+        vanish."""
         e = self.e
         transport_part = None
         if b is not None and self.unit is not None and bool((b != 0).any()):
@@ -122,7 +125,9 @@ class _FusedLinearLoss(torch.autograd.Function):
         device = hidden.device
         nll = torch.zeros(num_rows, dtype=math, device=device)
         cost = torch.zeros(num_rows if unit is not None else 0, dtype=math, device=device)
-        digit_logits = torch.zeros((digit_index.numel(), digit_columns.numel()), dtype=math, device=device)
+        digit_logits = torch.zeros(
+            (digit_index.numel(), digit_columns.numel()), dtype=math, device=device
+        )
         row_finite = torch.ones(num_rows, dtype=torch.bool, device=device)
         in_forward = any(ctx.needs_input_grad[:3]) and rule is not None and strategy == "forward"
         stored = _gradient_buffers(ctx, hidden, weight, bias, unit, math) if in_forward else None
@@ -130,7 +135,9 @@ class _FusedLinearLoss(torch.autograd.Function):
         bounds = torch.searchsorted(digit_index, starts).tolist()  # digit rows of each chunk
         for chunk_number, start in enumerate(range(0, num_rows, chunk_size)):
             stop = min(start + chunk_size, num_rows)
-            chunk = _Chunk(hidden[start:stop], weight, bias, targets[start:stop], valid[start:stop], unit, math)
+            chunk = _Chunk(
+                hidden[start:stop], weight, bias, targets[start:stop], valid[start:stop], unit, math
+            )
             lo, hi = bounds[chunk_number], bounds[chunk_number + 1]
             if hi > lo:
                 rows = digit_index[lo:hi] - start
@@ -143,7 +150,9 @@ class _FusedLinearLoss(torch.autograd.Function):
             if stored is not None:
                 _gradient_in_forward(chunk, rule, stored, hidden, weight, start, stop)
             del chunk
-        ctx.save_for_backward(hidden, weight, bias, targets, valid, digit_index, digit_columns, unit)
+        ctx.save_for_backward(
+            hidden, weight, bias, targets, valid, digit_index, digit_columns, unit
+        )
         ctx.chunk_size = chunk_size
         ctx.stored = stored
         ctx.mark_non_differentiable(row_finite)
@@ -169,7 +178,9 @@ class _FusedLinearLoss(torch.autograd.Function):
             if d_bias is not None:
                 d_bias.mul_(scale)
         else:
-            d_hidden, d_weight, d_bias = _recompute(ctx, hidden, weight, bias, targets, valid, unit, grad_nll, grad_cost, math)
+            d_hidden, d_weight, d_bias = _recompute(
+                ctx, hidden, weight, bias, targets, valid, unit, grad_nll, grad_cost, math
+            )
         if digit_index.numel() and grad_digits is not None:
             g = grad_digits.to(math)
             rows = hidden.index_select(0, digit_index).to(math)
@@ -214,7 +225,9 @@ def _gradient_in_forward(chunk, rule, stored, hidden, weight, start, stop) -> No
     _accumulate(grad_z, hidden[start:stop], weight, d_hidden, d_weight, d_bias, start, stop)
 
 
-def _common_scale(stored, grad_nll: torch.Tensor, grad_cost: torch.Tensor | None) -> torch.Tensor | None:
+def _common_scale(
+    stored, grad_nll: torch.Tensor, grad_cost: torch.Tensor | None
+) -> torch.Tensor | None:
     """The scalar c with grad = c * predicted weights, or None when the prediction does not hold."""
     _, _, _, a, b = stored
     predicted = a if b is None else torch.cat([a, b])
@@ -235,7 +248,9 @@ def _recompute(ctx, hidden, weight, bias, targets, valid, unit, grad_nll, grad_c
     step = ctx.chunk_size
     for start in range(0, num_rows, step):
         stop = min(start + step, num_rows)
-        chunk = _Chunk(hidden[start:stop], weight, bias, targets[start:stop], valid[start:stop], unit, math)
+        chunk = _Chunk(
+            hidden[start:stop], weight, bias, targets[start:stop], valid[start:stop], unit, math
+        )
         chunk.finish()
         b = grad_cost[start:stop] if grad_cost is not None else None
         grad_z = chunk.logit_gradient(grad_nll[start:stop], b)
@@ -246,26 +261,34 @@ def _recompute(ctx, hidden, weight, bias, targets, valid, unit, grad_nll, grad_c
 
 def _check_inputs(loss_fn, hidden, weight, labels, bias) -> None:
     if not torch.is_tensor(hidden) or not hidden.is_floating_point():
-        raise TypeError(f"hidden must be a floating-point tensor [B, T, H] or [N, H], got {getattr(hidden, 'dtype', type(hidden))}")
+        raise TypeError(
+            "hidden must be a floating-point tensor [B, T, H] or [N, H], got"
+            f" {getattr(hidden, 'dtype', type(hidden))}"
+        )
     if not torch.is_tensor(weight) or weight.dim() != 2 or not weight.is_floating_point():
         raise ValueError(
-            f"lm_head_weight must be a floating-point [V, H] matrix (model.get_output_embeddings().weight), "
-            f"got {tuple(getattr(weight, 'shape', ()))}"
+            "lm_head_weight must be a floating-point [V, H] matrix"
+            f" (model.get_output_embeddings().weight), got {tuple(getattr(weight, 'shape', ()))}"
         )
     if not torch.is_tensor(labels) or labels.is_floating_point():
-        raise TypeError("labels must be an integer tensor of token ids (ignore_index for skipped positions)")
+        raise TypeError(
+            "labels must be an integer tensor of token ids (ignore_index for skipped positions)"
+        )
     if hidden.dim() not in (2, 3) or hidden.shape[:-1] != labels.shape:
         raise ValueError(
-            f"hidden {tuple(hidden.shape)} and labels {tuple(labels.shape)} do not match: expected hidden "
-            "[B, T, H] with labels [B, T] (or [N, H] with [N]), already aligned (no shift)"
+            f"hidden {tuple(hidden.shape)} and labels {tuple(labels.shape)} do not match: expected"
+            " hidden [B, T, H] with labels [B, T] (or [N, H] with [N]), already aligned (no shift)"
         )
     if hidden.shape[-1] != weight.shape[1]:
         raise ValueError(
-            f"hidden size {hidden.shape[-1]} does not match lm_head_weight {tuple(weight.shape)}: the weight "
-            "must be [V, H], the LM head of the model whose hidden states these are"
+            f"hidden size {hidden.shape[-1]} does not match lm_head_weight {tuple(weight.shape)}:"
+            " the weight must be [V, H], the LM head of the model whose hidden states these are"
         )
     if bias is not None and (not torch.is_tensor(bias) or bias.shape != (weight.shape[0],)):
-        raise ValueError(f"lm_head_bias must be a [V] = [{weight.shape[0]}] vector, got {tuple(getattr(bias, 'shape', ()))}")
+        raise ValueError(
+            f"lm_head_bias must be a [V] = [{weight.shape[0]}] vector, got"
+            f" {tuple(getattr(bias, 'shape', ()))}"
+        )
 
 
 def fused_loss(
@@ -315,38 +338,59 @@ def fused_loss(
     has_rule = loss_fn.gradient_weights(empty, empty if unit is not None else None) is not None
     rule = loss_fn.gradient_weights if has_rule else None
     nll, cost, digit_logits, row_finite = _FusedLinearLoss.apply(
-        flat_hidden, weight, bias, targets, valid, digits.rows, digit_columns, unit, rule,
-        int(chunk_size), strategy,
+        flat_hidden,
+        weight,
+        bias,
+        targets,
+        valid,
+        digits.rows,
+        digit_columns,
+        unit,
+        rule,
+        int(chunk_size),
+        strategy,
     )
 
     def diagnose(ignored_rows: torch.Tensor | None) -> NoReturn:
         _raise_not_finite(loss_fn.name, flat_hidden, weight, bias, valid, ignored_rows)
 
     return loss_fn.combine(
-        nll, valid, digit_logits, digits, cost if unit is not None else None,
-        num_items_in_batch, num_digits_in_batch, row_finite=row_finite, diagnose=diagnose,
+        nll,
+        valid,
+        digit_logits,
+        digits,
+        cost if unit is not None else None,
+        num_items_in_batch,
+        num_digits_in_batch,
+        row_finite=row_finite,
+        diagnose=diagnose,
     )
 
 
 def _raise_not_finite(name, hidden, weight, bias, valid, ignored_rows) -> NoReturn:
     """Say why the fused loss (or rows at ignored positions) is not finite."""
-    inputs = [("hidden states", hidden), ("LM-head weight", weight)] + ([("LM-head bias", bias)] if bias is not None else [])
+    inputs = [("hidden states", hidden), ("LM-head weight", weight)] + (
+        [("LM-head bias", bias)] if bias is not None else []
+    )
     broken = [label for label, tensor in inputs if not bool(torch.isfinite(tensor).all())]
     where = ""
     if ignored_rows is not None:
         where = (
-            f" at {ignored_rows.numel()} ignored position(s) (first: flat position {int(ignored_rows[0])}); "
-            "their loss gradient is zero, but the weight gradient multiplies through them and turns NaN"
+            f" at {ignored_rows.numel()} ignored position(s) (first: flat position"
+            f" {int(ignored_rows[0])}); their loss gradient is zero, but the weight gradient"
+            " multiplies through them and turns NaN"
         )
     if broken:
         raise FloatingPointError(
-            f"{name}: the {' and '.join(broken)} hold NaN or inf{where} (the model diverged or overflowed; "
-            "lower the learning rate, check the padding and attention mask, use bf16 not fp16)"
+            f"{name}: the {' and '.join(broken)} hold NaN or inf{where} (the model diverged or"
+            " overflowed; lower the learning rate, check the padding and attention mask, use bf16"
+            " not fp16)"
         )
     if hidden.dtype == torch.float16:
         raise FloatingPointError(
-            f"{name}: the fp16 logits overflowed{where}: hidden states and LM-head weight are finite, but "
-            "hidden @ weight.T exceeds fp16's largest value 65504; train in bf16 or float32"
+            f"{name}: the fp16 logits overflowed{where}: hidden states and LM-head weight are"
+            " finite, but hidden @ weight.T exceeds fp16's largest value 65504; train in bf16 or"
+            " float32"
         )
     raise FloatingPointError(
         f"{name}: the loss is not finite{where} although the hidden states and LM-head weight are; "

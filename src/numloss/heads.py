@@ -22,7 +22,8 @@ def patch_target(model: nn.Module) -> nn.Module:
     unwrapped by class (FSDP1 forwards attribute lookups), then peft; FSDP2 does not wrap."""
     try:
         from accelerate.utils import extract_model_from_parallel
-    except ModuleNotFoundError:  # the core install: no accelerate, so no accelerate/DeepSpeed wrapper
+    # the core install: no accelerate, so no accelerate/DeepSpeed wrapper
+    except ModuleNotFoundError:
         extract_model_from_parallel = _unwrap_compiled
 
     target = model
@@ -47,14 +48,14 @@ def output_head(model: nn.Module) -> nn.Module:
     head = get_head() if callable(get_head) else None
     if head is None:
         raise ValueError(
-            f"{type(base).__name__} has no output embeddings (get_output_embeddings() is None): the "
-            "fused path needs a causal LM with a linear LM head; use fused=False"
+            f"{type(base).__name__} has no output embeddings (get_output_embeddings() is None): the"
+            " fused path needs a causal LM with a linear LM head; use fused=False"
         )
     if type(head).__module__.startswith("peft") or not isinstance(head, nn.Linear):
         raise ValueError(
-            f"the LM head is a {type(head).__module__}.{type(head).__name__}, not a plain nn.Linear "
-            "(LoRA or modules_to_save on lm_head?): the fused path applies the head as "
-            "hidden @ weight.T + bias itself; leave lm_head out of the adapter or use fused=False"
+            f"the LM head is a {type(head).__module__}.{type(head).__name__}, not a plain nn.Linear"
+            " (LoRA or modules_to_save on lm_head?): the fused path applies the head as hidden @"
+            " weight.T + bias itself; leave lm_head out of the adapter or use fused=False"
         )
     config = getattr(base, "config", None)
     if getattr(config, "final_logit_softcapping", None):
@@ -73,8 +74,9 @@ def model_logits(outputs: Any) -> torch.Tensor:
     if isinstance(outputs, dict):
         if "logits" not in outputs:
             raise ValueError(
-                f"the model output ({type(outputs).__name__}) has no 'logits' (its keys: "
-                f"{', '.join(map(str, outputs.keys()))}); the numloss loss needs a causal LM's logits"
+                f"the model output ({type(outputs).__name__}) has no 'logits' (its keys:"
+                f" {', '.join(map(str, outputs.keys()))}); the numloss loss needs a causal LM's"
+                " logits"
             )
         return outputs["logits"]
     if isinstance(outputs, (tuple, list)) and outputs and torch.is_tensor(outputs[0]):

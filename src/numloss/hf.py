@@ -90,7 +90,11 @@ class NumericComputeLoss:
             return {}
         digits, *sums = self._diagnostic_sums.tolist()
         self._diagnostic_sums = None
-        return {name: total / digits for name, total in zip(_DIAGNOSTIC_FIELDS, sums, strict=True)} if digits else {}
+        return (
+            {name: total / digits for name, total in zip(_DIAGNOSTIC_FIELDS, sums, strict=True)}
+            if digits
+            else {}
+        )
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self.loss_fn!r})"
@@ -103,8 +107,8 @@ class NumericComputeLoss:
     ) -> torch.Tensor:
         if labels is None:
             raise ValueError(
-                "compute_loss_func got no labels: the batch needs token labels (-100 for prompt and "
-                "padding positions); use a collator that sets them"
+                "compute_loss_func got no labels: the batch needs token labels (-100 for prompt and"
+                " padding positions); use a collator that sets them"
             )
         logits = model_logits(outputs)
         aligned = F.pad(labels[..., 1:], (0, 1), value=self.loss_fn.ignore_index).to(logits.device)
@@ -113,8 +117,15 @@ class NumericComputeLoss:
         self.last = self.loss_fn(logits, aligned, num_items_in_batch=num_items_in_batch)
         with torch.no_grad():
             digits = self.last.num_digits.double()
-            update = torch.stack([digits, *(getattr(self.last, name).double() * digits for name in _DIAGNOSTIC_FIELDS)])
-            self._diagnostic_sums = update if self._diagnostic_sums is None else self._diagnostic_sums + update
+            update = torch.stack(
+                [
+                    digits,
+                    *(getattr(self.last, name).double() * digits for name in _DIAGNOSTIC_FIELDS),
+                ]
+            )
+            self._diagnostic_sums = (
+                update if self._diagnostic_sums is None else self._diagnostic_sums + update
+            )
         return self.last.loss
 
 
@@ -136,14 +147,23 @@ def _check_trainer_arguments(kwargs: dict[str, Any]) -> None:
 
     model = kwargs.get("model")
     if model is None and kwargs.get("model_init") is None:
-        raise ArgumentTypeError("NumericTrainer: model is None: pass a model (AutoModelForCausalLM.from_pretrained(...)) "
-                                "or a model_init")
+        raise ArgumentTypeError(
+            "NumericTrainer: model is None: pass a model"
+            " (AutoModelForCausalLM.from_pretrained(...)) or a model_init"
+        )
     if isinstance(model, type):
-        raise ArgumentTypeError(f"NumericTrainer: model is the class {model.__name__}, not a model: pass an instance "
-                                f"({model.__name__}.from_pretrained(...))")
+        raise ArgumentTypeError(
+            f"NumericTrainer: model is the class {model.__name__}, not a model: pass an instance "
+            f"({model.__name__}.from_pretrained(...))"
+        )
     args = kwargs.get("args")
     if args is not None:
-        check_type("NumericTrainer: args", args, TrainingArguments, "a transformers TrainingArguments (TrainingArguments(**options))")
+        check_type(
+            "NumericTrainer: args",
+            args,
+            TrainingArguments,
+            "a transformers TrainingArguments (TrainingArguments(**options))",
+        )
         check_training_arguments(args)
 
 
@@ -156,8 +176,9 @@ def check_training_arguments(args: Any, where: str = "NumericTrainer: args.") ->
     check_int(f"{where}per_device_train_batch_size", args.per_device_train_batch_size, 1)
     if args.label_smoothing_factor != 0:
         raise ArgumentError(
-            f"{where}label_smoothing_factor is {args.label_smoothing_factor}, but loss_fn computes the loss "
-            "and would ignore it: set it to 0 (smoothing is not one of numloss's objectives)"
+            f"{where}label_smoothing_factor is {args.label_smoothing_factor}, but loss_fn computes"
+            " the loss and would ignore it: set it to 0 (smoothing is not one of numloss's"
+            " objectives)"
         )
 
 
@@ -172,23 +193,32 @@ def check_training_data(args: Any, dataset: Any, ignore_index: int = -100) -> No
     examples = len(dataset)
     if examples == 0:
         raise ArgumentError("train_dataset is empty: pass at least one training example")
-    batch, accumulation, processes = args.per_device_train_batch_size, args.gradient_accumulation_steps, args.world_size
+    batch, accumulation, processes = (
+        args.per_device_train_batch_size,
+        args.gradient_accumulation_steps,
+        args.world_size,
+    )
     if batch * accumulation * processes > examples:
         raise ArgumentError(
-            f"the global batch per_device_train_batch_size {batch} x gradient_accumulation_steps {accumulation} x "
-            f"{processes} process(es) = {batch * accumulation * processes} is larger than the {examples} training examples, "
-            f"so each step would use only {examples}: lower them to a product of at most {examples}"
+            f"the global batch per_device_train_batch_size {batch} x gradient_accumulation_steps"
+            f" {accumulation} x {processes} process(es) = {batch * accumulation * processes} is"
+            f" larger than the {examples} training examples, so each step would use only"
+            f" {examples}: lower them to a product of at most {examples}"
         )
     for index in range(examples):
         row = dataset[index]
         labels = row.get("labels") if isinstance(row, dict) else None
         if labels is None:
             return
-        if any(int(label) != ignore_index for label in (labels.tolist() if torch.is_tensor(labels) else labels)):
+        if any(
+            int(label) != ignore_index
+            for label in (labels.tolist() if torch.is_tensor(labels) else labels)
+        ):
             return
     raise ArgumentError(
-        f"every label of the {examples} training examples is ignore_index ({ignore_index}): nothing would be learnt "
-        "(the loss is 0); check the labels (a prompt that fills the length limit leaves no answer token to learn)"
+        f"every label of the {examples} training examples is ignore_index ({ignore_index}): nothing"
+        " would be learnt (the loss is 0); check the labels (a prompt that fills the length limit"
+        " leaves no answer token to learn)"
     )
 
 
@@ -203,7 +233,9 @@ class NumericTrainer(Trainer):
         check_bool("NumericTrainer: fused", fused)
         check_objective(loss_fn)
         if trainer_kwargs.get("compute_loss_func") is not None:
-            raise TypeError("NumericTrainer computes the loss with loss_fn; do not pass compute_loss_func")
+            raise TypeError(
+                "NumericTrainer computes the loss with loss_fn; do not pass compute_loss_func"
+            )
         _check_trainer_arguments(trainer_kwargs)
         super().__init__(**trainer_kwargs)
         if self.train_dataset is not None:  # after super(): SFTTrainer tokenises it there
@@ -244,7 +276,9 @@ class NumericTrainer(Trainer):
             except StopIteration:
                 break
         self._step_digits = None
-        if not batch_samples or not all("labels" in b or "shift_labels" in b for b in batch_samples):
+        if not batch_samples or not all(
+            "labels" in b or "shift_labels" in b for b in batch_samples
+        ):
             return batch_samples, None
         counts = sum(self.count_tokens_and_digits(batch).to(device) for batch in batch_samples)
         if self.args.average_tokens_across_devices and self.args.world_size > 1:
@@ -295,14 +329,17 @@ class NumericTrainer(Trainer):
             def on_hidden(hidden: torch.Tensor, head: nn.Module, aligned: torch.Tensor) -> None:
                 self.record_token_metrics(inputs, aligned, hidden=hidden, head=head)
 
-            with patched(self.accelerator.unwrap_model(model), self.loss_fn, fused=True, on_hidden=on_hidden) as state:
+            with patched(
+                self.accelerator.unwrap_model(model), self.loss_fn, fused=True, on_hidden=on_hidden
+            ) as state:
                 outputs = model(
                     **inputs,
                     shift_labels=labels,
                     num_items_in_batch=num_items_in_batch,
                     num_digits_in_batch=num_digits_in_batch,
                 )
-            # the loss as it came out of the wrapper (DDP, the DeepSpeed engine), on its autograd path
+            # the loss as it came out of the wrapper (DDP, the DeepSpeed engine), on its autograd
+            # path
             return dataclasses.replace(state.last, loss=outputs["loss"]), outputs
         outputs = model(**inputs)
         logits = model_logits(outputs)
@@ -343,8 +380,11 @@ class NumericTrainer(Trainer):
 
             token_den = denominator(num_items_in_batch, tokens)
             digit_den = denominator(num_digits_in_batch, digits)
+
             def per_digit(value: torch.Tensor | None) -> torch.Tensor:
-                return (torch.zeros(()) if value is None else value).to(tokens.device).double() * digits
+                return (torch.zeros(()) if value is None else value).to(
+                    tokens.device
+                ).double() * digits
 
             aux_den, aux_count = (token_den, tokens) if self._aux_per_token else (digit_den, digits)
             update = torch.stack(
@@ -376,7 +416,9 @@ class NumericTrainer(Trainer):
                 logs["digit_entropy"] = sums[_ENTROPY_SUM] / sums[_DIGITS]
                 for slot, name in enumerate(DIGIT_DIAGNOSTICS, start=6):
                     logs[name] = sums[slot] / sums[_DIGITS]
-            coverage = torch.tensor(self._digit_coverage, dtype=torch.float64, device=self._log_sums.device)
+            coverage = torch.tensor(
+                self._digit_coverage, dtype=torch.float64, device=self._log_sums.device
+            )
             self._digit_coverage = [0, 0]
             if self.args.world_size > 1:  # every rank calls log, as for the sums above
                 coverage = self.accelerator.reduce(coverage, reduction="sum")

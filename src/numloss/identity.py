@@ -19,11 +19,28 @@ from typing import Any
 
 from numloss.textio import read_json_object
 
-__all__ = ["file_sha256", "folder_sha256", "model_sha256", "text_sha256", "json_sha256", "WEIGHT_SUFFIXES",
-           "describe_change"]
+__all__ = [
+    "file_sha256",
+    "folder_sha256",
+    "model_sha256",
+    "text_sha256",
+    "json_sha256",
+    "WEIGHT_SUFFIXES",
+    "describe_change",
+]
 
 #: the files whose bytes are a model's weights
-WEIGHT_SUFFIXES = (".safetensors", ".bin", ".gguf", ".pt", ".pth", ".ckpt", ".h5", ".msgpack", ".npz")
+WEIGHT_SUFFIXES = (
+    ".safetensors",
+    ".bin",
+    ".gguf",
+    ".pt",
+    ".pth",
+    ".ckpt",
+    ".h5",
+    ".msgpack",
+    ".npz",
+)
 _CHUNK = 1 << 20
 _LOCK = threading.Lock()
 _MEMORY: dict[str, tuple[tuple[int, ...], str]] = {}
@@ -66,7 +83,12 @@ def file_sha256(path: str | Path) -> str:
     if hit is not None and hit[0] == key:
         return hit[1]
     stored = _read_disk_cache().get(real)
-    if isinstance(stored, list) and len(stored) == 2 and tuple(stored[0]) == key and isinstance(stored[1], str):
+    if (
+        isinstance(stored, list)
+        and len(stored) == 2
+        and tuple(stored[0]) == key
+        and isinstance(stored[1], str)
+    ):
         digest = stored[1]
     else:
         digest = sha256_uncached(real)

@@ -7,7 +7,8 @@ from __future__ import annotations
 from importlib import resources
 from pathlib import Path
 
-#: the addition demo's recorded runs (trimmed copies of results/compare/'s records; numloss.demo writes it)
+#: the addition demo's recorded runs (trimmed copies of results/compare/'s records; numloss.demo
+#: writes it)
 RECORDED_DEMO_RUNS = "recorded/demo-runs.json"
 #: the recorded grid the default demo shows beside its fresh runs (trimmed copies of
 #: results/compare-smollm2-words-centered/'s records; numloss.demo writes it)
@@ -15,7 +16,8 @@ RECORDED_GRID_RUNS = "recorded/grid-centered-runs.json"
 
 
 def packaged(relative: str) -> Path:
-    """The path of the package file `relative` (e.g. "configs/tiny.yaml") inside the installed package."""
+    """The path of the package file `relative` (e.g. "configs/tiny.yaml") inside the installed
+    package."""
     return Path(str(resources.files("numloss").joinpath(*relative.split("/"))))
 
 

@@ -87,17 +87,25 @@ def _numeric_forward(
     refuse_split_sequences("numloss.patch", *accelerate_sequence_split())
     if kwargs.get("logits_to_keep") not in (None, 0):
         raise ValueError(
-            "numloss.patch: logits_to_keep keeps the logits of the last positions only, but the loss "
-            "needs every position; drop logits_to_keep when passing labels"
+            "numloss.patch: logits_to_keep keeps the logits of the last positions only, but the"
+            " loss needs every position; drop logits_to_keep when passing labels"
         )
     if kwargs.get("return_dict") is False:
-        raise ValueError("numloss.patch: return_dict=False is not supported with labels; leave return_dict on")
-    aligned = shift_labels if shift_labels is not None else F.pad(labels[..., 1:], (0, 1), value=loss_fn.ignore_index)
+        raise ValueError(
+            "numloss.patch: return_dict=False is not supported with labels; leave return_dict on"
+        )
+    aligned = (
+        shift_labels
+        if shift_labels is not None
+        else F.pad(labels[..., 1:], (0, 1), value=loss_fn.ignore_index)
+    )
     if needs_step_digit_count(loss_fn, aligned, num_items_in_batch, num_digits_in_batch):
         raise ValueError(step_digits_refusal("numloss.patch", loss_fn, takes_digit_count=True))
     counts = dict(num_items_in_batch=num_items_in_batch, num_digits_in_batch=num_digits_in_batch)
     if state.fused:
-        outputs, out = _forward_with_loss_as_head_output(self, forward, args, kwargs, state, aligned, counts)
+        outputs, out = _forward_with_loss_as_head_output(
+            self, forward, args, kwargs, state, aligned, counts
+        )
     else:
         outputs = forward(*args, **kwargs)
         logits = model_logits(outputs)
@@ -118,13 +126,16 @@ def _refuse_a_sharded_head(weight: torch.Tensor) -> None:
         return
     if isinstance(weight, DTensor) and any(p.is_shard() for p in weight.placements):
         raise NotImplementedError(
-            f"fused=True: the LM head's weight is still sharded inside its forward ({weight.placements}, "
-            f"local {tuple(weight.to_local().shape)} of {tuple(weight.shape)}): that is tensor parallelism, "
-            "which the fused loss does not support; use fused=False (the head's logits are gathered then)"
+            "fused=True: the LM head's weight is still sharded inside its forward"
+            f" ({weight.placements}, local {tuple(weight.to_local().shape)} of"
+            f" {tuple(weight.shape)}): that is tensor parallelism, which the fused loss does not"
+            " support; use fused=False (the head's logits are gathered then)"
         )
 
 
-def _forward_with_loss_as_head_output(model, forward, args, kwargs, state: PatchState, aligned, counts):
+def _forward_with_loss_as_head_output(
+    model, forward, args, kwargs, state: PatchState, aligned, counts
+):
     """Run `forward` with the LM head computing the fused loss in place of its logits; returns
     (outputs with that loss and empty logits, the `NumericLossOutput`). The loss is the tensor the
     model returned, so what wrappers attached on the way (ZeRO-3's gather) is on its path."""
@@ -134,7 +145,9 @@ def _forward_with_loss_as_head_output(model, forward, args, kwargs, state: Patch
     def loss_from_hidden(hidden: torch.Tensor, *rest: Any, **options: Any) -> torch.Tensor:
         labels = aligned.to(hidden.device)
         _refuse_a_sharded_head(head.weight)
-        out = state.loss_fn.from_hidden(hidden, head.weight, labels, lm_head_bias=head.bias, **counts)
+        out = state.loss_fn.from_hidden(
+            hidden, head.weight, labels, lm_head_bias=head.bias, **counts
+        )
         if state.on_hidden is not None:
             state.on_hidden(hidden, head, labels)
         calls.append((hidden, out))
@@ -151,15 +164,15 @@ def _forward_with_loss_as_head_output(model, forward, args, kwargs, state: Patch
             head.forward = own_forward
     if len(calls) != 1:
         raise RuntimeError(
-            f"numloss.patch: the LM head ran {len(calls)} times in one forward (expected once): this model "
-            "architecture is not supported by the fused path; use fused=False"
+            f"numloss.patch: the LM head ran {len(calls)} times in one forward (expected once):"
+            " this model architecture is not supported by the fused path; use fused=False"
         )
     hidden, out = calls[0]
     loss = model_logits(outputs)
     if loss.dim() != 0 or not torch.equal(loss.detach(), out.loss.detach()):
         raise ValueError(
-            f"numloss.patch: {type(model).__name__} transforms its LM head's output (a logit scale or "
-            "soft-cap?), which the fused loss would not see; use fused=False"
+            f"numloss.patch: {type(model).__name__} transforms its LM head's output (a logit scale"
+            " or soft-cap?), which the fused loss would not see; use fused=False"
         )
     outputs["loss"] = loss
     outputs["logits"] = hidden.new_zeros((*hidden.shape[:-2], 0, head.weight.shape[0]))
@@ -175,7 +188,12 @@ def _check_arguments(model: Any, fused: Any) -> None:
             f"numloss.patch: model is the class {model.__name__}, not a model: pass an instance "
             f"({model.__name__}.from_pretrained(...))"
         )
-    check_type("numloss.patch: model", model, nn.Module, "a model instance (an nn.Module, e.g. AutoModelForCausalLM.from_pretrained(...))")
+    check_type(
+        "numloss.patch: model",
+        model,
+        nn.Module,
+        "a model instance (an nn.Module, e.g. AutoModelForCausalLM.from_pretrained(...))",
+    )
 
 
 def patch(model: nn.Module, loss_fn: NumericLoss, fused: bool = False) -> nn.Module:
@@ -186,14 +204,15 @@ def patch(model: nn.Module, loss_fn: NumericLoss, fused: bool = False) -> nn.Mod
     target = patch_target(model)
     if not callable(getattr(target, "get_output_embeddings", None)):
         raise TypeError(
-            f"numloss.patch: {type(target).__name__} is not a causal language model (it has no "
-            "get_output_embeddings); patch a transformers AutoModelForCausalLM (or a peft model of one)"
+            f"numloss.patch: {type(target).__name__} is not a causal language model (it has no"
+            " get_output_embeddings); patch a transformers AutoModelForCausalLM (or a peft model"
+            " of one)"
         )
     config = getattr(target, "config", None)
     if getattr(config, "is_encoder_decoder", False):
         raise ValueError(
-            f"numloss.patch: {type(target).__name__} is an encoder-decoder model; the numloss objectives "
-            "are for causal LMs (labels shifted by one)"
+            f"numloss.patch: {type(target).__name__} is an encoder-decoder model; the numloss"
+            " objectives are for causal LMs (labels shifted by one)"
         )
     if fused:
         output_head(target)  # raises now for a head the fused path cannot apply itself
@@ -201,9 +220,14 @@ def patch(model: nn.Module, loss_fn: NumericLoss, fused: bool = False) -> nn.Mod
         get_head = getattr(target, "get_output_embeddings", None)
         head = get_head() if callable(get_head) else None
         weight = getattr(head, "weight", None)
-        if weight is not None and weight.dim() == 2:  # a sharded weight (ZeRO-3, FSDP1) is checked in the loss
+        # a sharded weight (ZeRO-3, FSDP1) is checked in the loss
+        if weight is not None and weight.dim() == 2:
             loss_fn.vocab.check_width(weight.shape[0])
-    previous = getattr(target, _STATE).previous_forward if hasattr(target, _STATE) else vars(target).get("forward")
+    previous = (
+        getattr(target, _STATE).previous_forward
+        if hasattr(target, _STATE)
+        else vars(target).get("forward")
+    )
     try:
         device = next(target.parameters()).device
         loss_fn = loss_fn.to(device)

@@ -33,15 +33,23 @@ class RunDirBusy(RuntimeError):
 
 
 class RunDirLockError(RuntimeError):
-    """The lock could not be taken for another reason (no `flock` on this file system, no access)."""
+    """The lock could not be taken for another reason (no `flock` on this file system, no
+    access)."""
 
 
 def _holder_text(holder: dict[str, Any]) -> str:
     if not holder:
         return "another process (its lock file names no holder yet)"
     since = holder.get("started")
-    when = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(since)) if isinstance(since, (int, float)) else "?"
-    return f"pid {holder.get('pid', '?')} on {holder.get('host', '?')} ({holder.get('command', '?')}, since {when})"
+    when = (
+        time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(since))
+        if isinstance(since, (int, float))
+        else "?"
+    )
+    return (
+        f"pid {holder.get('pid', '?')} on {holder.get('host', '?')} ({holder.get('command', '?')},"
+        f" since {when})"
+    )
 
 
 #: what a non-blocking flock says when another open file holds the lock
@@ -56,7 +64,8 @@ def _busy(folder: Path) -> RunDirBusy:
 
 
 def read_holder(folder: str | os.PathLike[str]) -> dict[str, Any]:
-    """What `folder`'s lock file says about its (last) holder; {} when there is none or it is unreadable."""
+    """What `folder`'s lock file says about its (last) holder; {} when there is none or it is
+    unreadable."""
     return read_json_object(Path(folder) / LOCK_NAME) or {}
 
 
@@ -74,8 +83,8 @@ def hold_run_dir(folder: str | os.PathLike[str], command: str) -> Iterator[Path]
     except OSError as error:
         if error.errno == errno.ELOOP:
             raise RunDirLockError(
-                f"cannot lock {str(path)!r}: its lock file {LOCK_NAME} is a symbolic link (numloss writes the holder "
-                "into it, and would write through the link); remove the link"
+                f"cannot lock {str(path)!r}: its lock file {LOCK_NAME} is a symbolic link (numloss"
+                " writes the holder into it, and would write through the link); remove the link"
             ) from None
         raise RunDirLockError(f"cannot lock {str(path)!r}: {error.strerror or error}") from None
     try:
@@ -85,16 +94,30 @@ def hold_run_dir(folder: str | os.PathLike[str], command: str) -> Iterator[Path]
             if error.errno in _HELD_ELSEWHERE:
                 raise _busy(path) from None
             if os.environ.get("NUMLOSS_NO_RUN_LOCK") == "1":
-                logger.warning("cannot lock %s (%s); running without a lock (NUMLOSS_NO_RUN_LOCK=1)", path, error)
+                logger.warning(
+                    "cannot lock %s (%s); running without a lock (NUMLOSS_NO_RUN_LOCK=1)",
+                    path,
+                    error,
+                )
             else:
                 raise RunDirLockError(
-                    f"cannot lock {str(path)!r}: this file system refuses flock ({error.strerror or error}); "
-                    "use a local folder, or set NUMLOSS_NO_RUN_LOCK=1 to run unprotected"
+                    f"cannot lock {str(path)!r}: this file system refuses flock"
+                    f" ({error.strerror or error}); use a local folder, or set"
+                    " NUMLOSS_NO_RUN_LOCK=1 to run unprotected"
                 ) from None
         previous = read_holder(path)
         if previous.get("pid") and not previous.get("released"):
-            logger.warning("%s: taking over the lock of %s, which is no longer running", path, _holder_text(previous))
-        me = {"pid": os.getpid(), "host": socket.gethostname(), "command": command, "started": time.time()}
+            logger.warning(
+                "%s: taking over the lock of %s, which is no longer running",
+                path,
+                _holder_text(previous),
+            )
+        me = {
+            "pid": os.getpid(),
+            "host": socket.gethostname(),
+            "command": command,
+            "started": time.time(),
+        }
         os.ftruncate(fd, 0)
         os.pwrite(fd, json.dumps(me).encode(), 0)
         try:

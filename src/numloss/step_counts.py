@@ -28,8 +28,9 @@ def reduce_step_counts(counts: torch.Tensor, batch_replicas: int = 1) -> torch.T
     if batch_replicas > 1:
         if bool((total % batch_replicas).any()):
             raise RuntimeError(
-                f"step counts {total.tolist()} summed over ranks are not a multiple of the {batch_replicas} "
-                "ranks said to share each batch: the tensor-parallel ranks were given different batches"
+                f"step counts {total.tolist()} summed over ranks are not a multiple of the"
+                f" {batch_replicas} ranks said to share each batch: the tensor-parallel ranks were"
+                " given different batches"
             )
         total = total // batch_replicas
     return total
@@ -40,14 +41,15 @@ def refuse_split_sequences(where: str, cp_size: int, sp_size: int) -> None:
     and the shift by one would straddle ranks, giving a wrong number."""
     if (cp_size or 1) > 1 or (sp_size or 1) > 1:
         raise NotImplementedError(
-            f"{where} does not support context or sequence parallelism (cp_size={cp_size}, sp_size={sp_size}): "
-            "the digit runs of a sequence would be split across ranks; use data parallelism "
-            "(DDP, FSDP, DeepSpeed ZeRO) with cp_size=sp_size=1"
+            f"{where} does not support context or sequence parallelism (cp_size={cp_size},"
+            f" sp_size={sp_size}): the digit runs of a sequence would be split across ranks; use"
+            " data parallelism (DDP, FSDP, DeepSpeed ZeRO) with cp_size=sp_size=1"
         )
 
 
 def accelerate_sequence_split() -> tuple[int, int]:
-    """(cp_size, sp_size) of the parallelism config accelerate was set up with, (1, 1) without one."""
+    """(cp_size, sp_size) of the parallelism config accelerate was set up with, (1, 1) without
+    one."""
     try:
         from accelerate.state import AcceleratorState
     except ModuleNotFoundError:  # the core install: without accelerate there is no such config
@@ -80,9 +82,9 @@ def needs_step_digit_count(
         return False
     if dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1:
         return True
-    if not (torch.is_tensor(num_items_in_batch) or isinstance(num_items_in_batch, (int, float))) or isinstance(
-        num_items_in_batch, bool
-    ):
+    if not (
+        torch.is_tensor(num_items_in_batch) or isinstance(num_items_in_batch, (int, float))
+    ) or isinstance(num_items_in_batch, bool):
         return False  # not a count: the loss itself raises the error that says so
     local = int(labels.ne(loss_fn.ignore_index).sum())
     return float(num_items_in_batch) > local
@@ -93,12 +95,17 @@ def step_digits_refusal(where: str, loss_fn: NumericLoss, takes_digit_count: boo
     naming what the objective divides by and the ways out."""
     normalize = getattr(loss_fn, "normalize", "digits")
     what = "sum of the place weights" if normalize == "weights" else "digit count"
-    pass_it = "pass num_digits_in_batch (numloss.step_counts.count_tokens_and_digits), " if takes_digit_count else ""
+    pass_it = (
+        "pass num_digits_in_batch (numloss.step_counts.count_tokens_and_digits), "
+        if takes_digit_count
+        else ""
+    )
     return (
-        f"{where}: {loss_fn.name} with normalize=\"{normalize}\" divides by the {what} of the whole "
-        "optimizer step, which this path does not receive (gradient accumulation or several ranks); "
-        f"{pass_it}build the loss with normalize=\"tokens\" or train with numloss.hf.NumericTrainer "
-        "(\"tokens\" takes its own alpha: the digit alpha x the data's tokens per digit)"
+        f'{where}: {loss_fn.name} with normalize="{normalize}" divides by the {what} of the whole'
+        " optimizer step, which this path does not receive (gradient accumulation or several"
+        f' ranks); {pass_it}build the loss with normalize="tokens" or train with'
+        ' numloss.hf.NumericTrainer ("tokens" takes its own alpha: the digit alpha x the data\'s'
+        " tokens per digit)"
     )
 
 

@@ -15,7 +15,8 @@ from typing import Any
 
 def read_utf8(path: Path, error: type[Exception] = ValueError) -> str:
     """The text of `path` (a leading UTF-8 byte-order mark dropped); a byte that is not UTF-8, a
-    folder or an unreadable file is one `error` naming the file (and for bad bytes the line and column)."""
+    folder or an unreadable file is one `error` naming the file (and for bad bytes the line and
+    column)."""
     if path.is_dir():
         raise error(f"{path}: is a folder, not a file")
     try:
@@ -23,7 +24,8 @@ def read_utf8(path: Path, error: type[Exception] = ValueError) -> str:
     except OSError as problem:
         raise error(f"{path}: cannot read it ({problem.strerror or problem})") from None
     try:
-        return data.decode("utf-8").removeprefix("\ufeff")  # a byte-order mark (Windows editors write one) is no text
+        # a byte-order mark (Windows editors write one) is no text
+        return data.decode("utf-8").removeprefix("\ufeff")
     except UnicodeDecodeError as problem:
         line = data.count(b"\n", 0, problem.start) + 1
         column = problem.start - (data.rfind(b"\n", 0, problem.start) + 1) + 1
@@ -101,4 +103,11 @@ def utf8_path(path: str | os.PathLike[str]) -> Iterator[str]:
         os.close(fd)
 
 
-__all__ = ["DuplicateKeyError", "jsonable", "read_json_object", "read_utf8", "unique_keys", "utf8_path"]
+__all__ = [
+    "DuplicateKeyError",
+    "jsonable",
+    "read_json_object",
+    "read_utf8",
+    "unique_keys",
+    "utf8_path",
+]

@@ -64,13 +64,21 @@ class NumericSFTTrainer(NumericTrainer, SFTTrainer):
     options that replace the loss are refused. `assistant_only`: chat learns assistant turns."""
 
     def __init__(
-        self, *, loss_fn: NumericLoss, fused: bool = False, assistant_only: bool = True, **trainer_kwargs: Any
+        self,
+        *,
+        loss_fn: NumericLoss,
+        fused: bool = False,
+        assistant_only: bool = True,
+        **trainer_kwargs: Any,
     ) -> None:
         args = trainer_kwargs.get("args")
         if not isinstance(assistant_only, bool):
-            raise TypeError(f"NumericSFTTrainer: assistant_only must be True or False, got {assistant_only!r}")
+            raise TypeError(
+                f"NumericSFTTrainer: assistant_only must be True or False, got {assistant_only!r}"
+            )
         if getattr(args, "assistant_only_loss", False):
-            # numloss labels the assistant turns itself; TRL's path would need {% generation %} markers
+            # numloss labels the assistant turns itself; TRL's path would need {% generation %}
+            # markers
             assistant_only = True
             args = dataclasses.replace(args, assistant_only_loss=False)
             trainer_kwargs["args"] = args
@@ -82,16 +90,19 @@ class NumericSFTTrainer(NumericTrainer, SFTTrainer):
         if args is not None:
             if getattr(args, "loss_type", "nll") != "nll":
                 raise ValueError(
-                    f"NumericSFTTrainer computes the loss with loss_fn; SFTConfig.loss_type={args.loss_type!r} "
-                    "would replace it: leave loss_type at 'nll'"
+                    "NumericSFTTrainer computes the loss with loss_fn;"
+                    f" SFTConfig.loss_type={args.loss_type!r} would replace it: leave loss_type at"
+                    " 'nll'"
                 )
             if getattr(args, "label_smoothing_factor", 0.0):
-                raise ValueError("NumericSFTTrainer: label_smoothing_factor is not supported; set it to 0")
+                raise ValueError(
+                    "NumericSFTTrainer: label_smoothing_factor is not supported; set it to 0"
+                )
         super().__init__(loss_fn=loss_fn, fused=fused, **trainer_kwargs)
         if getattr(self, "aux_loss_enabled", False):
             raise ValueError(
-                "NumericSFTTrainer: the model adds a MoE router loss (router_aux_loss_coef), which the numloss "
-                "objectives do not include; set SFTConfig.router_aux_loss_coef=0.0"
+                "NumericSFTTrainer: the model adds a MoE router loss (router_aux_loss_coef), which"
+                " the numloss objectives do not include; set SFTConfig.router_aux_loss_coef=0.0"
             )
 
     def compute_loss(
@@ -103,28 +114,42 @@ class NumericSFTTrainer(NumericTrainer, SFTTrainer):
     ):
         """NumericTrainer's loss; TRL's `num_tokens` counted as SFTTrainer counts it."""
         inputs["use_cache"] = False
-        result = NumericTrainer.compute_loss(self, model, inputs, return_outputs, num_items_in_batch)
+        result = NumericTrainer.compute_loss(
+            self, model, inputs, return_outputs, num_items_in_batch
+        )
         mode = "train" if self.model.training else "eval"
         if mode == "train":
             if "attention_mask" in inputs:
                 local = inputs["attention_mask"].sum()
             elif "position_ids" in inputs:  # padding-free: one packed row, no mask
-                local = torch.tensor(inputs["position_ids"].size(1), device=inputs["position_ids"].device)
+                local = torch.tensor(
+                    inputs["position_ids"].size(1), device=inputs["position_ids"].device
+                )
             else:
-                raise ValueError("NumericSFTTrainer: expected 'attention_mask' or 'position_ids' in the batch")
-            self._total_train_tokens += self.accelerator.gather_for_metrics(local).sum().item() // self._tp_size
+                raise ValueError(
+                    "NumericSFTTrainer: expected 'attention_mask' or 'position_ids' in the batch"
+                )
+            self._total_train_tokens += (
+                self.accelerator.gather_for_metrics(local).sum().item() // self._tp_size
+            )
         self._metrics[mode]["num_tokens"] = [self._total_train_tokens]
         return result
 
     def record_token_metrics(self, inputs, labels, logits=None, hidden=None, head=None) -> None:
         """TRL's `entropy` and `mean_token_accuracy` of this micro-batch (all ranks)."""
         mode = "train" if self.model.training else "eval"
-        entropy, correct, valid = entropy_and_correct(labels, logits, hidden, head, self.loss_fn.ignore_index)
+        entropy, correct, valid = entropy_and_correct(
+            labels, logits, hidden, head, self.loss_fn.ignore_index
+        )
         gather = self.accelerator.gather_for_metrics
         num_valid = gather(valid).sum()
         entropy_sum, num_correct = gather(entropy).sum(), gather(correct).sum()
-        self._metrics[mode]["entropy"].append((entropy_sum / num_valid).item() if num_valid > 0 else 0.0)
-        self._metrics[mode]["mean_token_accuracy"].append((num_correct / num_valid).item() if num_valid > 0 else 0.0)
+        self._metrics[mode]["entropy"].append(
+            (entropy_sum / num_valid).item() if num_valid > 0 else 0.0
+        )
+        self._metrics[mode]["mean_token_accuracy"].append(
+            (num_correct / num_valid).item() if num_valid > 0 else 0.0
+        )
 
 
 def assistant_turns_only(dataset: Any, tokenizer: Any) -> Any:
@@ -136,10 +161,15 @@ def assistant_turns_only(dataset: Any, tokenizer: Any) -> Any:
     if not columns or "messages" not in columns or "input_ids" in columns:
         return dataset
     if tokenizer is None:
-        raise ValueError("NumericSFTTrainer: chat data needs processing_class=<the tokenizer> to render its messages")
+        raise ValueError(
+            "NumericSFTTrainer: chat data needs processing_class=<the tokenizer> to render its"
+            " messages"
+        )
 
     def tokenize(record: dict[str, Any]) -> dict[str, list[int]]:
-        input_ids, labels = conversation_ids(Conversation.from_messages(record["messages"]), tokenizer)
+        input_ids, labels = conversation_ids(
+            Conversation.from_messages(record["messages"]), tokenizer
+        )
         return {"input_ids": input_ids, "labels": labels}
 
     return dataset.map(tokenize, remove_columns=list(columns))

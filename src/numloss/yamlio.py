@@ -18,7 +18,8 @@ MAX_DEPTH = 100
 
 
 class YamlKeyError(ValueError):
-    """A mapping key given twice, a key that is not a plain value, an alias, or nesting past MAX_DEPTH."""
+    """A mapping key given twice, a key that is not a plain value, an alias, or nesting past
+    MAX_DEPTH."""
 
 
 class _StrictLoader(yaml.SafeLoader):
@@ -31,11 +32,15 @@ class _StrictLoader(yaml.SafeLoader):
     def compose_node(self, parent: Any, index: Any) -> Any:
         if self.check_event(yaml.events.AliasEvent):
             event = self.peek_event()
-            raise YamlKeyError(f"line {event.start_mark.line + 1}: YAML aliases (*{event.anchor}) are not accepted; "
-                               "write the value out")
+            raise YamlKeyError(
+                f"line {event.start_mark.line + 1}: YAML aliases (*{event.anchor}) are not"
+                " accepted; write the value out"
+            )
         if self.depth >= MAX_DEPTH:  # composing recurses: 5,000 levels would be a RecursionError
-            raise YamlKeyError(f"line {self.peek_event().start_mark.line + 1}: nested more than {MAX_DEPTH} levels deep; "
-                               "no setting nests like that: flatten it")
+            raise YamlKeyError(
+                f"line {self.peek_event().start_mark.line + 1}: nested more than {MAX_DEPTH} levels"
+                " deep; no setting nests like that: flatten it"
+            )
         self.depth += 1
         try:
             return super().compose_node(parent, index)
@@ -43,7 +48,9 @@ class _StrictLoader(yaml.SafeLoader):
             self.depth -= 1
 
 
-def _strict_mapping(loader: _StrictLoader, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
+def _strict_mapping(
+    loader: _StrictLoader, node: yaml.MappingNode, deep: bool = False
+) -> dict[Any, Any]:
     loader.flatten_mapping(node)
     seen: dict[Any, int] = {}
     for key_node, _ in node.value:
@@ -52,7 +59,9 @@ def _strict_mapping(loader: _StrictLoader, node: yaml.MappingNode, deep: bool = 
         try:
             first = seen.get(key)
         except TypeError:
-            raise YamlKeyError(f"line {line}: a mapping key must be a plain value, got {key!r}") from None
+            raise YamlKeyError(
+                f"line {line}: a mapping key must be a plain value, got {key!r}"
+            ) from None
         if first is not None:
             where = f"lines {first} and {line}" if first != line else f"line {line}"
             raise YamlKeyError(f"key {key!r} is given twice ({where}); keep one")

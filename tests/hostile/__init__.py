@@ -74,7 +74,7 @@ def descendants(root: int) -> list[str]:
     for entry in os.listdir("/proc"):
         if entry.isdigit():
             try:
-                ppid = int(open(f"/proc/{entry}/stat").read().rsplit(")", 1)[1].split()[1])
+                ppid = int(open(f"/proc/{entry}/stat", encoding="utf-8").read().rsplit(")", 1)[1].split()[1])
             except (OSError, IndexError, ValueError):
                 continue
             children.setdefault(ppid, []).append(entry)

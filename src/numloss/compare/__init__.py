@@ -58,7 +58,9 @@ def run_comparison(
         return _run_comparison(compare, progress, print_table, finished_only)
 
 
-def _run_comparison(compare: Any, progress: bool, print_table: bool, finished_only: bool) -> dict[str, Any]:
+def _run_comparison(
+    compare: Any, progress: bool, print_table: bool, finished_only: bool
+) -> dict[str, Any]:
     from numloss.compare.report import write_report
     from numloss.compare.runner import run_grid
 
@@ -67,9 +69,9 @@ def _run_comparison(compare: Any, progress: bool, print_table: bool, finished_on
     reported = reported_runs(compare.output_dir)
     if finished_only and reported - wanted:
         raise ConfigError(
-            f"{compare.output_dir / 'report.md'} reports {len(reported)} runs and this --report-only selects "
-            f"{len(wanted)} (--objectives / --seeds): it would replace the fuller report; leave them out to report "
-            "the whole grid"
+            f"{compare.output_dir / 'report.md'} reports {len(reported)} runs and this"
+            f" --report-only selects {len(wanted)} (--objectives / --seeds): it would replace the"
+            " fuller report; leave them out to report the whole grid"
         )
     results = run_grid(compare, progress=progress, finished_only=finished_only)
     if not results:
@@ -77,8 +79,12 @@ def _run_comparison(compare: Any, progress: bool, print_table: bool, finished_on
     missing = reported - {f"{r['label']}-s{r['seed']}" for r in results}
     if missing:  # a slice of the grid: its report must not silently replace the fuller one
         kept = keep_report_aside(compare.output_dir)
-        print(f"numloss compare: the earlier report held {len(missing)} runs this one does not "
-              f"({', '.join(sorted(missing)[:4])}{', ...' if len(missing) > 4 else ''}); kept as {kept}", file=sys.stderr)
+        print(
+            f"numloss compare: the earlier report held {len(missing)} runs this one does not"
+            f" ({', '.join(sorted(missing)[:4])}{', ...' if len(missing) > 4 else ''}); kept as"
+            f" {kept}",
+            file=sys.stderr,
+        )
     meta = _report_meta(compare, results, started)
     summary = write_report(results, compare.output_dir, meta)
     if print_table:
@@ -100,8 +106,9 @@ def _report_meta(compare: Any, results: list[dict[str, Any]], started: float) ->
         "task": compare.task.to_dict(),
         "task_text": compare.task.describe(),
         "train_text": (
-            f"{train.get('max_steps')} steps x batch {train.get('per_device_train_batch_size')}, lr {train.get('learning_rate')}, "
-            f"{'LoRA' if base.get('lora', {}).get('enabled') else 'full fine-tuning'}"
+            f"{train.get('max_steps')} steps x batch {train.get('per_device_train_batch_size')}, lr"
+            f" {train.get('learning_rate')},"
+            f" {'LoRA' if base.get('lora', {}).get('enabled') else 'full fine-tuning'}"
         ),
         "finished": time.strftime("%Y-%m-%d %H:%M"),
         "machine_info": machine_info(),
@@ -109,7 +116,9 @@ def _report_meta(compare: Any, results: list[dict[str, Any]], started: float) ->
         "jobs": compare.jobs,
         "wall_seconds": time.perf_counter() - started,
         # invariant under resumption, unlike the wall time: each run's own training + evaluation
-        "run_seconds": sum(r["seconds"].get("total", r["seconds"].get("train", 0.0)) for r in results),
+        "run_seconds": sum(
+            r["seconds"].get("total", r["seconds"].get("train", 0.0)) for r in results
+        ),
         "runs": len(results),
     }
     meta["machine"] = runs_machine_line(results, meta["machine_info"])
@@ -120,7 +129,8 @@ def _report_meta(compare: Any, results: list[dict[str, Any]], started: float) ->
 
 
 def _print_summary(summary: dict[str, Any], machine: str, out: Path) -> None:
-    """The report in the terminal: learning speed, the first held-out set's table, where the rest is."""
+    """The report in the terminal: learning speed, the first held-out set's table, where the rest
+    is."""
     from numloss.compare.report import MARK_NOTE, learning_table, text_table
 
     learning = learning_table(summary, f"_Machine: {machine}._")
@@ -159,34 +169,75 @@ def keep_report_aside(out: Path) -> Path:
     return folder
 
 
-def build_parser(prog: str = "numloss compare", default_config: str = "configs/compare.yaml") -> argparse.ArgumentParser:
+def build_parser(
+    prog: str = "numloss compare", default_config: str = "configs/compare.yaml"
+) -> argparse.ArgumentParser:
     """The options of `numloss compare` (the demo and the pretrained driver add theirs);
     `default_config`: the config the command reads without one, named in its help."""
-    parser = argparse.ArgumentParser(prog=prog, description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("config", nargs="?", help=f"comparison YAML (default: {default_config}, the installed package's copy outside a checkout)")
-    parser.add_argument("--objectives", help="comma-separated labels of the config or objective names (default: all)")
-    parser.add_argument("--seeds", help="comma-separated seeds (default: the config's)")
-    parser.add_argument("--model", help="tiny, smollm2 or a local model folder (default: the config's)")
-    parser.add_argument("--out", help="report folder (default: the config's output_dir)")
-    parser.add_argument("--max_steps", "--steps", dest="steps", type=int,
-                        help="override train.max_steps of every run (as `numloss train --max_steps`; --steps: the old name)")
-    parser.add_argument("--jobs", type=int, help="runs trained at once, one process each (default: the config's, 1)")
-    parser.add_argument(
-        "--smoke", action="store_true",
-        help="a seconds-long check of the config's code path on CPU: the tiny model, 2 steps of batch 2, one seed, "
-        "a few evaluation items, a learning check every step (numbers mean nothing)",
+    parser = argparse.ArgumentParser(
+        prog=prog, description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.add_argument(
-        "--report-only", action="store_true",
-        help="train nothing: write the report of the runs of this grid already finished (a grid run in slices)",
+        "config",
+        nargs="?",
+        help=(
+            f"comparison YAML (default: {default_config}, the installed package's copy outside a"
+            " checkout)"
+        ),
+    )
+    parser.add_argument(
+        "--objectives",
+        help="comma-separated labels of the config or objective names (default: all)",
+    )
+    parser.add_argument("--seeds", help="comma-separated seeds (default: the config's)")
+    parser.add_argument(
+        "--model", help="tiny, smollm2 or a local model folder (default: the config's)"
+    )
+    parser.add_argument("--out", help="report folder (default: the config's output_dir)")
+    parser.add_argument(
+        "--max_steps",
+        "--steps",
+        dest="steps",
+        type=int,
+        help=(
+            "override train.max_steps of every run (as `numloss train --max_steps`; --steps: the"
+            " old name)"
+        ),
+    )
+    parser.add_argument(
+        "--jobs", type=int, help="runs trained at once, one process each (default: the config's, 1)"
+    )
+    parser.add_argument(
+        "--smoke",
+        action="store_true",
+        help=(
+            "a seconds-long check of the config's code path on CPU: the tiny model, 2 steps of"
+            " batch 2, one seed, a few evaluation items, a learning check every step (numbers mean"
+            " nothing)"
+        ),
+    )
+    parser.add_argument(
+        "--report-only",
+        action="store_true",
+        help=(
+            "train nothing: write the report of the runs of this grid already finished (a grid run"
+            " in slices)"
+        ),
     )
     parser.add_argument(
         "--records",
-        help="folder of kept run records (default: the config's records_dir; --model, --steps and --smoke "
-        "use none unless this is given): finished runs are written there and found again in a new checkout",
+        help=(
+            "folder of kept run records (default: the config's records_dir; --model, --steps and"
+            " --smoke use none unless this is given): finished runs are written there and found"
+            " again in a new checkout"
+        ),
     )
-    parser.add_argument("--no-records", action="store_true", help="neither read nor write run records")
-    parser.add_argument("--threads", type=int, help="torch CPU threads per run (= the config's torch_threads)")
+    parser.add_argument(
+        "--no-records", action="store_true", help="neither read nor write run records"
+    )
+    parser.add_argument(
+        "--threads", type=int, help="torch CPU threads per run (= the config's torch_threads)"
+    )
     parser.add_argument("--no-progress", action="store_true", help="no progress bars")
     parser.add_argument("--verbose", action="store_true", help="show the training logs of each run")
     return parser
@@ -197,7 +248,8 @@ def resolve(args: argparse.Namespace, default_config: str | None = "configs/comp
     from numloss.compare.config import load_compare_config
 
     path = args.config
-    if path is None and default_config:  # the checkout's configs/, else the copy in the installed package
+    # the checkout's configs/, else the copy in the installed package
+    if path is None and default_config:
         from numloss.package_data import config_path
 
         found = config_path(Path(default_config).name)
@@ -217,11 +269,20 @@ def resolve(args: argparse.Namespace, default_config: str | None = "configs/comp
 
 def _check_options(args: argparse.Namespace) -> None:
     """ConfigError for a given option that is no value: a given value is never "not given"."""
-    for option, value in (("--max_steps", args.steps), ("--jobs", args.jobs), ("--threads", getattr(args, "threads", None))):
+    for option, value in (
+        ("--max_steps", args.steps),
+        ("--jobs", args.jobs),
+        ("--threads", getattr(args, "threads", None)),
+    ):
         if value is not None and value < 1:
             raise ConfigError(f"{option} must be a positive integer, got {value}")
-    for option, value in (("--model", args.model), ("--out", args.out), ("--records", getattr(args, "records", None)),
-                          ("--objectives", args.objectives), ("--seeds", args.seeds)):
+    for option, value in (
+        ("--model", args.model),
+        ("--out", args.out),
+        ("--records", getattr(args, "records", None)),
+        ("--objectives", args.objectives),
+        ("--seeds", args.seeds),
+    ):
         if value is not None and not value.strip(" ,"):
             raise ConfigError(f"{option} is empty: give a value or leave the option out")
     if getattr(args, "smoke", False) and args.model is not None:  # smoke always runs the tiny model
@@ -250,8 +311,11 @@ def _overridden(compare: Any, args: argparse.Namespace) -> Any:
         "output_dir": args.out or str(compare.output_dir),
         # another model, length or the smoke check are other runs: they stay out of the records
         # (another report folder, --out, is the same runs)
-        "records_dir": None if args.model is not None or args.steps is not None or smoke
-        else compare.records_dir,
+        "records_dir": (
+            None
+            if args.model is not None or args.steps is not None or smoke
+            else compare.records_dir
+        ),
     }
     if smoke:
         _shrink_for_smoke(mapping, out_given=bool(args.out))
@@ -266,19 +330,26 @@ def _select(compare: Any, args: argparse.Namespace) -> None:
         names = [n.strip() for n in args.objectives.split(",") if n.strip()]
         repeated = sorted({n for n in names if names.count(n) > 1})
         if repeated:
-            raise ConfigError(f"--objectives: {', '.join(repeated)} given twice; name each objective once")
+            raise ConfigError(
+                f"--objectives: {', '.join(repeated)} given twice; name each objective once"
+            )
         compare.objectives = select_objectives(compare, names)
     if args.jobs is not None:
         compare.jobs = args.jobs
     if getattr(args, "threads", None) is not None:
-        if args.threads > (os.cpu_count() or 1):  # torch would start them all: --threads 100000 hangs
-            raise ConfigError(f"--threads {args.threads} is more than this machine's {os.cpu_count()} cores")
+        # torch would start them all: --threads 100000 hangs
+        if args.threads > (os.cpu_count() or 1):
+            raise ConfigError(
+                f"--threads {args.threads} is more than this machine's {os.cpu_count()} cores"
+            )
         compare.torch_threads = args.threads
     if args.seeds is not None:
         try:
             seeds = [int(s) for s in args.seeds.split(",") if s.strip()]
         except ValueError:
-            raise ConfigError(f"--seeds must be comma-separated integers, got {args.seeds!r}") from None
+            raise ConfigError(
+                f"--seeds must be comma-separated integers, got {args.seeds!r}"
+            ) from None
         check_seeds(seeds, "--seeds")  # a seed twice: trained once, it would still count twice
         compare.seeds = seeds
 
@@ -287,21 +358,34 @@ def _shrink_for_smoke(mapping: dict[str, Any], out_given: bool) -> None:
     """`--smoke`: the same grid and code path, cut to seconds on a CPU (see the flag's help)."""
     base = mapping["base"]
     base["model"] = {"name": "tiny", "tiny_layers": 1, "tiny_hidden": 32, "tiny_heads": 2}
-    base["train"] = {**base.get("train", {}), "max_steps": 2, "per_device_train_batch_size": 2, "logging_steps": 1, "bf16": False,
-                     "progress_bar": False}
-    base.setdefault("data", {})["max_length"] = min(int(base.get("data", {}).get("max_length", 512)), 512)
+    base["train"] = {
+        **base.get("train", {}),
+        "max_steps": 2,
+        "per_device_train_batch_size": 2,
+        "logging_steps": 1,
+        "bf16": False,
+        "progress_bar": False,
+    }
+    base.setdefault("data", {})["max_length"] = min(
+        int(base.get("data", {}).get("max_length", 512)), 512
+    )
     base.pop("lora", None)
     task = mapping["task"]
     task["train_size"] = 8
     if task.get("kind") == "word_problems":
         task.update({"benchmark_limit": 3, "max_new_tokens": 12, "eval_batch_size": 8})
-    elif task.get("kind") == "arith_words":  # the tiny model reads characters: ~150 a chat-templated problem
+    # the tiny model reads characters: ~150 a chat-templated problem
+    elif task.get("kind") == "arith_words":
         task.update({"test_size": 16, "generate_check": 4, "benchmark_limit": 8})
         base["data"]["max_length"] = max(base["data"]["max_length"], 256)
     else:
         task["test_size"] = 16
     mapping["seeds"] = mapping["seeds"][:1]
-    mapping["evaluation"] = {**mapping["evaluation"], "batch_size": 64, "teacher_forced_batch_size": 64}
+    mapping["evaluation"] = {
+        **mapping["evaluation"],
+        "batch_size": 64,
+        "teacher_forced_batch_size": 64,
+    }
     if mapping["learning"] is not None:
         mapping["learning"] = {**mapping["learning"], "every": 1, "slice_size": 4, "batch_size": 4}
     mapping["jobs"], mapping["torch_threads"] = 1, 1
@@ -320,15 +404,24 @@ def main(argv: list[str] | None = None) -> int:
     if not args.report_only:
         if not model_available("numloss compare", compare):
             return 2
-        data_dir = getattr(compare.task, "data_dir", None)  # the benchmarks a word-problem grid is scored on
+        # the benchmarks a word-problem grid is scored on
+        data_dir = getattr(compare.task, "data_dir", None)
         if data_dir is not None and not Path(data_dir).is_dir():
-            print(f"numloss compare: task.data_dir: {data_dir!r} is not a folder (from {Path.cwd()}); the runs "
-                  "would train and then fail to score: point it at the benchmarks' folder", file=sys.stderr)
+            print(
+                f"numloss compare: task.data_dir: {data_dir!r} is not a folder (from {Path.cwd()});"
+                " the runs would train and then fail to score: point it at the benchmarks' folder",
+                file=sys.stderr,
+            )
             return 2
     if not args.verbose:
         quiet_training_logs()
-    return run_reporting_errors("numloss compare", compare,
-                                lambda: run_comparison(compare, progress=not args.no_progress, finished_only=args.report_only))
+    return run_reporting_errors(
+        "numloss compare",
+        compare,
+        lambda: run_comparison(
+            compare, progress=not args.no_progress, finished_only=args.report_only
+        ),
+    )
 
 
 def model_available(prog: str, compare: Any) -> bool:
@@ -338,7 +431,9 @@ def model_available(prog: str, compare: Any) -> bool:
 
     model = compare.base.get("model", {})
     try:
-        check_model_available(model.get("name", "tiny"), model.get("revision"), model.get("cache_dir"))
+        check_model_available(
+            model.get("name", "tiny"), model.get("revision"), model.get("cache_dir")
+        )
     except ModelUnavailableError as error:
         print(f"{prog}: model.name: {error}", file=sys.stderr)
         return False
@@ -347,9 +442,13 @@ def model_available(prog: str, compare: Any) -> bool:
 
 def interrupted_line(compare: Any) -> str:
     """The one line a Ctrl-C prints: what was kept and how to continue."""
-    kept = f"{compare.output_dir / 'runs'}" + (f" and {compare.records_dir}" if compare.records_dir else "")
-    return (f"interrupted; every finished run is kept in {kept}: run the same command to continue (the run in "
-            "progress starts again)")
+    kept = f"{compare.output_dir / 'runs'}" + (
+        f" and {compare.records_dir}" if compare.records_dir else ""
+    )
+    return (
+        f"interrupted; every finished run is kept in {kept}: run the same command to continue (the"
+        " run in progress starts again)"
+    )
 
 
 def run_reporting_errors(prog: str, compare: Any, body: Any) -> int:
@@ -364,7 +463,8 @@ def run_reporting_errors(prog: str, compare: Any, body: Any) -> int:
     except ConfigError as error:
         print(f"{prog}: {error}", file=sys.stderr)
         return 2
-    except OSError as error:  # a full disk, a folder that turned read-only mid-run: one line, not a traceback
+    # a full disk, a folder that turned read-only mid-run: one line, not a traceback
+    except OSError as error:
         where = f"{error.filename}: " if error.filename else ""
         print(f"{prog}: {where}{error.strerror or error}", file=sys.stderr)
         return 1

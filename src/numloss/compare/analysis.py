@@ -61,7 +61,8 @@ def _in_distribution(run: Mapping[str, Any]) -> Mapping[str, Any]:
 
 
 def place_accuracy(run: Mapping[str, Any], place: int) -> float:
-    """Accuracy (points) of the generated number at `place` (0 units, 1 tens, ...), in-distribution."""
+    """Accuracy (points) of the generated number at `place` (0 units, 1 tens, ...),
+    in-distribution."""
     correct, total = _in_distribution(run)["place_accuracy"].get(str(place), (0, 0))
     return 100.0 * correct / total if total else float("nan")
 
@@ -116,7 +117,8 @@ class Comparison:
 
     @cached_property
     def mde(self) -> float:
-        """The difference this many seeds detect with 80 % power at the observed SD of the differences."""
+        """The difference this many seeds detect with 80 % power at the observed SD of the
+        differences."""
         return minimum_detectable_effect(self.test.n, self.test.sd, self.alpha)
 
 
@@ -137,13 +139,24 @@ def seed_plan(
         raise ValueError(f"seed_plan: pilot seeds {missing} of the baseline have no record yet")
     values = [endpoint_value(baseline[s], "exact_match") for s in pilot_seeds]
     sd = statistics.stdev(values)
-    plan: dict[str, Any] = {"pilot_seeds": list(pilot_seeds), "pilot_values": values, "pilot_mean": statistics.fmean(values),
-                            "sd": sd, "effect": effect, "power": power, "sd_limit": sd_limit}
+    plan: dict[str, Any] = {
+        "pilot_seeds": list(pilot_seeds),
+        "pilot_values": values,
+        "pilot_mean": statistics.fmean(values),
+        "sd": sd,
+        "effect": effect,
+        "power": power,
+        "sd_limit": sd_limit,
+    }
     if sd > sd_limit:
         plan.update(two_arms=True, seeds=fallback_seeds, alpha=0.05)
     else:
         alpha = 0.05 / comparisons
-        plan.update(two_arms=False, alpha=alpha, seeds=seeds_for_power(effect, math.sqrt(2) * sd, alpha, power))
+        plan.update(
+            two_arms=False,
+            alpha=alpha,
+            seeds=seeds_for_power(effect, math.sqrt(2) * sd, alpha, power),
+        )
     return plan
 
 
@@ -165,25 +178,38 @@ def paired_analysis(
         group: list[Comparison] = []
         level = alpha / max(1, len(arms)) if endpoint.primary else alpha
         for arm in arms:
-            base = {s: endpoint_value(r, endpoint.key) for s, r in runs.get(baseline, {}).items()
-                    if allowed is None or s in allowed}
-            other = {s: endpoint_value(r, endpoint.key) for s, r in runs.get(arm, {}).items()
-                     if allowed is None or s in allowed}
+            base = {
+                s: endpoint_value(r, endpoint.key)
+                for s, r in runs.get(baseline, {}).items()
+                if allowed is None or s in allowed
+            }
+            other = {
+                s: endpoint_value(r, endpoint.key)
+                for s, r in runs.get(arm, {}).items()
+                if allowed is None or s in allowed
+            }
             rows = paired_values(base, other)
             test = paired_t([b - a for _, a, b in rows])
-            group.append(Comparison(
-                arm=arm, endpoint=endpoint, seeds=[s for s, _, _ in rows],
-                baseline_mean=statistics.fmean(a for _, a, _ in rows) if rows else float("nan"),
-                arm_mean=statistics.fmean(b for _, _, b in rows) if rows else float("nan"),
-                test=test, alpha=level,
-            ))
+            group.append(
+                Comparison(
+                    arm=arm,
+                    endpoint=endpoint,
+                    seeds=[s for s, _, _ in rows],
+                    baseline_mean=statistics.fmean(a for _, a, _ in rows) if rows else float("nan"),
+                    arm_mean=statistics.fmean(b for _, _, b in rows) if rows else float("nan"),
+                    test=test,
+                    alpha=level,
+                )
+            )
         if endpoint.primary:
             # an arm without a p yet (too few pairs) still counts in the family, as p = 1: the
             # adjustment stays over all the planned comparisons, never fewer
             raw = [c.test.p if math.isfinite(c.test.p) else 1.0 for c in group]
             adjusted = holm(raw)
-            group = [replace(c, p_holm=p if math.isfinite(c.test.p) else float("nan"))
-                     for c, p in zip(group, adjusted, strict=True)]
+            group = [
+                replace(c, p_holm=p if math.isfinite(c.test.p) else float("nan"))
+                for c, p in zip(group, adjusted, strict=True)
+            ]
         out += group
     return out
 
@@ -198,13 +224,20 @@ def complete_seeds(runs: Runs, labels: Sequence[str]) -> list[int]:
 def newcombe_interval(hits_a: int, n_a: int, hits_b: int, n_b: int) -> tuple[float, float, float]:
     """(difference, low, high) of two independent proportions a - b: Newcombe's hybrid score
     interval (method 10), built from the two Wilson intervals."""
-    low, high = confint_proportions_2indep(hits_a, n_a, hits_b, n_b, method="newcomb", compare="diff")
+    low, high = confint_proportions_2indep(
+        hits_a, n_a, hits_b, n_b, method="newcomb", compare="diff"
+    )
     return hits_a / n_a - hits_b / n_b, float(low), float(high)
 
 
 @lru_cache(maxsize=64)
 def _fisher_rejections(n_a: int, n_b: int, alpha: float) -> tuple[tuple[int, int], ...]:
-    return tuple((x, y) for x in range(n_a + 1) for y in range(n_b + 1) if fisher_exact_p(x, n_a, y, n_b) <= alpha)
+    return tuple(
+        (x, y)
+        for x in range(n_a + 1)
+        for y in range(n_b + 1)
+        if fisher_exact_p(x, n_a, y, n_b) <= alpha
+    )
 
 
 def fisher_power(n_a: int, p_a: float, n_b: int, p_b: float, alpha: float = 0.05) -> float:
@@ -217,12 +250,18 @@ def fisher_power(n_a: int, p_a: float, n_b: int, p_b: float, alpha: float = 0.05
     return float(np.sum(stats.binom.pmf(x, n_a, p_a) * stats.binom.pmf(y, n_b, p_b)))
 
 
-def fisher_detectable_share(n_arm: int, n_base: int, p_base: float, alpha: float = 0.05, power: float = 0.8) -> float:
+def fisher_detectable_share(
+    n_arm: int, n_base: int, p_base: float, alpha: float = 0.05, power: float = 0.8
+) -> float:
     """The share learnt an arm would need (above `p_base`) for Fisher's test to detect it with
     `power` at these run counts (1.0 if not even that)."""
     if fisher_power(n_arm, 1.0, n_base, p_base, alpha) < power:
         return 1.0
-    return float(optimize.brentq(lambda p: fisher_power(n_arm, p, n_base, p_base, alpha) - power, p_base, 1.0, xtol=1e-12))
+    return float(
+        optimize.brentq(
+            lambda p: fisher_power(n_arm, p, n_base, p_base, alpha) - power, p_base, 1.0, xtol=1e-12
+        )
+    )
 
 
 def _outcome(run: Mapping[str, Any]) -> Outcome:
@@ -243,18 +282,45 @@ def learning_analysis(runs: Runs, baseline: str, arms: Sequence[str]) -> list[di
         learnt_base = sum(_outcome(r).learnt for r in base_runs.values())
         n_arm, n_base = len(arm_runs), len(base_runs)
         diff, low, high = newcombe_interval(learnt_arm, n_arm, learnt_base, n_base)
-        only_arm = sum(_outcome(arm_runs[s]).learnt and not _outcome(base_runs[s]).learnt for s in seeds)
-        only_base = sum(_outcome(base_runs[s]).learnt and not _outcome(arm_runs[s]).learnt for s in seeds)
-        em = paired_t([endpoint_value(arm_runs[s], "exact_match") - endpoint_value(base_runs[s], "exact_match") for s in seeds])
-        out.append({
-            "arm": arm, "runs": n_arm, "learnt": learnt_arm, "baseline_runs": n_base, "baseline_learnt": learnt_base,
-            "share_difference": diff, "share_ci": (low, high),
-            "fisher_p": fisher_exact_p(learnt_arm, n_arm, learnt_base, n_base),
-            "logrank_p": logrank([[_outcome(r) for r in arm_runs.values()], [_outcome(r) for r in base_runs.values()]]),
-            "detectable_share": fisher_detectable_share(n_arm, n_base, learnt_base / n_base),
-            "paired_seeds": len(seeds),
-            "stratified_logrank_p": stratified_logrank([([_outcome(arm_runs[s])], [_outcome(base_runs[s])]) for s in seeds]),
-            "only_arm": only_arm, "only_baseline": only_base, "mcnemar_p": mcnemar_exact_p(only_arm, only_base),
-            "exact_match": em, "exact_match_mde": minimum_detectable_effect(em.n, em.sd, 0.05),
-        })
+        only_arm = sum(
+            _outcome(arm_runs[s]).learnt and not _outcome(base_runs[s]).learnt for s in seeds
+        )
+        only_base = sum(
+            _outcome(base_runs[s]).learnt and not _outcome(arm_runs[s]).learnt for s in seeds
+        )
+        em = paired_t(
+            [
+                endpoint_value(arm_runs[s], "exact_match")
+                - endpoint_value(base_runs[s], "exact_match")
+                for s in seeds
+            ]
+        )
+        out.append(
+            {
+                "arm": arm,
+                "runs": n_arm,
+                "learnt": learnt_arm,
+                "baseline_runs": n_base,
+                "baseline_learnt": learnt_base,
+                "share_difference": diff,
+                "share_ci": (low, high),
+                "fisher_p": fisher_exact_p(learnt_arm, n_arm, learnt_base, n_base),
+                "logrank_p": logrank(
+                    [
+                        [_outcome(r) for r in arm_runs.values()],
+                        [_outcome(r) for r in base_runs.values()],
+                    ]
+                ),
+                "detectable_share": fisher_detectable_share(n_arm, n_base, learnt_base / n_base),
+                "paired_seeds": len(seeds),
+                "stratified_logrank_p": stratified_logrank(
+                    [([_outcome(arm_runs[s])], [_outcome(base_runs[s])]) for s in seeds]
+                ),
+                "only_arm": only_arm,
+                "only_baseline": only_base,
+                "mcnemar_p": mcnemar_exact_p(only_arm, only_base),
+                "exact_match": em,
+                "exact_match_mde": minimum_detectable_effect(em.n, em.sd, 0.05),
+            }
+        )
     return out

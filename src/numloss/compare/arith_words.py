@@ -35,12 +35,26 @@ from numloss.compare.word_task import ChatExample, WordProblemTask
 
 NAMES = ("Tom", "Ana", "Sam", "Mia", "Leo", "Eva", "Ben", "Zoe", "Raj", "Kim")
 HELDOUT_FACTS = ("any", "unseen")
-THINGS = ("apples", "coins", "books", "stamps", "shells", "cards", "bricks", "pens", "seeds", "beads")
+THINGS = (
+    "apples",
+    "coins",
+    "books",
+    "stamps",
+    "shells",
+    "cards",
+    "bricks",
+    "pens",
+    "seeds",
+    "beads",
+)
 
 TEMPLATES = {
     "+": (
         "{name} had {a} {things} and got {b} more. How many {things} does {name} have now?",
-        "A shop sold {a} {things} on Monday and {b} on Tuesday. How many {things} did it sell in all?",
+        (
+            "A shop sold {a} {things} on Monday and {b} on Tuesday. How many {things} did it sell"
+            " in all?"
+        ),
         "{name} has {a} {things} and {other} has {b}. How many {things} do they have together?",
     ),
     "-": (
@@ -115,7 +129,9 @@ def _problems(
             seen.add(item.instruction)
             items.append(item)
         if tries > 20 * n + 1000:
-            raise ValueError(f"task: cannot draw {n} distinct problems with {answer_digits}-digit answers")
+            raise ValueError(
+                f"task: cannot draw {n} distinct problems with {answer_digits}-digit answers"
+            )
     return items
 
 
@@ -140,13 +156,16 @@ class ArithmeticWordTask(WordProblemTask):
 
     def describe(self) -> str:
         sets = f"{self.test_size} held-out problems" + (
-            f" and the first {self.benchmark_limit} items of {', '.join(self.benchmarks)} (answer '#### N')"
-            if self.benchmarks else ""
+            f" and the first {self.benchmark_limit} items of {', '.join(self.benchmarks)} (answer"
+            " '#### N')"
+            if self.benchmarks
+            else ""
         )
         return (
-            f"one-step arithmetic word problems ({', '.join(self.operations)}) with {self.answer_digits}-digit "
-            f"answers written directly ('#### N'), chat template, {self.train_size} training items per seed; "
-            f"scored teacher-forced (greedy exact match) on {sets}"
+            f"one-step arithmetic word problems ({', '.join(self.operations)}) with"
+            f" {self.answer_digits}-digit answers written directly ('#### N'), chat template,"
+            f" {self.train_size} training items per seed; scored teacher-forced (greedy exact"
+            f" match) on {sets}"
         )
 
     def check(self) -> None:
@@ -157,21 +176,34 @@ class ArithmeticWordTask(WordProblemTask):
         if not self.operations or set(self.operations) - set(TEMPLATES):
             raise ValueError(f"task.operations must be a string of + - *, got {self.operations!r}")
         if self.train_size < 1 or self.test_size < 1 or self.generate_check < 0:
-            raise ValueError("task.train_size and task.test_size must be >= 1, task.generate_check >= 0")
+            raise ValueError(
+                "task.train_size and task.test_size must be >= 1, task.generate_check >= 0"
+            )
         if self.heldout_facts not in HELDOUT_FACTS:
-            raise ValueError(f"task.heldout_facts must be one of {', '.join(map(repr, HELDOUT_FACTS))}, got {self.heldout_facts!r}")
+            raise ValueError(
+                f"task.heldout_facts must be one of {', '.join(map(repr, HELDOUT_FACTS))}, got"
+                f" {self.heldout_facts!r}"
+            )
         if self.benchmark_limit < 1 or self.eval_batch_size < 1 or self.max_new_tokens < 1:
-            raise ValueError("task.benchmark_limit, task.eval_batch_size and task.max_new_tokens must be >= 1")
+            raise ValueError(
+                "task.benchmark_limit, task.eval_batch_size and task.max_new_tokens must be >= 1"
+            )
 
     def to_dict(self) -> dict[str, Any]:
         out = super().to_dict()
-        if self.heldout_facts == "any":  # absent at its default: the untrained baseline's hash reads every key
+        # absent at its default: the untrained baseline's hash reads every key
+        if self.heldout_facts == "any":
             out.pop("heldout_facts")
         return out
 
     def held_out(self) -> list[ChatExample]:
         """The `test_size` scored problems: their own seed, the same for every run."""
-        return _problems(f"numloss-arith-words-test-{self.test_seed}", self.test_size, self.answer_digits, self.operations)
+        return _problems(
+            f"numloss-arith-words-test-{self.test_seed}",
+            self.test_size,
+            self.answer_digits,
+            self.operations,
+        )
 
     def held_out_facts(self) -> frozenset[Fact]:
         """The arithmetic facts of the held-out problems (drawn again, in the same order)."""
@@ -192,22 +224,36 @@ class ArithmeticWordTask(WordProblemTask):
     def check_set(self, size: int) -> list[ChatExample]:
         """`size` problems for learning checks, apart from the held-out set."""
         held = {e.instruction for e in self.held_out()}
-        return _problems(f"numloss-arith-words-check-{self.test_seed}", size, self.answer_digits, self.operations, held)
+        return _problems(
+            f"numloss-arith-words-check-{self.test_seed}",
+            size,
+            self.answer_digits,
+            self.operations,
+            held,
+        )
 
     def train_set(self, seed: int, exclude: Iterable[str] | None = None) -> list[ChatExample]:
         """`train_size` problems for `seed`, none of whose questions is in `exclude`."""
         facts = self.held_out_facts() if self.heldout_facts == "unseen" else frozenset()
         return _problems(
-            f"numloss-arith-words-train-{seed}", self.train_size, self.answer_digits, self.operations, exclude or (), facts
+            f"numloss-arith-words-train-{seed}",
+            self.train_size,
+            self.answer_digits,
+            self.operations,
+            exclude or (),
+            facts,
         )
 
     def benchmark_items(self, name: str) -> list[ChatExample]:
-        """The first `benchmark_limit` open-answer items of benchmark `name`, target '#### <gold>'."""
+        """The first `benchmark_limit` open-answer items of benchmark `name`, target '####
+        <gold>'."""
         from numloss.evaluate import load_benchmark
 
         bench = load_benchmark(name, data_dir=self.data_dir)
         items = [item for item in bench.items if item.kind != "choice"][: self.benchmark_limit]
-        return [ChatExample(i.question, f"#### {i.answer}", answer=i.answer, system="") for i in items]
+        return [
+            ChatExample(i.question, f"#### {i.answer}", answer=i.answer, system="") for i in items
+        ]
 
     def evaluate(self, model: Any, tokenizer: Any) -> dict[str, dict[str, Any]]:
         """Teacher-forced greedy exact match on the held-out problems and each benchmark (on the GPU
@@ -219,10 +265,16 @@ class ArithmeticWordTask(WordProblemTask):
         sets = {"heldout": self.held_out()}
         for name in self.benchmarks:
             sets[name] = self.benchmark_items(name)
-        return {name: self.score_set(model, tokenizer, items, name == "heldout") for name, items in sets.items()}
+        return {
+            name: self.score_set(model, tokenizer, items, name == "heldout")
+            for name, items in sets.items()
+        }
 
-    def score_set(self, model: Any, tokenizer: Any, items: list[ChatExample], check_generation: bool) -> dict[str, Any]:
-        """One set's record: exact match with its Wilson interval, per-item verdicts, places, NLL."""
+    def score_set(
+        self, model: Any, tokenizer: Any, items: list[ChatExample], check_generation: bool
+    ) -> dict[str, Any]:
+        """One set's record: exact match with its Wilson interval, per-item verdicts, places,
+        NLL."""
         import math
         import statistics
 
@@ -253,7 +305,9 @@ class ArithmeticWordTask(WordProblemTask):
         n = min(self.generate_check, len(items)) if check_generation else 0
         if n:
             started = time.perf_counter()
-            generated = generated_exact(model, tokenizer, rendered[:n], batch_size=self.eval_batch_size)
+            generated = generated_exact(
+                model, tokenizer, rendered[:n], batch_size=self.eval_batch_size
+            )
             seconds["generate_check"] = time.perf_counter() - started
             record["generation_check"] = {
                 "n": n,

@@ -99,14 +99,22 @@ class CompareConfig:
         mapping = copy.deepcopy(self.base)
         mapping.setdefault("data", {})
         mapping.setdefault("train", {})
-        mapping["objective"] = {"name": spec.name, "alpha": spec.alpha, "options": dict(spec.options)}
+        mapping["objective"] = {
+            "name": spec.name,
+            "alpha": spec.alpha,
+            "options": dict(spec.options),
+        }
         # validated with a stand-in source: the training file is written only when the run starts
-        mapping["data"].update({"source": "synthetic:arithmetic", "num_examples": None, "seed": seed})
+        mapping["data"].update(
+            {"source": "synthetic:arithmetic", "num_examples": None, "seed": seed}
+        )
         mapping["train"].update({"seed": seed, "output_dir": str(run_dir), "resume": False})
         try:
             config = config_from_dict(mapping)
         except ConfigError as error:
-            raise ConfigError(f"{self.source}: objective {spec.label!r}, seed {seed}: {error}") from None
+            raise ConfigError(
+                f"{self.source}: objective {spec.label!r}, seed {seed}: {error}"
+            ) from None
         config.data.source = str(train_file)
         return config
 
@@ -117,7 +125,8 @@ class CompareConfig:
         finished runs of a grid that runs in slices across sessions; a change of behaviour under
         an unchanged setting must bump RESULT_SCHEMA instead."""
         payload = _non_default(config.to_dict(), Config().to_dict())
-        for old, new in LEGACY_KEYS.items():  # a key's rename keeps the hashes of the runs recorded before it
+        # a key's rename keeps the hashes of the runs recorded before it
+        for old, new in LEGACY_KEYS.items():
             section, old_name, new_name = old.split(".")[0], old.split(".")[1], new.split(".")[1]
             if new_name in payload.get(section, {}):
                 payload[section][old_name] = payload[section].pop(new_name)
@@ -157,13 +166,17 @@ def _check_types(values: Any, klass: type, where: str) -> None:
     traceback deep in a run. Unknown keys are left to the dataclass's own check, nested dataclasses
     (task.train) to the caller."""
     if not isinstance(values, dict):
-        raise ConfigError(f"{where} must be a mapping of {', '.join(klass.__dataclass_fields__)}, got {values!r}")
+        raise ConfigError(
+            f"{where} must be a mapping of {', '.join(klass.__dataclass_fields__)}, got {values!r}"
+        )
     hints = typing.get_type_hints(klass)
     for key, value in values.items():
         hint = hints.get(key)
         if hint is None or dataclasses.is_dataclass(hint):
             continue
-        value = tuple(value) if typing.get_origin(hint) is tuple and isinstance(value, list) else value
+        value = (
+            tuple(value) if typing.get_origin(hint) is tuple and isinstance(value, list) else value
+        )
         checked = check_value(f"{where}.{key}", value, hint)
         if isinstance(checked, int) and not isinstance(checked, bool) and abs(checked) > _LARGEST:
             raise ConfigError(f"{where}.{key} is out of range: {value!r} (at most {_LARGEST:,})")
@@ -178,9 +191,16 @@ _MAX_DIGITS = 100
 def check_seeds(seeds: Any, where: str) -> None:
     """ConfigError unless `seeds` is a non-empty list of distinct integers in [0, 10**9]: a seed
     given twice would train one run twice and count it as two seeds."""
-    if (not isinstance(seeds, list) or not seeds
-            or not all(isinstance(s, int) and not isinstance(s, bool) and 0 <= s <= _LARGEST for s in seeds)):
-        raise ConfigError(f"{where} must be a non-empty list of integers in [0, {_LARGEST:,}], got {seeds!r}")
+    if (
+        not isinstance(seeds, list)
+        or not seeds
+        or not all(
+            isinstance(s, int) and not isinstance(s, bool) and 0 <= s <= _LARGEST for s in seeds
+        )
+    ):
+        raise ConfigError(
+            f"{where} must be a non-empty list of integers in [0, {_LARGEST:,}], got {seeds!r}"
+        )
     repeated = sorted({s for s in seeds if seeds.count(s) > 1})
     if repeated:
         raise ConfigError(f"{where} must be distinct; repeated: {', '.join(map(str, repeated))}")
@@ -194,10 +214,14 @@ def _check_task_types(task: Any) -> None:
     if task is None:
         return
     if not isinstance(task, dict):
-        raise ConfigError(f"task must be a mapping of task fields (see numloss.compare.task), got {task!r}")
+        raise ConfigError(
+            f"task must be a mapping of task fields (see numloss.compare.task), got {task!r}"
+        )
     kind = task.get("kind", "arithmetic")
     if kind not in ("arithmetic", "word_problems", "arith_words"):
-        raise ConfigError(f"task.kind must be arithmetic, word_problems or arith_words, got {kind!r}")
+        raise ConfigError(
+            f"task.kind must be arithmetic, word_problems or arith_words, got {kind!r}"
+        )
     if kind == "word_problems":
         _check_types(task, WordProblemTask, "task")
         return
@@ -212,7 +236,9 @@ def _check_task_types(task: Any) -> None:
         _check_types(train, Distribution, "task.train")
         for key in ("digits", "decimal_places"):
             if isinstance(train.get(key), int) and train[key] > _MAX_DIGITS:
-                raise ConfigError(f"task.train.{key} must be at most {_MAX_DIGITS}, got {train[key]}")
+                raise ConfigError(
+                    f"task.train.{key} must be at most {_MAX_DIGITS}, got {train[key]}"
+                )
 
 
 #: a label names the run folder (runs/<label>-s<seed>) and its record file: a plain name only
@@ -224,13 +250,17 @@ def label_problem(label: str) -> str | None:
     or `..` would put the run (and the clearing of an interrupted one) outside the output folder."""
     if _LABEL.fullmatch(label) and ".." not in label:
         return None
-    return ("is not a plain name: use letters, digits and . _ + = - (at most 100, starting with a letter or "
-            "digit; no '/', '\\' or '..'), since it names the run's folder")
+    return (
+        "is not a plain name: use letters, digits and . _ + = - (at most 100, starting with a"
+        " letter or digit; no '/', '\\' or '..'), since it names the run's folder"
+    )
 
 
 def _objectives(items: Any, origin: str) -> list[ObjectiveSpec]:
     if not isinstance(items, list) or not items:
-        raise ConfigError(f"{origin}: objectives must be a non-empty list of {{label, name, alpha, options}}")
+        raise ConfigError(
+            f"{origin}: objectives must be a non-empty list of {{label, name, alpha, options}}"
+        )
     specs: list[ObjectiveSpec] = []
     for i, item in enumerate(items):
         if isinstance(item, str):
@@ -239,26 +269,45 @@ def _objectives(items: Any, origin: str) -> list[ObjectiveSpec]:
             raise ConfigError(f"{origin}: objectives[{i}] needs at least a name, got {item!r}")
         bad = sorted(set(item) - {"label", "name", "alpha", "options"})
         if bad:
-            raise ConfigError(f"{origin}: objectives[{i}] has unknown key(s) {', '.join(bad)} (label, name, alpha, options)")
+            raise ConfigError(
+                f"{origin}: objectives[{i}] has unknown key(s) {', '.join(bad)} (label, name,"
+                " alpha, options)"
+            )
         item = {"label": item["name"], **item, "options": item.get("options") or {}}
         if type(item["label"]) is int:  # `label: 7` names the folder 7-s0
             item["label"] = str(item["label"])
         _check_types(item, ObjectiveSpec, f"{origin}: objectives[{i}]")
         problem = label_problem(str(item["label"]))
         if problem or not item["name"].strip():
-            what = f"label {str(item['label'])!r} {problem}" if problem else "name is empty: give an objective's name"
+            what = (
+                f"label {str(item['label'])!r} {problem}"
+                if problem
+                else "name is empty: give an objective's name"
+            )
             raise ConfigError(f"{origin}: objectives[{i}].{what}")
         alpha = None if item.get("alpha") is None else float(item["alpha"])
-        specs.append(ObjectiveSpec(label=str(item["label"]), name=item["name"], alpha=alpha, options=dict(item["options"])))
+        specs.append(
+            ObjectiveSpec(
+                label=str(item["label"]),
+                name=item["name"],
+                alpha=alpha,
+                options=dict(item["options"]),
+            )
+        )
     labels = [s.label for s in specs]
     duplicates = sorted({label for label in labels if labels.count(label) > 1})
     if duplicates:
-        raise ConfigError(f"{origin}: objective labels must be unique; repeated: {', '.join(duplicates)}")
+        raise ConfigError(
+            f"{origin}: objective labels must be unique; repeated: {', '.join(duplicates)}"
+        )
     return specs
 
 
 DEFAULTS: dict[str, Any] = {
-    "base": {"model": {"name": "tiny"}, "train": {"max_steps": 50, "report_to": ["none"], "save_steps": 0}},
+    "base": {
+        "model": {"name": "tiny"},
+        "train": {"max_steps": 50, "report_to": ["none"], "save_steps": 0},
+    },
     "task": {},
     "objectives": ["mle", "del"],
     "seeds": [0],
@@ -278,14 +327,24 @@ def load_compare_config(path: str | Path | None) -> CompareConfig:
     if path is not None:
         origin = str(path)
         if not Path(path).is_file():
-            raise ConfigError(f"comparison config {origin!r} does not exist (see configs/compare*.yaml)")
-        loaded = load_yaml(Path(path), ConfigError, empty="write the grid's keys (see configs/compare.yaml), "
-                           "or give no config for the small default grid")
+            raise ConfigError(
+                f"comparison config {origin!r} does not exist (see configs/compare*.yaml)"
+            )
+        loaded = load_yaml(
+            Path(path),
+            ConfigError,
+            empty=(
+                "write the grid's keys (see configs/compare.yaml), "
+                "or give no config for the small default grid"
+            ),
+        )
         if not isinstance(loaded, dict):
             raise ConfigError(f"{origin}: the top level must be a mapping")
         unknown = sorted(set(loaded) - set(DEFAULTS))
         if unknown:
-            raise ConfigError(f"{origin}: unknown key(s) {', '.join(unknown)}; known: {', '.join(DEFAULTS)}")
+            raise ConfigError(
+                f"{origin}: unknown key(s) {', '.join(unknown)}; known: {', '.join(DEFAULTS)}"
+            )
         mapping.update(loaded)
     return compare_config_from_dict(mapping, origin)
 
@@ -304,18 +363,28 @@ def compare_config_from_dict(mapping: dict[str, Any], origin: str = "config") ->
     evaluation = _settings(EvaluationSettings, evaluation, "evaluation", origin)
     for name in ("batch_size", "teacher_forced_batch_size"):  # found only after training otherwise
         if getattr(evaluation, name) < 1:
-            raise ConfigError(f"{origin}: evaluation.{name} must be a positive integer, got {getattr(evaluation, name)}")
+            raise ConfigError(
+                f"{origin}: evaluation.{name} must be a positive integer, got"
+                f" {getattr(evaluation, name)}"
+            )
     learning = mapping.get("learning")
     if learning is not None:
         if not isinstance(learning, dict):
-            raise ConfigError(f"{origin}: learning must be a mapping ({', '.join(LearningCheck.__dataclass_fields__)}) or null")
+            raise ConfigError(
+                f"{origin}: learning must be a mapping"
+                f" ({', '.join(LearningCheck.__dataclass_fields__)}) or null"
+            )
         learning = _settings(LearningCheck, learning, "learning", origin)
     threads, jobs = _threads_and_jobs(mapping, origin)
     output_dir, records_dir = mapping.get("output_dir", "runs/compare"), mapping.get("records_dir")
     if not isinstance(output_dir, (str, Path)) or not str(output_dir).strip():
         raise ConfigError(f"{origin}: output_dir must be a folder path, got {output_dir!r}")
-    if records_dir is not None and (not isinstance(records_dir, (str, Path)) or not str(records_dir).strip()):
-        raise ConfigError(f"{origin}: records_dir must be a folder path or null, got {records_dir!r}")
+    if records_dir is not None and (
+        not isinstance(records_dir, (str, Path)) or not str(records_dir).strip()
+    ):
+        raise ConfigError(
+            f"{origin}: records_dir must be a folder path or null, got {records_dir!r}"
+        )
     config = CompareConfig(
         torch_threads=threads,
         jobs=jobs,
@@ -340,23 +409,43 @@ def _base(base: Any, origin: str) -> dict[str, Any]:
     if not isinstance(base, dict):
         raise ConfigError(f"{origin}: base must be a mapping of numloss train sections")
     if "objective" in base:
-        raise ConfigError(f"{origin}: base.objective is set per run from `objectives`; remove it from base")
-    base = {k: v for k, v in base.items() if v is not None}  # `data:` with nothing under it: no settings
+        raise ConfigError(
+            f"{origin}: base.objective is set per run from `objectives`; remove it from base"
+        )
+    # `data:` with nothing under it: no settings
+    base = {k: v for k, v in base.items() if v is not None}
     for section, value in base.items():
         if section != "fused" and not isinstance(value, dict):
-            raise ConfigError(f"{origin}: base.{section} must be a mapping of numloss train settings, got {value!r}")
+            raise ConfigError(
+                f"{origin}: base.{section} must be a mapping of numloss train settings, got"
+                f" {value!r}"
+            )
     # today's names (train.per_device_train_batch_size, ...), whichever the file wrote
     train = dict(base.get("train", {}))
     extra = train.pop("extra", None)
-    if isinstance(extra, dict):  # the pass-through mapping of earlier releases: its entries are train keys
-        train.update({canonical_key(f"train.extra.{key}").partition(".")[2]: item for key, item in extra.items()})
+    # the pass-through mapping of earlier releases: its entries are train keys
+    if isinstance(extra, dict):
+        train.update(
+            {
+                canonical_key(f"train.extra.{key}").partition(".")[2]: item
+                for key, item in extra.items()
+            }
+        )
     elif extra is not None:
         train["extra"] = extra  # not a mapping: the train config's own check names it
     if "train" in base:
         base["train"] = train
-    return {section: value if section == "fused" else
-            {canonical_key(f"{section}.{key}").partition(".")[2]: item for key, item in value.items()}
-            for section, value in base.items()}
+    return {
+        section: (
+            value
+            if section == "fused"
+            else {
+                canonical_key(f"{section}.{key}").partition(".")[2]: item
+                for key, item in value.items()
+            }
+        )
+        for section, value in base.items()
+    }
 
 
 def _settings(klass: type, values: Any, name: str, origin: str) -> Any:
@@ -377,14 +466,22 @@ def _settings(klass: type, values: Any, name: str, origin: str) -> Any:
 def _threads_and_jobs(mapping: dict[str, Any], origin: str) -> tuple[int | None, int]:
     """torch_threads (null or 1 to the machine's cores) and jobs (a positive integer)."""
     threads = mapping.get("torch_threads")
-    if threads is not None and (not isinstance(threads, int) or isinstance(threads, bool) or not 1 <= threads <= 4096):
-        raise ConfigError(f"{origin}: torch_threads must be a positive integer or null, got {threads!r}")
+    if threads is not None and (
+        not isinstance(threads, int) or isinstance(threads, bool) or not 1 <= threads <= 4096
+    ):
+        raise ConfigError(
+            f"{origin}: torch_threads must be a positive integer or null, got {threads!r}"
+        )
     cores = os.cpu_count() or 1
     if threads is not None and threads > cores:  # as --threads: more threads than cores stall torch
-        raise ConfigError(f"{origin}: torch_threads {threads} is more than this machine's {cores} cores")
+        raise ConfigError(
+            f"{origin}: torch_threads {threads} is more than this machine's {cores} cores"
+        )
     jobs = mapping.get("jobs", 1)
     if not isinstance(jobs, int) or isinstance(jobs, bool) or not 1 <= jobs <= 4096:
-        raise ConfigError(f"{origin}: jobs must be a positive integer (runs trained at once), got {jobs!r}")
+        raise ConfigError(
+            f"{origin}: jobs must be a positive integer (runs trained at once), got {jobs!r}"
+        )
     return threads, jobs
 
 
@@ -398,19 +495,27 @@ def select_objectives(config: CompareConfig, names: list[str]) -> list[Objective
         by_label = [s for s in config.objectives if s.label == name]
         by_name = [s for s in config.objectives if s.name == name]
         if by_label or by_name:
-            chosen += [s for s in (by_label or by_name) if s not in chosen]
+            chosen += [s for s in by_label or by_name if s not in chosen]
         elif name.lower().replace("_", "-") in LOSSES:
             chosen.append(ObjectiveSpec(label=name, name=name))
         else:
             known = ", ".join(s.label for s in config.objectives)
             raise ConfigError(
-                f"--objectives: {name!r} is neither a label of {config.source} ({known}) nor an objective "
-                f"({', '.join(LOSSES)})"
+                f"--objectives: {name!r} is neither a label of {config.source} ({known}) nor an"
+                f" objective ({', '.join(LOSSES)})"
             )
     same: dict[tuple[str, Any, str], str] = {}
-    for spec in chosen:  # `mle,MLE` or `ntl_was,ntl-was`: one objective under two labels, trained twice
-        key = (spec.name.lower().replace("_", "-"), spec.alpha, json.dumps(spec.options, sort_keys=True, default=str))
+    # `mle,MLE` or `ntl_was,ntl-was`: one objective under two labels, trained twice
+    for spec in chosen:
+        key = (
+            spec.name.lower().replace("_", "-"),
+            spec.alpha,
+            json.dumps(spec.options, sort_keys=True, default=str),
+        )
         if key in same:
-            raise ConfigError(f"--objectives: {same[key]!r} and {spec.label!r} are the same objective; name it once")
+            raise ConfigError(
+                f"--objectives: {same[key]!r} and {spec.label!r} are the same objective; name it"
+                " once"
+            )
         same[key] = spec.label
     return chosen

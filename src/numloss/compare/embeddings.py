@@ -71,7 +71,7 @@ def plot_embeddings(panels: dict[str, dict[str, Any]], out: Path) -> list[Path]:
 
     def grid() -> tuple[Any, list[Any]]:
         fig, axes = plt.subplots(tall, wide, figsize=(2.6 * wide, 2.8 * tall), squeeze=False)
-        for ax in axes.flat[len(columns):]:
+        for ax in axes.flat[len(columns) :]:
             ax.axis("off")
         return fig, list(axes.flat[: len(columns)])
 
@@ -83,7 +83,11 @@ def plot_embeddings(panels: dict[str, dict[str, Any]], out: Path) -> list[Path]:
         ax.set_yticks(range(10))
         ax.tick_params(labelsize=6)
     fig.colorbar(image, ax=axes, shrink=0.8)
-    fig.suptitle("cosine similarity of the digit embeddings 0-9 (order: adjacent minus other pairs)", fontsize=9, y=1.0 + 0.06 / tall)
+    fig.suptitle(
+        "cosine similarity of the digit embeddings 0-9 (order: adjacent minus other pairs)",
+        fontsize=9,
+        y=1.0 + 0.06 / tall,
+    )
     path = out / "embeddings_cosine.png"
     fig.savefig(path, dpi=110, bbox_inches="tight")
     plt.close(fig)
@@ -99,7 +103,9 @@ def plot_embeddings(panels: dict[str, dict[str, Any]], out: Path) -> list[Path]:
         ax.set_title(f"{title}\nPC1 {100 * share[0]:.0f}%, PC2 {100 * share[1]:.0f}%", fontsize=8)
         ax.set_xticks([])
         ax.set_yticks([])
-    fig.suptitle("PCA of the digit embeddings (line joins 0-1-...-9)", fontsize=9, y=1.0 + 0.06 / tall)
+    fig.suptitle(
+        "PCA of the digit embeddings (line joins 0-1-...-9)", fontsize=9, y=1.0 + 0.06 / tall
+    )
     path = out / "embeddings_pca.png"
     fig.savefig(path, dpi=110, bbox_inches="tight")
     plt.close(fig)

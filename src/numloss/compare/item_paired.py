@@ -30,7 +30,10 @@ def _mde_quantiles(df: float) -> float:
 def discordant(bits_a: str, bits_b: str) -> tuple[int, int]:
     """(items right under A only, items right under B only) of two 0/1 verdict strings."""
     if len(bits_a) != len(bits_b):
-        raise ValueError(f"verdict strings of different lengths ({len(bits_a)} vs {len(bits_b)}): not the same items")
+        raise ValueError(
+            f"verdict strings of different lengths ({len(bits_a)} vs {len(bits_b)}): not the same"
+            " items"
+        )
     b = sum(x == "1" and y == "0" for x, y in zip(bits_a, bits_b, strict=True))
     c = sum(x == "0" and y == "1" for x, y in zip(bits_a, bits_b, strict=True))
     return b, c
@@ -46,8 +49,14 @@ def sign_flip_p(diffs: Sequence[float]) -> float:
         raise ValueError("sign_flip_p enumerates 2^n patterns: at most 16 pairs")
     if len(xs) == 1:
         return 1.0  # both patterns are as extreme; scipy refuses a sample of one
-    result = stats.permutation_test((np.array(xs),), np.mean, permutation_type="samples", vectorized=True,
-                                    n_resamples=np.inf, alternative="two-sided")
+    result = stats.permutation_test(
+        (np.array(xs),),
+        np.mean,
+        permutation_type="samples",
+        vectorized=True,
+        n_resamples=np.inf,
+        alternative="two-sided",
+    )
     return float(result.pvalue)
 
 
@@ -55,7 +64,8 @@ def paired_comparison(a: dict[int, str], b: dict[int, str]) -> dict[str, Any]:
     """Arm A against arm B from their per-seed verdict strings ({seed: "0110..."}), seeds in common.
 
     Returns the per-seed and pooled discordant counts, McNemar's p, the seed-level mean difference
-    (A - B, in exact-match share) with its t interval and sign-flip p, and both detectable effects."""
+    (A - B, in exact-match share) with its t interval and sign-flip p, and both detectable effects.
+    """
     seeds = sorted(set(a) & set(b))
     if not seeds:
         raise ValueError("no seed in common between the two arms")
@@ -63,14 +73,21 @@ def paired_comparison(a: dict[int, str], b: dict[int, str]) -> dict[str, Any]:
     for s in seeds:
         disc = discordant(a[s], b[s])
         n = len(a[s])
-        per_seed.append({"seed": s, "n": n, "b": disc[0], "c": disc[1], "diff": (disc[0] - disc[1]) / n})
+        per_seed.append(
+            {"seed": s, "n": n, "b": disc[0], "c": disc[1], "diff": (disc[0] - disc[1]) / n}
+        )
     b_all, c_all = sum(p["b"] for p in per_seed), sum(p["c"] for p in per_seed)
     pairs = sum(p["n"] for p in per_seed)
     diffs = [p["diff"] for p in per_seed]
     mean = statistics.fmean(diffs)
     out: dict[str, Any] = {
-        "seeds": seeds, "per_seed": per_seed, "b": b_all, "c": c_all, "pairs": pairs,
-        "mean_diff": mean, "mcnemar_p": mcnemar_exact_p(b_all, c_all),
+        "seeds": seeds,
+        "per_seed": per_seed,
+        "b": b_all,
+        "c": c_all,
+        "pairs": pairs,
+        "mean_diff": mean,
+        "mcnemar_p": mcnemar_exact_p(b_all, c_all),
         "sign_flip_p": sign_flip_p(diffs),
     }
     # McNemar's detectable effect: the difference whose z = (b - c) / sqrt(b + c) reaches
@@ -81,7 +98,9 @@ def paired_comparison(a: dict[int, str], b: dict[int, str]) -> dict[str, Any]:
         df = len(diffs) - 1
         sd = statistics.stdev(diffs)
         half = stats.t.ppf(0.975, df) * sd / math.sqrt(len(diffs))
-        out.update(sd_diff=sd, ci95=[mean - half, mean + half], mde_seeds=seed_level_mde(sd, len(diffs)))
+        out.update(
+            sd_diff=sd, ci95=[mean - half, mean + half], mde_seeds=seed_level_mde(sd, len(diffs))
+        )
     else:
         out.update(sd_diff=float("nan"), ci95=[float("nan"), float("nan")], mde_seeds=float("nan"))
     return out
@@ -90,15 +109,22 @@ def paired_comparison(a: dict[int, str], b: dict[int, str]) -> dict[str, Any]:
 #: the pre-registered comparisons of the three-arm pretrained grids (configs/<name>.yaml): the
 #: primary pairs (Holm-adjusted McNemar p over them) and the pairs shown beside them (not in Holm)
 DESIGNS: dict[str, tuple[tuple[tuple[str, str], ...], tuple[tuple[str, str], ...]]] = {
-    "compare-smollm2-words-centered": ((("del-centered-a0.3", "mle"), ("del-centered-a0.3", "del-a0.3")),
-                                       (("del-a0.3", "mle"),)),
-    "compare-smollm2-words-gentle": ((("del-centered-a1.28", "mle"), ("del-a1.28", "mle")),
-                                     (("del-centered-a1.28", "del-a1.28"),)),
+    "compare-smollm2-words-centered": (
+        (("del-centered-a0.3", "mle"), ("del-centered-a0.3", "del-a0.3")),
+        (("del-a0.3", "mle"),),
+    ),
+    "compare-smollm2-words-gentle": (
+        (("del-centered-a1.28", "mle"), ("del-a1.28", "mle")),
+        (("del-centered-a1.28", "del-a1.28"),),
+    ),
 }
 
 
-def design_comparisons(bits: dict[str, dict[int, str]], primary: Sequence[tuple[str, str]],
-                       beside: Sequence[tuple[str, str]] = ()) -> dict[tuple[str, str], dict[str, Any]]:
+def design_comparisons(
+    bits: dict[str, dict[int, str]],
+    primary: Sequence[tuple[str, str]],
+    beside: Sequence[tuple[str, str]] = (),
+) -> dict[tuple[str, str], dict[str, Any]]:
     """`paired_comparison` of every (arm, against) pair of a design whose two arms share a seed in
     `bits` ({label: {seed: verdict string}}); the primary pairs carry `mcnemar_p_holm` (Holm over
     those of them present), the pairs beside them do not."""
@@ -107,7 +133,9 @@ def design_comparisons(bits: dict[str, dict[int, str]], primary: Sequence[tuple[
         if set(bits.get(arm, {})) & set(bits.get(against, {})):
             comparisons[(arm, against)] = paired_comparison(bits[arm], bits[against])
     tested = [pair for pair in primary if pair in comparisons]
-    for pair, p in zip(tested, holm([comparisons[pair]["mcnemar_p"] for pair in tested]), strict=True):
+    for pair, p in zip(
+        tested, holm([comparisons[pair]["mcnemar_p"] for pair in tested]), strict=True
+    ):
         comparisons[pair]["mcnemar_p_holm"] = p
     return comparisons
 
@@ -120,11 +148,18 @@ def design_reading(arm: str, against: str, c: dict[str, Any], alpha: float = 0.0
     if c["mcnemar_p_holm"] > alpha:
         return f"not told apart (the items detect {100 * c['mde_items']:.1f} points)"
     if against != "mle":
-        reading = "centring removes (part of) raw DEL's harm" if c["mean_diff"] > 0 else "centring makes it worse"
+        reading = (
+            "centring removes (part of) raw DEL's harm"
+            if c["mean_diff"] > 0
+            else "centring makes it worse"
+        )
     else:
         reading = "better than MLE" if c["mean_diff"] > 0 else "worse than MLE"
     if len(c["seeds"]) >= 2 and c["ci95"][0] <= 0 <= c["ci95"][1]:
-        reading += " on these items (its seed-level interval holds 0: training randomness alone could give it)"
+        reading += (
+            " on these items (its seed-level interval holds 0: training randomness alone could"
+            " give it)"
+        )
     return reading
 
 
@@ -132,4 +167,3 @@ def seed_level_mde(sd_diff: float, seeds: int) -> float:
     """The seed-level paired t test's detectable effect (80 % power, two-sided 0.05) for `seeds`
     seeds at a per-seed difference SD of `sd_diff` (the planning formula of the docs)."""
     return _mde_quantiles(seeds - 1) * sd_diff / math.sqrt(seeds)
-

@@ -2,10 +2,10 @@
 
 On the addition task a run's outcome is close to bimodal (it either learns the answer's hard last
 digit in its budget or it does not), so a final-step pass count is a lottery over which runs
-happened to cross in time. Instead every `every` optimizer steps the run is scored on `slice_size` held-out items
-(greedy decoding, exact match), and the run **has learnt the task** at the first check whose exact
-match is at least `threshold`. With `stop_early` a run stops there (the step is recorded; its
-final evaluation is of the model at that step), which buys seeds. What a run records:
+happened to cross in time. Instead every `every` optimizer steps the run is scored on `slice_size`
+held-out items (greedy decoding, exact match), and the run **has learnt the task** at the first
+check whose exact match is at least `threshold`. With `stop_early` a run stops there (the step is
+recorded; its final evaluation is of the model at that step), which buys seeds. What a run records:
 
     checks:   [[step, exact match], ...] of every check done
     learnt:   true / false
@@ -13,9 +13,9 @@ final evaluation is of the model at that step), which buys seeds. What a run rec
 
 These are the (step, learnt) outcomes of `numloss.compare.survival`. On a graded task
 (configs/compare-mul.yaml) the checks run with `stop_early: false`: every run is scored at its last
-step, and the checks give the area under the check curve (`numloss.compare.paired.check_curve_area`). The slice is drawn apart
-from the test sets and from training (`ArithmeticTask.check_set`), the same for every run.
-"""
+step, and the checks give the area under the check curve
+(`numloss.compare.paired.check_curve_area`). The slice is drawn apart from the test sets and from
+training (`ArithmeticTask.check_set`), the same for every run."""
 
 from __future__ import annotations
 
@@ -37,13 +37,21 @@ class LearningCheck:
     def check(self, where: str = "learning") -> None:
         """Raise ValueError naming the field when a value is out of range."""
         if not isinstance(self.every, int) or self.every < 1:
-            raise ValueError(f"{where}.every must be a positive number of steps, got {self.every!r}")
+            raise ValueError(
+                f"{where}.every must be a positive number of steps, got {self.every!r}"
+            )
         if not isinstance(self.slice_size, int) or self.slice_size < 1:
-            raise ValueError(f"{where}.slice_size must be a positive number of items, got {self.slice_size!r}")
+            raise ValueError(
+                f"{where}.slice_size must be a positive number of items, got {self.slice_size!r}"
+            )
         if not 0.0 < float(self.threshold) <= 1.0:
-            raise ValueError(f"{where}.threshold must be an exact match in (0, 1], got {self.threshold!r}")
+            raise ValueError(
+                f"{where}.threshold must be an exact match in (0, 1], got {self.threshold!r}"
+            )
         if not isinstance(self.batch_size, int) or self.batch_size < 1:
-            raise ValueError(f"{where}.batch_size must be a positive integer, got {self.batch_size!r}")
+            raise ValueError(
+                f"{where}.batch_size must be a positive integer, got {self.batch_size!r}"
+            )
 
 
 def exact_answer(output: str, gold: str) -> bool:
@@ -67,13 +75,20 @@ def score_slice(
     from numloss.evaluate.generate import HFGenerator
 
     if max_new_tokens is None:
-        max_new_tokens = max(len(tokenizer(g, add_special_tokens=False)["input_ids"]) for g in golds) + 2
+        max_new_tokens = (
+            max(len(tokenizer(g, add_special_tokens=False)["input_ids"]) for g in golds) + 2
+        )
     was_training = model.training
     model.eval()
     try:
         with torch.inference_mode():
             generator = HFGenerator(
-                model, tokenizer, batch_size=batch_size, max_new_tokens=max_new_tokens, stop=("\n",), progress=False
+                model,
+                tokenizer,
+                batch_size=batch_size,
+                max_new_tokens=max_new_tokens,
+                stop=("\n",),
+                progress=False,
             )
             outputs = [g.text for g in generator.generate(list(prompts))]
     finally:
@@ -103,7 +118,9 @@ def learning_callback(
             if self.learnt_at is not None and settings.stop_early:
                 return control
             model, tokenizer = kwargs["model"], kwargs["processing_class"]
-            em = score_slice(model, tokenizer, prompts, golds, match, settings.batch_size, max_new_tokens)
+            em = score_slice(
+                model, tokenizer, prompts, golds, match, settings.batch_size, max_new_tokens
+            )
             self.checks.append([step, em])
             if self.learnt_at is None and em >= settings.threshold:
                 self.learnt_at = step

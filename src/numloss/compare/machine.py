@@ -39,8 +39,14 @@ def vector_extension(flags: set[str] | None = None) -> str:
     """The widest x86 vector extension the CPU reports ("AVX-512", "AVX2", "AVX", "SSE"), the
     ARM one ("SVE", "NEON"), or "unknown"."""
     flags = _cpu_flags() if flags is None else flags
-    for flag, name in (("avx512f", "AVX-512"), ("avx2", "AVX2"), ("avx", "AVX"), ("sve", "SVE"),
-                       ("asimd", "NEON"), ("sse2", "SSE")):
+    for flag, name in (
+        ("avx512f", "AVX-512"),
+        ("avx2", "AVX2"),
+        ("avx", "AVX"),
+        ("sve", "SVE"),
+        ("asimd", "NEON"),
+        ("sse2", "SSE"),
+    ):
         if flag in flags:
             return name
     return "unknown"
@@ -50,7 +56,9 @@ def machine_info() -> dict[str, Any]:
     """{cpu, vector_extension, torch_cpu_capability, cores, accelerator, torch, date}."""
     import torch
 
-    capability = getattr(getattr(torch.backends, "cpu", None), "get_cpu_capability", lambda: "n/a")()
+    capability = getattr(
+        getattr(torch.backends, "cpu", None), "get_cpu_capability", lambda: "n/a"
+    )()
     accelerator = torch.cuda.get_device_name(0) if torch.cuda.is_available() else None
     return {
         "cpu": _cpu_model(),
@@ -64,8 +72,12 @@ def machine_info() -> dict[str, Any]:
 
 
 def machine_line(info: dict[str, Any]) -> str:
-    """One line for under a table: 'AMD EPYC (AVX-512; torch kernels AVX512), 2 cores, torch 2.13.0, 2026-12-03'."""
-    where = f"{info.get('cpu')} ({info.get('vector_extension')}; torch kernels {info.get('torch_cpu_capability')})"
+    """One line for under a table: 'AMD EPYC (AVX-512; torch kernels AVX512), 2 cores, torch 2.13.0,
+    2026-12-03'."""
+    where = (
+        f"{info.get('cpu')} ({info.get('vector_extension')}; torch kernels"
+        f" {info.get('torch_cpu_capability')})"
+    )
     if info.get("accelerator"):
         where = f"{info['accelerator']}, host {where}"
     return f"{where}, {info.get('cores')} cores, torch {info.get('torch')}, {info.get('date')}"

@@ -80,8 +80,11 @@ def paired_t_power(n: int, effect: float, sd: float, alpha: float = 0.05) -> flo
     return float(min(1.0, stats.nct.sf(crit, df, ncp) + stats.nct.sf(crit, df, -ncp)))
 
 
-def seeds_for_power(effect: float, sd: float, alpha: float = 0.05, power: float = 0.8, max_n: int = 500) -> int:
-    """The smallest number of seed pairs whose paired t test has at least `power` (max_n if none does)."""
+def seeds_for_power(
+    effect: float, sd: float, alpha: float = 0.05, power: float = 0.8, max_n: int = 500
+) -> int:
+    """The smallest number of seed pairs whose paired t test has at least `power` (max_n if none
+    does)."""
     for n in range(2, max_n + 1):
         if paired_t_power(n, effect, sd, alpha) >= power:
             return n
@@ -99,7 +102,9 @@ def minimum_detectable_effect(n: int, sd: float, alpha: float = 0.05, power: flo
     high = 1.0
     while paired_t_power(n, high * sd, sd, alpha) < power:
         high *= 2.0
-    size = optimize.brentq(lambda d: paired_t_power(n, d * sd, sd, alpha) - power, 0.0, high, xtol=1e-12)
+    size = optimize.brentq(
+        lambda d: paired_t_power(n, d * sd, sd, alpha) - power, 0.0, high, xtol=1e-12
+    )
     return size * sd
 
 
@@ -111,8 +116,11 @@ def mcnemar_exact_p(only_a: int, only_b: int) -> float:
     return float(mcnemar([[0, only_a], [only_b, 0]], exact=True).pvalue)
 
 
-def paired_values(baseline: Mapping[int, float], other: Mapping[int, float]) -> list[tuple[int, float, float]]:
-    """(seed, baseline value, other value) for the seeds both have, in seed order (finite values only)."""
+def paired_values(
+    baseline: Mapping[int, float], other: Mapping[int, float]
+) -> list[tuple[int, float, float]]:
+    """(seed, baseline value, other value) for the seeds both have, in seed order (finite values
+    only)."""
     rows = []
     for seed in sorted(set(baseline) & set(other)):
         a, b = baseline[seed], other[seed]
@@ -131,5 +139,7 @@ def check_curve_area(checks: Sequence[Sequence[float]]) -> float:
         return float("nan")
     if len(points) == 1 or points[-1][0] == points[0][0]:
         return points[-1][1]
-    area = sum((s1 - s0) * (v0 + v1) / 2 for (s0, v0), (s1, v1) in zip(points, points[1:], strict=False))
+    area = sum(
+        (s1 - s0) * (v0 + v1) / 2 for (s0, v0), (s1, v1) in zip(points, points[1:], strict=False)
+    )
     return area / (points[-1][0] - points[0][0])

@@ -17,7 +17,8 @@ cut off from outside (a device call, a shared CPU across sessions):
   first always starts: it is the timing run); what is left is printed with the command that
   continues it;
 - `--shard I/N`: this process takes every N-th run of the order (N processes share one GPU);
-- at the end `summary.md` / `summary.json` (numloss.compare.item_paired: McNemar and seed-paired tests
+- at the end `summary.md` / `summary.json` (numloss.compare.item_paired: McNemar and seed-paired
+tests
   of every arm against the first objective, and of every arm against the untrained model).
 """
 
@@ -56,9 +57,15 @@ def run_order(compare: CompareConfig) -> list[RunKey]:
 
 def baseline_hash(compare: CompareConfig) -> str:
     """What decides the untrained model's scores: the model section and the task."""
-    payload = {"model": compare.base.get("model", {}), "task": compare.task.to_dict(), "schema": RESULT_SCHEMA,
-               "baseline": True}
-    return hashlib.sha256(json.dumps(payload, sort_keys=True, default=str).encode()).hexdigest()[:16]
+    payload = {
+        "model": compare.base.get("model", {}),
+        "task": compare.task.to_dict(),
+        "schema": RESULT_SCHEMA,
+        "baseline": True,
+    }
+    return hashlib.sha256(json.dumps(payload, sort_keys=True, default=str).encode()).hexdigest()[
+        :16
+    ]
 
 
 def evaluate_untrained(compare: CompareConfig) -> dict[str, Any]:
@@ -70,17 +77,30 @@ def evaluate_untrained(compare: CompareConfig) -> dict[str, Any]:
 
     started = time.perf_counter()
     key = RunKey(compare.objectives[0], compare.seeds[0])
-    config = compare.run_config(key.spec, key.seed, compare.output_dir / "runs" / BASELINE, Path("train.jsonl"))
+    config = compare.run_config(
+        key.spec, key.seed, compare.output_dir / "runs" / BASELINE, Path("train.jsonl")
+    )
     config.lora.enabled = False  # the base model itself, not a zero-initialised adapter on it
     model, tokenizer = load_model_for(config)
     with torch.inference_mode():
         evaluation = compare.task.evaluate(model.eval(), tokenizer)
-    return _jsonable({
-        "hash": baseline_hash(compare), "label": BASELINE, "objective": None, "seed": 0, "steps": 0,
-        "curve": {}, "train_metrics": {}, "learning": None,  # no training: the fields every record holds, empty
-        "evaluation": evaluation, "seconds": {"total": time.perf_counter() - started},
-        "finished_at": time.strftime("%Y-%m-%d %H:%M:%S"), "machine": machine_info(),
-    })
+    return _jsonable(
+        {
+            "hash": baseline_hash(compare),
+            "label": BASELINE,
+            "objective": None,
+            "seed": 0,
+            "steps": 0,
+            # no training: the fields every record holds, empty
+            "curve": {},
+            "train_metrics": {},
+            "learning": None,
+            "evaluation": evaluation,
+            "seconds": {"total": time.perf_counter() - started},
+            "finished_at": time.strftime("%Y-%m-%d %H:%M:%S"),
+            "machine": machine_info(),
+        }
+    )
 
 
 def _copy(path: Path, folders: list[Path]) -> None:
@@ -105,7 +125,8 @@ def run_pretrained_grid(
     log: Callable[[str], None] = print,
 ) -> dict[str, Any]:
     """Run what is missing of the grid (see the module doc) through `Grid`, `numloss compare`'s
-    runner; returns {finished, failed, left, skipped, busy}. Torch uses the config's `torch_threads`."""
+    runner; returns {finished, failed, left, skipped, busy}. Torch uses the config's
+    `torch_threads`."""
     started = time.perf_counter()
     also_to = list(also_to or [])
     records = compare.records_dir or compare.output_dir / "records"
@@ -139,13 +160,19 @@ def run_pretrained_grid(
     if status["busy"]:
         log(f"left to the process training them now: {', '.join(status['busy'])}")
     if status["left"]:
-        log(f"left (budget {budget_s:g} s, slowest run {grid.slowest:.0f} s): "
-            f"{', '.join(status['left'])}")
+        log(
+            f"left (budget {budget_s:g} s, slowest run {grid.slowest:.0f} s): "
+            f"{', '.join(status['left'])}"
+        )
     return status
 
 
 def _score_baseline(
-    compare: CompareConfig, records: Path, also_to: list[Path], status: dict[str, Any], log: Callable[[str], None]
+    compare: CompareConfig,
+    records: Path,
+    also_to: list[Path],
+    status: dict[str, Any],
+    log: Callable[[str], None],
 ) -> None:
     """The untrained model's record, scored unless it exists; a failure is recorded, not raised."""
     path = record_path(records, f"{BASELINE}-s0", baseline_hash(compare))
@@ -159,7 +186,10 @@ def _score_baseline(
         _copy(path, also_to)
         status["finished"].append(BASELINE)
         seconds = time.perf_counter() - started
-        log(f"{BASELINE}: {_headline(json.loads(path.read_text(encoding='utf-8')))} ({seconds:.0f} s)")
+        log(
+            f"{BASELINE}: {_headline(json.loads(path.read_text(encoding='utf-8')))}"
+            f" ({seconds:.0f} s)"
+        )
     except Exception as error:  # noqa: BLE001 - recorded, and the grid goes on
         _record_failure(records, also_to, BASELINE, 0, baseline_hash(compare), error)
         status["failed"].append(BASELINE)
@@ -168,24 +198,34 @@ def _score_baseline(
 
 def _headline(result: dict[str, Any]) -> str:
     sets = result.get("evaluation", {})
-    return ", ".join(f"{name} {100 * ev['exact_match']:.1f}% of {ev['n']}" for name, ev in sorted(sets.items()))
+    return ", ".join(
+        f"{name} {100 * ev['exact_match']:.1f}% of {ev['n']}" for name, ev in sorted(sets.items())
+    )
 
 
-def _record_failure(records: Path, also_to: list[Path], name: str, seed: int, run_hash: str,
-                    error: BaseException) -> None:
+def _record_failure(
+    records: Path, also_to: list[Path], name: str, seed: int, run_hash: str, error: BaseException
+) -> None:
     label = name.rsplit("-s", 1)[0]
-    payload = {"hash": run_hash, "label": label, "seed": seed, "failed": True,
-               "error": f"{type(error).__name__}: {error}",
-               "traceback": "".join(traceback.format_exception(error))[-4000:],
-               "failed_at": time.strftime("%Y-%m-%d %H:%M:%S")}
+    payload = {
+        "hash": run_hash,
+        "label": label,
+        "seed": seed,
+        "failed": True,
+        "error": f"{type(error).__name__}: {error}",
+        "traceback": "".join(traceback.format_exception(error))[-4000:],
+        "failed_at": time.strftime("%Y-%m-%d %H:%M:%S"),
+    }
     path = _failure_path(records, name, run_hash)
     write_json_atomic(path, payload)
     _copy(path, also_to)
 
 
-def load_records(compare: CompareConfig, records: Path | None = None) -> dict[str, dict[int, dict[str, Any]]]:
-    """{label: {seed: record}} of the finished runs of this grid (this config's hashes) in `records`,
-    the untrained model under `untrained` (seed 0)."""
+def load_records(
+    compare: CompareConfig, records: Path | None = None
+) -> dict[str, dict[int, dict[str, Any]]]:
+    """{label: {seed: record}} of the finished runs of this grid (this config's hashes) in
+    `records`, the untrained model under `untrained` (seed 0)."""
     records = records or compare.records_dir or compare.output_dir / "records"
     found: dict[str, dict[int, dict[str, Any]]] = {}
     for key in run_order(compare):
@@ -205,27 +245,42 @@ def summarise(compare: CompareConfig, records: Path | None = None) -> dict[str, 
 
     found = load_records(compare, records)
     reference = compare.objectives[0].label
-    sets = sorted({name for arm in found.values() for r in arm.values() for name in r["evaluation"]})
+    sets = sorted(
+        {name for arm in found.values() for r in arm.values() for name in r["evaluation"]}
+    )
     summary: dict[str, Any] = {"reference": reference, "sets": {}}
     for set_name in sets:
-        bits = {label: {seed: r["evaluation"][set_name]["items"] for seed, r in arm.items() if set_name in r["evaluation"]}
-                for label, arm in found.items()}
+        bits = {
+            label: {
+                seed: r["evaluation"][set_name]["items"]
+                for seed, r in arm.items()
+                if set_name in r["evaluation"]
+            }
+            for label, arm in found.items()
+        }
         entry: dict[str, Any] = {"arms": {}, "versus_reference": {}, "versus_untrained": {}}
         for label, arm in bits.items():
             ems = {seed: s.count("1") / len(s) for seed, s in sorted(arm.items())}
-            entry["arms"][label] = {"per_seed": ems, "mean": sum(ems.values()) / len(ems) if ems else float("nan")}
+            entry["arms"][label] = {
+                "per_seed": ems,
+                "mean": sum(ems.values()) / len(ems) if ems else float("nan"),
+            }
         others = [s.label for s in compare.objectives[1:] if s.label in bits and reference in bits]
         for label in others:
             if set(bits[label]) & set(bits[reference]):
                 entry["versus_reference"][label] = paired_comparison(bits[label], bits[reference])
-        adjusted = holm([entry["versus_reference"][k]["mcnemar_p"] for k in entry["versus_reference"]])
+        adjusted = holm(
+            [entry["versus_reference"][k]["mcnemar_p"] for k in entry["versus_reference"]]
+        )
         for k, p in zip(entry["versus_reference"], adjusted, strict=True):
             entry["versus_reference"][k]["mcnemar_p_holm"] = p
         if BASELINE in bits:
             for spec in compare.objectives:
                 if spec.label in bits:
                     untrained = {seed: bits[BASELINE][0] for seed in bits[spec.label]}
-                    entry["versus_untrained"][spec.label] = paired_comparison(bits[spec.label], untrained)
+                    entry["versus_untrained"][spec.label] = paired_comparison(
+                        bits[spec.label], untrained
+                    )
         summary["sets"][set_name] = entry
     return summary
 
@@ -234,25 +289,48 @@ def summary_markdown(summary: dict[str, Any]) -> str:
     """The summary as Markdown tables (percentage points; p exact, Holm-adjusted where said)."""
     lines: list[str] = []
     for set_name, entry in summary["sets"].items():
-        lines += [f"### {set_name}", "", "| arm | seeds | exact match per seed (%) | mean (%) |", "|---|---|---|---|"]
+        lines += [
+            f"### {set_name}",
+            "",
+            "| arm | seeds | exact match per seed (%) | mean (%) |",
+            "|---|---|---|---|",
+        ]
         for label, arm in entry["arms"].items():
             per = ", ".join(f"{100 * v:.1f}" for v in arm["per_seed"].values())
             lines.append(f"| {label} | {len(arm['per_seed'])} | {per} | {100 * arm['mean']:.1f} |")
-        for title, block in (("vs " + summary["reference"], entry["versus_reference"]), ("vs untrained", entry["versus_untrained"])):
+        for title, block in (
+            ("vs " + summary["reference"], entry["versus_reference"]),
+            ("vs untrained", entry["versus_untrained"]),
+        ):
             if not block:
                 continue
-            lines += ["", f"| arm {title} | diff (pp) | 95 % CI, seeds (pp) | sign-flip p | b / c | McNemar p"
-                      f"{' (Holm)' if 'reference' in title or summary['reference'] in title else ''} | MDE items / seeds (pp) |",
-                      "|---|---|---|---|---|---|---|"]
+            lines += [
+                "",
+                (
+                    f"| arm {title} | diff (pp) | 95 % CI, seeds (pp) | sign-flip p | b / c |"
+                    " McNemar"
+                    f" p{' (Holm)' if 'reference' in title or summary['reference'] in title else ''}"  # noqa: E501
+                    " | MDE items / seeds (pp) |"
+                ),
+                "|---|---|---|---|---|---|---|",
+            ]
             for label, c in block.items():
                 p = c.get("mcnemar_p_holm", c["mcnemar_p"])
-                one_seed = len(c["seeds"]) < 2  # no seed-level interval, test or detectable effect yet
-                seed_ci = "n/a (1 seed)" if one_seed else f"[{100 * c['ci95'][0]:+.1f}, {100 * c['ci95'][1]:+.1f}]"
+                # no seed-level interval, test or detectable effect yet
+                one_seed = len(c["seeds"]) < 2
+                seed_ci = (
+                    "n/a (1 seed)"
+                    if one_seed
+                    else f"[{100 * c['ci95'][0]:+.1f}, {100 * c['ci95'][1]:+.1f}]"
+                )
                 lines.append(
                     f"| {label} | {100 * c['mean_diff']:+.1f} | {seed_ci} | "
-                    f"{'n/a' if one_seed else format(c['sign_flip_p'], '.3g')} | {c['b']} / {c['c']} | "
-                    f"{'< 1e-300' if p == 0 else format(p, '.3g')} | "  # an exact p below the smallest double
-                    f"{100 * c['mde_items']:.1f} / {'n/a' if one_seed else format(100 * c['mde_seeds'], '.1f')} |"
+                    f"{'n/a' if one_seed else format(c['sign_flip_p'], '.3g')} | {c['b']} /"
+                    f" {c['c']} | "
+                    # an exact p below the smallest double
+                    f"{'< 1e-300' if p == 0 else format(p, '.3g')} | "
+                    f"{100 * c['mde_items']:.1f} /"
+                    f" {'n/a' if one_seed else format(100 * c['mde_seeds'], '.1f')} |"
                 )
         lines.append("")
     return "\n".join(lines)
@@ -265,11 +343,21 @@ def main(argv: list[str] | None = None) -> int:
 
     parser = build_parser("python -m numloss.compare.pretrained")
     parser.description = __doc__
-    parser.add_argument("--budget-s", type=float, help="start no run that would not finish within this many seconds")
-    parser.add_argument("--also-to", action="append", default=[], help="copy every record here too (repeatable)")
-    parser.add_argument("--shard", default="0/1", help="I/N: take every N-th run of the order, from the I-th")
-    parser.add_argument("--no-baseline", action="store_true", help="do not score the untrained model")
-    parser.add_argument("--summary-only", action="store_true", help="train nothing: summarise the records")
+    parser.add_argument(
+        "--budget-s", type=float, help="start no run that would not finish within this many seconds"
+    )
+    parser.add_argument(
+        "--also-to", action="append", default=[], help="copy every record here too (repeatable)"
+    )
+    parser.add_argument(
+        "--shard", default="0/1", help="I/N: take every N-th run of the order, from the I-th"
+    )
+    parser.add_argument(
+        "--no-baseline", action="store_true", help="do not score the untrained model"
+    )
+    parser.add_argument(
+        "--summary-only", action="store_true", help="train nothing: summarise the records"
+    )
     args = parser.parse_args(argv)
     try:
         compare = resolve(args)
@@ -278,9 +366,11 @@ def main(argv: list[str] | None = None) -> int:
             raise ValueError
         if not isinstance(compare.task, ArithmeticWordTask):
             # the summary's paired tests read per-item verdicts, which only arith_words records keep
-            raise ConfigError(f"{args.config}: this driver needs task.kind arith_words (its records keep the "
-                              f"per-item verdicts its paired tests read), got {type(compare.task).__name__}; "
-                              "run this config with `numloss compare`")
+            raise ConfigError(
+                f"{args.config}: this driver needs task.kind arith_words (its records keep the "
+                f"per-item verdicts its paired tests read), got {type(compare.task).__name__}; "
+                "run this config with `numloss compare`"
+            )
     except ConfigError as error:
         print(f"numloss compare: {error}", file=sys.stderr)
         return 2
@@ -297,8 +387,19 @@ def main(argv: list[str] | None = None) -> int:
         from numloss.compare import run_reporting_errors
 
         # Ctrl-C or SIGTERM, a bad config, a failed write: one line and `numloss compare`'s status
-        stopped = run_reporting_errors("numloss compare", compare, lambda: status.update(run_pretrained_grid(
-            compare, budget_s=args.budget_s, baseline=not args.no_baseline, also_to=also_to, shard=(index, count))))
+        stopped = run_reporting_errors(
+            "numloss compare",
+            compare,
+            lambda: status.update(
+                run_pretrained_grid(
+                    compare,
+                    budget_s=args.budget_s,
+                    baseline=not args.no_baseline,
+                    also_to=also_to,
+                    shard=(index, count),
+                )
+            ),
+        )
         if stopped:
             return stopped
     summary = summarise(compare)

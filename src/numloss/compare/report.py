@@ -1,14 +1,14 @@
 """The report folder of a comparison: results.json, report.md and the PNG plots.
 
 Per objective and held-out set, every metric is the mean +- standard deviation over seeds (with one
-seed there is no spread: the value alone is printed, and the report says "one seed: no spread"). The 95 % interval of exact match covers both sources of chance: it is the hull of
-the Wilson interval of the items pooled over seeds (which test items were drawn) and, with two or
-more seeds, the Student t interval of the per-seed exact matches (how training fell out). The
-second is what dominates when runs are bimodal; with one seed only the first exists. No column
-names a "best": a few seeds do not rank objectives. An objective's exact match is marked (bold,
-or '*' in the terminal) only when it differs from the baseline's (the first objective) by seed:
-paired t on the per-seed differences, Holm over the objectives, p <= 0.05, at least 3 seeds.
-"""
+seed there is no spread: the value alone is printed, and the report says "one seed: no spread"). The
+95 % interval of exact match covers both sources of chance: it is the hull of the Wilson interval of
+the items pooled over seeds (which test items were drawn) and, with two or more seeds, the Student t
+interval of the per-seed exact matches (how training fell out). The second is what dominates when
+runs are bimodal; with one seed only the first exists. No column names a "best": a few seeds do not
+rank objectives. An objective's exact match is marked (bold, or '*' in the terminal) only when it
+differs from the baseline's (the first objective) by seed: paired t on the per-seed differences,
+Holm over the objectives, p <= 0.05, at least 3 seeds."""
 
 from __future__ import annotations
 
@@ -60,10 +60,15 @@ def mean_std(values: Sequence[Any]) -> tuple[float, float]:
 
 
 def exact_match_interval(evaluations: Sequence[dict[str, Any]]) -> dict[str, list[float]]:
-    """{items, seeds, hull}: the pooled-items Wilson interval, the seed t interval, and their hull."""
-    items = wilson_interval(sum(e["correct"] for e in evaluations), sum(e["n"] for e in evaluations))
+    """{items, seeds, hull}: the pooled-items Wilson interval, the seed t interval, and their
+    hull."""
+    items = wilson_interval(
+        sum(e["correct"] for e in evaluations), sum(e["n"] for e in evaluations)
+    )
     seeds = seed_interval([e["exact_match"] for e in evaluations])
-    hull = items if not math.isfinite(seeds[0]) else (min(items[0], seeds[0]), max(items[1], seeds[1]))
+    hull = (
+        items if not math.isfinite(seeds[0]) else (min(items[0], seeds[0]), max(items[1], seeds[1]))
+    )
     return {"items": list(items), "seeds": list(seeds), "hull": list(hull)}
 
 
@@ -112,7 +117,9 @@ def aggregate(results: Sequence[dict[str, Any]]) -> dict[str, Any]:
         orders = [_order_scores(r.get("embeddings") or {}) for r in runs]
         if any(orders):
             entry["embedding_order"] = {
-                when: dict(zip(("mean", "std"), mean_std([o.get(when) for o in orders]), strict=True))
+                when: dict(
+                    zip(("mean", "std"), mean_std([o.get(when) for o in orders]), strict=True)
+                )
                 for when in ("before", "after")
             }
         learning = _learning_entry(runs)
@@ -121,7 +128,9 @@ def aggregate(results: Sequence[dict[str, Any]]) -> dict[str, Any]:
         entry["train_seconds"] = mean_std([r["seconds"]["train"] for r in runs])[0]
         entry["cpu_seconds"] = mean_std([r["seconds"].get("cpu") for r in runs])[0]
         entry["steps"] = mean_std([r.get("steps") for r in runs])[0]
-        entry["tokens_per_second"] = mean_std([r["train_metrics"].get("tokens_per_second") for r in runs])[0]
+        entry["tokens_per_second"] = mean_std(
+            [r["train_metrics"].get("tokens_per_second") for r in runs]
+        )[0]
     _compare_learning(summary)
     for name in dict.fromkeys(n for e in summary.values() for n in e["sets"]):
         _pair_with_baseline(summary, name)
@@ -165,7 +174,9 @@ def _learning_entry(runs: Sequence[dict[str, Any]]) -> dict[str, Any] | None:
         interval = [float("nan"), float("nan")]
     horizon = max(int(r.get("max_steps") or r["learning"]["step"]) for r in checked)
     return {
-        "checked_steps": sorted({int(step) for r in checked for step, _ in r["learning"].get("checks", [])}),
+        "checked_steps": sorted(
+            {int(step) for r in checked for step, _ in r["learning"].get("checks", [])}
+        ),
         "runs": len(outcomes),
         "learnt": sum(o.learnt for o in outcomes),
         "horizon": horizon,
@@ -197,7 +208,10 @@ def _compare_learning(summary: dict[str, Any]) -> None:
     labelled = [(label, e) for label, e in summary.items() if "learning" in e]
     if len(labelled) < 2:
         return
-    groups = {label: [Outcome(step, learnt) for _, step, learnt in e["learning"]["outcomes"]] for label, e in labelled}
+    groups = {
+        label: [Outcome(step, learnt) for _, step, learnt in e["learning"]["outcomes"]]
+        for label, e in labelled
+    }
     baseline = labelled[0][0]
     for label, entry in labelled[1:]:
         pair = [groups[label], groups[baseline]]
@@ -206,7 +220,9 @@ def _compare_learning(summary: dict[str, Any]) -> None:
             "baseline": baseline,
             "logrank_p": logrank(pair),
             "logrank_permutation_p": logrank_permutation_p(pair, PERMUTATIONS),
-            "fisher_p": fisher_exact_p(entry["learning"]["learnt"], entry["learning"]["runs"], base["learnt"], base["runs"]),
+            "fisher_p": fisher_exact_p(
+                entry["learning"]["learnt"], entry["learning"]["runs"], base["learnt"], base["runs"]
+            ),
         }
     summary[baseline]["learning"]["all_objectives_logrank_p"] = logrank(list(groups.values()))
 
@@ -230,7 +246,9 @@ def _in_distribution_exact_matches(entry: dict[str, Any]) -> list[float]:
     return finite([s["exact_match"] for s in entry["per_seed"]])
 
 
-def _pair_with_baseline(summary: dict[str, Any], set_name: str, alpha: float = 0.05, min_seeds: int = 3) -> None:
+def _pair_with_baseline(
+    summary: dict[str, Any], set_name: str, alpha: float = 0.05, min_seeds: int = 3
+) -> None:
     """Every objective but the first (the baseline) against it on `set_name`, by seed: paired t
     of the per-seed exact-match differences on the seeds both have (points), Holm over the
     objectives, the difference these seeds detect with 80 % power; `marked` where Holm p <= alpha
@@ -243,29 +261,49 @@ def _pair_with_baseline(summary: dict[str, Any], set_name: str, alpha: float = 0
         metrics = entry["sets"].get(set_name)
         if metrics is None or len(metrics["exact_match"]["values"]) != len(entry["seeds"]):
             return {}
-        return {s: 100 * v for s, v in zip(entry["seeds"], metrics["exact_match"]["values"], strict=True)
-                if v is not None and math.isfinite(v)}
+        return {
+            s: 100 * v
+            for s, v in zip(entry["seeds"], metrics["exact_match"]["values"], strict=True)
+            if v is not None and math.isfinite(v)
+        }
 
     base = by_seed(summary[baseline])
-    tests = {label: paired_t([b - a for _, a, b in paired_values(base, by_seed(summary[label]))]) for label in others}
-    for (label, test), p_holm in zip(tests.items(), holm([t.p for t in tests.values()]), strict=True):
+    tests = {
+        label: paired_t([b - a for _, a, b in paired_values(base, by_seed(summary[label]))])
+        for label in others
+    }
+    for (label, test), p_holm in zip(
+        tests.items(), holm([t.p for t in tests.values()]), strict=True
+    ):
         if set_name in summary[label]["sets"]:
             summary[label]["sets"][set_name]["vs_baseline"] = {
-                "baseline": baseline, "seeds": test.n, "mean": test.mean, "ci": list(test.ci), "p": test.p,
-                "p_holm": p_holm, "detectable": minimum_detectable_effect(test.n, test.sd, alpha) if test.n >= 2 else math.nan,
-                "marked": test.n >= min_seeds and math.isfinite(p_holm) and p_holm <= alpha}
+                "baseline": baseline,
+                "seeds": test.n,
+                "mean": test.mean,
+                "ci": list(test.ci),
+                "p": test.p,
+                "p_holm": p_holm,
+                "detectable": (
+                    minimum_detectable_effect(test.n, test.sd, alpha) if test.n >= 2 else math.nan
+                ),
+                "marked": test.n >= min_seeds and math.isfinite(p_holm) and p_holm <= alpha,
+            }
 
 
 def significant_labels(summary: dict[str, Any], set_name: str) -> set[str]:
     """The objectives whose exact match on `set_name` differs from the baseline's by seed
     (`_pair_with_baseline`, done by `aggregate`)."""
-    return {label for label, e in summary.items() if e["sets"].get(set_name, {}).get("vs_baseline", {}).get("marked")}
+    return {
+        label
+        for label, e in summary.items()
+        if e["sets"].get(set_name, {}).get("vs_baseline", {}).get("marked")
+    }
 
 
 #: what a mark in a results table means (the terminal table's caption says it too)
 MARK_NOTE = (
-    "an exact match is marked only where it differs from the baseline's by seed (paired t, Holm over the "
-    "objectives, p <= 0.05, 3+ seeds); nothing else is ranked"
+    "an exact match is marked only where it differs from the baseline's by seed (paired t, Holm"
+    " over the objectives, p <= 0.05, 3+ seeds); nothing else is ranked"
 )
 
 
@@ -274,7 +312,9 @@ def _cell(metric: dict[str, Any], scale: float, fmt: str) -> str:
     mean, std = metric["mean"], metric["std"]
     if not math.isfinite(mean):
         return "n/a"
-    return fmt.format(mean * scale) + (f" ± {fmt.replace('+', '').format(std * scale)}" if math.isfinite(std) else "")
+    return fmt.format(mean * scale) + (
+        f" ± {fmt.replace('+', '').format(std * scale)}" if math.isfinite(std) else ""
+    )
 
 
 def spread_note(summary: dict[str, Any]) -> str:
@@ -282,17 +322,23 @@ def spread_note(summary: dict[str, Any]) -> str:
     seeds = {len(e["seeds"]) for e in summary.values()}
     if seeds == {1}:
         return "One seed: no spread; each cell is that run's value."
-    return "Mean ± std over seeds" + (" (one seed: no spread, the value alone)." if 1 in seeds else ".")
+    return "Mean ± std over seeds" + (
+        " (one seed: no spread, the value alone)." if 1 in seeds else "."
+    )
 
 
-def table_rows(summary: dict[str, Any], set_name: str, bold: bool = True) -> tuple[list[str], list[list[str]]]:
+def table_rows(
+    summary: dict[str, Any], set_name: str, bold: bool = True
+) -> tuple[list[str], list[list[str]]]:
     """Header and rows of one held-out set's table; an exact match that differs from the
     baseline's by seed is marked (bold or '*', `significant_labels`). A metric no run has (a
     benchmark scores exact match only) gets no column."""
     entries = [e for e in summary.values() if set_name in e["sets"]]
     columns = [
-        c for c in COLUMNS
-        if c[0] == "exact_match" or any(math.isfinite(e["sets"][set_name][c[0]]["mean"]) for e in entries)
+        c
+        for c in COLUMNS
+        if c[0] == "exact_match"
+        or any(math.isfinite(e["sets"][set_name][c[0]]["mean"]) for e in entries)
     ]
     header = ["objective", "seeds"] + [title for _, title, *_ in columns]
     header.insert(3, "exact match 95% CI")
@@ -327,7 +373,10 @@ def text_table(summary: dict[str, Any], set_name: str) -> str:
     header, rows = table_rows(summary, set_name, bold=False)
     widths = [max(len(r[i]) for r in [header, *rows]) for i in range(len(header))]
     fmt = "  ".join(f"{{:<{w}}}" for w in widths)
-    return "\n".join([fmt.format(*header), fmt.format(*("-" * w for w in widths))] + [fmt.format(*r) for r in rows])
+    return "\n".join(
+        [fmt.format(*header), fmt.format(*("-" * w for w in widths))]
+        + [fmt.format(*r) for r in rows]
+    )
 
 
 SET_TITLES = {
@@ -342,29 +391,42 @@ def markdown_report(summary: dict[str, Any], meta: dict[str, Any], plots: Sequen
     lines = [
         "# numloss compare report",
         "",
-        f"- config: `{meta.get('config')}`; model: `{meta.get('model')}`; seeds: {meta.get('seeds')}",
+        (
+            f"- config: `{meta.get('config')}`; model: `{meta.get('model')}`; seeds:"
+            f" {meta.get('seeds')}"
+        ),
         f"- task: {meta.get('task_text')}",
         f"- training: {meta.get('train_text')}",
-        f"- finished: {meta.get('finished')} on {meta.get('machine')}; wall time of this invocation "
-        f"{meta.get('wall_seconds', 0):.0f} s (finished runs are reused, not retrained); the "
-        f"{meta.get('runs', 'n/a')} runs' own training and evaluation time, summed: {meta.get('run_seconds', 0):.0f} s",
+        (
+            f"- finished: {meta.get('finished')} on {meta.get('machine')}; wall time of this"
+            f" invocation {meta.get('wall_seconds', 0):.0f} s (finished runs are reused, not"
+            f" retrained); the {meta.get('runs', 'n/a')} runs' own training and evaluation time,"
+            f" summed: {meta.get('run_seconds', 0):.0f} s"
+        ),
         "",
-        f"{spread_note(summary)} Exact-match 95 % interval: the hull of the Wilson interval of the "
-        "items pooled over seeds and, with 2+ seeds, the Student t interval of the per-seed exact "
-        "matches, so it counts both the test sample and the spread between training runs. In bold: "
-        f"{MARK_NOTE}. MAE, signed-log MAE and median absolute error are over "
-        "items whose output holds a number. Place accuracy: of the generated number, integer places "
-        "(units and up) and decimal places. TF digit acc / digit entropy: teacher-forced at the gold "
-        "answer's digits (entropy of the 10-digit softmax, nats, max ln 10 = 2.303). Answer NLL: the "
-        "teacher-forced negative log-likelihood of the gold answer's tokens (nats per token), where the "
-        "task records it.",
+        (
+            f"{spread_note(summary)} Exact-match 95 % interval: the hull of the Wilson interval of"
+            " the items pooled over seeds and, with 2+ seeds, the Student t interval of the"
+            " per-seed exact matches, so it counts both the test sample and the spread between"
+            f" training runs. In bold: {MARK_NOTE}. MAE, signed-log MAE and median absolute error"
+            " are over items whose output holds a number. Place accuracy: of the generated number,"
+            " integer places (units and up) and decimal places. TF digit acc / digit entropy:"
+            " teacher-forced at the gold answer's digits (entropy of the 10-digit softmax, nats,"
+            " max ln 10 = 2.303). Answer NLL: the teacher-forced negative log-likelihood of the"
+            " gold answer's tokens (nats per token), where the task records it."
+        ),
         "",
     ]
     machine = f"_Machine: {meta.get('machine', 'not recorded')}._"
     lines += learning_table(summary, machine)
     for name in dict.fromkeys(n for e in summary.values() for n in e["sets"]):
         items = next(e["sets"][name]["items"] for e in summary.values() if name in e["sets"])
-        lines += [f"## {SET_TITLES.get(name, name)}", "", f"{items} items per objective (all seeds).", ""]
+        lines += [
+            f"## {SET_TITLES.get(name, name)}",
+            "",
+            f"{items} items per objective (all seeds).",
+            "",
+        ]
         lines += [markdown_table(summary, name), "", machine, ""]
     lines += paired_table(summary)
     per_run = per_seed_table(summary)
@@ -378,7 +440,11 @@ def markdown_report(summary: dict[str, Any], meta: dict[str, Any], plots: Sequen
         lines.append(
             f"- `{label}`: {o['name']}, alpha {alpha}{', ' + options if options else ''}; "
             f"{entry['train_seconds']:.0f} s of training per run (wall), "
-            + (f"{entry['cpu_seconds']:.0f} CPU-s per run, " if math.isfinite(entry.get("cpu_seconds", math.nan)) else "")
+            + (
+                f"{entry['cpu_seconds']:.0f} CPU-s per run, "
+                if math.isfinite(entry.get("cpu_seconds", math.nan))
+                else ""
+            )
             + f"{entry.get('steps', math.nan):.0f} steps per run (mean), "
             f"{entry['tokens_per_second'] or float('nan'):.0f} tokens/s"
         )
@@ -398,11 +464,14 @@ def paired_table(summary: dict[str, Any]) -> list[str]:
     lines = [
         "## Paired by seed",
         "",
-        f"{SET_TITLES.get(headline, headline).split(' (')[0]} exact match, objective - `{baseline}`, per seed (seed s "
-        "of every objective: the same data order and initial weights): mean difference in points with its 95 % t "
-        f"interval, two-sided paired t p, Holm p over the {len(others)} objectives, and the difference these seeds "
-        "detect with 80 % power at alpha 0.05. Runs that stop early are scored at different steps: where they do, "
-        "this compares pass rates as much as skill.",
+        (
+            f"{SET_TITLES.get(headline, headline).split(' (')[0]} exact match, objective -"
+            f" `{baseline}`, per seed (seed s of every objective: the same data order and initial"
+            " weights): mean difference in points with its 95 % t interval, two-sided paired t p,"
+            f" Holm p over the {len(others)} objectives, and the difference these seeds detect with"
+            " 80 % power at alpha 0.05. Runs that stop early are scored at different steps: where"
+            " they do, this compares pass rates as much as skill."
+        ),
         "",
         "| objective | seeds | difference [95% CI] | p | Holm p | detectable |",
         "|---|---|---|---|---|---|",
@@ -412,8 +481,10 @@ def paired_table(summary: dict[str, Any]) -> list[str]:
         if t["seeds"] < 2:
             lines.append(f"| {label} | {t['seeds']} | n/a | n/a | n/a | n/a |")
             continue
-        lines.append(f"| {label} | {t['seeds']} | {t['mean']:+.1f} [{t['ci'][0]:+.1f}, {t['ci'][1]:+.1f}] | "
-                     f"{t['p']:.3f} | {t['p_holm']:.3f} | {t['detectable']:.1f} |")
+        lines.append(
+            f"| {label} | {t['seeds']} | {t['mean']:+.1f} [{t['ci'][0]:+.1f}, {t['ci'][1]:+.1f}] | "
+            f"{t['p']:.3f} | {t['p_holm']:.3f} | {t['detectable']:.1f} |"
+        )
     return lines + [""]
 
 
@@ -427,8 +498,8 @@ def per_seed_table(summary: dict[str, Any]) -> list[str]:
     lines = [
         "## Per run",
         "",
-        f"In-distribution exact match % [95 % Wilson interval over the run's items] / training ce (mean of "
-        f"the last {FINAL_CE_POINTS} logged steps)"
+        "In-distribution exact match % [95 % Wilson interval over the run's items] / training ce"
+        f" (mean of the last {FINAL_CE_POINTS} logged steps)"
         + (" / the step at which the run learnt the task (-: not by the end)" if learning else "")
         + ". Each objective against the baseline, paired by seed: the table above.",
         "",
@@ -484,19 +555,24 @@ def learning_table(summary: dict[str, Any], machine: str = "") -> list[str]:
     checked = sorted({step for _, r in rows for step in r.get("checked_steps", [])})
     marks = _spread(checked, 4)  # columns at steps a check ran, up to 4 of them, the last included
     baseline = rows[0][0]
-    then = {True: "; it stops there. ", False: "; it trains on to the last step, where it is scored. "}
+    then = {
+        True: "; it stops there. ",
+        False: "; it trains on to the last step, where it is scored. ",
+    }
     lines = [
         "## Learning speed",
         "",
-        f"A run has **learnt the task** at the first check ({_checked_text(checked)}, on a fixed held-out "
-        f"slice apart from the test sets) whose exact match is >= {100 * first['threshold']:.0f} %"
+        f"A run has **learnt the task** at the first check ({_checked_text(checked)}, on a fixed"
+        " held-out slice apart from the test sets) whose exact match is >="
+        f" {100 * first['threshold']:.0f} %"
         + then.get(first.get("stop_early"), ". ")
-        + "Learnt by step s: the share of runs (Kaplan-Meier; runs that never learnt are censored at the horizon). "
-        "Median steps to learn with its distribution-free 95 % interval (order statistics; n/a below 6 runs; "
-        "'> horizon': fewer than half learnt, or the interval reaches past the horizon). "
-        f"Log-rank p against `{baseline}` on the whole curves: chi-square and permutation "
-        f"({PERMUTATIONS} seeded relabellings); Fisher p on the learnt-by-the-end counts. Two-sided, uncorrected "
-        "for the number of objectives (multiply by it for Bonferroni).",
+        + "Learnt by step s: the share of runs (Kaplan-Meier; runs that never learnt are censored"
+        " at the horizon). Median steps to learn with its distribution-free 95 % interval (order"
+        " statistics; n/a below 6 runs; '> horizon': fewer than half learnt, or the interval"
+        f" reaches past the horizon). Log-rank p against `{baseline}` on the whole curves:"
+        f" chi-square and permutation ({PERMUTATIONS} seeded relabellings); Fisher p on the"
+        " learnt-by-the-end counts. Two-sided, uncorrected for the number of objectives"
+        " (multiply by it for Bonferroni).",
         "",
         "| objective | runs | learnt by the end | "
         + " | ".join(f"by {m}" for m in marks)
@@ -504,21 +580,32 @@ def learning_table(summary: dict[str, Any], machine: str = "") -> list[str]:
         "|---|---|---|" + "---|" * len(marks) + "---|---|---|---|",
     ]
     for label, r in rows:
-        shares = " | ".join(f"{100 * max([v for at, v in r['curve'] if at <= m], default=0.0):.0f} %" for m in marks)
+        shares = " | ".join(
+            f"{100 * max([v for at, v in r['curve'] if at <= m], default=0.0):.0f} %" for m in marks
+        )
         low, high = r["median_ci95"]
         interval = "n/a" if math.isnan(low) else f"[{_steps(low)}, {_steps(high)}]"
         test = r.get("vs_baseline")
 
         def p(key: str, test: dict[str, Any] | None = test) -> str:
-            return "-" if test is None else f"{test[key]:.3f}" if math.isfinite(test[key]) else "n/a"
+            return (
+                "-" if test is None else f"{test[key]:.3f}" if math.isfinite(test[key]) else "n/a"
+            )
 
         lines.append(
-            f"| {label} | {r['runs']} | {r['learnt']} of {r['runs']} | {shares} | {_steps(r['median_steps'])} {interval} | "
-            f"{p('logrank_p')} | {p('logrank_permutation_p')} | {p('fisher_p')} |"
+            f"| {label} | {r['runs']} | {r['learnt']} of {r['runs']} | {shares} |"
+            f" {_steps(r['median_steps'])} {interval} | {p('logrank_p')} |"
+            f" {p('logrank_permutation_p')} | {p('fisher_p')} |"
         )
     overall = first.get("all_objectives_logrank_p")
     if overall is not None and math.isfinite(overall):
-        lines += ["", f"Log-rank test of all {len(rows)} objectives at once (chi-square, {len(rows) - 1} df): p = {overall:.3g}."]
+        lines += [
+            "",
+            (
+                f"Log-rank test of all {len(rows)} objectives at once (chi-square, {len(rows) - 1}"
+                f" df): p = {overall:.3g}."
+            ),
+        ]
     lines += ["", machine, ""] if machine else [""]
     return lines
 
@@ -531,9 +618,11 @@ def embedding_table(summary: dict[str, Any]) -> list[str]:
     lines = [
         "## Digit embeddings",
         "",
-        "Neighbour order score of the input embeddings of 0-9 (mean cosine of adjacent digits minus that "
-        f"of the other pairs; > 0: the embedding is ordered like the number line). {spread_note(summary)} "
-        "The plots show the first seed.",
+        (
+            "Neighbour order score of the input embeddings of 0-9 (mean cosine of adjacent digits"
+            " minus that of the other pairs; > 0: the embedding is ordered like the number line)."
+            f" {spread_note(summary)} The plots show the first seed."
+        ),
         "",
         "| objective | before training | after training |",
         "|---|---|---|",
@@ -569,7 +658,14 @@ def _plots(summary: dict[str, Any], results: Sequence[dict[str, Any]], out: Path
     paths.append(_save(plt, _curves_figure(plt, summary, results), out / "training_curves.png"))
     panels: dict[str, dict[str, Any]] = {}
     for label in summary:
-        first = next((r for r in results if r["label"] == label and (r.get("embeddings") or {}).get("after")), None)
+        first = next(
+            (
+                r
+                for r in results
+                if r["label"] == label and (r.get("embeddings") or {}).get("after")
+            ),
+            None,
+        )
         if first is not None:
             panels[label] = first["embeddings"]
     paths += plot_embeddings(panels, out)
@@ -583,12 +679,29 @@ def _save(plt: Any, fig: Any, path: Path) -> Path:
     reads what the plot says without looking at pixels."""
     fig.tight_layout()
     fig.canvas.draw()  # tick labels exist only once drawn
-    panels = [{"title": ax.get_title(), "ylim": list(ax.get_ylim()), "yscale": ax.get_yscale(),
-               "yticklabels": [t.get_text() for t in ax.get_yticklabels() if t.get_text()],
-               "legend": [] if ax.get_legend() is None else [t.get_text() for t in ax.get_legend().get_texts()],
-               "legend_fontsize": None if ax.get_legend() is None else ax.get_legend().get_texts()[0].get_fontsize()}
-              for ax in fig.axes if ax.axison]
-    title = fig._suptitle.get_text() if fig._suptitle is not None else "; ".join(p["title"] for p in panels)
+    panels = [
+        {
+            "title": ax.get_title(),
+            "ylim": list(ax.get_ylim()),
+            "yscale": ax.get_yscale(),
+            "yticklabels": [t.get_text() for t in ax.get_yticklabels() if t.get_text()],
+            "legend": (
+                []
+                if ax.get_legend() is None
+                else [t.get_text() for t in ax.get_legend().get_texts()]
+            ),
+            "legend_fontsize": (
+                None if ax.get_legend() is None else ax.get_legend().get_texts()[0].get_fontsize()
+            ),
+        }
+        for ax in fig.axes
+        if ax.axison
+    ]
+    title = (
+        fig._suptitle.get_text()
+        if fig._suptitle is not None
+        else "; ".join(p["title"] for p in panels)
+    )
     fig.savefig(path, dpi=110, metadata={"Title": title, "Description": json.dumps(panels)})
     plt.close(fig)
     return path
@@ -601,7 +714,9 @@ def _accuracy_mae_figure(plt: Any, summary: dict[str, Any], sets: list[str]) -> 
     one_seed = all(len(e["seeds"]) == 1 for e in summary.values())
     width = 0.8 / max(1, len(sets))
     fig, axes = plt.subplots(1, 2, figsize=(max(8, 1.3 * len(labels) + 4), 3.6))
-    for ax, (key, title, scale) in zip(axes, (("exact_match", "exact match %", 100.0), ("mae", "MAE", 1.0)), strict=False):
+    for ax, (key, title, scale) in zip(
+        axes, (("exact_match", "exact match %", 100.0), ("mae", "MAE", 1.0)), strict=False
+    ):
         drawn: list[float] = []
         for j, name in enumerate(sets):
             means = [summary[label]["sets"][name][key]["mean"] * scale for label in labels]
@@ -614,7 +729,10 @@ def _accuracy_mae_figure(plt: Any, summary: dict[str, Any], sets: list[str]) -> 
             ax.bar(xs, means, width, yerr=None if one_seed else stds, capsize=2, label=name)
         ax.set_xticks(range(len(labels)))
         ax.set_xticklabels(labels, rotation=35, ha="right", fontsize=8)
-        ax.set_title(f"{title} ({'one seed: no spread' if one_seed else 'mean ± std over seeds'})", fontsize=9)
+        ax.set_title(
+            f"{title} ({'one seed: no spread' if one_seed else 'mean ± std over seeds'})",
+            fontsize=9,
+        )
         if key == "mae" and any(m > 0 for m in drawn):
             ax.set_yscale("log")  # MAE spans orders of magnitude between the held-out sets
             _plain_ticks(ax)
@@ -638,7 +756,9 @@ def _entropy_figure(plt: Any, summary: dict[str, Any], results: Sequence[dict[st
     labels = list(summary)
     columns = min(4, len(labels))
     rows = -(-len(labels) // columns)
-    fig, axes = plt.subplots(rows, columns, figsize=(3 * columns, 2.3 * rows), squeeze=False, sharex=True)
+    fig, axes = plt.subplots(
+        rows, columns, figsize=(3 * columns, 2.3 * rows), squeeze=False, sharex=True
+    )
     for ax in axes.flat[len(labels) :]:
         ax.axis("off")
     for ax, label in zip(axes.flat, labels, strict=False):
@@ -648,13 +768,19 @@ def _entropy_figure(plt: Any, summary: dict[str, Any], results: Sequence[dict[st
             if r["label"] == label:
                 hist = r["evaluation"]["in_distribution"]["digit_entropy_histogram"]
                 edges = hist["edges"]
-                counts = [a + b for a, b in zip(counts, hist["counts"], strict=False)] if counts else list(hist["counts"])
+                counts = (
+                    [a + b for a, b in zip(counts, hist["counts"], strict=False)]
+                    if counts
+                    else list(hist["counts"])
+                )
         total = sum(counts) or 1
         ax.bar(edges[:-1], [c / total for c in counts], width=edges[1] - edges[0], align="edge")
         mean = summary[label]["sets"]["in_distribution"]["digit_entropy"]["mean"]
         ax.set_title(f"{label}: mean {mean:.3f} nats", fontsize=8)
         ax.tick_params(labelsize=7)
-    fig.suptitle("teacher-forced digit entropy at the gold digits (in-distribution, all seeds)", fontsize=9)
+    fig.suptitle(
+        "teacher-forced digit entropy at the gold digits (in-distribution, all seeds)", fontsize=9
+    )
     return fig
 
 
@@ -710,12 +836,16 @@ def _curves_figure(plt: Any, summary: dict[str, Any], results: Sequence[dict[str
     return fig
 
 
-def _learning_plots(summary: dict[str, Any], results: Sequence[dict[str, Any]], out: Path, plt: Any) -> list[Path]:
+def _learning_plots(
+    summary: dict[str, Any], results: Sequence[dict[str, Any]], out: Path, plt: Any
+) -> list[Path]:
     """learnt_by_step.png (one step curve per objective) and exact_match_per_seed.png (a box per
     objective with every seed's exact match as a dot beside it: bimodal outcomes stay visible)."""
     paths: list[Path] = []
     labels = list(summary)
-    learning = [(label, summary[label]["learning"]) for label in labels if "learning" in summary[label]]
+    learning = [
+        (label, summary[label]["learning"]) for label in labels if "learning" in summary[label]
+    ]
     if learning:
         # the legend beside the axes, one readable entry a line: 12 arms do not fit inside
         fig, ax = plt.subplots(figsize=(7.5 + 0.12 * max(len(label) for label, _ in learning), 4.2))
@@ -723,15 +853,22 @@ def _learning_plots(summary: dict[str, Any], results: Sequence[dict[str, Any]], 
         for i, (label, entry) in enumerate(learning):
             steps = [s for s, _ in entry["curve"]] + [entry["horizon"]]
             shares = [100 * v for _, v in entry["curve"]] + [100 * entry["curve"][-1][1]]
-            ax.step(steps, shares, where="post", ls=styles[(i // 10) % len(styles)], lw=1.4,
-                    label=f"{label} ({entry['learnt']}/{entry['runs']})")
+            ax.step(
+                steps,
+                shares,
+                where="post",
+                ls=styles[(i // 10) % len(styles)],
+                lw=1.4,
+                label=f"{label} ({entry['learnt']}/{entry['runs']})",
+            )
         first = learning[0][1]
         ax.set_xlabel("optimizer step", fontsize=8)
         ax.set_ylabel("% of runs that have learnt the task", fontsize=8)
         ax.set_ylim(-3, 103)
         ax.set_title(
             f"learnt by step s (held-out exact match >= {100 * first['threshold']:.0f} %, "
-            f"{_checked_text(sorted({s for _, e in learning for s in e.get('checked_steps', [])}))})", fontsize=9,
+            f"{_checked_text(sorted({s for _, e in learning for s in e.get('checked_steps', [])}))})",  # noqa: E501
+            fontsize=9,
         )
         ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0)
         paths.append(_save(plt, fig, out / "learnt_by_step.png"))
@@ -747,12 +884,23 @@ def _learning_plots(summary: dict[str, Any], results: Sequence[dict[str, Any]], 
                 continue
             learnt = bool(run.get("learning") and run["learning"]["learnt"])
             offset = 0.3 + 0.15 * ((j * 0.618) % 1)  # deterministic jitter beside the box
-            ax.plot(i + offset, 100 * em, "o", ms=3.5, color="tab:green" if learnt else "tab:red", alpha=0.8)
+            ax.plot(
+                i + offset,
+                100 * em,
+                "o",
+                ms=3.5,
+                color="tab:green" if learnt else "tab:red",
+                alpha=0.8,
+            )
     ax.set_xticks(range(len(labels)))
     ax.set_xticklabels(labels, rotation=35, ha="right", fontsize=8)
     ax.set_ylabel("in-distribution exact match %", fontsize=8)
     one_seed = all(len(e["seeds"]) == 1 for e in summary.values())
-    title = "final exact match (one seed: no spread)" if one_seed else "final exact match per seed (dots; box: quartiles over seeds)"
+    title = (
+        "final exact match (one seed: no spread)"
+        if one_seed
+        else "final exact match per seed (dots; box: quartiles over seeds)"
+    )
     if learning:
         title += "\ngreen: the run learnt the task, red: it did not"
     ax.set_title(title, fontsize=9)
@@ -760,7 +908,9 @@ def _learning_plots(summary: dict[str, Any], results: Sequence[dict[str, Any]], 
     return paths
 
 
-def write_report(results: Sequence[dict[str, Any]], out: Path, meta: dict[str, Any]) -> dict[str, Any]:
+def write_report(
+    results: Sequence[dict[str, Any]], out: Path, meta: dict[str, Any]
+) -> dict[str, Any]:
     """Write results.json, report.md and the plots into `out`; returns the aggregated summary."""
     from numloss.atomic import write_json_atomic as _write_json_atomic
     from numloss.textio import jsonable as _jsonable
@@ -769,7 +919,9 @@ def write_report(results: Sequence[dict[str, Any]], out: Path, meta: dict[str, A
     summary = aggregate(results)
     plots = _plots(summary, results, out)
     slim_runs = [{k: v for k, v in r.items() if k != "embeddings"} for r in results]
-    _write_json_atomic(out / "results.json", _jsonable({"meta": meta, "summary": summary, "runs": slim_runs}))
+    _write_json_atomic(
+        out / "results.json", _jsonable({"meta": meta, "summary": summary, "runs": slim_runs})
+    )
     from numloss.atomic import write_text_atomic
 
     write_text_atomic(out / "report.md", markdown_report(summary, meta, plots))

@@ -84,7 +84,11 @@ def _place_split(entries: Sequence[Any]) -> tuple[float, float]:
 
 
 def evaluate_model(
-    model: Any, tokenizer: Any, items: Sequence[TaskExample], batch_size: int = 500, tf_batch_size: int = 500
+    model: Any,
+    tokenizer: Any,
+    items: Sequence[TaskExample],
+    batch_size: int = 500,
+    tf_batch_size: int = 500,
 ) -> dict[str, Any]:
     """Score `model` on `items`: exact match (greedy), numeric distance, place and digit statistics.
 
@@ -106,7 +110,12 @@ def evaluate_model(
     golds = [item.answer or item.output for item in items]
     longest = max(len(tokenizer(g, add_special_tokens=False)["input_ids"]) for g in golds)
     generator = HFGenerator(
-        model, tokenizer, batch_size=batch_size, max_new_tokens=longest + 2, stop=("\n",), progress=False
+        model,
+        tokenizer,
+        batch_size=batch_size,
+        max_new_tokens=longest + 2,
+        stop=("\n",),
+        progress=False,
     )
     started = time.perf_counter()
     outputs = [g.text.strip() for g in generator.generate(prompts)]
@@ -115,7 +124,11 @@ def evaluate_model(
     preds = [extract_number(out) for out in outputs]
     gold_values = [float(g) for g in golds]
     distance = numeric_distance(preds, gold_values)
-    errors = [abs(p - g) for p, g in zip(preds, gold_values, strict=True) if p is not None and math.isfinite(p)]
+    errors = [
+        abs(p - g)
+        for p, g in zip(preds, gold_values, strict=True)
+        if p is not None and math.isfinite(p)
+    ]
     places = place_accuracy(preds, golds)
     integer_acc, decimal_acc = _place_split(places)
     started = time.perf_counter()
@@ -138,25 +151,40 @@ def evaluate_model(
         "digit_accuracy": stats.accuracy,
         "digit_entropy": stats.mean_entropy,
         "digit_entropy_histogram": {"counts": counts, "edges": edges},
-        "teacher_forced_place_accuracy": {str(e.place): [e.correct, e.total] for e in stats.per_place},
-        "examples": [{"prompt": p, "gold": g, "output": o} for p, g, o in list(zip(prompts, golds, outputs, strict=True))[:5]],
+        "teacher_forced_place_accuracy": {
+            str(e.place): [e.correct, e.total] for e in stats.per_place
+        },
+        "examples": [
+            {"prompt": p, "gold": g, "output": o}
+            for p, g, o in list(zip(prompts, golds, outputs, strict=True))[:5]
+        ],
         "seconds": {"generate": generate_seconds, "teacher_forced": tf_seconds},
     }
 
 
 #: what every result holds (run_one writes it; the report reads it), with its JSON type
 RESULT_FIELDS: dict[str, type | tuple[type, ...]] = {
-    "hash": str, "label": str, "seed": int, "steps": int, "objective": (dict, type(None)), "evaluation": dict,
-    "seconds": dict, "curve": dict, "train_metrics": dict, "learning": (dict, type(None)),
+    "hash": str,
+    "label": str,
+    "seed": int,
+    "steps": int,
+    "objective": (dict, type(None)),
+    "evaluation": dict,
+    "seconds": dict,
+    "curve": dict,
+    "train_metrics": dict,
+    "learning": (dict, type(None)),
 }
 
 
 class WorkerDied(OSError):
-    """A worker process of a parallel grid died without a result (numloss compare: one line, status 1)."""
+    """A worker process of a parallel grid died without a result (numloss compare: one line, status
+    1)."""
 
 
 class RecordError(ConfigError):
-    """A kept run record is unreadable or not what its file name says; the message names the file."""
+    """A kept run record is unreadable or not what its file name says; the message names the
+    file."""
 
 
 def result_problem(result: Any, run_hash: str, name: str | None = None) -> str | None:
@@ -186,7 +214,8 @@ CLAIMS = ".claims"
 
 
 def _read_json(path: Path) -> Any:
-    """The JSON of `path`; ValueError (saying what is wrong) for an empty, torn or non-UTF-8 file."""
+    """The JSON of `path`; ValueError (saying what is wrong) for an empty, torn or non-UTF-8
+    file."""
     text = path.read_text(encoding="utf-8")  # UnicodeDecodeError is a ValueError
     if not text.strip():
         raise ValueError("the file is empty")
@@ -215,7 +244,8 @@ def read_record(records_dir: Path | None, name: str, run_hash: str) -> dict[str,
     if records_dir is None:
         return None
     path = record_path(records_dir, name, run_hash)
-    # refused, not skipped: a record is kept in git, so the fix is to restore it (or delete it to retrain)
+    # refused, not skipped: a record is kept in git, so the fix is to restore it (or delete it to
+    # retrain)
     fix = f"restore it from git (git checkout -- {path}) or delete it to train the run again"
     try:
         result = _read_json(path)
@@ -223,7 +253,8 @@ def read_record(records_dir: Path | None, name: str, run_hash: str) -> dict[str,
         return None
     except (OSError, ValueError) as error:
         raise RecordError(f"the run record {path} is unreadable ({error}); {fix}") from None
-    problem = result_problem(result, run_hash, name)  # a renamed or hand-edited file: never trusted silently
+    # a renamed or hand-edited file: never trusted silently
+    problem = result_problem(result, run_hash, name)
     if problem:
         raise RecordError(f"the run record {path} {problem}; {fix}")
     return result
@@ -240,7 +271,8 @@ def write_record(records_dir: Path | None, result: dict[str, Any]) -> None:
     _write_json_atomic(path, result, compact=True)
 
 
-#: the output folders this process holds (run_comparison holds it around run_grid, which holds it too)
+#: the output folders this process holds (run_comparison holds it around run_grid, which holds it
+#: too)
 _HELD: set[Path] = set()
 
 
@@ -255,7 +287,9 @@ def hold_output_dir(folder: Path) -> Iterator[None]:
         yield
         return
     if folder.exists() and not folder.is_dir():
-        raise ConfigError(f"the output folder {str(folder)!r} is a file: choose another --out (or output_dir)")
+        raise ConfigError(
+            f"the output folder {str(folder)!r} is a file: choose another --out (or output_dir)"
+        )
     try:
         with hold_run_dir(folder, "numloss compare"):
             _HELD.add(key)
@@ -266,7 +300,9 @@ def hold_output_dir(folder: Path) -> Iterator[None]:
     except RunDirBusy as error:
         raise ConfigError(str(error)) from None
     except RunDirLockError as error:
-        raise ConfigError(f"{error} (the output folder must be a writable folder: choose another --out)") from None
+        raise ConfigError(
+            f"{error} (the output folder must be a writable folder: choose another --out)"
+        ) from None
 
 
 def trained_not_scored(compare: CompareConfig, config: Any) -> bool:
@@ -276,7 +312,11 @@ def trained_not_scored(compare: CompareConfig, config: Any) -> bool:
     from numloss.train.folder import plan_run_dir
 
     run_dir = Path(config.train.output_dir)
-    if compare.learning is not None or (run_dir / "result.json").exists() or not (run_dir / "final").is_dir():
+    if (
+        compare.learning is not None
+        or (run_dir / "result.json").exists()
+        or not (run_dir / "final").is_dir()
+    ):
         return False
     probe = copy.deepcopy(config)
     probe.train.resume = True
@@ -291,9 +331,13 @@ def _clear_run_dir(run_dir: Path, say: Callable[[str], None]) -> None:
     one (of other settings: another --steps, say) is never deleted but moved to
     `<output_dir>/superseded/<name>-<its hash>`, and `say` tells where."""
     runs = run_dir.parent
-    if run_dir.parent.name != "runs" or Path(os.path.realpath(run_dir)).parent != Path(os.path.realpath(runs)):
+    if run_dir.parent.name != "runs" or Path(os.path.realpath(run_dir)).parent != Path(
+        os.path.realpath(runs)
+    ):
         # labels are checked to be plain names; this is the last guard before a delete
-        raise ConfigError(f"refusing to clear {run_dir}: it is not a run folder directly under {runs}")
+        raise ConfigError(
+            f"refusing to clear {run_dir}: it is not a run folder directly under {runs}"
+        )
     if not run_dir.exists():
         return
     result = run_dir / "result.json"
@@ -318,11 +362,19 @@ def _clear_run_dir(run_dir: Path, say: Callable[[str], None]) -> None:
 def _training_curve(csv_path: Path) -> dict[str, list[float]]:
     import csv
 
-    curve: dict[str, list[float]] = {"step": [], "loss": [], "ce": [], "aux": [], "digit_entropy": []}
+    curve: dict[str, list[float]] = {
+        "step": [],
+        "loss": [],
+        "ce": [],
+        "aux": [],
+        "digit_entropy": [],
+    }
     if not csv_path.is_file():
         return curve
     # the digit diagnostics join the curve when the run logged them (older runs did not)
-    optional: dict[str, list[float]] = {name: [] for name in ("digit_logit_mean", "pushdown_share", "digit_target_prob")}
+    optional: dict[str, list[float]] = {
+        name: [] for name in ("digit_logit_mean", "pushdown_share", "digit_target_prob")
+    }
     with csv_path.open(encoding="utf-8", newline="") as handle:
         for row in csv.DictReader(handle):
             try:
@@ -353,7 +405,8 @@ def _load_trained(result_dir: Path, config: Any) -> tuple[Any, Any]:
 
         from numloss.extras import peft_quietly
 
-        with peft_quietly():  # else peft's FutureWarning reached the terminal at every run's scoring
+        # else peft's FutureWarning reached the terminal at every run's scoring
+        with peft_quietly():
             model = AutoPeftModelForCausalLM.from_pretrained(result_dir).merge_and_unload()
     else:
         model = AutoModelForCausalLM.from_pretrained(result_dir)
@@ -368,7 +421,9 @@ def _load_trained(result_dir: Path, config: Any) -> tuple[Any, Any]:
 
 def _train_text(examples: Sequence[TaskExample]) -> str:
     """The training set as the instruction JSONL a run trains on (its data_sha256 is of this)."""
-    return "".join(json.dumps({"instruction": e.instruction, "output": e.output}) + "\n" for e in examples)
+    return "".join(
+        json.dumps({"instruction": e.instruction, "output": e.output}) + "\n" for e in examples
+    )
 
 
 def input_hashes(config: Any, train_text: str) -> dict[str, str]:
@@ -394,8 +449,10 @@ def check_inputs(result: dict[str, Any], where: Path, now: dict[str, str], fix: 
     names = {"model_sha256": "the model's weights", "data_sha256": "the training data"}
     for key, name in names.items():
         if key in result and key in now and result[key] != now[key]:
-            raise RecordError(f"the finished run {result.get('label')}-s{result.get('seed')} ({where}) cannot be "
-                              f"reused: {describe_change(name, result[key], now[key])}; {fix}")
+            raise RecordError(
+                f"the finished run {result.get('label')}-s{result.get('seed')} ({where}) cannot be "
+                f"reused: {describe_change(name, result[key], now[key])}; {fix}"
+            )
 
 
 def _write_train_file(path: Path, examples: Sequence[TaskExample]) -> None:
@@ -409,7 +466,8 @@ def _write_train_file(path: Path, examples: Sequence[TaskExample]) -> None:
 
 def grid_test_sets(compare: CompareConfig) -> dict[str, list[TaskExample]]:
     """The task's held-out sets, and with `learning:` its check slice as "check" (kept out of
-    training like the test sets): what every run of a grid is scored on, whichever driver runs it."""
+    training like the test sets): what every run of a grid is scored on, whichever driver runs it.
+    """
     test_sets = compare.task.test_sets()
     if compare.learning is not None:
         try:
@@ -442,9 +500,11 @@ def run_one(
     config = compare.run_config(key.spec, key.seed, run_dir, train_file)
     config.train.progress_bar = config.train.progress_bar and progress_bar and on_step is None
     if trained_not_scored(compare, config):
-        config.train.resume = True  # run_training hands back final/ as it is (resume is not in the hash)
+        # run_training hands back final/ as it is (resume is not in the hash)
+        config.train.resume = True
     else:
-        _clear_run_dir(run_dir, logger.warning)  # an interrupted run is redone; a finished one is kept aside
+        # an interrupted run is redone; a finished one is kept aside
+        _clear_run_dir(run_dir, logger.warning)
     run_dir.mkdir(parents=True, exist_ok=True)
     started, cpu_started = time.perf_counter(), time.process_time()
     word_task = isinstance(compare.task, WordProblemTask)
@@ -454,37 +514,55 @@ def run_one(
         examples = WordProblemTask.render(examples, tokenizer)
         check_items = WordProblemTask.render(check_items, tokenizer)
     checker = _learning_checker(compare, check_items, word_task)
-    callbacks = list(callbacks or []) + [c for c in (checker, _step_callback(key.name, on_step)) if c is not None]
+    callbacks = list(callbacks or []) + [
+        c for c in (checker, _step_callback(key.name, on_step)) if c is not None
+    ]
     with ExitStack() as stack:
-        if on_step is not None:  # the caller's bar shows the steps: the run's own "step N/M" lines would break it
-            stack.enter_context(contextlib.redirect_stdout(stack.enter_context(open(os.devnull, "w", encoding="utf-8"))))
+        # the caller's bar shows the steps: the run's own "step N/M" lines would break it
+        if on_step is not None:
+            stack.enter_context(
+                contextlib.redirect_stdout(
+                    stack.enter_context(open(os.devnull, "w", encoding="utf-8"))
+                )
+            )
         trained = run_training(config, callbacks=callbacks, examples=examples)
     train_seconds = time.perf_counter() - started
     model, tokenizer = _load_trained(trained.model_dir, config)
     with torch.inference_mode():
         evaluation = _evaluate_run(compare, model, tokenizer, test_sets, word_task)
     after = digit_embeddings(model, tokenizer) if compare.evaluation.embeddings else None
-    result = _jsonable({
-        "hash": compare.run_hash(config),
-        **input_hashes(config, _train_text(train_examples)),  # the examples as the file holds them
-        "label": key.spec.label,
-        "objective": {"name": key.spec.name, "alpha": key.spec.alpha, "options": key.spec.options},
-        "seed": key.seed,
-        "steps": trained.global_step,
-        "max_steps": config.train.max_steps,
-        "learning": None if checker is None else checker.record(),
-        "train_metrics": trained.metrics,
-        # cpu: this process's CPU time, which a busy machine does not inflate (wall times are)
-        "seconds": {"train": train_seconds, "total": time.perf_counter() - started,
-                    "cpu": time.process_time() - cpu_started},
-        "evaluation": evaluation,
-        "curve": _training_curve(trained.csv_path),
-        "embeddings": {"before": before, "after": after},
-        "finished_at": time.strftime("%Y-%m-%d %H:%M:%S"),
-        # a run's outcome depends on the CPU's kernels (AVX2 against AVX-512): each run names its
-        # machine, so records pooled across sessions and machines stay attributable
-        "machine": machine_info(),
-    })
+    result = _jsonable(
+        {
+            "hash": compare.run_hash(config),
+            **input_hashes(
+                config, _train_text(train_examples)
+            ),  # the examples as the file holds them
+            "label": key.spec.label,
+            "objective": {
+                "name": key.spec.name,
+                "alpha": key.spec.alpha,
+                "options": key.spec.options,
+            },
+            "seed": key.seed,
+            "steps": trained.global_step,
+            "max_steps": config.train.max_steps,
+            "learning": None if checker is None else checker.record(),
+            "train_metrics": trained.metrics,
+            # cpu: this process's CPU time, which a busy machine does not inflate (wall times are)
+            "seconds": {
+                "train": train_seconds,
+                "total": time.perf_counter() - started,
+                "cpu": time.process_time() - cpu_started,
+            },
+            "evaluation": evaluation,
+            "curve": _training_curve(trained.csv_path),
+            "embeddings": {"before": before, "after": after},
+            "finished_at": time.strftime("%Y-%m-%d %H:%M:%S"),
+            # a run's outcome depends on the CPU's kernels (AVX2 against AVX-512): each run names
+            # its machine, so records pooled across sessions and machines stay attributable
+            "machine": machine_info(),
+        }
+    )
     _write_json_atomic(run_dir / "result.json", result)
     return result
 
@@ -534,7 +612,11 @@ def _learning_checker(
 
 
 def _evaluate_run(
-    compare: CompareConfig, model: Any, tokenizer: Any, test_sets: dict[str, list[TaskExample]], word_task: bool
+    compare: CompareConfig,
+    model: Any,
+    tokenizer: Any,
+    test_sets: dict[str, list[TaskExample]],
+    word_task: bool,
 ) -> dict[str, Any]:
     """A trained run's scores per held-out set: the word task scores itself, the arithmetic task's
     sets go through `evaluate_model`."""
@@ -542,7 +624,10 @@ def _evaluate_run(
         return compare.task.evaluate(model, tokenizer)
     return {
         name: evaluate_model(
-            model, tokenizer, test_sets[name], batch_size=compare.evaluation.batch_size,
+            model,
+            tokenizer,
+            test_sets[name],
+            batch_size=compare.evaluation.batch_size,
             tf_batch_size=compare.evaluation.teacher_forced_batch_size,
         )
         for name in TEST_SETS
@@ -565,10 +650,18 @@ def _run_in_worker(
         from numloss.compare.logs import quiet_training_logs
 
         quiet_training_logs()
-        # the per-log "step ..." lines of parallel runs would interleave; the parent's bar counts steps
+        # the per-log "step ..." lines of parallel runs would interleave; the parent's bar counts
+        # steps
         sys.stdout = open(os.devnull, "w", encoding="utf-8")  # noqa: SIM115 - lives as long as this one-run process
-    return run_one(compare, key, train_examples, test_sets, train_file, progress_bar=False,
-                   on_step=lambda name, step: _STEPS.put((name, step)))
+    return run_one(
+        compare,
+        key,
+        train_examples,
+        test_sets,
+        train_file,
+        progress_bar=False,
+        on_step=lambda name, step: _STEPS.put((name, step)),
+    )
 
 
 _STEPS: Any = None  # a worker's queue to its parent, set by _init_worker
@@ -597,7 +690,8 @@ def _sigint_blocked() -> Iterator[None]:
     try:
         yield
     finally:
-        signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})  # a Ctrl-C held meanwhile arrives now
+        # a Ctrl-C held meanwhile arrives now
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
 
 
 def _end_workers(pool: Any) -> None:
@@ -611,8 +705,9 @@ def _end_workers(pool: Any) -> None:
 
 
 def _die_with_parent(parent: int) -> None:
-    """A worker's initializer: the kernel kills this process when its parent dies, however the parent
-    dies (SIGKILL included), so a killed compare leaves no run training beside a restart of it."""
+    """A worker's initializer: the kernel kills this process when its parent dies, however the
+    parent dies (SIGKILL included), so a killed compare leaves no run training beside a restart of
+    it."""
     import ctypes
     import signal
 
@@ -639,7 +734,8 @@ def config_threads(compare: CompareConfig) -> Iterator[None]:
 
 
 def worker_threads(compare: CompareConfig, jobs: int) -> int:
-    """torch threads per run: the config's `torch_threads`, else the cores shared out among `jobs`."""
+    """torch threads per run: the config's `torch_threads`, else the cores shared out among
+    `jobs`."""
     if compare.torch_threads is not None:
         return compare.torch_threads
     return max(1, (os.cpu_count() or 1) // jobs)
@@ -676,7 +772,8 @@ def run_grid(
             results[key.name] = done
             if seconds is not None:  # trained now: its bar ends here, also when it stopped early
                 bar(key.name, bar.steps_each)
-                # the headline set, not the first key: a record read back has its sets in sorted order
+                # the headline set, not the first key: a record read back has its sets in sorted
+                # order
                 em = primary_evaluation(done).get("exact_match", float("nan"))
                 bar.show(f"{key.name}: exact match {100 * em:.1f}%")
             if on_result is not None:
@@ -684,8 +781,13 @@ def run_grid(
 
         try:
             Grid(compare, compare.records_dir).run(
-                keys, finish, finished_only=finished_only, jobs=jobs, on_step=bar if progress else None,
-                show=bar.show, say=lambda line: tqdm.write(line, file=sys.stderr),
+                keys,
+                finish,
+                finished_only=finished_only,
+                jobs=jobs,
+                on_step=bar if progress else None,
+                show=bar.show,
+                say=lambda line: tqdm.write(line, file=sys.stderr),
             )
         finally:
             bar.close()
@@ -710,8 +812,13 @@ class StepBar:
         if name not in self.done:
             self.done[name] = 0
             if self.bar is None:
-                self.bar = tqdm(total=self.steps_each, desc="training", unit="step", disable=not self.enabled,
-                                dynamic_ncols=True)
+                self.bar = tqdm(
+                    total=self.steps_each,
+                    desc="training",
+                    unit="step",
+                    disable=not self.enabled,
+                    dynamic_ncols=True,
+                )
             else:
                 self.bar.total += self.steps_each
         step = min(step, self.steps_each)
@@ -756,7 +863,9 @@ class Grid:
         and train into the same run folder at once."""
         from numloss.rundir import hold_run_dir
 
-        return hold_run_dir(self.compare.output_dir / "runs" / CLAIMS / key.name, f"numloss compare {key.name}")
+        return hold_run_dir(
+            self.compare.output_dir / "runs" / CLAIMS / key.name, f"numloss compare {key.name}"
+        )
 
     def files(self, key: RunKey) -> tuple[Path, Path]:
         """The run folder of `key` and its seed's training file."""
@@ -808,7 +917,9 @@ class Grid:
         for key in keys:
             done = self.finished(key)
             if done is not None:
-                logger.info("skipping %s: finished with the same config (%s)", key.name, done["hash"])
+                logger.info(
+                    "skipping %s: finished with the same config (%s)", key.name, done["hash"]
+                )
                 self._keep(key, done, None, finish)
             elif not finished_only:
                 pending.append(key)
@@ -832,9 +943,17 @@ class Grid:
                         train_file = self._prepare(key, say)
                         show(f"training {key.name}")
                         examples = self.train_set(key.seed)
-                        options = {} if on_step is None else {"on_step": on_step}  # a stand-in `run` takes none
-                        result = (run or run_one)(self.compare, key, examples, self.test_sets, train_file,
-                                                  progress_bar=progress, **options)
+                        # a stand-in `run` takes none
+                        options = {} if on_step is None else {"on_step": on_step}
+                        result = (run or run_one)(
+                            self.compare,
+                            key,
+                            examples,
+                            self.test_sets,
+                            train_file,
+                            progress_bar=progress,
+                            **options,
+                        )
                     self._keep(key, result, time.perf_counter() - started, finish)
                 except RunDirBusy as error:
                     self._leave_to_its_holder(key, error, say)
@@ -848,13 +967,21 @@ class Grid:
     def _prepare(self, key: RunKey, say: Callable[[str], None]) -> Path:
         """Make way for `key` in its run folder, write its seed's training file and return it."""
         run_dir, train_file = self.files(key)
-        if not trained_not_scored(self.compare, self.compare.run_config(key.spec, key.seed, run_dir, train_file)):
-            _clear_run_dir(run_dir, say)  # an interrupted run is redone; a finished one is kept aside
+        if not trained_not_scored(
+            self.compare, self.compare.run_config(key.spec, key.seed, run_dir, train_file)
+        ):
+            # an interrupted run is redone; a finished one is kept aside
+            _clear_run_dir(run_dir, say)
         _write_train_file(train_file, self.train_set(key.seed))  # rewritten only when it differs
         return train_file
 
-    def _keep(self, key: RunKey, result: dict[str, Any], seconds: float | None,
-              finish: Callable[[RunKey, dict[str, Any], float | None], None]) -> None:
+    def _keep(
+        self,
+        key: RunKey,
+        result: dict[str, Any],
+        seconds: float | None,
+        finish: Callable[[RunKey, dict[str, Any], float | None], None],
+    ) -> None:
         write_record(self.records_dir, result)
         finish(key, result, seconds)
 
@@ -868,7 +995,9 @@ class Grid:
             return False
         return True
 
-    def _leave_to_its_holder(self, key: RunKey, error: RunDirBusy, say: Callable[[str], None]) -> None:
+    def _leave_to_its_holder(
+        self, key: RunKey, error: RunDirBusy, say: Callable[[str], None]
+    ) -> None:
         """List `key` in `busy` and say which process holds it."""
         self.busy.append(key)
         say(f"numloss compare: {key.name} skipped: {error}")
@@ -892,18 +1021,31 @@ class Grid:
         log_level = logging.getLogger("numloss.train").getEffectiveLevel()
         # spawn, not fork: a forked child would inherit torch's thread pools; a fresh process a run
         context = multiprocessing.get_context("spawn")
-        quiet_resource_tracker()  # a killed tracker, restarted, prints KeyErrors that are not the user's
+        # a killed tracker, restarted, prints KeyErrors that are not the user's
+        quiet_resource_tracker()
         steps = context.SimpleQueue()
         with ExitStack() as stack:
-            with _sigint_blocked():  # the pool's manager thread (which spawns later workers) inherits it
-                pool = stack.enter_context(ProcessPoolExecutor(
-                    max_workers=min(jobs, len(pending)), mp_context=context, max_tasks_per_child=1,
-                    initializer=_init_worker, initargs=(os.getpid(), steps),
-                ))
+            # the pool's manager thread (which spawns later workers) inherits it
+            with _sigint_blocked():
+                pool = stack.enter_context(
+                    ProcessPoolExecutor(
+                        max_workers=min(jobs, len(pending)),
+                        mp_context=context,
+                        max_tasks_per_child=1,
+                        initializer=_init_worker,
+                        initargs=(os.getpid(), steps),
+                    )
+                )
                 futures = {
                     pool.submit(
-                        _run_in_worker, self.compare, key, self.train_set(key.seed), self.test_sets,
-                        files[key.name], threads, log_level,
+                        _run_in_worker,
+                        self.compare,
+                        key,
+                        self.train_set(key.seed),
+                        self.test_sets,
+                        files[key.name],
+                        threads,
+                        log_level,
                     ): (key, time.perf_counter())
                     for key in pending
                 }
@@ -916,8 +1058,13 @@ class Grid:
                 _end_workers(pool)
                 raise
 
-    def _collect(self, futures: dict[Any, tuple[RunKey, float]], finish: Callable[[RunKey, dict[str, Any], float | None], None],
-                 steps: Any, on_step: Callable[[str, int], None] | None) -> None:
+    def _collect(
+        self,
+        futures: dict[Any, tuple[RunKey, float]],
+        finish: Callable[[RunKey, dict[str, Any], float | None], None],
+        steps: Any,
+        on_step: Callable[[str, int], None] | None,
+    ) -> None:
         """Keep each worker's result as it finishes, passing the workers' steps to `on_step`; the
         first failed run cancels the runs not started."""
         from concurrent.futures import FIRST_COMPLETED, wait
@@ -940,8 +1087,11 @@ class Grid:
                         other.cancel()
                     if isinstance(error, (ConfigError, OSError)):  # one line at the CLI
                         raise error
-                    if isinstance(error, BrokenProcessPool):  # killed (out of memory, say): no traceback to show
-                        raise WorkerDied(f"the process training {key.name} died (killed, or out of memory?); "
-                                         "every finished run is kept: run the same command to continue") from None
+                    # killed (out of memory, say): no traceback to show
+                    if isinstance(error, BrokenProcessPool):
+                        raise WorkerDied(
+                            f"the process training {key.name} died (killed, or out of memory?); "
+                            "every finished run is kept: run the same command to continue"
+                        ) from None
                     raise RuntimeError(f"run {key.name} failed: {error}") from error
                 self._keep(key, future.result(), time.perf_counter() - started, finish)

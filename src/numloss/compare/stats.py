@@ -10,7 +10,8 @@ import statistics
 from collections.abc import Sequence
 from typing import Any
 
-from numloss.evaluate.metrics import wilson_interval  # noqa: F401 - the comparison's intervals, one formula
+# the comparison's intervals, one formula (re-exported)
+from numloss.evaluate.metrics import wilson_interval  # noqa: F401
 
 
 def finite(values: Sequence[Any]) -> list[float]:
@@ -19,7 +20,8 @@ def finite(values: Sequence[Any]) -> list[float]:
 
 
 def seed_interval(values: Sequence[Any]) -> tuple[float, float]:
-    """The 95 % Student t interval of the mean of per-seed values, clipped to [0, 1] (NaN below 2 seeds)."""
+    """The 95 % Student t interval of the mean of per-seed values, clipped to [0, 1] (NaN below 2
+    seeds)."""
     from scipy import stats  # here: importing this module costs no scipy start-up
 
     xs = finite(values)
@@ -36,9 +38,14 @@ def fisher_exact_p(hits_a: int, total_a: int, hits_b: int, total_b: int) -> floa
     For example runs that passed a threshold: `hits_a` of `total_a` runs of one objective against
     `hits_b` of `total_b` of another."""
     if not (0 <= hits_a <= total_a and 0 <= hits_b <= total_b):
-        raise ValueError(f"fisher_exact_p: need 0 <= hits <= total, got {hits_a}/{total_a} and {hits_b}/{total_b}")
+        raise ValueError(
+            f"fisher_exact_p: need 0 <= hits <= total, got {hits_a}/{total_a} and"
+            f" {hits_b}/{total_b}"
+        )
     if total_a == 0 or total_b == 0:
         return 1.0
     from scipy import stats  # here: importing this module costs no scipy start-up
 
-    return float(stats.fisher_exact([[hits_a, total_a - hits_a], [hits_b, total_b - hits_b]]).pvalue)
+    return float(
+        stats.fisher_exact([[hits_a, total_a - hits_a], [hits_b, total_b - hits_b]]).pvalue
+    )

@@ -102,8 +102,8 @@ def median_interval(outcomes: Sequence[Outcome], level: float = 0.95) -> tuple[f
     censored = [o.step for o in outcomes if not o.learnt]
     if events and censored and min(censored) < max(events):
         raise ValueError(
-            "median_interval needs one censoring horizon (a run stopped unlearnt before another learnt); "
-            "use runs with the same max_steps"
+            "median_interval needs one censoring horizon (a run stopped unlearnt before another"
+            " learnt); use runs with the same max_steps"
         )
     ranks = _order_statistic_ranks(len(outcomes), level)
     if ranks is None:
@@ -123,8 +123,12 @@ def _survdiff(groups: Sequence[Sequence[Outcome]], strata: Sequence[int] | None 
     if not any(events):
         return float("nan")
     try:
-        statistic, _ = survdiff(np.array(times), np.array(events), np.array(labels),
-                                strata=None if strata is None else np.array(strata))
+        statistic, _ = survdiff(
+            np.array(times),
+            np.array(events),
+            np.array(labels),
+            strata=None if strata is None else np.array(strata),
+        )
     except np.linalg.LinAlgError:
         return float("nan")
     return float(statistic)
@@ -196,7 +200,9 @@ def _stratified(strata: Strata) -> float:
     a = [o for pair in strata for o in pair[0]]
     b = [o for pair in strata for o in pair[1]]
     _check(a + b)
-    labels = [i for i, pair in enumerate(strata) for _ in pair[0]] + [i for i, pair in enumerate(strata) for _ in pair[1]]
+    labels = [i for i, pair in enumerate(strata) for _ in pair[0]] + [
+        i for i, pair in enumerate(strata) for _ in pair[1]
+    ]
     return _survdiff([a, b], labels)
 
 
@@ -231,7 +237,10 @@ def logrank_exact_p(groups: Sequence[Sequence[Outcome]], limit: int = 200_000) -
     pooled = groups[0] + groups[1]
     k = len(groups[0])
     if math.comb(len(pooled), k) > limit:
-        raise ValueError(f"logrank_exact_p: {math.comb(len(pooled), k)} splits exceed {limit}; use logrank_permutation_p")
+        raise ValueError(
+            f"logrank_exact_p: {math.comb(len(pooled), k)} splits exceed {limit}; use"
+            " logrank_permutation_p"
+        )
     at_least = total = 0
     for chosen in combinations(range(len(pooled)), k):
         picked = set(chosen)

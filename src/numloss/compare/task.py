@@ -54,17 +54,23 @@ class Distribution:
     def check(self, where: str) -> None:
         """Raise ValueError naming the field when the distribution cannot generate items."""
         if not self.operations or set(self.operations) - set("+-*"):
-            raise ValueError(f"{where}.operations must be a non-empty string of + - *, got {self.operations!r}")
+            raise ValueError(
+                f"{where}.operations must be a non-empty string of + - *, got {self.operations!r}"
+            )
         if self.digits < 1:
             raise ValueError(f"{where}.digits must be >= 1, got {self.digits}")
         if not 0.0 <= self.decimal_share <= 1.0:
             raise ValueError(f"{where}.decimal_share must be in [0, 1], got {self.decimal_share}")
         if self.decimal_share > 0 and not 1 <= self.decimal_places:
-            raise ValueError(f"{where}.decimal_places must be >= 1 when decimal_share > 0, got {self.decimal_places}")
+            raise ValueError(
+                f"{where}.decimal_places must be >= 1 when decimal_share > 0, got"
+                f" {self.decimal_places}"
+            )
         if self.decimal_share > 0 and self.decimal_places > self.digits:
             raise ValueError(
-                f"{where}.decimal_places ({self.decimal_places}) cannot exceed digits ({self.digits}): "
-                "digits counts every significant digit of an operand, decimals included"
+                f"{where}.decimal_places ({self.decimal_places}) cannot exceed digits"
+                f" ({self.digits}): digits counts every significant digit of an operand, decimals"
+                " included"
             )
 
     def universe_size(self) -> int:
@@ -114,12 +120,16 @@ class ArithmeticTask:
         known = {"train", "train_size", "test_size", "test_seed"}
         unknown = sorted(set(mapping) - known)
         if unknown:
-            raise ValueError(f"task: unknown key(s) {', '.join(unknown)}; known: {', '.join(sorted(known))}")
+            raise ValueError(
+                f"task: unknown key(s) {', '.join(unknown)}; known: {', '.join(sorted(known))}"
+            )
         train = mapping.pop("train", None) or {}
         fields = set(Distribution.__dataclass_fields__)
         bad = sorted(set(train) - fields)
         if bad:
-            raise ValueError(f"task.train: unknown key(s) {', '.join(bad)}; known: {', '.join(sorted(fields))}")
+            raise ValueError(
+                f"task.train: unknown key(s) {', '.join(bad)}; known: {', '.join(sorted(fields))}"
+            )
         task = cls(train=Distribution(**train), **mapping)
         task.check()
         return task
@@ -143,16 +153,21 @@ class ArithmeticTask:
             distribution.check(f"task.{name}")
             if distribution.universe_size() < self.test_size:
                 raise ValueError(
-                    f"task: the {name} set needs {self.test_size} distinct questions but its distribution "
-                    f"has at most {distribution.universe_size()}; lower task.test_size or raise task.train.digits"
+                    f"task: the {name} set needs {self.test_size} distinct questions but its"
+                    f" distribution has at most {distribution.universe_size()}; lower"
+                    " task.test_size or raise task.train.digits"
                 )
         if self.train_size < 1 or self.test_size < 1:
-            raise ValueError(f"task.train_size and task.test_size must be >= 1, got {self.train_size}, {self.test_size}")
+            raise ValueError(
+                f"task.train_size and task.test_size must be >= 1, got {self.train_size},"
+                f" {self.test_size}"
+            )
         free = self.train.universe_size() - self.test_size
         if free < max(1, self.test_size // 2):
             raise ValueError(
-                f"task: only {free} questions remain for training once the {self.test_size} in-distribution "
-                "test questions are held out; raise task.train.digits or lower task.test_size"
+                f"task: only {free} questions remain for training once the {self.test_size}"
+                " in-distribution test questions are held out; raise task.train.digits or lower"
+                " task.test_size"
             )
 
     def test_distributions(self) -> dict[str, Distribution]:
@@ -162,12 +177,16 @@ class ArithmeticTask:
             "in_distribution": train,
             "longer": replace(train, digits=train.digits + 1, exact_length=True),
             "decimals": replace(
-                train, digits=train.digits + 1, decimal_share=1.0, decimal_places=train.decimal_places + 1
+                train,
+                digits=train.digits + 1,
+                decimal_share=1.0,
+                decimal_places=train.decimal_places + 1,
             ),
         }
 
     def test_sets(self) -> dict[str, list[TaskExample]]:
-        """The held-out sets, `test_size` distinct questions each; the same for every training seed."""
+        """The held-out sets, `test_size` distinct questions each; the same for every training
+        seed."""
         sets: dict[str, list[TaskExample]] = {}
         for name, distribution in self.test_distributions().items():
             rng = random.Random(f"numloss-compare-test-{name}-{self.test_seed}")
@@ -181,14 +200,15 @@ class ArithmeticTask:
         tests = {e.instruction for items in self.test_sets().values() for e in items}
         if self.train.universe_size() - len(tests) < 2 * size:
             raise ValueError(
-                f"learning.slice_size {size}: too few questions left beside the test sets; lower it or raise task.train.digits"
+                f"learning.slice_size {size}: too few questions left beside the test sets; lower it"
+                " or raise task.train.digits"
             )
         rng = random.Random(f"numloss-compare-check-{self.test_seed}")
         return _distinct(self.train, rng, size, exclude=tests)
 
     def train_set(self, seed: int, exclude: Iterable[str] | None = None) -> list[TaskExample]:
-        """`train_size` training examples for `seed` (repeats allowed), none of whose questions is in
-        a held-out set (`exclude`: the held-out questions; by default those of `test_sets()`)."""
+        """`train_size` training examples for `seed` (repeats allowed), none of whose questions is
+        in a held-out set (`exclude`: the held-out questions; by default those of `test_sets()`)."""
         if exclude is None:
             exclude = {e.instruction for items in self.test_sets().values() for e in items}
         held_out = set(exclude)
@@ -201,14 +221,18 @@ class ArithmeticTask:
         return items
 
 
-def _distinct(distribution: Distribution, rng: random.Random, n: int, exclude: set[str]) -> list[TaskExample]:
+def _distinct(
+    distribution: Distribution, rng: random.Random, n: int, exclude: set[str]
+) -> list[TaskExample]:
     seen = set(exclude)
     items: list[TaskExample] = []
     tries = 0
     while len(items) < n:
         tries += 1
         if tries > 200 * n:
-            raise ValueError(f"could not draw {n} distinct questions from {distribution}; lower task.test_size")
+            raise ValueError(
+                f"could not draw {n} distinct questions from {distribution}; lower task.test_size"
+            )
         question, answer = distribution.sample(rng)
         if question in seen:
             continue

@@ -49,12 +49,16 @@ class TeacherForcedScore:
 
 
 def digit_token_ids(tokenizer: Any) -> dict[int, int]:
-    """token id -> digit for the ten single-digit tokens (ValueError if a digit is not one token)."""
+    """token id -> digit for the ten single-digit tokens (ValueError if a digit is not one
+    token)."""
     ids = {}
     for d in range(10):
         encoded = tokenizer(str(d), add_special_tokens=False)["input_ids"]
         if len(encoded) != 1:
-            raise ValueError(f"digit {d} is {len(encoded)} tokens in this tokenizer; teacher-forced places need one")
+            raise ValueError(
+                f"digit {d} is {len(encoded)} tokens in this tokenizer; teacher-forced places"
+                " need one"
+            )
         ids[int(encoded[0])] = d
     return ids
 
@@ -70,7 +74,11 @@ def _hidden_and_head(model: Any) -> tuple[Any, Any] | None:
 
 @torch.inference_mode()
 def teacher_forced_exact(
-    model: Any, tokenizer: Any, examples: Sequence[Example], batch_size: int = 64, max_length: int = 4096
+    model: Any,
+    tokenizer: Any,
+    examples: Sequence[Example],
+    batch_size: int = 64,
+    max_length: int = 4096,
 ) -> TeacherForcedScore:
     """Score `examples` (prompt = `example.prompt`, reference = `example.output`) teacher-forced.
     ValueError for an item over `max_length` tokens (it would be scored on part of its answer)."""
@@ -81,7 +89,9 @@ def teacher_forced_exact(
         raise ValueError(f"batch_size must be >= 1, got {batch_size}")
     features = tokenize_examples(list(examples), tokenizer, max_length=max_length)
     if features.num_truncated:
-        raise ValueError(f"{features.num_truncated} item(s) exceed max_length={max_length} tokens; raise it")
+        raise ValueError(
+            f"{features.num_truncated} item(s) exceed max_length={max_length} tokens; raise it"
+        )
     digits = digit_token_ids(tokenizer)
     digit_ids = torch.tensor(sorted(digits), dtype=torch.long)
     digit_of = torch.full((max(digits) + 1,), -1)  # ids above the largest digit id are not digits
@@ -110,7 +120,9 @@ def teacher_forced_exact(
             at = row == i
             score.correct.append(bool(hit[at].all()) and bool(at.any()))
             score.answer_nll.append(float(nll[at].mean()) if at.any() else math.nan)
-            score.predictions.append(tokenizer.decode(argmax[at].tolist(), skip_special_tokens=False))
+            score.predictions.append(
+                tokenizer.decode(argmax[at].tolist(), skip_special_tokens=False)
+            )
             _count_places(score.place, hit[at], is_digit[at])
         if is_digit.any():
             p = torch.softmax(logits[is_digit][:, digit_ids], dim=-1)
@@ -121,10 +133,18 @@ def teacher_forced_exact(
     return score
 
 
-def _target_logits(model: Any, parts: tuple[Any, Any] | None, device: torch.device, ids: torch.Tensor,
-                   mask: torch.Tensor, row: torch.Tensor, col: torch.Tensor) -> torch.Tensor:
+def _target_logits(
+    model: Any,
+    parts: tuple[Any, Any] | None,
+    device: torch.device,
+    ids: torch.Tensor,
+    mask: torch.Tensor,
+    row: torch.Tensor,
+    col: torch.Tensor,
+) -> torch.Tensor:
     """float32 logits (on the CPU) at the positions (row, col) only: the LM head sees those alone
-    when `parts` (the model's decoder and head) is given, so a batch never holds [B, T, V] logits."""
+    when `parts` (the model's decoder and head) is given, so a batch never holds [B, T, V] logits.
+    """
     ids_d, mask_d, at = ids.to(device), mask.to(device), (row.to(device), col.to(device))
     if parts is not None:
         decoder, head = parts
@@ -147,7 +167,9 @@ def _count_places(place: dict[int, list[int]], hit: torch.Tensor, is_digit: torc
         at += 1
 
 
-def generated_exact(model: Any, tokenizer: Any, examples: Sequence[Example], batch_size: int = 64) -> list[bool]:
+def generated_exact(
+    model: Any, tokenizer: Any, examples: Sequence[Example], batch_size: int = 64
+) -> list[bool]:
     """Real greedy generation (numloss.evaluate.HFGenerator, no stop strings): item i is right when
     the model writes `examples[i].output` and then its end token.
 
@@ -158,9 +180,15 @@ def generated_exact(model: Any, tokenizer: Any, examples: Sequence[Example], bat
 
     lengths = [len(tokenizer(e.output, add_special_tokens=False)["input_ids"]) for e in examples]
     generator = HFGenerator(
-        model, tokenizer, batch_size=batch_size, max_new_tokens=max(lengths) + 2, stop=(), progress=False
+        model,
+        tokenizer,
+        batch_size=batch_size,
+        max_new_tokens=max(lengths) + 2,
+        stop=(),
+        progress=False,
     )
     generations = generator.generate([e.prompt for e in examples])
     return [
-        g.text == e.output and g.new_tokens == n + 1 for e, g, n in zip(examples, generations, lengths, strict=True)
+        g.text == e.output and g.new_tokens == n + 1
+        for e, g, n in zip(examples, generations, lengths, strict=True)
     ]

@@ -11,9 +11,9 @@ tokenizer's chat template; the loss is on the assistant turn only (completion-on
 Evaluation: `benchmarks` (GSM8K and SVAMP test items from `data_dir`, the first
 `benchmark_limit` of each) under the `numloss` protocol (numloss.evaluate.protocol.NUMLOSS:
 answer extraction and matching) with its prompt replaced by the same chat template, chain of
-thought, greedy; `numloss.evaluate.evaluate` itself would prompt with the released Alpaca text. The learning
-checks (numloss.compare.learning) run on a held-out slice of generated problems, drawn apart from
-training; a check's item is right when the last number of the output equals the answer.
+thought, greedy; `numloss.evaluate.evaluate` itself would prompt with the released Alpaca text. The
+learning checks (numloss.compare.learning) run on a held-out slice of generated problems, drawn
+apart from training; a check's item is right when the last number of the output equals the answer.
 """
 
 from __future__ import annotations
@@ -47,7 +47,10 @@ class ChatExample(Example):
     @property
     def prompt(self) -> str:
         if not self.rendered:
-            raise ValueError("ChatExample.prompt: render the example with WordProblemTask.render(examples, tokenizer) first")
+            raise ValueError(
+                "ChatExample.prompt: render the example with WordProblemTask.render(examples,"
+                " tokenizer) first"
+            )
         return self.rendered
 
 
@@ -58,7 +61,9 @@ def chat_prompt(tokenizer: Any, question: str, system: str | None = None) -> str
     if system is not None:
         messages.insert(0, {"role": "system", "content": system})
     template = None if getattr(tokenizer, "chat_template", None) else FALLBACK_CHAT_TEMPLATE
-    return tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True, chat_template=template)
+    return tokenizer.apply_chat_template(
+        messages, tokenize=False, add_generation_prompt=True, chat_template=template
+    )
 
 
 def _gsm_symbolic(n: int, seed: int) -> list[Example]:
@@ -72,7 +77,13 @@ def _gsm_symbolic(n: int, seed: int) -> list[Example]:
         working = str(entry["metadata"].get("answer_cot", "")).strip()
         lines = [line for line in working.splitlines() if not line.strip().startswith("####")]
         question = entry["question"].strip()
-        examples.append(Example(instruction=question, output=" ".join(lines + [f"The answer is {answer}."]), answer=answer))
+        examples.append(
+            Example(
+                instruction=question,
+                output=" ".join(lines + [f"The answer is {answer}."]),
+                answer=answer,
+            )
+        )
     return examples
 
 
@@ -106,7 +117,10 @@ class WordProblemTask:
         known = set(cls.__dataclass_fields__) - {"extra"}
         unknown = sorted(set(mapping) - known)
         if unknown:
-            raise ValueError(f"task: unknown key(s) {', '.join(unknown)} for kind {cls.kind}; known: {', '.join(sorted(known))}")
+            raise ValueError(
+                f"task: unknown key(s) {', '.join(unknown)} for kind {cls.kind}; known:"
+                f" {', '.join(sorted(known))}"
+            )
         if "benchmarks" in mapping:
             mapping["benchmarks"] = tuple(mapping["benchmarks"])
         task = cls(**mapping)
@@ -122,9 +136,10 @@ class WordProblemTask:
     def describe(self) -> str:
         """One line for the report."""
         return (
-            f"GSM-style word problems in the chat template ({100 * self.gsm_share:.0f}% reasoning-gym gsm_symbolic, "
-            f"the rest numloss word problems), {self.train_size} training items per seed; scored on the first "
-            f"{self.benchmark_limit} items of {', '.join(self.benchmarks)} ({self.data_dir}), chain of thought, greedy"
+            f"GSM-style word problems in the chat template ({100 * self.gsm_share:.0f}%"
+            f" reasoning-gym gsm_symbolic, the rest numloss word problems), {self.train_size}"
+            f" training items per seed; scored on the first {self.benchmark_limit} items of"
+            f" {', '.join(self.benchmarks)} ({self.data_dir}), chain of thought, greedy"
         )
 
     def check(self) -> None:
@@ -138,7 +153,9 @@ class WordProblemTask:
         if not self.benchmarks:
             raise ValueError("task.benchmarks must name at least one benchmark (gsm8k, svamp, ...)")
         if self.benchmark_limit < 1 or self.max_new_tokens < 1 or self.eval_batch_size < 1:
-            raise ValueError("task.benchmark_limit, task.max_new_tokens and task.eval_batch_size must be >= 1")
+            raise ValueError(
+                "task.benchmark_limit, task.max_new_tokens and task.eval_batch_size must be >= 1"
+            )
 
     @property
     def set_names(self) -> tuple[str, ...]:
@@ -149,7 +166,11 @@ class WordProblemTask:
         if self.cache_dir is not None:
             path = Path(self.cache_dir) / f"mix-n{n}-s{seed}-g{self.gsm_share:g}.jsonl"
             if path.is_file():
-                return [Example(**json.loads(line)) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+                return [
+                    Example(**json.loads(line))
+                    for line in path.read_text(encoding="utf-8").splitlines()
+                    if line.strip()
+                ]
         gsm = round(n * self.gsm_share)
         items = _gsm_symbolic(gsm, seed) + _word_problems(n - gsm, seed)
         random.Random(f"numloss-word-mix-{seed}").shuffle(items)
@@ -164,10 +185,14 @@ class WordProblemTask:
 
     def check_set(self, size: int) -> list[ChatExample]:
         """`size` generated problems for the learning checks, from their own seed."""
-        return [ChatExample(e.instruction, e.output, answer=e.answer) for e in self._mix(size, 10_000_000 + self.test_seed)]
+        return [
+            ChatExample(e.instruction, e.output, answer=e.answer)
+            for e in self._mix(size, 10_000_000 + self.test_seed)
+        ]
 
     def train_set(self, seed: int, exclude: Iterable[str] | None = None) -> list[ChatExample]:
-        """`train_size` training items for `seed` (unrendered), none of whose questions is in `exclude`."""
+        """`train_size` training items for `seed` (unrendered), none of whose questions is in
+        `exclude`."""
         held_out = set(exclude or ())
         items: list[ChatExample] = []
         draw = 0
@@ -177,7 +202,9 @@ class WordProblemTask:
                     items.append(ChatExample(e.instruction, e.output, answer=e.answer))
             draw += 1
             if draw > 20:
-                raise ValueError("task: could not draw enough training items apart from the check slice")
+                raise ValueError(
+                    "task: could not draw enough training items apart from the check slice"
+                )
         return items
 
     @staticmethod
@@ -187,11 +214,16 @@ class WordProblemTask:
         for e in examples:
             system = getattr(e, "system", None)
             prompt = chat_prompt(tokenizer, e.instruction, system)
-            rendered.append(ChatExample(e.instruction, e.output, answer=e.answer, rendered=prompt, system=system))
+            rendered.append(
+                ChatExample(
+                    e.instruction, e.output, answer=e.answer, rendered=prompt, system=system
+                )
+            )
         return rendered
 
     def evaluate(self, model: Any, tokenizer: Any) -> dict[str, dict[str, Any]]:
-        """Accuracy on each benchmark (its first `benchmark_limit` items), with the Wilson interval."""
+        """Accuracy on each benchmark (its first `benchmark_limit` items), with the Wilson
+        interval."""
         import time
         from dataclasses import replace
 
@@ -202,17 +234,28 @@ class WordProblemTask:
         from numloss.evaluate.runner import run_benchmark
 
         generator = HFGenerator(
-            model, tokenizer, batch_size=self.eval_batch_size, max_new_tokens=self.max_new_tokens, progress=False
+            model,
+            tokenizer,
+            batch_size=self.eval_batch_size,
+            max_new_tokens=self.max_new_tokens,
+            progress=False,
         )
         # the numloss protocol with the chat-template prompt the models were trained on (chain of
         # thought only: no program runs, so no sandbox is needed)
-        protocol = replace(NUMLOSS, prompt=lambda item, style: chat_prompt(tokenizer, item.question))
+        protocol = replace(
+            NUMLOSS, prompt=lambda item, style: chat_prompt(tokenizer, item.question)
+        )
         results: dict[str, dict[str, Any]] = {}
         for name in self.benchmarks:
             started = time.perf_counter()
             bench = load_benchmark(name, data_dir=self.data_dir, limit=self.benchmark_limit)
             items = run_benchmark(
-                bench, [protocol], generator, ProgramRunner(), batch_size=self.eval_batch_size, program_of_thought=False
+                bench,
+                [protocol],
+                generator,
+                ProgramRunner(),
+                batch_size=self.eval_batch_size,
+                program_of_thought=False,
             )[protocol.name]
             correct = sum(bool(r.correct) for r in items)
             low, high = wilson_interval(correct, len(items))
@@ -221,7 +264,15 @@ class WordProblemTask:
                 "correct": correct,
                 "exact_match": correct / len(items),
                 "exact_match_ci95": [low, high],
-                "examples": [{"question": r.question[:200], "gold": r.gold, "prediction": r.prediction, "output": r.output[-300:]} for r in items[:3]],
+                "examples": [
+                    {
+                        "question": r.question[:200],
+                        "gold": r.gold,
+                        "prediction": r.prediction,
+                        "output": r.output[-300:],
+                    }
+                    for r in items[:3]
+                ],
                 "seconds": {"generate": time.perf_counter() - started},
             }
         return results

@@ -48,13 +48,22 @@ class Conversation:
 
     def __post_init__(self) -> None:
         if not self.train_on:
-            object.__setattr__(self, "train_on", tuple(m["role"] == "assistant" for m in self.messages))
+            object.__setattr__(
+                self, "train_on", tuple(m["role"] == "assistant" for m in self.messages)
+            )
         if len(self.train_on) != len(self.messages):
-            raise ValueError(f"train_on has {len(self.train_on)} entries for {len(self.messages)} messages")
+            raise ValueError(
+                f"train_on has {len(self.train_on)} entries for {len(self.messages)} messages"
+            )
 
     @classmethod
-    def from_messages(cls, messages: Sequence[Mapping[str, str]], train_on: Sequence[bool] | None = None) -> Conversation:
-        return cls(tuple({"role": m["role"], "content": m["content"]} for m in messages), tuple(train_on or ()))
+    def from_messages(
+        cls, messages: Sequence[Mapping[str, str]], train_on: Sequence[bool] | None = None
+    ) -> Conversation:
+        return cls(
+            tuple({"role": m["role"], "content": m["content"]} for m in messages),
+            tuple(train_on or ()),
+        )
 
 
 #: what a training source yields

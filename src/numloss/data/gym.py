@@ -25,6 +25,10 @@ def generate(name: str, n: int, seed: int = 0) -> list[Example]:
     for entry in dataset:
         answer = str(entry["answer"]).strip()
         examples.append(
-            Example(instruction=entry["question"].strip(), output=f"The answer is {answer}.", answer=answer)
+            Example(
+                instruction=entry["question"].strip(),
+                output=f"The answer is {answer}.",
+                answer=answer,
+            )
         )
     return examples

@@ -23,20 +23,28 @@ class DataError(ValueError):
 
 
 FORMATS_HINT = (
-    "a record needs instruction/output (MathInstruct), prompt/completion, or messages (a list of "
-    "{role, content}); set data.instruction_field / data.output_field if the columns are named differently"
+    "a record needs instruction/output (MathInstruct), prompt/completion, or messages (a list of"
+    " {role, content}); set data.instruction_field / data.output_field if the columns are named"
+    " differently"
 )
 
 
 def _messages(value: Any, source: str, i: int, key: str) -> list[dict[str, str]]:
     """`value` checked as a list of {role, content} string mappings."""
     if not isinstance(value, (list, tuple)) or not value:
-        raise DataError(f"{source}: record {i}: {key!r} must be a non-empty list of {{role, content}} messages")
+        raise DataError(
+            f"{source}: record {i}: {key!r} must be a non-empty list of {{role, content}} messages"
+        )
     messages = []
     for j, message in enumerate(value):
-        if not isinstance(message, Mapping) or not isinstance(message.get("role"), str) or not isinstance(message.get("content"), str):
+        if (
+            not isinstance(message, Mapping)
+            or not isinstance(message.get("role"), str)
+            or not isinstance(message.get("content"), str)
+        ):
             raise DataError(
-                f"{source}: record {i}: {key}[{j}] is not a {{role, content}} message with string values: {message!r}"
+                f"{source}: record {i}: {key}[{j}] is not a {{role, content}} message with string"
+                f" values: {message!r}"
             )
         messages.append({"role": message["role"], "content": message["content"]})
     return messages
@@ -59,8 +67,10 @@ def _learnt(text: str, source: str, i: int, key: str) -> str:
     """`text`, the part a record teaches; empty or only whitespace is a DataError (the model would
     learn to answer with nothing, without a word)."""
     if not text.strip():
-        raise DataError(f"{source}: record {i}: {key!r} is {'empty' if not text else 'only whitespace'}, so there "
-                        "is nothing to learn; fill it in or drop the record")
+        raise DataError(
+            f"{source}: record {i}: {key!r} is {'empty' if not text else 'only whitespace'}, so"
+            " there is nothing to learn; fill it in or drop the record"
+        )
     return text
 
 
@@ -73,8 +83,11 @@ def record_to_training_record(
     output_field: str = "output",
 ) -> TrainingRecord:
     """One record in whichever of the three layouts it has (instruction fields first)."""
-    if record.get(instruction_field) is not None or (record.get(output_field) is not None and "messages" not in record
-                                                     and "completion" not in record):
+    if record.get(instruction_field) is not None or (
+        record.get(output_field) is not None
+        and "messages" not in record
+        and "completion" not in record
+    ):
         missing = [f for f in (instruction_field, output_field) if record.get(f) is None]
         if missing:
             raise DataError(
@@ -85,7 +98,9 @@ def record_to_training_record(
         extra = record.get(input_field)
         return Example(
             instruction=_text(record[instruction_field], source, i, instruction_field),
-            output=_learnt(_text(record[output_field], source, i, output_field), source, i, output_field),
+            output=_learnt(
+                _text(record[output_field], source, i, output_field), source, i, output_field
+            ),
             input="" if extra is None else _text(extra, source, i, input_field),
         )
     if record.get("messages") is not None:
@@ -96,16 +111,23 @@ def record_to_training_record(
     if record.get("prompt") is not None and record.get("completion") is not None:
         prompt, completion = record["prompt"], record["completion"]
         if isinstance(prompt, str) and isinstance(completion, str):
-            return PromptCompletion(prompt=prompt, completion=_learnt(completion, source, i, "completion"))
+            return PromptCompletion(
+                prompt=prompt, completion=_learnt(completion, source, i, "completion")
+            )
         if isinstance(prompt, (list, tuple)) and isinstance(completion, (list, tuple)):
             before = _messages(prompt, source, i, "prompt")
             after = _messages(completion, source, i, "completion")
-            return Conversation.from_messages(before + after, [False] * len(before) + [True] * len(after))
+            return Conversation.from_messages(
+                before + after, [False] * len(before) + [True] * len(after)
+            )
         raise DataError(
-            f"{source}: record {i}: prompt and completion must both be strings or both lists of messages, got "
-            f"{type(prompt).__name__} and {type(completion).__name__}"
+            f"{source}: record {i}: prompt and completion must both be strings or both lists of"
+            f" messages, got {type(prompt).__name__} and {type(completion).__name__}"
         )
-    raise DataError(f"{source}: record {i} has none of the known layouts (its keys: {', '.join(map(repr, record))}); {FORMATS_HINT}")
+    raise DataError(
+        f"{source}: record {i} has none of the known layouts (its keys:"
+        f" {', '.join(map(repr, record))}); {FORMATS_HINT}"
+    )
 
 
 def records_to_examples(
@@ -119,13 +141,21 @@ def records_to_examples(
     examples: list[TrainingRecord] = []
     for i, record in enumerate(records):
         if not isinstance(record, Mapping):
-            raise DataError(f"{source}: record {i} is a {type(record).__name__}, expected an object; {FORMATS_HINT}")
-        examples.append(record_to_training_record(record, source, i, instruction_field, input_field, output_field))
+            raise DataError(
+                f"{source}: record {i} is a {type(record).__name__}, expected an object;"
+                f" {FORMATS_HINT}"
+            )
+        examples.append(
+            record_to_training_record(
+                record, source, i, instruction_field, input_field, output_field
+            )
+        )
     return examples
 
 
 def read_json_records(path: str | os.PathLike) -> list[dict[str, Any]]:
-    """Records of a .json (a list, or {"data": [...]}) or .jsonl file, with line numbers in errors."""
+    """Records of a .json (a list, or {"data": [...]}) or .jsonl file, with line numbers in
+    errors."""
     path = Path(path)
     if not path.is_file():
         raise DataError(f"data file {str(path)!r} does not exist")
@@ -146,7 +176,10 @@ def read_json_records(path: str | os.PathLike) -> list[dict[str, Any]]:
     except DuplicateKeyError as error:
         raise DataError(f"{path}: a record's {error}") from None
     except json.JSONDecodeError as error:
-        raise DataError(f"{path}:{error.lineno}: not valid JSON ({error.msg}); use .jsonl for one record per line") from None
+        raise DataError(
+            f"{path}:{error.lineno}: not valid JSON ({error.msg}); use .jsonl for one record per"
+            " line"
+        ) from None
     if isinstance(data, dict) and isinstance(data.get("data"), list):
         data = data["data"]
     if not isinstance(data, list):
@@ -161,8 +194,11 @@ def load_hf_records(name_or_path: str, split: str = "train", subset: str | None 
 
     path = Path(name_or_path).expanduser()
     try:
-        if path.is_dir() and ((path / "dataset_info.json").is_file() or (path / "state.json").is_file()
-                             or (path / "dataset_dict.json").is_file()):
+        if path.is_dir() and (
+            (path / "dataset_info.json").is_file()
+            or (path / "state.json").is_file()
+            or (path / "dataset_dict.json").is_file()
+        ):
             loaded = datasets.load_from_disk(str(path))
             if isinstance(loaded, datasets.DatasetDict):
                 if split not in loaded:
@@ -170,22 +206,34 @@ def load_hf_records(name_or_path: str, split: str = "train", subset: str | None 
                 loaded = loaded[split]
             return loaded
         if path.is_file():
-            builder = {".parquet": "parquet", ".csv": "csv", ".json": "json", ".jsonl": "json"}.get(path.suffix)
+            builder = {".parquet": "parquet", ".csv": "csv", ".json": "json", ".jsonl": "json"}.get(
+                path.suffix
+            )
             if builder in ("csv", "json"):
-                read_utf8(path, DataError)  # a named line instead of a decoder traceback from deep inside datasets
+                # a named line instead of a decoder traceback from deep inside datasets
+                read_utf8(path, DataError)
             if builder is None:
-                raise DataError(f"{path}: unknown data file type {path.suffix!r} (use .json, .jsonl, .parquet or .csv)")
+                raise DataError(
+                    f"{path}: unknown data file type {path.suffix!r} (use .json, .jsonl, .parquet"
+                    " or .csv)"
+                )
             return datasets.load_dataset(builder, data_files=str(path), split=split)
-        return datasets.load_dataset(str(path) if path.exists() else name_or_path, subset, split=split)
+        return datasets.load_dataset(
+            str(path) if path.exists() else name_or_path, subset, split=split
+        )
     except DataError:
         raise
     except (FileNotFoundError, ConnectionError, ValueError, OSError) as error:
-        offline = os.environ.get("HF_DATASETS_OFFLINE") == "1" or os.environ.get("HF_HUB_OFFLINE") == "1"
+        offline = (
+            os.environ.get("HF_DATASETS_OFFLINE") == "1" or os.environ.get("HF_HUB_OFFLINE") == "1"
+        )
         hint = (
-            " Running offline (HF_DATASETS_OFFLINE/HF_HUB_OFFLINE=1): download it once where the hub is "
-            "reachable (`datasets.load_dataset(name).save_to_disk(DIR)`) and set data.source to DIR, or "
-            "point data.source at a local JSON/JSONL file."
+            " Running offline (HF_DATASETS_OFFLINE/HF_HUB_OFFLINE=1): download it once where the"
+            " hub is reachable (`datasets.load_dataset(name).save_to_disk(DIR)`) and set"
+            " data.source to DIR, or point data.source at a local JSON/JSONL file."
             if offline
             else ""
         )
-        raise DataError(f"cannot load dataset {name_or_path!r} (split {split!r}): {error}.{hint}") from error
+        raise DataError(
+            f"cannot load dataset {name_or_path!r} (split {split!r}): {error}.{hint}"
+        ) from error

@@ -45,7 +45,11 @@ def check_source(source: str) -> None:
         )
     if kind == "json" and not Path(source).expanduser().is_file():
         raise DataError(f"data.source {source!r}: no such file")
-    if kind == "hf" and (source.startswith(("./", "../", "/", "~"))) and not Path(source).expanduser().exists():
+    if (
+        kind == "hf"
+        and (source.startswith(("./", "../", "/", "~")))
+        and not Path(source).expanduser().exists()
+    ):
         raise DataError(f"data.source {source!r}: no such file or folder")
 
 
@@ -68,7 +72,9 @@ def load_examples(
             raise DataError(f"data.source={source!r} is generated: set data.num_examples")
         module = synthetic if kind == "synthetic" else gym
         return module.generate(source.split(":", 1)[1], num_examples, seed)
-    fields = dict(instruction_field=instruction_field, input_field=input_field, output_field=output_field)
+    fields = dict(
+        instruction_field=instruction_field, input_field=input_field, output_field=output_field
+    )
     if kind == "json":
         records = read_json_records(Path(source).expanduser())
         if num_examples is not None:

@@ -50,7 +50,9 @@ def decimal_arithmetic(rng: random.Random) -> Example:
     a = _decimal(rng, rng.randint(1, 3), rng.randint(1, 2))
     b = _decimal(rng, rng.randint(1, 2), rng.randint(1, 2))
     result = a + b if op == "+" else a - b if op == "-" else a * b
-    return _finish(f"What is {fmt(a)} {op} {fmt(b)}?", f"{fmt(a)} {op} {fmt(b)} = {fmt(result)}.", result)
+    return _finish(
+        f"What is {fmt(a)} {op} {fmt(b)}?", f"{fmt(a)} {op} {fmt(b)} = {fmt(result)}.", result
+    )
 
 
 _ITEMS = ("pens", "apples", "notebooks", "tickets", "boxes of tea", "bags of rice")
@@ -68,11 +70,13 @@ def word_problem(rng: random.Random) -> Example:
         paid = (int(cost) // 10 + 1) * 10 + 10 * rng.randint(0, 2)
         change = Decimal(paid) - cost
         instruction = (
-            f"{name} buys {count} {item} at {fmt(price)} dollars each and pays with {paid} dollars. "
-            "How much change does "
-            f"{name} get?"
+            f"{name} buys {count} {item} at {fmt(price)} dollars each and pays with {paid} dollars."
+            f" How much change does {name} get?"
         )
-        working = f"The {item} cost {count} * {fmt(price)} = {fmt(cost)} dollars. The change is {paid} - {fmt(cost)} = {fmt(change)} dollars."
+        working = (
+            f"The {item} cost {count} * {fmt(price)} = {fmt(cost)} dollars. The change is {paid} -"
+            f" {fmt(cost)} = {fmt(change)} dollars."
+        )
         return _finish(instruction, working, change)
     if kind == 1:
         extra_count = rng.randint(1, 9)
@@ -93,9 +97,8 @@ def word_problem(rng: random.Random) -> Example:
     discount = cost * percent / 100
     final = cost - discount
     instruction = (
-        f"{name} buys {count} {item} at {fmt(price)} dollars each and gets a {percent}% discount on "
-        "the total. How much does "
-        f"{name} pay?"
+        f"{name} buys {count} {item} at {fmt(price)} dollars each and gets a {percent}% discount on"
+        f" the total. How much does {name} pay?"
     )
     working = (
         f"Before the discount the {item} cost {count} * {fmt(price)} = {fmt(cost)} dollars. The "
@@ -114,7 +117,8 @@ def linear_equation(rng: random.Random) -> Example:
     sign, magnitude = ("+", b) if b >= 0 else ("-", -b)
     moved = c - b
     working = (
-        f"Subtract {b} from both sides: {a}x = {c} - {b} = {moved}." if b >= 0
+        f"Subtract {b} from both sides: {a}x = {c} - {b} = {moved}."
+        if b >= 0
         else f"Add {magnitude} to both sides: {a}x = {c} + {magnitude} = {moved}."
     )
     working += f" Divide by {a}: x = {moved} / {a} = {x}."
@@ -138,6 +142,8 @@ def generate(name: str, n: int, seed: int = 0) -> list[Example]:
     elif name in GENERATORS:
         makers = [GENERATORS[name]]
     else:
-        raise ValueError(f"unknown synthetic set {name!r}; choose one of {', '.join([*GENERATORS, 'mix'])}")
+        raise ValueError(
+            f"unknown synthetic set {name!r}; choose one of {', '.join([*GENERATORS, 'mix'])}"
+        )
     rng = random.Random(f"numloss-synthetic-{name}-{seed}")
     return [makers[i % len(makers)](rng) for i in range(n)]

@@ -51,7 +51,10 @@ class TokenizedDataset(torch.utils.data.Dataset):
         if self.stats.get("conversations"):
             text += f"; {self.stats['conversations']} conversations rendered with the chat template"
         if self.num_without_target:
-            text += f", {self.num_without_target} of them with no response token left (they train nothing; raise data.max_length)"
+            text += (
+                f", {self.num_without_target} of them with no response token left (they train"
+                " nothing; raise data.max_length)"
+            )
         return text
 
 
@@ -65,7 +68,9 @@ def resolve_chat_template(chat_template: str | None) -> str | None:
         return chat_template
     path = Path(chat_template).expanduser()
     if not path.is_file():
-        raise DataError(f"data.chat_template {chat_template!r} is neither a Jinja template nor an existing file")
+        raise DataError(
+            f"data.chat_template {chat_template!r} is neither a Jinja template nor an existing file"
+        )
     return read_utf8(path, DataError)
 
 
@@ -80,7 +85,9 @@ def compile_chat_template(template: str | None) -> None:
     try:
         _compile_jinja_template(template)
     except jinja2.TemplateSyntaxError as error:
-        raise DataError(f"data.chat_template: Jinja syntax error at line {error.lineno}: {error.message}") from None
+        raise DataError(
+            f"data.chat_template: Jinja syntax error at line {error.lineno}: {error.message}"
+        ) from None
     except jinja2.TemplateError as error:
         raise DataError(f"data.chat_template: not a usable Jinja template: {error}") from None
 
@@ -88,27 +95,40 @@ def compile_chat_template(template: str | None) -> None:
 def conversation_ids(
     conversation: Conversation, tokenizer: Any, chat_template: str | None = None
 ) -> tuple[list[int], list[int]]:
-    """(input_ids, labels) of a conversation rendered with the chat template; see the module docstring."""
+    """(input_ids, labels) of a conversation rendered with the chat template; see the module
+    docstring."""
     template = chat_template or getattr(tokenizer, "chat_template", None)
     if not template:
         raise DataError(
-            "the data holds chat messages but the tokenizer has no chat template; set data.chat_template "
-            "(a Jinja template or a file holding one) or use prompt/completion records"
+            "the data holds chat messages but the tokenizer has no chat template; set"
+            " data.chat_template (a Jinja template or a file holding one) or use prompt/completion"
+            " records"
         )
     if not getattr(tokenizer, "is_fast", False):
-        raise DataError("chat messages need a fast tokenizer (offsets locate the assistant turns); use use_fast=True")
+        raise DataError(
+            "chat messages need a fast tokenizer (offsets locate the assistant turns); use"
+            " use_fast=True"
+        )
 
     def render(messages, add_generation_prompt: bool = False) -> str:
         import jinja2
 
         try:
             text = tokenizer.apply_chat_template(
-                list(messages), tokenize=False, add_generation_prompt=add_generation_prompt, chat_template=template
+                list(messages),
+                tokenize=False,
+                add_generation_prompt=add_generation_prompt,
+                chat_template=template,
             )
         except jinja2.TemplateSyntaxError as error:
-            raise DataError(f"the chat template has a Jinja syntax error at line {error.lineno}: {error.message}") from None
+            raise DataError(
+                f"the chat template has a Jinja syntax error at line {error.lineno}:"
+                f" {error.message}"
+            ) from None
         except (jinja2.TemplateError, TypeError, ValueError) as error:
-            raise DataError(f"the chat template fails on a conversation: {type(error).__name__}: {error}") from None
+            raise DataError(
+                f"the chat template fails on a conversation: {type(error).__name__}: {error}"
+            ) from None
         if not isinstance(text, str):
             raise DataError(f"the chat template rendered a {type(text).__name__}, expected text")
         return text
@@ -123,9 +143,9 @@ def conversation_ids(
         after = render(messages[: i + 1])
         if not (after.startswith(before) and text.startswith(after)):
             raise DataError(
-                "the chat template does not render a conversation's first turns as the start of the whole "
-                "conversation, so the assistant turns cannot be located; use a template that does "
-                "(data.chat_template) or prompt/completion records"
+                "the chat template does not render a conversation's first turns as the start of the"
+                " whole conversation, so the assistant turns cannot be located; use a template that"
+                " does (data.chat_template) or prompt/completion records"
             )
         spans.append((len(before), len(after)))
     encoded = tokenizer(text, add_special_tokens=False, return_offsets_mapping=True)
@@ -145,11 +165,17 @@ def _prompt_and_target(item: TrainingRecord) -> tuple[str, str]:
         return item.prompt, item.output
     if isinstance(item, PromptCompletion):
         return item.prompt, item.completion
-    raise TypeError(f"cannot tokenise a {type(item).__name__}; expected Example, PromptCompletion or Conversation")
+    raise TypeError(
+        f"cannot tokenise a {type(item).__name__}; expected Example, PromptCompletion or"
+        " Conversation"
+    )
 
 
 def tokenize_examples(
-    examples: Sequence[TrainingRecord], tokenizer: Any, max_length: int, chat_template: str | None = None
+    examples: Sequence[TrainingRecord],
+    tokenizer: Any,
+    max_length: int,
+    chat_template: str | None = None,
 ) -> TokenizedDataset:
     """Tokenise `examples` for training (module docstring); `chat_template` (Jinja text or a file)
     replaces the tokenizer's own."""
@@ -157,7 +183,9 @@ def tokenize_examples(
         raise ValueError(f"max_length must be >= 2, got {max_length}")
     eos = tokenizer.eos_token_id
     if eos is None:
-        raise ValueError("the tokenizer has no eos_token: set one so the model learns where a response ends")
+        raise ValueError(
+            "the tokenizer has no eos_token: set one so the model learns where a response ends"
+        )
     template = resolve_chat_template(chat_template)
     pairs: dict[int, tuple[list[int], list[int]]] = {}
     plain = [(i, e) for i, e in enumerate(examples) if not isinstance(e, Conversation)]

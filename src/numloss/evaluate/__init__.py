@@ -3,8 +3,8 @@
 `numloss eval` is `numloss.evaluate.cli.main`.
 
     from numloss.evaluate import evaluate, score_outputs
-    report = evaluate("smollm2", "gsm8k,svamp", data_dir="../shared/benchmarks", protocol="both", limit=20)
-    print(report.to_markdown())
+    report = evaluate("smollm2", "gsm8k,svamp", data_dir="../shared/benchmarks", protocol="both",
+    limit=20) print(report.to_markdown())
 
 The names below are loaded on first use: a process that needs only one part (the sandbox, whose
 evaluator and keeper are separate processes; the answer reader) does not pay for transformers.
@@ -26,7 +26,14 @@ _PUBLIC = {
     "metrics": ("DigitStats", "numeric_distance", "place_accuracy", "teacher_forced_digit_stats"),
     "protocol": ("NUMLOSS", "PROTOCOLS", "RELEASED", "Protocol"),
     "runner": ("ItemResult", "run_benchmark", "score_items"),
-    "sandbox": ("ProgramResult", "SandboxLimits", "SandboxUnavailable", "isolation", "run_program", "run_programs"),
+    "sandbox": (
+        "ProgramResult",
+        "SandboxLimits",
+        "SandboxUnavailable",
+        "isolation",
+        "run_program",
+        "run_programs",
+    ),
 }
 _HOME = {name: module for module, names in _PUBLIC.items() for name in names}
 

@@ -1,12 +1,13 @@
 """The Python API: `evaluate` a model on benchmarks, or `score_outputs` saved generations.
 
     from numloss.evaluate import evaluate, score_outputs
-    report = evaluate("smollm2", ["gsm8k", "svamp"], data_dir="../shared/benchmarks", protocol="both", limit=20)
-    report.accuracy("gsm8k", "numloss"), report.macc("released"), report.disagreements["gsm8k"]
-    print(report.to_markdown())
-    again = score_outputs("outputs/eval/items.jsonl", protocol="numloss", data_dir="../shared/benchmarks")
-    theirs = score_outputs("samples_gsm8k_2024-06-01T12-00-00.jsonl", data_dir="../shared/benchmarks")  # lm-eval --log_samples
-    report.to_json()  # schema numloss.evaluate.report.SCHEMA_VERSION, docs/evaluation.md "The report's JSON"
+    report = evaluate("smollm2", ["gsm8k", "svamp"], data_dir="../shared/benchmarks",
+    protocol="both", limit=20) report.accuracy("gsm8k", "numloss"), report.macc("released"),
+    report.disagreements["gsm8k"] print(report.to_markdown()) again =
+    score_outputs("outputs/eval/items.jsonl", protocol="numloss", data_dir="../shared/benchmarks")
+    theirs = score_outputs("samples_gsm8k_2024-06-01T12-00-00.jsonl",
+    data_dir="../shared/benchmarks")  # lm-eval --log_samples report.to_json()  # schema
+    numloss.evaluate.report.SCHEMA_VERSION, docs/evaluation.md "The report's JSON"
 
 `numloss eval` is a thin command line over these two functions.
 """
@@ -59,7 +60,9 @@ DECIMAL_TEXT = "0123456789.-"
 BENCHMARK_KIND = {name: spec.kind for name, spec in BENCHMARKS.items()}
 
 
-def benchmark_score(results: Sequence[ItemResult], digits: DigitStats | None = None) -> BenchmarkScore:
+def benchmark_score(
+    results: Sequence[ItemResult], digits: DigitStats | None = None
+) -> BenchmarkScore:
     """Accuracy with its 95 % Wilson interval, counts, numeric distance and place accuracy."""
     from numloss.evaluate.answers import gold_decimal
     from numloss.evaluate.metrics import wilson_interval
@@ -90,7 +93,11 @@ def benchmark_score(results: Sequence[ItemResult], digits: DigitStats | None = N
     )
     if golds:
         distance = numeric_distance(preds, golds)
-        score.mae, score.signed_log_mae, score.numeric_count = _finite(distance.mae), _finite(distance.signed_log_mae), distance.count
+        score.mae, score.signed_log_mae, score.numeric_count = (
+            _finite(distance.mae),
+            _finite(distance.signed_log_mae),
+            distance.count,
+        )
         score.mae_top_share = _finite(distance.top_share)
     if place_golds:
         score.place_accuracy = place_accuracy(place_preds, place_golds)
@@ -106,7 +113,12 @@ def _finite(x: float) -> float | None:
     return None if x is None or math.isnan(x) else x
 
 
-def _load(benchmarks: str | Sequence[str | Benchmark], data_dir: str | Path | None, limit: int | None, seed: int | None) -> list[Benchmark]:
+def _load(
+    benchmarks: str | Sequence[str | Benchmark],
+    data_dir: str | Path | None,
+    limit: int | None,
+    seed: int | None,
+) -> list[Benchmark]:
     check_limit(limit)
     if isinstance(benchmarks, str):
         wanted: list[Any] = parse_benchmark_list(benchmarks)
@@ -118,9 +130,20 @@ def _load(benchmarks: str | Sequence[str | Benchmark], data_dir: str | Path | No
             out.append(w.head(limit))
         else:
             name, path = w
-            out.append(load_benchmark(name, path=path, data_dir=data_dir, limit=limit, seed=SYNTHETIC_SEED if seed is None else seed))
+            out.append(
+                load_benchmark(
+                    name,
+                    path=path,
+                    data_dir=data_dir,
+                    limit=limit,
+                    seed=SYNTHETIC_SEED if seed is None else seed,
+                )
+            )
     if not out:
-        raise BenchmarkError("benchmarks is empty; name at least one, e.g. ['gsm8k', 'svamp'] (--benchmarks gsm8k,svamp)")
+        raise BenchmarkError(
+            "benchmarks is empty; name at least one, e.g. ['gsm8k', 'svamp'] (--benchmarks"
+            " gsm8k,svamp)"
+        )
     return out
 
 
@@ -139,8 +162,10 @@ def load_adapter_run(model_or_path: Any, device: str | None = None) -> tuple[Any
     run_config = folder.parent / "config.yaml"
     if not run_config.is_file():
         raise ModelUnavailableError(
-            f"{folder} is a LoRA adapter without its run's config.yaml ({run_config}) to rebuild the base model from: "
-            f"evaluate the run's merged model ({folder.parent / 'merged'}, written with lora.merge: true)")
+            f"{folder} is a LoRA adapter without its run's config.yaml ({run_config}) to rebuild"
+            f" the base model from: evaluate the run's merged model ({folder.parent / 'merged'},"
+            " written with lora.merge: true)"
+        )
     from peft import PeftModel
 
     from numloss.config import ConfigError, load_config
@@ -152,8 +177,10 @@ def load_adapter_run(model_or_path: Any, device: str | None = None) -> tuple[Any
     try:
         config = load_config(run_config, [])
     except ConfigError as error:
-        raise ModelUnavailableError(f"{folder} is a LoRA adapter whose run config {run_config} does not load ({error}): "
-                                    f"evaluate the run's merged model ({folder.parent / 'merged'})") from None
+        raise ModelUnavailableError(
+            f"{folder} is a LoRA adapter whose run config {run_config} does not load ({error}): "
+            f"evaluate the run's merged model ({folder.parent / 'merged'})"
+        ) from None
     base, tokenizer = load_model_for(config)
     with peft_quietly():
         model = PeftModel.from_pretrained(base, str(folder)).merge_and_unload()
@@ -161,31 +188,50 @@ def load_adapter_run(model_or_path: Any, device: str | None = None) -> tuple[Any
 
 
 def set_threads(threads: int | None) -> None:
-    """`torch.set_num_threads(threads)` after checking 1 <= threads <= the machine's cores (None: leave it)."""
+    """`torch.set_num_threads(threads)` after checking 1 <= threads <= the machine's cores (None:
+    leave it)."""
     if threads is None:
         return
     import os
 
     import torch
 
-    if isinstance(threads, bool) or not isinstance(threads, int) or threads < 1:  # as numloss train and compare say it
+    # as numloss train and compare say it
+    if isinstance(threads, bool) or not isinstance(threads, int) or threads < 1:
         raise ValueError(f"--threads must be a positive integer, got {threads!r}")
     cores = os.cpu_count() or 1
     if threads > cores:  # thousands of threads stall torch instead of helping
-        raise ValueError(f"--threads {threads}: this machine has {cores} CPU cores; give at most {cores}")
+        raise ValueError(
+            f"--threads {threads}: this machine has {cores} CPU cores; give at most {cores}"
+        )
     torch.set_num_threads(threads)
 
 
-def _report(protocols: list[Protocol], per: dict[str, dict[str, list[ItemResult]]], digits: dict[str, DigitStats], runner: ProgramRunner, meta: dict[str, Any]) -> EvalReport:
+def _report(
+    protocols: list[Protocol],
+    per: dict[str, dict[str, list[ItemResult]]],
+    digits: dict[str, DigitStats],
+    runner: ProgramRunner,
+    meta: dict[str, Any],
+) -> EvalReport:
     from datetime import datetime, timezone
 
     from numloss import __version__
 
-    meta.setdefault("numloss_version", __version__)  # the report's header says what made it, and when
+    # the report's header says what made it, and when
+    meta.setdefault("numloss_version", __version__)
     meta.setdefault("date", datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC"))
-    scores = {p.name: {b: benchmark_score(rs, digits.get(b)) for b, rs in per[p.name].items()} for p in protocols}
-    isolation = {"mode": runner.isolation.mode, "detail": runner.isolation.detail,
-                 "program_of_thought": bool(meta.pop("program_of_thought", True)) and runner.isolation.available}
+    scores = {
+        p.name: {b: benchmark_score(rs, digits.get(b)) for b, rs in per[p.name].items()}
+        for p in protocols
+    }
+    isolation = {
+        "mode": runner.isolation.mode,
+        "detail": runner.isolation.detail,
+        "program_of_thought": (
+            bool(meta.pop("program_of_thought", True)) and runner.isolation.available
+        ),
+    }
     return EvalReport([p.name for p in protocols], scores, per, isolation, meta)
 
 
@@ -240,27 +286,78 @@ def evaluate(
         model_or_path = adapter  # a LoRA run's final/: its base model with the adapter merged in
     if digit_stats:
         check_digit_tokens(model_or_path)  # before the model loads and generates, not after
-    runner = program_runner(program_timeout, workers, allow_unisolated)  # its options checked before the model loads
-    settings = {"prompt": "released-alpaca-0shot", "stop": list(stop), "max_new_tokens_open": open_limit,
-                "max_new_tokens_choice": choice_limit, "backend": backend, "dtype": dtype, "program_of_thought": program_of_thought}
+    # its options checked before the model loads
+    runner = program_runner(program_timeout, workers, allow_unisolated)
+    settings = {
+        "prompt": "released-alpaca-0shot",
+        "stop": list(stop),
+        "max_new_tokens_open": open_limit,
+        "max_new_tokens_choice": choice_limit,
+        "backend": backend,
+        "dtype": dtype,
+        "program_of_thought": program_of_thought,
+    }
     model_name = _model_name(given)
-    store, saved, extra = _resume(model_or_path, model_name, settings, runner, loaded, protocols,
-                                  results_file, overwrite, cut_at_stop)
-    model, tokenizer, generator = _generator(model_or_path, backend, dtype, device, tensor_parallel, batch_size, stop, open_limit, progress)
+    store, saved, extra = _resume(
+        model_or_path,
+        model_name,
+        settings,
+        runner,
+        loaded,
+        protocols,
+        results_file,
+        overwrite,
+        cut_at_stop,
+    )
+    model, tokenizer, generator = _generator(
+        model_or_path,
+        backend,
+        dtype,
+        device,
+        tensor_parallel,
+        batch_size,
+        stop,
+        open_limit,
+        progress,
+    )
     generator = StopCut(generator, stop) if cut_at_stop else generator
     if runner.isolation.mode == "unavailable" and program_of_thought:
-        print(f"numloss eval: programs will not run: {runner.isolation.detail}. Items with a program use chain of thought.", file=sys.stderr)
-    capped = [replace(p, max_new_tokens_open=open_limit, max_new_tokens_choice=choice_limit)
-              for p in protocols]
-    per, digits = _run_all(loaded, saved, capped, generator, runner, store=store, extra=extra,
-                           seed=seed, results_file=results_file, progress=progress,
-                           batch_size=batch_size, program_of_thought=program_of_thought,
-                           measured=(model, tokenizer) if digit_stats else None)
+        print(
+            f"numloss eval: programs will not run: {runner.isolation.detail}. Items with a program"
+            " use chain of thought.",
+            file=sys.stderr,
+        )
+    capped = [
+        replace(p, max_new_tokens_open=open_limit, max_new_tokens_choice=choice_limit)
+        for p in protocols
+    ]
+    per, digits = _run_all(
+        loaded,
+        saved,
+        capped,
+        generator,
+        runner,
+        store=store,
+        extra=extra,
+        seed=seed,
+        results_file=results_file,
+        progress=progress,
+        batch_size=batch_size,
+        program_of_thought=program_of_thought,
+        measured=(model, tokenizer) if digit_stats else None,
+    )
     getattr(generator, "close_progress", lambda: None)()
-    meta = {"model": model_name, "settings": settings, "settings_key": extra["settings"],
-            "results_file": str(results_file) if results_file else None,
-            "wall_seconds": time.perf_counter() - started, "program_of_thought": program_of_thought,
-            "limit": limit, "threads": threads, "generation_stats": _generation_stats(generator)}
+    meta = {
+        "model": model_name,
+        "settings": settings,
+        "settings_key": extra["settings"],
+        "results_file": str(results_file) if results_file else None,
+        "wall_seconds": time.perf_counter() - started,
+        "program_of_thought": program_of_thought,
+        "limit": limit,
+        "threads": threads,
+        "generation_stats": _generation_stats(generator),
+    }
     return _report(protocols, per, digits, runner, meta)
 
 
@@ -282,9 +379,19 @@ def _check_evaluate_arguments(given: Mapping[str, Any]) -> None:
     check_choice("dtype", given["dtype"], ("auto", "float32", "bfloat16", "float16"))
     benchmarks = given["benchmarks"]
     if not isinstance(benchmarks, str):
-        check_type("benchmarks", benchmarks, (list, tuple), "a comma-separated str or a list of names or Benchmarks")
+        check_type(
+            "benchmarks",
+            benchmarks,
+            (list, tuple),
+            "a comma-separated str or a list of names or Benchmarks",
+        )
         for index, item in enumerate(benchmarks):
-            check_type(f"benchmarks[{index}]", item, (str, Benchmark), "a benchmark name (str) or a Benchmark")
+            check_type(
+                f"benchmarks[{index}]",
+                item,
+                (str, Benchmark),
+                "a benchmark name (str) or a Benchmark",
+            )
     if given["data_dir"] is not None:
         check_path("data_dir", given["data_dir"])
     if given["results_file"] is not None:
@@ -292,7 +399,8 @@ def _check_evaluate_arguments(given: Mapping[str, Any]) -> None:
 
 
 def _synthetic_fields(bench: Benchmark, seed: int | None) -> dict[str, int]:
-    """The seed and size a synthetic set's records carry (score_outputs regenerates it from them)."""
+    """The seed and size a synthetic set's records carry (score_outputs regenerates it from
+    them)."""
     if not bench.name.startswith(("synthetic:", "gym:")):
         return {}
     return {"seed": SYNTHETIC_SEED if seed is None else seed, "set_size": len(bench)}
@@ -304,7 +412,9 @@ def _generation_stats(generator: Any) -> dict[str, Any]:
     return {"tokens": tokens, "seconds": seconds, "tokens_per_second": per_second}
 
 
-def _limits(protocols: list[Protocol], max_new_tokens: int | None) -> tuple[tuple[str, ...], int, int]:
+def _limits(
+    protocols: list[Protocol], max_new_tokens: int | None
+) -> tuple[tuple[str, ...], int, int]:
     """The protocols' (stop, open limit, choice limit), the limits capped at `max_new_tokens`."""
     stop, open_limit, choice_limit = generation_settings(protocols)
     if max_new_tokens is None:
@@ -314,19 +424,34 @@ def _limits(protocols: list[Protocol], max_new_tokens: int | None) -> tuple[tupl
     return stop, min(open_limit, max_new_tokens), min(choice_limit, max_new_tokens)
 
 
-def _resume(model_or_path: Any, model_name: str, settings: dict[str, Any], runner: ProgramRunner,
-            loaded: list[Benchmark], protocols: list[Protocol], results_file: str | Path | None,
-            overwrite: bool, cut_at_stop: bool) -> tuple[ResultsFile | None, list, dict[str, Any]]:
+def _resume(
+    model_or_path: Any,
+    model_name: str,
+    settings: dict[str, Any],
+    runner: ProgramRunner,
+    loaded: list[Benchmark],
+    protocols: list[Protocol],
+    results_file: str | Path | None,
+    overwrite: bool,
+    cut_at_stop: bool,
+) -> tuple[ResultsFile | None, list, dict[str, Any]]:
     """(the results file, this run's saved records, the fields each new record carries), after
-    `--overwrite` moved the records to redo aside and the saved ones were checked as this model's."""
+    `--overwrite` moved the records to redo aside and the saved ones were checked as this model's.
+    """
     key = settings_key(settings)
-    identity = model_identity(model_or_path) if results_file is not None else None  # checked before the model loads
+    # checked before the model loads
+    identity = model_identity(model_or_path) if results_file is not None else None
     # the weights' bytes, not their names, sizes and times: a model saved over another with the
     # same sizes and restored times is still another model (numloss.identity)
     content = _model_content(model_or_path) if results_file is not None else None
-    extra = {"model": model_name, "model_identity": identity, "settings": key,
-             "generation": settings, "isolation": runner.isolation.mode,
-             "cut_at_stop": bool(cut_at_stop)}
+    extra = {
+        "model": model_name,
+        "model_identity": identity,
+        "settings": key,
+        "generation": settings,
+        "isolation": runner.isolation.mode,
+        "cut_at_stop": bool(cut_at_stop),
+    }
     if content is not None:
         extra["model_sha256"] = content
     if results_file is None:
@@ -336,13 +461,29 @@ def _resume(model_or_path: Any, model_name: str, settings: dict[str, Any], runne
     bench_names = {b.name for b in loaded}
 
     def ours(r: Mapping[str, Any]) -> bool:
-        return r.get("model") == model_name and r.get("settings") == key and r.get("benchmark") in bench_names
+        return (
+            r.get("model") == model_name
+            and r.get("settings") == key
+            and r.get("benchmark") in bench_names
+        )
 
     if overwrite:
-        moved, aside = store.drop(lambda r: ours(r) and (r.get("protocol") in names or r.get("model_identity") != identity
-                                                          or _stale(r, content, cut_at_stop, model_name) is not None))
+        moved, aside = store.drop(
+            lambda r: (
+                ours(r)
+                and (
+                    r.get("protocol") in names
+                    or r.get("model_identity") != identity
+                    or _stale(r, content, cut_at_stop, model_name) is not None
+                )
+            )
+        )
         if moved:
-            print(f"numloss eval: --overwrite: moved {moved} earlier records of {model_name} to {aside}", file=sys.stderr)
+            print(
+                f"numloss eval: --overwrite: moved {moved} earlier records of {model_name} to"
+                f" {aside}",
+                file=sys.stderr,
+            )
     saved = [r for r in store.records() if ours(r)]
     check_same_model(saved, identity, model_name, results_file)
     _check_same_inputs(saved, content, cut_at_stop, model_name, results_file)
@@ -352,11 +493,22 @@ def _resume(model_or_path: Any, model_name: str, settings: dict[str, Any], runne
 Results = dict[str, dict[str, list[ItemResult]]]  # {protocol: {benchmark: item results}}
 
 
-def _run_all(loaded: list[Benchmark], saved: list[Mapping[str, Any]], protocols: list[Protocol],
-             generator: Any, runner: ProgramRunner, *, store: ResultsFile | None,
-             extra: dict[str, Any], seed: int | None, results_file: Any, progress: bool,
-             batch_size: int, program_of_thought: bool,
-             measured: tuple[Any, Any] | None) -> tuple[Results, dict[str, DigitStats]]:
+def _run_all(
+    loaded: list[Benchmark],
+    saved: list[Mapping[str, Any]],
+    protocols: list[Protocol],
+    generator: Any,
+    runner: ProgramRunner,
+    *,
+    store: ResultsFile | None,
+    extra: dict[str, Any],
+    seed: int | None,
+    results_file: Any,
+    progress: bool,
+    batch_size: int,
+    program_of_thought: bool,
+    measured: tuple[Any, Any] | None,
+) -> tuple[Results, dict[str, DigitStats]]:
     """({protocol: {benchmark: results}}, {benchmark: digit statistics of the `measured` (model,
     tokenizer)}): `run_benchmark` on each benchmark, resumed from its saved records (checked to be
     of its items now: their verdicts kept, their outputs reused), each new result with `extra`."""
@@ -364,7 +516,11 @@ def _run_all(loaded: list[Benchmark], saved: list[Mapping[str, Any]], protocols:
     digits: dict[str, DigitStats] = {}
     if progress:  # said before the bar opens, not inside its line
         for bench in loaded:
-            print(f"{bench.name}: {len(bench)} item{'' if len(bench) == 1 else 's'} from {bench.source}", file=sys.stderr)
+            print(
+                f"{bench.name}: {len(bench)} item{'' if len(bench) == 1 else 's'} from"
+                f" {bench.source}",
+                file=sys.stderr,
+            )
     expect = getattr(generator, "expect", None)
     if callable(expect):  # the progress bar's total, right from the start: the items to generate
         outputs = {(r["benchmark"], str(r["id"])) for r in saved if "output" in r}
@@ -372,12 +528,25 @@ def _run_all(loaded: list[Benchmark], saved: list[Mapping[str, Any]], protocols:
     for bench in loaded:
         mine = [r for r in saved if r["benchmark"] == bench.name]
         _check_same_items(bench, mine, results_file)
-        done = {p.name: {str(r["id"]): _item_result(r) for r in mine if r.get("protocol") == p.name} for p in protocols}
-        known = {str(r["id"]): (r["output"], r.get("fallback_output")) for r in mine if "output" in r}
+        done = {
+            p.name: {str(r["id"]): _item_result(r) for r in mine if r.get("protocol") == p.name}
+            for p in protocols
+        }
+        known = {
+            str(r["id"]): (r["output"], r.get("fallback_output")) for r in mine if "output" in r
+        }
         write = _writer(store, {**extra, **_synthetic_fields(bench, seed)})
-        out = run_benchmark(bench, protocols, generator, runner, done=done, known_outputs=known,
-                            write=write, batch_size=batch_size,
-                            program_of_thought=program_of_thought)
+        out = run_benchmark(
+            bench,
+            protocols,
+            generator,
+            runner,
+            done=done,
+            known_outputs=known,
+            write=write,
+            batch_size=batch_size,
+            program_of_thought=program_of_thought,
+        )
         for name, results in out.items():
             per[name][bench.name] = results
         if measured is not None and measured[0] is not None and measured[1] is not None:
@@ -408,7 +577,9 @@ class StopCut:
         takes = inspect.signature(inner.generate).parameters
         self._takes_limit, self._takes_fallback = "max_new_tokens" in takes, "fallback" in takes
 
-    def generate(self, prompts: Sequence[str], max_new_tokens: int | None = None, fallback: bool = False) -> list[Any]:
+    def generate(
+        self, prompts: Sequence[str], max_new_tokens: int | None = None, fallback: bool = False
+    ) -> list[Any]:
         from dataclasses import is_dataclass, replace
 
         from numloss.evaluate.generate import Generation, cut_at_stop
@@ -422,14 +593,20 @@ class StopCut:
         out = []
         for g in gens:
             text = cut_at_stop(g.text, self.stop)
-            out.append(replace(g, text=text) if is_dataclass(g) else Generation(text, int(getattr(g, "new_tokens", 0))))
+            out.append(
+                replace(g, text=text)
+                if is_dataclass(g)
+                else Generation(text, int(getattr(g, "new_tokens", 0)))
+            )
         return out
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self.inner, name)
 
 
-def _check_same_items(bench: Benchmark, saved: Sequence[Mapping[str, Any]], results_file: Any) -> None:
+def _check_same_items(
+    bench: Benchmark, saved: Sequence[Mapping[str, Any]], results_file: Any
+) -> None:
     """Refuse to resume from records of other items under the same ids: ids are positions, so
     another --seed of a synthetic set, an edited file or another data source would silently
     score the old answers under the new questions; and from records whose gold answer is not the
@@ -449,9 +626,10 @@ def _check_same_items(bench: Benchmark, saved: Sequence[Mapping[str, Any]], resu
         protocol = golds.get(str(record.get("protocol")))
         if item is not None and protocol is not None and record.get("gold") != protocol.gold(item):
             raise ValueError(
-                f"{results_file}: the gold answer of {bench.name}/{item_id} changed ({record.get('gold')!r} then, "
-                f"{protocol.gold(item)!r} now in {bench.source}): the saved verdicts are the old answers'. "
-                "Use another --out, or --overwrite to redo this model's items"
+                f"{results_file}: the gold answer of {bench.name}/{item_id} changed"
+                f" ({record.get('gold')!r} then, {protocol.gold(item)!r} now in {bench.source}):"
+                " the saved verdicts are the old answers'. Use another --out, or --overwrite to"
+                " redo this model's items"
             )
 
 
@@ -465,8 +643,9 @@ def _model_content(model_or_path: Any) -> str | None:
     return model_sha256(str(model_or_path))
 
 
-def _stale(record: Mapping[str, Any], content: str | None, cut_at_stop: bool,
-           model: str) -> str | None:
+def _stale(
+    record: Mapping[str, Any], content: str | None, cut_at_stop: bool, model: str
+) -> str | None:
     """What makes a saved record another input's (other weights, the other stop-cut mode), or None;
     a record without those fields (an older numloss) is not stale by them."""
     from numloss.identity import describe_change
@@ -474,25 +653,42 @@ def _stale(record: Mapping[str, Any], content: str | None, cut_at_stop: bool,
     if content is not None and record.get("model_sha256") not in (None, content):
         return describe_change(f"the weights of {model!r}", record.get("model_sha256"), content)
     if "cut_at_stop" in record and record["cut_at_stop"] != bool(cut_at_stop):
-        return (f"the stop-cut mode changed (cut_at_stop {record['cut_at_stop']} then, {bool(cut_at_stop)} now; "
-                "--no-stop-cut sets it)")
+        return (
+            f"the stop-cut mode changed (cut_at_stop {record['cut_at_stop']} then,"
+            f" {bool(cut_at_stop)} now; --no-stop-cut sets it)"
+        )
     return None
 
 
-def _check_same_inputs(saved: Sequence[Mapping[str, Any]], content: str | None, cut_at_stop: bool, model: str,
-                       results_file: Any) -> None:
+def _check_same_inputs(
+    saved: Sequence[Mapping[str, Any]],
+    content: str | None,
+    cut_at_stop: bool,
+    model: str,
+    results_file: Any,
+) -> None:
     """Refuse to resume from records of other weights (the model replaced in place) or of the
     other stop-cut mode, naming what changed."""
     for record in saved:
         what = _stale(record, content, cut_at_stop, model)
         if what is not None:
             raise BenchmarkError(
-                f"{results_file}: saved records of {model!r} cannot be resumed: {what}. Use another --out, or --overwrite "
-                "to move those records aside and redo them"
+                f"{results_file}: saved records of {model!r} cannot be resumed: {what}. Use another"
+                " --out, or --overwrite to move those records aside and redo them"
             )
 
 
-def _generator(model_or_path: Any, backend: str, dtype: str, device: str | None, tp: int, batch_size: int, stop: tuple[str, ...], limit: int, progress: bool) -> tuple[Any, Any, Any]:
+def _generator(
+    model_or_path: Any,
+    backend: str,
+    dtype: str,
+    device: str | None,
+    tp: int,
+    batch_size: int,
+    stop: tuple[str, ...],
+    limit: int,
+    progress: bool,
+) -> tuple[Any, Any, Any]:
     """(model, tokenizer, generator) for the API's accepted model forms."""
     from numloss.evaluate.generate import HFGenerator, VLLMGenerator, import_vllm
 
@@ -504,7 +700,11 @@ def _generator(model_or_path: Any, backend: str, dtype: str, device: str | None,
             from numloss.evaluate.generate import BackendUnavailable
 
             raise BackendUnavailable("the vLLM backend needs a model folder")
-        return None, None, VLLMGenerator(str(model_or_path), limit, stop, tensor_parallel_size=tp, dtype=dtype)
+        return (
+            None,
+            None,
+            VLLMGenerator(str(model_or_path), limit, stop, tensor_parallel_size=tp, dtype=dtype),
+        )
     if backend != "hf":
         raise ValueError(f"backend must be 'hf' or 'vllm', got {backend!r}")
     if isinstance(model_or_path, tuple):
@@ -516,7 +716,11 @@ def _generator(model_or_path: Any, backend: str, dtype: str, device: str | None,
         target = resolve_device(device)  # a bad --device is refused before the model loads
         model, tokenizer = load_model_and_tokenizer(str(model_or_path), dtype=dtype)
         model = model.to(target)
-    return model, tokenizer, HFGenerator(model, tokenizer, batch_size, limit, stop=stop, progress=progress)
+    return (
+        model,
+        tokenizer,
+        HFGenerator(model, tokenizer, batch_size, limit, stop=stop, progress=progress),
+    )
 
 
 def check_digit_tokens(model_or_path: Any) -> None:
@@ -535,10 +739,14 @@ def check_digit_tokens(model_or_path: Any) -> None:
     try:
         DigitVocab.from_tokenizer(tokenizer)
     except DigitVocabError as error:
-        raise ValueError(f"{error} (or evaluate without the digit metrics: --no-digit-stats, digit_stats=False)") from None
+        raise ValueError(
+            f"{error} (or evaluate without the digit metrics: --no-digit-stats, digit_stats=False)"
+        ) from None
 
 
-def _digit_stats(model: Any, tokenizer: Any, bench: Benchmark, protocol: Protocol, batch_size: int) -> DigitStats | None:
+def _digit_stats(
+    model: Any, tokenizer: Any, bench: Benchmark, protocol: Protocol, batch_size: int
+) -> DigitStats | None:
     from numloss.evaluate.metrics import teacher_forced_digit_stats
 
     numeric = [it for it in bench.items if it.kind != "choice"]
@@ -563,14 +771,19 @@ def _item_result(record: Mapping[str, Any]) -> ItemResult:
 def _check_one_model(rows: Sequence[Mapping[str, Any]], source: str) -> None:
     """Refuse a file holding the outputs of more than one model (by name and weights): scored
     together, their verdicts would be one score that names neither."""
-    models = Counter((str(r.get("model")), str(r.get("model_identity")), str(r.get("model_sha256")))
-                     for r in rows if "model" in r)
+    models = Counter(
+        (str(r.get("model")), str(r.get("model_identity")), str(r.get("model_sha256")))
+        for r in rows
+        if "model" in r
+    )
     if len(models) > 1:
-        named = "; ".join(f"{name} ({identity if identity != 'None' else 'no identity'}, {n} records)"
-                          for (name, identity, _), n in list(models.items())[:3])
+        named = "; ".join(
+            f"{name} ({identity if identity != 'None' else 'no identity'}, {n} records)"
+            for (name, identity, _), n in list(models.items())[:3]
+        )
         raise BenchmarkError(
-            f"{source}: holds the outputs of {len(models)} models ({named}); score one model's records at a time "
-            "(keep the lines of one 'model' and 'model_identity')"
+            f"{source}: holds the outputs of {len(models)} models ({named}); score one model's"
+            " records at a time (keep the lines of one 'model' and 'model_identity')"
         )
 
 
@@ -620,8 +833,11 @@ def score_outputs(
     def cut_text(text: str | None) -> str | None:
         return cut(text, stop) if cutting and text is not None else text
 
-    meta: dict[str, Any] = {"scored_from": source, "format": "lm-eval samples" if samples else "numloss records",
-                            "cut_at_stop": cutting}
+    meta: dict[str, Any] = {
+        "scored_from": source,
+        "format": "lm-eval samples" if samples else "numloss records",
+        "cut_at_stop": cutting,
+    }
     if samples:
         sets = _sample_sets(rows, source, benchmark, data_dir, cut_text, meta)
     else:
@@ -630,8 +846,9 @@ def score_outputs(
     per: Results = {p.name: {} for p in protocols}
     for bench_name, (kind, items, outputs) in sets.items():
         subset = Benchmark(bench_name, kind, items[: limit or None], source)  # type: ignore[arg-type]
-        out = run_benchmark(subset, protocols, None, runner, known_outputs=outputs,
-                            batch_size=batch_size)
+        out = run_benchmark(
+            subset, protocols, None, runner, known_outputs=outputs, batch_size=batch_size
+        )
         for name, results in out.items():
             per[name][bench_name] = results
     return _report(protocols, per, {}, runner, meta)
@@ -646,7 +863,9 @@ def _rows_of(records: str | Path | Iterable[Mapping[str, Any]]) -> tuple[list[Ma
 
     if isinstance(records, (str, Path)):
         if Path(records).is_dir():
-            raise BenchmarkError(f"{records}: is a folder, not a file of records to score (JSON lines)")
+            raise BenchmarkError(
+                f"{records}: is a folder, not a file of records to score (JSON lines)"
+            )
         if not Path(records).is_file():
             raise BenchmarkError(f"{records}: no such file")
         lmeval.refuse_results_file(records)
@@ -654,11 +873,17 @@ def _rows_of(records: str | Path | Iterable[Mapping[str, Any]]) -> tuple[list[Ma
         source = str(records)
     else:
         if isinstance(records, Mapping) or not isinstance(records, Iterable):
-            raise BenchmarkError(f"records must be a JSONL path or an iterable of record mappings, got a {type(records).__name__}")
+            raise BenchmarkError(
+                "records must be a JSONL path or an iterable of record mappings, got a"
+                f" {type(records).__name__}"
+            )
         rows, source = list(records), "records"
         for n, row in enumerate(rows):
             if not isinstance(row, Mapping):
-                raise BenchmarkError(f"record {n}: expected a mapping (benchmark, id, output), got a {type(row).__name__}")
+                raise BenchmarkError(
+                    f"record {n}: expected a mapping (benchmark, id, output), got a"
+                    f" {type(row).__name__}"
+                )
     if not rows:
         raise BenchmarkError(f"{source}: no records to score")
     return rows, source
@@ -667,8 +892,14 @@ def _rows_of(records: str | Path | Iterable[Mapping[str, Any]]) -> tuple[list[Ma
 Sets = dict[str, tuple[str, list[Item], Outputs]]  # {benchmark: (kind, items, outputs)}
 
 
-def _sample_sets(rows: Sequence[Mapping[str, Any]], source: str, benchmark: str | None,
-                 data_dir: str | Path | None, cut_text: Callable, meta: dict[str, Any]) -> Sets:
+def _sample_sets(
+    rows: Sequence[Mapping[str, Any]],
+    source: str,
+    benchmark: str | None,
+    data_dir: str | Path | None,
+    cut_text: Callable,
+    meta: dict[str, Any],
+) -> Sets:
     """{benchmark: (kind, items, outputs)} of lm-eval samples; `meta` gets what was matched how."""
     from numloss.evaluate import lmeval
     from numloss.evaluate.benchmarks import find_local
@@ -676,10 +907,15 @@ def _sample_sets(rows: Sequence[Mapping[str, Any]], source: str, benchmark: str 
     task = lmeval.task_of(source) if source != "records" else None
     name = benchmark or (lmeval.benchmark_of_task(task) if task else None)
     if name is None:
-        raise BenchmarkError(f"{source}: lm-eval samples of task {task!r} are not one of the seven benchmarks; "
-                             "name the benchmark with benchmark= (--outputs-benchmark NAME)" if task else
-                             f"{source}: cannot tell the benchmark of these lm-eval samples from the file name "
-                             "(samples_<task>_<date>.jsonl); name it with benchmark= (--outputs-benchmark NAME)")
+        raise BenchmarkError(
+            f"{source}: lm-eval samples of task {task!r} are not one of the seven benchmarks; "
+            "name the benchmark with benchmark= (--outputs-benchmark NAME)"
+            if task
+            else (
+                f"{source}: cannot tell the benchmark of these lm-eval samples from the file name "
+                "(samples_<task>_<date>.jsonl); name it with benchmark= (--outputs-benchmark NAME)"
+            )
+        )
     name = canonical_name(name)
     ours = None
     if data_dir is not None and find_local(name, Path(data_dir)) is not None:
@@ -692,8 +928,13 @@ def _sample_sets(rows: Sequence[Mapping[str, Any]], source: str, benchmark: str 
     return {name: (kind, [m.item for m in mapped], outputs)}
 
 
-def _record_sets(rows: Sequence[Mapping[str, Any]], source: str, data_dir: str | Path | None,
-                 seed: int | None, cut_text: Callable) -> Sets:
+def _record_sets(
+    rows: Sequence[Mapping[str, Any]],
+    source: str,
+    data_dir: str | Path | None,
+    seed: int | None,
+    cut_text: Callable,
+) -> Sets:
     """{benchmark: (kind, items, outputs)} of numloss records, each item's first output (and the
     first fallback given) kept; a record's question must be its item's."""
     order: dict[str, list[str]] = {}
@@ -717,13 +958,17 @@ def _record_sets(rows: Sequence[Mapping[str, Any]], source: str, data_dir: str |
         by_id = {it.id: it for it in bench.items}
         unknown = [i for i in ids if i not in by_id]
         if unknown:
-            raise BenchmarkError(f"{source}: benchmark {bench_name} has no item with id {unknown[0]!r} ({len(unknown)} unknown ids)")
+            raise BenchmarkError(
+                f"{source}: benchmark {bench_name} has no item with id {unknown[0]!r}"
+                f" ({len(unknown)} unknown ids)"
+            )
         for i in ids:
             saved = questions.get((bench_name, i))
             if saved is not None and saved[0].strip() != by_id[i].question.strip():
                 raise BenchmarkError(
-                    f"{saved[1]}: the record's question is not the question of {bench_name} item {i} ({bench.source}): "
-                    f"{saved[0][:50]!r}... vs {by_id[i].question[:50]!r}...; score it against the data it was generated from"
+                    f"{saved[1]}: the record's question is not the question of {bench_name} item"
+                    f" {i} ({bench.source}): {saved[0][:50]!r}... vs {by_id[i].question[:50]!r}...;"
+                    " score it against the data it was generated from"
                 )
         sets[bench.name] = (bench.kind, [by_id[i] for i in ids], outputs[bench_name])
     return sets

@@ -67,7 +67,11 @@ class Benchmark:
 
     @classmethod
     def from_records(
-        cls, name: str, records: Iterable[Mapping[str, Any]], kind: AnswerKind = "number", source: str = "records"
+        cls,
+        name: str,
+        records: Iterable[Mapping[str, Any]],
+        kind: AnswerKind = "number",
+        source: str = "records",
     ) -> Benchmark:
         """Items from plain `{"question", "answer"[, "options"]}` dicts (synthetic sets, tests)."""
         items = []
@@ -77,20 +81,26 @@ class Benchmark:
             answer = str(_field(record, "answer", where)).strip()
             options = tuple(str(o) for o in record.get("options", ()))
             if kind == "choice" and answer.upper() not in LETTERS[: max(len(options), 1)]:
-                raise BenchmarkError(f"{where}: field 'answer' must be a letter A-E, got {answer!r}")
+                raise BenchmarkError(
+                    f"{where}: field 'answer' must be a letter A-E, got {answer!r}"
+                )
             items.append(Item(str(record.get("id", i)), question, answer, kind, options))
         return cls(name, kind, items, source)
 
 
 def check_limit(limit: int | None) -> None:
-    """The one rule for `--limit` / `limit=` everywhere: None for all items, else a positive count."""
+    """The one rule for `--limit` / `limit=` everywhere: None for all items, else a positive
+    count."""
     if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int) or limit <= 0):
-        raise BenchmarkError(f"--limit must be a positive number of items, got {limit!r} (omit it for all items)")
+        raise BenchmarkError(
+            f"--limit must be a positive number of items, got {limit!r} (omit it for all items)"
+        )
 
 
 # ---------------------------------------------------------------- record parsers
 
-Parsed = tuple[str, str, tuple[str, ...], str]  # question (released text), gold, options, released gold
+# question (released text), gold, options, released gold
+Parsed = tuple[str, str, tuple[str, ...], str]
 
 
 def _field(record: Mapping[str, Any], key: str, where: str) -> Any:
@@ -140,13 +150,15 @@ def _number(value: Any, where: str, key: str) -> str:
         number = float(s)
     except ValueError:
         raise BenchmarkError(f"{where}: field {key!r} must be a number, got {value!r}") from None
-    if number != number or number in (float("inf"), float("-inf")):  # no answer equals NaN; inf is no gold
+    # no answer equals NaN; inf is no gold
+    if number != number or number in (float("inf"), float("-inf")):
         raise BenchmarkError(f"{where}: field {key!r} must be a finite number, got {value!r}")
     return s
 
 
 def boxed_content(text: str) -> str | None:
-    """The content of the last `\\boxed{...}` (or `\\fbox{...}`), braces balanced; None if absent."""
+    """The content of the last `\\boxed{...}` (or `\\fbox{...}`), braces balanced; None if
+    absent."""
     start = max(text.rfind("\\boxed"), text.rfind("\\fbox"))
     if start < 0:
         return None
@@ -175,9 +187,16 @@ def _released_zero(text: str) -> str:
 def _gsm8k(record: Mapping[str, Any], where: str) -> Parsed:
     answer = _text(record, "answer", where)
     if "####" not in answer:
-        raise BenchmarkError(f"{where}: field 'answer' has no '#### <number>' final line (GSM8K format)")
+        raise BenchmarkError(
+            f"{where}: field 'answer' has no '#### <number>' final line (GSM8K format)"
+        )
     released = _released_zero(answer.split("#### ")[-1].replace(",", ""))
-    return _text(record, "question", where), _number(answer.split("####")[-1], where, "answer"), (), released
+    return (
+        _text(record, "question", where),
+        _number(answer.split("####")[-1], where, "answer"),
+        (),
+        released,
+    )
 
 
 def _math(record: Mapping[str, Any], where: str) -> Parsed:
@@ -191,7 +210,9 @@ def _math(record: Mapping[str, Any], where: str) -> Parsed:
         solution = _text(record, "solution", where)
         boxed = boxed_content(solution)
         if boxed is None:
-            raise BenchmarkError(f"{where}: field 'solution' has no \\boxed{{...}} final answer (MATH format)")
+            raise BenchmarkError(
+                f"{where}: field 'solution' has no \\boxed{{...}} final answer (MATH format)"
+            )
         return question, boxed, (), gold_of_solution(solution)
     question = _raw_text(record, "question", where)
     answer = _field(record, "answer", where)
@@ -206,7 +227,12 @@ def _svamp(record: Mapping[str, Any], where: str) -> Parsed:
     body, question = _text(record, "Body", where), _text(record, "Question", where)
     raw = str(_field(record, "Answer", where))
     released = _released_zero(raw[:-2] if raw.endswith(".0") else raw)
-    return f"{body} {question}", _number(_field(record, "Answer", where), where, "Answer"), (), released
+    return (
+        f"{body} {question}",
+        _number(_field(record, "Answer", where), where, "Answer"),
+        (),
+        released,
+    )
 
 
 _OPTION_PREFIX = re.compile(r"^\s*\(?([A-Ea-e])\s*[\)\.:]\s*")
@@ -218,7 +244,9 @@ def _strip_option(text: str) -> str:
 
 def _options_from_list(options: Any, where: str, key: str) -> tuple[str, ...]:
     if not isinstance(options, (list, tuple)) or not 2 <= len(options) <= 5:
-        raise BenchmarkError(f"{where}: field {key!r} must be a list of 2 to 5 options, got {options!r}")
+        raise BenchmarkError(
+            f"{where}: field {key!r} must be a list of 2 to 5 options, got {options!r}"
+        )
     return tuple(_strip_option(o) for o in options)
 
 
@@ -231,8 +259,8 @@ def _letter(value: Any, n_options: int, where: str, key: str) -> str:
     if len(s) == 1 and s in LETTERS[:n_options]:
         return s
     raise BenchmarkError(
-        f"{where}: field {key!r} must name one of {n_options} options (a letter A-{LETTERS[n_options - 1]} "
-        f"or an index), got {value!r}"
+        f"{where}: field {key!r} must name one of {n_options} options (a letter"
+        f" A-{LETTERS[n_options - 1]} or an index), got {value!r}"
     )
 
 
@@ -261,7 +289,12 @@ def _aqua(record: Mapping[str, Any], where: str) -> Parsed:
     # the released line: "(" + "(".join(options), then "(" -> " (" and ")" -> ") "
     line = ("(" + "(".join(str(o) for o in raw_options)).replace("(", " (").replace(")", ") ")
     letter = _letter(_field(record, "correct", where), len(options), where, "correct")
-    return _text(record, "question", where) + "\nAnswer Choices:" + line, letter, options, str(record["correct"])
+    return (
+        _text(record, "question", where) + "\nAnswer Choices:" + line,
+        letter,
+        options,
+        str(record["correct"]),
+    )
 
 
 def _mmlu(record: Mapping[str, Any], where: str) -> Parsed:
@@ -269,7 +302,12 @@ def _mmlu(record: Mapping[str, Any], where: str) -> Parsed:
     letter = _letter(_field(record, "answer", where), len(options), where, "answer")
     raw = [str(c) for c in record["choices"]]
     listed = " ".join(f"({LETTERS[i]}) {c}" for i, c in enumerate(raw))
-    return _raw_text(record, "question", where) + "\nAnswer Choices: " + listed, letter, options, letter
+    return (
+        _raw_text(record, "question", where) + "\nAnswer Choices: " + listed,
+        letter,
+        options,
+        letter,
+    )
 
 
 def _sat(record: Mapping[str, Any], where: str) -> Parsed:
@@ -290,7 +328,9 @@ def _sat(record: Mapping[str, Any], where: str) -> Parsed:
     question = _raw_text(record, "question", where)  # MAmmoTH sat.json: the released text as is
     _, options = split_choices(question)
     if not options:
-        raise BenchmarkError(f"{where}: field 'question' has no 'Answer Choices: (A) ...' list (MAmmoTH SAT format)")
+        raise BenchmarkError(
+            f"{where}: field 'question' has no 'Answer Choices: (A) ...' list (MAmmoTH SAT format)"
+        )
     letter = _letter(_field(record, "answer", where), len(options), where, "answer")
     return question, letter, options, str(record["answer"])
 
@@ -299,37 +339,81 @@ def _simuleq(record: Mapping[str, Any], where: str) -> Parsed:
     answer = _field(record, "answer", where)
     if isinstance(answer, list) and len(answer) != 1:
         raise BenchmarkError(
-            f"{where}: field 'answer' holds {len(answer)} values; numloss scores one number per item"
+            f"{where}: field 'answer' holds {len(answer)} values; numloss scores one number per"
+            " item"
         )
     return _raw_text(record, "question", where), _number(answer, where, "answer"), (), str(answer)
 
 
 @dataclass(frozen=True)
 class Spec:
-    """How to find and read one benchmark: answer kind, record parser, Hub copy, local file names."""
+    """How to find and read one benchmark: answer kind, record parser, Hub copy, local file
+    names."""
 
     kind: AnswerKind
     parse: Callable[[Mapping[str, Any], str], Parsed]
-    hub: tuple[str, tuple[str | None, ...], tuple[str, ...]] | None  # (id, configs, splits), concatenated
+    # (id, configs, splits), concatenated
+    hub: tuple[str, tuple[str | None, ...], tuple[str, ...]] | None
     local_names: tuple[str, ...] = field(default_factory=tuple)
 
 
 # the paper's MMLU-math: five subjects, formal_logic included (378 + 270 + 126 + 100 + 100 = 974)
 # in the order of the released mmlu/mathematics.json: item ids are positions, so a Hub load must
 # give every item the id it has in the file
-MMLU_MATH_SUBJECTS = ("elementary_mathematics", "high_school_mathematics", "college_mathematics", "abstract_algebra", "formal_logic")
+MMLU_MATH_SUBJECTS = (
+    "elementary_mathematics",
+    "high_school_mathematics",
+    "college_mathematics",
+    "abstract_algebra",
+    "formal_logic",
+)
 
 BENCHMARKS: dict[str, Spec] = {
-    "gsm8k": Spec("number", _gsm8k, ("openai/gsm8k", ("main",), ("test",)), ("gsm8k/gsm8k.jsonl", "gsm8k/test.jsonl")),
-    "math": Spec("math", _math, ("DigitalLearningGmbH/MATH-lighteval", (None,), ("test",)), ("math/MATH.json", "math/test.jsonl")),
+    "gsm8k": Spec(
+        "number",
+        _gsm8k,
+        ("openai/gsm8k", ("main",), ("test",)),
+        ("gsm8k/gsm8k.jsonl", "gsm8k/test.jsonl"),
+    ),
+    "math": Spec(
+        "math",
+        _math,
+        ("DigitalLearningGmbH/MATH-lighteval", (None,), ("test",)),
+        ("math/MATH.json", "math/test.jsonl"),
+    ),
     # SVAMP's 1000 problems are ChilleD/SVAMP's train (700) and test (300) splits together
-    "svamp": Spec("number", _svamp, ("ChilleD/SVAMP", (None,), ("train", "test")), ("SVAMP/SVAMP.json", "svamp/SVAMP.json")),
+    "svamp": Spec(
+        "number",
+        _svamp,
+        ("ChilleD/SVAMP", (None,), ("train", "test")),
+        ("SVAMP/SVAMP.json", "svamp/SVAMP.json"),
+    ),
     "simuleq": Spec("number", _simuleq, None, ("simuleq/simuleq.json",)),
-    "aqua": Spec("choice", _aqua, ("deepmind/aqua_rat", ("raw",), ("test",)), ("AQuA/AQuA.json", "aqua/AQuA.json", "aqua/test.json")),
-    "sat": Spec("choice", _sat, ("hails/agieval-sat-math", (None,), ("test",)), ("sat/sat.json", "sat/sat-math.jsonl")),
-    "mmlu_math": Spec("choice", _mmlu, ("cais/mmlu", MMLU_MATH_SUBJECTS, ("test",)), ("mmlu/mathematics.json", "mmlu_mathematics/test.json")),
+    "aqua": Spec(
+        "choice",
+        _aqua,
+        ("deepmind/aqua_rat", ("raw",), ("test",)),
+        ("AQuA/AQuA.json", "aqua/AQuA.json", "aqua/test.json"),
+    ),
+    "sat": Spec(
+        "choice",
+        _sat,
+        ("hails/agieval-sat-math", (None,), ("test",)),
+        ("sat/sat.json", "sat/sat-math.jsonl"),
+    ),
+    "mmlu_math": Spec(
+        "choice",
+        _mmlu,
+        ("cais/mmlu", MMLU_MATH_SUBJECTS, ("test",)),
+        ("mmlu/mathematics.json", "mmlu_mathematics/test.json"),
+    ),
 }
-ALIASES = {"sat_math": "sat", "sat-math": "sat", "mmlu_mathematics": "mmlu_math", "mmlu-math": "mmlu_math"}
+ALIASES = {
+    "sat_math": "sat",
+    "sat-math": "sat",
+    "mmlu_mathematics": "mmlu_math",
+    "mmlu-math": "mmlu_math",
+}
 
 
 # ---------------------------------------------------------------- file and hub readers
@@ -340,7 +424,9 @@ def read_located(path: Path) -> list[tuple[dict[str, Any], str]]:
     file, each with where it is: "FILE:LINE" for line-per-record files, else "FILE record I"
     (0-based), for error messages."""
     if path.is_dir():
-        raise BenchmarkError(f"{path}: is a folder; give the benchmark file inside it (or --data-dir {path})")
+        raise BenchmarkError(
+            f"{path}: is a folder; give the benchmark file inside it (or --data-dir {path})"
+        )
     if not path.is_file():
         raise BenchmarkError(f"{path}: no such file")
     suffix = path.suffix.lower()
@@ -348,7 +434,9 @@ def read_located(path: Path) -> list[tuple[dict[str, Any], str]]:
         import pyarrow.parquet as pq
 
         try:
-            return [(r, f"{path} record {i}") for i, r in enumerate(pq.read_table(path).to_pylist())]
+            return [
+                (r, f"{path} record {i}") for i, r in enumerate(pq.read_table(path).to_pylist())
+            ]
         except Exception as error:  # pyarrow raises several types for a bad file
             raise BenchmarkError(f"{path}: not a readable Parquet file ({error})") from None
     text = read_utf8(path, BenchmarkError)
@@ -364,8 +452,13 @@ def read_located(path: Path) -> list[tuple[dict[str, Any], str]]:
                 raise BenchmarkError(f"{path}: expected a JSON list of objects")
             return [(r, f"{path} record {i}") for i, r in enumerate(data)]
     elif suffix != ".jsonl":
-        raise BenchmarkError(f"{path}: unsupported file type {suffix!r}; use .json, .jsonl or .parquet")
-    return [(record, f"{path}:{number}") for number, record in _jsonl_records(text, path, "a JSON object per line")]
+        raise BenchmarkError(
+            f"{path}: unsupported file type {suffix!r}; use .json, .jsonl or .parquet"
+        )
+    return [
+        (record, f"{path}:{number}")
+        for number, record in _jsonl_records(text, path, "a JSON object per line")
+    ]
 
 
 def _jsonl_records(text: str, path: Path, expected: str) -> list[tuple[int, dict[str, Any]]]:
@@ -385,11 +478,15 @@ def _jsonl_records(text: str, path: Path, expected: str) -> list[tuple[int, dict
     return records
 
 
-def _hub_records(name: str, hub_id: str, configs: Sequence[str | None], splits: Sequence[str]) -> list[dict[str, Any]]:
+def _hub_records(
+    name: str, hub_id: str, configs: Sequence[str | None], splits: Sequence[str]
+) -> list[dict[str, Any]]:
     try:
         import datasets
     except ImportError as error:  # pragma: no cover - datasets is a dependency
-        raise BenchmarkError(f"{name}: the 'datasets' package is needed to load {hub_id}") from error
+        raise BenchmarkError(
+            f"{name}: the 'datasets' package is needed to load {hub_id}"
+        ) from error
     records: list[dict[str, Any]] = []
     for config in configs:
         for split in splits:
@@ -397,10 +494,11 @@ def _hub_records(name: str, hub_id: str, configs: Sequence[str | None], splits: 
                 ds = datasets.load_dataset(hub_id, config, split=split)
             except Exception as error:  # offline, missing, renamed: say what to do
                 raise BenchmarkError(
-                    f"{name}: cannot load {hub_id}{'/' + config if config else ''} (split {split}) from the "
-                    f"Hugging Face Hub: {type(error).__name__}: {str(error).splitlines()[0] if str(error) else ''}. "
-                    f"Offline, download the file elsewhere and pass it: --data-dir DIR (with "
-                    f"{name}.jsonl|json|parquet) or --benchmarks {name}=PATH."
+                    f"{name}: cannot load {hub_id}{'/' + config if config else ''} (split {split})"
+                    f" from the Hugging Face Hub: {type(error).__name__}:"
+                    f" {str(error).splitlines()[0] if str(error) else ''}. Offline, download the"
+                    f" file elsewhere and pass it: --data-dir DIR (with {name}.jsonl|json|parquet)"
+                    f" or --benchmarks {name}=PATH."
                 ) from None
             records.extend(dict(r) for r in ds)
     return records
@@ -409,14 +507,18 @@ def _hub_records(name: str, hub_id: str, configs: Sequence[str | None], splits: 
 SYNTHETIC_PREFIXES = ("synthetic:", "gym:")
 FILE_PREFIX = "file:"
 SYNTHETIC_SEED = 10_000  # far from the small seeds training sets use, so items are held out
-SYNTHETIC_MAX = 1_000_000  # --limit is a synthetic set's size: a typo of 10**9 would fill the memory
+# --limit is a synthetic set's size: a typo of 10**9 would fill the memory
+SYNTHETIC_MAX = 1_000_000
 
 
 def _synthetic(name: str, limit: int | None, seed: int) -> Benchmark:
     """A built-in set: `synthetic:<numloss generator>` or `gym:<reasoning-gym set>`, seeded."""
     prefix, set_name = name.split(":", 1)
     if limit is not None and limit > SYNTHETIC_MAX:
-        raise BenchmarkError(f"{name}: --limit {limit} asks for more than {SYNTHETIC_MAX:,} generated items; give a smaller --limit")
+        raise BenchmarkError(
+            f"{name}: --limit {limit} asks for more than {SYNTHETIC_MAX:,} generated items; give a"
+            " smaller --limit"
+        )
     if prefix == "synthetic":
         from numloss.data.synthetic import generate
     else:
@@ -425,7 +527,9 @@ def _synthetic(name: str, limit: int | None, seed: int) -> Benchmark:
         examples = generate(set_name, limit or 100, seed=seed)
     except ValueError as error:
         raise BenchmarkError(f"{name}: {error}") from None
-    records = [{"id": i, "question": e.instruction, "answer": e.answer} for i, e in enumerate(examples)]
+    records = [
+        {"id": i, "question": e.instruction, "answer": e.answer} for i, e in enumerate(examples)
+    ]
     # symbolic answers (e.g. "3/4") go through math-verify
     kind: AnswerKind = "number" if all(_is_number(r["answer"]) for r in records) else "math"
     if kind == "number":
@@ -434,7 +538,9 @@ def _synthetic(name: str, limit: int | None, seed: int) -> Benchmark:
     return Benchmark.from_records(name, records, kind, source=f"{name} seed {seed}")
 
 
-FILE_SUMMARY = "one JSON object per line with 'question', 'answer' and optionally 'options', 'id', 'kind'"
+FILE_SUMMARY = (
+    "one JSON object per line with 'question', 'answer' and optionally 'options', 'id', 'kind'"
+)
 
 
 def _file_set(path_text: str) -> Benchmark:
@@ -446,10 +552,14 @@ def _file_set(path_text: str) -> Benchmark:
         raise BenchmarkError(f"file:{path}: no such file (expected a .jsonl file: {FILE_SUMMARY})")
     items: list[Item] = []
     seen: set[str] = set()
-    for number, record in _jsonl_records(read_utf8(path, BenchmarkError), path, "a JSON object with 'question' and 'answer'"):
+    for number, record in _jsonl_records(
+        read_utf8(path, BenchmarkError), path, "a JSON object with 'question' and 'answer'"
+    ):
         item = _file_item(record, f"{path}:{number}", number)
         if item.id in seen:
-            raise BenchmarkError(f"{path}:{number}: duplicate id {item.id!r}; ids key the results and must be unique")
+            raise BenchmarkError(
+                f"{path}:{number}: duplicate id {item.id!r}; ids key the results and must be unique"
+            )
         seen.add(item.id)
         items.append(item)
     if not items:
@@ -464,40 +574,65 @@ def _file_item(record: Mapping[str, Any], where: str, number: int) -> Item:
     question = _raw_text(record, "question", where)
     answer = _field(record, "answer", where)
     if isinstance(answer, (bool, list, dict)) or (isinstance(answer, str) and not answer.strip()):
-        raise BenchmarkError(f"{where}: field 'answer' must be a number, a fraction or a letter, got {json.dumps(answer)}")
+        raise BenchmarkError(
+            f"{where}: field 'answer' must be a number, a fraction or a letter, got"
+            f" {json.dumps(answer)}"
+        )
     options: tuple[str, ...] = ()
     if record.get("options") is not None:
         raw_options = record["options"]
-        if isinstance(raw_options, list) and any(isinstance(o, (bool, list, dict)) or o is None for o in raw_options):
-            raise BenchmarkError(f"{where}: field 'options' must be a list of 2 to 5 strings, got {json.dumps(raw_options)}")
+        if isinstance(raw_options, list) and any(
+            isinstance(o, (bool, list, dict)) or o is None for o in raw_options
+        ):
+            raise BenchmarkError(
+                f"{where}: field 'options' must be a list of 2 to 5 strings, got"
+                f" {json.dumps(raw_options)}"
+            )
         options = tuple(str(o) for o in raw_options) if isinstance(raw_options, list) else ()
         if not 2 <= len(options) <= 5:
-            raise BenchmarkError(f"{where}: field 'options' must be a list of 2 to 5 strings, got {record['options']!r}")
+            raise BenchmarkError(
+                f"{where}: field 'options' must be a list of 2 to 5 strings, got"
+                f" {record['options']!r}"
+            )
     kind = record.get("kind", None)
     if kind is not None and kind not in ("number", "choice", "math"):
-        raise BenchmarkError(f"{where}: field 'kind' must be 'number', 'choice' or 'math', got {json.dumps(kind)}")
+        raise BenchmarkError(
+            f"{where}: field 'kind' must be 'number', 'choice' or 'math', got {json.dumps(kind)}"
+        )
     kind = kind or ("choice" if options else None)
     if kind is None:
         fraction = re.fullmatch(r"\s*-?\d+\s*/\s*\d+\s*", str(answer))
         kind = "number" if _is_number(str(answer)) or fraction else "math"
     if kind == "choice":
         if not options:
-            raise BenchmarkError(f"{where}: a 'choice' item needs 'options' (a list of 2 to 5 strings)")
+            raise BenchmarkError(
+                f"{where}: a 'choice' item needs 'options' (a list of 2 to 5 strings)"
+            )
         gold = _letter(answer, len(options), where, "answer")
         question = with_choices(question, options)
     elif kind == "number":
-        gold = str(answer).strip().replace(" ", "") if "/" in str(answer) else _number(answer, where, "answer")
+        gold = (
+            str(answer).strip().replace(" ", "")
+            if "/" in str(answer)
+            else _number(answer, where, "answer")
+        )
     else:
         gold = str(answer).strip()
-    if "id" in record and (isinstance(record["id"], bool) or not isinstance(record["id"], (str, int))):
-        raise BenchmarkError(f"{where}: field 'id' must be a string or an integer, got {record['id']!r}")
+    if "id" in record and (
+        isinstance(record["id"], bool) or not isinstance(record["id"], (str, int))
+    ):
+        raise BenchmarkError(
+            f"{where}: field 'id' must be a string or an integer, got {record['id']!r}"
+        )
     return Item(str(record.get("id", number)), question, gold, kind, options)
 
 
 def expected_files(name: str) -> list[str]:
     """The file names `find_local` looks for, in order."""
     names = (name, *[a for a, t in ALIASES.items() if t == name])
-    return [f"{n}.{ext}" for n in names for ext in ("jsonl", "json", "parquet")] + list(BENCHMARKS[name].local_names)
+    return [f"{n}.{ext}" for n in names for ext in ("jsonl", "json", "parquet")] + list(
+        BENCHMARKS[name].local_names
+    )
 
 
 def find_local(name: str, data_dir: Path) -> Path | None:
@@ -515,12 +650,21 @@ def canonical_name(name: str) -> str:
     key = name.strip().lower()
     key = ALIASES.get(key, key)
     if key not in BENCHMARKS and not key.startswith(SYNTHETIC_PREFIXES):
-        known = ", ".join([*BENCHMARKS, "synthetic:<numloss.data.synthetic set>", "gym:<numloss.data.gym set>", "file:PATH.jsonl"])
+        known = ", ".join(
+            [
+                *BENCHMARKS,
+                "synthetic:<numloss.data.synthetic set>",
+                "gym:<numloss.data.gym set>",
+                "file:PATH.jsonl",
+            ]
+        )
         raise BenchmarkError(f"unknown benchmark {name!r}; known: {known}")
     return key
 
 
-def parse_records(name: str, records: Sequence[Mapping[str, Any]], source: str, where: Sequence[str] | None = None) -> Benchmark:
+def parse_records(
+    name: str, records: Sequence[Mapping[str, Any]], source: str, where: Sequence[str] | None = None
+) -> Benchmark:
     """Items of benchmark `name` from its raw records; errors name `source`, the record (its line
     when `where` gives it) and the field.
 
@@ -535,7 +679,16 @@ def parse_records(name: str, records: Sequence[Mapping[str, Any]], source: str, 
         if not isinstance(record, Mapping):
             raise BenchmarkError(f"{at}: expected a JSON object, got {type(record).__name__}")
         question, answer, options, released = spec.parse(record, at)
-        items.append(Item(str(record.get("id", record.get("ID", i))), question, answer, spec.kind, options, released))
+        items.append(
+            Item(
+                str(record.get("id", record.get("ID", i))),
+                question,
+                answer,
+                spec.kind,
+                options,
+                released,
+            )
+        )
     return Benchmark(name, spec.kind, items, source)
 
 
@@ -561,7 +714,11 @@ def load_benchmark(
     spec = BENCHMARKS[key]
     if path is not None and str(path).startswith("hf:"):
         parts = str(path)[3:].split(":")
-        hub_id, config, split = parts[0], (parts[1] or None) if len(parts) > 1 else None, parts[2] if len(parts) > 2 else "test"
+        hub_id, config, split = (
+            parts[0],
+            (parts[1] or None) if len(parts) > 1 else None,
+            parts[2] if len(parts) > 2 else "test",
+        )
         records = _hub_records(key, hub_id, (config,), (split,))
         return parse_records(key, records, f"hf:{hub_id}").head(limit)
     if path is None and data_dir is not None:
@@ -570,25 +727,32 @@ def load_benchmark(
         path = find_local(key, Path(data_dir))
         if path is None:
             raise BenchmarkError(
-                f"{key}: no file for it under {data_dir}; expected one of: {', '.join(expected_files(key))} "
-                f"(or pass --benchmarks {key}=PATH)"
+                f"{key}: no file for it under {data_dir}; expected one of:"
+                f" {', '.join(expected_files(key))} (or pass --benchmarks {key}=PATH)"
             )
     if path is not None:
         file = Path(path)
         located = read_located(file)
-        return parse_records(key, [r for r, _ in located], str(file), [w for _, w in located]).head(limit)
+        return parse_records(key, [r for r, _ in located], str(file), [w for _, w in located]).head(
+            limit
+        )
     if spec.hub is None:
         raise BenchmarkError(
-            f"{key}: no Hugging Face copy is known; pass a local file (MAmmoTH's {spec.local_names[0]}) "
-            f"with --data-dir DIR or --benchmarks {key}=PATH"
+            f"{key}: no Hugging Face copy is known; pass a local file (MAmmoTH's"
+            f" {spec.local_names[0]}) with --data-dir DIR or --benchmarks {key}=PATH"
         )
     hub_id, configs, splits = spec.hub
     records = _hub_records(key, hub_id, configs, splits)
     return parse_records(key, records, f"hf:{hub_id}").head(limit)
 
 
-def load_for_records(name: str, ids: Sequence[str], data_dir: str | Path | None = None, seed: int | None = None,
-                     size: int | None = None) -> Benchmark:
+def load_for_records(
+    name: str,
+    ids: Sequence[str],
+    data_dir: str | Path | None = None,
+    seed: int | None = None,
+    size: int | None = None,
+) -> Benchmark:
     """The benchmark that saved outputs for the items `ids` were generated on (`score_outputs`):
     a file or released set whole; a synthetic set generated again with its recorded `seed` and
     `size`, at least as many items as its largest id (a position) needs (its generators are
@@ -602,7 +766,8 @@ def load_for_records(name: str, ids: Sequence[str], data_dir: str | Path | None 
 
 
 def parse_benchmark_list(text: str) -> list[tuple[str, str | None]]:
-    """`"gsm8k,svamp=data/svamp.json,file:mine.jsonl"` -> [("gsm8k", None), ("svamp", "data/svamp.json"), ...]."""
+    """`"gsm8k,svamp=data/svamp.json,file:mine.jsonl"` -> [("gsm8k", None), ("svamp",
+    "data/svamp.json"), ...]."""
     out = []
     for part in text.split(","):
         part = part.strip()
@@ -614,5 +779,7 @@ def parse_benchmark_list(text: str) -> list[tuple[str, str | None]]:
         name, _, where = part.partition("=")
         out.append((canonical_name(name), where.strip() or None))
     if not out:
-        raise BenchmarkError("--benchmarks is empty; name at least one, e.g. --benchmarks gsm8k,svamp")
+        raise BenchmarkError(
+            "--benchmarks is empty; name at least one, e.g. --benchmarks gsm8k,svamp"
+        )
     return out

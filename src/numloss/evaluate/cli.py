@@ -46,36 +46,128 @@ class _Parser(argparse.ArgumentParser):
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = _Parser(prog="numloss eval", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("model", nargs="?", help="model folder, 'smollm2', 'tiny' or a Hugging Face id in the local cache (not with --score-outputs)")
-    p.add_argument("--benchmarks", default="gsm8k", help="comma-separated: gsm8k,math,svamp,simuleq,aqua,sat,mmlu_math,synthetic:NAME,gym:NAME,file:PATH.jsonl; NAME=PATH for a file")
-    p.add_argument("--data-dir", help="folder holding the benchmark files (NAME.jsonl|json|parquet or the released layout, e.g. ../shared/benchmarks)")
-    p.add_argument("--protocol", choices=("released", "numloss", "both"), default=None,
-                   help="default: numloss (both for lm-eval samples given to --score-outputs)")
-    p.add_argument("--score-outputs", metavar="FILE.jsonl",
-                   help="score saved outputs instead of generating: numloss records (benchmark, id, output[, fallback_output, question]) "
-                        "or an lm-evaluation-harness --log_samples file (samples_<task>_<date>.jsonl)")
-    p.add_argument("--outputs-benchmark", metavar="NAME", help="the benchmark of an lm-eval samples file whose task name does not say it")
-    p.add_argument("--no-stop-cut", action="store_true",
-                   help="do not cut outputs at the protocol's stop strings (on by default for generated outputs and numloss records; "
-                        "lm-eval samples are never cut)")
+    p = _Parser(
+        prog="numloss eval",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument(
+        "model",
+        nargs="?",
+        help=(
+            "model folder, 'smollm2', 'tiny' or a Hugging Face id in the local cache (not with"
+            " --score-outputs)"
+        ),
+    )
+    p.add_argument(
+        "--benchmarks",
+        default="gsm8k",
+        help=(
+            "comma-separated:"
+            " gsm8k,math,svamp,simuleq,aqua,sat,mmlu_math,synthetic:NAME,gym:NAME,file:PATH.jsonl;"
+            " NAME=PATH for a file"
+        ),
+    )
+    p.add_argument(
+        "--data-dir",
+        help=(
+            "folder holding the benchmark files (NAME.jsonl|json|parquet or the released layout,"
+            " e.g. ../shared/benchmarks)"
+        ),
+    )
+    p.add_argument(
+        "--protocol",
+        choices=("released", "numloss", "both"),
+        default=None,
+        help="default: numloss (both for lm-eval samples given to --score-outputs)",
+    )
+    p.add_argument(
+        "--score-outputs",
+        metavar="FILE.jsonl",
+        help=(
+            "score saved outputs instead of generating: numloss records (benchmark, id, output[,"
+            " fallback_output, question]) or an lm-evaluation-harness --log_samples file"
+            " (samples_<task>_<date>.jsonl)"
+        ),
+    )
+    p.add_argument(
+        "--outputs-benchmark",
+        metavar="NAME",
+        help="the benchmark of an lm-eval samples file whose task name does not say it",
+    )
+    p.add_argument(
+        "--no-stop-cut",
+        action="store_true",
+        help=(
+            "do not cut outputs at the protocol's stop strings (on by default for generated outputs"
+            " and numloss records; lm-eval samples are never cut)"
+        ),
+    )
     p.add_argument("--limit", type=int, help="first N items of each benchmark (a positive number)")
-    p.add_argument("--seed", type=int, default=None, help="seed of the synthetic sets (default: a held-out seed)")
+    p.add_argument(
+        "--seed",
+        type=int,
+        default=None,
+        help="seed of the synthetic sets (default: a held-out seed)",
+    )
     p.add_argument("--backend", choices=("hf", "vllm"), default="hf")
-    p.add_argument("--batch-size", type=int, default=8, help="prompts per generation batch; also the unit written to items.jsonl")
-    p.add_argument("--max-new-tokens", type=int, default=None, help="cap the protocol's limits (1500 open, 2048 multiple choice)")
+    p.add_argument(
+        "--batch-size",
+        type=int,
+        default=8,
+        help="prompts per generation batch; also the unit written to items.jsonl",
+    )
+    p.add_argument(
+        "--max-new-tokens",
+        type=int,
+        default=None,
+        help="cap the protocol's limits (1500 open, 2048 multiple choice)",
+    )
     p.add_argument("--tensor-parallel", type=int, default=1, help="GPUs per model (vLLM)")
     p.add_argument("--dtype", choices=("auto", "float32", "bfloat16", "float16"), default="auto")
-    p.add_argument("--device", default=None, help="torch device (default: cuda when available, else cpu)")
-    p.add_argument("--threads", type=int, default=None, help="torch CPU threads (1 is fastest on a busy shared machine)")
-    p.add_argument("--no-pot", action="store_true", help="chain of thought only (no program of thought)")
-    p.add_argument("--no-digit-stats", action="store_true", help="skip the teacher-forced digit metrics")
-    p.add_argument("--workers", type=int, default=None, help="parallel sandboxed programs, at least 1 (default: CPU count)")
-    p.add_argument("--program-timeout", type=float, default=5.0, help="wall seconds per program (the released 5 s)")
-    p.add_argument("--allow-unisolated-exec", action="store_true",
-                   help="run programs even where kernel isolation is unavailable (or NUMLOSS_ALLOW_UNISOLATED_EXEC=1)")
-    p.add_argument("--overwrite", action="store_true",
-                   help="redo items already in OUT/items.jsonl for this model and settings (their records are moved to OUT/items.jsonl.overwritten-TIME)")
+    p.add_argument(
+        "--device", default=None, help="torch device (default: cuda when available, else cpu)"
+    )
+    p.add_argument(
+        "--threads",
+        type=int,
+        default=None,
+        help="torch CPU threads (1 is fastest on a busy shared machine)",
+    )
+    p.add_argument(
+        "--no-pot", action="store_true", help="chain of thought only (no program of thought)"
+    )
+    p.add_argument(
+        "--no-digit-stats", action="store_true", help="skip the teacher-forced digit metrics"
+    )
+    p.add_argument(
+        "--workers",
+        type=int,
+        default=None,
+        help="parallel sandboxed programs, at least 1 (default: CPU count)",
+    )
+    p.add_argument(
+        "--program-timeout",
+        type=float,
+        default=5.0,
+        help="wall seconds per program (the released 5 s)",
+    )
+    p.add_argument(
+        "--allow-unisolated-exec",
+        action="store_true",
+        help=(
+            "run programs even where kernel isolation is unavailable (or"
+            " NUMLOSS_ALLOW_UNISOLATED_EXEC=1)"
+        ),
+    )
+    p.add_argument(
+        "--overwrite",
+        action="store_true",
+        help=(
+            "redo items already in OUT/items.jsonl for this model and settings (their records are"
+            " moved to OUT/items.jsonl.overwritten-TIME)"
+        ),
+    )
     p.add_argument("--out", default="outputs/eval", help="output folder")
     p.add_argument("--quiet", action="store_true", help="no progress bars")
     return p
@@ -86,14 +178,18 @@ def check_out(out: str) -> None:
     read-only folder or file system, or a path through a file is refused before any work."""
     path = Path(out)
     if path.exists() and not path.is_dir():
-        raise ValueError(f"--out {out}: is a file, not a folder; give a folder for items.jsonl and the report")
+        raise ValueError(
+            f"--out {out}: is a file, not a folder; give a folder for items.jsonl and the report"
+        )
     try:
         path.mkdir(parents=True, exist_ok=True)
         probe = path / f".numloss-write-check-{os.getpid()}"
         probe.write_bytes(b"")
         probe.unlink()
     except OSError as error:
-        raise ValueError(f"--out {out}: cannot write there ({error.strerror or error}); give a writable folder") from None
+        raise ValueError(
+            f"--out {out}: cannot write there ({error.strerror or error}); give a writable folder"
+        ) from None
 
 
 @contextmanager
@@ -129,15 +225,26 @@ def keep_report_of_other_origin(out: Path, origin: dict[str, str], overwrite: bo
     theirs = {key: str(meta[key])} if key is not None else {}
     if not theirs or theirs == origin:
         return
-    what = f"outputs scored from {theirs['scored_from']}" if "scored_from" in theirs else f"an evaluation of {theirs['model']}"
+    what = (
+        f"outputs scored from {theirs['scored_from']}"
+        if "scored_from" in theirs
+        else f"an evaluation of {theirs['model']}"
+    )
     if not overwrite:
-        raise ValueError(f"--out {out} holds the report of {what} (results.json, report.md); writing this one would "
-                         "replace it: give another --out, or --overwrite to keep the old report beside as *.overwritten-TIME")
+        raise ValueError(
+            f"--out {out} holds the report of {what} (results.json, report.md); writing this one"
+            " would replace it: give another --out, or --overwrite to keep the old report beside"
+            " as *.overwritten-TIME"
+        )
     stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
     for name in ("results.json", "report.md"):
         if (out / name).is_file():
             os.replace(out / name, out / f"{name}.overwritten-{stamp}")
-    print(f"numloss eval: --overwrite: the report of {what} kept as {out}/results.json.overwritten-{stamp}", file=sys.stderr)
+    print(
+        f"numloss eval: --overwrite: the report of {what} kept as"
+        f" {out}/results.json.overwritten-{stamp}",
+        file=sys.stderr,
+    )
 
 
 def _unexpected(error: BaseException) -> int:
@@ -145,7 +252,11 @@ def _unexpected(error: BaseException) -> int:
     if os.environ.get("NUMLOSS_DEBUG", "") not in ("", "0"):
         raise error
     first = next((line for line in str(error).splitlines() if line.strip()), "")
-    print(f"numloss eval: unexpected error {type(error).__name__}: {first} (NUMLOSS_DEBUG=1 shows the traceback)", file=sys.stderr)
+    print(
+        f"numloss eval: unexpected error {type(error).__name__}: {first} (NUMLOSS_DEBUG=1 shows the"
+        " traceback)",
+        file=sys.stderr,
+    )
     return 1
 
 
@@ -154,7 +265,9 @@ def _check_args(args: argparse.Namespace) -> None:
     from numloss.evaluate.runner import check_program_options
 
     if not args.out.strip():
-        raise ValueError("--out is empty; give a folder for items.jsonl and the report (default outputs/eval)")
+        raise ValueError(
+            "--out is empty; give a folder for items.jsonl and the report (default outputs/eval)"
+        )
     if args.seed is not None and not 0 <= args.seed < 2**32:  # numpy's seed range
         raise ValueError(f"--seed must be in [0, 2**32), got {args.seed}")
     check_program_options(args.program_timeout, args.workers)
@@ -167,13 +280,25 @@ def _score(args: argparse.Namespace) -> EvalReport:
     """`--score-outputs`: the report of the saved outputs."""
     from numloss.evaluate.api import score_outputs
 
-    report = score_outputs(args.score_outputs, args.protocol, args.data_dir, allow_unisolated=args.allow_unisolated_exec or None,
-                           workers=args.workers, program_timeout=args.program_timeout, limit=args.limit, seed=args.seed,
-                           cut_at_stop=False if args.no_stop_cut else None, benchmark=args.outputs_benchmark)
+    report = score_outputs(
+        args.score_outputs,
+        args.protocol,
+        args.data_dir,
+        allow_unisolated=args.allow_unisolated_exec or None,
+        workers=args.workers,
+        program_timeout=args.program_timeout,
+        limit=args.limit,
+        seed=args.seed,
+        cut_at_stop=False if args.no_stop_cut else None,
+        benchmark=args.outputs_benchmark,
+    )
     if report.isolation.get("mode") == "unavailable":  # as `evaluate` says it before generating
-        print(f"numloss eval: programs were not run: {report.isolation.get('detail', '')}. "
-              "Items with a program were scored from their chain-of-thought fallback output where the file has one.",
-              file=sys.stderr)
+        print(
+            f"numloss eval: programs were not run: {report.isolation.get('detail', '')}. Items with"
+            " a program were scored from their chain-of-thought fallback output where the file has"
+            " one.",
+            file=sys.stderr,
+        )
     return report
 
 
@@ -188,25 +313,49 @@ def _evaluate(args: argparse.Namespace) -> EvalReport:
 
         resolve_device(args.device)
     if args.max_new_tokens is not None and args.max_new_tokens < 1:
-        raise ValueError(f"--max-new-tokens must be at least 1, got {args.max_new_tokens} (omit it for the protocol's limits)")
+        raise ValueError(
+            f"--max-new-tokens must be at least 1, got {args.max_new_tokens} (omit it for the"
+            " protocol's limits)"
+        )
     if args.batch_size < 1:
-        raise ValueError(f"--batch-size must be a positive number of prompts, got {args.batch_size}")
+        raise ValueError(
+            f"--batch-size must be a positive number of prompts, got {args.batch_size}"
+        )
     if args.tensor_parallel < 1:
-        raise ValueError(f"--tensor-parallel must be a positive number of GPUs, got {args.tensor_parallel}")
+        raise ValueError(
+            f"--tensor-parallel must be a positive number of GPUs, got {args.tensor_parallel}"
+        )
     return evaluate(
-        args.model, args.benchmarks, args.data_dir, args.protocol or "numloss", limit=args.limit, cut_at_stop=not args.no_stop_cut,
-        results_file=Path(args.out) / "items.jsonl", overwrite=args.overwrite, batch_size=args.batch_size,
-        max_new_tokens=args.max_new_tokens, backend=args.backend, dtype=args.dtype, device=args.device,
-        tensor_parallel=args.tensor_parallel, digit_stats=not args.no_digit_stats, program_of_thought=not args.no_pot,
-        allow_unisolated=args.allow_unisolated_exec or None, workers=args.workers,
-        program_timeout=args.program_timeout, seed=args.seed, progress=not args.quiet, threads=args.threads,
+        args.model,
+        args.benchmarks,
+        args.data_dir,
+        args.protocol or "numloss",
+        limit=args.limit,
+        cut_at_stop=not args.no_stop_cut,
+        results_file=Path(args.out) / "items.jsonl",
+        overwrite=args.overwrite,
+        batch_size=args.batch_size,
+        max_new_tokens=args.max_new_tokens,
+        backend=args.backend,
+        dtype=args.dtype,
+        device=args.device,
+        tensor_parallel=args.tensor_parallel,
+        digit_stats=not args.no_digit_stats,
+        program_of_thought=not args.no_pot,
+        allow_unisolated=args.allow_unisolated_exec or None,
+        workers=args.workers,
+        program_timeout=args.program_timeout,
+        seed=args.seed,
+        progress=not args.quiet,
+        threads=args.threads,
     )
 
 
 @sigterm_as_interrupt()
 def main(argv: list[str] | None = None) -> int:
     """Run the evaluation; returns the exit status (2 for bad input, with the reason on stderr;
-    1 for an unexpected error, in one line too). SIGTERM ends it as Ctrl-C does (numloss.interrupt)."""
+    1 for an unexpected error, in one line too). SIGTERM ends it as Ctrl-C does (numloss.interrupt).
+    """
     args = build_parser().parse_args(argv)  # first: `--help` and a bad option load no model code
     from numloss.evaluate.generate import BackendUnavailable
     from numloss.evaluate.report import write_report
@@ -214,23 +363,40 @@ def main(argv: list[str] | None = None) -> int:
 
     try:
         _check_args(args)
-        origin = {"scored_from": str(args.score_outputs)} if args.score_outputs else {"model": str(args.model)}
+        origin = (
+            {"scored_from": str(args.score_outputs)}
+            if args.score_outputs
+            else {"model": str(args.model)}
+        )
         with hold_out(args.out):
             keep_report_of_other_origin(Path(args.out), origin, args.overwrite)
             report = _score(args) if args.score_outputs else _evaluate(args)
-            report.meta["command"] = ["numloss", "eval", *(argv if argv is not None else sys.argv[1:])]
+            report.meta["command"] = [
+                "numloss",
+                "eval",
+                *(argv if argv is not None else sys.argv[1:]),
+            ]
             check_out(args.out)
             write_report(args.out, report)
     except (BenchmarkError, BackendUnavailable, ModelUnavailableError, ValueError) as error:
         print(f"numloss eval: {error}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
-        saved = "" if args.score_outputs else f"; finished batches are in {Path(args.out) / 'items.jsonl'}, a re-run resumes from them"
+        saved = (
+            ""
+            if args.score_outputs
+            else (
+                f"; finished batches are in {Path(args.out) / 'items.jsonl'}, a re-run resumes from"
+                " them"
+            )
+        )
         print(f"numloss eval: interrupted{saved}", file=sys.stderr)
         return 130
     except OSError as error:  # disk full, a folder removed mid-run
         where = f" {error.filename}" if error.filename else ""
-        print(f"numloss eval: cannot read or write{where}: {error.strerror or error}", file=sys.stderr)
+        print(
+            f"numloss eval: cannot read or write{where}: {error.strerror or error}", file=sys.stderr
+        )
         return 2
     except Exception as error:  # noqa: BLE001 - the command line prints one line, never a traceback
         return _unexpected(error)
@@ -246,7 +412,16 @@ def print_summary(report: EvalReport) -> None:
     print("accuracy % (95 % interval)")
     for protocol in report.protocols:
         for name, s in report.scores[protocol].items():
-            print(f"{protocol:<9} {name:<24} {with_interval(s.accuracy, s.ci95)}  {s.correct} of {s.count} right")
-        print(f"{protocol:<9} {'mACC':<24} {with_interval(report.macc(protocol), report.macc_ci95(protocol))}")
+            print(
+                f"{protocol:<9} {name:<24} {with_interval(s.accuracy, s.ci95)}  {s.correct} of"
+                f" {s.count} right"
+            )
+        print(
+            f"{protocol:<9} {'mACC':<24}"
+            f" {with_interval(report.macc(protocol), report.macc_ci95(protocol))}"
+        )
     if len(report.protocols) > 1:
-        print("verdicts differ: " + ", ".join(f"{b} {len(ids)}" for b, ids in report.disagreements.items()))
+        print(
+            "verdicts differ: "
+            + ", ".join(f"{b} {len(ids)}" for b, ids in report.disagreements.items())
+        )

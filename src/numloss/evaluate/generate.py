@@ -1,4 +1,5 @@
-"""Generation backends: a transformers causal LM (batched greedy decoding, see HFGenerator) and vLLM.
+"""Generation backends: a transformers causal LM (batched greedy decoding, see HFGenerator) and
+vLLM.
 
 Both take a list of prompt strings and return one `Generation` per prompt, in order, with greedy
 decoding and the stop strings cut off (a model trained on the Alpaca template tends to start a new
@@ -34,7 +35,9 @@ class Generation:
 class Generator(Protocol):
     """Anything that turns prompts into completions, greedily, in order."""
 
-    def generate(self, prompts: Sequence[str], max_new_tokens: int | None = None) -> list[Generation]: ...
+    def generate(
+        self, prompts: Sequence[str], max_new_tokens: int | None = None
+    ) -> list[Generation]: ...
 
 
 def resolve_device(device: str | None) -> str:
@@ -45,16 +48,30 @@ def resolve_device(device: str | None) -> str:
     try:
         parsed = torch.device(device)
     except (RuntimeError, TypeError, ValueError):
-        raise ValueError(f"--device {device!r} is not a torch device; use cpu, cuda, cuda:N or mps (default: cuda when available)") from None
+        raise ValueError(
+            f"--device {device!r} is not a torch device; use cpu, cuda, cuda:N or mps (default:"
+            " cuda when available)"
+        ) from None
     if parsed.type == "cuda":
         if not torch.cuda.is_available():
-            why = "this torch is built without CUDA" if torch.version.cuda is None else "no CUDA GPU is visible"
-            raise BackendUnavailable(f"--device {device}: {why}; use --device cpu (or omit --device)")
+            why = (
+                "this torch is built without CUDA"
+                if torch.version.cuda is None
+                else "no CUDA GPU is visible"
+            )
+            raise BackendUnavailable(
+                f"--device {device}: {why}; use --device cpu (or omit --device)"
+            )
         if parsed.index is not None and parsed.index >= torch.cuda.device_count():
-            raise BackendUnavailable(f"--device {device}: only {torch.cuda.device_count()} CUDA GPU(s) visible (cuda:0 to cuda:{torch.cuda.device_count() - 1})")
+            raise BackendUnavailable(
+                f"--device {device}: only {torch.cuda.device_count()} CUDA GPU(s) visible (cuda:0"
+                f" to cuda:{torch.cuda.device_count() - 1})"
+            )
     elif parsed.type == "mps":
         if not (getattr(torch.backends, "mps", None) and torch.backends.mps.is_available()):
-            raise BackendUnavailable(f"--device {device}: MPS is not available here; use --device cpu")
+            raise BackendUnavailable(
+                f"--device {device}: MPS is not available here; use --device cpu"
+            )
     elif parsed.type != "cpu":
         raise ValueError(f"--device {device!r}: numloss eval runs on cpu, cuda or mps")
     return device
@@ -100,10 +117,15 @@ class HFGenerator:
         self.tokens, self.seconds = 0, 0.0
         self._limit = max_new_tokens
         self._bar: Any = None  # one progress bar across generate() calls (`_progress_bar`)
-        self._expected, self.fallbacks = False, 0  # a total given by `expect`; fallback rows generated
-        self.pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
+        # a total given by `expect`; fallback rows generated
+        self._expected, self.fallbacks = False, 0
+        self.pad_id = (
+            tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
+        )
         if self.pad_id is None:
-            raise ValueError("the tokenizer has neither a pad nor an eos token; batched generation needs one")
+            raise ValueError(
+                "the tokenizer has neither a pad nor an eos token; batched generation needs one"
+            )
         eos = getattr(getattr(model, "generation_config", None), "eos_token_id", None)
         self.eos_id = eos if eos is not None else tokenizer.eos_token_id
         # the end of a turn is this model's own: its generation config's eos ids (a chat model's
@@ -114,8 +136,15 @@ class HFGenerator:
         self._cache_arg = "cache" if "cache" in forward else "past_key_values"
         self._keep_last = "logits_to_keep" in forward
 
-    def _forward(self, ids: torch.Tensor, mask: torch.Tensor | None, positions: torch.Tensor | None, cache: Any) -> torch.Tensor:
-        """Run `ids` [B, T] through the model on top of `cache`; the float32 logits of the last position [B, V]."""
+    def _forward(
+        self,
+        ids: torch.Tensor,
+        mask: torch.Tensor | None,
+        positions: torch.Tensor | None,
+        cache: Any,
+    ) -> torch.Tensor:
+        """Run `ids` [B, T] through the model on top of `cache`; the float32 logits of the last
+        position [B, V]."""
         kwargs: dict[str, Any] = {self._cache_arg: cache, "use_cache": True}
         if mask is not None:
             kwargs.update(attention_mask=mask, position_ids=positions)
@@ -124,7 +153,8 @@ class HFGenerator:
         return self.model(input_ids=ids, **kwargs).logits[:, -1].float()
 
     def _finished(self, tokens: list[int]) -> bool:
-        """Whether a row that has generated `tokens` is done (EOS, a stop string, or the token limit)."""
+        """Whether a row that has generated `tokens` is done (EOS, a stop string, or the token
+        limit)."""
         if tokens[-1] in self.eos_ids or len(tokens) >= self._limit:
             return True
         if not self.stop:
@@ -132,7 +162,9 @@ class HFGenerator:
         text = self.tokenizer.decode(tokens, skip_special_tokens=True)
         return any(s in text for s in self.stop)
 
-    def _batch(self, rows: Sequence[Sequence[int]], on_row: Callable[[int], Any] | None = None) -> list[list[int]]:
+    def _batch(
+        self, rows: Sequence[Sequence[int]], on_row: Callable[[int], Any] | None = None
+    ) -> list[list[int]]:
         """Greedy continuations (token ids, EOS included) of the tokenized prompts `rows`;
         `on_row(1)` is called as each row finishes (the progress bar moves per item)."""
         device = next(self.model.parameters()).device
@@ -190,7 +222,8 @@ class HFGenerator:
         return tqdm(total=total, desc="generate", unit="item", disable=not self.progress)
 
     def _progress_bar(self, more: int) -> Any:
-        """The one progress bar of this generator; without `expect`, its total raised by `more` prompts."""
+        """The one progress bar of this generator; without `expect`, its total raised by `more`
+        prompts."""
         if self._bar is None:
             self._bar = self._new_bar(0)
         if not self._expected:
@@ -208,10 +241,12 @@ class HFGenerator:
             self._bar.close()
             self._bar, self._expected = None, False
 
-    def generate(self, prompts: Sequence[str], max_new_tokens: int | None = None, fallback: bool = False) -> list[Generation]:
-        """Greedy completions of `prompts`, in the order given (`max_new_tokens` overrides the default).
-        `fallback`: these are chain-of-thought fallbacks of items already counted by the progress
-        bar; they show as its "fallbacks" count instead of moving it."""
+    def generate(
+        self, prompts: Sequence[str], max_new_tokens: int | None = None, fallback: bool = False
+    ) -> list[Generation]:
+        """Greedy completions of `prompts`, in the order given (`max_new_tokens` overrides the
+        default). `fallback`: these are chain-of-thought fallbacks of items already counted by the
+        progress bar; they show as its "fallbacks" count instead of moving it."""
         if not prompts:
             return []
         if max_new_tokens is not None and max_new_tokens < 1:
@@ -220,7 +255,9 @@ class HFGenerator:
         rows = self.tokenizer(list(prompts))["input_ids"]
         empty = [i for i, row in enumerate(rows) if not row]
         if empty:
-            raise ValueError(f"prompt {empty[0]} tokenizes to no tokens; generation needs at least one")
+            raise ValueError(
+                f"prompt {empty[0]} tokenizes to no tokens; generation needs at least one"
+            )
         order = sorted(range(len(prompts)), key=lambda i: -len(rows[i]))
         results: list[Generation | None] = [None] * len(prompts)
         was_training = self.model.training
@@ -233,7 +270,9 @@ class HFGenerator:
             with torch.inference_mode():
                 for b in range(0, len(order), self.batch_size):
                     chunk = order[b : b + self.batch_size]
-                    for index, tokens in zip(chunk, self._batch([rows[i] for i in chunk], on_row), strict=True):
+                    for index, tokens in zip(
+                        chunk, self._batch([rows[i] for i in chunk], on_row), strict=True
+                    ):
                         text = self.tokenizer.decode(tokens, skip_special_tokens=True)
                         results[index] = Generation(cut_at_stop(text, self.stop), len(tokens))
                         self.tokens += len(tokens)
@@ -244,7 +283,8 @@ class HFGenerator:
 
 
 def shared_prefix(rows: Sequence[Sequence[int]]) -> int:
-    """Length of the token prefix common to all `rows`, leaving every row at least one token of its own."""
+    """Length of the token prefix common to all `rows`, leaving every row at least one token of its
+    own."""
     first, limit = rows[0], min(len(r) for r in rows) - 1
     for n in range(limit):
         token = first[n]
@@ -254,14 +294,16 @@ def shared_prefix(rows: Sequence[Sequence[int]]) -> int:
 
 
 def _base_model(model: Any) -> Any:
-    """The transformers model under a PEFT wrapper (whose own forward takes **kwargs), else `model`."""
+    """The transformers model under a PEFT wrapper (whose own forward takes **kwargs), else
+    `model`."""
     get_base = getattr(model, "get_base_model", None)
     return get_base() if callable(get_base) else model
 
 
 def new_cache(model: Any) -> Any:
     """A `DynamicCache` for `model` whose full-attention layers are `RoomyLayer`s (see
-    `roomy_layer_class`); sliding-window or other special layers stay as transformers builds them."""
+    `roomy_layer_class`); sliding-window or other special layers stay as transformers builds them.
+    """
     from transformers import DynamicCache
     from transformers.cache_utils import DynamicLayer
 
@@ -295,14 +337,18 @@ class _Roomy:
         self.values = self.room_values[:, :, : self.length]
 
     @staticmethod
-    def _grown(room: torch.Tensor | None, states: torch.Tensor, length: int, needed: int) -> torch.Tensor:
+    def _grown(
+        room: torch.Tensor | None, states: torch.Tensor, length: int, needed: int
+    ) -> torch.Tensor:
         shape = (*states.shape[:2], max(2 * needed, 32), states.shape[-1])
         grown = states.new_empty(shape)
         if room is not None and length:
             grown[:, :, :length] = room[:, :, :length]
         return grown
 
-    def update(self, key_states: torch.Tensor, value_states: torch.Tensor, *args: Any, **kwargs: Any) -> tuple[torch.Tensor, torch.Tensor]:
+    def update(
+        self, key_states: torch.Tensor, value_states: torch.Tensor, *args: Any, **kwargs: Any
+    ) -> tuple[torch.Tensor, torch.Tensor]:
         if not self.is_initialized:
             self.lazy_initialization(key_states, value_states)
         end = self.length + key_states.shape[-2]
@@ -370,13 +416,22 @@ class VLLMGenerator:
     ) -> None:
         vllm = import_vllm()
         self.vllm = vllm
-        self.llm = vllm.LLM(model=model_path, tensor_parallel_size=tensor_parallel_size, dtype=dtype)
+        self.llm = vllm.LLM(
+            model=model_path, tensor_parallel_size=tensor_parallel_size, dtype=dtype
+        )
         self.max_new_tokens, self.stop = max_new_tokens, list(stop)
         self.tokens, self.seconds = 0, 0.0
 
-    def generate(self, prompts: Sequence[str], max_new_tokens: int | None = None) -> list[Generation]:
+    def generate(
+        self, prompts: Sequence[str], max_new_tokens: int | None = None
+    ) -> list[Generation]:
         start = time.perf_counter()
-        params = self.vllm.SamplingParams(temperature=0.0, top_p=1.0, max_tokens=max_new_tokens or self.max_new_tokens, stop=self.stop)
+        params = self.vllm.SamplingParams(
+            temperature=0.0,
+            top_p=1.0,
+            max_tokens=max_new_tokens or self.max_new_tokens,
+            stop=self.stop,
+        )
         outputs = self.llm.generate(list(prompts), params)
         self.seconds += time.perf_counter() - start
         results = [Generation(o.outputs[0].text, len(o.outputs[0].token_ids)) for o in outputs]
@@ -390,7 +445,8 @@ def import_vllm() -> Any:
         import vllm
     except ImportError:
         raise BackendUnavailable(
-            "the vLLM backend needs the 'vllm' package, which is not installed: install it on a "
-            "machine with a CUDA GPU (numloss's [vllm] extra: pip install -e '.[vllm]' from a clone), or use --backend hf"
+            "the vLLM backend needs the 'vllm' package, which is not installed: install it on a"
+            " machine with a CUDA GPU (numloss's [vllm] extra: pip install -e '.[vllm]' from a"
+            " clone), or use --backend hf"
         ) from None
     return vllm

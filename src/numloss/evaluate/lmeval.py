@@ -39,24 +39,38 @@ def refuse_results_file(path: str | Path) -> None:
     by_content = head.startswith("{") and '"results"' in head[:300] and '"doc_id"' not in head
     if not (by_name and head.startswith("{")) and not by_content:
         return
-    stamp = regex_stamp.group(1) if (regex_stamp := re.fullmatch(r"results_(.+)\.json", path.name)) else None
+    stamp = (
+        regex_stamp.group(1)
+        if (regex_stamp := re.fullmatch(r"results_(.+)\.json", path.name))
+        else None
+    )
     beside = sorted(path.parent.glob(f"samples_*_{stamp}.jsonl")) if stamp else []
     beside = beside or sorted(path.parent.glob("samples_*.jsonl"))
-    instead = ", ".join(str(p) for p in beside[:6]) + (f" (and {len(beside) - 6} more)" if len(beside) > 6 else "")
+    instead = ", ".join(str(p) for p in beside[:6]) + (
+        f" (and {len(beside) - 6} more)" if len(beside) > 6 else ""
+    )
     raise BenchmarkError(
-        f"{path}: this is lm-evaluation-harness's aggregated results file (scores per task, no model outputs); "
-        "give the per-task samples file lm_eval --log_samples writes beside it instead: "
-        + (instead or "samples_<task>_<date>.jsonl (none is beside this one: rerun lm_eval with --log_samples)")
+        f"{path}: this is lm-evaluation-harness's aggregated results file (scores per task, no"
+        " model outputs); give the per-task samples file lm_eval --log_samples writes beside it"
+        " instead: "
+        + (
+            instead
+            or "samples_<task>_<date>.jsonl (none is beside this one: rerun lm_eval with --log_samples)"  # noqa: E501
+        )
     )
 
 
 def is_samples(rows: Sequence[Mapping[str, Any]]) -> bool:
     """Whether `rows` look like lm-eval samples (doc_id, doc, resps; no numloss `benchmark`)."""
-    return bool(rows) and all(isinstance(r, Mapping) and all(k in r for k in SAMPLE_FIELDS) and "benchmark" not in r for r in rows)
+    return bool(rows) and all(
+        isinstance(r, Mapping) and all(k in r for k in SAMPLE_FIELDS) and "benchmark" not in r
+        for r in rows
+    )
 
 
 def task_of(path: str | Path) -> str | None:
-    """The task name in an lm-eval samples file name (`samples_gsm8k_2024-05-01T10-00-00.123.jsonl`)."""
+    """The task name in an lm-eval samples file name
+    (`samples_gsm8k_2024-05-01T10-00-00.123.jsonl`)."""
     match = re.match(r"samples_(.+?)_(\d{4}-\d{2}-\d{2}T[\d\-.:]+)\.jsonl$", Path(path).name)
     return match.group(1) if match else None
 
@@ -88,7 +102,9 @@ class Sample:
     item: Item
     output: str
     doc_id: str
-    matched: str  # "id" (our file's item with that id), "question" (found by its question), "doc" (made from the doc)
+    # "id" (our file's item with that id), "question" (found by its question), "doc" (made from the
+    # doc)
+    matched: str
 
 
 def _text(sample: Mapping[str, Any], where: str) -> str:
@@ -96,8 +112,11 @@ def _text(sample: Mapping[str, Any], where: str) -> str:
     first = resps[0] if isinstance(resps, list) and resps else None
     text = first[0] if isinstance(first, list) and first else first
     if not isinstance(text, str):
-        raise BenchmarkError(f"{where}: field 'resps' holds no generated text ({type(text).__name__}); "
-                             "only generate_until tasks (e.g. gsm8k, minerva_math, mmlu_flan_cot_zeroshot) can be scored")
+        raise BenchmarkError(
+            f"{where}: field 'resps' holds no generated text ({type(text).__name__}); only"
+            " generate_until tasks (e.g. gsm8k, minerva_math, mmlu_flan_cot_zeroshot) can be"
+            " scored"
+        )
     return text
 
 
@@ -105,14 +124,18 @@ def _key(question: str) -> str:
     return " ".join(question.split())
 
 
-def read_samples(rows: Sequence[Mapping[str, Any]], benchmark: str, source: str, ours: Benchmark | None) -> list[Sample]:
-    """Map lm-eval `rows` of `benchmark` to items (module doc); `ours` is our copy of the benchmark, if any."""
+def read_samples(
+    rows: Sequence[Mapping[str, Any]], benchmark: str, source: str, ours: Benchmark | None
+) -> list[Sample]:
+    """Map lm-eval `rows` of `benchmark` to items (module doc); `ours` is our copy of the benchmark,
+    if any."""
     by_id = {it.id: it for it in ours.items} if ours is not None else {}
     by_question = {_key(it.question): it for it in ours.items} if ours is not None else {}
     out, seen = [], set()
     for n, row in enumerate(rows, 1):
         where = f"{source}:{n}"
-        if str(row.get("doc_id")) in seen:  # lm-eval writes one sample per document and filter: same text
+        # lm-eval writes one sample per document and filter: same text
+        if str(row.get("doc_id")) in seen:
             continue
         seen.add(str(row.get("doc_id")))
         doc = row.get("doc")
@@ -122,8 +145,10 @@ def read_samples(rows: Sequence[Mapping[str, Any]], benchmark: str, source: str,
         try:
             made = parse_records(benchmark, [doc], where, [where]).items[0]
         except BenchmarkError as error:
-            raise BenchmarkError(f"{error} (lm-eval sample doc_id {doc_id}: its doc is not a {benchmark} record; "
-                                 "name the benchmark with benchmark= / --outputs-benchmark)") from None
+            raise BenchmarkError(
+                f"{error} (lm-eval sample doc_id {doc_id}: its doc is not a {benchmark} record; "
+                "name the benchmark with benchmark= / --outputs-benchmark)"
+            ) from None
         item, matched = made, "doc"
         if doc_id in by_id and _key(by_id[doc_id].question) == _key(made.question):
             item, matched = by_id[doc_id], "id"
@@ -144,11 +169,20 @@ def _check_target(target: Any, item: Item, where: str) -> None:
         return
     if item.kind == "choice":
         letters = "ABCDE"
-        given = letters[target] if isinstance(target, int) and 0 <= target < len(letters) else str(target).strip().strip("()").upper()
+        given = (
+            letters[target]
+            if isinstance(target, int) and 0 <= target < len(letters)
+            else str(target).strip().strip("()").upper()
+        )
         if given in letters and given != item.answer.upper():
-            raise BenchmarkError(f"{where}: lm-eval target {target!r} is not the gold {item.answer!r} of {item.id}")
+            raise BenchmarkError(
+                f"{where}: lm-eval target {target!r} is not the gold {item.answer!r} of {item.id}"
+            )
     elif item.kind == "number":
         text = str(target).split("####")[-1]
         value = parse_exact(text)
         if value is not None and not number_matches(value, item.answer):
-            raise BenchmarkError(f"{where}: lm-eval target {str(target)[-40:]!r} is not the gold {item.answer!r} of {item.id}")
+            raise BenchmarkError(
+                f"{where}: lm-eval target {str(target)[-40:]!r} is not the gold {item.answer!r} of"
+                f" {item.id}"
+            )

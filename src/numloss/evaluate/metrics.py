@@ -20,7 +20,8 @@ MAX_DIGIT_ENTROPY = math.log(10.0)
 
 
 def wilson_interval(correct: int, total: int, z: float = 1.96) -> tuple[float, float]:
-    """The 95 % Wilson score interval of a binomial proportion (sound near 0 and 1, unlike p +- 2se).
+    """The 95 % Wilson score interval of a binomial proportion (sound near 0 and 1, unlike p +-
+    2se).
 
     Own formula, not statsmodels': `numloss eval` reports it and needs no scipy or statsmodels
     (tests/test_compare_stats_libraries.py checks it against statsmodels' proportion_confint)."""
@@ -64,7 +65,11 @@ def numeric_distance(preds: Sequence[float | None], golds: Sequence[float]) -> N
     """Distance between predicted and gold numbers; None (or non-finite) predictions are missing."""
     if len(preds) != len(golds):
         raise ValueError(f"preds and golds differ in length: {len(preds)} vs {len(golds)}")
-    pairs = [(float(p), float(g)) for p, g in zip(preds, golds, strict=True) if p is not None and math.isfinite(p)]
+    pairs = [
+        (float(p), float(g))
+        for p, g in zip(preds, golds, strict=True)
+        if p is not None and math.isfinite(p)
+    ]
     missing = len(preds) - len(pairs)
     if not pairs:
         return NumericDistance(float("nan"), float("nan"), 0, missing)
@@ -73,7 +78,9 @@ def numeric_distance(preds: Sequence[float | None], golds: Sequence[float]) -> N
     mae = total / len(pairs)
     slog = sum(abs(signed_log(p) - signed_log(g)) for p, g in pairs) / len(pairs)
     # one degenerate prediction (a number of 255 digits) can be the whole MAE: reports say so
-    share = max(errors) / total if total > 0 and math.isfinite(total) else (1.0 if total > 0 else 0.0)
+    share = (
+        max(errors) / total if total > 0 and math.isfinite(total) else (1.0 if total > 0 else 0.0)
+    )
     return NumericDistance(mae, slog, len(pairs), missing, share)
 
 
@@ -81,7 +88,9 @@ def digits_by_place(number: float | str) -> dict[int, int]:
     """The digits of |number| keyed by place (units 0, tens 1, first decimal -1), written in plain
     decimal without leading or trailing zeros ("0.50" -> {0: 0, -1: 5}); floats through repr."""
     try:
-        d = Decimal(repr(number) if isinstance(number, float) else str(number).replace(",", "").strip())
+        d = Decimal(
+            repr(number) if isinstance(number, float) else str(number).replace(",", "").strip()
+        )
     except InvalidOperation:
         raise ValueError(f"not a number: {number!r}") from None
     if not d.is_finite():
@@ -108,7 +117,9 @@ class PlaceAccuracy:
         return self.correct / self.total if self.total else float("nan")
 
 
-def place_accuracy(preds: Sequence[float | str | None], golds: Sequence[float | str]) -> list[PlaceAccuracy]:
+def place_accuracy(
+    preds: Sequence[float | str | None], golds: Sequence[float | str]
+) -> list[PlaceAccuracy]:
     """Accuracy by digit place (`digits_by_place`, signs ignored), highest place first: at each
     place where the gold has a digit (leading digit to last non-zero decimal), an item is right
     when the prediction has the same digit there; no digit there, or no prediction, is wrong."""
@@ -173,8 +184,9 @@ def _padded(rows: list[tuple[list[int], int]], pad: int) -> tuple[torch.Tensor, 
     return input_ids, attention, labels
 
 
-def _measure(logits: torch.Tensor, labels: torch.Tensor, vocab: DigitVocab,
-             table: Any) -> tuple[list, list, list]:
+def _measure(
+    logits: torch.Tensor, labels: torch.Tensor, vocab: DigitVocab, table: Any
+) -> tuple[list, list, list]:
     """(entropies, correct, places) at the digit positions of `labels` (see the caller)."""
     from numloss.losses.number_tokens import slot_logits
 
@@ -213,7 +225,11 @@ def teacher_forced_digit_stats(
     if len(prompts) != len(answers):
         raise ValueError(f"prompts and answers differ in length: {len(prompts)} vs {len(answers)}")
     vocab = vocab or DigitVocab.from_tokenizer(tokenizer)
-    pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else (tokenizer.eos_token_id or 0)
+    pad = (
+        tokenizer.pad_token_id
+        if tokenizer.pad_token_id is not None
+        else (tokenizer.eos_token_id or 0)
+    )
     device = next(model.parameters()).device
     table = vocab.number_table(device)
     was_training = model.training
@@ -225,7 +241,9 @@ def teacher_forced_digit_stats(
         for b in range(0, len(prompts), batch_size):
             pairs = zip(prompts[b : b + batch_size], answers[b : b + batch_size], strict=True)
             input_ids, attention, labels = _padded([_rows(tokenizer, p, a) for p, a in pairs], pad)
-            logits = model(input_ids=input_ids.to(device), attention_mask=attention.to(device)).logits
+            logits = model(
+                input_ids=input_ids.to(device), attention_mask=attention.to(device)
+            ).logits
             more_entropies, more_correct, more_places = _measure(logits, labels, vocab, table)
             entropies += more_entropies
             correct += more_correct

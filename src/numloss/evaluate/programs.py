@@ -34,15 +34,25 @@ class Refused:
 class ProgramRunner:
     """Runs scripts in the sandbox at most once each (a cache keyed by the script's text)."""
 
-    def __init__(self, limits: SandboxLimits | None = None, workers: int | None = None, allow_unisolated: bool | None = None) -> None:
+    def __init__(
+        self,
+        limits: SandboxLimits | None = None,
+        workers: int | None = None,
+        allow_unisolated: bool | None = None,
+    ) -> None:
         self.limits, self.workers = limits, workers
         self.allow = opted_in(allow_unisolated)
         self.isolation = isolation(self.allow)
         self.cache: dict[tuple[str, int, int, str], ProgramResult] = {}
         self.ran = 0
 
-    def run(self, scripts: Sequence[str], output_bytes: int | None = None, memory_bytes: int | None = None,
-            clock: str | None = None) -> list[ProgramResult | Refused]:
+    def run(
+        self,
+        scripts: Sequence[str],
+        output_bytes: int | None = None,
+        memory_bytes: int | None = None,
+        clock: str | None = None,
+    ) -> list[ProgramResult | Refused]:
         """One result per script, in order; `Refused` results when isolation is unavailable.
 
         `output_bytes` / `memory_bytes` / `clock` override this runner's limits for these scripts
@@ -51,15 +61,19 @@ class ProgramRunner:
         if not self.isolation.available:
             return [Refused(self.isolation.detail) for _ in scripts]
         base = self.limits or SandboxLimits()
-        limits = replace(base, output_bytes=base.output_bytes if output_bytes is None else output_bytes,
-                         memory_bytes=base.memory_bytes if memory_bytes is None else memory_bytes,
-                         clock=base.clock if clock is None else clock)
+        limits = replace(
+            base,
+            output_bytes=base.output_bytes if output_bytes is None else output_bytes,
+            memory_bytes=base.memory_bytes if memory_bytes is None else memory_bytes,
+            clock=base.clock if clock is None else clock,
+        )
         keys = [(s, limits.output_bytes, limits.memory_bytes, limits.clock) for s in scripts]
         todo = list(dict.fromkeys(k for k in keys if k not in self.cache))
         if todo:
             try:
-                results = sandbox.run_programs([k[0] for k in todo], limits, self.workers,
-                                               allow_unisolated=self.allow)
+                results = sandbox.run_programs(
+                    [k[0] for k in todo], limits, self.workers, allow_unisolated=self.allow
+                )
             except sandbox.SandboxUnavailable as error:  # isolation went away mid-run
                 self.isolation = Isolation("unavailable", str(error))
                 return self.run(scripts, output_bytes, memory_bytes, clock)

@@ -20,17 +20,26 @@ Style = Literal["pot", "cot"]
 POT_TRIGGER = "Let's write a program."
 
 # the released dataset names, which pick the released answer triggers (GSM8K adds "####")
-RELEASED_DATASET = {"gsm8k": "gsm8k", "svamp": "svamp", "simuleq": "simuleq", "math": "math",
-                    "aqua": "aqua", "sat": "sat", "mmlu_math": "mmlu_mathematics"}
+RELEASED_DATASET = {
+    "gsm8k": "gsm8k",
+    "svamp": "svamp",
+    "simuleq": "simuleq",
+    "math": "math",
+    "aqua": "aqua",
+    "sat": "sat",
+    "mmlu_math": "mmlu_mathematics",
+}
 
 
 def first_style(item: Item, program_of_thought: bool = True) -> Style:
-    """The first attempt: program of thought for open answers, chain of thought for multiple choice."""
+    """The first attempt: program of thought for open answers, chain of thought for multiple
+    choice."""
     return "pot" if program_of_thought and item.kind != "choice" else "cot"
 
 
 def released_prompt(item: Item, style: Style) -> str:
-    """The released 0-shot Alpaca prompt: `alpaca` for open answers, `alpaca_mc` for multiple choice."""
+    """The released 0-shot Alpaca prompt: `alpaca` for open answers, `alpaca_mc` for multiple
+    choice."""
     if style not in ("pot", "cot"):
         raise ValueError(f"prompt style must be 'pot' or 'cot', got {style!r}")
     if item.kind == "choice":
@@ -43,11 +52,15 @@ def released_prompt(item: Item, style: Style) -> str:
 
 
 def _released_dataset(item: Item, benchmark: str) -> str:
-    return RELEASED_DATASET.get(benchmark, {"number": "svamp", "choice": "aqua", "math": "math"}[item.kind])
+    return RELEASED_DATASET.get(
+        benchmark, {"number": "svamp", "choice": "aqua", "math": "math"}[item.kind]
+    )
 
 
 def released_extract(item: Item, text: str, benchmark: str) -> answers.Reading:
-    return answers.Reading(released.answer_clean(_released_dataset(item, benchmark), item.kind, text))
+    return answers.Reading(
+        released.answer_clean(_released_dataset(item, benchmark), item.kind, text)
+    )
 
 
 def numloss_extract(item: Item, text: str, benchmark: str) -> answers.Reading:
@@ -76,11 +89,18 @@ def released_finalize(item: Item, prediction: str) -> str:
 # A fence: ``` or ~~~, a tag ("python", "python3", "py", " python" after a space, none), the code,
 # the same fence closing it (or the end of the output). The code part is lazy up to the next
 # closing fence, so one opening scans at most to its close: linear over the output.
-_FENCE = re.compile(r"(?m)^[ \t]{0,8}(?P<fence>```|~~~)[ \t]{0,4}(?P<tag>[\w+.#-]{0,20})[ \t]{0,4}\n(?P<code>.*?)(?:^[ \t]{0,8}(?P=fence)|\Z)", re.S)
+_FENCE = re.compile(
+    r"(?m)^[ \t]{0,8}(?P<fence>```|~~~)[ \t]{0,4}(?P<tag>[\w+.#-]{0,20})["
+    r" \t]{0,4}\n(?P<code>.*?)(?:^[ \t]{0,8}(?P=fence)|\Z)",
+    re.S,
+)
 _PYTHON_TAGS = {"python", "python3", "py", "py3", "python2", "ipython", "pycon"}
 _PRINTS = ("print(", "stdout.write(")
 # a fenced block right after such a line is what a program printed, not code
-_RESULT_LABEL = re.compile(r"(?i)(?:^|\n)[ \t*#]{0,8}(?:output|result|results|prints|printed|console|stdout)[ \t*]{0,4}:?[ \t*]{0,4}\n?[ \t]{0,8}$")
+_RESULT_LABEL = re.compile(
+    r"(?i)(?:^|\n)[ \t*#]{0,8}(?:output|result|results|prints|printed|console|stdout)[ \t*]{0,4}:?["
+    r" \t*]{0,4}\n?[ \t]{0,8}$"
+)
 
 
 def _program_blocks(code: str) -> list[re.Match[str]]:
@@ -112,8 +132,10 @@ def numloss_program(output: str) -> str | None:
 # the evaluator never compiles model text, so this is a cheap syntactic guess, used only to keep
 # a failed program's own text (`print('B')`) from being read as its answer.
 _CODE_LINE = re.compile(
-    r"^(?:[ \t]|#|(?:for|if|elif|else|while|def|class|try|except|finally|with|async|import|from|return|raise|"
-    r"assert|pass|break|continue|global|lambda)\b|[A-Za-z_][\w.]{0,60}(?:\[[^\]\n]{0,80}\])?[ \t]{0,4}"
+    r"^(?:["
+    r" \t]|#|(?:for|if|elif|else|while|def|class|try|except|finally|with|async|import|from|return|raise|"  # noqa: E501
+    r"assert|pass|break|continue|global|lambda)\b|[A-Za-z_][\w.]{0,60}(?:\[[^\]\n]{0,80}\])?["
+    r" \t]{0,4}"
     r"(?:[-+*/%&|^]|//|\*\*)?=(?!=)|(?:print|sys\.stdout\.write)\()"
 )
 
@@ -184,7 +206,7 @@ _s.modules[__name__] = _m
 exec(_code, _m.__dict__)
 if __name__ != "__main__":  # that child takes this file's globals as __main__: the program's names go there
     globals().update((_k, _v) for _k, _v in _m.__dict__.items() if not _k.startswith("__"))
-"""
+"""  # noqa: E501
 
 
 def numloss_script(program: str) -> str:
@@ -208,15 +230,19 @@ class Protocol:
     max_new_tokens_open: int
     max_new_tokens_choice: int
     program_styles: frozenset[str]  # attempts ("pot", "cot") whose programs are run
-    text_after_program: frozenset[str]  # attempts whose output is read as text when its program gives no answer
+    # attempts whose output is read as text when its program gives no answer
+    text_after_program: frozenset[str]
     program_output_bytes: int  # the sandbox's cap on a program's stdout
     program_memory_bytes: int  # the sandbox's address-space limit (0: none)
-    program_clock: str  # what the sandbox's time limit is measured on: "wall" or "cpu" (SandboxLimits.clock)
+    # what the sandbox's time limit is measured on: "wall" or "cpu" (SandboxLimits.clock)
+    program_clock: str
     program: Callable[[str], str | None]  # output -> the program in it (None: read as text)
     script: Callable[[str], str]  # program -> the script the sandbox runs
     read_program: Callable[[str | None], str]  # stdout (None: failed or refused) -> text to read
-    prose: Callable[[str], str]  # output -> its text without the program (read under text_after_program)
-    extract: Callable[[Item, str, str], answers.Reading]  # (item, text, benchmark) -> prediction ("" for none), decided_by
+    # output -> its text without the program (read under text_after_program)
+    prose: Callable[[str], str]
+    # (item, text, benchmark) -> prediction ("" for none), decided_by
+    extract: Callable[[Item, str, str], answers.Reading]
     finalize: Callable[[Item, str], str]  # the prediction scored (released: no letter -> 'A')
     gold: Callable[[Item], str]  # the gold answer compared with
     compare: Callable[[Item, str], bool]  # (item, prediction) -> correct
@@ -267,7 +293,8 @@ PROTOCOLS: dict[str, Protocol] = {"released": RELEASED, "numloss": NUMLOSS}
 
 
 def resolve(name: str | Protocol | list | tuple) -> list[Protocol]:
-    """`"released"`, `"numloss"`, `"both"` (released first) or Protocol objects -> a list of protocols."""
+    """`"released"`, `"numloss"`, `"both"` (released first) or Protocol objects -> a list of
+    protocols."""
     if isinstance(name, Protocol):
         return [name]
     if isinstance(name, (list, tuple)):
@@ -275,7 +302,9 @@ def resolve(name: str | Protocol | list | tuple) -> list[Protocol]:
         names = [p.name for p in found]
         repeated = sorted({n for n in names if names.count(n) > 1})
         if repeated:  # scored twice, an item would count twice in every total
-            raise ValueError(f"protocol {', '.join(map(repr, repeated))} is given twice; name each protocol once")
+            raise ValueError(
+                f"protocol {', '.join(map(repr, repeated))} is given twice; name each protocol once"
+            )
         if not found:
             raise ValueError("no protocol given; use 'released', 'numloss' or 'both'")
         return found
@@ -288,13 +317,20 @@ def resolve(name: str | Protocol | list | tuple) -> list[Protocol]:
 
 def deviations(a: Protocol = RELEASED, b: Protocol = NUMLOSS) -> list[str]:
     """The fields in which two protocols differ (the deviations of `b` from `a`)."""
-    return [f.name for f in fields(Protocol) if f.name != "name" and getattr(a, f.name) != getattr(b, f.name)]
+    return [
+        f.name
+        for f in fields(Protocol)
+        if f.name != "name" and getattr(a, f.name) != getattr(b, f.name)
+    ]
 
 
 def generation_settings(protocols: list[Protocol]) -> tuple[tuple[str, ...], int, int]:
     """The shared (stop, open limit, choice limit) of `protocols`; raises if they differ."""
     keys = {(p.stop, p.max_new_tokens_open, p.max_new_tokens_choice, p.prompt) for p in protocols}
     if len(keys) != 1:
-        raise ValueError("these protocols generate differently (prompt, stops or token limits); score them in separate runs")
+        raise ValueError(
+            "these protocols generate differently (prompt, stops or token limits); score them in"
+            " separate runs"
+        )
     stop, open_limit, choice_limit, _ = keys.pop()
     return stop, open_limit, choice_limit

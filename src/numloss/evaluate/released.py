@@ -9,7 +9,17 @@ from __future__ import annotations
 
 import re
 
-STOP = ("USER:", "ASSISTANT:", "### Instruction:", "Response:", "\n\nProblem", "\nProblem", "Problem:", "<|eot_id|>", "####")
+STOP = (
+    "USER:",
+    "ASSISTANT:",
+    "### Instruction:",
+    "Response:",
+    "\n\nProblem",
+    "\nProblem",
+    "Problem:",
+    "<|eot_id|>",
+    "####",
+)
 MAX_NEW_TOKENS_OPEN = 1500  # eval/all.sh: run_open.py --model_max_length 1500
 MAX_NEW_TOKENS_CHOICE = 2048  # run_choice.py's default --model_max_length
 CHOICE_LETTERS = "ABCDEFGHIJ"
@@ -22,12 +32,13 @@ PROGRAM_MEMORY_BYTES = 4 << 30
 GUESS = "A"
 
 PROMPT_OPEN = (
-    "Below is an instruction that describes a task. Write a response that appropriately completes the request.\n"
-    "\n### Instruction:\n{query}\n\n### Response:"
+    "Below is an instruction that describes a task. Write a response that appropriately completes"
+    " the request.\n\n### Instruction:\n{query}\n\n### Response:"
 )
 PROMPT_CHOICE = (
-    "Below is an instruction that describes a task. Write a response that appropriately completes the request.\n"
-    "\n### Instruction:\n{query}\n\n### Response: Let's solve the multi-choice question step by step.\n"
+    "Below is an instruction that describes a task. Write a response that appropriately completes"
+    " the request.\n\n### Instruction:\n{query}\n\n### Response: Let's solve the multi-choice"
+    " question step by step.\n"
 )
 
 
@@ -35,7 +46,9 @@ def triggers(dataset: str, kind: str) -> tuple[str, ...]:
     """The answer triggers of run_open.py (by dataset) or run_choice.py."""
     if kind == "choice":
         return ("####", "The answer is")
-    return ("The answer is:", "The answer is", "the answer is") + (("####",) if dataset == "gsm8k" else ())
+    return ("The answer is:", "The answer is", "the answer is") + (
+        ("####",) if dataset == "gsm8k" else ()
+    )
 
 
 def delete_extra_zero(text: str) -> str:
@@ -96,8 +109,17 @@ def _fix_sqrt(string: str) -> str:
 
 def strip_string(string: str) -> str:
     """The released MATH normalisation (`_strip_string`)."""
-    for old, new in (("\n", ""), ("\\!", ""), ("\\\\", "\\"), ("tfrac", "frac"), ("dfrac", "frac"),
-                     ("\\left", ""), ("\\right", ""), ("^{\\circ}", ""), ("^\\circ", "")):
+    for old, new in (
+        ("\n", ""),
+        ("\\!", ""),
+        ("\\\\", "\\"),
+        ("tfrac", "frac"),
+        ("dfrac", "frac"),
+        ("\\left", ""),
+        ("\\right", ""),
+        ("^{\\circ}", ""),
+        ("^\\circ", ""),
+    ):
         string = string.replace(old, new)
     string = string.strip("$").replace("\\$", "")
     if "\\text{ " in string:
@@ -147,7 +169,8 @@ def math_answer(segment: str, marked: bool) -> str:
 
 
 def gold_of_solution(solution: str) -> str:
-    """The released MATH gold of a solution (data_loader.find_math_answer): last boxed, normalised."""
+    """The released MATH gold of a solution (data_loader.find_math_answer): last boxed,
+    normalised."""
     return strip_string(find_box(solution))
 
 
@@ -173,7 +196,9 @@ def answer_clean(dataset: str, kind: str, text: str) -> str:
     elif kind == "math":
         candidates = [math_answer(segment, marked)]
     else:
-        candidates = [delete_extra_zero(s) for s in re.findall(r"-?\d+/?\.?\d*", segment.replace(",", ""))]
+        candidates = [
+            delete_extra_zero(s) for s in re.findall(r"-?\d+/?\.?\d*", segment.replace(",", ""))
+        ]
     if not candidates:
         return ""
     pred = candidates[0] if marked else candidates[-1]
@@ -205,15 +230,18 @@ def program_of(output: str) -> str | None:
 
 
 def wrapped_source(program: str) -> str:
-    """A script that runs `program` the released way and prints its stdout only if it raised nothing.
+    """A script that runs `program` the released way and prints its stdout only if it raised
+    nothing.
 
     code_utils.CodeExecutor: ``exec(format_code(program), globals(), locals())`` inside the module
     code_utils (so ``__name__`` is 'code_utils', a module in ``sys.modules``, the module's imports
-    are visible, ``import *`` is a SyntaxError in the function body), stdout captured; an Exception loses it, and so does a
-    SystemExit (it ends the released child process).
-    """
-    body = "def run_it():\n" + "".join("  " + line + "\n" for line in program.split("\n")) + "run_it()"
-    # code_utils' own imports; the slow ones only for a program that names them (no other can see them)
+    are visible, ``import *`` is a SyntaxError in the function body), stdout captured; an Exception
+    loses it, and so does a SystemExit (it ends the released child process)."""
+    body = (
+        "def run_it():\n" + "".join("  " + line + "\n" for line in program.split("\n")) + "run_it()"
+    )
+    # code_utils' own imports; the slow ones only for a program that names them (no other can see
+    # them)
     heavy = any(name in program for name in ("multiprocessing", "Pool", "threading", "globals"))
     return (
         "import contextlib as _c, io as _io, sys as _s\n"
@@ -222,8 +250,12 @@ def wrapped_source(program: str) -> str:
         "_m = _s.modules['code_utils'] = type(_s)('code_utils')\n"
         "_g = _m.__dict__\n"
         "_g.update(StringIO=_io.StringIO, redirect_stdout=_c.redirect_stdout)\n"
-        + ("import multiprocessing as _mp, threading as _th\n"
-           "_g.update(multiprocessing=_mp, Pool=_mp.Pool, threading=_th)\n" if heavy else "")
+        + (
+            "import multiprocessing as _mp, threading as _th\n"
+            "_g.update(multiprocessing=_mp, Pool=_mp.Pool, threading=_th)\n"
+            if heavy
+            else ""
+        )
         + "_f = _io.StringIO()\n"
         "try:\n"
         "    with _c.redirect_stdout(_f):\n"
@@ -238,5 +270,3 @@ def wrapped_source(program: str) -> str:
 def program_text(stdout: str | None) -> str:
     """The text scored for a program: "The answer is " + its stdout ("" when it failed)."""
     return "The answer is " + (stdout or "")
-
-

@@ -51,16 +51,21 @@ class BenchmarkScore:
     mae: float | None = None
     signed_log_mae: float | None = None
     numeric_count: int = 0
-    mae_top_share: float | None = None  # the largest single error's share of the MAE (1.0: one item is all of it)
+    # the largest single error's share of the MAE (1.0: one item is all of it)
+    mae_top_share: float | None = None
     place_accuracy: list[PlaceAccuracy] = field(default_factory=list)
     digit_entropy: float | None = None  # teacher-forced, nats (model only; None when not measured)
     digit_accuracy: float | None = None
-    digit_entropy_histogram: list[int] = field(default_factory=list)  # 20 equal bins over [0, ln 10]
+    # 20 equal bins over [0, ln 10]
+    digit_entropy_histogram: list[int] = field(default_factory=list)
 
     def to_json(self) -> dict[str, Any]:
         out = dict(self.__dict__)
         out["ci95"] = list(self.ci95)
-        out["place_accuracy"] = [{"place": e.place, "correct": e.correct, "total": e.total, "accuracy": e.accuracy} for e in self.place_accuracy]
+        out["place_accuracy"] = [
+            {"place": e.place, "correct": e.correct, "total": e.total, "accuracy": e.accuracy}
+            for e in self.place_accuracy
+        ]
         return out
 
 
@@ -90,7 +95,11 @@ class EvalReport:
         independent errors, each side apart (mACC minus the root of the summed squared distances
         to the lower ends over the number of benchmarks; likewise above). One benchmark gives its
         own Wilson interval; the interval always holds mACC."""
-        scores = [s for s in self.scores[protocol or self.protocols[-1]].values() if not math.isnan(s.accuracy)]
+        scores = [
+            s
+            for s in self.scores[protocol or self.protocols[-1]].values()
+            if not math.isnan(s.accuracy)
+        ]
         if not scores:
             return float("nan"), float("nan")
         mean, k = sum(s.accuracy for s in scores) / len(scores), len(scores)
@@ -104,8 +113,14 @@ class EvalReport:
         if len(self.protocols) < 2:
             return {b: [] for b in self.benchmarks}
         a, b = self.protocols[:2]
-        return {name: [x.id for x, y in zip(self.items[a][name], self.items[b][name], strict=True) if x.correct != y.correct]
-                for name in self.benchmarks}
+        return {
+            name: [
+                x.id
+                for x, y in zip(self.items[a][name], self.items[b][name], strict=True)
+                if x.correct != y.correct
+            ]
+            for name in self.benchmarks
+        }
 
     def to_json(self, items: bool = False) -> dict[str, Any]:
         """The report as JSON-ready data (schema `SCHEMA_VERSION`, documented in docs/evaluation.md,
@@ -123,13 +138,18 @@ class EvalReport:
             **self.meta,
             "protocols": self.protocols,
             "isolation": self.isolation,
-            "benchmarks": {p: {b: s.to_json() for b, s in per.items()} for p, per in self.scores.items()},
+            "benchmarks": {
+                p: {b: s.to_json() for b, s in per.items()} for p, per in self.scores.items()
+            },
             "macc": {p: self.macc(p) for p in self.protocols},
             "macc_ci95": {p: list(self.macc_ci95(p)) for p in self.protocols},
             "disagreements": self.disagreements,
         }
         if items:
-            out["items"] = {p: {b: [r.to_json() for r in rs] for b, rs in per.items()} for p, per in self.items.items()}
+            out["items"] = {
+                p: {b: [r.to_json() for r in rs] for b, rs in per.items()}
+                for p, per in self.items.items()
+            }
         return out
 
     def to_markdown(self) -> str:
@@ -168,19 +188,38 @@ def provenance(report: EvalReport) -> list[str]:
     command = meta.get("command")
     made = f"`{shlex.join(command)}`" if command else "numloss.evaluate from Python"
     if meta.get("scored_from"):
-        given = "outputs given in Python" if meta["scored_from"] == "records" else f"the saved outputs of {meta['scored_from']}"
-        made += f", scoring {given} read as {meta.get('format', 'numloss records')}"  # "records": score_outputs' iterable
+        given = (
+            "outputs given in Python"
+            if meta["scored_from"] == "records"
+            else f"the saved outputs of {meta['scored_from']}"
+        )
+        # "records": score_outputs' iterable
+        made += f", scoring {given} read as {meta.get('format', 'numloss records')}"
         lm_eval = meta.get("lm_eval") or {}
         if lm_eval:
-            how = ", ".join(f"{n} by {way}" for way, n in sorted((lm_eval.get("matched") or {}).items()))
-            made += f" (task {lm_eval.get('task')} as {lm_eval.get('benchmark')}; items matched: {how or 'none'})"
-    lines = [f"Made by {made} with numloss {meta.get('numloss_version', '?')} on {meta.get('date', '?')}."]
+            how = ", ".join(
+                f"{n} by {way}" for way, n in sorted((lm_eval.get("matched") or {}).items())
+            )
+            made += (
+                f" (task {lm_eval.get('task')} as {lm_eval.get('benchmark')}; items matched:"
+                f" {how or 'none'})"
+            )
+    lines = [
+        f"Made by {made} with numloss {meta.get('numloss_version', '?')} on"
+        f" {meta.get('date', '?')}."
+    ]
     settings = meta.get("settings") or {}
     parts = [f"protocol {', '.join(report.protocols)}"]
     if settings:
-        parts += [f"backend {settings.get('backend')} ({settings.get('dtype')})", f"prompt {settings.get('prompt')}",
-                  f"max new tokens {settings.get('max_new_tokens_open')} open / {settings.get('max_new_tokens_choice')} multiple choice",
-                  f"program of thought {'on' if settings.get('program_of_thought') else 'off'}"]
+        parts += [
+            f"backend {settings.get('backend')} ({settings.get('dtype')})",
+            f"prompt {settings.get('prompt')}",
+            (
+                f"max new tokens {settings.get('max_new_tokens_open')} open /"
+                f" {settings.get('max_new_tokens_choice')} multiple choice"
+            ),
+            f"program of thought {'on' if settings.get('program_of_thought') else 'off'}",
+        ]
     parts += [f"{key} {meta[key]}" for key in ("limit", "threads") if meta.get(key) is not None]
     return lines + ["Settings: " + "; ".join(parts) + "."]
 
@@ -191,8 +230,11 @@ def _place_line(name: str, s: BenchmarkScore) -> str:
 
     if not s.numeric_count:  # every place would read 0 %: a number no answer gave
         return f"- {name}: no numeric answer, so no accuracy by digit place"
-    cells = "; ".join(f"{PLACE_NAMES.get(e.place, f'place {e.place}')} {with_interval(e.accuracy, wilson_interval(e.correct, e.total))} "
-                      f"of {e.total}" for e in s.place_accuracy)
+    cells = "; ".join(
+        f"{PLACE_NAMES.get(e.place, f'place {e.place}')}"
+        f" {with_interval(e.accuracy, wilson_interval(e.correct, e.total))} of {e.total}"
+        for e in s.place_accuracy
+    )
     return f"- {name}: accuracy by digit place of the generated answers: {cells}"
 
 
@@ -202,49 +244,102 @@ def markdown(report: EvalReport) -> str:
     lines = [f"# Evaluation of {report.meta.get('model', 'a model')}", "", *provenance(report), ""]
     iso = report.isolation
     if iso:  # how model-written programs ran (docs/sandbox.md); the sandbox's detail names no path
-        used = "" if iso.get("program_of_thought", True) else " (no program ran: those items used chain of thought)"
+        used = (
+            ""
+            if iso.get("program_of_thought", True)
+            else " (no program ran: those items used chain of thought)"
+        )
         lines += [f"Program sandbox: {iso.get('mode')}{used}: {iso.get('detail', '')}", ""]
     for protocol in report.protocols:
-        lines += [f"## Protocol `{protocol}`", "",
-                  "| benchmark | items | accuracy % | 95 % interval | answered | PoT / CoT / PoT+CoT | PoT refused | MAE | signed-log MAE | digit entropy (TF, nats) |",
-                  "|---|---|---|---|---|---|---|---|---|---|"]
+        lines += [
+            f"## Protocol `{protocol}`",
+            "",
+            (
+                "| benchmark | items | accuracy % | 95 % interval | answered | PoT / CoT / PoT+CoT"
+                " | PoT refused | MAE | signed-log MAE | digit entropy (TF, nats) |"
+            ),
+            "|---|---|---|---|---|---|---|---|---|---|",
+        ]
         for name, s in report.scores[protocol].items():
             st = s.styles
             lines.append(
-                f"| {name} | {s.count} | {_pct(s.accuracy)} | {_pct(s.ci95[0])}-{_pct(s.ci95[1])} | {s.answered} | "
-                f"{st.get('pot', 0)} / {st.get('cot', 0)} / {st.get('pot+cot', 0)} | {s.pot_refused} | "
-                f"{_num(s.mae)} | {_num(s.signed_log_mae)} | {_num(s.digit_entropy)} |"
+                f"| {name} | {s.count} | {_pct(s.accuracy)} | {_pct(s.ci95[0])}-{_pct(s.ci95[1])} |"
+                f" {s.answered} | {st.get('pot', 0)} / {st.get('cot', 0)} / {st.get('pot+cot', 0)}"
+                f" | {s.pot_refused} | {_num(s.mae)} | {_num(s.signed_log_mae)} |"
+                f" {_num(s.digit_entropy)} |"
             )
-        lines += ["", "PoT: a program ran and was read; CoT: the text was read; PoT+CoT: the first attempt gave no "
-                  "answer and the chain-of-thought fallback was read.", "",
-                  f"**mACC ({protocol}): {with_interval(report.macc(protocol), report.macc_ci95(protocol))}** "
-                  "(mean of the per-benchmark accuracies; the interval combines theirs)", ""]
+        lines += [
+            "",
+            (
+                "PoT: a program ran and was read; CoT: the text was read; PoT+CoT: the first"
+                " attempt gave no answer and the chain-of-thought fallback was read."
+            ),
+            "",
+            (
+                f"**mACC ({protocol}):"
+                f" {with_interval(report.macc(protocol), report.macc_ci95(protocol))}** (mean of"
+                " the per-benchmark accuracies; the interval combines theirs)"
+            ),
+            "",
+        ]
         for name, s in report.scores[protocol].items():
             if s.program_status:
-                lines.append(f"- {name}: programs: " + ", ".join(f"{k} {v}" for k, v in sorted(s.program_status.items())))
+                lines.append(
+                    f"- {name}: programs: "
+                    + ", ".join(f"{k} {v}" for k, v in sorted(s.program_status.items()))
+                )
             share = getattr(s, "mae_top_share", None)
             if share is not None and share >= DOMINATES and (s.numeric_count or 0) > 1:
-                lines.append(f"- {name}: one item is {100 * share:.0f} % of the MAE's summed error ({_num(s.mae)}): the mean "
-                             "is dominated by that item; the signed-log MAE is not")
+                lines.append(
+                    f"- {name}: one item is {100 * share:.0f} % of the MAE's summed error"
+                    f" ({_num(s.mae)}): the mean is dominated by that item; the signed-log MAE"
+                    " is not"
+                )
             if s.place_accuracy:
                 lines.append(_place_line(name, s))
-        decided = Counter(getattr(r, "decided_by", "released") for rows in report.items.get(protocol, {}).values() for r in rows)
+        decided = Counter(
+            getattr(r, "decided_by", "released")
+            for rows in report.items.get(protocol, {}).values()
+            for r in rows
+        )
         if decided:  # which reading rule gave the predictions (items.jsonl's decided_by)
-            lines.append("- items by the rule that decided them (decided_by): " + ", ".join(f"{k} {v}" for k, v in decided.most_common()))
+            lines.append(
+                "- items by the rule that decided them (decided_by): "
+                + ", ".join(f"{k} {v}" for k, v in decided.most_common())
+            )
         lines.append("")
     if len(report.protocols) >= 2:
         a, b = report.protocols[:2]
-        lines += [f"## `{a}` vs `{b}`", "", f"| benchmark | items | {a} % | {b} % | verdicts differ | ids (first 10) |", "|---|---|---|---|---|---|"]
+        lines += [
+            f"## `{a}` vs `{b}`",
+            "",
+            f"| benchmark | items | {a} % | {b} % | verdicts differ | ids (first 10) |",
+            "|---|---|---|---|---|---|",
+        ]
         for name, ids in report.disagreements.items():
             sa, sb = report.scores[a][name], report.scores[b][name]
-            lines.append(f"| {name} | {sa.count} | {with_interval(sa.accuracy, sa.ci95)} | {with_interval(sb.accuracy, sb.ci95)} | "
-                         f"{len(ids)} | {', '.join(ids[:10])} |")
-        lines += ["", f"mACC: {a} {with_interval(report.macc(a), report.macc_ci95(a))}, "
-                  f"{b} {with_interval(report.macc(b), report.macc_ci95(b))}", ""]
+            lines.append(
+                f"| {name} | {sa.count} | {with_interval(sa.accuracy, sa.ci95)} |"
+                f" {with_interval(sb.accuracy, sb.ci95)} | {len(ids)} | {', '.join(ids[:10])} |"
+            )
+        lines += [
+            "",
+            (
+                f"mACC: {a} {with_interval(report.macc(a), report.macc_ci95(a))}, "
+                f"{b} {with_interval(report.macc(b), report.macc_ci95(b))}"
+            ),
+            "",
+        ]
     gen = report.meta.get("generation_stats")
     if gen and gen.get("tokens"):
-        lines += [f"Generation: {gen['tokens']} tokens in {_num(gen.get('seconds'), 1)} s "
-                  f"({_num(gen.get('tokens_per_second'), 1)} tokens/s); wall time {_num(report.meta.get('wall_seconds'), 1)} s.", ""]
+        lines += [
+            (
+                f"Generation: {gen['tokens']} tokens in {_num(gen.get('seconds'), 1)} s"
+                f" ({_num(gen.get('tokens_per_second'), 1)} tokens/s); wall time"
+                f" {_num(report.meta.get('wall_seconds'), 1)} s."
+            ),
+            "",
+        ]
     return "\n".join(lines)
 
 
@@ -269,42 +364,71 @@ def drawn(fig: Any, ax: Any) -> dict[str, Any]:
     for container in ax.containers:
         if isinstance(container, ErrorbarContainer):
             data, _, (ranges, *_) = container.lines
-            series.append({"label": container.get_label(), "x": [float(x) for x in data.get_xdata()],
-                           "values": [float(y) for y in data.get_ydata()],
-                           "intervals": [[float(a[1]), float(b[1])] for a, b in ranges.get_segments()]})
+            series.append(
+                {
+                    "label": container.get_label(),
+                    "x": [float(x) for x in data.get_xdata()],
+                    "values": [float(y) for y in data.get_ydata()],
+                    "intervals": [[float(a[1]), float(b[1])] for a, b in ranges.get_segments()],
+                }
+            )
     legend = ax.get_legend()
-    return {"title": ax.get_title(), "xlabel": ax.get_xlabel(), "ylabel": ax.get_ylabel(),
-            "xticklabels": _visible(ax.xaxis), "yticklabels": _visible(ax.yaxis),
-            "legend": [t.get_text() for t in legend.get_texts()] if legend else [], "series": series,
-            "lines": [len(line.get_xdata()) for line in ax.get_lines() if line.get_linestyle() not in ("None", "", " ")]}
+    return {
+        "title": ax.get_title(),
+        "xlabel": ax.get_xlabel(),
+        "ylabel": ax.get_ylabel(),
+        "xticklabels": _visible(ax.xaxis),
+        "yticklabels": _visible(ax.yaxis),
+        "legend": [t.get_text() for t in legend.get_texts()] if legend else [],
+        "series": series,
+        "lines": [
+            len(line.get_xdata())
+            for line in ax.get_lines()
+            if line.get_linestyle() not in ("None", "", " ")
+        ],
+    }
 
 
 def _visible(axis: Any) -> list[str]:
     """The texts of an axis' tick labels inside its limits (matplotlib lists some beyond them)."""
     low, high = sorted(axis.get_view_interval())
-    return [t.get_text() for at, t in zip(axis.get_ticklocs(), axis.get_ticklabels(), strict=True) if low - 1e-9 <= at <= high + 1e-9]
+    return [
+        t.get_text()
+        for at, t in zip(axis.get_ticklocs(), axis.get_ticklabels(), strict=True)
+        if low - 1e-9 <= at <= high + 1e-9
+    ]
 
 
 def _save(fig: Any, ax: Any, title: str, path: Path) -> Path:
     """Title and legend `ax`, write `fig` to `path` (with `drawn` in its metadata) and close it."""
     ax.set_title(title, fontsize=10)
-    if len(ax.get_legend_handles_labels()[0]) > 1:  # beside the axes, never over a point or its interval
+    # beside the axes, never over a point or its interval
+    if len(ax.get_legend_handles_labels()[0]) > 1:
         ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0), frameon=False)
         width, height = fig.get_size_inches()
         fig.set_size_inches(width + 2.2, height)  # the legend's room, not the axes
     fig.tight_layout()
-    fig.savefig(path, dpi=100, bbox_inches="tight", metadata={"Title": title, "numloss": json.dumps(drawn(fig, ax))})
+    fig.savefig(
+        path,
+        dpi=100,
+        bbox_inches="tight",
+        metadata={"Title": title, "numloss": json.dumps(drawn(fig, ax))},
+    )
     _pyplot().close(fig)
     return path
 
 
-def _interval_points(ax: Any, x: list[float], values: list[float], cis: list[tuple[float, float]], label: str) -> None:
+def _interval_points(
+    ax: Any, x: list[float], values: list[float], cis: list[tuple[float, float]], label: str
+) -> None:
     """Accuracies in percent as points with their 95 % intervals (asymmetric, as Wilson intervals
     are); points, not bars, so that 0 % shows as a point on the axis rather than as nothing."""
     points = [100 * v for v in values]
     low = [max(0.0, p - 100 * lo) for p, (lo, _) in zip(points, cis, strict=True)]
     high = [max(0.0, 100 * hi - p) for p, (_, hi) in zip(points, cis, strict=True)]
-    ax.errorbar(x, points, yerr=[low, high], fmt="o", capsize=4, markersize=5, elinewidth=1.2, label=label)
+    ax.errorbar(
+        x, points, yerr=[low, high], fmt="o", capsize=4, markersize=5, elinewidth=1.2, label=label
+    )
 
 
 def _percent_axis(ax: Any) -> None:
@@ -324,8 +448,13 @@ def _accuracy_plot(report: EvalReport, path: Path) -> Path:
     for k, protocol in enumerate(report.protocols):
         scores = [report.scores[protocol][n] for n in names]
         offset = (k - (len(report.protocols) - 1) / 2) * step
-        _interval_points(ax, [i + offset for i in range(len(labels))], [s.accuracy for s in scores] + [report.macc(protocol)],
-                         [s.ci95 for s in scores] + [report.macc_ci95(protocol)], f"protocol {protocol}")
+        _interval_points(
+            ax,
+            [i + offset for i in range(len(labels))],
+            [s.accuracy for s in scores] + [report.macc(protocol)],
+            [s.ci95 for s in scores] + [report.macc_ci95(protocol)],
+            f"protocol {protocol}",
+        )
     ax.set_xticks(range(len(labels)), labels, fontsize=8)
     ax.set_xlim(-0.6, len(labels) - 0.4)
     _percent_axis(ax)
@@ -333,8 +462,18 @@ def _accuracy_plot(report: EvalReport, path: Path) -> Path:
     return _save(fig, ax, f"Accuracy with 95 % intervals{which}", path)
 
 
-PLACE_NAMES = {6: "millions", 5: "100 thousands", 4: "10 thousands", 3: "thousands", 2: "hundreds", 1: "tens",
-               0: "units", -1: "tenths", -2: "hundredths", -3: "thousandths"}
+PLACE_NAMES = {
+    6: "millions",
+    5: "100 thousands",
+    4: "10 thousands",
+    3: "thousands",
+    2: "hundreds",
+    1: "tens",
+    0: "units",
+    -1: "tenths",
+    -2: "hundredths",
+    -3: "thousandths",
+}
 
 
 def _place_plot(report: EvalReport, path: Path) -> Path | None:
@@ -345,8 +484,11 @@ def _place_plot(report: EvalReport, path: Path) -> Path | None:
     from numloss.evaluate.metrics import wilson_interval
 
     protocol = report.protocols[-1]
-    places = {n: {e.place: e for e in s.place_accuracy} for n, s in report.scores[protocol].items()
-              if s.place_accuracy and s.numeric_count}
+    places = {
+        n: {e.place: e for e in s.place_accuracy}
+        for n, s in report.scores[protocol].items()
+        if s.place_accuracy and s.numeric_count
+    }
     if not places:
         return None
     axis = sorted({p for entries in places.values() for p in entries}, reverse=True)
@@ -355,13 +497,19 @@ def _place_plot(report: EvalReport, path: Path) -> Path | None:
     for k, (name, entries) in enumerate(places.items()):
         shown = [p for p in axis if p in entries]
         offset = (k - (len(places) - 1) / 2) * step
-        _interval_points(ax, [axis.index(p) + offset for p in shown], [entries[p].accuracy for p in shown],
-                         [wilson_interval(entries[p].correct, entries[p].total) for p in shown], name)
+        _interval_points(
+            ax,
+            [axis.index(p) + offset for p in shown],
+            [entries[p].accuracy for p in shown],
+            [wilson_interval(entries[p].correct, entries[p].total) for p in shown],
+            name,
+        )
     ax.set_xticks(range(len(axis)), [PLACE_NAMES.get(p, f"place {p}") for p in axis], fontsize=8)
     ax.set_xlim(-0.6, len(axis) - 0.4)
     ax.set_xlabel("digit place of the gold answer")
     _percent_axis(ax)
-    which = f"{next(iter(places))}: g" if len(places) == 1 else "G"  # one series: the title names it, no legend
+    # one series: the title names it, no legend
+    which = f"{next(iter(places))}: g" if len(places) == 1 else "G"
     return _save(fig, ax, f"{which}enerated answers by digit place (protocol {protocol})", path)
 
 
@@ -370,15 +518,23 @@ def _entropy_plot(report: EvalReport, path: Path) -> Path | None:
     once per model, the same under every protocol)."""
     from numloss.evaluate.metrics import MAX_DIGIT_ENTROPY
 
-    hist = {n: s for n, s in report.scores[report.protocols[-1]].items() if s.digit_entropy_histogram}
+    hist = {
+        n: s for n, s in report.scores[report.protocols[-1]].items() if s.digit_entropy_histogram
+    }
     if not hist:
         return None
     fig, ax = _pyplot().subplots(figsize=(5, 3.4))
     for k, (name, s) in enumerate(hist.items()):
         counts = s.digit_entropy_histogram
         edges = [MAX_DIGIT_ENTROPY * i / len(counts) for i in range(len(counts) + 1)]
-        ax.stairs([c / max(1, sum(counts)) for c in counts], edges, linewidth=1.5, linestyle=("-", "--", ":", "-.")[k % 4],
-                  label=f"{name}: {sum(counts)} digits, mean {s.digit_entropy:.2f} nats")  # styles: equal curves stay apart
+        ax.stairs(
+            [c / max(1, sum(counts)) for c in counts],
+            edges,
+            linewidth=1.5,
+            linestyle=("-", "--", ":", "-.")[k % 4],
+            # styles: equal curves stay apart
+            label=f"{name}: {sum(counts)} digits, mean {s.digit_entropy:.2f} nats",
+        )
     ax.set_xlabel("digit entropy (nats; at most ln 10 = 2.30)")
     ax.set_ylabel("share of the gold digits")
     ax.set_xlim(0, MAX_DIGIT_ENTROPY)
@@ -389,8 +545,13 @@ def _entropy_plot(report: EvalReport, path: Path) -> Path | None:
     return _save(fig, ax, title, path)
 
 
-PLOTS = {"accuracy.png": _accuracy_plot, "place_accuracy.png": _place_plot, "digit_entropy.png": _entropy_plot}
-#: every file `write_report` may write (`numloss eval --help` and the docs list them; tests/test_docs.py)
+PLOTS = {
+    "accuracy.png": _accuracy_plot,
+    "place_accuracy.png": _place_plot,
+    "digit_entropy.png": _entropy_plot,
+}
+#: every file `write_report` may write (`numloss eval --help` and the docs list them;
+#: tests/test_docs.py)
 REPORT_FILES = ("results.json", "report.md", *PLOTS)
 
 

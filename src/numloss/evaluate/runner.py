@@ -26,19 +26,24 @@ from numloss.evaluate.sandbox import ProgramResult, SandboxLimits
 STDOUT_KEPT = 2000  # characters of a program's stdout kept in the results
 
 
-def program_runner(program_timeout: float = 5.0, workers: int | None = None, allow_unisolated: bool | None = None) -> ProgramRunner:
+def program_runner(
+    program_timeout: float = 5.0, workers: int | None = None, allow_unisolated: bool | None = None
+) -> ProgramRunner:
     """The `ProgramRunner` of one evaluation; ValueError naming the option for a timeout that is not
     a positive finite number of seconds, or a worker count that is not a positive integer (0 and -1
     used to mean "CPU count" and "1" without a word; None is the CPU count)."""
     check_program_options(program_timeout, workers)
-    limits = SandboxLimits(wall_seconds=float(program_timeout), cpu_seconds=max(1, math.ceil(program_timeout)))
+    limits = SandboxLimits(
+        wall_seconds=float(program_timeout), cpu_seconds=max(1, math.ceil(program_timeout))
+    )
     return ProgramRunner(limits, workers, allow_unisolated)
 
 
 def check_program_options(program_timeout: float, workers: int | None) -> None:
     """ValueError naming the option unless `program_timeout` is a positive finite number of seconds
     and `workers` None or a positive integer of at most 4 per CPU core (each is a sandboxed process:
-    100000 of them would run as many as the machine allows at once). Shared by the API and the CLI."""
+    100000 of them would run as many as the machine allows at once). Shared by the API and the CLI.
+    """
     import os
 
     from numloss.checks import check_float, check_int
@@ -62,15 +67,19 @@ class ItemResult:
     prediction: str
     correct: bool
     value: float | None = None  # the prediction as a number (open items), None when it is not one
-    program_status: str = ""  # of the first attempt's program; "" when none ran, "refused" when not allowed
+    # of the first attempt's program; "" when none ran, "refused" when not allowed
+    program_status: str = ""
     program_stdout: str = ""  # as scored: terminal controls removed (sandbox.safe_text)
-    program_stdout_raw: str = ""  # what the program wrote, when it differs (invalid UTF-8 backslash-escaped)
+    # what the program wrote, when it differs (invalid UTF-8 backslash-escaped)
+    program_stdout_raw: str = ""
     fallback_output: str | None = None  # the chain-of-thought output, None when not generated
     fallback_program_status: str = ""
     needs_fallback: bool = False  # the first attempt gave nothing and no fallback output was given
     question: str = ""
-    note: str = ""  # why the item is unreadable ("" when it was read): reading failed or overran READ_SECONDS
-    decided_by: str = "released"  # the rule that gave the prediction: "released" or a correction's name (answers.CORRECTIONS)
+    # why the item is unreadable ("" when it was read): reading failed or overran READ_SECONDS
+    note: str = ""
+    # the rule that gave the prediction: "released" or a correction's name (answers.CORRECTIONS)
+    decided_by: str = "released"
     extra: dict = field(default_factory=dict)  # model, settings key, isolation (set by the runner)
 
     def to_json(self) -> dict:
@@ -79,7 +88,14 @@ class ItemResult:
         return {**extra, **out}
 
 
-def _attempt(protocol: Protocol, item: Item, output: str, style: str, benchmark: str, run: Callable[[str], ProgramResult | None]) -> tuple[Reading, ProgramResult | None]:
+def _attempt(
+    protocol: Protocol,
+    item: Item,
+    output: str,
+    style: str,
+    benchmark: str,
+    run: Callable[[str], ProgramResult | None],
+) -> tuple[Reading, ProgramResult | None]:
     """(the reading, the program's result or None) of one output."""
     program = protocol.program(output) if style in protocol.program_styles else None
     if program is None:
@@ -87,8 +103,10 @@ def _attempt(protocol: Protocol, item: Item, output: str, style: str, benchmark:
     result = run(protocol.script(program))
     stdout = result.stdout if result is not None and result.ok else None
     reading = protocol.extract(item, protocol.read_program(stdout), benchmark)
-    if not reading.prediction and style in protocol.text_after_program:  # the program gave nothing: read the text
-        reading = protocol.extract(item, protocol.prose(output), benchmark)  # not the code's own literals
+    # the program gave nothing: read the text
+    if not reading.prediction and style in protocol.text_after_program:
+        # not the code's own literals
+        reading = protocol.extract(item, protocol.prose(output), benchmark)
     return reading, result
 
 
@@ -104,20 +122,35 @@ def score_items(
     """Score each item's first output (and fallback output, where the protocol needs it)."""
     styles = [first_style(item, program_of_thought) for item in items]
     limits = (protocol.program_output_bytes, protocol.program_memory_bytes, protocol.program_clock)
-    for attempt_outputs, attempt_styles in ((outputs, styles), ([f or "" for f in fallbacks], ["cot"] * len(items))):
+    for attempt_outputs, attempt_styles in (
+        (outputs, styles),
+        ([f or "" for f in fallbacks], ["cot"] * len(items)),
+    ):
         scripts = []
         for output, style in zip(attempt_outputs, attempt_styles, strict=True):
             program = protocol.program(output) if style in protocol.program_styles else None
             if program is not None:
                 scripts.append(protocol.script(program))
-        runner.run(scripts, *limits)  # all programs of the batch at once, in parallel; cached for _attempt
+        # all programs of the batch at once, in parallel; cached for _attempt
+        runner.run(scripts, *limits)
 
     def run(script: str) -> ProgramResult:
         return runner.run([script], *limits)[0]
 
     results = []
     for item, output, fallback, style in zip(items, outputs, fallbacks, styles, strict=True):
-        result = ItemResult(benchmark, item.id, protocol.name, item.kind, protocol.gold(item), style, output, "", False, question=item.question)
+        result = ItemResult(
+            benchmark,
+            item.id,
+            protocol.name,
+            item.kind,
+            protocol.gold(item),
+            style,
+            output,
+            "",
+            False,
+            question=item.question,
+        )
         try:
             _score_one(protocol, benchmark, item, output, fallback, style, run, result)
         except GoldError:
@@ -130,16 +163,26 @@ def score_items(
     return results
 
 
-def _score_one(protocol: Protocol, benchmark: str, item: Item, output: str, fallback: str | None, style: str,
-               run: Callable[[str], ProgramResult], result: ItemResult) -> None:
-    """Fill `result` with the verdict on one item; reading each attempt is bounded by READ_SECONDS."""
+def _score_one(
+    protocol: Protocol,
+    benchmark: str,
+    item: Item,
+    output: str,
+    fallback: str | None,
+    style: str,
+    run: Callable[[str], ProgramResult],
+    result: ItemResult,
+) -> None:
+    """Fill `result` with the verdict on one item; reading each attempt is bounded by
+    READ_SECONDS."""
     with read_limit(READ_SECONDS):
         reading, program = _attempt(protocol, item, output, style, benchmark, run)
     if program is not None:
         result.program_status = program.status
         result.program_stdout = program.stdout[-STDOUT_KEPT:]
         raw = getattr(program, "raw_stdout", b"").decode("utf-8", "backslashreplace")[-STDOUT_KEPT:]
-        if raw != result.program_stdout:  # kept for the record; reports and terminals see the clean text
+        # kept for the record; reports and terminals see the clean text
+        if raw != result.program_stdout:
             result.program_stdout_raw = raw
     if not reading.prediction and style == "pot":
         result.style = "pot+cot"
@@ -153,9 +196,14 @@ def _score_one(protocol: Protocol, benchmark: str, item: Item, output: str, fall
     elif fallback is not None:
         result.fallback_output = fallback  # generated for another protocol; kept with the item
     with read_limit(READ_SECONDS):
-        result.prediction, result.decided_by = protocol.finalize(item, reading.prediction), reading.decided_by
+        result.prediction, result.decided_by = (
+            protocol.finalize(item, reading.prediction),
+            reading.decided_by,
+        )
         result.correct = bool(result.prediction) and protocol.compare(item, result.prediction)
-        result.value = plain_number(result.prediction) if item.kind != "choice" and result.prediction else None
+        result.value = (
+            plain_number(result.prediction) if item.kind != "choice" and result.prediction else None
+        )
 
 
 @dataclass
@@ -186,28 +234,49 @@ def run_benchmark(
     settings, reused instead of generating. `write` receives each finished batch's new results.
     """
     if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
-        raise ValueError(f"--batch-size (batch_size) must be a positive number of items, got {batch_size!r}")
+        raise ValueError(
+            f"--batch-size (batch_size) must be a positive number of items, got {batch_size!r}"
+        )
     done = done or {}
     known_outputs = known_outputs or {}
-    final: dict[str, dict[str, ItemResult]] = {p.name: dict(done.get(p.name, {})) for p in protocols}
+    final: dict[str, dict[str, ItemResult]] = {
+        p.name: dict(done.get(p.name, {})) for p in protocols
+    }
     todo = [it for it in benchmark.items if any(it.id not in final[p.name] for p in protocols)]
     for start in range(0, len(todo), batch_size):
-        pending = [Pending(it, *known_outputs.get(it.id, (None, None))) for it in todo[start : start + batch_size]]
+        pending = [
+            Pending(it, *known_outputs.get(it.id, (None, None)))
+            for it in todo[start : start + batch_size]
+        ]
         missing = [p for p in pending if p.output is None]
         if missing and generator is None:
-            raise ValueError(f"{benchmark.name}: item {missing[0].item.id} has no saved output and no model was given")
+            raise ValueError(
+                f"{benchmark.name}: item {missing[0].item.id} has no saved output and no model was"
+                " given"
+            )
         styles = [first_style(p.item, program_of_thought) for p in missing]
         firsts = _generate_for(generator, protocols[0], missing, styles)
         for p, text in zip(missing, firsts, strict=True):
             p.output = text
-        scored = {pr.name: _score(pr, benchmark.name, pending, runner, program_of_thought) for pr in protocols}
-        need = [p for i, p in enumerate(pending)
-                if any(scored[pr.name][i].needs_fallback for pr in protocols)]
+        scored = {
+            pr.name: _score(pr, benchmark.name, pending, runner, program_of_thought)
+            for pr in protocols
+        }
+        need = [
+            p
+            for i, p in enumerate(pending)
+            if any(scored[pr.name][i].needs_fallback for pr in protocols)
+        ]
         if need and generator is not None:
-            fallbacks = _generate_for(generator, protocols[0], need, ["cot"] * len(need), fallback=True)
+            fallbacks = _generate_for(
+                generator, protocols[0], need, ["cot"] * len(need), fallback=True
+            )
             for p, text in zip(need, fallbacks, strict=True):
                 p.fallback = text
-            scored = {pr.name: _score(pr, benchmark.name, pending, runner, program_of_thought) for pr in protocols}
+            scored = {
+                pr.name: _score(pr, benchmark.name, pending, runner, program_of_thought)
+                for pr in protocols
+            }
         new = []
         for pr in protocols:
             for p, result in zip(pending, scored[pr.name], strict=True):
@@ -220,24 +289,43 @@ def run_benchmark(
     return {pr.name: [final[pr.name][it.id] for it in benchmark.items] for pr in protocols}
 
 
-def _score(protocol: Protocol, benchmark: str, pending: list[Pending], runner: ProgramRunner, pot: bool) -> list[ItemResult]:
-    return score_items(protocol, benchmark, [p.item for p in pending], [p.output or "" for p in pending],
-                       [p.fallback for p in pending], runner, pot)
+def _score(
+    protocol: Protocol, benchmark: str, pending: list[Pending], runner: ProgramRunner, pot: bool
+) -> list[ItemResult]:
+    return score_items(
+        protocol,
+        benchmark,
+        [p.item for p in pending],
+        [p.output or "" for p in pending],
+        [p.fallback for p in pending],
+        runner,
+        pot,
+    )
 
 
-def _generate_for(generator: Generator | None, protocol: Protocol, pending: list[Pending],
-                  styles: list[str], fallback: bool = False) -> list[str]:
+def _generate_for(
+    generator: Generator | None,
+    protocol: Protocol,
+    pending: list[Pending],
+    styles: list[str],
+    fallback: bool = False,
+) -> list[str]:
     """The outputs of `pending` items prompted in `styles` under `protocol` ([]: none to make)."""
     if not pending or generator is None:
         return []
     pairs = zip(pending, styles, strict=True)
     prompts = [protocol.prompt(p.item, s) for p, s in pairs]  # type: ignore[arg-type]
-    return _generate(generator, prompts, [protocol.max_new_tokens(p.item) for p in pending], fallback)
+    return _generate(
+        generator, prompts, [protocol.max_new_tokens(p.item) for p in pending], fallback
+    )
 
 
-def _generate(generator: Generator, prompts: list[str], limits: list[int], fallback: bool = False) -> list[str]:
+def _generate(
+    generator: Generator, prompts: list[str], limits: list[int], fallback: bool = False
+) -> list[str]:
     """Generate `prompts`, grouped by token limit (open and multiple-choice items differ);
-    `fallback` is passed to a generator that takes it (its progress bar counts items, not prompts)."""
+    `fallback` is passed to a generator that takes it (its progress bar counts items, not prompts).
+    """
     out: list[str | None] = [None] * len(prompts)
     takes = inspect.signature(generator.generate).parameters
     options = {"fallback": True} if fallback and "fallback" in takes else {}
@@ -259,18 +347,28 @@ def generated_texts(generator: Any, prompts: Sequence[str], gens: Any) -> list[s
     refused in one line naming it: a short list would shift every verdict onto the wrong item."""
     name = type(getattr(generator, "inner", generator)).__name__
     if gens is None or isinstance(gens, (str, bytes)) or not hasattr(gens, "__len__"):
-        raise ValueError(f"generator {name}.generate returned {type(gens).__name__}, not a list of Generation "
-                         "(numloss.evaluate.generate.Generation(text, new_tokens)) per prompt")
+        raise ValueError(
+            f"generator {name}.generate returned {type(gens).__name__}, not a list of Generation "
+            "(numloss.evaluate.generate.Generation(text, new_tokens)) per prompt"
+        )
     if len(gens) != len(prompts):
-        raise ValueError(f"generator {name}.generate returned {len(gens)} results for {len(prompts)} prompts; "
-                         "it must return one Generation per prompt, in order")
+        raise ValueError(
+            f"generator {name}.generate returned {len(gens)} results for {len(prompts)} prompts; "
+            "it must return one Generation per prompt, in order"
+        )
     texts = []
     for g in gens:
         text = getattr(g, "text", None)
         if not isinstance(text, str):
-            got = "a plain str" if isinstance(g, str) else f"{type(g).__name__} with text {text!r}"[:80]
-            raise ValueError(f"generator {name}.generate returned {got}; each result must be a Generation "
-                             "(numloss.evaluate.generate.Generation(text, new_tokens)) whose text is a string")
+            got = (
+                "a plain str"
+                if isinstance(g, str)
+                else f"{type(g).__name__} with text {text!r}"[:80]
+            )
+            raise ValueError(
+                f"generator {name}.generate returned {got}; each result must be a Generation "
+                "(numloss.evaluate.generate.Generation(text, new_tokens)) whose text is a string"
+            )
         texts.append(text)
     return texts
 

@@ -27,16 +27,43 @@ KEY_FIELDS = ("model", "benchmark", "protocol", "id", "settings")
 # the type of every field numloss writes (None: may be null); a record read back must match
 _STR, _INT, _NUM, _NONE = (str,), (int,), (int, float), (type(None),)
 RESULT_TYPES: dict[str, tuple[type, ...]] = {
-    "model": _STR, "benchmark": _STR, "protocol": _STR, "id": _STR + _INT, "settings": _STR,
-    "kind": _STR, "gold": _STR, "style": _STR, "output": _STR, "prediction": _STR, "correct": (bool,),
-    "value": _NUM + _NONE, "program_status": _STR, "program_stdout": _STR, "program_stdout_raw": _STR, "fallback_output": _STR + _NONE,
-    "fallback_program_status": _STR, "needs_fallback": (bool,), "question": _STR, "isolation": _STR,
-    "generation": (dict,), "model_identity": _STR + _NONE, "seed": _INT + _NONE, "set_size": _INT + _NONE,
-    "model_sha256": _STR + _NONE, "cut_at_stop": (bool,), "decided_by": _STR,
+    "model": _STR,
+    "benchmark": _STR,
+    "protocol": _STR,
+    "id": _STR + _INT,
+    "settings": _STR,
+    "kind": _STR,
+    "gold": _STR,
+    "style": _STR,
+    "output": _STR,
+    "prediction": _STR,
+    "correct": (bool,),
+    "value": _NUM + _NONE,
+    "program_status": _STR,
+    "program_stdout": _STR,
+    "program_stdout_raw": _STR,
+    "fallback_output": _STR + _NONE,
+    "fallback_program_status": _STR,
+    "needs_fallback": (bool,),
+    "question": _STR,
+    "isolation": _STR,
+    "generation": (dict,),
+    "model_identity": _STR + _NONE,
+    "seed": _INT + _NONE,
+    "set_size": _INT + _NONE,
+    "model_sha256": _STR + _NONE,
+    "cut_at_stop": (bool,),
+    "decided_by": _STR,
 }
 RESULT_REQUIRED = (*KEY_FIELDS, "kind", "gold", "style", "output", "prediction", "correct")
-_TYPE_NAMES = {str: "a string", int: "an integer", float: "a number", bool: "true or false", dict: "an object",
-               type(None): "null"}
+_TYPE_NAMES = {
+    str: "a string",
+    int: "an integer",
+    float: "a number",
+    bool: "true or false",
+    dict: "an object",
+    type(None): "null",
+}
 
 
 def _type_error(record: Mapping[str, Any], key: str, types: tuple[type, ...]) -> str | None:
@@ -44,7 +71,9 @@ def _type_error(record: Mapping[str, Any], key: str, types: tuple[type, ...]) ->
     # bool is an int to Python, not to a reader
     if isinstance(value, types) and not (isinstance(value, bool) and bool not in types):
         return None
-    wanted = " or ".join(dict.fromkeys(_TYPE_NAMES[t] for t in types if t is not int or float not in types))
+    wanted = " or ".join(
+        dict.fromkeys(_TYPE_NAMES[t] for t in types if t is not int or float not in types)
+    )
     return f"field {key!r} must be {wanted}, got {json.dumps(value, ensure_ascii=False)[:60]}"
 
 
@@ -53,12 +82,17 @@ def check_result_record(record: Mapping[str, Any], where: str) -> None:
     resuming needs or holds one of the wrong type (a hand edit, another tool's file)."""
     for key in RESULT_REQUIRED:
         if key not in record:
-            raise BenchmarkError(f"{where}: missing field {key!r}; this is not a numloss results record (fix or delete the line)")
+            raise BenchmarkError(
+                f"{where}: missing field {key!r}; this is not a numloss results record (fix or"
+                " delete the line)"
+            )
     for key, types in RESULT_TYPES.items():
         if key in record and (problem := _type_error(record, key, types)):
             raise BenchmarkError(f"{where}: {problem} (fix or delete the line)")
     if record["kind"] not in ("number", "choice", "math"):
-        raise BenchmarkError(f"{where}: field 'kind' must be 'number', 'choice' or 'math', got {record['kind']!r}")
+        raise BenchmarkError(
+            f"{where}: field 'kind' must be 'number', 'choice' or 'math', got {record['kind']!r}"
+        )
 
 
 def check_output_record(record: Mapping[str, Any], where: str) -> None:
@@ -68,8 +102,15 @@ def check_output_record(record: Mapping[str, Any], where: str) -> None:
     for key in ("benchmark", "id", "output"):
         if key not in record or record[key] is None:
             raise BenchmarkError(f"{where}: missing field {key!r} ({needs})")
-    for key, types in (("benchmark", _STR), ("id", _STR + _INT), ("output", _STR), ("fallback_output", _STR + _NONE),
-                       ("question", _STR + _NONE), ("seed", _INT + _NONE), ("set_size", _INT + _NONE)):
+    for key, types in (
+        ("benchmark", _STR),
+        ("id", _STR + _INT),
+        ("output", _STR),
+        ("fallback_output", _STR + _NONE),
+        ("question", _STR + _NONE),
+        ("seed", _INT + _NONE),
+        ("set_size", _INT + _NONE),
+    ):
         if key in record and (problem := _type_error(record, key, types)):
             raise BenchmarkError(f"{where}: {problem} ({needs})")
 
@@ -101,12 +142,17 @@ def torn_record(tail: bytes) -> bool:
     return not head or head.startswith(b"{") or not head.strip(b"\0")
 
 
-def read_lines(path: Path, check: Callable[[Mapping[str, Any], str], None] | None = None) -> list[dict[str, Any]]:
+def read_lines(
+    path: Path, check: Callable[[Mapping[str, Any], str], None] | None = None
+) -> list[dict[str, Any]]:
     """The records of a JSONL file (none when it does not exist); a torn last line (`torn_record`)
     is skipped, a bad line elsewhere (not JSON, not UTF-8, not an object, or refused by
     `check(record, "FILE:LINE")`) is an error naming the file and line."""
     if path.is_dir():
-        raise BenchmarkError(f"{path}: is a folder, not a results file (JSON lines); move it away or use another --out")
+        raise BenchmarkError(
+            f"{path}: is a folder, not a results file (JSON lines); move it away or use another"
+            " --out"
+        )
     if not path.is_file():
         return []
     try:
@@ -124,17 +170,23 @@ def read_lines(path: Path, check: Callable[[Mapping[str, Any], str], None] | Non
         except UnicodeDecodeError as error:
             if torn_last and number == len(lines):
                 break  # a kill cut a character in two
-            raise BenchmarkError(f"{path}:{number}: byte 0x{raw[error.start]:02x} at column {error.start + 1} is not UTF-8; "
-                                 "fix or delete that line") from None
+            raise BenchmarkError(
+                f"{path}:{number}: byte 0x{raw[error.start]:02x} at column {error.start + 1} is not"
+                " UTF-8; fix or delete that line"
+            ) from None
         try:
             record = json.loads(line, object_pairs_hook=_unique_keys)
         except json.JSONDecodeError as error:
             if torn_last and number == len(lines):
                 break  # a write cut short by a kill: that item is redone
-            raise BenchmarkError(f"{path}:{number}: not a JSON record ({error.msg}); fix or delete that line") from None
+            raise BenchmarkError(
+                f"{path}:{number}: not a JSON record ({error.msg}); fix or delete that line"
+            ) from None
         except _DuplicateKey as error:
-            raise BenchmarkError(f"{path}:{number}: field {error.args[0]!r} is given twice (JSON keeps the last "
-                                 "silently); fix or delete that line") from None
+            raise BenchmarkError(
+                f"{path}:{number}: field {error.args[0]!r} is given twice (JSON keeps the last "
+                "silently); fix or delete that line"
+            ) from None
         if not isinstance(record, dict):
             raise BenchmarkError(f"{path}:{number}: expected a JSON object per line")
         if check is not None:
@@ -177,7 +229,9 @@ class ResultsFile:
             elif torn_record(data[start:]):
                 f.truncate(start)  # torn by a kill mid-write: records() skipped it too
             else:  # records() refuses it first; never cut what numloss did not write
-                raise BenchmarkError(f"{self.path}: its last line is not a results record; fix or delete it")
+                raise BenchmarkError(
+                    f"{self.path}: its last line is not a results record; fix or delete it"
+                )
 
     def append(self, records: Iterable[dict[str, Any]]) -> None:
         """Write `records` as one batch: one write, flushed and fsynced."""
@@ -218,7 +272,9 @@ class ResultsFile:
 def _write_atomic(path: Path, records: list[dict[str, Any]]) -> None:
     from numloss.atomic import write_text_atomic
 
-    write_text_atomic(path, "".join(json.dumps(jsonable(r), ensure_ascii=False) + "\n" for r in records))
+    write_text_atomic(
+        path, "".join(json.dumps(jsonable(r), ensure_ascii=False) + "\n" for r in records)
+    )
 
 
 # ---------------------------------------------------------------- model identity
@@ -270,7 +326,9 @@ def model_identity(model_or_path: Any) -> str | None:
     return str(identity) if identity is not None else None
 
 
-def check_same_model(records: Iterable[Mapping[str, Any]], identity: str | None, model: str, path: Any) -> None:
+def check_same_model(
+    records: Iterable[Mapping[str, Any]], identity: str | None, model: str, path: Any
+) -> None:
     """Refuse to resume from `records` (this model name's, same settings) that another model wrote:
     the weights at the same path changed (or the records predate model identities). Nothing is
     checked when `identity` is None (a generator that names no identity)."""
@@ -280,26 +338,36 @@ def check_same_model(records: Iterable[Mapping[str, Any]], identity: str | None,
     if not other:
         return
     old = other[0].get("model_identity")
-    why = ("they carry no model identity (written by an older numloss)" if old is None
-           else f"the model's files or weights changed since ({old}, now {identity})")
+    why = (
+        "they carry no model identity (written by an older numloss)"
+        if old is None
+        else f"the model's files or weights changed since ({old}, now {identity})"
+    )
     benchmarks = ", ".join(sorted({str(r.get("benchmark")) for r in other}))
     raise BenchmarkError(
-        f"{path}: {len(other)} saved records for model {model!r} ({benchmarks}) may be another model's outputs: {why}. "
-        "Use another --out, or --overwrite to move those records aside and redo them"
+        f"{path}: {len(other)} saved records for model {model!r} ({benchmarks}) may be another"
+        f" model's outputs: {why}. Use another --out, or --overwrite to move those records aside"
+        " and redo them"
     )
 
 
-def recorded_set(rows: Iterable[Mapping[str, Any]], benchmark: str, seed: int | None = None) -> tuple[int | None, int | None]:
+def recorded_set(
+    rows: Iterable[Mapping[str, Any]], benchmark: str, seed: int | None = None
+) -> tuple[int | None, int | None]:
     """(seed, set size) that the records of a synthetic `benchmark` were generated with: the
     recorded seed, else `seed` (`--seed`), else None; several seeds among the records, or a `seed`
     other than the recorded one, is an error."""
     rows = [r for r in rows if r.get("benchmark") == benchmark]
     seeds = sorted({r["seed"] for r in rows if r.get("seed") is not None})
     if len(seeds) > 1:
-        raise BenchmarkError(f"the records of {benchmark} come from {len(seeds)} seeds ({', '.join(map(str, seeds))}); "
-                             "score each seed's records on its own")
+        raise BenchmarkError(
+            f"the records of {benchmark} come from {len(seeds)} seeds"
+            f" ({', '.join(map(str, seeds))}); score each seed's records on its own"
+        )
     if seeds and seed is not None and seed != seeds[0]:
-        raise BenchmarkError(f"the records of {benchmark} were generated with seed {seeds[0]}, not --seed {seed}; "
-                             "omit --seed to score them on their own items")
+        raise BenchmarkError(
+            f"the records of {benchmark} were generated with seed {seeds[0]}, not --seed {seed}; "
+            "omit --seed to score them on their own items"
+        )
     sizes = [r["set_size"] for r in rows if r.get("set_size") is not None]
     return (seeds[0] if seeds else seed), (max(sizes) if sizes else None)

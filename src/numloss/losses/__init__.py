@@ -1,7 +1,7 @@
 """The objectives: one file each, a registry, the shared output type.
 
-    loss_fn = build_loss("del", vocab)     # alpha 0.03 on the step's digit mean (the default)
-    out = loss_fn(logits, labels)          # NumericLossOutput(loss, ce, aux, num_tokens, num_digits)
+loss_fn = build_loss("del", vocab)     # alpha 0.03 on the step's digit mean (the default)
+out = loss_fn(logits, labels)          # NumericLossOutput(loss, ce, aux, num_tokens, num_digits)
 """
 
 from __future__ import annotations
@@ -34,7 +34,9 @@ LOSSES: dict[str, type[NumericLoss]] = {
 def build_loss(name: str, vocab: DigitVocab, **options: Any) -> NumericLoss:
     """The objective `name` (one of `LOSSES`) with its options; unknown options are errors."""
     if not isinstance(name, str):
-        raise TypeError(f"build_loss: name must be an objective name (one of {', '.join(LOSSES)}), got {name!r}")
+        raise TypeError(
+            f"build_loss: name must be an objective name (one of {', '.join(LOSSES)}), got {name!r}"
+        )
     key = name.lower().replace("_", "-")
     if key not in LOSSES:
         raise ValueError(f"unknown objective {name!r}; choose one of {', '.join(LOSSES)}")

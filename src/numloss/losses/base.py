@@ -50,43 +50,62 @@ class NumericLossOutput:
 
 
 def check_number(
-    objective: str, name: str, value: Any, low: float = 0.0, high: float = math.inf, low_open: bool = False
+    objective: str,
+    name: str,
+    value: Any,
+    low: float = 0.0,
+    high: float = math.inf,
+    low_open: bool = False,
 ) -> float:
     """`value` as a float, or a ValueError naming the option, value and range; a string or a
     bool is refused, so a quoted number in a config is an error rather than a conversion."""
     what = f"({low}, {high}]" if low_open else f"[{low}, {high}]"
     if high == math.inf:
         what = f"> {low:g}" if low_open else f">= {low:g}"
-    number = float(value) if isinstance(value, numbers.Real) and not isinstance(value, bool) else math.nan
+    number = (
+        float(value)
+        if isinstance(value, numbers.Real) and not isinstance(value, bool)
+        else math.nan
+    )
     if not math.isfinite(number) or number < low or number > high or (low_open and number == low):
         raise ValueError(f"{objective}: {name} must be a finite number {what}, got {value!r}")
-    if abs(number) > torch.finfo(torch.float32).max:  # the loss is computed in float32: it would be inf there
-        raise ValueError(f"{objective}: {name} must be a finite number {what} within float32 (at most 3.4e38), got {value!r}")
+    # the loss is computed in float32: it would be inf there
+    if abs(number) > torch.finfo(torch.float32).max:
+        raise ValueError(
+            f"{objective}: {name} must be a finite number {what} within float32 (at most 3.4e38),"
+            f" got {value!r}"
+        )
     return number
 
 
 def check_choice(objective: str, name: str, value: Any, choices: tuple) -> Any:
     """`value` if it is one of `choices`, else a ValueError listing them."""
     if value not in choices:
-        raise ValueError(f"{objective}: {name} must be one of {', '.join(map(repr, choices))}, got {value!r}")
+        raise ValueError(
+            f"{objective}: {name} must be one of {', '.join(map(repr, choices))}, got {value!r}"
+        )
     return value
 
 
-def _as_count(value: int | float | torch.Tensor | None, fallback: torch.Tensor, name: str) -> torch.Tensor:
+def _as_count(
+    value: int | float | torch.Tensor | None, fallback: torch.Tensor, name: str
+) -> torch.Tensor:
     """A step-wide count as a float32 tensor on the device of `fallback`, at least 1."""
     if value is None:
         count = fallback.to(torch.float32)
     else:
         if torch.is_tensor(value) and value.dtype != torch.bool and not value.is_complex():
             if value.is_meta:
-                raise ValueError(f"{name} is a tensor on the meta device (no value): pass the step's count")
+                raise ValueError(
+                    f"{name} is a tensor on the meta device (no value): pass the step's count"
+                )
             count = value.detach().to(device=fallback.device, dtype=torch.float32)
         elif isinstance(value, numbers.Real) and not isinstance(value, bool):
             count = torch.tensor(float(value), dtype=torch.float32, device=fallback.device)
         else:
             raise TypeError(
-                f"{name} must be a number or a one-element tensor (a count of the whole optimizer step), "
-                f"got {value!r} ({type(value).__name__})"
+                f"{name} must be a number or a one-element tensor (a count of the whole optimizer"
+                f" step), got {value!r} ({type(value).__name__})"
             )
         if count.numel() != 1:
             raise ValueError(f"{name} must be a scalar, got shape {tuple(count.shape)}")
@@ -95,8 +114,8 @@ def _as_count(value: int | float | torch.Tensor | None, fallback: torch.Tensor, 
             raise ValueError(f"{name} must be a finite count, got {float(count)}")
         if bool(count < fallback.to(torch.float32)):
             raise ValueError(
-                f"{name}={float(count):g} is smaller than the {int(fallback)} counted in this call: "
-                "it must count the whole optimizer step (all micro-batches, all ranks)"
+                f"{name}={float(count):g} is smaller than the {int(fallback)} counted in this call:"
+                " it must count the whole optimizer step (all micro-batches, all ranks)"
             )
     # An empty batch contributes zero; dividing by 1 keeps it finite.
     return count.clamp_min(1.0)
@@ -151,7 +170,8 @@ class NumericLoss(nn.Module):
         super().__init__()
         if not isinstance(vocab, DigitVocab):
             raise TypeError(
-                f"vocab must be a numloss.DigitVocab (DigitVocab.from_tokenizer(tok)), got {type(vocab).__name__}"
+                "vocab must be a numloss.DigitVocab (DigitVocab.from_tokenizer(tok)), got"
+                f" {type(vocab).__name__}"
             )
         self.validate_options({"alpha": alpha, "check_finite": check_finite})
         self.vocab = vocab
@@ -164,16 +184,21 @@ class NumericLoss(nn.Module):
     def __setattr__(self, name: str, value: Any) -> None:
         # An option set at any time (in __init__ or later) is checked with the other options
         # already set, so cross-option rules (DIST2's point_ends_run needs place_weight) hold too.
-        options = _OPTION_NAMES.get(type(self)) or _OPTION_NAMES.setdefault(type(self), type(self).option_names())
+        options = _OPTION_NAMES.get(type(self)) or _OPTION_NAMES.setdefault(
+            type(self), type(self).option_names()
+        )
         if name in options and name != "embedding":
-            current = {key: getattr(self, key) for key in options if key != name and key in vars(self)}
+            current = {
+                key: getattr(self, key) for key in options if key != name and key in vars(self)
+            }
             type(self).validate_options({**current, name: value})
         super().__setattr__(name, value)
 
     def __getattr__(self, name: str) -> Any:
         if name == "as_compute_loss_func":
             raise AttributeError(
-                "as_compute_loss_func moved to the Trainer glue: use numloss.hf.compute_loss_func(loss_fn)"
+                "as_compute_loss_func moved to the Trainer glue: use"
+                " numloss.hf.compute_loss_func(loss_fn)"
             )
         return super().__getattr__(name)
 
@@ -219,7 +244,8 @@ class NumericLoss(nn.Module):
 
     # -- hooks ----------------------------------------------------------------------------------
     def digit_weights(self, digits: DigitPositions) -> torch.Tensor:
-        """Place weight u [K] (float32) of each digit position; 1 unless the objective weighs places."""
+        """Place weight u [K] (float32) of each digit position; 1 unless the objective weighs
+        places."""
         return torch.ones(digits.count, dtype=torch.float32, device=digits.index.device)
 
     def digit_terms(
@@ -235,13 +261,18 @@ class NumericLoss(nn.Module):
         return None
 
     def pushdown(
-        self, digit_logits: torch.Tensor, digit_targets: torch.Tensor, support: torch.Tensor | None = None
+        self,
+        digit_logits: torch.Tensor,
+        digit_targets: torch.Tensor,
+        support: torch.Tensor | None = None,
     ) -> torch.Tensor:
         """Where raw DEL's term would push the target digit down [K] (bool), logged by every
         objective as `pushdown_share`; DEL overrides it with its own options."""
         return del_pushdown(digit_logits, digit_targets, support=support)
 
-    def number_terms(self, number_logits: torch.Tensor, digits: DigitPositions) -> torch.Tensor | None:
+    def number_terms(
+        self, number_logits: torch.Tensor, digits: DigitPositions
+    ) -> torch.Tensor | None:
         """Per number-token terms [P] at `level="token"` from `number_logits` [P, C], or None."""
         return None
 
@@ -254,13 +285,17 @@ class NumericLoss(nn.Module):
         """The objective's N_dig of aligned `labels` (digit slots, or number tokens at
         `level="token"`): what a trainer sums over a step as `num_digits_in_batch`."""
         digits = find_digits(labels, self.vocab, None, self.ignore_index)
-        return torch.tensor(digits.token_count if self.scores_tokens else digits.count, device=labels.device)
+        return torch.tensor(
+            digits.token_count if self.scores_tokens else digits.count, device=labels.device
+        )
 
     def transport_embedding(self, device: torch.device, dtype: torch.dtype) -> torch.Tensor | None:
         """Unit-length rows [V, H] of a cost embedding (no gradient), or None: no transport cost."""
         return None
 
-    def transport_cost(self, logits: torch.Tensor, valid: torch.Tensor, targets: torch.Tensor) -> torch.Tensor | None:
+    def transport_cost(
+        self, logits: torch.Tensor, valid: torch.Tensor, targets: torch.Tensor
+    ) -> torch.Tensor | None:
         """Per-token transport cost [N] from the full logits [N, V] (0 where not valid), or None."""
         return None
 
@@ -302,8 +337,15 @@ class NumericLoss(nn.Module):
             self._raise_for_logits(flat_logits, valid, ignored_rows)
 
         return self.combine(
-            nll, valid, number_logits, digits, cost, num_items_in_batch, num_digits_in_batch,
-            row_finite=row_finite, diagnose=diagnose,
+            nll,
+            valid,
+            number_logits,
+            digits,
+            cost,
+            num_items_in_batch,
+            num_digits_in_batch,
+            row_finite=row_finite,
+            diagnose=diagnose,
         )
 
     def from_hidden(
@@ -318,29 +360,45 @@ class NumericLoss(nn.Module):
     ) -> NumericLossOutput:
         """The loss (and gradients) of `hidden @ lm_head_weight.T + lm_head_bias` computed in
         chunks by `numloss.fused`, never materialising those logits."""
-        return fused_loss(self, hidden, lm_head_weight, labels, lm_head_bias=lm_head_bias,
-                          num_items_in_batch=num_items_in_batch, num_digits_in_batch=num_digits_in_batch,
-                          chunk_size=chunk_size)
+        return fused_loss(
+            self,
+            hidden,
+            lm_head_weight,
+            labels,
+            lm_head_bias=lm_head_bias,
+            num_items_in_batch=num_items_in_batch,
+            num_digits_in_batch=num_digits_in_batch,
+            chunk_size=chunk_size,
+        )
 
     def _prepare(
         self, logits: torch.Tensor, labels: torch.Tensor
     ) -> tuple[torch.Tensor, torch.Tensor, DigitPositions]:
         if not torch.is_tensor(logits) or not logits.is_floating_point():
-            raise TypeError(f"logits must be a floating-point tensor, got {getattr(logits, 'dtype', type(logits))}")
+            raise TypeError(
+                "logits must be a floating-point tensor, got"
+                f" {getattr(logits, 'dtype', type(logits))}"
+            )
         if not torch.is_tensor(labels) or labels.is_floating_point():
-            raise TypeError("labels must be an integer tensor of token ids (ignore_index for skipped positions)")
+            raise TypeError(
+                "labels must be an integer tensor of token ids (ignore_index for skipped positions)"
+            )
         if logits.device != labels.device or logits.is_meta:
             where = f"logits on {logits.device}, labels on {labels.device}"
             fix = (
-                "the meta device holds no values: load the model's weights (or run it on a real device) before "
-                "computing a loss" if logits.is_meta or labels.is_meta else "move the labels to the logits' device "
-                "(labels.to(logits.device))"
+                "the meta device holds no values: load the model's weights (or run it on a real"
+                " device) before computing a loss"
+                if logits.is_meta or labels.is_meta
+                else "move the labels to the logits' device (labels.to(logits.device))"
             )
-            raise ValueError(f"{self.name}: logits and labels must be on one device with values ({where}): {fix}")
+            raise ValueError(
+                f"{self.name}: logits and labels must be on one device with values ({where}): {fix}"
+            )
         if logits.dim() not in (2, 3) or logits.shape[:-1] != labels.shape:
             raise ValueError(
-                f"logits {tuple(logits.shape)} and labels {tuple(labels.shape)} do not match: expected "
-                "logits [B, T, V] with labels [B, T] (or [N, V] with [N]), already aligned (no shift)"
+                f"logits {tuple(logits.shape)} and labels {tuple(labels.shape)} do not match:"
+                " expected logits [B, T, V] with labels [B, T] (or [N, V] with [N]), already"
+                " aligned (no shift)"
             )
         width = logits.shape[-1]
         self.vocab.check_width(width)
@@ -364,11 +422,17 @@ class NumericLoss(nn.Module):
         loss (None) or non-finite rows at ignored positions (`row_finite` False there).
         """
         num_tokens = valid.sum()
-        digit_logits, support = slot_logits(number_logits, digits, self.vocab.number_table(nll.device))
-        num_digits = torch.tensor(digits.token_count if self.scores_tokens else digits.count, device=nll.device)
+        digit_logits, support = slot_logits(
+            number_logits, digits, self.vocab.number_table(nll.device)
+        )
+        num_digits = torch.tensor(
+            digits.token_count if self.scores_tokens else digits.count, device=nll.device
+        )
         weights = self.digit_weights(digits)
         token_count = _as_count(num_items_in_batch, num_tokens, "num_items_in_batch")
-        digit_count = _as_count(num_digits_in_batch, self._digit_units(num_digits, weights), "num_digits_in_batch")
+        digit_count = _as_count(
+            num_digits_in_batch, self._digit_units(num_digits, weights), "num_digits_in_batch"
+        )
         ce = nll.sum() / token_count
         loss = ce
         aux = torch.zeros((), dtype=torch.float32, device=nll.device)
@@ -378,7 +442,9 @@ class NumericLoss(nn.Module):
             # tokens with that digit there (the token's NLL for a single digit, exactly)
             target_logit = number_logits[digits.row_of, digits.column]
             slot_target = digit_logits.gather(1, digits.target[:, None]).squeeze(1)
-            digit_nll = nll.index_select(0, digits.index) + (target_logit - slot_target).to(nll.dtype)
+            digit_nll = nll.index_select(0, digits.index) + (target_logit - slot_target).to(
+                nll.dtype
+            )
             terms = self.digit_terms(digit_logits, digits.target, weights, digit_nll, support)
         if terms is not None:
             aux = terms.sum() / self._digit_denominator(token_count, digit_count)
@@ -393,7 +459,9 @@ class NumericLoss(nn.Module):
                 diagnose(None)
             if row_finite is not None and not bool(row_finite.all()):
                 diagnose(torch.nonzero(~row_finite).squeeze(1))
-        entropy, logit_mean, pushdown_share, target_prob = digit_diagnostics(self, digit_logits, digits.target, support)
+        entropy, logit_mean, pushdown_share, target_prob = digit_diagnostics(
+            self, digit_logits, digits.target, support
+        )
         return NumericLossOutput(
             loss, ce, aux, num_tokens, num_digits, entropy, logit_mean, pushdown_share, target_prob
         )
@@ -402,26 +470,31 @@ class NumericLoss(nn.Module):
         """This call's share of the digit denominator, in `count_digits`'s units."""
         return num_digits
 
-    def _digit_denominator(self, token_count: torch.Tensor, digit_count: torch.Tensor) -> torch.Tensor:
+    def _digit_denominator(
+        self, token_count: torch.Tensor, digit_count: torch.Tensor
+    ) -> torch.Tensor:
         if self.normalize == "tokens":
             return token_count
         return digit_count
 
-    def _raise_for_logits(self, logits: torch.Tensor, valid: torch.Tensor, ignored_rows: torch.Tensor | None) -> NoReturn:
+    def _raise_for_logits(
+        self, logits: torch.Tensor, valid: torch.Tensor, ignored_rows: torch.Tensor | None
+    ) -> NoReturn:
         if ignored_rows is not None:
             raise FloatingPointError(
-                f"{self.name}: the logits hold NaN or inf at {ignored_rows.numel()} ignored position(s) (first: "
-                f"flat position {int(ignored_rows[0])}); their loss gradient is zero, but back-propagating "
-                "through them gives NaN weight gradients: fix the padding or attention mask that makes them "
-                "(or pass check_finite=False)"
+                f"{self.name}: the logits hold NaN or inf at {ignored_rows.numel()} ignored"
+                f" position(s) (first: flat position {int(ignored_rows[0])}); their loss gradient"
+                " is zero, but back-propagating through them gives NaN weight gradients: fix the"
+                " padding or attention mask that makes them (or pass check_finite=False)"
             )
         bad_rows = (~torch.isfinite(logits)).any(-1) & valid
         if bool(bad_rows.any()):
             where = int(torch.nonzero(bad_rows)[0])
             raise FloatingPointError(
-                f"{self.name}: the logits hold NaN or inf at {int(bad_rows.sum())} scored position(s) "
-                f"(first: flat position {where}); the model diverged or its output overflowed "
-                "(lower the learning rate, check the inputs, or train in bf16 rather than fp16)"
+                f"{self.name}: the logits hold NaN or inf at {int(bad_rows.sum())} scored"
+                f" position(s) (first: flat position {where}); the model diverged or its output"
+                " overflowed (lower the learning rate, check the inputs, or train in bf16 rather"
+                " than fp16)"
             )
         raise FloatingPointError(
             f"{self.name}: the loss is not finite although the logits are; alpha={self.alpha} or a "
@@ -448,7 +521,13 @@ class DigitLoss(NumericLoss):
 
     normalizations: tuple[str, ...] = NORMALIZATIONS
 
-    def __init__(self, vocab: DigitVocab, alpha: float | None = None, normalize: str = "digits", **base_options) -> None:
+    def __init__(
+        self,
+        vocab: DigitVocab,
+        alpha: float | None = None,
+        normalize: str = "digits",
+        **base_options,
+    ) -> None:
         super().__init__(vocab, alpha=alpha, **base_options)
         self.validate_options({"normalize": normalize, "alpha": alpha})
         self.normalize = normalize
@@ -460,9 +539,12 @@ class DigitLoss(NumericLoss):
         super().validate_options(options)
         if options.get("normalize") == "tokens" and "alpha" in options and options["alpha"] is None:
             raise ValueError(
-                f"{cls.name}: normalize=\"tokens\" divides the term by the step's token count, but the default "
-                f"alpha ({cls.default_alpha:g}) weighs the step's digit mean: pass alpha explicitly, e.g. "
-                f"{cls.default_alpha:g} x your data's tokens per digit (numloss train logs the ratio)"
+                f'{cls.name}: normalize="tokens" divides the term by the step\'s token count, but'
+                " the default "
+                f"alpha ({cls.default_alpha:g}) weighs the step's digit mean: pass alpha"
+                " explicitly, e.g. "
+                f"{cls.default_alpha:g} x your data's tokens per digit (numloss train logs the"
+                " ratio)"
             )
 
     def extra_repr(self) -> str:

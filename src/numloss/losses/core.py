@@ -54,7 +54,9 @@ class _TokenNLLAndDigitLogits(torch.autograd.Function):
         return nll, digit_logits, row_finite
 
     @staticmethod
-    def backward(ctx, grad_nll: torch.Tensor, grad_digit_logits: torch.Tensor, _grad_row_finite=None):  # type: ignore[override]
+    def backward(
+        ctx, grad_nll: torch.Tensor, grad_digit_logits: torch.Tensor, _grad_row_finite=None
+    ):  # type: ignore[override]
         logits, lse, targets, valid, digit_index, digit_columns = ctx.saved_tensors
         num_rows, width = logits.shape
         dtype = lse.dtype
@@ -70,7 +72,9 @@ class _TokenNLLAndDigitLogits(torch.autograd.Function):
         for start in range(0, num_rows, step):
             stop = min(start + step, num_rows)
             if logits.dtype == dtype:
-                buffer = torch.sub(logits[start:stop], shift[start:stop, None], out=grad[start:stop])
+                buffer = torch.sub(
+                    logits[start:stop], shift[start:stop, None], out=grad[start:stop]
+                )
             else:
                 buffer = logits[start:stop].to(dtype).sub_(shift[start:stop, None])
             buffer.exp_()

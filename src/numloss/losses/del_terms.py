@@ -15,7 +15,9 @@ SIGMOID_INPUTS = ("raw", "centered")
 P_WEIGHTS = ("attached", "detached")
 
 
-def sigmoid_logits(z: torch.Tensor, sigmoid_input: str = "raw", support: torch.Tensor | None = None) -> torch.Tensor:
+def sigmoid_logits(
+    z: torch.Tensor, sigmoid_input: str = "raw", support: torch.Tensor | None = None
+) -> torch.Tensor:
     """What DEL's sigmoid reads [M, 10]: the digit logits z as they are ("raw"), or minus their
     mean over the digits each slot can hold (`support` [M, 10], None: all ten) ("centered")."""
     if sigmoid_input == "raw":
@@ -51,7 +53,9 @@ def del_term(
     `sigmoid_logits(z, sigmoid_input, support)` and w the `distance` factor (1 by default).
     `p_weights="detached"` gives the same value with p held constant in the gradient."""
     onehot = F.one_hot(y, 10).to(z.dtype)
-    bce = F.binary_cross_entropy_with_logits(sigmoid_logits(z, sigmoid_input, support), onehot, reduction="none")
+    bce = F.binary_cross_entropy_with_logits(
+        sigmoid_logits(z, sigmoid_input, support), onehot, reduction="none"
+    )
     p = torch.softmax(z, dim=-1)
     criterion = (p.detach() if p_weights == "detached" else p) * bce
     weights = class_weights(y, distance, z.dtype)

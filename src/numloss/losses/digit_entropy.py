@@ -42,8 +42,8 @@ class DigitEntropyLoss(DigitLoss):
 
     name = "del"
     # On the step's digit mean. The largest value no recorded result calls harmful: raw DEL at 0.3
-    # lost 6.4-10.4 points to MLE on a pretrained model while 0.03 was not told apart from it, and no
-    # recorded run shows DEL helping (docs/losses.md, "The default alpha"). The released recipe's
+    # lost 6.4-10.4 points to MLE on a pretrained model while 0.03 was not told apart from it, and
+    # no recorded run shows DEL helping (docs/losses.md, "The default alpha"). The released recipe's
     # weight is alpha=1.28.
     default_alpha = 0.03
 
@@ -79,8 +79,9 @@ class DigitEntropyLoss(DigitLoss):
 
     def extra_repr(self) -> str:
         return (
-            f"{super().extra_repr()}, place_weighting={self.place_weighting!r}, distance={self.distance!r}, "
-            f"sigmoid_input={self.sigmoid_input!r}, p_weights={self.p_weights!r}"
+            f"{super().extra_repr()}, place_weighting={self.place_weighting!r},"
+            f" distance={self.distance!r}, sigmoid_input={self.sigmoid_input!r},"
+            f" p_weights={self.p_weights!r}"
         )
 
     def digit_weights(self, digits: DigitPositions) -> torch.Tensor:
@@ -88,8 +89,16 @@ class DigitEntropyLoss(DigitLoss):
 
     def digit_terms(self, digit_logits, digit_targets, weights, digit_nll, support=None):
         return del_term(
-            digit_logits, digit_targets, weights, self.distance, self.sigmoid_input, support, self.p_weights
+            digit_logits,
+            digit_targets,
+            weights,
+            self.distance,
+            self.sigmoid_input,
+            support,
+            self.p_weights,
         )
 
     def pushdown(self, digit_logits, digit_targets, support=None):
-        return del_pushdown(digit_logits, digit_targets, self.distance, self.sigmoid_input, support, self.p_weights)
+        return del_pushdown(
+            digit_logits, digit_targets, self.distance, self.sigmoid_input, support, self.p_weights
+        )

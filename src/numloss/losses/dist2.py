@@ -20,7 +20,11 @@ from numloss.losses.base import NORMALIZATIONS, DigitLoss, check_number
 
 
 def dist2_term(
-    z: torch.Tensor, y: torch.Tensor, u: torch.Tensor, tau: float, support: torch.Tensor | None = None
+    z: torch.Tensor,
+    y: torch.Tensor,
+    u: torch.Tensor,
+    tau: float,
+    support: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """u * KL(q || p) per digit [M], q = softmax(-(k - y)^2 / tau) restricted to `support`,
     p = softmax(z)."""
@@ -68,7 +72,9 @@ class Dist2Loss(DigitLoss):
         **base_options,
     ) -> None:
         super().__init__(vocab, alpha=alpha, **base_options)
-        self.validate_options({"tau": tau, "place_weight": place_weight, "point_ends_run": point_ends_run})
+        self.validate_options(
+            {"tau": tau, "place_weight": place_weight, "point_ends_run": point_ends_run}
+        )
         self.tau = float(tau)
         self.place_weight = bool(place_weight)
         self.point_ends_run = bool(point_ends_run)
@@ -82,7 +88,9 @@ class Dist2Loss(DigitLoss):
             if flag in options and not isinstance(options[flag], bool):
                 raise ValueError(f"{cls.name}: {flag} must be true or false, got {options[flag]!r}")
         if options.get("point_ends_run") and not options.get("place_weight", False):
-            raise ValueError(f"{cls.name}: point_ends_run only changes place weights; set place_weight=True too")
+            raise ValueError(
+                f"{cls.name}: point_ends_run only changes place weights; set place_weight=True too"
+            )
 
     def extra_repr(self) -> str:
         return (
@@ -95,7 +103,9 @@ class Dist2Loss(DigitLoss):
             return super().digit_weights(digits)
         if self.point_ends_run:
             return digit_run_weights(digits.index, digits.place)
-        return torch.where(digits.place >= 0, digits.place + 1, torch.ones_like(digits.place)).to(torch.float32)
+        return torch.where(digits.place >= 0, digits.place + 1, torch.ones_like(digits.place)).to(
+            torch.float32
+        )
 
     def digit_terms(self, digit_logits, digit_targets, weights, digit_nll, support=None):
         return dist2_term(digit_logits, digit_targets, weights, self.tau, support)

@@ -30,8 +30,11 @@ MODES = (1, 2)
 MIN_DENOMINATOR = 1e-6
 
 
-def emo_ratio(nll: torch.Tensor, cost: torch.Tensor, mode: int, max_ratio: float | None) -> torch.Tensor:
-    """EMO's detached ratio: mode 1, nll / max(cost, 1e-6) (capped at max_ratio); mode 2, cost / max(nll, 1e-6)."""
+def emo_ratio(
+    nll: torch.Tensor, cost: torch.Tensor, mode: int, max_ratio: float | None
+) -> torch.Tensor:
+    """EMO's detached ratio: mode 1, nll / max(cost, 1e-6) (capped at max_ratio); mode 2, cost /
+    max(nll, 1e-6)."""
     nll, cost = nll.detach(), cost.detach()
     if mode == 1:
         ratio = nll / cost.clamp_min(MIN_DENOMINATOR)
@@ -68,7 +71,10 @@ class EMOLoss(NumericLoss):
                 "build_loss('emo', vocab, embedding=model.get_output_embeddings().weight)"
             )
         if not torch.is_tensor(embedding) or embedding.dim() != 2:
-            raise ValueError(f"embedding must be a [V, H] tensor, got {getattr(embedding, 'shape', type(embedding))}")
+            raise ValueError(
+                "embedding must be a [V, H] tensor, got"
+                f" {getattr(embedding, 'shape', type(embedding))}"
+            )
         self.embedding = embedding
         self.form = form
         self.mode = int(mode)
@@ -80,7 +86,9 @@ class EMOLoss(NumericLoss):
         if options.get("max_ratio") is not None:
             check_number(cls.name, "max_ratio", options["max_ratio"], low_open=True)
             if options.get("mode", 1) != 1:
-                raise ValueError(f"{cls.name}: max_ratio caps mode 1's nll/d; mode 2 has no such ratio")
+                raise ValueError(
+                    f"{cls.name}: max_ratio caps mode 1's nll/d; mode 2 has no such ratio"
+                )
 
     def extra_repr(self) -> str:
         return f"form={self.form!r}, mode={self.mode}, max_ratio={self.max_ratio}"
@@ -93,8 +101,8 @@ class EMOLoss(NumericLoss):
         width = logits.shape[-1]
         if self.embedding.shape[0] != width:
             raise ValueError(
-                f"emo: the embedding has {self.embedding.shape[0]} rows but the logits {width} columns; "
-                "pass the output-embedding matrix of the model that made the logits"
+                f"emo: the embedding has {self.embedding.shape[0]} rows but the logits {width}"
+                " columns; pass the output-embedding matrix of the model that made the logits"
             )
         dtype = compute_dtype(logits.dtype)
         rows = torch.nonzero(valid).squeeze(1)
@@ -103,7 +111,8 @@ class EMOLoss(NumericLoss):
         return torch.zeros(valid.shape, dtype=dtype, device=logits.device).index_put((rows,), cost)
 
     def ratio_cost(self, nll: torch.Tensor, cost: torch.Tensor) -> torch.Tensor:
-        """d' (value of the cost in the ratio): d, plus sg(q[y]) = exp(-nll) for the adaptive form."""
+        """d' (value of the cost in the ratio): d, plus sg(q[y]) = exp(-nll) for the adaptive
+        form."""
         return cost + torch.exp(-nll.detach()) if self.form == "adaptive" else cost
 
     def token_loss(self, nll, valid, cost):

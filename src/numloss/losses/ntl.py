@@ -38,7 +38,9 @@ def mse_term(z: torch.Tensor, y: torch.Tensor, u: torch.Tensor) -> torch.Tensor:
     return u.to(z.dtype) * (expected - y.to(expected.dtype)) ** 2
 
 
-def reweighed(term: torch.Tensor, z: torch.Tensor, y: torch.Tensor, nll: torch.Tensor, largest: float) -> torch.Tensor:
+def reweighed(
+    term: torch.Tensor, z: torch.Tensor, y: torch.Tensor, nll: torch.Tensor, largest: float
+) -> torch.Tensor:
     """ntloss's reweighing m * term + 1.01 * largest * (1 - m), with the digit mass
     m = exp(logsumexp(z) - (nll + z_y)) from the digit logits and the target's NLL alone."""
     log_mass = torch.logsumexp(z, dim=-1) - (nll.to(z.dtype) + z.gather(1, y[:, None]).squeeze(1))
@@ -52,7 +54,12 @@ class _NumberTokenLoss(DigitLoss):
     choices = {"level": LEVELS}
 
     def __init__(
-        self, vocab: DigitVocab, alpha: float | None = None, reweigh: bool = False, level: str = "digit", **base_options
+        self,
+        vocab: DigitVocab,
+        alpha: float | None = None,
+        reweigh: bool = False,
+        level: str = "digit",
+        **base_options,
     ) -> None:
         super().__init__(vocab, alpha=alpha, **base_options)
         self.validate_options({"reweigh": reweigh, "level": level})
@@ -63,9 +70,13 @@ class _NumberTokenLoss(DigitLoss):
     def validate_options(cls, options: Mapping[str, Any]) -> None:
         super().validate_options(options)
         if "reweigh" in options and not isinstance(options["reweigh"], bool):
-            raise ValueError(f"{cls.name}: reweigh must be true or false, got {options['reweigh']!r}")
+            raise ValueError(
+                f"{cls.name}: reweigh must be true or false, got {options['reweigh']!r}"
+            )
         if options.get("level") == "token" and options.get("reweigh"):
-            raise ValueError(f"{cls.name}: reweigh applies to the digit level only; drop it or use level='digit'")
+            raise ValueError(
+                f"{cls.name}: reweigh applies to the digit level only; drop it or use level='digit'"
+            )
 
     def extra_repr(self) -> str:
         return f"{super().extra_repr()}, reweigh={self.reweigh}, level={self.level!r}"
@@ -79,7 +90,9 @@ class _NumberTokenLoss(DigitLoss):
         raise NotImplementedError
 
     def number_terms(self, number_logits, digits):
-        p, values, target = token_values(number_logits, digits, self.vocab.number_table(number_logits.device))
+        p, values, target = token_values(
+            number_logits, digits, self.vocab.number_table(number_logits.device)
+        )
         return self.token_distance(p, values, target)
 
     @staticmethod

@@ -52,7 +52,8 @@ def slot_logits(
     pieces: list[torch.Tensor] = []
     order: list[torch.Tensor] = []
     for g, (length, _, columns) in enumerate(table.groups):
-        firsts = torch.nonzero(first_slots & (group_of_slot == g)).squeeze(1)  # [P_g] slot-0 indices
+        # [P_g] slot-0 indices
+        firsts = torch.nonzero(first_slots & (group_of_slot == g)).squeeze(1)
         if not firsts.numel():
             continue
         rows = digits.row_of[firsts]

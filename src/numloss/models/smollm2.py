@@ -78,7 +78,9 @@ def prepare(cache_dir: str | os.PathLike | None = None, force: bool = False) -> 
     model = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
     missing, unexpected = model.load_state_dict(gguf_model.state_dict(), strict=False)
     # A tied LM head appears only once in the state dict; anything else missing is a bad file.
-    missing = [key for key in missing if not (config.tie_word_embeddings and key == "lm_head.weight")]
+    missing = [
+        key for key in missing if not (config.tie_word_embeddings and key == "lm_head.weight")
+    ]
     if missing or unexpected:
         raise RuntimeError(
             f"converting {source}: the weights do not match the model (missing {missing[:5]}, "

@@ -18,7 +18,8 @@ PAD, BOS, EOS, UNK = "<pad>", "<s>", "</s>", "<unk>"
 SPECIAL_TOKENS = (PAD, BOS, EOS, UNK)
 # Printable ASCII (digits first, so digit k has id k + len(SPECIAL_TOKENS)) plus newline and tab.
 CHARACTERS: tuple[str, ...] = tuple(
-    string.digits + "".join(c for c in string.printable if c not in string.digits and c not in "\r\x0b\x0c")
+    string.digits
+    + "".join(c for c in string.printable if c not in string.digits and c not in "\r\x0b\x0c")
 )
 
 
@@ -35,7 +36,9 @@ def number_chunks(longest: int) -> tuple[list[str], list[tuple[str, str]]]:
     return tokens, merges
 
 
-def build_char_tokenizer(model_max_length: int = 2048, digits_per_token: int = 1) -> PreTrainedTokenizerFast:
+def build_char_tokenizer(
+    model_max_length: int = 2048, digits_per_token: int = 1
+) -> PreTrainedTokenizerFast:
     """A deterministic character-level `PreTrainedTokenizerFast` (`<pad> <s> </s> <unk>`, `<s>` in
     front, non-printable characters `<unk>`). `digits_per_token` 3 splits digit runs left to right
     into chunks of up to 3, as Llama-3 does, with all 1,110 chunks after the characters.

@@ -1,4 +1,5 @@
-"""`numloss train CONFIG.yaml [--section.key value ...]`: config -> model, data, objective -> Trainer.
+"""`numloss train CONFIG.yaml [--section.key value ...]`: config -> model, data, objective ->
+Trainer.
 
     result = run_training(load_config("configs/tiny.yaml", ["--train.max_steps", "20"]))
 
@@ -15,6 +16,20 @@ from numloss.train.errors import DiskFullError, disk_full_error
 from numloss.train.folder import CSV_COLUMNS, INPUTS_FILE, read_log_rows, record_config
 from numloss.train.run import TrainResult, check_run, run_training
 
-__all__ = ["CHECKPOINT_MARKER", "CSV_COLUMNS", "INPUTS_FILE", "DiskFullError", "TrainResult", "check_run",
-           "disk_full_error", "load_model_for", "log_digit_density", "machine_cores", "main", "pop_threads",
-           "read_log_rows", "record_config", "run_training"]
+__all__ = [
+    "CHECKPOINT_MARKER",
+    "CSV_COLUMNS",
+    "INPUTS_FILE",
+    "DiskFullError",
+    "TrainResult",
+    "check_run",
+    "disk_full_error",
+    "load_model_for",
+    "log_digit_density",
+    "machine_cores",
+    "main",
+    "pop_threads",
+    "read_log_rows",
+    "record_config",
+    "run_training",
+]

@@ -12,7 +12,8 @@ from numloss.train.errors import first_line
 
 
 def bf16_supported() -> bool:
-    """True where bf16 autocast runs natively: a CUDA GPU with bf16, or a CPU with AVX512-BF16/AMX."""
+    """True where bf16 autocast runs natively: a CUDA GPU with bf16, or a CPU with
+    AVX512-BF16/AMX."""
     import torch
 
     if torch.cuda.is_available():
@@ -31,15 +32,30 @@ def build_training_arguments(config: Config) -> Any:
     bf16 = bf16_supported() if train.bf16 is None else train.bf16
     if bf16 and not bf16_supported():
         raise ConfigError(
-            "train.bf16 is true but this machine has no bf16 support (no CUDA bf16 GPU, no AVX512-BF16/AMX "
-            "CPU); set train.bf16 false or null (auto)"
+            "train.bf16 is true but this machine has no bf16 support (no CUDA bf16 GPU, no"
+            " AVX512-BF16/AMX CPU); set train.bf16 false or null (auto)"
         )
     report_to = [r for r in train.report_to if r not in ("tensorboard", "none")]
     # the train section is TrainingArguments by its own names; numloss's own keys are left out and
     # what they decide is set below
-    own = {"bf16", "tf32", "report_to", "save_steps", "resume", "resume_changed", "overwrite", "progress_bar",
-           "fsdp", "fsdp_config", "deepspeed", "warmup_ratio", "extra"}
-    kwargs: dict[str, Any] = {f.name: getattr(train, f.name) for f in dataclasses.fields(train) if f.name not in own}
+    own = {
+        "bf16",
+        "tf32",
+        "report_to",
+        "save_steps",
+        "resume",
+        "resume_changed",
+        "overwrite",
+        "progress_bar",
+        "fsdp",
+        "fsdp_config",
+        "deepspeed",
+        "warmup_ratio",
+        "extra",
+    }
+    kwargs: dict[str, Any] = {
+        f.name: getattr(train, f.name) for f in dataclasses.fields(train) if f.name not in own
+    }
     kwargs.update(
         warmup_steps=train.warmup_ratio,  # a float in [0, 1) is a ratio of the total steps
         data_seed=train.seed,
@@ -63,15 +79,18 @@ def build_training_arguments(config: Config) -> Any:
 
 
 def _placement(config: Config) -> dict[str, Any]:
-    """The TrainingArguments that place the run: FSDP, DeepSpeed, or the CPU (gloo across processes)."""
+    """The TrainingArguments that place the run: FSDP, DeepSpeed, or the CPU (gloo across
+    processes)."""
     import torch
 
     train = config.train
     kwargs: dict[str, Any] = {}
     if train.fsdp:
         if not torch.cuda.is_available() and int(os.environ.get("WORLD_SIZE", "1")) <= 1:
-            raise ConfigError("train.fsdp: FSDP shards a model across processes; this is one CPU process (launch it "
-                              "with torchrun / accelerate launch on several), or drop train.fsdp")
+            raise ConfigError(
+                "train.fsdp: FSDP shards a model across processes; this is one CPU process (launch"
+                " it with torchrun / accelerate launch on several), or drop train.fsdp"
+            )
         kwargs["fsdp"] = train.fsdp
         kwargs["fsdp_config"] = dict(train.fsdp_config) or None
     if train.deepspeed:
@@ -91,13 +110,17 @@ def build_arguments_checked(config: Config) -> Any:
     except ConfigError:
         raise
     except (ValueError, TypeError, ImportError, OSError, KeyError) as error:
-        raise ConfigError(f"train: transformers.TrainingArguments refuses these settings: {first_line(error)}") from None
+        raise ConfigError(
+            f"train: transformers.TrainingArguments refuses these settings: {first_line(error)}"
+        ) from None
     from transformers import Trainer
 
     try:
         optimizer_cls, optimizer_kwargs = Trainer.get_optimizer_cls_and_kwargs(args)
     except (ValueError, ImportError, TypeError) as error:
-        raise ConfigError(f"train.optim {config.train.optim!r} cannot be used here: {first_line(error)}") from None
+        raise ConfigError(
+            f"train.optim {config.train.optim!r} cannot be used here: {first_line(error)}"
+        ) from None
     check_arguments_in_context(args)
     dry_build_optimizer_and_scheduler(config, args, optimizer_cls, optimizer_kwargs)
     return args
@@ -109,17 +132,23 @@ def check_arguments_in_context(args: Any) -> None:
     import torch
 
     if str(getattr(args, "eval_strategy", "no")) not in ("no", "IntervalStrategy.NO"):
-        raise ConfigError("train.eval_strategy: numloss trains without an evaluation set (compare scores the "
-                          "runs itself); drop eval_strategy")
+        raise ConfigError(
+            "train.eval_strategy: numloss trains without an evaluation set (compare scores the "
+            "runs itself); drop eval_strategy"
+        )
     if getattr(args, "fp16", False) and not torch.cuda.is_available():
-        raise ConfigError("train.fp16: fp16 mixed precision needs a CUDA GPU; on this machine use train.bf16 "
-                          "(where supported) or drop fp16")
+        raise ConfigError(
+            "train.fp16: fp16 mixed precision needs a CUDA GPU; on this machine use train.bf16 "
+            "(where supported) or drop fp16"
+        )
     noise = getattr(args, "neftune_noise_alpha", None)
     if noise is not None and not noise > 0:
         raise ConfigError(f"train.neftune_noise_alpha must be > 0 (or null for none), got {noise}")
 
 
-def dry_build_optimizer_and_scheduler(config: Config, args: Any, optimizer_cls: Any, optimizer_kwargs: dict[str, Any]) -> None:
+def dry_build_optimizer_and_scheduler(
+    config: Config, args: Any, optimizer_cls: Any, optimizer_kwargs: dict[str, Any]
+) -> None:
     """Build the run's optimizer (over a stand-in parameter) and scheduler, so values they
     refuse (adam_beta1 2, a bogus lr_scheduler_kwargs key) are one ConfigError line up front."""
     import torch
@@ -129,16 +158,25 @@ def dry_build_optimizer_and_scheduler(config: Config, args: Any, optimizer_cls: 
     try:
         optimizer = optimizer_cls([parameter], **optimizer_kwargs)
     except (ValueError, TypeError, RuntimeError) as error:
-        raise ConfigError(f"train: the optimizer {config.train.optim!r} refuses these settings: "
-                          f"{first_line(error)}") from None
+        raise ConfigError(
+            f"train: the optimizer {config.train.optim!r} refuses these settings: "
+            f"{first_line(error)}"
+        ) from None
     steps = args.max_steps if args.max_steps > 0 else 100
     _check_scheduler_kwargs(config, args)
     try:
-        get_scheduler(args.lr_scheduler_type, optimizer, num_warmup_steps=args.get_warmup_steps(steps),
-                      num_training_steps=steps, scheduler_specific_kwargs=dict(args.lr_scheduler_kwargs or {}))
+        get_scheduler(
+            args.lr_scheduler_type,
+            optimizer,
+            num_warmup_steps=args.get_warmup_steps(steps),
+            num_training_steps=steps,
+            scheduler_specific_kwargs=dict(args.lr_scheduler_kwargs or {}),
+        )
     except (ValueError, TypeError, KeyError) as error:
-        raise ConfigError(f"train.lr_scheduler_type {config.train.lr_scheduler_type!r} refuses these settings "
-                          f"(train.lr_scheduler_kwargs): {first_line(error)}") from None
+        raise ConfigError(
+            f"train.lr_scheduler_type {config.train.lr_scheduler_type!r} refuses these settings "
+            f"(train.lr_scheduler_kwargs): {first_line(error)}"
+        ) from None
 
 
 def _check_scheduler_kwargs(config: Config, args: Any) -> None:
@@ -153,9 +191,15 @@ def _check_scheduler_kwargs(config: Config, args: Any) -> None:
     if not extra:
         return
     schedule = TYPE_TO_SCHEDULER_FUNCTION.get(SchedulerType(args.lr_scheduler_type))
-    taken = set(inspect.signature(schedule).parameters) - {"optimizer", "num_warmup_steps", "num_training_steps"} \
-        if schedule is not None else set()
+    taken = (
+        set(inspect.signature(schedule).parameters)
+        - {"optimizer", "num_warmup_steps", "num_training_steps"}
+        if schedule is not None
+        else set()
+    )
     unknown = sorted(set(extra) - taken)
     if unknown:
-        raise ConfigError(f"train.lr_scheduler_kwargs: the {config.train.lr_scheduler_type!r} schedule takes "
-                          f"{', '.join(sorted(taken)) or 'no options'}, not {', '.join(unknown)}")
+        raise ConfigError(
+            f"train.lr_scheduler_kwargs: the {config.train.lr_scheduler_type!r} schedule takes "
+            f"{', '.join(sorted(taken)) or 'no options'}, not {', '.join(unknown)}"
+        )

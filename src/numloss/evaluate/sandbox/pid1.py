@@ -65,7 +65,7 @@ def _drop_privileges(params: dict, libc: ctypes.CDLL, status: int) -> int:
     # host runs out of memory, or a memory limit holds the evaluator and its sandboxes together, a
     # program is killed before the evaluator, whose model makes it the largest process by far
     try:
-        with open("/proc/self/oom_score_adj", "w") as f:
+        with open("/proc/self/oom_score_adj", "w", encoding="utf-8") as f:
             f.write(str(int(params["oom_score_adj"])))
     except OSError as error:
         _fail(status, "oom_score_adj: " + str(error))
@@ -100,32 +100,41 @@ def _lock_down(params: dict, libc: ctypes.CDLL, status: int, uid: int) -> None:
     for name, value in params["rlimits"]:
         try:
             resource.setrlimit(getattr(resource, name), (value, value))
-        except (OSError, ValueError) as error:  # a limit that cannot be set: the program must not run
+        # a limit that cannot be set: the program must not run
+        except (OSError, ValueError) as error:
             _fail(status, "setrlimit(" + name + ", " + str(value) + "): " + str(error))
     last = bytes.fromhex(params["last_filter"])
     buffer = ctypes.create_string_buffer(last, len(last))
     prog = _SockFprog(len(last) // 8, ctypes.addressof(buffer))
     if libc.prctl(22, 2, ctypes.byref(prog), 0, 0) != 0:  # PR_SET_SECCOMP, SECCOMP_MODE_FILTER
         _fail(status, "stacking the last seccomp filter: errno " + str(ctypes.get_errno()))
-    with open("/proc/self/status") as f:
+    with open("/proc/self/status", encoding="utf-8") as f:
         st = dict(line.split(":", 1) for line in f.read().splitlines() if ":" in line)
-    if (os.getresuid() != (uid,) * 3 or os.getresgid() != (uid,) * 3 or os.getgroups()
-            or any(int(st[k].strip(), 16) for k in ("CapInh", "CapPrm", "CapEff", "CapBnd", "CapAmb"))
-            or st["NoNewPrivs"].strip() != "1" or st["Seccomp"].strip() != "2"
-            or int(st.get("Seccomp_filters", "2")) < 2):
+    if (
+        os.getresuid() != (uid,) * 3
+        or os.getresgid() != (uid,) * 3
+        or os.getgroups()
+        or any(int(st[k].strip(), 16) for k in ("CapInh", "CapPrm", "CapEff", "CapBnd", "CapAmb"))
+        or st["NoNewPrivs"].strip() != "1"
+        or st["Seccomp"].strip() != "2"
+        or int(st.get("Seccomp_filters", "2")) < 2
+    ):
         _fail(status, "uid/caps/seccomp not as required")
 
 
 def _read_program(keep: tuple[int, int]) -> bytes:
     """The program's text from fd 0 (a memfd); then fd 0 is /dev/null and only 0-2 and `keep`
-    (status, lifeline) stay open (bwrap leaves some of its own descriptors, userns and info, open)."""
+    (status, lifeline) stay open (bwrap leaves some of its own descriptors, userns and info, open).
+    """
     chunks = []
     while chunk := os.read(0, 1 << 20):
         chunks.append(chunk)
     source = b"".join(chunks)
     del chunks
     os.dup2(os.open("/dev/null", os.O_RDONLY), 0)
-    for low, high in zip((3, *(fd + 1 for fd in sorted(keep))), (*sorted(keep), 1 << 16), strict=True):
+    for low, high in zip(
+        (3, *(fd + 1 for fd in sorted(keep))), (*sorted(keep), 1 << 16), strict=True
+    ):
         os.closerange(low, high)
     return source
 
@@ -247,7 +256,9 @@ def main(params: dict) -> None:
         main_module = _as_python_prog_py(source, list(params["site_dirs"]))
         # dont_inherit: this file's `from __future__ import annotations` must not reach the program
         # (its annotations would become strings: a dataclass in a function body then fails)
-        code = compile(source, main_module.__dict__.get("__file__", "<program>"), "exec", dont_inherit=True)
+        code = compile(
+            source, main_module.__dict__.get("__file__", "<program>"), "exec", dont_inherit=True
+        )
         del source
         exec(code, main_module.__dict__)
         sys.exit(0)

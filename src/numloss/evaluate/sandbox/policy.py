@@ -16,8 +16,13 @@ ALLOWED_PACKAGES = ("sympy", "mpmath", "numpy")
 """Third-party packages a program may import (MAmmoTH-style programs use sympy and numpy)."""
 SANDBOX_UID = SANDBOX_GID = 65534  # "nobody"
 ENV = {
-    "PATH": "/usr/bin:/bin", "HOME": "/tmp", "TMPDIR": "/tmp", "LANG": "C.UTF-8",
-    "OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1",
+    "PATH": "/usr/bin:/bin",
+    "HOME": "/tmp",
+    "TMPDIR": "/tmp",
+    "LANG": "C.UTF-8",
+    "OPENBLAS_NUM_THREADS": "1",
+    "OMP_NUM_THREADS": "1",
+    "MKL_NUM_THREADS": "1",
 }
 DEVICES = ("null", "zero", "full", "random", "urandom")
 """/dev holds these only: no /dev/pts or /dev/ptmx (ptys are a host-wide budget)."""
@@ -45,7 +50,8 @@ CPU_PER_PROGRAM = 1
 INIT_GRACE = 0.5
 """The init ends the namespace this long after the wall-clock limit, whatever the host does."""
 POLL_SECONDS = 0.1
-"""How often the init sums its namespace's CPU time and tasks and checks that its evaluator lives."""
+"""How often the init sums its namespace's CPU time and tasks and checks that its evaluator
+lives."""
 AT_CAP_SECONDS = 2.0
 """How long the namespace may stay at its process limit before the init ends it."""
 
@@ -54,10 +60,17 @@ def rlimits(limits: SandboxLimits) -> list[tuple[str, int]]:
     """The rlimits the init sets before it forks the program: those of `limits`, no core dumps,
     locked memory or real-time priority, and small budgets of queued signals and message-queue
     bytes (the kernel charges those to the evaluator's user as well)."""
-    out = [("RLIMIT_CPU", int(limits.cpu_seconds)), ("RLIMIT_FSIZE", int(limits.tmpfs_bytes)),
-           ("RLIMIT_NOFILE", int(limits.open_files)), ("RLIMIT_NPROC", int(limits.max_processes)),
-           ("RLIMIT_CORE", CORE_LIMIT), ("RLIMIT_MEMLOCK", 0), ("RLIMIT_RTPRIO", 0),
-           ("RLIMIT_SIGPENDING", SIGPENDING), ("RLIMIT_MSGQUEUE", 0)]
+    out = [
+        ("RLIMIT_CPU", int(limits.cpu_seconds)),
+        ("RLIMIT_FSIZE", int(limits.tmpfs_bytes)),
+        ("RLIMIT_NOFILE", int(limits.open_files)),
+        ("RLIMIT_NPROC", int(limits.max_processes)),
+        ("RLIMIT_CORE", CORE_LIMIT),
+        ("RLIMIT_MEMLOCK", 0),
+        ("RLIMIT_RTPRIO", 0),
+        ("RLIMIT_SIGPENDING", SIGPENDING),
+        ("RLIMIT_MSGQUEUE", 0),
+    ]
     return out + ([("RLIMIT_AS", int(limits.memory_bytes))] if limits.memory_bytes > 0 else [])
 
 
@@ -69,7 +82,8 @@ def cgroup_limits(limits: SandboxLimits) -> tuple[int | None, int]:
 
 
 # ---- what a program may call (seccomp.py) ----------------------------------------------------
-DENIED = tuple("""
+DENIED = tuple(
+    """
     ptrace process_vm_readv process_vm_writev process_madvise pidfd_getfd kcmp
     mount umount2 pivot_root chroot open_tree move_mount fsopen fsconfig fsmount fspick
     mount_setattr unshare setns keyctl add_key request_key bpf perf_event_open userfaultfd
@@ -85,7 +99,8 @@ DENIED = tuple("""
     inotify_init inotify_init1 inotify_add_watch fanotify_init fanotify_mark
     mbind set_mempolicy set_mempolicy_home_node modify_ldt vmsplice
     io_setup io_destroy io_getevents io_submit io_cancel io_pgetevents sync syncfs fadvise64
-""".split())
+""".split()
+)
 """Syscalls refused with EPERM (those an architecture lacks are skipped), in groups: those that
 widen the kernel surface or reach outside the namespaces; memory outside RLIMIT_AS and per-user
 budgets charged to the evaluator's user (memfd, SysV IPC: a semaphore set is ~2.3 MiB of kernel
@@ -94,8 +109,15 @@ contexts, sync, syncfs, fadvise, which evicts the host's page cache of a bound f
 LAST_CLASSIC = 450
 """Every syscall number above this gets ENOSYS but `NEWER_ALLOWED`: a kernel upgrade cannot open
 a new surface behind the filter's back."""
-NEWER_ALLOWED = ("fchmodat2", "futex_wake", "futex_wait", "futex_requeue", "getxattrat", "listxattrat",
-                 "file_getattr")
+NEWER_ALLOWED = (
+    "fchmodat2",
+    "futex_wake",
+    "futex_wait",
+    "futex_requeue",
+    "getxattrat",
+    "listxattrat",
+    "file_getattr",
+)
 """Syscalls above 450 that are allowed (glibc may use them; they read, or act on the caller's own
 files); statmount, listmount, open_tree_attr, setxattrat, lsm_*, ... get ENOSYS."""
 AF_UNIX = 1
@@ -107,7 +129,9 @@ file stalls every other opener, the host's imports included), F_NOTIFY (dnotify 
 host's file activity in a bound folder)."""
 MADVISE_DENIED = (20, 21)
 """MADV_COLD, MADV_PAGEOUT: both push pages of a mapped file out of the host's page cache."""
-CLONE_NEW_FLAGS = 0x00020000 | 0x02000000 | 0x04000000 | 0x08000000 | 0x10000000 | 0x20000000 | 0x40000000 | 0x80
+CLONE_NEW_FLAGS = (
+    0x00020000 | 0x02000000 | 0x04000000 | 0x08000000 | 0x10000000 | 0x20000000 | 0x40000000 | 0x80
+)
 """CLONE_NEWNS | NEWCGROUP | NEWUTS | NEWIPC | NEWUSER | NEWPID | NEWNET | NEWTIME: refused in
 ``clone``; ``clone3`` (flags in memory a filter cannot read) gets ENOSYS, and glibc falls back."""
 LAST_DENIED = ("mount", "seccomp")

@@ -103,17 +103,28 @@ def _ret_errno(err: int) -> bytes:
 def _arch(machine: str | None) -> tuple[int, int, int]:
     machine = machine or platform.machine()
     if machine not in _ARCHES or sys.byteorder != "little":
-        raise SeccompUnsupported(f"no seccomp filter for the {machine} architecture (have: {', '.join(_ARCHES)})")
+        raise SeccompUnsupported(
+            f"no seccomp filter for the {machine} architecture (have: {', '.join(_ARCHES)})"
+        )
     return _ARCHES[machine]
 
 
 def _prologue(audit_arch: int) -> list[bytes]:
-    return [_insn(_LD_W_ABS, _ARCH), _insn(_JEQ_K, audit_arch, jt=1), _insn(_RET_K, _RET_KILL_PROCESS),
-            _insn(_LD_W_ABS, _NR)]
+    return [
+        _insn(_LD_W_ABS, _ARCH),
+        _insn(_JEQ_K, audit_arch, jt=1),
+        _insn(_RET_K, _RET_KILL_PROCESS),
+        _insn(_LD_W_ABS, _NR),
+    ]
 
 
 def _refuse(names: tuple[str, ...], table: dict[str, int], err: int = errno.EPERM) -> list[bytes]:
-    return [insn for name in names if name in table for insn in (_insn(_JEQ_K, table[name], jf=1), _ret_errno(err))]
+    return [
+        insn
+        for name in names
+        if name in table
+        for insn in (_insn(_JEQ_K, table[name], jf=1), _ret_errno(err))
+    ]
 
 
 def filter_program(machine: str | None = None, allow_mount: bool = False) -> bytes:
@@ -137,8 +148,12 @@ def filter_program(machine: str | None = None, allow_mount: bool = False) -> byt
         prog += _only_value(table[name], 0, AF_UNIX, errno.EAFNOSUPPORT)
     prog += _refuse_values(table["fcntl"], 1, FCNTL_DENIED)
     prog += _refuse_values(table["madvise"], 2, MADVISE_DENIED)
-    prog += [_insn(_JEQ_K, table["clone"], jf=3), _insn(_LD_W_ABS, _ARG0_LOW),
-             _insn(_JSET_K, CLONE_NEW_FLAGS, jf=1), _ret_errno(errno.EPERM)]
+    prog += [
+        _insn(_JEQ_K, table["clone"], jf=3),
+        _insn(_LD_W_ABS, _ARG0_LOW),
+        _insn(_JSET_K, CLONE_NEW_FLAGS, jf=1),
+        _ret_errno(errno.EPERM),
+    ]
     prog.append(_insn(_RET_K, _RET_ALLOW))
     return b"".join(prog)
 
@@ -153,17 +168,25 @@ def last_filter(machine: str | None = None) -> bytes:
     prog = _prologue(audit_arch) + _refuse(LAST_DENIED, table)
     prog += _refuse_values(table["setrlimit"], 0, (RLIMIT_CORE,))
     # prlimit64(pid, resource, new, old): refused when resource is RLIMIT_CORE and new is not NULL
-    body = [_insn(_LD_W_ABS, _ARG0_LOW + 8), _insn(_JEQ_K, RLIMIT_CORE, jf=5),
-            _insn(_LD_W_ABS, _ARG0_LOW + 16), _insn(_JEQ_K, 0, jf=2),
-            _insn(_LD_W_ABS, _ARG0_LOW + 20), _insn(_JEQ_K, 0, jt=1), _ret_errno(errno.EPERM),
-            _insn(_RET_K, _RET_ALLOW)]
+    body = [
+        _insn(_LD_W_ABS, _ARG0_LOW + 8),
+        _insn(_JEQ_K, RLIMIT_CORE, jf=5),
+        _insn(_LD_W_ABS, _ARG0_LOW + 16),
+        _insn(_JEQ_K, 0, jf=2),
+        _insn(_LD_W_ABS, _ARG0_LOW + 20),
+        _insn(_JEQ_K, 0, jt=1),
+        _ret_errno(errno.EPERM),
+        _insn(_RET_K, _RET_ALLOW),
+    ]
     prog += [_insn(_JEQ_K, table["prlimit64"], jf=len(body))] + body
     prog += _refuse_values(table["prctl"], 0, (PR_SET_SECCOMP,))
     prog.append(_insn(_RET_K, _RET_ALLOW))
     return b"".join(prog)
 
 
-def _refuse_values(nr: int, arg: int, values: tuple[int, ...], err: int = errno.EPERM) -> list[bytes]:
+def _refuse_values(
+    nr: int, arg: int, values: tuple[int, ...], err: int = errno.EPERM
+) -> list[bytes]:
     """If the syscall is `nr`: refuse it with `err` when the low 32 bits of argument `arg` are one
     of `values`, allow it otherwise (every branch returns: the accumulator no longer holds nr)."""
     body = [_insn(_LD_W_ABS, _ARG0_LOW + 8 * arg)]
@@ -176,6 +199,10 @@ def _refuse_values(nr: int, arg: int, values: tuple[int, ...], err: int = errno.
 def _only_value(nr: int, arg: int, value: int, err: int) -> list[bytes]:
     """If the syscall is `nr`: allow it when argument `arg` (low 32 bits) is `value`, else refuse
     it with `err`."""
-    body = [_insn(_LD_W_ABS, _ARG0_LOW + 8 * arg), _insn(_JEQ_K, value, jf=1), _insn(_RET_K, _RET_ALLOW),
-            _ret_errno(err)]
+    body = [
+        _insn(_LD_W_ABS, _ARG0_LOW + 8 * arg),
+        _insn(_JEQ_K, value, jf=1),
+        _insn(_RET_K, _RET_ALLOW),
+        _ret_errno(err),
+    ]
     return [_insn(_JEQ_K, nr, jf=len(body))] + body
