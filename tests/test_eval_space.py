@@ -406,10 +406,10 @@ def test_property_3_no_output_raises_out_of_the_scorer(protocol):
         runner.forget()
 
 
-if __name__ == "__main__":  # counts of a draw: python tests/test_eval_space.py [N per benchmark]
+if __name__ == "__main__":  # counts of a draw: python tests/test_eval_space.py [N per benchmark [seed]] (docs: 300 23)
     import sys
 
-    rows = score(draw(int(sys.argv[1]) if len(sys.argv) > 1 else None))
+    rows = score(draw(int(sys.argv[1]) if len(sys.argv) > 1 else None, seed=int(sys.argv[2]) if len(sys.argv) > 2 else 0))
     found = violations(rows)
     print(f"cases {len(rows)}; dominance violations {len(found['dominance'])}; numloss false passes {len(found['false_pass'])}; "
           f"unreadable {len(found['unreadable'])}")

@@ -516,7 +516,8 @@ def _math_line(task: Task, text: str, pred: str) -> str | Unreadable | None:
         return None
     line = text.strip().rsplit("\n", 1)[-1].strip(" \t*$")
     line = line.split(":")[-1].strip(" \t*$") if ":" in line else line
-    if not regex.search(r"(?:\^\{?|\\[dt]?frac\{[^{}]{0,40}\}\{)-?\d*\.?\d+[^\d]{0,12}$", line):  # the number read is an exponent or a denominator
+    at = regex.search(r"(?:\^\{?|\\[dt]?frac\{[^{}]{0,40}\}\{)(-?\d*\.?\d+)[^\d]{0,12}$", line)
+    if not at or pred not in (at.group(1), released.strip_string(at.group(1))):  # the number read is not an exponent or a denominator
         return None
     prose = len(line) > 200 or regex.search(r"(?<![\\a-zA-Z])[a-zA-Z]{3,}(?![a-zA-Z])", regex.sub(r"\\text\{[^}]*\}", "", line))
     return Unreadable("the last number is inside an expression in prose") if prose else released.strip_string(line)
@@ -527,7 +528,7 @@ _UNITS = {w: i for i, w in enumerate("zero one two three four five six seven eig
 _UNITS |= {w: 10 * i for i, w in enumerate("_ _ twenty thirty forty fifty sixty seventy eighty ninety".split(), 0) if i > 1}
 _SCALES = {"hundred": 100, "thousand": 10**3, "million": 10**6}
 _WORD = "|".join(sorted([*_UNITS, *_SCALES], key=len, reverse=True))
-_LEAD = r"(?<=(?:^|[:=→∴#>|,–✅]|\bis|\bbe|\bwas|\bequals|\blautet|\bes|是)[ \t*_\"'`$(“‘«]{0,8})"  # given as the answer, not "the right one"
+_LEAD = r"(?<=(?:^|[:=→∴#>|–✅]|\bis|\bbe|\bwas|\bequals|\bso|\blautet|\bes|是)[ \t*_\"'`$(“‘«,]{0,8})"  # given as the answer, not "the right one"
 _SPELLED = _rx(_LEAD + r"(negative[ \t]{1,3}|minus[ \t]{1,3})?((?:" + _WORD
                + r")(?:(?:(?<=hundred|thousand|million)[ \t]{1,3}and[ \t]{1,3}|[ \t]{1,3}|-)(?:" + _WORD + r"))*+)(?![^\W_]|-)(?=[\s*_\"'`$)\]}»”’|]*+(?:is[ \t]the[ \t]answer)?(?:[.!。]|$))", regex.I)  # it ends its sentence
 _RULED_NUMBER = _rx(r"(?i),?[ \t]{1,3}not[ \t]{1,3}[-\d.]{1,40}")  # "eighteen, not 25": 25 is no digit of the answer
@@ -544,7 +545,7 @@ def _number_form(task: Task, text: str, pred: str) -> str | None:
     line = lines[0 if marked else -1][:300]
     scaled = _TIMES_TEN.sub(lambda m: format_exact(Fraction(m.group(1)) * Fraction(10) ** int(m.group(2))), _RUPEES.sub(" ", line.replace(",", "")))
     if scaled != line.replace(",", ""):  # "Rs.2" reads 2, not .2
-        found = _NUMBER.findall(scaled) if task.kind != "math" else [n for n in [_one_number(scaled.rsplit("=", 1)[-1])] if n]
+        found = _NUMBER.findall(scaled) if task.kind != "math" else [n for n in [_one_number(regex.split(r"[=:]", scaled)[-1])] if n]
         return (found[0] if marked else found[-1]).rstrip(".") if found else None  # MATH: one number, no mathematics
     line = _LIST_MARKER.sub("", _RULED_NUMBER.sub("", line))
     spelled = None if any(c.isdigit() for c in line) else _search(_SPELLED, regex.sub(r"\\color\{\w{1,12}\}|\\[a-zA-Z]{1,20}|<[^<>\n]{1,40}>|[\\{}\[\]]", " ", line))
