@@ -2,8 +2,8 @@
 
     python bench/losses.py                      # the full grid of the issue (several minutes)
     python bench/losses.py --vocab 49152 --tokens 2048 --repeats 5
-    python bench/losses.py --number-tokens 1110 --vocab 128256 --tokens 2048 --objectives del   #
-    Llama-3
+    python bench/losses.py --number-tokens 1110 --vocab 128256 --tokens 2048 --objectives del
+                                                # Llama-3 (the line above)
 
 Each (objective, V, N) runs in a fresh process, so its peak resident memory (ru_maxrss) is its
 own: we report the peak *above* the inputs (logits + labels), i.e. what the loss and its backward

@@ -1,7 +1,8 @@
 """The training configuration: one dataclass tree, read from YAML, overridden from the command line.
 
-    config = load_config("configs/tiny.yaml", ["--objective.name", "del", "--train.max_steps",
-    "20"])
+    config = load_config(
+        "configs/tiny.yaml", ["--objective.name", "del", "--train.max_steps", "20"]
+    )
 
 Sections: `model`, `data`, `objective`, `train`, `lora`, and the top-level switch `fused`. The
 `train` section is `transformers.TrainingArguments` by its own names (`per_device_train_batch_size`,

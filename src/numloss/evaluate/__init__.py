@@ -3,11 +3,13 @@
 `numloss eval` is `numloss.evaluate.cli.main`.
 
     from numloss.evaluate import evaluate, score_outputs
-    report = evaluate("smollm2", "gsm8k,svamp", data_dir="../shared/benchmarks", protocol="both",
-    limit=20) print(report.to_markdown())
+    report = evaluate(
+        "smollm2", "gsm8k,svamp", data_dir="../shared/benchmarks", protocol="both", limit=20
+    )
+    print(report.to_markdown())
 
 The names below are loaded on first use: a process that needs only one part (the sandbox, whose
-evaluator and keeper are separate processes; the answer reader) does not pay for transformers.
+programs run in processes of their own; the answer reader) does not pay for transformers.
 """
 
 from __future__ import annotations

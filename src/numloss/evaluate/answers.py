@@ -52,7 +52,8 @@ def read_limit(seconds: float | None = READ_SECONDS) -> Iterator[None]:
         yield
     finally:
         _DEADLINE.reset(token)
-    # a reader that cannot be interrupted (the released `re` patterns, linear) is bounded after the fact
+    # a reader that cannot be interrupted (the released `re` patterns, linear) is bounded after the
+    # fact
     if deadline is not None and time.monotonic() > deadline:
         raise ReadTimeout(f"{_TOO_LONG} ({seconds:g} s)")
 
@@ -88,7 +89,8 @@ def _all(pattern: regex.Pattern, text: str) -> list[regex.Match]:
 
 # ---------------------------------------------------------------- numbers
 
-MAX_READ_CHARS = 1 << 21  # a longer output (a program's 10 MB of output, a model in a loop) is not read
+# a longer output (a program's 10 MB of output, a model in a loop) is not read
+MAX_READ_CHARS = 1 << 21
 MAX_DIGITS = 400  # a number written with more digits is not compared (int() and sympy would stall)
 MAX_EXPONENT = 400  # nor one with a larger power of ten ("1E+999999", "10^{999999999}")
 NOISE_DIGITS = 15  # a number with a fraction and this many significant digits is float noise
@@ -97,11 +99,15 @@ ROUNDED_GOLD_DECIMALS = 2  # a gold with this many decimals or more may be a rou
 FRACTION_GOLD_DECIMALS = 3  # a decimal given for a fraction gold ("5/6") shows at least this many
 
 _LONG_DIGITS = _rx(r"\d{" + str(MAX_DIGITS + 1) + "}")
-_EXPONENT = _rx(r"(?:\^|(?<=[\d)}][ \t]{0,2})\*\*|(?<=\d)[eE]|\\times[ \t]{0,4}10[ \t]{0,4}\^)[ \t{(]{0,4}[-+−]?[ \t]{0,4}(\d{1,20}+)")
+_EXPONENT = _rx(
+    r"(?:\^|(?<=[\d)}][ \t]{0,2})\*\*|(?<=\d)[eE]|\\times[ \t]{0,4}10[ \t]{0,4}\^)["
+    r" \t{(]{0,4}[-+−]?[ \t]{0,4}(\d{1,20}+)"
+)
 
 
 class TooLarge(ValueError):
-    """An output or a number too large to read and compare within the per-item bound (`check_size`)."""
+    """An output or a number too large to read and compare within the per-item bound
+    (`check_size`)."""
 
 
 def check_size(text: str) -> None:
@@ -114,7 +120,9 @@ def check_size(text: str) -> None:
         raise TooLarge(f"a number of more than {MAX_DIGITS} digits is not compared")
     for match in _all(_EXPONENT, text):
         if int(match.group(1)) > MAX_EXPONENT:
-            raise TooLarge(f"an exponent above {MAX_EXPONENT} ({match.group(0).strip()[:30]}) is not compared")
+            raise TooLarge(
+                f"an exponent above {MAX_EXPONENT} ({match.group(0).strip()[:30]}) is not compared"
+            )
 
 
 _PLAIN = _rx(r"[-+−]?\$?(\d{1,3}(?:,\d{3})++|\d++)?(\.\d++)?(?:/(\d++))?%?")
@@ -189,9 +197,11 @@ def format_exact(value: Fraction | None) -> str:
 
 
 def gold_decimal(gold: str) -> Decimal | None:
-    """A gold answer as an exact decimal ("1,234.50" -> 1234.50, "45%" -> 45), None if it is not one."""
+    """A gold answer as an exact decimal ("1,234.50" -> 1234.50, "45%" -> 45), None if it is not
+    one."""
     s = gold.strip().replace("$", "").rstrip("%").strip()
-    if not regex.fullmatch(r"[-+]?((?:\d{1,3}(?:,\d{3})+|\d+)(\.\d*)?|\.\d+)", s):  # "4,6,14,15" is a list
+    # "4,6,14,15" is a list
+    if not regex.fullmatch(r"[-+]?((?:\d{1,3}(?:,\d{3})+|\d+)(\.\d*)?|\.\d+)", s):
         return None
     try:
         return Decimal(s.replace(",", ""))
@@ -214,12 +224,16 @@ def number_matches(pred: Fraction | float | None, gold: str, pred_text: str | No
         written = re.fullmatch(r"\s*[-+]?\d*\.(\d+)\s*", pred_text or "")
         if not written or len(written.group(1)) < FRACTION_GOLD_DECIMALS:
             return False
-        return _quantize(_decimal(value), Decimal(1).scaleb(-len(written.group(1)))) == Decimal(pred_text.strip())
+        return _quantize(_decimal(value), Decimal(1).scaleb(-len(written.group(1)))) == Decimal(
+            pred_text.strip()
+        )
     written = gold.strip().replace(",", "").replace("$", "").rstrip("%").strip()
     places = len(written.split(".", 1)[1]) if "." in written else 0
     if pred == Fraction(target):
         return True
-    return places >= ROUNDED_GOLD_DECIMALS and abs(pred - Fraction(target)) < Fraction(1, 2 * 10**places)
+    return places >= ROUNDED_GOLD_DECIMALS and abs(pred - Fraction(target)) < Fraction(
+        1, 2 * 10**places
+    )
 
 
 # ---------------------------------------------------------------- corrections
@@ -293,21 +307,26 @@ def _harmony_final(task: Task, text: str, pred: str) -> Read | None:
     at = text.rfind("<|channel|>final<|message|>")
     if at < 0:
         return None
-    final = text[at + len("<|channel|>final<|message|>"):]
+    final = text[at + len("<|channel|>final<|message|>") :]
     return Read(re.split(r"<\|(?:end|return|call|start)\|>", final, maxsplit=1)[0])
 
 
 def _think_block(task: Task, text: str, pred: str) -> Read | None:
     """A closed <think> block is working: the answer is what follows it (when something does)."""
     at = text.rfind("</think>")
-    after = text[at + len("</think>"):] if at >= 0 else ""
+    after = text[at + len("</think>") :] if at >= 0 else ""
     return Read(after) if after.strip() else None
 
 
-_OTHER_ROLE = (r"(?:<\|im_start\|>|<\|start_header_id\|>|<start_of_turn>|<\|start\|>)[ \t]{0,2}(?:user|system|human|tool|developer)"
-               r"|\[INST\]|<｜User｜>|<\|(?:user|system)\|>|(?:User|Human|USER|HUMAN)[ \t]{0,2}:")
-_END_OF_TURN = _rx(r"(?:<\|im_end\|>|<\|eot_id\|>|<\|end\|>|<\|return\|>|<end_of_turn>|</s>|<\|endoftext\|>|<\|end_of_text\|>"
-                   r"|<｜end▁of▁sentence｜>)[ \t\r\n]{0,40}(?=" + _OTHER_ROLE + ")")
+_OTHER_ROLE = (
+    r"(?:<\|im_start\|>|<\|start_header_id\|>|<start_of_turn>|<\|start\|>)["
+    r" \t]{0,2}(?:user|system|human|tool|developer)"
+    r"|\[INST\]|<｜User｜>|<\|(?:user|system)\|>|(?:User|Human|USER|HUMAN)[ \t]{0,2}:"
+)
+_END_OF_TURN = _rx(
+    r"(?:<\|im_end\|>|<\|eot_id\|>|<\|end\|>|<\|return\|>|<end_of_turn>|</s>|<\|endoftext\|>|<\|end_of_text\|>"
+    r"|<｜end▁of▁sentence｜>)[ \t\r\n]{0,40}(?=" + _OTHER_ROLE + ")"
+)
 
 
 def _end_of_turn(task: Task, text: str, pred: str) -> Read | None:
@@ -317,22 +336,30 @@ def _end_of_turn(task: Task, text: str, pred: str) -> Read | None:
     return Read(text[: match.start()]) if match else None
 
 
-_NEXT = _rx(r"(?im)^[ \t>*#_]{0,8}(?:(?:(?:next|new|another)[ \t]{1,3})?(?:question|problem|exercise|q|input|instruction|student|teacher|user|human|assistant|system)"
-            r"(?:[ \t]{0,3}\d{1,3})?[ \t*]{0,3}(?:[:.：]|$)|\[INST\]|(?:now[ \t,]{1,3})?let'?s[ \t]{1,3}try[ \t]{1,3}another|\d{1,3}[.)][ \t][^\n?]{1,200}\?[ \t*]{0,3}$)")
+_NEXT = _rx(
+    r"(?im)^[ \t>*#_]{0,8}(?:(?:(?:next|new|another)["
+    r" \t]{1,3})?(?:question|problem|exercise|q|input|instruction|student|teacher|user|human|assistant|system)"  # noqa: E501
+    r"(?:[ \t]{0,3}\d{1,3})?[ \t*]{0,3}(?:[:.：]|$)|\[INST\]|(?:now[ \t,]{1,3})?let'?s["
+    r" \t]{1,3}try[ \t]{1,3}another|\d{1,3}[.)][ \t][^\n?]{1,200}\?[ \t*]{0,3}$)"
+)
 
 
 def _next_exercise(task: Task, text: str, pred: str) -> Read | None:
-    """A line that opens another exercise or turn after the answer ("Question:", "Q2:", "Problem 2:",
-    "### Next Question", "Student:", "[INST]", "Now let's try another one", "2. What is 5 + 9?", a
-    role name alone on its line): what follows is not this item's answer."""
+    """A line that opens another exercise or turn after the answer ("Question:", "Q2:", "Problem
+    2:", "### Next Question", "Student:", "[INST]", "Now let's try another one", "2. What is 5 +
+    9?", a role name alone on its line): what follows is not this item's answer."""
     for match in _all(_NEXT, text):
         if text[: match.start()].strip():
             return Read(text[: match.start()])
     return None
 
 
-_AFTERWORD = _rx(r"(?im)^[ \t>*#_🔍✅\uFE0F]{0,12}(?:(?:explanation|note|notes|check|double-check|sanity[ \t]check|verification|verify|reasoning|justification)\b[^\n:]{0,20}(?:[:*]|$)"
-                 r"|(?:now[ \t,]{1,3}|hmm,?[ \t]{1,3})?let(?:'s|[ \t]me)[ \t]{1,3}(?:double-check|re-?check|check|verify)|to[ \t]verify|\(?not[ \t])")
+_AFTERWORD = _rx(
+    r"(?im)^[ \t>*#_🔍✅\uFE0F]{0,12}(?:(?:explanation|note|notes|check|double-check|sanity["
+    r" \t]check|verification|verify|reasoning|justification)\b[^\n:]{0,20}(?:[:*]|$)"
+    r"|(?:now[ \t,]{1,3}|hmm,?[ \t]{1,3})?let(?:'s|[ \t]me)["
+    r" \t]{1,3}(?:double-check|re-?check|check|verify)|to[ \t]verify|\(?not[ \t])"
+)
 
 
 def _afterword(task: Task, text: str, pred: str) -> Read | None:
@@ -349,12 +376,20 @@ _EMPHASIS = _rx(r"</?(?:b|i|u|em|strong|mark)>|(?<!\w)__|__(?!\w)", regex.I)
 def _markup(task: Task, text: str, pred: str) -> Read | None:
     """Struck-out text ("~~18~~ 25") is what the model withdrew; emphasis is dress around the
     answer: the released code reads the B of "<b>C</b>" as the letter, and no letter in "__C__"."""
-    plain = _EMPHASIS.sub("", _STRUCK.sub(" ", text)) if "~~" in text or "<" in text or "__" in text else text
+    plain = (
+        _EMPHASIS.sub("", _STRUCK.sub(" ", text))
+        if "~~" in text or "<" in text or "__" in text
+        else text
+    )
     return Read(plain) if plain != text else None
 
 
-_CUE = _rx(r"(?i)(?:\bwait\b|\bactually\b|\bi[ \t]mean\b|\boops\b|\bsorry\b|\bcorrection\b|\bmake[ \t]that\b|\bit[ \t]should[ \t]be\b)[^\n]{0,80}?"
-           r"(?<![\w.])([-−]?\$?\d[\d,]*(?:\.\d+)?|\(?[A-J]\)?)[ \t.!)*]{0,4}$", regex.M)
+_CUE = _rx(
+    r"(?i)(?:\bwait\b|\bactually\b|\bi[ \t]mean\b|\boops\b|\bsorry\b|\bcorrection\b|\bmake["
+    r" \t]that\b|\bit[ \t]should[ \t]be\b)[^\n]{0,80}?"
+    r"(?<![\w.])([-−]?\$?\d[\d,]*(?:\.\d+)?|\(?[A-J]\)?)[ \t.!)*]{0,4}$",
+    regex.M,
+)
 
 
 def _self_correction(task: Task, text: str, pred: str) -> Read | None:
@@ -364,7 +399,9 @@ def _self_correction(task: Task, text: str, pred: str) -> Read | None:
     return Read("The answer is " + match.group(1)) if match and pred else None
 
 
-_DANGLING = _rx(r"[ \t](?:and|the|of|by|then|we|plus|with|to|is|from|so|which|that|minus|times)[ \t]*$")
+_DANGLING = _rx(
+    r"[ \t](?:and|the|of|by|then|we|plus|with|to|is|from|so|which|that|minus|times)[ \t]*$"
+)
 
 
 def _cut_off(task: Task, text: str, pred: str) -> Unreadable | None:
@@ -374,10 +411,17 @@ def _cut_off(task: Task, text: str, pred: str) -> Unreadable | None:
     if not _search(_DANGLING, body[-40:]):
         return None
     last = body.rsplit("\n", 1)[-1]
-    return Unreadable("the output is cut off mid-sentence") if released_reading(task, last) and pred else None
+    return (
+        Unreadable("the output is cut off mid-sentence")
+        if released_reading(task, last) and pred
+        else None
+    )
 
 
-_TABLE_ANSWER = _rx(r"(?im)^[ \t]{0,4}\|[ \t*]{0,4}(?:final[ \t]{1,3}|correct[ \t]{1,3})?answer[ \t*:]{0,4}\|[ \t]{0,4}([^|\n]{1,80}?)[ \t]{0,4}\|")
+_TABLE_ANSWER = _rx(
+    r"(?im)^[ \t]{0,4}\|[ \t*]{0,4}(?:final[ \t]{1,3}|correct[ \t]{1,3})?answer[ \t*:]{0,4}\|["
+    r" \t]{0,4}([^|\n]{1,80}?)[ \t]{0,4}\|"
+)
 
 
 def _table_answer(task: Task, text: str, pred: str) -> Read | None:
@@ -391,27 +435,44 @@ def _table_answer(task: Task, text: str, pred: str) -> Read | None:
 
 # readings: the released answer of the (cut) text, corrected
 
-_OPERATION = _rx(r"^[ \t$*(]{0,4}[-−]?\d[\d,.]{0,40}(?:[ \t]{0,3}[-+*/×x÷][ \t]{0,3}\(?[-−]?\d[\d,.]{0,40}\)?){1,12}[ \t]{0,3}=[ \t]{0,3}\$?([-−]?\d[\d,]{0,40}(?:\.\d{1,40})?)(?![\d.,]\d)")
+_OPERATION = _rx(
+    r"^[ \t$*(]{0,4}[-−]?\d[\d,.]{0,40}(?:[ \t]{0,3}[-+*/×x÷]["
+    r" \t]{0,3}\(?[-−]?\d[\d,.]{0,40}\)?){1,12}[ \t]{0,3}=["
+    r" \t]{0,3}\$?([-−]?\d[\d,]{0,40}(?:\.\d{1,40})?)(?![\d.,]\d)"
+)
 
 
 def _operation_result(task: Task, text: str, pred: str) -> str | None:
-    """"The answer is 5 + 3 = 8": the result of the sum, not its first operand."""
+    """ "The answer is 5 + 3 = 8": the result of the sum, not its first operand."""
     segment, marked = released.answer_segment(task.dataset, task.kind, text)
     match = _search(_OPERATION, segment) if marked else None
     return match.group(1).replace(",", "").replace("−", "-") if match else None
 
 
-_SEP = r"""[ \t$*)"'`.]{0,4}(?:[ \t]{1,3}(?:or|and)[ \t]{1,3}|[ \t]{0,3}[–—][ \t]{0,3}|[ \t]{1,3}to[ \t]{1,3})[ \t$*("'`]{0,4}"""
+_SEP = r"""[ \t$*)"'`.]{0,4}(?:[ \t]{1,3}(?:or|and)[ \t]{1,3}|[ \t]{0,3}[–—][ \t]{0,3}|[ \t]{1,3}to[ \t]{1,3})[ \t$*("'`]{0,4}"""  # noqa: E501
 _ONE = r"(?:(?<![\d.])[-−]?\d[\d,.]{0,40}|(?<![\w])\(?[A-J]\)?(?![\w]))"
-_HEDGE = _rx(_ONE + r"[ \t]{1,3}or[ \t]{1,3}" + _ONE + r"[^\d\n]{0,60}$")  # "It could be 25 or 18; I am not sure."
-_ALTERNATIVES = _rx(r"""^[ \t$*("'`]{0,4}(?:either[ \t]{1,3}|between[ \t]{1,3})?(?:[-−]?\d[\d,.]{0,40}""" + _SEP + r"[-−]?\d|\(?[A-J]\)?" + _SEP + r"\(?[A-J]\)?(?![\w]))", regex.I)
+# "It could be 25 or 18; I am not sure."
+_HEDGE = _rx(_ONE + r"[ \t]{1,3}or[ \t]{1,3}" + _ONE + r"[^\d\n]{0,60}$")
+_ALTERNATIVES = _rx(
+    r"""^[ \t$*("'`]{0,4}(?:either[ \t]{1,3}|between[ \t]{1,3})?(?:[-−]?\d[\d,.]{0,40}"""
+    + _SEP
+    + r"[-−]?\d|\(?[A-J]\)?"
+    + _SEP
+    + r"\(?[A-J]\)?(?![\w]))",
+    regex.I,
+)
 
 
 def _alternatives(task: Task, text: str, pred: str) -> Unreadable | None:
-    """"The answer is 18 or 25", "between B and C", "18–20": two answers, no answer (the
+    """ "The answer is 18 or 25", "between B and C", "18–20": two answers, no answer (the
     released code reads the first)."""
     segment, marked = released.answer_segment(task.dataset, task.kind, text)
-    if marked and _search(_ALTERNATIVES, segment) or not marked and _search(_HEDGE, text.rstrip()[-200:]):
+    if (
+        marked
+        and _search(_ALTERNATIVES, segment)
+        or not marked
+        and _search(_HEDGE, text.rstrip()[-200:])
+    ):
         return Unreadable("the answer names alternatives")
     return None
 
@@ -430,32 +491,46 @@ def _list_marker(task: Task, text: str, pred: str) -> str | Unreadable | None:
         return None
     kept = [m.group(0) for m in _NUMBER.finditer(segment) if m.start() not in markers]
     pick = kept[-1].rstrip(".").rstrip("/") if kept else ""
-    if pick == pred or pred not in {m.group(1) for m in _LIST_MARKER.finditer(segment)}:  # "3. Answer: fifteen" read 15 before
+    # "3. Answer: fifteen" read 15 before
+    if pick == pred or pred not in {m.group(1) for m in _LIST_MARKER.finditer(segment)}:
         return None
     return pick or Unreadable("the only number read is a list item's marker")
+
+
 _NOT_ANYWHERE = _rx(r"(?i)\bnot|n't|instead[ \t]of|rather[ \t]than")
 _NOT = re.compile(r"(?i)(?:\bnot|n't|instead[ \t]of|rather[ \t]than)[ \t*_\"'`(\[“‘$]{1,6}$")
 
 
 def _ruled_out(task: Task, text: str, pred: str) -> str | Unreadable | None:
-    """"The answer is the rest, not 15": a number named to be ruled out is no answer; the
+    """ "The answer is the rest, not 15": a number named to be ruled out is no answer; the
     released rule over the other numbers, else none."""
     segment, marked = released.answer_segment(task.dataset, task.kind, text)
     segment = segment.replace(",", "")
     if not _search(_NOT_ANYWHERE, segment):
         return None
-    ruled = {m.start() for m in _NUMBER.finditer(segment) if _NOT.search(segment[max(0, m.start() - 16) : m.start()])}
+    ruled = {
+        m.start()
+        for m in _NUMBER.finditer(segment)
+        if _NOT.search(segment[max(0, m.start() - 16) : m.start()])
+    }
     kept = [m.group(0) for m in _NUMBER.finditer(segment) if m.start() not in ruled]
-    if pred not in {m.group(0).rstrip(".").rstrip("/") for m in _NUMBER.finditer(segment) if m.start() in ruled}:
-        return None  # the number read is not ruled out (or an earlier correction read "eighteen, not 25")
+    if pred not in {
+        m.group(0).rstrip(".").rstrip("/") for m in _NUMBER.finditer(segment) if m.start() in ruled
+    }:
+        # the number read is not ruled out (or an earlier correction read "eighteen, not 25")
+        return None
     pick = (kept[0] if marked else kept[-1]).rstrip(".").rstrip("/") if kept else ""
     return pick or Unreadable("the number read is ruled out ('not 15')")
 
 
 _LETTER = re.compile(r"\b([A-Ja-j])\b(?!['’]\w)")
-_VERB = re.compile(r"[ \t]{1,3}(?:is|was|would|must|seems|looks|matches|fits|gives|works|holds|or|and|because|since)\b")  # no article before these
+_VERB = re.compile(
+    r"[ \t]{1,3}(?:is|was|would|must|seems|looks|matches|fits|gives|works|holds|or|and|because|since)\b"  # noqa: E501
+)  # no article before these
 _NAMED = re.compile(r"(?i)(?:option|choice|answer|letter)[ \t:*(]{0,3}$")
-_RULED_OUT = re.compile(r"(?i)(?:\bnot|n't|\bthan|\bover|\beliminate|\brule[ \t]out)[ \t*_\"'`(\[“‘]{1,6}$")
+_RULED_OUT = re.compile(
+    r"(?i)(?:\bnot|n't|\bthan|\bover|\beliminate|\brule[ \t]out)[ \t*_\"'`(\[“‘]{1,6}$"
+)
 
 
 def _not_a_letter(task: Task, text: str, pred: str) -> str | Unreadable | None:
@@ -468,21 +543,35 @@ def _not_a_letter(task: Task, text: str, pred: str) -> str | Unreadable | None:
     letters = []
     for m in _LETTER.finditer(segment):
         c, word = m.group(1), re.match(r"[ \t]{1,3}[a-z]", segment[m.end() : m.end() + 4])
-        article = (c == "A" and word and not marked and not _VERB.match(segment, m.end())
-                   and not _NAMED.search(segment[max(0, m.start() - 12) : m.start()]))
+        article = (
+            c == "A"
+            and word
+            and not marked
+            and not _VERB.match(segment, m.end())
+            and not _NAMED.search(segment[max(0, m.start() - 12) : m.start()])
+        )
         if (c in "ai" and word) or (c in "Ii" and len(task.options) < 9) or article:
             continue
         if not _RULED_OUT.search(segment[max(0, m.start() - 16) : m.start()]):
             letters.append(c.upper())
     kept = (letters[0] if marked else letters[-1]) if letters else ""
-    return None if kept == pred else kept or Unreadable("no letter in the answer: the released reading was a word or a ruled-out letter")
+    return (
+        None
+        if kept == pred
+        else kept
+        or Unreadable(
+            "no letter in the answer: the released reading was a word or a ruled-out letter"
+        )
+    )
 
 
 def _contradicted_letter(task: Task, text: str, pred: str) -> Unreadable | None:
-    """"The correct option is A: 6(√3 + √2)" where that text is another option's: no answer."""
+    """ "The correct option is A: 6(√3 + √2)" where that text is another option's: no answer."""
     if not _is_letter(pred):
         return None
-    at = _search(_rx(r"(?<![A-Za-z])\(?" + pred + r"[):.][ \t]{0,3}([^\n]{1,200}?)[ \t.]*$", regex.M), text)
+    at = _search(
+        _rx(r"(?<![A-Za-z])\(?" + pred + r"[):.][ \t]{0,3}([^\n]{1,200}?)[ \t.]*$", regex.M), text
+    )
     said = at.group(1).strip().rstrip(".").strip() if at else ""
     others = [o.strip() for i, o in enumerate(task.options) if LETTERS[i] != pred]
     return Unreadable("the letter's text is another option's") if said and said in others else None
@@ -495,8 +584,12 @@ def _option_text(task: Task, text: str, pred: str) -> str | None:
         return None
     said = pred.strip().strip(".").strip()
     value = plain_exact(said)
-    found = {LETTERS[i] for i, option in enumerate(task.options)
-             if option.strip().lower() == said.lower() or (value is not None and option_value(option) == value)}
+    found = {
+        LETTERS[i]
+        for i, option in enumerate(task.options)
+        if option.strip().lower() == said.lower()
+        or (value is not None and option_value(option) == value)
+    }
     return found.pop() if len(found) == 1 else None
 
 
@@ -506,33 +599,67 @@ def _is_letter(pred: str) -> bool:
 
 def _no_guess(task: Task, text: str, pred: str) -> Unreadable | None:
     """No letter read: the released code guesses 'A'; numloss gives no answer."""
-    return None if _is_letter(pred) else Unreadable("no letter A-J in the answer (released guesses 'A')")
+    return (
+        None
+        if _is_letter(pred)
+        else Unreadable("no letter A-J in the answer (released guesses 'A')")
+    )
 
 
 def _math_line(task: Task, text: str, pred: str) -> str | Unreadable | None:
     """MATH without a trigger or a box: the released code reads the last number, which in
-    "\\dfrac{18}{2}" or "9 cm^2" is a denominator or an exponent; the last line's expression instead."""
+    "\\dfrac{18}{2}" or "9 cm^2" is a denominator or an exponent; the last line's expression
+    instead."""
     if released.answer_segment(task.dataset, task.kind, text)[1] or "boxed" in text:
         return None
     line = text.strip().rsplit("\n", 1)[-1].strip(" \t*$")
     line = line.split(":")[-1].strip(" \t*$") if ":" in line else line
     at = regex.search(r"(?:\^\{?|\\[dt]?frac\{[^{}]{0,40}\}\{)(-?\d*\.?\d+)[^\d]{0,12}$", line)
-    if not at or pred not in (at.group(1), released.strip_string(at.group(1))):  # the number read is not an exponent or a denominator
+    # the number read is not an exponent or a denominator
+    if not at or pred not in (at.group(1), released.strip_string(at.group(1))):
         return None
-    prose = len(line) > 200 or regex.search(r"(?<![\\a-zA-Z])[a-zA-Z]{3,}(?![a-zA-Z])", regex.sub(r"\\text\{[^}]*\}", "", line))
-    return Unreadable("the last number is inside an expression in prose") if prose else released.strip_string(line)
+    prose = len(line) > 200 or regex.search(
+        r"(?<![\\a-zA-Z])[a-zA-Z]{3,}(?![a-zA-Z])", regex.sub(r"\\text\{[^}]*\}", "", line)
+    )
+    return (
+        Unreadable("the last number is inside an expression in prose")
+        if prose
+        else released.strip_string(line)
+    )
 
 
-_UNITS = {w: i for i, w in enumerate("zero one two three four five six seven eight nine ten eleven twelve thirteen fourteen "
-                                     "fifteen sixteen seventeen eighteen nineteen".split())}
-_UNITS |= {w: 10 * i for i, w in enumerate("_ _ twenty thirty forty fifty sixty seventy eighty ninety".split(), 0) if i > 1}
+_UNITS = {
+    w: i
+    for i, w in enumerate(
+        "zero one two three four five six seven eight nine ten eleven twelve thirteen fourteen "
+        "fifteen sixteen seventeen eighteen nineteen".split()
+    )
+}
+_UNITS |= {
+    w: 10 * i
+    for i, w in enumerate("_ _ twenty thirty forty fifty sixty seventy eighty ninety".split(), 0)
+    if i > 1
+}
 _SCALES = {"hundred": 100, "thousand": 10**3, "million": 10**6}
 _WORD = "|".join(sorted([*_UNITS, *_SCALES], key=len, reverse=True))
-_LEAD = r"(?<=(?:^|[:=→∴#>|–✅]|\bis|\bbe|\bwas|\bequals|\bso|\blautet|\bes|是)[ \t*_\"'`$(“‘«,]{0,8})"  # given as the answer, not "the right one"
-_SPELLED = _rx(_LEAD + r"(negative[ \t]{1,3}|minus[ \t]{1,3})?((?:" + _WORD
-               + r")(?:(?:(?<=hundred|thousand|million)[ \t]{1,3}and[ \t]{1,3}|[ \t]{1,3}|-)(?:" + _WORD + r"))*+)(?![^\W_]|-)(?=[\s*_\"'`$)\]}»”’|]*+(?:is[ \t]the[ \t]answer)?(?:[.!。]|$))", regex.I)  # it ends its sentence
-_RULED_NUMBER = _rx(r"(?i),?[ \t]{1,3}not[ \t]{1,3}[-\d.]{1,40}")  # "eighteen, not 25": 25 is no digit of the answer
-_TIMES_TEN = _rx(r"(?<![\d.])(-?\d{1,20}(?:\.\d{1,20})?)[ \t]{0,2}(?:\\times|×|\\cdot)[ \t]{0,2}10[ \t]{0,2}(?:\^|\*\*)[ \t]{0,2}\{?([-+]?\d{1,3})\}?")
+_LEAD = (  # given as the answer, not "the right one"
+    r"(?<=(?:^|[:=→∴#>|–✅]|\bis|\bbe|\bwas|\bequals|\bso|\blautet|\bes|是)[ \t*_\"'`$(“‘«,]{0,8})"
+)
+_SPELLED = _rx(
+    _LEAD
+    + r"(negative[ \t]{1,3}|minus[ \t]{1,3})?((?:"
+    + _WORD
+    + r")(?:(?:(?<=hundred|thousand|million)[ \t]{1,3}and[ \t]{1,3}|[ \t]{1,3}|-)(?:"
+    + _WORD
+    + r"))*+)(?![^\W_]|-)(?=[\s*_\"'`$)\]}»”’|]*+(?:is[ \t]the[ \t]answer)?(?:[.!。]|$))",
+    regex.I,
+)  # it ends its sentence
+# "eighteen, not 25": 25 is no digit of the answer
+_RULED_NUMBER = _rx(r"(?i),?[ \t]{1,3}not[ \t]{1,3}[-\d.]{1,40}")
+_TIMES_TEN = _rx(
+    r"(?<![\d.])(-?\d{1,20}(?:\.\d{1,20})?)[ \t]{0,2}(?:\\times|×|\\cdot)[ \t]{0,2}10["
+    r" \t]{0,2}(?:\^|\*\*)[ \t]{0,2}\{?([-+]?\d{1,3})\}?"
+)
 _RUPEES = _rx(r"(?<![^\W_])Rs\.[ \t]?(?=\d)")
 
 
@@ -541,20 +668,47 @@ def _number_form(task: Task, text: str, pred: str) -> str | None:
     power of ten ("1.8 \\times 10^{1}"), or after "Rs.": that number (the released code reads none,
     another number of the working, the mantissa or exponent, or "Rs.2" as .2)."""
     segment, marked = released.answer_segment(task.dataset, task.kind, text)
-    lines = [line for line in segment.split("\n") if regex.search(r"[^\W_]", line)] or [""]  # "$$" alone is no line
+    # "$$" alone is no line
+    lines = [line for line in segment.split("\n") if regex.search(r"[^\W_]", line)] or [""]
     line = lines[0 if marked else -1][:300]
-    scaled = _TIMES_TEN.sub(lambda m: format_exact(Fraction(m.group(1)) * Fraction(10) ** int(m.group(2))), _RUPEES.sub(" ", line.replace(",", "")))
+    scaled = _TIMES_TEN.sub(
+        lambda m: format_exact(Fraction(m.group(1)) * Fraction(10) ** int(m.group(2))),
+        _RUPEES.sub(" ", line.replace(",", "")),
+    )
     if scaled != line.replace(",", ""):  # "Rs.2" reads 2, not .2
-        found = _NUMBER.findall(scaled) if task.kind != "math" else [n for n in [_one_number(regex.split(r"[=:]", scaled)[-1])] if n]
-        return (found[0] if marked else found[-1]).rstrip(".") if found else None  # MATH: one number, no mathematics
+        found = (
+            _NUMBER.findall(scaled)
+            if task.kind != "math"
+            else [n for n in [_one_number(regex.split(r"[=:]", scaled)[-1])] if n]
+        )
+        # MATH: one number, no mathematics
+        return (found[0] if marked else found[-1]).rstrip(".") if found else None
     line = _LIST_MARKER.sub("", _RULED_NUMBER.sub("", line))
-    spelled = None if any(c.isdigit() for c in line) else _search(_SPELLED, regex.sub(r"\\color\{\w{1,12}\}|\\[a-zA-Z]{1,20}|<[^<>\n]{1,40}>|[\\{}\[\]]", " ", line))
+    spelled = (
+        None
+        if any(c.isdigit() for c in line)
+        else _search(
+            _SPELLED,
+            regex.sub(
+                r"\\color\{\w{1,12}\}|\\[a-zA-Z]{1,20}|<[^<>\n]{1,40}>|[\\{}\[\]]", " ", line
+            ),
+        )
+    )
     if spelled is None:
         return None
     total = current = 0
-    for word in regex.split(r"[\s-]+", spelled.group(2).lower()):  # "one hundred and five thousand two": 105,002
+    # "one hundred and five thousand two": 105,002
+    for word in regex.split(r"[\s-]+", spelled.group(2).lower()):
         scale = _SCALES.get(word, 0)
-        current, total = (current + _UNITS.get(word, 0), total) if not scale else (max(current, 1) * 100, total) if scale == 100 else (0, total + max(current, 1) * scale)
+        current, total = (
+            (current + _UNITS.get(word, 0), total)
+            if not scale
+            else (
+                (max(current, 1) * 100, total)
+                if scale == 100
+                else (0, total + max(current, 1) * scale)
+            )
+        )
     return str(-(total + current) if spelled.group(1) else total + current)
 
 
@@ -571,7 +725,8 @@ def _float_noise(task: Task, text: str, pred: str) -> str | None:
 
 def _exact_digits(task: Task, text: str, pred: str) -> str | None:
     """The released code passes a number through float(): two numbers that differ beyond the 16th
-    digit read alike ("12345678901234567891" passes for ...890). numloss keeps the digits written."""
+    digit read alike ("12345678901234567891" passes for ...890). numloss keeps the digits written.
+    """
     normal = _released_number(pred)
     try:
         return pred if Fraction(normal) != Fraction(pred) else None
@@ -612,10 +767,17 @@ def task_of(item: Item, dataset: str) -> Task:
 
 def read(item: Item, text: str, dataset: str = "") -> Reading:
     """numloss's reading of `text`: the released one, then `CORRECTIONS` in order (module doc)."""
-    task = task_of(item, dataset or {"number": "svamp", "choice": "aqua", "math": "math"}[item.kind])
+    task = task_of(
+        item, dataset or {"number": "svamp", "choice": "aqua", "math": "math"}[item.kind]
+    )
     number = _released_number if task.kind == "number" else str
-    if len(text) > MAX_READ_CHARS or task.kind != "choice":  # "1E+999999", 10 MB of output: refused, not converted
-        check_size(text if len(text) > MAX_READ_CHARS else released.answer_segment(task.dataset, task.kind, text)[0])
+    # "1E+999999", 10 MB of output: refused, not converted
+    if len(text) > MAX_READ_CHARS or task.kind != "choice":
+        check_size(
+            text
+            if len(text) > MAX_READ_CHARS
+            else released.answer_segment(task.dataset, task.kind, text)[0]
+        )
     raw = released_reading(task, text)
     prediction, decided = number(raw), "released"
     for correction in CORRECTIONS:
@@ -689,13 +851,21 @@ def math_equal(pred: str, gold: str) -> bool:
 
 
 _DRESS_CMD = _rx(r"\\(?:text|mathrm|textbf|mbox|boxed|underline|bm|emph|color\{[a-z]{1,12}\})")
-_ONE_NUMBER = _rx(r"(?<![\w.])[-−]?(?:\d{1,3}(?:,\d{3})++|\d++)(?:\.\d++)?(?![\w.]\d)|(?<![\w.])\.\d++")
+_ONE_NUMBER = _rx(
+    r"(?<![\w.])[-−]?(?:\d{1,3}(?:,\d{3})++|\d++)(?:\.\d++)?(?![\w.]\d)|(?<![\w.])\.\d++"
+)
 
 
 def _one_number(pred: str) -> str | None:
     """For a plain-number gold: the one number of a prediction in dress ("18 \\text{ cm}", "\\$18",
     '{"answer": "€18"}', "18 units"); None when it holds mathematics or another number."""
-    s = _DRESS_CMD.sub(" ", regex.sub(r"</?[a-z]{1,6}>|\*\*|__", " ", pred[:400])).replace("\\$", "$").replace("\\%", "%").replace("\\!", "").replace("{,}", ",")
+    s = (
+        _DRESS_CMD.sub(" ", regex.sub(r"</?[a-z]{1,6}>|\*\*|__", " ", pred[:400]))
+        .replace("\\$", "$")
+        .replace("\\%", "%")
+        .replace("\\!", "")
+        .replace("{,}", ",")
+    )
     if regex.search(r"\\(?:frac|sqrt|pi|cdot|times|dfrac)|[\^=+*/]|\d[ \t]{0,3}[-−]", s):
         return None
     found = _all(_ONE_NUMBER, s)
@@ -719,7 +889,9 @@ def compare(item: Item, prediction: str) -> bool:
     return math_equal(prediction, item.answer)
 
 
-_OPTION_VALUE = _rx(r"[-+−]?\$?((?:\d{1,3}(?:,\d{3})+|\d+)(\.\d+)?|\.\d+)(/\d+)?(\s?%|\s+[A-Za-z°²³/ .]+)?")
+_OPTION_VALUE = _rx(
+    r"[-+−]?\$?((?:\d{1,3}(?:,\d{3})+|\d+)(\.\d+)?|\.\d+)(/\d+)?(\s?%|\s+[A-Za-z°²³/ .]+)?"
+)
 
 
 def option_value(option: str) -> Fraction | None:
@@ -745,5 +917,7 @@ class Scored:
 def score(item: Item, output: str) -> Scored:
     """Read `output` for `item` and compare the prediction with `item.answer`."""
     reading = read(item, output)
-    value = plain_number(reading.prediction) if item.kind != "choice" and reading.prediction else None
+    value = (
+        plain_number(reading.prediction) if item.kind != "choice" and reading.prediction else None
+    )
     return Scored(reading.prediction, compare(item, reading.prediction), value, reading.decided_by)

@@ -1,13 +1,15 @@
 """The Python API: `evaluate` a model on benchmarks, or `score_outputs` saved generations.
 
     from numloss.evaluate import evaluate, score_outputs
-    report = evaluate("smollm2", ["gsm8k", "svamp"], data_dir="../shared/benchmarks",
-    protocol="both", limit=20) report.accuracy("gsm8k", "numloss"), report.macc("released"),
-    report.disagreements["gsm8k"] print(report.to_markdown()) again =
-    score_outputs("outputs/eval/items.jsonl", protocol="numloss", data_dir="../shared/benchmarks")
-    theirs = score_outputs("samples_gsm8k_2024-06-01T12-00-00.jsonl",
-    data_dir="../shared/benchmarks")  # lm-eval --log_samples report.to_json()  # schema
-    numloss.evaluate.report.SCHEMA_VERSION, docs/evaluation.md "The report's JSON"
+    data = "../shared/benchmarks"
+    report = evaluate("smollm2", ["gsm8k", "svamp"], data_dir=data, protocol="both", limit=20)
+    report.accuracy("gsm8k", "numloss"), report.macc("released"), report.disagreements["gsm8k"]
+    print(report.to_markdown())
+    again = score_outputs("outputs/eval/items.jsonl", protocol="numloss", data_dir=data)
+    # lm-eval --log_samples output:
+    theirs = score_outputs("samples_gsm8k_2024-06-01T12-00-00.jsonl", data_dir=data)
+    # schema numloss.evaluate.report.SCHEMA_VERSION, docs/evaluation.md "The report's JSON":
+    report.to_json()
 
 `numloss eval` is a thin command line over these two functions.
 """
