@@ -921,6 +921,19 @@ def _followup_reading(
     return otherwise.format(verdict=said, mde=100 * c[TESTS[test][1]])
 
 
+def _status(
+    planned: Sequence[Any], missing: Sequence[str], name_missing: bool = False
+) -> list[str]:
+    """A grid's first lines: how many of its planned runs are recorded, and while some are missing
+    (named, or counted), that what follows is interim with no verdict."""
+    left = ", ".join(missing) if name_missing else f"{len(missing)} runs"
+    return [
+        f"**{len(planned) - len(missing)} of {len(planned)} runs recorded"
+        + (", complete.**" if not missing else f"; left: {left}: an interim result, no verdict.**"),
+        "",
+    ]
+
+
 def _followup(
     rec: Records, grid: str, arm: str, worse: str, otherwise: str, test: str = "mcnemar_p_holm"
 ) -> list[str]:
@@ -932,15 +945,7 @@ def _followup(
     planned, missing = state["planned"], state["missing"]
     if not state["found"]:
         return [f"**0 of {len(planned)} runs recorded.**"]
-    lines = [
-        f"**{len(planned) - len(missing)} of {len(planned)} runs recorded"
-        + (
-            ", complete.**"
-            if not missing
-            else f"; left: {', '.join(missing)}: an interim result, no verdict.**"
-        ),
-        "",
-    ]
+    lines = _status(planned, missing, name_missing=True)
     reading = _followup_reading(state, worse, otherwise, test)
     if reading is not None:
         c = state["comparison"]
@@ -1399,18 +1404,9 @@ def three_arm_grid(rec: Records, grid: str) -> list[str]:
     once every run is in, their readings."""
     state = _three_arm_state(rec, grid)
     planned, missing = state["planned"], state["missing"]
-    done = len(planned) - len(missing)
     if not state["found"]:
         return [f"**0 of {len(planned)} runs recorded.**"]
-    lines = [
-        f"**{done} of {len(planned)} runs recorded"
-        + (
-            ", complete.**"
-            if not missing
-            else f"; left: {len(missing)} runs: an interim result, no verdict.**"
-        ),
-        "",
-    ]
+    lines = _status(planned, missing)
     if state["complete"]:
         for arm, against in state["primary"]:
             c = state["comparisons"][(arm, against)]
@@ -1705,15 +1701,7 @@ def dose_grid(rec: Records) -> list[str]:
     planned, missing = state["planned"], state["missing"]
     if not state["found"]:
         return [f"**0 of {len(planned)} runs recorded.**"]
-    lines = [
-        f"**{len(planned) - len(missing)} of {len(planned)} runs recorded"
-        + (
-            ", complete.**"
-            if not missing
-            else f"; left: {len(missing)} runs: an interim result, no verdict.**"
-        ),
-        "",
-    ]
+    lines = _status(planned, missing)
     rows = []
     for arm, c in state["tests"].items():
         one = len(c["seeds"]) < 2

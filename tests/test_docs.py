@@ -310,7 +310,7 @@ def test_the_files_a_training_run_writes_are_the_ones_its_page_lists(tmp_path):
     from numloss.train import run_training
 
     section = (ROOT / "docs" / "training.md").read_text(encoding="utf-8").split("## What a run writes", 1)[1]
-    paragraph = section.split("\n\n", 2)[1]
+    paragraph = next(p for p in section.split("\n\n") if p.startswith("`train.output_dir` holds"))
     named = [n for n in re.findall(r"`([^`]+)`", paragraph) if n.endswith("/") or re.fullmatch(r"[\w.-]+\.(?:yaml|json|csv|lock)", n)]
     aside = paragraph.split("sets aside stays there", 1)[1]
     patterns = {n: re.compile(re.escape(n.rstrip("/")).replace("N", r"\d+").replace("TIME", r"\S+")) for n in named}
