@@ -1,4 +1,4 @@
-"""Files shipped inside the package (configs, the demo's recorded runs), found from a checkout and
+"""Files shipped inside the package (configs, the demo's recorded grid), found from a checkout and
 an installed wheel alike (in the repository `src/numloss/configs` links to `configs/`).
 """
 
@@ -7,9 +7,6 @@ from __future__ import annotations
 from importlib import resources
 from pathlib import Path
 
-#: the addition demo's recorded runs (trimmed copies of results/compare/'s records; numloss.demo
-#: writes it)
-RECORDED_DEMO_RUNS = "recorded/demo-runs.json"
 #: the recorded grid the default demo shows beside its fresh runs (trimmed copies of
 #: results/compare-smollm2-words-centered/'s records; numloss.demo writes it)
 RECORDED_GRID_RUNS = "recorded/grid-centered-runs.json"
