@@ -33,6 +33,15 @@ def fault(point: str) -> None:
             time.sleep(0.05)
 
 
+def alive(pid: int) -> bool:
+    """Whether process `pid` exists and is not a zombie (read from /proc)."""
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text(encoding="utf-8").rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return False
+    return state not in ("Z", "X")
+
+
 def install() -> None:
     """Wrap the library functions around each save point (module doc)."""
     import numloss.checkpoints as checkpoints

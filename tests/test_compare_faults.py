@@ -22,6 +22,7 @@ import pytest
 import yaml
 
 import numloss.train
+from faultrun import alive
 from numloss.compare import build_parser
 from numloss.compare import main as compare_main
 from numloss.compare.config import (
@@ -436,14 +437,6 @@ def _children(pid: int) -> set[int]:
     return found | {grandchild for child in found for grandchild in _children(child)}
 
 
-def _alive(pid: int) -> bool:
-    try:
-        state = Path(f"/proc/{pid}/stat").read_text(encoding="utf-8").rsplit(")", 1)[1].split()[0]
-    except OSError:
-        return False
-    return state not in ("Z", "X")
-
-
 @contextmanager
 def _two_job_compare(tmp_path: Path, command: str = "compare", progress: tuple[str, ...] = ("--no-progress",)):
     """A `numloss COMMAND --jobs 2` process (its own process group, as a terminal's foreground job)
@@ -471,7 +464,7 @@ def _two_job_compare(tmp_path: Path, command: str = "compare", progress: tuple[s
     finally:
         parent.kill()
         for pid in workers:  # never leave a run training on a shared machine
-            if _alive(pid):
+            if alive(pid):
                 os.kill(pid, signal.SIGKILL)
         parent.stderr.close()
 
@@ -479,9 +472,9 @@ def _two_job_compare(tmp_path: Path, command: str = "compare", progress: tuple[s
 def _outlived(workers: set[int], seconds: float = 20) -> list[int]:
     """The workers still alive after up to `seconds`."""
     deadline = time.monotonic() + seconds
-    while any(_alive(pid) for pid in workers) and time.monotonic() < deadline:
+    while any(alive(pid) for pid in workers) and time.monotonic() < deadline:
         time.sleep(0.1)
-    return [pid for pid in workers if _alive(pid)]
+    return [pid for pid in workers if alive(pid)]
 
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="PR_SET_PDEATHSIG and /proc are Linux's")

@@ -14,16 +14,10 @@ from pathlib import Path
 
 import pytest
 
+from faultrun import alive
+
 ROOT = Path(__file__).resolve().parents[1]
 ENV = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT / "src"), str(ROOT / "tests")])}
-
-
-def _alive(pid: int) -> bool:
-    try:
-        state = Path(f"/proc/{pid}/stat").read_text(encoding="utf-8").rsplit(")", 1)[1].split()[0]
-    except OSError:
-        return False
-    return state not in ("Z", "X")
 
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="PR_SET_PDEATHSIG and /proc are Linux's")
@@ -38,9 +32,9 @@ def test_a_subprocess_of_a_test_dies_with_the_test_process() -> None:
     )
     child = int(test_process.stdout.split()[0])
     deadline = time.monotonic() + 10
-    while _alive(child) and time.monotonic() < deadline:
+    while alive(child) and time.monotonic() < deadline:
         time.sleep(0.05)
-    if _alive(child):
+    if alive(child):
         os.kill(child, signal.SIGKILL)
         pytest.fail("a test's subprocess outlived the killed test process")
 

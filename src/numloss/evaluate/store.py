@@ -20,7 +20,7 @@ from typing import Any
 
 from numloss.evaluate.benchmarks import BenchmarkError
 from numloss.models.load import model_folder
-from numloss.textio import jsonable
+from numloss.textio import DuplicateKeyError, jsonable, unique_keys
 
 KEY_FIELDS = ("model", "benchmark", "protocol", "id", "settings")
 
@@ -121,19 +121,6 @@ def settings_key(settings: dict[str, Any]) -> str:
     return hashlib.sha256(text.encode()).hexdigest()[:12]
 
 
-class _DuplicateKey(ValueError):
-    """A JSON object names one key twice."""
-
-
-def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
-    record: dict[str, Any] = {}
-    for key, value in pairs:
-        if key in record:
-            raise _DuplicateKey(key)
-        record[key] = value
-    return record
-
-
 def torn_record(tail: bytes) -> bool:
     """True when `tail`, an unterminated last line, is what a kill mid-append leaves: the start
     of a JSON record, or the zeros a crash leaves in a file's unwritten end. Anything else (a
@@ -175,16 +162,16 @@ def read_lines(
                 " UTF-8; fix or delete that line"
             ) from None
         try:
-            record = json.loads(line, object_pairs_hook=_unique_keys)
+            record = json.loads(line, object_pairs_hook=unique_keys)
         except json.JSONDecodeError as error:
             if torn_last and number == len(lines):
                 break  # a write cut short by a kill: that item is redone
             raise BenchmarkError(
                 f"{path}:{number}: not a JSON record ({error.msg}); fix or delete that line"
             ) from None
-        except _DuplicateKey as error:
+        except DuplicateKeyError as error:
             raise BenchmarkError(
-                f"{path}:{number}: field {error.args[0]!r} is given twice (JSON keeps the last "
+                f"{path}:{number}: field {error.key!r} is given twice (JSON keeps the last "
                 "silently); fix or delete that line"
             ) from None
         if not isinstance(record, dict):
