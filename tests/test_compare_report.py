@@ -5,6 +5,7 @@ from __future__ import annotations
 import copy
 import json
 import math
+import re
 
 import pytest
 
@@ -84,6 +85,33 @@ def test_interval_is_never_narrower_than_the_items_interval() -> None:
     metrics = aggregate([_result("mle", 0, 0.5, 5.0), _result("mle", 1, 0.5, 5.0)])["mle"]["sets"]["in_distribution"]
     assert metrics["exact_match_ci95_seeds"] == pytest.approx([0.5, 0.5])
     assert metrics["exact_match_ci95"] == pytest.approx(wilson_interval(100, 200))
+
+
+def test_every_accuracy_column_carries_its_interval_built_as_exact_matchs() -> None:
+    """Issue 49: TF digit acc and the place accuracies print their 95 % interval: the Wilson
+    interval of the digits pooled over seeds hulled with the seed t interval (one seed: Wilson alone;
+    no counts kept: the seed interval alone)."""
+    from numloss.compare.stats import seed_interval
+
+    def hull(*intervals):
+        ends = [i for i in intervals if math.isfinite(i[0])]
+        return [min(i[0] for i in ends), max(i[1] for i in ends)]
+
+    two = aggregate(RESULTS)["mle"]["sets"]["in_distribution"]  # place counts: [em n, n], [n/2, n], [1, 2]
+    assert two["integer_place_accuracy"]["ci95"] == pytest.approx(hull(wilson_interval(170, 400), seed_interval([0.3, 0.4])))
+    assert two["decimal_place_accuracy"]["ci95"] == pytest.approx(hull(wilson_interval(2, 4), seed_interval([0.3, 0.4])))
+    assert two["digit_accuracy"]["ci95"] == pytest.approx(seed_interval([0.65, 0.7])), "no digit counts kept"
+    one = _result("mle", 0, 0.3, 5.0)
+    one["evaluation"]["in_distribution"]["teacher_forced_place_accuracy"] = {"1": [60, 100], "0": [70, 100]}
+    summary = aggregate([one])
+    assert summary["mle"]["sets"]["in_distribution"]["digit_accuracy"]["ci95"] == pytest.approx(wilson_interval(130, 200))
+    for table in (markdown_table(summary, "in_distribution"), text_table(summary, "in_distribution")):
+        header, row = (re.split(r" *\| *| {2,}", line.strip(" |")) for line in (table.splitlines()[0], table.splitlines()[-1]))
+        cells = dict(zip(header, row, strict=True))
+        for title in ("TF digit acc %", "int place acc %", "dec place acc %"):
+            assert re.fullmatch(r"\d+\.\d \[\d+\.\d, \d+\.\d\]", cells[title]), (title, cells[title])
+        low, high = (100 * x for x in wilson_interval(130, 200))
+        assert cells["TF digit acc %"] == f"65.0 [{low:.1f}, {high:.1f}]"
 
 
 def test_report_shows_every_run_and_the_embedding_order(tmp_path) -> None:
@@ -190,8 +218,9 @@ def test_learning_speed_section(tmp_path) -> None:
     low9, high9 = (100 * x for x in wilson_interval(90, 100))
     run = f"30.0 [{low:.1f}, {high:.1f}] / 1.500 / -"
     assert f"| mle | {run} | {run} | {run} | 90.0 [{low9:.1f}, {high9:.1f}] / 1.500 / 750 |" in report
-    for name in ("learnt_by_step.png", "exact_match_per_seed.png"):
-        assert (tmp_path / name).stat().st_size > 0, name
+    from numloss.compare.report import REPORT_FILES
+
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(REPORT_FILES), "a full report writes every file it names"
 
 
 def test_paired_table_by_seed() -> None:

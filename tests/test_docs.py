@@ -73,6 +73,14 @@ def test_numloss_eval_help_and_its_page_list_every_file_it_writes_and_no_other()
     assert set(re.findall(r"(?<![/\w])[a-z_]+\.(?:json|jsonl|md|png)\b", text)) <= files
 
 
+def test_numloss_compare_help_lists_every_file_a_report_writes_and_no_other():
+    from numloss.compare import build_parser
+    from numloss.compare.report import REPORT_FILES
+
+    text = build_parser().format_help()
+    assert set(re.findall(r"(?<![/\w])[a-z_]+\.(?:json|jsonl|md|png)\b", text)) == set(REPORT_FILES)
+
+
 def classes() -> dict[str, type]:
     """The result and settings classes the pages show, by name."""
     from numloss.evaluate.metrics import PlaceAccuracy

@@ -3,7 +3,10 @@
 Trains the same model on the same seeded data once per objective and seed, evaluates each run on
 the held-out sets of the task (in-distribution, longer numbers, more decimals) and writes a report
 folder: results.json, report.md (tables: mean +- std over seeds, or one seed's value with no
-spread; a mark only where a difference from the baseline is significant) and PNG plots.
+spread, with 95 % intervals; a mark only where a difference from the baseline is significant) and
+the plots accuracy_mae.png, digit_entropy.png, place_accuracy.png, training_curves.png,
+embeddings_cosine.png, embeddings_pca.png, learnt_by_step.png and exact_match_per_seed.png (each
+where its data exist).
 Started again with the same settings, it skips the runs that already finished.
 
 Safety: a given option is never read as "not given": --steps, --jobs and --threads must be

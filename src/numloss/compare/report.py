@@ -36,6 +36,21 @@ from numloss.compare.survival import (
 )
 from numloss.compare.task import TEST_SETS
 
+#: every file a report writes into its folder (`numloss compare --help` names them; a plot whose
+#: data no run has is left out: place and entropy plots of benchmarks, the learning plots)
+REPORT_FILES = (
+    "results.json",
+    "report.md",
+    "accuracy_mae.png",
+    "digit_entropy.png",
+    "place_accuracy.png",
+    "training_curves.png",
+    "embeddings_cosine.png",
+    "embeddings_pca.png",
+    "learnt_by_step.png",
+    "exact_match_per_seed.png",
+)
+
 # (key in an evaluation, column title, scale for display, better: "max" / "min" / None, format)
 COLUMNS: tuple[tuple[str, str, float, str | None, str], ...] = (
     ("exact_match", "exact match %", 100.0, "max", "{:.1f}"),
@@ -59,16 +74,34 @@ def mean_std(values: Sequence[Any]) -> tuple[float, float]:
     return statistics.fmean(xs), statistics.stdev(xs) if len(xs) > 1 else float("nan")
 
 
-def exact_match_interval(evaluations: Sequence[dict[str, Any]]) -> dict[str, list[float]]:
-    """{items, seeds, hull}: the pooled-items Wilson interval, the seed t interval, and their
-    hull."""
-    items = wilson_interval(
-        sum(e["correct"] for e in evaluations), sum(e["n"] for e in evaluations)
-    )
-    seeds = seed_interval([e["exact_match"] for e in evaluations])
-    hull = (
-        items if not math.isfinite(seeds[0]) else (min(items[0], seeds[0]), max(items[1], seeds[1]))
-    )
+#: the accuracies besides exact match, each with the per-place counts of an evaluation it pools
+#: ({place: [right, total]}) and the places it counts
+POOLED_COUNTS: dict[str, tuple[str, Any]] = {
+    "digit_accuracy": ("teacher_forced_place_accuracy", lambda place: True),
+    "integer_place_accuracy": ("place_accuracy", lambda place: place >= 0),
+    "decimal_place_accuracy": ("place_accuracy", lambda place: place < 0),
+}
+
+
+def _counts(evaluation: dict[str, Any], key: str) -> tuple[int, int]:
+    """(right, total) behind accuracy `key` of one evaluation ((0, 0) where it kept no counts)."""
+    if key == "exact_match":
+        return evaluation.get("correct", 0), evaluation.get("n", 0)
+    field, counted = POOLED_COUNTS[key]
+    pairs = [v for place, v in (evaluation.get(field) or {}).items() if counted(int(place))]
+    return sum(c for c, _ in pairs), sum(t for _, t in pairs)
+
+
+def accuracy_interval(
+    evaluations: Sequence[dict[str, Any]], key: str = "exact_match"
+) -> dict[str, list[float]]:
+    """{items, seeds, hull} of accuracy `key`: the Wilson interval of the items (digits) pooled
+    over seeds, the seed t interval, and their hull (either alone where the other is NaN)."""
+    right, total = (sum(x) for x in zip(*(_counts(e, key) for e in evaluations), strict=True))
+    items = wilson_interval(right, total)
+    seeds = seed_interval([e.get(key) for e in evaluations])
+    ends = [i for i in (items, seeds) if math.isfinite(i[0])]
+    hull = (min(e[0] for e in ends), max(e[1] for e in ends)) if ends else items
     return {"items": list(items), "seeds": list(seeds), "hull": list(hull)}
 
 
@@ -107,7 +140,9 @@ def aggregate(results: Sequence[dict[str, Any]]) -> dict[str, Any]:
                 values = [e.get(key) for e in evaluations]
                 mean, std = mean_std(values)
                 metrics[key] = {"mean": mean, "std": std, "values": values}
-            intervals = exact_match_interval(evaluations)
+                if key in POOLED_COUNTS:
+                    metrics[key]["ci95"] = accuracy_interval(evaluations, key)["hull"]
+            intervals = accuracy_interval(evaluations)
             metrics["exact_match_ci95"] = intervals["hull"]
             metrics["exact_match_ci95_items"] = intervals["items"]
             metrics["exact_match_ci95_seeds"] = intervals["seeds"]
@@ -308,12 +343,16 @@ MARK_NOTE = (
 
 
 def _cell(metric: dict[str, Any], scale: float, fmt: str) -> str:
-    """mean ± std, or the value alone where there is no spread (one seed)."""
+    """mean ± std, or the value alone where there is no spread (one seed); then the 95 % interval
+    where the metric has one (`ci95`)."""
     mean, std = metric["mean"], metric["std"]
     if not math.isfinite(mean):
         return "n/a"
-    return fmt.format(mean * scale) + (
-        f" ± {fmt.replace('+', '').format(std * scale)}" if math.isfinite(std) else ""
+    low, high = metric.get("ci95", (math.nan, math.nan))
+    return (
+        fmt.format(mean * scale)
+        + (f" ± {fmt.replace('+', '').format(std * scale)}" if math.isfinite(std) else "")
+        + (f" [{scale * low:.1f}, {scale * high:.1f}]" if math.isfinite(low) else "")
     )
 
 
@@ -410,7 +449,10 @@ def markdown_report(summary: dict[str, Any], meta: dict[str, Any], plots: Sequen
             " per-seed exact matches, so it counts both the test sample and the spread between"
             f" training runs. In bold: {MARK_NOTE}. MAE, signed-log MAE and median absolute error"
             " are over items whose output holds a number. Place accuracy: of the generated number,"
-            " integer places (units and up) and decimal places. TF digit acc / digit entropy:"
+            " integer places (units and up) and decimal places. TF digit acc and the place"
+            " accuracies carry their 95 % interval in brackets, built as exact match's (the Wilson"
+            " interval of the digits pooled over seeds, hulled with the seed t interval). TF digit"
+            " acc / digit entropy:"
             " teacher-forced at the gold answer's digits (entropy of the 10-digit softmax, nats,"
             " max ln 10 = 2.303). Answer NLL: the teacher-forced negative log-likelihood of the"
             " gold answer's tokens (nats per token), where the task records it."
