@@ -34,6 +34,7 @@ PYTEST := $(PY) -m pytest -q -n $(TEST_JOBS) --dist loadfile --no-loadscope-reor
 # suite); tests marked `slow` are longer versions of properties a fast test covers
 test: setup
 	$(PY) -m ruff check src tests bench scripts
+	$(VENV)/bin/lint-imports --no-cache
 	$(PYTEST) -m "not slow"
 
 # everything, slow tests included (CI runs it after `make test`)

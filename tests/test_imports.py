@@ -1,277 +1,75 @@
-"""The import graph of numloss, read statically: no circles, and the core never imports upward.
+"""The import graph and the extras.
 
-Every module of the package is parsed (ast, nothing is imported) and every import is an edge:
-module level, inside functions and methods (lazy imports), `importlib.import_module("numloss...")`
-with a literal name. `from pkg import name` is an edge to `pkg.name` when that is a module, else to
-`pkg` (its `__init__`). Imports under `if TYPE_CHECKING:` never run; they are edges for the
-layering rule (the core must not even name the glue's types) but not for circles (a function may
-name, for the type checker, the type it takes from the module that owns it).
-
-* no circle: the graph of executed imports is acyclic (a circle is a module holding two jobs);
-* layering: no module of `numloss.losses`, `numloss.digits` or `numloss.fused` (the core, what
-  `import numloss` loads) imports, directly or through other modules, the Trainer glue, the
-  pipelines or the command line.
+The graph's rules (no import circles; the core, `numloss.losses`, `numloss.digits` and
+`numloss.fused`, never imports the layers above it, lazily or for the type checker) are
+import-linter contracts in pyproject.toml's [tool.importlinter]; `make test` runs `lint-imports`
+and so does this file, which also shows that a broken contract fails it. The rest checks each
+module's imports against the extra that installs them.
 """
 
 from __future__ import annotations
 
 import ast
-from dataclasses import dataclass, field
+import importlib
+import re
+import shutil
+import subprocess
+import sys
 from pathlib import Path
 
+import grimp
 import pytest
+import tomllib
 
 SRC = Path(__file__).resolve().parents[1] / "src"
-
-CORE = ("numloss.losses", "numloss.digits", "numloss.fused")
-ABOVE_THE_CORE = (
-    "numloss.hf",
-    "numloss.patch",
-    "numloss.trl",
-    "numloss.heads",
-    "numloss.step_counts",
-    "numloss.train",
-    "numloss.evaluate",
-    "numloss.compare",
-    "numloss.data",
-    "numloss.models",
-    "numloss.cli",
-    "numloss.config",
-    "numloss.demo",
-)
+LINT_IMPORTS = Path(sys.executable).with_name("lint-imports")
 
 
-@dataclass
-class Graph:
-    modules: dict[str, Path]
-    #: executed imports (module level and lazy), module -> {module: line}
-    runtime: dict[str, dict[str, int]] = field(default_factory=dict)
-    #: imports under `if TYPE_CHECKING:`
-    typing_only: dict[str, dict[str, int]] = field(default_factory=dict)
-
-    def edges(self, with_typing: bool) -> dict[str, set[str]]:
-        return {
-            m: set(self.runtime.get(m, {})) | (set(self.typing_only.get(m, {})) if with_typing else set())
-            for m in self.modules
-        }
+def _lint_imports(src: Path) -> subprocess.CompletedProcess:
+    return subprocess.run([str(LINT_IMPORTS), "--no-cache", "--config", str(SRC.parent / "pyproject.toml")],
+                          capture_output=True, text=True, cwd=src, env={"PYTHONPATH": str(src), "PATH": "/usr/bin:/bin"})
 
 
-def _module_names(root: Path, package: str) -> dict[str, Path]:
-    names = {}
-    for path in sorted((root / package.replace(".", "/")).rglob("*.py")):
-        parts = list(path.relative_to(root).with_suffix("").parts)
-        if parts[-1] == "__init__":
-            parts = parts[:-1]
-        names[".".join(parts)] = path
-    return names
+def test_the_import_contracts_hold():
+    result = _lint_imports(SRC)
+    assert result.returncode == 0, result.stdout + result.stderr
 
 
-def _is_type_checking(test: ast.expr) -> bool:
-    return (isinstance(test, ast.Name) and test.id == "TYPE_CHECKING") or (
-        isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING"
-    )
+def test_a_lazy_upward_import_in_the_core_breaks_both_contracts(tmp_path):
+    """The core importing the Trainer glue inside a function is upward and closes a circle."""
+    src = tmp_path / "a copy"
+    shutil.copytree(SRC / "numloss", src / "numloss", ignore=shutil.ignore_patterns("__pycache__"))
+    with open(src / "numloss" / "fused.py", "a", encoding="utf-8") as fused:
+        fused.write("\n\ndef _upward():\n    from numloss import hf  # noqa: F401\n")
+    result = _lint_imports(src)
+    assert result.returncode == 1 and "Contracts: 0 kept, 2 broken." in result.stdout, result.stdout + result.stderr
+    assert "numloss.fused -> numloss.hf" in result.stdout
 
 
-def _imports_of(name: str, path: Path, modules: dict[str, Path]) -> tuple[dict[str, int], dict[str, int]]:
-    """(executed imports, TYPE_CHECKING imports) of module `name`, each {module: first line}."""
-    here = name if path.name == "__init__.py" else name.rpartition(".")[0]
-    runtime: dict[str, int] = {}
-    typing_only: dict[str, int] = {}
-
-    def add(target: str | None, line: int, into: dict[str, int]) -> None:
-        # the longest prefix of `target` that is a module of the package
-        while target and target not in modules:
-            target = target.rpartition(".")[0]
-        if target and target != name:
-            into.setdefault(target, line)
-
-    def visit(node: ast.AST, into: dict[str, int]) -> None:
-        for child in ast.iter_child_nodes(node):
-            if isinstance(child, ast.If) and _is_type_checking(child.test):
-                for statement in child.body:
-                    visit_statement(statement, typing_only)
-                for statement in child.orelse:
-                    visit_statement(statement, into)
-                continue
-            visit_statement(child, into)
-
-    def visit_statement(node: ast.AST, into: dict[str, int]) -> None:
-        if isinstance(node, ast.Import):
-            for alias in node.names:
-                add(alias.name, node.lineno, into)
-        elif isinstance(node, ast.ImportFrom):
-            if node.level:
-                base = here.split(".")[: len(here.split(".")) - node.level + 1]
-                source = ".".join(base + ([node.module] if node.module else []))
-            else:
-                source = node.module or ""
-            for alias in node.names:
-                submodule = f"{source}.{alias.name}"
-                add(submodule if submodule in modules else source, node.lineno, into)
-        elif isinstance(node, ast.Call):
-            callee = node.func
-            called = callee.attr if isinstance(callee, ast.Attribute) else getattr(callee, "id", "")
-            if called in ("import_module", "__import__") and node.args:
-                first = node.args[0]
-                if isinstance(first, ast.Constant) and isinstance(first.value, str):
-                    add(first.value, node.lineno, into)
-        visit(node, into)
-
-    visit(ast.parse(path.read_text(encoding="utf-8"), filename=str(path)), runtime)
-    return runtime, typing_only
+def circles(graph: grimp.ImportGraph) -> list[tuple[str, str]]:
+    """Every import `a -> b` where `b` also reaches `a`."""
+    return [(a, b) for a in sorted(graph.modules) for b in sorted(graph.find_modules_directly_imported_by(a))
+            if graph.chain_exists(importer=b, imported=a)]
 
 
-def import_graph(root: Path = SRC, package: str = "numloss") -> Graph:
-    """The import graph of every module of `package` under `root`, parsed, nothing imported."""
-    graph = Graph(_module_names(root, package))
-    for name, path in graph.modules.items():
-        graph.runtime[name], graph.typing_only[name] = _imports_of(name, path, graph.modules)
-    return graph
-
-
-def find_cycles(edges: dict[str, set[str]]) -> list[list[str]]:
-    """The strongly connected components with more than one module (Tarjan, iterative)."""
-    index: dict[str, int] = {}
-    low: dict[str, int] = {}
-    stack: list[str] = []
-    on_stack: set[str] = set()
-    cycles: list[list[str]] = []
-    counter = 0
-    for start in sorted(edges):
-        if start in index:
-            continue
-        work = [(start, iter(sorted(edges[start])))]
-        index[start] = low[start] = counter
-        counter += 1
-        stack.append(start)
-        on_stack.add(start)
-        while work:
-            node, children = work[-1]
-            for child in children:
-                if child not in index:
-                    index[child] = low[child] = counter
-                    counter += 1
-                    stack.append(child)
-                    on_stack.add(child)
-                    work.append((child, iter(sorted(edges[child]))))
-                    break
-                if child in on_stack:
-                    low[node] = min(low[node], index[child])
-            else:
-                work.pop()
-                if work:
-                    low[work[-1][0]] = min(low[work[-1][0]], low[node])
-                if low[node] == index[node]:
-                    component = []
-                    while True:
-                        member = stack.pop()
-                        on_stack.discard(member)
-                        component.append(member)
-                        if member == node:
-                            break
-                    if len(component) > 1:
-                        cycles.append(sorted(component))
-    return cycles
-
-
-def _describe(graph: Graph, component: list[str]) -> str:
-    lines = []
-    for module in component:
-        for target, line in sorted(graph.runtime[module].items()):
-            if target in component:
-                lines.append(f"{module} -> {target} ({graph.modules[module].relative_to(SRC)}:{line})")
-    return "; ".join(lines)
-
-
-def reachable(edges: dict[str, set[str]], start: str) -> dict[str, list[str]]:
-    """Every module reachable from `start`, with one path to it."""
-    paths = {start: [start]}
-    frontier = [start]
-    while frontier:
-        node = frontier.pop()
-        for child in sorted(edges[node]):
-            if child not in paths:
-                paths[child] = paths[node] + [child]
-                frontier.append(child)
-    return paths
-
-
-def _in(module: str, packages: tuple[str, ...]) -> bool:
-    return any(module == p or module.startswith(p + ".") for p in packages)
-
-
-# -- the package -----------------------------------------------------------------------------------
-
-GRAPH = import_graph()
-
-
-def test_the_graph_sees_the_whole_package():
-    assert len(GRAPH.modules) > 50
-    for module in ("numloss.hf", "numloss.patch", "numloss.heads", "numloss.losses.base",
-                   "numloss.compare.runner", "numloss.compare.report", "numloss.evaluate.api"):
-        assert module in GRAPH.modules
-    # lazy imports are read: numloss.train.run imports NumericTrainer inside a function
-    assert "numloss.hf" in GRAPH.runtime["numloss.train.run"]
-
-
-def test_no_import_circles():
-    cycles = find_cycles(GRAPH.edges(with_typing=False))
-    assert not cycles, "import circles: " + " | ".join(_describe(GRAPH, c) for c in cycles)
-
-
-@pytest.mark.parametrize("module", sorted(m for m in GRAPH.modules if _in(m, CORE)))
-def test_the_core_imports_nothing_above_it(module):
-    """Also lazily and for the type checker: the objectives do not know the Trainer glue."""
-    paths = reachable(GRAPH.edges(with_typing=True), module)
-    upward = {target: path for target, path in paths.items() if _in(target, ABOVE_THE_CORE)}
-    assert not upward, f"{module} reaches " + "; ".join(" -> ".join(p) for p in upward.values())
-
-
-@pytest.mark.parametrize("a, b", [
-    ("numloss.hf", "numloss.patch"),
-    ("numloss.compare.runner", "numloss.compare.report"),
-    ("numloss.evaluate.api", "numloss.evaluate.report"),
-])
-def test_the_pairs_that_were_circles_are_one_way_even_for_the_type_checker(a, b):
-    edges = GRAPH.edges(with_typing=True)
-    assert not (b in reachable(edges, a) and a in reachable(edges, b)), f"{a} and {b} reach each other"
-
-
-def test_hf_and_patch_share_the_head_helpers_instead_of_importing_each_other():
-    assert "numloss.hf" not in reachable(GRAPH.edges(with_typing=True), "numloss.patch")
-    assert "numloss.heads" in GRAPH.runtime["numloss.patch"] and "numloss.heads" in GRAPH.runtime["numloss.hf"]
-
-
-# -- the checker itself can fail ---------------------------------------------------------------------
-
-
-def _write(root: Path, files: dict[str, str]) -> None:
-    for name, text in files.items():
-        path = root / name
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(text)
-
-
-def test_the_checker_finds_lazy_relative_and_importlib_circles_and_typing_edges(tmp_path):
-    _write(tmp_path, {
-        "pkg/__init__.py": "",
-        "pkg/a.py": "def f():\n    from pkg.b import g\n",
-        "pkg/b.py": "from . import c\ng = 1\n",
-        "pkg/c.py": "import importlib\ndef h():\n    importlib.import_module('pkg.a')\n",
-        "pkg/sub/__init__.py": "from pkg.sub.x import y\n",
-        "pkg/sub/x.py": "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from pkg.a import f\ny = 1\n",
-        "pkg/d.py": "from pkg import sub\nfrom pkg.sub import y\n",
-    })
-    graph = import_graph(tmp_path, "pkg")
-    assert find_cycles(graph.edges(with_typing=False)) == [["pkg.a", "pkg.b", "pkg.c"]]
-    assert graph.typing_only["pkg.sub.x"] == {"pkg.a": 3} and "pkg.a" not in graph.runtime["pkg.sub.x"]
-    assert set(graph.runtime["pkg.d"]) == {"pkg.sub"}
-    assert reachable(graph.edges(with_typing=True), "pkg.sub.x")["pkg.c"] == ["pkg.sub.x", "pkg.a", "pkg.b", "pkg.c"]
+def test_no_circle_among_the_imports_that_run_even_through_a_package_init():
+    """acyclic_siblings compares siblings; a circle through a package's `__init__` is found here."""
+    assert not circles(GRAPH)
+    graph = grimp.ImportGraph()
+    for a, b in [("p", "p.a"), ("p.a", "p.b"), ("p.b", "p")]:
+        graph.add_import(importer=a, imported=b)
+    assert circles(graph) == [("p", "p.a"), ("p.a", "p.b"), ("p.b", "p")]
 
 
 # -- the install: the core on torch alone, everything else behind its extra ----------------------------
 
 ROOT = SRC.parent
+PROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))["project"]
+#: every module of numloss -> its file
+MODULES = {".".join(p.relative_to(SRC).with_suffix("").parts).removesuffix(".__init__"): p
+           for p in sorted((SRC / "numloss").rglob("*.py"))}
+#: the imports that run (lazy ones included, `if TYPE_CHECKING:` ones not)
+GRAPH = grimp.build_graph("numloss", exclude_type_checking_imports=True)
 #: what `pip install numloss` alone gives: these import nothing an extra installs
 IMPORTABLE_CORE = ("numloss", "numloss.losses", "numloss.fused", "numloss.patch", "numloss.digits",
                    "numloss.heads", "numloss.step_counts", "numloss.extras", "numloss.cli", "numloss.package_data",
@@ -295,7 +93,7 @@ ALWAYS = {"torch", "numpy"}
 
 def module_extra(module: str) -> str | None:
     """The extra `module` needs (None: the core)."""
-    if module in CORE_MODULES or _in(module, ("numloss.losses",)):
+    if module in CORE_MODULES or module.startswith("numloss.losses"):
         return None
     matches = [prefix for prefix in MODULE_EXTRA if module == prefix or module.startswith(prefix + ".")]
     assert matches, f"{module} belongs to no extra: add it to MODULE_EXTRA or CORE_MODULES in tests/test_imports.py"
@@ -304,21 +102,15 @@ def module_extra(module: str) -> str | None:
 
 def pyproject_extras() -> dict[str, list[str]]:
     """[project.optional-dependencies] of pyproject.toml, requirement strings per extra."""
-    import tomllib
-
-    return tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["optional-dependencies"]
+    return PROJECT["optional-dependencies"]
 
 
 def requirement_name(requirement: str) -> str:
-    import re
-
     return re.match(r"[A-Za-z0-9_.-]+", requirement).group(0).lower()
 
 
 def closure(extras: dict[str, list[str]], extra: str) -> set[str]:
     """`extra` and every extra it stacks on through `numloss[...]` requirements."""
-    import re
-
     found, todo = set(), [extra]
     while todo:
         name = todo.pop()
@@ -372,8 +164,6 @@ def third_party_imports(path: Path, under_needs: dict[str, tuple[str, int]] | No
     standard library in `path` (module level and inside functions), leaving out the optional ones
     (inside a `try` that catches ImportError) and those inside `with needs(EXTRA, ...)`, which go
     to `under_needs` as package -> (EXTRA, line)."""
-    import sys
-
     tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
     guarded, needs = _guarded(tree), _needs_blocks(tree)
     found: dict[str, int] = {}
@@ -395,22 +185,16 @@ def third_party_imports(path: Path, under_needs: dict[str, tuple[str, int]] | No
 
 
 def test_the_extras_stack_as_numloss_extras_declares_and_the_core_needs_torch_alone():
-    import tomllib
-
     from numloss.extras import INCLUDES
 
     extras = pyproject_extras()
     for extra in INCLUDES:
         assert closure(extras, extra) == set(INCLUDES[extra]), extra
-    core = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["dependencies"]
-    assert {requirement_name(r) for r in core} == {"torch", "numpy"}
+    assert {requirement_name(r) for r in PROJECT["dependencies"]} == {"torch", "numpy"}
 
 
 def test_requirements_are_ranges_not_exact_pins():
-    import tomllib
-
-    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
-    requirements = project["dependencies"] + [r for name, rs in project["optional-dependencies"].items()
+    requirements = PROJECT["dependencies"] + [r for name, rs in PROJECT["optional-dependencies"].items()
                                               if name != "test" for r in rs]
     assert not [r for r in requirements if "==" in r.partition(";")[0]], "pin ranges, not versions (== only in [test])"
 
@@ -422,7 +206,7 @@ def test_every_module_imports_only_what_its_extra_installs():
 
     extras = pyproject_extras()
     problems = []
-    for module, path in GRAPH.modules.items():
+    for module, path in MODULES.items():
         extra = module_extra(module)
         allowed = installed_imports(extras, extra) if extra else ALWAYS
         under_needs: dict[str, tuple[str, int]] = {}
@@ -434,7 +218,8 @@ def test_every_module_imports_only_what_its_extra_installs():
         for package, (named, line) in under_needs.items():
             if package not in installed_imports(extras, named):
                 problems.append(f"{module}:{line} imports {package} under needs({named!r}), which does not install it")
-        for target, line in GRAPH.runtime[module].items():
+        for target in GRAPH.find_modules_directly_imported_by(module):
+            line = GRAPH.get_import_details(importer=module, imported=target)[0]["line_number"]
             needed = module_extra(target)
             if needed and (extra is None or needed not in closure(extras, extra)):
                 problems.append(f"{module}:{line} ([{extra or 'core'}]) imports {target} ([{needed}])")
@@ -464,9 +249,6 @@ def test_the_checker_sees_lazy_imports_and_skips_guarded_ones(tmp_path):
 
 def test_importing_the_core_loads_no_package_an_extra_installs():
     """`import numloss` and the core modules load nothing beyond torch and what torch loads itself."""
-    import subprocess
-    import sys
-
     from numloss.extras import EXTRA_OF
 
     code = ("import sys; torch_loads = {m.partition('.')[0] for m in sys.modules}; import torch; "
@@ -482,9 +264,6 @@ def test_importing_the_core_loads_no_package_an_extra_installs():
 
 
 def test_a_missing_extra_is_one_line_naming_it(monkeypatch, capsys):
-    import importlib
-    import sys
-
     from numloss.cli import main
     from numloss.extras import MissingExtraError, needs, require
 
@@ -517,10 +296,6 @@ def test_a_missing_extra_is_one_line_naming_it(monkeypatch, capsys):
 def test_numloss_evaluate_loads_its_parts_on_first_use():
     """Every public name of numloss.evaluate resolves to its submodule's object, and a process that
     imports only the sandbox (an evaluator's helper, a test's evaluator) does not load transformers."""
-    import importlib
-    import subprocess
-    import sys
-
     import numloss.evaluate as evaluate
 
     for module, names in evaluate._PUBLIC.items():
@@ -538,9 +313,6 @@ def test_numloss_evaluate_loads_its_parts_on_first_use():
 def test_every_commands_help_loads_no_torch_and_no_package_of_an_extra():
     """`import numloss`, `numloss --help` and `numloss <command> --help` parse their options before
     loading any model, data or torch code: one process runs every help and lists what it loaded."""
-    import subprocess
-    import sys
-
     from numloss.cli import COMMANDS
     from numloss.extras import EXTRA_OF
 
@@ -565,8 +337,6 @@ def test_every_commands_help_loads_no_torch_and_no_package_of_an_extra():
 def test_numloss_loads_its_public_names_on_first_use():
     """`numloss.X` is the object of the submodule that defines it, `numloss.patch` is the function
     even once the submodule `numloss.patch` is imported, and the losses' names are all there."""
-    import sys
-
     import numloss
     import numloss.losses
     import numloss.patch  # noqa: F401 - the submodule (`as` would read the package's attribute)
