@@ -51,7 +51,6 @@ from numloss.evaluate.runner import ItemResult, program_runner, refused, run_ben
 from numloss.evaluate.store import (
     ResultsFile,
     check_output_record,
-    check_same_model,
     model_identity,
     read_lines,
     recorded_set,
@@ -322,7 +321,6 @@ def evaluate(
         open_limit,
         progress,
     )
-    generator = StopCut(generator, stop) if cut_at_stop else generator
     if runner.isolation.mode == "unavailable" and program_of_thought:
         print(
             f"numloss eval: programs will not run: {runner.isolation.detail}. Items with a program"
@@ -347,6 +345,7 @@ def evaluate(
         batch_size=batch_size,
         program_of_thought=program_of_thought,
         measured=(model, tokenizer) if digit_stats else None,
+        stop=stop if cut_at_stop else (),
     )
     getattr(generator, "close_progress", lambda: None)()
     meta = {
@@ -421,8 +420,6 @@ def _limits(
     stop, open_limit, choice_limit = generation_settings(protocols)
     if max_new_tokens is None:
         return stop, open_limit, choice_limit
-    if max_new_tokens < 1:
-        raise ValueError(f"max_new_tokens must be at least 1, got {max_new_tokens}")
     return stop, min(open_limit, max_new_tokens), min(choice_limit, max_new_tokens)
 
 
@@ -476,7 +473,7 @@ def _resume(
                 and (
                     r.get("protocol") in names
                     or r.get("model_identity") != identity
-                    or _stale(r, content, cut_at_stop, model_name) is not None
+                    or _stale(r, identity, content, cut_at_stop, model_name) is not None
                 )
             )
         )
@@ -487,8 +484,16 @@ def _resume(
                 file=sys.stderr,
             )
     saved = [r for r in store.records() if ours(r)]
-    check_same_model(saved, identity, model_name, results_file)
-    _check_same_inputs(saved, content, cut_at_stop, model_name, results_file)
+    stale = [
+        (r, why) for r in saved if (why := _stale(r, identity, content, cut_at_stop, model_name))
+    ]
+    if stale:
+        benchmarks = ", ".join(sorted({str(r.get("benchmark")) for r, _ in stale}))
+        raise BenchmarkError(
+            f"{results_file}: {len(stale)} saved records of {model_name!r} ({benchmarks}) cannot be"
+            f" resumed: {stale[0][1]}. Use another --out, or --overwrite to move those records"
+            " aside and redo them"
+        )
     return store, saved, extra
 
 
@@ -510,6 +515,7 @@ def _run_all(
     batch_size: int,
     program_of_thought: bool,
     measured: tuple[Any, Any] | None,
+    stop: Sequence[str],
 ) -> tuple[Results, dict[str, DigitStats]]:
     """({protocol: {benchmark: results}}, {benchmark: digit statistics of the `measured` (model,
     tokenizer)}): `run_benchmark` on each benchmark, resumed from its saved records (checked to be
@@ -548,6 +554,7 @@ def _run_all(
             write=write,
             batch_size=batch_size,
             program_of_thought=program_of_thought,
+            stop=stop,
         )
         for name, results in out.items():
             per[name][bench.name] = results
@@ -566,44 +573,6 @@ def _writer(store: ResultsFile | None, extra: dict[str, Any]) -> Callable[[list[
             store.append([r.to_json() for r in results])
 
     return write
-
-
-class StopCut:
-    """A generator whose outputs are cut at `stop` (the protocol's stop strings); other attributes
-    (token counts, timings) are the wrapped generator's."""
-
-    def __init__(self, inner: Any, stop: Sequence[str]) -> None:
-        import inspect
-
-        self.inner, self.stop = inner, tuple(stop)
-        takes = inspect.signature(inner.generate).parameters
-        self._takes_limit, self._takes_fallback = "max_new_tokens" in takes, "fallback" in takes
-
-    def generate(
-        self, prompts: Sequence[str], max_new_tokens: int | None = None, fallback: bool = False
-    ) -> list[Any]:
-        from dataclasses import is_dataclass, replace
-
-        from numloss.evaluate.generate import Generation, cut_at_stop
-        from numloss.evaluate.runner import generated_texts
-
-        options: dict[str, Any] = {"fallback": True} if fallback and self._takes_fallback else {}
-        if self._takes_limit:
-            options["max_new_tokens"] = max_new_tokens
-        gens = self.inner.generate(prompts, **options)
-        generated_texts(self.inner, prompts, gens)  # checked before any is cut
-        out = []
-        for g in gens:
-            text = cut_at_stop(g.text, self.stop)
-            out.append(
-                replace(g, text=text)
-                if is_dataclass(g)
-                else Generation(text, int(getattr(g, "new_tokens", 0)))
-            )
-        return out
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self.inner, name)
 
 
 def _check_same_items(
@@ -646,12 +615,25 @@ def _model_content(model_or_path: Any) -> str | None:
 
 
 def _stale(
-    record: Mapping[str, Any], content: str | None, cut_at_stop: bool, model: str
+    record: Mapping[str, Any],
+    identity: str | None,
+    content: str | None,
+    cut_at_stop: bool,
+    model: str,
 ) -> str | None:
-    """What makes a saved record another input's (other weights, the other stop-cut mode), or None;
-    a record without those fields (an older numloss) is not stale by them."""
+    """What makes a saved record another input's, or None: another model identity (the files or
+    weights at the same path changed, or none is recorded; not checked when `identity` is None: a
+    generator that names none), other weights' bytes, or the other stop-cut mode. A record without
+    the last two fields (an older numloss) is not stale by them."""
     from numloss.identity import describe_change
 
+    old = record.get("model_identity")
+    if identity is not None and old != identity:
+        return "they may be another model's outputs: " + (
+            "they carry no model identity (written by an older numloss)"
+            if old is None
+            else f"the model's files or weights changed since ({old}, now {identity})"
+        )
     if content is not None and record.get("model_sha256") not in (None, content):
         return describe_change(f"the weights of {model!r}", record.get("model_sha256"), content)
     if "cut_at_stop" in record and record["cut_at_stop"] != bool(cut_at_stop):
@@ -660,24 +642,6 @@ def _stale(
             f" {bool(cut_at_stop)} now; --no-stop-cut sets it)"
         )
     return None
-
-
-def _check_same_inputs(
-    saved: Sequence[Mapping[str, Any]],
-    content: str | None,
-    cut_at_stop: bool,
-    model: str,
-    results_file: Any,
-) -> None:
-    """Refuse to resume from records of other weights (the model replaced in place) or of the
-    other stop-cut mode, naming what changed."""
-    for record in saved:
-        what = _stale(record, content, cut_at_stop, model)
-        if what is not None:
-            raise BenchmarkError(
-                f"{results_file}: saved records of {model!r} cannot be resumed: {what}. Use another"
-                " --out, or --overwrite to move those records aside and redo them"
-            )
 
 
 def _generator(
@@ -707,8 +671,6 @@ def _generator(
             None,
             VLLMGenerator(str(model_or_path), limit, stop, tensor_parallel_size=tp, dtype=dtype),
         )
-    if backend != "hf":
-        raise ValueError(f"backend must be 'hf' or 'vllm', got {backend!r}")
     if isinstance(model_or_path, tuple):
         model, tokenizer = model_or_path
     else:

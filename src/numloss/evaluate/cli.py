@@ -22,7 +22,6 @@ place of the numeric answers) and digit_entropy.png (the teacher-forced digit en
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
 import time
@@ -78,7 +77,6 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--protocol",
         choices=("released", "numloss", "both"),
-        default=None,
         help="default: numloss (both for lm-eval samples given to --score-outputs)",
     )
     p.add_argument(
@@ -107,7 +105,6 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--seed",
         type=int,
-        default=None,
         help="seed of the synthetic sets (default: a held-out seed)",
     )
     p.add_argument("--backend", choices=("hf", "vllm"), default="hf")
@@ -120,7 +117,6 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--max-new-tokens",
         type=int,
-        default=None,
         help="cap the protocol's limits (1500 open, 2048 multiple choice)",
     )
     p.add_argument("--tensor-parallel", type=int, default=1, help="GPUs per model (vLLM)")
@@ -131,7 +127,6 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--threads",
         type=int,
-        default=None,
         help="torch CPU threads (1 is fastest on a busy shared machine)",
     )
     p.add_argument(
@@ -143,7 +138,6 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--workers",
         type=int,
-        default=None,
         help="parallel sandboxed programs, at least 1 (default: CPU count)",
     )
     p.add_argument(
@@ -211,15 +205,10 @@ def keep_report_of_other_origin(out: Path, origin: dict[str, str], overwrite: bo
     """Refuse (ValueError) to replace a report in `out` that another model or another scored file
     produced: re-scoring outputs into an evaluation's folder would silently replace its report.
     With `overwrite` the old results.json and report.md are kept as NAME.overwritten-<UTC time>."""
-    path = out / "results.json"
-    if not path.is_file():
-        return
-    try:
-        meta = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        meta = {}  # a torn report (written before writes were atomic) holds nothing to keep
-    if not isinstance(meta, dict):
-        meta = {}
+    from numloss.textio import read_json_object
+
+    # none, or a torn one (written before writes were atomic): nothing to keep
+    meta = read_json_object(out / "results.json") or {}
     # a scored report's meta has scored_from; an evaluation's has the model it generated with
     key = "scored_from" if "scored_from" in meta else "model" if "model" in meta else None
     theirs = {key: str(meta[key])} if key is not None else {}
@@ -276,36 +265,35 @@ def _check_args(args: argparse.Namespace) -> None:
         raise ValueError("--score-outputs scores saved outputs; give no MODEL with it")
 
 
-def _score(args: argparse.Namespace) -> EvalReport:
-    """`--score-outputs`: the report of the saved outputs."""
-    from numloss.evaluate.api import score_outputs
+#: options `evaluate` takes under the same name as the command line's
+GENERATION = ("overwrite", "batch_size", "max_new_tokens", "backend", "dtype", "device", "threads")
 
-    report = score_outputs(
-        args.score_outputs,
-        args.protocol,
-        args.data_dir,
-        allow_unisolated=args.allow_unisolated_exec or None,
-        workers=args.workers,
-        program_timeout=args.program_timeout,
-        limit=args.limit,
-        seed=args.seed,
-        cut_at_stop=False if args.no_stop_cut else None,
-        benchmark=args.outputs_benchmark,
-    )
-    if report.isolation.get("mode") == "unavailable":  # as `evaluate` says it before generating
-        print(
-            f"numloss eval: programs were not run: {report.isolation.get('detail', '')}. Items with"
-            " a program were scored from their chain-of-thought fallback output where the file has"
-            " one.",
-            file=sys.stderr,
+
+def _run(args: argparse.Namespace) -> EvalReport:
+    """The report of evaluating MODEL, its generation options checked first, or of the saved
+    outputs of `--score-outputs`."""
+    from numloss.checks import check_int
+    from numloss.evaluate.api import evaluate, score_outputs
+
+    common = {name: getattr(args, name) for name in ("workers", "program_timeout", "limit", "seed")}
+    common["allow_unisolated"] = args.allow_unisolated_exec or None
+    if args.score_outputs:
+        report = score_outputs(
+            args.score_outputs,
+            args.protocol,
+            args.data_dir,
+            cut_at_stop=False if args.no_stop_cut else None,
+            benchmark=args.outputs_benchmark,
+            **common,
         )
-    return report
-
-
-def _evaluate(args: argparse.Namespace) -> EvalReport:
-    """The report of evaluating MODEL, its generation options checked first."""
-    from numloss.evaluate.api import evaluate
-
+        if report.isolation.get("mode") == "unavailable":  # as `evaluate` says it before generating
+            print(
+                f"numloss eval: programs were not run: {report.isolation.get('detail', '')}. Items"
+                " with a program were scored from their chain-of-thought fallback output where the"
+                " file has one.",
+                file=sys.stderr,
+            )
+        return report
     if not args.model:
         raise ValueError("give a MODEL to evaluate (or --score-outputs FILE.jsonl)")
     if args.backend == "hf":
@@ -317,37 +305,21 @@ def _evaluate(args: argparse.Namespace) -> EvalReport:
             f"--max-new-tokens must be at least 1, got {args.max_new_tokens} (omit it for the"
             " protocol's limits)"
         )
-    if args.batch_size < 1:
-        raise ValueError(
-            f"--batch-size must be a positive number of prompts, got {args.batch_size}"
-        )
-    if args.tensor_parallel < 1:
-        raise ValueError(
-            f"--tensor-parallel must be a positive number of GPUs, got {args.tensor_parallel}"
-        )
+    check_int("--batch-size", args.batch_size, 1)  # evaluate's own line names batch_size
+    check_int("--tensor-parallel", args.tensor_parallel, 1)
     return evaluate(
         args.model,
         args.benchmarks,
         args.data_dir,
         args.protocol or "numloss",
-        limit=args.limit,
         cut_at_stop=not args.no_stop_cut,
         results_file=Path(args.out) / "items.jsonl",
-        overwrite=args.overwrite,
-        batch_size=args.batch_size,
-        max_new_tokens=args.max_new_tokens,
-        backend=args.backend,
-        dtype=args.dtype,
-        device=args.device,
         tensor_parallel=args.tensor_parallel,
         digit_stats=not args.no_digit_stats,
         program_of_thought=not args.no_pot,
-        allow_unisolated=args.allow_unisolated_exec or None,
-        workers=args.workers,
-        program_timeout=args.program_timeout,
-        seed=args.seed,
         progress=not args.quiet,
-        threads=args.threads,
+        **common,
+        **{name: getattr(args, name) for name in GENERATION},
     )
 
 
@@ -363,34 +335,21 @@ def main(argv: list[str] | None = None) -> int:
 
     try:
         _check_args(args)
-        origin = (
-            {"scored_from": str(args.score_outputs)}
-            if args.score_outputs
-            else {"model": str(args.model)}
-        )
+        key = "scored_from" if args.score_outputs else "model"
+        origin = {key: str(args.score_outputs or args.model)}
         with hold_out(args.out):
             keep_report_of_other_origin(Path(args.out), origin, args.overwrite)
-            report = _score(args) if args.score_outputs else _evaluate(args)
-            report.meta["command"] = [
-                "numloss",
-                "eval",
-                *(argv if argv is not None else sys.argv[1:]),
-            ]
+            report = _run(args)
+            report.meta["command"] = ["numloss", "eval", *(sys.argv[1:] if argv is None else argv)]
             check_out(args.out)
             write_report(args.out, report)
     except (BenchmarkError, BackendUnavailable, ModelUnavailableError, ValueError) as error:
         print(f"numloss eval: {error}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
-        saved = (
-            ""
-            if args.score_outputs
-            else (
-                f"; finished batches are in {Path(args.out) / 'items.jsonl'}, a re-run resumes from"
-                " them"
-            )
-        )
-        print(f"numloss eval: interrupted{saved}", file=sys.stderr)
+        items = Path(args.out) / "items.jsonl"
+        saved = f"; finished batches are in {items}, a re-run resumes from them"
+        print(f"numloss eval: interrupted{'' if args.score_outputs else saved}", file=sys.stderr)
         return 130
     except OSError as error:  # disk full, a folder removed mid-run
         where = f" {error.filename}" if error.filename else ""

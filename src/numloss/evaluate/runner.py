@@ -16,9 +16,10 @@ from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from numloss.checks import check_float, check_int
 from numloss.evaluate.answers import READ_SECONDS, GoldError, Reading, plain_number, read_limit
 from numloss.evaluate.benchmarks import Benchmark, Item
-from numloss.evaluate.generate import Generator
+from numloss.evaluate.generate import Generator, cut_at_stop
 from numloss.evaluate.programs import REFUSED, ProgramRunner
 from numloss.evaluate.protocol import Protocol, first_style
 from numloss.evaluate.sandbox import ProgramResult, SandboxLimits
@@ -45,8 +46,6 @@ def check_program_options(program_timeout: float, workers: int | None) -> None:
     100000 of them would run as many as the machine allows at once). Shared by the API and the CLI.
     """
     import os
-
-    from numloss.checks import check_float, check_int
 
     check_float("--program-timeout (program_timeout)", program_timeout, 0, low_open=True)
     if workers is not None:
@@ -226,17 +225,16 @@ def run_benchmark(
     write: Callable[[list[ItemResult]], None] | None = None,
     batch_size: int = 8,
     program_of_thought: bool = True,
+    stop: Sequence[str] = (),
 ) -> dict[str, list[ItemResult]]:
     """Every item of `benchmark` under every protocol, batch by batch; {protocol name: results}.
 
     `done[protocol][id]`: results already in the results file (kept, not redone).
     `known_outputs[id]`: (first output, fallback or None) saved earlier under the same generation
     settings, reused instead of generating. `write` receives each finished batch's new results.
+    Generated outputs are cut at `stop` (the protocol's stop strings), whatever made them.
     """
-    if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
-        raise ValueError(
-            f"--batch-size (batch_size) must be a positive number of items, got {batch_size!r}"
-        )
+    check_int("--batch-size (batch_size)", batch_size, 1)
     done = done or {}
     known_outputs = known_outputs or {}
     final: dict[str, dict[str, ItemResult]] = {
@@ -255,7 +253,7 @@ def run_benchmark(
                 " given"
             )
         styles = [first_style(p.item, program_of_thought) for p in missing]
-        firsts = _generate_for(generator, protocols[0], missing, styles)
+        firsts = _generate_for(generator, protocols[0], missing, styles, stop)
         for p, text in zip(missing, firsts, strict=True):
             p.output = text
         scored = {
@@ -269,7 +267,7 @@ def run_benchmark(
         ]
         if need and generator is not None:
             fallbacks = _generate_for(
-                generator, protocols[0], need, ["cot"] * len(need), fallback=True
+                generator, protocols[0], need, ["cot"] * len(need), stop, True
             )
             for p, text in zip(need, fallbacks, strict=True):
                 p.fallback = text
@@ -308,25 +306,18 @@ def _generate_for(
     protocol: Protocol,
     pending: list[Pending],
     styles: list[str],
+    stop: Sequence[str],
     fallback: bool = False,
 ) -> list[str]:
-    """The outputs of `pending` items prompted in `styles` under `protocol` ([]: none to make)."""
-    if not pending or generator is None:
-        return []
-    pairs = zip(pending, styles, strict=True)
-    prompts = [protocol.prompt(p.item, s) for p, s in pairs]  # type: ignore[arg-type]
-    return _generate(
-        generator, prompts, [protocol.max_new_tokens(p.item) for p in pending], fallback
-    )
-
-
-def _generate(
-    generator: Generator, prompts: list[str], limits: list[int], fallback: bool = False
-) -> list[str]:
-    """Generate `prompts`, grouped by token limit (open and multiple-choice items differ);
+    """The outputs of `pending` items prompted in `styles` under `protocol`, cut at `stop` ([]:
+    none to make). Prompts are grouped by token limit (open and multiple-choice items differ);
     `fallback` is passed to a generator that takes it (its progress bar counts items, not prompts).
     """
-    out: list[str | None] = [None] * len(prompts)
+    if not pending or generator is None:
+        return []
+    prompts = [protocol.prompt(p.item, s) for p, s in zip(pending, styles, strict=True)]  # type: ignore[arg-type]
+    limits = [protocol.max_new_tokens(p.item) for p in pending]
+    out = [""] * len(prompts)
     takes = inspect.signature(generator.generate).parameters
     options = {"fallback": True} if fallback and "fallback" in takes else {}
     for limit in sorted(set(limits)):
@@ -337,15 +328,15 @@ def _generate(
         else:  # a generator with one fixed limit
             gens = generator.generate(batch, **options)
         for i, text in zip(index, generated_texts(generator, batch, gens), strict=True):
-            out[i] = text
-    return [o or "" for o in out]
+            out[i] = cut_at_stop(text, stop)
+    return out
 
 
 def generated_texts(generator: Any, prompts: Sequence[str], gens: Any) -> list[str]:
     """The texts of a generator's answer to `prompts`: one `Generation` (anything with a `.text`
     string) per prompt. A generator returning fewer or more results, None, or plain strings is
     refused in one line naming it: a short list would shift every verdict onto the wrong item."""
-    name = type(getattr(generator, "inner", generator)).__name__
+    name = type(generator).__name__
     if gens is None or isinstance(gens, (str, bytes)) or not hasattr(gens, "__len__"):
         raise ValueError(
             f"generator {name}.generate returned {type(gens).__name__}, not a list of Generation "

@@ -18,6 +18,7 @@ from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
+from numloss.atomic import write_text_atomic
 from numloss.evaluate.benchmarks import BenchmarkError
 from numloss.models.load import model_folder
 from numloss.textio import DuplicateKeyError, jsonable, unique_keys
@@ -102,16 +103,9 @@ def check_output_record(record: Mapping[str, Any], where: str) -> None:
     for key in ("benchmark", "id", "output"):
         if key not in record or record[key] is None:
             raise BenchmarkError(f"{where}: missing field {key!r} ({needs})")
-    for key, types in (
-        ("benchmark", _STR),
-        ("id", _STR + _INT),
-        ("output", _STR),
-        ("fallback_output", _STR + _NONE),
-        ("question", _STR + _NONE),
-        ("seed", _INT + _NONE),
-        ("set_size", _INT + _NONE),
-    ):
-        if key in record and (problem := _type_error(record, key, types)):
+    for key in ("benchmark", "id", "output", "fallback_output", "question", "seed", "set_size"):
+        # None is missing for the first three, refused above
+        if key in record and (problem := _type_error(record, key, RESULT_TYPES[key] + _NONE)):
             raise BenchmarkError(f"{where}: {problem} ({needs})")
 
 
@@ -222,7 +216,7 @@ class ResultsFile:
 
     def append(self, records: Iterable[dict[str, Any]]) -> None:
         """Write `records` as one batch: one write, flushed and fsynced."""
-        lines = "".join(json.dumps(jsonable(r), ensure_ascii=False) + "\n" for r in records)
+        lines = _jsonl(records)
         if not lines:
             return
         self.path.parent.mkdir(parents=True, exist_ok=True)
@@ -251,17 +245,14 @@ class ResultsFile:
         while aside.exists():
             n += 1
             aside = self.path.with_name(f"{self.path.name}.overwritten-{stamp}-{n}")
-        _write_atomic(aside, moved)
-        _write_atomic(self.path, keep)
+        write_text_atomic(aside, _jsonl(moved))
+        write_text_atomic(self.path, _jsonl(keep))
         return len(moved), aside
 
 
-def _write_atomic(path: Path, records: list[dict[str, Any]]) -> None:
-    from numloss.atomic import write_text_atomic
-
-    write_text_atomic(
-        path, "".join(json.dumps(jsonable(r), ensure_ascii=False) + "\n" for r in records)
-    )
+def _jsonl(records: Iterable[dict[str, Any]]) -> str:
+    """`records` as JSON lines (UTF-8 text, NaN and inf as null)."""
+    return "".join(json.dumps(jsonable(r), ensure_ascii=False) + "\n" for r in records)
 
 
 # ---------------------------------------------------------------- model identity
@@ -311,31 +302,6 @@ def model_identity(model_or_path: Any) -> str | None:
         return parameters_identity(model)
     identity = getattr(model_or_path, "identity", None)
     return str(identity) if identity is not None else None
-
-
-def check_same_model(
-    records: Iterable[Mapping[str, Any]], identity: str | None, model: str, path: Any
-) -> None:
-    """Refuse to resume from `records` (this model name's, same settings) that another model wrote:
-    the weights at the same path changed (or the records predate model identities). Nothing is
-    checked when `identity` is None (a generator that names no identity)."""
-    if identity is None:
-        return
-    other = [r for r in records if r.get("model_identity") != identity]
-    if not other:
-        return
-    old = other[0].get("model_identity")
-    why = (
-        "they carry no model identity (written by an older numloss)"
-        if old is None
-        else f"the model's files or weights changed since ({old}, now {identity})"
-    )
-    benchmarks = ", ".join(sorted({str(r.get("benchmark")) for r in other}))
-    raise BenchmarkError(
-        f"{path}: {len(other)} saved records for model {model!r} ({benchmarks}) may be another"
-        f" model's outputs: {why}. Use another --out, or --overwrite to move those records aside"
-        " and redo them"
-    )
 
 
 def recorded_set(
