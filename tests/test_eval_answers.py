@@ -69,7 +69,7 @@ FIRES = {
     "list-marker": ("number", ["1. Add the parts.\n2. Simplify.\n3. Answer: that one#none", "1. Add {x} and 0.\n2. Done: {x} is it."]),
     "ruled-out": ("number", ["The answer is that, not {o}.#none", "The answer is, not {o} but {x}."]),
     "contradicted-letter": ("choice", ["The correct option is {x}: 5(√3 + 1)#none"]),
-    "not-a-letter": ("choice", ["**Answer: {d}**\n\nI hope this helps!", "The answer is a boy with {d} apples.", "A train leaves at noon. It is not ({o}). So, {d}", "I think the answer is a guess#none"]),
+    "not-a-letter": ("choice", ["**Answer: {d}**\n\nI hope this helps!", "答案是{x}。", "The answer is a boy with {d} apples.", "A train leaves at noon. It is not ({o}). So, {d}", "I think the answer is a guess#none"]),
     "option-text": ("choice", ["The answer is {v}"]),
     "no-guess": ("choice", ["Cannot tell which one it is.#none", "The answer is none of the letters#none"]),
     "math-line": ("math", ["Step 1: 3 + 4 = 7.\n$${x}$$", "Final answer: {x} cm^2"]),

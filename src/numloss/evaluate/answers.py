@@ -523,7 +523,8 @@ def _ruled_out(task: Task, text: str, pred: str) -> str | Unreadable | None:
     return pick or Unreadable("the number read is ruled out ('not 15')")
 
 
-_LETTER = re.compile(r"\b([A-Ja-j])\b(?!['’]\w)")
+# a letter stands alone in ASCII terms: a CJK character beside it ("答案是A。") is no part of its word
+_LETTER = re.compile(r"(?<![A-Za-z0-9_])([A-Ja-j])(?![A-Za-z0-9_])(?!['’]\w)")
 _VERB = re.compile(
     r"[ \t]{1,3}(?:is|was|would|must|seems|looks|matches|fits|gives|works|holds|or|and|because|since)\b"  # noqa: E501
 )  # no article before these
@@ -536,9 +537,8 @@ _RULED_OUT = re.compile(
 def _not_a_letter(task: Task, text: str, pred: str) -> str | Unreadable | None:
     """The released code upper-cases the text before looking for a letter, so the words "a" and
     "i" ("a boy"), the pronoun "I", an article opening a sentence ("A train goes ..." outside an
-    answer) and a letter ruled out ("not (D)") read as letters: skip those."""
-    if not _is_letter(pred):
-        return None
+    answer) and a letter ruled out ("not (D)") read as letters: skip those. Its word boundary is
+    Unicode's, so it reads no letter glued to CJK text ("答案是A。"): read that one."""
     segment, marked = released.answer_segment(task.dataset, task.kind, text)
     letters = []
     for m in _LETTER.finditer(segment):
@@ -557,7 +557,7 @@ def _not_a_letter(task: Task, text: str, pred: str) -> str | Unreadable | None:
     kept = (letters[0] if marked else letters[-1]) if letters else ""
     return (
         None
-        if kept == pred
+        if kept == pred or not (kept or _is_letter(pred))  # no letter either way: no-guess's case
         else kept
         or Unreadable(
             "no letter in the answer: the released reading was a word or a ruled-out letter"
