@@ -7,6 +7,7 @@ file may be left beside it.
 
 from __future__ import annotations
 
+import csv
 import errno
 import json
 import os
@@ -161,46 +162,34 @@ def test_log_history_and_final_record_are_written_whole(tmp_path, disk_full) -> 
 
 
 # -- log.csv ---------------------------------------------------------------------------------------
-def _csv_callback(path: Path):
+def test_log_csv_resume_drops_a_torn_row_and_later_steps(tmp_path, disk_full) -> None:
+    """A resume writes the rows of the checkpoint's log history anew: the interrupted run's later
+    rows and its torn last one are gone, appends continue from there, and a failed rewrite keeps
+    the file as it was."""
     from numloss.train.callbacks import CSVLogCallback
 
-    return CSVLogCallback(path)
+    def state(history):
+        return SimpleNamespace(is_world_process_zero=True, global_step=len(history), log_history=history)
 
-
-def _state(step: int) -> SimpleNamespace:
-    return SimpleNamespace(is_world_process_zero=True, global_step=step, num_input_tokens_seen=0)
-
-
-def _log(callback, step: int) -> None:
-    callback.on_log(None, _state(step), None, logs={"loss": 1.0 / step, "ce": 1.0})
-
-
-def test_log_csv_resume_drops_a_torn_row_and_later_steps(tmp_path) -> None:
-    from numloss.train import read_log_rows
+    def steps():
+        return [int(r["step"]) for r in csv.DictReader(path.open(encoding="utf-8"))]
 
     path = tmp_path / "log.csv"
-    callback = _csv_callback(path)
-    callback.on_train_begin(None, _state(0), None)
+    callback, history = CSVLogCallback(path), []
+    callback.on_train_begin(None, state([]), None)
     for step in range(1, 12):
-        _log(callback, step)
-    whole = path.read_text()
-    path.write_text(whole + "1")  # a kill tore the 12th row after its first character
-    callback.on_train_begin(None, _state(10), None)  # resume from checkpoint-10
-    assert [int(r["step"]) for r in read_log_rows(path, 10**9)] == list(range(1, 11))
-    _log(callback, 11)
-    assert [int(r["step"]) for r in read_log_rows(path, 10**9)] == list(range(1, 12))
-
-
-def test_log_csv_resume_keeps_the_earlier_steps_when_its_rewrite_fails(tmp_path, disk_full) -> None:
-    path = tmp_path / "log.csv"
-    callback = _csv_callback(path)
-    callback.on_train_begin(None, _state(0), None)
-    for step in range(1, 6):
-        _log(callback, step)
+        history.append({"loss": 1.0 / step, "step": step})
+        callback.on_log(None, state(history), None, logs={"loss": 1.0 / step})
+    assert steps() == list(range(1, 12))
+    path.write_text(path.read_text(encoding="utf-8") + "1", encoding="utf-8")  # a kill tore row 12
+    callback.on_train_begin(None, state(history[:10] + [{"train_loss": 1.0, "step": 10}]), None)  # from checkpoint-10
+    assert steps() == list(range(1, 11))
+    callback.on_log(None, state(history), None, logs={"loss": 0.1})
+    assert steps() == list(range(1, 12))
     before = path.read_bytes()
     disk_full()
     with pytest.raises(OSError):
-        callback.on_train_begin(None, _state(3), None)
+        callback.on_train_begin(None, state(history[:3]), None)
     assert path.read_bytes() == before, "a failed resume must not lose the logged steps"
     assert _leftovers(tmp_path) == []
 

@@ -18,7 +18,7 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from numloss import LOSSES
 from numloss.config import ConfigError, load_config
-from numloss.train import CSV_COLUMNS, main, run_training
+from numloss.train import CHECKPOINT_MARKER, CSV_COLUMNS, main, run_training
 from test_train_faults import train_killed_after
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -36,9 +36,12 @@ def weights(folder: Path) -> dict[str, torch.Tensor]:
 def test_cli_run_writes_logs_and_a_loadable_model(tmp_path, capsys):
     out = tmp_path / "run"
     argv = [str(TINY), "--train.output_dir", str(out), "--train.max_steps", "4", "--train.logging_steps", "2",
-            "--train.report_to", "[tensorboard]", "--train.bf16", "null"]
+            "--train.report_to", "[tensorboard]", "--train.bf16", "null", "--train.save_steps", "1"]
     assert main(argv) == 0
     assert f"model in {out / 'final'}" in capsys.readouterr().out
+    # save_total_limit (2 by default) rotates after each marker: the newest two are kept, whole
+    assert [(p.name, (p / CHECKPOINT_MARKER).is_file()) for p in sorted(out.glob("checkpoint-*"))] == [
+        ("checkpoint-3", True), ("checkpoint-4", True)]
     # the final folder is an ordinary transformers model + tokenizer
     model = AutoModelForCausalLM.from_pretrained(out / "final")
     tok = AutoTokenizer.from_pretrained(out / "final")
@@ -251,7 +254,6 @@ def test_main_destroys_the_process_group_the_run_started(tmp_path, monkeypatch, 
 
 
 def test_resume_skips_partial_and_damaged_checkpoints(tmp_path, caplog):
-    from numloss.train import CHECKPOINT_MARKER
 
     steps = ["--train.max_steps", "6", "--train.save_steps", "2", "--train.save_total_limit", "null"]
     run_dir = tmp_path / "broken"

@@ -157,22 +157,6 @@ def newest_intact_checkpoint(output_dir: Path) -> tuple[Path | None, list[tuple[
     return None, skipped
 
 
-def rotate_checkpoints(output_dir: Path, keep: int | None) -> None:
-    """Remove the oldest whole checkpoint-N folders beyond the newest `keep` (None: keep all)."""
-    if keep is None:
-        return
-    whole = sorted(
-        (
-            f
-            for f in output_dir.glob("checkpoint-*")
-            if f.is_dir() and checkpoint_step(f) >= 0 and (f / MARKER).is_file()
-        ),
-        key=checkpoint_step,
-    )
-    for folder in whole[:-keep]:
-        shutil.rmtree(folder, ignore_errors=True)
-
-
 def _unused(path: Path) -> Path:
     target, number = path, 1
     while target.exists():

@@ -24,7 +24,7 @@ from numloss.extras import needs
 with needs("hf", "numloss.hf"):
     from transformers import Trainer
 
-from numloss import heads, step_counts
+from numloss import heads
 from numloss.checks import (
     ArgumentError,
     ArgumentTypeError,
@@ -38,9 +38,9 @@ from numloss.heads import *  # noqa: F403 - re-exported (see __all__)
 from numloss.heads import model_logits
 from numloss.losses.base import NumericLoss, NumericLossOutput, check_objective
 from numloss.patch import patched
-from numloss.step_counts import *  # noqa: F403 - re-exported (see __all__)
-from numloss.step_counts import (
+from numloss.step_counts import (  # the first two and reduce_step_counts re-exported (__all__)
     count_tokens_and_digits,
+    has_digit_term,
     needs_step_digit_count,
     reduce_step_counts,
     refuse_split_sequences,
@@ -429,6 +429,13 @@ class NumericTrainer(Trainer):
 
 
 # helpers shared with numloss.patch stay importable from here, where they always were
-__all__ = ["NumericTrainer", "NumericComputeLoss", "compute_loss_func", "shift_labels"]
-__all__ += step_counts.__all__
-__all__ += heads.__all__
+__all__ = [
+    "NumericTrainer",
+    "NumericComputeLoss",
+    "compute_loss_func",
+    "shift_labels",
+    "count_tokens_and_digits",
+    "has_digit_term",
+    "reduce_step_counts",
+    *heads.__all__,
+]

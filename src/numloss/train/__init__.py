@@ -13,7 +13,7 @@ from numloss.checkpoints import MARKER as CHECKPOINT_MARKER
 from numloss.train.build import load_model_for, log_digit_density
 from numloss.train.cli import machine_cores, main, pop_threads
 from numloss.train.errors import DiskFullError, disk_full_error
-from numloss.train.folder import CSV_COLUMNS, INPUTS_FILE, read_log_rows, record_config
+from numloss.train.folder import CSV_COLUMNS, INPUTS_FILE, record_config
 from numloss.train.run import TrainResult, check_run, run_training
 
 __all__ = [
@@ -29,7 +29,6 @@ __all__ = [
     "machine_cores",
     "main",
     "pop_threads",
-    "read_log_rows",
     "record_config",
     "run_training",
 ]

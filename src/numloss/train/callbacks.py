@@ -10,14 +10,15 @@ from pathlib import Path
 from typing import Any
 
 from numloss.atomic import write_text_atomic
-from numloss.checkpoints import rotate_checkpoints, write_marker
+from numloss.checkpoints import write_marker
 from numloss.config import Config
 from numloss.extras import needs
 from numloss.train.errors import disk_full_error
-from numloss.train.folder import CSV_COLUMNS, read_log_rows, record_run
+from numloss.train.folder import CSV_COLUMNS, record_run
 
 with needs("hf", "numloss.train.callbacks"):
     from transformers import TrainerCallback
+    from transformers.trainer_utils import rotate_checkpoints
 
 #: what the progress bar shows, by the names they are logged under
 PROGRESS_KEYS = ("loss", "ce", "aux", "digit_entropy", "learning_rate", "tokens_per_second")
@@ -48,39 +49,36 @@ class ThroughputCallback(TrainerCallback):
         self._last_time, self._last_tokens = now, state.num_input_tokens_seen
 
 
+def _csv_rows(rows: list[dict[str, Any]], header: bool = False) -> str:
+    buffer = io.StringIO(newline="")
+    writer = csv.DictWriter(buffer, fieldnames=CSV_COLUMNS, extrasaction="ignore")
+    if header:
+        writer.writeheader()
+    writer.writerows(rows)
+    return buffer.getvalue()
+
+
 class CSVLogCallback(TrainerCallback):
-    """Appends one row per training log to `path` (rank 0 only). On resume, rows after the
-    checkpoint's step (logged by the interrupted run) are dropped first, so steps are unique."""
+    """Appends one row per training log to `path` (rank 0 only). At the start it writes the
+    training logs of the Trainer's state, which a resume loaded from its checkpoint: rows the
+    interrupted run logged after that step, a torn last one included, are gone."""
 
     def __init__(self, path: Path) -> None:
         self.path = path
 
     def on_train_begin(self, args, state, control, **kwargs):
-        if not state.is_world_process_zero:
-            return
-        kept = read_log_rows(self.path, state.global_step) if state.global_step > 0 else []
-        # a new file beside the old one, renamed over it: a failed write (file-size limit, full
-        # disk) keeps the earlier steps, which a rewrite in place would have truncated
-        buffer = io.StringIO(newline="")
-        writer = csv.DictWriter(buffer, fieldnames=CSV_COLUMNS, extrasaction="ignore")
-        writer.writeheader()
-        writer.writerows(kept)
-        write_text_atomic(self.path, buffer.getvalue())
+        if state.is_world_process_zero:
+            # a new file renamed over the old one: a failed write (file-size limit, full disk)
+            # keeps the earlier steps, which a rewrite in place would have truncated
+            logged = [entry for entry in state.log_history if "loss" in entry]
+            write_text_atomic(self.path, _csv_rows(logged, header=True))
 
     def on_log(self, args, state, control, logs=None, **kwargs):
-        if not state.is_world_process_zero or logs is None or "loss" not in logs:
-            return
-        row = {
-            "step": state.global_step,
-            **{k: logs.get(k, "") for k in CSV_COLUMNS if k != "step"},
-        }
-        row["num_input_tokens_seen"] = state.num_input_tokens_seen
-        buffer = io.StringIO(newline="")
-        csv.DictWriter(buffer, fieldnames=CSV_COLUMNS).writerow(row)
-        # one write per row, flushed: a kill tears at most this row, which the next resume drops
-        with self.path.open("a", encoding="utf-8", newline="") as handle:
-            handle.write(buffer.getvalue())
-            handle.flush()
+        if state.is_world_process_zero and logs is not None and "loss" in logs:
+            # one write per row, flushed: a kill tears at most this row, which a resume drops
+            with self.path.open("a", encoding="utf-8", newline="") as handle:
+                handle.write(_csv_rows([{**logs, "step": state.global_step}]))
+                handle.flush()
 
 
 class ProgressBarCallback(TrainerCallback):
@@ -133,9 +131,10 @@ class ProgressBarCallback(TrainerCallback):
 
 class CheckpointMarkerCallback(TrainerCallback):
     """Marks each checkpoint complete once the Trainer has written all of it (all ranks), then
-    removes the oldest whole checkpoints beyond `keep` (train.save_total_limit). The Trainer's
-    own rotation is off: it runs before the marker, so with a limit of 1 a kill between the
-    two would leave no whole checkpoint."""
+    removes the oldest checkpoints beyond `keep` (train.save_total_limit) with the Trainer's own
+    rotation, which the Trainer itself would run before the marker: with a limit of 1 a kill
+    between the two would leave no whole checkpoint. (Partial ones were set aside at the start,
+    so every checkpoint-N left is whole.)"""
 
     def __init__(self, keep: int | None) -> None:
         self.keep = keep
@@ -155,7 +154,7 @@ class CheckpointMarkerCallback(TrainerCallback):
                     if full is not None:
                         raise full from None
                     raise
-                rotate_checkpoints(Path(args.output_dir), self.keep)
+                rotate_checkpoints(args.output_dir, self.keep)
 
 
 class ConfigRecordCallback(TrainerCallback):

@@ -3,8 +3,6 @@ starts, and the records a run keeps beside its checkpoints (config.yaml, inputs.
 
 from __future__ import annotations
 
-import csv
-import io
 import json
 import logging
 import os
@@ -45,32 +43,6 @@ CSV_COLUMNS = (
     "num_input_tokens_seen",
     "tokens_per_second",
 )
-
-
-def read_log_rows(path: Path, up_to_step: int) -> list[dict[str, str]]:
-    """The whole rows of log.csv with step <= `up_to_step` (a resume drops later ones); a torn last
-    row or a malformed one is dropped, so it never reappears as a bogus step."""
-    if not path.is_file():
-        return []
-    text = path.read_text(encoding="utf-8", errors="replace")
-    if text and not text.endswith("\n"):
-        text = text[: text.rfind("\n") + 1]  # the torn tail of the last append
-    reader = csv.reader(io.StringIO(text, newline=""))
-    header = next(reader, None)
-    if not header or "step" not in header:
-        return []
-    kept: list[dict[str, str]] = []
-    for fields in reader:
-        if len(fields) != len(header):
-            continue
-        row = dict(zip(header, fields, strict=True))
-        try:
-            step = int(row["step"])
-        except ValueError:
-            continue
-        if 0 < step <= up_to_step and (not kept or step > int(kept[-1]["step"])):
-            kept.append(row)
-    return kept
 
 
 #: beside config.yaml: the content hashes of what the run trains on (its data, its start weights)
