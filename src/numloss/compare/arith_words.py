@@ -29,12 +29,14 @@ import random
 import time
 from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Any
+from typing import Annotated, Any, Literal
 
+from annotated_types import Ge, Le
+
+from numloss.compare.task import LARGEST, Count
 from numloss.compare.word_task import ChatExample, WordProblemTask
 
 NAMES = ("Tom", "Ana", "Sam", "Mia", "Leo", "Eva", "Ben", "Zoe", "Raj", "Kim")
-HELDOUT_FACTS = ("any", "unseen")
 THINGS = (
     "apples",
     "coins",
@@ -139,20 +141,20 @@ def _problems(
 class ArithmeticWordTask(WordProblemTask):
     """Training items, held-out items and their teacher-forced scoring (see the module doc)."""
 
-    kind: str = "arith_words"
-    answer_digits: int = 4
+    kind: Literal["arith_words"] = "arith_words"  # type: ignore[assignment]
+    answer_digits: Annotated[int, Ge(2), Le(12)] = 4
     operations: str = "+-*"
-    train_size: int = 2000
-    test_size: int = 1000
-    generate_check: int = 64
+    train_size: Count = 2000
+    test_size: Count = 1000
+    generate_check: Annotated[int, Ge(0), Le(LARGEST)] = 64
     benchmarks: tuple[str, ...] = ()
-    benchmark_limit: int = 500
-    max_new_tokens: int = 16
-    eval_batch_size: int = 100
+    benchmark_limit: Count = 500
+    max_new_tokens: Count = 16
+    eval_batch_size: Count = 100
     #: "any": training problems may share an arithmetic fact (operation and operands) with a
     #: held-out problem; "unseen": no training problem of any seed has a held-out problem's fact,
     #: so the held-out score measures arithmetic not memorised from training
-    heldout_facts: str = "any"
+    heldout_facts: Literal["any", "unseen"] = "any"
 
     def describe(self) -> str:
         sets = f"{self.test_size} held-out problems" + (
@@ -169,25 +171,10 @@ class ArithmeticWordTask(WordProblemTask):
         )
 
     def check(self) -> None:
-        if self.kind != "arith_words":
-            raise ValueError(f"task.kind must be 'arith_words' here, got {self.kind!r}")
-        if not 2 <= self.answer_digits <= 12:
-            raise ValueError(f"task.answer_digits must be in 2..12, got {self.answer_digits}")
+        """Raise ValueError for operations other than + - * (the field types and ranges are
+        checked before, numloss.compare.tasks.checked)."""
         if not self.operations or set(self.operations) - set(TEMPLATES):
             raise ValueError(f"task.operations must be a string of + - *, got {self.operations!r}")
-        if self.train_size < 1 or self.test_size < 1 or self.generate_check < 0:
-            raise ValueError(
-                "task.train_size and task.test_size must be >= 1, task.generate_check >= 0"
-            )
-        if self.heldout_facts not in HELDOUT_FACTS:
-            raise ValueError(
-                f"task.heldout_facts must be one of {', '.join(map(repr, HELDOUT_FACTS))}, got"
-                f" {self.heldout_facts!r}"
-            )
-        if self.benchmark_limit < 1 or self.eval_batch_size < 1 or self.max_new_tokens < 1:
-            raise ValueError(
-                "task.benchmark_limit, task.eval_batch_size and task.max_new_tokens must be >= 1"
-            )
 
     def to_dict(self) -> dict[str, Any]:
         out = super().to_dict()

@@ -30,18 +30,19 @@ for its type and range when the file is loaded, before any training, with one li
 from __future__ import annotations
 
 import copy
-import dataclasses
 import hashlib
 import json
 import os
 import re
-import typing
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
+
+from annotated_types import Ge, Le
 
 from numloss.compare.learning import LearningCheck
-from numloss.compare.tasks import task_from_dict
+from numloss.compare.task import LARGEST, Count
+from numloss.compare.tasks import checked, task_from_dict
 from numloss.config import (
     LEGACY_KEYS,
     Config,
@@ -65,6 +66,10 @@ class ObjectiveSpec:
     alpha: float | None = None
     options: dict[str, Any] = field(default_factory=dict)
 
+    def __post_init__(self) -> None:
+        if self.alpha is not None:  # `alpha: 1` is the float 1.0
+            object.__setattr__(self, "alpha", float(self.alpha))
+
     def describe(self) -> str:
         parts = [self.name] + ([f"alpha={self.alpha:g}"] if self.alpha is not None else [])
         parts += [f"{k}={v}" for k, v in sorted(self.options.items())]
@@ -75,8 +80,8 @@ class ObjectiveSpec:
 class EvaluationSettings:
     """How each trained model is scored (see numloss.compare.runner.evaluate_model)."""
 
-    batch_size: int = 500
-    teacher_forced_batch_size: int = 500
+    batch_size: Count = 500
+    teacher_forced_batch_size: Count = 500
     embeddings: bool = True
 
 
@@ -159,86 +164,15 @@ def _non_default(values: dict[str, Any], defaults: dict[str, Any]) -> dict[str, 
 _MISSING = object()
 
 
-def _check_types(values: Any, klass: type, where: str) -> None:
-    """ConfigError naming the key when a value of mapping `values` does not fit its field of
-    dataclass `klass` (`numloss.config.check_value`: strict types, finite numbers; a list where a
-    tuple is wanted) or is a count beyond _LARGEST: a wrong type fails here, in one line, not as a
-    traceback deep in a run. Unknown keys are left to the dataclass's own check, nested dataclasses
-    (task.train) to the caller."""
-    if not isinstance(values, dict):
-        raise ConfigError(
-            f"{where} must be a mapping of {', '.join(klass.__dataclass_fields__)}, got {values!r}"
-        )
-    hints = typing.get_type_hints(klass)
-    for key, value in values.items():
-        hint = hints.get(key)
-        if hint is None or dataclasses.is_dataclass(hint):
-            continue
-        value = (
-            tuple(value) if typing.get_origin(hint) is tuple and isinstance(value, list) else value
-        )
-        checked = check_value(f"{where}.{key}", value, hint)
-        if isinstance(checked, int) and not isinstance(checked, bool) and abs(checked) > _LARGEST:
-            raise ConfigError(f"{where}.{key} is out of range: {value!r} (at most {_LARGEST:,})")
-
-
-#: no count of a comparison (set sizes, batch sizes, steps between checks) is larger
-_LARGEST = 10**9
-#: operands longer than this are no task a model is trained on, and 10**digits would not finish
-_MAX_DIGITS = 100
-
-
 def check_seeds(seeds: Any, where: str) -> None:
     """ConfigError unless `seeds` is a non-empty list of distinct integers in [0, 10**9]: a seed
     given twice would train one run twice and count it as two seeds."""
-    if (
-        not isinstance(seeds, list)
-        or not seeds
-        or not all(
-            isinstance(s, int) and not isinstance(s, bool) and 0 <= s <= _LARGEST for s in seeds
-        )
-    ):
-        raise ConfigError(
-            f"{where} must be a non-empty list of integers in [0, {_LARGEST:,}], got {seeds!r}"
-        )
+    check_value(where, seeds, list[Annotated[int, Ge(0), Le(LARGEST)]])
+    if not seeds:
+        raise ConfigError(f"{where} is empty: give at least one seed")
     repeated = sorted({s for s in seeds if seeds.count(s) > 1})
     if repeated:
         raise ConfigError(f"{where} must be distinct; repeated: {', '.join(map(str, repeated))}")
-
-
-def _check_task_types(task: Any) -> None:
-    """The field types of the `task` section (arithmetic or word problems), before it is built."""
-    from numloss.compare.task import ArithmeticTask, Distribution
-    from numloss.compare.word_task import WordProblemTask
-
-    if task is None:
-        return
-    if not isinstance(task, dict):
-        raise ConfigError(
-            f"task must be a mapping of task fields (see numloss.compare.task), got {task!r}"
-        )
-    kind = task.get("kind", "arithmetic")
-    if kind not in ("arithmetic", "word_problems", "arith_words"):
-        raise ConfigError(
-            f"task.kind must be arithmetic, word_problems or arith_words, got {kind!r}"
-        )
-    if kind == "word_problems":
-        _check_types(task, WordProblemTask, "task")
-        return
-    if kind == "arith_words":
-        from numloss.compare.arith_words import ArithmeticWordTask
-
-        _check_types(task, ArithmeticWordTask, "task")
-        return
-    _check_types({k: v for k, v in task.items() if k != "kind"}, ArithmeticTask, "task")
-    train = task.get("train")
-    if train is not None:
-        _check_types(train, Distribution, "task.train")
-        for key in ("digits", "decimal_places"):
-            if isinstance(train.get(key), int) and train[key] > _MAX_DIGITS:
-                raise ConfigError(
-                    f"task.train.{key} must be at most {_MAX_DIGITS}, got {train[key]}"
-                )
 
 
 #: a label names the run folder (runs/<label>-s<seed>) and its record file: a plain name only
@@ -267,33 +201,15 @@ def _objectives(items: Any, origin: str) -> list[ObjectiveSpec]:
             item = {"label": item, "name": item}
         if not isinstance(item, dict) or "name" not in item:
             raise ConfigError(f"{origin}: objectives[{i}] needs at least a name, got {item!r}")
-        bad = sorted(set(item) - {"label", "name", "alpha", "options"})
-        if bad:
-            raise ConfigError(
-                f"{origin}: objectives[{i}] has unknown key(s) {', '.join(bad)} (label, name,"
-                " alpha, options)"
-            )
         item = {"label": item["name"], **item, "options": item.get("options") or {}}
         if type(item["label"]) is int:  # `label: 7` names the folder 7-s0
             item["label"] = str(item["label"])
-        _check_types(item, ObjectiveSpec, f"{origin}: objectives[{i}]")
-        problem = label_problem(str(item["label"]))
-        if problem or not item["name"].strip():
-            what = (
-                f"label {str(item['label'])!r} {problem}"
-                if problem
-                else "name is empty: give an objective's name"
-            )
+        spec = checked(ObjectiveSpec, item, f"{origin}: objectives[{i}]")
+        problem = label_problem(spec.label)
+        if problem or not spec.name.strip():
+            what = f"label {spec.label!r} {problem}" if problem else "name is empty: give one"
             raise ConfigError(f"{origin}: objectives[{i}].{what}")
-        alpha = None if item.get("alpha") is None else float(item["alpha"])
-        specs.append(
-            ObjectiveSpec(
-                label=str(item["label"]),
-                name=item["name"],
-                alpha=alpha,
-                options=dict(item["options"]),
-            )
-        )
+        specs.append(spec)
     labels = [s.label for s in specs]
     duplicates = sorted({label for label in labels if labels.count(label) > 1})
     if duplicates:
@@ -302,6 +218,9 @@ def _objectives(items: Any, origin: str) -> list[ObjectiveSpec]:
         )
     return specs
 
+
+#: torch threads of a run, runs trained at once
+Threads = Annotated[int, Ge(1), Le(4096)]
 
 DEFAULTS: dict[str, Any] = {
     "base": {
@@ -352,30 +271,23 @@ def load_compare_config(path: str | Path | None) -> CompareConfig:
 def compare_config_from_dict(mapping: dict[str, Any], origin: str = "config") -> CompareConfig:
     """A validated CompareConfig from a mapping with the keys of `DEFAULTS`."""
     base = _base(mapping.get("base") or {}, origin)
-    try:
-        _check_task_types(mapping.get("task"))
-        task = task_from_dict(mapping.get("task"))
-    except (TypeError, ValueError) as error:  # ConfigError is a ValueError
-        raise ConfigError(f"{origin}: {error}") from None
     seeds = mapping.get("seeds", [0])
     check_seeds(seeds, f"{origin}: seeds")
-    evaluation = mapping.get("evaluation") or {}
-    evaluation = _settings(EvaluationSettings, evaluation, "evaluation", origin)
-    for name in ("batch_size", "teacher_forced_batch_size"):  # found only after training otherwise
-        if getattr(evaluation, name) < 1:
-            raise ConfigError(
-                f"{origin}: evaluation.{name} must be a positive integer, got"
-                f" {getattr(evaluation, name)}"
-            )
-    learning = mapping.get("learning")
-    if learning is not None:
-        if not isinstance(learning, dict):
-            raise ConfigError(
-                f"{origin}: learning must be a mapping"
-                f" ({', '.join(LearningCheck.__dataclass_fields__)}) or null"
-            )
-        learning = _settings(LearningCheck, learning, "learning", origin)
-    threads, jobs = _threads_and_jobs(mapping, origin)
+    try:
+        task = task_from_dict(mapping.get("task"))
+        evaluation = checked(EvaluationSettings, mapping.get("evaluation") or {}, "evaluation")
+        learning = mapping.get("learning")
+        if learning is not None:
+            learning = checked(LearningCheck, learning, "learning")
+        threads = check_value("torch_threads", mapping.get("torch_threads"), Threads | None)
+        jobs = check_value("jobs", mapping.get("jobs", 1), Threads)
+    except (TypeError, ValueError) as error:  # ConfigError is a ValueError
+        raise ConfigError(f"{origin}: {error}") from None
+    cores = os.cpu_count() or 1
+    if threads is not None and threads > cores:  # as --threads: more threads than cores stall torch
+        raise ConfigError(
+            f"{origin}: torch_threads {threads} is more than this machine's {cores} cores"
+        )
     output_dir, records_dir = mapping.get("output_dir", "runs/compare"), mapping.get("records_dir")
     if not isinstance(output_dir, (str, Path)) or not str(output_dir).strip():
         raise ConfigError(f"{origin}: output_dir must be a folder path, got {output_dir!r}")
@@ -446,43 +358,6 @@ def _base(base: Any, origin: str) -> dict[str, Any]:
         )
         for section, value in base.items()
     }
-
-
-def _settings(klass: type, values: Any, name: str, origin: str) -> Any:
-    """Dataclass `klass` (section `name`) from mapping `values`: types, then its own `check()`."""
-    try:
-        _check_types(values, klass, name)
-        settings = klass(**values)
-        if hasattr(settings, "check"):
-            settings.check()
-    except TypeError:
-        fields = ", ".join(klass.__dataclass_fields__)
-        raise ConfigError(f"{origin}: {name} accepts {fields}; got {values!r}") from None
-    except ValueError as error:  # ConfigError is a ValueError
-        raise ConfigError(f"{origin}: {error}") from None
-    return settings
-
-
-def _threads_and_jobs(mapping: dict[str, Any], origin: str) -> tuple[int | None, int]:
-    """torch_threads (null or 1 to the machine's cores) and jobs (a positive integer)."""
-    threads = mapping.get("torch_threads")
-    if threads is not None and (
-        not isinstance(threads, int) or isinstance(threads, bool) or not 1 <= threads <= 4096
-    ):
-        raise ConfigError(
-            f"{origin}: torch_threads must be a positive integer or null, got {threads!r}"
-        )
-    cores = os.cpu_count() or 1
-    if threads is not None and threads > cores:  # as --threads: more threads than cores stall torch
-        raise ConfigError(
-            f"{origin}: torch_threads {threads} is more than this machine's {cores} cores"
-        )
-    jobs = mapping.get("jobs", 1)
-    if not isinstance(jobs, int) or isinstance(jobs, bool) or not 1 <= jobs <= 4096:
-        raise ConfigError(
-            f"{origin}: jobs must be a positive integer (runs trained at once), got {jobs!r}"
-        )
-    return threads, jobs
 
 
 def select_objectives(config: CompareConfig, names: list[str]) -> list[ObjectiveSpec]:

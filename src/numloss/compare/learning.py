@@ -21,37 +21,23 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Annotated, Any
+
+from annotated_types import Gt, Le
+
+from numloss.compare.task import Count
 
 
 @dataclass
 class LearningCheck:
-    """How a run is checked during training (the `learning:` section of a comparison YAML)."""
+    """How a run is checked during training (the `learning:` section of a comparison YAML; the
+    types and ranges are checked by numloss.compare.tasks.checked)."""
 
-    every: int = 200  # optimizer steps between checks (and a check at the last step)
-    slice_size: int = 200  # held-out items per check
-    threshold: float = 0.8  # exact match at which the run has learnt the task
+    every: Count = 200  # optimizer steps between checks (and a check at the last step)
+    slice_size: Count = 200  # held-out items per check
+    threshold: Annotated[float, Gt(0), Le(1)] = 0.8  # exact match at which the run has learnt
     stop_early: bool = True  # stop a run at its first check that meets the threshold
-    batch_size: int = 200  # generation batch of a check
-
-    def check(self, where: str = "learning") -> None:
-        """Raise ValueError naming the field when a value is out of range."""
-        if not isinstance(self.every, int) or self.every < 1:
-            raise ValueError(
-                f"{where}.every must be a positive number of steps, got {self.every!r}"
-            )
-        if not isinstance(self.slice_size, int) or self.slice_size < 1:
-            raise ValueError(
-                f"{where}.slice_size must be a positive number of items, got {self.slice_size!r}"
-            )
-        if not 0.0 < float(self.threshold) <= 1.0:
-            raise ValueError(
-                f"{where}.threshold must be an exact match in (0, 1], got {self.threshold!r}"
-            )
-        if not isinstance(self.batch_size, int) or self.batch_size < 1:
-            raise ValueError(
-                f"{where}.batch_size must be a positive integer, got {self.batch_size!r}"
-            )
+    batch_size: Count = 200  # generation batch of a check
 
 
 def exact_answer(output: str, gold: str) -> bool:

@@ -23,11 +23,21 @@ import random
 from collections.abc import Iterable
 from dataclasses import asdict, dataclass, replace
 from decimal import Decimal
-from typing import Any
+from typing import Annotated, Any
+
+from annotated_types import Ge, Le
 
 from numloss.data.examples import Example
 
 TEST_SETS = ("in_distribution", "longer", "decimals")
+#: no count of a comparison (set sizes, batch sizes, steps between checks, seeds) is larger
+LARGEST = 10**9
+Count = Annotated[int, Ge(1), Le(LARGEST)]
+#: a test seed, or a count that may be 0
+Natural = Annotated[int, Ge(0), Le(LARGEST)]
+#: operands longer than this are no task a model is trained on, and 10**digits would not finish
+Digits = Annotated[int, Ge(0), Le(100)]
+Share = Annotated[float, Ge(0), Le(1)]
 
 
 @dataclass(frozen=True)
@@ -44,23 +54,20 @@ class Distribution:
     """Which items one set draws: operations, operand length, decimal share and places."""
 
     operations: str = "+-"
-    digits: int = 2
-    decimal_share: float = 0.5
-    decimal_places: int = 1
+    digits: Annotated[int, Ge(1), Le(100)] = 2
+    decimal_share: Share = 0.5
+    decimal_places: Digits = 1
     allow_negative: bool = False
     #: draw operands with exactly `digits` significant digits (no shorter ones); held-out "longer"
     exact_length: bool = False
 
-    def check(self, where: str) -> None:
-        """Raise ValueError naming the field when the distribution cannot generate items."""
+    def check(self, where: str = "task.train") -> None:
+        """Raise ValueError naming the field when the distribution cannot generate items (the
+        field types and ranges are checked before, numloss.compare.tasks.checked)."""
         if not self.operations or set(self.operations) - set("+-*"):
             raise ValueError(
                 f"{where}.operations must be a non-empty string of + - *, got {self.operations!r}"
             )
-        if self.digits < 1:
-            raise ValueError(f"{where}.digits must be >= 1, got {self.digits}")
-        if not 0.0 <= self.decimal_share <= 1.0:
-            raise ValueError(f"{where}.decimal_share must be in [0, 1], got {self.decimal_share}")
         if self.decimal_share > 0 and not 1 <= self.decimal_places:
             raise ValueError(
                 f"{where}.decimal_places must be >= 1 when decimal_share > 0, got"
@@ -109,30 +116,9 @@ class ArithmeticTask:
     """The training distribution, the sizes of the sets and the seed of the held-out sets."""
 
     train: Distribution = Distribution()
-    train_size: int = 20000
-    test_size: int = 2000
-    test_seed: int = 1234
-
-    @classmethod
-    def from_dict(cls, mapping: dict[str, Any] | None) -> ArithmeticTask:
-        """The task of a config mapping ({train: {digits: 2, ...}, train_size: ..., ...})."""
-        mapping = dict(mapping or {})
-        known = {"train", "train_size", "test_size", "test_seed"}
-        unknown = sorted(set(mapping) - known)
-        if unknown:
-            raise ValueError(
-                f"task: unknown key(s) {', '.join(unknown)}; known: {', '.join(sorted(known))}"
-            )
-        train = mapping.pop("train", None) or {}
-        fields = set(Distribution.__dataclass_fields__)
-        bad = sorted(set(train) - fields)
-        if bad:
-            raise ValueError(
-                f"task.train: unknown key(s) {', '.join(bad)}; known: {', '.join(sorted(fields))}"
-            )
-        task = cls(train=Distribution(**train), **mapping)
-        task.check()
-        return task
+    train_size: Count = 20000
+    test_size: Count = 2000
+    test_seed: Natural = 1234
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -147,8 +133,7 @@ class ArithmeticTask:
         )
 
     def check(self) -> None:
-        """Raise ValueError when the sets cannot be drawn (bad fields, too small a universe)."""
-        self.train.check("task.train")
+        """Raise ValueError when the sets cannot be drawn (too small a universe)."""
         for name, distribution in self.test_distributions().items():
             distribution.check(f"task.{name}")
             if distribution.universe_size() < self.test_size:
@@ -157,11 +142,6 @@ class ArithmeticTask:
                     f" distribution has at most {distribution.universe_size()}; lower"
                     " task.test_size or raise task.train.digits"
                 )
-        if self.train_size < 1 or self.test_size < 1:
-            raise ValueError(
-                f"task.train_size and task.test_size must be >= 1, got {self.train_size},"
-                f" {self.test_size}"
-            )
         free = self.train.universe_size() - self.test_size
         if free < max(1, self.test_size // 2):
             raise ValueError(

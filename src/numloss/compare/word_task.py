@@ -21,11 +21,12 @@ from __future__ import annotations
 import json
 import random
 from collections.abc import Iterable, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from numloss.atomic import write_text_atomic
+from numloss.compare.task import Count, Natural, Share
 from numloss.data.examples import Example
 
 #: used only when a tokenizer has no chat template of its own (the tiny test model)
@@ -97,41 +98,21 @@ def _word_problems(n: int, seed: int) -> list[Example]:
 class WordProblemTask:
     """Training mix, check slice and the benchmarks a pretrained-model comparison is scored on."""
 
-    kind: str = "word_problems"
-    train_size: int = 2000
-    gsm_share: float = 0.5  # share of gsm_symbolic items; the rest are numloss word problems
-    test_seed: int = 1234
+    kind: Literal["word_problems"] = "word_problems"
+    train_size: Count = 2000
+    gsm_share: Share = 0.5  # share of gsm_symbolic items; the rest are numloss word problems
+    test_seed: Natural = 1234
     benchmarks: tuple[str, ...] = ("gsm8k", "svamp")
-    benchmark_limit: int = 200
+    benchmark_limit: Count = 200
     data_dir: str = "../shared/benchmarks"
-    max_new_tokens: int = 320
-    eval_batch_size: int = 200
+    max_new_tokens: Count = 320
+    eval_batch_size: Count = 200
     #: folder of generated items (JSONL, one file per draw): read when present, written when not,
     #: so a machine without reasoning-gym (the GPU box) trains on items generated here
     cache_dir: str | None = None
-    extra: dict[str, Any] = field(default_factory=dict)
-
-    @classmethod
-    def from_dict(cls, mapping: dict[str, Any] | None) -> WordProblemTask:
-        mapping = dict(mapping or {})
-        known = set(cls.__dataclass_fields__) - {"extra"}
-        unknown = sorted(set(mapping) - known)
-        if unknown:
-            raise ValueError(
-                f"task: unknown key(s) {', '.join(unknown)} for kind {cls.kind}; known:"
-                f" {', '.join(sorted(known))}"
-            )
-        if "benchmarks" in mapping:
-            mapping["benchmarks"] = tuple(mapping["benchmarks"])
-        task = cls(**mapping)
-        task.check()
-        return task
 
     def to_dict(self) -> dict[str, Any]:
-        out = asdict(self)
-        out["benchmarks"] = list(self.benchmarks)
-        out.pop("extra")
-        return out
+        return asdict(self) | {"benchmarks": list(self.benchmarks)}
 
     def describe(self) -> str:
         """One line for the report."""
@@ -143,19 +124,10 @@ class WordProblemTask:
         )
 
     def check(self) -> None:
-        """Raise ValueError naming the field when the task cannot be built."""
-        if self.kind != "word_problems":
-            raise ValueError(f"task.kind must be 'word_problems' here, got {self.kind!r}")
-        if self.train_size < 1:
-            raise ValueError(f"task.train_size must be >= 1, got {self.train_size}")
-        if not 0.0 <= self.gsm_share <= 1.0:
-            raise ValueError(f"task.gsm_share must be in [0, 1], got {self.gsm_share}")
+        """Raise ValueError when the task cannot be built (field types and ranges are checked
+        before, numloss.compare.tasks.checked)."""
         if not self.benchmarks:
             raise ValueError("task.benchmarks must name at least one benchmark (gsm8k, svamp, ...)")
-        if self.benchmark_limit < 1 or self.max_new_tokens < 1 or self.eval_batch_size < 1:
-            raise ValueError(
-                "task.benchmark_limit, task.max_new_tokens and task.eval_batch_size must be >= 1"
-            )
 
     @property
     def set_names(self) -> tuple[str, ...]:
