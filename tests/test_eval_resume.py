@@ -259,7 +259,7 @@ def test_evaluate_hands_the_protocols_stop_strings_and_limits_to_the_generator(m
 
     seen = {}
 
-    def fake_generator(model_or_path, backend, dtype, device, tp, batch_size, stop, limit, progress):
+    def fake_generator(opts, model_or_path, stop, limit):
         seen.update(stop=tuple(stop), limit=limit)
         gen = Counting(golds("gsm8k"))
         return None, None, gen

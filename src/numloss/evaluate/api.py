@@ -23,6 +23,7 @@ from collections import Counter
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import replace
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 from numloss.checks import check_bool, check_choice, check_int, check_path, check_type
@@ -278,11 +279,16 @@ def evaluate(
     """
     started = time.perf_counter()
     _check_evaluate_arguments(locals())
+    opts = SimpleNamespace(**locals())  # the checked options, for the steps below
     set_threads(threads)  # checked before anything loads
     protocols = resolve(protocol)  # type: ignore[arg-type]
-    stop, open_limit, choice_limit = _limits(protocols, max_new_tokens)
+    stop, open_limit, choice_limit = generation_settings(protocols)
+    if max_new_tokens is not None:
+        open_limit, choice_limit = (
+            min(open_limit, max_new_tokens),
+            min(choice_limit, max_new_tokens),
+        )
     loaded = _load(benchmarks, data_dir, limit, seed)
-    given = model_or_path
     if backend == "hf" and (adapter := load_adapter_run(model_or_path, device)) is not None:
         model_or_path = adapter  # a LoRA run's final/: its base model with the adapter merged in
     if digit_stats:
@@ -298,58 +304,25 @@ def evaluate(
         "dtype": dtype,
         "program_of_thought": program_of_thought,
     }
-    model_name = _model_name(given)
-    store, saved, extra = _resume(
-        model_or_path,
-        model_name,
-        settings,
-        runner,
-        loaded,
-        protocols,
-        results_file,
-        overwrite,
-        cut_at_stop,
-    )
-    model, tokenizer, generator = _generator(
-        model_or_path,
-        backend,
-        dtype,
-        device,
-        tensor_parallel,
-        batch_size,
-        stop,
-        open_limit,
-        progress,
-    )
+    name = _model_name(opts.model_or_path)  # as given, not the merged adapter
+    store, saved, extra = _resume(opts, model_or_path, name, settings, runner, loaded, protocols)
+    model, tokenizer, generator = _generator(opts, model_or_path, stop, open_limit)
     if runner.isolation.mode == "unavailable" and program_of_thought:
         print(
             f"numloss eval: programs will not run: {runner.isolation.detail}. Items with a program"
             " use chain of thought.",
             file=sys.stderr,
         )
+    opts.stop = stop if cut_at_stop else ()
     capped = [
         replace(p, max_new_tokens_open=open_limit, max_new_tokens_choice=choice_limit)
         for p in protocols
     ]
-    per, digits = _run_all(
-        loaded,
-        saved,
-        capped,
-        generator,
-        runner,
-        store=store,
-        extra=extra,
-        seed=seed,
-        results_file=results_file,
-        progress=progress,
-        batch_size=batch_size,
-        program_of_thought=program_of_thought,
-        measured=(model, tokenizer) if digit_stats else None,
-        stop=stop if cut_at_stop else (),
-    )
+    measured = (model, tokenizer) if digit_stats and model is not None else None
+    per, digits = _run_all(opts, loaded, saved, capped, generator, runner, store, extra, measured)
     getattr(generator, "close_progress", lambda: None)()
     meta = {
-        "model": model_name,
+        "model": name,
         "settings": settings,
         "settings_key": extra["settings"],
         "results_file": str(results_file) if results_file else None,
@@ -413,30 +386,19 @@ def _generation_stats(generator: Any) -> dict[str, Any]:
     return {"tokens": tokens, "seconds": seconds, "tokens_per_second": per_second}
 
 
-def _limits(
-    protocols: list[Protocol], max_new_tokens: int | None
-) -> tuple[tuple[str, ...], int, int]:
-    """The protocols' (stop, open limit, choice limit), the limits capped at `max_new_tokens`."""
-    stop, open_limit, choice_limit = generation_settings(protocols)
-    if max_new_tokens is None:
-        return stop, open_limit, choice_limit
-    return stop, min(open_limit, max_new_tokens), min(choice_limit, max_new_tokens)
-
-
 def _resume(
+    opts: SimpleNamespace,
     model_or_path: Any,
     model_name: str,
     settings: dict[str, Any],
     runner: ProgramRunner,
     loaded: list[Benchmark],
     protocols: list[Protocol],
-    results_file: str | Path | None,
-    overwrite: bool,
-    cut_at_stop: bool,
 ) -> tuple[ResultsFile | None, list, dict[str, Any]]:
     """(the results file, this run's saved records, the fields each new record carries), after
     `--overwrite` moved the records to redo aside and the saved ones were checked as this model's.
     """
+    results_file, cut_at_stop = opts.results_file, opts.cut_at_stop
     key = settings_key(settings)
     # checked before the model loads
     identity = model_identity(model_or_path) if results_file is not None else None
@@ -466,7 +428,7 @@ def _resume(
             and r.get("benchmark") in bench_names
         )
 
-    if overwrite:
+    if opts.overwrite:
         moved, aside = store.drop(
             lambda r: (
                 ours(r)
@@ -501,28 +463,22 @@ Results = dict[str, dict[str, list[ItemResult]]]  # {protocol: {benchmark: item 
 
 
 def _run_all(
+    opts: SimpleNamespace,
     loaded: list[Benchmark],
     saved: list[Mapping[str, Any]],
     protocols: list[Protocol],
     generator: Any,
     runner: ProgramRunner,
-    *,
     store: ResultsFile | None,
     extra: dict[str, Any],
-    seed: int | None,
-    results_file: Any,
-    progress: bool,
-    batch_size: int,
-    program_of_thought: bool,
     measured: tuple[Any, Any] | None,
-    stop: Sequence[str],
 ) -> tuple[Results, dict[str, DigitStats]]:
     """({protocol: {benchmark: results}}, {benchmark: digit statistics of the `measured` (model,
     tokenizer)}): `run_benchmark` on each benchmark, resumed from its saved records (checked to be
     of its items now: their verdicts kept, their outputs reused), each new result with `extra`."""
     per: Results = {p.name: {} for p in protocols}
     digits: dict[str, DigitStats] = {}
-    if progress:  # said before the bar opens, not inside its line
+    if opts.progress:  # said before the bar opens, not inside its line
         for bench in loaded:
             print(
                 f"{bench.name}: {len(bench)} item{'' if len(bench) == 1 else 's'} from"
@@ -535,7 +491,7 @@ def _run_all(
         expect(sum((b.name, it.id) not in outputs for b in loaded for it in b.items))
     for bench in loaded:
         mine = [r for r in saved if r["benchmark"] == bench.name]
-        _check_same_items(bench, mine, results_file)
+        _check_same_items(bench, mine, opts.results_file)
         done = {
             p.name: {str(r["id"]): _item_result(r) for r in mine if r.get("protocol") == p.name}
             for p in protocols
@@ -543,7 +499,6 @@ def _run_all(
         known = {
             str(r["id"]): (r["output"], r.get("fallback_output")) for r in mine if "output" in r
         }
-        write = _writer(store, {**extra, **_synthetic_fields(bench, seed)})
         out = run_benchmark(
             bench,
             protocols,
@@ -551,15 +506,15 @@ def _run_all(
             runner,
             done=done,
             known_outputs=known,
-            write=write,
-            batch_size=batch_size,
-            program_of_thought=program_of_thought,
-            stop=stop,
+            write=_writer(store, {**extra, **_synthetic_fields(bench, opts.seed)}),
+            batch_size=opts.batch_size,
+            program_of_thought=opts.program_of_thought,
+            stop=opts.stop,
         )
         for name, results in out.items():
             per[name][bench.name] = results
-        if measured is not None and measured[0] is not None and measured[1] is not None:
-            digits[bench.name] = _digit_stats(*measured, bench, protocols[0], batch_size)
+        if measured is not None:
+            digits[bench.name] = _digit_stats(*measured, bench, protocols[0], opts.batch_size)
     return per, digits
 
 
@@ -645,22 +600,14 @@ def _stale(
 
 
 def _generator(
-    model_or_path: Any,
-    backend: str,
-    dtype: str,
-    device: str | None,
-    tp: int,
-    batch_size: int,
-    stop: tuple[str, ...],
-    limit: int,
-    progress: bool,
+    opts: SimpleNamespace, model_or_path: Any, stop: tuple[str, ...], limit: int
 ) -> tuple[Any, Any, Any]:
     """(model, tokenizer, generator) for the API's accepted model forms."""
     from numloss.evaluate.generate import HFGenerator, VLLMGenerator, import_vllm
 
     if hasattr(model_or_path, "generate") and not hasattr(model_or_path, "config"):
         return None, None, model_or_path  # a Generator
-    if backend == "vllm":
+    if opts.backend == "vllm":
         import_vllm()
         if not isinstance(model_or_path, (str, Path)) or str(model_or_path) == "tiny":
             from numloss.evaluate.generate import BackendUnavailable
@@ -669,7 +616,7 @@ def _generator(
         return (
             None,
             None,
-            VLLMGenerator(str(model_or_path), limit, stop, tensor_parallel_size=tp, dtype=dtype),
+            VLLMGenerator(str(model_or_path), limit, stop, opts.tensor_parallel, dtype=opts.dtype),
         )
     if isinstance(model_or_path, tuple):
         model, tokenizer = model_or_path
@@ -677,13 +624,13 @@ def _generator(
         from numloss.evaluate.generate import resolve_device
         from numloss.models.load import load_model_and_tokenizer
 
-        target = resolve_device(device)  # a bad --device is refused before the model loads
-        model, tokenizer = load_model_and_tokenizer(str(model_or_path), dtype=dtype)
+        target = resolve_device(opts.device)  # a bad --device is refused before the model loads
+        model, tokenizer = load_model_and_tokenizer(str(model_or_path), dtype=opts.dtype)
         model = model.to(target)
     return (
         model,
         tokenizer,
-        HFGenerator(model, tokenizer, batch_size, limit, stop=stop, progress=progress),
+        HFGenerator(model, tokenizer, opts.batch_size, limit, stop=stop, progress=opts.progress),
     )
 
 
