@@ -105,6 +105,14 @@ CONTEXT = [
     (["--objective.alpha", ""], "is empty"),
     (["--model.name", ""], "is empty"),
     (["--train.seed", "-1"], r"train.seed: expected an integer >= 0 and < 4294967296"),
+    (["--train.learning_rate", ".nan"], "train.learning_rate: expected a finite number > 0, got nan"),
+    (["--train.warmup_steps", "5"], r"train.warmup_steps: numloss sets warmup_steps itself \(from train.warmup_ratio\)"),
+    (["--train.extra", "{data_seed: 7}"], "train.data_seed: numloss sets data_seed itself"),
+    (["--train.extra", "{run_name: a, run_name: b}"], r"key 'run_name' is given twice \(line 1\)"),
+    (["--objective.name", "mle", "--objective.alpha", "0.5"], "objective.alpha: 'mle' has no term for alpha"),
+    (["--lora.enabled", "true", "--lora.target_modules", "[q_proj, nosuch_proj]"],
+     "lora.target_modules: the model has no module named 'nosuch_proj'; its module names are .*q_proj"),
+    (["--data.chat_template", "{% for m in messages %}{{ m.content }"], "data.chat_template: Jinja syntax error at line 1"),
 ]
 
 

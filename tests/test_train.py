@@ -16,13 +16,14 @@ import torch
 from safetensors.torch import load_file
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
+import test_train_faults
 from numloss import LOSSES
 from numloss.config import ConfigError, load_config
-from numloss.train import CHECKPOINT_MARKER, CSV_COLUMNS, main, run_training
-from test_train_faults import train_killed_after
+from numloss.train import CHECKPOINT_MARKER, CSV_COLUMNS, machine_cores, main, run_training
 
 ROOT = Path(__file__).resolve().parents[1]
 TINY = ROOT / "tests" / "fixtures" / "train" / "tiny-test.yaml"
+no_model_loads = test_train_faults.no_model_loads  # a fixture
 
 
 def tiny_config(tmp_path: Path, *overrides: str):
@@ -84,27 +85,6 @@ def test_truncation_count_is_logged(tmp_path, caplog):
     with caplog.at_level("WARNING", logger="numloss.train"):
         run_training(config)
     assert "8 examples" in caplog.text and "8 truncated" in caplog.text
-
-
-def test_resume_after_interruption_reaches_the_same_weights(tmp_path):
-    steps = ["--train.max_steps", "6", "--train.save_steps", "3", "--train.lr_scheduler_type", "cosine"]
-    whole = run_training(load_config(TINY, ["--train.output_dir", str(tmp_path / "whole"), *steps]))
-    assert whole.global_step == 6
-    broken_dir = tmp_path / "broken"
-    broken = load_config(TINY, ["--train.output_dir", str(broken_dir), *steps])
-    train_killed_after(broken, 3)  # "killed" right after the step-3 checkpoint
-    assert (broken_dir / "checkpoint-3").is_dir() and not (broken_dir / "final").exists()
-    resumed = run_training(load_config(TINY, ["--train.output_dir", str(broken_dir), *steps, "--train.resume", "true"]))
-    assert resumed.global_step == 6
-    a, b = weights(whole.model_dir), weights(resumed.model_dir)
-    assert a.keys() == b.keys()
-    for key in a:
-        torch.testing.assert_close(a[key], b[key], rtol=0, atol=1e-6, msg=key)
-    # the CSV has every step once, with the same losses as the uninterrupted run
-    rows = {int(r["step"]): float(r["loss"]) for r in csv.DictReader((broken_dir / "log.csv").open())}
-    expected = {int(r["step"]): float(r["loss"]) for r in csv.DictReader((tmp_path / "whole" / "log.csv").open())}
-    assert rows.keys() == expected.keys() == set(range(1, 7))
-    assert rows == pytest.approx(expected, rel=1e-5)
 
 
 def test_examples_given_directly_replace_the_source(tmp_path):
@@ -253,39 +233,6 @@ def test_main_destroys_the_process_group_the_run_started(tmp_path, monkeypatch, 
 # -- runs that survive a bad kill -------------------------------------------------------------------
 
 
-def test_resume_skips_partial_and_damaged_checkpoints(tmp_path, caplog):
-
-    steps = ["--train.max_steps", "6", "--train.save_steps", "2", "--train.save_total_limit", "null"]
-    run_dir = tmp_path / "broken"
-    config = load_config(TINY, ["--train.output_dir", str(run_dir), *steps])
-    train_killed_after(config, 4)
-    assert all((run_dir / f"checkpoint-{n}" / CHECKPOINT_MARKER).is_file() for n in (2, 4))
-    # checkpoint-4 damaged after its save (a truncated optimizer file) ...
-    optimizer = run_dir / "checkpoint-4" / "optimizer.pt"
-    optimizer.write_bytes(optimizer.read_bytes()[:100])
-    # ... and checkpoint-5 killed while saving: files, but no completion marker
-    (run_dir / "checkpoint-5").mkdir()
-    (run_dir / "checkpoint-5" / "model.safetensors").write_bytes(b"\0" * 10)
-    resume = load_config(TINY, ["--train.output_dir", str(run_dir), *steps, "--train.resume", "true"])
-    with caplog.at_level("WARNING", logger="numloss.train"):
-        resumed = run_training(resume)
-    assert "checkpoint-5 fails its check: it has no completion marker" in caplog.text
-    assert "checkpoint-4 fails its check: optimizer.pt is damaged (100 bytes" in caplog.text
-    assert "falling back to checkpoint-2, the newest intact checkpoint" in caplog.text
-    assert (run_dir / "partial-checkpoint-5").is_dir() and (run_dir / "partial-checkpoint-4").is_dir()
-    # steps 3..6 trained again from checkpoint-2 (restoring it is what the test above checks exactly)
-    assert resumed.global_step == 6 and resumed.model_dir.is_dir()
-    assert [int(r["step"]) for r in csv.DictReader((run_dir / "log.csv").open())] == list(range(1, 7))
-    # with nothing complete left (and the run not finished), resume says so instead of a traceback
-    import shutil
-
-    shutil.rmtree(run_dir / "final")
-    for folder in run_dir.glob("checkpoint-*"):
-        (folder / CHECKPOINT_MARKER).unlink()
-    with pytest.raises(ConfigError, match="no complete checkpoint"):
-        run_training(resume)
-
-
 def test_resume_of_a_finished_run_says_so_and_leaves_final_alone(tmp_path, capsys):
     out = tmp_path / "run"
     argv = [str(TINY), "--train.output_dir", str(out), "--train.max_steps", "2"]
@@ -303,16 +250,6 @@ def test_resume_of_a_finished_run_says_so_and_leaves_final_alone(tmp_path, capsy
 # -- clear errors before the model loads ----------------------------------------------------------
 
 
-@pytest.fixture
-def no_model_loads(monkeypatch):
-    import numloss.train.build as train
-
-    def refuse(*args, **kwargs):
-        raise AssertionError("the model was loaded before the error was found")
-
-    monkeypatch.setattr(train, "load_model_for", refuse)
-
-
 def test_unwritable_output_dir_and_bad_data_fail_before_the_model_loads(tmp_path, no_model_loads):
     blocker = tmp_path / "a-file"
     blocker.write_text("")
@@ -322,23 +259,28 @@ def test_unwritable_output_dir_and_bad_data_fail_before_the_model_loads(tmp_path
     latin1.write_bytes(b'{"instruction": "caf\xe9 1+1", "output": "2"}\n')
     with pytest.raises(ConfigError, match=r"latin1.jsonl:1: not UTF-8"):
         run_training(tiny_config(tmp_path, "--data.source", str(latin1)))
-    chat = tmp_path / "chat.jsonl"
-    chat.write_text(json.dumps({"messages": [{"role": "user", "content": "1+1?"}, {"role": "assistant", "content": "2"}]}) + "\n")
-    with pytest.raises(ConfigError, match="no chat template; set data.chat_template"):
-        run_training(tiny_config(tmp_path, "--data.source", str(chat)))
 
 
-def test_a_tokenizer_without_digit_tokens_fails_before_the_model_loads(tmp_path, no_model_loads, monkeypatch):
+@pytest.mark.parametrize("dry", [[], ["--dry-run"]], ids=["run", "dry-run"])
+def test_chat_data_without_template_and_a_tokenizer_without_digits_fail_before_the_model_loads(
+        tmp_path, no_model_loads, monkeypatch, capsys, dry):
+    """Both pass load_config but not a run's preparation, which --dry-run makes too."""
     from tokenizers import Tokenizer, models
     from transformers import PreTrainedTokenizerFast
 
     import numloss.models as numloss_models
 
+    chat = tmp_path / "chat.jsonl"
+    chat.write_text(json.dumps({"messages": [{"role": "user", "content": "1+1?"}, {"role": "assistant", "content": "2"}]}) + "\n")
+    base = [str(TINY), "--train.output_dir", str(tmp_path / "run"), *dry]
+    assert main([*base, "--data.source", str(chat)]) == 2
+    assert "no chat template; set data.chat_template" in capsys.readouterr().err
     letters = Tokenizer(models.WordLevel({"<unk>": 0, "</s>": 1, "a": 2}, unk_token="<unk>"))
     tokenizer = PreTrainedTokenizerFast(tokenizer_object=letters, unk_token="<unk>", eos_token="</s>", pad_token="</s>")
     monkeypatch.setattr(numloss_models, "load_tokenizer", lambda *a, **k: tokenizer)
-    with pytest.raises(ConfigError, match="model.name 'tiny'"):
-        run_training(tiny_config(tmp_path))
+    assert main(base) == 2
+    assert "model.name 'tiny'" in capsys.readouterr().err
+    assert not dry or not (tmp_path / "run").exists()  # a dry run creates nothing
 
 
 def test_chat_data_trains_with_the_chat_template(tmp_path, caplog):
@@ -368,6 +310,8 @@ def test_progress_lines_use_the_logged_names_and_threads_is_one_flag(tmp_path, c
     assert "digit_entropy=" in printed and "learning_rate=" in printed and "H_digit" not in printed
     assert main([str(TINY), "--threads", "zero"]) == 2
     assert "--threads needs a positive integer" in capsys.readouterr().err
+    assert main([str(TINY), "--threads", "100000"]) == 2
+    assert f"--threads 100000: this machine has {machine_cores()} cores" in capsys.readouterr().err
 
 
 def test_the_digit_density_of_the_data_is_logged(caplog):
