@@ -569,31 +569,27 @@ def _file_set(path_text: str) -> Benchmark:
     return Benchmark(f"{FILE_PREFIX}{path_text}", kind_of_set, items, str(path))
 
 
+def _scalar(value: Any) -> bool:
+    """Whether `value` is a string or a number (not a bool, null, list or object)."""
+    return type(value) in (str, int, float)
+
+
 def _file_item(record: Mapping[str, Any], where: str, number: int) -> Item:
     """One line of a `file:` set as an item; its kind given, or inferred from options and answer."""
     question = _raw_text(record, "question", where)
     answer = _field(record, "answer", where)
-    if isinstance(answer, (bool, list, dict)) or (isinstance(answer, str) and not answer.strip()):
+    if not _scalar(answer) or (isinstance(answer, str) and not answer.strip()):
         raise BenchmarkError(
             f"{where}: field 'answer' must be a number, a fraction or a letter, got"
             f" {json.dumps(answer)}"
         )
     options: tuple[str, ...] = ()
-    if record.get("options") is not None:
-        raw_options = record["options"]
-        if isinstance(raw_options, list) and any(
-            isinstance(o, (bool, list, dict)) or o is None for o in raw_options
-        ):
+    if (raw := record.get("options")) is not None:
+        if not isinstance(raw, list) or not 2 <= len(raw) <= 5 or not all(_scalar(o) for o in raw):
             raise BenchmarkError(
-                f"{where}: field 'options' must be a list of 2 to 5 strings, got"
-                f" {json.dumps(raw_options)}"
+                f"{where}: field 'options' must be a list of 2 to 5 strings, got {json.dumps(raw)}"
             )
-        options = tuple(str(o) for o in raw_options) if isinstance(raw_options, list) else ()
-        if not 2 <= len(options) <= 5:
-            raise BenchmarkError(
-                f"{where}: field 'options' must be a list of 2 to 5 strings, got"
-                f" {record['options']!r}"
-            )
+        options = tuple(str(o) for o in raw)
     kind = record.get("kind", None)
     if kind is not None and kind not in ("number", "choice", "math"):
         raise BenchmarkError(
@@ -618,9 +614,7 @@ def _file_item(record: Mapping[str, Any], where: str, number: int) -> Item:
         )
     else:
         gold = str(answer).strip()
-    if "id" in record and (
-        isinstance(record["id"], bool) or not isinstance(record["id"], (str, int))
-    ):
+    if "id" in record and type(record["id"]) not in (str, int):  # a bool is no id
         raise BenchmarkError(
             f"{where}: field 'id' must be a string or an integer, got {record['id']!r}"
         )

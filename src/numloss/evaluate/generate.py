@@ -17,6 +17,8 @@ from typing import Any, Protocol
 
 import torch
 
+from numloss.checks import check_int
+
 DEFAULT_STOP = ("### Instruction", "### Input", "### Response", "\n\n\n\n")
 
 
@@ -107,10 +109,8 @@ class HFGenerator:
         stop: Sequence[str] = DEFAULT_STOP,
         progress: bool = True,
     ) -> None:
-        if batch_size < 1:
-            raise ValueError(f"batch_size must be at least 1, got {batch_size}")
-        if max_new_tokens < 1:
-            raise ValueError(f"max_new_tokens must be at least 1, got {max_new_tokens}")
+        check_int("batch_size", batch_size, 1)
+        check_int("max_new_tokens", max_new_tokens, 1)
         self.model, self.tokenizer = model, tokenizer
         self.batch_size, self.max_new_tokens = batch_size, max_new_tokens
         self.stop, self.progress = tuple(s for s in stop if s), progress
@@ -249,8 +249,8 @@ class HFGenerator:
         progress bar; they show as its "fallbacks" count instead of moving it."""
         if not prompts:
             return []
-        if max_new_tokens is not None and max_new_tokens < 1:
-            raise ValueError(f"max_new_tokens must be at least 1, got {max_new_tokens}")
+        if max_new_tokens is not None:
+            check_int("max_new_tokens", max_new_tokens, 1)
         self._limit = max_new_tokens or self.max_new_tokens
         rows = self.tokenizer(list(prompts))["input_ids"]
         empty = [i for i, row in enumerate(rows) if not row]

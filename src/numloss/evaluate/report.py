@@ -126,15 +126,11 @@ class EvalReport:
         """The report as JSON-ready data (schema `SCHEMA_VERSION`, documented in docs/evaluation.md,
         "The report's JSON"): everything `numloss eval` prints or writes to report.md.
         `items=True` adds every item result (the lines of items.jsonl)."""
-        from importlib.metadata import PackageNotFoundError, version
+        from numloss import __version__
 
-        try:
-            package = version("numloss")
-        except PackageNotFoundError:  # a source checkout without an install
-            package = None
         out = {
             "schema_version": SCHEMA_VERSION,
-            "numloss_version": package,
+            "numloss_version": __version__,
             **self.meta,
             "protocols": self.protocols,
             "isolation": self.isolation,

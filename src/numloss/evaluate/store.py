@@ -27,34 +27,18 @@ KEY_FIELDS = ("model", "benchmark", "protocol", "id", "settings")
 
 # the type of every field numloss writes (None: may be null); a record read back must match
 _STR, _INT, _NUM, _NONE = (str,), (int,), (int, float), (type(None),)
+_TEXT_FIELDS = (
+    "model benchmark protocol settings kind gold style output prediction program_status"
+    " program_stdout program_stdout_raw fallback_program_status question isolation decided_by"
+)
 RESULT_TYPES: dict[str, tuple[type, ...]] = {
-    "model": _STR,
-    "benchmark": _STR,
-    "protocol": _STR,
+    **dict.fromkeys(_TEXT_FIELDS.split(), _STR),
+    **dict.fromkeys(("fallback_output", "model_identity", "model_sha256"), _STR + _NONE),
+    **dict.fromkeys(("seed", "set_size"), _INT + _NONE),
+    **dict.fromkeys(("correct", "needs_fallback", "cut_at_stop"), (bool,)),
     "id": _STR + _INT,
-    "settings": _STR,
-    "kind": _STR,
-    "gold": _STR,
-    "style": _STR,
-    "output": _STR,
-    "prediction": _STR,
-    "correct": (bool,),
     "value": _NUM + _NONE,
-    "program_status": _STR,
-    "program_stdout": _STR,
-    "program_stdout_raw": _STR,
-    "fallback_output": _STR + _NONE,
-    "fallback_program_status": _STR,
-    "needs_fallback": (bool,),
-    "question": _STR,
-    "isolation": _STR,
     "generation": (dict,),
-    "model_identity": _STR + _NONE,
-    "seed": _INT + _NONE,
-    "set_size": _INT + _NONE,
-    "model_sha256": _STR + _NONE,
-    "cut_at_stop": (bool,),
-    "decided_by": _STR,
 }
 RESULT_REQUIRED = (*KEY_FIELDS, "kind", "gold", "style", "output", "prediction", "correct")
 _TYPE_NAMES = {
