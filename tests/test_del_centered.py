@@ -16,7 +16,7 @@ import torch
 
 from numloss import DigitVocab, build_loss
 from numloss.digits import find_digits
-from numloss.losses.digit_entropy import del_pushdown, del_term, sigmoid_logits
+from numloss.losses.del_terms import del_pushdown, del_term, sigmoid_logits
 from numloss.losses.number_tokens import slot_logits
 from tokenizer_styles import gpt2_style, llama3_style
 

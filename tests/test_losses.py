@@ -519,21 +519,21 @@ def test_which_objectives_the_token_count_makes_step_exact():
 # -- option values --------------------------------------------------------------------------------
 
 BAD_OPTIONS = [
-    ("del", {"alpha": -1.0}, "alpha must be a finite number >= 0, got -1.0"),
-    ("del", {"alpha": float("nan")}, "alpha must be a finite number >= 0, got nan"),
+    ("del", {"alpha": -1.0}, "del: alpha must be a finite number >= 0 and <= 3.4028.e.38, got -1.0"),
+    ("del", {"alpha": float("nan")}, "alpha must be a finite number >= 0 .*, got nan"),
     ("ntl-was", {"alpha": float("inf")}, "alpha must be a finite number"),
     ("dist2", {"tau": 0.0}, "tau must be a finite number > 0"),
     ("dist2", {"tau": -2.0}, "tau must be a finite number > 0"),
     ("dist2", {"normalize": "count"}, "normalize must be one of 'digits', 'tokens', 'weights'"),
     ("dist2", {"point_ends_run": True}, "set place_weight=True"),
     ("del", {"normalize": "weights"}, "normalize must be one of 'digits', 'tokens'"),
-    ("mixce", {"eta": 1.5}, r"eta must be a finite number \[0.0, 1.0\], got 1.5"),
+    ("mixce", {"eta": 1.5}, "eta must be a finite number >= 0 and <= 1, got 1.5"),
     ("mixce", {"eta": -0.1}, "eta must be a finite number"),
     ("emo", {"form": "official"}, "form must be one of 'adaptive', 'gpt2'"),
     ("emo", {"mode": 3}, "mode must be one of 1, 2"),
     ("emo", {"max_ratio": 0.0}, "max_ratio must be a finite number > 0"),
     ("emo", {"mode": 2, "max_ratio": 3.0}, "mode 2 has no such ratio"),
-    ("ntl-mse", {"reweigh": "yes"}, "reweigh must be true or false"),
+    ("ntl-mse", {"reweigh": "yes"}, "reweigh must be True or False"),
 ]
 
 
@@ -593,9 +593,9 @@ def test_emo_ratio_floor_is_1e6_and_the_cap_bounds_it():
 @pytest.mark.parametrize(
     "name, options, message",
     [
-        ("del", {"alpha": "1.0"}, "alpha must be a finite number >= 0, got '1.0'"),
-        ("ntl-was", {"alpha": True}, "alpha must be a finite number >= 0, got True"),
-        ("dist2", {"tau": "2"}, "tau must be a finite number > 0, got '2'"),
+        ("del", {"alpha": "1.0"}, r"alpha must be a finite number >= 0 .*, got '1.0' \(str\)"),
+        ("ntl-was", {"alpha": True}, r"alpha must be a finite number >= 0 .*, got True \(bool\)"),
+        ("dist2", {"tau": "2"}, "tau must be a finite number > 0 .*, got '2'"),
         ("mixce", {"eta": "0.5"}, "eta must be a finite number"),
         ("emo", {"max_ratio": "3"}, "max_ratio must be a finite number > 0"),
     ],

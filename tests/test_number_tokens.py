@@ -15,8 +15,6 @@ from numloss.digits import (
     DigitVocabError,
     digit_coverage,
     find_digits,
-    label_classes,
-    number_places,
     split_digits,
 )
 from numloss.losses.number_tokens import bucket_logsumexp, slot_logits, token_values
@@ -189,20 +187,6 @@ def test_vectorised_slots_match_the_row_scanning_reference(style, seed):
     mask = torch.rand(labels.shape, generator=torch.Generator().manual_seed(seed)) < 0.1
     labels[mask] = -100
     assert as_tuples(find_digits(labels, vocab)) == slots_by_reference(labels, vocab)
-
-
-@pytest.mark.parametrize("seed", range(3))
-def test_single_digit_vocab_gives_the_old_places(seed):
-    rng = random.Random(seed)
-    vocab = DigitVocab(range(10), 10)
-    labels = torch.tensor([[rng.choice(list(range(13)) + [-100]) for _ in range(30)] for _ in range(5)])
-    digits = find_digits(labels, vocab, 13)
-    classes = label_classes(labels, vocab, 13).reshape(-1)
-    old_index = torch.nonzero((classes >= 0) & (classes < 10)).squeeze(1)
-    assert torch.equal(digits.index, old_index) and torch.equal(digits.rows, old_index)
-    assert torch.equal(digits.target, classes[old_index])
-    assert torch.equal(digits.place, number_places(label_classes(labels, vocab, 13)).reshape(-1)[old_index])
-    assert digits.slot.eq(0).all()
 
 
 def test_empty_batches():

@@ -36,7 +36,7 @@ _LOSSES = [
     "MixCELoss",
     "EMOLoss",
 ]
-_DIGITS = ["DigitVocab", "DigitVocabError", "find_digits", "number_places", "place_weights"]
+_DIGITS = ["DigitVocab", "DigitVocabError", "find_digits", "place_weights"]
 # test_imports: _LOSSES is numloss.losses.__all__
 __all__ = [*_DIGITS, "patch", "unpatch", *_LOSSES]
 

@@ -249,8 +249,7 @@ class DigitVocab:
         When writing `PROBES` emits single digits only, only the ten are kept. Otherwise
         `multi_digit` decides: "slots" (default) scores every digit of every number token; "single"
         (or `allow_multi_digit=True`) keeps the ten digits; "refuse" raises DigitVocabError."""
-        if multi_digit not in MULTI_DIGIT_MODES:
-            raise ValueError(f"multi_digit must be one of {MULTI_DIGIT_MODES}, got {multi_digit!r}")
+        check_choice("multi_digit", multi_digit, MULTI_DIGIT_MODES)
         if allow_multi_digit:
             multi_digit = "single"
         vocab = _vocab_of(tokenizer)
@@ -329,15 +328,11 @@ class NumberTable:
 
 
 @functools.lru_cache(maxsize=32)
+@torch.inference_mode(False)
 def _number_table(vocab: DigitVocab, device: str) -> NumberTable:
     # cached across calls: built outside inference mode, or a first use under
     # torch.inference_mode() (an evaluation) would cache tensors that training cannot save for
     # backward
-    with torch.inference_mode(False):
-        return _build_number_table(vocab, device)
-
-
-def _build_number_table(vocab: DigitVocab, device: str) -> NumberTable:
     entries = [(i, str(k), False) for k, i in enumerate(vocab.digit_ids)] + list(
         vocab.number_tokens
     )
@@ -432,72 +427,6 @@ class DigitPositions:
         return int(self.rows.numel())
 
 
-def digit_lookup(vocab: DigitVocab, width: int, device: torch.device) -> torch.Tensor:
-    """A [width + 1] table: digit value (0..9) for digit ids, 10 for '.', -1 otherwise (the last
-    slot serves ignored labels)."""
-    table = torch.full((width + 1,), -1, dtype=torch.long, device=device)
-    table[vocab.digit_ids_tensor(device)] = torch.arange(10, device=device)
-    if vocab.decimal_point_id is not None and vocab.decimal_point_id < width:
-        table[vocab.decimal_point_id] = 10
-    return table
-
-
-def label_classes(
-    labels: torch.Tensor,
-    vocab: DigitVocab,
-    width: int | None = None,
-    ignore_index: int = IGNORE_INDEX,
-) -> torch.Tensor:
-    """Per label: its digit 0..9, 10 for the decimal point, -1 otherwise; a label outside
-    [0, width) other than `ignore_index` is an error."""
-    if labels.dtype not in (torch.int64, torch.int32):
-        raise TypeError(f"labels must be an integer tensor, got {labels.dtype}")
-    labels = labels.long()
-    if width is None:
-        width = max(int(labels.max()) + 1 if labels.numel() else 0, max(vocab.digit_ids) + 1)
-    valid = labels != ignore_index
-    if labels.numel():
-        bad = valid & ((labels < 0) | (labels >= width))
-        if bool(bad.any()):
-            example = int(labels[bad][0])
-            raise ValueError(
-                f"label {example} is outside the logit width {width} (and is not the ignore index "
-                f"{ignore_index}): labels and logits come from different vocabularies"
-            )
-    table = digit_lookup(vocab, width, labels.device)
-    return table[torch.where(valid, labels, width)]
-
-
-def number_places(classes: torch.Tensor) -> torch.Tensor:
-    """Place index of every digit of a [B, T] (or [T]) tensor of `label_classes`, 0 elsewhere.
-
-    With m the index in the run of the first '.' after a digit (else the run length), digit j
-    gets m-1-j before it and -(j-m) after it (docs/losses.md).
-    """
-    if classes.dim() == 1:
-        return number_places(classes[None])[0]
-    if classes.dim() != 2:
-        raise ValueError(f"classes must be [B, T], got shape {tuple(classes.shape)}")
-    flat = classes.reshape(-1)
-    is_number = flat >= 0
-    is_digit = is_number & (flat < 10)
-    starts = _run_starts(is_number, torch.zeros_like(is_number), *classes.shape)
-    run_start = torch.nonzero(starts).squeeze(1)
-    if not run_start.numel():
-        return torch.zeros_like(flat, dtype=torch.long).view(classes.shape)
-    run_id = (torch.cumsum(starts.long(), 0) - 1).clamp_min(0)
-    j = _since_run_start(is_number.long(), run_start, run_id)  # index inside the run
-    digits_before = _since_run_start(is_digit.long(), run_start, run_id)
-    run_length = torch.bincount(run_id[is_number], minlength=run_start.numel())
-    point_here = (flat == 10) & (digits_before > 0)
-    first_point = run_length.scatter_reduce(
-        0, run_id[point_here], j[point_here], reduce="amin", include_self=True
-    )
-    m = first_point[run_id]
-    place = torch.where(j < m, m - 1 - j, m - j)
-    return torch.where(is_digit, place, torch.zeros_like(place)).view(classes.shape)
-
-
 def place_weights(places: torch.Tensor, weighting: PlaceWeighting = "official") -> torch.Tensor:
     """Weight u(i) of each place index, float32: 2(i+1) for i >= 0, and for i < 0 1.02^(i-1)
     ("official", the released code) or 2 * 1.02^i ("continuous", the paper); "none": 1."""
@@ -505,7 +434,7 @@ def place_weights(places: torch.Tensor, weighting: PlaceWeighting = "official") 
         "place_weights: places",
         places,
         torch.Tensor,
-        "a torch.Tensor of place indices (number_places' output)",
+        "a torch.Tensor of place indices (find_digits(...).place)",
     )
     check_choice("place_weighting", weighting, PLACE_WEIGHTINGS)
     places_f = places.to(torch.float32)
@@ -543,8 +472,9 @@ def find_digits(
 ) -> DigitPositions:
     """Every digit slot of aligned labels [B, T] (or [T]): flat position, target, place.
 
-    A number's digits are read left to right across its tokens and placed by `number_places`'s
-    rule (exactly that rule for single-digit tokens). A number that holds a token of
+    A number's digits are read left to right across its tokens and placed over the whole number:
+    with m the index of the first '.' after a digit (else the number's length), digit j gets
+    m-1-j before it and -(j-m) after it (docs/losses.md). A number that holds a token of
     `vocab.unscored_digit_tokens` gets no slots: its places cannot be known.
     """
     check_type(
@@ -567,7 +497,13 @@ def find_digits(
     if width is None:
         largest = int(table.columns.max()) + 1
         width = max(int(labels_2d.max()) + 1 if labels_2d.numel() else 0, largest)
-    label_classes(labels_2d, vocab, width, ignore_index)  # the range check and its message
+    vocab.check_width(width)
+    bad = (labels_2d != ignore_index) & ((labels_2d < 0) | (labels_2d >= width))
+    if bool(bad.any()):
+        raise ValueError(
+            f"label {int(labels_2d[bad][0])} is outside the logit width {width} (and is not the"
+            f" ignore index {ignore_index}): labels and logits come from different vocabularies"
+        )
     column, is_token, spaced = _number_columns(labels_2d, vocab, width, ignore_index)
     is_point = column == -2
     length = torch.where(is_token, table.lengths[column.clamp_min(0)], torch.zeros_like(column))
@@ -664,22 +600,9 @@ def digit_coverage(
 ) -> tuple[int, int]:
     """(digit slots `find_digits` scores, all digit characters of the scored labels), the
     training log's `digit_share`: well below 1 for a merging tokenizer in "single" mode."""
-    flat = labels.reshape(-1).long()
-    flat = flat[flat != ignore_index]
-    if not flat.numel():
-        return 0, 0
-    largest = max(
-        int(flat.max()),
-        int(vocab.number_table(flat.device).columns.max()),
-        max((i for i, _ in vocab.unscored_digit_tokens), default=0),
-    )
-    counts = torch.zeros(largest + 1, dtype=torch.long, device=flat.device)
-    scored = torch.zeros_like(counts)
-    table = vocab.number_table(flat.device)
-    scored[table.columns] = table.lengths
-    counts += scored
-    if vocab.unscored_digit_tokens:
-        ids = torch.tensor([i for i, _ in vocab.unscored_digit_tokens], device=flat.device)
-        counts[ids] = torch.tensor([c for _, c in vocab.unscored_digit_tokens], device=flat.device)
-    flat = flat.clamp_min(0)
-    return find_digits(labels, vocab, None, ignore_index).count, int(counts[flat].sum())
+    table = vocab.number_table(labels.device)
+    chars = dict(zip(table.columns.tolist(), table.lengths.tolist(), strict=True))
+    chars.update(vocab.unscored_digit_tokens)
+    ids, counts = torch.unique(labels[labels != ignore_index], return_counts=True)
+    total = sum(chars.get(i, 0) * n for i, n in zip(ids.tolist(), counts.tolist(), strict=True))
+    return find_digits(labels, vocab, None, ignore_index).count, total

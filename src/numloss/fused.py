@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, NoReturn
 import torch
 import torch.nn.functional as F
 
-from numloss.digits import find_digits
+from numloss.checks import check_choice, check_int
 
 if TYPE_CHECKING:  # the objectives import this module, never the other way round
     from numloss.losses.base import NumericLoss, NumericLossOutput
@@ -259,35 +259,23 @@ def _recompute(ctx, hidden, weight, bias, targets, valid, unit, grad_nll, grad_c
     return d_hidden, d_weight, d_bias
 
 
-def _check_inputs(loss_fn, hidden, weight, labels, bias) -> None:
-    if not torch.is_tensor(hidden) or not hidden.is_floating_point():
+def check_aligned(name: str, x: torch.Tensor, labels: torch.Tensor, last: str) -> None:
+    """One line unless `x` is a floating-point [B, T, `last`] (or [N, `last`]) tensor `name` with
+    integer `labels` [B, T] (or [N]), already aligned."""
+    if not torch.is_tensor(x) or not x.is_floating_point():
         raise TypeError(
-            "hidden must be a floating-point tensor [B, T, H] or [N, H], got"
-            f" {getattr(hidden, 'dtype', type(hidden))}"
-        )
-    if not torch.is_tensor(weight) or weight.dim() != 2 or not weight.is_floating_point():
-        raise ValueError(
-            "lm_head_weight must be a floating-point [V, H] matrix"
-            f" (model.get_output_embeddings().weight), got {tuple(getattr(weight, 'shape', ()))}"
+            f"{name} must be a floating-point tensor [B, T, {last}] or [N, {last}], got"
+            f" {getattr(x, 'dtype', type(x))}"
         )
     if not torch.is_tensor(labels) or labels.is_floating_point():
         raise TypeError(
             "labels must be an integer tensor of token ids (ignore_index for skipped positions)"
         )
-    if hidden.dim() not in (2, 3) or hidden.shape[:-1] != labels.shape:
+    if x.dim() not in (2, 3) or x.shape[:-1] != labels.shape:
         raise ValueError(
-            f"hidden {tuple(hidden.shape)} and labels {tuple(labels.shape)} do not match: expected"
-            " hidden [B, T, H] with labels [B, T] (or [N, H] with [N]), already aligned (no shift)"
-        )
-    if hidden.shape[-1] != weight.shape[1]:
-        raise ValueError(
-            f"hidden size {hidden.shape[-1]} does not match lm_head_weight {tuple(weight.shape)}:"
-            " the weight must be [V, H], the LM head of the model whose hidden states these are"
-        )
-    if bias is not None and (not torch.is_tensor(bias) or bias.shape != (weight.shape[0],)):
-        raise ValueError(
-            f"lm_head_bias must be a [V] = [{weight.shape[0]}] vector, got"
-            f" {tuple(getattr(bias, 'shape', ()))}"
+            f"{name} {tuple(x.shape)} and labels {tuple(labels.shape)} do not match: expected"
+            f" {name} [B, T, {last}] with labels [B, T] (or [N, {last}] with [N]), already aligned"
+            " (no shift)"
         )
 
 
@@ -302,29 +290,42 @@ def fused_loss(
     chunk_size: int | None = None,
     strategy: str = "forward",
 ) -> NumericLossOutput:
-    """`loss_fn(hidden @ W.T + b, labels, ...)` without materialising the [N, V] logits.
+    """`loss_fn(hidden @ W.T + b, labels, ...)` without materialising the [N, V] logits
+    (`loss_fn.from_hidden(hidden, lm_head_weight, labels, ...)` is this function).
 
     `hidden` [B, T, H] or [N, H] with aligned `labels`, `lm_head_weight` [V, H], `lm_head_bias`
     [V] or None; the matmul runs in their common dtype, softmax and loss in float32 (float64 for
     float64). `chunk_size` None picks `default_chunk_size(V, H)`.
     """
-    _check_inputs(loss_fn, hidden, lm_head_weight, labels, lm_head_bias)
-    if strategy not in STRATEGIES:
-        raise ValueError(f"strategy must be one of {STRATEGIES}, got {strategy!r}")
-    vocab_size, hidden_size = lm_head_weight.shape
-    if chunk_size is None:
-        chunk_size = default_chunk_size(vocab_size, hidden_size)
-    if int(chunk_size) < 1:
-        raise ValueError(f"chunk_size must be a positive number of rows, got {chunk_size}")
-    loss_fn.vocab.check_width(vocab_size)
-    digits = find_digits(labels, loss_fn.vocab, vocab_size, loss_fn.ignore_index)
-    compute = torch.promote_types(hidden.dtype, lm_head_weight.dtype)
+    check_aligned("hidden", hidden, labels, "H")
+    weight, bias = lm_head_weight, lm_head_bias
+    if not torch.is_tensor(weight) or weight.dim() != 2 or not weight.is_floating_point():
+        raise ValueError(
+            "lm_head_weight must be a floating-point [V, H] matrix"
+            f" (model.get_output_embeddings().weight), got {tuple(getattr(weight, 'shape', ()))}"
+        )
+    if hidden.shape[-1] != weight.shape[1]:
+        raise ValueError(
+            f"hidden size {hidden.shape[-1]} does not match lm_head_weight {tuple(weight.shape)}:"
+            " the weight must be [V, H], the LM head of the model whose hidden states these are"
+        )
+    if bias is not None and (not torch.is_tensor(bias) or bias.shape != (weight.shape[0],)):
+        raise ValueError(
+            f"lm_head_bias must be a [V] = [{weight.shape[0]}] vector, got"
+            f" {tuple(getattr(bias, 'shape', ()))}"
+        )
+    check_choice("strategy", strategy, STRATEGIES)
+    vocab_size, hidden_size = weight.shape
+    chunk_size = check_int(
+        "chunk_size",
+        default_chunk_size(vocab_size, hidden_size) if chunk_size is None else chunk_size,
+        1,
+    )
+    valid, targets, digits = loss_fn.aligned_targets(labels, vocab_size)
+    compute = torch.promote_types(hidden.dtype, weight.dtype)
     flat_hidden = hidden.reshape(-1, hidden_size).to(compute)
-    weight = lm_head_weight.to(compute)
-    bias = lm_head_bias.to(compute) if lm_head_bias is not None else None
-    flat_labels = labels.reshape(-1).long()
-    valid = flat_labels != loss_fn.ignore_index
-    targets = torch.where(valid, flat_labels, torch.zeros_like(flat_labels))
+    weight = weight.to(compute)
+    bias = bias.to(compute) if bias is not None else None
     math = compute_dtype(compute)
     unit = loss_fn.transport_embedding(hidden.device, math)
     if unit is not None and unit.shape[0] != vocab_size:
@@ -347,52 +348,53 @@ def fused_loss(
         digit_columns,
         unit,
         rule,
-        int(chunk_size),
+        chunk_size,
         strategy,
     )
-
-    def diagnose(ignored_rows: torch.Tensor | None) -> NoReturn:
-        _raise_not_finite(loss_fn.name, flat_hidden, weight, bias, valid, ignored_rows)
-
-    return loss_fn.combine(
-        nll,
-        valid,
-        digit_logits,
-        digits,
-        cost if unit is not None else None,
-        num_items_in_batch,
-        num_digits_in_batch,
-        row_finite=row_finite,
-        diagnose=diagnose,
-    )
+    inputs = [("hidden states", flat_hidden), ("LM-head weight", weight), ("LM-head bias", bias)]
+    counts, cost = (num_items_in_batch, num_digits_in_batch), cost if unit is not None else None
+    return loss_fn.combine(nll, valid, digit_logits, digits, cost, *counts, row_finite, inputs)
 
 
-def _raise_not_finite(name, hidden, weight, bias, valid, ignored_rows) -> NoReturn:
-    """Say why the fused loss (or rows at ignored positions) is not finite."""
-    inputs = [("hidden states", hidden), ("LM-head weight", weight)] + (
-        [("LM-head bias", bias)] if bias is not None else []
-    )
-    broken = [label for label, tensor in inputs if not bool(torch.isfinite(tensor).all())]
+def raise_not_finite(
+    name: str,
+    inputs: list[tuple[str, torch.Tensor | None]],
+    valid: torch.Tensor,
+    ignored_rows: torch.Tensor | None,
+) -> NoReturn:
+    """Say why a loss (or its rows at `ignored_rows`) is not finite: which of `inputs` (the
+    logits, or the hidden states and LM-head weight and bias; rows first) hold NaN or inf."""
+    first, rows = inputs[0]
+    broken = [label for label, x in inputs if x is not None and not bool(torch.isfinite(x).all())]
+    bad = (~torch.isfinite(rows)).any(-1) & valid
     where = ""
+    advice = (
+        "the model diverged or its output overflowed (lower the learning rate, check the inputs, or"
+        " train in bf16 rather than fp16)"
+    )
     if ignored_rows is not None:
-        where = (
-            f" at {ignored_rows.numel()} ignored position(s) (first: flat position"
-            f" {int(ignored_rows[0])}); their loss gradient is zero, but the weight gradient"
-            " multiplies through them and turns NaN"
+        where = f" at {ignored_rows.numel()} ignored position(s) (first: flat position"
+        where += f" {int(ignored_rows[0])})"
+        advice = (
+            "their loss gradient is zero, but back-propagating through them gives NaN weight"
+            " gradients: fix the padding or attention mask that makes them (or pass"
+            " check_finite=False)"
         )
+    elif bool(bad.any()):
+        where = f" at {int(bad.sum())} scored position(s) (first: flat position"
+        where += f" {int(torch.nonzero(bad)[0])})"
     if broken:
         raise FloatingPointError(
-            f"{name}: the {' and '.join(broken)} hold NaN or inf{where} (the model diverged or"
-            " overflowed; lower the learning rate, check the padding and attention mask, use bf16"
-            " not fp16)"
+            f"{name}: the {' and '.join(broken)} hold NaN or inf{where}; {advice}"
         )
-    if hidden.dtype == torch.float16:
+    if rows.dtype == torch.float16 and first != "logits":
         raise FloatingPointError(
             f"{name}: the fp16 logits overflowed{where}: hidden states and LM-head weight are"
             " finite, but hidden @ weight.T exceeds fp16's largest value 65504; train in bf16 or"
             " float32"
         )
+    held = " and ".join(label for label, x in inputs if x is not None)
     raise FloatingPointError(
-        f"{name}: the loss is not finite{where} although the hidden states and LM-head weight are; "
-        "alpha or a step-wide count may be wrong"
+        f"{name}: the loss is not finite{where} although the {held} are; alpha or a step-wide"
+        " count may be wrong"
     )

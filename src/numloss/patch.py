@@ -216,13 +216,10 @@ def patch(model: nn.Module, loss_fn: NumericLoss, fused: bool = False) -> nn.Mod
         )
     if fused:
         output_head(target)  # raises now for a head the fused path cannot apply itself
-    else:
-        get_head = getattr(target, "get_output_embeddings", None)
-        head = get_head() if callable(get_head) else None
-        weight = getattr(head, "weight", None)
-        # a sharded weight (ZeRO-3, FSDP1) is checked in the loss
-        if weight is not None and weight.dim() == 2:
-            loss_fn.vocab.check_width(weight.shape[0])
+    weight = getattr(target.get_output_embeddings(), "weight", None)
+    # a sharded weight (ZeRO-3, FSDP1) is checked in the loss
+    if weight is not None and weight.dim() == 2:
+        loss_fn.vocab.check_width(weight.shape[0])
     previous = (
         getattr(target, _STATE).previous_forward
         if hasattr(target, _STATE)

@@ -63,11 +63,6 @@ def has_digit_term(loss_fn: NumericLoss) -> bool:
     return type(loss_fn).digit_terms is not NumericLoss.digit_terms
 
 
-def token_count_suffices(loss_fn: NumericLoss) -> bool:
-    """True when the step's token count alone makes `loss_fn` exact over a step's batches."""
-    return loss_fn.token_count_suffices
-
-
 def needs_step_digit_count(
     loss_fn: NumericLoss,
     labels: torch.Tensor,
@@ -78,7 +73,7 @@ def needs_step_digit_count(
     the step spans more than these `labels` (accumulation or several ranks); never in evaluation."""
     if num_items_in_batch is None or num_digits_in_batch is not None:
         return False
-    if token_count_suffices(loss_fn):
+    if loss_fn.token_count_suffices:
         return False
     if dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1:
         return True
@@ -107,15 +102,3 @@ def step_digits_refusal(where: str, loss_fn: NumericLoss, takes_digit_count: boo
         ' numloss.hf.NumericTrainer ("tokens" takes its own alpha: the digit alpha x the data\'s'
         " tokens per digit)"
     )
-
-
-__all__ = [
-    "count_tokens_and_digits",
-    "reduce_step_counts",
-    "refuse_split_sequences",
-    "accelerate_sequence_split",
-    "has_digit_term",
-    "token_count_suffices",
-    "needs_step_digit_count",
-    "step_digits_refusal",
-]

@@ -8,19 +8,20 @@ from its ten digit logits; aux = sum / N_dig (or / N_tok). Token objectives (Mix
 
 from __future__ import annotations
 
+import functools
 import inspect
 import math
 import numbers
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, ClassVar, NoReturn
+from typing import Any, ClassVar
 
 import torch
 from torch import nn
 
-from numloss.checks import check_bool
+from numloss.checks import check_bool, check_choice, check_float
 from numloss.digits import IGNORE_INDEX, DigitPositions, DigitVocab, find_digits
-from numloss.fused import fused_loss
+from numloss.fused import check_aligned, fused_loss, raise_not_finite
 from numloss.losses.core import token_nll_and_digit_logits
 from numloss.losses.del_terms import del_pushdown
 from numloss.losses.number_tokens import slot_logits
@@ -50,41 +51,12 @@ class NumericLossOutput:
 
 
 def check_number(
-    objective: str,
-    name: str,
-    value: Any,
-    low: float = 0.0,
-    high: float = math.inf,
-    low_open: bool = False,
+    objective: str, name: str, value: Any, low: float = 0.0, high: float = math.inf, **open_ends
 ) -> float:
-    """`value` as a float, or a ValueError naming the option, value and range; a string or a
-    bool is refused, so a quoted number in a config is an error rather than a conversion."""
-    what = f"({low}, {high}]" if low_open else f"[{low}, {high}]"
-    if high == math.inf:
-        what = f"> {low:g}" if low_open else f">= {low:g}"
-    number = (
-        float(value)
-        if isinstance(value, numbers.Real) and not isinstance(value, bool)
-        else math.nan
-    )
-    if not math.isfinite(number) or number < low or number > high or (low_open and number == low):
-        raise ValueError(f"{objective}: {name} must be a finite number {what}, got {value!r}")
-    # the loss is computed in float32: it would be inf there
-    if abs(number) > torch.finfo(torch.float32).max:
-        raise ValueError(
-            f"{objective}: {name} must be a finite number {what} within float32 (at most 3.4e38),"
-            f" got {value!r}"
-        )
-    return number
-
-
-def check_choice(objective: str, name: str, value: Any, choices: tuple) -> Any:
-    """`value` if it is one of `choices`, else a ValueError listing them."""
-    if value not in choices:
-        raise ValueError(
-            f"{objective}: {name} must be one of {', '.join(map(repr, choices))}, got {value!r}"
-        )
-    return value
+    """`value` as a float in range and within float32 (the loss is computed there), or a one-line
+    error naming the option; a string or a bool is refused, never converted."""
+    high = min(high, torch.finfo(torch.float32).max)
+    return check_float(f"{objective}: {name}", value, low, high, **open_ends)
 
 
 def _as_count(
@@ -139,10 +111,6 @@ def digit_diagnostics(
     return entropy, logit_mean, pushdown_share, target_prob
 
 
-# option names per objective class, computed once (read on every attribute assignment)
-_OPTION_NAMES: dict[type, list[str]] = {}
-
-
 class NumericLoss(nn.Module):
     """Base of every objective: `loss_fn(logits, labels) -> NumericLossOutput`; its options are
     `__init__`'s keywords, checked when built and when assigned (`loss_fn.alpha = -1` raises)."""
@@ -173,7 +141,7 @@ class NumericLoss(nn.Module):
                 "vocab must be a numloss.DigitVocab (DigitVocab.from_tokenizer(tok)), got"
                 f" {type(vocab).__name__}"
             )
-        self.validate_options({"alpha": alpha, "check_finite": check_finite})
+        self.validate_options({"alpha": alpha})
         self.vocab = vocab
         self.alpha = float(self.default_alpha if alpha is None else alpha)
         self.ignore_index = ignore_index
@@ -184,9 +152,7 @@ class NumericLoss(nn.Module):
     def __setattr__(self, name: str, value: Any) -> None:
         # An option set at any time (in __init__ or later) is checked with the other options
         # already set, so cross-option rules (DIST2's point_ends_run needs place_weight) hold too.
-        options = _OPTION_NAMES.get(type(self)) or _OPTION_NAMES.setdefault(
-            type(self), type(self).option_names()
-        )
+        options = type(self).option_names()
         if name in options and name != "embedding":
             current = {
                 key: getattr(self, key) for key in options if key != name and key in vars(self)
@@ -203,7 +169,8 @@ class NumericLoss(nn.Module):
         return super().__getattr__(name)
 
     @classmethod
-    def option_names(cls) -> list[str]:
+    @functools.cache
+    def option_names(cls) -> tuple[str, ...]:
         """Keyword options `build_loss` accepts for this objective (its own and the base's)."""
         names: list[str] = []
         for klass in cls.__mro__:
@@ -213,7 +180,7 @@ class NumericLoss(nn.Module):
                         continue
                     if name not in ("self", "vocab") and name not in names:
                         names.append(name)
-        return [name for name in names if cls.takes_alpha or name != "alpha"]
+        return tuple(name for name in names if cls.takes_alpha or name != "alpha")
 
     @classmethod
     def validate_options(cls, options: Mapping[str, Any]) -> None:
@@ -223,11 +190,12 @@ class NumericLoss(nn.Module):
             check_number(cls.name, "alpha", options["alpha"])
         if "check_finite" in options:
             check_bool(f"{cls.name}: check_finite", options["check_finite"])
-        if "normalize" in options and cls.normalizations:
-            check_choice(cls.name, "normalize", options["normalize"], cls.normalizations)
-        for key, allowed in cls.choices.items():
+        choices = (
+            {**cls.choices, "normalize": cls.normalizations} if cls.normalizations else cls.choices
+        )
+        for key, allowed in choices.items():
             if key in options:
-                check_choice(cls.name, key, options[key], allowed)
+                check_choice(f"{cls.name}: {key}", options[key], allowed)
 
     @property
     def token_count_suffices(self) -> bool:
@@ -240,7 +208,9 @@ class NumericLoss(nn.Module):
         return self.normalize == "tokens"
 
     def extra_repr(self) -> str:
-        return f"alpha={self.alpha}"
+        hidden = ("embedding", "ignore_index", "check_finite")
+        shown = [name for name in self.option_names() if name not in hidden]
+        return ", ".join(f"{name}={getattr(self, name)!r}" for name in shown)
 
     # -- hooks ----------------------------------------------------------------------------------
     def digit_weights(self, digits: DigitPositions) -> torch.Tensor:
@@ -325,64 +295,7 @@ class NumericLoss(nn.Module):
     ) -> NumericLossOutput:
         """Loss of aligned (unshifted) `logits` [B, T, V] or [N, V] against `labels` [B, T] or [N];
         the counts are the step's (default: this call's)."""
-        flat_logits, flat_labels, digits = self._prepare(logits, labels)
-        valid = flat_labels != self.ignore_index
-        targets = torch.where(valid, flat_labels, torch.zeros_like(flat_labels))
-        nll, number_logits, row_finite = token_nll_and_digit_logits(
-            flat_logits, targets, valid, digits.rows, self.number_columns
-        )
-        cost = self.transport_cost(flat_logits, valid, targets)
-
-        def diagnose(ignored_rows: torch.Tensor | None) -> NoReturn:
-            self._raise_for_logits(flat_logits, valid, ignored_rows)
-
-        return self.combine(
-            nll,
-            valid,
-            number_logits,
-            digits,
-            cost,
-            num_items_in_batch,
-            num_digits_in_batch,
-            row_finite=row_finite,
-            diagnose=diagnose,
-        )
-
-    def from_hidden(
-        self,
-        hidden: torch.Tensor,
-        lm_head_weight: torch.Tensor,
-        labels: torch.Tensor,
-        lm_head_bias: torch.Tensor | None = None,
-        num_items_in_batch: int | torch.Tensor | None = None,
-        num_digits_in_batch: int | torch.Tensor | None = None,
-        chunk_size: int | None = None,
-    ) -> NumericLossOutput:
-        """The loss (and gradients) of `hidden @ lm_head_weight.T + lm_head_bias` computed in
-        chunks by `numloss.fused`, never materialising those logits."""
-        return fused_loss(
-            self,
-            hidden,
-            lm_head_weight,
-            labels,
-            lm_head_bias=lm_head_bias,
-            num_items_in_batch=num_items_in_batch,
-            num_digits_in_batch=num_digits_in_batch,
-            chunk_size=chunk_size,
-        )
-
-    def _prepare(
-        self, logits: torch.Tensor, labels: torch.Tensor
-    ) -> tuple[torch.Tensor, torch.Tensor, DigitPositions]:
-        if not torch.is_tensor(logits) or not logits.is_floating_point():
-            raise TypeError(
-                "logits must be a floating-point tensor, got"
-                f" {getattr(logits, 'dtype', type(logits))}"
-            )
-        if not torch.is_tensor(labels) or labels.is_floating_point():
-            raise TypeError(
-                "labels must be an integer tensor of token ids (ignore_index for skipped positions)"
-            )
+        check_aligned("logits", logits, labels, "V")
         if logits.device != labels.device or logits.is_meta:
             where = f"logits on {logits.device}, labels on {labels.device}"
             fix = (
@@ -394,16 +307,30 @@ class NumericLoss(nn.Module):
             raise ValueError(
                 f"{self.name}: logits and labels must be on one device with values ({where}): {fix}"
             )
-        if logits.dim() not in (2, 3) or logits.shape[:-1] != labels.shape:
-            raise ValueError(
-                f"logits {tuple(logits.shape)} and labels {tuple(labels.shape)} do not match:"
-                " expected logits [B, T, V] with labels [B, T] (or [N, V] with [N]), already"
-                " aligned (no shift)"
-            )
-        width = logits.shape[-1]
-        self.vocab.check_width(width)
+        flat_logits = logits.reshape(-1, logits.shape[-1])
+        valid, targets, digits = self.aligned_targets(labels, logits.shape[-1])
+        nll, number_logits, row_finite = token_nll_and_digit_logits(
+            flat_logits, targets, valid, digits.rows, self.number_columns
+        )
+        cost = self.transport_cost(flat_logits, valid, targets)
+        counts = (num_items_in_batch, num_digits_in_batch)
+        return self.combine(
+            nll, valid, number_logits, digits, cost, *counts, row_finite, [("logits", flat_logits)]
+        )
+
+    #: the loss (and gradients) of `hidden @ lm_head_weight.T + lm_head_bias`, computed in chunks
+    #: by `numloss.fused` without materialising those logits: `numloss.fused.fused_loss`
+    from_hidden = fused_loss
+
+    def aligned_targets(
+        self, labels: torch.Tensor, width: int
+    ) -> tuple[torch.Tensor, torch.Tensor, DigitPositions]:
+        """(valid [N], targets [N] with 0 at ignored positions, the digit slots) of `labels`, for
+        logits of `width` columns (both paths)."""
         digits = find_digits(labels, self.vocab, width, self.ignore_index)
-        return logits.reshape(-1, width), labels.reshape(-1).long(), digits
+        flat = labels.reshape(-1).long()
+        valid = flat != self.ignore_index
+        return valid, torch.where(valid, flat, torch.zeros_like(flat)), digits
 
     def combine(
         self,
@@ -414,12 +341,12 @@ class NumericLoss(nn.Module):
         cost: torch.Tensor | None,
         num_items_in_batch: int | torch.Tensor | None,
         num_digits_in_batch: int | torch.Tensor | None,
-        row_finite: torch.Tensor | None = None,
-        diagnose: Callable[[torch.Tensor | None], NoReturn] | None = None,
+        row_finite: torch.Tensor,
+        inputs: list[tuple[str, torch.Tensor | None]],
     ) -> NumericLossOutput:
         """Normalise and add up the per-token NLL, number-token logits [P, C] and transport cost
-        (both paths). `diagnose(ignored_rows)` raises the calling path's error for a non-finite
-        loss (None) or non-finite rows at ignored positions (`row_finite` False there).
+        (both paths). A non-finite loss, or non-finite rows at ignored positions (`row_finite`
+        False there), raise naming which of the path's `inputs` holds NaN or inf.
         """
         num_tokens = valid.sum()
         digit_logits, support = slot_logits(
@@ -447,18 +374,18 @@ class NumericLoss(nn.Module):
             )
             terms = self.digit_terms(digit_logits, digits.target, weights, digit_nll, support)
         if terms is not None:
-            aux = terms.sum() / self._digit_denominator(token_count, digit_count)
+            aux = terms.sum() / (token_count if self.normalize == "tokens" else digit_count)
             loss = ce + self.alpha * aux
         reshaped = self.token_loss(nll, valid, cost)
         if reshaped is not None:
             token_loss, reported = reshaped
             loss = token_loss.sum() / token_count
             aux = reported.sum() / token_count
-        if self.check_finite and diagnose is not None:
+        if self.check_finite:
             if not bool(torch.isfinite(loss)):
-                diagnose(None)
-            if row_finite is not None and not bool(row_finite.all()):
-                diagnose(torch.nonzero(~row_finite).squeeze(1))
+                raise_not_finite(self.name, inputs, valid, None)
+            if not bool(row_finite.all()):
+                raise_not_finite(self.name, inputs, valid, torch.nonzero(~row_finite).squeeze(1))
         entropy, logit_mean, pushdown_share, target_prob = digit_diagnostics(
             self, digit_logits, digits.target, support
         )
@@ -469,37 +396,6 @@ class NumericLoss(nn.Module):
     def _digit_units(self, num_digits: torch.Tensor, weights: torch.Tensor) -> torch.Tensor:
         """This call's share of the digit denominator, in `count_digits`'s units."""
         return num_digits
-
-    def _digit_denominator(
-        self, token_count: torch.Tensor, digit_count: torch.Tensor
-    ) -> torch.Tensor:
-        if self.normalize == "tokens":
-            return token_count
-        return digit_count
-
-    def _raise_for_logits(
-        self, logits: torch.Tensor, valid: torch.Tensor, ignored_rows: torch.Tensor | None
-    ) -> NoReturn:
-        if ignored_rows is not None:
-            raise FloatingPointError(
-                f"{self.name}: the logits hold NaN or inf at {ignored_rows.numel()} ignored"
-                f" position(s) (first: flat position {int(ignored_rows[0])}); their loss gradient"
-                " is zero, but back-propagating through them gives NaN weight gradients: fix the"
-                " padding or attention mask that makes them (or pass check_finite=False)"
-            )
-        bad_rows = (~torch.isfinite(logits)).any(-1) & valid
-        if bool(bad_rows.any()):
-            where = int(torch.nonzero(bad_rows)[0])
-            raise FloatingPointError(
-                f"{self.name}: the logits hold NaN or inf at {int(bad_rows.sum())} scored"
-                f" position(s) (first: flat position {where}); the model diverged or its output"
-                " overflowed (lower the learning rate, check the inputs, or train in bf16 rather"
-                " than fp16)"
-            )
-        raise FloatingPointError(
-            f"{self.name}: the loss is not finite although the logits are; alpha={self.alpha} or a "
-            "step-wide count may be wrong"
-        )
 
 
 def check_objective(loss_fn: Any) -> NumericLoss:
@@ -546,6 +442,3 @@ class DigitLoss(NumericLoss):
                 f"{cls.default_alpha:g} x your data's tokens per digit (numloss train logs the"
                 " ratio)"
             )
-
-    def extra_repr(self) -> str:
-        return f"alpha={self.alpha}, normalize={self.normalize!r}"

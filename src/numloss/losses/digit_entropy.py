@@ -26,15 +26,7 @@ from numloss.digits import (
     place_weights,
 )
 from numloss.losses.base import DigitLoss
-from numloss.losses.del_terms import (  # noqa: F401  (re-exported: the functions of DEL)
-    DISTANCES,
-    P_WEIGHTS,
-    SIGMOID_INPUTS,
-    class_weights,
-    del_pushdown,
-    del_term,
-    sigmoid_logits,
-)
+from numloss.losses.del_terms import DISTANCES, P_WEIGHTS, SIGMOID_INPUTS, del_pushdown, del_term
 
 
 class DigitEntropyLoss(DigitLoss):
@@ -65,24 +57,11 @@ class DigitEntropyLoss(DigitLoss):
         **base_options,
     ) -> None:
         super().__init__(vocab, alpha=alpha, **base_options)
-        options = {
-            "place_weighting": place_weighting,
-            "distance": distance,
-            "sigmoid_input": sigmoid_input,
-            "p_weights": p_weights,
-        }
-        self.validate_options(options)
+        # each assignment is checked (NumericLoss.__setattr__)
         self.place_weighting = place_weighting
         self.distance = distance
         self.sigmoid_input = sigmoid_input
         self.p_weights = p_weights
-
-    def extra_repr(self) -> str:
-        return (
-            f"{super().extra_repr()}, place_weighting={self.place_weighting!r},"
-            f" distance={self.distance!r}, sigmoid_input={self.sigmoid_input!r},"
-            f" p_weights={self.p_weights!r}"
-        )
 
     def digit_weights(self, digits: DigitPositions) -> torch.Tensor:
         return place_weights(digits.place, self.place_weighting)

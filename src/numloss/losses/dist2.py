@@ -15,6 +15,7 @@ from typing import Any
 
 import torch
 
+from numloss.checks import check_bool
 from numloss.digits import DigitPositions, DigitVocab, find_digits
 from numloss.losses.base import NORMALIZATIONS, DigitLoss, check_number
 
@@ -72,12 +73,10 @@ class Dist2Loss(DigitLoss):
         **base_options,
     ) -> None:
         super().__init__(vocab, alpha=alpha, **base_options)
-        self.validate_options(
-            {"tau": tau, "place_weight": place_weight, "point_ends_run": point_ends_run}
-        )
-        self.tau = float(tau)
-        self.place_weight = bool(place_weight)
-        self.point_ends_run = bool(point_ends_run)
+        # each assignment is checked (NumericLoss.__setattr__), place_weight before its dependant
+        self.tau = tau
+        self.place_weight = place_weight
+        self.point_ends_run = point_ends_run
 
     @classmethod
     def validate_options(cls, options: Mapping[str, Any]) -> None:
@@ -85,18 +84,12 @@ class Dist2Loss(DigitLoss):
         if "tau" in options:
             check_number(cls.name, "tau", options["tau"], low_open=True)
         for flag in ("place_weight", "point_ends_run"):
-            if flag in options and not isinstance(options[flag], bool):
-                raise ValueError(f"{cls.name}: {flag} must be true or false, got {options[flag]!r}")
+            if flag in options:
+                check_bool(f"{cls.name}: {flag}", options[flag])
         if options.get("point_ends_run") and not options.get("place_weight", False):
             raise ValueError(
                 f"{cls.name}: point_ends_run only changes place weights; set place_weight=True too"
             )
-
-    def extra_repr(self) -> str:
-        return (
-            f"{super().extra_repr()}, tau={self.tau}, place_weight={self.place_weight}, "
-            f"point_ends_run={self.point_ends_run}"
-        )
 
     def digit_weights(self, digits: DigitPositions) -> torch.Tensor:
         if not self.place_weight:

@@ -64,7 +64,6 @@ class EMOLoss(NumericLoss):
         if "alpha" in base_options:
             raise TypeError("emo has no alpha: it reshapes the token loss")
         super().__init__(vocab, **base_options)
-        self.validate_options({"form": form, "mode": mode, "max_ratio": max_ratio})
         if embedding is None:
             raise TypeError(
                 "emo needs embedding=<output-embedding matrix [V, H]>, e.g. "
@@ -76,9 +75,10 @@ class EMOLoss(NumericLoss):
                 f" {getattr(embedding, 'shape', type(embedding))}"
             )
         self.embedding = embedding
+        # each assignment is checked (NumericLoss.__setattr__), mode before the cap it rules on
         self.form = form
-        self.mode = int(mode)
-        self.max_ratio = None if max_ratio is None else float(max_ratio)
+        self.mode = mode
+        self.max_ratio = max_ratio
 
     @classmethod
     def validate_options(cls, options: Mapping[str, Any]) -> None:
@@ -89,9 +89,6 @@ class EMOLoss(NumericLoss):
                 raise ValueError(
                     f"{cls.name}: max_ratio caps mode 1's nll/d; mode 2 has no such ratio"
                 )
-
-    def extra_repr(self) -> str:
-        return f"form={self.form!r}, mode={self.mode}, max_ratio={self.max_ratio}"
 
     def transport_embedding(self, device, dtype=torch.float32):
         """Unit-length rows of the embedding, detached, in `dtype` on `device`."""

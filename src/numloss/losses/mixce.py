@@ -29,17 +29,13 @@ class MixCELoss(NumericLoss):
                 "mixce has no alpha: it reshapes the token loss; set eta (1.0 is plain MLE)"
             )
         super().__init__(vocab, **base_options)
-        self.validate_options({"eta": eta})
-        self.eta = float(eta)
+        self.eta = eta  # checked on assignment (NumericLoss.__setattr__)
 
     @classmethod
     def validate_options(cls, options: Mapping[str, Any]) -> None:
         super().validate_options(options)
         if "eta" in options:
             check_number(cls.name, "eta", options["eta"], 0.0, 1.0)
-
-    def extra_repr(self) -> str:
-        return f"eta={self.eta}"
 
     def token_weight(self, nll: torch.Tensor) -> torch.Tensor:
         """w_t = eta + (1 - eta) * exp(-nll_t), no gradient."""

@@ -14,6 +14,7 @@ from typing import Any
 
 import torch
 
+from numloss.checks import check_bool
 from numloss.digits import DigitVocab
 from numloss.losses.base import DigitLoss
 from numloss.losses.number_tokens import token_values
@@ -62,42 +63,28 @@ class _NumberTokenLoss(DigitLoss):
         **base_options,
     ) -> None:
         super().__init__(vocab, alpha=alpha, **base_options)
-        self.validate_options({"reweigh": reweigh, "level": level})
-        self.reweigh = bool(reweigh)
+        self.reweigh = reweigh  # checked on assignment (NumericLoss.__setattr__)
         self.level = level
 
     @classmethod
     def validate_options(cls, options: Mapping[str, Any]) -> None:
         super().validate_options(options)
-        if "reweigh" in options and not isinstance(options["reweigh"], bool):
-            raise ValueError(
-                f"{cls.name}: reweigh must be true or false, got {options['reweigh']!r}"
-            )
+        if "reweigh" in options:
+            check_bool(f"{cls.name}: reweigh", options["reweigh"])
         if options.get("level") == "token" and options.get("reweigh"):
             raise ValueError(
                 f"{cls.name}: reweigh applies to the digit level only; drop it or use level='digit'"
             )
 
-    def extra_repr(self) -> str:
-        return f"{super().extra_repr()}, reweigh={self.reweigh}, level={self.level!r}"
-
     @property
     def scores_tokens(self) -> bool:
         return self.level == "token"
-
-    @staticmethod
-    def token_distance(p: torch.Tensor, values: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
-        raise NotImplementedError
 
     def number_terms(self, number_logits, digits):
         p, values, target = token_values(
             number_logits, digits, self.vocab.number_table(number_logits.device)
         )
         return self.token_distance(p, values, target)
-
-    @staticmethod
-    def term(z: torch.Tensor, y: torch.Tensor, u: torch.Tensor) -> torch.Tensor:
-        raise NotImplementedError
 
     def digit_terms(self, digit_logits, digit_targets, weights, digit_nll, support=None):
         terms = self.term(digit_logits, digit_targets, weights)

@@ -56,12 +56,7 @@ def slot_logits(
         firsts = torch.nonzero(first_slots & (group_of_slot == g)).squeeze(1)
         if not firsts.numel():
             continue
-        rows = digits.row_of[firsts]
-        if g == 0:  # the ten bare digits, columns 0..9 in digit order: z is their logits
-            pieces.append(number_logits[rows, :10])
-            order.append(firsts)
-            continue
-        x = number_logits[rows][:, columns]  # [P_g, n_g]
+        x = number_logits[digits.row_of[firsts]][:, columns]  # [P_g, n_g]
         complete = table.complete[g]  # every digit string once: columns in digit order
         grid = x.view(-1, *([10] * length)) if complete else None
         for j in range(length):
