@@ -24,7 +24,7 @@ WHEEL=$(ls "$WORK"/dist/numloss-*.whl)
 listing=$("$PYTHON" -m zipfile -l "$WHEEL")
 for file in numloss/configs/tiny.yaml numloss/configs/compare.yaml numloss/configs/compare-demo.yaml \
             numloss/configs/compare-demo-smollm2.yaml numloss/configs/compare-smollm2-words-centered.yaml \
-            numloss/configs/accelerate/ds_zero3.json numloss/recorded/grid-centered-runs.json; do
+            numloss/configs/accelerate/ds_zero3.json numloss/recorded/grid-centered.json; do
     grep -q " *$file " <<<"$listing" || { echo "wheel smoke: $file is not in $(basename "$WHEEL")"; exit 1; }
 done
 
@@ -98,16 +98,14 @@ grep -q "gsm8k" outputs/eval-smoke/report.md || { echo "wheel smoke: the eval re
 
 step "the demo's recorded grid from the package (no results/ here)"
 python - <<'EOF'
-from pathlib import Path
+import json
 
-from numloss.demo import recorded_grid, recorded_grid_lines, trace_lines
+from numloss.package_data import RECORDED_GRID_TEXT, packaged
 
-grid, runs, where = recorded_grid(Path("configs"))  # no configs/ here: the package's, and its shipped records
-assert where.startswith("the package's copy"), where
-assert set(runs) == {"mle", "del-a0.3", "del-centered-a0.3"}, runs.keys()
-lines = recorded_grid_lines(grid, runs)
-print("\n".join(lines + trace_lines(runs, "digit_logit_mean", steps=(1, 10, 15, 100))))
-assert "runs recorded" in lines[0] and any(line.lstrip().startswith("del-a0.3 - mle") for line in lines)
+lines = json.loads(packaged(RECORDED_GRID_TEXT).read_text(encoding="utf-8"))["lines"]
+print("\n".join(lines))
+assert "runs recorded" in lines[1] and any(line.lstrip().startswith("del-a0.3 - mle") for line in lines)
+assert any(line.startswith("Recorded trace of digit_logit_mean") for line in lines)
 EOF
 fi
 

@@ -5,7 +5,8 @@ Every table and every number-bearing sentence of docs/results.md sits between
 records in ``results/`` (`numloss.compare.analysis`), never typed by hand:
 
     python scripts/results_doc.py            # rewrite the blocks of docs/results.md,
-                                             # docs/results-pretrained.md and README.md
+                                             # docs/results-pretrained.md and README.md, and
+                                             # the recorded grid a `numloss demo` prints
     python scripts/results_doc.py --check    # exit 1 if a block differs from the records
 
 The write-up of this repository's experiments, not part of the installed package: it reads the
@@ -27,7 +28,7 @@ from functools import cached_property
 from pathlib import Path
 from typing import Any
 
-from numloss.atomic import write_text_atomic
+from numloss.atomic import write_json_atomic, write_text_atomic
 from numloss.compare import item_paired
 from numloss.compare.analysis import (
     ENDPOINTS,
@@ -41,8 +42,9 @@ from numloss.compare.analysis import (
     seed_plan,
 )
 from numloss.compare.machine import runs_machine_line
-from numloss.compare.paired import paired_t_power, seeds_for_power
+from numloss.compare.paired import holm, paired_t_power, seeds_for_power
 from numloss.compare.survival import Outcome, logrank, logrank_exact_p, median_steps
+from numloss.package_data import RECORDED_GRID_TEXT
 
 ROOT = Path(__file__).resolve().parents[1]
 DOC = ROOT / "docs" / "results.md"
@@ -1276,7 +1278,43 @@ GENTLE_GRID = "compare-smollm2-words-gentle"
 #: each grid's primary comparisons (arm, against), Holm over them, and the one reported beside
 #: them (not in the Holm family), as fixed in its design
 # the designs' comparisons (numloss.compare.item_paired; the demo reads them too)
-GRID_COMPARISONS = item_paired.DESIGNS
+#: the pre-registered comparisons of the three-arm pretrained grids (configs/<name>.yaml): the
+#: primary pairs (Holm-adjusted McNemar p over them) and the pairs shown beside them (not in Holm)
+GRID_COMPARISONS: dict[str, tuple[tuple[tuple[str, str], ...], tuple[tuple[str, str], ...]]] = {
+    CENTERED_GRID: (
+        (("del-centered-a0.3", "mle"), ("del-centered-a0.3", "del-a0.3")),
+        (("del-a0.3", "mle"),),
+    ),
+    GENTLE_GRID: (
+        (("del-centered-a1.28", "mle"), ("del-a1.28", "mle")),
+        (("del-centered-a1.28", "del-a1.28"),),
+    ),
+}
+
+
+def design_comparisons(
+    bits: dict[str, dict[int, str]],
+    primary: Sequence[tuple[str, str]],
+    beside: Sequence[tuple[str, str]] = (),
+) -> dict[tuple[str, str], dict[str, Any]]:
+    """`item_paired.paired_comparison` of every (arm, against) pair of a design whose two arms
+    share a seed in `bits` ({label: {seed: verdict string}}); the primary pairs carry
+    `mcnemar_p_holm` (Holm over those of them present), the pairs beside them do not."""
+    comparisons: dict[tuple[str, str], dict[str, Any]] = {}
+    for arm, against in (*primary, *beside):
+        if set(bits.get(arm, {})) & set(bits.get(against, {})):
+            comparisons[(arm, against)] = item_paired.paired_comparison(bits[arm], bits[against])
+    tested = [pair for pair in primary if pair in comparisons]
+    for pair, p in zip(
+        tested, holm([comparisons[pair]["mcnemar_p"] for pair in tested]), strict=True
+    ):
+        comparisons[pair]["mcnemar_p_holm"] = p
+    return comparisons
+
+
+def bits_of(runs: dict[int, dict[str, Any]]) -> dict[int, str]:
+    """{seed: the held-out items' 0/1 verdicts} of one arm's records."""
+    return {seed: r["evaluation"]["heldout"]["items"] for seed, r in runs.items()}
 
 
 def _three_arm_state(rec: Records, grid: str) -> dict[str, Any]:
@@ -1286,12 +1324,9 @@ def _three_arm_state(rec: Records, grid: str) -> dict[str, Any]:
     compare, found, summary = rec.pretrained_grid(grid)
     planned = [(spec.label, seed) for seed in compare.seeds for spec in compare.objectives]
     missing = [f"{label}-s{seed}" for label, seed in planned if seed not in found.get(label, {})]
-    bits = {
-        label: {seed: r["evaluation"]["heldout"]["items"] for seed, r in runs.items()}
-        for label, runs in found.items()
-    }
+    bits = {label: bits_of(runs) for label, runs in found.items()}
     primary, beside = GRID_COMPARISONS[grid]
-    comparisons = item_paired.design_comparisons(bits, primary, beside)
+    comparisons = design_comparisons(bits, primary, beside)
     return {
         "compare": compare,
         "found": found,
@@ -1304,10 +1339,119 @@ def _three_arm_state(rec: Records, grid: str) -> dict[str, Any]:
     }
 
 
-def _grid_reading(arm: str, against: str, c: dict[str, Any]) -> str:
-    """The reading fixed in the designs of grids a and b (item-level McNemar, Holm), and, where
-    the seed-level interval holds 0, that training randomness alone could give the difference."""
-    return item_paired.design_reading(arm, against, c)
+def _grid_reading(arm: str, against: str, c: dict[str, Any], alpha: float = 0.05) -> str:
+    """The reading fixed in the designs of grids a and b for one primary comparison `c` (with its
+    `mcnemar_p_holm`) of `arm` against `against` (MLE, or raw DEL for a centred arm), and, where
+    the seed-level interval holds 0, that training randomness alone could give it (the docs and the
+    demo both say it through this function)."""
+    if c["mcnemar_p_holm"] > alpha:
+        return f"not told apart (the items detect {100 * c['mde_items']:.1f} points)"
+    if against != "mle":
+        reading = (
+            "centring removes (part of) raw DEL's harm"
+            if c["mean_diff"] > 0
+            else "centring makes it worse"
+        )
+    else:
+        reading = "better than MLE" if c["mean_diff"] > 0 else "worse than MLE"
+    if len(c["seeds"]) >= 2 and c["ci95"][0] <= 0 <= c["ci95"][1]:
+        reading += (
+            " on these items (its seed-level interval holds 0: training randomness alone could"
+            " give it)"
+        )
+    return reading
+
+
+#: the package file `numloss demo` prints the recorded grid a from (a wheel has no results/)
+DEMO_RECORDED = ROOT / "src" / "numloss" / RECORDED_GRID_TEXT
+
+
+def demo_recorded(rec: Records) -> list[str]:
+    """What `numloss demo` prints of grid a beside its fresh runs: its runs (how many of the
+    design's), every arm's mean exact match, the design's comparisons (seed-level 95 % interval,
+    McNemar p, Holm over the primary pair) with, once every run is in, their readings, and the
+    recorded mean digit-logit trace of the three arms."""
+    from numloss.compare.stats import seed_interval
+    from numloss.demo import (
+        BASELINE,
+        CENTERED,
+        RAW,
+        RECORDED_TRACE_STEPS,
+        _columns,
+        _interval,
+        _mean_curves,
+        _pct,
+        trace_lines,
+    )
+
+    state = _three_arm_state(rec, CENTERED_GRID)
+    grid, missing = state["compare"], state["missing"]
+    runs = {label: seeds for label, seeds in state["found"].items() if label != "untrained"}
+    lines = [
+        f"Recorded: grid a ({CENTERED_GRID}.yaml: the same recipe at"
+        f" {grid.base.get('train', {}).get('max_steps')} steps, {grid.task.test_size} held-out"
+        " items, seeds paired: seed s of every arm has the same data and initial weights), from"
+        f" results/{CENTERED_GRID}/:"
+    ]
+    done = len(state["planned"]) - len(missing)
+    if not done:
+        return lines + [f"  0 of {len(state['planned'])} runs recorded."]
+    seeds = sorted({seed for arm in runs.values() for seed in arm})
+    status = (
+        "complete"
+        if not missing
+        else (
+            f"interim, {len(missing)} runs to come ({', '.join(missing)}): no verdict until every"
+            " run is in"
+        )
+    )
+    planned = len(state["planned"])
+    lines.append(f"  {done} of {planned} runs recorded, seeds {seeds[0]}-{seeds[-1]}; {status}.")
+    rows = [("arm", "seeds", "mean exact match [95 % CI over seeds]")]
+    for spec in grid.objectives:
+        if spec.label in runs:
+            ems = [b.count("1") / len(b) for b in bits_of(runs[spec.label]).values()]
+            mean = f"{_pct(statistics.fmean(ems))} {_interval(*seed_interval(ems))}"
+            rows.append((spec.label, str(len(ems)), mean))
+    lines += _columns(rows)
+    head = ("comparison", "seeds", "diff (points)", "95 % CI over seeds", "McNemar p", "Holm p")
+    rows = [(*head, "reading")]
+    for (arm, against), c in state["comparisons"].items():
+        one = len(c["seeds"]) < 2
+        ci = "n/a (1 seed)" if one else f"[{100 * c['ci95'][0]:+.1f}, {100 * c['ci95'][1]:+.1f}]"
+        if "mcnemar_p_holm" not in c:
+            holm_p, reading = "beside", "beside the design's primary pair: no verdict"
+        else:
+            holm_p = _p(c["mcnemar_p_holm"])
+            reading = _grid_reading(arm, against, c) if not missing else "no verdict (interim)"
+        diff, p = f"{100 * c['mean_diff']:+.1f}", _p(c["mcnemar_p"])
+        rows.append((f"{arm} - {against}", str(len(c["seeds"])), diff, ci, p, holm_p, reading))
+    machines = "; ".join(
+        sorted(
+            {
+                f"{r['machine']['cpu']} ({r['machine'].get('vector_extension')}), "
+                f"torch {r['machine']['torch']}, {r['machine']['date']}"
+                for arm in runs.values()
+                for r in arm.values()
+            }
+        )
+    )
+    lines += [""] + _columns(rows)
+    lines.append(
+        "  McNemar on item verdicts (seeds as strata); Holm over the design's primary pair. "
+        f"Recorded on {machines}."
+    )
+    curves = {label: runs[label] for label in (BASELINE, RAW, CENTERED) if label in runs}
+    trace = trace_lines(curves, "digit_logit_mean", steps=RECORDED_TRACE_STEPS)
+    if trace:
+        counts = {label: n for label, (_, _, n) in _mean_curves(curves, "digit_logit_mean").items()}
+        lines += [
+            "",
+            "Recorded trace of digit_logit_mean, mean over the seeds"
+            f" ({', '.join(f'{k} {v}' for k, v in counts.items())}), raw against centred DEL:",
+            *trace,
+        ]
+    return lines
 
 
 def _without_versus_mle(lines: list[str]) -> list[str]:
@@ -1854,7 +1998,14 @@ def main(argv: list[str] | None = None) -> int:
             continue
         write_text_atomic(path, rendered)
         print(f"{path}: {len(BLOCK.findall(text))} blocks written from the records")
+    recorded = {"lines": demo_recorded(rec)}
+    if "--check" in args and not given:
+        same = DEMO_RECORDED.is_file() and json.loads(DEMO_RECORDED.read_text()) == recorded
+        print(f"{DEMO_RECORDED}: {'matches' if same else 'differs from'} the records")
+        status = status or int(not same)
     if "--check" not in args and not given:
+        write_json_atomic(DEMO_RECORDED, recorded)
+        print(f"{DEMO_RECORDED}: written from the records")
         print(f"{mul_figure(rec)}: drawn from the records")
         drawn = diagnostics_figure(rec)
         if drawn is not None:

@@ -1,7 +1,7 @@
 """The default `numloss demo`: fresh one-seed runs of grid a's recipe beside grid a's records.
 
-- the recorded grid it prints is results/compare-smollm2-words-centered/'s, from the checkout or
-  from the trimmed copy shipped in the package, with the numbers docs/results-pretrained.md quotes;
+- the recorded grid it prints is results/compare-smollm2-words-centered/'s, rendered by
+  scripts/results_doc.py into the package, with the numbers docs/results-pretrained.md quotes;
 - its fresh runs never rank the objectives: one seed says whether these trained models differ on
   these items, nothing more;
 - the whole code path runs (the demo config shrunk by --smoke to the tiny model)."""
@@ -9,56 +9,42 @@
 from __future__ import annotations
 
 import importlib.util
+import json
 import re
 import sys
 from pathlib import Path
 
 import pytest
 
-from numloss.compare.config import load_compare_config
-from numloss.demo import (
-    RECORDED_GRID,
-    fresh_lines,
-    grid_records,
-    main,
-    recorded_grid,
-    recorded_grid_lines,
-    shipped_grid_runs,
-    trace_lines,
-    trim_grid_record,
-)
+from numloss.demo import RECORDED_GRID, fresh_lines, main, trace_lines
 
 ROOT = Path(__file__).resolve().parents[1]
 RANK_WORDS = re.compile(r"\b(better|worse|beats?|wins?|outperforms?|rank(s|ed)? (first|last|above|below))\b", re.I)
 
 
-def _grid():
-    return load_compare_config(ROOT / "configs" / f"{RECORDED_GRID}.yaml")
-
-
-def test_the_shipped_grid_runs_are_the_records_trimmed() -> None:
-    """The package's copy (what a wheel install's demo shows) is the grid's records, trimmed; after
-    the records change: python -c "from numloss.demo import export_recorded_grid; export_recorded_grid()"."""
-    grid = _grid()
-    records = grid_records(grid, ROOT / "results" / RECORDED_GRID)
-    trimmed = {label: {seed: trim_grid_record(r) for seed, r in seeds.items()} for label, seeds in records.items()}
-    shipped = shipped_grid_runs(grid)
-    assert shipped == trimmed, "the shipped copy is stale: run export_recorded_grid() (see this docstring)"
-    assert recorded_grid_lines(grid, shipped) == recorded_grid_lines(grid, records)
-    assert trace_lines(shipped, "digit_logit_mean") == trace_lines(records, "digit_logit_mean")
-
-
-def test_the_recorded_table_states_its_runs_and_quotes_the_docs_numbers() -> None:
+def _results_doc():
     spec = importlib.util.spec_from_file_location("results_doc", ROOT / "scripts" / "results_doc.py")
     results_doc = importlib.util.module_from_spec(spec)
     sys.modules.setdefault("results_doc", results_doc)
     spec.loader.exec_module(results_doc)
-    state = results_doc._three_arm_state(results_doc.Records(), RECORDED_GRID)
-    grid, runs, where = recorded_grid(ROOT / "configs")
-    assert where.endswith(f"results/{RECORDED_GRID}")
-    lines = recorded_grid_lines(grid, runs)
+    return results_doc
+
+
+def test_the_recorded_grid_the_demo_prints_is_the_records_and_quotes_the_docs_numbers() -> None:
+    """The package's recorded text (what the demo prints, from a checkout or a wheel) is
+    scripts/results_doc.py's rendering of results/compare-smollm2-words-centered/ (stale: run the
+    script), with the numbers docs/results-pretrained.md quotes and no path of the machine."""
+    from numloss.package_data import RECORDED_GRID_TEXT, packaged
+
+    results_doc = _results_doc()
+    rec = results_doc.Records()
+    lines = results_doc.demo_recorded(rec)
+    shipped = json.loads(packaged(RECORDED_GRID_TEXT).read_text(encoding="utf-8"))
+    assert shipped == {"lines": lines}, "the shipped copy is stale: run python scripts/results_doc.py"
+    state = results_doc._three_arm_state(rec, RECORDED_GRID)
+    assert lines[0].endswith(f"from results/{RECORDED_GRID}/:") and str(ROOT) not in "".join(lines)
     done = len(state["planned"]) - len(state["missing"])
-    assert lines[0].lstrip().startswith(f"{done} of {len(state['planned'])} runs recorded")
+    assert lines[1].lstrip().startswith(f"{done} of {len(state['planned'])} runs recorded")
     for (arm, against), c in state["comparisons"].items():
         row = next(line for line in lines if line.lstrip().startswith(f"{arm} - {against} "))
         assert f"{100 * c['mean_diff']:+.1f}" in row and f"[{100 * c['ci95'][0]:+.1f}, {100 * c['ci95'][1]:+.1f}]" in row
@@ -69,6 +55,7 @@ def test_the_recorded_table_states_its_runs_and_quotes_the_docs_numbers() -> Non
     for label, arm in state["summary"]["sets"]["heldout"]["arms"].items():
         if label != "untrained":
             assert any(line.split()[:1] == [label] and f"{100 * arm['mean']:.1f} %" in line for line in lines), label
+    assert any(line.startswith("Recorded trace of digit_logit_mean") for line in lines)
 
 
 def _run(label: str, bits: str, trace: list[float]) -> dict:

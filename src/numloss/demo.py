@@ -16,7 +16,8 @@ centred sigmoid (`sigmoid_input: centered`), one seed, three runs at once. It pr
   "When DEL works against CE");
 - the recorded many-seed grid of the same recipe at full length (grid a:
   `configs/compare-smollm2-words-centered.yaml`, records in
-  `results/compare-smollm2-words-centered/`, or the trimmed copy shipped in the package): every
+  `results/compare-smollm2-words-centered/`, as scripts/results_doc.py renders them into the
+  package, so a wheel shows them too): every
   arm's mean exact match, the design's comparisons with their seed-level interval and McNemar p
   (Holm over the design's primary pair), the readings the design fixed once every run is in, and the
   recorded mean digit-logit trace.
@@ -36,25 +37,19 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from numloss.package_data import RECORDED_GRID_RUNS, config_path, packaged
+from numloss.package_data import RECORDED_GRID_TEXT, config_path, packaged
 
 _CHARS = list("0123456789.") + list(" =+-*/abcdefghijklmnopqrstuvwxyz")
 DEMO_CONFIG = Path("configs/compare-demo-smollm2.yaml")
 RECORDED_GRID = "compare-smollm2-words-centered"
 """The recorded grid the default demo prints beside its fresh runs (configs/<name>.yaml, its
-records in results/<name>/): the demo's recipe at full length, 8 seeds."""
+records in results/<name>/, its lines in the package's RECORDED_GRID_TEXT): the demo's recipe at
+full length, 8 seeds."""
 BASELINE, RAW, CENTERED = "mle", "del-a0.3", "del-centered-a0.3"
 #: the training-curve columns the demo's traces read (every 5 steps in the recorded grid)
 TRACE_KEYS = ("step", "digit_logit_mean", "pushdown_share", "digit_target_prob")
 #: the recorded trace's steps (where logged): the collapse of raw DEL happens by step 15
 RECORDED_TRACE_STEPS = (1, 5, 10, 15, 20, 30, 50, 100)
-
-
-def load_demo_config(path: Path) -> Any:
-    """The comparison config at `path` (`numloss.compare.config.load_compare_config`)."""
-    from numloss.compare.config import load_compare_config
-
-    return load_compare_config(path)
 
 
 # -- the default demo: fresh runs of grid a's recipe beside grid a's records ----------------------
@@ -80,105 +75,12 @@ def _columns(rows: list[tuple[str, ...]], indent: str = "  ") -> list[str]:
     ]
 
 
-def _machines(runs: dict[str, dict[int, dict[str, Any]]]) -> str:
-    """The machines the records name (CPU, vector extension, torch, date), each once."""
-    return "; ".join(
-        sorted(
-            {
-                f"{r['machine']['cpu']} ({r['machine'].get('vector_extension')}), "
-                f"torch {r['machine']['torch']}, {r['machine']['date']}"
-                for arm in runs.values()
-                for r in arm.values()
-            }
-        )
-    )
-
-
 def _bits(runs: dict[str, dict[int, dict[str, Any]]]) -> dict[str, dict[int, str]]:
     """{label: {seed: the held-out items' 0/1 verdicts}} of a pretrained grid's records."""
     return {
         label: {seed: r["evaluation"]["heldout"]["items"] for seed, r in seeds.items()}
         for label, seeds in runs.items()
     }
-
-
-def trim_grid_record(record: dict[str, Any]) -> dict[str, Any]:
-    """The parts of a grid-a run record the demo reads: label, seed, hash, machine, the held-out
-    items' verdicts and exact match, and the digit-diagnostic columns of the training curve."""
-    heldout = record["evaluation"]["heldout"]
-    return {
-        "label": record["label"],
-        "seed": record["seed"],
-        "hash": record["hash"],
-        "machine": record["machine"],
-        "evaluation": {"heldout": {key: heldout[key] for key in ("exact_match", "n", "items")}},
-        "curve": {
-            key: record["curve"][key] for key in TRACE_KEYS if key in record.get("curve", {})
-        },
-    }
-
-
-def grid_records(grid: Any, records_dir: Path) -> dict[str, dict[int, dict[str, Any]]]:
-    """{label: {seed: record}} of the recorded grid `grid` (a CompareConfig) in `records_dir`: the
-    trained runs of its config's hashes (numloss.compare.pretrained.load_records), not the untrained
-    model."""
-    from numloss.compare.pretrained import BASELINE as UNTRAINED
-    from numloss.compare.pretrained import load_records
-
-    return {
-        label: seeds
-        for label, seeds in load_records(grid, records_dir).items()
-        if label != UNTRAINED
-    }
-
-
-def shipped_grid_runs(grid: Any) -> dict[str, dict[int, dict[str, Any]]]:
-    """The recorded grid's runs shipped in the package (trimmed records: a wheel has no results/),
-    `grid`'s own only: a record counts when its hash is the one `grid` gives that objective and
-    seed."""
-    from numloss.compare.runner import RunKey, key_hash
-
-    path = packaged(RECORDED_GRID_RUNS)
-    shipped = json.loads(path.read_text(encoding="utf-8")) if path.is_file() else {}
-    runs: dict[str, dict[int, dict[str, Any]]] = {}
-    for spec in grid.objectives:
-        for seed, record in shipped.get(spec.label, {}).items():
-            if record.get("hash") == key_hash(grid, RunKey(spec, int(seed))):
-                runs.setdefault(spec.label, {})[int(seed)] = record
-    return runs
-
-
-def export_recorded_grid(root: Path = Path(".")) -> Path:
-    """Write the recorded grid's runs (trimmed) from a checkout's results/<RECORDED_GRID>/ to the
-    package file the default demo reads when installed from a wheel; returns its path. Run from
-    the repository root after the grid's records change: tests/test_demo.py checks it. One record
-    a line: a changed record is a one-line diff."""
-    grid = load_demo_config(root / "configs" / f"{RECORDED_GRID}.yaml")
-    runs = grid_records(grid, root / "results" / RECORDED_GRID)
-    blocks = []
-    for label, seeds in sorted(runs.items()):
-        rows = [
-            f"  {json.dumps(str(seed))}: {json.dumps(trim_grid_record(r), sort_keys=True)}"
-            for seed, r in sorted(seeds.items())
-        ]
-        blocks.append(f" {json.dumps(label)}: {{\n" + ",\n".join(rows) + "\n }")
-    path = root / "src" / "numloss" / RECORDED_GRID_RUNS
-    path.write_text("{\n" + ",\n".join(blocks) + "\n}\n", encoding="utf-8")
-    return path
-
-
-def recorded_grid(config_dir: Path) -> tuple[Any, dict[str, dict[int, dict[str, Any]]], str]:
-    """(grid config, {label: {seed: record}}, where they were read) of the recorded grid: its
-    config beside the demo's (else the package's), its records from the checkout's
-    results/<RECORDED_GRID>/ beside that configs/ folder, else the copy shipped in the package."""
-    path = config_dir / f"{RECORDED_GRID}.yaml"
-    if not path.is_file():
-        path = packaged(f"configs/{RECORDED_GRID}.yaml")
-    grid = load_demo_config(path)
-    records = path.resolve().parent.parent / "results" / RECORDED_GRID
-    if records.is_dir():
-        return grid, grid_records(grid, records), str(records)
-    return grid, shipped_grid_runs(grid), f"the package's copy of results/{RECORDED_GRID}/"
 
 
 def fresh_lines(
@@ -264,82 +166,7 @@ def trace_lines(
     return _columns(rows)
 
 
-def recorded_grid_lines(grid: Any, runs: dict[str, dict[int, dict[str, Any]]]) -> list[str]:
-    """The recorded grid's table: its runs (how many of the design's), every arm's mean exact match,
-    the design's comparisons (numloss.compare.item_paired.DESIGNS: seed-level 95 % interval,
-    McNemar p, Holm over the primary pair) and, once every run is in, the readings the design fixed.
-    """
-    from numloss.compare.item_paired import DESIGNS, design_comparisons, design_reading
-    from numloss.compare.stats import seed_interval
-
-    planned = [(spec.label, seed) for seed in grid.seeds for spec in grid.objectives]
-    missing = [f"{label}-s{seed}" for label, seed in planned if seed not in runs.get(label, {})]
-    done = len(planned) - len(missing)
-    if not done:
-        return [f"  0 of {len(planned)} runs recorded."]
-    seeds = sorted({seed for arm in runs.values() for seed in arm})
-    state = (
-        "complete"
-        if not missing
-        else (
-            f"interim, {len(missing)} runs to come ({', '.join(missing)}): no verdict until every"
-            " run is in"
-        )
-    )
-    lines = [f"  {done} of {len(planned)} runs recorded, seeds {seeds[0]}-{seeds[-1]}; {state}."]
-    bits = _bits(runs)
-    rows = [("arm", "seeds", "mean exact match [95 % CI over seeds]")]
-    for spec in grid.objectives:
-        if spec.label in bits:
-            ems = [b.count("1") / len(b) for b in bits[spec.label].values()]
-            rows.append(
-                (
-                    spec.label,
-                    str(len(ems)),
-                    f"{_pct(sum(ems) / len(ems))} {_interval(*seed_interval(ems))}",
-                )
-            )
-    lines += _columns(rows)
-    primary, beside = DESIGNS[RECORDED_GRID]
-    comparisons = design_comparisons(bits, primary, beside)
-    rows = [
-        (
-            "comparison",
-            "seeds",
-            "diff (points)",
-            "95 % CI over seeds",
-            "McNemar p",
-            "Holm p",
-            "reading",
-        )
-    ]
-    for (arm, against), c in comparisons.items():
-        one = len(c["seeds"]) < 2
-        ci = "n/a (1 seed)" if one else f"[{100 * c['ci95'][0]:+.1f}, {100 * c['ci95'][1]:+.1f}]"
-        if "mcnemar_p_holm" not in c:
-            holm_p, reading = "beside", "beside the design's primary pair: no verdict"
-        else:
-            holm_p = _p(c["mcnemar_p_holm"])
-            reading = design_reading(arm, against, c) if not missing else "no verdict (interim)"
-        rows.append(
-            (
-                f"{arm} - {against}",
-                str(len(c["seeds"])),
-                f"{100 * c['mean_diff']:+.1f}",
-                ci,
-                _p(c["mcnemar_p"]),
-                holm_p,
-                reading,
-            )
-        )
-    lines += [""] + _columns(rows)
-    return lines + [
-        "  McNemar on item verdicts (seeds as strata); Holm over the design's primary pair. "
-        f"Recorded on {_machines(runs)}."
-    ]
-
-
-def run_demo(compare: Any, config_path_: Path, progress: bool) -> int:
+def run_demo(compare: Any, progress: bool) -> int:
     """The default demo (see the module doc): train what is missing of `compare`, print the fresh
     runs, their traces and the recorded grid beside them; an exit status."""
     from numloss.compare import run_reporting_errors
@@ -387,23 +214,9 @@ def run_demo(compare: Any, config_path_: Path, progress: bool) -> int:
         if lines:
             print(f"\nFresh trace of {key} ({title}), by training step:")
             print("\n".join(lines))
-    grid, runs, where = recorded_grid(config_path_.resolve().parent)
-    gtrain = grid.base.get("train", {})
-    print(
-        f"\nRecorded: grid a ({RECORDED_GRID}.yaml: the same recipe at {gtrain.get('max_steps')}"
-        f" steps, {getattr(grid.task, 'test_size', '?')} held-out items, seeds paired: seed s of"
-        f" every arm has the same data and initial weights), from {where}:"
-    )
-    print("\n".join(recorded_grid_lines(grid, runs)))
-    curves = {label: runs[label] for label in (BASELINE, RAW, CENTERED) if label in runs}
-    lines = trace_lines(curves, "digit_logit_mean", steps=RECORDED_TRACE_STEPS)
-    if lines:
-        seeds = {label: n for label, (_, _, n) in _mean_curves(curves, "digit_logit_mean").items()}
-        print(
-            "\nRecorded trace of digit_logit_mean, mean over the seeds"
-            f" ({', '.join(f'{k} {v}' for k, v in seeds.items())}), raw against centred DEL:"
-        )
-        print("\n".join(lines))
+    # grid a's table and trace, rendered from its records by scripts/results_doc.py
+    recorded = json.loads(packaged(RECORDED_GRID_TEXT).read_text(encoding="utf-8"))
+    print("\n" + "\n".join(recorded["lines"]))
     return 0
 
 
@@ -490,7 +303,7 @@ def main(argv: list[str] | None = None) -> int:
 
             smollm2.prepare(model.get("cache_dir"))
     if compare.learning is None:
-        return run_demo(compare, Path(args.config), progress=not args.no_progress)
+        return run_demo(compare, progress=not args.no_progress)
     return addition_demo(compare, args.config, progress=not args.no_progress)
 
 

@@ -7,9 +7,9 @@ from __future__ import annotations
 from importlib import resources
 from pathlib import Path
 
-#: the recorded grid the default demo shows beside its fresh runs (trimmed copies of
-#: results/compare-smollm2-words-centered/'s records; numloss.demo writes it)
-RECORDED_GRID_RUNS = "recorded/grid-centered-runs.json"
+#: the recorded grid the default demo prints beside its fresh runs: its lines, rendered from
+#: results/compare-smollm2-words-centered/'s records by scripts/results_doc.py
+RECORDED_GRID_TEXT = "recorded/grid-centered.json"
 
 
 def packaged(relative: str) -> Path:

@@ -11,14 +11,13 @@ noncentral-t solution of `paired.minimum_detectable_effect`.
 from __future__ import annotations
 
 import math
-import statistics
 from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
 from scipy import stats
 
-from numloss.compare.paired import holm, mcnemar_exact_p
+from numloss.compare.paired import mcnemar_exact_p, paired_t
 
 
 def _mde_quantiles(df: float) -> float:
@@ -78,89 +77,25 @@ def paired_comparison(a: dict[int, str], b: dict[int, str]) -> dict[str, Any]:
         )
     b_all, c_all = sum(p["b"] for p in per_seed), sum(p["c"] for p in per_seed)
     pairs = sum(p["n"] for p in per_seed)
-    diffs = [p["diff"] for p in per_seed]
-    mean = statistics.fmean(diffs)
-    out: dict[str, Any] = {
+    test = paired_t([p["diff"] for p in per_seed])
+    # McNemar's detectable effect: the difference whose z = (b - c) / sqrt(b + c) reaches
+    # z_0.975 + z_0.80 at the observed discordance rate q: delta = (1.96 + 0.84) sqrt(q / pairs)
+    q = (b_all + c_all) / pairs
+    return {
         "seeds": seeds,
         "per_seed": per_seed,
         "b": b_all,
         "c": c_all,
         "pairs": pairs,
-        "mean_diff": mean,
+        "mean_diff": test.mean,
         "mcnemar_p": mcnemar_exact_p(b_all, c_all),
-        "sign_flip_p": sign_flip_p(diffs),
+        "sign_flip_p": sign_flip_p([p["diff"] for p in per_seed]),
+        "mde_items": _mde_quantiles(math.inf) * math.sqrt(q / pairs) if q > 0 else math.nan,
+        # the t interval and detectable effect over seeds: NaN below 2 seeds
+        "sd_diff": test.sd,
+        "ci95": list(test.ci),
+        "mde_seeds": seed_level_mde(test.sd, test.n) if test.n >= 2 else math.nan,
     }
-    # McNemar's detectable effect: the difference whose z = (b - c) / sqrt(b + c) reaches
-    # z_0.975 + z_0.80 at the observed discordance rate q: delta = (1.96 + 0.84) sqrt(q / pairs)
-    q = (b_all + c_all) / pairs
-    out["mde_items"] = _mde_quantiles(math.inf) * math.sqrt(q / pairs) if q > 0 else float("nan")
-    if len(diffs) >= 2:
-        df = len(diffs) - 1
-        sd = statistics.stdev(diffs)
-        half = stats.t.ppf(0.975, df) * sd / math.sqrt(len(diffs))
-        out.update(
-            sd_diff=sd, ci95=[mean - half, mean + half], mde_seeds=seed_level_mde(sd, len(diffs))
-        )
-    else:
-        out.update(sd_diff=float("nan"), ci95=[float("nan"), float("nan")], mde_seeds=float("nan"))
-    return out
-
-
-#: the pre-registered comparisons of the three-arm pretrained grids (configs/<name>.yaml): the
-#: primary pairs (Holm-adjusted McNemar p over them) and the pairs shown beside them (not in Holm)
-DESIGNS: dict[str, tuple[tuple[tuple[str, str], ...], tuple[tuple[str, str], ...]]] = {
-    "compare-smollm2-words-centered": (
-        (("del-centered-a0.3", "mle"), ("del-centered-a0.3", "del-a0.3")),
-        (("del-a0.3", "mle"),),
-    ),
-    "compare-smollm2-words-gentle": (
-        (("del-centered-a1.28", "mle"), ("del-a1.28", "mle")),
-        (("del-centered-a1.28", "del-a1.28"),),
-    ),
-}
-
-
-def design_comparisons(
-    bits: dict[str, dict[int, str]],
-    primary: Sequence[tuple[str, str]],
-    beside: Sequence[tuple[str, str]] = (),
-) -> dict[tuple[str, str], dict[str, Any]]:
-    """`paired_comparison` of every (arm, against) pair of a design whose two arms share a seed in
-    `bits` ({label: {seed: verdict string}}); the primary pairs carry `mcnemar_p_holm` (Holm over
-    those of them present), the pairs beside them do not."""
-    comparisons: dict[tuple[str, str], dict[str, Any]] = {}
-    for arm, against in (*primary, *beside):
-        if set(bits.get(arm, {})) & set(bits.get(against, {})):
-            comparisons[(arm, against)] = paired_comparison(bits[arm], bits[against])
-    tested = [pair for pair in primary if pair in comparisons]
-    for pair, p in zip(
-        tested, holm([comparisons[pair]["mcnemar_p"] for pair in tested]), strict=True
-    ):
-        comparisons[pair]["mcnemar_p_holm"] = p
-    return comparisons
-
-
-def design_reading(arm: str, against: str, c: dict[str, Any], alpha: float = 0.05) -> str:
-    """The reading fixed in the designs of the three-arm grids, for one primary comparison `c`
-    (with its `mcnemar_p_holm`) of `arm` against `against` (MLE, or raw DEL for a centred arm),
-    and, where the seed-level interval holds 0, that training randomness alone could give it (the
-    docs and the demo both say it through this function)."""
-    if c["mcnemar_p_holm"] > alpha:
-        return f"not told apart (the items detect {100 * c['mde_items']:.1f} points)"
-    if against != "mle":
-        reading = (
-            "centring removes (part of) raw DEL's harm"
-            if c["mean_diff"] > 0
-            else "centring makes it worse"
-        )
-    else:
-        reading = "better than MLE" if c["mean_diff"] > 0 else "worse than MLE"
-    if len(c["seeds"]) >= 2 and c["ci95"][0] <= 0 <= c["ci95"][1]:
-        reading += (
-            " on these items (its seed-level interval holds 0: training randomness alone could"
-            " give it)"
-        )
-    return reading
 
 
 def seed_level_mde(sd_diff: float, seeds: int) -> float:

@@ -241,7 +241,8 @@ def load_records(
 def summarise(compare: CompareConfig, records: Path | None = None) -> dict[str, Any]:
     """Per set: every arm's exact match per seed, and the paired tests of each arm against the
     first objective (Holm over those) and against the untrained model."""
-    from numloss.compare.item_paired import holm, paired_comparison
+    from numloss.compare.item_paired import paired_comparison
+    from numloss.compare.paired import holm
 
     found = load_records(compare, records)
     reference = compare.objectives[0].label
