@@ -33,6 +33,22 @@ def fault(point: str) -> None:
             time.sleep(0.05)
 
 
+@contextlib.contextmanager
+def file_size_limit(limit: int):
+    """RLIMIT_FSIZE at `limit` bytes while the block runs, SIGXFSZ ignored: a write past it fails
+    with EFBIG, as on a full quota."""
+    import resource
+
+    handler = signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+    soft, hard = resource.getrlimit(resource.RLIMIT_FSIZE)
+    resource.setrlimit(resource.RLIMIT_FSIZE, (limit, hard))
+    try:
+        yield
+    finally:
+        resource.setrlimit(resource.RLIMIT_FSIZE, (soft, hard))
+        signal.signal(signal.SIGXFSZ, handler)
+
+
 def alive(pid: int) -> bool:
     """Whether process `pid` exists and is not a zombie (read from /proc)."""
     try:

@@ -34,12 +34,7 @@ SANDBOX_TESTS = ("tests/test_eval_sandbox.py", "tests/test_eval_sandbox_hostile.
 def _reachable(st: os.stat_result, bits: int, uid: int, gid: int) -> bool:
     """Whether `uid`/`gid` (no other groups) has permission `bits` (a mask of r=4, w=2, x=1)
     on a file with stat `st`: the owner's bits for its owner, else the group's, else others'."""
-    if st.st_uid == uid:
-        shift = 6
-    elif st.st_gid == gid:
-        shift = 3
-    else:
-        shift = 0
+    shift = 6 if st.st_uid == uid else 3 if st.st_gid == gid else 0
     return (st.st_mode >> shift) & bits == bits
 
 

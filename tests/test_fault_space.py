@@ -18,12 +18,12 @@ from __future__ import annotations
 
 import json
 import os
-import resource
 import signal
 from pathlib import Path
 
 import pytest
 
+from faultrun import file_size_limit
 from numloss.evaluate.benchmarks import BenchmarkError
 from numloss.evaluate.store import ResultsFile
 
@@ -164,20 +164,11 @@ def test_copies_to_also_to_are_whole_or_the_old_one_at_every_failing_byte(tmp_pa
     out = tmp_path / "OUT"
     out.mkdir()
     old = json.dumps({"hash": "old", "items": "01" * 20})
-    handler = signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
-    soft, hard = resource.getrlimit(resource.RLIMIT_FSIZE)
-    try:
-        for limit in range(len(record.read_bytes())):
-            (out / "r.json").write_text(old)
-            resource.setrlimit(resource.RLIMIT_FSIZE, (limit, hard))
-            try:
-                with pytest.raises(OSError):
-                    _copy(record, [out])
-            finally:
-                resource.setrlimit(resource.RLIMIT_FSIZE, (soft, hard))
-            assert (out / "r.json").read_text() == old, limit
-    finally:
-        signal.signal(signal.SIGXFSZ, handler)
+    for limit in range(len(record.read_bytes())):
+        (out / "r.json").write_text(old)
+        with file_size_limit(limit), pytest.raises(OSError):
+            _copy(record, [out])
+        assert (out / "r.json").read_text() == old, limit
     _copy(record, [out])
     assert (out / "r.json").read_bytes() == record.read_bytes()
     assert [p.name for p in out.iterdir()] == ["r.json"], "no temporary left"
@@ -320,24 +311,17 @@ def test_a_write_failing_at_every_byte_of_a_checkpoint_file_is_a_full_disk(write
 
     write()
     size = path.stat().st_size
-    handler = signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
-    soft, hard = resource.getrlimit(resource.RLIMIT_FSIZE)
     unread = {}
-    try:
-        for limit in sorted({*range(0, size, 97), *range(0, 80), size - 1}):
-            path.unlink(missing_ok=True)  # safetensors removes what it could not finish
-            resource.setrlimit(resource.RLIMIT_FSIZE, (limit, hard))
-            try:
+    for limit in sorted({*range(0, size, 97), *range(0, 80), size - 1}):
+        path.unlink(missing_ok=True)  # safetensors removes what it could not finish
+        try:
+            with file_size_limit(limit):
                 write()
-            except Exception as error:  # noqa: BLE001 - whatever the writer raises is the case under test
-                if disk_full_error(error, path) is None:
-                    unread[limit] = f"{type(error).__name__}: {error}"[:120]
-            else:
-                raise AssertionError(f"{writer} wrote {size} bytes under a limit of {limit}")
-            finally:
-                resource.setrlimit(resource.RLIMIT_FSIZE, (soft, hard))
-    finally:
-        signal.signal(signal.SIGXFSZ, handler)
+        except Exception as error:  # noqa: BLE001 - whatever the writer raises is the case under test
+            if disk_full_error(error, path) is None:
+                unread[limit] = f"{type(error).__name__}: {error}"[:120]
+        else:
+            raise AssertionError(f"{writer} wrote {size} bytes under a limit of {limit}")
     assert not unread, unread
 
 

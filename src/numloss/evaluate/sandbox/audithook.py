@@ -173,7 +173,6 @@ def run(source: str, limits: SandboxLimits, python: str | None = None) -> Progra
                 cwd=work,
                 env={**ENV, "HOME": work, "TMPDIR": work},
                 start_new_session=True,
-                close_fds=True,
             )
             timed_out = False
             try:

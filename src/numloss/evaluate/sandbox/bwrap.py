@@ -26,7 +26,6 @@ import select
 import selectors
 import shutil
 import signal
-import stat
 import struct
 import subprocess
 import sys
@@ -36,6 +35,7 @@ import time
 from contextlib import suppress
 from dataclasses import dataclass
 from functools import lru_cache
+from pathlib import Path
 
 from numloss.evaluate.sandbox import cgroup, policy
 from numloss.evaluate.sandbox.limits import (
@@ -132,6 +132,11 @@ def _symlinks_on_the_way(path: str) -> list[tuple[str, str]]:
     return out
 
 
+def _host_run(argv: list[str], timeout: float) -> subprocess.CompletedProcess:
+    """`argv` run on the host with the sandbox's environment, its output captured as text."""
+    return subprocess.run(argv, capture_output=True, text=True, timeout=timeout, env=policy.ENV)
+
+
 @lru_cache(maxsize=1)
 def shared_libraries(
     python: str, site_dirs: tuple[str, ...], dynload: str
@@ -142,13 +147,7 @@ def shared_libraries(
     code = _PROBE_LIBRARIES.format(
         site_dirs=list(site_dirs), dynload=dynload, unprobed=policy.UNPROBED
     )
-    probe = subprocess.run(
-        [python, "-I", "-S", "-B", "-c", code],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        env=dict(policy.ENV),
-    )
+    probe = _host_run([python, "-I", "-S", "-B", "-c", code], timeout=120)
     if probe.returncode != 0:
         why = probe.stderr.strip().splitlines()[-1:] or probe.returncode
         raise OSError(f"the shared-library probe failed: {why}")
@@ -184,23 +183,6 @@ def time_zone_folders() -> list[str]:
         for path in found
         if os.path.isabs(path) and os.path.isdir(path) and os.path.realpath(path) == path
     ]
-
-
-def _unix_sockets_in(paths: list[str]) -> list[str]:
-    """Unix socket files in or under `paths` (connect() needs no write access: a read-only bind
-    of one would still let a program reach it)."""
-    found = []
-    for path in paths:
-        single = [(os.path.dirname(path), [], [os.path.basename(path)])]
-        for root, _dirs, files in os.walk(path) if os.path.isdir(path) else single:
-            for name in files:
-                full = os.path.join(root, name)
-                try:
-                    if stat.S_ISSOCK(os.lstat(full).st_mode):
-                        found.append(full)
-                except OSError:
-                    continue
-    return found
 
 
 def _allowed_packages() -> tuple[list[str], list[str]]:
@@ -243,8 +225,10 @@ def layout() -> Layout:
     for path in (python, *interpreter, *packages, *libraries, *locales, *time_zone_folders()):
         if os.path.exists(path) and not _covered(path, binds):
             binds.append(path)
-    sockets = _unix_sockets_in(binds)
-    if sockets:  # a program may connect to a unix socket file it can see: none of the host's may be
+    # a program may connect to a unix socket file it can see, or a link to one (connect() needs no
+    # write access, so a read-only bind does not stop it): none of the host's may be bound
+    sockets = [p for bind in map(Path, binds) for p in (bind, *bind.rglob("*")) if p.is_socket()]
+    if sockets:
         raise OSError(
             f"a unix socket lies in a folder the sandbox would bind read-only: {sockets[0]}"
         )
@@ -287,13 +271,7 @@ def minimal_shell(libraries: frozenset[str]) -> str | None:
         if not os.path.isfile(path):
             continue
         try:
-            maps = subprocess.run(
-                [path, "-c", _SHELL_MAPS],
-                capture_output=True,
-                text=True,
-                timeout=30,
-                env=dict(policy.ENV),
-            )
+            maps = _host_run([path, "-c", _SHELL_MAPS], timeout=30)
         except (OSError, subprocess.SubprocessError):
             continue
         loaded = {
@@ -347,7 +325,6 @@ def _prepared_userns(host_id: int) -> int:
         stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,
         stderr=subprocess.DEVNULL,
-        close_fds=True,
     )
     try:
         assert helper.stdout is not None and helper.stdin is not None
@@ -450,38 +427,35 @@ def _memfd(name: str, data: bytes) -> int:
     return fd
 
 
-def _options(text: str, **values: object) -> list[str]:
-    """bwrap options written as one line of text, with `values` (none holds a space) filled in."""
-    return text.format(**values).split()
-
-
 def command(bwrap: str, limits: SandboxLimits, fds: dict[str, int]) -> list[str]:
     """The bwrap command line for one program; `fds` holds the seccomp, info, block, lifeline,
     status, ld.so.cache and userns fds."""
     lay = layout()
     # the init needs CAP_SYS_ADMIN and CAP_SETPCAP until it has capped /tmp's inodes and left uid
     # 0; it then drops every capability, the bounding set included, before the program exists
-    cmd = [
-        bwrap,
-        *_options(
-            "--unshare-pid --unshare-net --unshare-ipc --unshare-uts --unshare-cgroup-try"
-            " --hostname sandbox --as-pid-1 --die-with-parent --new-session --clearenv --cap-drop"
-            " ALL --cap-add CAP_SYS_ADMIN --cap-add CAP_SETPCAP --userns {userns}",
-            **fds,
-        ),
-    ]
+    values = {
+        **fds,
+        "size": int(limits.tmpfs_bytes),
+        "shm": policy.SHM_DIR,
+        "uid": policy.SANDBOX_UID,
+    }
+
+    def options(text: str) -> list[str]:  # bwrap options as one line of text; no value has a space
+        return text.format(**values).split()
+
+    cmd = [bwrap] + options(
+        "--unshare-pid --unshare-net --unshare-ipc --unshare-uts --unshare-cgroup-try --hostname"
+        " sandbox --as-pid-1 --die-with-parent --new-session --clearenv --cap-drop ALL --cap-add"
+        " CAP_SYS_ADMIN --cap-add CAP_SETPCAP --userns {userns}"
+    )
     if os.geteuid() == 0:
-        cmd += _options("--uid 0 --gid 0 --cap-add CAP_SETUID --cap-add CAP_SETGID")
+        cmd += options("--uid 0 --gid 0 --cap-add CAP_SETUID --cap-add CAP_SETGID")
     else:
-        cmd += _options("--uid {uid} --gid {uid}", uid=policy.SANDBOX_UID)
+        cmd += options("--uid {uid} --gid {uid}")
     for key, value in {**policy.ENV, "PYTHONPATH": ":".join(lay.site_dirs)}.items():
         cmd += ["--setenv", key, value]
     # the tmpfs first: binds of an interpreter or packages under /tmp then land on it, not under it
-    cmd += _options(
-        "--perms 1777 --size {size} --tmpfs /tmp --perms 1777 --dir {shm}",
-        size=int(limits.tmpfs_bytes),
-        shm=policy.SHM_DIR,
-    )
+    cmd += options("--perms 1777 --size {size} --tmpfs /tmp --perms 1777 --dir {shm}")
     # bwrap would create a bind's missing parents with the host parent's mode (/root is 0700)
     links = [link for _, link in lay.symlinks]
     parents = {p[:i] for p in [*lay.binds, *links] for i in range(1, len(p)) if p[i] == "/"}
@@ -498,20 +472,15 @@ def command(bwrap: str, limits: SandboxLimits, fds: dict[str, int]) -> list[str]
         cmd += ["--symlink", target, link] if (target, link) not in top else []
     # a private copy of ld.so.cache (no lock or inotify channel through a file all sandboxes
     # share); /dev: the plain devices only, /dev/shm in /tmp; then the init
-    cmd += _options(
-        "--perms 0444 --ro-bind-data {ldcache} /etc/ld.so.cache --perms 0755 --size 65536 "
-        "--tmpfs /dev",
-        **fds,
-    )
+    cmd += options("--perms 0444 --ro-bind-data {ldcache} /etc/ld.so.cache")
+    cmd += options("--perms 0755 --size 65536 --tmpfs /dev")
     for name in policy.DEVICES:
         cmd += ["--dev-bind", f"/dev/{name}", f"/dev/{name}"]
     for target, link in (("fd", "fd"), ("fd/0", "stdin"), ("fd/1", "stdout"), ("fd/2", "stderr")):
         cmd += ["--symlink", f"/proc/self/{target}", f"/dev/{link}"]
-    cmd += _options(
-        "--symlink {shm} /dev/shm --proc /proc --remount-ro /dev --remount-ro / --chdir /tmp "
-        "--seccomp {seccomp} --info-fd {info} --block-fd {block} --",
-        shm=policy.SHM_DIR,
-        **fds,
+    cmd += options(
+        "--symlink {shm} /dev/shm --proc /proc --remount-ro /dev --remount-ro / --chdir /tmp"
+        " --seccomp {seccomp} --info-fd {info} --block-fd {block} --"
     )
     return cmd + [lay.python, "-I", "-S", "-B", "-c", init_source(), init_parameters(limits, fds)]
 
@@ -536,7 +505,7 @@ def init_parameters(limits: SandboxLimits, fds: dict[str, int]) -> str:
             "inodes": int(limits.tmpfs_inodes),
             "rlimits": policy.rlimits(limits),
             "site_dirs": list(layout().site_dirs),
-            "last_filter": _last_filter_bytes().hex(),
+            "last_filter": last_filter().hex(),
             "deadline": float(limits.wall_limit) + policy.INIT_GRACE,
             "oom_score_adj": policy.OOM_SCORE_ADJ,
             "cpu_budget": float(limits.cpu_seconds) if limits.clock == "cpu" else None,
@@ -569,16 +538,6 @@ def _lifeline() -> int:
 
 
 @lru_cache(maxsize=1)
-def _seccomp_bytes() -> bytes:
-    return filter_program(allow_mount=True)
-
-
-@lru_cache(maxsize=1)
-def _last_filter_bytes() -> bytes:
-    return last_filter()
-
-
-@lru_cache(maxsize=1)
 def _ld_cache() -> bytes:
     try:
         with open("/etc/ld.so.cache", "rb") as f:
@@ -600,26 +559,18 @@ def _kill(proc: subprocess.Popen, init: int | None) -> None:
     proc.wait()
 
 
-def _selector() -> selectors.BaseSelector:
-    """poll(), never epoll, for the evaluator's own waits: epoll watches are a per-user budget
-    (fs.epoll.max_user_watches) that a non-root evaluator shares with its programs, which can use
-    it up; poll() has no such budget, and the evaluator waits on a handful of descriptors."""
-    return selectors.PollSelector()
-
-
-def _end_namespace(pidfd: int | None, timeout: float) -> bool:
-    """SIGKILL the namespace's init and wait until it has exited (the kernel ends every other
-    process of the namespace first); returns whether the namespace is known to be gone."""
+def _end_namespace(pidfd: int | None) -> bool:
+    """SIGKILL the namespace's init and wait (5 s at most) until it has exited (the kernel ends
+    every other process of the namespace first); returns whether the namespace is known gone."""
     if pidfd is None:
         return False
     try:
-        try:
-            signal.pidfd_send_signal(pidfd, signal.SIGKILL)
-        except ProcessLookupError:
-            return True
-        poller = select.poll()  # not epoll (see `_selector`)
+        signal.pidfd_send_signal(pidfd, signal.SIGKILL)
+        poller = select.poll()  # not epoll (see `_Watch.pump`)
         poller.register(pidfd, select.POLLIN)
-        return bool(poller.poll(timeout * 1000))
+        return bool(poller.poll(5000))
+    except ProcessLookupError:
+        return True
     finally:
         os.close(pidfd)
 
@@ -643,13 +594,15 @@ def run(source: str, limits: SandboxLimits, bwrap: str) -> ProgramResult:
         found = cgroup.support()
         if found.parent is not None:
             group = cgroup.ProgramCgroup(found.parent, limits, found.v1)
-        own.append(program := _memfd("numloss-program", encode_source(source)))
-        own.append(fds.setdefault("seccomp", _memfd("numloss-seccomp", _seccomp_bytes())))
-        own.append(fds.setdefault("ldcache", _memfd("numloss-ld.so.cache", _ld_cache())))
         info_r, fds["info"] = os.pipe()
         status_r, fds["status"] = os.pipe()
         fds["block"], go_w = os.pipe()
-        own += [info_r, fds["info"], status_r, fds["status"], fds["block"], go_w]
+        own += [info_r, status_r, go_w, fds["info"], fds["status"], fds["block"]]
+        own.append(
+            fds.setdefault("seccomp", _memfd("numloss-seccomp", filter_program(allow_mount=True)))
+        )
+        own.append(fds.setdefault("ldcache", _memfd("numloss-ld.so.cache", _ld_cache())))
+        own.append(program := _memfd("numloss-program", encode_source(source)))
         fds["lifeline"] = _lifeline()
         userns = fds["userns"] = _lease_userns()
         proc = subprocess.Popen(
@@ -660,24 +613,18 @@ def run(source: str, limits: SandboxLimits, bwrap: str) -> ProgramResult:
             pass_fds=tuple(fds.values()),
             env={},
             start_new_session=True,
-            close_fds=True,
         )
         # bwrap waits on --block-fd, and closing the go pipe (as the cleanup below does) lets it
         # start the program with no host clock and outside its cgroup: it must not outlive a failed
         # set-up of the watch
         try:
-            for fd in (
-                program,
-                *(fds[name] for name in ("seccomp", "ldcache", "info", "status", "block")),
-            ):
-                os.close(fd)  # only bwrap needs these
-                own.remove(fd)
+            while len(own) > 3:  # all but info_r, status_r and go_w: only bwrap needs these
+                os.close(own.pop())
             watch = _Watch(proc, info_r, status_r, limits, group)
         except BaseException:
             _kill(proc, None)
-            for pipe in (proc.stdout, proc.stderr):
-                if pipe is not None:
-                    pipe.close()
+            proc.stdout.close()
+            proc.stderr.close()
             raise
         why, reports, ended = watch.collect(go_w, start)
     finally:
@@ -770,33 +717,29 @@ class _Watch:
         "setup"), the init's status lines (and this side's set-up failure), and whether the pid
         namespace was seen gone. The outputs are then in `out` and `err`, on disk.
         """
-        proc = self.proc
+        why: str | None = "interrupted"  # what an exception out of `pump` (Ctrl-C) leaves
         try:
             why = self.pump(start + self.limits.wall_limit, go_w)
-        except BaseException:
-            _kill(proc, self.init)
-            _end_namespace(self.init, 5.0)
-            self.out.file.close()
-            self.err.file.close()
-            raise
-        if why is not None:
-            _kill(proc, self.init)
-        ended = _end_namespace(self.init, 5.0)
+        finally:
+            if why is not None:
+                _kill(self.proc, self.init)
+            ended = _end_namespace(self.init)
+            for pipe in (self.proc.stdout, self.proc.stderr):
+                pipe.close()
         reports = self.bufs[self.status_r]
         # what the init said before it ended (all of it unless it was killed)
         with suppress(OSError):
             while chunk := os.read(self.status_r, 1 << 16):
                 reports += chunk
-        assert proc.stdout is not None and proc.stderr is not None
-        proc.stdout.close()
-        proc.stderr.close()
         return why, bytes(reports), ended
 
     def pump(self, deadline: float, go_w: int) -> str | None:
         """Read every pipe until all are closed and bwrap has exited; returns why the run must be
         killed ("timeout", "flood", "setup") or None."""
         why: str | None = None
-        sel = _selector()
+        # poll(), never epoll: epoll watches are a per-user budget (fs.epoll.max_user_watches) that
+        # a non-root evaluator shares with its programs, which can use it up
+        sel = selectors.PollSelector()
         try:
             for fd in (*self.spools, *self.bufs):
                 os.set_blocking(fd, False)
@@ -806,7 +749,18 @@ class _Watch:
                 if left <= 0:
                     return "timeout"
                 for key, _ in sel.select(left):
-                    why = self._read(sel, key.fd, go_w) or why
+                    try:
+                        chunk = os.read(key.fd, 1 << 16)
+                    except BlockingIOError:
+                        continue
+                    if not chunk:
+                        sel.unregister(key.fd)
+                        if key.fd == self.info_r:  # bwrap closes it once the namespaces exist
+                            why = self._release(go_w) or why
+                    elif key.fd in self.bufs:
+                        self.bufs[key.fd] += chunk
+                    elif self.spools[key.fd].write(chunk) > self.limits.output_bytes:
+                        why = "flood"
                     if why == "setup":
                         break
         finally:
@@ -817,22 +771,6 @@ class _Watch:
             except subprocess.TimeoutExpired:  # it closed its output but goes on running
                 return "timeout"
         return why
-
-    def _read(self, sel: selectors.BaseSelector, fd: int, go_w: int) -> str | None:
-        try:
-            chunk = os.read(fd, 1 << 16)
-        except BlockingIOError:
-            return None
-        if chunk and fd in self.spools:
-            self.spools[fd].write(chunk)
-            return "flood" if self.spools[fd].arrived > self.limits.output_bytes else None
-        if chunk:
-            self.bufs[fd] += chunk
-            return None
-        sel.unregister(fd)
-        if fd == self.info_r:  # bwrap closes it once the namespaces exist
-            return self._release(go_w)
-        return None
 
     def _release(self, go_w: int) -> str | None:
         """The namespace's init exists: pin its OOM score (as root), move it into its cgroup, then

@@ -11,6 +11,7 @@ absent bounds. Nothing here ever moves the evaluator itself.
 
 from __future__ import annotations
 
+import glob
 import itertools
 import os
 import secrets
@@ -178,29 +179,15 @@ def sweep_stale(parents: Iterable[str], min_age: float = STALE_SECONDS) -> list[
     seconds and empty (the kernel refuses to remove a cgroup with a process in it). Returns the
     folders removed; anything it cannot read or remove is left as it is."""
     removed = []
-    now = time.time()
     for parent in parents:
-        try:
-            names = [n for n in os.listdir(parent) if n.startswith(PREFIX)]
-        except OSError:
-            continue
-        for name in names:
-            owner = name[len(PREFIX) :].split("-", 1)[0]
-            path = os.path.join(parent, name)
-            try:
-                if not owner.isdigit() or now - os.stat(path).st_mtime < min_age:
-                    continue
-                os.kill(int(owner), 0)
-                continue  # its evaluator (or a process with its pid) lives: not ours to judge
-            except ProcessLookupError:
-                pass
-            except (OSError, ValueError, OverflowError):
-                continue
-            try:
-                os.rmdir(path)
-                removed.append(path)
-            except OSError:
-                continue
+        for path in glob.glob(os.path.join(glob.escape(parent), PREFIX + "*")):
+            owner = os.path.basename(path)[len(PREFIX) :].split("-", 1)[0]
+            # a live owner (its evaluator, or a process with its pid) is not ours to judge
+            with suppress(OSError, ValueError):
+                stale = time.time() - os.stat(path).st_mtime >= min_age
+                if stale and not os.path.exists(f"/proc/{int(owner)}"):
+                    os.rmdir(path)
+                    removed.append(path)
     return removed
 
 
@@ -249,12 +236,12 @@ class ProgramCgroup:
     def oom_kills(self) -> int:
         """How many processes the memory limit killed (v2 memory.events, v1 memory.oom_control)."""
         name = "memory.oom_control" if self.v1 else "memory.events"
-        try:
-            with open(os.path.join(self.path, name), encoding="utf-8") as f:
-                fields = dict(line.split() for line in f if len(line.split()) == 2)
-            return int(fields.get("oom_kill", 0))
-        except (OSError, ValueError):
-            return 0
+        with suppress(OSError, ValueError):
+            lines = _read(os.path.join(self.path, name)).splitlines()
+            return int(
+                dict(line.split() for line in lines if len(line.split()) == 2).get("oom_kill", 0)
+            )
+        return 0
 
     def remove(self) -> None:
         """Kill anything left in it and remove it (best effort: an empty folder may stay)."""
@@ -313,8 +300,6 @@ def _session_weight() -> int:
 
 
 def _procs(path: str) -> list[int]:
-    try:
-        with open(os.path.join(path, "cgroup.procs"), encoding="utf-8") as f:
-            return [int(line) for line in f if line.strip()]
-    except (OSError, ValueError):
-        return []
+    with suppress(OSError, ValueError):
+        return [int(pid) for pid in _read(os.path.join(path, "cgroup.procs")).split()]
+    return []

@@ -9,6 +9,8 @@ import tempfile
 from dataclasses import dataclass, field
 from typing import Literal
 
+from numloss.checks import check_choice, check_float, check_int
+
 Status = Literal["ok", "error", "timeout", "memory", "output_limit", "blocked"]
 #: statuses of a run the sandbox ended (a clock, the CPU or memory limit, the output cap): such a
 #: result has no exit status of the program's own, whichever signal the kernel used
@@ -51,22 +53,13 @@ class SandboxLimits:
         return float(self.wall_seconds)
 
     def __post_init__(self) -> None:
-        if self.clock not in ("wall", "cpu"):
-            raise ValueError(f"clock must be 'wall' or 'cpu', got {self.clock!r}")
-        if self.wall_seconds <= 0 or self.cpu_seconds <= 0:
-            raise ValueError(f"time limits must be positive, got {self}")
-        if self.output_bytes < 1024:
-            raise ValueError(f"output_bytes must be at least 1024, got {self.output_bytes}")
-        if (
-            self.tmpfs_bytes < 1 << 16
-            or self.max_processes < 1
-            or self.open_files < 16
-            or self.tmpfs_inodes < 64
-        ):
-            raise ValueError(
-                "tmpfs_bytes >= 64 KiB, max_processes >= 1, open_files >= 16 and "
-                f"tmpfs_inodes >= 64 are needed, got {self}"
-            )
+        check_choice("clock", self.clock, ("wall", "cpu"))
+        check_float("wall_seconds", self.wall_seconds, 0, low_open=True)
+        for name, low in (("cpu_seconds", 1), ("memory_bytes", 0), ("output_bytes", 1024)):
+            check_int(name, getattr(self, name), low)
+        for name, low in (("max_processes", 1), ("tmpfs_bytes", 1 << 16), ("open_files", 16)):
+            check_int(name, getattr(self, name), low)
+        check_int("tmpfs_inodes", self.tmpfs_inodes, 64)
 
 
 class OutputFile:
@@ -82,32 +75,25 @@ class OutputFile:
     def size(self) -> int:
         return min(self.cap, self.arrived)
 
-    def write(self, chunk: bytes) -> None:
+    def write(self, chunk: bytes) -> int:
+        """Keep what fits under the cap; returns the bytes arrived so far."""
         view = memoryview(chunk)[: max(0, self.cap - self.arrived)]
         while view:
             view = view[self.file.write(view) :]
         self.arrived += len(chunk)
+        return self.arrived
 
     def raw(self) -> bytes:
-        """The bytes as written (capped)."""
-        return bytes(self._read())
-
-    def _read(self) -> bytearray:
-        data = bytearray(self.size)
-        view, done = memoryview(data), 0
-        while done < self.size:
-            got = os.pread(self.file.fileno(), self.size - done, done)
-            if not got:
-                break
-            view[done : done + len(got)] = got
+        """The bytes as written (capped); one read below 2 GiB, where the kernel cuts a read."""
+        chunks, done = [], 0
+        while done < self.size and (got := os.pread(self.file.fileno(), self.size - done, done)):
+            chunks.append(got)
             done += len(got)
-        del view
-        del data[done:]
-        return data
+        return b"".join(chunks)
 
     def text(self) -> str:
-        """`decode_output` of the bytes (decoded from one buffer: no second copy of them)."""
-        return decode_output(self._read())
+        """`decode_output` of the bytes."""
+        return decode_output(self.raw())
 
     def tail(self) -> str:
         """The end of the output as text (`classify` quotes its last line); "" once closed."""
@@ -276,14 +262,9 @@ def classify(seen: Observed, stderr: str, limits: SandboxLimits) -> tuple[Status
     clock, or the CPU limit's signal after the program used its CPU seconds; "memory" the OOM
     count; "output_limit" the host's cap. Otherwise "error", quoting its stderr's last line.
     """
+    cpu_limit = f"killed by the CPU-time limit of {limits.cpu_seconds} s"
     if seen.cpu_exceeded is not None and seen.killed != "flood":
-        return (
-            "timeout",
-            (
-                f"killed by the CPU-time limit of {limits.cpu_seconds} s (all its processes"
-                f" together used {seen.cpu_exceeded:.2f} s)"
-            ),
-        )
+        return "timeout", f"{cpu_limit} (all its processes together used {seen.cpu_exceeded:.2f} s)"
     if seen.process_limit and seen.killed is None:
         return "error", f"stopped at {tasks_limit(limits)}"
     if seen.killed == "timeout" or seen.deadline:
@@ -291,36 +272,25 @@ def classify(seen: Observed, stderr: str, limits: SandboxLimits) -> tuple[Status
     if seen.killed == "flood":
         return "output_limit", f"wrote more than {limits.output_bytes} bytes to stdout or stderr"
     if not seen.started:  # nothing of the program ran: stderr is bwrap's or the init's own
-        first = (
-            stderr.strip().splitlines()[0]
-            if stderr.strip()
-            else "the sandbox exited before the program started"
-        )
+        first = (stderr.strip() or "the sandbox exited before the program started").splitlines()[0]
         return "error", "sandbox setup failed: " + (seen.setup or first)
     if seen.wait_status is None:
         return "error", "the sandbox ended without its init reporting how the program ended"
     code = os.waitstatus_to_exitcode(seen.wait_status)
     said = stderr.strip().splitlines()[-1] if stderr.strip() else ""
-    if seen.memory_events:  # even at exit 0: a process of the program was killed for memory, so its
-        # output is what was left after the limit cut part of it away
-        return (
-            "memory",
-            f"the sandbox's memory limit was hit ({seen.memory_events} OOM kill(s) in its cgroup)",
-        )
+    # even at exit 0: a process of the program was killed for memory, so its output is what was
+    # left after the limit cut part of it away
+    if seen.memory_events:
+        oom = f"{seen.memory_events} OOM kill(s) in its cgroup"
+        return "memory", f"the sandbox's memory limit was hit ({oom})"
     if code == 0:
         return "ok", ""
     if code < 0:
-        signum = -code
-        if (
-            signum in (signal.SIGXCPU, signal.SIGKILL)
-            and seen.cpu_seconds >= CPU_EVIDENCE * limits.cpu_seconds
-        ):
-            return "timeout", f"killed by the CPU-time limit of {limits.cpu_seconds} s"
-        try:
-            name = signal.Signals(signum).name
-        except ValueError:
-            name = "unknown"
-        return "error", f"killed by signal {signum} ({name})"
+        used_its_cpu = seen.cpu_seconds >= CPU_EVIDENCE * limits.cpu_seconds
+        if -code in (signal.SIGXCPU, signal.SIGKILL) and used_its_cpu:
+            return "timeout", cpu_limit
+        name = next((s.name for s in signal.Signals if s == -code), "unknown")
+        return "error", f"killed by signal {-code} ({name})"
     hint = ""
     if any(mark in said for mark in _PROCESS_LIMIT_MARKS):  # its own account, so only a hint
         hint = f" (it reached {tasks_limit(limits)})"

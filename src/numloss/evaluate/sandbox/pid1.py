@@ -126,11 +126,8 @@ def _read_program(keep: tuple[int, int]) -> bytes:
     """The program's text from fd 0 (a memfd); then fd 0 is /dev/null and only 0-2 and `keep`
     (status, lifeline) stay open (bwrap leaves some of its own descriptors, userns and info, open).
     """
-    chunks = []
-    while chunk := os.read(0, 1 << 20):
-        chunks.append(chunk)
-    source = b"".join(chunks)
-    del chunks
+    with open(0, "rb", closefd=False) as f:
+        source = f.read()
     os.dup2(os.open("/dev/null", os.O_RDONLY), 0)
     for low, high in zip(
         (3, *(fd + 1 for fd in sorted(keep))), (*sorted(keep), 1 << 16), strict=True

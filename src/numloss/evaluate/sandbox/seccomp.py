@@ -24,6 +24,7 @@ import platform
 import re
 import struct
 import sys
+from functools import lru_cache
 
 from numloss.evaluate.sandbox.policy import (
     AF_UNIX,
@@ -127,6 +128,7 @@ def _refuse(names: tuple[str, ...], table: dict[str, int], err: int = errno.EPER
     ]
 
 
+@lru_cache(maxsize=4)
 def filter_program(machine: str | None = None, allow_mount: bool = False) -> bytes:
     """The BPF program (``struct sock_filter[]``, little endian) for `machine`; `allow_mount`
     leaves ``mount`` allowed (the filter bwrap loads, before the init stacks `last_filter`).
@@ -145,9 +147,9 @@ def filter_program(machine: str | None = None, allow_mount: bool = False) -> byt
     prog += [_insn(_JGE_K, LAST_CLASSIC + 1, jf=1), _ret_errno(errno.ENOSYS)]
     prog += _refuse(("clone3",), table, errno.ENOSYS)
     for name in ("socket", "socketpair"):  # the address family is the first argument
-        prog += _only_value(table[name], 0, AF_UNIX, errno.EAFNOSUPPORT)
-    prog += _refuse_values(table["fcntl"], 1, FCNTL_DENIED)
-    prog += _refuse_values(table["madvise"], 2, MADVISE_DENIED)
+        prog += _by_arg(table[name], 0, (AF_UNIX,), errno.EAFNOSUPPORT, only=True)
+    prog += _by_arg(table["fcntl"], 1, FCNTL_DENIED)
+    prog += _by_arg(table["madvise"], 2, MADVISE_DENIED)
     prog += [
         _insn(_JEQ_K, table["clone"], jf=3),
         _insn(_LD_W_ABS, _ARG0_LOW),
@@ -158,6 +160,7 @@ def filter_program(machine: str | None = None, allow_mount: bool = False) -> byt
     return b"".join(prog)
 
 
+@lru_cache(maxsize=4)
 def last_filter(machine: str | None = None) -> bytes:
     """The filter the init stacks last (`policy.LAST_DENIED`): it refuses (EPERM) ``mount``,
     ``seccomp()`` and ``prctl(PR_SET_SECCOMP)``, so no process of the sandbox can stack a filter,
@@ -166,7 +169,7 @@ def last_filter(machine: str | None = None) -> bytes:
     audit_arch, _, _ = _arch(machine)
     table = syscall_numbers(machine)
     prog = _prologue(audit_arch) + _refuse(LAST_DENIED, table)
-    prog += _refuse_values(table["setrlimit"], 0, (RLIMIT_CORE,))
+    prog += _by_arg(table["setrlimit"], 0, (RLIMIT_CORE,))
     # prlimit64(pid, resource, new, old): refused when resource is RLIMIT_CORE and new is not NULL
     body = [
         _insn(_LD_W_ABS, _ARG0_LOW + 8),
@@ -179,30 +182,20 @@ def last_filter(machine: str | None = None) -> bytes:
         _insn(_RET_K, _RET_ALLOW),
     ]
     prog += [_insn(_JEQ_K, table["prlimit64"], jf=len(body))] + body
-    prog += _refuse_values(table["prctl"], 0, (PR_SET_SECCOMP,))
+    prog += _by_arg(table["prctl"], 0, (PR_SET_SECCOMP,))
     prog.append(_insn(_RET_K, _RET_ALLOW))
     return b"".join(prog)
 
 
-def _refuse_values(
-    nr: int, arg: int, values: tuple[int, ...], err: int = errno.EPERM
+def _by_arg(
+    nr: int, arg: int, values: tuple[int, ...], err: int = errno.EPERM, only: bool = False
 ) -> list[bytes]:
     """If the syscall is `nr`: refuse it with `err` when the low 32 bits of argument `arg` are one
-    of `values`, allow it otherwise (every branch returns: the accumulator no longer holds nr)."""
+    of `values` (`only`: unless they are one of them), allow it otherwise (every branch returns:
+    the accumulator no longer holds nr)."""
+    allow, refuse = _insn(_RET_K, _RET_ALLOW), _ret_errno(err)
     body = [_insn(_LD_W_ABS, _ARG0_LOW + 8 * arg)]
     for value in values:
-        body += [_insn(_JEQ_K, value, jf=1), _ret_errno(err)]
-    body.append(_insn(_RET_K, _RET_ALLOW))
-    return [_insn(_JEQ_K, nr, jf=len(body))] + body
-
-
-def _only_value(nr: int, arg: int, value: int, err: int) -> list[bytes]:
-    """If the syscall is `nr`: allow it when argument `arg` (low 32 bits) is `value`, else refuse
-    it with `err`."""
-    body = [
-        _insn(_LD_W_ABS, _ARG0_LOW + 8 * arg),
-        _insn(_JEQ_K, value, jf=1),
-        _insn(_RET_K, _RET_ALLOW),
-        _ret_errno(err),
-    ]
+        body += [_insn(_JEQ_K, value, jf=1), allow if only else refuse]
+    body.append(refuse if only else allow)
     return [_insn(_JEQ_K, nr, jf=len(body))] + body
