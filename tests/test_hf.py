@@ -16,20 +16,14 @@ OBJECTIVES = ["mle", "del", "ntl-was", "ntl-mse", "dist2", "mixce", "emo"]
 PAD = 39
 
 
+#: the tiny models' shape: 2 layers, hidden 32, a 40-token vocabulary, dropout off
+SHAPE = dict(vocab_size=40, hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
+             num_key_value_heads=2, max_position_embeddings=64, attention_dropout=0.0, tie_word_embeddings=False)
+
+
 def tiny_llama(seed: int = 0) -> LlamaForCausalLM:
     torch.manual_seed(seed)
-    config = LlamaConfig(
-        vocab_size=40,
-        hidden_size=32,
-        intermediate_size=64,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        max_position_embeddings=64,
-        attention_dropout=0.0,
-        tie_word_embeddings=False,
-    )
-    return LlamaForCausalLM(config).float()
+    return LlamaForCausalLM(LlamaConfig(**SHAPE)).float()
 
 
 def rows() -> list[dict[str, list[int]]]:
@@ -106,18 +100,31 @@ def train_args(tmp_path, batch: int, accumulation: int, steps: int = 1, lr: floa
     )
 
 
-def updated_parameters(name: str, tmp_path, batch: int, accumulation: int, trainer_class=NumericTrainer, **kw):
-    model = tiny_llama()
-    trainer = trainer_class(
-        loss_fn=make_loss(name, model),
-        model=model,
-        args=train_args(tmp_path, batch, accumulation),
-        train_dataset=rows(),
-        data_collator=collate,
-        **kw,
-    )
-    trainer.train()
+def params(model) -> dict[str, torch.Tensor]:
     return {k: v.detach().clone() for k, v in model.named_parameters()}
+
+
+def trained(model, tmp_path, batch: int = 8, accumulation: int = 1, steps: int = 1, lr: float = 0.5,
+            trainer_class=NumericTrainer, **kw):
+    """`trainer_class` (`kw`: loss_fn, fused, compute_loss_func, ...) after training `model` on rows()."""
+    trainer = trainer_class(model=model, args=train_args(tmp_path, batch, accumulation, steps, lr),
+                            train_dataset=rows(), data_collator=collate, **kw)
+    trainer.train()
+    return trainer
+
+
+def full_batch(model, loss_fn, data: list | None = None):
+    """`loss_fn` on one forward pass of `model` over `data` (all rows) at once."""
+    batch = collate(data or rows())
+    with torch.no_grad():
+        logits = model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"]).logits
+        return loss_fn(logits, shift_labels(batch))
+
+
+def updated_parameters(name: str, tmp_path, batch: int, accumulation: int, trainer_class=NumericTrainer):
+    model = tiny_llama()
+    trained(model, tmp_path, batch, accumulation, trainer_class=trainer_class, loss_fn=make_loss(name, model))
+    return params(model)
 
 
 def max_update_difference(a: dict, b: dict, start: dict) -> tuple[float, float]:
@@ -129,7 +136,7 @@ def max_update_difference(a: dict, b: dict, start: dict) -> tuple[float, float]:
 
 @pytest.mark.parametrize("name", [*OBJECTIVES, "dist2-author"])
 def test_batch_8_equals_2_by_4_accumulation(name, tmp_path):
-    start = {k: v.detach().clone() for k, v in tiny_llama().named_parameters()}
+    start = params(tiny_llama())
     full = updated_parameters(name, tmp_path / "full", batch=8, accumulation=1)
     accumulated = updated_parameters(name, tmp_path / "ga", batch=2, accumulation=4)
     naive = updated_parameters(name, tmp_path / "naive", 2, 4, trainer_class=PerMicroBatchTrainer)
@@ -144,28 +151,13 @@ def test_batch_8_equals_2_by_4_accumulation(name, tmp_path):
 def test_logged_terms_are_the_step_means(tmp_path):
     """With lr = 0, the logged loss/ce/aux/digit_entropy equal one full-batch call of the loss."""
     model = tiny_llama()
-    reference_model = copy.deepcopy(model)
     loss_fn = make_loss("del", model)
-    trainer = NumericTrainer(
-        loss_fn=loss_fn,
-        model=model,
-        args=train_args(tmp_path, batch=2, accumulation=4, steps=2, lr=0.0),
-        train_dataset=rows(),
-        data_collator=collate,
-    )
-    trainer.train()
-    batch = collate(rows())
-    with torch.no_grad():
-        logits = reference_model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"]).logits
-        expected = loss_fn(logits, shift_labels(batch))
+    expected = full_batch(copy.deepcopy(model), loss_fn)
+    trainer = trained(model, tmp_path, batch=2, accumulation=4, steps=2, lr=0.0, loss_fn=loss_fn)
     logs = [entry for entry in trainer.state.log_history if "ce" in entry]
     assert len(logs) == 2  # the dataset of 8 rows is seen twice
     for entry in logs:
-        assert entry["loss"] == pytest.approx(float(expected.loss), rel=1e-5)
-        assert entry["ce"] == pytest.approx(float(expected.ce), rel=1e-5)
-        assert entry["aux"] == pytest.approx(float(expected.aux), rel=1e-5)
-        assert entry["digit_entropy"] == pytest.approx(float(expected.digit_entropy), rel=1e-5)
-        for name in ("digit_logit_mean", "pushdown_share", "digit_target_prob"):
+        for name in ("loss", "ce", "aux", "digit_entropy", "digit_logit_mean", "pushdown_share", "digit_target_prob"):
             assert entry[name] == pytest.approx(float(getattr(expected, name)), rel=1e-5, abs=1e-7), name
 
 
@@ -177,22 +169,11 @@ def test_digit_diagnostics_callback_on_a_plain_trainer(tmp_path):
     from numloss.diagnostics import DigitDiagnosticsCallback
 
     model = tiny_llama()
-    reference_model = copy.deepcopy(model)
     loss_fn = build_loss("del", VOCAB, alpha=1.0, normalize="tokens")
+    expected = full_batch(copy.deepcopy(model), loss_fn)
     hook = compute_loss_func(loss_fn)
-    trainer = Trainer(
-        model=model,
-        args=train_args(tmp_path, batch=8, accumulation=1, steps=2, lr=0.0),
-        train_dataset=rows(),
-        data_collator=collate,
-        compute_loss_func=hook,
-        callbacks=[DigitDiagnosticsCallback(hook)],
-    )
-    trainer.train()
-    batch = collate(rows())
-    with torch.no_grad():
-        logits = reference_model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"]).logits
-        expected = loss_fn(logits, shift_labels(batch))
+    trainer = trained(model, tmp_path, steps=2, lr=0.0, trainer_class=Trainer, compute_loss_func=hook,
+                      callbacks=[DigitDiagnosticsCallback(hook)])
     logs = [entry for entry in trainer.state.log_history if "loss" in entry and "train_runtime" not in entry]
     assert len(logs) == 2
     for entry in logs:
@@ -235,12 +216,8 @@ def test_evaluation_after_training_normalises_each_batch_by_itself(tmp_path, fus
                                              per_device_eval_batch_size=2),
                              train_dataset=rows(), eval_dataset=rows()[:2], data_collator=collate)
     trainer.train()
-    batch = collate(rows()[:2])
     model.eval()
-    with torch.no_grad():
-        logits = model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"]).logits
-        expected = loss_fn(logits, shift_labels(batch))
-    assert trainer.evaluate()["eval_loss"] == pytest.approx(float(expected.loss), rel=1e-5)
+    assert trainer.evaluate()["eval_loss"] == pytest.approx(float(full_batch(model, loss_fn, rows()[:2]).loss), rel=1e-5)
 
 
 def test_shift_labels_pads_instead_of_slicing():
@@ -274,13 +251,10 @@ def tiny_model(architecture: str, seed: int = 0):
     if architecture == "llama":
         return tiny_llama(seed)
     torch.manual_seed(seed)
-    common = dict(vocab_size=40, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
-                  num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=64,
-                  attention_dropout=0.0, tie_word_embeddings=False)
     if architecture == "qwen2":
-        return Qwen2ForCausalLM(Qwen2Config(**common)).float()
+        return Qwen2ForCausalLM(Qwen2Config(**SHAPE)).float()
     if architecture == "mistral":
-        return MistralForCausalLM(MistralConfig(**common, sliding_window=None)).float()
+        return MistralForCausalLM(MistralConfig(**SHAPE, sliding_window=None)).float()
     if architecture == "gpt2":
         config = GPT2Config(vocab_size=40, n_embd=32, n_layer=2, n_head=4, n_positions=64,
                             resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0)
@@ -289,15 +263,8 @@ def tiny_model(architecture: str, seed: int = 0):
 
 
 def loss_curve(model, name: str, tmp_path, fused: bool, steps: int = 3):
-    trainer = NumericTrainer(
-        loss_fn=make_loss(name, model),
-        fused=fused,
-        model=model,
-        args=train_args(tmp_path, batch=2, accumulation=2, steps=steps, lr=0.2),
-        train_dataset=rows(),
-        data_collator=collate,
-    )
-    trainer.train()
+    trainer = trained(model, tmp_path, batch=2, accumulation=2, steps=steps, lr=0.2, loss_fn=make_loss(name, model),
+                      fused=fused)
     logs = [entry for entry in trainer.state.log_history if "ce" in entry]
     assert len(logs) == steps
     return [entry[key] for entry in logs for key in ("loss", "ce", "aux")], model
@@ -346,16 +313,13 @@ def hook_update(name: str, tmp_path, batch: int, accumulation: int, **options):
     from transformers import Trainer
 
     model = tiny_llama()
-    loss_fn = build_loss(name, VOCAB, alpha=1.0, **options) if name != "mle" else build_loss(name, VOCAB)
-    trainer = Trainer(
-        model=model,
-        args=train_args(tmp_path, batch, accumulation),
-        train_dataset=rows(),
-        data_collator=collate,
-        compute_loss_func=compute_loss_func(loss_fn),
-    )
-    trainer.train()
-    return {k: v.detach().clone() for k, v in model.named_parameters()}
+    trained(model, tmp_path, batch, accumulation, trainer_class=Trainer,
+            compute_loss_func=compute_loss_func(build_loss(name, VOCAB, **_alpha(name), **options)))
+    return params(model)
+
+
+def _alpha(name: str) -> dict:
+    return {} if name == "mle" else {"alpha": 1.0}
 
 
 _REFERENCE_UPDATES: dict = {}
@@ -365,24 +329,17 @@ def numeric_trainer_update(name: str, tmp_path, batch: int, accumulation: int, *
     """Parameters after NumericTrainer's first step (cached: several tests compare against it)."""
     key = (name, batch, accumulation, tuple(sorted(options.items())))
     if key not in _REFERENCE_UPDATES:
-        _REFERENCE_UPDATES[key] = _numeric_trainer_update(name, tmp_path, batch, accumulation, **options)
+        model = tiny_llama()
+        trained(model, tmp_path, batch, accumulation, loss_fn=build_loss(name, VOCAB, **_alpha(name), **options))
+        _REFERENCE_UPDATES[key] = params(model)
     return {k: v.clone() for k, v in _REFERENCE_UPDATES[key].items()}
-
-
-def _numeric_trainer_update(name: str, tmp_path, batch: int, accumulation: int, **options):
-    model = tiny_llama()
-    loss_fn = build_loss(name, VOCAB, alpha=1.0, **options) if name != "mle" else build_loss(name, VOCAB)
-    trainer = NumericTrainer(loss_fn=loss_fn, model=model, args=train_args(tmp_path, batch, accumulation),
-                             train_dataset=rows(), data_collator=collate)
-    trainer.train()
-    return {k: v.detach().clone() for k, v in model.named_parameters()}
 
 
 @pytest.mark.parametrize("name", ["del", "mle"])
 def test_compute_loss_func_with_token_normalisation_is_numeric_trainers_update(name, tmp_path):
     """Trainer(compute_loss_func=...) at 2 x 4 accumulation == NumericTrainer at batch 8."""
     options = {} if name == "mle" else {"normalize": "tokens"}
-    start = {k: v.detach().clone() for k, v in tiny_llama().named_parameters()}
+    start = params(tiny_llama())
     reference = numeric_trainer_update(name, tmp_path / "ref", 8, 1, **options)
     hooked = hook_update(name, tmp_path / "hook", 2, 4, **options)
     diff, size = max_update_difference(reference, hooked, start)
@@ -398,7 +355,7 @@ def test_compute_loss_func_with_digit_normalisation_refuses_accumulation(tmp_pat
         hook_update("del", tmp_path / "ga", 2, 4)
     assert "\n" not in str(error.value)
     # one micro-batch per step on one rank: the digit mean is the step's, and exact
-    start = {k: v.detach().clone() for k, v in tiny_llama().named_parameters()}
+    start = params(tiny_llama())
     diff, size = max_update_difference(numeric_trainer_update("del", tmp_path / "r", 8, 1),
                                        hook_update("del", tmp_path / "one", 8, 1), start)
     assert diff <= 1e-5 * size + 1e-7
@@ -473,7 +430,7 @@ def test_compute_loss_func_on_two_gloo_ranks_is_exact_with_token_normalisation(t
         outcome = (tmp_path / f"digits-rank{rank}.txt").read_text()
         assert outcome.startswith('digits refused: compute_loss_func: del with normalize="digits"'), outcome
     two_ranks = torch.load(tmp_path / "params.pt")
-    start = {k: v.detach().clone() for k, v in tiny_llama().named_parameters()}
+    start = params(tiny_llama())
     reference = numeric_trainer_update("del", tmp_path / "ref", 8, 1, normalize="tokens")
     diff, size = max_update_difference(reference, two_ranks, start)
     assert size > 1e-3 and diff <= 1e-5 * size + 1e-6, (diff, size)
@@ -495,10 +452,7 @@ def test_digit_share_logs_the_scored_share_of_label_digits(tmp_path):
     unscored = 2 * int((labels == letter).sum())
     assert scored and unscored, "the rows must hold both kinds for the test to mean anything"
     scored_total = (scored, digits + unscored)
-    trainer = NumericTrainer(loss_fn=build_loss("del", vocab), model=tiny_llama(),
-                             args=train_args(tmp_path, batch=8, accumulation=1, steps=1, lr=0.0),
-                             train_dataset=data, data_collator=collate)
-    trainer.train()
+    trainer = trained(tiny_llama(), tmp_path, lr=0.0, loss_fn=build_loss("del", vocab))
     (entry,) = [e for e in trainer.state.log_history if "digit_share" in e]
     assert entry["digit_share"] == pytest.approx(scored_total[0] / scored_total[1])
     assert entry["digit_share"] < 1.0
