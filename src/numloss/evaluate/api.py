@@ -126,27 +126,18 @@ def _load(
         wanted: list[Any] = parse_benchmark_list(benchmarks)
     else:
         wanted = [b if isinstance(b, Benchmark) else parse_benchmark_list(b)[0] for b in benchmarks]
-    out = []
-    for w in wanted:
-        if isinstance(w, Benchmark):
-            out.append(w.head(limit))
-        else:
-            name, path = w
-            out.append(
-                load_benchmark(
-                    name,
-                    path=path,
-                    data_dir=data_dir,
-                    limit=limit,
-                    seed=SYNTHETIC_SEED if seed is None else seed,
-                )
-            )
-    if not out:
+    if not wanted:
         raise BenchmarkError(
             "benchmarks is empty; name at least one, e.g. ['gsm8k', 'svamp'] (--benchmarks"
             " gsm8k,svamp)"
         )
-    return out
+    seed = SYNTHETIC_SEED if seed is None else seed
+    return [
+        w.head(limit)
+        if isinstance(w, Benchmark)
+        else load_benchmark(w[0], path=w[1], data_dir=data_dir, limit=limit, seed=seed)
+        for w in wanted
+    ]
 
 
 def load_adapter_run(model_or_path: Any, device: str | None = None) -> tuple[Any, Any] | None:

@@ -24,7 +24,6 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -210,30 +209,23 @@ def keep_report_of_other_origin(out: Path, origin: dict[str, str], overwrite: bo
     # none, or a torn one (written before writes were atomic): nothing to keep
     meta = read_json_object(out / "results.json") or {}
     # a scored report's meta has scored_from; an evaluation's has the model it generated with
-    key = "scored_from" if "scored_from" in meta else "model" if "model" in meta else None
-    theirs = {key: str(meta[key])} if key is not None else {}
-    if not theirs or theirs == origin:
+    key = next((k for k in ("scored_from", "model") if k in meta), None)
+    if key is None or {key: str(meta[key])} == origin:
         return
-    what = (
-        f"outputs scored from {theirs['scored_from']}"
-        if "scored_from" in theirs
-        else f"an evaluation of {theirs['model']}"
-    )
+    what = f"{'outputs scored from' if key == 'scored_from' else 'an evaluation of'} {meta[key]}"
     if not overwrite:
         raise ValueError(
             f"--out {out} holds the report of {what} (results.json, report.md); writing this one"
             " would replace it: give another --out, or --overwrite to keep the old report beside"
             " as *.overwritten-TIME"
         )
-    stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
-    for name in ("results.json", "report.md"):
-        if (out / name).is_file():
-            os.replace(out / name, out / f"{name}.overwritten-{stamp}")
-    print(
-        f"numloss eval: --overwrite: the report of {what} kept as"
-        f" {out}/results.json.overwritten-{stamp}",
-        file=sys.stderr,
-    )
+    from numloss.evaluate.store import aside_path
+
+    kept = aside_path(out / "results.json")
+    os.replace(out / "results.json", kept)  # it is there: its meta was read
+    if (out / "report.md").is_file():
+        os.replace(out / "report.md", aside_path(out / "report.md"))
+    print(f"numloss eval: --overwrite: the report of {what} kept as {kept}", file=sys.stderr)
 
 
 def _unexpected(error: BaseException) -> int:

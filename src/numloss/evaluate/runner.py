@@ -121,17 +121,10 @@ def score_items(
     """Score each item's first output (and fallback output, where the protocol needs it)."""
     styles = [first_style(item, program_of_thought) for item in items]
     limits = (protocol.program_output_bytes, protocol.program_memory_bytes, protocol.program_clock)
-    for attempt_outputs, attempt_styles in (
-        (outputs, styles),
-        ([f or "" for f in fallbacks], ["cot"] * len(items)),
-    ):
-        scripts = []
-        for output, style in zip(attempt_outputs, attempt_styles, strict=True):
-            program = protocol.program(output) if style in protocol.program_styles else None
-            if program is not None:
-                scripts.append(protocol.script(program))
-        # all programs of the batch at once, in parallel; cached for _attempt
-        runner.run(scripts, *limits)
+    attempts = [*zip(outputs, styles, strict=True), *((f or "", "cot") for f in fallbacks)]
+    programs = [protocol.program(o) for o, style in attempts if style in protocol.program_styles]
+    # all programs of the batch at once, in parallel; cached for _attempt
+    runner.run([protocol.script(p) for p in programs if p is not None], *limits)
 
     def run(script: str) -> ProgramResult:
         return runner.run([script], *limits)[0]
@@ -253,28 +246,14 @@ def run_benchmark(
                 " given"
             )
         styles = [first_style(p.item, program_of_thought) for p in missing]
-        firsts = _generate_for(generator, protocols[0], missing, styles, stop)
-        for p, text in zip(missing, firsts, strict=True):
-            p.output = text
-        scored = {
-            pr.name: _score(pr, benchmark.name, pending, runner, program_of_thought)
-            for pr in protocols
-        }
+        _generate_for(generator, protocols[0], missing, styles, stop)
+        scored = _score_all(protocols, benchmark.name, pending, runner, program_of_thought)
         need = [
-            p
-            for i, p in enumerate(pending)
-            if any(scored[pr.name][i].needs_fallback for pr in protocols)
+            p for i, p in enumerate(pending) if any(s[i].needs_fallback for s in scored.values())
         ]
         if need and generator is not None:
-            fallbacks = _generate_for(
-                generator, protocols[0], need, ["cot"] * len(need), stop, True
-            )
-            for p, text in zip(need, fallbacks, strict=True):
-                p.fallback = text
-            scored = {
-                pr.name: _score(pr, benchmark.name, pending, runner, program_of_thought)
-                for pr in protocols
-            }
+            _generate_for(generator, protocols[0], need, ["cot"] * len(need), stop, fallback=True)
+            scored = _score_all(protocols, benchmark.name, pending, runner, program_of_thought)
         new = []
         for pr in protocols:
             for p, result in zip(pending, scored[pr.name], strict=True):
@@ -287,18 +266,20 @@ def run_benchmark(
     return {pr.name: [final[pr.name][it.id] for it in benchmark.items] for pr in protocols}
 
 
-def _score(
-    protocol: Protocol, benchmark: str, pending: list[Pending], runner: ProgramRunner, pot: bool
-) -> list[ItemResult]:
-    return score_items(
-        protocol,
-        benchmark,
-        [p.item for p in pending],
-        [p.output or "" for p in pending],
-        [p.fallback for p in pending],
-        runner,
-        pot,
-    )
+def _score_all(
+    protocols: Sequence[Protocol],
+    benchmark: str,
+    pending: list[Pending],
+    runner: ProgramRunner,
+    pot: bool,
+) -> dict[str, list[ItemResult]]:
+    """{protocol name: the verdicts on the `pending` items' outputs}."""
+    items, fallbacks = [p.item for p in pending], [p.fallback for p in pending]
+    outputs = [p.output or "" for p in pending]
+    return {
+        pr.name: score_items(pr, benchmark, items, outputs, fallbacks, runner, pot)
+        for pr in protocols
+    }
 
 
 def _generate_for(
@@ -308,16 +289,15 @@ def _generate_for(
     styles: list[str],
     stop: Sequence[str],
     fallback: bool = False,
-) -> list[str]:
-    """The outputs of `pending` items prompted in `styles` under `protocol`, cut at `stop` ([]:
-    none to make). Prompts are grouped by token limit (open and multiple-choice items differ);
-    `fallback` is passed to a generator that takes it (its progress bar counts items, not prompts).
-    """
+) -> None:
+    """Set the output (with `fallback`, the fallback output) of each `pending` item prompted in
+    `styles` under `protocol`, cut at `stop`. Prompts are grouped by token limit (open and
+    multiple-choice items differ); `fallback` is passed to a generator that takes it (its progress
+    bar counts items, not prompts)."""
     if not pending or generator is None:
-        return []
+        return
     prompts = [protocol.prompt(p.item, s) for p, s in zip(pending, styles, strict=True)]  # type: ignore[arg-type]
     limits = [protocol.max_new_tokens(p.item) for p in pending]
-    out = [""] * len(prompts)
     takes = inspect.signature(generator.generate).parameters
     options = {"fallback": True} if fallback and "fallback" in takes else {}
     for limit in sorted(set(limits)):
@@ -328,8 +308,7 @@ def _generate_for(
         else:  # a generator with one fixed limit
             gens = generator.generate(batch, **options)
         for i, text in zip(index, generated_texts(generator, batch, gens), strict=True):
-            out[i] = cut_at_stop(text, stop)
-    return out
+            setattr(pending[i], "fallback" if fallback else "output", cut_at_stop(text, stop))
 
 
 def generated_texts(generator: Any, prompts: Sequence[str], gens: Any) -> list[str]:

@@ -223,15 +223,21 @@ class ResultsFile:
         if len(keep) == len(records):
             return 0, None
         moved = [r for r in records if matches(r)]
-        stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
-        aside = self.path.with_name(f"{self.path.name}.overwritten-{stamp}")
-        n = 1
-        while aside.exists():
-            n += 1
-            aside = self.path.with_name(f"{self.path.name}.overwritten-{stamp}-{n}")
+        aside = aside_path(self.path)
         write_text_atomic(aside, _jsonl(moved))
         write_text_atomic(self.path, _jsonl(keep))
         return len(moved), aside
+
+
+def aside_path(path: Path) -> Path:
+    """Where `--overwrite` keeps `path`: `PATH.overwritten-<UTC time>` (`-2`, `-3`, ... when that
+    is taken)."""
+    stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
+    aside, n = path.with_name(f"{path.name}.overwritten-{stamp}"), 1
+    while aside.exists():
+        n += 1
+        aside = path.with_name(f"{path.name}.overwritten-{stamp}-{n}")
+    return aside
 
 
 def _jsonl(records: Iterable[dict[str, Any]]) -> str:
