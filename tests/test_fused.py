@@ -19,6 +19,7 @@ VARIANTS = {
     "del": ("del", {"alpha": 1.0}),
     "del-tokens": ("del", {"alpha": 1.0, "normalize": "tokens", "place_weighting": "continuous"}),
     "del-centered": ("del", {"alpha": 1.0, "sigmoid_input": "centered"}),
+    "del-detached": ("del", {"alpha": 1.0, "sigmoid_input": "centered", "p_weights": "detached"}),
     "ntl-was": ("ntl-was", {}),
     "ntl-was-reweigh": ("ntl-was", {"reweigh": True}),
     "ntl-mse": ("ntl-mse", {}),
