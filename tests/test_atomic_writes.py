@@ -37,6 +37,18 @@ def _leftovers(folder: Path) -> list[str]:
     return sorted(p.name for p in folder.iterdir() if p.name.endswith(".tmp"))
 
 
+def assert_rewrite_survives(folder: Path, disk_full, write, *names: str) -> None:
+    """`write(0)`, then `write(1)` on a full disk: it raises, `names` keep their bytes, no temporary
+    file is left."""
+    write(0)
+    before = {name: (folder / name).read_bytes() for name in names}
+    disk_full()
+    with pytest.raises(OSError):
+        write(1)
+    assert {name: (folder / name).read_bytes() for name in names} == before
+    assert _leftovers(folder) == []
+
+
 def test_the_helper_replaces_whole_files(tmp_path) -> None:
     target = tmp_path / "a.json"
     write_json_atomic(target, {"x": 1})
@@ -83,14 +95,8 @@ def test_eval_report_survives_a_failed_rewrite(tmp_path, disk_full) -> None:
     from numloss.evaluate.report import write_report
 
     report = _eval_report()
-    write_report(tmp_path, report)
-    before = {name: (tmp_path / name).read_bytes() for name in ("results.json", "report.md")}
-    disk_full()
-    with pytest.raises(OSError):
-        write_report(tmp_path, report)
-    assert {name: (tmp_path / name).read_bytes() for name in before} == before
-    json.loads(before["results.json"])  # still valid JSON
-    assert _leftovers(tmp_path) == []
+    assert_rewrite_survives(tmp_path, disk_full, lambda n: write_report(tmp_path, report), "results.json", "report.md")
+    json.loads((tmp_path / "results.json").read_text())  # still valid JSON
 
 
 def test_eval_items_overwrite_survives_a_failed_rewrite(tmp_path, disk_full) -> None:
@@ -128,37 +134,20 @@ def test_the_compare_report_survives_a_failed_rewrite(tmp_path, disk_full, monke
     monkeypatch.setattr(report, "_plots", lambda summary, results, out: [])
     monkeypatch.setattr(report, "aggregate", lambda results: {})
     monkeypatch.setattr(report, "markdown_report", lambda summary, meta, plots: f"# report of {meta['runs']} runs\n")
-    report.write_report([_compare_result()], tmp_path, {"runs": 1})
-    before = {name: (tmp_path / name).read_bytes() for name in ("results.json", "report.md")}
-    disk_full()
-    with pytest.raises(OSError):
-        report.write_report([_compare_result()], tmp_path, {"runs": 2})
-    assert {name: (tmp_path / name).read_bytes() for name in before} == before
-    assert _leftovers(tmp_path) == []
+    assert_rewrite_survives(tmp_path, disk_full, lambda n: report.write_report([_compare_result()], tmp_path, {"runs": n}),
+                            "results.json", "report.md")
 
 
 def test_config_yaml_survives_a_failed_rewrite(tmp_path, disk_full) -> None:
     from numloss.config import Config
     from numloss.train import record_config
 
-    record_config(Config(), tmp_path, None)
-    before = (tmp_path / "config.yaml").read_bytes()
-    changed = Config()
-    changed.train.learning_rate = 0.5
-    disk_full()
-    with pytest.raises(OSError):
-        record_config(changed, tmp_path, None)
-    assert (tmp_path / "config.yaml").read_bytes() == before
-    assert _leftovers(tmp_path) == []
+    def write(n: int) -> None:
+        config = Config()
+        config.train.learning_rate = 0.5 + n
+        record_config(config, tmp_path, None)
 
-
-def test_log_history_and_final_record_are_written_whole(tmp_path, disk_full) -> None:
-    path = tmp_path / "log_history.json"
-    write_json_atomic(path, [{"step": 1, "loss": 2.0}])
-    disk_full()
-    with pytest.raises(OSError):
-        write_json_atomic(path, [{"step": 1, "loss": 2.0}, {"step": 2, "loss": 1.5}])
-    assert json.loads(path.read_text()) == [{"step": 1, "loss": 2.0}]
+    assert_rewrite_survives(tmp_path, disk_full, write, "config.yaml")
 
 
 # -- log.csv ---------------------------------------------------------------------------------------

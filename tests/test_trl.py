@@ -176,20 +176,6 @@ def test_chat_data_learns_the_assistant_turns_only(assistant_only_loss, tmp_path
     assert any("aux" in entry for entry in trainer.state.log_history)
 
 
-def test_chat_data_learns_every_token_when_asked(tmp_path):
-    tok = chat_tokenizer()
-    trainer = NumericSFTTrainer(loss_fn=build_loss("del", VOCAB), model=model(), train_dataset=chat_dataset(),
-                                args=config(tmp_path, 2, 1, max_length=512), processing_class=tok, assistant_only=False)
-    for record in trainer.train_dataset:
-        assert -100 not in record["labels"]  # TRL's default for messages: the whole conversation
-
-
-def test_prompt_completion_data_is_left_to_trl(tmp_path):
-    trainer = NumericSFTTrainer(loss_fn=build_loss("del", VOCAB), model=model(), train_dataset=dataset(),
-                                args=config(tmp_path, 2, 1), processing_class=TOKENIZER)
-    assert trainer.completion_only_loss
-
-
 def test_an_ab_of_objectives_compares_losses_not_maskings(tmp_path):
     """docs/integration.md's A/B: both arms are NumericSFTTrainer (MLE the baseline), so chat data
     is masked alike; a plain SFTTrainer arm would learn every token of the conversation (TRL's
