@@ -85,8 +85,8 @@ POOLED_COUNTS: dict[str, tuple[str, Any]] = {
 
 def _counts(evaluation: dict[str, Any], key: str) -> tuple[int, int]:
     """(right, total) behind accuracy `key` of one evaluation ((0, 0) where it kept no counts)."""
-    if key == "exact_match":
-        return evaluation.get("correct", 0), evaluation.get("n", 0)
+    if key == "exact_match":  # no counts kept (records of earlier releases): no interval
+        return (evaluation["correct"], evaluation["n"]) if "correct" in evaluation else (0, 0)
     field, counted = POOLED_COUNTS[key]
     pairs = [v for place, v in (evaluation.get(field) or {}).items() if counted(int(place))]
     return sum(c for c, _ in pairs), sum(t for _, t in pairs)
@@ -182,19 +182,12 @@ def _per_seed(run: dict[str, Any]) -> dict[str, Any]:
     row = {
         "seed": run["seed"],
         "exact_match": primary_evaluation(run).get("exact_match"),
-        "exact_match_ci95": _items_interval(primary_evaluation(run)),
+        "exact_match_ci95": list(wilson_interval(*_counts(primary_evaluation(run), "exact_match"))),
         "final_ce": final_training_ce(run["curve"]),
     }
     if run.get("learning"):
         row["learnt_at"] = run["learning"]["step"] if run["learning"]["learnt"] else None
     return row
-
-
-def _items_interval(evaluation: dict[str, Any]) -> list[float]:
-    """The Wilson 95 % interval of one run's exact match on its items (NaN without counts)."""
-    if "correct" not in evaluation or not evaluation.get("n"):
-        return [float("nan"), float("nan")]
-    return list(wilson_interval(evaluation["correct"], evaluation["n"]))
 
 
 def _learning_entry(runs: Sequence[dict[str, Any]]) -> dict[str, Any] | None:
@@ -275,10 +268,6 @@ def primary_evaluation(run: dict[str, Any]) -> dict[str, Any]:
     if "in_distribution" in evaluation:
         return evaluation["in_distribution"]
     return next(iter(evaluation.values()), {})
-
-
-def _in_distribution_exact_matches(entry: dict[str, Any]) -> list[float]:
-    return finite([s["exact_match"] for s in entry["per_seed"]])
 
 
 def _pair_with_baseline(
@@ -699,17 +688,9 @@ def _plots(summary: dict[str, Any], results: Sequence[dict[str, Any]], out: Path
         paths.append(_save(plt, place, out / "place_accuracy.png"))
     paths.append(_save(plt, _curves_figure(plt, summary, results), out / "training_curves.png"))
     panels: dict[str, dict[str, Any]] = {}
-    for label in summary:
-        first = next(
-            (
-                r
-                for r in results
-                if r["label"] == label and (r.get("embeddings") or {}).get("after")
-            ),
-            None,
-        )
-        if first is not None:
-            panels[label] = first["embeddings"]
+    for r in results:  # each objective's first run with embeddings
+        if (r.get("embeddings") or {}).get("after"):
+            panels.setdefault(r["label"], r["embeddings"])
     paths += plot_embeddings(panels, out)
     paths += _learning_plots(summary, results, out, plt)
     return paths
@@ -916,7 +897,10 @@ def _learning_plots(
         paths.append(_save(plt, fig, out / "learnt_by_step.png"))
 
     fig, ax = plt.subplots(figsize=(max(6, 0.8 * len(labels) + 2), 3.8))
-    values = [[100 * v for v in _in_distribution_exact_matches(summary[label])] for label in labels]
+    values = [
+        [100 * v for v in finite([s["exact_match"] for s in summary[label]["per_seed"]])]
+        for label in labels
+    ]
     ax.boxplot(values, positions=list(range(len(labels))), widths=0.35, showfliers=False)
     for i, label in enumerate(labels):
         runs = [r for r in results if r["label"] == label]

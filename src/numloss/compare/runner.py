@@ -224,12 +224,9 @@ def _read_json(path: Path) -> Any:
 
 def read_result(run_dir: Path, expected_hash: str) -> dict[str, Any] | None:
     """The finished result of a run folder if its hash matches, else None (missing, stale, torn)."""
-    path = run_dir / "result.json"
-    if not path.is_file():
-        return None
     try:
-        result = _read_json(path)
-    except (OSError, ValueError):
+        result = _read_json(run_dir / "result.json")
+    except (OSError, ValueError):  # none (FileNotFoundError), a folder, torn or empty
         return None
     return None if result_problem(result, expected_hash) else result
 
@@ -359,37 +356,35 @@ def _clear_run_dir(run_dir: Path, say: Callable[[str], None]) -> None:
     say(f"numloss compare: {run_dir} held a finished run of other settings; kept as {aside}")
 
 
+#: the columns of a run's log.csv its result keeps as its training curve; the digit diagnostics
+#: join where the run logged them (older runs did not)
+CURVE_COLUMNS = ("step", "loss", "ce", "aux", "digit_entropy")
+DIAGNOSTIC_COLUMNS = ("digit_logit_mean", "pushdown_share", "digit_target_prob")
+
+
+def _number(text: str | None) -> float:
+    try:
+        return float(text or "nan")
+    except ValueError:
+        return math.nan
+
+
 def _training_curve(csv_path: Path) -> dict[str, list[float]]:
+    """The curve of a run's log.csv: the rows with a number in every CURVE_COLUMNS column."""
     import csv
 
-    curve: dict[str, list[float]] = {
-        "step": [],
-        "loss": [],
-        "ce": [],
-        "aux": [],
-        "digit_entropy": [],
-    }
-    if not csv_path.is_file():
-        return curve
-    # the digit diagnostics join the curve when the run logged them (older runs did not)
-    optional: dict[str, list[float]] = {
-        name: [] for name in ("digit_logit_mean", "pushdown_share", "digit_target_prob")
-    }
-    with csv_path.open(encoding="utf-8", newline="") as handle:
-        for row in csv.DictReader(handle):
-            try:
-                values = {k: float(row[k]) for k in curve}
-            except (KeyError, ValueError):
-                continue
-            for k, v in values.items():
-                curve[k].append(v)
-            for k, series in optional.items():
+    curve: dict[str, list[float]] = {k: [] for k in CURVE_COLUMNS + DIAGNOSTIC_COLUMNS}
+    if csv_path.is_file():
+        with csv_path.open(encoding="utf-8", newline="") as handle:
+            for row in csv.DictReader(handle):
                 try:
-                    series.append(float(row.get(k) or "nan"))
-                except ValueError:
-                    series.append(float("nan"))
-    curve.update({k: series for k, series in optional.items() if any(v == v for v in series)})
-    return curve
+                    values = [float(row[k]) for k in CURVE_COLUMNS]
+                except (KeyError, ValueError):
+                    continue
+                values += [_number(row.get(k)) for k in DIAGNOSTIC_COLUMNS]
+                for series, value in zip(curve.values(), values, strict=True):
+                    series.append(value)
+    return {k: v for k, v in curve.items() if k in CURVE_COLUMNS or any(x == x for x in v)}
 
 
 def _load_trained(result_dir: Path, config: Any) -> tuple[Any, Any]:
@@ -499,12 +494,9 @@ def run_one(
     run_dir = compare.output_dir / "runs" / key.name
     config = compare.run_config(key.spec, key.seed, run_dir, train_file)
     config.train.progress_bar = config.train.progress_bar and progress_bar and on_step is None
-    if trained_not_scored(compare, config):
-        # run_training hands back final/ as it is (resume is not in the hash)
-        config.train.resume = True
-    else:
-        # an interrupted run is redone; a finished one is kept aside
-        _clear_run_dir(run_dir, logger.warning)
+    # Grid._prepare cleared the run folder, or kept a run trained but not scored: run_training
+    # hands its final/ back as it is (resume is not in the hash)
+    config.train.resume = trained_not_scored(compare, config)
     run_dir.mkdir(parents=True, exist_ok=True)
     started, cpu_started = time.perf_counter(), time.process_time()
     word_task = isinstance(compare.task, WordProblemTask)
@@ -534,9 +526,8 @@ def run_one(
     result = _jsonable(
         {
             "hash": compare.run_hash(config),
-            **input_hashes(
-                config, _train_text(train_examples)
-            ),  # the examples as the file holds them
+            # the examples as the file holds them
+            **input_hashes(config, _train_text(train_examples)),
             "label": key.spec.label,
             "objective": {
                 "name": key.spec.name,
