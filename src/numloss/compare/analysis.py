@@ -173,22 +173,20 @@ def paired_analysis(
     p values are Holm-adjusted over the arms and the detectable effect is at alpha / len(arms)
     (Holm's strictest step); for the others at `alpha`, unadjusted."""
     allowed = None if seeds is None else set(seeds)
+
+    def values(label: str, key: str) -> dict[int, float]:
+        return {
+            s: endpoint_value(r, key)
+            for s, r in runs.get(label, {}).items()
+            if allowed is None or s in allowed
+        }
+
     out: list[Comparison] = []
     for endpoint in endpoints:
         group: list[Comparison] = []
         level = alpha / max(1, len(arms)) if endpoint.primary else alpha
         for arm in arms:
-            base = {
-                s: endpoint_value(r, endpoint.key)
-                for s, r in runs.get(baseline, {}).items()
-                if allowed is None or s in allowed
-            }
-            other = {
-                s: endpoint_value(r, endpoint.key)
-                for s, r in runs.get(arm, {}).items()
-                if allowed is None or s in allowed
-            }
-            rows = paired_values(base, other)
+            rows = paired_values(values(baseline, endpoint.key), values(arm, endpoint.key))
             test = paired_t([b - a for _, a, b in rows])
             group.append(
                 Comparison(
