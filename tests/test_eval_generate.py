@@ -36,16 +36,6 @@ PROMPTS = [
 ]
 
 
-def test_batched_left_padded_generation_equals_one_by_one():
-    model, tokenizer = scrambled_tiny_model()
-    one = HFGenerator(model, tokenizer, batch_size=1, max_new_tokens=10, stop=(), progress=False).generate(PROMPTS)
-    batched = HFGenerator(model, tokenizer, batch_size=4, max_new_tokens=10, stop=(), progress=False).generate(PROMPTS)
-    assert [g.text for g in batched] == [g.text for g in one]
-    assert len({g.text for g in one}) > 2  # the outputs differ, so the order really is checked
-    assert all(g.new_tokens == 10 for g in batched)
-    assert tokenizer.padding_side == "right"  # restored after generation
-
-
 def test_generator_counts_tokens_and_time_and_cuts_stop_strings():
     model, tokenizer = scrambled_tiny_model()
     free = HFGenerator(model, tokenizer, batch_size=2, max_new_tokens=8, stop=(), progress=False)
@@ -79,13 +69,17 @@ def reference(model, tokenizer, prompts, max_new_tokens, eos_token_id):
     return out
 
 
-def test_batches_sorted_by_token_length_come_back_in_the_given_order():
+@pytest.mark.parametrize(("prompts", "batch_size", "tokens"), [
+    (PROMPTS, 4, 10),
+    (TEMPLATED + ["y", TEMPLATE.format("a question of middling length here")], 3, 6),  # a shared prefix, tails of all lengths
+])
+def test_batched_generation_sorted_by_length_equals_one_by_one_in_the_given_order(prompts, batch_size, tokens):
     model, tokenizer = scrambled_tiny_model()
-    prompts = TEMPLATED + ["y", TEMPLATE.format("a question of middling length here")]
-    one = [HFGenerator(model, tokenizer, batch_size=1, max_new_tokens=6, stop=(), progress=False).generate([p])[0] for p in prompts]
-    batched = HFGenerator(model, tokenizer, batch_size=3, max_new_tokens=6, stop=(), progress=False).generate(prompts)
-    assert [g.text for g in batched] == [g.text for g in one]
-    assert len({g.text for g in one}) > 3
+    one = [HFGenerator(model, tokenizer, batch_size=1, max_new_tokens=tokens, stop=(), progress=False).generate([p])[0] for p in prompts]
+    batched = HFGenerator(model, tokenizer, batch_size=batch_size, max_new_tokens=tokens, stop=(), progress=False).generate(prompts)
+    assert batched == one  # texts and token counts
+    assert len({g.text for g in one}) > 3  # the outputs differ, so the order really is checked
+    assert tokenizer.padding_side == "right"  # left as it was
 
 
 def test_finished_rows_leave_the_batch_and_outputs_equal_transformers_generate():

@@ -13,6 +13,7 @@ from numloss.evaluate.benchmarks import BenchmarkError, load_benchmark
 from numloss.evaluate.generate import Generation
 from numloss.evaluate.protocol import POT_TRIGGER
 from numloss.evaluate.store import ResultsFile
+from test_eval_faults import Echo
 
 FIXTURES = Path(__file__).parent / "fixtures" / "benchmarks"
 
@@ -71,10 +72,6 @@ def test_resume_skips_finished_items_and_a_kill_loses_only_the_batch_in_flight(t
 def test_resuming_from_records_of_other_items_is_refused(tmp_path):
     """Ids are positions: records of another --seed (or an edited file) under the same ids must
     not be scored as the new questions' answers."""
-    class Echo:
-        def generate(self, prompts, max_new_tokens=None):
-            return [Generation("The answer is 1", 4) for _ in prompts]
-
     def synthetic(seed):
         return evaluate(Echo(), "synthetic:arithmetic", protocol="numloss", results_file=tmp_path / "items.jsonl",
                         limit=3, seed=seed, allow_unisolated=True, digit_stats=False)

@@ -9,39 +9,25 @@ import pytest
 import torch
 
 from numloss.evaluate import evaluate
-from numloss.evaluate.generate import Generation
+from test_eval_faults import Echo
 
 ROOT = Path(__file__).resolve().parents[1]
 DATA = ROOT / "tests" / "fixtures" / "benchmarks"
 
 
-class Answers:
-    """A generator that answers 5 to everything."""
-
-    def generate(self, prompts, max_new_tokens=None):
-        return [Generation(text="The answer is 5.", new_tokens=5) for _ in prompts]
-
-
-@pytest.fixture
-def keep_threads():
-    before = torch.get_num_threads()
-    yield
-    torch.set_num_threads(before)
-
-
-def test_evaluate_takes_threads_and_checks_them(keep_threads):
-    evaluate(Answers(), ["svamp"], data_dir=DATA, limit=1, program_of_thought=False, threads=1)
+def test_evaluate_takes_threads_and_checks_them():  # conftest puts torch's threads back
+    evaluate(Echo(), ["svamp"], data_dir=DATA, limit=1, program_of_thought=False, threads=1)
     assert torch.get_num_threads() == 1
     for bad in (0, -2):
         with pytest.raises(ValueError, match=f"--threads must be a positive integer, got {bad}"):
-            evaluate(Answers(), ["svamp"], data_dir=DATA, limit=1, threads=bad)
+            evaluate(Echo(), ["svamp"], data_dir=DATA, limit=1, threads=bad)
 
 
 def test_the_report_header_says_which_command_settings_version_and_date_made_it(tmp_path):
     import numloss
     from numloss.evaluate.cli import main
 
-    report = evaluate(Answers(), ["svamp"], data_dir=DATA, limit=2, program_of_thought=False, threads=1)
+    report = evaluate(Echo(), ["svamp"], data_dir=DATA, limit=2, program_of_thought=False, threads=1)
     header = report.to_markdown().splitlines()[:4]
     assert header[2].startswith(f"Made by numloss.evaluate from Python with numloss {numloss.__version__} on 20")
     assert header[2].endswith(" UTC.")
