@@ -754,11 +754,6 @@ def _validate_context(config: Config) -> None:
                 "model.attn_implementation flash_attention_2 needs the flash-attn package, which is"
                 " not installed; pip install flash-attn, or use sdpa"
             )
-    if model.name == "tiny" and lora.enabled and lora.r > model.tiny_hidden:
-        raise ConfigError(
-            f"lora.r {lora.r} is larger than the model's width ({model.tiny_hidden}); a rank above"
-            " it adds nothing (and a huge one exhausts memory): give at most the width"
-        )
 
 
 def _validate_names(config: Config) -> None:

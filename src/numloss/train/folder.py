@@ -64,11 +64,6 @@ def run_inputs(config: Config, examples: list[Any]) -> dict[str, str]:
     return inputs
 
 
-def record_inputs(inputs: dict[str, str], output_dir: Path) -> None:
-    """Write output_dir/inputs.json (atomically)."""
-    write_text_atomic(output_dir / INPUTS_FILE, json.dumps(inputs, indent=1, sort_keys=True) + "\n")
-
-
 def check_inputs_unchanged(config: Config, output_dir: Path, inputs: dict[str, str]) -> list[str]:
     """For a resume: the parts of the run's inputs.json that `inputs` changed, returned with
     --resume-changed and a ConfigError without it (a run without inputs.json is not checked)."""
@@ -106,9 +101,9 @@ def record_config(config: Config, output_dir: Path, replaced_at: Path | None) ->
 def record_run(
     config: Config, output_dir: Path, replaced_at: Path | None, inputs: dict[str, str]
 ) -> None:
-    """Write the run's config.yaml (`record_config`) and inputs.json (`record_inputs`)."""
+    """Write the run's config.yaml (`record_config`) and inputs.json, each atomically."""
     record_config(config, output_dir, replaced_at)
-    record_inputs(inputs, output_dir)
+    write_text_atomic(output_dir / INPUTS_FILE, json.dumps(inputs, indent=1, sort_keys=True) + "\n")
 
 
 @dataclass
@@ -291,23 +286,8 @@ def set_partial_aside(output_dir: Path) -> None:
 
 
 def check_output_dir(output_dir: Path) -> None:
-    """Raise ConfigError now (before any model loads) when `output_dir` cannot be created or
-    written."""
-    try:
-        output_dir.mkdir(parents=True, exist_ok=True)
-        probe = output_dir / f".numloss-write-test-{os.getpid()}"
-        probe.write_text("", encoding="utf-8")
-        probe.unlink()
-    except OSError as error:
-        reason = error.strerror or type(error).__name__
-        raise ConfigError(
-            f"train.output_dir {str(output_dir)!r} cannot be written ({reason}); choose a folder"
-            " you can write to (--train.output_dir DIR)"
-        ) from None
-
-
-def check_output_dir_writable(output_dir: Path) -> None:
-    """ConfigError when `output_dir` could not be created or written; creates nothing (dry run)."""
+    """ConfigError, before any model loads, when `output_dir` could not be created or written;
+    creates nothing (a dry run makes the same check; a run's lock creates the folder)."""
     folder = output_dir
     while not folder.exists() and folder != folder.parent:
         folder = folder.parent

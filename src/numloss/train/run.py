@@ -48,7 +48,7 @@ def check_run(
     validate(config)
     build.check_model_name(config)
     output_dir = Path(config.train.output_dir)
-    folder.check_output_dir_writable(output_dir)
+    folder.check_output_dir(output_dir)
     from numloss.rundir import RunDirBusy, check_not_busy
 
     try:
