@@ -40,10 +40,7 @@ def test_a_path_this_locale_cannot_encode_saves_and_loads_the_tokenizer(tmp_path
     assert os.fsencode(saved).endswith("run \xc3\xa9/final.partial".encode("latin-1"))
     build_tiny_model(tokenizer, num_layers=1, hidden_size=16, num_heads=2).save_pretrained(saved)
     assert load_tokenizer(str(saved)).get_vocab() == tokenizer.get_vocab()
-
-
-def test_a_path_that_encodes_is_given_unchanged(tmp_path):
-    with utf8_path(tmp_path / "é") as same:
+    with utf8_path(tmp_path / "é") as same:  # a path that encodes is given unchanged
         assert same == str(tmp_path / "é")
 
 
@@ -56,22 +53,17 @@ def test_a_yaml_nested_5000_deep_is_one_line(tmp_path):
         assert "\n" not in str(caught.value)
 
 
-def test_a_jsonl_file_with_a_byte_order_mark_is_read(tmp_path):
+def test_a_jsonl_file_with_a_byte_order_mark_is_read_as_outputs_and_as_training_data(tmp_path):
+    from numloss.data import load_examples
     from numloss.evaluate import score_outputs
     from numloss.evaluate.store import read_lines
 
-    path = tmp_path / "outputs.jsonl"
+    path, data = tmp_path / "outputs.jsonl", tmp_path / "train.jsonl"
     path.write_bytes(b"\xef\xbb\xbf" + b'{"benchmark": "synthetic:arithmetic", "id": "1", "output": "1"}\n')
     assert read_utf8(path).startswith("{") and read_lines(path)[0]["id"] == "1"
     assert score_outputs(path).scores["numloss"]["synthetic:arithmetic"].count == 1
-
-
-def test_a_bom_in_training_data_is_read(tmp_path):
-    from numloss.data import load_examples
-
-    path = tmp_path / "train.jsonl"
-    path.write_bytes(b"\xef\xbb\xbf" + b'{"instruction": "1 + 1 =", "output": "2"}\n')
-    assert [e.output for e in load_examples(str(path))] == ["2"]
+    data.write_bytes(b"\xef\xbb\xbf" + b'{"instruction": "1 + 1 =", "output": "2"}\n')
+    assert [e.output for e in load_examples(str(data))] == ["2"]
 
 
 class _Full(io.RawIOBase):

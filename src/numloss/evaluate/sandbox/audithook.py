@@ -11,7 +11,6 @@ the evaluator adds a wall clock that SIGKILLs the process group, and output capp
 from __future__ import annotations
 
 import os
-import shutil
 import signal
 import subprocess
 import sys
@@ -160,11 +159,12 @@ def _classify(
 def run(source: str, limits: SandboxLimits, python: str | None = None) -> ProgramResult:
     """Run one program in a fresh audit-hooked interpreter and report what it printed and how it
     ended. Never raises for anything the program does; only when the interpreter cannot start."""
-    work = tempfile.mkdtemp(prefix="numloss-sandbox-")
     start = time.perf_counter()
     # unnamed files outside the work dir: the program cannot reach its own output files
     with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
-        try:
+        with tempfile.TemporaryDirectory(
+            prefix="numloss-sandbox-", ignore_cleanup_errors=True
+        ) as work:
             proc = subprocess.Popen(
                 [python or sys.executable, "-I", "-S", "-c", _preamble(limits)],
                 stdin=subprocess.PIPE,
@@ -184,8 +184,6 @@ def run(source: str, limits: SandboxLimits, python: str | None = None) -> Progra
                 with suppress(ProcessLookupError, PermissionError):
                     os.killpg(proc.pid, signal.SIGKILL)
                 proc.wait()
-        finally:
-            shutil.rmtree(work, ignore_errors=True)
         raw_out, raw_err = (os.pread(f.fileno(), limits.output_bytes, 0) for f in (out, err))
         stdout_size = os.fstat(out.fileno()).st_size
     stdout, stderr = decode_output(raw_out), decode_output(raw_err)

@@ -799,8 +799,7 @@ class _Watch:
 
 
 def _parse_info(raw: bytes) -> dict:
-    try:
+    with suppress(ValueError):
         info = json.loads(raw.decode() or "{}")
-    except ValueError:
-        return {}
-    return info if isinstance(info, dict) else {}
+        return info if isinstance(info, dict) else {}
+    return {}

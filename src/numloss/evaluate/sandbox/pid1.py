@@ -11,6 +11,7 @@ dumpable and ptrace is refused.
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import json
 import os
@@ -155,16 +156,12 @@ def _supervise(pid: int, params: dict, started_at: float, status: int) -> None:
         signal.sigtimedwait([signal.SIGCHLD], min(deadline - now, poll))
         if select.select([lifeline], [], [], 0)[0]:  # no evaluator is left to read a report
             os._exit(0)
-        while True:  # reap everything (orphans are reparented here), the program last
-            try:
-                reaped, wait_status, usage = os.wait4(-1, os.WNOHANG)
-            except ChildProcessError:
-                reaped = 0
-            if reaped == 0:
-                break
-            if reaped == pid:
-                _say(status, f"end {wait_status} {usage.ru_utime + usage.ru_stime:.3f}")
-                os._exit(0)
+        # reap everything (orphans are reparented here), the program last
+        with contextlib.suppress(ChildProcessError):
+            while (reaped := os.wait4(-1, os.WNOHANG))[0]:
+                if reaped[0] == pid:
+                    _say(status, f"end {reaped[1]} {reaped[2].ru_utime + reaped[2].ru_stime:.3f}")
+                    os._exit(0)
         # at most one scan of /proc per poll: orphans exiting in a loop wake the init for each
         # one, and a scan per wake-up is CPU the program makes the init spend beside its budget
         if time.monotonic() - scanned < poll:
@@ -176,11 +173,8 @@ def _supervise(pid: int, params: dict, started_at: float, status: int) -> None:
             os._exit(0)
         # a program held at the process limit has (almost always) lost a fork or a thread it
         # waits for (multiprocessing.Pool(60) waits for ever): end it with that reason now
-        if tasks < max_tasks:
-            at_cap_since = None
-            continue
-        at_cap_since = time.monotonic() if at_cap_since is None else at_cap_since
-        if time.monotonic() - at_cap_since >= at_cap_for:
+        at_cap_since = None if tasks < max_tasks else at_cap_since or time.monotonic()
+        if at_cap_since is not None and time.monotonic() - at_cap_since >= at_cap_for:
             _say(status, f"nproc {tasks}")
             os._exit(0)
 
@@ -209,10 +203,8 @@ def _as_python_prog_py(source: bytes, site_dirs: list[str]) -> object:
         with open(PROGRAM_FILE, "xb") as f:  # buffered: all of it is written, or OSError
             f.write(source)
     except OSError:
-        try:
+        with contextlib.suppress(OSError):
             os.unlink(PROGRAM_FILE)
-        except OSError:
-            pass
     else:
         main_module.__dict__["__file__"] = PROGRAM_FILE
         sys.path.insert(0, os.path.dirname(PROGRAM_FILE))

@@ -109,14 +109,8 @@ contexts, sync, syncfs, fadvise, which evicts the host's page cache of a bound f
 LAST_CLASSIC = 450
 """Every syscall number above this gets ENOSYS but `NEWER_ALLOWED`: a kernel upgrade cannot open
 a new surface behind the filter's back."""
-NEWER_ALLOWED = (
-    "fchmodat2",
-    "futex_wake",
-    "futex_wait",
-    "futex_requeue",
-    "getxattrat",
-    "listxattrat",
-    "file_getattr",
+NEWER_ALLOWED = tuple(
+    "fchmodat2 futex_wake futex_wait futex_requeue getxattrat listxattrat file_getattr".split()
 )
 """Syscalls above 450 that are allowed (glibc may use them; they read, or act on the caller's own
 files); statmount, listmount, open_tree_attr, setxattrat, lsm_*, ... get ENOSYS."""

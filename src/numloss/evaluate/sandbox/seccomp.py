@@ -26,16 +26,7 @@ import struct
 import sys
 from functools import lru_cache
 
-from numloss.evaluate.sandbox.policy import (
-    AF_UNIX,
-    CLONE_NEW_FLAGS,
-    DENIED,
-    FCNTL_DENIED,
-    LAST_CLASSIC,
-    LAST_DENIED,
-    MADVISE_DENIED,
-    NEWER_ALLOWED,
-)
+from numloss.evaluate.sandbox import policy
 
 # classic BPF opcodes (linux/filter.h, linux/bpf_common.h)
 _LD_W_ABS, _JEQ_K, _JGE_K, _JSET_K, _RET_K = 0x20, 0x15, 0x35, 0x45, 0x06
@@ -141,19 +132,19 @@ def filter_program(machine: str | None = None, allow_mount: bool = False) -> byt
     prog = _prologue(audit_arch)
     if x32_bit:
         prog += [_insn(_JGE_K, x32_bit, jf=1), _ret_errno(errno.EPERM)]
-    prog += _refuse(tuple(n for n in DENIED if not (allow_mount and n == "mount")), table)
-    for name in NEWER_ALLOWED:
+    prog += _refuse(tuple(n for n in policy.DENIED if not (allow_mount and n == "mount")), table)
+    for name in policy.NEWER_ALLOWED:
         prog += [_insn(_JEQ_K, table[name], jf=1), _insn(_RET_K, _RET_ALLOW)]
-    prog += [_insn(_JGE_K, LAST_CLASSIC + 1, jf=1), _ret_errno(errno.ENOSYS)]
+    prog += [_insn(_JGE_K, policy.LAST_CLASSIC + 1, jf=1), _ret_errno(errno.ENOSYS)]
     prog += _refuse(("clone3",), table, errno.ENOSYS)
     for name in ("socket", "socketpair"):  # the address family is the first argument
-        prog += _by_arg(table[name], 0, (AF_UNIX,), errno.EAFNOSUPPORT, only=True)
-    prog += _by_arg(table["fcntl"], 1, FCNTL_DENIED)
-    prog += _by_arg(table["madvise"], 2, MADVISE_DENIED)
+        prog += _by_arg(table[name], 0, (policy.AF_UNIX,), errno.EAFNOSUPPORT, only=True)
+    prog += _by_arg(table["fcntl"], 1, policy.FCNTL_DENIED)
+    prog += _by_arg(table["madvise"], 2, policy.MADVISE_DENIED)
     prog += [
         _insn(_JEQ_K, table["clone"], jf=3),
         _insn(_LD_W_ABS, _ARG0_LOW),
-        _insn(_JSET_K, CLONE_NEW_FLAGS, jf=1),
+        _insn(_JSET_K, policy.CLONE_NEW_FLAGS, jf=1),
         _ret_errno(errno.EPERM),
     ]
     prog.append(_insn(_RET_K, _RET_ALLOW))
@@ -168,7 +159,7 @@ def last_filter(machine: str | None = None) -> bytes:
     allowed), which the init set to `policy.CORE_LIMIT` first. It also kills other ABIs."""
     audit_arch, _, _ = _arch(machine)
     table = syscall_numbers(machine)
-    prog = _prologue(audit_arch) + _refuse(LAST_DENIED, table)
+    prog = _prologue(audit_arch) + _refuse(policy.LAST_DENIED, table)
     prog += _by_arg(table["setrlimit"], 0, (RLIMIT_CORE,))
     # prlimit64(pid, resource, new, old): refused when resource is RLIMIT_CORE and new is not NULL
     body = [
