@@ -23,7 +23,7 @@ from numloss.compare.paired import (
     paired_t_power,
 )
 from numloss.compare.stats import fisher_exact_p, seed_interval, wilson_interval
-from numloss.compare.survival import Outcome, logrank, stratified_logrank
+from numloss.compare.survival import Outcome, logrank
 
 
 def test_paired_t_is_scipys_one_sample_t() -> None:
@@ -32,9 +32,6 @@ def test_paired_t_is_scipys_one_sample_t() -> None:
     test = paired_t(diffs)
     assert test.p == pytest.approx(reference.pvalue, rel=1e-12)
     assert test.ci == pytest.approx(tuple(reference.confidence_interval(0.95)), rel=1e-12)
-    # R: t.test(c(1, 2, 3, 4, 5)): p-value = 0.01324, 95 percent CI 1.036757 4.963243
-    r = paired_t([1, 2, 3, 4, 5])
-    assert r.p == pytest.approx(0.013236, abs=1e-6) and r.ci == pytest.approx((1.036757, 4.963243), abs=1e-6)
 
 
 def test_t_quantiles_are_exact_not_tabled() -> None:
@@ -56,7 +53,6 @@ def test_mcnemar_is_the_two_sided_binomial() -> None:
     for only_a, only_b in [(2, 8), (9, 1), (40, 61), (700, 820)]:
         expected = stats.binomtest(only_a, only_a + only_b, 0.5).pvalue
         assert mcnemar_exact_p(only_a, only_b) == pytest.approx(expected, rel=1e-9)
-    assert mcnemar_exact_p(2, 8) == pytest.approx(2 * (1 + 10 + 45) / 1024, rel=1e-12)
 
 
 def test_power_is_the_two_sided_noncentral_t() -> None:
@@ -90,8 +86,6 @@ def test_logrank_agrees_with_scipys_independent_implementation() -> None:
                                   right=[o.step for o in group if not o.learnt])
 
     assert logrank([a, b]) == pytest.approx(stats.logrank(censored(a), censored(b)).pvalue, rel=1e-9)
-    # one stratum is the unstratified test
-    assert stratified_logrank([(a, b)]) == pytest.approx(logrank([a, b]), rel=1e-9)
 
 
 def test_sign_flip_and_item_level_pins() -> None:
