@@ -91,14 +91,16 @@ def test_step_wide_update_is_numeric_trainers(padding_free, fused, tmp_path):
     assert size > 1e-3 and diff <= 1e-5 * size + 1e-6, (diff, size)
 
 
-def test_options_that_replace_the_loss_are_refused(tmp_path):
-    with pytest.raises(ValueError, match="loss_type"):
+@pytest.mark.parametrize("extra, kwargs, refusal", [
+    ({"loss_type": "dft"}, {}, "loss_type"),
+    ({"label_smoothing_factor": 0.1}, {}, "label_smoothing_factor is 0.1, but loss_fn computes the loss"),
+    ({}, {"assistant_only": "yes"}, "assistant_only must be True or False"),
+    ({}, {"compute_loss_func": compute_loss_func(build_loss("del", VOCAB))}, "do not pass compute_loss_func"),
+])
+def test_options_that_replace_the_loss_are_refused(tmp_path, extra, kwargs, refusal):
+    with pytest.raises((ValueError, TypeError), match=refusal):
         NumericSFTTrainer(loss_fn=build_loss("del", VOCAB), model=model(), train_dataset=dataset(),
-                          args=config(tmp_path, 2, 1, loss_type="dft"), processing_class=TOKENIZER)
-    with pytest.raises(TypeError, match="compute_loss_func"):
-        NumericSFTTrainer(loss_fn=build_loss("del", VOCAB), model=model(), train_dataset=dataset(),
-                          args=config(tmp_path, 2, 1), processing_class=TOKENIZER,
-                          compute_loss_func=compute_loss_func(build_loss("del", VOCAB)))
+                          args=config(tmp_path, 2, 1, **extra), processing_class=TOKENIZER, **kwargs)
 
 
 def test_sfttrainers_compute_loss_func_takes_the_numloss_hook(tmp_path):

@@ -23,6 +23,7 @@ from numloss.extras import needs
 with needs("trl", "numloss.trl"):  # tests/test_patch.py hides trl to check the message
     from trl import SFTTrainer
 
+from numloss.checks import check_bool
 from numloss.data.examples import Conversation
 from numloss.data.tokenize import conversation_ids
 from numloss.hf import NumericTrainer
@@ -72,10 +73,7 @@ class NumericSFTTrainer(NumericTrainer, SFTTrainer):
         **trainer_kwargs: Any,
     ) -> None:
         args = trainer_kwargs.get("args")
-        if not isinstance(assistant_only, bool):
-            raise TypeError(
-                f"NumericSFTTrainer: assistant_only must be True or False, got {assistant_only!r}"
-            )
+        check_bool("NumericSFTTrainer: assistant_only", assistant_only)
         if getattr(args, "assistant_only_loss", False):
             # numloss labels the assistant turns itself; TRL's path would need {% generation %}
             # markers
@@ -87,17 +85,13 @@ class NumericSFTTrainer(NumericTrainer, SFTTrainer):
             for key in ("train_dataset", "eval_dataset"):
                 if trainer_kwargs.get(key) is not None:
                     trainer_kwargs[key] = assistant_turns_only(trainer_kwargs[key], tokenizer)
-        if args is not None:
-            if getattr(args, "loss_type", "nll") != "nll":
-                raise ValueError(
-                    "NumericSFTTrainer computes the loss with loss_fn;"
-                    f" SFTConfig.loss_type={args.loss_type!r} would replace it: leave loss_type at"
-                    " 'nll'"
-                )
-            if getattr(args, "label_smoothing_factor", 0.0):
-                raise ValueError(
-                    "NumericSFTTrainer: label_smoothing_factor is not supported; set it to 0"
-                )
+        # label smoothing: NumericTrainer's own argument check refuses it
+        if getattr(args, "loss_type", "nll") != "nll":
+            raise ValueError(
+                "NumericSFTTrainer computes the loss with loss_fn;"
+                f" SFTConfig.loss_type={args.loss_type!r} would replace it: leave loss_type at"
+                " 'nll'"
+            )
         super().__init__(loss_fn=loss_fn, fused=fused, **trainer_kwargs)
         if getattr(self, "aux_loss_enabled", False):
             raise ValueError(
