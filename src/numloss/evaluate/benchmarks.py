@@ -250,7 +250,7 @@ def _options_from_list(options: Any, where: str, key: str) -> tuple[str, ...]:
     return tuple(_strip_option(o) for o in options)
 
 
-def _letter(value: Any, n_options: int, where: str, key: str) -> str:
+def letter_of(value: Any, n_options: int, where: str, key: str) -> str:
     if isinstance(value, list) and len(value) == 1:
         value = value[0]
     if isinstance(value, int) and not isinstance(value, bool) and 0 <= value < n_options:
@@ -288,7 +288,7 @@ def _aqua(record: Mapping[str, Any], where: str) -> Parsed:
     options = _options_from_list(raw_options, where, "options")
     # the released line: "(" + "(".join(options), then "(" -> " (" and ")" -> ") "
     line = ("(" + "(".join(str(o) for o in raw_options)).replace("(", " (").replace(")", ") ")
-    letter = _letter(_field(record, "correct", where), len(options), where, "correct")
+    letter = letter_of(_field(record, "correct", where), len(options), where, "correct")
     return (
         _text(record, "question", where) + "\nAnswer Choices:" + line,
         letter,
@@ -299,7 +299,7 @@ def _aqua(record: Mapping[str, Any], where: str) -> Parsed:
 
 def _mmlu(record: Mapping[str, Any], where: str) -> Parsed:
     options = _options_from_list(_field(record, "choices", where), where, "choices")
-    letter = _letter(_field(record, "answer", where), len(options), where, "answer")
+    letter = letter_of(_field(record, "answer", where), len(options), where, "answer")
     raw = [str(c) for c in record["choices"]]
     listed = " ".join(f"({LETTERS[i]}) {c}" for i, c in enumerate(raw))
     return (
@@ -316,14 +316,14 @@ def _sat(record: Mapping[str, Any], where: str) -> Parsed:
         query = _text(record, "query", where)
         query = re.sub(r"^Q:\s*", "", query)
         query = re.split(r"\n?\s*Answer Choices:|\n?\s*A: Among A through", query)[0].strip()
-        letter = _letter(_field(record, "gold", where), len(options), where, "gold")
+        letter = letter_of(_field(record, "gold", where), len(options), where, "gold")
         return with_choices(query, options), letter, options, letter
     if "options" in record:  # AGIEval jsonl
         options = _options_from_list(record["options"], where, "options")
         question = _text(record, "question", where)
         if record.get("passage"):
             question = f"{str(record['passage']).strip()}\n{question}"
-        letter = _letter(_field(record, "label", where), len(options), where, "label")
+        letter = letter_of(_field(record, "label", where), len(options), where, "label")
         return with_choices(question, options), letter, options, letter
     question = _raw_text(record, "question", where)  # MAmmoTH sat.json: the released text as is
     _, options = split_choices(question)
@@ -331,7 +331,7 @@ def _sat(record: Mapping[str, Any], where: str) -> Parsed:
         raise BenchmarkError(
             f"{where}: field 'question' has no 'Answer Choices: (A) ...' list (MAmmoTH SAT format)"
         )
-    letter = _letter(_field(record, "answer", where), len(options), where, "answer")
+    letter = letter_of(_field(record, "answer", where), len(options), where, "answer")
     return question, letter, options, str(record["answer"])
 
 
@@ -604,7 +604,7 @@ def _file_item(record: Mapping[str, Any], where: str, number: int) -> Item:
             raise BenchmarkError(
                 f"{where}: a 'choice' item needs 'options' (a list of 2 to 5 strings)"
             )
-        gold = _letter(answer, len(options), where, "answer")
+        gold = letter_of(answer, len(options), where, "answer")
         question = with_choices(question, options)
     elif kind == "number":
         gold = (
@@ -707,13 +707,9 @@ def load_benchmark(
         return _synthetic(key, limit, seed)
     spec = BENCHMARKS[key]
     if path is not None and str(path).startswith("hf:"):
-        parts = str(path)[3:].split(":")
-        hub_id, config, split = (
-            parts[0],
-            (parts[1] or None) if len(parts) > 1 else None,
-            parts[2] if len(parts) > 2 else "test",
-        )
-        records = _hub_records(key, hub_id, (config,), (split,))
+        hub_id, _, rest = str(path)[3:].partition(":")
+        config, _, split = rest.partition(":")
+        records = _hub_records(key, hub_id, (config or None,), (split or "test",))
         return parse_records(key, records, f"hf:{hub_id}").head(limit)
     if path is None and data_dir is not None:
         if not Path(data_dir).is_dir():

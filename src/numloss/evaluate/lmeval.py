@@ -14,10 +14,12 @@ from pathlib import Path
 from typing import Any
 
 from numloss.evaluate.benchmarks import (
+    LETTERS,
     MMLU_MATH_SUBJECTS,
     Benchmark,
     BenchmarkError,
     Item,
+    letter_of,
     parse_records,
 )
 
@@ -28,7 +30,7 @@ def refuse_results_file(path: str | Path) -> None:
     """BenchmarkError when `path` is lm-eval's aggregated results file (`results_<date>.json`, one
     JSON object of per-task scores, no model outputs), naming the samples files to give instead."""
     path = Path(path)
-    by_name = re.fullmatch(r"results(?:_.*)?\.json", path.name) is not None
+    named = re.fullmatch(r"results(?:_(.+))?\.json", path.name)
     try:
         with path.open("rb") as handle:
             head = handle.read(4096).decode("utf-8", "replace").lstrip()
@@ -37,13 +39,9 @@ def refuse_results_file(path: str | Path) -> None:
     # lm-eval writes {"results": {...}, "groups": ..., "configs": ..., "versions": ...}; a samples
     # file is one JSON object per line, each with doc_id and resps
     by_content = head.startswith("{") and '"results"' in head[:300] and '"doc_id"' not in head
-    if not (by_name and head.startswith("{")) and not by_content:
+    if not (named and head.startswith("{")) and not by_content:
         return
-    stamp = (
-        regex_stamp.group(1)
-        if (regex_stamp := re.fullmatch(r"results_(.+)\.json", path.name))
-        else None
-    )
+    stamp = named.group(1) if named else None
     beside = sorted(path.parent.glob(f"samples_*_{stamp}.jsonl")) if stamp else []
     beside = beside or sorted(path.parent.glob("samples_*.jsonl"))
     instead = ", ".join(str(p) for p in beside[:6]) + (
@@ -168,13 +166,11 @@ def _check_target(target: Any, item: Item, where: str) -> None:
     if target is None or isinstance(target, (list, dict)):
         return
     if item.kind == "choice":
-        letters = "ABCDE"
-        given = (
-            letters[target]
-            if isinstance(target, int) and 0 <= target < len(letters)
-            else str(target).strip().strip("()").upper()
-        )
-        if given in letters and given != item.answer.upper():
+        try:  # a letter or an option's index; anything else names no option to check
+            given = letter_of(target, len(LETTERS), where, "target")
+        except BenchmarkError:
+            return
+        if given != item.answer.upper():
             raise BenchmarkError(
                 f"{where}: lm-eval target {target!r} is not the gold {item.answer!r} of {item.id}"
             )

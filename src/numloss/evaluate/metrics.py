@@ -225,11 +225,8 @@ def teacher_forced_digit_stats(
     if len(prompts) != len(answers):
         raise ValueError(f"prompts and answers differ in length: {len(prompts)} vs {len(answers)}")
     vocab = vocab or DigitVocab.from_tokenizer(tokenizer)
-    pad = (
-        tokenizer.pad_token_id
-        if tokenizer.pad_token_id is not None
-        else (tokenizer.eos_token_id or 0)
-    )
+    pad = tokenizer.pad_token_id
+    pad = (tokenizer.eos_token_id or 0) if pad is None else pad
     device = next(model.parameters()).device
     table = vocab.number_table(device)
     was_training = model.training
@@ -244,10 +241,10 @@ def teacher_forced_digit_stats(
             logits = model(
                 input_ids=input_ids.to(device), attention_mask=attention.to(device)
             ).logits
-            more_entropies, more_correct, more_places = _measure(logits, labels, vocab, table)
-            entropies += more_entropies
-            correct += more_correct
-            places += more_places
+            for into, more in zip(
+                (entropies, correct, places), _measure(logits, labels, vocab, table), strict=True
+            ):
+                into += more
     finally:
         model.train(was_training)
     totals = Counter(places)
