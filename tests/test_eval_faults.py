@@ -156,22 +156,6 @@ def test_folder_identity_changes_with_any_file_and_only_then(tmp_path):
 # ---------------------------------------------------------------- options: one line each
 
 
-@pytest.mark.parametrize("workers", ["0", "-1", "-16"])
-def test_workers_below_one_are_refused(workers, tmp_path, capsys):
-    assert "--workers" in one_line(tiny_eval("tiny", tmp_path, f"--workers={workers}"), capsys)
-    with pytest.raises(ValueError, match="workers"):
-        evaluate(Echo(), "synthetic:arithmetic", limit=1, workers=int(workers), digit_stats=False)
-
-
-@pytest.mark.parametrize("timeout", ["nan", "inf", "-inf", "0", "-1", "-0.5"])
-def test_a_program_timeout_that_is_no_positive_finite_number_names_the_option(timeout, tmp_path, capsys):
-    assert "--program-timeout" in one_line(tiny_eval("tiny", tmp_path, f"--program-timeout={timeout}"), capsys)
-    path = tmp_path / "items.jsonl"
-    path.write_text(json.dumps({"benchmark": "gsm8k", "id": 0, "output": "1"}) + "\n")
-    argv = ["--score-outputs", str(path), "--data-dir", str(FIXTURES), "--out", str(tmp_path), f"--program-timeout={timeout}"]
-    assert "--program-timeout" in one_line(argv, capsys)
-
-
 @pytest.mark.parametrize("device", ["bogus", "cuda", "cuda:7", "", "tpu", "cpu:x", "-1"])
 def test_a_device_this_torch_cannot_use_is_one_line(device, tmp_path, capsys):
     import torch

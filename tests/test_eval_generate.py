@@ -152,11 +152,6 @@ def test_roomy_cache_gives_the_logits_of_dynamic_cache():
         torch.testing.assert_close(roomy, dynamic)
 
 
-def test_cut_at_stop():
-    assert cut_at_stop("x = 3\nprint(x)\n### Instruction:\nmore", ("### Instruction",)) == "x = 3\nprint(x)\n"
-    assert cut_at_stop("no stop here", ("###",)) == "no stop here"
-
-
 def test_bad_settings_are_refused():
     model, tokenizer = scrambled_tiny_model()
     with pytest.raises(ValueError, match="batch_size"):
