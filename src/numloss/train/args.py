@@ -36,25 +36,12 @@ def build_training_arguments(config: Config) -> Any:
             " AVX512-BF16/AMX CPU); set train.bf16 false or null (auto)"
         )
     report_to = [r for r in train.report_to if r not in ("tensorboard", "none")]
-    # the train section is TrainingArguments by its own names; numloss's own keys are left out and
-    # what they decide is set below
-    own = {
-        "bf16",
-        "tf32",
-        "report_to",
-        "save_steps",
-        "resume",
-        "resume_changed",
-        "overwrite",
-        "progress_bar",
-        "fsdp",
-        "fsdp_config",
-        "deepspeed",
-        "warmup_ratio",
-        "extra",
-    }
+    # the train section is TrainingArguments by its own names: its fields that are TrainingArguments
+    # fields pass through, but those decided below or in _placement
+    decided = {"tf32", "fsdp", "fsdp_config", "deepspeed"}
+    passed = {f.name for f in dataclasses.fields(TrainingArguments)} - decided
     kwargs: dict[str, Any] = {
-        f.name: getattr(train, f.name) for f in dataclasses.fields(train) if f.name not in own
+        f.name: getattr(train, f.name) for f in dataclasses.fields(train) if f.name in passed
     }
     kwargs.update(
         warmup_steps=train.warmup_ratio,  # a float in [0, 1) is a ratio of the total steps
