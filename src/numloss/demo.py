@@ -37,7 +37,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from numloss.package_data import RECORDED_GRID_TEXT, config_path, packaged
+from numloss.package_data import RECORDED_GRID_TEXT, packaged
 
 _CHARS = list("0123456789.") + list(" =+-*/abcdefghijklmnopqrstuvwxyz")
 DEMO_CONFIG = Path("configs/compare-demo-smollm2.yaml")
@@ -268,8 +268,7 @@ def _print_worked_example(seed: int) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     """`numloss demo` entry point (see the module docstring)."""
-    from numloss.compare import build_parser, model_available, quiet_training_logs, resolve
-    from numloss.config import ConfigError
+    from numloss.compare import build_parser, configured
 
     parser = build_parser("numloss demo", default_config=str(DEMO_CONFIG))
     parser.description = __doc__
@@ -284,18 +283,10 @@ def main(argv: list[str] | None = None) -> int:
             return 2
         _print_worked_example(args.seed)
         return 0
-    if args.config is None:  # the checkout's configs/, else the copy in the installed package
-        args.config = str(config_path(DEMO_CONFIG.name))
-    try:
-        compare = resolve(args, default_config=None)
-    except ConfigError as error:
-        print(f"numloss demo: {error}", file=sys.stderr)
+    compare = configured("numloss demo", args, str(DEMO_CONFIG), check_inputs=not args.smoke)
+    if compare is None:
         return 2
-    if not args.verbose:
-        quiet_training_logs()
-    if not args.smoke:  # a missing model fails now, in one line, not in the first run
-        if not model_available("numloss demo", compare):
-            return 2
+    if not args.smoke:
         model = compare.base.get("model", {})
         # converted once here, not by each of the parallel runs at once
         if model.get("name") == "smollm2":
@@ -304,10 +295,10 @@ def main(argv: list[str] | None = None) -> int:
             smollm2.prepare(model.get("cache_dir"))
     if compare.learning is None:
         return run_demo(compare, progress=not args.no_progress)
-    return addition_demo(compare, args.config, progress=not args.no_progress)
+    return addition_demo(compare, progress=not args.no_progress)
 
 
-def addition_demo(compare: Any, config: str, progress: bool) -> int:
+def addition_demo(compare: Any, progress: bool) -> int:
     """The addition demo (a config with learning checks): train what is missing and print
     `numloss compare`'s summary of the runs; an exit status."""
     from numloss.compare import run_comparison, run_reporting_errors

@@ -399,25 +399,9 @@ def _shrink_for_smoke(mapping: dict[str, Any], out_given: bool) -> None:
 def main(argv: list[str] | None = None) -> int:
     """`numloss compare` entry point; 2 for a bad configuration."""
     args = build_parser().parse_args(list(sys.argv[1:] if argv is None else argv))
-    try:
-        compare = resolve(args)
-    except ConfigError as error:
-        print(f"numloss compare: {error}", file=sys.stderr)
+    compare = configured("numloss compare", args, check_inputs=not args.report_only)
+    if compare is None:
         return 2
-    if not args.report_only:
-        if not model_available("numloss compare", compare):
-            return 2
-        # the benchmarks a word-problem grid is scored on
-        data_dir = getattr(compare.task, "data_dir", None)
-        if data_dir is not None and not Path(data_dir).is_dir():
-            print(
-                f"numloss compare: task.data_dir: {data_dir!r} is not a folder (from {Path.cwd()});"
-                " the runs would train and then fail to score: point it at the benchmarks' folder",
-                file=sys.stderr,
-            )
-            return 2
-    if not args.verbose:
-        quiet_training_logs()
     return run_reporting_errors(
         "numloss compare",
         compare,
@@ -425,6 +409,35 @@ def main(argv: list[str] | None = None) -> int:
             compare, progress=not args.no_progress, finished_only=args.report_only
         ),
     )
+
+
+def configured(
+    prog: str,
+    args: argparse.Namespace,
+    default_config: str | None = "configs/compare.yaml",
+    check_inputs: bool = True,
+) -> Any:
+    """The CompareConfig of `args` (`resolve`), the training logs quietened unless --verbose; None,
+    after one line saying why, for a bad config or (`check_inputs`) a model that cannot be loaded
+    or a benchmarks folder that is not there: they fail now, not in the first run or its scoring."""
+    try:
+        compare = resolve(args, default_config)
+    except ConfigError as error:
+        print(f"{prog}: {error}", file=sys.stderr)
+        return None
+    if check_inputs and not model_available(prog, compare):
+        return None
+    data_dir = getattr(compare.task, "data_dir", None)
+    if check_inputs and getattr(compare.task, "benchmarks", ()) and not Path(data_dir).is_dir():
+        print(
+            f"{prog}: task.data_dir: {data_dir!r} is not a folder (from {Path.cwd()}); the runs"
+            " would train and then fail to score: point it at the benchmarks' folder",
+            file=sys.stderr,
+        )
+        return None
+    if not args.verbose:
+        quiet_training_logs()
+    return compare
 
 
 def model_available(prog: str, compare: Any) -> bool:
