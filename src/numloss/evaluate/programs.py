@@ -8,25 +8,13 @@ program is "refused" and those items fall back to chain of thought.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, replace
+from dataclasses import replace
 
 from numloss.evaluate import sandbox
 from numloss.evaluate.sandbox import Isolation, ProgramResult, SandboxLimits
 
 REFUSED = "refused"
 isolation = sandbox.isolation  # looked up here at each use: tests replace it with a fake machine's
-
-
-@dataclass(frozen=True)
-class Refused:
-    """The result of a program that was not run (isolation unavailable, not opted in)."""
-
-    detail: str
-    status: str = REFUSED
-    stdout: str = ""
-    returncode: int | None = None
-    wall_seconds: float = 0.0
-    ok: bool = False
 
 
 class ProgramRunner:
@@ -49,14 +37,14 @@ class ProgramRunner:
         output_bytes: int | None = None,
         memory_bytes: int | None = None,
         clock: str | None = None,
-    ) -> list[ProgramResult | Refused]:
-        """One result per script, in order; `Refused` results when isolation is unavailable.
+    ) -> list[ProgramResult]:
+        """One result per script, in order; "refused" ones (not run) when isolation is unavailable.
 
         `output_bytes` / `memory_bytes` / `clock` override this runner's limits for these scripts
         (each protocol names its own: `Protocol.program_output_bytes`, `program_memory_bytes`,
         `program_clock`)."""
         if not self.isolation.available:
-            return [Refused(self.isolation.detail) for _ in scripts]
+            return [ProgramResult(REFUSED, "", None, 0.0, self.isolation.detail) for _ in scripts]
         given = dict(output_bytes=output_bytes, memory_bytes=memory_bytes, clock=clock)
         limits = replace(
             self.limits or SandboxLimits(), **{k: v for k, v in given.items() if v is not None}

@@ -335,14 +335,11 @@ def _prepared_userns(host_id: int) -> int:
         if not root:
             with open(f"/proc/{helper.pid}/setgroups", "w", encoding="utf-8") as f:
                 f.write("deny")  # the kernel's condition for an unprivileged gid_map
-        # (uid = gid = 65534)
+        # (uid = gid = 65534); as root, 0 stays 0 until the init leaves it
+        keep_root = "0 0 1\n" if root else ""
         for name, own in (("uid_map", os.geteuid()), ("gid_map", os.getegid())):
             with open(f"/proc/{helper.pid}/{name}", "w", encoding="utf-8") as f:
-                f.write(
-                    f"0 0 1\n{policy.SANDBOX_UID} {host_id} 1\n"
-                    if root
-                    else f"{policy.SANDBOX_UID} {own} 1\n"
-                )
+                f.write(f"{keep_root}{policy.SANDBOX_UID} {host_id if root else own} 1\n")
         return os.open(f"/proc/{helper.pid}/ns/user", os.O_RDONLY | os.O_CLOEXEC)
     finally:
         helper.kill()
@@ -397,10 +394,9 @@ def _lease_userns() -> int:
         if slot is None:
             raise OSError(f"more than {SLOTS} sandboxes at once in one evaluator")
         _slots[slot] = -1
+    host_id = HOST_UID_BASE + os.getpid() * SLOTS + slot if os.geteuid() == 0 else 0
     try:
-        fd = _prepared_userns(
-            HOST_UID_BASE + os.getpid() * SLOTS + slot if os.geteuid() == 0 else 0
-        )
+        fd = _prepared_userns(host_id)
     except BaseException:
         del _slots[slot]
         raise
@@ -539,11 +535,9 @@ def _lifeline() -> int:
 
 @lru_cache(maxsize=1)
 def _ld_cache() -> bytes:
-    try:
-        with open("/etc/ld.so.cache", "rb") as f:
-            return f.read()
-    except OSError:
-        return b""
+    with suppress(OSError), open("/etc/ld.so.cache", "rb") as f:
+        return f.read()
+    return b""
 
 
 def _kill(proc: subprocess.Popen, init: int | None) -> None:

@@ -11,7 +11,8 @@ from typing import Literal
 
 from numloss.checks import check_choice, check_float, check_int
 
-Status = Literal["ok", "error", "timeout", "memory", "output_limit", "blocked"]
+#: "refused": not run (no isolation here and no opt-in: `programs.ProgramRunner`)
+Status = Literal["ok", "error", "timeout", "memory", "output_limit", "blocked", "refused"]
 #: statuses of a run the sandbox ended (a clock, the CPU or memory limit, the output cap): such a
 #: result has no exit status of the program's own, whichever signal the kernel used
 SANDBOX_ENDED: frozenset[str] = frozenset({"timeout", "memory", "output_limit"})
@@ -140,11 +141,11 @@ class ProgramResult:
 
     @property
     def stdout(self) -> str:
-        return _text(self.out)
+        return self.out if isinstance(self.out, str) else self.out.text()
 
     @property
     def stderr(self) -> str:
-        return _text(self.err)
+        return self.err if isinstance(self.err, str) else self.err.text()
 
     @property
     def ok(self) -> bool:
@@ -157,10 +158,6 @@ class ProgramResult:
     @property
     def raw_stderr(self) -> bytes:
         return _raw(self.err, self.raw_err)
-
-
-def _text(kept: str | OutputFile) -> str:
-    return kept if isinstance(kept, str) else kept.text()
 
 
 def _raw(kept: str | OutputFile, raw: bytes | None) -> bytes:
