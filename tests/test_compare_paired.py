@@ -107,6 +107,7 @@ def test_holm_holds_the_family_wise_rate_with_a_shared_baseline() -> None:
 def test_mcnemar_hand_worked() -> None:
     assert mcnemar_exact_p(0, 5) == pytest.approx(2 / 32)
     assert mcnemar_exact_p(6, 1) == pytest.approx(2 * (1 + 7) / 128)
+    assert mcnemar_exact_p(2, 8) == pytest.approx(2 * (1 + 10 + 45) / 1024, rel=1e-12)
     assert mcnemar_exact_p(3, 3) == 1.0 and mcnemar_exact_p(0, 0) == 1.0
     with pytest.raises(ValueError):
         mcnemar_exact_p(-1, 2)
