@@ -65,6 +65,7 @@ def test_no_circle_among_the_imports_that_run_even_through_a_package_init():
 
 ROOT = SRC.parent
 PROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))["project"]
+EXTRAS: dict[str, list[str]] = PROJECT["optional-dependencies"]
 #: every module of numloss -> its file
 MODULES = {".".join(p.relative_to(SRC).with_suffix("").parts).removesuffix(".__init__"): p
            for p in sorted((SRC / "numloss").rglob("*.py"))}
@@ -98,11 +99,6 @@ def module_extra(module: str) -> str | None:
     matches = [prefix for prefix in MODULE_EXTRA if module == prefix or module.startswith(prefix + ".")]
     assert matches, f"{module} belongs to no extra: add it to MODULE_EXTRA or CORE_MODULES in tests/test_imports.py"
     return MODULE_EXTRA[max(matches, key=len)]
-
-
-def pyproject_extras() -> dict[str, list[str]]:
-    """[project.optional-dependencies] of pyproject.toml, requirement strings per extra."""
-    return PROJECT["optional-dependencies"]
 
 
 def requirement_name(requirement: str) -> str:
@@ -187,14 +183,13 @@ def third_party_imports(path: Path, under_needs: dict[str, tuple[str, int]] | No
 def test_the_extras_stack_as_numloss_extras_declares_and_the_core_needs_torch_alone():
     from numloss.extras import INCLUDES
 
-    extras = pyproject_extras()
     for extra in INCLUDES:
-        assert closure(extras, extra) == set(INCLUDES[extra]), extra
+        assert closure(EXTRAS, extra) == set(INCLUDES[extra]), extra
     assert {requirement_name(r) for r in PROJECT["dependencies"]} == {"torch", "numpy"}
 
 
 def test_requirements_are_ranges_not_exact_pins():
-    requirements = PROJECT["dependencies"] + [r for name, rs in PROJECT["optional-dependencies"].items()
+    requirements = PROJECT["dependencies"] + [r for name, rs in EXTRAS.items()
                                               if name != "test" for r in rs]
     assert not [r for r in requirements if "==" in r.partition(";")[0]], "pin ranges, not versions (== only in [test])"
 
@@ -204,11 +199,10 @@ def test_every_module_imports_only_what_its_extra_installs():
     one extra imports numloss modules of that extra, the extras it stacks on, or the core."""
     from numloss.extras import EXTRA_OF
 
-    extras = pyproject_extras()
     problems = []
     for module, path in MODULES.items():
         extra = module_extra(module)
-        allowed = installed_imports(extras, extra) if extra else ALWAYS
+        allowed = installed_imports(EXTRAS, extra) if extra else ALWAYS
         under_needs: dict[str, tuple[str, int]] = {}
         for package, line in third_party_imports(path, under_needs).items():
             if package not in EXTRA_OF and package not in ALWAYS:
@@ -216,12 +210,12 @@ def test_every_module_imports_only_what_its_extra_installs():
             elif package not in allowed:
                 problems.append(f"{module}:{line} imports {package}, not installed by [{extra or 'core'}]")
         for package, (named, line) in under_needs.items():
-            if package not in installed_imports(extras, named):
+            if package not in installed_imports(EXTRAS, named):
                 problems.append(f"{module}:{line} imports {package} under needs({named!r}), which does not install it")
         for target in GRAPH.find_modules_directly_imported_by(module):
             line = GRAPH.get_import_details(importer=module, imported=target)[0]["line_number"]
             needed = module_extra(target)
-            if needed and (extra is None or needed not in closure(extras, extra)):
+            if needed and (extra is None or needed not in closure(EXTRAS, extra)):
                 problems.append(f"{module}:{line} ([{extra or 'core'}]) imports {target} ([{needed}])")
     assert not problems, "\n".join(problems)
 
@@ -229,9 +223,8 @@ def test_every_module_imports_only_what_its_extra_installs():
 def test_each_package_named_in_extra_of_is_installed_by_that_extra():
     from numloss.extras import EXTRA_OF
 
-    extras = pyproject_extras()
     wrong = {package: extra for package, extra in EXTRA_OF.items()
-             if extra in extras and package not in installed_imports(extras, extra)}
+             if extra in EXTRAS and package not in installed_imports(EXTRAS, extra)}
     assert not wrong, wrong
 
 
