@@ -387,47 +387,87 @@ def _resume(
     protocols: list[Protocol],
 ) -> tuple[ResultsFile | None, list, dict[str, Any]]:
     """(the results file, this run's saved records, the fields each new record carries), after
-    `--overwrite` moved the records to redo aside and the saved ones were checked as this model's.
+    `--overwrite` moved the records to redo aside and the saved ones were checked as this model's
+    outputs for these items (`stale`).
     """
-    results_file, cut_at_stop = opts.results_file, opts.cut_at_stop
+    from numloss.identity import describe_change
+
+    results_file, cut_at_stop = opts.results_file, bool(opts.cut_at_stop)
     key = settings_key(settings)
     # checked before the model loads
     identity = model_identity(model_or_path) if results_file is not None else None
-    # the weights' bytes, not their names, sizes and times: a model saved over another with the
-    # same sizes and restored times is still another model (numloss.identity)
-    content = _model_content(model_or_path) if results_file is not None else None
     extra = {
         "model": model_name,
         "model_identity": identity,
         "settings": key,
         "generation": settings,
         "isolation": runner.isolation.mode,
-        "cut_at_stop": bool(cut_at_stop),
+        "cut_at_stop": cut_at_stop,
     }
-    if content is not None:
-        extra["model_sha256"] = content
+    # the weights' bytes, not their names, sizes and times: a model saved over another with the
+    # same sizes and restored times is still another model (numloss.identity)
+    content = None
+    if results_file is not None and isinstance(model_or_path, (str, Path)):
+        from numloss.identity import model_sha256
+
+        content = extra["model_sha256"] = model_sha256(str(model_or_path))
     if results_file is None:
         return None, [], extra
     store = ResultsFile(results_file)
-    names = {p.name for p in protocols}
-    bench_names = {b.name for b in loaded}
+    names, benches = {p.name for p in protocols}, {b.name for b in loaded}
+    items = {(b.name, it.id): (b, it) for b in loaded for it in b.items}
+    golds = {p.name: p for p in resolve("both")}
 
     def ours(r: Mapping[str, Any]) -> bool:
         return (
             r.get("model") == model_name
             and r.get("settings") == key
-            and r.get("benchmark") in bench_names
+            and r.get("benchmark") in benches
         )
+
+    def stale(r: Mapping[str, Any]) -> str | None:
+        """What makes a saved record another input's, or None: another model identity (the files
+        or weights at the same path changed, or none is recorded; not checked when `identity` is
+        None: a generator that names none), other weights' bytes, the other stop-cut mode (a record
+        without those two fields, of an older numloss, is not stale by them), or another item under
+        its id (ids are positions: another --seed of a synthetic set, an edited file or another
+        source would score the old answers under the new questions) or another gold answer (the
+        saved verdicts would be the old answers')."""
+        old = r.get("model_identity")
+        if identity is not None and old != identity:
+            return "they may be another model's outputs: " + (
+                "they carry no model identity (written by an older numloss)"
+                if old is None
+                else f"the model's files or weights changed since ({old}, now {identity})"
+            )
+        if content is not None and r.get("model_sha256") not in (None, content):
+            return describe_change(f"the weights of {model_name!r}", r.get("model_sha256"), content)
+        if r.get("cut_at_stop", cut_at_stop) != cut_at_stop:
+            return (
+                f"the stop-cut mode changed (cut_at_stop {r['cut_at_stop']} then, {cut_at_stop}"
+                " now; --no-stop-cut sets it)"
+            )
+        bench, item = items.get((r.get("benchmark"), str(r.get("id"))), (None, None))
+        if bench is None or item is None:
+            return None
+        if r.get("question") and r["question"] != item.question:
+            return (
+                f"item {bench.name}/{item.id} was saved with another question than {bench.name}"
+                f" has now ({bench.source}): the data changed (another --seed, file or source)"
+            )
+        gold = golds[r["protocol"]].gold(item) if r.get("protocol") in golds else r.get("gold")
+        if r.get("gold") != gold:
+            return (
+                f"the gold answer of {bench.name}/{item.id} changed ({r.get('gold')!r} then,"
+                f" {gold!r} now in {bench.source}): the saved verdicts are the old answers'"
+            )
+        return None
 
     if opts.overwrite:
         moved, aside = store.drop(
             lambda r: (
                 ours(r)
-                and (
-                    r.get("protocol") in names
-                    or r.get("model_identity") != identity
-                    or _stale(r, identity, content, cut_at_stop, model_name) is not None
-                )
+                and (r.get("protocol") in names or r.get("model_identity") != identity or stale(r))
             )
         )
         if moved:
@@ -437,15 +477,12 @@ def _resume(
                 file=sys.stderr,
             )
     saved = [r for r in store.records() if ours(r)]
-    stale = [
-        (r, why) for r in saved if (why := _stale(r, identity, content, cut_at_stop, model_name))
-    ]
-    if stale:
-        benchmarks = ", ".join(sorted({str(r.get("benchmark")) for r, _ in stale}))
+    if reasons := [(r, why) for r in saved if (why := stale(r))]:
+        benchmarks = ", ".join(sorted({str(r.get("benchmark")) for r, _ in reasons}))
         raise BenchmarkError(
-            f"{results_file}: {len(stale)} saved records of {model_name!r} ({benchmarks}) cannot be"
-            f" resumed: {stale[0][1]}. Use another --out, or --overwrite to move those records"
-            " aside and redo them"
+            f"{results_file}: {len(reasons)} saved records of {model_name!r} ({benchmarks}) cannot"
+            f" be resumed: {reasons[0][1]}. Use another --out, or --overwrite to move those"
+            " records aside and redo them"
         )
     return store, saved, extra
 
@@ -482,7 +519,6 @@ def _run_all(
         expect(sum((b.name, it.id) not in outputs for b in loaded for it in b.items))
     for bench in loaded:
         mine = [r for r in saved if r["benchmark"] == bench.name]
-        _check_same_items(bench, mine, opts.results_file)
         done = {
             p.name: {str(r["id"]): _item_result(r) for r in mine if r.get("protocol") == p.name}
             for p in protocols
@@ -519,75 +555,6 @@ def _writer(store: ResultsFile | None, extra: dict[str, Any]) -> Callable[[list[
             store.append([r.to_json() for r in results])
 
     return write
-
-
-def _check_same_items(
-    bench: Benchmark, saved: Sequence[Mapping[str, Any]], results_file: Any
-) -> None:
-    """Refuse to resume from records of other items under the same ids: ids are positions, so
-    another --seed of a synthetic set, an edited file or another data source would silently
-    score the old answers under the new questions; and from records whose gold answer is not the
-    item's gold now (answers edited, same questions), whose verdicts would be the old answers'."""
-    by_id = {it.id: it for it in bench.items}
-    golds: dict[str, Protocol] = {p.name: p for p in resolve("both")}
-    for record in saved:
-        question = record.get("question")
-        item_id = str(record["id"])
-        item = by_id.get(item_id)
-        if question and item is not None and question != item.question:
-            raise ValueError(
-                f"{results_file}: item {bench.name}/{item_id} was saved with another question than "
-                f"{bench.name} has now ({bench.source}): the data changed (another --seed, file or "
-                "source). Use another --out, or --overwrite to redo this model's items"
-            )
-        protocol = golds.get(str(record.get("protocol")))
-        if item is not None and protocol is not None and record.get("gold") != protocol.gold(item):
-            raise ValueError(
-                f"{results_file}: the gold answer of {bench.name}/{item_id} changed"
-                f" ({record.get('gold')!r} then, {protocol.gold(item)!r} now in {bench.source}):"
-                " the saved verdicts are the old answers'. Use another --out, or --overwrite to"
-                " redo this model's items"
-            )
-
-
-def _model_content(model_or_path: Any) -> str | None:
-    """The weights' content hash of a model given by name or folder (`numloss.identity`); None
-    otherwise (a model in memory is identified by its parameters already, in model_identity)."""
-    if not isinstance(model_or_path, (str, Path)):
-        return None
-    from numloss.identity import model_sha256
-
-    return model_sha256(str(model_or_path))
-
-
-def _stale(
-    record: Mapping[str, Any],
-    identity: str | None,
-    content: str | None,
-    cut_at_stop: bool,
-    model: str,
-) -> str | None:
-    """What makes a saved record another input's, or None: another model identity (the files or
-    weights at the same path changed, or none is recorded; not checked when `identity` is None: a
-    generator that names none), other weights' bytes, or the other stop-cut mode. A record without
-    the last two fields (an older numloss) is not stale by them."""
-    from numloss.identity import describe_change
-
-    old = record.get("model_identity")
-    if identity is not None and old != identity:
-        return "they may be another model's outputs: " + (
-            "they carry no model identity (written by an older numloss)"
-            if old is None
-            else f"the model's files or weights changed since ({old}, now {identity})"
-        )
-    if content is not None and record.get("model_sha256") not in (None, content):
-        return describe_change(f"the weights of {model!r}", record.get("model_sha256"), content)
-    if "cut_at_stop" in record and record["cut_at_stop"] != bool(cut_at_stop):
-        return (
-            f"the stop-cut mode changed (cut_at_stop {record['cut_at_stop']} then,"
-            f" {bool(cut_at_stop)} now; --no-stop-cut sets it)"
-        )
-    return None
 
 
 def _generator(
