@@ -167,9 +167,8 @@ def shared_libraries(
             for entry in entries:
                 if entry.is_symlink() and os.path.realpath(entry.path) in files:
                     links += _symlinks_on_the_way(entry.path)
-    seen: set[str] = set()
-    unique = [(t, link) for t, link in links if not (link in seen or seen.add(link))]
-    return tuple(sorted(files)), tuple(unique)
+    unique = {link: (target, link) for target, link in links}  # a link has one target
+    return tuple(sorted(files)), tuple(unique.values())
 
 
 def time_zone_folders() -> list[str]:

@@ -211,20 +211,15 @@ class ProgramCgroup:
         # a random part as well: a leftover of a dead evaluator with this pid never collides
         name = f"{PREFIX}{os.getpid()}-{next(_counter)}-{secrets.token_hex(4)}"
         self.v1 = bool(v1)
-        self.paths = [os.path.join(p, name) for p in parents]
-        self.path = self.paths[0]  # v2: the cgroup; v1: its memory cgroup
-        made = []
+        self.path = os.path.join(parents[0], name)  # v2: the cgroup; v1: its memory cgroup
+        self.paths: list[str] = []  # those made (v1: memory, cpu, pids, as `find_v1` orders them)
         try:
-            for path in self.paths:
-                os.mkdir(path)
-                made.append(path)
+            for folder in parents:
+                os.mkdir(path := os.path.join(folder, name))
+                self.paths.append(path)
             memory, pids = policy.cgroup_limits(limits)
-            if v1:
-                _limit_v1(*(os.path.join(v1[c], name) for c in _V1_NEEDED), memory, str(pids))
-            else:
-                _limit_v2(self.path, memory, str(pids))
+            (_limit_v1 if v1 else _limit_v2)(*self.paths, memory, str(pids))
         except OSError:
-            self.paths = made
             self.remove()
             raise
 
