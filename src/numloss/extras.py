@@ -30,6 +30,7 @@ EXTRA_OF: dict[str, str] = {
     "pyarrow": "hf",
     "yaml": "hf",
     "pydantic": "hf",
+    "annotated_types": "hf",  # comes with pydantic: the configs' bounds (Ge, Le, ...)
     "tqdm": "hf",
     "trl": "trl",
     "math_verify": "eval",
