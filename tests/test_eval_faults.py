@@ -33,20 +33,29 @@ QUIET = ["--quiet", "--no-digit-stats", "--allow-unisolated-exec"]
 JSON_VALUES = [None, True, False, 0, -1, 1.5, float("nan"), "", "x", "1", [], [1], ["a", "b"], {}, {"answer": 2}]
 
 
-def one_line(argv: list[str], capsys: pytest.CaptureFixture[str], *, status: int = 2) -> str:
-    """Run `numloss eval ARGV` in-process; assert exit `status`, exactly one line on stderr, no
-    traceback and no 'unexpected error' (a case no check foresaw); return that line."""
+def run_or_one_line(argv: list[str], capsys: pytest.CaptureFixture[str], *, status: int = 2) -> str | None:
+    """Run `numloss eval ARGV` in-process: None when it ran (exit 0, nothing on stderr); else assert
+    exit `status`, exactly one line on stderr, no traceback and no 'unexpected error' (a case no
+    check foresaw), and return that line."""
     try:
         rc = cli.main(argv)
     except SystemExit as exit_:  # argparse
         rc = exit_.code
     captured = capsys.readouterr()
     lines = [line for line in captured.err.splitlines() if line.strip()]
+    if rc == 0 and not lines:
+        return None
     assert rc == status, (rc, captured.err)
     assert "Traceback" not in captured.err and len(lines) == 1, captured.err
-    assert "unexpected error" not in lines[0], lines[0]
-    assert lines[0].startswith("numloss eval")
+    assert "unexpected error" not in lines[0] and lines[0].startswith("numloss eval"), lines[0]
     return lines[0]
+
+
+def one_line(argv: list[str], capsys: pytest.CaptureFixture[str], *, status: int = 2) -> str:
+    """`run_or_one_line` for a run that must fail: its one line."""
+    line = run_or_one_line(argv, capsys, status=status)
+    assert line is not None, f"numloss eval {argv} ran"
+    return line
 
 
 def ok(argv: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[str, str]:
@@ -179,19 +188,9 @@ def test_every_numeric_option_is_a_run_or_one_line_naming_it(tmp_path, capsys):
         for value in NUMERIC_VALUES:
             if option == "--max-new-tokens" and value == "99999999999":
                 continue  # valid (capped at the protocol's 1500 tokens), and slow with the tiny model
-            argv = tiny_eval("tiny", tmp_path / "out", f"{option}={value}")
-            try:
-                rc = cli.main(argv)
-            except SystemExit as exit_:
-                rc = exit_.code
-            captured = capsys.readouterr()
-            lines = [line for line in captured.err.splitlines() if line.strip()]
-            if rc == 0:
-                runs += 1
-                assert "accuracy" in captured.out and not lines, (option, value, captured.err)
-                continue
-            assert rc == 2 and len(lines) == 1 and "Traceback" not in captured.err, (option, value, captured.err)
-            assert option in lines[0] and "unexpected error" not in lines[0], (option, value, lines[0])
+            line = run_or_one_line(tiny_eval("tiny", tmp_path / "out", f"{option}={value}"), capsys)
+            runs += line is None
+            assert line is None or option in line, (option, value, line)
     assert 4 <= runs <= 12, runs  # --seed 0, --batch-size and --program-timeout large (--seed beyond 2**32 is refused)
 
 
@@ -300,10 +299,7 @@ def test_a_bad_results_record_stops_the_cli_in_one_line(tmp_path, capsys):
         value = rng.choice(wrong_values(RESULT_TYPES[key]))
         path.write_text("\n".join([text[0], json.dumps({**good[1], key: value})]) + "\n")
         line = one_line(tiny_eval("tiny", out), capsys)
-        assert f"items.jsonl:2: field '{key}'" in line
-        if key in ("benchmark", "id", "output", "fallback_output", "question", "seed", "set_size"):  # what scoring reads
-            line = one_line(["--score-outputs", str(path), "--out", str(tmp_path / "scored")], capsys)
-            assert f"items.jsonl:2: field '{key}'" in line
+        assert f"items.jsonl:2: field '{key}'" in line  # scoring's fields: test_every_malformed_record_to_score_is_one_line
     for garbage in ("[1, 2]", '"text"', "{broken", "null"):
         path.write_text("\n".join([garbage, text[1]]) + "\n")
         assert "items.jsonl:1:" in one_line(tiny_eval("tiny", out), capsys)
@@ -378,21 +374,14 @@ def test_every_malformed_record_to_score_is_one_line(tmp_path, capsys):
     path = tmp_path / "items.jsonl"
     good = {"benchmark": "gsm8k", "id": 0, "output": "The answer is 7", "fallback_output": None}
     refused = 0
-    for key in ("benchmark", "id", "output", "fallback_output", "question"):
+    for key in ("benchmark", "id", "output", "fallback_output", "question", "seed", "set_size"):
         for value in [*JSON_VALUES, "__missing__"]:
             record = {k: v for k, v in good.items() if k != key} if value == "__missing__" else {**good, key: value}
             path.write_text(json.dumps(good) + "\n" + json.dumps(record) + "\n")
             argv = ["--score-outputs", str(path), "--data-dir", str(FIXTURES), "--out", str(tmp_path / "o"), "--allow-unisolated-exec"]
-            rc = cli.main(argv)
-            captured = capsys.readouterr()
-            lines = [line for line in captured.err.splitlines() if line.strip()]
-            if rc == 0:
-                assert not lines, captured.err
-                continue
-            refused += 1
-            assert rc == 2 and len(lines) == 1 and "Traceback" not in captured.err, captured.err
-            assert "unexpected error" not in lines[0]
-            assert f"{path}:2:" in lines[0] or "no item with id" in lines[0] or "unknown benchmark" in lines[0], lines[0]
+            line = run_or_one_line(argv, capsys)
+            refused += line is not None
+            assert line is None or f"{path}:2:" in line or "no item with id" in line or "unknown benchmark" in line, line
     assert refused >= 20
 
 
