@@ -138,19 +138,20 @@ def test_float64_gradcheck(name, options, alpha):
 
 
 def test_float64_gradcheck_of_the_shared_core_under_any_incoming_gradient():
-    """Random (also negative) weights on the NLL and the digit logits: the scale-folding shortcut of
-    the backward only holds for non-negative ones."""
+    """Random (also negative) weights on the NLL, the digit logits and the transport cost: the
+    scale-folding shortcut of the backward only holds for non-negative ones."""
     from numloss.losses.core import token_nll_and_digit_logits
 
     labels = batch("=4.05", "x31_").reshape(-1)
     logits = make_logits(labels[None], seed=2, dtype=torch.float64)[0]
     valid = labels != -100
     digit_index = torch.nonzero(torch.isin(labels, torch.tensor(DIGIT_IDS))).squeeze(1)
-    weights = torch.randn(len(labels), dtype=torch.float64), torch.randn(len(digit_index), 10, dtype=torch.float64)
+    weights = [torch.randn(*shape, dtype=torch.float64) for shape in ((len(labels),), (len(digit_index), 10), (len(labels),))]
+    unit = torch.nn.functional.normalize(embedding().double(), dim=-1)  # EMO's transport cost too
 
     def combined(x):
-        nll, digit_logits, _ = token_nll_and_digit_logits(x, torch.where(valid, labels, 0), valid, digit_index, torch.tensor(DIGIT_IDS))
-        return (nll * weights[0]).sum() + (digit_logits * weights[1]).sum()
+        outputs = token_nll_and_digit_logits(x, torch.where(valid, labels, 0), valid, digit_index, torch.tensor(DIGIT_IDS), unit)
+        return sum((out * w).sum() for out, w in zip(outputs[:2] + outputs[3:], weights, strict=True))
 
     assert torch.autograd.gradcheck(combined, (logits,), eps=1e-6, atol=1e-6, fast_mode=True)
 

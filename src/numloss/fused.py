@@ -327,12 +327,7 @@ def fused_loss(
     weight = weight.to(compute)
     bias = bias.to(compute) if bias is not None else None
     math = compute_dtype(compute)
-    unit = loss_fn.transport_embedding(hidden.device, math)
-    if unit is not None and unit.shape[0] != vocab_size:
-        raise ValueError(
-            f"{loss_fn.name}: the embedding has {unit.shape[0]} rows but the LM head {vocab_size}: "
-            "pass the output-embedding matrix of the model whose head this is"
-        )
+    unit = loss_fn.transport_embedding(hidden.device, math, vocab_size)
     digit_columns = loss_fn.number_columns.to(hidden.device)
     empty = torch.zeros(0, dtype=math, device=hidden.device)
     # the objective's own gradient rule; None (unknown) makes backward recompute the logits

@@ -21,7 +21,7 @@ from torch import nn
 
 from numloss.checks import check_bool, check_choice, check_float
 from numloss.digits import IGNORE_INDEX, DigitPositions, DigitVocab, find_digits
-from numloss.fused import check_aligned, fused_loss, raise_not_finite
+from numloss.fused import check_aligned, compute_dtype, fused_loss, raise_not_finite
 from numloss.losses.core import token_nll_and_digit_logits
 from numloss.losses.del_terms import del_pushdown
 from numloss.losses.number_tokens import slot_logits
@@ -259,21 +259,18 @@ class NumericLoss(nn.Module):
             digits.token_count if self.scores_tokens else digits.count, device=labels.device
         )
 
-    def transport_embedding(self, device: torch.device, dtype: torch.dtype) -> torch.Tensor | None:
-        """Unit-length rows [V, H] of a cost embedding (no gradient), or None: no transport cost."""
-        return None
-
-    def transport_cost(
-        self, logits: torch.Tensor, valid: torch.Tensor, targets: torch.Tensor
+    def transport_embedding(
+        self, device: torch.device, dtype: torch.dtype, width: int
     ) -> torch.Tensor | None:
-        """Per-token transport cost [N] from the full logits [N, V] (0 where not valid), or None."""
+        """Unit-length rows [V, H] of a cost embedding (no gradient) for logits of `width`
+        columns, or None: no transport cost (EMO's d_t = 1 - <E[y_t], q_t @ E>)."""
         return None
 
     def token_loss(
         self, nll: torch.Tensor, valid: torch.Tensor, cost: torch.Tensor | None
     ) -> tuple[torch.Tensor, torch.Tensor] | None:
         """(per-token loss replacing the NLL [N], reported term [N]), both 0 where not `valid`, or
-        None for the NLL; `cost` is `transport_cost`'s."""
+        None for the NLL; `cost` is the transport cost [N] of `transport_embedding`."""
         return None
 
     def gradient_weights(
@@ -309,10 +306,13 @@ class NumericLoss(nn.Module):
             )
         flat_logits = logits.reshape(-1, logits.shape[-1])
         valid, targets, digits = self.aligned_targets(labels, logits.shape[-1])
-        nll, number_logits, row_finite = token_nll_and_digit_logits(
-            flat_logits, targets, valid, digits.rows, self.number_columns
+        unit = self.transport_embedding(
+            logits.device, compute_dtype(logits.dtype), logits.shape[-1]
         )
-        cost = self.transport_cost(flat_logits, valid, targets)
+        nll, number_logits, row_finite, cost = token_nll_and_digit_logits(
+            flat_logits, targets, valid, digits.rows, self.number_columns, unit
+        )
+        cost = cost if unit is not None else None
         counts = (num_items_in_batch, num_digits_in_batch)
         return self.combine(
             nll, valid, number_logits, digits, cost, *counts, row_finite, [("logits", flat_logits)]

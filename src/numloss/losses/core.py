@@ -1,8 +1,9 @@
 """The one pass over the full logits that every objective shares.
 
-Computes the per-token NLL [N] and the number-token logits from the [N, V] logits with a custom
-autograd Function whose backward writes the logits' gradient once, in row chunks and the logits'
-dtype; plain autograd would keep a float32 log-softmax copy and two zero [N, V] gradients.
+Computes the per-token NLL [N], the number-token logits and (EMO) the transport cost from the
+[N, V] logits with a custom autograd Function whose backward writes the logits' gradient once, in
+row chunks and the logits' dtype; plain autograd would keep a float32 log-softmax copy and two
+zero [N, V] gradients.
 """
 
 from __future__ import annotations
@@ -31,10 +32,12 @@ class _TokenNLLAndDigitLogits(torch.autograd.Function):
         valid: torch.Tensor,
         digit_index: torch.Tensor,
         digit_columns: torch.Tensor,
-    ) -> tuple[torch.Tensor, torch.Tensor]:
+        unit: torch.Tensor | None,
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
         num_rows, width = logits.shape
         dtype = compute_dtype(logits.dtype)
         lse = torch.empty(num_rows, dtype=dtype, device=logits.device)
+        cost = torch.zeros(num_rows if unit is not None else 0, dtype=dtype, device=logits.device)
         step = row_chunk(num_rows, width)
         for start in range(0, num_rows, step):
             chunk = logits[start : start + step].to(dtype)
@@ -43,6 +46,9 @@ class _TokenNLLAndDigitLogits(torch.autograd.Function):
             log_probs = torch.log_softmax(chunk, dim=-1)
             largest, where = chunk.max(dim=-1, keepdim=True)
             lse[start : start + step] = (largest - log_probs.gather(1, where)).squeeze(1)
+            if unit is not None:  # d = 1 - <E[y], p @ E>
+                target_unit = unit.index_select(0, targets[start : start + step])
+                cost[start : start + step] = 1.0 - ((log_probs.exp_() @ unit) * target_unit).sum(-1)
         target_logit = logits.gather(1, targets[:, None]).squeeze(1).to(dtype)
         nll = torch.where(valid, lse - target_logit, torch.zeros_like(lse))
         digit_logits = logits[digit_index[:, None], digit_columns[None, :]].to(dtype)
@@ -50,14 +56,13 @@ class _TokenNLLAndDigitLogits(torch.autograd.Function):
         # poisons the weight gradient of whatever made the logits)
         row_finite = torch.isfinite(lse)
         ctx.mark_non_differentiable(row_finite)
-        ctx.save_for_backward(logits, lse, targets, valid, digit_index, digit_columns)
-        return nll, digit_logits, row_finite
+        cost = torch.where(valid, cost, torch.zeros_like(cost)) if unit is not None else cost
+        ctx.save_for_backward(logits, lse, targets, valid, digit_index, digit_columns, unit, cost)
+        return nll, digit_logits, row_finite, cost
 
     @staticmethod
-    def backward(
-        ctx, grad_nll: torch.Tensor, grad_digit_logits: torch.Tensor, _grad_row_finite=None
-    ):  # type: ignore[override]
-        logits, lse, targets, valid, digit_index, digit_columns = ctx.saved_tensors
+    def backward(ctx, grad_nll, grad_digit_logits, _grad_row_finite, grad_cost):  # type: ignore[override]
+        logits, lse, targets, valid, digit_index, digit_columns, unit, cost = ctx.saved_tensors
         num_rows, width = logits.shape
         dtype = lse.dtype
         grad = torch.empty_like(logits)
@@ -67,8 +72,9 @@ class _TokenNLLAndDigitLogits(torch.autograd.Function):
         fold = bool((row_scale >= 0).all())
         shift = (lse - torch.log(row_scale)) if fold else lse
         # Logits in the compute dtype are written straight into the gradient in one pass each;
-        # others go through a compute-dtype buffer one chunk at a time.
-        step = max(num_rows, 1) if logits.dtype == dtype else row_chunk(num_rows, width)
+        # others (and EMO's [rows, V] similarities) go through buffers one chunk at a time.
+        whole = logits.dtype == dtype and unit is None
+        step = max(num_rows, 1) if whole else row_chunk(num_rows, width)
         for start in range(0, num_rows, step):
             stop = min(start + step, num_rows)
             if logits.dtype == dtype:
@@ -80,6 +86,13 @@ class _TokenNLLAndDigitLogits(torch.autograd.Function):
             buffer.exp_()
             if not fold:
                 buffer.mul_(row_scale[start:stop, None])
+            if unit is not None:
+                # dcost/dz = -p (s - <p, s>), s = E E[y], <p, s> = 1 - cost
+                scale = torch.where(valid[start:stop], grad_cost[start:stop].to(dtype), 0.0)
+                part = unit.index_select(0, targets[start:stop]) @ unit.T
+                part.sub_((1.0 - cost[start:stop])[:, None]).mul_(-scale[:, None])
+                part.mul_(torch.exp(logits[start:stop].to(dtype) - lse[start:stop, None]))
+                buffer.add_(part)
             if logits.dtype != dtype:
                 grad[start:stop].copy_(buffer)
         rows = torch.arange(num_rows, device=logits.device)
@@ -88,7 +101,7 @@ class _TokenNLLAndDigitLogits(torch.autograd.Function):
         if digit_index.numel():
             touched = (digit_index[:, None], digit_columns[None, :])
             grad[touched] = (grad[touched].to(dtype) + grad_digit_logits.to(dtype)).to(grad.dtype)
-        return grad, None, None, None, None
+        return grad, None, None, None, None, None
 
 
 def token_nll_and_digit_logits(
@@ -97,7 +110,10 @@ def token_nll_and_digit_logits(
     valid: torch.Tensor,
     digit_index: torch.Tensor,
     digit_columns: torch.Tensor,
-) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    unit: torch.Tensor | None = None,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
     """Per-token NLL [N] (0 where not `valid`), the logits [K, C] at rows `digit_index` and columns
-    `digit_columns` (differentiable), and whether each row's log-normaliser is finite [N]."""
-    return _TokenNLLAndDigitLogits.apply(logits, targets, valid, digit_index, digit_columns)
+    `digit_columns` (differentiable), whether each row's log-normaliser is finite [N], and EMO's
+    transport cost [N] for unit-length embedding rows `unit` [V, H] (empty without; 0 where not
+    `valid`; differentiable)."""
+    return _TokenNLLAndDigitLogits.apply(logits, targets, valid, digit_index, digit_columns, unit)

@@ -21,7 +21,6 @@ import torch
 import torch.nn.functional as F
 
 from numloss.digits import DigitVocab
-from numloss.fused import compute_dtype
 from numloss.losses.base import NumericLoss, check_number
 
 FORMS = ("adaptive", "gpt2")
@@ -90,22 +89,14 @@ class EMOLoss(NumericLoss):
                     f"{cls.name}: max_ratio caps mode 1's nll/d; mode 2 has no such ratio"
                 )
 
-    def transport_embedding(self, device, dtype=torch.float32):
+    def transport_embedding(self, device, dtype, width):
         """Unit-length rows of the embedding, detached, in `dtype` on `device`."""
-        return F.normalize(self.embedding.detach().to(device=device, dtype=dtype), dim=-1)
-
-    def transport_cost(self, logits, valid, targets):
-        width = logits.shape[-1]
         if self.embedding.shape[0] != width:
             raise ValueError(
                 f"emo: the embedding has {self.embedding.shape[0]} rows but the logits {width}"
                 " columns; pass the output-embedding matrix of the model that made the logits"
             )
-        dtype = compute_dtype(logits.dtype)
-        rows = torch.nonzero(valid).squeeze(1)
-        unit = self.transport_embedding(logits.device, dtype)
-        cost = transport_cost(logits, rows, targets, unit)
-        return torch.zeros(valid.shape, dtype=dtype, device=logits.device).index_put((rows,), cost)
+        return F.normalize(self.embedding.detach().to(device=device, dtype=dtype), dim=-1)
 
     def ratio_cost(self, nll: torch.Tensor, cost: torch.Tensor) -> torch.Tensor:
         """d' (value of the cost in the ratio): d, plus sg(q[y]) = exp(-nll) for the adaptive
@@ -127,46 +118,3 @@ class EMOLoss(NumericLoss):
         if self.mode == 1:
             return torch.full_like(nll, 0.5), 0.5 * ratio
         return ratio, torch.ones_like(cost)
-
-
-class _TransportCost(torch.autograd.Function):
-    """d = 1 - sum_v softmax(z)_v <E_y, E_v> in row chunks; backward recomputes per chunk, so the
-    only [N, V] tensor is the gradient itself."""
-
-    @staticmethod
-    def forward(ctx, logits, rows, targets, unit):  # type: ignore[override]
-        cost = torch.empty(rows.numel(), dtype=unit.dtype, device=logits.device)
-        for start, stop, probs, similarity in _chunks(logits, rows, targets, unit):
-            cost[start:stop] = 1.0 - (probs * similarity).sum(-1)
-        ctx.save_for_backward(logits, rows, targets, unit, cost)
-        return cost
-
-    @staticmethod
-    def backward(ctx, grad_cost):  # type: ignore[override]
-        logits, rows, targets, unit, cost = ctx.saved_tensors
-        grad = torch.zeros_like(logits)
-        for start, stop, probs, similarity in _chunks(logits, rows, targets, unit):
-            # d(cost)/dz_v = -q_v (s_v - <q, s>), with <q, s> = 1 - cost
-            similarity.sub_((1.0 - cost[start:stop])[:, None]).mul_(probs)
-            similarity.mul_(-grad_cost[start:stop, None].to(similarity.dtype))
-            grad[rows[start:stop]] = similarity.to(grad.dtype)
-        return grad, None, None, None
-
-
-def _chunks(logits, rows, targets, unit):
-    """(start, stop, softmax probabilities, similarities to the target) per chunk of rows."""
-    width = logits.shape[-1]
-    step = max(1, (1 << 21) // width)
-    for start in range(0, rows.numel(), step):
-        chunk_rows = rows[start : start + step]
-        probs = torch.softmax(logits.index_select(0, chunk_rows).to(unit.dtype), dim=-1)
-        similarity = unit.index_select(0, targets[chunk_rows]) @ unit.T
-        yield start, start + chunk_rows.numel(), probs, similarity
-
-
-def transport_cost(
-    logits: torch.Tensor, rows: torch.Tensor, targets: torch.Tensor, unit: torch.Tensor
-) -> torch.Tensor:
-    """EMO's transport cost d [n] at `rows` of `logits` [N, V] (differentiable), for unit-length
-    embedding rows `unit` [V, H] and target ids `targets` [N]."""
-    return _TransportCost.apply(logits, rows, targets, unit)
