@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 
 import pytest
@@ -261,7 +262,7 @@ def test_learning_checks_are_recorded_and_stop_a_run_early(tmp_path, monkeypatch
     results = {}
     for spec in compare.objectives:
         fake_score.values = list(scores[spec.name])
-        compare_one = compare_config_from_dict({**mapping, "objectives": [dataclasses_asdict(spec)]})
+        compare_one = compare_config_from_dict({**mapping, "objectives": [dataclasses.asdict(spec)]})
         (result,) = run_grid(compare_one, progress=False)
         results[spec.name] = result
     mle, dele = results["mle"]["learning"], results["del"]["learning"]
@@ -273,12 +274,6 @@ def test_learning_checks_are_recorded_and_stop_a_run_early(tmp_path, monkeypatch
     # the training set holds no check question
     train = (tmp_path / "data" / "train-s0.jsonl").read_text()
     assert not any(f'"{e.instruction}"' in train for e in check)
-
-
-def dataclasses_asdict(spec) -> dict:
-    import dataclasses
-
-    return dataclasses.asdict(spec)
 
 
 def test_learning_check_scores_the_real_model(tmp_path, monkeypatch) -> None:

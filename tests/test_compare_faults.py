@@ -343,33 +343,15 @@ def test_another_steps_keeps_the_finished_run_aside_and_says_so(recorded, tmp_pa
     assert len(list((out / "superseded").iterdir())) == 2
 
 
-def test_a_garbled_result_in_the_output_folder_is_kept_aside_and_redone(recorded, tmp_path, monkeypatch) -> None:
+def test_a_garbled_result_is_kept_aside_and_the_training_file_is_the_set_the_run_trains_on(recorded, tmp_path, monkeypatch) -> None:
+    """A result.json that is no result is moved aside (superseded/<run>-unreadable) and the run
+    redone; data/train-s<seed>.jsonl is rewritten when the task changed under the output folder."""
     from numloss.compare.runner import run_grid
 
     root, _, _ = recorded
     out = tmp_path / "out"
     shutil.copytree(root / "out", out)
     (out / "runs" / "mle-s0" / "result.json").write_text("[1, 2]")
-
-    class Trained(Exception):
-        pass
-
-    def stop(*args, **kwargs):
-        raise Trained
-
-    monkeypatch.setattr(numloss.train, "run_training", stop)
-    with pytest.raises(Trained):
-        run_grid(compare_config_from_dict(_mapping(out)), progress=False)
-    assert (out / "superseded" / "mle-s0-unreadable" / "result.json").read_text() == "[1, 2]"
-
-
-def test_the_training_file_is_the_set_the_run_trains_on(recorded, tmp_path, monkeypatch) -> None:
-    """data/train-s<seed>.jsonl of an output folder is rewritten when the task changed under it."""
-    from numloss.compare.runner import run_grid
-
-    root, _, _ = recorded
-    out = tmp_path / "out"
-    shutil.copytree(root / "out", out)
     assert len((out / "data" / "train-s0.jsonl").read_text().splitlines()) == 16
     seen = []
 
@@ -385,6 +367,7 @@ def test_the_training_file_is_the_set_the_run_trains_on(recorded, tmp_path, monk
     mapping["task"]["train_size"] = 12
     with pytest.raises(Trained):
         run_grid(compare_config_from_dict(mapping), progress=False)
+    assert (out / "superseded" / "mle-s0-unreadable" / "result.json").read_text() == "[1, 2]"
     assert (out / "data" / "train-s0.jsonl").read_text().splitlines() == seen[0] and len(seen[0]) == 12
 
 
