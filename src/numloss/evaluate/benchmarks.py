@@ -73,18 +73,13 @@ class Benchmark:
         kind: AnswerKind = "number",
         source: str = "records",
     ) -> Benchmark:
-        """Items from plain `{"question", "answer"[, "options"]}` dicts (synthetic sets, tests)."""
-        items = []
-        for i, record in enumerate(records):
-            where = f"{source} record {i}"
-            question = _text(record, "question", where)
-            answer = str(_field(record, "answer", where)).strip()
-            options = tuple(str(o) for o in record.get("options", ()))
-            if kind == "choice" and answer.upper() not in LETTERS[: max(len(options), 1)]:
-                raise BenchmarkError(
-                    f"{where}: field 'answer' must be a letter A-E, got {answer!r}"
-                )
-            items.append(Item(str(record.get("id", i)), question, answer, kind, options))
+        """Items of answer kind `kind` from plain `{"question", "answer"[, "options", "id"]}` dicts
+        (synthetic sets, tests), each read as a line of a `file:` set is (`_file_item`); an item's
+        id is its `id`, else its position."""
+        items = [
+            _file_item({**r, "kind": kind}, f"{source} record {i}", i)
+            for i, r in enumerate(records)
+        ]
         return cls(name, kind, items, source)
 
 
