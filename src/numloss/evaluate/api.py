@@ -39,12 +39,7 @@ from numloss.evaluate.benchmarks import (
     load_for_records,
     parse_benchmark_list,
 )
-from numloss.evaluate.metrics import (
-    DigitStats,
-    accuracy,
-    numeric_distance,
-    place_accuracy,
-)
+from numloss.evaluate.metrics import DigitStats, accuracy, numeric_distance, place_accuracy
 from numloss.evaluate.programs import ProgramRunner
 from numloss.evaluate.protocol import Protocol, generation_settings, resolve
 from numloss.evaluate.report import BenchmarkScore, EvalReport, answer_style

@@ -101,11 +101,7 @@ def build_parser() -> argparse.ArgumentParser:
         ),
     )
     p.add_argument("--limit", type=int, help="first N items of each benchmark (a positive number)")
-    p.add_argument(
-        "--seed",
-        type=int,
-        help="seed of the synthetic sets (default: a held-out seed)",
-    )
+    p.add_argument("--seed", type=int, help="seed of the synthetic sets (default: a held-out seed)")
     p.add_argument("--backend", choices=("hf", "vllm"), default="hf")
     p.add_argument(
         "--batch-size",
@@ -124,9 +120,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--device", default=None, help="torch device (default: cuda when available, else cpu)"
     )
     p.add_argument(
-        "--threads",
-        type=int,
-        help="torch CPU threads (1 is fastest on a busy shared machine)",
+        "--threads", type=int, help="torch CPU threads (1 is fastest on a busy shared machine)"
     )
     p.add_argument(
         "--no-pot", action="store_true", help="chain of thought only (no program of thought)"
@@ -135,9 +129,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--no-digit-stats", action="store_true", help="skip the teacher-forced digit metrics"
     )
     p.add_argument(
-        "--workers",
-        type=int,
-        help="parallel sandboxed programs, at least 1 (default: CPU count)",
+        "--workers", type=int, help="parallel sandboxed programs, at least 1 (default: CPU count)"
     )
     p.add_argument(
         "--program-timeout",
