@@ -114,6 +114,15 @@ def test_every_accuracy_column_carries_its_interval_built_as_exact_matchs() -> N
         assert cells["TF digit acc %"] == f"65.0 [{low:.1f}, {high:.1f}]"
 
 
+def test_the_console_prints_a_runs_exact_match_with_its_interval() -> None:
+    """The progress bar's and the pretrained driver's line per finished run (issue 49)."""
+    from numloss.compare.report import exact_match_text
+
+    low, high = wilson_interval(30, 100)
+    assert exact_match_text(_evaluation(0.3, 5.0)) == f"30.0% [{100 * low:.1f}, {100 * high:.1f}]"
+    assert exact_match_text({"exact_match": 0.5, "n": 4}) == "50.0%", "no counts kept: no interval"
+
+
 def test_report_shows_every_run_and_the_embedding_order(tmp_path) -> None:
     from numloss.compare.embeddings import neighbour_order_score
 

@@ -197,9 +197,11 @@ def _score_baseline(
 
 
 def _headline(result: dict[str, Any]) -> str:
+    from numloss.compare.report import exact_match_text
+
     sets = result.get("evaluation", {})
     return ", ".join(
-        f"{name} {100 * ev['exact_match']:.1f}% of {ev['n']}" for name, ev in sorted(sets.items())
+        f"{name} {exact_match_text(ev)} of {ev['n']}" for name, ev in sorted(sets.items())
     )
 
 

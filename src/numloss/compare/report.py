@@ -270,6 +270,14 @@ def primary_evaluation(run: dict[str, Any]) -> dict[str, Any]:
     return next(iter(evaluation.values()), {})
 
 
+def exact_match_text(evaluation: dict[str, Any]) -> str:
+    """One evaluation's exact match as the console prints it: '62.5% [47.0, 75.8]' (the Wilson
+    interval over its items; none where it kept no counts)."""
+    low, high = wilson_interval(*_counts(evaluation, "exact_match"))
+    interval = f" [{100 * low:.1f}, {100 * high:.1f}]" if math.isfinite(low) else ""
+    return f"{100 * evaluation.get('exact_match', math.nan):.1f}%{interval}"
+
+
 def _pair_with_baseline(
     summary: dict[str, Any], set_name: str, alpha: float = 0.05, min_seeds: int = 3
 ) -> None:

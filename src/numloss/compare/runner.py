@@ -752,7 +752,7 @@ def run_grid(
         raise ValueError(f"jobs must be >= 1, got {jobs}")
     # here, not at the top: the report's statistics (scipy, statsmodels, pandas: 2 s of imports)
     # would load in every spawned worker, which trains and never reports
-    from numloss.compare.report import primary_evaluation
+    from numloss.compare.report import exact_match_text, primary_evaluation
 
     keys = [RunKey(spec, seed) for spec in compare.objectives for seed in compare.seeds]
     results: dict[str, dict[str, Any]] = {}  # by run name (label-s<seed>): unique in a grid
@@ -765,8 +765,7 @@ def run_grid(
                 bar(key.name, bar.steps_each)
                 # the headline set, not the first key: a record read back has its sets in sorted
                 # order
-                em = primary_evaluation(done).get("exact_match", float("nan"))
-                bar.show(f"{key.name}: exact match {100 * em:.1f}%")
+                bar.show(f"{key.name}: exact match {exact_match_text(primary_evaluation(done))}")
             if on_result is not None:
                 on_result(done)
 
