@@ -85,23 +85,6 @@ def test_resuming_from_records_of_other_items_is_refused(tmp_path):
     assert redone.scores["numloss"]["synthetic:arithmetic"].count == 3
 
 
-def test_a_torn_last_line_is_ignored_and_cut_before_the_next_append(tmp_path):
-    gen = Counting(golds("gsm8k"))
-    run(tmp_path, gen, limit=2)
-    path = tmp_path / "items.jsonl"
-    text = path.read_text()
-    path.write_text(text + text.splitlines()[0][:37])  # a kill mid-write
-    store = ResultsFile(path)
-    assert len(store.records()) == 2 * 2 * 2  # items x benchmarks x protocols; the torn line is skipped
-    gen2 = Counting(golds("gsm8k"))
-    run(tmp_path, gen2, limit=3)
-    records = [json.loads(line) for line in path.read_text().splitlines()]  # every line reads
-    assert len(records) == 2 * 2 * 3
-    path.write_text("{broken\n" + path.read_text())
-    with pytest.raises(BenchmarkError, match=r"items.jsonl:1: not a JSON record"):
-        store.records()
-
-
 def test_a_different_protocol_reuses_the_saved_outputs(tmp_path):
     gen = Counting(golds("gsm8k"))
     evaluate(gen, "gsm8k", data_dir=FIXTURES, protocol="released", results_file=tmp_path / "items.jsonl", allow_unisolated=True, digit_stats=False)
@@ -232,7 +215,7 @@ def result_record(item_id):
             "id": item_id, "kind": "number", "gold": "1", "style": "cot", "output": "1", "prediction": "1", "correct": True}
 
 
-def test_a_whole_last_record_without_its_newline_is_kept(tmp_path):
+def test_a_torn_last_line_is_skipped_and_cut_before_the_next_append_but_a_whole_one_is_kept(tmp_path):
     path = tmp_path / "items.jsonl"
     one, two, three = (json.dumps(result_record(i)) for i in (1, 2, 3))
     path.write_text(one + "\n" + two)  # a hand edit, no final newline
@@ -246,6 +229,9 @@ def test_a_whole_last_record_without_its_newline_is_kept(tmp_path):
     path.write_text(one + "\n" + three + "\n")
     path.write_bytes(path.read_bytes() + '{"id": 4, "output": "é'.encode()[:-1])  # the kill came between é's two bytes
     assert [r["id"] for r in ResultsFile(path).records()] == [1, 3]  # a kill mid-character is a torn line too
+    path.write_bytes(b"{broken\n" + path.read_bytes())  # anywhere else, a bad line is an error
+    with pytest.raises(BenchmarkError, match=r"items.jsonl:1: not a JSON record"):
+        ResultsFile(path).records()
 
 
 def test_evaluate_hands_the_protocols_stop_strings_and_limits_to_the_generator(monkeypatch):

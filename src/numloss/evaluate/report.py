@@ -126,12 +126,9 @@ class EvalReport:
         """The report as JSON-ready data (schema `SCHEMA_VERSION`, documented in docs/evaluation.md,
         "The report's JSON"): everything `numloss eval` prints or writes to report.md.
         `items=True` adds every item result (the lines of items.jsonl)."""
-        from numloss import __version__
-
         out = {
             "schema_version": SCHEMA_VERSION,
-            "numloss_version": __version__,
-            **self.meta,
+            **self.meta,  # numloss_version and date among them
             "protocols": self.protocols,
             "isolation": self.isolation,
             "benchmarks": {
