@@ -21,7 +21,7 @@ from numloss import DigitVocab, build_loss
 from numloss.digits import find_digits
 from numloss.losses.del_terms import del_pushdown, del_term, sigmoid_logits
 from numloss.losses.number_tokens import slot_logits
-from tokenizer_styles import gpt2_style, llama3_style
+from tokenizer_styles import encode, gpt2_style, llama3_style
 
 DIGIT_IDS = [3, 4, 5, 6, 7, 8, 9, 10, 11, 12]
 VOCAB = DigitVocab(DIGIT_IDS, 2)
@@ -40,10 +40,7 @@ def single_digit_batch(seed: int, dtype: torch.dtype = torch.float64) -> tuple[t
 
 def chunked_batch(style, seed: int, dtype: torch.dtype = torch.float64):
     tok = style()
-    rows = [tok(t, add_special_tokens=False)["input_ids"] for t in ["x=1234.5+ 42", " 100 25.75 7", "a 9 b 12"]]
-    labels = torch.full((len(rows), max(map(len, rows))), -100)
-    for r, ids in enumerate(rows):
-        labels[r, : len(ids)] = torch.tensor(ids)
+    labels = encode(tok, "x=1234.5+ 42", " 100 25.75 7", "a 9 b 12")
     logits = torch.randn(*labels.shape, len(tok), generator=torch.Generator().manual_seed(seed), dtype=torch.float64) * 2
     return DigitVocab.from_tokenizer(tok), logits.to(dtype), labels
 

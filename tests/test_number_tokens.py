@@ -18,18 +18,9 @@ from numloss.digits import (
     find_digits,
     split_digits,
 )
-from numloss.losses.number_tokens import bucket_logsumexp, slot_logits, token_values
+from numloss.losses.number_tokens import bucket_logsumexp, slot_logits
 from reference import ref_slots_row
-from tokenizer_styles import gpt2_style, llama3_style, single_digit_style
-
-
-def encode(tok, *texts: str) -> torch.Tensor:
-    """Rows of token ids, right-padded with -100 (padding is an ignored position)."""
-    rows = [tok(t, add_special_tokens=False)["input_ids"] for t in texts]
-    labels = torch.full((len(rows), max(map(len, rows))), -100)
-    for r, ids in enumerate(rows):
-        labels[r, : len(ids)] = torch.tensor(ids)
-    return labels
+from tokenizer_styles import encode, gpt2_style, llama3_style, single_digit_style
 
 
 def slots_by_reference(labels: torch.Tensor, vocab: DigitVocab) -> list[tuple[int, int, int, int]]:
@@ -223,24 +214,8 @@ def test_slot_logits_match_the_token_by_token_sums(style):
         assert present.nonzero().squeeze(1).tolist() == sorted(slot)
         for k, value in slot.items():
             assert float(row[k]) == pytest.approx(float(value), rel=1e-12)
-        softmax = torch.softmax(row, -1)
-        assert float(softmax[~present].sum()) == 0.0  # absent digits: probability exactly 0
-
-
-def test_slot_softmax_is_the_marginal_of_the_group_distribution():
-    tok = llama3_style()
-    vocab = DigitVocab.from_tokenizer(tok)
-    labels = encode(tok, "507")
-    x = torch.randn(1, 1, len(tok), dtype=torch.float64)
-    z, _ = core_slot_logits(x, labels, vocab)
-    group = [i for i, d, _ in vocab.number_tokens if len(d) == 3]
-    p = torch.softmax(x[0, 0, group], -1)
-    digits = [d for _, d, _ in vocab.number_tokens if len(d) == 3]
-    for j in range(3):
-        marginal = torch.zeros(10, dtype=torch.float64)
-        for prob, d in zip(p, digits, strict=True):
-            marginal[int(d[j])] += prob
-        torch.testing.assert_close(torch.softmax(z[j], -1), marginal, rtol=1e-12, atol=1e-15)
+        # so softmax(z_j) is the slot's digit marginal, and an absent digit's probability exactly 0
+        assert float(torch.softmax(row, -1)[~present].sum()) == 0.0
 
 
 def test_bucket_logsumexp_survives_far_apart_buckets_and_empty_ones():
@@ -258,19 +233,7 @@ def test_gradcheck_slot_logits_float64():
     digits = find_digits(labels, vocab, len(tok))
     table = vocab.number_table()
     number_logits = torch.randn(digits.token_count, table.width, dtype=torch.float64, requires_grad=True)
-    torch.autograd.gradcheck(lambda n: slot_logits(n, digits, table)[0], (number_logits,))
-
-
-def test_token_values_are_the_integers_the_tokens_spell():
-    tok = llama3_style()
-    vocab = DigitVocab.from_tokenizer(tok)
-    labels = encode(tok, "12345.07")  # "123" "45" "." "07"
-    digits = find_digits(labels, vocab)
-    table = vocab.number_table()
-    number_logits = torch.zeros(digits.token_count, table.width)
-    p, values, target = token_values(number_logits, digits, table)
-    assert target.tolist() == [123, 45, 7]
-    assert float(p.sum(-1).min()) == pytest.approx(1.0) and float(values.max()) == 999
+    torch.autograd.gradcheck(lambda n: slot_logits(n, digits, table)[0], (number_logits,), fast_mode=True)
 
 
 # -- the digit objectives on number tokens ------------------------------------------------------

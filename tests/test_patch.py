@@ -83,11 +83,6 @@ def test_trainer_with_a_patched_model_is_exact_with_token_normalisation(fused, t
     assert size > 1e-3 and diff <= 1e-5 * size + 1e-7, (diff, size)
 
 
-def test_digit_normalisation_without_the_step_digit_count_is_refused(tmp_path):
-    with pytest.raises(ValueError, match='numloss.patch: del with normalize="digits"'):
-        trainer_update_with_patch(tmp_path, 2, 4, fused=False)
-
-
 def test_custom_loop_passing_both_counts_is_numeric_trainers_update(tmp_path):
     """A plain loop with 4 micro-batches of 2 that passes the step's token and digit counts."""
     start = parameters(tiny_llama())

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import functools
 
+import torch
 from tokenizers import Tokenizer, decoders, normalizers, pre_tokenizers, trainers
 from tokenizers import models as tokenizer_models
 from transformers import PreTrainedTokenizerFast
@@ -58,3 +59,12 @@ def single_digit_style() -> PreTrainedTokenizerFast:
     )
     tok.train_from_iterator(CORPUS, trainer)
     return PreTrainedTokenizerFast(tokenizer_object=tok, unk_token="<unk>")
+
+
+def encode(tok, *texts: str) -> torch.Tensor:
+    """Rows of token ids, right-padded with -100 (padding is an ignored position)."""
+    rows = [tok(t, add_special_tokens=False)["input_ids"] for t in texts]
+    labels = torch.full((len(rows), max(map(len, rows))), -100)
+    for r, ids in enumerate(rows):
+        labels[r, : len(ids)] = torch.tensor(ids)
+    return labels
