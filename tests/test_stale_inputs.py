@@ -15,6 +15,7 @@ from numloss.evaluate.benchmarks import BenchmarkError
 from numloss.evaluate.generate import Generation
 from numloss.evaluate.store import ResultsFile, folder_identity
 from numloss.identity import file_sha256, folder_sha256, model_sha256
+from test_compare_faults import _mapping, _one_line_error
 from test_eval_faults import ok, one_line, save_tiny, tiny_eval
 
 
@@ -39,9 +40,12 @@ def _run(generator, bench: str, results: Path, **kw):
                     program_of_thought=False, allow_unisolated=True, **kw)
 
 
-def _restore_times(folder: Path, times: dict[str, tuple[int, int]]) -> None:
+def _replace_in_place(model: Path) -> None:
+    """Save another tiny model (seed 1) over `model`: the same names and sizes, the times set back."""
+    times = {p.name: (p.stat().st_atime_ns, p.stat().st_mtime_ns) for p in model.iterdir()}
+    save_tiny(model, seed=1)
     for name, (atime, mtime) in times.items():
-        os.utime(folder / name, ns=(atime, mtime))
+        os.utime(model / name, ns=(atime, mtime))
 
 
 # -- the hash itself ---------------------------------------------------------------------------------
@@ -102,10 +106,8 @@ def test_eval_refuses_a_model_replaced_in_place_with_sizes_and_times_restored(tm
     ok(tiny_eval(str(model), out), capsys)
     records = ResultsFile(out / "items.jsonl").records()
     assert {r["model_sha256"] for r in records} == {model_sha256(str(model))}
-    times = {p.name: (p.stat().st_atime_ns, p.stat().st_mtime_ns) for p in model.iterdir()}
     identity = folder_identity(model)
-    save_tiny(model, seed=1)  # another model, the same file sizes
-    _restore_times(model, times)
+    _replace_in_place(model)
     assert folder_identity(model) == identity, "names, sizes and times alone cannot tell the two apart"
     capsys.readouterr()
     line = one_line(tiny_eval(str(model), out), capsys)
@@ -151,17 +153,10 @@ def _compare(tmp_path: Path, out: Path, *extra: str) -> int:
     import yaml
 
     from numloss.compare import main as compare_main
-    from test_compare_faults import _mapping
 
     config = tmp_path / "c.yaml"
     config.write_text(yaml.safe_dump(_mapping(out)))
     return compare_main([str(config), "--no-progress", *extra])
-
-
-def _compare_line(capsys, status: int) -> str:
-    from test_compare_faults import _one_line_error
-
-    return _one_line_error(capsys, status)
 
 
 def test_compare_refuses_a_finished_run_of_a_model_replaced_in_place(tmp_path, capsys) -> None:
@@ -170,11 +165,9 @@ def test_compare_refuses_a_finished_run_of_a_model_replaced_in_place(tmp_path, c
     assert _compare(tmp_path, out, "--model", str(model)) == 0
     result = json.loads((out / "runs" / "mle-s0" / "result.json").read_text())
     assert result["model_sha256"] == model_sha256(str(model)) and result["data_sha256"].startswith("sha256:")
-    times = {p.name: (p.stat().st_atime_ns, p.stat().st_mtime_ns) for p in model.iterdir()}
-    save_tiny(model, seed=1)
-    _restore_times(model, times)
+    _replace_in_place(model)
     capsys.readouterr()
-    line = _compare_line(capsys, _compare(tmp_path, out, "--model", str(model)))
+    line = _one_line_error(capsys, _compare(tmp_path, out, "--model", str(model)))
     assert "mle-s0" in line and "the model's weights changed (sha256:" in line and "move" in line
     assert json.loads((out / "runs" / "mle-s0" / "result.json").read_text()) == result, "nothing replaced"
 
@@ -187,7 +180,7 @@ def test_compare_refuses_a_finished_run_of_other_training_data_and_accepts_one_w
     assert "model_sha256" not in result, "'tiny' has no weight files: its weights follow from the hashed config"
     path.write_text(json.dumps({**result, "data_sha256": "sha256:" + "0" * 64}))
     capsys.readouterr()
-    line = _compare_line(capsys, _compare(tmp_path, out))
+    line = _one_line_error(capsys, _compare(tmp_path, out))
     assert "the training data changed (sha256:000000000000 then" in line
     # a result written before the fields existed is reused as it always was
     path.write_text(json.dumps({k: v for k, v in result.items() if k not in ("data_sha256", "model_sha256")}))
@@ -203,7 +196,7 @@ def test_report_only_of_a_slice_does_not_replace_the_fuller_report(tmp_path, cap
     (out / "results.json").write_text(json.dumps(data))
     before = (out / "results.json").read_bytes(), (out / "report.md").read_bytes()
     capsys.readouterr()
-    line = _compare_line(capsys, _compare(tmp_path, out, "--report-only", "--objectives", "mle"))
+    line = _one_line_error(capsys, _compare(tmp_path, out, "--report-only", "--objectives", "mle"))
     assert "reports 2 runs and this --report-only selects 1" in line
     assert ((out / "results.json").read_bytes(), (out / "report.md").read_bytes()) == before
     assert _compare(tmp_path, out, "--objectives", "mle") == 0  # a training slice keeps the fuller one aside

@@ -90,11 +90,22 @@ def snapshot(folder: Path) -> dict[str, bytes]:
 def cli(out: Path, *extra: str, env: dict[str, str] | None = None, wait: bool = True):
     # faultrun (tests/faultrun.py) runs `numloss train`, killing or pausing it at NUMLOSS_FAULT_POINT
     command = [sys.executable, "-m", "faultrun", "train", str(TINY), "--train.output_dir", str(out), *RUN, *extra]
+    # a shell without job control starts background jobs with SIGINT ignored; a terminal's Ctrl-C is not
     process = subprocess.Popen(command, env={**ENV, **(env or {})}, cwd=ROOT, stdout=subprocess.PIPE,
-                               stderr=subprocess.PIPE, text=True)
-    if wait:
-        process.communicate(timeout=300)
-    return process
+                               stderr=subprocess.PIPE, text=True,
+                               preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+    if not wait:
+        return process
+    out, err = process.communicate(timeout=300)
+    return subprocess.CompletedProcess(command, process.returncode, out, err)
+
+
+def wait_until_paused(process: subprocess.Popen, release: Path) -> None:
+    """Wait until faultrun has paused `process` at its NUMLOSS_FAULT_POINT (it touches RELEASE.paused)."""
+    deadline = time.monotonic() + 240
+    while not Path(f"{release}.paused").exists():
+        assert process.poll() is None and time.monotonic() < deadline, process.communicate()[1][-2000:]
+        time.sleep(0.05)
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -229,10 +240,7 @@ def test_two_trainings_into_one_folder_the_second_is_refused_naming_the_first(tm
     out, release = tmp_path / "run", tmp_path / "release"
     first = cli(out, env={"NUMLOSS_FAULT_POINT": "pause:locked", "NUMLOSS_FAULT_FILE": str(release)}, wait=False)
     try:
-        deadline = time.monotonic() + 120
-        while not Path(f"{release}.paused").exists():
-            assert first.poll() is None and time.monotonic() < deadline, first.communicate()
-            time.sleep(0.05)
+        wait_until_paused(first, release)
         before = snapshot(out)
         with pytest.raises(ConfigError) as caught:
             run_training(config(out, "--train.seed", "1"))
@@ -406,12 +414,13 @@ def test_every_config_key_given_wrong_values_is_one_line_or_a_valid_run(tmp_path
 
 def test_resume_from_a_named_checkpoint_of_another_folder_into_an_empty_one(tmp_path, stopped, reference):
     """train.resume PATH into a new output_dir continues PATH's run (compared with the config.yaml
-    beside PATH), never a fresh start."""
+    beside PATH), never a fresh start; its log.csv starts with PATH's logged steps, as its
+    log_history.json does."""
     out = tmp_path / "elsewhere"
     with pytest.raises(ConfigError, match="train.learning_rate 0.01 -> 0.02"):
         run_training(config(out, "--train.resume", str(stopped / "checkpoint-3"), "--train.learning_rate", "0.02"))
     result = run_training(config(out, "--train.resume", str(stopped / "checkpoint-3")))
-    assert result.global_step == 4 and logged_steps(out) == [4]
+    assert result.global_step == 4 and logged_steps(out) == [1, 2, 3, 4]
     assert_same_weights(reference / "final", out / "final")
 
 

@@ -6,9 +6,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import subprocess
-import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -18,27 +15,21 @@ import test_train_faults
 from numloss.config import ConfigError
 from numloss.train import INPUTS_FILE, main, run_training
 from test_train_faults import (
-    ENV,
-    ROOT,
     RUN,
     TINY,
     assert_same_weights,
+    cli,
     config,
     logged_steps,
     one_line,
     train_killed_after,
+    wait_until_paused,
     weights,
 )
 
 # fixtures shared with test_train_faults: the uninterrupted 4-step run, a model load that fails the
-# test, and one torch thread in-process (as every `run_cli`): a resume finished in-process is bitwise
+# test, and one torch thread in-process (as every `cli` run): a resume finished in-process is bitwise
 reference, no_model_loads, one_thread = test_train_faults.reference, test_train_faults.no_model_loads, test_train_faults.one_thread
-
-
-def run_cli(out: Path, *extra: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
-    """`numloss train` in a subprocess, with its output captured."""
-    command = [sys.executable, "-m", "faultrun", "train", str(TINY), "--train.output_dir", str(out), *RUN, *extra]
-    return subprocess.run(command, env={**ENV, **(env or {})}, cwd=ROOT, capture_output=True, text=True, timeout=300)
 
 
 def _data(path: Path, shift: int = 0) -> Path:
@@ -102,7 +93,7 @@ def test_a_save_only_model_checkpoint_is_not_resumed_silently(tmp_path, no_model
 def test_a_kill_before_the_first_whole_save_is_continued_by_the_named_command(tmp_path, reference, point, extra,
                                                                              capsys) -> None:
     out = tmp_path / "run"
-    killed = run_cli(out, *extra, env={"NUMLOSS_FAULT_POINT": point})
+    killed = cli(out, *extra, env={"NUMLOSS_FAULT_POINT": point})
     assert killed.returncode == -signal.SIGKILL, killed.stderr[-2000:]
     capsys.readouterr()
     # the refused --resume in-process: `numloss train`'s own entry point, without another process's imports
@@ -119,15 +110,9 @@ def test_a_kill_before_the_first_whole_save_is_continued_by_the_named_command(tm
 
 def test_ctrl_c_prints_one_line_naming_the_checkpoint_and_resume_is_bitwise(tmp_path, reference) -> None:
     out, release = tmp_path / "run", tmp_path / "release"
-    command = [sys.executable, "-m", "faultrun", "train", str(TINY), "--train.output_dir", str(out), *RUN]
-    env = {**ENV, "NUMLOSS_FAULT_POINT": "pause:checkpoint-2-marked", "NUMLOSS_FAULT_FILE": str(release)}
-    # a shell without job control starts background jobs with SIGINT ignored; a terminal's Ctrl-C is not
-    process = subprocess.Popen(command, env=env, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                               preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
-    deadline = time.monotonic() + 240
-    while not Path(f"{release}.paused").exists():
-        assert process.poll() is None and time.monotonic() < deadline, process.communicate()[1][-2000:]
-        time.sleep(0.05)
+    process = cli(out, env={"NUMLOSS_FAULT_POINT": "pause:checkpoint-2-marked", "NUMLOSS_FAULT_FILE": str(release)},
+                  wait=False)
+    wait_until_paused(process, release)
     process.send_signal(signal.SIGINT)
     _, err = process.communicate(timeout=120)
     assert process.returncode == 130, err[-2000:]
