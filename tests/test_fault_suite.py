@@ -100,28 +100,26 @@ def test_eval_fault_then_the_same_command(point, fault, tmp_path, capsys, monkey
 
 
 # -- compare ---------------------------------------------------------------------------------------
+def _config(root: Path, out: Path) -> str:
+    """test_compare_faults' tiny grid into `out`, its records in root/records (the module's
+    `recorded` run is this reference's twin)."""
+    from test_compare_faults import _mapping, _write
+
+    return _write(root / "c.yaml", _mapping(out, records_dir=str(root / "records")))
+
+
 def _compare(tmp_path: Path, out: Path, capsys) -> tuple[int, list[str]]:
-    import yaml
-
     from numloss.compare import main as compare_main
-    from test_compare_faults import _mapping
 
-    config = tmp_path / "c.yaml"
-    config.write_text(yaml.safe_dump(_mapping(out, records_dir=str(tmp_path / "records"))))
-    return _run(compare_main, [str(config), "--no-progress"], capsys)
+    return _run(compare_main, [_config(tmp_path, out), "--no-progress"], capsys)
 
 
 @pytest.fixture(scope="module")
 def compare_reference(tmp_path_factory) -> dict:
-    import yaml
-
     from numloss.compare import main as compare_main
-    from test_compare_faults import _mapping
 
     root = tmp_path_factory.mktemp("compare-reference")
-    config = root / "c.yaml"
-    config.write_text(yaml.safe_dump(_mapping(root / "out", records_dir=str(root / "records"))))
-    assert compare_main([str(config), "--no-progress"]) == 0
+    assert compare_main([_config(root, root / "out"), "--no-progress"]) == 0
     return json.loads((root / "out" / "runs" / "mle-s0" / "result.json").read_text())
 
 
