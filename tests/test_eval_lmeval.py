@@ -172,24 +172,19 @@ def _results_json() -> str:
                        "versions": {"gsm8k": 3.0}, "n-shot": {"gsm8k": 5}, "config": {"model": "hf"}}, indent=2)
 
 
-@pytest.mark.parametrize("name", ["results_2024-06-01T12-00-00.123456.json", "my_results.json"])
-def test_the_aggregated_results_file_is_named_with_the_samples_file_to_give(tmp_path, name):
+@pytest.mark.parametrize(("name", "beside"), [("results_2024-06-01T12-00-00.123456.json", True), ("my_results.json", True),
+                                              ("results_2024-06-01T12-00-00.json", False)])
+def test_the_aggregated_results_file_is_named_with_the_samples_file_to_give(tmp_path, name, beside):
     (tmp_path / name).write_text(_results_json())
     samples = tmp_path / GSM8K_SAMPLES.name
-    samples.write_text(GSM8K_SAMPLES.read_text())
+    if beside:
+        samples.write_text(GSM8K_SAMPLES.read_text())
     with pytest.raises(BenchmarkError) as error:
         score_outputs(tmp_path / name, data_dir=DATA, allow_unisolated=True)
     message = str(error.value)
-    assert "aggregated results file" in message and str(samples) in message and "\n" not in message
-    assert "fix or delete" not in message
-    assert eval_main(["--score-outputs", str(tmp_path / name), "--data-dir", str(DATA)]) != 0
-
-
-def test_a_results_file_alone_says_how_to_get_samples(tmp_path):
-    path = tmp_path / "results_2024-06-01T12-00-00.json"
-    path.write_text(_results_json())
-    with pytest.raises(BenchmarkError, match="--log_samples"):
-        score_outputs(path, data_dir=DATA, allow_unisolated=True)
+    assert "aggregated results file" in message and "\n" not in message and "fix or delete" not in message
+    assert (str(samples) if beside else "rerun lm_eval with --log_samples") in message
+    assert eval_main(["--score-outputs", str(tmp_path / name), "--data-dir", str(DATA), "--out", str(tmp_path / "o")]) != 0
 
 
 def test_a_huge_mae_is_printed_readably_with_a_note_that_one_item_dominates(tmp_path):
