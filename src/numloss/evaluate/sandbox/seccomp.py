@@ -76,12 +76,9 @@ class SeccompUnsupported(RuntimeError):
 def syscall_numbers(machine: str | None = None) -> dict[str, int]:
     """The syscall numbers of `machine` (default: this one) for the names the filters use."""
     column = _arch(machine)[1]
-    out = {}
-    for entry in re.split(r"  +|\n", _NUMBERS.strip()):
-        name, *numbers = entry.split()
-        if numbers[min(column, len(numbers)) - 1] != "-":
-            out[name] = int(numbers[min(column, len(numbers)) - 1])
-    return out
+    rows = (entry.split() for entry in re.split(r"  +|\n", _NUMBERS.strip()))
+    found = {name: numbers[min(column, len(numbers)) - 1] for name, *numbers in rows}
+    return {name: int(number) for name, number in found.items() if number != "-"}
 
 
 def _insn(code: int, k: int, jt: int = 0, jf: int = 0) -> bytes:
