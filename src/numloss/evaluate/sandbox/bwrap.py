@@ -114,22 +114,16 @@ def _elf_interpreter(path: str) -> str | None:
     return None
 
 
-def _symlinks_on_the_way(path: str) -> list[tuple[str, str]]:
-    """The symlinks met while resolving `path`, as (target, link), outermost first."""
-    out: list[tuple[str, str]] = []
-    todo = os.path.abspath(path)
-    for _ in range(40):
-        parts = todo.split("/")
-        for i in range(2, len(parts) + 1):
-            prefix = "/".join(parts[:i])
-            if os.path.islink(prefix):
-                target = os.readlink(prefix)
-                out.append((target, prefix))
-                todo = os.path.normpath(os.path.join(os.path.dirname(prefix), target, *parts[i:]))
-                break
-        else:
-            return out
-    return out
+def _symlinks_on_the_way(path: str, hops: int = 40) -> list[tuple[str, str]]:
+    """The symlinks met while resolving `path`, as (target, link), outermost first (`hops` at
+    most, as the kernel stops a loop)."""
+    parts = os.path.abspath(path).split("/")
+    for i in range(2, len(parts) + 1):
+        if hops and os.path.islink(prefix := "/".join(parts[:i])):
+            target = os.readlink(prefix)
+            rest = os.path.normpath(os.path.join(os.path.dirname(prefix), target, *parts[i:]))
+            return [(target, prefix), *_symlinks_on_the_way(rest, hops - 1)]
+    return []
 
 
 def _host_run(argv: list[str], timeout: float) -> subprocess.CompletedProcess:
