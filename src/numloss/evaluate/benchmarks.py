@@ -123,9 +123,7 @@ def clean_number(text: str) -> str:
     s = str(text).strip().replace(",", "").replace("$", "")
     if re.fullmatch(r"-?\d+\.\d*", s):
         s = s.rstrip("0").rstrip(".")
-    if s in ("-0", ""):
-        s = "0" if s == "-0" else s
-    return s
+    return "0" if s == "-0" else s
 
 
 def _is_number(text: str) -> bool:
@@ -186,12 +184,8 @@ def _gsm8k(record: Mapping[str, Any], where: str) -> Parsed:
             f"{where}: field 'answer' has no '#### <number>' final line (GSM8K format)"
         )
     released = _released_zero(answer.split("#### ")[-1].replace(",", ""))
-    return (
-        _text(record, "question", where),
-        _number(answer.split("####")[-1], where, "answer"),
-        (),
-        released,
-    )
+    question = _text(record, "question", where)
+    return question, _number(answer.split("####")[-1], where, "answer"), (), released
 
 
 def _math(record: Mapping[str, Any], where: str) -> Parsed:
@@ -220,14 +214,10 @@ def _math(record: Mapping[str, Any], where: str) -> Parsed:
 
 def _svamp(record: Mapping[str, Any], where: str) -> Parsed:
     body, question = _text(record, "Body", where), _text(record, "Question", where)
-    raw = str(_field(record, "Answer", where))
+    answer = _field(record, "Answer", where)
+    raw = str(answer)
     released = _released_zero(raw[:-2] if raw.endswith(".0") else raw)
-    return (
-        f"{body} {question}",
-        _number(_field(record, "Answer", where), where, "Answer"),
-        (),
-        released,
-    )
+    return f"{body} {question}", _number(answer, where, "Answer"), (), released
 
 
 _OPTION_PREFIX = re.compile(r"^\s*\(?([A-Ea-e])\s*[\)\.:]\s*")
@@ -284,12 +274,8 @@ def _aqua(record: Mapping[str, Any], where: str) -> Parsed:
     # the released line: "(" + "(".join(options), then "(" -> " (" and ")" -> ") "
     line = ("(" + "(".join(str(o) for o in raw_options)).replace("(", " (").replace(")", ") ")
     letter = letter_of(_field(record, "correct", where), len(options), where, "correct")
-    return (
-        _text(record, "question", where) + "\nAnswer Choices:" + line,
-        letter,
-        options,
-        str(record["correct"]),
-    )
+    question = _text(record, "question", where) + "\nAnswer Choices:" + line
+    return question, letter, options, str(record["correct"])
 
 
 def _mmlu(record: Mapping[str, Any], where: str) -> Parsed:
@@ -639,13 +625,8 @@ def canonical_name(name: str) -> str:
     key = name.strip().lower()
     key = ALIASES.get(key, key)
     if key not in BENCHMARKS and not key.startswith(SYNTHETIC_PREFIXES):
-        known = ", ".join(
-            [
-                *BENCHMARKS,
-                "synthetic:<numloss.data.synthetic set>",
-                "gym:<numloss.data.gym set>",
-                "file:PATH.jsonl",
-            ]
+        known = ", ".join(BENCHMARKS) + (
+            ", synthetic:<numloss.data.synthetic set>, gym:<numloss.data.gym set>, file:PATH.jsonl"
         )
         raise BenchmarkError(f"unknown benchmark {name!r}; known: {known}")
     return key
@@ -668,16 +649,8 @@ def parse_records(
         if not isinstance(record, Mapping):
             raise BenchmarkError(f"{at}: expected a JSON object, got {type(record).__name__}")
         question, answer, options, released = spec.parse(record, at)
-        items.append(
-            Item(
-                str(record.get("id", record.get("ID", i))),
-                question,
-                answer,
-                spec.kind,
-                options,
-                released,
-            )
-        )
+        item_id = str(record.get("id", record.get("ID", i)))
+        items.append(Item(item_id, question, answer, spec.kind, options, released))
     return Benchmark(name, spec.kind, items, source)
 
 

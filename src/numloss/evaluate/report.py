@@ -455,18 +455,15 @@ def _accuracy_plot(report: EvalReport, path: Path) -> Path:
     return _save(fig, ax, f"Accuracy with 95 % intervals{which}", path)
 
 
-PLACE_NAMES = {
-    6: "millions",
-    5: "100 thousands",
-    4: "10 thousands",
-    3: "thousands",
-    2: "hundreds",
-    1: "tens",
-    0: "units",
-    -1: "tenths",
-    -2: "hundredths",
-    -3: "thousandths",
-}
+#: digit places by power of ten (units 0, tens 1, tenths -1)
+PLACE_NAMES = dict(
+    zip(
+        range(6, -4, -1),
+        "millions|100 thousands|10 thousands|thousands|hundreds|tens|units|tenths|hundredths"
+        "|thousandths".split("|"),
+        strict=True,
+    )
+)
 
 
 def _place_plot(report: EvalReport, path: Path) -> Path | None:
