@@ -337,13 +337,8 @@ def _number_table(vocab: DigitVocab, device: str) -> NumberTable:
         vocab.number_tokens
     )
     longest = max(len(d) for _, d, _ in entries)
-    keys: list[tuple[int, bool]] = []
-    group_of: list[int] = []
-    for _, digits, spaced in entries:
-        key = (len(digits), spaced)
-        if key not in keys:
-            keys.append(key)
-        group_of.append(keys.index(key))
+    keys = list(dict.fromkeys((len(d), s) for _, d, s in entries))  # kinds, in order of appearance
+    group_of = [keys.index((len(d), s)) for _, d, s in entries]
     digit_rows = [[int(c) for c in d] + [-1] * (longest - len(d)) for _, d, _ in entries]
     group = torch.tensor(group_of, dtype=torch.long)
     groups = tuple(
@@ -430,12 +425,7 @@ class DigitPositions:
 def place_weights(places: torch.Tensor, weighting: PlaceWeighting = "official") -> torch.Tensor:
     """Weight u(i) of each place index, float32: 2(i+1) for i >= 0, and for i < 0 1.02^(i-1)
     ("official", the released code) or 2 * 1.02^i ("continuous", the paper); "none": 1."""
-    check_type(
-        "place_weights: places",
-        places,
-        torch.Tensor,
-        "a torch.Tensor of place indices (find_digits(...).place)",
-    )
+    check_type("place_weights: places", places, torch.Tensor, "a torch.Tensor of place indices")
     check_choice("place_weighting", weighting, PLACE_WEIGHTINGS)
     places_f = places.to(torch.float32)
     if weighting == "none":
@@ -477,18 +467,8 @@ def find_digits(
     m-1-j before it and -(j-m) after it (docs/losses.md). A number that holds a token of
     `vocab.unscored_digit_tokens` gets no slots: its places cannot be known.
     """
-    check_type(
-        "find_digits: labels",
-        labels,
-        torch.Tensor,
-        "an integer torch.Tensor of aligned labels [B, T]",
-    )
-    check_type(
-        "find_digits: vocab",
-        vocab,
-        DigitVocab,
-        "a DigitVocab (DigitVocab.from_tokenizer(tokenizer))",
-    )
+    check_type("find_digits: labels", labels, torch.Tensor, "an integer torch.Tensor of labels")
+    check_type("find_digits: vocab", vocab, DigitVocab, "a DigitVocab (DigitVocab.from_tokenizer)")
     if labels.dtype not in (torch.int64, torch.int32):
         raise TypeError(f"labels must be an integer tensor, got {labels.dtype}")
     labels_2d = (labels if labels.dim() == 2 else labels.reshape(1, -1)).long()
@@ -497,7 +477,8 @@ def find_digits(
     if width is None:
         largest = int(table.columns.max()) + 1
         width = max(int(labels_2d.max()) + 1 if labels_2d.numel() else 0, largest)
-    vocab.check_width(width)
+    else:  # labels alone (counting digits) may hold no '.': only a logit width must hold every id
+        vocab.check_width(width)
     bad = (labels_2d != ignore_index) & ((labels_2d < 0) | (labels_2d >= width))
     if bool(bad.any()):
         raise ValueError(
