@@ -411,24 +411,29 @@ def _save(fig: Any, ax: Any, title: str, path: Path) -> Path:
     return path
 
 
-def _interval_points(
-    ax: Any, x: list[float], values: list[float], cis: list[tuple[float, float]], label: str
-) -> None:
-    """Accuracies in percent as points with their 95 % intervals (asymmetric, as Wilson intervals
-    are); points, not bars, so that 0 % shows as a point on the axis rather than as nothing."""
-    points = [100 * v for v in values]
-    low = [max(0.0, p - 100 * lo) for p, (lo, _) in zip(points, cis, strict=True)]
-    high = [max(0.0, 100 * hi - p) for p, (_, hi) in zip(points, cis, strict=True)]
-    ax.errorbar(
-        x, points, yerr=[low, high], fmt="o", capsize=4, markersize=5, elinewidth=1.2, label=label
-    )
+Series = tuple[str, list[int], list[float], list[tuple[float, float]]]  # label, x, values, CIs
 
 
-def _percent_axis(ax: Any) -> None:
+def _interval_figure(series: list[Series], ticks: list[str], width: float) -> tuple[Any, Any]:
+    """(figure, axes) of accuracies in percent at discrete x positions named by `ticks`: each
+    series' points with their 95 % intervals (asymmetric, as Wilson intervals are), side by side
+    around each tick; points, not bars, so that 0 % shows as a point on the axis, not as nothing."""
+    fig, ax = _pyplot().subplots(figsize=(width, 3.4))
+    step = min(0.25, 0.8 / len(series)) if len(series) > 1 else 0.0
+    for k, (label, xs, values, cis) in enumerate(series):
+        points = [100 * v for v in values]
+        low = [max(0.0, p - 100 * lo) for p, (lo, _) in zip(points, cis, strict=True)]
+        high = [max(0.0, 100 * hi - p) for p, (_, hi) in zip(points, cis, strict=True)]
+        offset = (k - (len(series) - 1) / 2) * step
+        style = {"fmt": "o", "capsize": 4, "markersize": 5, "elinewidth": 1.2, "label": label}
+        ax.errorbar([x + offset for x in xs], points, yerr=[low, high], **style)
+    ax.set_xticks(range(len(ticks)), ticks, fontsize=8)
+    ax.set_xlim(-0.6, len(ticks) - 0.4)
     ax.set_ylabel("accuracy (%)")
     ax.set_ylim(-4, 104)  # a point at 0 % or 100 % stays whole
     ax.set_yticks(range(0, 101, 20))
     ax.grid(axis="y", alpha=0.3)
+    return fig, ax
 
 
 def _accuracy_plot(report: EvalReport, path: Path) -> Path:
@@ -436,21 +441,13 @@ def _accuracy_plot(report: EvalReport, path: Path) -> Path:
     names = report.benchmarks
     counts = [report.scores[report.protocols[0]][n].count for n in names]
     labels = [f"{n}\n({c} items)" for n, c in zip(names, counts, strict=True)] + ["mACC"]
-    step = 0.25 if len(report.protocols) > 1 else 0.0
-    fig, ax = _pyplot().subplots(figsize=(max(4.0, 1.3 * len(labels)), 3.4))
-    for k, protocol in enumerate(report.protocols):
+    series = []
+    for protocol in report.protocols:
         scores = [report.scores[protocol][n] for n in names]
-        offset = (k - (len(report.protocols) - 1) / 2) * step
-        _interval_points(
-            ax,
-            [i + offset for i in range(len(labels))],
-            [s.accuracy for s in scores] + [report.macc(protocol)],
-            [s.ci95 for s in scores] + [report.macc_ci95(protocol)],
-            f"protocol {protocol}",
-        )
-    ax.set_xticks(range(len(labels)), labels, fontsize=8)
-    ax.set_xlim(-0.6, len(labels) - 0.4)
-    _percent_axis(ax)
+        values = [s.accuracy for s in scores] + [report.macc(protocol)]
+        cis = [s.ci95 for s in scores] + [report.macc_ci95(protocol)]
+        series.append((f"protocol {protocol}", list(range(len(labels))), values, cis))
+    fig, ax = _interval_figure(series, labels, max(4.0, 1.3 * len(labels)))
     which = f" (protocol {report.protocols[0]})" if len(report.protocols) == 1 else ""
     return _save(fig, ax, f"Accuracy with 95 % intervals{which}", path)
 
@@ -482,22 +479,16 @@ def _place_plot(report: EvalReport, path: Path) -> Path | None:
     if not places:
         return None
     axis = sorted({p for entries in places.values() for p in entries}, reverse=True)
-    step = min(0.25, 0.8 / len(places)) if len(places) > 1 else 0.0
-    fig, ax = _pyplot().subplots(figsize=(max(4.5, 0.9 * len(axis)), 3.4))
-    for k, (name, entries) in enumerate(places.items()):
+    series = []
+    for name, entries in places.items():
         shown = [p for p in axis if p in entries]
-        offset = (k - (len(places) - 1) / 2) * step
-        _interval_points(
-            ax,
-            [axis.index(p) + offset for p in shown],
-            [entries[p].accuracy for p in shown],
-            [wilson_interval(entries[p].correct, entries[p].total) for p in shown],
-            name,
+        cis = [wilson_interval(entries[p].correct, entries[p].total) for p in shown]
+        series.append(
+            (name, [axis.index(p) for p in shown], [entries[p].accuracy for p in shown], cis)
         )
-    ax.set_xticks(range(len(axis)), [PLACE_NAMES.get(p, f"place {p}") for p in axis], fontsize=8)
-    ax.set_xlim(-0.6, len(axis) - 0.4)
+    ticks = [PLACE_NAMES.get(p, f"place {p}") for p in axis]
+    fig, ax = _interval_figure(series, ticks, max(4.5, 0.9 * len(axis)))
     ax.set_xlabel("digit place of the gold answer")
-    _percent_axis(ax)
     # one series: the title names it, no legend
     which = f"{next(iter(places))}: g" if len(places) == 1 else "G"
     return _save(fig, ax, f"{which}enerated answers by digit place (protocol {protocol})", path)
