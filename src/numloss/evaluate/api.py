@@ -90,12 +90,8 @@ def benchmark_score(
     )
     if golds:
         distance = numeric_distance(preds, golds)
-        score.mae, score.signed_log_mae, score.numeric_count = (
-            _finite(distance.mae),
-            _finite(distance.signed_log_mae),
-            distance.count,
-        )
-        score.mae_top_share = _finite(distance.top_share)
+        score.mae, score.signed_log_mae = _finite(distance.mae), _finite(distance.signed_log_mae)
+        score.numeric_count, score.mae_top_share = distance.count, _finite(distance.top_share)
     if place_golds:
         score.place_accuracy = place_accuracy(place_preds, place_golds)
     if digits is not None and digits.count:
@@ -213,13 +209,9 @@ def _report(
         p.name: {b: benchmark_score(rs, digits.get(b)) for b, rs in per[p.name].items()}
         for p in protocols
     }
-    isolation = {
-        "mode": runner.isolation.mode,
-        "detail": runner.isolation.detail,
-        "program_of_thought": (
-            bool(meta.pop("program_of_thought", True)) and runner.isolation.available
-        ),
-    }
+    ran = bool(meta.pop("program_of_thought", True)) and runner.isolation.available
+    isolation = {"mode": runner.isolation.mode, "detail": runner.isolation.detail}
+    isolation["program_of_thought"] = ran
     return EvalReport([p.name for p in protocols], scores, per, isolation, meta)
 
 
@@ -771,15 +763,15 @@ def _sample_sets(
     task = lmeval.task_of(source) if source != "records" else None
     name = benchmark or (lmeval.benchmark_of_task(task) if task else None)
     if name is None:
-        raise BenchmarkError(
-            f"{source}: lm-eval samples of task {task!r} are not one of the seven benchmarks; "
-            "name the benchmark with benchmark= (--outputs-benchmark NAME)"
+        why = (
+            f"lm-eval samples of task {task!r} are not one of the seven benchmarks"
             if task
             else (
-                f"{source}: cannot tell the benchmark of these lm-eval samples from the file name "
-                "(samples_<task>_<date>.jsonl); name it with benchmark= (--outputs-benchmark NAME)"
+                "cannot tell the benchmark of these lm-eval samples from the file name"
+                " (samples_<task>_<date>.jsonl)"
             )
         )
+        raise BenchmarkError(f"{source}: {why}; name it with benchmark= (--outputs-benchmark NAME)")
     name = canonical_name(name)
     ours = None
     if data_dir is not None and find_local(name, Path(data_dir)) is not None:
