@@ -147,6 +147,16 @@ def test_each_correction_fires_on_its_own_example(name):
     assert NUMLOSS.extract(item, output, benchmark).decided_by == name, output
 
 
+@pytest.mark.parametrize(("kind", "output", "read"), [
+    ("choice", "The answer is (C) Kathy repairs phones at a rate of", "C"),  # cut off after a marked answer
+    ("number", "The answer is 18 because we add the", "18"),
+])
+def test_a_cut_after_a_marked_answer_keeps_it(kind, output, read):
+    item, benchmark = ITEMS[kind][:2]
+    reading = NUMLOSS.extract(item, output, benchmark)
+    assert (reading.prediction, reading.decided_by) == (read, "released")
+
+
 _PIECES = st.sampled_from(["The answer is", "the answer is", "####", "18", "25", "-3", "4.50", "1,234", "(B)", "C", "a",
                            "apples", ".", ",", " ", "\n", "\n\n", "=", "+", "\\boxed{7}", "$", "Answer:", "so"])
 

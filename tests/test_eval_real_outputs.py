@@ -5,8 +5,10 @@
   invented next turn (build_chat_formats.py says how they are made); each row says whether the
   output's answer is the gold (`right`) and why, where that is not plain;
 - smollm2_generations.jsonl: SmolLM2-135M-Instruct as shipped, greedy, with the released prompts,
-  on the first items of all seven benchmarks (generate_smollm2.py); smollm2_judged.jsonl holds the
-  verdict decided by hand, with the reason, for every output where the protocols disagree.
+  on the first items of all seven benchmarks (generate_smollm2.py); smollm2_finetuned_generations.jsonl
+  the same after the recorded 100-step LoRA fine-tune (configs/smollm2-lora.yaml, merged);
+  smollm2_judged.jsonl holds the verdict decided by hand, with the reason, for every output where
+  the protocols disagree (keyed by model, benchmark, item and prompt style).
 
 `released` must read every one of them as the transcription of the released code does; `numloss`
 must be right on every chat-format row and on every hand-judged generation.
@@ -32,8 +34,8 @@ def _rows(name: str) -> list[dict]:
 
 
 CHAT = _rows("chat_formats.jsonl")
-SMOLLM2 = _rows("smollm2_generations.jsonl")
-JUDGED = {(r["benchmark"], r["id"], r["style"]): r for r in _rows("smollm2_judged.jsonl")}
+SMOLLM2 = _rows("smollm2_generations.jsonl") + _rows("smollm2_finetuned_generations.jsonl")
+JUDGED = {(r.get("model", "SmolLM2-135M-Instruct"), r["benchmark"], r["id"], r["style"]): r for r in _rows("smollm2_judged.jsonl")}
 
 
 @pytest.fixture(scope="module")
@@ -86,11 +88,12 @@ def test_numloss_agrees_with_the_hand_verdict_on_every_disagreement(items):
     for row, res in _verdicts(NUMLOSS, texts, items):
         if res.correct == released[id(row)].correct:
             continue
-        judged = JUDGED.get((row["benchmark"], row["id"], row["style"]))
+        key = (row["model"], row["benchmark"], row["id"], row["style"])
+        judged = JUDGED.get(key)
         if judged is None:
-            unjudged.append((row["benchmark"], row["id"], row["style"]))
+            unjudged.append(key)
         elif res.correct != judged["correct"]:
-            wrong.append((row["benchmark"], row["id"], row["style"], res.prediction, judged["why"]))
+            wrong.append((*key, res.prediction, judged["why"]))
     assert not unjudged, f"protocols disagree on outputs nobody judged: {unjudged}"
     assert not wrong, wrong
 

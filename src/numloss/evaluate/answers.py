@@ -406,11 +406,14 @@ _DANGLING = _rx(
 
 def _cut_off(task: Task, text: str, pred: str) -> Unreadable | None:
     """An output cut off mid-sentence on a line that holds an answer candidate ("We start with 18
-    and then we", "Step 2: multiply by"): that candidate is working, not an answer."""
+    and then we", "Step 2: multiply by"): that candidate is working, not an answer. An answer given
+    after a trigger before the cut ("The answer is (C) Kathy repairs phones at a") was finished."""
     body = text.rstrip()
     if not _search(_DANGLING, body[-40:]):
         return None
     last = body.rsplit("\n", 1)[-1]
+    if released.answer_segment(task.dataset, task.kind, last)[1]:
+        return None
     return (
         Unreadable("the output is cut off mid-sentence")
         if released_reading(task, last) and pred
