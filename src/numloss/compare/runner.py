@@ -37,7 +37,7 @@ import sys
 import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import AbstractContextManager, ExitStack, contextmanager
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
@@ -478,7 +478,6 @@ def run_one(
     train_examples: Sequence[TaskExample],
     test_sets: dict[str, list[TaskExample]],
     train_file: Path,
-    callbacks: list[Any] | None = None,
     progress_bar: bool = True,
     on_step: Callable[[str, int], None] | None = None,
 ) -> dict[str, Any]:
@@ -506,18 +505,11 @@ def run_one(
         examples = WordProblemTask.render(examples, tokenizer)
         check_items = WordProblemTask.render(check_items, tokenizer)
     checker = _learning_checker(compare, check_items, word_task)
-    callbacks = list(callbacks or []) + [
-        c for c in (checker, _step_callback(key.name, on_step)) if c is not None
-    ]
-    with ExitStack() as stack:
-        # the caller's bar shows the steps: the run's own "step N/M" lines would break it
-        if on_step is not None:
-            stack.enter_context(
-                contextlib.redirect_stdout(
-                    stack.enter_context(open(os.devnull, "w", encoding="utf-8"))
-                )
-            )
-        trained = run_training(config, callbacks=callbacks, examples=examples)
+    callbacks = [c for c in (checker, _step_callback(key.name, on_step)) if c is not None]
+    # the caller's bar shows the steps: the run's own "step N/M" lines would break it
+    with open(os.devnull, "w", encoding="utf-8") as devnull:
+        with contextlib.redirect_stdout(devnull if on_step is not None else sys.stdout):
+            trained = run_training(config, callbacks=callbacks, examples=examples)
     train_seconds = time.perf_counter() - started
     model, tokenizer = _load_trained(trained.model_dir, config)
     with torch.inference_mode():
@@ -529,11 +521,7 @@ def run_one(
             # the examples as the file holds them
             **input_hashes(config, _train_text(train_examples)),
             "label": key.spec.label,
-            "objective": {
-                "name": key.spec.name,
-                "alpha": key.spec.alpha,
-                "options": key.spec.options,
-            },
+            "objective": {k: v for k, v in asdict(key.spec).items() if k != "label"},
             "seed": key.seed,
             "steps": trained.global_step,
             "max_steps": config.train.max_steps,

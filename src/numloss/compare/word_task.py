@@ -129,10 +129,6 @@ class WordProblemTask:
         if not self.benchmarks:
             raise ValueError("task.benchmarks must name at least one benchmark (gsm8k, svamp, ...)")
 
-    @property
-    def set_names(self) -> tuple[str, ...]:
-        return tuple(self.benchmarks)
-
     def _mix(self, n: int, seed: int) -> list[Example]:
         path = None
         if self.cache_dir is not None:
