@@ -350,7 +350,7 @@ def test_a_full_disk_during_a_save_is_one_line_naming_the_path(tmp_path, capsys,
         signal.signal(signal.SIGXFSZ, previous)
     err = capsys.readouterr().err.strip().splitlines()
     assert status == 1
-    assert err[-1].startswith(f"numloss train: disk full at {out / where}"), err[-1]
+    assert err[-1].startswith(f"numloss train: disk full at {out / where}") and "; then run the same command" in err[-1], err[-1]
     assert "Traceback" not in "\n".join(err)
     assert not (out / "final").exists()
 

@@ -124,15 +124,15 @@ def _failed(error: BaseException, config: Config | None) -> int:
     if isinstance(error, ConfigError):
         print(f"numloss train: {error}", file=sys.stderr)
         return 2
+    then = "" if config is None else f"; then {continue_with(Path(config.train.output_dir))}"
     if isinstance(error, DiskFullError):
-        print(f"numloss train: {error}{continue_with(config)}", file=sys.stderr)
+        print(f"numloss train: {error}{then}", file=sys.stderr)
         return 1
     # a write that failed for another reason than space (EIO, a folder gone)
     if isinstance(error, OSError):
         where = f" {error.filename}" if error.filename else ""
         print(
-            f"numloss train: cannot write{where}: {error.strerror or error}{continue_with(config)}",
-            file=sys.stderr,
+            f"numloss train: cannot write{where}: {error.strerror or error}{then}", file=sys.stderr
         )
         return 1
     if int(os.environ.get("RANK", "0")) == 0:

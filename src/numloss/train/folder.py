@@ -379,27 +379,16 @@ def checkpoint_at_end(checkpoint: Path, config: Config) -> bool:
     return end > 0 and step >= end
 
 
-def continue_with(config: Config | None) -> str:
-    """The end of a failed run's line: the command that continues it, from what the folder holds."""
-    if config is None:
-        return ""
-    found, _ = newest_intact_checkpoint(Path(config.train.output_dir))
+def continue_with(output_dir: Path) -> str:
+    """The command that continues the run in `output_dir`, from what the folder holds."""
+    found, _ = newest_intact_checkpoint(output_dir)
     if found is not None:
-        return f"; then run the same command with --resume to continue from {found.name}"
-    return "; then run the same command: no checkpoint was whole, so it starts again"
+        return f"run the same command with --resume to continue from {found.name}"
+    return "run the same command: no checkpoint was whole, so it starts again"
 
 
 def interrupted_line(output_dir: Path) -> str:
     """The one line a Ctrl-C prints: what the run folder kept and the command that continues."""
-    found, _ = newest_intact_checkpoint(output_dir)
-    if found is not None:
-        return (
-            f"interrupted; {found} is the newest whole checkpoint: run the same command with"
-            " --resume to continue from it"
-        )
-    if (output_dir / FINAL).is_dir():
+    if newest_intact_checkpoint(output_dir)[0] is None and (output_dir / FINAL).is_dir():
         return f"interrupted; {output_dir / FINAL} is kept as it was"
-    return (
-        f"interrupted before the first whole checkpoint; nothing to resume in {output_dir}: run the"
-        " same command to start again"
-    )
+    return f"interrupted; {continue_with(output_dir)}"
