@@ -69,7 +69,7 @@ FIRES = {
     "list-marker": ("number", ["1. Add the parts.\n2. Simplify.\n3. Answer: that one#none", "1. Add {x} and 0.\n2. Done: {x} is it."]),
     "ruled-out": ("number", ["The answer is that, not {o}.#none", "The answer is, not {o} but {x}."]),
     "contradicted-letter": ("choice", ["The correct option is {x}: 5(√3 + 1)#none"]),
-    "not-a-letter": ("choice", ["**Answer: {d}**\n\nI hope this helps!", "答案是{x}。", "The answer is a boy with {d} apples.", "A train leaves at noon. It is not ({o}). So, {d}", "I think the answer is a guess#none"]),
+    "not-a-letter": ("choice", ["**Answer: {d}**\n\nI hope this helps!", "答案是{x}。", "Answer: {f}", "The answer is a boy with {d} apples.", "A train leaves at noon. It is not ({o}). So, {d}", "I think the answer is a guess#none"]),
     "option-text": ("choice", ["The answer is {v}"]),
     "no-guess": ("choice", ["Cannot tell which one it is.#none", "The answer is none of the letters#none"]),
     "math-line": ("math", ["Step 1: 3 + 4 = 7.\n$${x}$$", "Final answer: {x} cm^2"]),
@@ -91,6 +91,7 @@ def _fill(template: str, kind: str, said: str, other: str, dress: str) -> str:
     words = {"18": "eighteen", "25": "twenty-five", "\\frac{9}{7}": "nine sevenths", "\\frac{1}{2}": "one half"}  # a fraction is no spelled number
     template = template.replace("{w}", words.get(said, said)).replace("{W}", words.get(said, said).title())
     template = template.replace("{e}", format_exact(Fraction(said) / 10) if said.isdigit() else said)
+    template = template.replace("{f}", chr(0xFF21 + "ABCDE".index(said)) if kind == "choice" else said)  # full-width
     return template.replace("#none", "").replace("{d}", shown).replace("{x}", said).replace("{o}", other).replace("{v}", value)
 
 

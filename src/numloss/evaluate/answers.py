@@ -526,8 +526,19 @@ def _ruled_out(task: Task, text: str, pred: str) -> str | Unreadable | None:
     return pick or Unreadable("the number read is ruled out ('not 15')")
 
 
-# a letter stands alone in ASCII terms: a CJK character beside it ("答案是A。") is no part of its word
+# a letter stands alone in ASCII terms: CJK text beside it ("答案是A。") is no part of its word
 _LETTER = re.compile(r"(?<![A-Za-z0-9_])([A-Ja-j])(?![A-Za-z0-9_])(?!['’]\w)")
+# the letters' compatibility forms (full-width "Ａ", circled "Ⓐ") read as the letters they are
+_LETTER_FORMS = {
+    start + i: letter
+    for start, letters in (
+        (0xFF21, "ABCDEFGHIJ"),
+        (0xFF41, "abcdefghij"),
+        (0x24B6, "ABCDEFGHIJ"),
+        (0x24D0, "abcdefghij"),
+    )
+    for i, letter in enumerate(letters)
+}
 _VERB = re.compile(
     r"[ \t]{1,3}(?:is|was|would|must|seems|looks|matches|fits|gives|works|holds|or|and|because|since)\b"  # noqa: E501
 )  # no article before these
@@ -541,8 +552,10 @@ def _not_a_letter(task: Task, text: str, pred: str) -> str | Unreadable | None:
     """The released code upper-cases the text before looking for a letter, so the words "a" and
     "i" ("a boy"), the pronoun "I", an article opening a sentence ("A train goes ..." outside an
     answer) and a letter ruled out ("not (D)") read as letters: skip those. Its word boundary is
-    Unicode's, so it reads no letter glued to CJK text ("答案是A。"): read that one."""
+    Unicode's, so it reads no letter glued to CJK text ("答案是A。"), nor a full-width or circled
+    one ("Ａ", "Ⓐ"): read those."""
     segment, marked = released.answer_segment(task.dataset, task.kind, text)
+    segment = segment.translate(_LETTER_FORMS)
     letters = []
     for m in _LETTER.finditer(segment):
         c, word = m.group(1), re.match(r"[ \t]{1,3}[a-z]", segment[m.end() : m.end() + 4])
