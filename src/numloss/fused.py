@@ -361,23 +361,21 @@ def raise_not_finite(
     logits, or the hidden states and LM-head weight and bias; rows first) hold NaN or inf."""
     first, rows = inputs[0]
     broken = [label for label, x in inputs if x is not None and not bool(torch.isfinite(x).all())]
-    bad = (~torch.isfinite(rows)).any(-1) & valid
-    where = ""
+    kind = "ignored"
     advice = (
-        "the model diverged or its output overflowed (lower the learning rate, check the inputs, or"
-        " train in bf16 rather than fp16)"
+        "their loss gradient is zero, but back-propagating through them gives NaN weight"
+        " gradients: fix the padding or attention mask that makes them (or pass"
+        " check_finite=False)"
     )
-    if ignored_rows is not None:
-        where = f" at {ignored_rows.numel()} ignored position(s) (first: flat position"
-        where += f" {int(ignored_rows[0])})"
+    if ignored_rows is None:
+        kind, ignored_rows = "scored", torch.nonzero((~torch.isfinite(rows)).any(-1) & valid)
         advice = (
-            "their loss gradient is zero, but back-propagating through them gives NaN weight"
-            " gradients: fix the padding or attention mask that makes them (or pass"
-            " check_finite=False)"
+            "the model diverged or its output overflowed (lower the learning rate, check the"
+            " inputs, or train in bf16 rather than fp16)"
         )
-    elif bool(bad.any()):
-        where = f" at {int(bad.sum())} scored position(s) (first: flat position"
-        where += f" {int(torch.nonzero(bad)[0])})"
+    first_row = int(ignored_rows.flatten()[0]) if ignored_rows.numel() else None
+    where = f" at {ignored_rows.numel()} {kind} position(s) (first: flat position {first_row})"
+    where = where if first_row is not None else ""
     if broken:
         raise FloatingPointError(
             f"{name}: the {' and '.join(broken)} hold NaN or inf{where}; {advice}"

@@ -64,33 +64,28 @@ def _as_count(
 ) -> torch.Tensor:
     """A step-wide count as a float32 tensor on the device of `fallback`, at least 1."""
     if value is None:
-        count = fallback.to(torch.float32)
-    else:
-        if torch.is_tensor(value) and value.dtype != torch.bool and not value.is_complex():
-            if value.is_meta:
-                raise ValueError(
-                    f"{name} is a tensor on the meta device (no value): pass the step's count"
-                )
-            count = value.detach().to(device=fallback.device, dtype=torch.float32)
-        elif isinstance(value, numbers.Real) and not isinstance(value, bool):
-            count = torch.tensor(float(value), dtype=torch.float32, device=fallback.device)
-        else:
-            raise TypeError(
-                f"{name} must be a number or a one-element tensor (a count of the whole optimizer"
-                f" step), got {value!r} ({type(value).__name__})"
-            )
-        if count.numel() != 1:
-            raise ValueError(f"{name} must be a scalar, got shape {tuple(count.shape)}")
-        count = count.reshape(())
-        if not bool(torch.isfinite(count)):
-            raise ValueError(f"{name} must be a finite count, got {float(count)}")
-        if bool(count < fallback.to(torch.float32)):
-            raise ValueError(
-                f"{name}={float(count):g} is smaller than the {int(fallback)} counted in this call:"
-                " it must count the whole optimizer step (all micro-batches, all ranks)"
-            )
-    # An empty batch contributes zero; dividing by 1 keeps it finite.
-    return count.clamp_min(1.0)
+        return fallback.to(torch.float32).clamp_min(1.0)
+    tensor = torch.is_tensor(value) and value.dtype != torch.bool and not value.is_complex()
+    if not tensor and (isinstance(value, bool) or not isinstance(value, numbers.Real)):
+        raise TypeError(
+            f"{name} must be a number or a one-element tensor (a count of the whole optimizer"
+            f" step), got {value!r} ({type(value).__name__})"
+        )
+    if tensor and value.is_meta:
+        raise ValueError(f"{name} is a tensor on the meta device (no value): pass the step's count")
+    count = torch.as_tensor(value.detach() if tensor else float(value))
+    count = count.to(device=fallback.device, dtype=torch.float32)
+    if count.numel() != 1:
+        raise ValueError(f"{name} must be a scalar, got shape {tuple(count.shape)}")
+    count = count.reshape(())
+    if not bool(torch.isfinite(count)):
+        raise ValueError(f"{name} must be a finite count, got {float(count)}")
+    if bool(count < fallback.to(torch.float32)):
+        raise ValueError(
+            f"{name}={float(count):g} is smaller than the {int(fallback)} counted in this call:"
+            " it must count the whole optimizer step (all micro-batches, all ranks)"
+        )
+    return count.clamp_min(1.0)  # an empty batch contributes zero; dividing by 1 keeps it finite
 
 
 @torch.no_grad()
@@ -136,6 +131,8 @@ class NumericLoss(nn.Module):
         check_finite: bool = True,
     ) -> None:
         super().__init__()
+        if alpha is not None and not self.takes_alpha:
+            raise TypeError(f"{self.name} has no alpha: it adds no weighted term to the token loss")
         if not isinstance(vocab, DigitVocab):
             raise TypeError(
                 "vocab must be a numloss.DigitVocab (DigitVocab.from_tokenizer(tok)), got"
@@ -199,13 +196,12 @@ class NumericLoss(nn.Module):
 
     @property
     def token_count_suffices(self) -> bool:
-        """True when the step's token count alone (`num_items_in_batch`) makes the loss exact."""
-        return self.normalize == "tokens"
+        """True when the step's token count alone (`num_items_in_batch`) makes the loss exact, and
+        aux is a sum over tokens / N_tok (`aux_per_token`, for logging step-wide means): a digit
+        term divided by the token count, or none (MLE, whatever its `normalize` says)."""
+        return self.normalize == "tokens" or type(self).digit_terms is NumericLoss.digit_terms
 
-    @property
-    def aux_per_token(self) -> bool:
-        """True when aux is a sum over tokens / N_tok (for logging step-wide means)."""
-        return self.normalize == "tokens"
+    aux_per_token = token_count_suffices
 
     def extra_repr(self) -> str:
         hidden = ("embedding", "ignore_index", "check_finite")

@@ -60,8 +60,6 @@ class EMOLoss(NumericLoss):
         max_ratio: float | None = None,
         **base_options,
     ) -> None:
-        if "alpha" in base_options:
-            raise TypeError("emo has no alpha: it reshapes the token loss")
         super().__init__(vocab, **base_options)
         if embedding is None:
             raise TypeError(

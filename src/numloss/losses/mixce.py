@@ -24,10 +24,6 @@ class MixCELoss(NumericLoss):
     takes_alpha = False
 
     def __init__(self, vocab: DigitVocab, eta: float = 0.5, **base_options) -> None:
-        if "alpha" in base_options:
-            raise TypeError(
-                "mixce has no alpha: it reshapes the token loss; set eta (1.0 is plain MLE)"
-            )
         super().__init__(vocab, **base_options)
         self.eta = eta  # checked on assignment (NumericLoss.__setattr__)
 

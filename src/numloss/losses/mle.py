@@ -20,11 +20,3 @@ class MLELoss(NumericLoss):
     def __init__(self, vocab: DigitVocab, normalize: str = "tokens", **base_options: Any) -> None:
         super().__init__(vocab, **base_options)
         self.normalize = normalize
-
-    @property
-    def token_count_suffices(self) -> bool:
-        return True  # no digit term: the token count makes it exact whatever `normalize` says
-
-    @property
-    def aux_per_token(self) -> bool:
-        return True
