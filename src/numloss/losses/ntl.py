@@ -22,21 +22,15 @@ from numloss.losses.number_tokens import token_values
 LEVELS = ("digit", "token")
 
 
-def _digit_values(like: torch.Tensor) -> torch.Tensor:
-    return torch.arange(10, dtype=like.dtype, device=like.device)
+def was_distance(p: torch.Tensor, values: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
+    """NTL-WAS [M]: sum_k p_k |v_k - y| for probabilities p [M, C] over values v [C] (the ten
+    digits, or every number token at the token level) and targets y [M]."""
+    return (p * (values[None, :] - target[:, None].to(values.dtype)).abs()).sum(dim=-1)
 
 
-def was_term(z: torch.Tensor, y: torch.Tensor, u: torch.Tensor) -> torch.Tensor:
-    """NTL-WAS per digit [M]: u * sum_k p_k |k - y| from digit logits z [M, 10], targets y [M]."""
-    values = _digit_values(z)
-    distance = (values[None, :] - y[:, None].to(values.dtype)).abs()
-    return u.to(z.dtype) * (torch.softmax(z, dim=-1) * distance).sum(dim=-1)
-
-
-def mse_term(z: torch.Tensor, y: torch.Tensor, u: torch.Tensor) -> torch.Tensor:
-    """NTL-MSE per digit [M]: u * (sum_k p_k k - y)^2."""
-    expected = torch.softmax(z, dim=-1) @ _digit_values(z)
-    return u.to(z.dtype) * (expected - y.to(expected.dtype)) ** 2
+def mse_distance(p: torch.Tensor, values: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
+    """NTL-MSE [M]: (sum_k p_k v_k - y)^2."""
+    return (p @ values - target.to(values.dtype)) ** 2
 
 
 def reweighed(
@@ -84,10 +78,12 @@ class _NumberTokenLoss(DigitLoss):
         p, values, target = token_values(
             number_logits, digits, self.vocab.number_table(number_logits.device)
         )
-        return self.token_distance(p, values, target)
+        return self.distance(p, values, target)
 
     def digit_terms(self, digit_logits, digit_targets, weights, digit_nll, support=None):
-        terms = self.term(digit_logits, digit_targets, weights)
+        values = torch.arange(10, dtype=digit_logits.dtype, device=digit_logits.device)
+        p = torch.softmax(digit_logits, dim=-1)
+        terms = weights.to(p.dtype) * self.distance(p, values, digit_targets)
         if self.reweigh:
             terms = reweighed(terms, digit_logits, digit_targets, digit_nll, self.largest_term)
         return terms
@@ -102,11 +98,7 @@ class NumberTokenLossWAS(_NumberTokenLoss):
 
     name = "ntl-was"
     largest_term = 9.0
-    term = staticmethod(was_term)
-
-    @staticmethod
-    def token_distance(p, values, target):
-        return (p * (values[None, :] - target[:, None]).abs()).sum(dim=-1)
+    distance = staticmethod(was_distance)
 
 
 class NumberTokenLossMSE(_NumberTokenLoss):
@@ -114,8 +106,4 @@ class NumberTokenLossMSE(_NumberTokenLoss):
 
     name = "ntl-mse"
     largest_term = 81.0
-    term = staticmethod(mse_term)
-
-    @staticmethod
-    def token_distance(p, values, target):
-        return (p @ values - target) ** 2
+    distance = staticmethod(mse_distance)
