@@ -221,15 +221,17 @@ class HFGenerator:
 
         return tqdm(total=total, desc="generate", unit="item", disable=not self.progress)
 
-    def _progress_bar(self, more: int) -> Any:
-        """The one progress bar of this generator; without `expect`, its total raised by `more`
-        prompts."""
+    def _on_row(self, prompts: int, fallback: bool) -> Callable[[int], Any]:
+        """What each finished row of `prompts` calls: the progress bar's update (without `expect`,
+        its total raised by `prompts` first) or, for fallbacks of expected items, their count."""
         if self._bar is None:
             self._bar = self._new_bar(0)
+        if fallback and self._expected:
+            return self._fallback_done
         if not self._expected:
-            self._bar.total += more
+            self._bar.total += prompts
             self._bar.refresh()
-        return self._bar
+        return self._bar.update
 
     def _fallback_done(self, n: int) -> None:
         self.fallbacks += n
@@ -264,9 +266,7 @@ class HFGenerator:
         self.model.eval()
         start = time.perf_counter()
         try:
-            counted = not (fallback and self._expected)  # without `expect`, every prompt is counted
-            bar = self._progress_bar(len(prompts) if counted else 0)
-            on_row = bar.update if counted else self._fallback_done
+            on_row = self._on_row(len(prompts), fallback)
             with torch.inference_mode():
                 for b in range(0, len(order), self.batch_size):
                     chunk = order[b : b + self.batch_size]
@@ -426,11 +426,9 @@ class VLLMGenerator:
         self, prompts: Sequence[str], max_new_tokens: int | None = None
     ) -> list[Generation]:
         start = time.perf_counter()
+        limit = max_new_tokens or self.max_new_tokens
         params = self.vllm.SamplingParams(
-            temperature=0.0,
-            top_p=1.0,
-            max_tokens=max_new_tokens or self.max_new_tokens,
-            stop=self.stop,
+            temperature=0.0, top_p=1.0, max_tokens=limit, stop=self.stop
         )
         outputs = self.llm.generate(list(prompts), params)
         self.seconds += time.perf_counter() - start

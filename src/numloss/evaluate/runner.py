@@ -63,8 +63,8 @@ class ItemResult:
     gold: str
     style: str  # "pot", "cot", or "pot+cot" (first attempt gave nothing, chain of thought used)
     output: str
-    prediction: str
-    correct: bool
+    prediction: str = ""  # "" and False until scored
+    correct: bool = False
     value: float | None = None  # the prediction as a number (open items), None when it is not one
     # of the first attempt's program; "" when none ran, "refused" when not allowed
     program_status: str = ""
@@ -131,18 +131,9 @@ def score_items(
 
     results = []
     for item, output, fallback, style in zip(items, outputs, fallbacks, styles, strict=True):
-        result = ItemResult(
-            benchmark,
-            item.id,
-            protocol.name,
-            item.kind,
-            protocol.gold(item),
-            style,
-            output,
-            "",
-            False,
-            question=item.question,
-        )
+        gold = protocol.gold(item)
+        result = ItemResult(benchmark, item.id, protocol.name, item.kind, gold, style, output)
+        result.question = item.question
         try:
             _score_one(protocol, benchmark, item, output, fallback, style, run, result)
         except GoldError:
