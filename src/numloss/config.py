@@ -331,14 +331,6 @@ def check_value(key: str, value: Any, hint: Any) -> Any:
     return checked
 
 
-def yaml_load(text: str) -> Any:
-    """YAML text as Python values (safe types only); a key given twice is a ConfigError."""
-    try:
-        return parse_yaml(text)
-    except YamlKeyError as error:
-        raise ConfigError(str(error)) from None
-
-
 def _unknown(key: str, known: list[str]) -> ConfigError:
     import difflib
 
@@ -490,7 +482,9 @@ def _parse_cli(text: Any, hint: Any) -> Any:
     if not isinstance(text, str) or hint is str:
         return text
     try:
-        return yaml_load(text)
+        return parse_yaml(text)
+    except YamlKeyError as error:  # a key given twice
+        raise ConfigError(str(error)) from None
     except yaml.YAMLError:
         return text
 
@@ -652,7 +646,10 @@ def _validate_ranges(config: Config) -> None:
     """Numbers that transformers, torch or peft would refuse later (or take silently and
     wrongly)."""
     train, lora, model, data = config.train, config.lora, config.model, config.data
-    schedulers = _lr_schedulers()
+    from transformers.trainer_utils import SchedulerType
+
+    # the names TrainingArguments(lr_scheduler_type=...) accepts
+    schedulers = [scheduler.value for scheduler in SchedulerType]
     if train.lr_scheduler_type not in schedulers:
         raise ConfigError(
             f"train.lr_scheduler_type: unknown scheduler {train.lr_scheduler_type!r}; "
@@ -799,13 +796,6 @@ def check_chat_template(chat_template: str | None) -> None:
         compile_chat_template(resolve_chat_template(chat_template))
     except DataError as error:
         raise ConfigError(str(error)) from None
-
-
-def _lr_schedulers() -> list[str]:
-    """The scheduler names `transformers.TrainingArguments(lr_scheduler_type=...)` accepts."""
-    from transformers.trainer_utils import SchedulerType
-
-    return [scheduler.value for scheduler in SchedulerType]
 
 
 def describe_keys() -> str:
