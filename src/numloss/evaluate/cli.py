@@ -359,10 +359,7 @@ def print_summary(report: EvalReport) -> None:
                 f"{protocol:<9} {name:<24} {with_interval(s.accuracy, s.ci95)}  {s.correct} of"
                 f" {s.count} right"
             )
-        print(
-            f"{protocol:<9} {'mACC':<24}"
-            f" {with_interval(report.macc(protocol), report.macc_ci95(protocol))}"
-        )
+        print(f"{protocol:<9} {'mACC':<24} {report.macc_text(protocol)}")
     if len(report.protocols) > 1:
         print(
             "verdicts differ: "

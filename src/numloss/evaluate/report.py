@@ -107,6 +107,10 @@ class EvalReport:
         above = math.sqrt(sum((s.ci95[1] - s.accuracy) ** 2 for s in scores)) / k
         return max(0.0, mean - below), min(1.0, mean + above)
 
+    def macc_text(self, protocol: str | None = None) -> str:
+        """mACC as a percentage with its 95 % interval ("66.7 % (20.8-93.9)")."""
+        return with_interval(self.macc(protocol), self.macc_ci95(protocol))
+
     @property
     def disagreements(self) -> dict[str, list[str]]:
         """Per benchmark, the ids of items whose verdict differs between the first two protocols."""
@@ -268,11 +272,8 @@ def markdown(report: EvalReport) -> str:
                 " attempt gave no answer and the chain-of-thought fallback was read."
             ),
             "",
-            (
-                f"**mACC ({protocol}):"
-                f" {with_interval(report.macc(protocol), report.macc_ci95(protocol))}** (mean of"
-                " the per-benchmark accuracies; the interval combines theirs)"
-            ),
+            f"**mACC ({protocol}): {report.macc_text(protocol)}** (mean of the per-benchmark"
+            " accuracies; the interval combines theirs)",
             "",
         ]
         for name, s in report.scores[protocol].items():
@@ -281,8 +282,8 @@ def markdown(report: EvalReport) -> str:
                     f"- {name}: programs: "
                     + ", ".join(f"{k} {v}" for k, v in sorted(s.program_status.items()))
                 )
-            share = getattr(s, "mae_top_share", None)
-            if share is not None and share >= DOMINATES and (s.numeric_count or 0) > 1:
+            share = s.mae_top_share
+            if share is not None and share >= DOMINATES and s.numeric_count > 1:
                 lines.append(
                     f"- {name}: one item is {100 * share:.0f} % of the MAE's summed error"
                     f" ({_num(s.mae)}): the mean is dominated by that item; the signed-log MAE"
@@ -291,9 +292,7 @@ def markdown(report: EvalReport) -> str:
             if s.place_accuracy:
                 lines.append(_place_line(name, s))
         decided = Counter(
-            getattr(r, "decided_by", "released")
-            for rows in report.items.get(protocol, {}).values()
-            for r in rows
+            r.decided_by for rows in report.items.get(protocol, {}).values() for r in rows
         )
         if decided:  # which reading rule gave the predictions (items.jsonl's decided_by)
             lines.append(
@@ -317,10 +316,7 @@ def markdown(report: EvalReport) -> str:
             )
         lines += [
             "",
-            (
-                f"mACC: {a} {with_interval(report.macc(a), report.macc_ci95(a))}, "
-                f"{b} {with_interval(report.macc(b), report.macc_ci95(b))}"
-            ),
+            f"mACC: {a} {report.macc_text(a)}, {b} {report.macc_text(b)}",
             "",
         ]
     gen = report.meta.get("generation_stats")
