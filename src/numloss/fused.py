@@ -162,26 +162,20 @@ class _FusedLinearLoss(torch.autograd.Function):
     def backward(ctx, grad_nll, grad_cost, grad_digits, _grad_row_finite):  # type: ignore[override]
         hidden, weight, bias, targets, valid, digit_index, digit_columns, unit = ctx.saved_tensors
         math = compute_dtype(hidden.dtype)
-        grad_nll = torch.zeros_like(valid, dtype=math) if grad_nll is None else grad_nll.to(math)
-        if unit is not None:
-            grad_cost = torch.zeros_like(grad_nll) if grad_cost is None else grad_cost.to(math)
-        zero = torch.zeros_like(grad_nll)
-        grad_nll = torch.where(valid, grad_nll, zero)
-        grad_cost = torch.where(valid, grad_cost, zero) if unit is not None else None
+        # unused outputs arrive as zeros (autograd materialises them)
+        grad_nll = torch.where(valid, grad_nll.to(math), 0.0)
+        grad_cost = torch.where(valid, grad_cost.to(math), 0.0) if unit is not None else None
         stored, ctx.stored = ctx.stored, None  # stored gradients are scaled in place: use once
         scale = _common_scale(stored, grad_nll, grad_cost) if stored is not None else None
         if scale is not None:
             d_hidden, d_weight, d_bias = stored[:3]
-            d_hidden.mul_(scale.to(d_hidden.dtype))
-            if d_weight is not None:
-                d_weight.mul_(scale.to(d_weight.dtype))
-            if d_bias is not None:
-                d_bias.mul_(scale)
+            for buffer in (b for b in stored[:3] if b is not None):
+                buffer.mul_(scale.to(buffer.dtype))
         else:
             d_hidden, d_weight, d_bias = _recompute(
                 ctx, hidden, weight, bias, targets, valid, unit, grad_nll, grad_cost, math
             )
-        if digit_index.numel() and grad_digits is not None:
+        if digit_index.numel():
             g = grad_digits.to(math)
             rows = hidden.index_select(0, digit_index).to(math)
             columns = weight.index_select(0, digit_columns).to(math)
@@ -191,10 +185,7 @@ class _FusedLinearLoss(torch.autograd.Function):
             if d_bias is not None:
                 d_bias.index_add_(0, digit_columns, g.sum(dim=0))
         d_hidden = d_hidden.to(hidden.dtype) if ctx.needs_input_grad[0] else None
-        if d_weight is not None:
-            d_weight = d_weight.to(weight.dtype)
-        if d_bias is not None:
-            d_bias = d_bias.to(bias.dtype)
+        d_weight, d_bias = (g if g is None else g.to(weight.dtype) for g in (d_weight, d_bias))
         return d_hidden, d_weight, d_bias, None, None, None, None, None, None, None, None
 
 
