@@ -13,11 +13,13 @@ from pathlib import Path
 import pytest
 import yaml
 
+import test_train_faults
 from numloss.config import ConfigError, all_keys, load_config
 from numloss.train import main
 
 ROOT = Path(__file__).resolve().parents[1]
 TINY = ROOT / "tests" / "fixtures" / "train" / "tiny-test.yaml"
+no_model_loads = test_train_faults.no_model_loads  # a fixture
 
 #: per key: (wrong type, out of range or unknown); None where a key has no such value (a bool has
 #: no range; any string is a valid name for a folder that does not exist yet)
@@ -126,13 +128,6 @@ def test_the_table_covers_every_key() -> None:
     assert sorted(BAD) == sorted(all_keys())
 
 
-@pytest.fixture
-def refuse_model_loads(monkeypatch):
-    import numloss.train.build as train
-
-    monkeypatch.setattr(train, "load_model_for", lambda *a, **k: pytest.fail("the model loaded before the error"))
-
-
 def _one_line(capsys, argv: list[str]) -> str:
     status = main(argv)
     captured = capsys.readouterr()
@@ -150,7 +145,7 @@ def _cases():
 
 
 @pytest.mark.parametrize(("key", "value"), list(_cases()))
-def test_a_bad_value_in_the_file_is_one_line_before_any_model_loads(key, value, tmp_path, capsys, refuse_model_loads) -> None:
+def test_a_bad_value_in_the_file_is_one_line_before_any_model_loads(key, value, tmp_path, capsys, no_model_loads) -> None:
     mapping = yaml.safe_load(TINY.read_text())
     section, _, name = key.partition(".")
     if name:
@@ -167,14 +162,14 @@ def test_a_bad_value_in_the_file_is_one_line_before_any_model_loads(key, value, 
 
 
 @pytest.mark.parametrize("key", sorted(BAD))
-def test_an_empty_value_on_the_command_line_is_one_line(key, tmp_path, capsys, refuse_model_loads) -> None:
+def test_an_empty_value_on_the_command_line_is_one_line(key, tmp_path, capsys, no_model_loads) -> None:
     out = [] if key == "train.output_dir" else ["--train.output_dir", str(tmp_path / "run")]
     line = _one_line(capsys, [str(TINY), *out, f"--{key}", ""])
     assert f"--{key} is empty" in line
 
 
 @pytest.mark.parametrize(("argv", "message"), CONTEXT, ids=[" ".join(a)[:60] for a, _ in CONTEXT])
-def test_a_value_ignored_or_refused_later_in_context_is_one_line_first(argv, message, tmp_path, capsys, refuse_model_loads) -> None:
+def test_a_value_ignored_or_refused_later_in_context_is_one_line_first(argv, message, tmp_path, capsys, no_model_loads) -> None:
     data = tmp_path / "train.jsonl"
     data.write_text('{"instruction": "1 + 1 =", "output": "2"}\n')
     argv = [a.replace("{data}", str(data)) for a in argv]
