@@ -116,7 +116,7 @@ class HFGenerator:
         self.stop, self.progress = tuple(s for s in stop if s), progress
         self.tokens, self.seconds = 0, 0.0
         self._limit = max_new_tokens
-        self._bar: Any = None  # one progress bar across generate() calls (`_progress_bar`)
+        self._bar: Any = None  # one progress bar across generate() calls (`_on_row`)
         # a total given by `expect`; fallback rows generated
         self._expected, self.fallbacks = False, 0
         self.pad_id = (
@@ -127,7 +127,6 @@ class HFGenerator:
                 "the tokenizer has neither a pad nor an eos token; batched generation needs one"
             )
         eos = getattr(getattr(model, "generation_config", None), "eos_token_id", None)
-        self.eos_id = eos if eos is not None else tokenizer.eos_token_id
         # the end of a turn is this model's own: its generation config's eos ids (a chat model's
         # end-of-turn token among them) and its tokenizer's eos, never another family's tokens
         eos_ids = [*(eos if isinstance(eos, (list, tuple)) else [eos]), tokenizer.eos_token_id]
