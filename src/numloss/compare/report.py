@@ -133,8 +133,6 @@ def aggregate(results: Sequence[dict[str, Any]]) -> dict[str, Any]:
         runs = entry.pop("runs")
         for name in set_names(runs):
             evaluations = [r["evaluation"][name] for r in runs if name in r["evaluation"]]
-            if not evaluations:
-                continue
             metrics: dict[str, Any] = {}
             for key, *_ in COLUMNS:
                 values = [e.get(key) for e in evaluations]
