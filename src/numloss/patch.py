@@ -220,16 +220,11 @@ def patch(model: nn.Module, loss_fn: NumericLoss, fused: bool = False) -> nn.Mod
     # a sharded weight (ZeRO-3, FSDP1) is checked in the loss
     if weight is not None and weight.dim() == 2:
         loss_fn.vocab.check_width(weight.shape[0])
-    previous = (
-        getattr(target, _STATE).previous_forward
-        if hasattr(target, _STATE)
-        else vars(target).get("forward")
-    )
-    try:
-        device = next(target.parameters()).device
-        loss_fn = loss_fn.to(device)
-    except StopIteration:
-        pass
+    state = getattr(target, _STATE, None)
+    previous = state.previous_forward if state is not None else vars(target).get("forward")
+    parameter = next(target.parameters(), None)
+    if parameter is not None:
+        loss_fn = loss_fn.to(parameter.device)
     setattr(target, _STATE, PatchState(loss_fn=loss_fn, fused=fused, previous_forward=previous))
     wrapped = functools.wraps(type(target).forward)(_numeric_forward)
     target.forward = types.MethodType(wrapped, target)

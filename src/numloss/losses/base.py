@@ -19,7 +19,7 @@ from typing import Any, ClassVar
 import torch
 from torch import nn
 
-from numloss.checks import check_bool, check_choice, check_float
+from numloss.checks import check_bool, check_choice, check_float, check_type
 from numloss.digits import IGNORE_INDEX, DigitPositions, DigitVocab, find_digits
 from numloss.fused import check_aligned, compute_dtype, fused_loss, raise_not_finite
 from numloss.losses.core import token_nll_and_digit_logits
@@ -133,11 +133,7 @@ class NumericLoss(nn.Module):
         super().__init__()
         if alpha is not None and not self.takes_alpha:
             raise TypeError(f"{self.name} has no alpha: it adds no weighted term to the token loss")
-        if not isinstance(vocab, DigitVocab):
-            raise TypeError(
-                "vocab must be a numloss.DigitVocab (DigitVocab.from_tokenizer(tok)), got"
-                f" {type(vocab).__name__}"
-            )
+        check_type("vocab", vocab, DigitVocab, "a numloss.DigitVocab (DigitVocab.from_tokenizer)")
         self.validate_options({"alpha": alpha})
         self.vocab = vocab
         self.alpha = float(self.default_alpha if alpha is None else alpha)
