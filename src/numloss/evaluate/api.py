@@ -793,8 +793,7 @@ def _record_sets(
 ) -> Sets:
     """{benchmark: (kind, items, outputs)} of numloss records, each item's first output (and the
     first fallback given) kept; a record's question must be its item's."""
-    order: dict[str, list[str]] = {}
-    outputs: dict[str, Outputs] = {}
+    outputs: dict[str, Outputs] = {}  # in the records' order
     questions: dict[tuple[str, str], tuple[str, str]] = {}
     for n, row in enumerate(rows, 1):
         where = f"{source}:{n}" if source != "records" else f"record {n - 1}"
@@ -804,12 +803,12 @@ def _record_sets(
         if isinstance(row.get("question"), str) and row["question"]:
             questions.setdefault((bench, item), (row["question"], where))
         if item not in seen:
-            order.setdefault(bench, []).append(item)
             seen[item] = (cut_text(row["output"]) or "", cut_text(row.get("fallback_output")))
         elif seen[item][1] is None and row.get("fallback_output") is not None:
             seen[item] = (seen[item][0], cut_text(row.get("fallback_output")))
     sets = {}
-    for bench_name, ids in order.items():
+    for bench_name, per_item in outputs.items():
+        ids = list(per_item)
         bench = load_for_records(bench_name, ids, data_dir, *recorded_set(rows, bench_name, seed))
         by_id = {it.id: it for it in bench.items}
         unknown = [i for i in ids if i not in by_id]
@@ -826,5 +825,5 @@ def _record_sets(
                     f" {i} ({bench.source}): {saved[0][:50]!r}... vs {by_id[i].question[:50]!r}...;"
                     " score it against the data it was generated from"
                 )
-        sets[bench.name] = (bench.kind, [by_id[i] for i in ids], outputs[bench_name])
+        sets[bench.name] = (bench.kind, [by_id[i] for i in ids], per_item)
     return sets
