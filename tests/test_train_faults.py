@@ -152,10 +152,9 @@ def one_line(error: BaseException) -> str:
 
 # -- kill points -----------------------------------------------------------------------------------
 # slow: a kill after the rename; final-marked covers a resume that finds the run finished.
-# slow: a kill while checkpoint-4's files are written; fast covers: test_train.py's
-# test_resume_skips_partial_and_damaged_checkpoints (a checkpoint without its marker is skipped),
-# test_same_size_corruption_falls_back_to_the_newest_intact_checkpoint below (the fallback ends on the
-# reference weights, each step logged once) and the two SIGKILLs during final/'s save here
+# slow: a kill while checkpoint-4's files are written; fast covers: test_same_size_corruption_falls_back_
+# to_the_newest_intact_checkpoint below (a checkpoint without its marker is set aside; the fallback ends on
+# the reference weights and losses, each step logged once) and the two SIGKILLs during final/'s save here
 @pytest.mark.parametrize("point", [pytest.param("checkpoint-4-files-written", marks=pytest.mark.slow),
                                    "final-files-written", "final-marked",
                                    pytest.param("final-renamed", marks=pytest.mark.slow)])
