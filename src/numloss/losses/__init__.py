@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from numloss.checks import check_type
 from numloss.digits import DigitVocab
 from numloss.losses.base import NumericLoss, NumericLossOutput
 from numloss.losses.digit_entropy import DigitEntropyLoss
@@ -33,10 +34,7 @@ LOSSES: dict[str, type[NumericLoss]] = {
 
 def build_loss(name: str, vocab: DigitVocab, **options: Any) -> NumericLoss:
     """The objective `name` (one of `LOSSES`) with its options; unknown options are errors."""
-    if not isinstance(name, str):
-        raise TypeError(
-            f"build_loss: name must be an objective name (one of {', '.join(LOSSES)}), got {name!r}"
-        )
+    check_type("build_loss: name", name, str, f"an objective name (one of {', '.join(LOSSES)})")
     key = name.lower().replace("_", "-")
     if key not in LOSSES:
         raise ValueError(f"unknown objective {name!r}; choose one of {', '.join(LOSSES)}")

@@ -20,6 +20,7 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
+from numloss.checks import ArgumentTypeError
 from numloss.digits import DigitVocab
 from numloss.losses.base import NumericLoss, check_number
 
@@ -61,15 +62,11 @@ class EMOLoss(NumericLoss):
         **base_options,
     ) -> None:
         super().__init__(vocab, **base_options)
-        if embedding is None:
-            raise TypeError(
-                "emo needs embedding=<output-embedding matrix [V, H]>, e.g. "
-                "build_loss('emo', vocab, embedding=model.get_output_embeddings().weight)"
-            )
         if not torch.is_tensor(embedding) or embedding.dim() != 2:
-            raise ValueError(
-                "embedding must be a [V, H] tensor, got"
-                f" {getattr(embedding, 'shape', type(embedding))}"
+            raise ArgumentTypeError(
+                "emo needs embedding=<output-embedding matrix [V, H]>, e.g. build_loss('emo',"
+                " vocab, embedding=model.get_output_embeddings().weight), got"
+                f" {getattr(embedding, 'shape', type(embedding).__name__)}"
             )
         self.embedding = embedding
         # each assignment is checked (NumericLoss.__setattr__), mode before the cap it rules on
