@@ -49,7 +49,8 @@ def build_parser() -> argparse.ArgumentParser:
         description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    p.add_argument(
+    add = p.add_argument
+    add(
         "model",
         nargs="?",
         help=(
@@ -57,7 +58,7 @@ def build_parser() -> argparse.ArgumentParser:
             " --score-outputs)"
         ),
     )
-    p.add_argument(
+    add(
         "--benchmarks",
         default="gsm8k",
         help=(
@@ -66,19 +67,19 @@ def build_parser() -> argparse.ArgumentParser:
             " NAME=PATH for a file"
         ),
     )
-    p.add_argument(
+    add(
         "--data-dir",
         help=(
             "folder holding the benchmark files (NAME.jsonl|json|parquet or the released layout,"
             " e.g. ../shared/benchmarks)"
         ),
     )
-    p.add_argument(
+    add(
         "--protocol",
         choices=("released", "numloss", "both"),
         help="default: numloss (both for lm-eval samples given to --score-outputs)",
     )
-    p.add_argument(
+    add(
         "--score-outputs",
         metavar="FILE.jsonl",
         help=(
@@ -87,12 +88,12 @@ def build_parser() -> argparse.ArgumentParser:
             " (samples_<task>_<date>.jsonl)"
         ),
     )
-    p.add_argument(
+    add(
         "--outputs-benchmark",
         metavar="NAME",
         help="the benchmark of an lm-eval samples file whose task name does not say it",
     )
-    p.add_argument(
+    add(
         "--no-stop-cut",
         action="store_true",
         help=(
@@ -100,44 +101,34 @@ def build_parser() -> argparse.ArgumentParser:
             " and numloss records; lm-eval samples are never cut)"
         ),
     )
-    p.add_argument("--limit", type=int, help="first N items of each benchmark (a positive number)")
-    p.add_argument("--seed", type=int, help="seed of the synthetic sets (default: a held-out seed)")
-    p.add_argument("--backend", choices=("hf", "vllm"), default="hf")
-    p.add_argument(
+    add("--limit", type=int, help="first N items of each benchmark (a positive number)")
+    add("--seed", type=int, help="seed of the synthetic sets (default: a held-out seed)")
+    add("--backend", choices=("hf", "vllm"), default="hf")
+    add(
         "--batch-size",
         type=int,
         default=8,
         help="prompts per generation batch; also the unit written to items.jsonl",
     )
-    p.add_argument(
+    add(
         "--max-new-tokens",
         type=int,
         help="cap the protocol's limits (1500 open, 2048 multiple choice)",
     )
-    p.add_argument("--tensor-parallel", type=int, default=1, help="GPUs per model (vLLM)")
-    p.add_argument("--dtype", choices=("auto", "float32", "bfloat16", "float16"), default="auto")
-    p.add_argument(
-        "--device", default=None, help="torch device (default: cuda when available, else cpu)"
-    )
-    p.add_argument(
-        "--threads", type=int, help="torch CPU threads (1 is fastest on a busy shared machine)"
-    )
-    p.add_argument(
-        "--no-pot", action="store_true", help="chain of thought only (no program of thought)"
-    )
-    p.add_argument(
-        "--no-digit-stats", action="store_true", help="skip the teacher-forced digit metrics"
-    )
-    p.add_argument(
-        "--workers", type=int, help="parallel sandboxed programs, at least 1 (default: CPU count)"
-    )
-    p.add_argument(
+    add("--tensor-parallel", type=int, default=1, help="GPUs per model (vLLM)")
+    add("--dtype", choices=("auto", "float32", "bfloat16", "float16"), default="auto")
+    add("--device", help="torch device (default: cuda when available, else cpu)")
+    add("--threads", type=int, help="torch CPU threads (1 is fastest on a busy shared machine)")
+    add("--no-pot", action="store_true", help="chain of thought only (no program of thought)")
+    add("--no-digit-stats", action="store_true", help="skip the teacher-forced digit metrics")
+    add("--workers", type=int, help="parallel sandboxed programs, at least 1 (default: CPU count)")
+    add(
         "--program-timeout",
         type=float,
         default=5.0,
         help="wall seconds per program (the released 5 s)",
     )
-    p.add_argument(
+    add(
         "--allow-unisolated-exec",
         action="store_true",
         help=(
@@ -145,7 +136,7 @@ def build_parser() -> argparse.ArgumentParser:
             " NUMLOSS_ALLOW_UNISOLATED_EXEC=1)"
         ),
     )
-    p.add_argument(
+    add(
         "--overwrite",
         action="store_true",
         help=(
@@ -153,8 +144,8 @@ def build_parser() -> argparse.ArgumentParser:
             " moved to OUT/items.jsonl.overwritten-TIME)"
         ),
     )
-    p.add_argument("--out", default="outputs/eval", help="output folder")
-    p.add_argument("--quiet", action="store_true", help="no progress bars")
+    add("--out", default="outputs/eval", help="output folder")
+    add("--quiet", action="store_true", help="no progress bars")
     return p
 
 
