@@ -32,18 +32,14 @@ def test_defaults_are_valid_and_yaml_then_overrides_apply(tmp_path):
     path = write(tmp_path, "objective:\n  name: mle\ntrain:\n  max_steps: 5\n  learning_rate: 1e-3\nfused: true\n")
     config = load_config(path, ["--objective.name", "del", "--train.max_steps=20", "--objective.alpha", "0.5",
                                 "--objective.options.place_weighting", "continuous", "--lora.target_modules",
-                                "q_proj,v_proj", "--train.bf16", "null"])
+                                "q_proj,v_proj", "--train.bf16", "null", "--model.name", "1e-3", "--train.output_dir", "true"])
     assert config.objective.name == "del" and config.objective.alpha == 0.5
     assert config.objective.options == {"place_weighting": "continuous"}
     assert config.train.max_steps == 20
     assert config.train.learning_rate == 1e-3  # YAML reads 1e-3 as a string: converted
     assert config.lora.target_modules == ["q_proj", "v_proj"]
     assert config.train.bf16 is None and config.fused is True
-
-
-def test_string_fields_keep_what_was_typed():
-    config = load_config(None, ["--model.name", "1e-3", "--train.output_dir", "true"])
-    assert config.model.name == "1e-3" and config.train.output_dir == "true"
+    assert config.model.name == "1e-3" and config.train.output_dir == "true"  # a string field keeps what was typed
 
 
 def test_resume_is_bool_or_path(tmp_path):
