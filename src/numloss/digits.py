@@ -206,14 +206,11 @@ class DigitVocab:
         unscored_digit_tokens: Iterable[tuple[int, int] | tuple[int, int, bool]] = (),
     ) -> None:
         ids = tuple(int(i) for i in digit_ids)
-        if len(ids) != 10:
+        if len(ids) != 10 or len(set(ids)) != 10 or min(ids) < 0:
             raise DigitVocabError(
-                f"digit_ids must hold exactly 10 token ids (for 0..9 in order), got {len(ids)}"
+                f"digit_ids must be exactly 10 distinct non-negative token ids (for 0..9 in order),"
+                f" got {list(ids)}"
             )
-        if len(set(ids)) != 10:
-            raise DigitVocabError(f"digit_ids must be 10 distinct token ids, got {list(ids)}")
-        if any(i < 0 for i in ids):
-            raise DigitVocabError(f"digit_ids must be non-negative token ids, got {list(ids)}")
         if decimal_point_id is not None:
             decimal_point_id = int(decimal_point_id)
             if decimal_point_id in ids or decimal_point_id < 0:
@@ -281,17 +278,12 @@ class DigitVocab:
 
     def number_table(self, device: torch.device | str | None = None) -> NumberTable:
         """The number-token table on `device` (cached)."""
-        return _number_table(
-            self, str(torch.device(device) if device is not None else torch.device("cpu"))
-        )
+        return _number_table(self, str(torch.device("cpu" if device is None else device)))
 
     def check_width(self, vocab_width: int) -> None:
         """Raise when a logit width cannot hold every digit id (a head smaller than the vocab)."""
-        largest = max(
-            self.digit_ids
-            + ((self.decimal_point_id,) if self.decimal_point_id is not None else ())
-            + tuple(i for i, _, _ in self.number_tokens)
-        )
+        numbers = (i for i, _, _ in self.number_tokens)
+        largest = max(*self.digit_ids, self.decimal_point_id or 0, *numbers)
         if largest >= vocab_width:
             raise ValueError(
                 f"logits have {vocab_width} columns but digit/point token id {largest} needs at"
