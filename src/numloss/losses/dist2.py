@@ -31,9 +31,7 @@ def dist2_term(
     p = softmax(z)."""
     values = torch.arange(10, dtype=z.dtype, device=z.device)
     soft = -((values[None, :] - y[:, None]) ** 2) / tau
-    if support is None or bool(support.all()):
-        log_q = torch.log_softmax(soft, dim=-1)
-        return u.to(z.dtype) * (log_q.exp() * (log_q - torch.log_softmax(z, dim=-1))).sum(dim=-1)
+    support = torch.ones_like(soft, dtype=torch.bool) if support is None else support
     log_q = torch.log_softmax(soft.masked_fill(~support, float("-inf")), dim=-1)
     q = log_q.exp()
     kl = torch.where(support, q * (log_q - torch.log_softmax(z, dim=-1)), torch.zeros_like(q))
@@ -96,9 +94,7 @@ class Dist2Loss(DigitLoss):
             return super().digit_weights(digits)
         if self.point_ends_run:
             return digit_run_weights(digits.index, digits.place)
-        return torch.where(digits.place >= 0, digits.place + 1, torch.ones_like(digits.place)).to(
-            torch.float32
-        )
+        return (digits.place + 1).clamp_min(1).to(torch.float32)  # i + 1, decimals 1
 
     def digit_terms(self, digit_logits, digit_targets, weights, digit_nll, support=None):
         return dist2_term(digit_logits, digit_targets, weights, self.tau, support)
