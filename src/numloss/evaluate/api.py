@@ -262,10 +262,8 @@ def evaluate(
     protocols = resolve(protocol)  # type: ignore[arg-type]
     stop, open_limit, choice_limit = generation_settings(protocols)
     if max_new_tokens is not None:
-        open_limit, choice_limit = (
-            min(open_limit, max_new_tokens),
-            min(choice_limit, max_new_tokens),
-        )
+        open_limit = min(open_limit, max_new_tokens)
+        choice_limit = min(choice_limit, max_new_tokens)
     loaded = _load(benchmarks, data_dir, limit, seed)
     if backend == "hf" and (adapter := load_adapter_run(model_or_path, device)) is not None:
         model_or_path = adapter  # a LoRA run's final/: its base model with the adapter merged in
@@ -558,11 +556,8 @@ def _generator(
             from numloss.evaluate.generate import BackendUnavailable
 
             raise BackendUnavailable("the vLLM backend needs a model folder")
-        return (
-            None,
-            None,
-            VLLMGenerator(str(model_or_path), limit, stop, opts.tensor_parallel, dtype=opts.dtype),
-        )
+        vllm = VLLMGenerator(str(model_or_path), limit, stop, opts.tensor_parallel, opts.dtype)
+        return None, None, vllm
     if isinstance(model_or_path, tuple):
         model, tokenizer = model_or_path
     else:
@@ -572,11 +567,8 @@ def _generator(
         target = resolve_device(opts.device)  # a bad --device is refused before the model loads
         model, tokenizer = load_model_and_tokenizer(str(model_or_path), dtype=opts.dtype)
         model = model.to(target)
-    return (
-        model,
-        tokenizer,
-        HFGenerator(model, tokenizer, opts.batch_size, limit, stop=stop, progress=opts.progress),
-    )
+    hf = HFGenerator(model, tokenizer, opts.batch_size, limit, stop=stop, progress=opts.progress)
+    return model, tokenizer, hf
 
 
 def check_digit_tokens(model_or_path: Any) -> None:

@@ -283,12 +283,8 @@ def _mmlu(record: Mapping[str, Any], where: str) -> Parsed:
     letter = letter_of(_field(record, "answer", where), len(options), where, "answer")
     raw = [str(c) for c in record["choices"]]
     listed = " ".join(f"({LETTERS[i]}) {c}" for i, c in enumerate(raw))
-    return (
-        _raw_text(record, "question", where) + "\nAnswer Choices: " + listed,
-        letter,
-        options,
-        letter,
-    )
+    question = _raw_text(record, "question", where) + "\nAnswer Choices: " + listed
+    return question, letter, options, letter
 
 
 def _sat(record: Mapping[str, Any], where: str) -> Parsed:
@@ -587,12 +583,10 @@ def _file_item(record: Mapping[str, Any], where: str, number: int) -> Item:
             )
         gold = letter_of(answer, len(options), where, "answer")
         question = with_choices(question, options)
+    elif kind == "number" and "/" in str(answer):
+        gold = str(answer).strip().replace(" ", "")
     elif kind == "number":
-        gold = (
-            str(answer).strip().replace(" ", "")
-            if "/" in str(answer)
-            else _number(answer, where, "answer")
-        )
+        gold = _number(answer, where, "answer")
     else:
         gold = str(answer).strip()
     if "id" in record and type(record["id"]) not in (str, int):  # a bool is no id

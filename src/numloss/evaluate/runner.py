@@ -179,14 +179,11 @@ def _score_one(
     elif fallback is not None:
         result.fallback_output = fallback  # generated for another protocol; kept with the item
     with read_limit(READ_SECONDS):
-        result.prediction, result.decided_by = (
-            protocol.finalize(item, reading.prediction),
-            reading.decided_by,
-        )
+        result.prediction = protocol.finalize(item, reading.prediction)
+        result.decided_by = reading.decided_by
         result.correct = bool(result.prediction) and protocol.compare(item, result.prediction)
-        result.value = (
-            plain_number(result.prediction) if item.kind != "choice" and result.prediction else None
-        )
+        if result.prediction and item.kind != "choice":
+            result.value = plain_number(result.prediction)
 
 
 @dataclass
