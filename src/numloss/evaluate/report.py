@@ -185,18 +185,15 @@ def provenance(report: EvalReport) -> list[str]:
     command = meta.get("command")
     made = f"`{shlex.join(command)}`" if command else "numloss.evaluate from Python"
     if meta.get("scored_from"):
+        source = meta["scored_from"]  # "records": score_outputs' iterable
         given = (
-            "outputs given in Python"
-            if meta["scored_from"] == "records"
-            else f"the saved outputs of {meta['scored_from']}"
+            "outputs given in Python" if source == "records" else f"the saved outputs of {source}"
         )
-        # "records": score_outputs' iterable
         made += f", scoring {given} read as {meta.get('format', 'numloss records')}"
         lm_eval = meta.get("lm_eval") or {}
         if lm_eval:
-            how = ", ".join(
-                f"{n} by {way}" for way, n in sorted((lm_eval.get("matched") or {}).items())
-            )
+            matched = sorted((lm_eval.get("matched") or {}).items())
+            how = ", ".join(f"{n} by {way}" for way, n in matched)
             made += (
                 f" (task {lm_eval.get('task')} as {lm_eval.get('benchmark')}; items matched:"
                 f" {how or 'none'})"
@@ -241,11 +238,8 @@ def markdown(report: EvalReport) -> str:
     lines = [f"# Evaluation of {report.meta.get('model', 'a model')}", "", *provenance(report), ""]
     iso = report.isolation
     if iso:  # how model-written programs ran (docs/sandbox.md); the sandbox's detail names no path
-        used = (
-            ""
-            if iso.get("program_of_thought", True)
-            else " (no program ran: those items used chain of thought)"
-        )
+        ran = iso.get("program_of_thought", True)
+        used = "" if ran else " (no program ran: those items used chain of thought)"
         lines += [f"Program sandbox: {iso.get('mode')}{used}: {iso.get('detail', '')}", ""]
     for protocol in report.protocols:
         lines += [
