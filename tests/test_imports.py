@@ -168,7 +168,7 @@ def third_party_imports(path: Path, under_needs: dict[str, tuple[str, int]] | No
             continue
         names = [a.name for a in node.names] if isinstance(node, ast.Import) else (
             [node.module] if isinstance(node, ast.ImportFrom) and not node.level and node.module else [])
-        for name in names:
+        for name in names.split():
             top = name.partition(".")[0]
             if top in sys.stdlib_module_names or top in ("numloss", "__future__"):
                 continue
@@ -292,7 +292,7 @@ def test_numloss_evaluate_loads_its_parts_on_first_use():
     import numloss.evaluate as evaluate
 
     for module, names in evaluate._PUBLIC.items():
-        for name in names:
+        for name in names.split():
             assert getattr(evaluate, name) is getattr(importlib.import_module(f"numloss.evaluate.{module}"), name)
     assert set(evaluate.__all__) <= set(dir(evaluate))
     with pytest.raises(AttributeError, match="no attribute 'nothing_here'"):

@@ -19,26 +19,19 @@ from numloss.extras import load_on_first_use, require
 # imported inside the functions that use them; looked up here so a missing one names its extra
 require("eval", "numloss.evaluate", "math_verify", "matplotlib")
 
-#: each public name and the submodule that defines it
+#: each submodule and the public names it defines
 _PUBLIC = {
-    "answers": ("CORRECTIONS", "read", "extract_number", "math_equal", "number_matches", "score"),
-    "api": ("evaluate", "score_outputs", "EvalReport", "BenchmarkScore"),
-    "benchmarks": ("BENCHMARKS", "Benchmark", "BenchmarkError", "Item", "load_benchmark"),
-    "generate": ("BackendUnavailable", "Generation", "HFGenerator", "VLLMGenerator"),
-    "metrics": ("DigitStats", "numeric_distance", "place_accuracy", "teacher_forced_digit_stats"),
-    "protocol": ("NUMLOSS", "PROTOCOLS", "RELEASED", "Protocol"),
-    "runner": ("ItemResult", "run_benchmark", "score_items"),
-    "sandbox": (
-        "ProgramResult",
-        "SandboxLimits",
-        "SandboxUnavailable",
-        "isolation",
-        "run_program",
-        "run_programs",
-    ),
+    "answers": "CORRECTIONS read extract_number math_equal number_matches score",
+    "api": "evaluate score_outputs EvalReport BenchmarkScore",
+    "benchmarks": "BENCHMARKS Benchmark BenchmarkError Item load_benchmark",
+    "generate": "BackendUnavailable Generation HFGenerator VLLMGenerator",
+    "metrics": "DigitStats numeric_distance place_accuracy teacher_forced_digit_stats",
+    "protocol": "NUMLOSS PROTOCOLS RELEASED Protocol",
+    "runner": "ItemResult run_benchmark score_items",
+    "sandbox": "ProgramResult SandboxLimits SandboxUnavailable isolation run_program run_programs",
 }
-_HOME = {name: module for module, names in _PUBLIC.items() for name in names}
+_HOME = {name: module for module, names in _PUBLIC.items() for name in names.split()}
 
-__all__ = [name for names in _PUBLIC.values() for name in names]
+__all__ = list(_HOME)
 
 __getattr__, __dir__ = load_on_first_use(__name__, _HOME)
