@@ -168,7 +168,7 @@ def third_party_imports(path: Path, under_needs: dict[str, tuple[str, int]] | No
             continue
         names = [a.name for a in node.names] if isinstance(node, ast.Import) else (
             [node.module] if isinstance(node, ast.ImportFrom) and not node.level and node.module else [])
-        for name in names.split():
+        for name in names:
             top = name.partition(".")[0]
             if top in sys.stdlib_module_names or top in ("numloss", "__future__"):
                 continue
