@@ -131,22 +131,16 @@ def read_lines(
         if not raw.strip():
             continue
         try:
-            line = raw.decode("utf-8")
-        except UnicodeDecodeError as error:
+            record = json.loads(raw.decode("utf-8"), object_pairs_hook=unique_keys)
+        except (UnicodeDecodeError, json.JSONDecodeError) as error:
             if torn_last and number == len(lines):
-                break  # a kill cut a character in two
-            raise BenchmarkError(
-                f"{path}:{number}: byte 0x{raw[error.start]:02x} at column {error.start + 1} is not"
-                " UTF-8; fix or delete that line"
-            ) from None
-        try:
-            record = json.loads(line, object_pairs_hook=unique_keys)
-        except json.JSONDecodeError as error:
-            if torn_last and number == len(lines):
-                break  # a write cut short by a kill: that item is redone
-            raise BenchmarkError(
-                f"{path}:{number}: not a JSON record ({error.msg}); fix or delete that line"
-            ) from None
+                break  # a write cut short by a kill (maybe mid-character): its item is redone
+            what = (
+                f"byte 0x{raw[error.start]:02x} at column {error.start + 1} is not UTF-8"
+                if isinstance(error, UnicodeDecodeError)
+                else f"not a JSON record ({error.msg})"
+            )
+            raise BenchmarkError(f"{path}:{number}: {what}; fix or delete that line") from None
         except DuplicateKeyError as error:
             raise BenchmarkError(
                 f"{path}:{number}: field {error.key!r} is given twice (JSON keeps the last "
