@@ -52,6 +52,8 @@ FIRES = {
         "Answer: {d}\n\nQuestion: What is five plus nine?\nAnswer: {o}",
         "So we get {d}.\n\nNow let's try another one: what is five plus nine? The answer is {o}.",
         "{d}\n\n2. What is five plus nine?\nThe answer is {o}."]),
+    "minerva-final": ("math choice number", ["Final Answer: The final answer is ${x}$. I hope it is correct.",
+                                             "We add the parts.\nFinal Answer: The final answer is {x}. I hope it is correct."]),
     "afterword": ("number choice math", [
         "**Answer:** {d}\nExplanation: the other value, {o}, is what you get if you forget a step.",
         "So we get {d}.\n\nNow let me double-check by starting from {o}.",

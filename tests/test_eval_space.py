@@ -75,7 +75,7 @@ PHRASES = [
     "Final result: {x}", "**Answer:** {x}", "ANSWER = {x}", "Result → {x}", "∴ {x}", "Therefore, the total is {x}.",
     "| Step | Value |\n|---|---|\n| Answer | {x} |", "- Answer: {x}", "### Final Answer\n{x}", "Ans: {x}",
     "1. Add the parts.\n2. Simplify.\n3. Answer: {x}", "So, {x} is the answer.", "The answer is {x}, not {o}.",
-    "First, 3 + 4 = 7. Then 7 * 2 = 14.\n{x}", "answer is {x}",
+    "First, 3 + 4 = 7. Then 7 * 2 = 14.\n{x}", "answer is {x}", "Final Answer: The final answer is {x}. I hope it is correct.",
     # other languages, emoji and quotes a chat model puts around an answer
     "La respuesta es {x}.", "Step 1: 3 + 4 = 7.\n答案是{x}。", "Ответ: {x}", "Die Antwort lautet {x}.", "✅ {x}",
     "> **Answer:** {x}", "Answer – {x}",

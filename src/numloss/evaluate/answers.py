@@ -354,6 +354,22 @@ def _next_exercise(task: Task, text: str, pred: str) -> Read | None:
     return None
 
 
+# lm-eval's minerva_math answer sentence (its get_unnormalized_answer reads the same span)
+_MINERVA = _rx(r"The final answer is[ \t]{1,3}(.{1,400}?)\.?[ \t]{1,3}I hope it is correct")
+
+
+def _minerva_final(task: Task, text: str, pred: str) -> Read | None:
+    """The Minerva MATH answer sentence ("Final Answer: The final answer is $\\frac{9}{7}$. I hope
+    it is correct."): its answer, as lm-eval reads it. The released code has no trigger there and
+    reads the last number (a denominator, the "I" of "I hope" for a choice). When the sentence's
+    answer is one number in dress and that is the number read, the released reading stands."""
+    found = _search(_MINERVA, text)
+    number = _one_number(found.group(1)) if found else None
+    if not found or (number is not None and plain_exact(number) == plain_exact(pred)):
+        return None
+    return Read("The answer is " + found.group(1))
+
+
 _AFTERWORD = _rx(
     r"(?im)^[ \t>*#_🔍✅\uFE0F]{0,12}(?:(?:explanation|note|notes|check|double-check|sanity["
     r" \t]check|verification|verify|reasoning|justification)\b[^\n:]{0,20}(?:[:*]|$)"
@@ -756,6 +772,7 @@ CORRECTIONS: tuple[Correction, ...] = (
     Correction("harmony-final", _ALL, _harmony_final),
     Correction("think-block", _ALL, _think_block),
     Correction("next-exercise", _ALL, _next_exercise),
+    Correction("minerva-final", _ALL, _minerva_final),
     Correction("afterword", _ALL, _afterword),
     Correction("markup", _ALL, _markup),
     Correction("self-correction", _ALL, _self_correction),
