@@ -44,17 +44,13 @@ def refuse_results_file(path: str | Path) -> None:
     stamp = named.group(1) if named else None
     beside = sorted(path.parent.glob(f"samples_*_{stamp}.jsonl")) if stamp else []
     beside = beside or sorted(path.parent.glob("samples_*.jsonl"))
-    instead = ", ".join(str(p) for p in beside[:6]) + (
-        f" (and {len(beside) - 6} more)" if len(beside) > 6 else ""
-    )
+    more = f" (and {len(beside) - 6} more)" if len(beside) > 6 else ""
+    instead = ", ".join(map(str, beside[:6])) + more if beside else "samples_<task>_<date>.jsonl"
+    none = "" if beside else " (none is beside this one: rerun lm_eval with --log_samples)"
     raise BenchmarkError(
         f"{path}: this is lm-evaluation-harness's aggregated results file (scores per task, no"
         " model outputs); give the per-task samples file lm_eval --log_samples writes beside it"
-        " instead: "
-        + (
-            instead
-            or "samples_<task>_<date>.jsonl (none is beside this one: rerun lm_eval with --log_samples)"  # noqa: E501
-        )
+        f" instead: {instead}{none}"
     )
 
 
