@@ -43,6 +43,7 @@ from numloss.compare.analysis import (
 )
 from numloss.compare.machine import runs_machine_line
 from numloss.compare.paired import holm, paired_t_power, seeds_for_power
+from numloss.compare.stats import seed_interval
 from numloss.compare.survival import Outcome, logrank, logrank_exact_p, median_steps
 from numloss.package_data import RECORDED_GRID_TEXT
 
@@ -94,6 +95,15 @@ def _p(value: float) -> str:
 
 def _ci(low: float, high: float, fmt: str = "{:.1f}") -> str:
     return f"[{_f(low, fmt, True)}, {_f(high, fmt, True)}]"
+
+
+def _mean_text(mean: float, ci: Sequence[float], prose: bool = True) -> str:
+    """A mean exact match over seeds (shares) in %, with its seed t interval, or 'one seed: no
+    spread' where there is none; `prose` names the unit and what the interval is over."""
+    unit, over = (" %", " over seeds") if prose else ("", "")
+    if not math.isfinite(ci[0]):
+        return f"{100 * mean:.1f}{unit} (one seed: no spread)"
+    return f"{100 * mean:.1f}{unit} [{100 * ci[0]:.1f}, {100 * ci[1]:.1f}]{over}"
 
 
 def _table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> list[str]:
@@ -580,10 +590,13 @@ def mul_answer(rec: Records) -> list[str]:
         else f"interim: {main.test.n} of {plan['seeds']} seeds"
     )
     said = f" **{verdict(main).capitalize()}.**" if complete else ""
+    mle_ci = seed_interval(
+        [endpoint_value(rec.mul["mle"][s], "exact_match") / 100 for s in main.seeds]
+    )
     lines = [
         head
         + f"{state}): DEL alpha 0.3 minus MLE in exact match {_f(main.test.mean, '{:.1f}', True)}"
-        f" points {_ci(*main.test.ci)} (MLE {main.baseline_mean:.1f} %), Holm p"
+        f" points {_ci(*main.test.ci)} (MLE {_mean_text(main.baseline_mean / 100, mle_ci)}), Holm p"
         f" {_p(main.p_holm)}.{said} These seeds detect {main.mde:.1f} points (80 % power); the"
         " paper's gain is +2.6. Every planned comparison, arm minus MLE:"
     ]
@@ -724,11 +737,9 @@ def pretrained_answer(rec: Records) -> str:
     )
     if reference not in entry["arms"]:
         return head + "no run recorded yet."
-    comparisons = entry["versus_reference"]
+    comparisons, mle = entry["versus_reference"], entry["arms"][reference]
     if "del-a0.3" not in comparisons:
-        return (
-            head + f"MLE {_pp(entry['arms'][reference]['mean'], False)} %, no DEL run recorded yet."
-        )
+        return head + f"MLE {_mean_text(mle['mean'], mle['ci95'])}, no DEL run recorded yet."
     c = comparisons["del-a0.3"]
     verdict = ""
     if state["complete"]:
@@ -752,10 +763,11 @@ def pretrained_answer(rec: Records) -> str:
                 )
             )
     return (
-        head + f"DEL alpha 0.3 minus MLE {_pp(c['mean_diff'])} points (MLE"
-        f" {_pp(entry['arms'][reference]['mean'], False)} %)"
+        head
+        + f"DEL alpha 0.3 minus MLE {_pp(c['mean_diff'])} points"
         + _seed_ci(c)
-        + f", item-level McNemar Holm p {_p(c['mcnemar_p_holm'])}.{verdict} These runs detect "
+        + f" (MLE {_mean_text(mle['mean'], mle['ci95'])}), item-level McNemar Holm p"
+        f" {_p(c['mcnemar_p_holm'])}.{verdict} These runs detect "
         f"{100 * c['mde_items']:.1f} points by items"
         + (f", {100 * c['mde_seeds']:.1f} by seeds." if len(c["seeds"]) >= 2 else ".")
         + " Why: DEL's sigmoid reads the raw digit logits (near +30 on this model); the term"
@@ -768,7 +780,9 @@ def pretrained_result(rec: Records) -> list[str]:
     """The pretrained section of docs/results.md: where the grid stands and each comparison."""
     state = _pretrained_state(rec)
     entry = state["entry"]
-    arms = ", ".join(f"{label} {_pp(arm['mean'], False)} %" for label, arm in entry["arms"].items())
+    arms = ", ".join(
+        f"{label} {_mean_text(arm['mean'], arm['ci95'])}" for label, arm in entry["arms"].items()
+    )
     lines = [
         f"**{state['recorded']} of {state['planned']} runs recorded"
         + (
@@ -1473,7 +1487,7 @@ def _without_versus_mle(lines: list[str]) -> list[str]:
 WHY_HEAD = [
     "arm",
     "seeds",
-    "exact match (%)",
+    "exact match, % [95 % CI, seeds]",
     "digit entropy (nats)",
     "answer NLL (nats)",
     "last pushdown share",
@@ -1496,11 +1510,12 @@ def why_rows(found: dict[str, dict[int, dict[str, Any]]]) -> list[list[str]]:
             continue
         heldout = [r["evaluation"]["heldout"] for r in seeds.values()]
         curves = [r.get("curve") or {} for r in seeds.values()]
+        ems = [h["exact_match"] for h in heldout]
         rows.append(
             [
                 f"`{label}`",
                 str(len(seeds)),
-                f"{100 * statistics.fmean(h['exact_match'] for h in heldout):.1f}",
+                _mean_text(statistics.fmean(ems), seed_interval(ems), prose=False),
                 mean([h["digit_entropy"] for h in heldout if "digit_entropy" in h]),
                 mean([h["answer_nll"] for h in heldout if "answer_nll" in h]),
                 mean([c["pushdown_share"][-1] for c in curves if c.get("pushdown_share")]),

@@ -82,13 +82,14 @@ def test_the_pretrained_blocks_on_hand_worked_records(tmp_path: Path) -> None:
     # DEL - MLE per seed: -10, -9, -8, -7 points; mean -8.5, SD 1.291, t(0.975, 3) = 3.182:
     # half-width 3.182 x 1.291 / 2 = 2.05 -> [-10.6, -6.4]; items: b = 0, c = 100 + 90 + 80 + 70 = 340
     assert "(SmolLM2" in answer and "complete)" in answer
-    assert "DEL alpha 0.3 minus MLE -8.5 points (MLE 60.0 %) [-10.6, -6.4] over seeds" in answer
+    # MLE 60 % every seed: no spread, [60.0, 60.0]; DEL 50-53 %: SD 1.291, 51.5 +- 2.05 -> [49.4, 53.6]
+    assert "MLE -8.5 points [-10.6, -6.4] over seeds (MLE 60.0 % [60.0, 60.0] over seeds)" in answer
     assert ("McNemar Holm p < 0.001. **Raw DEL is worse on these items under this recipe.** The seed-level interval "
             "excludes 0 as well.") in answer
     assert "LoRA r16 at lr 1e-3 for 100 steps" in answer and "When DEL works against CE" in answer
     result = "\n".join(results_doc.pretrained_result(rec))
     assert result.startswith("**13 of 13 runs recorded (complete).**")
-    assert "mle 60.0 %, del-a0.3 51.5 %, ntl-was 60.0 %, untrained 0.0 %" in result
+    assert "del-a0.3 51.5 % [49.4, 53.6] over seeds" in result and "untrained 0.0 % (one seed: no spread)" in result
     assert "only under MLE 0 / 340" in result
     # 13 runs x 32 items decoded; each NTL-WAS run disagrees once
     assert "teacher-forced verdict on 412 of 416 items decoded (the first 32 held-out problems of each of 13 runs)" in result
@@ -97,7 +98,9 @@ def test_the_pretrained_blocks_on_hand_worked_records(tmp_path: Path) -> None:
     assert "200 / 200, McNemar Holm p 1.00" in result
     grid = "\n".join(results_doc.pretrained_grid(rec))
     assert "**13 of 13 runs recorded, the grid is complete.**" in grid
-    assert "| del-a0.3 | 4 | 50.0, 51.0, 52.0, 53.0 | 51.5 |" in grid
+    # each seed's Wilson interval over its 1,000 items (500 right: [46.9, 53.1]), the mean's over seeds
+    assert "| del-a0.3 | 4 | 50.0 [46.9, 53.1], 51.0 [47.9, 54.1], 52.0 [48.9, 55.1], 53.0 [49.9, 56.1] | 51.5 [49.4, 53.6] |" in grid
+    assert "| untrained | 1 | 0.0 [0.0, 0.4] | 0.0 (one seed: no spread) |" in grid
     assert "| del-a0.3 | -8.5 | [-10.6, -6.4] |" in grid and "_Machine: AMD EPYC" in grid
 
 
@@ -208,7 +211,8 @@ def test_the_alpha_followup_block_reads_as_its_design_says(tmp_path: Path) -> No
     text = "\n".join(results_doc.alpha_followup(worse))
     assert text.startswith("**8 of 8 runs recorded, complete.**")
     assert "`del-a0.03` minus MLE -2.0 points, McNemar p < 0.001: **worse than MLE" in text
-    assert "| del-a0.03 | 4 | 58.0, 58.0, 58.0, 58.0 | 58.0 |" in text and "0 / 80" in text
+    assert "| del-a0.03 | 4 | " + ", ".join(["58.0 [54.9, 61.0]"] * 4) + " | 58.0 [58.0, 58.0] |" in text
+    assert "0 / 80" in text
     # the same items each way (50 / 50 a seed): not worse
     even = results_doc.Records(_pretrained_root(tmp_path / "even", grid=grid, items_of={"mle": (0, 600), "del-a0.03": (50, 650)}))
     assert "McNemar p 1.00: **not told apart from MLE**: consistent" in "\n".join(results_doc.alpha_followup(even))

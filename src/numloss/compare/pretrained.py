@@ -241,10 +241,12 @@ def load_records(
 
 
 def summarise(compare: CompareConfig, records: Path | None = None) -> dict[str, Any]:
-    """Per set: every arm's exact match per seed, and the paired tests of each arm against the
-    first objective (Holm over those) and against the untrained model."""
+    """Per set: every arm's exact match per seed (with its Wilson interval over the items) and its
+    mean over seeds (with the seed t interval, NaN below two seeds), and the paired tests of each
+    arm against the first objective (Holm over those) and against the untrained model."""
     from numloss.compare.item_paired import paired_comparison
     from numloss.compare.paired import holm
+    from numloss.compare.stats import seed_interval, wilson_interval
 
     found = load_records(compare, records)
     reference = compare.objectives[0].label
@@ -266,7 +268,11 @@ def summarise(compare: CompareConfig, records: Path | None = None) -> dict[str, 
             ems = {seed: s.count("1") / len(s) for seed, s in sorted(arm.items())}
             entry["arms"][label] = {
                 "per_seed": ems,
+                "per_seed_ci95": {
+                    seed: wilson_interval(s.count("1"), len(s)) for seed, s in sorted(arm.items())
+                },
                 "mean": sum(ems.values()) / len(ems) if ems else float("nan"),
+                "ci95": seed_interval(list(ems.values())),  # NaN below two seeds
             }
         others = [s.label for s in compare.objectives[1:] if s.label in bits and reference in bits]
         for label in others:
@@ -288,19 +294,35 @@ def summarise(compare: CompareConfig, records: Path | None = None) -> dict[str, 
     return summary
 
 
+def _percent_interval(ci: Any) -> str:
+    return f"[{100 * ci[0]:.1f}, {100 * ci[1]:.1f}]"
+
+
 def summary_markdown(summary: dict[str, Any]) -> str:
-    """The summary as Markdown tables (percentage points; p exact, Holm-adjusted where said)."""
+    """The summary as Markdown tables (percentage points; p exact, Holm-adjusted where said): every
+    exact match with its 95 % interval (Wilson over one run's items, t over seeds for a mean; one
+    seed says it has no spread)."""
     lines: list[str] = []
     for set_name, entry in summary["sets"].items():
         lines += [
             f"### {set_name}",
             "",
-            "| arm | seeds | exact match per seed (%) | mean (%) |",
+            "| arm | seeds | exact match per seed, % [95 % CI, items] | mean, % [95 % CI, seeds] |",
             "|---|---|---|---|",
         ]
         for label, arm in entry["arms"].items():
-            per = ", ".join(f"{100 * v:.1f}" for v in arm["per_seed"].values())
-            lines.append(f"| {label} | {len(arm['per_seed'])} | {per} | {100 * arm['mean']:.1f} |")
+            per = ", ".join(
+                f"{100 * v:.1f} {_percent_interval(arm['per_seed_ci95'][seed])}"
+                for seed, v in arm["per_seed"].items()
+            )
+            spread = (
+                _percent_interval(arm["ci95"])
+                if len(arm["per_seed"]) > 1
+                else "(one seed: no spread)"
+            )
+            lines.append(
+                f"| {label} | {len(arm['per_seed'])} | {per} | {100 * arm['mean']:.1f} {spread} |"
+            )
         for title, block in (
             ("vs " + summary["reference"], entry["versus_reference"]),
             ("vs untrained", entry["versus_untrained"]),
