@@ -18,7 +18,7 @@ import re
 from dataclasses import dataclass
 from fractions import Fraction
 
-from numloss.evaluate.answers import format_exact, option_value, parse_exact
+from numloss.evaluate.answers import format_exact, option_value, plain_exact
 from numloss.evaluate.benchmarks import LETTERS, Item
 
 
@@ -186,7 +186,7 @@ def answers_of(item: Item) -> tuple[tuple[str, Fraction | None], tuple[str, Frac
     if _is_list(item.answer):  # "4,6,14,15": the list itself, and the list with its last number off by 7
         head, _, last = item.answer.rpartition(",")
         return (item.answer, None), (f"{head},{last[: len(last) - len(last.lstrip())]}{format_exact(Fraction(last.strip()) + 7)}", None)
-    value = parse_exact(item.answer)
+    value = plain_exact(item.answer)
     wrong = (value + 7) if value is not None else Fraction(7)
     return (item.answer, value), (format_exact(wrong), wrong)
 

@@ -151,9 +151,6 @@ def plain_exact(text: str) -> Fraction | None:
     return -value if s[0] in "-−" else value
 
 
-parse_exact = plain_exact
-
-
 def plain_number(text: str) -> float | None:
     """`plain_exact` as a float (an infinite one beyond a float's range)."""
     value = plain_exact(text)
@@ -392,11 +389,7 @@ _EMPHASIS = _rx(r"</?(?:b|i|u|em|strong|mark)>|(?<!\w)__|__(?!\w)", regex.I)
 def _markup(task: Task, text: str, pred: str) -> Read | None:
     """Struck-out text ("~~18~~ 25") is what the model withdrew; emphasis is dress around the
     answer: the released code reads the B of "<b>C</b>" as the letter, and no letter in "__C__"."""
-    plain = (
-        _EMPHASIS.sub("", _STRUCK.sub(" ", text))
-        if "~~" in text or "<" in text or "__" in text
-        else text
-    )
+    plain = _EMPHASIS.sub("", _STRUCK.sub(" ", text))
     return Read(plain) if plain != text else None
 
 
@@ -425,16 +418,11 @@ def _cut_off(task: Task, text: str, pred: str) -> Unreadable | None:
     and then we", "Step 2: multiply by"): that candidate is working, not an answer. An answer given
     after a trigger before the cut ("The answer is (C) Kathy repairs phones at a") was finished."""
     body = text.rstrip()
-    if not _search(_DANGLING, body[-40:]):
-        return None
     last = body.rsplit("\n", 1)[-1]
-    if released.answer_segment(task.dataset, task.kind, last)[1]:
+    if not pred or not _search(_DANGLING, body[-40:]) or not released_reading(task, last):
         return None
-    return (
-        Unreadable("the output is cut off mid-sentence")
-        if released_reading(task, last) and pred
-        else None
-    )
+    marked = released.answer_segment(task.dataset, task.kind, last)[1]
+    return None if marked else Unreadable("the output is cut off mid-sentence")
 
 
 _TABLE_ANSWER = _rx(
@@ -486,14 +474,8 @@ def _alternatives(task: Task, text: str, pred: str) -> Unreadable | None:
     """ "The answer is 18 or 25", "between B and C", "18–20": two answers, no answer (the
     released code reads the first)."""
     segment, marked = released.answer_segment(task.dataset, task.kind, text)
-    if (
-        marked
-        and _search(_ALTERNATIVES, segment)
-        or not marked
-        and _search(_HEDGE, text.rstrip()[-200:])
-    ):
-        return Unreadable("the answer names alternatives")
-    return None
+    two = _search(_ALTERNATIVES, segment) if marked else _search(_HEDGE, text.rstrip()[-200:])
+    return Unreadable("the answer names alternatives") if two else None
 
 
 _NUMBER = re.compile(r"-?\d+/?\.?\d*")  # the released number pattern
@@ -545,16 +527,9 @@ def _ruled_out(task: Task, text: str, pred: str) -> str | Unreadable | None:
 # a letter stands alone in ASCII terms: CJK text beside it ("答案是A。") is no part of its word
 _LETTER = re.compile(r"(?<![A-Za-z0-9_])([A-Ja-j])(?![A-Za-z0-9_])(?!['’]\w)")
 # the letters' compatibility forms (full-width "Ａ", circled "Ⓐ") read as the letters they are
-_LETTER_FORMS = {
-    start + i: letter
-    for start, letters in (
-        (0xFF21, "ABCDEFGHIJ"),
-        (0xFF41, "abcdefghij"),
-        (0x24B6, "ABCDEFGHIJ"),
-        (0x24D0, "abcdefghij"),
-    )
-    for i, letter in enumerate(letters)
-}
+_LETTER_FORMS = str.maketrans(
+    "ＡＢＣＤＥＦＧＨＩＪａｂｃｄｅｆｇｈｉｊⒶⒷⒸⒹⒺⒻⒼⒽⒾⒿⓐⓑⓒⓓⓔⓕⓖⓗⓘⓙ", "ABCDEFGHIJabcdefghij" * 2
+)
 _VERB = re.compile(
     r"[ \t]{1,3}(?:is|was|would|must|seems|looks|matches|fits|gives|works|holds|or|and|because|since)\b"  # noqa: E501
 )  # no article before these
@@ -587,14 +562,9 @@ def _not_a_letter(task: Task, text: str, pred: str) -> str | Unreadable | None:
         if not _RULED_OUT.search(segment[max(0, m.start() - 16) : m.start()]):
             letters.append(c.upper())
     kept = (letters[0] if marked else letters[-1]) if letters else ""
-    return (
-        None
-        if kept == pred or not (kept or _is_letter(pred))  # no letter either way: no-guess's case
-        else kept
-        or Unreadable(
-            "no letter in the answer: the released reading was a word or a ruled-out letter"
-        )
-    )
+    if kept == pred or not (kept or _is_letter(pred)):  # no letter either way: no-guess's case
+        return None
+    return kept or Unreadable("no letter in the answer: the letter read was a word or ruled out")
 
 
 def _contradicted_letter(task: Task, text: str, pred: str) -> Unreadable | None:
@@ -631,11 +601,7 @@ def _is_letter(pred: str) -> bool:
 
 def _no_guess(task: Task, text: str, pred: str) -> Unreadable | None:
     """No letter read: the released code guesses 'A'; numloss gives no answer."""
-    return (
-        None
-        if _is_letter(pred)
-        else Unreadable("no letter A-J in the answer (released guesses 'A')")
-    )
+    return None if _is_letter(pred) else Unreadable("no letter A-J read (released guesses 'A')")
 
 
 def _math_line(task: Task, text: str, pred: str) -> str | Unreadable | None:
@@ -660,18 +626,9 @@ def _math_line(task: Task, text: str, pred: str) -> str | Unreadable | None:
     )
 
 
-_UNITS = {
-    w: i
-    for i, w in enumerate(
-        "zero one two three four five six seven eight nine ten eleven twelve thirteen fourteen "
-        "fifteen sixteen seventeen eighteen nineteen".split()
-    )
-}
-_UNITS |= {
-    w: 10 * i
-    for i, w in enumerate("_ _ twenty thirty forty fifty sixty seventy eighty ninety".split(), 0)
-    if i > 1
-}
+_NAMES = """zero one two three four five six seven eight nine ten eleven twelve thirteen fourteen
+fifteen sixteen seventeen eighteen nineteen twenty thirty forty fifty sixty seventy eighty ninety"""
+_UNITS = {w: i if i < 20 else 10 * (i - 18) for i, w in enumerate(_NAMES.split())}  # twenty: 20
 _SCALES = {"hundred": 100, "thousand": 10**3, "million": 10**6}
 _WORD = "|".join(sorted([*_UNITS, *_SCALES], key=len, reverse=True))
 _LEAD = (  # given as the answer, not "the right one"
@@ -934,23 +891,3 @@ def option_value(option: str) -> Fraction | None:
     if len(text) > 200 or not _OPTION_VALUE.fullmatch(text):
         return None
     return plain_exact(regex.sub(r"\s+[A-Za-z°²³/ .]+$", "", text))
-
-
-@dataclass(frozen=True)
-class Scored:
-    """The prediction read from one output, whether it is right, its number, and the rule that
-    decided it."""
-
-    prediction: str
-    correct: bool
-    value: float | None = None
-    decided_by: str = "released"
-
-
-def score(item: Item, output: str) -> Scored:
-    """Read `output` for `item` and compare the prediction with `item.answer`."""
-    reading = read(item, output)
-    value = (
-        plain_number(reading.prediction) if item.kind != "choice" and reading.prediction else None
-    )
-    return Scored(reading.prediction, compare(item, reading.prediction), value, reading.decided_by)

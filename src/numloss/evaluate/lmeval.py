@@ -157,7 +157,7 @@ def read_samples(
 
 def _check_target(target: Any, item: Item, where: str) -> None:
     """Refuse a sample whose `target` names another answer than the item's gold (a wrong match)."""
-    from numloss.evaluate.answers import number_matches, parse_exact
+    from numloss.evaluate.answers import number_matches, plain_exact
 
     if target is None or isinstance(target, (list, dict)):
         return
@@ -172,7 +172,7 @@ def _check_target(target: Any, item: Item, where: str) -> None:
             )
     elif item.kind == "number":
         text = str(target).split("####")[-1]
-        value = parse_exact(text)
+        value = plain_exact(text)
         if value is not None and not number_matches(value, item.answer):
             raise BenchmarkError(
                 f"{where}: lm-eval target {str(target)[-40:]!r} is not the gold {item.answer!r} of"
