@@ -23,19 +23,10 @@ from numloss.extras import load_on_first_use
 
 __version__ = "0.1.0"
 
-_LOSSES = [
-    "LOSSES",
-    "build_loss",
-    "NumericLoss",
-    "NumericLossOutput",
-    "MLELoss",
-    "DigitEntropyLoss",
-    "NumberTokenLossWAS",
-    "NumberTokenLossMSE",
-    "Dist2Loss",
-    "MixCELoss",
-    "EMOLoss",
-]
+_LOSSES = (
+    "LOSSES build_loss NumericLoss NumericLossOutput MLELoss DigitEntropyLoss NumberTokenLossWAS"
+    " NumberTokenLossMSE Dist2Loss MixCELoss EMOLoss"
+).split()
 _DIGITS = ["DigitVocab", "DigitVocabError", "find_digits", "place_weights"]
 # test_imports: _LOSSES is numloss.losses.__all__
 __all__ = [*_DIGITS, "patch", "unpatch", *_LOSSES]

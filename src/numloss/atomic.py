@@ -13,14 +13,6 @@ import os
 from pathlib import Path
 from typing import Any
 
-__all__ = [
-    "write_bytes_atomic",
-    "write_text_atomic",
-    "write_json_atomic",
-    "fsync_dir",
-    "temporary_path",
-]
-
 
 def temporary_path(path: Path) -> Path:
     """The temporary name `write_bytes_atomic` uses for `path`: hidden, in the same folder, and
@@ -94,19 +86,13 @@ def _json_default(value: Any) -> Any:
 
 
 def write_json_atomic(
-    path: str | Path, payload: Any, compact: bool = False, indent: int = 1, allow_nan: bool = True
+    path: str | Path, payload: Any, compact: bool = False, allow_nan: bool = True
 ) -> None:
     """`payload` as JSON at `path`, atomically; `compact`: no whitespace and sorted keys (records
     kept in git: small, stable diffs); `allow_nan` False refuses NaN/inf (strict JSON). A payload
     that cannot be serialised raises before anything is written."""
-    if compact:
-        text = json.dumps(
-            payload,
-            sort_keys=True,
-            separators=(",", ":"),
-            default=_json_default,
-            allow_nan=allow_nan,
-        )
-    else:
-        text = json.dumps(payload, indent=indent, default=_json_default, allow_nan=allow_nan)
+    layout: dict[str, Any] = (
+        {"sort_keys": True, "separators": (",", ":")} if compact else {"indent": 1}
+    )
+    text = json.dumps(payload, default=_json_default, allow_nan=allow_nan, **layout)
     write_text_atomic(path, text + "\n")

@@ -121,27 +121,13 @@ def check_choice(name: str, value: Any, choices: Iterable[T]) -> T:
     raise ArgumentError(f"{name} must be one of {listed}, got {shown(value)}: pick one of those")
 
 
-def check_str(name: str, value: Any, empty: bool = False) -> str:
-    """`value` if it is a string (non-blank unless `empty`)."""
-    if not isinstance(value, str):
-        raise ArgumentTypeError(f"{name} must be a string, got {shown(value)}: pass a str")
-    if not empty and not value.strip():
-        raise ArgumentError(
-            f"{name} must not be empty or blank, got {value!r}: pass a non-empty string"
-        )
-    return value
-
-
 def check_type(name: str, value: Any, types: type | tuple[type, ...], what: str) -> Any:
     """`value` if it is an instance of `types`; else an error saying it must be `what` (e.g.
     "a transformers PreTrainedModel")."""
-    if isinstance(value, types) and not (isinstance(value, bool) and bool not in _as_tuple(types)):
+    allowed = types if isinstance(types, tuple) else (types,)
+    if isinstance(value, allowed) and (bool in allowed or not isinstance(value, bool)):
         return value
     raise ArgumentTypeError(f"{name} must be {what}, got {shown(value)}: pass {what}")
-
-
-def _as_tuple(types: type | tuple[type, ...]) -> tuple[type, ...]:
-    return types if isinstance(types, tuple) else (types,)
 
 
 PathKind = Literal["file", "dir", "new_file", "new_dir", "any"]
@@ -152,9 +138,10 @@ def check_path(name: str, value: Any, kind: PathKind = "any") -> Path:
     "file" (must be an existing file), "dir" (an existing folder), "new_file" (may be missing but
     must not be a folder), "new_dir" (may be missing but must not be a file, nor lie under one),
     "any" (only the type)."""
-    if isinstance(value, bytes) or not isinstance(value, (str, os.PathLike)) or value == "":
+    text = os.fspath(value) if isinstance(value, (str, os.PathLike)) else None
+    if not isinstance(text, str) or not text.strip():
         raise ArgumentTypeError(
-            f"{name} must be a path (a non-empty str or Path), got {shown(value)}: pass a path"
+            f"{name} must be a path (a non-blank str or Path), got {shown(value)}: pass a path"
         )
     path = Path(value)
     if kind == "file":
@@ -179,17 +166,3 @@ def check_path(name: str, value: Any, kind: PathKind = "any") -> Path:
             if place.exists():
                 break
     return path
-
-
-__all__ = [
-    "ArgumentError",
-    "ArgumentTypeError",
-    "check_bool",
-    "check_choice",
-    "check_float",
-    "check_int",
-    "check_path",
-    "check_str",
-    "check_type",
-    "shown",
-]

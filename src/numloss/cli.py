@@ -9,6 +9,8 @@ import io
 import os
 import signal
 import sys
+from collections.abc import Callable
+from typing import Any
 
 from numloss.extras import explain
 
@@ -49,10 +51,7 @@ def _usage() -> str:
     lines += [f"  {name:<9} {text}" for name, (_, text, _) in COMMANDS.items()]
     lines += [
         "",
-        (
-            "`numloss <command> --help` describes each command; `numloss --version` prints the"
-            " version."
-        ),
+        "`numloss <command> --help` describes each command, `numloss --version` the version.",
     ]
     return "\n".join(lines)
 
@@ -131,24 +130,21 @@ class _Console:
             file=sys.stderr,
         )
 
-    def write(self, text: str) -> int:
+    def _guarded(self, action: Callable[[], Any], default: Any) -> Any:
         if not self.lost:
             try:
-                return self._stream.write(text)
+                return action()
             except BrokenPipeError:
                 raise
             except (OSError, ValueError) as error:
                 self._lose(error)
-        return len(text)
+        return default
+
+    def write(self, text: str) -> int:
+        return self._guarded(lambda: self._stream.write(text), len(text))
 
     def flush(self) -> None:
-        if not self.lost:
-            try:
-                self._stream.flush()
-            except BrokenPipeError:
-                raise
-            except (OSError, ValueError) as error:
-                self._lose(error)
+        self._guarded(self._stream.flush, None)
 
     def __getattr__(self, name: str):  # fileno, isatty, encoding, ...: the real stream's
         return getattr(self._stream, name)

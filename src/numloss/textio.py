@@ -101,13 +101,3 @@ def utf8_path(path: str | os.PathLike[str]) -> Iterator[str]:
         yield f"/proc/self/fd/{fd}" + (f"/{name}" if name else "")
     finally:
         os.close(fd)
-
-
-__all__ = [
-    "DuplicateKeyError",
-    "jsonable",
-    "read_json_object",
-    "read_utf8",
-    "unique_keys",
-    "utf8_path",
-]

@@ -94,6 +94,3 @@ def load_yaml(path: Path, error: type[Exception] = ValueError, empty: str | None
         place = f":{where.line + 1}" if where is not None else ""
         detail = getattr(problem, "problem", None) or str(problem).splitlines()[0]
         raise error(f"{path}{place}: not valid YAML ({detail})") from None
-
-
-__all__ = ["YamlKeyError", "load_yaml", "parse_yaml"]

@@ -6,27 +6,9 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-from pathlib import Path
 
+from numloss.checks import ArgumentError, check_path
 from numloss.models import smollm2
-
-
-def cache_dir_problem(cache_dir: str | None, writing: bool) -> str | None:
-    """Why `cache_dir` cannot hold the model cache (a file, a path through a file, a folder that
-    cannot be written when `writing`), or None; checked before any conversion starts."""
-    if cache_dir is None:
-        return None
-    if not cache_dir.strip():
-        return "is empty; give a folder, or leave the option out for $NUMLOSS_CACHE"
-    folder = Path(cache_dir).expanduser()
-    probe = folder
-    while not probe.exists() and probe != probe.parent:
-        probe = probe.parent
-    if not probe.is_dir():
-        return f"{probe} is a file, not a folder; give a folder"
-    if writing and not os.access(probe, os.W_OK | os.X_OK):
-        return f"{probe} cannot be written; give a folder you can write to"
-    return None
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -53,10 +35,20 @@ def main(argv: list[str] | None = None) -> int:
         if command == "prepare":
             sub.add_argument("--force", action="store_true", help="convert again even if prepared")
     args = parser.parse_args(argv)
-    problem = cache_dir_problem(args.cache_dir, writing=args.command == "prepare")
-    if problem:
-        print(f"numloss models: --cache-dir {args.cache_dir}: {problem}", file=sys.stderr)
-        return 2
+    if args.cache_dir is not None:  # checked before any conversion starts
+        try:
+            folder = check_path("--cache-dir", args.cache_dir, "new_dir").expanduser()
+        except ArgumentError as error:
+            print(f"numloss models: {error}", file=sys.stderr)
+            return 2
+        probe = next(place for place in (folder, *folder.parents) if place.exists())
+        if args.command == "prepare" and not os.access(probe, os.W_OK | os.X_OK):
+            print(
+                f"numloss models: --cache-dir: {probe} cannot be written; give a folder you can"
+                " write to",
+                file=sys.stderr,
+            )
+            return 2
     if args.command == "path":
         print(smollm2.model_dir(args.cache_dir))
         return 0 if smollm2.is_prepared(args.cache_dir) else 1

@@ -17,12 +17,6 @@ from numloss.models import smollm2, tiny
 from numloss.textio import utf8_path
 
 BUILTIN = ("tiny", "smollm2")
-_DTYPES = {
-    "float32": torch.float32,
-    "bfloat16": torch.bfloat16,
-    "float16": torch.float16,
-    "auto": "auto",
-}
 
 
 class ModelUnavailableError(RuntimeError):
@@ -30,9 +24,13 @@ class ModelUnavailableError(RuntimeError):
 
 
 def _offline() -> bool:
-    return os.environ.get("HF_HUB_OFFLINE", "0") not in ("", "0", "false") or os.environ.get(
-        "TRANSFORMERS_OFFLINE", "0"
-    ) not in ("", "0", "false")
+    flags = (os.environ.get(name, "0") for name in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE"))
+    return any(flag not in ("", "0", "false") for flag in flags)
+
+
+def _dtype(name: str) -> Any:
+    """The torch dtype named `name` ("float32", "bfloat16", ...), or "auto" as it is."""
+    return name if name == "auto" else getattr(torch, name)
 
 
 def _looks_like_path(name: str) -> bool:
@@ -115,34 +113,28 @@ def check_model_available(
         )
     if _looks_like_path(name) or folder.exists():
         raise model_not_found(name, revision)
-    if _offline():
-        from huggingface_hub import try_to_load_from_cache
-
-        try:
-            cached = try_to_load_from_cache(name, "config.json", revision=revision)
-        except ValueError:  # not a valid repo id (spaces, too many slashes, ...)
-            cached = None
-        if not isinstance(cached, str):
-            raise model_not_found(name, revision)
+    if _offline() and _cached_folder(name, revision) is None:
+        raise model_not_found(name, revision)
 
 
+def _cached_folder(name: str, revision: str | None = None) -> Path | None:
+    """The folder of hub id `name` in the local Hugging Face cache, or None."""
+    from huggingface_hub import try_to_load_from_cache
+
+    try:
+        cached = try_to_load_from_cache(name, "config.json", revision=revision)
+    except ValueError:  # not a valid repo id (spaces, too many slashes, ...)
+        return None
+    return Path(cached).parent if isinstance(cached, str) else None
+
+
+#: a folder has a tokenizer when it has one of these
 _TOKENIZER_FILES = (
-    "tokenizer.json",
-    "tokenizer_config.json",
-    "tokenizer.model",
-    "vocab.json",
-    "vocab.txt",
-    "spiece.model",
-)
-_JSON_FILES = (
-    "config.json",
-    "tokenizer.json",
-    "tokenizer_config.json",
-    "special_tokens_map.json",
-    "added_tokens.json",
-    "generation_config.json",
-    "model.safetensors.index.json",
-)
+    "tokenizer.json tokenizer_config.json tokenizer.model vocab.json vocab.txt spiece.model"
+).split()
+#: the JSON files of a model folder that are read as it loads
+_JSON_FILES = ["config.json", *_TOKENIZER_FILES[:2], "special_tokens_map.json", "added_tokens.json"]
+_JSON_FILES += ["generation_config.json", "model.safetensors.index.json"]
 _RESAVE = (
     "save the folder again (model.save_pretrained and tokenizer.save_pretrained) or copy it again"
     " from its source"
@@ -273,6 +265,10 @@ def _load_error(name: str, what: str, error: BaseException) -> ModelUnavailableE
     return ModelUnavailableError(f"{model_not_found(name)} (the hub said: {why})")
 
 
+def _source(name: str, cache_dir: str | None) -> str:
+    return str(smollm2.prepare(cache_dir)) if name == "smollm2" else name
+
+
 def load_tokenizer(
     name: str,
     *,
@@ -284,17 +280,11 @@ def load_tokenizer(
     """The tokenizer `load_model_and_tokenizer` returns for the same arguments (padding included),
     without weights, for the checks that run first."""
     if name == "tiny":
-        options = dict(tiny_options or {})
-        tokenizer_options = (
-            {"digits_per_token": options["digits_per_token"]}
-            if "digits_per_token" in options
-            else {}
-        )
-        return tiny.build_char_tokenizer(**tokenizer_options)
+        return tiny.build_char_tokenizer((tiny_options or {}).get("digits_per_token", 1))
     check_model_available(name, revision, cache_dir, trust_remote_code)
     from transformers import AutoTokenizer
 
-    source = str(smollm2.prepare(cache_dir)) if name == "smollm2" else name
+    source = _source(name, cache_dir)
     try:
         with utf8_path(source) as readable:  # tokenizers (Rust) takes only UTF-8 names
             tokenizer = AutoTokenizer.from_pretrained(
@@ -303,6 +293,7 @@ def load_tokenizer(
     except Exception as error:  # noqa: BLE001 - any failure of a damaged folder is one line
         raise _load_error(name, "tokenizer", error) from None
     if tokenizer.pad_token_id is None:
+        # the collator masks padding out of the labels, so reusing EOS for padding is harmless
         tokenizer.pad_token = tokenizer.eos_token
     tokenizer.padding_side = "right"
     return tokenizer
@@ -321,35 +312,29 @@ def load_model_and_tokenizer(
 ) -> tuple[Any, Any]:
     """(causal LM, tokenizer with a pad token) for `name`: 'tiny' built with seeded random
     weights, 'smollm2' converted on first use, anything else `from_pretrained`."""
+    tokenizer = load_tokenizer(
+        name,
+        revision=revision,
+        trust_remote_code=trust_remote_code,
+        cache_dir=cache_dir,
+        tiny_options=tiny_options,
+    )
     if name == "tiny":
-        options = dict(tiny_options or {})
-        tokenizer = tiny.build_char_tokenizer(digits_per_token=options.pop("digits_per_token", 1))
+        options = {k: v for k, v in (tiny_options or {}).items() if k != "digits_per_token"}
         model = tiny.build_tiny_model(tokenizer, seed=seed, **options)
-        if dtype not in ("float32", "auto"):
-            model = model.to(_DTYPES[dtype])
-        return model, tokenizer
-    check_model_available(name, revision, cache_dir, trust_remote_code)
-    from transformers import AutoModelForCausalLM, AutoTokenizer
+        return (model if dtype in ("float32", "auto") else model.to(_dtype(dtype))), tokenizer
+    from transformers import AutoModelForCausalLM
 
-    source = str(smollm2.prepare(cache_dir)) if name == "smollm2" else name
     kwargs: dict[str, Any] = {"revision": revision, "trust_remote_code": trust_remote_code}
-    try:
-        with utf8_path(source) as readable:
-            tokenizer = AutoTokenizer.from_pretrained(readable, **kwargs)
-    except Exception as error:  # noqa: BLE001 - any failure of a damaged folder is one line
-        raise _load_error(name, "tokenizer", error) from None
     if attn_implementation:
         kwargs["attn_implementation"] = attn_implementation
+    source = _source(name, cache_dir)
     try:
-        model = AutoModelForCausalLM.from_pretrained(source, dtype=_DTYPES[dtype], **kwargs)
+        model = AutoModelForCausalLM.from_pretrained(source, dtype=_dtype(dtype), **kwargs)
     except Exception as error:  # noqa: BLE001
         raise _load_error(name, "weights", error) from None
-    if tokenizer.pad_token_id is None:
-        # the collator masks padding out of the labels, so reusing EOS for padding is harmless
-        tokenizer.pad_token = tokenizer.eos_token
     if getattr(model.config, "pad_token_id", None) is None:
         model.config.pad_token_id = tokenizer.pad_token_id
-    tokenizer.padding_side = "right"
     return model, tokenizer
 
 
@@ -362,12 +347,4 @@ def model_folder(name: str) -> Path | None:
         check_model_available(name)
         return smollm2.prepare()  # converted once; what loading would do next anyway
     folder = Path(name).expanduser()
-    if folder.is_dir():
-        return folder
-    try:
-        from huggingface_hub import try_to_load_from_cache
-
-        cached = try_to_load_from_cache(name, "config.json")
-    except Exception:  # not a valid repo id
-        return None
-    return Path(cached).parent if isinstance(cached, str) else None
+    return folder if folder.is_dir() else _cached_folder(name)

@@ -54,7 +54,7 @@ def build_char_tokenizer(
             Regex(f"[0-9]{{1,{digits_per_token}}}"), behavior="isolated"
         )
     core.decoder = decoders.Fuse()
-    tokenizer = PreTrainedTokenizerFast(
+    return PreTrainedTokenizerFast(
         tokenizer_object=core,
         bos_token=BOS,
         eos_token=EOS,
@@ -65,7 +65,6 @@ def build_char_tokenizer(
         padding_side="right",
         model_max_length=model_max_length,
     )
-    return tokenizer
 
 
 def build_tiny_model(
