@@ -19,13 +19,9 @@ VOCAB = DigitVocab(range(10), 10)
 
 
 def char_labels(*rows: str) -> torch.Tensor:
-    """Labels of char rows; '_' is an ignored position, other unknown chars map to 'x'."""
+    """Labels of char rows; '_' is an ignored position (and the padding), other unknown chars 'x'."""
     width = max(map(len, rows))
-    labels = torch.full((len(rows), width), -100)
-    for r, text in enumerate(rows):
-        for t, c in enumerate(text):
-            labels[r, t] = -100 if c == "_" else CHAR_ID.get(c, CHAR_ID["x"])
-    return labels
+    return torch.tensor([[-100 if c == "_" else CHAR_ID.get(c, CHAR_ID["x"]) for c in r.ljust(width, "_")] for r in rows])
 
 
 def places(*rows: str) -> list[list[int | None]]:

@@ -49,24 +49,10 @@ CASES = [
 IDS = [f"{name}-{'-'.join(f'{k}={v}' for k, v in opts.items()) or 'default'}" for name, opts, _ in CASES]
 
 
-def spell(text: str) -> list[int]:
-    """Label ids of a string: digits, '.', '_' ignored, anything else a text token."""
-    ids = []
-    for c in text:
-        if c.isdigit():
-            ids.append(DIGIT_IDS[int(c)])
-        elif c == ".":
-            ids.append(POINT_ID)
-        elif c == "_":
-            ids.append(-100)
-        else:
-            ids.append(13 + (ord(c) % 7))
-    return ids
-
-
 def batch(*rows: str) -> torch.Tensor:
-    width = max(map(len, rows))
-    return torch.tensor([spell(r.ljust(width, "_")) for r in rows])
+    """Labels of strings: digits, '.', '_' ignored (and the padding), anything else a text token."""
+    spell = {**{str(d): i for d, i in enumerate(DIGIT_IDS)}, ".": POINT_ID, "_": -100}
+    return torch.tensor([[spell.get(c, 13 + ord(c) % 7) for c in r.ljust(max(map(len, rows)), "_")] for r in rows])
 
 
 LABELS = batch("__=12.5+3", "ab___", "x100.25_", "__7", "____")
