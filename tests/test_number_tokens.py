@@ -194,20 +194,14 @@ def ref_slot_logits(x: torch.Tensor, labels: torch.Tensor, vocab: DigitVocab) ->
     return out
 
 
-def core_slot_logits(x: torch.Tensor, labels: torch.Tensor, vocab: DigitVocab):
-    digits = find_digits(labels, vocab, x.shape[-1])
-    table = vocab.number_table()
-    number_logits = x.reshape(-1, x.shape[-1])[digits.rows][:, table.columns]
-    return slot_logits(number_logits, digits, table)
-
-
 @pytest.mark.parametrize("style", [llama3_style, gpt2_style])
 def test_slot_logits_match_the_token_by_token_sums(style):
     tok = style()
     vocab = DigitVocab.from_tokenizer(tok)
     labels = encode(tok, "x=1234.5+ 42", " 100 25.75", "7")
     x = torch.randn(*labels.shape, len(tok), dtype=torch.float64, generator=torch.Generator().manual_seed(0)) * 3
-    z, support = core_slot_logits(x, labels, vocab)
+    digits, table = find_digits(labels, vocab, x.shape[-1]), vocab.number_table()
+    z, support = slot_logits(x.reshape(-1, x.shape[-1])[digits.rows][:, table.columns], digits, table)
     expected = ref_slot_logits(x, labels, vocab)
     assert z.shape == (len(expected), 10)
     for row, present, slot in zip(z, support, expected, strict=True):
