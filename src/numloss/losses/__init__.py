@@ -49,16 +49,5 @@ def build_loss(name: str, vocab: DigitVocab, **options: Any) -> NumericLoss:
     return klass(vocab, **options)
 
 
-__all__ = [
-    "LOSSES",
-    "build_loss",
-    "NumericLoss",
-    "NumericLossOutput",
-    "MLELoss",
-    "DigitEntropyLoss",
-    "NumberTokenLossWAS",
-    "NumberTokenLossMSE",
-    "Dist2Loss",
-    "MixCELoss",
-    "EMOLoss",
-]
+__all__ = ["LOSSES", "build_loss", "NumericLoss", "NumericLossOutput"]
+__all__ += [klass.__name__ for klass in LOSSES.values()]
