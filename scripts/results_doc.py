@@ -2,7 +2,7 @@
 
 Every table and every number-bearing sentence of docs/results.md sits between
 ``<!-- results:NAME:begin -->`` and ``<!-- results:NAME:end -->`` and is written here from the
-records in ``results/`` (`numloss.compare.analysis`), never typed by hand:
+records in ``results/`` (scripts/grid_analysis.py), never typed by hand:
 
     python scripts/results_doc.py            # rewrite the blocks of docs/results.md,
                                              # docs/results-pretrained.md and README.md, and
@@ -28,9 +28,7 @@ from functools import cached_property
 from pathlib import Path
 from typing import Any
 
-from numloss.atomic import write_json_atomic, write_text_atomic
-from numloss.compare import item_paired
-from numloss.compare.analysis import (
+from grid_analysis import (
     ENDPOINTS,
     Comparison,
     by_label,
@@ -38,13 +36,18 @@ from numloss.compare.analysis import (
     endpoint_value,
     learning_analysis,
     load_records,
+    logrank_exact_p,
     paired_analysis,
     seed_plan,
+    seeds_for_power,
 )
+
+from numloss.atomic import write_json_atomic, write_text_atomic
+from numloss.compare import item_paired
 from numloss.compare.machine import runs_machine_line
-from numloss.compare.paired import holm, paired_t_power, seeds_for_power
+from numloss.compare.paired import holm, paired_t_power
 from numloss.compare.stats import seed_interval
-from numloss.compare.survival import Outcome, logrank, logrank_exact_p, median_steps
+from numloss.compare.survival import Outcome, logrank, median_steps
 from numloss.package_data import RECORDED_GRID_TEXT
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -1,4 +1,4 @@
-"""numloss.compare.analysis on synthetic run records: the paired analysis finds a known effect,
+"""scripts/grid_analysis.py on synthetic run records: the paired analysis finds a known effect,
 leaves a null alone, adjusts with Holm and pairs by seed; the seed rule of the pre-registration;
 the unpaired share interval and the detectable share of the learnt-or-not grid."""
 
@@ -8,8 +8,7 @@ import math
 import random
 
 import pytest
-
-from numloss.compare.analysis import (
+from grid_analysis import (
     ENDPOINTS,
     by_label,
     complete_seeds,

@@ -8,6 +8,7 @@ import math
 import random
 
 import pytest
+from grid_analysis import seeds_for_power
 
 from numloss.compare.paired import (
     check_curve_area,
@@ -17,7 +18,6 @@ from numloss.compare.paired import (
     paired_t,
     paired_t_power,
     paired_values,
-    seeds_for_power,
 )
 
 

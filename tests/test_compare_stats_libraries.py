@@ -9,11 +9,11 @@ import math
 
 import numpy as np
 import pytest
+from grid_analysis import newcombe_interval
 from scipy import stats
 from statsmodels.stats.multitest import multipletests
 from statsmodels.stats.proportion import proportion_confint
 
-from numloss.compare.analysis import newcombe_interval
 from numloss.compare.item_paired import paired_comparison, seed_level_mde, sign_flip_p
 from numloss.compare.paired import (
     holm,

@@ -1,4 +1,5 @@
-"""numloss.compare.survival: Kaplan-Meier, the median interval and the log-rank test by hand."""
+"""numloss.compare.survival: Kaplan-Meier, the median interval and the log-rank test by hand (its
+exact and seed-stratified forms in scripts/grid_analysis.py)."""
 
 from __future__ import annotations
 
@@ -6,19 +7,17 @@ import math
 import random
 
 import pytest
+from grid_analysis import logrank_exact_p, stratified_logrank, stratified_logrank_statistic
 
 from numloss.compare.survival import (
     Outcome,
     learnt_by_step,
     logrank,
-    logrank_exact_p,
     logrank_permutation_p,
     logrank_statistic,
     median_interval,
     median_steps,
     share_learnt,
-    stratified_logrank,
-    stratified_logrank_statistic,
 )
 
 L = lambda step: Outcome(step, True)  # noqa: E731 - learnt at `step`

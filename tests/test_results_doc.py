@@ -3,19 +3,13 @@ computes from results/ now, and the page keeps its reference shape."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import re
 import shutil
-import sys
 from pathlib import Path
 from typing import Any
 
-# scripts/ is not a package (the write-up is not installed): load the script by its path
-_SPEC = importlib.util.spec_from_file_location("results_doc", Path(__file__).resolve().parents[1] / "scripts" / "results_doc.py")
-results_doc = importlib.util.module_from_spec(_SPEC)
-sys.modules["results_doc"] = results_doc
-_SPEC.loader.exec_module(results_doc)
+import results_doc  # scripts/ (pytest's pythonpath): the write-up is not installed
 
 
 def test_every_generated_block_matches_the_records() -> None:
@@ -178,7 +172,8 @@ def test_the_multiplication_answer_gives_no_verdict_before_every_seed_is_in(tmp_
 def test_verdict_reads_the_endpoints_direction() -> None:
     from dataclasses import replace
 
-    from numloss.compare.analysis import ENDPOINTS, Comparison
+    from grid_analysis import ENDPOINTS, Comparison
+
     from numloss.compare.paired import paired_t
 
     em, mae = ENDPOINTS[0], ENDPOINTS[1]

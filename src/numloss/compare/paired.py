@@ -80,17 +80,6 @@ def paired_t_power(n: int, effect: float, sd: float, alpha: float = 0.05) -> flo
     return float(min(1.0, stats.nct.sf(crit, df, ncp) + stats.nct.sf(crit, df, -ncp)))
 
 
-def seeds_for_power(
-    effect: float, sd: float, alpha: float = 0.05, power: float = 0.8, max_n: int = 500
-) -> int:
-    """The smallest number of seed pairs whose paired t test has at least `power` (max_n if none
-    does)."""
-    for n in range(2, max_n + 1):
-        if paired_t_power(n, effect, sd, alpha) >= power:
-            return n
-    return max_n
-
-
 def minimum_detectable_effect(n: int, sd: float, alpha: float = 0.05, power: float = 0.8) -> float:
     """The mean difference the paired t test with `n` pairs detects with `power`.
 

@@ -3,8 +3,8 @@
 A run's outcome is (step, learnt): the first check that met the criterion (an event), or the
 last check done (censored). Kaplan-Meier share learnt by step, the median steps-to-learn with
 its distribution-free interval (order statistics; it alone assumes one censoring horizon), and
-log-rank tests on the whole curves: chi-square, seeded permutation (few runs per objective),
-exact, and seed-stratified for paired designs.
+log-rank tests on the whole curves: chi-square and seeded permutation (few runs per objective;
+the exact and seed-stratified tests of docs/results.md are in scripts/grid_analysis.py).
 """
 
 from __future__ import annotations
@@ -14,7 +14,6 @@ import random
 from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import lru_cache
-from itertools import combinations
 
 import numpy as np
 from scipy import stats
@@ -189,63 +188,3 @@ def logrank_permutation_p(
         if logrank_statistic(split)[0] >= observed * (1 - 1e-9):
             at_least += 1
     return at_least / (permutations + 1)
-
-
-# -- seed-stratified log-rank (paired designs) ----------------------------------------------------
-Strata = Sequence[tuple[Sequence[Outcome], Sequence[Outcome]]]
-
-
-def _stratified(strata: Strata) -> float:
-    """statsmodels' stratified two-sample log-rank chi-square (NaN without information)."""
-    a = [o for pair in strata for o in pair[0]]
-    b = [o for pair in strata for o in pair[1]]
-    _check(a + b)
-    labels = [i for i, pair in enumerate(strata) for _ in pair[0]] + [
-        i for i, pair in enumerate(strata) for _ in pair[1]
-    ]
-    return _survdiff([a, b], labels)
-
-
-def stratified_logrank_statistic(strata: Strata) -> float:
-    """Chi-square statistic (1 df) of the two-sample log-rank test stratified by `strata`.
-
-    Each stratum (a seed, whose runs share data order and initialisation) is a pair (group a's
-    runs, group b's runs); O - E and its variance V of group a are summed over the strata, each
-    with its own risk sets, and the statistic is (sum O - E)^2 / sum V, so a seed's own luck
-    cancels out. 0.0 when there is no information (no events, or zero variance)."""
-    statistic = _stratified(strata)
-    return 0.0 if math.isnan(statistic) else statistic
-
-
-def stratified_logrank(strata: Strata) -> float:
-    """Large-sample p of the seed-stratified log-rank test (NaN when it has no information)."""
-    statistic = _stratified(strata)
-    return float(stats.chi2.sf(statistic, 1)) if not math.isnan(statistic) else float("nan")
-
-
-def logrank_exact_p(groups: Sequence[Sequence[Outcome]], limit: int = 200_000) -> float:
-    """Exact permutation p of the two-sample log-rank statistic: the share of all splits of the
-    pooled runs into groups of the observed sizes whose statistic is at least the observed one.
-    For small grids (C(n, k) <= `limit` splits; ValueError above: use `logrank_permutation_p`).
-    Own loop: no library has an exact log-rank test."""
-    groups = [list(g) for g in groups if g]
-    if len(groups) != 2:
-        raise ValueError(f"logrank_exact_p: needs two non-empty groups, got {len(groups)}")
-    observed, df = logrank_statistic(groups)
-    if not df:
-        return float("nan")
-    pooled = groups[0] + groups[1]
-    k = len(groups[0])
-    if math.comb(len(pooled), k) > limit:
-        raise ValueError(
-            f"logrank_exact_p: {math.comb(len(pooled), k)} splits exceed {limit}; use"
-            " logrank_permutation_p"
-        )
-    at_least = total = 0
-    for chosen in combinations(range(len(pooled)), k):
-        picked = set(chosen)
-        a = [pooled[i] for i in chosen]
-        b = [o for i, o in enumerate(pooled) if i not in picked]
-        total += 1
-        at_least += logrank_statistic([a, b])[0] >= observed * (1 - 1e-9)
-    return at_least / total

@@ -1,11 +1,13 @@
 """The seed-paired analysis of a grid, from its run records; every number docs/results.md quotes
-is computed here (scripts/results_doc.py writes it in).
+is computed here (scripts/results_doc.py writes it in). Part of the write-up, not the installed
+package: `numloss compare` reports a grid without it.
 
 A graded grid (configs/compare-mul.yaml) trains every run the full budget: continuous endpoints
 (`ENDPOINTS`) compared with the baseline by seed (`paired_analysis`), the seed count planned on
 the pilot's spread (`seed_plan`). A learnt-or-not grid (configs/compare.yaml) stops runs when they
 learn: seed-stratified log-rank and McNemar by seed, beside the unpaired share difference with
-its Newcombe interval and the rise Fisher's test would detect (`learning_analysis`).
+its Newcombe interval and the rise Fisher's test would detect (`learning_analysis`); the exact
+log-rank test of small grids (`logrank_exact_p`).
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ import statistics
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from functools import cached_property, lru_cache
+from itertools import combinations
 from pathlib import Path
 from typing import Any
 
@@ -30,13 +33,84 @@ from numloss.compare.paired import (
     mcnemar_exact_p,
     minimum_detectable_effect,
     paired_t,
+    paired_t_power,
     paired_values,
-    seeds_for_power,
 )
 from numloss.compare.stats import fisher_exact_p
-from numloss.compare.survival import Outcome, logrank, stratified_logrank
+from numloss.compare.survival import Outcome, _check, _survdiff, logrank, logrank_statistic
 
 Runs = Mapping[str, Mapping[int, dict[str, Any]]]  # label -> seed -> record
+
+
+def seeds_for_power(
+    effect: float, sd: float, alpha: float = 0.05, power: float = 0.8, max_n: int = 500
+) -> int:
+    """The smallest number of seed pairs whose paired t test has at least `power` (max_n if none
+    does)."""
+    for n in range(2, max_n + 1):
+        if paired_t_power(n, effect, sd, alpha) >= power:
+            return n
+    return max_n
+
+
+# -- seed-stratified log-rank (paired designs) ----------------------------------------------------
+Strata = Sequence[tuple[Sequence[Outcome], Sequence[Outcome]]]
+
+
+def _stratified(strata: Strata) -> float:
+    """statsmodels' stratified two-sample log-rank chi-square (NaN without information)."""
+    a = [o for pair in strata for o in pair[0]]
+    b = [o for pair in strata for o in pair[1]]
+    _check(a + b)
+    labels = [i for i, pair in enumerate(strata) for _ in pair[0]] + [
+        i for i, pair in enumerate(strata) for _ in pair[1]
+    ]
+    return _survdiff([a, b], labels)
+
+
+def stratified_logrank_statistic(strata: Strata) -> float:
+    """Chi-square statistic (1 df) of the two-sample log-rank test stratified by `strata`.
+
+    Each stratum (a seed, whose runs share data order and initialisation) is a pair (group a's
+    runs, group b's runs); O - E and its variance V of group a are summed over the strata, each
+    with its own risk sets, and the statistic is (sum O - E)^2 / sum V, so a seed's own luck
+    cancels out. 0.0 when there is no information (no events, or zero variance)."""
+    statistic = _stratified(strata)
+    return 0.0 if math.isnan(statistic) else statistic
+
+
+def stratified_logrank(strata: Strata) -> float:
+    """Large-sample p of the seed-stratified log-rank test (NaN when it has no information)."""
+    statistic = _stratified(strata)
+    return float(stats.chi2.sf(statistic, 1)) if not math.isnan(statistic) else float("nan")
+
+
+def logrank_exact_p(groups: Sequence[Sequence[Outcome]], limit: int = 200_000) -> float:
+    """Exact permutation p of the two-sample log-rank statistic: the share of all splits of the
+    pooled runs into groups of the observed sizes whose statistic is at least the observed one.
+    For small grids (C(n, k) <= `limit` splits; ValueError above: use `logrank_permutation_p`).
+    Own loop: no library has an exact log-rank test."""
+    groups = [list(g) for g in groups if g]
+    if len(groups) != 2:
+        raise ValueError(f"logrank_exact_p: needs two non-empty groups, got {len(groups)}")
+    observed, df = logrank_statistic(groups)
+    if not df:
+        return float("nan")
+    pooled = groups[0] + groups[1]
+    k = len(groups[0])
+    if math.comb(len(pooled), k) > limit:
+        raise ValueError(
+            f"logrank_exact_p: {math.comb(len(pooled), k)} splits exceed {limit}; use"
+            " logrank_permutation_p"
+        )
+    at_least = total = 0
+    for chosen in combinations(range(len(pooled)), k):
+        picked = set(chosen)
+        a = [pooled[i] for i in chosen]
+        b = [o for i, o in enumerate(pooled) if i not in picked]
+        total += 1
+        at_least += logrank_statistic([a, b])[0] >= observed * (1 - 1e-9)
+    return at_least / total
 
 
 def load_records(folder: str | Path) -> list[dict[str, Any]]:
