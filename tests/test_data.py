@@ -264,10 +264,10 @@ def test_non_utf8_data_names_the_file_and_line(tmp_path):
 @pytest.mark.parametrize(
     "record, message",
     [
-        ({"instruction": ["What", "is"], "output": "2"}, r"record 0: 'instruction' is a list \(\['What', 'is'\]\); it must be a string"),
-        ({"instruction": "What is 1+1?", "output": {"answer": 2}}, r"record 0: 'output' is a dict"),
-        ({"instruction": "What is 1+1?", "output": 2.50}, r"'output' is a float \(2.5\); write the number as a string"),
-        ({"instruction": "What is 1+1?", "input": True, "output": "2"}, r"'input' is a bool"),
+        ({"instruction": ["What", "is"], "output": "2"}, r"record 0: 'instruction' is \[.What., .is.\] \(list\); it must be a string"),
+        ({"instruction": "What is 1+1?", "output": {"answer": 2}}, r"record 0: 'output' is .* \(dict\)"),
+        ({"instruction": "What is 1+1?", "output": 2.50}, r"'output' is 2.5 \(float\); write the number as a string"),
+        ({"instruction": "What is 1+1?", "input": True, "output": "2"}, r"'input' is True \(bool\)"),
     ],
 )
 def test_fields_of_the_wrong_type_are_refused_not_stringified(record, message):

@@ -20,15 +20,10 @@ def generate(name: str, n: int, seed: int = 0) -> list[Example]:
     with needs("compare", "the gym: data sets (numloss.data.gym)"):
         import reasoning_gym
 
-    dataset = reasoning_gym.create_dataset(name, size=n, seed=seed)
     examples = []
-    for entry in dataset:
+    for entry in reasoning_gym.create_dataset(name, size=n, seed=seed):
         answer = str(entry["answer"]).strip()
         examples.append(
-            Example(
-                instruction=entry["question"].strip(),
-                output=f"The answer is {answer}.",
-                answer=answer,
-            )
+            Example(entry["question"].strip(), f"The answer is {answer}.", answer=answer)
         )
     return examples

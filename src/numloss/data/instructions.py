@@ -14,6 +14,7 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
+from numloss.checks import shown
 from numloss.data.examples import Conversation, Example, PromptCompletion, TrainingRecord
 from numloss.textio import DuplicateKeyError, read_utf8, unique_keys
 
@@ -57,10 +58,8 @@ def _text(value: Any, source: str, i: int, key: str) -> str:
         return value
     if isinstance(value, int) and not isinstance(value, bool):
         return str(value)
-    shown = repr(value)
-    shown = shown if len(shown) <= 60 else shown[:57] + "..."
     hint = "write the number as a string" if isinstance(value, float) else "it must be a string"
-    raise DataError(f"{source}: record {i}: {key!r} is a {type(value).__name__} ({shown}); {hint}")
+    raise DataError(f"{source}: record {i}: {key!r} is {shown(value)}; {hint}")
 
 
 def _learnt(text: str, source: str, i: int, key: str) -> str:
@@ -153,6 +152,21 @@ def records_to_examples(
     return examples
 
 
+def _parse(text: str, path: Path, line: int | None = None) -> Any:
+    """`text` as JSON: line `line` of a .jsonl file `path`, or (None) the whole of a .json one;
+    invalid JSON or a key given twice in an object is a DataError naming the file and line."""
+    try:
+        return json.loads(text, object_pairs_hook=unique_keys)
+    except json.JSONDecodeError as error:
+        hint = "" if line else "; use .jsonl for one record per line"
+        where = f"{path}:{line or error.lineno}"
+        raise DataError(f"{where}: not valid JSON ({error.msg}){hint}") from None
+    except DuplicateKeyError as error:
+        raise DataError(
+            f"{path}:{line}: {error}" if line else f"{path}: a record's {error}"
+        ) from None
+
+
 def read_json_records(path: str | os.PathLike) -> list[dict[str, Any]]:
     """Records of a .json (a list, or {"data": [...]}) or .jsonl file, with line numbers in
     errors."""
@@ -161,25 +175,9 @@ def read_json_records(path: str | os.PathLike) -> list[dict[str, Any]]:
         raise DataError(f"data file {str(path)!r} does not exist")
     text = read_utf8(path, DataError)
     if path.suffix == ".jsonl":
-        records = []
-        for number, line in enumerate(text.splitlines(), start=1):
-            if line.strip():
-                try:
-                    records.append(json.loads(line, object_pairs_hook=unique_keys))
-                except json.JSONDecodeError as error:
-                    raise DataError(f"{path}:{number}: not valid JSON ({error.msg})") from None
-                except DuplicateKeyError as error:
-                    raise DataError(f"{path}:{number}: {error}") from None
-        return records
-    try:
-        data = json.loads(text, object_pairs_hook=unique_keys)
-    except DuplicateKeyError as error:
-        raise DataError(f"{path}: a record's {error}") from None
-    except json.JSONDecodeError as error:
-        raise DataError(
-            f"{path}:{error.lineno}: not valid JSON ({error.msg}); use .jsonl for one record per"
-            " line"
-        ) from None
+        lines = enumerate(text.splitlines(), start=1)
+        return [_parse(line, path, number) for number, line in lines if line.strip()]
+    data = _parse(text, path)
     if isinstance(data, dict) and isinstance(data.get("data"), list):
         data = data["data"]
     if not isinstance(data, list):
@@ -194,11 +192,8 @@ def load_hf_records(name_or_path: str, split: str = "train", subset: str | None 
 
     path = Path(name_or_path).expanduser()
     try:
-        if path.is_dir() and (
-            (path / "dataset_info.json").is_file()
-            or (path / "state.json").is_file()
-            or (path / "dataset_dict.json").is_file()
-        ):
+        saved = ("dataset_info.json", "state.json", "dataset_dict.json")  # save_to_disk's files
+        if path.is_dir() and any((path / name).is_file() for name in saved):
             loaded = datasets.load_from_disk(str(path))
             if isinstance(loaded, datasets.DatasetDict):
                 if split not in loaded:

@@ -32,7 +32,7 @@ def source_kind(source: str) -> str:
 def check_source(source: str) -> None:
     """Raise DataError now for a source that cannot work (unknown generator, missing file)."""
     kind = source_kind(source)
-    name = source.split(":", 1)[1] if ":" in source and kind in ("synthetic", "gym") else source
+    name = source.partition(":")[2]  # of a synthetic: or gym: source
     if kind == "synthetic" and name not in (*synthetic.GENERATORS, "mix"):
         raise DataError(
             f"unknown synthetic set {name!r} in data.source={source!r}; choose one of "
@@ -72,19 +72,14 @@ def load_examples(
             raise DataError(f"data.source={source!r} is generated: set data.num_examples")
         module = synthetic if kind == "synthetic" else gym
         return module.generate(source.split(":", 1)[1], num_examples, seed)
-    fields = dict(
-        instruction_field=instruction_field, input_field=input_field, output_field=output_field
-    )
     if kind == "json":
-        records = read_json_records(Path(source).expanduser())
-        if num_examples is not None:
-            records = records[:num_examples]
-        examples = records_to_examples(records, source, **fields)
+        records = read_json_records(Path(source).expanduser())[:num_examples]
     else:
-        dataset = load_hf_records(source.removeprefix("hf:"), split=split, subset=subset)
+        records = load_hf_records(source.removeprefix("hf:"), split=split, subset=subset)
         if num_examples is not None:
-            dataset = dataset.select(range(min(num_examples, len(dataset))))
-        examples = records_to_examples(dataset, source, **fields)
+            records = records.select(range(min(num_examples, len(records))))
+    fields = (instruction_field, input_field, output_field)
+    examples = records_to_examples(records, source, *fields)
     if not examples:
         raise DataError(f"data.source {source!r} holds no examples")
     return examples

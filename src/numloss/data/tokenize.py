@@ -17,12 +17,14 @@ from typing import Any
 
 import torch
 
+from numloss.checks import check_type
 from numloss.data.examples import Conversation, Example, PromptCompletion, TrainingRecord
 from numloss.data.instructions import DataError
 from numloss.textio import read_utf8
 
 IGNORE_INDEX = -100
 _BATCH = 1024  # examples per call into the (Rust) tokenizer
+_RECORDS = (Example, PromptCompletion, Conversation)
 
 
 @dataclass
@@ -56,10 +58,6 @@ class TokenizedDataset(torch.utils.data.Dataset):
                 " nothing; raise data.max_length)"
             )
         return text
-
-
-def _ids(tokenizer: Any, texts: list[str], add_special_tokens: bool) -> list[list[int]]:
-    return tokenizer(texts, add_special_tokens=add_special_tokens)["input_ids"]
 
 
 def resolve_chat_template(chat_template: str | None) -> str | None:
@@ -160,17 +158,6 @@ def conversation_ids(
     return input_ids, labels
 
 
-def _prompt_and_target(item: TrainingRecord) -> tuple[str, str]:
-    if isinstance(item, Example):
-        return item.prompt, item.output
-    if isinstance(item, PromptCompletion):
-        return item.prompt, item.completion
-    raise TypeError(
-        f"cannot tokenise a {type(item).__name__}; expected Example, PromptCompletion or"
-        " Conversation"
-    )
-
-
 def tokenize_examples(
     examples: Sequence[TrainingRecord],
     tokenizer: Any,
@@ -187,13 +174,16 @@ def tokenize_examples(
             "the tokenizer has no eos_token: set one so the model learns where a response ends"
         )
     template = resolve_chat_template(chat_template)
+    for i, example in enumerate(examples):
+        check_type(
+            f"examples[{i}]", example, _RECORDS, "an Example, PromptCompletion or Conversation"
+        )
     pairs: dict[int, tuple[list[int], list[int]]] = {}
     plain = [(i, e) for i, e in enumerate(examples) if not isinstance(e, Conversation)]
     for start in range(0, len(plain), _BATCH):
         chunk = plain[start : start + _BATCH]
-        texts = [_prompt_and_target(e) for _, e in chunk]
-        prompts = _ids(tokenizer, [p for p, _ in texts], add_special_tokens=True)
-        outputs = _ids(tokenizer, [o for _, o in texts], add_special_tokens=False)
+        prompts = tokenizer([e.prompt for _, e in chunk], add_special_tokens=True)["input_ids"]
+        outputs = tokenizer([e.output for _, e in chunk], add_special_tokens=False)["input_ids"]
         for (index, _), prompt, output in zip(chunk, prompts, outputs, strict=True):
             # a tokenizer that appends EOS to every encoding would end the prompt with it
             if len(prompt) > 1 and prompt[-1] == eos:
