@@ -72,9 +72,9 @@ def resolve_chat_template(chat_template: str | None) -> str | None:
     return read_utf8(path, DataError)
 
 
-def compile_chat_template(template: str | None) -> None:
-    """Raise DataError (line and message) when `template` is not valid Jinja, as transformers
-    compiles it; None (the tokenizer's own) passes."""
+def compile_chat_template(template: str | None, what: str = "data.chat_template") -> None:
+    """Raise DataError ("WHAT: ", line and message) when `template` is not valid Jinja, as
+    transformers compiles it; None (the tokenizer's own) passes."""
     if template is None:
         return
     import jinja2
@@ -84,10 +84,10 @@ def compile_chat_template(template: str | None) -> None:
         _compile_jinja_template(template)
     except jinja2.TemplateSyntaxError as error:
         raise DataError(
-            f"data.chat_template: Jinja syntax error at line {error.lineno}: {error.message}"
+            f"{what}: Jinja syntax error at line {error.lineno}: {error.message}"
         ) from None
     except jinja2.TemplateError as error:
-        raise DataError(f"data.chat_template: not a usable Jinja template: {error}") from None
+        raise DataError(f"{what}: not a usable Jinja template: {error}") from None
 
 
 def conversation_ids(
@@ -108,9 +108,11 @@ def conversation_ids(
             " use_fast=True"
         )
 
-    def render(messages, add_generation_prompt: bool = False) -> str:
-        import jinja2
+    import jinja2
 
+    compile_chat_template(template, "the chat template")
+
+    def render(messages, add_generation_prompt: bool = False) -> str:
         try:
             text = tokenizer.apply_chat_template(
                 list(messages),
@@ -118,11 +120,6 @@ def conversation_ids(
                 add_generation_prompt=add_generation_prompt,
                 chat_template=template,
             )
-        except jinja2.TemplateSyntaxError as error:
-            raise DataError(
-                f"the chat template has a Jinja syntax error at line {error.lineno}:"
-                f" {error.message}"
-            ) from None
         except (jinja2.TemplateError, TypeError, ValueError) as error:
             raise DataError(
                 f"the chat template fails on a conversation: {type(error).__name__}: {error}"

@@ -14,7 +14,7 @@ import torch
 
 from numloss.checks import ArgumentError, check_path
 from numloss.models import smollm2, tiny
-from numloss.textio import utf8_path
+from numloss.textio import read_utf8, utf8_path
 
 BUILTIN = ("tiny", "smollm2")
 
@@ -153,18 +153,10 @@ def check_model_folder(folder: Path, weights: bool = True, trust_remote_code: bo
         path = folder / name
         if not path.is_file():
             continue
-        try:
-            value = json.loads(path.read_bytes().decode("utf-8"))
-        except UnicodeDecodeError as error:
-            raise ModelUnavailableError(
-                f"{path} is not UTF-8 text ({error.reason} at byte {error.start}): {_RESAVE}"
-            ) from None
+        try:  # not UTF-8 or unreadable: read_utf8's line
+            value = json.loads(read_utf8(path, ModelUnavailableError))
         except ValueError as error:
             raise ModelUnavailableError(f"{path} is not valid JSON: {error}; {_RESAVE}") from None
-        except OSError as error:
-            raise ModelUnavailableError(
-                f"{path} cannot be read ({error.strerror or error}): fix its permissions"
-            ) from None
         if not isinstance(value, dict):
             raise ModelUnavailableError(
                 f"{path} is not a JSON object (it holds a {type(value).__name__}): {_RESAVE}"
