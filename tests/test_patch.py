@@ -26,17 +26,22 @@ def parameters(model):
     return {k: v.detach().clone() for k, v in model.named_parameters()}
 
 
-@pytest.mark.parametrize("fused", [False, True])
-def test_patched_forward_returns_the_numloss_loss_and_its_gradient(fused):
+@pytest.mark.parametrize("fused, wrap", [(False, False), (True, False), (True, True)])
+def test_patched_forward_returns_the_numloss_loss_and_its_gradient(fused, wrap):
+    """`wrap`: inside nn.DataParallel (the class accelerate's extract_model_from_parallel unwraps,
+    like DDP), which has no get_output_embeddings: the patch reaches the model by the wrapper's
+    class, not by attribute lookup, and the wrapper's call gets the numloss loss."""
     batch = collate(rows())
     reference_model, model = tiny_llama(), tiny_llama()
     loss_fn = build_loss("del", VOCAB)
     logits = reference_model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"]).logits
     expected = loss_fn(logits, shift_labels(batch))
     expected.loss.backward()
-    numloss.patch(model, loss_fn, fused=fused)
-    assert is_patched(model)
-    outputs = model(**batch)
+    target = torch.nn.DataParallel(model) if wrap else model
+    assert hasattr(target, "get_output_embeddings") != wrap
+    numloss.patch(target, loss_fn, fused=fused)
+    assert is_patched(model) and is_patched(target)
+    outputs = target(**batch)
     assert float(outputs.loss) == pytest.approx(float(expected.loss), rel=1e-6)
     assert float(outputs.numloss_output.aux) == pytest.approx(float(expected.aux), rel=1e-6)
     if fused:
@@ -145,23 +150,6 @@ def test_numloss_trl_without_trl_says_how_to_install_it(monkeypatch):
     monkeypatch.delitem(sys.modules, "numloss.trl", raising=False)
     with pytest.raises(ImportError, match=r"numloss.trl needs trl, which is not installed: install numloss with its \[trl\] extra"):
         importlib.import_module("numloss.trl")
-
-
-def test_patch_unwraps_a_wrapper_by_its_class_not_by_attribute_lookup():
-    """nn.DataParallel (the class accelerate's extract_model_from_parallel unwraps, like DDP) has
-    no get_output_embeddings: the patch reaches the model inside it and the wrapper's call gets
-    the numloss loss."""
-    batch = collate(rows())
-    model = tiny_llama()
-    loss_fn = build_loss("del", VOCAB)
-    with torch.no_grad():
-        expected = loss_fn(model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"]).logits,
-                           shift_labels(batch)).loss
-    wrapped = torch.nn.DataParallel(model)
-    assert not hasattr(wrapped, "get_output_embeddings")
-    numloss.patch(wrapped, loss_fn, fused=True)
-    assert is_patched(model) and is_patched(wrapped)
-    assert float(wrapped(**batch).loss) == pytest.approx(float(expected), rel=1e-5)
 
 
 def test_a_patched_model_trains_through_accelerate_like_a_plain_loop():
