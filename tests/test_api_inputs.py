@@ -31,15 +31,6 @@ def _vocab():
     return DigitVocab.from_tokenizer(load_tokenizer("tiny"))
 
 
-def test_build_loss_of_no_name_and_patch_of_a_non_lm_are_one_line() -> None:
-    from numloss import build_loss, patch
-
-    with pytest.raises(TypeError, match="name must be an objective name"):
-        build_loss(None, _vocab())
-    with pytest.raises(TypeError, match="Linear is not a causal language model"):
-        patch(nn.Linear(4, 4), build_loss("del", _vocab()))
-
-
 class Broken:
     """A generator that returns `make(prompts)`."""
 
@@ -64,27 +55,6 @@ def test_evaluate_refuses_a_generator_that_does_not_return_one_generation_per_pr
     assert "\n" not in str(caught.value) and "Broken" in str(caught.value)
 
 
-def test_duplicate_protocols_and_an_empty_benchmark_list_are_refused() -> None:
-    echo = Broken(lambda ps: [Generation("1", 1) for _ in ps])
-    with pytest.raises(ValueError, match="'numloss' is given twice"):
-        evaluate(echo, "synthetic:arithmetic", protocol=["numloss", "numloss"], limit=1, digit_stats=False)
-    with pytest.raises(BenchmarkError, match="benchmarks is empty"):
-        evaluate(echo, [], digit_stats=False)
-
-
-def test_a_record_with_a_key_given_twice_is_named(tmp_path) -> None:
-    path = tmp_path / "outputs.jsonl"
-    path.write_text('{"benchmark": "synthetic:arithmetic", "id": "1", "output": "1", "output": "2"}\n')
-    with pytest.raises(BenchmarkError, match=r"outputs.jsonl:1: field 'output' is given twice"):
-        score_outputs(path)
-
-
-def _eval_line(argv: list[str], capsys) -> str:
-    from test_eval_faults import one_line
-
-    return one_line(argv, capsys)
-
-
 @pytest.mark.parametrize(("extra", "words"), [
     (["--seed", "-1"], "--seed must be in [0, 2**32)"),
     (["--seed", str(2**40)], "--seed must be in [0, 2**32)"),
@@ -92,15 +62,10 @@ def _eval_line(argv: list[str], capsys) -> str:
     (["--out", ""], "--out is empty"),
 ])
 def test_eval_numbers_out_of_range_are_one_line(extra, words, tmp_path, capsys) -> None:
-    line = _eval_line(["tiny", "--benchmarks", "synthetic:arithmetic", "--out", str(tmp_path / "o"), *extra], capsys)
+    from test_eval_faults import one_line
+
+    line = one_line(["tiny", "--benchmarks", "synthetic:arithmetic", "--out", str(tmp_path / "o"), *extra], capsys)
     assert words in line
-
-
-def test_a_compare_torch_threads_beyond_the_cores_is_refused() -> None:
-    from numloss.compare.config import compare_config_from_dict
-
-    with pytest.raises(ConfigError, match="torch_threads 1000 is more than this machine's"):
-        compare_config_from_dict({"torch_threads": 1000, "objectives": ["mle"]})
 
 
 def test_a_lone_surrogate_in_a_data_record_is_one_line(tmp_path, capsys, monkeypatch) -> None:
@@ -237,6 +202,11 @@ def _evaluate(**given):
 NAN = float("nan")
 #: (call, the error's type, what its one line must say); each is refused before any work
 API_CASES = {
+    "build_loss name None": (lambda t: _build(None), TypeError, r"name must be an objective name"),
+    "evaluate protocol twice": (lambda t: _evaluate(protocol=["numloss", "numloss"]), ValueError, r"'numloss' is given twice"),
+    "evaluate no benchmarks": (lambda t: _evaluate(benchmarks=[]), BenchmarkError, r"benchmarks is empty"),
+    "score_outputs a key twice": (lambda t: score_outputs(_records(t, ', "output": "2"')), BenchmarkError, r"outputs.jsonl:1: field 'output' is given twice"),
+    "compare torch_threads 1000": (lambda t: _compare_config({"torch_threads": 1000, "objectives": ["mle"]}), ConfigError, r"torch_threads 1000 is more than this machine's"),
     "evaluate overwrite 'no'": (lambda t: _evaluate(overwrite="no"), TypeError, r"^overwrite must be True or False, got 'no' \(str\): pass a bool$"),
     "evaluate cut_at_stop 1": (lambda t: _evaluate(cut_at_stop=1), TypeError, r"^cut_at_stop must be True or False"),
     "evaluate seed 'x'": (lambda t: _evaluate(seed="x"), TypeError, r"^seed must be an integer >= 0 and <= 4294967295, got 'x'"),
@@ -305,10 +275,16 @@ def _file(tmp_path: Path) -> Path:
     return tmp_path / "file"
 
 
-def _records(tmp_path: Path) -> Path:
+def _records(tmp_path: Path, more: str = "") -> Path:
     path = tmp_path / "outputs.jsonl"
-    path.write_text('{"benchmark": "synthetic:arithmetic", "id": "1", "output": "1"}\n', encoding="utf-8")
+    path.write_text('{"benchmark": "synthetic:arithmetic", "id": "1", "output": "1"' + more + "}\n", encoding="utf-8")
     return path
+
+
+def _compare_config(mapping: dict):
+    from numloss.compare.config import compare_config_from_dict
+
+    return compare_config_from_dict(mapping)
 
 
 def _patch(model, fused=False):
@@ -337,6 +313,11 @@ def test_a_bad_api_argument_is_one_error_naming_it(case, tmp_path) -> None:
     if kind is not RuntimeError:  # ModelUnavailableError: every command catches it by name
         assert isinstance(caught.value, ValueError)  # every command's `except ValueError` makes it its one line
     assert "\n" not in str(caught.value)
+
+
+def test_patch_of_a_non_lm_is_one_line() -> None:  # a TypeError alone: not a value out of range
+    with pytest.raises(TypeError, match="Linear is not a causal language model"):
+        _patch(nn.Linear(4, 4))
 
 
 def test_the_checked_trainer_still_builds(tmp_path) -> None:
