@@ -25,9 +25,9 @@
 #
 # Every call writes into $OUT as it goes: call 3 copies each run's record to $OUT/records the
 # moment the run finishes (a timed-out call keeps them), a failing run leaves FAILED-*.json and
-# the rest go on, and the grid starts no run its budget cannot finish (numloss.compare.pretrained).
+# the rest go on, and the grid starts no run its budget cannot finish (scripts/grid_driver.py).
 # Then here: copy $OUT/records/*.json to results/compare-smollm2-gpu/ and
-#   python -m numloss.compare.pretrained configs/compare-smollm2-gpu.yaml --summary-only \
+#   python scripts/grid_driver.py configs/compare-smollm2-gpu.yaml --summary-only \
 #       --records results/compare-smollm2-gpu
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -49,7 +49,7 @@ stash() {  # this call's carried folder into the stash, and what the stash holds
 case "${1:-}" in
 --smoke)
   out=${2:-runs/compare-smollm2-gpu-smoke}
-  PYTHONPATH=$PWD/src${PYTHONPATH:+:$PYTHONPATH} "$PY" -m numloss.compare.pretrained "$CONFIG" --smoke \
+  PYTHONPATH=$PWD/src${PYTHONPATH:+:$PYTHONPATH} "$PY" scripts/grid_driver.py "$CONFIG" --smoke \
     --no-progress --out "$out" --also-to "$out/OUT"
   ;;
 prepare)
@@ -117,7 +117,7 @@ call3)
   "$PY" -m numloss models prepare smollm2 >/dev/null 2>&1 || { echo "SmolLM2 conversion failed"; exit 1; }
   echo "set-up: $(( $(date +%s) - start )) s"
   end=$(( start + 360 ))  # the grid's last moment: the summary and the copy-back fit in the 430 s call
-  grid=("$PY" -m numloss.compare.pretrained "$CONFIG" --no-progress --also-to "$OUT/records")
+  grid=("$PY" scripts/grid_driver.py "$CONFIG" --no-progress --also-to "$OUT/records")
   # 1. the timing run: the untrained model and mle-s0, alone on the GPU
   t0=$(date +%s)
   timeout $(( end - t0 )) "${grid[@]}" --seeds 0 --objectives mle >"$OUT/timing.log" 2>&1

@@ -155,10 +155,11 @@ class Records:
     def pretrained_grid(
         self, name: str
     ) -> tuple[Any, dict[str, dict[int, dict[str, Any]]], dict[str, Any]]:
-        """(CompareConfig, {label: {seed: record}}, numloss.compare.pretrained.summarise) of the
+        """(CompareConfig, {label: {seed: record}}, grid_driver.summarise) of the
         pretrained grid configs/<name>.yaml: the records of its config's hashes only, the untrained
         model included (read once)."""
-        from numloss.compare import pretrained
+        import grid_driver as pretrained
+
         from numloss.compare.config import load_compare_config
 
         def read() -> tuple[Any, dict[str, dict[int, dict[str, Any]]], dict[str, Any]]:
@@ -673,7 +674,7 @@ def _pretrained_state(rec: Records) -> dict[str, Any]:
     """What the pretrained grid's records say: planned and recorded runs, the seeds every arm has,
     the held-out set's arms and comparisons against the reference (MLE) and the untrained model."""
     compare, found, summary = rec.pretrained
-    from numloss.compare.pretrained import BASELINE
+    from grid_driver import BASELINE
 
     labels = [spec.label for spec in compare.objectives]
     planned_seeds = list(compare.seeds)
@@ -1137,8 +1138,8 @@ def replicate_followup(rec: Records) -> list[str]:
 
 
 def summary_markdown_lines(summary: dict[str, Any]) -> list[str]:
-    """numloss.compare.pretrained.summary_markdown's tables, the held-out set named in words."""
-    from numloss.compare.pretrained import summary_markdown
+    """grid_driver.summary_markdown's tables, the held-out set named in words."""
+    from grid_driver import summary_markdown
 
     return (
         summary_markdown(summary)
@@ -1502,7 +1503,7 @@ def why_rows(found: dict[str, dict[int, dict[str, Any]]]) -> list[list[str]]:
     """Per trained arm, means over its seeds: held-out exact match, teacher-forced digit entropy at
     the gold digits and the answer's NLL, and the training curve's last `pushdown_share` and
     `digit_logit_mean` (what the term does, beside what it scores)."""
-    from numloss.compare.pretrained import BASELINE
+    from grid_driver import BASELINE
 
     def mean(values: list[float]) -> str:
         return f"{statistics.fmean(values):.3f}" if values else "n/a"

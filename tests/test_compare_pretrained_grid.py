@@ -1,4 +1,4 @@
-"""The grid driver of the pretrained arm and the GPU plan (numloss.compare.pretrained): records as
+"""The grid driver of the pretrained arm and the GPU plan (scripts/grid_driver.py): records as
 runs finish, a failing run recorded while the rest go on, a time budget, shards, and a grid killed
 mid-run that leaves its finished records valid and continues from them."""
 
@@ -13,9 +13,7 @@ import time
 from pathlib import Path
 
 import pytest
-
-from numloss.compare import build_parser, resolve
-from numloss.compare.pretrained import (
+from grid_driver import (
     BASELINE,
     baseline_hash,
     load_records,
@@ -23,6 +21,8 @@ from numloss.compare.pretrained import (
     run_pretrained_grid,
     summarise,
 )
+
+from numloss.compare import build_parser, resolve
 from numloss.compare.runner import read_record
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -109,7 +109,7 @@ def test_grid_killed_mid_run_keeps_its_finished_records_and_continues(tmp_path) 
     device call would be, after its first records: those are complete and valid, nothing else is
     half-written, and the next start trains only what is missing."""
     records, out = tmp_path / "records", tmp_path / "OUT"
-    command = [sys.executable, "-m", "numloss.compare.pretrained", str(CONFIG), "--smoke", "--no-progress",
+    command = [sys.executable, str(ROOT / "scripts" / "grid_driver.py"), str(CONFIG), "--smoke", "--no-progress",
                "--out", str(tmp_path / "grid"), "--seeds", "0,1", "--records", str(records), "--also-to", str(out)]
     env = {**os.environ, "PYTHONPATH": str(ROOT / "src") + os.pathsep + os.environ.get("PYTHONPATH", "")}
     process = subprocess.Popen(command, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
@@ -167,7 +167,7 @@ def test_a_grid_with_learning_checks_gets_the_check_slice_as_numloss_compare_doe
 def test_a_task_without_per_item_verdicts_is_refused_before_any_run(config, tmp_path, capsys) -> None:
     # its summary's paired tests need the per-item verdicts only arith_words records keep: a
     # multiplication grid used to train every run and then stop with a KeyError
-    from numloss.compare.pretrained import main
+    from grid_driver import main
 
     status = main([str(ROOT / "configs" / config), "--smoke", "--out", str(tmp_path / "grid")])
     err = capsys.readouterr().err
@@ -178,7 +178,7 @@ def test_a_task_without_per_item_verdicts_is_refused_before_any_run(config, tmp_
 def test_sigterm_stops_the_grid_in_one_line_that_says_how_to_continue(tmp_path, capsys, monkeypatch) -> None:
     """A scheduler's `kill PID` is Ctrl-C: status 130 and one line naming what was kept, no traceback;
     the records written before it stay."""
-    import numloss.compare.pretrained as pretrained
+    import grid_driver as pretrained
 
     def terminated(compare, **options):
         os.kill(os.getpid(), signal.SIGTERM)  # as a scheduler would, mid-grid

@@ -10,9 +10,9 @@ import re
 from pathlib import Path
 
 import pytest
+from grid_driver import BASELINE, baseline_hash
 
 from numloss.compare.config import load_compare_config
-from numloss.compare.pretrained import BASELINE, baseline_hash
 from numloss.compare.runner import read_record
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -37,7 +37,7 @@ def test_every_record_is_a_run_of_its_config_as_it_is_now(path: Path, tmp_path: 
         match = NAME.match(record.name)
         assert match, f"{record}: not <label>-s<seed>-<hash>.json"
         label, seed = match["label"], int(match["seed"])
-        if label == BASELINE:  # the untrained model a pretrained grid scores first (numloss.compare.pretrained)
+        if label == BASELINE:  # the untrained model a pretrained grid scores first (scripts/grid_driver.py)
             expected = baseline_hash(compare)
         else:
             assert label in by_label, f"{record}: objective {label!r} is not in {path.name}; delete the record"

@@ -94,7 +94,8 @@ def _tiny_grid(tmp_path: Path):
 def test_a_run_another_process_trains_is_left_to_it_for_every_run_of_a_grid(tmp_path) -> None:
     """Two drivers on one output folder (pretrained shards started twice): the second skips the
     run the first holds, never clearing its folder, and trains the others."""
-    from numloss.compare.pretrained import run_order, run_pretrained_grid
+    from grid_driver import run_order, run_pretrained_grid
+
     from test_compare_pretrained_grid import _fake_run
 
     compare = _tiny_grid(tmp_path)
@@ -124,7 +125,8 @@ def test_with_jobs_the_runs_another_process_holds_never_reach_the_pool(tmp_path,
     import itertools
     from contextlib import ExitStack
 
-    from numloss.compare.pretrained import run_order
+    from grid_driver import run_order
+
     from numloss.compare.runner import Grid
 
     compare = _tiny_grid(tmp_path)
@@ -156,7 +158,7 @@ def test_with_jobs_the_runs_another_process_holds_never_reach_the_pool(tmp_path,
 
 def test_copies_to_also_to_are_whole_or_the_old_one_at_every_failing_byte(tmp_path) -> None:
     """A full quota mid-copy (a file-size limit at every byte count) keeps the copy already there."""
-    from numloss.compare.pretrained import _copy
+    from grid_driver import _copy
 
     record = tmp_path / "records" / "r.json"
     record.parent.mkdir()

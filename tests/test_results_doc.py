@@ -33,8 +33,9 @@ def _pretrained_root(tmp_path: Path, drop: tuple[str, ...] = (), grid: str = res
     """A repository root with the pretrained grid's config and synthetic records under its real
     hashes: MLE right on items 0-599 of 1,000 every seed, DEL on items 0-(499 + 10 s), NTL-WAS on
     items 50-649 (as many as MLE, other items), the untrained model on none."""
+    from grid_driver import BASELINE, baseline_hash, run_order
+
     from numloss.compare.config import load_compare_config
-    from numloss.compare.pretrained import BASELINE, baseline_hash, run_order
 
     (tmp_path / "configs").mkdir(parents=True, exist_ok=True)
     for name in {results_doc.PRETRAINED_GRID, results_doc.ALPHA_GRID, results_doc.REPLICATE_GRID,

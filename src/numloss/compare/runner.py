@@ -3,7 +3,7 @@
 Training goes through `numloss.train.run_training` (the `numloss train` code path) and scoring
 through `numloss.evaluate` (greedy generation, numeric distance, place accuracy, teacher-forced
 digit statistics). `Grid` is the one pass over a grid's runs that `numloss compare` (`run_grid`)
-and the pretrained driver (numloss.compare.pretrained) share.
+and the grid driver for shared machines (scripts/grid_driver.py) share.
 
 Resume: each run writes `runs/<label>-s<seed>/result.json` atomically once it is fully evaluated,
 stamped with the hash of everything that decides its outcome; a run whose result exists with the
@@ -817,8 +817,8 @@ class StepBar:
 
 class Grid:
     """The runs of one grid config and one pass over them: what `numloss compare` (`run_grid`) and
-    the pretrained driver (numloss.compare.pretrained) share. Every result found or trained is
-    kept in `records_dir` (when set) before it is handed on."""
+    the grid driver for shared machines (scripts/grid_driver.py) share. Every result found or
+    trained is kept in `records_dir` (when set) before it is handed on."""
 
     def __init__(self, compare: CompareConfig, records_dir: Path | None) -> None:
         self.compare = compare

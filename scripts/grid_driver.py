@@ -1,4 +1,6 @@
-"""`python -m numloss.compare.pretrained CONFIG`: a grid that cannot come back empty.
+"""`python scripts/grid_driver.py CONFIG`: a grid that cannot come back empty, for a machine
+shared or lent for a while. A script, not part of the installed package (`numloss compare` is the
+user command; numloss must be importable).
 
 The same runs as `numloss compare` (numloss.compare.runner.run_one: the same training, scoring
 and run hash, so its records are `numloss compare` records), driven for a machine whose time is
@@ -18,8 +20,7 @@ cut off from outside (a device call, a shared CPU across sessions):
   continues it;
 - `--shard I/N`: this process takes every N-th run of the order (N processes share one GPU);
 - at the end `summary.md` / `summary.json` (numloss.compare.item_paired: McNemar and seed-paired
-tests
-  of every arm against the first objective, and of every arm against the untrained model).
+  tests of every arm against the first objective, and of every arm against the untrained model).
 """
 
 from __future__ import annotations
@@ -366,7 +367,7 @@ def main(argv: list[str] | None = None) -> int:
     from numloss.compare import build_parser, quiet_training_logs, resolve
     from numloss.compare.arith_words import ArithmeticWordTask
 
-    parser = build_parser("python -m numloss.compare.pretrained")
+    parser = build_parser("python scripts/grid_driver.py")
     parser.description = __doc__
     parser.add_argument(
         "--budget-s", type=float, help="start no run that would not finish within this many seconds"
