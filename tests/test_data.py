@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import re
 from decimal import Decimal
 from pathlib import Path
@@ -18,6 +19,7 @@ from numloss.data import (
     synthetic,
     tokenize_examples,
 )
+from numloss.data.instructions import records_to_examples
 from numloss.models.tiny import build_char_tokenizer
 
 FIXTURES = Path(__file__).parent / "fixtures" / "train"
@@ -78,15 +80,6 @@ def test_reasoning_gym_adapters(name):
         assert any(ch.isdigit() for ch in example.answer)
 
 
-def test_unknown_generators_are_clear_errors():
-    with pytest.raises(DataError, match="unknown synthetic set 'nope'.*synthetic:arithmetic"):
-        load_examples("synthetic:nope", num_examples=2)
-    with pytest.raises(DataError, match="unknown reasoning-gym set"):
-        load_examples("gym:chess", num_examples=2)
-    with pytest.raises(DataError, match="set data.num_examples"):
-        load_examples("synthetic:mix")
-
-
 def test_json_and_jsonl_in_the_mathinstruct_layout():
     examples = load_examples(str(FIXTURES / "mathinstruct_sample.json"))
     assert len(examples) == 3
@@ -97,19 +90,10 @@ def test_json_and_jsonl_in_the_mathinstruct_layout():
     lines = load_examples(str(FIXTURES / "mathinstruct_sample.jsonl"))
     assert [e.instruction for e in lines] == ["What is 17 + 25?", "Compute the product.", "What is 100 - 1.25?"]
     assert len(load_examples(str(FIXTURES / "mathinstruct_sample.jsonl"), num_examples=2)) == 2
-
-
-def test_bad_records_name_the_line_and_field(tmp_path):
-    with pytest.raises(DataError, match=r"record 1 has no 'output'.*'response'.*data.output_field"):
-        load_examples(str(FIXTURES / "missing_output.jsonl"))
-    remapped = load_examples(str(FIXTURES / "missing_output.jsonl"), num_examples=1)
-    assert remapped[0].output == "2"
-    broken = tmp_path / "broken.jsonl"
-    broken.write_text('{"instruction": "a", "output": "1"}\n{"instruction": \n')
-    with pytest.raises(DataError, match=r"broken.jsonl:2: not valid JSON"):
-        load_examples(str(broken))
-    with pytest.raises(DataError, match="no such file"):
-        load_examples(str(tmp_path / "absent.json"))
+    # the first record of a file whose second lacks its output; an integer field is taken as written
+    assert load_examples(str(FIXTURES / "missing_output.jsonl"), num_examples=1)[0].output == "2"
+    (example,) = records_to_examples([{"instruction": "What is 40+2?", "output": 42}], "data.jsonl")
+    assert example.output == "42"
 
 
 def test_hf_datasets_from_local_folder_and_parquet(tmp_path):
@@ -187,8 +171,6 @@ def learnt_text(tok, feature) -> str:
 
 
 def write_jsonl(path, records):
-    import json
-
     path.write_text("".join(json.dumps(r) + "\n" for r in records))
     return str(path)
 
@@ -233,52 +215,47 @@ def test_messages_are_rendered_with_the_chat_template_and_learn_assistant_turns(
     assert from_file[0] == tokenize_examples([record], tok, 512, chat_template=CHAT_TEMPLATE)[0]
 
 
-def test_chat_records_without_a_template_and_bad_layouts_are_clear_errors(tok, tmp_path):
+def test_chat_records_without_a_template_are_a_clear_error(tok):
     from numloss.data import Conversation
 
     record = Conversation.from_messages([{"role": "user", "content": "1+1?"}, {"role": "assistant", "content": "2"}])
     with pytest.raises(DataError, match="no chat template; set data.chat_template"):
         tokenize_examples([record], tok, 64)
-    bad = [
-        ({"question": "x"}, "none of the known layouts"),
-        ({"messages": [{"role": "user", "content": "hi"}]}, "no assistant message"),
-        ({"messages": [{"role": "user"}]}, r"messages\[0\] is not a \{role, content\}"),
-        ({"prompt": "x", "completion": [{"role": "assistant", "content": "1"}]}, "both be strings or both lists"),
-    ]
-    for number, (record, message) in enumerate(bad):
-        with pytest.raises(DataError, match=message):
-            load_examples(write_jsonl(tmp_path / f"bad{number}.jsonl", [record]))
 
 
-def test_non_utf8_data_names_the_file_and_line(tmp_path):
-    path = tmp_path / "latin1.jsonl"
-    path.write_bytes(b'{"instruction": "a", "output": "1"}\n{"instruction": "caf\xe9", "output": "2"}\n')
-    with pytest.raises(DataError, match=r"latin1.jsonl:2: not UTF-8 text \(byte 0xe9 at column 21\)"):
-        load_examples(str(path))
-    csv = tmp_path / "data.csv"
-    csv.write_bytes(b"instruction,output\nx,1\ny,\xff\n")
-    with pytest.raises(DataError, match=r"data.csv:3: not UTF-8"):
-        load_examples(str(csv))
+#: data that is refused, in one line: (a source, or a file name under tmp_path; the file's content,
+#: None for none, a list for JSONL records; load_examples's options; what the line says)
+BAD_DATA = {
+    "unknown synthetic set": ("synthetic:nope", None, {"num_examples": 2}, r"unknown synthetic set 'nope'.*synthetic:arithmetic"),
+    "unknown gym set": ("gym:chess", None, {"num_examples": 2}, "unknown reasoning-gym set"),
+    "generated, no size": ("synthetic:mix", None, {}, "set data.num_examples"),
+    "no such file": ("absent.json", None, {}, "no such file"),
+    "a record without output": ("m.jsonl", (FIXTURES / "missing_output.jsonl").read_bytes(), {}, r"record 1 has no 'output'.*'response'.*data.output_field"),
+    "a line not JSON": ("broken.jsonl", b'{"instruction": "a", "output": "1"}\n{"instruction": \n', {}, r"broken.jsonl:2: not valid JSON"),
+    "no known layout": ("bad.jsonl", [{"question": "x"}], {}, "none of the known layouts"),
+    "no assistant turn": ("bad.jsonl", [{"messages": [{"role": "user", "content": "hi"}]}], {}, "no assistant message"),
+    "a message without content": ("bad.jsonl", [{"messages": [{"role": "user"}]}], {}, r"messages\[0\] is not a \{role, content\}"),
+    "a str prompt, a chat completion": ("bad.jsonl", [{"prompt": "x", "completion": [{"role": "assistant", "content": "1"}]}], {}, "both be strings or both lists"),
+    "latin-1 JSONL": ("latin1.jsonl", b'{"instruction": "a", "output": "1"}\n{"instruction": "caf\xe9", "output": "2"}\n', {}, r"latin1.jsonl:2: not UTF-8 text \(byte 0xe9 at column 21\)"),
+    "latin-1 CSV": ("data.csv", b"instruction,output\nx,1\ny,\xff\n", {}, r"data.csv:3: not UTF-8"),
+    "a key twice": ("train.jsonl", b'{"instruction": "1+1=", "output": "2", "output": "3"}\n', {}, r"train\.jsonl:1: field 'output' is given twice; keep one$"),
+    "a whitespace output": ("train.jsonl", [{"instruction": "1+1=", "output": " \n "}], {}, r"train\.jsonl: record 0: 'output' is only whitespace, so there is nothing to learn"),
+    # fields of the wrong type are refused, not stringified
+    "a list instruction": ("d.jsonl", [{"instruction": ["What", "is"], "output": "2"}], {}, r"record 0: 'instruction' is \[.What., .is.\] \(list\); it must be a string"),
+    "a dict output": ("d.jsonl", [{"instruction": "What is 1+1?", "output": {"answer": 2}}], {}, r"record 0: 'output' is .* \(dict\)"),
+    "a float output": ("d.jsonl", [{"instruction": "What is 1+1?", "output": 2.50}], {}, r"'output' is 2.5 \(float\); write the number as a string"),
+    "a bool input": ("d.jsonl", [{"instruction": "What is 1+1?", "input": True, "output": "2"}], {}, r"'input' is True \(bool\)"),
+}
 
 
-@pytest.mark.parametrize(
-    "record, message",
-    [
-        ({"instruction": ["What", "is"], "output": "2"}, r"record 0: 'instruction' is \[.What., .is.\] \(list\); it must be a string"),
-        ({"instruction": "What is 1+1?", "output": {"answer": 2}}, r"record 0: 'output' is .* \(dict\)"),
-        ({"instruction": "What is 1+1?", "output": 2.50}, r"'output' is 2.5 \(float\); write the number as a string"),
-        ({"instruction": "What is 1+1?", "input": True, "output": "2"}, r"'input' is True \(bool\)"),
-    ],
-)
-def test_fields_of_the_wrong_type_are_refused_not_stringified(record, message):
-    from numloss.data.instructions import DataError, records_to_examples
-
-    with pytest.raises(DataError, match=message):
-        records_to_examples([record], "data.jsonl")
-
-
-def test_integer_fields_are_taken_as_written():
-    from numloss.data.instructions import records_to_examples
-
-    (example,) = records_to_examples([{"instruction": "What is 40+2?", "output": 42}], "data.jsonl")
-    assert example.output == "42"
+@pytest.mark.parametrize("case", list(BAD_DATA))
+def test_bad_data_is_one_error_naming_it(case, tmp_path):
+    name, content, options, message = BAD_DATA[case]
+    source = name if name.startswith(("synthetic:", "gym:")) else str(tmp_path / name)
+    if isinstance(content, list):
+        content = "".join(json.dumps(record) + "\n" for record in content).encode()
+    if content is not None:
+        Path(source).write_bytes(content)
+    with pytest.raises(DataError, match=message) as caught:
+        load_examples(source, **options)
+    assert "\n" not in str(caught.value)
