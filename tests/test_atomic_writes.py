@@ -49,31 +49,18 @@ def assert_rewrite_survives(folder: Path, disk_full, write, *names: str) -> None
     assert _leftovers(folder) == []
 
 
-def test_the_helper_replaces_whole_files(tmp_path) -> None:
+def test_the_helper_replaces_whole_files_or_leaves_them_as_they_were(tmp_path, disk_full) -> None:
     target = tmp_path / "a.json"
     write_json_atomic(target, {"x": 1})
     write_json_atomic(target, {"x": 2}, compact=True)
     assert target.read_text() == '{"x":2}\n'
-    assert _leftovers(tmp_path) == []
-
-
-def test_the_helper_keeps_the_old_file_on_a_failed_write(tmp_path, disk_full) -> None:
-    target = tmp_path / "report.md"
-    target.write_text("the earlier report\n")
+    with pytest.raises(ValueError):  # a payload that cannot be serialised writes nothing
+        write_json_atomic(target, {"x": float("nan")}, allow_nan=False)
     disk_full()
     with pytest.raises(OSError) as caught:
         write_text_atomic(target, "a new report that does not fit\n")
-    assert caught.value.errno == errno.ENOSPC
-    assert target.read_text() == "the earlier report\n"
-    assert _leftovers(tmp_path) == []
-
-
-def test_an_unserialisable_payload_writes_nothing(tmp_path) -> None:
-    target = tmp_path / "r.json"
-    target.write_text("{}\n")
-    with pytest.raises(ValueError):
-        write_json_atomic(target, {"x": float("nan")}, allow_nan=False)
-    assert target.read_text() == "{}\n" and _leftovers(tmp_path) == []
+    assert caught.value.errno == errno.ENOSPC and caught.value.filename == str(target)
+    assert target.read_text() == '{"x":2}\n' and _leftovers(tmp_path) == []
 
 
 # -- each writer, with a failure injected ------------------------------------------------------------
@@ -184,14 +171,19 @@ def test_log_csv_resume_drops_a_torn_row_and_later_steps(tmp_path, disk_full) ->
 
 
 # -- compare labels are names ------------------------------------------------------------------------
+@pytest.fixture
+def victim(tmp_path) -> Path:
+    """A run folder beside the output (tmp_path/a/b), which nothing may reach."""
+    (tmp_path / "victim-s0").mkdir()
+    (tmp_path / "victim-s0" / "notes.txt").write_text("mine")
+    return tmp_path / "victim-s0"
+
+
 @pytest.mark.parametrize("label", ["../../victim", "a/b", "a\\b", "..", "x..y", ".hidden", "/abs", "", " "])
-def test_a_label_that_is_not_a_name_is_refused_and_the_victim_survives(label, tmp_path) -> None:
+def test_a_label_that_is_not_a_name_is_refused_and_the_victim_survives(label, tmp_path, victim) -> None:
     from numloss.compare.config import compare_config_from_dict
     from numloss.config import ConfigError
 
-    victim = tmp_path / "victim-s0"
-    victim.mkdir()
-    (victim / "notes.txt").write_text("mine")
     out = tmp_path / "a" / "b"
     mapping = {"objectives": [{"label": label, "name": "mle"}], "output_dir": str(out),
                "base": {"model": {"name": "tiny"}, "train": {"max_steps": 1}}}
@@ -201,13 +193,10 @@ def test_a_label_that_is_not_a_name_is_refused_and_the_victim_survives(label, tm
     assert (victim / "notes.txt").read_text() == "mine"
 
 
-def test_clearing_a_run_folder_outside_runs_is_refused(tmp_path) -> None:
+def test_clearing_a_run_folder_outside_runs_is_refused(tmp_path, victim) -> None:
     from numloss.compare.runner import _clear_run_dir
     from numloss.config import ConfigError
 
-    victim = tmp_path / "victim-s0"
-    victim.mkdir()
-    (victim / "notes.txt").write_text("mine")
     out = tmp_path / "a" / "b"
     (out / "runs").mkdir(parents=True)
     with pytest.raises(ConfigError):

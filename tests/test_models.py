@@ -24,7 +24,7 @@ from numloss.models import (
 )
 
 
-def test_char_tokenizer_splits_every_character():
+def test_char_tokenizer_splits_every_character(tmp_path):
     tok = build_char_tokenizer()
     assert isinstance(tok, PreTrainedTokenizerFast)
     text = "x = 12.75 + 3\n"
@@ -36,15 +36,9 @@ def test_char_tokenizer_splits_every_character():
     assert vocab.decimal_point_id == tok.convert_tokens_to_ids(".")
     assert len({tok.pad_token_id, tok.bos_token_id, tok.eos_token_id, tok.unk_token_id}) == 4
     assert tok("é", add_special_tokens=False)["input_ids"] == [tok.unk_token_id]
-
-
-def test_char_tokenizer_round_trips_through_save_pretrained(tmp_path):
-    tok = build_char_tokenizer()
-    tok.save_pretrained(tmp_path)
+    tok.save_pretrained(tmp_path)  # it round-trips through save_pretrained
     again = AutoTokenizer.from_pretrained(tmp_path)
-    text = "What is 3.5 * 2?"
-    assert again(text)["input_ids"] == tok(text)["input_ids"]
-    assert again.decode(again(text)["input_ids"], skip_special_tokens=True) == text
+    assert again(text)["input_ids"] == ids and again.decode(ids, skip_special_tokens=True) == text
 
 
 def test_tiny_model_is_seeded_llama_sized_for_the_tokenizer():
