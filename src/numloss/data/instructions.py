@@ -51,26 +51,22 @@ def _messages(value: Any, source: str, i: int, key: str) -> list[dict[str, str]]
     return messages
 
 
-def _text(value: Any, source: str, i: int, key: str) -> str:
+def _text(value: Any, source: str, i: int, key: str, learnt: bool = False) -> str:
     """A record's text field: a string, or an integer (written exactly); anything else (a list, a
-    mapping, a float whose digits JSON may already have changed, a bool) is a DataError."""
-    if isinstance(value, str):
-        return value
+    mapping, a float whose digits JSON may already have changed, a bool) is a DataError. The part a
+    record teaches (`learnt`) may not be empty or only whitespace: the model would learn to answer
+    with nothing, without a word."""
     if isinstance(value, int) and not isinstance(value, bool):
-        return str(value)
-    hint = "write the number as a string" if isinstance(value, float) else "it must be a string"
-    raise DataError(f"{source}: record {i}: {key!r} is {shown(value)}; {hint}")
-
-
-def _learnt(text: str, source: str, i: int, key: str) -> str:
-    """`text`, the part a record teaches; empty or only whitespace is a DataError (the model would
-    learn to answer with nothing, without a word)."""
-    if not text.strip():
+        value = str(value)
+    if not isinstance(value, str):
+        hint = "write the number as a string" if isinstance(value, float) else "it must be a string"
+        raise DataError(f"{source}: record {i}: {key!r} is {shown(value)}; {hint}")
+    if learnt and not value.strip():
         raise DataError(
-            f"{source}: record {i}: {key!r} is {'empty' if not text else 'only whitespace'}, so"
+            f"{source}: record {i}: {key!r} is {'empty' if not value else 'only whitespace'}, so"
             " there is nothing to learn; fill it in or drop the record"
         )
-    return text
+    return value
 
 
 def record_to_training_record(
@@ -82,6 +78,10 @@ def record_to_training_record(
     output_field: str = "output",
 ) -> TrainingRecord:
     """One record in whichever of the three layouts it has (instruction fields first)."""
+    if not isinstance(record, Mapping):
+        raise DataError(
+            f"{source}: record {i} is a {type(record).__name__}, expected an object; {FORMATS_HINT}"
+        )
     if record.get(instruction_field) is not None or (
         record.get(output_field) is not None
         and "messages" not in record
@@ -97,9 +97,7 @@ def record_to_training_record(
         extra = record.get(input_field)
         return Example(
             instruction=_text(record[instruction_field], source, i, instruction_field),
-            output=_learnt(
-                _text(record[output_field], source, i, output_field), source, i, output_field
-            ),
+            output=_text(record[output_field], source, i, output_field, learnt=True),
             input="" if extra is None else _text(extra, source, i, input_field),
         )
     if record.get("messages") is not None:
@@ -111,7 +109,7 @@ def record_to_training_record(
         prompt, completion = record["prompt"], record["completion"]
         if isinstance(prompt, str) and isinstance(completion, str):
             return PromptCompletion(
-                prompt=prompt, completion=_learnt(completion, source, i, "completion")
+                prompt=prompt, completion=_text(completion, source, i, "completion", learnt=True)
             )
         if isinstance(prompt, (list, tuple)) and isinstance(completion, (list, tuple)):
             before = _messages(prompt, source, i, "prompt")
@@ -137,19 +135,8 @@ def records_to_examples(
     output_field: str = "output",
 ) -> list[TrainingRecord]:
     """Training records from mapping records; one of no known layout is an error naming it."""
-    examples: list[TrainingRecord] = []
-    for i, record in enumerate(records):
-        if not isinstance(record, Mapping):
-            raise DataError(
-                f"{source}: record {i} is a {type(record).__name__}, expected an object;"
-                f" {FORMATS_HINT}"
-            )
-        examples.append(
-            record_to_training_record(
-                record, source, i, instruction_field, input_field, output_field
-            )
-        )
-    return examples
+    fields = (instruction_field, input_field, output_field)
+    return [record_to_training_record(r, source, i, *fields) for i, r in enumerate(records)]
 
 
 def _parse(text: str, path: Path, line: int | None = None) -> Any:
