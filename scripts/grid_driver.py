@@ -144,25 +144,31 @@ def run_pretrained_grid(
         status["finished"].append(key.name)
         log(f"{key.name}: {_headline(result)} ({seconds:.0f} s)")
 
-    def failed(key: RunKey, error: Exception) -> None:
-        _record_failure(records, also_to, key.name, key.seed, key_hash(compare, key), error)
-        status["failed"].append(key.name)
-        log(f"{key.name}: FAILED ({type(error).__name__}: {error})")
-
+    slowest = 0.0  # wall seconds of the slowest run trained so far
     with config_threads(compare):
         if baseline and index == 0:
             _score_baseline(compare, records, also_to, status, log)
         grid = Grid(compare, records)
         keys = [key for position, key in enumerate(run_order(compare)) if position % count == index]
-        deadline = None if budget_s is None else started + budget_s
-        grid.run(keys, finish, deadline=deadline, failed=failed, run=run)
-    status["left"] = [key.name for key in grid.left]
+        grid.run(keys, finish, finished_only=True)  # every finished run first, kept and copied
+        for key in (key for key in keys if key.name not in status["skipped"]):
+            begun = time.perf_counter()
+            if budget_s is not None and slowest and begun + slowest > started + budget_s:
+                status["left"].append(key.name)  # the first run always starts: it times the rest
+                continue
+            try:
+                grid.run([key], finish, run=run)
+            except Exception as error:  # noqa: BLE001 - recorded, and the grid goes on
+                _record_failure(records, also_to, key.name, key.seed, key_hash(compare, key), error)
+                status["failed"].append(key.name)
+                log(f"{key.name}: FAILED ({type(error).__name__}: {error})")
+            slowest = max(slowest, time.perf_counter() - begun)
     status["busy"] = [key.name for key in grid.busy]
     if status["busy"]:
         log(f"left to the process training them now: {', '.join(status['busy'])}")
     if status["left"]:
         log(
-            f"left (budget {budget_s:g} s, slowest run {grid.slowest:.0f} s): "
+            f"left (budget {budget_s:g} s, slowest run {slowest:.0f} s): "
             f"{', '.join(status['left'])}"
         )
     return status

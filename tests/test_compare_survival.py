@@ -17,7 +17,6 @@ from numloss.compare.survival import (
     logrank_statistic,
     median_interval,
     median_steps,
-    share_learnt,
 )
 
 L = lambda step: Outcome(step, True)  # noqa: E731 - learnt at `step`
@@ -30,11 +29,9 @@ B = [L(400), C(800), C(800)]
 def test_learnt_by_step_by_hand() -> None:
     # A: 1 of 3 at risk learns at 200 (S = 2/3), 1 of the 2 left at 400 (S = 1/3)
     assert learnt_by_step(A) == [(0, 0.0), (200, pytest.approx(1 / 3)), (400, pytest.approx(2 / 3))]
-    assert share_learnt(A, 399) == pytest.approx(1 / 3) and share_learnt(A, 10_000) == pytest.approx(2 / 3)
     # censoring before an event shrinks the risk set: 4 runs, one censored at 100, then 1 of 3 learns
     curve = learnt_by_step([C(100), L(300), L(500), C(900)])
     assert curve == [(0, 0.0), (300, pytest.approx(1 / 3)), (500, pytest.approx(1 - (2 / 3) * (1 / 2)))]
-    assert math.isnan(share_learnt([], 5))
 
 
 def test_median_steps() -> None:

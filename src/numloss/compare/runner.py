@@ -829,8 +829,6 @@ class Grid:
         self.train_set = functools.cache(
             lambda seed: compare.task.train_set(seed, exclude=held_out)
         )
-        self.slowest = 0.0  # wall seconds of the slowest run trained so far
-        self.left: list[RunKey] = []  # runs a deadline kept from starting
         self.busy: list[RunKey] = []  # runs another process was training: left to it
         (compare.output_dir / "data").mkdir(parents=True, exist_ok=True)
 
@@ -875,8 +873,6 @@ class Grid:
         finished_only: bool = False,
         jobs: int = 1,
         progress: bool = False,
-        deadline: float | None = None,
-        failed: Callable[[RunKey, Exception], None] | None = None,
         run: Callable[..., dict[str, Any]] | None = None,
         show: Callable[[str], None] = lambda _: None,
         say: Callable[[str], None] = logger.warning,
@@ -885,10 +881,9 @@ class Grid:
         """`finish(key, result, None)` for every finished run of `keys`, then train the others
         (`run`, default `run_one`) and `finish(key, result, wall seconds)` as each ends.
 
-        `deadline` (a `time.perf_counter()` time): start no run that the slowest so far says would
-        end after it (the first always starts), listing it in `left`. `failed(key, error)`: a
-        failing run is handed to it and the rest go on (without it, the error ends the grid).
-        `show` tells what trains now; `say` where a finished run of other settings was moved;
+        A failing run's error ends the pass (the grid driver, scripts/grid_driver.py, records it
+        and goes on to the next run). `run` stands in for `run_one` (tests). `show` tells what
+        trains now; `say` where a finished run of other settings was moved;
         `on_step(run name, step)`: every run to train at step 0 before any trains, then after
         every training step, whichever process trains it."""
         pending = []
@@ -911,10 +906,6 @@ class Grid:
             return
         with config_threads(self.compare):
             for key in pending:
-                late = deadline is not None and time.perf_counter() + self.slowest > deadline
-                if late and self.slowest:
-                    self.left.append(key)
-                    continue
                 started = time.perf_counter()
                 try:
                     with self.claim(key):
@@ -935,12 +926,6 @@ class Grid:
                     self._keep(key, result, time.perf_counter() - started, finish)
                 except RunDirBusy as error:
                     self._leave_to_its_holder(key, error, say)
-                    continue
-                except Exception as error:
-                    if failed is None:
-                        raise
-                    failed(key, error)
-                self.slowest = max(self.slowest, time.perf_counter() - started)
 
     def _prepare(self, key: RunKey, say: Callable[[str], None]) -> Path:
         """Make way for `key` in its run folder, write its seed's training file and return it."""

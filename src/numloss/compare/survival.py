@@ -52,17 +52,6 @@ def learnt_by_step(outcomes: Sequence[Outcome]) -> list[tuple[int, float]]:
     return curve
 
 
-def share_learnt(outcomes: Sequence[Outcome], step: int) -> float:
-    """The Kaplan-Meier share of runs learnt by `step` (NaN for no runs)."""
-    if not outcomes:
-        return float("nan")
-    share = 0.0
-    for at, value in learnt_by_step(outcomes):
-        if at <= step:
-            share = value
-    return share
-
-
 def median_steps(outcomes: Sequence[Outcome]) -> float:
     """The first step by which at least half the runs have learnt (Kaplan-Meier); inf when fewer
     than half ever did (the median is beyond the horizon), NaN for no runs."""
