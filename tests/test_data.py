@@ -232,6 +232,7 @@ BAD_DATA = {
     "no such file": ("absent.json", None, {}, "no such file"),
     "a record without output": ("m.jsonl", (FIXTURES / "missing_output.jsonl").read_bytes(), {}, r"record 1 has no 'output'.*'response'.*data.output_field"),
     "a line not JSON": ("broken.jsonl", b'{"instruction": "a", "output": "1"}\n{"instruction": \n', {}, r"broken.jsonl:2: not valid JSON"),
+    "a record not an object": ("d.jsonl", b"5\n", {}, r"record 0 is a int, expected an object"),
     "no known layout": ("bad.jsonl", [{"question": "x"}], {}, "none of the known layouts"),
     "no assistant turn": ("bad.jsonl", [{"messages": [{"role": "user", "content": "hi"}]}], {}, "no assistant message"),
     "a message without content": ("bad.jsonl", [{"messages": [{"role": "user"}]}], {}, r"messages\[0\] is not a \{role, content\}"),

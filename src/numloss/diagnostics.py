@@ -10,6 +10,7 @@ from __future__ import annotations
 import logging
 from typing import Any
 
+from numloss.checks import check_float, check_int
 from numloss.extras import needs
 from numloss.losses.base import NumericLoss
 
@@ -44,14 +45,9 @@ class PushdownWarning(TrainerCallback):
     silent for objectives other than DEL (theirs is what raw DEL *would* do)."""
 
     def __init__(self, loss_fn: NumericLoss, threshold: float = 0.5, patience: int = 3) -> None:
-        if patience < 1 or not 0.0 <= threshold < 1.0:
-            raise ValueError(
-                f"PushdownWarning: patience must be >= 1 and threshold in [0, 1), got {patience},"
-                f" {threshold}"
-            )
         self.loss_fn = loss_fn
-        self.threshold = threshold
-        self.patience = patience
+        self.threshold = check_float("PushdownWarning: threshold", threshold, 0, 1, high_open=True)
+        self.patience = check_int("PushdownWarning: patience", patience, 1)
         self.streak = 0
         self.warned = False
 

@@ -63,17 +63,11 @@ def file_sha256(path: str | Path) -> str:
     if hit is not None and hit[0] == key:
         return hit[1]
     stored = _read_disk_cache().get(real)
-    if (
-        isinstance(stored, list)
-        and len(stored) == 2
-        and tuple(stored[0]) == key
-        and isinstance(stored[1], str)
-    ):
-        digest = stored[1]
+    if isinstance(stored, list) and stored[:1] == [list(key)] and isinstance(stored[-1], str):
+        digest = stored[-1]
     else:
         digest = sha256_uncached(real)
-        after = _stat_key(os.stat(real))
-        if after != key:  # written while it was read: hash what is there now, uncached
+        if _stat_key(os.stat(real)) != key:  # written while read: hash what is there now, uncached
             return file_sha256(real)
         _write_disk_cache(real, key, digest)
     with _LOCK:

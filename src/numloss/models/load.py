@@ -84,17 +84,13 @@ def check_model_available(
     if name == "tiny":
         return
     if name == "smollm2":
-        # a file there would fail the conversion after minutes, as a write error
-        if cache_dir is not None:
-            try:
+        try:
+            if cache_dir is not None:  # a file there would fail the conversion after minutes
                 check_path("cache_dir", cache_dir, "new_dir")
-            except ArgumentError as error:
-                raise ModelUnavailableError(str(error)) from None
-        if not smollm2.is_prepared(cache_dir):
-            try:
+            if not smollm2.is_prepared(cache_dir):
                 smollm2.gguf_path()
-            except smollm2.ModelNotPreparedError as error:
-                raise ModelUnavailableError(str(error)) from None
+        except (ArgumentError, smollm2.ModelNotPreparedError) as error:
+            raise ModelUnavailableError(str(error)) from None
         return
     if not name.strip():
         raise ModelUnavailableError(
@@ -111,9 +107,7 @@ def check_model_available(
             " save_pretrained; save the model and its tokenizer there (model.save_pretrained,"
             " tokenizer.save_pretrained) or pass the folder that has them"
         )
-    if _looks_like_path(name) or folder.exists():
-        raise model_not_found(name, revision)
-    if _offline() and _cached_folder(name, revision) is None:
+    if _looks_like_path(name) or (_offline() and _cached_folder(name, revision) is None):
         raise model_not_found(name, revision)
 
 

@@ -98,10 +98,6 @@ def build_tiny_model(
         pad_token_id=tokenizer.pad_token_id,
         attention_dropout=0.0,
     )
-    generator_state = torch.random.get_rng_state()
-    torch.manual_seed(seed)
-    try:
-        model = LlamaForCausalLM(config)
-    finally:
-        torch.random.set_rng_state(generator_state)
-    return model
+    with torch.random.fork_rng(devices=[]):  # the global generator is left as it was
+        torch.manual_seed(seed)
+        return LlamaForCausalLM(config)
