@@ -175,7 +175,7 @@ def keep_report_aside(out: Path) -> Path:
 def build_parser(
     prog: str = "numloss compare", default_config: str = "configs/compare.yaml"
 ) -> argparse.ArgumentParser:
-    """The options of `numloss compare` (the demo and the pretrained driver add theirs);
+    """The options of `numloss compare` (the demo and scripts/grid_driver.py add theirs);
     `default_config`: the config the command reads without one, named in its help."""
     parser = argparse.ArgumentParser(
         prog=prog, description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
