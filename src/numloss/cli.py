@@ -56,6 +56,12 @@ def _usage() -> str:
     return "\n".join(lines)
 
 
+def _say(line: str, status: int) -> int:
+    """Print `line` on stderr and return the exit `status`."""
+    print(line, file=sys.stderr)
+    return status
+
+
 def _dispatch(argv: list[str]) -> int:
     if not argv or argv[0] in ("-h", "--help"):
         print(_usage())
@@ -67,34 +73,27 @@ def _dispatch(argv: list[str]) -> int:
         return 0
     command, rest = argv[0], argv[1:]
     if command not in COMMANDS:
-        print(f"numloss: unknown command {command!r}\n\n{_usage()}", file=sys.stderr)
-        return 2
+        return _say(f"numloss: unknown command {command!r}\n\n{_usage()}", 2)
     module_name, _, extra = COMMANDS[command]
     limit = _address_space_limit()
     if limit is not None and limit < MIN_ADDRESS_SPACE and not {"-h", "--help"} & set(rest):
-        print(
+        return _say(
             f"numloss {command}: the address-space limit (ulimit -v) is {limit / 2**30:.1f} GiB;"
             f" torch and its libraries need at least {MIN_ADDRESS_SPACE / 2**30:.0f} GiB to load:"
             " raise it (ulimit -v unlimited)",
-            file=sys.stderr,
+            2,
         )
-        return 2
     try:
         module = importlib.import_module(module_name)
         return int(module.main(rest) or 0)
     except MemoryError:
-        print(
-            f"numloss {command}: out of memory (MemoryError); free memory or raise the limit"
-            " (ulimit -v)",
-            file=sys.stderr,
-        )
-        return 1
+        why = "out of memory (MemoryError); free memory or raise the limit (ulimit -v)"
+        return _say(f"numloss {command}: {why}", 1)
     except ModuleNotFoundError as error:
         line = explain(error, extra, f"numloss {command}")
         if line is None:
             raise
-        print(line, file=sys.stderr)  # one line naming the extra, no traceback
-        return 2
+        return _say(line, 2)  # one line naming the extra, no traceback
 
 
 def _degrade_console() -> None:
@@ -104,6 +103,13 @@ def _degrade_console() -> None:
     for stream in (sys.stdout, sys.stderr):
         if isinstance(stream, io.TextIOWrapper) and stream.errors == "strict":
             stream.reconfigure(errors="backslashreplace")
+
+
+def _to_devnull(fd: int) -> None:
+    """Point the descriptor `fd` at /dev/null."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, fd)
+    os.close(devnull)
 
 
 class _Console:
@@ -119,9 +125,8 @@ class _Console:
 
     def _lose(self, error: OSError | ValueError) -> None:
         self.lost = True
-        devnull = os.open(os.devnull, os.O_WRONLY)
         try:
-            os.dup2(devnull, self._stream.fileno())  # what the buffer holds goes nowhere at exit
+            _to_devnull(self._stream.fileno())  # what the buffer holds goes nowhere at exit
         except (OSError, ValueError):
             pass
         why = error.strerror if isinstance(error, OSError) and error.strerror else str(error)
@@ -179,18 +184,17 @@ def main(argv: list[str] | None = None) -> int:
         console = sys.stdout = _Console(sys.stdout)  # type: ignore[assignment]
     try:
         status = _dispatch(argv)
-        # interrupted, and said so: a further Ctrl-C (or one still
         if status == 130 and whole_process:
-            # pending for the exit handlers that join the workers' threads) ends the process as a
-            # signal does, with no traceback; an in-process caller keeps its own handler
+            # interrupted, and said so: a further Ctrl-C (or one still pending for the exit
+            # handlers that join the workers' threads) ends the process as a signal does, with no
+            # traceback; an in-process caller keeps its own handler
             signal.signal(signal.SIGINT, signal.SIG_DFL)
         if console is not None:
             console.flush()
         return 1 if console is not None and console.lost else status
     except BrokenPipeError:
         # the reader is gone: send what is left in the buffer nowhere (Python's documented recipe)
-        devnull = os.open(os.devnull, os.O_WRONLY)
-        os.dup2(devnull, sys.stdout.fileno())
+        _to_devnull(sys.stdout.fileno())
         return 141  # 128 + SIGPIPE, what a shell reports for a command stopped by its pipe
     finally:
         # an in-process caller gets its stream back

@@ -31,25 +31,17 @@ def source_kind(source: str) -> str:
 
 def check_source(source: str) -> None:
     """Raise DataError now for a source that cannot work (unknown generator, missing file)."""
-    kind = source_kind(source)
+    kind, path = source_kind(source), Path(source).expanduser()
     name = source.partition(":")[2]  # of a synthetic: or gym: source
-    if kind == "synthetic" and name not in (*synthetic.GENERATORS, "mix"):
+    sets = {"synthetic": (*synthetic.GENERATORS, "mix"), "gym": gym.GYM_SETS}.get(kind)
+    if sets is not None and name not in sets:
         raise DataError(
-            f"unknown synthetic set {name!r} in data.source={source!r}; choose one of "
-            f"{', '.join('synthetic:' + n for n in (*synthetic.GENERATORS, 'mix'))}"
+            f"unknown {'synthetic' if kind == 'synthetic' else 'reasoning-gym'} set {name!r} in"
+            f" data.source={source!r}; choose one of {', '.join(f'{kind}:{n}' for n in sets)}"
         )
-    if kind == "gym" and name not in gym.GYM_SETS:
-        raise DataError(
-            f"unknown reasoning-gym set {name!r} in data.source={source!r}; choose one of "
-            f"{', '.join('gym:' + n for n in gym.GYM_SETS)}"
-        )
-    if kind == "json" and not Path(source).expanduser().is_file():
+    if kind == "json" and not path.is_file():
         raise DataError(f"data.source {source!r}: no such file")
-    if (
-        kind == "hf"
-        and (source.startswith(("./", "../", "/", "~")))
-        and not Path(source).expanduser().exists()
-    ):
+    if kind == "hf" and source.startswith(("./", "../", "/", "~")) and not path.exists():
         raise DataError(f"data.source {source!r}: no such file or folder")
 
 
