@@ -28,9 +28,7 @@ def main(argv: list[str] | None = None) -> int:
         sub = commands.add_parser(command, help=text)
         sub.add_argument("model", choices=["smollm2"], help="which default model")
         sub.add_argument(
-            "--cache-dir",
-            default=None,
-            help="numloss cache (default $NUMLOSS_CACHE or ~/.cache/numloss)",
+            "--cache-dir", help="numloss cache (default $NUMLOSS_CACHE or ~/.cache/numloss)"
         )
         if command == "prepare":
             sub.add_argument("--force", action="store_true", help="convert again even if prepared")

@@ -163,13 +163,8 @@ def check_model_folder(folder: Path, weights: bool = True, trust_remote_code: bo
         )
     if weights:
         # checked once per state of the folder: train checks it up front and again as it loads
-        state = tuple(
-            sorted(
-                (p.name, p.stat().st_size, p.stat().st_mtime_ns)
-                for p in folder.iterdir()
-                if p.is_file()
-            )
-        )
+        files = [p for p in folder.iterdir() if p.is_file()]
+        state = tuple(sorted((p.name, p.stat().st_size, p.stat().st_mtime_ns) for p in files))
         _check_weights(folder.resolve(), trust_remote_code, state)
 
 
@@ -204,11 +199,10 @@ def _weight_shapes(folder: Path) -> dict[str, tuple[Path, tuple[int, ...]]] | No
                 for key in handle.keys():
                     shapes[key] = (path, tuple(handle.get_slice(key).get_shape()))
         except Exception as error:  # noqa: BLE001 - SafetensorError, OSError: the file is damaged
-            why = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
-            size = path.stat().st_size
+            why = f"{path.stat().st_size} bytes; {_first_line(error)}"
             raise ModelUnavailableError(
-                f"{path} is not a readable safetensors file ({size} bytes; {why}): it is truncated,"
-                f" empty or garbled; {_RESAVE}"
+                f"{path} is not a readable safetensors file ({why}): it is truncated, empty or"
+                f" garbled; {_RESAVE}"
             ) from None
     return shapes
 
@@ -238,12 +232,17 @@ def _check_weights(folder: Path, trust_remote_code: bool, state: tuple) -> None:
             )
 
 
+def _first_line(error: BaseException) -> str:
+    """The first non-blank line of `error`'s message (transformers' run to many), or its type."""
+    return next(
+        (line.strip() for line in str(error).splitlines() if line.strip()), type(error).__name__
+    )
+
+
 def _load_error(name: str, what: str, error: BaseException) -> ModelUnavailableError:
     """One line for anything a from_pretrained raised: transformers' many-line OSError (hub
     unreachable, no weights file) or any other error of a damaged folder."""
-    why = next(
-        (line.strip() for line in str(error).splitlines() if line.strip()), type(error).__name__
-    )
+    why = _first_line(error)
     if Path(name).expanduser().is_dir():
         return ModelUnavailableError(
             f"the {what} of model folder {name!r} cannot be loaded: {why}; {_RESAVE}"
