@@ -60,10 +60,8 @@ def read_limit(seconds: float | None = READ_SECONDS) -> Iterator[None]:
 
 def _left() -> float | None:
     deadline = _DEADLINE.get()
-    if deadline is None:
-        return None
-    left = deadline - time.monotonic()
-    if left <= 0:
+    left = None if deadline is None else deadline - time.monotonic()
+    if left is not None and left <= 0:
         raise ReadTimeout(_TOO_LONG)
     return left
 
@@ -221,9 +219,8 @@ def number_matches(pred: Fraction | float | None, gold: str, pred_text: str | No
         written = re.fullmatch(r"\s*[-+]?\d*\.(\d+)\s*", pred_text or "")
         if not written or len(written.group(1)) < FRACTION_GOLD_DECIMALS:
             return False
-        return _quantize(_decimal(value), Decimal(1).scaleb(-len(written.group(1)))) == Decimal(
-            pred_text.strip()
-        )
+        step = Decimal(1).scaleb(-len(written.group(1)))
+        return _quantize(_decimal(value), step) == Decimal(pred_text.strip())
     written = gold.strip().replace(",", "").replace("$", "").rstrip("%").strip()
     places = len(written.split(".", 1)[1]) if "." in written else 0
     if pred == Fraction(target):
@@ -509,16 +506,12 @@ def _ruled_out(task: Task, text: str, pred: str) -> str | Unreadable | None:
     segment = segment.replace(",", "")
     if not _search(_NOT_ANYWHERE, segment):
         return None
-    ruled = {
-        m.start()
-        for m in _NUMBER.finditer(segment)
-        if _NOT.search(segment[max(0, m.start() - 16) : m.start()])
-    }
-    kept = [m.group(0) for m in _NUMBER.finditer(segment) if m.start() not in ruled]
-    if pred not in {
-        m.group(0).rstrip(".").rstrip("/") for m in _NUMBER.finditer(segment) if m.start() in ruled
-    }:
-        # the number read is not ruled out (or an earlier correction read "eighteen, not 25")
+    ruled, kept = [], []
+    for m in _NUMBER.finditer(segment):
+        is_ruled = _NOT.search(segment[max(0, m.start() - 16) : m.start()])
+        (ruled if is_ruled else kept).append(m.group(0))
+    # the number read is not ruled out (or an earlier correction read "eighteen, not 25")
+    if pred not in {n.rstrip(".").rstrip("/") for n in ruled}:
         return None
     pick = (kept[0] if marked else kept[-1]).rstrip(".").rstrip("/") if kept else ""
     return pick or Unreadable("the number read is ruled out ('not 15')")
@@ -762,12 +755,9 @@ def read(item: Item, text: str, dataset: str = "") -> Reading:
     )
     number = _released_number if task.kind == "number" else str
     # "1E+999999", 10 MB of output: refused, not converted
-    if len(text) > MAX_READ_CHARS or task.kind != "choice":
-        check_size(
-            text
-            if len(text) > MAX_READ_CHARS
-            else released.answer_segment(task.dataset, task.kind, text)[0]
-        )
+    long = len(text) > MAX_READ_CHARS
+    if long or task.kind != "choice":
+        check_size(text if long else released.answer_segment(task.dataset, task.kind, text)[0])
     raw = released_reading(task, text)
     prediction, decided = number(raw), "released"
     for correction in CORRECTIONS:
@@ -891,3 +881,24 @@ def option_value(option: str) -> Fraction | None:
     if len(text) > 200 or not _OPTION_VALUE.fullmatch(text):
         return None
     return plain_exact(regex.sub(r"\s+[A-Za-z°²³/ .]+$", "", text))
+
+
+@dataclass(frozen=True)
+class Scored:
+    """The prediction read from one output, whether it is right, its number, and the rule that
+    decided it."""
+
+    prediction: str
+    correct: bool
+    value: float | None = None
+    decided_by: str = "released"
+
+
+def score(item: Item, output: str) -> Scored:
+    """Read `output` for `item` and compare the prediction with `item.answer` (public:
+    `numloss.evaluate.score`)."""
+    reading = read(item, output)
+    value = (
+        plain_number(reading.prediction) if item.kind != "choice" and reading.prediction else None
+    )
+    return Scored(reading.prediction, compare(item, reading.prediction), value, reading.decided_by)
