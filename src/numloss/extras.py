@@ -49,24 +49,22 @@ class MissingExtraError(ModuleNotFoundError):
     """An optional dependency of numloss is not installed; the message names the extra."""
 
 
-def missing_extra_message(feature: str, module: str, extra: str) -> str:
-    """The one line for `feature` lacking the package imported as `module`, naming how to install
-    `extra` from a clone or a built wheel (numloss is on no index)."""
-    return (
-        f"{feature} needs {module}, which is not installed: install numloss with its [{extra}] "
-        f"extra (from a clone: pip install -e '.[{extra}]'; "
-        f"a wheel: pip install 'numloss-*.whl[{extra}]')"
-    )
-
-
-def extra_for(module: str, extra: str) -> str | None:
-    """The extra to name when `feature`s of `extra` miss the package imported as `module`: `extra`
-    itself when it installs that package, else the package's own extra (vllm under eval); None
-    for a package no extra installs (not numloss's to name)."""
-    own = EXTRA_OF.get(module.partition(".")[0])
-    if own is None:
+def missing_extra_message(feature: str, module: str, extra: str) -> str | None:
+    """The one line for `feature` (of the extra `extra`) lacking the package imported as `module`:
+    it names `extra` when that installs the package, else the package's own extra (vllm under
+    eval), and how to install it from a clone or a built wheel (numloss is on no index). None for
+    a package no extra installs (not numloss's to name)."""
+    package = module.partition(".")[0]
+    wanted = EXTRA_OF.get(package)
+    if wanted is None:
         return None
-    return extra if own in INCLUDES.get(extra, frozenset({extra})) else own
+    if wanted in INCLUDES.get(extra, frozenset({extra})):
+        wanted = extra
+    return (
+        f"{feature} needs {package}, which is not installed: install numloss with its [{wanted}] "
+        f"extra (from a clone: pip install -e '.[{wanted}]'; "
+        f"a wheel: pip install 'numloss-*.whl[{wanted}]')"
+    )
 
 
 def explain(error: ModuleNotFoundError, extra: str, feature: str) -> str | None:
@@ -74,11 +72,7 @@ def explain(error: ModuleNotFoundError, extra: str, feature: str) -> str | None:
     about a package an extra installs (a bug, or a package the user chose to use)."""
     if isinstance(error, MissingExtraError):
         return str(error)
-    name = error.name or ""
-    wanted = extra_for(name, extra)
-    return (
-        None if wanted is None else missing_extra_message(feature, name.partition(".")[0], wanted)
-    )
+    return missing_extra_message(feature, error.name or "", extra)
 
 
 def require(extra: str, feature: str, *modules: str) -> None:
@@ -86,8 +80,8 @@ def require(extra: str, feature: str, *modules: str) -> None:
     imported: for packages that a feature imports only inside its functions)."""
     for module in modules:
         if importlib.util.find_spec(module) is None:
-            wanted = extra_for(module, extra) or extra
-            raise MissingExtraError(missing_extra_message(feature, module, wanted), name=module)
+            line = missing_extra_message(feature, module, extra)
+            raise MissingExtraError(line or f"{feature} needs {module}: install it", name=module)
 
 
 @contextmanager
