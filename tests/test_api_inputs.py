@@ -13,12 +13,15 @@ import time
 from pathlib import Path
 
 import pytest
+import torch
 import torch.nn as nn
 
+import numloss.digits
 from numloss.config import ConfigError
 from numloss.evaluate import evaluate, score_outputs
 from numloss.evaluate.benchmarks import BenchmarkError
 from numloss.evaluate.generate import Generation
+from numloss.models.load import check_model_available
 
 SRC = str(Path(__file__).resolve().parents[1] / "src")
 ROOT = Path(__file__).resolve().parents[1]
@@ -227,10 +230,10 @@ API_CASES = {
     "patch None": (lambda t: _patch(None), TypeError, r"^numloss.patch: model must be a model instance .* got None \(NoneType\)"),
     "patch a class": (lambda t: _patch(type(_tiny())), TypeError, r"^numloss.patch: model is the class LlamaForCausalLM, not a model: pass an instance"),
     "patch fused 'false'": (lambda t: _patch(_tiny(), fused="false"), TypeError, r"^numloss.patch: fused must be True or False, got 'false'"),
-    "place_weights a list": (lambda t: _digits().place_weights([0, 1]), TypeError, r"^place_weights: places must be a torch.Tensor"),
-    "place_weights weighting 'x'": (lambda t: _digits().place_weights(_places(), "x"), ValueError, r"^place_weighting must be one of 'official', 'continuous', 'none'"),
-    "find_digits None": (lambda t: _digits().find_digits(None, _vocab()), TypeError, r"^find_digits: labels must be an integer torch.Tensor"),
-    "find_digits vocab None": (lambda t: _digits().find_digits(_places(), None), TypeError, r"^find_digits: vocab must be a DigitVocab"),
+    "place_weights a list": (lambda t: numloss.digits.place_weights([0, 1]), TypeError, r"^place_weights: places must be a torch.Tensor"),
+    "place_weights weighting 'x'": (lambda t: numloss.digits.place_weights(torch.tensor([[1, 2]]), "x"), ValueError, r"^place_weighting must be one of 'official', 'continuous', 'none'"),
+    "find_digits None": (lambda t: numloss.digits.find_digits(None, _vocab()), TypeError, r"^find_digits: labels must be an integer torch.Tensor"),
+    "find_digits vocab None": (lambda t: numloss.digits.find_digits(torch.tensor([[1, 2]]), None), TypeError, r"^find_digits: vocab must be a DigitVocab"),
     "trainer fused 'false'": (lambda t: _trainer(t, fused="false"), TypeError, r"^NumericTrainer: fused must be True or False, got 'false'"),
     "trainer model None": (lambda t: _trainer(t, model=None), TypeError, r"^NumericTrainer: model is None: pass a model"),
     "trainer args a dict": (lambda t: _trainer(t, args={"learning_rate": 1e-3}), TypeError, r"^NumericTrainer: args must be a transformers TrainingArguments"),
@@ -243,7 +246,7 @@ API_CASES = {
     "trainer nothing learnt": (lambda t: _trainer(t, dataset=_rows(4, learnt=False)), ValueError, r"every label of the 4 training examples is ignore_index \(-100\): nothing would be learnt"),
     "build_loss check_finite 'no'": (lambda t: _build("del", check_finite="no"), TypeError, r"^del: check_finite must be True or False, got 'no'"),
     "build_loss alpha 1e300": (lambda t: _build("ntl-was", alpha=1e300), ValueError, r"^ntl-was: alpha must be a finite number >= 0 and <= 3.40282e\+38, got 1e\+300"),
-    "smollm2 cache_dir a file": (lambda t: _check_model("smollm2", cache_dir=str(_file(t))), RuntimeError, r"cache_dir: .*file is a file, not a folder"),
+    "smollm2 cache_dir a file": (lambda t: check_model_available("smollm2", cache_dir=str(_file(t))), RuntimeError, r"cache_dir: .*file is a file, not a folder"),
 }
 
 
@@ -251,12 +254,6 @@ def _build(name: str, **options):
     from numloss import build_loss
 
     return build_loss(name, _vocab(), **options)
-
-
-def _check_model(name: str, **options):
-    from numloss.models.load import check_model_available
-
-    return check_model_available(name, **options)
 
 
 def _file(tmp_path: Path) -> Path:
@@ -282,16 +279,6 @@ def _patch(model, fused=False):
     return patch(model, _loss(), fused=fused)
 
 
-def _digits():
-    import numloss.digits
-
-    return numloss.digits
-
-
-def _places():
-    import torch
-
-    return torch.tensor([[1, 2]])
 
 
 @pytest.mark.parametrize("case", list(API_CASES))

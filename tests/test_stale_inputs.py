@@ -15,7 +15,7 @@ from numloss.evaluate.benchmarks import BenchmarkError
 from numloss.evaluate.generate import Generation
 from numloss.evaluate.store import ResultsFile, folder_identity
 from numloss.identity import file_sha256, folder_sha256, model_sha256
-from test_compare_faults import _mapping, _one_line_error
+from test_compare_faults import _mapping, _one_line_error, _write
 from test_eval_faults import ok, one_line, save_tiny, tiny_eval
 
 
@@ -150,13 +150,9 @@ def test_rescoring_does_not_replace_an_evaluations_report(tmp_path, capsys) -> N
 
 # -- compare -------------------------------------------------------------------------------------------
 def _compare(tmp_path: Path, out: Path, *extra: str) -> int:
-    import yaml
-
     from numloss.compare import main as compare_main
 
-    config = tmp_path / "c.yaml"
-    config.write_text(yaml.safe_dump(_mapping(out)))
-    return compare_main([str(config), "--no-progress", *extra])
+    return compare_main([_write(tmp_path / "c.yaml", _mapping(out)), "--no-progress", *extra])
 
 
 def test_compare_refuses_a_finished_run_of_a_model_replaced_in_place(tmp_path, capsys) -> None:
