@@ -265,7 +265,8 @@ def load_tokenizer(
     """The tokenizer `load_model_and_tokenizer` returns for the same arguments (padding included),
     without weights, for the checks that run first."""
     if name == "tiny":
-        return tiny.build_char_tokenizer((tiny_options or {}).get("digits_per_token", 1))
+        digits_per_token = (tiny_options or {}).get("digits_per_token", 1)
+        return tiny.build_char_tokenizer(digits_per_token=digits_per_token)
     check_model_available(name, revision, cache_dir, trust_remote_code)
     from transformers import AutoTokenizer
 
