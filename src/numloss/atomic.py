@@ -13,13 +13,6 @@ import os
 from pathlib import Path
 from typing import Any
 
-
-def temporary_path(path: Path) -> Path:
-    """The temporary name `write_bytes_atomic` uses for `path`: hidden, in the same folder, and
-    per process (two writers never share one)."""
-    return path.with_name(f".{path.name}.{os.getpid()}.tmp")
-
-
 #: what fsync says when the data did not reach the disk (as opposed to a folder it cannot fsync)
 LOST_WRITE_ERRNOS = frozenset({errno.EIO, errno.ENOSPC, errno.EDQUOT})
 
@@ -50,7 +43,7 @@ def write_bytes_atomic(path: str | Path, data: bytes) -> None:
     if path.is_dir() and not path.is_symlink():
         # the rename would fail naming the temporary; the folder in the way is what to fix
         raise IsADirectoryError(errno.EISDIR, "a folder is in the way of this file", str(path))
-    tmp = temporary_path(path)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")  # per process: never shared
     try:
         with open(tmp, "wb") as handle:
             handle.write(data)

@@ -125,18 +125,13 @@ def model_sha256(name: str, cache_dir: str | None = None) -> str | None:
             return "sha256:" + file_sha256(smollm2.gguf_path())
         except (smollm2.ModelNotPreparedError, OSError):
             return None
-    folder = Path(name).expanduser()
-    if not folder.is_dir():
-        from numloss.models.load import model_folder
+    from numloss.models.load import model_folder
 
-        try:
-            found = model_folder(name)
-        except Exception:  # noqa: BLE001 - an id the hub cache cannot resolve: nothing to hash
-            return None
-        if found is None or not found.is_dir():
-            return None
-        folder = found
-    return folder_sha256(folder, WEIGHT_SUFFIXES)
+    try:
+        folder = model_folder(name)
+    except Exception:  # noqa: BLE001 - an id the hub cache cannot resolve: nothing to hash
+        return None
+    return folder_sha256(folder, WEIGHT_SUFFIXES) if folder and folder.is_dir() else None
 
 
 def describe_change(what: str, then: str | None, now: str | None) -> str:
