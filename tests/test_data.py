@@ -238,6 +238,7 @@ BAD_DATA = {
     "a message without content": ("bad.jsonl", [{"messages": [{"role": "user"}]}], {}, r"messages\[0\] is not a \{role, content\}"),
     "a str prompt, a chat completion": ("bad.jsonl", [{"prompt": "x", "completion": [{"role": "assistant", "content": "1"}]}], {}, "both be strings or both lists"),
     "latin-1 JSONL": ("latin1.jsonl", b'{"instruction": "a", "output": "1"}\n{"instruction": "caf\xe9", "output": "2"}\n', {}, r"latin1.jsonl:2: not UTF-8 text \(byte 0xe9 at column 21\)"),
+    "an unknown file type": ("data.txt", b"x\n", {}, r"data.txt: unknown data file type '.txt'"),
     "latin-1 CSV": ("data.csv", b"instruction,output\nx,1\ny,\xff\n", {}, r"data.csv:3: not UTF-8"),
     "a key twice": ("train.jsonl", b'{"instruction": "1+1=", "output": "2", "output": "3"}\n', {}, r"train\.jsonl:1: field 'output' is given twice; keep one$"),
     "a whitespace output": ("train.jsonl", [{"instruction": "1+1=", "output": " \n "}], {}, r"train\.jsonl: record 0: 'output' is only whitespace, so there is nothing to learn"),

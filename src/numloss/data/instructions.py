@@ -172,6 +172,10 @@ def read_json_records(path: str | os.PathLike) -> list[dict[str, Any]]:
     return data
 
 
+#: a data file's suffix -> the `datasets` builder that reads it
+_BUILDERS = {".parquet": "parquet", ".csv": "csv", ".json": "json", ".jsonl": "json"}
+
+
 def load_hf_records(name_or_path: str, split: str = "train", subset: str | None = None) -> Any:
     """A `datasets.Dataset` split from a hub name or a local path (offline, an uncached name is an
     error saying so)."""
@@ -188,27 +192,22 @@ def load_hf_records(name_or_path: str, split: str = "train", subset: str | None 
                 loaded = loaded[split]
             return loaded
         if path.is_file():
-            builder = {".parquet": "parquet", ".csv": "csv", ".json": "json", ".jsonl": "json"}.get(
-                path.suffix
-            )
-            if builder in ("csv", "json"):
-                # a named line instead of a decoder traceback from deep inside datasets
-                read_utf8(path, DataError)
+            builder = _BUILDERS.get(path.suffix)
             if builder is None:
                 raise DataError(
                     f"{path}: unknown data file type {path.suffix!r} (use .json, .jsonl, .parquet"
                     " or .csv)"
                 )
+            if builder != "parquet":  # a named line, not a decoder traceback from inside datasets
+                read_utf8(path, DataError)
             return datasets.load_dataset(builder, data_files=str(path), split=split)
         return datasets.load_dataset(
             str(path) if path.exists() else name_or_path, subset, split=split
         )
     except DataError:
         raise
-    except (FileNotFoundError, ConnectionError, ValueError, OSError) as error:
-        offline = (
-            os.environ.get("HF_DATASETS_OFFLINE") == "1" or os.environ.get("HF_HUB_OFFLINE") == "1"
-        )
+    except (ValueError, OSError) as error:  # a connection error is an OSError
+        offline = "1" in (os.environ.get("HF_DATASETS_OFFLINE"), os.environ.get("HF_HUB_OFFLINE"))
         hint = (
             " Running offline (HF_DATASETS_OFFLINE/HF_HUB_OFFLINE=1): download it once where the"
             " hub is reachable (`datasets.load_dataset(name).save_to_disk(DIR)`) and set"
