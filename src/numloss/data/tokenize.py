@@ -145,13 +145,10 @@ def conversation_ids(
         spans.append((len(before), len(after)))
     encoded = tokenizer(text, add_special_tokens=False, return_offsets_mapping=True)
     input_ids = list(encoded["input_ids"])
-    labels = [IGNORE_INDEX] * len(input_ids)
-    span = 0
-    for t, (start, end) in enumerate(encoded["offset_mapping"]):
-        while span < len(spans) and start >= spans[span][1]:
-            span += 1
-        if span < len(spans) and spans[span][0] <= start < spans[span][1] and end > start:
-            labels[t] = input_ids[t]
+    labels = [  # a token is learnt when it starts inside a learnt turn (and is not empty)
+        token if end > start and any(a <= start < b for a, b in spans) else IGNORE_INDEX
+        for token, (start, end) in zip(input_ids, encoded["offset_mapping"], strict=True)
+    ]
     return input_ids, labels
 
 
