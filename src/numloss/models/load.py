@@ -37,38 +37,30 @@ def _looks_like_path(name: str) -> bool:
     return name.startswith(("/", "./", "../", "~")) or Path(name).expanduser().exists()
 
 
-def _hub_cache() -> str:
-    from huggingface_hub import constants
-
-    return str(constants.HF_HUB_CACHE)
-
-
 def model_not_found(name: str, revision: str | None = None) -> ModelUnavailableError:
     """The one-line error (the same in train, eval and compare) for a `model.name` that is not
     built in, a local folder or an available hub id, naming every place looked in."""
+    from huggingface_hub import constants
+
     folder = Path(name).expanduser()
+    state = "exists but has no config.json" if folder.is_dir() else "no such folder"
     where = "" if revision is None else f" at revision {revision!r}"
-    looked = [
-        (
-            f"a local folder {str(folder)!r}"
-            f" ({'exists but has no config.json' if folder.is_dir() else 'no such folder'})"
-        ),
-        f"the Hugging Face cache {_hub_cache()!r} (not there{where})",
-    ]
     if _offline():
-        looked.append("the hub (not asked: HF_HUB_OFFLINE=1)")
+        hub = "not asked: HF_HUB_OFFLINE=1"
         fix = (
             f"download it once where the hub is reachable (`huggingface-cli download {name}`, or"
             " unset HF_HUB_OFFLINE for one run), pass a folder written by save_pretrained, or use"
             " tiny / smollm2 (`numloss models prepare smollm2`)"
         )
     else:
-        looked.append("the hub (no such model, or not reachable)")
+        hub = "no such model, or not reachable"
         fix = (
             "check the spelling, or pass a folder written by save_pretrained, or use tiny / smollm2"
         )
     return ModelUnavailableError(
-        f"model {name!r} not found: looked for {'; '.join(looked)}. Fix: {fix}"
+        f"model {name!r} not found: looked for a local folder {str(folder)!r} ({state}); the"
+        f" Hugging Face cache {str(constants.HF_HUB_CACHE)!r} (not there{where}); the hub ({hub})."
+        f" Fix: {fix}"
     )
 
 
