@@ -60,11 +60,8 @@ class PushdownWarning(TrainerCallback):
         **kwargs: Any,
     ) -> None:
         share = (logs or {}).get("pushdown_share")
-        if (
-            share is None
-            or getattr(self.loss_fn, "name", "") != "del"
-            or getattr(self.loss_fn, "alpha", 0) == 0
-        ):
+        loss = self.loss_fn  # DEL with a term: the others' share is what raw DEL *would* do
+        if share is None or getattr(loss, "name", "") != "del" or not getattr(loss, "alpha", 0):
             return
         self.streak = self.streak + 1 if share > self.threshold else 0
         if self.streak >= self.patience and not self.warned:
@@ -103,11 +100,7 @@ class DigitDiagnosticsCallback(PushdownWarning):
             return
         means = self.compute_loss.pop_diagnostics()
         logs.update(means)
-        history = getattr(state, "log_history", None)
-        if (
-            history
-            and history[-1].get("step") == getattr(state, "global_step", None)
-            and "loss" in history[-1]
-        ):
-            history[-1].update(means)
+        last = (getattr(state, "log_history", None) or [{}])[-1]
+        if last.get("step") == getattr(state, "global_step", None) and "loss" in last:
+            last.update(means)
         super().on_log(args, state, control, logs=logs, **kwargs)
