@@ -531,16 +531,14 @@ def parse_overrides(argv: list[str]) -> list[tuple[str, str]]:
             value = argv[i + 1]
             i += 2
         pairs.append((key, value))
-    keys = [key for key, _ in pairs]
-    for key in dict.fromkeys(keys):
-        if keys.count(key) > 1:  # `--x 3 --x=2`: the last wins, as with argparse, and says so
-            given = [value for k, value in pairs if k == key]
-            logging.getLogger("numloss.config").warning(
-                "--%s is given %d times (%s): the last, %r, is used",
-                key,
-                len(given),
-                ", ".join(map(repr, given)),
-                given[-1],
+    given: dict[str, list[str]] = {}
+    for key, value in pairs:
+        given.setdefault(key, []).append(value)
+    for key, values in given.items():
+        if len(values) > 1:  # `--x 3 --x=2`: the last wins, as with argparse, and says so
+            listed, last = ", ".join(map(repr, values)), values[-1]
+            logger.warning(
+                f"--{key} is given {len(values)} times ({listed}): the last, {last!r}, is used"
             )
     return pairs
 
@@ -605,16 +603,21 @@ def validate(config: Config) -> None:
     check_chat_template(config.data.chat_template)
 
 
+def _one_of(key: str, what: str, value: str, choices: Any, given: str | None = None) -> None:
+    """ConfigError naming `key` and the choices (str enums by value) unless `value` is one."""
+    names = [getattr(choice, "value", choice) for choice in choices]
+    if value not in names:
+        raise ConfigError(
+            f"{key}: unknown {what} {given or value!r}; choose one of {', '.join(names)}"
+        )
+
+
 def _validate_objective(objective: ObjectiveConfig) -> None:
     """The objective's name, whether it takes alpha, and its options' names and values."""
     from numloss.losses import LOSSES
 
     key = objective.name.lower().replace("_", "-")
-    if key not in LOSSES:
-        raise ConfigError(
-            f"objective.name: unknown objective {objective.name!r}; choose one of"
-            f" {', '.join(LOSSES)}"
-        )
+    _one_of("objective.name", "objective", key, LOSSES, objective.name)
     klass = LOSSES[key]
     allowed = [name for name in klass.option_names() if name not in ("alpha", "embedding")]
     unknown = sorted(set(objective.options) - set(allowed))
@@ -649,12 +652,7 @@ def _validate_ranges(config: Config) -> None:
     from transformers.trainer_utils import SchedulerType
 
     # the names TrainingArguments(lr_scheduler_type=...) accepts
-    schedulers = [scheduler.value for scheduler in SchedulerType]
-    if train.lr_scheduler_type not in schedulers:
-        raise ConfigError(
-            f"train.lr_scheduler_type: unknown scheduler {train.lr_scheduler_type!r}; "
-            f"choose one of {', '.join(schedulers)}"
-        )
+    _one_of("train.lr_scheduler_type", "scheduler", train.lr_scheduler_type, [*SchedulerType])
     target = lora.target_modules
     if not target or (isinstance(target, list) and not all(target)):
         raise ConfigError(
@@ -675,12 +673,6 @@ def _validate_ranges(config: Config) -> None:
 
 #: model names numloss builds or converts itself: a hub revision means nothing for them
 BUILT_IN_MODELS = ("tiny", "smollm2")
-
-
-def _is_local_file(source: str) -> bool:
-    return not source.startswith(("synthetic:", "gym:")) and (
-        Path(source).is_file() or source.endswith((".json", ".jsonl"))
-    )
 
 
 def _validate_context(config: Config) -> None:
@@ -723,9 +715,8 @@ def _validate_context(config: Config) -> None:
             " train.fsdp (e.g. 'full_shard auto_wrap') or drop train.fsdp_config"
         )
     generated = data.source.startswith(("synthetic:", "gym:"))
-    if (generated or _is_local_file(data.source)) and (
-        data.split != "train" or data.subset is not None
-    ):
+    local = Path(data.source).is_file() or data.source.endswith((".json", ".jsonl"))
+    if (generated or local) and (data.split != "train" or data.subset is not None):
         what = "data.split" if data.split != "train" else "data.subset"
         where = "the generated set" if generated else "the local file"
         raise ConfigError(
@@ -757,12 +748,7 @@ def _validate_names(config: Config) -> None:
     """Names transformers looks up later: the optimizer and the reporting integrations."""
     from transformers.training_args import OptimizerNames
 
-    optimizers = [o.value for o in OptimizerNames]
-    if config.train.optim not in optimizers:
-        raise ConfigError(
-            f"train.optim: unknown optimizer {config.train.optim!r}; choose one of"
-            f" {', '.join(optimizers)}"
-        )
+    _one_of("train.optim", "optimizer", config.train.optim, [*OptimizerNames])
     from transformers.integrations import get_available_reporting_integrations
     from transformers.integrations.integration_utils import INTEGRATION_TO_CALLBACK
 
@@ -770,11 +756,7 @@ def _validate_names(config: Config) -> None:
     for name in config.train.report_to:
         if name in ("none", "tensorboard"):
             continue
-        if name not in INTEGRATION_TO_CALLBACK:
-            raise ConfigError(
-                f"train.report_to: unknown integration {name!r}; choose from none,"
-                f" {', '.join(INTEGRATION_TO_CALLBACK)}"
-            )
+        _one_of("train.report_to", "integration", name, ["none", *INTEGRATION_TO_CALLBACK])
         if name not in installed:
             raise ConfigError(
                 f"train.report_to: {name!r} is not installed (pip install it, or remove it)"
@@ -824,16 +806,8 @@ def describe_keys() -> str:
                 " --train.adam_beta2 0.95"
             )
     names = ", ".join(f"{old} -> {new}" for old, new in LEGACY_KEYS.items())
-    return "\n".join(
-        [
-            *lines,
-            "",
-            (
-                f"Names of earlier releases still work, with a deprecation line: {names}; "
-                "train.extra.NAME -> train.NAME."
-            ),
-        ]
-    )
+    lines += ["", f"Names of earlier releases still work, with a deprecation line: {names}; "]
+    return "\n".join(lines) + "train.extra.NAME -> train.NAME."
 
 
 def dump_config(config: Config) -> str:
@@ -847,31 +821,14 @@ def dump_config(config: Config) -> str:
 # -- resuming: which settings change a run ---------------------------------------------------------
 #: keys a resumed run may change: where things go and how they are shown, not what is learnt
 RESUME_SAFE_KEYS = frozenset(
-    {
-        "train.output_dir",
-        "train.resume",
-        "train.resume_changed",
-        "train.overwrite",
-        "train.logging_steps",
-        "train.report_to",
-        "train.progress_bar",
-        "train.save_steps",
-        "train.save_total_limit",
-        "train.dataloader_num_workers",
-        "model.cache_dir",
-        "model.gradient_checkpointing",
-        "model.attn_implementation",
-        "fused",
-        "lora.merge",
-        "train.run_name",
-        "train.logging_dir",
-        "train.logging_strategy",
-        "train.logging_first_step",
-        "train.logging_nan_inf_filter",
-        "train.save_only_model",
-        "train.save_safetensors",
-        "train.log_level",
-    }
+    """
+    train.output_dir train.resume train.resume_changed train.overwrite train.logging_steps
+    train.report_to train.progress_bar train.save_steps train.save_total_limit
+    train.dataloader_num_workers model.cache_dir model.gradient_checkpointing
+    model.attn_implementation fused lora.merge train.run_name train.logging_dir
+    train.logging_strategy train.logging_first_step train.logging_nan_inf_filter
+    train.save_only_model train.save_safetensors train.log_level
+    """.split()
 )
 
 
