@@ -70,18 +70,13 @@ def _bounds(
 def check_int(name: str, value: Any, low: int | None = None, high: int | None = None) -> int:
     """`value` as an int in [low, high] (either bound optional). A bool, a float (even 3.0), a
     string or NaN is refused: a count or a seed is written as an integer."""
+    bounds = _bounds(low, high)
+    what = f"an integer{' ' + bounds if bounds else ''}"
     if isinstance(value, bool) or not isinstance(value, numbers.Integral):
-        bounds = _bounds(low, high)
-        raise ArgumentTypeError(
-            f"{name} must be an integer{' ' + bounds if bounds else ''}, got {shown(value)}: pass"
-            " an int"
-        )
+        raise ArgumentTypeError(f"{name} must be {what}, got {shown(value)}: pass an int")
     number = int(value)
     if (low is not None and number < low) or (high is not None and number > high):
-        raise ArgumentError(
-            f"{name} must be an integer {_bounds(low, high)}, got {_short(number)}: pass one in"
-            " range"
-        )
+        raise ArgumentError(f"{name} must be {what}, got {_short(number)}: pass one in range")
     return number
 
 
