@@ -46,79 +46,67 @@ Share = Annotated[float, Ge(0), Lt(1)]
 Seed = Annotated[int, Ge(0), Lt(2**32)]  # numpy takes 0 <= seed < 2**32
 
 
-def _f(default: Any, help: str, **kwargs: Any) -> Any:
-    if isinstance(default, (list, dict)):
-        return field(
-            default_factory=lambda: type(default)(default), metadata={"help": help}, **kwargs
-        )
-    return field(default=default, metadata={"help": help}, **kwargs)
-
-
+# each key's --help line is the docstring under it (as pydantic's use_attribute_docstrings reads)
 @dataclass
 class ModelConfig:
-    name: str = _f(
-        "tiny",
-        "'tiny' (random char-level Llama), 'smollm2' (offline SmolLM2-135M-Instruct), a hub id or a"
-        " local folder",
-    )
-    revision: str | None = _f(None, "hub revision (branch, tag or commit) of a hub model")
-    dtype: Literal["auto", "float32", "bfloat16", "float16"] = _f(
-        "float32", "dtype of the loaded weights (float32 + train.bf16 = mixed precision)"
-    )
-    trust_remote_code: bool = _f(False, "allow a hub model's own modelling code")
-    attn_implementation: str | None = _f(
-        None, "attention kernel: eager, sdpa, flash_attention_2 (None: transformers' choice)"
-    )
-    gradient_checkpointing: bool = _f(
-        False, "recompute activations in backward (saves memory, costs time)"
-    )
-    tiny_layers: Annotated[int, Ge(1), Le(64)] = _f(6, "tiny model: decoder layers")
-    tiny_hidden: Annotated[int, Ge(1), Le(8192)] = _f(384, "tiny model: hidden width")
-    tiny_heads: Annotated[int, Ge(1), Le(256)] = _f(6, "tiny model: attention heads")
-    tiny_digits_per_token: Literal[1, 3] = _f(
-        1,
-        "tiny model: 1 (one token per digit) or 3 (numbers in Llama-3-style chunks of 1-3 digits)",
-    )
-    cache_dir: str | None = _f(
-        None, "numloss model cache for 'smollm2' (default $NUMLOSS_CACHE or ~/.cache/numloss)"
-    )
+    name: str = "tiny"
+    """'tiny' (random char-level Llama), 'smollm2' (offline SmolLM2-135M-Instruct), a hub id or a
+    local folder"""
+    revision: str | None = None
+    """hub revision (branch, tag or commit) of a hub model"""
+    dtype: Literal["auto", "float32", "bfloat16", "float16"] = "float32"
+    """dtype of the loaded weights (float32 + train.bf16 = mixed precision)"""
+    trust_remote_code: bool = False
+    """allow a hub model's own modelling code"""
+    attn_implementation: str | None = None
+    """attention kernel: eager, sdpa, flash_attention_2 (None: transformers' choice)"""
+    gradient_checkpointing: bool = False
+    """recompute activations in backward (saves memory, costs time)"""
+    tiny_layers: Annotated[int, Ge(1), Le(64)] = 6
+    """tiny model: decoder layers"""
+    tiny_hidden: Annotated[int, Ge(1), Le(8192)] = 384
+    """tiny model: hidden width"""
+    tiny_heads: Annotated[int, Ge(1), Le(256)] = 6
+    """tiny model: attention heads"""
+    tiny_digits_per_token: Literal[1, 3] = 1
+    """tiny model: 1 (one token per digit) or 3 (numbers in Llama-3-style chunks of 1-3 digits)"""
+    cache_dir: str | None = None
+    """numloss model cache for 'smollm2' (default $NUMLOSS_CACHE or ~/.cache/numloss)"""
 
 
 @dataclass
 class DataConfig:
-    source: str = _f(
-        "synthetic:mix",
-        "synthetic:NAME, gym:NAME, a .json/.jsonl file, a dataset folder or a HF dataset name",
-    )
-    num_examples: Count | None = _f(
-        4000, "examples to generate (synthetic/gym) or to keep (files; null = all)"
-    )
-    seed: Seed = _f(0, "seed of the generated sets")
-    split: str = _f("train", "split of a HF dataset")
-    subset: str | None = _f(None, "configuration name of a HF dataset")
-    max_length: Annotated[int, Ge(2), Le(10**7)] = _f(
-        512, "tokens per sequence; longer ones are truncated (and counted in the log)"
-    )
-    instruction_field: str = _f("instruction", "record field holding the instruction")
-    input_field: str = _f("input", "record field holding the optional input")
-    output_field: str = _f("output", "record field holding the response to learn")
-    chat_template: str | None = _f(
-        None,
-        "Jinja chat template (or a file holding one) for `messages` data; null: the tokenizer's",
-    )
+    source: str = "synthetic:mix"
+    """synthetic:NAME, gym:NAME, a .json/.jsonl file, a dataset folder or a HF dataset name"""
+    num_examples: Count | None = 4000
+    """examples to generate (synthetic/gym) or to keep (files; null = all)"""
+    seed: Seed = 0
+    """seed of the generated sets"""
+    split: str = "train"
+    """split of a HF dataset"""
+    subset: str | None = None
+    """configuration name of a HF dataset"""
+    max_length: Annotated[int, Ge(2), Le(10**7)] = 512
+    """tokens per sequence; longer ones are truncated (and counted in the log)"""
+    instruction_field: str = "instruction"
+    """record field holding the instruction"""
+    input_field: str = "input"
+    """record field holding the optional input"""
+    output_field: str = "output"
+    """record field holding the response to learn"""
+    chat_template: str | None = None
+    """Jinja chat template (or a file holding one) for `messages` data; null: the tokenizer's"""
 
 
 @dataclass
 class ObjectiveConfig:
-    name: str = _f("del", "objective: mle, del, ntl-was, ntl-mse, dist2, mixce, emo")
-    alpha: float | None = _f(
-        None,
-        "weight of the objective's term on the step-wide digit mean (null: its default, DEL 0.03;"
-        " normalize: tokens needs one)",
-    )
-    options: dict[str, Any] = _f(
-        {}, "other options of the objective, e.g. {place_weighting: continuous} or {tau: 2}"
-    )
+    name: str = "del"
+    """objective: mle, del, ntl-was, ntl-mse, dist2, mixce, emo"""
+    alpha: float | None = None
+    """weight of the objective's term on the step-wide digit mean (null: its default, DEL 0.03;
+    normalize: tokens needs one)"""
+    options: dict[str, Any] = field(default_factory=dict)
+    """other options of the objective, e.g. {place_weighting: continuous} or {tau: 2}"""
 
 
 @dataclass
@@ -126,78 +114,81 @@ class TrainConfig:
     """`transformers.TrainingArguments` by its own names: the fields numloss gives a default of its
     own or reads itself, and (kept in `extra`) any other TrainingArguments field given by name."""
 
-    output_dir: str = _f("runs/tiny", "where checkpoints, logs and the final model go")
-    num_train_epochs: Annotated[float, Gt(0)] = _f(
-        1.0, "passes over the data (ignored when max_steps > 0)"
-    )
-    max_steps: Literal[-1] | Count = _f(-1, "optimizer steps; -1 = num_train_epochs")
-    per_device_train_batch_size: Count = _f(8, "sequences per device per micro-batch")
-    gradient_accumulation_steps: Count = _f(
-        1,
-        "micro-batches per optimizer step (global batch = per_device_train_batch_size x"
-        " gradient_accumulation_steps x devices)",
-    )
-    learning_rate: Annotated[float, Gt(0)] = _f(1e-3, "peak learning rate")
-    lr_scheduler_type: str = _f(
-        "cosine", "transformers scheduler: cosine, linear, constant, constant_with_warmup, ..."
-    )
-    warmup_ratio: Share = _f(0.03, "fraction of the steps spent warming up")
-    weight_decay: NonNegative = _f(0.0, "AdamW weight decay")
-    max_grad_norm: NonNegative = _f(1.0, "gradient clipping norm (0 = off)")
-    optim: str = _f("adamw_torch", "transformers optimizer name")
-    seed: Seed = _f(0, "seed of initialisation, shuffling and dropout")
-    bf16: bool | None = _f(None, "bf16 autocast; null = on where the CPU/GPU supports it")
-    tf32: bool | None = _f(None, "TF32 matmuls on Ampere+ GPUs (null = transformers' default)")
-    logging_steps: Count = _f(10, "log every N optimizer steps")
-    save_steps: Annotated[int, Ge(0)] = _f(0, "checkpoint every N steps (0 = only the final model)")
-    save_total_limit: Count | None = _f(2, "checkpoints kept (null = all)")
-    resume: bool | str = _f(
-        False, "true: resume from the last checkpoint in output_dir; or a checkpoint path"
-    )
-    resume_changed: bool = _f(
-        False,
-        "let a resume continue under settings that change the run (objective, learning rate, ...);"
-        " the CLI's --resume-changed",
-    )
-    overwrite: bool = _f(
-        False,
-        "train into an output_dir holding another or a finished run: its files move aside to"
-        " output_dir/overwritten-TIME/; the CLI's --overwrite",
-    )
-    report_to: list[str] = _f(
-        ["tensorboard"], "logging integrations besides the CSV log (tensorboard, wandb, none)"
-    )
-    progress_bar: bool = _f(True, "show the progress bar with loss terms and tokens/s")
-    dataloader_num_workers: Annotated[int, Ge(0)] = _f(0, "data-loading worker processes")
-    fsdp: str = _f(
-        "",
-        "FSDP mode passed to TrainingArguments, e.g. 'full_shard auto_wrap' (or use accelerate's"
-        " config)",
-    )
-    fsdp_config: dict[str, Any] = _f(
-        {},
-        "FSDP options passed to TrainingArguments, e.g. {transformer_layer_cls_to_wrap:"
-        " [Qwen2DecoderLayer]}",
-    )
-    deepspeed: str | None = _f(
-        None,
-        "DeepSpeed JSON config (needs deepspeed installed), e.g. configs/accelerate/ds_zero3.json",
-    )
-    extra: dict[str, Any] = _f(
-        {}, "the other transformers.TrainingArguments fields given (write each as train.NAME)"
-    )
+    output_dir: str = "runs/tiny"
+    """where checkpoints, logs and the final model go"""
+    num_train_epochs: Annotated[float, Gt(0)] = 1.0
+    """passes over the data (ignored when max_steps > 0)"""
+    max_steps: Literal[-1] | Count = -1
+    """optimizer steps; -1 = num_train_epochs"""
+    per_device_train_batch_size: Count = 8
+    """sequences per device per micro-batch"""
+    gradient_accumulation_steps: Count = 1
+    """micro-batches per optimizer step (global batch = per_device_train_batch_size x
+    gradient_accumulation_steps x devices)"""
+    learning_rate: Annotated[float, Gt(0)] = 1e-3
+    """peak learning rate"""
+    lr_scheduler_type: str = "cosine"
+    """transformers scheduler: cosine, linear, constant, constant_with_warmup, ..."""
+    warmup_ratio: Share = 0.03
+    """fraction of the steps spent warming up"""
+    weight_decay: NonNegative = 0.0
+    """AdamW weight decay"""
+    max_grad_norm: NonNegative = 1.0
+    """gradient clipping norm (0 = off)"""
+    optim: str = "adamw_torch"
+    """transformers optimizer name"""
+    seed: Seed = 0
+    """seed of initialisation, shuffling and dropout"""
+    bf16: bool | None = None
+    """bf16 autocast; null = on where the CPU/GPU supports it"""
+    tf32: bool | None = None
+    """TF32 matmuls on Ampere+ GPUs (null = transformers' default)"""
+    logging_steps: Count = 10
+    """log every N optimizer steps"""
+    save_steps: Annotated[int, Ge(0)] = 0
+    """checkpoint every N steps (0 = only the final model)"""
+    save_total_limit: Count | None = 2
+    """checkpoints kept (null = all)"""
+    resume: bool | str = False
+    """true: resume from the last checkpoint in output_dir; or a checkpoint path"""
+    resume_changed: bool = False
+    """let a resume continue under settings that change the run (objective, learning rate, ...);
+    the CLI's --resume-changed"""
+    overwrite: bool = False
+    """train into an output_dir holding another or a finished run: its files move aside to
+    output_dir/overwritten-TIME/; the CLI's --overwrite"""
+    report_to: list[str] = field(default_factory=lambda: ["tensorboard"])
+    """logging integrations besides the CSV log (tensorboard, wandb, none)"""
+    progress_bar: bool = True
+    """show the progress bar with loss terms and tokens/s"""
+    dataloader_num_workers: Annotated[int, Ge(0)] = 0
+    """data-loading worker processes"""
+    fsdp: str = ""
+    """FSDP mode passed to TrainingArguments, e.g. 'full_shard auto_wrap' (or use accelerate's
+    config)"""
+    fsdp_config: dict[str, Any] = field(default_factory=dict)
+    """FSDP options passed to TrainingArguments, e.g. {transformer_layer_cls_to_wrap:
+    [Qwen2DecoderLayer]}"""
+    deepspeed: str | None = None
+    """DeepSpeed JSON config (needs deepspeed installed), e.g. configs/accelerate/ds_zero3.json"""
+    extra: dict[str, Any] = field(default_factory=dict)
+    """the other transformers.TrainingArguments fields given (write each as train.NAME)"""
 
 
 @dataclass
 class LoraConfig:
-    enabled: bool = _f(False, "train LoRA adapters (peft) instead of all weights")
-    r: Count = _f(16, "LoRA rank")
-    alpha: Count = _f(32, "LoRA scaling numerator (scale = alpha / r)")
-    dropout: Share = _f(0.05, "dropout on the LoRA input")
-    target_modules: list[str] | str = _f(
-        "all-linear", "modules to adapt: 'all-linear' or a list like [q_proj, v_proj]"
-    )
-    merge: bool = _f(False, "also save the adapters merged into the base model (output_dir/merged)")
+    enabled: bool = False
+    """train LoRA adapters (peft) instead of all weights"""
+    r: Count = 16
+    """LoRA rank"""
+    alpha: Count = 32
+    """LoRA scaling numerator (scale = alpha / r)"""
+    dropout: Share = 0.05
+    """dropout on the LoRA input"""
+    target_modules: list[str] | str = "all-linear"
+    """modules to adapt: 'all-linear' or a list like [q_proj, v_proj]"""
+    merge: bool = False
+    """also save the adapters merged into the base model (output_dir/merged)"""
 
 
 @dataclass
@@ -207,9 +198,8 @@ class Config:
     objective: ObjectiveConfig = field(default_factory=ObjectiveConfig)
     train: TrainConfig = field(default_factory=TrainConfig)
     lora: LoraConfig = field(default_factory=LoraConfig)
-    fused: bool = _f(
-        False, "compute the loss from hidden states in chunks (never the whole [B, T, V] logits)"
-    )
+    fused: bool = False
+    """compute the loss from hidden states in chunks (never the whole [B, T, V] logits)"""
 
     def to_dict(self) -> dict[str, Any]:
         """Plain nested dict (YAML/JSON-ready) of every key."""
@@ -254,6 +244,20 @@ logger = logging.getLogger("numloss.config")
 def _hints(klass: type) -> dict[str, Any]:
     """`typing.get_type_hints(klass)`, once per class (it evaluates every annotation per call)."""
     return typing.get_type_hints(klass, include_extras=True)
+
+
+@functools.cache
+def _help(klass: type) -> dict[str, str]:
+    """Each field of `klass` to its attribute docstring, on one line (the `--help` text)."""
+    import ast
+    import inspect
+
+    body = ast.parse(inspect.getsource(klass)).body[0].body  # type: ignore[attr-defined]
+    return {
+        key.target.id: " ".join(doc.value.value.split())
+        for key, doc in zip(body, body[1:], strict=False)
+        if isinstance(key, ast.AnnAssign) and isinstance(doc, ast.Expr)
+    }
 
 
 @functools.cache
@@ -798,7 +802,7 @@ def describe_keys() -> str:
             key = f"{name}.{f.name}" if name else f.name
             lines += [
                 f"  --{key} ({_type_text(_hints(klass)[f.name])}, default {default})",
-                f"        {f.metadata.get('help', '')}",
+                f"        {_help(klass).get(f.name, '')}",
             ]
         if name == "train":
             lines.append(
