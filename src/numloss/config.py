@@ -206,14 +206,10 @@ class Config:
         return dataclasses.asdict(self)
 
 
-SECTIONS: dict[str, type] = {
-    "model": ModelConfig,
-    "data": DataConfig,
-    "objective": ObjectiveConfig,
-    "train": TrainConfig,
-    "lora": LoraConfig,
-}
 TOP_LEVEL = ("fused",)
+SECTIONS: dict[str, Any] = {
+    f.name: f.default_factory for f in dataclasses.fields(Config) if f.name not in TOP_LEVEL
+}
 
 
 # -- keys and their types --------------------------------------------------------------------------
@@ -286,17 +282,8 @@ def _type_text(hint: Any) -> str:
     if typing.get_origin(hint) is Annotated:
         base, *bounds = typing.get_args(hint)
         ops = {"ge": ">=", "gt": ">", "le": "<=", "lt": "<"}
-        return " ".join(
-            [
-                _type_text(base),
-                " and ".join(
-                    f"{op} {getattr(b, k)}"
-                    for b in bounds
-                    for k, op in ops.items()
-                    if hasattr(b, k)
-                ),
-            ]
-        )
+        limits = [f"{op} {getattr(b, k)}" for b in bounds for k, op in ops.items() if hasattr(b, k)]
+        return f"{_type_text(base)} {' and '.join(limits)}"
     return _PLAIN.get(hint) or re.sub(r"typing\.|<class '(\w+)'>", r"\1", str(hint))
 
 
@@ -309,11 +296,8 @@ def check_value(key: str, value: Any, hint: Any) -> Any:
     ConfigError naming `key`. A string in exponent notation is a number where one is wanted
     (YAML 1.1 reads `1e-3` as a string); a lone string is a one-item list where a list is wanted,
     a comma-separated one its items (`--lora.target_modules q_proj,v_proj`)."""
-    options = (
-        typing.get_args(hint)
-        if typing.get_origin(hint) in (typing.Union, type(int | str))
-        else (hint,)
-    )
+    union = typing.get_origin(hint) in (typing.Union, type(int | str))
+    options = typing.get_args(hint) if union else (hint,)
     takes_list = any(typing.get_origin(o) is list for o in options)
     if isinstance(value, str) and takes_list and ("," in value or str not in options):
         value = [v.strip() for v in value.split(",") if v.strip()]
@@ -385,11 +369,8 @@ _WARNED: set[str] = set()
 def canonical_key(key: str, warn: bool = True) -> str:
     """`key` by today's name: a name of earlier releases (LEGACY_KEYS, `train.extra.X`) logs, once
     per process when `warn`, one deprecation line naming the new key."""
-    new = (
-        "train." + key.removeprefix("train.extra.")
-        if key.startswith("train.extra.")
-        else LEGACY_KEYS.get(key)
-    )
+    extra = key.startswith("train.extra.")
+    new = "train." + key.removeprefix("train.extra.") if extra else LEGACY_KEYS.get(key)
     if new is not None and warn:
         _deprecated(key, new)
     return key if new is None else new
@@ -471,13 +452,11 @@ def _json_object(key: str, value: Any) -> None:
     import json
 
     try:
-        ok = not isinstance(value, str) or isinstance(json.loads(value), dict)
+        if isinstance(json.loads(value), dict):
+            return
     except ValueError:
-        ok = False
-    if not ok:
-        raise ConfigError(
-            f"{key}: expected a mapping (or a JSON object string), got {shown(value)}"
-        )
+        pass
+    raise ConfigError(f"{key}: expected a mapping (or a JSON object string), got {shown(value)}")
 
 
 def _parse_cli(text: Any, hint: Any) -> Any:
@@ -587,10 +566,13 @@ def validate(config: Config) -> None:
     """
     from numloss.data.instructions import DataError
     from numloss.data.sources import check_source
+    from numloss.data.tokenize import compile_chat_template, resolve_chat_template
 
     _validate_objective(config.objective)
-    try:
+    try:  # the data source, and the chat template: a readable file or valid Jinja
         check_source(config.data.source)
+        if config.data.chat_template is not None:
+            compile_chat_template(resolve_chat_template(config.data.chat_template))
     except DataError as error:
         raise ConfigError(str(error)) from None
     _validate_ranges(config)
@@ -604,7 +586,6 @@ def validate(config: Config) -> None:
         )
     _validate_names(config)
     _validate_context(config)
-    check_chat_template(config.data.chat_template)
 
 
 def _one_of(key: str, what: str, value: str, choices: Any, given: str | None = None) -> None:
@@ -771,19 +752,6 @@ def _validate_names(config: Config) -> None:
         )
 
 
-def check_chat_template(chat_template: str | None) -> None:
-    """Raise ConfigError when data.chat_template is neither a readable file nor valid Jinja."""
-    if chat_template is None:
-        return
-    from numloss.data.instructions import DataError
-    from numloss.data.tokenize import compile_chat_template, resolve_chat_template
-
-    try:
-        compile_chat_template(resolve_chat_template(chat_template))
-    except DataError as error:
-        raise ConfigError(str(error)) from None
-
-
 def describe_keys() -> str:
     """Every key with its type, default and meaning: the body of `numloss train --help`."""
     lines: list[str] = []
@@ -854,13 +822,10 @@ def changed_settings(old: Config, new: Config) -> list[str]:
     the run learns, as 'key old -> new' (empty when a resume may go on); see RESUME_SAFE_KEYS."""
     before, after = _flat(old), _flat(new)
     changed = []
-    for key in sorted(set(before) | set(after)):
+    for key in sorted((set(before) | set(after)) - RESUME_SAFE_KEYS):
         a, b = before.get(key, "(unset)"), after.get(key, "(unset)")
-        if a == b or isinstance(a, dict) or isinstance(b, dict):
-            continue
-        if key in RESUME_SAFE_KEYS:
-            continue
-        changed.append(f"{key} {a!r} -> {b!r}")
+        if a != b and not isinstance(a, dict) and not isinstance(b, dict):
+            changed.append(f"{key} {a!r} -> {b!r}")
     return changed
 
 
