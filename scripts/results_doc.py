@@ -45,8 +45,8 @@ from grid_analysis import (
 from numloss.atomic import write_json_atomic, write_text_atomic
 from numloss.compare import item_paired
 from numloss.compare.machine import runs_machine_line
-from numloss.compare.paired import holm, paired_t_power
-from numloss.compare.stats import seed_interval
+from numloss.compare.paired import holm, paired_t, paired_t_power
+from numloss.compare.stats import seed_interval, wilson_interval
 from numloss.compare.survival import Outcome, logrank, median_steps
 from numloss.package_data import RECORDED_GRID_TEXT
 
@@ -107,6 +107,43 @@ def _mean_text(mean: float, ci: Sequence[float], prose: bool = True) -> str:
     if not math.isfinite(ci[0]):
         return f"{100 * mean:.1f}{unit} (one seed: no spread)"
     return f"{100 * mean:.1f}{unit} [{100 * ci[0]:.1f}, {100 * ci[1]:.1f}]{over}"
+
+
+def _seed_mean(values: Sequence[float], fmt: str = "{:.1f}") -> str:
+    """The mean of per-seed values with its 95 % t interval, clipped to [0, 100] (every value
+    given here is an accuracy in points or a non-negative error), or 'one seed: no spread'."""
+    t = paired_t(values)
+    if t.n < 2:
+        return f"{fmt.format(t.mean)} (one seed: no spread)"
+    return (
+        f"{fmt.format(t.mean)} [{fmt.format(max(0.0, t.ci[0]))}, {fmt.format(min(100.0, t.ci[1]))}]"
+    )
+
+
+def _wilson(e: dict[str, Any]) -> str:
+    """One run's exact match (its evaluation `e`) in points with its Wilson 95 % interval over
+    its items."""
+    low, high = wilson_interval(e["correct"], e["n"])
+    return f"{100 * e['exact_match']:.1f} [{100 * low:.1f}, {100 * high:.1f}]"
+
+
+def _heldout_mean(heldout: Sequence[dict[str, Any]], prose: bool = True) -> str:
+    """Held-out exact match over seeds (`_mean_text`); one run gets its items' Wilson interval,
+    which one seed's spread cannot give."""
+    if len(heldout) == 1:
+        return f"{_wilson(heldout[0])}{' %' if prose else ''} over items (one seed: no spread)"
+    ems = [h["exact_match"] for h in heldout]
+    return _mean_text(statistics.fmean(ems), seed_interval(ems), prose)
+
+
+def _widest(runs: Sequence[dict[str, Any]]) -> str:
+    """The sentence that gives every listed run's value its Wilson interval: the widest one."""
+    es = [r["evaluation"]["in_distribution"] for r in runs]
+    width = max(hi - lo for lo, hi in (wilson_interval(e["correct"], e["n"]) for e in es))
+    sizes = sorted({e["n"] for e in es})
+    items = f"{sizes[0]:,}" if len(sizes) == 1 else f"{sizes[0]:,}-{sizes[-1]:,}"
+    wide = f"at most {100 * width:.1f} points wide"
+    return f"each run's Wilson 95 % interval over its {items} items is {wide}"
 
 
 def _table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> list[str]:
@@ -227,20 +264,18 @@ def _mul_arms(plan: dict[str, Any]) -> tuple[str, ...]:
 def mul_shape(rec: Records) -> list[str]:
     """How MLE learns the testbed: its check curve and its accuracy by place (pilot seeds)."""
     mle = [rec.mul["mle"][s] for s in sorted(rec.mul["mle"])[:4]]
-    first = [100 * r["learning"]["checks"][0][1] for r in mle]
-    last = [100 * r["learning"]["checks"][-1][1] for r in mle]
-    step0, step1 = mle[0]["learning"]["checks"][0][0], mle[0]["learning"]["checks"][-1][0]
-    half = len(mle[0]["learning"]["checks"]) // 2 - 1
-    middle = [100 * r["learning"]["checks"][half][1] for r in mle]
-    step_half = mle[0]["learning"]["checks"][half][0]
-    places = {i: statistics.fmean(endpoint_value(r, f"place_{i}") for r in mle) for i in range(4)}
+    checks = mle[0]["learning"]["checks"]
+    curve = ", ".join(
+        f"{_seed_mean([100 * r['learning']['checks'][i][1] for r in mle])} % at step {checks[i][0]}"
+        for i in (0, len(checks) // 2 - 1, -1)
+    )
+    places = [_seed_mean([endpoint_value(r, f"place_{i}") for r in mle]) for i in range(4)]
     return [
         (
-            f"MLE's first {len(mle)} seeds: check exact match {min(first):.1f}-{max(first):.1f} %"
-            f" at step {step0}, {min(middle):.1f}-{max(middle):.1f} % at step {step_half},"
-            f" {min(last):.1f}-{max(last):.1f} % at step {step1}; accuracy of the generated answer"
-            f" by place: units {places[0]:.1f} %, tens {places[1]:.1f} %, hundreds {places[2]:.1f}"
-            f" %, thousands {places[3]:.1f} % (of answers that have one)."
+            f"MLE's first {len(mle)} seeds, mean [95 % t interval over the seeds]: check exact"
+            f" match {curve}; accuracy of the generated answer by place: units {places[0]} %, tens"
+            f" {places[1]} %, hundreds {places[2]} %, thousands {places[3]} % (of answers that"
+            " have one)."
         ),
     ]
 
@@ -250,7 +285,9 @@ def mul_plan(rec: Records) -> list[str]:
     values = ", ".join(f"{v:.2f}" for v in plan["pilot_values"])
     return [
         f"Pilot (MLE seeds {plan['pilot_seeds'][0]}-{plan['pilot_seeds'][-1]}): exact match"
-        f" {values} % (mean {plan['pilot_mean']:.2f}), SD s = **{plan['sd']:.2f} points** "
+        f" {values} % ({_widest([rec.mul['mle'][s] for s in plan['pilot_seeds']])}; mean"
+        f" {_seed_mean(plan['pilot_values'], '{:.2f}')} over the seeds), SD s ="
+        f" **{plan['sd']:.2f} points** "
         + (
             f"(> {plan['sd_limit']}: MLE and DEL alpha 0.3 only). "
             if plan["two_arms"]
@@ -276,6 +313,11 @@ def _fmt(c: Comparison) -> str:
     return "{:.4f}" if key == "signed_log_mae" else "{:.3f}" if key == "digit_entropy" else "{:.1f}"
 
 
+def _baseline(c: Comparison, runs: dict[str, dict[int, dict[str, Any]]]) -> str:
+    """MLE's mean over the comparison's seeds with its seed t interval."""
+    return _seed_mean([endpoint_value(runs["mle"][s], c.endpoint.key) for s in c.seeds], _fmt(c))
+
+
 def _difference(c: Comparison) -> str:
     return f"{_f(c.test.mean, _fmt(c), True)} {_ci(*c.test.ci, _fmt(c))}"
 
@@ -296,13 +338,14 @@ def mul_primary(rec: Records) -> list[str]:
             row += [_difference(c), _p(c.test.p), _p(c.p_holm), _f(c.mde, _fmt(c))]
         rows.append(row)
     means = "; ".join(
-        f"{c.endpoint.title} {_f(c.baseline_mean, _fmt(c))}" for c in primary if c.arm == arms[0]
+        f"{c.endpoint.title} {_baseline(c, rec.mul)}" for c in primary if c.arm == arms[0]
     )
     counts = ", ".join(f"`{a}` {next(c.test.n for c in primary if c.arm == a)}" for a in arms)
     return (
         [
             (
-                f"Seeds paired with MLE: {counts}; MLE's mean over the first arm's pairs: {means}."
+                f"Seeds paired with MLE: {counts}; MLE's mean over the first arm's pairs [95 % t"
+                f" interval over the seeds]: {means}."
                 f" Paired t on the per-seed differences, Holm over the {len(arms)} arm(s) per"
                 " endpoint; detectable: the difference these seeds detect with 80 % power at the"
                 f" observed SD of the differences, at alpha {0.05 / len(arms):.4g}."
@@ -320,13 +363,13 @@ def mul_secondary(rec: Records) -> list[str]:
     if max(c.test.n for c in comparisons) < 2:
         return ["Fewer than two seeds pair with MLE yet."]
     secondary = [c for c in comparisons if not c.endpoint.primary]
-    head = ["endpoint", "MLE"] + [f"`{arm}` - MLE [95 % CI], p" for arm in arms]
+    head = ["endpoint", "MLE [95 % CI]"] + [f"`{arm}` - MLE [95 % CI], p" for arm in arms]
     rows = []
     for e in dict.fromkeys(c.endpoint for c in secondary):
         cells = {c.arm: c for c in secondary if c.endpoint == e}
         first = cells[arms[0]]
         rows.append(
-            [e.title + (f" ({e.unit})" if e.unit else ""), _f(first.baseline_mean, _fmt(first))]
+            [e.title + (f" ({e.unit})" if e.unit else ""), _baseline(first, rec.mul)]
             + [f"{_difference(cells[a])}, {_p(cells[a].test.p)}" for a in arms]
         )
     return [
@@ -389,7 +432,7 @@ def mul_centered_grid(rec: Records) -> list[str]:
             " interim test)."
         )
     )
-    lines = [state, "", "Exact match % per seed:", ""]
+    lines = [state, "", f"Exact match % per seed ({_widest(_all(runs))}):", ""]
     for label in ("mle",) + MUL_CENTERED_ARMS:
         values = ", ".join(
             f"{s}: {endpoint_value(r, 'exact_match'):.1f}"
@@ -404,7 +447,7 @@ def mul_centered_grid(rec: Records) -> list[str]:
             f"`{c.arm}`",
             c.endpoint.title,
             str(c.test.n),
-            _f(c.baseline_mean, _fmt(c)),
+            _baseline(c, runs),
             _difference(c),
             _p(c.test.p),
             _p(c.p_holm),
@@ -428,7 +471,7 @@ def mul_centered_grid(rec: Records) -> list[str]:
                 "arm",
                 "endpoint",
                 "seeds",
-                "MLE",
+                "MLE [95 % CI]",
                 "arm - MLE [95 % CI]",
                 "p",
                 "Holm p",
@@ -533,7 +576,7 @@ def mul_figure(rec: Records, path: Path = MUL_FIGURE) -> Path:
 
 
 def mul_runs(rec: Records) -> list[str]:
-    lines = ["Exact match % at step 3,200, seed: value:", ""]
+    lines = [f"Exact match % at step 3,200, seed: value ({_widest(_all(rec.mul))}):", ""]
     for label in ("mle",) + MUL_ARMS:
         runs = rec.mul.get(label, {})
         values = ", ".join(
@@ -784,8 +827,10 @@ def pretrained_result(rec: Records) -> list[str]:
     """The pretrained section of docs/results.md: where the grid stands and each comparison."""
     state = _pretrained_state(rec)
     entry = state["entry"]
+    found = state["found"]
     arms = ", ".join(
-        f"{label} {_mean_text(arm['mean'], arm['ci95'])}" for label, arm in entry["arms"].items()
+        f"{label} {_heldout_mean([r['evaluation']['heldout'] for r in found[label].values()])}"
+        for label in entry["arms"]
     )
     lines = [
         f"**{state['recorded']} of {state['planned']} runs recorded"
@@ -1192,10 +1237,16 @@ def add_paired(rec: Records) -> list[str]:
     return _table(head, rows) + ["", machine(rec.add)]
 
 
+def _exact_match(run: dict[str, Any]) -> float:
+    return endpoint_value(run, "exact_match")
+
+
 def add_facts(rec: Records) -> list[str]:
     records = _all(rec.add)
-    learnt = [endpoint_value(r, "exact_match") for r in records if r["learning"]["learnt"]]
-    other = [endpoint_value(r, "exact_match") for r in records if not r["learning"]["learnt"]]
+    learnt, other = (
+        sorted((r for r in records if r["learning"]["learnt"] == flag), key=_exact_match)
+        for flag in (True, False)
+    )
     cpu = [r["seconds"]["cpu"] for r in records]
     mle = [endpoint_value(r, "exact_match") for r in rec.add["mle"].values()]
     mle_learnt = [rec.add["mle"][s]["learning"]["learnt"] for s in range(4)]
@@ -1205,14 +1256,19 @@ def add_facts(rec: Records) -> list[str]:
     }
     counts = {label: len(seeds) for label, seeds in rec.add.items()}
     most = max(counts.values())
+
+    def ends(runs: list[dict[str, Any]]) -> str:
+        return " to ".join(f"{_wilson(_in_distribution_of(r))} %" for r in (runs[0], runs[-1]))
+
     return [
         (
             f"{len(counts)} objectives:"
             f" {', '.join(f'`{k}`' for k, v in counts.items() if v == most)} with {most} seeds, the"
             f" other {sum(v < most for v in counts.values())} with {min(counts.values())}, all on"
-            f" one machine. Over the {len(records)} runs, the {len(learnt)} that learnt score"
-            f" {min(learnt):.1f}-{max(learnt):.1f} % on the 2,000 test items and the {len(other)}"
-            f" that did not {min(other):.1f}-{max(other):.1f} %: the ranges overlap (the 200-item"
+            f" one machine. Over the {len(records)} runs, the {len(learnt)} that learnt score from"
+            f" {ends(learnt)} on the 2,000 test items (the range of the runs, each end with its"
+            f" Wilson 95 % interval) and the {len(other)} that did not from {ends(other)}: the"
+            " ranges overlap (the 200-item"
             " check slice is noisier than the test set), so learnt-or-not is a threshold on a"
             f" continuum, not a gap. MLE's per-seed exact match has SD {statistics.stdev(mle):.1f}"
             f" points over {len(mle)} seeds. A run took {min(cpu):.1f}-{max(cpu):.1f} s of CPU (one"
@@ -1258,7 +1314,7 @@ def _chunked_rows(runs: dict[str, dict[int, dict[str, Any]]]) -> list[list[str]]
                 f"{median_steps(outcomes):.0f}"
                 if math.isfinite(median_steps(outcomes))
                 else "> 3200",
-                f"{statistics.fmean(em):.1f} ± {statistics.stdev(em):.1f}",
+                _seed_mean(em),
                 *tests,
             ]
         )
@@ -1271,7 +1327,7 @@ def chunked(rec: Records) -> list[str]:
         "runs",
         "learnt",
         "median steps",
-        "exact match %",
+        "exact match %, mean [95 % CI over seeds]",
         "log-rank p (chi-square)",
         "log-rank p (exact)",
         "exact match - MLE, paired [95 % CI]",
@@ -1514,12 +1570,11 @@ def why_rows(found: dict[str, dict[int, dict[str, Any]]]) -> list[list[str]]:
             continue
         heldout = [r["evaluation"]["heldout"] for r in seeds.values()]
         curves = [r.get("curve") or {} for r in seeds.values()]
-        ems = [h["exact_match"] for h in heldout]
         rows.append(
             [
                 f"`{label}`",
                 str(len(seeds)),
-                _mean_text(statistics.fmean(ems), seed_interval(ems), prose=False),
+                _heldout_mean(heldout, prose=False),
                 mean([h["digit_entropy"] for h in heldout if "digit_entropy" in h]),
                 mean([h["answer_nll"] for h in heldout if "answer_nll" in h]),
                 mean([c["pushdown_share"][-1] for c in curves if c.get("pushdown_share")]),

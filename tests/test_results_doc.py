@@ -54,7 +54,8 @@ def _pretrained_root(tmp_path: Path, drop: tuple[str, ...] = (), grid: str = res
     def write(name: str, run_hash: str, label: str, seed: int, items: str) -> None:
         record = {"hash": run_hash, "label": label, "seed": seed, "machine": machine, "steps": 100, "objective": None,
                   "seconds": {}, "curve": {}, "train_metrics": {}, "learning": None,
-                  "evaluation": {"heldout": {"n": 1000, "exact_match": items.count("1") / 1000, "items": items,
+                  "evaluation": {"heldout": {"n": 1000, "correct": items.count("1"),
+                                            "exact_match": items.count("1") / 1000, "items": items,
                                             "generation_check": {"n": 32, "agree": 32 - (label == "ntl-was"),
                                                                  "generated": items[:32]}}}}
         (records / f"{name}-{run_hash}.json").write_text(json.dumps(record))
@@ -71,6 +72,15 @@ def _pretrained_root(tmp_path: Path, drop: tuple[str, ...] = (), grid: str = res
     return tmp_path
 
 
+def test_every_generated_accuracy_carries_its_interval() -> None:
+    """Issue 49: a percentage the pages print (one run's or a mean over seeds) is followed by its
+    interval; no bare range over runs ("77.4-89.5 %") and no mean ± SD stands in for one."""
+    for doc in results_doc.DOCS:
+        for block in results_doc.BLOCK.finditer(doc.read_text()):
+            bare = re.findall(r".{0,40}\d\.\d %(?! \[)|.{0,20}±.{0,20}", block["body"])
+            assert not bare, f"{doc.name} block {block['name']!r} prints {bare[0]!r} without its interval"
+
+
 def test_the_pretrained_blocks_on_hand_worked_records(tmp_path: Path) -> None:
     rec = results_doc.Records(_pretrained_root(tmp_path))
     answer = results_doc.pretrained_answer(rec)
@@ -84,7 +94,7 @@ def test_the_pretrained_blocks_on_hand_worked_records(tmp_path: Path) -> None:
     assert "LoRA r16 at lr 1e-3 for 100 steps" in answer and "When DEL works against CE" in answer
     result = "\n".join(results_doc.pretrained_result(rec))
     assert result.startswith("**13 of 13 runs recorded (complete).**")
-    assert "del-a0.3 51.5 % [49.4, 53.6] over seeds" in result and "untrained 0.0 % (one seed: no spread)" in result
+    assert "del-a0.3 51.5 % [49.4, 53.6] over seeds" in result and "untrained 0.0 [0.0, 0.4] % over items (one seed: no spread)" in result
     assert "only under MLE 0 / 340" in result
     # 13 runs x 32 items decoded; each NTL-WAS run disagrees once
     assert "teacher-forced verdict on 412 of 416 items decoded (the first 32 held-out problems of each of 13 runs)" in result
@@ -124,7 +134,7 @@ def test_the_page_reads_as_a_reference() -> None:
 def _mul_record(label: str, seed: int, em: float, mae: float, **extra: object) -> dict:
     """A synthetic multiplication run record: exact match `em` (%), signed-log MAE `mae`."""
     return {"label": label, "seed": seed, "curve": {}, **extra, "evaluation": {"in_distribution": {
-        "exact_match": em / 100, "signed_log_mae": mae, "digit_entropy": 0.8, "missing": 0,
+        "exact_match": em / 100, "correct": round(em * 20), "n": 2000, "signed_log_mae": mae, "digit_entropy": 0.8, "missing": 0,
         "place_accuracy": {"0": [1900, 2000], "1": [500, 2000], "2": [1000, 2000], "3": [1500, 1600]}}}}
 
 
