@@ -330,13 +330,8 @@ def _unknown(key: str, known: list[str]) -> ConfigError:
 def all_keys() -> list[str]:
     """Every key numloss declares, `section.field` and the top-level ones (the `train` section
     takes every other TrainingArguments field too)."""
-    keys = [
-        f"{name}.{f.name}"
-        for name, klass in SECTIONS.items()
-        for f in dataclasses.fields(klass)
-        if f.name != "extra"
-    ]
-    return keys + list(TOP_LEVEL)
+    keys = [f"{name}.{key}" for name, klass in SECTIONS.items() for key in _hints(klass)]
+    return [key for key in keys if key != "train.extra"] + list(TOP_LEVEL)
 
 
 def _training_argument(name: str) -> Any:
@@ -575,7 +570,7 @@ def validate(config: Config) -> None:
             compile_chat_template(resolve_chat_template(config.data.chat_template))
     except DataError as error:
         raise ConfigError(str(error)) from None
-    _validate_ranges(config)
+    _validate_context(config)
     if config.train.deepspeed is not None and not Path(config.train.deepspeed).is_file():
         raise ConfigError(f"train.deepspeed: config file {config.train.deepspeed!r} does not exist")
     resume = config.train.resume
@@ -585,7 +580,6 @@ def validate(config: Config) -> None:
             " one)"
         )
     _validate_names(config)
-    _validate_context(config)
 
 
 def _one_of(key: str, what: str, value: str, choices: Any, given: str | None = None) -> None:
@@ -630,10 +624,14 @@ def _validate_objective(objective: ObjectiveConfig) -> None:
 GENERATED_LIMIT = 10**7
 
 
-def _validate_ranges(config: Config) -> None:
-    """Numbers that transformers, torch or peft would refuse later (or take silently and
-    wrongly)."""
-    train, lora, model, data = config.train, config.lora, config.model, config.data
+#: model names numloss builds or converts itself: a hub revision means nothing for them
+BUILT_IN_MODELS = ("tiny", "smollm2")
+
+
+def _validate_context(config: Config) -> None:
+    """Numbers that transformers, torch or peft would refuse later (or take silently and wrongly),
+    and settings that would be ignored where they are given: each is refused, never dropped."""
+    train, model, data, lora = config.train, config.model, config.data, config.lora
     from transformers.trainer_utils import SchedulerType
 
     # the names TrainingArguments(lr_scheduler_type=...) accepts
@@ -654,15 +652,6 @@ def _validate_ranges(config: Config) -> None:
             f"model.tiny_hidden ({model.tiny_hidden}) must be a multiple of model.tiny_heads "
             f"({model.tiny_heads})"
         )
-
-
-#: model names numloss builds or converts itself: a hub revision means nothing for them
-BUILT_IN_MODELS = ("tiny", "smollm2")
-
-
-def _validate_context(config: Config) -> None:
-    """Settings that would be ignored where they are given: each is refused, never dropped."""
-    train, model, data, lora = config.train, config.model, config.data, config.lora
     for name, value in (
         ("model.name", model.name),
         ("data.source", data.source),
@@ -699,7 +688,6 @@ def _validate_context(config: Config) -> None:
             "train.fsdp_config is set but train.fsdp is empty, so it would be ignored; set"
             " train.fsdp (e.g. 'full_shard auto_wrap') or drop train.fsdp_config"
         )
-    generated = data.source.startswith(("synthetic:", "gym:"))
     local = Path(data.source).is_file() or data.source.endswith((".json", ".jsonl"))
     if (generated or local) and (data.split != "train" or data.subset is not None):
         what = "data.split" if data.split != "train" else "data.subset"
@@ -762,11 +750,8 @@ def describe_keys() -> str:
         for f in dataclasses.fields(klass):
             if f.name in SECTIONS or f.name == "extra":
                 continue
-            default = (
-                yaml.safe_dump(getattr(section, f.name), default_flow_style=True)
-                .removesuffix("...\n")
-                .strip()
-            )
+            default = yaml.safe_dump(getattr(section, f.name), default_flow_style=True)
+            default = default.removesuffix("...\n").strip()
             key = f"{name}.{f.name}" if name else f.name
             lines += [
                 f"  --{key} ({_type_text(_hints(klass)[f.name])}, default {default})",
