@@ -236,10 +236,8 @@ TRAINING_ARGUMENTS_SET: dict[str, str] = {
 logger = logging.getLogger("numloss.config")
 
 
-@functools.cache
-def _hints(klass: type) -> dict[str, Any]:
-    """`typing.get_type_hints(klass)`, once per class (it evaluates every annotation per call)."""
-    return typing.get_type_hints(klass, include_extras=True)
+# a class's type hints, once per class (get_type_hints evaluates every annotation per call)
+_hints = functools.cache(functools.partial(typing.get_type_hints, include_extras=True))
 
 
 @functools.cache
@@ -492,25 +490,19 @@ def apply_mapping(config: Config, mapping: dict[str, Any], origin: str, warn: bo
 def parse_overrides(argv: list[str]) -> list[tuple[str, str]]:
     """`--key value` / `--key=value` pairs of the command line, in order."""
     pairs: list[tuple[str, str]] = []
-    i = 0
-    while i < len(argv):
-        token = argv[i]
+    given: dict[str, list[str]] = {}
+    tokens = iter(argv)
+    for token in tokens:
         if not token.startswith("--") or token == "--":
             raise ConfigError(
                 f"unexpected argument {token!r}: overrides are written --section.key value"
             )
-        key = token[2:]
-        if "=" in key:
-            key, value = key.split("=", 1)
-            i += 1
-        else:
-            if i + 1 >= len(argv) or argv[i + 1].startswith("--"):
+        key, equals, value = token[2:].partition("=")
+        if not equals:
+            value = next(tokens, "--")  # the end of the line, or the next option: no value
+            if value.startswith("--"):
                 raise ConfigError(f"--{key} needs a value (e.g. --{key} VALUE)")
-            value = argv[i + 1]
-            i += 2
         pairs.append((key, value))
-    given: dict[str, list[str]] = {}
-    for key, value in pairs:
         given.setdefault(key, []).append(value)
     for key, values in given.items():
         if len(values) > 1:  # `--x 3 --x=2`: the last wins, as with argparse, and says so
