@@ -27,21 +27,11 @@ from numloss.textio import read_json_object
 
 logger = logging.getLogger("numloss.train")
 
-CSV_COLUMNS = (
-    "step",
-    "epoch",
-    "loss",
-    "ce",
-    "aux",
-    "digit_entropy",
-    "digit_logit_mean",
-    "pushdown_share",
-    "digit_target_prob",
-    "digit_share",
-    "learning_rate",
-    "grad_norm",
-    "num_input_tokens_seen",
-    "tokens_per_second",
+CSV_COLUMNS = tuple(
+    """
+    step epoch loss ce aux digit_entropy digit_logit_mean pushdown_share digit_target_prob
+    digit_share learning_rate grad_norm num_input_tokens_seen tokens_per_second
+    """.split()
 )
 
 
