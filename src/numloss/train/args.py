@@ -178,12 +178,8 @@ def _check_scheduler_kwargs(config: Config, args: Any) -> None:
     if not extra:
         return
     schedule = TYPE_TO_SCHEDULER_FUNCTION.get(SchedulerType(args.lr_scheduler_type))
-    taken = (
-        set(inspect.signature(schedule).parameters)
-        - {"optimizer", "num_warmup_steps", "num_training_steps"}
-        if schedule is not None
-        else set()
-    )
+    parameters = inspect.signature(schedule).parameters if schedule is not None else {}
+    taken = set(parameters) - {"optimizer", "num_warmup_steps", "num_training_steps"}
     unknown = sorted(set(extra) - taken)
     if unknown:
         raise ConfigError(
