@@ -395,11 +395,14 @@ def table_rows(
     return header, rows
 
 
+def _md(header: Sequence[str], rows: Sequence[Sequence[str]]) -> list[str]:
+    """The lines of a markdown table: every table of report.md is rendered here."""
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    return lines + ["| " + " | ".join(row) + " |" for row in rows]
+
+
 def markdown_table(summary: dict[str, Any], set_name: str) -> str:
-    header, rows = table_rows(summary, set_name, bold=True)
-    lines = ["| " + " | ".join(header) + " |", "|" + "|".join("---" for _ in header) + "|"]
-    lines += ["| " + " | ".join(row) + " |" for row in rows]
-    return "\n".join(lines)
+    return "\n".join(_md(*table_rows(summary, set_name, bold=True)))
 
 
 def text_table(summary: dict[str, Any], set_name: str) -> str:
@@ -510,19 +513,17 @@ def paired_table(summary: dict[str, Any]) -> list[str]:
             " they do, this compares pass rates as much as skill."
         ),
         "",
-        "| objective | seeds | difference [95% CI] | p | Holm p | detectable |",
-        "|---|---|---|---|---|---|",
     ]
+    rows = []
     for label in others:
         t = summary[label]["sets"].get(headline, {}).get("vs_baseline", {"seeds": 0})
-        if t["seeds"] < 2:
-            lines.append(f"| {label} | {t['seeds']} | n/a | n/a | n/a | n/a |")
-            continue
-        lines.append(
-            f"| {label} | {t['seeds']} | {t['mean']:+.1f} [{t['ci'][0]:+.1f}, {t['ci'][1]:+.1f}] | "
-            f"{t['p']:.3f} | {t['p_holm']:.3f} | {t['detectable']:.1f} |"
-        )
-    return lines + [""]
+        cells = ["n/a"] * 4
+        if t["seeds"] >= 2:
+            ci = f"{t['mean']:+.1f} [{t['ci'][0]:+.1f}, {t['ci'][1]:+.1f}]"
+            cells = [ci, f"{t['p']:.3f}", f"{t['p_holm']:.3f}", f"{t['detectable']:.1f}"]
+        rows.append([label, str(t["seeds"]), *cells])
+    head = ["objective", "seeds", "difference [95% CI]", "p", "Holm p", "detectable"]
+    return lines + _md(head, rows) + [""]
 
 
 def per_seed_table(summary: dict[str, Any]) -> list[str]:
@@ -540,9 +541,8 @@ def per_seed_table(summary: dict[str, Any]) -> list[str]:
         + (" / the step at which the run learnt the task (-: not by the end)" if learning else "")
         + ". Each objective against the baseline, paired by seed: the table above.",
         "",
-        "| objective | " + " | ".join(f"seed {s}" for s in seeds) + " |",
-        "|---|" + "---|" * len(seeds),
     ]
+    rows = []
     for label, entry in summary.items():
         by_seed = {s["seed"]: s for s in entry.get("per_seed", [])}
         cells = []
@@ -558,8 +558,8 @@ def per_seed_table(summary: dict[str, Any]) -> list[str]:
             if "learnt_at" in run:
                 text += f" / {run['learnt_at']}" if run["learnt_at"] is not None else " / -"
             cells.append(text)
-        lines.append(f"| {label} | " + " | ".join(cells) + " |")
-    return lines + [""]
+        rows.append([label, *cells])
+    return lines + _md(["objective"] + [f"seed {s}" for s in seeds], rows) + [""]
 
 
 def _spread(values: list[int], most: int) -> list[int]:
@@ -576,6 +576,10 @@ def _checked_text(steps: list[int]) -> str:
     if len(steps) <= 6:
         return f"checked at step{'s' * (len(steps) > 1)} {', '.join(map(str, steps))}"
     return f"checked at {len(steps)} steps from {steps[0]} to {steps[-1]}"
+
+
+def _p(value: float) -> str:
+    return f"{value:.3f}" if math.isfinite(value) else "n/a"
 
 
 def _steps(value: float) -> str:
@@ -611,29 +615,24 @@ def learning_table(summary: dict[str, Any], machine: str = "") -> list[str]:
         " learnt-by-the-end counts. Two-sided, uncorrected for the number of objectives"
         " (multiply by it for Bonferroni).",
         "",
-        "| objective | runs | learnt by the end | "
-        + " | ".join(f"by {m}" for m in marks)
-        + " | median steps [95% CI] | log-rank p | permutation p | Fisher p |",
-        "|---|---|---|" + "---|" * len(marks) + "---|---|---|---|",
     ]
+    head = ["objective", "runs", "learnt by the end", *(f"by {m}" for m in marks)]
+    head += ["median steps [95% CI]", "log-rank p", "permutation p", "Fisher p"]
+    table = []
     for label, r in rows:
-        shares = " | ".join(
+        shares = [
             f"{100 * max([v for at, v in r['curve'] if at <= m], default=0.0):.0f} %" for m in marks
-        )
+        ]
         low, high = r["median_ci95"]
         interval = "n/a" if math.isnan(low) else f"[{_steps(low)}, {_steps(high)}]"
-        test = r.get("vs_baseline")
-
-        def p(key: str, test: dict[str, Any] | None = test) -> str:
-            return (
-                "-" if test is None else f"{test[key]:.3f}" if math.isfinite(test[key]) else "n/a"
-            )
-
-        lines.append(
-            f"| {label} | {r['runs']} | {r['learnt']} of {r['runs']} | {shares} |"
-            f" {_steps(r['median_steps'])} {interval} | {p('logrank_p')} |"
-            f" {p('logrank_permutation_p')} | {p('fisher_p')} |"
+        test = r.get("vs_baseline") or {}
+        tests = ("logrank_p", "logrank_permutation_p", "fisher_p")
+        table.append(
+            [label, str(r["runs"]), f"{r['learnt']} of {r['runs']}", *shares]
+            + [f"{_steps(r['median_steps'])} {interval}"]
+            + [_p(test[key]) if test else "-" for key in tests]
         )
+    lines += _md(head, table)
     overall = first.get("all_objectives_logrank_p")
     if overall is not None and math.isfinite(overall):
         lines += [
@@ -661,13 +660,12 @@ def embedding_table(summary: dict[str, Any]) -> list[str]:
             f" {spread_note(summary)} The plots show the first seed."
         ),
         "",
-        "| objective | before training | after training |",
-        "|---|---|---|",
     ]
-    for label, order in rows:
-        cells = [_cell(order[w], 1.0, "{:+.3f}") for w in ("before", "after")]
-        lines.append(f"| {label} | " + " | ".join(cells) + " |")
-    return lines + [""]
+    cells = [
+        [label] + [_cell(order[w], 1.0, "{:+.3f}") for w in ("before", "after")]
+        for label, order in rows
+    ]
+    return lines + _md(["objective", "before training", "after training"], cells) + [""]
 
 
 def _plots(summary: dict[str, Any], results: Sequence[dict[str, Any]], out: Path) -> list[Path]:
@@ -698,7 +696,7 @@ def _plots(summary: dict[str, Any], results: Sequence[dict[str, Any]], out: Path
         if (r.get("embeddings") or {}).get("after"):
             panels.setdefault(r["label"], r["embeddings"])
     paths += plot_embeddings(panels, out)
-    paths += _learning_plots(summary, results, out, plt)
+    paths += _learning_plots(summary, out, plt)
     return paths
 
 
@@ -865,9 +863,7 @@ def _curves_figure(plt: Any, summary: dict[str, Any], results: Sequence[dict[str
     return fig
 
 
-def _learning_plots(
-    summary: dict[str, Any], results: Sequence[dict[str, Any]], out: Path, plt: Any
-) -> list[Path]:
+def _learning_plots(summary: dict[str, Any], out: Path, plt: Any) -> list[Path]:
     """learnt_by_step.png (one step curve per objective) and exact_match_per_seed.png (a box per
     objective with every seed's exact match as a dot beside it: bimodal outcomes stay visible)."""
     paths: list[Path] = []
@@ -908,22 +904,14 @@ def _learning_plots(
         for label in labels
     ]
     ax.boxplot(values, positions=list(range(len(labels))), widths=0.35, showfliers=False)
-    for i, label in enumerate(labels):
-        runs = [r for r in results if r["label"] == label]
-        for j, run in enumerate(runs):
-            em = primary_evaluation(run).get("exact_match")
-            if em is None:
+    for i, label in enumerate(labels):  # each run's dot, from the summary's per-run rows
+        for j, run in enumerate(summary[label]["per_seed"]):
+            if run["exact_match"] is None:
                 continue
-            learnt = bool(run.get("learning") and run["learning"]["learnt"])
+            learnt = run.get("learnt_at") is not None
             offset = 0.3 + 0.15 * ((j * 0.618) % 1)  # deterministic jitter beside the box
-            ax.plot(
-                i + offset,
-                100 * em,
-                "o",
-                ms=3.5,
-                color="tab:green" if learnt else "tab:red",
-                alpha=0.8,
-            )
+            color = "tab:green" if learnt else "tab:red"
+            ax.plot(i + offset, 100 * run["exact_match"], "o", ms=3.5, color=color, alpha=0.8)
     ax.set_xticks(range(len(labels)))
     ax.set_xticklabels(labels, rotation=35, ha="right", fontsize=8)
     ax.set_ylabel("in-distribution exact match %", fontsize=8)
