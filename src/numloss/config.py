@@ -522,14 +522,8 @@ def load_config(path: str | Path | None = None, overrides: list[str] | None = No
         if not path.is_file():
             raise ConfigError(f"config file {str(path)!r} does not exist")
         # an empty file would train every default, which is never what a file was written for
-        mapping = load_yaml(
-            path,
-            ConfigError,
-            empty=(
-                "write the keys to set (numloss train --help lists them), "
-                "or give no config file to train the defaults"
-            ),
-        )
+        empty = "write the keys to set (numloss train --help lists them), or give no config file"
+        mapping = load_yaml(path, ConfigError, empty=empty + " to train the defaults")
         apply_mapping(config, mapping, str(path))
     for key, value in parse_overrides(list(overrides or [])):
         _set(config, key, value, from_cli=True)
