@@ -271,9 +271,13 @@ def primary_evaluation(run: dict[str, Any]) -> dict[str, Any]:
 def exact_match_text(evaluation: dict[str, Any]) -> str:
     """One evaluation's exact match as the console prints it: '62.5% [47.0, 75.8]' (the Wilson
     interval over its items; none where it kept no counts)."""
-    low, high = wilson_interval(*_counts(evaluation, "exact_match"))
-    interval = f" [{100 * low:.1f}, {100 * high:.1f}]" if math.isfinite(low) else ""
+    interval = _interval(wilson_interval(*_counts(evaluation, "exact_match")))
     return f"{100 * evaluation.get('exact_match', math.nan):.1f}%{interval}"
+
+
+def _interval(ci: Sequence[float]) -> str:
+    """' [low, high]': a share's 95 % interval in points, as every table prints it ('' for none)."""
+    return f" [{100 * ci[0]:.1f}, {100 * ci[1]:.1f}]" if math.isfinite(ci[0]) else ""
 
 
 def _pair_with_baseline(
@@ -339,15 +343,14 @@ MARK_NOTE = (
 
 def _cell(metric: dict[str, Any], scale: float, fmt: str) -> str:
     """mean ± std, or the value alone where there is no spread (one seed); then the 95 % interval
-    where the metric has one (`ci95`)."""
+    where the metric has one (`ci95`, of a share)."""
     mean, std = metric["mean"], metric["std"]
     if not math.isfinite(mean):
         return "n/a"
-    low, high = metric.get("ci95", (math.nan, math.nan))
     return (
         fmt.format(mean * scale)
         + (f" ± {fmt.replace('+', '').format(std * scale)}" if math.isfinite(std) else "")
-        + (f" [{scale * low:.1f}, {scale * high:.1f}]" if math.isfinite(low) else "")
+        + _interval(metric.get("ci95", [math.nan]))
     )
 
 
@@ -389,8 +392,7 @@ def table_rows(
                 text = f"**{text}**" if bold else f"{text} *"
             row.append(text)
             if key == "exact_match":
-                low, high = metrics["exact_match_ci95"]
-                row.append(f"[{100 * low:.1f}, {100 * high:.1f}]" if math.isfinite(low) else "n/a")
+                row.append(_interval(metrics["exact_match_ci95"]).strip() or "n/a")
         rows.append(row)
     return header, rows
 
@@ -552,8 +554,7 @@ def per_seed_table(summary: dict[str, Any]) -> list[str]:
             if run is None:
                 cells.append("")
                 continue
-            low, high = run.get("exact_match_ci95", [math.nan, math.nan])
-            interval = f" [{100 * low:.1f}, {100 * high:.1f}]" if math.isfinite(low) else ""
+            interval = _interval(run.get("exact_match_ci95", [math.nan]))
             text = f"{100 * em:.1f}{interval} / {run['final_ce']:.3f}" if em is not None else "n/a"
             if "learnt_at" in run:
                 text += f" / {run['learnt_at']}" if run["learnt_at"] is not None else " / -"
