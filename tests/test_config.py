@@ -217,7 +217,7 @@ def test_the_old_names_are_aliases_with_one_deprecation_line(tmp_path, caplog):
 
     old = HF_YAML.replace("per_device_train_batch_size", "batch_size").replace("gradient_accumulation_steps", "grad_accum")
     old = old.replace("lr_scheduler_type", "lr_scheduler").replace("  adam_beta2: 0.95", "  extra: {adam_beta2: 0.95}")
-    config_module._WARNED.clear()
+    config_module._deprecated.cache_clear()
     with caplog.at_level("WARNING", logger="numloss.config"):
         assert load_config(write(tmp_path, old)) == load_config(write(tmp_path, HF_YAML))
         load_config(write(tmp_path, old))  # once per process

@@ -356,9 +356,6 @@ def _training_argument(name: str) -> Any:
     return hint
 
 
-_WARNED: set[str] = set()
-
-
 def canonical_key(key: str, warn: bool = True) -> str:
     """`key` by today's name: a name of earlier releases (LEGACY_KEYS, `train.extra.X`) logs, once
     per process when `warn`, one deprecation line naming the new key."""
@@ -369,12 +366,11 @@ def canonical_key(key: str, warn: bool = True) -> str:
     return key if new is None else new
 
 
+@functools.cache  # one line per old name and process
 def _deprecated(old: str, new: str) -> None:
-    if old not in _WARNED:
-        _WARNED.add(old)
-        logger.warning(
-            "config key %s is deprecated: write %s (docs/training.md, Configuration)", old, new
-        )
+    logger.warning(
+        "config key %s is deprecated: write %s (docs/training.md, Configuration)", old, new
+    )
 
 
 def _key(key: str, warn: bool) -> str:
@@ -383,11 +379,7 @@ def _key(key: str, warn: bool) -> str:
     key = canonical_key(key, warn)
     if "." in key or key in TOP_LEVEL:
         return key
-    owners = [
-        f"{name}.{key}"
-        for name, klass in SECTIONS.items()
-        if key in _hints(klass) and key != "extra"
-    ]
+    owners = [known for known in all_keys() if known.endswith(f".{key}")]
     if len(owners) > 1:
         raise ConfigError(
             f"--{key} is a key of several sections: write {' or '.join('--' + o for o in owners)}"
