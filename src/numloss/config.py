@@ -246,7 +246,10 @@ def _help(klass: type) -> dict[str, str]:
     import ast
     import inspect
 
-    body = ast.parse(inspect.getsource(klass)).body[0].body  # type: ignore[attr-defined]
+    try:
+        body = ast.parse(inspect.getsource(klass)).body[0].body  # type: ignore[attr-defined]
+    except OSError:  # installed without its sources (.pyc only): the keys without their help text
+        return {}
     return {
         key.target.id: " ".join(doc.value.value.split())
         for key, doc in zip(body, body[1:], strict=False)
