@@ -518,7 +518,7 @@ def _ruled_out(task: Task, text: str, pred: str) -> str | Unreadable | None:
 
 
 # a letter stands alone in ASCII terms: CJK text beside it ("答案是A。") is no part of its word
-_LETTER = re.compile(r"(?<![A-Za-z0-9_])([A-Ja-j])(?![A-Za-z0-9_])(?!['’]\w)")
+_LETTER = re.compile(r"(?<![A-Za-z0-9])([A-Ja-j])(?![A-Za-z0-9])(?!['’]\w)")
 # the letters' compatibility forms (full-width "Ａ", circled "Ⓐ") read as the letters they are
 _LETTER_FORMS = str.maketrans(
     "ＡＢＣＤＥＦＧＨＩＪａｂｃｄｅｆｇｈｉｊⒶⒷⒸⒹⒺⒻⒼⒽⒾⒿⓐⓑⓒⓓⓔⓕⓖⓗⓘⓙ", "ABCDEFGHIJabcdefghij" * 2
@@ -637,7 +637,7 @@ _SPELLED = _rx(
     regex.I,
 )  # it ends its sentence
 # "eighteen, not 25": 25 is no digit of the answer
-_RULED_NUMBER = _rx(r"(?i),?[ \t]{1,3}not[ \t]{1,3}[-\d.]{1,40}")
+_RULED_NUMBER = _rx(r"(?i),?[ \t]{0,3}(?<![a-z])not[ \t]{0,3}[-\d.]{1,40}")
 _TIMES_TEN = _rx(
     r"(?<![\d.])(-?\d{1,20}(?:\.\d{1,20})?)[ \t]{0,2}(?:\\times|×|\\cdot)[ \t]{0,2}10["
     r" \t]{0,2}(?:\^|\*\*)[ \t]{0,2}\{?([-+]?\d{1,3})\}?"
@@ -832,20 +832,21 @@ def math_equal(pred: str, gold: str) -> bool:
 
 _DRESS_CMD = _rx(r"\\(?:text|mathrm|textbf|mbox|boxed|underline|bm|emph|color\{[a-z]{1,12}\})")
 _ONE_NUMBER = _rx(
-    r"(?<![\w.])[-−]?(?:\d{1,3}(?:,\d{3})++|\d++)(?:\.\d++)?(?![\w.]\d)|(?<![\w.])\.\d++"
+    r"(?<![\d.])[-−]?(?:\d{1,3}(?:,\d{3})++|\d++)(?:\.\d++)?(?![\w.]\d)|(?<![\d.])\.\d++"
 )
 
 
 def _one_number(pred: str) -> str | None:
     """For a plain-number gold: the one number of a prediction in dress ("18 \\text{ cm}", "\\$18",
-    '{"answer": "€18"}', "18 units"); None when it holds mathematics or another number."""
-    s = (
-        _DRESS_CMD.sub(" ", regex.sub(r"</?[a-z]{1,6}>|\*\*|__", " ", pred[:400]))
-        .replace("\\$", "$")
-        .replace("\\%", "%")
-        .replace("\\!", "")
-        .replace("{,}", ",")
-    )
+    '{"answer": "€18"}', "18 units", and the same glued by the released code's space removal:
+    "about2", "USD2", "2km/h"); None when it holds mathematics or another number (one ruled out,
+    "not 9", is none)."""
+    s = _DRESS_CMD.sub(" ", regex.sub(r"</?[a-z]{1,6}>|\*\*|__", " ", pred[:400]))
+    for dressed, plain in (("\\$", "$"), ("\\%", "%"), ("\\!", ""), ("{,}", ",")):
+        s = s.replace(dressed, plain)
+    s = regex.sub(r"(?<=[A-Za-z])/(?=[A-Za-z])", " ", s)  # a unit's ratio ("km/h") is no division
+    s = _RULED_NUMBER.sub(" ", s)  # "2, not 9" (glued: "2,not9"): 9 is ruled out
+    s = regex.sub(r"(?<![\w)}])\+(?=\d)", "", s)  # a plus sign ("+2") is no sum
     if regex.search(r"\\(?:frac|sqrt|pi|cdot|times|dfrac)|[\^=+*/]|\d[ \t]{0,3}[-−]", s):
         return None
     found = _all(_ONE_NUMBER, s)
