@@ -261,3 +261,14 @@ def test_every_recorded_run_is_found_by_its_config():
                 assert data["hash"] == hashes[name], record
                 checked += 1
     assert checked >= 100, checked
+
+
+def test_gradient_checkpointing_reaches_the_trainer_under_its_current_name(tmp_path):
+    import warnings
+
+    from numloss.train.args import build_training_arguments
+
+    config = load_config(None, ["--model.gradient_checkpointing", "true", "--train.output_dir", str(tmp_path)])
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", FutureWarning)  # transformers 5.25 deprecates the old name
+        assert build_training_arguments(config).gradient_checkpointing is True

@@ -38,7 +38,7 @@ def build_training_arguments(config: Config) -> Any:
     report_to = [r for r in train.report_to if r not in ("tensorboard", "none")]
     # the train section is TrainingArguments by its own names: its fields that are TrainingArguments
     # fields pass through, but those decided below or in _placement
-    decided = {"tf32", "fsdp", "fsdp_config", "deepspeed"}
+    decided = {"fsdp", "fsdp_config", "deepspeed"}  # tf32 passes: None is its own default
     passed = {f.name for f in dataclasses.fields(TrainingArguments)} - decided
     kwargs: dict[str, Any] = {
         f.name: getattr(train, f.name) for f in dataclasses.fields(train) if f.name in passed
@@ -56,10 +56,9 @@ def build_training_arguments(config: Config) -> Any:
         remove_unused_columns=False,
         include_num_input_tokens_seen="non_padding",
     )
-    if config.model.gradient_checkpointing:
-        kwargs["gradient_checkpointing"] = True
-    if train.tf32 is not None:
-        kwargs["tf32"] = train.tf32
+    if config.model.gradient_checkpointing:  # transformers 5.25 renamed it; the old name warns
+        renamed = "activation_checkpointing" in TrainingArguments.__dataclass_fields__
+        kwargs["activation_checkpointing" if renamed else "gradient_checkpointing"] = True
     kwargs.update(_placement(config))
     kwargs.update(train.extra)
     return TrainingArguments(**kwargs)
