@@ -11,7 +11,7 @@ import pytest
 
 from numloss.compare.arith_words import ArithmeticWordTask, word_problem
 from numloss.compare.config import load_compare_config
-from numloss.compare.item_paired import discordant, paired_comparison, sign_flip_p
+from numloss.compare.item_paired import paired_comparison
 from numloss.compare.tasks import task_from_dict
 from numloss.compare.word_task import ChatExample
 
@@ -196,15 +196,6 @@ def test_teacher_forced_places_and_batches(smollm2) -> None:
     assert all(a == pytest.approx(b, abs=1e-3) for a, b in zip(one.answer_nll, many.answer_nll, strict=True))
     with pytest.raises(ValueError, match="max_length"):
         teacher_forced_exact(model, tokenizer, items, max_length=8)
-
-
-def test_discordant_counts_and_sign_flip_on_hand_worked_cases() -> None:
-    """(McNemar and Holm by hand: test_compare_paired.py.)"""
-    assert discordant("1100", "1010") == (1, 1)
-    assert sign_flip_p([0.1, 0.2, 0.3, 0.4]) == pytest.approx(2 / 16)
-    assert sign_flip_p([0.1, -0.1]) == 1.0
-    with pytest.raises(ValueError, match="lengths"):
-        discordant("10", "1")
 
 
 def _arm(rng: random.Random, p: float, n: int, base: list[float]) -> str:
