@@ -7,9 +7,6 @@ from __future__ import annotations
 import json
 import os
 import stat
-import subprocess
-import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -17,13 +14,15 @@ import torch
 import torch.nn as nn
 
 import numloss.digits
+from numloss import build_loss, patch
+from numloss.compare.config import compare_config_from_dict
 from numloss.config import ConfigError
 from numloss.evaluate import evaluate, score_outputs
 from numloss.evaluate.benchmarks import BenchmarkError
 from numloss.evaluate.generate import Generation
 from numloss.models.load import check_model_available
+from numloss.rundir import hold_run_dir
 
-SRC = str(Path(__file__).resolve().parents[1] / "src")
 ROOT = Path(__file__).resolve().parents[1]
 
 
@@ -125,21 +124,9 @@ def test_demo_out_a_file_or_a_held_folder_is_one_line(tmp_path, capsys, monkeypa
     a_file.write_text("x")
     status, err = _demo([config, "--no-progress", "--out", str(a_file)], capsys)
     assert status == 2 and len(err) == 1 and "is a file" in err[0], err
-    out, ready = tmp_path / "held", tmp_path / "ready"
-    holder = subprocess.Popen(
-        [sys.executable, "-c", "import pathlib, time\nfrom numloss.rundir import hold_run_dir\n"
-         f"with hold_run_dir({str(out)!r}, 'numloss compare'):\n    pathlib.Path({str(ready)!r}).touch()\n    time.sleep(60)\n"],
-        env={**os.environ, "PYTHONPATH": SRC})
-    try:
-        deadline = time.monotonic() + 180  # a loaded machine starts python slowly
-        while not ready.exists():
-            assert holder.poll() is None and time.monotonic() < deadline
-            time.sleep(0.05)
-        status, err = _demo([config, "--no-progress", "--out", str(out)], capsys)
-        assert status == 2 and len(err) == 1 and f"pid {holder.pid}" in err[0], err
-    finally:
-        holder.kill()
-        holder.wait()
+    with hold_run_dir(tmp_path / "held", "numloss compare"):  # held by this process: its pid is named
+        status, err = _demo([config, "--no-progress", "--out", str(tmp_path / "held")], capsys)
+    assert status == 2 and len(err) == 1 and f"pid {os.getpid()}" in err[0], err
 
 
 @pytest.mark.parametrize("command", ["compare", "demo"])
@@ -165,16 +152,6 @@ def test_ctrl_c_in_compare_and_demo_is_one_line_and_exit_130(command, tmp_path, 
 
 
 # -- API arguments x types: one checker (numloss.checks) for every public entry point ----------------
-def _echo():
-    return Broken(lambda ps: [Generation("1", 1) for _ in ps])
-
-
-def _loss():
-    from numloss import build_loss
-
-    return build_loss("del", _vocab())
-
-
 def _tiny():
     from numloss.models import build_char_tokenizer, build_tiny_model
 
@@ -193,12 +170,12 @@ def _trainer(tmp_path, dataset=None, model="tiny", args=None, **options):
     if args is None:
         args = TrainingArguments(output_dir=str(tmp_path / "t"), report_to=[], per_device_train_batch_size=2,
                                  use_cpu=True, **options.pop("training", {}))
-    return NumericTrainer(loss_fn=_loss(), model=_tiny() if model == "tiny" else model, args=args,
+    return NumericTrainer(loss_fn=_build("del"), model=_tiny() if model == "tiny" else model, args=args,
                           train_dataset=_rows(4) if dataset is None else dataset, **options)
 
 
 def _evaluate(**given):
-    return evaluate(_echo(), given.pop("benchmarks", "synthetic:arithmetic"), limit=1, digit_stats=False,
+    return evaluate(Broken(lambda ps: [Generation("1", 1) for _ in ps]), given.pop("benchmarks", "synthetic:arithmetic"), limit=1, digit_stats=False,
                     program_of_thought=False, **given)
 
 
@@ -209,7 +186,7 @@ API_CASES = {
     "evaluate protocol twice": (lambda t: _evaluate(protocol=["numloss", "numloss"]), ValueError, r"'numloss' is given twice"),
     "evaluate no benchmarks": (lambda t: _evaluate(benchmarks=[]), BenchmarkError, r"benchmarks is empty"),
     "score_outputs a key twice": (lambda t: score_outputs(_records(t, ', "output": "2"')), BenchmarkError, r"outputs.jsonl:1: field 'output' is given twice"),
-    "compare torch_threads 1000": (lambda t: _compare_config({"torch_threads": 1000, "objectives": ["mle"]}), ConfigError, r"torch_threads 1000 is more than this machine's"),
+    "compare torch_threads 1000": (lambda t: compare_config_from_dict({"torch_threads": 1000, "objectives": ["mle"]}), ConfigError, r"torch_threads 1000 is more than this machine's"),
     "evaluate overwrite 'no'": (lambda t: _evaluate(overwrite="no"), TypeError, r"^overwrite must be True or False, got 'no' \(str\): pass a bool$"),
     "evaluate cut_at_stop 1": (lambda t: _evaluate(cut_at_stop=1), TypeError, r"^cut_at_stop must be True or False"),
     "evaluate seed 'x'": (lambda t: _evaluate(seed="x"), TypeError, r"^seed must be an integer >= 0 and <= 4294967295, got 'x'"),
@@ -251,8 +228,6 @@ API_CASES = {
 
 
 def _build(name: str, **options):
-    from numloss import build_loss
-
     return build_loss(name, _vocab(), **options)
 
 
@@ -267,18 +242,8 @@ def _records(tmp_path: Path, more: str = "") -> Path:
     return path
 
 
-def _compare_config(mapping: dict):
-    from numloss.compare.config import compare_config_from_dict
-
-    return compare_config_from_dict(mapping)
-
-
 def _patch(model, fused=False):
-    from numloss import patch
-
-    return patch(model, _loss(), fused=fused)
-
-
+    return patch(model, _build("del"), fused=fused)
 
 
 @pytest.mark.parametrize("case", list(API_CASES))
