@@ -9,6 +9,7 @@ import shutil
 from pathlib import Path
 from typing import Any
 
+import pytest
 import results_doc  # scripts/ (pytest's pythonpath): the write-up is not installed
 
 
@@ -210,30 +211,40 @@ def test_pretrained_terms_quote_the_logged_sizes() -> None:
     assert results_doc.pretrained_terms({"mle": found["mle"]}, {}) == []
 
 
-def test_the_alpha_followup_block_reads_as_its_design_says(tmp_path: Path) -> None:
-    grid = results_doc.ALPHA_GRID
-    # DEL alpha 0.03 right on items 0-579, MLE on 0-599, every seed: c = 4 x 20 = 80, b = 0
-    worse = results_doc.Records(_pretrained_root(tmp_path / "worse", grid=grid, items_of={"mle": (0, 600), "del-a0.03": (0, 580)}))
-    text = "\n".join(results_doc.alpha_followup(worse))
-    assert text.startswith("**8 of 8 runs recorded, complete.**")
-    assert "`del-a0.03` minus MLE -2.0 points, McNemar p < 0.001: **worse than MLE" in text
-    assert "| del-a0.03 | 4 | " + ", ".join(["58.0 [54.9, 61.0]"] * 4) + " | 58.0 [58.0, 58.0] |" in text
-    assert "0 / 80" in text
-    # the same items each way (50 / 50 a seed): not worse
-    even = results_doc.Records(_pretrained_root(tmp_path / "even", grid=grid, items_of={"mle": (0, 600), "del-a0.03": (50, 650)}))
-    assert "McNemar p 1.00: **not told apart from MLE**: consistent" in "\n".join(results_doc.alpha_followup(even))
-    # DEL right on 0-619 against MLE's 0-599: 80 items its way, none the other: better
-    better = results_doc.Records(_pretrained_root(tmp_path / "better", grid=grid, items_of={"mle": (0, 600), "del-a0.03": (0, 620)}))
-    assert "p < 0.001: **better than MLE**: consistent" in "\n".join(results_doc.alpha_followup(better))
-    # a run short: interim, and no reading
-    cut = results_doc.Records(_pretrained_root(tmp_path / "cut", grid=grid, drop=("del-a0.03-s3",),
-                                               items_of={"mle": (0, 600), "del-a0.03": (0, 580)}))
-    lines = results_doc.alpha_followup(cut)
-    assert lines[0] == "**7 of 8 runs recorded; left: del-a0.03-s3: an interim result, no verdict.**"
-    assert not any("Reading" in line for line in lines)
+FOLLOWUPS = {  # renderer: grid, the arm against MLE, its seeds, the seed to leave out, the deciding test
+    "alpha_followup": (results_doc.ALPHA_GRID, "del-a0.03", 4, 3, "McNemar p", results_doc.ALPHA_READINGS),
+    "replicate_followup": (results_doc.REPLICATE_GRID, "del-a0.3", 4, 3, "McNemar p", results_doc.REPLICATE_READINGS),
+    "fresh_followup": (results_doc.FRESH_GRID, "del-a0.3", 4, 7, "McNemar p", results_doc.FRESH_READINGS),
+    "seeds8_followup": (results_doc.SEEDS8_GRID, "del-a0.3", 8, 7, "sign-flip p", results_doc.SEEDS8_READINGS),
+}
+
+
+@pytest.mark.parametrize("name", FOLLOWUPS)
+def test_a_followup_block_reads_as_its_design_says(name: str, tmp_path: Path) -> None:
+    """Worse, not told apart or better by its deciding test (McNemar over items, or the sign flip
+    over the 8 pairs); a run short: interim, and no reading; no run: the count alone."""
+    grid, arm, seeds, last, test, (worse, otherwise) = FOLLOWUPS[name]
+    render = getattr(results_doc, name)
+
+    def lines(root: str, first: int, end: int, drop: tuple[str, ...] = ()) -> list[str]:
+        """The block with the arm right on items first..end-1 and MLE on 0-599, every seed."""
+        return render(results_doc.Records(_pretrained_root(tmp_path / root, drop, grid, {"mle": (0, 600), arm: (first, end)})))
+
+    # 20 items fewer every seed: c = 20 per seed, b = 0 (8 pairs: every sign negative, p 2 / 2^8)
+    text = "\n".join(lines("worse", 0, 580))
+    assert text.startswith(f"**{2 * seeds} of {2 * seeds} runs recorded, complete.**")
+    assert f"`{arm}` minus MLE -2.0 points, {test} {'0.008' if seeds == 8 else '< 0.001'}: {worse}" in text
+    assert f"| {arm} | {seeds} | " + ", ".join(["58.0 [54.9, 61.0]"] * seeds) + " | 58.0 [58.0, 58.0] |" in text
+    assert f"0 / {20 * seeds}" in text
+    # the same number of items each way (50 / 50 a seed): not told apart; 20 items more: better
+    assert f"{test} 1.00: " + otherwise.split("{mde")[0].format(verdict="not told apart from MLE") in "\n".join(lines("even", 50, 650))
+    assert otherwise.split("{mde")[0].format(verdict="better than MLE") in "\n".join(lines("better", 0, 620))
+    cut = lines("cut", 0, 580, drop=(f"{arm}-s{last}",))
+    assert cut[0] == f"**{2 * seeds - 1} of {2 * seeds} runs recorded; left: {arm}-s{last}: an interim result, no verdict.**"
+    assert not any("Reading" in line for line in cut)
     (tmp_path / "none" / "configs").mkdir(parents=True)
     shutil.copy(results_doc.ROOT / "configs" / f"{grid}.yaml", tmp_path / "none" / "configs")
-    assert results_doc.alpha_followup(results_doc.Records(tmp_path / "none")) == ["**0 of 8 runs recorded.**"]
+    assert render(results_doc.Records(tmp_path / "none")) == [f"**0 of {2 * seeds} runs recorded.**"]
 
 
 def test_the_multiplication_figure_is_drawn_from_the_records(tmp_path: Path) -> None:
@@ -241,14 +252,8 @@ def test_the_multiplication_figure_is_drawn_from_the_records(tmp_path: Path) -> 
     assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and path.stat().st_size > 10_000
     assert results_doc.MUL_FIGURE.is_file(), "the README's figure is committed"
 
-    # the control reads its own arm with its own words
-    replicate = results_doc.Records(_pretrained_root(tmp_path / "replicate", grid=results_doc.REPLICATE_GRID,
-                                                     items_of={"mle": (0, 600), "del-a0.3": (50, 650)}))
-    assert "**not told apart from MLE here**: the grid's result did not reproduce" in "\n".join(
-        results_doc.replicate_followup(replicate))
 
-
-def test_the_answer_carries_the_follow_up_and_its_control(tmp_path: Path) -> None:
+def test_the_answer_carries_the_follow_ups_their_control_and_the_8_pairs(tmp_path: Path) -> None:
     root = _pretrained_root(tmp_path, grid=results_doc.ALPHA_GRID, items_of={"mle": (0, 600), "del-a0.03": (0, 580)})
     assert results_doc.followup_answer(results_doc.Records(root)) == [
         "- **Follow-up on the pretrained model, a tenth of the alpha** (pre-registered, 4 seeds on another CPU; complete): "
@@ -260,41 +265,16 @@ def test_the_answer_carries_the_follow_up_and_its_control(tmp_path: Path) -> Non
     line = results_doc.followup_answer(results_doc.Records(root))[0]
     assert line.endswith("Its control, DEL alpha 0.3 on that machine (interim: 7 of 8 runs): -10.0 points [-10.0, -10.0] "
                          "over seeds, McNemar p < 0.001.")
-    assert results_doc.followup_answer(results_doc.Records(_pretrained_root(tmp_path / "none"))) == []
-
-
-def test_the_four_more_seeds_read_as_their_design_says(tmp_path: Path) -> None:
-    """The fresh seeds by their McNemar test, the 8 pairs by their sign-flip test, no reading
-    while a run is missing, and the answer's line carrying both."""
-    fresh, pooled = results_doc.FRESH_GRID, results_doc.SEEDS8_GRID
-    worse = results_doc.Records(_pretrained_root(tmp_path / "worse", grid=fresh, items_of={"mle": (0, 600), "del-a0.3": (0, 580)}))
-    assert ("`del-a0.3` minus MLE -2.0 points, McNemar p < 0.001: **worse than MLE on seeds never run before: the "
-            "item-level result replicates.**") in "\n".join(results_doc.fresh_followup(worse))
-    even = results_doc.Records(_pretrained_root(tmp_path / "even", grid=fresh, items_of={"mle": (0, 600), "del-a0.3": (50, 650)}))
-    assert "McNemar p 1.00: **not told apart from MLE on the fresh seeds**: the item-level result did not replicate" in (
-        "\n".join(results_doc.fresh_followup(even)))
-    # 8 pairs, DEL 2 points below MLE in each: every sign negative, sign-flip p 2 / 2^8 = 0.0078
-    root = _pretrained_root(tmp_path / "pooled", grid=pooled, items_of={"mle": (0, 600), "del-a0.3": (0, 580)})
-    text = "\n".join(results_doc.seeds8_followup(results_doc.Records(root)))
-    assert text.startswith("**16 of 16 runs recorded, complete.**")
-    assert "minus MLE -2.0 points, sign-flip p 0.008: **worse than MLE beyond the spread" in text
-    # signs alternating (-2, +2, ...): the items tell them apart both ways, the seeds do not
-    mixed = _pretrained_root(tmp_path / "mixed", grid=pooled,
-                             items_of={"mle": (0, 600), "del-a0.3": lambda seed: (0, 580) if seed % 2 else (0, 620)})
-    text = "\n".join(results_doc.seeds8_followup(results_doc.Records(mixed)))
-    assert "minus MLE 0.0 points, sign-flip p 1.00: **not told apart from MLE at the seed level**: the 8 pairs detect" in text
-    cut = _pretrained_root(tmp_path / "cut", grid=pooled, drop=("mle-s7",), items_of={"mle": (0, 600), "del-a0.3": (0, 580)})
-    lines = results_doc.seeds8_followup(results_doc.Records(cut))
-    assert lines[0] == "**15 of 16 runs recorded; left: mle-s7: an interim result, no verdict.**"
-    assert not any("Reading" in line for line in lines)
-    # the answer: nothing before the fresh seeds, then their line, then the 8 pairs beside it
-    assert results_doc.seeds_answer(results_doc.Records(_pretrained_root(tmp_path / "none"))) == []
-    both = _pretrained_root(tmp_path / "both", grid=fresh, items_of={"mle": (0, 600), "del-a0.3": (0, 580)}, drop=("del-a0.3-s7",))
+    none = results_doc.Records(_pretrained_root(tmp_path / "none"))
+    assert results_doc.followup_answer(none) == [] and results_doc.seeds_answer(none) == []
+    # four more seeds: nothing before the fresh seeds, then their line, then the 8 pairs beside it
+    both = _pretrained_root(tmp_path / "both", grid=results_doc.FRESH_GRID, items_of={"mle": (0, 600), "del-a0.3": (0, 580)},
+                            drop=("del-a0.3-s7",))
     [line] = results_doc.seeds_answer(results_doc.Records(both))
     assert line.startswith("- **Four more seeds of the pretrained comparison** (pre-registered, seeds 4-7 on the follow-up's "
                            "CPU; interim: 7 of 8 runs): DEL alpha 0.3 minus MLE -2.0 points [-2.0, -2.0] over seeds, McNemar "
                            "p < 0.001.")
-    _pretrained_root(both, grid=pooled, items_of={"mle": (0, 600), "del-a0.3": (0, 580)})
+    _pretrained_root(both, grid=results_doc.SEEDS8_GRID, items_of={"mle": (0, 600), "del-a0.3": (0, 580)})
     [line] = results_doc.seeds_answer(results_doc.Records(both))
     assert line.endswith("Over the 8 seed pairs on that CPU: -2.0 points [-2.0, -2.0] over seeds, sign-flip p 0.008; "
                          "**worse than MLE beyond the spread training randomness gives these 8 pairs** (the test was "
