@@ -119,20 +119,6 @@ def test_parallel_jobs_give_the_same_results(tmp_path) -> None:
         compare_config_from_dict(_mapping(tmp_path) | {"jobs": 0})
 
 
-def test_a_changed_config_is_not_reused(finished) -> None:
-    compare, _, out = finished
-    spec = compare.objectives[0]
-    config = compare.run_config(spec, 0, out / "runs" / "x", out / "data" / "train-s0.jsonl")
-    changed = _mapping(out)
-    changed["base"]["train"]["learning_rate"] = 2e-3
-    other = compare_config_from_dict(changed)
-    assert compare.run_hash(config) != other.run_hash(other.run_config(spec, 0, out / "runs" / "x", out / "t.jsonl"))
-    moved = compare_config_from_dict({**_mapping(out / "elsewhere")})
-    assert compare.run_hash(config) == moved.run_hash(moved.run_config(spec, 0, out / "y", out / "t.jsonl")), (
-        "where a run is written does not change its hash"
-    )
-
-
 def test_config_errors_are_clear(tmp_path) -> None:
     bad = _mapping(tmp_path)
     bad["objectives"] = [{"name": "dell"}]
@@ -181,13 +167,15 @@ def test_parallel_runs_are_reported_as_they_finish(tmp_path) -> None:
     assert min(reported) < max(finished), "the first result was only reported after the last run finished"
 
 
-def test_shipped_configs_load() -> None:
+def test_shipped_configs_load_and_state_dels_alpha() -> None:
+    """Every DEL arm of a comparison names its alpha, so a change of the default never reaches a grid."""
     from pathlib import Path
 
     configs = sorted(Path(__file__).resolve().parents[1].joinpath("configs").glob("compare*.yaml"))
     assert configs, "configs/compare*.yaml are missing"
     for path in configs:
         compare = load_compare_config(path)
+        assert all(s.alpha is not None for s in compare.objectives if s.name == "del"), f"{path.name}: DEL's default alpha"
         # the tiny model's comparisons hold out 2,000 items per set; SmolLM2 on CPU holds
         # out fewer, as its config says, to fit 12 runs of a 135M model on 2 cores, and so does the
         # chunked-number comparisons (1,000 items, as their configs say)
@@ -310,22 +298,28 @@ def test_learning_check_scores_the_real_model(tmp_path, monkeypatch) -> None:
         compare_config_from_dict(dict(mapping, learning={"evry": 3}))
 
 
-def test_a_setting_at_its_default_does_not_change_the_hash(tmp_path) -> None:
-    """A grid runs in slices across sessions: a key written out at its default value (as a field
-    added to the configs later would be) must not orphan the finished runs."""
-    compare = compare_config_from_dict(_mapping(tmp_path))
-    spec = compare.objectives[0]
+def test_the_run_hash_changes_with_a_setting_only(tmp_path) -> None:
+    """A changed setting is not reused; where a run is written does not change its hash, and a grid
+    runs in slices across sessions: a key written out at its default value (as a field added to the
+    configs later would be) must not orphan the finished runs."""
+    spec = compare_config_from_dict(_mapping(tmp_path)).objectives[0]
+
+    def run_hash(mapping: dict, where=tmp_path) -> str:
+        other = compare_config_from_dict(mapping)
+        return other.run_hash(other.run_config(spec, 0, where / "r", where / "t.jsonl"))
+
+    reference = run_hash(_mapping(tmp_path))
+    assert run_hash(_mapping(tmp_path / "elsewhere"), tmp_path / "y") == reference, "where a run is written"
     explicit = _mapping(tmp_path)
     explicit["base"]["train"]["max_grad_norm"] = 1.0  # the default
     explicit["task"]["test_seed"] = 1234  # the default
-    other = compare_config_from_dict(explicit)
-    paths = (tmp_path / "r", tmp_path / "t.jsonl")
-    assert compare.run_hash(compare.run_config(spec, 0, *paths)) == other.run_hash(other.run_config(spec, 0, *paths))
+    assert run_hash(explicit) == reference
     explicit["base"]["train"]["max_grad_norm"] = 0.5
-    changed = compare_config_from_dict(explicit)
-    assert compare.run_hash(compare.run_config(spec, 0, *paths)) != changed.run_hash(changed.run_config(spec, 0, *paths))
-    with_checks = compare_config_from_dict(dict(_mapping(tmp_path), learning={"every": 200}))
-    assert with_checks.run_hash(with_checks.run_config(spec, 0, *paths)) != compare.run_hash(compare.run_config(spec, 0, *paths))
+    assert run_hash(explicit) != reference
+    assert run_hash(dict(_mapping(tmp_path), learning={"every": 200})) != reference
+    changed = _mapping(tmp_path)
+    changed["base"]["train"]["learning_rate"] = 2e-3
+    assert run_hash(changed) != reference
 
 
 def test_report_only_reports_the_finished_runs_and_trains_nothing(finished, monkeypatch, tmp_path) -> None:

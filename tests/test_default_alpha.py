@@ -172,12 +172,3 @@ def test_records_that_left_alpha_at_its_default_still_mean_their_runs():
             seen.add(name)
     assert seen == {"ntl-was", "ntl-mse", "dist2"}
 
-
-def test_compare_configs_state_dels_alpha():
-    """Every DEL arm of a comparison names its alpha, so a change of the default never reaches a grid."""
-    from numloss.compare.config import load_compare_config
-
-    for path in sorted((ROOT / "configs").glob("compare*.yaml")):
-        for spec in load_compare_config(path).objectives:
-            if spec.name == "del":
-                assert spec.alpha is not None, f"{path.name}: {spec.label} relies on DEL's default alpha"
