@@ -36,26 +36,21 @@ def _scored(protocol, benchmark, item, output, stdout=""):
     return results, time.monotonic() - start
 
 
-@pytest.mark.parametrize(("benchmark", "item", "output", "stdout"), [
-    ("math", MATH, "The answer is 1E+999999.", ""),
-    ("gsm8k", NUMBER, "The answer is 1E+999999.", ""),
-    ("math", MATH, "So $\\boxed{10^{999999999}}$", ""),
-    ("gsm8k", NUMBER, "print(x)", "9" * 10_000_000),
-    ("math", MATH, "print(x)", "7\n" * 5_000_000),
-], ids=["math-1e999999", "number-1e999999", "boxed-10^999999999", "program-10MB-digits", "program-10MB-lines"])
-def test_a_huge_number_is_unreadable_within_the_bound_under_numloss(benchmark, item, output, stdout):
-    (hostile, following), seconds = _scored(NUMLOSS, benchmark, item, output, stdout)
-    assert seconds < answers.READ_SECONDS
-    assert hostile.note.startswith("unreadable:") and not hostile.correct and hostile.decided_by == "unreadable"
-    assert following.correct and not following.note
-
-
-@pytest.mark.parametrize(("benchmark", "item", "output"), [
-    ("math", MATH, "The answer is 1E+999999."), ("math", MATH, "So $\\boxed{10^{999999999}}$"),
-])
-def test_the_released_protocol_scores_them_within_the_bound(benchmark, item, output):
-    (hostile, following), seconds = _scored(RELEASED, benchmark, item, output)
+@pytest.mark.parametrize(("protocol", "benchmark", "item", "output", "stdout"), [
+    (NUMLOSS, "math", MATH, "The answer is 1E+999999.", ""),
+    (NUMLOSS, "gsm8k", NUMBER, "The answer is 1E+999999.", ""),
+    (NUMLOSS, "math", MATH, "So $\\boxed{10^{999999999}}$", ""),
+    (NUMLOSS, "gsm8k", NUMBER, "print(x)", "9" * 10_000_000),
+    (NUMLOSS, "math", MATH, "print(x)", "7\n" * 5_000_000),
+    (RELEASED, "math", MATH, "The answer is 1E+999999.", ""),
+    (RELEASED, "math", MATH, "So $\\boxed{10^{999999999}}$", ""),
+], ids=["math-1e999999", "number-1e999999", "boxed-10^999999999", "program-10MB-digits", "program-10MB-lines",
+        "released-math-1e999999", "released-boxed-10^999999999"])
+def test_a_huge_number_is_scored_within_the_bound_and_numloss_calls_it_unreadable(protocol, benchmark, item, output, stdout):
+    (hostile, following), seconds = _scored(protocol, benchmark, item, output, stdout)
     assert seconds < answers.READ_SECONDS and not hostile.correct and following.correct
+    if protocol is NUMLOSS:
+        assert hostile.note.startswith("unreadable:") and hostile.decided_by == "unreadable" and not following.note
 
 
 def test_the_size_limits_leave_ordinary_numbers_alone():
