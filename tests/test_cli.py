@@ -23,13 +23,6 @@ def test_help_version_and_an_unknown_command(capsys):
     assert "unknown command 'trian'" in capsys.readouterr().err
 
 
-def test_every_command_module_imports_and_has_main():
-    import importlib
-
-    for module_name, _, _ in COMMANDS.values():
-        assert callable(importlib.import_module(module_name).main)
-
-
 def test_bench_lists_the_scripts(capsys):
     assert main(["bench", "--help"]) == 0
     assert "losses" in capsys.readouterr().out
