@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import ast
 import dataclasses
+import importlib
 import json
 import re
 import shlex
@@ -61,44 +62,30 @@ def test_log_csv_columns_and_the_progress_bars_keys_are_the_codes():
     assert listed(text, "The progress bar shows ") == [list(PROGRESS_KEYS)]
 
 
-def test_numloss_eval_help_and_its_page_list_every_file_it_writes_and_no_other():
-    from numloss.evaluate.cli import build_parser
+def test_eval_and_compare_help_and_the_eval_page_list_every_file_they_write_and_no_other():
+    from numloss.compare import build_parser as compare_parser
+    from numloss.compare.report import REPORT_FILES as COMPARE_FILES
+    from numloss.evaluate.cli import build_parser as eval_parser
     from numloss.evaluate.report import REPORT_FILES
 
     files = {*REPORT_FILES, "items.jsonl"}
     page = (ROOT / "docs" / "evaluation.md").read_text(encoding="utf-8")
     assert [set(names) for names in listed(page, "`numloss eval` writes to `--out`: ")] == [files]
-    text = build_parser().format_help()
-    assert all(name in text for name in files), [name for name in files if name not in text]
-    assert set(re.findall(r"(?<![/\w])[a-z_]+\.(?:json|jsonl|md|png)\b", text)) <= files
+    for parser, written in [(eval_parser(), files), (compare_parser(), set(COMPARE_FILES))]:
+        assert set(re.findall(r"(?<![/\w])[a-z_]+\.(?:json|jsonl|md|png)\b", parser.format_help())) == written
 
 
-def test_numloss_compare_help_lists_every_file_a_report_writes_and_no_other():
-    from numloss.compare import build_parser
-    from numloss.compare.report import REPORT_FILES
-
-    text = build_parser().format_help()
-    assert set(re.findall(r"(?<![/\w])[a-z_]+\.(?:json|jsonl|md|png)\b", text)) == set(REPORT_FILES)
+#: the result and settings classes the pages show -> their modules
+CLASSES = {"ProgramResult": "evaluate.sandbox", "Isolation": "evaluate.sandbox", "SandboxLimits": "evaluate.sandbox",
+           "NumericLossOutput": "losses.base", "BenchmarkScore": "evaluate.report", "EvalReport": "evaluate.report",
+           "ItemResult": "evaluate.runner", "PlaceAccuracy": "evaluate.metrics"}
 
 
-def classes() -> dict[str, type]:
-    """The result and settings classes the pages show, by name."""
-    from numloss.evaluate.metrics import PlaceAccuracy
-    from numloss.evaluate.report import BenchmarkScore, EvalReport
-    from numloss.evaluate.runner import ItemResult
-    from numloss.evaluate.sandbox import Isolation, ProgramResult, SandboxLimits
-    from numloss.losses.base import NumericLossOutput
-
-    return {c.__name__: c for c in (ProgramResult, Isolation, SandboxLimits, NumericLossOutput, BenchmarkScore,
-                                    EvalReport, ItemResult, PlaceAccuracy)}
-
-
-@pytest.mark.parametrize("name", ["ProgramResult", "Isolation", "SandboxLimits", "NumericLossOutput", "BenchmarkScore",
-                                  "EvalReport", "ItemResult", "PlaceAccuracy"])
+@pytest.mark.parametrize("name", CLASSES)
 def test_the_pages_name_only_fields_that_exist(name):
     """`Class.attr` in any page names a field, property or method of Class; `Class(field=...)` (a
     constructor call or a repr) a field."""
-    cls = classes()[name]
+    cls = getattr(importlib.import_module(f"numloss.{CLASSES[name]}"), name)
     fields = {f.name for f in dataclasses.fields(cls)}
     known = fields | set(dir(cls))
     for page, text in pages().items():
