@@ -19,11 +19,7 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
     "demo": ("numloss.demo", "the default offline comparison (what `make demo` runs)", "compare"),
     "train": ("numloss.train", "fine-tune a causal LM with any objective from a YAML config", "hf"),
     "eval": ("numloss.evaluate.cli", "evaluate a model on math benchmarks", "eval"),
-    "compare": (
-        "numloss.compare",
-        "train and evaluate one model per objective and seed",
-        "compare",
-    ),
+    "compare": ("numloss.compare", "train and evaluate a model per objective and seed", "compare"),
     "models": ("numloss.models.cli", "prepare the offline default models", "gguf"),
     "bench": ("numloss.bench_cli", "run the benchmarks in bench/", "hf"),
 }

@@ -427,24 +427,17 @@ def _set(config: Config, key: str, value: Any, from_cli: bool, warn: bool = True
     value = check_value(key, value, hint)
     options = typing.get_args(hint)
     if isinstance(value, str) and (dict in options or dict in map(typing.get_origin, options)):
-        # TrainingArguments reads a string for a mapping field as JSON, later
-        _json_object(key, value)
+        from pydantic import ValidationError
+
+        try:  # TrainingArguments reads a string for a mapping field as JSON, later
+            _adapter(dict).validate_json(value)
+        except ValidationError:
+            what = "a mapping (or a JSON object string)"
+            raise ConfigError(f"{key}: expected {what}, got {shown(value)}") from None
     if isinstance(target, dict):
         target[name] = value
     else:
         setattr(target, name or section, value)
-
-
-def _json_object(key: str, value: Any) -> None:
-    """ConfigError unless `value`, where a mapping may be given as a string, is a JSON object."""
-    import json
-
-    try:
-        if isinstance(json.loads(value), dict):
-            return
-    except ValueError:
-        pass
-    raise ConfigError(f"{key}: expected a mapping (or a JSON object string), got {shown(value)}")
 
 
 def _parse_cli(text: Any, hint: Any) -> Any:
@@ -607,6 +600,8 @@ GENERATED_LIMIT = 10**7
 
 #: model names numloss builds or converts itself: a hub revision means nothing for them
 BUILT_IN_MODELS = ("tiny", "smollm2")
+#: the string keys that may not be blank (the optional ones may be null instead)
+NOT_BLANK = "model.name data.source train.output_dir data.instruction_field data.output_field"
 
 
 def _validate_context(config: Config) -> None:
@@ -633,16 +628,11 @@ def _validate_context(config: Config) -> None:
             f"model.tiny_hidden ({model.tiny_hidden}) must be a multiple of model.tiny_heads "
             f"({model.tiny_heads})"
         )
-    for name, value in (
-        ("model.name", model.name),
-        ("data.source", data.source),
-        ("train.output_dir", train.output_dir),
-        ("data.instruction_field", data.instruction_field),
-        ("data.output_field", data.output_field),
-    ):
-        if not value.strip():
+    for key in NOT_BLANK.split():
+        section, _, name = key.partition(".")
+        if not getattr(getattr(config, section), name).strip():
             raise ConfigError(
-                f"{name} is empty; give a value (numloss train --help shows the default)"
+                f"{key} is empty; give a value (numloss train --help shows the default)"
             )
     if train.resume_changed and train.resume is False:
         raise ConfigError(

@@ -51,15 +51,9 @@ class PushdownWarning(TrainerCallback):
         self.streak = 0
         self.warned = False
 
-    def on_log(
-        self,
-        args: Any,
-        state: Any,
-        control: Any,
-        logs: dict[str, float] | None = None,
-        **kwargs: Any,
-    ) -> None:
-        share = (logs or {}).get("pushdown_share")
+    def on_log(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+        logs = kwargs.get("logs") or {}  # the interval's means, as transformers passes them
+        share = logs.get("pushdown_share")
         loss = self.loss_fn  # DEL with a term: the others' share is what raw DEL *would* do
         if share is None or getattr(loss, "name", "") != "del" or not getattr(loss, "alpha", 0):
             return
@@ -67,9 +61,7 @@ class PushdownWarning(TrainerCallback):
         if self.streak >= self.patience and not self.warned:
             self.warned = True
             logger.warning(
-                pushdown_message(
-                    self.loss_fn, share, self.streak, (logs or {}).get("digit_logit_mean")
-                )
+                pushdown_message(self.loss_fn, share, self.streak, logs.get("digit_logit_mean"))
             )
 
 
@@ -88,14 +80,8 @@ class DigitDiagnosticsCallback(PushdownWarning):
         super().__init__(loss_fn, threshold, patience)
         self.compute_loss = compute_loss
 
-    def on_log(
-        self,
-        args: Any,
-        state: Any,
-        control: Any,
-        logs: dict[str, float] | None = None,
-        **kwargs: Any,
-    ) -> None:
+    def on_log(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+        logs = kwargs.get("logs")
         if logs is None or "loss" not in logs:
             return
         means = self.compute_loss.pop_diagnostics()
@@ -103,4 +89,4 @@ class DigitDiagnosticsCallback(PushdownWarning):
         last = (getattr(state, "log_history", None) or [{}])[-1]
         if last.get("step") == getattr(state, "global_step", None) and "loss" in last:
             last.update(means)
-        super().on_log(args, state, control, logs=logs, **kwargs)
+        super().on_log(args, state, control, **kwargs)
