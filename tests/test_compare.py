@@ -66,18 +66,8 @@ def test_grid_trains_and_reports_every_objective(finished) -> None:
     assert "| mle | 1 |" in report and "| del-a0.3 | 1 |" in report
 
 
-def test_finished_runs_are_skipped(finished, monkeypatch) -> None:
-    compare, _, out = finished
-
-    def no_training(*args, **kwargs):
-        raise AssertionError("a finished run was trained again")
-
-    monkeypatch.setattr(numloss.train, "run_training", no_training)
-    results = run_grid(compare, progress=False)
-    assert [r["label"] for r in results] == ["mle", "del-a0.3"]
-
-
 def test_an_interrupted_run_is_redone_alone(finished, monkeypatch) -> None:
+    """The finished run is skipped, not trained again; the one killed before it finished is redone."""
     compare, _, out = finished
     (out / "runs" / "del-a0.3-s0" / "result.json").unlink()  # as if killed before it finished
     calls = []
@@ -343,7 +333,7 @@ def test_records_carry_a_grid_into_a_new_checkout(finished, monkeypatch, tmp_pat
     runs/ is gone) finds them there and trains nothing, and the report names each run's machine."""
     import json
 
-    from numloss.compare.runner import RecordError, read_record, record_path
+    from numloss.compare.runner import record_path
 
     compare, _, out = finished
     records = tmp_path / "records"
@@ -376,15 +366,6 @@ def test_records_carry_a_grid_into_a_new_checkout(finished, monkeypatch, tmp_pat
     run_comparison(fresh, progress=False, print_table=False, finished_only=True)
     report = (tmp_path / "new-checkout" / "report.md").read_text()
     assert "runs made on " in report and "Other CPU (AVX2" in report and "(1 runs)" in report
-
-    # a record whose content is not what its name says is refused, never used
-    path = record_path(records, f"{other['label']}-s{other['seed']}", other["hash"])
-    path.write_text(json.dumps({**other, "hash": "0" * 16}))
-    with pytest.raises(RecordError, match="delete it"):
-        read_record(records, f"{other['label']}-s{other['seed']}", other["hash"])
-    path.write_text("{torn")
-    with pytest.raises(RecordError, match="unreadable"):
-        read_record(records, f"{other['label']}-s{other['seed']}", other["hash"])
 
 
 def test_the_headline_exact_match_is_in_distribution_also_in_a_record_with_sorted_keys() -> None:

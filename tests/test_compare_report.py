@@ -56,9 +56,13 @@ RESULTS = [
     _result("del", 0, 0.50, 6.0),
     _result("del", 1, 0.60, 8.0),
 ]
+#: five seeds, del 20-24 points above mle on the same seed (seed luck: the shifts), lower MAE
+SHIFTS = [0.0, 0.1, -0.1, 0.2, -0.2]
+FIVE = [_result("mle", s, 0.3 + d, 9.0) for s, d in enumerate(SHIFTS)]
+FIVE += [_result("del", s, 0.5 + d + 0.01 * s, 4.0) for s, d in enumerate(SHIFTS)]
 
 
-def test_aggregate_mean_std_over_seeds() -> None:
+def test_aggregate_mean_std_and_the_interval_over_items_and_seeds() -> None:
     summary = aggregate(RESULTS)
     assert list(summary) == ["mle", "del"]
     em = summary["mle"]["sets"]["in_distribution"]["exact_match"]
@@ -72,19 +76,13 @@ def test_aggregate_mean_std_over_seeds() -> None:
     assert metrics["exact_match_ci95"] == pytest.approx([0.0, 0.35 + half]), "the hull of the two"
     # a metric that is NaN for some seeds averages the others
     assert summary["mle"]["sets"]["in_distribution"]["decimal_place_accuracy"]["mean"] == pytest.approx(0.35)
-
-
-def test_interval_with_one_seed_is_the_items_interval() -> None:
-    metrics = aggregate([_result("mle", 0, 0.30, 5.0)])["mle"]["sets"]["in_distribution"]
-    assert metrics["exact_match_ci95"] == pytest.approx(wilson_interval(30, 100))
-    assert all(math.isnan(x) for x in metrics["exact_match_ci95_seeds"])
-
-
-def test_interval_is_never_narrower_than_the_items_interval() -> None:
-    # two seeds that agree exactly: no seed spread, so the items' Wilson interval is what is left
-    metrics = aggregate([_result("mle", 0, 0.5, 5.0), _result("mle", 1, 0.5, 5.0)])["mle"]["sets"]["in_distribution"]
-    assert metrics["exact_match_ci95_seeds"] == pytest.approx([0.5, 0.5])
-    assert metrics["exact_match_ci95"] == pytest.approx(wilson_interval(100, 200))
+    # one seed: the items' interval alone; two seeds that agree exactly: no seed spread, the items' is left
+    one = aggregate([_result("mle", 0, 0.30, 5.0)])["mle"]["sets"]["in_distribution"]
+    assert one["exact_match_ci95"] == pytest.approx(wilson_interval(30, 100))
+    assert all(math.isnan(x) for x in one["exact_match_ci95_seeds"])
+    same = aggregate([_result("mle", 0, 0.5, 5.0), _result("mle", 1, 0.5, 5.0)])["mle"]["sets"]["in_distribution"]
+    assert same["exact_match_ci95_seeds"] == pytest.approx([0.5, 0.5])
+    assert same["exact_match_ci95"] == pytest.approx(wilson_interval(100, 200))
 
 
 def test_every_accuracy_column_carries_its_interval_built_as_exact_matchs() -> None:
@@ -160,10 +158,7 @@ def test_table_marks_only_a_significant_paired_difference() -> None:
     assert "**" not in table and "55.0 ± 7.1" in lines[3] and "[" in lines[2]
     assert " *" not in text_table(aggregate(RESULTS), "in_distribution")
     # five seeds, del always ~20 points above mle on the same seed, lower MAE: only its exact match is marked
-    shifts = [0.0, 0.1, -0.1, 0.2, -0.2]
-    five = [_result("mle", s, 0.3 + d, 9.0) for s, d in enumerate(shifts)]
-    five += [_result("del", s, 0.5 + d + 0.01 * s, 4.0) for s, d in enumerate(shifts)]
-    five += [_result("emo", s, 0.3 + d + (0.05 if s % 2 else -0.05), 9.0) for s, d in enumerate(shifts)]
+    five = FIVE + [_result("emo", s, 0.3 + d + (0.05 if s % 2 else -0.05), 9.0) for s, d in enumerate(SHIFTS)]
     summary = aggregate(five)
     assert significant_labels(summary, "in_distribution") == {"del"}
     rows = {line.split("|")[1].strip(): line for line in markdown_table(summary, "in_distribution").splitlines()[2:]}
@@ -171,7 +166,7 @@ def test_table_marks_only_a_significant_paired_difference() -> None:
     assert "**" not in rows["mle"] and "**" not in rows["emo"], "the baseline and a non-difference are never marked"
     assert " *" in text_table(summary, "in_distribution").splitlines()[3]
     # the same values without the pairing (seeds relabelled at random): the seed luck swamps it
-    shuffled = [_result("mle", s, 0.3 + d, 9.0) for s, d in enumerate(shifts)]
+    shuffled = [_result("mle", s, 0.3 + d, 9.0) for s, d in enumerate(SHIFTS)]
     shuffled += [_result("del", s, 0.5 + d, 4.0) for s, d in zip([0, 1, 2, 3, 4], [0.2, -0.2, 0.1, 0.0, -0.1], strict=True)]
     assert significant_labels(aggregate(shuffled), "in_distribution") == set()
 
@@ -235,10 +230,7 @@ def test_learning_speed_section(tmp_path) -> None:
 def test_paired_table_by_seed() -> None:
     from numloss.compare.report import paired_table
 
-    shifts = [0.0, 0.1, -0.1, 0.2, -0.2]
-    five = [_result("mle", s, 0.3 + d, 9.0) for s, d in enumerate(shifts)]
-    five += [_result("del", s, 0.5 + d + 0.01 * s, 4.0) for s, d in enumerate(shifts)]
-    lines = paired_table(aggregate(five))
+    lines = paired_table(aggregate(FIVE))
     row = next(line for line in lines if line.startswith("| del |"))
     # differences 20, 21, 22, 23, 24 points: mean 22, sd 1.58, t interval 22 +- 2.776 x 0.707
     assert row.startswith("| del | 5 | +22.0 [+20.0, +24.0] | 0.000 | 0.000 |"), row

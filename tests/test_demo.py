@@ -8,26 +8,17 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import re
-import sys
 from pathlib import Path
 
 import pytest
+import results_doc  # scripts/ (pytest's pythonpath): the write-up is not installed
 
 from numloss.demo import RECORDED_GRID, fresh_lines, main, trace_lines
 
 ROOT = Path(__file__).resolve().parents[1]
 RANK_WORDS = re.compile(r"\b(better|worse|beats?|wins?|outperforms?|rank(s|ed)? (first|last|above|below))\b", re.I)
-
-
-def _results_doc():
-    spec = importlib.util.spec_from_file_location("results_doc", ROOT / "scripts" / "results_doc.py")
-    results_doc = importlib.util.module_from_spec(spec)
-    sys.modules.setdefault("results_doc", results_doc)
-    spec.loader.exec_module(results_doc)
-    return results_doc
 
 
 def test_the_recorded_grid_the_demo_prints_is_the_records_and_quotes_the_docs_numbers() -> None:
@@ -36,7 +27,6 @@ def test_the_recorded_grid_the_demo_prints_is_the_records_and_quotes_the_docs_nu
     script), with the numbers docs/results-pretrained.md quotes and no path of the machine."""
     from numloss.package_data import RECORDED_GRID_TEXT, packaged
 
-    results_doc = _results_doc()
     rec = results_doc.Records()
     lines = results_doc.demo_recorded(rec)
     shipped = json.loads(packaged(RECORDED_GRID_TEXT).read_text(encoding="utf-8"))
