@@ -10,7 +10,7 @@ from tokenizers import Tokenizer, models, pre_tokenizers
 from transformers import PreTrainedTokenizerFast
 
 from numloss.digits import DigitVocab, DigitVocabError, find_digits, place_weights
-from reference import classes_of, ref_place_weight, ref_places_row
+from reference.definitions import classes_of, ref_place_weight, ref_places_row
 from tokenizer_styles import gpt2_style, single_digit_style
 
 CHARS = list("0123456789.") + list("abcxyz +-=")

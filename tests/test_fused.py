@@ -8,64 +8,30 @@ import torch.nn.functional as F
 from torch.utils._python_dispatch import TorchDispatchMode
 
 import numloss.fused as fused_module
-from numloss import DigitVocab, build_loss
+from numloss import build_loss
 from numloss.fused import default_chunk_size, fused_loss
+from test_losses import BATCHES, CASES, IDS, VOCAB, WIDTHS, loss_for
 
-VOCAB = DigitVocab(list(range(10)), decimal_point_id=10)
-# every objective, and every form and option that changes its arithmetic
-VARIANTS = {
-    "mle": ("mle", {}),
-    # DEL at alpha 1 rather than its small default, so that its term weighs in the comparisons
-    "del": ("del", {"alpha": 1.0}),
-    "del-tokens": ("del", {"alpha": 1.0, "normalize": "tokens", "place_weighting": "continuous"}),
-    "del-centered": ("del", {"alpha": 1.0, "sigmoid_input": "centered"}),
-    "del-detached": ("del", {"alpha": 1.0, "sigmoid_input": "centered", "p_weights": "detached"}),
-    "ntl-was": ("ntl-was", {}),
-    "ntl-was-reweigh": ("ntl-was", {"reweigh": True}),
-    "ntl-mse": ("ntl-mse", {}),
-    "ntl-mse-reweigh": ("ntl-mse", {"alpha": 0.3, "reweigh": True, "normalize": "tokens"}),
-    "dist2": ("dist2", {}),
-    "dist2-placed": ("dist2", {"place_weight": True, "tau": 2.0}),
-    "dist2-author": ("dist2", {"place_weight": True, "point_ends_run": True, "normalize": "weights"}),
-    "mixce": ("mixce", {}),
-    "mixce-0.2": ("mixce", {"eta": 0.2}),
-    "emo": ("emo", {}),
-    "emo-gpt2": ("emo", {"form": "gpt2"}),
-    "emo-cap": ("emo", {"form": "gpt2", "max_ratio": 3.0}),
-    "emo-adaptive-cap": ("emo", {"max_ratio": 0.5}),
-    "emo-mode2": ("emo", {"mode": 2}),
-}
-OBJECTIVES = list(VARIANTS)
+# every objective, and every form and option that changes its arithmetic (test_losses.CASES)
+VARIANTS = dict(zip(IDS, CASES, strict=True))
 # digit terms that read the NLL (NTL's reweigh) have no per-token rule: backward recomputes
-RECOMPUTED = [key for key, (_, options) in VARIANTS.items() if options.get("reweigh")]
-V, H = 48, 16
-POINT = 10
+RECOMPUTED = [key for key, (_, options, _) in VARIANTS.items() if options.get("reweigh")]
+H = 16
 
 
-def make_loss(key: str, weight: torch.Tensor):
-    name, options = VARIANTS[key]
-    if name == "emo":
-        return build_loss(name, VOCAB, embedding=weight.detach(), **options)
-    return build_loss(name, VOCAB, **options)
+def make_loss(key: str, vocab: str = "digits"):
+    name, options, alpha = VARIANTS[key]
+    # at alpha 1 rather than DEL's small default, so that its term weighs in the comparisons
+    return loss_for(name, {**options, "alpha": 1.0} if name == "del" else options, vocab)
 
 
-def labels_with_numbers() -> torch.Tensor:
-    """[3, 13]: a prompt, numbers (one across the chunk-of-5 boundary), a row without digits."""
-    generator = torch.Generator().manual_seed(3)
-    labels = torch.randint(11, V, (3, 13), generator=generator)
-    labels[0, :3] = -100
-    labels[0, 3:9] = torch.tensor([1, 2, 3, POINT, 4, 5])  # "123.45" spans rows 3..8 (chunk edge at 5)
-    labels[1, 0:2] = torch.tensor([7, 0])
-    labels[1, 11:13] = torch.tensor([9, 9])  # touches the row end
-    labels[1, 6] = -100
-    return labels  # row 2: no digits at all
-
-
-def inputs(dtype=torch.float32, bias=True, seed=0):
+def inputs(dtype=torch.float32, bias=True, seed=0, vocab="digits"):
+    """hidden [5, 9, H] for test_losses.BATCHES (numbers across chunk edges, a row without digits,
+    one all ignored), the head's weight and bias."""
     generator = torch.Generator().manual_seed(seed)
-    hidden = torch.randn(3, 13, H, generator=generator).to(dtype).requires_grad_(True)
-    weight = (torch.randn(V, H, generator=generator) / 2).to(dtype).requires_grad_(True)
-    b = (torch.randn(V, generator=generator) / 4).to(dtype).requires_grad_(True) if bias else None
+    hidden = torch.randn(*BATCHES[vocab].shape, H, generator=generator).to(dtype).requires_grad_(True)
+    weight = (torch.randn(WIDTHS[vocab], H, generator=generator) / 2).to(dtype).requires_grad_(True)
+    b = (torch.randn(WIDTHS[vocab], generator=generator) / 4).to(dtype).requires_grad_(True) if bias else None
     return hidden, weight, b
 
 
@@ -84,102 +50,57 @@ def assert_same(reference, reference_grads, fused, fused_grads, rtol, atol):
         torch.testing.assert_close(got, want, rtol=rtol, atol=atol * max(scale, 1e-6))
 
 
-# dtype, chunk size, bias, step-wide counts, strategy, tolerance
+# dtype, chunk size, bias, step-wide counts, strategy, tolerance, vocabulary
 SETTINGS = {
-    "float32": (torch.float32, 5, True, {}, "forward", 1e-5),
-    "float32-one-chunk": (torch.float32, 64, True, {}, "forward", 1e-5),
+    "float32": (torch.float32, 5, True, {}, "forward", 1e-5, "digits"),
+    "float32-one-chunk": (torch.float32, 64, True, {}, "forward", 1e-5, "digits"),
     # both paths round the logits to bf16; gradients differ by bf16 rounding of the matmuls
-    "bfloat16": (torch.bfloat16, 5, True, {}, "forward", 2e-2),
-    "counts-no-bias": (torch.float32, 4, False, {"num_items_in_batch": 100, "num_digits_in_batch": 30}, "forward", 1e-5),
-    "recompute": (torch.float32, 5, True, {}, "recompute", 1e-5),
-    "float64": (torch.float64, 4, True, {}, "forward", 1e-12),
+    "bfloat16": (torch.bfloat16, 5, True, {}, "forward", 2e-2, "digits"),
+    "counts-no-bias": (torch.float32, 4, False, {"num_items_in_batch": 100, "num_digits_in_batch": 30}, "forward", 1e-5, "digits"),
+    "recompute": (torch.float32, 5, True, {}, "recompute", 1e-5, "digits"),
+    "float64": (torch.float64, 4, True, {}, "forward", 1e-12, "digits"),
+    "float64-number-tokens": (torch.float64, 7, True, {}, "forward", 1e-12, "chunks"),
 }
 
 
-@pytest.mark.parametrize("name", OBJECTIVES)
+@pytest.mark.parametrize("name", VARIANTS)
 @pytest.mark.parametrize("setting", SETTINGS)
 def test_values_and_gradients_equal_the_unfused_call(name, setting):
-    dtype, chunk_size, bias, counts, strategy, tolerance = SETTINGS[setting]
-    labels = labels_with_numbers()
-    hidden, weight, b = inputs(dtype, bias)
-    loss_fn = make_loss(name, weight)
+    dtype, chunk_size, bias, counts, strategy, tolerance, vocab = SETTINGS[setting]
+    labels = BATCHES[vocab]
+    hidden, weight, b = inputs(dtype, bias, vocab=vocab)
+    loss_fn = make_loss(name, vocab)
     reference = loss_fn(F.linear(hidden, weight, b), labels, **counts)
-    reference_grads = grads_of(reference.loss, (hidden, weight, b))
+    reference_grads = grads_of(1.5 * reference.loss, (hidden, weight, b))  # under an outer scale
     fused = fused_loss(loss_fn, hidden, weight, labels, b, **counts, chunk_size=chunk_size, strategy=strategy)
     assert fused.loss.dtype == (torch.float64 if dtype == torch.float64 else torch.float32)
-    assert_same(reference, reference_grads, fused, grads_of(fused.loss, (hidden, weight, b)), tolerance, tolerance)
+    assert_same(reference, reference_grads, fused, grads_of(1.5 * fused.loss, (hidden, weight, b)), tolerance, tolerance)
 
 
-@pytest.mark.parametrize("name", OBJECTIVES)
+@pytest.mark.parametrize("name", VARIANTS)
 def test_the_gradient_is_computed_in_forward_unless_the_objective_has_no_rule(name, monkeypatch):
     """The fast route: the stored gradient is scaled, never recomputed; objectives without a
     per-token rule (NTL's reweigh reads the NLL at digit positions) recompute, exactly as well."""
     calls = []
     original = fused_module._recompute
     monkeypatch.setattr(fused_module, "_recompute", lambda *a, **k: calls.append(1) or original(*a, **k))
-    assert (make_loss(name, inputs()[1]).gradient_weights(torch.zeros(2), torch.zeros(2)) is None) == (name in RECOMPUTED)
+    assert (make_loss(name).gradient_weights(torch.zeros(2), torch.zeros(2)) is None) == (name in RECOMPUTED)
     test_values_and_gradients_equal_the_unfused_call(name, "float32")  # hidden, weight and bias gradients
     assert bool(calls) == (name in RECOMPUTED)
 
 
-@pytest.mark.parametrize("name", ["mle", "mixce", "emo", "emo-mode2"])
+@pytest.mark.parametrize("name", ["mle-default", "mixce-default", "emo-default", "emo-form=gpt2-mode=2"])
 def test_other_uses_of_the_outputs_fall_back_to_recompute(name):
     """Back-propagating ce + loss (not the predicted gradient) still gives the exact gradient."""
-    labels = labels_with_numbers()
+    labels = BATCHES["digits"]
     hidden, weight, b = inputs()
-    loss_fn = make_loss(name, weight)
+    loss_fn = make_loss(name)
     reference = loss_fn(F.linear(hidden, weight, b), labels)
     want = grads_of(reference.loss + 3.0 * reference.ce + reference.aux, (hidden, weight, b))
     fused = loss_fn.from_hidden(hidden, weight, labels, b, chunk_size=5)
     got = grads_of(fused.loss + 3.0 * fused.ce + fused.aux, (hidden, weight, b))
     for g, w in zip(got, want, strict=True):
         torch.testing.assert_close(g, w, rtol=1e-5, atol=1e-6)
-
-
-@pytest.mark.parametrize("name", OBJECTIVES)
-def test_two_dimensional_inputs_equal_the_batched_call(name):
-    labels = labels_with_numbers()
-    hidden, weight, b = inputs()
-    loss_fn = make_loss(name, weight)
-    batched = loss_fn.from_hidden(hidden, weight, labels, b, chunk_size=5)
-    # one row only, flattened: [T, H] with [T]
-    flat = loss_fn.from_hidden(hidden[0], weight, labels[0], b, chunk_size=5)
-    row = loss_fn(F.linear(hidden[0:1], weight, b), labels[0:1])
-    torch.testing.assert_close(flat.loss, row.loss, rtol=1e-5, atol=1e-6)
-    assert torch.isfinite(batched.loss)
-
-
-@pytest.mark.parametrize("name", OBJECTIVES)
-def test_ignored_empty_and_digitless_batches_are_finite_with_a_graph(name):
-    hidden, weight, b = inputs()
-    loss_fn = make_loss(name, weight)
-    for labels, h in [(torch.full((2, 7), -100), hidden[:2, :7]), (torch.zeros(0, 13, dtype=torch.long), hidden[:0]),
-                      (labels_with_numbers()[2:3], hidden[2:3])]:  # the last: a row without digits
-        h = h.detach().requires_grad_(True)
-        out = loss_fn.from_hidden(h, weight, labels, b, chunk_size=3)
-        assert torch.isfinite(out.loss) and out.loss.requires_grad and int(out.num_digits) == 0
-        if not bool((labels != -100).any()):
-            assert out.loss.item() == 0.0 and out.aux.item() == 0.0 and int(out.num_tokens) == 0
-            assert all(g.numel() == 0 or float(g.abs().max()) == 0.0 for g in grads_of(out.loss, (h, weight, b)))
-        elif VARIANTS[name][0] not in ("mixce", "emo"):
-            assert out.aux.item() == 0.0
-
-
-def test_float64_gradcheck():
-    """Objectives whose gradient is the derivative of their value (MixCE, EMO and detached DEL stop
-    gradients)."""
-    labels = labels_with_numbers()[:, :6]
-    hidden, weight, bias = (t.detach()[:, :6].requires_grad_(True) if t.dim() == 3 else t for t in inputs(torch.float64))
-    for name in [k for k, (n, o) in VARIANTS.items() if n not in ("mixce", "emo") and "p_weights" not in o]:
-        loss_fn = make_loss(name, weight)
-        torch.autograd.gradcheck(
-            lambda h, w, b, f=loss_fn: f.from_hidden(h, w, labels, lm_head_bias=b, chunk_size=4).loss,
-            (hidden, weight, bias),
-            # a second backward of the same graph recomputes instead of reusing the stored
-            # gradient, which differs in the last bits
-            nondet_tol=1e-10,
-            fast_mode=True,
-        )
 
 
 class LargestTensor(TorchDispatchMode):
@@ -200,11 +121,11 @@ class LargestTensor(TorchDispatchMode):
 @pytest.mark.parametrize("name", ["del", "emo"])
 def test_no_tensor_of_the_size_of_the_logits_is_ever_created(name):
     """N = 256 rows, V = 48, chunks of 8: nothing as large as N x V exists, in forward or backward."""
-    rows, width, size = 256, V, 4
+    rows, width, size = 256, 48, 4
     labels = torch.randint(0, width, (rows,), generator=torch.Generator().manual_seed(0))
     hidden = torch.randn(rows, size, requires_grad=True)
     weight = torch.randn(width, size, requires_grad=True)
-    loss_fn = make_loss(name, weight)
+    loss_fn = build_loss(name, VOCAB, **({"embedding": weight.detach()} if name == "emo" else {}))
     with LargestTensor() as unfused:
         loss_fn(F.linear(hidden, weight), labels).loss.backward()
     with LargestTensor() as fused:
@@ -221,8 +142,8 @@ def test_default_chunk_size_depends_on_vocab_and_hidden():
 
 def test_bad_shapes_are_explained():
     hidden, weight, b = inputs()
-    loss_fn = make_loss("del", weight)
-    labels = labels_with_numbers()
+    loss_fn = make_loss("del-default")
+    labels = BATCHES["digits"]
     with pytest.raises(ValueError, match="do not match"):
         loss_fn.from_hidden(hidden, weight, labels[:, :5])
     with pytest.raises(ValueError, match="hidden size"):
@@ -238,7 +159,7 @@ def test_bad_shapes_are_explained():
     with pytest.raises(ValueError, match="columns but digit"):
         loss_fn.from_hidden(hidden, weight[:8], labels.clamp(max=7))
     with pytest.raises(ValueError, match="embedding has"):
-        build_loss("emo", VOCAB, embedding=torch.randn(V + 1, H)).from_hidden(hidden, weight, labels)
+        build_loss("emo", VOCAB, embedding=torch.randn(WIDTHS["digits"] + 1, H)).from_hidden(hidden, weight, labels)
 
 
 def non_finite(case: str):
@@ -246,7 +167,7 @@ def non_finite(case: str):
     hidden, weight = hidden.detach().clone(), weight.detach()
     if case == "fp16 overflow":  # finite in fp16, but the logits pass 65504
         return (hidden * 300).half(), (weight * 300).half()
-    hidden[0, 5 if case == "scored" else 1, 0] = float("nan")  # row 0 starts with three ignored positions
+    hidden[0, 5 if case == "scored" else 1, 0] = float("nan")  # row 0 starts with two ignored positions
     return hidden, weight
 
 
@@ -258,7 +179,7 @@ def non_finite(case: str):
 def test_non_finite_inputs_are_one_line_naming_the_cause(case, says):
     hidden, weight = non_finite(case)
     with pytest.raises(FloatingPointError, match=says) as caught:
-        make_loss("del", weight).from_hidden(hidden, weight, labels_with_numbers())
+        make_loss("del-default").from_hidden(hidden, weight, BATCHES["digits"])
     assert "\n" not in str(caught.value)
 
 

@@ -11,7 +11,7 @@ import torch
 from numloss import LOSSES, DigitVocab, build_loss
 from numloss.digits import find_digits
 from reference import emo as ref_emo
-from reference import ref_loss
+from reference.definitions import ref_loss
 from reference.dist2 import get_digit_loss_mean, get_digit_loss_weighted, get_sft_loss
 from reference.mixce import mixce
 from reference.ntl import ntl_mse, ntl_was
@@ -21,6 +21,13 @@ POINT_ID = 2
 VOCAB = DigitVocab(DIGIT_IDS, POINT_ID)
 WIDTH = 20
 HIDDEN = 6
+# a chunking vocabulary (torch only): every two-digit token (a complete group), spaced single digits
+# (" 4": GPT-2 writes a number after a space so) and a few three-digit tokens, an incomplete group in
+# which most digits are absent from each slot
+NUMBER_TOKENS = [(20 + v, f"{v:02d}", False) for v in range(100)] + [(120 + v, str(v), True) for v in range(10)]
+NUMBER_TOKENS += [(130 + n, t, False) for n, t in enumerate(["123", "314", "999", "250"])]
+VOCABS = {"digits": VOCAB, "chunks": DigitVocab(DIGIT_IDS, POINT_ID, NUMBER_TOKENS)}
+WIDTHS = {"digits": WIDTH, "chunks": 134}
 
 # name, options, alpha used by the reference
 CASES = [
@@ -31,8 +38,10 @@ CASES = [
     ("del", {"distance": "l1"}, 0.03),
     ("del", {"sigmoid_input": "centered"}, 0.03),
     ("del", {"alpha": 0.3, "sigmoid_input": "centered", "distance": "l1", "normalize": "tokens"}, 0.3),
+    ("del", {"alpha": 0.7, "sigmoid_input": "centered", "p_weights": "detached"}, 0.7),
     ("ntl-was", {}, 0.3),
     ("ntl-mse", {"alpha": 0.5}, 0.5),
+    ("ntl-was", {"level": "token"}, 0.3),
     ("dist2", {}, 0.1),
     ("dist2", {"tau": 2.0, "place_weight": True}, 0.1),
     ("mixce", {}, 1.0),
@@ -44,18 +53,40 @@ CASES = [
     ("del", {"alpha": 1.0, "normalize": "tokens"}, 1.0),
     ("ntl-was", {"reweigh": True}, 0.3),
     ("ntl-mse", {"alpha": 0.3, "reweigh": True, "normalize": "tokens"}, 0.3),
+    ("ntl-mse", {"alpha": 0.5, "level": "token"}, 0.5),
     ("dist2", {"place_weight": True, "point_ends_run": True, "normalize": "weights"}, 0.1),
 ]
 IDS = [f"{name}-{'-'.join(f'{k}={v}' for k, v in opts.items()) or 'default'}" for name, opts, _ in CASES]
+EVERY_CASE = pytest.mark.parametrize("name, options, alpha", CASES, ids=IDS)
+EVERY_VOCAB = pytest.mark.parametrize("vocab", VOCABS)
 
 
-def batch(*rows: str) -> torch.Tensor:
-    """Labels of strings: digits, '.', '_' ignored (and the padding), anything else a text token."""
-    spell = {**{str(d): i for d, i in enumerate(DIGIT_IDS)}, ".": POINT_ID, "_": -100}
-    return torch.tensor([[spell.get(c, 13 + ord(c) % 7) for c in r.ljust(max(map(len, rows)), "_")] for r in rows])
+def batch(*rows: str, vocab: str = "digits") -> torch.Tensor:
+    """Labels of strings: digits ("chunks": the longest number token first), '.', '_' ignored (and
+    the padding), anything else a text token."""
+    spell = {**{str(d): i for d, i in enumerate(DIGIT_IDS)}, ".": POINT_ID}
+    if vocab == "chunks":
+        spell.update({(" " if spaced else "") + digits: i for i, digits, spaced in NUMBER_TOKENS})
+    out = []
+    for row in rows:
+        pieces = []
+        while row:
+            piece = next(row[:n] for n in (3, 2, 1) if n == 1 or row[:n] in spell)
+            pieces.append(spell[piece] if piece in spell else -100 if piece == "_" else 13 + ord(piece) % 7)
+            row = row[len(piece) :]
+        out.append(pieces)
+    return torch.tensor([ids + [-100] * (max(map(len, out)) - len(ids)) for ids in out])
 
 
-LABELS = batch("__=12.5+3", "ab___", "x100.25_", "__7", "____")
+# a number across an ignored position, a row without digits, one all ignored; "chunks": mixed
+# lengths and spacing, "1234" as "123" "4", " 42" as " 4" "2"
+BATCHES = {
+    "digits": batch("__=12.5+3", "ab___", "x100.25_", "__7", "____"),
+    "chunks": batch("__=1234.5+ 42", "ab___", "x3_14.25 999", "__7", "____", vocab="chunks"),
+}
+LABELS = BATCHES["digits"]
+# digit slots and number tokens in BATCHES: 1,2,5,3 + 1,0,0,2,5 + 7; 123,4,5, 4,2 + 3,14,25, 9,99 + 7
+COUNTS = {"digits": (10, 10), "chunks": (16, 11)}
 
 
 def make_logits(labels: torch.Tensor, seed: int = 0, width: int = WIDTH, dtype=torch.float32):
@@ -68,58 +99,67 @@ def embedding(width: int = WIDTH) -> torch.Tensor:
     return torch.randn(width, HIDDEN, generator=torch.Generator().manual_seed(7))
 
 
-def loss_for(name: str, options: dict, width: int = WIDTH):
+def loss_for(name: str, options: dict, vocab: str = "digits", width: int | None = None):
     if name == "emo":
-        options = {**options, "embedding": embedding(width)}
-    return build_loss(name, VOCAB, **options)
+        options = {**options, "embedding": embedding(width or WIDTHS[vocab])}
+    return build_loss(name, VOCABS[vocab], **options)
 
 
-def reference(name, options, alpha, logits, labels, **counts):
+def reference(name, options, alpha, logits, labels, vocab="digits", **counts):
     options = {k: v for k, v in options.items() if k != "alpha"}
     if name == "emo":
         options = {**options, "embedding": embedding(logits.shape[-1])}
-    return ref_loss(name, logits, labels, DIGIT_IDS, POINT_ID, alpha, **counts, **options)
+    tokens = NUMBER_TOKENS if vocab == "chunks" else ()
+    return ref_loss(name, logits, labels, DIGIT_IDS, POINT_ID, alpha, tokens, **counts, **options)
 
 
-@pytest.mark.parametrize("name, options, alpha", CASES, ids=IDS)
-def test_value_and_gradient_match_the_slow_reference(name, options, alpha):
-    logits = make_logits(LABELS)
-    out = loss_for(name, options)(logits, LABELS)
+@EVERY_VOCAB
+@EVERY_CASE
+def test_value_and_gradient_match_the_slow_reference(name, options, alpha, vocab):
+    labels = BATCHES[vocab]
+    logits = make_logits(labels, width=WIDTHS[vocab])
+    out = loss_for(name, options, vocab)(logits, labels)
     out.loss.backward()
     ref_logits = logits.detach().double().requires_grad_(True)
-    ref_total, ref_ce, ref_aux = reference(name, options, alpha, ref_logits, LABELS)
+    ref_total, ref_ce, ref_aux = reference(name, options, alpha, ref_logits, labels, vocab)
     ref_total.backward()
     assert float(out.ce) == pytest.approx(float(ref_ce), rel=1e-5)
     assert float(out.aux) == pytest.approx(float(ref_aux), rel=1e-5, abs=1e-7)
     assert float(out.loss) == pytest.approx(float(ref_total), rel=1e-5)
     torch.testing.assert_close(logits.grad.double(), ref_logits.grad, rtol=1e-4, atol=1e-6)
-    assert int(out.num_tokens) == int((LABELS != -100).sum())
-    assert int(out.num_digits) == 10  # 1,2,5,3 + 1,0,0,2,5 + 7
+    assert int(out.num_tokens) == int((labels != -100).sum())
+    assert int(out.num_digits) == COUNTS[vocab][options.get("level") == "token"]
+    if name not in ("mle", "mixce", "emo"):
+        assert float(out.aux) > 0
 
 
-@pytest.mark.parametrize("name, options, alpha", CASES, ids=IDS)
-def test_step_wide_counts_and_a_padded_head_match_the_reference(name, options, alpha):
+@EVERY_VOCAB
+@EVERY_CASE
+def test_step_wide_counts_and_a_padded_head_match_the_reference(name, options, alpha, vocab):
     """The step's counts set the normalisation; a head padded past the tokenizer (Qwen2.5's) keeps
     its extra columns in the softmax."""
-    width = WIDTH + 13
-    logits = make_logits(LABELS, seed=1, width=width)
-    out = loss_for(name, options, width)(logits, LABELS, num_items_in_batch=40, num_digits_in_batch=30)
-    ref_total, ref_ce, _ = reference(name, options, alpha, logits.detach(), LABELS, num_items=40, num_digits=30)
+    width = WIDTHS[vocab] + 13
+    labels = BATCHES[vocab]
+    logits = make_logits(labels, seed=1, width=width)
+    out = loss_for(name, options, vocab, width)(logits, labels, num_items_in_batch=40, num_digits_in_batch=30)
+    ref_total, ref_ce, _ = reference(name, options, alpha, logits.detach(), labels, vocab, num_items=40, num_digits=30)
     assert float(out.ce) == pytest.approx(float(ref_ce), rel=1e-5)
     assert float(out.loss) == pytest.approx(float(ref_total), rel=1e-5)
 
 
-# MixCE and EMO stop gradients by definition (sg(.)), so finite differences of their value do not
-# give their gradient (the reference test checks it); EMO's transport cost (aux) is gradchecked.
-GRADCHECK_CASES = [case for case in CASES if case[0] != "mixce" and case[1].get("form") != "gpt2"]
+# MixCE, EMO and detached DEL stop gradients by definition (sg(.)), so finite differences of their
+# value do not give their gradient (the reference test checks it); EMO's transport cost (aux) is
+# gradchecked.
+GRADCHECK_CASES = [c for c in CASES if c[0] != "mixce" and c[1].get("form") != "gpt2" and "p_weights" not in c[1]]
 
 
+@EVERY_VOCAB
 @pytest.mark.parametrize("name, options, alpha", GRADCHECK_CASES, ids=[IDS[CASES.index(c)] for c in GRADCHECK_CASES])
-def test_float64_gradcheck(name, options, alpha):
-    labels = batch("=4.05", "x31_")
-    fn = loss_for(name, options)
+def test_float64_gradcheck(name, options, alpha, vocab):
+    labels = batch("=4.05", "x31_", " 12.5+ 42", vocab=vocab)
+    fn = loss_for(name, options, vocab)
     part = "aux" if name == "emo" else "loss"
-    logits = make_logits(labels, seed=2, dtype=torch.float64)
+    logits = make_logits(labels, seed=2, width=WIDTHS[vocab], dtype=torch.float64)
     assert torch.autograd.gradcheck(lambda x: getattr(fn(x, labels), part), (logits,), eps=1e-6, atol=1e-5, fast_mode=True)
 
 
@@ -142,14 +182,24 @@ def test_float64_gradcheck_of_the_shared_core_under_any_incoming_gradient():
     assert torch.autograd.gradcheck(combined, (logits,), eps=1e-6, atol=1e-6, fast_mode=True)
 
 
-@pytest.mark.parametrize("name, options, alpha", CASES, ids=IDS)
-def test_bfloat16_logits_match_float32_on_the_same_values(name, options, alpha):
-    logits16 = make_logits(LABELS, seed=3, dtype=torch.bfloat16)
+@EVERY_VOCAB
+@EVERY_CASE
+def test_bfloat16_logits_match_float32_on_the_same_values_after_a_first_use_under_inference_mode(name, options, alpha, vocab):
+    """An evaluation under torch.inference_mode() before training (as `numloss compare` does
+    between runs in one process) must not leave cached tables that backward cannot save."""
+    import numloss.digits
+
+    labels = BATCHES[vocab]
+    logits16 = make_logits(labels, seed=3, width=WIDTHS[vocab], dtype=torch.bfloat16)
     logits32 = logits16.detach().float().requires_grad_(True)
-    fn = loss_for(name, options)
-    out16, out32 = fn(logits16, LABELS), fn(logits32, LABELS)
+    fn = loss_for(name, options, vocab)
+    numloss.digits._number_table.cache_clear()
+    with torch.inference_mode():
+        evaluated = fn(logits32.detach(), labels)
+    out16, out32 = fn(logits16, labels), fn(logits32, labels)
     out16.loss.backward()
     out32.loss.backward()
+    assert float(out32.loss) == float(evaluated.loss)
     assert out16.loss.dtype == torch.float32 and logits16.grad.dtype == torch.bfloat16  # computed in float32
     assert float(out16.loss) == pytest.approx(float(out32.loss), rel=1e-6)
     # the gradient is stored in bf16: 8 mantissa bits, so errors scale with its largest entry
@@ -157,26 +207,35 @@ def test_bfloat16_logits_match_float32_on_the_same_values(name, options, alpha):
     torch.testing.assert_close(logits16.grad.float(), logits32.grad, rtol=2e-2, atol=atol)
 
 
-@pytest.mark.parametrize("name, options, alpha", CASES, ids=IDS)
-def test_empty_ignored_and_digitless_batches_are_finite(name, options, alpha):
-    fn = loss_for(name, options)
+@EVERY_VOCAB
+@EVERY_CASE
+def test_empty_ignored_and_digitless_batches_are_finite_on_both_paths(name, options, alpha, vocab):
+    """The logits path and the fused one (`from_hidden`, chunks of 3), which keeps a graph."""
+    fn = loss_for(name, options, vocab)
+    weight = torch.randn(WIDTHS[vocab], HIDDEN, requires_grad=True)
     for labels in (torch.full((2, 5), -100), torch.empty(0, 7, dtype=torch.long), batch("abc__", "xyz=+")):
-        logits = make_logits(labels, seed=4)
-        out = fn(logits, labels)
-        out.loss.backward()
-        assert torch.isfinite(out.loss) and int(out.num_digits) == 0 and torch.isfinite(logits.grad).all()
-        if not bool((labels != -100).any()):  # nothing scored: zero, with a zero gradient
-            assert float(out.loss) == float(out.aux) == float(out.ce) == 0.0 and int(out.num_tokens) == 0
-            assert torch.count_nonzero(logits.grad) == 0
-        elif name not in ("mixce", "emo"):  # rows without digits: no digit term
-            assert float(out.aux) == 0.0 and float(out.loss) == pytest.approx(float(out.ce))
+        hidden = torch.randn(*labels.shape, HIDDEN, generator=torch.Generator().manual_seed(4))
+        logits = (hidden @ weight.detach().T).requires_grad_(True)
+        hidden.requires_grad_(True)
+        for out, inputs in ((fn(logits, labels), (logits,)), (fn.from_hidden(hidden, weight, labels, chunk_size=3), (hidden, weight))):
+            grads = torch.autograd.grad(out.loss, inputs, allow_unused=True, materialize_grads=True)
+            assert torch.isfinite(out.loss) and int(out.num_digits) == 0 and all(torch.isfinite(g).all() for g in grads)
+            if not bool((labels != -100).any()):  # nothing scored: zero, with a zero gradient
+                assert float(out.loss) == float(out.aux) == float(out.ce) == 0.0 and int(out.num_tokens) == 0
+                assert all(torch.count_nonzero(g) == 0 for g in grads)
+            elif name not in ("mixce", "emo"):  # rows without digits: no digit term
+                assert float(out.aux) == 0.0 and float(out.loss) == pytest.approx(float(out.ce))
 
 
 def test_two_dimensional_inputs_equal_the_batched_call_and_a_custom_ignore_index_works():
+    """On both paths: the fused one (`from_hidden`) flattens as the logits path does."""
     fn = build_loss("del", VOCAB)
-    logits = make_logits(LABELS, seed=8)
+    hidden, weight = torch.randn(*LABELS.shape, HIDDEN, generator=torch.Generator().manual_seed(8)), embedding()
+    logits = hidden @ weight.T
     # [N, V] with [N] is one sequence: numbers may then run across former rows, so use one row
-    assert float(fn(logits[2], LABELS[2]).loss) == pytest.approx(float(fn(logits[2:3], LABELS[2:3]).loss))
+    row = float(fn(logits[2:3], LABELS[2:3]).loss)
+    assert float(fn(logits[2], LABELS[2]).loss) == pytest.approx(row)
+    assert float(fn.from_hidden(hidden[2], weight, LABELS[2], chunk_size=3).loss) == pytest.approx(row, rel=1e-5)
     labels = LABELS.masked_fill(LABELS == -100, 0)
     custom = build_loss("del", VOCAB, ignore_index=0)(logits, labels)
     assert float(custom.loss) == pytest.approx(float(fn(logits, LABELS).loss))
