@@ -124,9 +124,9 @@ def test_outputs_with_no_answer_say_there_is_nothing_by_place_and_draw_no_place_
     every_accuracy_has_its_interval(text)
 
 
-def test_the_progress_bar_total_is_the_items_from_the_start(monkeypatch):
-    """Each item moves the bar once; the chain-of-thought fallbacks of items whose program gave
-    nothing are counted beside it, never raising its total mid-run (it went 3 -> 6)."""
+def test_the_progress_bar_total_is_the_items_from_the_start_and_each_moves_it_once(monkeypatch):
+    """Each item moves the bar once, not each batch; the chain-of-thought fallbacks of items whose
+    program gave nothing are counted beside it, never raising its total mid-run (it went 3 -> 6)."""
     from numloss.evaluate import evaluate
     from numloss.evaluate.generate import HFGenerator
     from numloss.models.tiny import build_char_tokenizer, build_tiny_model
@@ -140,6 +140,7 @@ def test_the_progress_bar_total_is_the_items_from_the_start(monkeypatch):
         def update(self, n: int) -> None:
             self.n += n
             totals.append(self.total)
+            assert n == 1
 
         def set_postfix_str(self, text: str) -> None:
             self.postfix = text
@@ -156,7 +157,7 @@ def test_the_progress_bar_total_is_the_items_from_the_start(monkeypatch):
     tokenizer = build_char_tokenizer()
     model = build_tiny_model(tokenizer, num_layers=1, hidden_size=32, num_heads=2, seed=0)
     report = evaluate((model, tokenizer), ["svamp"], data_dir=DATA, limit=3, max_new_tokens=3, digit_stats=False,
-                      progress=True, allow_unisolated=True)
+                      progress=True, allow_unisolated=True, batch_size=2)  # two batches
     fallbacks = report.scores["numloss"]["svamp"].styles.get("pot+cot", 0)
     assert fallbacks > 0, "the case needs fallbacks"
     (bar,) = seen

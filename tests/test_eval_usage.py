@@ -1,5 +1,5 @@
-"""What a newcomer meets in `numloss eval` / `evaluate()`: threads, a progress bar per item, a
-report that says what made it, and a LoRA run's final/ evaluated as it is."""
+"""What a newcomer meets in `numloss eval` / `evaluate()`: threads, a report that says what made it,
+and a LoRA run's final/ evaluated as it is (the progress bar: test_eval_report_files)."""
 
 from __future__ import annotations
 
@@ -15,19 +15,12 @@ ROOT = Path(__file__).resolve().parents[1]
 DATA = ROOT / "tests" / "fixtures" / "benchmarks"
 
 
-def test_evaluate_takes_threads_and_checks_them():  # conftest puts torch's threads back
-    evaluate(Echo(), ["svamp"], data_dir=DATA, limit=1, program_of_thought=False, threads=1)
-    assert torch.get_num_threads() == 1
-    for bad in (0, -2):
-        with pytest.raises(ValueError, match=f"--threads must be a positive integer, got {bad}"):
-            evaluate(Echo(), ["svamp"], data_dir=DATA, limit=1, threads=bad)
-
-
-def test_the_report_header_says_which_command_settings_version_and_date_made_it(tmp_path):
+def test_the_report_header_says_which_command_settings_version_and_date_made_it(tmp_path):  # conftest resets threads
     import numloss
     from numloss.evaluate.cli import main
 
     report = evaluate(Echo(), ["svamp"], data_dir=DATA, limit=2, program_of_thought=False, threads=1)
+    assert torch.get_num_threads() == 1  # bad counts: test_cli's test_a_bad_thread_count_is_one_line_in_eval_too
     header = report.to_markdown().splitlines()[:4]
     assert header[2].startswith(f"Made by numloss.evaluate from Python with numloss {numloss.__version__} on 20")
     assert header[2].endswith(" UTC.")
@@ -40,30 +33,6 @@ def test_the_report_header_says_which_command_settings_version_and_date_made_it(
     assert written[2].startswith("Made by `numloss eval tiny --benchmarks svamp --data-dir ")
     assert f"with numloss {numloss.__version__} on " in written[2]
     assert "max new tokens 4 open / 4 multiple choice" in written[3] and "limit 1; threads 1." in written[3]
-
-
-def test_the_progress_bar_moves_once_per_item_not_per_batch():
-    from numloss.evaluate.generate import HFGenerator
-    from numloss.models.tiny import build_char_tokenizer, build_tiny_model
-
-    tokenizer = build_char_tokenizer()
-    model = build_tiny_model(tokenizer, num_layers=1, hidden_size=32, num_heads=2, seed=0)
-    generator = HFGenerator(model, tokenizer, batch_size=4, max_new_tokens=6, progress=False)
-    moves: list[int] = []
-
-    class Bar:
-        total = 0
-
-        def update(self, n: int) -> None:
-            moves.append(n)
-
-        def refresh(self) -> None:
-            pass
-
-    generator._bar = Bar()
-    out = generator.generate(["1+1=", "12+30=", "7*8=", "99-9=", "5+5="])
-    assert len(out) == 5 and moves == [1, 1, 1, 1, 1]  # two batches (4 + 1), five moves
-    assert generator._bar.total == 5
 
 
 @pytest.mark.filterwarnings("error::FutureWarning")

@@ -12,32 +12,21 @@ import pytest
 
 from numloss.evaluate import evaluate, score_outputs
 from numloss.evaluate.benchmarks import BenchmarkError
-from numloss.evaluate.generate import Generation
 from numloss.evaluate.store import ResultsFile, folder_identity
 from numloss.identity import file_sha256, folder_sha256, model_sha256
 from test_compare_faults import _mapping, _one_line_error, _write
-from test_eval_faults import ok, one_line, save_tiny, tiny_eval
+from test_eval_faults import Echo, ok, one_line, save_tiny, tiny_eval
 
 
-class Fixed:
-    """Answers every question with `answer`; names itself so its records carry an identity."""
-
-    def __init__(self, answer: str = "5", identity: str = "fixed") -> None:
-        self.answer, self.identity, self.prompts = answer, identity, []
-
-    def generate(self, prompts, max_new_tokens=None):
-        self.prompts += prompts
-        return [Generation(f"The answer is {self.answer}.\n\nQuestion: more", 4) for _ in prompts]
-
-
-def _bench(path: Path, answers: list[int]) -> str:
-    path.write_text("".join(json.dumps({"question": f"What is {a} + 0?", "answer": a}) + "\n" for a in answers), encoding="utf-8")
+def _bench(path: Path, answers: list[int], question: str = "What is {} + 0?") -> str:
+    path.write_text("".join(json.dumps({"question": question.format(a), "answer": a}) + "\n" for a in answers),
+                    encoding="utf-8")
     return f"file:{path}"
 
 
 def _run(generator, bench: str, results: Path, **kw):
-    return evaluate(generator, bench, protocol="numloss", results_file=results, digit_stats=False,
-                    program_of_thought=False, allow_unisolated=True, **kw)
+    return evaluate(generator, bench, protocol="numloss", results_file=results, digit_stats=False, limit=2,
+                    max_new_tokens=2, program_of_thought=False, allow_unisolated=True, **kw)
 
 
 def _replace_in_place(model: Path) -> None:
@@ -64,62 +53,93 @@ def test_a_file_copied_over_with_its_time_restored_hashes_anew(tmp_path) -> None
 
 
 # -- eval ----------------------------------------------------------------------------------------------
-def test_eval_refuses_saved_verdicts_of_changed_gold_answers(tmp_path) -> None:
-    bench = _bench(tmp_path / "set.jsonl", [5, 5])
+def _strip(t: Path, *fields: str) -> None:
+    """The results file without `fields`, as numloss wrote it before they existed."""
+    rows = ResultsFile(t / "items.jsonl").records()
+    (t / "items.jsonl").write_text("".join(json.dumps({k: v for k, v in r.items() if k not in fields}) + "\n"
+                                           for r in rows))
+
+
+def _nudge(t: Path, generator) -> None:
+    import torch
+
+    with torch.no_grad():
+        next(generator[0].parameters()).view(-1)[0] += 1.0  # one weight changed, in place
+
+
+def _tiny_pair():
+    from numloss.models.load import load_model_and_tokenizer
+
+    return load_model_and_tokenizer("tiny")
+
+
+#: what changed between two runs into one results file -> (first run's options, the change, second
+#: run's options, the one error naming it; None: the saved records are still resumed)
+CHANGES = {
+    "gold answers": ({}, lambda t, g: _bench(t / "set.jsonl", [7, 7], question="What is 5 + 0?"), {},
+                     r"gold answer of .* changed \('5' then, '7' now"),
+    # ids are positions: another seed's (or an edited file's) records under the same ids are other questions'
+    "seed": ({"seed": 1}, None, {"seed": 2}, r"saved with another question.*another --seed"),
+    "stop-cut mode": ({"cut_at_stop": False}, None, {"cut_at_stop": True}, r"cut_at_stop False then, True now"),
+    "no model identity": ({}, lambda t, g: _strip(t, "model_identity"), {}, "carry no model identity"),
+    "weights in memory": ({}, _nudge, {}, "may be another model's outputs"),
+    "records of an older numloss": ({}, lambda t, g: _strip(t, "cut_at_stop", "model_sha256"), {}, None),
+}
+
+
+@pytest.mark.parametrize("change", CHANGES)
+def test_saved_records_of_another_input_are_refused_and_overwrite_redoes_them(change, tmp_path) -> None:
+    first, edit, second, message = CHANGES[change]
+    bench = "synthetic:arithmetic" if change == "seed" else _bench(tmp_path / "set.jsonl", [5, 5])
+    generator = _tiny_pair() if change == "weights in memory" else Echo("5", identity="echo")
     results = tmp_path / "items.jsonl"
-    assert _run(Fixed(), bench, results).accuracy(bench) == 1.0
-    # the same questions, their answers edited
-    (tmp_path / "set.jsonl").write_text("".join(json.dumps({"question": "What is 5 + 0?", "answer": 7}) + "\n"
-                                                for _ in range(2)))
-    with pytest.raises(ValueError, match=r"gold answer of .* changed \('5' then, '7' now"):
-        _run(Fixed(), bench, results)
-    fresh = _run(Fixed(), bench, tmp_path / "fresh.jsonl")
-    assert fresh.accuracy(bench) == 0.0, "a fresh evaluation gives the new answers' verdicts"
-    assert _run(Fixed(), bench, results, overwrite=True).accuracy(bench) == 0.0
+    _run(generator, bench, results, **first)
+    if edit is not None:
+        edit(tmp_path, generator)
+    if message is None:  # records without the fields are resumed, not redone
+        echo = Echo("5")
+        _run(echo, bench, results, **second)
+        assert echo.prompts == []
+        return
+    with pytest.raises(BenchmarkError, match=message):
+        _run(generator, bench, results, **second)
+    redone = _run(generator, bench, results, overwrite=True, **second)
+    fresh = _run(generator, bench, tmp_path / "fresh.jsonl", **second)
+    assert [r.to_json() for r in redone.items["numloss"][bench]] == [r.to_json() for r in fresh.items["numloss"][bench]]
 
 
-def test_eval_refuses_records_of_the_other_stop_cut_mode(tmp_path) -> None:
-    bench = _bench(tmp_path / "set.jsonl", [5, 5])
-    results = tmp_path / "items.jsonl"
-    _run(Fixed(), bench, results, cut_at_stop=False)
-    assert {r["cut_at_stop"] for r in ResultsFile(results).records()} == {False}
-    with pytest.raises(BenchmarkError, match=r"cut_at_stop False then, True now"):
-        _run(Fixed(), bench, results, cut_at_stop=True)
-    _run(Fixed(), bench, results, cut_at_stop=True, overwrite=True)
-    assert {r["cut_at_stop"] for r in ResultsFile(results).records()} == {True}
-
-
-def test_records_without_the_new_fields_are_still_resumed(tmp_path) -> None:
-    bench = _bench(tmp_path / "set.jsonl", [5, 5])
-    results = tmp_path / "items.jsonl"
-    _run(Fixed(), bench, results)
-    old = [{k: v for k, v in r.items() if k not in ("cut_at_stop", "model_sha256")} for r in ResultsFile(results).records()]
-    results.write_text("".join(json.dumps(r) + "\n" for r in old))
-    generator = Fixed()
-    _run(generator, bench, results)
-    assert generator.prompts == [], "an old record without the fields is resumed, not redone"
-
-
-def test_eval_refuses_a_model_replaced_in_place_with_sizes_and_times_restored(tmp_path, capsys) -> None:
+def test_a_model_saved_anew_at_the_same_path_is_refused_and_overwrite_moves_its_records_aside(tmp_path, capsys) -> None:
     model, out = tmp_path / "model", tmp_path / "out"
     save_tiny(model, seed=0)
     ok(tiny_eval(str(model), out), capsys)
-    records = ResultsFile(out / "items.jsonl").records()
-    assert {r["model_sha256"] for r in records} == {model_sha256(str(model))}
-    identity = folder_identity(model)
+    first = ResultsFile(out / "items.jsonl").records()
+    assert len(first) == 2 and {r["model_identity"] for r in first} == {folder_identity(model)}
+    assert {r["model_sha256"] for r in first} == {model_sha256(str(model))}
+    ok(tiny_eval(str(model), out), capsys)  # the same model: resumed, nothing added
+    assert ResultsFile(out / "items.jsonl").records() == first
     _replace_in_place(model)
-    assert folder_identity(model) == identity, "names, sizes and times alone cannot tell the two apart"
+    assert folder_identity(model) == first[0]["model_identity"], "names, sizes and times cannot tell the two apart"
     capsys.readouterr()
     line = one_line(tiny_eval(str(model), out), capsys)
     assert "weights of" in line and "changed (sha256:" in line and "--overwrite" in line
-    assert ResultsFile(out / "items.jsonl").records() == records
+    save_tiny(model, seed=1)  # saved anew: new times
+    capsys.readouterr()
+    line = one_line(tiny_eval(str(model), out), capsys)
+    assert "may be another model's outputs" in line and "--overwrite" in line and str(out / "items.jsonl") in line
+    assert ResultsFile(out / "items.jsonl").records() == first  # refused: nothing written
+    _, err = ok(tiny_eval(str(model), out, "--overwrite"), capsys)
+    (aside,) = out.glob("items.jsonl.overwritten-*")
+    assert f"moved 2 earlier records of {model} to {aside}" in err
+    assert ResultsFile(aside).records() == first  # the old outputs are kept, aside
+    now = ResultsFile(out / "items.jsonl").records()
+    assert len(now) == 2 and {r["model_identity"] for r in now} == {folder_identity(model)} != {first[0]["model_identity"]}
 
 
 def test_score_outputs_refuses_a_file_mixing_two_models(tmp_path) -> None:
     bench = _bench(tmp_path / "set.jsonl", [5, 5])
     first, second = tmp_path / "a.jsonl", tmp_path / "b.jsonl"
-    _run(Fixed(identity="model-a"), bench, first)
-    _run(Fixed(identity="model-b"), bench, second)
+    _run(Echo("5", identity="model-a"), bench, first)
+    _run(Echo("5", identity="model-b"), bench, second)
     mixed = tmp_path / "mixed.jsonl"
     mixed.write_text(first.read_text() + second.read_text())
     with pytest.raises(BenchmarkError, match=r"holds the outputs of 2 models .*model-a.*model-b"):
