@@ -69,7 +69,7 @@ def pytest_configure(config: pytest.Config) -> None:
 #: so these start first and the workers end together instead of one waiting on a late heavy file
 HEAVY_FIRST = ("test_sharded.py", "test_hf.py", "test_compare.py", "test_train_faults.py", "test_eval_sandbox.py",
                "test_eval_differential.py", "test_compare_faults.py", "test_eval_linear.py", "test_compare_words.py",
-               "test_train_safety.py", "test_eval_faults.py")
+               "test_eval_faults.py")
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
@@ -89,14 +89,14 @@ def shared_benchmarks() -> Path:
 
 @pytest.fixture(scope="session")
 def train_reference(tmp_path_factory) -> Path:
-    """The uninterrupted 4-step tiny run (test_train_faults' config) that the interrupted runs of
-    test_train_faults and test_train_safety must end equal to, built once per test process (it was
-    built once per module). On one torch thread, as those modules train: a resume is bitwise only at
-    the thread count it started with."""
+    """The uninterrupted 4-step tiny run (tests/faultrun.py's config) that the interrupted runs of
+    test_train_faults and test_fault_space must end equal to, built once per test process. On one
+    torch thread, as those modules train: a resume is bitwise only at the thread count it started
+    with."""
     import torch
 
+    from faultrun import config
     from numloss.train import run_training
-    from test_train_faults import config
 
     out = tmp_path_factory.mktemp("reference") / "run"
     threads = torch.get_num_threads()
@@ -106,6 +106,16 @@ def train_reference(tmp_path_factory) -> Path:
     finally:
         torch.set_num_threads(threads)
     return out
+
+
+@pytest.fixture(scope="session")
+def compare_recorded(tmp_path_factory):
+    """tests/faultrun.py's finished compare run (one 2-step `mle` run, its record in records/):
+    (root, config path, record), built once per test process for test_compare_faults and
+    test_fault_suite (copy it before changing it)."""
+    from faultrun import finished_compare
+
+    return finished_compare(tmp_path_factory.mktemp("recorded"))
 
 
 @pytest.fixture(autouse=True)

@@ -8,16 +8,33 @@ and waits (at most 120 s) until $NUMLOSS_FAULT_FILE exists (a test then signals 
 Points: `locked` (the run folder is held, nothing read yet), `checkpoint-N-files-written` and
 `checkpoint-N-marked` (around the marker of checkpoint-N), `final-files-written` and
 `final-marked` (around final.partial/'s marker), `final-renamed` (final/ committed).
+
+Imported, it is the fault tests' one builder of runs: the tiny 4-step training (`config`, `RUN`),
+`cli` (this runner in a subprocess), `train_killed_after`, the finished compare run
+(`finished_compare`, conftest's session fixture), and what they are compared with.
 """
 
 from __future__ import annotations
 
 import contextlib
+import csv
 import os
 import signal
+import socket
+import subprocess
 import sys
 import time
 from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+TINY = ROOT / "tests" / "fixtures" / "train" / "tiny-test.yaml"
+# 4 steps, a checkpoint after each, none rotated away; 16 examples (a 1-layer model: fast); a cosine
+# schedule, so a resume that lost the scheduler's state ends elsewhere
+RUN = ["--train.max_steps", "4", "--train.save_steps", "1", "--train.save_total_limit", "null",
+       "--data.num_examples", "16", "--model.tiny_layers", "1", "--train.lr_scheduler_type", "cosine"]
+#: a subprocess's environment: this checkout's src and tests first, one thread, offline
+ENV = {**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false",
+       "PYTHONPATH": os.pathsep.join([str(ROOT / "src"), str(ROOT / "tests")])}
 
 
 def fault(point: str) -> None:
@@ -98,6 +115,110 @@ def install() -> None:
         return final
 
     numloss.train.run.commit_final = committed
+
+
+def free_port() -> int:
+    """A TCP port of 127.0.0.1 nobody listens on (for torchrun's rendezvous)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+# -- the tiny training run the train fault tests interrupt -----------------------------------------
+def config(out: Path, *overrides: str):
+    from numloss.config import load_config
+
+    return load_config(TINY, ["--train.output_dir", str(out), *RUN, *overrides])
+
+
+class Killed(Exception):
+    """Raised by `train_killed_after` where a kill would have ended the run."""
+
+
+def train_killed_after(config, step: int) -> None:
+    """Train `config` and end it right after the checkpoint of `step` is whole, as a kill there would."""
+    import pytest
+    from transformers import TrainerCallback
+
+    from numloss.train import run_training
+
+    class Kill(TrainerCallback):
+        def on_save(self, args, state, control, **kwargs):  # after numloss's marker (its callbacks run first)
+            if state.global_step >= step:
+                raise Killed(step)
+
+    with pytest.raises(Killed):
+        run_training(config, callbacks=[Kill()])
+
+
+def cli(out: Path, *extra: str, env: dict[str, str] | None = None, wait: bool = True):
+    """`numloss train` of `config(out)` through this runner in a subprocess, killed or paused at
+    env's NUMLOSS_FAULT_POINT; the finished process, or the running one without `wait`."""
+    command = [sys.executable, "-m", "faultrun", "train", str(TINY), "--train.output_dir", str(out), *RUN, *extra]
+    # a shell without job control starts background jobs with SIGINT ignored; a terminal's Ctrl-C is not
+    process = subprocess.Popen(command, env={**ENV, **(env or {})}, cwd=ROOT, stdout=subprocess.PIPE,
+                               stderr=subprocess.PIPE, text=True,
+                               preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+    if not wait:
+        return process
+    out, err = process.communicate(timeout=300)
+    return subprocess.CompletedProcess(command, process.returncode, out, err)
+
+
+def wait_until_paused(process: subprocess.Popen, release: Path) -> None:
+    """Wait until this runner has paused `process` at its NUMLOSS_FAULT_POINT (it touches RELEASE.paused)."""
+    deadline = time.monotonic() + 240
+    while not Path(f"{release}.paused").exists():
+        assert process.poll() is None and time.monotonic() < deadline, process.communicate()[1][-2000:]
+        time.sleep(0.05)
+
+
+def weights(folder: Path) -> dict:
+    from safetensors.torch import load_file
+
+    return load_file(str(folder / "model.safetensors"))
+
+
+def assert_same_weights(a: Path, b: Path) -> None:
+    import torch
+
+    left, right = weights(a), weights(b)
+    assert left.keys() == right.keys()
+    for key in left:
+        torch.testing.assert_close(left[key], right[key], rtol=0, atol=1e-6, msg=key)
+
+
+def logged_steps(out: Path) -> list[int]:
+    return [int(row["step"]) for row in csv.DictReader((out / "log.csv").open())]
+
+
+def logged_losses(out: Path) -> dict[int, float]:
+    return {int(row["step"]): float(row["loss"]) for row in csv.DictReader((out / "log.csv").open())}
+
+
+def snapshot(folder: Path) -> dict[str, bytes]:
+    """Every file's bytes but the lock file's (a refused run may take and release the lock)."""
+    return {str(p.relative_to(folder)): p.read_bytes() for p in sorted(folder.rglob("*"))
+            if p.is_file() and p.name != ".numloss.lock"}
+
+
+def one_line(error: BaseException) -> str:
+    text = str(error)
+    assert text and "\n" not in text and "Traceback" not in text, text
+    return text
+
+
+# -- the finished compare run the compare fault tests start from ------------------------------------
+def finished_compare(root: Path) -> tuple[Path, str, Path]:
+    """test_compare_faults' tiny grid (one 2-step run of `mle`) run to its end in root/out, its
+    record in root/records: (root, the config's path, the record)."""
+    from numloss.compare import main as compare_main
+    from test_compare_faults import _mapping, _write
+
+    config = _write(root / "c.yaml", _mapping(root / "out", records_dir=str(root / "records")))
+    assert compare_main([config, "--no-progress"]) == 0
+    (record,) = sorted((root / "records").glob("*.json"))
+    return root, config, record
 
 
 if __name__ == "__main__":

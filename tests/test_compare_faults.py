@@ -322,18 +322,8 @@ def test_a_second_compare_into_a_held_folder_stops_naming_the_holder(tmp_path, c
     assert sorted(p.name for p in out.iterdir()) == [".numloss.lock"], "the refused compare wrote nothing"
 
 
-@pytest.fixture(scope="module")
-def recorded(tmp_path_factory):
-    """One finished 2-step run of `mle`, with its record kept in records/."""
-    root = tmp_path_factory.mktemp("recorded")
-    config = _write(root / "c.yaml", _mapping(root / "out", records_dir=str(root / "records")))
-    assert compare_main([config, "--no-progress"]) == 0
-    (record,) = sorted((root / "records").glob("*.json"))
-    return root, config, record
-
-
-def test_another_steps_keeps_the_finished_run_aside_and_says_so(recorded, tmp_path, capsys) -> None:
-    root, _, _ = recorded
+def test_another_steps_keeps_the_finished_run_aside_and_says_so(compare_recorded, tmp_path, capsys) -> None:
+    root, _, _ = compare_recorded
     out = tmp_path / "out"
     shutil.copytree(root / "out", out)
     old = json.loads((out / "runs" / "mle-s0" / "result.json").read_text())
@@ -352,12 +342,12 @@ def test_another_steps_keeps_the_finished_run_aside_and_says_so(recorded, tmp_pa
     assert len(list((out / "superseded").iterdir())) == 2
 
 
-def test_a_garbled_result_is_kept_aside_and_the_training_file_is_the_set_the_run_trains_on(recorded, tmp_path, monkeypatch) -> None:
+def test_a_garbled_result_is_kept_aside_and_the_training_file_is_the_set_the_run_trains_on(compare_recorded, tmp_path, monkeypatch) -> None:
     """A result.json that is no result is moved aside (superseded/<run>-unreadable) and the run
     redone; data/train-s<seed>.jsonl is rewritten when the task changed under the output folder."""
     from numloss.compare.runner import run_grid
 
-    root, _, _ = recorded
+    root, _, _ = compare_recorded
     out = tmp_path / "out"
     shutil.copytree(root / "out", out)
     (out / "runs" / "mle-s0" / "result.json").write_text("[1, 2]")
@@ -395,8 +385,8 @@ CORRUPTIONS = {
 
 @pytest.mark.parametrize("report_only", [False, True], ids=["train", "report-only"])
 @pytest.mark.parametrize("corruption", list(CORRUPTIONS))
-def test_a_corrupted_record_is_named_in_one_line(corruption, report_only, recorded, tmp_path, capsys, no_training) -> None:
-    root, _, record = recorded
+def test_a_corrupted_record_is_named_in_one_line(corruption, report_only, compare_recorded, tmp_path, capsys, no_training) -> None:
+    root, _, record = compare_recorded
     records = tmp_path / "records"
     records.mkdir()
     bad = records / record.name
@@ -408,8 +398,8 @@ def test_a_corrupted_record_is_named_in_one_line(corruption, report_only, record
         "a refused record is left as it is")
 
 
-def test_the_intact_record_is_used(recorded, tmp_path, capsys, no_training) -> None:
-    root, _, record = recorded
+def test_the_intact_record_is_used(compare_recorded, tmp_path, capsys, no_training) -> None:
+    root, _, record = compare_recorded
     config = _write(tmp_path / "c.yaml", _mapping(tmp_path / "fresh", records_dir=str(record.parent)))
     assert compare_main([config, "--no-progress", "--report-only"]) == 0
 

@@ -11,15 +11,14 @@ import io
 import os
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 
+from faultrun import ROOT, TINY
 from numloss import cli
 from numloss.textio import read_utf8, utf8_path
 from numloss.yamlio import load_yaml
 
-ROOT = Path(__file__).resolve().parents[1]
 #: "é" as LC_ALL=C with UTF-8 mode off hands it to Python: the bytes c3 a9 as surrogate escapes
 UNDECODED = "\udcc3\udca9"
 
@@ -126,7 +125,7 @@ def test_training_into_a_non_ascii_folder_under_lc_all_c_finishes(utf8_mode, tmp
     out = os.fsencode(tmp_path) + "/runs é".encode()
     env = {**os.environ, "LC_ALL": "C", "PYTHONUTF8": utf8_mode, "PYTHONPATH": str(ROOT / "src"), "OMP_NUM_THREADS": "1"}
     done = subprocess.run(
-        [sys.executable, "-m", "numloss", "train", str(ROOT / "tests/fixtures/train/tiny-test.yaml"),
+        [sys.executable, "-m", "numloss", "train", str(TINY),
          "--train.output_dir", out, "--train.max_steps", "1", "--data.num_examples", "8", "--model.tiny_layers", "1"],
         capture_output=True, env=env, timeout=600,
     )

@@ -15,11 +15,9 @@ from pathlib import Path
 
 import pytest
 
+from faultrun import ROOT, TINY
 from numloss.cli import main as numloss_main
 from numloss.models.load import ModelUnavailableError, load_model_and_tokenizer, load_tokenizer
-
-ROOT = Path(__file__).resolve().parents[1]
-TINY_TRAIN = ROOT / "tests" / "fixtures" / "train" / "tiny-test.yaml"
 
 
 def _cut(name: str, keep: int):
@@ -100,7 +98,7 @@ def _compare_config(tmp_path: Path, model: Path) -> str:
 
 def _argv(command: str, model: Path, tmp_path: Path) -> list[str]:
     if command == "train":
-        return ["train", str(TINY_TRAIN), "--model.name", str(model), "--train.output_dir", str(tmp_path / "run")]
+        return ["train", str(TINY), "--model.name", str(model), "--train.output_dir", str(tmp_path / "run")]
     if command == "eval":
         return ["eval", str(model), "--benchmarks", "gsm8k", "--data-dir", str(ROOT / "tests" / "fixtures" / "benchmarks"),
                 "--limit", "1", "--out", str(tmp_path / "eval"), "--quiet"]

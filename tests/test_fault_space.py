@@ -10,7 +10,7 @@
   (write, fsync of the file and of its folder, rename) failing names the file and keeps the old one;
 - torch.save and safetensors cut off at every byte are read as a full disk;
 - a lock file that is a symlink is refused by every command, its target untouched;
-- SIGTERM is Ctrl-C (one line, the same exit), at every point of a save (test_train_safety's
+- SIGTERM is Ctrl-C (one line, the same exit), at every point of a save (test_train_faults'
   subprocess case sends the real signal).
 """
 
@@ -261,36 +261,38 @@ def _signal_at(monkeypatch, point: str, nth: int | None) -> dict[str, int]:
 
 
 # slow: two tiny runs per call (about 30 calls); fast: final-commit here, test_sigterm_is_an_interrupt_once...
-# (the handler) and test_train_safety's Ctrl-C case (the path an interrupt takes out of a save)
+# (the handler) and test_train_faults' Ctrl-C case (the path an interrupt takes out of a save)
 @pytest.mark.parametrize("point", [p if p == "final-commit" else pytest.param(p, marks=pytest.mark.slow)
                                    for p in SAVE_POINTS])
 def test_sigterm_at_every_call_of_every_save_point_is_one_line_and_resumes_bitwise(point, tmp_path, monkeypatch,
-                                                                                   capsys) -> None:
-    """`numloss train` sent SIGTERM as each save starts (every call of it in a 4-step run):
-    exit 130 and one line naming what to run; that command ends on the uninterrupted run's weights."""
+                                                                                   capsys, train_reference) -> None:
+    """`numloss train` sent SIGTERM as each save starts (every call of it in a 4-step run, until
+    a run makes fewer calls and finishes): exit 130 and one line naming what to run; that command
+    ends on the uninterrupted run's weights."""
+    import itertools
+
     import torch
 
+    from faultrun import RUN, TINY, logged_steps, weights
     from numloss.train import main
-    from test_train_faults import RUN, TINY, logged_steps, weights
 
     torch.set_num_threads(1)  # a resume is bitwise at one thread count
-    reference = tmp_path / "reference"
-    with monkeypatch.context() as patch:
-        counted = _signal_at(patch, point, None)
-        assert main([str(TINY), "--train.output_dir", str(reference), *RUN]) == 0
-    assert counted["n"] > 0, f"{point} is no save point of a run any more"
-    for nth in range(1, counted["n"] + 1):
+    for nth in itertools.count(1):
         out = tmp_path / f"{point}-{nth}"
         capsys.readouterr()
         with monkeypatch.context() as patch:
-            _signal_at(patch, point, nth)
-            assert main([str(TINY), "--train.output_dir", str(out), *RUN]) == 130, nth
+            calls = _signal_at(patch, point, nth)
+            status = main([str(TINY), "--train.output_dir", str(out), *RUN])
+        if status == 0:  # the run made fewer calls than nth: every call was interrupted once
+            assert calls["n"] == nth - 1 and nth > 1, f"{point} is no save point of a run any more"
+            break
+        assert status == 130, nth
         err = capsys.readouterr().err
         line = [x for x in err.splitlines() if x.startswith("numloss train")]
         assert len(line) == 1 and "interrupted" in line[0] and "Traceback" not in err, (nth, err[-1500:])
         resume = ["--resume"] if "--resume" in line[0] else []
         assert main([str(TINY), "--train.output_dir", str(out), *RUN, *resume]) == 0, (nth, line)
-        final, expected = weights(out / "final"), weights(reference / "final")
+        final, expected = weights(out / "final"), weights(train_reference / "final")
         assert all(torch.equal(final[k], expected[k]) for k in expected), (point, nth, line)
         assert logged_steps(out) == [1, 2, 3, 4], (point, nth)
 
@@ -361,49 +363,14 @@ def test_a_lock_file_that_is_a_symlink_is_refused_and_its_target_untouched(comma
     assert victim.read_text() == "keep me"
 
 
+@pytest.mark.parametrize("step", ["write", "fsync", "replace", "fsync-folder"])
 @pytest.mark.parametrize("errno_name", ["EIO", "ENOSPC", "EDQUOT", "EINVAL", "EROFS", "ENOTSUP"])
-def test_every_fsync_of_an_atomic_write_that_fails_is_an_error_naming_a_path_or_a_refusal_to_sync(
-        errno_name, tmp_path, monkeypatch) -> None:
-    """Each fsync an atomic write makes (the file's, then its folder's) failing in turn: a lost
-    write-back (EIO, ENOSPC, EDQUOT) is an OSError naming the path, never a write reported done;
-    a folder that cannot be fsynced (EINVAL, ENOTSUP) is not an error."""
-    import errno
-
-    import numloss.atomic
-
-    number = getattr(errno, errno_name)
-    real = os.fsync
-    calls = {"n": 0}
-    monkeypatch.setattr(numloss.atomic.os, "fsync", lambda fd: calls.__setitem__("n", calls["n"] + 1) or real(fd))
-    numloss.atomic.write_text_atomic(tmp_path / "probe.txt", "x")
-    assert calls["n"] == 2, "an atomic write fsyncs its file and its folder"
-    for nth, what in ((1, "file"), (2, "folder")):
-        calls["n"] = 0
-
-        def fsync(fd, nth=nth):
-            calls["n"] += 1
-            if calls["n"] == nth:
-                raise OSError(number, os.strerror(number))
-            return real(fd)
-
-        monkeypatch.setattr(numloss.atomic.os, "fsync", fsync)
-        target = tmp_path / f"{what}.txt"
-        refused = what == "folder" and number not in numloss.atomic.LOST_WRITE_ERRNOS
-        if refused:
-            numloss.atomic.write_text_atomic(target, "new")
-            assert target.read_text() == "new"
-            continue
-        target.write_text("old")
-        with pytest.raises(OSError) as caught:
-            numloss.atomic.write_text_atomic(target, "new")
-        assert caught.value.errno == number and caught.value.filename in (str(target), str(tmp_path)), what
-        assert not list(tmp_path.glob(".*.tmp")), "no temporary left"
-
-
-@pytest.mark.parametrize("step", ["write", "fsync", "replace"])
-@pytest.mark.parametrize("errno_name", ["ENOSPC", "EIO", "EROFS"])
 def test_every_step_of_an_atomic_write_failing_names_the_file_and_keeps_the_old_one(step, errno_name, tmp_path,
                                                                                    monkeypatch) -> None:
+    """Each step of an atomic write failing (the write, the file's fsync, the rename, then the
+    folder's fsync): an OSError naming the file, the old one kept, no temporary left. The folder's
+    fsync comes after the rename: a lost write-back (EIO, ENOSPC, EDQUOT) names the folder, never
+    a write reported done; a folder that cannot be fsynced (EINVAL, EROFS, ENOTSUP) is no error."""
     import builtins
     import errno
 
@@ -412,32 +379,40 @@ def test_every_step_of_an_atomic_write_failing_names_the_file_and_keeps_the_old_
     number = getattr(errno, errno_name)
     target = tmp_path / "config.yaml"
     target.write_text("old")
+    real_fsync, real_open, fsyncs = os.fsync, builtins.open, []
 
     def fail(*args, **kwargs):
         raise OSError(number, os.strerror(number), *([str(args[0])] if step == "replace" else []))
 
+    def fsync(fd):  # the file's, then the folder's
+        fsyncs.append(fd)
+        return fail() if len(fsyncs) == (2 if step == "fsync-folder" else 1) else real_fsync(fd)
+
+    class Failing:
+        def __init__(self, handle):
+            self.handle = handle
+
+        def __enter__(self):
+            return self
+
+        def __exit__(self, *exc):
+            self.handle.close()
+
+        def write(self, data):
+            self.handle.write(data[: len(data) // 2])
+            fail()
+
     if step == "write":
-        real_open = builtins.open
-
-        class Failing:
-            def __init__(self, handle):
-                self.handle = handle
-
-            def __enter__(self):
-                return self
-
-            def __exit__(self, *exc):
-                self.handle.close()
-
-            def write(self, data):
-                self.handle.write(data[: len(data) // 2])
-                fail()
-
         monkeypatch.setattr(builtins, "open", lambda *a, **k: Failing(real_open(*a, **k)) if "wb" in a else real_open(*a, **k))
     else:
-        monkeypatch.setattr(numloss.atomic.os, step, fail)
+        monkeypatch.setattr(numloss.atomic.os, "replace" if step == "replace" else "fsync", fail if step == "replace" else fsync)
+    if step == "fsync-folder" and number not in numloss.atomic.LOST_WRITE_ERRNOS:
+        numloss.atomic.write_text_atomic(target, "new")
+        assert target.read_text() == "new" and len(fsyncs) == 2
+        return
     with pytest.raises(OSError) as caught:
         numloss.atomic.write_text_atomic(target, "new")
     monkeypatch.undo()
-    assert caught.value.errno == number and caught.value.filename == str(target)
-    assert target.read_text() == "old" and [p.name for p in tmp_path.iterdir()] == ["config.yaml"]
+    folder = step == "fsync-folder"
+    assert caught.value.errno == number and caught.value.filename == str(tmp_path if folder else target)
+    assert target.read_text() == ("new" if folder else "old") and [p.name for p in tmp_path.iterdir()] == ["config.yaml"]

@@ -3,7 +3,7 @@ command a user runs next: a write failure (EIO), a full disk (ENOSPC) or Ctrl-C 
 as KeyboardInterrupt where the save happens). Asserted: one line, no traceback, nothing that was
 written before lost or torn, and the next command's result equal to an uninterrupted run's.
 
-(Kills, SIGKILL in a subprocess, are test_train_faults' and test_train_safety's: the library holds
+(Kills, SIGKILL in a subprocess, are test_train_faults': the library holds
 no fault hooks; tests/faultrun.py wraps its functions.)
 """
 
@@ -100,27 +100,19 @@ def test_eval_fault_then_the_same_command(point, fault, tmp_path, capsys, monkey
 
 
 # -- compare ---------------------------------------------------------------------------------------
-def _config(root: Path, out: Path) -> str:
-    """test_compare_faults' tiny grid into `out`, its records in root/records (the module's
-    `recorded` run is this reference's twin)."""
+def _compare(tmp_path: Path, out: Path, capsys) -> tuple[int, list[str]]:
+    """test_compare_faults' tiny grid into `out`, its records in tmp_path/records (the twin of
+    conftest's compare_recorded, the uninterrupted run)."""
+    from numloss.compare import main as compare_main
     from test_compare_faults import _mapping, _write
 
-    return _write(root / "c.yaml", _mapping(out, records_dir=str(root / "records")))
+    config = _write(tmp_path / "c.yaml", _mapping(out, records_dir=str(tmp_path / "records")))
+    return _run(compare_main, [config, "--no-progress"], capsys)
 
 
-def _compare(tmp_path: Path, out: Path, capsys) -> tuple[int, list[str]]:
-    from numloss.compare import main as compare_main
-
-    return _run(compare_main, [_config(tmp_path, out), "--no-progress"], capsys)
-
-
-@pytest.fixture(scope="module")
-def compare_reference(tmp_path_factory) -> dict:
-    from numloss.compare import main as compare_main
-
-    root = tmp_path_factory.mktemp("compare-reference")
-    assert compare_main([_config(root, root / "out"), "--no-progress"]) == 0
-    return json.loads((root / "out" / "runs" / "mle-s0" / "result.json").read_text())
+@pytest.fixture
+def compare_reference(compare_recorded) -> dict:
+    return json.loads((compare_recorded[0] / "out" / "runs" / "mle-s0" / "result.json").read_text())
 
 
 def _outcome(result: dict) -> dict:
@@ -163,7 +155,7 @@ def test_train_fault_at_its_own_files_then_resume(point, fault, tmp_path, capsys
     import numloss.train as train
     import numloss.train.folder
     import numloss.train.run
-    from test_train_faults import RUN, TINY
+    from faultrun import RUN, TINY
 
     out = tmp_path / "run"
     argv = [str(TINY), "--train.output_dir", str(out), *RUN]

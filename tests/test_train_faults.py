@@ -1,111 +1,49 @@
-"""`numloss train` under faults: kills during saves, damaged checkpoints, two runs in one folder,
-a folder holding another run, a resume with other settings, a full disk, and every config key
-fed wrong values. Tiny model, 4 steps: each test takes a few seconds."""
+"""`numloss train` under faults: kills during saves (SIGKILL and Ctrl-C through tests/faultrun.py),
+damaged checkpoints, two runs in one folder, a folder holding another run, a resume with other
+settings or changed inputs, the recovery of a folder killed before its first whole save, a
+save_only_model checkpoint, a full disk, and every config key fed wrong values. Tiny model, 4
+steps: each test takes a few seconds."""
 
 from __future__ import annotations
 
-import csv
 import errno
+import json
 import os
 import random
-import resource
 import shutil
 import signal
-import subprocess
-import sys
-import time
 from pathlib import Path
 
 import pytest
 import torch
 import yaml
-from safetensors.torch import load_file
 
+import numloss.train.build
+from faultrun import (
+    RUN,
+    TINY,
+    assert_same_weights,
+    cli,
+    config,
+    file_size_limit,
+    logged_losses,
+    logged_steps,
+    one_line,
+    snapshot,
+    train_killed_after,
+    wait_until_paused,
+    weights,
+)
 from numloss.config import SECTIONS, ConfigError, all_keys, load_config
 from numloss.train import (
     CHECKPOINT_MARKER,
+    INPUTS_FILE,
     DiskFullError,
     check_run,
     disk_full_error,
     main,
     run_training,
 )
-
-ROOT = Path(__file__).resolve().parents[1]
-TINY = ROOT / "tests" / "fixtures" / "train" / "tiny-test.yaml"
-# 4 steps, a checkpoint after each, none rotated away; 16 examples (a 1-layer model: fast); a cosine
-# schedule, so a resume that lost the scheduler's state ends elsewhere
-RUN = ["--train.max_steps", "4", "--train.save_steps", "1", "--train.save_total_limit", "null",
-       "--data.num_examples", "16", "--model.tiny_layers", "1", "--train.lr_scheduler_type", "cosine"]
-ENV = {**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false",
-       "PYTHONPATH": os.pathsep.join([str(ROOT / "src"), str(ROOT / "tests")])}
-
-
-def config(out: Path, *overrides: str):
-    return load_config(TINY, ["--train.output_dir", str(out), *RUN, *overrides])
-
-
-class Killed(Exception):
-    """Raised by `train_killed_after` where a kill would have ended the run."""
-
-
-def train_killed_after(config, step: int) -> None:
-    """Train `config` and end it right after the checkpoint of `step` is whole, as a kill there would."""
-    from transformers import TrainerCallback
-
-    class Kill(TrainerCallback):
-        def on_save(self, args, state, control, **kwargs):  # after numloss's marker (its callbacks run first)
-            if state.global_step >= step:
-                raise Killed(step)
-
-    with pytest.raises(Killed):
-        run_training(config, callbacks=[Kill()])
-
-
-def weights(folder: Path) -> dict[str, torch.Tensor]:
-    return load_file(str(folder / "model.safetensors"))
-
-
-def assert_same_weights(a: Path, b: Path) -> None:
-    left, right = weights(a), weights(b)
-    assert left.keys() == right.keys()
-    for key in left:
-        torch.testing.assert_close(left[key], right[key], rtol=0, atol=1e-6, msg=key)
-
-
-def logged_steps(out: Path) -> list[int]:
-    return [int(row["step"]) for row in csv.DictReader((out / "log.csv").open())]
-
-
-def logged_losses(out: Path) -> dict[int, float]:
-    return {int(row["step"]): float(row["loss"]) for row in csv.DictReader((out / "log.csv").open())}
-
-
-def snapshot(folder: Path) -> dict[str, bytes]:
-    """Every file's bytes but the lock file's (a refused run may take and release the lock)."""
-    return {str(p.relative_to(folder)): p.read_bytes() for p in sorted(folder.rglob("*"))
-            if p.is_file() and p.name != ".numloss.lock"}
-
-
-def cli(out: Path, *extra: str, env: dict[str, str] | None = None, wait: bool = True):
-    # faultrun (tests/faultrun.py) runs `numloss train`, killing or pausing it at NUMLOSS_FAULT_POINT
-    command = [sys.executable, "-m", "faultrun", "train", str(TINY), "--train.output_dir", str(out), *RUN, *extra]
-    # a shell without job control starts background jobs with SIGINT ignored; a terminal's Ctrl-C is not
-    process = subprocess.Popen(command, env={**ENV, **(env or {})}, cwd=ROOT, stdout=subprocess.PIPE,
-                               stderr=subprocess.PIPE, text=True,
-                               preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
-    if not wait:
-        return process
-    out, err = process.communicate(timeout=300)
-    return subprocess.CompletedProcess(command, process.returncode, out, err)
-
-
-def wait_until_paused(process: subprocess.Popen, release: Path) -> None:
-    """Wait until faultrun has paused `process` at its NUMLOSS_FAULT_POINT (it touches RELEASE.paused)."""
-    deadline = time.monotonic() + 240
-    while not Path(f"{release}.paused").exists():
-        assert process.poll() is None and time.monotonic() < deadline, process.communicate()[1][-2000:]
-        time.sleep(0.05)
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -116,13 +54,6 @@ def one_thread():
     torch.set_num_threads(1)
     yield
     torch.set_num_threads(threads)
-
-
-@pytest.fixture
-def reference(train_reference: Path) -> Path:
-    """The uninterrupted 4-step run every interrupted one must end equal to: conftest's session
-    fixture, built once for this module and test_train_safety (which imports this name)."""
-    return train_reference
 
 
 @pytest.fixture(scope="module")
@@ -136,18 +67,10 @@ def stopped(tmp_path_factory) -> Path:
 
 @pytest.fixture
 def no_model_loads(monkeypatch):
-    import numloss.train.build as train
-
     def refuse(*args, **kwargs):
         raise AssertionError("the model was loaded before the error was found")
 
-    monkeypatch.setattr(train, "load_model_for", refuse)
-
-
-def one_line(error: BaseException) -> str:
-    text = str(error)
-    assert text and "\n" not in text and "Traceback" not in text, text
-    return text
+    monkeypatch.setattr(numloss.train.build, "load_model_for", refuse)
 
 
 # -- kill points -----------------------------------------------------------------------------------
@@ -158,7 +81,7 @@ def one_line(error: BaseException) -> str:
 @pytest.mark.parametrize("point", [pytest.param("checkpoint-4-files-written", marks=pytest.mark.slow),
                                    "final-files-written", "final-marked",
                                    pytest.param("final-renamed", marks=pytest.mark.slow)])
-def test_a_kill_at_any_point_of_the_last_saves_resumes_to_the_uninterrupted_run(tmp_path, reference, point, caplog):
+def test_a_kill_at_any_point_of_the_last_saves_resumes_to_the_uninterrupted_run(tmp_path, train_reference, point, caplog):
     """SIGKILL while the last checkpoint is written, after final/'s files, after its marker, after
     its rename: --resume ends with 4 steps (never a 5th), each logged once, the reference weights."""
     out = tmp_path / "run"
@@ -169,7 +92,7 @@ def test_a_kill_at_any_point_of_the_last_saves_resumes_to_the_uninterrupted_run(
     assert result.global_step == 4
     assert result.already_finished == (point in ("final-marked", "final-renamed"))
     assert not (out / "final.partial").exists() and (out / "final" / CHECKPOINT_MARKER).is_file()
-    assert_same_weights(reference / "final", out / "final")
+    assert_same_weights(train_reference / "final", out / "final")
     assert logged_steps(out) == [1, 2, 3, 4]
     if point == "checkpoint-4-files-written":
         assert "checkpoint-4 fails its check: it has no completion marker" in caplog.text
@@ -186,7 +109,7 @@ def flip(path: Path, at: int, count: int = 64) -> None:
     path.write_bytes(bytes(data))
 
 
-def test_same_size_corruption_falls_back_to_the_newest_intact_checkpoint(tmp_path, stopped, reference, caplog):
+def test_same_size_corruption_falls_back_to_the_newest_intact_checkpoint(tmp_path, stopped, train_reference, caplog):
     """Newer checkpoints killed while saving (no marker) or changed since (same size, other bytes)
     are set aside; the resume from the newest whole one ends on the uninterrupted run's weights,
     each step logged once with its loss."""
@@ -204,8 +127,8 @@ def test_same_size_corruption_falls_back_to_the_newest_intact_checkpoint(tmp_pat
     assert "checkpoint-3 fails its check: model.safetensors changed since it was saved" in caplog.text
     assert "checkpoint-2 fails its check: trainer_state.json changed since it was saved" in caplog.text
     assert "falling back to checkpoint-1, the newest intact checkpoint" in caplog.text
-    assert result.global_step == 4 and logged_losses(out) == pytest.approx(logged_losses(reference), rel=1e-5)
-    assert_same_weights(reference / "final", out / "final")
+    assert result.global_step == 4 and logged_losses(out) == pytest.approx(logged_losses(train_reference), rel=1e-5)
+    assert_same_weights(train_reference / "final", out / "final")
     assert all((out / f"partial-checkpoint-{n}").is_dir() for n in (2, 3, 4))
 
 
@@ -235,7 +158,7 @@ def test_resume_from_a_named_damaged_checkpoint_is_one_line(tmp_path, stopped, n
 
 
 # -- two runs, foreign runs, changed settings -------------------------------------------------------
-def test_two_trainings_into_one_folder_the_second_is_refused_naming_the_first(tmp_path, reference):
+def test_two_trainings_into_one_folder_the_second_is_refused_naming_the_first(tmp_path, train_reference):
     out, release = tmp_path / "run", tmp_path / "release"
     first = cli(out, env={"NUMLOSS_FAULT_POINT": "pause:locked", "NUMLOSS_FAULT_FILE": str(release)}, wait=False)
     try:
@@ -253,17 +176,14 @@ def test_two_trainings_into_one_folder_the_second_is_refused_naming_the_first(tm
     assert first.returncode == 0, stderr[-2000:]
     assert logged_steps(out) == [1, 2, 3, 4]
     assert yaml.safe_load((out / "config.yaml").read_text())["train"]["seed"] == 0
-    assert_same_weights(reference / "final", out / "final")
+    assert_same_weights(train_reference / "final", out / "final")
 
 
-def test_a_finished_or_foreign_run_is_never_overwritten_without_overwrite(tmp_path, reference, monkeypatch, capsys):
-    import numloss.train.build as train
-
+def test_a_finished_or_foreign_run_is_never_overwritten_without_overwrite(tmp_path, train_reference, no_model_loads,
+                                                                         monkeypatch, capsys):
     out = tmp_path / "run"
-    shutil.copytree(reference, out)
+    shutil.copytree(train_reference, out)
     kept = snapshot(out)
-    real_load = train.load_model_for
-    monkeypatch.setattr(train, "load_model_for", lambda *a, **k: pytest.fail("refusal after the model loaded"))
     cases = {
         ("--train.seed", "1"): "already holds a finished run (final/, step 4) of another config (train.seed 0 -> 1)",
         (): "already holds a finished run (final/, step 4) of this config",
@@ -284,7 +204,7 @@ def test_a_finished_or_foreign_run_is_never_overwritten_without_overwrite(tmp_pa
         run_training(config(out, "--train.overwrite", "true", "--train.resume", "true"))
     assert snapshot(out) == kept
     # --overwrite moves the old run aside, byte for byte, and trains a new one
-    monkeypatch.setattr(train, "load_model_for", real_load)
+    monkeypatch.undo()  # the model may load now
     result = run_training(config(out, "--train.seed", "1", "--train.overwrite", "true"))
     assert result.global_step == 4
     (aside,) = out.glob("overwritten-*")
@@ -293,7 +213,7 @@ def test_a_finished_or_foreign_run_is_never_overwritten_without_overwrite(tmp_pa
     assert logged_steps(out) == [1, 2, 3, 4]
 
 
-def test_resume_refuses_changed_settings_that_change_the_run(tmp_path, stopped, reference, caplog):
+def test_resume_refuses_changed_settings_that_change_the_run(tmp_path, stopped, train_reference, caplog):
     out = tmp_path / "run"
     shutil.copytree(stopped, out)
     refused = {
@@ -318,7 +238,7 @@ def test_resume_refuses_changed_settings_that_change_the_run(tmp_path, stopped, 
     # logging settings may change: the resumed run is the reference run
     result = run_training(config(out, "--train.resume", "true", "--train.logging_steps", "2"))
     assert result.global_step == 4
-    assert_same_weights(reference / "final", out / "final")
+    assert_same_weights(train_reference / "final", out / "final")
     # --resume-changed continues under the new settings and keeps the old config.yaml
     again = tmp_path / "again"
     shutil.copytree(stopped, again)
@@ -339,14 +259,8 @@ def test_a_full_disk_during_a_save_is_one_line_naming_the_path(tmp_path, capsys,
     out = tmp_path / "run"
     save = ["--train.save_steps", "0"] if where == "final.partial" else []
     argv = [str(TINY), "--train.output_dir", str(out), *RUN, "--train.max_steps", "1", *save]
-    soft, hard = resource.getrlimit(resource.RLIMIT_FSIZE)
-    previous = signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
-    resource.setrlimit(resource.RLIMIT_FSIZE, (limit, hard))
-    try:
+    with file_size_limit(limit):
         status = main(argv)
-    finally:
-        resource.setrlimit(resource.RLIMIT_FSIZE, (soft, hard))
-        signal.signal(signal.SIGXFSZ, previous)
     err = capsys.readouterr().err.strip().splitlines()
     assert status == 1
     assert err[-1].startswith(f"numloss train: disk full at {out / where}") and "; then run the same command" in err[-1], err[-1]
@@ -411,7 +325,7 @@ def test_every_config_key_given_wrong_values_is_one_line_or_a_valid_run(tmp_path
         assert result.global_step >= 1 and (out / "final").is_dir(), argv
 
 
-def test_resume_from_a_named_checkpoint_of_another_folder_into_an_empty_one(tmp_path, stopped, reference):
+def test_resume_from_a_named_checkpoint_of_another_folder_into_an_empty_one(tmp_path, stopped, train_reference):
     """train.resume PATH into a new output_dir continues PATH's run (compared with the config.yaml
     beside PATH), never a fresh start; its log.csv starts with PATH's logged steps, as its
     log_history.json does."""
@@ -420,7 +334,7 @@ def test_resume_from_a_named_checkpoint_of_another_folder_into_an_empty_one(tmp_
         run_training(config(out, "--train.resume", str(stopped / "checkpoint-3"), "--train.learning_rate", "0.02"))
     result = run_training(config(out, "--train.resume", str(stopped / "checkpoint-3")))
     assert result.global_step == 4 and logged_steps(out) == [1, 2, 3, 4]
-    assert_same_weights(reference / "final", out / "final")
+    assert_same_weights(train_reference / "final", out / "final")
 
 
 def test_a_run_that_diverges_is_one_line_naming_the_step(tmp_path):
@@ -432,3 +346,94 @@ def test_a_run_that_diverges_is_one_line_naming_the_step(tmp_path):
     error = train_error(FloatingPointError("del: the loss is not finite although the logits are; alpha=1e+30"),
                         tmp_path, trainer, None)
     assert isinstance(error, ConfigError) and one_line(error).startswith("training stopped at step 3: FloatingPointError: del:")
+
+
+# -- a resume tied to its inputs, a kill before the first whole save, Ctrl-C, save_only_model ---------
+def _data(path: Path, shift: int = 0) -> Path:
+    path.write_text("".join(json.dumps({"instruction": f"{a} + {a + shift} =", "output": str(2 * a + shift)}) + "\n"
+                            for a in range(16)), encoding="utf-8")
+    return path
+
+
+def test_resume_after_the_data_file_changed_is_refused_naming_it(tmp_path, monkeypatch, caplog) -> None:
+    data, out = _data(tmp_path / "train.jsonl"), tmp_path / "run"
+    train_killed_after(config(out, "--data.source", str(data)), 2)
+    inputs = json.loads((out / INPUTS_FILE).read_text())
+    assert inputs["data_sha256"].startswith("sha256:") and "model_sha256" not in inputs
+    stat = data.stat()
+    _data(data, shift=1)  # the same path, other contents, the old time restored
+    os.utime(data, ns=(stat.st_atime_ns, stat.st_mtime_ns))
+    with monkeypatch.context() as patch, pytest.raises(ConfigError) as caught:
+        patch.setattr(numloss.train.build, "load_model_for", lambda *a, **k: pytest.fail("loaded before the refusal"))
+        run_training(config(out, "--data.source", str(data), "--train.resume", "true"))
+    line = one_line(caught.value)
+    assert "the training data" in line and "changed (sha256:" in line and "--resume-changed" in line
+    with caplog.at_level("WARNING", logger="numloss.train"):
+        result = run_training(config(out, "--data.source", str(data), "--train.resume", "true",
+                                     "--train.resume_changed", "true"))
+    assert result.global_step == 4 and "continuing although the training data" in caplog.text
+    assert json.loads((out / INPUTS_FILE).read_text())["data_sha256"] != inputs["data_sha256"]
+
+
+def test_a_run_without_inputs_json_resumes_as_before(tmp_path, stopped) -> None:
+    out = tmp_path / "run"
+    shutil.copytree(stopped, out)
+    (out / INPUTS_FILE).unlink()  # a run folder of an older numloss
+    assert run_training(config(out, "--train.resume", "true")).global_step == 4
+
+
+def test_a_save_only_model_checkpoint_is_not_resumed_silently(tmp_path, no_model_loads) -> None:
+    out = tmp_path / "run"
+    checkpoint = out / "checkpoint-2"
+    checkpoint.mkdir(parents=True)
+    from numloss.checkpoints import write_marker
+    from numloss.config import dump_config
+
+    (checkpoint / "trainer_state.json").write_text(json.dumps({"global_step": 2, "max_steps": 4}))
+    write_marker(checkpoint, 2)
+    (out / "config.yaml").write_text(dump_config(config(out)))
+    with pytest.raises(ConfigError) as caught:
+        run_training(config(out, "--train.resume", "true"))
+    line = one_line(caught.value)
+    assert "no optimizer or scheduler state" in line and "save_only_model" in line and "--resume-changed" in line
+
+
+@pytest.mark.parametrize(("point", "extra"), [
+    pytest.param("checkpoint-1-files-written", (), id="first-checkpoint"),
+    # slow: the same recovery (the folder's first whole save never finished) from a run without checkpoints
+    pytest.param("final-files-written", ("--train.save_steps", "0"), id="final-without-checkpoints", marks=pytest.mark.slow),
+])
+def test_a_kill_before_the_first_whole_save_is_continued_by_the_named_command(tmp_path, train_reference, point, extra,
+                                                                             capsys) -> None:
+    out = tmp_path / "run"
+    killed = cli(out, *extra, env={"NUMLOSS_FAULT_POINT": point})
+    assert killed.returncode == -signal.SIGKILL, killed.stderr[-2000:]
+    capsys.readouterr()
+    # the refused --resume in-process: `numloss train`'s own entry point, without another process's imports
+    assert main([str(TINY), "--train.output_dir", str(out), *RUN, *extra, "--resume"]) == 2
+    err = capsys.readouterr().err
+    assert "Traceback" not in err
+    line = err.strip().splitlines()[-1]
+    assert "run the same command without --resume" in line, err[-2000:]
+    # the command it names, in-process (the train_reference's threads: weights compare bit for bit)
+    assert run_training(config(out, *extra)).global_step == 4
+    assert_same_weights(train_reference / "final", out / "final")
+    assert logged_steps(out) == [1, 2, 3, 4]
+
+
+def test_ctrl_c_prints_one_line_naming_the_checkpoint_and_resume_is_bitwise(tmp_path, train_reference) -> None:
+    out, release = tmp_path / "run", tmp_path / "release"
+    process = cli(out, env={"NUMLOSS_FAULT_POINT": "pause:checkpoint-2-marked", "NUMLOSS_FAULT_FILE": str(release)},
+                  wait=False)
+    wait_until_paused(process, release)
+    process.send_signal(signal.SIGINT)
+    _, err = process.communicate(timeout=120)
+    assert process.returncode == 130, err[-2000:]
+    assert "Traceback" not in err and "KeyboardInterrupt" not in err
+    line = err.strip().splitlines()[-1]
+    assert line.startswith("numloss train: interrupted;") and "checkpoint-2" in line and "--resume" in line
+    # the command the line names, in-process at the CLI's one thread (as the train_reference: bit for bit)
+    assert main([str(TINY), "--train.output_dir", str(out), *RUN, "--resume"]) == 0
+    for name, tensor in weights(train_reference / "final").items():
+        assert torch.equal(tensor, weights(out / "final")[name]), name
+    assert logged_steps(out) == [1, 2, 3, 4]
