@@ -55,11 +55,7 @@ def write_bytes_atomic(path: str | Path, data: bytes) -> None:
             tmp.unlink()
         except OSError:
             pass  # never written, or already renamed
-        if (
-            isinstance(error, OSError)
-            and error.errno is not None
-            and error.filename in (None, str(tmp))
-        ):
+        if isinstance(error, OSError) and error.errno and error.filename in (None, str(tmp)):
             # a failed write or fsync names no file, a failed rename the temporary: name the file
             # being written, which is what the user knows
             raise OSError(error.errno, error.strerror, str(path)) from None

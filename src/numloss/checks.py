@@ -53,25 +53,17 @@ def check_bool(name: str, value: Any) -> bool:
     raise ArgumentTypeError(f"{name} must be True or False, got {shown(value)}: pass a bool")
 
 
-def _bounds(
-    low: float | None, high: float | None, low_open: bool = False, high_open: bool = False
-) -> str:
-    def number(bound: float) -> str:
-        return str(bound) if isinstance(bound, int) else f"{bound:g}"
-
-    parts = []
-    if low is not None:
-        parts.append(f"{'>' if low_open else '>='} {number(low)}")
-    if high is not None:
-        parts.append(f"{'<' if high_open else '<='} {number(high)}")
-    return " and ".join(parts)
+def _ranged(noun: str, low: Any, high: Any, low_open: bool = False, high_open: bool = False) -> str:
+    """`noun` with its bounds, as the errors say it: "an integer >= 1 and <= 64"."""
+    limits = [(">" if low_open else ">=", low), ("<" if high_open else "<=", high)]
+    parts = [f"{op} {b if isinstance(b, int) else f'{b:g}'}" for op, b in limits if b is not None]
+    return f"{noun} {' and '.join(parts)}".rstrip()
 
 
 def check_int(name: str, value: Any, low: int | None = None, high: int | None = None) -> int:
     """`value` as an int in [low, high] (either bound optional). A bool, a float (even 3.0), a
     string or NaN is refused: a count or a seed is written as an integer."""
-    bounds = _bounds(low, high)
-    what = f"an integer{' ' + bounds if bounds else ''}"
+    what = _ranged("an integer", low, high)
     if isinstance(value, bool) or not isinstance(value, numbers.Integral):
         raise ArgumentTypeError(f"{name} must be {what}, got {shown(value)}: pass an int")
     number = int(value)
@@ -90,8 +82,7 @@ def check_float(
 ) -> float:
     """`value` as a finite float in the range (bounds optional, closed unless `*_open`). A bool, a
     string, NaN or an infinity is refused; an int is accepted and converted."""
-    bounds = _bounds(low, high, low_open, high_open)
-    what = f"a finite number{' ' + bounds if bounds else ''}"
+    what = _ranged("a finite number", low, high, low_open, high_open)
     if isinstance(value, bool) or not isinstance(value, numbers.Real):
         raise ArgumentTypeError(f"{name} must be {what}, got {shown(value)}: pass a number")
     try:

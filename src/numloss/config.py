@@ -671,8 +671,7 @@ def _validate_context(config: Config) -> None:
             "train.gradient_checkpointing_kwargs is set but model.gradient_checkpointing is off, so"
             " it would be ignored; set model.gradient_checkpointing true or drop it"
         )
-    smoothing = train.extra.get("label_smoothing_factor", 0)
-    if smoothing:
+    if train.extra.get("label_smoothing_factor"):
         raise ConfigError(
             "train.label_smoothing_factor: numloss's objectives compute their own loss and would"
             " ignore it; drop it (objective.options of an objective say what it smooths, if"

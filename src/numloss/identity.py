@@ -34,16 +34,12 @@ def _stat_key(stat: os.stat_result) -> tuple[int, ...]:
     return (stat.st_dev, stat.st_ino, stat.st_size, stat.st_mtime_ns, stat.st_ctime_ns)
 
 
-def _read_disk_cache() -> dict[str, Any]:
-    return read_json_object(_cache_file()) or {}
-
-
 def _write_disk_cache(path: str, key: tuple[int, ...], digest: str) -> None:
     """Remember one hash on disk; the cache is an optimisation, so any failure is ignored."""
     from numloss.atomic import write_json_atomic
 
     try:
-        cache = _read_disk_cache()
+        cache = read_json_object(_cache_file()) or {}
         cache[path] = [list(key), digest]
         if len(cache) > 10_000:  # never grows without bound: the oldest entries go first
             cache = dict(list(cache.items())[-5_000:])
@@ -62,7 +58,7 @@ def file_sha256(path: str | Path) -> str:
         hit = _MEMORY.get(real)
     if hit is not None and hit[0] == key:
         return hit[1]
-    stored = _read_disk_cache().get(real)
+    stored = (read_json_object(_cache_file()) or {}).get(real)
     if isinstance(stored, list) and stored[:1] == [list(key)] and isinstance(stored[-1], str):
         digest = stored[-1]
     else:
