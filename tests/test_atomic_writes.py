@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import csv
 import errno
-import json
 import os
 from pathlib import Path
 from types import SimpleNamespace
@@ -17,7 +16,7 @@ from types import SimpleNamespace
 import pytest
 
 import numloss.atomic
-from numloss.atomic import write_json_atomic, write_text_atomic
+from numloss.atomic import write_json_atomic
 
 
 @pytest.fixture
@@ -49,60 +48,66 @@ def assert_rewrite_survives(folder: Path, disk_full, write, *names: str) -> None
     assert _leftovers(folder) == []
 
 
-def test_the_helper_replaces_whole_files_or_leaves_them_as_they_were(tmp_path, disk_full) -> None:
+def test_the_helper_writes_compact_json_and_refuses_nan_writing_nothing(tmp_path) -> None:
     target = tmp_path / "a.json"
     write_json_atomic(target, {"x": 1})
     write_json_atomic(target, {"x": 2}, compact=True)
     assert target.read_text() == '{"x":2}\n'
     with pytest.raises(ValueError):  # a payload that cannot be serialised writes nothing
         write_json_atomic(target, {"x": float("nan")}, allow_nan=False)
-    disk_full()
-    with pytest.raises(OSError) as caught:
-        write_text_atomic(target, "a new report that does not fit\n")
-    assert caught.value.errno == errno.ENOSPC and caught.value.filename == str(target)
-    assert target.read_text() == '{"x":2}\n' and _leftovers(tmp_path) == []
+    assert target.read_text() == '{"x":2}\n' and _leftovers(tmp_path) == []  # a failing step: test_fault_space
 
 
 # -- each writer, with a failure injected ------------------------------------------------------------
-def _eval_report():
-    from numloss.evaluate.api import evaluate
-
-    class Echo:
-        identity = "echo"
-
-        def generate(self, prompts, max_new_tokens=None):
-            from numloss.evaluate.generate import Generation
-
-            return [Generation("The answer is 3.", 4) for _ in prompts]
-
-    return evaluate(Echo(), "synthetic:arithmetic", limit=2, digit_stats=False, program_of_thought=False)
-
-
-def test_eval_report_survives_a_failed_rewrite(tmp_path, disk_full) -> None:
-    from numloss.evaluate.report import write_report
-
-    report = _eval_report()
-    assert_rewrite_survives(tmp_path, disk_full, lambda n: write_report(tmp_path, report), "results.json", "report.md")
-    json.loads((tmp_path / "results.json").read_text())  # still valid JSON
-
-
-def test_eval_items_overwrite_survives_a_failed_rewrite(tmp_path, disk_full) -> None:
-    from numloss.evaluate.store import ResultsFile
-
-    path = tmp_path / "items.jsonl"
-    path.write_text('{"a": 1}\n{"a": 2}\n')
-    store = ResultsFile(path)
-    store.records = lambda: [{"a": 1}, {"a": 2}]  # the type checks are another test's subject
-    disk_full()
-    with pytest.raises(OSError):
-        store.drop(lambda r: r["a"] == 1)
-    assert path.read_text() == '{"a": 1}\n{"a": 2}\n'
-
-
 def _compare_result(label: str = "mle", seed: int = 0) -> dict:
     return {"hash": "0123456789abcdef", "label": label, "seed": seed, "steps": 2, "objective": None,
             "evaluation": {"in_distribution": {"exact_match": 0.5, "n": 2, "correct": 1}}, "seconds": {"total": 1.0},
             "curve": {}, "train_metrics": {}, "learning": None}
+
+
+def _eval_report(folder: Path, monkeypatch) -> tuple:
+    from numloss.evaluate.api import evaluate
+    from numloss.evaluate.report import write_report
+    from test_eval_faults import Echo
+
+    report = evaluate(Echo("3"), "synthetic:arithmetic", limit=2, digit_stats=False, program_of_thought=False)
+    return lambda n: write_report(folder, report), ("results.json", "report.md")
+
+
+def _eval_items(folder: Path, monkeypatch) -> tuple:
+    from numloss.evaluate.store import ResultsFile
+
+    store = ResultsFile(folder / "items.jsonl")
+    store.records = lambda: [{"a": 1}, {"a": 2}]  # the type checks are another test's subject
+    store.path.write_text('{"a": 1}\n{"a": 2}\n')
+    return lambda n: n and store.drop(lambda r: r["a"] == 1), ("items.jsonl",)  # --overwrite's rewrite
+
+
+def _compare_report(folder: Path, monkeypatch) -> tuple:
+    import numloss.compare.report as report
+
+    monkeypatch.setattr(report, "_plots", lambda summary, results, out: [])
+    monkeypatch.setattr(report, "aggregate", lambda results: {})
+    monkeypatch.setattr(report, "markdown_report", lambda summary, meta, plots: f"# report of {meta['runs']} runs\n")
+    return lambda n: report.write_report([_compare_result()], folder, {"runs": n}), ("results.json", "report.md")
+
+
+def _config_yaml(folder: Path, monkeypatch) -> tuple:
+    from numloss.config import Config
+    from numloss.train import record_config
+
+    def write(n: int) -> None:
+        config = Config()
+        config.train.learning_rate = 0.5 + n
+        record_config(config, folder, None)
+
+    return write, ("config.yaml",)
+
+
+@pytest.mark.parametrize("writer", [_eval_report, _eval_items, _compare_report, _config_yaml])
+def test_each_writer_keeps_the_old_file_when_a_rewrite_fails(writer, tmp_path, disk_full, monkeypatch) -> None:
+    write, names = writer(tmp_path, monkeypatch)
+    assert_rewrite_survives(tmp_path, disk_full, write, *names)
 
 
 def test_a_compare_record_is_written_whole(tmp_path, disk_full) -> None:
@@ -113,28 +118,6 @@ def test_a_compare_record_is_written_whole(tmp_path, disk_full) -> None:
         write_record(tmp_path, _compare_result())
     assert not record_path(tmp_path, "mle-s0", "0123456789abcdef").exists(), "no torn record"
     assert _leftovers(tmp_path) == []
-
-
-def test_the_compare_report_survives_a_failed_rewrite(tmp_path, disk_full, monkeypatch) -> None:
-    import numloss.compare.report as report
-
-    monkeypatch.setattr(report, "_plots", lambda summary, results, out: [])
-    monkeypatch.setattr(report, "aggregate", lambda results: {})
-    monkeypatch.setattr(report, "markdown_report", lambda summary, meta, plots: f"# report of {meta['runs']} runs\n")
-    assert_rewrite_survives(tmp_path, disk_full, lambda n: report.write_report([_compare_result()], tmp_path, {"runs": n}),
-                            "results.json", "report.md")
-
-
-def test_config_yaml_survives_a_failed_rewrite(tmp_path, disk_full) -> None:
-    from numloss.config import Config
-    from numloss.train import record_config
-
-    def write(n: int) -> None:
-        config = Config()
-        config.train.learning_rate = 0.5 + n
-        record_config(config, tmp_path, None)
-
-    assert_rewrite_survives(tmp_path, disk_full, write, "config.yaml")
 
 
 # -- log.csv ---------------------------------------------------------------------------------------
