@@ -11,7 +11,6 @@ modes are never changed. Run as a script (as root), this file is that namespace'
 
 from __future__ import annotations
 
-import contextlib
 import ctypes
 import json
 import os
@@ -20,15 +19,14 @@ import stat
 import subprocess
 import sys
 import tempfile
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable
 from pathlib import Path
 
 import pytest
 
 NOBODY = 65534
 REPO = Path(__file__).resolve().parents[1]
-SANDBOX_TESTS = ("tests/test_eval_sandbox.py", "tests/test_eval_sandbox_hostile.py", "tests/test_eval_sandbox_benign.py",
-                 "tests/test_eval_sandbox_resources.py")
+SANDBOX_TESTS = ("tests/test_eval_sandbox.py", "tests/test_eval_sandbox_hostile.py", "tests/test_eval_sandbox_benign.py")
 
 
 def _reachable(st: os.stat_result, bits: int, uid: int, gid: int) -> bool:
@@ -131,17 +129,6 @@ def enter_command(needed: Iterable[str], command: list[str], cwd: str, uid: int 
     return [sys.executable, "-I", str(Path(__file__).resolve()), json.dumps(plan), *command]
 
 
-@contextlib.contextmanager
-def _home() -> Iterator[Path]:
-    """A HOME and TMPDIR that uid/gid 65534 owns. Short, in the temp dir rather than tmp_path:
-    the hostile suite binds unix sockets below it (108 bytes at most for a path)."""
-    with tempfile.TemporaryDirectory(prefix="numloss-nonroot-") as parent:
-        home = Path(parent) / "home"
-        home.mkdir()
-        os.chown(home, NOBODY, NOBODY)
-        yield home
-
-
 # ---- tests ----------------------------------------------------------------------------------------
 
 def _tree(base: Path) -> dict[str, Path]:
@@ -202,11 +189,6 @@ def test_enter_reaches_a_checkout_under_0700_folders_and_leaves_the_host_alone(t
     assert sorted(os.listdir(t["locked"])) == ["other", "pub", "secret.txt"]
 
 
-def _summary(output: str) -> str:
-    lines = [line for line in output.splitlines() if line.strip()]
-    return lines[-1] if lines else ""
-
-
 @pytest.mark.slow
 def test_sandbox_suites_as_a_non_root_evaluator():
     """As root: both sandbox files pass as uid 65534. As non-root: this run is that path."""
@@ -226,7 +208,12 @@ def test_sandbox_suites_as_a_non_root_evaluator():
     if iso.mode != "bwrap+seccomp":
         pytest.skip("kernel sandbox unavailable: " + iso.detail)
     pytest_cmd = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *SANDBOX_TESTS]
-    with _home() as home:
+    # a HOME and TMPDIR that uid/gid 65534 owns; short, in the temp dir rather than tmp_path: the
+    # hostile suite binds unix sockets below it (108 bytes at most for a path)
+    with tempfile.TemporaryDirectory(prefix="numloss-nonroot-") as parent:
+        home = Path(parent) / "home"
+        home.mkdir()
+        os.chown(home, NOBODY, NOBODY)
         env = {**os.environ, "HOME": str(home), "TMPDIR": str(home), "PYTHONDONTWRITEBYTECODE": "1"}
         env.pop("PYTEST_ADDOPTS", None)
         done = subprocess.run(enter_command([*needed_paths(), str(home)], pytest_cmd, str(REPO)), env=env,
@@ -234,7 +221,7 @@ def test_sandbox_suites_as_a_non_root_evaluator():
     # the first error lines (a fixture's error is otherwise repeated past the tail) and the tail
     first = "\n".join([line for line in done.stdout.splitlines() if line.startswith("E ")][:15])
     shown = f"exit status {done.returncode}; first errors:\n{first}\n...\n{done.stdout[-4000:]}"
-    summary = _summary(done.stdout)
+    summary = ([line for line in done.stdout.splitlines() if line.strip()] or [""])[-1]
     assert done.returncode == 0, shown
     assert re.search(r"\b[1-9]\d* passed\b", summary) and not re.search(r"\b(failed|errors?)\b", summary), shown
 
