@@ -11,7 +11,7 @@ from transformers import PreTrainedTokenizerFast
 
 from numloss.digits import DigitVocab, DigitVocabError, find_digits, place_weights
 from reference.definitions import classes_of, ref_place_weight, ref_places_row
-from tokenizer_styles import gpt2_style, single_digit_style
+from tokenizer_styles import single_digit_style
 
 CHARS = list("0123456789.") + list("abcxyz +-=")
 CHAR_ID = {c: i for i, c in enumerate(CHARS)}
@@ -55,19 +55,6 @@ def test_from_wordlevel_tokenizer_finds_digits_and_point_in_order_and_a_missing_
 def test_missing_digit_is_named_in_the_error():
     with pytest.raises(DigitVocabError, match=r"digit\(s\) 7.*Llama-1/2, Mistral, Qwen2.5, DeepSeek, SmolLM2"):
         DigitVocab.from_tokenizer(wordlevel(list("ab.012345689")))
-
-
-def test_byte_level_bpe_with_multi_digit_merges_is_learnt_or_refused_with_the_way_out():
-    tok = gpt2_style()
-    merged = [t for t in tok.get_vocab() if len(t) > 1 and t.isdigit()]
-    assert merged, "the fixture must actually merge digits"
-    with pytest.raises(DigitVocabError, match="multi-digit tokens.*GPT-2.*multi_digit='slots'.*split_digits"):
-        DigitVocab.from_tokenizer(tok, multi_digit="refuse")
-    vocab = DigitVocab.from_tokenizer(tok)  # default: every number token, scored per digit slot
-    assert {tok.convert_ids_to_tokens(i) for i, _, _ in vocab.number_tokens} >= set(merged)
-    single = DigitVocab.from_tokenizer(tok, allow_multi_digit=True)
-    assert [tok.decode([i]) for i in single.digit_ids] == list("0123456789")
-    assert single.digit_ids == vocab.digit_ids and single.number_tokens == ()
 
 
 def test_sentencepiece_like_tokenizer_with_split_digits_is_accepted():
@@ -117,14 +104,6 @@ def test_bad_vocabularies_and_labels_are_one_line_errors(build, message):
 )
 def test_hand_worked_places(text, expected):
     assert places(text) == [expected]
-
-
-def test_runs_end_at_row_boundaries_and_ignored_positions():
-    rows = places("ab123", "45abc", "12_34", "9.5_7")
-    assert rows[0][2:] == [2, 1, 0]  # not continued by row 1's "45"
-    assert rows[1][:2] == [1, 0]
-    assert rows[2] == [1, 0, None, 1, 0]  # the ignored position splits 1234
-    assert rows[3] == [0, None, -1, None, 0]
 
 
 def test_mixed_batch_and_find_digits_targets():
