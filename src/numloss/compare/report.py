@@ -790,17 +790,13 @@ def _entropy_figure(plt: Any, summary: dict[str, Any], results: Sequence[dict[st
     for ax in axes.flat[len(labels) :]:
         ax.axis("off")
     for ax, label in zip(axes.flat, labels, strict=False):
-        counts: list[float] = []
-        edges: list[float] = []
-        for r in results:
-            if r["label"] == label:
-                hist = r["evaluation"]["in_distribution"]["digit_entropy_histogram"]
-                edges = hist["edges"]
-                counts = (
-                    [a + b for a, b in zip(counts, hist["counts"], strict=False)]
-                    if counts
-                    else list(hist["counts"])
-                )
+        hists = [
+            r["evaluation"]["in_distribution"]["digit_entropy_histogram"]
+            for r in results
+            if r["label"] == label
+        ]
+        counts = [sum(column) for column in zip(*(h["counts"] for h in hists), strict=True)]
+        edges = hists[-1]["edges"]
         total = sum(counts) or 1
         ax.bar(edges[:-1], [c / total for c in counts], width=edges[1] - edges[0], align="edge")
         mean = summary[label]["sets"]["in_distribution"]["digit_entropy"]["mean"]

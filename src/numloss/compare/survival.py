@@ -66,17 +66,9 @@ def median_steps(outcomes: Sequence[Outcome]) -> float:
 def _order_statistic_ranks(n: int, level: float = 0.95) -> tuple[int, int] | None:
     """1-based ranks (l, u) with P(l <= B < u) >= level for B ~ Binomial(n, 1/2): then
     [T_(l), T_(u)] covers the median with probability >= level. None when n is too small."""
-    tail = (1 - level) / 2
-    below = 0.0
-    lower = 0  # largest rank l with P(B < l) <= tail
-    for k in range(n + 1):
-        below += math.comb(n, k) / 2**n
-        if below > tail + 1e-15:
-            break
-        lower = k + 1
-    if lower < 1:
-        return None
-    return lower, n + 1 - lower
+    # the largest l with P(B < l) <= the tail: how many values of B have P(B <= k) <= the tail
+    lower = int(np.sum(stats.binom.cdf(np.arange(n + 1), n, 0.5) <= (1 - level) / 2 + 1e-15))
+    return (lower, n + 1 - lower) if lower >= 1 else None
 
 
 def median_interval(outcomes: Sequence[Outcome], level: float = 0.95) -> tuple[float, float]:
