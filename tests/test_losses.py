@@ -430,33 +430,26 @@ def test_ntl_equals_the_transcribed_ntloss(name, reweigh):
 
 # -- normalisation ------------------------------------------------------------------------------
 
-DIGIT_OBJECTIVES = ["del", "ntl-was", "ntl-mse", "dist2"]
+@EVERY_CASE
+def test_token_count_suffices_exactly_where_the_step_token_count_makes_the_loss_exact(name, options, alpha):
+    """A digit term over tokens, MLE (whatever its `normalize`), MixCE and EMO: the step's digit
+    count then changes nothing (the division itself: the step-wide counts test above)."""
+    fn = loss_for(name, options)
+    exact = name in ("mle", "mixce", "emo") or options.get("normalize") == "tokens"
+    assert fn.token_count_suffices == fn.aux_per_token == exact
+    logits = make_logits(LABELS, seed=14).detach()
+    assert (fn(logits, LABELS, 50, 20).loss == fn(logits, LABELS, 50, 30).loss) == exact
 
 
-@pytest.mark.parametrize("name", DIGIT_OBJECTIVES)
-def test_normalize_tokens_divides_the_digit_terms_by_the_token_count(name):
-    logits = make_logits(LABELS, seed=14)
-    by_digits = build_loss(name, VOCAB)(logits, LABELS, num_items_in_batch=50, num_digits_in_batch=20)
-    fn = build_loss(name, VOCAB, alpha=LOSSES[name].default_alpha, normalize="tokens")
-    by_tokens = fn(logits, LABELS, num_items_in_batch=50, num_digits_in_batch=20)
-    assert float(by_tokens.aux) == pytest.approx(float(by_digits.aux) * 20 / 50, rel=1e-6)
-    assert float(by_tokens.ce) == pytest.approx(float(by_digits.ce))
-    assert fn.normalize == "tokens" and fn.token_count_suffices and fn.aux_per_token
-    assert not build_loss(name, VOCAB).token_count_suffices
-
-
-def test_mle_mixce_and_emo_are_exact_from_the_token_count_and_mle_takes_normalize_but_no_alpha():
+def test_mle_takes_normalize_but_no_alpha():
     """An A/B's MLE arm takes the digit arm's `normalize`; MLE has no term for alpha to weight, so
     the API refuses alpha as the command line does."""
-    assert build_loss("mixce", VOCAB).token_count_suffices and build_loss("emo", VOCAB, embedding=embedding()).token_count_suffices
-    assert not build_loss("dist2", VOCAB, place_weight=True, normalize="weights").token_count_suffices
     logits = make_logits(LABELS).detach()
     plain = build_loss("mle", VOCAB)(logits, LABELS)
     for normalize in ("digits", "tokens"):
         loss_fn = build_loss("mle", VOCAB, normalize=normalize)
         out = loss_fn(logits, LABELS)
-        assert torch.equal(out.loss, plain.loss) and float(out.aux) == 0.0
-        assert loss_fn.token_count_suffices  # exact from num_items_in_batch whatever normalize says
+        assert torch.equal(out.loss, plain.loss) and float(out.aux) == 0.0 and loss_fn.token_count_suffices
     with pytest.raises(TypeError, match=r"objective 'mle' has no option\(s\) 'alpha'"):
         build_loss("mle", VOCAB, alpha=0.3)
 
@@ -487,22 +480,36 @@ BAD_OPTIONS = [
     ("emo", {"mode": 2, "max_ratio": 3.0}, "mode 2 has no such ratio"),
     ("ntl-mse", {"reweigh": "yes"}, "reweigh must be True or False"),
     ("ntl-was", {"level": "number"}, "level must be one of"),
+    ("ntl-mse", {"level": "token", "reweigh": True}, "reweigh applies to the digit level only"),
     # the default alpha weighs the step's digit mean, a per-token mean the same number several times less
     *[(name, {"normalize": "tokens"}, rf"{name}: normalize=\"tokens\" .* default alpha \({LOSSES[name].default_alpha:g}\) weighs the "
        rf"step's digit mean: pass alpha explicitly, e\.g\. {LOSSES[name].default_alpha:g} x your data's tokens per digit")
-      for name in DIGIT_OBJECTIVES],
+      for name in ["del", "ntl-was", "ntl-mse", "dist2"]],
 ]
 
 
-@pytest.mark.hf  # numloss.config
 @pytest.mark.parametrize("name, options, message", BAD_OPTIONS)
-def test_bad_option_values_are_refused_by_build_loss_and_by_config_validation(name, options, message):
-    from numloss.config import ConfigError, config_from_dict
-
+def test_bad_option_values_are_refused_when_built_and_when_set_after(name, options, message):
+    """build_loss refuses the value in one line; set on a built objective (the last option, the
+    others given) it is refused the same way, and the option keeps its value."""
     extra = {"embedding": embedding()} if name == "emo" else {}
     with pytest.raises(ValueError, match=message) as caught:
         build_loss(name, VOCAB, **options, **extra)
     assert "\n" not in str(caught.value)
+    *given, (option, bad) = options.items()
+    if options.get("normalize") != "tokens":  # that one is refused only while alpha is the default
+        loss_fn = build_loss(name, VOCAB, **dict(given), **extra)
+        before = getattr(loss_fn, option)
+        with pytest.raises(ValueError, match=message):
+            setattr(loss_fn, option, bad)
+        assert getattr(loss_fn, option) == before
+
+
+@pytest.mark.hf  # numloss.config
+@pytest.mark.parametrize("name, options, message", BAD_OPTIONS)
+def test_bad_option_values_are_refused_by_config_validation(name, options, message):
+    from numloss.config import ConfigError, config_from_dict
+
     section = {"name": name, "options": {k: v for k, v in options.items() if k != "alpha"}}
     if "alpha" in options:
         section["alpha"] = options["alpha"]
@@ -514,46 +521,16 @@ def test_bad_option_values_are_refused_by_build_loss_and_by_config_validation(na
     assert "\n" not in text
 
 
-# (objective, option, a value it refuses, a value it takes, build options)
-SET_AFTER = [
-    ("del", "alpha", -1, 0.5, {}),
-    ("del", "alpha", "1.0", 2, {}),
-    ("del", "place_weighting", "linear", "continuous", {}),
-    ("del", "sigmoid_input", "other", "centered", {}),
-    ("del", "normalize", "weights", "tokens", {}),
-    ("ntl-was", "alpha", float("nan"), 0.1, {}),
-    ("ntl-mse", "level", "number", "token", {}),
-    ("ntl-mse", "reweigh", True, False, {"level": "token"}),  # reweigh is digit-level only
-    ("dist2", "tau", 0.0, 2.0, {}),
-    ("dist2", "point_ends_run", True, False, {}),  # needs place_weight=True
-    ("mixce", "eta", 1.5, 0.25, {}),
-    ("emo", "mode", 3, 2, {}),
-    ("emo", "max_ratio", 2.0, None, {"mode": 2}),  # mode 2 has no ratio to cap
-]
-
-
-@pytest.mark.parametrize("name, option, bad, good, build", SET_AFTER)
-def test_an_option_set_after_construction_is_checked_as_build_loss_checks_it(name, option, bad, good, build):
-    extra = {"embedding": embedding()} if name == "emo" else {}
-    loss_fn = build_loss(name, VOCAB, **build, **extra)
-    before = getattr(loss_fn, option)
-    with pytest.raises(ValueError, match=option) as caught:
-        setattr(loss_fn, option, bad)
-    assert "\n" not in str(caught.value)
-    assert getattr(loss_fn, option) == before or (before != before)  # unchanged (nan != nan)
-    with pytest.raises(ValueError, match=option):  # build_loss refuses the same value
-        build_loss(name, VOCAB, **{**build, option: bad}, **extra)
-    setattr(loss_fn, option, good)
-    assert getattr(loss_fn, option) == good
-    assert f"{option}={good!r}" in repr(loss_fn)
-
-
-def test_a_changed_alpha_changes_the_loss():
+def test_options_set_after_construction_take_effect():
     logits = make_logits(LABELS).detach()
     loss_fn = build_loss("del", VOCAB)
-    out = loss_fn(logits, LABELS)
-    loss_fn.alpha = 3.0
-    assert float(loss_fn(logits, LABELS).loss) == pytest.approx(float(out.ce + 3.0 * out.aux), rel=1e-6)
+    loss_fn.alpha, loss_fn.sigmoid_input = 3.0, "centered"
+    assert "alpha=3.0" in repr(loss_fn) and "sigmoid_input='centered'" in repr(loss_fn)
+    fresh = build_loss("del", VOCAB, alpha=3.0, sigmoid_input="centered")(logits, LABELS)
+    assert torch.equal(loss_fn(logits, LABELS).loss, fresh.loss)
+    emo = build_loss("emo", VOCAB, embedding=embedding(), mode=2)
+    emo.max_ratio = None  # what mode 2 takes
+    assert emo.max_ratio is None
 
 
 def test_emo_ratio_floor_is_1e6_and_the_cap_bounds_it():
