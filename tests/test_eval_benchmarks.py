@@ -6,7 +6,7 @@ from pathlib import Path
 import pytest
 
 from numloss.evaluate.benchmarks import (
-    BENCHMARKS,
+    MMLU_MATH_SUBJECTS,
     Benchmark,
     BenchmarkError,
     boxed_content,
@@ -19,29 +19,22 @@ FIXTURES = Path(__file__).parent / "fixtures" / "benchmarks"
 
 
 @pytest.mark.parametrize(
-    "name, count, kind, first_answer",
+    "name, kind, answers",
     [
-        ("gsm8k", 5, "number", "7"),
-        ("math", 4, "math", "\\frac{5}{6}"),
-        ("svamp", 4, "number", "5"),
-        ("simuleq", 3, "number", "16"),
-        ("aqua", 4, "choice", "C"),
-        ("sat", 3, "choice", "B"),
-        ("mmlu_math", 3, "choice", "B"),
+        ("gsm8k", "number", ["7", "46.5", "540", "-7", "70500"]),  # "70,500" -> "70500": golds are canonical
+        ("math", "math", ["\\frac{5}{6}", "6", "5\\sqrt{2}", "5"]),
+        ("svamp", "number", ["5", "84", "1", "6.75"]),
+        ("simuleq", "number", ["16", "10", "9"]),
+        ("aqua", "choice", ["C", "C", "C", "D"]),
+        ("sat", "choice", ["B", "C", "A"]),
+        ("mmlu_math", "choice", ["B", "B", "C"]),
     ],
 )
-def test_every_benchmark_loads_from_its_public_format(name, count, kind, first_answer):
+def test_every_benchmark_loads_from_its_public_format(name, kind, answers):
     bench = load_benchmark(name, data_dir=FIXTURES)
-    assert (bench.name, len(bench), bench.kind) == (name, count, kind)
-    assert bench.items[0].answer == first_answer
+    assert (bench.name, bench.kind, [item.answer for item in bench.items]) == (name, kind, answers)
     assert all(item.question and item.kind == kind for item in bench.items)
     assert bench.source.endswith(tuple(f"{name}{ext}" for ext in (".json", ".jsonl")))
-
-
-def test_gold_numbers_are_canonical():
-    answers = [item.answer for item in load_benchmark("gsm8k", data_dir=FIXTURES).items]
-    assert answers == ["7", "46.5", "540", "-7", "70500"]  # "70,500" -> "70500"
-    assert [i.answer for i in load_benchmark("svamp", data_dir=FIXTURES).items] == ["5", "84", "1", "6.75"]
 
 
 def test_svamp_joins_body_and_question_as_released():
@@ -156,19 +149,27 @@ def test_offline_hub_loading_fails_with_a_way_out(monkeypatch):
 
 
 def test_hub_records_go_through_the_same_parser(monkeypatch):
+    """mmlu_math from the Hub is the five subjects in order, svamp both splits, a `hf:` path its own copy."""
     import datasets
 
     calls = []
 
     def fake(hub_id, config, split):
         calls.append((hub_id, config, split))
-        return [{"question": f"q {config}", "choices": ["1", "2", "3", "4"], "answer": 2, "subject": config}]
+        if hub_id == "cais/mmlu":
+            return [{"question": f"q {config}", "choices": ["1", "2", "3", "4"], "answer": 2, "subject": config}]
+        if hub_id == "ChilleD/SVAMP":
+            return [{"ID": f"{split}-1", "Body": "A has 2.", "Question": "How many?", "Answer": 2.0}]
+        return [{"question": "q", "answer": "#### 3"}]
 
     monkeypatch.setattr(datasets, "load_dataset", fake)
     bench = load_benchmark("mmlu_math")
-    assert [c[0] for c in calls] == ["cais/mmlu"] * len(BENCHMARKS["mmlu_math"].hub[1])
-    assert len(bench) == len(calls) and all(item.answer == "C" for item in bench.items)
-    monkeypatch.setattr(datasets, "load_dataset", lambda hub_id, config, split: calls.append((hub_id, config, split)) or [{"question": "q", "answer": "#### 3"}])
+    assert set(MMLU_MATH_SUBJECTS) == {"abstract_algebra", "college_mathematics", "elementary_mathematics", "formal_logic", "high_school_mathematics"}
+    assert calls == [("cais/mmlu", subject, "test") for subject in MMLU_MATH_SUBJECTS]
+    assert len(bench) == 5 and all(item.answer == "C" for item in bench.items)
+    calls.clear()
+    assert [it.id for it in load_benchmark("svamp").items] == ["train-1", "test-1"]
+    assert calls == [("ChilleD/SVAMP", None, "train"), ("ChilleD/SVAMP", None, "test")]
     bench = load_benchmark("gsm8k", path="hf:my/gsm8k-copy:main:train")
     assert calls[-1] == ("my/gsm8k-copy", "main", "train") and bench.items[0].answer == "3"
 

@@ -88,27 +88,6 @@ def test_numloss_markers_and_choices():
     assert [r.prediction for r in got] == ["C", ""] and got[0].correct  # no guess
 
 
-def test_mmlu_math_from_the_hub_has_the_five_subjects_and_svamp_both_splits(monkeypatch):
-    import datasets
-
-    calls = []
-
-    def fake(hub_id, config, split):
-        calls.append((hub_id, config, split))
-        if hub_id == "cais/mmlu":
-            return [{"question": f"q {config}", "choices": ["1", "2", "3", "4"], "answer": 1, "subject": config}]
-        return [{"ID": f"{split}-1", "Body": "A has 2.", "Question": "How many?", "Answer": 2.0}]
-
-    monkeypatch.setattr(datasets, "load_dataset", fake)
-    mmlu = load_benchmark("mmlu_math")
-    assert set(MMLU_MATH_SUBJECTS) == {"abstract_algebra", "college_mathematics", "elementary_mathematics", "formal_logic", "high_school_mathematics"}
-    assert [c[1] for c in calls] == list(MMLU_MATH_SUBJECTS) and len(mmlu) == 5
-    calls.clear()
-    svamp = load_benchmark("svamp")
-    assert calls == [("ChilleD/SVAMP", None, "train"), ("ChilleD/SVAMP", None, "test")]
-    assert [it.id for it in svamp.items] == ["train-1", "test-1"]
-
-
 @real
 def test_the_real_mmlu_math_file_has_the_papers_974_items():
     records = json.loads((DATA / "mmlu" / "mathematics.json").read_text())
