@@ -45,11 +45,9 @@ def neighbour_order_score(rows: list[list[float]] | torch.Tensor) -> float:
     """Mean cosine similarity of adjacent digits (k, k+1) minus that of all other pairs: > 0 when
     the embedding reflects digit order."""
     c = cosine_matrix(rows)
-    adjacent = torch.stack([c[k, k + 1] for k in range(9)]).mean()
-    mask = ~torch.eye(10, dtype=torch.bool)
-    for k in range(9):
-        mask[k, k + 1] = mask[k + 1, k] = False
-    return float(adjacent - c[mask].mean())
+    digits = torch.arange(10)
+    others = (digits[:, None] - digits[None, :]).abs() > 1  # neither the digit nor a neighbour
+    return float(c.diagonal(1).mean() - c[others].mean())
 
 
 def plot_embeddings(panels: dict[str, dict[str, Any]], out: Path) -> list[Path]:
@@ -65,7 +63,6 @@ def plot_embeddings(panels: dict[str, dict[str, Any]], out: Path) -> list[Path]:
     first = panels[names[0]]
     columns = [("initial", first["before"])] if first.get("before") else []
     columns += [(n, panels[n]["after"]) for n in names]
-    paths = []
     wide = min(5, len(columns))  # rows of at most 5 panels: 13 in one row were too small to read
     tall = -(-len(columns) // wide)
 
@@ -74,6 +71,11 @@ def plot_embeddings(panels: dict[str, dict[str, Any]], out: Path) -> list[Path]:
         for ax in axes.flat[len(columns) :]:
             ax.axis("off")
         return fig, list(axes.flat[: len(columns)])
+
+    def save(fig: Any, name: str) -> Path:
+        fig.savefig(out / name, dpi=110, bbox_inches="tight")
+        plt.close(fig)
+        return out / name
 
     fig, axes = grid()
     for ax, (title, rows) in zip(axes, columns, strict=True):
@@ -88,10 +90,7 @@ def plot_embeddings(panels: dict[str, dict[str, Any]], out: Path) -> list[Path]:
         fontsize=9,
         y=1.0 + 0.06 / tall,
     )
-    path = out / "embeddings_cosine.png"
-    fig.savefig(path, dpi=110, bbox_inches="tight")
-    plt.close(fig)
-    paths.append(path)
+    paths = [save(fig, "embeddings_cosine.png")]
 
     fig, axes = grid()
     for ax, (title, rows) in zip(axes, columns, strict=True):
@@ -106,8 +105,4 @@ def plot_embeddings(panels: dict[str, dict[str, Any]], out: Path) -> list[Path]:
     fig.suptitle(
         "PCA of the digit embeddings (line joins 0-1-...-9)", fontsize=9, y=1.0 + 0.06 / tall
     )
-    path = out / "embeddings_pca.png"
-    fig.savefig(path, dpi=110, bbox_inches="tight")
-    plt.close(fig)
-    paths.append(path)
-    return paths
+    return [*paths, save(fig, "embeddings_pca.png")]

@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 import platform
 import time
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
@@ -88,11 +89,9 @@ def runs_machine_line(results: list[dict[str, Any]], current: dict[str, Any]) ->
 
     Runs carry their machine (records pooled across sessions); runs without one were made before
     that was recorded. One machine: its `machine_line`, as before."""
-    counts: dict[str, int] = {}
-    for result in results:
-        info = result.get("machine")
-        line = machine_line(info) if info else "machine not recorded"
-        counts[line] = counts.get(line, 0) + 1
+    counts = Counter(
+        machine_line(r["machine"]) if r.get("machine") else "machine not recorded" for r in results
+    )
     if not counts:
         return machine_line(current)
     if len(counts) == 1:
