@@ -27,18 +27,7 @@ def pages() -> dict[str, str]:
 def listed(text: str, lead: str) -> list[list[str]]:
     """For each `lead` in `text`, the `backticked` names after it up to the end of its list: the
     first ".", ";" or ")" outside backticks."""
-    lists = []
-    for match in re.finditer(re.escape(lead), text):
-        names, rest = [], text[match.end():]
-        while rest:
-            tick, stop = rest.find("`"), min((i for i in (rest.find(c) for c in ".;)") if i >= 0), default=len(rest))
-            if tick < 0 or stop < tick:
-                break
-            end = rest.index("`", tick + 1)
-            names.append(rest[tick + 1:end])
-            rest = rest[end + 1:]
-        lists.append(names)
-    return lists
+    return [re.findall(r"`([^`]*)`", m.group(1)) for m in re.finditer(re.escape(lead) + r"((?:`[^`]*`|[^`.;)])*)", text)]
 
 
 def test_every_list_of_the_loss_outputs_fields_is_complete():
@@ -227,10 +216,8 @@ def check_install_line(words: list[str]) -> None:
     assert command in ("install", "wheel") and len(args) == 1 + (words.count("-w")), words
     target = args[-1]
     source, _, extras = target.partition("[")
-    if command == "wheel" or "-e" in words:
-        assert source == ".", words
-    else:
-        assert source == f"dist/numloss-{project['version']}-py3-none-any.whl", words
+    wheel = f"dist/numloss-{project['version']}-py3-none-any.whl"
+    assert source == ("." if command == "wheel" or "-e" in words else wheel), words
     for extra in filter(None, extras.rstrip("]").split(",")):
         assert extra in project["optional-dependencies"], f"no extra {extra!r}: {' '.join(words)}"
 
