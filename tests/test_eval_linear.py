@@ -89,23 +89,15 @@ def test_a_reader_error_is_the_items_verdict_not_the_evals(monkeypatch):
     assert not result.correct and result.note == "unreadable: IndexError: a reader bug"
 
 
-DATA = Path("/work/shared/benchmarks") if not (Path(__file__).resolve().parents[2] / "shared" / "benchmarks").is_dir() \
-    else Path(__file__).resolve().parents[2] / "shared" / "benchmarks"
-
-
-@pytest.mark.skipif(not DATA.is_dir(), reason="the real benchmark files are not here")
-def test_score_outputs_of_ten_records_with_one_megabyte_of_newlines(tmp_path):
+def test_score_outputs_with_one_megabyte_of_newlines_scores_the_other_records():
     from numloss.evaluate import score_outputs
     from numloss.evaluate.benchmarks import load_benchmark
 
-    items = load_benchmark("gsm8k", data_dir=DATA, limit=10).items
+    data = Path(__file__).parent / "fixtures" / "benchmarks"
+    items = load_benchmark("gsm8k", data_dir=data).items
     records = [{"benchmark": "gsm8k", "id": it.id, "output": f"The answer is {it.answer}.", "fallback_output": ""} for it in items]
-    records[3]["output"] = "\n" * 1_000_000
-    records[3]["fallback_output"] = "\n" * 1_000_000
-    start = time.monotonic()
-    report = score_outputs(records, protocol="both", data_dir=DATA, allow_unisolated=True)
-    took = time.monotonic() - start
+    records[3]["output"] = records[3]["fallback_output"] = "\n" * 1_000_000
+    report = score_outputs(records, protocol="both", data_dir=data, allow_unisolated=True)
     for protocol in ("released", "numloss"):
         score = report.scores[protocol]["gsm8k"]
-        assert score.count == 10 and score.correct == 9, (protocol, score.correct)
-    print(f"score_outputs, 10 records, one of 1 MB of newlines, both protocols: {took:.2f} s")
+        assert (score.count, score.correct) == (len(items), len(items) - 1), protocol
