@@ -334,15 +334,10 @@ def test_score_outputs_reads_its_own_items_jsonl_of_a_synthetic_set_of_any_size_
     assert [r.question for r in rescored] == [r.question for r in ours]
     line = one_line(["--score-outputs", str(path), "--seed", "3", "--out", str(tmp_path / "scored")], capsys)
     assert "not --seed 3" in line
-
-
-def test_records_of_two_seeds_are_refused(tmp_path):
-    path = tmp_path / "items.jsonl"
-    for seed in (1, 2):
-        evaluate(Echo(), "synthetic:arithmetic", results_file=tmp_path / f"{seed}.jsonl", limit=2, seed=seed, digit_stats=False)
-    path.write_text((tmp_path / "1.jsonl").read_text() + (tmp_path / "2.jsonl").read_text())
+    evaluate(Echo(), "synthetic:mix", results_file=tmp_path / "3.jsonl", limit=2, seed=3, digit_stats=False)
+    (tmp_path / "two.jsonl").write_text(path.read_text() + (tmp_path / "3.jsonl").read_text())
     with pytest.raises(BenchmarkError, match="2 seeds"):
-        score_outputs(path)
+        score_outputs(tmp_path / "two.jsonl")
 
 
 def test_every_malformed_record_to_score_is_one_line(tmp_path, capsys):
@@ -381,7 +376,7 @@ def test_an_unknown_model_online_is_one_line_naming_what_was_looked_for(tmp_path
     assert "not found" in line and "local folder" in line and "Hugging Face cache" in line and "couldn't connect" in line
 
 
-def test_every_malformed_file_set_record_is_one_line_or_a_run(tmp_path, capsys):
+def test_every_malformed_file_set_record_is_one_error_or_a_well_formed_item(tmp_path):
     """file:PATH.jsonl records with each field set to values of every JSON type (or missing)."""
     good = {"question": "What is 2 + 2?", "answer": "4"}
     path = tmp_path / "set.jsonl"
@@ -402,9 +397,4 @@ def test_every_malformed_file_set_record_is_one_line_or_a_run(tmp_path, capsys):
             assert item.question.strip() and item.answer.strip() and item.kind in ("number", "choice", "math"), (key, value, item)
             assert item.answer.lower() not in ("nan", "inf", "-inf", "none", "[]", "{}", "true", "false"), (key, value, item)
             assert all(isinstance(o, str) and not o.startswith(("[", "{")) for o in item.options), (key, value, item)
-    # and through the command line, a sample of the refused ones: one line
-    path.write_text(json.dumps(good) + "\n" + json.dumps({**good, "id": ["x"]}) + "\n")
-    assert f"{path}:2: field 'id'" in one_line(["tiny", "--benchmarks", f"file:{path}", "--out", str(tmp_path / "o"), *QUIET], capsys)
-    path.write_text(json.dumps(good) + "\n" + json.dumps({**good, "options": {}}) + "\n")
-    assert f"{path}:2: field 'options'" in one_line(["tiny", "--benchmarks", f"file:{path}", "--out", str(tmp_path / "o"), *QUIET], capsys)
-    assert refused >= 40
+    assert refused >= 40  # through the command line, one line: BAD_INPUT's "null answer"

@@ -57,7 +57,8 @@ def runner():
 
 def test_program_of_thought_with_chain_of_thought_fallback():
     script = {
-        ("6 times 7", "pot"): "a = 6\nb = 7\nprint(a * b)",                       # program, right
+        # program, right, its stdout in colours and with a title escape
+        ("6 times 7", "pot"): "a = 6\nb = 7\nprint('\\x1b[31m' + str(a * b) + '\\x1b[0m\\x1b]0;owned\\x07')",
         ("10 minus 3", "pot"): "while True:\n    pass\nprint(1)",                # program times out -> CoT
         ("10 minus 3", "cot"): "10 - 3 = 7. The answer is 7.",
         ("2 plus 2", "pot"): "print(4)\nraise ValueError(2)",                     # fails -> CoT, wrong
@@ -72,24 +73,13 @@ def test_program_of_thought_with_chain_of_thought_fallback():
     assert results[0].program_status == "ok" and results[1].program_status == "timeout"
     assert results[2].program_status not in ("", "ok") and results[3].program_status == ""
     assert results[0].prediction == "42" and results[0].value == 42
+    # the raw program output is kept beside the clean one, and only where they differ
+    assert results[0].program_stdout.strip() == "42" and "\x1b]0;owned" in results[0].program_stdout_raw
+    assert "\x1b[31m" in results[0].program_stdout_raw and results[4].program_stdout_raw == ""
+    assert "\x1b" not in str(results[0].to_json()["program_stdout"])
     assert results[1].fallback_output == "10 - 3 = 7. The answer is 7."
     assert generator.prompts[0] == released_prompt(numbers().items[0], "pot")
     assert generator.limits == [1500, 1500]  # the released limit for open answers, first and fallback
-
-
-def test_results_keep_the_raw_program_output_beside_the_clean_one():
-    script = {
-        ("6 times 7", "pot"): "print('\\x1b[31m42\\x1b[0m\\x1b]0;owned\\x07')",  # colours and a title escape
-        ("10 minus 3", "pot"): "print(7)",
-        ("2 plus 2", "pot"): "print(4)",
-        ("9 plus 1", "pot"): "print(10)",
-        ("5 minus 5", "pot"): "print(0)",
-    }
-    results = run_benchmark(numbers(), [NUMLOSS], Scripted(script), runner(), batch_size=8)["numloss"]
-    assert results[0].program_stdout.strip() == "42" and results[0].correct
-    assert "\x1b[31m" in results[0].program_stdout_raw and "\x1b]0;owned" in results[0].program_stdout_raw
-    assert results[1].program_stdout_raw == ""  # nothing to strip: not stored twice
-    assert "\x1b" not in str(results[0].to_json()["program_stdout"])
 
 
 def test_both_protocols_score_one_generation_and_share_the_fallback():
