@@ -185,16 +185,7 @@ def test_demo_is_the_default_grid_cut_down(tmp_path) -> None:
     configs = Path(__file__).resolve().parents[1] / "configs"
     full = load_compare_config(configs / "compare.yaml")
     demo = load_compare_config(configs / "compare-demo.yaml")
-    # the default run sweeps DEL's alpha, carries the paper's ablations and every
-    # objective of the paper's table
-    alphas = sorted(s.alpha for s in full.objectives if s.name == "del" and not s.options)
-    assert alphas == [0.1, 0.3, 1.0]
-    assert {tuple(sorted(s.options)) for s in full.objectives if s.name == "del" and s.options} >= {
-        ("distance",), ("place_weighting",)
-    }
-    assert {"mle", "ntl-was", "ntl-mse", "dist2", "mixce", "emo", "del"} == {s.name for s in full.objectives}
-    assert [s.options for s in full.objectives if s.name == "mixce"] == [{"eta": 0.5}]
-    assert len(full.seeds) >= 10 and full.learning is not None and full.learning.stop_early
+    # (what the default grid holds is its records': test_compare_records.py)
     # the demo: MLE, DEL, NTL-WAS x 4 seeds with the grid's learning checks; a subset
     # of the grid with the same task and training, so its runs are the grid's runs (same hash)
     assert [s.name for s in demo.objectives] == ["mle", "del", "ntl-was"] and len(demo.seeds) == 4

@@ -105,20 +105,17 @@ def test_any_facts_draws_exactly_the_problems_of_before() -> None:
         task_from_dict({"kind": "arith_words", "heldout_facts": "new"})
 
 
-def test_cpu_config_is_the_planned_arm_and_fits_64_tokens() -> None:
+def test_the_cpu_arm_fits_64_tokens() -> None:
     from transformers import AutoTokenizer
 
     from numloss.compare.word_task import WordProblemTask
     from numloss.data import tokenize_examples
     from numloss.models.smollm2 import model_dir
 
+    # (its recipe is its records': test_compare_records.py fails when a setting changes under them)
     compare = load_compare_config(ROOT / "configs" / "compare-smollm2-words.yaml")
-    assert compare.base["model"]["name"] == "smollm2" and compare.base["lora"]["enabled"] and compare.base["lora"]["r"] == 16
-    assert [(s.name, s.alpha) for s in compare.objectives] == [("mle", None), ("del", 0.3), ("ntl-was", None)]
-    assert len(compare.seeds) >= 4 and compare.records_dir is not None
     task = compare.task
-    assert isinstance(task, ArithmeticWordTask) and task.test_size == 1000
-    assert compare.base["data"]["max_length"] == 64
+    assert isinstance(task, ArithmeticWordTask) and compare.base["data"]["max_length"] == 64
     if not (model_dir() / "tokenizer.json").is_file():
         pytest.skip("SmolLM2 not prepared here (numloss models prepare smollm2): the token count is checked where it is")
     tokenizer = AutoTokenizer.from_pretrained(model_dir())
