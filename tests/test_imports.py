@@ -158,8 +158,9 @@ def test_help_loads_no_torch_and_the_core_loads_torch_alone():
     assert transformers is False
 
 
-def test_a_missing_extra_is_one_line_naming_it(monkeypatch, capsys):
-    from numloss.cli import main
+def test_a_missing_extra_is_one_line_naming_it(monkeypatch):
+    """needs() and require() name the extra that installs the package; in a process without [hf]
+    (transformers cannot be imported), `import numloss.hf` and `numloss train` say so in one line."""
     from numloss.extras import MissingExtraError, needs, require
 
     monkeypatch.setitem(sys.modules, "transformers", None)  # as in an install without [hf]
@@ -170,22 +171,14 @@ def test_a_missing_extra_is_one_line_naming_it(monkeypatch, capsys):
     assert "\n" not in str(caught.value)
     with pytest.raises(MissingExtraError, match=r"needs vllm, which is not installed: install numloss with its \[vllm\] extra"):
         require("eval", "numloss eval --backend vllm", "vllm")  # not part of [eval]: its own extra
-    monkeypatch.delitem(sys.modules, "numloss.hf", raising=False)
-    with pytest.raises(MissingExtraError, match=r"^numloss.hf needs transformers.*\[hf\] extra"):
-        importlib.import_module("numloss.hf")
-    for module in [m for m in list(sys.modules) if m.startswith(("numloss.train", "numloss.models", "numloss.config"))]:
-        # a re-import binds the fresh module on its parent package too (`import numloss.config as c`
-        # reads that attribute): put the old one back with the sys.modules entry, or later tests
-        # hold two ConfigError classes
-        parent, _, name = module.rpartition(".")
-        if hasattr(sys.modules.get(parent), name):
-            monkeypatch.setattr(sys.modules[parent], name, getattr(sys.modules[parent], name))
-        monkeypatch.delitem(sys.modules, module)
-    assert main(["train", "configs/tiny.yaml"]) == 2
-    err = capsys.readouterr().err
-    # the feature named is where the import failed (numloss train, or numloss.models in a process whose
-    # transformers submodules stay cached from earlier tests): one line naming the package and the extra
-    assert err.count("\n") == 1 and "needs transformers, which is not installed" in err and "[hf] extra" in err, err
+    code = ("import sys; sys.modules['transformers'] = None\n"
+            "from numloss.extras import MissingExtraError\n"
+            "try:\n    import numloss.hf\nexcept MissingExtraError as error:\n    print(error)\n"
+            "from numloss.cli import main; sys.exit(main(['train', 'configs/tiny.yaml']))\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=CLEAN, cwd=SRC.parent)
+    assert re.match(r"numloss.hf needs transformers, which is not installed: .*\[hf\] extra", out.stdout), out.stdout
+    assert out.returncode == 2 and out.stderr.count("\n") == 1, out.stderr
+    assert out.stderr.startswith("numloss train needs transformers, which is not installed") and "[hf] extra" in out.stderr
 
 
 def test_numloss_and_numloss_evaluate_load_their_public_names_on_first_use():
