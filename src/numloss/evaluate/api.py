@@ -710,12 +710,7 @@ def _rows_of(records: str | Path | Iterable[Mapping[str, Any]]) -> tuple[list[Ma
     from numloss.evaluate import lmeval
 
     if isinstance(records, (str, Path)):
-        if Path(records).is_dir():
-            raise BenchmarkError(
-                f"{records}: is a folder, not a file of records to score (JSON lines)"
-            )
-        if not Path(records).is_file():
-            raise BenchmarkError(f"{records}: no such file")
+        check_path("records", records, "file")
         lmeval.refuse_results_file(records)
         rows: list[Mapping[str, Any]] = list(read_lines(Path(records)))
         source = str(records)

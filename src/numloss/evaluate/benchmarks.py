@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
+from numloss.evaluate.released import delete_extra_zero, gold_of_solution
 from numloss.textio import read_utf8
 
 AnswerKind = Literal["number", "choice", "math"]
@@ -171,26 +172,18 @@ def boxed_content(text: str) -> str | None:
     return None
 
 
-def _released_zero(text: str) -> str:
-    from numloss.evaluate.released import delete_extra_zero
-
-    return delete_extra_zero(text)
-
-
 def _gsm8k(record: Mapping[str, Any], where: str) -> Parsed:
     answer = _text(record, "answer", where)
     if "####" not in answer:
         raise BenchmarkError(
             f"{where}: field 'answer' has no '#### <number>' final line (GSM8K format)"
         )
-    released = _released_zero(answer.split("#### ")[-1].replace(",", ""))
+    released = delete_extra_zero(answer.split("#### ")[-1].replace(",", ""))
     question = _text(record, "question", where)
     return question, _number(answer.split("####")[-1], where, "answer"), (), released
 
 
 def _math(record: Mapping[str, Any], where: str) -> Parsed:
-    from numloss.evaluate.released import gold_of_solution
-
     if "problem" in record:
         question = _raw_text(record, "problem", where)
         if record.get("answer") not in (None, ""):
@@ -216,7 +209,7 @@ def _svamp(record: Mapping[str, Any], where: str) -> Parsed:
     body, question = _text(record, "Body", where), _text(record, "Question", where)
     answer = _field(record, "Answer", where)
     raw = str(answer)
-    released = _released_zero(raw[:-2] if raw.endswith(".0") else raw)
+    released = delete_extra_zero(raw[:-2] if raw.endswith(".0") else raw)
     return f"{body} {question}", _number(answer, where, "Answer"), (), released
 
 
@@ -458,12 +451,8 @@ def _jsonl_records(text: str, path: Path, expected: str) -> list[tuple[int, dict
 def _hub_records(
     name: str, hub_id: str, configs: Sequence[str | None], splits: Sequence[str]
 ) -> list[dict[str, Any]]:
-    try:
-        import datasets
-    except ImportError as error:  # pragma: no cover - datasets is a dependency
-        raise BenchmarkError(
-            f"{name}: the 'datasets' package is needed to load {hub_id}"
-        ) from error
+    import datasets  # of the [hf] extra, which [eval] holds
+
     records: list[dict[str, Any]] = []
     for config in configs:
         for split in splits:

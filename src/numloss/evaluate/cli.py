@@ -110,11 +110,7 @@ def build_parser() -> argparse.ArgumentParser:
         default=8,
         help="prompts per generation batch; also the unit written to items.jsonl",
     )
-    add(
-        "--max-new-tokens",
-        type=int,
-        help="cap the protocol's limits (1500 open, 2048 multiple choice)",
-    )
+    add("--max-new-tokens", type=int, help="cap the protocol's limits (1500 open, 2048 choice)")
     add("--tensor-parallel", type=int, default=1, help="GPUs per model (vLLM)")
     add("--dtype", choices=("auto", "float32", "bfloat16", "float16"), default="auto")
     add("--device", help="torch device (default: cuda when available, else cpu)")
@@ -122,12 +118,7 @@ def build_parser() -> argparse.ArgumentParser:
     add("--no-pot", action="store_true", help="chain of thought only (no program of thought)")
     add("--no-digit-stats", action="store_true", help="skip the teacher-forced digit metrics")
     add("--workers", type=int, help="parallel sandboxed programs, at least 1 (default: CPU count)")
-    add(
-        "--program-timeout",
-        type=float,
-        default=5.0,
-        help="wall seconds per program (the released 5 s)",
-    )
+    add("--program-timeout", type=float, default=5.0, help="wall seconds per program (released: 5)")
     add(
         "--allow-unisolated-exec",
         action="store_true",
@@ -275,12 +266,9 @@ def _run(args: argparse.Namespace) -> EvalReport:
         from numloss.evaluate.generate import resolve_device
 
         resolve_device(args.device)
-    if args.max_new_tokens is not None and args.max_new_tokens < 1:
-        raise ValueError(
-            f"--max-new-tokens must be at least 1, got {args.max_new_tokens} (omit it for the"
-            " protocol's limits)"
-        )
-    check_int("--batch-size", args.batch_size, 1)  # evaluate's own line names batch_size
+    if args.max_new_tokens is not None:  # evaluate's own lines name the arguments
+        check_int("--max-new-tokens", args.max_new_tokens, 1)
+    check_int("--batch-size", args.batch_size, 1)
     check_int("--tensor-parallel", args.tensor_parallel, 1)
     return evaluate(
         args.model,

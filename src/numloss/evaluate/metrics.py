@@ -125,17 +125,23 @@ def place_accuracy(
     when the prediction has the same digit there; no digit there, or no prediction, is wrong."""
     if len(preds) != len(golds):
         raise ValueError(f"preds and golds differ in length: {len(preds)} vs {len(golds)}")
-    correct: Counter[int] = Counter()
-    total: Counter[int] = Counter()
+    places, right = [], []
     for pred, gold in zip(preds, golds, strict=True):
-        gold_digits = digits_by_place(gold)
         pred_digits = {}
         if pred is not None and not (isinstance(pred, float) and not math.isfinite(pred)):
             pred_digits = digits_by_place(pred)
-        for place, digit in gold_digits.items():
-            total[place] += 1
-            correct[place] += pred_digits.get(place) == digit
-    return [PlaceAccuracy(p, correct[p], total[p]) for p in sorted(total, reverse=True)]
+        for place, digit in digits_by_place(gold).items():
+            places.append(place)
+            right.append(pred_digits.get(place) == digit)
+    return by_place(places, right)
+
+
+def by_place(places: Sequence[int], right: Sequence[bool]) -> list[PlaceAccuracy]:
+    """Per digit place, highest first: how many of `places` are that place and how many of those
+    are `right`."""
+    total = Counter(places)
+    hits = Counter(place for place, ok in zip(places, right, strict=True) if ok)
+    return [PlaceAccuracy(p, hits[p], total[p]) for p in sorted(total, reverse=True)]
 
 
 @dataclass
@@ -247,10 +253,7 @@ def teacher_forced_digit_stats(
                 into += more
     finally:
         model.train(was_training)
-    totals = Counter(places)
-    right = Counter(place for place, ok in zip(places, correct, strict=True) if ok)
-    per_place = [PlaceAccuracy(p, right[p], totals[p]) for p in sorted(totals, reverse=True)]
-    return DigitStats(accuracy(correct), entropies, places, correct, per_place)
+    return DigitStats(accuracy(correct), entropies, places, correct, by_place(places, correct))
 
 
 def entropy_histogram(entropies: Sequence[float], bins: int = 20) -> tuple[list[int], list[float]]:

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from numloss.evaluate.metrics import PlaceAccuracy, macc
+from numloss.evaluate.metrics import MAX_DIGIT_ENTROPY, PlaceAccuracy, macc, wilson_interval
 from numloss.textio import jsonable
 
 if TYPE_CHECKING:
@@ -220,8 +220,6 @@ def provenance(report: EvalReport) -> list[str]:
 
 def _place_line(name: str, s: BenchmarkScore) -> str:
     """One line of accuracy by digit place, or why there is none."""
-    from numloss.evaluate.metrics import wilson_interval
-
     if not s.numeric_count:  # every place would read 0 %: a number no answer gave
         return f"- {name}: no numeric answer, so no accuracy by digit place"
     cells = "; ".join(
@@ -458,8 +456,6 @@ def _place_plot(report: EvalReport, path: Path) -> Path | None:
     (a discrete axis, highest place on the left as numbers are written; points, never joined
     across places) with Wilson intervals; benchmarks without a numeric answer are left out (every
     place would read 0 %)."""
-    from numloss.evaluate.metrics import wilson_interval
-
     protocol = report.protocols[-1]
     places = {
         n: {e.place: e for e in s.place_accuracy}
@@ -487,8 +483,6 @@ def _place_plot(report: EvalReport, path: Path) -> Path | None:
 def _entropy_plot(report: EvalReport, path: Path) -> Path | None:
     """digit_entropy.png: the teacher-forced digit entropy's histogram per benchmark (measured
     once per model, the same under every protocol)."""
-    from numloss.evaluate.metrics import MAX_DIGIT_ENTROPY
-
     hist = {
         n: s for n, s in report.scores[report.protocols[-1]].items() if s.digit_entropy_histogram
     }

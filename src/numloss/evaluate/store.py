@@ -20,6 +20,7 @@ from typing import Any
 
 from numloss.atomic import write_text_atomic
 from numloss.evaluate.benchmarks import BenchmarkError
+from numloss.identity import json_sha256
 from numloss.models.load import model_folder
 from numloss.textio import DuplicateKeyError, jsonable, unique_keys
 
@@ -94,9 +95,8 @@ def check_output_record(record: Mapping[str, Any], where: str) -> None:
 
 
 def settings_key(settings: dict[str, Any]) -> str:
-    """A short stable hash of the generation settings."""
-    text = json.dumps(settings, sort_keys=True, default=str)
-    return hashlib.sha256(text.encode()).hexdigest()[:12]
+    """A short stable hash of the generation settings (12 hex digits of `json_sha256`)."""
+    return json_sha256(settings)[7:19]
 
 
 def torn_record(tail: bytes) -> bool:
@@ -112,13 +112,8 @@ def read_lines(
 ) -> list[dict[str, Any]]:
     """The records of a JSONL file (none when it does not exist); a torn last line (`torn_record`)
     is skipped, a bad line elsewhere (not JSON, not UTF-8, not an object, or refused by
-    `check(record, "FILE:LINE")`) is an error naming the file and line."""
-    if path.is_dir():
-        raise BenchmarkError(
-            f"{path}: is a folder, not a results file (JSON lines); move it away or use another"
-            " --out"
-        )
-    if not path.is_file():
+    `check(record, "FILE:LINE")`) is an error naming the file and line, as is a folder."""
+    if not path.exists():
         return []
     try:
         data = path.read_bytes()
