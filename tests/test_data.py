@@ -111,12 +111,6 @@ def test_hf_datasets_from_local_folder_and_parquet(tmp_path):
     assert load_examples(str(tmp_path / "data.parquet"), **fields) == examples
 
 
-def test_hf_name_not_cached_offline_is_a_clear_error(monkeypatch):
-    monkeypatch.setenv("HF_DATASETS_OFFLINE", "1")
-    with pytest.raises(DataError, match="offline.*save_to_disk"):
-        load_examples("numloss-test/no-such-dataset-anywhere")
-
-
 def test_completion_only_labels(tok):
     example = Example("What is 12 + 30?", "12 + 30 = 42. The answer is 42.")
     dataset = tokenize_examples([example], tok, max_length=1024)
@@ -230,6 +224,7 @@ BAD_DATA = {
     "unknown gym set": ("gym:chess", None, {"num_examples": 2}, "unknown reasoning-gym set"),
     "generated, no size": ("synthetic:mix", None, {}, "set data.num_examples"),
     "no such file": ("absent.json", None, {}, "no such file"),
+    "a hub name not cached, offline": ("hub:numloss-test/no-such-dataset-anywhere", None, {}, "offline.*save_to_disk"),
     "a record without output": ("m.jsonl", (FIXTURES / "missing_output.jsonl").read_bytes(), {}, r"record 1 has no 'output'.*'response'.*data.output_field"),
     "a line not JSON": ("broken.jsonl", b'{"instruction": "a", "output": "1"}\n{"instruction": \n', {}, r"broken.jsonl:2: not valid JSON"),
     "a record not an object": ("d.jsonl", b"5\n", {}, r"record 0 is a int, expected an object"),
@@ -251,9 +246,10 @@ BAD_DATA = {
 
 
 @pytest.mark.parametrize("case", list(BAD_DATA))
-def test_bad_data_is_one_error_naming_it(case, tmp_path):
+def test_bad_data_is_one_error_naming_it(case, tmp_path, monkeypatch):
     name, content, options, message = BAD_DATA[case]
-    source = name if name.startswith(("synthetic:", "gym:")) else str(tmp_path / name)
+    monkeypatch.setenv("HF_DATASETS_OFFLINE", "1")
+    source = name.removeprefix("hub:") if ":" in name else str(tmp_path / name)
     if isinstance(content, list):
         content = "".join(json.dumps(record) + "\n" for record in content).encode()
     if content is not None:

@@ -22,19 +22,6 @@ import torch
 IGNORE = -100
 
 
-def classes_of(labels_row: list[int], digit_ids: list[int], point_id: int | None) -> list[str]:
-    """Per position: 'd0'..'d9', '.', or '' (anything else, ignored included)."""
-    out = []
-    for label in labels_row:
-        if label in digit_ids:
-            out.append(f"d{digit_ids.index(label)}")
-        elif point_id is not None and label == point_id:
-            out.append(".")
-        else:
-            out.append("")
-    return out
-
-
 def ref_places_row(classes: list[str]) -> list[int | None]:
     """Place index of every digit of one row (None elsewhere), scanning runs left to right."""
     places: list[int | None] = [None] * len(classes)
