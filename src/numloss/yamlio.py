@@ -48,9 +48,7 @@ class _StrictLoader(yaml.SafeLoader):
             self.depth -= 1
 
 
-def _strict_mapping(
-    loader: _StrictLoader, node: yaml.MappingNode, deep: bool = False
-) -> dict[Any, Any]:
+def _strict_mapping(loader: _StrictLoader, node: yaml.MappingNode, deep: bool = False) -> dict:
     loader.flatten_mapping(node)
     seen: dict[Any, int] = {}
     for key_node, _ in node.value:
