@@ -670,15 +670,8 @@ def embedding_table(summary: dict[str, Any]) -> list[str]:
 
 
 def _plots(summary: dict[str, Any], results: Sequence[dict[str, Any]], out: Path) -> list[Path]:
-    """Draw the report's PNGs into `out` (none without matplotlib, saying how to redraw them)."""
-    try:
-        import matplotlib
-    except ImportError:  # a GPU box without it: the tables are written, the plots can be redrawn
-        print(
-            "numloss compare: matplotlib is not installed, so no plots; redraw them elsewhere with "
-            f"`python -m numloss.compare.report {out / 'results.json'}`"
-        )
-        return []
+    """Draw the report's PNGs into `out` (matplotlib: numloss.compare requires it on import)."""
+    import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
