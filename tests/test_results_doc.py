@@ -139,24 +139,34 @@ def _mul_record(label: str, seed: int, em: float, mae: float, **extra: object) -
         "place_accuracy": {"0": [1900, 2000], "1": [500, 2000], "2": [1000, 2000], "3": [1500, 1600]}}}}
 
 
-def _mul_root(tmp_path: Path, drop: tuple[tuple[str, int], ...] = ()) -> Path:
-    """A repository root with a synthetic multiplication grid of 17 seeds x 4 arms: the pilot MLE
-    seeds give the pre-registered plan's 17 seeds; per seed, DEL alpha 0.3 is 1 point below MLE
-    (+-0.5 alternating) with a signed-log MAE 0.01 higher, DEL without place weights is MLE +-1
-    alternating (mean near 0), NTL-WAS 3 points above MLE (+-0.5) with a MAE 0.01 lower."""
-    folder = tmp_path / "results" / "compare-mul"
+#: per multiplication grid, each arm's (exact match %, signed-log MAE) of a seed from MLE's exact match and
+#: a wiggle of +-0.5 alternating over the seeds
+MUL_ARMS = {
+    # DEL alpha 0.3 1 point below MLE with a signed-log MAE 0.01 higher, DEL without place weights MLE +-1
+    # (mean near 0), NTL-WAS 3 points above MLE with a MAE 0.01 lower
+    "compare-mul": lambda base, w: {"mle": (base, 0.04), "del-a0.3": (base - 1 + w, 0.05 + w / 100),
+                                    "del-noplace": (base + 2 * w, 0.04 + w / 50), "ntl-was": (base + 3 + w, 0.03 + w / 100)},
+    # grid c: centred DEL 1 point below MLE, raw DEL at 1.28 3 points above it with a signed-log MAE 0.01 lower
+    results_doc.MUL_CENTERED_GRID: lambda base, w: {"mle": (base, 0.04), "del-centered-a0.3": (base - 1 + w, 0.04),
+                                                    "del-a1.28": (base + 3 + w, 0.03 + w / 100)},
+}
+
+
+def _mul_root(tmp_path: Path, drop: tuple[tuple[str, int], ...] = (), grid: str = "compare-mul") -> Path:
+    """A repository root with a synthetic multiplication grid of 17 seeds, its arms as MUL_ARMS says;
+    the pilot MLE seeds (0-3) give the pre-registered plan's 17 seeds."""
+    folder = tmp_path / "results" / grid
     folder.mkdir(parents=True)
     pilot = [14.1, 15.3, 16.75, 11.85]
+    machine = {"cpu": "AMD EPYC", "vector_extension": "AVX2", "torch_cpu_capability": "AVX2", "cores": 2,
+               "torch": "2.13.0+cpu", "date": "2026-12-05", "accelerator": None}
     for seed in range(17):
         base = pilot[seed] if seed < 4 else 12.0 + (seed * 7) % 9
-        wiggle = 0.5 if seed % 2 == 0 else -0.5
-        arms = {"mle": (base, 0.04), "del-a0.3": (base - 1 + wiggle, 0.05 + wiggle / 100),
-                "del-noplace": (base + 2 * wiggle, 0.04 + wiggle / 50), "ntl-was": (base + 3 + wiggle, 0.03 + wiggle / 100)}
-        for label, (em, mae) in arms.items():
-            if (label, seed) in drop:
-                continue
-            record = _mul_record(label, seed, em, mae, learning={"checks": [[200, 0.0], [3200, em / 100]]})
-            (folder / f"{label}-s{seed}-0000.json").write_text(json.dumps(record))
+        for label, (em, mae) in MUL_ARMS[grid](base, 0.5 if seed % 2 == 0 else -0.5).items():
+            if (label, seed) not in drop:
+                record = _mul_record(label, seed, em, mae, machine=machine,
+                                     learning={"checks": [[200, 0.0], [3200, em / 100]]})
+                (folder / f"{label}-s{seed}-0000.json").write_text(json.dumps(record))
     return tmp_path
 
 
@@ -360,28 +370,10 @@ def test_the_diagnostics_figure_is_drawn_from_the_records(tmp_path: Path) -> Non
     assert drawn is not None and drawn.stat().st_size > 10_000
 
 
-def _mul_centered_root(tmp_path: Path, drop: tuple[tuple[str, int], ...] = ()) -> Path:
-    """Grid c, synthetic: 17 seeds; centred DEL 1 point below MLE (+-0.5 alternating), raw DEL at
-    1.28 3 points above it (+-0.5) with a signed-log MAE 0.01 lower."""
-    folder = tmp_path / "results" / results_doc.MUL_CENTERED_GRID
-    folder.mkdir(parents=True)
-    for seed in range(17):
-        base, wiggle = 12.0 + (seed * 7) % 9, 0.5 if seed % 2 == 0 else -0.5
-        arms = {"mle": (base, 0.04), "del-centered-a0.3": (base - 1 + wiggle, 0.04),
-                "del-a1.28": (base + 3 + wiggle, 0.03 + wiggle / 100)}
-        for label, (em, mae) in arms.items():
-            if (label, seed) not in drop:
-                record = _mul_record(label, seed, em, mae, learning=None, machine={
-                    "cpu": "AMD EPYC", "vector_extension": "AVX2", "torch_cpu_capability": "AVX2", "cores": 2,
-                    "torch": "2.13.0+cpu", "date": "2026-12-05", "accelerator": None})
-                (folder / f"{label}-s{seed}-0000.json").write_text(json.dumps(record))
-    return tmp_path
-
-
 def test_grid_c_reads_as_its_design_says(tmp_path: Path) -> None:
     """Grid c: each DEL arm against MLE on both primary endpoints, Holm over the two arms, the
     realised power for +2.6 points beside exact match; no verdict while a run is missing."""
-    rec = results_doc.Records(_mul_centered_root(tmp_path / "done"))
+    rec = results_doc.Records(_mul_root(tmp_path / "done", grid=results_doc.MUL_CENTERED_GRID))
     text = "\n".join(results_doc.mul_centered_grid(rec))
     assert text.startswith("**Complete: all 17 seeds of every arm are in.**")
     rows = {(line.split("|")[1].strip(), line.split("|")[2].strip()): line for line in text.splitlines()
@@ -393,7 +385,7 @@ def test_grid_c_reads_as_its_design_says(tmp_path: Path) -> None:
     assert all("power for +2.6 points" in rows[(arm, "exact match")] for arm in ("`del-centered-a0.3`", "`del-a1.28`"))
     [line] = results_doc.mul_centered_answer(rec)
     assert "complete)" in line and "**worse**" in line and "**better**" in line
-    cut = results_doc.Records(_mul_centered_root(tmp_path / "cut", drop=(("del-a1.28", 16),)))
+    cut = results_doc.Records(_mul_root(tmp_path / "cut", (("del-a1.28", 16),), results_doc.MUL_CENTERED_GRID))
     text = "\n".join(results_doc.mul_centered_grid(cut))
     assert text.startswith("**Interim") and "better" not in text and "worse" not in text
     [line] = results_doc.mul_centered_answer(cut)
