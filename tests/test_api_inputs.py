@@ -1,10 +1,8 @@
 """API and command-line inputs that used to trace back or be taken silently: each is one error
-line (or one exception with one line) before any work, and Ctrl-C in compare and demo is one line
-and exit 130."""
+line (or one exception with one line) before any work."""
 
 from __future__ import annotations
 
-import json
 import os
 import stat
 from pathlib import Path
@@ -105,7 +103,7 @@ def test_models_cache_dir_a_file_or_read_only_is_one_line(tmp_path, capsys) -> N
         locked.chmod(stat.S_IRWXU)
 
 
-# -- demo --out and Ctrl-C -------------------------------------------------------------------------
+# -- demo --out --------------------------------------------------------------------------------------
 def _demo(argv: list[str], capsys) -> tuple[int, list[str]]:
     from numloss.demo import main
 
@@ -127,28 +125,6 @@ def test_demo_out_a_file_or_a_held_folder_is_one_line(tmp_path, capsys, monkeypa
     with hold_run_dir(tmp_path / "held", "numloss compare"):  # held by this process: its pid is named
         status, err = _demo([config, "--no-progress", "--out", str(tmp_path / "held")], capsys)
     assert status == 2 and len(err) == 1 and f"pid {os.getpid()}" in err[0], err
-
-
-@pytest.mark.parametrize("command", ["compare", "demo"])
-def test_ctrl_c_in_compare_and_demo_is_one_line_and_exit_130(command, tmp_path, capsys, monkeypatch) -> None:
-    import numloss.compare.runner as runner
-
-    def interrupted(*args, **kwargs):
-        raise KeyboardInterrupt
-
-    monkeypatch.setattr(runner, "run_one", interrupted)
-    from numloss.compare import main as compare_main
-    from test_compare_faults import _mapping, _write
-
-    config = _write(tmp_path / "c.yaml", _mapping(tmp_path / "out"))
-    if command == "compare":
-        status = compare_main([config, "--no-progress"])
-        err = [line for line in capsys.readouterr().err.splitlines() if line.strip()]
-    else:
-        status, err = _demo([config, "--no-progress"], capsys)
-    assert status == 130 and len(err) == 1, err
-    assert err[0].startswith(f"numloss {command}: interrupted; every finished run is kept in") and "same command" in err[0]
-    assert json.dumps(err)  # one plain line
 
 
 # -- API arguments x types: one checker (numloss.checks) for every public entry point ----------------
