@@ -154,15 +154,8 @@ def test_bad_settings_are_refused():
 
 
 def test_vllm_guard_says_what_to_do(monkeypatch):
-    import builtins
+    import sys
 
-    real_import = builtins.__import__
-
-    def no_vllm(name, *args, **kwargs):
-        if name == "vllm":
-            raise ImportError("No module named 'vllm'")
-        return real_import(name, *args, **kwargs)
-
-    monkeypatch.setattr(builtins, "__import__", no_vllm)
+    monkeypatch.setitem(sys.modules, "vllm", None)  # `import vllm` raises ImportError
     with pytest.raises(BackendUnavailable, match=r"--backend hf"):
         import_vllm()

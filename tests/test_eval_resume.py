@@ -17,10 +17,12 @@ FIXTURES = Path(__file__).parent / "fixtures" / "benchmarks"
 
 
 class Counting:
-    """Answers every open question with a program printing the gold, multiple choice with (C); counts prompts."""
+    """Answers every open question with a program printing the gold (with float noise, "18.00000000000001",
+    for the questions in `noisy`), multiple choice with (C); counts prompts."""
 
-    def __init__(self, golds, die_after=None):
+    def __init__(self, golds, die_after=None, noisy=()):
         self.golds, self.prompts, self.tokens, self.seconds, self.die_after = golds, [], 0, 0.0, die_after
+        self.noisy = noisy
 
     def generate(self, prompts, max_new_tokens=None):
         if self.die_after is not None and len(self.prompts) >= self.die_after:
@@ -31,8 +33,10 @@ class Counting:
             if "multi-choice" in p:
                 out.append(Generation("The answer is (C).", 4))
             else:
-                gold = next(g for q, g in self.golds.items() if q in p)
-                out.append(Generation(f"print({gold})" if POT_TRIGGER in p else f"The answer is {gold}", 4))
+                question, gold = next((q, g) for q, g in self.golds.items() if q in p)
+                # what print(0.1 * 70) style float arithmetic gives, as the program's text: 16 significant digits
+                printed = repr(f"{gold}." + "0" * (15 - len(gold)) + "1") if question in self.noisy else gold
+                out.append(Generation(f"print({printed})" if POT_TRIGGER in p else f"The answer is {gold}", 4))
         self.tokens += 4 * len(prompts)
         return out
 
@@ -146,20 +150,8 @@ def test_both_protocols_list_the_items_whose_verdicts_differ(tmp_path):
     """A program printing float noise ("18.00000000000001") is wrong by the released string
     comparison and right by numloss's: `both` lists exactly those items, in the API and report.md."""
     items = load_benchmark("gsm8k", data_dir=FIXTURES).items
-    noisy = {items[0].question, items[2].question}
-
-    class Noisy:
-        def generate(self, prompts, max_new_tokens=None):
-            out = []
-            for p in prompts:
-                question, gold = next((q, g) for q, g in golds("gsm8k").items() if q in p)
-                # what print(0.1 * 70) style float arithmetic gives, as the program's text
-                noise = f"{gold}." + "0" * (15 - len(gold)) + "1"  # 16 significant digits
-                source = f"print('{noise}')" if question in noisy else f"print({gold})"
-                out.append(Generation(source if POT_TRIGGER in p else f"The answer is {gold}", 4))
-            return out
-
-    report = evaluate(Noisy(), "gsm8k", data_dir=FIXTURES, protocol="both", allow_unisolated=True, digit_stats=False)
+    noisy = Counting(golds("gsm8k"), noisy={items[0].question, items[2].question})
+    report = evaluate(noisy, "gsm8k", data_dir=FIXTURES, protocol="both", allow_unisolated=True, digit_stats=False)
     assert report.protocols[:2] == ["released", "numloss"] or report.protocols[:2] == ["numloss", "released"]
     assert report.disagreements == {"gsm8k": [items[0].id, items[2].id]}
     assert report.accuracy("gsm8k", "numloss") == 1.0

@@ -188,7 +188,8 @@ def test_compare_refuses_a_finished_run_of_a_model_replaced_in_place(tmp_path, c
     assert json.loads((out / "runs" / "mle-s0" / "result.json").read_text()) == result, "nothing replaced"
 
 
-def test_compare_refuses_a_finished_run_of_other_training_data_and_accepts_one_without_hashes(tmp_path, capsys) -> None:
+def test_compare_refuses_a_run_of_other_training_data_reuses_one_without_hashes_and_keeps_the_fuller_report(
+        tmp_path, capsys) -> None:
     out = tmp_path / "out"
     assert _compare(tmp_path, out) == 0
     path = out / "runs" / "mle-s0" / "result.json"
@@ -202,11 +203,7 @@ def test_compare_refuses_a_finished_run_of_other_training_data_and_accepts_one_w
     path.write_text(json.dumps({k: v for k, v in result.items() if k not in ("data_sha256", "model_sha256")}))
     assert _compare(tmp_path, out, "--report-only") == 0
     assert "data_sha256" not in json.loads(path.read_text())
-
-
-def test_report_only_of_a_slice_does_not_replace_the_fuller_report(tmp_path, capsys) -> None:
-    out = tmp_path / "out"
-    assert _compare(tmp_path, out) == 0
+    # a --report-only of a slice does not replace the fuller report
     data = json.loads((out / "results.json").read_text())
     data["runs"].append({**data["runs"][0], "label": "del"})  # the fuller report of a larger grid
     (out / "results.json").write_text(json.dumps(data))
