@@ -8,6 +8,8 @@ accelerate.
 
 from __future__ import annotations
 
+import sys
+
 import pytest
 import torch
 import torch.nn.functional as F
@@ -65,39 +67,50 @@ def aligned(labels: torch.Tensor) -> torch.Tensor:
     return F.pad(labels[:, 1:], (0, 1), value=-100)
 
 
-@pytest.mark.parametrize("fused", [False, True])
-def test_patch_makes_the_model_return_the_numloss_loss_and_unpatch_restores_it(fused):
-    model, plain, data = ToyCausalLM(), ToyCausalLM(), batch()
-    loss_fn = build_loss("del", VOCAB, alpha=0.5)
+def toy():
+    """(model, an identical copy, a batch, the vocabulary) of the plain-torch causal LM."""
+    return ToyCausalLM(), ToyCausalLM(), batch(), VOCAB
+
+
+def llama():
+    """The same from transformers: a tiny LlamaForCausalLM (tests/test_hf.py)."""
+    from test_hf import VOCAB, collate, rows, tiny_llama
+
+    return tiny_llama(), tiny_llama(), collate(rows()), VOCAB
+
+
+@pytest.mark.parametrize("build", [toy, pytest.param(llama, marks=pytest.mark.hf)])
+@pytest.mark.parametrize("fused, wrap", [(False, False), (True, False), (True, True)])
+def test_patch_makes_the_model_return_the_numloss_loss_and_unpatch_restores_it(build, fused, wrap, monkeypatch):
+    """`wrap`: inside nn.DataParallel (the class accelerate's extract_model_from_parallel unwraps,
+    like DDP), which has no get_output_embeddings: the patch reaches the model by the wrapper's
+    class, not by attribute lookup, and the wrapper's call gets the numloss loss. The toy runs
+    without accelerate, as in the core install: the wrapper is unwrapped by its `.module`."""
+    if build is toy:
+        for name in ("accelerate", "accelerate.utils", "accelerate.state"):
+            monkeypatch.setitem(sys.modules, name, None)
+    model, plain, data, vocab = build()
+    loss_fn = build_loss("del", vocab, alpha=0.5)
     own = model(**data).loss
-    expected = loss_fn(plain(input_ids=data["input_ids"]).logits, aligned(data["labels"])).loss
-    numloss.patch(model, loss_fn, fused=fused)
-    assert is_patched(model)
-    out = model(**data)
-    assert torch.allclose(out.loss, expected, atol=1e-6)
+    inputs = {"input_ids": data["input_ids"], "attention_mask": data["attention_mask"]}
+    expected = loss_fn(plain(**inputs).logits, aligned(data["labels"]))
+    target = nn.DataParallel(model) if wrap else model
+    assert hasattr(target, "get_output_embeddings") != wrap
+    numloss.patch(target, loss_fn, fused=fused)
+    assert is_patched(model) and is_patched(target)
+    torch.testing.assert_close(target(**inputs).logits, plain(**inputs).logits)  # without labels: unchanged
+    out = target(**data)
+    torch.testing.assert_close(out.loss, expected.loss, rtol=1e-6, atol=1e-6)
+    assert float(out.numloss_output.aux) == pytest.approx(float(expected.aux), rel=1e-6)
     assert not torch.allclose(out.loss, own)  # the digit term changes the loss
     if fused:
         assert out.logits.shape[-2] == 0  # the [B, T, V] logits never exist
     out.loss.backward()
-    expected.backward()
-    assert torch.allclose(model.lm_head.weight.grad, plain.lm_head.weight.grad, atol=1e-6)
-    numloss.unpatch(model)
-    assert not is_patched(model)
-    assert torch.allclose(model(**data).loss, own)
-
-
-def test_a_wrapper_is_unwrapped_without_accelerate(monkeypatch):
-    """Without accelerate the patch still finds the model inside a `.module` wrapper (DDP's form)."""
-    import sys
-
-    monkeypatch.setitem(sys.modules, "accelerate", None)  # as in the core install
-    monkeypatch.setitem(sys.modules, "accelerate.utils", None)
-    monkeypatch.setitem(sys.modules, "accelerate.state", None)
-    model, data = ToyCausalLM(), batch()
-    wrapped = nn.DataParallel(model)
-    loss_fn = build_loss("mle", VOCAB)
-    numloss.patch(wrapped, loss_fn)
-    assert is_patched(model)
-    expected = loss_fn(model.lm_head(torch.tanh(model.body(model.embed(data["input_ids"])))),
-                       aligned(data["labels"])).loss
-    assert torch.allclose(model(**data).loss, expected, atol=1e-6)
+    expected.loss.backward()
+    for (key, a), b in zip(plain.named_parameters(), model.parameters(), strict=True):
+        torch.testing.assert_close(b.grad, a.grad, rtol=1e-4, atol=1e-7, msg=key)
+    numloss.unpatch(target)
+    assert not is_patched(model) and "forward" not in vars(model)
+    torch.testing.assert_close(model(**data).loss, own)
+    with pytest.raises(ValueError, match="not patched"):
+        numloss.unpatch(model)
