@@ -75,16 +75,9 @@ ROOT = DOC.parents[1]
 README = ROOT / "README.md"
 
 
-def readme_blocks(language: str) -> list[str]:
-    return re.findall(rf"```{language}\n(.*?)```", README.read_text(), flags=re.S)
-
-
 def test_readme_opens_with_make_demo_and_make_test():
-    text = README.read_text()
-    first = re.search(r"```bash\n(.*?)```", text, flags=re.S)
-    assert text.startswith("# numloss\n\n```bash\n"), "the first lines after the title are the two commands"
-    assert [shlex_words[:2] for shlex_words in (line.split() for line in first.group(1).splitlines())] == [
-        ["make", "demo"], ["make", "test"]]
+    """The first lines after the title are the two commands (each may carry a comment)."""
+    assert re.match(r"# numloss\n\n```bash\nmake demo\b[^\n]*\nmake test\b[^\n]*\n```\n", README.read_text())
 
 
 def test_readme_python_snippets_run(tmp_path, monkeypatch):
@@ -98,7 +91,7 @@ def test_readme_python_snippets_run(tmp_path, monkeypatch):
     batch = namespace["collator"](list(namespace["train_dataset"])[:2])
     logits = namespace["model"](input_ids=batch["input_ids"], attention_mask=batch["attention_mask"]).logits
     namespace.update(batch=batch, logits=logits, labels=namespace["shift_labels"](batch))
-    blocks = readme_blocks("python")
+    blocks = re.findall(r"```python\n(.*?)```", README.read_text(), flags=re.S)
     assert len(blocks) == 3, "the loss, NumericTrainer, numloss.patch"
     loss_block, trainer_block, patch_block = blocks
     run(loss_block, namespace)
