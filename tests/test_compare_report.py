@@ -172,10 +172,8 @@ def test_table_marks_only_a_significant_paired_difference() -> None:
 
 
 def test_write_report_files(tmp_path) -> None:
+    """(Every file written: test_learning_speed_section, and end to end test_compare.py.)"""
     summary = write_report(RESULTS, tmp_path, {"config": "x.yaml", "model": "tiny", "seeds": [0, 1]})
-    for name in ("results.json", "report.md", "accuracy_mae.png", "digit_entropy.png", "place_accuracy.png",
-                 "training_curves.png", "embeddings_cosine.png", "embeddings_pca.png"):
-        assert (tmp_path / name).is_file() and (tmp_path / name).stat().st_size > 0, name
     data = json.loads((tmp_path / "results.json").read_text())
     assert set(data) == {"meta", "summary", "runs"} and len(data["runs"]) == 4
     assert data["summary"]["del"]["sets"]["in_distribution"]["exact_match"]["mean"] == pytest.approx(0.55)
