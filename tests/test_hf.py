@@ -6,7 +6,7 @@ import copy
 
 import pytest
 import torch
-from transformers import LlamaConfig, LlamaForCausalLM, TrainingArguments
+from transformers import LlamaConfig, LlamaForCausalLM, Trainer, TrainingArguments
 
 from numloss import DigitVocab, build_loss
 from numloss.hf import NumericTrainer, compute_loss_func, shift_labels
@@ -68,13 +68,13 @@ class PerMicroBatchTrainer(NumericTrainer):
         return batches, None
 
 
-def make_loss(name: str, model: LlamaForCausalLM):
+def make_loss(name: str, model: LlamaForCausalLM | None = None, **options):
     if name == "emo":
         return build_loss(name, VOCAB, embedding=model.get_output_embeddings().weight)
     if name == "dist2-author":  # divided by the sum of place weights: the step's, not a micro-batch's
         return build_loss("dist2", VOCAB, alpha=1.0, place_weight=True, point_ends_run=True, normalize="weights")
     # alphas large enough that the digit term moves the update visibly
-    return build_loss(name, VOCAB, **({} if name in ("mixce", "mle") else {"alpha": 1.0}))
+    return build_loss(name, VOCAB, **({} if name in ("mixce", "mle") else {"alpha": 1.0}), **options)
 
 
 def train_args(tmp_path, batch: int, accumulation: int, steps: int = 1, lr: float = 0.5, **extra):
@@ -121,10 +121,21 @@ def full_batch(model, loss_fn, data: list | None = None):
         return loss_fn(logits, shift_labels(batch))
 
 
-def updated_parameters(name: str, tmp_path, batch: int, accumulation: int, trainer_class=NumericTrainer):
-    model = tiny_llama()
-    trained(model, tmp_path, batch, accumulation, trainer_class=trainer_class, loss_fn=make_loss(name, model))
-    return params(model)
+_UPDATES: dict = {}
+
+
+def numeric_trainer_update(name: str, tmp_path, batch: int, accumulation: int, trainer_class=NumericTrainer,
+                           **options) -> dict[str, torch.Tensor]:
+    """Parameters after the first step of `trainer_class` (a plain Trainer: through
+    compute_loss_func) with make_loss(name, **options); cached, as several tests compare with it."""
+    key = (name, batch, accumulation, trainer_class, tuple(sorted(options.items())))
+    if key not in _UPDATES:
+        model = tiny_llama()
+        loss_fn = make_loss(name, model, **options)
+        hooked = {"compute_loss_func": compute_loss_func(loss_fn)} if trainer_class is Trainer else {"loss_fn": loss_fn}
+        trained(model, tmp_path, batch, accumulation, trainer_class=trainer_class, **hooked)
+        _UPDATES[key] = params(model)
+    return {k: v.clone() for k, v in _UPDATES[key].items()}
 
 
 def max_update_difference(a: dict, b: dict, start: dict) -> tuple[float, float]:
@@ -137,9 +148,9 @@ def max_update_difference(a: dict, b: dict, start: dict) -> tuple[float, float]:
 @pytest.mark.parametrize("name", [*OBJECTIVES, "dist2-author"])
 def test_batch_8_equals_2_by_4_accumulation(name, tmp_path):
     start = params(tiny_llama())
-    full = updated_parameters(name, tmp_path / "full", batch=8, accumulation=1)
-    accumulated = updated_parameters(name, tmp_path / "ga", batch=2, accumulation=4)
-    naive = updated_parameters(name, tmp_path / "naive", 2, 4, trainer_class=PerMicroBatchTrainer)
+    full = numeric_trainer_update(name, tmp_path / "full", batch=8, accumulation=1)
+    accumulated = numeric_trainer_update(name, tmp_path / "ga", batch=2, accumulation=4)
+    naive = numeric_trainer_update(name, tmp_path / "naive", 2, 4, trainer_class=PerMicroBatchTrainer)
     diff, size = max_update_difference(full, accumulated, start)
     naive_diff, _ = max_update_difference(full, naive, start)
     assert size > 1e-3, "the update is too small for the comparison to mean anything"
@@ -148,39 +159,31 @@ def test_batch_8_equals_2_by_4_accumulation(name, tmp_path):
     assert naive_diff > 1e-3 * size, f"{name}: naive per-micro-batch normalisation did not differ ({naive_diff:g})"
 
 
-def test_logged_terms_are_the_step_means(tmp_path):
-    """With lr = 0, the logged loss/ce/aux/digit_entropy equal one full-batch call of the loss."""
-    model = tiny_llama()
-    loss_fn = make_loss("del", model)
-    expected = full_batch(copy.deepcopy(model), loss_fn)
-    trainer = trained(model, tmp_path, batch=2, accumulation=4, steps=2, lr=0.0, loss_fn=loss_fn)
-    logs = [entry for entry in trainer.state.log_history if "ce" in entry]
-    assert len(logs) == 2  # the dataset of 8 rows is seen twice
-    for entry in logs:
-        for name in ("loss", "ce", "aux", "digit_entropy", "digit_logit_mean", "pushdown_share", "digit_target_prob"):
-            assert entry[name] == pytest.approx(float(getattr(expected, name)), rel=1e-5, abs=1e-7), name
-
-
-def test_digit_diagnostics_callback_on_a_plain_trainer(tmp_path):
-    """`DigitDiagnosticsCallback` gives a plain Trainer with numloss's compute_loss_func the same
-    interval means (lr 0: every step sees the same model) as one full-batch call."""
-    from transformers import Trainer
-
+@pytest.mark.parametrize("plain", [False, True], ids=["NumericTrainer", "Trainer-with-the-callback"])
+def test_logged_terms_are_the_step_means(plain, tmp_path):
+    """With lr = 0 (every step sees the same model), the logged terms equal one full-batch call of
+    the loss: NumericTrainer's loss/ce/aux and digit diagnostics at 2 x 4 accumulation, and a plain
+    Trainer's digit diagnostics through compute_loss_func and `DigitDiagnosticsCallback`."""
     from numloss.diagnostics import DigitDiagnosticsCallback
 
     model = tiny_llama()
-    loss_fn = build_loss("del", VOCAB, alpha=1.0, normalize="tokens")
+    loss_fn = make_loss("del", model, **({"normalize": "tokens"} if plain else {}))
     expected = full_batch(copy.deepcopy(model), loss_fn)
-    hook = compute_loss_func(loss_fn)
-    trainer = trained(model, tmp_path, steps=2, lr=0.0, trainer_class=Trainer, compute_loss_func=hook,
-                      callbacks=[DigitDiagnosticsCallback(hook)])
+    names = ["digit_entropy", "digit_logit_mean", "pushdown_share", "digit_target_prob"]
+    if plain:
+        hook = compute_loss_func(loss_fn)
+        trainer = trained(model, tmp_path, steps=2, lr=0.0, trainer_class=Trainer, compute_loss_func=hook,
+                          callbacks=[DigitDiagnosticsCallback(hook)])
+        with pytest.raises(TypeError, match="compute_loss_func"):
+            DigitDiagnosticsCallback(loss_fn)
+    else:
+        trainer = trained(model, tmp_path, batch=2, accumulation=4, steps=2, lr=0.0, loss_fn=loss_fn)
+        names += ["loss", "ce", "aux"]
     logs = [entry for entry in trainer.state.log_history if "loss" in entry and "train_runtime" not in entry]
-    assert len(logs) == 2
+    assert len(logs) == 2  # the dataset of 8 rows is seen twice
     for entry in logs:
-        for name in ("digit_entropy", "digit_logit_mean", "pushdown_share", "digit_target_prob"):
+        for name in names:
             assert entry[name] == pytest.approx(float(getattr(expected, name)), rel=1e-5, abs=1e-7), name
-    with pytest.raises(TypeError, match="compute_loss_func"):
-        DigitDiagnosticsCallback(loss_fn)
 
 
 def test_pushdown_warning_says_once_after_three_logs_above_half(caplog):
@@ -238,7 +241,8 @@ def test_rejects_a_loss_that_is_not_numeric(tmp_path):
 
 
 def tiny_model(architecture: str, seed: int = 0):
-    """A 2-layer, hidden-32 causal LM of `architecture` with a 40-token vocabulary, dropout off."""
+    """A 2-layer, hidden-32 causal LM of `architecture` with a 40-token vocabulary, dropout off
+    (llama-lora: peft's LoRA on the tiny Llama's q_proj and v_proj)."""
     from transformers import (
         GPT2Config,
         GPT2LMHeadModel,
@@ -248,8 +252,14 @@ def tiny_model(architecture: str, seed: int = 0):
         Qwen2ForCausalLM,
     )
 
-    if architecture == "llama":
-        return tiny_llama(seed)
+    if architecture.startswith("llama"):
+        model = tiny_llama(seed)
+        if architecture == "llama-lora":  # adapters initialised at random: the update moves the curve at once
+            from peft import LoraConfig, get_peft_model
+
+            lora = LoraConfig(r=4, lora_alpha=8, lora_dropout=0.0, target_modules=["q_proj", "v_proj"], init_lora_weights=False)
+            model = get_peft_model(model, lora)
+        return model
     torch.manual_seed(seed)
     if architecture == "qwen2":
         return Qwen2ForCausalLM(Qwen2Config(**SHAPE)).float()
@@ -270,7 +280,8 @@ def loss_curve(model, name: str, tmp_path, fused: bool, steps: int = 3):
     return [entry[key] for entry in logs for key in ("loss", "ce", "aux")], model
 
 
-@pytest.mark.parametrize("architecture,name", [("llama", "del"), ("qwen2", "mixce"), ("mistral", "ntl-was"), ("gpt2", "emo")])
+@pytest.mark.parametrize("architecture,name", [("llama", "del"), ("qwen2", "mixce"), ("mistral", "ntl-was"), ("gpt2", "emo"),
+                                               ("llama-lora", "del")])
 def test_fused_training_follows_the_unfused_loss_curve(architecture, name, tmp_path):
     unfused_curve, unfused_model = loss_curve(tiny_model(architecture), name, tmp_path / "u", fused=False)
     fused_curve, fused_model = loss_curve(tiny_model(architecture), name, tmp_path / "f", fused=True)
@@ -278,21 +289,6 @@ def test_fused_training_follows_the_unfused_loss_curve(architecture, name, tmp_p
     assert fused_curve == pytest.approx(unfused_curve, rel=1e-5, abs=1e-6)
     for (key, a), b in zip(unfused_model.named_parameters(), fused_model.parameters(), strict=True):
         torch.testing.assert_close(b, a, rtol=1e-4, atol=1e-6, msg=key)
-
-
-def test_fused_training_under_peft_lora(tmp_path):
-    from peft import LoraConfig, get_peft_model
-
-    def lora_model():
-        config = LoraConfig(r=4, lora_alpha=8, lora_dropout=0.0, target_modules=["q_proj", "v_proj"], init_lora_weights=False)
-        return get_peft_model(tiny_llama(), config)
-
-    torch.manual_seed(0)
-    unfused_curve, _ = loss_curve(lora_model(), "del", tmp_path / "u", fused=False)
-    torch.manual_seed(0)
-    fused_curve, _ = loss_curve(lora_model(), "del", tmp_path / "f", fused=True)
-    assert unfused_curve[0] != pytest.approx(unfused_curve[-3], rel=1e-4)
-    assert fused_curve == pytest.approx(unfused_curve, rel=1e-5, abs=1e-6)
 
 
 def test_fused_refuses_an_adapted_lm_head(tmp_path):
@@ -308,33 +304,6 @@ def test_fused_refuses_an_adapted_lm_head(tmp_path):
 # -- compute_loss_func: the hook of a plain transformers.Trainer ------------------------------------
 
 
-def hook_update(name: str, tmp_path, batch: int, accumulation: int, **options):
-    """Parameters after one step of `Trainer(compute_loss_func=compute_loss_func(loss_fn))`."""
-    from transformers import Trainer
-
-    model = tiny_llama()
-    trained(model, tmp_path, batch, accumulation, trainer_class=Trainer,
-            compute_loss_func=compute_loss_func(build_loss(name, VOCAB, **_alpha(name), **options)))
-    return params(model)
-
-
-def _alpha(name: str) -> dict:
-    return {} if name == "mle" else {"alpha": 1.0}
-
-
-_REFERENCE_UPDATES: dict = {}
-
-
-def numeric_trainer_update(name: str, tmp_path, batch: int, accumulation: int, **options):
-    """Parameters after NumericTrainer's first step (cached: several tests compare against it)."""
-    key = (name, batch, accumulation, tuple(sorted(options.items())))
-    if key not in _REFERENCE_UPDATES:
-        model = tiny_llama()
-        trained(model, tmp_path, batch, accumulation, loss_fn=build_loss(name, VOCAB, **_alpha(name), **options))
-        _REFERENCE_UPDATES[key] = params(model)
-    return {k: v.clone() for k, v in _REFERENCE_UPDATES[key].items()}
-
-
 @pytest.mark.parametrize("name, options, batch, accumulation", [
     ("del", {"normalize": "tokens"}, 2, 4), ("mle", {}, 2, 4),
     ("del", {}, 8, 1),  # digit normalisation: exact with one micro-batch per step on one rank
@@ -343,18 +312,12 @@ def test_compute_loss_func_is_numeric_trainers_update(name, options, batch, accu
     """Trainer(compute_loss_func=...) at `batch` x `accumulation` == NumericTrainer at batch 8."""
     start = params(tiny_llama())
     reference = numeric_trainer_update(name, tmp_path / "ref", 8, 1, **options)
-    hooked = hook_update(name, tmp_path / "hook", batch, accumulation, **options)
+    hooked = numeric_trainer_update(name, tmp_path / "hook", batch, accumulation, trainer_class=Trainer, **options)
     diff, size = max_update_difference(reference, hooked, start)
     assert size > 1e-3 and diff <= 1e-5 * size + 1e-7, f"{name}: the hook's update differs by {diff:g} (update {size:g})"
     if options:  # and the option matters: the digit-normalised objective moves differently
         digits = numeric_trainer_update(name, tmp_path / "digits", 8, 1)
         assert max_update_difference(reference, digits, start)[0] > 1e-3 * size
-
-
-def test_compute_loss_func_with_digit_normalisation_refuses_accumulation(tmp_path):
-    with pytest.raises(ValueError, match='normalize="tokens" or train with numloss.hf.NumericTrainer') as error:
-        hook_update("del", tmp_path / "ga", 2, 4)
-    assert "\n" not in str(error.value)
 
 
 def test_compute_loss_func_reads_model_outputs_and_shifts():
@@ -407,20 +370,16 @@ torch.distributed.destroy_process_group()
 
 def test_compute_loss_func_on_two_gloo_ranks_is_exact_with_token_normalisation(tmp_path):
     """2 processes x batch 4 through Trainer's hook == NumericTrainer at batch 8; "digits" refused."""
-    import os
-    import socket
     import subprocess
     import sys
     from pathlib import Path
 
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+    from faultrun import ENV, free_port
+
     script = tmp_path / "two_ranks.py"
     script.write_text(_TWO_RANKS_SCRIPT.format(tests=str(Path(__file__).parent), out=str(tmp_path)))
-    env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    command = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_port", str(port), str(script)]
-    done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=300)
+    command = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_port", str(free_port()), str(script)]
+    done = subprocess.run(command, env=ENV, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-3000:]
     for rank in (0, 1):
         outcome = (tmp_path / f"digits-rank{rank}.txt").read_text()
@@ -447,11 +406,9 @@ def test_digit_share_logs_the_scored_share_of_label_digits(tmp_path):
     scored = sum(find_digits(row, vocab).count for row in per_row)
     unscored = 2 * int((labels == letter).sum())
     assert scored and unscored, "the rows must hold both kinds for the test to mean anything"
-    scored_total = (scored, digits + unscored)
     trainer = trained(tiny_llama(), tmp_path, lr=0.0, loss_fn=build_loss("del", vocab))
     (entry,) = [e for e in trainer.state.log_history if "digit_share" in e]
-    assert entry["digit_share"] == pytest.approx(scored_total[0] / scored_total[1])
-    assert entry["digit_share"] < 1.0
+    assert entry["digit_share"] == pytest.approx(scored / (digits + unscored)) and entry["digit_share"] < 1.0
 
 
 @pytest.mark.parametrize(

@@ -22,19 +22,27 @@ from numloss.rundir import (
 )
 
 
-def test_second_holder_is_refused_with_the_first_named(tmp_path):
+def test_a_second_holder_and_a_probe_are_refused_naming_the_first(tmp_path):
+    """A probe (dry runs) creates nothing and leaves no lock behind."""
+    check_not_busy(tmp_path / "absent")  # no folder, no lock file: free, and nothing is created
+    assert not (tmp_path / "absent").exists()
     with hold_run_dir(tmp_path / "run", "numloss train"):
-        with pytest.raises(RunDirBusy) as caught:
-            with hold_run_dir(tmp_path / "run", "numloss compare"):
-                pass
+        with pytest.raises(RunDirBusy) as caught, hold_run_dir(tmp_path / "run", "numloss compare"):
+            pass
+        with pytest.raises(RunDirBusy, match=f"pid {os.getpid()}"):
+            check_not_busy(tmp_path / "run")
     message = str(caught.value)
-    assert "\n" not in message
-    assert f"pid {os.getpid()}" in message and "numloss train" in message
+    assert "\n" not in message and f"pid {os.getpid()}" in message and "numloss train" in message
+    check_not_busy(tmp_path / "run")  # released: free again
+    with hold_run_dir(tmp_path / "run", "next"):
+        pass
 
 
-def test_released_lock_is_free_and_records_the_last_holder(tmp_path, caplog):
+def test_the_lock_file_records_the_last_holder_and_garbage_in_it_breaks_nothing(tmp_path, caplog):
+    (tmp_path / LOCK_NAME).write_bytes(b"\xff\x00 not json")
+    assert read_holder(tmp_path) == {}
     with hold_run_dir(tmp_path, "first"):
-        assert read_holder(tmp_path)["command"] == "first"
+        assert json.loads((tmp_path / LOCK_NAME).read_text())["command"] == "first"
     assert read_holder(tmp_path)["released"] > 0
     with caplog.at_level(logging.WARNING), hold_run_dir(tmp_path, "second"):
         assert read_holder(tmp_path)["command"] == "second"
@@ -70,27 +78,9 @@ def test_lock_of_a_killed_process_is_taken_over(tmp_path, caplog):
     assert "taking over" in caplog.text and "victim" in caplog.text
 
 
-def test_garbage_in_the_lock_file_does_not_break_locking(tmp_path):
-    (tmp_path / LOCK_NAME).write_bytes(b"\xff\x00 not json")
-    assert read_holder(tmp_path) == {}
-    with hold_run_dir(tmp_path, "fresh"):
-        assert json.loads((tmp_path / LOCK_NAME).read_text())["command"] == "fresh"
-
-
 def test_uncreatable_folder_is_one_line(tmp_path):
     blocker = tmp_path / "file"
     blocker.write_text("x")
     with pytest.raises(RunDirLockError, match="cannot lock"):
         with hold_run_dir(blocker / "run", "train"):
             pass
-
-
-def test_probing_a_lock_creates_nothing_and_names_a_live_holder(tmp_path):
-    check_not_busy(tmp_path / "absent")  # no folder, no lock file: free, and nothing is created
-    assert not (tmp_path / "absent").exists()
-    with hold_run_dir(tmp_path, "numloss train"):
-        with pytest.raises(RunDirBusy, match=f"pid {os.getpid()}"):
-            check_not_busy(tmp_path)
-    check_not_busy(tmp_path)  # released: free again
-    with hold_run_dir(tmp_path, "next"):  # and the probe did not leave it locked
-        pass

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import pytest
-import torch
 
 pytest.importorskip("trl")  # the `trl` extra; `make test` installs it (pyproject test extra)
 
@@ -15,6 +14,7 @@ from numloss.data import CompletionCollator  # noqa: E402
 from numloss.hf import NumericTrainer, compute_loss_func  # noqa: E402
 from numloss.models import build_char_tokenizer, build_tiny_model  # noqa: E402
 from numloss.trl import NumericSFTTrainer  # noqa: E402
+from test_hf import max_update_difference, params  # noqa: E402
 
 TOKENIZER = build_char_tokenizer()
 VOCAB = DigitVocab.from_tokenizer(TOKENIZER)
@@ -41,14 +41,6 @@ def config(tmp_path, batch: int, accumulation: int, **extra) -> SFTConfig:
     )
 
 
-def parameters(m) -> dict[str, torch.Tensor]:
-    return {k: v.detach().clone() for k, v in m.named_parameters()}
-
-
-def difference(a: dict, b: dict, start: dict) -> tuple[float, float]:
-    return (max(float((a[k] - b[k]).abs().max()) for k in a), max(float((a[k] - start[k]).abs().max()) for k in a))
-
-
 def train(trainer_class, tmp_path, batch, accumulation, loss_fn=None, fused=False, **extra):
     m = model()
     kwargs = {} if loss_fn is None else {"loss_fn": loss_fn, "fused": fused}
@@ -56,17 +48,17 @@ def train(trainer_class, tmp_path, batch, accumulation, loss_fn=None, fused=Fals
                             processing_class=TOKENIZER, **kwargs)
     trainer.train()
     logs = next(entry for entry in trainer.state.log_history if "loss" in entry)
-    return parameters(m), logs, trainer
+    return params(m), logs, trainer
 
 
 @pytest.mark.parametrize("padding_free", [False, True])
 def test_mle_is_sfttrainers_own_loss_with_its_metrics(padding_free, tmp_path):
-    start = parameters(model())
+    start = params(model())
     ours, our_logs, trainer = train(NumericSFTTrainer, tmp_path / "n", 2, 2, build_loss("mle", VOCAB),
                                     padding_free=padding_free)
     theirs, their_logs, _ = train(SFTTrainer, tmp_path / "t", 2, 2, padding_free=padding_free)
     assert trainer.completion_only_loss  # prompt/completion data: the prompt is not learnt
-    diff, size = difference(ours, theirs, start)
+    diff, size = max_update_difference(ours, theirs, start)
     assert size > 1e-3 and diff <= 1e-5 * size + 1e-7, (diff, size)
     for key in ("loss", "entropy", "mean_token_accuracy", "num_tokens"):
         assert our_logs[key] == pytest.approx(their_logs[key], rel=1e-5), key
@@ -76,7 +68,7 @@ def test_mle_is_sfttrainers_own_loss_with_its_metrics(padding_free, tmp_path):
 @pytest.mark.parametrize("padding_free,fused", [(False, False), (True, False), (False, True)])
 def test_step_wide_update_is_numeric_trainers(padding_free, fused, tmp_path):
     """NumericSFTTrainer at 2 x 4 accumulation == NumericTrainer at batch 8 on the same tokens."""
-    start = parameters(model())
+    start = params(model())
     ours, logs, trainer = train(NumericSFTTrainer, tmp_path / "n", 2, 4, build_loss("del", VOCAB, alpha=1.0),
                                 fused=fused, padding_free=padding_free)
     assert trainer.padding_free == padding_free
@@ -87,7 +79,7 @@ def test_step_wide_update_is_numeric_trainers(padding_free, fused, tmp_path):
     NumericTrainer(loss_fn=build_loss("del", VOCAB, alpha=1.0), model=reference_model,
                    args=config(tmp_path / "r", 8, 1), train_dataset=features,
                    data_collator=CompletionCollator(TOKENIZER.pad_token_id)).train()
-    diff, size = difference(ours, parameters(reference_model), start)
+    diff, size = max_update_difference(ours, params(reference_model), start)
     assert size > 1e-3 and diff <= 1e-5 * size + 1e-6, (diff, size)
 
 
@@ -106,7 +98,7 @@ def test_options_that_replace_the_loss_are_refused(tmp_path, extra, kwargs, refu
 def test_sfttrainers_compute_loss_func_takes_the_numloss_hook(tmp_path):
     """SFTTrainer(compute_loss_func=compute_loss_func(loss_fn)) with normalize="tokens" at
     2 x 2 accumulation == NumericSFTTrainer with the same objective."""
-    start = parameters(model())
+    start = params(model())
     loss_fn = build_loss("del", VOCAB, alpha=1.0, normalize="tokens")
     ours, _, _ = train(NumericSFTTrainer, tmp_path / "n", 2, 2, loss_fn)
     hooked_model = model()
@@ -114,7 +106,7 @@ def test_sfttrainers_compute_loss_func_takes_the_numloss_hook(tmp_path):
         trainer = SFTTrainer(model=hooked_model, args=config(tmp_path / "h", 2, 2), train_dataset=dataset(),
                              processing_class=TOKENIZER, compute_loss_func=compute_loss_func(loss_fn))
     trainer.train()
-    diff, size = difference(ours, parameters(hooked_model), start)
+    diff, size = max_update_difference(ours, params(hooked_model), start)
     assert size > 1e-3 and diff <= 1e-5 * size + 1e-6, (diff, size)
 
 

@@ -148,7 +148,7 @@ def main(out: str) -> None:
             gathered = [None] * WORLD
             dist.all_gather_object(gathered, result["counts"])
             result["counts_of_rank"] = gathered
-            results[(name, fused) if not head_unit else (name, fused, "head unit")] = result
+            results[(name, fused, head_unit)] = result
     if rank == 0:
         torch.save(results, out)
     dist.destroy_process_group()
