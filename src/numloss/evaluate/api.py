@@ -379,25 +379,24 @@ def _resume(
 
     results_file, cut_at_stop = opts.results_file, bool(opts.cut_at_stop)
     key = settings_key(settings)
-    # checked before the model loads
-    identity = model_identity(model_or_path) if results_file is not None else None
     extra = {
         "model": model_name,
-        "model_identity": identity,
+        "model_identity": None,
         "settings": key,
         "generation": settings,
         "isolation": runner.isolation.mode,
         "cut_at_stop": cut_at_stop,
     }
+    if results_file is None:
+        return None, [], extra
+    identity = extra["model_identity"] = model_identity(model_or_path)  # before the model loads
     # the weights' bytes, not their names, sizes and times: a model saved over another with the
     # same sizes and restored times is still another model (numloss.identity)
     content = None
-    if results_file is not None and isinstance(model_or_path, (str, Path)):
+    if isinstance(model_or_path, (str, Path)):
         from numloss.identity import model_sha256
 
         content = extra["model_sha256"] = model_sha256(str(model_or_path))
-    if results_file is None:
-        return None, [], extra
     store = ResultsFile(results_file)
     names, benches = {p.name for p in protocols}, {b.name for b in loaded}
     items = {(b.name, it.id): (b, it) for b in loaded for it in b.items}
