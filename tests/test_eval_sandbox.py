@@ -6,7 +6,6 @@ tests/test_eval_sandbox_hostile.py."""
 from __future__ import annotations
 
 import os
-import platform
 import signal
 import stat
 import struct
@@ -19,14 +18,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+import hostile
 import numloss.evaluate as evaluate
-from hostile import (
-    descendants,
-    our_processes_in_pid_namespace,
-    pid_namespace,
-    reap_orphans,
-    set_child_subreaper,
-)
 from numloss.evaluate import sandbox
 from numloss.evaluate.sandbox import (
     ALLOW_UNISOLATED_ENV,
@@ -83,53 +76,121 @@ def test_a_lone_surrogate_is_one_programs_error_never_an_exception():
 
 # ---- the kernel layers as promised ---------------------------------------------------------------
 
+def _foreign(evaluator: int) -> list[str]:
+    """Host pids of the evaluator's descendants in another pid namespace than this process's
+    (bwrap itself is in ours)."""
+    ours = hostile.pid_namespace(str(os.getpid()))
+    return [p for p in hostile.descendants(evaluator) if hostile.pid_namespace(p) not in ("", ours)]
+
+
+def _sandbox_uid(uid: int) -> bool:
+    """Whether host uid `uid` is one a sandbox runs as: one of HOST_UID_BASE's for a root evaluator,
+    the evaluator's own uid otherwise (an unprivileged user can map only itself)."""
+    if os.geteuid() != 0:
+        return uid == os.geteuid()
+    return bwrap_mod.HOST_UID_BASE <= uid < bwrap_mod.HOST_UID_BASE + (bwrap_mod.SLOTS << 22)
+
+
+def _evaluator_has_capability(number: int) -> bool:
+    with open("/proc/self/status", encoding="utf-8") as f:
+        effective = next(int(line.split()[1], 16) for line in f if line.startswith("CapEff:"))
+    return bool(effective >> number & 1)
+
+
+def _uid(pid: str) -> int:
+    try:
+        return next(int(line.split()[1]) for line in open(f"/proc/{pid}/status", encoding="utf-8") if line.startswith("Uid:"))
+    except (OSError, StopIteration):
+        return -1
+
+
 @needs_kernel_sandbox
-def test_the_program_is_nobody_without_capabilities_and_not_root_on_the_host():
+def test_the_program_is_nobody_in_namespaces_of_its_own_and_the_oom_killers_first_choice():
+    """uid 65534 without capabilities, not root on the host; its own ipc, uts, net, pid and mount
+    namespaces and open files; every process of the sandbox starts with the highest oom_score_adj,
+    which an evaluator holding CAP_SYS_RESOURCE (root with its capabilities) also makes a floor."""
     import threading
 
-    source = ("import os, time\nst = dict(l.split(':', 1) for l in open('/proc/self/status').read().splitlines())\n"
+    source = ("import os, resource, socket, time\nst = dict(l.split(':', 1) for l in open('/proc/self/status').read().splitlines())\n"
               "print(os.getresuid(), os.getresgid(), os.getgroups())\n"
               "print(*(st[k].strip() for k in ('CapPrm', 'CapEff', 'CapAmb', 'NoNewPrivs', 'Seccomp')))\n"
-              "print(os.getpid(), os.getppid())\ntime.sleep(1.5)")
+              "print(os.getpid(), os.getppid())\n"
+              "print({n: os.readlink(f'/proc/self/ns/{n}') for n in ('ipc', 'uts', 'net', 'pid', 'mnt')})\n"
+              "print(socket.gethostname(), resource.getrlimit(resource.RLIMIT_NOFILE))\n"
+              "score = lambda: open('/proc/self/oom_score_adj').read().strip()\nfirst = score()\n"
+              "r, w = os.pipe()\nif os.fork() == 0:\n    os.write(w, score().encode())\n    os._exit(0)\nos.wait()\n"
+              "try:\n    open('/proc/self/oom_score_adj', 'w').write('0')\n    lowered = 'lowered'\n"
+              "except OSError as e:\n    lowered = 'refused %d' % e.errno\nprint(first, os.read(r, 16).decode(), lowered)\n"
+              "fds = []\ntry:\n    while True:\n        fds.append(os.open('/dev/null', os.O_RDONLY))\n"
+              "except OSError as e:\n    print(e.errno, len(fds))\ntime.sleep(1.5)")
     box: list = []
     runner = threading.Thread(target=lambda: box.append(run_program(source, LIMITS)))
     runner.start()
     last_uid: dict[str, int] = {}
-    ours = pid_namespace(str(os.getpid()))
     while runner.is_alive():  # from the host: the uid the kernel gives the sandboxed process
-        for p in descendants(os.getpid()):
-            uid = _uid(p)  # read once: the process may exit between two reads (-1 then)
-            if pid_namespace(p) not in ("", ours) and uid != -1:
+        for p in _foreign(os.getpid()):
+            if (uid := _uid(p)) != -1:  # read once: the process may exit between two reads (-1 then)
                 last_uid[p] = uid  # (as root, set-up runs as uid 0 until the preamble drops it)
         time.sleep(0.05)
     runner.join()
     result = box[0]
     assert result.ok, result
-    ids, caps, pid = result.stdout.splitlines()
+    ids, caps, pid, namespaces, hostname_nofile, oom, exhausted = result.stdout.splitlines()
     assert ids == "(65534, 65534, 65534) (65534, 65534, 65534) []"
     assert caps == "0000000000000000 0000000000000000 0000000000000000 1 2"
     assert pid == "2 1"  # the child of the sandbox's init, in its own pid namespace
+    inside = eval(namespaces)
+    assert all(inside[name] != os.readlink(f"/proc/self/ns/{name}") for name in inside), inside
+    assert hostname_nofile == f"sandbox {(LIMITS.open_files, LIMITS.open_files)}"
+    errno, opened = map(int, exhausted.split())
+    assert errno == 24 and LIMITS.open_files - 8 <= opened < LIMITS.open_files  # EMFILE, at the limit
+    first, child, lowered = oom.split(maxsplit=2)
+    assert first == child == str(policy.OOM_SCORE_ADJ)
+    if _evaluator_has_capability(24):  # CAP_SYS_RESOURCE: the evaluator's write set the floor
+        assert lowered == "refused 13", lowered  # EACCES
     uids = set(last_uid.values())
-    assert uids and all(bwrap_mod.is_sandbox_uid(u) for u in uids), f"host uids of the sandbox: {last_uid} (RLIMIT_NPROC needs non-root)"
+    assert uids and all(map(_sandbox_uid, uids)), f"host uids of the sandbox: {last_uid} (RLIMIT_NPROC needs non-root)"
 
 
 @needs_kernel_sandbox
-def test_the_filesystem_is_read_only_except_a_capped_tmpfs(tmp_path):
-    # CI puts the venv at <checkout>/.venv: binding it must not show the checkout's other files
-    checkout = [str(Path(__file__).resolve().parents[1] / name) for name in ("pyproject.toml", "src", "tests", "README.md")]
-    limits = SandboxLimits(wall_seconds=5, cpu_seconds=3, tmpfs_bytes=1 << 20)
+def test_the_filesystem_is_read_only_except_a_capped_tmpfs_and_sh_and_python_are_the_bound_ones(tmp_path):
+    # CI puts the venv at <checkout>/.venv: binding it must not show the checkout's other files; nor
+    # is the host's /usr/local, /usr/include or /usr/sbin there (a system Python's prefix is /usr)
+    absent = [str(Path(__file__).resolve().parents[1] / name) for name in ("pyproject.toml", "src", "tests", "README.md")]
+    absent += ["/usr/local", "/usr/include", "/usr/sbin", "/bin/ls"]
+    base_site = os.path.join(os.path.realpath(os.path.dirname(os.__file__)), "site-packages")
+    limits = SandboxLimits(wall_seconds=20, cpu_seconds=10, tmpfs_bytes=1 << 20)
     result = run_program(
         "import os, sys\nprint(os.getcwd(), sorted(os.listdir('/')))\n"
         "print(sorted(os.listdir(sys.path[-1])))\n"
         "print([os.access(p, os.W_OK) for p in ('/', '/usr/lib', sys.path[1], sys.path[-1], '/dev')])\n"
         "st = os.statvfs('/tmp')\nprint(st.f_blocks * st.f_frsize)\n"
         "print(sorted(os.environ.items()))\n"
-        f"print([os.path.exists(p) for p in {checkout!r}])\n"
+        f"print([os.path.exists(p) for p in {absent!r}])\n"
+        f"print(os.listdir({base_site!r}) if os.path.isdir({base_site!r}) else [])\n"
+        "print(sorted(os.listdir('/usr/bin')))\n"
+        "import subprocess\nrun = lambda *a, **k: subprocess.run(*a, capture_output=True, text=True, **k)\n"
+        "for name in ('python3', 'python'):\n"
+        "    print(run([name, '-c', 'import os, sys, numpy; print(os.path.realpath(sys.executable))']).stdout.strip())\n"
+        "print(sys.executable)\nshell = run('echo $((6 * 7)); ls', shell=True)\n"
+        "print(shell.stdout.strip(), shell.returncode)\n"
         "try:\n    open(os.path.join(sys.path[-1], 'planted_by_the_program.py'), 'w').write('x = 1')\n"
         "except OSError:\n    pass\n", limits)
     assert result.ok, result
-    cwd_root, site, writable, size, env, in_checkout = result.stdout.splitlines()
-    assert in_checkout == str([False] * len(checkout))
+    cwd_root, site, writable, size, env, exists, base_listing, programs, *pythons, shell = result.stdout.splitlines()
+    # python3 and python resolve to the bound interpreter, sh to a minimal shell: its builtins, no
+    # other program of the host (ls)
+    assert pythons == [bwrap_mod.layout().python] * 3
+    if bwrap_mod.missing_tools():  # no shell with only the interpreter's libraries here: it says why
+        assert "no /bin/sh" in isolation().detail and shell == " 127", (shell, isolation().detail)
+    else:
+        assert shell == "42 127", shell
+    assert exists == str([False] * len(absent))
+    if base_site in bwrap_mod.layout().hidden:  # the base interpreter's own site-packages (pip, pytest, ...)
+        assert eval(base_listing) == []
+    # no program of the host's /usr/bin: only the interpreter's names and the minimal shell
+    bound = {os.path.basename(p) for p in bwrap_mod.layout().binds if os.path.dirname(p) in ("/usr/bin", "/bin")}
+    assert set(eval(programs)) <= {"python", "python3", "sh"} | bound, programs
     # what the program writes never reaches the host's packages, wherever they live
     assert not any((Path(d) / "planted_by_the_program.py").exists() for d in bwrap_mod.layout().site_dirs)
     cwd, root = cwd_root.split(" ", 1)
@@ -162,42 +223,6 @@ def test_a_system_python_does_not_bind_its_prefix(monkeypatch):
     assert prefix not in binds
 
 
-@needs_kernel_sandbox
-def test_the_interpreters_own_site_packages_and_prefix_are_not_visible():
-    stdlib = os.path.realpath(os.path.dirname(os.__file__))
-    base = os.path.join(stdlib, "site-packages")
-    result = run_program(
-        "import os, sys\n"
-        f"print(os.listdir({base!r}) if os.path.isdir({base!r}) else [])\n"
-        "print([os.path.exists(p) for p in ('/usr/local', '/usr/include', '/usr/sbin', '/bin/ls')])\n"
-        "print(sorted(os.listdir('/usr/bin')))", LIMITS)
-    assert result.ok, result
-    listing, exists, programs = result.stdout.splitlines()
-    if base in bwrap_mod.layout().hidden:
-        assert eval(listing) == []
-    assert eval(exists) == [False] * 4
-    # no program of the host's /usr/bin: only the interpreter's names and the minimal shell
-    bound = {os.path.basename(p) for p in bwrap_mod.layout().binds if os.path.dirname(p) in ("/usr/bin", "/bin")}
-    assert set(eval(programs)) <= {"python", "python3", "sh"} | bound, programs
-
-
-@needs_kernel_sandbox
-def test_python3_python_and_sh_resolve_to_the_bound_interpreter_and_a_minimal_shell():
-    result = run_program(
-        "import subprocess, sys\nrun = lambda *a, **k: subprocess.run(*a, capture_output=True, text=True, **k)\n"
-        "for name in ('python3', 'python'):\n"
-        "    print(run([name, '-c', 'import os, sys, numpy; print(os.path.realpath(sys.executable))']).stdout.strip())\n"
-        "print(sys.executable)\nshell = run('echo $((6 * 7)); ls', shell=True)\n"
-        "print(shell.stdout.strip(), shell.returncode)", LIMITS)
-    assert result.ok, result
-    python3, python, bound, shell = result.stdout.splitlines()
-    assert python3 == python == bound == bwrap_mod.layout().python
-    if bwrap_mod.missing_tools():  # no shell with only the interpreter's libraries here: it says why
-        assert "no /bin/sh" in isolation().detail and shell == " 127", (shell, isolation().detail)
-    else:
-        assert shell == "42 127", shell  # the shell's builtins; no other program of the host (ls)
-
-
 def test_the_isolation_line_names_the_memory_bound_and_the_bounds_missing_here(monkeypatch):
     """Block I/O is never bounded; kernel memory and memory as one sum only where a cgroup is."""
     from numloss.evaluate.sandbox import cgroup, memory_bound
@@ -211,47 +236,6 @@ def test_the_isolation_line_names_the_memory_bound_and_the_bounds_missing_here(m
         monkeypatch.setattr(cgroup, "support", lambda parent=parent: cgroup.Support(parent, "found"))
         unbounded = isolation().detail.split("not bounded here: ", 1)[1]
         assert "block I/O" in unbounded and ("kernel memory" in unbounded) == kernel_memory, unbounded
-
-
-@needs_kernel_sandbox
-def test_ipc_uts_and_open_files_are_the_sandboxs_own():
-    host = {name: os.readlink(f"/proc/self/ns/{name}") for name in ("ipc", "uts", "net", "pid", "mnt")}
-    result = run_program(
-        "import os, resource, socket\n"
-        "print({n: os.readlink(f'/proc/self/ns/{n}') for n in ('ipc', 'uts', 'net', 'pid', 'mnt')})\n"
-        "print(socket.gethostname())\nprint(resource.getrlimit(resource.RLIMIT_NOFILE))\n"
-        "fds = []\ntry:\n    while True:\n        fds.append(os.open('/dev/null', os.O_RDONLY))\n"
-        "except OSError as e:\n    print(e.errno, len(fds))", LIMITS)
-    assert result.ok, result
-    namespaces, hostname, nofile, exhausted = result.stdout.splitlines()
-    inside = eval(namespaces)
-    assert all(inside[name] != host[name] for name in host), (inside, host)
-    assert hostname == "sandbox"
-    assert eval(nofile) == (LIMITS.open_files, LIMITS.open_files)
-    errno, opened = map(int, exhausted.split())
-    assert errno == 24 and LIMITS.open_files - 8 <= opened < LIMITS.open_files  # EMFILE, at the limit
-
-
-def _evaluator_has_capability(number: int) -> bool:
-    with open("/proc/self/status", encoding="utf-8") as f:
-        effective = next(int(line.split()[1], 16) for line in f if line.startswith("CapEff:"))
-    return bool(effective >> number & 1)
-
-
-@needs_kernel_sandbox
-def test_the_oom_killer_takes_a_sandboxs_processes_before_the_evaluator():
-    """Every process of the sandbox starts with the highest oom_score_adj; an evaluator holding
-    CAP_SYS_RESOURCE (root with its capabilities) also makes it a floor the program cannot lower."""
-    result = run_program(
-        "import os\nscore = lambda: open('/proc/self/oom_score_adj').read().strip()\nfirst = score()\n"
-        "r, w = os.pipe()\nif os.fork() == 0:\n    os.write(w, score().encode())\n    os._exit(0)\nos.wait()\n"
-        "try:\n    open('/proc/self/oom_score_adj', 'w').write('0')\n    lowered = 'lowered'\n"
-        "except OSError as e:\n    lowered = 'refused %d' % e.errno\nprint(first, os.read(r, 16).decode(), lowered)", LIMITS)
-    assert result.ok, result
-    first, child, lowered = result.stdout.split(maxsplit=2)
-    assert first == child == str(policy.OOM_SCORE_ADJ)
-    if _evaluator_has_capability(24):  # CAP_SYS_RESOURCE: the evaluator's write set the floor
-        assert lowered == "refused 13", lowered  # EACCES
 
 
 @needs_kernel_sandbox
@@ -289,21 +273,9 @@ def test_an_allowed_package_installed_under_tmp_is_importable(tmp_path, monkeypa
     assert result.stdout.split() == ["42", "True"]
 
 
-@needs_kernel_sandbox
-def test_processes_are_limited_even_when_the_evaluator_is_root():
-    limits = SandboxLimits(wall_seconds=5, cpu_seconds=3, max_processes=8)
-    result = run_program(
-        "import os, time\nn = 0\nfor _ in range(40):\n    try:\n        pid = os.fork()\n    except OSError:\n        break\n"
-        "    if pid == 0:\n        time.sleep(2)\n        os._exit(0)\n    n += 1\nprint(n)", limits)
-    assert result.ok, result
-    assert int(result.stdout) < 8
-
-
 def _sandboxed(evaluator: int) -> list[str]:
-    """Host pids of the evaluator's descendants that run as a sandbox's uid in another pid
-    namespace (bwrap itself is in ours)."""
-    ours = pid_namespace(str(os.getpid()))
-    return [p for p in descendants(evaluator) if bwrap_mod.is_sandbox_uid(_uid(p)) and pid_namespace(p) not in ("", ours)]
+    """Host pids of the evaluator's descendants that run as a sandbox's uid in another pid namespace."""
+    return [p for p in _foreign(evaluator) if _sandbox_uid(_uid(p))]
 
 
 _SLEEPERS = "import os, time\nfor _ in range(3):\n    if os.fork() == 0:\n        os.setsid()\n        break\ntime.sleep(600)"
@@ -325,12 +297,12 @@ def test_no_sandbox_outlives_its_evaluator_killed_or_frozen(fault, wall):
             time.sleep(0.05)
             if len(sandboxed := _sandboxed(evaluator.pid)) >= 4:
                 break
-        namespaces = {pid_namespace(p) for p in sandboxed}
+        namespaces = {hostile.pid_namespace(p) for p in sandboxed}
         assert len(sandboxed) >= 4, "the sandboxed program never started"
         started = time.monotonic()
         os.kill(evaluator.pid, signal.SIGKILL if fault == "killed" else signal.SIGSTOP)
         while time.monotonic() - started < 3.0 + policy.INIT_GRACE + 3:
-            if not (left := [p for p in os.listdir("/proc") if p.isdigit() and pid_namespace(p) in namespaces]):
+            if not (left := [p for p in os.listdir("/proc") if p.isdigit() and hostile.pid_namespace(p) in namespaces]):
                 break
             time.sleep(0.1)
     finally:
@@ -344,13 +316,6 @@ def test_no_sandbox_outlives_its_evaluator_killed_or_frozen(fault, wall):
         parents = list(found.v1.values()) if found.v1 else [found.parent] if found.parent else []
         stray = {f"{p}/{n}" for p in parents for n in os.listdir(p) if n.startswith(f"numloss-sandbox-{evaluator.pid}-")}
         assert set(cgroup.sweep_stale(parents, min_age=0)) >= stray
-
-
-def _uid(pid: str) -> int:
-    try:
-        return next(int(line.split()[1]) for line in open(f"/proc/{pid}/status", encoding="utf-8") if line.startswith("Uid:"))
-    except (OSError, StopIteration):
-        return -1
 
 
 @needs_kernel_sandbox
@@ -386,7 +351,7 @@ def test_each_prepared_namespace_of_an_evaluator_has_a_slot_of_its_own(monkeypat
     monkeypatch.setattr(bwrap_mod.os, "geteuid", lambda: 0)
     fds = [bwrap_mod._lease_userns() for _ in range(bwrap_mod.SLOTS)]
     base = bwrap_mod.HOST_UID_BASE + os.getpid() * bwrap_mod.SLOTS
-    assert made == [base + n for n in range(bwrap_mod.SLOTS)] and all(map(bwrap_mod.is_sandbox_uid, made))
+    assert made == [base + n for n in range(bwrap_mod.SLOTS)] and all(map(_sandbox_uid, made))
     with pytest.raises(OSError, match="sandboxes at once"):  # fails closed rather than share a uid
         bwrap_mod._lease_userns()
     bwrap_mod._return_userns(fds[3], reusable=False)  # its slot is free again, under a new namespace
@@ -423,18 +388,14 @@ ENDINGS = [
 def test_each_ending_is_reported_from_one_pool_in_order():
     """All of ENDINGS at once: each result in input order with its status, detail and exit status,
     within the wall clock, and no process of its namespace left (a setsid child included)."""
-    set_child_subreaper(True)  # an orphan of a run is reparented here, so it is found
     done: list[int] = []
-    try:
+    with hostile.subreaper():  # an orphan of a run is reparented here, so it is found
         results = run_programs([row[1] for row in ENDINGS], LIMITS, workers=3, on_done=lambda i, r: done.append(i))
         for (name, _, status, detail, code), result in zip(ENDINGS, results, strict=True):
             assert (result.status, result.returncode) == (status, code) and detail in result.detail, (name, result)
             assert result.wall_seconds < LIMITS.wall_seconds + 2, (name, result)
-            assert our_processes_in_pid_namespace(result.pid_namespace) == [], name
-        assert sorted(done) == list(range(len(ENDINGS)))
-    finally:
-        set_child_subreaper(False)
-        reap_orphans()
+            assert hostile.our_processes_in_pid_namespace(result.pid_namespace) == [], name
+    assert sorted(done) == list(range(len(ENDINGS)))
 
 
 @needs_kernel_sandbox
@@ -588,27 +549,6 @@ def test_the_last_filter_refuses_mount_and_any_further_filter_only():
     assert errno_of(run_bpf(aarch64, 164, 0xC00000B7, (4, 0x7FFF0000))) == 1  # setrlimit
 
 
-@needs_kernel_sandbox
-@pytest.mark.skipif(platform.machine() != "x86_64", reason="raw syscall numbers below are x86_64's")
-def test_the_filter_is_live_in_the_sandbox():
-    # ptrace bpf keyctl unshare mount memfd_create memfd_secret shmget modify_ldt mbind
-    # inotify_init1 fanotify_init mq_open setxattr semget syncfs fadvise64 seccomp, then
-    # listmount/statmount/open_tree_attr (ENOSYS)
-    calls = (101, 321, 250, 272, 165, 319, 447, 29, 154, 237, 294, 300, 240, 188, 64, 306, 221, 317, 458, 457, 467)
-    result = run_program(
-        "import ctypes, fcntl, socket\nlibc = ctypes.CDLL(None, use_errno=True)\n"
-        f"for n in {calls!r}:\n    libc.syscall(n, 0, 0, 0, 0)\n    print(ctypes.get_errno(), end=' ')\n"
-        "print(libc.prctl(22, 2, 0, 0, 0), ctypes.get_errno(), end=' ')\n"  # PR_SET_SECCOMP
-        "fd = open('/dev/null')\n"
-        "for cmd in (1024, 1026):  # F_SETLEASE, F_NOTIFY\n"
-        "    try:\n        fcntl.fcntl(fd, cmd, 1)\n    except OSError as e:\n        print(e.errno, end=' ')\n"
-        "for make in (lambda: socket.socket(socket.AF_INET), lambda: socket.socketpair(socket.AF_INET)):\n"
-        "    try:\n        make()\n    except OSError as e:\n        print(e.errno, end=' ')\n"
-        "a, b = socket.socketpair()\na.sendall(b'ok')\nprint(b.recv(2).decode())\n", LIMITS)
-    assert result.ok, result
-    assert result.stdout.split() == ["1"] * 18 + ["38"] * 3 + ["-1", "1", "1", "1", "97", "97", "ok"]
-
-
 # ---- fail closed ---------------------------------------------------------------------------------
 
 def _fake_bwrap(tmp_path, body: str) -> str:
@@ -703,32 +643,37 @@ def test_the_package_exports_the_contract():
 
 # ---- the CLI records the isolation and fails closed to chain of thought -------------------------
 
-@pytest.mark.parametrize("opt_in", [False, True], ids=["refused", "opted-in"])
-def test_eval_cli_records_the_isolation_and_falls_back_without_a_sandbox(fresh_probe, monkeypatch, tmp_path, capsys, opt_in):
+@pytest.mark.parametrize("case", ["refused", "opted-in", "score-outputs"])
+def test_eval_cli_records_the_isolation_and_falls_back_without_a_sandbox(fresh_probe, monkeypatch, tmp_path, capsys, case):
+    """Without a sandbox `numloss eval` (a model, or --score-outputs) says on the console that
+    programs are not run and records it; --allow-unisolated-exec runs them unisolated."""
     import json
-    from pathlib import Path
 
     from numloss.evaluate import cli
     from numloss.models.tiny import build_char_tokenizer, build_tiny_model
 
     monkeypatch.setattr(bwrap_mod, "bwrap_candidates", lambda: [])
     monkeypatch.setenv(ALLOW_UNISOLATED_ENV, "0")  # the CLI's opt-in sets it; undone after the test
-    tokenizer = build_char_tokenizer()
-    folder = tmp_path / "model"
-    build_tiny_model(tokenizer, num_layers=1, hidden_size=32, num_heads=2).save_pretrained(folder)
-    tokenizer.save_pretrained(folder)
-    fixtures = Path(__file__).parent / "fixtures" / "benchmarks"
-    argv = [str(folder), "--benchmarks", "gsm8k", "--data-dir", str(fixtures), "--limit", "2", "--max-new-tokens", "4",
-            "--out", str(tmp_path / "out"), "--quiet", "--dtype", "float32", "--no-digit-stats"]
-    assert cli.main(argv + (["--allow-unisolated-exec"] if opt_in else [])) == 0
+    argv = ["--data-dir", str(Path(__file__).parent / "fixtures" / "benchmarks"), "--out", str(tmp_path / "out")]
+    if case == "score-outputs":
+        outputs = tmp_path / "outputs.jsonl"
+        outputs.write_text(json.dumps({"benchmark": "gsm8k", "id": "0", "output": "```python\nprint(7)\n```"}) + "\n")
+        argv += ["--score-outputs", str(outputs)]
+    else:
+        tokenizer = build_char_tokenizer()
+        build_tiny_model(tokenizer, num_layers=1, hidden_size=32, num_heads=2).save_pretrained(tmp_path / "model")
+        tokenizer.save_pretrained(tmp_path / "model")
+        argv += [str(tmp_path / "model"), "--benchmarks", "gsm8k", "--limit", "2", "--max-new-tokens", "4", "--quiet",
+                 "--dtype", "float32", "--no-digit-stats"] + (["--allow-unisolated-exec"] if case == "opted-in" else [])
+    assert cli.main(argv) == 0
     recorded = json.loads((tmp_path / "out" / "results.json").read_text())["isolation"]
     assert f"Program sandbox: {recorded['mode']}" in (tmp_path / "out" / "report.md").read_text()
     err = capsys.readouterr().err
-    if opt_in:
+    if case == "opted-in":
         assert recorded["mode"] == "unisolated" and recorded["program_of_thought"] is True
     else:
-        assert recorded["mode"] == "unavailable" and recorded["program_of_thought"] is False
-        assert "--allow-unisolated-exec" in err and "chain of thought" in err
+        assert recorded["mode"] == "unavailable" and recorded.get("program_of_thought", False) is False
+        assert "not run" in err and "--allow-unisolated-exec" in err and "chain" in err
 
 
 @needs_kernel_sandbox
@@ -864,14 +809,8 @@ def test_cgroups_left_by_a_dead_evaluator_are_swept_and_new_names_never_collide(
     parent = tmp_path / "parent"
     parent.mkdir()
     (parent / f"numloss-sandbox-{os.getpid()}-0").mkdir()
-    made = [cgroup.ProgramCgroup(str(parent), SandboxLimits()) for _ in range(2)]
-    try:
-        assert len({g.path for g in made}) == 2 and all(os.path.isdir(g.path) for g in made)
-    finally:
-        for group in made:
-            for name in os.listdir(group.path):
-                os.remove(os.path.join(group.path, name))
-            group.remove()
+    made = [cgroup.ProgramCgroup(str(parent), SandboxLimits()).path for _ in range(2)]
+    assert len(set(made)) == 2 and all(map(os.path.isdir, made))
 
 
 def test_cgroup_v1_is_found_for_a_root_evaluator_and_refused_for_another(tmp_path):
@@ -921,22 +860,6 @@ def test_each_program_gets_its_cgroup_and_an_oom_kill_reads_as_memory(tmp_path, 
     assert refused.status == "error" and refused.stdout == "" and "cgroup" in refused.detail and "setup failed" in refused.detail
 
 
-def test_score_outputs_warns_on_the_console_when_programs_cannot_run(fresh_probe, monkeypatch, tmp_path, capsys):
-    import json
-
-    from numloss.evaluate import cli
-
-    monkeypatch.setattr(bwrap_mod, "bwrap_candidates", lambda: [])
-    monkeypatch.setenv(ALLOW_UNISOLATED_ENV, "0")
-    outputs = tmp_path / "outputs.jsonl"
-    outputs.write_text(json.dumps({"benchmark": "gsm8k", "id": "0", "output": "```python\nprint(7)\n```"}) + "\n")
-    fixtures = Path(__file__).parent / "fixtures" / "benchmarks"
-    assert cli.main(["--score-outputs", str(outputs), "--data-dir", str(fixtures), "--out", str(tmp_path / "out")]) == 0
-    err = capsys.readouterr().err
-    assert "programs were not run" in err and "--allow-unisolated-exec" in err
-    assert json.loads((tmp_path / "out" / "results.json").read_text())["isolation"]["mode"] == "unavailable"
-
-
 def test_the_inits_reports_are_read_as_they_came():
     seen = bwrap_mod.observed(None, b"started\nend 256 0.120\n")
     assert seen.started and seen.wait_status == 256 and seen.cpu_seconds == pytest.approx(0.12)
@@ -967,9 +890,7 @@ def test_a_set_up_failure_after_bwrap_started_leaves_no_sandbox_behind(monkeypat
     def fail(*args, **kwargs):
         raise _Injected(point)
 
-    ours = pid_namespace(str(os.getpid()))
-    set_child_subreaper(True)  # a sandbox orphaned by the failure is reparented here, so it is found
-    try:
+    with hostile.subreaper():  # a sandbox orphaned by the failure is reparented here, so it is found
         monkeypatch.setattr(bwrap_mod.subprocess, "Popen", recording_popen)
         if point == "close-fds":
             monkeypatch.setattr(bwrap_mod.os, "close", lambda fd: fail() if started else real_close(fd))
@@ -982,10 +903,5 @@ def test_a_set_up_failure_after_bwrap_started_leaves_no_sandbox_behind(monkeypat
         assert len(launched) == 1 and launched[0].poll() is not None, "bwrap outlived the failed set-up"
         assert launched[0].stdout.closed and launched[0].stderr.closed
         time.sleep(1.0)  # time for an orphaned sandbox to read the closed pipe as go
-        reap_orphans()  # the killed ones: only a living process counts
-        foreign = [p for p in descendants(os.getpid()) if pid_namespace(p) not in ("", ours)]
-        assert foreign == [], "a sandbox outlived the failed set-up"
-    finally:
-        monkeypatch.undo()
-        set_child_subreaper(False)
-        reap_orphans()
+        hostile.reap_orphans()  # the killed ones: only a living process counts
+        assert _foreign(os.getpid()) == [], "a sandbox outlived the failed set-up"

@@ -186,14 +186,6 @@ def g(x):
     return x + 1
 print(inspect.getsource(g).splitlines()[0])
 """,
-    "spawn_start_method": """
-import multiprocessing as mp
-def f(x):
-    return x + 1
-if __name__ == "__main__":
-    with mp.get_context("spawn").Pool(2) as pool:
-        print(pool.map(f, [1, 2, 3]))
-""",
     "import_module_written_beside_it": """
 with open("helper.py", "w") as f:
     f.write("def triple(x):\\n    return 3 * x\\n")
@@ -279,7 +271,6 @@ with open("/dev/stdout", "w") as out, open("/dev/stderr", "w") as err:
     err.write("via /dev/stderr\\n")
 print("after")
 """,
-    "print_own_source": "print(open(__file__).read().count('print'))\n",
     "forkserver_and_spawn_pools": """
 import multiprocessing as mp
 from concurrent.futures import ProcessPoolExecutor
@@ -296,7 +287,7 @@ if __name__ == "__main__":
 }
 
 ALL = {**CORPUS, **PLAIN}
-NUMLOSS_ONLY = [*CORPUS, "spawn_start_method", "forkserver_and_spawn_pools"]
+NUMLOSS_ONLY = [*CORPUS, "forkserver_and_spawn_pools"]
 
 
 def python_prog_py(source: str, folder) -> tuple[str, int]:

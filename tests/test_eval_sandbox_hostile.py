@@ -27,7 +27,7 @@ from pathlib import Path
 import pytest
 import sympy
 
-from hostile import Hostile, load, our_processes_in_pid_namespace, reap_orphans, set_child_subreaper
+from hostile import Hostile, load, our_processes_in_pid_namespace, subreaper
 from numloss.evaluate.sandbox import SandboxLimits, isolation, run_program, run_programs
 from numloss.evaluate.sandbox.policy import SIGPENDING
 
@@ -38,6 +38,7 @@ LIMITS = SandboxLimits(wall_seconds=3.0, cpu_seconds=2, memory_bytes=512 << 20, 
                        max_processes=32, tmpfs_bytes=8 << 20)
 CANARY = "numloss-canary-7f3a9c"
 HOSTILE = load()
+TEMPLATES = {h.name: h.template for h in HOSTILE}
 
 
 def _number_after(text: str, label: str) -> int:
@@ -101,20 +102,13 @@ def suite():
         folder.mkdir()
         (folder / "secret.txt").write_text(CANARY)
     (data / "gold.jsonl").write_text(json.dumps({"answer": CANARY}) + "\n")
-    listeners = {
-        "tcp": socket.create_server(("127.0.0.1", 0)),
-        "udp": socket.socket(socket.AF_INET, socket.SOCK_DGRAM),
-        "dns": socket.socket(socket.AF_INET, socket.SOCK_DGRAM),
-        "unix": socket.socket(socket.AF_UNIX, socket.SOCK_STREAM),
-        "abstract": socket.socket(socket.AF_UNIX, socket.SOCK_STREAM),
-    }
-    listeners["udp"].bind(("127.0.0.1", 0))
-    listeners["dns"].bind(("127.0.0.1", 0))
-    listeners["unix"].bind(str(secret / "evaluator.sock"))
-    listeners["unix"].listen()
     abstract = f"numloss-hostile-{os.getpid()}"
-    listeners["abstract"].bind("\0" + abstract)
-    listeners["abstract"].listen()
+    listeners = {"tcp": socket.create_server(("127.0.0.1", 0)),
+                 "unix": socket.create_server(str(secret / "evaluator.sock"), family=socket.AF_UNIX),
+                 "abstract": socket.create_server("\0" + abstract, family=socket.AF_UNIX)}
+    for name in ("udp", "dns"):
+        listeners[name] = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        listeners[name].bind(("127.0.0.1", 0))
     for s in listeners.values():
         s.setblocking(False)
     victim = subprocess.Popen(["sleep", "300"])
@@ -125,35 +119,27 @@ def suite():
         "DNS_PORT": str(listeners["dns"].getsockname()[1]), "UNIX_SOCK": str(secret / "evaluator.sock"),
         "ABSTRACT": abstract,
     }
+    dirs = {"secret": secret, "cwd": cwd, "home": home, "data": data}
     sympy_init = Path(sympy.__file__)
-    before = {"secret": snapshot(secret), "cwd": snapshot(cwd), "home": snapshot(home), "data": snapshot(data),
+    before = {**{name: snapshot(folder) for name, folder in dirs.items()},
               "sympy": hashlib.sha256(sympy_init.read_bytes()).hexdigest(), "escapes": escapes_on_host()}
-    old_cwd, old_env = os.getcwd(), dict(os.environ)
-    os.chdir(cwd)
-    os.environ.update(HOME=str(home), NUMLOSS_SECRET_TOKEN=CANARY)
-    set_child_subreaper(True)  # a survivor of ours is reparented here: see hostile/__init__.py
-    run_programs(["print(1)"] * 4, LIMITS, workers=4)  # the pooled namespaces and the lifeline exist
-    descriptors = len(os.listdir("/proc/self/fd"))
-    try:
+    with subreaper(), pytest.MonkeyPatch.context() as env:  # a survivor of ours is found: hostile/__init__.py
+        run_programs(["print(1)"] * 4, LIMITS, workers=4)  # the pooled namespaces and the lifeline exist
+        descriptors = len(os.listdir("/proc/self/fd"))
+        env.chdir(cwd)
+        env.setenv("HOME", str(home))
+        env.setenv("NUMLOSS_SECRET_TOKEN", CANARY)
         started = time.perf_counter()
         results = run_programs([h.source(values) for h in HOSTILE], LIMITS, workers=4)
         seconds = time.perf_counter() - started
         descriptors = len(os.listdir("/proc/self/fd")) - descriptors
-    finally:
-        os.chdir(old_cwd)
-        os.environ.clear()
-        os.environ.update(old_env)
-    time.sleep(0.3)  # anything that survived would have had time to act
-    yield {
-        "results": dict(zip((h.name for h in HOSTILE), results, strict=True)), "seconds": seconds,
-        "descriptors": descriptors,
-        "before": before, "listeners": listeners, "victim": victim,
-        "dirs": {"secret": secret, "cwd": cwd, "home": home, "data": data}, "sympy": sympy_init,
-    }
-    victim.kill()
-    victim.wait()
-    set_child_subreaper(False)
-    reap_orphans()
+        env.undo()
+        time.sleep(0.3)  # anything that survived would have had time to act
+        yield {"results": dict(zip((h.name for h in HOSTILE), results, strict=True)), "seconds": seconds,
+               "descriptors": descriptors, "before": before, "listeners": listeners, "victim": victim,
+               "dirs": dirs, "sympy": sympy_init}
+        victim.kill()
+        victim.wait()
     for s in listeners.values():
         s.close()
     shutil.rmtree(base, ignore_errors=True)
@@ -203,10 +189,7 @@ def test_the_evaluator_and_the_victim_survive_and_go_on(suite):
     assert suite["descriptors"] <= 4, suite["descriptors"]
     after = run_program("import fractions\nprint(fractions.Fraction(1, 3) + fractions.Fraction(1, 6))", LIMITS)
     assert after.ok and after.stdout.strip() == "1/2"
-
-
-def test_the_suite_runs_in_parallel_in_bounded_time(suite):
-    # 84 programs, the slowest ones held to the 3 s wall clock, 4 at a time
+    # in parallel, in bounded time: 84 programs, the slowest ones held to the 3 s wall clock, 4 at a time
     assert suite["seconds"] < 90, suite["seconds"]
 
 
@@ -243,49 +226,6 @@ print(fd >= 0, queued, mq >= 0, len(pty) == 2)
 """
 
 
-# Memory that no rlimit of the program counts, each way the red team used, up to 512 MiB each:
-# memfds (each below RLIMIT_FSIZE), detached SysV shared memory, SysV semaphore sets, tmpfs
-# extended attributes and unread socket buffers. Every way is refused; were one not, the host would see it held.
-_HOLD_MEMORY = r"""
-import ctypes, os, socket
-libc = ctypes.CDLL(None, use_errno=True)
-libc.shmat.restype = ctypes.c_void_p
-held = []
-try:
-    for _ in range(34):
-        fd = os.memfd_create("hold")
-        for _ in range(15):
-            os.write(fd, b"m" * (1 << 20))
-        held.append(fd)
-except OSError:
-    pass
-ident = libc.shmget(0, 512 << 20, 0o1000 | 0o600)
-if ident >= 0:
-    address = libc.shmat(ident, None, 0)
-    ctypes.memset(address, 1, 512 << 20)
-    libc.shmdt(ctypes.c_void_p(address))
-for _ in range(220):  # 32,000 semaphores a set, about 2.3 MiB each
-    if libc.semget(0, 32000, 0o1000 | 0o600) < 0:
-        break
-open("x", "w").close()
-for space in ("user", "security", "trusted"):
-    try:
-        for i in range(8192):
-            os.setxattr("x", "%s.a%d" % (space, i), b"x" * 65000)
-    except OSError:
-        pass
-try:
-    for _ in range(100):
-        a, b = socket.socketpair()
-        held += [a, b]
-        a.setblocking(False)
-        while True:
-            a.send(b"s" * 65536)
-except OSError:
-    pass
-"""
-
-
 def _kernel_held_mib() -> float:
     """Shmem + SUnreclaim + VmallocUsed of the whole host, in MiB: where memfds, SysV shm, tmpfs
     pages, xattrs and semaphore sets sit, in no process's address space (noisy only by what else
@@ -298,7 +238,7 @@ def _kernel_held_mib() -> float:
 def test_the_evaluator_keeps_its_kernel_budgets_while_a_hostile_program_runs():
     """Measured by a fresh process of the evaluator's user before, during and after a program
     that tries to drain them (inotify instances, queued signals, message queues, ptys), and
-    memory: what the host holds outside every process while that program tries to hold 2.5 GiB
+    memory: what the host holds outside every process while that program tries to hold 2.3 GiB
     beside its limits stays within its tmpfs and some slack."""
     import sys
     import threading
@@ -306,8 +246,11 @@ def test_the_evaluator_keeps_its_kernel_budgets_while_a_hostile_program_runs():
     def measure() -> str:
         return subprocess.run([sys.executable, "-c", _BUDGETS], capture_output=True, text=True, timeout=60).stdout.strip()
 
-    budgets = HOSTILE[[h.name for h in HOSTILE].index("kernel_budgets")].template
-    drain = _HOLD_MEMORY + budgets + "\nprint('held', len(held))\nimport time\ntime.sleep(4)\n"
+    # the hostile programs that try to hold memory no rlimit of theirs counts (memfds, detached SysV
+    # shared memory, semaphore sets, tmpfs xattrs, unread socket and pipe buffers) and to drain the
+    # budgets, one after the other: each way is refused or capped; were one not, the host would see it
+    ways = ("memfd_hold", "sysv_shm_hold", "sysv_sem_hold", "tmpfs_xattr_flood", "socket_and_pipe_buffers", "kernel_budgets")
+    drain = "\n".join(TEMPLATES[name] for name in ways) + "\nimport time\ntime.sleep(4)\n"
     limits = SandboxLimits(wall_seconds=8, cpu_seconds=6)
     healthy = "True 20 True True"
     assert measure() == healthy

@@ -10,7 +10,11 @@ attempt worked, which the test also refuses.
 
 from __future__ import annotations
 
+import contextlib
+import ctypes
+import os
 import re
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -58,18 +62,22 @@ def load() -> list[Hostile]:
 PR_SET_CHILD_SUBREAPER = 36
 
 
-def set_child_subreaper(on: bool) -> None:
-    """Make this process the subreaper of its orphaned descendants (Linux prctl), or stop."""
-    import ctypes
-
-    if ctypes.CDLL(None, use_errno=True).prctl(PR_SET_CHILD_SUBREAPER, int(on), 0, 0, 0) != 0:
+@contextlib.contextmanager
+def subreaper() -> Iterator[None]:
+    """While it lasts this process is the subreaper of its orphaned descendants (Linux prctl), so
+    that a survivor of a sandbox is found below it; afterwards their exit statuses are collected."""
+    prctl = ctypes.CDLL(None, use_errno=True).prctl
+    if prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) != 0:
         raise OSError(ctypes.get_errno(), "prctl(PR_SET_CHILD_SUBREAPER) failed")
+    try:
+        yield
+    finally:
+        prctl(PR_SET_CHILD_SUBREAPER, 0, 0, 0, 0)
+        reap_orphans()
 
 
 def descendants(root: int) -> list[str]:
     """Host pids (as strings) of every process below `root`, from /proc's parent links."""
-    import os
-
     children: dict[int, list[str]] = {}
     for entry in os.listdir("/proc"):
         if entry.isdigit():
@@ -88,8 +96,6 @@ def descendants(root: int) -> list[str]:
 
 def pid_namespace(pid: str) -> str:
     """The pid namespace of host process `pid` ("pid:[N]"), "" once it is gone."""
-    import os
-
     try:
         return os.readlink(f"/proc/{pid}/ns/pid")
     except OSError:
@@ -98,19 +104,11 @@ def pid_namespace(pid: str) -> str:
 
 def our_processes_in_pid_namespace(inode: int) -> list[int]:
     """Host pids of this process's descendants in the pid namespace `inode`."""
-    import os
-
     return [int(p) for p in descendants(os.getpid()) if pid_namespace(p) == f"pid:[{inode}]"]
 
 
 def reap_orphans() -> None:
     """Collect the exit status of orphans reparented to this process (no zombies left)."""
-    import os
-
-    while True:
-        try:
-            pid, _ = os.waitpid(-1, os.WNOHANG)
-        except ChildProcessError:
-            return
-        if pid == 0:
-            return
+    with contextlib.suppress(ChildProcessError):
+        while os.waitpid(-1, os.WNOHANG)[0]:
+            pass
