@@ -7,7 +7,7 @@ verdict a reader of the output would give. `first`: the output's own answer deci
 that runs as Python, whatever wrapper a harness puts around it, answers with what it prints);
 `fallback`: the program is broken (it raises before finishing), so the fallback text decides;
 `never`: no answer is given; `letter-a`: the output ends with a lone "a", right only when the gold
-is A (the article rule reads no letter there: see STRICT).
+is A.
 
 `cases(benchmark, items)` gives every (kind, item, output, fallback, truth) for real items.
 """
@@ -64,6 +64,7 @@ GENERIC = [
     K("program-main-guard", "def main():\n    print({p})\nif __name__ == '__main__':\n    main()", "The answer is {a}."),
     K("program-trigger", "print('The answer is', {p})", "The answer is {a}."),
     K("program-raises", "print({p})\nraise ValueError('late')", "The answer is {a}.", truth="fallback"),
+    K("program-no-number", "print('no number here')", "The answer is {a}.", truth="fallback"),
     K("program-import", "import math\nprint({p})", "The answer is {a}."),
     K("program-fstring", "result = {p}\nprint(f'{{result}}')", "The answer is {a}."),
     K("program-comment", "print({p})  # the answer", "The answer is {a}."),
@@ -96,6 +97,7 @@ NUMERIC = [  # number and math items
     K("boxed-assignment", "So $\\boxed{{x = {a}}}$", kinds=("math",)),
     K("inline-math", "The answer is \\({a}\\).", kinds=("number", "math")),
     K("negated", "The answer is -{a}", truth="never", kinds=("number",)),
+    K("half-of", "We get 1/2 of {a}, so the answer is 1/2", truth="never", kinds=("number",)),
     K("program-float", "print(float({p}))", "The answer is {a}.", kinds=("number",)),
     K("program-float-noise", "print({p} + 1e-13)", "The answer is {a}.", kinds=("number",)),
     K("program-two-prints", "x = {p}\ny = 3\nprint(x)\nprint(y)", "The answer is {a}.", kinds=("number",)),
@@ -139,18 +141,13 @@ CHOICE = [
 
 KINDS = GENERIC + NUMERIC + CHOICE
 
-# Kinds where numloss may be wrong and the released code right, on purpose (docs/evaluation.md).
-STRICT: dict[str, str] = {}
 
-
-def _commas(value: Fraction) -> str:
+def grouped(value: Fraction, sep: str = ",") -> str:
+    """`value` with the digits of its whole part grouped in threes by `sep` ("-14,400.5"); a
+    fraction ("5/6") as it is."""
     text = format_exact(value)
-    whole, _, frac = text.partition(".")
-    sign = "-" if whole.startswith("-") else ""
-    digits = whole.lstrip("-")
-    if not digits.isdigit():
-        return text
-    return sign + f"{int(digits):,}" + (f".{frac}" if frac else "")
+    sign, whole, rest = re.fullmatch(r"(-?)(\d*)(.*)", text).groups()
+    return text if "/" in text else sign + f"{int(whole):,}".replace(",", sep) + rest
 
 
 @dataclass(frozen=True)
@@ -160,7 +157,7 @@ class Case:
     item: Item
     output: str
     fallback: str | None
-    truth: bool | None
+    truth: bool
 
 
 def _fill(kind: Kind, item: Item, answer: str, value: Fraction | None) -> str:
@@ -170,7 +167,7 @@ def _fill(kind: Kind, item: Item, answer: str, value: Fraction | None) -> str:
         fields = {"a": answer, "l": answer.lower(), "c": answer, "t": answer, "s": answer, "p": repr(answer), "o": option,
                   "v": format_exact(opt_value) if opt_value is not None else repr(option)}
     else:
-        commas = _commas(value) if value is not None else answer
+        commas = grouped(value) if value is not None else answer
         literal = format_exact(value) if value is not None and "/" not in format_exact(value) else repr(answer)
         fields = {"a": answer, "l": answer, "c": commas, "t": commas.replace(",", ",\\!"), "s": commas.replace(",", "\\,"),
                   "p": literal, "o": answer, "v": answer}
@@ -193,8 +190,6 @@ def answers_of(item: Item) -> tuple[tuple[str, Fraction | None], tuple[str, Frac
 
 def _is_list(answer: str) -> bool:
     """A comma list of plain integers ("4,6,14,15", "12, 10, 6"), not a number with thousands ("14,400")."""
-    from numloss.evaluate.answers import plain_exact
-
     return bool(re.fullmatch(r"-?\d+(?:,\s?-?\d+)+", answer.strip())) and plain_exact(answer) is None
 
 
@@ -202,8 +197,6 @@ def usable(item: Item) -> bool:
     """Items whose gold a generated output can state plainly (a plain number, a comma list of integers, a letter)."""
     if item.kind == "choice":
         return item.answer.upper() in LETTERS[: len(item.options)]
-    from numloss.evaluate.answers import plain_exact
-
     if _is_list(item.answer):
         return True
     return plain_exact(item.answer) is not None and "/" not in item.answer and "frac" not in item.answer
@@ -222,14 +215,8 @@ def cases(benchmark: str, items: list[Item]) -> list[Case]:
             for said, said_value, other, other_value, said_right in ((right, rv, wrong, wv, True), (wrong, wv, right, rv, False)):
                 output = _fill(kind, item, said, said_value)
                 fallback = _fill(Kind(kind.name, kind.fallback), item, other, other_value) if kind.fallback and item.kind != "choice" else None
-                if kind.truth == "first":
-                    truth: bool | None = said_right
-                elif kind.truth == "fallback":
-                    truth = (not said_right) if fallback is not None else False
-                elif kind.truth == "letter-a":
-                    truth = item.answer.upper() == "A"
-                else:
-                    truth = False
+                truth = {"first": said_right, "fallback": fallback is not None and not said_right,
+                         "letter-a": item.answer.upper() == "A"}.get(kind.truth, False)
                 case = Case(kind.name, benchmark, item, output, fallback, truth)
                 if (kind.name, item.id, output, fallback) not in seen:  # a kind without {a} fills once
                     seen.add((kind.name, item.id, output, fallback))

@@ -10,14 +10,16 @@ arrows and relations before it; markdown (headings, blockquotes, lists, admoniti
 LaTeX emphasis, boxes and fractions; self-correction, verification paragraphs and hedges;
 multiple-choice dress (letter with its text, another option's text, other languages); printed
 program results (floats, trailing whitespace, labels); truncated and empty outputs; spelled-out
-numbers. Scored by tests/test_eval_dress.py.
+numbers. `cases` fills them for real items; tests/test_eval_differential.py scores them.
 """
 
 from __future__ import annotations
 
+import random
 from collections.abc import Callable, Iterator
 from fractions import Fraction
 
+from eval_cases import Case, answers_of, grouped  # tests/ is on sys.path (conftest.py)
 from numloss.evaluate.answers import format_exact
 from numloss.evaluate.benchmarks import LETTERS, Item
 
@@ -51,13 +53,6 @@ def _text(item: Item, said: str, value: Fraction | None) -> str:
 def _option(item: Item, letter: str) -> str:
     index = LETTERS.index(letter)
     return item.options[index] if index < len(item.options) else ""
-
-
-def _grouped(value: Fraction, sep: str) -> str:
-    text = format_exact(value)
-    sign, digits = ("-", text[1:]) if text.startswith("-") else ("", text)
-    whole, _, frac = digits.partition(".")
-    return sign + f"{int(whole):,}".replace(",", sep) + ("." + frac if frac else "")
 
 
 LANGUAGE = ["La respuesta es {x}.", "La respuesta correcta es {x}", "Die Antwort lautet {x}.", "Die Antwort ist: {x}",
@@ -108,7 +103,7 @@ def separators(item: Item, said: str, value: Fraction | None, other: str, other_
         return
     for name, sep in {"thin": "\u2009", "narrow": "\u202f", "nbsp": "\u00a0", "space": " ", "apostrophe": "'",
                       "latex-thin": "\\,", "latex-bang": ",\\!", "latex-space": "\\;"}.items():
-        form = _grouped(value, sep)
+        form = grouped(value, sep)
         yield f"sep-{name}", f"The answer is {form}.", "said"
         yield f"sep-{name}-bare", WORK + form, "said"
         yield f"sep-{name}-boxed", f"$\\boxed{{{form}}}$", "said"
@@ -293,3 +288,21 @@ FAMILIES: dict[str, Family] = {
     "relations": relations, "markdown": markdown, "latex": latex, "corrections": corrections,
     "choice-dress": choice_dress, "programs": programs, "truncated": truncated, "spelled": spelled,
 }
+
+
+def cases(benchmark: str, items: list[Item], per_family: int | None, rng: random.Random, programs: int | None = 2) -> list[Case]:
+    """Per item, `per_family` templates of each family drawn by `rng` (None: all; at most
+    `programs` of the program family, which run in the sandbox), each filled with the right and
+    the wrong answer: cases of kind "family/template" whose truth is whether the output answers the gold."""
+    out = []
+    for item in items:
+        (right, rv), (wrong, wv) = answers_of(item)
+        for family, generate in FAMILIES.items():
+            fills = {said_right: list(generate(item, said, sv, other, ov))
+                     for said, sv, other, ov, said_right in ((right, rv, wrong, wv, True), (wrong, wv, right, rv, False))}
+            ids = sorted({t for t, _, _ in fills[True]} & {t for t, _, _ in fills[False]})
+            limit = programs if family == "programs" else per_family
+            chosen = set(ids if limit is None else rng.sample(ids, min(limit, len(ids))))
+            out += [Case(f"{family}/{template}", benchmark, item, output, None, said_right and mode == "said")
+                    for said_right, made in fills.items() for template, output, mode in made if template in chosen]
+    return out

@@ -1,29 +1,25 @@
 """The `released` protocol against the transcription of the released code (tests/reference/released_eval.py).
 
 Built from the real benchmark files in ../shared/benchmarks: the question text and gold of every
-item of every benchmark, then several hundred outputs (chain-of-thought endings, programs that
-print, multiple-choice letters in every form) scored by both; they must agree on every
-extracted answer and every verdict.
+item of every benchmark, then about 2,000 outputs (tests/eval_cases.py: chain-of-thought
+endings, multiple-choice letters in every form; programs in tests/test_eval_differential.py)
+scored by both; they must agree on every extracted answer and every verdict.
 """
 
 from __future__ import annotations
 
-import itertools
-from pathlib import Path
-
 import pytest
 
+from eval_cases import cases  # tests/ is on sys.path (conftest.py)
 from numloss.evaluate.benchmarks import load_benchmark
 from numloss.evaluate.programs import ProgramRunner
 from numloss.evaluate.protocol import RELEASED, released_prompt
 from numloss.evaluate.runner import score_items
 from numloss.evaluate.sandbox import SandboxLimits
 from reference import released_eval as ref
+from test_eval_differential import DATA, NAMES, transcription
 
-DATA = Path(__file__).resolve().parents[2] / "shared" / "benchmarks"  # ../shared beside the repository
 pytestmark = pytest.mark.usefixtures("shared_benchmarks")  # fails, naming the folder, when it is missing
-
-NAMES = {"gsm8k": "gsm8k", "svamp": "svamp", "simuleq": "simuleq", "math": "math", "aqua": "aqua", "sat": "sat", "mmlu_math": "mmlu_mathematics"}
 LIMITS = SandboxLimits(wall_seconds=10.0, cpu_seconds=5, memory_bytes=0)
 
 
@@ -53,110 +49,23 @@ def test_generation_settings_are_the_released_ones():
     assert RELEASED.max_new_tokens_open == ref.MAX_TOKENS_OPEN and RELEASED.max_new_tokens_choice == ref.MAX_TOKENS_CHOICE
 
 
-def _commas(n: str) -> str:
-    whole, _, frac = n.partition(".")
-    sign = "-" if whole.startswith("-") else ""
-    whole = whole.lstrip("-")
-    grouped = f"{int(whole):,}" if whole.isdigit() else whole
-    return sign + grouped + (f".{frac}" if frac else "")
-
-
-def open_outputs(gold: str) -> list[tuple[str, str | None]]:
-    """(first output, fallback) pairs: CoT endings and programs, right and wrong."""
-    wrong = str(int(float(gold)) + 10) if gold.lstrip("-").replace(".", "", 1).isdigit() else "7"
-    cot = [
-        f"First 3 + 4 = 7, then 7 * 2 = 14.\nThe answer is {gold}.",
-        f"The answer is: {_commas(gold)}",
-        f"She pays $ {gold} in total. The answer is ${_commas(gold)}.",
-        f"So 8 - 3 = 5 and the answer is {gold} apples",
-        f"It is {gold}% of them. The answer is {gold}%",
-        f"The answer is {wrong}. Checking again with 12 and 5.",
-        f"We get 1/2 of {gold}, so the answer is 1/2",
-        f"He had 12 apples and 5 left, so {gold} were eaten.",
-        f"The answer is -{gold}",
-        f"The answer is {gold}.0",
-        f"The answer is 3\n\nThe answer is {gold}",  # two triggers: the released code keeps the first chunk
-        f"#### {gold}",
-        f"To find the answer: 80,000 + {gold}",
-        "I cannot tell.",
-    ]
-    programs = [
-        f"a = {gold}\nprint(a)",
-        f"total = {gold}\nprint(float(total))",
-        f"x = {gold}\ny = 3\nprint(x)\nprint(y)",
-        f"print('The answer is', {gold})",
-        f"```python\nprint({gold})\n```",
-        f"from sympy import *\nprint({gold})",
-        f"def main():\n    print({gold})\nif __name__ == '__main__':\n    main()",
-        f"print({gold})\nraise ValueError('late')",
-        f"import math\nprint(math.floor({gold} * 3 / 3))",
-        "value = 0.1 + 0.2\nprint(value * 200)",
-        "print('no number here')",
-    ]
-    fallback = f"Step by step. The answer is {gold}."
-    return [(o, None) for o in cot] + [(p, fallback) for p in programs]
-
-
-def math_outputs(gold: str) -> list[tuple[str, str | None]]:
-    return [
-        (f"So the result is $\\boxed{{{gold}}}$.", None),
-        (f"The answer is ${gold}$", None),
-        (f"The answer is x = {gold}", None),
-        ("so the sum of roots is 5", None),
-        ("Thus $x = \\boxed{\\dfrac{1}{2}}$", None),
-        (f"x = {gold}\nprint(x)", f"The answer is {gold}"),
-        ("print('abc')", "The answer is 0.5"),
-    ]
-
-
-CHOICE_TEMPLATES = [
-    "Let's think. The answer is ({L}).",
-    "The answer is {L}",
-    "So the answer is $\\boxed{{{L}}}$",
-    "Answer: ({l})",
-    "The answer is a number close to {L}",
-    "Option {L} is right because of the area.",
-    "I think it is (B) or maybe ({L}).",
-    "None of these look right.",
-    "x = 5\nprint('{L}')",
-    "#### {L}",
-]
-
-
-def choice_outputs(gold: str) -> list[str]:
-    letters = {gold, "A", "C"}
-    return [t.format(L=L, l=L.lower()) for t, L in itertools.product(CHOICE_TEMPLATES, sorted(letters))]
+def test_released_protocol_agrees_with_the_transcription_on_every_output(benches):
+    """Every text kind of tests/eval_cases.py, right and wrong, on the first three items of each
+    benchmark and eight of MATH (golds such as \\frac{9}{7} that the differential's items are not);
+    the program kinds run in tests/test_eval_differential.py."""
+    total = 0
+    for name, bench in benches.items():
+        batch = [c for c in cases(name, bench.items[: 8 if name == "math" else 3]) if "print(" not in c.output + (c.fallback or "")]
+        got = score_items(RELEASED, name, [c.item for c in batch], [c.output for c in batch], [c.fallback for c in batch], _runner())
+        bad = [(c.item.id, c.output, c.fallback, t, (r.prediction, r.correct))
+               for c, t, r in zip(batch, transcription(name, batch), got, strict=True) if (r.prediction, r.correct) != t]
+        assert not bad, (name, bad[:5])
+        total += len(batch)
+    assert total >= 1900
 
 
 def _runner():
     return ProgramRunner(LIMITS, workers=2, allow_unisolated=True)
-
-
-def test_released_protocol_agrees_with_the_transcription_on_every_output(benches):
-    runner = _runner()
-    total = 0
-    for name, bench in benches.items():
-        dataset = NAMES[name]
-        items = bench.items[:3] if name != "math" else bench.items[:8]
-        cases = []
-        for item in items:
-            gold = RELEASED.gold(item)
-            if bench.kind == "choice":
-                cases += [(item, o, None) for o in choice_outputs(gold)]
-            elif bench.kind == "math":
-                cases += [(item, o, f) for o, f in math_outputs(gold)]
-            else:
-                cases += [(item, o, f) for o, f in open_outputs(gold)]
-        mine = score_items(RELEASED, name, [c[0] for c in cases], [c[1] for c in cases], [c[2] for c in cases], runner)
-        for (item, output, fallback), got in zip(cases, mine, strict=True):
-            gold = RELEASED.gold(item)
-            if bench.kind == "choice":
-                answer, correct = ref.score_choice(dataset, gold, output)
-            else:
-                answer, correct, _ = ref.score_open(dataset, gold, output, fallback)
-            assert (got.prediction, got.correct) == (answer, correct), (name, item.id, output, fallback)
-        total += len(cases)
-    assert total >= 200
 
 
 def test_released_quirks_are_reproduced(benches):
