@@ -700,24 +700,19 @@ def _save(plt: Any, fig: Any, path: Path) -> Path:
     reads what the plot says without looking at pixels."""
     fig.tight_layout()
     fig.canvas.draw()  # tick labels exist only once drawn
-    panels = [
-        {
-            "title": ax.get_title(),
-            "ylim": list(ax.get_ylim()),
-            "yscale": ax.get_yscale(),
-            "yticklabels": [t.get_text() for t in ax.get_yticklabels() if t.get_text()],
-            "legend": (
-                []
-                if ax.get_legend() is None
-                else [t.get_text() for t in ax.get_legend().get_texts()]
-            ),
-            "legend_fontsize": (
-                None if ax.get_legend() is None else ax.get_legend().get_texts()[0].get_fontsize()
-            ),
-        }
-        for ax in fig.axes
-        if ax.axison
-    ]
+    panels = []
+    for ax in (ax for ax in fig.axes if ax.axison):
+        legend = [] if ax.get_legend() is None else ax.get_legend().get_texts()
+        panels.append(
+            {
+                "title": ax.get_title(),
+                "ylim": list(ax.get_ylim()),
+                "yscale": ax.get_yscale(),
+                "yticklabels": [t.get_text() for t in ax.get_yticklabels() if t.get_text()],
+                "legend": [t.get_text() for t in legend],
+                "legend_fontsize": legend[0].get_fontsize() if legend else None,
+            }
+        )
     title = (
         fig._suptitle.get_text()
         if fig._suptitle is not None
