@@ -7,7 +7,7 @@ from decimal import Decimal
 
 import pytest
 
-from numloss.compare.task import TEST_SETS, ArithmeticTask, Distribution, TaskExample
+from numloss.compare.task import TEST_SETS, ArithmeticTask, Distribution
 from numloss.compare.tasks import task_from_dict
 
 
@@ -31,11 +31,7 @@ def test_answers_are_right_and_formatted(task: ArithmeticTask) -> None:
             written = len(item.output.split(".")[1]) if "." in item.output else 0
             assert written == places, f"{item}: the answer keeps the operands' decimal places"
             assert not item.output.startswith("-"), "subtraction keeps answers non-negative by default"
-
-
-def test_prompt_is_bare() -> None:
-    item = TaskExample(instruction="4.7+3.8=", output="8.5", answer="8.5")
-    assert item.prompt == "4.7+3.8="
+            assert item.prompt == item.instruction, "the prompt is the bare question ('4.7+3.8=')"
 
 
 def test_seeded_and_reproducible(task: ArithmeticTask) -> None:
