@@ -322,7 +322,9 @@ class _Roomy:
     """A full-attention cache layer that writes each step's keys/values into spare room (grown by
     doubling) instead of `torch.cat`-ing the whole cache every step as `DynamicLayer` does;
     `keys`/`values` are views of the filled part, so attention and masks see the same shapes.
-    Mixed into transformers' `DynamicLayer` by `roomy_layer_class`."""
+    Mixed into transformers' `DynamicLayer` by `roomy_layer_class`. It holds the operations of
+    `HFGenerator`'s greedy loop (update, batch repeat and select, reset); transformers' `generate`
+    (beam search's reorder, assisted decoding's crop) is never run on it."""
 
     def lazy_initialization(self, key_states: torch.Tensor, value_states: torch.Tensor) -> None:
         super().lazy_initialization(key_states, value_states)
@@ -363,13 +365,6 @@ class _Roomy:
     def get_seq_length(self) -> int:
         return self.length if self.is_initialized else 0
 
-    def crop(self, tokens_to_remove: int) -> None:
-        if tokens_to_remove > 0:
-            raise ValueError("crop takes a negative number of tokens to remove")
-        if tokens_to_remove and self.is_initialized and self.room_keys is not None:
-            self.length = max(self.length + tokens_to_remove, 0)
-            self._view()
-
     def _select(self, select: Any) -> None:
         if self.is_initialized and self.room_keys is not None and self.room_values is not None:
             self.room_keys, self.room_values = select(self.room_keys), select(self.room_values)
@@ -380,9 +375,6 @@ class _Roomy:
 
     def batch_select_indices(self, indices: torch.Tensor) -> None:
         self._select(lambda t: t[indices.to(t.device)])
-
-    def reorder_cache(self, beam_idx: torch.LongTensor) -> None:
-        self._select(lambda t: t.index_select(0, beam_idx.to(t.device)))
 
     def reset(self) -> None:
         super().reset()

@@ -441,14 +441,8 @@ def _accuracy_plot(report: EvalReport, path: Path) -> Path:
 
 
 #: digit places by power of ten (units 0, tens 1, tenths -1)
-PLACE_NAMES = dict(
-    zip(
-        range(6, -4, -1),
-        "millions|100 thousands|10 thousands|thousands|hundreds|tens|units|tenths|hundredths"
-        "|thousandths".split("|"),
-        strict=True,
-    )
-)
+_PLACES = "millions|100 thousands|10 thousands|thousands|hundreds|tens|units|tenths|hundredths"
+PLACE_NAMES = dict(zip(range(6, -4, -1), f"{_PLACES}|thousandths".split("|"), strict=True))
 
 
 def _place_plot(report: EvalReport, path: Path) -> Path | None:
