@@ -29,13 +29,8 @@ EXTRAS: dict[str, list[str]] = PROJECT["optional-dependencies"]
 #: as their top-level names
 GRAPH = grimp.build_graph("numloss", include_external_packages=True, exclude_type_checking_imports=True)
 OWN = sorted(m for m in GRAPH.modules if m.partition(".")[0] == "numloss")
-#: what `pip install numloss` alone gives: these import nothing an extra installs
-IMPORTABLE_CORE = ("numloss", "numloss.losses", "numloss.fused", "numloss.patch", "numloss.digits",
-                   "numloss.heads", "numloss.step_counts", "numloss.extras", "numloss.cli", "numloss.package_data",
-                   # standard-library helpers the parts share
-                   "numloss.atomic", "numloss.textio", "numloss.checks")
-CORE_MODULES = (*IMPORTABLE_CORE, "numloss.__main__")
-#: package prefix -> the extra its modules need (the longest prefix decides; the core needs none)
+#: package prefix -> the extra its modules need (the longest prefix decides); every other module is
+#: the core, what `pip install numloss` alone gives, and imports nothing an extra installs
 MODULE_EXTRA = {
     "numloss.hf": "hf", "numloss.diagnostics": "hf", "numloss.train": "hf", "numloss.config": "hf", "numloss.data": "hf",
     "numloss.models": "hf", "numloss.rundir": "hf", "numloss.checkpoints": "hf", "numloss.bench_cli": "hf",
@@ -59,11 +54,12 @@ CLEAN = {"PYTHONPATH": str(SRC), "PATH": "/usr/bin:/bin", "HF_HUB_OFFLINE": "1"}
 
 def module_extra(module: str) -> str | None:
     """The extra `module` needs (None: the core)."""
-    if module in CORE_MODULES or module.startswith("numloss.losses"):
-        return None
     matches = [prefix for prefix in MODULE_EXTRA if module == prefix or module.startswith(prefix + ".")]
-    assert matches, f"{module} belongs to no extra: add it to MODULE_EXTRA or CORE_MODULES in tests/test_imports.py"
-    return MODULE_EXTRA[max(matches, key=len)]
+    return MODULE_EXTRA[max(matches, key=len)] if matches else None
+
+
+#: the core's modules (`numloss.__main__` runs the command line when imported)
+CORE = [m for m in OWN if module_extra(m) is None and m != "numloss.__main__"]
 
 
 def requirement_name(requirement: str) -> str:
@@ -145,7 +141,7 @@ def test_help_loads_no_torch_and_the_core_loads_torch_alone():
             "    assert 'usage: numloss' in out.getvalue(), argv\n"
             "print(sorted(loaded() - before))\n"
             "import torch; before = loaded()\n"
-            f"import {', '.join(IMPORTABLE_CORE)}\n"
+            f"import {', '.join(CORE)}\n"
             "print(sorted(loaded() - before))\n"
             "import numloss.evaluate.sandbox; print('transformers' in sys.modules)\n")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=CLEAN)
