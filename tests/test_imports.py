@@ -81,19 +81,17 @@ def closure(extra: str) -> set[str]:
 
 
 def test_the_extras_stack_as_numloss_extras_declares_and_each_installs_its_packages():
-    """INCLUDES and EXTRA_OF say what pyproject.toml's extras install; the core needs torch alone."""
+    """INCLUDES and EXTRA_OF say what pyproject.toml's extras install; the core needs torch alone;
+    requirements are ranges, not exact pins (== only in [test])."""
     for extra in INCLUDES:
         assert closure(extra) == set(INCLUDES[extra]), extra
     assert {requirement_name(r) for r in PROJECT["dependencies"]} == ALWAYS
     for package, extra in EXTRA_OF.items():
         dists = {requirement_name(r) for name in closure(extra) for r in EXTRAS[name]}
         assert package in {d.replace("-", "_") for d in dists} or COMES_WITH.get(package) in dists, package
-
-
-def test_requirements_are_ranges_not_exact_pins():
-    requirements = PROJECT["dependencies"] + [r for name, rs in EXTRAS.items()
-                                              if name != "test" for r in rs]
-    assert not [r for r in requirements if "==" in r.partition(";")[0]], "pin ranges, not versions (== only in [test])"
+    pinned = [r for r in PROJECT["dependencies"] + [r for name, rs in EXTRAS.items() if name != "test" for r in rs]
+              if "==" in r.partition(";")[0]]
+    assert not pinned, "pin ranges, not versions"
 
 
 def test_every_module_imports_only_what_its_extra_installs():
