@@ -1,18 +1,16 @@
 """The sandbox's non-root path in the normal suite: bwrap.py takes different paths for a root and a
-non-root evaluator, and CI runs only as root. As root, the two sandbox test files run again as
+non-root evaluator, and CI runs only as root. As root, the three sandbox test files run again as
 uid/gid 65534 (no supplementary groups) in a private mount namespace; as non-root, the main run
 already is that path, and the test checks that it is.
 
 A non-root user may not reach an interpreter, venv or checkout under a 0700 directory (pyenv in
 root's home, a clone in a mkdtemp folder). Inside the private mount namespace each such directory
 gets a tmpfs (mode 755) over it with only the entries needed bound back; the host's files and
-modes are never changed. Run as a script (as root), this file is that namespace's entry point.
+modes are never changed; bwrap, run as root, makes that namespace.
 """
 
 from __future__ import annotations
 
-import ctypes
-import json
 import os
 import re
 import stat
@@ -72,61 +70,23 @@ def needed_paths() -> list[str]:
     return paths
 
 
-# ---- the namespace's entry point (run as root, by `enter_command`) ------------------------------
-
-# <sched.h> and <sys/mount.h>: Python 3.10 has neither os.unshare nor a mount call
-_CLONE_NEWNS, _MS_NOSUID, _MS_NODEV, _MS_BIND, _MS_REC, _MS_PRIVATE = 0x20000, 2, 4, 4096, 0x4000, 1 << 18
-
-
-def _mount(libc: ctypes.CDLL, source: str | None, target: str, fstype: str | None, flags: int,
-           data: str | None = None) -> None:
-    def enc(text: str | None) -> bytes | None:
-        return None if text is None else text.encode()
-
-    if libc.mount(enc(source), enc(target), enc(fstype), flags, enc(data)) != 0:
-        errno = ctypes.get_errno()
-        raise OSError(errno, f"mount {source} on {target}: {os.strerror(errno)}")
-
-
-def enter(plan: dict, command: list[str]) -> None:
-    """Make a private mount namespace, cover what `plan` says, become plan["uid"]/["gid"] with no
-    supplementary groups, chdir to plan["cwd"] and exec `command` (never returns)."""
-    libc = ctypes.CDLL(None, use_errno=True)
-    if libc.unshare(_CLONE_NEWNS) != 0:
-        raise OSError(ctypes.get_errno(), "unshare(CLONE_NEWNS) failed")
-    # private first: no mount below may propagate to the host's namespace
-    _mount(libc, None, "/", None, _MS_REC | _MS_PRIVATE)
-    # hold every entry to bind back before anything is covered (an entry may lie in a deeper
-    # covered directory); an O_PATH fd opened in this namespace can be bound via /proc/self/fd
-    held: dict[str, int | str] = {}
-    for _, entries in plan["covers"]:
-        for entry in entries:
-            held[entry] = os.readlink(entry) if os.path.islink(entry) else os.open(entry, os.O_PATH)
-    for directory, entries in plan["covers"]:
-        _mount(libc, "tmpfs", directory, "tmpfs", _MS_NOSUID | _MS_NODEV, "mode=755")
-        for entry in entries:
-            what = held[entry]
-            if isinstance(what, str):
-                os.symlink(what, entry)
-                continue
-            if stat.S_ISDIR(os.fstat(what).st_mode):
-                os.mkdir(entry)
-            else:
-                os.close(os.open(entry, os.O_CREAT | os.O_WRONLY, 0o644))
-            _mount(libc, f"/proc/self/fd/{what}", entry, None, _MS_BIND | _MS_REC)
-    os.setgroups([])
-    os.setgid(plan["gid"])
-    os.setuid(plan["uid"])
-    os.chdir(plan["cwd"])  # after setuid: fails here, plainly, when the checkout is unreachable
-    os.execvp(command[0], command)
-
-
 def enter_command(needed: Iterable[str], command: list[str], cwd: str, uid: int = NOBODY,
                   gid: int = NOBODY) -> list[str]:
-    """The command line that runs `command` as `uid`/`gid` in `cwd`, in a private mount
-    namespace where every directory in `needed` is reachable."""
-    plan = {"covers": covers(needed, uid, gid), "uid": uid, "gid": gid, "cwd": cwd}
-    return [sys.executable, "-I", str(Path(__file__).resolve()), json.dumps(plan), *command]
+    """The command line that runs `command` as `uid`/`gid` (no supplementary groups) in `cwd`, in a
+    private mount namespace (bwrap's, run as root) where every directory in `needed` is reachable:
+    each directory `covers` names gets a tmpfs (mode 755) with only its needed entries bound back
+    from the host, whose files and modes are never changed."""
+    from numloss.evaluate.sandbox import bwrap
+
+    cmd = [bwrap.bwrap_candidates()[0], "--dev-bind", "/", "/", "--cap-add", "ALL"]
+    for directory, entries in covers(needed, uid, gid):
+        cmd += ["--tmpfs", directory]
+        for entry in entries:
+            cmd += ["--symlink", os.readlink(entry), entry] if os.path.islink(entry) else ["--dev-bind", entry, entry]
+    # the chdir after setuid: it fails there, plainly, when the checkout is unreachable
+    become = (f"import os, sys\nos.setgroups([])\nos.setgid({gid})\nos.setuid({uid})\nos.chdir({cwd!r})\n"
+              "os.execvp(sys.argv[1], sys.argv[1:])")
+    return cmd + ["--", sys.executable, "-I", "-c", become, *command]
 
 
 # ---- tests ----------------------------------------------------------------------------------------
@@ -198,7 +158,6 @@ def test_sandbox_suites_as_a_non_root_evaluator():
     iso = isolation()
     if os.geteuid() != 0:
         # the main run is the non-root evaluator: the sandbox must take the non-root branches
-        assert bwrap_mod.is_sandbox_uid(os.geteuid()) and not bwrap_mod.is_sandbox_uid(bwrap_mod.HOST_UID_BASE + 1)
         fds = dict.fromkeys(("seccomp", "info", "block", "lifeline", "status", "ldcache", "userns"), 3)
         cmd = bwrap_mod.command("bwrap", SandboxLimits(), fds)
         assert "CAP_SETUID" not in cmd and cmd[cmd.index("--uid") + 1] == str(65534)
@@ -224,6 +183,3 @@ def test_sandbox_suites_as_a_non_root_evaluator():
     summary = ([line for line in done.stdout.splitlines() if line.strip()] or [""])[-1]
     assert done.returncode == 0, shown
     assert re.search(r"\b[1-9]\d* passed\b", summary) and not re.search(r"\b(failed|errors?)\b", summary), shown
-
-if __name__ == "__main__":
-    enter(json.loads(sys.argv[1]), sys.argv[2:])

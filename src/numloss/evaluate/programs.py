@@ -46,9 +46,8 @@ class ProgramRunner:
         if not self.isolation.available:
             return [ProgramResult(REFUSED, "", None, 0.0, self.isolation.detail) for _ in scripts]
         given = dict(output_bytes=output_bytes, memory_bytes=memory_bytes, clock=clock)
-        limits = replace(
-            self.limits or SandboxLimits(), **{k: v for k, v in given.items() if v is not None}
-        )
+        given = {k: v for k, v in given.items() if v is not None}
+        limits = replace(self.limits or SandboxLimits(), **given)
         keys = [(s, limits.output_bytes, limits.memory_bytes, limits.clock) for s in scripts]
         todo = list(dict.fromkeys(k for k in keys if k not in self.cache))
         if todo:

@@ -26,16 +26,13 @@ from functools import lru_cache
 
 from numloss.checks import check_int
 from numloss.evaluate.sandbox import audithook, bwrap, cgroup
-from numloss.evaluate.sandbox.audithook import VIOLATION_MARKER
 from numloss.evaluate.sandbox.limits import ProgramResult, SandboxLimits, Status
-from numloss.evaluate.sandbox.policy import ALLOWED_PACKAGES
 from numloss.evaluate.sandbox.seccomp import SeccompUnsupported, filter_program
 
 ALLOW_UNISOLATED_ENV = "NUMLOSS_ALLOW_UNISOLATED_EXEC"
 FULL, UNISOLATED, UNAVAILABLE = "bwrap+seccomp", "unisolated", "unavailable"
 
 __all__ = [
-    "ALLOWED_PACKAGES",
     "ALLOW_UNISOLATED_ENV",
     "Isolation",
     "ProgramResult",
@@ -43,7 +40,6 @@ __all__ = [
     "SandboxUnavailable",
     "SeccompUnsupported",
     "Status",
-    "VIOLATION_MARKER",
     "isolation",
     "run_program",
     "run_programs",

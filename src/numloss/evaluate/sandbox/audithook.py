@@ -151,9 +151,7 @@ def _classify(
         or returncode == -signal.SIGXFSZ
     ):
         return "output_limit", f"wrote more than {limits.output_bytes} bytes"
-    if returncode != 0:
-        return "error", last_line or f"exit status {returncode}"
-    return "ok", ""
+    return "error", last_line or f"exit status {returncode}"  # an exit 0 is "ok" above
 
 
 def run(source: str, limits: SandboxLimits, python: str | None = None) -> ProgramResult:
@@ -188,11 +186,10 @@ def run(source: str, limits: SandboxLimits, python: str | None = None) -> Progra
         stdout_size = os.fstat(out.fileno()).st_size
     stdout, stderr = decode_output(raw_out), decode_output(raw_err)
     status, detail = _classify(proc.returncode, timed_out, stdout_size, stderr, limits)
-    code = None if status in SANDBOX_ENDED else proc.returncode
     return ProgramResult(
         status,
         stdout,
-        code,
+        None if status in SANDBOX_ENDED else proc.returncode,
         time.perf_counter() - start,
         detail,
         isolation="unisolated",

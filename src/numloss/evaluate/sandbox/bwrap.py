@@ -165,34 +165,19 @@ def shared_libraries(
     return tuple(sorted(files)), tuple(unique.values())
 
 
-def time_zone_folders() -> list[str]:
-    """The folders of the interpreter's time-zone search path (``zoneinfo.TZPATH``) that exist
-    and are no symlink: public data that `zoneinfo.ZoneInfo("Europe/Paris")` reads, bound so that
-    it works as under `python prog.py` (the sandbox's own local time stays UTC: no /etc/localtime).
-    """
-    found = (sysconfig.get_config_var("TZPATH") or "").split(os.pathsep)
-    return [
-        path
-        for path in found
-        if os.path.isabs(path) and os.path.isdir(path) and os.path.realpath(path) == path
-    ]
-
-
 def _allowed_packages() -> tuple[list[str], list[str]]:
     """(site folders, package folders and the ``*.libs`` folders their wheels ship) of the
     installed `policy.ALLOWED_PACKAGES` (one not installed gives the program an ImportError)."""
-    site_dirs: list[str] = []
+    sites: list[str] = []
     folders: list[str] = []
     for name in policy.ALLOWED_PACKAGES:
         spec = importlib.util.find_spec(name)
         if spec is None or not spec.submodule_search_locations:
             continue
         package = os.path.realpath(list(spec.submodule_search_locations)[0])
-        site = os.path.dirname(package)
-        if site not in site_dirs:
-            site_dirs.append(site)
+        sites.append(site := os.path.dirname(package))
         folders += [package, os.path.join(site, name + ".libs"), os.path.join(site, name + "_libs")]
-    return site_dirs, [path for path in folders if os.path.isdir(path)]
+    return list(dict.fromkeys(sites)), [path for path in folders if os.path.isdir(path)]
 
 
 @lru_cache(maxsize=1)
@@ -214,8 +199,13 @@ def layout() -> Layout:
     # the C.UTF-8 locale's files (glibc finds them by the name in LANG), so that
     # locale.setlocale(locale.LC_ALL, "") works as under `python prog.py`
     locales = [os.path.realpath(path) for path in policy.LOCALES if os.path.isdir(path)]
+    # the folders of the time-zone search path (zoneinfo.TZPATH) that exist and are no symlink:
+    # public data that zoneinfo.ZoneInfo("Europe/Paris") reads, as under `python prog.py` (the
+    # sandbox's own local time stays UTC: no /etc/localtime)
+    zones = (sysconfig.get_config_var("TZPATH") or "").split(os.pathsep)
+    zones = [z for z in zones if os.path.isabs(z) and os.path.isdir(z) and os.path.realpath(z) == z]
     binds: list[str] = []
-    for path in (python, *interpreter, *packages, *libraries, *locales, *time_zone_folders()):
+    for path in (python, *interpreter, *packages, *libraries, *locales, *zones):
         if os.path.exists(path) and not _covered(path, binds):
             binds.append(path)
     # a program may connect to a unix socket file it can see, or a link to one (connect() needs no
@@ -261,9 +251,7 @@ def minimal_shell(libraries: frozenset[str]) -> str | None:
     `libraries`, the interpreter's: binding it read-only widens nothing. None when none qualifies; a
     program's ``shell=True`` then fails on the missing /bin/sh (`missing_tools` says why)."""
     for path in policy.SHELLS:
-        if not os.path.isfile(path):
-            continue
-        try:
+        try:  # FileNotFoundError where it is not installed
             maps = _host_run([path, "-c", _SHELL_MAPS], timeout=30)
         except (OSError, subprocess.SubprocessError):
             continue
@@ -325,9 +313,8 @@ def _prepared_userns(host_id: int) -> int:
         if line != "ok":
             raise OSError(f"could not create a user namespace ({line or 'helper died'})")
         root = os.geteuid() == 0
-        if not root:
-            with open(f"/proc/{helper.pid}/setgroups", "w", encoding="utf-8") as f:
-                f.write("deny")  # the kernel's condition for an unprivileged gid_map
+        if not root:  # the kernel's condition for an unprivileged gid_map
+            Path(f"/proc/{helper.pid}/setgroups").write_text("deny", encoding="utf-8")
         # (uid = gid = 65534); as root, 0 stays 0 until the init leaves it
         keep_root = "0 0 1\n" if root else ""
         for name, own in (("uid_map", os.geteuid()), ("gid_map", os.getegid())):
@@ -347,14 +334,6 @@ can use up another's per-user budgets, and a forked child, another pid, gets its
 _userns_lock = threading.Lock()
 _userns_free: list[int] = []  # prepared namespaces no run is using
 _slots: dict[int, int] = {}  # slot -> its namespace's fd (-1 while it is prepared)
-
-
-def is_sandbox_uid(uid: int) -> bool:
-    """Whether host uid `uid` is one a sandbox runs as: one of `HOST_UID_BASE`'s for a root
-    evaluator, the evaluator's own uid otherwise (an unprivileged user can map only itself)."""
-    if os.geteuid() != 0:
-        return uid == os.geteuid()
-    return HOST_UID_BASE <= uid < HOST_UID_BASE + (SLOTS << 22)
 
 
 def _forget_after_fork() -> None:
@@ -509,8 +488,7 @@ def _pin_oom_score(pid: int) -> None:
     """Write policy.OOM_SCORE_ADJ to host process `pid` (the sandbox's init, before it starts
     anything): written with CAP_SYS_RESOURCE (a root evaluator) it is also the oom_score_adj_min
     that all the process forks inherit, a floor the program cannot lower."""
-    with open(f"/proc/{pid}/oom_score_adj", "w", encoding="utf-8") as f:
-        f.write(str(policy.OOM_SCORE_ADJ))
+    Path(f"/proc/{pid}/oom_score_adj").write_text(str(policy.OOM_SCORE_ADJ), encoding="utf-8")
 
 
 _lifeline_fds: list[int] = []  # this evaluator's lifeline pipe (read, write), made on first use
@@ -533,33 +511,30 @@ def _ld_cache() -> bytes:
     return b""
 
 
-def _kill(proc: subprocess.Popen, init: int | None) -> None:
-    """Kill the run: the namespace's init first, so that bwrap (its parent) reaps it; killing
-    bwrap first would leave init to the host's init, which need not reap (a zombie per run)."""
+def _end(proc: subprocess.Popen, init: int | None) -> bool:
+    """End the run and return whether its pid namespace is known gone: SIGKILL the namespace's
+    init (`init`, a pidfd, closed here) and wait 5 s at most until it has exited (the kernel ends
+    every other process of the namespace first) and bwrap, its parent, has reaped it; then kill
+    bwrap's session if bwrap still runs. Killing bwrap first would leave the init to the host's
+    init, which need not reap (a zombie per run)."""
+    ended = False
     if init is not None:
-        with suppress(ProcessLookupError):
+        try:
             signal.pidfd_send_signal(init, signal.SIGKILL)
+            poller = select.poll()  # not epoll (see `_Watch.pump`)
+            poller.register(init, select.POLLIN)
+            ended = bool(poller.poll(5000))
+        except ProcessLookupError:
+            ended = True
+        finally:
+            os.close(init)
         with suppress(subprocess.TimeoutExpired):
             proc.wait(timeout=5.0)
-    with suppress(ProcessLookupError, PermissionError):
-        os.killpg(proc.pid, signal.SIGKILL)
-    proc.wait()
-
-
-def _end_namespace(pidfd: int | None) -> bool:
-    """SIGKILL the namespace's init and wait (5 s at most) until it has exited (the kernel ends
-    every other process of the namespace first); returns whether the namespace is known gone."""
-    if pidfd is None:
-        return False
-    try:
-        signal.pidfd_send_signal(pidfd, signal.SIGKILL)
-        poller = select.poll()  # not epoll (see `_Watch.pump`)
-        poller.register(pidfd, select.POLLIN)
-        return bool(poller.poll(5000))
-    except ProcessLookupError:
-        return True
-    finally:
-        os.close(pidfd)
+    if proc.returncode is None:
+        with suppress(ProcessLookupError, PermissionError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+    return ended
 
 
 def run(source: str, limits: SandboxLimits, bwrap: str) -> ProgramResult:
@@ -609,7 +584,7 @@ def run(source: str, limits: SandboxLimits, bwrap: str) -> ProgramResult:
                 os.close(own.pop())
             watch = _Watch(proc, info_r, status_r, limits, group)
         except BaseException:
-            _kill(proc, None)
+            _end(proc, None)
             proc.stdout.close()
             proc.stderr.close()
             raise
@@ -660,40 +635,37 @@ def observed(why: str | None, reports: bytes, memory_events: int | None = None) 
         if word in ("started", "deadline", "nproc", "setup"):
             seen[{"nproc": "process_limit"}.get(word, word)] = rest if word == "setup" else True
         elif word == "cpu":
-            seen["cpu_exceeded"] = (
-                float(rest) if rest.replace(".", "", 1).isdigit() else float("nan")
-            )
+            seen["cpu_exceeded"] = float(rest or "nan")  # "cpu 1.234", perhaps cut short
         # else cut short
         elif word == "end" and len(parts := rest.split()) == 2 and parts[0].isdigit():
             seen["wait_status"], seen["cpu_seconds"] = int(parts[0]), float(parts[1])
     return Observed(**seen)
 
 
+@dataclass
 class _Watch:
     """The host's view of one run while it lasts: its stdout and stderr (on disk, capped),
     bwrap's info (--info-fd) and the init's reports."""
 
-    def __init__(
-        self,
-        proc: subprocess.Popen,
-        info_r: int,
-        status_r: int,
-        limits: SandboxLimits,
-        group: cgroup.ProgramCgroup | None,
-    ) -> None:
+    proc: subprocess.Popen
+    info_r: int
+    status_r: int
+    limits: SandboxLimits
+    group: cgroup.ProgramCgroup | None
+
+    def __post_init__(self) -> None:
+        proc, limits = self.proc, self.limits
         assert proc.stdout is not None and proc.stderr is not None
         # a pipe's inode belongs to its maker (0600): as root, the program (uid 65534) could not
         # reopen its own stdout as /dev/stdout, which `python prog.py` can; let others write it
         # (only a process holding the pipe reaches it, through its /proc/PID/fd)
         for pipe in (proc.stdout, proc.stderr):
             os.fchmod(pipe.fileno(), 0o622)
-        self.proc, self.info_r, self.status_r = proc, info_r, status_r
-        self.limits, self.group = limits, group
         # the program's output goes to disk as it arrives (capped there), never into this process's
         # memory: a program printing its cap would otherwise cost the evaluator that much per worker
         self.out, self.err = OutputFile(limits.output_bytes), OutputFile(limits.output_bytes)
         self.spools = {proc.stdout.fileno(): self.out, proc.stderr.fileno(): self.err}
-        self.bufs = {info_r: bytearray(), status_r: bytearray()}
+        self.bufs = {self.info_r: bytearray(), self.status_r: bytearray()}
         self.info: dict = {}
         self.init: int | None = None  # a pidfd on the namespace's init
 
@@ -704,13 +676,10 @@ class _Watch:
         "setup"), the init's status lines (and this side's set-up failure), and whether the pid
         namespace was seen gone. The outputs are then in `out` and `err`, on disk.
         """
-        why: str | None = "interrupted"  # what an exception out of `pump` (Ctrl-C) leaves
-        try:
+        try:  # an exception out of `pump` (Ctrl-C) ends the run as well
             why = self.pump(start + self.limits.wall_limit, go_w)
         finally:
-            if why is not None:
-                _kill(self.proc, self.init)
-            ended = _end_namespace(self.init)
+            ended = _end(self.proc, self.init)
             for pipe in (self.proc.stdout, self.proc.stderr):
                 pipe.close()
         reports = self.bufs[self.status_r]
@@ -726,8 +695,7 @@ class _Watch:
         why: str | None = None
         # poll(), never epoll: epoll watches are a per-user budget (fs.epoll.max_user_watches) that
         # a non-root evaluator shares with its programs, which can use it up
-        sel = selectors.PollSelector()
-        try:
+        with selectors.PollSelector() as sel:
             for fd in (*self.spools, *self.bufs):
                 os.set_blocking(fd, False)
                 sel.register(fd, selectors.EVENT_READ)
@@ -750,8 +718,6 @@ class _Watch:
                         why = "flood"
                     if why == "setup":
                         break
-        finally:
-            sel.close()
         if why is None:
             try:
                 self.proc.wait(timeout=max(0.0, deadline - time.perf_counter()))
@@ -763,7 +729,8 @@ class _Watch:
         """The namespace's init exists: pin its OOM score (as root), move it into its cgroup, then
         let bwrap start it (--block-fd). Returns "setup" when a step failed: no program runs
         without them."""
-        self.info = _parse_info(bytes(self.bufs[self.info_r]))
+        with suppress(ValueError):  # bwrap's JSON object; nothing when it failed before
+            self.info = json.loads(self.bufs[self.info_r])
         # the namespace's init (bwrap's pid 1), as the host sees it
         pid = self.info.get("child-pid")
         with suppress(OSError):  # None when it is already gone
@@ -783,10 +750,3 @@ class _Watch:
         with suppress(BrokenPipeError):
             os.write(go_w, b"x")
         return None
-
-
-def _parse_info(raw: bytes) -> dict:
-    with suppress(ValueError):
-        info = json.loads(raw.decode() or "{}")
-        return info if isinstance(info, dict) else {}
-    return {}

@@ -16,12 +16,11 @@ import itertools
 import os
 import secrets
 import signal
-import threading
 import time
 from collections.abc import Iterable
 from contextlib import suppress
 from dataclasses import dataclass, field
-from functools import lru_cache
+from functools import cache, lru_cache
 
 from numloss.evaluate.sandbox import policy
 from numloss.evaluate.sandbox.limits import SandboxLimits
@@ -168,8 +167,6 @@ def support() -> Support:
 PREFIX = "numloss-sandbox-"
 STALE_SECONDS = 600.0
 """A program's cgroup left this long, empty, by an evaluator that no longer runs is removed."""
-_swept: set[str] = set()
-_sweep_lock = threading.Lock()
 
 
 def sweep_stale(parents: Iterable[str], min_age: float = STALE_SECONDS) -> list[str]:
@@ -191,12 +188,11 @@ def sweep_stale(parents: Iterable[str], min_age: float = STALE_SECONDS) -> list[
     return removed
 
 
-def _sweep_once(parents: list[str]) -> None:
-    with _sweep_lock:
-        todo = [p for p in parents if p not in _swept]
-        _swept.update(todo)
-    if todo:
-        sweep_stale(todo)
+@cache
+def _sweep_once(parent: str) -> None:
+    """`sweep_stale` of `parent` the first time this evaluator uses it (two threads may both
+    sweep it then: what one removes the other finds gone)."""
+    sweep_stale([parent])
 
 
 class ProgramCgroup:
@@ -207,7 +203,8 @@ class ProgramCgroup:
         self, parent: str, limits: SandboxLimits, v1: dict[str, str] | None = None
     ) -> None:
         parents = list(v1.values()) if v1 else [parent]
-        _sweep_once(parents)  # the first time this evaluator uses each parent
+        for folder in parents:
+            _sweep_once(folder)
         # a random part as well: a leftover of a dead evaluator with this pid never collides
         name = f"{PREFIX}{os.getpid()}-{next(_counter)}-{secrets.token_hex(4)}"
         self.v1 = bool(v1)
@@ -232,10 +229,8 @@ class ProgramCgroup:
         """How many processes the memory limit killed (v2 memory.events, v1 memory.oom_control)."""
         name = "memory.oom_control" if self.v1 else "memory.events"
         with suppress(OSError, ValueError):
-            lines = _read(os.path.join(self.path, name)).splitlines()
-            return int(
-                dict(line.split() for line in lines if len(line.split()) == 2).get("oom_kill", 0)
-            )
+            pairs = [line.split() for line in _read(os.path.join(self.path, name)).splitlines()]
+            return int(dict(pair for pair in pairs if len(pair) == 2).get("oom_kill", 0))
         return 0
 
     def remove(self) -> None:
@@ -249,13 +244,11 @@ class ProgramCgroup:
                     with suppress(OSError):
                         os.kill(pid, signal.SIGKILL)
             for _ in range(50):  # a killed process leaves its cgroup a moment after
-                try:
+                with suppress(OSError):
                     os.rmdir(path)
+                if not os.path.exists(path):
                     break
-                except FileNotFoundError:
-                    break
-                except OSError:
-                    time.sleep(0.02)
+                time.sleep(0.02)
 
 
 def _limit_v2(path: str, memory: int | None, pids: str) -> None:

@@ -92,17 +92,12 @@ class OutputFile:
             done += len(got)
         return b"".join(chunks)
 
-    def text(self) -> str:
-        """`decode_output` of the bytes."""
-        return decode_output(self.raw())
-
     def tail(self) -> str:
         """The end of the output as text (`classify` quotes its last line); "" once closed."""
         if self.file.closed:
             return ""
-        return decode_output(
-            os.pread(self.file.fileno(), min(self.size, 1 << 16), max(0, self.size - (1 << 16)))
-        )
+        start = max(0, self.size - (1 << 16))
+        return decode_output(os.pread(self.file.fileno(), self.size - start, start))
 
     def result(self) -> tuple[str | OutputFile, bytes | None]:
         """(the text, the raw bytes where they differ from it) for an output up to `INLINE_BYTES`,
@@ -110,7 +105,8 @@ class OutputFile:
         if self.size > INLINE_BYTES:
             return self, None
         try:
-            return decode_kept(self.raw())
+            text = decode_output(raw := self.raw())
+            return text, (None if text.encode() == raw else raw)
         finally:
             self.file.close()
 
@@ -141,11 +137,11 @@ class ProgramResult:
 
     @property
     def stdout(self) -> str:
-        return self.out if isinstance(self.out, str) else self.out.text()
+        return self.out if isinstance(self.out, str) else decode_output(self.out.raw())
 
     @property
     def stderr(self) -> str:
-        return self.err if isinstance(self.err, str) else self.err.text()
+        return self.err if isinstance(self.err, str) else decode_output(self.err.raw())
 
     @property
     def ok(self) -> bool:
@@ -168,16 +164,6 @@ def _raw(kept: str | OutputFile, raw: bytes | None) -> bytes:
 
 INLINE_BYTES = 1 << 20
 """Outputs up to this size are decoded and held in memory; larger ones stay on disk."""
-
-
-_NOT_PLAIN = re.compile(rb"[^\t\n\x20-\x7e]")
-
-
-def decode_kept(raw: bytes) -> tuple[str, bytes | None]:
-    """(`decode_output(raw)`, the raw bytes to keep beside it, or None where they are the text)."""
-    if _NOT_PLAIN.search(raw) is None:
-        return raw.decode("ascii"), None
-    return decode_output(raw), raw
 
 
 # ESC [ ... final, ESC ] ... BEL/ST, ESC P/X/^/_ ... ST (DCS, SOS, PM, APC), other ESC sequences,

@@ -18,16 +18,9 @@ import os
 import resource
 import select
 import signal
+import struct
 import sys
 import time
-
-
-class _CapHeader(ctypes.Structure):
-    _fields_ = [("version", ctypes.c_uint32), ("pid", ctypes.c_int)]
-
-
-class _SockFprog(ctypes.Structure):
-    _fields_ = [("len", ctypes.c_ushort), ("filter", ctypes.c_void_p)]
 
 
 def _say(status: int, text: str) -> None:
@@ -82,9 +75,10 @@ def _drop_privileges(params: dict, libc: ctypes.CDLL, status: int) -> int:
         os.setgroups([])
         os.setresgid(uid, uid, uid)
         os.setresuid(uid, uid, uid)
-    none = (ctypes.c_uint32 * 6)()
-    header = _CapHeader(0x20080522, 0)
-    if libc.capset(ctypes.byref(header), none) != 0 or libc.prctl(47, 4, 0, 0, 0) != 0:
+    # capset's header (version 3, this thread), then its data: 2 x (effective, permitted,
+    # inheritable), all 0
+    header = ctypes.create_string_buffer(struct.pack("=Ii", 0x20080522, 0))
+    if libc.capset(header, bytes(24)) != 0 or libc.prctl(47, 4, 0, 0, 0) != 0:
         _fail(status, "clearing capabilities")  # capset to nothing, PR_CAP_AMBIENT_CLEAR_ALL
     # a change of uid clears the parent-death signal that bwrap's --die-with-parent set: arm it
     # again, then make sure the evaluator did not die before that (the lifeline reads EOF then)
@@ -106,8 +100,8 @@ def _lock_down(params: dict, libc: ctypes.CDLL, status: int, uid: int) -> None:
             _fail(status, "setrlimit(" + name + ", " + str(value) + "): " + str(error))
     last = bytes.fromhex(params["last_filter"])
     buffer = ctypes.create_string_buffer(last, len(last))
-    prog = _SockFprog(len(last) // 8, ctypes.addressof(buffer))
-    if libc.prctl(22, 2, ctypes.byref(prog), 0, 0) != 0:  # PR_SET_SECCOMP, SECCOMP_MODE_FILTER
+    prog = struct.pack("@HP", len(last) // 8, ctypes.addressof(buffer))  # struct sock_fprog
+    if libc.prctl(22, 2, prog, 0, 0) != 0:  # PR_SET_SECCOMP, SECCOMP_MODE_FILTER
         _fail(status, "stacking the last seccomp filter: errno " + str(ctypes.get_errno()))
     with open("/proc/self/status", encoding="utf-8") as f:
         st = dict(line.split(":", 1) for line in f.read().splitlines() if ":" in line)
@@ -245,9 +239,8 @@ def main(params: dict) -> None:
         main_module = _as_python_prog_py(source, list(params["site_dirs"]))
         # dont_inherit: this file's `from __future__ import annotations` must not reach the program
         # (its annotations would become strings: a dataclass in a function body then fails)
-        code = compile(
-            source, main_module.__dict__.get("__file__", "<program>"), "exec", dont_inherit=True
-        )
+        name = main_module.__dict__.get("__file__", "<program>")
+        code = compile(source, name, "exec", dont_inherit=True)
         del source
         exec(code, main_module.__dict__)
         sys.exit(0)
