@@ -181,11 +181,8 @@ def format_exact(value: Fraction | None) -> str:
         return ""
     if value.denominator == 1:
         return str(value.numerator)
-    den = value.denominator
-    for p in (2, 5):
-        while den % p == 0:
-            den //= p
-    if den != 1:
+    # a terminating decimal's denominator, 2**a * 5**b, divides 10**max(a, b)
+    if 10 ** value.denominator.bit_length() % value.denominator:
         return f"{value.numerator}/{value.denominator}"
     text = format(_decimal(value), "f")
     return text.rstrip("0").rstrip(".") if "." in text else text
@@ -198,10 +195,7 @@ def gold_decimal(gold: str) -> Decimal | None:
     # "4,6,14,15" is a list
     if not regex.fullmatch(r"[-+]?((?:\d{1,3}(?:,\d{3})+|\d+)(\.\d*)?|\.\d+)", s):
         return None
-    try:
-        return Decimal(s.replace(",", ""))
-    except InvalidOperation:
-        return None
+    return Decimal(s.replace(",", ""))
 
 
 def number_matches(pred: Fraction | float | None, gold: str, pred_text: str | None = None) -> bool:
@@ -221,8 +215,7 @@ def number_matches(pred: Fraction | float | None, gold: str, pred_text: str | No
             return False
         step = Decimal(1).scaleb(-len(written.group(1)))
         return _quantize(_decimal(value), step) == Decimal(pred_text.strip())
-    written = gold.strip().replace(",", "").replace("$", "").rstrip("%").strip()
-    places = len(written.split(".", 1)[1]) if "." in written else 0
+    places = max(0, -target.as_tuple().exponent)  # the decimals written ("46.50": 2)
     if pred == Fraction(target):
         return True
     return places >= ROUNDED_GOLD_DECIMALS and abs(pred - Fraction(target)) < Fraction(
@@ -239,7 +232,7 @@ class Task:
 
     kind: str
     options: tuple[str, ...]
-    dataset: str
+    dataset: str  # the released dataset name: only "gsm8k" has triggers of its own ("####")
 
 
 @dataclass(frozen=True)
@@ -287,10 +280,6 @@ def released_reading(task: Task, text: str) -> str:
     segment, marked = released.answer_segment(task.dataset, task.kind, text)
     found = re.findall(r"-?\d+/?\.?\d*", segment.replace(",", ""))
     return (found[0] if marked else found[-1]).rstrip(".").rstrip("/") if found else ""
-
-
-def _released_number(raw: str) -> str:
-    return released.delete_extra_zero(raw) if raw else raw
 
 
 # cuts: what is not this item's answer
@@ -682,15 +671,12 @@ def _number_form(task: Task, text: str, pred: str) -> str | None:
     # "one hundred and five thousand two": 105,002
     for word in regex.split(r"[\s-]+", spelled.group(2).lower()):
         scale = _SCALES.get(word, 0)
-        current, total = (
-            (current + _UNITS.get(word, 0), total)
-            if not scale
-            else (
-                (max(current, 1) * 100, total)
-                if scale == 100
-                else (0, total + max(current, 1) * scale)
-            )
-        )
+        if scale == 100:
+            current = max(current, 1) * 100
+        elif scale:
+            total, current = total + max(current, 1) * scale, 0
+        else:
+            current += _UNITS.get(word, 0)
     return str(-(total + current) if spelled.group(1) else total + current)
 
 
@@ -709,7 +695,7 @@ def _exact_digits(task: Task, text: str, pred: str) -> str | None:
     """The released code passes a number through float(): two numbers that differ beyond the 16th
     digit read alike ("12345678901234567891" passes for ...890). numloss keeps the digits written.
     """
-    normal = _released_number(pred)
+    normal = released.delete_extra_zero(pred)
     try:
         return pred if Fraction(normal) != Fraction(pred) else None
     except (ValueError, ZeroDivisionError):
@@ -743,17 +729,10 @@ CORRECTIONS: tuple[Correction, ...] = (
 )
 
 
-def task_of(item: Item, dataset: str) -> Task:
-    """The part of `item` a correction may see (kind, options, the released dataset name)."""
-    return Task(item.kind, tuple(item.options), dataset)
-
-
 def read(item: Item, text: str, dataset: str = "") -> Reading:
     """numloss's reading of `text`: the released one, then `CORRECTIONS` in order (module doc)."""
-    task = task_of(
-        item, dataset or {"number": "svamp", "choice": "aqua", "math": "math"}[item.kind]
-    )
-    number = _released_number if task.kind == "number" else str
+    task = Task(item.kind, tuple(item.options), dataset)  # what a correction may see: no gold
+    number = released.delete_extra_zero if task.kind == "number" else str
     # "1E+999999", 10 MB of output: refused, not converted
     long = len(text) > MAX_READ_CHARS
     if long or task.kind != "choice":
@@ -899,7 +878,5 @@ def score(item: Item, output: str) -> Scored:
     """Read `output` for `item` and compare the prediction with `item.answer` (public:
     `numloss.evaluate.score`)."""
     reading = read(item, output)
-    value = (
-        plain_number(reading.prediction) if item.kind != "choice" and reading.prediction else None
-    )
+    value = plain_number(reading.prediction) if item.kind != "choice" else None  # "": None
     return Scored(reading.prediction, compare(item, reading.prediction), value, reading.decided_by)

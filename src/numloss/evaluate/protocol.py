@@ -19,7 +19,8 @@ from numloss.evaluate.benchmarks import Item
 Style = Literal["pot", "cot"]
 POT_TRIGGER = "Let's write a program."
 
-# the released dataset names, which pick the released answer triggers (GSM8K adds "####")
+# the released dataset names, which pick the released answer triggers (GSM8K adds "####"; another
+# benchmark reads as "", with the triggers of all the others)
 RELEASED_DATASET = {
     "gsm8k": "gsm8k",
     "svamp": "svamp",
@@ -51,21 +52,15 @@ def released_prompt(item: Item, style: Style) -> str:
 # ---------------------------------------------------------------- released
 
 
-def _released_dataset(item: Item, benchmark: str) -> str:
-    return RELEASED_DATASET.get(
-        benchmark, {"number": "svamp", "choice": "aqua", "math": "math"}[item.kind]
-    )
-
-
 def released_extract(item: Item, text: str, benchmark: str) -> answers.Reading:
     return answers.Reading(
-        released.answer_clean(_released_dataset(item, benchmark), item.kind, text)
+        released.answer_clean(RELEASED_DATASET.get(benchmark, ""), item.kind, text)
     )
 
 
 def numloss_extract(item: Item, text: str, benchmark: str) -> answers.Reading:
     """The released reading, then numloss's corrections (`answers.read`)."""
-    return answers.read(item, text, _released_dataset(item, benchmark))
+    return answers.read(item, text, RELEASED_DATASET.get(benchmark, ""))
 
 
 def released_gold(item: Item) -> str:
@@ -78,10 +73,6 @@ def released_gold(item: Item) -> str:
 def released_compare(item: Item, prediction: str) -> bool:
     gold = released_gold(item)
     return prediction == gold if item.kind == "choice" else released.equal(prediction, gold)
-
-
-def released_finalize(item: Item, prediction: str) -> str:
-    return released.final_choice(prediction) if item.kind == "choice" else prediction
 
 
 # ---------------------------------------------------------------- numloss
@@ -103,9 +94,11 @@ _RESULT_LABEL = re.compile(
 )
 
 
-def _program_blocks(code: str) -> list[re.Match[str]]:
-    """The fenced blocks of `code` that are its program: the Python-tagged ones if any, else the
-    untagged ones that are not a printed result ("Output:" before them)."""
+def _program_blocks(output: str) -> tuple[str, list[re.Match[str]]]:
+    """The output cut at "### Instruction", and its fenced blocks that are its program: the
+    Python-tagged ones if any, else the untagged ones that are not a printed result ("Output:"
+    before them)."""
+    code = output.split("### Instruction")[0]
     tagged, untagged = [], []
     for match in _FENCE.finditer(code):
         tag = match.group("tag").lower()
@@ -113,15 +106,14 @@ def _program_blocks(code: str) -> list[re.Match[str]]:
             tagged.append(match)
         elif not tag and not _RESULT_LABEL.search(code[max(0, match.start() - 40) : match.start()]):
             untagged.append(match)
-    return tagged or untagged
+    return code, tagged or untagged
 
 
 def numloss_program(output: str) -> str | None:
     """The program in an output: its Python-tagged fenced blocks if any, else its untagged ones
     that are not a printed result ("Output:" before them), else the output cut at "### Instruction";
     None unless it prints (print() or sys.stdout.write())."""
-    code = output.split("### Instruction")[0]
-    fenced = _program_blocks(code)
+    code, fenced = _program_blocks(output)
     if fenced:
         code = "\n".join(match.group("code") for match in fenced)
     return code if any(p in code for p in _PRINTS) else None
@@ -143,8 +135,7 @@ _CODE_LINE = re.compile(
 def numloss_prose(output: str) -> str:
     """What of an output is not its program: the output without the program's fenced blocks, or,
     for an unfenced program, without its code lines. Read when the program gave no answer."""
-    code = output.split("### Instruction")[0]
-    fenced = _program_blocks(code)
+    code, fenced = _program_blocks(output)
     if fenced:
         kept, last = [], 0
         for match in fenced:
@@ -215,11 +206,6 @@ def numloss_script(program: str) -> str:
     return _SCRIPT.format(source=program)
 
 
-def numloss_read_program(stdout: str | None) -> str:
-    """A program's answer: the first number it printed (a printed "The answer is" marker wins)."""
-    return "The answer is " + stdout.strip() if stdout and stdout.strip() else ""
-
-
 @dataclass(frozen=True)
 class Protocol:
     """Prompt, generation limits, program handling, answer extraction and comparison, as fields."""
@@ -267,7 +253,9 @@ RELEASED = Protocol(
     read_program=released.program_text,
     prose=lambda output: output,  # unused: the released protocol reads no text after a program
     extract=released_extract,
-    finalize=released_finalize,
+    finalize=lambda item, prediction: (
+        released.final_choice(prediction) if item.kind == "choice" else prediction
+    ),
     gold=released_gold,
     compare=released_compare,
 )
@@ -281,7 +269,10 @@ NUMLOSS = replace(
     program_clock="cpu",  # the program's own CPU time: a busy machine does not cost a right answer
     program=numloss_program,
     script=numloss_script,
-    read_program=numloss_read_program,
+    # a program's answer: the first number it printed (a printed "The answer is" marker wins)
+    read_program=lambda stdout: (
+        "The answer is " + stdout.strip() if stdout and stdout.strip() else ""
+    ),
     prose=numloss_prose,
     extract=numloss_extract,
     finalize=lambda item, prediction: prediction,
