@@ -61,12 +61,20 @@ LANGUAGE = ["La respuesta es {x}.", "La respuesta correcta es {x}", "Die Antwort
             "Het antwoord is {x}.", "Odpowiedź: {x}", "Cevap: {x}", "الإجابة: {x}", "उत्तर: {x}", "Jawaban: {x}"]
 
 
+def _each(prefix: str, forms: list[str] | dict[str, str], frames: dict[str, str]) -> Dressed:
+    """Each form (named by its key, or its index in a list) in each frame ("@" is the form), named
+    prefix + name + the frame's suffix; its truth: "said"."""
+    for name, form in forms.items() if isinstance(forms, dict) else enumerate(forms):
+        for suffix, frame in frames.items():
+            yield f"{prefix}{name}{suffix}", frame.replace("@", form), "said"
+
+
+STATED = {"": "The answer is @.", "-bare": WORK + "@", "-boxed": "$\\boxed{@}$"}
+
+
 def language(item: Item, said: str, value: Fraction | None, other: str, other_value: Fraction | None) -> Dressed:
     x = _text(item, said, value)
-    for i, phrase in enumerate(LANGUAGE):
-        yield f"lang{i}", phrase.format(x=x), "said"
-        yield f"lang{i}-work", WORK + phrase.format(x=x), "said"
-        yield f"lang{i}-not-other", WORK + phrase.format(x=x) + f"\n(Not {other}.)", "said"
+    yield from _each("lang", [p.format(x=x) for p in LANGUAGE], {"": "@", "-work": WORK + "@", "-not-other": WORK + f"@\n(Not {other}.)"})
 
 
 def digits(item: Item, said: str, value: Fraction | None, other: str, other_value: Fraction | None) -> Dressed:
@@ -76,10 +84,7 @@ def digits(item: Item, said: str, value: Fraction | None, other: str, other_valu
     forms = {"fullwidth": s.translate(str.maketrans("0123456789.-", "０１２３４５６７８９．－")),
              "arabic-indic": s.translate(str.maketrans("0123456789", "٠١٢٣٤٥٦٧٨٩")),
              "devanagari": s.translate(str.maketrans("0123456789", "०१२३४५६७८९"))}
-    for name, form in forms.items():
-        yield f"{name}", f"The answer is {form}.", "said"
-        yield f"{name}-bare", WORK + form, "said"
-        yield f"{name}-boxed", f"$\\boxed{{{form}}}$", "said"
+    yield from _each("", forms, STATED)
 
 
 def minus(item: Item, said: str, value: Fraction | None, other: str, other_value: Fraction | None) -> Dressed:
@@ -92,21 +97,15 @@ def minus(item: Item, said: str, value: Fraction | None, other: str, other_value
         yield "answer-em-dash", f"Answer — {size}", "said"
         yield "range", f"The answer is {size}–{format_exact(abs(value) + 2)}.", "never"
         return
-    for sign in ("−", "–", "—", "－"):
-        yield f"sign-{ord(sign):x}", f"The answer is {sign}{size}.", "said"
-        yield f"sign-{ord(sign):x}-boxed", f"\\boxed{{{sign}{size}}}", "said"
-        yield f"sign-{ord(sign):x}-bare", WORK + f"{sign}{size}", "said"
+    yield from _each("sign-", {f"{ord(sign):x}": sign + size for sign in "−–—－"}, {"": "The answer is @.", "-boxed": "\\boxed{@}", "-bare": WORK + "@"})
 
 
 def separators(item: Item, said: str, value: Fraction | None, other: str, other_value: Fraction | None) -> Dressed:
     if not _open(item, value) or abs(value) < 1000 or value.denominator != 1:
         return
-    for name, sep in {"thin": "\u2009", "narrow": "\u202f", "nbsp": "\u00a0", "space": " ", "apostrophe": "'",
-                      "latex-thin": "\\,", "latex-bang": ",\\!", "latex-space": "\\;"}.items():
-        form = grouped(value, sep)
-        yield f"sep-{name}", f"The answer is {form}.", "said"
-        yield f"sep-{name}-bare", WORK + form, "said"
-        yield f"sep-{name}-boxed", f"$\\boxed{{{form}}}$", "said"
+    seps = {"thin": "\u2009", "narrow": "\u202f", "nbsp": "\u00a0", "space": " ", "apostrophe": "'", "latex-thin": "\\,",
+            "latex-bang": ",\\!", "latex-space": "\\;"}
+    yield from _each("sep-", {name: grouped(value, sep) for name, sep in seps.items()}, STATED)
 
 
 UNITS_AFTER = [" apples", " dollars", "%", " cm²", " m²", " km/h", " m/s", "°C", " €", " USD", " cm^2", " m³", " kg",
@@ -134,10 +133,7 @@ RELATIONS = ["≈ {x}", "= {x}", "→ {x}", "⇒ {x}", "⟹ {x}", "=> {x}", "-> 
 
 def relations(item: Item, said: str, value: Fraction | None, other: str, other_value: Fraction | None) -> Dressed:
     x = _text(item, said, value)
-    for i, relation in enumerate(RELATIONS):
-        yield f"rel{i}", WORK + relation.format(x=x), "said"
-        yield f"rel{i}-final", "Final: " + relation.format(x=x), "said"
-        yield f"rel{i}-inline", "So the total " + relation.format(x=x) + ".", "said"
+    yield from _each("rel", [r.format(x=x) for r in RELATIONS], {"": WORK + "@", "-final": "Final: @", "-inline": "So the total @."})
 
 
 MARKDOWN = ["## {x}", "# {x}", "### **{x}**", "> {x}", "> **Answer:** {x}", "> The answer is {x}.", "* {x}", "- **{x}**",
@@ -149,9 +145,7 @@ MARKDOWN = ["## {x}", "# {x}", "### **{x}**", "> {x}", "> **Answer:** {x}", "> T
 
 def markdown(item: Item, said: str, value: Fraction | None, other: str, other_value: Fraction | None) -> Dressed:
     x = _text(item, said, value)
-    for i, dress in enumerate(MARKDOWN):
-        yield f"md{i}", WORK + dress.format(x=x), "said"
-        yield f"md{i}-other-before", f"First guess was {other}, which is wrong.\n" + dress.format(x=x), "said"
+    yield from _each("md", [d.format(x=x) for d in MARKDOWN], {"": WORK + "@", "-other-before": f"First guess was {other}, which is wrong.\n@"})
 
 
 def latex(item: Item, said: str, value: Fraction | None, other: str, other_value: Fraction | None) -> Dressed:
@@ -164,10 +158,7 @@ def latex(item: Item, said: str, value: Fraction | None, other: str, other_value
                  f"\\boldsymbol{{{a}}}", f"\\textsf{{{a}}}", f"\\quad {a}", f"\\boxed{{\\textbf{{{a}}}}}", f"\\hbox{{{a}}}"]
         if value.denominator == 1 and value != 0:
             forms += [f"\\dfrac{{{2 * value}}}{{2}}", f"\\frac{{{3 * value}}}{{3}}", f"\\tfrac{{{2 * value}}}{{2}}"]
-        for i, form in enumerate(forms):
-            yield f"tex{i}", f"The answer is ${form}$.", "said"
-            yield f"tex{i}-display", WORK + f"$${form}$$", "said"
-            yield f"tex{i}-final", f"Final answer: {form}", "said"
+        yield from _each("tex", forms, {"": "The answer is $@$.", "-display": WORK + "$$@$$", "-final": "Final answer: @"})
         yield "two-boxes", f"First attempt: $\\boxed{{{o}}}$. That was wrong; recomputing gives $\\boxed{{{a}}}$.", "said"
         yield "box-ruled-out", f"$\\boxed{{{a}}}$\n\nHmm, let me recheck... no, the original is right, not $\\boxed{{{o}}}$.", "said"
         if other_value is not None:
@@ -176,9 +167,7 @@ def latex(item: Item, said: str, value: Fraction | None, other: str, other_value
     forms = [f"\\boxed{{\\text{{({said})}}}}", f"\\boxed{{\\textbf{{{said}}}}}", f"\\boxed{{\\mathbf{{{said}}}}}", f"\\textbf{{({said})}}",
              f"\\text{{Option {said}}}", f"\\boxed{{{said})}}", f"\\boxed{{({said})}}", f"\\boxed{{\\text{{Option }} {said}}}",
              f"\\fbox{{{said}}}", f"\\boxed{{{said}: {_option(item, said)}}}", f"\\underline{{{said}}}", f"\\color{{green}}{{{said}}}"]
-    for i, form in enumerate(forms):
-        yield f"texc{i}", f"The answer is ${form}$.", "said"
-        yield f"texc{i}-display", "We compare the options.\n" + f"$${form}$$", "said"
+    yield from _each("texc", forms, {"": "The answer is $@$.", "-display": "We compare the options.\n$$@$$"})
     yield "two-boxes-letter", f"First attempt: $\\boxed{{{other}}}$. That was wrong; rechecking gives $\\boxed{{{said}}}$.", "said"
 
 
@@ -233,9 +222,7 @@ def choice_dress(item: Item, said: str, value: Fraction | None, other: str, othe
     if item.kind != "choice":
         return
     fields = {"L": said, "l": said.lower(), "O": _option(item, said)}
-    for i, dress in enumerate(CHOICE_DRESS):
-        yield f"mc{i}", WORK + dress.format(**fields), "said"
-        yield f"mc{i}-first", dress.format(**fields) + "\n\nExplanation: we compared the options.", "said"
+    yield from _each("mc", [d.format(**fields) for d in CHOICE_DRESS], {"": WORK + "@", "-first": "@\n\nExplanation: we compared the options."})
     theirs = _option(item, other)
     if theirs.strip() and theirs.strip() != fields["O"].strip():  # the letter and another option's text: which one?
         yield "contradicted", f"The answer is {said}) {theirs}", "never"
@@ -254,8 +241,7 @@ def programs(item: Item, said: str, value: Fraction | None, other: str, other_va
     shapes = [f"print({a}.0)" if value.denominator == 1 else f"print({a})", f"x = {a}\nprint(x, end='   \\n\\n')",
               f"print(float({a}))", f"print(f'{{{a}:.2f}}')", f"print('Answer:', {a})", f"print({a})\nprint(None)",
               f"print(f'${{{a}:,.2f}}')", f"print({{'answer': {a}}})"]
-    for i, shape in enumerate(shapes):
-        yield f"prog{i}", shape, "said"
+    yield from _each("prog", shapes, {"": "@"})
 
 
 def truncated(item: Item, said: str, value: Fraction | None, other: str, other_value: Fraction | None) -> Dressed:

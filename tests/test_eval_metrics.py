@@ -70,9 +70,14 @@ def test_entropy_histogram():
     assert edges[0] == 0 and edges[-1] == pytest.approx(MAX_DIGIT_ENTROPY)
 
 
-def test_teacher_forced_digit_stats_match_a_manual_computation():
+@pytest.fixture
+def tiny():
     tokenizer = build_char_tokenizer()
-    model = build_tiny_model(tokenizer, num_layers=1, hidden_size=32, num_heads=2)
+    return build_tiny_model(tokenizer, num_layers=1, hidden_size=32, num_heads=2), tokenizer
+
+
+def test_teacher_forced_digit_stats_match_a_manual_computation(tiny):
+    model, tokenizer = tiny
     prompts = ["Q: 40+2?\nA:", "Q: pi to two places?\nA:"]
     answers = [" The answer is 42.", " 3.14"]
     stats = teacher_forced_digit_stats(model, tokenizer, prompts, answers, batch_size=2)
@@ -94,9 +99,8 @@ def test_teacher_forced_digit_stats_match_a_manual_computation():
     assert {e.place for e in stats.per_place} == {1, 0, -1, -2}
 
 
-def test_teacher_forced_digit_stats_see_a_confident_model():
-    tokenizer = build_char_tokenizer()
-    model = build_tiny_model(tokenizer, num_layers=1, hidden_size=32, num_heads=2)
+def test_teacher_forced_digit_stats_see_a_confident_model(tiny):
+    model, tokenizer = tiny
     vocab = DigitVocab.from_tokenizer(tokenizer)
     seven = vocab.digit_ids[7]
     with torch.no_grad():  # make token "7" overwhelmingly likely everywhere
@@ -106,10 +110,5 @@ def test_teacher_forced_digit_stats_see_a_confident_model():
     stats = teacher_forced_digit_stats(model, tokenizer, ["Q:", "Q:"], ["77", "71"])
     assert stats.correct == [True, True, True, False]
     assert max(stats.entropies) < 1e-6 and stats.accuracy == 0.75
-
-
-def test_length_mismatch_is_refused():
-    tokenizer = build_char_tokenizer()
-    model = build_tiny_model(tokenizer, num_layers=1, hidden_size=32, num_heads=2)
     with pytest.raises(ValueError, match="length"):
         teacher_forced_digit_stats(model, tokenizer, ["a"], ["1", "2"])

@@ -100,21 +100,6 @@ def test_the_real_mmlu_math_file_has_the_papers_974_items():
     assert len(load_benchmark("svamp", data_dir=DATA)) == 1000  # = ChilleD/SVAMP train 700 + test 300
 
 
-def test_released_sandbox_limits_keep_what_the_released_executor_reads():
-    """The released executor has no output cap and no memory limit. A program that
-    prints its answer and then 20,000 debug lines, or allocates 1200 MiB first, answers under
-    both protocols (the old 64 KiB / 1 GiB sandbox defaults lost them to the fallback)."""
-    item = load_benchmark("gsm8k", path=Path(__file__).parent / "fixtures" / "benchmarks" / "gsm8k.jsonl").items[0]
-    flood = f"print({item.answer})\nfor i in range(20000):\n    print('debug line', i)"
-    memory = f"buf = bytearray(1200 * 1024 * 1024)\nprint({item.answer})"
-    small = ProgramRunner(SandboxLimits(wall_seconds=20.0, cpu_seconds=10), workers=2, allow_unisolated=True)  # 64 KiB, 1 GiB
-    for protocol in (RELEASED, NUMLOSS):
-        got = score_items(protocol, "gsm8k", [item] * 2, [flood, memory], ["The answer is 3."] * 2, small)
-        assert [(r.style, r.correct) for r in got] == [("pot", True), ("pot", True)], protocol.name
-        assert [r.program_status for r in got] == ["ok", "ok"]
-    assert RELEASED.program_output_bytes == 64 << 20 and RELEASED.program_memory_bytes == 4 << 30
-
-
 @pytest.mark.parametrize("output, prose", [
     ("print('B')\nraise ValueError('late')", ""),  # unfenced: every line is code
     ("x = 'C'\nprint(x)\nraise SystemExit(1)", ""),
