@@ -28,20 +28,12 @@ FINAL_PARTIAL = "final.partial"
 FINAL_RECORD = "numloss_train.json"
 #: names numloss or the Trainer writes at the top of a run folder
 RUN_FILES = (
-    "config.yaml",
-    "inputs.json",
-    "log.csv",
-    "log_history.json",
-    "tensorboard",
     FINAL,
     FINAL_PARTIAL,
-    "merged",
-    "runs",
-    "trainer_state.json",
-    "training_args.bin",
-    "model.safetensors",
-    "adapter_model.safetensors",
-    "pytorch_model.bin",
+    *"""
+    config.yaml inputs.json log.csv log_history.json tensorboard merged runs trainer_state.json
+    training_args.bin model.safetensors adapter_model.safetensors pytorch_model.bin
+    """.split(),
 )
 RUN_PATTERNS = ("checkpoint-*", "partial-checkpoint-*", "final-step-*", "config-before-*.yaml")
 

@@ -13,6 +13,7 @@ serves a plain `Trainer`: it sees the step's token count only, so it refuses a d
 from __future__ import annotations
 
 import dataclasses
+import itertools
 from typing import Any
 
 import torch
@@ -90,11 +91,9 @@ class NumericComputeLoss:
             return {}
         digits, *sums = self._diagnostic_sums.tolist()
         self._diagnostic_sums = None
-        return (
-            {name: total / digits for name, total in zip(_DIAGNOSTIC_FIELDS, sums, strict=True)}
-            if digits
-            else {}
-        )
+        if not digits:
+            return {}
+        return {name: total / digits for name, total in zip(_DIAGNOSTIC_FIELDS, sums, strict=True)}
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self.loss_fn!r})"
@@ -117,12 +116,8 @@ class NumericComputeLoss:
         self.last = self.loss_fn(logits, aligned, num_items_in_batch=num_items_in_batch)
         with torch.no_grad():
             digits = self.last.num_digits.double()
-            update = torch.stack(
-                [
-                    digits,
-                    *(getattr(self.last, name).double() * digits for name in _DIAGNOSTIC_FIELDS),
-                ]
-            )
+            sums = [getattr(self.last, name).double() * digits for name in _DIAGNOSTIC_FIELDS]
+            update = torch.stack([digits, *sums])
             self._diagnostic_sums = (
                 update if self._diagnostic_sums is None else self._diagnostic_sums + update
             )
@@ -193,11 +188,8 @@ def check_training_data(args: Any, dataset: Any, ignore_index: int = -100) -> No
     examples = len(dataset)
     if examples == 0:
         raise ArgumentError("train_dataset is empty: pass at least one training example")
-    batch, accumulation, processes = (
-        args.per_device_train_batch_size,
-        args.gradient_accumulation_steps,
-        args.world_size,
-    )
+    batch, accumulation = args.per_device_train_batch_size, args.gradient_accumulation_steps
+    processes = args.world_size
     if batch * accumulation * processes > examples:
         raise ArgumentError(
             f"the global batch per_device_train_batch_size {batch} x gradient_accumulation_steps"
@@ -269,12 +261,7 @@ class NumericTrainer(Trainer):
     def get_batch_samples(self, epoch_iterator, num_batches, device):
         """The micro-batches of one step and its token count; the digit count goes to
         `self._step_digits`. Both are summed over ranks with `average_tokens_across_devices`."""
-        batch_samples = []
-        for _ in range(num_batches):
-            try:
-                batch_samples.append(next(epoch_iterator))
-            except StopIteration:
-                break
+        batch_samples = list(itertools.islice(epoch_iterator, num_batches))
         self._step_digits = None
         if not batch_samples or not all(
             "labels" in b or "shift_labels" in b for b in batch_samples
@@ -323,6 +310,10 @@ class NumericTrainer(Trainer):
         num_digits_in_batch: torch.Tensor | int | None,
     ) -> tuple[NumericLossOutput, Any]:
         """(loss output, model outputs) of one micro-batch with aligned `labels` [B, T]."""
+        counts = {
+            "num_items_in_batch": num_items_in_batch,
+            "num_digits_in_batch": num_digits_in_batch,
+        }
         if self.fused:
             # The loss is computed inside the model's forward, as its LM head's output, so that
             # the head's weight is whole under FSDP and ZeRO-3: numloss.patch's mechanism.
@@ -332,23 +323,13 @@ class NumericTrainer(Trainer):
             with patched(
                 self.accelerator.unwrap_model(model), self.loss_fn, fused=True, on_hidden=on_hidden
             ) as state:
-                outputs = model(
-                    **inputs,
-                    shift_labels=labels,
-                    num_items_in_batch=num_items_in_batch,
-                    num_digits_in_batch=num_digits_in_batch,
-                )
+                outputs = model(**inputs, shift_labels=labels, **counts)
             # the loss as it came out of the wrapper (DDP, the DeepSpeed engine), on its autograd
             # path
             return dataclasses.replace(state.last, loss=outputs["loss"]), outputs
         outputs = model(**inputs)
         logits = model_logits(outputs)
-        out = self.loss_fn(
-            logits,
-            labels,
-            num_items_in_batch=num_items_in_batch,
-            num_digits_in_batch=num_digits_in_batch,
-        )
+        out = self.loss_fn(logits, labels, **counts)
         self.record_token_metrics(inputs, labels, logits=logits)
         return out, outputs
 
@@ -382,9 +363,8 @@ class NumericTrainer(Trainer):
             digit_den = denominator(num_digits_in_batch, digits)
 
             def per_digit(value: torch.Tensor | None) -> torch.Tensor:
-                return (torch.zeros(()) if value is None else value).to(
-                    tokens.device
-                ).double() * digits
+                value = torch.zeros(()) if value is None else value
+                return value.to(tokens.device).double() * digits
 
             aux_den, aux_count = (token_den, tokens) if self._aux_per_token else (digit_den, digits)
             update = torch.stack(

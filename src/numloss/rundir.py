@@ -41,11 +41,9 @@ def _holder_text(holder: dict[str, Any]) -> str:
     if not holder:
         return "another process (its lock file names no holder yet)"
     since = holder.get("started")
-    when = (
-        time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(since))
-        if isinstance(since, (int, float))
-        else "?"
-    )
+    when = "?"
+    if isinstance(since, (int, float)):
+        when = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(since))
     return (
         f"pid {holder.get('pid', '?')} on {holder.get('host', '?')} ({holder.get('command', '?')},"
         f" since {when})"
@@ -67,6 +65,11 @@ def read_holder(folder: str | os.PathLike[str]) -> dict[str, Any]:
     """What `folder`'s lock file says about its (last) holder; {} when there is none or it is
     unreadable."""
     return read_json_object(Path(folder) / LOCK_NAME) or {}
+
+
+def _write_holder(fd: int, holder: dict[str, Any]) -> None:
+    os.ftruncate(fd, 0)
+    os.pwrite(fd, json.dumps(holder).encode(), 0)
 
 
 @contextmanager
@@ -112,20 +115,12 @@ def hold_run_dir(folder: str | os.PathLike[str], command: str) -> Iterator[Path]
                 path,
                 _holder_text(previous),
             )
-        me = {
-            "pid": os.getpid(),
-            "host": socket.gethostname(),
-            "command": command,
-            "started": time.time(),
-        }
-        os.ftruncate(fd, 0)
-        os.pwrite(fd, json.dumps(me).encode(), 0)
+        me = dict(pid=os.getpid(), host=socket.gethostname(), command=command, started=time.time())
+        _write_holder(fd, me)
         try:
             yield path
         finally:
-            me["released"] = time.time()
-            os.ftruncate(fd, 0)
-            os.pwrite(fd, json.dumps(me).encode(), 0)
+            _write_holder(fd, {**me, "released": time.time()})
     finally:
         os.close(fd)  # closing the descriptor drops the flock
 

@@ -116,9 +116,8 @@ class NumericSFTTrainer(NumericTrainer, SFTTrainer):
             if "attention_mask" in inputs:
                 local = inputs["attention_mask"].sum()
             elif "position_ids" in inputs:  # padding-free: one packed row, no mask
-                local = torch.tensor(
-                    inputs["position_ids"].size(1), device=inputs["position_ids"].device
-                )
+                positions = inputs["position_ids"]
+                local = torch.tensor(positions.size(1), device=positions.device)
             else:
                 raise ValueError(
                     "NumericSFTTrainer: expected 'attention_mask' or 'position_ids' in the batch"
@@ -137,13 +136,9 @@ class NumericSFTTrainer(NumericTrainer, SFTTrainer):
         )
         gather = self.accelerator.gather_for_metrics
         num_valid = gather(valid).sum()
-        entropy_sum, num_correct = gather(entropy).sum(), gather(correct).sum()
-        self._metrics[mode]["entropy"].append(
-            (entropy_sum / num_valid).item() if num_valid > 0 else 0.0
-        )
-        self._metrics[mode]["mean_token_accuracy"].append(
-            (num_correct / num_valid).item() if num_valid > 0 else 0.0
-        )
+        for name, total in (("entropy", entropy), ("mean_token_accuracy", correct)):
+            mean = (gather(total).sum() / num_valid).item() if num_valid > 0 else 0.0
+            self._metrics[mode][name].append(mean)
 
 
 def assistant_turns_only(dataset: Any, tokenizer: Any) -> Any:

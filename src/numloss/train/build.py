@@ -27,13 +27,10 @@ def tiny_options_for(config: Any) -> dict[str, Any]:
 
 def _source(config: Any) -> dict[str, Any]:
     """The options `numloss.models` reads the tokenizer and the model of `config` with."""
-    model = config.model
-    return {
-        "revision": model.revision,
-        "trust_remote_code": model.trust_remote_code,
-        "cache_dir": model.cache_dir,
-        "tiny_options": tiny_options_for(config),
+    source = {
+        key: getattr(config.model, key) for key in ("revision", "trust_remote_code", "cache_dir")
     }
+    return {**source, "tiny_options": tiny_options_for(config)}
 
 
 def load_tokenizer_for(config: Any) -> Any:
@@ -66,13 +63,9 @@ def check_model_name(config: Config) -> None:
     """ConfigError when model.name is neither built in nor available (local folder, cache, hub)."""
     from numloss.models import ModelUnavailableError, check_model_available
 
+    model = config.model
     try:
-        check_model_available(
-            config.model.name,
-            config.model.revision,
-            config.model.cache_dir,
-            config.model.trust_remote_code,
-        )
+        check_model_available(model.name, model.revision, model.cache_dir, model.trust_remote_code)
     except ModelUnavailableError as error:
         raise ConfigError(f"model.name: {error}") from None
 
@@ -133,17 +126,9 @@ def load_training_examples(config: Config) -> list[Any]:
     fast)."""
     from numloss.data import load_examples
 
-    data = config.data
-    return load_examples(
-        data.source,
-        num_examples=data.num_examples,
-        seed=data.seed,
-        split=data.split,
-        subset=data.subset,
-        instruction_field=data.instruction_field,
-        input_field=data.input_field,
-        output_field=data.output_field,
-    )
+    # load_examples' options by the names of data's keys
+    keys = "num_examples seed split subset instruction_field input_field output_field".split()
+    return load_examples(config.data.source, **{key: getattr(config.data, key) for key in keys})
 
 
 def check_text(examples: list[Any]) -> None:
@@ -211,16 +196,9 @@ def log_digit_density(dataset: Any, loss_fn: Any) -> tuple[int, int]:
         else:
             counted, per, normalize = "digit positions", "digit", "digits"
         logger.warning(
-            "data: %d learnt tokens, %d %s in the first %d examples: %.2f tokens per %s "
-            '(normalize="tokens" matches "%s" on average at alpha x %.2f)',
-            tokens,
-            digits,
-            counted,
-            len(features),
-            ratio,
-            per,
-            normalize,
-            ratio,
+            f"data: {tokens} learnt tokens, {digits} {counted} in the first {len(features)}"
+            f' examples: {ratio:.2f} tokens per {per} (normalize="tokens" matches "{normalize}" on'
+            f" average at alpha x {ratio:.2f})"
         )
     return tokens, digits
 
@@ -297,20 +275,19 @@ def _check_lora(config: Config, model: Any) -> None:
         )
     target = config.lora.target_modules
     names = [name for name, _ in model.named_modules() if name]
+    leaves = ", ".join(sorted({name.rsplit(".", 1)[-1] for name in names})[:40])
     if isinstance(target, list):  # peft names only the case where no target matches at all
         for wanted in target:
             if not any(name == wanted or name.endswith(f".{wanted}") for name in names):
-                leaves = sorted({name.rsplit(".", 1)[-1] for name in names})
                 raise ConfigError(
                     f"lora.target_modules: the model has no module named {wanted!r}; its module"
-                    f" names are {', '.join(leaves[:40])}"
+                    f" names are {leaves}"
                 )
     try:
         apply_lora(config, model)
     except (ValueError, TypeError, KeyError) as error:
-        names = sorted({name.rsplit(".", 1)[-1] for name, _ in model.named_modules() if name})
         raise ConfigError(
-            f"lora: {first_line(error)}; the model's module names are {', '.join(names[:40])}"
+            f"lora: {first_line(error)}; the model's module names are {leaves}"
         ) from None
 
 

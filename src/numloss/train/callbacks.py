@@ -149,11 +149,8 @@ class CheckpointMarkerCallback(TrainerCallback):
             if folder.is_dir():
                 try:
                     write_marker(folder, state.global_step)
-                except OSError as error:
-                    full = disk_full_error(error, folder)
-                    if full is not None:
-                        raise full from None
-                    raise
+                except OSError as error:  # a full disk is one line naming the checkpoint
+                    raise (disk_full_error(error, folder) or error) from None
                 rotate_checkpoints(args.output_dir, self.keep)
 
 

@@ -99,13 +99,9 @@ def train_error(
             f"train.resume: {checkpoint} was saved from a model of another shape ({detail}); resume"
             " with the model settings it was trained with"
         )
-    if (
-        checkpoint is not None
-        and isinstance(error, (ValueError, KeyError, OSError, EOFError))
-        or (
-            checkpoint is not None
-            and type(error).__name__ in ("SafetensorError", "UnpicklingError", "JSONDecodeError")
-        )
+    if checkpoint is not None and (
+        isinstance(error, (ValueError, KeyError, OSError, EOFError))
+        or type(error).__name__ in ("SafetensorError", "UnpicklingError", "JSONDecodeError")
     ):
         return ConfigError(f"train.resume: {checkpoint} cannot be loaded: {first_line(error)}")
     return error

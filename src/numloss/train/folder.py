@@ -69,7 +69,7 @@ def check_inputs_unchanged(config: Config, output_dir: Path, inputs: dict[str, s
     changed = [
         describe_change(name, stored.get(key), inputs.get(key))
         for key, name in names.items()
-        if stored.get(key) != inputs.get(key) and (key in stored or key in inputs)
+        if stored.get(key) != inputs.get(key)
     ]
     if changed and not config.train.resume_changed:
         raise ConfigError(
@@ -166,13 +166,8 @@ def plan_run_dir(config: Config) -> RunPlan:
             return RunPlan("new")
         # a checkpoint named explicitly, from a run without numloss's config.yaml
         if stored is None:
-            return RunPlan(
-                "resume",
-                note=(
-                    f"train.resume {resume!r} has no config.yaml beside it; its settings "
-                    "cannot be compared with this config"
-                ),
-            )
+            why = "has no config.yaml beside it; its settings cannot be compared with this config"
+            return RunPlan("resume", note=f"train.resume {resume!r} {why}")
     changed = changed_settings(stored, config) if stored is not None else []
     record, final_problem = final_record(out)
     if resume is False:

@@ -39,18 +39,25 @@ class TrainResult:
     already_finished: bool = False
 
 
-def check_run(
-    config: Config, examples: list[Any] | None = None
-) -> tuple[folder.RunPlan, build.Prepared]:
-    """What `numloss train --dry-run` does: every check of a real run, no lock, nothing written."""
+def _checked_output_dir(config: Config) -> Path:
+    """The run folder of `config`, after the checks before any lock: the config, the model's
+    name, a folder that can be written."""
     from numloss.config import validate
 
     validate(config)
     build.check_model_name(config)
     output_dir = Path(config.train.output_dir)
     folder.check_output_dir(output_dir)
+    return output_dir
+
+
+def check_run(
+    config: Config, examples: list[Any] | None = None
+) -> tuple[folder.RunPlan, build.Prepared]:
+    """What `numloss train --dry-run` does: every check of a real run, no lock, nothing written."""
     from numloss.rundir import RunDirBusy, check_not_busy
 
+    output_dir = _checked_output_dir(config)
     try:
         check_not_busy(output_dir)
     except RunDirBusy as error:
@@ -73,15 +80,11 @@ def run_training(
     the final model, holding the run folder's lock throughout. Resumes from the newest intact
     checkpoint. Raises ConfigError for a bad config or folder, DiskFullError for a full disk.
     """
-    from numloss.config import validate
     from numloss.rundir import RunDirBusy, RunDirLockError, hold_run_dir
 
-    validate(config)
-    build.check_model_name(config)
+    output_dir = _checked_output_dir(config)
     if examples is not None and not examples:
         raise ConfigError("run_training: no training examples (examples is empty)")
-    output_dir = Path(config.train.output_dir)
-    folder.check_output_dir(output_dir)
     main_process = int(os.environ.get("RANK", "0")) == 0
     with ExitStack() as stack:
         if main_process:  # the other ranks of a distributed run write into the folder rank 0 holds
@@ -210,16 +213,13 @@ def _build_trainer(
     trainer.remove_callback(PrinterCallback)
     if trainer.is_world_process_zero():
         trainable = sum(p.numel() for p in model.parameters() if p.requires_grad)
+        batch = (
+            args.per_device_train_batch_size * args.gradient_accumulation_steps * args.world_size
+        )
         logger.warning(
-            "model %s (%s trainable parameters), objective %s, bf16=%s, fused=%s, world size %d,"
-            " global batch %d",
-            config.model.name,
-            f"{trainable:,}",
-            loss_fn,
-            args.bf16,
-            config.fused,
-            args.world_size,
-            args.per_device_train_batch_size * args.gradient_accumulation_steps * args.world_size,
+            f"model {config.model.name} ({trainable:,} trainable parameters), objective {loss_fn},"
+            f" bf16={args.bf16}, fused={config.fused}, world size {args.world_size}, global batch"
+            f" {batch}"
         )
     return trainer
 
