@@ -325,9 +325,8 @@ def _number_table(vocab: DigitVocab, device: str) -> NumberTable:
     # cached across calls: built outside inference mode, or a first use under
     # torch.inference_mode() (an evaluation) would cache tensors that training cannot save for
     # backward
-    entries = [(i, str(k), False) for k, i in enumerate(vocab.digit_ids)] + list(
-        vocab.number_tokens
-    )
+    entries = [(i, str(k), False) for k, i in enumerate(vocab.digit_ids)]
+    entries += vocab.number_tokens
     longest = max(len(d) for _, d, _ in entries)
     keys = list(dict.fromkeys((len(d), s) for _, d, s in entries))  # kinds, in order of appearance
     group_of = [keys.index((len(d), s)) for _, d, s in entries]
@@ -341,21 +340,21 @@ def _number_table(vocab: DigitVocab, device: str) -> NumberTable:
         len({d for _, d, s in entries if (len(d), s) == key}) == 10 ** key[0] == group_of.count(g)
         for g, key in enumerate(keys)
     )
+
+    def tensor(values: list, dtype: torch.dtype = torch.long) -> torch.Tensor:
+        return torch.tensor(values, dtype=dtype, device=device)
+
     return NumberTable(
         complete=complete,
-        columns=torch.tensor([i for i, _, _ in entries], dtype=torch.long, device=device),
-        lengths=torch.tensor([len(d) for _, d, _ in entries], dtype=torch.long, device=device),
-        spaced=torch.tensor([s for _, _, s in entries], dtype=torch.bool, device=device),
-        digits=torch.tensor(digit_rows, dtype=torch.long, device=device),
-        values=torch.tensor(
-            [float(int(d)) for _, d, _ in entries], dtype=torch.float64, device=device
-        ),
+        columns=tensor([i for i, _, _ in entries]),
+        lengths=tensor([len(d) for _, d, _ in entries]),
+        spaced=tensor([s for _, _, s in entries], torch.bool),
+        digits=tensor(digit_rows),
+        values=tensor([float(int(d)) for _, d, _ in entries], torch.float64),
         group=group.to(device),
         groups=groups,
-        unscored=torch.tensor(
-            [i for i, _ in vocab.unscored_digit_tokens], dtype=torch.long, device=device
-        ),
-        unscored_spaced=torch.tensor(vocab.unscored_spaced, dtype=torch.long, device=device),
+        unscored=tensor([i for i, _ in vocab.unscored_digit_tokens]),
+        unscored_spaced=tensor(list(vocab.unscored_spaced)),
     )
 
 

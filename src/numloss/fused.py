@@ -206,12 +206,9 @@ def _gradient_in_forward(chunk, rule, stored, hidden, weight, start, stop) -> No
     """Add the chunk's gradient under the objective's predicted weights (a, b) to `stored`."""
     d_hidden, d_weight, d_bias, a_all, b_all = stored
     a, b = rule(chunk.nll, chunk.cost)
-    zero = torch.zeros_like(a)
-    a = torch.where(chunk.valid, a, zero)
-    a_all[start:stop] = a
+    a = a_all[start:stop] = torch.where(chunk.valid, a, 0.0)
     if b_all is not None:
-        b = torch.where(chunk.valid, b, zero)
-        b_all[start:stop] = b
+        b = b_all[start:stop] = torch.where(chunk.valid, b, 0.0)
     grad_z = chunk.logit_gradient(a, b)
     _accumulate(grad_z, hidden[start:stop], weight, d_hidden, d_weight, d_bias, start, stop)
 

@@ -19,10 +19,8 @@ def generate(name: str, n: int, seed: int = 0) -> list[Example]:
     with needs("compare", "the gym: data sets (numloss.data.gym)"):
         import reasoning_gym
 
-    examples = []
-    for entry in reasoning_gym.create_dataset(name, size=n, seed=seed):
-        answer = str(entry["answer"]).strip()
-        examples.append(
-            Example(entry["question"].strip(), f"The answer is {answer}.", answer=answer)
-        )
-    return examples
+    dataset = reasoning_gym.create_dataset(name, size=n, seed=seed)
+    pairs = [(entry["question"].strip(), str(entry["answer"]).strip()) for entry in dataset]
+    return [
+        Example(question, f"The answer is {answer}.", answer=answer) for question, answer in pairs
+    ]

@@ -36,12 +36,10 @@ def _messages(value: Any, source: str, i: int, key: str) -> list[dict[str, str]]
         raise DataError(
             f"{source}: record {i}: {key!r} must be a non-empty list of {{role, content}} messages"
         )
-    messages = []
+    messages, keys = [], ("role", "content")
     for j, message in enumerate(value):
-        if (
-            not isinstance(message, Mapping)
-            or not isinstance(message.get("role"), str)
-            or not isinstance(message.get("content"), str)
+        if not isinstance(message, Mapping) or not all(
+            isinstance(message.get(k), str) for k in keys
         ):
             raise DataError(
                 f"{source}: record {i}: {key}[{j}] is not a {{role, content}} message with string"
@@ -69,24 +67,19 @@ def _text(value: Any, source: str, i: int, key: str, learnt: bool = False) -> st
     return value
 
 
-def record_to_training_record(
-    record: Mapping[str, Any],
-    source: str,
-    i: int,
-    instruction_field: str = "instruction",
-    input_field: str = "input",
-    output_field: str = "output",
+def _training_record(
+    record: Mapping[str, Any], source: str, i: int, fields: tuple[str, str, str]
 ) -> TrainingRecord:
-    """One record in whichever of the three layouts it has (instruction fields first)."""
+    """One record in whichever of the three layouts it has (instruction fields first); `fields`:
+    the names of the instruction, input and output fields."""
+    instruction_field, input_field, output_field = fields
     if not isinstance(record, Mapping):
         raise DataError(
             f"{source}: record {i} is a {type(record).__name__}, expected an object; {FORMATS_HINT}"
         )
-    if record.get(instruction_field) is not None or (
-        record.get(output_field) is not None
-        and "messages" not in record
-        and "completion" not in record
-    ):
+    # an output without another layout's key is an instruction record short of its instruction
+    alone = record.get(output_field) is not None and {"messages", "completion"}.isdisjoint(record)
+    if record.get(instruction_field) is not None or alone:
         missing = [f for f in (instruction_field, output_field) if record.get(f) is None]
         if missing:
             raise DataError(
@@ -136,7 +129,7 @@ def records_to_examples(
 ) -> list[TrainingRecord]:
     """Training records from mapping records; one of no known layout is an error naming it."""
     fields = (instruction_field, input_field, output_field)
-    return [record_to_training_record(r, source, i, *fields) for i, r in enumerate(records)]
+    return [_training_record(r, source, i, fields) for i, r in enumerate(records)]
 
 
 def _parse(text: str, path: Path, line: int | None = None) -> Any:

@@ -18,15 +18,9 @@ from numloss.data.instructions import (
 
 def source_kind(source: str) -> str:
     """'synthetic', 'gym', 'json' or 'hf': how `source` will be read (no I/O beyond a stat)."""
-    if source.startswith("synthetic:"):
-        return "synthetic"
-    if source.startswith("gym:"):
-        return "gym"
-    if source.startswith("hf:"):
-        return "hf"
-    if source.endswith((".json", ".jsonl")):
-        return "json"
-    return "hf"
+    if source.startswith(("synthetic:", "gym:", "hf:")):
+        return source.partition(":")[0]
+    return "json" if source.endswith((".json", ".jsonl")) else "hf"
 
 
 def check_source(source: str) -> None:

@@ -50,9 +50,8 @@ def decimal_arithmetic(rng: random.Random) -> Example:
     a = _decimal(rng, rng.randint(1, 3), rng.randint(1, 2))
     b = _decimal(rng, rng.randint(1, 2), rng.randint(1, 2))
     result = a + b if op == "+" else a - b if op == "-" else a * b
-    return _finish(
-        f"What is {fmt(a)} {op} {fmt(b)}?", f"{fmt(a)} {op} {fmt(b)} = {fmt(result)}.", result
-    )
+    expression = f"{fmt(a)} {op} {fmt(b)}"
+    return _finish(f"What is {expression}?", f"{expression} = {fmt(result)}.", result)
 
 
 _ITEMS = ("pens", "apples", "notebooks", "tickets", "boxes of tea", "bags of rice")

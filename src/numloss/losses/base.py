@@ -247,9 +247,11 @@ class NumericLoss(nn.Module):
         """The objective's N_dig of aligned `labels` (digit slots, or number tokens at
         `level="token"`): what a trainer sums over a step as `num_digits_in_batch`."""
         digits = find_digits(labels, self.vocab, None, self.ignore_index)
-        return torch.tensor(
-            digits.token_count if self.scores_tokens else digits.count, device=labels.device
-        )
+        return torch.tensor(self._terms(digits), device=labels.device)
+
+    def _terms(self, digits: DigitPositions) -> int:
+        """How many terms the objective scores on `digits`: number tokens or digit slots."""
+        return digits.token_count if self.scores_tokens else digits.count
 
     def transport_embedding(
         self, device: torch.device, dtype: torch.dtype, width: int
@@ -344,9 +346,7 @@ class NumericLoss(nn.Module):
         digit_logits, support = slot_logits(
             number_logits, digits, self.vocab.number_table(nll.device)
         )
-        num_digits = torch.tensor(
-            digits.token_count if self.scores_tokens else digits.count, device=nll.device
-        )
+        num_digits = torch.tensor(self._terms(digits), device=nll.device)
         weights = self.digit_weights(digits)
         token_count = _as_count(num_items_in_batch, num_tokens, "num_items_in_batch")
         digit_count = _as_count(
@@ -428,9 +428,7 @@ class DigitLoss(NumericLoss):
         if options.get("normalize") == "tokens" and "alpha" in options and options["alpha"] is None:
             raise ValueError(
                 f'{cls.name}: normalize="tokens" divides the term by the step\'s token count, but'
-                " the default "
-                f"alpha ({cls.default_alpha:g}) weighs the step's digit mean: pass alpha"
-                " explicitly, e.g. "
-                f"{cls.default_alpha:g} x your data's tokens per digit (numloss train logs the"
-                " ratio)"
+                f" the default alpha ({cls.default_alpha:g}) weighs the step's digit mean: pass"
+                f" alpha explicitly, e.g. {cls.default_alpha:g} x your data's tokens per digit"
+                " (numloss train logs the ratio)"
             )

@@ -30,12 +30,10 @@ def sigmoid_logits(
     return z - mean
 
 
-def class_weights(y: torch.Tensor, distance: str | None, dtype: torch.dtype) -> torch.Tensor | None:
-    """The per-class factor of `distance` [M, 10] ((1 + |k - y|) for "l1"), or None (all 1)."""
-    if distance != "l1":
-        return None
-    classes = torch.arange(10, device=y.device)
-    return (1.0 + (classes[None, :] - y[:, None]).abs()).to(dtype)
+def class_weights(y: torch.Tensor, distance: str | None, dtype: torch.dtype) -> torch.Tensor:
+    """The per-class factor of `distance` [M, 10]: (1 + |k - y|) for "l1", else all 1."""
+    distances = (torch.arange(10, device=y.device)[None, :] - y[:, None]).abs()
+    return (1.0 + distances if distance == "l1" else torch.ones_like(distances)).to(dtype)
 
 
 def del_term(
@@ -57,10 +55,8 @@ def del_term(
         sigmoid_logits(z, sigmoid_input, support), onehot, reduction="none"
     )
     p = torch.softmax(z, dim=-1)
-    criterion = (p.detach() if p_weights == "detached" else p) * bce
-    weights = class_weights(y, distance, z.dtype)
-    if weights is not None:
-        criterion = criterion * weights
+    p = p.detach() if p_weights == "detached" else p
+    criterion = p * bce * class_weights(y, distance, z.dtype)
     return u.to(z.dtype) * criterion.mean(dim=-1)
 
 
@@ -85,7 +81,6 @@ def del_pushdown(
     p = torch.softmax(z, dim=-1)
     bce = F.binary_cross_entropy_with_logits(s, onehot, reduction="none")
     weights = class_weights(y, distance, z.dtype)
-    weights = torch.ones_like(z) if weights is None else weights
     grad = weights * p * (torch.sigmoid(s) - onehot)
     if p_weights == "attached":  # the path through p = softmax(z)
         mean_term = (p * weights * bce).sum(-1, keepdim=True)

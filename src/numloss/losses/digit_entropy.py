@@ -18,13 +18,7 @@ from __future__ import annotations
 
 import torch
 
-from numloss.digits import (
-    PLACE_WEIGHTINGS,
-    DigitPositions,
-    DigitVocab,
-    PlaceWeighting,
-    place_weights,
-)
+from numloss.digits import PLACE_WEIGHTINGS, DigitPositions, DigitVocab, place_weights
 from numloss.losses.base import DigitLoss
 from numloss.losses.del_terms import DISTANCES, P_WEIGHTS, SIGMOID_INPUTS, del_pushdown, del_term
 
@@ -50,7 +44,7 @@ class DigitEntropyLoss(DigitLoss):
         self,
         vocab: DigitVocab,
         alpha: float | None = None,
-        place_weighting: PlaceWeighting = "official",
+        place_weighting: str = "official",
         distance: str | None = None,
         sigmoid_input: str = "raw",
         p_weights: str = "attached",
@@ -66,18 +60,9 @@ class DigitEntropyLoss(DigitLoss):
     def digit_weights(self, digits: DigitPositions) -> torch.Tensor:
         return place_weights(digits.place, self.place_weighting)
 
-    def digit_terms(self, digit_logits, digit_targets, weights, digit_nll, support=None):
-        return del_term(
-            digit_logits,
-            digit_targets,
-            weights,
-            self.distance,
-            self.sigmoid_input,
-            support,
-            self.p_weights,
-        )
+    # z: the slots' digit logits [K, 10], y: their targets [K] (NumericLoss.digit_terms)
+    def digit_terms(self, z, y, weights, digit_nll, support=None):
+        return del_term(z, y, weights, self.distance, self.sigmoid_input, support, self.p_weights)
 
-    def pushdown(self, digit_logits, digit_targets, support=None):
-        return del_pushdown(
-            digit_logits, digit_targets, self.distance, self.sigmoid_input, support, self.p_weights
-        )
+    def pushdown(self, z, y, support=None):
+        return del_pushdown(z, y, self.distance, self.sigmoid_input, support, self.p_weights)

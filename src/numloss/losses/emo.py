@@ -101,10 +101,7 @@ class EMOLoss(NumericLoss):
     def token_loss(self, nll, valid, cost):
         shifted = self.ratio_cost(nll, cost)
         ratio = emo_ratio(nll, shifted, self.mode, self.max_ratio)
-        if self.mode == 1:
-            token_loss = 0.5 * (nll + ratio * shifted)
-        else:
-            token_loss = ratio * nll + shifted
+        token_loss = 0.5 * (nll + ratio * shifted) if self.mode == 1 else ratio * nll + shifted
         zero = torch.zeros_like(nll)
         return torch.where(valid, token_loss, zero), torch.where(valid, cost, zero)
 

@@ -75,10 +75,8 @@ class _NumberTokenLoss(DigitLoss):
         return self.level == "token"
 
     def number_terms(self, number_logits, digits):
-        p, values, target = token_values(
-            number_logits, digits, self.vocab.number_table(number_logits.device)
-        )
-        return self.distance(p, values, target)
+        table = self.vocab.number_table(number_logits.device)
+        return self.distance(*token_values(number_logits, digits, table))
 
     def digit_terms(self, digit_logits, digit_targets, weights, digit_nll, support=None):
         values = torch.arange(10, dtype=digit_logits.dtype, device=digit_logits.device)

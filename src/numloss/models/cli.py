@@ -11,6 +11,11 @@ from numloss.checks import ArgumentError, check_path
 from numloss.models import smollm2
 
 
+def _fail(message: str, code: int) -> int:
+    print(f"numloss models: {message}", file=sys.stderr)
+    return code
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="numloss models",
@@ -37,16 +42,12 @@ def main(argv: list[str] | None = None) -> int:
         try:
             folder = check_path("--cache-dir", args.cache_dir, "new_dir").expanduser()
         except ArgumentError as error:
-            print(f"numloss models: {error}", file=sys.stderr)
-            return 2
+            return _fail(str(error), 2)
         probe = next(place for place in (folder, *folder.parents) if place.exists())
         if args.command == "prepare" and not os.access(probe, os.W_OK | os.X_OK):
-            print(
-                f"numloss models: --cache-dir: {probe} cannot be written; give a folder you can"
-                " write to",
-                file=sys.stderr,
+            return _fail(
+                f"--cache-dir: {probe} cannot be written; give a folder you can write to", 2
             )
-            return 2
     if args.command == "path":
         print(smollm2.model_dir(args.cache_dir))
         return 0 if smollm2.is_prepared(args.cache_dir) else 1
@@ -54,11 +55,9 @@ def main(argv: list[str] | None = None) -> int:
         was_prepared = smollm2.is_prepared(args.cache_dir) and not args.force
         folder = smollm2.prepare(args.cache_dir, force=args.force)
     except smollm2.ModelNotPreparedError as error:
-        print(f"numloss models: {error}", file=sys.stderr)
-        return 1
+        return _fail(str(error), 1)
     except OSError as error:  # a full disk, a folder turned read-only while converting
         where = f"{error.filename}: " if error.filename else ""
-        print(f"numloss models: {where}{error.strerror or error}", file=sys.stderr)
-        return 1
+        return _fail(f"{where}{error.strerror or error}", 1)
     print(f"{'already prepared' if was_prepared else 'prepared'}: {folder}")
     return 0

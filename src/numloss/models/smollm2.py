@@ -24,9 +24,8 @@ class ModelNotPreparedError(RuntimeError):
 
 def cache_root(cache_dir: str | os.PathLike | None = None) -> Path:
     """The numloss cache: `cache_dir`, else `$NUMLOSS_CACHE`, else `~/.cache/numloss`."""
-    if cache_dir is not None:
-        return Path(cache_dir).expanduser()
-    return Path(os.environ.get("NUMLOSS_CACHE", "~/.cache/numloss")).expanduser()
+    root = os.environ.get("NUMLOSS_CACHE", "~/.cache/numloss") if cache_dir is None else cache_dir
+    return Path(root).expanduser()
 
 
 def model_dir(cache_dir: str | os.PathLike | None = None) -> Path:
@@ -76,9 +75,8 @@ def prepare(cache_dir: str | os.PathLike | None = None, force: bool = False) -> 
     model = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
     missing, unexpected = model.load_state_dict(gguf_model.state_dict(), strict=False)
     # A tied LM head appears only once in the state dict; anything else missing is a bad file.
-    missing = [
-        key for key in missing if not (config.tie_word_embeddings and key == "lm_head.weight")
-    ]
+    tied = config.tie_word_embeddings
+    missing = [key for key in missing if not (tied and key == "lm_head.weight")]
     if missing or unexpected:
         raise RuntimeError(
             f"converting {source}: the weights do not match the model (missing {missing[:5]}, "

@@ -89,14 +89,12 @@ def build_tiny_model(
         intermediate_size=intermediate_size,
         num_hidden_layers=num_layers,
         num_attention_heads=num_heads,
-        num_key_value_heads=num_heads,
         max_position_embeddings=max_position_embeddings,
         rms_norm_eps=1e-5,
         tie_word_embeddings=True,
         bos_token_id=tokenizer.bos_token_id,
         eos_token_id=tokenizer.eos_token_id,
         pad_token_id=tokenizer.pad_token_id,
-        attention_dropout=0.0,
     )
     with torch.random.fork_rng(devices=[]):  # the global generator is left as it was
         torch.manual_seed(seed)
