@@ -2,8 +2,8 @@
 
 Each correction has its own property test over a Hypothesis generator of outputs that make it
 fire, each filled with the gold and with a wrong answer: wherever it decides the reading and the
-released reading was right, numloss is right too (unless the released reading also passes the
-wrong fill written the same way), and it never passes the wrong fill. Where no correction fires,
+released reading was right, numloss is right too, and it never passes the wrong fill (a
+20-digit gold stands for the numbers float() cannot tell apart). Where no correction fires,
 numloss reads exactly what the released code reads. The comparison (`number_matches`,
 `math_equal`) is tested on its own.
 """
@@ -30,7 +30,9 @@ from numloss.evaluate.protocol import NUMLOSS, RELEASED
 NUMBER = Item("n", "q", "18", "number")
 CHOICE = Item("c", "q", "B", "choice", ("5(√3 + 1)", "18", "7 apples", "x = 4", "None of these"))
 MATH = Item("m", "q", "\\frac{9}{7}", "math", released_answer="\\frac{9}{7}")
-ITEMS = {"number": (NUMBER, "gsm8k", "18", "25"), "choice": (CHOICE, "aqua", "B", "D"), "math": (MATH, "math", "\\frac{9}{7}", "\\frac{1}{2}")}
+BIG = Item("big", "q", "12345678901234567891", "number")  # float() cannot tell it from ...890
+ITEMS = {"number": (NUMBER, "gsm8k", "18", "25"), "choice": (CHOICE, "aqua", "B", "D"), "math": (MATH, "math", "\\frac{9}{7}", "\\frac{1}{2}"),
+         "big": (BIG, "gsm8k", BIG.answer, "12345678901234567890")}
 WORK = ["", "Step 1: 3 + 4 = 7.\nStep 2: 7 * 2 = 14.\n", "We add the parts and simplify.\n\n"]
 DRESS = ["{x}", "({x})", "**{x}**", "${x}$"]
 
@@ -79,7 +81,7 @@ FIRES = {
     "number-form": ("number math", ["Step 1: 3 + 4 = 7.\nThe answer is {w}.", "Die Antwort lautet \\boxed{{{W}}}", "Final: {e} \\times 10^{{1}}",
                                     "Result → Rs.{x}"]),
     "float-noise": ("number", ["The answer is {x}.00000000000001"]),
-    "exact-digits": ("number", ["The answer is 1234567890123456789{x}"]),
+    "exact-digits": ("big", ["The answer is {x}", "So we get {d}."]),
 }
 
 
@@ -118,15 +120,6 @@ def test_each_correction_is_right_wherever_it_decides(name, data):
     template = data.draw(st.sampled_from(templates))
     prefix, dress = data.draw(st.sampled_from(WORK)), data.draw(st.sampled_from(DRESS))
     _, _, gold, wrong = ITEMS[kind]
-    if name == "exact-digits":
-        gold = wrong = None  # the gold is the 20-digit number itself: checked below
-        right_out, wrong_out = prefix + "The answer is 12345678901234567891", prefix + "The answer is 12345678901234567890"
-        item = Item("big", "q", "12345678901234567891", "number")
-        r_right = RELEASED.compare(item, RELEASED.extract(item, wrong_out, "gsm8k").prediction)
-        n_reading = NUMLOSS.extract(item, wrong_out, "gsm8k")
-        assert r_right and n_reading.decided_by == name and not NUMLOSS.compare(item, n_reading.prediction)
-        assert NUMLOSS.compare(item, NUMLOSS.extract(item, right_out, "gsm8k").prediction)
-        return
     said_none = template.endswith("#none")
     right_out = prefix + _fill(template, kind, gold, wrong, dress)
     wrong_out = prefix + _fill(template, kind, wrong, gold, dress)
@@ -136,7 +129,7 @@ def test_each_correction_is_right_wherever_it_decides(name, data):
     if name not in fired:
         return  # another rule decided this composition (the released reading or an earlier correction)
     truth_right = not said_none
-    if decided == name and released_right == truth_right and not released_wrong:
+    if decided == name and released_right == truth_right:
         assert numloss_right == truth_right, (right_out, decided)
     assert not numloss_wrong, (wrong_out, decided_wrong)  # never passes the wrong fill
 
@@ -145,9 +138,8 @@ def test_each_correction_is_right_wherever_it_decides(name, data):
 def test_each_correction_fires_on_its_own_example(name):
     kinds, templates = FIRES[name]
     kind = kinds.split()[0]
-    _, benchmark, gold, wrong = ITEMS[kind]
-    output = "The answer is 12345678901234567891" if name == "exact-digits" else _fill(templates[0], kind, gold, wrong, "{x}")
-    item = Item("big", "q", "12345678901234567890", "number") if name == "exact-digits" else ITEMS[kind][0]
+    item, benchmark, gold, wrong = ITEMS[kind]
+    output = _fill(templates[0], kind, gold, wrong, "{x}")
     assert NUMLOSS.extract(item, output, benchmark).decided_by == name, output
 
 
