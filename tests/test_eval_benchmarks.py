@@ -133,23 +133,9 @@ def test_missing_file_and_unknown_names(tmp_path):
         load_benchmark("gsm8k", path=tmp_path / "x.csv")
 
 
-def test_offline_hub_loading_fails_with_a_way_out(monkeypatch):
-    import datasets
-
-    def offline(*args, **kwargs):
-        raise ConnectionError("Couldn't reach 'openai/gsm8k' on the Hub (OfflineModeIsEnabled)")
-
-    monkeypatch.setattr(datasets, "load_dataset", offline)
-    with pytest.raises(BenchmarkError) as info:
-        load_benchmark("gsm8k")
-    text = str(info.value)
-    assert "openai/gsm8k" in text and "--data-dir" in text and "gsm8k=PATH" in text
-    with pytest.raises(BenchmarkError, match="no Hugging Face copy is known"):
-        load_benchmark("simuleq")
-
-
 def test_hub_records_go_through_the_same_parser(monkeypatch):
-    """mmlu_math from the Hub is the five subjects in order, svamp both splits, a `hf:` path its own copy."""
+    """mmlu_math from the Hub is the five subjects in order, svamp both splits, a `hf:` path its own
+    copy; offline, the error names the Hub id and the way out."""
     import datasets
 
     calls = []
@@ -160,6 +146,8 @@ def test_hub_records_go_through_the_same_parser(monkeypatch):
             return [{"question": f"q {config}", "choices": ["1", "2", "3", "4"], "answer": 2, "subject": config}]
         if hub_id == "ChilleD/SVAMP":
             return [{"ID": f"{split}-1", "Body": "A has 2.", "Question": "How many?", "Answer": 2.0}]
+        if hub_id == "openai/gsm8k":
+            raise ConnectionError("Couldn't reach 'openai/gsm8k' on the Hub (OfflineModeIsEnabled)")
         return [{"question": "q", "answer": "#### 3"}]
 
     monkeypatch.setattr(datasets, "load_dataset", fake)
@@ -172,6 +160,11 @@ def test_hub_records_go_through_the_same_parser(monkeypatch):
     assert calls == [("ChilleD/SVAMP", None, "train"), ("ChilleD/SVAMP", None, "test")]
     bench = load_benchmark("gsm8k", path="hf:my/gsm8k-copy:main:train")
     assert calls[-1] == ("my/gsm8k-copy", "main", "train") and bench.items[0].answer == "3"
+    with pytest.raises(BenchmarkError) as info:
+        load_benchmark("gsm8k")
+    assert "openai/gsm8k" in str(info.value) and "--data-dir" in str(info.value) and "gsm8k=PATH" in str(info.value)
+    with pytest.raises(BenchmarkError, match="no Hugging Face copy is known"):
+        load_benchmark("simuleq")
 
 
 def test_synthetic_sets_are_seeded_and_numeric():
