@@ -95,65 +95,54 @@ THINK = "<think>\nMaybe it is {o}? Let me check again.\n</think>\n"
 
 
 def number_forms(value: Fraction) -> dict[str, str]:
-    """The forms of one number (those that apply to it)."""
+    """The forms of one number (those that apply to it; `text_axes` sorts them, so order is free)."""
     s = format_exact(value)
     if "/" in s:
         return {"fraction": s}
-    size = abs(value)
+    size, sign = abs(value), "-" if value < 0 else ""
     a = format_exact(size)
-    forms = {"plain": s, "currency-before": ("-" if value < 0 else "") + "$" + a, "euro": ("-" if value < 0 else "") + "€" + a,
-             "rupees": "Rs." + s, "usd-after": s + " USD", "dollars-word": s + " dollars", "percent": s + "%",
-             "percent-word": s + " percent", "units": s + " apples", "text": "\\text{" + s + "}",
-             "text-units": "\\text{" + s + " units}", "approx": "~" + s}
-    if value.denominator == 1:
-        forms["point-zero"] = s + ".0"
-        if size >= 10:
-            digits = str(size.numerator)
-            mantissa = (digits[0] + "." + digits[1:]).rstrip("0").rstrip(".")
-            forms["times-ten"] = ("-" if value < 0 else "") + f"{mantissa} \\times 10^{{{len(digits) - 1}}}"
-        if size < 10**6:
-            forms["spelled"] = ("negative " if value < 0 else "") + spell(int(size))
-    elif "." in s and size < 1000:
-        forms["decimal-comma"] = s.replace(".", ",")
-    forms.update({"latex-dollar": ("-" if value < 0 else "") + "\\$" + a, "usd-before": "USD " + s, "degrees": s + "^\\circ",
-                  "about": "about " + s, "approx-sign": "≈ " + s, "x-equals": "x = " + s})
+    forms = {"plain": s, "currency-before": sign + "$" + a, "euro": sign + "€" + a, "rupees": "Rs." + s, "usd-after": s + " USD",
+             "dollars-word": s + " dollars", "percent": s + "%", "percent-word": s + " percent", "units": s + " apples",
+             "text": "\\text{" + s + "}", "text-units": "\\text{" + s + " units}", "approx": "~" + s,
+             "latex-dollar": sign + "\\$" + a, "usd-before": "USD " + s, "degrees": s + "^\\circ", "about": "about " + s,
+             "approx-sign": "≈ " + s, "x-equals": "x = " + s, "units-ratio": s + " km/h",
+             "fullwidth": s.translate(str.maketrans("0123456789.-", "０１２３４５６７８９．－")),
+             "arabic-indic": s.translate(str.maketrans("0123456789", "٠١٢٣٤٥٦٧٨٩"))}
     if value >= 0:
         forms["plus"] = "+" + s
-    if value.denominator == 1:
-        forms["dollar-cents"] = ("-" if value < 0 else "") + "$" + a + ".00"
-        if size < 10**6:
-            word = ("negative " if value < 0 else "") + spell(int(size))
-            forms["spelled-capital"] = word[0].upper() + word[1:]
-    if size >= 1000 and value.denominator == 1:
-        forms["thousands"] = ("-" if value < 0 else "") + f"{int(size):,}"
-        forms["nbsp-thousands"] = forms["thousands"].replace(",", "\u00a0")
-        forms["narrow-nbsp-thousands"] = forms["thousands"].replace(",", "\u202f")
+    else:
+        forms.update({"negative-word": "negative " + a, "unicode-minus": "−" + a, "en-dash-minus": "–" + a})
+    if value.denominator != 1:
+        if "." in s and size < 1000:
+            forms["decimal-comma"] = s.replace(".", ",")
+        return forms
+    forms.update({"point-zero": s + ".0", "dollar-cents": sign + "$" + a + ".00"})
+    if size >= 10:
+        digits = str(size.numerator)
+        mantissa = (digits[0] + "." + digits[1:]).rstrip("0").rstrip(".")
+        forms["times-ten"] = sign + f"{mantissa} \\times 10^{{{len(digits) - 1}}}"
+    if size < 10**6:
+        word = ("negative " if value < 0 else "") + spell(int(size))
+        forms.update({"spelled": word, "spelled-capital": word[0].upper() + word[1:]})
+    if size >= 1000:
+        thousands = sign + f"{int(size):,}"
+        forms.update({"thousands": thousands, "nbsp-thousands": thousands.replace(",", "\u00a0"),
+                      "narrow-nbsp-thousands": thousands.replace(",", "\u202f"), "thin-thousands": thousands.replace(",", "\u2009")})
         # a scale word: 18000 is "18k" and "18 thousand", 18007 "18.007k" (never read as 18)
-        forms["k-suffix"] = format_exact(value / 1000) + "k"
-        forms["thousand-word"] = format_exact(value / 1000) + " thousand"
-    if value < 0:
-        forms["negative-word"] = "negative " + a
-        forms["unicode-minus"] = "−" + a
-        forms["en-dash-minus"] = "–" + a
-    forms["fullwidth"] = s.translate(str.maketrans("0123456789.-", "０１２３４５６７８９．－"))
-    forms["arabic-indic"] = s.translate(str.maketrans("0123456789", "٠١٢٣٤٥٦٧٨٩"))
-    forms["units-ratio"] = s + " km/h"
-    if size >= 1000 and value.denominator == 1:
-        forms["thin-thousands"] = forms["thousands"].replace(",", "\u2009")
+        forms.update({"k-suffix": format_exact(value / 1000) + "k", "thousand-word": format_exact(value / 1000) + " thousand"})
     return forms
 
 
 def choice_forms(letter: str, option: str, other: str = "B") -> dict[str, str]:
     """The forms of a letter answer; `other` is another option's letter (named to be ruled out)."""
     lower = letter.lower()
-    forms = {"letter": letter, "lower": lower + ".", "bracketed": f"({letter})", "close-bracket": f"{letter})",
+    return {"letter": letter, "lower": lower + ".", "bracketed": f"({letter})", "close-bracket": f"{letter})",
              "letter-dot": f"{letter}.", "letter-text": f"{letter}. {option}", "bracketed-text": f"({letter}) {option}",
              "option-word": f"Option {letter}", "square": f"[{letter}]", "bold": f"**{letter}**", "lower-bracketed": f"({lower})",
              "colon-text": f"{letter}: {option}", "dash-text": f"{letter} — {option}", "boxed-text": f"\\boxed{{\\text{{{letter}}}}}",
              "text-then-letter": f"{option} ({letter})", "ruled-out-other": f"{letter}) {option} (not {other})",
              "option-lower": f"option {lower}", "letter-word": f"letter {letter}", "quoted-lower": f"“{lower}”",
              "choice-word": f"Choice {letter}", "checked": f"{letter} ✓", "cjk-stop": f"{letter}。"}
-    return forms
 
 
 PROGRAMS = {
@@ -190,12 +179,14 @@ def text_axes(item: Item) -> tuple[list[str], list[str], list[str], list[str]]:
     return PHRASES, forms, WRAPPERS, list(TAILS)
 
 
+def programs(benchmark: str, item: Item) -> list[Composition]:
+    """The program shapes of an open number item (none for other kinds)."""
+    return [Composition(benchmark, "program", "", shape, "", "none") for shape in PROGRAMS] if item.kind == "number" else []
+
+
 def compositions(benchmark: str, item: Item) -> list[Composition]:
-    """Every composition for `item`: the text product, then the program shapes (open number items)."""
-    out = [Composition(benchmark, item.kind, *axes) for axes in itertools.product(*text_axes(item))]
-    if item.kind == "number":
-        out += [Composition(benchmark, "program", "", shape, "", "none") for shape in PROGRAMS]
-    return out
+    """Every composition for `item`: the text product, then the program shapes."""
+    return [Composition(benchmark, item.kind, *axes) for axes in itertools.product(*text_axes(item))] + programs(benchmark, item)
 
 
 def sampled(benchmark: str, item: Item, n: int, rng: random.Random) -> list[Composition]:
@@ -251,19 +242,19 @@ def items_for(name: str, n: int) -> list[Item]:
     return picked
 
 
-def draw(per_benchmark: int | None, seed: int = 0, items_per_benchmark: int = 1, programs: int = 2) -> list[Drawn]:
+def draw(per_benchmark: int | None, seed: int = 0, items_per_benchmark: int = 1, n_programs: int = 2) -> list[Drawn]:
     """A seeded draw of `per_benchmark` compositions per benchmark (None: all of them), each filled
-    right and wrong; at most `programs` program compositions per open benchmark (they run in the sandbox)."""
+    right and wrong; at most `n_programs` program compositions per open benchmark (they run in the sandbox)."""
     rng = random.Random(seed)
     program_rng = random.Random(seed)  # its own stream: a new text axis does not change which programs (sandbox runs) are drawn
     out = []
     for name in NAMES:
         for item in items_for(name, items_per_benchmark):
-            progs = [Composition(name, "program", "", shape, "", "none") for shape in PROGRAMS] if item.kind == "number" else []
             if per_benchmark is None:
                 chosen = compositions(name, item)
             else:
-                chosen = sampled(name, item, per_benchmark, rng) + program_rng.sample(progs, min(programs, len(progs)))
+                progs = programs(name, item)
+                chosen = sampled(name, item, per_benchmark, rng) + program_rng.sample(progs, min(n_programs, len(progs)))
             (right, rv), (wrong, wv) = answers_of(item)
             for c in chosen:
                 for said, sv, other, said_right in ((right, rv, wrong, True), (wrong, wv, right, False)):
@@ -337,7 +328,7 @@ def test_properties_1_and_2_and_no_ordinary_output_is_unreadable(fast_rows):
 def test_properties_1_and_2_on_a_larger_draw():
     """1,500 compositions per benchmark on two items each, another seed (the whole product, some
     200,000 compositions, is `draw(None)`: hours of CPU)."""
-    rows = score(draw(1500, seed=1, items_per_benchmark=2, programs=len(PROGRAMS)))
+    rows = score(draw(1500, seed=1, items_per_benchmark=2, n_programs=len(PROGRAMS)))
     found = violations(rows)
     assert not found["dominance"] and not found["false_pass"], {k: v[:8] for k, v in found.items()}
     assert all((r.prediction, r.correct) == t for _, t, r, _ in rows)
