@@ -113,18 +113,14 @@ def _read_roots() -> list[str]:
     return sorted(r for r in roots if os.path.isdir(r))
 
 
-def _child_sys_path() -> list[str]:
-    """The evaluator's import path minus the current directory and the project's own source."""
-    return [p for p in sys.path if p and os.path.isdir(p) and not p.endswith("/src")]
-
-
 def _preamble(limits: SandboxLimits) -> str:
     return _PREAMBLE.format(
         cpu=int(limits.cpu_seconds),
         mem=int(limits.memory_bytes),
         fsize=int(limits.output_bytes),
         nproc=int(limits.max_processes),
-        sys_path=repr(_child_sys_path()),
+        # the evaluator's import path but the current directory and the project's own source
+        sys_path=repr([p for p in sys.path if p and os.path.isdir(p) and not p.endswith("/src")]),
         read_roots=repr(_read_roots()),
         marker=repr(VIOLATION_MARKER),
     )

@@ -204,9 +204,8 @@ def _as_python_prog_py(source: bytes, site_dirs: list[str]) -> object:
         sys.path.insert(0, os.path.dirname(PROGRAM_FILE))
     sys.argv[:] = [os.path.basename(PROGRAM_FILE)]
     sys.orig_argv[:] = [sys.executable, os.path.basename(PROGRAM_FILE)]
-    site.setquit()
-    site.setcopyright()
-    site.sethelper()
+    for add in (site.setquit, site.setcopyright, site.sethelper):
+        add()
     # a fresh module named __main__ holds the program's globals, as under `python prog.py`:
     # pickle (multiprocessing, concurrent.futures) finds the functions and classes it defines
     sys.modules["__main__"] = main_module
