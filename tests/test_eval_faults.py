@@ -148,7 +148,7 @@ BAD_INPUT = {
     **{f"option {' '.join(argv)}": (lambda t, argv=argv: ["tiny", *argv], ["--help"])  # not the usage
        for argv in (["--workers", "abc"], ["--protocol", "paper"], ["--limit"], ["--no-such-option"])},
     "out a file": (lambda t: tiny_eval("tiny", _file(t, "f", "x")), ["is a file"]),
-    "out under a file": (lambda t: tiny_eval("tiny", _file(t, "f", "x") / "sub"), ["cannot write"]),
+    "out under a file": (lambda t: tiny_eval("tiny", _file(t, "f", "x") / "sub"), ["f is a file", "cannot be made"]),
     # root writes through chmod; /proc refuses everyone, as a read-only file system does
     "out unwritable": (lambda t: tiny_eval("tiny", Path("/proc/self/numloss-out")), ["cannot write"]),
     "score into a file": (lambda t: ["--score-outputs", str(_records(t)), "--data-dir", str(FIXTURES), "--out",

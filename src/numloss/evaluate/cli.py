@@ -143,11 +143,9 @@ def build_parser() -> argparse.ArgumentParser:
 def check_out(out: str) -> None:
     """ValueError unless `out` is (or can be made) a folder this process can write in: a file, a
     read-only folder or file system, or a path through a file is refused before any work."""
-    path = Path(out)
-    if path.exists() and not path.is_dir():
-        raise ValueError(
-            f"--out {out}: is a file, not a folder; give a folder for items.jsonl and the report"
-        )
+    from numloss.checks import check_path
+
+    path = check_path("--out", out, "new_dir")
     try:
         path.mkdir(parents=True, exist_ok=True)
         probe = path / f".numloss-write-check-{os.getpid()}"
