@@ -197,14 +197,13 @@ def usable(item: Item) -> bool:
     """Items whose gold a generated output can state plainly (a plain number, a comma list of integers, a letter)."""
     if item.kind == "choice":
         return item.answer.upper() in LETTERS[: len(item.options)]
-    if _is_list(item.answer):
-        return True
-    return plain_exact(item.answer) is not None and "/" not in item.answer and "frac" not in item.answer
+    return _is_list(item.answer) or (plain_exact(item.answer) is not None and "/" not in item.answer and "frac" not in item.answer)
 
 
 def cases(benchmark: str, items: list[Item]) -> list[Case]:
-    out: list[Case] = []
-    seen: set[tuple] = set()
+    """Every kind of each item, filled with its right and its wrong answer (a kind that does not
+    use the answer once)."""
+    out: dict[tuple, Case] = {}
     for item in items:
         (right, rv), (wrong, wv) = answers_of(item)
         for kind in KINDS:
@@ -217,8 +216,5 @@ def cases(benchmark: str, items: list[Item]) -> list[Case]:
                 fallback = _fill(Kind(kind.name, kind.fallback), item, other, other_value) if kind.fallback and item.kind != "choice" else None
                 truth = {"first": said_right, "fallback": fallback is not None and not said_right,
                          "letter-a": item.answer.upper() == "A"}.get(kind.truth, False)
-                case = Case(kind.name, benchmark, item, output, fallback, truth)
-                if (kind.name, item.id, output, fallback) not in seen:  # a kind without {a} fills once
-                    seen.add((kind.name, item.id, output, fallback))
-                    out.append(case)
-    return out
+                out.setdefault((kind.name, item.id, output, fallback), Case(kind.name, benchmark, item, output, fallback, truth))
+    return list(out.values())

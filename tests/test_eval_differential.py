@@ -65,27 +65,11 @@ def pick(bench, n: int) -> list:
 def transcription(benchmark: str, batch: list[Case]) -> list[tuple[str, bool]]:
     """(answer, verdict) of the released code for each case; its programs run in the sandbox."""
     dataset = NAMES[benchmark]
-    programs = []
-    for c in batch:
-        for text in (c.output, c.fallback):
-            if text is not None and "print(" in text:
-                programs.append(text.split("### Instruction")[0])
-    programs = list(dict.fromkeys(programs))
+    programs = list(dict.fromkeys(t.split("### Instruction")[0] for c in batch for t in (c.output, c.fallback) if t and "print(" in t))
     results = run_programs([ref.executor_script(p) for p in programs], RELEASED_CHILD, 2, allow_unisolated=True)
-    stdout = {p: (r.stdout if r.ok else "") for p, r in zip(programs, results, strict=True)}
-
-    def execute(code: str) -> str:
-        return stdout[code]
-
-    out = []
-    for c in batch:
-        gold = RELEASED.gold(c.item)
-        if c.item.kind == "choice":
-            answer, correct = ref.score_choice(dataset, gold, c.output, execute)
-        else:
-            answer, correct, _ = ref.score_open(dataset, gold, c.output, c.fallback, execute)
-        out.append((answer, correct))
-    return out
+    execute = {p: (r.stdout if r.ok else "") for p, r in zip(programs, results, strict=True)}.__getitem__
+    return [ref.score_choice(dataset, RELEASED.gold(c.item), c.output, execute) if c.item.kind == "choice"
+            else ref.score_open(dataset, RELEASED.gold(c.item), c.output, c.fallback, execute)[:2] for c in batch]
 
 
 def run_differential(n_items: int, program_benchmarks: tuple[str, ...] = tuple(NAMES), dress_items: int = 1,
