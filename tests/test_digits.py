@@ -122,7 +122,7 @@ def test_empty_and_digitless_batches(shape):
     assert find_digits(char_labels("abc", "___"), VOCAB, len(CHARS)).count == 0
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=60, deadline=None, derandomize=True)
 @given(st.lists(st.text(alphabet="0123456789" * 3 + "..." + "ab_", min_size=1, max_size=40), min_size=1, max_size=7))
 def test_vectorised_places_match_the_row_scanning_reference(rows):
     digits = {k: (str(k), False) for k in range(10)}

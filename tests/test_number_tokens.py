@@ -149,7 +149,7 @@ def test_numbers_end_at_padding_and_rows():
 NUMBER = st.tuples(st.sampled_from(["x=", "a ", ""]), st.integers(0, 10**7 - 1), st.none() | st.integers(0, 999))
 
 
-@settings(max_examples=30, deadline=None)
+@settings(max_examples=30, deadline=None, derandomize=True)
 @given(st.sampled_from([llama3_style, gpt2_style]), st.lists(NUMBER, min_size=1, max_size=24), st.integers(0, 2**16))
 def test_vectorised_slots_match_the_row_scanning_reference(style, numbers, mask_seed):
     tok = style()
