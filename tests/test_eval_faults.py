@@ -117,12 +117,6 @@ def test_folder_identity_changes_with_any_file_and_only_then(tmp_path):
 # ---------------------------------------------------------------- options: one line each
 
 
-def _records(t: Path) -> Path:
-    """A file of one record to score."""
-    (t / "r.jsonl").write_text(json.dumps({"benchmark": "gsm8k", "id": 0, "output": "1"}) + "\n")
-    return t / "r.jsonl"
-
-
 def _file(t: Path, name: str, text: str) -> Path:
     (t / name).write_text(text)
     return t / name
@@ -139,7 +133,7 @@ def _cpu_only(device: str):
     return pytest.param(device, marks=pytest.mark.skipif(torch.cuda.is_available(), reason="a GPU is here"))
 
 
-NULL = {"question": "q", "answer": None}
+NULL, RECORD = {"question": "q", "answer": None}, {"benchmark": "gsm8k", "id": 0, "output": "1"}
 #: bad input through the command line -> the words its one line holds: each reaches a different check
 BAD_INPUT = {
     **{f"device {d}": (lambda t, d=d: tiny_eval("tiny", t / "out", f"--device={d}"), ["--device"])
@@ -151,7 +145,7 @@ BAD_INPUT = {
     "out under a file": (lambda t: tiny_eval("tiny", _file(t, "f", "x") / "sub"), ["f is a file", "cannot be made"]),
     # root writes through chmod; /proc refuses everyone, as a read-only file system does
     "out unwritable": (lambda t: tiny_eval("tiny", Path("/proc/self/numloss-out")), ["cannot write"]),
-    "score into a file": (lambda t: ["--score-outputs", str(_records(t)), "--data-dir", str(FIXTURES), "--out",
+    "score into a file": (lambda t: ["--score-outputs", str(_file(t, "r.jsonl", json.dumps(RECORD))), "--data-dir", str(FIXTURES), "--out",
                                      str(_file(t, "f", "x"))], ["is a file"]),
     "items.jsonl a folder": (lambda t: tiny_eval("tiny", _folder(t, "items.jsonl").parent), ["is a folder"]),
     "score a folder": (lambda t: ["--score-outputs", str(_folder(t, "items.jsonl")), "--data-dir", str(FIXTURES),
