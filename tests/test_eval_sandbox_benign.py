@@ -155,17 +155,6 @@ PLAIN = {
     "child_interpreter_imports_sympy": "import subprocess, sys\nprint(subprocess.run([sys.executable, '-c', "
     "'import sympy; print(sympy.Integer(6) * 7)'], capture_output=True, text=True, check=True).stdout)\n",
     "fork_and_wait": "import os\npid = os.fork()\nif pid == 0:\n    os._exit(7)\nprint(os.waitpid(pid, 0)[1] >> 8)\n",
-    "multiprocessing_lock_and_queue": """
-import multiprocessing as mp
-lock, q = mp.Lock(), mp.Queue()
-def work(q, lock):
-    with lock:
-        q.put(6 * 7)
-p = mp.Process(target=work, args=(q, lock))
-p.start()
-print(q.get(timeout=10))
-p.join()
-""",
     "exit_builtin": "print(42)\nexit(0)\n",
     "quit_with_code": "print('q')\nquit(4)\n",
     "help_builtin": "help(abs)\nprint('after help')\n",
@@ -239,23 +228,6 @@ with tempfile.TemporaryDirectory() as d:
         s["k"] = [1, 2]
     with shelve.open(os.path.join(d, "sh")) as s:
         print(s["k"], open(os.devnull, "w").write("x"))
-""",
-    "threads_and_asyncio_queue": """
-import asyncio, threading
-out = []
-threads = [threading.Thread(target=lambda k=k: out.append(sum(range(k * 1000)))) for k in range(6)]
-[t.start() for t in threads]
-[t.join() for t in threads]
-async def main():
-    q = asyncio.Queue()
-    for i in range(10):
-        q.put_nowait(i)
-    total = 0
-    while not q.empty():
-        total += await q.get()
-    await asyncio.sleep(0.05)
-    return total
-print(sum(out), asyncio.run(main()))
 """,
     "seeded_random_and_hashes": """
 import hashlib, json, random, re
