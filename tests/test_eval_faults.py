@@ -93,25 +93,19 @@ def save_tiny(folder: Path, seed: int) -> None:
 
 
 def test_folder_identity_changes_with_any_file_and_only_then(tmp_path):
-    import os
-
-    rng = random.Random(0)
     for name in ("model.safetensors", "config.json", "tokenizer.json", "adapter_model.safetensors"):
         (tmp_path / name).write_bytes(b"0" * 10)
     base = folder_identity(tmp_path)
     assert folder_identity(tmp_path) == base
-    for _ in range(8):
-        target = tmp_path / rng.choice(sorted(os.listdir(tmp_path)))
-        before = target.stat()
-        change = rng.choice(("size", "time", "new file"))
-        if change == "size":
-            target.write_bytes(target.read_bytes() + b"1")
-        elif change == "time":
-            os.utime(target, ns=(before.st_atime_ns, before.st_mtime_ns + 1))
-        else:
-            (tmp_path / f"extra-{rng.random()}.bin").write_bytes(b"")
-        assert folder_identity(tmp_path) != base, change
-        base = folder_identity(tmp_path)
+    grow = lambda p: p.write_bytes(p.read_bytes() + b"1")  # noqa: E731
+    touch = lambda p: os.utime(p, ns=(0, p.stat().st_mtime_ns + 1))  # noqa: E731
+    for target in sorted(tmp_path.iterdir()):
+        for change in (grow, touch):
+            change(target)
+            assert folder_identity(tmp_path) != base, (target.name, change)
+            base = folder_identity(tmp_path)
+    (tmp_path / "extra.bin").write_bytes(b"")  # a new file
+    assert folder_identity(tmp_path) != base
 
 
 # ---------------------------------------------------------------- options: one line each

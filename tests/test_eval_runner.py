@@ -5,6 +5,7 @@ from pathlib import Path
 
 import torch
 
+from numloss import __version__
 from numloss.evaluate import cli
 from numloss.evaluate.benchmarks import Benchmark, load_benchmark
 from numloss.evaluate.generate import Generation
@@ -127,8 +128,12 @@ def test_cli_end_to_end_with_a_tiny_model_folder(tmp_path, capsys):
     out = tmp_path / "out"
     args = [str(folder), "--benchmarks", f"gsm8k,aqua,svamp={FIXTURES / 'svamp.json'}", "--data-dir", str(FIXTURES),
             "--limit", "2", "--max-new-tokens", "4", "--batch-size", "2", "--out", str(out), "--quiet",
-            "--dtype", "float32", "--protocol", "both", "--allow-unisolated-exec"]
+            "--dtype", "float32", "--protocol", "both", "--allow-unisolated-exec", "--threads", "1"]
     assert cli.main(args) == 0
+    # report.md says which command, settings, version and date made it (from Python: test_eval_usage)
+    header = (out / "report.md").read_text().splitlines()[2:4]
+    assert header[0].startswith(f"Made by `numloss eval {folder} --benchmarks gsm8k,aqua") and f"with numloss {__version__} on " in header[0]
+    assert "max new tokens 4 open / 4 multiple choice" in header[1] and "limit 2; threads 1." in header[1]
     summary = json.loads((out / "results.json").read_text())
     assert summary["protocols"] == ["released", "numloss"]
     assert set(summary["benchmarks"]["numloss"]) == {"gsm8k", "aqua", "svamp"}

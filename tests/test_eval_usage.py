@@ -15,9 +15,8 @@ ROOT = Path(__file__).resolve().parents[1]
 DATA = ROOT / "tests" / "fixtures" / "benchmarks"
 
 
-def test_the_report_header_says_which_command_settings_version_and_date_made_it(tmp_path):  # conftest resets threads
+def test_the_report_header_says_which_settings_version_and_date_made_it():  # conftest resets threads; CLI: test_eval_runner
     import numloss
-    from numloss.evaluate.cli import main
 
     report = evaluate(Echo(), ["svamp"], data_dir=DATA, limit=2, program_of_thought=False, threads=1)
     assert torch.get_num_threads() == 1  # bad counts: test_cli's test_a_bad_thread_count_is_one_line_in_eval_too
@@ -26,13 +25,6 @@ def test_the_report_header_says_which_command_settings_version_and_date_made_it(
     assert header[2].endswith(" UTC.")
     assert header[3] == ("Settings: protocol numloss; backend hf (auto); prompt released-alpaca-0shot; max new tokens "
                          "1500 open / 2048 multiple choice; program of thought off; limit 2; threads 1.")
-    argv = ["tiny", "--benchmarks", "svamp", "--data-dir", str(DATA), "--limit", "1", "--max-new-tokens", "4",
-            "--no-pot", "--no-digit-stats", "--quiet", "--threads", "1", "--out", str(tmp_path / "eval")]
-    assert main(argv) == 0
-    written = (tmp_path / "eval" / "report.md").read_text().splitlines()
-    assert written[2].startswith("Made by `numloss eval tiny --benchmarks svamp --data-dir ")
-    assert f"with numloss {numloss.__version__} on " in written[2]
-    assert "max new tokens 4 open / 4 multiple choice" in written[3] and "limit 1; threads 1." in written[3]
 
 
 @pytest.mark.filterwarnings("error::FutureWarning")
