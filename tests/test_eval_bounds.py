@@ -20,19 +20,15 @@ NUMBER = Item("n", "q", "18", "number")
 NEXT = Item("k", "q", "18", "number")  # scored after the hostile one: the eval goes on
 
 
-class Printed:
+def printed(stdout: str) -> SimpleNamespace:
     """A program runner whose every program printed `stdout` (no sandbox needed)."""
-
-    def __init__(self, stdout: str) -> None:
-        self.result = SimpleNamespace(status="ok", stdout=stdout, ok=True, raw_stdout=stdout.encode())
-
-    def run(self, scripts, *limits):
-        return [self.result for _ in scripts]
+    result = SimpleNamespace(status="ok", stdout=stdout, ok=True, raw_stdout=stdout.encode())
+    return SimpleNamespace(run=lambda scripts, *limits: [result] * len(scripts))
 
 
 def _scored(protocol, benchmark, item, output, stdout=""):
     start = time.monotonic()
-    results = score_items(protocol, benchmark, [item, NEXT], [output, "The answer is 18."], [None, None], Printed(stdout))
+    results = score_items(protocol, benchmark, [item, NEXT], [output, "The answer is 18."], [None, None], printed(stdout))
     return results, time.monotonic() - start
 
 
@@ -67,7 +63,7 @@ def test_every_item_names_the_rule_that_decided_it_and_the_report_counts_them():
 
     outputs = ["The answer is 18.", "The answer is 18 or 25.", "The answer is 7 + 11 = 18.", "The answer is 1E+999999."]
     items = [NUMBER] * len(outputs)
-    results = score_items(NUMLOSS, "gsm8k", items, outputs, [None] * len(outputs), Printed(""))
+    results = score_items(NUMLOSS, "gsm8k", items, outputs, [None] * len(outputs), printed(""))
     assert [r.decided_by for r in results] == ["released", "alternatives", "operation-result", "unreadable"]
     assert all("decided_by" in r.to_json() for r in results)
     report = EvalReport(["numloss"], {"numloss": {"gsm8k": benchmark_score(results)}}, {"numloss": {"gsm8k": results}})
