@@ -1,13 +1,10 @@
 """Dominance: the `numloss` protocol is right wherever the released protocol is right.
 
 Two generators fill real items of all seven benchmarks with the right and a wrong answer:
-tests/eval_cases.py's output kinds (chain-of-thought endings, programs, letters in every form; a
-program kind's fallback text says the other answer) and tests/eval_dress.py's dressings (other
-languages, Unicode digits and signs, separators, units, markdown, LaTeX, self-correction,
-hedges, multiple-choice dress, printed results, truncated and spelled-out answers). Each case
-carries its truth, the verdict a reader of the output gives, and is scored three ways: the
-transcription of the released code (tests/reference/released_eval.py, its executor run inside
-numloss's sandbox), numloss's `released` protocol and the `numloss` protocol. Asserted:
+tests/eval_cases.py's output kinds and tests/eval_dress.py's dressings. Each case carries its
+truth, the verdict a reader of the output gives, and is scored three ways: the transcription of
+the released code (tests/reference/released_eval.py, its executor run inside numloss's sandbox),
+numloss's `released` protocol and the `numloss` protocol. Asserted:
 
 - the transcription and `released` agree on every answer and verdict;
 - wherever the released code is right, numloss is right, unless the released code also passes a
