@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 import re
+from types import SimpleNamespace
 
 import pytest
 import torch
@@ -279,10 +280,9 @@ def test_unknown_objectives_and_options_are_errors_and_every_objective_has_a_nam
 OFFICIAL_LABELS = batch("_a3.14+27_", "__905.5=1", "_x12.0.3", "_7__8", "_____", "__bc=")
 
 
-class _Tokenizer:
-    """What the author-side DIST2 code reads of a tokenizer: `.vocab`."""
-
-    vocab = {**{str(d): i for d, i in enumerate(DIGIT_IDS)}, ".": POINT_ID, **{f"t{i}": i for i in range(13, WIDTH)}}
+# what the author-side DIST2 code reads of a tokenizer: `.vocab`
+AUTHOR_TOKENIZER = SimpleNamespace(vocab={**{str(d): i for d, i in enumerate(DIGIT_IDS)}, ".": POINT_ID,
+                                          **{f"t{i}": i for i in range(13, WIDTH)}})
 
 
 def official_inputs(seed: int):
@@ -306,8 +306,8 @@ def assert_same_value_and_gradient(ours_loss, ours_logits, official_loss, offici
 
 def _dist2(tau, weighted=False):
     if weighted:
-        return lambda f, e: get_digit_loss_weighted(get_sft_loss(f, OFFICIAL_LABELS), _Tokenizer(), f, OFFICIAL_LABELS, target_temperature=tau, beta=0.5)
-    return lambda f, e: get_digit_loss_mean(f, OFFICIAL_LABELS, _Tokenizer(), target_temperature=tau, beta=0.5)
+        return lambda f, e: get_digit_loss_weighted(get_sft_loss(f, OFFICIAL_LABELS), AUTHOR_TOKENIZER, f, OFFICIAL_LABELS, target_temperature=tau, beta=0.5)
+    return lambda f, e: get_digit_loss_mean(f, OFFICIAL_LABELS, AUTHOR_TOKENIZER, target_temperature=tau, beta=0.5)
 
 
 AUTHOR_WEIGHTS = {"place_weight": True, "point_ends_run": True, "normalize": "weights"}

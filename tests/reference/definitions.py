@@ -4,8 +4,8 @@ Nothing here imports numloss's code: places are found by scanning each row, and 
 summed position by position with small tensor sums, so autograd gives the reference gradient.
 
 Number tokens of any length ("Multi-digit number tokens"): each row is scanned left to right for
-runs of number tokens and '.', a run is written out character by character and given places by
-`ref_places_row`, and each slot's digit logits are summed token by token: z_j(k) = log sum over the
+runs of number tokens and '.', a run is written out character by character and given places
+(docs/losses.md), and each slot's digit logits are summed token by token: z_j(k) = log sum over the
 target's group (same length and spacing) of exp(logit) of the tokens whose j-th digit is k. Digits
 that no token of the group has in slot j are absent (probability 0) and skipped; DIST2's soft label
 is restricted to the present digits. NTL's `reweigh` uses the full-softmax mass of the target's
@@ -20,32 +20,6 @@ import math
 import torch
 
 IGNORE = -100
-
-
-def ref_places_row(classes: list[str]) -> list[int | None]:
-    """Place index of every digit of one row (None elsewhere), scanning runs left to right."""
-    places: list[int | None] = [None] * len(classes)
-    t = 0
-    while t < len(classes):
-        if classes[t] == "":
-            t += 1
-            continue
-        start = t
-        while t < len(classes) and classes[t] != "":
-            t += 1
-        run = classes[start:t]
-        m = len(run)
-        seen_digit = False
-        for j, c in enumerate(run):
-            if c == "." and seen_digit:
-                m = j
-                break
-            if c.startswith("d"):
-                seen_digit = True
-        for j, c in enumerate(run):
-            if c.startswith("d"):
-                places[start + j] = (m - 1 - j) if j < m else -(j - m)
-    return places
 
 
 def ref_place_weight(i: int, weighting: str) -> float:
@@ -80,7 +54,11 @@ def ref_slots_row(
                 for j, c in enumerate(tokens[row[s]][0]):
                     chars.append(f"d{c}")
                     owner.append((s, j))
-        places = ref_places_row(chars)
+        # a run's places: m is the index of its first '.' after a digit (else its length); the
+        # j-th character gets m - 1 - j before it and -(j - m) after it
+        digit_before = [any(x != "." for x in chars[:j]) for j in range(len(chars))]
+        m = next((j for j, c in enumerate(chars) if c == "." and digit_before[j]), len(chars))
+        places = [m - 1 - j if j < m else -(j - m) for j in range(len(chars))]
         from_end = [0] * len(chars)
         for i in range(len(chars) - 1, -1, -1):
             if chars[i] != ".":
