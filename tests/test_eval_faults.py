@@ -273,33 +273,30 @@ def test_a_bad_results_record_stops_the_cli_in_one_line(tmp_path, capsys):
 # ---------------------------------------------------------------- non-UTF-8 bytes name the file and line
 
 
-@pytest.mark.parametrize("seed", range(4))
-def test_a_non_utf8_byte_anywhere_names_the_file_and_line(seed, tmp_path, capsys):
-    rng = random.Random(seed)
-    bad_byte = rng.choice([b"\xff", b"\xc3(", b"\x80", b"\xed\xa0\x80"])  # invalid start, cut pair, continuation, surrogate
-    source = (FIXTURES / "gsm8k.jsonl").read_bytes().splitlines(keepends=True)
-    n = rng.randrange(len(source))
-    at = rng.randrange(len(source[n]) - 1)
-    source[n] = source[n][:at] + bad_byte + source[n][at:]
+#: where a JSON-lines file enters -> (its lines, the file's name, the command reading it)
+UTF8_ENTRIES = {
+    "benchmark under --data-dir": (lambda: (FIXTURES / "gsm8k.jsonl").read_bytes().splitlines(), "data/gsm8k.jsonl",
+                                   lambda f: ["tiny", "--benchmarks", "gsm8k", "--data-dir", str(f.parent), *QUIET]),
+    "file: set": (lambda: [json.dumps({"question": f"q{i}", "answer": i}).encode() for i in range(5)], "mine.jsonl",
+                  lambda f: ["tiny", "--benchmarks", f"file:{f}", *QUIET]),
+    "records to score": (lambda: [json.dumps({"benchmark": "gsm8k", "id": i, "output": "1"}).encode() for i in range(5)],
+                         "records.jsonl", lambda f: ["--score-outputs", str(f), "--data-dir", str(FIXTURES)]),
+}
 
-    data = tmp_path / "data"
-    data.mkdir()
-    (data / "gsm8k.jsonl").write_bytes(b"".join(source))
-    line = one_line(["tiny", "--benchmarks", "gsm8k", "--data-dir", str(data), "--out", str(tmp_path / "o"), *QUIET], capsys)
-    assert f"{data / 'gsm8k.jsonl'}:{n + 1}: not UTF-8 text (byte 0x" in line and "not UTF-8" in line
 
-    own = tmp_path / "mine.jsonl"
-    own.write_bytes(b"".join(json.dumps({"question": f"q{i}", "answer": i}).encode() + b"\n" for i in range(n))
-                    + b'{"question": "' + bad_byte + b'", "answer": 1}\n')
-    line = one_line(["tiny", "--benchmarks", f"file:{own}", "--out", str(tmp_path / "o"), *QUIET], capsys)
-    assert f"{own}:{n + 1}:" in line and "not UTF-8" in line
-
-    records = tmp_path / "records.jsonl"
-    rows = [json.dumps({"benchmark": "gsm8k", "id": i, "output": "1"}).encode() for i in range(n + 2)]
-    rows[n] = rows[n].replace(b'"1"', b'"' + bad_byte + b'"')
-    records.write_bytes(b"\n".join(rows) + b"\n")
-    line = one_line(["--score-outputs", str(records), "--data-dir", str(FIXTURES), "--out", str(tmp_path / "o")], capsys)
-    assert f"{records}:{n + 1}:" in line and "not UTF-8" in line
+@pytest.mark.parametrize("entry", UTF8_ENTRIES)
+@pytest.mark.parametrize("bad_byte", [b"\xff", b"\xc3(", b"\x80", b"\xed\xa0\x80"])  # invalid start, cut pair, continuation, surrogate
+def test_a_non_utf8_byte_anywhere_names_the_file_and_line(entry, bad_byte, tmp_path, capsys, monkeypatch):
+    monkeypatch.chdir(tmp_path)  # the default --out
+    lines, name, argv = UTF8_ENTRIES[entry]
+    rows, rng, path = lines(), random.Random(bad_byte), tmp_path / name
+    n = rng.randrange(len(rows))
+    at = rng.randrange(len(rows[n]))
+    rows[n] = rows[n][:at] + bad_byte + rows[n][at:]
+    path.parent.mkdir(exist_ok=True)
+    path.write_bytes(b"\n".join(rows) + b"\n")
+    line = one_line(argv(path), capsys)
+    assert f"{path}:{n + 1}:" in line and "not UTF-8" in line
 
 
 # ---------------------------------------------------------------- --score-outputs on numloss's own items.jsonl
