@@ -385,7 +385,6 @@ def test_a_program_run_as_it_is_gives_the_output_and_exit_status_of_python_prog_
 
 
 _MEMORY = r"""
-import sys
 from numloss.evaluate.sandbox import run_program, run_programs, SandboxLimits
 def peak():
     return next(int(l.split()[1]) for l in open("/proc/self/status") if l.startswith("VmHWM")) / 1024
@@ -394,9 +393,7 @@ run_program("print(1)", limits)
 base = peak()
 results = run_programs(["import sys\nsys.stdout.write('1\\n' * (32 << 20))\n"] * 8, limits, workers=8)
 ran = peak() - base
-sizes = []
-for r in results:  # the runner reads each item's output in turn
-    sizes.append((r.status, len(r.stdout)))
+sizes = [(r.status, len(r.stdout)) for r in results]  # the runner reads each item's output in turn
 print(sizes, ran, peak() - base)
 """
 
