@@ -67,12 +67,6 @@ def _nudge(t: Path, generator) -> None:
         next(generator[0].parameters()).view(-1)[0] += 1.0  # one weight changed, in place
 
 
-def _tiny_pair():
-    from numloss.models.load import load_model_and_tokenizer
-
-    return load_model_and_tokenizer("tiny")
-
-
 #: what changed between two runs into one results file -> (first run's options, the change, second
 #: run's options, the one error naming it; None: the saved records are still resumed)
 CHANGES = {
@@ -89,9 +83,11 @@ CHANGES = {
 
 @pytest.mark.parametrize("change", CHANGES)
 def test_saved_records_of_another_input_are_refused_and_overwrite_redoes_them(change, tmp_path) -> None:
+    from numloss.models.load import load_model_and_tokenizer
+
     first, edit, second, message = CHANGES[change]
     bench = "synthetic:arithmetic" if change == "seed" else _bench(tmp_path / "set.jsonl", [5, 5])
-    generator = _tiny_pair() if change == "weights in memory" else Echo("5", identity="echo")
+    generator = load_model_and_tokenizer("tiny") if change == "weights in memory" else Echo("5", identity="echo")
     results = tmp_path / "items.jsonl"
     _run(generator, bench, results, **first)
     if edit is not None:
