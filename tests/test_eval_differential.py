@@ -144,6 +144,6 @@ def test_numloss_fixes_something_and_the_article_is_never_option_a(differential)
 
 
 @pytest.mark.slow  # fast: the tests above, on 1 item per benchmark and programs on PROGRAM_BENCHMARKS
-def test_dominance_on_25_items_per_benchmark_and_every_dressing_on_two():
+def test_dominance_on_25_items_per_benchmark():  # and every dressing on two of them
     found = violations(run_differential(25, dress_items=2, per_family=None)["rows"])
     assert not any(found.values()), {k: v[:8] for k, v in found.items()}
