@@ -163,12 +163,9 @@ class ResultsFile:
         if not self.path.is_file():
             return
         with open(self.path, "rb+") as f:
-            f.seek(0, os.SEEK_END)
-            size = f.tell()
-            if size == 0:
-                return
-            f.seek(size - 1)
-            if f.read(1) == b"\n":
+            size = f.seek(0, os.SEEK_END)
+            f.seek(max(size - 1, 0))
+            if f.read(1) in (b"", b"\n"):  # empty, or ends with its last record
                 return
             f.seek(0)
             data = f.read()
