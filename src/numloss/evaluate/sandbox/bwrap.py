@@ -184,11 +184,7 @@ def _allowed_packages() -> tuple[list[str], list[str]]:
 def layout() -> Layout:
     """The read-only view of the host for this interpreter (computed once)."""
     python = os.path.realpath(sys.executable)
-    symlinks = [
-        (os.readlink(d), d)
-        for d in ("/lib", "/lib64", "/lib32", "/libx32", "/usr/lib64", "/usr/lib32", "/usr/libx32")
-        if os.path.islink(d)
-    ]
+    symlinks = [(os.readlink(d), d) for d in policy.LIBRARY_LINKS if os.path.islink(d)]
     stdlib = os.path.realpath(os.path.dirname(os.__file__))
     interpreter = _interpreter_files(stdlib)
     site_dirs, packages = _allowed_packages()

@@ -1,10 +1,10 @@
 """The sandbox's policy as plain data: what a program may see, call and use.
 
 The mechanism applies it and holds no policy of its own: `bwrap.py` builds the command line and
-the read-only view from `ENV`, `ALLOWED_PACKAGES`, `DEVICES`, `SHELLS` and `LOCALES`; `seccomp.py`
-assembles the filter from the syscall rules below; `pid1.py` sets `rlimits()`; `cgroup.py` writes
-`cgroup_limits()`. The per-run figures are `SandboxLimits` (limits.py). docs/sandbox.md says why
-each rule is there.
+the read-only view from `ENV`, `ALLOWED_PACKAGES`, `DEVICES`, `SHELLS`, `LOCALES` and
+`LIBRARY_LINKS`; `seccomp.py` assembles the filter from the syscall rules below; `pid1.py` sets
+`rlimits()`; `cgroup.py` writes `cgroup_limits()`. The per-run figures are `SandboxLimits`
+(limits.py). docs/sandbox.md says why each rule is there.
 """
 
 from __future__ import annotations
@@ -30,6 +30,9 @@ SHM_DIR = "/tmp/.shm"
 """/dev/shm points here: POSIX semaphores and shared memory live in the program's capped tmpfs."""
 LOCALES = ("/usr/lib/locale/C.utf8", "/usr/lib/locale/C.UTF-8")
 """Where glibc looks for the C.UTF-8 locale (Debian, Ubuntu, Fedora); whichever exists is bound."""
+LIBRARY_LINKS = ("/lib", "/lib64", "/lib32", "/libx32", "/usr/lib64", "/usr/lib32", "/usr/libx32")
+"""Library folders that are a symlink on a merged-/usr system (/lib -> usr/lib): the sandbox has the
+same links, so that the loader and libraries are found by their usual paths."""
 SHELLS = ("/usr/bin/dash", "/bin/dash")
 """Shells the sandbox may offer as /bin/sh (only one that loads no library the interpreter does
 not: see `bwrap.minimal_shell`)."""
