@@ -202,10 +202,8 @@ def check_training_data(args: Any, dataset: Any, ignore_index: int = -100) -> No
         labels = row.get("labels") if isinstance(row, dict) else None
         if labels is None:
             return
-        if any(
-            int(label) != ignore_index
-            for label in (labels.tolist() if torch.is_tensor(labels) else labels)
-        ):
+        values = labels.tolist() if torch.is_tensor(labels) else labels
+        if any(int(label) != ignore_index for label in values):
             return
     raise ArgumentError(
         f"every label of the {examples} training examples is ignore_index ({ignore_index}): nothing"

@@ -98,9 +98,7 @@ def hold_run_dir(folder: str | os.PathLike[str], command: str) -> Iterator[Path]
                 raise _busy(path) from None
             if os.environ.get("NUMLOSS_NO_RUN_LOCK") == "1":
                 logger.warning(
-                    "cannot lock %s (%s); running without a lock (NUMLOSS_NO_RUN_LOCK=1)",
-                    path,
-                    error,
+                    f"cannot lock {path} ({error}); running without a lock (NUMLOSS_NO_RUN_LOCK=1)"
                 )
             else:
                 raise RunDirLockError(
@@ -110,11 +108,8 @@ def hold_run_dir(folder: str | os.PathLike[str], command: str) -> Iterator[Path]
                 ) from None
         previous = read_holder(path)
         if previous.get("pid") and not previous.get("released"):
-            logger.warning(
-                "%s: taking over the lock of %s, which is no longer running",
-                path,
-                _holder_text(previous),
-            )
+            holder = _holder_text(previous)
+            logger.warning(f"{path}: taking over the lock of {holder}, which is no longer running")
         me = dict(pid=os.getpid(), host=socket.gethostname(), command=command, started=time.time())
         _write_holder(fd, me)
         try:

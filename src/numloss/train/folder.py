@@ -266,7 +266,7 @@ def set_partial_aside(output_dir: Path) -> None:
         if folder.is_dir() and checkpoint_step(folder) >= 0 and folder_problem(folder) is not None:
             moved = set_aside(folder)
             logger.warning(
-                "%s: %s was cut short by a kill; kept as %s", output_dir, folder.name, moved.name
+                f"{output_dir}: {folder.name} was cut short by a kill; kept as {moved.name}"
             )
 
 
@@ -302,7 +302,7 @@ def resume_checkpoint(config: Config, output_dir: Path, main_process: bool) -> P
         if main_process:
             moved = set_aside(folder)
             logger.warning(
-                "--resume: %s fails its check: %s; moved it to %s", folder.name, problem, moved.name
+                f"--resume: {folder.name} fails its check: {problem}; moved it to {moved.name}"
             )
     if found is None:
         raise ConfigError(
@@ -348,7 +348,7 @@ def ready_folder(
     checkpoint = resume_checkpoint(config, output_dir, main_process)
     if plan.changed:
         logger.warning(
-            "--resume-changed: continuing under new settings: %s", "; ".join(plan.changed)
+            f"--resume-changed: continuing under new settings: {'; '.join(plan.changed)}"
         )
     return checkpoint
 

@@ -316,10 +316,9 @@ def _finished_result(output_dir: Path, record: dict[str, Any], config: Config) -
     """The TrainResult of a run that already finished, read back from final/numloss_train.json."""
     step = int(record.get("global_step", config.train.max_steps))
     logger.warning(
-        "--resume: the run in %s already finished (step %d); final/ is left as it is. Raise"
-        " train.max_steps (with --resume-changed) to train further, or use a new train.output_dir",
-        output_dir,
-        step,
+        f"--resume: the run in {output_dir} already finished (step {step}); final/ is left as it"
+        " is. Raise train.max_steps (with --resume-changed) to train further, or use a new"
+        " train.output_dir"
     )
     merged = output_dir / "merged"
     return TrainResult(
