@@ -81,11 +81,9 @@ def test_eval_fault_then_the_same_command(point, fault, tmp_path, capsys, monkey
 
     out = tmp_path / "out"
     argv = tiny_eval("tiny", out, "--batch-size", "1")
+    owner, name, nth = (ResultsFile, "append", 2) if point == "second-batch" else (numloss.atomic, "write_bytes_atomic", 1)
     with monkeypatch.context() as patch:
-        if point == "second-batch":
-            _failing_at(patch, ResultsFile, "append", fault, nth=2)
-        else:
-            _failing_at(patch, numloss.atomic, "write_bytes_atomic", fault, nth=1)
+        _failing_at(patch, owner, name, fault, nth)
         status, lines = _run(cli.main, argv, capsys)
     _expect_one_line(status, lines, fault)
     kept = (out / "items.jsonl").read_text().splitlines()
@@ -110,11 +108,6 @@ def _compare(tmp_path: Path, out: Path, capsys) -> tuple[int, list[str]]:
     return _run(compare_main, [config, "--no-progress"], capsys)
 
 
-@pytest.fixture
-def compare_reference(compare_recorded) -> dict:
-    return json.loads((compare_recorded[0] / "out" / "runs" / "mle-s0" / "result.json").read_text())
-
-
 def _outcome(result: dict) -> dict:
     """What a run produced, without its times and machine."""
     return {k: v for k, v in result.items() if k not in ("seconds", "finished_at", "machine", "train_metrics")} | {
@@ -123,18 +116,16 @@ def _outcome(result: dict) -> dict:
 
 @pytest.mark.parametrize("fault", list(FAULTS))
 @pytest.mark.parametrize("point", ["result", "record", "report"])
-def test_compare_fault_then_the_same_command(point, fault, tmp_path, capsys, monkeypatch, compare_reference) -> None:
+def test_compare_fault_then_the_same_command(point, fault, tmp_path, capsys, monkeypatch, compare_recorded) -> None:
     import numloss.compare.report as report
     import numloss.compare.runner as runner
 
+    reference = json.loads((compare_recorded[0] / "out" / "runs" / "mle-s0" / "result.json").read_text())
     out = tmp_path / "out"
+    owner, name = {"result": (runner, "_write_json_atomic"), "record": (runner, "write_record"),
+                   "report": (report, "write_report")}[point]
     with monkeypatch.context() as patch:
-        if point == "result":
-            _failing_at(patch, runner, "_write_json_atomic", fault, nth=1)
-        elif point == "record":
-            _failing_at(patch, runner, "write_record", fault, nth=1)
-        else:
-            _failing_at(patch, report, "write_report", fault, nth=1)
+        _failing_at(patch, owner, name, fault)
         status, lines = _compare(tmp_path, out, capsys)
     _expect_one_line(status, lines, fault)
     for path in [*out.rglob("*.json"), *(tmp_path / "records").glob("*.json")]:
@@ -142,10 +133,10 @@ def test_compare_fault_then_the_same_command(point, fault, tmp_path, capsys, mon
     status, _ = _compare(tmp_path, out, capsys)  # the user's next command: the same one
     assert status == 0
     result = json.loads((out / "runs" / "mle-s0" / "result.json").read_text())
-    assert _outcome(result) == _outcome(compare_reference)
+    assert _outcome(result) == _outcome(reference)
     (record,) = (tmp_path / "records").glob("*.json")
-    assert _outcome(json.loads(record.read_text())) == _outcome(compare_reference)
-    assert json.loads((out / "results.json").read_text())["runs"][0]["hash"] == compare_reference["hash"]
+    assert _outcome(json.loads(record.read_text())) == _outcome(reference)
+    assert json.loads((out / "results.json").read_text())["runs"][0]["hash"] == reference["hash"]
 
 
 # -- train -----------------------------------------------------------------------------------------
@@ -159,10 +150,9 @@ def test_train_fault_at_its_own_files_then_resume(point, fault, tmp_path, capsys
 
     out = tmp_path / "run"
     argv = [str(TINY), "--train.output_dir", str(out), *RUN]
-    name = "record_config" if point == "config.yaml" else "write_json_atomic"
+    owner, name = (numloss.train.folder, "record_config") if point == "config.yaml" else (numloss.train.run, "write_json_atomic")
     with monkeypatch.context() as patch:
-        owner = numloss.train.folder if name == "record_config" else numloss.train.run
-        _failing_at(patch, owner, name, fault, nth=1)
+        _failing_at(patch, owner, name, fault)
         status, lines = _run(train.main, argv, capsys)
     _expect_one_line(status, lines, fault)
     # the next command: the one the line names (--resume when a checkpoint is whole; else the same)

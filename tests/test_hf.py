@@ -79,24 +79,10 @@ def make_loss(name: str, model: LlamaForCausalLM | None = None, **options):
 
 def train_args(tmp_path, batch: int, accumulation: int, steps: int = 1, lr: float = 0.5, **extra):
     return TrainingArguments(
-        output_dir=str(tmp_path),
-        per_device_train_batch_size=batch,
-        gradient_accumulation_steps=accumulation,
-        max_steps=steps,
-        learning_rate=lr,
-        optim="sgd",
-        lr_scheduler_type="constant",
-        weight_decay=0.0,
-        max_grad_norm=0.0,
-        train_sampling_strategy="sequential",
-        report_to="none",
-        save_strategy="no",
-        logging_steps=1,
-        use_cpu=True,
-        disable_tqdm=True,
-        dataloader_num_workers=0,
-        seed=0,
-        **extra,
+        output_dir=str(tmp_path), per_device_train_batch_size=batch, gradient_accumulation_steps=accumulation,
+        max_steps=steps, learning_rate=lr, optim="sgd", lr_scheduler_type="constant", weight_decay=0.0,
+        max_grad_norm=0.0, train_sampling_strategy="sequential", report_to="none", save_strategy="no",
+        logging_steps=1, use_cpu=True, disable_tqdm=True, dataloader_num_workers=0, seed=0, **extra,
     )
 
 

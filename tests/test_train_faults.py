@@ -77,29 +77,42 @@ def no_model_loads(monkeypatch):
 # slow: a kill after the rename; final-marked covers a resume that finds the run finished.
 # slow: a kill while checkpoint-4's files are written; fast covers: test_same_size_corruption_falls_back_
 # to_the_newest_intact_checkpoint below (a checkpoint without its marker is set aside; the fallback ends on
-# the reference weights and losses, each step logged once) and the two SIGKILLs during final/'s save here
-@pytest.mark.parametrize("point", [pytest.param("checkpoint-4-files-written", marks=pytest.mark.slow),
-                                   "final-files-written", "final-marked",
-                                   pytest.param("final-renamed", marks=pytest.mark.slow)])
-def test_a_kill_at_any_point_of_the_last_saves_resumes_to_the_uninterrupted_run(tmp_path, train_reference, point, caplog):
-    """SIGKILL while the last checkpoint is written, after final/'s files, after its marker, after
-    its rename: --resume ends with 4 steps (never a 5th), each logged once, the reference weights."""
+# the reference weights and losses, each step logged once) and the two SIGKILLs during final/'s save here.
+# slow: a run without checkpoints killed in final/'s save: the same recovery as from a first checkpoint.
+@pytest.mark.parametrize(("point", "extra", "said"), [
+    pytest.param("checkpoint-1-files-written", (), "killed before a whole save", id="first-checkpoint"),
+    pytest.param("final-files-written", ("--train.save_steps", "0"), "killed before a whole save",
+                 id="final-without-checkpoints", marks=pytest.mark.slow),
+    pytest.param("checkpoint-4-files-written", (), "checkpoint-4 fails its check: it has no completion marker",
+                 marks=pytest.mark.slow),
+    ("final-files-written", (), "checkpoint-4 is the run's last step; saving it as final/ without training"),
+    ("final-marked", (), "completed the save of final/"),
+    pytest.param("final-renamed", (), "already finished (step 4)", marks=pytest.mark.slow),
+])
+def test_a_kill_at_a_save_point_is_continued_by_the_command_it_names(tmp_path, train_reference, point, extra, said,
+                                                                    capsys, caplog):
+    """SIGKILL at a save point, then --resume in-process (`numloss train`'s own entry point, at
+    the reference's one thread: bit for bit). Before the folder's first whole save it is refused
+    in one line naming the same command without --resume, which starts again; after it, it ends
+    with 4 steps (never a 5th; a finished run left as it is). Each step logged once, the
+    reference weights."""
     out = tmp_path / "run"
-    killed = cli(out, env={"NUMLOSS_FAULT_POINT": point})
+    killed = cli(out, *extra, env={"NUMLOSS_FAULT_POINT": point})
     assert killed.returncode == -signal.SIGKILL, killed.stderr[-2000:]
+    argv = [str(TINY), "--train.output_dir", str(out), *RUN, *extra]
+    capsys.readouterr()
     with caplog.at_level("WARNING", logger="numloss.train"):
-        result = run_training(config(out, "--train.resume", "true"))
-    assert result.global_step == 4
-    assert result.already_finished == (point in ("final-marked", "final-renamed"))
+        status, printed = main([*argv, "--resume"]), capsys.readouterr()
+        if "before a whole save" in said:
+            line = printed.err.strip().splitlines()[-1]
+            assert status == 2 and "run the same command without --resume" in line, printed.err[-2000:]
+            status, printed = main(argv), capsys.readouterr()
+    assert status == 0 and "Traceback" not in printed.err and said in caplog.text, printed.err[-2000:]
+    finished = point in ("final-marked", "final-renamed")
+    assert ("already finished (4 steps)" if finished else "done, 4 steps") in printed.out
     assert not (out / "final.partial").exists() and (out / "final" / CHECKPOINT_MARKER).is_file()
     assert_same_weights(train_reference / "final", out / "final")
     assert logged_steps(out) == [1, 2, 3, 4]
-    if point == "checkpoint-4-files-written":
-        assert "checkpoint-4 fails its check: it has no completion marker" in caplog.text
-    if point == "final-files-written":
-        assert "checkpoint-4 is the run's last step; saving it as final/ without training" in caplog.text
-    if point == "final-marked":
-        assert "completed the save of final/" in caplog.text
 
 
 # -- damaged checkpoints ---------------------------------------------------------------------------
@@ -392,29 +405,6 @@ def test_a_save_only_model_checkpoint_is_not_resumed_silently(tmp_path, no_model
         run_training(config(out, "--train.resume", "true"))
     line = one_line(caught.value)
     assert "no optimizer or scheduler state" in line and "save_only_model" in line and "--resume-changed" in line
-
-
-@pytest.mark.parametrize(("point", "extra"), [
-    pytest.param("checkpoint-1-files-written", (), id="first-checkpoint"),
-    # slow: the same recovery (the folder's first whole save never finished) from a run without checkpoints
-    pytest.param("final-files-written", ("--train.save_steps", "0"), id="final-without-checkpoints", marks=pytest.mark.slow),
-])
-def test_a_kill_before_the_first_whole_save_is_continued_by_the_named_command(tmp_path, train_reference, point, extra,
-                                                                             capsys) -> None:
-    out = tmp_path / "run"
-    killed = cli(out, *extra, env={"NUMLOSS_FAULT_POINT": point})
-    assert killed.returncode == -signal.SIGKILL, killed.stderr[-2000:]
-    capsys.readouterr()
-    # the refused --resume in-process: `numloss train`'s own entry point, without another process's imports
-    assert main([str(TINY), "--train.output_dir", str(out), *RUN, *extra, "--resume"]) == 2
-    err = capsys.readouterr().err
-    assert "Traceback" not in err
-    line = err.strip().splitlines()[-1]
-    assert "run the same command without --resume" in line, err[-2000:]
-    # the command it names, in-process (the train_reference's threads: weights compare bit for bit)
-    assert run_training(config(out, *extra)).global_step == 4
-    assert_same_weights(train_reference / "final", out / "final")
-    assert logged_steps(out) == [1, 2, 3, 4]
 
 
 def test_ctrl_c_prints_one_line_naming_the_checkpoint_and_resume_is_bitwise(tmp_path, train_reference) -> None:
