@@ -14,32 +14,21 @@ import torch.nn.functional as F
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
-from numloss import DigitVocab, build_loss
+from numloss import build_loss
 from numloss.digits import find_digits
 from numloss.losses.del_terms import del_pushdown, del_term, sigmoid_logits
 from numloss.losses.number_tokens import slot_logits
-from tokenizer_styles import encode, gpt2_style, llama3_style
-
-DIGIT_IDS = [3, 4, 5, 6, 7, 8, 9, 10, 11, 12]
-VOCAB = DigitVocab(DIGIT_IDS, 2)
-WIDTH = 20
+from test_losses import BATCHES, DIGIT_IDS, VOCAB, VOCABS, WIDTH, WIDTHS
 
 
-def single_digit_batch(seed: int, dtype: torch.dtype = torch.float64) -> tuple[torch.Tensor, torch.Tensor]:
-    """Logits [3, 9, 20] and labels with digits, text, an ignored position and a row without digits."""
+def batch_of(vocab: str, seed: int, dtype: torch.dtype = torch.float64):
+    """(the vocabulary, logits around a random offset in `dtype`, the labels) of test_losses'
+    batch on `vocab`: digits, text, ignored positions, a row without digits; on "chunks" also
+    number tokens of an incomplete group (digits absent from a slot)."""
     generator = torch.Generator().manual_seed(seed)
-    labels = torch.randint(0, WIDTH, (3, 9), generator=generator)
-    labels[0, 2] = -100
-    labels[2] = torch.tensor([13, 14, 15, 16, 17, 18, 19, 13, -100])  # no digit in this row
-    logits = torch.randn(3, 9, WIDTH, generator=generator, dtype=torch.float64) * 3 + 20 * torch.rand(1, generator=generator, dtype=torch.float64)
-    return logits.to(dtype), labels
-
-
-def chunked_batch(style, seed: int, dtype: torch.dtype = torch.float64):
-    tok = style()
-    labels = encode(tok, "x=1234.5+ 42", " 100 25.75 7", "a 9 b 12")
-    logits = torch.randn(*labels.shape, len(tok), generator=torch.Generator().manual_seed(seed), dtype=torch.float64) * 2
-    return DigitVocab.from_tokenizer(tok), logits.to(dtype), labels
+    logits = 3 * torch.randn(*BATCHES[vocab].shape, WIDTHS[vocab], generator=generator, dtype=torch.float64)
+    logits += 20 * torch.rand(1, generator=generator, dtype=torch.float64)
+    return VOCABS[vocab], logits.to(dtype), BATCHES[vocab]
 
 
 def value_and_grad(loss_fn, logits: torch.Tensor, labels: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -53,16 +42,13 @@ def value_and_grad(loss_fn, logits: torch.Tensor, labels: torch.Tensor) -> tuple
 
 
 @settings(max_examples=24, deadline=None, derandomize=True)
-@given(st.sampled_from(["single", "llama3", "gpt2"]), st.integers(0, 2**16), st.floats(-50, 50),
+@given(st.sampled_from(list(VOCABS)), st.integers(0, 2**16), st.floats(-50, 50),
        st.sampled_from([{}, {"distance": "l1", "place_weighting": "continuous", "normalize": "tokens"}]))
-@example("single", 0, -50.0, {})
-@example("gpt2", 1, 50.0, {})
-def test_centered_is_invariant_to_a_common_shift_of_the_logits(style, seed, shift, options):
+@example("digits", 0, -50.0, {})
+@example("chunks", 1, 50.0, {})
+def test_centered_is_invariant_to_a_common_shift_of_the_logits(name, seed, shift, options):
     for dtype, rtol, atol in ((torch.float64, 1e-10, 1e-12), (torch.float32, 1e-5, 1e-6)):
-        if style == "single":
-            vocab, (logits, labels) = VOCAB, single_digit_batch(seed, dtype)
-        else:
-            vocab, logits, labels = chunked_batch({"llama3": llama3_style, "gpt2": gpt2_style}[style], seed, dtype)
+        vocab, logits, labels = batch_of(name, seed, dtype)
         loss_fn = build_loss("del", vocab, alpha=0.7, sigmoid_input="centered", **options)
         value, grad = value_and_grad(loss_fn, logits, labels)
         shifted_value, shifted_grad = value_and_grad(loss_fn, logits + shift, labels)
@@ -73,12 +59,12 @@ def test_centered_is_invariant_to_a_common_shift_of_the_logits(style, seed, shif
         assert abs(float(value_and_grad(raw, logits + shift, labels)[0] - value_and_grad(raw, logits, labels)[0])) > 1e-3
 
 
-@pytest.mark.parametrize("style", [None, llama3_style, gpt2_style])
+@pytest.mark.parametrize("name", VOCABS)
 @pytest.mark.parametrize("seed", range(3))
-def test_at_zero_mean_centered_equals_raw_up_to_a_common_gradient_shift(style, seed):
+def test_at_zero_mean_centered_equals_raw_up_to_a_common_gradient_shift(name, seed):
     """On the slot marginals z_j(k) the term reads (single digits: the ten digit logits), with the
     mean over the digits the slot can hold; absent digits' gradients are 0 in both."""
-    vocab, logits, labels = chunked_batch(style, seed) if style else (VOCAB, *single_digit_batch(seed))
+    vocab, logits, labels = batch_of(name, seed)
     digits = find_digits(labels, vocab, logits.shape[-1])
     table = vocab.number_table()
     z, support = slot_logits(logits.reshape(-1, logits.shape[-1])[digits.rows][:, table.columns], digits, table)
@@ -97,7 +83,7 @@ def test_at_zero_mean_centered_equals_raw_up_to_a_common_gradient_shift(style, s
     common = (difference * held).sum(-1, keepdim=True) / held.sum(-1, keepdim=True)
     torch.testing.assert_close(difference * held, common * held, rtol=0, atol=1e-13)
     assert float((difference * ~support).abs().max()) == 0.0
-    assert bool((~support).any()) == (style is gpt2_style)  # GPT-2 merges leave digits absent
+    assert bool((~support).any()) == (name == "chunks")  # its three-digit group leaves digits absent
     assert float(common.abs().max()) > 1e-6  # the shift is not zero: the two gradients do differ
 
 
@@ -186,7 +172,7 @@ def test_centered_never_pushes_the_target_down_where_all_ten_digits_are_possible
 
 @pytest.mark.parametrize("name, sigmoid_input", [("mle", None), ("ntl-was", None), ("del", "raw"), ("del", "centered")])
 def test_the_diagnostics_equal_an_independent_computation_and_are_zero_without_digits(name, sigmoid_input):
-    logits, labels = single_digit_batch(2)
+    _, logits, labels = batch_of("digits", 2)
     generator = torch.Generator().manual_seed(4)
     # digit logits around -3, where raw DEL pushes the target down at some positions, not all
     logits[..., DIGIT_IDS] = torch.randn(*labels.shape, 10, generator=generator, dtype=torch.float64) * 2 - 3
@@ -198,7 +184,7 @@ def test_the_diagnostics_equal_an_independent_computation_and_are_zero_without_d
     assert float(out.digit_logit_mean) == pytest.approx(float(z.mean()), rel=1e-12)
     assert float(out.digit_target_prob) == pytest.approx(float(p.gather(1, digits.target[:, None]).mean()), rel=1e-12)
     expected_share = float(autograd_pushdown(z, digits.target, None, sigmoid_input or "raw").double().mean())
-    assert float(out.pushdown_share) == pytest.approx(expected_share, abs=1e-12)
+    assert float(out.pushdown_share) == pytest.approx(expected_share, abs=1e-7)  # a float32 mean of 0s and 1s
     if sigmoid_input != "centered":
         assert 0 < expected_share < 1
     for empty in (loss_fn(logits, torch.full_like(labels, 14)), loss_fn(logits[:, :0], labels[:, :0])):
