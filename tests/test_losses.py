@@ -228,6 +228,21 @@ def test_empty_ignored_and_digitless_batches_are_finite_on_both_paths(name, opti
                 assert float(out.aux) == 0.0 and float(out.loss) == pytest.approx(float(out.ce))
 
 
+@pytest.mark.parametrize("name, options, alpha", [c for c in CASES if "level" not in c[1]], ids=[i for i, c in zip(IDS, CASES, strict=True) if "level" not in c[1]])
+def test_single_digits_of_a_chunking_vocabulary_score_exactly_as_with_ten_digits(name, options, alpha):
+    """(Not at level="token": there p is over every number token, so the chunks do matter.)"""
+    logits = make_logits(LABELS, seed=5, width=WIDTHS["chunks"]).detach()
+    outs, grads = [], []
+    for vocab in VOCABS:
+        x = logits.clone().requires_grad_(True)
+        outs.append(loss_for(name, options, vocab, WIDTHS["chunks"])(x, LABELS))
+        outs[-1].loss.backward()
+        grads.append(x.grad)
+    for field in ("loss", "ce", "aux", "num_digits", "digit_entropy"):
+        assert torch.equal(getattr(outs[0], field), getattr(outs[1], field)), field
+    assert torch.equal(*grads)
+
+
 def test_two_dimensional_inputs_equal_the_batched_call_and_a_custom_ignore_index_works():
     """On both paths: the fused one (`from_hidden`) flattens as the logits path does."""
     fn = build_loss("del", VOCAB)

@@ -174,43 +174,9 @@ def test_bucket_logsumexp_survives_far_apart_buckets_and_empty_ones():
     assert torch.isfinite(z).all() and float(torch.softmax(z, -1)[0, 2]) == 0.0
 
 
-# -- the digit objectives on number tokens ------------------------------------------------------
-# (value and gradient against the slow loop, dtypes, empty batches: tests/test_losses.py, whose
-# properties run on a chunking vocabulary too, and at level="token" on single digits, where the
-# reference's token level is its digit level; the fused path: tests/test_fused.py)
-
-from numloss import build_loss  # noqa: E402
-
-OBJECTIVES = [
-    ("del", {}),
-    ("del", {"place_weighting": "continuous", "distance": "l1"}),
-    ("del", {"sigmoid_input": "centered"}),
-    ("ntl-was", {}),
-    ("ntl-mse", {"reweigh": True}),
-    ("dist2", {"place_weight": True, "tau": 2.0}),
-    ("dist2", {"place_weight": True, "point_ends_run": True, "normalize": "weights"}),
-]
-
-
-@pytest.mark.parametrize("name, options", OBJECTIVES)
-def test_single_digit_tokens_give_exactly_the_ten_digit_values(name, options):
-    """Single digits of a chunking vocabulary score exactly as with a ten-digit vocabulary.
-
-    (Not at level="token": there p is over every number token, so the chunks do matter.)
-    """
-    tok = llama3_style()
-    chunked = DigitVocab.from_tokenizer(tok)
-    ten = DigitVocab.from_tokenizer(tok, multi_digit="single")
-    labels = encode(tok, "1+2=3", "4.5 x 7", "9")
-    logits = torch.randn(*labels.shape, len(tok))
-    a, b = logits.clone().requires_grad_(True), logits.clone().requires_grad_(True)
-    out_chunked = build_loss(name, chunked, **options)(a, labels)
-    out_ten = build_loss(name, ten, **options)(b, labels)
-    out_chunked.loss.backward()
-    out_ten.loss.backward()
-    for field in ("loss", "ce", "aux", "num_digits", "digit_entropy"):
-        assert torch.equal(getattr(out_chunked, field), getattr(out_ten, field)), field
-    assert torch.equal(a.grad, b.grad)
+# (the objectives on number tokens, against the slow loop, in every dtype, on empty batches, and
+# single digits scoring exactly as with ten digits: tests/test_losses.py, on its chunking
+# vocabulary; the fused path: tests/test_fused.py)
 
 
 def test_complete_groups_are_recognised_and_duplicates_are_pooled():
