@@ -79,7 +79,9 @@ def no_model_loads(monkeypatch):
 # to_the_newest_intact_checkpoint below (a checkpoint without its marker is set aside; the fallback ends on
 # the reference weights and losses, each step logged once) and the two SIGKILLs during final/'s save here.
 # slow: a run without checkpoints killed in final/'s save: the same recovery as from a first checkpoint.
+# pause:...: Ctrl-C (SIGINT to the paused process), which prints one line naming the checkpoint and --resume
 @pytest.mark.parametrize(("point", "extra", "said"), [
+    pytest.param("pause:checkpoint-2-marked", (), "continuing from checkpoint-2", id="ctrl-c"),
     pytest.param("checkpoint-1-files-written", (), "killed before a whole save", id="first-checkpoint"),
     pytest.param("final-files-written", ("--train.save_steps", "0"), "killed before a whole save",
                  id="final-without-checkpoints", marks=pytest.mark.slow),
@@ -91,14 +93,23 @@ def no_model_loads(monkeypatch):
 ])
 def test_a_kill_at_a_save_point_is_continued_by_the_command_it_names(tmp_path, train_reference, point, extra, said,
                                                                     capsys, caplog):
-    """SIGKILL at a save point, then --resume in-process (`numloss train`'s own entry point, at
-    the reference's one thread: bit for bit). Before the folder's first whole save it is refused
-    in one line naming the same command without --resume, which starts again; after it, it ends
+    """SIGKILL (or Ctrl-C) at a save point, then --resume in-process (`numloss train`'s own entry
+    point, at the reference's one thread). Before the folder's first whole save it is refused in
+    one line naming the same command without --resume, which starts again; after it, it ends
     with 4 steps (never a 5th; a finished run left as it is). Each step logged once, the
-    reference weights."""
-    out = tmp_path / "run"
-    killed = cli(out, *extra, env={"NUMLOSS_FAULT_POINT": point})
-    assert killed.returncode == -signal.SIGKILL, killed.stderr[-2000:]
+    reference weights bit for bit."""
+    out, release = tmp_path / "run", tmp_path / "release"
+    if point.startswith("pause:"):
+        process = cli(out, env={"NUMLOSS_FAULT_POINT": point, "NUMLOSS_FAULT_FILE": str(release)}, wait=False)
+        wait_until_paused(process, release)
+        process.send_signal(signal.SIGINT)
+        _, err = process.communicate(timeout=120)
+        assert process.returncode == 130 and "Traceback" not in err and "KeyboardInterrupt" not in err, err[-2000:]
+        line = err.strip().splitlines()[-1]
+        assert line.startswith("numloss train: interrupted;") and "checkpoint-2" in line and "--resume" in line
+    else:
+        killed = cli(out, *extra, env={"NUMLOSS_FAULT_POINT": point})
+        assert killed.returncode == -signal.SIGKILL, killed.stderr[-2000:]
     argv = [str(TINY), "--train.output_dir", str(out), *RUN, *extra]
     capsys.readouterr()
     with caplog.at_level("WARNING", logger="numloss.train"):
@@ -111,7 +122,8 @@ def test_a_kill_at_a_save_point_is_continued_by_the_command_it_names(tmp_path, t
     finished = point in ("final-marked", "final-renamed")
     assert ("already finished (4 steps)" if finished else "done, 4 steps") in printed.out
     assert not (out / "final.partial").exists() and (out / "final" / CHECKPOINT_MARKER).is_file()
-    assert_same_weights(train_reference / "final", out / "final")
+    final, expected = weights(out / "final"), weights(train_reference / "final")
+    assert final.keys() == expected.keys() and all(torch.equal(final[k], expected[k]) for k in expected)
     assert logged_steps(out) == [1, 2, 3, 4]
 
 
@@ -357,7 +369,7 @@ def test_a_run_that_diverges_is_one_line_naming_the_step(tmp_path):
     assert isinstance(error, ConfigError) and one_line(error).startswith("training stopped at step 3: FloatingPointError: del:")
 
 
-# -- a resume tied to its inputs, a kill before the first whole save, Ctrl-C, save_only_model ---------
+# -- a resume tied to its inputs, a save_only_model checkpoint ------------------------------------------
 def _data(path: Path, shift: int = 0) -> Path:
     path.write_text("".join(json.dumps({"instruction": f"{a} + {a + shift} =", "output": str(2 * a + shift)}) + "\n"
                             for a in range(16)), encoding="utf-8")
@@ -405,21 +417,3 @@ def test_a_save_only_model_checkpoint_is_not_resumed_silently(tmp_path, no_model
         run_training(config(out, "--train.resume", "true"))
     line = one_line(caught.value)
     assert "no optimizer or scheduler state" in line and "save_only_model" in line and "--resume-changed" in line
-
-
-def test_ctrl_c_prints_one_line_naming_the_checkpoint_and_resume_is_bitwise(tmp_path, train_reference) -> None:
-    out, release = tmp_path / "run", tmp_path / "release"
-    process = cli(out, env={"NUMLOSS_FAULT_POINT": "pause:checkpoint-2-marked", "NUMLOSS_FAULT_FILE": str(release)},
-                  wait=False)
-    wait_until_paused(process, release)
-    process.send_signal(signal.SIGINT)
-    _, err = process.communicate(timeout=120)
-    assert process.returncode == 130, err[-2000:]
-    assert "Traceback" not in err and "KeyboardInterrupt" not in err
-    line = err.strip().splitlines()[-1]
-    assert line.startswith("numloss train: interrupted;") and "checkpoint-2" in line and "--resume" in line
-    # the command the line names, in-process at the CLI's one thread (as the train_reference: bit for bit)
-    assert main([str(TINY), "--train.output_dir", str(out), *RUN, "--resume"]) == 0
-    for name, tensor in weights(train_reference / "final").items():
-        assert torch.equal(tensor, weights(out / "final")[name]), name
-    assert logged_steps(out) == [1, 2, 3, 4]
