@@ -221,26 +221,13 @@ def test_numloss_train_runs_with_a_chunked_number_tokenizer(tmp_path, objective)
         assert float(rows[0]["loss"]) == pytest.approx(float(rows[0]["ce"]) + float(rows[0]["aux"]), rel=1e-4)
 
 
-class _ByteFallbackTokenizer:
-    """A SentencePiece-like vocabulary with byte-fallback pieces and special tokens, one token per
-    character (enough for `DigitVocab.from_tokenizer`)."""
-
-    def __init__(self) -> None:
-        pieces = [*"0123456789", ".", "a", "▁", "<0x0A>", "<0x35>", "<0x41>", "<s>", "<extra_id_12>"]
-        self.vocab = {p: i for i, p in enumerate(pieces)}
-        self.all_special_tokens = ["<s>", "<extra_id_12>"]
-
-    def get_vocab(self) -> dict[str, int]:
-        return dict(self.vocab)
-
-    def encode(self, text: str, add_special_tokens: bool = False) -> list[int]:
-        return [self.vocab.get(c, self.vocab["a"]) for c in text.replace(" ", "▁")]
-
-
 def test_byte_fallback_and_special_tokens_count_the_digits_they_write():
-    tok = _ByteFallbackTokenizer()
-    vocab = DigitVocab.from_tokenizer(tok)
-    ids = tok.vocab
+    from test_digits import wordlevel
+
+    # SentencePiece-like pieces: byte fallbacks, a word marker, and special tokens
+    tok = wordlevel([*"0123456789", ".", "a", "▁", "<0x0A>", "<0x35>", "<0x41>"])
+    tok.add_special_tokens({"additional_special_tokens": ["<s>", "<extra_id_12>"]})
+    vocab, ids = DigitVocab.from_tokenizer(tok), tok.get_vocab()
     # <0x35> writes "5" (one unscored digit); <0x0A> (newline), <0x41> ("A") and the specials none
     assert vocab.unscored_digit_tokens == ((ids["<0x35>"], 1),)
     newline, special = ids["<0x0A>"], ids["<extra_id_12>"]
