@@ -90,23 +90,19 @@ def _draw(rng: random.Random, answer_digits: int, operations: str) -> tuple[Chat
     fields: dict[str, Any] = {"name": rng.choice(NAMES), "things": rng.choice(THINGS)}
     fields["other"] = rng.choice([n for n in NAMES if n != fields["name"]])
     if op == "+":
-        fields["a"] = rng.randint(1, answer - 1)
-        fields["b"] = answer - fields["a"]
+        a = rng.randint(1, answer - 1)
+        fields.update(a=a, b=answer - a)
+        fact: Fact = ("+", *sorted((a, answer - a)))
     elif op == "-":
-        fields["b"] = rng.randint(1, high)
-        fields["a"] = answer + fields["b"]
+        b = rng.randint(1, high)
+        fields.update(a=answer + b, b=b)
+        fact = ("-", answer + b, b)
     else:
         m = rng.randint(2, 9)
         q = rng.randint(-(-low // m), high // m)
         fields.update(m=m, a=q)
-        answer = q * m
+        answer, fact = q * m, ("*", *sorted((m, q)))
     question = rng.choice(TEMPLATES[op]).format(**fields)
-    if op == "*":
-        fact: Fact = ("*", *sorted((fields["m"], fields["a"])))
-    elif op == "+":
-        fact = ("+", *sorted((fields["a"], fields["b"])))
-    else:
-        fact = ("-", fields["a"], fields["b"])
     return ChatExample(question, f"#### {answer}", answer=str(answer), system=""), fact
 
 
@@ -265,21 +261,16 @@ class ArithmeticWordTask(WordProblemTask):
         import math
         import statistics
 
-        from numloss.compare.stats import wilson_interval
+        from numloss.compare.stats import exact_match_record
         from numloss.compare.teacher_forced import generated_exact, teacher_forced_exact
 
         rendered = self.render(items, tokenizer)
         started = time.perf_counter()
         score = teacher_forced_exact(model, tokenizer, rendered, batch_size=self.eval_batch_size)
         seconds = {"teacher_forced": time.perf_counter() - started}
-        correct = sum(score.correct)
-        low, high = wilson_interval(correct, len(items))
         nll = [v for v in score.answer_nll if math.isfinite(v)]
         record: dict[str, Any] = {
-            "n": len(items),
-            "correct": correct,
-            "exact_match": correct / len(items),
-            "exact_match_ci95": [low, high],
+            **exact_match_record(sum(score.correct), len(items)),
             "items": score.bits(),
             "answer_nll": statistics.fmean(nll) if nll else float("nan"),
             "digit_entropy": score.digit_entropy,

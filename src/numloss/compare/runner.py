@@ -46,7 +46,7 @@ import torch
 from numloss.atomic import write_json_atomic as _write_json_atomic
 from numloss.atomic import write_text_atomic
 from numloss.compare.config import CompareConfig, ObjectiveSpec
-from numloss.compare.stats import wilson_interval
+from numloss.compare.stats import exact_match_record
 from numloss.compare.task import TEST_SETS, TaskExample
 from numloss.config import ConfigError
 from numloss.rundir import RunDirBusy
@@ -97,8 +97,8 @@ def evaluate_model(
     counts the others). place accuracy: of the generated number, by place (integer places >= 0,
     decimal places < 0). digit_accuracy / digit_entropy: teacher-forced at the gold digits.
     """
+    from numloss.compare.learning import greedy
     from numloss.evaluate.answers import extract_number
-    from numloss.evaluate.generate import HFGenerator
     from numloss.evaluate.metrics import (
         entropy_histogram,
         numeric_distance,
@@ -108,17 +108,8 @@ def evaluate_model(
 
     prompts = [item.prompt for item in items]
     golds = [item.answer or item.output for item in items]
-    longest = max(len(tokenizer(g, add_special_tokens=False)["input_ids"]) for g in golds)
-    generator = HFGenerator(
-        model,
-        tokenizer,
-        batch_size=batch_size,
-        max_new_tokens=longest + 2,
-        stop=("\n",),
-        progress=False,
-    )
     started = time.perf_counter()
-    outputs = [g.text.strip() for g in generator.generate(prompts)]
+    outputs = [g.text.strip() for g in greedy(model, tokenizer, prompts, batch_size, golds=golds)]
     generate_seconds = time.perf_counter() - started
     correct = [out == gold for out, gold in zip(outputs, golds, strict=True)]
     preds = [extract_number(out) for out in outputs]
@@ -135,12 +126,8 @@ def evaluate_model(
     stats = teacher_forced_digit_stats(model, tokenizer, prompts, golds, batch_size=tf_batch_size)
     tf_seconds = time.perf_counter() - started
     counts, edges = entropy_histogram(stats.entropies)
-    low, high = wilson_interval(sum(correct), len(correct))
     return {
-        "n": len(items),
-        "exact_match": sum(correct) / len(correct),
-        "exact_match_ci95": [low, high],
-        "correct": sum(correct),
+        **exact_match_record(sum(correct), len(correct)),
         "mae": distance.mae,
         "signed_log_mae": distance.signed_log_mae,
         "median_abs_error": statistics.median(errors) if errors else float("nan"),

@@ -11,12 +11,22 @@ from collections.abc import Sequence
 from typing import Any
 
 # the comparison's intervals, one formula (re-exported)
-from numloss.evaluate.metrics import wilson_interval  # noqa: F401
+from numloss.evaluate.metrics import wilson_interval
 
 
 def finite(values: Sequence[Any]) -> list[float]:
     """The values that are numbers and finite, as floats (None, NaN and inf dropped)."""
     return [float(v) for v in values if v is not None and math.isfinite(float(v))]
+
+
+def exact_match_record(correct: int, n: int) -> dict[str, Any]:
+    """A scored set's exact-match fields: n, correct, their share and its Wilson interval."""
+    return {
+        "n": n,
+        "correct": correct,
+        "exact_match": correct / n,
+        "exact_match_ci95": list(wilson_interval(correct, n)),
+    }
 
 
 def seed_interval(values: Sequence[Any]) -> tuple[float, float]:

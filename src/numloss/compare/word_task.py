@@ -195,7 +195,7 @@ class WordProblemTask:
         import time
         from dataclasses import replace
 
-        from numloss.compare.stats import wilson_interval
+        from numloss.compare.stats import exact_match_record
         from numloss.evaluate import HFGenerator, load_benchmark
         from numloss.evaluate.programs import ProgramRunner
         from numloss.evaluate.protocol import NUMLOSS
@@ -225,13 +225,8 @@ class WordProblemTask:
                 batch_size=self.eval_batch_size,
                 program_of_thought=False,
             )[protocol.name]
-            correct = sum(bool(r.correct) for r in items)
-            low, high = wilson_interval(correct, len(items))
             results[name] = {
-                "n": len(items),
-                "correct": correct,
-                "exact_match": correct / len(items),
-                "exact_match_ci95": [low, high],
+                **exact_match_record(sum(bool(r.correct) for r in items), len(items)),
                 "examples": [
                     {
                         "question": r.question[:200],
