@@ -45,6 +45,26 @@ def exact_answer(output: str, gold: str) -> bool:
     return output.strip() == gold
 
 
+def greedy(
+    model: Any,
+    tokenizer: Any,
+    prompts: Sequence[str],
+    batch_size: int,
+    max_new_tokens: int | None = None,
+    golds: Sequence[str] = (),
+    stop: tuple[str, ...] = ("\n",),
+) -> list[Any]:
+    """numloss.evaluate's greedy generations of `prompts` (no progress bar); `max_new_tokens`
+    None: room for the longest of `golds` and two tokens more (a wrong answer shows past it)."""
+    from numloss.evaluate.generate import HFGenerator
+
+    if max_new_tokens is None:
+        lengths = (len(tokenizer(g, add_special_tokens=False)["input_ids"]) for g in golds)
+        max_new_tokens = max(lengths) + 2
+    generator = HFGenerator(model, tokenizer, batch_size, max_new_tokens, stop, progress=False)
+    return generator.generate(list(prompts))
+
+
 def score_slice(
     model: Any,
     tokenizer: Any,
@@ -58,25 +78,12 @@ def score_slice(
     mode it found it in (a check runs mid-training)."""
     import torch
 
-    from numloss.evaluate.generate import HFGenerator
-
-    if max_new_tokens is None:
-        max_new_tokens = (
-            max(len(tokenizer(g, add_special_tokens=False)["input_ids"]) for g in golds) + 2
-        )
     was_training = model.training
     model.eval()
     try:
         with torch.inference_mode():
-            generator = HFGenerator(
-                model,
-                tokenizer,
-                batch_size=batch_size,
-                max_new_tokens=max_new_tokens,
-                stop=("\n",),
-                progress=False,
-            )
-            outputs = [g.text for g in generator.generate(list(prompts))]
+            generated = greedy(model, tokenizer, prompts, batch_size, max_new_tokens, golds)
+            outputs = [g.text for g in generated]
     finally:
         model.train(was_training)
     return sum(match(o, g) for o, g in zip(outputs, golds, strict=True)) / len(golds)

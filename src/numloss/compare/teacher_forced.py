@@ -176,18 +176,11 @@ def generated_exact(
     The limit is the longest reference + 2 tokens, so a row that stops after exactly
     len(reference tokens) + 1 tokens stopped at EOS; its text (special tokens dropped) must be the
     reference."""
-    from numloss.evaluate.generate import HFGenerator
+    from numloss.compare.learning import greedy
 
     lengths = [len(tokenizer(e.output, add_special_tokens=False)["input_ids"]) for e in examples]
-    generator = HFGenerator(
-        model,
-        tokenizer,
-        batch_size=batch_size,
-        max_new_tokens=max(lengths) + 2,
-        stop=(),
-        progress=False,
-    )
-    generations = generator.generate([e.prompt for e in examples])
+    prompts = [e.prompt for e in examples]
+    generations = greedy(model, tokenizer, prompts, batch_size, max(lengths) + 2, stop=())
     return [
         g.text == e.output and g.new_tokens == n + 1
         for e, g, n in zip(examples, generations, lengths, strict=True)
