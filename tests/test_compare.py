@@ -390,21 +390,17 @@ def test_the_step_bar_counts_every_run_s_steps_from_the_start(capsys) -> None:
 
 
 def test_overridden_runs_stay_out_of_the_records(tmp_path) -> None:
-    import argparse
-
     from numloss.compare import build_parser, resolve
 
     config = tmp_path / "grid.yaml"
-    import yaml
+    config.write_text(json.dumps({**_mapping(tmp_path / "out"), "records_dir": str(tmp_path / "rec")}))  # JSON is YAML
 
-    config.write_text(yaml.safe_dump({**_mapping(tmp_path / "out"), "records_dir": str(tmp_path / "rec")}))
-    parse: argparse.ArgumentParser = build_parser()
-    assert resolve(parse.parse_args([str(config)])).records_dir == tmp_path / "rec"
-    assert resolve(parse.parse_args([str(config), "--steps", "2"])).records_dir is None
-    assert resolve(parse.parse_args([str(config), "--smoke"])).records_dir is None
-    assert resolve(parse.parse_args([str(config), "--out", str(tmp_path / "o")])).records_dir == tmp_path / "rec"
-    assert resolve(parse.parse_args([str(config), "--steps", "2", "--records", str(tmp_path / "x")])).records_dir == tmp_path / "x"
-    assert resolve(parse.parse_args([str(config), "--no-records"])).records_dir is None
+    def records(*options: str):
+        return resolve(build_parser().parse_args([str(config), *options])).records_dir
+
+    assert records() == tmp_path / "rec" and records("--out", str(tmp_path / "o")) == tmp_path / "rec"
+    assert records("--steps", "2") is None and records("--smoke") is None and records("--no-records") is None
+    assert records("--steps", "2", "--records", str(tmp_path / "x")) == tmp_path / "x"
 
 
 def test_a_serial_grid_on_a_chunking_tokenizer_trains_every_objective(tmp_path) -> None:

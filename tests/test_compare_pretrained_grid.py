@@ -57,10 +57,17 @@ def _fake_run(fail: set[str] | None = None, seconds: float = 0.0):
     return run
 
 
-def test_seed_major_order_so_a_cut_grid_leaves_whole_paired_sets(tmp_path) -> None:
+def test_seed_major_order_so_a_cut_grid_leaves_whole_paired_sets_and_shards_split_it(tmp_path) -> None:
     compare = _smoke(tmp_path)
     assert [k.name for k in run_order(compare)] == [
         "mle-s0", "del-a0.3-s0", "ntl-was-s0", "mle-s1", "del-a0.3-s1", "ntl-was-s1"]
+    seen = []
+    for index in range(3):
+        run = _fake_run()
+        run_pretrained_grid(compare, baseline=False, shard=(index, 3), run=run, log=lambda _: None)
+        seen += run.calls
+    assert sorted(seen) == sorted(k.name for k in run_order(compare)), "no run twice, none left out"
+    assert len(load_records(compare)) == 3
 
 
 def test_a_failing_run_is_recorded_and_the_rest_go_on(tmp_path) -> None:
@@ -90,17 +97,6 @@ def test_budget_starts_no_run_that_would_not_finish_and_says_what_is_left(tmp_pa
     assert status["finished"] == ["mle-s0"], "the first run always starts: it times the rest"
     assert status["left"] == ["del-a0.3-s0", "ntl-was-s0", "mle-s1", "del-a0.3-s1", "ntl-was-s1"]
     assert lines[-1].startswith("left (budget 0.5 s")
-
-
-def test_shards_split_the_order_without_overlap(tmp_path) -> None:
-    compare = _smoke(tmp_path)
-    seen = []
-    for index in range(3):
-        run = _fake_run()
-        run_pretrained_grid(compare, baseline=False, shard=(index, 3), run=run, log=lambda _: None)
-        seen += run.calls
-    assert sorted(seen) == sorted(k.name for k in run_order(compare))
-    assert len(load_records(compare)) == 3
 
 
 @pytest.mark.slow  # fast: test_a_failing_run_is_recorded_and_the_rest_go_on (a restart runs only what is missing)
