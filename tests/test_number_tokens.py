@@ -34,12 +34,6 @@ def slots_by_reference(labels: torch.Tensor, vocab: DigitVocab) -> list[tuple[in
     return out
 
 
-def as_tuples(digits) -> list[tuple[int, int, int, int]]:
-    return list(
-        zip(digits.index.tolist(), digits.slot.tolist(), digits.target.tolist(), digits.place.tolist(), strict=True)
-    )
-
-
 # -- the table, by behaviour ----------------------------------------------------------------------
 
 
@@ -144,7 +138,9 @@ def test_vectorised_slots_match_the_row_scanning_reference(style, numbers, mask_
     labels = encode(tok, *[" ".join(words[i : i + 4]) for i in range(0, len(words), 4)])
     labels[torch.rand(labels.shape, generator=torch.Generator().manual_seed(mask_seed)) < 0.1] = -100
     vocab = DigitVocab.from_tokenizer(tok)
-    assert as_tuples(find_digits(labels, vocab)) == slots_by_reference(labels, vocab)
+    digits = find_digits(labels, vocab)
+    fields = (digits.index, digits.slot, digits.target, digits.place)
+    assert list(zip(*(field.tolist() for field in fields), strict=True)) == slots_by_reference(labels, vocab)
 
 
 def test_digit_coverage_counts_digits_inside_unscored_tokens():

@@ -16,14 +16,11 @@ from test_hf import (
     collate,
     max_update_difference,
     numeric_trainer_update,
+    params,
     rows,
     tiny_llama,
     train_args,
 )
-
-
-def parameters(model):
-    return {k: v.detach().clone() for k, v in model.named_parameters()}
 
 
 def test_a_patched_model_still_generates():
@@ -44,7 +41,7 @@ def test_a_patched_model_takes_numeric_trainers_step(driver, tmp_path):
     from transformers import Trainer
 
     options = {} if "loop" in driver else {"normalize": "tokens"}
-    start = parameters(tiny_llama())
+    start = params(tiny_llama())
     reference = numeric_trainer_update("del", tmp_path / "ref", 8, 1, **options)
     model = numloss.patch(tiny_llama(), build_loss("del", VOCAB, alpha=1.0, **options), fused="fused" in driver)
     optimizer = torch.optim.SGD(model.parameters(), lr=0.5)
@@ -67,7 +64,7 @@ def test_a_patched_model_takes_numeric_trainers_step(driver, tmp_path):
         model, optimizer = accelerator.prepare(model, optimizer)
         accelerator.backward(model(**collate(rows())).loss)
         optimizer.step()
-    diff, size = max_update_difference(reference, parameters(model), start)
+    diff, size = max_update_difference(reference, params(model), start)
     assert size > 1e-3 and diff <= 1e-5 * size + 1e-7, (diff, size)
 
 

@@ -59,10 +59,7 @@ def ref_slots_row(
         digit_before = [any(x != "." for x in chars[:j]) for j in range(len(chars))]
         m = next((j for j, c in enumerate(chars) if c == "." and digit_before[j]), len(chars))
         places = [m - 1 - j if j < m else -(j - m) for j in range(len(chars))]
-        from_end = [0] * len(chars)
-        for i in range(len(chars) - 1, -1, -1):
-            if chars[i] != ".":
-                from_end[i] = 1 + (from_end[i + 1] if i + 1 < len(chars) and chars[i + 1] != "." else 0)
+        from_end = [(chars[i:] + ["."]).index(".") for i in range(len(chars))]  # digits to the next '.'
         for (s, j), c, place, back in zip(owner, chars, places, from_end, strict=True):
             if j >= 0:
                 out[s].append((j, int(c[1]), place, back))
