@@ -1438,6 +1438,9 @@ def _grid_reading(arm: str, against: str, c: dict[str, Any], alpha: float = 0.05
 
 #: the package file `numloss demo` prints the recorded grid a from (a wheel has no results/)
 DEMO_RECORDED = ROOT / "src" / "numloss" / RECORDED_GRID_TEXT
+RAW, CENTERED = "del-a0.3", "del-centered-a0.3"  # grid a's DEL arms beside MLE (demo.BASELINE)
+#: the recorded trace's steps (where logged): the collapse of raw DEL happens by step 15
+RECORDED_TRACE_STEPS = (1, 5, 10, 15, 20, 30, 50, 100)
 
 
 def demo_recorded(rec: Records) -> list[str]:
@@ -1446,17 +1449,7 @@ def demo_recorded(rec: Records) -> list[str]:
     McNemar p, Holm over the primary pair) with, once every run is in, their readings, and the
     recorded mean digit-logit trace of the three arms."""
     from numloss.compare.stats import seed_interval
-    from numloss.demo import (
-        BASELINE,
-        CENTERED,
-        RAW,
-        RECORDED_TRACE_STEPS,
-        _columns,
-        _interval,
-        _mean_curves,
-        _pct,
-        trace_lines,
-    )
+    from numloss.demo import BASELINE, _columns, _interval, _mean_curves, _pct, trace_lines
 
     state = _three_arm_state(rec, CENTERED_GRID)
     grid, missing = state["compare"], state["missing"]

@@ -45,11 +45,7 @@ RECORDED_GRID = "compare-smollm2-words-centered"
 """The recorded grid the default demo prints beside its fresh runs (configs/<name>.yaml, its
 records in results/<name>/, its lines in the package's RECORDED_GRID_TEXT): the demo's recipe at
 full length, 8 seeds."""
-BASELINE, RAW, CENTERED = "mle", "del-a0.3", "del-centered-a0.3"
-#: the training-curve columns the demo's traces read (every 5 steps in the recorded grid)
-TRACE_KEYS = ("step", "digit_logit_mean", "pushdown_share", "digit_target_prob")
-#: the recorded trace's steps (where logged): the collapse of raw DEL happens by step 15
-RECORDED_TRACE_STEPS = (1, 5, 10, 15, 20, 30, 50, 100)
+BASELINE = "mle"
 
 
 # -- the default demo: fresh runs of grid a's recipe beside grid a's records ----------------------
