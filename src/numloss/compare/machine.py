@@ -27,19 +27,10 @@ def _cpuinfo(field: str) -> str | None:
     return None
 
 
-def _cpu_model() -> str:
-    model = _cpuinfo("model name")
-    return model.strip() if model is not None else platform.processor() or platform.machine()
-
-
-def _cpu_flags() -> set[str]:
-    return set((_cpuinfo("flags") or "").split())
-
-
 def vector_extension(flags: set[str] | None = None) -> str:
     """The widest x86 vector extension the CPU reports ("AVX-512", "AVX2", "AVX", "SSE"), the
     ARM one ("SVE", "NEON"), or "unknown"."""
-    flags = _cpu_flags() if flags is None else flags
+    flags = set((_cpuinfo("flags") or "").split()) if flags is None else flags
     for flag, name in (
         ("avx512f", "AVX-512"),
         ("avx2", "AVX2"),
@@ -61,8 +52,9 @@ def machine_info() -> dict[str, Any]:
         getattr(torch.backends, "cpu", None), "get_cpu_capability", lambda: "n/a"
     )()
     accelerator = torch.cuda.get_device_name(0) if torch.cuda.is_available() else None
+    model = _cpuinfo("model name")
     return {
-        "cpu": _cpu_model(),
+        "cpu": model.strip() if model is not None else platform.processor() or platform.machine(),
         "vector_extension": vector_extension(),
         "torch_cpu_capability": capability,
         "cores": os.cpu_count(),
