@@ -1,12 +1,15 @@
-"""The protocol run (program of thought, sandbox, chain-of-thought fallback), reports and the CLI."""
+"""The protocol run (program of thought, sandbox, chain-of-thought fallback), reports and the CLI:
+what a newcomer meets (threads, a report that says what made it, a LoRA run's final/ evaluated as
+it is; the progress bar: test_eval_report_files)."""
 
 import json
 from pathlib import Path
 
+import pytest
 import torch
 
 from numloss import __version__
-from numloss.evaluate import cli
+from numloss.evaluate import cli, evaluate
 from numloss.evaluate.benchmarks import Benchmark, load_benchmark
 from numloss.evaluate.generate import Generation
 from numloss.evaluate.programs import ProgramRunner, isolation
@@ -20,6 +23,7 @@ from numloss.evaluate.protocol import (
 from numloss.evaluate.runner import run_benchmark
 from numloss.evaluate.sandbox import SandboxLimits
 from numloss.models.tiny import build_char_tokenizer, build_tiny_model
+from test_eval_faults import Echo
 
 FIXTURES = Path(__file__).parent / "fixtures" / "benchmarks"
 LIMITS = SandboxLimits(wall_seconds=3.0, cpu_seconds=2, memory_bytes=512 << 20)
@@ -130,7 +134,7 @@ def test_cli_end_to_end_with_a_tiny_model_folder(tmp_path, capsys):
             "--limit", "2", "--max-new-tokens", "4", "--batch-size", "2", "--out", str(out), "--quiet",
             "--dtype", "float32", "--protocol", "both", "--allow-unisolated-exec", "--threads", "1"]
     assert cli.main(args) == 0
-    # report.md says which command, settings, version and date made it (from Python: test_eval_usage)
+    # report.md says which command, settings, version and date made it (from Python: the header test below)
     header = (out / "report.md").read_text().splitlines()[2:4]
     assert header[0].startswith(f"Made by `numloss eval {folder} --benchmarks gsm8k,aqua") and f"with numloss {__version__} on " in header[0]
     assert "max new tokens 4 open / 4 multiple choice" in header[1] and "limit 2; threads 1." in header[1]
@@ -158,3 +162,43 @@ def test_cli_end_to_end_with_a_tiny_model_folder(tmp_path, capsys):
         assert {b: s["correct"] for b, s in after["benchmarks"][p].items()} == {b: s["correct"] for b, s in before["benchmarks"][p].items()}
     assert torch.is_grad_enabled()
 
+
+def test_the_report_header_says_which_settings_version_and_date_made_it():  # conftest resets threads; CLI: end to end
+    report = evaluate(Echo(), ["svamp"], data_dir=FIXTURES, limit=2, program_of_thought=False, threads=1)
+    assert torch.get_num_threads() == 1  # bad counts: test_cli's test_a_bad_thread_count_is_one_line_in_eval_too
+    header = report.to_markdown().splitlines()[:4]
+    assert header[2].startswith(f"Made by numloss.evaluate from Python with numloss {__version__} on 20")
+    assert header[2].endswith(" UTC.")
+    assert header[3] == ("Settings: protocol numloss; backend hf (auto); prompt released-alpaca-0shot; max new tokens "
+                         "1500 open / 2048 multiple choice; program of thought off; limit 2; threads 1.")
+
+
+@pytest.mark.filterwarnings("error::FutureWarning")
+def test_a_lora_runs_final_folder_is_evaluated_as_its_merged_model(tmp_path):
+    """`numloss eval RUN/final` of a LoRA run: the base rebuilt from RUN/config.yaml, the adapter
+    merged in; it generates what RUN/merged generates, quietly (peft's FutureWarning about
+    transformers' deprecated `is_gradient_checkpointing` is not the user's). Without the run's
+    config.yaml: one line naming merged/."""
+    import shutil
+
+    from numloss.config import load_config
+    from numloss.models import ModelUnavailableError
+    from numloss.train import run_training
+
+    config = load_config(FIXTURES.parent / "train" / "tiny-test.yaml", [
+        "--train.output_dir", str(tmp_path / "run"), "--lora.enabled", "true", "--lora.target_modules", "[q_proj, v_proj]",
+        "--lora.merge", "true", "--lora.dropout", "0.0", "--train.learning_rate", "5e-2", "--train.max_steps", "2"])
+    result = run_training(config)
+    assert (result.model_dir / "adapter_config.json").is_file() and not (result.model_dir / "config.json").exists()
+    options = dict(benchmarks=["synthetic:arithmetic"], limit=3, max_new_tokens=8, program_of_thought=False, digit_stats=False)
+    final = evaluate(str(result.model_dir), **options)
+    merged = evaluate(str(result.merged_dir), **options)
+    outputs = [[r.output for r in report.items["numloss"]["synthetic:arithmetic"]] for report in (final, merged)]
+    assert outputs[0] == outputs[1] and len(outputs[0]) == 3
+    assert final.meta["model"] == str(result.model_dir)
+
+    alone = tmp_path / "adapter-alone"
+    shutil.copytree(result.model_dir, alone)
+    with pytest.raises(ModelUnavailableError, match=r"LoRA adapter without its run's config.yaml .* merged"):
+        evaluate(str(alone), **options)
+    assert cli.main([str(alone), "--benchmarks", "synthetic:arithmetic", "--limit", "1", "--out", str(tmp_path / "e")]) == 2
