@@ -46,13 +46,8 @@ def reference(model, tokenizer, prompts, max_new_tokens, eos_token_id):
     for prompt in prompts:
         ids = tokenizer(prompt, return_tensors="pt")["input_ids"]
         with torch.no_grad():
-            row = model.generate(
-                ids,
-                max_new_tokens=max_new_tokens,
-                do_sample=False,
-                eos_token_id=eos_token_id,
-                pad_token_id=tokenizer.pad_token_id,
-            )[0, ids.shape[1] :].tolist()
+            row = model.generate(ids, max_new_tokens=max_new_tokens, do_sample=False, eos_token_id=eos_token_id,
+                                 pad_token_id=tokenizer.pad_token_id)[0, ids.shape[1]:].tolist()
         if eos_token_id in row:
             row = row[: row.index(eos_token_id) + 1]
         out.append((tokenizer.decode(row, skip_special_tokens=True), len(row)))
