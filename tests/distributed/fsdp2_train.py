@@ -75,12 +75,9 @@ def micro_batch(step: int, micro: int, ranks: tuple[int, ...]) -> dict[str, torc
 
 
 def full_weights(model: torch.nn.Module) -> dict[str, torch.Tensor]:
-    weights = {}
-    for key, value in model.state_dict().items():
-        if hasattr(value, "full_tensor"):  # a DTensor shard of FSDP2
-            value = value.full_tensor()
-        weights[key] = value.detach().clone()
-    return weights
+    """Every weight whole: a DTensor shard of FSDP2 gathered."""
+    return {key: (value.full_tensor() if hasattr(value, "full_tensor") else value).detach().clone()
+            for key, value in model.state_dict().items()}
 
 
 def train(name: str, fused: bool, ranks: tuple[int, ...], shard: bool, head_unit: bool = False) -> dict:
