@@ -33,6 +33,7 @@ WIDTHS = {"digits": WIDTH, "chunks": 134}
 # name, options, alpha used by the reference
 CASES = [
     ("mle", {}, 0.0),
+    ("mle", {"normalize": "tokens"}, 0.0),  # an A/B's MLE arm takes the digit arm's `normalize`
     ("del", {}, 0.03),
     ("del", {"alpha": 0.3, "place_weighting": "continuous"}, 0.3),
     ("del", {"place_weighting": "none"}, 0.03),
@@ -283,6 +284,8 @@ def test_unknown_objectives_and_options_are_errors_and_every_objective_has_a_nam
         build_loss("del", VOCAB, place_weights="official")
     with pytest.raises(TypeError, match="no option.*'alpha'"):
         build_loss("mixce", VOCAB, alpha=0.5)
+    with pytest.raises(TypeError, match=r"objective 'mle' has no option\(s\) 'alpha'"):  # no term to weigh
+        build_loss("mle", VOCAB, alpha=0.3)
     with pytest.raises(TypeError, match="emo needs embedding"):
         build_loss("emo", VOCAB)
     assert list(LOSSES) == ["mle", "del", "ntl-was", "ntl-mse", "dist2", "mixce", "emo"]
@@ -403,25 +406,13 @@ def test_ntl_equals_the_ntloss_code(name, reweigh, official):
 @EVERY_CASE
 def test_token_count_suffices_exactly_where_the_step_token_count_makes_the_loss_exact(name, options, alpha):
     """A digit term over tokens, MLE (whatever its `normalize`), MixCE and EMO: the step's digit
-    count then changes nothing (the division itself: the step-wide counts test above)."""
+    count then changes nothing (the division itself: the step-wide counts test above; MLE's value
+    whatever its `normalize`: the reference test)."""
     fn = loss_for(name, options)
     exact = name in ("mle", "mixce", "emo") or options.get("normalize") == "tokens"
     assert fn.token_count_suffices == fn.aux_per_token == exact
     logits = make_logits(LABELS, seed=14).detach()
     assert (fn(logits, LABELS, 50, 20).loss == fn(logits, LABELS, 50, 30).loss) == exact
-
-
-def test_mle_takes_normalize_but_no_alpha():
-    """An A/B's MLE arm takes the digit arm's `normalize`; MLE has no term for alpha to weight, so
-    the API refuses alpha as the command line does."""
-    logits = make_logits(LABELS).detach()
-    plain = build_loss("mle", VOCAB)(logits, LABELS)
-    for normalize in ("digits", "tokens"):
-        loss_fn = build_loss("mle", VOCAB, normalize=normalize)
-        out = loss_fn(logits, LABELS)
-        assert torch.equal(out.loss, plain.loss) and float(out.aux) == 0.0 and loss_fn.token_count_suffices
-    with pytest.raises(TypeError, match=r"objective 'mle' has no option\(s\) 'alpha'"):
-        build_loss("mle", VOCAB, alpha=0.3)
 
 
 # -- option values --------------------------------------------------------------------------------
