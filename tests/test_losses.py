@@ -59,15 +59,7 @@ CASES = [
     ("dist2", {"place_weight": True, "point_ends_run": True, "normalize": "weights"}, 0.1),
 ]
 IDS = [f"{name}-{'-'.join(f'{k}={v}' for k, v in opts.items()) or 'default'}" for name, opts, _ in CASES]
-
-
-def cases_where(keep=lambda name, options: True) -> pytest.MarkDecorator:
-    """The CASES for which keep(name, options) holds, as test parameters named by IDS."""
-    chosen = [(i, case) for i, case in zip(IDS, CASES, strict=True) if keep(*case[:2])]
-    return pytest.mark.parametrize("name, options, alpha", [c for _, c in chosen], ids=[i for i, _ in chosen])
-
-
-EVERY_CASE = cases_where()
+EVERY_CASE = pytest.mark.parametrize("name, options, alpha", CASES, ids=IDS)
 EVERY_VOCAB = pytest.mark.parametrize("vocab", VOCABS)
 
 
@@ -160,10 +152,11 @@ def test_step_wide_counts_and_a_padded_head_match_the_reference(name, options, a
 # MixCE, EMO and detached DEL stop gradients by definition (sg(.)), so finite differences of their
 # value do not give their gradient (the reference test checks it); EMO's transport cost (aux) is
 # gradchecked.
+GRADCHECK_CASES = [c for c in CASES if c[0] != "mixce" and c[1].get("form") != "gpt2" and "p_weights" not in c[1]]
 
 
 @EVERY_VOCAB
-@cases_where(lambda name, options: name != "mixce" and options.get("form") != "gpt2" and "p_weights" not in options)
+@pytest.mark.parametrize("name, options, alpha", GRADCHECK_CASES, ids=[IDS[CASES.index(c)] for c in GRADCHECK_CASES])
 def test_float64_gradcheck(name, options, alpha, vocab):
     labels = batch("=4.05", "x31_", " 12.5+ 42", vocab=vocab)
     fn = loss_for(name, options, vocab)
@@ -236,7 +229,7 @@ def test_empty_ignored_and_digitless_batches_are_finite_on_both_paths(name, opti
                 assert float(out.aux) == 0.0 and float(out.loss) == pytest.approx(float(out.ce))
 
 
-@cases_where(lambda name, options: "level" not in options)
+@pytest.mark.parametrize("name, options, alpha", [c for c in CASES if "level" not in c[1]], ids=[i for i, c in zip(IDS, CASES, strict=True) if "level" not in c[1]])
 def test_single_digits_of_a_chunking_vocabulary_score_exactly_as_with_ten_digits(name, options, alpha):
     """(Not at level="token": there p is over every number token, so the chunks do matter.)"""
     logits = make_logits(LABELS, seed=5, width=WIDTHS["chunks"]).detach()
