@@ -117,14 +117,9 @@ def units(item: Item, said: str, value: Fraction | None, other: str, other_value
     if not _open(item, value):
         return
     a = format_exact(value)
-    for i, unit in enumerate(UNITS_AFTER):
-        yield f"after{i}", f"The answer is {a}{unit}.", "said"
-        yield f"after{i}-bare", WORK + f"**{a}{unit}**", "said"
-        yield f"after{i}-boxed", f"\\boxed{{{a}\\text{{{unit}}}}}", "said"
-    if value >= 0:
-        for i, unit in enumerate(UNITS_BEFORE):
-            yield f"before{i}", f"The answer is {unit}{a}.", "said"
-            yield f"before{i}-cents", f"Final answer: {unit}{a}" + (".00" if value.denominator == 1 else ""), "said"
+    yield from _each("after", UNITS_AFTER, {"": f"The answer is {a}@.", "-bare": WORK + f"**{a}@**", "-boxed": f"\\boxed{{{a}\\text{{@}}}}"})
+    if value >= 0:  # "@" is the unit
+        yield from _each("before", UNITS_BEFORE, {"": f"The answer is @{a}.", "-cents": f"Final answer: @{a}" + (".00" if value.denominator == 1 else "")})
 
 
 RELATIONS = ["≈ {x}", "= {x}", "→ {x}", "⇒ {x}", "⟹ {x}", "=> {x}", "-> {x}", "\\Rightarrow {x}", "\\implies {x}", "∴ {x}",
