@@ -26,12 +26,6 @@ def printed(stdout: str) -> SimpleNamespace:
     return SimpleNamespace(run=lambda scripts, *limits: [result] * len(scripts))
 
 
-def _scored(protocol, benchmark, item, output, stdout=""):
-    start = time.monotonic()
-    results = score_items(protocol, benchmark, [item, NEXT], [output, "The answer is 18."], [None, None], printed(stdout))
-    return results, time.monotonic() - start
-
-
 @pytest.mark.parametrize(("protocol", "benchmark", "item", "output", "stdout"), [
     (NUMLOSS, "math", MATH, "The answer is 1E+999999.", ""),
     (NUMLOSS, "gsm8k", NUMBER, "The answer is 1E+999999.", ""),
@@ -43,8 +37,9 @@ def _scored(protocol, benchmark, item, output, stdout=""):
 ], ids=["math-1e999999", "number-1e999999", "boxed-10^999999999", "program-10MB-digits", "program-10MB-lines",
         "released-math-1e999999", "released-boxed-10^999999999"])
 def test_a_huge_number_is_scored_within_the_bound_and_numloss_calls_it_unreadable(protocol, benchmark, item, output, stdout):
-    (hostile, following), seconds = _scored(protocol, benchmark, item, output, stdout)
-    assert seconds < answers.READ_SECONDS and not hostile.correct and following.correct
+    start = time.monotonic()
+    hostile, following = score_items(protocol, benchmark, [item, NEXT], [output, "The answer is 18."], [None, None], printed(stdout))
+    assert time.monotonic() - start < answers.READ_SECONDS and not hostile.correct and following.correct
     if protocol is NUMLOSS:
         assert hostile.note.startswith("unreadable:") and hostile.decided_by == "unreadable" and not following.note
 
