@@ -75,6 +75,23 @@ def alive(pid: int) -> bool:
     return state not in ("Z", "X")
 
 
+def at_call(monkeypatch, owners: list, name: str, nth: int | None, act) -> dict[str, int]:
+    """Wrap `name` on each of `owners` (one count for them all) so that `act()` runs as the `nth`
+    call starts (None: count only) and what it returns, if anything, is raised; the call count."""
+    calls = {"n": 0}
+    for owner in owners:
+        real = getattr(owner, name)
+
+        def wrapped(*args, _real=real, **kwargs):
+            calls["n"] += 1
+            if calls["n"] == nth and (error := act()) is not None:
+                raise error
+            return _real(*args, **kwargs)
+
+        monkeypatch.setattr(owner, name, wrapped)
+    return calls
+
+
 def install() -> None:
     """Wrap the library functions around each save point (module doc)."""
     import numloss.checkpoints as checkpoints

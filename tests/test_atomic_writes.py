@@ -1,22 +1,25 @@
 """Every file a user keeps is written whole or not at all, and a compare label never escapes --out.
 
-Each writer is driven with an injected write failure (the fsync of its temporary file raises
-ENOSPC, as a full disk does): the earlier file must be byte-for-byte as it was, and no temporary
-file may be left beside it.
+The atomic helper fails at each of its steps; each writer is driven with an injected write failure
+(the fsync of its temporary file raises ENOSPC, as a full disk does): the earlier file must be
+byte-for-byte as it was, and no temporary file may be left beside it.
 """
 
 from __future__ import annotations
 
 import csv
 import errno
+import itertools
 import os
+from contextlib import nullcontext
 from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
 
 import numloss.atomic
-from numloss.atomic import write_json_atomic
+from faultrun import file_size_limit
+from numloss.atomic import write_bytes_atomic, write_json_atomic, write_text_atomic
 
 
 @pytest.fixture
@@ -48,14 +51,55 @@ def assert_rewrite_survives(folder: Path, disk_full, write, *names: str) -> None
     assert _leftovers(folder) == []
 
 
-def test_the_helper_writes_compact_json_and_refuses_nan_writing_nothing(tmp_path) -> None:
+def test_the_helper_writes_compact_json_and_refuses_nan_or_a_folder_in_the_way_writing_nothing(tmp_path) -> None:
     target = tmp_path / "a.json"
     write_json_atomic(target, {"x": 1})
     write_json_atomic(target, {"x": 2}, compact=True)
     assert target.read_text() == '{"x":2}\n'
     with pytest.raises(ValueError):  # a payload that cannot be serialised writes nothing
         write_json_atomic(target, {"x": float("nan")}, allow_nan=False)
-    assert target.read_text() == '{"x":2}\n' and _leftovers(tmp_path) == []  # a failing step: test_fault_space
+    assert target.read_text() == '{"x":2}\n' and _leftovers(tmp_path) == []
+    folder = tmp_path / "results.json"
+    (folder / "inside").mkdir(parents=True)
+    for write, payload in ((write_bytes_atomic, b"{}"), (write_text_atomic, "{}"), (write_json_atomic, {})):
+        with pytest.raises(IsADirectoryError) as caught:  # the error names the folder in the way
+            write(folder, payload)
+        assert caught.value.filename == str(folder)
+    assert (folder / "inside").is_dir() and sorted(p.name for p in tmp_path.iterdir()) == ["a.json", "results.json"]
+
+
+@pytest.mark.parametrize(("step", "errno_name"), [("write", "EFBIG"), *itertools.product(
+    ["fsync", "replace", "fsync-folder"], ["EIO", "ENOSPC", "EDQUOT", "EINVAL", "EROFS", "ENOTSUP"])])
+def test_every_step_of_an_atomic_write_failing_names_the_file_and_keeps_the_old_one(step, errno_name, tmp_path,
+                                                                                   monkeypatch) -> None:
+    """Each step of an atomic write failing (the write, cut by a real file-size limit; the file's
+    fsync; the rename; then the folder's fsync): an OSError naming the file, the old one kept, no
+    temporary left. The folder's fsync comes after the rename: a lost write-back (EIO, ENOSPC,
+    EDQUOT) names the folder, never a write reported done; a folder that cannot be fsynced (EINVAL,
+    EROFS, ENOTSUP) is no error."""
+    number = getattr(errno, errno_name)
+    target = tmp_path / "config.yaml"
+    target.write_text("old")
+    real_fsync, fsyncs = os.fsync, []
+
+    def fsync(fd: int) -> None:  # the file's, then the folder's
+        fsyncs.append(fd)
+        if len(fsyncs) == (2 if step == "fsync-folder" else 1):
+            raise OSError(number, os.strerror(number))
+        real_fsync(fd)
+
+    def replace(source, _) -> None:  # a failed rename names its source, the temporary
+        raise OSError(number, os.strerror(number), str(source))
+
+    if step != "write":
+        monkeypatch.setattr(numloss.atomic.os, step.removesuffix("-folder"), replace if step == "replace" else fsync)
+    lost = step != "fsync-folder" or number in numloss.atomic.LOST_WRITE_ERRNOS
+    with file_size_limit(1) if step == "write" else nullcontext(), pytest.raises(OSError) if lost else nullcontext() as caught:
+        write_text_atomic(target, "new")
+    monkeypatch.undo()
+    folder = step == "fsync-folder"
+    assert not lost or caught.value.errno == number and caught.value.filename == str(tmp_path if folder else target)
+    assert target.read_text() == ("new" if folder else "old") and [p.name for p in tmp_path.iterdir()] == ["config.yaml"]
 
 
 # -- each writer, with a failure injected ------------------------------------------------------------

@@ -2,16 +2,16 @@
 
 - an unterminated last line of items.jsonl is cut as a torn write only when it is one (every
   prefix of a results file resumes; a foreign file reached through --out is refused, never cut);
-- a second driver on one compare output folder leaves a run another process trains alone (every
-  run of a grid, held in turn);
+- a second driver on one compare output folder leaves the runs another process trains alone
+  (every subset of a grid's runs held);
 - `--also-to` copies are written whole (a write failing at every byte count keeps the old copy);
 - a second `numloss eval` into a held --out stops in one line naming the holder;
-- every atomic writer with a folder in the way names that folder; every step of an atomic write
-  (write, fsync of the file and of its folder, rename) failing names the file and keeps the old one;
 - torch.save and safetensors cut off at every byte are read as a full disk;
 - a lock file that is a symlink is refused by every command, its target untouched;
 - SIGTERM is Ctrl-C (one line, the same exit), at every point of a save (test_train_faults'
   subprocess case sends the real signal).
+
+(Every step of an atomic write failing: test_atomic_writes.)
 """
 
 from __future__ import annotations
@@ -53,32 +53,33 @@ def test_every_prefix_of_a_results_file_resumes_to_the_whole_file(tmp_path, monk
         assert path.read_bytes() == whole[: len(path.read_bytes())] and len(path.read_bytes()) >= len(whole) - 1, cut
 
 
-FOREIGN_TAILS = [b"my notes", b"x", b"[1, 2]", b"\"a string\"", b"42", b"# a comment", b"id,output", b"\xff\xfe"]
+#: unterminated last lines: what a kill mid-append or a crash leaves (True: a torn record, cut on the
+#: next append), and what numloss never writes (items.jsonl a symlink to the user's notes, say)
+TAILS = {b"{": True, b"{\"model\": \"m\", \"outp": True, "{\"output\": \"é".encode()[:-1]: True, b"\0" * 9: True,
+         b"  {": True, b"my notes": False, b"x": False, b"[1, 2]": False, b"\"a string\"": False, b"42": False,
+         b"# a comment": False, b"id,output": False, b"\xff\xfe": False}
 
 
-@pytest.mark.parametrize("tail", FOREIGN_TAILS)
+@pytest.mark.parametrize("tail", TAILS)
 @pytest.mark.parametrize("before", [b"", json.dumps(_record(0)).encode() + b"\n"], ids=["alone", "after-a-record"])
-def test_an_unterminated_last_line_that_is_no_record_is_refused_never_cut(tail, before, tmp_path) -> None:
-    """A file numloss did not write (items.jsonl a symlink to the user's notes, say) is not cut
-    as a torn write: the read names the line and nothing changes."""
+def test_an_unterminated_last_line_is_cut_only_when_it_is_a_torn_record(tail, before, tmp_path) -> None:
+    """A torn record is cut by the next append; any other last line is refused naming its line,
+    never cut, and the file (here reached through a symlink) is left as it was."""
     outside = tmp_path / "notes.txt"
     outside.write_bytes(before + tail)
     (tmp_path / "out").mkdir()
     link = tmp_path / "out" / "items.jsonl"
     link.symlink_to(outside)
     store = ResultsFile(link)
+    if TAILS[tail]:
+        store.append([_record(1)])
+        assert store.records() == [_record(0)] * bool(before) + [_record(1)]
+        return
     with pytest.raises(BenchmarkError, match=r"items\.jsonl:\d+: "):
         store.records()
     with pytest.raises(BenchmarkError):
         store.append([_record(1)])
     assert outside.read_bytes() == before + tail
-
-
-@pytest.mark.parametrize("tail", [b"{", b"{\"model\": \"m\", \"outp", "{\"output\": \"é".encode()[:-1], b"\0" * 9, b"  {"])
-def test_what_a_kill_or_a_crash_leaves_is_a_torn_record(tail) -> None:
-    from numloss.evaluate.store import torn_record
-
-    assert torn_record(tail)
 
 
 # -- compare: one process per run --------------------------------------------------------------------
@@ -91,10 +92,18 @@ def _tiny_grid(tmp_path: Path):
     return compare_config_from_dict(mapping)
 
 
-def test_a_run_another_process_trains_is_left_to_it_for_every_run_of_a_grid(tmp_path) -> None:
-    """Two drivers on one output folder (pretrained shards started twice): the second skips the
-    run the first holds, never clearing its folder, and trains the others."""
+@pytest.mark.parametrize("jobs", [1, 2])
+def test_the_runs_another_process_holds_are_left_to_it_for_every_held_subset_of_a_grid(jobs, tmp_path,
+                                                                                      monkeypatch) -> None:
+    """Two drivers on one output folder (pretrained shards started twice; `--jobs 2` claims every
+    run before its pool starts): for each subset of a grid's runs another process holds (none to
+    all), the held ones are skipped and said, their folders never cleared, and only the rest are
+    trained (jobs 1: the grid driver with a stand-in run, which claims each run as it reaches it,
+    so one held run at a time covers it; jobs 2: the pool is stubbed, what reaches it is the
+    property). The claims end with the pass: the next may claim every run."""
+    import itertools
     import shutil
+    from contextlib import ExitStack
 
     from grid_driver import run_order, run_pretrained_grid
 
@@ -103,56 +112,29 @@ def test_a_run_another_process_trains_is_left_to_it_for_every_run_of_a_grid(tmp_
 
     compare = _tiny_grid(tmp_path)
     keys = run_order(compare)
-    for held in keys:
-        for folder in (tmp_path / "records", compare.output_dir):
+    sizes = range(len(keys) + 1) if jobs == 2 else (0, 1)
+    for held in itertools.chain.from_iterable(itertools.combinations(keys, n) for n in sizes):
+        for folder in (tmp_path / "records", compare.output_dir / "runs"):
             shutil.rmtree(folder, ignore_errors=True)
-        run_dir = compare.output_dir / "runs" / held.name
-        run_dir.mkdir(parents=True)
-        (run_dir / "checkpoint-1").mkdir()  # the other process's run in progress
-        with Grid(compare, None).claim(held):
-            run = _fake_run()
-            status = run_pretrained_grid(compare, baseline=False, run=run, log=lambda _: None)
-        assert (run_dir / "checkpoint-1").is_dir(), f"{held.name}: the other process's run was cleared"
-        assert held.name not in run.calls and status["busy"] == [held.name]
-        assert sorted(run.calls) == sorted(k.name for k in keys if k != held)
-
-
-def test_with_jobs_the_runs_another_process_holds_never_reach_the_pool(tmp_path, monkeypatch) -> None:
-    """`--jobs 2` claims every run before the pool starts: for each held subset of a grid's runs
-    (none to all), the held ones are skipped and said, their folders kept, and only the rest are
-    handed to the workers (the pool is stubbed: what reaches it is the property)."""
-    import itertools
-    from contextlib import ExitStack
-
-    from grid_driver import run_order
-
-    from numloss.compare.runner import Grid
-
-    compare = _tiny_grid(tmp_path)
-    keys = run_order(compare)
-    for size in range(len(keys) + 1):
-        for held in itertools.combinations(keys, size):
-            pooled: list[list[str]] = []
-            monkeypatch.setattr(Grid, "_run_parallel",
-                                lambda self, pending, *rest, pooled=pooled: pooled.append([k.name for k in pending]))
-            said: list[str] = []
-            for key in held:  # the other process's runs in progress
-                (compare.output_dir / "runs" / key.name / "checkpoint-1").mkdir(parents=True, exist_ok=True)
-            grid = Grid(compare, None)
-            with ExitStack() as other:
-                for key in held:
-                    other.enter_context(Grid(compare, None).claim(key))
-                grid.run(keys, lambda *a: None, jobs=2, say=said.append)
-            rest = [k.name for k in keys if k not in held]
-            assert pooled == ([rest] if rest else []), (held, pooled)
-            assert [k.name for k in grid.busy] == [k.name for k in held]
-            assert len(said) == len(held) and all("skipped" in line for line in said), said
+        for key in held:  # the other process's runs in progress
+            (compare.output_dir / "runs" / key.name / "checkpoint-1").mkdir(parents=True)
+        run, said, grid = _fake_run(), [], Grid(compare, None)
+        monkeypatch.setattr(Grid, "_run_parallel", lambda self, pending, *rest, run=run: run.calls.extend(k.name for k in pending))
+        with ExitStack() as other:
             for key in held:
-                assert (compare.output_dir / "runs" / key.name / "checkpoint-1").is_dir(), f"{key.name} was cleared"
-            # the claims of a grid end with it: a second grid may claim every run again
-            with ExitStack() as again:
-                for key in keys:
-                    again.enter_context(grid.claim(key))
+                other.enter_context(Grid(compare, None).claim(key))
+            if jobs == 1:
+                busy = run_pretrained_grid(compare, baseline=False, run=run, log=said.append)["busy"]
+            else:
+                grid.run(keys, lambda *a: None, jobs=2, say=said.append)
+                busy = [k.name for k in grid.busy]
+        assert busy == [k.name for k in held] and sorted(run.calls) == sorted(k.name for k in keys if k not in held)
+        assert all(name in " ".join(said) for name in busy), said
+        for key in held:
+            assert (compare.output_dir / "runs" / key.name / "checkpoint-1").is_dir(), f"{key.name} was cleared"
+        with ExitStack() as again:
+            for key in keys:
+                again.enter_context(grid.claim(key))
 
 
 def test_copies_to_also_to_are_whole_or_the_old_one_at_every_failing_byte(tmp_path) -> None:
@@ -195,20 +177,6 @@ def test_a_second_eval_into_a_held_out_is_one_line_naming_the_holder(mode, tmp_p
     assert items.read_text() == json.dumps(_record(0)) + "\n"
 
 
-# -- a folder where a file belongs -------------------------------------------------------------------
-@pytest.mark.parametrize("writer", ["write_bytes_atomic", "write_text_atomic", "write_json_atomic"])
-def test_every_atomic_writer_names_the_folder_in_its_way(writer, tmp_path) -> None:
-    import numloss.atomic
-
-    target = tmp_path / "results.json"
-    (target / "inside").mkdir(parents=True)
-    payload = b"{}" if writer == "write_bytes_atomic" else "{}" if writer == "write_text_atomic" else {}
-    with pytest.raises(IsADirectoryError) as caught:
-        getattr(numloss.atomic, writer)(target, payload)
-    assert caught.value.filename == str(target)
-    assert (target / "inside").is_dir() and [p.name for p in tmp_path.iterdir()] == ["results.json"]
-
-
 # -- SIGTERM -----------------------------------------------------------------------------------------
 def test_sigterm_is_an_interrupt_once_and_the_old_handler_comes_back() -> None:
     from numloss.interrupt import sigterm_as_interrupt
@@ -219,44 +187,16 @@ def test_sigterm_is_an_interrupt_once_and_the_old_handler_comes_back() -> None:
     assert signal.getsignal(signal.SIGTERM) == before
 
 
-#: where a `numloss train` save can be interrupted: (owner module path, attribute), each wrapped
+#: where a `numloss train` save can be interrupted: (owner, attribute), each wrapped
 SAVE_POINTS = {
     "model": ("transformers.trainer:Trainer", "save_model"),
     "optimizer": ("transformers.trainer:Trainer", "_save_optimizer_and_scheduler"),
     "rng": ("transformers.trainer:Trainer", "_save_rng_state"),
     "trainer-state": ("transformers.trainer_callback:TrainerState", "save_to_json"),
-    "marker": ("numloss.checkpoints", "write_marker"),
+    "marker": ("numloss.checkpoints", "write_marker"),  # and the callbacks' binding of it
     "atomic-file": ("numloss.atomic", "write_bytes_atomic"),
     "final-commit": ("numloss.train.run", "commit_final"),
 }
-
-
-def _owner(spec: str):
-    import importlib
-
-    module, _, name = spec.partition(":")
-    owner = importlib.import_module(module)
-    return getattr(owner, name) if name else owner
-
-
-def _signal_at(monkeypatch, point: str, nth: int | None) -> dict[str, int]:
-    """Send SIGTERM to this process as the `nth` call of `point` starts (None: count only)."""
-    import numloss.train.callbacks
-
-    spec, name = SAVE_POINTS[point]
-    owners = [_owner(spec)] + ([numloss.train.callbacks] if name == "write_marker" else [])
-    calls = {"n": 0}
-    for owner in owners:
-        real = getattr(owner, name)
-
-        def wrapped(*args, _real=real, **kwargs):
-            calls["n"] += 1
-            if calls["n"] == nth:
-                os.kill(os.getpid(), signal.SIGTERM)
-            return _real(*args, **kwargs)
-
-        monkeypatch.setattr(owner, name, wrapped)
-    return calls
 
 
 # slow: two tiny runs per call (about 30 calls); fast: final-commit here, test_sigterm_is_an_interrupt_once...
@@ -269,10 +209,12 @@ def test_sigterm_at_every_call_of_every_save_point_is_one_line_and_resumes_bitwi
     a run makes fewer calls and finishes): exit 130 and one line naming what to run; that command
     ends on the uninterrupted run's weights."""
     import itertools
+    import pkgutil
 
     import torch
 
-    from faultrun import RUN, TINY, logged_steps, weights
+    import numloss.train.callbacks
+    from faultrun import RUN, TINY, at_call, logged_steps, weights
     from numloss.train import main
 
     torch.set_num_threads(1)  # a resume is bitwise at one thread count
@@ -280,7 +222,9 @@ def test_sigterm_at_every_call_of_every_save_point_is_one_line_and_resumes_bitwi
         out = tmp_path / f"{point}-{nth}"
         capsys.readouterr()
         with monkeypatch.context() as patch:
-            calls = _signal_at(patch, point, nth)
+            owner, name = SAVE_POINTS[point]
+            owners = [pkgutil.resolve_name(owner)] + ([numloss.train.callbacks] if name == "write_marker" else [])
+            calls = at_call(patch, owners, name, nth, lambda: os.kill(os.getpid(), signal.SIGTERM))
             status = main([str(TINY), "--train.output_dir", str(out), *RUN])
         if status == 0:  # the run made fewer calls than nth: every call was interrupted once
             assert calls["n"] == nth - 1 and nth > 1, f"{point} is no save point of a run any more"
@@ -360,58 +304,3 @@ def test_a_lock_file_that_is_a_symlink_is_refused_and_its_target_untouched(comma
             pass
     assert "\n" not in str(caught.value)
     assert victim.read_text() == "keep me"
-
-
-@pytest.mark.parametrize("step", ["write", "fsync", "replace", "fsync-folder"])
-@pytest.mark.parametrize("errno_name", ["EIO", "ENOSPC", "EDQUOT", "EINVAL", "EROFS", "ENOTSUP"])
-def test_every_step_of_an_atomic_write_failing_names_the_file_and_keeps_the_old_one(step, errno_name, tmp_path,
-                                                                                   monkeypatch) -> None:
-    """Each step of an atomic write failing (the write, the file's fsync, the rename, then the
-    folder's fsync): an OSError naming the file, the old one kept, no temporary left. The folder's
-    fsync comes after the rename: a lost write-back (EIO, ENOSPC, EDQUOT) names the folder, never
-    a write reported done; a folder that cannot be fsynced (EINVAL, EROFS, ENOTSUP) is no error."""
-    import builtins
-    import errno
-
-    import numloss.atomic
-
-    number = getattr(errno, errno_name)
-    target = tmp_path / "config.yaml"
-    target.write_text("old")
-    real_fsync, real_open, fsyncs = os.fsync, builtins.open, []
-
-    def fail(*args, **kwargs):
-        raise OSError(number, os.strerror(number), *([str(args[0])] if step == "replace" else []))
-
-    def fsync(fd):  # the file's, then the folder's
-        fsyncs.append(fd)
-        return fail() if len(fsyncs) == (2 if step == "fsync-folder" else 1) else real_fsync(fd)
-
-    class Failing:
-        def __init__(self, handle):
-            self.handle = handle
-
-        def __enter__(self):
-            return self
-
-        def __exit__(self, *exc):
-            self.handle.close()
-
-        def write(self, data):
-            self.handle.write(data[: len(data) // 2])
-            fail()
-
-    if step == "write":
-        monkeypatch.setattr(builtins, "open", lambda *a, **k: Failing(real_open(*a, **k)) if "wb" in a else real_open(*a, **k))
-    else:
-        monkeypatch.setattr(numloss.atomic.os, "replace" if step == "replace" else "fsync", fail if step == "replace" else fsync)
-    if step == "fsync-folder" and number not in numloss.atomic.LOST_WRITE_ERRNOS:
-        numloss.atomic.write_text_atomic(target, "new")
-        assert target.read_text() == "new" and len(fsyncs) == 2
-        return
-    with pytest.raises(OSError) as caught:
-        numloss.atomic.write_text_atomic(target, "new")
-    monkeypatch.undo()
-    folder = step == "fsync-folder"
-    assert caught.value.errno == number and caught.value.filename == str(tmp_path if folder else target)
-    assert target.read_text() == ("new" if folder else "old") and [p.name for p in tmp_path.iterdir()] == ["config.yaml"]
