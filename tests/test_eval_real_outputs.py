@@ -56,12 +56,8 @@ class NoPrograms:
 
 def _verdicts(protocol, rows, items):
     """(row, ItemResult) for each row, read as a chain-of-thought output (no program runs)."""
-    out = []
-    for row in rows:
-        item = items[(row["benchmark"], row["id"])]
-        (result,) = score_items(protocol, row["benchmark"], [item], [row["output"]], [None], NoPrograms(), program_of_thought=False)
-        out.append((row, result))
-    return out
+    return [(row, *score_items(protocol, row["benchmark"], [items[(row["benchmark"], row["id"])]], [row["output"]], [None],
+                               NoPrograms(), program_of_thought=False)) for row in rows]
 
 
 def test_released_reads_every_real_output_as_the_transcription(items):
