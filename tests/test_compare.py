@@ -84,77 +84,70 @@ def test_an_interrupted_run_is_redone_alone(finished, monkeypatch) -> None:
     assert [r["label"] for r in results] == ["mle", "del-a0.3"]
 
 
-def test_parallel_jobs_give_the_same_results(tmp_path) -> None:
-    """Runs trained in worker processes (jobs=2) equal the same runs trained in-process, in grid order."""
+def test_jobs_give_the_same_results_reported_as_they_finish(tmp_path) -> None:
+    """Three runs trained in two worker processes (jobs=2) equal the same runs trained in one
+    process (jobs=1, where the first run's evaluation in inference mode must not break the next
+    run's training, as a cached number table once did), in grid order, on a chunking tokenizer; the
+    first result reaches on_result (the progress bar) before the last run has finished."""
+    import time
+
+    import numloss.digits as digits
 
     def comparable(result: dict) -> dict:
         timing = ("seconds", "finished_at", "train_metrics")  # train_metrics: runtime, samples/s
-        assert result["train_metrics"]["train_loss"] > 0
+        assert result["train_metrics"]["train_loss"] > 0 and result["steps"] == 3
         return {k: v for k, v in result.items() if k not in timing} | {
             "evaluation": {name: {k: v for k, v in ev.items() if k != "seconds"} for name, ev in result["evaluation"].items()}
         }
 
-    grids = {}
+    digits._number_table.cache_clear()
+    grids, reported = {}, {}
     for jobs in (1, 2):
         mapping = _mapping(tmp_path / f"jobs{jobs}") | {"torch_threads": 1, "jobs": jobs}
+        mapping["base"]["model"]["tiny_digits_per_token"] = 3
+        mapping["objectives"] = [*mapping["objectives"], "ntl-was"]
         mapping["learning"] = {"every": 2, "slice_size": 8, "threshold": 1.0}  # checks run in the workers too
         mapping["evaluation"] = {**mapping["evaluation"], "embeddings": False}
-        seen: list[str] = []
-        grids[jobs] = run_grid(compare_config_from_dict(mapping), progress=False, on_result=lambda r, seen=seen: seen.append(r["label"]))
-        assert sorted(seen) == ["del-a0.3", "mle"]
-    assert [(r["label"], r["seed"]) for r in grids[2]] == [("mle", 0), ("del-a0.3", 0)]
+        seen = reported[jobs] = []
+        grids[jobs] = run_grid(compare_config_from_dict(mapping), progress=False, on_result=lambda r, seen=seen: seen.append(time.time()))
+    assert [(r["label"], r["seed"]) for r in grids[2]] == [("mle", 0), ("del-a0.3", 0), ("ntl-was", 0)]
     for one, two in zip(grids[1], grids[2], strict=True):
         assert comparable(one) == comparable(two)
-    with pytest.raises(ConfigError, match="jobs: expected an integer >= 1"):
-        compare_config_from_dict(_mapping(tmp_path) | {"jobs": 0})
+    finished = [p.stat().st_mtime for p in (tmp_path / "jobs2" / "runs").glob("*/result.json")]
+    assert len(reported[2]) == len(finished) == 3
+    assert min(reported[2]) < max(finished), "the first result was only reported after the last run finished"
 
 
-def test_config_errors_are_clear(tmp_path) -> None:
-    bad = _mapping(tmp_path)
-    bad["objectives"] = [{"name": "dell"}]
-    with pytest.raises(ConfigError, match="unknown objective 'dell'"):
-        compare_config_from_dict(bad)
-    bad = _mapping(tmp_path)
-    bad["base"]["train"]["learning_rat"] = 1
-    with pytest.raises(ConfigError, match="learning_rat"):
-        compare_config_from_dict(bad)
-    bad = _mapping(tmp_path)
-    bad["objectives"] = ["mle", "mle"]
-    with pytest.raises(ConfigError, match="unique"):
-        compare_config_from_dict(bad)
-    with pytest.raises(ConfigError, match="does not exist"):
-        load_compare_config(tmp_path / "missing.yaml")
+@pytest.mark.parametrize(("change", "message"), [
+    ({"objectives": [{"name": "dell"}]}, "unknown objective 'dell'"),
+    ({"objectives": ["mle", "mle"]}, "unique"),
+    ({"base": {"train": {"learning_rat": 1}}}, "did you mean 'train.learning_rate'"),
+    ({"jobs": 0}, "jobs: expected an integer >= 1"),
+    ({"learning": {"threshold": 1.5}}, "learning.threshold"),
+    ({"learning": {"evry": 3}}, "learning: unknown key"),
+])
+def test_config_errors_name_the_key(change, message, tmp_path) -> None:
+    with pytest.raises(ConfigError, match=message):
+        compare_config_from_dict(_mapping(tmp_path) | change)
+
+
+def test_objectives_are_selected_by_label_or_name(tmp_path) -> None:
     compare = compare_config_from_dict(_mapping(tmp_path))
     assert [s.label for s in select_objectives(compare, ["del", "ntl-was"])] == ["del-a0.3", "ntl-was"]
     with pytest.raises(ConfigError, match="neither a label"):
         select_objectives(compare, ["nope"])
-    assert compare_main([str(tmp_path / "missing.yaml")]) == 2
 
 
-def test_a_missing_model_is_refused_in_one_line_before_any_run(tmp_path, capsys) -> None:
+@pytest.mark.parametrize(("missing", "words"), [("config", "comparison config '"), ("model", "model.name: ")])
+def test_a_missing_config_or_model_is_refused_in_one_line_before_any_run(missing, words, tmp_path, capsys) -> None:
     mapping = _mapping(tmp_path / "out")
     mapping["base"]["model"] = {"name": "numloss-test/definitely-not-cached"}
-    (tmp_path / "c.yaml").write_text(json.dumps(mapping))  # JSON is YAML
+    if missing == "model":
+        (tmp_path / "c.yaml").write_text(json.dumps(mapping))  # JSON is YAML
     assert compare_main([str(tmp_path / "c.yaml")]) == 2
     error = capsys.readouterr().err.strip()
-    assert error.startswith("numloss compare: model.name: ") and "\n" not in error, error
-    assert not (tmp_path / "out" / "runs").exists()
-
-
-@pytest.mark.slow  # fast: test_parallel_jobs_give_the_same_results (workers' results reach on_result)
-def test_parallel_runs_are_reported_as_they_finish(tmp_path) -> None:
-    """With jobs=2 and three runs, the first result reaches on_result (the progress bar) before the
-    third run has finished, not all at the end."""
-    import time
-
-    mapping = _mapping(tmp_path) | {"torch_threads": 1, "jobs": 2}
-    mapping["objectives"] = ["mle", "ntl-was", {"label": "del-a0.3", "name": "del", "alpha": 0.3}]
-    mapping["evaluation"] = {**mapping["evaluation"], "embeddings": False}
-    reported: list[float] = []
-    run_grid(compare_config_from_dict(mapping), progress=False, on_result=lambda r: reported.append(time.time()))
-    finished = [p.stat().st_mtime for p in (tmp_path / "runs").glob("*/result.json")]
-    assert len(reported) == len(finished) == 3
-    assert min(reported) < max(finished), "the first result was only reported after the last run finished"
+    assert error.startswith(f"numloss compare: {words}") and "\n" not in error, error
+    assert not (tmp_path / "out").exists()
 
 
 def test_shipped_configs_load_and_state_dels_alpha() -> None:
@@ -245,9 +238,10 @@ def test_learning_checks_are_recorded_and_stop_a_run_early(tmp_path, monkeypatch
     assert not any(f'"{e.instruction}"' in train for e in check)
 
 
-def test_learning_check_scores_the_real_model(tmp_path, monkeypatch) -> None:
+def test_learning_check_scores_the_real_model(finished, tmp_path, monkeypatch) -> None:
     """Unmocked: the checks run greedy decoding mid-training, on the model in eval mode, and hand
-    it back in training mode."""
+    it back in training mode; they do not disturb training (the finished grid's mle run, the same
+    without checks, logged the same losses)."""
     import numloss.compare.learning as learning
 
     real = learning.score_slice
@@ -260,23 +254,16 @@ def test_learning_check_scores_the_real_model(tmp_path, monkeypatch) -> None:
         return value
 
     monkeypatch.setattr(learning, "score_slice", spying)
-    mapping = _mapping(tmp_path / "a")
-    mapping["objectives"] = ["mle"]
+    mapping = _mapping(tmp_path) | {"objectives": ["mle"]}
     mapping["evaluation"] = {**mapping["evaluation"], "embeddings": False}
-    with_checks = dict(mapping, learning={"every": 1, "slice_size": 8, "threshold": 1.0, "stop_early": True})
-    (checked,) = run_grid(compare_config_from_dict(with_checks), progress=False)
+    mapping["learning"] = {"every": 1, "slice_size": 8, "threshold": 1.0, "stop_early": True}
+    (checked,) = run_grid(compare_config_from_dict(mapping), progress=False)
     assert [c[0] for c in checked["learning"]["checks"]] == [1, 2, 3]
     assert all(0.0 <= c[1] <= 1.0 for c in checked["learning"]["checks"])
     assert checked["learning"]["learnt"] is False and checked["steps"] == 3
     assert modes == [(True, True)] * 3
-    # the checks do not disturb training: the same run without them logs the same losses
-    plain = dict(mapping, output_dir=str(tmp_path / "b"))
-    (unchecked,) = run_grid(compare_config_from_dict(plain), progress=False)
+    unchecked = json.loads((finished[2] / "runs" / "mle-s0" / "result.json").read_text())
     assert unchecked["curve"]["loss"] == checked["curve"]["loss"]
-    with pytest.raises(ConfigError, match="learning.threshold"):
-        compare_config_from_dict(dict(mapping, learning={"threshold": 1.5}))
-    with pytest.raises(ConfigError, match="learning: unknown key"):
-        compare_config_from_dict(dict(mapping, learning={"evry": 3}))
 
 
 def test_the_run_hash_changes_with_a_setting_only(tmp_path) -> None:
@@ -364,9 +351,7 @@ def test_the_headline_exact_match_is_in_distribution_also_in_a_record_with_sorte
     must still show the headline (in-distribution) exact match."""
     from numloss.compare.report import primary_evaluation
 
-    record = json.loads(json.dumps({"evaluation": {"in_distribution": {"exact_match": 0.625},
-                                                   "decimals": {"exact_match": 0.0}}}, sort_keys=True))
-    assert next(iter(record["evaluation"])) == "decimals"
+    record = {"evaluation": {"decimals": {"exact_match": 0.0}, "in_distribution": {"exact_match": 0.625}}}
     assert primary_evaluation(record)["exact_match"] == 0.625
 
 
@@ -401,21 +386,6 @@ def test_overridden_runs_stay_out_of_the_records(tmp_path) -> None:
     assert records() == tmp_path / "rec" and records("--out", str(tmp_path / "o")) == tmp_path / "rec"
     assert records("--steps", "2") is None and records("--smoke") is None and records("--no-records") is None
     assert records("--steps", "2", "--records", str(tmp_path / "x")) == tmp_path / "x"
-
-
-def test_a_serial_grid_on_a_chunking_tokenizer_trains_every_objective(tmp_path) -> None:
-    """jobs 1 trains the runs in one process: the first run's evaluation (inference mode) must not
-    break the next run's training (it did, through a cached number table)."""
-    import numloss.digits as digits
-
-    digits._number_table.cache_clear()
-    mapping = _mapping(tmp_path)
-    mapping["base"]["model"]["tiny_digits_per_token"] = 3
-    mapping["objectives"] = ["mle", {"label": "del-a0.3", "name": "del", "alpha": 0.3}, "ntl-was"]
-    mapping["evaluation"] = {**mapping["evaluation"], "embeddings": False}
-    results = run_grid(compare_config_from_dict(mapping), progress=False, jobs=1)
-    assert [r["label"] for r in results] == ["mle", "del-a0.3", "ntl-was"]
-    assert all(r["steps"] == 3 for r in results)
 
 
 def test_the_learning_table_says_whether_runs_stopped_where_they_learnt() -> None:
