@@ -24,7 +24,7 @@ import re
 import statistics
 import sys
 from collections.abc import Callable, Sequence
-from functools import cached_property
+from functools import cached_property, partial
 from pathlib import Path
 from typing import Any
 
@@ -956,12 +956,19 @@ TESTS = {"mcnemar_p_holm": ("McNemar p", "mde_items"), "sign_flip_p": ("sign-fli
 effect."""
 
 
-def _followup_state(rec: Records, grid: str, arm: str) -> dict[str, Any]:
-    """A two-arm follow-up's records (`grid`: `arm` against MLE): planned and missing runs, the
-    summary and, when `arm` has pairs with MLE, its held-out comparison."""
+def _grid_runs(rec: Records, grid: str) -> tuple[Any, dict[str, Any], dict[str, Any], list, list]:
+    """(CompareConfig, found, summary, planned (label, seed) runs, missing run names) of the
+    pretrained grid configs/<grid>.yaml."""
     compare, found, summary = rec.pretrained_grid(grid)
     planned = [(spec.label, seed) for seed in compare.seeds for spec in compare.objectives]
     missing = [f"{label}-s{seed}" for label, seed in planned if seed not in found.get(label, {})]
+    return compare, found, summary, planned, missing
+
+
+def _followup_state(rec: Records, grid: str, arm: str) -> dict[str, Any]:
+    """A two-arm follow-up's records (`grid`: `arm` against MLE): planned and missing runs, the
+    summary and, when `arm` has pairs with MLE, its held-out comparison."""
+    _, found, summary, planned, missing = _grid_runs(rec, grid)
     comparison = summary["sets"].get("heldout", {}).get("versus_reference", {}).get(arm)
     return {
         "found": found,
@@ -1000,18 +1007,18 @@ def _status(
 
 
 def _followup(
-    rec: Records, grid: str, arm: str, worse: str, otherwise: str, test: str = "mcnemar_p_holm"
+    rec: Records, grid: str, arm: str, readings: tuple[str, str], test: str = "mcnemar_p_holm"
 ) -> list[str]:
     """A two-arm follow-up's status: its runs, the McNemar and seed-level tests and, once all of
-    its runs are in, the reading fixed in its design by its deciding `test` (`worse` when `arm`
-    is worse than MLE at p <= 0.05, else `otherwise` with {verdict}: better than MLE, or not told
-    apart)."""
+    its runs are in, the reading fixed in its design by its deciding `test` (`readings`: worse
+    when `arm` is worse than MLE at p <= 0.05, else the other with {verdict}: better than MLE, or
+    not told apart)."""
     state = _followup_state(rec, grid, arm)
     planned, missing = state["planned"], state["missing"]
     if not state["found"]:
         return [f"**0 of {len(planned)} runs recorded.**"]
     lines = _status(planned, missing, name_missing=True)
-    reading = _followup_reading(state, worse, otherwise, test)
+    reading = _followup_reading(state, *readings, test)
     if reading is not None:
         c = state["comparison"]
         lines += [
@@ -1076,9 +1083,11 @@ def _reading_end(
     return line + (f"; {reading}" if reading else ".")
 
 
-def _interim_runs(state: dict[str, Any]) -> str:
+def _interim(state: dict[str, Any]) -> str:
+    """'complete', or how many of a grid's planned runs are in."""
+    planned, missing = state["planned"], state["missing"]
     return (
-        f"interim: {len(state['planned']) - len(state['missing'])} of {len(state['planned'])} runs"
+        f"interim: {len(planned) - len(missing)} of {len(planned)} runs" if missing else "complete"
     )
 
 
@@ -1099,10 +1108,8 @@ def _followup_line(
     if c is None:
         return None
     line = (
-        f"- **{title}** ({design}; "
-        + ("complete" if not state["missing"] else _interim_runs(state))
-        + f"): {arm} minus MLE {_pp(c['mean_diff'])} points{_seed_ci(c)}, McNemar p"
-        f" {_p(c['mcnemar_p_holm'])}"
+        f"- **{title}** ({design}; {_interim(state)}): {arm} minus MLE {_pp(c['mean_diff'])}"
+        f" points{_seed_ci(c)}, McNemar p {_p(c['mcnemar_p_holm'])}"
     )
     return _reading_end(line, state, readings)
 
@@ -1126,7 +1133,7 @@ def followup_answer(rec: Records) -> list[str]:
         line = _reading_end(
             line
             + " Its control, DEL alpha 0.3 on that machine"
-            + ("" if not control["missing"] else f" ({_interim_runs(control)})")
+            + ("" if not control["missing"] else f" ({_interim(control)})")
             + f": {_pp(k['mean_diff'])} points{_seed_ci(k)}, McNemar p {_p(k['mcnemar_p_holm'])}",
             control,
             REPLICATE_READINGS,
@@ -1160,26 +1167,6 @@ def seeds_answer(rec: Records) -> list[str]:
             test="sign_flip_p",
         )
     return [line]
-
-
-def fresh_followup(rec: Records) -> list[str]:
-    """docs/results-pretrained.md's four more seeds: DEL alpha 0.3 against MLE on seeds 4-7."""
-    return _followup(rec, FRESH_GRID, "del-a0.3", *FRESH_READINGS)
-
-
-def seeds8_followup(rec: Records) -> list[str]:
-    """The same comparison over the 8 seed pairs of one CPU, read by its sign-flip test."""
-    return _followup(rec, SEEDS8_GRID, "del-a0.3", *SEEDS8_READINGS, test="sign_flip_p")
-
-
-def alpha_followup(rec: Records) -> list[str]:
-    """docs/results-pretrained.md's follow-up: DEL alpha 0.03 against MLE."""
-    return _followup(rec, ALPHA_GRID, "del-a0.03", *ALPHA_READINGS)
-
-
-def replicate_followup(rec: Records) -> list[str]:
-    """Its control: DEL alpha 0.3 against the same MLE runs on the follow-up's machine."""
-    return _followup(rec, REPLICATE_GRID, "del-a0.3", *REPLICATE_READINGS)
 
 
 def summary_markdown_lines(summary: dict[str, Any]) -> list[str]:
@@ -1395,9 +1382,7 @@ def _three_arm_state(rec: Records, grid: str) -> dict[str, Any]:
     """A three-arm grid's records: planned and missing runs, and each comparison of its design
     (item-paired: McNemar over seeds as strata, seed-level t interval and sign-flip), the
     primary ones with Holm-adjusted McNemar p."""
-    compare, found, summary = rec.pretrained_grid(grid)
-    planned = [(spec.label, seed) for seed in compare.seeds for spec in compare.objectives]
-    missing = [f"{label}-s{seed}" for label, seed in planned if seed not in found.get(label, {})]
+    compare, found, summary, planned, missing = _grid_runs(rec, grid)
     bits = {label: bits_of(runs) for label, runs in found.items()}
     primary, beside = GRID_COMPARISONS[grid]
     comparisons = design_comparisons(bits, primary, beside)
@@ -1700,21 +1685,6 @@ def diagnostics_figure(rec: Records, path: Path = DIAGNOSTICS_FIGURE) -> Path | 
     return _save_figure(fig, path)
 
 
-def centered_grid(rec: Records) -> list[str]:
-    """docs/results-pretrained.md's grid a: centred DEL beside MLE and raw DEL, the recorded
-    recipe."""
-    return three_arm_grid(rec, CENTERED_GRID)
-
-
-def gentle_grid(rec: Records) -> list[str]:
-    """docs/results-pretrained.md's grid b: the gentler recipe."""
-    return three_arm_grid(rec, GENTLE_GRID)
-
-
-def _interim(state: dict[str, Any]) -> str:
-    return "complete" if state["complete"] else _interim_runs(state)
-
-
 def _versus(c: dict[str, Any], arm: str, against: str) -> str:
     return (
         f"{arm} minus {against} {_pp(c['mean_diff'])} points{_seed_ci(c)}, McNemar Holm p"
@@ -1723,69 +1693,64 @@ def _versus(c: dict[str, Any], arm: str, against: str) -> str:
     )
 
 
+#: the answer's line of each three-arm grid: its question, its design in brief, each arm's name in
+#: words, each primary pair's name in the verdict, and whether the pairs beside the primary ones are
+#: described after it (no verdict)
+THREE_ARM_ANSWERS = {
+    CENTERED_GRID: (
+        "Does centring DEL's sigmoid remove the harm?",
+        "the same recipe in float32 on an AVX2 CPU, MLE and raw DEL run again beside centred DEL"
+        " alpha 0.3; pre-registered, 8 seeds",
+        {"del-centered-a0.3": "centred DEL", "del-a0.3": "raw DEL", "mle": "MLE"},
+        ("against MLE", "against raw DEL"),
+        False,
+    ),
+    GENTLE_GRID: (
+        "A gentler recipe, four changes at once",
+        "against grid a: LoRA lr 2e-4 with warm-up instead of 1e-3, 200 steps instead of 100,"
+        " held-out problems whose arithmetic fact no training problem has, and raw and centred DEL"
+        " at the released recipe's weight 1.28 instead of 0.3, so no one change can be named the"
+        " cause; pre-registered, 8 seeds",
+        {"del-centered-a1.28": "centred DEL", "del-a1.28": "raw DEL", "mle": "MLE"},
+        ("centred DEL", "raw DEL"),
+        True,
+    ),
+}
+
+
+def three_arm_answer(rec: Records, grid: str) -> str:
+    """A three-arm grid's line of the answer (THREE_ARM_ANSWERS): each primary comparison with
+    both of its arms recorded, and once every run is in, the readings fixed in its design."""
+    state = _three_arm_state(rec, grid)
+    title, design, names, verdict_names, beside = THREE_ARM_ANSWERS[grid]
+    line = f"- **{title}** ({design}; {_interim(state)}): "
+    shown = [pair for pair in state["primary"] if pair in state["comparisons"]]
+    if not shown:
+        return line + "no seed with two arms recorded yet."
+    comparisons = state["comparisons"]
+    line += "; ".join(_versus(comparisons[p], names[p[0]], names[p[1]]) for p in shown)
+    if state["complete"]:
+        readings = "; ".join(
+            f"{name}: {_grid_reading(*pair, comparisons[pair])}"
+            for name, pair in zip(verdict_names, state["primary"], strict=True)
+        )
+        line += ". **" + readings[0].upper() + readings[1:] + ".**"
+    else:
+        line += ": no verdict until every run is in."
+    for arm, against in GRID_COMPARISONS[grid][1] if beside else ():
+        if (arm, against) in comparisons:
+            c = comparisons[(arm, against)]
+            line += (
+                f" Beside them (outside Holm, no verdict pre-registered): {names[arm]} minus"
+                f" {names[against]} {_pp(c['mean_diff'])} points{_seed_ci(c)}, McNemar p"
+                f" {_p(c['mcnemar_p'])}."
+            )
+    return line
+
+
 def centered_answer(rec: Records) -> list[str]:
     """The answer's lines on the shift-invariant DEL: grid a (same recipe), grid b (gentler)."""
-    lines = []
-    a = _three_arm_state(rec, CENTERED_GRID)
-    head = (
-        "- **Does centring DEL's sigmoid remove the harm?** (the same recipe in float32 on an AVX2"
-        " CPU, MLE and raw DEL run again beside centred DEL alpha 0.3; pre-registered, 8 seeds;"
-        f" {_interim(a)}): "
-    )
-    pair_mle, pair_raw = ("del-centered-a0.3", "mle"), ("del-centered-a0.3", "del-a0.3")
-    if pair_mle not in a["comparisons"]:
-        lines.append(head + "no seed with both arms recorded yet.")
-    else:
-        text = head + _versus(a["comparisons"][pair_mle], "centred DEL", "MLE")
-        if pair_raw in a["comparisons"]:
-            text += "; " + _versus(a["comparisons"][pair_raw], "centred DEL", "raw DEL")
-        if a["complete"]:
-            text += (
-                f". **Against MLE: {_grid_reading(*pair_mle, a['comparisons'][pair_mle])}; against"
-                f" raw DEL: {_grid_reading(*pair_raw, a['comparisons'][pair_raw])}.**"
-            )
-        else:
-            text += ": no verdict until every run is in."
-        lines.append(text)
-    b = _three_arm_state(rec, GENTLE_GRID)
-    head = (
-        "- **A gentler recipe, four changes at once** (against grid a: LoRA lr 2e-4 with warm-up"
-        " instead of 1e-3, 200 steps instead of 100, held-out problems whose arithmetic fact no"
-        " training problem has, and raw and centred DEL at the released recipe's weight 1.28"
-        " instead of 0.3, so no one change can be named the cause; pre-registered, 8 seeds;"
-        f" {_interim(b)}): "
-    )
-    shown = [
-        (arm, against)
-        for arm, against in GRID_COMPARISONS[GENTLE_GRID][0]
-        if (arm, against) in b["comparisons"]
-    ]
-    if not shown:
-        lines.append(head + "no seed with two arms recorded yet.")
-    else:
-        names = {"del-centered-a1.28": "centred DEL", "del-a1.28": "raw DEL", "mle": "MLE"}
-        text = head + "; ".join(
-            _versus(b["comparisons"][pair], names[pair[0]], names[pair[1]]) for pair in shown
-        )
-        if b["complete"]:
-            readings = "; ".join(
-                f"{names[arm]}: {_grid_reading(arm, against, b['comparisons'][(arm, against)])}"
-                for arm, against in shown
-            )
-            text += ". **" + readings[0].upper() + readings[1:] + ".**"
-        else:
-            text += ": no verdict until every run is in."
-        # beside the design's two: described, no verdict
-        for arm, against in GRID_COMPARISONS[GENTLE_GRID][1]:
-            if (arm, against) in b["comparisons"]:
-                c = b["comparisons"][(arm, against)]
-                text += (
-                    f" Beside them (outside Holm, no verdict pre-registered): {names[arm]} minus"
-                    f" {names[against]} {_pp(c['mean_diff'])} points{_seed_ci(c)}, McNemar p"
-                    f" {_p(c['mcnemar_p'])}."
-                )
-        lines.append(text)
-    return lines
+    return [three_arm_answer(rec, CENTERED_GRID), three_arm_answer(rec, GENTLE_GRID)]
 
 
 # -- grid d: the dose-response of centred DEL (docs/results-pretrained.md) ------------------------
@@ -1810,13 +1775,8 @@ def dose_state(rec: Records) -> dict[str, Any]:
 
     from numloss.compare.paired import holm
 
-    compare, found, _ = rec.pretrained_grid(DOSE_GRID)
-    planned = [(spec.label, seed) for seed in compare.seeds for spec in compare.objectives]
-    missing = [f"{label}-s{seed}" for label, seed in planned if seed not in found.get(label, {})]
-    bits = {
-        label: {seed: r["evaluation"]["heldout"]["items"] for seed, r in runs.items()}
-        for label, runs in found.items()
-    }
+    _, found, _, planned, missing = _grid_runs(rec, DOSE_GRID)
+    bits = {label: bits_of(runs) for label, runs in found.items()}
     tests: dict[str, dict[str, Any]] = {}
     for arm in DOSE_ARMS:
         if set(bits.get(arm, {})) & set(bits.get("mle", {})):
@@ -2017,12 +1977,22 @@ RENDERERS: dict[str, Callable[[Records], list[str]]] = {
     "pretrained": pretrained_result,
     "pretrained-grid": pretrained_grid,
     "readme-answer": answer,
-    "pretrained-alpha": alpha_followup,
-    "pretrained-replicate": replicate_followup,
-    "pretrained-fresh": fresh_followup,
-    "pretrained-seeds8": seeds8_followup,
-    "pretrained-centered": centered_grid,
-    "pretrained-gentle": gentle_grid,
+    # docs/results-pretrained.md's follow-ups (the tenth alpha, its control on the follow-up's
+    # machine, four more seeds, the 8 seed pairs read by their sign-flip test) and grids a and b
+    "pretrained-alpha": partial(
+        _followup, grid=ALPHA_GRID, arm="del-a0.03", readings=ALPHA_READINGS
+    ),
+    "pretrained-replicate": partial(
+        _followup, grid=REPLICATE_GRID, arm="del-a0.3", readings=REPLICATE_READINGS
+    ),
+    "pretrained-fresh": partial(
+        _followup, grid=FRESH_GRID, arm="del-a0.3", readings=FRESH_READINGS
+    ),
+    "pretrained-seeds8": partial(
+        _followup, grid=SEEDS8_GRID, arm="del-a0.3", readings=SEEDS8_READINGS, test="sign_flip_p"
+    ),
+    "pretrained-centered": partial(three_arm_grid, grid=CENTERED_GRID),
+    "pretrained-gentle": partial(three_arm_grid, grid=GENTLE_GRID),
     "mul-centered": mul_centered_grid,
     "pretrained-dose": dose_grid,
     "why": why_grids,
