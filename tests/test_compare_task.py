@@ -1,14 +1,26 @@
-"""The comparison task: seeded, reproducible, correct answers, held-out sets disjoint from training."""
+"""The comparison tasks (arithmetic, its multiplication testbed, arithmetic word problems): seeded,
+reproducible, correct answers, held-out sets fixed and disjoint from training."""
 
 from __future__ import annotations
 
 import re
+from dataclasses import replace
 from decimal import Decimal
+from pathlib import Path
 
 import pytest
 
-from numloss.compare.task import TEST_SETS, ArithmeticTask, Distribution
+from numloss.compare.arith_words import ArithmeticWordTask
+from numloss.compare.config import load_compare_config
+from numloss.compare.task import TEST_SETS, ArithmeticTask
 from numloss.compare.tasks import task_from_dict
+
+TASKS = {
+    "arithmetic": lambda: ArithmeticTask(train_size=3000, test_size=500),
+    "multiplication": lambda: replace(load_compare_config(Path(__file__).resolve().parents[1] / "configs" / "compare-mul.yaml").task,
+                                      train_size=3000),
+    "arith_words": lambda: ArithmeticWordTask(answer_digits=3, test_size=300, train_size=500),
+}
 
 
 def _value(question: str) -> Decimal:
@@ -17,12 +29,28 @@ def _value(question: str) -> Decimal:
     return x + y if op == "+" else x - y if op == "-" else x * y
 
 
-@pytest.fixture(scope="module")
-def task() -> ArithmeticTask:
-    return ArithmeticTask(train_size=3000, test_size=500)
+@pytest.mark.parametrize("kind", TASKS)
+def test_held_out_sets_are_fixed_distinct_and_never_trained_on(kind: str) -> None:
+    task = TASKS[kind]()
+    sets = task.test_sets()
+    assert sets == replace(task, train_size=10).test_sets(), (
+        "held-out sets depend only on test_seed and test_size, not on the training seed or size"
+    )
+    assert replace(task, test_seed=7).test_sets() != sets
+    held: set[str] = set()
+    for name, items in sets.items():
+        questions = {e.instruction for e in items}
+        assert len(questions) == len(items) == task.test_size, f"{name} repeats a question"
+        held |= questions
+    train = {seed: task.train_set(seed, exclude=held) for seed in (0, 1)}
+    assert train[0] == task.train_set(0, exclude=held) and train[0] != train[1], "seeded and reproducible"
+    for items in train.values():
+        assert len(items) == task.train_size and not held & {e.instruction for e in items}
 
 
-def test_answers_are_right_and_formatted(task: ArithmeticTask) -> None:
+@pytest.mark.parametrize("kind", ["arithmetic", "multiplication"])
+def test_answers_are_right_and_formatted(kind: str) -> None:
+    task = TASKS[kind]()
     for items in [task.train_set(0), *task.test_sets().values()]:
         for item in items:
             assert Decimal(item.output) == _value(item.instruction), item
@@ -34,36 +62,20 @@ def test_answers_are_right_and_formatted(task: ArithmeticTask) -> None:
             assert item.prompt == item.instruction, "the prompt is the bare question ('4.7+3.8=')"
 
 
-def test_seeded_and_reproducible(task: ArithmeticTask) -> None:
-    assert task.train_set(0) == ArithmeticTask(train_size=3000, test_size=500).train_set(0)
-    assert task.train_set(0) != task.train_set(1)
-    assert task.test_sets() == ArithmeticTask(train_size=10, test_size=500).test_sets(), (
-        "held-out sets depend only on test_seed and test_size, not on the training seed or size"
-    )
-    assert ArithmeticTask(test_size=500, test_seed=7).test_sets() != task.test_sets()
-
-
-def test_held_out_sets_distinct_and_disjoint_from_training(task: ArithmeticTask) -> None:
-    sets = task.test_sets()
-    assert set(sets) == set(TEST_SETS)
-    held_out = set()
-    for name, items in sets.items():
-        questions = [i.instruction for i in items]
-        assert len(questions) == task.test_size
-        assert len(set(questions)) == len(questions), f"{name} repeats a question"
-        held_out |= set(questions)
-    for seed in (0, 1):
-        train = {i.instruction for i in task.train_set(seed)}
-        assert not train & held_out
-
-
-def test_longer_and_decimals_go_beyond_training(task: ArithmeticTask) -> None:
+@pytest.mark.parametrize("kind", ["arithmetic", "multiplication"])
+def test_longer_and_decimals_go_beyond_training(kind: str) -> None:
     def digits(number: str) -> int:
         return len(number.replace(".", "").lstrip("0")) or 1
 
+    task = TASKS[kind]()
+    sets = task.test_sets()
+    assert set(sets) == set(TEST_SETS)
+    held = {e.instruction for items in sets.values() for e in items}
+    assert not held & {i.instruction for i in task.train_set(0)}, "by default training leaves out the held-out sets"
     train_operands = [op for i in task.train_set(0) for op in re.split(r"[+\-*=]", i.instruction) if op]
     assert max(digits(o) for o in train_operands) == task.train.digits
-    sets = task.test_sets()
+    if task.train.exact_length:  # the multiplication testbed: both operands 10..99
+        assert min(digits(o) for o in train_operands) == task.train.digits
     longer = [op for i in sets["longer"] for op in re.split(r"[+\-*=]", i.instruction) if op]
     assert all(digits(o) == task.train.digits + 1 for o in longer)
     decimals = [op for i in sets["decimals"] for op in re.split(r"[+\-*=]", i.instruction) if op]
@@ -72,29 +84,15 @@ def test_longer_and_decimals_go_beyond_training(task: ArithmeticTask) -> None:
     assert abs(share - task.train.decimal_share) < 0.05
 
 
-def test_bad_task_is_a_clear_error() -> None:
-    with pytest.raises(ValueError, match="operations"):
-        task_from_dict({"train": {"operations": "/"}})
-    with pytest.raises(ValueError, match="unknown key"):
-        task_from_dict({"train": {"digit": 2}})
-    with pytest.raises(ValueError, match="distinct questions"):
-        task_from_dict({"train": {"digits": 1, "decimal_share": 0.0, "operations": "+"}, "test_size": 2000})
-    with pytest.raises(ValueError, match="decimal_places"):
-        Distribution(digits=1, decimal_places=2).check("task.train")
-
-
-def test_the_multiplication_testbed_draws_two_digit_products() -> None:
-    from pathlib import Path
-
-    from numloss.compare.config import load_compare_config
-
-    task = load_compare_config(Path(__file__).resolve().parents[1] / "configs" / "compare-mul.yaml").task
-    sets = task.test_sets()
-    held_out = {e.instruction for items in sets.values() for e in items}
-    train = task.train_set(0, exclude=held_out)[:3000]
-    for item in train + sets["in_distribution"]:
-        a, b = re.fullmatch(r"(\d+)\*(\d+)=", item.instruction).groups()
-        assert 10 <= int(a) <= 99 and 10 <= int(b) <= 99, item
-        assert item.output == str(int(a) * int(b)) and 3 <= len(item.output) <= 4, item
-    assert not {e.instruction for e in train} & held_out
-    assert len({e.instruction for e in sets["in_distribution"]}) == 2000
+@pytest.mark.parametrize(("mapping", "message"), [
+    ({"train": {"operations": "/"}}, "operations"),
+    ({"train": {"digit": 2}}, "unknown key"),
+    ({"train": {"digits": 1, "decimal_share": 0.0, "operations": "+"}, "test_size": 2000}, "distinct questions"),
+    ({"train": {"digits": 1, "decimal_places": 2}}, "decimal_places"),
+    ({"kind": "arith_words", "answer_digits": 1}, "answer_digits"),
+    ({"kind": "arith_words", "digits": 3}, "unknown key"),
+    ({"kind": "arith_words", "heldout_facts": "new"}, "heldout_facts: expected one of 'any', 'unseen'"),
+])
+def test_bad_task_is_a_clear_error(mapping: dict, message: str) -> None:
+    with pytest.raises(ValueError, match=message):
+        task_from_dict(mapping)
