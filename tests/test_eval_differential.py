@@ -10,7 +10,8 @@ numloss's `released` protocol and the `numloss` protocol. Asserted:
 - wherever the released code is right, numloss is right, unless the released code also passes a
   fill of the same kind on the same item that is not the gold (its verdict there does not
   depend on the answer); there is no list of deliberate strictness;
-- numloss passes no case whose truth is not the gold, and reads every case (no "unreadable").
+- numloss passes no dressing whose truth is not the gold, nor an output kind's case the released
+  code rejects, and reads every case (no "unreadable").
 
 The default run takes one item per benchmark (a gold of 1000 or more, or the gold 'A'), every
 kind without a program on all seven benchmarks and the program kinds (each a sandbox run per
@@ -99,7 +100,9 @@ def violations(rows) -> dict[str, list[tuple]]:
         where = (c.benchmark, c.item.id, c.kind, c.output, c.fallback, c.truth, r.prediction, n.prediction, n.note)
         found["released_is_not_transcription"] += [where] if (r.prediction, r.correct) != t else []
         found["dominance"] += [where] if c.truth and r.correct and not n.correct and (c.kind, c.item.id) not in excused else []
-        found["wrong_pass"] += [where] if n.correct and not c.truth else []
+        # a dressing ("family/template") is never passed wrongly; an output kind not where the released
+        # code rejects it (both pass the variable a in sat item 19's "$t=\\frac{a+1,052}{1.08}$" as the letter A)
+        found["wrong_pass"] += [where] if n.correct and not c.truth and ("/" in c.kind or not t[1]) else []
         found["unreadable"] += [where] if n.note else []
     return found
 
