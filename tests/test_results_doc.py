@@ -97,37 +97,6 @@ def _pretrained_root(tmp_path: Path, drop: tuple[str, ...] = (), grid: str = res
     return tmp_path
 
 
-def test_the_pretrained_blocks_on_hand_worked_records(tmp_path: Path) -> None:
-    rec = results_doc.Records(_pretrained_root(tmp_path))
-    answer = results_doc.pretrained_answer(rec)
-    # DEL - MLE per seed: -10, -9, -8, -7 points; mean -8.5, SD 1.291, t(0.975, 3) = 3.182:
-    # half-width 3.182 x 1.291 / 2 = 2.05 -> [-10.6, -6.4]; items: b = 0, c = 100 + 90 + 80 + 70 = 340
-    assert "(SmolLM2" in answer and "complete)" in answer
-    # MLE 60 % every seed: no spread, [60.0, 60.0]; DEL 50-53 %: SD 1.291, 51.5 +- 2.05 -> [49.4, 53.6]
-    assert "MLE -8.5 points [-10.6, -6.4] over seeds (MLE 60.0 % [60.0, 60.0] over seeds)" in answer
-    assert "LoRA r16 at lr 1e-3 for 100 steps" in answer and "When DEL works against CE" in answer
-    result = "\n".join(results_doc.pretrained_result(rec))
-    assert result.startswith("**13 of 13 runs recorded (complete).**")
-    assert "del-a0.3 51.5 % [49.4, 53.6] over seeds" in result and "untrained 0.0 [0.0, 0.4] % over items (one seed: no spread)" in result
-    assert "only under MLE 0 / 340" in result
-    # 13 runs x 32 items decoded; each NTL-WAS run disagrees once
-    assert "teacher-forced verdict on 412 of 416 items decoded (the first 32 held-out problems of each of 13 runs)" in result
-    # NTL-WAS: 50 items each way every seed: no difference, McNemar p 1 (Holm keeps it 1)
-    assert "ntl-was minus MLE 0.0 points [0.0, 0.0] over 4 seeds, sign-flip p 1.00" in result
-    assert "200 / 200, McNemar Holm p 1.00" in result
-    grid = "\n".join(results_doc.pretrained_grid(rec))
-    # each seed's Wilson interval over its 1,000 items (500 right: [46.9, 53.1]), the mean's over seeds
-    assert "| del-a0.3 | 4 | 50.0 [46.9, 53.1], 51.0 [47.9, 54.1], 52.0 [48.9, 55.1], 53.0 [49.9, 56.1] | 51.5 [49.4, 53.6] |" in grid
-    assert "| untrained | 1 | 0.0 [0.0, 0.4] | 0.0 (one seed: no spread) |" in grid
-    assert "| del-a0.3 | -8.5 | [-10.6, -6.4] |" in grid and "_Machine: AMD EPYC" in grid
-    cut = results_doc.Records(_pretrained_root(tmp_path / "cut", drop=("del-a0.3-s3", "ntl-was-s3")))
-    assert results_doc.pretrained_result(cut)[0].startswith("**11 of 13 runs recorded, 3 of 4 seeds with every arm")
-    one = results_doc.Records(_pretrained_root(tmp_path / "one", drop=tuple(
-        f"{label}-s{seed}" for seed in (1, 2, 3) for label in ("mle", "del-a0.3", "ntl-was"))))
-    assert "(one seed: no seed-level interval yet)" in "\n".join(results_doc.pretrained_result(one))
-    assert "| del-a0.3 | -10.0 | n/a (1 seed) | n/a |" in "\n".join(results_doc.pretrained_grid(one))
-
-
 def _mul_record(label: str, seed: int, em: float, mae: float, **extra: object) -> dict:
     """A synthetic multiplication run record: exact match `em` (%), signed-log MAE `mae`."""
     return {"label": label, "seed": seed, "curve": {}, **extra, "evaluation": {"in_distribution": {
@@ -252,7 +221,7 @@ class Case(NamedTuple):
     """A grid's synthetic records and what its generated block and answer line say of them."""
 
     build: Callable[[Path, tuple[str, ...]], Path]  # a root with the records, less the runs named
-    block: str  # its RENDERERS name
+    block: str  # the RENDERERS names of its blocks, space-separated
     answer: Callable[[results_doc.Records], list[str]] | None
     verdicts: tuple[str, ...]  # said once every run is in, and not while `cut` is missing
     facts: tuple[str, ...] = ()  # said once every run is in
@@ -309,14 +278,31 @@ CASES = {
          "complete): exact match `del-centered-a0.3` minus MLE -1.0 [ … **worse** … `del-a1.28` minus MLE +3.0 [ … **better**"),
         cut=("del-a1.28-s16",), interim=("**Interim (", "interim: 16 of 17 seeds", "no verdict until every run is in."),
         empty="No run is recorded yet."),
-    # MLE right on items 0-599 of 1,000 every seed, raw DEL on 0-(499 + 10 s), NTL-WAS on 50-649
+    # MLE right on items 0-599 of 1,000 every seed, raw DEL on 0-(499 + 10 s), NTL-WAS on 50-649;
+    # DEL - MLE per seed: -10, -9, -8, -7 points; mean -8.5, SD 1.291, t(0.975, 3) = 3.182:
+    # half-width 3.182 x 1.291 / 2 = 2.05 -> [-10.6, -6.4]; items: b = 0, c = 100 + 90 + 80 + 70 = 340
     "pretrained": Case(
-        _words(results_doc.PRETRAINED_GRID), "pretrained-grid", lambda rec: [results_doc.pretrained_answer(rec)],
-        ("**13 of 13 runs recorded, the grid is complete.**",
+        _words(results_doc.PRETRAINED_GRID), "pretrained pretrained-grid", lambda rec: [results_doc.pretrained_answer(rec)],
+        ("**13 of 13 runs recorded (complete).**", "**13 of 13 runs recorded, the grid is complete.**",
+         "(SmolLM2 … complete): ",
          "**Raw DEL is worse on these items under this recipe.** The seed-level interval excludes 0 as well."),
-        cut=("del-a0.3-s3", "ntl-was-s3"),
-        interim=("**11 of 13 runs recorded; left: del-a0.3-s3, ntl-was-s3.**", "interim: 3 of 4 seeds",
-                 "DEL alpha 0.3 minus MLE -9.0 points")),
+        facts=(  # MLE 60 % every seed: no spread, [60.0, 60.0]; DEL 50-53 %: SD 1.291, 51.5 +- 2.05 -> [49.4, 53.6]
+            "MLE -8.5 points [-10.6, -6.4] over seeds (MLE 60.0 % [60.0, 60.0] over seeds)",
+            "LoRA r16 at lr 1e-3 for 100 steps … When DEL works against CE", "del-a0.3 51.5 % [49.4, 53.6] over seeds",
+            "untrained 0.0 [0.0, 0.4] % over items (one seed: no spread)", "only under MLE 0 / 340",
+            # 13 runs x 32 items decoded; each NTL-WAS run disagrees once
+            "teacher-forced verdict on 412 of 416 items decoded (the first 32 held-out problems of each of 13 runs)",
+            # NTL-WAS: 50 items each way every seed: no difference, McNemar p 1 (Holm keeps it 1)
+            "ntl-was minus MLE 0.0 points [0.0, 0.0] over 4 seeds, sign-flip p 1.00", "200 / 200, McNemar Holm p 1.00",
+            # each seed's Wilson interval over its 1,000 items (500 right: [46.9, 53.1]), the mean's over seeds
+            "| del-a0.3 | 4 | 50.0 [46.9, 53.1], 51.0 [47.9, 54.1], 52.0 [48.9, 55.1], 53.0 [49.9, 56.1] | 51.5 [49.4, 53.6] |",
+            "| untrained | 1 | 0.0 [0.0, 0.4] | 0.0 (one seed: no spread) |", "| del-a0.3 | -8.5 | [-10.6, -6.4] |",
+            "_Machine: AMD EPYC"),
+        cut=tuple(f"{label}-s{seed}" for seed in (1, 2, 3) for label in ("mle", "del-a0.3", "ntl-was")),
+        interim=("**4 of 13 runs recorded, 1 of 4 seeds with every arm: an interim result.**",
+                 "**4 of 13 runs recorded; left: mle-s1, del-a0.3-s1, ntl-was-s1, mle-s2, del-a0.3-s2, ntl-was-s2, mle-s3, "
+                 "del-a0.3-s3, ntl-was-s3.**", "interim: 1 of 4 seeds): DEL alpha 0.3 minus MLE -10.0 points",
+                 "(one seed: no seed-level interval yet)", "| del-a0.3 | -10.0 | n/a (1 seed) | n/a |")),
     # grid a: centred DEL against MLE and against raw DEL (Holm over the two), raw DEL against
     # MLE beside them; centred - MLE: -1 point every seed (c = 10 x 8 = 80, b = 0); centred - raw: +9
     "grid-a": Case(
@@ -419,7 +405,8 @@ def test_a_grid_reads_as_its_design_says(case: Case, tmp_path: Path) -> None:
     in the answer; before any run, the count alone."""
     def read(root: Path) -> tuple[str, list[str]]:
         rec = results_doc.Records(root)
-        return "\n".join(results_doc.RENDERERS[case.block](rec)), case.answer(rec) if case.answer else []
+        blocks = [line for name in case.block.split() for line in results_doc.RENDERERS[name](rec)]
+        return "\n".join(blocks), case.answer(rec) if case.answer else []
 
     block, answer = read(case.build(tmp_path / "done", ()))
     text = "\n".join([block, *answer])
