@@ -12,44 +12,27 @@ import pytest
 from numloss.compare.paired import check_curve_area, holm, paired_t, paired_t_power, paired_values
 
 
-def test_power_with_two_pairs_matches_a_simulation() -> None:
-    """(The published figures and scipy's noncentral t: test_compare_stats.py.) One df, simulated."""
-    rng = random.Random(4)
-    rate = sum(paired_t([rng.gauss(3, 1), rng.gauss(3, 1)]).p <= 0.05 for _ in range(4000)) / 4000
-    assert paired_t_power(2, 3.0, 1.0, 0.05) == pytest.approx(rate, abs=4 * math.sqrt(rate * (1 - rate) / 4000))
-
-
-def _simulate(n: int, effect: float, sd: float, seed_sd: float, experiments: int, seed: int) -> list[tuple[list[float], list[float]]]:
-    """Per-seed values of a baseline and an arm; each seed adds its own luck to both (pairing)."""
-    rng = random.Random(seed)
-    out = []
+@pytest.mark.parametrize(("n", "effect", "sd", "seed_sd", "alpha", "experiments"), [
+    (2, 3.0, 1 / math.sqrt(2), 0.0, 0.05, 4000),  # one df
+    # the pre-registered design: the seed's luck (sd 10, left out of the power) would swamp an
+    # unpaired comparison; the paired one keeps its power
+    (12, 2.6, 1.85, 10.0, 0.05 / 3, 1500),
+    (8, 0.0, 2.0, 5.0, 0.05, 4000),  # a null: power is the level
+])
+def test_rejects_at_its_computed_power_and_covers_the_true_difference(n, effect, sd, seed_sd, alpha, experiments) -> None:
+    """Per-seed values of a baseline and an arm, each seed adding its own luck to both (pairing):
+    the paired t rejects at paired_t_power's rate and its 95 % interval covers the effect 95 % of
+    the time (the published figures and scipy's noncentral t: test_compare_stats.py)."""
+    rng = random.Random(n)
+    rejected = covered = 0
     for _ in range(experiments):
         luck = [rng.gauss(0, seed_sd) for _ in range(n)]
-        base = [50 + u + rng.gauss(0, sd) for u in luck]
-        arm = [50 + effect + u + rng.gauss(0, sd) for u in luck]
-        out.append((base, arm))
-    return out
-
-
-def test_finds_a_known_effect_at_its_computed_power() -> None:
-    n, effect, sd, alpha = 12, 2.6, 1.85, 0.05 / 3
-    experiments = _simulate(n, effect, sd, seed_sd=10.0, experiments=1500, seed=1)
-    hits = sum(paired_t([a - b for b, a in zip(base, arm, strict=True)]).p <= alpha for base, arm in experiments)
-    expected = paired_t_power(n, effect, math.sqrt(2) * sd, alpha)
-    se = math.sqrt(expected * (1 - expected) / len(experiments))
-    assert abs(hits / len(experiments) - expected) < 4 * se, (hits, expected)
-    # the seed's luck (sd 10) would swamp an unpaired comparison; the paired one keeps its power
-    assert hits / len(experiments) > 0.6
-
-
-def test_null_rejects_at_its_nominal_rate() -> None:
-    experiments = _simulate(8, 0.0, 2.0, seed_sd=5.0, experiments=4000, seed=2)
-    rate = sum(paired_t([a - b for b, a in zip(base, arm, strict=True)]).p <= 0.05 for base, arm in experiments) / 4000
-    assert abs(rate - 0.05) < 4 * math.sqrt(0.05 * 0.95 / 4000), rate
-    # the 95 % interval covers the true difference (0) in 95 % of experiments
-    covered = sum(paired_t([a - b for b, a in zip(base, arm, strict=True)]).ci[0] <= 0
-                  <= paired_t([a - b for b, a in zip(base, arm, strict=True)]).ci[1] for base, arm in experiments[:1000])
-    assert abs(covered / 1000 - 0.95) < 4 * math.sqrt(0.05 * 0.95 / 1000)
+        test = paired_t([(50 + effect + u + rng.gauss(0, sd)) - (50 + u + rng.gauss(0, sd)) for u in luck])
+        rejected += test.p <= alpha
+        covered += test.ci[0] <= effect <= test.ci[1]
+    power = paired_t_power(n, effect, math.sqrt(2) * sd, alpha)
+    for rate, expected in ((rejected / experiments, power), (covered / experiments, 0.95)):
+        assert abs(rate - expected) < 4 * math.sqrt(expected * (1 - expected) / experiments), (rate, expected)
 
 
 def test_holm_holds_the_family_wise_rate_with_a_shared_baseline() -> None:
