@@ -25,13 +25,13 @@ shrink examples one at a time. NUMLOSS_SPACE_DRAW=N draws N compositions per ben
 
 from __future__ import annotations
 
-import itertools
 import math
 import os
 import random
 from dataclasses import dataclass
 from fractions import Fraction
 
+import numpy
 import pytest
 
 from eval_cases import Case, answers_of, usable  # tests/ is on sys.path (conftest.py)
@@ -41,8 +41,7 @@ from numloss.evaluate.benchmarks import LETTERS, Item, load_benchmark
 from numloss.evaluate.programs import ProgramRunner
 from numloss.evaluate.protocol import NUMLOSS, RELEASED
 from numloss.evaluate.runner import score_items
-from numloss.evaluate.sandbox import SandboxLimits
-from test_eval_differential import DATA, NAMES, transcription
+from test_eval_differential import DATA, LIMITS, NAMES, transcription, violations
 
 pytestmark = pytest.mark.skipif(not DATA.is_dir(), reason=f"the real benchmark files are not here ({DATA})")
 
@@ -184,24 +183,15 @@ def programs(benchmark: str, item: Item) -> list[Composition]:
     return [Composition(benchmark, "program", "", shape, "", "none") for shape in PROGRAMS] if item.kind == "number" else []
 
 
-def compositions(benchmark: str, item: Item) -> list[Composition]:
-    """Every composition for `item`: the text product, then the program shapes."""
-    return [Composition(benchmark, item.kind, *axes) for axes in itertools.product(*text_axes(item))] + programs(benchmark, item)
-
-
-def sampled(benchmark: str, item: Item, n: int, rng: random.Random) -> list[Composition]:
-    """n text compositions drawn without replacement, by index into the product (the product, some
-    700,000 per item, is never built: drawing costs the same however many axis values there are)."""
+def sampled(benchmark: str, item: Item, n: int | None, rng: random.Random) -> list[Composition]:
+    """n text compositions (None: all) drawn without replacement, by index into the product (the
+    product, some 700,000 per item, is never built: drawing costs the same however many axis
+    values there are); numpy reads an index as one value per axis, in itertools.product's order."""
     axes = text_axes(item)
-    total = math.prod(len(axis) for axis in axes)
-    out = []
-    for index in rng.sample(range(total), min(n, total)):
-        picked = []
-        for axis in reversed(axes):  # mixed-radix digits of the index, last axis fastest (itertools.product's order)
-            index, digit = divmod(index, len(axis))
-            picked.append(axis[digit])
-        out.append(Composition(benchmark, item.kind, *reversed(picked)))
-    return out
+    shape = [len(axis) for axis in axes]
+    total = math.prod(shape)
+    picked = numpy.unravel_index(rng.sample(range(total), min(n or total, total)), shape)
+    return [Composition(benchmark, item.kind, *map(list.__getitem__, axes, digits)) for digits in zip(*picked, strict=True)]
 
 
 def fill(c: Composition, item: Item, said: str, said_value: Fraction | None, other: str) -> str:
@@ -217,13 +207,6 @@ def fill(c: Composition, item: Item, said: str, said_value: Fraction | None, oth
     wrapped = c.wrapper.format(f=form)
     text = c.phrase.replace("{x}", wrapped).replace("{o}", other) + TAILS[c.tail].replace("{o}", other)
     return THINK.replace("{o}", other) + text if c.tail == "think" else text
-
-
-@dataclass(frozen=True)
-class Drawn:
-    composition: Composition
-    case: Case
-    said_right: bool
 
 
 def items_for(name: str, n: int) -> list[Item]:
@@ -242,41 +225,37 @@ def items_for(name: str, n: int) -> list[Item]:
     return picked
 
 
-def draw(per_benchmark: int | None, seed: int = 0, items_per_benchmark: int = 1, n_programs: int = 2) -> list[Drawn]:
+def draw(per_benchmark: int | None, seed: int = 0, items_per_benchmark: int = 1,
+         n_programs: int = 2) -> list[tuple[Composition, Case]]:
     """A seeded draw of `per_benchmark` compositions per benchmark (None: all of them), each filled
-    right and wrong; at most `n_programs` program compositions per open benchmark (they run in the sandbox)."""
+    right and wrong; at most `n_programs` program compositions per open benchmark (they run in the
+    sandbox). A case's kind is its composition's name, as test_eval_differential's dressings are."""
     rng = random.Random(seed)
     program_rng = random.Random(seed)  # its own stream: a new text axis does not change which programs (sandbox runs) are drawn
     out = []
     for name in NAMES:
         for item in items_for(name, items_per_benchmark):
-            if per_benchmark is None:
-                chosen = compositions(name, item)
-            else:
-                progs = programs(name, item)
-                chosen = sampled(name, item, per_benchmark, rng) + program_rng.sample(progs, min(n_programs, len(progs)))
+            progs = programs(name, item)
+            n = len(progs) if per_benchmark is None else min(n_programs, len(progs))
+            chosen = sampled(name, item, per_benchmark, rng) + program_rng.sample(progs, n)
             (right, rv), (wrong, wv) = answers_of(item)
             for c in chosen:
                 for said, sv, other, said_right in ((right, rv, wrong, True), (wrong, wv, right, False)):
-                    output = fill(c, item, said, sv, other)
-                    out.append(Drawn(c, Case(c.form, name, item, output, None, said_right), said_right))
+                    out.append((c, Case(c.name(), name, item, fill(c, item, said, sv, other), None, said_right)))
     return out
 
 
-LIMITS = SandboxLimits(wall_seconds=10.0, cpu_seconds=5)
-
-
-def score(drawn: list[Drawn]) -> list[tuple[Drawn, tuple[str, bool], object, object]]:
-    """(drawn, released scripts' (answer, verdict), `released` result, `numloss` result) per case."""
+def score(cases: list[Case]) -> list[tuple[Case, tuple[str, bool], object, object]]:
+    """(case, released scripts' (answer, verdict), `released` result, `numloss` result) per case,
+    the rows test_eval_differential's `violations` reads."""
     runner = ProgramRunner(LIMITS, workers=2, allow_unisolated=True)
     rows = []
     for name in NAMES:
-        batch = [d for d in drawn if d.case.benchmark == name]
+        batch = [c for c in cases if c.benchmark == name]
         if not batch:
             continue
-        cases = [d.case for d in batch]
-        items, outputs, fallbacks = [c.item for c in cases], [c.output for c in cases], [None] * len(cases)
-        oracle = transcription(name, cases)
+        items, outputs, fallbacks = [c.item for c in batch], [c.output for c in batch], [None] * len(batch)
+        oracle = transcription(name, batch)
         released = score_items(RELEASED, name, items, outputs, fallbacks, runner)
         numloss = score_items(NUMLOSS, name, items, outputs, fallbacks, runner)
         runner.forget()
@@ -284,28 +263,14 @@ def score(drawn: list[Drawn]) -> list[tuple[Drawn, tuple[str, bool], object, obj
     return rows
 
 
-def violations(rows) -> dict[str, list[str]]:
-    """Property 1 and 2 violations, each named by its composition."""
-    released_passes_wrong = {(d.composition, d.case.item.id) for d, (_, ok), _, _ in rows if not d.said_right and ok}
-    dominance, false_pass, unreadable = [], [], []
-    for d, (answer, ok), _, num in rows:
-        where = f"{d.composition.name()} item {d.case.item.id} gold {d.case.item.answer!r}: {d.case.output!r}"
-        if d.said_right and ok and not num.correct and (d.composition, d.case.item.id) not in released_passes_wrong:
-            dominance.append(f"{where} -> released {answer!r}, numloss {num.prediction!r}")
-        if not d.said_right and num.correct:
-            false_pass.append(f"{where} -> numloss {num.prediction!r} passes")
-        if num.note:
-            unreadable.append(f"{where} -> {num.note}")
-    return {"dominance": dominance, "false_pass": false_pass, "unreadable": unreadable}
-
-
 @pytest.fixture(scope="module")
-def fast_rows():
-    return score(draw(int(os.environ.get("NUMLOSS_SPACE_DRAW", "90")), seed=int(os.environ.get("NUMLOSS_SPACE_SEED", "0"))))
+def fast_draw():
+    drawn = draw(int(os.environ.get("NUMLOSS_SPACE_DRAW", "90")), seed=int(os.environ.get("NUMLOSS_SPACE_SEED", "0")))
+    return [c for c, _ in drawn], score([case for _, case in drawn])
 
 
-def test_the_draw_spans_every_axis(fast_rows):
-    comps = [d.composition for d, *_ in fast_rows]
+def test_the_draw_spans_every_axis(fast_draw):
+    comps = fast_draw[0]
     assert {c.kind for c in comps} == {"number", "math", "choice", "program"}
     assert {c.benchmark for c in comps} == set(NAMES)
     comps = [c for c in comps if c.kind != "program"]  # a program has no phrase, wrapper or tail
@@ -313,25 +278,21 @@ def test_the_draw_spans_every_axis(fast_rows):
     assert len({c.phrase for c in comps}) == len(PHRASES)
 
 
-def test_the_released_protocol_is_the_released_scripts(fast_rows):
-    bad = [(d.composition.name(), d.case.output, t, (r.prediction, r.correct)) for d, t, r, _ in fast_rows if (r.prediction, r.correct) != t]
-    assert not bad, bad[:5]
-
-
-def test_properties_1_and_2_and_no_ordinary_output_is_unreadable(fast_rows):
-    found = violations(fast_rows)
-    for key in ("dominance", "false_pass", "unreadable"):
-        assert not found[key], f"{key}: {len(found[key])} cases:\n" + "\n".join(found[key][:12])
+def test_properties_1_and_2_the_released_protocol_and_no_ordinary_output_is_unreadable(fast_draw):
+    """The `released` protocol reads as the released scripts, and properties 1 and 2 hold, with no
+    output of the draw unreadable."""
+    for key, found in violations(fast_draw[1]).items():
+        assert not found, f"{key}: {len(found)} cases:\n" + "\n".join(map(str, found[:12]))
 
 
 @pytest.mark.slow
 def test_properties_1_and_2_on_a_larger_draw():
     """1,500 compositions per benchmark on two items each, another seed (the whole product, some
     200,000 compositions, is `draw(None)`: hours of CPU)."""
-    rows = score(draw(1500, seed=1, items_per_benchmark=2, n_programs=len(PROGRAMS)))
+    rows = score([case for _, case in draw(1500, seed=1, items_per_benchmark=2, n_programs=len(PROGRAMS))])
     found = violations(rows)
-    assert not found["dominance"] and not found["false_pass"], {k: v[:8] for k, v in found.items()}
-    assert all((r.prediction, r.correct) == t for _, t, r, _ in rows)
+    assert not found["dominance"] and not found["wrong_pass"], {k: v[:8] for k, v in found.items()}
+    assert not found["released_is_not_transcription"]
 
 
 # ---------------------------------------------------------------- property 3: hostile outputs
@@ -370,14 +331,15 @@ def test_property_3_no_output_raises_out_of_the_scorer(protocol):
 if __name__ == "__main__":  # counts of a draw: python tests/test_eval_space.py [N per benchmark [seed]] (docs: 300 23)
     import sys
 
-    rows = score(draw(int(sys.argv[1]) if len(sys.argv) > 1 else None, seed=int(sys.argv[2]) if len(sys.argv) > 2 else 0))
+    rows = score([case for _, case in draw(int(sys.argv[1]) if len(sys.argv) > 1 else None,
+                                          seed=int(sys.argv[2]) if len(sys.argv) > 2 else 0)])
     found = violations(rows)
-    print(f"cases {len(rows)}; dominance violations {len(found['dominance'])}; numloss false passes {len(found['false_pass'])}; "
+    print(f"cases {len(rows)}; dominance violations {len(found['dominance'])}; numloss false passes {len(found['wrong_pass'])}; "
           f"unreadable {len(found['unreadable'])}")
-    for key in ("dominance", "false_pass"):
+    for key in ("dominance", "wrong_pass"):
         for line in found[key][:40]:
             print(key, line)
     for line in found["unreadable"][:10]:
-        print("unreadable", line[:400])
-    right = [(d, t, n) for d, t, _, n in rows if d.said_right]
-    print("right cases", len(right), "released right", sum(t[1] for _, t, _ in right), "numloss right", sum(n.correct for *_, n in right))
+        print("unreadable", str(line)[:400])
+    right = [(t, n) for c, t, _, n in rows if c.truth]
+    print("right cases", len(right), "released right", sum(t[1] for t, _ in right), "numloss right", sum(n.correct for _, n in right))

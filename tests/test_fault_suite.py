@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 
 import numloss.atomic
+from faultrun import at_call
 from test_eval_faults import tiny_eval
 
 # each case trains or evaluates twice (the fault, then the next command); test_atomic_writes
@@ -27,21 +28,6 @@ FAULTS = {
     "disk-full": lambda: OSError(errno.ENOSPC, "No space left on device"),
     "sigint": lambda: KeyboardInterrupt(),
 }
-
-
-def _failing_at(monkeypatch, owner, name: str, fault: str, nth: int = 1) -> dict[str, int]:
-    """Make the `nth` call of owner.name raise the fault (once); returns the call counter."""
-    real = getattr(owner, name)
-    calls = {"n": 0}
-
-    def wrapped(*args, **kwargs):
-        calls["n"] += 1
-        if calls["n"] == nth:
-            raise FAULTS[fault]()
-        return real(*args, **kwargs)
-
-    monkeypatch.setattr(owner, name, wrapped)
-    return calls
 
 
 def _run(main, argv: list[str], capsys) -> tuple[int, list[str]]:
@@ -83,7 +69,7 @@ def test_eval_fault_then_the_same_command(point, fault, tmp_path, capsys, monkey
     argv = tiny_eval("tiny", out, "--batch-size", "1")
     owner, name, nth = (ResultsFile, "append", 2) if point == "second-batch" else (numloss.atomic, "write_bytes_atomic", 1)
     with monkeypatch.context() as patch:
-        _failing_at(patch, owner, name, fault, nth)
+        at_call(patch, [owner], name, nth, FAULTS[fault])
         status, lines = _run(cli.main, argv, capsys)
     _expect_one_line(status, lines, fault)
     kept = (out / "items.jsonl").read_text().splitlines()
@@ -125,7 +111,7 @@ def test_compare_fault_then_the_same_command(point, fault, tmp_path, capsys, mon
     owner, name = {"result": (runner, "_write_json_atomic"), "record": (runner, "write_record"),
                    "report": (report, "write_report")}[point]
     with monkeypatch.context() as patch:
-        _failing_at(patch, owner, name, fault)
+        at_call(patch, [owner], name, 1, FAULTS[fault])
         status, lines = _compare(tmp_path, out, capsys)
     _expect_one_line(status, lines, fault)
     for path in [*out.rglob("*.json"), *(tmp_path / "records").glob("*.json")]:
@@ -152,7 +138,7 @@ def test_train_fault_at_its_own_files_then_resume(point, fault, tmp_path, capsys
     argv = [str(TINY), "--train.output_dir", str(out), *RUN]
     owner, name = (numloss.train.folder, "record_config") if point == "config.yaml" else (numloss.train.run, "write_json_atomic")
     with monkeypatch.context() as patch:
-        _failing_at(patch, owner, name, fault)
+        at_call(patch, [owner], name, 1, FAULTS[fault])
         status, lines = _run(train.main, argv, capsys)
     _expect_one_line(status, lines, fault)
     # the next command: the one the line names (--resume when a checkpoint is whole; else the same)
