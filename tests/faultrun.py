@@ -11,7 +11,8 @@ Points: `locked` (the run folder is held, nothing read yet), `checkpoint-N-files
 
 Imported, it is the fault tests' one builder of runs: the tiny 4-step training (`config`, `RUN`),
 `cli` (this runner in a subprocess), `train_killed_after`, the finished compare run
-(`finished_compare`, conftest's session fixture), and what they are compared with.
+(`finished_compare`, conftest's session fixture), what they are compared with, and `one_line`
+(a command's one error line).
 """
 
 from __future__ import annotations
@@ -219,10 +220,25 @@ def snapshot(folder: Path) -> dict[str, bytes]:
             if p.is_file() and p.name != ".numloss.lock"}
 
 
-def one_line(error: BaseException) -> str:
-    text = str(error)
-    assert text and "\n" not in text and "Traceback" not in text, text
-    return text
+def one_line(argv: list[str], capsys, *, status: int = 2, may_run: bool = False) -> str | None:
+    """Run `numloss ARGV` in-process (ARGV[0] the command) and return the one line it printed:
+    exit `status`, that line alone on stderr (blank lines aside), starting `numloss COMMAND: `, no
+    traceback and no 'unexpected error' (a case no check foresaw). With `may_run`, a run (exit 0,
+    nothing on stderr) returns None."""
+    from numloss.cli import main
+
+    try:
+        rc = main(argv)
+    except SystemExit as exit_:  # argparse
+        rc = exit_.code
+    captured = capsys.readouterr()
+    lines = [line for line in captured.err.splitlines() if line.strip()]
+    if may_run and rc == 0 and not lines:
+        return None
+    assert rc == status and len(lines) == 1, (argv, rc, captured.err[-2000:])
+    assert "Traceback" not in captured.err + captured.out, captured.err[-2000:]
+    assert lines[0].startswith(f"numloss {argv[0]}: ") and "unexpected error" not in lines[0], lines[0]
+    return lines[0]
 
 
 # -- the finished compare run the compare fault tests start from ------------------------------------

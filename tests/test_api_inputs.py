@@ -1,10 +1,10 @@
 """API and command-line inputs that used to trace back or be taken silently: each is one error
-line (or one exception with one line) before any work."""
+line (or one exception with one line) before any work. The checkers of numloss.checks are tested
+word for word once (CHECKS); each entry point and command then shows it routes through them."""
 
 from __future__ import annotations
 
 import os
-import stat
 from pathlib import Path
 
 import pytest
@@ -12,7 +12,18 @@ import torch
 import torch.nn as nn
 
 import numloss.digits
+from faultrun import one_line
 from numloss import build_loss, patch
+from numloss.checks import (
+    ArgumentError,
+    ArgumentTypeError,
+    check_bool,
+    check_choice,
+    check_float,
+    check_int,
+    check_path,
+    check_type,
+)
 from numloss.compare.config import compare_config_from_dict
 from numloss.config import ConfigError
 from numloss.evaluate import evaluate, score_outputs
@@ -55,19 +66,6 @@ def test_evaluate_refuses_a_generator_that_does_not_return_one_generation_per_pr
     assert "\n" not in str(caught.value) and "Broken" in str(caught.value)
 
 
-@pytest.mark.parametrize(("extra", "words"), [
-    (["--seed", "-1"], "--seed must be in [0, 2**32)"),
-    (["--seed", str(2**40)], "--seed must be in [0, 2**32)"),
-    (["--workers", "100000"], "--workers (workers) must be an integer >= 1 and <= "),
-    (["--out", ""], "--out is empty"),
-])
-def test_eval_numbers_out_of_range_are_one_line(extra, words, tmp_path, capsys) -> None:
-    from test_eval_faults import one_line
-
-    line = one_line(["tiny", "--benchmarks", "synthetic:arithmetic", "--out", str(tmp_path / "o"), *extra], capsys)
-    assert words in line
-
-
 def test_a_lone_surrogate_in_a_data_record_is_one_line(tmp_path, capsys, monkeypatch) -> None:
     import numloss.train as train
     import numloss.train.build
@@ -81,50 +79,98 @@ def test_a_lone_surrogate_in_a_data_record_is_one_line(tmp_path, capsys, monkeyp
     assert status == 2 and "example 1 has a lone surrogate (U+D800) in its instruction" in err[-1], err[-3:]
 
 
-# -- models --cache-dir ------------------------------------------------------------------------------
-def test_models_cache_dir_a_file_or_read_only_is_one_line(tmp_path, capsys) -> None:
-    from numloss.models.cli import main
-
-    a_file = tmp_path / "file"
-    a_file.write_text("x")
-    for command in ("prepare", "path"):
-        assert main([command, "smollm2", "--cache-dir", str(a_file / "sub")]) == 2
-        err = capsys.readouterr().err.strip().splitlines()
-        assert len(err) == 1 and "is a file, not a folder" in err[0]
-    if os.geteuid() == 0:
-        pytest.skip("root writes into read-only folders")
-    locked = tmp_path / "locked"
-    locked.mkdir()
-    locked.chmod(stat.S_IRUSR | stat.S_IXUSR)
-    try:
-        assert main(["prepare", "smollm2", "--cache-dir", str(locked / "cache")]) == 2
-        assert "cannot be written" in capsys.readouterr().err
-    finally:
-        locked.chmod(stat.S_IRWXU)
-
-
-# -- demo --out --------------------------------------------------------------------------------------
-def _demo(argv: list[str], capsys) -> tuple[int, list[str]]:
-    from numloss.demo import main
-
-    status = main(argv)
-    captured = capsys.readouterr()
-    assert "Traceback" not in captured.err
-    return status, [line for line in captured.err.splitlines() if line.strip()]
+NAN = float("nan")
+#: numloss.checks: a refused value -> its error type and its one line, word for word ({t}: tmp_path,
+#: which holds the file f)
+CHECKS = [
+    (lambda t: check_bool("flag", "false"), ArgumentTypeError, "flag must be True or False, got 'false' (str): pass a bool"),
+    (lambda t: check_int("n", True, 1), ArgumentTypeError, "n must be an integer >= 1, got True (bool): pass an int"),
+    (lambda t: check_int("n", 3.0), ArgumentTypeError, "n must be an integer, got 3.0 (float): pass an int"),
+    (lambda t: check_int("n", 0, 1, 64), ArgumentError, "n must be an integer >= 1 and <= 64, got 0: pass one in range"),
+    (lambda t: check_int("n", 10**400, high=9), ArgumentError, "n must be an integer <= 9, got an integer of about 401 digits: pass one in range"),
+    (lambda t: check_float("x", "1"), ArgumentTypeError, "x must be a finite number, got '1' (str): pass a number"),
+    (lambda t: check_float("x", NAN), ArgumentError, "x must be a finite number, got nan: pass one in range"),
+    (lambda t: check_float("x", 0.0, 0, low_open=True), ArgumentError, "x must be a finite number > 0, got 0.0: pass one in range"),
+    (lambda t: check_float("x", 10**400, high=1.5), ArgumentError, "x must be a finite number <= 1.5, got an integer of about 401 digits: pass one in range"),
+    (lambda t: check_choice("c", 1, [True, "a"]), ArgumentError, "c must be one of True, 'a', got 1 (int): pick one of those"),
+    (lambda t: check_type("m", None, int, "a model"), ArgumentTypeError, "m must be a model, got None (NoneType): pass a model"),
+    (lambda t: check_path("p", " "), ArgumentTypeError, "p must be a path (a non-blank str or Path), got ' ' (str): pass a path"),
+    (lambda t: check_path("p", t, "file"), ArgumentError, "p: {t} is a folder, not a file: pass a file"),
+    (lambda t: check_path("p", t / "none", "file"), ArgumentError, "p: {t}/none does not exist: pass an existing file"),
+    (lambda t: check_path("p", t / "f", "dir"), ArgumentError, "p: {t}/f is a file, not a folder: pass an existing folder"),
+    (lambda t: check_path("p", t / "none", "dir"), ArgumentError, "p: {t}/none does not exist: pass an existing folder"),
+    (lambda t: check_path("p", t, "new_file"), ArgumentError, "p: {t} is a folder, not a file: pass a file path"),
+    (lambda t: check_path("p", t / "f" / "x.json", "new_file"), ArgumentError,
+     "p: {t}/f is a file, not a folder, so {t}/f/x.json cannot be made under it: pass another path (or move the file away)"),
+    (lambda t: check_path("p", t / "f", "new_dir"), ArgumentError, "p: {t}/f is a file, not a folder: pass another path (or move the file away)"),
+    (lambda t: check_path("p", t / "f" / "a" / "b", "new_dir"), ArgumentError,
+     "p: {t}/f is a file, not a folder, so {t}/f/a/b cannot be made under it: pass another path (or move the file away)"),
+]
 
 
-def test_demo_out_a_file_or_a_held_folder_is_one_line(tmp_path, capsys, monkeypatch) -> None:
+@pytest.mark.parametrize(("call", "kind", "message"), CHECKS, ids=[m.split(",")[0][:50] for _, _, m in CHECKS])
+def test_each_checker_refuses_in_its_exact_line(call, kind, message, tmp_path) -> None:
+    (tmp_path / "f").write_text("x", encoding="utf-8")
+    with pytest.raises(ArgumentError) as caught:  # a ValueError: every command's one line
+        call(tmp_path)
+    assert type(caught.value) is kind and str(caught.value) == message.format(t=tmp_path)
+    assert check_float("x", 2, 0, low_open=True) == 2.0 and check_choice("c", True, [1, True]) is True
+    assert check_path("p", tmp_path / "new" / "x", "new_dir") == tmp_path / "new" / "x"
+
+
+#: a path option given a file, a path under one, or a folder nobody may write (/proc refuses even
+#: root, as a read-only file system does) -> the words of the command's one line ({f}: the file)
+PATHS = {
+    "eval --out under a file": (["eval", "tiny", "--out", "{f}/sub"], "--out: {f} is a file, not a folder, so {f}/sub cannot be made"),
+    "eval --out unwritable": (["eval", "tiny", "--quiet", "--out", "/proc/self/numloss-out"], "--out /proc/self/numloss-out: cannot write there"),
+    "eval --score-outputs a folder": (["eval", "--score-outputs", "{t}", "--out", "{t}/o"], "records: {t} is a folder, not a file"),
+    "eval --score-outputs missing": (["eval", "--score-outputs", "{t}/none.jsonl"], "records: {t}/none.jsonl does not exist"),
+    "compare --out a file": (["compare", "{c}", "--out", "{f}"], "the output folder '{f}' is a file: choose another --out"),
+    "compare --out under a file": (["compare", "{c}", "--out", "{f}/sub"], "cannot lock '{f}/sub': Not a directory"),
+    "compare --out unwritable": (["compare", "{c}", "--no-progress", "--out", "/proc/self/numloss-out"], "must be a writable folder"),
+    "demo --out a file": (["demo", "{d}", "--no-progress", "--out", "{f}"], "the output folder '{f}' is a file"),
+    "models prepare --cache-dir under a file": (["models", "prepare", "smollm2", "--cache-dir", "{f}/sub"], "--cache-dir: {f} is a file, not a folder"),
+    "models path --cache-dir a file": (["models", "path", "smollm2", "--cache-dir", "{f}"], "--cache-dir: {f} is a file, not a folder"),
+    "models prepare --cache-dir unwritable": (["models", "prepare", "smollm2", "--cache-dir", "/proc/self/x"], "/proc/self cannot be written"),
+    "train output_dir under a file": (["train", "{y}", "--train.output_dir", "{f}/sub"], "train.output_dir '{f}/sub' cannot be written"),
+    "train output_dir unwritable": (["train", "{y}", "--train.output_dir", "/proc/self/x"], "('/proc/self' is not a writable folder)"),
+}
+
+
+@pytest.fixture
+def nothing_runs(monkeypatch) -> None:
     import numloss.train
+    import numloss.train.build
 
-    monkeypatch.setattr(numloss.train, "run_training", lambda *a, **k: pytest.fail("trained although refused"))
-    config = str(ROOT / "configs" / "compare-demo.yaml")
-    a_file = tmp_path / "file"
-    a_file.write_text("x")
-    status, err = _demo([config, "--no-progress", "--out", str(a_file)], capsys)
-    assert status == 2 and len(err) == 1 and "is a file" in err[0], err
-    with hold_run_dir(tmp_path / "held", "numloss compare"):  # held by this process: its pid is named
-        status, err = _demo([config, "--no-progress", "--out", str(tmp_path / "held")], capsys)
-    assert status == 2 and len(err) == 1 and f"pid {os.getpid()}" in err[0], err
+    for owner, name in ((numloss.train, "run_training"), (numloss.train.build, "load_model_for")):
+        monkeypatch.setattr(owner, name, lambda *a, **k: pytest.fail("the work began although the input was refused"))
+
+
+def _compare_config(tmp_path: Path) -> str:
+    from test_compare_faults import _mapping, _write
+
+    return _write(tmp_path / "c.yaml", _mapping(tmp_path / "out"))
+
+
+@pytest.mark.parametrize("case", PATHS)
+def test_a_bad_path_is_one_line_in_every_command(case, tmp_path, capsys, nothing_runs) -> None:
+    (tmp_path / "f").write_text("x", encoding="utf-8")
+    names = {"t": tmp_path, "f": tmp_path / "f", "c": _compare_config(tmp_path), "d": ROOT / "configs" / "compare-demo.yaml",
+             "y": ROOT / "tests" / "fixtures" / "train" / "tiny-test.yaml"}
+    argv, words = PATHS[case]
+    line = one_line([a.format(**names) for a in argv], capsys)
+    assert words.format(**names) in line, line
+    assert (tmp_path / "f").read_text(encoding="utf-8") == "x" and not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize("argv", [["compare", "{c}"], ["compare", "{c}", "--report-only"], ["demo", "{d}", "--out", "{o}"]])
+def test_a_held_output_folder_is_one_line_naming_the_holder(argv, tmp_path, capsys, nothing_runs) -> None:
+    """Another process's hold is rundir's test; here each command asks hold_run_dir first."""
+    names = {"c": _compare_config(tmp_path), "d": ROOT / "configs" / "compare-demo.yaml", "o": tmp_path / "out"}
+    with hold_run_dir(tmp_path / "out", "numloss compare"):  # held by this process: its pid is named
+        line = one_line([a.format(**names) for a in argv] + ["--no-progress"], capsys)
+    assert f"pid {os.getpid()}" in line and "in use" in line
+    assert sorted(p.name for p in (tmp_path / "out").iterdir()) == [".numloss.lock"], "the refused command wrote nothing"
 
 
 # -- API arguments x types: one checker (numloss.checks) for every public entry point ----------------
@@ -155,7 +201,6 @@ def _evaluate(**given):
                     program_of_thought=False, **given)
 
 
-NAN = float("nan")
 #: (call, the error's type, what its one line must say); each is refused before any work
 API_CASES = {
     "build_loss name None": (lambda t: _build(None), TypeError, r"name must be an objective name"),

@@ -6,8 +6,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-import pytest
-
+from faultrun import one_line
 from numloss.cli import COMMANDS, main
 
 
@@ -51,15 +50,6 @@ def test_threads_is_one_flag_for_train_eval_and_compare():
     assert compare.torch_threads == 2
 
 
-@pytest.mark.parametrize("value", ["0", "-1"])
-def test_a_bad_thread_count_is_one_line_in_eval_too(value, capsys):
-    from numloss.evaluate.cli import main
-
-    assert main(["tiny", "--threads", value, "--benchmarks", "synthetic:arithmetic", "--limit", "1"]) == 2
-    err = capsys.readouterr().err.strip()
-    assert err == f"numloss eval: --threads must be a positive integer, got {value}"
-
-
 def test_eval_checks_the_tokenizer_before_the_model_loads(monkeypatch, capsys):
     from tokenizers import Tokenizer, models
     from transformers import PreTrainedTokenizerFast
@@ -74,5 +64,4 @@ def test_eval_checks_the_tokenizer_before_the_model_loads(monkeypatch, capsys):
         raise AssertionError("the model was loaded before the tokenizer was checked")
 
     monkeypatch.setattr(load, "load_model_and_tokenizer", refuse)
-    assert main(["eval", "tiny", "--benchmarks", "synthetic:arithmetic", "--limit", "1"]) == 2
-    assert "--no-digit-stats" in capsys.readouterr().err
+    assert "--no-digit-stats" in one_line(["eval", "tiny", "--benchmarks", "synthetic:arithmetic", "--limit", "1"], capsys)

@@ -14,8 +14,8 @@ import pytest
 import yaml
 
 import test_train_faults
+from faultrun import one_line
 from numloss.config import ConfigError, all_keys, load_config
-from numloss.train import main
 
 ROOT = Path(__file__).resolve().parents[1]
 TINY = ROOT / "tests" / "fixtures" / "train" / "tiny-test.yaml"
@@ -104,8 +104,6 @@ CONTEXT = [
     (["--data.source", "{data}", "--data.split", "test"], "data.split applies to a Hugging Face dataset"),
     (["--data.source", "{data}", "--data.subset", "x"], "data.subset applies to a Hugging Face dataset"),
     (["--lora.enabled", "true", "--lora.r", "1000000"], r"lora.r 1000000 is larger than the model's width \(64\)"),
-    (["--objective.alpha", ""], "is empty"),
-    (["--model.name", ""], "is empty"),
     (["--train.seed", "-1"], r"train.seed: expected an integer >= 0 and < 4294967296"),
     (["--train.learning_rate", ".nan"], "train.learning_rate: expected a finite number > 0, got nan"),
     (["--train.warmup_steps", "5"], r"train.warmup_steps: numloss sets warmup_steps itself \(from train.warmup_ratio\)"),
@@ -128,15 +126,6 @@ def test_the_table_covers_every_key() -> None:
     assert sorted(BAD) == sorted(all_keys())
 
 
-def _one_line(capsys, argv: list[str]) -> str:
-    status = main(argv)
-    captured = capsys.readouterr()
-    lines = [line for line in captured.err.splitlines() if line.startswith("numloss train")]
-    assert status == 2, (argv, captured.err[-1500:])
-    assert "Traceback" not in captured.err and len(lines) == 1, captured.err[-1500:]
-    return lines[0]
-
-
 @pytest.mark.parametrize(("key", "value"), [pytest.param(key, value, id=f"{key}-{kind}") for key, values in BAD.items()
                                              for kind, value in zip(("type", "range"), values, strict=True) if value is not None])
 def test_a_bad_value_in_the_file_is_one_line_before_any_model_loads(key, value, tmp_path, capsys, no_model_loads) -> None:
@@ -150,7 +139,7 @@ def test_a_bad_value_in_the_file_is_one_line_before_any_model_loads(key, value, 
         mapping["train"]["output_dir"] = str(tmp_path / "run")
     path = tmp_path / "c.yaml"
     path.write_text(yaml.safe_dump(mapping))
-    line = _one_line(capsys, [str(path)])
+    line = one_line(["train", str(path)], capsys)
     assert key.rsplit(".", 1)[-1] in line or key in line or "not found" in line, line
     assert not (tmp_path / "run" / "config.yaml").exists()
 
@@ -158,7 +147,7 @@ def test_a_bad_value_in_the_file_is_one_line_before_any_model_loads(key, value, 
 @pytest.mark.parametrize("key", sorted(BAD))
 def test_an_empty_value_on_the_command_line_is_one_line(key, tmp_path, capsys, no_model_loads) -> None:
     out = [] if key == "train.output_dir" else ["--train.output_dir", str(tmp_path / "run")]
-    line = _one_line(capsys, [str(TINY), *out, f"--{key}", ""])
+    line = one_line(["train", str(TINY), *out, f"--{key}", ""], capsys)
     assert f"--{key} is empty" in line
 
 
@@ -167,19 +156,13 @@ def test_a_value_ignored_or_refused_later_in_context_is_one_line_first(argv, mes
     data = tmp_path / "train.jsonl"
     data.write_text('{"instruction": "1 + 1 =", "output": "2"}\n')
     argv = [a.replace("{data}", str(data)) for a in argv]
-    line = _one_line(capsys, [str(TINY), "--train.output_dir", str(tmp_path / "run"), *argv])
+    line = one_line(["train", str(TINY), "--train.output_dir", str(tmp_path / "run"), *argv], capsys)
     assert re.search(message, line), line
 
 
-def test_an_empty_or_comment_only_yaml_and_an_alias_are_refused(tmp_path) -> None:
-    for text in ("", "null\n", "# only a comment\n"):
-        (tmp_path / "c.yaml").write_text(text)
-        with pytest.raises(ConfigError, match="holds no settings"):
-            load_config(tmp_path / "c.yaml")
-    bomb = "train:\n  fsdp_config:\n" + "".join(
-        f"    l{i}: &l{i} [{', '.join([f'*l{i - 1}'] * 9) if i else 'x'}]\n" for i in range(9))
-    (tmp_path / "c.yaml").write_text(bomb)
-    with pytest.raises(ConfigError, match=r"line 4: YAML aliases \(\*l0\) are not accepted"):
+def test_a_config_file_holding_nothing_is_refused(tmp_path) -> None:  # each such file: test_io_helpers
+    (tmp_path / "c.yaml").write_text("# only a comment\n")
+    with pytest.raises(ConfigError, match="holds no settings"):
         load_config(tmp_path / "c.yaml")
 
 

@@ -1,7 +1,7 @@
 """Fault injection for `numloss eval`: every bad input is one line and a
 non-zero exit, never a traceback or a silent wrong result; resume refuses another model's outputs.
 
-`one_line` runs the CLI's `main` in-process and asserts the contract. The record faults are
+faultrun's `one_line` runs the command in-process and asserts the contract. The record faults are
 generated over every field and a set of wrong values of every JSON type, not only the examples
 the issues list.
 """
@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 
+from faultrun import one_line
 from numloss.evaluate import cli, evaluate, score_outputs
 from numloss.evaluate.benchmarks import BenchmarkError, load_benchmark
 from numloss.evaluate.generate import Generation
@@ -31,31 +32,6 @@ FIXTURES = Path(__file__).parent / "fixtures" / "benchmarks"
 QUIET = ["--quiet", "--no-digit-stats", "--allow-unisolated-exec"]
 # one value of every JSON type, and the edge cases a hand edit produces
 JSON_VALUES = [None, True, False, 0, -1, 1.5, float("nan"), "", "x", "1", [], [1], ["a", "b"], {}, {"answer": 2}]
-
-
-def run_or_one_line(argv: list[str], capsys: pytest.CaptureFixture[str], *, status: int = 2) -> str | None:
-    """Run `numloss eval ARGV` in-process: None when it ran (exit 0, nothing on stderr); else assert
-    exit `status`, exactly one line on stderr, no traceback and no 'unexpected error' (a case no
-    check foresaw), and return that line."""
-    try:
-        rc = cli.main(argv)
-    except SystemExit as exit_:  # argparse
-        rc = exit_.code
-    captured = capsys.readouterr()
-    lines = [line for line in captured.err.splitlines() if line.strip()]
-    if rc == 0 and not lines:
-        return None
-    assert rc == status, (rc, captured.err)
-    assert "Traceback" not in captured.err and len(lines) == 1, captured.err
-    assert "unexpected error" not in lines[0] and lines[0].startswith("numloss eval"), lines[0]
-    return lines[0]
-
-
-def one_line(argv: list[str], capsys: pytest.CaptureFixture[str], *, status: int = 2) -> str:
-    """`run_or_one_line` for a run that must fail: its one line."""
-    line = run_or_one_line(argv, capsys, status=status)
-    assert line is not None, f"numloss eval {argv} ran"
-    return line
 
 
 def ok(argv: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[str, str]:
@@ -127,7 +103,7 @@ def _cpu_only(device: str):
     return pytest.param(device, marks=pytest.mark.skipif(torch.cuda.is_available(), reason="a GPU is here"))
 
 
-NULL, RECORD = {"question": "q", "answer": None}, {"benchmark": "gsm8k", "id": 0, "output": "1"}
+NULL = {"question": "q", "answer": None}
 #: bad input through the command line -> the words its one line holds: each reaches a different check
 BAD_INPUT = {
     **{f"device {d}": (lambda t, d=d: tiny_eval("tiny", t / "out", f"--device={d}"), ["--device"])
@@ -135,15 +111,9 @@ BAD_INPUT = {
     "device cuda without one": (lambda t: tiny_eval("tiny", t / "out", "--device=cuda"), ["--device", "cuda"]),
     **{f"option {' '.join(argv)}": (lambda t, argv=argv: ["tiny", *argv], ["--help"])  # not the usage
        for argv in (["--workers", "abc"], ["--protocol", "paper"], ["--limit"], ["--no-such-option"])},
-    "out a file": (lambda t: tiny_eval("tiny", _file(t, "f", "x")), ["is a file"]),
-    "out under a file": (lambda t: tiny_eval("tiny", _file(t, "f", "x") / "sub"), ["f is a file", "cannot be made"]),
-    # root writes through chmod; /proc refuses everyone, as a read-only file system does
-    "out unwritable": (lambda t: tiny_eval("tiny", Path("/proc/self/numloss-out")), ["cannot write"]),
-    "score into a file": (lambda t: ["--score-outputs", str(_file(t, "r.jsonl", json.dumps(RECORD))), "--data-dir", str(FIXTURES), "--out",
-                                     str(_file(t, "f", "x"))], ["is a file"]),
+    # --out and --score-outputs through numloss.checks: test_api_inputs' PATHS table
     "items.jsonl a folder": (lambda t: tiny_eval("tiny", _folder(t, "items.jsonl").parent), ["is a folder"]),
-    "score a folder": (lambda t: ["--score-outputs", str(_folder(t, "items.jsonl")), "--data-dir", str(FIXTURES),
-                                  "--out", str(t / "o")], ["is a folder"]),
+    "out empty": (lambda t: tiny_eval("tiny", t, "--out="), ["--out is empty"]),
     "unknown benchmark": (lambda t: ["tiny", "--benchmarks", "gsm9k"], ["unknown benchmark 'gsm9k'"]),
     "no file under --data-dir": (lambda t: ["tiny", "--benchmarks", "simuleq", "--data-dir", str(t)],
                                  ["simuleq", "simuleq/simuleq.json"]),
@@ -163,7 +133,7 @@ BAD_INPUT = {
 def test_bad_input_is_one_line_saying_what_is_wrong(case, tmp_path, capsys, monkeypatch):
     monkeypatch.chdir(tmp_path)  # the default --out
     argv, words = BAD_INPUT[case]
-    line = one_line(argv(tmp_path), capsys)
+    line = one_line(["eval", *argv(tmp_path)], capsys)
     assert all(w in line for w in words), line
     assert not [p for p in tmp_path.rglob("items.jsonl") if p.is_file()]  # refused before any item
 
@@ -171,6 +141,11 @@ def test_bad_input_is_one_line_saying_what_is_wrong(case, tmp_path, capsys, monk
 NUMERIC_OPTIONS = ("--workers", "--batch-size", "--max-new-tokens", "--threads", "--program-timeout", "--limit",
                    "--tensor-parallel", "--seed")
 NUMERIC_VALUES = ("0", "-1", "1.5", "nan", "inf", "1e309", "abc", "", "99999999999")
+#: (option, value) -> what its line says beyond the option's name
+WORDS = {("--threads", "0"): "--threads must be a positive integer, got 0",
+         ("--threads", "-1"): "--threads must be a positive integer, got -1",
+         ("--seed", "-1"): "--seed must be in [0, 2**32)", ("--seed", "99999999999"): "--seed must be in [0, 2**32)",
+         ("--workers", "99999999999"): "--workers (workers) must be an integer >= 1 and <= "}
 
 
 def test_every_numeric_option_is_a_run_or_one_line_naming_it(tmp_path, capsys):
@@ -181,9 +156,9 @@ def test_every_numeric_option_is_a_run_or_one_line_naming_it(tmp_path, capsys):
         for value in NUMERIC_VALUES:
             if option == "--max-new-tokens" and value == "99999999999":
                 continue  # valid (capped at the protocol's 1500 tokens), and slow with the tiny model
-            line = run_or_one_line(tiny_eval("tiny", tmp_path / "out", f"{option}={value}"), capsys)
+            line = one_line(["eval", *tiny_eval("tiny", tmp_path / "out", f"{option}={value}")], capsys, may_run=True)
             runs += line is None
-            assert line is None or option in line, (option, value, line)
+            assert line is None or WORDS.get((option, value), option) in line, (option, value, line)
     assert 4 <= runs <= 12, runs  # --seed 0, --batch-size and --program-timeout large (--seed beyond 2**32 is refused)
 
 
@@ -198,7 +173,7 @@ def test_an_interrupt_is_one_line_saying_what_is_kept(how, tmp_path, capsys, mon
             raise KeyboardInterrupt
 
     monkeypatch.setattr(api, "_generator", lambda *args: (None, None, Interrupted()))
-    line = one_line(tiny_eval("tiny", tmp_path), capsys, status=130)
+    line = one_line(["eval", *tiny_eval("tiny", tmp_path)], capsys, status=130)
     assert "interrupted" in line and "re-run resumes" in line
 
 
@@ -209,7 +184,7 @@ def test_a_full_disk_while_appending_results_is_one_line_naming_the_file(tmp_pat
         raise OSError(errno.ENOSPC, "No space left on device", str(self.path))
 
     monkeypatch.setattr(ResultsFile, "append", full)
-    line = one_line(tiny_eval("tiny", tmp_path), capsys)
+    line = one_line(["eval", *tiny_eval("tiny", tmp_path)], capsys)
     assert f"cannot read or write {tmp_path / 'items.jsonl'}: No space left on device" in line
 
 
@@ -264,10 +239,10 @@ def test_a_bad_results_record_stops_the_cli_in_one_line(tmp_path, capsys):
     text = path.read_text().splitlines()
     good = [json.loads(t) for t in text]
     path.write_text("\n".join([text[0], json.dumps({**good[1], "correct": "yes"})]) + "\n")  # every field: above
-    assert "items.jsonl:2: field 'correct'" in one_line(tiny_eval("tiny", out), capsys)
+    assert "items.jsonl:2: field 'correct'" in one_line(["eval", *tiny_eval("tiny", out)], capsys)
     for garbage in ("[1, 2]", '"text"', "{broken", "null"):
         path.write_text("\n".join([garbage, text[1]]) + "\n")
-        assert "items.jsonl:1:" in one_line(tiny_eval("tiny", out), capsys)
+        assert "items.jsonl:1:" in one_line(["eval", *tiny_eval("tiny", out)], capsys)
 
 
 # ---------------------------------------------------------------- non-UTF-8 bytes name the file and line
@@ -284,18 +259,17 @@ UTF8_ENTRIES = {
 }
 
 
-@pytest.mark.parametrize("entry", UTF8_ENTRIES)
-@pytest.mark.parametrize("bad_byte", [b"\xff", b"\xc3(", b"\x80", b"\xed\xa0\x80"])  # invalid start, cut pair, continuation, surrogate
-def test_a_non_utf8_byte_anywhere_names_the_file_and_line(entry, bad_byte, tmp_path, capsys, monkeypatch):
+@pytest.mark.parametrize("entry", UTF8_ENTRIES)  # each kind of bad byte: test_io_helpers' read_utf8 table
+def test_a_non_utf8_byte_anywhere_names_the_file_and_line(entry, tmp_path, capsys, monkeypatch):
     monkeypatch.chdir(tmp_path)  # the default --out
     lines, name, argv = UTF8_ENTRIES[entry]
-    rows, rng, path = lines(), random.Random(bad_byte), tmp_path / name
+    rows, rng, path = lines(), random.Random(entry), tmp_path / name
     n = rng.randrange(len(rows))
     at = rng.randrange(len(rows[n]))
-    rows[n] = rows[n][:at] + bad_byte + rows[n][at:]
+    rows[n] = rows[n][:at] + b"\xff" + rows[n][at:]
     path.parent.mkdir(exist_ok=True)
     path.write_bytes(b"\n".join(rows) + b"\n")
-    line = one_line(argv(path), capsys)
+    line = one_line(["eval", *argv(path)], capsys)
     assert f"{path}:{n + 1}:" in line and "not UTF-8" in line
 
 
@@ -317,7 +291,7 @@ def test_score_outputs_reads_its_own_items_jsonl_of_a_synthetic_set_of_any_size_
                            for r in ResultsFile(path).records()))
     rescored = score_outputs(old, allow_unisolated=True, seed=seed).items["numloss"]["synthetic:mix"]  # --seed for them
     assert [r.question for r in rescored] == [r.question for r in ours]
-    line = one_line(["--score-outputs", str(path), "--seed", "3", "--out", str(tmp_path / "scored")], capsys)
+    line = one_line(["eval", "--score-outputs", str(path), "--seed", "3", "--out", str(tmp_path / "scored")], capsys)
     assert "not --seed 3" in line
     evaluate(Echo(), "synthetic:mix", results_file=tmp_path / "3.jsonl", limit=2, seed=3, digit_stats=False)
     (tmp_path / "two.jsonl").write_text(path.read_text() + (tmp_path / "3.jsonl").read_text())
@@ -335,8 +309,8 @@ def test_every_malformed_record_to_score_is_one_line(tmp_path, capsys):
         for value in [*JSON_VALUES, "__missing__"]:
             record = {k: v for k, v in good.items() if k != key} if value == "__missing__" else {**good, key: value}
             path.write_text(json.dumps(good) + "\n" + json.dumps(record) + "\n")
-            argv = ["--score-outputs", str(path), "--data-dir", str(FIXTURES), "--out", str(tmp_path / "o"), "--allow-unisolated-exec"]
-            line = run_or_one_line(argv, capsys)
+            argv = ["eval", "--score-outputs", str(path), "--data-dir", str(FIXTURES), "--out", str(tmp_path / "o"), "--allow-unisolated-exec"]
+            line = one_line(argv, capsys, may_run=True)
             refused += line is not None
             assert line is None or f"{path}:2:" in line or "no item with id" in line or "unknown benchmark" in line, line
     assert refused >= 20
@@ -357,7 +331,7 @@ def test_an_unknown_model_online_is_one_line_naming_what_was_looked_for(tmp_path
         raise OSError("We couldn't connect to 'https://huggingface.co' to load the files.\nCheck your internet connection\n" * 10)
 
     monkeypatch.setattr(AutoTokenizer, "from_pretrained", unreachable)
-    line = one_line(tiny_eval("no-such-model-xyz", tmp_path), capsys)  # tiny_eval: --no-digit-stats, no tokenizer check
+    line = one_line(["eval", *tiny_eval("no-such-model-xyz", tmp_path)], capsys)  # tiny_eval: --no-digit-stats, no tokenizer check
     assert "not found" in line and "local folder" in line and "Hugging Face cache" in line and "couldn't connect" in line
 
 

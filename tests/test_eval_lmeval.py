@@ -12,13 +12,13 @@ from pathlib import Path
 
 import pytest
 
+from faultrun import one_line
 from numloss.evaluate import lmeval
 from numloss.evaluate.api import evaluate, score_outputs
 from numloss.evaluate.benchmarks import BenchmarkError
 from numloss.evaluate.cli import main as eval_main
 from numloss.evaluate.generate import Generation
 from numloss.evaluate.report import SCHEMA_VERSION, with_interval
-from test_eval_faults import one_line
 
 FIXTURES = Path(__file__).parent / "fixtures"
 GSM8K_SAMPLES = FIXTURES / "lmeval" / "samples_gsm8k_2024-06-01T12-00-00.123456.jsonl"
@@ -68,15 +68,15 @@ def _write(tmp_path: Path, name: str, rows: list[dict]) -> Path:
 def test_unmatchable_lm_eval_samples_fail_with_one_line(tmp_path, capsys):
     row = json.loads(GSM8K_SAMPLES.read_text().splitlines()[0])
     loglik = _write(tmp_path, "samples_gsm8k_2024-06-01T12-00-00.jsonl", [{**row, "resps": [[[-1.25, False]]]}])
-    assert "no generated text" in one_line(["--score-outputs", str(loglik), "--allow-unisolated-exec", "--out", str(tmp_path / "o")], capsys)
+    assert "no generated text" in one_line(["eval", "--score-outputs", str(loglik), "--allow-unisolated-exec", "--out", str(tmp_path / "o")], capsys)
     bad_doc = _write(tmp_path, "samples_gsm8k_2024-06-01T12-00-01.jsonl", [{**row, "doc": {"text": "no question here"}}])
-    assert "doc_id 0" in one_line(["--score-outputs", str(bad_doc), "--out", str(tmp_path / "o")], capsys)
+    assert "doc_id 0" in one_line(["eval", "--score-outputs", str(bad_doc), "--out", str(tmp_path / "o")], capsys)
     other = _write(tmp_path, "samples_hellaswag_2024-06-01T12-00-00.jsonl", [row])
-    assert "hellaswag" in one_line(["--score-outputs", str(other), "--out", str(tmp_path / "o")], capsys)
+    assert "hellaswag" in one_line(["eval", "--score-outputs", str(other), "--out", str(tmp_path / "o")], capsys)
     unnamed = _write(tmp_path, "outputs.jsonl", [row])
-    assert "--outputs-benchmark" in one_line(["--score-outputs", str(unnamed), "--out", str(tmp_path / "o")], capsys)
+    assert "--outputs-benchmark" in one_line(["eval", "--score-outputs", str(unnamed), "--out", str(tmp_path / "o")], capsys)
     wrong_target = _write(tmp_path, "samples_gsm8k_2024-06-01T12-00-02.jsonl", [{**row, "target": "#### 8"}])
-    assert "target" in one_line(["--score-outputs", str(wrong_target), "--data-dir", str(DATA), "--out", str(tmp_path / "o")], capsys)
+    assert "target" in one_line(["eval", "--score-outputs", str(wrong_target), "--data-dir", str(DATA), "--out", str(tmp_path / "o")], capsys)
     # named explicitly, an unnamed file scores
     assert eval_main(["--score-outputs", str(unnamed), "--outputs-benchmark", "gsm8k", "--allow-unisolated-exec", "--out", str(tmp_path / "o")]) == 0
 
@@ -93,7 +93,7 @@ def test_a_record_whose_question_is_not_the_items_is_refused(tmp_path, capsys):
     wrong = _write(tmp_path, "items.jsonl", [good, {**good, "id": "1", "question": svamp_question}])
     with pytest.raises(BenchmarkError, match=r"items.jsonl:2: the record's question is not the question of gsm8k item 1"):
         score_outputs(wrong, data_dir=DATA)
-    err = one_line(["--score-outputs", str(wrong), "--data-dir", str(DATA), "--out", str(tmp_path / "o")], capsys)
+    err = one_line(["eval", "--score-outputs", str(wrong), "--data-dir", str(DATA), "--out", str(tmp_path / "o")], capsys)
     assert "item 1" in err
 
 

@@ -165,7 +165,7 @@ def test_cli_end_to_end_with_a_tiny_model_folder(tmp_path, capsys):
 
 def test_the_report_header_says_which_settings_version_and_date_made_it():  # conftest resets threads; CLI: end to end
     report = evaluate(Echo(), ["svamp"], data_dir=FIXTURES, limit=2, program_of_thought=False, threads=1)
-    assert torch.get_num_threads() == 1  # bad counts: test_cli's test_a_bad_thread_count_is_one_line_in_eval_too
+    assert torch.get_num_threads() == 1  # bad counts: test_eval_faults' numeric-option sweep
     header = report.to_markdown().splitlines()[:4]
     assert header[2].startswith(f"Made by numloss.evaluate from Python with numloss {__version__} on 20")
     assert header[2].endswith(" UTC.")

@@ -1,7 +1,8 @@
-"""Broken model folders x every command that loads a model (train, compare, eval, demo) and the
-API's loader: each is one line naming the file, what is wrong and the fix, before any training
-(numloss.models.load.check_model_folder). In-process calls on a 1-layer, 16-wide model: the table
-costs a few seconds, and one slow subprocess shows the real command prints no traceback."""
+"""Broken model folders: the API's loader refuses each in one line naming the file, what is wrong
+and the fix (numloss.models.load.check_model_folder), and every command that loads a model (train,
+compare, eval, demo) says that line before any training, each command given a share of the breaks.
+In-process calls on a 1-layer, 16-wide model; one slow subprocess shows the real command prints no
+traceback."""
 
 from __future__ import annotations
 
@@ -15,8 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from faultrun import ROOT, TINY
-from numloss.cli import main as numloss_main
+from faultrun import ROOT, TINY, one_line
 from numloss.models.load import ModelUnavailableError, load_model_and_tokenizer, load_tokenizer
 
 
@@ -105,16 +105,11 @@ def _argv(command: str, model: Path, tmp_path: Path) -> list[str]:
     return [command, _compare_config(tmp_path, model), "--no-progress"]
 
 
-@pytest.mark.parametrize("command", ["train", "compare", "eval", "demo"])
-@pytest.mark.parametrize("broken", list(BROKEN))
+@pytest.mark.parametrize(("command", "broken"), [(("train", "compare", "eval", "demo")[i % 4], broken)
+                                                  for i, broken in enumerate(BROKEN)])
 def test_a_broken_model_folder_is_one_line_in_every_command(broken, command, folders, tmp_path, capsys, no_training):
-    status = numloss_main(_argv(command, folders[broken], tmp_path))
-    captured = capsys.readouterr()
-    lines = [line for line in captured.err.splitlines() if line.strip()]
-    assert status == 2, captured
-    assert len(lines) == 1 and lines[0].startswith(f"numloss {command}: "), captured.err
-    assert "Traceback" not in captured.err + captured.out
-    assert re.search(BROKEN[broken][1], lines[0]), lines[0]
+    line = one_line(_argv(command, folders[broken], tmp_path), capsys)
+    assert re.search(BROKEN[broken][1], line), line
     assert not (tmp_path / "run" / "checkpoint-1").exists()
 
 

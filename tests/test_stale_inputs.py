@@ -10,12 +10,14 @@ from pathlib import Path
 
 import pytest
 
+from faultrun import one_line
+from numloss.cli import main
 from numloss.evaluate import evaluate, score_outputs
 from numloss.evaluate.benchmarks import BenchmarkError
 from numloss.evaluate.store import ResultsFile, folder_identity
 from numloss.identity import file_sha256, folder_sha256, model_sha256
-from test_compare_faults import _mapping, _one_line_error, _write
-from test_eval_faults import Echo, ok, one_line, save_tiny, tiny_eval
+from test_compare_faults import _mapping, _write
+from test_eval_faults import Echo, ok, save_tiny, tiny_eval
 
 
 def _bench(path: Path, answers: list[int], question: str = "What is {} + 0?") -> str:
@@ -116,11 +118,11 @@ def test_a_model_saved_anew_at_the_same_path_is_refused_and_overwrite_moves_its_
     _replace_in_place(model)
     assert folder_identity(model) == first[0]["model_identity"], "names, sizes and times cannot tell the two apart"
     capsys.readouterr()
-    line = one_line(tiny_eval(str(model), out), capsys)
+    line = one_line(["eval", *tiny_eval(str(model), out)], capsys)
     assert "weights of" in line and "changed (sha256:" in line and "--overwrite" in line
     save_tiny(model, seed=1)  # saved anew: new times
     capsys.readouterr()
-    line = one_line(tiny_eval(str(model), out), capsys)
+    line = one_line(["eval", *tiny_eval(str(model), out)], capsys)
     assert "may be another model's outputs" in line and "--overwrite" in line and str(out / "items.jsonl") in line
     assert ResultsFile(out / "items.jsonl").records() == first  # refused: nothing written
     _, err = ok(tiny_eval(str(model), out, "--overwrite"), capsys)
@@ -153,7 +155,7 @@ def test_rescoring_does_not_replace_an_evaluations_report(tmp_path, capsys) -> N
     out = tmp_path / "out"
     ok(tiny_eval("tiny", out), capsys)
     report = (out / "results.json").read_bytes()
-    line = one_line(["--score-outputs", str(out / "items.jsonl"), "--out", str(out), "--allow-unisolated-exec"], capsys)
+    line = one_line(["eval", "--score-outputs", str(out / "items.jsonl"), "--out", str(out), "--allow-unisolated-exec"], capsys)
     assert "holds the report of an evaluation of tiny" in line and "--overwrite" in line
     assert (out / "results.json").read_bytes() == report
     ok(["--score-outputs", str(out / "items.jsonl"), "--out", str(out), "--allow-unisolated-exec", "--overwrite"], capsys)
@@ -165,21 +167,19 @@ def test_rescoring_does_not_replace_an_evaluations_report(tmp_path, capsys) -> N
 
 
 # -- compare -------------------------------------------------------------------------------------------
-def _compare(tmp_path: Path, out: Path, *extra: str) -> int:
-    from numloss.compare import main as compare_main
-
-    return compare_main([_write(tmp_path / "c.yaml", _mapping(out)), "--no-progress", *extra])
+def _compare(tmp_path: Path, out: Path, *extra: str) -> list[str]:
+    return ["compare", _write(tmp_path / "c.yaml", _mapping(out)), "--no-progress", *extra]
 
 
 def test_compare_refuses_a_finished_run_of_a_model_replaced_in_place(tmp_path, capsys) -> None:
     model, out = tmp_path / "model", tmp_path / "out"
     save_tiny(model, seed=0)
-    assert _compare(tmp_path, out, "--model", str(model)) == 0
+    assert main(_compare(tmp_path, out, "--model", str(model))) == 0
     result = json.loads((out / "runs" / "mle-s0" / "result.json").read_text())
     assert result["model_sha256"] == model_sha256(str(model)) and result["data_sha256"].startswith("sha256:")
     _replace_in_place(model)
     capsys.readouterr()
-    line = _one_line_error(capsys, _compare(tmp_path, out, "--model", str(model)))
+    line = one_line(_compare(tmp_path, out, "--model", str(model)), capsys)
     assert "mle-s0" in line and "the model's weights changed (sha256:" in line and "move" in line
     assert json.loads((out / "runs" / "mle-s0" / "result.json").read_text()) == result, "nothing replaced"
 
@@ -187,17 +187,17 @@ def test_compare_refuses_a_finished_run_of_a_model_replaced_in_place(tmp_path, c
 def test_compare_refuses_a_run_of_other_training_data_reuses_one_without_hashes_and_keeps_the_fuller_report(
         tmp_path, capsys) -> None:
     out = tmp_path / "out"
-    assert _compare(tmp_path, out) == 0
+    assert main(_compare(tmp_path, out)) == 0
     path = out / "runs" / "mle-s0" / "result.json"
     result = json.loads(path.read_text())
     assert "model_sha256" not in result, "'tiny' has no weight files: its weights follow from the hashed config"
     path.write_text(json.dumps({**result, "data_sha256": "sha256:" + "0" * 64}))
     capsys.readouterr()
-    line = _one_line_error(capsys, _compare(tmp_path, out))
+    line = one_line(_compare(tmp_path, out), capsys)
     assert "the training data changed (sha256:000000000000 then" in line
     # a result written before the fields existed is reused as it always was
     path.write_text(json.dumps({k: v for k, v in result.items() if k not in ("data_sha256", "model_sha256")}))
-    assert _compare(tmp_path, out, "--report-only") == 0
+    assert main(_compare(tmp_path, out, "--report-only")) == 0
     assert "data_sha256" not in json.loads(path.read_text())
     # a --report-only of a slice does not replace the fuller report
     data = json.loads((out / "results.json").read_text())
@@ -205,9 +205,9 @@ def test_compare_refuses_a_run_of_other_training_data_reuses_one_without_hashes_
     (out / "results.json").write_text(json.dumps(data))
     before = (out / "results.json").read_bytes(), (out / "report.md").read_bytes()
     capsys.readouterr()
-    line = _one_line_error(capsys, _compare(tmp_path, out, "--report-only", "--objectives", "mle"))
+    line = one_line(_compare(tmp_path, out, "--report-only", "--objectives", "mle"), capsys)
     assert "reports 2 runs and this --report-only selects 1" in line
     assert ((out / "results.json").read_bytes(), (out / "report.md").read_bytes()) == before
-    assert _compare(tmp_path, out, "--objectives", "mle") == 0  # a training slice keeps the fuller one aside
+    assert main(_compare(tmp_path, out, "--objectives", "mle")) == 0  # a training slice keeps the fuller one aside
     (kept,) = out.glob("previous-report-*")
     assert (kept / "results.json").read_bytes() == before[0]
