@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 import results_doc  # scripts/ (pytest's pythonpath): the write-up is not installed
 
-from numloss.demo import RECORDED_GRID, fresh_lines, main, trace_lines
+from numloss.demo import RECORDED_GRID, main
 
 ROOT = Path(__file__).resolve().parents[1]
 RANK_WORDS = re.compile(r"\b(better|worse|beats?|wins?|outperforms?|rank(s|ed)? (first|last|above|below))\b", re.I)
@@ -50,58 +50,36 @@ def test_the_recorded_grid_the_demo_prints_is_the_records_and_quotes_the_docs_nu
 
 def _run(label: str, bits: str, trace: list[float]) -> dict:
     return {"label": label, "seed": 0, "evaluation": {"heldout": {"items": bits, "exact_match": bits.count("1") / len(bits)}},
-            "curve": {"step": [1.0, 5.0, 10.0], "digit_logit_mean": trace, "pushdown_share": [0.0, 0.5, 0.9]}}
+            "curve": {"step": [1.0, 5.0, 10.0], "digit_logit_mean": trace, "pushdown_share": [0.0, 0.5, 0.9]},
+            "seconds": {"cpu": 1.0}}
 
 
-def test_one_fresh_seed_is_never_worded_as_a_rank() -> None:
-    """A large, significant difference on one seed's items is reported as that: these models
-    differ on these items (McNemar p), not as one objective above another."""
-    fresh = {"mle": {0: _run("mle", "1" * 300 + "0" * 100, [30, 30, 31])},
-             "del-a0.3": {0: _run("del-a0.3", "1" * 150 + "0" * 250, [30, 13, -3])},
-             "del-centered-a0.3": {0: _run("del-centered-a0.3", "1" * 299 + "0" * 101, [30, 30, 31])}}
-    lines = fresh_lines(fresh)
-    text = "\n".join(lines)
-    assert "this seed's items" in text and "< 0.001" in text, text  # the difference and its test are there
-    assert "-37.5 points" in text and "(150 of 400)" in text
-    assert not RANK_WORDS.search(text), text
-    assert "One seed cannot say" in lines[-1]
-    assert "-3.0" in "\n".join(trace_lines(fresh, "digit_logit_mean"))
-
-
-def test_the_demo_prints_its_fresh_runs_then_the_recorded_grid(tmp_path, capsys, monkeypatch) -> None:
-    """main's default path from the finished runs on: the fresh table and traces, then grid a."""
+@pytest.mark.parametrize("trained", [False, pytest.param(True, marks=pytest.mark.slow)], ids=["given-runs", "tiny-model"])
+def test_the_demo_prints_its_fresh_runs_then_the_recorded_grid(trained, tmp_path, capsys, monkeypatch) -> None:
+    """main's default path: the fresh table and traces, then grid a. Given finished runs, a large,
+    significant difference on one seed's items is reported as that: these models differ on these
+    items (McNemar p), not as one objective above another. Trained: configs/compare-demo-smollm2.yaml's
+    code path with --smoke (the tiny model, 2 steps, 16 items)."""
     import numloss.compare.runner as runner
 
     def finished(compare, progress=True):
         assert compare.learning is None and [s.label for s in compare.objectives] == ["mle", "del-a0.3", "del-centered-a0.3"]
-        bits = {"mle": "1" * 10 + "0" * 6, "del-a0.3": "1" * 4 + "0" * 12, "del-centered-a0.3": "1" * 9 + "0" * 7}
-        return [{**_run(label, b, [30, 13, -3] if label == "del-a0.3" else [30, 30, 31]), "seconds": {"cpu": 1.0}}
-                for label, b in bits.items()]
+        return [_run("mle", "1" * 300 + "0" * 100, [30, 30, 31]), _run("del-a0.3", "1" * 150 + "0" * 250, [30, 13, -3]),
+                _run("del-centered-a0.3", "1" * 299 + "0" * 101, [30, 30, 31])]
 
-    monkeypatch.setattr(runner, "run_grid", finished)
+    if not trained:
+        monkeypatch.setattr(runner, "run_grid", finished)
     status = main([str(ROOT / "configs" / "compare-demo-smollm2.yaml"), "--smoke", "--no-progress", "--out", str(tmp_path / "demo")])
     out = capsys.readouterr().out
     assert status == 0, out
     fresh, _, recorded = out.partition("\nRecorded: grid a")
-    assert re.search(r"25\.0 % \[\d+\.\d, \d+\.\d\] \(4 of 16\)", fresh) and "this seed's items" in fresh and not RANK_WORDS.search(fresh), fresh
-    assert "Fresh trace of digit_logit_mean" in fresh and "-3.0" in fresh and "Fresh trace of pushdown_share" in fresh
-    assert "runs recorded" in recorded and "del-a0.3 - mle" in recorded and "Recorded trace of digit_logit_mean" in recorded
-
-
-@pytest.mark.slow
-def test_the_demo_runs_end_to_end_on_the_tiny_model(tmp_path, capsys) -> None:
-    """configs/compare-demo-smollm2.yaml's code path with --smoke (the tiny model, 2 steps, 16 items): the
-    fresh table and traces, then the recorded grid; the fresh part ranks nothing."""
-    status = main([str(ROOT / "configs" / "compare-demo-smollm2.yaml"), "--smoke", "--no-progress", "--out", str(tmp_path / "demo")])
-    out = capsys.readouterr().out
-    assert status == 0, out
-    fresh, _, recorded = out.partition("\nRecorded: grid a")
-    assert recorded, out
     for label in ("mle", "del-a0.3", "del-centered-a0.3"):
-        assert re.search(rf"^  {re.escape(label)} +\d+\.\d %", fresh, re.M), label
-    assert "this seed's items" in fresh and "Fresh trace of digit_logit_mean" in fresh and "pushdown_share" in fresh
-    assert not RANK_WORDS.search(fresh), fresh
-    assert "runs recorded" in recorded and "Recorded trace of digit_logit_mean" in recorded
+        assert re.search(rf"^  {re.escape(label)} +\d+\.\d % \[\d+\.\d, \d+\.\d\] \(\d+ of \d+\)", fresh, re.M), label
+    assert "this seed's items" in fresh and "One seed cannot say" in fresh and not RANK_WORDS.search(fresh), fresh
+    assert "Fresh trace of digit_logit_mean" in fresh and "Fresh trace of pushdown_share" in fresh
+    assert "runs recorded" in recorded and "del-a0.3 - mle" in recorded and "Recorded trace of digit_logit_mean" in recorded
+    if not trained:  # the difference and its test are there
+        assert "-37.5 points" in fresh and "(150 of 400)" in fresh and "< 0.001" in fresh and "-3.0" in fresh
 
 
 def test_the_help_names_the_default_config(capsys, monkeypatch) -> None:
