@@ -3,6 +3,7 @@ reproducible, correct answers, held-out sets fixed and disjoint from training.""
 
 from __future__ import annotations
 
+import math
 import re
 from dataclasses import replace
 from decimal import Decimal
@@ -14,6 +15,7 @@ from numloss.compare.arith_words import ArithmeticWordTask
 from numloss.compare.config import load_compare_config
 from numloss.compare.task import TEST_SETS, ArithmeticTask
 from numloss.compare.tasks import task_from_dict
+from numloss.evaluate.metrics import numeric_distance, place_accuracy
 
 TASKS = {
     "arithmetic": lambda: ArithmeticTask(train_size=3000, test_size=500),
@@ -96,3 +98,12 @@ def test_longer_and_decimals_go_beyond_training(kind: str) -> None:
 def test_bad_task_is_a_clear_error(mapping: dict, message: str) -> None:
     with pytest.raises(ValueError, match=message):
         task_from_dict(mapping)
+
+
+def test_a_longer_product_is_judged_at_the_golds_places_and_a_factor_ten_costs_ln_10() -> None:
+    """The multiplication endpoints beyond tests/test_eval_metrics.py (alignment by place value, a
+    missing answer, the signed-log MAE by hand)."""
+    by_place = {e.place: (e.correct, e.total) for e in place_accuracy([12736.0, 736.0], ["2736", "2736"])}
+    # 12736 is not punished at the ten-thousands 2736 lacks; 736 is wrong only at the thousands
+    assert by_place == {3: (1, 2), 2: (2, 2), 1: (2, 2), 0: (2, 2)}
+    assert numeric_distance([27360.0], [2736.0]).signed_log_mae == pytest.approx(math.log(27361 / 2737))
