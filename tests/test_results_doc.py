@@ -97,13 +97,6 @@ def _pretrained_root(tmp_path: Path, drop: tuple[str, ...] = (), grid: str = res
     return tmp_path
 
 
-def _mul_record(label: str, seed: int, em: float, mae: float, **extra: object) -> dict:
-    """A synthetic multiplication run record: exact match `em` (%), signed-log MAE `mae`."""
-    return {"label": label, "seed": seed, "curve": {}, **extra, "evaluation": {"in_distribution": {
-        "exact_match": em / 100, "correct": round(em * 20), "n": 2000, "signed_log_mae": mae, "digit_entropy": 0.8, "missing": 0,
-        "place_accuracy": {"0": [1900, 2000], "1": [500, 2000], "2": [1000, 2000], "3": [1500, 1600]}}}}
-
-
 #: per multiplication grid, each arm's (exact match %, signed-log MAE) of a seed from MLE's exact match and
 #: a wiggle of +-0.5 alternating over the seeds
 MUL_ARMS = {
@@ -118,20 +111,23 @@ MUL_ARMS = {
 
 
 def _mul_root(tmp_path: Path, drop: tuple[str, ...] = (), grid: str = "compare-mul") -> Path:
-    """A repository root with a synthetic multiplication grid of 17 seeds, its arms as MUL_ARMS says,
-    less the runs (<label>-s<seed>) in `drop`; the pilot MLE seeds (0-3) give the pre-registered
-    plan's 17 seeds."""
+    """A repository root with a synthetic multiplication grid of 17 seeds, its arms' exact match (%)
+    and signed-log MAE as MUL_ARMS says, less the runs (<label>-s<seed>) in `drop`; the pilot MLE
+    seeds (0-3) give the pre-registered plan's 17 seeds."""
     folder = tmp_path / "results" / grid
     folder.mkdir(parents=True)
     pilot = [14.1, 15.3, 16.75, 11.85]
+    places = {"0": [1900, 2000], "1": [500, 2000], "2": [1000, 2000], "3": [1500, 1600]}
     machine = {"cpu": "AMD EPYC", "vector_extension": "AVX2", "torch_cpu_capability": "AVX2", "cores": 2,
                "torch": "2.13.0+cpu", "date": "2026-12-05", "accelerator": None}
     for seed in range(17):
         base = pilot[seed] if seed < 4 else 12.0 + (seed * 7) % 9
         for label, (em, mae) in MUL_ARMS[grid](base, 0.5 if seed % 2 == 0 else -0.5).items():
             if f"{label}-s{seed}" not in drop:
-                record = _mul_record(label, seed, em, mae, machine=machine,
-                                     learning={"checks": [[200, 0.0], [3200, em / 100]]})
+                record = {"label": label, "seed": seed, "curve": {}, "machine": machine,
+                          "learning": {"checks": [[200, 0.0], [3200, em / 100]]}, "evaluation": {"in_distribution": {
+                              "exact_match": em / 100, "correct": round(em * 20), "n": 2000, "signed_log_mae": mae,
+                              "digit_entropy": 0.8, "missing": 0, "place_accuracy": places}}}
                 (folder / f"{label}-s{seed}-0000.json").write_text(json.dumps(record))
     return tmp_path
 
