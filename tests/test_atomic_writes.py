@@ -1,8 +1,8 @@
 """Every file a user keeps is written whole or not at all, and a compare label never escapes --out.
 
 The atomic helper fails at each of its steps; each writer is driven with an injected write failure
-(the fsync of its temporary file raises ENOSPC, as a full disk does): the earlier file must be
-byte-for-byte as it was, and no temporary file may be left beside it.
+(the fsync of its temporary file raises ENOSPC, as a full disk does): its folder must be
+byte-for-byte as it was, with no temporary file and no torn new one left.
 """
 
 from __future__ import annotations
@@ -18,37 +18,41 @@ from types import SimpleNamespace
 import pytest
 
 import numloss.atomic
-from faultrun import file_size_limit
+from faultrun import file_size_limit, snapshot
 from numloss.atomic import write_bytes_atomic, write_json_atomic, write_text_atomic
 
 
 @pytest.fixture
-def disk_full(monkeypatch):
-    """Make the next atomic write fail at its fsync, as a full disk would."""
+def fail_at(monkeypatch):
+    """`fail_at(step, number)`: the next atomic write fails at `step` (its file's "fsync", the
+    "replace", or its folder's "fsync-folder") with OSError `number`; by default as a full disk."""
 
-    def fail(fd: int) -> None:
-        raise OSError(errno.ENOSPC, "No space left on device")
+    def arm(step: str = "fsync", number: int = errno.ENOSPC) -> None:
+        real_fsync, fsyncs = os.fsync, []
 
-    def arm() -> None:
-        monkeypatch.setattr(numloss.atomic.os, "fsync", fail)
+        def fsync(fd: int) -> None:  # the file's, then the folder's
+            fsyncs.append(fd)
+            if len(fsyncs) == (2 if step == "fsync-folder" else 1):
+                raise OSError(number, os.strerror(number))
+            real_fsync(fd)
+
+        def replace(source, _) -> None:  # a failed rename names its source, the temporary
+            raise OSError(number, os.strerror(number), str(source))
+
+        monkeypatch.setattr(numloss.atomic.os, step.removesuffix("-folder"), replace if step == "replace" else fsync)
 
     return arm
 
 
-def _leftovers(folder: Path) -> list[str]:
-    return sorted(p.name for p in folder.iterdir() if p.name.endswith(".tmp"))
-
-
-def assert_rewrite_survives(folder: Path, disk_full, write, *names: str) -> None:
-    """`write(0)`, then `write(1)` on a full disk: it raises, `names` keep their bytes, no temporary
-    file is left."""
+def assert_rewrite_survives(folder: Path, fail_at, write) -> None:
+    """`write(0)`, then `write(1)` on a full disk: it raises and leaves the folder as it was (no
+    file changed, torn or added, no temporary)."""
     write(0)
-    before = {name: (folder / name).read_bytes() for name in names}
-    disk_full()
+    before = snapshot(folder)
+    fail_at()
     with pytest.raises(OSError):
         write(1)
-    assert {name: (folder / name).read_bytes() for name in names} == before
-    assert _leftovers(folder) == []
+    assert snapshot(folder) == before
 
 
 def test_the_helper_writes_compact_json_and_refuses_nan_or_a_folder_in_the_way_writing_nothing(tmp_path) -> None:
@@ -58,7 +62,7 @@ def test_the_helper_writes_compact_json_and_refuses_nan_or_a_folder_in_the_way_w
     assert target.read_text() == '{"x":2}\n'
     with pytest.raises(ValueError):  # a payload that cannot be serialised writes nothing
         write_json_atomic(target, {"x": float("nan")}, allow_nan=False)
-    assert target.read_text() == '{"x":2}\n' and _leftovers(tmp_path) == []
+    assert snapshot(tmp_path) == {"a.json": b'{"x":2}\n'}
     folder = tmp_path / "results.json"
     (folder / "inside").mkdir(parents=True)
     for write, payload in ((write_bytes_atomic, b"{}"), (write_text_atomic, "{}"), (write_json_atomic, {})):
@@ -71,7 +75,7 @@ def test_the_helper_writes_compact_json_and_refuses_nan_or_a_folder_in_the_way_w
 @pytest.mark.parametrize(("step", "errno_name"), [("write", "EFBIG"), *itertools.product(
     ["fsync", "replace", "fsync-folder"], ["EIO", "ENOSPC", "EDQUOT", "EINVAL", "EROFS", "ENOTSUP"])])
 def test_every_step_of_an_atomic_write_failing_names_the_file_and_keeps_the_old_one(step, errno_name, tmp_path,
-                                                                                   monkeypatch) -> None:
+                                                                                   fail_at, monkeypatch) -> None:
     """Each step of an atomic write failing (the write, cut by a real file-size limit; the file's
     fsync; the rename; then the folder's fsync): an OSError naming the file, the old one kept, no
     temporary left. The folder's fsync comes after the rename: a lost write-back (EIO, ENOSPC,
@@ -80,19 +84,8 @@ def test_every_step_of_an_atomic_write_failing_names_the_file_and_keeps_the_old_
     number = getattr(errno, errno_name)
     target = tmp_path / "config.yaml"
     target.write_text("old")
-    real_fsync, fsyncs = os.fsync, []
-
-    def fsync(fd: int) -> None:  # the file's, then the folder's
-        fsyncs.append(fd)
-        if len(fsyncs) == (2 if step == "fsync-folder" else 1):
-            raise OSError(number, os.strerror(number))
-        real_fsync(fd)
-
-    def replace(source, _) -> None:  # a failed rename names its source, the temporary
-        raise OSError(number, os.strerror(number), str(source))
-
     if step != "write":
-        monkeypatch.setattr(numloss.atomic.os, step.removesuffix("-folder"), replace if step == "replace" else fsync)
+        fail_at(step, number)
     lost = step != "fsync-folder" or number in numloss.atomic.LOST_WRITE_ERRNOS
     with file_size_limit(1) if step == "write" else nullcontext(), pytest.raises(OSError) if lost else nullcontext() as caught:
         write_text_atomic(target, "new")
@@ -109,34 +102,40 @@ def _compare_result(label: str = "mle", seed: int = 0) -> dict:
             "curve": {}, "train_metrics": {}, "learning": None}
 
 
-def _eval_report(folder: Path, monkeypatch) -> tuple:
+def _eval_report(folder: Path, monkeypatch):
     from numloss.evaluate.api import evaluate
     from numloss.evaluate.report import write_report
     from test_eval_faults import Echo
 
     report = evaluate(Echo("3"), "synthetic:arithmetic", limit=2, digit_stats=False, program_of_thought=False)
-    return lambda n: write_report(folder, report), ("results.json", "report.md")
+    return lambda n: write_report(folder, report)
 
 
-def _eval_items(folder: Path, monkeypatch) -> tuple:
+def _eval_items(folder: Path, monkeypatch):
     from numloss.evaluate.store import ResultsFile
 
     store = ResultsFile(folder / "items.jsonl")
     store.records = lambda: [{"a": 1}, {"a": 2}]  # the type checks are another test's subject
     store.path.write_text('{"a": 1}\n{"a": 2}\n')
-    return lambda n: n and store.drop(lambda r: r["a"] == 1), ("items.jsonl",)  # --overwrite's rewrite
+    return lambda n: n and store.drop(lambda r: r["a"] == 1)  # --overwrite's rewrite
 
 
-def _compare_report(folder: Path, monkeypatch) -> tuple:
+def _compare_report(folder: Path, monkeypatch):
     import numloss.compare.report as report
 
     monkeypatch.setattr(report, "_plots", lambda summary, results, out: [])
     monkeypatch.setattr(report, "aggregate", lambda results: {})
     monkeypatch.setattr(report, "markdown_report", lambda summary, meta, plots: f"# report of {meta['runs']} runs\n")
-    return lambda n: report.write_report([_compare_result()], folder, {"runs": n}), ("results.json", "report.md")
+    return lambda n: report.write_report([_compare_result()], folder, {"runs": n})
 
 
-def _config_yaml(folder: Path, monkeypatch) -> tuple:
+def _compare_record(folder: Path, monkeypatch):
+    from numloss.compare.runner import write_record
+
+    return lambda n: write_record(folder, _compare_result(seed=n))  # a new record: none torn
+
+
+def _config_yaml(folder: Path, monkeypatch):
     from numloss.config import Config
     from numloss.train import record_config
 
@@ -145,27 +144,16 @@ def _config_yaml(folder: Path, monkeypatch) -> tuple:
         config.train.learning_rate = 0.5 + n
         record_config(config, folder, None)
 
-    return write, ("config.yaml",)
+    return write
 
 
-@pytest.mark.parametrize("writer", [_eval_report, _eval_items, _compare_report, _config_yaml])
-def test_each_writer_keeps_the_old_file_when_a_rewrite_fails(writer, tmp_path, disk_full, monkeypatch) -> None:
-    write, names = writer(tmp_path, monkeypatch)
-    assert_rewrite_survives(tmp_path, disk_full, write, *names)
-
-
-def test_a_compare_record_is_written_whole(tmp_path, disk_full) -> None:
-    from numloss.compare.runner import record_path, write_record
-
-    disk_full()
-    with pytest.raises(OSError):
-        write_record(tmp_path, _compare_result())
-    assert not record_path(tmp_path, "mle-s0", "0123456789abcdef").exists(), "no torn record"
-    assert _leftovers(tmp_path) == []
+@pytest.mark.parametrize("writer", [_eval_report, _eval_items, _compare_report, _compare_record, _config_yaml])
+def test_each_writer_keeps_the_old_file_when_a_rewrite_fails(writer, tmp_path, fail_at, monkeypatch) -> None:
+    assert_rewrite_survives(tmp_path, fail_at, writer(tmp_path, monkeypatch))
 
 
 # -- log.csv ---------------------------------------------------------------------------------------
-def test_log_csv_resume_drops_a_torn_row_and_later_steps(tmp_path, disk_full) -> None:
+def test_log_csv_resume_drops_a_torn_row_and_later_steps(tmp_path, fail_at) -> None:
     """A resume writes the rows of the checkpoint's log history anew: the interrupted run's later
     rows and its torn last one are gone, appends continue from there, and a failed rewrite keeps
     the file as it was."""
@@ -190,7 +178,7 @@ def test_log_csv_resume_drops_a_torn_row_and_later_steps(tmp_path, disk_full) ->
     callback.on_log(None, state(history), None, logs={"loss": 0.1})
     assert steps() == list(range(1, 12))
     resume = lambda n: callback.on_train_begin(None, state(history[:3] if n else history), None)  # noqa: E731
-    assert_rewrite_survives(tmp_path, disk_full, resume, "log.csv")  # a failed resume loses no logged step
+    assert_rewrite_survives(tmp_path, fail_at, resume)  # a failed resume loses no logged step
 
 
 # -- compare labels are names ------------------------------------------------------------------------
