@@ -10,8 +10,10 @@ import re
 import pytest
 
 from numloss.compare.report import (
+    REPORT_FILES,
     aggregate,
     markdown_table,
+    paired_table,
     significant_labels,
     text_table,
     write_report,
@@ -157,6 +159,7 @@ def test_table_marks_only_a_significant_paired_difference() -> None:
     assert lines[0].startswith("| objective | seeds | exact match % | exact match 95% CI | MAE |")
     assert "**" not in table and "55.0 ± 7.1" in lines[3] and "[" in lines[2]
     assert " *" not in text_table(aggregate(RESULTS), "in_distribution")
+    assert paired_table(aggregate(RESULTS[:2])) == [], "one objective: nothing to pair"
     # five seeds, del always ~20 points above mle on the same seed, lower MAE: only its exact match is marked
     five = FIVE + [_result("emo", s, 0.3 + d + (0.05 if s % 2 else -0.05), 9.0) for s, d in enumerate(SHIFTS)]
     summary = aggregate(five)
@@ -165,23 +168,13 @@ def test_table_marks_only_a_significant_paired_difference() -> None:
     assert rows["del"].count("**") == 2 and rows["del"].split("|")[3].strip().startswith("**")
     assert "**" not in rows["mle"] and "**" not in rows["emo"], "the baseline and a non-difference are never marked"
     assert " *" in text_table(summary, "in_distribution").splitlines()[3]
+    # the paired table by seed: differences 20, 21, 22, 23, 24 points: mean 22, sd 1.58, t interval 22 +- 2.776 x 0.707
+    row = next(line for line in paired_table(summary) if line.startswith("| del |"))
+    assert row.startswith("| del | 5 | +22.0 [+20.0, +24.0] | 0.000 | 0.000 |"), row
     # the same values without the pairing (seeds relabelled at random): the seed luck swamps it
     shuffled = [_result("mle", s, 0.3 + d, 9.0) for s, d in enumerate(SHIFTS)]
     shuffled += [_result("del", s, 0.5 + d, 4.0) for s, d in zip([0, 1, 2, 3, 4], [0.2, -0.2, 0.1, 0.0, -0.1], strict=True)]
     assert significant_labels(aggregate(shuffled), "in_distribution") == set()
-
-
-def test_write_report_files(tmp_path) -> None:
-    """(Every file written: test_learning_speed_section, and end to end test_compare.py.)"""
-    summary = write_report(RESULTS, tmp_path, {"config": "x.yaml", "model": "tiny", "seeds": [0, 1]})
-    data = json.loads((tmp_path / "results.json").read_text())
-    assert set(data) == {"meta", "summary", "runs"} and len(data["runs"]) == 4
-    assert data["summary"]["del"]["sets"]["in_distribution"]["exact_match"]["mean"] == pytest.approx(0.55)
-    report = (tmp_path / "report.md").read_text()
-    for name in ("In-distribution", "Longer numbers", "Decimals"):
-        assert name in report
-    assert "![accuracy_mae](accuracy_mae.png)" in report
-    assert summary["del"]["sets"]["longer"]["items"] == 200
 
 
 def _with_learning(result: dict, step: int, learnt: bool) -> dict:
@@ -193,7 +186,8 @@ def _with_learning(result: dict, step: int, learnt: bool) -> dict:
 
 
 def test_learning_speed_section(tmp_path) -> None:
-    """Pass counts, the curve at quarters of the horizon, medians and the log-rank tests, by hand."""
+    """Pass counts, the curve at quarters of the horizon, medians and the log-rank tests, by hand;
+    and every file and section a full report writes."""
     from numloss.compare.survival import Outcome, logrank
 
     mle = [_with_learning(_result("mle", s, 0.3, 5.0), 1000, False) for s in range(3)]
@@ -220,19 +214,11 @@ def test_learning_speed_section(tmp_path) -> None:
     low9, high9 = (100 * x for x in wilson_interval(90, 100))
     run = f"30.0 [{low:.1f}, {high:.1f}] / 1.500 / -"
     assert f"| mle | {run} | {run} | {run} | 90.0 [{low9:.1f}, {high9:.1f}] / 1.500 / 750 |" in report
-    from numloss.compare.report import REPORT_FILES
-
+    assert all(name in report for name in ("In-distribution", "Longer numbers", "Decimals", "![accuracy_mae](accuracy_mae.png)"))
+    data = json.loads((tmp_path / "results.json").read_text())
+    assert set(data) == {"meta", "summary", "runs"} and len(data["runs"]) == 8 and summary["del"]["sets"]["longer"]["items"] == 400
+    assert data["summary"]["del"]["sets"]["in_distribution"]["exact_match"]["mean"] == pytest.approx(0.9)
     assert sorted(p.name for p in tmp_path.iterdir()) == sorted(REPORT_FILES), "a full report writes every file it names"
-
-
-def test_paired_table_by_seed() -> None:
-    from numloss.compare.report import paired_table
-
-    lines = paired_table(aggregate(FIVE))
-    row = next(line for line in lines if line.startswith("| del |"))
-    # differences 20, 21, 22, 23, 24 points: mean 22, sd 1.58, t interval 22 +- 2.776 x 0.707
-    assert row.startswith("| del | 5 | +22.0 [+20.0, +24.0] | 0.000 | 0.000 |"), row
-    assert paired_table(aggregate(RESULTS[:2])) == [], "one objective: nothing to pair"
 
 
 def _png_panels(path) -> list[dict]:
