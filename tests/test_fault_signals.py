@@ -35,9 +35,8 @@ def test_a_subprocess_of_a_test_dies_with_the_test_process() -> None:
         pytest.fail("a test's subprocess outlived the killed test process")
 
 
-@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the spawn context's named semaphores")
-def test_a_killed_resource_tracker_costs_no_traceback() -> None:
-    program = (
+@pytest.mark.parametrize(("program", "printed"), [
+    pytest.param(
         "import gc, os, time, multiprocessing\n"
         "from multiprocessing import resource_tracker\n"
         "from numloss.interrupt import quiet_resource_tracker\n"
@@ -47,21 +46,19 @@ def test_a_killed_resource_tracker_costs_no_traceback() -> None:
         "time.sleep(0.2)\n"
         "del locks\ngc.collect()\n"
         "time.sleep(0.5)  # the restarted tracker reads the three unregisters\n"
-        "print('done')\n"
-    )
-    done = subprocess.run([sys.executable, "-c", program], capture_output=True, text=True, env=ENV, timeout=60)
-    assert done.returncode == 0 and done.stdout == "done\n", done.stderr
-    assert "Traceback" not in done.stderr and "KeyError" not in done.stderr, done.stderr
-
-
-def test_after_the_interrupted_line_a_further_ctrl_c_ends_the_command_quietly() -> None:
-    program = (
+        "print('done')\n", "done\n", id="killed-resource-tracker",
+        marks=pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the spawn context's named semaphores")),
+    pytest.param(
         "import signal, sys\n"
         "from numloss import cli\n"
         "cli._dispatch = lambda argv: 130  # a command that was interrupted and said so\n"
         "sys.argv = ['numloss', 'compare']\n"
         "status = cli.main()\n"
-        "print(status, signal.getsignal(signal.SIGINT) is signal.SIG_DFL)\n"
-    )
+        "print(status, signal.getsignal(signal.SIGINT) is signal.SIG_DFL)\n", "130 True\n", id="further-ctrl-c"),
+])
+def test_a_killed_resource_tracker_or_a_ctrl_c_after_the_interrupted_line_ends_quietly(program, printed) -> None:
+    """A killed tracker is restarted with no traceback; after the interrupted command's line,
+    Ctrl-C is back to ending the process as a signal does."""
     done = subprocess.run([sys.executable, "-c", program], capture_output=True, text=True, env=ENV, timeout=60)
-    assert done.stdout.split() == ["130", "True"], done.stderr
+    assert done.returncode == 0 and done.stdout == printed, done.stderr
+    assert "Traceback" not in done.stderr and "KeyError" not in done.stderr, done.stderr
