@@ -318,12 +318,6 @@ def test_a_corrupted_record_is_named_in_one_line(corruption, report_only, compar
         "a refused record is left as it is")
 
 
-def test_the_intact_record_is_used(compare_recorded, tmp_path, capsys, no_training) -> None:
-    root, _, record = compare_recorded
-    config = _write(tmp_path / "c.yaml", _mapping(tmp_path / "fresh", records_dir=str(record.parent)))
-    assert compare_main([config, "--no-progress", "--report-only"]) == 0
-
-
 # -- workers die with their parent --------------------------------------------------------------
 
 def _children(pid: int) -> set[int]:

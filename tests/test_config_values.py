@@ -105,7 +105,6 @@ CONTEXT = [
     (["--data.source", "{data}", "--data.subset", "x"], "data.subset applies to a Hugging Face dataset"),
     (["--lora.enabled", "true", "--lora.r", "1000000"], r"lora.r 1000000 is larger than the model's width \(64\)"),
     (["--train.seed", "-1"], r"train.seed: expected an integer >= 0 and < 4294967296"),
-    (["--train.learning_rate", ".nan"], "train.learning_rate: expected a finite number > 0, got nan"),
     (["--train.warmup_steps", "5"], r"train.warmup_steps: numloss sets warmup_steps itself \(from train.warmup_ratio\)"),
     (["--train.extra", "{data_seed: 7}"], "train.data_seed: numloss sets data_seed itself"),
     (["--train.extra", "{run_name: a, run_name: b}"], r"key 'run_name' is given twice \(line 1\)"),
