@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import dataclasses
 import json
 
 import pytest
@@ -212,21 +211,14 @@ def test_learning_checks_are_recorded_and_stop_a_run_early(tmp_path, monkeypatch
     check = compare.task.check_set(10)
     tests = {e.instruction for items in compare.task.test_sets().values() for e in items}
     assert not tests & {e.instruction for e in check}, "the check slice is not a test item"
-    scores = {"mle": [0.1, 0.2, 0.3, 0.4], "del": [0.1, 0.6]}
-    calls: list[int] = []
+    scores = [0.1, 0.2, 0.3, 0.4] + [0.1, 0.6]  # mle's checks, then del's (one process, in grid order)
 
     def fake_score(model, tokenizer, prompts, golds, *args, **kwargs):
         assert len(prompts) == len(golds) == 10
-        calls.append(len(golds))
-        return fake_score.values.pop(0)
+        return scores.pop(0)
 
     monkeypatch.setattr(learning, "score_slice", fake_score)
-    results = {}
-    for spec in compare.objectives:
-        fake_score.values = list(scores[spec.name])
-        compare_one = compare_config_from_dict({**mapping, "objectives": [dataclasses.asdict(spec)]})
-        (result,) = run_grid(compare_one, progress=False)
-        results[spec.name] = result
+    results = {r["objective"]["name"]: r for r in run_grid(compare, progress=False)}
     mle, dele = results["mle"]["learning"], results["del"]["learning"]
     assert mle["checks"] == [[2, 0.1], [4, 0.2], [6, 0.3], [7, 0.4]], "every 2 steps and at the last step"
     assert mle["learnt"] is False and mle["step"] == 7 and results["mle"]["steps"] == 7
@@ -309,8 +301,6 @@ def test_report_only_reports_the_finished_runs_and_trains_nothing(finished, monk
 def test_records_carry_a_grid_into_a_new_checkout(finished, monkeypatch, tmp_path) -> None:
     """records_dir (kept in git) holds every finished run; a fresh output_dir (a new checkout, where
     runs/ is gone) finds them there and trains nothing, and the report names each run's machine."""
-    import json
-
     from numloss.compare.runner import record_path
 
     compare, _, out = finished
