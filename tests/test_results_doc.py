@@ -162,26 +162,6 @@ def test_pretrained_terms_quote_the_logged_sizes() -> None:
     assert results_doc.pretrained_terms({"mle": found["mle"]}, {}) == []
 
 
-def test_the_answer_carries_the_follow_ups_control_and_the_8_pairs(tmp_path: Path) -> None:
-    """The lines that read two grids: the tenth-alpha follow-up with its control, the fresh seeds
-    with the 8 pairs beside them; none before their first pair of runs."""
-    root = _pretrained_root(tmp_path, grid=results_doc.ALPHA_GRID, items_of={"mle": (0, 600), "del-a0.03": (0, 580)})
-    _pretrained_root(root, grid=results_doc.REPLICATE_GRID, items_of={"mle": (0, 600), "del-a0.3": (0, 500)},
-                     drop=("del-a0.3-s3",))
-    line = results_doc.followup_answer(results_doc.Records(root))[0]
-    assert line.endswith("Its control, DEL alpha 0.3 on that machine (interim: 7 of 8 runs): -10.0 points [-10.0, -10.0] "
-                         "over seeds, McNemar p < 0.001.")
-    none = results_doc.Records(_pretrained_root(tmp_path / "none"))
-    assert results_doc.followup_answer(none) == [] and results_doc.seeds_answer(none) == []
-    both = _pretrained_root(tmp_path / "both", grid=results_doc.FRESH_GRID, items_of={"mle": (0, 600), "del-a0.3": (0, 580)},
-                            drop=("del-a0.3-s7",))
-    _pretrained_root(both, grid=results_doc.SEEDS8_GRID, items_of={"mle": (0, 600), "del-a0.3": (0, 580)})
-    [line] = results_doc.seeds_answer(results_doc.Records(both))
-    assert line.endswith("Over the 8 seed pairs on that CPU: -2.0 points [-2.0, -2.0] over seeds, sign-flip p 0.008; "
-                         "**worse than MLE beyond the spread training randomness gives these 8 pairs** (the test was "
-                         "chosen after seeds 0-3: its level is above the nominal 0.05).")
-
-
 def test_the_machine_line_names_each_machine_with_its_own_dates() -> None:
     def run(cpu: str, date: str, seed: int) -> dict:
         return {"seed": seed, "machine": {"accelerator": None, "cores": 2, "cpu": cpu, "date": date, "torch": "2.13.0+cpu",
@@ -227,8 +207,14 @@ class Case(NamedTuple):
     never: tuple[str, ...] = ()
 
 
-def _words(grid: str, spans: dict[str, Any] | None = None) -> Callable[[Path, tuple[str, ...]], Path]:
-    return lambda path, drop: _pretrained_root(path, drop, grid, spans)
+def _words(grid: str, spans: dict[str, Any] | None = None,
+           first: tuple[str, str] | None = None) -> Callable[[Path, tuple[str, ...]], Path]:
+    """A word-problem grid's records; `first`: another follow-up's (grid, run left out), its arm 2 points below MLE."""
+    def build(path: Path, drop: tuple[str, ...]) -> Path:
+        if first:
+            _pretrained_root(path, first[1:], first[0], {"mle": (0, 600), first[1].rsplit("-s", 1)[0]: (0, 580)})
+        return _pretrained_root(path, drop, grid, spans)
+    return build
 
 
 def _dose(spans: dict[str, Any]) -> Callable[[Path, tuple[str, ...]], Path]:
@@ -353,32 +339,39 @@ CASES = {
         _dose({**DOSE, "del-centered-a0.03": (0, 400)}), "pretrained-dose", results_doc.dose_answer,
         ("**No form of DEL tried helped this model at this recipe.**",)),
 }
-FOLLOWUPS = {  # block: grid, the arm against MLE, its seeds, the seed to leave out, the deciding test
-    "pretrained-alpha": (results_doc.ALPHA_GRID, "del-a0.03", 4, 3, "McNemar p", results_doc.ALPHA_READINGS),
-    "pretrained-replicate": (results_doc.REPLICATE_GRID, "del-a0.3", 4, 3, "McNemar p", results_doc.REPLICATE_READINGS),
-    "pretrained-fresh": (results_doc.FRESH_GRID, "del-a0.3", 4, 7, "McNemar p", results_doc.FRESH_READINGS),
-    "pretrained-seeds8": (results_doc.SEEDS8_GRID, "del-a0.3", 8, 7, "sign-flip p", results_doc.SEEDS8_READINGS),
+FOLLOWUPS = {  # block: grid, the arm against MLE, its seeds, the seed to leave out, the deciding test's name and
+    # its p at 20 items fewer every seed, all seeds and one short (the 8 pairs: every sign negative, p 2 / 2^8), the readings
+    "pretrained-alpha": (results_doc.ALPHA_GRID, "del-a0.03", 4, 3, "McNemar p", ("< 0.001",) * 2, results_doc.ALPHA_READINGS),
+    "pretrained-replicate": (results_doc.REPLICATE_GRID, "del-a0.3", 4, 3, "McNemar p", ("< 0.001",) * 2,
+                             results_doc.REPLICATE_READINGS),
+    "pretrained-fresh": (results_doc.FRESH_GRID, "del-a0.3", 4, 7, "McNemar p", ("< 0.001",) * 2, results_doc.FRESH_READINGS),
+    "pretrained-seeds8": (results_doc.SEEDS8_GRID, "del-a0.3", 8, 7, "sign-flip p", ("0.008", "0.016"),
+                          results_doc.SEEDS8_READINGS),
 }
-ANSWERS = {  # the follow-ups with a line of their own in the answer: its renderer and head
-    "pretrained-alpha": (results_doc.followup_answer, "- **Follow-up on the pretrained model, a tenth of the alpha** "
-                         "(pre-registered, 4 seeds on another CPU; "),
-    "pretrained-fresh": (results_doc.seeds_answer, "- **Four more seeds of the pretrained comparison** "
-                         "(pre-registered, seeds 4-7 on the follow-up's CPU; "),
+ANSWERS = {  # each follow-up's part of the answer: its renderer, the follow-up whose line it closes (built first,
+    # its last run short: no verdict in bold), its words before the difference, complete and with a run short
+    "pretrained-alpha": (results_doc.followup_answer, None, "4 seeds on another CPU; {}): DEL alpha 0.03 minus MLE",
+                         ("complete", "interim: 7 of 8 runs")),
+    "pretrained-replicate": (results_doc.followup_answer, (results_doc.ALPHA_GRID, "del-a0.03-s3"),
+                             "Its control, DEL alpha 0.3 on that machine{}:", ("", " (interim: 7 of 8 runs)")),
+    "pretrained-fresh": (results_doc.seeds_answer, None, "seeds 4-7 on the follow-up's CPU; {}): DEL alpha 0.3 minus MLE",
+                         ("complete", "interim: 7 of 8 runs")),
+    "pretrained-seeds8": (results_doc.seeds_answer, (results_doc.FRESH_GRID, "del-a0.3-s7"),
+                          "Over the {} seed pairs on that CPU:", ("8", "7")),
 }
-for _block, (_grid, _arm, _seeds, _last, _test, (_worse, _otherwise)) in FOLLOWUPS.items():
-    _render, _head = ANSWERS.get(_block, (None, ""))
-    # 20 items fewer every seed: c = 20 per seed, b = 0 (8 pairs: every sign negative, p 2 / 2^8)
+for _block, (_grid, _arm, _seeds, _last, _test, (_p, _p_cut), (_worse, _otherwise)) in FOLLOWUPS.items():
+    _render, _first, _words_before, (_done, _short) = ANSWERS[_block]
+    _diff = "-2.0 points [-2.0, -2.0] over seeds"
+    # 20 items fewer every seed: c = 20 per seed, b = 0
     CASES[_block] = Case(
-        _words(_grid, {"mle": (0, 600), _arm: (0, 580)}), _block, _render,
-        (f"**{2 * _seeds} of {2 * _seeds} runs recorded, complete.**",
-         f"`{_arm}` minus MLE -2.0 points, {_test} {'0.008' if _seeds == 8 else '< 0.001'}: {_worse}")
-        + ((f"{_head}complete): … minus MLE -2.0 points [-2.0, -2.0] over seeds, McNemar p < 0.001; {_worse}",)
-           if _render else ()),
+        _words(_grid, {"mle": (0, 600), _arm: (0, 580)}, _first), _block, _render,
+        (f"**{2 * _seeds} of {2 * _seeds} runs recorded, complete.**", f"`{_arm}` minus MLE -2.0 points, {_test} {_p}: {_worse}",
+         f"{_words_before.format(_done)} {_diff}, {_test} {_p}; {_worse}"),
         facts=(f"| {_arm} | {_seeds} | " + ", ".join(["58.0 [54.9, 61.0]"] * _seeds) + " | 58.0 [58.0, 58.0] |",
                f"0 / {20 * _seeds}"),
         cut=(f"{_arm}-s{_last}",),
         interim=(f"**{2 * _seeds - 1} of {2 * _seeds} runs recorded; left: {_arm}-s{_last}: an interim result, "
-                 "no verdict.**",) + ((f"{_head}interim: {2 * _seeds - 1} of {2 * _seeds} runs): ",) if _render else ()),
+                 "no verdict.**", f"{_words_before.format(_short)} {_diff}, {_test} {_p_cut}."),
         empty=f"**0 of {2 * _seeds} runs recorded.**")
     # the same number of items each way (50 / 50 a seed): not told apart; 20 items more: better
     CASES[f"{_block}-even"] = Case(
@@ -415,6 +408,8 @@ def test_a_grid_reads_as_its_design_says(case: Case, tmp_path: Path) -> None:
         assert [p for p in case.verdicts if _says(text, p)] == [], "no verdict before every run is in"
         for line in answer:  # no verdict in bold after the line's head
             assert "**" not in (line.split("): ", 1)[1] if "): " in line else line), line
-    if case.empty:
+    if case.empty:  # before any run: the count alone, and no difference in the answer (a follow-up: no line)
         rec = results_doc.Records(_configs(tmp_path / "none"))
         assert results_doc.RENDERERS[case.block](rec) == [case.empty]
+        answer = case.answer(rec) if case.answer else []
+        assert not [line for line in answer if "minus" in line]
