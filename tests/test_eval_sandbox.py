@@ -250,9 +250,9 @@ _SLEEPERS = "import os, time\nfor _ in range(3):\n    if os.fork() == 0:\n      
 @needs_kernel_sandbox
 @pytest.mark.parametrize("fault, wall", [("killed", 60.0), ("frozen", 3.0)])
 def test_two_evaluators_never_share_a_host_uid_and_no_sandbox_outlives_its_evaluator_killed_or_frozen(fault, wall):
-    """Two evaluators each run two programs with three setsid children each. As root, each sandbox
-    has a host uid of its own, derived from its evaluator's pid (a non-root evaluator's run as its
-    own uid). Then the first evaluator is killed mid-run (the lifeline ends its sandboxes long
+    """Two evaluators each run two programs with three setsid children each: no process of theirs
+    is the host's root, and as root each sandbox has a host uid of its own, derived from its
+    evaluator's pid (a non-root evaluator's run as its own uid). Then the first evaluator is killed mid-run (the lifeline ends its sandboxes long
     before their 60 s wall clock) or stopped: no pipe reads EOF and no parent dies, so neither the
     lifeline nor --die-with-parent nor the host's timer acts, and only the init's own deadline ends
     the namespace, at the wall clock (as root and non-root)."""
@@ -262,18 +262,19 @@ def test_two_evaluators_never_share_a_host_uid_and_no_sandbox_outlives_its_evalu
     evaluators = [subprocess.Popen([sys.executable, "-c", code], env=env, start_new_session=True) for _ in range(2)]
     left: list[str] = []
     try:
-        for _ in range(2400):  # until each runs its programs and their children (a loaded machine is slow)
+        for _ in range(2400):  # until each runs its programs: an init, the program and three children each (a loaded machine is slow)
             time.sleep(0.05)
-            # each one's descendants that run as a sandbox's uid in another pid namespace
-            sandboxed = [[p for p in _foreign(e.pid) if _sandbox_uid(_uid(p))] for e in evaluators]
-            if all(len(found) >= 8 for found in sandboxed):
+            uids = [{p: _uid(p) for p in _foreign(e.pid)} for e in evaluators]
+            if all(len(found) >= 10 for found in uids):
                 break
-        assert all(len(found) >= 8 for found in sandboxed), "the sandboxed programs never started"
+        assert all(len(found) >= 10 for found in uids), "the sandboxed programs never started"
+        # no process of a sandbox is the host's root (as root, set-up is until the preamble drops it)
+        assert all(_sandbox_uid(uid) for found in uids for uid in found.values() if uid != -1), uids
         if os.geteuid() == 0:
-            uids = [{_uid(p) for p in found} - {-1} for found in sandboxed]
-            owners = [{(u - bwrap_mod.HOST_UID_BASE) // bwrap_mod.SLOTS for u in found} for found in uids]
-            assert [len(u) for u in uids] == [2, 2] and owners == [{e.pid} for e in evaluators], uids
-        namespaces = {hostile.pid_namespace(p) for p in sandboxed[0]}
+            hosts = [set(found.values()) - {-1} for found in uids]
+            owners = [{(uid - bwrap_mod.HOST_UID_BASE) // bwrap_mod.SLOTS for uid in found} for found in hosts]
+            assert [len(found) for found in hosts] == [2, 2] and owners == [{e.pid} for e in evaluators], hosts
+        namespaces = {hostile.pid_namespace(p) for p in uids[0]}
         started = time.monotonic()
         os.kill(evaluators[0].pid, signal.SIGKILL if fault == "killed" else signal.SIGSTOP)
         while time.monotonic() - started < 3.0 + policy.INIT_GRACE + 3:
