@@ -288,7 +288,7 @@ CASES = {
     # grid a: centred DEL against MLE and against raw DEL (Holm over the two), raw DEL against
     # MLE beside them; centred - MLE: -1 point every seed (c = 10 x 8 = 80, b = 0); centred - raw: +9
     "grid-a": Case(
-        _words(results_doc.CENTERED_GRID, GRID_A), "pretrained-centered", lambda rec: results_doc.centered_answer(rec),
+        _words(results_doc.CENTERED_GRID, GRID_A), "pretrained-centered", results_doc.centered_answer,
         ("**24 of 24 runs recorded, complete.**",
          "- `del-centered-a0.3` vs `mle`: -1.0 points, McNemar Holm p < 0.001: **worse than MLE**.",
          "- `del-centered-a0.3` vs `del-a0.3`: +9.0 points, McNemar Holm p < 0.001: **centring removes (part of) "
@@ -350,11 +350,13 @@ FOLLOWUPS = {  # block: grid, the arm against MLE, its seeds, the seed to leave 
 }
 ANSWERS = {  # each follow-up's part of the answer: its renderer, the follow-up whose line it closes (built first,
     # its last run short: no verdict in bold), its words before the difference, complete and with a run short
-    "pretrained-alpha": (results_doc.followup_answer, None, "4 seeds on another CPU; {}): DEL alpha 0.03 minus MLE",
+    "pretrained-alpha": (results_doc.followup_answer, None, "**Follow-up on the pretrained model, a tenth of the alpha** "
+                         "(pre-registered, 4 seeds on another CPU; {}): DEL alpha 0.03 minus MLE",
                          ("complete", "interim: 7 of 8 runs")),
     "pretrained-replicate": (results_doc.followup_answer, (results_doc.ALPHA_GRID, "del-a0.03-s3"),
                              "Its control, DEL alpha 0.3 on that machine{}:", ("", " (interim: 7 of 8 runs)")),
-    "pretrained-fresh": (results_doc.seeds_answer, None, "seeds 4-7 on the follow-up's CPU; {}): DEL alpha 0.3 minus MLE",
+    "pretrained-fresh": (results_doc.seeds_answer, None, "**Four more seeds of the pretrained comparison** "
+                         "(pre-registered, seeds 4-7 on the follow-up's CPU; {}): DEL alpha 0.3 minus MLE",
                          ("complete", "interim: 7 of 8 runs")),
     "pretrained-seeds8": (results_doc.seeds_answer, (results_doc.FRESH_GRID, "del-a0.3-s7"),
                           "Over the {} seed pairs on that CPU:", ("8", "7")),
