@@ -34,52 +34,38 @@ def _record(i: int) -> dict:
 
 
 # -- items.jsonl: what counts as a torn tail ---------------------------------------------------------
-def test_every_prefix_of_a_results_file_resumes_to_the_whole_file(tmp_path, monkeypatch) -> None:
-    """A kill mid-append leaves any prefix of the file: the whole records before it are read, the
-    torn rest is cut on the next append, and appending the missing records gives the file back."""
+#: unterminated last lines numloss never writes (items.jsonl a symlink to the user's notes, say)
+FOREIGN_TAILS = [b"my notes", b"x", b"[1, 2]", b"\"a string\"", b"42", b"# a comment", b"id,output", b"\xff\xfe"]
+
+
+def test_an_unterminated_last_line_is_cut_only_when_it_is_a_torn_record(tmp_path, monkeypatch) -> None:
+    """A kill mid-append leaves any prefix of a record after the whole ones (a crash, zeros): the
+    whole records are read, the next append cuts the torn rest, and appending the missing record
+    gives the whole file back. Any other last line (a file numloss did not write, reached through
+    a symlink) is refused naming its line, and never cut."""
     import numloss.evaluate.store
 
-    monkeypatch.setattr(numloss.evaluate.store.os, "fsync", lambda fd: None)  # 700 appends: not the disk's speed
-    records = [_record(i) for i in range(4)]
-    whole = "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in records).encode()
-    path = tmp_path / "items.jsonl"
-    for cut in range(len(whole) + 1):
-        path.write_bytes(whole[:cut])
-        store = ResultsFile(path)
-        kept = store.records()
-        assert kept == records[: len(kept)], cut
-        store.append(records[len(kept):])
-        assert store.records() == records, cut
-        assert path.read_bytes() == whole[: len(path.read_bytes())] and len(path.read_bytes()) >= len(whole) - 1, cut
-
-
-#: unterminated last lines: what a kill mid-append or a crash leaves (True: a torn record, cut on the
-#: next append), and what numloss never writes (items.jsonl a symlink to the user's notes, say)
-TAILS = {b"{": True, b"{\"model\": \"m\", \"outp": True, "{\"output\": \"é".encode()[:-1]: True, b"\0" * 9: True,
-         b"  {": True, b"my notes": False, b"x": False, b"[1, 2]": False, b"\"a string\"": False, b"42": False,
-         b"# a comment": False, b"id,output": False, b"\xff\xfe": False}
-
-
-@pytest.mark.parametrize("tail", TAILS)
-@pytest.mark.parametrize("before", [b"", json.dumps(_record(0)).encode() + b"\n"], ids=["alone", "after-a-record"])
-def test_an_unterminated_last_line_is_cut_only_when_it_is_a_torn_record(tail, before, tmp_path) -> None:
-    """A torn record is cut by the next append; any other last line is refused naming its line,
-    never cut, and the file (here reached through a symlink) is left as it was."""
-    outside = tmp_path / "notes.txt"
-    outside.write_bytes(before + tail)
+    monkeypatch.setattr(numloss.evaluate.store.os, "fsync", lambda fd: None)  # 400 appends: not the disk's speed
+    first, second = (json.dumps(_record(i), ensure_ascii=False).encode() + b"\n" for i in range(2))
     (tmp_path / "out").mkdir()
-    link = tmp_path / "out" / "items.jsonl"
+    link, outside = tmp_path / "out" / "items.jsonl", tmp_path / "notes.txt"
     link.symlink_to(outside)
-    store = ResultsFile(link)
-    if TAILS[tail]:
-        store.append([_record(1)])
-        assert store.records() == [_record(0)] * bool(before) + [_record(1)]
-        return
-    with pytest.raises(BenchmarkError, match=r"items\.jsonl:\d+: "):
-        store.records()
-    with pytest.raises(BenchmarkError):
-        store.append([_record(1)])
-    assert outside.read_bytes() == before + tail
+    for before in (b"", first):
+        for tail in [second[:cut] for cut in range(len(second))] + [b"\0" * 9, b"  {"]:
+            outside.write_bytes(before + tail)
+            store, whole = ResultsFile(link), [_record(0)] * bool(before) + [_record(1)]
+            kept = store.records()  # the last record whole but for its newline is kept
+            assert kept == whole[: len(kept)] and len(kept) >= len(whole) - 1, tail
+            store.append(whole[len(kept):])
+            assert store.records() == whole and outside.read_bytes() in (before + second, before + second[:-1]), tail
+        for tail in FOREIGN_TAILS:
+            outside.write_bytes(before + tail)
+            store = ResultsFile(link)
+            with pytest.raises(BenchmarkError, match=r"items\.jsonl:\d+: "):
+                store.records()
+            with pytest.raises(BenchmarkError):
+                store.append([_record(1)])
+            assert outside.read_bytes() == before + tail
 
 
 # -- compare: one process per run --------------------------------------------------------------------
