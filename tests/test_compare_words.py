@@ -8,11 +8,17 @@ import re
 from pathlib import Path
 
 import pytest
+import torch
+from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from numloss.compare.arith_words import ArithmeticWordTask, word_problem
 from numloss.compare.config import load_compare_config
 from numloss.compare.item_paired import paired_comparison
-from numloss.compare.word_task import ChatExample
+from numloss.compare.teacher_forced import generated_exact, teacher_forced_exact
+from numloss.compare.word_task import ChatExample, WordProblemTask
+from numloss.data import tokenize_examples
+from numloss.evaluate.generate import HFGenerator
+from numloss.models.smollm2 import model_dir, prepare
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -88,12 +94,6 @@ def test_any_facts_draws_exactly_the_problems_of_before() -> None:
 
 
 def test_the_cpu_arm_fits_64_tokens() -> None:
-    from transformers import AutoTokenizer
-
-    from numloss.compare.word_task import WordProblemTask
-    from numloss.data import tokenize_examples
-    from numloss.models.smollm2 import model_dir
-
     # (its recipe is its records': test_compare_records.py fails when a setting changes under them)
     compare = load_compare_config(ROOT / "configs" / "compare-smollm2-words.yaml")
     task = compare.task
@@ -108,13 +108,8 @@ def test_the_cpu_arm_fits_64_tokens() -> None:
 
 @pytest.fixture(scope="module")
 def smollm2():
-    from numloss.models.smollm2 import model_dir, prepare
-
     if not (model_dir() / "config.json").is_file():
         prepare()  # once per machine (~25 s): the converted folder is cached
-    import torch
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-
     threads = torch.get_num_threads()
     torch.set_num_threads(1)  # a second thread on a busy 2-core machine spins at every barrier
     tokenizer = AutoTokenizer.from_pretrained(model_dir())
@@ -128,12 +123,6 @@ def test_teacher_forced_exact_match_equals_real_generation_item_by_item(smollm2)
     greedy answers as references (right by construction), each with a digit changed, one digit
     more (the end token is not argmax there) and one less (the end token comes too early), and the
     true answers (right or wrong as the model is)."""
-    import torch
-
-    from numloss.compare.teacher_forced import generated_exact, teacher_forced_exact
-    from numloss.compare.word_task import WordProblemTask
-    from numloss.evaluate.generate import HFGenerator
-
     model, tokenizer = smollm2
     questions = [(f"What is {a} + {b}? Reply with the number only.", str(a + b)) for a, b in
                  ((3, 4), (12, 7), (48, 36), (130, 270))]
@@ -159,11 +148,6 @@ def test_teacher_forced_exact_match_equals_real_generation_item_by_item(smollm2)
 
 
 def test_teacher_forced_places_and_batches(smollm2) -> None:
-    import torch
-
-    from numloss.compare.teacher_forced import teacher_forced_exact
-    from numloss.compare.word_task import WordProblemTask
-
     model, tokenizer = smollm2
     task = ArithmeticWordTask(answer_digits=3, test_size=6)
     items = WordProblemTask.render(task.held_out(), tokenizer)
