@@ -235,21 +235,20 @@ def python_prog_py(source: str, folder) -> tuple[str, int]:
 
 
 @pytest.fixture(scope="module")
-def sandboxed() -> dict[str, object]:
-    """Every corpus program through the numloss protocol's script and the released one, in parallel;
-    the start methods that re-run the main file in each child (forkserver is Python 3.14's
-    default) through the numloss one: its fresh __main__ must name that file and hand the child its
-    functions."""
-    names = [*PICKLING, *SOCKETS]  # what test_the_released_protocol_keeps_what_the_released_code_prints asserts
-    scripts = [NUMLOSS.script(ALL[n]) for n in NUMLOSS_ONLY] + [RELEASED.script(CORPUS[n]) for n in names]
-    results = run_programs(scripts, LIMITS, workers=4)
-    return {"numloss": dict(zip(NUMLOSS_ONLY, results[: len(NUMLOSS_ONLY)], strict=True)),
-            "released": dict(zip(names, results[len(NUMLOSS_ONLY):], strict=True))}
+def sandboxed() -> dict[tuple[str, str], object]:
+    """Every program in one pool, by (how, name): the corpus through the numloss protocol's script
+    and the released one, PLAIN as it is; the start methods that re-run the main file in each child
+    (forkserver is Python 3.14's default) also through the numloss one: its fresh __main__ must
+    name that file and hand the child its functions."""
+    runs = {("numloss", n): NUMLOSS.script(ALL[n]) for n in NUMLOSS_ONLY}
+    runs |= {("released", n): RELEASED.script(CORPUS[n]) for n in [*PICKLING, *SOCKETS]}
+    runs |= {("plain", n): PLAIN[n] for n in PLAIN}
+    return dict(zip(runs, run_programs(list(runs.values()), LIMITS, workers=4), strict=True))
 
 
 @pytest.mark.parametrize("name", NUMLOSS_ONLY)
 def test_the_numloss_protocol_gives_the_answer_python_prog_py_gives(sandboxed, name, tmp_path):
-    result = sandboxed["numloss"][name]
+    result = sandboxed["numloss", name]
     assert result.ok and python_prog_py(ALL[name], tmp_path) == (result.stdout, 0), result
 
 
@@ -259,7 +258,7 @@ def test_the_released_protocol_keeps_what_the_released_code_prints(sandboxed, na
     # failures: under the released executor the program is the body of a function, what it defines
     # is not a module attribute, pickling it raises, and the released wrapper drops its output
     expected = python_prog_py(CORPUS[name], tmp_path)[0].strip("\n") if name in SOCKETS else ""
-    result = sandboxed["released"][name]
+    result = sandboxed["released", name]
     assert result.ok and result.stdout == expected, result
 
 
@@ -313,16 +312,10 @@ def test_under_the_cpu_clock_a_slow_machine_does_not_cost_the_answer_and_the_wal
     assert cpu.ok and cpu.stdout == "done\n", cpu
 
 
-@pytest.fixture(scope="module")
-def plain() -> dict[str, object]:
-    """Every PLAIN program through the sandbox as it is, in parallel."""
-    return dict(zip(PLAIN, run_programs(list(PLAIN.values()), LIMITS, workers=4), strict=True))
-
-
 @pytest.mark.parametrize("name", list(PLAIN))
-def test_a_program_run_as_it_is_gives_the_output_and_exit_status_of_python_prog_py(plain, name, tmp_path):
+def test_a_program_run_as_it_is_gives_the_output_and_exit_status_of_python_prog_py(sandboxed, name, tmp_path):
     stdout, status = python_prog_py(PLAIN[name], tmp_path)
-    result = plain[name]
+    result = sandboxed["plain", name]
     assert (result.stdout, result.returncode) == (stdout, status), result
     assert result.status == ("ok" if status == 0 else "error"), result
     if status:
