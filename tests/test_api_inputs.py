@@ -66,17 +66,12 @@ def test_evaluate_refuses_a_generator_that_does_not_return_one_generation_per_pr
     assert "\n" not in str(caught.value) and "Broken" in str(caught.value)
 
 
-def test_a_lone_surrogate_in_a_data_record_is_one_line(tmp_path, capsys, monkeypatch) -> None:
-    import numloss.train as train
-    import numloss.train.build
-
-    monkeypatch.setattr(numloss.train.build, "load_model_for", lambda *a, **k: pytest.fail("the model loaded before the error"))
+def test_a_lone_surrogate_in_a_data_record_is_one_line(tmp_path, capsys, nothing_runs) -> None:
     data = tmp_path / "d.jsonl"
     data.write_text('{"instruction": "1 + 1 =", "output": "2"}\n{"instruction": "bad \\ud800 text", "output": "3"}\n')
-    status = train.main([str(ROOT / "tests/fixtures/train/tiny-test.yaml"), "--data.source", str(data),
-                         "--train.output_dir", str(tmp_path / "run")])
-    err = capsys.readouterr().err.strip().splitlines()
-    assert status == 2 and "example 1 has a lone surrogate (U+D800) in its instruction" in err[-1], err[-3:]
+    line = one_line(["train", str(ROOT / "tests/fixtures/train/tiny-test.yaml"), "--data.source", str(data),
+                     "--train.output_dir", str(tmp_path / "run")], capsys)
+    assert "example 1 has a lone surrogate (U+D800) in its instruction" in line
 
 
 NAN = float("nan")
