@@ -25,6 +25,7 @@ shrink examples one at a time. NUMLOSS_SPACE_DRAW=N draws N compositions per ben
 
 from __future__ import annotations
 
+import itertools
 import math
 import os
 import random
@@ -210,19 +211,13 @@ def fill(c: Composition, item: Item, said: str, said_value: Fraction | None, oth
 
 
 def items_for(name: str, n: int) -> list[Item]:
-    bench = load_benchmark(name, data_dir=DATA)
-    picked = []
-    for it in bench.items:
-        if not usable(it):
-            continue
-        if it.kind == "math" and (plain_exact(it.answer) is None or "," in it.answer):
-            continue  # MATH items with a plain-number gold
-        if it.kind == "choice" and len(it.options) < 4:
-            continue
-        picked.append(it)
-        if len(picked) == n:
-            break
-    return picked
+    """The first n usable items of a benchmark (MATH ones with a plain-number gold, choice ones with
+    four options or more)."""
+    def fits(it: Item) -> bool:
+        return usable(it) and (it.kind != "math" or plain_exact(it.answer) is not None and "," not in it.answer) and (
+            it.kind != "choice" or len(it.options) >= 4)
+
+    return list(itertools.islice(filter(fits, load_benchmark(name, data_dir=DATA).items), n))
 
 
 def draw(per_benchmark: int | None, seed: int = 0, items_per_benchmark: int = 1,
