@@ -4,6 +4,7 @@ word for word once (CHECKS); each entry point and command then shows it routes t
 
 from __future__ import annotations
 
+import contextlib
 import os
 from pathlib import Path
 
@@ -113,8 +114,9 @@ def test_each_checker_refuses_in_its_exact_line(call, kind, message, tmp_path) -
     assert check_path("p", tmp_path / "new" / "x", "new_dir") == tmp_path / "new" / "x"
 
 
-#: a path option given a file, a path under one, or a folder nobody may write (/proc refuses even
-#: root, as a read-only file system does) -> the words of the command's one line ({f}: the file)
+#: a path option given a file, a path under one, a folder nobody may write (/proc refuses even
+#: root, as a read-only file system does), or an output folder this process holds (another's: rundir's
+#: test) -> the words of the command's one line ({f}: the file)
 PATHS = {
     "eval --out under a file": (["eval", "tiny", "--out", "{f}/sub"], "--out: {f} is a file, not a folder, so {f}/sub cannot be made"),
     "eval --out unwritable": (["eval", "tiny", "--quiet", "--out", "/proc/self/numloss-out"], "--out /proc/self/numloss-out: cannot write there"),
@@ -124,6 +126,9 @@ PATHS = {
     "compare --out under a file": (["compare", "{c}", "--out", "{f}/sub"], "cannot lock '{f}/sub': Not a directory"),
     "compare --out unwritable": (["compare", "{c}", "--no-progress", "--out", "/proc/self/numloss-out"], "must be a writable folder"),
     "demo --out a file": (["demo", "{d}", "--no-progress", "--out", "{f}"], "the output folder '{f}' is a file"),
+    "compare held": (["compare", "{c}", "--no-progress"], "'{t}/out' is in use by pid {pid} "),
+    "compare --report-only held": (["compare", "{c}", "--no-progress", "--report-only"], "'{t}/out' is in use by pid {pid} "),
+    "demo held": (["demo", "{d}", "--no-progress", "--out", "{t}/out"], "'{t}/out' is in use by pid {pid} "),
     "models prepare --cache-dir under a file": (["models", "prepare", "smollm2", "--cache-dir", "{f}/sub"], "--cache-dir: {f} is a file, not a folder"),
     "models path --cache-dir a file": (["models", "path", "smollm2", "--cache-dir", "{f}"], "--cache-dir: {f} is a file, not a folder"),
     "models prepare --cache-dir unwritable": (["models", "prepare", "smollm2", "--cache-dir", "/proc/self/x"], "/proc/self cannot be written"),
@@ -151,21 +156,14 @@ def _compare_config(tmp_path: Path) -> str:
 def test_a_bad_path_is_one_line_in_every_command(case, tmp_path, capsys, nothing_runs) -> None:
     (tmp_path / "f").write_text("x", encoding="utf-8")
     names = {"t": tmp_path, "f": tmp_path / "f", "c": _compare_config(tmp_path), "d": ROOT / "configs" / "compare-demo.yaml",
-             "y": ROOT / "tests" / "fixtures" / "train" / "tiny-test.yaml"}
+             "y": ROOT / "tests" / "fixtures" / "train" / "tiny-test.yaml", "pid": os.getpid()}
     argv, words = PATHS[case]
-    line = one_line([a.format(**names) for a in argv], capsys)
+    out, held = tmp_path / "out", case.endswith("held")
+    with hold_run_dir(out, "numloss compare") if held else contextlib.nullcontext():
+        line = one_line([a.format(**names) for a in argv], capsys)
     assert words.format(**names) in line, line
-    assert (tmp_path / "f").read_text(encoding="utf-8") == "x" and not (tmp_path / "out").exists()
-
-
-@pytest.mark.parametrize("argv", [["compare", "{c}"], ["compare", "{c}", "--report-only"], ["demo", "{d}", "--out", "{o}"]])
-def test_a_held_output_folder_is_one_line_naming_the_holder(argv, tmp_path, capsys, nothing_runs) -> None:
-    """Another process's hold is rundir's test; here each command asks hold_run_dir first."""
-    names = {"c": _compare_config(tmp_path), "d": ROOT / "configs" / "compare-demo.yaml", "o": tmp_path / "out"}
-    with hold_run_dir(tmp_path / "out", "numloss compare"):  # held by this process: its pid is named
-        line = one_line([a.format(**names) for a in argv] + ["--no-progress"], capsys)
-    assert f"pid {os.getpid()}" in line and "in use" in line
-    assert sorted(p.name for p in (tmp_path / "out").iterdir()) == [".numloss.lock"], "the refused command wrote nothing"
+    assert (tmp_path / "f").read_text(encoding="utf-8") == "x", "the file in the way is left as it was"
+    assert (sorted(os.listdir(out)) if out.exists() else []) == [".numloss.lock"] * held, "the refused command wrote nothing"
 
 
 # -- API arguments x types: one checker (numloss.checks) for every public entry point ----------------

@@ -240,7 +240,7 @@ def test_yaml_errors_are_one_line_naming_the_file_before_any_training(change, wo
     assert not list((tmp_path / "out").glob("runs/*")), "no run was started"
 
 
-# -- the output folder: one writer (test_api_inputs' held-folder test), nothing finished deleted ---
+# -- the output folder: one writer (test_api_inputs' PATHS table), nothing finished deleted --------
 
 def test_another_steps_keeps_the_finished_run_aside_and_says_so(compare_recorded, tmp_path, capsys) -> None:
     root, _, _ = compare_recorded
