@@ -681,8 +681,7 @@ def answer(rec: Records) -> list[str]:
         f" {100 * d['detectable_share']:.0f} % learnt at these counts."
     )
     lines.append(pretrained_answer(rec))
-    lines += followup_answer(rec)
-    lines += seeds_answer(rec)
+    lines += followup_answer(rec) + followup_answer(rec, "seeds")
     lines += centered_answer(rec)
     lines += mul_centered_answer(rec)
     lines += dose_answer(rec)
@@ -1091,80 +1090,76 @@ def _interim(state: dict[str, Any]) -> str:
     )
 
 
-def _followup_line(
-    rec: Records,
-    grid: str,
-    label: str,
-    title: str,
-    design: str,
-    arm: str,
-    readings: tuple[str, str],
-) -> str | None:
-    """A follow-up's answer line (None before its first pair of runs): its design and
-    completeness, `arm` (`label`) minus MLE with the seed interval and McNemar p, and its reading
-    once all of its runs are in."""
+#: the answer's follow-up lines: (grid, arm, title, design, the arm in words, readings) of the
+#: line's own follow-up (McNemar), then of the follow-up that closes it: (grid, arm, its words
+#: before the difference, the fewest seeds it is shown with, its deciding test, readings)
+FOLLOWUP_ANSWERS = {
+    "alpha": (
+        (
+            ALPHA_GRID,
+            "del-a0.03",
+            "Follow-up on the pretrained model, a tenth of the alpha",
+            "pre-registered, 4 seeds on another CPU",
+            "DEL alpha 0.03",
+            ALPHA_READINGS,
+        ),
+        (
+            REPLICATE_GRID,
+            "del-a0.3",
+            " Its control, DEL alpha 0.3 on that machine{interim}:",
+            1,
+            "mcnemar_p_holm",
+            REPLICATE_READINGS,
+        ),
+    ),
+    "seeds": (
+        (
+            FRESH_GRID,
+            "del-a0.3",
+            "Four more seeds of the pretrained comparison",
+            "pre-registered, seeds 4-7 on the follow-up's CPU",
+            "DEL alpha 0.3",
+            FRESH_READINGS,
+        ),
+        (
+            SEEDS8_GRID,
+            "del-a0.3",
+            " Over the {n} seed pairs on that CPU:",
+            5,
+            "sign_flip_p",
+            SEEDS8_READINGS,
+        ),
+    ),
+}
+
+
+def followup_answer(rec: Records, which: str = "alpha") -> list[str]:
+    """A follow-up's line of the answer block (FOLLOWUP_ANSWERS; none before its first pair of
+    runs): its design and completeness, its arm minus MLE with the seed interval and McNemar p,
+    then the follow-up that closes it, each with its reading once all of its runs are in."""
+    (grid, label, title, design, arm, readings), closing = FOLLOWUP_ANSWERS[which]
     state = _followup_state(rec, grid, label)
     c = state["comparison"]
     if c is None:
-        return None
-    line = (
+        return []
+    line = _reading_end(
         f"- **{title}** ({design}; {_interim(state)}): {arm} minus MLE {_pp(c['mean_diff'])}"
-        f" points{_seed_ci(c)}, McNemar p {_p(c['mcnemar_p_holm'])}"
+        f" points{_seed_ci(c)}, McNemar p {_p(c['mcnemar_p_holm'])}",
+        state,
+        readings,
     )
-    return _reading_end(line, state, readings)
-
-
-def followup_answer(rec: Records) -> list[str]:
-    """The follow-up's line of the answer block (none before its first pair of runs)."""
-    line = _followup_line(
-        rec,
-        ALPHA_GRID,
-        "del-a0.03",
-        "Follow-up on the pretrained model, a tenth of the alpha",
-        "pre-registered, 4 seeds on another CPU",
-        "DEL alpha 0.03",
-        ALPHA_READINGS,
-    )
-    if line is None:
-        return []
-    control = _followup_state(rec, REPLICATE_GRID, "del-a0.3")
-    k = control["comparison"]
-    if k is not None:
+    grid, label, words, fewest, test, readings = closing
+    state = _followup_state(rec, grid, label)
+    k = state["comparison"]
+    if k is not None and len(k["seeds"]) >= fewest:
+        interim = f" ({_interim(state)})" if state["missing"] else ""
         line = _reading_end(
             line
-            + " Its control, DEL alpha 0.3 on that machine"
-            + ("" if not control["missing"] else f" ({_interim(control)})")
-            + f": {_pp(k['mean_diff'])} points{_seed_ci(k)}, McNemar p {_p(k['mcnemar_p_holm'])}",
-            control,
-            REPLICATE_READINGS,
-        )
-    return [line]
-
-
-def seeds_answer(rec: Records) -> list[str]:
-    """The four-more-seeds line of the answer block: the fresh seeds' McNemar, then the 8 pairs'
-    sign-flip test (none before the first fresh pair)."""
-    line = _followup_line(
-        rec,
-        FRESH_GRID,
-        "del-a0.3",
-        "Four more seeds of the pretrained comparison",
-        "pre-registered, seeds 4-7 on the follow-up's CPU",
-        "DEL alpha 0.3",
-        FRESH_READINGS,
-    )
-    if line is None:
-        return []
-    pooled = _followup_state(rec, SEEDS8_GRID, "del-a0.3")
-    k = pooled["comparison"]
-    if k is not None and len(k["seeds"]) > 4:
-        line = _reading_end(
-            line
-            + f" Over the {len(k['seeds'])} seed pairs on that CPU: {_pp(k['mean_diff'])} points"
-            f"{_seed_ci(k)}, sign-flip p {_p(k['sign_flip_p'])}",
-            pooled,
-            SEEDS8_READINGS,
-            test="sign_flip_p",
+            + words.format(interim=interim, n=len(k["seeds"]))
+            + f" {_pp(k['mean_diff'])} points{_seed_ci(k)}, {TESTS[test][0]} {_p(k[test])}",
+            state,
+            readings,
+            test,
         )
     return [line]
 

@@ -7,6 +7,7 @@ import json
 import re
 import shutil
 from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -355,10 +356,10 @@ ANSWERS = {  # each follow-up's part of the answer: its renderer, the follow-up 
                          ("complete", "interim: 7 of 8 runs")),
     "pretrained-replicate": (results_doc.followup_answer, (results_doc.ALPHA_GRID, "del-a0.03-s3"),
                              "Its control, DEL alpha 0.3 on that machine{}:", ("", " (interim: 7 of 8 runs)")),
-    "pretrained-fresh": (results_doc.seeds_answer, None, "**Four more seeds of the pretrained comparison** "
+    "pretrained-fresh": (partial(results_doc.followup_answer, which="seeds"), None, "**Four more seeds of the pretrained comparison** "
                          "(pre-registered, seeds 4-7 on the follow-up's CPU; {}): DEL alpha 0.3 minus MLE",
                          ("complete", "interim: 7 of 8 runs")),
-    "pretrained-seeds8": (results_doc.seeds_answer, (results_doc.FRESH_GRID, "del-a0.3-s7"),
+    "pretrained-seeds8": (partial(results_doc.followup_answer, which="seeds"), (results_doc.FRESH_GRID, "del-a0.3-s7"),
                           "Over the {} seed pairs on that CPU:", ("8", "7")),
 }
 for _block, (_grid, _arm, _seeds, _last, _test, (_p, _p_cut), (_worse, _otherwise)) in FOLLOWUPS.items():
