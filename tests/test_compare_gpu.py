@@ -65,9 +65,7 @@ def test_word_problems_render_in_the_chat_template_with_completion_only_labels(t
         ChatExample("q", "a").prompt  # noqa: B018 - the property raises
     check = {e.instruction for e in task.check_set(5)}
     assert not check & {e.instruction for e in task.train_set(1, exclude=check)}
-
-
-def test_last_number_criterion() -> None:
+    # the benchmarks' criterion: the last number of the answer
     assert last_number_matches("6 * 2 = 12. The answer is 12.", "12")
     assert last_number_matches("so 4.50 dollars", "4.5")
     assert not last_number_matches("The answer is 13.", "12") and not last_number_matches("no idea", "12")

@@ -12,6 +12,7 @@ import pytest
 from numloss.compare.report import (
     REPORT_FILES,
     aggregate,
+    exact_match_text,
     markdown_table,
     paired_table,
     significant_labels,
@@ -90,7 +91,7 @@ def test_aggregate_mean_std_and_the_interval_over_items_and_seeds() -> None:
 def test_every_accuracy_column_carries_its_interval_built_as_exact_matchs() -> None:
     """Issue 49: TF digit acc and the place accuracies print their 95 % interval: the Wilson
     interval of the digits pooled over seeds hulled with the seed t interval (one seed: Wilson alone;
-    no counts kept: the seed interval alone)."""
+    no counts kept: the seed interval alone); a run's exact match on the console its Wilson interval."""
     from numloss.compare.stats import seed_interval
 
     def hull(*intervals):
@@ -112,12 +113,7 @@ def test_every_accuracy_column_carries_its_interval_built_as_exact_matchs() -> N
             assert re.fullmatch(r"\d+\.\d \[\d+\.\d, \d+\.\d\]", cells[title]), (title, cells[title])
         low, high = (100 * x for x in wilson_interval(130, 200))
         assert cells["TF digit acc %"] == f"65.0 [{low:.1f}, {high:.1f}]"
-
-
-def test_the_console_prints_a_runs_exact_match_with_its_interval() -> None:
-    """The progress bar's and the pretrained driver's line per finished run (issue 49)."""
-    from numloss.compare.report import exact_match_text
-
+    # the progress bar's and the pretrained driver's line per finished run
     low, high = wilson_interval(30, 100)
     assert exact_match_text(_evaluation(0.3, 5.0)) == f"30.0% [{100 * low:.1f}, {100 * high:.1f}]"
     assert exact_match_text({"exact_match": 0.5, "n": 4}) == "50.0%", "no counts kept: no interval"

@@ -26,7 +26,7 @@ from numloss.compare.stats import fisher_exact_p, seed_interval, wilson_interval
 from numloss.compare.survival import Outcome, logrank
 
 
-def test_wilson_interval() -> None:
+def test_wilson_and_seed_intervals() -> None:
     low, high = wilson_interval(50, 100)
     assert low == pytest.approx(0.4038, abs=1e-4) and high == pytest.approx(0.5962, abs=1e-4)
     low, high = wilson_interval(0, 2000)
@@ -34,9 +34,7 @@ def test_wilson_interval() -> None:
     assert all(math.isnan(x) for x in wilson_interval(0, 0))
     # the own Wilson formula (z 1.96, not 1.959964) within 1e-5 of statsmodels'
     assert wilson_interval(56, 70) == pytest.approx(proportion_confint(56, 70, method="wilson"), abs=1e-5)
-
-
-def test_seed_interval_by_hand_with_exact_t_quantiles() -> None:
+    # the seed interval, exact t quantiles
     low, high = seed_interval([0.5, 0.6, 0.7])  # mean 0.6, sd 0.1, t(0.975, 2) = 4.302653
     half = 4.302653 * 0.1 / math.sqrt(3)
     assert (low, high) == pytest.approx((0.6 - half, 0.6 + half))
