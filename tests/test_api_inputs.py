@@ -129,6 +129,8 @@ PATHS = {
     "compare held": (["compare", "{c}", "--no-progress"], "'{t}/out' is in use by pid {pid} "),
     "compare --report-only held": (["compare", "{c}", "--no-progress", "--report-only"], "'{t}/out' is in use by pid {pid} "),
     "demo held": (["demo", "{d}", "--no-progress", "--out", "{t}/out"], "'{t}/out' is in use by pid {pid} "),
+    "eval held": (["eval", "tiny", "--benchmarks", "synthetic:arithmetic", "--out", "{t}/out"], "'{t}/out' is in use by pid {pid} "),
+    "eval --score-outputs held": (["eval", "--score-outputs", "{f}", "--out", "{t}/out"], "'{t}/out' is in use by pid {pid} "),
     "models prepare --cache-dir under a file": (["models", "prepare", "smollm2", "--cache-dir", "{f}/sub"], "--cache-dir: {f} is a file, not a folder"),
     "models path --cache-dir a file": (["models", "path", "smollm2", "--cache-dir", "{f}"], "--cache-dir: {f} is a file, not a folder"),
     "models prepare --cache-dir unwritable": (["models", "prepare", "smollm2", "--cache-dir", "/proc/self/x"], "/proc/self cannot be written"),

@@ -5,13 +5,13 @@
 - a second driver on one compare output folder leaves the runs another process trains alone
   (every subset of a grid's runs held);
 - `--also-to` copies are written whole (a write failing at every byte count keeps the old copy);
-- a second `numloss eval` into a held --out stops in one line naming the holder;
 - torch.save and safetensors cut off at every byte are read as a full disk;
 - a lock file that is a symlink is refused by every command, its target untouched;
 - SIGTERM is Ctrl-C (one line, the same exit), at every point of a save (test_train_faults'
   subprocess case sends the real signal).
 
-(Every step of an atomic write failing: test_atomic_writes.)
+(Every step of an atomic write failing: test_atomic_writes; a second command into a held folder:
+test_api_inputs' held rows.)
 """
 
 from __future__ import annotations
@@ -141,26 +141,6 @@ def test_copies_to_also_to_are_whole_or_the_old_one_at_every_failing_byte(tmp_pa
     _copy(record, [out])
     assert (out / "r.json").read_bytes() == record.read_bytes()
     assert [p.name for p in out.iterdir()] == ["r.json"], "no temporary left"
-
-
-# -- eval: one writer per --out ----------------------------------------------------------------------
-@pytest.mark.parametrize("mode", ["evaluate", "score-outputs"])
-def test_a_second_eval_into_a_held_out_is_one_line_naming_the_holder(mode, tmp_path, capsys) -> None:
-    from numloss.evaluate import cli
-    from numloss.rundir import hold_run_dir
-    from test_eval_faults import QUIET
-
-    out = tmp_path / "out"
-    out.mkdir()
-    items = out / "items.jsonl"
-    items.write_text(json.dumps(_record(0)) + "\n")
-    argv = (["tiny", "--benchmarks", "synthetic:arithmetic", "--limit", "2", "--max-new-tokens", "2"] if mode == "evaluate"
-            else ["--score-outputs", str(items)]) + ["--out", str(out), *QUIET]
-    with hold_run_dir(out, "numloss eval"):
-        status = cli.main(argv)
-    err = capsys.readouterr().err.strip().splitlines()
-    assert status == 2 and len(err) == 1 and f"pid {os.getpid()}" in err[0] and "numloss eval" in err[0], err
-    assert items.read_text() == json.dumps(_record(0)) + "\n"
 
 
 # -- SIGTERM -----------------------------------------------------------------------------------------
