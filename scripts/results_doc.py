@@ -184,11 +184,6 @@ class Records:
     def chunked(self) -> dict[str, dict[int, dict[str, Any]]]:
         return self._runs("compare-chunked")
 
-    @cached_property
-    def pretrained(self) -> tuple[Any, dict[str, dict[int, dict[str, Any]]], dict[str, Any]]:
-        """The pretrained grid (see `pretrained_grid`)."""
-        return self.pretrained_grid(PRETRAINED_GRID)
-
     def pretrained_grid(
         self, name: str
     ) -> tuple[Any, dict[str, dict[int, dict[str, Any]]], dict[str, Any]]:
@@ -713,33 +708,26 @@ def answer(rec: Records) -> list[str]:
 
 # -- the pretrained arm ---------------------------------------------------------------------------
 def _pretrained_state(rec: Records) -> dict[str, Any]:
-    """What the pretrained grid's records say: planned and recorded runs, the seeds every arm has,
-    the held-out set's arms and comparisons against the reference (MLE) and the untrained model."""
-    compare, found, summary = rec.pretrained
+    """What the pretrained grid's records say: planned, recorded and missing runs (the untrained
+    model's among the planned), the seeds every arm has, the held-out set's arms and comparisons
+    against the reference (MLE) and the untrained model."""
     from grid_driver import BASELINE
 
+    compare, found, summary, planned, missing = _grid_runs(rec, PRETRAINED_GRID)
     labels = [spec.label for spec in compare.objectives]
-    planned_seeds = list(compare.seeds)
-    recorded = sum(len(seeds) for label, seeds in found.items() if label != BASELINE) + (
-        BASELINE in found
-    )
-    complete_seeds = [
-        s for s in planned_seeds if all(s in found.get(label, {}) for label in labels)
-    ]
-    entry = summary["sets"].get(
-        "heldout", {"arms": {}, "versus_reference": {}, "versus_untrained": {}}
-    )
     return {
-        "compare": compare,
         "found": found,
-        "labels": labels,
+        "summary": summary,
         "reference": summary["reference"],
-        "planned": len(labels) * len(planned_seeds) + 1,
-        "recorded": recorded,
-        "seeds": planned_seeds,
-        "complete_seeds": complete_seeds,
-        "entry": entry,
-        "complete": len(complete_seeds) == len(planned_seeds) and BASELINE in found,
+        "planned": len(planned) + 1,
+        "recorded": len(planned) - len(missing) + (BASELINE in found),
+        "missing": missing,
+        "seeds": list(compare.seeds),
+        "complete_seeds": [s for s in compare.seeds if all(s in found.get(a, {}) for a in labels)],
+        "entry": summary["sets"].get(
+            "heldout", {"arms": {}, "versus_reference": {}, "versus_untrained": {}}
+        ),
+        "complete": not missing and BASELINE in found,
     }
 
 
@@ -918,13 +906,7 @@ def pretrained_grid(rec: Records) -> list[str]:
     """docs/results-pretrained.md's status: every recorded run's score and the tests of the
     summary."""
     state = _pretrained_state(rec)
-    _, found, summary = rec.pretrained
-    missing = [
-        f"{label}-s{seed}"
-        for seed in state["seeds"]
-        for label in state["labels"]
-        if seed not in found.get(label, {})
-    ]
+    found, missing = state["found"], state["missing"]
     lines = [
         f"**{state['recorded']} of {state['planned']} runs recorded"
         + (
@@ -934,7 +916,7 @@ def pretrained_grid(rec: Records) -> list[str]:
         ),
         "",
     ]
-    lines += summary_markdown_lines(summary)
+    lines += summary_markdown_lines(state["summary"])
     if found:
         lines += ["", machine(found)]
     return lines
@@ -1428,7 +1410,6 @@ def demo_recorded(rec: Records) -> list[str]:
     design's), every arm's mean exact match, the design's comparisons (seed-level 95 % interval,
     McNemar p, Holm over the primary pair) with, once every run is in, their readings, and the
     recorded mean digit-logit trace of the three arms."""
-    from numloss.compare.stats import seed_interval
     from numloss.demo import BASELINE, _columns, _interval, _mean_curves, _pct, trace_lines
 
     state = _three_arm_state(rec, CENTERED_GRID)
@@ -1767,8 +1748,6 @@ def dose_state(rec: Records) -> dict[str, Any]:
     (arm right where MLE is wrong more often) and the one-sided seed-level t, each Holm-adjusted
     over the arms present; the trend slope per seed over alpha 0-1.28; detached against attached."""
     from scipy import stats
-
-    from numloss.compare.paired import holm
 
     _, found, _, planned, missing = _grid_runs(rec, DOSE_GRID)
     bits = {label: bits_of(runs) for label, runs in found.items()}
