@@ -125,9 +125,7 @@ class _FusedLinearLoss(torch.autograd.Function):
         device = hidden.device
         nll = torch.zeros(num_rows, dtype=math, device=device)
         cost = torch.zeros(num_rows if unit is not None else 0, dtype=math, device=device)
-        digit_logits = torch.zeros(
-            (digit_index.numel(), digit_columns.numel()), dtype=math, device=device
-        )
+        digit_logits = nll.new_zeros((digit_index.numel(), digit_columns.numel()))
         row_finite = torch.ones(num_rows, dtype=torch.bool, device=device)
         in_forward = any(ctx.needs_input_grad[:3]) and rule is not None and strategy == "forward"
         stored = _gradient_buffers(ctx, hidden, weight, bias, unit, math) if in_forward else None

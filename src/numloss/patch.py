@@ -94,11 +94,9 @@ def _numeric_forward(
         raise ValueError(
             "numloss.patch: return_dict=False is not supported with labels; leave return_dict on"
         )
-    aligned = (
-        shift_labels
-        if shift_labels is not None
-        else F.pad(labels[..., 1:], (0, 1), value=loss_fn.ignore_index)
-    )
+    aligned = shift_labels
+    if aligned is None:
+        aligned = F.pad(labels[..., 1:], (0, 1), value=loss_fn.ignore_index)
     if needs_step_digit_count(loss_fn, aligned, num_items_in_batch, num_digits_in_batch):
         raise ValueError(step_digits_refusal("numloss.patch", loss_fn, takes_digit_count=True))
     counts = dict(num_items_in_batch=num_items_in_batch, num_digits_in_batch=num_digits_in_batch)

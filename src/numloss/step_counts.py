@@ -90,11 +90,8 @@ def step_digits_refusal(where: str, loss_fn: NumericLoss, takes_digit_count: boo
     naming what the objective divides by and the ways out."""
     normalize = getattr(loss_fn, "normalize", "digits")
     what = "sum of the place weights" if normalize == "weights" else "digit count"
-    pass_it = (
-        "pass num_digits_in_batch (numloss.step_counts.count_tokens_and_digits), "
-        if takes_digit_count
-        else ""
-    )
+    count_it = "pass num_digits_in_batch (numloss.step_counts.count_tokens_and_digits), "
+    pass_it = count_it if takes_digit_count else ""
     return (
         f'{where}: {loss_fn.name} with normalize="{normalize}" divides by the {what} of the whole'
         " optimizer step, which this path does not receive (gradient accumulation or several"

@@ -361,9 +361,8 @@ class NumericLoss(nn.Module):
             # tokens with that digit there (the token's NLL for a single digit, exactly)
             target_logit = number_logits[digits.row_of, digits.column]
             slot_target = digit_logits.gather(1, digits.target[:, None]).squeeze(1)
-            digit_nll = nll.index_select(0, digits.index) + (target_logit - slot_target).to(
-                nll.dtype
-            )
+            gap = (target_logit - slot_target).to(nll.dtype)
+            digit_nll = nll.index_select(0, digits.index) + gap
             terms = self.digit_terms(digit_logits, digits.target, weights, digit_nll, support)
         if terms is not None:
             aux = terms.sum() / (token_count if self.normalize == "tokens" else digit_count)
