@@ -7,7 +7,6 @@ byte-for-byte as it was, with no temporary file and no torn new one left.
 
 from __future__ import annotations
 
-import csv
 import errno
 import itertools
 import os
@@ -18,7 +17,7 @@ from types import SimpleNamespace
 import pytest
 
 import numloss.atomic
-from faultrun import file_size_limit, snapshot
+from faultrun import file_size_limit, logged_steps, snapshot
 from numloss.atomic import write_bytes_atomic, write_json_atomic, write_text_atomic
 
 
@@ -162,21 +161,18 @@ def test_log_csv_resume_drops_a_torn_row_and_later_steps(tmp_path, fail_at) -> N
     def state(history):
         return SimpleNamespace(is_world_process_zero=True, global_step=len(history), log_history=history)
 
-    def steps():
-        return [int(r["step"]) for r in csv.DictReader(path.open(encoding="utf-8"))]
-
     path = tmp_path / "log.csv"
     callback, history = CSVLogCallback(path), []
     callback.on_train_begin(None, state([]), None)
     for step in range(1, 12):
         history.append({"loss": 1.0 / step, "step": step})
         callback.on_log(None, state(history), None, logs={"loss": 1.0 / step})
-    assert steps() == list(range(1, 12))
+    assert logged_steps(tmp_path) == list(range(1, 12))
     path.write_text(path.read_text(encoding="utf-8") + "1", encoding="utf-8")  # a kill tore row 12
     callback.on_train_begin(None, state(history[:10] + [{"train_loss": 1.0, "step": 10}]), None)  # from checkpoint-10
-    assert steps() == list(range(1, 11))
+    assert logged_steps(tmp_path) == list(range(1, 11))
     callback.on_log(None, state(history), None, logs={"loss": 0.1})
-    assert steps() == list(range(1, 12))
+    assert logged_steps(tmp_path) == list(range(1, 12))
     resume = lambda n: callback.on_train_begin(None, state(history[:3] if n else history), None)  # noqa: E731
     assert_rewrite_survives(tmp_path, fail_at, resume)  # a failed resume loses no logged step
 
