@@ -181,10 +181,9 @@ def test_sigterm_stops_the_grid_in_one_line_that_says_how_to_continue(tmp_path, 
         raise AssertionError("SIGTERM did not stop the grid")
 
     monkeypatch.setattr(pretrained, "run_pretrained_grid", terminated)
-    before = signal.getsignal(signal.SIGTERM)
     status = pretrained.main([str(CONFIG), "--smoke", "--out", str(tmp_path / "grid"), "--records", str(tmp_path / "records")])
     err = capsys.readouterr().err.strip()
     assert status == 130 and "\n" not in err and "Traceback" not in err, err
     assert err.startswith("numloss compare: interrupted; every finished run is kept in") and str(tmp_path / "records") in err
-    assert signal.getsignal(signal.SIGTERM) == before, "the handler is put back"
+    # (the handler put back: test_fault_space.py::test_sigterm_is_an_interrupt_once_and_the_old_handler_comes_back)
     assert not (tmp_path / "grid" / "summary-0.md").exists(), "an interrupted grid writes no summary"
