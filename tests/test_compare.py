@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 
@@ -12,6 +13,8 @@ from numloss.compare import run_comparison
 from numloss.compare.config import compare_config_from_dict, load_compare_config, select_objectives
 from numloss.compare.runner import run_grid
 from numloss.config import ConfigError
+
+CONFIGS = Path(__file__).resolve().parents[1] / "configs"
 
 
 def _mapping(out) -> dict:
@@ -28,6 +31,10 @@ def _mapping(out) -> dict:
         "evaluation": {"batch_size": 64, "teacher_forced_batch_size": 64},
         "output_dir": str(out),
     }
+
+
+def no_training(*args, **kwargs):
+    raise AssertionError("a finished or recorded run was trained again")
 
 
 @pytest.fixture(scope="module")
@@ -151,32 +158,23 @@ def test_a_missing_config_or_model_is_refused_in_one_line_before_any_run(missing
 
 def test_shipped_configs_load_and_state_dels_alpha() -> None:
     """Every DEL arm of a comparison names its alpha, so a change of the default never reaches a grid."""
-    from pathlib import Path
-
-    configs = sorted(Path(__file__).resolve().parents[1].joinpath("configs").glob("compare*.yaml"))
+    configs = sorted(CONFIGS.glob("compare*.yaml"))
     assert configs, "configs/compare*.yaml are missing"
     for path in configs:
         compare = load_compare_config(path)
         assert all(s.alpha is not None for s in compare.objectives if s.name == "del"), f"{path.name}: DEL's default alpha"
-        # the tiny model's comparisons hold out 2,000 items per set; SmolLM2 on CPU holds
-        # out fewer, as its config says, to fit 12 runs of a 135M model on 2 cores, and so does the
-        # chunked-number comparisons (1,000 items, as their configs say)
-        if hasattr(compare.task, "benchmarks"):  # the GPU config: scored on 200 real items per benchmark
-            assert compare.task.benchmark_limit >= 200, path.name
-        else:
-            minimum = 200 if compare.base["model"]["name"] == "smollm2" else 2000
-            if path.name.startswith("compare-chunked"):
-                minimum = 1000
-            assert compare.task.test_size >= minimum, f"{path.name}: held-out sets of at least {minimum} items"
+        # held-out items per set: 2,000 for the tiny model's arithmetic, 1,000 for the chunked numbers,
+        # 200 for SmolLM2 on CPU (12 runs of a 135M model on 2 cores), as each config says; and 200
+        # real items per benchmark where the GPU config scores on them
+        minimum = 1000 if path.name.startswith("compare-chunked") else 200 if compare.base["model"]["name"] == "smollm2" else 2000
+        assert compare.task.test_size >= minimum, f"{path.name}: held-out sets of at least {minimum} items"
+        assert not getattr(compare.task, "benchmarks", ()) or compare.task.benchmark_limit >= 200, path.name
         assert compare.jobs >= 1
 
 
 def test_demo_is_the_default_grid_cut_down(tmp_path) -> None:
-    from pathlib import Path
-
-    configs = Path(__file__).resolve().parents[1] / "configs"
-    full = load_compare_config(configs / "compare.yaml")
-    demo = load_compare_config(configs / "compare-demo.yaml")
+    full = load_compare_config(CONFIGS / "compare.yaml")
+    demo = load_compare_config(CONFIGS / "compare-demo.yaml")
     # (what the default grid holds is its records': test_compare_records.py)
     # the demo: MLE, DEL, NTL-WAS x 4 seeds with the grid's learning checks; a subset
     # of the grid with the same task and training, so its runs are the grid's runs (same hash)
@@ -284,10 +282,6 @@ def test_the_run_hash_changes_with_a_setting_only(tmp_path) -> None:
 
 def test_report_only_reports_the_finished_runs_and_trains_nothing(finished, monkeypatch, tmp_path) -> None:
     compare, _, out = finished
-
-    def no_training(*args, **kwargs):
-        raise AssertionError("--report-only trained a run")
-
     monkeypatch.setattr(numloss.train, "run_training", no_training)
     compare.seeds = [0, 1]  # seed 1 was never run: it is left out, not trained
     results = run_grid(compare, progress=False, finished_only=True)
@@ -313,10 +307,6 @@ def test_records_carry_a_grid_into_a_new_checkout(finished, monkeypatch, tmp_pat
     files = sorted(p.name for p in records.iterdir())
     assert files == sorted(f"{r['label']}-s{r['seed']}-{r['hash']}.json" for r in first)
     assert all(r["machine"]["cpu"] and r["machine"]["torch"] for r in first)
-
-    def no_training(*args, **kwargs):
-        raise AssertionError("a recorded run was trained again")
-
     monkeypatch.setattr(numloss.train, "run_training", no_training)
     fresh = compare_config_from_dict({**_mapping(tmp_path / "new-checkout"), "records_dir": str(records)})
     again = run_grid(fresh, progress=False)
