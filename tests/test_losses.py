@@ -118,9 +118,12 @@ def reference(name, options, alpha, logits, labels, vocab="digits", **counts):
 @EVERY_VOCAB
 @EVERY_CASE
 def test_value_and_gradient_match_the_slow_reference(name, options, alpha, vocab):
-    labels = BATCHES[vocab]
-    logits = make_logits(labels, width=WIDTHS[vocab])
-    out = loss_for(name, options, vocab)(logits, labels)
+    """With this call's counts and with the step's, which set the normalisation; on a head padded
+    past the tokenizer (Qwen2.5's), whose extra columns stay in the softmax."""
+    labels, width = BATCHES[vocab], WIDTHS[vocab] + 13
+    logits = make_logits(labels, width=width)
+    loss_fn = loss_for(name, options, vocab, width)
+    out = loss_fn(logits, labels)
     out.loss.backward()
     ref_logits = logits.detach().double().requires_grad_(True)
     ref_total, ref_ce, ref_aux = reference(name, options, alpha, ref_logits, labels, vocab)
@@ -133,20 +136,10 @@ def test_value_and_gradient_match_the_slow_reference(name, options, alpha, vocab
     assert int(out.num_digits) == COUNTS[vocab][options.get("level") == "token"]
     if name not in ("mle", "mixce", "emo"):
         assert float(out.aux) > 0
-
-
-@EVERY_VOCAB
-@EVERY_CASE
-def test_step_wide_counts_and_a_padded_head_match_the_reference(name, options, alpha, vocab):
-    """The step's counts set the normalisation; a head padded past the tokenizer (Qwen2.5's) keeps
-    its extra columns in the softmax."""
-    width = WIDTHS[vocab] + 13
-    labels = BATCHES[vocab]
-    logits = make_logits(labels, seed=1, width=width)
-    out = loss_for(name, options, vocab, width)(logits, labels, num_items_in_batch=40, num_digits_in_batch=30)
+    step = loss_fn(logits.detach(), labels, num_items_in_batch=40, num_digits_in_batch=30)
     ref_total, ref_ce, _ = reference(name, options, alpha, logits.detach(), labels, vocab, num_items=40, num_digits=30)
-    assert float(out.ce) == pytest.approx(float(ref_ce), rel=1e-5)
-    assert float(out.loss) == pytest.approx(float(ref_total), rel=1e-5)
+    assert float(step.ce) == pytest.approx(float(ref_ce), rel=1e-5)
+    assert float(step.loss) == pytest.approx(float(ref_total), rel=1e-5)
 
 
 # MixCE, EMO and detached DEL stop gradients by definition (sg(.)), so finite differences of their
@@ -406,8 +399,8 @@ def test_ntl_equals_the_ntloss_code(name, reweigh, official):
 @EVERY_CASE
 def test_token_count_suffices_exactly_where_the_step_token_count_makes_the_loss_exact(name, options, alpha):
     """A digit term over tokens, MLE (whatever its `normalize`), MixCE and EMO: the step's digit
-    count then changes nothing (the division itself: the step-wide counts test above; MLE's value
-    whatever its `normalize`: the reference test)."""
+    count then changes nothing (the division itself, and MLE's value whatever its `normalize`: the
+    reference test)."""
     fn = loss_for(name, options)
     exact = name in ("mle", "mixce", "emo") or options.get("normalize") == "tokens"
     assert fn.token_count_suffices == fn.aux_per_token == exact
