@@ -185,5 +185,5 @@ def test_sigterm_stops_the_grid_in_one_line_that_says_how_to_continue(tmp_path, 
     err = capsys.readouterr().err.strip()
     assert status == 130 and "\n" not in err and "Traceback" not in err, err
     assert err.startswith("numloss compare: interrupted; every finished run is kept in") and str(tmp_path / "records") in err
-    # (the handler put back: test_fault_space.py::test_sigterm_is_an_interrupt_once_and_the_old_handler_comes_back)
+    # (the handler put back: test_fault_space.py::test_sigterm_at_every_call_of_every_save_point_is_one_line_and_resumes_bitwise)
     assert not (tmp_path / "grid" / "summary-0.md").exists(), "an interrupted grid writes no summary"

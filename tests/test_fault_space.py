@@ -7,8 +7,8 @@
 - `--also-to` copies are written whole (a write failing at every byte count keeps the old copy);
 - torch.save and safetensors cut off at every byte are read as a full disk;
 - a lock file that is a symlink is refused by every command, its target untouched;
-- SIGTERM is Ctrl-C (one line, the same exit), at every point of a save (test_train_faults'
-  subprocess case sends the real signal).
+- SIGTERM is Ctrl-C once (one line, the same exit, the old handler back after), at every point
+  of a save (test_train_faults' subprocess case sends the real signal).
 
 (Every step of an atomic write failing: test_atomic_writes; a second command into a held folder:
 test_api_inputs' held rows.)
@@ -144,15 +144,6 @@ def test_copies_to_also_to_are_whole_or_the_old_one_at_every_failing_byte(tmp_pa
 
 
 # -- SIGTERM -----------------------------------------------------------------------------------------
-def test_sigterm_is_an_interrupt_once_and_the_old_handler_comes_back() -> None:
-    from numloss.interrupt import sigterm_as_interrupt
-
-    before = signal.getsignal(signal.SIGTERM)
-    with pytest.raises(KeyboardInterrupt), sigterm_as_interrupt():
-        os.kill(os.getpid(), signal.SIGTERM)  # the handler runs before the next bytecode
-    assert signal.getsignal(signal.SIGTERM) == before
-
-
 #: where a `numloss train` save can be interrupted: (owner, attribute), each wrapped
 SAVE_POINTS = {
     "model": ("transformers.trainer:Trainer", "save_model"),
@@ -165,15 +156,15 @@ SAVE_POINTS = {
 }
 
 
-# slow: two tiny runs per call (about 30 calls); fast: final-commit here, test_sigterm_is_an_interrupt_once...
-# (the handler) and test_train_faults' Ctrl-C case (the path an interrupt takes out of a save)
+# slow: two tiny runs per call (about 30 calls); fast: final-commit here (the handler) and
+# test_train_faults' Ctrl-C case (the path an interrupt takes out of a save)
 @pytest.mark.parametrize("point", [p if p == "final-commit" else pytest.param(p, marks=pytest.mark.slow)
                                    for p in SAVE_POINTS])
 def test_sigterm_at_every_call_of_every_save_point_is_one_line_and_resumes_bitwise(point, tmp_path, monkeypatch,
                                                                                    capsys, train_reference) -> None:
     """`numloss train` sent SIGTERM as each save starts (every call of it in a 4-step run, until
-    a run makes fewer calls and finishes): exit 130 and one line naming what to run; that command
-    ends on the uninterrupted run's weights."""
+    a run makes fewer calls and finishes): exit 130 and one line naming what to run, the old
+    SIGTERM handler back; that command ends on the uninterrupted run's weights."""
     import itertools
     import pkgutil
 
@@ -184,6 +175,7 @@ def test_sigterm_at_every_call_of_every_save_point_is_one_line_and_resumes_bitwi
     from numloss.train import main
 
     torch.set_num_threads(1)  # a resume is bitwise at one thread count
+    handler = signal.getsignal(signal.SIGTERM)
     for nth in itertools.count(1):
         out = tmp_path / f"{point}-{nth}"
         capsys.readouterr()
@@ -195,7 +187,7 @@ def test_sigterm_at_every_call_of_every_save_point_is_one_line_and_resumes_bitwi
         if status == 0:  # the run made fewer calls than nth: every call was interrupted once
             assert calls["n"] == nth - 1 and nth > 1, f"{point} is no save point of a run any more"
             break
-        assert status == 130, nth
+        assert status == 130 and signal.getsignal(signal.SIGTERM) == handler, nth
         err = capsys.readouterr().err
         line = [x for x in err.splitlines() if x.startswith("numloss train")]
         assert len(line) == 1 and "interrupted" in line[0] and "Traceback" not in err, (nth, err[-1500:])
