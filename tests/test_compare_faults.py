@@ -303,19 +303,24 @@ CORRUPTIONS = {
 }
 
 
-@pytest.mark.parametrize("report_only", [False, True], ids=["train", "report-only"])
-@pytest.mark.parametrize("corruption", list(CORRUPTIONS))
-def test_a_corrupted_record_is_named_in_one_line(corruption, report_only, compare_recorded, tmp_path, capsys, no_training) -> None:
+# each corruption through read_record; compare and compare --report-only read records through it
+@pytest.mark.parametrize(("corruption", "argv"), [(c, None) for c in CORRUPTIONS] + [("truncated", []), ("truncated", ["--report-only"])])
+def test_a_corrupted_record_is_named_in_one_line(corruption, argv, compare_recorded, tmp_path, capsys, no_training) -> None:
+    from numloss.compare.runner import RecordError, read_record
+
     root, _, record = compare_recorded
-    records = tmp_path / "records"
-    records.mkdir()
-    bad = records / record.name
-    bad.write_bytes(CORRUPTIONS[corruption](record.read_text()).encode("utf-8", "surrogateescape"))
-    config = _write(tmp_path / "c.yaml", _mapping(tmp_path / "fresh-checkout", records_dir=str(records)))
-    line = one_line(["compare", config, "--no-progress"] + (["--report-only"] if report_only else []), capsys)
-    assert str(bad) in line and ("git checkout" in line and "delete it" in line), line
-    assert bad.read_bytes() == CORRUPTIONS[corruption](record.read_text()).encode("utf-8", "surrogateescape"), (
-        "a refused record is left as it is")
+    bad = tmp_path / "records" / record.name
+    bad.parent.mkdir()
+    bad.write_bytes(corrupted := CORRUPTIONS[corruption](record.read_text()).encode("utf-8", "surrogateescape"))
+    if argv is None:
+        with pytest.raises(RecordError) as caught:
+            read_record(bad.parent, *record.stem.rsplit("-", 1))  # mle-s0, its hash
+        line = str(caught.value)
+    else:
+        config = _write(tmp_path / "c.yaml", _mapping(tmp_path / "fresh-checkout", records_dir=str(bad.parent)))
+        line = one_line(["compare", config, "--no-progress", *argv], capsys)
+    assert str(bad) in line and "\n" not in line and "git checkout" in line and "delete it" in line, line
+    assert bad.read_bytes() == corrupted, "a refused record is left as it is"
 
 
 # -- workers die with their parent --------------------------------------------------------------
