@@ -11,6 +11,7 @@ import numloss.train
 from numloss.compare import main as compare_main
 from numloss.compare import run_comparison
 from numloss.compare.config import compare_config_from_dict, load_compare_config, select_objectives
+from numloss.compare.report import REPORT_FILES
 from numloss.compare.runner import run_grid
 from numloss.config import ConfigError
 
@@ -48,9 +49,7 @@ def finished(tmp_path_factory):
 def test_grid_trains_and_reports_every_objective(finished) -> None:
     compare, summary, out = finished
     assert list(summary) == ["mle", "del-a0.3"]
-    for name in ("results.json", "report.md", "accuracy_mae.png", "digit_entropy.png", "place_accuracy.png",
-                 "training_curves.png", "embeddings_cosine.png", "embeddings_pca.png"):
-        assert (out / name).is_file(), name
+    assert set(REPORT_FILES) - {"learnt_by_step.png"} <= {p.name for p in out.iterdir()}  # no learning checks here
     data = json.loads((out / "results.json").read_text())
     assert [r["label"] for r in data["runs"]] == ["mle", "del-a0.3"]
     for run in data["runs"]:
@@ -275,9 +274,6 @@ def test_the_run_hash_changes_with_a_setting_only(tmp_path) -> None:
     explicit["base"]["train"]["max_grad_norm"] = 0.5
     assert run_hash(explicit) != reference
     assert run_hash(dict(_mapping(tmp_path), learning={"every": 200})) != reference
-    changed = _mapping(tmp_path)
-    changed["base"]["train"]["learning_rate"] = 2e-3
-    assert run_hash(changed) != reference
 
 
 def test_report_only_reports_the_finished_runs_and_trains_nothing(finished, monkeypatch, tmp_path) -> None:

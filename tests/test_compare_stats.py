@@ -1,10 +1,9 @@
-"""The comparison statistics by hand, by brute-force enumeration, against published figures and
+"""The comparison statistics by hand, by counting, against published figures and
 against scipy and statsmodels called directly (and scipy's log-rank beside the statsmodels one
 numloss uses), so a wrong argument order, a one-sided alternative or a swapped group cannot pass."""
 
 from __future__ import annotations
 
-import itertools
 import math
 
 import numpy as np
@@ -49,21 +48,17 @@ def test_wilson_and_seed_intervals() -> None:
     assert all(math.isnan(x) for x in seed_interval([float("nan"), 0.4]))
 
 
-def _fisher_by_enumeration(hits_a: int, total_a: int, hits_b: int, total_b: int) -> float:
-    """Every way to place the hits among the labelled runs, equally likely under the null."""
-    runs, hits = total_a + total_b, hits_a + hits_b
-    counts: dict[int, int] = {}
-    for chosen in itertools.combinations(range(runs), hits):
-        in_a = sum(i < total_a for i in chosen)
-        counts[in_a] = counts.get(in_a, 0) + 1
-    ways = sum(counts.values())
-    observed = counts[hits_a]
-    return sum(c for c in counts.values() if c <= observed) / ways
+def _fisher_by_counting(hits_a: int, total_a: int, hits_b: int, total_b: int) -> float:
+    """The ways to place the hits among the labelled runs (equally likely under the null) with k in
+    a, counted by binomial coefficients: the tables as likely as the observed one or less."""
+    hits = hits_a + hits_b
+    ways = [math.comb(total_a, k) * math.comb(total_b, hits - k) for k in range(hits + 1)]
+    return sum(w for w in ways if w <= ways[hits_a]) / sum(ways)
 
 
 @pytest.mark.parametrize("case", [(1, 5, 4, 5), (7, 10, 3, 10), (0, 3, 3, 6), (2, 2, 0, 1), (8, 10, 3, 10), (2, 4, 2, 4)])
-def test_fisher_matches_enumeration(case: tuple[int, int, int, int]) -> None:
-    assert fisher_exact_p(*case) == pytest.approx(_fisher_by_enumeration(*case), abs=1e-12)
+def test_fisher_matches_counting(case: tuple[int, int, int, int]) -> None:
+    assert fisher_exact_p(*case) == pytest.approx(_fisher_by_counting(*case), abs=1e-12)
     # by hand: 5 of 5 against 2 of 5: tables k = 2..5 have 10, 50, 50, 10 of 120 arrangements; k = 2 and 5 count
     assert fisher_exact_p(5, 5, 2, 5) == pytest.approx(20 / 120) and fisher_exact_p(3, 3, 0, 3) == pytest.approx(2 / 20)
     with pytest.raises(ValueError, match="hits <= total"):
