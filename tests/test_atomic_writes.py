@@ -134,6 +134,15 @@ def _compare_record(folder: Path, monkeypatch):
     return lambda n: write_record(folder, _compare_result(seed=n))  # a new record: none torn
 
 
+def _also_to_copy(folder: Path, monkeypatch):
+    from grid_driver import _copy
+
+    for n in (0, 1):  # a record, then a newer one of the same name
+        (folder / f"r{n}").mkdir()
+        (folder / f"r{n}" / "r.json").write_text(f'{{"hash": {n}}}')
+    return lambda n: _copy(folder / f"r{n}" / "r.json", [folder / "OUT"])
+
+
 def _config_yaml(folder: Path, monkeypatch):
     from numloss.config import Config
     from numloss.train import record_config
@@ -146,7 +155,8 @@ def _config_yaml(folder: Path, monkeypatch):
     return write
 
 
-@pytest.mark.parametrize("writer", [_eval_report, _eval_items, _compare_report, _compare_record, _config_yaml])
+@pytest.mark.parametrize("writer", [_eval_report, _eval_items, _compare_report, _compare_record, _also_to_copy,
+                                    _config_yaml])
 def test_each_writer_keeps_the_old_file_when_a_rewrite_fails(writer, tmp_path, fail_at, monkeypatch) -> None:
     assert_rewrite_survives(tmp_path, fail_at, writer(tmp_path, monkeypatch))
 

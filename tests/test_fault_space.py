@@ -4,14 +4,13 @@
   prefix of a results file resumes; a foreign file reached through --out is refused, never cut);
 - a second driver on one compare output folder leaves the runs another process trains alone
   (every subset of a grid's runs held);
-- `--also-to` copies are written whole (a write failing at every byte count keeps the old copy);
 - torch.save and safetensors cut off at every byte are read as a full disk;
 - a lock file that is a symlink is refused by every command, its target untouched;
 - SIGTERM is Ctrl-C once (one line, the same exit, the old handler back after), at every point
   of a save (test_train_faults' subprocess case sends the real signal).
 
-(Every step of an atomic write failing: test_atomic_writes; a second command into a held folder:
-test_api_inputs' held rows.)
+(Every step of an atomic write failing, and each writer, `--also-to` copies among them:
+test_atomic_writes; a second command into a held folder: test_api_inputs' held rows.)
 """
 
 from __future__ import annotations
@@ -121,26 +120,6 @@ def test_the_runs_another_process_holds_are_left_to_it_for_every_held_subset_of_
         with ExitStack() as again:
             for key in keys:
                 again.enter_context(grid.claim(key))
-
-
-def test_copies_to_also_to_are_whole_or_the_old_one_at_every_failing_byte(tmp_path) -> None:
-    """A full quota mid-copy (a file-size limit at every byte count) keeps the copy already there."""
-    from grid_driver import _copy
-
-    record = tmp_path / "records" / "r.json"
-    record.parent.mkdir()
-    record.write_text(json.dumps({"hash": "new", "items": "10" * 20}))
-    out = tmp_path / "OUT"
-    out.mkdir()
-    old = json.dumps({"hash": "old", "items": "01" * 20})
-    for limit in range(len(record.read_bytes())):
-        (out / "r.json").write_text(old)
-        with file_size_limit(limit), pytest.raises(OSError):
-            _copy(record, [out])
-        assert (out / "r.json").read_text() == old, limit
-    _copy(record, [out])
-    assert (out / "r.json").read_bytes() == record.read_bytes()
-    assert [p.name for p in out.iterdir()] == ["r.json"], "no temporary left"
 
 
 # -- SIGTERM -----------------------------------------------------------------------------------------
