@@ -205,7 +205,7 @@ class Case(NamedTuple):
     cut: tuple[str, ...] = ()  # the runs left out for the interim look (none: no look)
     interim: tuple[str, ...] = ()  # said while `cut` is missing
     empty: str | None = None  # the whole block before any run is recorded
-    never: tuple[str, ...] = ()
+    never: tuple[str, ...] = ()  # never said once every run is in
 
 
 def _words(grid: str, spans: dict[str, Any] | None = None,
@@ -234,7 +234,7 @@ DOSE = {"mle": (0, 400),
         "del-centered-a0.1": lambda s: (0, 400 - s),  # 0 to -0.7
         "del-centered-a0.3": lambda s: (0, 399 + 2 * (s % 2)),  # -0.1 / +0.1
         "del-centered-detached-a0.3": lambda s: (0, 430 if s % 2 else 390)}  # +3 / -1: items only
-NO_BOLD_VERDICT = "| arm vs mle |"  # a summary table Holm-adjusted over every arm: not a three-arm design's family
+ALL_ARMS_HOLM_TABLE = "| arm vs mle |"  # a summary table Holm-adjusted over every arm: not a three-arm design's family
 
 CASES = {
     # DEL 1 point below MLE every seed, NTL-WAS 3 above, DEL without place weights MLE +-0.5
@@ -302,7 +302,7 @@ CASES = {
         cut=("del-centered-a0.3-s7", "mle-s6"),
         interim=("**22 of 24 runs recorded; left: 2 runs: an interim result, no verdict.**",
                  "interim: 22 of 24 runs", "no verdict until every run is in."),
-        empty="**0 of 24 runs recorded.**", never=(NO_BOLD_VERDICT,)),
+        empty="**0 of 24 runs recorded.**", never=(ALL_ARMS_HOLM_TABLE,)),
     # the same items both ways: not told apart, with what the items detect
     "grid-a-even": Case(
         _words(results_doc.CENTERED_GRID, {**GRID_A, "del-centered-a0.3": (50, 650)}), "pretrained-centered", None,
@@ -312,7 +312,7 @@ CASES = {
         _words(results_doc.CENTERED_GRID, {**GRID_A, "del-centered-a0.3": lambda s: (0, 625 if s < 2 else 570)}),
         "pretrained-centered", None,
         ("`del-centered-a0.3` vs `mle`: -1.6 points, McNemar Holm p < 0.001: **worse than MLE on these items (its "
-         "seed-level interval holds 0: training randomness alone could give it)**",), never=(NO_BOLD_VERDICT,)),
+         "seed-level interval holds 0: training randomness alone could give it)**",), never=(ALL_ARMS_HOLM_TABLE,)),
     # grid b: both DEL arms against MLE; centred - raw (+4 points every seed) described beside them, no verdict
     "grid-b": Case(
         _words(results_doc.GENTLE_GRID, GRID_B), "pretrained-gentle", lambda rec: results_doc.centered_answer(rec)[1:],
