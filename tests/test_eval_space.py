@@ -1,13 +1,9 @@
 """The `numloss` protocol over the space of outputs, against the unmodified released scripts
 (docs/evaluation.md, "The output space", says what is drawn and asserted).
 
-A generator composes outputs from five axes, below: an answer phrase (PHRASES), an answer form
-(`number_forms`, `choice_forms`), a wrapper (WRAPPERS), a tail (TAILS: nothing, an explanation, an
-invented next exercise or turn answering with the *other* answer, a think block, a check naming the
-other answer) and the benchmark kind (open number, MATH with a plain-number gold, multiple choice,
-programs: PROGRAMS). Each composition is filled with the right answer and with a wrong one, for real
-items of every benchmark, and scored by the oracle (tests/reference/released_eval.py, its programs
-run in the sandbox) and by the `numloss` protocol:
+Each composition of the axes below (phrase, answer form, wrapper, tail, benchmark kind) is filled
+with the right answer and with a wrong one, for real items of every benchmark, and scored by the
+oracle (tests/reference/released_eval.py, its programs run in the sandbox) and by `numloss`:
 
 - property 1: wherever the released scripts read right, numloss reads right, unless the released
   scripts pass the wrong answer in the same dress too (their verdict there does not depend on the
@@ -16,11 +12,10 @@ run in the sandbox) and by the `numloss` protocol:
 - property 3: no output and no program result, of any size or content, raises out of the scorer
   under either protocol; reading one may fail only as that item's "unreadable" verdict with a note.
 
-Why a seeded enumerator and not Hypothesis: the space is a product of five finite axes, so it can
-be enumerated; a seeded draw from it is the same on every run (a failure names its composition,
-and the same draw reproduces it), the slow draw is a larger one (the whole product is some 200,000 compositions), and every draw is scored in
-one batch, so the programs among it run in the sandbox in parallel, where Hypothesis would run and
-shrink examples one at a time. NUMLOSS_SPACE_DRAW=N draws N compositions per benchmark.
+Why a seeded enumerator and not Hypothesis: the space is a finite product (some 200,000
+compositions), so a seeded draw from it is the same on every run (a failure names its composition)
+and is scored in one batch, so its programs run in the sandbox in parallel, where Hypothesis would
+run and shrink examples one at a time. NUMLOSS_SPACE_DRAW=N draws N compositions per benchmark.
 """
 
 from __future__ import annotations
