@@ -23,6 +23,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import numloss.train
+import test_api_inputs
 from faultrun import alive, one_line
 from numloss.compare import build_parser
 from numloss.compare import main as compare_main
@@ -38,6 +39,7 @@ from numloss.compare.word_task import WordProblemTask
 from numloss.config import ConfigError
 
 SRC = str(Path(__file__).resolve().parents[1] / "src")
+nothing_runs = test_api_inputs.nothing_runs  # a fixture: no training, no model loaded
 
 
 def _mapping(out: Path, **extra) -> dict:
@@ -62,14 +64,6 @@ def _write(path: Path, mapping: dict) -> str:
     return str(path)
 
 
-@pytest.fixture
-def no_training(monkeypatch):
-    def refuse(*args, **kwargs):
-        raise AssertionError("trained although the input was refused")
-
-    monkeypatch.setattr(numloss.train, "run_training", refuse)
-
-
 # -- command-line values: a given value is checked, never read as "not given" ---------------------
 
 def _options():
@@ -91,7 +85,7 @@ def test_the_options_are_enumerated() -> None:
 
 @pytest.mark.parametrize(("option", "value", "words"), [(o, v, v) for o in NUMERIC for v in ("0", "-1")]
                          + [(o, "", "empty") for o in TEXT] + [("--out", v, "empty") for v in (" ", ",", " , ")])
-def test_zero_negative_or_empty_values_are_refused(option, value, words, tmp_path, capsys, no_training) -> None:
+def test_zero_negative_or_empty_values_are_refused(option, value, words, tmp_path, capsys, nothing_runs) -> None:
     config = _write(tmp_path / "c.yaml", _mapping(tmp_path / "out"))
     line = one_line(["compare", config, option, value], capsys)
     assert option in line and words in line
@@ -114,7 +108,7 @@ def test_zero_negative_or_empty_values_are_refused(option, value, words, tmp_pat
         (["--smoke"], ["task.data_dir", "/nonexistent/benchmarks"]),  # with the word-problem task below
     ],
 )
-def test_repeated_seeds_objectives_and_missing_models_are_refused(argv, words, tmp_path, capsys, no_training) -> None:
+def test_repeated_seeds_objectives_and_missing_models_are_refused(argv, words, tmp_path, capsys, nothing_runs) -> None:
     mapping = _mapping(tmp_path / "out")
     if argv == ["--smoke"]:  # a benchmark folder that is not there fails before training, not after it
         mapping["task"] = {"kind": "word_problems", "data_dir": "/nonexistent/benchmarks"}
@@ -228,7 +222,7 @@ def test_random_combinations_of_wrong_values_are_one_line_or_valid(data) -> None
         (b"[1, 2]\n", ["top level must be a mapping"]),
     ],
 )
-def test_yaml_errors_are_one_line_naming_the_file_before_any_training(change, words, tmp_path, capsys, no_training) -> None:
+def test_yaml_errors_are_one_line_naming_the_file_before_any_training(change, words, tmp_path, capsys, nothing_runs) -> None:
     """A bad value or a bad file (as bytes): one line naming the file, and no run started."""
     path = tmp_path / "c.yaml"
     if isinstance(change, bytes):
@@ -305,7 +299,7 @@ CORRUPTIONS = {
 
 # each corruption through read_record; compare and compare --report-only read records through it
 @pytest.mark.parametrize(("corruption", "argv"), [(c, None) for c in CORRUPTIONS] + [("truncated", []), ("truncated", ["--report-only"])])
-def test_a_corrupted_record_is_named_in_one_line(corruption, argv, compare_recorded, tmp_path, capsys, no_training) -> None:
+def test_a_corrupted_record_is_named_in_one_line(corruption, argv, compare_recorded, tmp_path, capsys, nothing_runs) -> None:
     from numloss.compare.runner import RecordError, read_record
 
     root, _, record = compare_recorded
