@@ -29,12 +29,11 @@ def patch_target(model: nn.Module) -> nn.Module:
     target = model
     for _ in range(8):
         target = extract_model_from_parallel(target, keep_torch_compile=False)
+        inner = vars(target).get("_modules", {}).get("module")
         if callable(getattr(type(target), "get_base_model", None)):
             target = target.get_base_model()
-        elif isinstance(vars(target).get("_modules", {}).get("module"), nn.Module) and not hasattr(
-            type(target), "get_output_embeddings"
-        ):
-            target = target.module  # another wrapper that keeps the model as .module
+        elif isinstance(inner, nn.Module) and not hasattr(type(target), "get_output_embeddings"):
+            target = inner  # another wrapper that keeps the model as .module
         else:
             break
     return target

@@ -205,9 +205,8 @@ def load_hf_records(name_or_path: str, split: str = "train", subset: str | None 
             " Running offline (HF_DATASETS_OFFLINE/HF_HUB_OFFLINE=1): download it once where the"
             " hub is reachable (`datasets.load_dataset(name).save_to_disk(DIR)`) and set"
             " data.source to DIR, or point data.source at a local JSON/JSONL file."
-            if offline
-            else ""
         )
         raise DataError(
-            f"cannot load dataset {name_or_path!r} (split {split!r}): {error}.{hint}"
+            f"cannot load dataset {name_or_path!r} (split {split!r}): {error}."
+            + (hint if offline else "")
         ) from error

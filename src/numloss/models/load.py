@@ -135,10 +135,7 @@ def check_model_folder(folder: Path, weights: bool = True, trust_remote_code: bo
     folder = Path(folder)
     if not (folder / "config.json").is_file():
         raise model_not_found(str(folder))
-    for name in _JSON_FILES:
-        path = folder / name
-        if not path.is_file():
-            continue
+    for path in filter(Path.is_file, (folder / name for name in _JSON_FILES)):
         try:  # not UTF-8 or unreadable: read_utf8's line
             value = json.loads(read_utf8(path, ModelUnavailableError))
         except ValueError as error:
