@@ -53,6 +53,12 @@ def _result(label: str, seed: int, em: float, mae: float) -> dict:
     }
 
 
+def _with_interval(correct: int, n: int = 100) -> str:
+    """A share as the report prints it: percent and its Wilson interval ("30.0 [21.9, 39.6]")."""
+    low, high = wilson_interval(correct, n)
+    return f"{100 * correct / n:.1f} [{100 * low:.1f}, {100 * high:.1f}]"
+
+
 RESULTS = [
     _result("mle", 0, 0.30, 5.0),
     _result("mle", 1, 0.40, 7.0),
@@ -111,11 +117,9 @@ def test_every_accuracy_column_carries_its_interval_built_as_exact_matchs() -> N
         cells = dict(zip(header, row, strict=True))
         for title in ("TF digit acc %", "int place acc %", "dec place acc %"):
             assert re.fullmatch(r"\d+\.\d \[\d+\.\d, \d+\.\d\]", cells[title]), (title, cells[title])
-        low, high = (100 * x for x in wilson_interval(130, 200))
-        assert cells["TF digit acc %"] == f"65.0 [{low:.1f}, {high:.1f}]"
+        assert cells["TF digit acc %"] == _with_interval(130, 200)
     # the progress bar's and the pretrained driver's line per finished run
-    low, high = wilson_interval(30, 100)
-    assert exact_match_text(_evaluation(0.3, 5.0)) == f"30.0% [{100 * low:.1f}, {100 * high:.1f}]"
+    assert exact_match_text(_evaluation(0.3, 5.0)) == _with_interval(30).replace(" ", "% ", 1)
     assert exact_match_text({"exact_match": 0.5, "n": 4}) == "50.0%", "no counts kept: no interval"
 
 
@@ -127,13 +131,9 @@ def test_report_shows_every_run_and_the_embedding_order(tmp_path) -> None:
     summary = write_report(results, tmp_path, {"config": "x.yaml"})
     report = (tmp_path / "report.md").read_text()
     assert "| objective | seed 0 | seed 1 |" in report
-    def em(correct: int) -> str:  # a run's exact match with its Wilson interval over its 100 items
-        low, high = wilson_interval(correct, 100)
-        return f"{correct:.1f} [{100 * low:.1f}, {100 * high:.1f}]"
-
-    assert f"| mle | {em(30)} / 1.500 | {em(40)} / 1.500 |" in report
-    assert f"| del | {em(50)} / 1.500 | {em(60)} / 1.500 |" in report
-    assert f"| ntl |  | {em(90)} / 0.200 |" in report
+    assert f"| mle | {_with_interval(30)} / 1.500 | {_with_interval(40)} / 1.500 |" in report
+    assert f"| del | {_with_interval(50)} / 1.500 | {_with_interval(60)} / 1.500 |" in report
+    assert f"| ntl |  | {_with_interval(90)} / 0.200 |" in report
     assert summary["ntl"]["per_seed"] == [{"seed": 1, "exact_match": 0.9, "final_ce": pytest.approx(0.2),
                                            "exact_match_ci95": pytest.approx(list(wilson_interval(90, 100)))}]
     before = neighbour_order_score(RESULTS[0]["embeddings"]["before"])
@@ -206,10 +206,8 @@ def test_learning_speed_section(tmp_path) -> None:
     # every table names the machine
     assert report.count("_Machine: TEST-CPU (AVX2), torch 9._") == 1 + 3 + 1
     # the per-run table gives the step each run learnt at
-    low, high = (100 * x for x in wilson_interval(30, 100))
-    low9, high9 = (100 * x for x in wilson_interval(90, 100))
-    run = f"30.0 [{low:.1f}, {high:.1f}] / 1.500 / -"
-    assert f"| mle | {run} | {run} | {run} | 90.0 [{low9:.1f}, {high9:.1f}] / 1.500 / 750 |" in report
+    run = f"{_with_interval(30)} / 1.500 / -"
+    assert f"| mle | {run} | {run} | {run} | {_with_interval(90)} / 1.500 / 750 |" in report
     assert all(name in report for name in ("In-distribution", "Longer numbers", "Decimals", "![accuracy_mae](accuracy_mae.png)"))
     data = json.loads((tmp_path / "results.json").read_text())
     assert set(data) == {"meta", "summary", "runs"} and len(data["runs"]) == 8 and summary["del"]["sets"]["longer"]["items"] == 400
