@@ -302,11 +302,9 @@ def fused_loss(
         )
     check_choice("strategy", strategy, STRATEGIES)
     vocab_size, hidden_size = weight.shape
-    chunk_size = check_int(
-        "chunk_size",
-        default_chunk_size(vocab_size, hidden_size) if chunk_size is None else chunk_size,
-        1,
-    )
+    if chunk_size is None:
+        chunk_size = default_chunk_size(vocab_size, hidden_size)
+    chunk_size = check_int("chunk_size", chunk_size, 1)
     valid, targets, digits = loss_fn.aligned_targets(labels, vocab_size)
     compute = torch.promote_types(hidden.dtype, weight.dtype)
     flat_hidden = hidden.reshape(-1, hidden_size).to(compute)
