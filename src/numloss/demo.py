@@ -243,16 +243,8 @@ def worked_example(seed: int = 0) -> list[tuple[str, float, float, float, int, i
     for name in LOSSES:
         options = {"embedding": embedding} if name == "emo" else {}
         out = build_loss(name, vocab, **options)(logits, labels)
-        results.append(
-            (
-                name,
-                float(out.loss),
-                float(out.ce),
-                float(out.aux),
-                int(out.num_tokens),
-                int(out.num_digits),
-            )
-        )
+        losses = (float(out.loss), float(out.ce), float(out.aux))
+        results.append((name, *losses, int(out.num_tokens), int(out.num_digits)))
     return results
 
 
