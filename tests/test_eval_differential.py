@@ -83,13 +83,18 @@ def run_differential(n_items: int, program_benchmarks: tuple[str, ...] = tuple(N
         generated[name] = {c.kind for c in every}
         batch = [c for c in every if name in program_benchmarks or not c.kind.startswith("program-")]
         batch += eval_dress.cases(name, pick(bench, dress_items), per_family, rng, programs=None if per_family is None else 2)
-        items, outputs, fallbacks = [c.item for c in batch], [c.output for c in batch], [c.fallback for c in batch]
-        ref_out = transcription(name, batch)
-        rel = score_items(RELEASED, name, items, outputs, fallbacks, runner)
-        num = score_items(NUMLOSS, name, items, outputs, fallbacks, runner)
-        runner.forget()
-        rows += [(c, t, r, m) for c, t, r, m in zip(batch, ref_out, rel, num, strict=True)]
+        rows += scored(name, batch, runner)
     return {"rows": rows, "generated": generated}
+
+
+def scored(name: str, batch: list[Case], runner: ProgramRunner) -> list[tuple]:
+    """(case, the released code's (answer, verdict), `released` result, `numloss` result) for
+    each case of `batch`, cases of benchmark `name` (test_eval_space scores its draw here too)."""
+    items, outputs, fallbacks = [c.item for c in batch], [c.output for c in batch], [c.fallback for c in batch]
+    released = score_items(RELEASED, name, items, outputs, fallbacks, runner)
+    numloss = score_items(NUMLOSS, name, items, outputs, fallbacks, runner)
+    runner.forget()
+    return list(zip(batch, transcription(name, batch), released, numloss, strict=True))
 
 
 def violations(rows) -> dict[str, list[tuple]]:

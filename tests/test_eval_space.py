@@ -37,7 +37,7 @@ from numloss.evaluate.benchmarks import LETTERS, Item, load_benchmark
 from numloss.evaluate.programs import ProgramRunner
 from numloss.evaluate.protocol import NUMLOSS, RELEASED
 from numloss.evaluate.runner import score_items
-from test_eval_differential import DATA, LIMITS, NAMES, transcription, violations
+from test_eval_differential import DATA, LIMITS, NAMES, scored, violations
 
 pytestmark = pytest.mark.skipif(not DATA.is_dir(), reason=f"the real benchmark files are not here ({DATA})")
 
@@ -236,21 +236,9 @@ def draw(per_benchmark: int | None, seed: int = 0, items_per_benchmark: int = 1,
 
 
 def score(cases: list[Case]) -> list[tuple[Case, tuple[str, bool], object, object]]:
-    """(case, released scripts' (answer, verdict), `released` result, `numloss` result) per case,
-    the rows test_eval_differential's `violations` reads."""
+    """test_eval_differential's rows of `cases` (its `violations` reads them), one batch per benchmark."""
     runner = ProgramRunner(LIMITS, workers=2, allow_unisolated=True)
-    rows = []
-    for name in NAMES:
-        batch = [c for c in cases if c.benchmark == name]
-        if not batch:
-            continue
-        items, outputs, fallbacks = [c.item for c in batch], [c.output for c in batch], [None] * len(batch)
-        oracle = transcription(name, batch)
-        released = score_items(RELEASED, name, items, outputs, fallbacks, runner)
-        numloss = score_items(NUMLOSS, name, items, outputs, fallbacks, runner)
-        runner.forget()
-        rows += list(zip(batch, oracle, released, numloss, strict=True))
-    return rows
+    return [row for name in NAMES for row in scored(name, [c for c in cases if c.benchmark == name], runner)]
 
 
 @pytest.fixture(scope="module")
