@@ -743,6 +743,7 @@ def test_each_program_gets_its_cgroup_an_oom_kill_reads_as_memory_and_a_failed_s
 
     parent = tmp_path / "delegated"
     parent.mkdir()
+    sandbox._kernel_probe()  # a probe not cached yet (fresh_probe clears it) would run a program there too
     monkeypatch.setattr(cgroup, "support", lambda: cgroup.Support(str(parent), "test"))
     result = run_program("print(1)", LIMITS)
     assert result.ok, result
