@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from unittest import mock
 
 import pytest
 
@@ -75,16 +76,10 @@ def test_an_interrupted_run_is_redone_alone(finished, monkeypatch) -> None:
     """The finished run is skipped, not trained again; the one killed before it finished is redone."""
     compare, _, out = finished
     (out / "runs" / "del-a0.3-s0" / "result.json").unlink()  # as if killed before it finished
-    calls = []
-    real = numloss.train.run_training
-
-    def counting(config, *args, **kwargs):
-        calls.append(config.objective.name)
-        return real(config, *args, **kwargs)
-
-    monkeypatch.setattr(numloss.train, "run_training", counting)
+    spy = mock.Mock(wraps=numloss.train.run_training)
+    monkeypatch.setattr(numloss.train, "run_training", spy)
     results = run_grid(compare, progress=False)
-    assert calls == ["del"]
+    assert [call.args[0].objective.name for call in spy.call_args_list] == ["del"]
     assert (out / "runs" / "del-a0.3-s0" / "result.json").is_file()
     assert [r["label"] for r in results] == ["mle", "del-a0.3"]
 
