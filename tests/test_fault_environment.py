@@ -6,7 +6,6 @@ reaches) but for one small process without torch; a slow one trains under LC_ALL
 
 from __future__ import annotations
 
-import errno
 import io
 import os
 import subprocess
@@ -55,24 +54,15 @@ def test_a_jsonl_file_with_a_byte_order_mark_is_read_as_outputs_and_as_training_
     assert [e.output for e in load_examples(str(data))] == ["2"]
 
 
-class _Full(io.RawIOBase):
-    """A device that takes nothing: every write is ENOSPC, as /dev/full does."""
-
-    def writable(self) -> bool:
-        return True
-
-    def write(self, data) -> int:
-        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
-
-
 def test_a_full_stdout_after_the_work_is_one_line_and_status_1(monkeypatch, capsys):
-    full = io.TextIOWrapper(_Full(), encoding="utf-8")
+    full = open("/dev/full", "w", encoding="utf-8")  # every write: ENOSPC
     monkeypatch.setattr(sys, "stdout", full)
     status = cli.main(["--help"])  # prints its usage to a stdout that takes nothing
     err = capsys.readouterr().err.splitlines()
     assert status == 1 and err == ["numloss: stdout cannot be written (No space left on device); the results "
                                    "written to disk are complete"]
     assert sys.stdout is full  # an in-process caller gets its stream back
+    full.close()  # its buffer went to /dev/null with the first failed write
 
 
 def test_a_closed_stdout_is_no_error(monkeypatch, capsys):
