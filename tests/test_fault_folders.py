@@ -38,12 +38,6 @@ def _wider(d: Path) -> None:
     (d / "config.json").write_text(json.dumps(config), encoding="utf-8")
 
 
-def _weights_only(d: Path) -> None:
-    for path in d.iterdir():
-        if path.name != "model.safetensors":
-            path.unlink()
-
-
 #: broken folder -> (how it is broken, what the one line must say: the file and the fault)
 BROKEN = {
     "truncated weights": (_cut("model.safetensors", 2000), r"model\.safetensors is not a readable safetensors file"),
@@ -56,7 +50,7 @@ BROKEN = {
     "tokenizer_config.json not JSON": (_set("tokenizer_config.json", b"[1, 2"), r"tokenizer_config\.json is not valid JSON"),
     "no tokenizer": (_remove("tokenizer.json", "tokenizer_config.json"), r"has no tokenizer .*tokenizer\.save_pretrained"),
     "tokenizer.json only half there": (_cut("tokenizer.json", 40), r"tokenizer\.json is not valid JSON"),
-    "weights only": (_weights_only, r"has no config\.json \(it holds model\.safetensors\)"),
+    "weights only": (lambda d: _remove(*(p.name for p in d.iterdir() if p.name != "model.safetensors"))(d), r"has no config\.json \(it holds model\.safetensors\)"),
 }
 
 
