@@ -13,7 +13,7 @@ import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 import test_train_faults
-from faultrun import TINY
+from faultrun import TINY, one_line
 from numloss import LOSSES
 from numloss.config import ConfigError, load_config
 from numloss.train import CHECKPOINT_MARKER, CSV_COLUMNS, machine_cores, main, run_training
@@ -26,11 +26,16 @@ def tiny_config(tmp_path: Path, *overrides: str):
 
 
 def test_cli_run_writes_logs_and_a_loadable_model(tmp_path, capsys):
+    """On --threads 1 (the one threads flag), progress lines use the logged names."""
     out = tmp_path / "run"
     argv = [str(TINY), "--train.output_dir", str(out), "--train.max_steps", "4", "--train.logging_steps", "2",
             "--train.report_to", "[tensorboard]", "--train.bf16", "null", "--train.save_steps", "1"]
-    assert main(argv) == 0
-    assert f"model in {out / 'final'}" in capsys.readouterr().out
+    assert main([*argv, "--threads", "1"]) == 0 and torch.get_num_threads() == 1
+    printed = capsys.readouterr().out
+    assert f"model in {out / 'final'}" in printed
+    assert "digit_entropy=" in printed and "learning_rate=" in printed and "H_digit" not in printed
+    assert "--threads needs a positive integer" in one_line(["train", str(TINY), "--threads", "zero"], capsys)
+    assert f"--threads 100000: this machine has {machine_cores()} cores" in one_line(["train", str(TINY), "--threads", "100000"], capsys)
     # save_total_limit (2 by default) rotates after each marker: the newest two are kept, whole
     assert [(p.name, (p / CHECKPOINT_MARKER).is_file()) for p in sorted(out.glob("checkpoint-*"))] == [
         ("checkpoint-3", True), ("checkpoint-4", True)]
@@ -89,11 +94,6 @@ def test_examples_given_directly_replace_the_source(tmp_path):
         run_training(config, examples=[])
 
 
-def test_resume_without_checkpoint_is_a_clear_error(tmp_path):
-    with pytest.raises(ConfigError, match="no complete checkpoint-\\* folder"):
-        run_training(tiny_config(tmp_path, "--train.resume", "true"))
-
-
 def test_lora_saves_adapters_and_a_merged_model(tmp_path):
     from peft import PeftModel
 
@@ -147,23 +147,6 @@ def test_main_destroys_the_process_group_the_run_started(tmp_path, monkeypatch, 
             dist.destroy_process_group()
 
 
-# -- runs that survive a bad kill -------------------------------------------------------------------
-
-
-def test_resume_of_a_finished_run_says_so_and_leaves_final_alone(tmp_path, capsys):
-    out = tmp_path / "run"
-    argv = [str(TINY), "--train.output_dir", str(out), "--train.max_steps", "2"]
-    assert main(argv) == 0
-    capsys.readouterr()
-    final = {p.name: (p.read_bytes(), p.stat().st_mtime_ns) for p in (out / "final").iterdir()}
-    log = (out / "log.csv").read_text()
-    assert main([*argv, "--resume"]) == 0
-    printed = capsys.readouterr().out
-    assert "already finished (2 steps)" in printed and "left as it is" in printed
-    assert {p.name: (p.read_bytes(), p.stat().st_mtime_ns) for p in (out / "final").iterdir()} == final
-    assert (out / "log.csv").read_text() == log
-
-
 # -- clear errors before the model loads ----------------------------------------------------------
 
 
@@ -176,6 +159,8 @@ def test_unwritable_output_dir_and_bad_data_fail_before_the_model_loads(tmp_path
     latin1.write_bytes(b'{"instruction": "caf\xe9 1+1", "output": "2"}\n')
     with pytest.raises(ConfigError, match=r"latin1.jsonl:1: not UTF-8"):
         run_training(tiny_config(tmp_path, "--data.source", str(latin1)))
+    with pytest.raises(ConfigError, match="no complete checkpoint-\\* folder"):
+        run_training(tiny_config(tmp_path, "--train.resume", "true"))
 
 
 @pytest.mark.parametrize("dry", [[], ["--dry-run"]], ids=["run", "dry-run"])
@@ -213,22 +198,6 @@ def test_chat_data_trains_with_the_chat_template(tmp_path, caplog):
     with caplog.at_level("WARNING", logger="numloss.train"):
         result = run_training(config)
     assert result.global_step == 2 and "8 conversations rendered with the chat template" in caplog.text
-
-
-def test_progress_lines_use_the_logged_names_and_threads_is_one_flag(tmp_path, capsys):
-    out = tmp_path / "run"
-    before = torch.get_num_threads()
-    try:
-        assert main([str(TINY), "--threads", "1", "--train.output_dir", str(out), "--train.max_steps", "1"]) == 0
-        assert torch.get_num_threads() == 1
-    finally:
-        torch.set_num_threads(before)
-    printed = capsys.readouterr().out
-    assert "digit_entropy=" in printed and "learning_rate=" in printed and "H_digit" not in printed
-    assert main([str(TINY), "--threads", "zero"]) == 2
-    assert "--threads needs a positive integer" in capsys.readouterr().err
-    assert main([str(TINY), "--threads", "100000"]) == 2
-    assert f"--threads 100000: this machine has {machine_cores()} cores" in capsys.readouterr().err
 
 
 def test_the_digit_density_of_the_data_is_logged(caplog):
