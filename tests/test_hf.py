@@ -209,34 +209,13 @@ def test_evaluation_after_training_normalises_each_batch_by_itself(tmp_path, fus
     assert trainer.evaluate()["eval_loss"] == pytest.approx(float(full_batch(model, loss_fn, rows()[:2]).loss), rel=1e-5)
 
 
-def test_shift_labels_pads_instead_of_slicing():
-    labels = torch.tensor([[-100, 5, 6, 7]])
-    assert shift_labels({"labels": labels}).tolist() == [[5, 6, 7, -100]]
-    given = torch.tensor([[1, 2, -100, -100]])
-    assert shift_labels({"labels": labels, "shift_labels": given}) is given
-    with pytest.raises(ValueError, match="labels"):
-        shift_labels({"input_ids": labels})
-
-
-def test_rejects_a_loss_that_is_not_numeric(tmp_path):
-    with pytest.raises(TypeError, match="numloss objective"):
-        NumericTrainer(loss_fn=torch.nn.CrossEntropyLoss(), model=tiny_llama(), args=train_args(tmp_path, 2, 1))
-
-
 # -- the fused path inside the trainer ------------------------------------------------------------
 
 
 def tiny_model(architecture: str, seed: int = 0):
     """A 2-layer, hidden-32 causal LM of `architecture` with a 40-token vocabulary, dropout off
     (llama-lora: peft's LoRA on the tiny Llama's q_proj and v_proj)."""
-    from transformers import (
-        GPT2Config,
-        GPT2LMHeadModel,
-        MistralConfig,
-        MistralForCausalLM,
-        Qwen2Config,
-        Qwen2ForCausalLM,
-    )
+    import transformers as tf
 
     if architecture.startswith("llama"):
         model = tiny_llama(seed)
@@ -248,13 +227,13 @@ def tiny_model(architecture: str, seed: int = 0):
         return model
     torch.manual_seed(seed)
     if architecture == "qwen2":
-        return Qwen2ForCausalLM(Qwen2Config(**SHAPE)).float()
+        return tf.Qwen2ForCausalLM(tf.Qwen2Config(**SHAPE)).float()
     if architecture == "mistral":
-        return MistralForCausalLM(MistralConfig(**SHAPE, sliding_window=None)).float()
+        return tf.MistralForCausalLM(tf.MistralConfig(**SHAPE, sliding_window=None)).float()
     if architecture == "gpt2":
-        config = GPT2Config(vocab_size=40, n_embd=32, n_layer=2, n_head=4, n_positions=64,
+        config = tf.GPT2Config(vocab_size=40, n_embd=32, n_layer=2, n_head=4, n_positions=64,
                             resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0)
-        return GPT2LMHeadModel(config).float()  # ties lm_head to the input embedding
+        return tf.GPT2LMHeadModel(config).float()  # ties lm_head to the input embedding
     raise ValueError(architecture)
 
 
@@ -277,9 +256,11 @@ def test_fused_training_follows_the_unfused_loss_curve(architecture, name, tmp_p
         torch.testing.assert_close(b, a, rtol=1e-4, atol=1e-6, msg=key)
 
 
-def test_fused_refuses_an_adapted_lm_head(tmp_path):
+def test_refuses_a_loss_that_is_not_numeric_and_fused_an_adapted_lm_head(tmp_path):
     from peft import LoraConfig, get_peft_model
 
+    with pytest.raises(TypeError, match="numloss objective"):
+        NumericTrainer(loss_fn=torch.nn.CrossEntropyLoss(), model=tiny_llama(), args=train_args(tmp_path, 2, 1))
     model = get_peft_model(tiny_llama(), LoraConfig(r=2, target_modules=["q_proj", "lm_head"]))
     trainer = NumericTrainer(loss_fn=make_loss("del", model), fused=True, model=model,
                              args=train_args(tmp_path, 2, 1), train_dataset=rows(), data_collator=collate)
@@ -306,8 +287,24 @@ def test_compute_loss_func_is_numeric_trainers_update(name, options, batch, accu
         assert max_update_difference(reference, digits, start)[0] > 1e-3 * size
 
 
-def test_compute_loss_func_reads_model_outputs_and_shifts():
-    """The hook takes what the Trainer hands it: a ModelOutput (or tuple) and unshifted labels."""
+#: the step-count refusal (a step wider than the micro-batch without a digit count) names the
+#: option the loss was built with
+REFUSALS = [(build_loss("del", VOCAB), 'del with normalize="digits" divides by the digit count'),
+            (build_loss("dist2", VOCAB, place_weight=True, normalize="weights"),
+             'dist2 with normalize="weights" divides by the sum of the place weights')]
+
+
+def test_compute_loss_func_reads_model_outputs_shifts_and_refuses_a_step_wider_than_its_counts():
+    """The hook takes what the Trainer hands it: a ModelOutput (or tuple) and unshifted labels
+    (shift_labels pads instead of slicing); without a digit count for a step wider than the
+    micro-batch (num_items_in_batch above its tokens) it refuses in one line, naming the loss's
+    own normalisation and both ways out."""
+    labels = torch.tensor([[-100, 5, 6, 7]])
+    assert shift_labels({"labels": labels}).tolist() == [[5, 6, 7, -100]]
+    given = torch.tensor([[1, 2, -100, -100]])
+    assert shift_labels({"labels": labels, "shift_labels": given}) is given
+    with pytest.raises(ValueError, match="labels"):
+        shift_labels({"input_ids": labels})
     model = tiny_llama()
     loss_fn = build_loss("del", VOCAB)
     hook = compute_loss_func(loss_fn)
@@ -319,6 +316,14 @@ def test_compute_loss_func_reads_model_outputs_and_shifts():
     assert hook.last.aux.item() == pytest.approx(expected.aux.item(), rel=1e-6)
     with pytest.raises(ValueError, match="no labels"):
         hook(outputs, None)
+    for refused, says in REFUSALS:
+        with pytest.raises(ValueError) as error:
+            compute_loss_func(refused)(outputs, batch["labels"], num_items_in_batch=10_000)
+        message = str(error.value)
+        assert says in message and 'normalize="tokens" or train with numloss.hf.NumericTrainer' in message
+        assert "\n" not in message and ('normalize="digits"' in message) == ('"digits"' in says)
+    with pytest.raises(AttributeError, match=r"numloss\.hf\.compute_loss_func\(loss_fn\)"):
+        loss_fn.as_compute_loss_func()  # the old method points to the hook
 
 
 _TWO_RANKS_SCRIPT = """
@@ -395,31 +400,3 @@ def test_digit_share_logs_the_scored_share_of_label_digits(tmp_path):
     trainer = trained(tiny_llama(), tmp_path, lr=0.0, loss_fn=build_loss("del", vocab))
     (entry,) = [e for e in trainer.state.log_history if "digit_share" in e]
     assert entry["digit_share"] == pytest.approx(scored / (digits + unscored)) and entry["digit_share"] < 1.0
-
-
-@pytest.mark.parametrize(
-    "options, says",
-    [
-        ({}, 'del with normalize="digits" divides by the digit count'),
-        ({"place_weight": True, "normalize": "weights"}, 'dist2 with normalize="weights" divides by the sum of the place weights'),
-    ],
-)
-def test_the_step_count_refusal_names_the_losss_own_normalisation(options, says):
-    """A step wider than the micro-batch (num_items_in_batch above its tokens) without a digit
-    count: the hook refuses, naming the option the loss was built with and both ways out."""
-    name = "dist2" if "place_weight" in options else "del"
-    hook = compute_loss_func(build_loss(name, VOCAB, **options))
-    batch = collate(rows())
-    outputs = tiny_llama()(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"])
-    with pytest.raises(ValueError) as error:
-        hook(outputs, batch["labels"], num_items_in_batch=10_000)
-    message = str(error.value)
-    assert says in message and 'normalize="tokens" or train with numloss.hf.NumericTrainer' in message
-    assert "\n" not in message
-    if name == "dist2":
-        assert 'normalize="digits"' not in message
-
-
-def test_the_old_method_points_to_compute_loss_func():
-    with pytest.raises(AttributeError, match=r"numloss\.hf\.compute_loss_func\(loss_fn\)"):
-        build_loss("del", VOCAB).as_compute_loss_func()
