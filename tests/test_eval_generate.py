@@ -11,7 +11,6 @@ from numloss.evaluate.generate import (
     import_vllm,
     new_cache,
     roomy_layer_class,
-    shared_prefix,
 )
 from numloss.models.tiny import build_char_tokenizer, build_tiny_model
 
@@ -55,7 +54,7 @@ def reference(model, tokenizer, prompts, max_new_tokens, eos_token_id):
 
 
 @pytest.mark.parametrize(("prompts", "batch_size", "tokens"), [
-    (PROMPTS, 4, 10),
+    (PROMPTS + PROMPTS[1:2], 2, 10),  # the first batch is one prompt twice: its shared prefix leaves each row a token
     (TEMPLATED + ["y", TEMPLATE.format("a question of middling length here")], 3, 6),  # a shared prefix, tails of all lengths
 ])
 def test_batched_generation_sorted_by_length_equals_one_by_one_in_the_given_order(prompts, batch_size, tokens):
@@ -106,13 +105,9 @@ def test_a_row_stops_at_its_stop_string_like_one_by_one_and_time_and_tokens_are_
     assert batched == one
     assert batched[1] == Generation(cut_at_stop(free[1].text, (stop,)), ends)  # stopped once the stop string was out
     assert any(g.new_tokens == 10 for g in batched)
-
-
-def test_shared_prefix_leaves_every_row_a_token():
-    assert shared_prefix([[1, 2, 3, 4], [1, 2, 5], [1, 2, 3]]) == 2
-    assert shared_prefix([[1, 2], [1, 2, 3]]) == 1
-    assert shared_prefix([[1, 2, 3], [1, 2, 3]]) == 2
-    assert shared_prefix([[5, 1], [6, 1]]) == 0
+    for bad in ("batch_size", "max_new_tokens"):
+        with pytest.raises(ValueError, match=bad):
+            HFGenerator(model, tokenizer, **{bad: 0})
 
 
 def test_roomy_cache_gives_the_logits_of_dynamic_cache():
@@ -138,14 +133,6 @@ def test_roomy_cache_gives_the_logits_of_dynamic_cache():
             logits.append(steps)
     for roomy, dynamic in zip(*logits, strict=True):
         torch.testing.assert_close(roomy, dynamic)
-
-
-def test_bad_settings_are_refused():
-    model, tokenizer = scrambled_tiny_model()
-    with pytest.raises(ValueError, match="batch_size"):
-        HFGenerator(model, tokenizer, batch_size=0)
-    with pytest.raises(ValueError, match="max_new_tokens"):
-        HFGenerator(model, tokenizer, max_new_tokens=0)
 
 
 def test_vllm_guard_says_what_to_do(monkeypatch):

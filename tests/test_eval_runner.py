@@ -13,13 +13,7 @@ from numloss.evaluate import cli, evaluate
 from numloss.evaluate.benchmarks import Benchmark, load_benchmark
 from numloss.evaluate.generate import Generation
 from numloss.evaluate.programs import ProgramRunner, isolation
-from numloss.evaluate.protocol import (
-    NUMLOSS,
-    POT_TRIGGER,
-    RELEASED,
-    numloss_program,
-    released_prompt,
-)
+from numloss.evaluate.protocol import NUMLOSS, POT_TRIGGER, RELEASED, released_prompt
 from numloss.evaluate.runner import run_benchmark
 from numloss.evaluate.sandbox import SandboxLimits
 from numloss.models.tiny import build_char_tokenizer, build_tiny_model
@@ -62,14 +56,14 @@ def runner():
 
 def test_program_of_thought_with_chain_of_thought_fallback():
     script = {
-        # program, right, its stdout in colours and with a title escape
-        ("6 times 7", "pot"): "a = 6\nb = 7\nprint('\\x1b[31m' + str(a * b) + '\\x1b[0m\\x1b]0;owned\\x07')",
+        # program, right, its stdout in colours and with a title escape; the next instruction is cut off
+        ("6 times 7", "pot"): "a = 6\nb = 7\nprint('\\x1b[31m' + str(a * b) + '\\x1b[0m\\x1b]0;owned\\x07')\n### Instruction: more",
         ("10 minus 3", "pot"): "while True:\n    pass\nprint(1)",                # program times out -> CoT
         ("10 minus 3", "cot"): "10 - 3 = 7. The answer is 7.",
         ("2 plus 2", "pot"): "print(4)\nraise ValueError(2)",                     # fails -> CoT, wrong
         ("2 plus 2", "cot"): "The answer is 5.",
         ("9 plus 1", "pot"): "9 + 1 = 10. The answer is 10.",                     # no program: read as text
-        ("5 minus 5", "pot"): "```python\nx = 5 - 5\nprint('result:', x)\n```",  # fenced program
+        ("5 minus 5", "pot"): "Here:\n```python\nx = 5 - 5\nprint('result:', x)\n```\nDone.",  # fenced program
     }
     generator = Scripted(script)
     results = run_benchmark(numbers(), [NUMLOSS], generator, runner(), batch_size=8)["numloss"]
@@ -115,12 +109,6 @@ def test_multiple_choice_uses_chain_of_thought():
     assert [r.prediction for r in out["released"]] == ["C", "A"]  # no letter: the released guess
     assert generator.limits == [2048]
     assert "Let's solve the multi-choice question step by step.\n" in generator.prompts[0]
-
-
-def test_numloss_program_rule():
-    assert numloss_program("The answer is 4.") is None
-    assert numloss_program("Here:\n```python\nprint(4)\n```\nDone.") == "print(4)\n"
-    assert numloss_program("x = 2\nprint(x)\n### Instruction: more") == "x = 2\nprint(x)\n"
 
 
 def test_cli_end_to_end_with_a_tiny_model_folder(tmp_path, capsys):
