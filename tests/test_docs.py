@@ -17,11 +17,19 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+#: each page's path (posix, from the repository root) -> its text: the one reading every test here shares
+PAGES = {p.relative_to(ROOT).as_posix(): p.read_text(encoding="utf-8") for p in [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]}
+FENCE = re.compile(r"^```(\w+)\n(.*?)^```", flags=re.S | re.M)
 
 
-def pages() -> dict[str, str]:
-    return {p.relative_to(ROOT).as_posix(): p.read_text(encoding="utf-8") for p in DOCS}
+def fenced(page: str) -> list[tuple[str, str]]:
+    """(language, code) of each fenced block of `page`, in order."""
+    return FENCE.findall(PAGES[page])
+
+
+def python(page: str) -> list[str]:
+    """The code of `page`'s python blocks, in order."""
+    return [code for language, code in fenced(page) if language == "python"]
 
 
 def listed(text: str, lead: str) -> list[list[str]]:
@@ -35,7 +43,7 @@ def test_every_list_of_the_loss_outputs_fields_is_complete():
 
     fields = [f.name for f in dataclasses.fields(NumericLossOutput)]
     found = []
-    for page, text in pages().items():
+    for page, text in PAGES.items():
         for match in re.finditer(r"NumericLossOutput(?:\(|: )([\w, ]+)", text):
             found.append(page)
             assert [n.strip() for n in match.group(1).split(",")] == fields, f"{page}: {match.group(0)!r} is not {fields}"
@@ -46,7 +54,7 @@ def test_log_csv_columns_and_the_progress_bars_keys_are_the_codes():
     from numloss.train.callbacks import PROGRESS_KEYS
     from numloss.train.folder import CSV_COLUMNS
 
-    text = (ROOT / "docs" / "training.md").read_text(encoding="utf-8")
+    text = PAGES["docs/training.md"]
     assert listed(text, "log.csv columns: ") == [list(CSV_COLUMNS)]
     assert listed(text, "The progress bar shows ") == [list(PROGRESS_KEYS)]
 
@@ -58,8 +66,7 @@ def test_eval_and_compare_help_and_the_eval_page_list_every_file_they_write_and_
     from numloss.evaluate.report import REPORT_FILES
 
     files = {*REPORT_FILES, "items.jsonl"}
-    page = (ROOT / "docs" / "evaluation.md").read_text(encoding="utf-8")
-    assert [set(names) for names in listed(page, "`numloss eval` writes to `--out`: ")] == [files]
+    assert [set(names) for names in listed(PAGES["docs/evaluation.md"], "`numloss eval` writes to `--out`: ")] == [files]
     for parser, written in [(eval_parser(), files), (compare_parser(), set(COMPARE_FILES))]:
         assert set(re.findall(r"(?<![/\w])[a-z_]+\.(?:json|jsonl|md|png)\b", parser.format_help())) == written
 
@@ -77,7 +84,7 @@ def test_the_pages_name_only_fields_that_exist(name):
     cls = getattr(importlib.import_module(f"numloss.{CLASSES[name]}"), name)
     fields = {f.name for f in dataclasses.fields(cls)}
     known = fields | set(dir(cls))
-    for page, text in pages().items():
+    for page, text in PAGES.items():
         for match in re.finditer(rf"\b{name}\.(\w+)", text):
             assert match.group(1) in known, f"{page}: {match.group(0)} is no attribute of {name}"
         for match in re.finditer(rf"\b{name}\(([^()]*)\)", text):
@@ -88,8 +95,8 @@ def test_the_pages_name_only_fields_that_exist(name):
 def test_each_name_is_imported_from_one_module_across_the_pages():
     """A reader who copies two snippets gets one helper, not the same name from two modules."""
     sources: dict[str, set[str]] = {}
-    for page, text in pages().items():
-        for block in re.findall(r"```python\n(.*?)```", text, flags=re.S):
+    for page in PAGES:
+        for block in python(page):
             for node in ast.walk(ast.parse(block)):
                 if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("numloss"):
                     for alias in node.names:
@@ -99,8 +106,6 @@ def test_each_name_is_imported_from_one_module_across_the_pages():
 
 
 # -- every snippet runs or is checked -------------------------------------------------------------
-
-FENCE = re.compile(r"^```(\w+)\n(.*?)^```", flags=re.S | re.M)
 
 #: where each page's python snippets run (all of them, in the page's order)
 PYTHON_RUNS = {
@@ -119,11 +124,6 @@ ALLOWED_WARNINGS = [
 ]
 
 
-def fenced(page: str) -> list[tuple[str, str]]:
-    """(language, code) of each fenced block of `page`, in order."""
-    return FENCE.findall((ROOT / page).read_text(encoding="utf-8"))
-
-
 def run_strict(code: str, namespace: dict, page: str) -> dict:
     """Run `code` in `namespace` with every warning an error but `ALLOWED_WARNINGS`."""
     with warnings.catch_warnings():
@@ -140,7 +140,7 @@ def test_every_snippet_is_run_or_checked():
     is training records numloss reads."""
     import yaml
 
-    for page in pages():
+    for page in PAGES:
         for language, code in fenced(page):
             if language == "python":
                 assert page in PYTHON_RUNS, f"{page}: a python snippet no test runs; add its page to PYTHON_RUNS"
@@ -161,7 +161,7 @@ def test_every_snippet_is_run_or_checked():
 def command_lines() -> list[tuple[str, list[str]]]:
     """(page, argv) of every command of every bash/sh block, comments dropped, continuations joined."""
     lines = []
-    for page in pages():
+    for page in PAGES:
         for language, code in fenced(page):
             if language in ("bash", "sh"):
                 for line in code.replace("\\\n", " ").splitlines():
@@ -235,18 +235,18 @@ def test_every_command_line_is_one_its_program_accepts():
 
 
 def tiny_names() -> dict:
-    """The names the loss snippets assume (a tokenizer, a causal LM's logits, aligned labels), from
-    docs/integration.md's setup on the tiny model."""
-    setup = fenced("docs/integration.md")[0][1]
-    namespace = run_strict(setup, {}, "docs/integration.md")
+    """The names the loss snippets assume (a tokenizer, a model, Trainer arguments, a dataset, a
+    collator, a batch, a causal LM's logits and aligned labels): docs/integration.md's setup on the
+    tiny model."""
+    namespace = run_strict(python("docs/integration.md")[0], {}, "docs/integration.md")
     batch = namespace["collator"](list(namespace["train_dataset"])[:2])
     logits = namespace["model"](input_ids=batch["input_ids"], attention_mask=batch["attention_mask"]).logits
-    return {"tokenizer": namespace["tokenizer"], "logits": logits, "labels": namespace["shift_labels"](batch)}
+    return namespace | {"batch": batch, "logits": logits, "labels": namespace["shift_labels"](batch)}
 
 
 def test_losses_snippet_runs(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
-    (code,) = [c for lang, c in fenced("docs/losses.md") if lang == "python"]
+    (code,) = python("docs/losses.md")
     namespace = run_strict(code, tiny_names(), "docs/losses.md")
     assert namespace["out"].loss.requires_grad and float(namespace["out"].aux.detach()) >= 0
 
@@ -257,7 +257,7 @@ def test_sandbox_snippet_runs():
 
     if not isolation().available:
         pytest.skip(f"no sandbox here: {isolation().detail}")
-    (code,) = [c for lang, c in fenced("docs/sandbox.md") if lang == "python"]
+    (code,) = python("docs/sandbox.md")
     lines = code.splitlines()
     namespace = run_strict("\n".join(lines[:1]), {}, "docs/sandbox.md")
     for line in lines[1:]:
@@ -275,7 +275,7 @@ def test_evaluation_snippet_runs(tmp_path, monkeypatch):
     """docs/evaluation.md's Python example, on the page's names and calls; for time, the tiny
     model for smollm2, the test fixtures for ../shared/benchmarks, 2 items and 8 new tokens."""
     monkeypatch.chdir(tmp_path)
-    (code,) = [c for lang, c in fenced("docs/evaluation.md") if lang == "python"]
+    (code,) = python("docs/evaluation.md")
     shortened = (code.replace('"smollm2"', '"tiny"').replace('"../shared/benchmarks"', repr(str(ROOT / "tests" / "fixtures" / "benchmarks")))
                  .replace("limit=20,", "limit=2, max_new_tokens=8, allow_unisolated=True,"))
     assert shortened.count("tiny") == 1 and "limit=2" in shortened
@@ -291,7 +291,7 @@ def test_the_files_a_training_run_writes_are_the_ones_its_page_lists(tmp_path):
     from numloss.config import load_config
     from numloss.train import run_training
 
-    section = (ROOT / "docs" / "training.md").read_text(encoding="utf-8").split("## What a run writes", 1)[1]
+    section = PAGES["docs/training.md"].split("## What a run writes", 1)[1]
     paragraph = next(p for p in section.split("\n\n") if p.startswith("`train.output_dir` holds"))
     named = [n for n in re.findall(r"`([^`]+)`", paragraph) if n.endswith("/") or re.fullmatch(r"[\w.-]+\.(?:yaml|json|csv|lock)", n)]
     aside = paragraph.split("sets aside stays there", 1)[1]

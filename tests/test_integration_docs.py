@@ -9,15 +9,15 @@ from pathlib import Path
 import pytest
 import torch
 
-from test_docs import run_strict
+from test_docs import PAGES, python, run_strict, tiny_names
+from test_eval_faults import Echo
 
-DOC = Path(__file__).resolve().parents[1] / "docs" / "integration.md"
 PATHS = ["NumericTrainer", "compute_loss_func", "TRL", "patch", "plain loop"]
 
 
 def snippets() -> tuple[str, list[str]]:
     """(the shared setup, the five paths' snippets), in the page's order."""
-    blocks = re.findall(r"```python\n(.*?)```", DOC.read_text(), flags=re.S)
+    blocks = python("docs/integration.md")
     assert len(blocks) == 1 + len(PATHS), f"expected the setup and {len(PATHS)} paths, found {len(blocks)} blocks"
     return blocks[0], blocks[1:]
 
@@ -71,13 +71,10 @@ def test_snippet_runs_and_gives_numeric_trainers_first_update(index, tmp_path, m
 
 # -- README.md: the product page ------------------------------------------------------------------
 
-ROOT = DOC.parents[1]
-README = ROOT / "README.md"
-
 
 def test_readme_opens_with_make_demo_and_make_test():
     """The first lines after the title are the two commands (each may carry a comment)."""
-    assert re.match(r"# numloss\n\n```bash\nmake demo\b[^\n]*\nmake test\b[^\n]*\n```\n", README.read_text())
+    assert re.match(r"# numloss\n\n```bash\nmake demo\b[^\n]*\nmake test\b[^\n]*\n```\n", PAGES["README.md"])
 
 
 def test_readme_python_snippets_run(tmp_path, monkeypatch):
@@ -87,13 +84,8 @@ def test_readme_python_snippets_run(tmp_path, monkeypatch):
     from numloss.patch import is_patched
 
     monkeypatch.chdir(tmp_path)
-    namespace = run(snippets()[0])
-    batch = namespace["collator"](list(namespace["train_dataset"])[:2])
-    logits = namespace["model"](input_ids=batch["input_ids"], attention_mask=batch["attention_mask"]).logits
-    namespace.update(batch=batch, logits=logits, labels=namespace["shift_labels"](batch))
-    blocks = re.findall(r"```python\n(.*?)```", README.read_text(), flags=re.S)
-    assert len(blocks) == 3, "the loss, NumericTrainer, numloss.patch"
-    loss_block, trainer_block, patch_block = blocks
+    namespace = tiny_names()
+    loss_block, trainer_block, patch_block = python("README.md")
     run(loss_block, namespace)
     assert all(p.grad is not None for p in namespace["model"].parameters()), "the loss reached every weight"
     assert type(namespace["loss_fn"]).__name__ == "DigitEntropyLoss"
@@ -110,16 +102,11 @@ def test_readme_report_tables_have_the_columns_numloss_eval_writes(tmp_path):
     """The report excerpt is what `numloss eval` writes: each table header of the README's
     Evaluation section is a table header of a report made now (two protocols, a stub model)."""
     from numloss.evaluate import evaluate
-    from numloss.evaluate.generate import Generation
 
-    class Answers:
-        def generate(self, prompts, max_new_tokens=None):
-            return [Generation(text="The answer is 5.", new_tokens=5) for _ in prompts]
-
-    section = README.read_text().split("## Evaluation", 1)[1].split("\n## ", 1)[0]
+    section = PAGES["README.md"].split("## Evaluation", 1)[1].split("\n## ", 1)[0]
     shown = [line for line, rule in zip(section.splitlines(), section.splitlines()[1:], strict=False) if rule.startswith("|---")]
     assert len(shown) == 2, "the per-protocol table and the side-by-side one"
-    report = evaluate(Answers(), ["svamp"], data_dir=ROOT / "tests" / "fixtures" / "benchmarks", protocol="both",
+    report = evaluate(Echo("5"), ["svamp"], data_dir=Path(__file__).parent / "fixtures" / "benchmarks", protocol="both",
                       limit=2, program_of_thought=False, allow_unisolated=False)
     lines = report.to_markdown().splitlines()
     written = {line for line, rule in zip(lines, lines[1:], strict=False) if rule.startswith("|---")}
