@@ -36,6 +36,9 @@ def test_a_second_holder_and_a_probe_are_refused_naming_the_first(tmp_path):
     check_not_busy(tmp_path / "run")  # released: free again
     with hold_run_dir(tmp_path / "run", "next"):
         pass
+    (tmp_path / "file").write_text("x")  # a folder that cannot be created is one line
+    with pytest.raises(RunDirLockError, match="cannot lock"), hold_run_dir(tmp_path / "file" / "run", "train"):
+        pass
 
 
 def test_the_lock_file_records_the_last_holder_and_garbage_in_it_breaks_nothing(tmp_path, caplog):
@@ -51,36 +54,19 @@ def test_the_lock_file_records_the_last_holder_and_garbage_in_it_breaks_nothing(
 
 def test_lock_of_a_killed_process_is_taken_over(tmp_path, caplog):
     ready = tmp_path / "ready"
-    holder = subprocess.Popen(
-        [
-            sys.executable,
-            "-c",
-            "import sys, time, pathlib\n"
-            "from numloss.rundir import hold_run_dir\n"
-            f"with hold_run_dir({str(tmp_path / 'run')!r}, 'victim'):\n"
-            f"    pathlib.Path({str(ready)!r}).touch()\n"
-            "    time.sleep(60)\n",
-        ]
-    )
+    holder = subprocess.Popen([sys.executable, "-c", "import time, pathlib\nfrom numloss.rundir import hold_run_dir\n"
+                               f"with hold_run_dir({str(tmp_path / 'run')!r}, 'victim'):\n"
+                               f"    pathlib.Path({str(ready)!r}).touch()\n    time.sleep(60)\n"])
     try:
         deadline = time.monotonic() + 30
         while not ready.exists():
             assert holder.poll() is None and time.monotonic() < deadline
             time.sleep(0.05)
-        with pytest.raises(RunDirBusy, match=f"pid {holder.pid}"):
-            with hold_run_dir(tmp_path / "run", "intruder"):
-                pass
+        with pytest.raises(RunDirBusy, match=f"pid {holder.pid}"), hold_run_dir(tmp_path / "run", "intruder"):
+            pass
     finally:
         holder.send_signal(signal.SIGKILL)
         holder.wait()
     with caplog.at_level(logging.WARNING), hold_run_dir(tmp_path / "run", "next"):
         pass
     assert "taking over" in caplog.text and "victim" in caplog.text
-
-
-def test_uncreatable_folder_is_one_line(tmp_path):
-    blocker = tmp_path / "file"
-    blocker.write_text("x")
-    with pytest.raises(RunDirLockError, match="cannot lock"):
-        with hold_run_dir(blocker / "run", "train"):
-            pass
