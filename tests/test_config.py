@@ -55,17 +55,13 @@ def test_defaults_are_valid_and_yaml_then_overrides_apply(tmp_path):
         (["--train.max_step", "3"], r"unknown config key 'train.max_step'.*; did you mean 'train.max_steps'"),
         (["--nosuch.key", "3"], "unknown config key 'nosuch.key'"),
         (["--train.per_device_train_batch_size", "eight"], "train.per_device_train_batch_size: expected an integer >= 1, got 'eight'"),
-        (["--train.learning_rate", "fast"], "train.learning_rate: expected a finite number"),
         (["--train.bf16", "maybe"], "train.bf16: expected true or false or null"),
         (["--model.dtype", "int8"], "model.dtype: expected one of 'auto'"),
         (["--objective.name", "nope"], "unknown objective 'nope'; choose one of mle, del"),
         (["--objective.options.tau", "2"], r"'del' has no option\(s\) 'tau'; its options are"),
-        (["--objective.name", "mixce", "--objective.alpha", "1"], "'mixce' has no alpha"),
         (["--data.source", "synthetic:nope"], "unknown synthetic set 'nope'"),
-        (["--data.source", "/no/such/file.jsonl"], "no such file"),
         (["--train.resume", "/no/such/run/checkpoint-2"], "checkpoint folder .* does not exist"),
         (["--train.batch_size", "0"], "train.per_device_train_batch_size: expected an integer >= 1, got 0"),
-        (["--train.max_steps", "0"], "train.max_steps: expected one of -1 or an integer >= 1"),
         (["--train.not_a_field", "1"], "unknown config key 'train.not_a_field': neither a numloss key nor a transformers.TrainingArguments field"),
         (["--train.extra", "{learnin_rate: 1}"], "did you mean 'train.learning_rate'"),
         (["--seed", "1"], "--seed is a key of several sections: write --data.seed or --train.seed"),
@@ -74,7 +70,7 @@ def test_defaults_are_valid_and_yaml_then_overrides_apply(tmp_path):
         (["stray"], "unexpected argument 'stray'"),
     ],
 )
-def test_bad_overrides_are_clear_errors(argv, message):
+def test_bad_overrides_are_clear_errors(argv, message):  # every key's bad values, file and flag: test_config_values
     with pytest.raises(ConfigError, match=message):
         load_config(None, argv)
 

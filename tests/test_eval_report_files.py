@@ -35,17 +35,14 @@ def plot(path: Path) -> dict:
     return json.loads(Image.open(path).text["numloss"])
 
 
-def scored(tmp_path: Path, name: str, rows: list[dict] | None = None) -> tuple[Path, dict, str, Path]:
-    """(the report folder, results.json, report.md, the samples file) of lm-eval samples scored
-    under both protocols; `rows` replace the fixture's lines."""
-    source = SAMPLES
-    if rows is not None:
-        source = tmp_path / SAMPLES.name
-        source.write_text("".join(json.dumps(r) + "\n" for r in rows))
+def scored(out: Path, source: Path = SAMPLES, entropy: bool = False) -> tuple[dict, str]:
+    """(results.json, report.md) of the lm-eval samples at `source` scored under both protocols and
+    written to `out`; `entropy`: with a teacher-forced entropy histogram, as a model run has."""
     report = score_outputs(source, data_dir=DATA)
-    out = tmp_path / name
+    for per in report.scores.values() if entropy else ():
+        per["gsm8k"].digit_entropy, per["gsm8k"].digit_entropy_histogram = 1.5, [0] * 12 + [3, 1] + [0] * 6
     write_report(out, report)
-    return out, json.loads((out / "results.json").read_text()), (out / "report.md").read_text(), source
+    return json.loads((out / "results.json").read_text()), (out / "report.md").read_text()
 
 
 def no_machine_path(text: str, given: Path) -> None:
@@ -66,22 +63,22 @@ def every_accuracy_has_its_interval(text: str) -> None:
 
 
 def test_lm_eval_samples_report_says_what_it_read_and_shows_intervals(tmp_path, capsys):
-    out, results, text, source = scored(tmp_path, "lm")
+    results, text = scored(tmp_path, entropy=True)
     assert "read as lm-eval samples (task gsm8k as gsm8k; items matched: " in text
     assert results["format"] == "lm-eval samples"
     # three plain-text answers: no program ran, so none is PoT
     for protocol in ("released", "numloss"):
         assert results["benchmarks"][protocol]["gsm8k"]["styles"] == {"cot": 3}
         assert "| gsm8k | 3 | 66.7 | 20.8-93.9 | 3 | 0 / 3 / 0 |" in text
-    no_machine_path(text, source)
+    no_machine_path(text, SAMPLES)
     assert "Program sandbox: " in text
     every_accuracy_has_its_interval(text)
-    print_summary(score_outputs(source, data_dir=DATA))
+    print_summary(score_outputs(SAMPLES, data_dir=DATA))
     console = [line for line in capsys.readouterr().out.splitlines() if "%" in line]
     assert console[0] == "accuracy % (95 % interval)" and all(INTERVAL.search(line) for line in console[1:])
 
     # accuracy.png: one point per benchmark and mACC with the table's interval, per protocol
-    drawn = plot(out / "accuracy.png")
+    drawn = plot(tmp_path / "accuracy.png")
     assert [s["label"] for s in drawn["series"]] == ["protocol released", "protocol numloss"]
     for series, protocol in zip(drawn["series"], ("released", "numloss"), strict=True):
         score = results["benchmarks"][protocol]["gsm8k"]
@@ -90,7 +87,7 @@ def test_lm_eval_samples_report_says_what_it_read_and_shows_intervals(tmp_path, 
     assert drawn["xticklabels"] == ["gsm8k\n(3 items)", "mACC"] and drawn["lines"] == []
 
     # place_accuracy.png: whole places, named, never joined; the title names what is drawn
-    drawn = plot(out / "place_accuracy.png")
+    drawn = plot(tmp_path / "place_accuracy.png")
     places = results["benchmarks"]["numloss"]["gsm8k"]["place_accuracy"]
     cells = "; ".join(f"{PLACE_NAMES[p['place']]} {100 * p['accuracy']:.1f} % ({100 * lo:.1f}-{100 * hi:.1f}) of {p['total']}"
                       for p in places for lo, hi in [wilson_interval(p["correct"], p["total"])])
@@ -101,8 +98,13 @@ def test_lm_eval_samples_report_says_what_it_read_and_shows_intervals(tmp_path, 
     assert series["x"] == list(range(len(places)))
     assert flat(series["intervals"]) == pytest.approx(flat([[100 * v for v in wilson_interval(p["correct"], p["total"])] for p in places]))
     for name in ("accuracy.png", "place_accuracy.png"):  # plain tick labels: no offsets, exponents or mathtext
-        labels = plot(out / name)["yticklabels"]
+        labels = plot(tmp_path / name)["yticklabels"]
         assert labels == ["0", "20", "40", "60", "80", "100"], labels
+
+    # digit_entropy.png: one benchmark draws no legend, so the title says whose it is, with its digit count and mean
+    drawn = plot(tmp_path / "digit_entropy.png")
+    assert drawn["title"] == "Teacher-forced digit entropy, gsm8k: 4 digits, mean 1.50 nats" and drawn["legend"] == []
+    assert drawn["xticklabels"] == ["0.0", "0.5", "1.0", "1.5", "2.0"] and drawn["yticklabels"][-1] == "1.0"
 
 
 def test_outputs_with_no_answer_say_there_is_nothing_by_place_and_draw_no_place_plot(tmp_path):
@@ -110,10 +112,12 @@ def test_outputs_with_no_answer_say_there_is_nothing_by_place_and_draw_no_place_
     for row in rows:
         row["resps"] = [["I cannot tell."]]
         row["filtered_resps"] = ["[invalid]"]
-    stale = tmp_path / "none" / "place_accuracy.png"
+    source, out = tmp_path / SAMPLES.name, tmp_path / "none"
+    source.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    stale = out / "place_accuracy.png"
     stale.parent.mkdir()
     stale.write_bytes(b"an earlier report's picture")
-    out, results, text, source = scored(tmp_path, "none", rows)
+    results, text = scored(out, source)
     assert results["benchmarks"]["numloss"]["gsm8k"]["answered"] == 0
     assert "- gsm8k: no numeric answer, so no accuracy by digit place" in text
     assert "accuracy by digit place of the generated answers" not in text and not stale.exists()
@@ -149,16 +153,3 @@ def test_the_progress_bar_total_is_the_items_from_the_start_and_each_moves_it_on
     assert fallbacks > 0, "the case needs fallbacks"
     (bar,) = bars
     assert (bar.total, bar.n, bar.postfix) == (3, 3, f"fallbacks {fallbacks}") and bar.disable  # closed
-
-
-def test_the_digit_entropy_plot_names_its_one_benchmark_and_keeps_plain_ticks(tmp_path):
-    """With a model the report has a teacher-forced entropy histogram; one benchmark draws no
-    legend, so the title says whose it is, with its digit count and mean."""
-    report = score_outputs(SAMPLES, data_dir=DATA)
-    for per in report.scores.values():
-        score = per["gsm8k"]
-        score.digit_entropy, score.digit_entropy_histogram = 1.5, [0] * 12 + [3, 1] + [0] * 6
-    write_report(tmp_path, report)
-    drawn = plot(tmp_path / "digit_entropy.png")
-    assert drawn["title"] == "Teacher-forced digit entropy, gsm8k: 4 digits, mean 1.50 nats" and drawn["legend"] == []
-    assert drawn["xticklabels"] == ["0.0", "0.5", "1.0", "1.5", "2.0"] and drawn["yticklabels"][-1] == "1.0"
