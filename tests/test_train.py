@@ -200,7 +200,14 @@ def test_chat_data_trains_with_the_chat_template(tmp_path, caplog):
     assert result.global_step == 2 and "8 conversations rendered with the chat template" in caplog.text
 
 
-def test_the_digit_density_of_the_data_is_logged(caplog):
+@pytest.mark.parametrize("name, options, counts, says", [
+    ("del", {}, (7, 4), ["7 learnt tokens, 4 digit positions in the first 2 examples: 1.75 tokens per digit"]),
+    ("mle", {}, (7, 0), []),
+    # DIST2 normalised by place weights: its denominator is the weight sum (12 -> 2 + 1, 5 -> 1, 7 -> 1)
+    ("dist2", {"place_weight": True, "point_ends_run": True, "normalize": "weights"}, (7, 5),
+     ["7 learnt tokens, 5 place weights in the first 2 examples", 'matches "weights" on average at alpha x 1.40']),
+])
+def test_the_digit_density_of_the_data_is_logged(name, options, counts, says, caplog):
     """N_tok and N_dig of the data (the objective's own count) and their ratio, hand-counted."""
     from types import SimpleNamespace
 
@@ -212,18 +219,8 @@ def test_the_digit_density_of_the_data_is_logged(caplog):
     features = [{"labels": [-100, -100, 1, 2, 10, 5, 20]}, {"labels": [-100, 7, 20]}]
     # numloss.train's own level: an in-process compare earlier in the session may have quietened it
     with caplog.at_level("WARNING", logger="numloss.train"):
-        tokens, digits = log_digit_density(SimpleNamespace(features=features), build_loss("del", vocab))
-    assert (tokens, digits) == (7, 4)  # 1 2 . 5 eos, 7 eos; digits 1 2 5 7
-    assert "7 learnt tokens, 4 digit positions in the first 2 examples: 1.75 tokens per digit" in caplog.text
-    mle_tokens, mle_digits = log_digit_density(SimpleNamespace(features=features), build_loss("mle", vocab))
-    assert (mle_tokens, mle_digits) == (7, 0)
-    # DIST2 normalised by place weights: its denominator is the weight sum (12 -> 2 + 1, 5 -> 1, 7 -> 1)
-    caplog.clear()
-    with caplog.at_level("WARNING", logger="numloss.train"):
-        weighted = build_loss("dist2", vocab, place_weight=True, point_ends_run=True, normalize="weights")
-        assert log_digit_density(SimpleNamespace(features=features), weighted) == (7, 5)
-    assert "7 learnt tokens, 5 place weights in the first 2 examples" in caplog.text
-    assert 'matches "weights" on average at alpha x 1.40' in caplog.text
+        assert log_digit_density(SimpleNamespace(features=features), build_loss(name, vocab, **options)) == counts
+    assert all(said in caplog.text for said in says), caplog.text
 
 
 def test_resume_checks_the_output_dir_before_setting_a_checkpoint_aside(tmp_path, monkeypatch):

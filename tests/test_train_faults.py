@@ -295,13 +295,20 @@ def test_a_full_disk_during_a_save_is_one_line_naming_the_path(tmp_path, capsys,
     assert not (out / "final").exists()
 
 
-def test_disk_full_error_names_the_file_and_reads_nothing_else_as_a_full_disk(tmp_path):
+def test_train_error_names_a_full_disks_file_and_a_diverged_step_and_nothing_else(tmp_path):
     """(torch.save's and safetensors' own errors at every byte: test_fault_space.)"""
-    where = tmp_path / "checkpoint-3"
-    enospc = OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(where / "optimizer.pt"))
-    assert isinstance(disk_full_error(enospc, where), DiskFullError)
-    assert f"disk full at {where / 'optimizer.pt'}: No space left on device" in str(disk_full_error(enospc, where))
-    assert disk_full_error(ValueError("something else"), where) is None
+    from types import SimpleNamespace
+
+    from numloss.train.errors import train_error
+
+    trainer, saved = SimpleNamespace(state=SimpleNamespace(global_step=3)), tmp_path / "checkpoint-3" / "optimizer.pt"
+    full = train_error(OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(saved)), tmp_path, trainer, None)
+    assert isinstance(full, DiskFullError) and f"disk full at {saved}: No space left on device" in str(full)
+    assert disk_full_error(ValueError("something else"), tmp_path) is None
+    error = train_error(FloatingPointError("del: the loss is not finite although the logits are; alpha=1e+30"),
+                        tmp_path, trainer, None)
+    assert isinstance(error, ConfigError) and "\n" not in str(error)
+    assert str(error).startswith("training stopped at step 3: FloatingPointError: del:")
 
 
 # -- every config key, wrong values ------------------------------------------------------------------
@@ -358,18 +365,6 @@ def test_resume_from_a_named_checkpoint_of_another_folder_into_an_empty_one(tmp_
     result = run_training(config(out, "--train.resume", str(stopped / "checkpoint-3")))
     assert result.global_step == 4 and logged_steps(out) == [1, 2, 3, 4]
     assert_same_weights(train_reference / "final", out / "final")
-
-
-def test_a_run_that_diverges_is_one_line_naming_the_step(tmp_path):
-    from types import SimpleNamespace
-
-    from numloss.train.errors import train_error
-
-    trainer = SimpleNamespace(state=SimpleNamespace(global_step=3))
-    error = train_error(FloatingPointError("del: the loss is not finite although the logits are; alpha=1e+30"),
-                        tmp_path, trainer, None)
-    assert isinstance(error, ConfigError) and "\n" not in str(error)
-    assert str(error).startswith("training stopped at step 3: FloatingPointError: del:")
 
 
 # -- a resume tied to its inputs, a save_only_model checkpoint ------------------------------------------
