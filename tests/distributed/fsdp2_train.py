@@ -23,24 +23,19 @@ import torch.nn.functional as F
 from transformers import LlamaConfig, LlamaForCausalLM
 
 import numloss
-from numloss import DigitVocab, build_loss
+from numloss import build_loss
 from numloss.hf import count_tokens_and_digits, reduce_step_counts
+from test_hf import SHAPE, VOCAB, collate  # tests/ is on the workers' PYTHONPATH (faultrun.ENV)
 
-VOCAB = DigitVocab(list(range(10)), decimal_point_id=10)
 OBJECTIVES = ("del", "mle", "emo")
 STEPS, ACCUMULATION, ROWS = 3, 2, 2  # ROWS per rank and micro-batch
 WORLD = 2
-PAD = 39
 
 
 def tiny_model(tied: bool = True) -> LlamaForCausalLM:
-    """2 layers, hidden 32, 40 tokens, LM head tied to the input embedding (as SmolLM2) or not."""
+    """test_hf's tiny Llama, its LM head tied to the input embedding (as SmolLM2) or not."""
     torch.manual_seed(0)
-    config = LlamaConfig(
-        vocab_size=40, hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
-        num_key_value_heads=2, max_position_embeddings=64, attention_dropout=0.0, tie_word_embeddings=tied,
-    )
-    return LlamaForCausalLM(config).float()
+    return LlamaForCausalLM(LlamaConfig(**{**SHAPE, "tie_word_embeddings": tied})).float()
 
 
 def make_loss(name: str, model: LlamaForCausalLM):
@@ -63,15 +58,7 @@ def rank_rows(step: int, micro: int, rank: int) -> list[list[int]]:
 def micro_batch(step: int, micro: int, ranks: tuple[int, ...]) -> dict[str, torch.Tensor]:
     """Right-padded batch of the rows of `ranks`; the first 3 tokens of a row are its prompt (-100)."""
     rows = [row for rank in ranks for row in rank_rows(step, micro, rank)]
-    width = max(len(row) for row in rows)
-    ids = torch.full((len(rows), width), PAD)
-    labels = torch.full((len(rows), width), -100)
-    mask = torch.zeros((len(rows), width), dtype=torch.long)
-    for r, row in enumerate(rows):
-        ids[r, : len(row)] = torch.tensor(row)
-        labels[r, 3 : len(row)] = torch.tensor(row[3:])
-        mask[r, : len(row)] = 1
-    return {"input_ids": ids, "attention_mask": mask, "labels": labels}
+    return collate([{"input_ids": row, "labels": [-100] * 3 + row[3:]} for row in rows])
 
 
 def full_weights(model: torch.nn.Module) -> dict[str, torch.Tensor]:

@@ -21,7 +21,7 @@ import torch.distributed as dist
 import torch.nn.functional as F
 from deepspeed.utils import safe_get_full_fp32_param
 
-sys.path.insert(0, str(Path(__file__).parent))
+sys.path[:0] = [str(Path(__file__).parent), str(Path(__file__).parents[1])]  # fsdp2_train, test_hf
 import fsdp2_train as w  # noqa: E402
 
 import numloss  # noqa: E402
