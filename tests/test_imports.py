@@ -67,17 +67,9 @@ def requirement_name(requirement: str) -> str:
 
 
 def closure(extra: str) -> set[str]:
-    """`extra` and every extra it stacks on through `numloss[...]` requirements."""
-    found, todo = set(), [extra]
-    while todo:
-        name = todo.pop()
-        if name in found:
-            continue
-        found.add(name)
-        for requirement in EXTRAS[name]:
-            if (m := re.fullmatch(r"numloss\[([a-z0-9,]+)\]", requirement.strip())):
-                todo += m.group(1).split(",")
-    return found
+    """`extra` and every extra it stacks on through `numloss[...]` requirements (a cycle: RecursionError)."""
+    stacked = [m.group(1).split(",") for r in EXTRAS[extra] if (m := re.fullmatch(r"numloss\[([a-z0-9,]+)\]", r.strip()))]
+    return {extra}.union(*(closure(name) for names in stacked for name in names))
 
 
 def test_the_extras_stack_as_numloss_extras_declares_and_each_installs_its_packages():
