@@ -7,7 +7,9 @@ import math
 from pathlib import Path
 
 import pytest
+import torch
 
+from numloss import __version__
 from numloss.evaluate import EvalReport, evaluate, score_outputs
 from numloss.evaluate.benchmarks import BenchmarkError, load_benchmark
 from numloss.evaluate.generate import Generation
@@ -110,8 +112,13 @@ def test_file_sets_and_the_report_api(tmp_path):
     assert [it.kind for it in bench.items] == ["number", "number", "choice", "choice"]
     assert [it.id for it in bench.items] == ["1", "half", "3", "4"] and bench.items[3].answer == "B"
     gen = Counting({"What is 2 + 3?": "5", "Half of 7?": "3.50"})
-    report = evaluate(gen, f"file:{path}", protocol="numloss", allow_unisolated=True, digit_stats=False)
-    assert isinstance(report, EvalReport)
+    report = evaluate(gen, f"file:{path}", protocol="numloss", allow_unisolated=True, digit_stats=False, limit=4, threads=1)
+    assert isinstance(report, EvalReport) and torch.get_num_threads() == 1  # conftest resets threads
+    # which settings, version and date made it (from the command line: test_eval_runner's end-to-end run)
+    header = report.to_markdown().splitlines()[2:4]
+    assert header[0].startswith(f"Made by numloss.evaluate from Python with numloss {__version__} on 20") and header[0].endswith(" UTC.")
+    assert header[1] == ("Settings: protocol numloss; backend hf (auto); prompt released-alpaca-0shot; max new tokens "
+                         "1500 open / 2048 multiple choice; program of thought on; limit 4; threads 1.")
     s = report.scores["numloss"][f"file:{path}"]
     assert (s.correct, s.count) == (3, 4) and s.ci95[0] < 0.75 < s.ci95[1]
     assert s.mae == 0 and s.signed_log_mae == 0 and not math.isnan(report.macc())

@@ -17,7 +17,6 @@ from numloss.evaluate.protocol import NUMLOSS, POT_TRIGGER, RELEASED, released_p
 from numloss.evaluate.runner import run_benchmark
 from numloss.evaluate.sandbox import SandboxLimits
 from numloss.models.tiny import build_char_tokenizer, build_tiny_model
-from test_eval_faults import Echo
 
 FIXTURES = Path(__file__).parent / "fixtures" / "benchmarks"
 LIMITS = SandboxLimits(wall_seconds=3.0, cpu_seconds=2, memory_bytes=512 << 20)
@@ -81,7 +80,7 @@ def test_program_of_thought_with_chain_of_thought_fallback():
     assert generator.limits == [1500, 1500]  # the released limit for open answers, first and fallback
 
 
-def test_both_protocols_score_one_generation_and_share_the_fallback():
+def test_both_protocols_score_one_generation_and_share_the_fallback_and_choices_use_chain_of_thought():
     script = {
         ("6 times 7", "pot"): "```python\nprint(42)\n```",       # released: a SyntaxError in its wrapper -> CoT
         ("6 times 7", "cot"): "The answer is 42.",
@@ -97,9 +96,7 @@ def test_both_protocols_score_one_generation_and_share_the_fallback():
     assert out["released"][0].style == "pot+cot" and out["numloss"][0].style == "pot"
     assert out["numloss"][0].fallback_output == "The answer is 42."  # generated once, kept with both
     assert len(generator.prompts) == 6
-
-
-def test_multiple_choice_uses_chain_of_thought():
+    # multiple choice uses chain of thought
     bench = load_benchmark("aqua", data_dir=FIXTURES, limit=2)
     script = {("average speed", "cot"): "240 / 3 = 80. The answer is C", ("5x - 3", "cot"): "So x = 4.\nThe answer is 4"}
     generator = Scripted(script)
@@ -122,7 +119,7 @@ def test_cli_end_to_end_with_a_tiny_model_folder(tmp_path, capsys):
             "--limit", "2", "--max-new-tokens", "4", "--batch-size", "2", "--out", str(out), "--quiet",
             "--dtype", "float32", "--protocol", "both", "--allow-unisolated-exec", "--threads", "1"]
     assert cli.main(args) == 0
-    # report.md says which command, settings, version and date made it (from Python: the header test below)
+    # report.md says which command, settings, version and date made it (from Python: test_eval_resume's report API test)
     header = (out / "report.md").read_text().splitlines()[2:4]
     assert header[0].startswith(f"Made by `numloss eval {folder} --benchmarks gsm8k,aqua") and f"with numloss {__version__} on " in header[0]
     assert "max new tokens 4 open / 4 multiple choice" in header[1] and "limit 2; threads 1." in header[1]
@@ -149,16 +146,6 @@ def test_cli_end_to_end_with_a_tiny_model_folder(tmp_path, capsys):
     for p in ("released", "numloss"):
         assert {b: s["correct"] for b, s in after["benchmarks"][p].items()} == {b: s["correct"] for b, s in before["benchmarks"][p].items()}
     assert torch.is_grad_enabled()
-
-
-def test_the_report_header_says_which_settings_version_and_date_made_it():  # conftest resets threads; CLI: end to end
-    report = evaluate(Echo(), ["svamp"], data_dir=FIXTURES, limit=2, program_of_thought=False, threads=1)
-    assert torch.get_num_threads() == 1  # bad counts: test_eval_faults' numeric-option sweep
-    header = report.to_markdown().splitlines()[:4]
-    assert header[2].startswith(f"Made by numloss.evaluate from Python with numloss {__version__} on 20")
-    assert header[2].endswith(" UTC.")
-    assert header[3] == ("Settings: protocol numloss; backend hf (auto); prompt released-alpaca-0shot; max new tokens "
-                         "1500 open / 2048 multiple choice; program of thought off; limit 2; threads 1.")
 
 
 @pytest.mark.filterwarnings("error::FutureWarning")
