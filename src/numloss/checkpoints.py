@@ -40,15 +40,12 @@ RUN_PATTERNS = ("checkpoint-*", "partial-checkpoint-*", "final-step-*", "config-
 
 def write_marker(folder: Path, step: int) -> None:
     """Record every file of `folder` (size and SHA-256), atomically and last."""
-    files: dict[str, dict[str, Any]] = {}
-    for path in sorted(folder.rglob("*")):
-        # not the marker, nor a temporary file a killed earlier marking left (numloss.atomic's
-        # names)
-        if path.is_file() and not path.name.startswith((MARKER, f".{MARKER}")):
-            files[str(path.relative_to(folder))] = {
-                "size": path.stat().st_size,
-                "sha256": sha256_file(path),
-            }
+    # not the marker, nor a temporary file a killed earlier marking left (numloss.atomic's names)
+    files = {
+        str(path.relative_to(folder)): {"size": path.stat().st_size, "sha256": sha256_file(path)}
+        for path in sorted(folder.rglob("*"))
+        if path.is_file() and not path.name.startswith((MARKER, f".{MARKER}"))
+    }
     write_json_atomic(folder / MARKER, {"step": step, "files": files})
 
 

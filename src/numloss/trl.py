@@ -108,9 +108,7 @@ class NumericSFTTrainer(NumericTrainer, SFTTrainer):
     ):
         """NumericTrainer's loss; TRL's `num_tokens` counted as SFTTrainer counts it."""
         inputs["use_cache"] = False
-        result = NumericTrainer.compute_loss(
-            self, model, inputs, return_outputs, num_items_in_batch
-        )
+        result = super().compute_loss(model, inputs, return_outputs, num_items_in_batch)
         mode = "train" if self.model.training else "eval"
         if mode == "train":
             if "attention_mask" in inputs:

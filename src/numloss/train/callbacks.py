@@ -117,11 +117,8 @@ class ProgressBarCallback(TrainerCallback):
         if self.bar is not None:
             self.bar.set_postfix(text, refresh=True)
         else:
-            print(
-                f"step {state.global_step}/{state.max_steps} "
-                + " ".join(f"{k}={v}" for k, v in text.items()),
-                flush=True,
-            )
+            line = " ".join(f"{k}={v}" for k, v in text.items())
+            print(f"step {state.global_step}/{state.max_steps} {line}", flush=True)
 
     def on_train_end(self, args, state, control, **kwargs):
         if self.bar is not None:
@@ -181,11 +178,7 @@ def own_callbacks(
         from torch.utils.tensorboard import SummaryWriter
         from transformers.integrations import TensorBoardCallback
 
-        callbacks.append(
-            TensorBoardCallback(tb_writer=SummaryWriter(log_dir=str(output_dir / "tensorboard")))
-        )
-    return [
-        *callbacks,
-        CSVLogCallback(output_dir / "log.csv"),
-        ProgressBarCallback(config.train.progress_bar),
-    ]
+        writer = SummaryWriter(log_dir=str(output_dir / "tensorboard"))
+        callbacks.append(TensorBoardCallback(tb_writer=writer))
+    callbacks.append(CSVLogCallback(output_dir / "log.csv"))
+    return [*callbacks, ProgressBarCallback(config.train.progress_bar)]

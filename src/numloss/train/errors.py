@@ -35,25 +35,18 @@ def disk_full_error(error: BaseException, where: Path) -> DiskFullError | None:
     """A DiskFullError for `error` (or anything in its chain) if it is a full disk or a file-size
     limit: OSError ENOSPC/EFBIG/EDQUOT, torch.save's "enforce fail ... file write failed",
     safetensors' SafetensorError; None for any other error. `where`: what was being written."""
-    chain: list[BaseException] = []
-    current: BaseException | None = error
-    while current is not None and current not in chain:
-        chain.append(current)
-        current = current.__cause__ or current.__context__
-    path, reason = where, None
-    for item in chain:
-        if isinstance(item, OSError) and item.errno in _DISK_FULL_ERRNOS:
-            path = Path(item.filename) if item.filename else where
-            reason = os.strerror(item.errno)
-            break
-    if reason is None:
-        text = " ".join(str(item) for item in chain)
-        if not any(marker in text for marker in _DISK_FULL_TEXT):
-            return None
-        reason = next(
-            (m for m in _DISK_FULL_TEXT[:3] if m in text),
-            "a write failed (no space, or a file-size limit)",
-        )
+    chain = [error]
+    while (cause := chain[-1].__cause__ or chain[-1].__context__) and cause not in chain:
+        chain.append(cause)
+    full = next((e for e in chain if isinstance(e, OSError) and e.errno in _DISK_FULL_ERRNOS), None)
+    text = " ".join(str(item) for item in chain)
+    if full is not None:
+        path, reason = Path(full.filename) if full.filename else where, os.strerror(full.errno)
+    elif any(marker in text for marker in _DISK_FULL_TEXT):
+        fallback = "a write failed (no space, or a file-size limit)"
+        path, reason = where, next((m for m in _DISK_FULL_TEXT[:3] if m in text), fallback)
+    else:
+        return None
     return DiskFullError(
         f"disk full at {path}: {reason}; free space (or raise the file-size limit)"
     )
