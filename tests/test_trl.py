@@ -147,35 +147,27 @@ def learnt_text(tok, record) -> list[str]:
     return pieces + ([tok.decode(current)] if current else [])
 
 
-@pytest.mark.parametrize("assistant_only_loss", [False, True])
-def test_chat_data_learns_the_assistant_turns_only(assistant_only_loss, tmp_path):
+def test_chat_data_learns_the_assistant_turns_only_for_every_objective(tmp_path):
     """The default, and SFTConfig(assistant_only_loss=True) on SmolLM2's template (which TRL's own
-    path refuses): only each assistant reply and its end-of-turn marker are learnt."""
+    path refuses): only each assistant reply and its end-of-turn marker are learnt, for DEL and for
+    MLE (docs/integration.md's A/B baseline: the arms compare losses, not maskings). A plain
+    SFTTrainer arm would learn every token of the conversation (TRL's default), which is
+    NumericSFTTrainer(assistant_only=False), not the numloss arm's masking."""
     tok = chat_tokenizer()
-    trainer = NumericSFTTrainer(loss_fn=build_loss("del", VOCAB), model=model(), train_dataset=chat_dataset(),
-                                args=config(tmp_path, 2, 1, assistant_only_loss=assistant_only_loss, max_length=512),
-                                processing_class=tok)
+
+    def arm(trainer_class, sft=(), **kwargs):
+        return trainer_class(model=model(), train_dataset=chat_dataset(), processing_class=tok,
+                             args=config(tmp_path, 2, 1, max_length=512, **dict(sft)), **kwargs)
+
     replies = [[m["content"] for m in r["messages"] if m["role"] == "assistant"] for r in chat_dataset()]
-    for record, expected in zip(trainer.train_dataset, replies, strict=True):
-        assert learnt_text(tok, record) == [f"{reply}<|im_end|>\n" for reply in expected]
+    for name, sft in [("mle", ()), ("del", ()), ("del", {"assistant_only_loss": True})]:
+        trainer = arm(NumericSFTTrainer, sft, loss_fn=build_loss(name, VOCAB))
+        for record, expected in zip(trainer.train_dataset, replies, strict=True):
+            assert learnt_text(tok, record) == [f"{reply}<|im_end|>\n" for reply in expected], (name, sft)
     trainer.train()
     assert any("aux" in entry for entry in trainer.state.log_history)
-
-
-def test_an_ab_of_objectives_compares_losses_not_maskings(tmp_path):
-    """docs/integration.md's A/B: both arms are NumericSFTTrainer (MLE the baseline), so chat data
-    is masked alike; a plain SFTTrainer arm would learn every token of the conversation (TRL's
-    default), which is NumericSFTTrainer(assistant_only=False), not the numloss arm's masking."""
-    tok = chat_tokenizer()
-
-    def arm(trainer_class, **kwargs):
-        return trainer_class(model=model(), train_dataset=chat_dataset(), args=config(tmp_path, 2, 1, max_length=512),
-                             processing_class=tok, **kwargs).train_dataset
-
-    baseline, digit = arm(NumericSFTTrainer, loss_fn=build_loss("mle", VOCAB)), arm(NumericSFTTrainer, loss_fn=build_loss("del", VOCAB))
-    assert [r["labels"] for r in baseline] == [r["labels"] for r in digit]
-    assert all(-100 in r["labels"] for r in baseline)  # the system and user turns are not learnt
-    plain, every = arm(SFTTrainer), arm(NumericSFTTrainer, loss_fn=build_loss("mle", VOCAB), assistant_only=False)
+    plain = arm(SFTTrainer).train_dataset
+    every = arm(NumericSFTTrainer, loss_fn=build_loss("mle", VOCAB), assistant_only=False).train_dataset
     assert [r["input_ids"] for r in plain] == [r["input_ids"] for r in every]
     assert [r["labels"] for r in plain] == [r["labels"] for r in every]  # every token learnt: nothing masked
     assert all(-100 not in r["labels"] for r in every) and "assistant_masks" not in plain.column_names
