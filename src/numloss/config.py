@@ -478,7 +478,6 @@ def apply_mapping(config: Config, mapping: dict[str, Any], origin: str, warn: bo
 def parse_overrides(argv: list[str]) -> list[tuple[str, str]]:
     """`--key value` / `--key=value` pairs of the command line, in order."""
     pairs: list[tuple[str, str]] = []
-    given: dict[str, list[str]] = {}
     tokens = iter(argv)
     for token in tokens:
         if not token.startswith("--") or token == "--":
@@ -491,8 +490,8 @@ def parse_overrides(argv: list[str]) -> list[tuple[str, str]]:
             if value.startswith("--"):
                 raise ConfigError(f"--{key} needs a value (e.g. --{key} VALUE)")
         pairs.append((key, value))
-        given.setdefault(key, []).append(value)
-    for key, values in given.items():
+    for key in dict(pairs):
+        values = [v for k, v in pairs if k == key]
         if len(values) > 1:  # `--x 3 --x=2`: the last wins, as with argparse, and says so
             listed, last = ", ".join(map(repr, values)), values[-1]
             logger.warning(

@@ -81,12 +81,7 @@ def resolve_device(device: str | None) -> str:
 
 def cut_at_stop(text: str, stop: Sequence[str]) -> str:
     """`text` up to the first occurrence of any stop string."""
-    end = len(text)
-    for s in stop:
-        at = text.find(s)
-        if at >= 0:
-            end = min(end, at)
-    return text[:end]
+    return text[: min((at for s in stop if (at := text.find(s)) >= 0), default=len(text))]
 
 
 class HFGenerator:
@@ -405,8 +400,7 @@ class VLLMGenerator:
         tensor_parallel_size: int = 1,
         dtype: str = "auto",
     ) -> None:
-        vllm = import_vllm()
-        self.vllm = vllm
+        self.vllm = vllm = import_vllm()
         self.llm = vllm.LLM(
             model=model_path, tensor_parallel_size=tensor_parallel_size, dtype=dtype
         )

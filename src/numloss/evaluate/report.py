@@ -8,7 +8,7 @@ from __future__ import annotations
 import json
 import math
 from collections import Counter
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -62,10 +62,7 @@ class BenchmarkScore:
     def to_json(self) -> dict[str, Any]:
         out = dict(self.__dict__)
         out["ci95"] = list(self.ci95)
-        out["place_accuracy"] = [
-            {"place": e.place, "correct": e.correct, "total": e.total, "accuracy": e.accuracy}
-            for e in self.place_accuracy
-        ]
+        out["place_accuracy"] = [asdict(e) | {"accuracy": e.accuracy} for e in self.place_accuracy]
         return out
 
 
@@ -154,7 +151,7 @@ class EvalReport:
 
 
 def _pct(x: float | None) -> str:
-    return "n/a" if x is None or (isinstance(x, float) and math.isnan(x)) else f"{100 * x:.1f}"
+    return _num(None if x is None else 100 * x, 1)
 
 
 def with_interval(value: float, ci: tuple[float, float]) -> str:
