@@ -72,26 +72,30 @@ def test_cli_run_writes_logs_and_a_loadable_model(tmp_path, capsys):
     assert load_config(out / "config.yaml") == load_config(TINY, argv[1:])
 
 
-def test_truncation_count_is_logged_and_no_response_token_left_is_a_clear_error(tmp_path, caplog):
-    config = tiny_config(tmp_path, "--data.max_length", "175", "--train.max_steps", "1", "--data.num_examples", "8")
-    with caplog.at_level("WARNING", logger="numloss.train"):
-        run_training(config)
-    assert "8 examples" in caplog.text and "8 truncated" in caplog.text
-    with pytest.raises(ConfigError, match="no response token is left"):
-        run_training(tiny_config(tmp_path / "short", "--data.max_length", "100"))
+CHAT_TEMPLATE = ("{% for m in messages %}<|{{ m['role'] }}|>{{ m['content'] }}</s>{% endfor %}"
+                 "{% if add_generation_prompt %}<|assistant|>{% endif %}")
 
 
-def test_examples_given_directly_replace_the_source(tmp_path):
+@pytest.mark.parametrize("data, overrides, steps, said", [
+    ("source", ["--data.max_length", "175", "--data.num_examples", "8"], 1, ["8 examples", "8 truncated"]),
+    # given to run_training: these 8, not the source's 64
+    ("given", ["--data.source", "synthetic:decimals"], 2, []),
+    ("chat", ["--data.chat_template", CHAT_TEMPLATE, "--data.num_examples", "null"], 2,
+     ["8 conversations rendered with the chat template"]),
+])
+def test_a_run_trains_on_its_data_source_given_examples_or_chat_data(data, overrides, steps, said, tmp_path, caplog):
     from numloss.data import Example
 
-    examples = [Example("What is 2 + 2?", "2 + 2 = 4. The answer is 4.")] * 8
-    config = tiny_config(tmp_path, "--data.source", "synthetic:decimals", "--train.max_steps", "2")
-    result = run_training(config, examples=examples)
-    assert result.global_step == 2
-    history = json.loads(result.log_history_path.read_text())
-    assert history[0]["epoch"] == 0.5  # 8 examples in batches of 4: the given set, not 64 generated
-    with pytest.raises(ConfigError, match="no training examples"):
-        run_training(config, examples=[])
+    examples = [Example("What is 2 + 2?", "2 + 2 = 4. The answer is 4.")] * 8 if data == "given" else None
+    if data == "chat":
+        chat = tmp_path / "chat.jsonl"
+        messages = [[{"role": "user", "content": f"{a}+{a}?"}, {"role": "assistant", "content": f"{2 * a}"}] for a in range(8)]
+        chat.write_text("".join(json.dumps({"messages": m}) + "\n" for m in messages))
+        overrides = ["--data.source", str(chat), *overrides]
+    with caplog.at_level("WARNING", logger="numloss.train"):
+        result = run_training(tiny_config(tmp_path, "--train.max_steps", str(steps), *overrides), examples=examples)
+    assert result.global_step == steps and all(line in caplog.text for line in said), caplog.text
+    assert json.loads(result.log_history_path.read_text())[0]["epoch"] == 0.5  # each: 8 examples, batches of 4
 
 
 def test_lora_saves_adapters_and_a_merged_model(tmp_path):
@@ -161,6 +165,10 @@ def test_unwritable_output_dir_and_bad_data_fail_before_the_model_loads(tmp_path
         run_training(tiny_config(tmp_path, "--data.source", str(latin1)))
     with pytest.raises(ConfigError, match="no complete checkpoint-\\* folder"):
         run_training(tiny_config(tmp_path, "--train.resume", "true"))
+    with pytest.raises(ConfigError, match="no response token is left"):
+        run_training(tiny_config(tmp_path, "--data.max_length", "100"))
+    with pytest.raises(ConfigError, match="no training examples"):
+        run_training(tiny_config(tmp_path), examples=[])
 
 
 @pytest.mark.parametrize("dry", [[], ["--dry-run"]], ids=["run", "dry-run"])
@@ -183,21 +191,6 @@ def test_chat_data_without_template_and_a_tokenizer_without_digits_fail_before_t
     assert main(base) == 2
     assert "model.name 'tiny'" in capsys.readouterr().err
     assert not dry or not (tmp_path / "run").exists()  # a dry run creates nothing
-
-
-def test_chat_data_trains_with_the_chat_template(tmp_path, caplog):
-    template = ("{% for m in messages %}<|{{ m['role'] }}|>{{ m['content'] }}</s>{% endfor %}"
-                "{% if add_generation_prompt %}<|assistant|>{% endif %}")
-    chat = tmp_path / "chat.jsonl"
-    with chat.open("w") as handle:
-        for a in range(8):
-            messages = [{"role": "user", "content": f"{a}+{a}?"}, {"role": "assistant", "content": f"{2 * a}"}]
-            handle.write(json.dumps({"messages": messages}) + "\n")
-    config = tiny_config(tmp_path, "--data.source", str(chat), "--data.chat_template", template,
-                         "--train.max_steps", "2", "--data.num_examples", "null")
-    with caplog.at_level("WARNING", logger="numloss.train"):
-        result = run_training(config)
-    assert result.global_step == 2 and "8 conversations rendered with the chat template" in caplog.text
 
 
 @pytest.mark.parametrize("name, options, counts, says", [
