@@ -134,43 +134,6 @@ def run_strict(code: str, namespace: dict, page: str) -> dict:
     return namespace
 
 
-def test_every_snippet_is_run_or_checked():
-    """A python block runs in the test `PYTHON_RUNS` names; a bash or sh block's every command is
-    checked (test_every_command_line_is_one_its_program_accepts); a yaml block parses, a json block
-    is training records numloss reads."""
-    import yaml
-
-    for page in PAGES:
-        for language, code in fenced(page):
-            if language == "python":
-                assert page in PYTHON_RUNS, f"{page}: a python snippet no test runs; add its page to PYTHON_RUNS"
-            elif language == "yaml":
-                yaml.safe_load(code)
-            elif language == "json":  # training records: each block is ones numloss's data layer reads
-                from numloss.data.instructions import records_to_examples
-
-                try:
-                    records = [json.loads(code)]
-                except json.JSONDecodeError:  # JSON lines
-                    records = [json.loads(line) for line in code.splitlines() if line.strip()]
-                assert len(records_to_examples(records, page)) == len(records)
-            else:
-                assert language in ("bash", "sh"), f"{page}: a {language} block no test checks"
-
-
-def command_lines() -> list[tuple[str, list[str]]]:
-    """(page, argv) of every command of every bash/sh block, comments dropped, continuations joined."""
-    lines = []
-    for page in PAGES:
-        for language, code in fenced(page):
-            if language in ("bash", "sh"):
-                for line in code.replace("\\\n", " ").splitlines():
-                    words = shlex.split(line, comments=True)
-                    if words:
-                        lines.append((page, words))
-    return lines
-
-
 PLACEHOLDERS = {"CONFIG": "configs/tiny.yaml", "MODEL": "tiny"}
 
 
@@ -222,15 +185,36 @@ def check_install_line(words: list[str]) -> None:
         assert extra in project["optional-dependencies"], f"no extra {extra!r}: {' '.join(words)}"
 
 
-def test_every_command_line_is_one_its_program_accepts():
-    """Each command of every page: nothing trains or evaluates; the program's own parser decides."""
+def test_every_snippet_is_run_or_checked():
+    """A python block runs in the test `PYTHON_RUNS` names; each command of a bash or sh block
+    (comments dropped, continuations joined) is one its program's own parser accepts (nothing
+    trains or evaluates); a yaml block parses, a json block is training records numloss reads."""
+    import yaml
+
+    from numloss.data.instructions import records_to_examples
+
     seen = set()
-    for page, words in command_lines():
-        try:
-            check_command(words)
-        except (AssertionError, SystemExit, Exception) as error:
-            raise AssertionError(f"{page}: {' '.join(words)!r}: {error}") from error
-        seen.add((words[0], words[1]))
+    for page in PAGES:
+        for language, code in fenced(page):
+            if language == "python":
+                assert page in PYTHON_RUNS, f"{page}: a python snippet no test runs; add its page to PYTHON_RUNS"
+            elif language == "yaml":
+                yaml.safe_load(code)
+            elif language == "json":  # training records: each block is ones numloss's data layer reads
+                try:
+                    records = [json.loads(code)]
+                except json.JSONDecodeError:  # JSON lines
+                    records = [json.loads(line) for line in code.splitlines() if line.strip()]
+                assert len(records_to_examples(records, page)) == len(records)
+            else:
+                assert language in ("bash", "sh"), f"{page}: a {language} block no test checks"
+                for line in code.replace("\\\n", " ").splitlines():
+                    if words := shlex.split(line, comments=True):
+                        try:
+                            check_command(words)
+                        except (AssertionError, SystemExit, Exception) as error:
+                            raise AssertionError(f"{page}: {' '.join(words)!r}: {error}") from error
+                        seen.add((words[0], words[1]))
     assert {("make", "demo"), ("make", "test"), ("numloss", "train"), ("numloss", "eval"), ("pip", "install")} <= seen
 
 
