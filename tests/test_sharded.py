@@ -22,6 +22,7 @@ import torch
 from safetensors.torch import load_file
 
 from faultrun import ENV, ROOT, TINY, free_port
+from test_hf import max_update_difference
 
 WORKER = ROOT / "tests" / "distributed" / "fsdp2_train.py"
 sys.path.insert(0, str(WORKER.parent))
@@ -40,11 +41,6 @@ def fsdp2_results(tmp_path_factory):
     return torch.load(out, weights_only=False)
 
 
-def _max_difference(a: dict[str, torch.Tensor], b: dict[str, torch.Tensor]) -> float:
-    assert a.keys() == b.keys()
-    return max(float((a[k] - b[k]).abs().max()) for k in a)
-
-
 @pytest.mark.parametrize(("name", "head_unit"), [*((name, False) for name in fsdp2_train.OBJECTIVES), ("del", True)],
                          ids=[*fsdp2_train.OBJECTIVES, "del-head-unit"])
 def test_fsdp2_fused_equals_unfused_and_one_process(fsdp2_results, name, head_unit):
@@ -57,11 +53,11 @@ def test_fsdp2_fused_equals_unfused_and_one_process(fsdp2_results, name, head_un
     assert moved > 1e-4, "training barely moved some weights: the comparison would mean little"
     # fused == unfused under FSDP2
     assert fused["losses"] == pytest.approx(unfused["losses"], rel=1e-6)
-    assert _max_difference(fused["weights"], unfused["weights"]) <= 1e-6
+    assert max_update_difference(fused["weights"], unfused["weights"], start)[0] <= 1e-6
     # both == one process, same global batch (float summation order differs, nothing more)
     for run in (unfused, fused):
         assert run["losses"] == pytest.approx(one_process["losses"], rel=1e-6)
-        assert _max_difference(run["weights"], one_process["weights"]) <= 1e-6
+        assert max_update_difference(run["weights"], one_process["weights"], start)[0] <= 1e-6
         # every rank divided by the counts of the whole global batch, each token counted once
         for counts in run["counts_of_rank"]:
             assert torch.equal(counts, one_process["counts"])

@@ -119,8 +119,8 @@ def test_lora_saves_adapters_and_a_merged_model(tmp_path):
     torch.testing.assert_close(adapted(**batch).logits, merged(**batch).logits, rtol=1e-4, atol=1e-5)
 
 
-@pytest.mark.parametrize("outcome", ["finished", "already finished", "config error", "interrupted"])
-def test_main_destroys_the_process_group_the_run_started(tmp_path, monkeypatch, capsys, outcome):
+@pytest.mark.parametrize("outcome, status", [("finished", 0), ("already finished", 0), ("config error", 2), ("interrupted", 130)])
+def test_main_destroys_the_process_group_the_run_started(tmp_path, monkeypatch, capsys, outcome, status):
     """Whatever way a run ends, `numloss train` leaves no process group for interpreter shutdown,
     where gloo's threads can abort a rank that finished (SIGABRT). The Trainer starts the group
     under torchrun; here a one-rank gloo group stands for it."""
@@ -132,19 +132,15 @@ def test_main_destroys_the_process_group_the_run_started(tmp_path, monkeypatch, 
 
     def fake_run_training(config):
         dist.init_process_group("gloo", init_method=f"file://{tmp_path / 'rendezvous'}", rank=0, world_size=1)
-        if outcome == "config error":
-            raise ConfigError("data.path: no such file")
-        if outcome == "interrupted":
-            raise KeyboardInterrupt
-        final = tmp_path / "run" / "final"
-        final.mkdir(parents=True, exist_ok=True)
+        if status:  # Ctrl-C: one line and exit 130
+            raise ConfigError("data.path: no such file") if status == 2 else KeyboardInterrupt
+        (tmp_path / "run" / "final").mkdir(parents=True)
         return types.SimpleNamespace(already_finished=outcome == "already finished", output_dir=tmp_path / "run",
-                                     model_dir=final, global_step=1, metrics={"loss": 1.0})
+                                     model_dir=tmp_path / "run" / "final", global_step=1, metrics={"loss": 1.0})
 
     monkeypatch.setattr(train, "run_training", fake_run_training)
     try:
-        expected = {"config error": 2, "interrupted": 130}.get(outcome, 0)  # Ctrl-C: one line and exit 130
-        assert main([str(TINY), "--train.output_dir", str(tmp_path / "run")]) == expected
+        assert main([str(TINY), "--train.output_dir", str(tmp_path / "run")]) == status
         assert not dist.is_initialized(), f"{outcome}: the process group outlived numloss train"
     finally:
         if dist.is_initialized():
