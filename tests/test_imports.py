@@ -114,39 +114,14 @@ def test_no_import_circle_even_through_a_package_init():
     assert not circles
 
 
-def test_help_loads_no_torch_and_the_core_loads_torch_alone():
-    """One process: `import numloss`, `numloss --help` and `numloss <command> --help` parse their
-    options before loading any model, data or torch code; then the core modules load nothing
-    beyond torch and what torch loads itself; then the sandbox (an evaluator's helper) no
-    transformers."""
+def test_help_loads_no_torch_the_core_torch_alone_and_a_missing_extra_is_one_line(monkeypatch):
+    """One process without [hf] (transformers cannot be imported): `import numloss`, `numloss --help`
+    and `numloss <command> --help` parse their options before loading any model, data or torch
+    code; then the core modules load nothing beyond torch and what torch loads itself; the sandbox
+    (an evaluator's helper) imports without transformers; `import numloss.hf` and `numloss train`
+    say in one line that [hf] is missing. Here: needs() and require() name the extra that installs
+    the package."""
     from numloss.cli import COMMANDS
-
-    code = ("import contextlib, io, sys\n"
-            "def loaded(): return {m.partition('.')[0] for m in sys.modules}\n"
-            "before = loaded()\n"
-            "import numloss; from numloss.cli import main\n"
-            f"for argv in [[]] + [[c] for c in {sorted(COMMANDS)!r}]:\n"
-            "    with contextlib.redirect_stdout(io.StringIO()) as out, contextlib.suppress(SystemExit):\n"
-            "        main(argv + ['--help'])\n"
-            "    assert 'usage: numloss' in out.getvalue(), argv\n"
-            "print(sorted(loaded() - before))\n"
-            "import torch; before = loaded()\n"
-            f"import {', '.join(CORE)}\n"
-            "print(sorted(loaded() - before))\n"
-            "import numloss.evaluate.sandbox; print('transformers' in sys.modules)\n")
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=CLEAN)
-    assert out.returncode == 0, out.stderr
-    helps, core, transformers = (eval(line) for line in out.stdout.splitlines()[-3:])  # printed lists
-    heavy = {"transformers", "datasets", "accelerate", "peft", "trl", "scipy", "statsmodels", "matplotlib", "sympy"}
-    assert heavy <= set(EXTRA_OF), "the list names packages of the extras"
-    assert not set(helps) & (heavy | ALWAYS), f"a --help loads {sorted(set(helps) & (heavy | ALWAYS))}"
-    assert not set(core) & set(EXTRA_OF), f"the core loads {sorted(set(core) & set(EXTRA_OF))}"
-    assert transformers is False
-
-
-def test_a_missing_extra_is_one_line_naming_it(monkeypatch):
-    """needs() and require() name the extra that installs the package; in a process without [hf]
-    (transformers cannot be imported), `import numloss.hf` and `numloss train` say so in one line."""
     from numloss.extras import MissingExtraError, needs, require
 
     monkeypatch.setitem(sys.modules, "transformers", None)  # as in an install without [hf]
@@ -157,14 +132,33 @@ def test_a_missing_extra_is_one_line_naming_it(monkeypatch):
     assert "\n" not in str(caught.value)
     with pytest.raises(MissingExtraError, match=r"needs vllm, which is not installed: install numloss with its \[vllm\] extra"):
         require("eval", "numloss eval --backend vllm", "vllm")  # not part of [eval]: its own extra
-    code = ("import sys; sys.modules['transformers'] = None\n"
+    code = ("import contextlib, io, sys\n"
+            "sys.modules['transformers'] = None\n"
+            "def loaded(): return {m.partition('.')[0] for m, module in sys.modules.items() if module is not None}\n"
+            "before = loaded()\n"
+            "import numloss; from numloss.cli import main\n"
+            f"for argv in [[]] + [[c] for c in {sorted(COMMANDS)!r}]:\n"
+            "    with contextlib.redirect_stdout(io.StringIO()) as out, contextlib.suppress(SystemExit):\n"
+            "        main(argv + ['--help'])\n"
+            "    assert 'usage: numloss' in out.getvalue(), argv\n"
+            "print(sorted(loaded() - before))\n"
+            "import torch; before = loaded()\n"
+            f"import {', '.join(CORE)}\n"
+            "print(sorted(loaded() - before))\n"
+            "import numloss.evaluate.sandbox\n"
             "from numloss.extras import MissingExtraError\n"
             "try:\n    import numloss.hf\nexcept MissingExtraError as error:\n    print(error)\n"
-            "from numloss.cli import main; sys.exit(main(['train', 'configs/tiny.yaml']))\n")
+            "sys.exit(main(['train', 'configs/tiny.yaml']))\n")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=CLEAN, cwd=SRC.parent)
-    assert re.match(r"numloss.hf needs transformers, which is not installed: .*\[hf\] extra", out.stdout), out.stdout
     assert out.returncode == 2 and out.stderr.count("\n") == 1, out.stderr
     assert out.stderr.startswith("numloss train needs transformers, which is not installed") and "[hf] extra" in out.stderr
+    *_, helps, core, hf = out.stdout.splitlines()
+    assert re.match(r"numloss.hf needs transformers, which is not installed: .*\[hf\] extra", hf), hf
+    helps, core = eval(helps), eval(core)  # printed lists
+    heavy = {"transformers", "datasets", "accelerate", "peft", "trl", "scipy", "statsmodels", "matplotlib", "sympy"}
+    assert heavy <= set(EXTRA_OF), "the list names packages of the extras"
+    assert not set(helps) & (heavy | ALWAYS), f"a --help loads {sorted(set(helps) & (heavy | ALWAYS))}"
+    assert not set(core) & set(EXTRA_OF), f"the core loads {sorted(set(core) & set(EXTRA_OF))}"
 
 
 def test_numloss_and_numloss_evaluate_load_their_public_names_on_first_use():
