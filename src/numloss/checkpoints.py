@@ -93,8 +93,7 @@ def structure_problem(folder: Path) -> str | None:
         if not isinstance(payload, dict) or not isinstance(payload.get("global_step"), int):
             return "trainer_state.json has no global_step"
     for path in sorted(folder.glob("*.safetensors")):
-        problem = _safetensors_problem(path)
-        if problem:
+        if problem := _safetensors_problem(path):
             return f"{path.name}: {problem}"
     for path in sorted([*folder.glob("*.pt"), *folder.glob("*.bin")]):
         if path.stat().st_size == 0:

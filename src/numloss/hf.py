@@ -52,9 +52,11 @@ from numloss.textio import utf8_path
 # Slots of the on-device logging accumulator (float64 so long intervals do not lose counts).
 _CE_SUM, _TOKENS, _AUX_SUM, _AUX_COUNT, _ENTROPY_SUM, _DIGITS = range(6)
 #: the per-digit diagnostics of `NumericLossOutput`, logged as means over the interval's digit
-#: positions in accumulator slots 6, 7, 8 (after the six above)
+#: positions in accumulator slots 6, 7, 8 (after the six above); then, for `digit_share`, the
+#: label digits that get the numeric term and all label digits
 DIGIT_DIAGNOSTICS = ("digit_logit_mean", "pushdown_share", "digit_target_prob")
-_SLOTS = 6 + len(DIGIT_DIAGNOSTICS)
+_SCORED, _LABEL_DIGITS = 6 + len(DIGIT_DIAGNOSTICS), 7 + len(DIGIT_DIAGNOSTICS)
+_SLOTS = _LABEL_DIGITS + 1
 _DIAGNOSTIC_FIELDS = ("digit_entropy", *DIGIT_DIAGNOSTICS)
 
 
@@ -238,8 +240,6 @@ class NumericTrainer(Trainer):
         # digit count of the current optimizer step, set in get_batch_samples
         self._step_digits: torch.Tensor | None = None
         self._log_sums = torch.zeros(_SLOTS, dtype=torch.float64, device=self.args.device)
-        # (label digits that get the numeric term, all label digits) since the last log, this rank
-        self._digit_coverage = [0, 0]
         self._aux_per_token = loss_fn.aux_per_token
 
     def save_model(self, output_dir: str | None = None, _internal_call: bool = False) -> None:
@@ -253,7 +253,8 @@ class NumericTrainer(Trainer):
         also adds up the label digits that get the numeric term for the `digit_share` log."""
         labels = shift_labels(inputs, self.loss_fn.ignore_index)
         scored, total = digit_coverage(labels, self.loss_fn.vocab, self.loss_fn.ignore_index)
-        self._digit_coverage = [self._digit_coverage[0] + scored, self._digit_coverage[1] + total]
+        self._log_sums[_SCORED] += scored
+        self._log_sums[_LABEL_DIGITS] += total
         return count_tokens_and_digits(labels, self.loss_fn)
 
     def get_batch_samples(self, epoch_iterator, num_batches, device):
@@ -376,7 +377,7 @@ class NumericTrainer(Trainer):
                     *(per_digit(getattr(out, name)) for name in DIGIT_DIAGNOSTICS),
                 ]
             )
-            self._log_sums += update.to(self._log_sums.device)
+            self._log_sums[:_SCORED] += update.to(self._log_sums.device)
 
     def log(self, logs: dict[str, float], start_time: float | None = None) -> None:
         """Add the interval's means over all ranks of `ce` (per token), `aux` (per its count),
@@ -394,15 +395,8 @@ class NumericTrainer(Trainer):
                 logs["digit_entropy"] = sums[_ENTROPY_SUM] / sums[_DIGITS]
                 for slot, name in enumerate(DIGIT_DIAGNOSTICS, start=6):
                     logs[name] = sums[slot] / sums[_DIGITS]
-            coverage = torch.tensor(
-                self._digit_coverage, dtype=torch.float64, device=self._log_sums.device
-            )
-            self._digit_coverage = [0, 0]
-            if self.args.world_size > 1:  # every rank calls log, as for the sums above
-                coverage = self.accelerator.reduce(coverage, reduction="sum")
-            scored, total = coverage.tolist()
-            if total > 0:  # share of label digits that got the numeric term, over all ranks
-                logs["digit_share"] = scored / total
+            if sums[_LABEL_DIGITS] > 0:  # share of label digits that got the numeric term
+                logs["digit_share"] = sums[_SCORED] / sums[_LABEL_DIGITS]
         super().log(logs, start_time)
 
 

@@ -70,8 +70,7 @@ def train_error(
     if isinstance(error, (ConfigError, DiskFullError)):
         return error
     where = saving if saving is not None else output_dir / f"checkpoint-{trainer.state.global_step}"
-    full = disk_full_error(error, where)
-    if full is not None:
+    if (full := disk_full_error(error, where)) is not None:
         return full
     # the objective's check_finite: the run diverged (its fix in the text)
     if isinstance(error, FloatingPointError):

@@ -285,8 +285,7 @@ def check_output_dir(output_dir: Path) -> None:
 
 def check_resume_folder(folder: Path) -> None:
     """ConfigError when the checkpoint named by train.resume cannot be resumed from."""
-    problem = folder_problem(folder, require_marker=False)
-    if problem is not None:
+    if (problem := folder_problem(folder, require_marker=False)) is not None:
         raise ConfigError(f"train.resume: {str(folder)!r} cannot be resumed from: {problem}")
 
 

@@ -145,10 +145,8 @@ def _run_locked(
         write_json_atomic(history_path, history)
     merged_dir = _save_final(trainer, tokenizer, config, output_dir, metrics, main_process)
     trainer.accelerator.wait_for_everyone()
-    for value in metrics.values():
-        if isinstance(value, float) and not math.isfinite(value):
-            logger.warning("a final metric is not finite: %s", metrics)
-            break
+    if any(isinstance(value, float) and not math.isfinite(value) for value in metrics.values()):
+        logger.warning("a final metric is not finite: %s", metrics)
     return TrainResult(
         output_dir=output_dir,
         model_dir=output_dir / FINAL,
@@ -254,9 +252,7 @@ def _add_logged_metrics(metrics: dict[str, Any], history: list[dict[str, Any]]) 
             metrics.update({k: entry[k] for k in ("ce", "aux", "digit_entropy") if k in entry})
             break
     rates = [entry["tokens_per_second"] for entry in history if "tokens_per_second" in entry]
-    if len(rates) > 1:
-        # the first interval holds the warm-up (first batches, allocator, threads)
-        rates = rates[1:]
+    rates = rates[1:] or rates  # the first interval holds the warm-up (batches, allocator, threads)
     if rates:
         metrics["tokens_per_second"] = sum(rates) / len(rates)
 
