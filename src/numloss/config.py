@@ -463,13 +463,11 @@ def apply_mapping(config: Config, mapping: dict[str, Any], origin: str, warn: bo
         if name in TOP_LEVEL:
             _set(config, name, value, from_cli=False)
         elif name in SECTIONS:
-            if value is None:
-                continue
-            if not isinstance(value, dict):
+            if not isinstance(value, dict | None):  # an empty section (`train:`) is None
                 raise ConfigError(
                     f"{origin}: section {name!r} must be a mapping of keys, got {value!r}"
                 )
-            for field_name, field_value in value.items():
+            for field_name, field_value in (value or {}).items():
                 _set(config, f"{name}.{field_name}", field_value, from_cli=False, warn=warn)
         else:
             raise _unknown(str(name), list(SECTIONS) + list(TOP_LEVEL))

@@ -264,10 +264,9 @@ def _run(args: argparse.Namespace) -> EvalReport:
         from numloss.evaluate.generate import resolve_device
 
         resolve_device(args.device)
-    if args.max_new_tokens is not None:  # evaluate's own lines name the arguments
-        check_int("--max-new-tokens", args.max_new_tokens, 1)
-    check_int("--batch-size", args.batch_size, 1)
-    check_int("--tensor-parallel", args.tensor_parallel, 1)
+    for name in ("max_new_tokens", "batch_size", "tensor_parallel"):  # named as the options
+        if getattr(args, name) is not None:
+            check_int("--" + name.replace("_", "-"), getattr(args, name), 1)
     return evaluate(
         args.model,
         args.benchmarks,
