@@ -6,6 +6,7 @@ from __future__ import annotations
 import csv
 import json
 import math
+import re
 from pathlib import Path
 
 import pytest
@@ -150,43 +151,36 @@ def test_main_destroys_the_process_group_the_run_started(tmp_path, monkeypatch, 
 # -- clear errors before the model loads ----------------------------------------------------------
 
 
-def test_unwritable_output_dir_and_bad_data_fail_before_the_model_loads(tmp_path, no_model_loads):
-    blocker = tmp_path / "a-file"
-    blocker.write_text("")
-    with pytest.raises(ConfigError, match=r"train.output_dir .* cannot be written .*--train.output_dir DIR"):
-        run_training(load_config(TINY, ["--train.output_dir", str(blocker / "run")]))
-    latin1 = tmp_path / "latin1.jsonl"
-    latin1.write_bytes(b'{"instruction": "caf\xe9 1+1", "output": "2"}\n')
-    with pytest.raises(ConfigError, match=r"latin1.jsonl:1: not UTF-8"):
-        run_training(tiny_config(tmp_path, "--data.source", str(latin1)))
-    with pytest.raises(ConfigError, match="no complete checkpoint-\\* folder"):
-        run_training(tiny_config(tmp_path, "--train.resume", "true"))
-    with pytest.raises(ConfigError, match="no response token is left"):
-        run_training(tiny_config(tmp_path, "--data.max_length", "100"))
-    with pytest.raises(ConfigError, match="no training examples"):
-        run_training(tiny_config(tmp_path), examples=[])
-
-
 @pytest.mark.parametrize("dry", [[], ["--dry-run"]], ids=["run", "dry-run"])
-def test_chat_data_without_template_and_a_tokenizer_without_digits_fail_before_the_model_loads(
-        tmp_path, no_model_loads, monkeypatch, capsys, dry):
-    """Both pass load_config but not a run's preparation, which --dry-run makes too."""
+def test_bad_data_folders_and_tokenizers_fail_before_the_model_loads(tmp_path, no_model_loads, monkeypatch, capsys, dry):
+    """Each passes load_config but not a run's preparation, which --dry-run makes too."""
     from tokenizers import Tokenizer, models
     from transformers import PreTrainedTokenizerFast
 
     import numloss.models as numloss_models
 
+    (tmp_path / "a-file").write_text("")
+    (tmp_path / "latin1.jsonl").write_bytes(b'{"instruction": "caf\xe9 1+1", "output": "2"}\n')
     chat = tmp_path / "chat.jsonl"
     chat.write_text(json.dumps({"messages": [{"role": "user", "content": "1+1?"}, {"role": "assistant", "content": "2"}]}) + "\n")
-    base = [str(TINY), "--train.output_dir", str(tmp_path / "run"), *dry]
-    assert main([*base, "--data.source", str(chat)]) == 2
-    assert "no chat template; set data.chat_template" in capsys.readouterr().err
+    out = ["--train.output_dir", str(tmp_path / "run")]
+    for argv, refusal in [
+        (["--train.output_dir", str(tmp_path / "a-file" / "run")], r"train.output_dir .* cannot be written .*--train.output_dir DIR"),
+        ([*out, "--data.source", str(tmp_path / "latin1.jsonl")], r"latin1.jsonl:1: not UTF-8"),
+        ([*out, "--train.resume", "true"], r"no complete checkpoint-\* folder"),
+        ([*out, "--data.max_length", "100"], "no response token is left"),
+        ([*out, "--data.source", str(chat)], "no chat template; set data.chat_template"),
+    ]:
+        assert main([str(TINY), *argv, *dry]) == 2
+        assert re.search(refusal, capsys.readouterr().err), argv
     letters = Tokenizer(models.WordLevel({"<unk>": 0, "</s>": 1, "a": 2}, unk_token="<unk>"))
     tokenizer = PreTrainedTokenizerFast(tokenizer_object=letters, unk_token="<unk>", eos_token="</s>", pad_token="</s>")
     monkeypatch.setattr(numloss_models, "load_tokenizer", lambda *a, **k: tokenizer)
-    assert main(base) == 2
+    assert main([str(TINY), *out, *dry]) == 2
     assert "model.name 'tiny'" in capsys.readouterr().err
     assert not dry or not (tmp_path / "run").exists()  # a dry run creates nothing
+    with pytest.raises(ConfigError, match="no training examples"):
+        run_training(tiny_config(tmp_path), examples=[])
 
 
 @pytest.mark.parametrize("name, options, counts, says", [
