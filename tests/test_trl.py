@@ -53,40 +53,36 @@ def train(trainer_class, tmp_path, batch, accumulation, loss_fn=None, fused=Fals
     return params(m), logs, trainer
 
 
-@pytest.mark.parametrize("padding_free, hooked", [(False, False), (True, False), (False, True)],
-                         ids=["mle", "mle-padding-free", "del-through-compute_loss_func"])
-def test_sfttrainer_makes_numeric_sfttrainers_update_with_its_metrics(padding_free, hooked, tmp_path):
-    """MLE is SFTTrainer's own loss; and SFTTrainer(compute_loss_func=compute_loss_func(loss_fn))
-    with normalize="tokens" is NumericSFTTrainer with the same objective (2 x 2 accumulation)."""
-    loss_fn = build_loss("del", VOCAB, alpha=1.0, normalize="tokens") if hooked else build_loss("mle", VOCAB)
+@pytest.mark.parametrize("reference, padding_free, fused", [
+    ("SFTTrainer", False, False), ("SFTTrainer", True, False), ("compute_loss_func", False, False),
+    ("NumericTrainer", False, False), ("NumericTrainer", True, False), ("NumericTrainer", False, True),
+])
+def test_numeric_sfttrainers_update_is_each_entry_points(reference, padding_free, fused, tmp_path):
+    """NumericSFTTrainer at 2 x 4 accumulation makes the update, and logs TRL's metrics, of:
+    SFTTrainer's own MLE; SFTTrainer(compute_loss_func=compute_loss_func(loss_fn)) with DEL and
+    normalize="tokens"; NumericTrainer with DEL at batch 8 on the same tokens."""
+    hooked = reference == "compute_loss_func"
+    loss_fn = (build_loss("mle", VOCAB) if reference == "SFTTrainer" else
+               build_loss("del", VOCAB, alpha=1.0, **({"normalize": "tokens"} if hooked else {})))
     start = params(model())
-    ours, our_logs, trainer = train(NumericSFTTrainer, tmp_path / "n", 2, 2, loss_fn, padding_free=padding_free)
-    with pytest.warns(FutureWarning, match="compute_loss_func") if hooked else contextlib.nullcontext():
-        theirs, their_logs, _ = train(SFTTrainer, tmp_path / "t", 2, 2, hook=compute_loss_func(loss_fn) if hooked else None,
-                                      padding_free=padding_free)
-    assert trainer.completion_only_loss  # prompt/completion data: the prompt is not learnt
-    diff, size = max_update_difference(ours, theirs, start)
-    assert size > 1e-3 and diff <= 1e-5 * size + 1e-6, (diff, size)
-    for key in ("loss", "entropy", "mean_token_accuracy", "num_tokens"):
-        assert our_logs[key] == pytest.approx(their_logs[key], rel=1e-5), key
-    assert hooked or our_logs["ce"] == pytest.approx(their_logs["loss"], rel=1e-5)  # MLE: ce is the loss
-
-
-@pytest.mark.parametrize("padding_free,fused", [(False, False), (True, False), (False, True)])
-def test_step_wide_update_is_numeric_trainers(padding_free, fused, tmp_path):
-    """NumericSFTTrainer at 2 x 4 accumulation == NumericTrainer at batch 8 on the same tokens."""
-    start = params(model())
-    ours, logs, trainer = train(NumericSFTTrainer, tmp_path / "n", 2, 4, build_loss("del", VOCAB, alpha=1.0),
-                                fused=fused, padding_free=padding_free)
-    assert trainer.padding_free == padding_free
+    ours, logs, trainer = train(NumericSFTTrainer, tmp_path / "n", 2, 4, loss_fn, fused=fused, padding_free=padding_free)
+    assert trainer.completion_only_loss and trainer.padding_free == padding_free
     assert {"entropy", "mean_token_accuracy", "num_tokens", "ce", "aux", "digit_entropy"} <= set(logs)
-    features = [{"input_ids": r["input_ids"], "labels": r["labels"]} for r in trainer.train_dataset]
-    assert all(-100 in f["labels"] for f in features)  # completion-only labels
-    reference_model = model()
-    NumericTrainer(loss_fn=build_loss("del", VOCAB, alpha=1.0), model=reference_model,
-                   args=config(tmp_path / "r", 8, 1), train_dataset=features,
-                   data_collator=CompletionCollator(TOKENIZER.pad_token_id)).train()
-    diff, size = max_update_difference(ours, params(reference_model), start)
+    if reference == "NumericTrainer":
+        features = [{"input_ids": r["input_ids"], "labels": r["labels"]} for r in trainer.train_dataset]
+        assert all(-100 in f["labels"] for f in features)  # completion-only labels
+        reference_model = model()
+        NumericTrainer(loss_fn=loss_fn, model=reference_model, args=config(tmp_path / "r", 8, 1), train_dataset=features,
+                       data_collator=CompletionCollator(TOKENIZER.pad_token_id)).train()
+        theirs = params(reference_model)
+    else:
+        with pytest.warns(FutureWarning, match="compute_loss_func") if hooked else contextlib.nullcontext():
+            theirs, their_logs, _ = train(SFTTrainer, tmp_path / "t", 2, 4, hook=compute_loss_func(loss_fn) if hooked else None,
+                                          padding_free=padding_free)
+        for key in ("loss", "entropy", "mean_token_accuracy", "num_tokens"):
+            assert logs[key] == pytest.approx(their_logs[key], rel=1e-5), key
+        assert hooked or logs["ce"] == pytest.approx(their_logs["loss"], rel=1e-5)  # MLE: ce is the loss
+    diff, size = max_update_difference(ours, theirs, start)
     assert size > 1e-3 and diff <= 1e-5 * size + 1e-6, (diff, size)
 
 
