@@ -155,11 +155,23 @@ def test_an_update_at_batch_x_accumulation_is_numeric_trainers_at_batch_8(name, 
 def test_logged_terms_are_the_step_means(plain, tmp_path):
     """With lr = 0 (every step sees the same model), the logged terms equal one full-batch call of
     the loss: NumericTrainer's loss/ce/aux and digit diagnostics at 2 x 4 accumulation, and a plain
-    Trainer's digit diagnostics through compute_loss_func and `DigitDiagnosticsCallback`."""
+    Trainer's digit diagnostics through compute_loss_func and `DigitDiagnosticsCallback`.
+    NumericTrainer's digit_share: a letter token of the labels stands for a token holding 2 digits
+    that no number slot scores (a merged "3,"), so the share is the scored digit slots over all
+    digits written (every digit label, 2 per such letter; a number the letter is part of is not
+    scored)."""
     from numloss.diagnostics import DigitDiagnosticsCallback
+    from numloss.digits import find_digits
 
+    per_row = [collate([r])["labels"][:, 1:].reshape(-1) for r in rows()]
+    labels = torch.cat(per_row)
+    letter = int(torch.mode(labels[labels > 10]).values)
+    vocab = DigitVocab(list(range(10)), decimal_point_id=10, unscored_digit_tokens=[(letter, 2)])
+    scored, unscored = sum(find_digits(row, vocab).count for row in per_row), 2 * int((labels == letter).sum())
+    assert scored and unscored, "the rows must hold both kinds for the test to mean anything (a share < 1)"
+    digits = int(((labels >= 0) & (labels < 10)).sum())
     model = tiny_llama()
-    loss_fn = make_loss("del", model, **({"normalize": "tokens"} if plain else {}))
+    loss_fn = build_loss("del", vocab, alpha=1.0, **({"normalize": "tokens"} if plain else {}))
     expected = full_batch(copy.deepcopy(model), loss_fn)
     names = ["digit_entropy", "digit_logit_mean", "pushdown_share", "digit_target_prob"]
     if plain:
@@ -176,6 +188,7 @@ def test_logged_terms_are_the_step_means(plain, tmp_path):
     for entry in logs:
         for name in names:
             assert entry[name] == pytest.approx(float(getattr(expected, name)), rel=1e-5, abs=1e-7), name
+        assert plain or entry["digit_share"] == pytest.approx(scored / (digits + unscored)), entry["digit_share"]
 
 
 def test_pushdown_warning_says_once_after_three_logs_above_half(caplog):
@@ -356,23 +369,3 @@ def test_compute_loss_func_on_two_gloo_ranks_is_exact_with_token_normalisation(t
     reference = numeric_trainer_update("del", tmp_path / "ref", 8, 1, normalize="tokens")
     diff, size = max_update_difference(reference, two_ranks, start)
     assert size > 1e-3 and diff <= 1e-5 * size + 1e-6, (diff, size)
-
-
-def test_digit_share_logs_the_scored_share_of_label_digits(tmp_path):
-    """A letter token of the labels stands for a token holding 2 digits that no number slot
-    scores (a merged "3,"): the logged digit_share is the scored digit slots over all digits
-    written (every digit label, 2 per such letter). A number the letter is part of is not scored."""
-    from numloss.digits import find_digits
-
-    data = rows()
-    per_row = [collate([r])["labels"][:, 1:].reshape(-1) for r in data]
-    labels = torch.cat(per_row)
-    letter = int(torch.mode(labels[labels > 10]).values)
-    vocab = DigitVocab(list(range(10)), decimal_point_id=10, unscored_digit_tokens=[(letter, 2)])
-    digits = int(((labels >= 0) & (labels < 10)).sum())
-    scored = sum(find_digits(row, vocab).count for row in per_row)
-    unscored = 2 * int((labels == letter).sum())
-    assert scored and unscored, "the rows must hold both kinds for the test to mean anything"
-    trainer = trained(tiny_llama(), tmp_path, lr=0.0, loss_fn=build_loss("del", vocab))
-    (entry,) = [e for e in trainer.state.log_history if "digit_share" in e]
-    assert entry["digit_share"] == pytest.approx(scored / (digits + unscored)) and entry["digit_share"] < 1.0
