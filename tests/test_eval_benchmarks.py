@@ -12,7 +12,6 @@ from numloss.evaluate.benchmarks import (
     boxed_content,
     load_benchmark,
     parse_benchmark_list,
-    split_choices,
 )
 
 FIXTURES = Path(__file__).parent / "fixtures" / "benchmarks"
@@ -37,27 +36,27 @@ def test_every_benchmark_loads_from_its_public_format(name, kind, answers):
     assert bench.source.endswith(tuple(f"{name}{ext}" for ext in (".json", ".jsonl")))
 
 
-def test_svamp_joins_body_and_question_as_released():
-    # the released loader joins Body and Question with one space and inserts no "."
+def test_question_texts_are_the_released_ones_and_choice_items_carry_option_texts():
+    # the released loader joins svamp's Body and Question with one space and inserts no "."
     item = load_benchmark("svamp", data_dir=FIXTURES).items[0]
     assert item.question == "Jack had 8 pens and Mary had 5 pens. Jack gave 3 pens to Mary How many pens does Jack have now?"
-
-
-def test_choice_items_carry_option_texts_and_the_mammoth_option_line():
     item = load_benchmark("aqua", data_dir=FIXTURES).items[0]
     assert item.options == ("60 km/h", "70 km/h", "80 km/h", "90 km/h", "120 km/h")
     assert item.question.endswith("Answer Choices: (A) 60 km/h (B) 70 km/h (C) 80 km/h (D) 90 km/h (E) 120 km/h")
     sat = load_benchmark("sat", data_dir=FIXTURES).items[2]
     assert sat.options == ("-2", "2", "7", "-7") and sat.answer == "A"
-    assert sat.question.count("Answer Choices:") == 1
+    assert sat.question.count("Answer Choices:") == 1  # the options are split from MAmmoTH's own line
 
 
-def test_mammoth_directory_layout_and_aliases(tmp_path):
+def test_mammoth_directory_layout_aliases_and_limit(tmp_path):
     (tmp_path / "gsm8k").mkdir()
     (tmp_path / "gsm8k" / "gsm8k.jsonl").write_text((FIXTURES / "gsm8k.jsonl").read_text())
     (tmp_path / "mmlu").mkdir()
     (tmp_path / "mmlu" / "mathematics.json").write_text((FIXTURES / "mmlu_math.json").read_text())
     assert len(load_benchmark("gsm8k", data_dir=tmp_path)) == 5
+    assert len(load_benchmark("gsm8k", data_dir=tmp_path, limit=2)) == 2
+    with pytest.raises(BenchmarkError, match="positive"):
+        load_benchmark("gsm8k", data_dir=tmp_path, limit=0)
     assert len(load_benchmark("mmlu_mathematics", data_dir=tmp_path)) == 3
 
 
@@ -86,12 +85,6 @@ def test_math_formats(tmp_path):
     assert boxed_content("so $\\boxed{\\frac{1}{2}}$ and") == "\\frac{1}{2}"
     assert boxed_content("nested \\boxed{a^{2}+\\sqrt{b}} end") == "a^{2}+\\sqrt{b}"
     assert boxed_content("no box") is None
-
-
-def test_limit():
-    assert len(load_benchmark("gsm8k", data_dir=FIXTURES, limit=2)) == 2
-    with pytest.raises(BenchmarkError, match="positive"):
-        load_benchmark("gsm8k", data_dir=FIXTURES, limit=0)
 
 
 @pytest.mark.parametrize(
@@ -189,7 +182,3 @@ def test_from_records_and_benchmark_lists():
     with pytest.raises(BenchmarkError, match="empty"):
         parse_benchmark_list(" , ")
 
-
-def test_split_choices():
-    question, options = split_choices("What is 2+2?\nAnswer Choices: (A) 3 (B) 4 (C) 5")
-    assert question == "What is 2+2?" and options == ("3", "4", "5")

@@ -51,12 +51,9 @@ def test_lm_eval_samples_are_matched_and_scored_under_both_protocols():
     mmlu = score_outputs(MMLU_SAMPLES, data_dir=DATA, allow_unisolated=True)
     assert [r.id for r in mmlu.items["numloss"]["mmlu_math"]] == ["1"]  # lm-eval's doc 0 of its subject is our item 1
     assert mmlu.items["numloss"]["mmlu_math"][0].prediction == "B" and mmlu.scores["numloss"]["mmlu_math"].correct == 1
-
-
-def test_lm_eval_samples_without_our_files_use_their_own_docs():
-    report = score_outputs(GSM8K_SAMPLES, protocol="numloss", allow_unisolated=True)
-    assert [r.id for r in report.items["numloss"]["gsm8k"]] == ["lm-eval:0", "lm-eval:1", "lm-eval:7"]
-    assert [r.gold for r in report.items["numloss"]["gsm8k"]] == ["7", "540", "875"]
+    own = score_outputs(GSM8K_SAMPLES, protocol="numloss", allow_unisolated=True).items["numloss"]["gsm8k"]
+    # without our files, lm-eval's own docs are the items
+    assert [(r.id, r.gold) for r in own] == [("lm-eval:0", "7"), ("lm-eval:1", "540"), ("lm-eval:7", "875")]
 
 
 def _write(tmp_path: Path, name: str, rows: list[dict]) -> Path:
@@ -107,17 +104,14 @@ class Rambling:
         return [Generation("Tom spends 46.5. The answer is 46.5.\nResponse: The answer is 5.", 20) for _ in prompts]
 
 
-def test_every_generators_output_is_cut_at_the_protocols_stops():
+def test_every_generators_output_and_every_record_is_cut_at_the_protocols_stops():
     kwargs = {"data_dir": DATA, "protocol": "both", "limit": 2, "digit_stats": False, "allow_unisolated": True, "program_of_thought": False}
     report = evaluate(Rambling(), ["gsm8k=" + str(DATA / "gsm8k.jsonl")], **kwargs)
     second = report.items["released"]["gsm8k"][1]  # gold 46.5
     assert second.output.endswith("The answer is 46.5.\n") and second.prediction == "46.5" and second.correct
     uncut = evaluate(Rambling(), ["gsm8k=" + str(DATA / "gsm8k.jsonl")], cut_at_stop=False, **kwargs)
     assert uncut.items["released"]["gsm8k"][1].prediction == "5"
-
-
-def test_score_outputs_records_are_cut_unless_asked_not_to():
-    record = {"benchmark": "gsm8k", "id": "1", "output": "The answer is 46.5.\nResponse: The answer is 5."}
+    record = {"benchmark": "gsm8k", "id": "1", "output": Rambling().generate([""])[0].text}  # score_outputs' records too
     cut = score_outputs([record], protocol="released", data_dir=DATA, allow_unisolated=True)
     assert cut.items["released"]["gsm8k"][0].prediction == "46.5" and cut.meta["cut_at_stop"] is True
     kept = score_outputs([record], protocol="released", data_dir=DATA, allow_unisolated=True, cut_at_stop=False)
@@ -155,17 +149,15 @@ def test_the_report_json_has_what_the_cli_prints(tmp_path, capsys):
 # ------------------------------------------------------------------ lm-eval's results file, large MAE
 
 
-def _results_json() -> str:
-    """lm-eval's aggregated results file, in the layout lm_eval/evaluator.py writes (abridged)."""
-    return json.dumps({"results": {"gsm8k": {"alias": "gsm8k", "exact_match,strict-match": 0.25}},
-                       "group_subtasks": {"gsm8k": []}, "configs": {"gsm8k": {"task": "gsm8k"}},
-                       "versions": {"gsm8k": 3.0}, "n-shot": {"gsm8k": 5}, "config": {"model": "hf"}}, indent=2)
+#: lm-eval's aggregated results file, in the layout lm_eval/evaluator.py writes (abridged)
+RESULTS = {"results": {"gsm8k": {"alias": "gsm8k", "exact_match,strict-match": 0.25}}, "group_subtasks": {"gsm8k": []},
+           "configs": {"gsm8k": {"task": "gsm8k"}}, "versions": {"gsm8k": 3.0}, "n-shot": {"gsm8k": 5}, "config": {"model": "hf"}}
 
 
 @pytest.mark.parametrize(("name", "beside"), [("results_2024-06-01T12-00-00.123456.json", True), ("my_results.json", True),
                                               ("results_2024-06-01T12-00-00.json", False)])
 def test_the_aggregated_results_file_is_named_with_the_samples_file_to_give(tmp_path, name, beside):
-    (tmp_path / name).write_text(_results_json())
+    (tmp_path / name).write_text(json.dumps(RESULTS, indent=2))
     samples = tmp_path / GSM8K_SAMPLES.name
     if beside:
         samples.write_text(GSM8K_SAMPLES.read_text())
