@@ -72,14 +72,20 @@ def _each(prefix: str, forms: list[str] | dict[str, str], frames: dict[str, str]
 STATED = {"": "The answer is @.", "-bare": WORK + "@", "-boxed": "$\\boxed{@}$"}
 
 
-def language(item: Item, said: str, value: Fraction | None, other: str, other_value: Fraction | None) -> Dressed:
-    x = _text(item, said, value)
-    yield from _each("lang", [p.format(x=x) for p in LANGUAGE], {"": "@", "-work": WORK + "@", "-not-other": WORK + f"@\n(Not {other}.)"})
+def listed(table: Dressed) -> Family:
+    """The family of each (template id, template, truth mode) of `table`: {x} is the said answer, {o}
+    the other ({other} as the item or the wrong fill spells it)."""
+    table = list(table)
+
+    def family(item: Item, said: str, value: Fraction | None, other: str, other_value: Fraction | None) -> Dressed:
+        x, o = _text(item, said, value), _text(item, other, other_value)
+        for name, template, truth in table:
+            yield name, template.format(x=x, o=o, other=other), truth
+
+    return family
 
 
 def digits(item: Item, said: str, value: Fraction | None, other: str, other_value: Fraction | None) -> Dressed:
-    if not _open(item, value):
-        return
     s = format_exact(value)
     forms = {"fullwidth": s.translate(str.maketrans("0123456789.-", "０１２３４５６７８９．－")),
              "arabic-indic": s.translate(str.maketrans("0123456789", "٠١٢٣٤٥٦٧٨٩")),
@@ -88,8 +94,6 @@ def digits(item: Item, said: str, value: Fraction | None, other: str, other_valu
 
 
 def minus(item: Item, said: str, value: Fraction | None, other: str, other_value: Fraction | None) -> Dressed:
-    if not _open(item, value):
-        return
     size = format_exact(abs(value))
     if value >= 0:  # a dash that is punctuation is no sign; a range is no answer
         yield "dash-punct", f"The answer is – {size}.", "said"
@@ -101,7 +105,7 @@ def minus(item: Item, said: str, value: Fraction | None, other: str, other_value
 
 
 def separators(item: Item, said: str, value: Fraction | None, other: str, other_value: Fraction | None) -> Dressed:
-    if not _open(item, value) or abs(value) < 1000 or value.denominator != 1:
+    if abs(value) < 1000 or value.denominator != 1:
         return
     seps = {"thin": "\u2009", "narrow": "\u202f", "nbsp": "\u00a0", "space": " ", "apostrophe": "'", "latex-thin": "\\,",
             "latex-bang": ",\\!", "latex-space": "\\;"}
@@ -114,8 +118,6 @@ UNITS_BEFORE = ["$", "US$", "€", "£", "¥", "₹", "₩", "CHF ", "R$", "$ ",
 
 
 def units(item: Item, said: str, value: Fraction | None, other: str, other_value: Fraction | None) -> Dressed:
-    if not _open(item, value):
-        return
     a = format_exact(value)
     yield from _each("after", UNITS_AFTER, {"": f"The answer is {a}@.", "-bare": WORK + f"**{a}@**", "-boxed": f"\\boxed{{{a}\\text{{@}}}}"})
     if value >= 0:  # "@" is the unit
@@ -126,21 +128,11 @@ RELATIONS = ["≈ {x}", "= {x}", "→ {x}", "⇒ {x}", "⟹ {x}", "=> {x}", "-> 
              "$\\therefore$ {x}", ":= {x}", "\\approx {x}", "⟶ {x}", "➡️ {x}", "Thus: {x}"]
 
 
-def relations(item: Item, said: str, value: Fraction | None, other: str, other_value: Fraction | None) -> Dressed:
-    x = _text(item, said, value)
-    yield from _each("rel", [r.format(x=x) for r in RELATIONS], {"": WORK + "@", "-final": "Final: @", "-inline": "So the total @."})
-
-
 MARKDOWN = ["## {x}", "# {x}", "### **{x}**", "> {x}", "> **Answer:** {x}", "> The answer is {x}.", "* {x}", "- **{x}**",
             "> [!NOTE]\n> The answer is {x}.", "!!! success \"Answer\"\n    {x}", "✅ {x}", "✅ **Final answer: {x}**",
             "🎯 Answer: {x}", "📌 {x}", "👉 **{x}**", "Final answer ✅: {x}", "🔢 The answer is {x} 🎉", "---\n**{x}**\n---",
             "| Answer |\n|---|\n| {x} |", "```\n{x}\n```", "**Answer**\n\n{x}", "## Final Answer\n\n> **{x}**", "1. {x}",
             "Answer:\n\n- {x}", "**Final answer**: `{x}`", "==> {x}"]
-
-
-def markdown(item: Item, said: str, value: Fraction | None, other: str, other_value: Fraction | None) -> Dressed:
-    x = _text(item, said, value)
-    yield from _each("md", [d.format(x=x) for d in MARKDOWN], {"": WORK + "@", "-other-before": f"First guess was {other}, which is wrong.\n@"})
 
 
 def latex(item: Item, said: str, value: Fraction | None, other: str, other_value: Fraction | None) -> Dressed:
@@ -195,12 +187,6 @@ CORRECTIONS = [
 ]
 
 
-def corrections(item: Item, said: str, value: Fraction | None, other: str, other_value: Fraction | None) -> Dressed:
-    x, o = _text(item, said, value), _text(item, other, other_value)
-    for name, template, truth in CORRECTIONS:
-        yield name, template.format(x=x, o=o), truth
-
-
 CHOICE_DRESS = ["Option {L}", "choice ({l})", "{L}:", "**{L}.**", "[{L}]", "Answer - {L}", "the correct option is {L}) {O}",
                 "The correct option is: **{L}**", "Correct answer: ({l})", "Answer: {L} ({O})", "**Answer: ({L})**",
                 "{L} is the correct answer.", "The right choice is {L}.", "I choose {L}.", "My final choice: {L}", "Answer → {L}",
@@ -230,7 +216,7 @@ def choice_dress(item: Item, said: str, value: Fraction | None, other: str, othe
 
 
 def programs(item: Item, said: str, value: Fraction | None, other: str, other_value: Fraction | None) -> Dressed:
-    if item.kind != "number" or value is None:
+    if item.kind != "number":
         return
     a = format_exact(value)
     shapes = [f"print({a}.0)" if value.denominator == 1 else f"print({a})", f"x = {a}\nprint(x, end='   \\n\\n')",
@@ -239,21 +225,21 @@ def programs(item: Item, said: str, value: Fraction | None, other: str, other_va
     yield from _each("prog", shapes, {"": "@"})
 
 
-def truncated(item: Item, said: str, value: Fraction | None, other: str, other_value: Fraction | None) -> Dressed:
-    x, o = _text(item, said, value), _text(item, other, other_value)
-    yield "empty", "", "never"
-    yield "whitespace", "  \n\t \n", "never"
-    yield "after-answer", f"The answer is {x}.\n\nTo double-check this we compute {o} - ", "said"
-    yield "after-bare", f"**{x}**\n\nNow let me double-check by starting from {o} and", "said"
-    yield "bare-then-cut", f"{x}\n\nI think that is right, but let me also consider the", "said"
-    yield "mid-sentence", f"First we compute the total. We start with {x} and then we", "never"
-    yield "mid-step", f"We start with {x} apples.\nStep 2: multiply by", "never"
-    yield "marker-only", WORK + "The answer is", "never"
-    yield "final-only", WORK + "Final answer:", "never"
+TRUNCATED = [
+    ("empty", "", "never"),
+    ("whitespace", "  \n\t \n", "never"),
+    ("after-answer", "The answer is {x}.\n\nTo double-check this we compute {o} - ", "said"),
+    ("after-bare", "**{x}**\n\nNow let me double-check by starting from {o} and", "said"),
+    ("bare-then-cut", "{x}\n\nI think that is right, but let me also consider the", "said"),
+    ("mid-sentence", "First we compute the total. We start with {x} and then we", "never"),
+    ("mid-step", "We start with {x} apples.\nStep 2: multiply by", "never"),
+    ("marker-only", WORK + "The answer is", "never"),
+    ("final-only", WORK + "Final answer:", "never"),
+]
 
 
 def spelled(item: Item, said: str, value: Fraction | None, other: str, other_value: Fraction | None) -> Dressed:
-    if not _open(item, value) or value.denominator != 1 or not 0 <= value < 10**6:
+    if value.denominator != 1 or not 0 <= value < 10**6:
         return
     word = spell(int(value))
     capital = word[0].upper() + word[1:]
@@ -265,10 +251,15 @@ def spelled(item: Item, said: str, value: Fraction | None, other: str, other_val
 
 
 FAMILIES: dict[str, Family] = {
-    "language": language, "digits": digits, "minus": minus, "separators": separators, "units": units,
-    "relations": relations, "markdown": markdown, "latex": latex, "corrections": corrections,
-    "choice-dress": choice_dress, "programs": programs, "truncated": truncated, "spelled": spelled,
+    "language": listed(_each("lang", LANGUAGE, {"": "@", "-work": WORK + "@", "-not-other": WORK + "@\n(Not {other}.)"})),
+    "digits": digits, "minus": minus, "separators": separators, "units": units,
+    "relations": listed(_each("rel", RELATIONS, {"": WORK + "@", "-final": "Final: @", "-inline": "So the total @."})),
+    "markdown": listed(_each("md", MARKDOWN, {"": WORK + "@", "-other-before": "First guess was {other}, which is wrong.\n@"})),
+    "latex": latex, "corrections": listed(CORRECTIONS), "choice-dress": choice_dress, "programs": programs,
+    "truncated": listed(TRUNCATED), "spelled": spelled,
 }
+#: the families that dress a plain open answer (its value): none for a letter or a list
+OPEN = {"digits", "minus", "separators", "units", "programs", "spelled"}
 
 
 def cases(benchmark: str, items: list[Item], per_family: int | None, rng: random.Random, programs: int | None = 2) -> list[Case]:
@@ -279,6 +270,8 @@ def cases(benchmark: str, items: list[Item], per_family: int | None, rng: random
     for item in items:
         (right, rv), (wrong, wv) = answers_of(item)
         for family, generate in FAMILIES.items():
+            if family in OPEN and not _open(item, rv):
+                continue
             fills = {said_right: list(generate(item, said, sv, other, ov))
                      for said, sv, other, ov, said_right in ((right, rv, wrong, wv, True), (wrong, wv, right, rv, False))}
             ids = sorted({t for t, _, _ in fills[True]} & {t for t, _, _ in fills[False]})
