@@ -162,7 +162,7 @@ class Case:
 
 def _fill(kind: Kind, item: Item, answer: str, value: Fraction | None) -> str:
     if item.kind == "choice":
-        option = item.options[LETTERS.index(answer)] if LETTERS.index(answer) < len(item.options) else ""
+        option = option_of(item, answer)
         opt_value = option_value(option)
         fields = {"a": answer, "l": answer.lower(), "c": answer, "t": answer, "s": answer, "p": repr(answer), "o": option,
                   "v": format_exact(opt_value) if opt_value is not None else repr(option)}
@@ -172,6 +172,11 @@ def _fill(kind: Kind, item: Item, answer: str, value: Fraction | None) -> str:
         fields = {"a": answer, "l": answer, "c": commas, "t": commas.replace(",", ",\\!"), "s": commas.replace(",", "\\,"),
                   "p": literal, "o": answer, "v": answer}
     return kind.output.format(**fields) if kind.output else ""
+
+
+def option_of(item: Item, letter: str) -> str:
+    """The text of option `letter` of `item` ("" past its last option)."""
+    return item.options[LETTERS.index(letter)] if LETTERS.index(letter) < len(item.options) else ""
 
 
 def answers_of(item: Item) -> tuple[tuple[str, Fraction | None], tuple[str, Fraction | None]]:

@@ -19,9 +19,9 @@ import random
 from collections.abc import Callable, Iterator
 from fractions import Fraction
 
-from eval_cases import Case, answers_of, grouped  # tests/ is on sys.path (conftest.py)
+from eval_cases import Case, answers_of, grouped, option_of  # tests/ is on sys.path (conftest.py)
 from numloss.evaluate.answers import format_exact
-from numloss.evaluate.benchmarks import LETTERS, Item
+from numloss.evaluate.benchmarks import Item
 
 Dressed = Iterator[tuple[str, str, str]]  # (template id, output, truth mode)
 Family = Callable[[Item, str, Fraction | None, str, Fraction | None], Dressed]
@@ -48,11 +48,6 @@ def _open(item: Item, value: Fraction | None) -> bool:
 
 def _text(item: Item, said: str, value: Fraction | None) -> str:
     return format_exact(value) if _open(item, value) else said
-
-
-def _option(item: Item, letter: str) -> str:
-    index = LETTERS.index(letter)
-    return item.options[index] if index < len(item.options) else ""
 
 
 LANGUAGE = ["La respuesta es {x}.", "La respuesta correcta es {x}", "Die Antwort lautet {x}.", "Die Antwort ist: {x}",
@@ -153,7 +148,7 @@ def latex(item: Item, said: str, value: Fraction | None, other: str, other_value
         return
     forms = [f"\\boxed{{\\text{{({said})}}}}", f"\\boxed{{\\textbf{{{said}}}}}", f"\\boxed{{\\mathbf{{{said}}}}}", f"\\textbf{{({said})}}",
              f"\\text{{Option {said}}}", f"\\boxed{{{said})}}", f"\\boxed{{({said})}}", f"\\boxed{{\\text{{Option }} {said}}}",
-             f"\\fbox{{{said}}}", f"\\boxed{{{said}: {_option(item, said)}}}", f"\\underline{{{said}}}", f"\\color{{green}}{{{said}}}"]
+             f"\\fbox{{{said}}}", f"\\boxed{{{said}: {option_of(item, said)}}}", f"\\underline{{{said}}}", f"\\color{{green}}{{{said}}}"]
     yield from _each("texc", forms, {"": "The answer is $@$.", "-display": "We compare the options.\n$$@$$"})
     yield "two-boxes-letter", f"First attempt: $\\boxed{{{other}}}$. That was wrong; rechecking gives $\\boxed{{{said}}}$.", "said"
 
@@ -202,9 +197,9 @@ CHOICE_DRESS = ["Option {L}", "choice ({l})", "{L}:", "**{L}.**", "[{L}]", "Answ
 def choice_dress(item: Item, said: str, value: Fraction | None, other: str, other_value: Fraction | None) -> Dressed:
     if item.kind != "choice":
         return
-    fields = {"L": said, "l": said.lower(), "O": _option(item, said)}
+    fields = {"L": said, "l": said.lower(), "O": option_of(item, said)}
     yield from _each("mc", [d.format(**fields) for d in CHOICE_DRESS], {"": WORK + "@", "-first": "@\n\nExplanation: we compared the options."})
-    theirs = _option(item, other)
+    theirs = option_of(item, other)
     if theirs.strip() and theirs.strip() != fields["O"].strip():  # the letter and another option's text: which one?
         yield "contradicted", f"The answer is {said}) {theirs}", "never"
         yield "contradicted-colon", f"Answer: ({said}) {theirs}", "never"
