@@ -51,6 +51,11 @@ RELEASED_CHILD = SandboxLimits(wall_seconds=10.0, cpu_seconds=5, memory_bytes=0,
 PROGRAM_BENCHMARKS = ("gsm8k", "math", "mmlu_math")  # mmlu_math: a choice item whose options have values
 
 
+def program_runner() -> ProgramRunner:
+    """The runner the reader's tests score with (each protocol sets its own output and memory caps)."""
+    return ProgramRunner(LIMITS, workers=2, allow_unisolated=True)
+
+
 def pick(bench, n: int) -> list:
     """n usable items: one with a large gold (thousands separators) or the gold 'A' first, then in order."""
     items = [it for it in bench.items if usable(it)]
@@ -74,7 +79,7 @@ def run_differential(n_items: int, program_benchmarks: tuple[str, ...] = tuple(N
                      per_family: int | None = 6, seed: int = 0) -> dict:
     """Every kind of n_items items per benchmark (the program kinds only on `program_benchmarks`)
     and the dressings of `dress_items` items, scored three ways."""
-    runner = ProgramRunner(LIMITS, workers=2, allow_unisolated=True)
+    runner = program_runner()
     rng = random.Random(seed)
     rows, generated = [], {}
     for name in NAMES:

@@ -19,9 +19,8 @@ import pytest
 from adversarial_outputs import ITEMS, NAMES, adversarial
 from numloss.evaluate import answers, runner
 from numloss.evaluate.benchmarks import Item
-from numloss.evaluate.programs import ProgramRunner
 from numloss.evaluate.protocol import NUMLOSS, RELEASED
-from numloss.evaluate.sandbox import SandboxLimits
+from test_eval_differential import program_runner
 
 FLOOR = 0.02  # seconds: below this the smaller read is too fast to time against
 #: (smaller, larger) sizes in characters; the slow pair is the same property at megabyte scale
@@ -63,25 +62,21 @@ def test_a_quadratic_pattern_is_stopped_by_the_read_bound():
         answers._search(pattern, "answer" + " " * 200_000)
 
 
-def _runner() -> ProgramRunner:
-    return ProgramRunner(SandboxLimits(wall_seconds=5.0, cpu_seconds=5), workers=1, allow_unisolated=True)
-
-
 def test_an_output_over_the_bound_or_a_reader_error_is_unreadable_and_the_eval_goes_on(monkeypatch):
     monkeypatch.setattr(runner, "READ_SECONDS", 1e-9)
     item = Item("0", "q", "18", "number")
-    results = runner.score_items(NUMLOSS, "gsm8k", [item, item], ["\n" * 100_000, "The answer is 18."], [None, None], _runner())
+    results = runner.score_items(NUMLOSS, "gsm8k", [item, item], ["\n" * 100_000, "The answer is 18."], [None, None], program_runner())
     assert [r.correct for r in results] == [False, False]
     assert all(r.note.startswith("unreadable: ReadTimeout") for r in results)
     monkeypatch.setattr(runner, "READ_SECONDS", 30.0)
-    again = runner.score_items(NUMLOSS, "gsm8k", [item], ["The answer is 18."], [None], _runner())
+    again = runner.score_items(NUMLOSS, "gsm8k", [item], ["The answer is 18."], [None], program_runner())
     assert again[0].correct and again[0].note == ""
 
     def broken(item, text, benchmark):
         raise IndexError("a reader bug")
 
     protocol = NUMLOSS.__class__(**{**NUMLOSS.__dict__, "extract": broken})
-    [result] = runner.score_items(protocol, "gsm8k", [item], ["The answer is 18."], ["The answer is 18."], _runner())
+    [result] = runner.score_items(protocol, "gsm8k", [item], ["The answer is 18."], ["The answer is 18."], program_runner())
     assert not result.correct and result.note == "unreadable: IndexError: a reader bug"
 
 

@@ -13,18 +13,11 @@ import pytest
 
 from numloss.evaluate.answers import extract_exact, number_matches
 from numloss.evaluate.benchmarks import MMLU_MATH_SUBJECTS, load_benchmark
-from numloss.evaluate.programs import ProgramRunner
 from numloss.evaluate.protocol import NUMLOSS, RELEASED, deviations, resolve
 from numloss.evaluate.runner import score_items
-from numloss.evaluate.sandbox import SandboxLimits
+from test_eval_differential import DATA, program_runner  # tests/ is on sys.path (conftest.py)
 
-DATA = Path(__file__).resolve().parents[2] / "shared" / "benchmarks"  # ../shared beside the repository
 real = pytest.mark.usefixtures("shared_benchmarks")  # fails, naming the folder, when it is missing
-LIMITS = SandboxLimits(wall_seconds=10.0, cpu_seconds=5, memory_bytes=0)
-
-
-def runner():
-    return ProgramRunner(LIMITS, workers=2, allow_unisolated=True)
 
 
 def test_deviations_are_fields_and_generation_is_shared():
@@ -59,9 +52,9 @@ def test_program_prints_of_real_golds_match_under_numloss():
     decimals = [it for it in items if "." in it.answer and len(it.answer.split(".")[1]) >= 3][:4]
     assert any(it.answer == "583.3333" for it in decimals)
     programs = [f"print({it.answer} + 1e-13)" for it in decimals] + [f"print({it.answer}4)" for it in decimals]
-    got = score_items(NUMLOSS, "simuleq", decimals * 2, programs, [None] * len(programs), runner())
+    got = score_items(NUMLOSS, "simuleq", decimals * 2, programs, [None] * len(programs), program_runner())
     assert [r.correct for r in got] == [True] * len(decimals) + [True] * len(decimals)  # extra digits: gold's precision
-    released = score_items(RELEASED, "simuleq", decimals, programs[: len(decimals)], [None] * len(decimals), runner())
+    released = score_items(RELEASED, "simuleq", decimals, programs[: len(decimals)], [None] * len(decimals), program_runner())
     assert not any(r.correct for r in released)  # the released string comparison fails float noise
 
 
@@ -70,10 +63,10 @@ def test_numloss_runs_what_the_released_wrapper_breaks():
     gold = item.answer
     programs = [f"from sympy import *\nprint({gold})", f"def main():\n    print({gold})\nif __name__ == '__main__':\n    main()",
                 f"```python\nprint({gold})\n```", f"x = {gold}\ny = 2\nprint(x)\nprint(y)"]
-    got = score_items(NUMLOSS, "gsm8k", [item] * 4, programs, ["no idea"] * 4, runner())
+    got = score_items(NUMLOSS, "gsm8k", [item] * 4, programs, ["no idea"] * 4, program_runner())
     assert [r.correct for r in got] == [True, True, True, True]
     assert [r.style for r in got] == ["pot"] * 4
-    old = score_items(RELEASED, "gsm8k", [item] * 4, programs, ["no idea"] * 4, runner())
+    old = score_items(RELEASED, "gsm8k", [item] * 4, programs, ["no idea"] * 4, program_runner())
     assert [r.style for r in old] == ["pot+cot", "pot+cot", "pot+cot", "pot"]
 
 

@@ -15,12 +15,10 @@ from numloss.evaluate.benchmarks import load_benchmark
 from numloss.evaluate.programs import ProgramRunner
 from numloss.evaluate.protocol import RELEASED, released_prompt
 from numloss.evaluate.runner import score_items
-from numloss.evaluate.sandbox import SandboxLimits
 from reference import released_eval as ref
-from test_eval_differential import DATA, NAMES, transcription
+from test_eval_differential import DATA, NAMES, RELEASED_CHILD, program_runner, transcription
 
 pytestmark = pytest.mark.usefixtures("shared_benchmarks")  # fails, naming the folder, when it is missing
-LIMITS = SandboxLimits(wall_seconds=10.0, cpu_seconds=5, memory_bytes=0)
 
 
 @pytest.fixture(scope="module")
@@ -53,10 +51,10 @@ def test_released_protocol_agrees_with_the_transcription_on_every_output(benches
     """Every text kind of tests/eval_cases.py, right and wrong, on the first three items of each
     benchmark and eight of MATH (golds such as \\frac{9}{7} that the differential's items are not);
     the program kinds run in tests/test_eval_differential.py."""
-    total = 0
+    total, runner = 0, program_runner()
     for name, bench in benches.items():
         batch = [c for c in cases(name, bench.items[: 8 if name == "math" else 3]) if "print(" not in c.output + (c.fallback or "")]
-        got = score_items(RELEASED, name, [c.item for c in batch], [c.output for c in batch], [c.fallback for c in batch], _runner())
+        got = score_items(RELEASED, name, [c.item for c in batch], [c.output for c in batch], [c.fallback for c in batch], runner)
         bad = [(c.item.id, c.output, c.fallback, t, (r.prediction, r.correct))
                for c, t, r in zip(batch, transcription(name, batch), got, strict=True) if (r.prediction, r.correct) != t]
         assert not bad, (name, bad[:5])
@@ -64,13 +62,9 @@ def test_released_protocol_agrees_with_the_transcription_on_every_output(benches
     assert total >= 1900
 
 
-def _runner():
-    return ProgramRunner(LIMITS, workers=2, allow_unisolated=True)
-
-
 def test_released_quirks_are_reproduced(benches):
     gsm = benches["gsm8k"].items[0]  # gold 18
-    runner = _runner()
+    runner = program_runner()
     cases = [
         ("print(60.00000000000001 - 42)", "The answer is 18"),  # float noise: string comparison fails
         ("```python\nprint(18)\n```", "The answer is 17"),  # fenced code is a SyntaxError in the wrapper
@@ -98,7 +92,7 @@ def test_classes_resolve_and_pickle_as_under_the_released_exec():
     released scripts' own exec (the transcription's CodeExecutor, run in this process): a
     dataclass prints (it ran with empty output when the sandbox's compile leaked
     `from __future__ import annotations` into the program), a function-local class does not pickle."""
-    results = ProgramRunner(LIMITS, allow_unisolated=True).run([RELEASED.script(p) for p in CLASS_PROGRAMS])
+    results = ProgramRunner(RELEASED_CHILD, allow_unisolated=True).run([RELEASED.script(p) for p in CLASS_PROGRAMS])
     own = [ref.execute_with_timeout(p) for p in CLASS_PROGRAMS]
     assert [r.stdout if r.ok else "" for r in results] == own
     assert own[:2] == ["18", "18"] and own[2] == "" and own[3] == "code_utils:18"
