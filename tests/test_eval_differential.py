@@ -61,8 +61,7 @@ def pick(bench, n: int) -> list:
     items = [it for it in bench.items if usable(it)]
     special = [it for it in items if (it.kind == "choice" and it.answer.upper() == "A")
                or (it.kind != "choice" and abs(plain_exact(it.answer) or 0) >= 1000)]
-    chosen = list(dict.fromkeys(special[:1] + items))
-    return chosen[:n]
+    return list(dict.fromkeys(special[:1] + items))[:n]
 
 
 def transcription(benchmark: str, batch: list[Case]) -> list[tuple[str, bool]]:

@@ -23,9 +23,9 @@ from numloss.evaluate.benchmarks import load_for_records
 from numloss.evaluate.protocol import NUMLOSS, RELEASED, RELEASED_DATASET
 from numloss.evaluate.runner import score_items
 from reference import released_eval
+from test_eval_differential import DATA
 
 HERE = Path(__file__).parent / "fixtures" / "real_outputs"
-DATA = Path(__file__).resolve().parents[2] / "shared" / "benchmarks"
 pytestmark = pytest.mark.usefixtures("shared_benchmarks")
 
 
