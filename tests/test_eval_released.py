@@ -61,18 +61,13 @@ def test_released_protocol_agrees_with_the_transcription_on_every_output(benches
 
 
 def test_released_quirks_are_reproduced(benches):
-    gsm = benches["gsm8k"].items[0]  # gold 18
-    runner = program_runner()
-    cases = [
-        ("print(60.00000000000001 - 42)", "The answer is 18"),  # float noise: string comparison fails
-        ("```python\nprint(18)\n```", "The answer is 17"),  # fenced code is a SyntaxError in the wrapper
-        ("x = 18\nprint(x)\nprint(3)", None),  # the first number of all printed output
-    ]
-    got = score_items(RELEASED, "gsm8k", [gsm] * 3, [c[0] for c in cases], [c[1] for c in cases], runner)
-    assert [(r.prediction, r.correct) for r in got] == [("18.000000000000007", False), ("17", False), ("18", True)]
+    """A letter where none is given. The programs' quirks are held elsewhere: float noise failing the
+    string comparison by test_eval_protocol's real-gold prints; fenced code (a SyntaxError in the
+    wrapper) and the first of all printed numbers by the differential's program-fenced and
+    program-two-prints kinds against the transcription."""
     aqua = benches["aqua"].items[0]
     outputs = ["Nothing fits.", "The answer is a long way off: (C)", "I do not know."]
-    got = score_items(RELEASED, "aqua", [aqua] * 3, outputs, [None] * 3, runner)
+    got = score_items(RELEASED, "aqua", [aqua] * 3, outputs, [None] * 3, program_runner())
     # no letter: the guess 'A'; the words "a" and "I" read as letters (the first after a trigger)
     assert [r.prediction for r in got] == ["A", "A", "I"]
 
