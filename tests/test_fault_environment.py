@@ -54,7 +54,7 @@ def test_a_jsonl_file_with_a_byte_order_mark_is_read_as_outputs_and_as_training_
     assert [e.output for e in load_examples(str(data))] == ["2"]
 
 
-def test_a_full_stdout_after_the_work_is_one_line_and_status_1(monkeypatch, capsys):
+def test_a_full_stdout_after_the_work_is_one_line_and_status_1_and_a_closed_one_no_error(monkeypatch, capsys):
     full = open("/dev/full", "w", encoding="utf-8")  # every write: ENOSPC
     monkeypatch.setattr(sys, "stdout", full)
     status = cli.main(["--help"])  # prints its usage to a stdout that takes nothing
@@ -63,9 +63,6 @@ def test_a_full_stdout_after_the_work_is_one_line_and_status_1(monkeypatch, caps
                                    "written to disk are complete"]
     assert sys.stdout is full  # an in-process caller gets its stream back
     full.close()  # its buffer went to /dev/null with the first failed write
-
-
-def test_a_closed_stdout_is_no_error(monkeypatch, capsys):
     monkeypatch.setattr(sys, "stdout", None)  # how Python starts under `>&-`
     assert cli.main(["--version"]) == 0 and capsys.readouterr().err == ""
 
