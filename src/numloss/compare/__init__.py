@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import json
 import os
 import sys
 import time
@@ -54,45 +55,43 @@ def run_comparison(
 ) -> dict[str, Any]:
     """Run the grid of `compare` (a CompareConfig), write the report; returns the summary.
     `finished_only`: train nothing, report the runs already finished."""
-    from numloss.compare.runner import hold_output_dir
+    from numloss.compare.report import write_report
+    from numloss.compare.runner import hold_output_dir, run_grid
 
     # the whole run holds the report folder: a second compare into it stops at once, naming this one
     with hold_output_dir(compare.output_dir):
-        return _run_comparison(compare, progress, print_table, finished_only)
-
-
-def _run_comparison(
-    compare: Any, progress: bool, print_table: bool, finished_only: bool
-) -> dict[str, Any]:
-    from numloss.compare.report import write_report
-    from numloss.compare.runner import run_grid
-
-    started = time.perf_counter()
-    wanted = {f"{spec.label}-s{seed}" for spec in compare.objectives for seed in compare.seeds}
-    reported = reported_runs(compare.output_dir)
-    if finished_only and reported - wanted:
-        raise ConfigError(
-            f"{compare.output_dir / 'report.md'} reports {len(reported)} runs and this"
-            f" --report-only selects {len(wanted)} (--objectives / --seeds): it would replace the"
-            " fuller report; leave them out to report the whole grid"
-        )
-    results = run_grid(compare, progress=progress, finished_only=finished_only)
-    if not results:
-        raise ConfigError(f"no finished runs of this grid in {compare.output_dir}/runs to report")
-    missing = reported - {f"{r['label']}-s{r['seed']}" for r in results}
-    if missing:  # a slice of the grid: its report must not silently replace the fuller one
-        kept = keep_report_aside(compare.output_dir)
-        print(
-            f"numloss compare: the earlier report held {len(missing)} runs this one does not"
-            f" ({', '.join(sorted(missing)[:4])}{', ...' if len(missing) > 4 else ''}); kept as"
-            f" {kept}",
-            file=sys.stderr,
-        )
-    meta = _report_meta(compare, results, started)
-    summary = write_report(results, compare.output_dir, meta)
-    if print_table:
-        _print_summary(summary, meta["machine"], compare.output_dir)
-    return summary
+        started = time.perf_counter()
+        wanted = {f"{spec.label}-s{seed}" for spec in compare.objectives for seed in compare.seeds}
+        try:  # the runs (label-s<seed>) the earlier results.json reports; none without one
+            data = json.loads((compare.output_dir / "results.json").read_text(encoding="utf-8"))
+            reported = {f"{r['label']}-s{r['seed']}" for r in data["runs"]}
+        except (OSError, ValueError, KeyError, TypeError):
+            reported = set()
+        if finished_only and reported - wanted:
+            raise ConfigError(
+                f"{compare.output_dir / 'report.md'} reports {len(reported)} runs and this"
+                f" --report-only selects {len(wanted)} (--objectives / --seeds): it would replace"
+                " the fuller report; leave them out to report the whole grid"
+            )
+        results = run_grid(compare, progress=progress, finished_only=finished_only)
+        if not results:
+            raise ConfigError(
+                f"no finished runs of this grid in {compare.output_dir}/runs to report"
+            )
+        missing = reported - {f"{r['label']}-s{r['seed']}" for r in results}
+        if missing:  # a slice of the grid: its report must not silently replace the fuller one
+            kept = keep_report_aside(compare.output_dir)
+            print(
+                f"numloss compare: the earlier report held {len(missing)} runs this one does not"
+                f" ({', '.join(sorted(missing)[:4])}{', ...' if len(missing) > 4 else ''}); kept as"
+                f" {kept}",
+                file=sys.stderr,
+            )
+        meta = _report_meta(compare, results, started)
+        summary = write_report(results, compare.output_dir, meta)
+        if print_table:
+            _print_summary(summary, meta["machine"], compare.output_dir)
+        return summary
 
 
 def _report_meta(compare: Any, results: list[dict[str, Any]], started: float) -> dict[str, Any]:
@@ -144,17 +143,6 @@ def _print_summary(summary: dict[str, Any], machine: str, out: Path) -> None:
         print(f"\n{first} (held-out) of every run; {MARK_NOTE}:")
         print(text_table(summary, first))
     print(f"\nreport: {out / 'report.md'} (all held-out sets, plots, results.json)")
-
-
-def reported_runs(out: Path) -> set[str]:
-    """The runs (label-s<seed>) that OUT/results.json reports; empty without a readable one."""
-    import json
-
-    try:
-        data = json.loads((Path(out) / "results.json").read_text(encoding="utf-8"))
-        return {f"{r['label']}-s{r['seed']}" for r in data["runs"]}
-    except (OSError, ValueError, KeyError, TypeError):
-        return set()
 
 
 def keep_report_aside(out: Path) -> Path:
@@ -420,12 +408,21 @@ def configured(
     """The CompareConfig of `args` (`resolve`), the training logs quietened unless --verbose; None,
     after one line saying why, for a bad config or (`check_inputs`) a model that cannot be loaded
     or a benchmarks folder that is not there: they fail now, not in the first run or its scoring."""
+    from numloss.models import ModelUnavailableError, check_model_available
+
     try:
         compare = resolve(args, default_config)
     except ConfigError as error:
         print(f"{prog}: {error}", file=sys.stderr)
         return None
-    if check_inputs and not model_available(prog, compare):
+    model = compare.base.get("model", {})
+    try:  # a missing model fails before the first run, not in it
+        if check_inputs:
+            check_model_available(
+                model.get("name", "tiny"), model.get("revision"), model.get("cache_dir")
+            )
+    except ModelUnavailableError as error:
+        print(f"{prog}: model.name: {error}", file=sys.stderr)
         return None
     data_dir = getattr(compare.task, "data_dir", None)
     if check_inputs and getattr(compare.task, "benchmarks", ()) and not Path(data_dir).is_dir():
@@ -438,22 +435,6 @@ def configured(
     if not args.verbose:
         quiet_training_logs()
     return compare
-
-
-def model_available(prog: str, compare: Any) -> bool:
-    """False, after printing one line saying why, when the grid's model cannot be loaded: a
-    missing model fails before the first run, not in it."""
-    from numloss.models import ModelUnavailableError, check_model_available
-
-    model = compare.base.get("model", {})
-    try:
-        check_model_available(
-            model.get("name", "tiny"), model.get("revision"), model.get("cache_dir")
-        )
-    except ModelUnavailableError as error:
-        print(f"{prog}: model.name: {error}", file=sys.stderr)
-        return False
-    return True
 
 
 def interrupted_line(compare: Any) -> str:

@@ -19,6 +19,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from numloss.atomic import write_json_atomic, write_text_atomic
 from numloss.compare.paired import holm, minimum_detectable_effect, paired_t, paired_values
 from numloss.compare.stats import (
     finite,
@@ -35,6 +36,7 @@ from numloss.compare.survival import (
     median_steps,
 )
 from numloss.compare.task import TEST_SETS
+from numloss.textio import jsonable
 
 #: every file a report writes into its folder (`numloss compare --help` names them; a plot whose
 #: data no run has is left out: place and entropy plots of benchmarks, the learning plots)
@@ -713,11 +715,7 @@ def _save(plt: Any, fig: Any, path: Path) -> Path:
                 "legend_fontsize": legend[0].get_fontsize() if legend else None,
             }
         )
-    title = (
-        fig._suptitle.get_text()
-        if fig._suptitle is not None
-        else "; ".join(p["title"] for p in panels)
-    )
+    title = fig.get_suptitle() or "; ".join(p["title"] for p in panels)
     fig.savefig(path, dpi=110, metadata={"Title": title, "Description": json.dumps(panels)})
     plt.close(fig)
     return path
@@ -917,18 +915,13 @@ def write_report(
     results: Sequence[dict[str, Any]], out: Path, meta: dict[str, Any]
 ) -> dict[str, Any]:
     """Write results.json, report.md and the plots into `out`; returns the aggregated summary."""
-    from numloss.atomic import write_json_atomic as _write_json_atomic
-    from numloss.textio import jsonable as _jsonable
-
     out.mkdir(parents=True, exist_ok=True)
     summary = aggregate(results)
     plots = _plots(summary, results, out)
     slim_runs = [{k: v for k, v in r.items() if k != "embeddings"} for r in results]
-    _write_json_atomic(
-        out / "results.json", _jsonable({"meta": meta, "summary": summary, "runs": slim_runs})
+    write_json_atomic(
+        out / "results.json", jsonable({"meta": meta, "summary": summary, "runs": slim_runs})
     )
-    from numloss.atomic import write_text_atomic
-
     write_text_atomic(out / "report.md", markdown_report(summary, meta, plots))
     return summary
 

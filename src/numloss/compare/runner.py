@@ -73,14 +73,13 @@ def key_hash(compare: CompareConfig, key: RunKey) -> str:
 
 def _place_split(entries: Sequence[Any]) -> tuple[float, float]:
     """Accuracy over integer places (>= 0) and over decimal places (< 0), pooled over digits."""
-    integer = [(e.correct, e.total) for e in entries if e.place >= 0]
-    decimal = [(e.correct, e.total) for e in entries if e.place < 0]
 
-    def pooled(pairs: list[tuple[int, int]]) -> float:
+    def pooled(integer: bool) -> float:
+        pairs = [(e.correct, e.total) for e in entries if (e.place >= 0) == integer]
         total = sum(t for _, t in pairs)
         return sum(c for c, _ in pairs) / total if total else float("nan")
 
-    return pooled(integer), pooled(decimal)
+    return pooled(True), pooled(False)
 
 
 def evaluate_model(
@@ -499,8 +498,21 @@ def run_one(
             trained = run_training(config, callbacks=callbacks, examples=examples)
     train_seconds = time.perf_counter() - started
     model, tokenizer = _load_trained(trained.model_dir, config)
-    with torch.inference_mode():
-        evaluation = _evaluate_run(compare, model, tokenizer, test_sets, word_task)
+    with torch.inference_mode():  # the word task scores itself, the arithmetic task here
+        evaluation = (
+            compare.task.evaluate(model, tokenizer)
+            if word_task
+            else {
+                name: evaluate_model(
+                    model,
+                    tokenizer,
+                    test_sets[name],
+                    batch_size=compare.evaluation.batch_size,
+                    tf_batch_size=compare.evaluation.teacher_forced_batch_size,
+                )
+                for name in TEST_SETS
+            }
+        )
     after = digit_embeddings(model, tokenizer) if compare.evaluation.embeddings else None
     result = _jsonable(
         {
@@ -575,29 +587,6 @@ def _learning_checker(
         match=last_number_matches if word_task else exact_answer,
         max_new_tokens=compare.task.max_new_tokens if word_task else None,
     )
-
-
-def _evaluate_run(
-    compare: CompareConfig,
-    model: Any,
-    tokenizer: Any,
-    test_sets: dict[str, list[TaskExample]],
-    word_task: bool,
-) -> dict[str, Any]:
-    """A trained run's scores per held-out set: the word task scores itself, the arithmetic task's
-    sets go through `evaluate_model`."""
-    if word_task:
-        return compare.task.evaluate(model, tokenizer)
-    return {
-        name: evaluate_model(
-            model,
-            tokenizer,
-            test_sets[name],
-            batch_size=compare.evaluation.batch_size,
-            tf_batch_size=compare.evaluation.teacher_forced_batch_size,
-        )
-        for name in TEST_SETS
-    }
 
 
 def _run_in_worker(
@@ -699,14 +688,6 @@ def config_threads(compare: CompareConfig) -> Iterator[None]:
         torch.set_num_threads(threads)
 
 
-def worker_threads(compare: CompareConfig, jobs: int) -> int:
-    """torch threads per run: the config's `torch_threads`, else the cores shared out among
-    `jobs`."""
-    if compare.torch_threads is not None:
-        return compare.torch_threads
-    return max(1, (os.cpu_count() or 1) // jobs)
-
-
 def run_grid(
     compare: CompareConfig,
     progress: bool = True,
@@ -718,8 +699,8 @@ def run_grid(
     finished with the same hash; `on_result` is called as each result is available.
 
     `finished_only` trains nothing (a report of what a grid run in slices has so far). `jobs`
-    (default: `compare.jobs`) trains that many runs at once, one spawned process each, with
-    `worker_threads` torch threads; results do not depend on it."""
+    (default: `compare.jobs`) trains that many runs at once, one spawned process each, with the
+    config's torch threads (else the cores shared out); results do not depend on it."""
     from tqdm.auto import tqdm
 
     jobs = compare.jobs if jobs is None else jobs
@@ -880,7 +861,8 @@ class Grid:
                 logger.info(
                     "skipping %s: finished with the same config (%s)", key.name, done["hash"]
                 )
-                self._keep(key, done, None, finish)
+                write_record(self.records_dir, done)
+                finish(key, done, None)
             elif not finished_only:
                 pending.append(key)
         for key in pending if on_step is not None else ():
@@ -910,9 +892,11 @@ class Grid:
                             progress_bar=progress,
                             **options,
                         )
-                    self._keep(key, result, time.perf_counter() - started, finish)
+                    write_record(self.records_dir, result)
+                    finish(key, result, time.perf_counter() - started)
                 except RunDirBusy as error:
-                    self._leave_to_its_holder(key, error, say)
+                    self.busy.append(key)  # left to the process that holds it
+                    say(f"numloss compare: {key.name} skipped: {error}")
 
     def _prepare(self, key: RunKey, say: Callable[[str], None]) -> Path:
         """Make way for `key` in its run folder, write its seed's training file and return it."""
@@ -925,32 +909,16 @@ class Grid:
         _write_train_file(train_file, self.train_set(key.seed))  # rewritten only when it differs
         return train_file
 
-    def _keep(
-        self,
-        key: RunKey,
-        result: dict[str, Any],
-        seconds: float | None,
-        finish: Callable[[RunKey, dict[str, Any], float | None], None],
-    ) -> None:
-        write_record(self.records_dir, result)
-        finish(key, result, seconds)
-
     def _claim_into(self, claims: ExitStack, key: RunKey, say: Callable[[str], None]) -> bool:
         """Hold `key`'s claim until `claims` closes; False (the run left to its holder) when
         another process holds it."""
         try:
             claims.enter_context(self.claim(key))
         except RunDirBusy as error:
-            self._leave_to_its_holder(key, error, say)
+            self.busy.append(key)  # left to the process that holds it
+            say(f"numloss compare: {key.name} skipped: {error}")
             return False
         return True
-
-    def _leave_to_its_holder(
-        self, key: RunKey, error: RunDirBusy, say: Callable[[str], None]
-    ) -> None:
-        """List `key` in `busy` and say which process holds it."""
-        self.busy.append(key)
-        say(f"numloss compare: {key.name} skipped: {error}")
 
     def _run_parallel(
         self,
@@ -967,7 +935,8 @@ class Grid:
         from numloss.interrupt import quiet_resource_tracker
 
         files = {key.name: self._prepare(key, say) for key in pending}
-        threads = worker_threads(self.compare, jobs)
+        # torch threads per run: the config's, else the cores shared out among the jobs
+        threads = self.compare.torch_threads or max(1, (os.cpu_count() or 1) // jobs)
         log_level = logging.getLogger("numloss.train").getEffectiveLevel()
         # spawn, not fork: a forked child would inherit torch's thread pools; a fresh process a run
         context = multiprocessing.get_context("spawn")
@@ -1044,4 +1013,6 @@ class Grid:
                             "every finished run is kept: run the same command to continue"
                         ) from None
                     raise RuntimeError(f"run {key.name} failed: {error}") from error
-                self._keep(key, future.result(), time.perf_counter() - started, finish)
+                result = future.result()
+                write_record(self.records_dir, result)
+                finish(key, result, time.perf_counter() - started)
