@@ -14,7 +14,7 @@ import torch.nn as nn
 
 import numloss.digits
 from faultrun import one_line
-from numloss import build_loss, patch
+from numloss import DigitVocab, build_loss, patch
 from numloss.checks import (
     ArgumentError,
     ArgumentTypeError,
@@ -34,13 +34,7 @@ from numloss.models.load import check_model_available
 from numloss.rundir import hold_run_dir
 
 ROOT = Path(__file__).resolve().parents[1]
-
-
-def _vocab():
-    from numloss.digits import DigitVocab
-    from numloss.models.load import load_tokenizer
-
-    return DigitVocab.from_tokenizer(load_tokenizer("tiny"))
+VOCAB = DigitVocab(list(range(10)), decimal_point_id=10)  # ids within the tiny model's vocabulary
 
 
 class Broken:
@@ -224,7 +218,7 @@ API_CASES = {
     "patch fused 'false'": (lambda t: _patch(_tiny(), fused="false"), TypeError, r"^numloss.patch: fused must be True or False, got 'false'"),
     "place_weights a list": (lambda t: numloss.digits.place_weights([0, 1]), TypeError, r"^place_weights: places must be a torch.Tensor"),
     "place_weights weighting 'x'": (lambda t: numloss.digits.place_weights(torch.tensor([[1, 2]]), "x"), ValueError, r"^place_weighting must be one of 'official', 'continuous', 'none'"),
-    "find_digits None": (lambda t: numloss.digits.find_digits(None, _vocab()), TypeError, r"^find_digits: labels must be an integer torch.Tensor"),
+    "find_digits None": (lambda t: numloss.digits.find_digits(None, VOCAB), TypeError, r"^find_digits: labels must be an integer torch.Tensor"),
     "find_digits vocab None": (lambda t: numloss.digits.find_digits(torch.tensor([[1, 2]]), None), TypeError, r"^find_digits: vocab must be a DigitVocab"),
     "trainer fused 'false'": (lambda t: _trainer(t, fused="false"), TypeError, r"^NumericTrainer: fused must be True or False, got 'false'"),
     "trainer model None": (lambda t: _trainer(t, model=None), TypeError, r"^NumericTrainer: model is None: pass a model"),
@@ -243,7 +237,7 @@ API_CASES = {
 
 
 def _build(name: str, **options):
-    return build_loss(name, _vocab(), **options)
+    return build_loss(name, VOCAB, **options)
 
 
 def _file(tmp_path: Path) -> Path:
