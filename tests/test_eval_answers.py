@@ -130,6 +130,19 @@ def test_each_correction_is_right_wherever_it_decides(name, data):
     assert not numloss_wrong, (wrong_out, decided_wrong)  # never passes the wrong fill
 
 
+FORMULAS = Item("f", "q", "A", "choice", ("$t=\\frac{a-1}{2}$", "$t=\\frac{a+1}{2}$", "$t=\\frac{1-a}{2}$", "$t=\\frac{2}{a+1}$"))
+
+
+@pytest.mark.parametrize("template", ["The answer is {v}", "{v}", "So t = {v}."])
+@pytest.mark.parametrize("letter", "ABCD")
+def test_a_formulas_variable_is_no_letter(letter, template):
+    """A letter beside an operator is a variable (the released code reads every "a" below as A):
+    an answer that is one option's whole formula reads as that option; other prose, as none."""
+    output = template.replace("{v}", FORMULAS.options["ABCD".index(letter)])
+    assert RELEASED.extract(FORMULAS, output, "sat").prediction == "A"
+    assert NUMLOSS.extract(FORMULAS, output, "sat").prediction == ("" if "t =" in template else letter)
+
+
 @pytest.mark.parametrize("name", list(FIRES))
 def test_each_correction_fires_on_its_own_example(name):
     kinds, templates = FIRES[name]

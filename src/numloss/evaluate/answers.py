@@ -506,8 +506,10 @@ def _ruled_out(task: Task, text: str, pred: str) -> str | Unreadable | None:
     return pick or Unreadable("the number read is ruled out ('not 15')")
 
 
-# a letter stands alone in ASCII terms: CJK text beside it ("答案是A。") is no part of its word
-_LETTER = re.compile(r"(?<![A-Za-z0-9])([A-Ja-j])(?![A-Za-z0-9])(?!['’]\w)")
+# a letter stands alone in ASCII terms: CJK text beside it ("答案是A。") is no part of its word;
+# a letter beside an operator ("\\frac{a+1}{2}", "1-a", "a^2") is a variable, and the text read
+# goes on to option-text instead (an option's whole text "$t=\\frac{a+1}{2}$" reads as that option)
+_LETTER = re.compile(r"(?<![A-Za-z0-9+\-/^\\])([A-Ja-j])(?![A-Za-z0-9+\-/^=])(?!['’]\w)")
 # the letters' compatibility forms (full-width "Ａ", circled "Ⓐ") read as the letters they are
 _LETTER_FORMS = str.maketrans(
     "ＡＢＣＤＥＦＧＨＩＪａｂｃｄｅｆｇｈｉｊⒶⒷⒸⒹⒺⒻⒼⒽⒾⒿⓐⓑⓒⓓⓔⓕⓖⓗⓘⓙ", "ABCDEFGHIJabcdefghij" * 2
@@ -546,7 +548,11 @@ def _not_a_letter(task: Task, text: str, pred: str) -> str | Unreadable | None:
     kept = (letters[0] if marked else letters[-1]) if letters else ""
     if kept == pred or not (kept or _is_letter(pred)):  # no letter either way: no-guess's case
         return None
-    return kept or Unreadable("no letter in the answer: the letter read was a word or ruled out")
+    return (
+        kept
+        or segment.strip()
+        or Unreadable("no letter in the answer: the letter read was a word or ruled out")
+    )
 
 
 def _contradicted_letter(task: Task, text: str, pred: str) -> Unreadable | None:
