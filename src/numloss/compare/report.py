@@ -15,6 +15,7 @@ from __future__ import annotations
 import json
 import math
 import statistics
+from collections import Counter
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -803,16 +804,15 @@ def _place_figure(
     width = 0.7 / max(1, len(summary))
     for ax, name in zip(axes[0], sets, strict=False):
         for k, label in enumerate(summary):
-            pooled: dict[int, list[int]] = {}
-            for r in results:
-                if r["label"] == label:
-                    for place, (c, t) in r["evaluation"][name]["place_accuracy"].items():
-                        pooled.setdefault(int(place), [0, 0])
-                        pooled[int(place)][0] += c
-                        pooled[int(place)][1] += t
-            places = sorted(pooled, reverse=True)
+            right: Counter[int] = Counter()
+            total: Counter[int] = Counter()
+            for r in (r for r in results if r["label"] == label):
+                for place, (c, t) in r["evaluation"][name]["place_accuracy"].items():
+                    right[int(place)] += c
+                    total[int(place)] += t
+            places = sorted(total, reverse=True)
             xs = [i + (k - (len(summary) - 1) / 2) * width for i in range(len(places))]
-            ax.plot(xs, [100 * pooled[p][0] / pooled[p][1] for p in places], "o", ms=4, label=label)
+            ax.plot(xs, [100 * right[p] / total[p] for p in places], "o", ms=4, label=label)
             ax.set_xticks(range(len(places)))
             ax.set_xticklabels([str(p) for p in places], fontsize=7)
         ax.set_title(f"{name}: accuracy by place (generated)", fontsize=9)

@@ -314,9 +314,7 @@ def _clear_run_dir(run_dir: Path, say: Callable[[str], None]) -> None:
     one (of other settings: another --steps, say) is never deleted but moved to
     `<output_dir>/superseded/<name>-<its hash>`, and `say` tells where."""
     runs = run_dir.parent
-    if run_dir.parent.name != "runs" or Path(os.path.realpath(run_dir)).parent != Path(
-        os.path.realpath(runs)
-    ):
+    if runs.name != "runs" or run_dir.resolve().parent != runs.resolve():
         # labels are checked to be plain names; this is the last guard before a delete
         raise ConfigError(
             f"refusing to clear {run_dir}: it is not a run folder directly under {runs}"
@@ -472,9 +470,10 @@ def run_one(
     `on_step(run name, step)` is called after every training step. A run trained but not scored
     (`trained_not_scored`) is scored from its final/ without training again."""
     from numloss.compare.embeddings import digit_embeddings
+    from numloss.compare.learning import exact_answer, learning_callback
     from numloss.compare.machine import machine_info
-    from numloss.compare.word_task import WordProblemTask
-    from numloss.train import run_training
+    from numloss.compare.word_task import WordProblemTask, last_number_matches
+    from numloss.train import load_model_for, run_training
 
     run_dir = compare.output_dir / "runs" / key.name
     config = compare.run_config(key.spec, key.seed, run_dir, train_file)
@@ -485,12 +484,25 @@ def run_one(
     run_dir.mkdir(parents=True, exist_ok=True)
     started, cpu_started = time.perf_counter(), time.process_time()
     word_task = isinstance(compare.task, WordProblemTask)
-    before, tokenizer = _initial_state(compare, config, word_task)
+    before = tokenizer = None
+    # the model the run starts from (same seed), loaded only for its embeddings or a chat template
+    if compare.evaluation.embeddings or word_task:
+        start, tokenizer = load_model_for(config)
+        before = digit_embeddings(start, tokenizer) if compare.evaluation.embeddings else None
+        del start  # not held in memory beside the model that trains
     examples, check_items = list(train_examples), test_sets.get("check", [])
     if word_task:  # chat-template prompts need the tokenizer: rendered here, once per run
         examples = WordProblemTask.render(examples, tokenizer)
         check_items = WordProblemTask.render(check_items, tokenizer)
-    checker = _learning_checker(compare, check_items, word_task)
+    checker = None  # the learning checks' callback (numloss.compare.learning), with `learning:`
+    if compare.learning is not None:
+        checker = learning_callback(
+            compare.learning,
+            [e.prompt for e in check_items],
+            [e.answer or e.output for e in check_items],
+            match=last_number_matches if word_task else exact_answer,
+            max_new_tokens=compare.task.max_new_tokens if word_task else None,
+        )
     callbacks = [c for c in (checker, _step_callback(key.name, on_step)) if c is not None]
     # the caller's bar shows the steps: the run's own "step N/M" lines would break it
     with open(os.devnull, "w", encoding="utf-8") as devnull:
@@ -556,37 +568,6 @@ def _step_callback(name: str, on_step: Callable[[str, int], None] | None) -> Any
             on_step(name, state.global_step)
 
     return StepReport()
-
-
-def _initial_state(compare: CompareConfig, config: Any, word_task: bool) -> tuple[Any, Any]:
-    """(digit embeddings before training or None, tokenizer or None) of the model the run starts
-    from (same seed), loaded only when the embeddings or a word task's chat template need it."""
-    from numloss.compare.embeddings import digit_embeddings
-    from numloss.train import load_model_for
-
-    if not (compare.evaluation.embeddings or word_task):
-        return None, None
-    model, tokenizer = load_model_for(config)
-    before = digit_embeddings(model, tokenizer) if compare.evaluation.embeddings else None
-    return before, tokenizer
-
-
-def _learning_checker(
-    compare: CompareConfig, check_items: Sequence[TaskExample], word_task: bool
-) -> Any:
-    """A run's learning-check callback (numloss.compare.learning); None without `learning:`."""
-    from numloss.compare.learning import exact_answer, learning_callback
-    from numloss.compare.word_task import last_number_matches
-
-    if compare.learning is None:
-        return None
-    return learning_callback(
-        compare.learning,
-        [e.prompt for e in check_items],
-        [e.answer or e.output for e in check_items],
-        match=last_number_matches if word_task else exact_answer,
-        max_new_tokens=compare.task.max_new_tokens if word_task else None,
-    )
 
 
 def _run_in_worker(
