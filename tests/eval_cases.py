@@ -161,16 +161,15 @@ class Case:
 
 
 def _fill(kind: Kind, item: Item, answer: str, value: Fraction | None) -> str:
+    fields = dict.fromkeys("aclopstv", answer)  # then what differs by answer kind
     if item.kind == "choice":
         option = option_of(item, answer)
         opt_value = option_value(option)
-        fields = {"a": answer, "l": answer.lower(), "c": answer, "t": answer, "s": answer, "p": repr(answer), "o": option,
-                  "v": format_exact(opt_value) if opt_value is not None else repr(option)}
+        fields |= {"l": answer.lower(), "p": repr(answer), "o": option, "v": format_exact(opt_value) if opt_value is not None else repr(option)}
     else:
         commas = grouped(value) if value is not None else answer
         literal = format_exact(value) if value is not None and "/" not in format_exact(value) else repr(answer)
-        fields = {"a": answer, "l": answer, "c": commas, "t": commas.replace(",", ",\\!"), "s": commas.replace(",", "\\,"),
-                  "p": literal, "o": answer, "v": answer}
+        fields |= {"c": commas, "t": commas.replace(",", ",\\!"), "s": commas.replace(",", "\\,"), "p": literal}
     return kind.output.format(**fields) if kind.output else ""
 
 

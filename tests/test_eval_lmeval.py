@@ -31,9 +31,8 @@ def test_the_fixture_has_the_fields_lm_eval_logs():
         row = json.loads(line)
         assert {"doc_id", "doc", "target", "arguments", "resps", "filtered_resps", "doc_hash", "prompt_hash", "target_hash"} <= set(row)
         assert isinstance(row["resps"][0][0], str) and isinstance(row["filtered_resps"][0], str)
-    assert lmeval.task_of(GSM8K_SAMPLES) == "gsm8k"
-    assert lmeval.benchmark_of_task(lmeval.task_of(MMLU_SAMPLES)) == "mmlu_math"
-    assert lmeval.benchmark_of_task("minerva_math_algebra") == "math" and lmeval.benchmark_of_task("hellaswag") is None
+    # gsm8k, mmlu_flan_cot_zeroshot_* and hellaswag are read from the files' names by the scoring tests below
+    assert lmeval.benchmark_of_task("minerva_math_algebra") == "math"
 
 
 def test_lm_eval_samples_are_matched_and_scored_under_both_protocols():
