@@ -146,6 +146,8 @@ def latex(item: Item, said: str, value: Fraction | None, other: str, other_value
         if other_value is not None:
             yield "box-sum", f"$\\boxed{{{format_exact(value + 7)} - 7 = {a}}}$", "said"
         return
+    if item.kind != "choice":  # a list gold ("4,6,14,15") has no LaTeX dress here
+        return
     forms = [f"\\boxed{{\\text{{({said})}}}}", f"\\boxed{{\\textbf{{{said}}}}}", f"\\boxed{{\\mathbf{{{said}}}}}", f"\\textbf{{({said})}}",
              f"\\text{{Option {said}}}", f"\\boxed{{{said})}}", f"\\boxed{{({said})}}", f"\\boxed{{\\text{{Option }} {said}}}",
              f"\\fbox{{{said}}}", f"\\boxed{{{said}: {option_of(item, said)}}}", f"\\underline{{{said}}}", f"\\color{{green}}{{{said}}}"]
