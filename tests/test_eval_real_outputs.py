@@ -79,17 +79,10 @@ def test_numloss_is_right_on_every_chat_format(items):
 
 def test_numloss_agrees_with_the_hand_verdict_on_every_disagreement(items):
     texts = [r for r in SMOLLM2 if "print(" not in r["output"]]
-    released = dict((id(r), res) for r, res in _verdicts(RELEASED, texts, items))
-    unjudged, wrong = [], []
-    for row, res in _verdicts(NUMLOSS, texts, items):
-        if res.correct == released[id(row)].correct:
-            continue
-        key = (row["model"], row["benchmark"], row["id"], row["style"])
-        judged = JUDGED.get(key)
-        if judged is None:
-            unjudged.append(key)
-        elif res.correct != judged["correct"]:
-            wrong.append((*key, res.prediction, judged["why"]))
+    pairs = zip(_verdicts(RELEASED, texts, items), _verdicts(NUMLOSS, texts, items), strict=True)
+    differ = [((r["model"], r["benchmark"], r["id"], r["style"]), res) for (r, old), (_, res) in pairs if res.correct != old.correct]
+    unjudged = [key for key, _ in differ if key not in JUDGED]
+    wrong = [(*key, res.prediction, JUDGED[key]["why"]) for key, res in differ if key in JUDGED and res.correct != JUDGED[key]["correct"]]
     assert not unjudged, f"protocols disagree on outputs nobody judged: {unjudged}"
     assert not wrong, wrong
 
