@@ -170,9 +170,7 @@ def test_the_aggregated_results_file_is_named_with_the_samples_file_to_give(tmp_
 def test_a_huge_mae_is_printed_readably_with_a_note_that_one_item_dominates(tmp_path):
     rows = [json.loads(line) for line in GSM8K_SAMPLES.read_text().splitlines()]
     rows[0]["resps"] = [["The answer is " + "9" * 255]]
-    path = tmp_path / GSM8K_SAMPLES.name
-    path.write_text("\n".join(json.dumps(r) for r in rows) + "\n")
-    report = score_outputs(path, data_dir=DATA, allow_unisolated=True)
+    report = score_outputs(_write(tmp_path, GSM8K_SAMPLES.name, rows), data_dir=DATA, allow_unisolated=True)
     text = report.to_markdown()
     mae_cells = [line for line in text.splitlines() if line.startswith("| gsm8k")]
     assert mae_cells and all(len(cell) < 40 for line in mae_cells for cell in line.split("|"))
