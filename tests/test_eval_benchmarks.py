@@ -63,10 +63,8 @@ def test_explicit_path_parquet_and_hub_style_records(tmp_path):
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    rows = [
-        {"query": "Q: If 2x = 10, what is x? Answer Choices: (A)2 (B)5 (C)10 (D)20\nA: Among A through D, the answer is",
-         "choices": ["(A)2", "(B)5", "(C)10", "(D)20"], "gold": [1]},
-    ]
+    rows = [{"query": "Q: If 2x = 10, what is x? Answer Choices: (A)2 (B)5 (C)10 (D)20\nA: Among A through D, the answer is",
+             "choices": ["(A)2", "(B)5", "(C)10", "(D)20"], "gold": [1]}]
     path = tmp_path / "sat.parquet"
     pq.write_table(pa.Table.from_pylist(rows), path)
     bench = load_benchmark("sat", path=path)
