@@ -174,11 +174,6 @@ def text_axes(item: Item) -> tuple[list[str], list[str], list[str], list[str]]:
     return PHRASES, forms, WRAPPERS, list(TAILS)
 
 
-def programs(benchmark: str, item: Item) -> list[Composition]:
-    """The program shapes of an open number item (none for other kinds)."""
-    return [Composition(benchmark, "program", "", shape, "", "none") for shape in PROGRAMS] if item.kind == "number" else []
-
-
 def sampled(benchmark: str, item: Item, n: int | None, rng: random.Random) -> list[Composition]:
     """n text compositions (None: all) drawn without replacement, by index into the product (the
     product, some 700,000 per item, is never built: drawing costs the same however many axis
@@ -225,7 +220,8 @@ def draw(per_benchmark: int | None, seed: int = 0, items_per_benchmark: int = 1,
     out = []
     for name in NAMES:
         for item in items_for(name, items_per_benchmark):
-            progs = programs(name, item)
+            # the program shapes of an open number item (none for other kinds)
+            progs = [Composition(name, "program", "", shape, "", "none") for shape in PROGRAMS] if item.kind == "number" else []
             n = len(progs) if per_benchmark is None else min(n_programs, len(progs))
             chosen = sampled(name, item, per_benchmark, rng) + program_rng.sample(progs, n)
             (right, rv), (wrong, wv) = answers_of(item)
@@ -247,19 +243,16 @@ def fast_draw():
     return [c for c, _ in drawn], score([case for _, case in drawn])
 
 
-def test_the_draw_spans_every_axis(fast_draw):
-    comps = fast_draw[0]
+def test_properties_1_and_2_the_released_protocol_and_no_ordinary_output_is_unreadable(fast_draw):
+    """On a draw that spans every axis, the `released` protocol reads as the released scripts, and
+    properties 1 and 2 hold, with no output of the draw unreadable."""
+    comps, rows = fast_draw
     assert {c.kind for c in comps} == {"number", "math", "choice", "program"}
     assert {c.benchmark for c in comps} == set(NAMES)
     comps = [c for c in comps if c.kind != "program"]  # a program has no phrase, wrapper or tail
     assert len({c.tail for c in comps}) == len(TAILS) and len({c.wrapper for c in comps}) == len(WRAPPERS)
     assert len({c.phrase for c in comps}) == len(PHRASES)
-
-
-def test_properties_1_and_2_the_released_protocol_and_no_ordinary_output_is_unreadable(fast_draw):
-    """The `released` protocol reads as the released scripts, and properties 1 and 2 hold, with no
-    output of the draw unreadable."""
-    for key, found in violations(fast_draw[1]).items():
+    for key, found in violations(rows).items():
         assert not found, f"{key}: {len(found)} cases:\n" + "\n".join(map(str, found[:12]))
 
 
