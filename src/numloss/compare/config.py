@@ -42,7 +42,7 @@ from annotated_types import Ge, Le
 
 from numloss.compare.learning import LearningCheck
 from numloss.compare.task import LARGEST, Count
-from numloss.compare.tasks import checked, task_from_dict
+from numloss.compare.tasks import checked, refuse_unknown, task_from_dict
 from numloss.config import (
     LEGACY_KEYS,
     Config,
@@ -259,11 +259,7 @@ def load_compare_config(path: str | Path | None) -> CompareConfig:
         )
         if not isinstance(loaded, dict):
             raise ConfigError(f"{origin}: the top level must be a mapping")
-        unknown = sorted(set(loaded) - set(DEFAULTS))
-        if unknown:
-            raise ConfigError(
-                f"{origin}: unknown key(s) {', '.join(unknown)}; known: {', '.join(DEFAULTS)}"
-            )
+        refuse_unknown(origin, loaded, list(DEFAULTS))
         mapping.update(loaded)
     return compare_config_from_dict(mapping, origin)
 

@@ -19,6 +19,14 @@ KINDS = {
 }
 
 
+def refuse_unknown(where: str, given: Any, known: list[str]) -> None:
+    """A one-line ConfigError if `given` (a mapping's keys) holds a key not in `known`."""
+    if unknown := sorted(set(given) - set(known)):
+        raise ConfigError(
+            f"{where}: unknown key(s) {', '.join(unknown)}; known: {', '.join(known)}"
+        )
+
+
 def checked(klass: type, values: Any, where: str) -> Any:
     """Dataclass `klass` built from the mapping `values` (config section `where`): unknown keys
     refused, each value checked against its field's type and range (the field's Annotated hint,
@@ -28,11 +36,7 @@ def checked(klass: type, values: Any, where: str) -> Any:
     fields = [f.name for f in dataclasses.fields(klass)]
     if not isinstance(values, dict):
         raise ConfigError(f"{where} must be a mapping of {', '.join(fields)}, got {values!r}")
-    unknown = sorted(set(values) - set(fields))
-    if unknown:
-        raise ConfigError(
-            f"{where}: unknown key(s) {', '.join(unknown)}; known: {', '.join(fields)}"
-        )
+    refuse_unknown(where, values, fields)
     hints = typing.get_type_hints(klass, include_extras=True)
     kwargs = {}
     for key, value in values.items():

@@ -39,10 +39,6 @@ class TeacherForcedScore:
     place: dict[int, list[int]] = field(default_factory=dict)
     digit_entropy: float = float("nan")
 
-    @property
-    def exact_match(self) -> float:
-        return sum(self.correct) / len(self.correct) if self.correct else float("nan")
-
     def bits(self) -> str:
         """`correct` as a string of 0/1, item order: small in a JSON record, enough for McNemar."""
         return "".join("1" if c else "0" for c in self.correct)
