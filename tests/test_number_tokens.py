@@ -3,21 +3,18 @@ per-slot digit logits (against a slow loop, value and gradient, gradcheck in flo
 
 from __future__ import annotations
 
+import csv
+import json
 import re
 import warnings
+from pathlib import Path
 
 import pytest
 import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from numloss.digits import (
-    DigitVocab,
-    DigitVocabError,
-    digit_coverage,
-    find_digits,
-    split_digits,
-)
+from numloss.digits import DigitVocab, DigitVocabError, digit_coverage, find_digits, split_digits
 from numloss.losses.number_tokens import bucket_logsumexp, slot_logits
 from reference.definitions import ref_slots_row
 from tokenizer_styles import encode, gpt2_style, llama3_style
@@ -189,9 +186,6 @@ def test_complete_groups_are_recognised_and_duplicates_are_pooled():
 
 @pytest.mark.parametrize("objective", [["--objective.name", "del", "--objective.alpha", "1.0"], ["--objective.name", "ntl-was", "--objective.options", "{level: token}"]])
 def test_numloss_train_runs_with_a_chunked_number_tokenizer(tmp_path, objective):
-    import csv
-    from pathlib import Path
-
     from transformers import AutoTokenizer
 
     from numloss.train import main
@@ -205,8 +199,6 @@ def test_numloss_train_runs_with_a_chunked_number_tokenizer(tmp_path, objective)
     assert len(DigitVocab.from_tokenizer(tok).number_tokens) == 1100
     rows = list(csv.DictReader((out / "log.csv").open()))
     assert rows and all(float(r["aux"]) > 0 and float(r["digit_entropy"]) > 0 for r in rows)
-    import json
-
     history = [e for e in json.loads((out / "log_history.json").read_text()) if "loss" in e]
     assert history and all(e["digit_share"] == 1.0 for e in history)  # every label digit is scored
     if objective[1] == "del":  # one step per log: loss = ce + aux (alpha 1)
