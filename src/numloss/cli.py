@@ -92,15 +92,6 @@ def _dispatch(argv: list[str]) -> int:
         return _say(line, 2)  # one line naming the extra, no traceback
 
 
-def _degrade_console() -> None:
-    """Text the console's encoding cannot hold (a non-ASCII file name under PYTHONIOENCODING=ascii)
-    is printed with backslash escapes instead of failing the command; a stream that already has a
-    lenient handler (surrogateescape under LC_ALL=C) keeps it."""
-    for stream in (sys.stdout, sys.stderr):
-        if isinstance(stream, io.TextIOWrapper) and stream.errors == "strict":
-            stream.reconfigure(errors="backslashreplace")
-
-
 def _to_devnull(fd: int) -> None:
     """Point the descriptor `fd` at /dev/null."""
     devnull = os.open(os.devnull, os.O_WRONLY)
@@ -173,7 +164,12 @@ def main(argv: list[str] | None = None) -> int:
     if whole_process:
         _in_utf8_mode()
     argv = list(sys.argv[1:] if argv is None else argv)
-    _degrade_console()
+    # text the console's encoding cannot hold (a non-ASCII file name under PYTHONIOENCODING=ascii)
+    # is printed with backslash escapes instead of failing the command; a stream that already has
+    # a lenient handler (surrogateescape under LC_ALL=C) keeps it
+    for stream in (sys.stdout, sys.stderr):
+        if isinstance(stream, io.TextIOWrapper) and stream.errors == "strict":
+            stream.reconfigure(errors="backslashreplace")
     console = None
     # None when started with stdout closed (`>&-`): print() is a no-op
     if isinstance(sys.stdout, io.TextIOWrapper):

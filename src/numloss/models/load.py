@@ -33,10 +33,6 @@ def _dtype(name: str) -> Any:
     return name if name == "auto" else getattr(torch, name)
 
 
-def _looks_like_path(name: str) -> bool:
-    return name.startswith(("/", "./", "../", "~")) or Path(name).expanduser().exists()
-
-
 def model_not_found(name: str, revision: str | None = None) -> ModelUnavailableError:
     """The one-line error (the same in train, eval and compare) for a `model.name` that is not
     built in, a local folder or an available hub id, naming every place looked in."""
@@ -99,7 +95,8 @@ def check_model_available(
             " save_pretrained; save the model and its tokenizer there (model.save_pretrained,"
             " tokenizer.save_pretrained) or pass the folder that has them"
         )
-    if _looks_like_path(name) or (_offline() and _cached_folder(name, revision) is None):
+    path_like = name.startswith(("/", "./", "../", "~")) or Path(name).expanduser().exists()
+    if path_like or (_offline() and _cached_folder(name, revision) is None):
         raise model_not_found(name, revision)
 
 
