@@ -19,7 +19,7 @@ from numloss.config import ConfigError
 CONFIGS = Path(__file__).resolve().parents[1] / "configs"
 
 
-def _mapping(out) -> dict:
+def _mapping(out, embeddings: bool = True, **extra) -> dict:
     return {
         "base": {
             "model": {"name": "tiny", "tiny_layers": 1, "tiny_hidden": 32, "tiny_heads": 2},
@@ -30,9 +30,9 @@ def _mapping(out) -> dict:
         "task": {"train_size": 40, "test_size": 24},
         "objectives": ["mle", {"label": "del-a0.3", "name": "del", "alpha": 0.3}],
         "seeds": [0],
-        "evaluation": {"batch_size": 64, "teacher_forced_batch_size": 64},
+        "evaluation": {"batch_size": 64, "teacher_forced_batch_size": 64, "embeddings": embeddings},
         "output_dir": str(out),
-    }
+    } | extra
 
 
 def no_training(*args, **kwargs):
@@ -103,11 +103,10 @@ def test_jobs_give_the_same_results_reported_as_they_finish(tmp_path) -> None:
     digits._number_table.cache_clear()
     grids, reported = {}, {}
     for jobs in (1, 2):
-        mapping = _mapping(tmp_path / f"jobs{jobs}") | {"torch_threads": 1, "jobs": jobs}
+        mapping = _mapping(tmp_path / f"jobs{jobs}", embeddings=False, torch_threads=1, jobs=jobs,
+                           learning={"every": 2, "slice_size": 8, "threshold": 1.0})  # checks run in the workers too
         mapping["base"]["model"]["tiny_digits_per_token"] = 3
         mapping["objectives"] = [*mapping["objectives"], "ntl-was"]
-        mapping["learning"] = {"every": 2, "slice_size": 8, "threshold": 1.0}  # checks run in the workers too
-        mapping["evaluation"] = {**mapping["evaluation"], "embeddings": False}
         seen = reported[jobs] = []
         grids[jobs] = run_grid(compare_config_from_dict(mapping), progress=False, on_result=lambda r, seen=seen: seen.append(time.time()))
     assert [(r["label"], r["seed"]) for r in grids[2]] == [("mle", 0), ("del-a0.3", 0), ("ntl-was", 0)]
@@ -195,10 +194,8 @@ def test_learning_checks_are_recorded_and_stop_a_run_early(tmp_path, monkeypatch
     does is censored at its last check (the last step), and both records say so."""
     import numloss.compare.learning as learning
 
-    mapping = _mapping(tmp_path)
+    mapping = _mapping(tmp_path, embeddings=False, learning={"every": 2, "slice_size": 10, "threshold": 0.5})
     mapping["base"]["train"]["max_steps"] = 7
-    mapping["learning"] = {"every": 2, "slice_size": 10, "threshold": 0.5}
-    mapping["evaluation"] = {**mapping["evaluation"], "embeddings": False}
     compare = compare_config_from_dict(mapping)
     check = compare.task.check_set(10)
     tests = {e.instruction for items in compare.task.test_sets().values() for e in items}
@@ -238,9 +235,8 @@ def test_learning_check_scores_the_real_model(finished, tmp_path, monkeypatch) -
         return value
 
     monkeypatch.setattr(learning, "score_slice", spying)
-    mapping = _mapping(tmp_path) | {"objectives": ["mle"]}
-    mapping["evaluation"] = {**mapping["evaluation"], "embeddings": False}
-    mapping["learning"] = {"every": 1, "slice_size": 8, "threshold": 1.0, "stop_early": True}
+    mapping = _mapping(tmp_path, embeddings=False, objectives=["mle"],
+                       learning={"every": 1, "slice_size": 8, "threshold": 1.0, "stop_early": True})
     (checked,) = run_grid(compare_config_from_dict(mapping), progress=False)
     assert [c[0] for c in checked["learning"]["checks"]] == [1, 2, 3]
     assert all(0.0 <= c[1] <= 1.0 for c in checked["learning"]["checks"])
@@ -268,10 +264,15 @@ def test_the_run_hash_changes_with_a_setting_only(tmp_path) -> None:
     assert run_hash(explicit) == reference
     explicit["base"]["train"]["max_grad_norm"] = 0.5
     assert run_hash(explicit) != reference
-    assert run_hash(dict(_mapping(tmp_path), learning={"every": 200})) != reference
+    assert run_hash(_mapping(tmp_path, learning={"every": 200})) != reference
 
 
-def test_report_only_reports_the_finished_runs_and_trains_nothing(finished, monkeypatch, tmp_path) -> None:
+def test_records_carry_a_grid_into_a_new_checkout(finished, monkeypatch, tmp_path) -> None:
+    """--report-only reports the finished runs and trains nothing; records_dir (kept in git) holds
+    every finished run; a fresh output_dir (a new checkout, where runs/ is gone) finds them there and
+    trains nothing, and the report names each run's machine."""
+    from numloss.compare.runner import record_path
+
     compare, _, out = finished
     monkeypatch.setattr(numloss.train, "run_training", no_training)
     compare.seeds = [0, 1]  # seed 1 was never run: it is left out, not trained
@@ -281,14 +282,6 @@ def test_report_only_reports_the_finished_runs_and_trains_nothing(finished, monk
     empty = compare_config_from_dict(_mapping(tmp_path / "none"))
     with pytest.raises(ConfigError, match="no finished runs"):
         run_comparison(empty, progress=False, print_table=False, finished_only=True)
-
-
-def test_records_carry_a_grid_into_a_new_checkout(finished, monkeypatch, tmp_path) -> None:
-    """records_dir (kept in git) holds every finished run; a fresh output_dir (a new checkout, where
-    runs/ is gone) finds them there and trains nothing, and the report names each run's machine."""
-    from numloss.compare.runner import record_path
-
-    compare, _, out = finished
     records = tmp_path / "records"
     compare.records_dir = records
     try:
@@ -298,8 +291,7 @@ def test_records_carry_a_grid_into_a_new_checkout(finished, monkeypatch, tmp_pat
     files = sorted(p.name for p in records.iterdir())
     assert files == sorted(f"{r['label']}-s{r['seed']}-{r['hash']}.json" for r in first)
     assert all(r["machine"]["cpu"] and r["machine"]["torch"] for r in first)
-    monkeypatch.setattr(numloss.train, "run_training", no_training)
-    fresh = compare_config_from_dict({**_mapping(tmp_path / "new-checkout"), "records_dir": str(records)})
+    fresh = compare_config_from_dict(_mapping(tmp_path / "new-checkout", records_dir=str(records)))
     again = run_grid(fresh, progress=False)
     assert [r["hash"] for r in again] == [r["hash"] for r in first]
     assert again[0]["evaluation"] == json.loads(json.dumps(first[0]["evaluation"]))
@@ -315,15 +307,6 @@ def test_records_carry_a_grid_into_a_new_checkout(finished, monkeypatch, tmp_pat
     run_comparison(fresh, progress=False, print_table=False, finished_only=True)
     report = (tmp_path / "new-checkout" / "report.md").read_text()
     assert "runs made on " in report and "Other CPU (AVX2" in report and "(1 runs)" in report
-
-
-def test_the_headline_exact_match_is_in_distribution_also_in_a_record_with_sorted_keys() -> None:
-    """A record is written with sorted keys, so its first set is "decimals": the bar and the report
-    must still show the headline (in-distribution) exact match."""
-    from numloss.compare.report import primary_evaluation
-
-    record = {"evaluation": {"decimals": {"exact_match": 0.0}, "in_distribution": {"exact_match": 0.625}}}
-    assert primary_evaluation(record)["exact_match"] == 0.625
 
 
 def test_the_step_bar_counts_every_run_s_steps_from_the_start(capsys) -> None:
@@ -349,7 +332,7 @@ def test_overridden_runs_stay_out_of_the_records(tmp_path) -> None:
     from numloss.compare import build_parser, resolve
 
     config = tmp_path / "grid.yaml"
-    config.write_text(json.dumps({**_mapping(tmp_path / "out"), "records_dir": str(tmp_path / "rec")}))  # JSON is YAML
+    config.write_text(json.dumps(_mapping(tmp_path / "out", records_dir=str(tmp_path / "rec"))))  # JSON is YAML
 
     def records(*options: str):
         return resolve(build_parser().parse_args([str(config), *options])).records_dir

@@ -128,6 +128,8 @@ def test_report_shows_every_run_and_the_embedding_order(tmp_path) -> None:
 
     results = [*copy.deepcopy(RESULTS), _result("ntl", 1, 0.9, 1.0)]  # ntl seed 0 missing: an empty cell
     results[-1]["curve"]["ce"] = [3.0] * 5 + [0.2] * 10  # final ce: the last 10 logged steps only
+    # a record is written with sorted keys, its first set "decimals": the run's cells still show in-distribution's
+    results[-1]["evaluation"] = dict(sorted({**results[-1]["evaluation"], "decimals": _evaluation(0.1, 1.0)}.items()))
     summary = write_report(results, tmp_path, {"config": "x.yaml"})
     report = (tmp_path / "report.md").read_text()
     assert "| objective | seed 0 | seed 1 |" in report
