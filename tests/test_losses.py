@@ -136,7 +136,8 @@ def test_value_and_gradient_match_the_slow_reference(name, options, alpha, vocab
     assert int(out.num_digits) == COUNTS[vocab][options.get("level") == "token"]
     if name not in ("mle", "mixce", "emo"):
         assert float(out.aux) > 0
-    step = loss_fn(logits.detach(), labels, num_items_in_batch=40, num_digits_in_batch=30)
+    # the step's counts as a tensor and a one-element tensor (test_token_count_suffices...: numbers)
+    step = loss_fn(logits.detach(), labels, num_items_in_batch=torch.tensor(40), num_digits_in_batch=torch.tensor([30.0]))
     ref_total, ref_ce, _ = reference(name, options, alpha, logits.detach(), labels, vocab, num_items=40, num_digits=30)
     assert float(step.ce) == pytest.approx(float(ref_ce), rel=1e-5)
     assert float(step.loss) == pytest.approx(float(ref_total), rel=1e-5)
@@ -350,17 +351,6 @@ def test_equals_the_official_code(case, seed):
         assert float(out.loss) < float(build_loss(name, VOCAB, form="gpt2", **extra)(ours.detach(), labels).loss)
 
 
-def test_emo_adaptive_and_gpt2_share_the_value_not_the_gradient():
-    a = make_logits(LABELS, seed=12)
-    b = a.detach().clone().requires_grad_(True)
-    adaptive = build_loss("emo", VOCAB, embedding=embedding())(a, LABELS)
-    gpt2 = build_loss("emo", VOCAB, embedding=embedding(), form="gpt2")(b, LABELS)
-    assert float(adaptive.loss) == pytest.approx(float(gpt2.loss), rel=1e-6) == float(adaptive.ce)
-    adaptive.loss.backward()
-    gpt2.loss.backward()
-    assert not torch.allclose(a.grad, b.grad, rtol=1e-3)
-
-
 def test_dist2_weightings_on_a_worked_example():
     # "3.14" and "12.0.3": numloss weights integer digits by i + 1 and decimals by 1; the author
     # code ends a run at '.', so decimals count from the end of their own run
@@ -405,7 +395,7 @@ def test_token_count_suffices_exactly_where_the_step_token_count_makes_the_loss_
     exact = name in ("mle", "mixce", "emo") or options.get("normalize") == "tokens"
     assert fn.token_count_suffices == fn.aux_per_token == exact
     logits = make_logits(LABELS, seed=14).detach()
-    assert (fn(logits, LABELS, 50, 20).loss == fn(logits, LABELS, 50, 30).loss) == exact
+    assert (fn(logits, LABELS, 50, 20).loss == fn(logits, LABELS, 50.0, 30).loss) == exact
 
 
 # -- option values --------------------------------------------------------------------------------
@@ -545,12 +535,3 @@ def test_a_bad_call_is_one_clear_error(case):
 def test_check_finite_false_lets_a_nan_at_an_ignored_position_through():
     out = build_loss("del", VOCAB, check_finite=False)(nan_at(1, 2), LABELS)
     assert float(out.loss) == pytest.approx(float(build_loss("del", VOCAB)(make_logits(LABELS).detach(), LABELS).loss))
-
-
-@pytest.mark.parametrize("value", [10_000, 10_000.0, torch.tensor(10_000), torch.tensor([10_000.0])])
-def test_step_counts_take_numbers_and_one_element_tensors(value):
-    loss_fn = build_loss("del", VOCAB)
-    logits = make_logits(LABELS)
-    out = loss_fn(logits, LABELS, num_items_in_batch=value)
-    plain = loss_fn(logits, LABELS)
-    assert float(out.ce) == pytest.approx(float(plain.ce) * int(plain.num_tokens) / 10_000, rel=1e-6)
