@@ -5,9 +5,14 @@ tests/test_eval_sandbox_hostile.py."""
 
 from __future__ import annotations
 
+import errno
 import fcntl
 import itertools
+import json
 import os
+import random
+import select
+import selectors
 import signal
 import stat
 import struct
@@ -23,19 +28,21 @@ from hypothesis import strategies as st
 
 import hostile
 import numloss.evaluate as evaluate
-from numloss.evaluate import sandbox
+from numloss.evaluate import programs, sandbox
 from numloss.evaluate.sandbox import (
     ALLOW_UNISOLATED_ENV,
     Isolation,
     SandboxLimits,
     SandboxUnavailable,
+    cgroup,
     isolation,
+    memory_bound,
     policy,
     run_program,
     run_programs,
 )
 from numloss.evaluate.sandbox import bwrap as bwrap_mod
-from numloss.evaluate.sandbox.limits import Observed, classify
+from numloss.evaluate.sandbox.limits import Observed, classify, decode_output, safe_text
 from numloss.evaluate.sandbox.policy import DENIED, NEWER_ALLOWED
 from numloss.evaluate.sandbox.seccomp import filter_program, last_filter, syscall_numbers
 
@@ -196,8 +203,6 @@ def test_a_system_python_does_not_bind_its_prefix(monkeypatch):
 
 def test_the_isolation_line_names_the_memory_bound_and_the_bounds_missing_here(monkeypatch):
     """Block I/O is never bounded; kernel memory and memory as one sum only where a cgroup is."""
-    from numloss.evaluate.sandbox import cgroup, memory_bound
-
     line = memory_bound()  # this machine's
     assert line in isolation().detail or not FULL
     assert (cgroup.support().parent is None) == line.startswith("no cgroup")
@@ -287,8 +292,6 @@ def test_two_evaluators_never_share_a_host_uid_and_no_sandbox_outlives_its_evalu
             e.wait()
     assert left == [], f"sandboxed processes outlived their {fault} evaluator"
     if fault == "killed":  # its cgroups are left empty, and the next evaluator's sweep removes them
-        from numloss.evaluate.sandbox import cgroup
-
         found = cgroup.support()
         parents = list(found.v1.values()) if found.v1 else [found.parent] if found.parent else []
         stray = {f"{p}/{n}" for p in parents for n in os.listdir(p) if n.startswith(f"numloss-sandbox-{evaluators[0].pid}-")}
@@ -344,10 +347,6 @@ def test_each_ending_is_reported_from_one_pool_in_order(monkeypatch):
     # with its user's epoll watches used up: a non-root evaluator shares fs.epoll.max_user_watches
     # with its programs, and a program's processes can make millions of watches (about 0.9 M per
     # CPU second): the evaluator's own waits must not need one (ENOSPC would fail every run)
-    import errno
-    import select
-    import selectors
-
     def used_up(*args, **kwargs):
         raise OSError(errno.ENOSPC, "No space left on device")
 
@@ -517,8 +516,6 @@ def test_the_opt_in_runs_the_audit_hook_child_and_says_so(fresh_probe, monkeypat
     result = run_program("print(6 * 7)", LIMITS, allow_unisolated=True)
     assert result.ok and result.stdout.strip() == "42" and result.isolation == "unisolated"
     # the values numloss eval accepts are the ones isolation() accepts: one rule
-    from numloss.evaluate import programs
-
     for value, allowed in (("0", False), ("true", True), ("YES", True), ("no", False), ("", False), (" 1 ", True)):
         monkeypatch.setenv(ALLOW_UNISOLATED_ENV, value)
         assert programs.ProgramRunner().allow is allowed and (isolation().mode == "unisolated") is allowed, value
@@ -566,8 +563,6 @@ def test_without_a_sandbox_eval_says_programs_are_not_run_and_records_it(fresh_p
     """Without a sandbox, evaluating a model and `numloss eval --score-outputs` say on the console
     that programs are not run, and record it (--allow-unisolated-exec: test_the_opt_in_runs_the_audit_hook_child_and_says_so,
     and test_eval_runner's CLI run records the isolation it ran under)."""
-    import json
-
     from numloss.evaluate import cli
     from test_eval_faults import Echo
 
@@ -627,17 +622,11 @@ def test_a_status_never_depends_on_what_the_program_wrote(seen, stderrs):
     ("bell\x07 nul\x00 del\x7f", "bell nul del"),
 ])
 def test_terminal_controls_are_removed_from_what_is_shown(raw, shown):
-    from numloss.evaluate.sandbox.limits import decode_output, safe_text
-
     assert safe_text(raw) == shown.replace("\x00", "")
     assert "\x1b" not in decode_output(raw.encode("utf-8", "surrogatepass"))
 
 
 def test_safe_text_leaves_no_control_or_invisible_character_whatever_the_input():
-    import random
-
-    from numloss.evaluate.sandbox.limits import safe_text
-
     # every format character (category Cf: bidi controls, zero-width characters, tags, ...) that
     # this interpreter's Unicode database knows, found independently of the sanitiser's list
     invisible = [chr(c) for c in range(sys.maxunicode + 1) if unicodedata.category(chr(c)) == "Cf"]
@@ -667,8 +656,6 @@ def _fake_proc(tmp_path, cgroups: str, mounts: list[tuple[str, str]]) -> str:
 
 
 def test_a_delegated_cgroup_v2_is_found_and_an_undelegated_one_is_said_why(tmp_path):
-    from numloss.evaluate.sandbox import cgroup
-
     for case, enabled, offered in (("a", "memory pids", "cpu memory pids"), ("b", "cpu", "hugetlb")):
         _fake_proc(tmp_path / case, "12:memory:/x\n0::/box\n", [("cgroup2", "cgroup2 rw")])
         (tmp_path / case / "cgroup2" / "box").mkdir()
@@ -687,8 +674,6 @@ def test_a_delegated_cgroup_v2_is_found_and_an_undelegated_one_is_said_why(tmp_p
 def test_cgroups_left_by_a_dead_evaluator_are_swept_and_new_names_never_collide(tmp_path):
     # an evaluator that is killed leaves its programs' (empty) cgroups for ever;
     # a later evaluator with the same pid used to fail to make its own (mkdir: File exists)
-    from numloss.evaluate.sandbox import cgroup
-
     dead = subprocess.Popen(["true"])
     dead.wait()
     old = time.time() - 2 * cgroup.STALE_SECONDS
@@ -714,8 +699,6 @@ def test_cgroups_left_by_a_dead_evaluator_are_swept_and_new_names_never_collide(
 
 
 def test_cgroup_v1_is_found_for_a_root_evaluator_and_refused_for_another(tmp_path):
-    from numloss.evaluate.sandbox import cgroup
-
     hierarchies = [("memory", "cgroup rw,memory"), ("cpu,cpuacct", "cgroup rw,cpu,cpuacct"), ("pids", "cgroup rw,pids")]
     proc = _fake_proc(tmp_path, "9:pids:/\n4:memory:/job/7\n2:cpu,cpuacct:/\n0::/\n", hierarchies)
     (tmp_path / "memory" / "job" / "7").mkdir(parents=True)
@@ -733,8 +716,6 @@ def test_each_program_gets_its_cgroup_an_oom_kill_reads_as_memory_and_a_failed_s
     """The plumbing, on a folder standing in for a delegated cgroup (the kernel side needs one;
     where this machine has none, memory_bound() says so). A set-up step that fails (an rlimit
     too high to set, a cgroup it cannot join) is a setup failure, and the program never runs."""
-    from numloss.evaluate.sandbox import cgroup
-
     parent = tmp_path / "delegated"
     parent.mkdir()
     sandbox._kernel_probe()  # a probe not cached yet (fresh_probe clears it) would run a program there too
