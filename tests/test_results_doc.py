@@ -50,6 +50,10 @@ def test_the_pages_read_as_a_reference() -> None:
         assert not [h for h in headings if re.search(r"\d\d:\d\d", h)], "design headings name no time"
 
 
+MACHINE = {"accelerator": None, "cores": 2, "cpu": "AMD EPYC", "date": "2026-12-04", "torch": "2.13.0+cpu",
+           "torch_cpu_capability": "AVX512", "vector_extension": "AVX-512"}  # every synthetic record's
+
+
 def _configs(root: Path) -> Path:
     """A repository root holding the configs of the grids the answer reads, and no record."""
     (root / "configs").mkdir(parents=True, exist_ok=True)
@@ -71,14 +75,12 @@ def _pretrained_root(tmp_path: Path, drop: tuple[str, ...] = (), grid: str = res
     records = _configs(tmp_path) / "results" / grid
     records.mkdir(parents=True)
     compare = load_compare_config(tmp_path / "configs" / f"{grid}.yaml")
-    machine = {"accelerator": None, "cores": 2, "cpu": "AMD EPYC", "date": "2026-12-04", "torch": "2.13.0+cpu",
-               "torch_cpu_capability": "AVX512", "vector_extension": "AVX-512"}
 
     def bits(first: int, last: int) -> str:
         return "".join("1" if first <= i < last else "0" for i in range(1000))
 
     def write(name: str, run_hash: str, label: str, seed: int, items: str) -> None:
-        record = {"hash": run_hash, "label": label, "seed": seed, "machine": machine, "steps": 100, "objective": None,
+        record = {"hash": run_hash, "label": label, "seed": seed, "machine": MACHINE, "steps": 100, "objective": None,
                   "seconds": {}, "curve": {}, "train_metrics": {}, "learning": None,
                   "evaluation": {"heldout": {"n": 1000, "correct": items.count("1"),
                                             "exact_match": items.count("1") / 1000, "items": items,
@@ -119,13 +121,11 @@ def _mul_root(tmp_path: Path, drop: tuple[str, ...] = (), grid: str = "compare-m
     folder.mkdir(parents=True)
     pilot = [14.1, 15.3, 16.75, 11.85]
     places = {"0": [1900, 2000], "1": [500, 2000], "2": [1000, 2000], "3": [1500, 1600]}
-    machine = {"cpu": "AMD EPYC", "vector_extension": "AVX2", "torch_cpu_capability": "AVX2", "cores": 2,
-               "torch": "2.13.0+cpu", "date": "2026-12-05", "accelerator": None}
     for seed in range(17):
         base = pilot[seed] if seed < 4 else 12.0 + (seed * 7) % 9
         for label, (em, mae) in MUL_ARMS[grid](base, 0.5 if seed % 2 == 0 else -0.5).items():
             if f"{label}-s{seed}" not in drop:
-                record = {"label": label, "seed": seed, "curve": {}, "machine": machine,
+                record = {"label": label, "seed": seed, "curve": {}, "machine": MACHINE,
                           "learning": {"checks": [[200, 0.0], [3200, em / 100]]}, "evaluation": {"in_distribution": {
                               "exact_match": em / 100, "correct": round(em * 20), "n": 2000, "signed_log_mae": mae,
                               "digit_entropy": 0.8, "missing": 0, "place_accuracy": places}}}
@@ -134,20 +134,17 @@ def _mul_root(tmp_path: Path, drop: tuple[str, ...] = (), grid: str = "compare-m
 
 
 def test_verdict_reads_the_endpoints_direction() -> None:
-    from dataclasses import replace
-
+    """Better and worse on both endpoints' directions are the multiplication case's verdicts
+    (test_a_grid_reads_as_its_design_says); here the Holm threshold and a missing p."""
     from grid_analysis import ENDPOINTS, Comparison
 
     from numloss.compare.paired import paired_t
 
-    em, mae = ENDPOINTS[0], ENDPOINTS[1]
-    up = Comparison("a", em, [0, 1, 2], 10.0, 12.0, paired_t([2.0, 2.1, 1.9]), 0.05, p_holm=0.01)
-    assert results_doc.verdict(up) == "better"
-    assert results_doc.verdict(replace(up, endpoint=mae)) == "worse"
-    assert results_doc.verdict(replace(up, p_holm=0.0501)) == "not told apart"
-    assert results_doc.verdict(replace(up, p_holm=float("nan"))) == "no test yet"
-    down = replace(up, test=paired_t([-2.0, -2.1, -1.9]))
-    assert results_doc.verdict(down) == "worse" and results_doc.verdict(replace(down, endpoint=mae)) == "better"
+    def verdict(p_holm: float) -> str:
+        return results_doc.verdict(Comparison("a", ENDPOINTS[0], [0, 1, 2], 10.0, 12.0, paired_t([2.0, 2.1, 1.9]), 0.05,
+                                              p_holm=p_holm))
+
+    assert (verdict(0.05), verdict(0.0501), verdict(float("nan"))) == ("better", "not told apart", "no test yet")
 
 
 def test_pretrained_terms_quote_the_logged_sizes() -> None:
@@ -165,8 +162,7 @@ def test_pretrained_terms_quote_the_logged_sizes() -> None:
 
 def test_the_machine_line_names_each_machine_with_its_own_dates() -> None:
     def run(cpu: str, date: str, seed: int) -> dict:
-        return {"seed": seed, "machine": {"accelerator": None, "cores": 2, "cpu": cpu, "date": date, "torch": "2.13.0+cpu",
-                                          "torch_cpu_capability": "AVX512", "vector_extension": "AVX-512"}}
+        return {"seed": seed, "machine": {**MACHINE, "cpu": cpu, "date": date}}
 
     runs = {"a": {0: run("AMD EPYC", "2026-12-03", 0), 1: run("AMD EPYC", "2026-12-04", 1)},
             "b": {0: run("Intel Xeon", "2026-12-04", 0)}}
