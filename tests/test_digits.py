@@ -11,23 +11,14 @@ from transformers import PreTrainedTokenizerFast
 
 from numloss.digits import DigitVocab, find_digits, place_weights
 from reference.definitions import ref_place_weight, ref_slots_row
+from test_losses import DIGIT_IDS, POINT_ID, VOCAB, WIDTH, batch  # '_' an ignored position
 from tokenizer_styles import single_digit_style
-
-CHARS = list("0123456789.") + list("abcxyz +-=")
-CHAR_ID = {c: i for i, c in enumerate(CHARS)}
-VOCAB = DigitVocab(range(10), 10)
-
-
-def char_labels(*rows: str) -> torch.Tensor:
-    """Labels of char rows; '_' is an ignored position (and the padding), other unknown chars 'x'."""
-    width = max(map(len, rows))
-    return torch.tensor([[-100 if c == "_" else CHAR_ID.get(c, CHAR_ID["x"]) for c in r.ljust(width, "_")] for r in rows])
 
 
 def places(*rows: str) -> list[list[int | None]]:
     """Per row and position: the place `find_digits` gives a digit there, None elsewhere."""
-    labels = char_labels(*rows)
-    digits = find_digits(labels, VOCAB, len(CHARS))
+    labels = batch(*rows)
+    digits = find_digits(labels, VOCAB, WIDTH)
     flat: list[int | None] = [None] * labels.numel()
     for index, place in zip(digits.index.tolist(), digits.place.tolist(), strict=True):
         flat[index] = place
@@ -73,7 +64,7 @@ def test_sentencepiece_like_tokenizer_with_split_digits_is_accepted():
         (lambda: DigitVocab(range(10), None, [(20, "12", False)]).check_width(15), "needs at least 21"),
         (lambda: DigitVocab(range(91, 101)).check_width(50), "needs at least 101"),  # another model's logits
         (lambda: DigitVocab.from_tokenizer(wordlevel(list("0123456789")), multi_digit="x"), "multi_digit must be one of"),
-        (lambda: find_digits(torch.tensor([[1, 15]]), VOCAB, 12), "outside the logit width 12"),
+        (lambda: find_digits(torch.tensor([[1, 25]]), VOCAB, WIDTH), "outside the logit width 20"),
     ],
 )
 def test_bad_vocabularies_and_labels_are_one_line_errors(build, message):
@@ -103,8 +94,8 @@ def test_hand_worked_places(text, expected):
 
 
 def test_mixed_batch_and_find_digits_targets():
-    labels = char_labels("abc", "7.25", "__", "x9")
-    digits = find_digits(labels, VOCAB, len(CHARS))
+    labels = batch("abc", "7.25", "__", "x9")
+    digits = find_digits(labels, VOCAB, WIDTH)
     width = labels.shape[1]
     assert digits.index.tolist() == [1 * width + 0, 1 * width + 2, 1 * width + 3, 3 * width + 1]
     assert digits.target.tolist() == [7, 2, 5, 9]
@@ -113,16 +104,16 @@ def test_mixed_batch_and_find_digits_targets():
 
 
 def test_empty_and_digitless_batches():
-    for labels in (torch.empty(0, 0, dtype=torch.long), torch.empty(3, 0, dtype=torch.long), char_labels("abc", "___")):
-        assert find_digits(labels, VOCAB, len(CHARS)).count == 0
+    for labels in (torch.empty(0, 0, dtype=torch.long), torch.empty(3, 0, dtype=torch.long), batch("abc", "___")):
+        assert find_digits(labels, VOCAB, WIDTH).count == 0
 
 
 @settings(max_examples=60, deadline=None, derandomize=True)
 @given(st.lists(st.text(alphabet="0123456789" * 3 + "..." + "ab_", min_size=1, max_size=40), min_size=1, max_size=7))
 def test_vectorised_places_match_the_row_scanning_reference(rows):
-    digits = {k: (str(k), False) for k in range(10)}
-    for got, row in zip(places(*rows), char_labels(*rows).tolist(), strict=True):
-        assert got == [slots[0][2] if slots else None for slots in ref_slots_row(row, digits, 10)]
+    digits = {i: (str(k), False) for k, i in enumerate(DIGIT_IDS)}
+    for got, row in zip(places(*rows), batch(*rows).tolist(), strict=True):
+        assert got == [slots[0][2] if slots else None for slots in ref_slots_row(row, digits, POINT_ID)]
 
 
 # -- weights ------------------------------------------------------------------------------------
