@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import copy
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 import torch
@@ -34,10 +37,7 @@ def rows() -> list[dict[str, list[int]]]:
         length = 6 + (5 * i) % 13
         prompt = 2 + i % 3
         # digits and points, with some letters (ids 11..38) mixed in; row 3 has no digit at all
-        if i == 3:
-            ids = torch.randint(11, 39, (length,), generator=generator)
-        else:
-            ids = torch.randint(0, 20 + 2 * i, (length,), generator=generator)
+        ids = torch.randint(*((11, 39) if i == 3 else (0, 20 + 2 * i)), (length,), generator=generator)
         labels = ids.clone()
         labels[:prompt] = -100
         examples.append({"input_ids": ids.tolist(), "labels": labels.tolist()})
@@ -77,12 +77,12 @@ def make_loss(name: str, model: LlamaForCausalLM | None = None, **options):
     return build_loss(name, VOCAB, **({} if name in ("mixce", "mle") else {"alpha": 1.0}), **options)
 
 
-def train_args(tmp_path, batch: int, accumulation: int, steps: int = 1, lr: float = 0.5, **extra):
+def train_args(tmp_path, batch: int, accumulation: int, steps: int = 1, lr: float = 0.5):
     return TrainingArguments(
         output_dir=str(tmp_path), per_device_train_batch_size=batch, gradient_accumulation_steps=accumulation,
         max_steps=steps, learning_rate=lr, optim="sgd", lr_scheduler_type="constant", weight_decay=0.0,
         max_grad_norm=0.0, train_sampling_strategy="sequential", report_to="none", save_strategy="no",
-        logging_steps=1, use_cpu=True, disable_tqdm=True, dataloader_num_workers=0, seed=0, **extra,
+        logging_steps=1, use_cpu=True, disable_tqdm=True, dataloader_num_workers=0, seed=0,
     )
 
 
@@ -219,11 +219,7 @@ def test_evaluation_after_training_normalises_each_batch_by_itself(tmp_path, fus
     training step's (it was: eval_loss then divided the digit term by another batch's digits)."""
     model = tiny_llama()
     loss_fn = make_loss("del", model)
-    trainer = NumericTrainer(loss_fn=loss_fn, model=model, fused=fused,
-                             args=train_args(tmp_path, batch=2, accumulation=4, steps=1, lr=0.5,
-                                             per_device_eval_batch_size=2),
-                             train_dataset=rows(), eval_dataset=rows()[:2], data_collator=collate)
-    trainer.train()
+    trainer = trained(model, tmp_path, batch=2, accumulation=4, loss_fn=loss_fn, fused=fused, eval_dataset=rows()[:2])
     model.eval()
     assert trainer.evaluate()["eval_loss"] == pytest.approx(float(full_batch(model, loss_fn, rows()[:2]).loss), rel=1e-5)
 
@@ -281,10 +277,8 @@ def test_refuses_a_loss_that_is_not_numeric_and_fused_an_adapted_lm_head(tmp_pat
     with pytest.raises(TypeError, match="numloss objective"):
         NumericTrainer(loss_fn=torch.nn.CrossEntropyLoss(), model=tiny_llama(), args=train_args(tmp_path, 2, 1))
     model = get_peft_model(tiny_llama(), LoraConfig(r=2, target_modules=["q_proj", "lm_head"]))
-    trainer = NumericTrainer(loss_fn=make_loss("del", model), fused=True, model=model,
-                             args=train_args(tmp_path, 2, 1), train_dataset=rows(), data_collator=collate)
     with pytest.raises(ValueError, match="lm_head"):
-        trainer.train()
+        trained(model, tmp_path, batch=2, loss_fn=make_loss("del", model), fused=True)
 
 
 # -- compute_loss_func: the hook of a plain transformers.Trainer ------------------------------------
@@ -353,10 +347,6 @@ torch.distributed.destroy_process_group()
 def test_compute_loss_func_on_two_gloo_ranks_is_exact_with_token_normalisation(tmp_path):
     """2 processes x batch 4 through Trainer's hook == NumericTrainer at batch 8 (the refusal of
     "digits", whose step count is then wider than a rank's micro-batch: the REFUSALS test above)."""
-    import subprocess
-    import sys
-    from pathlib import Path
-
     from faultrun import ENV, free_port
 
     script = tmp_path / "two_ranks.py"
