@@ -655,7 +655,7 @@ def _fake_proc(tmp_path, cgroups: str, mounts: list[tuple[str, str]]) -> str:
     return str(tmp_path / "proc")
 
 
-def test_a_delegated_cgroup_v2_is_found_and_an_undelegated_one_is_said_why(tmp_path):
+def test_a_delegated_cgroup_v2_or_a_root_evaluators_v1_is_found_and_an_unusable_one_is_said_why(tmp_path):
     for case, enabled, offered in (("a", "memory pids", "cpu memory pids"), ("b", "cpu", "hugetlb")):
         _fake_proc(tmp_path / case, "12:memory:/x\n0::/box\n", [("cgroup2", "cgroup2 rw")])
         (tmp_path / case / "cgroup2" / "box").mkdir()
@@ -669,6 +669,16 @@ def test_a_delegated_cgroup_v2_is_found_and_an_undelegated_one_is_said_why(tmp_p
     assert cgroup.find(str(tmp_path / "b" / "proc"), environ={cgroup.ENV_VAR: folder}).parent == folder
     found = cgroup.find(_fake_proc(tmp_path / "c", "4:memory:/x\n0::/\n", [("memory", "cgroup rw,memory")]), environ={})
     assert found.parent is None and found.detail.startswith("no cgroup v2 hierarchy (cgroup v1 only); ")
+    hierarchies = [("memory", "cgroup rw,memory"), ("cpu,cpuacct", "cgroup rw,cpu,cpuacct"), ("pids", "cgroup rw,pids")]
+    proc = _fake_proc(tmp_path / "v1", "9:pids:/\n4:memory:/job/7\n2:cpu,cpuacct:/\n0::/\n", hierarchies)
+    (tmp_path / "v1" / "memory" / "job" / "7").mkdir(parents=True)
+    found = cgroup.find_v1(proc, "no v2", euid=0)
+    assert found.v1 == {"memory": str(tmp_path / "v1/memory/job/7"), "cpu": str(tmp_path / "v1/cpu,cpuacct"),
+                        "pids": str(tmp_path / "v1/pids")}
+    assert found.parent == found.v1["memory"] and "cpu.cfs_quota_us" in found.detail
+    assert cgroup.find_v1(proc, "no v2", euid=1000) == cgroup.Support(None, "no v2; cgroup v1 needs a root evaluator")
+    proc = _fake_proc(tmp_path / "lacking", "4:memory:/\n0::/\n", hierarchies[:1])
+    assert cgroup.find_v1(proc, "no v2", euid=0).detail == "no v2; cgroup v1 lacks cpu and pids"
 
 
 def test_cgroups_left_by_a_dead_evaluator_are_swept_and_new_names_never_collide(tmp_path):
@@ -696,19 +706,6 @@ def test_cgroups_left_by_a_dead_evaluator_are_swept_and_new_names_never_collide(
     (parent / f"numloss-sandbox-{os.getpid()}-0").mkdir()
     made = [cgroup.ProgramCgroup(str(parent), SandboxLimits()).path for _ in range(2)]
     assert len(set(made)) == 2 and all(map(os.path.isdir, made))
-
-
-def test_cgroup_v1_is_found_for_a_root_evaluator_and_refused_for_another(tmp_path):
-    hierarchies = [("memory", "cgroup rw,memory"), ("cpu,cpuacct", "cgroup rw,cpu,cpuacct"), ("pids", "cgroup rw,pids")]
-    proc = _fake_proc(tmp_path, "9:pids:/\n4:memory:/job/7\n2:cpu,cpuacct:/\n0::/\n", hierarchies)
-    (tmp_path / "memory" / "job" / "7").mkdir(parents=True)
-    found = cgroup.find_v1(proc, "no v2", euid=0)
-    assert found.v1 == {"memory": str(tmp_path / "memory/job/7"), "cpu": str(tmp_path / "cpu,cpuacct"),
-                        "pids": str(tmp_path / "pids")}
-    assert found.parent == found.v1["memory"] and "cpu.cfs_quota_us" in found.detail
-    assert cgroup.find_v1(proc, "no v2", euid=1000) == cgroup.Support(None, "no v2; cgroup v1 needs a root evaluator")
-    proc = _fake_proc(tmp_path / "lacking", "4:memory:/\n0::/\n", hierarchies[:1])
-    assert cgroup.find_v1(proc, "no v2", euid=0).detail == "no v2; cgroup v1 lacks cpu and pids"
 
 
 @needs_kernel_sandbox
