@@ -12,8 +12,10 @@ import pytest
 from numloss.data import (
     IGNORE_INDEX,
     CompletionCollator,
+    Conversation,
     DataError,
     Example,
+    PromptCompletion,
     format_prompt,
     load_examples,
     synthetic,
@@ -167,8 +169,6 @@ def write_jsonl(path, records):
 
 
 def test_prompt_completion_records_learn_the_completion_only(tok, tmp_path):
-    from numloss.data import PromptCompletion
-
     source = write_jsonl(tmp_path / "pc.jsonl", [{"prompt": "Q: 12 + 30 =", "completion": " 42"}])
     (record,) = load_examples(source)
     assert record == PromptCompletion("Q: 12 + 30 =", " 42")
@@ -178,8 +178,6 @@ def test_prompt_completion_records_learn_the_completion_only(tok, tmp_path):
 
 
 def test_messages_are_rendered_with_the_chat_template_and_learn_assistant_turns_and_need_one(tok, tmp_path):
-    from numloss.data import Conversation
-
     messages = [
         {"role": "system", "content": "Be exact."},
         {"role": "user", "content": "12 + 30?"},

@@ -10,7 +10,9 @@ import pytest
 import torch
 
 from numloss import LOSSES, DigitVocab, build_loss
-from numloss.digits import find_digits
+from numloss.digits import _number_table, find_digits
+from numloss.losses.core import token_nll_and_digit_logits
+from numloss.losses.emo import MIN_DENOMINATOR, emo_ratio
 from reference import emo as ref_emo
 from reference.definitions import ref_loss
 from reference.dist2 import get_digit_loss_mean, get_digit_loss_weighted, get_sft_loss
@@ -162,8 +164,6 @@ def test_float64_gradcheck(name, options, alpha, vocab):
 def test_float64_gradcheck_of_the_shared_core_under_any_incoming_gradient():
     """Random (also negative) weights on the NLL, the digit logits and the transport cost: the
     scale-folding shortcut of the backward only holds for non-negative ones."""
-    from numloss.losses.core import token_nll_and_digit_logits
-
     labels = batch("=4.05", "x31_").reshape(-1)
     logits = make_logits(labels[None], seed=2, dtype=torch.float64)[0]
     valid = labels != -100
@@ -183,13 +183,11 @@ def test_float64_gradcheck_of_the_shared_core_under_any_incoming_gradient():
 def test_bfloat16_logits_match_float32_on_the_same_values_after_a_first_use_under_inference_mode(name, options, alpha, vocab):
     """An evaluation under torch.inference_mode() before training (as `numloss compare` does
     between runs in one process) must not leave cached tables that backward cannot save."""
-    import numloss.digits
-
     labels = BATCHES[vocab]
     logits16 = make_logits(labels, seed=3, width=WIDTHS[vocab], dtype=torch.bfloat16)
     logits32 = logits16.detach().float().requires_grad_(True)
     fn = loss_for(name, options, vocab)
-    numloss.digits._number_table.cache_clear()
+    _number_table.cache_clear()
     with torch.inference_mode():
         evaluated = fn(logits32.detach(), labels)
     out16, out32 = fn(logits16, labels), fn(logits32, labels)
@@ -478,8 +476,6 @@ def test_emo_ratio_floor_is_1e6_and_the_cap_bounds_it():
     """mode 1's ratio nll / d: d is floored at 1e-6 (the official code's clamp), so where the mass
     sits on the target's own embedding (d = 0) the ratio is nll * 1e6, finite; max_ratio caps it.
     mode 2 floors the nll instead. Hand values."""
-    from numloss.losses.emo import MIN_DENOMINATOR, emo_ratio
-
     assert MIN_DENOMINATOR == 1e-6
     nll = torch.tensor([0.5, 2.0, 0.3])
     cost = torch.tensor([0.0, 0.25, 1e-9])

@@ -17,6 +17,7 @@ from hypothesis import strategies as st
 from numloss.digits import DigitVocab, DigitVocabError, digit_coverage, find_digits, split_digits
 from numloss.losses.number_tokens import bucket_logsumexp, slot_logits
 from reference.definitions import ref_slots_row
+from test_digits import wordlevel
 from tokenizer_styles import encode, gpt2_style, llama3_style
 
 
@@ -89,8 +90,6 @@ def test_split_digits_makes_a_chunking_tokenizer_single_digit_by_behaviour():
 
 
 def test_digits_mixed_with_other_characters_warn():
-    from test_digits import wordlevel
-
     tok = wordlevel([*"0123456789.,- ", "3,", "42"])
     with warnings.catch_warnings():
         warnings.simplefilter("error")
@@ -206,8 +205,6 @@ def test_numloss_train_runs_with_a_chunked_number_tokenizer(tmp_path, objective)
 
 
 def test_byte_fallback_and_special_tokens_count_the_digits_they_write():
-    from test_digits import wordlevel
-
     # SentencePiece-like pieces: byte fallbacks, a word marker, and special tokens
     tok = wordlevel([*"0123456789", ".", "a", "▁", "<0x0A>", "<0x35>", "<0x41>"])
     tok.add_special_tokens({"additional_special_tokens": ["<s>", "<extra_id_12>"]})
