@@ -93,16 +93,6 @@ def test_hand_worked_places(text, expected):
     assert places(text) == [expected]
 
 
-def test_mixed_batch_and_find_digits_targets():
-    labels = batch("abc", "7.25", "__", "x9")
-    digits = find_digits(labels, VOCAB, WIDTH)
-    width = labels.shape[1]
-    assert digits.index.tolist() == [1 * width + 0, 1 * width + 2, 1 * width + 3, 3 * width + 1]
-    assert digits.target.tolist() == [7, 2, 5, 9]
-    assert digits.place.tolist() == [0, -1, -2, 0]
-    assert torch.equal(digits.rows, digits.index) and digits.slot.eq(0).all()  # one slot per token
-
-
 def test_empty_and_digitless_batches():
     for labels in (torch.empty(0, 0, dtype=torch.long), torch.empty(3, 0, dtype=torch.long), batch("abc", "___")):
         assert find_digits(labels, VOCAB, WIDTH).count == 0
@@ -110,10 +100,16 @@ def test_empty_and_digitless_batches():
 
 @settings(max_examples=60, deadline=None, derandomize=True)
 @given(st.lists(st.text(alphabet="0123456789" * 3 + "..." + "ab_", min_size=1, max_size=40), min_size=1, max_size=7))
-def test_vectorised_places_match_the_row_scanning_reference(rows):
-    digits = {i: (str(k), False) for k, i in enumerate(DIGIT_IDS)}
-    for got, row in zip(places(*rows), batch(*rows).tolist(), strict=True):
-        assert got == [slots[0][2] if slots else None for slots in ref_slots_row(row, digits, POINT_ID)]
+def test_vectorised_digits_match_the_row_scanning_reference(rows):
+    """Position, target and place of every digit; one slot per token."""
+    labels = batch(*rows)
+    digits = find_digits(labels, VOCAB, WIDTH)
+    tokens, expected = {i: (str(k), False) for k, i in enumerate(DIGIT_IDS)}, []
+    for b, row in enumerate(labels.tolist()):
+        for t, slots in enumerate(ref_slots_row(row, tokens, POINT_ID)):
+            expected += [(b * labels.shape[1] + t, digit, place) for _, digit, place, _ in slots]
+    assert list(zip(digits.index.tolist(), digits.target.tolist(), digits.place.tolist(), strict=True)) == expected
+    assert torch.equal(digits.rows, digits.index) and digits.slot.eq(0).all()
 
 
 # -- weights ------------------------------------------------------------------------------------
