@@ -228,7 +228,6 @@ BAD_DATA = {
     "a whitespace output": ("train.jsonl", [{"instruction": "1+1=", "output": " \n "}], {}, r"train\.jsonl: record 0: 'output' is only whitespace, so there is nothing to learn"),
     # fields of the wrong type are refused, not stringified
     "a list instruction": ("d.jsonl", [{"instruction": ["What", "is"], "output": "2"}], {}, r"record 0: 'instruction' is \[.What., .is.\] \(list\); it must be a string"),
-    "a dict output": ("d.jsonl", [{"instruction": "What is 1+1?", "output": {"answer": 2}}], {}, r"record 0: 'output' is .* \(dict\)"),
     "a float output": ("d.jsonl", [{"instruction": "What is 1+1?", "output": 2.50}], {}, r"'output' is 2.5 \(float\); write the number as a string"),
     "a bool input": ("d.jsonl", [{"instruction": "What is 1+1?", "input": True, "output": "2"}], {}, r"'input' is True \(bool\)"),
 }
