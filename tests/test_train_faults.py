@@ -13,6 +13,7 @@ import random
 import shutil
 import signal
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 import torch
@@ -34,7 +35,8 @@ from faultrun import (
     wait_until_paused,
     weights,
 )
-from numloss.config import SECTIONS, ConfigError, all_keys, load_config
+from numloss.checkpoints import write_marker
+from numloss.config import SECTIONS, ConfigError, all_keys, dump_config, load_config
 from numloss.train import (
     CHECKPOINT_MARKER,
     INPUTS_FILE,
@@ -44,6 +46,7 @@ from numloss.train import (
     main,
     run_training,
 )
+from numloss.train.errors import train_error
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -115,7 +118,7 @@ def test_a_kill_at_a_save_point_is_continued_by_the_command_it_names(tmp_path, t
     else:
         killed = cli(out, *extra, env={"NUMLOSS_FAULT_POINT": point})
         assert killed.returncode == -signal.SIGKILL, killed.stderr[-2000:]
-    argv = [str(TINY), "--train.output_dir", str(out), *RUN, *extra]
+    argv = train(out, *extra)[1:]
     capsys.readouterr()
     with caplog.at_level("WARNING", logger="numloss.train"):
         status, printed = main([*argv, "--resume"]), capsys.readouterr()
@@ -162,7 +165,7 @@ def test_same_size_corruption_falls_back_to_the_newest_intact_checkpoint(tmp_pat
     assert all((out / f"partial-checkpoint-{n}").is_dir() for n in (2, 3, 4))
 
 
-def test_resume_from_a_named_damaged_checkpoint_is_one_line(tmp_path, stopped, no_model_loads, capsys):
+def test_resume_from_a_damaged_or_a_model_only_checkpoint_is_one_line(tmp_path, stopped, no_model_loads, capsys):
     out = tmp_path / "run"
     shutil.copytree(stopped, out)
     # truncated, with its marker: the marker's sizes
@@ -184,6 +187,14 @@ def test_resume_from_a_named_damaged_checkpoint_is_one_line(tmp_path, stopped, n
     for name, message in expected.items():
         line = one_line(train(out, "--train.resume", str(out / name)), capsys)
         assert "cannot be resumed from" in line and message in line, line
+    # a save_only_model checkpoint (weights alone) is not resumed silently without its optimizer
+    only = tmp_path / "only" / "checkpoint-2"
+    only.mkdir(parents=True)
+    (only / "trainer_state.json").write_text(json.dumps({"global_step": 2, "max_steps": 4}))
+    write_marker(only, 2)
+    (only.parent / "config.yaml").write_text(dump_config(config(only.parent)))
+    line = one_line(train(only.parent, "--train.resume", "true"), capsys)
+    assert "no optimizer or scheduler state" in line and "save_only_model" in line and "--resume-changed" in line
 
 
 # -- two runs, foreign runs, changed settings -------------------------------------------------------
@@ -285,22 +296,16 @@ def test_a_full_disk_during_a_save_is_one_line_naming_the_path(tmp_path, capsys,
     torch.save ("enforce fail ... file write failed")."""
     out = tmp_path / "run"
     save = ["--train.save_steps", "0"] if where == "final.partial" else []
-    argv = [str(TINY), "--train.output_dir", str(out), *RUN, "--train.max_steps", "1", *save]
     with file_size_limit(limit):
-        status = main(argv)
+        status = main(train(out, "--train.max_steps", "1", *save)[1:])
     err = capsys.readouterr().err.strip().splitlines()
-    assert status == 1
+    assert status == 1 and "Traceback" not in "\n".join(err)
     assert err[-1].startswith(f"numloss train: disk full at {out / where}") and "; then run the same command" in err[-1], err[-1]
-    assert "Traceback" not in "\n".join(err)
     assert not (out / "final").exists()
 
 
 def test_train_error_names_a_full_disks_file_and_a_diverged_step_and_nothing_else(tmp_path):
     """(torch.save's and safetensors' own errors at every byte: test_fault_space.)"""
-    from types import SimpleNamespace
-
-    from numloss.train.errors import train_error
-
     trainer, saved = SimpleNamespace(state=SimpleNamespace(global_step=3)), tmp_path / "checkpoint-3" / "optimizer.pt"
     full = train_error(OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(saved)), tmp_path, trainer, None)
     assert isinstance(full, DiskFullError) and f"disk full at {saved}: No space left on device" in str(full)
@@ -367,7 +372,7 @@ def test_resume_from_a_named_checkpoint_of_another_folder_into_an_empty_one(tmp_
     assert_same_weights(train_reference / "final", out / "final")
 
 
-# -- a resume tied to its inputs, a save_only_model checkpoint ------------------------------------------
+# -- a resume tied to its inputs -------------------------------------------------------------------
 def _data(path: Path, shift: int = 0) -> Path:
     path.write_text("".join(json.dumps({"instruction": f"{a} + {a + shift} =", "output": str(2 * a + shift)}) + "\n"
                             for a in range(16)), encoding="utf-8")
@@ -392,17 +397,3 @@ def test_resume_after_the_data_file_changed_is_refused_naming_it(tmp_path, monke
                                      "--train.resume_changed", "true"))
     assert result.global_step == 4 and "continuing although the training data" in caplog.text
     assert json.loads((out / INPUTS_FILE).read_text())["data_sha256"] != inputs["data_sha256"]
-
-
-def test_a_save_only_model_checkpoint_is_not_resumed_silently(tmp_path, no_model_loads, capsys) -> None:
-    out = tmp_path / "run"
-    checkpoint = out / "checkpoint-2"
-    checkpoint.mkdir(parents=True)
-    from numloss.checkpoints import write_marker
-    from numloss.config import dump_config
-
-    (checkpoint / "trainer_state.json").write_text(json.dumps({"global_step": 2, "max_steps": 4}))
-    write_marker(checkpoint, 2)
-    (out / "config.yaml").write_text(dump_config(config(out)))
-    line = one_line(train(out, "--train.resume", "true"), capsys)
-    assert "no optimizer or scheduler state" in line and "save_only_model" in line and "--resume-changed" in line
