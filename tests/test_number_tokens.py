@@ -35,26 +35,22 @@ def slots_by_reference(labels: torch.Tensor, vocab: DigitVocab) -> list[tuple[in
 # -- the table, by behaviour ----------------------------------------------------------------------
 
 
-def test_llama3_style_tokenizer_gives_all_1110_number_tokens():
-    tok = llama3_style()
+@pytest.mark.parametrize("style", [llama3_style, gpt2_style])
+def test_number_tokens_are_learnt_and_write_their_digits(style):
+    tok = style()
     vocab = DigitVocab.from_tokenizer(tok)
-    table = vocab.number_table()
-    assert table.width == 1110
-    groups = [(length, spaced, columns.numel()) for length, spaced, columns in table.groups]
-    assert groups == [(1, False, 10), (2, False, 100), (3, False, 1000)] and table.complete == (True,) * 3
-    assert tok.convert_ids_to_tokens(table.columns[:10].tolist()) == list("0123456789")
-    assert all(tok.convert_ids_to_tokens(i) == d for i, d, _ in vocab.number_tokens)
-
-
-def test_gpt2_style_tokenizer_learns_spaced_and_irregular_number_tokens():
-    tok = gpt2_style()
-    vocab = DigitVocab.from_tokenizer(tok)
-    kinds = {(len(d), s) for _, d, s in vocab.number_tokens}
-    assert (1, True) in kinds and (2, False) in kinds and (3, True) in kinds
-    merged = {t for t in tok.get_vocab() if len(t) > 1 and t.isdigit()}
-    assert merged and merged <= {tok.convert_ids_to_tokens(i) for i, _, _ in vocab.number_tokens}
     for token_id, digits, spaced in vocab.number_tokens:
         assert tok.decode([token_id]) == (" " if spaced else "") + digits
+    if style is llama3_style:  # all 1110 number tokens, the ten digits first
+        table = vocab.number_table()
+        groups = [(length, spaced, columns.numel()) for length, spaced, columns in table.groups]
+        assert groups == [(1, False, 10), (2, False, 100), (3, False, 1000)] and table.complete == (True,) * 3
+        assert table.width == 1110 and tok.convert_ids_to_tokens(table.columns[:10].tolist()) == list("0123456789")
+    else:  # spaced and irregular number tokens, every merged one among them
+        kinds = {(len(d), s) for _, d, s in vocab.number_tokens}
+        assert (1, True) in kinds and (2, False) in kinds and (3, True) in kinds
+        merged = {t for t in tok.get_vocab() if len(t) > 1 and t.isdigit()}
+        assert merged and merged <= {tok.convert_ids_to_tokens(i) for i, _, _ in vocab.number_tokens}
 
 
 @pytest.mark.parametrize("style", [llama3_style, gpt2_style])
