@@ -144,7 +144,9 @@ def test_digit_coverage_counts_digits_inside_unscored_tokens():
 
 # -- slot logits ----------------------------------------------------------------------------------
 # (against token-by-token sums, value and gradient: the slow reference of tests/test_losses.py on
-# its chunking vocabulary, complete and incomplete groups, spaced and unspaced)
+# its chunking vocabulary, complete and incomplete groups, spaced and unspaced; there too the
+# objectives on number tokens in every dtype, on empty batches, and single digits scoring exactly
+# as with ten digits; the fused path: tests/test_fused.py)
 
 
 def test_bucket_logsumexp_survives_far_apart_buckets_and_empty_ones():
@@ -153,11 +155,6 @@ def test_bucket_logsumexp_survives_far_apart_buckets_and_empty_ones():
     assert support.tolist() == [True, True, False, True] + [False] * 6
     assert float(z[0, 1]) == pytest.approx(-200 + torch.log1p(torch.exp(torch.tensor(-1.0))).item(), abs=1e-5)
     assert torch.isfinite(z).all() and float(torch.softmax(z, -1)[0, 2]) == 0.0
-
-
-# (the objectives on number tokens, against the slow loop, in every dtype, on empty batches, and
-# single digits scoring exactly as with ten digits: tests/test_losses.py, on its chunking
-# vocabulary; the fused path: tests/test_fused.py)
 
 
 def test_complete_groups_are_recognised_and_duplicates_are_pooled():
