@@ -8,6 +8,7 @@ the issues list.
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import random
@@ -16,9 +17,11 @@ import signal
 from pathlib import Path
 
 import pytest
+import torch
+from transformers import AutoTokenizer
 
 from faultrun import one_line
-from numloss.evaluate import cli, evaluate, score_outputs
+from numloss.evaluate import api, cli, evaluate, score_outputs
 from numloss.evaluate.benchmarks import BenchmarkError, load_benchmark
 from numloss.evaluate.generate import Generation
 from numloss.evaluate.store import (
@@ -29,6 +32,7 @@ from numloss.evaluate.store import (
     check_result_record,
     folder_identity,
 )
+from numloss.models import load
 
 FIXTURES = Path(__file__).parent / "fixtures" / "benchmarks"
 QUIET = ["--quiet", "--no-digit-stats", "--allow-unisolated-exec"]
@@ -159,8 +163,6 @@ def test_every_numeric_option_is_a_run_or_one_line_naming_it(tmp_path, capsys):
 
 @pytest.mark.parametrize("how", ["ctrl-c", "sigterm"])
 def test_an_interrupt_is_one_line_saying_what_is_kept(how, tmp_path, capsys, monkeypatch):
-    from numloss.evaluate import api
-
     class Interrupted:
         def generate(self, prompts, max_new_tokens=None):
             if how == "sigterm":  # `kill PID` mid-generation: numloss eval's main makes it Ctrl-C
@@ -173,8 +175,6 @@ def test_an_interrupt_is_one_line_saying_what_is_kept(how, tmp_path, capsys, mon
 
 
 def test_a_full_disk_while_appending_results_is_one_line_naming_the_file(tmp_path, capsys, monkeypatch):
-    import errno
-
     def full(self, records):
         raise OSError(errno.ENOSPC, "No space left on device", str(self.path))
 
@@ -185,10 +185,6 @@ def test_a_full_disk_while_appending_results_is_one_line_naming_the_file(tmp_pat
 
 @pytest.mark.parametrize("device", ["bogus", "", "tpu", "cpu:x", "-1", "cuda:99", "cuda"])
 def test_the_api_refuses_a_bad_device_before_loading_the_model(device, monkeypatch):
-    import torch
-
-    from numloss.models import load
-
     if device == "cuda" and torch.cuda.is_available():
         pytest.skip("a GPU is here")
     monkeypatch.setattr(load, "load_model_and_tokenizer", lambda *a, **k: pytest.fail("the model was loaded"))
@@ -239,8 +235,7 @@ def test_a_bad_results_record_stops_the_cli_in_one_line(tmp_path, capsys):
     ok(tiny_eval("tiny", out), capsys)
     path = out / "items.jsonl"
     text = path.read_text().splitlines()
-    good = [json.loads(t) for t in text]
-    path.write_text("\n".join([text[0], json.dumps({**good[1], "correct": "yes"})]) + "\n")  # every field: above
+    path.write_text("\n".join([text[0], json.dumps({**json.loads(text[1]), "correct": "yes"})]) + "\n")  # every field: above
     assert "items.jsonl:2: field 'correct'" in one_line(["eval", *tiny_eval("tiny", out)], capsys)
     for garbage in ("[1, 2]", '"text"', "{broken", "null"):
         path.write_text("\n".join([garbage, text[1]]) + "\n")
@@ -325,10 +320,6 @@ def test_every_malformed_record_to_score_is_one_line(tmp_path, capsys):
 
 def test_an_unknown_model_online_is_one_line_naming_what_was_looked_for(tmp_path, capsys, monkeypatch):
     """Online, transformers raises a many-line OSError after trying the hub: one line instead."""
-    from transformers import AutoTokenizer
-
-    from numloss.models import load
-
     monkeypatch.setattr(load, "_offline", lambda: False)
 
     def unreachable(*args, **kwargs):
