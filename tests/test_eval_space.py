@@ -307,10 +307,8 @@ if __name__ == "__main__":  # counts of a draw: python tests/test_eval_space.py 
     found = violations(rows)
     print(f"cases {len(rows)}; dominance violations {len(found['dominance'])}; numloss false passes {len(found['wrong_pass'])}; "
           f"unreadable {len(found['unreadable'])}")
-    for key in ("dominance", "wrong_pass"):
-        for line in found[key][:40]:
-            print(key, line)
-    for line in found["unreadable"][:10]:
-        print("unreadable", str(line)[:400])
+    for key, shown in (("dominance", 40), ("wrong_pass", 40), ("unreadable", 10)):
+        for line in found[key][:shown]:
+            print(key, str(line)[:400])
     right = [(t, n) for c, t, _, n in rows if c.truth]
     print("right cases", len(right), "released right", sum(t[1] for t, _ in right), "numloss right", sum(n.correct for _, n in right))
