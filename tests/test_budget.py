@@ -35,26 +35,25 @@ AREAS: dict[str, tuple[str, ...]] = {
     "models": ("models/",),
     "other": ("",),
 }
-#: formatted code lines per area; they add up to SRC_TOTAL. Issue 48's target is 15,500 in all
-#: (18,449 at 8ce65fe; 18,526 at the start of 2026-12-06's second session). That session cut 2,514
-#: (the core's checks through numloss.checks, compare's write-up statistics and grid driver moved to
-#: scripts/, the run folder on the Trainer's log history and checkpoint rotation, the config's help
-#: as field docstrings, duplicated checks merged across evaluate, the sandbox, data and models): the
-#: figures below are where the areas stand, a ratchet from here; 512 lines short of the target.
+#: formatted code lines per area; they add up to SRC_TOTAL, issue 48's target of 15,500 (18,449 at
+#: 8ce65fe; 16,012 at the start of 2026-12-06's third session, which cut the rest: one-use helpers
+#: and dead code, one checker per boundary, the compare runner's single-caller helpers merged).
+#: A ratchet from here: lower a figure when its area shrinks, never raise one.
 BUDGET: dict[str, int] = {
-    "core": 1_947,
-    "evaluate reader": 1_014,
-    "evaluate sandbox": 1_693,
-    "evaluate rest": 3_069,
-    "compare": 3_711,
-    "train and config": 2_673,
-    "data": 646,
-    "models": 466,
-    "other": 793,
+    "core": 1_900,
+    "evaluate reader": 994,
+    "evaluate sandbox": 1_627,
+    "evaluate rest": 3_005,
+    "compare": 3_592,
+    "train and config": 2_544,
+    "data": 627,
+    "models": 455,
+    "other": 756,
 }
-SRC_TOTAL = 16_012
-#: lines of tests/**/*.py, all of them: 19,123 on 2026-12-06 (issue 48's target 15,000 not reached)
-TESTS_TOTAL = 19_123
+SRC_TOTAL = 15_500
+#: lines of tests/**/*.py, all of them: 19,123 -> 15,526 on 2026-12-06 (issue 48's target 15,000 not
+#: reached; merges by property, one builder per reference run, one checker table per boundary)
+TESTS_TOTAL = 15_526
 #: issue 45: the numloss reader (answers.py, beyond the released transcription in released.py) at
 #: most half of its formatted code lines at 8ce65fe (1,194)
 READER_LIMIT = 1_194 // 2
