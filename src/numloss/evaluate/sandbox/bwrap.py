@@ -631,7 +631,8 @@ def observed(why: str | None, reports: bytes, memory_events: int | None = None) 
         if word in ("started", "deadline", "nproc", "setup"):
             seen[{"nproc": "process_limit"}.get(word, word)] = rest if word == "setup" else True
         elif word == "cpu":
-            seen["cpu_exceeded"] = float(rest or "nan")  # "cpu 1.234", perhaps cut short
+            # "cpu 1.234", perhaps cut short; anything but a decimal reads as not known
+            seen["cpu_exceeded"] = float(rest if rest.replace(".", "", 1).isdigit() else "nan")
         # else cut short
         elif word == "end" and len(parts := rest.split()) == 2 and parts[0].isdigit():
             seen["wait_status"], seen["cpu_seconds"] = int(parts[0]), float(parts[1])
