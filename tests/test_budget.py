@@ -41,7 +41,7 @@ AREAS: dict[str, tuple[str, ...]] = {
 #: A ratchet from here: lower a figure when its area shrinks, never raise one.
 BUDGET: dict[str, int] = {
     "core": 1_900,
-    "evaluate reader": 994,
+    "evaluate reader": 993,
     "evaluate sandbox": 1_627,
     "evaluate rest": 3_005,
     "compare": 3_592,
@@ -50,7 +50,7 @@ BUDGET: dict[str, int] = {
     "models": 455,
     "other": 756,
 }
-SRC_TOTAL = 15_500
+SRC_TOTAL = 15_499
 #: lines of tests/**/*.py, all of them: 19,123 -> 15,526 on 2026-12-06 (issue 48's target: 15,000)
 TESTS_TOTAL = 15_526
 #: issue 45: the numloss reader (answers.py, beyond the released transcription in released.py) at

@@ -548,11 +548,10 @@ def _not_a_letter(task: Task, text: str, pred: str) -> str | Unreadable | None:
     kept = (letters[0] if marked else letters[-1]) if letters else ""
     if kept == pred or not (kept or _is_letter(pred)):  # no letter either way: no-guess's case
         return None
-    return (
-        kept
-        or segment.strip()
-        or Unreadable("no letter in the answer: the letter read was a word or ruled out")
-    )
+    said = segment.strip()  # no letter, but an option's whole text: option-text reads it next
+    if kept or _option_text(task, text, said):
+        return kept or said
+    return Unreadable("no letter in the answer: the letter read was a word or ruled out")
 
 
 def _contradicted_letter(task: Task, text: str, pred: str) -> Unreadable | None:
