@@ -114,7 +114,7 @@ CONTEXT = [
     (["--data.chat_template", "{% for m in messages %}{{ m.content }"], "data.chat_template: Jinja syntax error at line 1"),
     # values no run can train with (numloss.checks)
     (["--train.learning_rate", "1e300"], r"train.learning_rate must be a finite number >= 0 and <= 3.40282e\+38, got 1e\+300"),
-    (["--objective.alpha", "1e300"], "objective: del: alpha must be a finite number >= 0"),
+    (["--objective.name", "mixce", "--objective.options.eta", "1.5"], "objective: mixce: eta must be a finite number >= 0 and <= 1, got 1.5"),
     (["--train.per_device_train_batch_size", "1000000000"], "= 1000000000 is larger than the 64 training examples, so each step would use only 64"),
     (["--train.gradient_accumulation_steps", "1000000"], "= 4000000 is larger than the 64 training examples"),
     (["--train.max_steps", str(10**29)], "does not fit in 64 bits"),
