@@ -1,4 +1,4 @@
-"""Generation backends: batched greedy generation equals one-by-one; the vLLM guard."""
+"""Generation backends: batched greedy generation equals one-by-one; a model's own end of turn; the vLLM guard."""
 
 import pytest
 import torch
@@ -111,6 +111,16 @@ def test_a_row_stops_at_its_stop_string_like_one_by_one_and_time_and_tokens_are_
     for bad in ("batch_size", "max_new_tokens"):
         with pytest.raises(ValueError, match=bad):
             HFGenerator(model, tokenizer, **{bad: 0})
+
+
+def test_generation_ends_at_the_evaluated_models_own_end_of_turn_tokens():
+    """A model's turn ends at its generation config's eos ids and its tokenizer's eos, not at a list
+    of every family's tokens (a token of another family is text to this model)."""
+    model, tokenizer = scrambled_tiny_model()
+    model.generation_config.eos_token_id = [5, 7]
+    assert HFGenerator(model, tokenizer, progress=False).eos_ids == {5, 7, tokenizer.eos_token_id}
+    model.generation_config.eos_token_id = None
+    assert HFGenerator(model, tokenizer, progress=False).eos_ids == {tokenizer.eos_token_id}
 
 
 def test_vllm_guard_says_what_to_do(monkeypatch):

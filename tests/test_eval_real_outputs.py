@@ -85,18 +85,3 @@ def test_numloss_agrees_with_the_hand_verdict_on_every_disagreement(items):
     wrong = [(*key, res.prediction, JUDGED[key]["why"]) for key, res in differ if key in JUDGED and res.correct != JUDGED[key]["correct"]]
     assert not unjudged, f"protocols disagree on outputs nobody judged: {unjudged}"
     assert not wrong, wrong
-
-
-def test_generation_ends_at_the_evaluated_models_own_end_of_turn_tokens():
-    """A model's turn ends at its generation config's eos ids and its tokenizer's eos, not at a list
-    of every family's tokens (a token of another family is text to this model)."""
-    from numloss.evaluate.generate import HFGenerator
-    from numloss.models.tiny import build_char_tokenizer, build_tiny_model
-
-    tokenizer = build_char_tokenizer()
-    model = build_tiny_model(tokenizer, seed=0)
-    model.generation_config.eos_token_id = [5, 7]
-    assert HFGenerator(model, tokenizer, progress=False).eos_ids == {5, 7, tokenizer.eos_token_id}
-    model.generation_config.eos_token_id = None
-    assert HFGenerator(model, tokenizer, progress=False).eos_ids == {tokenizer.eos_token_id}
-
