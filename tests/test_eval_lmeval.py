@@ -17,8 +17,8 @@ from numloss.evaluate import lmeval
 from numloss.evaluate.api import evaluate, score_outputs
 from numloss.evaluate.benchmarks import BenchmarkError
 from numloss.evaluate.cli import main as eval_main
-from numloss.evaluate.generate import Generation
 from numloss.evaluate.report import SCHEMA_VERSION, with_interval
+from test_eval_faults import Echo
 
 FIXTURES = Path(__file__).parent / "fixtures"
 GSM8K_SAMPLES = FIXTURES / "lmeval" / "samples_gsm8k_2024-06-01T12-00-00.123456.jsonl"
@@ -96,21 +96,15 @@ def test_a_record_whose_question_is_not_the_items_is_refused(tmp_path, capsys):
 # ------------------------------------------------------------------ stop strings
 
 
-class Rambling:
-    """A custom generator that does not stop at the protocol's stop strings."""
-
-    def generate(self, prompts, max_new_tokens=None):
-        return [Generation("Tom spends 46.5. The answer is 46.5.\nResponse: The answer is 5.", 20) for _ in prompts]
-
-
 def test_every_generators_output_and_every_record_is_cut_at_the_protocols_stops():
     kwargs = {"data_dir": DATA, "protocol": "both", "limit": 2, "digit_stats": False, "allow_unisolated": True, "program_of_thought": False}
-    report = evaluate(Rambling(), ["gsm8k=" + str(DATA / "gsm8k.jsonl")], **kwargs)
+    rambling = Echo("46.5.\nResponse: The answer is 5.")  # a custom generator: it does not stop at the protocol's stops
+    report = evaluate(rambling, ["gsm8k=" + str(DATA / "gsm8k.jsonl")], **kwargs)
     second = report.items["released"]["gsm8k"][1]  # gold 46.5
     assert second.output.endswith("The answer is 46.5.\n") and second.prediction == "46.5" and second.correct
-    uncut = evaluate(Rambling(), ["gsm8k=" + str(DATA / "gsm8k.jsonl")], cut_at_stop=False, **kwargs)
+    uncut = evaluate(rambling, ["gsm8k=" + str(DATA / "gsm8k.jsonl")], cut_at_stop=False, **kwargs)
     assert uncut.items["released"]["gsm8k"][1].prediction == "5"
-    record = {"benchmark": "gsm8k", "id": "1", "output": Rambling().generate([""])[0].text}  # score_outputs' records too
+    record = {"benchmark": "gsm8k", "id": "1", "output": rambling.generate([""])[0].text}  # score_outputs' records too
     cut = score_outputs([record], protocol="released", data_dir=DATA, allow_unisolated=True)
     assert cut.items["released"]["gsm8k"][0].prediction == "46.5" and cut.meta["cut_at_stop"] is True
     kept = score_outputs([record], protocol="released", data_dir=DATA, allow_unisolated=True, cut_at_stop=False)
