@@ -81,6 +81,7 @@ def test_bad_overrides_are_clear_errors(argv, message):  # every key's bad value
     ("train: 3\n", "section 'train' must be a mapping"),
     ("train:\n  max_steps: 10 steps\n", "train.max_steps: expected one of -1 or an integer >= 1, got '10 steps'"),
     ("train: [unclosed\n", "not valid YAML"),  # load_yaml's other refusals: test_io_helpers' table
+    ("# only a comment\n", "holds no settings"),  # load_config asks load_yaml to refuse an empty file
     ("train:\n  learning_rate: .nan\n", "expected a finite number"),
 ])
 def test_bad_yaml_files_are_clear_errors(tmp_path, text, message):

@@ -9,17 +9,14 @@ later without a row fails here until its bad values are listed.
 from __future__ import annotations
 
 import re
-from pathlib import Path
 
 import pytest
 import yaml
 
 import test_train_faults
-from faultrun import one_line
-from numloss.config import ConfigError, all_keys, load_config
+from faultrun import TINY, one_line
+from numloss.config import all_keys, load_config
 
-ROOT = Path(__file__).resolve().parents[1]
-TINY = ROOT / "tests" / "fixtures" / "train" / "tiny-test.yaml"
 no_model_loads = test_train_faults.no_model_loads  # a fixture
 
 #: per key: (wrong type, out of range or unknown); None where a key has no such value (a bool has
@@ -157,12 +154,6 @@ def test_a_value_ignored_or_refused_later_in_context_is_one_line_first(argv, mes
     argv = [a.replace("{data}", str(data)) for a in argv]
     line = one_line(["train", str(TINY), "--train.output_dir", str(tmp_path / "run"), *argv], capsys)
     assert re.search(message, line), line
-
-
-def test_a_config_file_holding_nothing_is_refused(tmp_path) -> None:  # each such file: test_io_helpers
-    (tmp_path / "c.yaml").write_text("# only a comment\n")
-    with pytest.raises(ConfigError, match="holds no settings"):
-        load_config(tmp_path / "c.yaml")
 
 
 def test_a_flag_given_twice_in_mixed_forms_uses_the_last_and_says_so(caplog) -> None:
