@@ -10,10 +10,12 @@ import pytest
 import torch
 
 from numloss import __version__
-from numloss.evaluate import EvalReport, evaluate, score_outputs
+from numloss.evaluate import EvalReport, api, evaluate, programs, score_outputs
 from numloss.evaluate.benchmarks import BenchmarkError, load_benchmark
 from numloss.evaluate.generate import Generation
 from numloss.evaluate.protocol import POT_TRIGGER
+from numloss.evaluate.released import STOP
+from test_digits import wordlevel  # a tokenizer without digits
 
 FIXTURES = Path(__file__).parent / "fixtures" / "benchmarks"
 
@@ -86,8 +88,6 @@ def test_score_outputs_of_plain_records():  # of its own results file: test_eval
 
 def test_programs_are_refused_without_isolation_and_those_items_use_cot(tmp_path, monkeypatch):
     monkeypatch.delenv("NUMLOSS_ALLOW_UNISOLATED_EXEC", raising=False)
-    from numloss.evaluate import programs
-
     monkeypatch.setattr(programs, "isolation", lambda allow_unisolated=False: programs.Isolation(
         "unisolated" if allow_unisolated else "unavailable", "test: no namespaces"))
     gen = Counting(golds("gsm8k"))
@@ -137,19 +137,12 @@ def test_limit_zero_is_refused_the_same_way_everywhere():
 
 
 def test_the_api_checks_the_tokenizer_for_digit_metrics_before_generating():
-    from tokenizers import Tokenizer, models
-    from transformers import PreTrainedTokenizerFast
-
-    letters = {c: i for i, c in enumerate("<unk> a b c".split())}
-    no_digits = PreTrainedTokenizerFast(tokenizer_object=Tokenizer(models.WordLevel(letters, unk_token="<unk>")),
-                                        unk_token="<unk>", pad_token="<unk>", eos_token="<unk>")
-
     class NeverCalled:  # a model whose use would mean generation started
         def __getattr__(self, name):
             raise AssertionError(f"the model was used ({name}) before the tokenizer check")
 
     with pytest.raises(ValueError, match="digit_stats=False"):
-        evaluate((NeverCalled(), no_digits), "gsm8k", data_dir=FIXTURES)
+        evaluate((NeverCalled(), wordlevel(list("abc"))), "gsm8k", data_dir=FIXTURES)
 
 
 def test_both_protocols_list_the_items_whose_verdicts_differ(tmp_path):
@@ -158,7 +151,6 @@ def test_both_protocols_list_the_items_whose_verdicts_differ(tmp_path):
     items = load_benchmark("gsm8k", data_dir=FIXTURES).items
     noisy = Counting(golds("gsm8k"), noisy={items[0].question, items[2].question})
     report = evaluate(noisy, "gsm8k", data_dir=FIXTURES, protocol="both", allow_unisolated=True, digit_stats=False)
-    assert report.protocols[:2] == ["released", "numloss"] or report.protocols[:2] == ["numloss", "released"]
     assert report.disagreements == {"gsm8k": [items[0].id, items[2].id]}
     assert report.accuracy("gsm8k", "numloss") == 1.0
     assert report.accuracy("gsm8k", "released") == pytest.approx(1 - 2 / len(items))
@@ -169,9 +161,6 @@ def test_both_protocols_list_the_items_whose_verdicts_differ(tmp_path):
 def test_evaluate_hands_the_protocols_stop_strings_and_limits_to_the_generator(monkeypatch):
     """The released stop strings and token limits reach the generator that is built (not only the
     settings record)."""
-    from numloss.evaluate import api
-    from numloss.evaluate.released import STOP
-
     seen = {}
 
     def fake_generator(opts, model_or_path, stop, limit):
