@@ -8,8 +8,10 @@ numloss reads exactly what the released code reads. The comparison (`number_matc
 `math_equal`) is tested on its own.
 """
 
+import re
 from decimal import Decimal
 from fractions import Fraction
+from pathlib import Path
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -253,9 +255,6 @@ def test_math_equal(pred, gold, same):
 
 
 def test_every_correction_has_a_property_test_and_a_doc_row_in_order():
-    import re
-    from pathlib import Path
-
     doc = (Path(__file__).resolve().parents[1] / "docs" / "evaluation.md").read_text(encoding="utf-8")
     assert re.findall(r"(?m)^   \| `([a-z-]+)`", doc) == [c.name for c in CORRECTIONS]
     assert set(FIRES) == {c.name for c in CORRECTIONS}

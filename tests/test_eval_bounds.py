@@ -11,8 +11,10 @@ from types import SimpleNamespace
 import pytest
 
 from numloss.evaluate import answers
+from numloss.evaluate.api import benchmark_score
 from numloss.evaluate.benchmarks import Item
 from numloss.evaluate.protocol import NUMLOSS, RELEASED
+from numloss.evaluate.report import EvalReport
 from numloss.evaluate.runner import score_items
 
 MATH = Item("m", "q", "\\frac{9}{7}", "math", released_answer="\\frac{9}{7}")
@@ -53,9 +55,6 @@ def test_the_size_limits_leave_ordinary_numbers_alone():
 
 
 def test_every_item_names_the_rule_that_decided_it_and_the_report_counts_them():
-    from numloss.evaluate.api import benchmark_score
-    from numloss.evaluate.report import EvalReport
-
     outputs = ["The answer is 18.", "The answer is 18 or 25.", "The answer is 7 + 11 = 18.", "The answer is 1E+999999."]
     items = [NUMBER] * len(outputs)
     results = score_items(NUMLOSS, "gsm8k", items, outputs, [None] * len(outputs), printed(""))

@@ -17,8 +17,8 @@ from pathlib import Path
 import pytest
 
 from adversarial_outputs import ITEMS, NAMES, adversarial
-from numloss.evaluate import answers, runner
-from numloss.evaluate.benchmarks import Item
+from numloss.evaluate import answers, runner, score_outputs
+from numloss.evaluate.benchmarks import Item, load_benchmark
 from numloss.evaluate.protocol import NUMLOSS, RELEASED
 from test_eval_differential import program_runner
 
@@ -81,9 +81,6 @@ def test_an_output_over_the_bound_or_a_reader_error_is_unreadable_and_the_eval_g
 
 
 def test_score_outputs_with_one_megabyte_of_newlines_scores_the_other_records():
-    from numloss.evaluate import score_outputs
-    from numloss.evaluate.benchmarks import load_benchmark
-
     data = Path(__file__).parent / "fixtures" / "benchmarks"
     items = load_benchmark("gsm8k", data_dir=data).items
     records = [{"benchmark": "gsm8k", "id": it.id, "output": f"The answer is {it.answer}.", "fallback_output": ""} for it in items]

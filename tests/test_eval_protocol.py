@@ -13,7 +13,7 @@ import pytest
 
 from numloss.evaluate.answers import extract_exact, number_matches
 from numloss.evaluate.benchmarks import MMLU_MATH_SUBJECTS, load_benchmark
-from numloss.evaluate.protocol import NUMLOSS, RELEASED, deviations, resolve
+from numloss.evaluate.protocol import NUMLOSS, RELEASED, deviations, numloss_prose, resolve
 from numloss.evaluate.runner import score_items
 from test_eval_differential import DATA, program_runner  # tests/ is on sys.path (conftest.py)
 
@@ -95,7 +95,5 @@ def test_the_real_mmlu_math_file_has_the_papers_974_items():
 def test_the_text_read_after_a_failed_program_is_the_output_without_it(output, prose):
     """numloss reads a chain-of-thought output as text when its program gives nothing: the text
     without the program, so the program's own literals (print('B')) are never its answer."""
-    from numloss.evaluate.protocol import numloss_prose
-
     assert numloss_prose(output) == prose
     assert NUMLOSS.prose(output) == prose and RELEASED.prose(output) == output
