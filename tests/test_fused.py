@@ -151,22 +151,18 @@ def test_bad_shapes_are_explained():
         build_loss("emo", VOCAB, embedding=torch.randn(WIDTHS["digits"] + 1, H)).from_hidden(hidden, weight, labels)
 
 
-def non_finite(case: str):
-    hidden, weight, _ = inputs()
-    hidden, weight = hidden.detach().clone(), weight.detach()
-    if case == "fp16 overflow":  # finite in fp16, but the logits pass 65504
-        return (hidden * 300).half(), (weight * 300).half()
-    hidden[0, 5 if case == "scored" else 1, 0] = float("nan")  # row 0 starts with two ignored positions
-    return hidden, weight
-
-
 @pytest.mark.parametrize("case, says", [
     ("scored", "the hidden states hold NaN or inf at 1 scored position.*diverged"),
     ("ignored", "hidden states hold NaN or inf at 1 ignored position.*attention mask"),
     ("fp16 overflow", "fp16 logits overflowed.*65504.*bf16"),
 ])
 def test_non_finite_inputs_are_one_line_naming_the_cause(case, says):
-    hidden, weight = non_finite(case)
+    hidden, weight, _ = inputs()
+    hidden, weight = hidden.detach().clone(), weight.detach()
+    if case == "fp16 overflow":  # finite in fp16, but the logits pass 65504
+        hidden, weight = (hidden * 300).half(), (weight * 300).half()
+    else:  # row 0 starts with two ignored positions
+        hidden[0, 5 if case == "scored" else 1, 0] = float("nan")
     with pytest.raises(FloatingPointError, match=says) as caught:
         make_loss("del-default").from_hidden(hidden, weight, BATCHES["digits"])
     assert "\n" not in str(caught.value)
@@ -174,14 +170,10 @@ def test_non_finite_inputs_are_one_line_naming_the_cause(case, says):
 
 def test_gpu_benchmark_runs_in_smoke_mode_on_cpu(capsys):
     """bench/gpu.py --smoke: every method runs, and the fused DEL gradient check passes."""
-    import importlib.util
+    import runpy
     from pathlib import Path
 
-    path = Path(__file__).resolve().parents[1] / "bench" / "gpu.py"
-    spec = importlib.util.spec_from_file_location("bench_gpu", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    rows = module.main(["--smoke"])
+    rows = runpy.run_path(str(Path(__file__).resolve().parents[1] / "bench" / "gpu.py"))["main"](["--smoke"])
     assert {row["method"] for row in rows} == {"ce", "del", "del-fused"}
     assert all(row["grad_check"] < 2e-2 and row["seconds"] > 0 for row in rows)
     assert "del/ce time" in capsys.readouterr().out

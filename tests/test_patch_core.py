@@ -63,10 +63,6 @@ def batch() -> dict[str, torch.Tensor]:
     return {"input_ids": input_ids, "attention_mask": (labels != -100) | (input_ids != 15), "labels": labels}
 
 
-def aligned(labels: torch.Tensor) -> torch.Tensor:
-    return F.pad(labels[:, 1:], (0, 1), value=-100)
-
-
 def toy():
     """(model, an identical copy, a batch, the vocabulary) of the plain-torch causal LM."""
     return ToyCausalLM(), ToyCausalLM(), batch(), VOCAB
@@ -93,7 +89,7 @@ def test_patch_makes_the_model_return_the_numloss_loss_and_unpatch_restores_it(b
     loss_fn = build_loss("del", vocab, alpha=0.5)
     own = model(**data).loss
     inputs = {"input_ids": data["input_ids"], "attention_mask": data["attention_mask"]}
-    expected = loss_fn(plain(**inputs).logits, aligned(data["labels"]))
+    expected = loss_fn(plain(**inputs).logits, F.pad(data["labels"][:, 1:], (0, 1), value=-100))  # shifted
     target = nn.DataParallel(model) if wrap else model
     assert hasattr(target, "get_output_embeddings") != wrap
     numloss.patch(target, loss_fn, fused=fused)
