@@ -113,7 +113,6 @@ BAD_INPUT = {
     # --out and --score-outputs through numloss.checks: test_api_inputs' PATHS table
     "items.jsonl a folder": (lambda t: tiny_eval("tiny", _folder(t, "items.jsonl").parent), ["is a folder"]),
     "out empty": (lambda t: tiny_eval("tiny", t, "--out="), ["--out is empty"]),
-    "unknown benchmark": (lambda t: ["tiny", "--benchmarks", "gsm9k"], ["unknown benchmark 'gsm9k'"]),
     "no file under --data-dir": (lambda t: ["tiny", "--benchmarks", "simuleq", "--data-dir", str(t)],
                                  ["simuleq", "simuleq/simuleq.json"]),
     "no model folder": (lambda t: [str(t / "no-model"), "--benchmarks", "gsm8k", "--data-dir", str(FIXTURES)],
@@ -143,8 +142,7 @@ NUMERIC_VALUES = ("0", "-1", "1.5", "nan", "inf", "1e309", "abc", "", "999999999
 #: (option, value) -> what its line says beyond the option's name
 WORDS = {("--threads", "0"): "--threads must be a positive integer, got 0",
          ("--threads", "-1"): "--threads must be a positive integer, got -1",
-         ("--seed", "-1"): "--seed must be in [0, 2**32)", ("--seed", "99999999999"): "--seed must be in [0, 2**32)",
-         ("--workers", "99999999999"): "--workers (workers) must be an integer >= 1 and <= "}
+         ("--seed", "-1"): "--seed must be in [0, 2**32)", ("--seed", "99999999999"): "--seed must be in [0, 2**32)"}
 
 
 def test_every_numeric_option_is_a_run_or_one_line_naming_it(tmp_path, capsys):
@@ -331,7 +329,6 @@ def test_an_unknown_model_online_is_one_line_naming_what_was_looked_for(tmp_path
 
 
 def test_every_malformed_file_set_record_is_one_error_or_a_well_formed_item(tmp_path):
-    """file:PATH.jsonl records with each field set to values of every JSON type (or missing)."""
     good = {"question": "What is 2 + 2?", "answer": "4"}
     path = tmp_path / "set.jsonl"
     refused = 0
