@@ -110,12 +110,17 @@ def train_reference(tmp_path_factory) -> Path:
 
 @pytest.fixture(scope="session")
 def compare_recorded(tmp_path_factory):
-    """tests/faultrun.py's finished compare run (one 2-step `mle` run, its record in records/):
-    (root, config path, record), built once per test process for test_compare_faults and
-    test_fault_suite (copy it before changing it)."""
-    from faultrun import finished_compare
+    """test_compare_faults' tiny grid (one 2-step `mle` run) run to its end in root/out, its record
+    in root/records: (root, config path, record), built once per test process for
+    test_compare_faults, test_stale_inputs and test_fault_suite (copy it before changing it)."""
+    from numloss.compare import main as compare_main
+    from test_compare_faults import _mapping, _write
 
-    return finished_compare(tmp_path_factory.mktemp("recorded"))
+    root = tmp_path_factory.mktemp("recorded")
+    config = _write(root / "c.yaml", _mapping(root / "out", records_dir=str(root / "records")))
+    assert compare_main([config, "--no-progress"]) == 0
+    (record,) = sorted((root / "records").glob("*.json"))
+    return root, config, record
 
 
 @pytest.fixture(autouse=True)

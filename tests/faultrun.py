@@ -5,14 +5,13 @@ between, then runs `numloss COMMAND ARGS...` in this process. NUMLOSS_FAULT_POIN
 point; POINT kills the process there with SIGKILL, `pause:POINT` touches $NUMLOSS_FAULT_FILE.paused
 and waits (at most 120 s) until $NUMLOSS_FAULT_FILE exists (a test then signals or releases it).
 
-Points: `locked` (the run folder is held, nothing read yet), `checkpoint-N-files-written` and
-`checkpoint-N-marked` (around the marker of checkpoint-N), `final-files-written` and
-`final-marked` (around final.partial/'s marker), `final-renamed` (final/ committed).
+Points: `checkpoint-N-files-written` and `checkpoint-N-marked` (around the marker of
+checkpoint-N), `final-files-written` and `final-marked` (around final.partial/'s marker),
+`final-renamed` (final/ committed).
 
 Imported, it is the fault tests' one builder of runs: the tiny 4-step training (`config`, `RUN`),
-`cli` (this runner in a subprocess), `train_killed_after`, the finished compare run
-(`finished_compare`, conftest's session fixture), what they are compared with, and `one_line`
-(a command's one error line).
+`cli` (this runner in a subprocess), `train_killed_after`, what they are compared with, and
+`one_line` (a command's one error line).
 """
 
 from __future__ import annotations
@@ -96,19 +95,9 @@ def at_call(monkeypatch, owners: list, name: str, nth: int | None, act) -> dict[
 def install() -> None:
     """Wrap the library functions around each save point (module doc)."""
     import numloss.checkpoints as checkpoints
-    import numloss.rundir as rundir
     import numloss.train.callbacks
     import numloss.train.run
 
-    hold = rundir.hold_run_dir
-
-    @contextlib.contextmanager
-    def held(*args, **kwargs):
-        with hold(*args, **kwargs) as value:
-            fault("locked")
-            yield value
-
-    rundir.hold_run_dir = held
     mark = checkpoints.write_marker
 
     def marked_checkpoint(folder: Path, step: int) -> None:  # the callbacks' binding: checkpoint-N/
@@ -198,12 +187,13 @@ def weights(folder: Path) -> dict:
 
 
 def assert_same_weights(a: Path, b: Path) -> None:
+    """Bit for bit: a resume at the thread count its run started with is."""
     import torch
 
     left, right = weights(a), weights(b)
     assert left.keys() == right.keys()
     for key in left:
-        torch.testing.assert_close(left[key], right[key], rtol=0, atol=1e-6, msg=key)
+        torch.testing.assert_close(left[key], right[key], rtol=0, atol=0, msg=key)
 
 
 def logged_steps(out: Path) -> list[int]:
@@ -239,19 +229,6 @@ def one_line(argv: list[str], capsys, *, status: int = 2, may_run: bool = False)
     assert "Traceback" not in captured.err + captured.out, captured.err[-2000:]
     assert lines[0].startswith(f"numloss {argv[0]}: ") and "unexpected error" not in lines[0], lines[0]
     return lines[0]
-
-
-# -- the finished compare run the compare fault tests start from ------------------------------------
-def finished_compare(root: Path) -> tuple[Path, str, Path]:
-    """test_compare_faults' tiny grid (one 2-step run of `mle`) run to its end in root/out, its
-    record in root/records: (root, the config's path, the record)."""
-    from numloss.compare import main as compare_main
-    from test_compare_faults import _mapping, _write
-
-    config = _write(root / "c.yaml", _mapping(root / "out", records_dir=str(root / "records")))
-    assert compare_main([config, "--no-progress"]) == 0
-    (record,) = sorted((root / "records").glob("*.json"))
-    return root, config, record
 
 
 if __name__ == "__main__":

@@ -130,6 +130,8 @@ PATHS = {
     "models prepare --cache-dir unwritable": (["models", "prepare", "smollm2", "--cache-dir", "/proc/self/x"], "/proc/self cannot be written"),
     "train output_dir under a file": (["train", "{y}", "--train.output_dir", "{f}/sub"], "train.output_dir '{f}/sub' cannot be written"),
     "train output_dir unwritable": (["train", "{y}", "--train.output_dir", "/proc/self/x"], "('/proc/self' is not a writable folder)"),
+    "train held": (["train", "{y}", "--train.output_dir", "{t}/out"], "'{t}/out' is in use by pid {pid} "),
+    "train --dry-run held": (["train", "{y}", "--train.output_dir", "{t}/out", "--dry-run"], "'{t}/out' is in use by pid {pid} "),
 }
 
 
