@@ -30,10 +30,10 @@ from fractions import Fraction
 import numpy
 import pytest
 
-from eval_cases import Case, answers_of, usable  # tests/ is on sys.path (conftest.py)
-from eval_dress import spell
+from eval_cases import Case, answers_of, grouped, option_of, usable
+from eval_dress import spell  # tests/ is on sys.path (conftest.py)
 from numloss.evaluate.answers import format_exact, plain_exact
-from numloss.evaluate.benchmarks import LETTERS, Item, load_benchmark
+from numloss.evaluate.benchmarks import Item, load_benchmark
 from numloss.evaluate.programs import ProgramRunner
 from numloss.evaluate.protocol import NUMLOSS, RELEASED
 from numloss.evaluate.runner import score_items
@@ -120,9 +120,8 @@ def number_forms(value: Fraction) -> dict[str, str]:
         word = ("negative " if value < 0 else "") + spell(int(size))
         forms.update({"spelled": word, "spelled-capital": word[0].upper() + word[1:]})
     if size >= 1000:
-        thousands = sign + f"{int(size):,}"
-        forms.update({"thousands": thousands, "nbsp-thousands": thousands.replace(",", "\u00a0"),
-                      "narrow-nbsp-thousands": thousands.replace(",", "\u202f"), "thin-thousands": thousands.replace(",", "\u2009")})
+        seps = {"": ",", "nbsp-": "\u00a0", "narrow-nbsp-": "\u202f", "thin-": "\u2009"}
+        forms.update({f"{name}thousands": grouped(value, sep) for name, sep in seps.items()})
         # a scale word: 18000 is "18k" and "18 thousand", 18007 "18.007k" (never read as 18)
         forms.update({"k-suffix": format_exact(value / 1000) + "k", "thousand-word": format_exact(value / 1000) + " thousand"})
     return forms
@@ -191,8 +190,7 @@ def fill(c: Composition, item: Item, said: str, said_value: Fraction | None, oth
         literal = format_exact(said_value) if said_value is not None and "/" not in format_exact(said_value) else repr(said)
         return PROGRAMS[c.form].replace("{p}", literal)
     if c.kind == "choice":
-        index = LETTERS.index(said)
-        form = choice_forms(said, item.options[index] if index < len(item.options) else "", other)[c.form]
+        form = choice_forms(said, option_of(item, said), other)[c.form]
     else:
         form = number_forms(said_value)[c.form] if said_value is not None else said
     wrapped = c.wrapper.format(f=form)
