@@ -7,7 +7,6 @@ traceback."""
 from __future__ import annotations
 
 import json
-import os
 import re
 import shutil
 import subprocess
@@ -15,13 +14,11 @@ import sys
 from pathlib import Path
 
 import pytest
+import transformers
 
-from faultrun import ROOT, TINY, one_line
+from faultrun import ENV, ROOT, TINY, one_line
 from numloss.models.load import ModelUnavailableError, load_model_and_tokenizer, load_tokenizer
-
-
-def _cut(name: str, keep: int):
-    return lambda d: (d / name).write_bytes((d / name).read_bytes()[:keep])
+from test_compare_faults import _mapping, _write
 
 
 def _set(name: str, data: bytes):
@@ -40,7 +37,7 @@ def _wider(d: Path) -> None:
 
 #: broken folder -> (how it is broken, what the one line must say: the file and the fault)
 BROKEN = {
-    "truncated weights": (_cut("model.safetensors", 2000), r"model\.safetensors is not a readable safetensors file"),
+    "truncated weights": (lambda d: _set("model.safetensors", (d / "model.safetensors").read_bytes()[:2000])(d), r"model\.safetensors is not a readable safetensors file"),
     "empty weights": (_set("model.safetensors", b""), r"model\.safetensors is not a readable safetensors file \(0 bytes"),
     "garbled weights": (_set("model.safetensors", b"\x07garbage" * 300), r"model\.safetensors is not a readable"),
     "no weights": (_remove("model.safetensors"), r"has no weights .*save_pretrained"),
@@ -73,20 +70,7 @@ def folders(tmp_path_factory) -> dict[str, Path]:
 
 @pytest.fixture
 def no_training(monkeypatch):
-    def refuse(*args, **kwargs):
-        raise AssertionError("a broken model folder reached training")
-
-    import transformers
-
-    monkeypatch.setattr(transformers.Trainer, "train", refuse)
-
-
-def _compare_config(tmp_path: Path, model: Path) -> str:
-    from test_compare_faults import _mapping, _write
-
-    mapping = _mapping(tmp_path / "grid")
-    mapping["base"]["model"] = {"name": str(model)}
-    return _write(tmp_path / "compare.yaml", mapping)
+    monkeypatch.setattr(transformers.Trainer, "train", lambda *a, **k: pytest.fail("a broken model folder reached training"))
 
 
 def _argv(command: str, model: Path, tmp_path: Path) -> list[str]:
@@ -95,7 +79,9 @@ def _argv(command: str, model: Path, tmp_path: Path) -> list[str]:
     if command == "eval":
         return ["eval", str(model), "--benchmarks", "gsm8k", "--data-dir", str(ROOT / "tests" / "fixtures" / "benchmarks"),
                 "--limit", "1", "--out", str(tmp_path / "eval"), "--quiet"]
-    return [command, _compare_config(tmp_path, model), "--no-progress"]
+    mapping = _mapping(tmp_path / "grid")
+    mapping["base"]["model"] = {"name": str(model)}
+    return [command, _write(tmp_path / "compare.yaml", mapping), "--no-progress"]
 
 
 @pytest.mark.parametrize(("command", "broken"), [(("train", "compare", "eval", "demo")[i % 4], broken)
@@ -114,10 +100,9 @@ def test_a_broken_model_folder_is_one_line_in_every_command_and_the_api(broken, 
 
 @pytest.mark.slow  # a fresh interpreter importing torch and transformers: the table above covers the in-process path
 def test_numloss_train_on_a_truncated_folder_prints_no_traceback(folders, tmp_path):
-    env = {**os.environ, "PYTHONPATH": str(ROOT / "src"), "HF_HUB_OFFLINE": "1"}
     done = subprocess.run(
         [sys.executable, "-m", "numloss", *_argv("train", folders["truncated weights"], tmp_path)],
-        capture_output=True, text=True, env=env, timeout=120,
+        capture_output=True, text=True, env=ENV, timeout=120,
     )
     lines = [line for line in done.stderr.splitlines() if line.strip()]
     assert done.returncode == 2 and "Traceback" not in done.stderr, done.stderr

@@ -5,26 +5,40 @@
 - a second driver on one compare output folder leaves the runs another process trains alone
   (every subset of a grid's runs held);
 - torch.save and safetensors cut off at every byte are read as a full disk;
-- a lock file that is a symlink is refused by every command, its target untouched;
 - SIGTERM is Ctrl-C once (one line, the same exit, the old handler back after), at every point
   of a save (test_train_faults' subprocess case sends the real signal).
 
 (Every step of an atomic write failing, and each writer, `--also-to` copies among them:
-test_atomic_writes; a second command into a held folder: test_api_inputs' held rows.)
+test_atomic_writes; a second command into a held folder: test_api_inputs' held rows; a lock file
+that is a symlink: test_rundir.)
 """
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
+import pkgutil
+import shutil
 import signal
-from pathlib import Path
+from contextlib import ExitStack
 
 import pytest
+import torch
+from grid_driver import run_order, run_pretrained_grid
+from safetensors.torch import save_file
 
-from faultrun import file_size_limit
+import numloss.evaluate.store
+import numloss.train.callbacks
+from faultrun import RUN, TINY, at_call, file_size_limit, logged_steps, weights
+from numloss.compare.config import compare_config_from_dict
+from numloss.compare.runner import Grid
 from numloss.evaluate.benchmarks import BenchmarkError
 from numloss.evaluate.store import ResultsFile
+from numloss.train import main
+from numloss.train.errors import disk_full_error
+from test_compare_faults import _mapping
+from test_compare_pretrained_grid import _fake_run
 
 
 def _record(i: int) -> dict:
@@ -42,8 +56,6 @@ def test_an_unterminated_last_line_is_cut_only_when_it_is_a_torn_record(tmp_path
     whole records are read, the next append cuts the torn rest, and appending the missing record
     gives the whole file back. Any other last line (a file numloss did not write, reached through
     a symlink) is refused naming its line, and never cut."""
-    import numloss.evaluate.store
-
     monkeypatch.setattr(numloss.evaluate.store.os, "fsync", lambda fd: None)  # 400 appends: not the disk's speed
     first, second = (json.dumps(_record(i), ensure_ascii=False).encode() + b"\n" for i in range(2))
     (tmp_path / "out").mkdir()
@@ -68,10 +80,7 @@ def test_an_unterminated_last_line_is_cut_only_when_it_is_a_torn_record(tmp_path
 
 
 # -- compare: one process per run --------------------------------------------------------------------
-def _tiny_grid(tmp_path: Path):
-    from numloss.compare.config import compare_config_from_dict
-    from test_compare_faults import _mapping
-
+def _tiny_grid(tmp_path):
     mapping = _mapping(tmp_path / "out", records_dir=str(tmp_path / "records"))
     mapping["objectives"], mapping["seeds"] = ["mle", "del"], [0, 1]
     return compare_config_from_dict(mapping)
@@ -86,15 +95,6 @@ def test_the_runs_another_process_holds_are_left_to_it_for_every_held_subset_of_
     trained (jobs 1: the grid driver with a stand-in run, which claims each run as it reaches it,
     so one held run at a time covers it; jobs 2: the pool is stubbed, what reaches it is the
     property). The claims end with the pass: the next may claim every run."""
-    import itertools
-    import shutil
-    from contextlib import ExitStack
-
-    from grid_driver import run_order, run_pretrained_grid
-
-    from numloss.compare.runner import Grid
-    from test_compare_pretrained_grid import _fake_run
-
     compare = _tiny_grid(tmp_path)
     keys = run_order(compare)
     sizes = range(len(keys) + 1) if jobs == 2 else (0, 1)
@@ -144,15 +144,6 @@ def test_sigterm_at_every_call_of_every_save_point_is_one_line_and_resumes_bitwi
     """`numloss train` sent SIGTERM as each save starts (every call of it in a 4-step run, until
     a run makes fewer calls and finishes): exit 130 and one line naming what to run, the old
     SIGTERM handler back; that command ends on the uninterrupted run's weights."""
-    import itertools
-    import pkgutil
-
-    import torch
-
-    import numloss.train.callbacks
-    from faultrun import RUN, TINY, at_call, logged_steps, weights
-    from numloss.train import main
-
     torch.set_num_threads(1)  # a resume is bitwise at one thread count
     handler = signal.getsignal(signal.SIGTERM)
     for nth in itertools.count(1):
@@ -182,11 +173,6 @@ def test_a_write_failing_at_every_byte_of_a_checkpoint_file_is_a_full_disk(write
     """torch.save (optimizer.pt, scheduler.pt, rng_state.pth) and safetensors (the weights) cut
     off by a file-size limit at every point of the file: each error they raise is read as a
     full disk (the run's one line), whatever text the errno was lost in."""
-    import torch
-    from safetensors.torch import save_file
-
-    from numloss.train.errors import disk_full_error
-
     tensors = {f"t{i}": torch.arange(512, dtype=torch.float32) + i for i in range(4)}
     path = tmp_path / "file"
 
@@ -207,37 +193,3 @@ def test_a_write_failing_at_every_byte_of_a_checkpoint_file_is_a_full_disk(write
         else:
             raise AssertionError(f"{writer} wrote {size} bytes under a limit of {limit}")
     assert not unread, unread
-
-
-def _lockers(tmp_path: Path) -> dict:
-    """Every command's way of holding its folder, by name: (context manager factory, folder)."""
-    from numloss.compare.runner import Grid, RunKey, hold_output_dir
-    from numloss.evaluate.cli import hold_out
-    from numloss.rundir import hold_run_dir
-
-    grid = _tiny_grid(tmp_path / "grid")
-    key = RunKey(grid.objectives[0], grid.seeds[0])
-    return {
-        "train": (lambda: hold_run_dir(tmp_path / "run", "numloss train"), tmp_path / "run"),
-        "eval": (lambda: hold_out(str(tmp_path / "eval")), tmp_path / "eval"),
-        "compare": (lambda: hold_output_dir(tmp_path / "compare"), tmp_path / "compare"),
-        "compare-run": (lambda: Grid(grid, None).claim(key), grid.output_dir / "runs" / ".claims" / key.name),
-    }
-
-
-@pytest.mark.parametrize("command", ["train", "eval", "compare", "compare-run"])
-def test_a_lock_file_that_is_a_symlink_is_refused_and_its_target_untouched(command, tmp_path) -> None:
-    """The holder's record is written into the lock file: never through a link to a file outside."""
-    from numloss.config import ConfigError
-    from numloss.rundir import LOCK_NAME, RunDirLockError
-
-    hold, folder = _lockers(tmp_path)[command]
-    folder.mkdir(parents=True)
-    victim = tmp_path / "victim.txt"
-    victim.write_text("keep me")
-    (folder / LOCK_NAME).symlink_to(victim)
-    with pytest.raises((RunDirLockError, ConfigError, ValueError), match="symbolic link") as caught:
-        with hold():
-            pass
-    assert "\n" not in str(caught.value)
-    assert victim.read_text() == "keep me"

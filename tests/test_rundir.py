@@ -41,6 +41,17 @@ def test_a_second_holder_and_a_probe_are_refused_naming_the_first(tmp_path):
         pass
 
 
+def test_a_lock_file_that_is_a_symlink_is_refused_and_its_target_untouched(tmp_path):
+    """The holder's record would be written through it (every command holds its folder through
+    hold_run_dir: test_api_inputs' held rows)."""
+    victim = tmp_path / "victim.txt"
+    victim.write_text("keep me")
+    (tmp_path / LOCK_NAME).symlink_to(victim)
+    with pytest.raises(RunDirLockError, match=r"^cannot lock .* is a symbolic link [^\n]*$"), hold_run_dir(tmp_path, "x"):
+        pass
+    assert victim.read_text() == "keep me"
+
+
 def test_the_lock_file_records_the_last_holder_and_garbage_in_it_breaks_nothing(tmp_path, caplog):
     (tmp_path / LOCK_NAME).write_bytes(b"\xff\x00 not json")
     assert read_holder(tmp_path) == {}
