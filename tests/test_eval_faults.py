@@ -63,11 +63,11 @@ def tiny_eval(model: str, out: Path, *extra: str) -> list[str]:
     return [model, "--benchmarks", "synthetic:arithmetic", "--limit", "2", "--max-new-tokens", "2", "--out", str(out), *QUIET, *extra]
 
 
-def save_tiny(folder: Path, seed: int) -> None:
+def save_tiny(folder: Path, seed: int = 0, **size: int) -> None:
     from numloss.models import tiny
 
     tokenizer = tiny.build_char_tokenizer()
-    tiny.build_tiny_model(tokenizer, seed=seed).save_pretrained(folder)
+    tiny.build_tiny_model(tokenizer, seed=seed, **size).save_pretrained(folder)
     tokenizer.save_pretrained(folder)
 
 

@@ -13,11 +13,14 @@ from pathlib import Path
 
 import pytest
 from PIL import Image
+from tqdm import tqdm
 
-from numloss.evaluate.api import score_outputs
+from numloss.evaluate.api import evaluate, score_outputs
 from numloss.evaluate.cli import print_summary
+from numloss.evaluate.generate import HFGenerator
 from numloss.evaluate.metrics import wilson_interval
 from numloss.evaluate.report import PLACE_NAMES, write_report
+from numloss.models.tiny import build_char_tokenizer, build_tiny_model
 
 FIXTURES = Path(__file__).parent / "fixtures"
 SAMPLES = FIXTURES / "lmeval" / "samples_gsm8k_2024-06-01T12-00-00.123456.jsonl"
@@ -132,12 +135,6 @@ def test_outputs_with_no_answer_say_there_is_nothing_by_place_and_draw_no_place_
 def test_the_progress_bar_total_is_the_items_from_the_start_and_each_moves_it_once(monkeypatch):
     """Each item moves the bar once, not each batch; the chain-of-thought fallbacks of items whose
     program gave nothing are counted beside it, never raising its total mid-run (it went 3 -> 6)."""
-    from tqdm import tqdm
-
-    from numloss.evaluate import evaluate
-    from numloss.evaluate.generate import HFGenerator
-    from numloss.models.tiny import build_char_tokenizer, build_tiny_model
-
     class Bar(tqdm):
         def update(self, n: int = 1) -> None:
             assert n == 1 and self.total == 3, (n, self.total)  # one item; the total never raised

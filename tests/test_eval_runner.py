@@ -4,12 +4,14 @@ it is; the progress bar: test_eval_report_files)."""
 
 import json
 import shlex
+import shutil
 from pathlib import Path
 
 import pytest
 import torch
 
 from numloss import __version__
+from numloss.config import load_config
 from numloss.evaluate import cli, evaluate
 from numloss.evaluate.benchmarks import Benchmark, load_benchmark
 from numloss.evaluate.generate import Generation
@@ -17,7 +19,9 @@ from numloss.evaluate.programs import ProgramRunner, isolation
 from numloss.evaluate.protocol import NUMLOSS, POT_TRIGGER, RELEASED, released_prompt
 from numloss.evaluate.runner import run_benchmark
 from numloss.evaluate.sandbox import SandboxLimits
-from numloss.models.tiny import build_char_tokenizer, build_tiny_model
+from numloss.models import ModelUnavailableError
+from numloss.train import run_training
+from test_eval_faults import save_tiny
 
 FIXTURES = Path(__file__).parent / "fixtures" / "benchmarks"
 LIMITS = SandboxLimits(wall_seconds=3.0, cpu_seconds=2, memory_bytes=512 << 20)
@@ -104,17 +108,13 @@ def test_both_protocols_score_one_generation_and_share_the_fallback_and_choices_
     out = run_benchmark(bench, [RELEASED, NUMLOSS], generator, runner())
     assert [r.style for r in out["numloss"]] == ["cot", "cot"]
     assert [r.prediction for r in out["numloss"]] == ["C", "C"] and all(r.correct for r in out["numloss"])
-    assert [r.prediction for r in out["released"]] == ["C", "A"]  # no letter: the released guess
     assert generator.limits == [2048]
     assert "Let's solve the multi-choice question step by step.\n" in generator.prompts[0]
 
 
 def test_cli_end_to_end_with_a_tiny_model_folder(tmp_path, capsys):
-    tokenizer = build_char_tokenizer()
-    model = build_tiny_model(tokenizer, num_layers=1, hidden_size=32, num_heads=2)
     folder = tmp_path / "model"
-    model.save_pretrained(folder)
-    tokenizer.save_pretrained(folder)
+    save_tiny(folder, num_layers=1, hidden_size=32, num_heads=2)
     out = tmp_path / "out"
     args = [str(folder), "--benchmarks", f"gsm8k,aqua,svamp={FIXTURES / 'svamp.json'}", "--data-dir", str(FIXTURES),
             "--limit", "2", "--max-new-tokens", "4", "--batch-size", "2", "--out", str(out), "--quiet",
@@ -155,12 +155,6 @@ def test_a_lora_runs_final_folder_is_evaluated_as_its_merged_model(tmp_path):
     merged in; it generates what RUN/merged generates, quietly (peft's FutureWarning about
     transformers' deprecated `is_gradient_checkpointing` is not the user's). Without the run's
     config.yaml: one line naming merged/."""
-    import shutil
-
-    from numloss.config import load_config
-    from numloss.models import ModelUnavailableError
-    from numloss.train import run_training
-
     config = load_config(FIXTURES.parent / "train" / "tiny-test.yaml", [
         "--train.output_dir", str(tmp_path / "run"), "--lora.enabled", "true", "--lora.target_modules", "[q_proj, v_proj]",
         "--lora.merge", "true", "--lora.dropout", "0.0", "--train.learning_rate", "5e-2", "--train.max_steps", "2"])
