@@ -11,7 +11,10 @@ import pytest
 import torch
 from transformers import LlamaConfig, LlamaForCausalLM, Trainer, TrainingArguments
 
+from faultrun import ENV, free_port
 from numloss import DigitVocab, build_loss
+from numloss.diagnostics import DigitDiagnosticsCallback, PushdownWarning
+from numloss.digits import find_digits
 from numloss.hf import NumericTrainer, compute_loss_func, shift_labels
 
 VOCAB = DigitVocab(list(range(10)), decimal_point_id=10)
@@ -160,9 +163,6 @@ def test_logged_terms_are_the_step_means(plain, tmp_path):
     that no number slot scores (a merged "3,"), so the share is the scored digit slots over all
     digits written (every digit label, 2 per such letter; a number the letter is part of is not
     scored)."""
-    from numloss.diagnostics import DigitDiagnosticsCallback
-    from numloss.digits import find_digits
-
     per_row = [collate([r])["labels"][:, 1:].reshape(-1) for r in rows()]
     labels = torch.cat(per_row)
     letter = int(torch.mode(labels[labels > 10]).values)
@@ -192,8 +192,6 @@ def test_logged_terms_are_the_step_means(plain, tmp_path):
 
 
 def test_pushdown_warning_says_once_after_three_logs_above_half(caplog):
-    from numloss.diagnostics import PushdownWarning
-
     raw = PushdownWarning(build_loss("del", VOCAB, alpha=0.3))
     shares = [0.9, 0.8, 0.2, 0.7, 0.6, 0.9, 0.95, 0.99]  # the streak breaks at 0.2, restarts at 0.7
     with caplog.at_level("WARNING", logger="numloss.diagnostics"):
@@ -347,8 +345,6 @@ torch.distributed.destroy_process_group()
 def test_compute_loss_func_on_two_gloo_ranks_is_exact_with_token_normalisation(tmp_path):
     """2 processes x batch 4 through Trainer's hook == NumericTrainer at batch 8 (the refusal of
     "digits", whose step count is then wider than a rank's micro-batch: the REFUSALS test above)."""
-    from faultrun import ENV, free_port
-
     script = tmp_path / "two_ranks.py"
     script.write_text(_TWO_RANKS_SCRIPT.format(tests=str(Path(__file__).parent), out=str(tmp_path)))
     command = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_port", str(free_port()), str(script)]

@@ -19,10 +19,16 @@ from types import SimpleNamespace
 
 import pytest
 import torch
+from accelerate.state import AcceleratorState
 from safetensors.torch import load_file
 
+import numloss
 from faultrun import ENV, ROOT, TINY, free_port
-from test_hf import max_update_difference
+from numloss.config import load_config
+from numloss.hf import NumericTrainer
+from numloss.models import build_char_tokenizer, build_tiny_model
+from numloss.train import run_training
+from test_hf import VOCAB, collate, max_update_difference, rows, tiny_llama, train_args
 
 WORKER = ROOT / "tests" / "distributed" / "fsdp2_train.py"
 sys.path.insert(0, str(WORKER.parent))
@@ -70,10 +76,6 @@ def test_fsdp2_fused_equals_unfused_and_one_process(fsdp2_results, name, head_un
 def test_ddp_through_numloss_train_equals_one_process(launcher, tmp_path):
     """`numloss train` on 2 gloo processes, batch 2 each (torchrun unfused; accelerate launch with
     configs/accelerate/cpu_2proc.yaml, --fused true) == one process, batch 4."""
-    from numloss.config import load_config
-    from numloss.models import build_char_tokenizer, build_tiny_model
-    from numloss.train import run_training
-
     fused = ["--fused", "true"] if launcher == "accelerate" else []
     launch = (["torch.distributed.run", "--nproc_per_node", "2", "--master_port", str(free_port())] if not fused else
               ["accelerate.commands.launch", "--config_file", str(ROOT / "configs" / "accelerate" / "cpu_2proc.yaml"),
@@ -104,12 +106,6 @@ def test_ddp_through_numloss_train_equals_one_process(launcher, tmp_path):
 
 
 def test_context_and_sequence_parallelism_are_refused(monkeypatch, tmp_path):
-    from accelerate.state import AcceleratorState
-
-    import numloss
-    from numloss.hf import NumericTrainer
-    from test_hf import VOCAB, collate, rows, tiny_llama, train_args
-
     batch = collate(rows()[:2])
     model = numloss.patch(tiny_llama(), numloss.build_loss("del", VOCAB), fused=True)
     monkeypatch.setitem(AcceleratorState._shared_state, "parallelism_config", SimpleNamespace(cp_size=2, sp_size=1))

@@ -8,16 +8,22 @@ import json
 import math
 import re
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 import torch
+import torch.distributed as dist
+from peft import PeftModel
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 import test_train_faults
 from faultrun import TINY, one_line
-from numloss import LOSSES
+from numloss import LOSSES, DigitVocab, build_loss
 from numloss.config import ConfigError, load_config
+from numloss.data import Example
+from numloss.models import build_char_tokenizer, build_tiny_model
 from numloss.train import CHECKPOINT_MARKER, CSV_COLUMNS, machine_cores, main, run_training
+from test_digits import wordlevel
 
 no_model_loads = test_train_faults.no_model_loads  # a fixture
 
@@ -85,8 +91,6 @@ CHAT_TEMPLATE = ("{% for m in messages %}<|{{ m['role'] }}|>{{ m['content'] }}</
      ["8 conversations rendered with the chat template"]),
 ])
 def test_a_run_trains_on_its_data_source_given_examples_or_chat_data(data, overrides, steps, said, tmp_path, caplog):
-    from numloss.data import Example
-
     examples = [Example("What is 2 + 2?", "2 + 2 = 4. The answer is 4.")] * 8 if data == "given" else None
     if data == "chat":
         chat = tmp_path / "chat.jsonl"
@@ -100,10 +104,6 @@ def test_a_run_trains_on_its_data_source_given_examples_or_chat_data(data, overr
 
 
 def test_lora_saves_adapters_and_a_merged_model(tmp_path):
-    from peft import PeftModel
-
-    from numloss.models import build_char_tokenizer, build_tiny_model
-
     config = tiny_config(tmp_path, "--lora.enabled", "true", "--lora.target_modules", "[q_proj, v_proj]",
                          "--lora.merge", "true", "--lora.dropout", "0.0", "--train.learning_rate", "5e-2")
     result = run_training(config)
@@ -125,21 +125,15 @@ def test_main_destroys_the_process_group_the_run_started(tmp_path, monkeypatch, 
     """Whatever way a run ends, `numloss train` leaves no process group for interpreter shutdown,
     where gloo's threads can abort a rank that finished (SIGABRT). The Trainer starts the group
     under torchrun; here a one-rank gloo group stands for it."""
-    import types
-
-    import torch.distributed as dist
-
-    import numloss.train.run as train
-
     def fake_run_training(config):
         dist.init_process_group("gloo", init_method=f"file://{tmp_path / 'rendezvous'}", rank=0, world_size=1)
         if status:  # Ctrl-C: one line and exit 130
             raise ConfigError("data.path: no such file") if status == 2 else KeyboardInterrupt
         (tmp_path / "run" / "final").mkdir(parents=True)
-        return types.SimpleNamespace(already_finished=outcome == "already finished", output_dir=tmp_path / "run",
+        return SimpleNamespace(already_finished=outcome == "already finished", output_dir=tmp_path / "run",
                                      model_dir=tmp_path / "run" / "final", global_step=1, metrics={"loss": 1.0})
 
-    monkeypatch.setattr(train, "run_training", fake_run_training)
+    monkeypatch.setattr("numloss.train.run.run_training", fake_run_training)
     try:
         assert main([str(TINY), "--train.output_dir", str(tmp_path / "run")]) == status
         assert not dist.is_initialized(), f"{outcome}: the process group outlived numloss train"
@@ -154,11 +148,6 @@ def test_main_destroys_the_process_group_the_run_started(tmp_path, monkeypatch, 
 @pytest.mark.parametrize("dry", [[], ["--dry-run"]], ids=["run", "dry-run"])
 def test_bad_data_folders_and_tokenizers_fail_before_the_model_loads(tmp_path, no_model_loads, monkeypatch, capsys, dry):
     """Each passes load_config but not a run's preparation, which --dry-run makes too."""
-    from tokenizers import Tokenizer, models
-    from transformers import PreTrainedTokenizerFast
-
-    import numloss.models as numloss_models
-
     (tmp_path / "a-file").write_text("")
     (tmp_path / "latin1.jsonl").write_bytes(b'{"instruction": "caf\xe9 1+1", "output": "2"}\n')
     chat = tmp_path / "chat.jsonl"
@@ -173,9 +162,9 @@ def test_bad_data_folders_and_tokenizers_fail_before_the_model_loads(tmp_path, n
     ]:
         assert main([str(TINY), *argv, *dry]) == 2
         assert re.search(refusal, capsys.readouterr().err), argv
-    letters = Tokenizer(models.WordLevel({"<unk>": 0, "</s>": 1, "a": 2}, unk_token="<unk>"))
-    tokenizer = PreTrainedTokenizerFast(tokenizer_object=letters, unk_token="<unk>", eos_token="</s>", pad_token="</s>")
-    monkeypatch.setattr(numloss_models, "load_tokenizer", lambda *a, **k: tokenizer)
+    tokenizer = wordlevel(["</s>", "a"])  # no digit
+    tokenizer.add_special_tokens({"eos_token": "</s>", "pad_token": "</s>"})
+    monkeypatch.setattr("numloss.models.load_tokenizer", lambda *a, **k: tokenizer)
     assert main([str(TINY), *out, *dry]) == 2
     assert "model.name 'tiny'" in capsys.readouterr().err
     assert not dry or not (tmp_path / "run").exists()  # a dry run creates nothing
@@ -192,9 +181,6 @@ def test_bad_data_folders_and_tokenizers_fail_before_the_model_loads(tmp_path, n
 ])
 def test_the_digit_density_of_the_data_is_logged(name, options, counts, says, caplog):
     """N_tok and N_dig of the data (the objective's own count) and their ratio, hand-counted."""
-    from types import SimpleNamespace
-
-    from numloss import DigitVocab, build_loss
     from numloss.train import log_digit_density
 
     vocab = DigitVocab(list(range(10)), decimal_point_id=10)
@@ -209,15 +195,13 @@ def test_the_digit_density_of_the_data_is_logged(name, options, counts, says, ca
 def test_resume_checks_the_output_dir_before_setting_a_checkpoint_aside(tmp_path, monkeypatch):
     """An output dir that cannot be written is one clear line, before --resume renames anything
     in it (it was a raw OSError from the rename)."""
-    import numloss.train.folder as train_module
-
     out = tmp_path / "run"
     (out / "checkpoint-2").mkdir(parents=True)  # no marker: incomplete, would be set aside
 
     def unwritable(path):
         raise ConfigError(f"train.output_dir {str(path)!r} cannot be written")
 
-    monkeypatch.setattr(train_module, "check_output_dir", unwritable)
+    monkeypatch.setattr("numloss.train.folder.check_output_dir", unwritable)
     with pytest.raises(ConfigError, match="cannot be written"):
         run_training(load_config(TINY, ["--train.output_dir", str(out), "--train.resume", "true"]))
     assert (out / "checkpoint-2").is_dir() and not list(out.glob("partial-*"))

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import copy
 
 import pytest
 
@@ -110,14 +111,6 @@ SMOLLM2_TEMPLATE = (
 )
 
 
-def chat_tokenizer():
-    import copy
-
-    tok = copy.deepcopy(TOKENIZER)
-    tok.chat_template = SMOLLM2_TEMPLATE
-    return tok
-
-
 def chat_dataset() -> Dataset:
     rows = []
     for a, b in [(12, 7), (305, 41), (9, 9), (66, 77)]:
@@ -149,7 +142,8 @@ def test_chat_data_learns_the_assistant_turns_only_for_every_objective(tmp_path)
     MLE (docs/integration.md's A/B baseline: the arms compare losses, not maskings). A plain
     SFTTrainer arm would learn every token of the conversation (TRL's default), which is
     NumericSFTTrainer(assistant_only=False), not the numloss arm's masking."""
-    tok = chat_tokenizer()
+    tok = copy.deepcopy(TOKENIZER)
+    tok.chat_template = SMOLLM2_TEMPLATE
 
     def arm(trainer_class, sft=(), **kwargs):
         return trainer_class(model=model(), train_dataset=chat_dataset(), processing_class=tok,
