@@ -9,7 +9,6 @@ from unittest import mock
 import pytest
 
 import numloss.train
-from numloss.compare import main as compare_main
 from numloss.compare import run_comparison
 from numloss.compare.config import compare_config_from_dict, load_compare_config, select_objectives
 from numloss.compare.report import REPORT_FILES
@@ -33,10 +32,6 @@ def _mapping(out, embeddings: bool = True, **extra) -> dict:
         "evaluation": {"batch_size": 64, "teacher_forced_batch_size": 64, "embeddings": embeddings},
         "output_dir": str(out),
     } | extra
-
-
-def no_training(*args, **kwargs):
-    raise AssertionError("a finished or recorded run was trained again")
 
 
 @pytest.fixture(scope="module")
@@ -123,7 +118,6 @@ def test_jobs_give_the_same_results_reported_as_they_finish(tmp_path) -> None:
     ({"base": {"train": {"learning_rat": 1}}}, "did you mean 'train.learning_rate'"),
     ({"jobs": 0}, "jobs: expected an integer >= 1"),
     ({"learning": {"threshold": 1.5}}, "learning.threshold"),
-    ({"learning": {"evry": 3}}, "learning: unknown key"),
 ])
 def test_config_errors_name_the_key(change, message, tmp_path) -> None:
     with pytest.raises(ConfigError, match=message):
@@ -135,18 +129,6 @@ def test_objectives_are_selected_by_label_or_name(tmp_path) -> None:
     assert [s.label for s in select_objectives(compare, ["del", "ntl-was"])] == ["del-a0.3", "ntl-was"]
     with pytest.raises(ConfigError, match="neither a label"):
         select_objectives(compare, ["nope"])
-
-
-@pytest.mark.parametrize(("missing", "words"), [("config", "comparison config '"), ("model", "model.name: ")])
-def test_a_missing_config_or_model_is_refused_in_one_line_before_any_run(missing, words, tmp_path, capsys) -> None:
-    mapping = _mapping(tmp_path / "out")
-    mapping["base"]["model"] = {"name": "numloss-test/definitely-not-cached"}
-    if missing == "model":
-        (tmp_path / "c.yaml").write_text(json.dumps(mapping))  # JSON is YAML
-    assert compare_main([str(tmp_path / "c.yaml")]) == 2
-    error = capsys.readouterr().err.strip()
-    assert error.startswith(f"numloss compare: {words}") and "\n" not in error, error
-    assert not (tmp_path / "out").exists()
 
 
 def test_shipped_configs_load_and_state_dels_alpha() -> None:
@@ -162,7 +144,6 @@ def test_shipped_configs_load_and_state_dels_alpha() -> None:
         minimum = 1000 if path.name.startswith("compare-chunked") else 200 if compare.base["model"]["name"] == "smollm2" else 2000
         assert compare.task.test_size >= minimum, f"{path.name}: held-out sets of at least {minimum} items"
         assert not getattr(compare.task, "benchmarks", ()) or compare.task.benchmark_limit >= 200, path.name
-        assert compare.jobs >= 1
 
 
 def test_demo_is_the_default_grid_cut_down(tmp_path) -> None:
@@ -274,7 +255,7 @@ def test_records_carry_a_grid_into_a_new_checkout(finished, monkeypatch, tmp_pat
     from numloss.compare.runner import record_path
 
     compare, _, out = finished
-    monkeypatch.setattr(numloss.train, "run_training", no_training)
+    monkeypatch.setattr(numloss.train, "run_training", lambda *a, **k: pytest.fail("a finished or recorded run was trained again"))
     compare.seeds = [0, 1]  # seed 1 was never run: it is left out, not trained
     results = run_grid(compare, progress=False, finished_only=True)
     assert [(r["label"], r["seed"]) for r in results] == [("mle", 0), ("del-a0.3", 0)]
@@ -295,8 +276,7 @@ def test_records_carry_a_grid_into_a_new_checkout(finished, monkeypatch, tmp_pat
     again = run_grid(fresh, progress=False)
     assert [r["hash"] for r in again] == [r["hash"] for r in first]
     assert again[0]["evaluation"] == json.loads(json.dumps(first[0]["evaluation"]))
-    summary = run_comparison(fresh, progress=False, print_table=False, finished_only=True)
-    assert summary
+    run_comparison(fresh, progress=False, print_table=False, finished_only=True)
     report = (tmp_path / "new-checkout" / "report.md").read_text()
     assert "torch " in report and "runs made on" not in report  # one machine: its line, without counts
 
