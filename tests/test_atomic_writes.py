@@ -15,10 +15,21 @@ from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
+from grid_driver import _copy
 
 import numloss.atomic
+import numloss.compare.report as compare_report
 from faultrun import file_size_limit, logged_steps, snapshot
 from numloss.atomic import write_bytes_atomic, write_json_atomic, write_text_atomic
+from numloss.compare.config import compare_config_from_dict
+from numloss.compare.runner import _clear_run_dir, write_record
+from numloss.config import Config, ConfigError
+from numloss.evaluate.api import evaluate
+from numloss.evaluate.report import write_report
+from numloss.evaluate.store import ResultsFile
+from numloss.train import record_config
+from numloss.train.callbacks import CSVLogCallback
+from test_eval_faults import Echo
 
 
 @pytest.fixture
@@ -102,17 +113,11 @@ def _compare_result(label: str = "mle", seed: int = 0) -> dict:
 
 
 def _eval_report(folder: Path, monkeypatch):
-    from numloss.evaluate.api import evaluate
-    from numloss.evaluate.report import write_report
-    from test_eval_faults import Echo
-
     report = evaluate(Echo("3"), "synthetic:arithmetic", limit=2, digit_stats=False, program_of_thought=False)
     return lambda n: write_report(folder, report)
 
 
 def _eval_items(folder: Path, monkeypatch):
-    from numloss.evaluate.store import ResultsFile
-
     store = ResultsFile(folder / "items.jsonl")
     store.records = lambda: [{"a": 1}, {"a": 2}]  # the type checks are another test's subject
     store.path.write_text('{"a": 1}\n{"a": 2}\n')
@@ -120,23 +125,17 @@ def _eval_items(folder: Path, monkeypatch):
 
 
 def _compare_report(folder: Path, monkeypatch):
-    import numloss.compare.report as report
-
-    monkeypatch.setattr(report, "_plots", lambda summary, results, out: [])
-    monkeypatch.setattr(report, "aggregate", lambda results: {})
-    monkeypatch.setattr(report, "markdown_report", lambda summary, meta, plots: f"# report of {meta['runs']} runs\n")
-    return lambda n: report.write_report([_compare_result()], folder, {"runs": n})
+    monkeypatch.setattr(compare_report, "_plots", lambda summary, results, out: [])
+    monkeypatch.setattr(compare_report, "aggregate", lambda results: {})
+    monkeypatch.setattr(compare_report, "markdown_report", lambda summary, meta, plots: f"# report of {meta['runs']} runs\n")
+    return lambda n: compare_report.write_report([_compare_result()], folder, {"runs": n})
 
 
 def _compare_record(folder: Path, monkeypatch):
-    from numloss.compare.runner import write_record
-
     return lambda n: write_record(folder, _compare_result(seed=n))  # a new record: none torn
 
 
 def _also_to_copy(folder: Path, monkeypatch):
-    from grid_driver import _copy
-
     for n in (0, 1):  # a record, then a newer one of the same name
         (folder / f"r{n}").mkdir()
         (folder / f"r{n}" / "r.json").write_text(f'{{"hash": {n}}}')
@@ -144,9 +143,6 @@ def _also_to_copy(folder: Path, monkeypatch):
 
 
 def _config_yaml(folder: Path, monkeypatch):
-    from numloss.config import Config
-    from numloss.train import record_config
-
     def write(n: int) -> None:
         config = Config()
         config.train.learning_rate = 0.5 + n
@@ -166,7 +162,6 @@ def test_log_csv_resume_drops_a_torn_row_and_later_steps(tmp_path, fail_at) -> N
     """A resume writes the rows of the checkpoint's log history anew: the interrupted run's later
     rows and its torn last one are gone, appends continue from there, and a failed rewrite keeps
     the file as it was."""
-    from numloss.train.callbacks import CSVLogCallback
 
     def state(history):
         return SimpleNamespace(is_world_process_zero=True, global_step=len(history), log_history=history)
@@ -198,9 +193,6 @@ def victim(tmp_path) -> Path:
 
 @pytest.mark.parametrize("label", ["../../victim", "a/b", "a\\b", "..", "x..y", ".hidden", "/abs", "", " "])
 def test_a_label_that_is_not_a_name_is_refused_and_the_victim_survives(label, tmp_path, victim) -> None:
-    from numloss.compare.config import compare_config_from_dict
-    from numloss.config import ConfigError
-
     out = tmp_path / "a" / "b"
     mapping = {"objectives": [{"label": label, "name": "mle"}], "output_dir": str(out),
                "base": {"model": {"name": "tiny"}, "train": {"max_steps": 1}}}
@@ -211,9 +203,6 @@ def test_a_label_that_is_not_a_name_is_refused_and_the_victim_survives(label, tm
 
 
 def test_clearing_a_run_folder_outside_runs_is_refused(tmp_path, victim) -> None:
-    from numloss.compare.runner import _clear_run_dir
-    from numloss.config import ConfigError
-
     out = tmp_path / "a" / "b"
     (out / "runs").mkdir(parents=True)
     with pytest.raises(ConfigError):
