@@ -18,6 +18,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+import psutil
+
 HERE = Path(__file__).parent
 
 
@@ -72,21 +74,8 @@ def subreaper() -> Iterator[None]:
 
 
 def descendants(root: int) -> list[str]:
-    """Host pids (as strings) of every process below `root`, from /proc's parent links."""
-    children: dict[int, list[str]] = {}
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            try:
-                ppid = int(open(f"/proc/{entry}/stat", encoding="utf-8").read().rsplit(")", 1)[1].split()[1])
-            except (OSError, IndexError, ValueError):
-                continue
-            children.setdefault(ppid, []).append(entry)
-    found, todo = [], [root]
-    while todo:
-        for child in children.get(int(todo.pop()), []):
-            found.append(child)
-            todo.append(child)
-    return found
+    """Host pids (as strings) of every process below `root`."""
+    return [str(child.pid) for child in psutil.Process(root).children(recursive=True)]
 
 
 def pid_namespace(pid: str) -> str:
