@@ -95,10 +95,8 @@ def _uid(pid: str) -> int:
 
 @needs_kernel_sandbox
 def test_the_program_is_nobody_in_namespaces_of_its_own_with_the_policys_rlimits_and_the_oom_killers_first_choice():
-    """uid 65534 without capabilities (its host uid: test_two_evaluators_never_share_a_host_uid_...);
-    its own ipc, uts, net, pid and mount namespaces; every rlimit of `policy.rlimits`; every process
-    of the sandbox starts with the highest oom_score_adj, which an evaluator holding
-    CAP_SYS_RESOURCE (root with its capabilities) also makes a floor."""
+    """Its host uid: test_two_evaluators_never_share_a_host_uid_...; every process of the sandbox
+    starts with the highest oom_score_adj, a floor where the evaluator holds CAP_SYS_RESOURCE."""
     rlimits = policy.rlimits(LIMITS)
     source = ("import os, resource, socket\nst = dict(l.split(':', 1) for l in open('/proc/self/status').read().splitlines())\n"
               "print(os.getresuid(), os.getresgid(), os.getgroups())\n"
@@ -342,8 +340,6 @@ ENDINGS = [
 
 @needs_kernel_sandbox
 def test_each_ending_is_reported_from_one_pool_in_order(monkeypatch):
-    """All of ENDINGS at once: each result in input order with its status, detail and exit status,
-    within the wall clock, and no process of its namespace left (a setsid child included)."""
     # with its user's epoll watches used up: a non-root evaluator shares fs.epoll.max_user_watches
     # with its programs, and a program's processes can make millions of watches (about 0.9 M per
     # CPU second): the evaluator's own waits must not need one (ENOSPC would fail every run)
@@ -550,11 +546,6 @@ def test_the_unisolated_mode_still_guards(name, source, status, detail):
     result = sandbox.audithook.run(source, LIMITS)
     assert result.status == status and detail in result.detail, (name, result)
     assert result.isolation == "unisolated"
-
-
-def test_the_package_exports_the_contract():
-    for name in ("run_program", "run_programs", "SandboxLimits", "ProgramResult", "SandboxUnavailable", "isolation"):
-        assert getattr(evaluate, name) is getattr(sandbox, name)
 
 
 # ---- eval records the isolation and fails closed to chain of thought ----------------------------
