@@ -1,16 +1,8 @@
 """Benign programs in the real sandbox give the answer `python prog.py` gives, within what one
 program may take from the evaluator and the other programs.
 
-Each shape of the corpus is a program people write (pickling a top-level function or class,
-`multiprocessing.Pool` with and without a main guard, `ProcessPoolExecutor`, `asyncio`,
-`socket.socketpair`, `multiprocessing.Manager`, a duplex `Pipe`, a unix socket in the temporary
-folder, the user's locale): it runs once on the host as ``python prog.py`` and once in the sandbox
-through the `numloss` protocol's script, and the two outputs must be equal. The `released`
-protocol keeps the released executor's behaviour: it wraps the program in a function, so the
-pickling shapes lose their answer there (as they do under the released code), and the socket
-shapes keep it (as the released code prints it). The limits: processes and threads, the CPU
-clock, the evaluator's memory under programs printing their whole output cap, the CPU under a
-program that starts sessions of its own, and the per-program cgroup where the machine gives one.
+Each program of the corpus is a shape people write: it runs once on the host as ``python prog.py``
+and once in the sandbox through the `numloss` protocol's script, and the two outputs must be equal.
 """
 
 from __future__ import annotations
@@ -218,38 +210,32 @@ if __name__ == "__main__":
 }
 
 ALL = {**CORPUS, **PLAIN}
-NUMLOSS_ONLY = [*CORPUS, "forkserver_and_spawn_pools"]
-
-
-def python_prog_py(source: str, folder) -> tuple[str, int]:
-    """(stdout, exit status) of `python prog.py` on the host in `folder`, stdin at EOF, with the
-    locale the sandbox has (C.UTF-8)."""
-    (folder / "prog.py").write_text(source)
-    # a short TMPDIR: Manager and forkserver bind a unix socket below it, and pytest's tmp_path can
-    # pass the 108 bytes a socket path may have (as uid 65534 it lies below the non-root run's HOME)
-    with tempfile.TemporaryDirectory(prefix="np-") as short:
-        env = {"PATH": "/usr/bin:/bin", "HOME": str(folder), "LANG": "C.UTF-8", "TMPDIR": short}
-        done = subprocess.run([sys.executable, "prog.py"], cwd=folder, env=env, capture_output=True, text=True,
-                              stdin=subprocess.DEVNULL, timeout=120)
-    return done.stdout, done.returncode
+#: every program by (how, name): the corpus through the numloss protocol's script and the released
+#: one, PLAIN as it is; the start methods that re-run the main file in each child (forkserver is
+#: Python 3.14's default) also through the numloss one: its fresh __main__ must name that file and
+#: hand the child its functions
+RUNS = {("numloss", n): NUMLOSS.script(ALL[n]) for n in [*CORPUS, "forkserver_and_spawn_pools"]}
+RUNS |= {("released", n): RELEASED.script(CORPUS[n]) for n in [*PICKLING, *SOCKETS]}
+RUNS |= {("plain", n): PLAIN[n] for n in PLAIN}
 
 
 @pytest.fixture(scope="module")
 def sandboxed() -> dict[tuple[str, str], object]:
-    """Every program in one pool, by (how, name): the corpus through the numloss protocol's script
-    and the released one, PLAIN as it is; the start methods that re-run the main file in each child
-    (forkserver is Python 3.14's default) also through the numloss one: its fresh __main__ must
-    name that file and hand the child its functions."""
-    runs = {("numloss", n): NUMLOSS.script(ALL[n]) for n in NUMLOSS_ONLY}
-    runs |= {("released", n): RELEASED.script(CORPUS[n]) for n in [*PICKLING, *SOCKETS]}
-    runs |= {("plain", n): PLAIN[n] for n in PLAIN}
-    return dict(zip(runs, run_programs(list(runs.values()), LIMITS, workers=4), strict=True))
+    """Every program of RUNS, in one pool."""
+    return dict(zip(RUNS, run_programs(list(RUNS.values()), LIMITS, workers=4), strict=True))
 
 
-@pytest.mark.parametrize("how, name", [*(("numloss", n) for n in NUMLOSS_ONLY), *(("released", n) for n in [*PICKLING, *SOCKETS]),
-                                       *(("plain", n) for n in PLAIN)])
+@pytest.mark.parametrize("how, name", RUNS)
 def test_each_program_gives_what_python_prog_py_gives(sandboxed, how, name, tmp_path):
-    stdout, status = python_prog_py(ALL[name], tmp_path)
+    # on the host, stdin at EOF, with the sandbox's locale (C.UTF-8) and a short TMPDIR: Manager and
+    # forkserver bind a unix socket below it, and pytest's tmp_path can pass the 108 bytes a socket
+    # path may have (as uid 65534 it lies below the non-root run's HOME)
+    (tmp_path / "prog.py").write_text(ALL[name])
+    with tempfile.TemporaryDirectory(prefix="np-") as short:
+        env = {"PATH": "/usr/bin:/bin", "HOME": str(tmp_path), "LANG": "C.UTF-8", "TMPDIR": short}
+        host = subprocess.run([sys.executable, "prog.py"], cwd=tmp_path, env=env, capture_output=True, text=True,
+                              stdin=subprocess.DEVNULL, timeout=120)
+    stdout, status = host.stdout, host.returncode
     assert status == 0 or how == "plain", stdout  # a corpus program answers
     if how == "released":
         # the socket answers, with the trailing newline the released wrapper strips; and the pickling
@@ -267,13 +253,11 @@ _THREADS = ("from concurrent.futures import ThreadPoolExecutor\nimport threading
             "with ThreadPoolExecutor(16) as pool:\n    print(sum(pool.map(go.wait, [0.5] * 16)) == 0)\n")
 _HELD = """
 import os, time
-children = 0
 try:
     while True:
         if os.fork() == 0:
             time.sleep(60)
             os._exit(0)
-        children += 1
 except OSError:
     pass
 os.wait()
