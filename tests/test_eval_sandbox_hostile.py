@@ -20,8 +20,10 @@ import os
 import shutil
 import socket
 import subprocess
+import sys
 import tempfile
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -38,7 +40,6 @@ LIMITS = SandboxLimits(wall_seconds=3.0, cpu_seconds=2, memory_bytes=512 << 20, 
                        max_processes=32, tmpfs_bytes=8 << 20)
 CANARY = "numloss-canary-7f3a9c"
 HOSTILE = load()
-TEMPLATES = {h.name: h.template for h in HOSTILE}
 
 
 def _number_after(text: str, label: str) -> int:
@@ -223,9 +224,6 @@ def test_the_evaluator_keeps_its_kernel_budgets_while_a_hostile_program_runs():
     that tries to drain them (inotify instances, queued signals, message queues, ptys), and
     memory: what the host holds outside every process while that program tries to hold 2.3 GiB
     beside its limits stays within its tmpfs and some slack."""
-    import sys
-    from concurrent.futures import ThreadPoolExecutor
-
     def measure() -> str:
         return subprocess.run([sys.executable, "-c", _BUDGETS], capture_output=True, text=True, timeout=60).stdout.strip()
 
@@ -233,7 +231,7 @@ def test_the_evaluator_keeps_its_kernel_budgets_while_a_hostile_program_runs():
     # shared memory, semaphore sets, tmpfs xattrs, unread socket and pipe buffers) and to drain the
     # budgets, one after the other: each way is refused or capped; were one not, the host would see it
     ways = ("memfd_hold", "sysv_shm_hold", "sysv_sem_hold", "tmpfs_xattr_flood", "socket_and_pipe_buffers", "kernel_budgets")
-    drain = "\n".join(TEMPLATES[name] for name in ways) + "\nimport time\ntime.sleep(4)\n"
+    drain = "\n".join(h.template for h in HOSTILE if h.name in ways) + "\nimport time\ntime.sleep(4)\n"
     limits = SandboxLimits(wall_seconds=8, cpu_seconds=6)
     healthy = "True 20 True True"
     assert measure() == healthy
