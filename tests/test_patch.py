@@ -3,9 +3,18 @@
 from __future__ import annotations
 
 import copy
+import importlib
+import sys
 
 import pytest
 import torch
+import torch.distributed as dist
+from accelerate import Accelerator
+from accelerate.state import AcceleratorState, GradientState
+from peft import LoraConfig, get_peft_model
+from torch.distributed.device_mesh import init_device_mesh
+from torch.distributed.tensor import Shard, distribute_tensor
+from transformers import Trainer
 
 import numloss
 from numloss import build_loss
@@ -36,10 +45,6 @@ def test_a_patched_model_takes_numeric_trainers_step(driver, tmp_path):
     num_items_in_batch to the patched forward (2 x 4 accumulation, normalize="tokens"); a plain
     loop over 4 micro-batches of 2 passes the step's token and digit counts; accelerate's
     prepare/backward wraps one batch of 8."""
-    from accelerate import Accelerator
-    from accelerate.state import AcceleratorState, GradientState
-    from transformers import Trainer
-
     options = {} if "loop" in driver else {"normalize": "tokens"}
     start = params(tiny_llama())
     reference = numeric_trainer_update("del", tmp_path / "ref", 8, 1, **options)
@@ -69,8 +74,6 @@ def test_a_patched_model_takes_numeric_trainers_step(driver, tmp_path):
 
 
 def test_patch_reaches_through_peft_and_copies_stay_independent():
-    from peft import LoraConfig, get_peft_model
-
     model = get_peft_model(tiny_llama(), LoraConfig(r=2, target_modules=["q_proj"], init_lora_weights=False))
     loss_fn = build_loss("ntl-was", VOCAB)
     numloss.patch(model, loss_fn, fused=True)
@@ -91,8 +94,6 @@ def test_what_cannot_be_exact_is_refused():
         model(**batch, logits_to_keep=1)
     with pytest.raises(TypeError, match="numloss objective"):
         numloss.patch(tiny_llama(), torch.nn.CrossEntropyLoss())
-    from peft import LoraConfig, get_peft_model
-
     adapted_head = get_peft_model(tiny_llama(), LoraConfig(r=2, target_modules=["lm_head"]))
     with pytest.raises(ValueError, match="lm_head"):
         numloss.patch(adapted_head, build_loss("del", VOCAB), fused=True)
@@ -108,9 +109,6 @@ def test_what_cannot_be_exact_is_refused():
 
 
 def test_numloss_trl_without_trl_says_how_to_install_it(monkeypatch):
-    import importlib
-    import sys
-
     monkeypatch.setitem(sys.modules, "trl", None)  # import trl now raises ImportError
     monkeypatch.delitem(sys.modules, "numloss.trl", raising=False)
     with pytest.raises(ImportError, match=r"numloss.trl needs trl, which is not installed: install numloss with its \[trl\] extra"):
@@ -120,10 +118,6 @@ def test_numloss_trl_without_trl_says_how_to_install_it(monkeypatch):
 def test_a_head_still_sharded_inside_its_forward_is_refused(tmp_path):
     """A weight split over ranks inside the head's forward is tensor parallelism: refused, never
     a fused loss computed on a shard. (One gloo rank; a Shard(0) DTensor head.)"""
-    import torch.distributed as dist
-    from torch.distributed.device_mesh import init_device_mesh
-    from torch.distributed.tensor import Shard, distribute_tensor
-
     dist.init_process_group("gloo", init_method=f"file://{tmp_path / 'rendezvous'}", rank=0, world_size=1)
     try:
         model = tiny_llama()
