@@ -54,12 +54,10 @@ def test_mammoth_directory_layout_aliases_and_limit(tmp_path):
     (tmp_path / "mmlu" / "mathematics.json").write_text((FIXTURES / "mmlu_math.json").read_text())
     assert len(load_benchmark("gsm8k", data_dir=tmp_path)) == 5
     assert len(load_benchmark("gsm8k", data_dir=tmp_path, limit=2)) == 2
-    with pytest.raises(BenchmarkError, match="positive"):
-        load_benchmark("gsm8k", data_dir=tmp_path, limit=0)
     assert len(load_benchmark("mmlu_mathematics", data_dir=tmp_path)) == 3
 
 
-def test_explicit_path_parquet_and_hub_style_records(tmp_path):
+def test_explicit_paths_parquet_hub_style_records_and_math_formats(tmp_path):
     import pyarrow as pa
     import pyarrow.parquet as pq
 
@@ -70,9 +68,6 @@ def test_explicit_path_parquet_and_hub_style_records(tmp_path):
     bench = load_benchmark("sat", path=path)
     assert bench.items[0].answer == "B" and bench.items[0].options == ("2", "5", "10", "20")
     assert bench.items[0].question.startswith("If 2x = 10, what is x?\nAnswer Choices: (A) 2")
-
-
-def test_math_formats(tmp_path):
     mammoth = tmp_path / "MATH.json"
     mammoth.write_text(json.dumps([{"question": "What is 1+1?", "answer": ["2", 2.0]}]))
     assert load_benchmark("math", path=mammoth).items[0].answer == "2"
