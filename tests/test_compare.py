@@ -14,24 +14,18 @@ from numloss.compare.config import compare_config_from_dict, load_compare_config
 from numloss.compare.report import REPORT_FILES
 from numloss.compare.runner import run_grid
 from numloss.config import ConfigError
+from test_compare_faults import _mapping as faults_mapping
 
 CONFIGS = Path(__file__).resolve().parents[1] / "configs"
 
 
 def _mapping(out, embeddings: bool = True, **extra) -> dict:
-    return {
-        "base": {
-            "model": {"name": "tiny", "tiny_layers": 1, "tiny_hidden": 32, "tiny_heads": 2},
-            "data": {"max_length": 32},
-            "train": {"max_steps": 3, "batch_size": 8, "learning_rate": 1e-3, "logging_steps": 1,
-                      "report_to": ["none"], "save_steps": 0, "bf16": False, "progress_bar": False},
-        },
-        "task": {"train_size": 40, "test_size": 24},
-        "objectives": ["mle", {"label": "del-a0.3", "name": "del", "alpha": 0.3}],
-        "seeds": [0],
-        "evaluation": {"batch_size": 64, "teacher_forced_batch_size": 64, "embeddings": embeddings},
-        "output_dir": str(out),
-    } | extra
+    """test_compare_faults' tiny grid: here 3 steps of two objectives, 40 training and 24 held-out items."""
+    mapping = faults_mapping(out, **{"objectives": ["mle", {"label": "del-a0.3", "name": "del", "alpha": 0.3}]} | extra)
+    mapping["base"]["train"]["max_steps"] = 3
+    mapping["task"] = {"train_size": 40, "test_size": 24}
+    mapping["evaluation"]["embeddings"] = embeddings
+    return mapping
 
 
 @pytest.fixture(scope="module")
