@@ -11,7 +11,7 @@ from transformers import PreTrainedTokenizerFast
 
 from numloss.digits import DigitVocab, find_digits, place_weights
 from reference.definitions import ref_place_weight, ref_slots_row
-from test_losses import DIGIT_IDS, POINT_ID, VOCAB, WIDTH, batch  # '_' an ignored position
+from test_losses import VOCAB, WIDTH, batch  # '_' an ignored position
 from tokenizer_styles import single_digit_style
 
 
@@ -23,6 +23,17 @@ def places(*rows: str) -> list[list[int | None]]:
     for index, place in zip(digits.index.tolist(), digits.place.tolist(), strict=True):
         flat[index] = place
     return [flat[r * labels.shape[1] : (r + 1) * labels.shape[1]] for r in range(len(rows))]
+
+
+def slots_by_reference(labels: torch.Tensor, vocab: DigitVocab) -> list[tuple[int, int, int, int]]:
+    """(flat position, slot, digit, place) of every digit slot, from the row-scanning loop."""
+    tokens = {i: (str(k), False) for k, i in enumerate(vocab.digit_ids)}
+    tokens.update({i: (d, s) for i, d, s in vocab.number_tokens})
+    out = []
+    for b, row in enumerate(labels.tolist()):
+        for t, slots in enumerate(ref_slots_row(row, tokens, vocab.decimal_point_id)):
+            out += [(b * labels.shape[1] + t, j, digit, place) for j, digit, place, _ in slots]
+    return out
 
 
 def wordlevel(tokens: list[str]) -> PreTrainedTokenizerFast:
@@ -104,12 +115,9 @@ def test_vectorised_digits_match_the_row_scanning_reference(rows):
     """Position, target and place of every digit; one slot per token."""
     labels = batch(*rows)
     digits = find_digits(labels, VOCAB, WIDTH)
-    tokens, expected = {i: (str(k), False) for k, i in enumerate(DIGIT_IDS)}, []
-    for b, row in enumerate(labels.tolist()):
-        for t, slots in enumerate(ref_slots_row(row, tokens, POINT_ID)):
-            expected += [(b * labels.shape[1] + t, digit, place) for _, digit, place, _ in slots]
-    assert list(zip(digits.index.tolist(), digits.target.tolist(), digits.place.tolist(), strict=True)) == expected
-    assert torch.equal(digits.rows, digits.index) and digits.slot.eq(0).all()
+    fields = (digits.index, digits.slot, digits.target, digits.place)
+    assert list(zip(*(field.tolist() for field in fields), strict=True)) == slots_by_reference(labels, VOCAB)
+    assert torch.equal(digits.rows, digits.index)
 
 
 # -- weights ------------------------------------------------------------------------------------

@@ -7,30 +7,19 @@ import csv
 import json
 import re
 import warnings
-from pathlib import Path
 
 import pytest
 import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from transformers import AutoTokenizer
 
+from faultrun import TINY
 from numloss.digits import DigitVocab, DigitVocabError, digit_coverage, find_digits, split_digits
 from numloss.losses.number_tokens import bucket_logsumexp, slot_logits
-from reference.definitions import ref_slots_row
-from test_digits import wordlevel
+from numloss.train import main
+from test_digits import slots_by_reference, wordlevel
 from tokenizer_styles import encode, gpt2_style, llama3_style
-
-
-def slots_by_reference(labels: torch.Tensor, vocab: DigitVocab) -> list[tuple[int, int, int, int]]:
-    """(flat position, slot, digit, place) of every digit slot, from the row-scanning loop."""
-    tokens = {i: (str(k), False) for k, i in enumerate(vocab.digit_ids)}
-    tokens.update({i: (d, s) for i, d, s in vocab.number_tokens})
-    out = []
-    for b, row in enumerate(labels.tolist()):
-        for t, slots in enumerate(ref_slots_row(row, tokens, vocab.decimal_point_id)):
-            out += [(b * labels.shape[1] + t, j, digit, place) for j, digit, place, _ in slots]
-    return out
-
 
 # -- the table, by behaviour ----------------------------------------------------------------------
 
@@ -178,13 +167,8 @@ def test_complete_groups_are_recognised_and_duplicates_are_pooled():
 
 @pytest.mark.parametrize("objective", [["--objective.name", "del", "--objective.alpha", "1.0"], ["--objective.name", "ntl-was", "--objective.options", "{level: token}"]])
 def test_numloss_train_runs_with_a_chunked_number_tokenizer(tmp_path, objective):
-    from transformers import AutoTokenizer
-
-    from numloss.train import main
-
-    fixture = Path(__file__).parent / "fixtures" / "train" / "tiny-test.yaml"
     out = tmp_path / "run"
-    argv = [str(fixture), "--train.output_dir", str(out), "--model.tiny_digits_per_token", "3", *objective]
+    argv = [str(TINY), "--train.output_dir", str(out), "--model.tiny_digits_per_token", "3", *objective]
     assert main(argv) == 0
     tok = AutoTokenizer.from_pretrained(out / "final")
     assert tok.convert_ids_to_tokens(tok("12345", add_special_tokens=False)["input_ids"]) == ["123", "45"]
