@@ -16,7 +16,16 @@ from pathlib import Path
 import pytest
 
 import numloss.atomic
-from faultrun import at_call
+import numloss.compare.report
+import numloss.train
+import numloss.train.folder
+import numloss.train.run
+from faultrun import RUN, TINY, at_call
+from numloss.compare import main as compare_main
+from numloss.compare import runner
+from numloss.evaluate import cli
+from numloss.evaluate.store import ResultsFile
+from test_compare_faults import _mapping, _write
 from test_eval_faults import tiny_eval
 
 # each case trains or evaluates twice (the fault, then the next command); test_atomic_writes
@@ -47,8 +56,6 @@ def _run(main, argv: list[str], capsys, fault: str | None = None) -> int:
 # -- eval ------------------------------------------------------------------------------------------
 @pytest.fixture(scope="module")
 def eval_reference(tmp_path_factory) -> dict:
-    from numloss.evaluate import cli
-
     out = tmp_path_factory.mktemp("eval-reference") / "out"
     assert cli.main(tiny_eval("tiny", out, "--batch-size", "1")) == 0
     return {"items": (out / "items.jsonl").read_text().splitlines(), "report": json.loads((out / "results.json").read_text())}
@@ -57,9 +64,6 @@ def eval_reference(tmp_path_factory) -> dict:
 @pytest.mark.parametrize("fault", list(FAULTS))
 @pytest.mark.parametrize("point", ["second-batch", "report"])
 def test_eval_fault_then_the_same_command(point, fault, tmp_path, capsys, monkeypatch, eval_reference) -> None:
-    from numloss.evaluate import cli
-    from numloss.evaluate.store import ResultsFile
-
     out = tmp_path / "out"
     argv = tiny_eval("tiny", out, "--batch-size", "1")
     owner, name, nth = (ResultsFile, "append", 2) if point == "second-batch" else (numloss.atomic, "write_bytes_atomic", 1)
@@ -81,9 +85,6 @@ def test_eval_fault_then_the_same_command(point, fault, tmp_path, capsys, monkey
 def _compare(tmp_path: Path, out: Path, capsys, fault: str | None = None) -> int:
     """test_compare_faults' tiny grid into `out`, its records in tmp_path/records (the twin of
     conftest's compare_recorded, the uninterrupted run)."""
-    from numloss.compare import main as compare_main
-    from test_compare_faults import _mapping, _write
-
     config = _write(tmp_path / "c.yaml", _mapping(out, records_dir=str(tmp_path / "records")))
     return _run(compare_main, [config, "--no-progress"], capsys, fault)
 
@@ -97,13 +98,10 @@ def _outcome(result: dict) -> dict:
 @pytest.mark.parametrize("fault", list(FAULTS))
 @pytest.mark.parametrize("point", ["result", "record", "report"])
 def test_compare_fault_then_the_same_command(point, fault, tmp_path, capsys, monkeypatch, compare_recorded) -> None:
-    import numloss.compare.report as report
-    import numloss.compare.runner as runner
-
     reference = json.loads((compare_recorded[0] / "out" / "runs" / "mle-s0" / "result.json").read_text())
     out = tmp_path / "out"
     owner, name = {"result": (runner, "_write_json_atomic"), "record": (runner, "write_record"),
-                   "report": (report, "write_report")}[point]
+                   "report": (numloss.compare.report, "write_report")}[point]
     with monkeypatch.context() as patch:
         at_call(patch, [owner], name, 1, FAULTS[fault])
         _compare(tmp_path, out, capsys, fault)
@@ -121,19 +119,14 @@ def test_compare_fault_then_the_same_command(point, fault, tmp_path, capsys, mon
 @pytest.mark.parametrize("fault", list(FAULTS))
 @pytest.mark.parametrize("point", ["config.yaml", "log_history.json"])
 def test_train_fault_at_its_own_files_then_resume(point, fault, tmp_path, capsys, monkeypatch) -> None:
-    import numloss.train as train
-    import numloss.train.folder
-    import numloss.train.run
-    from faultrun import RUN, TINY
-
     out = tmp_path / "run"
     argv = [str(TINY), "--train.output_dir", str(out), *RUN]
     owner, name = (numloss.train.folder, "record_config") if point == "config.yaml" else (numloss.train.run, "write_json_atomic")
     with monkeypatch.context() as patch:
         at_call(patch, [owner], name, 1, FAULTS[fault])
-        _run(train.main, argv, capsys, fault)
+        _run(numloss.train.main, argv, capsys, fault)
     # the next command: the one the line names (--resume when a checkpoint is whole; else the same)
     resume = ["--resume"] if list(out.glob("checkpoint-*/numloss_checkpoint.json")) else []
-    assert _run(train.main, [*argv, *resume], capsys) == 0
+    assert _run(numloss.train.main, [*argv, *resume], capsys) == 0
     assert (out / "final" / "numloss_checkpoint.json").is_file()
     assert json.loads((out / "log_history.json").read_text())
