@@ -90,7 +90,7 @@ THINK = "<think>\nMaybe it is {o}? Let me check again.\n</think>\n"
 
 
 def number_forms(value: Fraction) -> dict[str, str]:
-    """The forms of one number (those that apply to it; `text_axes` sorts them, so order is free)."""
+    """The forms of one number (those that apply to it; `sampled` sorts them, so order is free)."""
     s = format_exact(value)
     if "/" in s:
         return {"fraction": s}
@@ -163,21 +163,16 @@ class Composition:
         return f"{self.benchmark}/{self.kind}: phrase {self.phrase!r} form {self.form} wrapper {self.wrapper!r} tail {self.tail}"
 
 
-def text_axes(item: Item) -> tuple[list[str], list[str], list[str], list[str]]:
-    """The (phrases, forms, wrappers, tails) an item's text outputs are composed of."""
+def sampled(benchmark: str, item: Item, n: int | None, rng: random.Random) -> list[Composition]:
+    """n text compositions (None: all) drawn without replacement, by index into the product (the
+    product, some 700,000 per item, is never built: drawing costs the same however many axis
+    values there are); numpy reads an index as one value per axis, in itertools.product's order."""
     if item.kind == "choice":
         forms = list(choice_forms("A", "x"))
     else:
         (_, right), (_, wrong) = answers_of(item)
         forms = sorted(set(number_forms(right)) & set(number_forms(wrong))) if right is not None and wrong is not None else ["plain"]
-    return PHRASES, forms, WRAPPERS, list(TAILS)
-
-
-def sampled(benchmark: str, item: Item, n: int | None, rng: random.Random) -> list[Composition]:
-    """n text compositions (None: all) drawn without replacement, by index into the product (the
-    product, some 700,000 per item, is never built: drawing costs the same however many axis
-    values there are); numpy reads an index as one value per axis, in itertools.product's order."""
-    axes = text_axes(item)
+    axes = [PHRASES, forms, WRAPPERS, list(TAILS)]  # in the order of Composition's fields
     shape = [len(axis) for axis in axes]
     total = math.prod(shape)
     picked = numpy.unravel_index(rng.sample(range(total), min(n or total, total)), shape)
