@@ -13,7 +13,7 @@ import torch
 import torch.nn as nn
 
 import numloss.digits
-from faultrun import one_line
+from faultrun import ROOT, TINY, one_line
 from numloss import DigitVocab, build_loss, patch
 from numloss.checks import (
     ArgumentError,
@@ -33,7 +33,6 @@ from numloss.evaluate.generate import Generation
 from numloss.models.load import check_model_available
 from numloss.rundir import hold_run_dir
 
-ROOT = Path(__file__).resolve().parents[1]
 VOCAB = DigitVocab(list(range(10)), decimal_point_id=10)  # ids within the tiny model's vocabulary
 
 
@@ -64,7 +63,7 @@ def test_evaluate_refuses_a_generator_that_does_not_return_one_generation_per_pr
 def test_a_lone_surrogate_in_a_data_record_is_one_line(tmp_path, capsys, nothing_runs) -> None:
     data = tmp_path / "d.jsonl"
     data.write_text('{"instruction": "1 + 1 =", "output": "2"}\n{"instruction": "bad \\ud800 text", "output": "3"}\n')
-    line = one_line(["train", str(ROOT / "tests/fixtures/train/tiny-test.yaml"), "--data.source", str(data),
+    line = one_line(["train", str(TINY), "--data.source", str(data),
                      "--train.output_dir", str(tmp_path / "run")], capsys)
     assert "example 1 has a lone surrogate (U+D800) in its instruction" in line
 
@@ -144,17 +143,13 @@ def nothing_runs(monkeypatch) -> None:
         monkeypatch.setattr(owner, name, lambda *a, **k: pytest.fail("the work began although the input was refused"))
 
 
-def _compare_config(tmp_path: Path) -> str:
-    from test_compare_faults import _mapping, _write
-
-    return _write(tmp_path / "c.yaml", _mapping(tmp_path / "out"))
-
-
 @pytest.mark.parametrize("case", PATHS)
 def test_a_bad_path_is_one_line_in_every_command(case, tmp_path, capsys, nothing_runs) -> None:
+    from test_compare_faults import _mapping, _write  # not at the top: it imports this module
+
     (tmp_path / "f").write_text("x", encoding="utf-8")
-    names = {"t": tmp_path, "f": tmp_path / "f", "c": _compare_config(tmp_path), "d": ROOT / "configs" / "compare-demo.yaml",
-             "y": ROOT / "tests" / "fixtures" / "train" / "tiny-test.yaml", "pid": os.getpid()}
+    names = {"t": tmp_path, "f": tmp_path / "f", "c": _write(tmp_path / "c.yaml", _mapping(tmp_path / "out")),
+             "d": ROOT / "configs" / "compare-demo.yaml", "y": TINY, "pid": os.getpid()}
     argv, words = PATHS[case]
     out, held = tmp_path / "out", case.endswith("held")
     with hold_run_dir(out, "numloss compare") if held else contextlib.nullcontext():

@@ -15,6 +15,11 @@ import pytest
 
 from faultrun import ROOT, TINY
 from numloss import cli
+from numloss.data import load_examples
+from numloss.evaluate import score_outputs
+from numloss.evaluate.store import read_lines
+from numloss.models import build_char_tokenizer, build_tiny_model
+from numloss.models.load import load_tokenizer
 from numloss.textio import read_utf8, utf8_path
 
 #: "é" as LC_ALL=C with UTF-8 mode off hands it to Python: the bytes c3 a9 as surrogate escapes
@@ -22,9 +27,6 @@ UNDECODED = "\udcc3\udca9"
 
 
 def test_a_path_this_locale_cannot_encode_saves_and_loads_the_tokenizer(tmp_path):
-    from numloss.models import build_char_tokenizer, build_tiny_model
-    from numloss.models.load import load_tokenizer
-
     folder = tmp_path / f"run {UNDECODED}"
     tokenizer = build_char_tokenizer()
     with pytest.raises(UnicodeEncodeError):  # what tokenizers (Rust) does with the name itself
@@ -42,10 +44,6 @@ def test_a_path_this_locale_cannot_encode_saves_and_loads_the_tokenizer(tmp_path
 
 
 def test_a_jsonl_file_with_a_byte_order_mark_is_read_as_outputs_and_as_training_data(tmp_path):
-    from numloss.data import load_examples
-    from numloss.evaluate import score_outputs
-    from numloss.evaluate.store import read_lines
-
     path, data = tmp_path / "outputs.jsonl", tmp_path / "train.jsonl"
     path.write_bytes(b"\xef\xbb\xbf" + b'{"benchmark": "synthetic:arithmetic", "id": "1", "output": "1"}\n')
     assert read_utf8(path).startswith("{") and read_lines(path)[0]["id"] == "1"
