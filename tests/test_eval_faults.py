@@ -98,11 +98,6 @@ def _file(t: Path, name: str, text: str) -> Path:
     return t / name
 
 
-def _folder(t: Path, name: str) -> Path:
-    (t / name).mkdir()
-    return t / name
-
-
 NULL = {"question": "q", "answer": None}
 #: bad input through the command line -> the words its one line holds: each reaches a different check
 BAD_INPUT = {
@@ -111,7 +106,7 @@ BAD_INPUT = {
     **{f"option {' '.join(argv)}": (lambda t, argv=argv: ["tiny", *argv], ["--help"])  # not the usage
        for argv in (["--workers", "abc"], ["--protocol", "paper"], ["--limit"], ["--no-such-option"])},
     # --out and --score-outputs through numloss.checks: test_api_inputs' PATHS table
-    "items.jsonl a folder": (lambda t: tiny_eval("tiny", _folder(t, "items.jsonl").parent), ["is a folder"]),
+    "items.jsonl a folder": (lambda t: (t / "items.jsonl").mkdir() or tiny_eval("tiny", t), ["is a folder"]),
     "out empty": (lambda t: tiny_eval("tiny", t, "--out="), ["--out is empty"]),
     "no file under --data-dir": (lambda t: ["tiny", "--benchmarks", "simuleq", "--data-dir", str(t)],
                                  ["simuleq", "simuleq/simuleq.json"]),
