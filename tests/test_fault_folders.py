@@ -19,6 +19,7 @@ import transformers
 from faultrun import ENV, ROOT, TINY, one_line
 from numloss.models.load import ModelUnavailableError, load_model_and_tokenizer, load_tokenizer
 from test_compare_faults import _mapping, _write
+from test_eval_faults import save_tiny
 
 
 def _set(name: str, data: bytes):
@@ -53,24 +54,15 @@ BROKEN = {
 @pytest.fixture(scope="module")
 def folders(tmp_path_factory) -> dict[str, Path]:
     """A good tiny model folder and each broken copy of it."""
-    from numloss.models import build_char_tokenizer, build_tiny_model
-
     base = tmp_path_factory.mktemp("model folders")
-    tokenizer = build_char_tokenizer()
     good = base / "good"
-    build_tiny_model(tokenizer, num_layers=1, hidden_size=16, num_heads=2).save_pretrained(good)
-    tokenizer.save_pretrained(good)
+    save_tiny(good, num_layers=1, hidden_size=16, num_heads=2)
     made = {"good": good}
     for name, (breaker, _) in BROKEN.items():
         made[name] = base / name.replace(" ", "_")
         shutil.copytree(good, made[name])
         breaker(made[name])
     return made
-
-
-@pytest.fixture
-def no_training(monkeypatch):
-    monkeypatch.setattr(transformers.Trainer, "train", lambda *a, **k: pytest.fail("a broken model folder reached training"))
 
 
 def _argv(command: str, model: Path, tmp_path: Path) -> list[str]:
@@ -87,7 +79,8 @@ def _argv(command: str, model: Path, tmp_path: Path) -> list[str]:
 @pytest.mark.parametrize(("command", "broken"), [(("train", "compare", "eval", "demo")[i % 4], broken)
                                                   for i, broken in enumerate(BROKEN)])
 def test_a_broken_model_folder_is_one_line_in_every_command_and_the_api(broken, command, folders, tmp_path, capsys,
-                                                                         no_training):
+                                                                         monkeypatch):
+    monkeypatch.setattr(transformers.Trainer, "train", lambda *a, **k: pytest.fail("a broken model folder reached training"))
     line = one_line(_argv(command, folders[broken], tmp_path), capsys)
     assert re.search(BROKEN[broken][1], line), line
     assert not (tmp_path / "run" / "checkpoint-1").exists()
