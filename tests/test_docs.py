@@ -28,7 +28,6 @@ def fenced(page: str) -> list[tuple[str, str]]:
 
 
 def python(page: str) -> list[str]:
-    """The code of `page`'s python blocks, in order."""
     return [code for language, code in fenced(page) if language == "python"]
 
 
@@ -140,6 +139,8 @@ PLACEHOLDERS = {"CONFIG": "configs/tiny.yaml", "MODEL": "tiny"}
 def check_command(words: list[str]) -> None:
     """`words` is a command its program accepts: a make target that exists, a pip line of this
     project, a numloss command whose own parser (or config loader) takes its options."""
+    import tomllib
+
     from numloss.bench_cli import available
     from numloss.compare import build_parser as compare_parser
     from numloss.compare import resolve
@@ -153,8 +154,16 @@ def check_command(words: list[str]) -> None:
     program, command, rest = words[0], words[1], words[2:]
     if program == "make":
         assert re.search(rf"^{command}:", (ROOT / "Makefile").read_text(), flags=re.M), f"no make target {command!r}"
-    elif program == "pip":
-        check_install_line(words)
+    elif program == "pip":  # `pip install -e '.[x]'`, `pip wheel --no-deps -w dist .` or `pip install 'dist/numloss-V-*.whl[x]'`:
+        # the source is the clone or the wheel this version builds, and every extra is declared
+        project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+        args = [w for w in rest if not w.startswith("-")]
+        assert command in ("install", "wheel") and len(args) == 1 + (words.count("-w")), words
+        source, _, extras = args[-1].partition("[")
+        wheel = f"dist/numloss-{project['version']}-py3-none-any.whl"
+        assert source == ("." if command == "wheel" or "-e" in words else wheel), words
+        for extra in filter(None, extras.rstrip("]").split(",")):
+            assert extra in project["optional-dependencies"], f"no extra {extra!r}: {' '.join(words)}"
     elif command == "train":  # as numloss.train.cli.main reads its arguments
         _, rest = pop_threads([w for w in rest if w != "--dry-run"])
         rest = [word for arg in rest for word in ([FLAGS[arg], "true"] if arg in FLAGS else [arg])]
@@ -167,22 +176,6 @@ def check_command(words: list[str]) -> None:
         assert rest[0] in available()
     else:
         raise AssertionError(f"no check for the command {' '.join(words)!r}")
-
-
-def check_install_line(words: list[str]) -> None:
-    """`pip install -e '.[x]'`, `pip wheel --no-deps -w dist .` or `pip install 'dist/numloss-V-*.whl[x]'`:
-    the source is the clone or the wheel this version builds, and every extra is declared."""
-    import tomllib
-
-    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
-    command, args = words[1], [w for w in words[2:] if not w.startswith("-")]
-    assert command in ("install", "wheel") and len(args) == 1 + (words.count("-w")), words
-    target = args[-1]
-    source, _, extras = target.partition("[")
-    wheel = f"dist/numloss-{project['version']}-py3-none-any.whl"
-    assert source == ("." if command == "wheel" or "-e" in words else wheel), words
-    for extra in filter(None, extras.rstrip("]").split(",")):
-        assert extra in project["optional-dependencies"], f"no extra {extra!r}: {' '.join(words)}"
 
 
 def test_every_snippet_is_run_or_checked():
