@@ -95,8 +95,7 @@ def test_teacher_forced_digit_stats_match_a_manual_computation(tiny):
 
 def test_teacher_forced_digit_stats_see_a_confident_model(tiny):
     model, tokenizer = tiny
-    vocab = DigitVocab.from_tokenizer(tokenizer)
-    seven = vocab.digit_ids[7]
+    seven = DigitVocab.from_tokenizer(tokenizer).digit_ids[7]
     with torch.no_grad():  # make token "7" overwhelmingly likely everywhere
         model.model.norm.weight.zero_()
         model.lm_head.bias = torch.nn.Parameter(torch.zeros(model.lm_head.out_features))
