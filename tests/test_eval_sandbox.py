@@ -125,7 +125,7 @@ def test_the_program_is_nobody_in_namespaces_of_its_own_with_the_policys_rlimits
 
 
 @needs_kernel_sandbox
-def test_the_filesystem_is_read_only_except_a_capped_tmpfs_and_sh_and_python_are_the_bound_ones(tmp_path):
+def test_the_filesystem_is_read_only_except_a_capped_tmpfs_and_sh_and_python_are_the_bound_ones():
     # CI puts the venv at <checkout>/.venv: binding it must not show the checkout's other files; nor
     # is the host's /usr/local, /usr/include or /usr/sbin there (a system Python's prefix is /usr)
     absent = [str(Path(__file__).resolve().parents[1] / name) for name in ("pyproject.toml", "src", "tests", "README.md")]
@@ -182,7 +182,6 @@ def test_the_filesystem_is_read_only_except_a_capped_tmpfs_and_sh_and_python_are
     assert eval(writable) == [False, False, False, site_on_tmpfs, False]
     assert int(size) == 1 << 20
     assert dict(eval(env)) == {**policy.ENV, "PWD": "/tmp", "PYTHONPATH": ":".join(bwrap_mod.layout().site_dirs)}
-    assert str(tmp_path) not in result.stdout and os.getcwd() not in cwd_root
 
 
 def test_a_system_python_does_not_bind_its_prefix(monkeypatch):
@@ -247,9 +246,6 @@ def test_an_allowed_package_installed_under_tmp_is_importable(tmp_path, monkeypa
     assert result.stdout.split() == ["42", "True"]
 
 
-_SLEEPERS = "import os, time\nfor _ in range(3):\n    if os.fork() == 0:\n        os.setsid()\n        break\ntime.sleep(600)"
-
-
 @needs_kernel_sandbox
 @pytest.mark.parametrize("fault, wall", [("killed", 60.0), ("frozen", 3.0)])
 def test_two_evaluators_never_share_a_host_uid_and_no_sandbox_outlives_its_evaluator_killed_or_frozen(fault, wall):
@@ -259,8 +255,9 @@ def test_two_evaluators_never_share_a_host_uid_and_no_sandbox_outlives_its_evalu
     before their 60 s wall clock) or stopped: no pipe reads EOF and no parent dies, so neither the
     lifeline nor --die-with-parent nor the host's timer acts, and only the init's own deadline ends
     the namespace, at the wall clock (as root and non-root)."""
+    sleepers = "import os, time\nfor _ in range(3):\n    if os.fork() == 0:\n        os.setsid()\n        break\ntime.sleep(600)"
     code = (f"from numloss.evaluate.sandbox import run_programs, SandboxLimits\n"
-            f"run_programs([{_SLEEPERS!r}] * 2, SandboxLimits(wall_seconds={wall}, cpu_seconds=60), workers=2)")
+            f"run_programs([{sleepers!r}] * 2, SandboxLimits(wall_seconds={wall}, cpu_seconds=60), workers=2)")
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
     evaluators = [subprocess.Popen([sys.executable, "-c", code], env=env, start_new_session=True) for _ in range(2)]
     left: list[str] = []
@@ -420,10 +417,9 @@ def test_the_seccomp_filter_denies_what_it_promises(allow_mount):
     nr = syscall_numbers("x86_64")
     for name in DENIED:  # EPERM; bwrap itself may mount before the program's filter
         assert verdict(prog, nr[name]) == ("allow" if allow_mount and name == "mount" else 1), name
-    for name in ("memfd_create", "memfd_secret", "shmget", "shmat", "msgget", "semget", "semop", "setxattr", "fsetxattr", "lsetxattr",
-                 "mq_open", "inotify_init", "inotify_init1", "fanotify_init", "mbind", "modify_ldt", "io_setup", "sync", "syncfs",
-                 "fadvise64"):
-        assert name in DENIED, name
+    assert set(DENIED) >= {"memfd_create", "memfd_secret", "shmget", "shmat", "msgget", "semget", "semop", "setxattr", "fsetxattr",
+                           "lsetxattr", "mq_open", "inotify_init", "inotify_init1", "fanotify_init", "mbind", "modify_ldt", "io_setup",
+                           "sync", "syncfs", "fadvise64"}
     for allowed in (0, 1, 2, 57, 59, 60, 62, 231, 434, 424):  # read write open fork execve exit kill exit_group pidfd_*
         assert verdict(prog, allowed) == "allow", allowed
     allowed = {nr[name] for name in NEWER_ALLOWED}
@@ -508,7 +504,6 @@ def test_without_a_working_bwrap_execution_is_refused_with_one_clear_line(fresh_
 
 def test_the_opt_in_runs_the_audit_hook_child_and_says_so(fresh_probe, monkeypatch):
     monkeypatch.setattr(bwrap_mod, "bwrap_candidates", lambda: [])
-    assert isolation(allow_unisolated=True).mode == "unisolated"
     result = run_program("print(6 * 7)", LIMITS, allow_unisolated=True)
     assert result.ok and result.stdout.strip() == "42" and result.isolation == "unisolated"
     # the values numloss eval accepts are the ones isolation() accepts: one rule
