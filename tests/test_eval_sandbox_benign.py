@@ -107,10 +107,8 @@ print(locale.format_string("%.2f", 1234.5, grouping=True))
 """}
 
 # Programs run as they are (no protocol's wrapper), compared with `python prog.py` on both stdout
-# and exit status: what the site module gives a plain `python` (the sandbox's interpreter runs -S),
-# the program's own file (`__file__`, inspect, multiprocessing's spawn start method, a module it
-# writes beside itself), `sys.argv`, time zones, the exits and failures people write, and the
-# standard library's everyday shapes.
+# and exit status; among them what the site module gives a plain `python` (the sandbox's
+# interpreter runs -S) and what needs the program's own file (inspect, spawn, a module beside it).
 PLAIN = {
     "main_module_argv_and_file": "import os, sys\nprint(__name__, sys.modules['__main__'].__dict__ is globals(), sys.argv)\n"
     "print(os.path.basename(__file__), os.path.isabs(__file__))\n",
