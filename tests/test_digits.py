@@ -112,7 +112,6 @@ def test_empty_and_digitless_batches():
 @settings(max_examples=60, deadline=None, derandomize=True)
 @given(st.lists(st.text(alphabet="0123456789" * 3 + "..." + "ab_", min_size=1, max_size=40), min_size=1, max_size=7))
 def test_vectorised_digits_match_the_row_scanning_reference(rows):
-    """Position, target and place of every digit; one slot per token."""
     labels = batch(*rows)
     digits = find_digits(labels, VOCAB, WIDTH)
     fields = (digits.index, digits.slot, digits.target, digits.place)

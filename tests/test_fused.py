@@ -95,9 +95,7 @@ def test_other_uses_of_the_outputs_fall_back_to_recompute(name):
 class LargestTensor(TorchDispatchMode):
     """Records the largest tensor any operator returns while active (forward and backward)."""
 
-    def __init__(self):
-        super().__init__()
-        self.largest = 0
+    largest = 0
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         out = func(*args, **(kwargs or {}))

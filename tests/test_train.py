@@ -23,6 +23,7 @@ from numloss.config import ConfigError, load_config
 from numloss.data import Example
 from numloss.models import build_char_tokenizer, build_tiny_model
 from numloss.train import CHECKPOINT_MARKER, CSV_COLUMNS, machine_cores, main, run_training
+from test_data import write_jsonl
 from test_digits import wordlevel
 
 no_model_loads = test_train_faults.no_model_loads  # a fixture
@@ -93,10 +94,8 @@ CHAT_TEMPLATE = ("{% for m in messages %}<|{{ m['role'] }}|>{{ m['content'] }}</
 def test_a_run_trains_on_its_data_source_given_examples_or_chat_data(data, overrides, steps, said, tmp_path, caplog):
     examples = [Example("What is 2 + 2?", "2 + 2 = 4. The answer is 4.")] * 8 if data == "given" else None
     if data == "chat":
-        chat = tmp_path / "chat.jsonl"
         messages = [[{"role": "user", "content": f"{a}+{a}?"}, {"role": "assistant", "content": f"{2 * a}"}] for a in range(8)]
-        chat.write_text("".join(json.dumps({"messages": m}) + "\n" for m in messages))
-        overrides = ["--data.source", str(chat), *overrides]
+        overrides = ["--data.source", write_jsonl(tmp_path / "chat.jsonl", [{"messages": m} for m in messages]), *overrides]
     with caplog.at_level("WARNING", logger="numloss.train"):
         result = run_training(tiny_config(tmp_path, "--train.max_steps", str(steps), *overrides), examples=examples)
     assert result.global_step == steps and all(line in caplog.text for line in said), caplog.text
@@ -150,15 +149,14 @@ def test_bad_data_folders_and_tokenizers_fail_before_the_model_loads(tmp_path, n
     """Each passes load_config but not a run's preparation, which --dry-run makes too."""
     (tmp_path / "a-file").write_text("")
     (tmp_path / "latin1.jsonl").write_bytes(b'{"instruction": "caf\xe9 1+1", "output": "2"}\n')
-    chat = tmp_path / "chat.jsonl"
-    chat.write_text(json.dumps({"messages": [{"role": "user", "content": "1+1?"}, {"role": "assistant", "content": "2"}]}) + "\n")
+    chat = write_jsonl(tmp_path / "chat.jsonl", [{"messages": [{"role": "user", "content": "1+1?"}, {"role": "assistant", "content": "2"}]}])
     out = ["--train.output_dir", str(tmp_path / "run")]
     for argv, refusal in [
         (["--train.output_dir", str(tmp_path / "a-file" / "run")], r"train.output_dir .* cannot be written .*--train.output_dir DIR"),
         ([*out, "--data.source", str(tmp_path / "latin1.jsonl")], r"latin1.jsonl:1: not UTF-8"),
         ([*out, "--train.resume", "true"], r"no complete checkpoint-\* folder"),
         ([*out, "--data.max_length", "100"], "no response token is left"),
-        ([*out, "--data.source", str(chat)], "no chat template; set data.chat_template"),
+        ([*out, "--data.source", chat], "no chat template; set data.chat_template"),
     ]:
         assert main([str(TINY), *argv, *dry]) == 2
         assert re.search(refusal, capsys.readouterr().err), argv
