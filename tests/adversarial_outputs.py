@@ -24,7 +24,6 @@ NAMES = [*UNITS, *RUNS]
 
 
 def adversarial(name: str, size: int) -> str:
-    """The output `name` (one of `NAMES`), `size` characters long."""
     if name in RUNS:
         head, unit = RUNS[name]
         return head + unit * (size - len(head) - 1) + ("=" if name == "digits-then-equals" else " ")

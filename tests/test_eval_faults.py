@@ -1,9 +1,8 @@
 """Fault injection for `numloss eval`: every bad input is one line and a
 non-zero exit, never a traceback or a silent wrong result; resume refuses another model's outputs.
 
-faultrun's `one_line` runs the command in-process and asserts the contract. The record faults are
-generated over every field and a set of wrong values of every JSON type, not only the examples
-the issues list.
+The record faults are generated over every field and a set of wrong values of every JSON type, not
+only the examples the issues list.
 """
 
 from __future__ import annotations

@@ -69,8 +69,6 @@ def test_an_output_over_the_bound_or_a_reader_error_is_unreadable_and_the_eval_g
     assert [r.correct for r in results] == [False, False]
     assert all(r.note.startswith("unreadable: ReadTimeout") for r in results)
     monkeypatch.setattr(runner, "READ_SECONDS", 30.0)
-    again = runner.score_items(NUMLOSS, "gsm8k", [item], ["The answer is 18."], [None], program_runner())
-    assert again[0].correct and again[0].note == ""
 
     def broken(item, text, benchmark):
         raise IndexError("a reader bug")

@@ -101,7 +101,6 @@ def test_both_protocols_score_one_generation_and_share_the_fallback_and_choices_
     assert out["released"][0].style == "pot+cot" and out["numloss"][0].style == "pot"
     assert out["numloss"][0].fallback_output == "The answer is 42."  # generated once, kept with both
     assert len(generator.prompts) == 6
-    # multiple choice uses chain of thought
     bench = load_benchmark("aqua", data_dir=FIXTURES, limit=2)
     script = {("average speed", "cot"): "240 / 3 = 80. The answer is C", ("5x - 3", "cot"): "So x = 4.\nThe answer is 4"}
     generator = Scripted(script)
