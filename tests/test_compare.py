@@ -15,6 +15,7 @@ from numloss.compare.report import REPORT_FILES
 from numloss.compare.runner import run_grid
 from numloss.config import ConfigError
 from test_compare_faults import _mapping as faults_mapping
+from test_compare_faults import _write
 
 CONFIGS = Path(__file__).resolve().parents[1] / "configs"
 
@@ -62,7 +63,6 @@ def test_grid_trains_and_reports_every_objective(finished) -> None:
 
 
 def test_an_interrupted_run_is_redone_alone(finished, monkeypatch) -> None:
-    """The finished run is skipped, not trained again; the one killed before it finished is redone."""
     compare, _, out = finished
     (out / "runs" / "del-a0.3-s0" / "result.json").unlink()  # as if killed before it finished
     spy = mock.Mock(wraps=numloss.train.run_training)
@@ -305,11 +305,10 @@ def test_the_step_bar_counts_every_run_s_steps_from_the_start(capsys) -> None:
 def test_overridden_runs_stay_out_of_the_records(tmp_path) -> None:
     from numloss.compare import build_parser, resolve
 
-    config = tmp_path / "grid.yaml"
-    config.write_text(json.dumps(_mapping(tmp_path / "out", records_dir=str(tmp_path / "rec"))))  # JSON is YAML
+    config = _write(tmp_path / "grid.yaml", _mapping(tmp_path / "out", records_dir=str(tmp_path / "rec")))
 
     def records(*options: str):
-        return resolve(build_parser().parse_args([str(config), *options])).records_dir
+        return resolve(build_parser().parse_args([config, *options])).records_dir
 
     assert records() == tmp_path / "rec" and records("--out", str(tmp_path / "o")) == tmp_path / "rec"
     assert records("--steps", "2") is None and records("--smoke") is None and records("--no-records") is None

@@ -25,7 +25,7 @@ from hypothesis import strategies as st
 
 import numloss.train
 import test_api_inputs
-from faultrun import alive, one_line
+from faultrun import ENV, Killed, alive, one_line
 from numloss.compare import build_parser
 from numloss.compare import main as compare_main
 from numloss.compare.config import (
@@ -39,7 +39,6 @@ from numloss.compare.task import ArithmeticTask, Distribution
 from numloss.compare.word_task import WordProblemTask
 from numloss.config import ConfigError
 
-SRC = str(Path(__file__).resolve().parents[1] / "src")
 nothing_runs = test_api_inputs.nothing_runs  # a fixture: no training, no model loaded
 
 
@@ -260,17 +259,14 @@ def test_a_finished_or_garbled_run_is_kept_aside_and_the_training_file_is_the_se
     assert len((out / "data" / "train-s0.jsonl").read_text().splitlines()) == 16
     seen = []
 
-    class Trained(Exception):
-        pass
-
-    def stop(config, *args, examples=None, **kwargs):
+    def stop(config, *args, examples=None, **kwargs):  # as a kill would, once the training set is seen
         seen.append([json.dumps({"instruction": e.instruction, "output": e.output}) for e in examples])
-        raise Trained
+        raise Killed
 
     monkeypatch.setattr(numloss.train, "run_training", stop)
     mapping = _mapping(out)
     mapping["task"]["train_size"] = 12
-    with pytest.raises(Trained):
+    with pytest.raises(Killed):
         run_grid(compare_config_from_dict(mapping), progress=False)
     assert (out / "superseded" / "mle-s0-unreadable" / "result.json").read_text() == "[1, 2]"
     assert (out / "data" / "train-s0.jsonl").read_text().splitlines() == seen[0] and len(seen[0]) == 12
@@ -319,8 +315,8 @@ def _two_job_compare(tmp_path: Path, command: str = "compare", progress: tuple[s
     mapping["base"]["train"]["max_steps"] = 100000
     config = _write(tmp_path / "c.yaml", mapping)
     parent = subprocess.Popen(
-        [sys.executable, "-m", "numloss", command, config, *progress], start_new_session=True,
-        env={**os.environ, "PYTHONPATH": SRC}, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+        [sys.executable, "-m", "numloss", command, config, *progress], start_new_session=True, env=ENV,
+        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
     )
     workers: set[int] = set()
     try:
@@ -342,7 +338,6 @@ def _two_job_compare(tmp_path: Path, command: str = "compare", progress: tuple[s
 
 
 def _outlived(workers: set[int], seconds: float = 20) -> list[int]:
-    """The workers still alive after up to `seconds`."""
     deadline = time.monotonic() + seconds
     while any(alive(pid) for pid in workers) and time.monotonic() < deadline:
         time.sleep(0.1)
