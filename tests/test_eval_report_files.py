@@ -29,10 +29,6 @@ PERCENT = re.compile(r"(\d+\.\d) %")
 INTERVAL = re.compile(r"\d+\.\d % \(\d+\.\d-\d+\.\d\)")
 
 
-def flat(pairs: list) -> list[float]:
-    return [x for pair in pairs for x in pair]
-
-
 def plot(path: Path) -> dict:
     """What the PNG at `path` draws (its "numloss" text chunk)."""
     return json.loads(Image.open(path).text["numloss"])
@@ -86,7 +82,7 @@ def test_lm_eval_samples_report_says_what_it_read_and_shows_intervals(tmp_path, 
     for series, protocol in zip(drawn["series"], ("released", "numloss"), strict=True):
         score = results["benchmarks"][protocol]["gsm8k"]
         assert series["values"] == pytest.approx([100 * score["accuracy"], 100 * results["macc"][protocol]])
-        assert flat(series["intervals"]) == pytest.approx([100 * v for v in score["ci95"] + results["macc_ci95"][protocol]])
+        assert sum(series["intervals"], []) == pytest.approx([100 * v for v in score["ci95"] + results["macc_ci95"][protocol]])
     assert drawn["xticklabels"] == ["gsm8k\n(3 items)", "mACC"] and drawn["lines"] == []
 
     # place_accuracy.png: whole places, named, never joined; the title names what is drawn
@@ -99,7 +95,7 @@ def test_lm_eval_samples_report_says_what_it_read_and_shows_intervals(tmp_path, 
     assert drawn["title"] == "gsm8k: generated answers by digit place (protocol numloss)"
     (series,) = drawn["series"]
     assert series["x"] == list(range(len(places)))
-    assert flat(series["intervals"]) == pytest.approx(flat([[100 * v for v in wilson_interval(p["correct"], p["total"])] for p in places]))
+    assert sum(series["intervals"], []) == pytest.approx([100 * v for p in places for v in wilson_interval(p["correct"], p["total"])])
     for name in ("accuracy.png", "place_accuracy.png"):  # plain tick labels: no offsets, exponents or mathtext
         labels = plot(tmp_path / name)["yticklabels"]
         assert labels == ["0", "20", "40", "60", "80", "100"], labels
@@ -127,7 +123,7 @@ def test_outputs_with_no_answer_say_there_is_nothing_by_place_and_draw_no_place_
     assert sorted(p.name for p in out.iterdir()) == ["accuracy.png", "report.md", "results.json"]
     drawn = plot(out / "accuracy.png")
     assert drawn["series"][1]["values"] == [0.0, 0.0]
-    assert flat(drawn["series"][1]["intervals"]) == pytest.approx([0.0, 100 * wilson_interval(0, 3)[1]] * 2)
+    assert sum(drawn["series"][1]["intervals"], []) == pytest.approx([0.0, 100 * wilson_interval(0, 3)[1]] * 2)
     no_machine_path(text, source)
     every_accuracy_has_its_interval(text)
 

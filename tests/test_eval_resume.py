@@ -24,8 +24,7 @@ class Counting:
     for the questions in `noisy`), multiple choice with (C); counts prompts."""
 
     def __init__(self, golds, die_after=None, noisy=()):
-        self.golds, self.prompts, self.tokens, self.seconds, self.die_after = golds, [], 0, 0.0, die_after
-        self.noisy = noisy
+        self.golds, self.prompts, self.die_after, self.noisy = golds, [], die_after, noisy
 
     def generate(self, prompts, max_new_tokens=None):
         if self.die_after is not None and len(self.prompts) >= self.die_after:
@@ -40,7 +39,6 @@ class Counting:
                 # what print(0.1 * 70) style float arithmetic gives, as the program's text: 16 significant digits
                 printed = repr(f"{gold}." + "0" * (15 - len(gold)) + "1") if question in self.noisy else gold
                 out.append(Generation(f"print({printed})" if POT_TRIGGER in p else f"The answer is {gold}", 4))
-        self.tokens += 4 * len(prompts)
         return out
 
 

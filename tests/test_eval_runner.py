@@ -31,7 +31,7 @@ class Scripted:
     """A generator that answers each question from a script: (question, style) -> completion."""
 
     def __init__(self, script):
-        self.script, self.prompts, self.tokens, self.seconds, self.limits = script, [], 0, 0.0, []
+        self.script, self.prompts, self.limits = script, [], []
 
     def generate(self, prompts, max_new_tokens=None):
         self.prompts += prompts
