@@ -19,7 +19,6 @@ from numloss.evaluate.runner import score_items
 
 MATH = Item("m", "q", "\\frac{9}{7}", "math", released_answer="\\frac{9}{7}")
 NUMBER = Item("n", "q", "18", "number")
-NEXT = Item("k", "q", "18", "number")  # scored after the hostile one: the eval goes on
 
 
 def printed(stdout: str) -> SimpleNamespace:
@@ -40,7 +39,7 @@ def printed(stdout: str) -> SimpleNamespace:
         "released-math-1e999999", "released-boxed-10^999999999"])
 def test_a_huge_number_is_scored_within_the_bound_and_numloss_calls_it_unreadable(protocol, benchmark, item, output, stdout):
     start = time.monotonic()
-    hostile, following = score_items(protocol, benchmark, [item, NEXT], [output, "The answer is 18."], [None, None], printed(stdout))
+    hostile, following = score_items(protocol, benchmark, [item, NUMBER], [output, "The answer is 18."], [None, None], printed(stdout))
     assert time.monotonic() - start < answers.READ_SECONDS and not hostile.correct and following.correct
     if protocol is NUMLOSS:
         assert hostile.note.startswith("unreadable:") and hostile.decided_by == "unreadable" and not following.note

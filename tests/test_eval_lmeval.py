@@ -80,7 +80,7 @@ def test_unmatchable_lm_eval_samples_fail_with_one_line(tmp_path, capsys):
 # ------------------------------------------------------------------ the question is checked
 
 
-def test_a_record_whose_question_is_not_the_items_is_refused(tmp_path, capsys):
+def test_a_record_whose_question_is_not_the_items_is_refused(tmp_path):
     gsm = [json.loads(line) for line in (DATA / "gsm8k.jsonl").read_text().splitlines()]
     good = {"benchmark": "gsm8k", "id": "0", "output": "The answer is 7.", "question": gsm[0]["question"]}
     report = score_outputs([good], data_dir=DATA, allow_unisolated=True)
@@ -89,8 +89,6 @@ def test_a_record_whose_question_is_not_the_items_is_refused(tmp_path, capsys):
     wrong = _write(tmp_path, "items.jsonl", [good, {**good, "id": "1", "question": svamp_question}])
     with pytest.raises(BenchmarkError, match=r"items.jsonl:2: the record's question is not the question of gsm8k item 1"):
         score_outputs(wrong, data_dir=DATA)
-    err = one_line(["eval", "--score-outputs", str(wrong), "--data-dir", str(DATA), "--out", str(tmp_path / "o")], capsys)
-    assert "item 1" in err
 
 
 # ------------------------------------------------------------------ stop strings
@@ -157,7 +155,6 @@ def test_the_aggregated_results_file_is_named_with_the_samples_file_to_give(tmp_
     message = str(error.value)
     assert "aggregated results file" in message and "\n" not in message and "fix or delete" not in message
     assert (str(samples) if beside else "rerun lm_eval with --log_samples") in message
-    assert eval_main(["--score-outputs", str(tmp_path / name), "--data-dir", str(DATA), "--out", str(tmp_path / "o")]) != 0
 
 
 def test_a_huge_mae_is_printed_readably_with_a_note_that_one_item_dominates(tmp_path):
