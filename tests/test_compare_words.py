@@ -6,6 +6,7 @@ from __future__ import annotations
 import random
 import re
 from collections import Counter
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -61,9 +62,7 @@ def _fact(question: str) -> tuple:
 @pytest.mark.parametrize("digits, operations", [(2, "+-*"), (3, "+-*"), (2, "*"), (3, "+")])
 def test_unseen_facts_keep_every_held_out_fact_out_of_training(digits, operations) -> None:
     seen_task = ArithmeticWordTask(answer_digits=digits, operations=operations, test_size=400, train_size=800)
-    unseen_task = ArithmeticWordTask(
-        answer_digits=digits, operations=operations, test_size=400, train_size=800, heldout_facts="unseen"
-    )
+    unseen_task = replace(seen_task, heldout_facts="unseen")
     held = seen_task.held_out()
     assert unseen_task.held_out() == held  # the scored items do not change, only training does
     held_facts = {_fact(e.instruction) for e in held}

@@ -265,7 +265,7 @@ def test_the_files_a_training_run_writes_are_the_ones_its_page_lists(tmp_path):
     """docs/training.md, "What a run writes": a LoRA run with checkpoints and TensorBoard writes
     every file the page names for a run (resumes and overwrites set the others aside), and none
     the page leaves out."""
-    from numloss.config import load_config
+    from faultrun import config
     from numloss.train import run_training
 
     section = PAGES["docs/training.md"].split("## What a run writes", 1)[1]
@@ -273,11 +273,8 @@ def test_the_files_a_training_run_writes_are_the_ones_its_page_lists(tmp_path):
     named = [n for n in re.findall(r"`([^`]+)`", paragraph) if n.endswith("/") or re.fullmatch(r"[\w.-]+\.(?:yaml|json|csv|lock)", n)]
     aside = paragraph.split("sets aside stays there", 1)[1]
     patterns = {n: re.compile(re.escape(n.rstrip("/")).replace("N", r"\d+").replace("TIME", r"\S+")) for n in named}
-    config = load_config(ROOT / "tests" / "fixtures" / "train" / "tiny-test.yaml", [
-        "--train.output_dir", str(tmp_path / "run"), "--train.max_steps", "2", "--train.save_steps", "1",
-        "--train.report_to", "[tensorboard]", "--lora.enabled", "true", "--lora.target_modules", "[q_proj, v_proj]",
-        "--lora.merge", "true"])
-    run_training(config)
+    run_training(config(tmp_path / "run", "--train.max_steps", "2", "--train.report_to", "[tensorboard]", "--lora.enabled",
+                        "true", "--lora.target_modules", "[q_proj, v_proj]", "--lora.merge", "true"))
     written = sorted(p.name for p in (tmp_path / "run").iterdir())
     unnamed = [w for w in written if not any(p.fullmatch(w) for p in patterns.values())]
     assert not unnamed, f"the run wrote {unnamed}, which docs/training.md does not name"
