@@ -13,6 +13,7 @@ from transformers import LlamaConfig, LlamaForCausalLM, Trainer, TrainingArgumen
 
 from faultrun import ENV, free_port
 from numloss import DigitVocab, build_loss
+from numloss.data import CompletionCollator
 from numloss.diagnostics import DigitDiagnosticsCallback, PushdownWarning
 from numloss.digits import find_digits
 from numloss.hf import NumericTrainer, compute_loss_func, shift_labels
@@ -47,17 +48,7 @@ def rows() -> list[dict[str, list[int]]]:
     return examples
 
 
-def collate(features: list[dict[str, list[int]]]) -> dict[str, torch.Tensor]:
-    width = max(len(f["input_ids"]) for f in features)
-    ids = torch.full((len(features), width), PAD)
-    labels = torch.full((len(features), width), -100)
-    mask = torch.zeros((len(features), width), dtype=torch.long)
-    for row, f in enumerate(features):
-        n = len(f["input_ids"])
-        ids[row, :n] = torch.tensor(f["input_ids"])
-        labels[row, :n] = torch.tensor(f["labels"])
-        mask[row, :n] = 1
-    return {"input_ids": ids, "labels": labels, "attention_mask": mask}
+collate = CompletionCollator(PAD)  # right-padded, -100 labels, an attention mask
 
 
 class PerMicroBatchTrainer(NumericTrainer):

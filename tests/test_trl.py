@@ -89,7 +89,6 @@ def test_numeric_sfttrainers_update_is_each_entry_points(reference, padding_free
 
 @pytest.mark.parametrize("extra, kwargs, refusal", [
     ({"loss_type": "dft"}, {}, "loss_type"),
-    ({"label_smoothing_factor": 0.1}, {}, "label_smoothing_factor is 0.1, but loss_fn computes the loss"),
     ({}, {"assistant_only": "yes"}, "assistant_only must be True or False"),
     ({}, {"compute_loss_func": compute_loss_func(build_loss("del", VOCAB))}, "do not pass compute_loss_func"),
 ])
