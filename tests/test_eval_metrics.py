@@ -17,7 +17,7 @@ from numloss.evaluate.metrics import (
     signed_log,
     teacher_forced_digit_stats,
 )
-from numloss.models.tiny import build_char_tokenizer, build_tiny_model
+from test_eval_generate import scrambled_tiny_model
 
 
 def test_accuracy_and_macc():
@@ -66,14 +66,8 @@ def test_entropy_histogram():
     assert edges[0] == 0 and edges[-1] == pytest.approx(MAX_DIGIT_ENTROPY)
 
 
-@pytest.fixture
-def tiny():
-    tokenizer = build_char_tokenizer()
-    return build_tiny_model(tokenizer, num_layers=1, hidden_size=32, num_heads=2), tokenizer
-
-
-def test_teacher_forced_digit_stats_match_a_manual_computation(tiny):
-    model, tokenizer = tiny
+def test_teacher_forced_digit_stats_match_a_manual_computation():
+    model, tokenizer = scrambled_tiny_model()
     prompts = ["Q: 40+2?\nA:", "Q: pi to two places?\nA:"]
     answers = [" The answer is 42.", " 3.14"]
     stats = teacher_forced_digit_stats(model, tokenizer, prompts, answers, batch_size=2)
@@ -93,8 +87,8 @@ def test_teacher_forced_digit_stats_match_a_manual_computation(tiny):
     assert {e.place for e in stats.per_place} == {1, 0, -1, -2}
 
 
-def test_teacher_forced_digit_stats_see_a_confident_model(tiny):
-    model, tokenizer = tiny
+def test_teacher_forced_digit_stats_see_a_confident_model():
+    model, tokenizer = scrambled_tiny_model()
     seven = DigitVocab.from_tokenizer(tokenizer).digit_ids[7]
     with torch.no_grad():  # make token "7" overwhelmingly likely everywhere
         model.model.norm.weight.zero_()

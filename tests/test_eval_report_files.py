@@ -1,7 +1,7 @@
 """What `numloss eval` writes, read back as a person reads it: report.md, results.json, the
 console summary and the plots' metadata (each PNG carries what it draws, read back from its
 artists: `numloss.evaluate.report.drawn`), for lm-eval samples and for outputs with no answer.
-Saved outputs are scored; no model runs (the progress-bar test runs a one-layer tiny model)."""
+Saved outputs are scored; no model runs (the progress-bar test runs a two-layer tiny model)."""
 
 from __future__ import annotations
 
@@ -20,7 +20,7 @@ from numloss.evaluate.cli import print_summary
 from numloss.evaluate.generate import HFGenerator
 from numloss.evaluate.metrics import wilson_interval
 from numloss.evaluate.report import PLACE_NAMES, write_report
-from numloss.models.tiny import build_char_tokenizer, build_tiny_model
+from test_eval_generate import scrambled_tiny_model
 
 FIXTURES = Path(__file__).parent / "fixtures"
 SAMPLES = FIXTURES / "lmeval" / "samples_gsm8k_2024-06-01T12-00-00.123456.jsonl"
@@ -138,9 +138,7 @@ def test_the_progress_bar_total_is_the_items_from_the_start_and_each_moves_it_on
 
     bars: list[Bar] = []
     monkeypatch.setattr(HFGenerator, "_new_bar", lambda self, total: bars.append(Bar(total=total, file=io.StringIO())) or bars[-1])
-    tokenizer = build_char_tokenizer()
-    model = build_tiny_model(tokenizer, num_layers=1, hidden_size=32, num_heads=2, seed=0)
-    report = evaluate((model, tokenizer), ["svamp"], data_dir=DATA, limit=3, max_new_tokens=3, digit_stats=False,
+    report = evaluate(scrambled_tiny_model(), ["svamp"], data_dir=DATA, limit=3, max_new_tokens=3, digit_stats=False,
                       progress=True, allow_unisolated=True, batch_size=2)  # two batches
     fallbacks = report.scores["numloss"]["svamp"].styles.get("pot+cot", 0)
     assert fallbacks > 0, "the case needs fallbacks"
