@@ -77,8 +77,7 @@ def test_the_real_mmlu_math_file_has_the_papers_974_items():
     assert counts == {"elementary_mathematics": 378, "high_school_mathematics": 270, "formal_logic": 126,
                       "college_mathematics": 100, "abstract_algebra": 100}
     # a Hub load reads the subjects in the file's order, so item i is the same item either way
-    in_file_order = list(dict.fromkeys(r["subject"] for r in records))
-    assert in_file_order == list(MMLU_MATH_SUBJECTS)
+    assert list(dict.fromkeys(r["subject"] for r in records)) == list(MMLU_MATH_SUBJECTS)
     assert len(load_benchmark("svamp", data_dir=DATA)) == 1000  # = ChilleD/SVAMP train 700 + test 300
 
 
