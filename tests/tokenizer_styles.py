@@ -6,7 +6,7 @@
 * `gpt2_style()`: byte-level BPE trained without digit splitting, so it learns irregular
   multi-digit merges, with and without the leading-space marker ("Ġ42"), and leaves most
   length-3+ groups incomplete.
-* `single_digit_style()`: Llama-1/2-style Metaspace BPE with individually split digits.
+* `single_digit_style()`: Llama-1/2-style Metaspace BPE, byte fallback, digits split one by one.
 """
 
 from __future__ import annotations
@@ -34,7 +34,6 @@ def llama3_style() -> PreTrainedTokenizerFast:
 
 @functools.cache
 def gpt2_style() -> PreTrainedTokenizerFast:
-    """GPT-2 style: byte-level BPE with no digit splitting, so it learns multi-digit merges."""
     tok = Tokenizer(tokenizer_models.BPE())
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     tok.decoder = decoders.ByteLevel()
@@ -47,7 +46,6 @@ def gpt2_style() -> PreTrainedTokenizerFast:
 
 @functools.cache
 def single_digit_style() -> PreTrainedTokenizerFast:
-    """Llama style: Metaspace ('▁') BPE with byte fallback and individually split digits."""
     tok = Tokenizer(tokenizer_models.BPE(byte_fallback=True, unk_token="<unk>"))
     tok.normalizer = normalizers.Replace(" ", "▁")
     tok.pre_tokenizer = pre_tokenizers.Sequence(

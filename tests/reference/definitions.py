@@ -86,8 +86,7 @@ def ref_loss(
     ce_sum = token_loss_sum = aux_sum = work.new_zeros(())
     token_count = term_count = 0
     weight_sum = 0.0
-    if options.get("embedding") is not None:
-        unit = options["embedding"].double() / options["embedding"].double().norm(dim=-1, keepdim=True)
+    unit = torch.nn.functional.normalize(options["embedding"].double(), dim=-1) if name == "emo" else None
     for b, row in enumerate(labels.tolist()):
         slots = ref_slots_row(row, tokens, point_id)
         for t, y in enumerate(row):
