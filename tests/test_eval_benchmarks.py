@@ -128,7 +128,6 @@ def test_hub_records_go_through_the_same_parser(monkeypatch):
 
     monkeypatch.setattr(datasets, "load_dataset", fake)
     bench = load_benchmark("mmlu_math")
-    assert set(MMLU_MATH_SUBJECTS) == {"abstract_algebra", "college_mathematics", "elementary_mathematics", "formal_logic", "high_school_mathematics"}
     assert calls == [("cais/mmlu", subject, "test") for subject in MMLU_MATH_SUBJECTS]
     assert len(bench) == 5 and all(item.answer == "C" for item in bench.items)
     calls.clear()

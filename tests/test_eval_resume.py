@@ -125,11 +125,10 @@ def test_file_sets_and_the_report_api(tmp_path):
 
 
 def test_limit_zero_is_refused_the_same_way_everywhere():
-    message = "--limit must be a positive number of items, got 0"
     for call in (lambda: load_benchmark("synthetic:integer_arithmetic", limit=0),  # load_benchmark's one check_limit, files too
                  lambda: evaluate(Counting({}), "gsm8k", data_dir=FIXTURES, limit=0),
                  lambda: score_outputs([{"benchmark": "gsm8k", "id": "0", "output": "1"}], data_dir=FIXTURES, limit=0)):
-        with pytest.raises(BenchmarkError, match=message):
+        with pytest.raises(BenchmarkError, match="--limit must be a positive number of items, got 0"):
             call()
 
 
