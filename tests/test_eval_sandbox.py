@@ -215,9 +215,8 @@ def test_the_isolation_line_names_the_memory_bound_and_the_bounds_missing_here(m
 @pytest.mark.parametrize("shared, passes", [("/etc/ld.so.cache", False), ("stdlib", True)],
                          ids=["ld.so.cache is per run", "a bound stdlib file is shared (documented channel)"])
 def test_a_lock_passes_between_concurrent_programs_only_through_a_shared_file(shared, passes):
-    """Two programs at once: one holds flock(LOCK_EX) on a file, the other tests it. The private
-    copy of /etc/ld.so.cache carries no bit; a file of the bound stdlib does (the residual channel
-    docs/sandbox.md names), which also shows that the probe sees a lock when there is one."""
+    """The private copy of /etc/ld.so.cache carries no lock; a file of the bound stdlib does (the
+    residual channel docs/sandbox.md names), which also shows that the prober sees one when it is."""
     path = shared if shared.startswith("/") else os.path.realpath(os.__file__)
     holder = (f"import fcntl, time\nf = open({path!r}, 'rb')\nfcntl.flock(f, fcntl.LOCK_EX)\nprint('held')\n"
               "time.sleep(3.5)")

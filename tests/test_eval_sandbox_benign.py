@@ -277,8 +277,6 @@ _AT_64 = {"ok": "4950\n", "error": "limit of 64 tasks, threads and processes cou
 ], ids=["threads past the limit", "threads within it", "held at the limit", "forks, also when the evaluator is root",
         *(f"Pool({workers}){how}" for workers in (58, 60, 62, 63) for how in ("", " in the numloss script"))])
 def test_the_process_limit_counts_threads_and_processes_and_ends_a_program_held_at_it(program, max_processes, shown):
-    """Each program ends within seconds with its answer or with the limit named (a pool near the
-    limit may do either)."""
     started = time.monotonic()
     result = run_program(program, SandboxLimits(wall_seconds=60.0, cpu_seconds=30, max_processes=max_processes))
     assert result.status in shown and shown[result.status] in (result.stdout if result.ok else result.detail), result
