@@ -87,8 +87,7 @@ def test_programs_are_refused_without_isolation_and_those_items_use_cot(tmp_path
     monkeypatch.delenv("NUMLOSS_ALLOW_UNISOLATED_EXEC", raising=False)
     monkeypatch.setattr(programs, "isolation", lambda allow_unisolated=False: programs.Isolation(
         "unisolated" if allow_unisolated else "unavailable", "test: no namespaces"))
-    gen = Counting(golds("gsm8k"))
-    report = evaluate(gen, "gsm8k", data_dir=FIXTURES, protocol="numloss", digit_stats=False, allow_unisolated=False)
+    report = evaluate(Counting(golds("gsm8k")), "gsm8k", data_dir=FIXTURES, protocol="numloss", digit_stats=False, allow_unisolated=False)
     score = report.scores["numloss"]["gsm8k"]
     assert report.isolation["mode"] == "unavailable"
     assert score.pot_refused == score.count and score.styles == {"pot+cot": score.count} and score.accuracy == 1.0
