@@ -1,14 +1,10 @@
 """The hostile suite: every program of tests/hostile/ is contained, judged from the host side.
 
-All programs run once, in parallel, against live targets the test sets up: a secret folder in the
-host's /tmp, the evaluator's cwd, $HOME and data dir holding a canary, the canary in the
-evaluator's environment, a victim process, TCP/UDP/DNS listeners on the loopback, and a unix
-socket at a host path and at an abstract name. Afterwards the host checks that nothing changed,
-nothing arrived, nothing of the canary came out, no process of any sandbox is left, and the
-evaluator (this process) and the victim are alive; and, per program, that it could not forge its
-status, hold memory outside its limits, reach the host's other libraries and programs, drain
-per-user kernel budgets, or put terminal controls in what is shown. Run it as root and as a
-non-root evaluator: the two take different paths in bwrap.py.
+All programs run once, in parallel, against live targets the `suite` fixture sets up (a canary in
+host folders and in the evaluator's environment, a victim process, listeners on the loopback and
+unix sockets); the host then judges what changed, arrived, came out or was left, and `SHOWS` says
+what a program's own result must show. Run it as root and as a non-root evaluator: the two take
+different paths in bwrap.py.
 """
 
 from __future__ import annotations
