@@ -35,6 +35,7 @@ from numloss.compare.config import (
     compare_config_from_dict,
 )
 from numloss.compare.learning import LearningCheck
+from numloss.compare.runner import RecordError, read_record, run_grid
 from numloss.compare.task import ArithmeticTask, Distribution
 from numloss.compare.word_task import WordProblemTask
 from numloss.config import ConfigError
@@ -236,8 +237,6 @@ def test_a_finished_or_garbled_run_is_kept_aside_and_the_training_file_is_the_se
     """Another --steps keeps the finished run (and its model) in superseded/, and says so; a
     result.json that is no result is moved aside (superseded/<run>-unreadable) and the run redone;
     data/train-s<seed>.jsonl is rewritten when the task changed under the output folder."""
-    from numloss.compare.runner import run_grid
-
     root, _, _ = compare_recorded
     out = tmp_path / "out"
     shutil.copytree(root / "out", out)
@@ -286,8 +285,6 @@ CORRUPTIONS = {
 # each corruption through read_record; compare and compare --report-only read records through it
 @pytest.mark.parametrize(("corruption", "argv"), [(c, None) for c in CORRUPTIONS] + [("truncated", []), ("truncated", ["--report-only"])])
 def test_a_corrupted_record_is_named_in_one_line(corruption, argv, compare_recorded, tmp_path, capsys, nothing_runs) -> None:
-    from numloss.compare.runner import RecordError, read_record
-
     root, _, record = compare_recorded
     bad = tmp_path / "records" / record.name
     bad.parent.mkdir()
@@ -381,8 +378,6 @@ def test_a_run_trained_but_not_scored_is_scored_without_training_again(tmp_path,
     """A process that died after training (out of memory while scoring) left final/ and no result:
     the same grid again scores that final/; a grid of other settings trains anew, its steps on the
     grid's one bar (the run's own per-log lines kept off it)."""
-    from numloss.compare.runner import run_grid
-
     out = tmp_path / "out"
     (old,) = run_grid(compare_config_from_dict(_mapping(out)), progress=False)
     (out / "runs" / "mle-s0" / "result.json").unlink()

@@ -16,6 +16,8 @@ import pytest
 from numloss.compare.arith_words import ArithmeticWordTask
 from numloss.compare.config import load_compare_config
 from numloss.compare.word_task import ChatExample, WordProblemTask, chat_prompt, last_number_matches
+from numloss.data import tokenize_examples
+from numloss.models.tiny import build_char_tokenizer
 
 ROOT = Path(__file__).resolve().parents[1]
 CONFIG = ROOT / "configs" / "compare-smollm2-gpu.yaml"
@@ -45,9 +47,6 @@ def test_each_device_call_ends_inside_its_limit() -> None:
 
 
 def test_word_problems_render_in_the_chat_template_with_completion_only_labels(tmp_path) -> None:
-    from numloss.data import tokenize_examples
-    from numloss.models.tiny import build_char_tokenizer
-
     task = WordProblemTask(train_size=6, cache_dir=str(tmp_path / "items"))
     items = task.train_set(0)
     assert len(items) == 6 and all(e.output.endswith(f"The answer is {e.answer}.") for e in items)

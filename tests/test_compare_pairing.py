@@ -13,7 +13,9 @@ import pytest
 import torch
 
 from numloss.compare.config import load_compare_config
+from numloss.compare.runner import _write_train_file
 from numloss.hf import NumericTrainer
+from numloss.train import run_training
 
 CONFIG = Path(__file__).resolve().parents[1] / "configs" / "compare-mul.yaml"
 STEPS = 2
@@ -21,9 +23,6 @@ STEPS = 2
 
 def _trace(monkeypatch: pytest.MonkeyPatch, tmp_path: Path, label: str, seed: int) -> dict[str, list[str]]:
     """The initial-weight fingerprint and each step's input batch of one short run."""
-    from numloss.compare.runner import _write_train_file
-    from numloss.train import run_training
-
     compare = load_compare_config(CONFIG)
     spec = next(s for s in compare.objectives if s.label == label)
     held_out = {e.instruction for items in compare.task.test_sets().values() for e in items}

@@ -12,6 +12,7 @@ import sys
 import time
 from pathlib import Path
 
+import grid_driver
 import pytest
 from grid_driver import (
     BASELINE,
@@ -23,7 +24,7 @@ from grid_driver import (
 )
 
 from numloss.compare import build_parser, resolve
-from numloss.compare.runner import read_record
+from numloss.compare.runner import grid_test_sets, read_record
 
 ROOT = Path(__file__).resolve().parents[1]
 CONFIG = ROOT / "configs" / "compare-smollm2-words.yaml"
@@ -141,8 +142,6 @@ def test_a_grid_with_learning_checks_gets_the_check_slice_as_numloss_compare_doe
     """A config with `learning:` (the multiplication testbed) scores every run on the task's check
     slice during training; the driver hands the runs the same sets `numloss compare` does (the
     check slice missing ended every run at its first check with an empty max())."""
-    from numloss.compare.runner import grid_test_sets
-
     args = build_parser().parse_args([str(ROOT / "configs" / "compare-mul-centered.yaml"), "--smoke", "--out",
                                       str(tmp_path / "grid"), "--seeds", "0", "--records", str(tmp_path / "records")])
     compare = resolve(args)
@@ -163,9 +162,7 @@ def test_a_grid_with_learning_checks_gets_the_check_slice_as_numloss_compare_doe
 def test_a_task_without_per_item_verdicts_is_refused_before_any_run(config, tmp_path, capsys) -> None:
     # its summary's paired tests need the per-item verdicts only arith_words records keep: a
     # multiplication grid used to train every run and then stop with a KeyError
-    from grid_driver import main
-
-    status = main([str(ROOT / "configs" / config), "--smoke", "--out", str(tmp_path / "grid")])
+    status = grid_driver.main([str(ROOT / "configs" / config), "--smoke", "--out", str(tmp_path / "grid")])
     err = capsys.readouterr().err
     assert status == 2 and "needs task.kind arith_words" in err and "numloss compare" in err
     assert not (tmp_path / "grid" / "runs").exists()
@@ -174,14 +171,12 @@ def test_a_task_without_per_item_verdicts_is_refused_before_any_run(config, tmp_
 def test_sigterm_stops_the_grid_in_one_line_that_says_how_to_continue(tmp_path, capsys, monkeypatch) -> None:
     """A scheduler's `kill PID` is Ctrl-C: status 130 and one line naming what was kept, no traceback;
     the records written before it stay."""
-    import grid_driver as pretrained
-
     def terminated(compare, **options):
         os.kill(os.getpid(), signal.SIGTERM)  # as a scheduler would, mid-grid
         raise AssertionError("SIGTERM did not stop the grid")
 
-    monkeypatch.setattr(pretrained, "run_pretrained_grid", terminated)
-    status = pretrained.main([str(CONFIG), "--smoke", "--out", str(tmp_path / "grid"), "--records", str(tmp_path / "records")])
+    monkeypatch.setattr(grid_driver, "run_pretrained_grid", terminated)
+    status = grid_driver.main([str(CONFIG), "--smoke", "--out", str(tmp_path / "grid"), "--records", str(tmp_path / "records")])
     err = capsys.readouterr().err.strip()
     assert status == 130 and "\n" not in err and "Traceback" not in err, err
     assert err.startswith("numloss compare: interrupted; every finished run is kept in") and str(tmp_path / "records") in err

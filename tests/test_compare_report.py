@@ -8,7 +8,10 @@ import math
 import re
 
 import pytest
+from PIL import Image
 
+import numloss.compare.report as report_module
+from numloss.compare.embeddings import neighbour_order_score
 from numloss.compare.report import (
     REPORT_FILES,
     aggregate,
@@ -20,6 +23,7 @@ from numloss.compare.report import (
     write_report,
 )
 from numloss.compare.stats import fisher_exact_p, seed_interval, wilson_interval
+from numloss.compare.survival import Outcome, logrank
 from numloss.compare.task import TEST_SETS
 
 
@@ -122,8 +126,6 @@ def test_every_accuracy_column_carries_its_interval_built_as_exact_matchs() -> N
 
 
 def test_report_shows_every_run_and_the_embedding_order(tmp_path) -> None:
-    from numloss.compare.embeddings import neighbour_order_score
-
     results = [*copy.deepcopy(RESULTS), _result("ntl", 1, 0.9, 1.0)]  # ntl seed 0 missing: an empty cell
     results[-1]["curve"]["ce"] = [3.0] * 5 + [0.2] * 10  # final ce: the last 10 logged steps only
     # a record is written with sorted keys, its first set "decimals": the run's cells still show in-distribution's
@@ -184,8 +186,6 @@ def _with_learning(result: dict, step: int, learnt: bool) -> dict:
 def test_learning_speed_section(tmp_path) -> None:
     """Pass counts, the curve at quarters of the horizon, medians and the log-rank tests, by hand;
     and every file and section a full report writes."""
-    from numloss.compare.survival import Outcome, logrank
-
     mle = [_with_learning(_result("mle", s, 0.3, 5.0), 1000, False) for s in range(3)]
     mle.append(_with_learning(_result("mle", 3, 0.9, 5.0), 750, True))
     fast = [_with_learning(_result("del", s, 0.9, 5.0), 250 * (1 + s % 2), True) for s in range(4)]
@@ -216,8 +216,6 @@ def test_learning_speed_section(tmp_path) -> None:
 
 
 def _png_panels(path) -> list[dict]:
-    from PIL import Image
-
     with Image.open(path) as image:
         return json.loads(image.text["Description"])
 
@@ -225,8 +223,6 @@ def _png_panels(path) -> list[dict]:
 def test_a_one_seed_report_prints_no_spread_and_its_plots_say_one_seed(tmp_path, monkeypatch) -> None:
     """One seed has no spread: no `± 0`, a note saying so, plot titles that say one seed; the
     learnt-by columns are steps a check ran at; plain log-axis labels; 12 arms' legend readable."""
-    import numloss.compare.report as report_module
-
     monkeypatch.setattr(report_module, "PERMUTATIONS", 50)  # the tests' p values are not read here
     labels = [f"arm-{i}" for i in range(12)]
     runs = [_with_learning(_result(label, 0, 0.05 * i, 533.0 + i), 200 * (1 + i % 3), i % 2 == 0)

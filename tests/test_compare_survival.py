@@ -3,6 +3,7 @@ exact and seed-stratified forms in scripts/grid_analysis.py)."""
 
 from __future__ import annotations
 
+import itertools
 import json
 import math
 import random
@@ -104,8 +105,6 @@ def test_logrank_separates_clearly_different_curves() -> None:
 
 def test_permutation_p_is_exact_on_a_tiny_case() -> None:
     """Against the enumeration of every split of 4 runs into 2 + 2 (6 splits)."""
-    import itertools
-
     runs = [L(100), L(200), C(900), C(900)]
     observed = logrank_statistic([runs[:2], runs[2:]])[0]
     splits = list(itertools.combinations(range(4), 2))

@@ -15,7 +15,9 @@ from pathlib import Path
 import pytest
 import results_doc  # scripts/ (pytest's pythonpath): the write-up is not installed
 
+import numloss.compare.runner as runner
 from numloss.demo import RECORDED_GRID, main
+from numloss.package_data import RECORDED_GRID_TEXT, packaged
 
 ROOT = Path(__file__).resolve().parents[1]
 RANK_WORDS = re.compile(r"\b(better|worse|beats?|wins?|outperforms?|rank(s|ed)? (first|last|above|below))\b", re.I)
@@ -25,8 +27,6 @@ def test_the_recorded_grid_the_demo_prints_is_the_records_and_quotes_the_docs_nu
     """The package's recorded text (what the demo prints, from a checkout or a wheel) is
     scripts/results_doc.py's rendering of results/compare-smollm2-words-centered/ (stale: run the
     script), with the numbers docs/results-pretrained.md quotes and no path of the machine."""
-    from numloss.package_data import RECORDED_GRID_TEXT, packaged
-
     rec = results_doc.Records()
     lines = results_doc.demo_recorded(rec)
     shipped = json.loads(packaged(RECORDED_GRID_TEXT).read_text(encoding="utf-8"))
@@ -60,8 +60,6 @@ def test_the_demo_prints_its_fresh_runs_then_the_recorded_grid(trained, tmp_path
     significant difference on one seed's items is reported as that: these models differ on these
     items (McNemar p), not as one objective above another. Trained: configs/compare-demo-smollm2.yaml's
     code path with --smoke (the tiny model, 2 steps, 16 items)."""
-    import numloss.compare.runner as runner
-
     def finished(compare, progress=True):
         assert compare.learning is None and [s.label for s in compare.objectives] == ["mle", "del-a0.3", "del-centered-a0.3"]
         return [_run("mle", "1" * 300 + "0" * 100, [30, 30, 31]), _run("del-a0.3", "1" * 150 + "0" * 250, [30, 13, -3]),
@@ -92,6 +90,4 @@ def test_the_help_names_the_default_config(capsys, monkeypatch) -> None:
 
 @pytest.mark.parametrize("config", ["compare-demo-smollm2.yaml", "compare-demo.yaml"])
 def test_the_packaged_demo_configs_are_the_checkouts(config) -> None:
-    from numloss.package_data import packaged
-
     assert packaged(f"configs/{config}").read_bytes() == (ROOT / "configs" / config).read_bytes()

@@ -9,7 +9,9 @@ from pathlib import Path
 import pytest
 from transformers import TrainingArguments
 
+from numloss.evaluate import evaluate
 from numloss.hf import NumericTrainer
+from numloss.patch import is_patched
 from test_docs import PAGES, python, run_strict, tiny_names
 from test_eval_faults import Echo
 
@@ -66,8 +68,6 @@ def test_readme_python_snippets_run(tmp_path, monkeypatch):
     """The loss example, NumericTrainer and numloss.patch, in the page's order, with the names the
     text says they need (a tokenizer, a causal LM's logits and aligned labels, a model, Trainer
     arguments, a dataset, a collator, a batch) from the tiny model of docs/integration.md."""
-    from numloss.patch import is_patched
-
     monkeypatch.chdir(tmp_path)
     namespace = tiny_names()
     loss_block, trainer_block, patch_block = python("README.md")
@@ -86,8 +86,6 @@ def test_readme_python_snippets_run(tmp_path, monkeypatch):
 def test_readme_report_tables_have_the_columns_numloss_eval_writes(tmp_path):
     """The report excerpt is what `numloss eval` writes: each table header of the README's
     Evaluation section is a table header of a report made now (two protocols, a stub model)."""
-    from numloss.evaluate import evaluate
-
     section = PAGES["README.md"].split("## Evaluation", 1)[1].split("\n## ", 1)[0]
     shown = [line for line, rule in zip(section.splitlines(), section.splitlines()[1:], strict=False) if rule.startswith("|---")]
     assert len(shown) == 2, "the per-protocol table and the side-by-side one"

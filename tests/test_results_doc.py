@@ -13,6 +13,11 @@ from typing import Any, NamedTuple
 
 import pytest
 import results_doc  # scripts/ (pytest's pythonpath): the write-up is not installed
+from grid_analysis import ENDPOINTS, Comparison
+from grid_driver import BASELINE, baseline_hash, run_order
+
+from numloss.compare.config import load_compare_config
+from numloss.compare.paired import paired_t
 
 
 def test_every_generated_block_matches_the_records() -> None:
@@ -68,10 +73,6 @@ def _pretrained_root(tmp_path: Path, drop: tuple[str, ...] = (), grid: str = res
     """A repository root with a pretrained grid's config and synthetic records under its real
     hashes: by default MLE right on items 0-599 of 1,000 every seed, DEL on items 0-(499 + 10 s),
     NTL-WAS on items 50-649 (as many as MLE, other items), the untrained model on none."""
-    from grid_driver import BASELINE, baseline_hash, run_order
-
-    from numloss.compare.config import load_compare_config
-
     records = _configs(tmp_path) / "results" / grid
     records.mkdir(parents=True)
     compare = load_compare_config(tmp_path / "configs" / f"{grid}.yaml")
@@ -136,10 +137,6 @@ def _mul_root(tmp_path: Path, drop: tuple[str, ...] = (), grid: str = "compare-m
 def test_verdict_reads_the_endpoints_direction() -> None:
     """Better and worse on both endpoints' directions are the multiplication case's verdicts
     (test_a_grid_reads_as_its_design_says); here the Holm threshold and a missing p."""
-    from grid_analysis import ENDPOINTS, Comparison
-
-    from numloss.compare.paired import paired_t
-
     def verdict(p_holm: float) -> str:
         return results_doc.verdict(Comparison("a", ENDPOINTS[0], [0, 1, 2], 10.0, 12.0, paired_t([2.0, 2.1, 1.9]), 0.05,
                                               p_holm=p_holm))
