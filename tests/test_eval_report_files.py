@@ -21,10 +21,8 @@ from numloss.evaluate.generate import HFGenerator
 from numloss.evaluate.metrics import wilson_interval
 from numloss.evaluate.report import PLACE_NAMES, write_report
 from test_eval_generate import scrambled_tiny_model
+from test_eval_lmeval import DATA, GSM8K_SAMPLES
 
-FIXTURES = Path(__file__).parent / "fixtures"
-SAMPLES = FIXTURES / "lmeval" / "samples_gsm8k_2024-06-01T12-00-00.123456.jsonl"
-DATA = FIXTURES / "benchmarks"
 PERCENT = re.compile(r"(\d+\.\d) %")
 INTERVAL = re.compile(r"\d+\.\d % \(\d+\.\d-\d+\.\d\)")
 
@@ -34,7 +32,7 @@ def plot(path: Path) -> dict:
     return json.loads(Image.open(path).text["numloss"])
 
 
-def scored(out: Path, source: Path = SAMPLES, entropy: bool = False) -> tuple[dict, str]:
+def scored(out: Path, source: Path = GSM8K_SAMPLES, entropy: bool = False) -> tuple[dict, str]:
     """(results.json, report.md) of the lm-eval samples at `source` scored under both protocols and
     written to `out`; `entropy`: with a teacher-forced entropy histogram, as a model run has."""
     report = score_outputs(source, data_dir=DATA)
@@ -69,10 +67,10 @@ def test_lm_eval_samples_report_says_what_it_read_and_shows_intervals(tmp_path, 
     for protocol in ("released", "numloss"):
         assert results["benchmarks"][protocol]["gsm8k"]["styles"] == {"cot": 3}
         assert "| gsm8k | 3 | 66.7 | 20.8-93.9 | 3 | 0 / 3 / 0 |" in text
-    no_machine_path(text, SAMPLES)
+    no_machine_path(text, GSM8K_SAMPLES)
     assert "Program sandbox: " in text
     every_accuracy_has_its_interval(text)
-    print_summary(score_outputs(SAMPLES, data_dir=DATA))
+    print_summary(score_outputs(GSM8K_SAMPLES, data_dir=DATA))
     console = [line for line in capsys.readouterr().out.splitlines() if "%" in line]
     assert console[0] == "accuracy % (95 % interval)" and all(INTERVAL.search(line) for line in console[1:])
 
@@ -107,11 +105,11 @@ def test_lm_eval_samples_report_says_what_it_read_and_shows_intervals(tmp_path, 
 
 
 def test_outputs_with_no_answer_say_there_is_nothing_by_place_and_draw_no_place_plot(tmp_path):
-    rows = [json.loads(line) for line in SAMPLES.read_text().splitlines()]
+    rows = [json.loads(line) for line in GSM8K_SAMPLES.read_text().splitlines()]
     for row in rows:
         row["resps"] = [["I cannot tell."]]
         row["filtered_resps"] = ["[invalid]"]
-    source, out = tmp_path / SAMPLES.name, tmp_path / "none"
+    source, out = tmp_path / GSM8K_SAMPLES.name, tmp_path / "none"
     source.write_text("".join(json.dumps(r) + "\n" for r in rows))
     stale = out / "place_accuracy.png"
     stale.parent.mkdir()
