@@ -15,6 +15,23 @@ import warnings
 from pathlib import Path
 
 import pytest
+import yaml
+
+from faultrun import config as tiny_config
+from numloss.bench_cli import available
+from numloss.compare import build_parser as compare_parser
+from numloss.compare import resolve
+from numloss.compare.report import REPORT_FILES as COMPARE_FILES
+from numloss.config import load_config
+from numloss.data.instructions import records_to_examples
+from numloss.evaluate.cli import build_parser as eval_parser
+from numloss.evaluate.report import REPORT_FILES
+from numloss.evaluate.sandbox import isolation
+from numloss.losses.base import NumericLossOutput
+from numloss.train import run_training
+from numloss.train.callbacks import PROGRESS_KEYS
+from numloss.train.cli import FLAGS, pop_threads
+from numloss.train.folder import CSV_COLUMNS
 
 ROOT = Path(__file__).resolve().parents[1]
 #: each page's path (posix, from the repository root) -> its text: the one reading every test here shares
@@ -38,8 +55,6 @@ def listed(text: str, lead: str) -> list[list[str]]:
 
 
 def test_every_list_of_the_loss_outputs_fields_is_complete():
-    from numloss.losses.base import NumericLossOutput
-
     fields = [f.name for f in dataclasses.fields(NumericLossOutput)]
     found = []
     for page, text in PAGES.items():
@@ -50,20 +65,12 @@ def test_every_list_of_the_loss_outputs_fields_is_complete():
 
 
 def test_log_csv_columns_and_the_progress_bars_keys_are_the_codes():
-    from numloss.train.callbacks import PROGRESS_KEYS
-    from numloss.train.folder import CSV_COLUMNS
-
     text = PAGES["docs/training.md"]
     assert listed(text, "log.csv columns: ") == [list(CSV_COLUMNS)]
     assert listed(text, "The progress bar shows ") == [list(PROGRESS_KEYS)]
 
 
 def test_eval_and_compare_help_and_the_eval_page_list_every_file_they_write_and_no_other():
-    from numloss.compare import build_parser as compare_parser
-    from numloss.compare.report import REPORT_FILES as COMPARE_FILES
-    from numloss.evaluate.cli import build_parser as eval_parser
-    from numloss.evaluate.report import REPORT_FILES
-
     files = {*REPORT_FILES, "items.jsonl"}
     assert [set(names) for names in listed(PAGES["docs/evaluation.md"], "`numloss eval` writes to `--out`: ")] == [files]
     for parser, written in [(eval_parser(), files), (compare_parser(), set(COMPARE_FILES))]:
@@ -139,14 +146,7 @@ PLACEHOLDERS = {"CONFIG": "configs/tiny.yaml", "MODEL": "tiny"}
 def check_command(words: list[str]) -> None:
     """`words` is a command its program accepts: a make target that exists, a pip line of this
     project, a numloss command whose own parser (or config loader) takes its options."""
-    import tomllib
-
-    from numloss.bench_cli import available
-    from numloss.compare import build_parser as compare_parser
-    from numloss.compare import resolve
-    from numloss.config import load_config
-    from numloss.evaluate.cli import build_parser as eval_parser
-    from numloss.train.cli import FLAGS, pop_threads
+    import tomllib  # Python 3.11's: only where a page gives a pip line
 
     if words[0] == "docker":  # the command the container runs
         words = words[words.index("numloss"):]
@@ -182,10 +182,6 @@ def test_every_snippet_is_run_or_checked():
     """A python block runs in the test `PYTHON_RUNS` names; each command of a bash or sh block
     (comments dropped, continuations joined) is one its program's own parser accepts (nothing
     trains or evaluates); a yaml block parses, a json block is training records numloss reads."""
-    import yaml
-
-    from numloss.data.instructions import records_to_examples
-
     seen = set()
     for page in PAGES:
         for language, code in fenced(page):
@@ -230,8 +226,6 @@ def test_losses_snippet_runs(tmp_path, monkeypatch):
 
 def test_sandbox_snippet_runs():
     """The sandbox page's lines run, and what its comments show is what they return."""
-    from numloss.evaluate.sandbox import isolation
-
     if not isolation().available:
         pytest.skip(f"no sandbox here: {isolation().detail}")
     (code,) = python("docs/sandbox.md")
@@ -265,16 +259,13 @@ def test_the_files_a_training_run_writes_are_the_ones_its_page_lists(tmp_path):
     """docs/training.md, "What a run writes": a LoRA run with checkpoints and TensorBoard writes
     every file the page names for a run (resumes and overwrites set the others aside), and none
     the page leaves out."""
-    from faultrun import config
-    from numloss.train import run_training
-
     section = PAGES["docs/training.md"].split("## What a run writes", 1)[1]
     paragraph = next(p for p in section.split("\n\n") if p.startswith("`train.output_dir` holds"))
     named = [n for n in re.findall(r"`([^`]+)`", paragraph) if n.endswith("/") or re.fullmatch(r"[\w.-]+\.(?:yaml|json|csv|lock)", n)]
     aside = paragraph.split("sets aside stays there", 1)[1]
     patterns = {n: re.compile(re.escape(n.rstrip("/")).replace("N", r"\d+").replace("TIME", r"\S+")) for n in named}
-    run_training(config(tmp_path / "run", "--train.max_steps", "2", "--train.report_to", "[tensorboard]", "--lora.enabled",
-                        "true", "--lora.target_modules", "[q_proj, v_proj]", "--lora.merge", "true"))
+    run_training(tiny_config(tmp_path / "run", "--train.max_steps", "2", "--train.report_to", "[tensorboard]", "--lora.enabled",
+                             "true", "--lora.target_modules", "[q_proj, v_proj]", "--lora.merge", "true"))
     written = sorted(p.name for p in (tmp_path / "run").iterdir())
     unnamed = [w for w in written if not any(p.fullmatch(w) for p in patterns.values())]
     assert not unnamed, f"the run wrote {unnamed}, which docs/training.md does not name"
