@@ -5,7 +5,6 @@ it is; the progress bar: test_eval_report_files)."""
 import json
 import shlex
 import shutil
-from pathlib import Path
 
 import pytest
 import torch
@@ -21,9 +20,8 @@ from numloss.evaluate.runner import run_benchmark
 from numloss.evaluate.sandbox import SandboxLimits
 from numloss.models import ModelUnavailableError
 from numloss.train import run_training
-from test_eval_faults import save_tiny
+from test_eval_faults import FIXTURES, save_tiny
 
-FIXTURES = Path(__file__).parent / "fixtures" / "benchmarks"
 LIMITS = SandboxLimits(wall_seconds=3.0, cpu_seconds=2, memory_bytes=512 << 20)
 
 
