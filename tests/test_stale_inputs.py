@@ -117,9 +117,11 @@ def test_a_model_saved_anew_at_the_same_path_is_refused_and_overwrite_moves_its_
     assert ResultsFile(out / "items.jsonl").records() == first
     _replace_in_place(model)
     assert folder_identity(model) == first[0]["model_identity"], "names, sizes and times cannot tell the two apart"
+    capsys.readouterr()  # save_pretrained's progress lines
     line = one_line(["eval", *tiny_eval(str(model), out)], capsys)
     assert "weights of" in line and "changed (sha256:" in line and "--overwrite" in line
     save_tiny(model, seed=1)  # saved anew: new times
+    capsys.readouterr()
     line = one_line(["eval", *tiny_eval(str(model), out)], capsys)
     assert "may be another model's outputs" in line and "--overwrite" in line and str(out / "items.jsonl") in line
     assert ResultsFile(out / "items.jsonl").records() == first  # refused: nothing written
