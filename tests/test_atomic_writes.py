@@ -125,7 +125,7 @@ def _eval_items(folder: Path, monkeypatch):
 
 
 def _compare_report(folder: Path, monkeypatch):
-    monkeypatch.setattr(compare_report, "_plots", lambda summary, results, out: [])
+    monkeypatch.setattr(compare_report, "draw_plots", lambda summary, results, out: [])
     monkeypatch.setattr(compare_report, "aggregate", lambda results: {})
     monkeypatch.setattr(compare_report, "markdown_report", lambda summary, meta, plots: f"# report of {meta['runs']} runs\n")
     return lambda n: compare_report.write_report([_compare_result()], folder, {"runs": n})

@@ -10,19 +10,18 @@ import re
 import pytest
 from PIL import Image
 
-import numloss.compare.report as report_module
+import numloss.compare.summary as summary_module
 from numloss.compare.embeddings import neighbour_order_score
 from numloss.compare.report import (
     REPORT_FILES,
-    aggregate,
     exact_match_text,
     markdown_table,
     paired_table,
-    significant_labels,
     text_table,
     write_report,
 )
 from numloss.compare.stats import fisher_exact_p, seed_interval, wilson_interval
+from numloss.compare.summary import aggregate, significant_labels
 from numloss.compare.survival import Outcome, logrank
 from numloss.compare.task import TEST_SETS
 
@@ -223,7 +222,7 @@ def _png_panels(path) -> list[dict]:
 def test_a_one_seed_report_prints_no_spread_and_its_plots_say_one_seed(tmp_path, monkeypatch) -> None:
     """One seed has no spread: no `± 0`, a note saying so, plot titles that say one seed; the
     learnt-by columns are steps a check ran at; plain log-axis labels; 12 arms' legend readable."""
-    monkeypatch.setattr(report_module, "PERMUTATIONS", 50)  # the tests' p values are not read here
+    monkeypatch.setattr(summary_module, "PERMUTATIONS", 50)  # the tests' p values are not read here
     labels = [f"arm-{i}" for i in range(12)]
     runs = [_with_learning(_result(label, 0, 0.05 * i, 533.0 + i), 200 * (1 + i % 3), i % 2 == 0)
             for i, label in enumerate(labels)]

@@ -1,42 +1,32 @@
-"""The report folder of a comparison: results.json, report.md and the PNG plots.
+"""The report folder of a comparison: results.json, report.md and the PNG plots, rendered from
+the summary that numloss.compare.summary aggregates once (its doc says what each figure is).
 
-Per objective and held-out set, every metric is the mean +- standard deviation over seeds (with one
-seed there is no spread: the value alone is printed, and the report says "one seed: no spread"). The
-95 % interval of exact match covers both sources of chance: it is the hull of the Wilson interval of
-the items pooled over seeds (which test items were drawn) and, with two or more seeds, the Student t
-interval of the per-seed exact matches (how training fell out). The second is what dominates when
-runs are bimodal; with one seed only the first exists. No column names a "best": a few seeds do not
-rank objectives. An objective's exact match is marked (bold, or '*' in the terminal) only when it
-differs from the baseline's (the first objective) by seed: paired t on the per-seed differences,
-Holm over the objectives, p <= 0.05, at least 3 seeds."""
+With one seed there is no spread: the value alone is printed, and the report says "one seed: no
+spread". No column names a "best": a few seeds do not rank objectives. An objective's exact match
+is marked (bold, or '*' in the terminal) only when it differs from the baseline's (the first
+objective) by seed: paired t on the per-seed differences, Holm over the objectives, p <= 0.05, at
+least 3 seeds."""
 
 from __future__ import annotations
 
 import json
 import math
-import statistics
-from collections import Counter
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 from numloss.atomic import write_json_atomic, write_text_atomic
-from numloss.compare.paired import holm, minimum_detectable_effect, paired_t, paired_values
-from numloss.compare.stats import (
-    finite,
-    fisher_exact_p,
-    seed_interval,
-    wilson_interval,
+from numloss.compare.plots import checked_text, draw_plots
+from numloss.compare.stats import wilson_interval
+from numloss.compare.summary import (
+    COLUMNS,
+    FINAL_CE_POINTS,
+    PERMUTATIONS,
+    aggregate,
+    counts,
+    set_names,
+    significant_labels,
 )
-from numloss.compare.survival import (
-    Outcome,
-    learnt_by_step,
-    logrank,
-    logrank_permutation_p,
-    median_interval,
-    median_steps,
-)
-from numloss.compare.task import TEST_SETS
 from numloss.textio import jsonable
 
 #: every file a report writes into its folder (`numloss compare --help` names them; a plot whose
@@ -54,287 +44,17 @@ REPORT_FILES = (
     "exact_match_per_seed.png",
 )
 
-# (key in an evaluation, column title, scale for display, better: "max" / "min" / None, format)
-COLUMNS: tuple[tuple[str, str, float, str | None, str], ...] = (
-    ("exact_match", "exact match %", 100.0, "max", "{:.1f}"),
-    ("mae", "MAE", 1.0, "min", "{:.3g}"),
-    ("signed_log_mae", "signed-log MAE", 1.0, "min", "{:.3f}"),
-    ("median_abs_error", "median abs err", 1.0, "min", "{:.3g}"),
-    ("digit_accuracy", "TF digit acc %", 100.0, "max", "{:.1f}"),
-    ("digit_entropy", "digit entropy", 1.0, None, "{:.3f}"),
-    ("answer_nll", "answer NLL", 1.0, "min", "{:.3f}"),
-    ("integer_place_accuracy", "int place acc %", 100.0, "max", "{:.1f}"),
-    ("decimal_place_accuracy", "dec place acc %", 100.0, "max", "{:.1f}"),
-)
-
-
-def mean_std(values: Sequence[Any]) -> tuple[float, float]:
-    """Mean and sample standard deviation of the finite values (std NaN for one value, whose
-    spread is undefined, not 0; both NaN for none)."""
-    xs = finite(values)
-    if not xs:
-        return float("nan"), float("nan")
-    return statistics.fmean(xs), statistics.stdev(xs) if len(xs) > 1 else float("nan")
-
-
-#: the accuracies besides exact match, each with the per-place counts of an evaluation it pools
-#: ({place: [right, total]}) and the places it counts
-POOLED_COUNTS: dict[str, tuple[str, Any]] = {
-    "digit_accuracy": ("teacher_forced_place_accuracy", lambda place: True),
-    "integer_place_accuracy": ("place_accuracy", lambda place: place >= 0),
-    "decimal_place_accuracy": ("place_accuracy", lambda place: place < 0),
-}
-
-
-def _counts(evaluation: dict[str, Any], key: str) -> tuple[int, int]:
-    """(right, total) behind accuracy `key` of one evaluation ((0, 0) where it kept no counts)."""
-    if key == "exact_match":  # no counts kept (records of earlier releases): no interval
-        return (evaluation["correct"], evaluation["n"]) if "correct" in evaluation else (0, 0)
-    field, counted = POOLED_COUNTS[key]
-    pairs = [v for place, v in (evaluation.get(field) or {}).items() if counted(int(place))]
-    return sum(c for c, _ in pairs), sum(t for _, t in pairs)
-
-
-def accuracy_interval(
-    evaluations: Sequence[dict[str, Any]], key: str = "exact_match"
-) -> dict[str, list[float]]:
-    """{items, seeds, hull} of accuracy `key`: the Wilson interval of the items (digits) pooled
-    over seeds, the seed t interval, and their hull (either alone where the other is NaN)."""
-    right, total = (sum(x) for x in zip(*(_counts(e, key) for e in evaluations), strict=True))
-    items = wilson_interval(right, total)
-    seeds = seed_interval([e.get(key) for e in evaluations])
-    ends = [i for i in (items, seeds) if math.isfinite(i[0])]
-    hull = (min(e[0] for e in ends), max(e[1] for e in ends)) if ends else items
-    return {"items": list(items), "seeds": list(seeds), "hull": list(hull)}
-
-
-FINAL_CE_POINTS = 10  # logged steps averaged for a run's final training ce (one step is noisy)
-
-
-def final_training_ce(curve: dict[str, list[float]]) -> float:
-    """Mean token cross-entropy of the last FINAL_CE_POINTS logged training steps (NaN if none)."""
-    values = finite(curve.get("ce", [])[-FINAL_CE_POINTS:])
-    return statistics.fmean(values) if values else float("nan")
-
-
-def _order_scores(embeddings: dict[str, Any]) -> dict[str, float]:
-    from numloss.compare.embeddings import neighbour_order_score
-
-    return {when: neighbour_order_score(rows) for when, rows in embeddings.items() if rows}
-
-
-def aggregate(results: Sequence[dict[str, Any]]) -> dict[str, Any]:
-    """{label: {objective, seeds, sets: {set: {metric: {mean, std, values}}, exact_match_ci95}}}."""
-    summary: dict[str, Any] = {}
-    for result in results:
-        entry = summary.setdefault(
-            result["label"], {"objective": result["objective"], "seeds": [], "runs": [], "sets": {}}
-        )
-        entry["seeds"].append(result["seed"])
-        entry["runs"].append(result)
-    for entry in summary.values():
-        runs = entry.pop("runs")
-        for name in set_names(runs):
-            evaluations = [r["evaluation"][name] for r in runs if name in r["evaluation"]]
-            metrics: dict[str, Any] = {}
-            for key, *_ in COLUMNS:
-                values = [e.get(key) for e in evaluations]
-                mean, std = mean_std(values)
-                metrics[key] = {"mean": mean, "std": std, "values": values}
-                if key in POOLED_COUNTS:
-                    metrics[key]["ci95"] = accuracy_interval(evaluations, key)["hull"]
-            intervals = accuracy_interval(evaluations)
-            metrics["exact_match_ci95"] = intervals["hull"]
-            metrics["exact_match_ci95_items"] = intervals["items"]
-            metrics["exact_match_ci95_seeds"] = intervals["seeds"]
-            metrics["items"] = sum(e["n"] for e in evaluations)
-            entry["sets"][name] = metrics
-        entry["per_seed"] = [_per_seed(r) for r in runs]
-        orders = [_order_scores(r.get("embeddings") or {}) for r in runs]
-        if any(orders):
-            entry["embedding_order"] = {
-                when: dict(
-                    zip(("mean", "std"), mean_std([o.get(when) for o in orders]), strict=True)
-                )
-                for when in ("before", "after")
-            }
-        learning = _learning_entry(runs)
-        if learning is not None:
-            entry["learning"] = learning
-        entry["train_seconds"] = mean_std([r["seconds"]["train"] for r in runs])[0]
-        entry["cpu_seconds"] = mean_std([r["seconds"].get("cpu") for r in runs])[0]
-        entry["steps"] = mean_std([r.get("steps") for r in runs])[0]
-        entry["tokens_per_second"] = mean_std(
-            [r["train_metrics"].get("tokens_per_second") for r in runs]
-        )[0]
-    _compare_learning(summary)
-    for name in dict.fromkeys(n for e in summary.values() for n in e["sets"]):
-        _pair_with_baseline(summary, name)
-    return summary
-
-
-#: Monte Carlo relabellings of the permutation log-rank p (seeded; its own sd at p = 0.05 is 0.003)
-PERMUTATIONS = 5000
-
-
-def _per_seed(run: dict[str, Any]) -> dict[str, Any]:
-    """One run's line of the per-run table; `learnt_at`: the step it learnt the task (None: not by
-    its horizon), only for runs with learning checks."""
-    row = {
-        "seed": run["seed"],
-        "exact_match": primary_evaluation(run).get("exact_match"),
-        "exact_match_ci95": list(wilson_interval(*_counts(primary_evaluation(run), "exact_match"))),
-        "final_ce": final_training_ce(run["curve"]),
-    }
-    if run.get("learning"):
-        row["learnt_at"] = run["learning"]["step"] if run["learning"]["learnt"] else None
-    return row
-
-
-def _learning_entry(runs: Sequence[dict[str, Any]]) -> dict[str, Any] | None:
-    """Learning speed of one objective's runs (None when they have no learning checks)."""
-    checked = [r for r in runs if r.get("learning")]
-    if not checked:
-        return None
-    outcomes = [Outcome(int(r["learning"]["step"]), bool(r["learning"]["learnt"])) for r in checked]
-    try:
-        interval = list(median_interval(outcomes))
-    except ValueError:  # runs of different horizons: no distribution-free interval
-        interval = [float("nan"), float("nan")]
-    horizon = max(int(r.get("max_steps") or r["learning"]["step"]) for r in checked)
-    return {
-        "checked_steps": sorted(
-            {int(step) for r in checked for step, _ in r["learning"].get("checks", [])}
-        ),
-        "runs": len(outcomes),
-        "learnt": sum(o.learnt for o in outcomes),
-        "horizon": horizon,
-        "threshold": checked[0]["learning"]["threshold"],
-        "every": checked[0]["learning"]["every"],
-        "stop_early": _stops_early(checked),
-        "outcomes": [[r["seed"], o.step, o.learnt] for r, o in zip(checked, outcomes, strict=True)],
-        "curve": learnt_by_step(outcomes),
-        "median_steps": median_steps(outcomes),
-        "median_ci95": interval,
-    }
-
-
-def _stops_early(runs: Sequence[dict[str, Any]]) -> bool | None:
-    """Whether these runs ended at the check where they learnt: recorded, or (records made before
-    it was) read off the runs that learnt; None when that cannot be told."""
-    recorded = {r["learning"]["stop_early"] for r in runs if "stop_early" in r["learning"]}
-    if len(recorded) == 1:
-        return recorded.pop()
-    learnt = [r for r in runs if r["learning"]["learnt"] and "steps" in r]
-    if recorded or not learnt:
-        return None
-    return all(int(r["steps"]) == int(r["learning"]["step"]) for r in learnt)
-
-
-def _compare_learning(summary: dict[str, Any]) -> None:
-    """Log-rank tests on the whole learnt-by-step curves: every objective against the first (the
-    baseline), and all objectives at once; Fisher's exact test on the learnt-by-the-end counts."""
-    labelled = [(label, e) for label, e in summary.items() if "learning" in e]
-    if len(labelled) < 2:
-        return
-    groups = {
-        label: [Outcome(step, learnt) for _, step, learnt in e["learning"]["outcomes"]]
-        for label, e in labelled
-    }
-    baseline = labelled[0][0]
-    for label, entry in labelled[1:]:
-        pair = [groups[label], groups[baseline]]
-        base = summary[baseline]["learning"]
-        entry["learning"]["vs_baseline"] = {
-            "baseline": baseline,
-            "logrank_p": logrank(pair),
-            "logrank_permutation_p": logrank_permutation_p(pair, PERMUTATIONS),
-            "fisher_p": fisher_exact_p(
-                entry["learning"]["learnt"], entry["learning"]["runs"], base["learnt"], base["runs"]
-            ),
-        }
-    summary[baseline]["learning"]["all_objectives_logrank_p"] = logrank(list(groups.values()))
-
-
-def set_names(results: Sequence[dict[str, Any]]) -> list[str]:
-    """The held-out sets the runs were scored on: the arithmetic task's in its order, then any
-    others (benchmarks) in the order the runs list them."""
-    seen = list(dict.fromkeys(name for r in results for name in r["evaluation"]))
-    return [s for s in TEST_SETS if s in seen] + [s for s in seen if s not in TEST_SETS]
-
-
-def primary_evaluation(run: dict[str, Any]) -> dict[str, Any]:
-    """The set a run's headline exact match comes from: in_distribution, else its first set."""
-    evaluation = run["evaluation"]
-    if "in_distribution" in evaluation:
-        return evaluation["in_distribution"]
-    return next(iter(evaluation.values()), {})
-
 
 def exact_match_text(evaluation: dict[str, Any]) -> str:
     """One evaluation's exact match as the console prints it: '62.5% [47.0, 75.8]' (the Wilson
     interval over its items; none where it kept no counts)."""
-    interval = _interval(wilson_interval(*_counts(evaluation, "exact_match")))
+    interval = _interval(wilson_interval(*counts(evaluation, "exact_match")))
     return f"{100 * evaluation.get('exact_match', math.nan):.1f}%{interval}"
 
 
 def _interval(ci: Sequence[float]) -> str:
     """' [low, high]': a share's 95 % interval in points, as every table prints it ('' for none)."""
     return f" [{100 * ci[0]:.1f}, {100 * ci[1]:.1f}]" if math.isfinite(ci[0]) else ""
-
-
-def _pair_with_baseline(
-    summary: dict[str, Any], set_name: str, alpha: float = 0.05, min_seeds: int = 3
-) -> None:
-    """Every objective but the first (the baseline) against it on `set_name`, by seed: paired t
-    of the per-seed exact-match differences on the seeds both have (points), Holm over the
-    objectives, the difference these seeds detect with 80 % power; `marked` where Holm p <= alpha
-    with at least `min_seeds` seeds. Kept as the set's `vs_baseline`."""
-    if not summary:
-        return
-    baseline, *others = summary
-
-    def by_seed(entry: dict[str, Any]) -> dict[int, float]:
-        metrics = entry["sets"].get(set_name)
-        if metrics is None or len(metrics["exact_match"]["values"]) != len(entry["seeds"]):
-            return {}
-        return {
-            s: 100 * v
-            for s, v in zip(entry["seeds"], metrics["exact_match"]["values"], strict=True)
-            if v is not None and math.isfinite(v)
-        }
-
-    base = by_seed(summary[baseline])
-    tests = {
-        label: paired_t([b - a for _, a, b in paired_values(base, by_seed(summary[label]))])
-        for label in others
-    }
-    for (label, test), p_holm in zip(
-        tests.items(), holm([t.p for t in tests.values()]), strict=True
-    ):
-        if set_name in summary[label]["sets"]:
-            summary[label]["sets"][set_name]["vs_baseline"] = {
-                "baseline": baseline,
-                "seeds": test.n,
-                "mean": test.mean,
-                "ci": list(test.ci),
-                "p": test.p,
-                "p_holm": p_holm,
-                "detectable": (
-                    minimum_detectable_effect(test.n, test.sd, alpha) if test.n >= 2 else math.nan
-                ),
-                "marked": test.n >= min_seeds and math.isfinite(p_holm) and p_holm <= alpha,
-            }
-
-
-def significant_labels(summary: dict[str, Any], set_name: str) -> set[str]:
-    """The objectives whose exact match on `set_name` differs from the baseline's by seed
-    (`_pair_with_baseline`, done by `aggregate`)."""
-    return {
-        label
-        for label, e in summary.items()
-        if e["sets"].get(set_name, {}).get("vs_baseline", {}).get("marked")
-    }
 
 
 #: what a mark in a results table means (the terminal table's caption says it too)
@@ -573,15 +293,6 @@ def _spread(values: list[int], most: int) -> list[int]:
     return sorted({values[round(k * (len(values) - 1) / (most - 1))] for k in range(most)})
 
 
-def _checked_text(steps: list[int]) -> str:
-    """The steps at which checks ran, as the report says them."""
-    if not steps:
-        return "no check ran"
-    if len(steps) <= 6:
-        return f"checked at step{'s' * (len(steps) > 1)} {', '.join(map(str, steps))}"
-    return f"checked at {len(steps)} steps from {steps[0]} to {steps[-1]}"
-
-
 def _p(value: float) -> str:
     return f"{value:.3f}" if math.isfinite(value) else "n/a"
 
@@ -607,7 +318,7 @@ def learning_table(summary: dict[str, Any], machine: str = "") -> list[str]:
     lines = [
         "## Learning speed",
         "",
-        f"A run has **learnt the task** at the first check ({_checked_text(checked)}, on a fixed"
+        f"A run has **learnt the task** at the first check ({checked_text(checked)}, on a fixed"
         " held-out slice apart from the test sets) whose exact match is >="
         f" {100 * first['threshold']:.0f} %"
         + then.get(first.get("stop_early"), ". ")
@@ -672,252 +383,13 @@ def embedding_table(summary: dict[str, Any]) -> list[str]:
     return lines + _md(["objective", "before training", "after training"], cells) + [""]
 
 
-def _plots(summary: dict[str, Any], results: Sequence[dict[str, Any]], out: Path) -> list[Path]:
-    """Draw the report's PNGs into `out` (matplotlib: numloss.compare requires it on import)."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    from numloss.compare.embeddings import plot_embeddings
-
-    sets = list(dict.fromkeys(n for e in summary.values() for n in e["sets"]))
-    paths = [_save(plt, _accuracy_mae_figure(plt, summary, sets), out / "accuracy_mae.png")]
-    if "in_distribution" in sets:  # the arithmetic task's digit statistics (benchmarks have none)
-        paths.append(_save(plt, _entropy_figure(plt, summary, results), out / "digit_entropy.png"))
-        place = _place_figure(plt, summary, results, sets)
-        paths.append(_save(plt, place, out / "place_accuracy.png"))
-    paths.append(_save(plt, _curves_figure(plt, summary, results), out / "training_curves.png"))
-    panels: dict[str, dict[str, Any]] = {}
-    for r in results:  # each objective's first run with embeddings
-        if (r.get("embeddings") or {}).get("after"):
-            panels.setdefault(r["label"], r["embeddings"])
-    paths += plot_embeddings(panels, out)
-    paths += _learning_plots(summary, out, plt)
-    return paths
-
-
-def _save(plt: Any, fig: Any, path: Path) -> Path:
-    """Write `fig` to `path` with what a reader sees of each panel in the PNG's metadata
-    (`Description`: JSON of titles, y range and scale, tick labels, legend entries), so a test
-    reads what the plot says without looking at pixels."""
-    fig.tight_layout()
-    fig.canvas.draw()  # tick labels exist only once drawn
-    panels = []
-    for ax in (ax for ax in fig.axes if ax.axison):
-        legend = [] if ax.get_legend() is None else ax.get_legend().get_texts()
-        panels.append(
-            {
-                "title": ax.get_title(),
-                "ylim": list(ax.get_ylim()),
-                "yscale": ax.get_yscale(),
-                "yticklabels": [t.get_text() for t in ax.get_yticklabels() if t.get_text()],
-                "legend": [t.get_text() for t in legend],
-                "legend_fontsize": legend[0].get_fontsize() if legend else None,
-            }
-        )
-    title = fig.get_suptitle() or "; ".join(p["title"] for p in panels)
-    fig.savefig(path, dpi=110, metadata={"Title": title, "Description": json.dumps(panels)})
-    plt.close(fig)
-    return path
-
-
-def _accuracy_mae_figure(plt: Any, summary: dict[str, Any], sets: list[str]) -> Any:
-    """Exact match and MAE per objective, one bar per held-out set (mean ± std over seeds; one
-    seed: its value, no error bar)."""
-    labels = list(summary)
-    one_seed = all(len(e["seeds"]) == 1 for e in summary.values())
-    width = 0.8 / max(1, len(sets))
-    fig, axes = plt.subplots(1, 2, figsize=(max(8, 1.3 * len(labels) + 4), 3.6))
-    for ax, (key, title, scale) in zip(
-        axes, (("exact_match", "exact match %", 100.0), ("mae", "MAE", 1.0)), strict=False
-    ):
-        drawn: list[float] = []
-        for j, name in enumerate(sets):
-            means = [summary[label]["sets"][name][key]["mean"] * scale for label in labels]
-            stds = [summary[label]["sets"][name][key]["std"] * scale for label in labels]
-            # a metric with no value (no number in any output) is drawn as an empty slot
-            means = [m if math.isfinite(m) else 0.0 for m in means]
-            stds = [s if math.isfinite(s) else 0.0 for s in stds]
-            drawn += means
-            xs = [i + (j - (len(sets) - 1) / 2) * width for i in range(len(labels))]
-            ax.bar(xs, means, width, yerr=None if one_seed else stds, capsize=2, label=name)
-        ax.set_xticks(range(len(labels)))
-        ax.set_xticklabels(labels, rotation=35, ha="right", fontsize=8)
-        ax.set_title(
-            f"{title} ({'one seed: no spread' if one_seed else 'mean ± std over seeds'})",
-            fontsize=9,
-        )
-        if key == "mae" and any(m > 0 for m in drawn):
-            ax.set_yscale("log")  # MAE spans orders of magnitude between the held-out sets
-            _plain_ticks(ax)
-        elif key == "exact_match":
-            ax.set_ylim(bottom=0)  # a share is never below 0, whatever a ± std bar reaches
-    axes[0].legend(fontsize=7)
-    return fig
-
-
-def _plain_ticks(ax: Any) -> None:
-    """A log y axis labelled in plain numbers (4.6, not 4.6 x 10^0): majors always, minors where
-    the axis spans under a decade (matplotlib's own rule for labelling them)."""
-    from matplotlib.ticker import FormatStrFormatter, LogFormatter
-
-    ax.yaxis.set_major_formatter(FormatStrFormatter("%g"))
-    ax.yaxis.set_minor_formatter(LogFormatter(labelOnlyBase=False, minor_thresholds=(1, 0.4)))
-
-
-def _entropy_figure(plt: Any, summary: dict[str, Any], results: Sequence[dict[str, Any]]) -> Any:
-    """Per objective, the histogram of teacher-forced digit entropy (in-distribution, all seeds)."""
-    labels = list(summary)
-    columns = min(4, len(labels))
-    rows = -(-len(labels) // columns)
-    fig, axes = plt.subplots(
-        rows, columns, figsize=(3 * columns, 2.3 * rows), squeeze=False, sharex=True
-    )
-    for ax in axes.flat[len(labels) :]:
-        ax.axis("off")
-    for ax, label in zip(axes.flat, labels, strict=False):
-        hists = [
-            r["evaluation"]["in_distribution"]["digit_entropy_histogram"]
-            for r in results
-            if r["label"] == label
-        ]
-        counts = [sum(column) for column in zip(*(h["counts"] for h in hists), strict=True)]
-        edges = hists[-1]["edges"]
-        total = sum(counts) or 1
-        ax.bar(edges[:-1], [c / total for c in counts], width=edges[1] - edges[0], align="edge")
-        mean = summary[label]["sets"]["in_distribution"]["digit_entropy"]["mean"]
-        ax.set_title(f"{label}: mean {mean:.3f} nats", fontsize=8)
-        ax.tick_params(labelsize=7)
-    fig.suptitle(
-        "teacher-forced digit entropy at the gold digits (in-distribution, all seeds)", fontsize=9
-    )
-    return fig
-
-
-def _place_figure(
-    plt: Any, summary: dict[str, Any], results: Sequence[dict[str, Any]], sets: list[str]
-) -> Any:
-    """Accuracy of the generated number by place, one panel per held-out set, pooled over seeds:
-    places are discrete, so each arm is a row of dots, side by side at each place, not a line."""
-    fig, axes = plt.subplots(1, len(sets), figsize=(4 * len(sets) + 2, 3.2), squeeze=False)
-    width = 0.7 / max(1, len(summary))
-    for ax, name in zip(axes[0], sets, strict=False):
-        for k, label in enumerate(summary):
-            right: Counter[int] = Counter()
-            total: Counter[int] = Counter()
-            for r in (r for r in results if r["label"] == label):
-                for place, (c, t) in r["evaluation"][name]["place_accuracy"].items():
-                    right[int(place)] += c
-                    total[int(place)] += t
-            places = sorted(total, reverse=True)
-            xs = [i + (k - (len(summary) - 1) / 2) * width for i in range(len(places))]
-            ax.plot(xs, [100 * right[p] / total[p] for p in places], "o", ms=4, label=label)
-            ax.set_xticks(range(len(places)))
-            ax.set_xticklabels([str(p) for p in places], fontsize=7)
-        ax.set_title(f"{name}: accuracy by place (generated)", fontsize=9)
-        ax.set_xlabel("place (units 0, first decimal -1)", fontsize=8)
-    axes[0][0].set_ylabel("%")
-    axes[0][-1].legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.02, 1.0), borderaxespad=0)
-    return fig
-
-
-def _curves_figure(plt: Any, summary: dict[str, Any], results: Sequence[dict[str, Any]]) -> Any:
-    """Training token cross-entropy and digit entropy by step, mean over seeds (the legend beside
-    the panels: 12 arms do not fit inside one)."""
-    fig, axes = plt.subplots(1, 2, figsize=(11.5, 3.6))
-    over = "one seed" if all(len(e["seeds"]) == 1 for e in summary.values()) else "mean over seeds"
-    for label in summary:
-        curves = [r["curve"] for r in results if r["label"] == label and r["curve"]["step"]]
-        if not curves:
-            continue
-        length = min(len(c["step"]) for c in curves)
-        steps = curves[0]["step"][:length]
-        for ax, key in zip(axes, ("ce", "digit_entropy"), strict=False):
-            mean = [statistics.fmean(c[key][i] for c in curves) for i in range(length)]
-            ax.plot(steps, mean, label=label, lw=1)
-    axes[0].set_title(f"training token cross-entropy ({over})", fontsize=9)
-    axes[0].set_yscale("log")
-    _plain_ticks(axes[0])
-    axes[1].set_title(f"training digit entropy, nats ({over})", fontsize=9)
-    for ax in axes:
-        ax.set_xlabel("optimizer step", fontsize=8)
-    axes[1].legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.02, 1.0), borderaxespad=0)
-    return fig
-
-
-def _learning_plots(summary: dict[str, Any], out: Path, plt: Any) -> list[Path]:
-    """learnt_by_step.png (one step curve per objective) and exact_match_per_seed.png (a box per
-    objective with every seed's exact match as a dot beside it: bimodal outcomes stay visible)."""
-    paths: list[Path] = []
-    labels = list(summary)
-    learning = [
-        (label, summary[label]["learning"]) for label in labels if "learning" in summary[label]
-    ]
-    if learning:
-        # the legend beside the axes, one readable entry a line: 12 arms do not fit inside
-        fig, ax = plt.subplots(figsize=(7.5 + 0.12 * max(len(label) for label, _ in learning), 4.2))
-        styles = ["-", "--", "-.", ":"]
-        for i, (label, entry) in enumerate(learning):
-            steps = [s for s, _ in entry["curve"]] + [entry["horizon"]]
-            shares = [100 * v for _, v in entry["curve"]] + [100 * entry["curve"][-1][1]]
-            ax.step(
-                steps,
-                shares,
-                where="post",
-                ls=styles[(i // 10) % len(styles)],
-                lw=1.4,
-                label=f"{label} ({entry['learnt']}/{entry['runs']})",
-            )
-        first = learning[0][1]
-        ax.set_xlabel("optimizer step", fontsize=8)
-        ax.set_ylabel("% of runs that have learnt the task", fontsize=8)
-        ax.set_ylim(-3, 103)
-        ax.set_title(
-            f"learnt by step s (held-out exact match >= {100 * first['threshold']:.0f} %, "
-            f"{_checked_text(sorted({s for _, e in learning for s in e.get('checked_steps', [])}))})",  # noqa: E501
-            fontsize=9,
-        )
-        ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0)
-        paths.append(_save(plt, fig, out / "learnt_by_step.png"))
-
-    fig, ax = plt.subplots(figsize=(max(6, 0.8 * len(labels) + 2), 3.8))
-    values = [
-        [100 * v for v in finite([s["exact_match"] for s in summary[label]["per_seed"]])]
-        for label in labels
-    ]
-    ax.boxplot(values, positions=list(range(len(labels))), widths=0.35, showfliers=False)
-    for i, label in enumerate(labels):  # each run's dot, from the summary's per-run rows
-        for j, run in enumerate(summary[label]["per_seed"]):
-            if run["exact_match"] is None:
-                continue
-            learnt = run.get("learnt_at") is not None
-            offset = 0.3 + 0.15 * ((j * 0.618) % 1)  # deterministic jitter beside the box
-            color = "tab:green" if learnt else "tab:red"
-            ax.plot(i + offset, 100 * run["exact_match"], "o", ms=3.5, color=color, alpha=0.8)
-    ax.set_xticks(range(len(labels)))
-    ax.set_xticklabels(labels, rotation=35, ha="right", fontsize=8)
-    ax.set_ylabel("in-distribution exact match %", fontsize=8)
-    one_seed = all(len(e["seeds"]) == 1 for e in summary.values())
-    title = (
-        "final exact match (one seed: no spread)"
-        if one_seed
-        else "final exact match per seed (dots; box: quartiles over seeds)"
-    )
-    if learning:
-        title += "\ngreen: the run learnt the task, red: it did not"
-    ax.set_title(title, fontsize=9)
-    paths.append(_save(plt, fig, out / "exact_match_per_seed.png"))
-    return paths
-
-
 def write_report(
     results: Sequence[dict[str, Any]], out: Path, meta: dict[str, Any]
 ) -> dict[str, Any]:
     """Write results.json, report.md and the plots into `out`; returns the aggregated summary."""
     out.mkdir(parents=True, exist_ok=True)
     summary = aggregate(results)
-    plots = _plots(summary, results, out)
+    plots = draw_plots(summary, results, out)
     slim_runs = [{k: v for k, v in r.items() if k != "embeddings"} for r in results]
     write_json_atomic(
         out / "results.json", jsonable({"meta": meta, "summary": summary, "runs": slim_runs})

@@ -689,7 +689,8 @@ def run_grid(
         raise ValueError(f"jobs must be >= 1, got {jobs}")
     # here, not at the top: the report's statistics (scipy, statsmodels, pandas: 2 s of imports)
     # would load in every spawned worker, which trains and never reports
-    from numloss.compare.report import exact_match_text, primary_evaluation
+    from numloss.compare.report import exact_match_text
+    from numloss.compare.summary import primary_evaluation
 
     keys = [RunKey(spec, seed) for spec in compare.objectives for seed in compare.seeds]
     results: dict[str, dict[str, Any]] = {}  # by run name (label-s<seed>): unique in a grid
