@@ -110,13 +110,11 @@ def paired_values(
 ) -> list[tuple[int, float, float]]:
     """(seed, baseline value, other value) for the seeds both have, in seed order (finite values
     only)."""
-    rows = []
-    for seed in sorted(set(baseline) & set(other)):
-        a, b = baseline[seed], other[seed]
-        if a is None or b is None or not (math.isfinite(a) and math.isfinite(b)):
-            continue
-        rows.append((seed, float(a), float(b)))
-    return rows
+    return [
+        (seed, float(baseline[seed]), float(other[seed]))
+        for seed in sorted(set(baseline) & set(other))
+        if all(v is not None and math.isfinite(v) for v in (baseline[seed], other[seed]))
+    ]
 
 
 def check_curve_area(checks: Sequence[Sequence[float]]) -> float:

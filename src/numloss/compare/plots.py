@@ -85,8 +85,7 @@ def _accuracy_mae_figure(plt: Any, summary: dict[str, Any], sets: list[str]) -> 
             drawn += means
             xs = [i + (j - (len(sets) - 1) / 2) * width for i in range(len(labels))]
             ax.bar(xs, means, width, yerr=None if one_seed else stds, capsize=2, label=name)
-        ax.set_xticks(range(len(labels)))
-        ax.set_xticklabels(labels, rotation=35, ha="right", fontsize=8)
+        ax.set_xticks(range(len(labels)), labels, rotation=35, ha="right", fontsize=8)
         ax.set_title(
             f"{title} ({'one seed: no spread' if one_seed else 'mean ± std over seeds'})",
             fontsize=9,
@@ -156,8 +155,7 @@ def _place_figure(
             places = sorted(total, reverse=True)
             xs = [i + (k - (len(summary) - 1) / 2) * width for i in range(len(places))]
             ax.plot(xs, [100 * right[p] / total[p] for p in places], "o", ms=4, label=label)
-            ax.set_xticks(range(len(places)))
-            ax.set_xticklabels([str(p) for p in places], fontsize=7)
+            ax.set_xticks(range(len(places)), [str(p) for p in places], fontsize=7)
         ax.set_title(f"{name}: accuracy by place (generated)", fontsize=9)
         ax.set_xlabel("place (units 0, first decimal -1)", fontsize=8)
     axes[0][0].set_ylabel("%")
@@ -238,8 +236,7 @@ def _learning_plots(summary: dict[str, Any], out: Path, plt: Any) -> list[Path]:
             offset = 0.3 + 0.15 * ((j * 0.618) % 1)  # deterministic jitter beside the box
             color = "tab:green" if learnt else "tab:red"
             ax.plot(i + offset, 100 * run["exact_match"], "o", ms=3.5, color=color, alpha=0.8)
-    ax.set_xticks(range(len(labels)))
-    ax.set_xticklabels(labels, rotation=35, ha="right", fontsize=8)
+    ax.set_xticks(range(len(labels)), labels, rotation=35, ha="right", fontsize=8)
     ax.set_ylabel("in-distribution exact match %", fontsize=8)
     one_seed = all(len(e["seeds"]) == 1 for e in summary.values())
     title = (

@@ -85,12 +85,6 @@ def accuracy_interval(
 FINAL_CE_POINTS = 10  # logged steps averaged for a run's final training ce (one step is noisy)
 
 
-def final_training_ce(curve: dict[str, list[float]]) -> float:
-    """Mean token cross-entropy of the last FINAL_CE_POINTS logged training steps (NaN if none)."""
-    values = finite(curve.get("ce", [])[-FINAL_CE_POINTS:])
-    return statistics.fmean(values) if values else float("nan")
-
-
 def _order_scores(embeddings: dict[str, Any]) -> dict[str, float]:
     from numloss.compare.embeddings import neighbour_order_score
 
@@ -158,7 +152,8 @@ def _per_seed(run: dict[str, Any]) -> dict[str, Any]:
         "seed": run["seed"],
         "exact_match": primary_evaluation(run).get("exact_match"),
         "exact_match_ci95": list(wilson_interval(*counts(primary_evaluation(run), "exact_match"))),
-        "final_ce": final_training_ce(run["curve"]),
+        # mean token cross-entropy of the last FINAL_CE_POINTS logged steps (NaN if none)
+        "final_ce": mean_std(run["curve"].get("ce", [])[-FINAL_CE_POINTS:])[0],
     }
     if run.get("learning"):
         row["learnt_at"] = run["learning"]["step"] if run["learning"]["learnt"] else None
