@@ -71,14 +71,6 @@ def _columns(rows: list[tuple[str, ...]], indent: str = "  ") -> list[str]:
     ]
 
 
-def _bits(runs: dict[str, dict[int, dict[str, Any]]]) -> dict[str, dict[int, str]]:
-    """{label: {seed: the held-out items' 0/1 verdicts}} of a pretrained grid's records."""
-    return {
-        label: {seed: r["evaluation"]["heldout"]["items"] for seed, r in seeds.items()}
-        for label, seeds in runs.items()
-    }
-
-
 def fresh_lines(
     results: dict[str, dict[int, dict[str, Any]]], baseline: str = BASELINE
 ) -> list[str]:
@@ -88,7 +80,11 @@ def fresh_lines(
     from numloss.compare.item_paired import paired_comparison
     from numloss.compare.stats import wilson_interval
 
-    bits = _bits(results)
+    # {label: {seed: the held-out items' 0/1 verdicts}}
+    bits = {
+        label: {seed: r["evaluation"]["heldout"]["items"] for seed, r in seeds.items()}
+        for label, seeds in results.items()
+    }
     seeds = sorted({seed for arm in bits.values() for seed in arm})
     whose = (
         "this seed's items"
@@ -248,12 +244,6 @@ def worked_example(seed: int = 0) -> list[tuple[str, float, float, float, int, i
     return results
 
 
-def _print_worked_example(seed: int) -> None:
-    print(f"{'objective':<10}{'loss':>10}{'ce':>10}{'aux':>10}{'tokens':>8}{'digits':>8}")
-    for name, loss, ce, aux, tokens, digits in worked_example(seed):
-        print(f"{name:<10}{loss:>10.4f}{ce:>10.4f}{aux:>10.4f}{tokens:>8}{digits:>8}")
-
-
 def main(argv: list[str] | None = None) -> int:
     """`numloss demo` entry point (see the module docstring)."""
     from numloss.compare import build_parser, configured
@@ -269,7 +259,9 @@ def main(argv: list[str] | None = None) -> int:
         if not 0 <= args.seed < 2**32:  # torch and numpy take seeds in this range
             print(f"numloss demo: --seed must be in [0, 2**32), got {args.seed}", file=sys.stderr)
             return 2
-        _print_worked_example(args.seed)
+        print(f"{'objective':<10}{'loss':>10}{'ce':>10}{'aux':>10}{'tokens':>8}{'digits':>8}")
+        for name, loss, ce, aux, tokens, digits in worked_example(args.seed):
+            print(f"{name:<10}{loss:>10.4f}{ce:>10.4f}{aux:>10.4f}{tokens:>8}{digits:>8}")
         return 0
     compare = configured("numloss demo", args, str(DEMO_CONFIG), check_inputs=not args.smoke)
     if compare is None:

@@ -51,6 +51,7 @@ from numloss.compare.task import TEST_SETS, TaskExample
 from numloss.config import ConfigError
 from numloss.rundir import RunDirBusy
 from numloss.textio import jsonable as _jsonable
+from numloss.textio import read_json_object
 
 logger = logging.getLogger("numloss.compare")
 
@@ -325,11 +326,8 @@ def _clear_run_dir(run_dir: Path, say: Callable[[str], None]) -> None:
     if not result.is_file():
         shutil.rmtree(run_dir)
         return
-    try:
-        old = _read_json(result)
-        old_hash = str(old.get("hash")) if isinstance(old, dict) else "unreadable"
-    except (OSError, ValueError):
-        old_hash = "unreadable"
+    old = read_json_object(result)
+    old_hash = "unreadable" if old is None else str(old.get("hash"))
     aside = run_dir.parent.parent / "superseded" / f"{run_dir.name}-{old_hash}"
     n = 1
     while aside.exists():

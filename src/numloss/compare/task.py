@@ -96,14 +96,9 @@ class Distribution:
         if op == "-" and b > a and not self.allow_negative:
             a, b = b, a
         # exact arithmetic on scaled integers: no float noise in the answers
-        if op == "+":
-            result, result_places = a + b, places
-        elif op == "-":
-            result, result_places = a - b, places
-        else:
-            result, result_places = a * b, 2 * places
+        result = a + b if op == "+" else a - b if op == "-" else a * b
         question = f"{_written(a, places)}{op}{_written(b, places)}="
-        return question, _written(result, result_places)
+        return question, _written(result, 2 * places if op == "*" else places)
 
 
 def _written(scaled: int, places: int) -> str:

@@ -59,15 +59,6 @@ def digit_token_ids(tokenizer: Any) -> dict[int, int]:
     return ids
 
 
-def _hidden_and_head(model: Any) -> tuple[Any, Any] | None:
-    """(decoder, lm_head) of a causal LM, or None when the model does not expose them."""
-    decoder = model.get_decoder() if hasattr(model, "get_decoder") else None
-    head = model.get_output_embeddings() if hasattr(model, "get_output_embeddings") else None
-    if decoder is None or head is None:
-        return None
-    return decoder, head
-
-
 @torch.inference_mode()
 def teacher_forced_exact(
     model: Any,
@@ -98,7 +89,11 @@ def teacher_forced_exact(
     entropies: list[torch.Tensor] = []
     rows = [features[i] for i in range(len(features))]
     collate = CompletionCollator(pad)
-    device, parts = next(model.parameters()).device, _hidden_and_head(model)
+    device = next(model.parameters()).device
+    # (decoder, lm_head) of a causal LM, or None when the model does not expose them
+    decoder = model.get_decoder() if hasattr(model, "get_decoder") else None
+    head = model.get_output_embeddings() if hasattr(model, "get_output_embeddings") else None
+    parts = None if decoder is None or head is None else (decoder, head)
     for start in range(0, len(rows), batch_size):
         batch = rows[start : start + batch_size]
         padded = collate(batch)

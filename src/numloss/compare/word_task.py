@@ -88,12 +88,6 @@ def _gsm_symbolic(n: int, seed: int) -> list[Example]:
     return examples
 
 
-def _word_problems(n: int, seed: int) -> list[Example]:
-    from numloss.data.synthetic import generate
-
-    return generate("word_problems", n, seed=seed) if n > 0 else []
-
-
 @dataclass(frozen=True)
 class WordProblemTask:
     """Training mix, check slice and the benchmarks a pretrained-model comparison is scored on."""
@@ -139,8 +133,11 @@ class WordProblemTask:
                     for line in path.read_text(encoding="utf-8").splitlines()
                     if line.strip()
                 ]
+        from numloss.data.synthetic import generate
+
         gsm = round(n * self.gsm_share)
-        items = _gsm_symbolic(gsm, seed) + _word_problems(n - gsm, seed)
+        words = generate("word_problems", n - gsm, seed=seed) if n > gsm else []
+        items = _gsm_symbolic(gsm, seed) + words
         random.Random(f"numloss-word-mix-{seed}").shuffle(items)
         if path is not None:
             path.parent.mkdir(parents=True, exist_ok=True)
