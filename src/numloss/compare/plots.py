@@ -192,9 +192,7 @@ def _learning_plots(summary: dict[str, Any], out: Path, plt: Any) -> list[Path]:
     objective with every seed's exact match as a dot beside it: bimodal outcomes stay visible)."""
     paths: list[Path] = []
     labels = list(summary)
-    learning = [
-        (label, summary[label]["learning"]) for label in labels if "learning" in summary[label]
-    ]
+    learning = [(label, e["learning"]) for label, e in summary.items() if "learning" in e]
     if learning:
         # the legend beside the axes, one readable entry a line: 12 arms do not fit inside
         fig, ax = plt.subplots(figsize=(7.5 + 0.12 * max(len(label) for label, _ in learning), 4.2))

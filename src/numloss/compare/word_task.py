@@ -77,14 +77,8 @@ def _gsm_symbolic(n: int, seed: int) -> list[Example]:
         answer = str(entry["answer"]).strip()
         working = str(entry["metadata"].get("answer_cot", "")).strip()
         lines = [line for line in working.splitlines() if not line.strip().startswith("####")]
-        question = entry["question"].strip()
-        examples.append(
-            Example(
-                instruction=question,
-                output=" ".join(lines + [f"The answer is {answer}."]),
-                answer=answer,
-            )
-        )
+        output = " ".join(lines + [f"The answer is {answer}."])
+        examples.append(Example(entry["question"].strip(), output, answer=answer))
     return examples
 
 
