@@ -15,8 +15,8 @@ import numloss.train
 from numloss.compare import build_parser, resolve, run_comparison
 from numloss.compare.config import compare_config_from_dict, load_compare_config, select_objectives
 from numloss.compare.report import REPORT_FILES, learning_table
-from numloss.compare.summary import _learning_entry
 from numloss.compare.runner import StepBar, record_path, run_grid
+from numloss.compare.summary import _learning_entry
 from numloss.config import ConfigError
 from numloss.demo import main as demo_main
 from test_compare_faults import _mapping as faults_mapping
