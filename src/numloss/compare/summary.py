@@ -7,7 +7,10 @@ hull of the Wilson interval of the items pooled over seeds (which test items wer
 two or more seeds, the Student t interval of the per-seed exact matches (how training fell out).
 The second is what dominates when runs are bimodal; with one seed only the first exists. Each
 objective but the first (the baseline) is paired with it by seed: paired t on the per-seed
-differences, Holm over the objectives, marked at p <= 0.05 with at least 3 seeds."""
+differences, Holm over the objectives, marked at p <= 0.05 with at least 3 seeds.
+
+The table is plain nested dicts, not a pandas frame: it is written to results.json as it is, where
+a metric no run has stays null (pandas would make it NaN), and each renderer reads it by key."""
 
 from __future__ import annotations
 
