@@ -9,8 +9,9 @@ The second is what dominates when runs are bimodal; with one seed only the first
 objective but the first (the baseline) is paired with it by seed: paired t on the per-seed
 differences, Holm over the objectives, marked at p <= 0.05 with at least 3 seeds.
 
-The table is plain nested dicts, not a pandas frame: it is written to results.json as it is, where
-a metric no run has stays null (pandas would make it NaN), and each renderer reads it by key."""
+The table is plain nested dicts, not a pandas frame: it is written to results.json as it is, and
+its cells hold lists and nested records (per-seed values, intervals, learning curves) that a frame
+would flatten, where an integer column with a gap would turn to floats (a step 400 written 400.0)."""
 
 from __future__ import annotations
 
