@@ -173,6 +173,8 @@ def test_numloss_and_numloss_evaluate_load_their_public_names_on_first_use():
     for module, names in evaluate._PUBLIC.items():
         for name in names.split():
             assert getattr(evaluate, name) is getattr(importlib.import_module(f"numloss.evaluate.{module}"), name)
+    contract = "ProgramResult SandboxLimits SandboxUnavailable isolation run_program run_programs"
+    assert set(contract.split()) <= set(evaluate._PUBLIC["sandbox"].split()), "the sandbox's names (docs/sandbox.md)"
     assert set(evaluate.__all__) <= set(dir(evaluate))
     with pytest.raises(AttributeError, match="no attribute 'nothing_here'"):
         evaluate.nothing_here  # noqa: B018
