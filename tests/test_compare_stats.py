@@ -61,7 +61,7 @@ def test_fisher_matches_counting(case: tuple[int, int, int, int]) -> None:
         fisher_exact_p(6, 5, 0, 5)
 
 
-def test_paired_t_hand_worked_and_scipys_one_sample_t() -> None:
+def test_paired_t_hand_worked_and_as_rs_t_test() -> None:
     # differences 1..5: mean 3, sd sqrt(2.5), se sqrt(0.5), t = 4.2426 on 4 df
     test = paired_t([1, 2, 3, 4, 5])
     assert test.n == 5 and test.mean == 3 and test.sd == pytest.approx(math.sqrt(2.5))
