@@ -11,7 +11,7 @@ differences, Holm over the objectives, marked at p <= 0.05 with at least 3 seeds
 
 The table is plain nested dicts, not a pandas frame: it is written to results.json as it is, and
 its cells hold lists and nested records (per-seed values, intervals, learning curves) that a frame
-would flatten, where an integer column with a gap would turn to floats (a step 400 written 400.0)."""
+would flatten, where an integer column with a gap would turn to floats (step 400 read 400.0)."""
 
 from __future__ import annotations
 
