@@ -51,8 +51,8 @@ BUDGET: dict[str, int] = {
     "other": 756,
 }
 SRC_TOTAL = 15_487
-#: lines of tests/**/*.py, all of them: 19,123 -> 14,973 on 2026-12-06 (issue 48's target, 15,000, met)
-TESTS_TOTAL = 14_973
+#: lines of tests/**/*.py: 19,123 -> 14,973 on 2026-12-06, +17 for grid d's why line (target 15,000)
+TESTS_TOTAL = 14_990
 #: issue 45: the numloss reader (answers.py, beyond the released transcription in released.py) at
 #: most half of its formatted code lines at 8ce65fe (1,194)
 READER_LIMIT = 1_194 // 2

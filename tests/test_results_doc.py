@@ -144,6 +144,23 @@ def test_verdict_reads_the_endpoints_direction() -> None:
     assert (verdict(0.05), verdict(0.0501), verdict(float("nan"))) == ("better", "not told apart", "no test yet")
 
 
+def test_the_detached_share_is_worked_by_hand() -> None:
+    """Grid d's why line: each arm's rise over MLE paired by seed with its t interval, and the share that goes with p
+    held constant; a seed without both measures is left out, one seed gives no line."""
+    def run(entropy: float, *nll: float) -> dict:
+        return {"evaluation": {"heldout": {"digit_entropy": entropy} | ({"answer_nll": nll[0]} if nll else {})}}
+
+    found = {"mle": {s: run(1.0, 0.5) for s in range(3)}, "del-centered-a0.3": {0: run(1.2, 0.6), 1: run(1.4, 0.6), 2: run(9, 9)},
+             "del-centered-detached-a0.3": {0: run(1.15, 0.5), 1: run(1.25, 0.5), 2: run(9.0)}}
+    # entropy +0.2 / +0.4 attached (0.3 +- 12.706 x 0.1), +0.15 / +0.25 detached (0.2 +- 12.706 x 0.05): 1 - 0.2 / 0.3
+    assert results_doc.detached_share(found) == [
+        "Where the rise comes from, centred DEL at 0.3 minus MLE, paired by seed over 2 seeds (95 % intervals; described, not "
+        "tested): digit entropy +0.300 nats [-0.971, +1.571] with p attached, +0.200 [-0.435, +0.835] with p held constant "
+        "(holding p removes 33 % of the rise); answer NLL +0.100 nats [+0.100, +0.100] with p attached, +0.000 [0.000, 0.000] "
+        "with p held constant (holding p removes 100 % of the rise)."]
+    assert results_doc.detached_share({arm: {0: seeds[0]} for arm, seeds in found.items()}) == []
+
+
 def test_pretrained_terms_quote_the_logged_sizes() -> None:
     def run(aux: list[float], ce: list[float], entropy: float) -> dict:
         return {"curve": {"step": [1, 10, 20], "aux": aux, "ce": ce}, "evaluation": {"heldout": {"digit_entropy": entropy}}}
