@@ -1965,13 +1965,27 @@ def dose_answer(rec: Records) -> list[str]:
         if helped
         else "**No form of DEL tried helped this model at this recipe.**"
     )
+    # the decision rule reports each arm that did not help with what its items and seeds detect
+    detects = {
+        arm: f"detects {100 * c['mde_items']:.1f} by items, {100 * c['mde_seeds']:.1f} by seeds"
+        for arm, c in state["tests"].items()
+    }
+    trend = state["trend"]
+    beside = (
+        f" Beside them (outside Holm): the trend over alpha 0-1.28 is"
+        f" {100 * trend['mean_slope']:+.2f} points per dose step, t p {_p(trend['p'])}."
+        if trend
+        else ""
+    )
     return [
         head
         + "; ".join(
-            f"{part} ({readings[arm]})" for part, arm in zip(parts, state["tests"], strict=True)
+            f"{part} ({readings[arm]}; {detects[arm]})"
+            for part, arm in zip(parts, state["tests"], strict=True)
         )
         + ". "
         + verdict
+        + beside
     ]
 
 

@@ -348,7 +348,7 @@ CASES = {
         empty="**0 of 40 runs recorded.**"),
     "grid-d-none-helps": Case(
         _dose({**DOSE, "del-centered-a0.03": (0, 400)}), "pretrained-dose", results_doc.dose_answer,
-        ("**No form of DEL tried helped this model at this recipe.**",)),
+        ("(did not help; detects", "**No form of DEL tried helped this model at this recipe.** Beside them (outside Holm)")),
 }
 FOLLOWUPS = {  # block: grid, the arm against MLE, its seeds, the seed to leave out, the deciding test's name and
     # its p at 20 items fewer every seed, all seeds and one short (the 8 pairs: every sign negative, p 2 / 2^8), the readings
