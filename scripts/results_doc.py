@@ -1839,7 +1839,8 @@ def detached_share(found: dict[str, dict[int, dict[str, Any]]]) -> list[str]:
     seeds = [
         s
         for s in sorted(found.get("mle", {}))
-        if all(keys.keys() <= heldout(a, s).keys() for a in arms)
+        # a seed counts when all three arms hold both measures as finite numbers
+        if all(math.isfinite(heldout(a, s).get(k, math.nan)) for a in arms for k in keys)
     ]
     if len(seeds) < 2:
         return []

@@ -146,12 +146,12 @@ def test_verdict_reads_the_endpoints_direction() -> None:
 
 def test_the_detached_share_is_worked_by_hand() -> None:
     """Grid d's why line: each arm's rise over MLE paired by seed with its t interval, and the share that goes with p
-    held constant; a seed without both measures is left out, one seed gives no line."""
+    held constant; a seed without both measures, or with a NaN, is left out; one seed gives no line."""
     def run(entropy: float, *nll: float) -> dict:
         return {"evaluation": {"heldout": {"digit_entropy": entropy} | ({"answer_nll": nll[0]} if nll else {})}}
 
-    found = {"mle": {s: run(1.0, 0.5) for s in range(3)}, "del-centered-a0.3": {0: run(1.2, 0.6), 1: run(1.4, 0.6), 2: run(9, 9)},
-             "del-centered-detached-a0.3": {0: run(1.15, 0.5), 1: run(1.25, 0.5), 2: run(9.0)}}
+    found = {"mle": {s: run(1.0, 0.5) for s in range(4)}, "del-centered-a0.3": {0: run(1.2, 0.6), 1: run(1.4, 0.6), 2: run(9, 9), 3: run(9, 9)},
+             "del-centered-detached-a0.3": {0: run(1.15, 0.5), 1: run(1.25, 0.5), 2: run(9.0), 3: run(9.0, float("nan"))}}
     # entropy +0.2 / +0.4 attached (0.3 +- 12.706 x 0.1), +0.15 / +0.25 detached (0.2 +- 12.706 x 0.05): 1 - 0.2 / 0.3
     assert results_doc.detached_share(found) == [
         "Where the rise comes from, centred DEL at 0.3 minus MLE, paired by seed over 2 seeds (95 % intervals; described, not "
