@@ -306,32 +306,34 @@ def test_a_corrupted_record_is_named_in_one_line(corruption, argv, compare_recor
 def _two_job_compare(tmp_path: Path, command: str = "compare", progress: tuple[str, ...] = ("--no-progress",)):
     """A `numloss COMMAND --jobs 2` process (its own process group, as a terminal's foreground job)
     whose two workers are training (runs of 100000 steps: none finishes on its own during a test);
-    yields (parent, config, workers) and leaves no process of it behind."""
+    yields (parent, config, workers), leaves no process of it behind; stderr to a file (a pipe could fill)."""
     out = tmp_path / "out"
     mapping = _mapping(out, objectives=["mle", "ntl-was"], jobs=2, learning=None)
     mapping["base"]["train"]["max_steps"] = 100000
     config = _write(tmp_path / "c.yaml", mapping)
-    parent = subprocess.Popen(
-        [sys.executable, "-m", "numloss", command, config, *progress], start_new_session=True, env=ENV,
-        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-    )
+    with (tmp_path / "stderr").open("wb") as err:  # PYTHONFAULTHANDLER: SIGABRT dumps every thread's stack
+        parent = subprocess.Popen([sys.executable, "-m", "numloss", command, config, *progress], start_new_session=True,
+                                  env={**ENV, "PYTHONFAULTHANDLER": "1"}, stdout=subprocess.DEVNULL, stderr=err)
     workers: set[int] = set()
     try:
         deadline = time.monotonic() + 120
         logs = [out / "runs" / name / "log.csv" for name in ("mle-s0", "ntl-was-s0")]
         while not all(log.is_file() for log in logs):  # both train: past their imports and first step
-            assert parent.poll() is None, parent.stderr.read().decode()
+            assert parent.poll() is None, (tmp_path / "stderr").read_text()
             assert time.monotonic() < deadline, "the workers did not start"
             time.sleep(0.2)
         workers = {child.pid for child in psutil.Process(parent.pid).children(recursive=True)}
         assert len(workers) >= 2, workers
         yield parent, config, workers
     finally:
+        if parent.poll() is None:  # still running, a test failed (or hung): where it is, shown with the failure
+            parent.send_signal(signal.SIGABRT)
+            parent.wait(30)
+            print((tmp_path / "stderr").read_text().split("\nExtension modules")[0][-8000:])
         parent.kill()
         for pid in workers:  # never leave a run training on a shared machine
             if alive(pid):
                 os.kill(pid, signal.SIGKILL)
-        parent.stderr.close()
 
 
 def _outlived(workers: set[int], seconds: float = 20) -> list[int]:
@@ -359,12 +361,9 @@ def test_a_killed_or_interrupted_two_job_compare_ends_its_workers(command, how, 
             assert not _outlived(workers), "workers outlived their killed parent"
             return
         time.sleep(1)  # a step or two reported
-        if ctrl_c:
-            os.killpg(parent.pid, signal.SIGINT)
-        else:
-            parent.send_signal(signal.SIGTERM)
+        os.kill(-parent.pid if ctrl_c else parent.pid, signal.SIGINT if ctrl_c else signal.SIGTERM)  # -pid: the group
         status = parent.wait(timeout=60)  # the runs train for 100000 steps: waiting for them would time out
-        err = parent.stderr.read().decode()
+        err = (tmp_path / "stderr").read_text()
         lines = [line for line in err.splitlines() if line.strip()]
         assert status == 130, err[-3000:]
         assert lines[-1].startswith(f"numloss {command}: interrupted; every finished run is kept in"), err[-3000:]
