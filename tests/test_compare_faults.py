@@ -304,15 +304,16 @@ def test_a_corrupted_record_is_named_in_one_line(corruption, argv, compare_recor
 
 @contextlib.contextmanager
 def _two_job_compare(tmp_path: Path, command: str = "compare", progress: tuple[str, ...] = ("--no-progress",)):
-    """A `numloss COMMAND --jobs 2` process (its own process group, as a terminal's foreground job)
-    whose two workers are training (runs of 100000 steps: none finishes on its own during a test);
-    yields (parent, config, workers), leaves no process of it behind; stderr to a file (a pipe could fill)."""
+    """A `numloss COMMAND --jobs 2` process (its own process group, SIGINT at its default as a terminal's foreground job;
+    `make test-all &` in a shell without job control passes SIGINT on ignored) whose two workers are training (runs of
+    100000 steps: none finishes during a test); yields (parent, config, workers), leaves no process behind."""
     out = tmp_path / "out"
     mapping = _mapping(out, objectives=["mle", "ntl-was"], jobs=2, learning=None)
     mapping["base"]["train"]["max_steps"] = 100000
     config = _write(tmp_path / "c.yaml", mapping)
-    with (tmp_path / "stderr").open("wb") as err:  # PYTHONFAULTHANDLER: SIGABRT dumps every thread's stack
+    with (tmp_path / "stderr").open("wb") as err:  # not a pipe, which could fill; PYTHONFAULTHANDLER: SIGABRT dumps stacks
         parent = subprocess.Popen([sys.executable, "-m", "numloss", command, config, *progress], start_new_session=True,
+                                  preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
                                   env={**ENV, "PYTHONFAULTHANDLER": "1"}, stdout=subprocess.DEVNULL, stderr=err)
     workers: set[int] = set()
     try:
