@@ -1968,7 +1968,7 @@ def dose_answer(rec: Records) -> list[str]:
     )
     # the decision rule reports each arm that did not help with what its items and seeds detect
     detects = {
-        arm: f"detects {100 * c['mde_items']:.1f} by items, {100 * c['mde_seeds']:.1f} by seeds"
+        arm: f"detects {_f(100 * c['mde_items'])} by items, {_f(100 * c['mde_seeds'])} by seeds"
         for arm, c in state["tests"].items()
     }
     trend = state["trend"]
